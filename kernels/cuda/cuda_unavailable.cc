@@ -1,0 +1,17 @@
+// cuda_unavailable.cc: the CUDA entry points of ops.h when paraplan was built
+// without nvcc. Asking for CUDA then fails with a clear message.
+#include <stdexcept>
+
+#include "kernels/ops.h"
+
+namespace paraplan::kernels {
+
+int cuda_device_count() { return 0; }
+
+std::unique_ptr<Ops> make_cuda_ops(int) {
+  throw std::runtime_error(
+      "backend 'cuda' requested, but this paraplan was built without CUDA (nvcc was not found "
+      "at configure time); use --backend cpu or rebuild on a machine with the CUDA toolkit");
+}
+
+}  // namespace paraplan::kernels

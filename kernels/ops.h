@@ -1,0 +1,133 @@
+// ops.h: the op set the runtime is written against, with a CPU backend
+// (kernels/cpu) and a CUDA backend (kernels/cuda).
+//
+// Conventions, llm.c style:
+// - Plain pointers and sizes. Pointers are host memory for the CPU backend and
+//   device memory for the CUDA backend; allocate() returns the right kind.
+// - Row-major tensors. Linear weights are [out_features, in_features] (the
+//   PyTorch nn.Linear layout), so a column-parallel shard is a contiguous block.
+// - Forward ops overwrite their outputs.
+// - Backward ops ACCUMULATE (+=) into every gradient they produce, both input
+//   gradients and parameter gradients; the caller zeroes buffers that start a
+//   new accumulation. This is what makes residual connections and gradient
+//   accumulation over micro-batches free.
+// - Every op is deterministic: the same inputs give bitwise the same outputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace paraplan::kernels {
+
+enum class Backend { kCpu, kCuda };
+
+const char* backend_name(Backend backend);
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Backend backend() const = 0;
+
+  // ---- memory ---------------------------------------------------------------
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* pointer) = 0;
+  virtual void copy_to_host(void* host_destination, const void* source, size_t bytes) = 0;
+  virtual void copy_from_host(void* destination, const void* host_source, size_t bytes) = 0;
+  virtual void copy(void* destination, const void* source, size_t bytes) = 0;
+  virtual void fill_zero(float* x, size_t n) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- embeddings -------------------------------------------------------------
+  // out[i, :] = wte[tokens[i] - vocab_start, :] when tokens[i] lies in
+  // [vocab_start, vocab_start + vocab_local), else 0. num_tokens = B*T rows.
+  // (vocab_start = 0, vocab_local = vocab gives the ordinary lookup.)
+  virtual void token_embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                       int num_tokens, int vocab_start, int vocab_local,
+                                       int channels) = 0;
+  // dwte[tokens[i] - vocab_start, :] += dout[i, :] for tokens in range; rows are
+  // accumulated in token order, so the result is deterministic.
+  virtual void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens,
+                                        int num_tokens, int vocab_start, int vocab_local,
+                                        int channels) = 0;
+  // out[b, t, :] += wpe[t, :] for a [B, T, C] activation.
+  virtual void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len,
+                                          int channels) = 0;
+  // dwpe[t, :] += sum_b dout[b, t, :].
+  virtual void position_embedding_backward(float* dwpe, const float* dout, int batch,
+                                           int seq_len, int channels) = 0;
+
+  // ---- layer norm ---------------------------------------------------------------
+  // out = (inp - mean) * rstd * weight + bias over the last dimension of [rows, C].
+  // mean and rstd ([rows]) are saved for backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int rows, int channels,
+                                 float epsilon) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int rows, int channels) = 0;
+
+  // ---- linear -------------------------------------------------------------------------
+  // out[rows, out_features] = inp[rows, in_features] @ weight^T + bias (bias may be null).
+  virtual void linear_forward(float* out, const float* inp, const float* weight,
+                              const float* bias, int rows, int in_features,
+                              int out_features) = 0;
+  // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_rows dout.
+  // Any of dinp, dweight, dbias may be null to skip it.
+  virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int rows, int in_features,
+                               int out_features) = 0;
+
+  // ---- elementwise -----------------------------------------------------------------------
+  // GELU, tanh approximation (as GPT-2).
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  // out = a + b.
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  // dx += dout (the residual backward for both operands, one call each).
+  virtual void accumulate(float* dx, const float* dout, size_t n) = 0;
+  // x *= factor.
+  virtual void scale(float* x, float factor, size_t n) = 0;
+
+  // ---- attention -------------------------------------------------------------------------
+  // Causal multi-head self-attention over qkv [B, T, 3 * H * D] laid out as
+  // (q heads | k heads | v heads); out [B, T, H * D]. att [B, H, T, T] receives
+  // the softmax probabilities (entries above the diagonal are zero) for backward.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int batch,
+                                 int seq_len, int num_heads, int head_dim) = 0;
+  // dqkv += gradient of out with respect to qkv. scratch holds B*H*T*T floats.
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
+                                  const float* qkv, const float* att, int batch, int seq_len,
+                                  int num_heads, int head_dim) = 0;
+
+  // ---- loss ------------------------------------------------------------------------------
+  // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log softmax(logits[i])[targets[i]]
+  // and dlogits[i, :] = (softmax(logits[i]) - onehot(targets[i])) * loss_scale (overwritten,
+  // may alias logits: the probabilities are never stored separately). dlogits may be null
+  // for a forward-only (evaluation) pass.
+  virtual void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                                     const int32_t* targets, int rows, int vocab,
+                                     float loss_scale) = 0;
+
+  // ---- optimizer ---------------------------------------------------------------------------
+  // One AdamW step (decoupled weight decay, bias-corrected moments) over n elements;
+  // step counts from 1.
+  virtual void adamw(float* params, const float* grads, float* first_moment,
+                     float* second_moment, size_t n, float learning_rate, float beta1,
+                     float beta2, float epsilon, float weight_decay, int step) = 0;
+  // Sum of squares of x, accumulated in double in a fixed order.
+  virtual double sum_of_squares(const float* x, size_t n) = 0;
+};
+
+// The CPU backend (OpenBLAS sgemm + plain C++). Always available.
+std::unique_ptr<Ops> make_cpu_ops();
+
+// The CUDA backend on the given device. Throws std::runtime_error with a clear
+// message when CUDA support was not compiled in or no device is present.
+std::unique_ptr<Ops> make_cuda_ops(int device);
+
+// Number of CUDA devices visible (0 when CUDA is not compiled in).
+int cuda_device_count();
+
+}  // namespace paraplan::kernels

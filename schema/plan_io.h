@@ -1,0 +1,61 @@
+// plan_io.h: reading, writing, validating and printing plan files (schema/plan.fbs).
+//
+// load_plan() is the one door through which a plan enters the runtime or the
+// planner: it runs the FlatBuffers verifier, then semantic validation, and
+// throws std::runtime_error whose message names the file, the field and what
+// would be valid. Errors are collected, not stopped at the first: the message
+// lists every violation, one per line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan_generated.h"
+
+namespace paraplan {
+
+// Bumped whenever plan.fbs changes incompatibly; readers refuse other versions.
+inline constexpr uint32_t kPlanSchemaVersion = 1;
+
+// A plan file held in memory; plan() points into bytes.
+class LoadedPlan {
+ public:
+  LoadedPlan() = default;
+  LoadedPlan(std::string path, std::vector<uint8_t> bytes);
+  const schema::Plan& plan() const { return *schema::GetPlan(bytes_.data()); }
+  const std::string& path() const { return path_; }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::string path_;
+  std::vector<uint8_t> bytes_;
+};
+
+// Reads, verifies and validates a plan file. Throws on any problem.
+LoadedPlan load_plan(const std::string& path);
+
+// Verifies and validates bytes already in memory (name is used in messages).
+LoadedPlan load_plan_from_bytes(const std::string& name, std::vector<uint8_t> bytes);
+
+// Writes a finished FlatBuffer to path atomically (temporary name, then rename).
+void write_plan(const std::string& path, const uint8_t* data, size_t size);
+
+// Semantic checks of a verified plan: each returned string is one violation,
+// "field: problem; what would be valid". Empty means valid.
+std::vector<std::string> validate_plan(const schema::Plan& plan);
+
+// Every field and prediction of the plan, as JSON (enums by name).
+nlohmann::json plan_to_json(const schema::Plan& plan);
+
+// A readable summary: model, training, mesh, a table of stages with their
+// layers, recompute, predicted time and memory breakdown.
+std::string plan_to_table(const schema::Plan& plan);
+
+// Enum names as they appear in JSON and tables ("none", "selective", "full", ...).
+const char* recompute_mode_name(schema::RecomputeMode mode);
+const char* opcode_name(schema::OpCode op);
+
+}  // namespace paraplan
