@@ -55,8 +55,8 @@ class Ops {
   virtual void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len,
                                           int channels) = 0;
   // dwpe[t, :] += sum_b dout[b, t, :].
-  virtual void position_embedding_backward(float* dwpe, const float* dout, int batch,
-                                           int seq_len, int channels) = 0;
+  virtual void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
+                                           int channels) = 0;
 
   // ---- layer norm ---------------------------------------------------------------
   // out = (inp - mean) * rstd * weight + bias over the last dimension of [rows, C].
@@ -70,9 +70,8 @@ class Ops {
 
   // ---- linear -------------------------------------------------------------------------
   // out[rows, out_features] = inp[rows, in_features] @ weight^T + bias (bias may be null).
-  virtual void linear_forward(float* out, const float* inp, const float* weight,
-                              const float* bias, int rows, int in_features,
-                              int out_features) = 0;
+  virtual void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int rows, int in_features, int out_features) = 0;
   // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_rows dout.
   // Any of dinp, dweight, dbias may be null to skip it.
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -94,18 +93,18 @@ class Ops {
   // Causal multi-head self-attention over qkv [B, T, 3 * H * D] laid out as
   // (q heads | k heads | v heads); out [B, T, H * D]. att [B, H, T, T] receives
   // the softmax probabilities (entries above the diagonal are zero) for backward.
-  virtual void attention_forward(float* out, float* att, const float* qkv, int batch,
-                                 int seq_len, int num_heads, int head_dim) = 0;
+  virtual void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
+                                 int num_heads, int head_dim) = 0;
   // dqkv += gradient of out with respect to qkv. scratch holds B*H*T*T floats.
-  virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
-                                  const float* qkv, const float* att, int batch, int seq_len,
-                                  int num_heads, int head_dim) = 0;
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* att, int batch, int seq_len, int num_heads,
+                                  int head_dim) = 0;
 
   // ---- loss ------------------------------------------------------------------------------
-  // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log softmax(logits[i])[targets[i]]
-  // and dlogits[i, :] = (softmax(logits[i]) - onehot(targets[i])) * loss_scale (overwritten,
-  // may alias logits: the probabilities are never stored separately). dlogits may be null
-  // for a forward-only (evaluation) pass.
+  // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log
+  // softmax(logits[i])[targets[i]] and dlogits[i, :] = (softmax(logits[i]) - onehot(targets[i])) *
+  // loss_scale (overwritten, may alias logits: the probabilities are never stored separately).
+  // dlogits may be null for a forward-only (evaluation) pass.
   virtual void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                                      const int32_t* targets, int rows, int vocab,
                                      float loss_scale) = 0;
@@ -113,9 +112,9 @@ class Ops {
   // ---- optimizer ---------------------------------------------------------------------------
   // One AdamW step (decoupled weight decay, bias-corrected moments) over n elements;
   // step counts from 1.
-  virtual void adamw(float* params, const float* grads, float* first_moment,
-                     float* second_moment, size_t n, float learning_rate, float beta1,
-                     float beta2, float epsilon, float weight_decay, int step) = 0;
+  virtual void adamw(float* params, const float* grads, float* first_moment, float* second_moment,
+                     size_t n, float learning_rate, float beta1, float beta2, float epsilon,
+                     float weight_decay, int step) = 0;
   // Sum of squares of x, accumulated in double in a fixed order.
   virtual double sum_of_squares(const float* x, size_t n) = 0;
 };

@@ -1,1 +1,153 @@
-int main() { return 0; }
+// main.cc: the `paraplan` command: tokenize, plan, inspect, train, sample.
+//
+// Each subcommand is a thin shell over the planner or the runtime. Every
+// failure ends here as one line, "paraplan: error: <message>", and exit
+// status 1; usage errors print CLI11's help hint and exit 2.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "planner/job_config.h"
+#include "planner/single_rank_planner.h"
+#include "runtime/sampler.h"
+#include "runtime/tokenizer.h"
+#include "runtime/trainer.h"
+#include "schema/plan_io.h"
+
+namespace {
+
+using namespace paraplan;
+
+struct TokenizeArguments {
+  std::vector<std::string> inputs;
+  std::string output = "data";
+  double val_fraction = 0.1;
+};
+
+struct PlanArguments {
+  std::string config;
+  std::string output;
+};
+
+struct InspectArguments {
+  std::string plan;
+  bool json = false;
+};
+
+void run_tokenize(const TokenizeArguments& args) {
+  const TokenizeResult result = tokenize_files(args.inputs, args.output, args.val_fraction);
+  std::cout << "tokenized " << result.files_read.size() << " file(s): " << result.train_tokens
+            << " train tokens -> " << result.train_path << ", " << result.val_tokens
+            << " validation tokens -> " << result.val_path << std::endl;
+}
+
+void run_plan(const PlanArguments& args, const std::vector<std::string>& extras) {
+  std::vector<std::string> unknown;
+  const std::vector<ConfigOverride> overrides = parse_override_arguments(extras, &unknown);
+  if (!unknown.empty())
+    throw std::runtime_error("plan: unexpected argument '" + unknown.front() +
+                             "'; overrides take the form --section.key value");
+  const JobConfig config = load_job_config(args.config, overrides);
+  const std::vector<uint8_t> bytes = build_single_rank_plan(config);
+  std::string output = args.output;
+  if (output.empty()) output = config.planner.save_plan_path;
+  if (output.empty())
+    throw std::runtime_error("plan: no output file; give --output FILE or planner.save_plan_path");
+  write_plan(output, bytes.data(), bytes.size());
+  const LoadedPlan loaded = load_plan(output);  // what the runtime will read, validated
+  std::cout << plan_to_table(loaded.plan()) << "plan written to " << output << std::endl;
+}
+
+void run_inspect(const InspectArguments& args) {
+  const LoadedPlan loaded = load_plan(args.plan);
+  if (args.json)
+    std::cout << plan_to_json(loaded.plan()).dump(2) << std::endl;
+  else
+    std::cout << plan_to_table(loaded.plan());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"paraplan: plans and runs distributed training of transformer language models"};
+  app.require_subcommand(1);
+
+  TokenizeArguments tokenize;
+  CLI::App* tokenize_command =
+      app.add_subcommand("tokenize", "byte-level tokens (vocab 256) -> train.bin, val.bin");
+  tokenize_command->add_option("--input", tokenize.inputs, "text files or directories")->required();
+  tokenize_command->add_option("--output", tokenize.output, "output directory")
+      ->capture_default_str();
+  tokenize_command
+      ->add_option("--val-fraction", tokenize.val_fraction,
+                   "share of the corpus (its end) held out for validation")
+      ->capture_default_str();
+
+  PlanArguments plan;
+  CLI::App* plan_command =
+      app.add_subcommand("plan", "job.toml -> plan file; override any key as --section.key value");
+  plan_command->add_option("--config", plan.config, "job.toml")->required();
+  plan_command->add_option("--output", plan.output, "the plan file to write (.pplan)");
+  plan_command->allow_extras();
+
+  InspectArguments inspect;
+  CLI::App* inspect_command = app.add_subcommand("inspect", "print a plan as a table or JSON");
+  inspect_command->add_option("plan", inspect.plan, "plan file")->required();
+  inspect_command->add_flag("--json", inspect.json, "every field as JSON");
+
+  TrainOptions train_options;
+  CLI::App* train_command = app.add_subcommand("train", "train as the plan says");
+  train_command->add_option("--plan", train_options.plan_path, "plan file")->required();
+  train_command->add_option("--data", train_options.data_path, "training tokens (train.bin)")
+      ->required();
+  train_command->add_option("--val-data", train_options.validation_data_path,
+                            "validation tokens (val.bin)");
+  train_command->add_option("--steps", train_options.steps,
+                            "train until this step (default: the plan's total_steps)");
+  train_command->add_option("--checkpoint-dir", train_options.checkpoint_dir,
+                            "where checkpoints go (and --resume reads)");
+  train_command->add_option("--checkpoint-every", train_options.checkpoint_every,
+                            "save every K steps (and always at the end)");
+  train_command->add_flag("--resume", train_options.resume,
+                          "continue from the latest checkpoint in --checkpoint-dir");
+  train_command->add_option("--log-json", train_options.log_json, "one JSON object per step");
+  train_command->add_option("--backend", train_options.backend, "cpu or cuda")
+      ->capture_default_str();
+
+  SampleOptions sample_options;
+  CLI::App* sample_command = app.add_subcommand("sample", "generate text from a checkpoint");
+  sample_command
+      ->add_option("--checkpoint", sample_options.checkpoint,
+                   "checkpoint directory (or one of its step directories)")
+      ->required();
+  sample_command->add_option("--prompt", sample_options.prompt, "text to continue")->required();
+  sample_command->add_option("--tokens", sample_options.tokens, "bytes to generate")
+      ->capture_default_str();
+  sample_command
+      ->add_option("--temperature", sample_options.temperature, "softmax temperature; 0 is greedy")
+      ->capture_default_str();
+  sample_command
+      ->add_option("--top-k", sample_options.top_k, "sample among the k most likely; 0 for all")
+      ->capture_default_str();
+  sample_command->add_option("--seed", sample_options.seed, "sampling seed")->capture_default_str();
+  sample_command->add_option("--backend", sample_options.backend, "cpu or cuda")
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (tokenize_command->parsed()) run_tokenize(tokenize);
+    if (plan_command->parsed()) run_plan(plan, plan_command->remaining());
+    if (inspect_command->parsed()) run_inspect(inspect);
+    if (train_command->parsed()) train(train_options);
+    if (sample_command->parsed()) {
+      const std::string text = sample_text(sample_options);
+      std::cout << sample_options.prompt << text << std::endl;
+    }
+  } catch (const std::exception& error) {
+    std::cerr << "paraplan: error: " << error.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

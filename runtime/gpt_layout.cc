@@ -31,8 +31,7 @@ size_t GptLayout::add(const std::string& name, std::vector<int64_t> shape, bool 
 
 GptLayout::GptLayout(const GptConfig& config, const StageSpec& stage)
     : config_(config), stage_(stage) {
-  const int64_t C = config.d_model, F = config.ffn_size, V = config.vocab_size,
-                T = config.seq_len;
+  const int64_t C = config.d_model, F = config.ffn_size, V = config.vocab_size, T = config.seq_len;
   const float std = config.init_std;
   // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
   const float projection_std = std / std::sqrt(2.0f * static_cast<float>(config.num_layers));
@@ -70,8 +69,7 @@ GptLayout::GptLayout(const GptConfig& config, const StageSpec& stage)
     } else {
       // A later stage's copy of the tied embedding; initialised identically and
       // kept identical by summing its gradient with the first stage's.
-      head_weight_ =
-          add("transformer.wte.weight", {V, C}, false, true, InitKind::kNormal, std);
+      head_weight_ = add("transformer.wte.weight", {V, C}, false, true, InitKind::kNormal, std);
     }
   }
 }

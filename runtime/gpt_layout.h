@@ -57,11 +57,11 @@ struct ParameterTensor {
 // Offsets of one transformer block's tensors in the parameter buffer.
 struct BlockOffsets {
   size_t ln1_weight, ln1_bias;
-  size_t qkv_weight, qkv_bias;                  // [3C, C], [3C]
-  size_t attn_proj_weight, attn_proj_bias;      // [C, C], [C]
+  size_t qkv_weight, qkv_bias;              // [3C, C], [3C]
+  size_t attn_proj_weight, attn_proj_bias;  // [C, C], [C]
   size_t ln2_weight, ln2_bias;
-  size_t mlp_up_weight, mlp_up_bias;            // [F, C], [F]
-  size_t mlp_down_weight, mlp_down_bias;        // [C, F], [C]
+  size_t mlp_up_weight, mlp_up_bias;      // [F, C], [F]
+  size_t mlp_down_weight, mlp_down_bias;  // [C, F], [C]
 };
 
 class GptLayout {
@@ -76,7 +76,7 @@ class GptLayout {
   // Offsets for the stage's i-th block (0-based within the stage).
   const BlockOffsets& block(int local_layer) const { return blocks_[local_layer]; }
   // Only valid on stages that hold them.
-  size_t token_embedding() const { return token_embedding_; }   // [V, C]
+  size_t token_embedding() const { return token_embedding_; }        // [V, C]
   size_t position_embedding() const { return position_embedding_; }  // [T, C]
   size_t final_norm_weight() const { return final_norm_weight_; }
   size_t final_norm_bias() const { return final_norm_bias_; }

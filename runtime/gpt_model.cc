@@ -1,1 +1,286 @@
-// placeholder: being written
+// gpt_model.cc: forward and backward of a GPT-2 pipeline stage over the op set.
+//
+// Shapes: B micro-batch size, T sequence length, C d_model, F ffn size, H heads,
+// V vocab. Backward ops accumulate, so gradient scratch is zeroed before each
+// use and residual_gradient_ carries d(residual stream) backward in place: each
+// residual branch adds its input gradient into it (llm.c's scheme).
+#include "runtime/gpt_model.h"
+
+#include <stdexcept>
+#include <vector>
+
+namespace paraplan {
+
+namespace {
+size_t activation_bytes(size_t count) {
+  return count * sizeof(float);
+}
+}  // namespace
+
+float* GptStage::allocate_floats(size_t count, MemoryCategory category) {
+  void* pointer = memory_.allocate(activation_bytes(count), category);
+  allocations_.push_back(pointer);
+  return static_cast<float*>(pointer);
+}
+
+GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
+                                                    const BlockActivations* shared) {
+  const GptConfig& config = layout_.config();
+  const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
+  const size_t C = config.d_model, F = config.ffn_size;
+  const size_t attention = static_cast<size_t>(batch_) * config.num_heads * config.seq_len *
+                           static_cast<size_t>(config.seq_len);
+  BlockActivations acts;
+  // Under full recompute a slot keeps only the block output (the next block's
+  // input); everything else comes from the shared recompute scratch.
+  const bool keep_all = mode != RecomputeMode::Full;
+  auto own = [&](size_t count, float* BlockActivations::*field) {
+    acts.*field = keep_all || shared == nullptr
+                      ? allocate_floats(count, MemoryCategory::kActivations)
+                      : shared->*field;
+  };
+  own(BT * C, &BlockActivations::ln1);
+  own(BT, &BlockActivations::ln1_mean);
+  own(BT, &BlockActivations::ln1_rstd);
+  own(BT * 3 * C, &BlockActivations::qkv);
+  own(BT * C, &BlockActivations::atty);
+  own(BT * C, &BlockActivations::residual2);
+  own(BT * C, &BlockActivations::ln2);
+  own(BT, &BlockActivations::ln2_mean);
+  own(BT, &BlockActivations::ln2_rstd);
+  own(BT * F, &BlockActivations::fch);
+  own(BT * F, &BlockActivations::fch_gelu);
+  // The attention probabilities are kept only without recomputation.
+  acts.att = mode == RecomputeMode::None || shared == nullptr
+                 ? allocate_floats(attention, MemoryCategory::kActivations)
+                 : shared->att;
+  // The block output is always kept: it is the next block's input.
+  acts.output = shared == nullptr ? nullptr : allocate_floats(BT * C, MemoryCategory::kActivations);
+  return acts;
+}
+
+GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
+                   int micro_batch_size, int num_slots, std::vector<RecomputeMode> recompute)
+    : layout_(layout),
+      ops_(ops),
+      memory_(memory),
+      batch_(micro_batch_size),
+      num_slots_(num_slots),
+      recompute_(std::move(recompute)) {
+  const GptConfig& config = layout.config();
+  const StageSpec& stage = layout.stage();
+  if (static_cast<int>(recompute_.size()) != stage.num_layers)
+    throw std::invalid_argument("GptStage: one recompute mode per layer is required");
+  if (micro_batch_size < 1 || num_slots < 1)
+    throw std::invalid_argument("GptStage: micro_batch_size and num_slots must be positive");
+  const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
+  const size_t C = config.d_model, F = config.ffn_size, V = config.vocab_size;
+  const size_t attention = static_cast<size_t>(batch_) * config.num_heads * config.seq_len *
+                           static_cast<size_t>(config.seq_len);
+
+  parameters_ = allocate_floats(layout.num_elements(), MemoryCategory::kWeights);
+  gradients_ = allocate_floats(layout.num_elements(), MemoryCategory::kGradients);
+  ops_.fill_zero(gradients_, layout.num_elements());
+
+  // Recompute scratch: only as much as the stage's modes need.
+  bool any_full = false, any_selective = false;
+  for (RecomputeMode mode : recompute_) {
+    any_full |= mode == RecomputeMode::Full;
+    any_selective |= mode == RecomputeMode::Selective;
+  }
+  if (any_full) {
+    recompute_scratch_ = allocate_block(RecomputeMode::None, nullptr);
+  } else if (any_selective) {
+    recompute_scratch_.att = allocate_floats(attention, MemoryCategory::kWorkspace);
+  }
+
+  slots_.resize(num_slots);
+  for (Slot& slot : slots_) {
+    const size_t token_bytes = BT * sizeof(int32_t);
+    slot.tokens =
+        static_cast<int32_t*>(memory_.allocate(token_bytes, MemoryCategory::kActivations));
+    slot.targets =
+        static_cast<int32_t*>(memory_.allocate(token_bytes, MemoryCategory::kActivations));
+    allocations_.push_back(slot.tokens);
+    allocations_.push_back(slot.targets);
+    slot.input = allocate_floats(BT * C, MemoryCategory::kActivations);
+    for (RecomputeMode mode : recompute_)
+      slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
+    if (stage.has_head) {
+      slot.final_norm = allocate_floats(BT * C, MemoryCategory::kActivations);
+      slot.final_norm_mean = allocate_floats(BT, MemoryCategory::kActivations);
+      slot.final_norm_rstd = allocate_floats(BT, MemoryCategory::kActivations);
+      slot.logits = allocate_floats(BT * V, MemoryCategory::kActivations);
+      slot.losses = allocate_floats(BT, MemoryCategory::kActivations);
+    }
+  }
+  residual_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
+  norm_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
+  qkv_gradient_ = allocate_floats(BT * 3 * C, MemoryCategory::kWorkspace);
+  atty_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
+  fch_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
+  fch_gelu_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
+  attention_scratch_ = allocate_floats(attention, MemoryCategory::kWorkspace);
+}
+
+GptStage::~GptStage() {
+  for (void* pointer : allocations_) memory_.release(pointer);
+}
+
+const float* GptStage::block_input(const Slot& slot, int local_layer) const {
+  return local_layer == 0 ? slot.input : slot.blocks[local_layer - 1].output;
+}
+
+const float* GptStage::output(int slot) const {
+  const Slot& s = slots_[slot];
+  return s.blocks.empty() ? s.input : s.blocks.back().output;
+}
+
+void GptStage::block_forward(int local_layer, const float* input, const BlockActivations& a) {
+  const GptConfig& config = layout_.config();
+  const BlockOffsets& w = layout_.block(local_layer);
+  const float* p = parameters_;
+  const int BT = batch_ * config.seq_len, C = config.d_model, F = config.ffn_size;
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias, BT,
+                         C, config.layernorm_epsilon);
+  ops_.linear_forward(a.qkv, a.ln1, p + w.qkv_weight, p + w.qkv_bias, BT, C, 3 * C);
+  ops_.attention_forward(a.atty, a.att, a.qkv, batch_, config.seq_len, config.num_heads,
+                         config.head_dim());
+  // residual2 holds the projection first, then input + projection.
+  ops_.linear_forward(a.residual2, a.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, BT, C, C);
+  ops_.residual_forward(a.residual2, a.residual2, input, static_cast<size_t>(BT) * C);
+  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p + w.ln2_weight,
+                         p + w.ln2_bias, BT, C, config.layernorm_epsilon);
+  ops_.linear_forward(a.fch, a.ln2, p + w.mlp_up_weight, p + w.mlp_up_bias, BT, C, F);
+  ops_.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(BT) * F);
+  ops_.linear_forward(a.output, a.fch_gelu, p + w.mlp_down_weight, p + w.mlp_down_bias, BT, F, C);
+  ops_.residual_forward(a.output, a.output, a.residual2, static_cast<size_t>(BT) * C);
+}
+
+void GptStage::block_backward(int local_layer, const float* input, const BlockActivations& a) {
+  const GptConfig& config = layout_.config();
+  const BlockOffsets& w = layout_.block(local_layer);
+  const float* p = parameters_;
+  float* g = gradients_;
+  const int BT = batch_ * config.seq_len, C = config.d_model, F = config.ffn_size;
+  const size_t BTC = static_cast<size_t>(BT) * C, BTF = static_cast<size_t>(BT) * F;
+  float* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
+
+  // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
+  ops_.fill_zero(fch_gelu_gradient_, BTF);
+  ops_.linear_backward(fch_gelu_gradient_, g + w.mlp_down_weight, g + w.mlp_down_bias, dresidual,
+                       a.fch_gelu, p + w.mlp_down_weight, BT, F, C);
+  ops_.fill_zero(fch_gradient_, BTF);
+  ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
+  ops_.fill_zero(norm_gradient_, BTC);
+  ops_.linear_backward(norm_gradient_, g + w.mlp_up_weight, g + w.mlp_up_bias, fch_gradient_, a.ln2,
+                       p + w.mlp_up_weight, BT, C, F);
+  ops_.layernorm_backward(dresidual, g + w.ln2_weight, g + w.ln2_bias, norm_gradient_, a.residual2,
+                          p + w.ln2_weight, a.ln2_mean, a.ln2_rstd, BT, C);
+
+  // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
+  ops_.fill_zero(atty_gradient_, BTC);
+  ops_.linear_backward(atty_gradient_, g + w.attn_proj_weight, g + w.attn_proj_bias, dresidual,
+                       a.atty, p + w.attn_proj_weight, BT, C, C);
+  ops_.fill_zero(qkv_gradient_, BTC * 3);
+  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.att, batch_,
+                          config.seq_len, config.num_heads, config.head_dim());
+  ops_.fill_zero(norm_gradient_, BTC);
+  ops_.linear_backward(norm_gradient_, g + w.qkv_weight, g + w.qkv_bias, qkv_gradient_, a.ln1,
+                       p + w.qkv_weight, BT, C, 3 * C);
+  ops_.layernorm_backward(dresidual, g + w.ln1_weight, g + w.ln1_bias, norm_gradient_, input,
+                          p + w.ln1_weight, a.ln1_mean, a.ln1_rstd, BT, C);
+}
+
+void GptStage::forward(int slot_index, float loss_scale, bool training) {
+  const GptConfig& config = layout_.config();
+  const StageSpec& stage = layout_.stage();
+  Slot& slot = slots_[slot_index];
+  const int BT = batch_ * config.seq_len, C = config.d_model, V = config.vocab_size;
+  const float* p = parameters_;
+
+  if (stage.has_embedding) {
+    ops_.token_embedding_forward(slot.input, slot.tokens, p + layout_.token_embedding(), BT, 0, V,
+                                 C);
+    ops_.position_embedding_forward(slot.input, p + layout_.position_embedding(), batch_,
+                                    config.seq_len, C);
+  }
+  for (int layer = 0; layer < stage.num_layers; ++layer) {
+    BlockActivations acts = slot.blocks[layer];
+    // Forward writes every buffer; under recompute some of them are shared
+    // scratch that backward refills, so no state is lost by overwriting it.
+    block_forward(layer, block_input(slot, layer), acts);
+  }
+  if (stage.has_head) {
+    ops_.layernorm_forward(slot.final_norm, slot.final_norm_mean, slot.final_norm_rstd,
+                           output(slot_index), p + layout_.final_norm_weight(),
+                           p + layout_.final_norm_bias(), BT, C, config.layernorm_epsilon);
+    ops_.linear_forward(slot.logits, slot.final_norm, p + layout_.head_weight(), nullptr, BT, C, V);
+    ops_.softmax_cross_entropy(slot.losses, training ? slot.logits : nullptr, slot.logits,
+                               slot.targets, BT, V, loss_scale);
+  }
+}
+
+void GptStage::backward(int slot_index) {
+  const GptConfig& config = layout_.config();
+  const StageSpec& stage = layout_.stage();
+  Slot& slot = slots_[slot_index];
+  const int BT = batch_ * config.seq_len, C = config.d_model, V = config.vocab_size;
+  const float* p = parameters_;
+  float* g = gradients_;
+
+  if (stage.has_head) {
+    // slot.logits holds d(loss)/d(logits) from the fused forward.
+    ops_.fill_zero(norm_gradient_, static_cast<size_t>(BT) * C);
+    ops_.linear_backward(norm_gradient_, g + layout_.head_weight(), nullptr, slot.logits,
+                         slot.final_norm, p + layout_.head_weight(), BT, C, V);
+    ops_.fill_zero(residual_gradient_, static_cast<size_t>(BT) * C);
+    ops_.layernorm_backward(residual_gradient_, g + layout_.final_norm_weight(),
+                            g + layout_.final_norm_bias(), norm_gradient_, output(slot_index),
+                            p + layout_.final_norm_weight(), slot.final_norm_mean,
+                            slot.final_norm_rstd, BT, C);
+  }
+  // Otherwise residual_gradient_ already holds the received output gradient.
+  for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
+    const float* input = block_input(slot, layer);
+    BlockActivations acts = slot.blocks[layer];
+    switch (recompute_[layer]) {
+      case RecomputeMode::None:
+        break;
+      case RecomputeMode::Selective:
+        // Refill the probabilities; the attention output it also writes is
+        // identical to the saved one, so it goes to scratch that backward
+        // zeroes before use.
+        ops_.attention_forward(atty_gradient_, acts.att, acts.qkv, batch_, config.seq_len,
+                               config.num_heads, config.head_dim());
+        break;
+      case RecomputeMode::Full: {
+        // Everything but the block output lives in the shared scratch; the
+        // recomputed output is bitwise the saved one, so it may overwrite it.
+        float* saved_output = acts.output;
+        acts = recompute_scratch_;
+        acts.output = saved_output;
+        block_forward(layer, input, acts);
+        break;
+      }
+    }
+    block_backward(layer, input, acts);
+  }
+  if (stage.has_embedding) {
+    ops_.token_embedding_backward(g + layout_.token_embedding(), residual_gradient_, slot.tokens,
+                                  BT, 0, V, C);
+    ops_.position_embedding_backward(g + layout_.position_embedding(), residual_gradient_, batch_,
+                                     config.seq_len, C);
+  }
+}
+
+double GptStage::loss_sum(int slot_index) {
+  const int BT = batch_ * layout_.config().seq_len;
+  std::vector<float> losses(BT);
+  ops_.copy_to_host(losses.data(), slots_[slot_index].losses, BT * sizeof(float));
+  double sum = 0;
+  for (float loss : losses) sum += loss;
+  return sum;
+}
+
+}  // namespace paraplan

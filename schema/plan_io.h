@@ -8,10 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "plan_generated.h"
 
@@ -55,7 +54,12 @@ nlohmann::json plan_to_json(const schema::Plan& plan);
 std::string plan_to_table(const schema::Plan& plan);
 
 // Enum names as they appear in JSON and tables ("none", "selective", "full", ...).
+// Values outside the enum give "unknown".
 const char* recompute_mode_name(schema::RecomputeMode mode);
 const char* opcode_name(schema::OpCode op);
+const char* architecture_name(schema::Architecture architecture);  // "gpt2", "llama"
+const char* dtype_name(schema::DType dtype);                       // "float32", "bfloat16"
+const char* lr_decay_style_name(schema::LrDecayStyle style);       // "cosine", "linear", "constant"
+const char* schedule_kind_name(schema::ScheduleKind kind);         // "1f1b", "gpipe"
 
 }  // namespace paraplan

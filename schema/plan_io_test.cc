@@ -1,1 +1,468 @@
-// placeholder: being written
+// plan_io_test.cc: writing and loading plan files (round trip, atomic replace, every
+// load failure and its message), enum names, plan_to_json and plan_to_table.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "schema/plan_test_builder.h"
+
+namespace paraplan {
+namespace {
+
+namespace fs = std::filesystem;
+using schema::OpCode;
+using schema::RecomputeMode;
+using test_plans::build_plan;
+using test_plans::make_plan_spec;
+using test_plans::PlanSpec;
+
+// Passes when text contains fragment; on failure shows both.
+::testing::AssertionResult contains(const std::string& text, const std::string& fragment) {
+  if (text.find(fragment) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "missing [" << fragment << "] in:\n" << text;
+}
+
+class PlanFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "plan_io_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
+    fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void write_raw(const std::string& file, const std::vector<uint8_t>& bytes) const {
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+  // The message load_plan throws for file, or "" if it loads.
+  static std::string load_error(const std::string& file) {
+    try {
+      load_plan(file);
+    } catch (const std::runtime_error& error) {
+      return error.what();
+    }
+    return "";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PlanFileTest, WriteThenLoadRoundTripsEveryTable) {
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  spec.dtype = schema::DType::BFloat16;
+  spec.stages[0].recompute = {RecomputeMode::Full, RecomputeMode::Selective, RecomputeMode::None,
+                              RecomputeMode::None};
+  spec.zero_stage = 1;
+  spec.zero_num_groups = 2;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const std::string file = path("job.pplan");
+  write_plan(file, bytes.data(), bytes.size());
+
+  const LoadedPlan loaded = load_plan(file);
+  EXPECT_EQ(loaded.path(), file);
+  EXPECT_EQ(loaded.bytes(), bytes);
+  const schema::Plan& plan = loaded.plan();
+  EXPECT_EQ(plan.header()->schema_version(), kPlanSchemaVersion);
+  EXPECT_EQ(plan.header()->task_name()->str(), "unit-test");
+  EXPECT_EQ(plan.model()->dtype(), schema::DType::BFloat16);
+  EXPECT_EQ(plan.model()->num_layers(), 8);
+  EXPECT_EQ(plan.training()->global_batch_size(), 16);
+  EXPECT_FLOAT_EQ(plan.training()->optimizer()->learning_rate(), 3e-4f);
+  EXPECT_EQ(plan.mesh()->tensor_parallel(), 2);
+  ASSERT_EQ(plan.stages()->size(), 2u);
+  EXPECT_EQ(plan.stages()->Get(0)->recompute()->Get(1), RecomputeMode::Selective);
+  EXPECT_EQ(plan.stages()->Get(1)->first_layer(), 4);
+  EXPECT_EQ(plan.zero()->num_groups(), 2);
+  EXPECT_EQ(plan.schedule()->stages()->Get(1)->instructions()->size(),
+            spec.schedule[1].instructions.size());
+  EXPECT_DOUBLE_EQ(plan.predictions()->mfu(), 0.42);
+}
+
+TEST_F(PlanFileTest, WriteReplacesAnExistingPlanAndLeavesNoTemporaryFile) {
+  const std::string file = path("job.pplan");
+  const std::vector<uint8_t> first = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  PlanSpec second_spec = make_plan_spec(2, 1, 1, 4, 2);
+  second_spec.task_name = "second";
+  const std::vector<uint8_t> second = build_plan(second_spec);
+  write_plan(file, first.data(), first.size());
+  write_plan(file, second.data(), second.size());
+  EXPECT_EQ(load_plan(file).plan().header()->task_name()->str(), "second");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"job.pplan"});
+}
+
+TEST_F(PlanFileTest, WriteIntoMissingDirectoryNamesIt) {
+  const std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  const std::string file = path("no/such/dir/job.pplan");
+  try {
+    write_plan(file, bytes.data(), bytes.size());
+    FAIL() << "write_plan succeeded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "cannot write plan '" + file + "'"));
+    EXPECT_TRUE(contains(error.what(), "directory '" + path("no/such/dir") + "' does not exist"));
+  }
+}
+
+TEST_F(PlanFileTest, WriteUnderAFileSaysItIsNotADirectory) {
+  write_raw(path("plain"), {1, 2, 3});
+  const std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  try {
+    write_plan(path("plain/job.pplan"), bytes.data(), bytes.size());
+    FAIL() << "write_plan succeeded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "'" + path("plain") + "' is not a directory"));
+  }
+}
+
+TEST_F(PlanFileTest, WriteIntoReadOnlyDirectoryNamesIt) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: permissions do not stop writes";
+  fs::create_directory(path("ro"));
+  fs::permissions(path("ro"), fs::perms::owner_read | fs::perms::owner_exec);
+  const std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  try {
+    write_plan(path("ro/job.pplan"), bytes.data(), bytes.size());
+    FAIL() << "write_plan succeeded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "Permission denied"));
+    EXPECT_TRUE(contains(error.what(), "is directory '" + path("ro") + "' writable?"));
+  }
+  fs::permissions(path("ro"), fs::perms::owner_all);
+}
+
+TEST_F(PlanFileTest, WriteReportsATemporaryFileItCannotCreate) {
+  // A directory squatting on the temporary name makes open() fail even for root.
+  const std::string temporary = path("job.pplan") + ".tmp." + std::to_string(::getpid());
+  fs::create_directory(temporary);
+  const std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  try {
+    write_plan(path("job.pplan"), bytes.data(), bytes.size());
+    FAIL() << "write_plan succeeded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "cannot create '" + temporary + "'"));
+  }
+  EXPECT_FALSE(fs::exists(path("job.pplan")));
+}
+
+TEST_F(PlanFileTest, WriteOntoADirectoryFailsAndRemovesItsTemporaryFile) {
+  fs::create_directories(path("job.pplan/inside"));
+  const std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  try {
+    write_plan(path("job.pplan"), bytes.data(), bytes.size());
+    FAIL() << "write_plan succeeded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "cannot rename"));
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"job.pplan"});
+}
+
+TEST_F(PlanFileTest, WriteRefusesABufferThatIsNotAPlan) {
+  const std::string text = "definitely not a flatbuffer";
+  try {
+    write_plan(path("job.pplan"), reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    FAIL() << "write_plan succeeded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "not a verified paraplan plan"));
+  }
+  EXPECT_FALSE(fs::exists(path("job.pplan")));
+}
+
+TEST_F(PlanFileTest, LoadMissingFileSaysItDoesNotExist) {
+  EXPECT_TRUE(contains(load_error(path("absent.pplan")),
+                       "plan file '" + path("absent.pplan") + "' does not exist"));
+}
+
+TEST_F(PlanFileTest, LoadDirectorySaysItIsNotAPlanFile) {
+  EXPECT_TRUE(contains(load_error(dir_.string()), "is a directory, not a plan file"));
+}
+
+TEST_F(PlanFileTest, LoadEmptyFileSaysItIsEmpty) {
+  write_raw(path("empty.pplan"), {});
+  const std::string message = load_error(path("empty.pplan"));
+  EXPECT_TRUE(contains(message, "'" + path("empty.pplan") + "' is empty"));
+  EXPECT_TRUE(contains(message, "PPLN"));
+}
+
+TEST_F(PlanFileTest, LoadFileShorterThanAHeaderSaysTruncated) {
+  write_raw(path("short.pplan"), {1, 2, 3, 4, 5});
+  EXPECT_TRUE(contains(load_error(path("short.pplan")),
+                       "is truncated: 5 bytes, shorter than a FlatBuffer header (8 bytes)"));
+}
+
+TEST_F(PlanFileTest, LoadTruncatedPlanFailsVerification) {
+  std::vector<uint8_t> bytes = build_plan(make_plan_spec(2, 2, 2, 8, 4));
+  bytes.resize(bytes.size() / 2);
+  write_raw(path("half.pplan"), bytes);
+  EXPECT_TRUE(contains(
+      load_error(path("half.pplan")),
+      "'" + path("half.pplan") + "' is corrupt or truncated: FlatBuffers verification failed"));
+}
+
+TEST_F(PlanFileTest, LoadCorruptRootOffsetFailsVerification) {
+  std::vector<uint8_t> bytes = build_plan(make_plan_spec(2, 2, 2, 8, 4));
+  const uint32_t bad_offset = 0x7ffffff0;
+  std::memcpy(bytes.data(), &bad_offset, sizeof(bad_offset));
+  write_raw(path("corrupt.pplan"), bytes);
+  EXPECT_TRUE(contains(load_error(path("corrupt.pplan")),
+                       "is corrupt or truncated: FlatBuffers verification failed"));
+}
+
+TEST_F(PlanFileTest, LoadCorruptBodyFailsVerification) {
+  std::vector<uint8_t> bytes = build_plan(make_plan_spec(2, 2, 2, 8, 4));
+  for (size_t i = 8; i < bytes.size(); ++i) bytes[i] = 0xab;
+  write_raw(path("corrupt.pplan"), bytes);
+  EXPECT_TRUE(contains(load_error(path("corrupt.pplan")),
+                       "is corrupt or truncated: FlatBuffers verification failed"));
+}
+
+// Any single corrupted byte must give a clean error or a valid plan, never a crash
+// or a huge allocation (run under ASan to make this bite).
+TEST(LoadPlanFromBytes, SurvivesEveryFlippedByte) {
+  const std::vector<uint8_t> good = build_plan(make_plan_spec(2, 2, 2, 8, 4));
+  int rejected = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t mask : {0x01, 0x80, 0xff}) {
+      std::vector<uint8_t> bytes = good;
+      bytes[i] ^= mask;
+      try {
+        const LoadedPlan loaded = load_plan_from_bytes("flipped", bytes);
+        plan_to_json(loaded.plan());
+        plan_to_table(loaded.plan());
+      } catch (const std::runtime_error& error) {
+        ++rejected;
+        EXPECT_LE(std::string(error.what()).find("flipped"), 1u)
+            << error.what();  // 'flipped' or flipped:
+      }
+    }
+  }
+  EXPECT_GT(rejected, static_cast<int>(good.size()));  // most corruptions are caught
+}
+
+TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
+  std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  std::memcpy(bytes.data() + 4, "ABCD", 4);
+  write_raw(path("other.bin"), bytes);
+  EXPECT_TRUE(contains(load_error(path("other.bin")),
+                       "'" + path("other.bin") +
+                           "' is not a paraplan plan (file identifier 'ABCD'; expected PPLN)"));
+  std::memset(bytes.data() + 4, 0, 4);
+  write_raw(path("zeros.bin"), bytes);
+  EXPECT_TRUE(contains(load_error(path("zeros.bin")),
+                       "(file identifier '\\x00\\x00\\x00\\x00'; expected PPLN)"));
+}
+
+TEST_F(PlanFileTest, LoadOtherSchemaVersionNamesBothVersions) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
+  spec.schema_version = 2;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  write_raw(path("v2.pplan"), bytes);
+  EXPECT_TRUE(
+      contains(load_error(path("v2.pplan")),
+               "'" + path("v2.pplan") +
+                   "' was written with plan schema version 2; this paraplan reads version 1"));
+}
+
+TEST_F(PlanFileTest, LoadInvalidPlanListsEveryViolationOnItsOwnLine) {
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  spec.d_model = 66;
+  spec.zero_num_groups = 0;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const std::string file = path("bad.pplan");
+  write_plan(file, bytes.data(), bytes.size());  // writing does not validate semantics
+  const std::string message = load_error(file);
+  EXPECT_EQ(message.rfind(file + ": invalid plan:\n  ", 0), 0u) << message;
+  EXPECT_TRUE(contains(message, "\n  model.d_model: 66 is not divisible by num_heads 4"));
+  EXPECT_TRUE(contains(message, "\n  zero.num_groups: 0; must be at least 1"));
+}
+
+TEST(LoadPlanFromBytes, NamesTheSourceInItsMessages) {
+  std::vector<uint8_t> bytes = build_plan(make_plan_spec(1, 1, 1, 4, 2));
+  EXPECT_EQ(load_plan_from_bytes("memory", bytes).plan().model()->num_layers(), 4);
+  bytes.resize(bytes.size() - 16);
+  try {
+    load_plan_from_bytes("<planner output>", bytes);
+    FAIL() << "truncated bytes loaded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_TRUE(contains(error.what(), "'<planner output>' is corrupt or truncated"));
+  }
+}
+
+TEST(EnumNames, MatchTheJsonSpelling) {
+  EXPECT_STREQ(recompute_mode_name(RecomputeMode::None), "none");
+  EXPECT_STREQ(recompute_mode_name(RecomputeMode::Selective), "selective");
+  EXPECT_STREQ(recompute_mode_name(RecomputeMode::Full), "full");
+  EXPECT_STREQ(recompute_mode_name(RecomputeMode(9)), "unknown");
+  const std::vector<std::string> ops = {"load_micro_batch",
+                                        "forward",
+                                        "backward",
+                                        "send_activation",
+                                        "recv_activation",
+                                        "send_gradient",
+                                        "recv_gradient",
+                                        "send_activation_recv_gradient",
+                                        "send_gradient_recv_activation",
+                                        "reduce_gradients",
+                                        "optimizer_step"};
+  for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(opcode_name(OpCode(i)), ops[i]);
+  EXPECT_STREQ(opcode_name(OpCode(11)), "unknown");
+  EXPECT_STREQ(architecture_name(schema::Architecture::Gpt2), "gpt2");
+  EXPECT_STREQ(architecture_name(schema::Architecture::Llama), "llama");
+  EXPECT_STREQ(dtype_name(schema::DType::Float32), "float32");
+  EXPECT_STREQ(dtype_name(schema::DType::BFloat16), "bfloat16");
+  EXPECT_STREQ(lr_decay_style_name(schema::LrDecayStyle::Cosine), "cosine");
+  EXPECT_STREQ(lr_decay_style_name(schema::LrDecayStyle::Linear), "linear");
+  EXPECT_STREQ(lr_decay_style_name(schema::LrDecayStyle::Constant), "constant");
+  EXPECT_STREQ(schedule_kind_name(schema::ScheduleKind::OneForwardOneBackward), "1f1b");
+  EXPECT_STREQ(schedule_kind_name(schema::ScheduleKind::GPipe), "gpipe");
+}
+
+TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  spec.dtype = schema::DType::BFloat16;
+  spec.decay_style = schema::LrDecayStyle::Linear;
+  spec.stages[1].recompute[3] = RecomputeMode::Full;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const nlohmann::json j = plan_to_json(*schema::GetPlan(bytes.data()));
+
+  EXPECT_EQ(j["header"]["schema_version"], 1);
+  EXPECT_EQ(j["header"]["task_name"], "unit-test");
+  EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
+  EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
+  EXPECT_EQ(j["model"]["architecture"], "gpt2");
+  EXPECT_EQ(j["model"]["dtype"], "bfloat16");
+  EXPECT_EQ(j["model"]["vocab_size"], 512);
+  EXPECT_EQ(j["model"]["ffn_size"], 256);
+  EXPECT_EQ(j["model"]["tied_embeddings"], true);
+  EXPECT_EQ(j["model"]["layernorm_epsilon"].get<double>(), 1e-5);  // not 9.99999974e-06
+  EXPECT_EQ(j["training"]["global_batch_size"], 16);
+  EXPECT_EQ(j["training"]["seed"], 1234u);
+  EXPECT_EQ(j["training"]["optimizer"]["learning_rate"].get<double>(), 0.0003);
+  EXPECT_EQ(j["training"]["optimizer"]["beta2"].get<double>(), 0.95);
+  EXPECT_EQ(j["training"]["optimizer"]["decay_style"], "linear");
+  EXPECT_EQ(j["training"]["optimizer"]["total_steps"], 1000);
+  EXPECT_EQ(j["mesh"], (nlohmann::json{{"pipeline_parallel", 2},
+                                       {"data_parallel", 2},
+                                       {"tensor_parallel", 2},
+                                       {"num_nodes", 2},
+                                       {"devices_per_node", 4}}));
+  ASSERT_EQ(j["stages"].size(), 2u);
+  EXPECT_EQ(j["stages"][1]["first_layer"], 4);
+  EXPECT_EQ(j["stages"][1]["has_head"], true);
+  EXPECT_EQ(j["stages"][1]["recompute"], (nlohmann::json{"none", "none", "none", "full"}));
+  EXPECT_EQ(j["zero"], (nlohmann::json{{"stage", 0}, {"num_groups", 1}}));
+  EXPECT_EQ(j["schedule"]["kind"], "1f1b");
+  ASSERT_EQ(j["schedule"]["stages"].size(), 2u);
+  const nlohmann::json& stage0 = j["schedule"]["stages"][0]["instructions"];
+  ASSERT_EQ(stage0.size(), spec.schedule[0].instructions.size());
+  EXPECT_EQ(
+      stage0[0],
+      (nlohmann::json{{"op", "load_micro_batch"}, {"micro_batch", 0}, {"peer_micro_batch", -1}}));
+  EXPECT_EQ(stage0[5], (nlohmann::json{{"op", "send_activation_recv_gradient"},
+                                       {"micro_batch", 1},
+                                       {"peer_micro_batch", 0}}));
+  EXPECT_EQ(stage0.back()["op"], "optimizer_step");
+  EXPECT_DOUBLE_EQ(j["predictions"]["step_seconds"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["predictions"]["mfu"].get<double>(), 0.42);
+  EXPECT_DOUBLE_EQ(j["predictions"]["stages"][0]["forward_seconds"].get<double>(), 0.0045);
+  EXPECT_EQ(j["predictions"]["stages"][0]["memory"]["weights"], 100'000'000u);
+  EXPECT_EQ(j["predictions"]["stages"][0]["memory"]["total"], 1'064'000'000u);
+  EXPECT_EQ(j["predictions"]["cluster"]["name"], "test-cluster");
+  EXPECT_EQ(j["predictions"]["cluster"]["device_memory_bytes"], 80'000'000'000u);
+}
+
+TEST(PlanToJson, AbsentPredictionsAreNull) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2, schema::ScheduleKind::GPipe);
+  spec.has_predictions = false;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const nlohmann::json j = plan_to_json(*schema::GetPlan(bytes.data()));
+  EXPECT_TRUE(j["predictions"].is_null());
+  EXPECT_EQ(j["schedule"]["kind"], "gpipe");
+}
+
+// The line of the stage table whose first cell is stage.
+std::string stage_row(const std::string& table, int stage) {
+  std::istringstream lines(table);
+  const std::string start = std::to_string(stage) + " | ";
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, start.size(), start) == 0) return line;
+  }
+  return "";
+}
+
+TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  spec.stages[0].recompute = {RecomputeMode::Full, RecomputeMode::Full, RecomputeMode::None,
+                              RecomputeMode::None};
+  spec.zero_stage = 1;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
+
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v1, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
+  EXPECT_TRUE(
+      contains(table, "training: global batch 16 = micro-batch 2 x 4 micro-batches x dp 2"));
+  EXPECT_TRUE(contains(table, "AdamW lr 0.0003 -> 0.00003 (cosine, warmup 10, 1000 steps)"));
+  EXPECT_TRUE(contains(table, "mesh: pp 2 x dp 2 x tp 2 = 8 ranks on 2 nodes x 4 devices"));
+  EXPECT_TRUE(contains(table, "zero: stage 1, 1 group (optimizer state sharded over 2"));
+  EXPECT_TRUE(contains(table, "stage | layers | holds"));
+  EXPECT_TRUE(contains(table, "| activations | transient |"));
+
+  const std::string row0 = stage_row(table, 0), row1 = stage_row(table, 1);
+  ASSERT_FALSE(row0.empty()) << table;
+  ASSERT_FALSE(row1.empty()) << table;
+  EXPECT_TRUE(contains(row0, "| 0-3 "));
+  EXPECT_TRUE(contains(row0, "| embedding "));
+  EXPECT_TRUE(contains(row0, "| full x2, none x2 |"));
+  EXPECT_TRUE(contains(row0, " 4.50 | "));      // forward ms
+  EXPECT_TRUE(contains(row0, " 9.00 | "));      // backward ms
+  EXPECT_TRUE(contains(row0, " 100.0 MB | "));  // weights
+  EXPECT_TRUE(contains(row0, " 600.0 MB | "));  // activations, 2 micro-batches in flight
+  EXPECT_TRUE(contains(row0, " 1.06 GB"));      // total
+  EXPECT_TRUE(contains(row1, "| 4-7 "));
+  EXPECT_TRUE(contains(row1, "| head "));
+  EXPECT_TRUE(contains(row1, "| none x4 "));
+  EXPECT_TRUE(contains(row1, " 764.0 MB"));
+
+  EXPECT_TRUE(contains(table,
+                       "predictions: step 0.500 s, 2048 tokens/s, MFU 42.0%, "
+                       "bubble ratio 20.0%"));
+  EXPECT_TRUE(contains(table, "cluster: 'test-cluster', 2 nodes x 4 devices, 80.00 GB each"));
+  EXPECT_TRUE(
+      contains(table, "schedule: 1f1b; instructions per stage: stage 0: " +
+                          std::to_string(spec.schedule[0].instructions.size()) +
+                          ", stage 1: " + std::to_string(spec.schedule[1].instructions.size())));
+}
+
+TEST(PlanToTable, MarksMissingPredictions) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 1, 2);
+  spec.has_predictions = false;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
+  EXPECT_TRUE(contains(table, "predictions: none"));
+  const std::string row = stage_row(table, 0);
+  EXPECT_TRUE(contains(row, "| 0 "));                // a single layer
+  EXPECT_TRUE(contains(row, "| embedding+head |"));  // one stage holds both
+  EXPECT_TRUE(contains(row, " - | "));               // no predicted times
+}
+
+}  // namespace
+}  // namespace paraplan

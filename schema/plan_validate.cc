@@ -1,1 +1,355 @@
-// placeholder: being written
+// plan_validate.cc: validate_plan, the semantic checks of a verified plan.
+//
+// The FlatBuffers verifier only proves the bytes are safe to read; validate_plan
+// proves they describe a job the runtime can execute: consistent sizes, a mesh
+// that fills the devices, stages that cover every layer once, a sane optimizer,
+// and (in plan_validate_schedule.cc) a well-formed instruction stream per stage.
+// Every violation is collected as "field: problem; what would be valid" so a user
+// sees all of them at once.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "schema/plan_validate_internal.h"
+
+namespace paraplan {
+namespace plan_validation {
+namespace {
+
+constexpr int32_t kMaxVocabSize = 65536;  // tokens are stored as uint16
+
+void require_positive(Violations& v, const std::string& field, int64_t value) {
+  if (value <= 0) v.add(field, number(value) + "; must be positive");
+}
+
+void require_non_negative(Violations& v, const std::string& field, int64_t value) {
+  if (value < 0) v.add(field, number(value) + "; must be at least 0");
+}
+
+bool is_known(schema::RecomputeMode mode) {
+  return std::string(recompute_mode_name(mode)) != "unknown";
+}
+
+void check_header(const schema::Plan& plan, Violations& v) {
+  const schema::Header* header = plan.header();
+  if (header == nullptr) {
+    v.add("header", "missing; every plan needs a header with schema_version " +
+                        std::to_string(kPlanSchemaVersion));
+    return;
+  }
+  if (header->schema_version() != kPlanSchemaVersion) {
+    v.add("header.schema_version", std::to_string(header->schema_version()) +
+                                       "; this paraplan reads and writes version " +
+                                       std::to_string(kPlanSchemaVersion));
+  }
+}
+
+void check_model(const schema::Model& model, Violations& v) {
+  if (std::string(architecture_name(model.architecture())) == "unknown") {
+    v.add("model.architecture", "unknown value " +
+                                    std::to_string(static_cast<int>(model.architecture())) +
+                                    "; valid are gpt2 (0) and llama (1)");
+  }
+  if (std::string(dtype_name(model.dtype())) == "unknown") {
+    v.add("model.dtype", "unknown value " + std::to_string(static_cast<int>(model.dtype())) +
+                             "; valid are float32 (0) and bfloat16 (1)");
+  }
+  require_positive(v, "model.vocab_size", model.vocab_size());
+  require_positive(v, "model.seq_len", model.seq_len());
+  require_positive(v, "model.num_layers", model.num_layers());
+  require_positive(v, "model.d_model", model.d_model());
+  require_positive(v, "model.num_heads", model.num_heads());
+  require_positive(v, "model.ffn_size", model.ffn_size());
+  if (model.vocab_size() > kMaxVocabSize) {
+    v.add("model.vocab_size", number(model.vocab_size()) + "; must be at most " +
+                                  std::to_string(kMaxVocabSize) +
+                                  " because tokens are stored as uint16");
+  }
+  if (model.d_model() > 0 && model.num_heads() > 0 && model.d_model() % model.num_heads() != 0) {
+    v.add("model.d_model", number(model.d_model()) + " is not divisible by num_heads " +
+                               number(model.num_heads()) +
+                               "; d_model must be a multiple of num_heads");
+  }
+  if (!(model.layernorm_epsilon() > 0) || !std::isfinite(model.layernorm_epsilon())) {
+    v.add("model.layernorm_epsilon",
+          number(model.layernorm_epsilon()) + "; must be a positive finite number");
+  }
+  if (!(model.init_std() >= 0) || !std::isfinite(model.init_std())) {
+    v.add("model.init_std", number(model.init_std()) + "; must be a finite number >= 0");
+  }
+}
+
+void check_optimizer(const schema::Optimizer& opt, Violations& v) {
+  const std::string f = "training.optimizer.";
+  const float lr = opt.learning_rate();
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    v.add(f + "learning_rate", number(lr) + "; must be a finite number >= 0");
+  }
+  if (!(opt.min_learning_rate() >= 0)) {
+    v.add(f + "min_learning_rate", number(opt.min_learning_rate()) + "; must be >= 0");
+  } else if (opt.min_learning_rate() > lr) {
+    v.add(f + "min_learning_rate",
+          number(opt.min_learning_rate()) + " is above learning_rate " + number(lr) +
+              "; the schedule decays to it, so it must be <= learning_rate");
+  }
+  for (const auto& [name, beta] : {std::pair{"beta1", opt.beta1()}, {"beta2", opt.beta2()}}) {
+    if (!(beta >= 0 && beta < 1)) v.add(f + name, number(beta) + "; must be in [0, 1)");
+  }
+  if (!(opt.epsilon() > 0) || !std::isfinite(opt.epsilon())) {
+    v.add(f + "epsilon", number(opt.epsilon()) + "; must be a positive finite number");
+  }
+  if (!(opt.weight_decay() >= 0) || !std::isfinite(opt.weight_decay())) {
+    v.add(f + "weight_decay", number(opt.weight_decay()) + "; must be a finite number >= 0");
+  }
+  if (!(opt.grad_clip() >= 0) || !std::isfinite(opt.grad_clip())) {
+    v.add(f + "grad_clip",
+          number(opt.grad_clip()) + "; must be a finite number >= 0 (0 disables clipping)");
+  }
+  require_non_negative(v, f + "warmup_steps", opt.warmup_steps());
+  if (opt.total_steps() < 1) {
+    v.add(f + "total_steps", number(opt.total_steps()) + "; must be at least 1");
+  }
+  if (std::string(lr_decay_style_name(opt.decay_style())) == "unknown") {
+    v.add(f + "decay_style", "unknown value " +
+                                 std::to_string(static_cast<int>(opt.decay_style())) +
+                                 "; valid are cosine (0), linear (1) and constant (2)");
+  }
+}
+
+void check_training(const schema::Training& training, Violations& v) {
+  require_positive(v, "training.global_batch_size", training.global_batch_size());
+  require_positive(v, "training.micro_batch_size", training.micro_batch_size());
+  require_positive(v, "training.num_micro_batches", training.num_micro_batches());
+  require_non_negative(v, "training.eval_interval", training.eval_interval());
+  require_non_negative(v, "training.eval_batches", training.eval_batches());
+  if (training.optimizer() == nullptr) {
+    v.add("training.optimizer", "missing; the plan must give the AdamW hyper-parameters");
+  } else {
+    check_optimizer(*training.optimizer(), v);
+  }
+}
+
+bool mesh_degrees_valid(const schema::Mesh& mesh) {
+  return mesh.pipeline_parallel() >= 1 && mesh.data_parallel() >= 1 &&
+         mesh.tensor_parallel() >= 1 && mesh.num_nodes() >= 1 && mesh.devices_per_node() >= 1;
+}
+
+void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations& v) {
+  for (const auto& [name, degree] : {std::pair{"pipeline_parallel", mesh.pipeline_parallel()},
+                                     {"data_parallel", mesh.data_parallel()},
+                                     {"tensor_parallel", mesh.tensor_parallel()},
+                                     {"num_nodes", mesh.num_nodes()},
+                                     {"devices_per_node", mesh.devices_per_node()}}) {
+    if (degree < 1) v.add(std::string("mesh.") + name, number(degree) + "; must be at least 1");
+  }
+  if (!mesh_degrees_valid(mesh)) return;
+  const int64_t ranks =
+      int64_t{mesh.pipeline_parallel()} * mesh.data_parallel() * mesh.tensor_parallel();
+  const int64_t devices = int64_t{mesh.num_nodes()} * mesh.devices_per_node();
+  if (ranks != devices) {
+    v.add("mesh", "pipeline_parallel " + number(mesh.pipeline_parallel()) + " x data_parallel " +
+                      number(mesh.data_parallel()) + " x tensor_parallel " +
+                      number(mesh.tensor_parallel()) + " = " + number(ranks) +
+                      " ranks, but num_nodes " + number(mesh.num_nodes()) + " x devices_per_node " +
+                      number(mesh.devices_per_node()) + " = " + number(devices) +
+                      " devices; the degrees must multiply to the device count");
+  }
+  const int32_t tp = mesh.tensor_parallel();
+  if (tp > mesh.devices_per_node() || mesh.devices_per_node() % tp != 0) {
+    v.add("mesh.tensor_parallel", number(tp) + " does not divide devices_per_node " +
+                                      number(mesh.devices_per_node()) +
+                                      "; a tensor-parallel group must sit inside one node");
+  }
+  if (model == nullptr) return;
+  for (const auto& [name, size] : {std::pair{"num_heads", model->num_heads()},
+                                   {"d_model", model->d_model()},
+                                   {"ffn_size", model->ffn_size()},
+                                   {"vocab_size", model->vocab_size()}}) {
+    if (size > 0 && size % tp != 0) {
+      std::string fix = "; tensor_parallel must divide num_heads, d_model, ffn_size and vocab_size";
+      if (std::string(name) == "vocab_size") fix += " (pad the vocabulary to a multiple of it)";
+      v.add("mesh.tensor_parallel",
+            number(tp) + " does not divide model." + name + " " + number(size) + fix);
+    }
+  }
+}
+
+void check_global_batch(const schema::Training& training, const schema::Mesh& mesh, Violations& v) {
+  if (training.micro_batch_size() <= 0 || training.num_micro_batches() <= 0 ||
+      mesh.data_parallel() < 1) {
+    return;  // already reported
+  }
+  const int64_t expected =
+      int64_t{training.micro_batch_size()} * training.num_micro_batches() * mesh.data_parallel();
+  if (training.global_batch_size() != expected) {
+    v.add("training.global_batch_size",
+          number(training.global_batch_size()) + ", but micro_batch_size " +
+              number(training.micro_batch_size()) + " x num_micro_batches " +
+              number(training.num_micro_batches()) + " x mesh.data_parallel " +
+              number(mesh.data_parallel()) + " = " + number(expected) + "; they must be equal");
+  }
+}
+
+void check_stages(const schema::Plan& plan, Violations& v) {
+  const auto* stages = plan.stages();
+  if (stages == nullptr) {
+    v.add("stages", "missing; the plan must list one stage per pipeline rank");
+    return;
+  }
+  const int32_t count = static_cast<int32_t>(stages->size());
+  if (plan.mesh() != nullptr && plan.mesh()->pipeline_parallel() >= 1 &&
+      count != plan.mesh()->pipeline_parallel()) {
+    v.add("stages", count_of(count, "entry", "entries") + ", but mesh.pipeline_parallel is " +
+                        number(plan.mesh()->pipeline_parallel()) +
+                        "; there must be one stage per pipeline rank");
+  }
+  if (count == 0) {
+    if (plan.mesh() == nullptr) v.add("stages", "empty; the plan must have at least one stage");
+    return;
+  }
+  int64_t next_layer = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const schema::Stage& stage = *stages->Get(i);
+    const std::string f = "stages[" + std::to_string(i) + "]";
+    if (stage.index() != i) {
+      v.add(f + ".index", number(stage.index()) + "; stages are listed in order, so it must be " +
+                              std::to_string(i));
+    }
+    if (stage.first_layer() != next_layer) {
+      const std::string before =
+          i == 0 ? std::string("the first stage starts at layer 0")
+                 : "the stages before it hold layers [0, " + number(next_layer) + ")";
+      v.add(f + ".first_layer", number(stage.first_layer()) + ", but " + before +
+                                    "; stages must hold consecutive layer ranges, so it must be " +
+                                    number(next_layer));
+    }
+    require_non_negative(v, f + ".num_layers", stage.num_layers());
+    if (stage.num_layers() == 0 && !stage.has_embedding() && !stage.has_head()) {
+      v.add(f,
+            "holds no layers and neither the embedding nor the head; every stage must hold "
+            "at least one layer, the embedding or the head");
+    }
+    next_layer = int64_t{stage.first_layer()} + std::max(stage.num_layers(), 0);
+
+    const auto* recompute = stage.recompute();
+    const int64_t modes = recompute == nullptr ? 0 : recompute->size();
+    if (stage.num_layers() >= 0 && modes != stage.num_layers()) {
+      v.add(f + ".recompute", count_of(modes, "entry", "entries") + ", but the stage has " +
+                                  number(stage.num_layers()) +
+                                  " layers; it needs one recompute mode per layer");
+    }
+    for (int64_t k = 0; k < modes; ++k) {
+      if (!is_known(recompute->Get(k))) {
+        v.add(f + ".recompute[" + std::to_string(k) + "]",
+              "unknown value " + std::to_string(static_cast<int>(recompute->Get(k))) +
+                  "; valid are none (0), selective (1) and full (2)");
+      }
+    }
+    const bool first = i == 0, last = i == count - 1;
+    if (stage.has_embedding() != first) {
+      v.add(f + ".has_embedding", first ? "false; the first stage must hold the embedding"
+                                        : "true; only the first stage holds the embedding");
+    }
+    if (stage.has_head() != last) {
+      v.add(f + ".has_head", last ? "false; the last stage must hold the head"
+                                  : "true; only the last stage holds the head");
+    }
+  }
+  if (plan.model() != nullptr && plan.model()->num_layers() > 0 &&
+      next_layer != plan.model()->num_layers()) {
+    v.add("stages", "cover layers [0, " + number(next_layer) + "), but model.num_layers is " +
+                        number(plan.model()->num_layers()) +
+                        "; the stages' layer ranges must cover every layer exactly once");
+  }
+}
+
+void check_zero(const schema::Zero& zero, const schema::Mesh* mesh, Violations& v) {
+  if (zero.stage() != 0 && zero.stage() != 1) {
+    v.add("zero.stage",
+          number(zero.stage()) +
+              "; valid are 0 (off) and 1 (optimizer state sharded over data parallel)");
+  }
+  if (zero.num_groups() < 1) {
+    v.add("zero.num_groups", number(zero.num_groups()) + "; must be at least 1");
+  } else if (mesh != nullptr && mesh->data_parallel() >= 1 &&
+             mesh->data_parallel() % zero.num_groups() != 0) {
+    v.add("zero.num_groups", number(zero.num_groups()) + " does not divide mesh.data_parallel " +
+                                 number(mesh->data_parallel()) +
+                                 "; the data-parallel ranks are split into equal groups");
+  }
+}
+
+void check_predictions(const schema::Predictions& predictions, const schema::Plan& plan,
+                       Violations& v) {
+  for (const auto& [name, value] : {std::pair{"step_seconds", predictions.step_seconds()},
+                                    {"tokens_per_second", predictions.tokens_per_second()},
+                                    {"mfu", predictions.mfu()}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      v.add(std::string("predictions.") + name, number(value) + "; must be a finite number >= 0");
+    }
+  }
+  if (!(predictions.bubble_ratio() >= 0 && predictions.bubble_ratio() <= 1)) {
+    v.add("predictions.bubble_ratio", number(predictions.bubble_ratio()) + "; must be in [0, 1]");
+  }
+  const auto* stages = predictions.stages();
+  const int64_t count = stages == nullptr ? 0 : stages->size();
+  if (plan.stages() != nullptr && count != plan.stages()->size()) {
+    v.add("predictions.stages",
+          count_of(count, "entry", "entries") + ", but the plan has " +
+              count_of(plan.stages()->size(), "pipeline stage", "pipeline stages") +
+              "; it needs one per stage");
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const schema::StagePrediction& stage = *stages->Get(i);
+    const std::string f = "predictions.stages[" + std::to_string(i) + "]";
+    if (stage.stage() != i) {
+      v.add(f + ".stage", number(stage.stage()) +
+                              "; entries are listed in stage order, so it must be " +
+                              std::to_string(i));
+    }
+    for (const auto& [name, value] : {std::pair{"forward_seconds", stage.forward_seconds()},
+                                      {"backward_seconds", stage.backward_seconds()},
+                                      {"communication_seconds", stage.communication_seconds()}}) {
+      if (!(value >= 0) || !std::isfinite(value)) {
+        v.add(f + "." + name, number(value) + "; must be a finite number >= 0");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plan_validation
+
+std::vector<std::string> validate_plan(const schema::Plan& plan) {
+  using namespace plan_validation;
+  Violations v;
+  check_header(plan, v);
+  if (plan.model() == nullptr) {
+    v.add("model", "missing; the plan must describe the model");
+  } else {
+    check_model(*plan.model(), v);
+  }
+  if (plan.training() == nullptr) {
+    v.add("training", "missing; the plan must give the batch sizes and optimizer");
+  } else {
+    check_training(*plan.training(), v);
+  }
+  if (plan.mesh() == nullptr) {
+    v.add("mesh", "missing; the plan must give the pipeline x data x tensor parallel mesh");
+  } else {
+    check_mesh(*plan.mesh(), plan.model(), v);
+    if (plan.training() != nullptr) check_global_batch(*plan.training(), *plan.mesh(), v);
+  }
+  check_stages(plan, v);
+  if (plan.zero() == nullptr) {
+    v.add("zero", "missing; the plan must give the ZeRO stage (0 for off) and num_groups");
+  } else {
+    check_zero(*plan.zero(), plan.mesh(), v);
+  }
+  check_schedule(plan, v);
+  if (plan.predictions() != nullptr) check_predictions(*plan.predictions(), plan, v);
+  return v.take();
+}
+
+}  // namespace paraplan

@@ -1,1 +1,282 @@
-// placeholder: being written
+// end_to_end_test.cc: the `paraplan` command as users run it: tokenize, plan,
+// inspect, train, resume and sample on a tiny model, and the one-line errors
+// for bad input. Each test runs the real binary in a fresh temporary directory.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  bool crashed = false;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult run(const std::string& arguments) {
+  const std::string command = std::string(PARAPLAN_BINARY) + " " + arguments + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.crashed = WIFSIGNALED(status);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::vector<nlohmann::json> read_json_lines(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// A tiny job: 2 layers, d_model 32, seq 16, 4 sequences per step in 2 micro-batches.
+const char* kTinyJob = R"([job]
+name = "e2e"
+
+[model]
+vocab_size = 256
+seq_len = 16
+num_layers = 2
+d_model = 32
+num_heads = 4
+
+[training]
+global_batch_size = 4
+micro_batch_size = 2
+learning_rate = 3e-3
+warmup_steps = 2
+total_steps = 10
+eval_interval = 5
+eval_batches = 2
+seed = 7
+)";
+
+class EndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("paraplan_e2e_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string corpus;
+    for (int i = 0; i < 400; ++i)
+      corpus += "line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog\n";
+    write_file(dir_ / "corpus.txt", corpus);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  void tokenize_and_plan(const std::string& job = kTinyJob) {
+    write_file(dir_ / "job.toml", job);
+    CommandResult tokenized =
+        run("tokenize --input " + path("corpus.txt") + " --output " + path("data"));
+    ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
+    CommandResult planned =
+        run("plan --config " + path("job.toml") + " --output " + path("job.pplan"));
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  }
+
+  std::string train_arguments(int steps, const std::string& checkpoint_dir,
+                              const std::string& log) const {
+    return "train --plan " + path("job.pplan") + " --data " + path("data/train.bin") +
+           " --val-data " + path("data/val.bin") + " --steps " + std::to_string(steps) +
+           " --checkpoint-dir " + path(checkpoint_dir) + " --log-json " + path(log);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(EndToEnd, TrainingLowersTheLossAndLogsEveryStep) {
+  tokenize_and_plan();
+  CommandResult trained = run(train_arguments(10, "ckpt", "log.jsonl"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("step:    10  loss:"), std::string::npos) << trained.output;
+  const auto lines = read_json_lines(dir_ / "log.jsonl");
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_NEAR(lines[0]["loss"].get<double>(), std::log(256.0), 0.1);  // uniform at init
+  EXPECT_LT(lines[9]["loss"].get<double>(), lines[0]["loss"].get<double>() - 0.5);
+  EXPECT_TRUE(lines[4].contains("val_loss"));  // eval_interval 5
+  EXPECT_TRUE(lines[9].contains("val_loss"));
+  EXPECT_FALSE(lines[3].contains("val_loss"));
+  for (const char* field : {"grad_norm", "lr", "tps", "tflops", "mfu", "memory_bytes"})
+    EXPECT_TRUE(lines[9].contains(field)) << field;
+  EXPECT_GT(lines[9]["memory_bytes"].get<double>(), 0);
+}
+
+TEST_F(EndToEnd, ResumeContinuesBitForBit) {
+  tokenize_and_plan();
+  ASSERT_EQ(run(train_arguments(10, "straight", "straight.jsonl")).exit_code, 0);
+  CommandResult first_half = run(train_arguments(5, "split", "split.jsonl"));
+  ASSERT_EQ(first_half.exit_code, 0) << first_half.output;
+  CommandResult second_half = run(train_arguments(10, "split", "split.jsonl") + " --resume");
+  ASSERT_EQ(second_half.exit_code, 0) << second_half.output;
+  EXPECT_NE(second_half.output.find("resumed from"), std::string::npos);
+
+  const auto straight = read_json_lines(dir_ / "straight.jsonl");
+  const auto split = read_json_lines(dir_ / "split.jsonl");
+  ASSERT_EQ(straight.size(), 10u);
+  ASSERT_EQ(split.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(split[i]["step"], straight[i]["step"]);
+    // Exact equality: the JSON keeps doubles to the last bit.
+    EXPECT_EQ(split[i]["loss"].get<double>(), straight[i]["loss"].get<double>())
+        << "step " << i + 1;
+    EXPECT_EQ(split[i]["grad_norm"].get<double>(), straight[i]["grad_norm"].get<double>());
+  }
+  // Identical weights and optimizer state after step 10.
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string a = read_file(dir_ / "straight" / "step_00000010" / file);
+    const std::string b = read_file(dir_ / "split" / "step_00000010" / file);
+    ASSERT_GT(a.size(), 1000u) << file;
+    EXPECT_TRUE(a == b) << file << " differs";
+  }
+}
+
+TEST_F(EndToEnd, InspectPrintsEveryFieldAsJson) {
+  tokenize_and_plan();
+  CommandResult table = run("inspect " + path("job.pplan"));
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  CommandResult json = run("inspect " + path("job.pplan") + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json plan = nlohmann::json::parse(json.output);
+  EXPECT_EQ(plan["model"]["num_layers"], 2);
+  EXPECT_EQ(plan["training"]["num_micro_batches"], 2);
+  EXPECT_EQ(plan["mesh"]["pipeline_parallel"], 1);
+  EXPECT_EQ(plan["stages"].size(), 1u);
+  EXPECT_TRUE(plan.contains("predictions"));
+  EXPECT_TRUE(plan.contains("schedule"));
+}
+
+TEST_F(EndToEnd, PlanOverridesOnTheCommandLine) {
+  write_file(dir_ / "job.toml", kTinyJob);
+  CommandResult planned =
+      run("plan --config " + path("job.toml") + " --output " + path("job.pplan") +
+          " --training.micro_batch_size 1" + " --planner.recompute_modules ROOT");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const nlohmann::json plan =
+      nlohmann::json::parse(run("inspect " + path("job.pplan") + " --json").output);
+  EXPECT_EQ(plan["training"]["micro_batch_size"], 1);
+  EXPECT_EQ(plan["training"]["num_micro_batches"], 4);
+  EXPECT_EQ(plan["stages"][0]["recompute"][0], "full");
+}
+
+TEST_F(EndToEnd, SampleIsReproducibleFromACheckpoint) {
+  tokenize_and_plan();
+  ASSERT_EQ(run(train_arguments(10, "ckpt", "log.jsonl")).exit_code, 0);
+  const std::string arguments =
+      "sample --checkpoint " + path("ckpt") + " --prompt 'line 1' --tokens 40 --seed 3";
+  CommandResult first = run(arguments);
+  CommandResult second = run(arguments);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.output, second.output);
+  EXPECT_EQ(first.output.rfind("line 1", 0), 0u);
+  EXPECT_GE(first.output.size(), 46u);  // prompt + 40 bytes (+ newline)
+}
+
+// ---- bad input: one clear line, non-zero exit, never a crash -------------------
+
+void expect_clear_error(const CommandResult& result, const std::vector<std::string>& mentions) {
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_FALSE(result.crashed) << result.output;
+  EXPECT_NE(result.output.find("paraplan: error:"), std::string::npos) << result.output;
+  for (const std::string& mention : mentions)
+    EXPECT_NE(result.output.find(mention), std::string::npos)
+        << "expected '" << mention << "' in: " << result.output;
+}
+
+TEST_F(EndToEnd, BadPlanFiles) {
+  tokenize_and_plan();
+  expect_clear_error(run("inspect " + path("missing.pplan")), {"missing.pplan"});
+  const std::string bytes = read_file(dir_ / "job.pplan");
+  write_file(dir_ / "truncated.pplan", bytes.substr(0, bytes.size() / 2));
+  expect_clear_error(run("inspect " + path("truncated.pplan")), {"truncated.pplan"});
+  write_file(dir_ / "text.pplan", "this is not a plan at all, just some text");
+  expect_clear_error(run("inspect " + path("text.pplan")), {"text.pplan"});
+  expect_clear_error(
+      run("train --plan " + path("text.pplan") + " --data " + path("data/train.bin")),
+      {"text.pplan"});
+}
+
+TEST_F(EndToEnd, BadDataFiles) {
+  tokenize_and_plan();
+  const std::string bytes = read_file(dir_ / "data" / "train.bin");
+  write_file(dir_ / "truncated.bin", bytes.substr(0, 1024 + 20));
+  expect_clear_error(run("train --plan " + path("job.pplan") + " --data " + path("truncated.bin")),
+                     {"truncated.bin"});
+  expect_clear_error(run("train --plan " + path("job.pplan") + " --data " + path("nothing.bin")),
+                     {"nothing.bin"});
+  // A plan whose sequence is longer than the data.
+  std::string tiny_data = bytes.substr(0, 1024);
+  tiny_data.replace(8, 4, std::string("\x0a\x00\x00\x00", 4));  // token count 10
+  tiny_data += bytes.substr(1024, 20);
+  write_file(dir_ / "short.bin", tiny_data);
+  expect_clear_error(run("train --plan " + path("job.pplan") + " --data " + path("short.bin")),
+                     {"short.bin", "seq_len"});
+}
+
+TEST_F(EndToEnd, TokenIdsBeyondTheVocabulary) {
+  std::string job = kTinyJob;
+  job.replace(job.find("vocab_size = 256"), 16, "vocab_size = 100");
+  tokenize_and_plan(job);  // the corpus has bytes >= 100 ('t' is 116)
+  expect_clear_error(run("train --plan " + path("job.pplan") + " --data " + path("data/train.bin")),
+                     {"train.bin", "vocab_size 100"});
+}
+
+TEST_F(EndToEnd, BadJobConfigs) {
+  auto plan_with = [&](const std::string& from, const std::string& to) {
+    std::string job = kTinyJob;
+    job.replace(job.find(from), from.size(), to);
+    write_file(dir_ / "bad.toml", job);
+    return run("plan --config " + path("bad.toml") + " --output " + path("bad.pplan"));
+  };
+  expect_clear_error(plan_with("seed = 7", "seed = 7\nlearning_rat = 1"),
+                     {"bad.toml", "learning_rat"});
+  expect_clear_error(plan_with("num_heads = 4", "num_heads = 5"), {"bad.toml", "num_heads"});
+  expect_clear_error(plan_with("num_layers = 2", "num_layers = 0"), {"bad.toml", "num_layers"});
+  expect_clear_error(plan_with("d_model = 32", "d_model = -32"), {"bad.toml", "d_model"});
+  expect_clear_error(run("plan --config " + path("absent.toml") + " --output " + path("x.pplan")),
+                     {"absent.toml"});
+  EXPECT_FALSE(fs::exists(dir_ / "bad.pplan"));
+}
+
+TEST_F(EndToEnd, BadCheckpoints) {
+  tokenize_and_plan();
+  expect_clear_error(run(train_arguments(2, "empty", "log.jsonl") + " --resume"), {"empty"});
+  ASSERT_EQ(run(train_arguments(2, "ckpt", "log.jsonl")).exit_code, 0);
+  const fs::path model = dir_ / "ckpt" / "step_00000002" / "model.safetensors";
+  const std::string bytes = read_file(model);
+  write_file(model, bytes.substr(0, bytes.size() / 2));
+  expect_clear_error(run(train_arguments(4, "ckpt", "log.jsonl") + " --resume"),
+                     {"model.safetensors"});
+}
+
+}  // namespace

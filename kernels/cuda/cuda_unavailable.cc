@@ -6,7 +6,9 @@
 
 namespace paraplan::kernels {
 
-int cuda_device_count() { return 0; }
+int cuda_device_count() {
+  return 0;
+}
 
 std::unique_ptr<Ops> make_cuda_ops(int) {
   throw std::runtime_error(

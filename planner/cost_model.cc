@@ -1,0 +1,258 @@
+// cost_model.cc: parameter counts, FLOPs, activation and model-state memory, and
+// compute time of GPT-2 stages (formulas and conventions in cost_model.h).
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace paraplan {
+
+using schema::RecomputeMode;
+
+int element_bytes(schema::DType dtype) {
+  return dtype == schema::DType::BFloat16 ? 2 : 4;
+}
+
+int64_t block_parameters(const ModelConfig& model, int tensor_parallel) {
+  const int64_t C = model.d_model, F = model.ffn_size, t = tensor_parallel;
+  const int64_t split = 3 * C * C + 3 * C + C * C + F * C + F + C * F;  // column/row-parallel
+  const int64_t replicated = 4 * C + 2 * C;  // ln_1, ln_2, the two row-parallel biases
+  return split / t + replicated;
+}
+
+int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel) {
+  const int64_t C = model.d_model;
+  return int64_t{model.vocab_size} * C / tensor_parallel + int64_t{model.seq_len} * C;
+}
+
+int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel) {
+  const int64_t C = model.d_model;
+  const bool own_weight = !model.tied_embeddings || !stage_has_embedding;
+  return 2 * C + (own_weight ? int64_t{model.vocab_size} * C / tensor_parallel : 0);
+}
+
+int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int tensor_parallel) {
+  int64_t total = int64_t{stage.num_layers} * block_parameters(model, tensor_parallel);
+  if (stage.has_embedding) total += embedding_parameters(model, tensor_parallel);
+  if (stage.has_head) total += head_parameters(model, stage.has_embedding, tensor_parallel);
+  return total;
+}
+
+int64_t model_parameters(const ModelConfig& model) {
+  StageLayout whole{0, model.num_layers, true, true, {}};
+  return stage_parameters(model, whole);
+}
+
+namespace {
+double tokens(const ModelConfig& model, int micro_batch_size) {
+  return static_cast<double>(micro_batch_size) * model.seq_len;
+}
+}  // namespace
+
+double block_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  const double C = model.d_model, F = model.ffn_size;
+  const double matmul_weights = 4 * C * C + 2 * F * C;  // c_attn, attn c_proj, c_fc, mlp c_proj
+  return 2 * tokens(model, micro_batch_size) * matmul_weights +
+         attention_core_forward_flops(model, micro_batch_size);
+}
+
+double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  // QK^T and scores x V: 2 * (2 * b * s * s * h).
+  return 4 * tokens(model, micro_batch_size) * model.seq_len * model.d_model;
+}
+
+double head_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return 2 * tokens(model, micro_batch_size) * model.d_model * model.vocab_size;
+}
+
+double block_backward_flops(const ModelConfig& model, int micro_batch_size,
+                            RecomputeMode recompute) {
+  const double backward = 2 * block_forward_flops(model, micro_batch_size);
+  switch (recompute) {
+    case RecomputeMode::Full:
+      return backward + block_forward_flops(model, micro_batch_size);
+    case RecomputeMode::Selective:
+      return backward + attention_core_forward_flops(model, micro_batch_size);
+    default:
+      return backward;
+  }
+}
+
+StageFlops stage_flops(const ModelConfig& model, const StageLayout& stage, int micro_batch_size) {
+  StageFlops flops;
+  for (int i = 0; i < stage.num_layers; ++i) {
+    const RecomputeMode mode =
+        i < static_cast<int>(stage.recompute.size()) ? stage.recompute[i] : RecomputeMode::None;
+    flops.forward += block_forward_flops(model, micro_batch_size);
+    flops.backward += block_backward_flops(model, micro_batch_size, mode);
+  }
+  if (stage.has_head) {
+    flops.forward += head_forward_flops(model, micro_batch_size);
+    flops.backward += 2 * head_forward_flops(model, micro_batch_size);
+  }
+  return flops;
+}
+
+double model_flops_per_step(const ModelConfig& model, int global_batch_size) {
+  const double forward = model.num_layers * block_forward_flops(model, global_batch_size) +
+                         head_forward_flops(model, global_batch_size);
+  return 3 * forward;
+}
+
+int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                               RecomputeMode recompute, int tensor_parallel) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  const int64_t sbh = int64_t{model.seq_len} * micro_batch_size * model.d_model;
+  if (recompute == RecomputeMode::Full) return e * sbh;  // only the block input
+  // Replicated: two LayerNorm inputs and the attention and MLP inputs (4 tensors)
+  // plus two 1-byte dropout masks; split: Q, K, V, the projection input, the
+  // c_fc output and the GELU output (12 h-widths of tensors).
+  int64_t bytes = sbh * (4 * e + 2) + sbh * 12 * e / t;
+  if (recompute == RecomputeMode::None) {
+    // Scores after softmax, dropout output (element_bytes each) and dropout mask (1).
+    const int64_t as2b =
+        int64_t{model.num_heads} * model.seq_len * model.seq_len * micro_batch_size;
+    bytes += as2b * (2 * e + 1) / t;
+  }
+  return bytes;
+}
+
+int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
+  const int64_t e = element_bytes(model.dtype);
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  return 2 * e * sb * model.d_model + e * sb * model.vocab_size / tensor_parallel;
+}
+
+int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size) {
+  return int64_t{4} * model.seq_len * micro_batch_size;
+}
+
+ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
+                                    double opt_transient_coef, int zero_shards) {
+  ModelStateMemory memory;
+  memory.weights = parameters * element_bytes;
+  memory.gradients = memory.weights;
+  memory.optimizer_state = opt_resident_coef * memory.weights / std::max(zero_shards, 1);
+  memory.optimizer_transient = opt_transient_coef * memory.weights;
+  return memory;
+}
+
+int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
+                            int num_micro_batches) {
+  if (kind == schema::ScheduleKind::GPipe) return num_micro_batches;
+  return std::min(num_stages - pipeline_rank, num_micro_batches);
+}
+
+namespace {
+
+// Sizes of the op outputs one micro-batch produces on a device of this stage.
+std::vector<int64_t> op_output_bytes(const ModelConfig& model, const StageLayout& stage,
+                                     int micro_batch_size, int tensor_parallel) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  const int64_t hidden = e * sb * model.d_model;
+  std::vector<int64_t> outputs;
+  if (stage.has_embedding) outputs.push_back(hidden);
+  if (stage.num_layers > 0) {
+    const int64_t scores = e * sb * model.seq_len * model.num_heads / t;
+    const int64_t ffn = e * sb * model.ffn_size / t;
+    // ln, c_attn, QK^T, softmax, scores x V, c_proj, ln, c_fc, gelu, c_proj
+    for (int64_t bytes :
+         {hidden, 3 * hidden / t, scores, scores, hidden / t, hidden, hidden, ffn, ffn, hidden})
+      outputs.push_back(bytes);
+  }
+  if (stage.has_head) {
+    outputs.push_back(hidden);
+    outputs.push_back(e * sb * model.vocab_size / t);
+  }
+  return outputs;
+}
+
+uint64_t round_up(double bytes, int granularity) {
+  const uint64_t whole = static_cast<uint64_t>(std::ceil(bytes));
+  const uint64_t g = static_cast<uint64_t>(std::max(granularity, 1));
+  return (whole + g - 1) / g * g;
+}
+
+}  // namespace
+
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const StageLayout& stage, int pipeline_rank,
+                             const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches) {
+  const int t = shape.tensor_parallel;
+  const int zero_shards =
+      options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
+  const ModelStateMemory state = model_state_memory(
+      static_cast<double>(stage_parameters(model, stage, t)), element_bytes(model.dtype),
+      options.opt_resident_coef, options.opt_transient_coef, zero_shards);
+
+  double per_micro_batch = 0, recompute_working_set = 0;
+  for (int i = 0; i < stage.num_layers; ++i) {
+    const RecomputeMode mode =
+        i < static_cast<int>(stage.recompute.size()) ? stage.recompute[i] : RecomputeMode::None;
+    const double kept = block_activation_bytes(model, micro_batch_size, mode, t);
+    per_micro_batch += kept;
+    // Backward of a recomputed layer rebuilds what it dropped, one layer at a time.
+    recompute_working_set =
+        std::max(recompute_working_set,
+                 block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t) - kept);
+  }
+  if (stage.has_embedding) per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
+  if (stage.has_head) per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
+  const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
+                                                shape.pipeline_stages, num_micro_batches);
+
+  std::vector<int64_t> outputs = op_output_bytes(model, stage, micro_batch_size, t);
+  std::sort(outputs.begin(), outputs.end(), std::greater<>());
+  const double largest_two =
+      (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0);
+
+  const int g = options.memory_granularity;
+  MemoryBreakdown memory;
+  memory.weights = round_up(state.weights, g);
+  memory.transient = round_up(options.transient_mem_coef * largest_two, g);
+  if (options.is_train) {
+    memory.gradients = round_up(state.gradients, g);
+    memory.optimizer_state = round_up(state.optimizer_state, g);
+    memory.optimizer_transient = round_up(state.optimizer_transient, g);
+    memory.activations = round_up(in_flight * per_micro_batch + recompute_working_set, g);
+  }
+  return memory;
+}
+
+StageTime stage_compute_time(const ModelConfig& model, const StageLayout& stage,
+                             int micro_batch_size, double peak_flops) {
+  const StageFlops flops = stage_flops(model, stage, micro_batch_size);
+  const double rate = peak_flops * kComputeEfficiency;
+  return {flops.forward / rate, flops.backward / rate};
+}
+
+double optimizer_step_seconds(int64_t parameters, double peak_flops) {
+  return static_cast<double>(parameters) * kOptimizerFlopsPerParameter /
+         (peak_flops * kComputeEfficiency);
+}
+
+StepPrediction predict_step(const ModelConfig& model, const std::vector<StageTime>& stages,
+                            int num_micro_batches, double communication_seconds,
+                            double optimizer_seconds, int global_batch_size, double peak_flops,
+                            int num_devices) {
+  const int p = static_cast<int>(stages.size());
+  const int m = num_micro_batches;
+  double slowest = 0;
+  for (const StageTime& stage : stages)
+    slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
+  StepPrediction prediction;
+  prediction.step_seconds = (m + p - 1) * slowest + communication_seconds + optimizer_seconds;
+  prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
+  if (prediction.step_seconds > 0) {
+    prediction.tokens_per_second =
+        static_cast<double>(global_batch_size) * model.seq_len / prediction.step_seconds;
+    prediction.mfu = model_flops_per_step(model, global_batch_size) /
+                     (prediction.step_seconds * peak_flops * num_devices);
+  }
+  return prediction;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,84 @@
+// executor.cc: the instruction interpreter of a pipeline stage.
+#include "runtime/executor.h"
+
+#include <deque>
+#include <stdexcept>
+#include <string>
+
+namespace paraplan {
+
+using schema::OpCode;
+
+int StageExecutor::slots_needed(const schema::StageSchedule& schedule) {
+  std::deque<int> in_flight;
+  size_t most = 0;
+  for (const schema::Instruction* instruction : *schedule.instructions()) {
+    if (instruction->op() == OpCode::Forward) {
+      in_flight.push_back(instruction->micro_batch());
+      most = std::max(most, in_flight.size());
+    } else if (instruction->op() == OpCode::Backward) {
+      if (in_flight.empty() || in_flight.front() != instruction->micro_batch())
+        throw std::runtime_error(
+            "schedule of stage " + std::to_string(schedule.stage()) + ": backward of micro-batch " +
+            std::to_string(instruction->micro_batch()) + " is out of first-in first-out order");
+      in_flight.pop_front();
+    }
+  }
+  return static_cast<int>(std::max<size_t>(most, 1));
+}
+
+StageExecutor::StageExecutor(const schema::StageSchedule& schedule, GptStage& stage,
+                             kernels::Ops& ops, int num_micro_batches, int data_parallel_rank)
+    : stage_(stage),
+      ops_(ops),
+      num_micro_batches_(num_micro_batches),
+      data_parallel_rank_(data_parallel_rank) {
+  for (const schema::Instruction* instruction : *schedule.instructions())
+    instructions_.push_back(*instruction);
+  const size_t tokens =
+      static_cast<size_t>(stage.micro_batch_size()) * stage.layout().config().seq_len;
+  host_tokens_.resize(tokens);
+  host_targets_.resize(tokens);
+}
+
+double StageExecutor::run_step(const DataLoader& data, int64_t first_sample, float loss_scale,
+                               const ExecutorHooks& hooks) {
+  const int batch = stage_.micro_batch_size();
+  const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
+  double loss_sum = 0;
+  for (const schema::Instruction& instruction : instructions_) {
+    const int micro_batch = instruction.micro_batch();
+    switch (instruction.op()) {
+      case OpCode::LoadMicroBatch: {
+        const int64_t sample =
+            first_sample +
+            static_cast<int64_t>(data_parallel_rank_ * num_micro_batches_ + micro_batch) * batch;
+        data.load(sample, batch, host_tokens_.data(), host_targets_.data());
+        ops_.copy_from_host(stage_.tokens(slot_of(micro_batch)), host_tokens_.data(), token_bytes);
+        ops_.copy_from_host(stage_.targets(slot_of(micro_batch)), host_targets_.data(),
+                            token_bytes);
+        break;
+      }
+      case OpCode::Forward:
+        stage_.forward(slot_of(micro_batch), loss_scale);
+        if (stage_.layout().stage().has_head) loss_sum += stage_.loss_sum(slot_of(micro_batch));
+        break;
+      case OpCode::Backward:
+        stage_.backward(slot_of(micro_batch));
+        break;
+      case OpCode::ReduceGradients:
+        if (hooks.reduce_gradients) hooks.reduce_gradients();
+        break;
+      case OpCode::OptimizerStep:
+        if (hooks.optimizer_step) hooks.optimizer_step();
+        break;
+      default:
+        throw std::runtime_error(
+            std::string("instruction ") + schema::EnumNameOpCode(instruction.op()) +
+            " needs pipeline communication, which this single-process runtime does not have");
+    }
+  }
+  return loss_sum;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,54 @@
+// executor.h: interprets one pipeline stage's instruction stream from the plan.
+//
+// The runtime never decides: the order of loads, forwards, backwards,
+// transfers, the gradient reduction and the optimizer step is the plan's. The
+// executor maps each in-flight micro-batch to an activation slot of the stage
+// (micro-batch i -> slot i mod slots; the streams are first-in first-out) and
+// hands the reduction and the optimizer step back to the caller, which owns
+// the communicators and the optimizer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "plan_generated.h"
+#include "runtime/data_loader.h"
+#include "runtime/gpt_model.h"
+
+namespace paraplan {
+
+struct ExecutorHooks {
+  std::function<void()> reduce_gradients;
+  std::function<void()> optimizer_step;
+};
+
+class StageExecutor {
+ public:
+  // The activation slots a stream needs: the most micro-batches forwarded and
+  // not yet backwarded at any point. Throws if the stream is not first-in
+  // first-out (backwards in a different order than forwards).
+  static int slots_needed(const schema::StageSchedule& schedule);
+
+  StageExecutor(const schema::StageSchedule& schedule, GptStage& stage, kernels::Ops& ops,
+                int num_micro_batches, int data_parallel_rank);
+
+  // Runs one optimizer step's instructions. Micro-batch j of this replica
+  // reads samples first_sample + (data_parallel_rank * m + j) * B, ..., so the
+  // data order depends on the global sample index only. Returns the sum of
+  // the per-token losses this stage computed (0 on stages without the head).
+  double run_step(const DataLoader& data, int64_t first_sample, float loss_scale,
+                  const ExecutorHooks& hooks);
+
+ private:
+  int slot_of(int micro_batch) const { return micro_batch % stage_.num_slots(); }
+
+  std::vector<schema::Instruction> instructions_;
+  GptStage& stage_;
+  kernels::Ops& ops_;
+  int num_micro_batches_;
+  int data_parallel_rank_;
+  std::vector<int32_t> host_tokens_, host_targets_;  // staging, reused every step
+};
+
+}  // namespace paraplan

@@ -1,0 +1,128 @@
+// gpt_model.h: one pipeline stage of a GPT-2 model (learned positions,
+// pre-LayerNorm blocks, tied embeddings), written once against kernels/ops.h.
+//
+// The stage owns one contiguous parameter buffer and one gradient buffer laid
+// out by GptLayout, and activation storage for `num_slots` micro-batches in
+// flight (a 1F1B stage keeps several; the executor maps micro-batch -> slot).
+// Per layer, the recompute mode decides what a slot keeps for backward:
+//   none      everything the backward pass reads;
+//   selective all but the attention probabilities [B, H, T, T], recomputed from
+//             the saved qkv in backward;
+//   full      only the block input; the whole block is recomputed in backward.
+// Recomputation runs the same deterministic kernels on the same inputs, so the
+// gradients are bitwise those of no recomputation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "plan_generated.h"
+#include "runtime/gpt_layout.h"
+#include "runtime/memory_tracker.h"
+
+namespace paraplan {
+
+using RecomputeMode = schema::RecomputeMode;
+
+class GptStage {
+ public:
+  // recompute has one entry per layer of the stage.
+  GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& memory, int micro_batch_size,
+           int num_slots, std::vector<RecomputeMode> recompute);
+  ~GptStage();
+  GptStage(const GptStage&) = delete;
+  GptStage& operator=(const GptStage&) = delete;
+
+  const GptLayout& layout() const { return layout_; }
+  int micro_batch_size() const { return batch_; }
+  int num_slots() const { return num_slots_; }
+
+  float* parameters() { return parameters_; }
+  float* gradients() { return gradients_; }
+
+  // Where a micro-batch's tokens and targets go ([B, T] each, backend memory);
+  // the first stage reads tokens, the last stage reads targets.
+  int32_t* tokens(int slot) { return slots_[slot].tokens; }
+  int32_t* targets(int slot) { return slots_[slot].targets; }
+  // Where a stage without the embedding receives its input [B, T, C].
+  float* input(int slot) { return slots_[slot].input; }
+  // A stage without the head: its output [B, T, C] after forward(slot).
+  const float* output(int slot) const;
+  // A stage without the head: where the gradient of its output is received
+  // before backward(). Shared by all slots (one backward at a time).
+  float* output_gradient() { return residual_gradient_; }
+  // A stage without the embedding: the gradient of its input after backward().
+  const float* input_gradient() const { return residual_gradient_; }
+
+  // Forward of the micro-batch in slot. On the last stage this also computes
+  // the per-token losses and, when training, the logits' gradient scaled by
+  // loss_scale (the fused softmax + cross-entropy), ready for backward().
+  void forward(int slot, float loss_scale, bool training = true);
+  // Backward of the micro-batch in slot, accumulating into gradients().
+  void backward(int slot);
+
+  // Last stage: sum of the slot's per-token losses (copied to the host).
+  double loss_sum(int slot);
+  // Last stage after forward(slot, _, false): the logits [B, T, V].
+  const float* logits(int slot) const { return slots_[slot].logits; }
+
+ private:
+  // The activations of one transformer block for one micro-batch.
+  struct BlockActivations {
+    float* ln1 = nullptr;  // [BT, C]
+    float* ln1_mean = nullptr;
+    float* ln1_rstd = nullptr;   // [BT]
+    float* qkv = nullptr;        // [BT, 3C]
+    float* att = nullptr;        // [B, H, T, T]
+    float* atty = nullptr;       // [BT, C] attention output before the projection
+    float* residual2 = nullptr;  // [BT, C] input + attention branch
+    float* ln2 = nullptr;
+    float* ln2_mean = nullptr;
+    float* ln2_rstd = nullptr;
+    float* fch = nullptr;       // [BT, F] MLP up-projection
+    float* fch_gelu = nullptr;  // [BT, F]
+    float* output = nullptr;    // [BT, C] the block output (next block's input)
+  };
+  struct Slot {
+    int32_t* tokens = nullptr;
+    int32_t* targets = nullptr;
+    float* input = nullptr;  // [BT, C]: the embedding output, or the received input
+    std::vector<BlockActivations> blocks;
+    float* final_norm = nullptr;  // head: [BT, C]
+    float* final_norm_mean = nullptr;
+    float* final_norm_rstd = nullptr;
+    float* logits = nullptr;  // head: [BT, V], overwritten by its gradient
+    float* losses = nullptr;  // head: [BT]
+  };
+
+  float* allocate_floats(size_t count, MemoryCategory category);
+  // Allocates the buffers a block keeps under mode, and the rest from `shared`.
+  BlockActivations allocate_block(RecomputeMode mode, const BlockActivations* shared);
+  void block_forward(int local_layer, const float* input, const BlockActivations& acts);
+  void block_backward(int local_layer, const float* input, const BlockActivations& acts);
+  const float* block_input(const Slot& slot, int local_layer) const;
+
+  const GptLayout& layout_;
+  kernels::Ops& ops_;
+  MemoryTracker& memory_;
+  int batch_, num_slots_;
+  std::vector<RecomputeMode> recompute_;
+  std::vector<void*> allocations_;
+
+  float* parameters_ = nullptr;
+  float* gradients_ = nullptr;
+  std::vector<Slot> slots_;
+  // Scratch for recomputation: one block's full set of activations.
+  BlockActivations recompute_scratch_;
+  // Gradient scratch, shared by all layers and slots.
+  float* residual_gradient_ = nullptr;  // [BT, C], flows backward through the blocks
+  float* norm_gradient_ = nullptr;      // [BT, C]
+  float* qkv_gradient_ = nullptr;       // [BT, 3C]
+  float* atty_gradient_ = nullptr;      // [BT, C]
+  float* fch_gradient_ = nullptr;       // [BT, F]
+  float* fch_gelu_gradient_ = nullptr;  // [BT, F]
+  float* attention_scratch_ = nullptr;  // [B, H, T, T]
+};
+
+}  // namespace paraplan

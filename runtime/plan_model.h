@@ -1,0 +1,29 @@
+// plan_model.h: what a rank builds, read from the plan: the model config, its
+// stage's part of the model and the recompute mode of each of its layers.
+// Checks the plan against the world this process finds (world size, dtype,
+// architecture) and refuses with the plan file's name before anything is
+// allocated.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/gpt_layout.h"
+#include "runtime/gpt_model.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+struct PlanModel {
+  GptConfig config;
+  StageSpec stage;
+  std::vector<RecomputeMode> recompute;
+};
+
+// The model of the plan and the part of it pipeline stage `stage_index` holds.
+PlanModel plan_model_for_stage(const LoadedPlan& plan, int stage_index);
+
+// For a run in one process: the plan must need exactly one rank.
+PlanModel plan_model_for_single_process(const LoadedPlan& plan);
+
+}  // namespace paraplan

@@ -1,0 +1,37 @@
+// trainer.h: `paraplan train`: runs a plan's training job on this process.
+//
+// Validates everything (plan, world, backend, data, checkpoint) before it
+// allocates, then steps: the stage's instruction stream over the micro-batches,
+// gradient clipping by the global norm, AdamW with the plan's LR schedule,
+// validation every eval_interval steps, checkpoints every checkpoint_every
+// steps and at the end. Logs one torchtitan-style line per step.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace paraplan {
+
+struct TrainOptions {
+  std::string plan_path;
+  std::string data_path;
+  std::string validation_data_path;  // optional
+  int steps = -1;                    // train until this step (absolute); -1: the plan's total_steps
+  std::string checkpoint_dir;        // optional
+  int checkpoint_every = 0;          // 0: only at the end
+  bool resume = false;               // continue from checkpoint_dir's latest checkpoint
+  std::string log_json;              // optional: one JSON object per step
+  std::string backend = "cpu";       // cpu | cuda
+};
+
+struct TrainSummary {
+  int first_step = 0;  // the step training started from (> 0 when resumed)
+  int last_step = 0;
+  std::vector<double> losses;  // per step run
+  std::optional<double> final_validation_loss;
+};
+
+TrainSummary train(const TrainOptions& options);
+
+}  // namespace paraplan

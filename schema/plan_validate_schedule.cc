@@ -1,0 +1,346 @@
+// plan_validate_schedule.cc: the schedule part of validate_plan: one instruction
+// stream per stage, and each stream on its own forwarding and backwarding every
+// micro-batch exactly once, with its loads, receives and sends on the right side of
+// them and one reduce_gradients and optimizer_step at the end. Whether the streams
+// together can deadlock is the planner verifier's job, not this file's.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "schema/plan_validate_internal.h"
+
+namespace paraplan::plan_validation {
+namespace {
+
+using schema::OpCode;
+
+// Instruction-level problems listed per stage before the rest are only counted,
+// so one systematically broken stream does not bury every other message.
+constexpr int kMaxInstructionProblemsPerStage = 8;
+
+// "0-3, 5, 7-8" for sorted ids.
+std::string id_ranges(const std::vector<int32_t>& ids) {
+  std::string text;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!text.empty()) text += ", ";
+    text += std::to_string(ids[i]);
+    if (j > i) {
+      text += '-';
+      text += std::to_string(ids[j]);
+    }
+    i = j + 1;
+  }
+  return text;
+}
+
+// "micro-batch 3 is" or "micro-batches 0-3, 5 are".
+std::string micro_batches_subject(const std::vector<int32_t>& ids) {
+  if (ids.size() == 1) return "micro-batch " + std::to_string(ids[0]) + " is";
+  return "micro-batches " + id_ranges(ids) + " are";
+}
+
+bool is_known(OpCode op) {
+  return std::string(opcode_name(op)) != "unknown";
+}
+
+// Where each event of one micro-batch happens in a stage's stream (instruction indices).
+struct MicroBatchEvents {
+  std::vector<int64_t> load, forward, backward;
+  std::vector<int64_t> recv_activation, send_activation, recv_gradient, send_gradient;
+};
+
+// Checks one stage's instruction stream on its own.
+class StageStreamChecker {
+ public:
+  StageStreamChecker(int32_t stage, int32_t num_stages, int32_t num_micro_batches, bool needs_load,
+                     Violations& v)
+      : stage_(stage),
+        num_stages_(num_stages),
+        num_micro_batches_(num_micro_batches),
+        needs_load_(needs_load),
+        v_(v),
+        field_("schedule.stages[" + std::to_string(stage) + "]"),
+        events_(num_micro_batches) {}
+
+  void check(const flatbuffers::Vector<const schema::Instruction*>& instructions) {
+    for (int64_t pos = 0; pos < instructions.size(); ++pos) record(pos, *instructions.Get(pos));
+    if (hidden_problems_ > 0) {
+      v_.add(field_, std::to_string(hidden_problems_) +
+                         " more instruction problems not listed; fix the ones above first");
+    }
+    check_micro_batches();
+    check_step_ops(instructions.size());
+  }
+
+ private:
+  bool in_range(int32_t mb) const { return mb >= 0 && mb < num_micro_batches_; }
+  std::string valid_range() const {
+    return "0.." + std::to_string(num_micro_batches_ - 1) + " (training.num_micro_batches " +
+           std::to_string(num_micro_batches_) + ")";
+  }
+
+  void instruction_problem(int64_t pos, const std::string& problem) {
+    if (listed_problems_ < kMaxInstructionProblemsPerStage) {
+      v_.add(field_ + ".instructions[" + std::to_string(pos) + "]", problem);
+      ++listed_problems_;
+    } else {
+      ++hidden_problems_;
+    }
+  }
+
+  void record(int64_t pos, const schema::Instruction& ins) {
+    const OpCode op = ins.op();
+    if (!is_known(op)) {
+      instruction_problem(pos, "op: unknown value " + std::to_string(static_cast<int>(op)) +
+                                   "; valid are 0 (load_micro_batch) to 10 (optimizer_step)");
+      return;
+    }
+    const std::string name = opcode_name(op);
+    const int32_t mb = ins.micro_batch(), peer = ins.peer_micro_batch();
+    const bool combined =
+        op == OpCode::SendActivationRecvGradient || op == OpCode::SendGradientRecvActivation;
+    const bool step_level = op == OpCode::ReduceGradients || op == OpCode::OptimizerStep;
+    // Step-level ops act on no micro-batch; -1 and any valid index are both accepted.
+    if (step_level ? (mb != -1 && !in_range(mb)) : !in_range(mb)) {
+      instruction_problem(pos, name + " micro_batch " + std::to_string(mb) +
+                                   " is out of range; valid are " + valid_range());
+      return;
+    }
+    if (combined && !in_range(peer)) {
+      instruction_problem(pos, name + " peer_micro_batch " + std::to_string(peer) +
+                                   " is out of range; valid are " + valid_range());
+      return;
+    }
+    if (!combined && peer != -1) {
+      instruction_problem(pos, name + " peer_micro_batch " + std::to_string(peer) +
+                                   "; only the combined send-and-receive ops use it, so it "
+                                   "must be -1");
+    }
+    const bool talks_to_previous = op == OpCode::RecvActivation || op == OpCode::SendGradient ||
+                                   op == OpCode::SendGradientRecvActivation;
+    const bool talks_to_next = op == OpCode::SendActivation || op == OpCode::RecvGradient ||
+                               op == OpCode::SendActivationRecvGradient;
+    if (talks_to_previous && stage_ == 0) {
+      instruction_problem(pos, name + " on stage 0, which has no previous stage");
+      return;
+    }
+    if (talks_to_next && stage_ == num_stages_ - 1) {
+      instruction_problem(pos, name + " on the last stage (" + std::to_string(stage_) +
+                                   "), which has no next stage");
+      return;
+    }
+    switch (op) {
+      case OpCode::LoadMicroBatch:
+        events_[mb].load.push_back(pos);
+        break;
+      case OpCode::Forward:
+        events_[mb].forward.push_back(pos);
+        break;
+      case OpCode::Backward:
+        events_[mb].backward.push_back(pos);
+        break;
+      case OpCode::SendActivation:
+        events_[mb].send_activation.push_back(pos);
+        break;
+      case OpCode::RecvActivation:
+        events_[mb].recv_activation.push_back(pos);
+        break;
+      case OpCode::SendGradient:
+        events_[mb].send_gradient.push_back(pos);
+        break;
+      case OpCode::RecvGradient:
+        events_[mb].recv_gradient.push_back(pos);
+        break;
+      case OpCode::SendActivationRecvGradient:
+        events_[mb].send_activation.push_back(pos);
+        events_[peer].recv_gradient.push_back(pos);
+        break;
+      case OpCode::SendGradientRecvActivation:
+        events_[mb].send_gradient.push_back(pos);
+        events_[peer].recv_activation.push_back(pos);
+        break;
+      case OpCode::ReduceGradients:
+        reduce_at_.push_back(pos);
+        break;
+      case OpCode::OptimizerStep:
+        step_at_.push_back(pos);
+        break;
+    }
+  }
+
+  // One event kind of every micro-batch: how often it must happen and where
+  // relative to the micro-batch's forward or backward.
+  struct EventRule {
+    std::vector<int64_t> MicroBatchEvents::*events;
+    bool required;
+    const char* missing;                             // "never forwarded"
+    const char* repeated;                            // "forwarded more than once"
+    std::vector<int64_t> MicroBatchEvents::*anchor;  // nullptr: no ordering rule
+    bool before_anchor;                              // must precede the anchor
+    const char* misordered;                          // "loaded after its forward"
+    std::string fix;
+  };
+
+  void apply(const EventRule& rule) {
+    std::vector<int32_t> missing, repeated, misordered;
+    for (int32_t mb = 0; mb < num_micro_batches_; ++mb) {
+      const MicroBatchEvents& e = events_[mb];
+      const auto& at = e.*(rule.events);
+      if (at.empty()) {
+        if (rule.required) missing.push_back(mb);
+      } else if (at.size() > 1) {
+        repeated.push_back(mb);
+      } else if (rule.anchor != nullptr && (e.*(rule.anchor)).size() == 1) {
+        const int64_t anchor = (e.*(rule.anchor))[0];
+        if (rule.before_anchor ? at[0] > anchor : at[0] < anchor) misordered.push_back(mb);
+      }
+    }
+    const auto report = [&](const std::vector<int32_t>& ids, const char* what) {
+      if (!ids.empty()) v_.add(field_, micro_batches_subject(ids) + " " + what + "; " + rule.fix);
+    };
+    report(missing, rule.missing);
+    report(repeated, rule.repeated);
+    report(misordered, rule.misordered);
+  }
+
+  void check_micro_batches() {
+    using E = MicroBatchEvents;
+    const std::string each = "each of micro-batches " + valid_range();
+    const std::string stage = "stage " + std::to_string(stage_);
+    apply({&E::forward, true, "never forwarded", "forwarded more than once", nullptr, false, "",
+           each + " needs exactly one forward"});
+    apply({&E::backward, true, "never backwarded", "backwarded more than once", &E::forward, false,
+           "backwarded before its forward",
+           each + " needs exactly one backward, after its forward"});
+    apply(
+        {&E::load, needs_load_, "never loaded", "loaded more than once", &E::forward, true,
+         "loaded after its forward",
+         (needs_load_ ? stage + " holds the embedding or the head, so it must " : "a stage must ") +
+             "load_micro_batch each micro-batch once, before its forward"});
+    if (stage_ > 0) {
+      apply({&E::recv_activation, true, "never received from the previous stage",
+             "received from the previous stage more than once", &E::forward, true,
+             "received after its forward",
+             stage + " must recv_activation (or send_gradient_recv_activation with that "
+                     "peer_micro_batch) once before each forward"});
+      apply({&E::send_gradient, true, "never sent back to the previous stage",
+             "sent back to the previous stage more than once", &E::backward, false,
+             "sent back before its backward",
+             stage + " must send_gradient (or send_gradient_recv_activation) once after each "
+                     "backward"});
+    }
+    if (stage_ < num_stages_ - 1) {
+      apply({&E::send_activation, true, "never sent to the next stage",
+             "sent to the next stage more than once", &E::forward, false, "sent before its forward",
+             stage + " must send_activation (or send_activation_recv_gradient) once after each "
+                     "forward"});
+      apply({&E::recv_gradient, true, "never given its gradient by the next stage",
+             "given its gradient by the next stage more than once", &E::backward, true,
+             "given its gradient after its backward",
+             stage + " must recv_gradient (or send_activation_recv_gradient with that "
+                     "peer_micro_batch) once before each backward"});
+    }
+  }
+
+  void check_step_ops(int64_t num_instructions) {
+    if (reduce_at_.size() != 1) {
+      v_.add(field_, count_of(reduce_at_.size(), "reduce_gradients instruction",
+                              "reduce_gradients instructions") +
+                         "; each stage needs exactly one, after its last backward");
+    }
+    if (step_at_.size() != 1) {
+      v_.add(field_, count_of(step_at_.size(), "optimizer_step instruction",
+                              "optimizer_step instructions") +
+                         "; each stage needs exactly one, as its last instruction");
+    }
+    int64_t last_backward = -1;
+    for (const MicroBatchEvents& e : events_) {
+      for (int64_t pos : e.backward) last_backward = std::max(last_backward, pos);
+    }
+    if (reduce_at_.size() == 1 && reduce_at_[0] < last_backward) {
+      v_.add(field_ + ".instructions[" + std::to_string(reduce_at_[0]) + "]",
+             "reduce_gradients comes before the backward at instructions[" +
+                 std::to_string(last_backward) + "]; it must follow every backward");
+    }
+    if (step_at_.size() == 1 && step_at_[0] != num_instructions - 1) {
+      v_.add(field_ + ".instructions[" + std::to_string(step_at_[0]) + "]",
+             "optimizer_step is not the last instruction (of " + std::to_string(num_instructions) +
+                 "); it must come last, after reduce_gradients");
+    }
+  }
+
+  const int32_t stage_, num_stages_, num_micro_batches_;
+  const bool needs_load_;
+  Violations& v_;
+  const std::string field_;
+  std::vector<MicroBatchEvents> events_;
+  std::vector<int64_t> reduce_at_, step_at_;
+  int listed_problems_ = 0, hidden_problems_ = 0;
+};
+
+}  // namespace
+
+void check_schedule(const schema::Plan& plan, Violations& v) {
+  const schema::Schedule* schedule = plan.schedule();
+  if (schedule == nullptr) {
+    v.add("schedule", "missing; the plan must give every stage its instruction stream");
+    return;
+  }
+  if (std::string(schedule_kind_name(schedule->kind())) == "unknown") {
+    v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(schedule->kind())) +
+                               "; valid are 1f1b (0) and gpipe (1)");
+  }
+  const auto* stage_schedules = schedule->stages();
+  if (stage_schedules == nullptr) {
+    v.add("schedule.stages", "missing; the plan must give every stage its instruction stream");
+    return;
+  }
+  const auto* stages = plan.stages();
+  const int32_t num_stages = stages != nullptr        ? static_cast<int32_t>(stages->size())
+                             : plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel()
+                                                      : 0;
+  const int32_t count = static_cast<int32_t>(stage_schedules->size());
+  if (count != num_stages) {
+    v.add("schedule.stages", count_of(count, "entry", "entries") + ", but the plan has " +
+                                 count_of(num_stages, "pipeline stage", "pipeline stages") +
+                                 "; it needs one per stage, in order");
+  }
+  const int32_t num_micro_batches =
+      plan.training() != nullptr ? plan.training()->num_micro_batches() : 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const schema::StageSchedule& stage_schedule = *stage_schedules->Get(i);
+    const std::string f = "schedule.stages[" + std::to_string(i) + "]";
+    if (stage_schedule.stage() != i) {
+      v.add(f + ".stage", number(stage_schedule.stage()) +
+                              "; stage schedules are listed in order, so it must be " +
+                              std::to_string(i));
+    }
+    if (stage_schedule.instructions() == nullptr) {
+      v.add(f + ".instructions", "missing; every stage needs an instruction stream");
+      continue;
+    }
+    // Without a valid micro-batch count or stage list the stream cannot be judged;
+    // those are reported on their own fields.
+    if (num_micro_batches <= 0 || i >= num_stages) continue;
+    // Checked before any per-micro-batch bookkeeping, which would otherwise be sized by
+    // an unchecked count (a corrupt file could ask for billions of micro-batches).
+    const int64_t num_instructions = stage_schedule.instructions()->size();
+    if (num_instructions < 2 * int64_t{num_micro_batches}) {
+      v.add(f + ".instructions",
+            count_of(num_instructions, "instruction", "instructions") +
+                " cannot forward and backward all " + std::to_string(num_micro_batches) +
+                " micro-batches (training.num_micro_batches); each needs at least a forward "
+                "and a backward");
+      continue;
+    }
+    const bool needs_load = stages != nullptr
+                                ? stages->Get(i)->has_embedding() || stages->Get(i)->has_head()
+                                : i == 0 || i == num_stages - 1;
+    StageStreamChecker(i, num_stages, num_micro_batches, needs_load, v)
+        .check(*stage_schedule.instructions());
+  }
+}
+
+}  // namespace paraplan::plan_validation

@@ -1,0 +1,476 @@
+// plan_validate_test.cc: validate_plan on valid plans of several shapes and on one
+// broken field at a time, checking that each violation names its field and says
+// what is wrong and what would be valid.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "schema/plan_test_builder.h"
+
+namespace paraplan {
+namespace {
+
+using schema::OpCode;
+using schema::ScheduleKind;
+using test_plans::find_instruction;
+using test_plans::instruction;
+using test_plans::make_plan_spec;
+using test_plans::PlanSpec;
+using test_plans::violations_of;
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += "  " + line + "\n";
+  return text;
+}
+
+// True when one violation contains every fragment.
+bool has_violation(const std::vector<std::string>& violations,
+                   const std::vector<std::string>& fragments) {
+  for (const std::string& violation : violations) {
+    bool all = true;
+    for (const std::string& fragment : fragments) {
+      all = all && violation.find(fragment) != std::string::npos;
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+struct ValidShape {
+  int32_t pp, dp, tp, layers, micro_batches;
+  ScheduleKind kind;
+};
+
+class ValidPlanTest : public ::testing::TestWithParam<ValidShape> {};
+
+TEST_P(ValidPlanTest, HasNoViolations) {
+  const ValidShape& s = GetParam();
+  const PlanSpec spec = make_plan_spec(s.pp, s.dp, s.tp, s.layers, s.micro_batches, s.kind);
+  const std::vector<std::string> violations = violations_of(spec);
+  EXPECT_TRUE(violations.empty()) << joined(violations);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ValidPlanTest,
+    ::testing::Values(ValidShape{1, 1, 1, 4, 1, ScheduleKind::OneForwardOneBackward},
+                      ValidShape{1, 2, 2, 4, 4, ScheduleKind::OneForwardOneBackward},
+                      ValidShape{2, 2, 2, 8, 4, ScheduleKind::OneForwardOneBackward},
+                      ValidShape{2, 2, 2, 8, 4, ScheduleKind::GPipe},
+                      ValidShape{4, 1, 1, 8, 8, ScheduleKind::OneForwardOneBackward},
+                      ValidShape{4, 1, 1, 8, 2, ScheduleKind::OneForwardOneBackward},
+                      ValidShape{4, 1, 4, 8, 2, ScheduleKind::GPipe},
+                      ValidShape{3, 2, 1, 8, 5, ScheduleKind::OneForwardOneBackward}));
+
+TEST(ValidatePlan, AcceptsPlanWithoutPredictions) {
+  PlanSpec spec = make_plan_spec(2, 1, 1, 4, 2);
+  spec.has_predictions = false;
+  EXPECT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+}
+
+TEST(ValidatePlan, AcceptsZeroStageOneWithOneDataParallelRank) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
+  spec.zero_stage = 1;
+  EXPECT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+}
+
+TEST(ValidatePlan, AcceptsStageHoldingOnlyTheEmbedding) {
+  PlanSpec spec = make_plan_spec(2, 1, 1, 4, 2);
+  spec.stages[0].num_layers = 0;
+  spec.stages[0].recompute.clear();
+  spec.stages[1].first_layer = 0;
+  spec.stages[1].num_layers = 4;
+  spec.stages[1].recompute.assign(4, schema::RecomputeMode::Full);
+  EXPECT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+}
+
+TEST(ValidatePlan, AcceptsStepOpsNamingAMicroBatch) {
+  PlanSpec spec = make_plan_spec(2, 1, 1, 4, 2);
+  for (auto& stage : spec.schedule) {
+    const size_t n = stage.instructions.size();
+    stage.instructions[n - 2] = instruction(OpCode::ReduceGradients, 0);
+    stage.instructions[n - 1] = instruction(OpCode::OptimizerStep, 0);
+  }
+  EXPECT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+}
+
+TEST(ValidatePlan, CollectsEveryViolationInFieldProblemFixForm) {
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  spec.vocab_size = 0;
+  spec.beta1 = 2.0f;
+  spec.zero_stage = 3;
+  spec.stages[1].has_embedding = true;
+  spec.schedule[0].instructions.erase(
+      spec.schedule[0].instructions.begin() +
+      find_instruction(spec.schedule[0].instructions, OpCode::Forward, 2));
+  const std::vector<std::string> violations = violations_of(spec);
+  EXPECT_TRUE(has_violation(violations, {"model.vocab_size: 0"})) << joined(violations);
+  EXPECT_TRUE(has_violation(violations, {"training.optimizer.beta1: 2"})) << joined(violations);
+  EXPECT_TRUE(has_violation(violations, {"zero.stage: 3"})) << joined(violations);
+  EXPECT_TRUE(has_violation(violations, {"stages[1].has_embedding: true"})) << joined(violations);
+  EXPECT_TRUE(has_violation(violations, {"schedule.stages[0]: micro-batch 2 is never forwarded"}))
+      << joined(violations);
+  for (const std::string& violation : violations) {
+    EXPECT_NE(violation.find(": "), std::string::npos) << violation;
+    EXPECT_NE(violation.find("; "), std::string::npos) << "no fix given: " << violation;
+  }
+}
+
+TEST(ValidatePlan, ListsAtMostEightInstructionProblemsPerStage) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
+  for (int i = 0; i < 20; ++i) {
+    spec.schedule[0].instructions.insert(spec.schedule[0].instructions.begin(),
+                                         instruction(OpCode::Forward, 100 + i));
+  }
+  const std::vector<std::string> violations = violations_of(spec);
+  int listed = 0;
+  for (const std::string& v : violations) listed += v.find("is out of range") != std::string::npos;
+  EXPECT_EQ(listed, 8) << joined(violations);
+  EXPECT_TRUE(has_violation(violations, {"schedule.stages[0]: 12 more instruction problems"}))
+      << joined(violations);
+}
+
+// One broken field on a valid 2-stage, dp 2, tp 2, 8-layer, 4-micro-batch 1F1B plan.
+struct ViolationCase {
+  std::string name;
+  std::function<void(PlanSpec&)> mutate;
+  std::vector<std::string> fragments;  // all must appear in one violation
+};
+
+void erase_op(PlanSpec& spec, int stage, OpCode op, int32_t micro_batch) {
+  auto& stream = spec.schedule[stage].instructions;
+  stream.erase(stream.begin() + find_instruction(stream, op, micro_batch));
+}
+
+void swap_ops(PlanSpec& spec, int stage, OpCode op_a, int32_t mb_a, OpCode op_b, int32_t mb_b) {
+  auto& stream = spec.schedule[stage].instructions;
+  std::swap(stream[find_instruction(stream, op_a, mb_a)],
+            stream[find_instruction(stream, op_b, mb_b)]);
+}
+
+void replace_op(PlanSpec& spec, int stage, OpCode op, int32_t micro_batch,
+                schema::Instruction with) {
+  auto& stream = spec.schedule[stage].instructions;
+  stream[find_instruction(stream, op, micro_batch)] = with;
+}
+
+void insert_before_step_ops(PlanSpec& spec, int stage, schema::Instruction ins) {
+  auto& stream = spec.schedule[stage].instructions;
+  stream.insert(stream.end() - 2, ins);
+}
+
+const std::vector<ViolationCase>& violation_cases() {
+  using M = schema::RecomputeMode;
+  static const std::vector<ViolationCase> cases = {
+      {"MissingHeader", [](PlanSpec& s) { s.has_header = false; }, {"header: missing"}},
+      {"MissingModel", [](PlanSpec& s) { s.has_model = false; }, {"model: missing"}},
+      {"MissingTraining", [](PlanSpec& s) { s.has_training = false; }, {"training: missing"}},
+      {"MissingOptimizer",
+       [](PlanSpec& s) { s.has_optimizer = false; },
+       {"training.optimizer: missing"}},
+      {"MissingMesh", [](PlanSpec& s) { s.has_mesh = false; }, {"mesh: missing"}},
+      {"MissingStages", [](PlanSpec& s) { s.has_stages = false; }, {"stages: missing"}},
+      {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
+      {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
+      {"SchemaVersion",
+       [](PlanSpec& s) { s.schema_version = 7; },
+       {"header.schema_version: 7", "version 1"}},
+      // model
+      {"VocabSizeZero",
+       [](PlanSpec& s) { s.vocab_size = 0; },
+       {"model.vocab_size: 0; must be positive"}},
+      {"SeqLenNegative", [](PlanSpec& s) { s.seq_len = -4; }, {"model.seq_len: -4"}},
+      {"NumLayersZero", [](PlanSpec& s) { s.num_layers = 0; }, {"model.num_layers: 0"}},
+      {"NumHeadsZero", [](PlanSpec& s) { s.num_heads = 0; }, {"model.num_heads: 0"}},
+      {"FfnSizeZero", [](PlanSpec& s) { s.ffn_size = 0; }, {"model.ffn_size: 0"}},
+      {"DModelNotMultipleOfHeads",
+       [](PlanSpec& s) { s.d_model = 66; },
+       {"model.d_model: 66 is not divisible by num_heads 4"}},
+      {"VocabAboveUint16",
+       [](PlanSpec& s) { s.vocab_size = 70000; },
+       {"model.vocab_size: 70000", "at most 65536", "uint16"}},
+      {"UnknownArchitecture",
+       [](PlanSpec& s) { s.architecture = schema::Architecture(9); },
+       {"model.architecture: unknown value 9", "gpt2"}},
+      {"UnknownDType",
+       [](PlanSpec& s) { s.dtype = schema::DType(5); },
+       {"model.dtype: unknown value 5", "bfloat16"}},
+      {"LayernormEpsilonZero",
+       [](PlanSpec& s) { s.layernorm_epsilon = 0; },
+       {"model.layernorm_epsilon: 0"}},
+      // training
+      {"GlobalBatchMismatch",
+       [](PlanSpec& s) { s.global_batch_size = 12; },
+       {"training.global_batch_size: 12, but micro_batch_size 2 x num_micro_batches 4 x "
+        "mesh.data_parallel 2 = 16"}},
+      {"MicroBatchSizeZero",
+       [](PlanSpec& s) { s.micro_batch_size = 0; },
+       {"training.micro_batch_size: 0"}},
+      {"NumMicroBatchesZero",
+       [](PlanSpec& s) { s.num_micro_batches = 0; },
+       {"training.num_micro_batches: 0"}},
+      {"EvalBatchesNegative",
+       [](PlanSpec& s) { s.eval_batches = -1; },
+       {"training.eval_batches: -1"}},
+      {"LearningRateNegative",
+       [](PlanSpec& s) { s.learning_rate = -0.1f; },
+       {"training.optimizer.learning_rate: -0.1"}},
+      {"LearningRateNan",
+       [](PlanSpec& s) { s.learning_rate = std::nanf(""); },
+       {"training.optimizer.learning_rate: nan"}},
+      {"MinLearningRateAboveLearningRate",
+       [](PlanSpec& s) { s.min_learning_rate = 0.01f; },
+       {"training.optimizer.min_learning_rate: 0.01 is above learning_rate 0.0003"}},
+      {"Beta1One",
+       [](PlanSpec& s) { s.beta1 = 1.0f; },
+       {"training.optimizer.beta1: 1; must be in [0, 1)"}},
+      {"Beta2Negative", [](PlanSpec& s) { s.beta2 = -0.5f; }, {"training.optimizer.beta2: -0.5"}},
+      {"EpsilonZero", [](PlanSpec& s) { s.epsilon = 0; }, {"training.optimizer.epsilon: 0"}},
+      {"WeightDecayNegative",
+       [](PlanSpec& s) { s.weight_decay = -1; },
+       {"training.optimizer.weight_decay: -1"}},
+      {"GradClipNegative",
+       [](PlanSpec& s) { s.grad_clip = -1; },
+       {"training.optimizer.grad_clip: -1"}},
+      {"WarmupNegative",
+       [](PlanSpec& s) { s.warmup_steps = -5; },
+       {"training.optimizer.warmup_steps: -5"}},
+      {"TotalStepsZero",
+       [](PlanSpec& s) { s.total_steps = 0; },
+       {"training.optimizer.total_steps: 0; must be at least 1"}},
+      {"UnknownDecayStyle",
+       [](PlanSpec& s) { s.decay_style = schema::LrDecayStyle(8); },
+       {"training.optimizer.decay_style: unknown value 8"}},
+      // mesh
+      {"MeshDoesNotFillDevices",
+       [](PlanSpec& s) {
+         s.data_parallel = 1;
+         s.num_nodes = 1;
+         s.devices_per_node = 2;
+         s.global_batch_size = 8;
+       },
+       {"mesh: pipeline_parallel 2 x data_parallel 1 x tensor_parallel 2 = 4 ranks, but "
+        "num_nodes 1 x devices_per_node 2 = 2 devices"}},
+      {"MeshDegreeZero",
+       [](PlanSpec& s) { s.data_parallel = 0; },
+       {"mesh.data_parallel: 0; must be at least 1"}},
+      {"TensorParallelNotDividingHeads",
+       [](PlanSpec& s) {
+         s.tensor_parallel = 3;
+         s.devices_per_node = 6;
+       },
+       {"mesh.tensor_parallel: 3 does not divide model.num_heads 4"}},
+      {"TensorParallelNotDividingVocab",
+       [](PlanSpec& s) { s.vocab_size = 511; },
+       {"mesh.tensor_parallel: 2 does not divide model.vocab_size 511", "pad"}},
+      {"TensorParallelNotDividingFfn",
+       [](PlanSpec& s) { s.ffn_size = 255; },
+       {"mesh.tensor_parallel: 2 does not divide model.ffn_size 255"}},
+      {"TensorParallelAcrossNodes",
+       [](PlanSpec& s) {
+         s.tensor_parallel = 4;
+         s.data_parallel = 1;
+         s.num_nodes = 4;
+         s.devices_per_node = 2;
+         s.global_batch_size = 8;
+       },
+       {"mesh.tensor_parallel: 4 does not divide devices_per_node 2", "inside one node"}},
+      // stages
+      {"StageCountMismatch",
+       [](PlanSpec& s) { s.stages.pop_back(); },
+       {"stages: 1 entry, but mesh.pipeline_parallel is 2"}},
+      {"StageIndexOutOfOrder",
+       [](PlanSpec& s) { s.stages[1].index = 5; },
+       {"stages[1].index: 5", "must be 1"}},
+      {"StageLayerGap",
+       [](PlanSpec& s) { s.stages[1].first_layer = 5; },
+       {"stages[1].first_layer: 5", "must be 4"}},
+      {"StagesCoverTooFewLayers",
+       [](PlanSpec& s) {
+         s.stages[1].num_layers = 3;
+         s.stages[1].recompute.resize(3);
+       },
+       {"stages: cover layers [0, 7), but model.num_layers is 8"}},
+      {"StageNumLayersNegative",
+       [](PlanSpec& s) { s.stages[1].num_layers = -1; },
+       {"stages[1].num_layers: -1"}},
+      {"StageHoldsNothing",
+       [](PlanSpec& s) {
+         s = make_plan_spec(3, 1, 1, 8, 4);
+         s.stages[1].num_layers = 0;
+         s.stages[1].recompute.clear();
+         s.stages[2].first_layer = s.stages[1].first_layer;
+         s.stages[2].num_layers = 8 - s.stages[0].num_layers;
+         s.stages[2].recompute.assign(s.stages[2].num_layers, M::None);
+       },
+       {"stages[1]: holds no layers and neither the embedding nor the head"}},
+      {"RecomputeLengthMismatch",
+       [](PlanSpec& s) { s.stages[0].recompute.pop_back(); },
+       {"stages[0].recompute: 3 entries, but the stage has 4 layers"}},
+      {"RecomputeUnknownMode",
+       [](PlanSpec& s) { s.stages[0].recompute[1] = M(5); },
+       {"stages[0].recompute[1]: unknown value 5", "selective"}},
+      {"EmbeddingOnLaterStage",
+       [](PlanSpec& s) { s.stages[1].has_embedding = true; },
+       {"stages[1].has_embedding: true", "only the first stage"}},
+      {"EmbeddingMissing",
+       [](PlanSpec& s) { s.stages[0].has_embedding = false; },
+       {"stages[0].has_embedding: false"}},
+      {"HeadOnEarlierStage",
+       [](PlanSpec& s) { s.stages[0].has_head = true; },
+       {"stages[0].has_head: true", "only the last stage"}},
+      {"HeadMissing",
+       [](PlanSpec& s) { s.stages[1].has_head = false; },
+       {"stages[1].has_head: false"}},
+      // zero
+      {"ZeroStageTwo", [](PlanSpec& s) { s.zero_stage = 2; }, {"zero.stage: 2", "0 (off)"}},
+      {"ZeroGroupsZero", [](PlanSpec& s) { s.zero_num_groups = 0; }, {"zero.num_groups: 0"}},
+      {"ZeroGroupsNotDividingDataParallel",
+       [](PlanSpec& s) {
+         s.zero_stage = 1;
+         s.zero_num_groups = 3;
+       },
+       {"zero.num_groups: 3 does not divide mesh.data_parallel 2"}},
+      // schedule structure
+      {"ScheduleStageCountMismatch",
+       [](PlanSpec& s) { s.schedule.pop_back(); },
+       {"schedule.stages: 1 entry, but the plan has 2 pipeline stages"}},
+      {"ScheduleStageIndexWrong",
+       [](PlanSpec& s) { s.schedule[1].stage = 0; },
+       {"schedule.stages[1].stage: 0", "must be 1"}},
+      {"ScheduleInstructionsMissing",
+       [](PlanSpec& s) { s.schedule[1].has_instructions = false; },
+       {"schedule.stages[1].instructions: missing"}},
+      {"UnknownScheduleKind",
+       [](PlanSpec& s) { s.schedule_kind = ScheduleKind(4); },
+       {"schedule.kind: unknown value 4", "1f1b"}},
+      {"TooFewInstructionsForMicroBatches",
+       [](PlanSpec& s) {
+         s.num_micro_batches = 1'000'000;
+         s.global_batch_size = 4'000'000;
+       },
+       {"schedule.stages[0].instructions: 19 instructions cannot forward and backward all "
+        "1000000 micro-batches"}},
+      // instructions
+      {"MicroBatchOutOfRange",
+       [](PlanSpec& s) { replace_op(s, 0, OpCode::Forward, 0, instruction(OpCode::Forward, 9)); },
+       {"schedule.stages[0].instructions[1]: forward micro_batch 9 is out of range",
+        "valid are 0..3"}},
+      {"PeerOnPlainOp",
+       [](PlanSpec& s) {
+         replace_op(s, 0, OpCode::Forward, 0, instruction(OpCode::Forward, 0, 2));
+       },
+       {"schedule.stages[0].instructions[1]: forward peer_micro_batch 2", "must be -1"}},
+      {"CombinedPeerOutOfRange",
+       [](PlanSpec& s) {
+         replace_op(s, 0, OpCode::SendActivationRecvGradient, 1,
+                    instruction(OpCode::SendActivationRecvGradient, 1, 7));
+       },
+       {"send_activation_recv_gradient peer_micro_batch 7 is out of range"}},
+      {"UnknownOpcode",
+       [](PlanSpec& s) { replace_op(s, 1, OpCode::Forward, 2, instruction(OpCode(42), 2)); },
+       {"schedule.stages[1].instructions[", "op: unknown value 42"}},
+      {"ForwardMissing",
+       [](PlanSpec& s) { erase_op(s, 0, OpCode::Forward, 2); },
+       {"schedule.stages[0]: micro-batch 2 is never forwarded", "exactly one forward"}},
+      {"SeveralForwardsMissing",
+       [](PlanSpec& s) {
+         for (int32_t mb : {0, 1, 2}) erase_op(s, 0, OpCode::Forward, mb);
+       },
+       {"schedule.stages[0]: micro-batches 0-2 are never forwarded"}},
+      {"ForwardTwice",
+       [](PlanSpec& s) { insert_before_step_ops(s, 1, instruction(OpCode::Forward, 1)); },
+       {"schedule.stages[1]: micro-batch 1 is forwarded more than once"}},
+      {"BackwardMissing",
+       [](PlanSpec& s) { erase_op(s, 1, OpCode::Backward, 3); },
+       {"schedule.stages[1]: micro-batch 3 is never backwarded"}},
+      {"BackwardBeforeForward",
+       [](PlanSpec& s) { swap_ops(s, 1, OpCode::Forward, 0, OpCode::Backward, 0); },
+       {"schedule.stages[1]: micro-batch 0 is backwarded before its forward"}},
+      {"LoadMissingOnFirstStage",
+       [](PlanSpec& s) { erase_op(s, 0, OpCode::LoadMicroBatch, 2); },
+       {"schedule.stages[0]: micro-batch 2 is never loaded", "holds the embedding or the head"}},
+      {"LoadMissingOnLastStage",
+       [](PlanSpec& s) { erase_op(s, 1, OpCode::LoadMicroBatch, 0); },
+       {"schedule.stages[1]: micro-batch 0 is never loaded"}},
+      {"LoadAfterForward",
+       [](PlanSpec& s) { swap_ops(s, 0, OpCode::LoadMicroBatch, 1, OpCode::Forward, 1); },
+       {"schedule.stages[0]: micro-batch 1 is loaded after its forward"}},
+      {"RecvActivationMissing",
+       [](PlanSpec& s) { erase_op(s, 1, OpCode::RecvActivation, 0); },
+       {"schedule.stages[1]: micro-batch 0 is never received from the previous stage"}},
+      {"SendActivationMissing",
+       [](PlanSpec& s) { erase_op(s, 0, OpCode::SendActivation, 0); },
+       {"schedule.stages[0]: micro-batch 0 is never sent to the next stage"}},
+      {"SendActivationBeforeForward",
+       [](PlanSpec& s) { swap_ops(s, 0, OpCode::Forward, 0, OpCode::SendActivation, 0); },
+       {"schedule.stages[0]: micro-batch 0 is sent before its forward"}},
+      {"RecvGradientMissing",
+       [](PlanSpec& s) { erase_op(s, 0, OpCode::RecvGradient, 3); },
+       {"schedule.stages[0]: micro-batch 3 is never given its gradient by the next stage"}},
+      {"SendGradientMissing",
+       [](PlanSpec& s) { erase_op(s, 1, OpCode::SendGradient, 3); },
+       {"schedule.stages[1]: micro-batch 3 is never sent back to the previous stage"}},
+      {"RecvActivationOnFirstStage",
+       [](PlanSpec& s) { insert_before_step_ops(s, 0, instruction(OpCode::RecvActivation, 0)); },
+       {"recv_activation on stage 0, which has no previous stage"}},
+      {"SendActivationOnLastStage",
+       [](PlanSpec& s) { insert_before_step_ops(s, 1, instruction(OpCode::SendActivation, 0)); },
+       {"send_activation on the last stage (1), which has no next stage"}},
+      {"ReduceGradientsMissing",
+       [](PlanSpec& s) { erase_op(s, 0, OpCode::ReduceGradients, -1); },
+       {"schedule.stages[0]: 0 reduce_gradients instructions", "exactly one"}},
+      {"ReduceGradientsBeforeLastBackward",
+       [](PlanSpec& s) { swap_ops(s, 0, OpCode::Backward, 3, OpCode::ReduceGradients, -1); },
+       {"reduce_gradients comes before the backward", "must follow every backward"}},
+      {"OptimizerStepNotLast",
+       [](PlanSpec& s) { swap_ops(s, 1, OpCode::ReduceGradients, -1, OpCode::OptimizerStep, -1); },
+       {"schedule.stages[1].instructions[", "optimizer_step is not the last instruction"}},
+      {"OptimizerStepTwice",
+       [](PlanSpec& s) {
+         s.schedule[1].instructions.push_back(instruction(OpCode::OptimizerStep, -1));
+       },
+       {"schedule.stages[1]: 2 optimizer_step instructions"}},
+      // predictions
+      {"PredictionStageCountMismatch",
+       [](PlanSpec& s) { s.stage_predictions.pop_back(); },
+       {"predictions.stages: 1 entry, but the plan has 2 pipeline stages"}},
+      {"PredictionStageIndexWrong",
+       [](PlanSpec& s) { s.stage_predictions[1].stage = 3; },
+       {"predictions.stages[1].stage: 3"}},
+      {"PredictionBubbleRatioAboveOne",
+       [](PlanSpec& s) { s.bubble_ratio = 1.5; },
+       {"predictions.bubble_ratio: 1.5; must be in [0, 1]"}},
+      {"PredictionStepSecondsNegative",
+       [](PlanSpec& s) { s.step_seconds = -1; },
+       {"predictions.step_seconds: -1"}},
+      {"PredictionForwardSecondsNegative",
+       [](PlanSpec& s) { s.stage_predictions[0].forward_seconds = -2; },
+       {"predictions.stages[0].forward_seconds: -2"}},
+  };
+  return cases;
+}
+
+class ViolationTest : public ::testing::TestWithParam<ViolationCase> {};
+
+TEST_P(ViolationTest, IsReportedWithItsField) {
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  ASSERT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+  GetParam().mutate(spec);
+  const std::vector<std::string> violations = violations_of(spec);
+  std::string wanted;
+  for (const std::string& fragment : GetParam().fragments) wanted += "[" + fragment + "] ";
+  EXPECT_TRUE(has_violation(violations, GetParam().fragments))
+      << "wanted one violation containing " << wanted << "\ngot:\n"
+      << joined(violations);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneBrokenField, ViolationTest, ::testing::ValuesIn(violation_cases()),
+                         [](const ::testing::TestParamInfo<ViolationCase>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace paraplan
