@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "planner/job_config.h"
-#include "planner/single_rank_planner.h"
+#include "planner/planner.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
@@ -50,14 +50,15 @@ void run_plan(const PlanArguments& args, const std::vector<std::string>& extras)
     throw std::runtime_error("plan: unexpected argument '" + unknown.front() +
                              "'; overrides take the form --section.key value");
   const JobConfig config = load_job_config(args.config, overrides);
-  const std::vector<uint8_t> bytes = build_single_rank_plan(config);
+  const PlanOutcome outcome = plan_job(config);
   std::string output = args.output;
   if (output.empty()) output = config.planner.save_plan_path;
   if (output.empty())
     throw std::runtime_error("plan: no output file; give --output FILE or planner.save_plan_path");
-  write_plan(output, bytes.data(), bytes.size());
+  write_plan(output, outcome.plan.data(), outcome.plan.size());
   const LoadedPlan loaded = load_plan(output);  // what the runtime will read, validated
-  std::cout << plan_to_table(loaded.plan()) << "plan written to " << output << std::endl;
+  std::cout << outcome.report << plan_to_table(loaded.plan()) << "plan written to " << output
+            << std::endl;
 }
 
 void run_inspect(const InspectArguments& args) {

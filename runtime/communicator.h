@@ -1,0 +1,86 @@
+// communicator.h: collective and point-to-point communication for the runtime,
+// and the process groups of a plan's mesh.
+//
+// The runtime is written against Communicator only: the MPI implementation
+// (mpi_communicator.cc) moves host buffers; an NCCL implementation moves
+// device buffers. Contract of every implementation:
+// - all_reduce gives every member bitwise the same result, and the same
+//   inputs always give the same result (fixed reduction order), so replicas
+//   that start equal stay equal.
+// - Calls are collective over the group: every member calls the same
+//   operations in the same order with the same counts.
+// - Errors (a peer that died, a timeout) throw std::runtime_error naming the
+//   group and the operation.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace paraplan {
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;  // within this group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // "world", "tensor", "data", "zero", ...
+
+  // In place over count elements.
+  virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
+  virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
+  // send holds size() chunks of chunk_count; member r receives the sum of
+  // everyone's chunk r.
+  virtual void reduce_scatter(const float* send, float* receive, size_t chunk_count) = 0;
+  // Every member contributes chunk_count elements; receive holds size()
+  // chunks in rank order. send may be receive + rank() * chunk_count (in place).
+  virtual void all_gather(const float* send, float* receive, size_t chunk_count) = 0;
+  virtual void broadcast(float* data, size_t count, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// Point-to-point transfers between world ranks (the pipeline neighbours).
+// send_receive posts both halves at once and returns when both completed, so
+// two neighbours that send to each other never deadlock, whatever the sizes.
+// A peer of -1 skips that half.
+class PeerToPeer {
+ public:
+  virtual ~PeerToPeer() = default;
+  virtual void send_receive(const float* send, size_t send_count, int send_to, float* receive,
+                            size_t receive_count, int receive_from) = 0;
+};
+
+// A rank's place in the mesh: rank = (pipeline * dp + data) * tp + tensor.
+struct MeshCoordinates {
+  int pipeline_rank = 0, data_rank = 0, tensor_rank = 0;
+  int pipeline_size = 1, data_size = 1, tensor_size = 1;
+};
+
+MeshCoordinates mesh_coordinates(int world_rank, int pipeline_size, int data_size,
+                                 int tensor_size);
+int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank, int tensor_rank);
+
+// Every group a rank takes part in, built from the plan's mesh.
+struct ProcessGroups {
+  MeshCoordinates mesh;
+  int world_rank = 0, world_size = 1;
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> tensor;  // same pipeline and data rank
+  std::unique_ptr<Communicator> data;    // same pipeline and tensor rank
+  // ZeRO-1 with zero_ngroups g: the data group split into g contiguous groups
+  // of data_size / g ranks (zero), and the ranks at the same position in each
+  // of those groups (zero_replicas, size g).
+  std::unique_ptr<Communicator> zero;
+  std::unique_ptr<Communicator> zero_replicas;
+  // First and last pipeline stage with the same data and tensor rank, which
+  // both hold the tied embedding; null unless pipeline_size > 1 and this rank
+  // is on the first or last stage.
+  std::unique_ptr<Communicator> embedding;
+  std::unique_ptr<PeerToPeer> peers;
+  int previous_stage_rank = -1;  // world rank, or -1 on the first stage
+  int next_stage_rank = -1;      // world rank, or -1 on the last stage
+};
+
+}  // namespace paraplan
