@@ -28,11 +28,15 @@ int StageExecutor::slots_needed(const schema::StageSchedule& schedule) {
 }
 
 StageExecutor::StageExecutor(const schema::StageSchedule& schedule, GptStage& stage,
-                             kernels::Ops& ops, int num_micro_batches, int data_parallel_rank)
+                             kernels::Ops& ops, int num_micro_batches, int data_parallel_rank,
+                             PipelinePeers pipeline)
     : stage_(stage),
       ops_(ops),
       num_micro_batches_(num_micro_batches),
-      data_parallel_rank_(data_parallel_rank) {
+      data_parallel_rank_(data_parallel_rank),
+      pipeline_(pipeline),
+      activation_count_(static_cast<size_t>(stage.micro_batch_size()) *
+                        stage.layout().config().seq_len * stage.layout().config().d_model) {
   for (const schema::Instruction* instruction : *schedule.instructions())
     instructions_.push_back(*instruction);
   const size_t tokens =
@@ -64,7 +68,37 @@ double StageExecutor::run_step(const DataLoader& data, int64_t first_sample, flo
         if (stage_.layout().stage().has_head) loss_sum += stage_.loss_sum(slot_of(micro_batch));
         break;
       case OpCode::Backward:
+        // A stage without the head starts from the received output gradient,
+        // which must be this micro-batch's (the streams keep them in order).
+        if (!stage_.layout().stage().has_head && gradient_holder_ != micro_batch)
+          throw std::runtime_error("schedule: backward of micro-batch " +
+                                   std::to_string(micro_batch) +
+                                   " before its output gradient was received");
         stage_.backward(slot_of(micro_batch));
+        gradient_holder_ = -1;
+        break;
+      case OpCode::SendActivation:
+        transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank, nullptr, -1);
+        break;
+      case OpCode::RecvActivation:
+        transfer(nullptr, -1, stage_.input(slot_of(micro_batch)), pipeline_.previous_stage_rank);
+        break;
+      case OpCode::SendGradient:
+        transfer(stage_.input_gradient(), pipeline_.previous_stage_rank, nullptr, -1);
+        break;
+      case OpCode::RecvGradient:
+        transfer(nullptr, -1, stage_.output_gradient(), pipeline_.next_stage_rank);
+        gradient_holder_ = micro_batch;
+        break;
+      case OpCode::SendActivationRecvGradient:
+        transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank,
+                 stage_.output_gradient(), pipeline_.next_stage_rank);
+        gradient_holder_ = instruction.peer_micro_batch();
+        break;
+      case OpCode::SendGradientRecvActivation:
+        transfer(stage_.input_gradient(), pipeline_.previous_stage_rank,
+                 stage_.input(slot_of(instruction.peer_micro_batch())),
+                 pipeline_.previous_stage_rank);
         break;
       case OpCode::ReduceGradients:
         if (hooks.reduce_gradients) hooks.reduce_gradients();
@@ -72,13 +106,16 @@ double StageExecutor::run_step(const DataLoader& data, int64_t first_sample, flo
       case OpCode::OptimizerStep:
         if (hooks.optimizer_step) hooks.optimizer_step();
         break;
-      default:
-        throw std::runtime_error(
-            std::string("instruction ") + schema::EnumNameOpCode(instruction.op()) +
-            " needs pipeline communication, which this single-process runtime does not have");
     }
   }
   return loss_sum;
+}
+
+void StageExecutor::transfer(const float* send, int send_to, float* receive, int receive_from) {
+  if (pipeline_.peers == nullptr || (send_to < 0 && receive_from < 0))
+    throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
+  pipeline_.peers->send_receive(send, send ? activation_count_ : 0, send_to, receive,
+                                receive ? activation_count_ : 0, receive_from);
 }
 
 }  // namespace paraplan

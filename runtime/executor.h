@@ -13,10 +13,18 @@
 #include <vector>
 
 #include "plan_generated.h"
+#include "runtime/communicator.h"
 #include "runtime/data_loader.h"
 #include "runtime/gpt_model.h"
 
 namespace paraplan {
+
+// Where a stage's transfers go: world ranks of its pipeline neighbours.
+struct PipelinePeers {
+  PeerToPeer* peers = nullptr;
+  int previous_stage_rank = -1;
+  int next_stage_rank = -1;
+};
 
 struct ExecutorHooks {
   std::function<void()> reduce_gradients;
@@ -31,7 +39,7 @@ class StageExecutor {
   static int slots_needed(const schema::StageSchedule& schedule);
 
   StageExecutor(const schema::StageSchedule& schedule, GptStage& stage, kernels::Ops& ops,
-                int num_micro_batches, int data_parallel_rank);
+                int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
 
   // Runs one optimizer step's instructions. Micro-batch j of this replica
   // reads samples first_sample + (data_parallel_rank * m + j) * B, ..., so the
@@ -42,12 +50,18 @@ class StageExecutor {
 
  private:
   int slot_of(int micro_batch) const { return micro_batch % stage_.num_slots(); }
+  // One paired transfer; -1 peers or null buffers skip a half.
+  void transfer(const float* send, int send_to, float* receive, int receive_from);
 
   std::vector<schema::Instruction> instructions_;
   GptStage& stage_;
   kernels::Ops& ops_;
   int num_micro_batches_;
   int data_parallel_rank_;
+  PipelinePeers pipeline_;
+  size_t activation_count_;  // B * T * C floats per transfer
+  // The micro-batch whose output gradient sits in the stage's receive buffer.
+  int gradient_holder_ = -1;
   std::vector<int32_t> host_tokens_, host_targets_;  // staging, reused every step
 };
 

@@ -43,15 +43,25 @@ struct StageSpec {
 
 enum class InitKind { kNormal, kZeros, kOnes };
 
+// How a tensor is split across the tensor-parallel group.
+enum class ShardKind { kReplicated, kRows, kColumns };
+
 struct ParameterTensor {
   std::string name;            // Hugging Face GPT-2 name
-  std::vector<int64_t> shape;  // paraplan layout ([out, in] for linear weights)
+  std::vector<int64_t> shape;  // this rank's part, paraplan layout ([out, in] for linear weights)
+  std::vector<int64_t> global_shape;  // the whole tensor
+  ShardKind shard = ShardKind::kReplicated;
+  int shard_blocks = 1;  // row blocks split separately (3 for QKV: q | k | v)
+  int tensor_rank = 0, tensor_size = 1;
   bool hf_transposed = false;  // Hugging Face stores it as shape reversed
   size_t offset = 0;           // elements into the stage's parameter buffer
   size_t size = 0;             // elements
   bool weight_decay = false;   // matrices and embeddings decay; biases and norms do not
   InitKind init = InitKind::kZeros;
   float init_std = 0.0f;
+
+  // Index in the whole tensor (row-major global_shape) of local element k.
+  size_t global_index(size_t k) const;
 };
 
 // Offsets of one transformer block's tensors in the parameter buffer.
@@ -66,10 +76,19 @@ struct BlockOffsets {
 
 class GptLayout {
  public:
-  GptLayout(const GptConfig& config, const StageSpec& stage);
+  GptLayout(const GptConfig& config, const StageSpec& stage, int tensor_rank = 0,
+            int tensor_size = 1);
 
   const GptConfig& config() const { return config_; }
   const StageSpec& stage() const { return stage_; }
+  int tensor_rank() const { return tensor_rank_; }
+  int tensor_size() const { return tensor_size_; }
+  // Local widths under tensor parallelism.
+  int local_heads() const { return config_.num_heads / tensor_size_; }
+  int local_attention_width() const { return local_heads() * config_.head_dim(); }
+  int local_ffn() const { return config_.ffn_size / tensor_size_; }
+  int local_vocab() const { return config_.vocab_size / tensor_size_; }
+  int vocab_start() const { return tensor_rank_ * local_vocab(); }
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   size_t num_elements() const { return num_elements_; }
 
@@ -93,11 +112,13 @@ class GptLayout {
   void initialize(float* params, uint64_t seed) const;
 
  private:
-  size_t add(const std::string& name, std::vector<int64_t> shape, bool hf_transposed,
-             bool weight_decay, InitKind init, float init_std);
+  size_t add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard,
+             int shard_blocks, bool hf_transposed, bool weight_decay, InitKind init,
+             float init_std);
 
   GptConfig config_;
   StageSpec stage_;
+  int tensor_rank_ = 0, tensor_size_ = 1;
   std::vector<ParameterTensor> tensors_;
   std::vector<BlockOffsets> blocks_;
   size_t num_elements_ = 0;

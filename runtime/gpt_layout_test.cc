@@ -74,6 +74,48 @@ TEST(GptLayout, EveryStageInitialisesExactlyItsSliceOfTheWholeModel) {
   }
 }
 
+TEST(GptLayout, TensorParallelShardsTileTheWholeModelExactly) {
+  GptConfig config;  // d_model 128, 4 heads, ffn 512, vocab 256
+  const GptLayout whole(config, StageSpec{0, 4, true, true});
+  std::vector<float> whole_params(whole.num_elements());
+  whole.initialize(whole_params.data(), 11);
+  for (int tensor_size : {2, 4}) {
+    // Every global element is covered exactly once by the shards of split
+    // tensors, and by every rank (with the same value) for replicated ones.
+    std::vector<int> covered(whole.num_elements(), 0);
+    size_t sharded_elements = 0;
+    for (int rank = 0; rank < tensor_size; ++rank) {
+      const GptLayout shard(config, StageSpec{0, 4, true, true}, rank, tensor_size);
+      std::vector<float> params(shard.num_elements());
+      shard.initialize(params.data(), 11);
+      for (const ParameterTensor& tensor : shard.tensors()) {
+        const ParameterTensor* global = whole.find(tensor.name);
+        ASSERT_NE(global, nullptr);
+        for (size_t k = 0; k < tensor.size; ++k) {
+          const size_t g = global->offset + tensor.global_index(k);
+          ASSERT_EQ(params[tensor.offset + k], whole_params[g]) << tensor.name << " " << k;
+          if (tensor.shard != ShardKind::kReplicated || rank == 0) ++covered[g];
+        }
+        if (tensor.shard != ShardKind::kReplicated) sharded_elements += tensor.size;
+      }
+    }
+    for (size_t g = 0; g < covered.size(); ++g) ASSERT_EQ(covered[g], 1) << g;
+    EXPECT_GT(sharded_elements, whole.num_elements() / 2);
+  }
+  // QKV rows of rank 1 of 2: q rows 64..127, then k rows 192..255, then v rows 320..383.
+  const GptLayout rank1(config, StageSpec{0, 1, true, true}, 1, 2);
+  const ParameterTensor* qkv = rank1.find("transformer.h.0.attn.c_attn.weight");
+  EXPECT_EQ(qkv->shape, (std::vector<int64_t>{192, 128}));
+  EXPECT_EQ(qkv->global_index(0), 64u * 128);
+  EXPECT_EQ(qkv->global_index(64 * 128), 192u * 128);
+  EXPECT_EQ(qkv->global_index(128 * 128 + 5), 320u * 128 + 5);
+  const ParameterTensor* proj = rank1.find("transformer.h.0.attn.c_proj.weight");
+  EXPECT_EQ(proj->shape, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(proj->global_index(64 + 3), 128u + 64 + 3);  // row 1, column 64 + 3
+  EXPECT_EQ(rank1.vocab_start(), 128);
+  EXPECT_EQ(rank1.local_vocab(), 128);
+}
+
 TEST(GptLayout, InitialisationFollowsGpt2) {
   GptConfig config;
   const GptLayout layout(config, StageSpec{0, 4, true, true});

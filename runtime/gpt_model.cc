@@ -1,11 +1,12 @@
 // gpt_model.cc: forward and backward of a GPT-2 pipeline stage over the op set.
 //
-// Shapes: B micro-batch size, T sequence length, C d_model, F ffn size, H heads,
-// V vocab. Backward ops accumulate, so gradient scratch is zeroed before each
+// Shapes: B micro-batch size, T sequence length, C d_model, and this rank's
+// tensor-parallel shares: A = C/t attention width, H heads, F ffn, V vocab. Backward ops accumulate, so gradient scratch is zeroed before each
 // use and residual_gradient_ carries d(residual stream) backward in place: each
 // residual branch adds its input gradient into it (llm.c's scheme).
 #include "runtime/gpt_model.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -27,9 +28,9 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
                                                     const BlockActivations* shared) {
   const GptConfig& config = layout_.config();
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
-  const size_t C = config.d_model, F = config.ffn_size;
-  const size_t attention = static_cast<size_t>(batch_) * config.num_heads * config.seq_len *
-                           static_cast<size_t>(config.seq_len);
+  const size_t C = config.d_model, A = layout_.local_attention_width(), F = layout_.local_ffn();
+  const size_t attention = static_cast<size_t>(batch_) * layout_.local_heads() *
+                           config.seq_len * static_cast<size_t>(config.seq_len);
   BlockActivations acts;
   // Under full recompute a slot keeps only the block output (the next block's
   // input); everything else comes from the shared recompute scratch.
@@ -42,8 +43,8 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
   own(BT * C, &BlockActivations::ln1);
   own(BT, &BlockActivations::ln1_mean);
   own(BT, &BlockActivations::ln1_rstd);
-  own(BT * 3 * C, &BlockActivations::qkv);
-  own(BT * C, &BlockActivations::atty);
+  own(BT * 3 * A, &BlockActivations::qkv);
+  own(BT * A, &BlockActivations::atty);
   own(BT * C, &BlockActivations::residual2);
   own(BT * C, &BlockActivations::ln2);
   own(BT, &BlockActivations::ln2_mean);
@@ -60,13 +61,19 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
 }
 
 GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
-                   int micro_batch_size, int num_slots, std::vector<RecomputeMode> recompute)
+                   int micro_batch_size, int num_slots, std::vector<RecomputeMode> recompute,
+                   Communicator* tensor_group, size_t buffer_elements)
     : layout_(layout),
       ops_(ops),
       memory_(memory),
+      tensor_group_(tensor_group),
       batch_(micro_batch_size),
       num_slots_(num_slots),
+      buffer_elements_(std::max(buffer_elements, layout.num_elements())),
       recompute_(std::move(recompute)) {
+  if (layout.tensor_size() > 1 &&
+      (tensor_group == nullptr || tensor_group->size() != layout.tensor_size()))
+    throw std::invalid_argument("GptStage: a tensor-parallel layout needs its tensor group");
   const GptConfig& config = layout.config();
   const StageSpec& stage = layout.stage();
   if (static_cast<int>(recompute_.size()) != stage.num_layers)
@@ -74,13 +81,15 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   if (micro_batch_size < 1 || num_slots < 1)
     throw std::invalid_argument("GptStage: micro_batch_size and num_slots must be positive");
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
-  const size_t C = config.d_model, F = config.ffn_size, V = config.vocab_size;
-  const size_t attention = static_cast<size_t>(batch_) * config.num_heads * config.seq_len *
-                           static_cast<size_t>(config.seq_len);
+  const size_t C = config.d_model, A = layout.local_attention_width(), F = layout.local_ffn(),
+               V = layout.local_vocab();
+  const size_t attention = static_cast<size_t>(batch_) * layout.local_heads() *
+                           config.seq_len * static_cast<size_t>(config.seq_len);
 
-  parameters_ = allocate_floats(layout.num_elements(), MemoryCategory::kWeights);
-  gradients_ = allocate_floats(layout.num_elements(), MemoryCategory::kGradients);
-  ops_.fill_zero(gradients_, layout.num_elements());
+  parameters_ = allocate_floats(buffer_elements_, MemoryCategory::kWeights);
+  gradients_ = allocate_floats(buffer_elements_, MemoryCategory::kGradients);
+  ops_.fill_zero(parameters_, buffer_elements_);
+  ops_.fill_zero(gradients_, buffer_elements_);
 
   // Recompute scratch: only as much as the stage's modes need.
   bool any_full = false, any_selective = false;
@@ -116,11 +125,20 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   }
   residual_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
   norm_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
-  qkv_gradient_ = allocate_floats(BT * 3 * C, MemoryCategory::kWorkspace);
-  atty_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
+  qkv_gradient_ = allocate_floats(BT * 3 * A, MemoryCategory::kWorkspace);
+  atty_gradient_ = allocate_floats(BT * A, MemoryCategory::kWorkspace);
   fch_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
   fch_gelu_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
   attention_scratch_ = allocate_floats(attention, MemoryCategory::kWorkspace);
+  if (stage.has_head && layout.tensor_size() > 1) {
+    row_max_ = allocate_floats(BT, MemoryCategory::kWorkspace);
+    row_exp_sum_ = allocate_floats(BT, MemoryCategory::kWorkspace);
+    row_target_logit_ = allocate_floats(BT, MemoryCategory::kWorkspace);
+  }
+}
+
+void GptStage::tensor_all_reduce(float* data, size_t count) {
+  if (layout_.tensor_size() > 1) tensor_group_->all_reduce(data, count, ReduceOp::kSum);
 }
 
 GptStage::~GptStage() {
@@ -140,21 +158,29 @@ void GptStage::block_forward(int local_layer, const float* input, const BlockAct
   const GptConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
   const float* p = parameters_;
-  const int BT = batch_ * config.seq_len, C = config.d_model, F = config.ffn_size;
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias, BT,
-                         C, config.layernorm_epsilon);
-  ops_.linear_forward(a.qkv, a.ln1, p + w.qkv_weight, p + w.qkv_bias, BT, C, 3 * C);
-  ops_.attention_forward(a.atty, a.att, a.qkv, batch_, config.seq_len, config.num_heads,
+  const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
+            A = layout_.local_attention_width();
+  const size_t BTC = static_cast<size_t>(BT) * C;
+  // Row-parallel biases: added by one tensor rank, before the all-reduce.
+  const bool adds_row_bias = layout_.tensor_rank() == 0;
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias,
+                         BT, C, config.layernorm_epsilon);
+  ops_.linear_forward(a.qkv, a.ln1, p + w.qkv_weight, p + w.qkv_bias, BT, C, 3 * A);
+  ops_.attention_forward(a.atty, a.att, a.qkv, batch_, config.seq_len, layout_.local_heads(),
                          config.head_dim());
   // residual2 holds the projection first, then input + projection.
-  ops_.linear_forward(a.residual2, a.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, BT, C, C);
-  ops_.residual_forward(a.residual2, a.residual2, input, static_cast<size_t>(BT) * C);
+  ops_.linear_forward(a.residual2, a.atty, p + w.attn_proj_weight,
+                      adds_row_bias ? p + w.attn_proj_bias : nullptr, BT, A, C);
+  tensor_all_reduce(a.residual2, BTC);
+  ops_.residual_forward(a.residual2, a.residual2, input, BTC);
   ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p + w.ln2_weight,
                          p + w.ln2_bias, BT, C, config.layernorm_epsilon);
   ops_.linear_forward(a.fch, a.ln2, p + w.mlp_up_weight, p + w.mlp_up_bias, BT, C, F);
   ops_.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(BT) * F);
-  ops_.linear_forward(a.output, a.fch_gelu, p + w.mlp_down_weight, p + w.mlp_down_bias, BT, F, C);
-  ops_.residual_forward(a.output, a.output, a.residual2, static_cast<size_t>(BT) * C);
+  ops_.linear_forward(a.output, a.fch_gelu, p + w.mlp_down_weight,
+                      adds_row_bias ? p + w.mlp_down_bias : nullptr, BT, F, C);
+  tensor_all_reduce(a.output, BTC);
+  ops_.residual_forward(a.output, a.output, a.residual2, BTC);
 }
 
 void GptStage::block_backward(int local_layer, const float* input, const BlockActivations& a) {
@@ -162,8 +188,10 @@ void GptStage::block_backward(int local_layer, const float* input, const BlockAc
   const BlockOffsets& w = layout_.block(local_layer);
   const float* p = parameters_;
   float* g = gradients_;
-  const int BT = batch_ * config.seq_len, C = config.d_model, F = config.ffn_size;
-  const size_t BTC = static_cast<size_t>(BT) * C, BTF = static_cast<size_t>(BT) * F;
+  const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
+            A = layout_.local_attention_width();
+  const size_t BTC = static_cast<size_t>(BT) * C, BTF = static_cast<size_t>(BT) * F,
+               BTA = static_cast<size_t>(BT) * A;
   float* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
@@ -173,35 +201,58 @@ void GptStage::block_backward(int local_layer, const float* input, const BlockAc
   ops_.fill_zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
   ops_.fill_zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, g + w.mlp_up_weight, g + w.mlp_up_bias, fch_gradient_, a.ln2,
-                       p + w.mlp_up_weight, BT, C, F);
-  ops_.layernorm_backward(dresidual, g + w.ln2_weight, g + w.ln2_bias, norm_gradient_, a.residual2,
-                          p + w.ln2_weight, a.ln2_mean, a.ln2_rstd, BT, C);
+  ops_.linear_backward(norm_gradient_, g + w.mlp_up_weight, g + w.mlp_up_bias, fch_gradient_,
+                       a.ln2, p + w.mlp_up_weight, BT, C, F);
+  tensor_all_reduce(norm_gradient_, BTC);  // f: each rank held a partial input gradient
+  ops_.layernorm_backward(dresidual, g + w.ln2_weight, g + w.ln2_bias, norm_gradient_,
+                          a.residual2, p + w.ln2_weight, a.ln2_mean, a.ln2_rstd, BT, C);
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
-  ops_.fill_zero(atty_gradient_, BTC);
+  ops_.fill_zero(atty_gradient_, BTA);
   ops_.linear_backward(atty_gradient_, g + w.attn_proj_weight, g + w.attn_proj_bias, dresidual,
-                       a.atty, p + w.attn_proj_weight, BT, C, C);
-  ops_.fill_zero(qkv_gradient_, BTC * 3);
-  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.att, batch_,
-                          config.seq_len, config.num_heads, config.head_dim());
+                       a.atty, p + w.attn_proj_weight, BT, A, C);
+  ops_.fill_zero(qkv_gradient_, BTA * 3);
+  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.att,
+                          batch_, config.seq_len, layout_.local_heads(), config.head_dim());
   ops_.fill_zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, g + w.qkv_weight, g + w.qkv_bias, qkv_gradient_, a.ln1,
-                       p + w.qkv_weight, BT, C, 3 * C);
+                       p + w.qkv_weight, BT, C, 3 * A);
+  tensor_all_reduce(norm_gradient_, BTC);
   ops_.layernorm_backward(dresidual, g + w.ln1_weight, g + w.ln1_bias, norm_gradient_, input,
                           p + w.ln1_weight, a.ln1_mean, a.ln1_rstd, BT, C);
+}
+
+void GptStage::head_loss(Slot& slot, bool training, float loss_scale) {
+  const int BT = batch_ * layout_.config().seq_len, V = layout_.local_vocab();
+  float* dlogits = training ? slot.logits : nullptr;
+  if (layout_.tensor_size() == 1) {
+    ops_.softmax_cross_entropy(slot.losses, dlogits, slot.logits, slot.targets, BT, V,
+                               loss_scale);
+    return;
+  }
+  // Vocab-parallel: combine each shard's row statistics across the group.
+  ops_.cross_entropy_shard_stats(row_max_, row_target_logit_, slot.logits, slot.targets, BT, V,
+                                 layout_.vocab_start());
+  tensor_group_->all_reduce(row_max_, BT, ReduceOp::kMax);
+  ops_.cross_entropy_shard_exp_sums(row_exp_sum_, slot.logits, row_max_, BT, V);
+  tensor_group_->all_reduce(row_exp_sum_, BT, ReduceOp::kSum);
+  tensor_group_->all_reduce(row_target_logit_, BT, ReduceOp::kSum);
+  ops_.cross_entropy_shard_finish(slot.losses, dlogits, slot.logits, slot.targets, row_max_,
+                                  row_exp_sum_, row_target_logit_, BT, V, layout_.vocab_start(),
+                                  loss_scale);
 }
 
 void GptStage::forward(int slot_index, float loss_scale, bool training) {
   const GptConfig& config = layout_.config();
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
-  const int BT = batch_ * config.seq_len, C = config.d_model, V = config.vocab_size;
+  const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
   const float* p = parameters_;
 
   if (stage.has_embedding) {
-    ops_.token_embedding_forward(slot.input, slot.tokens, p + layout_.token_embedding(), BT, 0, V,
-                                 C);
+    ops_.token_embedding_forward(slot.input, slot.tokens, p + layout_.token_embedding(), BT,
+                                 layout_.vocab_start(), V, C);
+    tensor_all_reduce(slot.input, static_cast<size_t>(BT) * C);  // vocab-parallel lookup
     ops_.position_embedding_forward(slot.input, p + layout_.position_embedding(), batch_,
                                     config.seq_len, C);
   }
@@ -216,8 +267,7 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
                            output(slot_index), p + layout_.final_norm_weight(),
                            p + layout_.final_norm_bias(), BT, C, config.layernorm_epsilon);
     ops_.linear_forward(slot.logits, slot.final_norm, p + layout_.head_weight(), nullptr, BT, C, V);
-    ops_.softmax_cross_entropy(slot.losses, training ? slot.logits : nullptr, slot.logits,
-                               slot.targets, BT, V, loss_scale);
+    head_loss(slot, training, loss_scale);
   }
 }
 
@@ -225,7 +275,7 @@ void GptStage::backward(int slot_index) {
   const GptConfig& config = layout_.config();
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
-  const int BT = batch_ * config.seq_len, C = config.d_model, V = config.vocab_size;
+  const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
   const float* p = parameters_;
   float* g = gradients_;
 
@@ -234,6 +284,7 @@ void GptStage::backward(int slot_index) {
     ops_.fill_zero(norm_gradient_, static_cast<size_t>(BT) * C);
     ops_.linear_backward(norm_gradient_, g + layout_.head_weight(), nullptr, slot.logits,
                          slot.final_norm, p + layout_.head_weight(), BT, C, V);
+    tensor_all_reduce(norm_gradient_, static_cast<size_t>(BT) * C);
     ops_.fill_zero(residual_gradient_, static_cast<size_t>(BT) * C);
     ops_.layernorm_backward(residual_gradient_, g + layout_.final_norm_weight(),
                             g + layout_.final_norm_bias(), norm_gradient_, output(slot_index),
@@ -252,7 +303,7 @@ void GptStage::backward(int slot_index) {
         // identical to the saved one, so it goes to scratch that backward
         // zeroes before use.
         ops_.attention_forward(atty_gradient_, acts.att, acts.qkv, batch_, config.seq_len,
-                               config.num_heads, config.head_dim());
+                               layout_.local_heads(), config.head_dim());
         break;
       case RecomputeMode::Full: {
         // Everything but the block output lives in the shared scratch; the
@@ -268,7 +319,7 @@ void GptStage::backward(int slot_index) {
   }
   if (stage.has_embedding) {
     ops_.token_embedding_backward(g + layout_.token_embedding(), residual_gradient_, slot.tokens,
-                                  BT, 0, V, C);
+                                  BT, layout_.vocab_start(), V, C);
     ops_.position_embedding_backward(g + layout_.position_embedding(), residual_gradient_, batch_,
                                      config.seq_len, C);
   }

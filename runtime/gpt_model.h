@@ -11,6 +11,15 @@
 //   full      only the block input; the whole block is recomputed in backward.
 // Recomputation runs the same deterministic kernels on the same inputs, so the
 // gradients are bitwise those of no recomputation.
+//
+// Tensor parallelism (Megatron) when the layout has tensor_size > 1: QKV and
+// MLP-up are column-parallel, attention-out and MLP-down row-parallel; the
+// "f" operator (identity forward, all-reduce of the input gradient backward)
+// sits before each column-parallel pair and the "g" operator (all-reduce
+// forward, identity backward) after each row-parallel one. The embedding and
+// the head are vocab-parallel, with the three-step cross-entropy. Row-parallel
+// biases are added once (by tensor rank 0) before the all-reduce; every rank
+// computes their gradient, so replicated parameters stay identical.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +27,7 @@
 
 #include "kernels/ops.h"
 #include "plan_generated.h"
+#include "runtime/communicator.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/memory_tracker.h"
 
@@ -27,9 +37,13 @@ using RecomputeMode = schema::RecomputeMode;
 
 class GptStage {
  public:
-  // recompute has one entry per layer of the stage.
+  // recompute has one entry per layer of the stage. tensor_group is the
+  // tensor-parallel group (null when the layout's tensor_size is 1).
+  // buffer_elements >= layout.num_elements() sizes the parameter and gradient
+  // buffers (ZeRO-1 pads them to a multiple of its group size); 0 = exact.
   GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& memory, int micro_batch_size,
-           int num_slots, std::vector<RecomputeMode> recompute);
+           int num_slots, std::vector<RecomputeMode> recompute,
+           Communicator* tensor_group = nullptr, size_t buffer_elements = 0);
   ~GptStage();
   GptStage(const GptStage&) = delete;
   GptStage& operator=(const GptStage&) = delete;
@@ -64,6 +78,8 @@ class GptStage {
 
   // Last stage: sum of the slot's per-token losses (copied to the host).
   double loss_sum(int slot);
+  // Elements of the parameter and gradient buffers (>= layout().num_elements()).
+  size_t buffer_elements() const { return buffer_elements_; }
   // Last stage after forward(slot, _, false): the logits [B, T, V].
   const float* logits(int slot) const { return slots_[slot].logits; }
 
@@ -102,11 +118,16 @@ class GptStage {
   void block_forward(int local_layer, const float* input, const BlockActivations& acts);
   void block_backward(int local_layer, const float* input, const BlockActivations& acts);
   const float* block_input(const Slot& slot, int local_layer) const;
+  // Megatron's all-reduce over the tensor group (g forward, f backward).
+  void tensor_all_reduce(float* data, size_t count);
+  void head_loss(Slot& slot, bool training, float loss_scale);
 
   const GptLayout& layout_;
   kernels::Ops& ops_;
   MemoryTracker& memory_;
+  Communicator* tensor_group_;
   int batch_, num_slots_;
+  size_t buffer_elements_;
   std::vector<RecomputeMode> recompute_;
   std::vector<void*> allocations_;
 
@@ -123,6 +144,10 @@ class GptStage {
   float* fch_gradient_ = nullptr;       // [BT, F]
   float* fch_gelu_gradient_ = nullptr;  // [BT, F]
   float* attention_scratch_ = nullptr;  // [B, H, T, T]
+  // Vocab-parallel cross-entropy statistics per row [BT].
+  float* row_max_ = nullptr;
+  float* row_exp_sum_ = nullptr;
+  float* row_target_logit_ = nullptr;
 };
 
 }  // namespace paraplan

@@ -1,19 +1,25 @@
-// trainer.cc: the training loop of `paraplan train`.
+// trainer.cc: the training loop of `paraplan train`, on every rank of the job.
 #include "runtime/trainer.h"
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
+#include "runtime/distributed_checkpoint.h"
+#include "runtime/distributed_optimizer.h"
 #include "runtime/executor.h"
 #include "runtime/gpt_model.h"
+#include "runtime/local_communicator.h"
 #include "runtime/lr_schedule.h"
-#include "runtime/optimizer.h"
+#include "runtime/memory_report.h"
+#include "runtime/mpi_communicator.h"
 #include "runtime/plan_model.h"
 #include "runtime/step_logger.h"
 #include "runtime/token_file.h"
@@ -23,9 +29,15 @@ namespace paraplan {
 
 namespace {
 
-std::unique_ptr<kernels::Ops> make_backend(const std::string& name) {
-  if (name == "cpu") return kernels::make_cpu_ops();
-  if (name == "cuda") return kernels::make_cuda_ops(0);
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session) {
+  if (name == "cpu") {
+    // Ranks sharing a machine share its cores: one BLAS thread pool each
+    // would oversubscribe them.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int threads = session.local_size() > 1 ? std::max(1, cores / session.local_size()) : 0;
+    return kernels::make_cpu_ops(threads);
+  }
+  if (name == "cuda") return kernels::make_cuda_ops(session.local_rank());
   throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
 }
 
@@ -49,36 +61,77 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
   return schedule;
 }
 
-// Mean loss over the plan's eval_batches micro-batches of the validation data,
-// always the same samples (0, 1, ...), so runs are comparable.
-double evaluate(GptStage& stage, kernels::Ops& ops, const DataLoader& data, int batches) {
-  const int batch = stage.micro_batch_size();
+// Everything one rank holds for the run, built after all validation passed.
+struct RankState {
+  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<MemoryTracker> memory;
+  ProcessGroups groups;
+  std::unique_ptr<GptLayout> layout;
+  std::unique_ptr<GptStage> stage;
+  std::unique_ptr<DistributedOptimizer> optimizer;
+  std::unique_ptr<StageExecutor> executor;
+};
+
+// Validation loss over eval_batches global batches of the validation data,
+// the same samples under every plan: split over data-parallel ranks and
+// micro-batches as training splits a step, each micro-batch forwarded through
+// the pipeline. Returns the mean loss per token (the same on every rank).
+double evaluate(RankState& rank, const DataLoader& data, const schema::Training& training) {
+  GptStage& stage = *rank.stage;
+  const MeshCoordinates& mesh = rank.groups.mesh;
+  const StageSpec& spec = stage.layout().stage();
+  const int batch = training.micro_batch_size(), micro_batches = training.num_micro_batches();
   const size_t tokens = static_cast<size_t>(batch) * stage.layout().config().seq_len;
+  const size_t activations = tokens * stage.layout().config().d_model;
   std::vector<int32_t> inputs(tokens), targets(tokens);
   double loss_sum = 0;
-  for (int i = 0; i < batches; ++i) {
-    data.load(static_cast<int64_t>(i) * batch, batch, inputs.data(), targets.data());
-    ops.copy_from_host(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
-    ops.copy_from_host(stage.targets(0), targets.data(), tokens * sizeof(int32_t));
-    stage.forward(0, 1.0f, /*training=*/false);
-    loss_sum += stage.loss_sum(0);
+  for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
+    for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
+      const int64_t sample = static_cast<int64_t>(step) * training.global_batch_size() +
+                             static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) *
+                                 batch;
+      if (spec.has_embedding || spec.has_head) {
+        data.load(sample, batch, inputs.data(), targets.data());
+        rank.ops->copy_from_host(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
+        rank.ops->copy_from_host(stage.targets(0), targets.data(), tokens * sizeof(int32_t));
+      }
+      if (!spec.has_embedding)
+        rank.groups.peers->send_receive(nullptr, 0, -1, stage.input(0), activations,
+                                        rank.groups.previous_stage_rank);
+      stage.forward(0, 1.0f, /*training=*/false);
+      if (!spec.has_head)
+        rank.groups.peers->send_receive(stage.output(0), activations,
+                                        rank.groups.next_stage_rank, nullptr, 0, -1);
+      else if (mesh.tensor_rank == 0)
+        loss_sum += stage.loss_sum(0);
+    }
   }
-  return loss_sum / (static_cast<double>(tokens) * batches);
+  rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+  const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
+                              training.global_batch_size() * stage.layout().config().seq_len;
+  return loss_sum / total_tokens;
 }
 
-std::vector<float> to_host(kernels::Ops& ops, const float* source, size_t count) {
-  std::vector<float> host(count);
-  ops.copy_to_host(host.data(), source, count * sizeof(float));
-  return host;
+// PARAPLAN_FAIL_RANK_AT_STEP=R:S makes world rank R fail at step S: how the
+// tests check that one rank's failure ends the whole job. -1 when unset.
+int injected_failure_step(int world_rank) {
+  const char* value = std::getenv("PARAPLAN_FAIL_RANK_AT_STEP");
+  int rank = -1, step = -1;
+  if (value == nullptr || std::sscanf(value, "%d:%d", &rank, &step) != 2) return -1;
+  return rank == world_rank ? step : -1;
 }
 
-}  // namespace
-
-TrainSummary train(const TrainOptions& options) {
+TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session) {
   // ---- validate everything before allocating anything -----------------------
   const LoadedPlan loaded = load_plan(options.plan_path);
   const schema::Plan& plan = loaded.plan();
-  const PlanModel model = plan_model_for_single_process(loaded);
+  const schema::Mesh& mesh_plan = *plan.mesh();
+  session.require_world_size(mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
+                             mesh_plan.tensor_parallel());
+  const MeshCoordinates mesh =
+      mesh_coordinates(session.world_rank(), mesh_plan.pipeline_parallel(),
+                       mesh_plan.data_parallel(), mesh_plan.tensor_parallel());
+  const PlanModel model = plan_model_for_stage(loaded, mesh.pipeline_rank);
   const schema::Training& training = *plan.training();
   const GptConfig& config = model.config;
 
@@ -101,35 +154,47 @@ TrainSummary train(const TrainOptions& options) {
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
 
   // ---- build ------------------------------------------------------------------
-  std::unique_ptr<kernels::Ops> ops = make_backend(options.backend);
-  MemoryTracker memory(*ops);
-  const GptLayout layout(config, model.stage);
-  const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(0);
-  GptStage stage(layout, *ops, memory, training.micro_batch_size(),
-                 StageExecutor::slots_needed(schedule), model.recompute);
+  RankState rank;
+  rank.ops = make_backend(options.backend, session);
+  rank.memory = std::make_unique<MemoryTracker>(*rank.ops);
+  const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
+  rank.groups = session.uses_mpi()
+                    ? make_mpi_process_groups(mesh_plan.pipeline_parallel(),
+                                              mesh_plan.data_parallel(),
+                                              mesh_plan.tensor_parallel(), zero_groups)
+                    : make_local_process_groups(*rank.ops);
+  rank.layout =
+      std::make_unique<GptLayout>(config, model.stage, mesh.tensor_rank, mesh.tensor_size);
+  const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
+  rank.stage = std::make_unique<GptStage>(
+      *rank.layout, *rank.ops, *rank.memory, training.micro_batch_size(),
+      StageExecutor::slots_needed(schedule), model.recompute, rank.groups.tensor.get(),
+      DistributedOptimizer::buffer_elements(rank.layout->num_elements(), zero_stage,
+                                            rank.groups.zero->size()));
   const schema::Optimizer& optimizer_plan = *training.optimizer();
-  AdamW optimizer(layout, *ops, memory,
-                  AdamWSettings{.beta1 = optimizer_plan.beta1(),
-                                .beta2 = optimizer_plan.beta2(),
-                                .epsilon = optimizer_plan.epsilon(),
-                                .weight_decay = optimizer_plan.weight_decay(),
-                                .grad_clip = optimizer_plan.grad_clip()});
-  StageExecutor executor(schedule, stage, *ops, training.num_micro_batches(), 0);
+  rank.optimizer = std::make_unique<DistributedOptimizer>(
+      *rank.stage, *rank.ops, *rank.memory, rank.groups,
+      AdamWSettings{.beta1 = optimizer_plan.beta1(),
+                    .beta2 = optimizer_plan.beta2(),
+                    .epsilon = optimizer_plan.epsilon(),
+                    .weight_decay = optimizer_plan.weight_decay(),
+                    .grad_clip = optimizer_plan.grad_clip()},
+      zero_stage);
+  rank.executor = std::make_unique<StageExecutor>(
+      schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
+      PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
+                    rank.groups.next_stage_rank});
+  GptStage& stage = *rank.stage;
+  const bool leader = session.world_rank() == 0;
 
   TrainState state{.step = 0, .next_train_sample = 0, .seed = training.seed()};
   if (!resume_from.empty()) {
-    std::vector<float> params(layout.num_elements()), first(layout.num_elements()),
-        second(layout.num_elements());
-    state = load_checkpoint(resume_from, layout, params.data(), first.data(), second.data());
-    const size_t bytes = layout.num_elements() * sizeof(float);
-    ops->copy_from_host(stage.parameters(), params.data(), bytes);
-    ops->copy_from_host(optimizer.first_moment(), first.data(), bytes);
-    ops->copy_from_host(optimizer.second_moment(), second.data(), bytes);
-    std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
+    state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer, *rank.ops);
+    if (leader) std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
   } else {
-    std::vector<float> params(layout.num_elements());
-    layout.initialize(params.data(), training.seed());
-    ops->copy_from_host(stage.parameters(), params.data(), params.size() * sizeof(float));
+    std::vector<float> params(rank.layout->num_elements());
+    rank.layout->initialize(params.data(), training.seed());
+    rank.ops->copy_from_host(stage.parameters(), params.data(), params.size() * sizeof(float));
   }
 
   const LrSchedule lr_schedule = lr_schedule_of(optimizer_plan);
@@ -141,44 +206,41 @@ TrainSummary train(const TrainOptions& options) {
   const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
   const uint64_t capacity = cluster ? cluster->device_memory_bytes() : 0;
   const int eval_interval = training.eval_interval();
-  const int eval_batches = std::max(1, training.eval_batches());
+  const bool counts_loss = model.stage.has_head && mesh.tensor_rank == 0;
 
-  std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
-            << ", " << config.num_parameters() << " parameters, backend "
-            << kernels::backend_name(ops->backend()) << ", global batch "
-            << training.global_batch_size() << " x seq " << config.seq_len << " = "
-            << tokens_per_step << " tokens/step, steps " << state.step << " -> " << last_step
-            << std::endl;
+  if (leader)
+    std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
+              << ", " << config.num_parameters() << " parameters, backend "
+              << kernels::backend_name(rank.ops->backend()) << ", " << session.world_size()
+              << " rank(s) (pp " << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp "
+              << mesh.tensor_size << "), global batch " << training.global_batch_size()
+              << " x seq " << config.seq_len << " = " << tokens_per_step
+              << " tokens/step, steps " << state.step << " -> " << last_step << std::endl;
 
-  StepLogger logger(options.log_json, options.resume);
-  auto save = [&](int step) {
-    if (options.checkpoint_dir.empty()) return;
-    const size_t n = layout.num_elements();
-    const std::string written = save_checkpoint(
-        options.checkpoint_dir, layout, to_host(*ops, stage.parameters(), n).data(),
-        to_host(*ops, optimizer.first_moment(), n).data(),
-        to_host(*ops, optimizer.second_moment(), n).data(),
-        TrainState{.step = step, .next_train_sample = state.next_train_sample, .seed = state.seed});
-    std::cout << "checkpoint: " << written << std::endl;
-  };
-
+  // Only the leader writes the log; the others keep quiet.
+  StepLogger logger(leader ? options.log_json : "", options.resume);
+  const int failure_step = injected_failure_step(session.world_rank());
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    ops->fill_zero(stage.gradients(), layout.num_elements());
+    if (step + 1 == failure_step)
+      throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
+                               " (PARAPLAN_FAIL_RANK_AT_STEP)");
+    rank.ops->fill_zero(stage.gradients(), stage.buffer_elements());
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
     ExecutorHooks hooks;
+    hooks.reduce_gradients = [&] { rank.optimizer->reduce_gradients(); };
     hooks.optimizer_step = [&] {
-      metrics.grad_norm = optimizer.gradient_norm(stage.gradients());
-      optimizer.clip(stage.gradients(), metrics.grad_norm);
-      optimizer.step(stage.parameters(), stage.gradients(),
-                     static_cast<float>(metrics.learning_rate), step + 1);
+      metrics.grad_norm =
+          rank.optimizer->step(static_cast<float>(metrics.learning_rate), step + 1);
     };
-    const double loss_sum =
-        executor.run_step(train_data, state.next_train_sample, loss_scale, hooks);
-    ops->synchronize();
+    double loss_sum = rank.executor->run_step(train_data, state.next_train_sample, loss_scale,
+                                              hooks);
+    if (!counts_loss) loss_sum = 0;
+    rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+    rank.ops->synchronize();
     state.next_train_sample += training.global_batch_size();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -186,10 +248,13 @@ TrainSummary train(const TrainOptions& options) {
     metrics.step = step + 1;
     metrics.loss = loss_sum / static_cast<double>(tokens_per_step);
     metrics.step_seconds = seconds;
-    metrics.tokens_per_second = tokens_per_step / seconds;
+    // Per device, as torchtitan reports it.
+    metrics.tokens_per_second = tokens_per_step / seconds / session.world_size();
     metrics.tflops = flops_per_token * metrics.tokens_per_second / 1e12;
     metrics.mfu = peak_flops > 0 ? flops_per_token * metrics.tokens_per_second / peak_flops : 0;
-    metrics.peak_memory_bytes = memory.peak_total();
+    double peak = static_cast<double>(rank.memory->peak_total());
+    rank.groups.world->all_reduce(&peak, 1, ReduceOp::kMax);
+    metrics.peak_memory_bytes = static_cast<uint64_t>(peak);
     metrics.memory_capacity_bytes = capacity;
     if (!std::isfinite(metrics.loss))
       throw std::runtime_error("step " + std::to_string(step + 1) + ": the loss is not finite (" +
@@ -197,16 +262,37 @@ TrainSummary train(const TrainOptions& options) {
                                "); lower training.learning_rate or check the data");
     const bool last = step + 1 == last_step;
     if (validation_data && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
-      metrics.validation_loss = evaluate(stage, *ops, *validation_data, eval_batches);
+      metrics.validation_loss = evaluate(rank, *validation_data, training);
       summary.final_validation_loss = metrics.validation_loss;
     }
-    logger.log(metrics);
+    if (leader) logger.log(metrics);
     summary.losses.push_back(metrics.loss);
-    if (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))
-      save(step + 1);
+    if (!options.checkpoint_dir.empty() &&
+        (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
+      const std::string written = save_distributed_checkpoint(
+          options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups, *rank.ops,
+          TrainState{.step = step + 1, .next_train_sample = state.next_train_sample,
+                     .seed = state.seed});
+      if (leader) std::cout << "checkpoint: " << written << std::endl;
+    }
   }
   summary.last_step = last_step;
+  const std::string report = memory_report(loaded, *rank.memory, rank.groups);
+  if (leader) std::cout << report;
   return summary;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options) {
+  MpiSession session;
+  try {
+    return train_on_this_rank(options, session);
+  } catch (const std::exception& error) {
+    // One rank's failure ends the whole job; returning would hang the others.
+    if (session.world_size() > 1) MpiSession::abort_job(error.what());
+    throw;
+  }
 }
 
 }  // namespace paraplan

@@ -2,59 +2,18 @@
 // inspect, train, resume and sample on a tiny model, and the one-line errors
 // for bad input. Each test runs the real binary in a fresh temporary directory.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "command_runner.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CommandResult {
-  int exit_code = -1;
-  bool crashed = false;
-  std::string output;  // stdout and stderr together
-};
-
-CommandResult run(const std::string& arguments) {
-  const std::string command = std::string(PARAPLAN_BINARY) + " " + arguments + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.crashed = WIFSIGNALED(status);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::vector<nlohmann::json> read_json_lines(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
+using namespace paraplan::testing;
 
 // A tiny job: 2 layers, d_model 32, seq 16, 4 sequences per step in 2 micro-batches.
 const char* kTinyJob = R"([job]

@@ -1,0 +1,33 @@
+// distributed_checkpoint.h: plan-independent checkpoints of a multi-rank job.
+//
+// Checkpoints hold whole tensors by name (checkpoint.h), never per-rank
+// shards, so a run saved under one plan resumes under another. Saving: the
+// ZeRO-1 moment shards are gathered within each ZeRO group, then every rank of
+// data-parallel rank 0 sends its parameters and moments to world rank 0, which
+// places each element by its global index and writes the checkpoint. Loading:
+// every rank reads the whole checkpoint and keeps its own slice (each rank
+// holds the whole model in host memory for a moment: fine for the models the
+// CPU backend trains; a sharded reader is the remedy for large ones).
+#pragma once
+
+#include <string>
+
+#include "runtime/checkpoint.h"
+#include "runtime/communicator.h"
+#include "runtime/distributed_optimizer.h"
+#include "runtime/gpt_model.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+// Collective over the world. Returns the step directory written.
+std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
+                                        GptStage& stage, DistributedOptimizer& optimizer,
+                                        ProcessGroups& groups, kernels::Ops& ops,
+                                        const TrainState& state);
+
+// Every rank loads its own slice; not collective.
+TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
+                                       DistributedOptimizer& optimizer, kernels::Ops& ops);
+
+}  // namespace paraplan

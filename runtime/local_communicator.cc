@@ -1,0 +1,52 @@
+// local_communicator.cc: single-member groups.
+#include "runtime/local_communicator.h"
+
+#include <stdexcept>
+
+namespace paraplan {
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::string name, kernels::Ops& ops) : name_(std::move(name)), ops_(ops) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(float*, size_t, ReduceOp) override {}
+  void all_reduce(double*, size_t, ReduceOp) override {}
+  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override {
+    if (send != receive) ops_.copy(receive, send, chunk_count * sizeof(float));
+  }
+  void all_gather(const float* send, float* receive, size_t chunk_count) override {
+    if (send != receive) ops_.copy(receive, send, chunk_count * sizeof(float));
+  }
+  void broadcast(float*, size_t, int) override {}
+  void barrier() override {}
+
+ private:
+  std::string name_;
+  kernels::Ops& ops_;
+};
+
+class NoPeers final : public PeerToPeer {
+ public:
+  void send_receive(const float*, size_t, int, float*, size_t, int) override {
+    throw std::logic_error("a one-rank job has no pipeline neighbours to talk to");
+  }
+};
+
+}  // namespace
+
+ProcessGroups make_local_process_groups(kernels::Ops& ops) {
+  ProcessGroups groups;
+  groups.world = std::make_unique<LocalCommunicator>("world", ops);
+  groups.tensor = std::make_unique<LocalCommunicator>("tensor", ops);
+  groups.data = std::make_unique<LocalCommunicator>("data", ops);
+  groups.zero = std::make_unique<LocalCommunicator>("zero", ops);
+  groups.zero_replicas = std::make_unique<LocalCommunicator>("zero_replicas", ops);
+  groups.peers = std::make_unique<NoPeers>();
+  return groups;
+}
+
+}  // namespace paraplan

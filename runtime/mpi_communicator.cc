@@ -1,0 +1,471 @@
+// mpi_communicator.cc: MpiCommunicator (deterministic collectives over host
+// buffers), MpiPeerToPeer (pipeline transfers), the mesh's process groups over
+// MPI, and MpiSession (init, finalize, node-local rank, job-wide abort).
+#include "runtime/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace paraplan {
+namespace {
+
+constexpr int kPeerTag = 7;  // the one tag of pipeline transfers (see MpiPeerToPeer)
+// all_reduce and reduce_scatter stage at most this many elements per all-to-all.
+constexpr size_t kStagingElements = size_t{1} << 24;
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error code " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+[[noreturn]] void throw_mpi_error(const std::string& group, const std::string& operation,
+                                  int code) {
+  throw std::runtime_error("MPI " + operation + " on group '" + group +
+                           "' failed: " + mpi_error_text(code));
+}
+
+// Every MPI call goes through this: a failure throws naming the group, the
+// operation and MPI's own description of the error.
+#define PARAPLAN_MPI_CHECK(group, operation, call)                                  \
+  do {                                                                              \
+    const int mpi_status_ = (call);                                                 \
+    if (mpi_status_ != MPI_SUCCESS) throw_mpi_error(group, operation, mpi_status_); \
+  } while (0)
+
+template <typename T>
+MPI_Datatype mpi_type_of();
+template <>
+MPI_Datatype mpi_type_of<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type_of<double>() {
+  return MPI_DOUBLE;
+}
+
+// out[i] = blocks[0][i] op blocks[1][i] op ... op blocks[n-1][i], always in that
+// order, so the result depends only on the inputs.
+template <typename T>
+void reduce_in_rank_order(const T* blocks, size_t members, size_t length, ReduceOp op, T* out) {
+  std::copy(blocks, blocks + length, out);
+  for (size_t member = 1; member < members; ++member) {
+    const T* block = blocks + member * length;
+    if (op == ReduceOp::kSum) {
+      for (size_t i = 0; i < length; ++i) out[i] += block[i];
+    } else {
+      for (size_t i = 0; i < length; ++i)  // NaN wins, so a NaN anywhere is seen
+        out[i] = (block[i] > out[i] || std::isnan(block[i])) ? block[i] : out[i];
+    }
+  }
+}
+
+std::string plural_ranks(long long count) {
+  return std::to_string(count) + (count == 1 ? " rank" : " ranks");
+}
+
+std::string mesh_text(int pipeline_size, int data_size, int tensor_size) {
+  return "(pp " + std::to_string(pipeline_size) + " x dp " + std::to_string(data_size) + " x tp " +
+         std::to_string(tensor_size) + ")";
+}
+
+void check_group_arguments(int pipeline_size, int data_size, int tensor_size, int zero_groups) {
+  if (pipeline_size < 1 || data_size < 1 || tensor_size < 1)
+    throw std::invalid_argument("process groups: mesh " +
+                                mesh_text(pipeline_size, data_size, tensor_size) +
+                                " has a degree below 1; every degree must be >= 1");
+  if (zero_groups < 1 || data_size % zero_groups != 0)
+    throw std::invalid_argument("process groups: zero groups " + std::to_string(zero_groups) +
+                                " must be >= 1 and divide the data-parallel degree " +
+                                std::to_string(data_size));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- MpiCommunicator
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
+  PARAPLAN_MPI_CHECK(name_, "set_errhandler", MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  PARAPLAN_MPI_CHECK(name_, "comm_rank", MPI_Comm_rank(comm_, &rank_));
+  PARAPLAN_MPI_CHECK(name_, "comm_size", MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);  // no throw from a destructor
+}
+
+void MpiCommunicator::set_max_elements_per_call(size_t elements) {
+  if (elements < 1 || elements > static_cast<size_t>(INT_MAX))
+    throw std::invalid_argument("group '" + name_ + "': max elements per call " +
+                                std::to_string(elements) + " must be in 1..INT_MAX");
+  max_elements_per_call_ = elements;
+}
+
+size_t MpiCommunicator::staging_piece() const {
+  return std::max<size_t>(
+      1, std::min(max_elements_per_call_, kStagingElements / static_cast<size_t>(size_)));
+}
+
+template <typename T>
+void MpiCommunicator::all_reduce_in_order(T* data, size_t count, ReduceOp op) {
+  if (count == 0 || size_ == 1) return;
+  const MPI_Datatype type = mpi_type_of<T>();
+  const size_t members = static_cast<size_t>(size_);
+  // Chunk j (padded to equal size) is reduced at member j, then gathered by all.
+  const size_t chunk = (count + members - 1) / members;
+  const size_t piece = std::min(chunk, staging_piece());
+  // One round without padding needs no staging copy: send from data, gather into it.
+  const bool direct = piece == chunk && chunk * members == count;
+  std::vector<T> staging(direct ? 0 : members * piece), received(members * piece);
+  std::vector<T> reduced(piece);
+
+  for (size_t offset = 0; offset < chunk; offset += piece) {
+    const size_t length = std::min(piece, chunk - offset);
+    const auto valid_in_block = [&](size_t member) -> size_t {
+      const size_t begin = member * chunk + offset;
+      return begin >= count ? 0 : std::min(length, count - begin);
+    };
+    const T* send = data;
+    if (!direct) {
+      for (size_t member = 0; member < members; ++member) {
+        T* block = staging.data() + member * length;
+        const size_t valid = valid_in_block(member);
+        std::copy(data + member * chunk + offset, data + member * chunk + offset + valid, block);
+        std::fill(block + valid, block + length, T(0));  // padding, never unpacked
+      }
+      send = staging.data();
+    }
+    PARAPLAN_MPI_CHECK(name_, "all_reduce (all-to-all of chunks)",
+                       MPI_Alltoall(send, static_cast<int>(length), type, received.data(),
+                                    static_cast<int>(length), type, comm_));
+    reduce_in_rank_order(received.data(), members, length, op, reduced.data());
+    T* gathered = direct ? data : staging.data();
+    PARAPLAN_MPI_CHECK(name_, "all_reduce (all-gather of reduced chunks)",
+                       MPI_Allgather(reduced.data(), static_cast<int>(length), type, gathered,
+                                     static_cast<int>(length), type, comm_));
+    if (!direct) {
+      for (size_t member = 0; member < members; ++member) {
+        const T* block = staging.data() + member * length;
+        std::copy(block, block + valid_in_block(member), data + member * chunk + offset);
+      }
+    }
+  }
+}
+
+void MpiCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
+  all_reduce_in_order(data, count, op);
+}
+
+void MpiCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
+  all_reduce_in_order(data, count, op);
+}
+
+void MpiCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
+  if (chunk_count == 0) return;
+  if (size_ == 1) {
+    if (send != receive) std::memmove(receive, send, chunk_count * sizeof(float));
+    return;
+  }
+  const size_t members = static_cast<size_t>(size_);
+  const size_t piece = std::min(chunk_count, staging_piece());
+  const bool direct = piece == chunk_count;
+  std::vector<float> staging(direct ? 0 : members * piece), received(members * piece);
+  for (size_t offset = 0; offset < chunk_count; offset += piece) {
+    const size_t length = std::min(piece, chunk_count - offset);
+    const float* from = send;
+    if (!direct) {
+      for (size_t member = 0; member < members; ++member) {
+        const float* block = send + member * chunk_count + offset;
+        std::copy(block, block + length, staging.data() + member * length);
+      }
+      from = staging.data();
+    }
+    PARAPLAN_MPI_CHECK(name_, "reduce_scatter (all-to-all of chunks)",
+                       MPI_Alltoall(from, static_cast<int>(length), MPI_FLOAT, received.data(),
+                                    static_cast<int>(length), MPI_FLOAT, comm_));
+    // receive may overlap send's own chunk: that part was already sent.
+    reduce_in_rank_order(received.data(), members, length, ReduceOp::kSum, receive + offset);
+  }
+}
+
+void MpiCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
+  if (chunk_count == 0) return;
+  const bool in_place = send == receive + static_cast<size_t>(rank_) * chunk_count;
+  if (size_ == 1) {
+    if (!in_place) std::memmove(receive, send, chunk_count * sizeof(float));
+    return;
+  }
+  const size_t piece = std::min(chunk_count, max_elements_per_call_);
+  if (piece == chunk_count) {
+    PARAPLAN_MPI_CHECK(
+        name_, "all_gather",
+        MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(chunk_count), MPI_FLOAT,
+                      receive, static_cast<int>(chunk_count), MPI_FLOAT, comm_));
+    return;
+  }
+  // Large chunks go in pieces: piece k of every member's chunk at once, received
+  // through a type of `length` floats whose extent is a whole chunk, so member
+  // j's piece lands at receive + j * chunk_count + offset.
+  for (size_t offset = 0; offset < chunk_count; offset += piece) {
+    const size_t length = std::min(piece, chunk_count - offset);
+    MPI_Datatype contiguous = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
+    PARAPLAN_MPI_CHECK(name_, "all_gather (type_contiguous)",
+                       MPI_Type_contiguous(static_cast<int>(length), MPI_FLOAT, &contiguous));
+    PARAPLAN_MPI_CHECK(
+        name_, "all_gather (type_create_resized)",
+        MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(chunk_count * sizeof(float)),
+                                &strided));
+    MPI_Type_free(&contiguous);
+    PARAPLAN_MPI_CHECK(name_, "all_gather (type_commit)", MPI_Type_commit(&strided));
+    const int status =
+        MPI_Allgather(in_place ? MPI_IN_PLACE : send + offset, static_cast<int>(length), MPI_FLOAT,
+                      receive + offset, 1, strided, comm_);
+    MPI_Type_free(&strided);
+    PARAPLAN_MPI_CHECK(name_, "all_gather", status);
+  }
+}
+
+void MpiCommunicator::broadcast(float* data, size_t count, int root) {
+  if (root < 0 || root >= size_)
+    throw std::invalid_argument("broadcast on group '" + name_ + "': root " + std::to_string(root) +
+                                " is not a member; valid: 0.." + std::to_string(size_ - 1));
+  for (size_t offset = 0; offset < count; offset += max_elements_per_call_) {
+    const size_t length = std::min(max_elements_per_call_, count - offset);
+    PARAPLAN_MPI_CHECK(name_, "broadcast",
+                       MPI_Bcast(data + offset, static_cast<int>(length), MPI_FLOAT, root, comm_));
+  }
+}
+
+void MpiCommunicator::barrier() {
+  PARAPLAN_MPI_CHECK(name_, "barrier", MPI_Barrier(comm_));
+}
+
+// ---------------------------------------------------------------- MpiPeerToPeer
+
+MpiPeerToPeer::MpiPeerToPeer(MPI_Comm comm) : comm_(comm) {
+  PARAPLAN_MPI_CHECK("peers", "set_errhandler", MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  PARAPLAN_MPI_CHECK("peers", "comm_rank", MPI_Comm_rank(comm_, &rank_));
+  PARAPLAN_MPI_CHECK("peers", "comm_size", MPI_Comm_size(comm_, &size_));
+}
+
+MpiPeerToPeer::~MpiPeerToPeer() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiPeerToPeer::set_max_elements_per_message(size_t elements) {
+  if (elements < 1 || elements > static_cast<size_t>(INT_MAX))
+    throw std::invalid_argument("peers: max elements per message " + std::to_string(elements) +
+                                " must be in 1..INT_MAX");
+  max_elements_per_message_ = elements;
+}
+
+void MpiPeerToPeer::send_receive(const float* send, size_t send_count, int send_to, float* receive,
+                                 size_t receive_count, int receive_from) {
+  for (const int peer : {send_to, receive_from}) {
+    if (peer < -1 || peer >= size_)
+      throw std::invalid_argument("send_receive: peer " + std::to_string(peer) +
+                                  " is not a world rank; valid: -1 (none) or 0.." +
+                                  std::to_string(size_ - 1));
+  }
+  // Always at least one message, even of 0 elements, so a count the two sides
+  // disagree on is reported instead of leaving one side waiting.
+  const auto messages = [&](size_t count) {
+    return std::max<size_t>(1, (count + max_elements_per_message_ - 1) / max_elements_per_message_);
+  };
+  std::vector<MPI_Request> requests;
+  std::vector<size_t> expected;  // elements of each receive, in request order
+  if (receive_from >= 0) {
+    for (size_t k = 0, n = messages(receive_count); k < n; ++k) {
+      const size_t offset = k * max_elements_per_message_;
+      const size_t length = std::min(max_elements_per_message_, receive_count - offset);
+      requests.emplace_back();
+      expected.push_back(length);
+      PARAPLAN_MPI_CHECK("peers", "irecv from world rank " + std::to_string(receive_from),
+                         MPI_Irecv(receive + offset, static_cast<int>(length), MPI_FLOAT,
+                                   receive_from, kPeerTag, comm_, &requests.back()));
+    }
+  }
+  const size_t receives = requests.size();
+  if (send_to >= 0) {
+    for (size_t k = 0, n = messages(send_count); k < n; ++k) {
+      const size_t offset = k * max_elements_per_message_;
+      const size_t length = std::min(max_elements_per_message_, send_count - offset);
+      requests.emplace_back();
+      PARAPLAN_MPI_CHECK("peers", "isend to world rank " + std::to_string(send_to),
+                         MPI_Isend(send + offset, static_cast<int>(length), MPI_FLOAT, send_to,
+                                   kPeerTag, comm_, &requests.back()));
+    }
+  }
+  if (requests.empty()) return;
+  std::vector<MPI_Status> statuses(requests.size());
+  const int status =
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data());
+  const std::string transfer = "send_receive (send " + std::to_string(send_count) +
+                               " floats to world rank " + std::to_string(send_to) + ", receive " +
+                               std::to_string(receive_count) + " floats from world rank " +
+                               std::to_string(receive_from) + ")";
+  if (status == MPI_ERR_IN_STATUS) {
+    for (const MPI_Status& each : statuses) {
+      if (each.MPI_ERROR != MPI_SUCCESS && each.MPI_ERROR != MPI_ERR_PENDING)
+        throw_mpi_error("peers", transfer, each.MPI_ERROR);
+    }
+  }
+  PARAPLAN_MPI_CHECK("peers", transfer, status);
+  for (size_t k = 0; k < receives; ++k) {
+    int received = 0;
+    PARAPLAN_MPI_CHECK("peers", transfer, MPI_Get_count(&statuses[k], MPI_FLOAT, &received));
+    if (static_cast<size_t>(received) != expected[k])
+      throw std::runtime_error("MPI " + transfer + " on group 'peers': expected " +
+                               std::to_string(expected[k]) + " floats from world rank " +
+                               std::to_string(receive_from) + " but received " +
+                               std::to_string(received) + "; both sides must agree on the count");
+  }
+}
+
+// ---------------------------------------------------------------- process groups
+
+ProcessGroups make_mpi_process_groups(int pipeline_size, int data_size, int tensor_size,
+                                      int zero_groups) {
+  check_group_arguments(pipeline_size, data_size, tensor_size, zero_groups);
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    throw std::logic_error(
+        "make_mpi_process_groups: MPI is not initialised; create an "
+        "MpiSession first");
+  int world_size = 0, world_rank = 0;
+  PARAPLAN_MPI_CHECK("world", "comm_size", MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  const long long needed = 1LL * pipeline_size * data_size * tensor_size;
+  if (needed != world_size)
+    throw std::runtime_error("the plan needs " + plural_ranks(needed) + " " +
+                             mesh_text(pipeline_size, data_size, tensor_size) +
+                             " but mpirun started " + std::to_string(world_size));
+
+  ProcessGroups groups;
+  groups.mesh = mesh_coordinates(world_rank, pipeline_size, data_size, tensor_size);
+  groups.world_rank = world_rank;
+  groups.world_size = world_size;
+  const MeshCoordinates& mesh = groups.mesh;
+
+  MPI_Comm world = MPI_COMM_NULL;
+  PARAPLAN_MPI_CHECK("world", "comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  groups.world = std::make_unique<MpiCommunicator>(world, "world");
+
+  // MPI_Comm_split is collective over world: every rank calls each split, and a
+  // rank outside a group passes MPI_UNDEFINED and gets MPI_COMM_NULL back.
+  const auto split = [&](int color, int key, const char* name) -> std::unique_ptr<Communicator> {
+    MPI_Comm comm = MPI_COMM_NULL;
+    PARAPLAN_MPI_CHECK("world", std::string("comm_split (") + name + " group)",
+                       MPI_Comm_split(world, color, key, &comm));
+    if (comm == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(comm, name);
+  };
+  const int p = mesh.pipeline_rank, d = mesh.data_rank, t = mesh.tensor_rank;
+  groups.tensor = split(p * data_size + d, t, "tensor");
+  groups.data = split(p * tensor_size + t, d, "data");
+  const int zero_size = data_size / zero_groups;  // contiguous data ranks per ZeRO group
+  const int data_group = p * tensor_size + t;
+  groups.zero = split(data_group * zero_groups + d / zero_size, d % zero_size, "zero");
+  groups.zero_replicas =
+      split(data_group * zero_size + d % zero_size, d / zero_size, "zero_replicas");
+  if (pipeline_size > 1) {
+    const bool holds_embedding = p == 0 || p == pipeline_size - 1;
+    groups.embedding = split(holds_embedding ? d * tensor_size + t : MPI_UNDEFINED, p, "embedding");
+  }
+
+  MPI_Comm peers = MPI_COMM_NULL;
+  PARAPLAN_MPI_CHECK("world", "comm_dup (peers)", MPI_Comm_dup(MPI_COMM_WORLD, &peers));
+  groups.peers = std::make_unique<MpiPeerToPeer>(peers);
+  if (p > 0) groups.previous_stage_rank = world_rank_of(mesh, p - 1, d, t);
+  if (p < pipeline_size - 1) groups.next_stage_rank = world_rank_of(mesh, p + 1, d, t);
+  return groups;
+}
+
+// ---------------------------------------------------------------- MpiSession
+
+bool MpiSession::launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+MpiSession::MpiSession(Mode mode) {
+  if (mode == Mode::kWhenLaunchedByMpirun && !launched_by_mpirun()) return;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    PARAPLAN_MPI_CHECK("world", "init_thread",
+                       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    owns_mpi_ = true;
+  }
+  uses_mpi_ = true;
+  // Errors return to the caller, who throws with the group's name (or aborts the
+  // job through abort_job) instead of MPI killing the job without context.
+  PARAPLAN_MPI_CHECK("world", "set_errhandler",
+                     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
+  PARAPLAN_MPI_CHECK("world", "comm_size", MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  MPI_Comm node = MPI_COMM_NULL;
+  PARAPLAN_MPI_CHECK(
+      "world", "comm_split_type (shared memory node)",
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
+  PARAPLAN_MPI_CHECK("node", "comm_rank", MPI_Comm_rank(node, &local_rank_));
+  PARAPLAN_MPI_CHECK("node", "comm_size", MPI_Comm_size(node, &local_size_));
+  PARAPLAN_MPI_CHECK("node", "comm_free", MPI_Comm_free(&node));
+}
+
+void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor_size) const {
+  const long long needed = 1LL * pipeline_size * data_size * tensor_size;
+  if (needed == world_size_) return;
+  const std::string plan = "the plan needs " + plural_ranks(needed) + " " +
+                           mesh_text(pipeline_size, data_size, tensor_size);
+  if (uses_mpi_)
+    throw std::runtime_error(plan + " but mpirun started " + std::to_string(world_size_));
+  throw std::runtime_error(plan +
+                           " but this process was not started by mpirun; start the job with "
+                           "`paraplan launch --plan PLAN -- train ...` (or mpirun -np " +
+                           std::to_string(needed) + ")");
+}
+
+MpiSession::~MpiSession() {
+  if (!owns_mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::abort_job(const std::string& message) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi_running = initialized && !finalized;
+  int rank = 0;
+  if (mpi_running) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  } else if (const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    rank = std::atoi(env_rank);
+  }
+  std::cout.flush();  // the log lines before the error stay in order
+  std::fflush(stdout);
+  std::fprintf(stderr, "paraplan: error: [rank %d] %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  if (mpi_running) MPI_Abort(MPI_COMM_WORLD, 1);  // mpirun then kills every rank
+  std::_Exit(1);
+}
+
+}  // namespace paraplan

@@ -1,0 +1,150 @@
+// mpi_communicator.h: the MPI implementation of Communicator and PeerToPeer (host
+// buffers), the process groups of a plan's mesh over MPI, and the MPI session.
+//
+// Determinism: all_reduce and reduce_scatter reduce every element at exactly one
+// rank, adding the members' contributions in group rank order (0, 1, ..., n-1),
+// whatever Open MPI's tuned algorithms would pick. So all members get bitwise the
+// same all_reduce result, runs repeat bitwise, and reduce_scatter returns exactly
+// the slice all_reduce would (ZeRO-1 and plain data parallelism agree bitwise).
+#pragma once
+
+// The C API only: Open MPI's mpi.h otherwise declares its deprecated C++
+// bindings in C++ code, which need libmpi_cxx at link time.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+
+#include "runtime/communicator.h"
+
+namespace paraplan {
+
+// A group over an MPI communicator. Counts above INT_MAX are split into several
+// MPI calls.
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of comm (freed in the destructor) and sets MPI_ERRORS_RETURN
+  // on it, so failures become std::runtime_error naming name and the operation.
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+  // Reduce-scatter of equal chunks (count padded to a multiple of size()) by an
+  // all-to-all, each chunk summed (or maxed) at its owner in rank order, then an
+  // all-gather. kMax propagates NaN.
+  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce(double* data, size_t count, ReduceOp op) override;
+  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
+  void all_gather(const float* send, float* receive, size_t chunk_count) override;
+  void broadcast(float* data, size_t count, int root) override;
+  void barrier() override;
+
+  MPI_Comm handle() const { return comm_; }
+
+  // The largest count per member one MPI call is given (default INT_MAX, the
+  // most MPI's int counts hold); larger operations run as several calls. Tests
+  // make it tiny to exercise that splitting without 8 GiB buffers. Must be the
+  // same on every member.
+  void set_max_elements_per_call(size_t elements);
+
+ private:
+  template <typename T>
+  void all_reduce_in_order(T* data, size_t count, ReduceOp op);
+  // Elements per member per all-to-all: the call limit, and a bound on staging
+  // memory (2^24 elements over all members).
+  size_t staging_piece() const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  int rank_ = 0, size_ = 1;
+  size_t max_elements_per_call_ = 2147483647;  // INT_MAX
+};
+
+// Pipeline transfers between world ranks over a private duplicate of
+// MPI_COMM_WORLD. One tag serves activations and gradients: between an ordered
+// pair (a, b) only one kind ever flows (a -> b is activations when b is a's next
+// stage, gradients when b is its previous), and MPI never reorders messages of
+// one (source, tag, communicator), so the k-th send matches the k-th receive.
+class MpiPeerToPeer : public PeerToPeer {
+ public:
+  // Takes ownership of comm, a duplicate of MPI_COMM_WORLD.
+  explicit MpiPeerToPeer(MPI_Comm comm);
+  ~MpiPeerToPeer() override;
+  MpiPeerToPeer(const MpiPeerToPeer&) = delete;
+  MpiPeerToPeer& operator=(const MpiPeerToPeer&) = delete;
+
+  // Posts the receive and the send at once (MPI_Irecv + MPI_Isend) and waits
+  // for both. Throws if a peer is outside the world or the message received is
+  // shorter than receive_count.
+  void send_receive(const float* send, size_t send_count, int send_to, float* receive,
+                    size_t receive_count, int receive_from) override;
+
+  // Elements per message at most (default INT_MAX); larger transfers go as
+  // several messages. Tests make it small. Must match on both sides.
+  void set_max_elements_per_message(size_t elements);
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  size_t max_elements_per_message_ = 2147483647;  // INT_MAX
+};
+
+// Every group of this rank for a mesh of pipeline_size x data_size x tensor_size
+// and ZeRO-1 with zero_groups groups (1 when ZeRO is off). Collective over
+// MPI_COMM_WORLD: every rank calls it with the same arguments. Throws if the
+// world size is not the mesh's, or zero_groups does not divide data_size.
+ProcessGroups make_mpi_process_groups(int pipeline_size, int data_size, int tensor_size,
+                                      int zero_groups);
+
+// MPI for the life of the process: MPI_Init_thread(MPI_THREAD_FUNNELED) in the
+// constructor, MPI_Finalize in the destructor.
+//
+// Without mpirun (launched_by_mpirun() false) the default mode does not
+// initialise MPI at all: the process is world rank 0 of 1 and uses
+// make_local_process_groups() (local_communicator.h). This keeps
+// `paraplan train` of a one-rank plan independent of the MPI installation
+// (singleton MPI_Init works with Open MPI, but depends on its runtime being
+// usable on the machine); kAlways forces singleton initialisation.
+//
+// A rank that fails must call abort_job(), not return from main: returning runs
+// MPI_Finalize while the other ranks wait in a collective, and the job hangs.
+class MpiSession {
+ public:
+  enum class Mode { kWhenLaunchedByMpirun, kAlways };
+  explicit MpiSession(Mode mode = Mode::kWhenLaunchedByMpirun);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  bool uses_mpi() const { return uses_mpi_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }  // among the ranks of this node
+  int local_size() const { return local_size_; }
+
+  // Throws unless this job has pipeline_size x data_size x tensor_size ranks:
+  // "the plan needs 8 ranks (pp 2 x dp 2 x tp 2) but mpirun started 4", or,
+  // without mpirun, a hint to start the job with `paraplan launch`.
+  void require_world_size(int pipeline_size, int data_size, int tensor_size) const;
+
+  // Prints "paraplan: error: [rank R] message" to stderr and ends the whole job
+  // (MPI_Abort on MPI_COMM_WORLD; exit status 1 without MPI).
+  [[noreturn]] static void abort_job(const std::string& message);
+  // True when mpirun (or another PMIx launcher) started this process:
+  // OMPI_COMM_WORLD_SIZE or PMIX_RANK is set.
+  static bool launched_by_mpirun();
+
+ private:
+  bool uses_mpi_ = false, owns_mpi_ = false;
+  int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+}  // namespace paraplan

@@ -1,0 +1,513 @@
+// mpi_communicator_test.cc: tests of the mesh coordinates, the MPI process groups,
+// MpiCommunicator and MpiPeerToPeer. Run under mpirun (ctest runs it with 1, 4 and
+// 8 ranks); every rank runs every test, and main reduces the results so all ranks
+// agree. Tests for a mesh of another world size skip. Collective calls come
+// before the checks, so a failed expectation on one rank cannot leave the others
+// waiting.
+#include "runtime/mpi_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace paraplan {
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+MPI_Comm duplicate_world() {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return comm;
+}
+
+// Every rank's vector (all of the same length), concatenated in rank order, with
+// plain MPI so it does not depend on the code under test.
+template <typename T>
+std::vector<T> gather_from_all_ranks(const std::vector<T>& mine) {
+  std::vector<T> all(mine.size() * world_size());
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size() * sizeof(T)), MPI_BYTE, all.data(),
+                static_cast<int>(mine.size() * sizeof(T)), MPI_BYTE, MPI_COMM_WORLD);
+  return all;
+}
+
+// Random values of mixed magnitude, so that the order of a sum changes its bits.
+template <typename T>
+std::vector<T> random_values(int rank, size_t count, unsigned salt = 0) {
+  std::mt19937 generator(1000u * salt + 17u * static_cast<unsigned>(rank) + 1u);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<T> values(count);
+  for (T& value : values) value = static_cast<T>(std::ldexp(unit(generator), exponent(generator)));
+  return values;
+}
+
+// The sum every rank must get: contributions added in rank order.
+template <typename T>
+std::vector<T> sum_in_rank_order(size_t count, unsigned salt = 0) {
+  std::vector<T> sum = random_values<T>(0, count, salt);
+  for (int rank = 1; rank < world_size(); ++rank) {
+    const std::vector<T> values = random_values<T>(rank, count, salt);
+    for (size_t i = 0; i < count; ++i) sum[i] += values[i];
+  }
+  return sum;
+}
+
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// ------------------------------------------------------------------ coordinates
+
+TEST(MeshCoordinates, KnownRanks) {
+  const MeshCoordinates rank5 = mesh_coordinates(5, 2, 2, 2);  // (1 * 2 + 0) * 2 + 1
+  EXPECT_EQ(rank5.pipeline_rank, 1);
+  EXPECT_EQ(rank5.data_rank, 0);
+  EXPECT_EQ(rank5.tensor_rank, 1);
+  EXPECT_EQ(rank5.pipeline_size, 2);
+  EXPECT_EQ(rank5.data_size, 2);
+  EXPECT_EQ(rank5.tensor_size, 2);
+  const MeshCoordinates rank6 = mesh_coordinates(6, 4, 2, 1);
+  EXPECT_EQ(rank6.pipeline_rank, 3);
+  EXPECT_EQ(rank6.data_rank, 0);
+  EXPECT_EQ(rank6.tensor_rank, 0);
+  const MeshCoordinates rank7 = mesh_coordinates(7, 1, 4, 2);
+  EXPECT_EQ(rank7.pipeline_rank, 0);
+  EXPECT_EQ(rank7.data_rank, 3);
+  EXPECT_EQ(rank7.tensor_rank, 1);
+}
+
+TEST(MeshCoordinates, RoundTripEveryRankOfSeveralMeshes) {
+  for (const auto& [pp, dp, tp] : std::vector<std::tuple<int, int, int>>{
+           {1, 1, 1}, {2, 2, 2}, {4, 2, 1}, {1, 4, 2}, {3, 5, 7}, {8, 1, 1}, {1, 1, 8}}) {
+    int expected_rank = 0;
+    for (int p = 0; p < pp; ++p)
+      for (int d = 0; d < dp; ++d)
+        for (int t = 0; t < tp; ++t, ++expected_rank) {
+          const MeshCoordinates mesh = mesh_coordinates(expected_rank, pp, dp, tp);
+          EXPECT_EQ(mesh.pipeline_rank, p);
+          EXPECT_EQ(mesh.data_rank, d);
+          EXPECT_EQ(mesh.tensor_rank, t);
+          EXPECT_EQ(world_rank_of(mesh, p, d, t), expected_rank);
+        }
+  }
+}
+
+TEST(MeshCoordinates, RefusesRanksAndDegreesOutsideTheMesh) {
+  EXPECT_THROW(mesh_coordinates(8, 2, 2, 2), std::out_of_range);
+  EXPECT_THROW(mesh_coordinates(-1, 2, 2, 2), std::out_of_range);
+  EXPECT_THROW(mesh_coordinates(0, 0, 2, 2), std::invalid_argument);
+  const MeshCoordinates mesh = mesh_coordinates(0, 2, 2, 2);
+  EXPECT_THROW(world_rank_of(mesh, 2, 0, 0), std::out_of_range);
+  EXPECT_THROW(world_rank_of(mesh, 0, 0, -1), std::out_of_range);
+  try {
+    mesh_coordinates(9, 2, 2, 2);
+    FAIL() << "no exception";
+  } catch (const std::out_of_range& error) {
+    EXPECT_STREQ(error.what(),
+                 "world rank 9 is outside the mesh (pp 2 x dp 2 x tp 2); valid ranks are 0..7");
+  }
+}
+
+// ------------------------------------------------------------------ process groups
+
+struct MeshCase {
+  int pp, dp, tp, zero_groups;
+};
+
+std::string mesh_case_name(const ::testing::TestParamInfo<MeshCase>& info) {
+  const MeshCase& m = info.param;
+  return "pp" + std::to_string(m.pp) + "_dp" + std::to_string(m.dp) + "_tp" + std::to_string(m.tp) +
+         "_zero" + std::to_string(m.zero_groups);
+}
+
+class MpiGroupsTest : public ::testing::TestWithParam<MeshCase> {};
+
+// World ranks of a group's members, in group rank order (each member contributes
+// its world rank through the group's own all_gather).
+std::vector<int> members_of(Communicator& group) {
+  const float mine = static_cast<float>(world_rank());
+  std::vector<float> all(group.size(), -1.0f);
+  group.all_gather(&mine, all.data(), 1);
+  return std::vector<int>(all.begin(), all.end());
+}
+
+TEST_P(MpiGroupsTest, EveryGroupHasTheRanksOfTheMesh) {
+  const MeshCase m = GetParam();
+  if (m.pp * m.dp * m.tp != world_size())
+    GTEST_SKIP() << "needs " << m.pp * m.dp * m.tp << " ranks";
+  ProcessGroups groups = make_mpi_process_groups(m.pp, m.dp, m.tp, m.zero_groups);
+  const MeshCoordinates& mesh = groups.mesh;
+  const int p = mesh.pipeline_rank, d = mesh.data_rank, t = mesh.tensor_rank;
+
+  // Collective part first, in the same order on every rank.
+  const std::vector<int> world = members_of(*groups.world);
+  const std::vector<int> tensor = members_of(*groups.tensor);
+  const std::vector<int> data = members_of(*groups.data);
+  const std::vector<int> zero = members_of(*groups.zero);
+  const std::vector<int> zero_replicas = members_of(*groups.zero_replicas);
+  std::vector<int> embedding;
+  if (groups.embedding) embedding = members_of(*groups.embedding);
+  double data_sum = world_rank();
+  groups.data->all_reduce(&data_sum, 1, ReduceOp::kSum);
+  float from_previous = -1.0f, from_next = -1.0f;
+  const float mine = static_cast<float>(world_rank());
+  groups.peers->send_receive(&mine, 1, groups.next_stage_rank, &from_previous, 1,
+                             groups.previous_stage_rank);  // forward: activations
+  groups.peers->send_receive(&mine, 1, groups.previous_stage_rank, &from_next, 1,
+                             groups.next_stage_rank);  // backward: gradients
+
+  EXPECT_EQ(groups.world_rank, world_rank());
+  EXPECT_EQ(groups.world_size, world_size());
+  const MeshCoordinates expected_mesh = mesh_coordinates(world_rank(), m.pp, m.dp, m.tp);
+  EXPECT_EQ(p, expected_mesh.pipeline_rank);
+  EXPECT_EQ(d, expected_mesh.data_rank);
+  EXPECT_EQ(t, expected_mesh.tensor_rank);
+
+  std::vector<int> expected_world(world_size());
+  for (int r = 0; r < world_size(); ++r) expected_world[r] = r;
+  std::vector<int> expected_tensor, expected_data, expected_zero, expected_replicas;
+  for (int k = 0; k < m.tp; ++k) expected_tensor.push_back(world_rank_of(mesh, p, d, k));
+  for (int k = 0; k < m.dp; ++k) expected_data.push_back(world_rank_of(mesh, p, k, t));
+  const int zero_size = m.dp / m.zero_groups;
+  for (int k = 0; k < zero_size; ++k)
+    expected_zero.push_back(world_rank_of(mesh, p, d / zero_size * zero_size + k, t));
+  for (int k = 0; k < m.zero_groups; ++k)
+    expected_replicas.push_back(world_rank_of(mesh, p, k * zero_size + d % zero_size, t));
+  EXPECT_EQ(world, expected_world);
+  EXPECT_EQ(tensor, expected_tensor);
+  EXPECT_EQ(data, expected_data);
+  EXPECT_EQ(zero, expected_zero);
+  EXPECT_EQ(zero_replicas, expected_replicas);
+  EXPECT_EQ(groups.world->name(), "world");
+  EXPECT_EQ(groups.tensor->rank(), t);
+  EXPECT_EQ(groups.data->rank(), d);
+  EXPECT_EQ(groups.zero->rank(), d % zero_size);
+  EXPECT_EQ(groups.zero_replicas->rank(), d / zero_size);
+  double expected_sum = 0;
+  for (int rank : expected_data) expected_sum += rank;
+  EXPECT_EQ(data_sum, expected_sum);
+
+  const bool holds_embedding = m.pp > 1 && (p == 0 || p == m.pp - 1);
+  EXPECT_EQ(groups.embedding != nullptr, holds_embedding);
+  if (holds_embedding) {
+    EXPECT_EQ(embedding, (std::vector<int>{world_rank_of(mesh, 0, d, t),
+                                           world_rank_of(mesh, m.pp - 1, d, t)}));
+    EXPECT_EQ(groups.embedding->rank(), p == 0 ? 0 : 1);
+    EXPECT_EQ(groups.embedding->name(), "embedding");
+  }
+
+  EXPECT_EQ(groups.previous_stage_rank, p > 0 ? world_rank_of(mesh, p - 1, d, t) : -1);
+  EXPECT_EQ(groups.next_stage_rank, p < m.pp - 1 ? world_rank_of(mesh, p + 1, d, t) : -1);
+  EXPECT_EQ(from_previous, static_cast<float>(groups.previous_stage_rank));
+  EXPECT_EQ(from_next, static_cast<float>(groups.next_stage_rank));
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, MpiGroupsTest,
+                         ::testing::Values(MeshCase{1, 1, 1, 1}, MeshCase{1, 4, 1, 1},
+                                           MeshCase{1, 4, 1, 2}, MeshCase{2, 2, 1, 1},
+                                           MeshCase{4, 1, 1, 1}, MeshCase{1, 2, 2, 2},
+                                           MeshCase{2, 1, 2, 1}, MeshCase{1, 1, 4, 1},
+                                           MeshCase{2, 2, 2, 1}, MeshCase{2, 2, 2, 2},
+                                           MeshCase{4, 2, 1, 1}, MeshCase{4, 2, 1, 2},
+                                           MeshCase{1, 4, 2, 2}, MeshCase{8, 1, 1, 1},
+                                           MeshCase{2, 4, 1, 4}, MeshCase{1, 8, 1, 4}),
+                         mesh_case_name);
+
+TEST(MpiGroups, RefusesAWorldOfAnotherSize) {
+  const int n = world_size();
+  try {
+    make_mpi_process_groups(2, n, 1, 1);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()), "the plan needs " + std::to_string(2 * n) +
+                                             " ranks (pp 2 x dp " + std::to_string(n) +
+                                             " x tp 1) but mpirun started " + std::to_string(n));
+  }
+  EXPECT_THROW(make_mpi_process_groups(1, n, 1, n + 1), std::invalid_argument);
+}
+
+// ------------------------------------------------------------------ collectives
+
+TEST(MpiCommunicator, AllReduceSumsAndMaxesIntegersExactly) {
+  MpiCommunicator world(duplicate_world(), "world");
+  const int n = world.size(), me = world.rank();
+  for (const size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t(5 * n), size_t{1003}}) {
+    std::vector<float> sum(count), max(count);
+    for (size_t i = 0; i < count; ++i) {
+      sum[i] = static_cast<float>(me * 1000 + i);
+      max[i] = static_cast<float>((me + i) % n) - static_cast<float>(i);
+    }
+    world.all_reduce(sum.data(), count, ReduceOp::kSum);
+    world.all_reduce(max.data(), count, ReduceOp::kMax);
+    for (size_t i = 0; i < count; ++i) {
+      EXPECT_EQ(sum[i], static_cast<float>(1000 * n * (n - 1) / 2 + n * i)) << "element " << i;
+      EXPECT_EQ(max[i], static_cast<float>(n - 1) - static_cast<float>(i)) << "element " << i;
+    }
+  }
+}
+
+TEST(MpiCommunicator, AllReduceIsBitwiseTheRankOrderSumOnEveryRank) {
+  MpiCommunicator world(duplicate_world(), "world");
+  const size_t count = 100'003;  // not a multiple of the group size: padded chunks
+  std::vector<float> result = random_values<float>(world.rank(), count);
+  world.all_reduce(result.data(), count, ReduceOp::kSum);
+  std::vector<float> again = random_values<float>(world.rank(), count);
+  world.all_reduce(again.data(), count, ReduceOp::kSum);
+  world.set_max_elements_per_call(7);  // many rounds, as counts above INT_MAX take
+  std::vector<float> in_pieces = random_values<float>(world.rank(), count);
+  world.all_reduce(in_pieces.data(), count, ReduceOp::kSum);
+  const std::vector<float> everyone = gather_from_all_ranks(result);
+
+  const std::vector<float> expected = sum_in_rank_order<float>(count);
+  EXPECT_TRUE(bitwise_equal(result, expected));
+  EXPECT_TRUE(bitwise_equal(again, result));
+  EXPECT_TRUE(bitwise_equal(in_pieces, result));
+  for (int rank = 0; rank < world_size(); ++rank)
+    EXPECT_EQ(std::memcmp(everyone.data() + rank * count, result.data(), count * sizeof(float)), 0)
+        << "rank " << rank << " got other bits";
+}
+
+TEST(MpiCommunicator, AllReduceOfDoublesIsBitwiseTheRankOrderSum) {
+  MpiCommunicator world(duplicate_world(), "world");
+  for (const size_t count : {size_t{1}, size_t{4096}, size_t{12'345}}) {
+    std::vector<double> result = random_values<double>(world.rank(), count, 3);
+    world.all_reduce(result.data(), count, ReduceOp::kSum);
+    EXPECT_TRUE(bitwise_equal(result, sum_in_rank_order<double>(count, 3))) << count;
+  }
+}
+
+TEST(MpiCommunicator, AllReduceMaxPropagatesNaN) {
+  MpiCommunicator world(duplicate_world(), "world");
+  std::vector<float> values = {1.0f, static_cast<float>(world.rank())};
+  if (world.rank() == world.size() - 1) values[0] = std::numeric_limits<float>::quiet_NaN();
+  world.all_reduce(values.data(), values.size(), ReduceOp::kMax);
+  EXPECT_TRUE(std::isnan(values[0]));
+  EXPECT_EQ(values[1], static_cast<float>(world.size() - 1));
+}
+
+TEST(MpiCommunicator, ReduceScatterSumsEachChunkAtItsOwner) {
+  MpiCommunicator world(duplicate_world(), "world");
+  const int n = world.size(), me = world.rank();
+  const size_t chunk = 37;
+  std::vector<float> send(n * chunk);
+  for (int j = 0; j < n; ++j)
+    for (size_t i = 0; i < chunk; ++i)
+      send[j * chunk + i] = static_cast<float>(me * 100 + j * 10 + i);
+  std::vector<float> receive(chunk, -1.0f);
+  world.reduce_scatter(send.data(), receive.data(), chunk);
+  std::vector<float> in_place = send;  // receive is this rank's own chunk of send
+  world.reduce_scatter(in_place.data(), in_place.data() + me * chunk, chunk);
+  world.set_max_elements_per_call(5);
+  std::vector<float> in_pieces(chunk, -1.0f);
+  world.reduce_scatter(send.data(), in_pieces.data(), chunk);
+
+  for (size_t i = 0; i < chunk; ++i) {
+    const float expected = static_cast<float>(100 * n * (n - 1) / 2 + n * (me * 10 + i));
+    EXPECT_EQ(receive[i], expected) << "element " << i;
+    EXPECT_EQ(in_place[me * chunk + i], expected) << "element " << i;
+    EXPECT_EQ(in_pieces[i], expected) << "element " << i;
+  }
+}
+
+TEST(MpiCommunicator, ReduceScatterGivesExactlyTheAllReduceSlice) {
+  MpiCommunicator world(duplicate_world(), "world");
+  const size_t chunk = 1001;
+  const std::vector<float> send = random_values<float>(world.rank(), chunk * world.size(), 5);
+  std::vector<float> sliced(chunk);
+  world.reduce_scatter(send.data(), sliced.data(), chunk);
+  std::vector<float> whole = send;
+  world.all_reduce(whole.data(), whole.size(), ReduceOp::kSum);
+  EXPECT_EQ(std::memcmp(sliced.data(), whole.data() + world.rank() * chunk, chunk * sizeof(float)),
+            0);
+}
+
+TEST(MpiCommunicator, AllGatherPutsChunksInRankOrder) {
+  MpiCommunicator world(duplicate_world(), "world");
+  const int n = world.size(), me = world.rank();
+  const size_t chunk = 23;
+  std::vector<float> mine(chunk);
+  for (size_t i = 0; i < chunk; ++i) mine[i] = static_cast<float>(me * 1000 + i);
+  std::vector<float> gathered(n * chunk, -1.0f);
+  world.all_gather(mine.data(), gathered.data(), chunk);
+  std::vector<float> in_place(n * chunk, -1.0f);
+  std::copy(mine.begin(), mine.end(), in_place.begin() + me * chunk);
+  world.all_gather(in_place.data() + me * chunk, in_place.data(), chunk);
+  world.set_max_elements_per_call(4);
+  std::vector<float> in_pieces(n * chunk, -1.0f);
+  world.all_gather(mine.data(), in_pieces.data(), chunk);
+  std::vector<float> in_place_pieces(n * chunk, -1.0f);
+  std::copy(mine.begin(), mine.end(), in_place_pieces.begin() + me * chunk);
+  world.all_gather(in_place_pieces.data() + me * chunk, in_place_pieces.data(), chunk);
+
+  std::vector<float> expected(n * chunk);
+  for (int j = 0; j < n; ++j)
+    for (size_t i = 0; i < chunk; ++i) expected[j * chunk + i] = static_cast<float>(j * 1000 + i);
+  EXPECT_EQ(gathered, expected);
+  EXPECT_EQ(in_place, expected);
+  EXPECT_EQ(in_pieces, expected);
+  EXPECT_EQ(in_place_pieces, expected);
+}
+
+TEST(MpiCommunicator, BroadcastFromEveryRoot) {
+  MpiCommunicator world(duplicate_world(), "world");
+  for (const size_t max_per_call : {size_t{2147483647}, size_t{3}}) {
+    world.set_max_elements_per_call(max_per_call);
+    for (int root = 0; root < world.size(); ++root) {
+      std::vector<float> data(10, static_cast<float>(world.rank()));
+      world.broadcast(data.data(), data.size(), root);
+      EXPECT_EQ(data, std::vector<float>(10, static_cast<float>(root))) << "root " << root;
+    }
+  }
+  world.barrier();
+  try {
+    float value = 0;
+    world.broadcast(&value, 1, world.size());
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "broadcast on group 'world': root " + std::to_string(world.size()) +
+                  " is not a member; valid: 0.." + std::to_string(world.size() - 1));
+  }
+}
+
+// ------------------------------------------------------------------ peer to peer
+
+std::unique_ptr<MpiPeerToPeer> make_peers() {
+  return std::make_unique<MpiPeerToPeer>(duplicate_world());
+}
+
+std::vector<float> message_from(int rank, size_t count) {
+  std::vector<float> message(count);
+  for (size_t i = 0; i < count; ++i) message[i] = static_cast<float>(rank * 7 + i % 1000);
+  return message;
+}
+
+TEST(MpiPeerToPeer, RingOfLargeMessagesInBothDirectionsDoesNotDeadlock) {
+  auto peers = make_peers();
+  const int n = world_size(), me = world_rank();
+  const int next = (me + 1) % n, previous = (me + n - 1) % n;
+  const size_t count = size_t{1} << 20;  // 4 MiB, far above any eager limit
+  const std::vector<float> mine = message_from(me, count);
+  std::vector<float> forward(count), backward(count);
+  peers->send_receive(mine.data(), count, next, forward.data(), count, previous);
+  peers->send_receive(mine.data(), count, previous, backward.data(), count, next);
+  EXPECT_EQ(forward, message_from(previous, count));
+  EXPECT_EQ(backward, message_from(next, count));
+}
+
+TEST(MpiPeerToPeer, PairsExchangeAtOnceInPieces) {
+  if (world_size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  auto peers = make_peers();
+  peers->set_max_elements_per_message(1000);  // 11 messages each way
+  const int me = world_rank(), partner = me ^ 1;
+  const size_t count = 10'007;
+  const std::vector<float> mine = message_from(me, count);
+  std::vector<float> received(count);
+  peers->send_receive(mine.data(), count, partner, received.data(), count, partner);
+  EXPECT_EQ(received, message_from(partner, count));
+}
+
+TEST(MpiPeerToPeer, OneSidedTransfersSkipTheMissingHalf) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto peers = make_peers();
+  const int me = world_rank();
+  const size_t count = 300'000;
+  const std::vector<float> mine = message_from(me, count);
+  std::vector<float> received(count, -1.0f);
+  if (me == 0) peers->send_receive(mine.data(), count, 1, nullptr, 0, -1);
+  if (me == 1) peers->send_receive(nullptr, 0, -1, received.data(), count, 0);
+  if (me > 1) peers->send_receive(nullptr, 0, -1, nullptr, 0, -1);
+  if (me == 1) {
+    EXPECT_EQ(received, message_from(0, count));
+  }
+}
+
+TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto peers = make_peers();
+  const int me = world_rank();
+  std::vector<float> buffer(12, 1.0f);
+  std::string shorter, longer;
+  // Rank 0 sends 10 floats where rank 1 expects 12, then 12 where it expects 10.
+  if (me == 0) {
+    peers->send_receive(buffer.data(), 10, 1, nullptr, 0, -1);
+    peers->send_receive(buffer.data(), 12, 1, nullptr, 0, -1);
+  }
+  if (me == 1) {
+    try {
+      peers->send_receive(nullptr, 0, -1, buffer.data(), 12, 0);
+    } catch (const std::runtime_error& error) {
+      shorter = error.what();
+    }
+    try {
+      peers->send_receive(nullptr, 0, -1, buffer.data(), 10, 0);
+    } catch (const std::runtime_error& error) {
+      longer = error.what();
+    }
+    EXPECT_NE(shorter.find("expected 12 floats from world rank 0 but received 10"),
+              std::string::npos)
+        << shorter;
+    EXPECT_NE(longer.find("on group 'peers' failed: MPI_ERR_TRUNCATE"), std::string::npos)
+        << longer;
+  }
+}
+
+TEST(MpiPeerToPeer, RefusesPeersOutsideTheWorld) {
+  auto peers = make_peers();
+  float value = 0;
+  EXPECT_THROW(peers->send_receive(&value, 1, world_size(), nullptr, 0, -1), std::invalid_argument);
+  EXPECT_THROW(peers->send_receive(nullptr, 0, -1, &value, 1, -2), std::invalid_argument);
+}
+
+// Prints only failures, prefixed with the rank, on ranks other than 0 (rank 0
+// prints the usual report), so 8 ranks do not print 8 reports.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace paraplan
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  paraplan::MpiSession session(paraplan::MpiSession::Mode::kAlways);
+  if (session.world_rank() != 0) {
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new paraplan::RankFailurePrinter(session.world_rank()));
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (session.world_rank() == 0)
+    std::printf("mpi_communicator_test on %d ranks: %s\n", session.world_size(),
+                failed ? "FAILED on some rank" : "passed on every rank");
+  return failed;
+}

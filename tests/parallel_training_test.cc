@@ -1,0 +1,266 @@
+// parallel_training_test.cc: the project's main oracle. Every plan (pipeline,
+// tensor and data parallelism, ZeRO-1 with one or two groups, each recompute
+// mode, 1F1B and GPipe, micro-batch counts below and off multiples of the
+// stage count) trains the same tiny GPT to the same losses as the single-rank
+// run, under mpirun with up to 8 ranks.
+//
+// Tolerance: plans differ only in the order floating-point sums are taken
+// (GEMMs over other row counts, all-reduces over shards), which changes fp32
+// results by a few ulps per step; AdamW's first steps amplify that (m / sqrt(v)
+// of a tiny gradient), so after 5 steps the losses (about 5.5) agree to about
+// 1e-5. kLossTolerance = 2e-4 leaves an order of magnitude of margin while a
+// real bug (a missing reduction, a wrong shard) moves the loss by 1e-2 or more.
+// Recomputation changes nothing in the arithmetic, so recompute on and off must
+// agree bitwise.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "command_runner.h"
+
+namespace {
+
+using namespace paraplan::testing;
+
+constexpr double kLossTolerance = 2e-4;
+constexpr int kSteps = 5;
+
+struct PlanCase {
+  std::string name;
+  int pipeline = 1, data = 1, tensor = 1;
+  int micro_batch_size = 12;  // global batch is 12 sequences
+  int zero_stage = 0, zero_groups = 1;
+  std::string recompute_modules;
+  std::string scheduler = "1f1b";
+  int world() const { return pipeline * data * tensor; }
+};
+
+std::string job_toml(const PlanCase& plan) {
+  std::string toml = R"([job]
+name = ")" + plan.name + R"("
+
+[model]
+vocab_size = 256
+seq_len = 16
+num_layers = 4
+d_model = 32
+num_heads = 4
+
+[training]
+global_batch_size = 12
+learning_rate = 3e-3
+warmup_steps = 2
+total_steps = 20
+seed = 5
+eval_batches = 1
+
+[planner]
+)";
+  toml += "pipeline_nstages = " + std::to_string(plan.pipeline) + "\n";
+  toml += "data_parallel_degree = " + std::to_string(plan.data) + "\n";
+  toml += "tensor_parallel_degree = " + std::to_string(plan.tensor) + "\n";
+  toml += "micro_batch_size = " + std::to_string(plan.micro_batch_size) + "\n";
+  toml += "zero_stage = " + std::to_string(plan.zero_stage) + "\n";
+  toml += "zero_ngroups = " + std::to_string(plan.zero_groups) + "\n";
+  toml += "recompute_modules = \"" + plan.recompute_modules + "\"\n";
+  toml += "pipeline_scheduler = \"" + plan.scheduler + "\"\n";
+  toml += "world_size = " + std::to_string(plan.world()) + "\n";
+  return toml;
+}
+
+class ParallelTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    directory_ = new TemporaryDirectory("parallel");
+    std::string corpus;
+    for (int i = 0; i < 300; ++i)
+      // UTF-8 puts bytes >= 128 in the data, so every vocabulary shard of a
+      // tensor-parallel embedding sees tokens.
+      corpus += "sample " + std::to_string(i * 7919 % 1000) + " of a small corpus, line " +
+                std::to_string(i) + " \u00e9t\u00e9 \u65e5\u672c \u00fcber\n";
+    write_file(*directory_ / "corpus.txt", corpus);
+    ASSERT_EQ(run("tokenize --input " + *directory_ / "corpus.txt" + " --output " +
+                  *directory_ / "data")
+                  .exit_code,
+              0);
+  }
+  static void TearDownTestSuite() { delete directory_; }
+
+  // Plans the case, trains kSteps under mpirun, returns the per-step losses.
+  static std::vector<double> train(const PlanCase& plan, const std::string& extra = "",
+                                   CommandResult* result_out = nullptr,
+                                   const std::string& environment = "") {
+    const std::string job = *directory_ / (plan.name + ".toml");
+    const std::string plan_file = *directory_ / (plan.name + ".pplan");
+    const std::string log = *directory_ / (plan.name + ".jsonl");
+    write_file(job, job_toml(plan));
+    CommandResult planned = run("plan --config " + job + " --output " + plan_file);
+    EXPECT_EQ(planned.exit_code, 0) << planned.output;
+    const CommandResult trained = run_command(
+        environment + " " + MPIEXEC + " --oversubscribe -np " + std::to_string(plan.world()) + " " +
+        PARAPLAN_BINARY + " train --plan " + plan_file + " --data " + *directory_ /
+        "data/train.bin" + " --steps " + std::to_string(kSteps) + " --log-json " + log + " " +
+        extra);
+    if (result_out) *result_out = trained;
+    if (environment.empty()) EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    std::vector<double> losses;
+    for (const auto& line : read_json_lines(log)) losses.push_back(line["loss"].get<double>());
+    return losses;
+  }
+
+  static const std::vector<double>& single_rank_losses() {
+    static const std::vector<double> losses = train(PlanCase{.name = "single"});
+    return losses;
+  }
+
+  static void expect_same_losses(const PlanCase& plan) {
+    const std::vector<double>& expected = single_rank_losses();
+    ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
+    const std::vector<double> losses = train(plan);
+    ASSERT_EQ(losses.size(), expected.size()) << plan.name;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], expected[i], kLossTolerance) << plan.name << " step " << i + 1;
+  }
+
+  static TemporaryDirectory* directory_;
+};
+
+TemporaryDirectory* ParallelTraining::directory_ = nullptr;
+
+TEST_F(ParallelTraining, SingleRankLossFalls) {
+  const std::vector<double>& losses = single_rank_losses();
+  ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_NEAR(losses[0], std::log(256.0), 0.1);
+  EXPECT_LT(losses.back(), losses.front() - 0.3);
+}
+
+TEST_F(ParallelTraining, PipelineTwoStages) {
+  expect_same_losses({.name = "pp2", .pipeline = 2, .micro_batch_size = 3});
+}
+
+TEST_F(ParallelTraining, PipelineFourStagesFewerMicroBatchesThanStages) {
+  expect_same_losses({.name = "pp4_m2", .pipeline = 4, .micro_batch_size = 6});
+}
+
+TEST_F(ParallelTraining, PipelineFourStagesManyMicroBatches) {
+  expect_same_losses({.name = "pp4_m12", .pipeline = 4, .micro_batch_size = 1});
+}
+
+TEST_F(ParallelTraining, PipelineGPipe) {
+  expect_same_losses({.name = "pp2_gpipe", .pipeline = 2, .micro_batch_size = 4,
+                      .scheduler = "gpipe"});
+}
+
+TEST_F(ParallelTraining, TensorParallel) {
+  expect_same_losses({.name = "tp2", .tensor = 2, .micro_batch_size = 6});
+}
+
+TEST_F(ParallelTraining, DataParallel) {
+  expect_same_losses({.name = "dp2", .data = 2, .micro_batch_size = 3});
+}
+
+TEST_F(ParallelTraining, ZeroOneOverFourRanksInTwoGroups) {
+  expect_same_losses({.name = "dp4_zero1_g2", .data = 4, .micro_batch_size = 3, .zero_stage = 1,
+                      .zero_groups = 2});
+}
+
+TEST_F(ParallelTraining, PipelineAndTensorParallel) {
+  expect_same_losses({.name = "pp2_tp2", .pipeline = 2, .tensor = 2, .micro_batch_size = 3});
+}
+
+TEST_F(ParallelTraining, PipelineDataZeroMicroBatchesNotAMultipleOfStages) {
+  // dp 2 x m 3 x b 2 = 12; m = 3 is not a multiple of the 2 stages.
+  expect_same_losses({.name = "pp2_dp2_zero1", .pipeline = 2, .data = 2, .micro_batch_size = 2,
+                      .zero_stage = 1});
+}
+
+TEST_F(ParallelTraining, EightRanksEveryDimension) {
+  expect_same_losses({.name = "pp2_dp2_tp2_zero1", .pipeline = 2, .data = 2, .tensor = 2,
+                      .micro_batch_size = 2, .zero_stage = 1});
+}
+
+TEST_F(ParallelTraining, RecomputationIsBitwiseInvisible) {
+  const PlanCase base{.name = "pp2_tp2_none", .pipeline = 2, .tensor = 2, .micro_batch_size = 2};
+  const std::vector<double> none = train(base);
+  PlanCase full = base;
+  full.name = "pp2_tp2_full";
+  full.recompute_modules = "ROOT";
+  PlanCase selective = base;
+  selective.name = "pp2_tp2_selective";
+  selective.recompute_modules = "core_attention";
+  ASSERT_EQ(none.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(train(full), none);
+  EXPECT_EQ(train(selective), none);
+}
+
+TEST_F(ParallelTraining, AWorldOfTheWrongSizeIsRefused) {
+  const PlanCase plan{.name = "pp2_tp2_refused", .pipeline = 2, .tensor = 2,
+                      .micro_batch_size = 3};
+  write_file(*directory_ / "refused.toml", job_toml(plan));
+  ASSERT_EQ(run("plan --config " + *directory_ / "refused.toml" + " --output " +
+                *directory_ / "refused.pplan")
+                .exit_code,
+            0);
+  const CommandResult result = run_command(std::string(MPIEXEC) + " --oversubscribe -np 2 " +
+                                           PARAPLAN_BINARY + " train --plan " +
+                                           *directory_ / "refused.pplan" + " --data " +
+                                           *directory_ / "data/train.bin");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("needs 4 ranks"), std::string::npos) << result.output;
+  // Without mpirun, the same plan is refused too.
+  const CommandResult alone = run("train --plan " + *directory_ / "refused.pplan" + " --data " +
+                                  *directory_ / "data/train.bin");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.output.find("4 ranks"), std::string::npos) << alone.output;
+}
+
+TEST_F(ParallelTraining, AFailingRankEndsTheWholeJob) {
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult result;
+  train({.name = "pp2_tp2_failing", .pipeline = 2, .tensor = 2, .micro_batch_size = 3}, "",
+        &result, "PARAPLAN_FAIL_RANK_AT_STEP=3:2");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("[rank 3] injected failure at step 2"), std::string::npos)
+      << result.output;
+  EXPECT_LT(seconds, 60.0);
+}
+
+TEST_F(ParallelTraining, ResumeUnderAnotherPlanContinuesTheSameRun) {
+  // 3 steps under pp2 x tp2, then steps 4-5 under dp4 with ZeRO-1: the
+  // checkpoint holds whole tensors, so the run goes on as if uninterrupted.
+  const std::string checkpoints = *directory_ / "cross_plan_checkpoints";
+  const PlanCase first{.name = "resume_first_half", .pipeline = 2, .tensor = 2,
+                       .micro_batch_size = 3};
+  write_file(*directory_ / "half.toml", job_toml(first));
+  ASSERT_EQ(run("plan --config " + *directory_ / "half.toml" + " --output " +
+                *directory_ / "half.pplan")
+                .exit_code,
+            0);
+  const CommandResult half = run_command(
+      std::string(MPIEXEC) + " --oversubscribe -np 4 " + PARAPLAN_BINARY + " train --plan " +
+      *directory_ / "half.pplan" + " --data " + *directory_ / "data/train.bin" +
+      " --steps 3 --checkpoint-dir " + checkpoints + " --log-json " + *directory_ / "half.jsonl");
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  const PlanCase second{.name = "resume_dp4_zero1", .data = 4, .micro_batch_size = 3,
+                        .zero_stage = 1};
+  CommandResult resumed;
+  train(second, "--resume --checkpoint-dir " + checkpoints, &resumed);
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  std::vector<double> losses;
+  for (const auto& line : read_json_lines(*directory_ / "half.jsonl"))
+    losses.push_back(line["loss"].get<double>());
+  for (const auto& line : read_json_lines(*directory_ / "resume_dp4_zero1.jsonl"))
+    losses.push_back(line["loss"].get<double>());
+  const std::vector<double>& expected = single_rank_losses();
+  ASSERT_EQ(losses.size(), expected.size());
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], expected[i], kLossTolerance) << "step " << i + 1;
+}
+
+}  // namespace
