@@ -109,6 +109,28 @@ class Ops {
                                      const int32_t* targets, int rows, int vocab,
                                      float loss_scale) = 0;
 
+  // Vocab-parallel softmax + cross-entropy (Megatron style) for tensor
+  // parallelism: logits [rows, vocab_local] hold the columns [vocab_start,
+  // vocab_start + vocab_local) of the whole vocabulary; targets are global ids.
+  // Three steps; the caller all-reduces row_max (max) after step 1, and exp_sum
+  // and target_logit (sum) after step 2. With one shard (vocab_start = 0,
+  // vocab_local = vocab) the steps give the fused op's results.
+  // Step 1: per row, this shard's max logit, and the target's logit when the
+  // target lies in this shard (else 0). Throws std::out_of_range for a negative target.
+  virtual void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+                                         const int32_t* targets, int rows, int vocab_local,
+                                         int vocab_start) = 0;
+  // Step 2: per row, sum over this shard of exp(logit - row_max) (row_max global).
+  virtual void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits,
+                                            const float* row_max, int rows, int vocab_local) = 0;
+  // Step 3: losses[i] = log(exp_sum[i]) + row_max[i] - target_logit[i]; dlogits (may alias
+  // logits, may be null) = (exp(logit - row_max) / exp_sum - onehot) * loss_scale, where
+  // onehot is zero in every shard but the target's (overwritten, like the fused op).
+  virtual void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                          const int32_t* targets, const float* row_max,
+                                          const float* exp_sum, const float* target_logit, int rows,
+                                          int vocab_local, int vocab_start, float loss_scale) = 0;
+
   // ---- optimizer ---------------------------------------------------------------------------
   // One AdamW step (decoupled weight decay, bias-corrected moments) over n elements;
   // step counts from 1.
@@ -120,7 +142,14 @@ class Ops {
 };
 
 // The CPU backend (OpenBLAS sgemm + plain C++). Always available.
-std::unique_ptr<Ops> make_cpu_ops();
+// num_threads sets OpenBLAS's thread count: 0 leaves it alone (OpenBLAS's
+// default, from OPENBLAS_NUM_THREADS or else the core count, unless an earlier
+// call changed it); n > 0 calls openblas_set_num_threads(n), e.g. 1 when
+// several MPI ranks share a machine. The setting is process-wide (OpenBLAS has
+// one thread pool), so it also applies to Ops objects made earlier. Results
+// are bitwise reproducible for a fixed thread count. Throws
+// std::invalid_argument for n < 0.
+std::unique_ptr<Ops> make_cpu_ops(int num_threads = 0);
 
 // The CUDA backend on the given device. Throws std::runtime_error with a clear
 // message when CUDA support was not compiled in or no device is present.

@@ -1,4 +1,5 @@
-// main.cc: the `paraplan` command: tokenize, plan, inspect, train, sample.
+// main.cc: the `paraplan` command: tokenize, plan, inspect, train, launch,
+// sample.
 //
 // Each subcommand is a thin shell over the planner or the runtime. Every
 // failure ends here as one line, "paraplan: error: <message>", and exit
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/launch.h"
 #include "planner/job_config.h"
 #include "planner/planner.h"
 #include "runtime/sampler.h"
@@ -117,6 +119,16 @@ int main(int argc, char** argv) {
   train_command->add_option("--backend", train_options.backend, "cpu or cuda")
       ->capture_default_str();
 
+  LaunchOptions launch_options;
+  CLI::App* launch_command = app.add_subcommand(
+      "launch", "start a plan's ranks with mpirun: paraplan launch --plan P -- train ...");
+  launch_command->add_option("--plan", launch_options.plan_path, "plan file")->required();
+  launch_command->add_option("--hostfile", launch_options.hostfile,
+                             "'host slots=N' lines; without it, this machine");
+  launch_command->add_flag("--dry-run", launch_options.dry_run, "print the command, run nothing");
+  launch_command->add_option("--mpirun", launch_options.mpirun, "the mpirun to use")
+      ->capture_default_str();
+
   SampleOptions sample_options;
   CLI::App* sample_command = app.add_subcommand("sample", "generate text from a checkpoint");
   sample_command
@@ -136,12 +148,24 @@ int main(int argc, char** argv) {
   sample_command->add_option("--backend", sample_options.backend, "cpu or cuda")
       ->capture_default_str();
 
+  // Everything after `--` belongs to the ranks (launch) and is not parsed here.
+  std::vector<std::string> after_separator;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--") continue;
+    after_separator.assign(argv + i + 1, argv + argc);
+    argc = i;
+    break;
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     if (tokenize_command->parsed()) run_tokenize(tokenize);
     if (plan_command->parsed()) run_plan(plan, plan_command->remaining());
     if (inspect_command->parsed()) run_inspect(inspect);
     if (train_command->parsed()) train(train_options);
+    if (launch_command->parsed()) {
+      launch_options.command = after_separator;
+      return run_launch(launch_options);
+    }
     if (sample_command->parsed()) {
       const std::string text = sample_text(sample_options);
       std::cout << sample_options.prompt << text << std::endl;

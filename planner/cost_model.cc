@@ -14,28 +14,45 @@ int element_bytes(schema::DType dtype) {
   return dtype == schema::DType::BFloat16 ? 2 : 4;
 }
 
-int64_t block_parameters(const ModelConfig& model, int tensor_parallel) {
-  const int64_t C = model.d_model, F = model.ffn_size, t = tensor_parallel;
-  const int64_t split = 3 * C * C + 3 * C + C * C + F * C + F + C * F;  // column/row-parallel
+namespace {
+// One tensor-parallel shard of a split tensor, or the whole of a small one.
+int64_t shard(int64_t elements, int64_t tensor_parallel, int64_t replicate_below) {
+  return elements < replicate_below ? elements : elements / tensor_parallel;
+}
+}  // namespace
+
+int64_t block_parameters(const ModelConfig& model, int tensor_parallel, int64_t replicate_below) {
+  const int64_t C = model.d_model, F = model.ffn_size, t = tensor_parallel, r = replicate_below;
+  // Column-parallel c_attn and c_fc (weights and biases), row-parallel attn
+  // c_proj and mlp c_proj weights.
+  const int64_t split = shard(3 * C * C, t, r) + shard(3 * C, t, r) + shard(C * C, t, r) +
+                        shard(F * C, t, r) + shard(F, t, r) + shard(C * F, t, r);
   const int64_t replicated = 4 * C + 2 * C;  // ln_1, ln_2, the two row-parallel biases
-  return split / t + replicated;
+  return split + replicated;
 }
 
-int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel) {
+int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel,
+                             int64_t replicate_below) {
   const int64_t C = model.d_model;
-  return int64_t{model.vocab_size} * C / tensor_parallel + int64_t{model.seq_len} * C;
+  return shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) +
+         int64_t{model.seq_len} * C;
 }
 
-int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel) {
+int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel,
+                        int64_t replicate_below) {
   const int64_t C = model.d_model;
   const bool own_weight = !model.tied_embeddings || !stage_has_embedding;
-  return 2 * C + (own_weight ? int64_t{model.vocab_size} * C / tensor_parallel : 0);
+  return 2 * C +
+         (own_weight ? shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) : 0);
 }
 
-int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int tensor_parallel) {
-  int64_t total = int64_t{stage.num_layers} * block_parameters(model, tensor_parallel);
-  if (stage.has_embedding) total += embedding_parameters(model, tensor_parallel);
-  if (stage.has_head) total += head_parameters(model, stage.has_embedding, tensor_parallel);
+int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int tensor_parallel,
+                         int64_t replicate_below) {
+  int64_t total =
+      int64_t{stage.num_layers} * block_parameters(model, tensor_parallel, replicate_below);
+  if (stage.has_embedding) total += embedding_parameters(model, tensor_parallel, replicate_below);
+  if (stage.has_head)
+    total += head_parameters(model, stage.has_embedding, tensor_parallel, replicate_below);
   return total;
 }
 
@@ -79,19 +96,40 @@ double block_backward_flops(const ModelConfig& model, int micro_batch_size,
   }
 }
 
-StageFlops stage_flops(const ModelConfig& model, const StageLayout& stage, int micro_batch_size) {
-  StageFlops flops;
+RecomputeCounts count_recompute(const StageLayout& stage) {
+  RecomputeCounts counts;
   for (int i = 0; i < stage.num_layers; ++i) {
     const RecomputeMode mode =
         i < static_cast<int>(stage.recompute.size()) ? stage.recompute[i] : RecomputeMode::None;
-    flops.forward += block_forward_flops(model, micro_batch_size);
-    flops.backward += block_backward_flops(model, micro_batch_size, mode);
+    if (mode == RecomputeMode::Full) {
+      ++counts.full;
+    } else if (mode == RecomputeMode::Selective) {
+      ++counts.selective;
+    } else {
+      ++counts.none;
+    }
   }
-  if (stage.has_head) {
+  return counts;
+}
+
+StageFlops stage_flops(const ModelConfig& model, const RecomputeCounts& counts, bool has_head,
+                       int micro_batch_size) {
+  StageFlops flops;
+  const double block = block_forward_flops(model, micro_batch_size);
+  flops.forward = counts.layers() * block;
+  flops.backward =
+      counts.none * block_backward_flops(model, micro_batch_size, RecomputeMode::None) +
+      counts.selective * block_backward_flops(model, micro_batch_size, RecomputeMode::Selective) +
+      counts.full * block_backward_flops(model, micro_batch_size, RecomputeMode::Full);
+  if (has_head) {
     flops.forward += head_forward_flops(model, micro_batch_size);
     flops.backward += 2 * head_forward_flops(model, micro_batch_size);
   }
   return flops;
+}
+
+StageFlops stage_flops(const ModelConfig& model, const StageLayout& stage, int micro_batch_size) {
+  return stage_flops(model, count_recompute(stage), stage.has_head, micro_batch_size);
 }
 
 double model_flops_per_step(const ModelConfig& model, int global_batch_size) {
@@ -181,30 +219,41 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                              const StageLayout& stage, int pipeline_rank,
                              const ParallelShape& shape, int micro_batch_size,
                              int num_micro_batches) {
+  return stage_memory(model, options, count_recompute(stage), stage.has_embedding, stage.has_head,
+                      pipeline_rank, shape, micro_batch_size, num_micro_batches);
+}
+
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const RecomputeCounts& counts, bool has_embedding, bool has_head,
+                             int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches) {
   const int t = shape.tensor_parallel;
   const int zero_shards =
       options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
-  const ModelStateMemory state = model_state_memory(
-      static_cast<double>(stage_parameters(model, stage, t)), element_bytes(model.dtype),
-      options.opt_resident_coef, options.opt_transient_coef, zero_shards);
+  const StageLayout layout{0, counts.layers(), has_embedding, has_head, {}};
+  const ModelStateMemory state =
+      model_state_memory(static_cast<double>(stage_parameters(
+                             model, layout, t, options.ignore_small_tensor_threshold)),
+                         element_bytes(model.dtype), options.opt_resident_coef,
+                         options.opt_transient_coef, zero_shards);
 
-  double per_micro_batch = 0, recompute_working_set = 0;
-  for (int i = 0; i < stage.num_layers; ++i) {
-    const RecomputeMode mode =
-        i < static_cast<int>(stage.recompute.size()) ? stage.recompute[i] : RecomputeMode::None;
-    const double kept = block_activation_bytes(model, micro_batch_size, mode, t);
-    per_micro_batch += kept;
-    // Backward of a recomputed layer rebuilds what it dropped, one layer at a time.
-    recompute_working_set =
-        std::max(recompute_working_set,
-                 block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t) - kept);
-  }
-  if (stage.has_embedding) per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
-  if (stage.has_head) per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
+  // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
+  const int64_t kept_none = block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t);
+  const int64_t kept_selective =
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::Selective, t);
+  const int64_t kept_full = block_activation_bytes(model, micro_batch_size, RecomputeMode::Full, t);
+  int64_t per_micro_batch =
+      counts.none * kept_none + counts.selective * kept_selective + counts.full * kept_full;
+  // Backward of a recomputed layer rebuilds what it dropped, one layer at a time.
+  const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
+                                        : counts.selective > 0 ? kept_none - kept_selective
+                                                               : 0;
+  if (has_embedding) per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
+  if (has_head) per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
   const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
                                                 shape.pipeline_stages, num_micro_batches);
 
-  std::vector<int64_t> outputs = op_output_bytes(model, stage, micro_batch_size, t);
+  std::vector<int64_t> outputs = op_output_bytes(model, layout, micro_batch_size, t);
   std::sort(outputs.begin(), outputs.end(), std::greater<>());
   const double largest_two =
       (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0);
@@ -217,15 +266,16 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
     memory.gradients = round_up(state.gradients, g);
     memory.optimizer_state = round_up(state.optimizer_state, g);
     memory.optimizer_transient = round_up(state.optimizer_transient, g);
-    memory.activations = round_up(in_flight * per_micro_batch + recompute_working_set, g);
+    memory.activations =
+        round_up(static_cast<double>(in_flight * per_micro_batch + recompute_working_set), g);
   }
   return memory;
 }
 
 StageTime stage_compute_time(const ModelConfig& model, const StageLayout& stage,
-                             int micro_batch_size, double peak_flops) {
+                             int micro_batch_size, double peak_flops, int tensor_parallel) {
   const StageFlops flops = stage_flops(model, stage, micro_batch_size);
-  const double rate = peak_flops * kComputeEfficiency;
+  const double rate = peak_flops * kComputeEfficiency * tensor_parallel;
   return {flops.forward / rate, flops.backward / rate};
 }
 

@@ -49,14 +49,19 @@ struct StageLayout {
 int element_bytes(schema::DType dtype);
 
 // Parameters held by one device of one tensor-parallel group (t = 1: all).
-int64_t block_parameters(const ModelConfig& model, int tensor_parallel = 1);
-int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel = 1);  // wte + wpe
+// replicate_below is [planner] ignore_small_tensor_threshold: a tensor the
+// Megatron layout would split but with fewer elements than this stays whole on
+// every device of the group (the default 1 splits everything).
+int64_t block_parameters(const ModelConfig& model, int tensor_parallel = 1,
+                         int64_t replicate_below = 1);
+int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel = 1,
+                             int64_t replicate_below = 1);  // wte + wpe
 // ln_f plus the head weight when the stage needs its own (untied, or tied but on a
 // stage without the embedding).
-int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding,
-                        int tensor_parallel = 1);
+int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel = 1,
+                        int64_t replicate_below = 1);
 int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage,
-                         int tensor_parallel = 1);
+                         int tensor_parallel = 1, int64_t replicate_below = 1);
 // The whole model, tied head counted once.
 int64_t model_parameters(const ModelConfig& model);
 
@@ -68,11 +73,22 @@ double head_forward_flops(const ModelConfig& model, int micro_batch_size);
 double block_backward_flops(const ModelConfig& model, int micro_batch_size,
                             schema::RecomputeMode recompute);
 
+// How many of a stage's layers use each recompute mode. Blocks are identical in
+// cost, so a stage's memory and time depend on these counts, not on the order.
+struct RecomputeCounts {
+  int none = 0, selective = 0, full = 0;
+  int layers() const { return none + selective + full; }
+  bool operator==(const RecomputeCounts&) const = default;
+};
+RecomputeCounts count_recompute(const StageLayout& stage);
+
 struct StageFlops {
   double forward = 0;   // per micro-batch
   double backward = 0;  // per micro-batch, including recomputation
 };
 StageFlops stage_flops(const ModelConfig& model, const StageLayout& stage, int micro_batch_size);
+StageFlops stage_flops(const ModelConfig& model, const RecomputeCounts& counts, bool has_head,
+                       int micro_batch_size);
 
 // Model FLOPs (forward + backward, no recomputation) of one training step over
 // global_batch_size sequences: the numerator of MFU.
@@ -130,13 +146,19 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                              const StageLayout& stage, int pipeline_rank,
                              const ParallelShape& shape, int micro_batch_size,
                              int num_micro_batches);
+// The same from recompute counts (stage_memory counts, then calls this).
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const RecomputeCounts& counts, bool has_embedding, bool has_head,
+                             int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches);
 
 struct StageTime {
   double forward_seconds = 0;   // per micro-batch
   double backward_seconds = 0;  // per micro-batch, including recomputation
 };
+// Per device of a tensor-parallel group: the FLOPs split t ways.
 StageTime stage_compute_time(const ModelConfig& model, const StageLayout& stage,
-                             int micro_batch_size, double peak_flops);
+                             int micro_batch_size, double peak_flops, int tensor_parallel = 1);
 
 double optimizer_step_seconds(int64_t parameters, double peak_flops);
 

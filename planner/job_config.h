@@ -21,7 +21,7 @@
 // same quantity under two names; when either is set explicitly it fixes the micro-
 // batch size (both set and different is an error). [planner] update_freq (the
 // micro-batch count per replica), when set explicitly, fixes the count instead.
-// Whatever is left unset the planner chooses (see single_rank_planner.h).
+// Whatever is left unset the search chooses (see search_space.h).
 #pragma once
 
 #include <toml++/toml.h>

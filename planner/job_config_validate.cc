@@ -121,7 +121,9 @@ void validate_job_config(const JobConfig& c) {
   require_at_least(c, "planner", "mesh_row", p.mesh_row, 1, "nodes");
   require_at_least(c, "planner", "mesh_col", p.mesh_col, 1, "devices per node");
   require_at_least(c, "planner", "world_size", p.world_size, 1);
-  if (p.world_size % (static_cast<int64_t>(p.mesh_row) * p.mesh_col) != 0)
+  // An unset world_size takes mesh_row x mesh_col (planner/search_space.h).
+  if (c.was_set("planner.world_size") &&
+      p.world_size % (static_cast<int64_t>(p.mesh_row) * p.mesh_col) != 0)
     fail(c, "[planner] world_size",
          std::string("(") + std::to_string(p.world_size) +
              ") must be a multiple of mesh_row x mesh_col (" + std::to_string(p.mesh_row) + " x " +

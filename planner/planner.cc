@@ -1,13 +1,39 @@
-// planner.cc: plan_job(). For now one rank; the search replaces this.
+// planner.cc: plan_job(), the front door: load or search, write, report.
 #include "planner/planner.h"
 
-#include "planner/single_rank_planner.h"
+#include <stdexcept>
+
+#include "planner/plan_report.h"
+#include "planner/plan_reuse.h"
+#include "planner/plan_writer.h"
+#include "planner/profile.h"
+#include "planner/search.h"
+#include "schema/plan_io.h"
 
 namespace paraplan {
 
 PlanOutcome plan_job(const JobConfig& config) {
+  validate_job_config(config);
+  const std::optional<MeasuredProfile> profile = load_measured_profile(config);
+  const MeasuredProfile* profile_pointer = profile ? &*profile : nullptr;
   PlanOutcome outcome;
-  outcome.plan = build_single_rank_plan(config);
+  if (!config.planner.load_plan_path.empty()) {
+    ReusedPlan reused = reuse_plan(config, profile_pointer);
+    outcome.plan = std::move(reused.plan);
+    outcome.report = format_reuse_report(config, reused);
+    outcome.differences = std::move(reused.differences);
+    outcome.reused = true;
+    if (!config.planner.save_plan_path.empty())
+      write_plan(config.planner.save_plan_path, outcome.plan.data(), outcome.plan.size());
+    return outcome;
+  }
+  SearchResult result = search_plans(config, profile_pointer);
+  outcome.plan = serialize_plan(config, result.ranked.front());
+  // The plan goes through the same door the runtime uses.
+  load_plan_from_bytes("planned", outcome.plan);
+  outcome.report = format_search_report(config, result, profile_pointer);
+  if (!config.planner.save_plan_path.empty())
+    write_plan(config.planner.save_plan_path, outcome.plan.data(), outcome.plan.size());
   return outcome;
 }
 

@@ -2,7 +2,9 @@
 //
 // plan_job() takes a parsed job (model, training, cluster, planner options)
 // and returns the chosen plan as a finished FlatBuffer plus a report for
-// people: the chosen plan and the runners-up with why they lost. It never runs
+// people: the chosen plan and the runners-up with why they lost. With
+// load_plan_path it reuses that plan instead (plan_reuse.h); with
+// save_plan_path it also writes the plan there. It never runs
 // anything (no MPI, no CUDA). Throws std::runtime_error naming the file, the
 // field and the binding constraint when no plan is feasible.
 #pragma once
@@ -18,6 +20,11 @@ namespace paraplan {
 struct PlanOutcome {
   std::vector<uint8_t> plan;  // the best plan (schema/plan.fbs), identifier PPLN
   std::string report;         // human-readable: the top-k table and reasons
+  // load_plan_path: the plan was reused rather than searched, and how the
+  // current job differs from the one it was made for ("model.d_model: plan 768,
+  // now 1024"); see plan_reuse.h.
+  bool reused = false;
+  std::vector<std::string> differences;
 };
 
 PlanOutcome plan_job(const JobConfig& config);

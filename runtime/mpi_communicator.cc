@@ -287,54 +287,76 @@ void MpiPeerToPeer::send_receive(const float* send, size_t send_count, int send_
   const auto messages = [&](size_t count) {
     return std::max<size_t>(1, (count + max_elements_per_message_ - 1) / max_elements_per_message_);
   };
-  std::vector<MPI_Request> requests;
-  std::vector<size_t> expected;  // elements of each receive, in request order
-  if (receive_from >= 0) {
-    for (size_t k = 0, n = messages(receive_count); k < n; ++k) {
-      const size_t offset = k * max_elements_per_message_;
-      const size_t length = std::min(max_elements_per_message_, receive_count - offset);
-      requests.emplace_back();
-      expected.push_back(length);
-      PARAPLAN_MPI_CHECK("peers", "irecv from world rank " + std::to_string(receive_from),
-                         MPI_Irecv(receive + offset, static_cast<int>(length), MPI_FLOAT,
-                                   receive_from, kPeerTag, comm_, &requests.back()));
-    }
-  }
-  const size_t receives = requests.size();
-  if (send_to >= 0) {
-    for (size_t k = 0, n = messages(send_count); k < n; ++k) {
-      const size_t offset = k * max_elements_per_message_;
-      const size_t length = std::min(max_elements_per_message_, send_count - offset);
-      requests.emplace_back();
-      PARAPLAN_MPI_CHECK("peers", "isend to world rank " + std::to_string(send_to),
-                         MPI_Isend(send + offset, static_cast<int>(length), MPI_FLOAT, send_to,
-                                   kPeerTag, comm_, &requests.back()));
-    }
-  }
-  if (requests.empty()) return;
-  std::vector<MPI_Status> statuses(requests.size());
-  const int status =
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data());
   const std::string transfer = "send_receive (send " + std::to_string(send_count) +
                                " floats to world rank " + std::to_string(send_to) + ", receive " +
                                std::to_string(receive_count) + " floats from world rank " +
                                std::to_string(receive_from) + ")";
-  if (status == MPI_ERR_IN_STATUS) {
-    for (const MPI_Status& each : statuses) {
-      if (each.MPI_ERROR != MPI_SUCCESS && each.MPI_ERROR != MPI_ERR_PENDING)
-        throw_mpi_error("peers", transfer, each.MPI_ERROR);
+  // Sends are posted first and complete in the background, so two neighbours
+  // that send to each other both have their sends in flight before either
+  // waits for its receive.
+  std::vector<MPI_Request> sends;
+  if (send_to >= 0) {
+    for (size_t k = 0, n = messages(send_count); k < n; ++k) {
+      const size_t offset = k * max_elements_per_message_;
+      const size_t length = std::min(max_elements_per_message_, send_count - offset);
+      sends.emplace_back();
+      PARAPLAN_MPI_CHECK("peers", transfer + " isend",
+                         MPI_Isend(send + offset, static_cast<int>(length), MPI_FLOAT, send_to,
+                                   kPeerTag, comm_, &sends.back()));
     }
   }
-  PARAPLAN_MPI_CHECK("peers", transfer, status);
-  for (size_t k = 0; k < receives; ++k) {
-    int received = 0;
-    PARAPLAN_MPI_CHECK("peers", transfer, MPI_Get_count(&statuses[k], MPI_FLOAT, &received));
-    if (static_cast<size_t>(received) != expected[k])
-      throw std::runtime_error("MPI " + transfer + " on group 'peers': expected " +
-                               std::to_string(expected[k]) + " floats from world rank " +
-                               std::to_string(receive_from) + " but received " +
-                               std::to_string(received) + "; both sides must agree on the count");
+  // Each receive first matches its message (MPI_Mprobe) and checks its length,
+  // then receives it (MPI_Mrecv) into the buffer. A message of another length
+  // is received into a scratch buffer and reported: a plain MPI_Irecv would
+  // truncate it, and Open MPI 4.1 can hang on a truncated receive when MPI was
+  // initialised with threads.
+  std::string mismatch;
+  if (receive_from >= 0) {
+    for (size_t k = 0, n = messages(receive_count); k < n && mismatch.empty(); ++k) {
+      const size_t offset = k * max_elements_per_message_;
+      const size_t length = std::min(max_elements_per_message_, receive_count - offset);
+      MPI_Message message = MPI_MESSAGE_NULL;
+      MPI_Status status;
+      PARAPLAN_MPI_CHECK("peers", transfer + " mprobe",
+                         MPI_Mprobe(receive_from, kPeerTag, comm_, &message, &status));
+      MPI_Count bytes = 0;
+      PARAPLAN_MPI_CHECK("peers", transfer + " get_elements",
+                         MPI_Get_elements_x(&status, MPI_BYTE, &bytes));
+      if (static_cast<size_t>(bytes) == length * sizeof(float)) {
+        PARAPLAN_MPI_CHECK("peers", transfer + " mrecv",
+                           MPI_Mrecv(receive + offset, static_cast<int>(length), MPI_FLOAT,
+                                     &message, MPI_STATUS_IGNORE));
+        continue;
+      }
+      if (bytes > INT_MAX)
+        throw std::runtime_error("MPI " + transfer + " on group 'peers': expected " +
+                                 std::to_string(length) + " floats from world rank " +
+                                 std::to_string(receive_from) + " but the message has " +
+                                 std::to_string(static_cast<long long>(bytes)) + " bytes");
+      std::vector<char> scratch(static_cast<size_t>(bytes));
+      PARAPLAN_MPI_CHECK("peers", transfer + " mrecv",
+                         MPI_Mrecv(scratch.data(), static_cast<int>(bytes), MPI_BYTE, &message,
+                                   MPI_STATUS_IGNORE));
+      mismatch = "expected " + std::to_string(length) + " floats from world rank " +
+                 std::to_string(receive_from) + " but received " +
+                 std::to_string(static_cast<size_t>(bytes) / sizeof(float)) +
+                 (bytes % sizeof(float) ? " and a part" : "") +
+                 "; both sides must agree on the count";
+    }
   }
+  if (!sends.empty()) {
+    std::vector<MPI_Status> statuses(sends.size());
+    const int status = MPI_Waitall(static_cast<int>(sends.size()), sends.data(), statuses.data());
+    if (status == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& each : statuses) {
+        if (each.MPI_ERROR != MPI_SUCCESS && each.MPI_ERROR != MPI_ERR_PENDING)
+          throw_mpi_error("peers", transfer + " waitall", each.MPI_ERROR);
+      }
+    }
+    PARAPLAN_MPI_CHECK("peers", transfer + " waitall", status);
+  }
+  if (!mismatch.empty())
+    throw std::runtime_error("MPI " + transfer + " on group 'peers': " + mismatch);
 }
 
 // ---------------------------------------------------------------- process groups

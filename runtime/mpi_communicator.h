@@ -81,9 +81,10 @@ class MpiPeerToPeer : public PeerToPeer {
   MpiPeerToPeer(const MpiPeerToPeer&) = delete;
   MpiPeerToPeer& operator=(const MpiPeerToPeer&) = delete;
 
-  // Posts the receive and the send at once (MPI_Irecv + MPI_Isend) and waits
-  // for both. Throws if a peer is outside the world or the message received is
-  // shorter than receive_count.
+  // Posts the send (MPI_Isend), then matches and receives the incoming message
+  // (MPI_Mprobe + MPI_Mrecv, which checks its length before receiving it), then
+  // waits for the send. Throws if a peer is outside the world or the message
+  // received is not receive_count floats.
   void send_receive(const float* send, size_t send_count, int send_to, float* receive,
                     size_t receive_count, int receive_from) override;
 

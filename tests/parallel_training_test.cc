@@ -104,11 +104,11 @@ class ParallelTraining : public ::testing::Test {
     write_file(job, job_toml(plan));
     CommandResult planned = run("plan --config " + job + " --output " + plan_file);
     EXPECT_EQ(planned.exit_code, 0) << planned.output;
+    // Started as users start it: `paraplan launch` builds the mpirun command.
     const CommandResult trained = run_command(
-        environment + " " + MPIEXEC + " --oversubscribe -np " + std::to_string(plan.world()) + " " +
-        PARAPLAN_BINARY + " train --plan " + plan_file + " --data " + *directory_ /
-        "data/train.bin" + " --steps " + std::to_string(kSteps) + " --log-json " + log + " " +
-        extra);
+        environment + " " + PARAPLAN_BINARY + " launch --plan " + plan_file + " -- train --data " +
+        *directory_ / "data/train.bin" + " --steps " + std::to_string(kSteps) + " --log-json " +
+        log + " " + extra);
     if (result_out) *result_out = trained;
     if (environment.empty()) EXPECT_EQ(trained.exit_code, 0) << trained.output;
     std::vector<double> losses;

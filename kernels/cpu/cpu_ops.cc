@@ -1,7 +1,10 @@
 // cpu_ops.cc: the CPU backend of the op set in kernels/ops.h.
 //
-// GEMMs (linear forward/backward) go through OpenBLAS cblas_sgemm; everything
-// else is plain single-threaded C++ in the style of llm.c's train_gpt2.c.
+// GEMMs (linear, and the products inside attention) go through OpenBLAS
+// cblas_sgemm; everything else is plain single-threaded C++ in the style of
+// llm.c's train_gpt2.c, written so that GCC vectorizes the inner loops.
+// Attention lives in cpu_attention.cc, cross-entropy in cpu_loss.cc, shared
+// helpers in cpu_kernels.h.
 // Shape letters used throughout (documented once here):
 //   B = batch, T = sequence length, C = channels (d_model, or H * D),
 //   H = attention heads, D = head dimension, V = vocabulary size.
@@ -21,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
@@ -231,23 +235,32 @@ class CpuOps final : public Ops {
 
   // ---- elementwise -----------------------------------------------------------------------
 
+  // GPT-2's GELU is 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). With
+  // 1 + tanh(u) = 2 / (1 + exp(-2u)) it is x * sigmoid(2u): one exp_approx, which
+  // vectorizes, instead of a scalar tanhf call, and no cancellation in 1 + tanh
+  // for negative u. exp(-2u) saturating for very negative x gives -0 or a tiny
+  // value, as tanh = -1 does.
   void gelu_forward(float* out, const float* inp, size_t n) override {
     for (size_t i = 0; i < n; i++) {
-      float x = inp[i];
-      float cube = kGeluCubic * x * x * x;
-      out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+      const float x = inp[i];
+      const float cube = kGeluCubic * x * x * x;
+      const float u = kGeluScale * (x + cube);
+      out[i] = x / (1.0f + cpu::exp_approx(-2.0f * u));
     }
   }
 
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
     for (size_t i = 0; i < n; i++) {
-      float x = inp[i];
-      float cube = kGeluCubic * x * x * x;
-      float tanh_arg = kGeluScale * (x + cube);
-      float tanh_out = std::tanh(tanh_arg);
-      float sech_squared = 1.0f - tanh_out * tanh_out;
-      float local_grad = 0.5f * (1.0f + tanh_out) +
-                         x * 0.5f * sech_squared * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+      const float x = inp[i];
+      const float cube = kGeluCubic * x * x * x;
+      const float u = kGeluScale * (x + cube);
+      const float e = cpu::exp_approx(-2.0f * u);
+      const float s = 1.0f / (1.0f + e);  // (1 + tanh u) / 2
+      // sech^2 u = 1 - tanh^2 u = 4 s (1 - s), and 1 - s = e s exactly in real
+      // arithmetic, which avoids cancellation as s -> 1.
+      const float half_sech_squared = 2.0f * e * s * s;
+      const float local_grad =
+          s + x * half_sech_squared * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
       dinp[i] += local_grad * dout[i];
     }
   }
@@ -264,153 +277,45 @@ class CpuOps final : public Ops {
     for (size_t i = 0; i < n; i++) x[i] *= factor;
   }
 
-  // ---- attention -------------------------------------------------------------------------
-  // qkv row (b, t) holds C3 = 3 * C floats: query heads, key heads, value heads,
-  // each head D contiguous floats, C = H * D.
+  // ---- attention (cpu_attention.cc) ---------------------------------------------------------
 
   void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
                          int num_heads, int head_dim) override {
-    const size_t C = static_cast<size_t>(num_heads) * head_dim;
-    const size_t C3 = 3 * C;
-    const size_t T = seq_len;
-    const float attention_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    for (int b = 0; b < batch; b++) {
-      for (int h = 0; h < num_heads; h++) {
-        const float* qkv_bh = qkv + b * T * C3 + static_cast<size_t>(h) * head_dim;
-        float* att_bh = att + (static_cast<size_t>(b) * num_heads + h) * T * T;
-        for (size_t t = 0; t < T; t++) {
-          const float* query = qkv_bh + t * C3;
-          float* att_row = att_bh + t * T;
-          // Scaled scores against keys 0..t (causal), tracking the max for a
-          // numerically stable softmax.
-          float max_score = -INFINITY;
-          for (size_t t2 = 0; t2 <= t; t2++) {
-            const float* key = qkv_bh + t2 * C3 + C;
-            float dot = 0.0f;
-            for (int d = 0; d < head_dim; d++) dot += query[d] * key[d];
-            dot *= attention_scale;
-            att_row[t2] = dot;
-            if (dot > max_score) max_score = dot;
-          }
-          float exp_sum = 0.0f;
-          for (size_t t2 = 0; t2 <= t; t2++) {
-            float e = std::exp(att_row[t2] - max_score);
-            att_row[t2] = e;
-            exp_sum += e;
-          }
-          float exp_sum_inverse = 1.0f / exp_sum;
-          for (size_t t2 = 0; t2 <= t; t2++) att_row[t2] *= exp_sum_inverse;
-          for (size_t t2 = t + 1; t2 < T; t2++) att_row[t2] = 0.0f;  // masked
-          // out = att_row @ values
-          float* out_bth = out + (b * T + t) * C + static_cast<size_t>(h) * head_dim;
-          for (int d = 0; d < head_dim; d++) out_bth[d] = 0.0f;
-          for (size_t t2 = 0; t2 <= t; t2++) {
-            const float* value = qkv_bh + t2 * C3 + 2 * C;
-            float a = att_row[t2];
-            for (int d = 0; d < head_dim; d++) out_bth[d] += a * value[d];
-          }
-        }
-      }
-    }
+    cpu::attention_forward(out, att, qkv, batch, seq_len, num_heads, head_dim);
   }
 
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                           const float* att, int batch, int seq_len, int num_heads,
                           int head_dim) override {
-    const size_t C = static_cast<size_t>(num_heads) * head_dim;
-    const size_t C3 = 3 * C;
-    const size_t T = seq_len;
-    const float attention_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    for (int b = 0; b < batch; b++) {
-      for (int h = 0; h < num_heads; h++) {
-        const size_t head_offset = static_cast<size_t>(h) * head_dim;
-        const float* qkv_bh = qkv + b * T * C3 + head_offset;
-        float* dqkv_bh = dqkv + b * T * C3 + head_offset;
-        const float* att_bh = att + (static_cast<size_t>(b) * num_heads + h) * T * T;
-        float* scratch_bh = scratch + (static_cast<size_t>(b) * num_heads + h) * T * T;
-        for (size_t t = 0; t < T; t++) {
-          const float* att_row = att_bh + t * T;
-          const float* dout_bth = dout + (b * T + t) * C + head_offset;
-          // The scratch row first holds datt (gradient of the probabilities),
-          // then, in place, dpreatt (gradient of the scaled scores).
-          float* datt_row = scratch_bh + t * T;
-          // Backward of out = att_row @ values.
-          for (size_t t2 = 0; t2 <= t; t2++) {
-            const float* value = qkv_bh + t2 * C3 + 2 * C;
-            float* dvalue = dqkv_bh + t2 * C3 + 2 * C;
-            float a = att_row[t2];
-            float datt = 0.0f;
-            for (int d = 0; d < head_dim; d++) {
-              datt += value[d] * dout_bth[d];
-              dvalue[d] += a * dout_bth[d];
-            }
-            datt_row[t2] = datt;
-          }
-          // Softmax backward: dpreatt = att * (datt - sum(att * datt)); this is
-          // llm.c's O(T^2) double loop written in O(T).
-          float weighted_datt = 0.0f;
-          for (size_t t2 = 0; t2 <= t; t2++) weighted_datt += att_row[t2] * datt_row[t2];
-          float* dpreatt_row = datt_row;
-          for (size_t t2 = 0; t2 <= t; t2++) {
-            dpreatt_row[t2] = att_row[t2] * (datt_row[t2] - weighted_datt);
-          }
-          for (size_t t2 = t + 1; t2 < T; t2++) dpreatt_row[t2] = 0.0f;
-          // Backward of the scaled scores query . key * attention_scale.
-          const float* query = qkv_bh + t * C3;
-          float* dquery = dqkv_bh + t * C3;
-          for (size_t t2 = 0; t2 <= t; t2++) {
-            const float* key = qkv_bh + t2 * C3 + C;
-            float* dkey = dqkv_bh + t2 * C3 + C;
-            float g = dpreatt_row[t2] * attention_scale;
-            for (int d = 0; d < head_dim; d++) {
-              dquery[d] += key[d] * g;
-              dkey[d] += query[d] * g;
-            }
-          }
-        }
-      }
-    }
+    cpu::attention_backward(dqkv, scratch, dout, qkv, att, batch, seq_len, num_heads, head_dim);
   }
 
-  // ---- loss ------------------------------------------------------------------------------
+  // ---- loss (cpu_loss.cc) -------------------------------------------------------------------
 
   void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                              const int32_t* targets, int rows, int vocab,
                              float loss_scale) override {
-    for (int r = 0; r < rows; r++) {
-      const float* logit_row = logits + static_cast<size_t>(r) * vocab;
-      int target = targets[r];
-      if (target < 0 || target >= vocab) {
-        throw std::out_of_range("softmax_cross_entropy: target " + std::to_string(target) +
-                                " in row " + std::to_string(r) + " is outside the vocabulary [0, " +
-                                std::to_string(vocab) + ")");
-      }
-      float max_logit = -INFINITY;
-      for (int v = 0; v < vocab; v++) {
-        if (logit_row[v] > max_logit) max_logit = logit_row[v];
-      }
-      // Read the target logit before dlogits (which may alias logits) is written.
-      float target_shifted = logit_row[target] - max_logit;
-      float exp_sum = 0.0f;
-      if (dlogits == nullptr) {
-        for (int v = 0; v < vocab; v++) exp_sum += std::exp(logit_row[v] - max_logit);
-      } else {
-        // Store the unnormalised probabilities in dlogits so each exp is computed
-        // once; with aliasing, each element is read before it is overwritten.
-        float* dlogit_row = dlogits + static_cast<size_t>(r) * vocab;
-        for (int v = 0; v < vocab; v++) {
-          float e = std::exp(logit_row[v] - max_logit);
-          dlogit_row[v] = e;
-          exp_sum += e;
-        }
-        float probability_scale = loss_scale / exp_sum;
-        for (int v = 0; v < vocab; v++) dlogit_row[v] *= probability_scale;
-        dlogit_row[target] -= loss_scale;
-      }
-      // -log(exp(shifted target) / exp_sum), without forming the probability,
-      // so a tiny probability does not underflow to log(0).
-      losses[r] = std::log(exp_sum) - target_shifted;
-    }
+    cpu::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale);
+  }
+
+  void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+                                 const int32_t* targets, int rows, int vocab_local,
+                                 int vocab_start) override {
+    cpu::cross_entropy_shard_stats(row_max, target_logit, logits, targets, rows, vocab_local,
+                                   vocab_start);
+  }
+
+  void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
+                                    int rows, int vocab_local) override {
+    cpu::cross_entropy_shard_exp_sums(exp_sum, logits, row_max, rows, vocab_local);
+  }
+
+  void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                  const int32_t* targets, const float* row_max,
+                                  const float* exp_sum, const float* target_logit, int rows,
+                                  int vocab_local, int vocab_start, float loss_scale) override {
+    cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,
+                                    target_logit, rows, vocab_local, vocab_start, loss_scale);
   }
 
   // ---- optimizer ---------------------------------------------------------------------------
@@ -445,7 +350,15 @@ class CpuOps final : public Ops {
   }
 };
 
-std::unique_ptr<Ops> make_cpu_ops() {
+std::unique_ptr<Ops> make_cpu_ops(int num_threads) {
+  if (num_threads < 0) {
+    throw std::invalid_argument(
+        "make_cpu_ops: num_threads must be >= 0 (0 keeps OpenBLAS's "
+        "default), got " +
+        std::to_string(num_threads));
+  }
+  // A process-wide OpenBLAS setting, not one per Ops object.
+  if (num_threads > 0) openblas_set_num_threads(num_threads);
   return std::make_unique<CpuOps>();
 }
 

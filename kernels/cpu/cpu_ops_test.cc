@@ -2,8 +2,10 @@
 // of kernels/ops.h: memory ops, embedding lookups (including a vocab range),
 // layer norm, linear, GELU, attention (T = 1, causal mask), cross-entropy
 // (uniform logits, stability, aliasing), AdamW against a hand computation,
-// sum_of_squares, and bitwise determinism of a small forward + backward pass.
+// sum_of_squares, bitwise determinism of a small forward + backward pass, and
+// the OpenBLAS thread count of make_cpu_ops(num_threads).
 // Gradients are checked against finite differences in cpu_ops_gradcheck_test.cc.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -442,6 +444,22 @@ TEST_F(CpuOpsTest, ForwardBackwardIsBitwiseDeterministic) {
   ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
   for (float value : first) ASSERT_TRUE(std::isfinite(value));
+}
+
+TEST_F(CpuOpsTest, MakeCpuOpsSetsTheOpenBlasThreadCount) {
+  const int before = openblas_get_num_threads();
+  EXPECT_THROW(make_cpu_ops(-1), std::invalid_argument);
+  auto single = make_cpu_ops(1);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  make_cpu_ops(0);  // 0 leaves the setting alone
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  const std::vector<float> first = run_tiny_model(*single);
+  const std::vector<float> second = run_tiny_model(*make_cpu_ops(1));
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+  make_cpu_ops(2);
+  EXPECT_EQ(openblas_get_num_threads(), 2);
+  openblas_set_num_threads(before);  // the setting is process-wide
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
-// single_rank_planner_test.cc: recompute module matching, micro-batch choice,
-// rejections, and the serialized plan (round trip and validate_plan).
-#include "planner/single_rank_planner.h"
-
+// world_one_plan_test.cc: plans for one device (what the single-rank planner
+// did before the search): recompute module matching, micro-batch choice,
+// memory errors and the serialized plan (round trip and validate_plan).
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "planner/module_names.h"
+#include "planner/planner.h"
+#include "planner/search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -31,9 +33,13 @@ JobConfig job(const std::vector<ConfigOverride>& overrides = {}) {
   return parse_job_config(kJob, "job.toml", overrides);
 }
 
+PlanCandidate best(const std::vector<ConfigOverride>& overrides = {}) {
+  return search_plans(job(overrides)).ranked.front();
+}
+
 std::string plan_error(const std::vector<ConfigOverride>& overrides) {
   try {
-    plan_single_rank(job(overrides));
+    plan_job(job(overrides));
   } catch (const std::runtime_error& error) {
     return error.what();
   }
@@ -47,6 +53,7 @@ TEST(RecomputeModulesTest, SuffixMatchingOnModuleNames) {
   EXPECT_EQ(recompute_modes_from_modules("", 3, "job.toml"), Modes(3, none));
   EXPECT_EQ(recompute_modes_from_modules("ROOT", 3, "job.toml"), Modes(3, full));
   EXPECT_EQ(recompute_modes_from_modules("transformer", 3, "job.toml"), Modes(3, full));
+  EXPECT_EQ(recompute_modes_from_modules("GPT2Block", 3, "job.toml"), Modes(3, full));
   EXPECT_EQ(recompute_modes_from_modules("h", 3, "job.toml"), Modes(3, full));
   EXPECT_EQ(recompute_modes_from_modules("h.1", 3, "job.toml"), (Modes{none, full, none}));
   EXPECT_EQ(recompute_modes_from_modules("transformer.h.2", 3, "job.toml"),
@@ -79,36 +86,36 @@ TEST(RecomputeModulesTest, UnknownModulesAreErrors) {
   }
 }
 
-TEST(SingleRankPlannerTest, DefaultsToOneMicroBatchWhenItFits) {
-  const SingleRankPlan plan = plan_single_rank(job());
-  EXPECT_EQ(plan.micro_batch_size, 8);
-  EXPECT_EQ(plan.num_micro_batches, 1);
-  EXPECT_EQ(plan.stage.num_layers, 4);
-  EXPECT_TRUE(plan.stage.has_embedding);
-  EXPECT_TRUE(plan.stage.has_head);
-  EXPECT_EQ(plan.schedule.stages.size(), 1u);
-  EXPECT_EQ(plan.prediction.bubble_ratio, 0.0);
-  EXPECT_GT(plan.prediction.tokens_per_second, 0.0);
-  EXPECT_GT(plan.prediction.mfu, 0.0);
-  EXPECT_LE(plan.prediction.mfu, kComputeEfficiency);
+TEST(WorldOnePlanTest, DefaultsToOneMicroBatchWhenItFits) {
+  const PlanCandidate plan = best();
+  EXPECT_EQ(plan.setting.shape.pipeline_stages * plan.setting.shape.data_parallel *
+                plan.setting.shape.tensor_parallel,
+            1);
+  // One device: the step is m x slot + tail, equal for every split of the batch;
+  // the tie goes to the largest micro-batch.
+  EXPECT_EQ(plan.setting.micro_batch_size, 8);
+  EXPECT_EQ(plan.setting.num_micro_batches, 1);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  EXPECT_EQ(plan.stages[0].num_layers, 4);
+  EXPECT_TRUE(plan.stages[0].has_embedding);
+  EXPECT_TRUE(plan.stages[0].has_head);
+  EXPECT_EQ(plan.estimate.prediction.bubble_ratio, 0.0);
+  EXPECT_GT(plan.estimate.prediction.tokens_per_second, 0.0);
+  EXPECT_GT(plan.estimate.prediction.mfu, 0.0);
+  EXPECT_LE(plan.estimate.prediction.mfu, kComputeEfficiency);
 }
 
-TEST(SingleRankPlannerTest, MicroBatchingFromConfig) {
-  const SingleRankPlan fixed = plan_single_rank(job({{"training.micro_batch_size", "2"}}));
-  EXPECT_EQ(fixed.micro_batch_size, 2);
-  EXPECT_EQ(fixed.num_micro_batches, 4);
-  const InstructionStream& stream = fixed.schedule.stages[0];
-  EXPECT_EQ(stream.size(), 4u * 3 + 2);  // Load, Forward, Backward per micro-batch
-
-  const SingleRankPlan autodist = plan_single_rank(job({{"planner.micro_batch_size", "4"}}));
-  EXPECT_EQ(autodist.micro_batch_size, 4);
-  EXPECT_EQ(autodist.num_micro_batches, 2);
-  const SingleRankPlan by_count = plan_single_rank(job({{"planner.update_freq", "8"}}));
-  EXPECT_EQ(by_count.micro_batch_size, 1);
-  EXPECT_EQ(by_count.num_micro_batches, 8);
-  const SingleRankPlan both =
-      plan_single_rank(job({{"planner.update_freq", "2"}, {"planner.micro_batch_size", "4"}}));
-  EXPECT_EQ(both.num_micro_batches, 2);
+TEST(WorldOnePlanTest, MicroBatchingFromConfig) {
+  const PlanCandidate fixed = best({{"training.micro_batch_size", "2"}});
+  EXPECT_EQ(fixed.setting.micro_batch_size, 2);
+  EXPECT_EQ(fixed.setting.num_micro_batches, 4);
+  EXPECT_EQ(best({{"planner.micro_batch_size", "4"}}).setting.num_micro_batches, 2);
+  const PlanCandidate by_count = best({{"planner.update_freq", "8"}});
+  EXPECT_EQ(by_count.setting.micro_batch_size, 1);
+  EXPECT_EQ(by_count.setting.num_micro_batches, 8);
+  EXPECT_EQ(best({{"planner.update_freq", "2"}, {"planner.micro_batch_size", "4"}})
+                .setting.num_micro_batches,
+            2);
 
   EXPECT_NE(plan_error({{"training.micro_batch_size", "3"}})
                 .find("job.toml: [training] global_batch_size (8) must be divisible by "
@@ -123,59 +130,47 @@ TEST(SingleRankPlannerTest, MicroBatchingFromConfig) {
             std::string::npos);
 }
 
-TEST(SingleRankPlannerTest, ShrinksMicroBatchesToFitMemory) {
+TEST(WorldOnePlanTest, ShrinksMicroBatchesToFitMemory) {
   const JobConfig base = job();
-  const MemoryBreakdown at2 =
-      stage_memory(base.model, base.planner, plan_single_rank(base).stage, 0, {}, 2, 4);
-  const MemoryBreakdown at4 =
-      stage_memory(base.model, base.planner, plan_single_rank(base).stage, 0, {}, 4, 2);
+  const StageLayout whole{0, 4, true, true, std::vector<RecomputeMode>(4, RecomputeMode::None)};
+  const MemoryBreakdown at2 = stage_memory(base.model, base.planner, whole, 0, {}, 2, 4);
+  const MemoryBreakdown at4 = stage_memory(base.model, base.planner, whole, 0, {}, 4, 2);
   ASSERT_LT(at2.total(), at4.total());
-  // A limit between the two totals admits micro-batches of 2 but not 4.
+  // A limit between the two totals admits micro-batches of 2 without recompute
+  // (recompute would cost time for nothing).
   const double limit_gb = (at2.total() + at4.total()) / 2.0 / (1024.0 * 1024 * 1024);
-  const SingleRankPlan plan =
-      plan_single_rank(job({{"planner.memory_constraint", std::to_string(limit_gb)}}));
-  EXPECT_EQ(plan.micro_batch_size, 2);
-  EXPECT_EQ(plan.num_micro_batches, 4);
-  EXPECT_EQ(plan.memory.total(), at2.total());
+  const PlanCandidate plan = best({{"planner.memory_constraint", std::to_string(limit_gb)}});
+  EXPECT_EQ(plan.setting.micro_batch_size, 2);
+  EXPECT_EQ(plan.setting.num_micro_batches, 4);
+  EXPECT_EQ(plan.estimate.stages[0].memory.total(), at2.total());
 
   const std::string message = plan_error({{"planner.memory_constraint", "0.0001"}});
-  EXPECT_NE(message.find("job.toml: the job does not fit [planner] memory_constraint = 0.0001 GB "
-                         "on one device at micro_batch_size 1 (weights"),
+  EXPECT_NE(message.find("job.toml: no feasible plan for 1 devices (1 node x 1). Memory binds: "
+                         "with pp 1 x dp 1 x tp 1, micro-batch 1 x 8, ZeRO 0, stage 0 "
+                         "(embedding and head) needs 0.0"),
             std::string::npos)
       << message;
-  EXPECT_NE(message.find("recompute_modules"), std::string::npos);
+  EXPECT_NE(message.find("GB with 4 blocks at micro-batch 1 with full recompute; "
+                         "memory_constraint is 0.0001 GB"),
+            std::string::npos)
+      << message;
   // consider_mem = false plans anyway.
-  EXPECT_EQ(plan_single_rank(
-                job({{"planner.memory_constraint", "0.0001"}, {"planner.consider_mem", "false"}}))
-                .micro_batch_size,
+  EXPECT_EQ(best({{"planner.memory_constraint", "0.0001"}, {"planner.consider_mem", "false"}})
+                .setting.micro_batch_size,
             8);
 }
 
-TEST(SingleRankPlannerTest, RecomputeReducesMemoryAndAddsBackwardTime) {
-  const SingleRankPlan plain = plan_single_rank(job());
-  const SingleRankPlan full = plan_single_rank(job({{"planner.recompute_modules", "ROOT"}}));
-  EXPECT_EQ(full.stage.recompute, std::vector<RecomputeMode>(4, RecomputeMode::Full));
-  EXPECT_LT(full.memory.activations, plain.memory.activations);
-  EXPECT_DOUBLE_EQ(full.time.forward_seconds, plain.time.forward_seconds);
-  EXPECT_GT(full.time.backward_seconds, plain.time.backward_seconds);
+TEST(WorldOnePlanTest, RecomputeReducesMemoryAndAddsBackwardTime) {
+  const PlanCandidate plain = best();
+  const PlanCandidate full = best({{"planner.recompute_modules", "ROOT"}});
+  EXPECT_EQ(full.stages[0].recompute, std::vector<RecomputeMode>(4, RecomputeMode::Full));
+  EXPECT_LT(full.estimate.stages[0].memory.activations,
+            plain.estimate.stages[0].memory.activations);
+  EXPECT_DOUBLE_EQ(full.estimate.stages[0].forward_seconds,
+                   plain.estimate.stages[0].forward_seconds);
+  EXPECT_GT(full.estimate.stages[0].backward_seconds, plain.estimate.stages[0].backward_seconds);
 }
 
-TEST(SingleRankPlannerTest, RejectsMultiRankSettings) {
-  for (const char* key : {"planner.world_size", "planner.mesh_col", "planner.pipeline_nstages",
-                          "planner.tensor_parallel_degree", "planner.data_parallel_degree"}) {
-    std::vector<ConfigOverride> overrides = {{key, "2"}};
-    if (std::string(key) == "planner.mesh_col") overrides.push_back({"planner.world_size", "2"});
-    const std::string message = plan_error(overrides);
-    EXPECT_NE(message.find("this planner version plans world size 1 only; multi-rank planning "
-                           "arrives with the search"),
-              std::string::npos)
-        << key << ": " << message;
-  }
-  EXPECT_NE(plan_error({{"planner.is_train", "false"}}).find("inference plans are not supported"),
-            std::string::npos);
-}
-
-// The serialized plan, read back through the generated accessors.
 const schema::Plan& read_back(const std::vector<uint8_t>& bytes) {
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   EXPECT_TRUE(schema::VerifyPlanBuffer(verifier));
@@ -183,20 +178,20 @@ const schema::Plan& read_back(const std::vector<uint8_t>& bytes) {
   return *schema::GetPlan(bytes.data());
 }
 
-TEST(SingleRankPlanTest, FieldsRoundTrip) {
+TEST(WorldOnePlanTest, FieldsRoundTrip) {
   const JobConfig config = job({{"training.micro_batch_size", "2"},
                                 {"planner.recompute_modules", "h.0,core_attention"},
                                 {"planner.zero_stage", "1"},
                                 {"planner.pipeline_scheduler", "gpipe"},
                                 {"model.dtype", "bfloat16"},
                                 {"cluster.preset", "h100-sxm"}});
-  const SingleRankPlan decided = plan_single_rank(config);
-  const std::vector<uint8_t> bytes = serialize_single_rank_plan(config, decided);
+  const PlanCandidate decided = search_plans(config).ranked.front();
+  const std::vector<uint8_t> bytes = plan_job(config).plan;
   const schema::Plan& plan = read_back(bytes);
 
   EXPECT_EQ(plan.header()->schema_version(), 1u);
   EXPECT_EQ(plan.header()->task_name()->str(), "tiny");
-  EXPECT_EQ(plan.header()->planner_version()->str(), "0.1.0");
+  EXPECT_EQ(plan.header()->planner_version()->str(), kPlannerVersion);
   std::map<std::string, std::string> options;
   for (const schema::KeyValue* entry : *plan.header()->creation_options())
     options[entry->key()->str()] = entry->value()->str();
@@ -207,12 +202,8 @@ TEST(SingleRankPlanTest, FieldsRoundTrip) {
 
   const schema::Model& model = *plan.model();
   EXPECT_EQ(model.vocab_size(), 256);
-  EXPECT_EQ(model.seq_len(), 64);
   EXPECT_EQ(model.num_layers(), 4);
-  EXPECT_EQ(model.d_model(), 64);
-  EXPECT_EQ(model.num_heads(), 4);
   EXPECT_EQ(model.ffn_size(), 256);
-  EXPECT_TRUE(model.tied_embeddings());
   EXPECT_EQ(model.dtype(), schema::DType::BFloat16);
   EXPECT_FLOAT_EQ(model.layernorm_epsilon(), 1e-5f);
 
@@ -221,25 +212,15 @@ TEST(SingleRankPlanTest, FieldsRoundTrip) {
   EXPECT_EQ(training.micro_batch_size(), 2);
   EXPECT_EQ(training.num_micro_batches(), 4);
   EXPECT_EQ(training.seed(), 1337u);
-  EXPECT_EQ(training.eval_batches(), 8);
-  EXPECT_FLOAT_EQ(training.optimizer()->learning_rate(), 6e-4f);
   EXPECT_FLOAT_EQ(training.optimizer()->min_learning_rate(), 6e-5f);
-  EXPECT_FLOAT_EQ(training.optimizer()->beta2(), 0.95f);
   EXPECT_EQ(training.optimizer()->warmup_steps(), 10);
   EXPECT_EQ(training.optimizer()->total_steps(), 100);
-  EXPECT_EQ(training.optimizer()->decay_style(), schema::LrDecayStyle::Cosine);
 
   EXPECT_EQ(plan.mesh()->pipeline_parallel(), 1);
-  EXPECT_EQ(plan.mesh()->data_parallel(), 1);
-  EXPECT_EQ(plan.mesh()->tensor_parallel(), 1);
   EXPECT_EQ(plan.mesh()->num_nodes(), 1);
   EXPECT_EQ(plan.mesh()->devices_per_node(), 1);
-  ASSERT_EQ(plan.stages()->size(), 1u);
   const schema::Stage& stage = *plan.stages()->Get(0);
-  EXPECT_EQ(stage.first_layer(), 0);
   EXPECT_EQ(stage.num_layers(), 4);
-  EXPECT_TRUE(stage.has_embedding());
-  EXPECT_TRUE(stage.has_head());
   const std::vector<RecomputeMode> recompute(stage.recompute()->begin(), stage.recompute()->end());
   EXPECT_EQ(recompute,
             (std::vector<RecomputeMode>{RecomputeMode::Full, RecomputeMode::Selective,
@@ -248,21 +229,19 @@ TEST(SingleRankPlanTest, FieldsRoundTrip) {
   EXPECT_EQ(plan.zero()->num_groups(), 1);
 
   EXPECT_EQ(plan.schedule()->kind(), schema::ScheduleKind::GPipe);
-  ASSERT_EQ(plan.schedule()->stages()->size(), 1u);
   InstructionStream stream;
   for (const schema::Instruction* ins : *plan.schedule()->stages()->Get(0)->instructions())
     stream.push_back({ins->op(), ins->micro_batch(), ins->peer_micro_batch()});
   EXPECT_EQ(stream, generate_gpipe(1, 4).stages[0]);
 
   const schema::Predictions& predictions = *plan.predictions();
-  EXPECT_DOUBLE_EQ(predictions.step_seconds(), decided.prediction.step_seconds);
-  EXPECT_DOUBLE_EQ(predictions.mfu(), decided.prediction.mfu);
-  EXPECT_DOUBLE_EQ(predictions.stages()->Get(0)->forward_seconds(), decided.time.forward_seconds);
+  EXPECT_DOUBLE_EQ(predictions.step_seconds(), decided.estimate.prediction.step_seconds);
+  EXPECT_DOUBLE_EQ(predictions.mfu(), decided.estimate.prediction.mfu);
+  EXPECT_DOUBLE_EQ(predictions.stages()->Get(0)->forward_seconds(),
+                   decided.estimate.stages[0].forward_seconds);
   const schema::StageMemory& memory = *predictions.stages()->Get(0)->memory();
-  EXPECT_EQ(memory.weights(), decided.memory.weights);
-  EXPECT_EQ(memory.weights(), 2u * stage_parameters(config.model, decided.stage));
-  EXPECT_EQ(memory.activations(), decided.memory.activations);
-  EXPECT_EQ(memory.total(), decided.memory.total());
+  EXPECT_EQ(memory.weights(), 2u * stage_parameters(config.model, decided.stages[0]));
+  EXPECT_EQ(memory.total(), decided.estimate.stages[0].memory.total());
   EXPECT_EQ(memory.weights() + memory.gradients() + memory.optimizer_state() +
                 memory.activations() + memory.transient(),
             memory.total());
@@ -271,22 +250,20 @@ TEST(SingleRankPlanTest, FieldsRoundTrip) {
   EXPECT_DOUBLE_EQ(cluster.peak_flops(), 989e12);
   EXPECT_EQ(cluster.device_memory_bytes(), 80ull << 30);
   EXPECT_DOUBLE_EQ(cluster.intra_node_bandwidth(), 450e9);
-  EXPECT_DOUBLE_EQ(cluster.intra_node_latency(), 5e-6);
 }
 
-TEST(SingleRankPlanTest, PlansPassValidatePlan) {
+TEST(WorldOnePlanTest, PlansPassValidatePlan) {
   for (const std::vector<ConfigOverride>& overrides : std::vector<std::vector<ConfigOverride>>{
            {},
            {{"training.micro_batch_size", "1"}},
            {{"planner.update_freq", "4"}, {"planner.pipeline_scheduler", "gpipe"}},
            {{"planner.recompute_modules", "ROOT"}, {"model.tied_embeddings", "false"}}}) {
-    const std::vector<uint8_t> bytes = build_single_rank_plan(job(overrides));
+    const std::vector<uint8_t> bytes = plan_job(job(overrides)).plan;
     const std::vector<std::string> problems = validate_plan(*schema::GetPlan(bytes.data()));
     std::string joined;
     for (const std::string& problem : problems) joined += problem + "\n";
     EXPECT_TRUE(problems.empty()) << joined;
-    // The one door into the runtime accepts it as well.
-    EXPECT_NO_THROW(load_plan_from_bytes("single-rank.pplan", bytes));
+    EXPECT_NO_THROW(load_plan_from_bytes("world-one.pplan", bytes));
   }
 }
 

@@ -1,0 +1,264 @@
+// launch.cc: `paraplan launch`: hostfile parsing, its check against the plan's
+// mesh, and the mpirun command that starts one rank per device.
+#include "launcher/launch.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "schema/plan_io.h"
+
+extern char** environ;
+
+namespace paraplan {
+namespace {
+
+std::string counted(long long count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+// A positive decimal number, or nullopt.
+std::optional<int> parse_count(const std::string& text) {
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoi(text);
+}
+
+bool is_plan_flag(const std::string& argument) {
+  return argument == "--plan" || argument.rfind("--plan=", 0) == 0;
+}
+
+// The plan path a command names (--plan P or --plan=P), or "" if none.
+std::string plan_in_command(const std::vector<std::string>& command) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == "--plan") return i + 1 < command.size() ? command[i + 1] : std::string();
+    if (command[i].rfind("--plan=", 0) == 0) return command[i].substr(7);
+  }
+  return "";
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  const auto canonical_a = std::filesystem::weakly_canonical(a, error);
+  if (error) return a == b;
+  const auto canonical_b = std::filesystem::weakly_canonical(b, error);
+  if (error) return a == b;
+  return canonical_a == canonical_b;
+}
+
+std::string this_executable() {
+  std::error_code error;
+  const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error)
+    throw std::runtime_error("launch: cannot find this executable (/proc/self/exe): " +
+                             error.message());
+  return path.string();
+}
+
+}  // namespace
+
+std::vector<HostEntry> parse_hostfile_text(const std::string& text, const std::string& name) {
+  std::vector<HostEntry> hosts;
+  std::map<std::string, int> first_line;  // host -> line it was listed on
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    const std::string where = name + ":" + std::to_string(number) + ": ";
+    if (const size_t comment = line.find('#'); comment != std::string::npos) line.resize(comment);
+    std::istringstream words(line);
+    std::string host, word;
+    if (!(words >> host)) continue;  // blank or comment only
+    if (host.find('=') != std::string::npos)
+      throw std::runtime_error(where + "a line starts with the host name, got '" + host +
+                               "'; write 'hostname slots=N'");
+    std::optional<int> slots;
+    while (words >> word) {
+      const size_t equals = word.find('=');
+      const std::string key = word.substr(0, equals);
+      if (equals == std::string::npos || (key != "slots" && key != "max_slots"))
+        throw std::runtime_error(where + "unexpected '" + word +
+                                 "'; a line is 'hostname slots=N' (optionally max_slots=M)");
+      const std::optional<int> value = parse_count(word.substr(equals + 1));
+      if (!value) throw std::runtime_error(where + "'" + word + "' is not a number");
+      if (*value < 1) throw std::runtime_error(where + "'" + word + "' must be at least 1");
+      if (key == "slots") slots = value;
+    }
+    if (!slots)
+      throw std::runtime_error(where + "host '" + host + "' has no slots=N; write '" + host +
+                               " slots=<devices per node>'");
+    if (const auto [it, inserted] = first_line.emplace(host, number); !inserted)
+      throw std::runtime_error(where + "host '" + host + "' is listed again (first on line " +
+                               std::to_string(it->second) + "); list each host once");
+    hosts.push_back({host, *slots, number});
+  }
+  if (hosts.empty())
+    throw std::runtime_error(name +
+                             ": no hosts listed; write one line 'hostname slots=N' per node");
+  return hosts;
+}
+
+std::vector<HostEntry> parse_hostfile(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error(path + ": cannot read the hostfile: " + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_hostfile_text(text.str(), path);
+}
+
+void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::string& hostfile,
+                            int num_nodes, int devices_per_node) {
+  const bool every_host_fits = std::all_of(hosts.begin(), hosts.end(), [&](const HostEntry& host) {
+    return host.slots == devices_per_node;
+  });
+  if (static_cast<int>(hosts.size()) == num_nodes && every_host_fits) return;
+  long long total = 0;
+  std::string each;  // "4 + 2 + 4" when the hosts differ
+  for (const HostEntry& host : hosts) {
+    total += host.slots;
+    each += (each.empty() ? "" : " + ") + std::to_string(host.slots);
+  }
+  const bool uniform = std::all_of(hosts.begin(), hosts.end(), [&](const HostEntry& host) {
+    return host.slots == hosts.front().slots;
+  });
+  const std::string found = uniform ? counted(static_cast<long long>(hosts.size()), "host") +
+                                          " x " + counted(hosts.front().slots, "slot") + " = " +
+                                          counted(total, "slot")
+                                    : counted(static_cast<long long>(hosts.size()), "host") +
+                                          " with " + each + " = " + counted(total, "slot");
+  throw std::runtime_error(
+      hostfile + ": " + found + ", but the plan needs " + counted(num_nodes, "node") + " x " +
+      counted(devices_per_node, "device") + "; list " + counted(num_nodes, "host") +
+      " with slots=" + std::to_string(devices_per_node) +
+      " each, or plan for this cluster (cluster.num_nodes, "
+      "cluster.devices_per_node)");
+}
+
+std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment) {
+  static const char* const kPrefixes[] = {"PARAPLAN_", "OMP_", "OPENBLAS_", "NCCL_"};
+  std::vector<std::string> names;
+  for (const std::string& entry : environment) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos || equals == 0) continue;
+    const std::string name = entry.substr(0, equals);
+    const bool passes = name == "CUDA_VISIBLE_DEVICES" ||
+                        std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
+                                    [&](const char* prefix) { return name.rfind(prefix, 0) == 0; });
+    if (passes) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::vector<std::string> build_launch_command(const LaunchOptions& options) {
+  if (options.plan_path.empty()) throw std::runtime_error("launch: --plan FILE is required");
+  if (options.command.empty())
+    throw std::runtime_error(
+        "launch: nothing after --; give the command every rank runs, e.g. "
+        "`paraplan launch --plan job.pplan -- train --data data/train.bin`");
+  const std::string& subcommand = options.command.front();
+  if (subcommand != "train" && subcommand != "replay")
+    throw std::runtime_error(
+        "launch: the command after -- must start with 'train' or 'replay', "
+        "got '" +
+        subcommand + "'");
+  const std::string named_plan = plan_in_command(options.command);
+  const bool has_plan = std::any_of(options.command.begin(), options.command.end(), is_plan_flag);
+  if (has_plan && named_plan.empty())
+    throw std::runtime_error(
+        "launch: --plan in the command after -- names no file; leave it "
+        "out (launch adds --plan " +
+        options.plan_path + ")");
+  if (has_plan && !same_file(named_plan, options.plan_path))
+    throw std::runtime_error("launch: --plan " + options.plan_path +
+                             " but the command after -- has --plan " + named_plan +
+                             "; give the plan once (launch adds it to the command)");
+
+  const LoadedPlan loaded = load_plan(options.plan_path);
+  const schema::Mesh* mesh = loaded.plan().mesh();  // present: load_plan validated the plan
+  const long long ranks =
+      1LL * mesh->pipeline_parallel() * mesh->data_parallel() * mesh->tensor_parallel();
+  if (!options.hostfile.empty()) {
+    check_hosts_match_mesh(parse_hostfile(options.hostfile), options.hostfile, mesh->num_nodes(),
+                           mesh->devices_per_node());
+  }
+
+  std::vector<std::string> arguments = {options.mpirun, "-np", std::to_string(ranks)};
+  if (!options.hostfile.empty()) {
+    arguments.insert(arguments.end(), {"--hostfile", options.hostfile});
+  } else {
+    arguments.push_back("--oversubscribe");  // this machine may have fewer cores than ranks
+  }
+  // --map-by slot gives rank r to the node holding slot r: ranks fill a node's
+  // devices_per_node slots in order. Ranks are tensor-parallel innermost and the
+  // plan guarantees devices_per_node % tp == 0, so a TP group (tp consecutive
+  // ranks) never straddles two nodes. Binding is left to the runtime (threads,
+  // the device picked by local rank), so --bind-to none.
+  arguments.insert(arguments.end(), {"--map-by", "slot", "--bind-to", "none"});
+  std::vector<std::string> environment;
+  if (options.environment) {
+    environment = *options.environment;
+  } else {
+    for (char** entry = environ; entry && *entry; ++entry) environment.emplace_back(*entry);
+  }
+  for (const std::string& name : passthrough_variables(environment)) {
+    arguments.insert(arguments.end(), {"-x", name});
+  }
+  arguments.push_back(options.paraplan_binary.empty() ? this_executable()
+                                                      : options.paraplan_binary);
+  arguments.push_back(subcommand);
+  if (!has_plan) arguments.insert(arguments.end(), {"--plan", options.plan_path});
+  arguments.insert(arguments.end(), options.command.begin() + 1, options.command.end());
+  return arguments;
+}
+
+std::string shell_quote_command(const std::vector<std::string>& arguments) {
+  std::string line;
+  for (const std::string& argument : arguments) {
+    if (!line.empty()) line += ' ';
+    const bool plain =
+        !argument.empty() && std::all_of(argument.begin(), argument.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-./=:,+@%", c);
+        });
+    if (plain) {
+      line += argument;
+      continue;
+    }
+    line += '\'';
+    for (const char c : argument) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += '\'';
+  }
+  return line;
+}
+
+int run_launch(const LaunchOptions& options) {
+  const std::vector<std::string> arguments = build_launch_command(options);
+  if (options.dry_run) {
+    std::cout << shell_quote_command(arguments) << std::endl;
+    return 0;
+  }
+  std::vector<char*> argv;
+  for (const std::string& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
+  argv.push_back(nullptr);
+  std::cout.flush();
+  std::cerr.flush();
+  execvp(argv[0], argv.data());  // returns only on failure
+  const int error = errno;
+  if (error == ENOENT)
+    throw std::runtime_error("launch: cannot run '" + options.mpirun +
+                             "': not found; install Open MPI (mpirun on PATH) or pass "
+                             "--mpirun PATH");
+  throw std::runtime_error("launch: cannot run '" + options.mpirun + "': " + std::strerror(error));
+}
+
+}  // namespace paraplan

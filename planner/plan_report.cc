@@ -1,0 +1,211 @@
+// plan_report.cc: the search summary, the top-k table and the runners-up's
+// reasons (see plan_report.h).
+#include "planner/plan_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "planner/profile.h"
+
+namespace paraplan {
+namespace {
+
+constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
+
+std::string printf_string(const char* format, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), format, value);
+  return text;
+}
+
+// "812 ms", "3.42 s".
+std::string duration(double seconds) {
+  if (seconds < 1) return printf_string("%.3g ms", seconds * 1e3);
+  return printf_string("%.3g s", seconds);
+}
+
+std::string percent(double ratio) {
+  return printf_string("%.1f%%", ratio * 100);
+}
+
+std::string gigabytes(double bytes) {
+  return printf_string("%.2f", bytes / kBytesPerGigabyte);
+}
+
+// Columns padded to their widest cell.
+std::string render_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string text;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(widths[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    text += line + "\n";
+  }
+  return text;
+}
+
+const StageEstimate& slowest_stage(const PlanEstimate& estimate) {
+  size_t slowest = 0;
+  for (size_t s = 0; s < estimate.stages.size(); ++s)
+    if (estimate.stages[s].slot_seconds() > estimate.stages[slowest].slot_seconds()) slowest = s;
+  return estimate.stages[slowest];
+}
+
+}  // namespace
+
+std::string recompute_summary(const PlanCandidate& candidate) {
+  RecomputeCounts total;
+  for (const StageLayout& stage : candidate.stages) {
+    const RecomputeCounts counts = count_recompute(stage);
+    total.none += counts.none, total.selective += counts.selective, total.full += counts.full;
+  }
+  if (total.selective == 0 && total.full == 0) return "none";
+  std::string text;
+  if (total.full > 0) text += "full x" + std::to_string(total.full);
+  if (total.selective > 0)
+    text += std::string(text.empty() ? "" : ", ") + "selective x" + std::to_string(total.selective);
+  return text;
+}
+
+std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best) {
+  const PlanEstimate& a = candidate.estimate;
+  const PlanEstimate& b = best.estimate;
+  const double step = a.prediction.step_seconds, best_step = b.prediction.step_seconds;
+  const double slower = (step / best_step - 1) * 100;
+  std::string text = slower < 0.05 ? std::string("+<0.1%") : printf_string("+%.1f%%", slower);
+  // The step is m x slot + (p - 1) x slot + tail: attribute the difference.
+  struct Cause {
+    double seconds;
+    std::string words;
+  };
+  const int m = candidate.setting.num_micro_batches, bm = best.setting.num_micro_batches;
+  const double work = m * a.slot_seconds, best_work = bm * b.slot_seconds;
+  const double bubble = a.pipeline_seconds - work, best_bubble = b.pipeline_seconds - best_work;
+  const StageEstimate& slow = slowest_stage(a);
+  const StageEstimate& best_slow = slowest_stage(b);
+  // What grew most in the slowest stage, per micro-batch scaled to the step.
+  const double compute = m * (slow.forward_seconds + slow.backward_seconds),
+               best_compute = bm * (best_slow.forward_seconds + best_slow.backward_seconds);
+  const double comm = m * (slow.tensor_parallel_seconds + slow.pipeline_p2p_seconds),
+               best_comm =
+                   bm * (best_slow.tensor_parallel_seconds + best_slow.pipeline_p2p_seconds);
+  const std::string detail =
+      compute - best_compute >= comm - best_comm
+          ? "compute incl. recompute " + duration(compute) + " vs " + duration(best_compute)
+          : "TP + p2p " + duration(comm) + " vs " + duration(best_comm);
+  std::vector<Cause> causes = {
+      {work - best_work,
+       "slowest stage busy " + duration(work) + " vs " + duration(best_work) + " (" + detail + ")"},
+      {bubble - best_bubble, "bubble " + percent(a.prediction.bubble_ratio) + " vs " +
+                                 percent(b.prediction.bubble_ratio)},
+      {a.tail_seconds - b.tail_seconds, "gradient reduction + optimizer " +
+                                            duration(a.tail_seconds) + " vs " +
+                                            duration(b.tail_seconds)}};
+  std::sort(causes.begin(), causes.end(),
+            [](const Cause& x, const Cause& y) { return x.seconds > y.seconds; });
+  int named = 0;
+  for (const Cause& cause : causes) {
+    if (cause.seconds <= 0 || named == 2) break;
+    text += (named == 0 ? ": " : "; ") + cause.words;
+    ++named;
+  }
+  if (named == 0) text += ": equal step; ranked after a simpler mesh";
+  return text;
+}
+
+std::string format_search_report(const JobConfig& config, const SearchResult& result,
+                                 const MeasuredProfile* profile) {
+  const SearchStatistics& stats = result.statistics;
+  const DeviceLayout& layout = result.space.layout;
+  std::string text;
+  text += "paraplan plan: " + std::to_string(layout.world_size()) + " devices (" +
+          std::to_string(layout.num_nodes) + " x " + std::to_string(layout.devices_per_node) +
+          "), " + std::to_string(result.space.meshes.size()) + " meshes, " +
+          std::to_string(stats.settings) + " settings: " + std::to_string(stats.solved) +
+          " searched (" + std::to_string(stats.pruned_in_search) + " stopped by the top-" +
+          std::to_string(config.planner.topk) + " bound), " +
+          std::to_string(stats.skipped_by_bound) + " skipped by their lower bound, " +
+          std::to_string(result.rejections.size()) + " rejected; " +
+          printf_string("%.3f", stats.seconds) + " s, solver " +
+          (config.planner.solver == PlannerSolver::IntegerLinearProgramming ? "ilp" : "dp") + "\n";
+  text += "time model: " +
+          (profile ? "measured profile " + profile->path() + " (" + profile->device() + ")"
+                   : std::string("analytic, FLOPs / (peak x ") +
+                         printf_string("%.2f", kComputeEfficiency) + ")") +
+          "; memory limit " + printf_string("%g", config.planner.memory_constraint) + " GB" +
+          (config.planner.consider_mem ? "" : " (not enforced: consider_mem = false)") + "\n";
+  if (!config.planner.is_train)
+    text +=
+        "is_train = false: memory and time are for inference (forward only); do not train "
+        "with this plan\n";
+  std::vector<std::vector<std::string>> rows = {{"#", "mesh pp x dp x tp", "micro-batch", "ZeRO",
+                                                 "recompute", "step", "tokens/s", "MFU",
+                                                 "peak GB per stage", "why it lost"}};
+  for (size_t i = 0; i < result.ranked.size(); ++i) {
+    const PlanCandidate& c = result.ranked[i];
+    const PlanSetting& s = c.setting;
+    std::string memory;
+    const std::vector<StageEstimate>& stages = c.estimate.stages;
+    if (stages.size() <= 8) {
+      for (const StageEstimate& stage : stages)
+        memory.append(memory.empty() ? "" : " ")
+            .append(gigabytes(static_cast<double>(stage.memory.total())));
+    } else {
+      size_t low = 0;
+      for (size_t k = 0; k < stages.size(); ++k)
+        if (stages[k].memory.total() < stages[low].memory.total()) low = k;
+      memory = "max " + gigabytes(static_cast<double>(c.estimate.peak_memory)) + " (stage " +
+               std::to_string(c.estimate.peak_memory_stage) + "), min " +
+               gigabytes(static_cast<double>(stages[low].memory.total())) + " (stage " +
+               std::to_string(low) + ")";
+    }
+    rows.push_back(
+        {std::to_string(i + 1),
+         std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
+             " x " + std::to_string(s.shape.tensor_parallel),
+         std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
+         s.zero_stage == 1 ? "1/" + std::to_string(s.zero_ngroups) : "0", recompute_summary(c),
+         duration(c.estimate.prediction.step_seconds),
+         printf_string("%.0f", c.estimate.prediction.tokens_per_second),
+         percent(c.estimate.prediction.mfu), memory,
+         i == 0 ? "best" : why_slower(c, result.ranked.front())});
+  }
+  text += render_table(rows);
+  for (const std::string& line : result.log) text += "  " + line + "\n";
+  // Rejected settings, counted by reason, with one example each.
+  const char* names[] = {"do not fit memory",
+                         "fail max_pipeline_unbalance_ratio",
+                         "fail max_pipeline_bubble_ratio",
+                         "have no valid stage boundaries",
+                         "have zero_ngroups not dividing dp",
+                         "cannot split the global batch"};
+  for (int kind = 0; kind < 6; ++kind) {
+    int count = 0;
+    const SettingRejection* example = nullptr;
+    for (const SettingRejection& rejection : result.rejections)
+      if (static_cast<int>(rejection.kind) == kind) {
+        ++count;
+        if (example == nullptr) example = &rejection;
+      }
+    if (count == 0) continue;
+    const PlanSetting& s = example->setting;
+    text += std::to_string(count) + " setting(s) " + names[kind] + ", e.g. pp " +
+            std::to_string(s.shape.pipeline_stages) + " x dp " +
+            std::to_string(s.shape.data_parallel) + " x tp " +
+            std::to_string(s.shape.tensor_parallel) + " micro-batch " +
+            std::to_string(s.micro_batch_size) +
+            (example->reason.empty() ? "" : ": " + example->reason) + "\n";
+  }
+  return text;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,167 @@
+// plan_reuse.cc: load_plan_path: validate a saved plan against the current job,
+// name the differences and re-estimate (see plan_reuse.h).
+#include "planner/plan_reuse.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include "planner/search_space.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+namespace {
+
+constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
+
+std::string str(int64_t value) {
+  return std::to_string(value);
+}
+
+std::string printf_string(const char* format, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), format, value);
+  return text;
+}
+
+[[noreturn]] void refuse(const JobConfig& config, const std::vector<std::string>& differences,
+                         const std::string& why) {
+  std::string message = config.source + ": [planner] load_plan_path = '" +
+                        config.planner.load_plan_path + "' cannot be reused: " + why + ".";
+  if (!differences.empty()) {
+    message += " The job differs from the plan in:";
+    for (const std::string& difference : differences) message += "\n  " + difference;
+  }
+  throw std::runtime_error(message + "\nPlan again without load_plan_path.");
+}
+
+}  // namespace
+
+ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
+  validate_job_config(config);
+  const LoadedPlan loaded = load_plan(config.planner.load_plan_path);
+  const schema::Plan& plan = loaded.plan();
+  ReusedPlan reused;
+  std::vector<std::string>& differences = reused.differences;
+
+  // Every option the plan recorded against the current value of the same key.
+  std::map<std::string, std::string> recorded;
+  if (plan.header()->creation_options() != nullptr)
+    for (const schema::KeyValue* option : *plan.header()->creation_options())
+      recorded[option->key() ? option->key()->str() : ""] =
+          option->value() ? option->value()->str() : "";
+  for (const auto& [key, value] : job_config_options(config)) {
+    if (key == "planner.load_plan_path" || key == "planner.save_plan_path") continue;
+    const auto it = recorded.find(key);
+    if (it == recorded.end()) {
+      if (!recorded.empty()) differences.push_back(key + ": not in the plan, now " + value);
+    } else if (it->second != value) {
+      differences.push_back(key + ": plan " + it->second + ", now " + value);
+    }
+  }
+  // The model table itself is authoritative for what the plan's stages hold.
+  const schema::Model& model = *plan.model();
+  const ModelConfig& now = config.model;
+  if (recorded.empty())
+    for (const auto& [name, planned, current] :
+         {std::tuple<const char*, int, int>{"model.vocab_size", model.vocab_size(), now.vocab_size},
+          {"model.seq_len", model.seq_len(), now.seq_len},
+          {"model.d_model", model.d_model(), now.d_model},
+          {"model.num_heads", model.num_heads(), now.num_heads},
+          {"model.ffn_size", model.ffn_size(), now.ffn_size}})
+      if (planned != current)
+        differences.push_back(std::string(name) + ": plan " + str(planned) + ", now " +
+                              str(current));
+  if (model.num_layers() != now.num_layers)
+    refuse(config, differences,
+           "the plan's stages hold " + str(model.num_layers()) + " blocks, the model now has " +
+               str(now.num_layers));
+
+  // Decisions from the plan.
+  const schema::Mesh& mesh = *plan.mesh();
+  const DeviceLayout layout = resolve_device_layout(config);
+  const int world = mesh.pipeline_parallel() * mesh.data_parallel() * mesh.tensor_parallel();
+  if (world != layout.world_size())
+    refuse(config, differences,
+           "the plan uses " + str(world) + " devices, the job now has " + str(layout.world_size()));
+  if (layout.devices_per_node != mesh.devices_per_node())
+    differences.push_back("devices per node: plan " + str(mesh.devices_per_node()) + ", now " +
+                          str(layout.devices_per_node));
+  const int tp = mesh.tensor_parallel();
+  for (const auto& [name, size] : {std::pair<const char*, int>{"num_heads", now.num_heads},
+                                   {"d_model", now.d_model},
+                                   {"ffn_size", now.ffn_size},
+                                   {"vocab_size", now.vocab_size},
+                                   {"devices per node", layout.devices_per_node}})
+    if (size % tp != 0)
+      refuse(config, differences,
+             "the plan's tensor-parallel degree " + str(tp) + " does not divide " + name + " " +
+                 str(size));
+
+  JobConfig effective = config;  // the plan's schedule and ZeRO decisions stand
+  effective.planner.pipeline_scheduler = plan.schedule()->kind();
+  PlanCandidate& candidate = reused.candidate;
+  PlanSetting& setting = candidate.setting;
+  setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp};
+  setting.layout = layout;
+  setting.micro_batch_size = plan.training()->micro_batch_size();
+  setting.num_micro_batches = plan.training()->num_micro_batches();
+  setting.zero_stage = plan.zero()->stage();
+  setting.zero_ngroups = plan.zero()->num_groups();
+  const int global = config.training.global_batch_size;
+  const int64_t per_step = int64_t{setting.micro_batch_size} * mesh.data_parallel();
+  if (global % per_step != 0)
+    refuse(config, differences,
+           "[training] global_batch_size " + str(global) +
+               " is not a multiple of the plan's micro-batch size x data-parallel degree = " +
+               str(per_step));
+  setting.num_micro_batches = static_cast<int>(global / per_step);
+  for (const schema::Stage* stage : *plan.stages()) {
+    StageLayout layout_of_stage;
+    layout_of_stage.first_layer = stage->first_layer();
+    layout_of_stage.num_layers = stage->num_layers();
+    layout_of_stage.has_embedding = stage->has_embedding();
+    layout_of_stage.has_head = stage->has_head();
+    layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
+    candidate.stages.push_back(std::move(layout_of_stage));
+  }
+  candidate.estimate = evaluate_plan(effective, setting, candidate.stages, profile);
+  reused.loaded_step_seconds = plan.predictions() ? plan.predictions()->step_seconds() : 0;
+
+  // The memory estimate must still hold.
+  if (config.planner.consider_mem) {
+    const double limit = config.planner.memory_constraint * kBytesPerGigabyte;
+    for (size_t s = 0; s < candidate.estimate.stages.size(); ++s) {
+      const double need = static_cast<double>(candidate.estimate.stages[s].memory.total());
+      if (need > limit)
+        refuse(config, differences,
+               "stage " + str(static_cast<int64_t>(s)) + " now needs " +
+                   printf_string("%.2f", need / kBytesPerGigabyte) + " GB; memory_constraint is " +
+                   printf_string("%g", config.planner.memory_constraint) + " GB");
+    }
+  }
+  reused.unchanged = differences.empty() &&
+                     candidate.estimate.prediction.step_seconds == reused.loaded_step_seconds;
+  reused.plan = reused.unchanged ? loaded.bytes() : serialize_plan(effective, candidate);
+  return reused;
+}
+
+std::string format_reuse_report(const JobConfig& config, const ReusedPlan& reused) {
+  std::string text = "paraplan plan: reusing " + config.planner.load_plan_path + " (no search)\n";
+  if (reused.unchanged) return text + "the job matches the plan; the plan is used as saved\n";
+  if (reused.differences.empty()) {
+    text += "the job matches the plan's options, but the cost model's prediction changed\n";
+  } else {
+    text += "the job differs from the plan in " +
+            str(static_cast<int64_t>(reused.differences.size())) +
+            " field(s); the plan's decisions are kept and re-estimated:\n";
+    for (const std::string& difference : reused.differences) text += "  " + difference + "\n";
+  }
+  text += "predicted step: plan " + printf_string("%.4f", reused.loaded_step_seconds) +
+          " s, re-estimated " +
+          printf_string("%.4f", reused.candidate.estimate.prediction.step_seconds) + " s\n";
+  return text;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,115 @@
+// plan_writer.cc: schedule generation and FlatBuffer serialization of a planned
+// job (conventions in plan_writer.h).
+#include "planner/plan_writer.h"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <stdexcept>
+
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+namespace {
+constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
+PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate& candidate) {
+  PipelineSchedule schedule =
+      generate_schedule(config.planner.pipeline_scheduler, candidate.setting.shape.pipeline_stages,
+                        candidate.setting.num_micro_batches);
+  if (auto problem = verify_schedule(schedule))
+    throw std::logic_error("planner produced an invalid schedule: " + *problem);
+  return schedule;
+}
+
+std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate) {
+  namespace fb = flatbuffers;
+  fb::FlatBufferBuilder builder(64 * 1024);
+  const ModelConfig& model = config.model;
+  const TrainingConfig& training = config.training;
+  const ClusterConfig& cluster = config.cluster;
+  const PlanSetting& setting = candidate.setting;
+
+  std::vector<fb::Offset<schema::KeyValue>> options;
+  for (const auto& [key, value] : job_config_options(config))
+    options.push_back(schema::CreateKeyValueDirect(builder, key.c_str(), value.c_str()));
+  const std::string task_name = config.task_name();
+  auto header = schema::CreateHeaderDirect(builder, kPlanSchemaVersion, task_name.c_str(),
+                                           kPlannerVersion, &options);
+
+  auto model_table = schema::CreateModel(
+      builder, model.architecture, model.vocab_size, model.seq_len, model.num_layers, model.d_model,
+      model.num_heads, model.ffn_size, model.tied_embeddings, model.dtype,
+      static_cast<float>(model.layernorm_epsilon), static_cast<float>(model.init_std));
+
+  auto optimizer = schema::CreateOptimizer(
+      builder, static_cast<float>(training.learning_rate),
+      static_cast<float>(training.min_learning_rate), static_cast<float>(training.beta1),
+      static_cast<float>(training.beta2), static_cast<float>(training.epsilon),
+      static_cast<float>(training.weight_decay), static_cast<float>(training.grad_clip),
+      training.warmup_steps, training.decay_style, training.total_steps);
+  auto training_table = schema::CreateTraining(
+      builder, training.global_batch_size, setting.micro_batch_size, setting.num_micro_batches,
+      optimizer, training.seed, training.eval_interval, training.eval_batches);
+
+  auto mesh = schema::CreateMesh(builder, setting.shape.pipeline_stages,
+                                 setting.shape.data_parallel, setting.shape.tensor_parallel,
+                                 setting.layout.num_nodes, setting.layout.devices_per_node);
+
+  std::vector<fb::Offset<schema::Stage>> stages;
+  for (size_t s = 0; s < candidate.stages.size(); ++s) {
+    const StageLayout& stage = candidate.stages[s];
+    stages.push_back(schema::CreateStageDirect(builder, static_cast<int32_t>(s), stage.first_layer,
+                                               stage.num_layers, stage.has_embedding,
+                                               stage.has_head, &stage.recompute));
+  }
+  auto zero = schema::CreateZero(builder, setting.zero_stage,
+                                 setting.zero_stage == 1 ? setting.zero_ngroups : 1);
+
+  const PipelineSchedule plan_schedule = candidate_schedule(config, candidate);
+  std::vector<fb::Offset<schema::StageSchedule>> stage_schedules;
+  for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
+    std::vector<schema::Instruction> instructions;
+    for (const PipelineInstruction& ins : plan_schedule.stages[s])
+      instructions.emplace_back(ins.op, ins.micro_batch, ins.peer_micro_batch);
+    stage_schedules.push_back(
+        schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s), &instructions));
+  }
+  auto schedule = schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules);
+
+  std::vector<fb::Offset<schema::StagePrediction>> stage_predictions;
+  const PlanEstimate& estimate = candidate.estimate;
+  for (size_t s = 0; s < estimate.stages.size(); ++s) {
+    const StageEstimate& stage = estimate.stages[s];
+    const MemoryBreakdown& m = stage.memory;
+    auto memory = schema::CreateStageMemory(builder, m.weights, m.gradients,
+                                            m.optimizer_state + m.optimizer_transient,
+                                            m.activations, m.transient, m.total());
+    const double communication =
+        setting.num_micro_batches * (stage.tensor_parallel_seconds + stage.pipeline_p2p_seconds) +
+        stage.gradient_reduction_seconds;
+    stage_predictions.push_back(
+        schema::CreateStagePrediction(builder, static_cast<int32_t>(s), stage.forward_seconds,
+                                      stage.backward_seconds, communication, memory));
+  }
+  auto cluster_table = schema::CreateClusterDirect(
+      builder, cluster.preset.c_str(), setting.layout.num_nodes, setting.layout.devices_per_node,
+      static_cast<uint64_t>(cluster.device_memory_gb * kBytesPerGigabyte),
+      cluster.peak_flops(model.dtype), cluster.intra_node_bandwidth_gbps * 1e9,
+      cluster.intra_node_latency_us * 1e-6, cluster.inter_node_bandwidth_gbps * 1e9,
+      cluster.inter_node_latency_us * 1e-6);
+  const StepPrediction& prediction = estimate.prediction;
+  auto predictions = schema::CreatePredictionsDirect(
+      builder, prediction.step_seconds, prediction.bubble_ratio, prediction.tokens_per_second,
+      prediction.mfu, &stage_predictions, cluster_table);
+
+  auto stages_vector = builder.CreateVector(stages);
+  auto root = schema::CreatePlan(builder, header, model_table, training_table, mesh, stages_vector,
+                                 zero, schedule, predictions);
+  schema::FinishPlanBuffer(builder, root);
+  return std::vector<uint8_t>(builder.GetBufferPointer(),
+                              builder.GetBufferPointer() + builder.GetSize());
+}
+
+}  // namespace paraplan

@@ -1,0 +1,38 @@
+// plan_writer.h: a planned job (setting, stages, estimate) and its serialization
+// as a plan file (schema/plan.fbs), shared by every solver.
+//
+// Field conventions beyond plan.fbs: Mesh.num_nodes x devices_per_node are the
+// job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 and 1 without it;
+// StagePrediction.communication_seconds is the stage's communication per step:
+// m x (tensor-parallel all-reduces + point-to-point sends) + the gradient
+// reduction; StageMemory.optimizer_state holds the resident state plus the
+// optimizer step's transient; Predictions.cluster is the [cluster] spec with the
+// job's nodes and devices per node and the peak FLOP/s of the model's dtype.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/cost_model.h"
+#include "planner/job_config.h"
+#include "planner/schedule.h"
+#include "planner/stage_cost.h"
+
+namespace paraplan {
+
+inline constexpr const char* kPlannerVersion = "0.2.0";
+
+struct PlanCandidate {
+  PlanSetting setting;
+  std::vector<StageLayout> stages;  // per pipeline rank, per-layer recompute filled
+  PlanEstimate estimate;
+};
+
+// The instruction streams of a candidate ([planner] pipeline_scheduler),
+// verified; throws std::logic_error if the generator produced a bad schedule.
+PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate& candidate);
+
+// A finished FlatBuffer with the PPLN identifier.
+std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate);
+
+}  // namespace paraplan

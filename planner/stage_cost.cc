@@ -1,0 +1,219 @@
+// stage_cost.cc: per-stage memory and time for one plan setting, and the plan's
+// step time (model in stage_cost.h).
+#include "planner/stage_cost.h"
+
+#include <algorithm>
+
+#include "planner/profile.h"
+
+namespace paraplan {
+
+using schema::RecomputeMode;
+
+namespace {
+constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
+StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setting,
+                               const MeasuredProfile* profile)
+    : config_(&config), setting_(setting), options_(config.planner) {
+  options_.zero_stage = setting.zero_stage;
+  options_.zero_ngroups = setting.zero_ngroups;
+  if (options_.consider_mem) memory_limit_ = options_.memory_constraint * kBytesPerGigabyte;
+  const ModelConfig& model = config.model;
+  const ParallelShape& shape = setting.shape;
+  const int t = shape.tensor_parallel, b = setting.micro_batch_size, p = shape.pipeline_stages;
+  const bool train = options_.is_train;
+  element_bytes_ = element_bytes(model.dtype);
+  zero_shards_ =
+      setting.zero_stage == 1 ? std::max(shape.data_parallel / setting.zero_ngroups, 1) : 1;
+
+  // Compute.
+  const double rate = config.cluster.peak_flops(model.dtype) * kComputeEfficiency * t;
+  std::optional<ProfiledTimes> measured;
+  if (profile != nullptr) measured = profile->lookup(model, t, b);
+  if (measured) {
+    block_forward_ = measured->block_forward;
+    block_backward_[0] = measured->block_backward;
+    block_backward_[1] = measured->block_backward + measured->attention_core_forward;
+    block_backward_[2] = measured->block_backward + measured->block_forward;
+    embedding_forward_ = measured->embedding_forward;
+    embedding_backward_ = measured->embedding_backward;
+    head_forward_ = measured->head_forward;
+    head_backward_ = measured->head_backward;
+  } else {
+    block_forward_ = block_forward_flops(model, b) / rate;
+    for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
+      block_backward_[static_cast<int>(mode)] = block_backward_flops(model, b, mode) / rate;
+    head_forward_ = head_forward_flops(model, b) / rate;
+    head_backward_ = 2 * head_forward_flops(model, b) / rate;
+  }
+
+  // Tensor parallelism: always inside a node (t divides devices_per_node).
+  links_ = LinkModel::from_cluster(config.cluster);
+  const LinkModel& links = links_;
+  const double hidden_bytes =
+      static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
+  const double all_reduce = ring_all_reduce_seconds(links.intra_node, t, hidden_bytes);
+  const double loss_reduce =
+      ring_all_reduce_seconds(links.intra_node, t, 4.0 * b * model.seq_len);  // fp32 per token
+  block_tensor_parallel_ = (train ? 4 : 2) * all_reduce;
+  full_recompute_tensor_parallel_ = train ? 2 * all_reduce : 0;
+  embedding_tensor_parallel_ = all_reduce;
+  head_tensor_parallel_ = 2 * loss_reduce + (train ? all_reduce : 0);
+  if (!train) {
+    for (double& seconds : block_backward_) seconds = 0;
+    head_backward_ = embedding_backward_ = 0;
+  }
+
+  // Pipeline sends: the activation forward and (training) the gradient back.
+  p2p_seconds_.assign(p, 0.0);
+  for (int s = 0; s + 1 < p; ++s) {
+    const double seconds = point_to_point_seconds(
+        links.link(pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node)),
+        hidden_bytes);
+    p2p_seconds_[s] += seconds;
+    if (train) p2p_seconds_[s + 1] += seconds;
+  }
+
+  // Data-parallel reduction placement per stage.
+  const int group = setting.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
+  for (auto& crosses : reduction_crosses_) crosses.assign(p, false);
+  for (int s = 0; s < p; ++s) {
+    reduction_crosses_[0][s] =
+        data_parallel_group_crosses_nodes(shape, s, group, setting.layout.devices_per_node);
+    reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
+                                                                 setting.layout.devices_per_node);
+  }
+  optimizer_seconds_per_parameter_ =
+      train ? kOptimizerFlopsPerParameter /
+                  (config.cluster.peak_flops(model.dtype) * kComputeEfficiency * zero_shards_)
+            : 0;
+}
+
+double StageCostModel::gradient_reduction(int pipeline_rank, double parameters) const {
+  if (!options_.is_train) return 0;
+  const LinkModel& links = links_;
+  const int d = setting_.shape.data_parallel;
+  const double bytes = parameters * element_bytes_;
+  const Link& group_link = links.link(reduction_crosses_[0][pipeline_rank]);
+  if (setting_.zero_stage != 1)
+    return ring_all_reduce_seconds(links.link(reduction_crosses_[1][pipeline_rank]), d, bytes);
+  // ZeRO-1: reduce-scatter inside the group, all-reduce each shard across the
+  // groups, then all-gather the updated weights inside the group.
+  const int z = zero_shards_, groups = d / z;
+  return ring_reduce_scatter_seconds(group_link, z, bytes) +
+         ring_all_reduce_seconds(links.link(reduction_crosses_[1][pipeline_rank]), groups,
+                                 bytes / z) +
+         ring_all_gather_seconds(group_link, z, bytes);
+}
+
+MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts& counts) const {
+  const int p = setting_.shape.pipeline_stages;
+  return stage_memory(config_->model, options_, counts, pipeline_rank == 0, pipeline_rank == p - 1,
+                      pipeline_rank, setting_.shape, setting_.micro_batch_size,
+                      setting_.num_micro_batches);
+}
+
+void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
+                               StageEstimate& stage) const {
+  const bool first = pipeline_rank == 0, last = pipeline_rank == num_stages() - 1;
+  stage.forward_seconds = counts.layers() * block_forward_;
+  stage.backward_seconds = counts.none * block_backward_[0] +
+                           counts.selective * block_backward_[1] + counts.full * block_backward_[2];
+  stage.tensor_parallel_seconds =
+      counts.layers() * block_tensor_parallel_ + counts.full * full_recompute_tensor_parallel_;
+  if (first) {
+    stage.forward_seconds += embedding_forward_;
+    stage.backward_seconds += embedding_backward_;
+    stage.tensor_parallel_seconds += embedding_tensor_parallel_;
+  }
+  if (last) {
+    stage.forward_seconds += head_forward_;
+    stage.backward_seconds += head_backward_;
+    stage.tensor_parallel_seconds += head_tensor_parallel_;
+  }
+  stage.pipeline_p2p_seconds = p2p_seconds_[pipeline_rank];
+}
+
+double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const {
+  StageEstimate stage;
+  fill_time(pipeline_rank, counts, stage);
+  return stage.slot_seconds();
+}
+
+double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
+  const StageLayout layout{
+      0, num_layers, pipeline_rank == 0, pipeline_rank == num_stages() - 1, {}};
+  const double parameters =
+      static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
+                                           options_.ignore_small_tensor_threshold));
+  StageEstimate stage;
+  stage.gradient_reduction_seconds = gradient_reduction(pipeline_rank, parameters);
+  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+  return stage.tail_seconds();
+}
+
+StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts& counts) const {
+  StageEstimate stage;
+  stage.memory = memory(pipeline_rank, counts);
+  fill_time(pipeline_rank, counts, stage);
+  const StageLayout layout{
+      0, counts.layers(), pipeline_rank == 0, pipeline_rank == num_stages() - 1, {}};
+  const double parameters =
+      static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
+                                           options_.ignore_small_tensor_threshold));
+  stage.gradient_reduction_seconds = gradient_reduction(pipeline_rank, parameters);
+  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+  return stage;
+}
+
+double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail) {
+  const int m = setting.num_micro_batches, p = setting.shape.pipeline_stages;
+  return (m + p - 1) * slowest_slot + slowest_tail;
+}
+
+PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
+                                     std::vector<StageEstimate> stages) {
+  PlanEstimate plan;
+  plan.stages = std::move(stages);
+  double fastest_slot = std::numeric_limits<double>::infinity();
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StageEstimate& stage = plan.stages[s];
+    plan.slot_seconds = std::max(plan.slot_seconds, stage.slot_seconds());
+    fastest_slot = std::min(fastest_slot, stage.slot_seconds());
+    plan.tail_seconds = std::max(plan.tail_seconds, stage.tail_seconds());
+    if (stage.memory.total() > plan.peak_memory) {
+      plan.peak_memory = stage.memory.total();
+      plan.peak_memory_stage = static_cast<int>(s);
+    }
+  }
+  plan.unbalance_ratio = plan.slot_seconds > 0 ? fastest_slot / plan.slot_seconds : 1;
+  const int m = setting.num_micro_batches, p = setting.shape.pipeline_stages;
+  plan.pipeline_seconds = (m + p - 1) * plan.slot_seconds;
+  StepPrediction& prediction = plan.prediction;
+  prediction.step_seconds = step_seconds(setting, plan.slot_seconds, plan.tail_seconds);
+  prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
+  const int global = config.training.global_batch_size;
+  const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;
+  if (prediction.step_seconds > 0) {
+    prediction.tokens_per_second =
+        static_cast<double>(global) * config.model.seq_len / prediction.step_seconds;
+    double flops = model_flops_per_step(config.model, global);
+    if (!config.planner.is_train) flops /= 3;  // forward only
+    prediction.mfu =
+        flops / (prediction.step_seconds * config.cluster.peak_flops(config.model.dtype) * devices);
+  }
+  return plan;
+}
+
+PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
+                           const std::vector<StageLayout>& stages, const MeasuredProfile* profile) {
+  const StageCostModel model(config, setting, profile);
+  std::vector<StageEstimate> estimates;
+  for (size_t s = 0; s < stages.size(); ++s)
+    estimates.push_back(model.estimate(static_cast<int>(s), count_recompute(stages[s])));
+  return combine_stage_estimates(config, setting, std::move(estimates));
+}
+
+}  // namespace paraplan

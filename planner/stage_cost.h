@@ -1,0 +1,132 @@
+// stage_cost.h: the planner's memory and time model of one pipeline stage, and
+// of a whole plan, for one plan-wide setting (mesh, micro-batching, ZeRO).
+//
+// Contract:
+// - A stage is described by its pipeline rank (stage 0 holds the embedding, the
+//   last stage the head) and the recompute counts of its layers: blocks are
+//   identical, so nothing else matters. estimate() is the one definition every
+//   solver (dynamic program, ILP, exhaustive oracle) and the plan writer use, so
+//   their predictions agree to the bit.
+// - Memory: cost_model.h's stage_memory (weights, gradients, opt_resident_coef,
+//   opt_transient_coef, ZeRO-1 over data_parallel / zero_ngroups ranks, the
+//   in-flight micro-batches of its schedule position, transient_mem_coef).
+// - Time per micro-batch ("slot"): compute (FLOPs / (peak x efficiency x t), or a
+//   measured profile), the Megatron tensor-parallel all-reduces (2 per block
+//   forward, 2 backward, 2 more for a fully recomputed block; 1 for the
+//   vocabulary-parallel embedding forward, 1 for the head's input gradient plus
+//   two small cross-entropy reductions), and the point-to-point sends the stage
+//   initiates (activation to the next stage, gradient to the previous one).
+// - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
+//   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
+//   all-gather of the updated weights) and the AdamW step on the stage's shard.
+// - Plan: step = (m + p - 1) x slowest slot + slowest tail (1F1B and GPipe both:
+//   the schedule changes memory, not this bound). is_train = false: forward only,
+//   no tail.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "planner/communication_model.h"
+#include "planner/cost_model.h"
+#include "planner/job_config.h"
+
+namespace paraplan {
+
+class MeasuredProfile;
+
+// The plan-wide choices a stage's cost depends on.
+struct PlanSetting {
+  ParallelShape shape;
+  DeviceLayout layout;
+  int micro_batch_size = 1;
+  int num_micro_batches = 1;
+  int zero_stage = 0;
+  int zero_ngroups = 1;
+};
+
+struct StageEstimate {
+  MemoryBreakdown memory;
+  double forward_seconds = 0;             // compute, per micro-batch
+  double backward_seconds = 0;            // compute including recomputation, per micro-batch
+  double tensor_parallel_seconds = 0;     // all-reduces, per micro-batch
+  double pipeline_p2p_seconds = 0;        // sends this stage initiates, per micro-batch
+  double gradient_reduction_seconds = 0;  // per step
+  double optimizer_seconds = 0;           // per step
+  double slot_seconds() const {
+    return forward_seconds + backward_seconds + tensor_parallel_seconds + pipeline_p2p_seconds;
+  }
+  double tail_seconds() const { return gradient_reduction_seconds + optimizer_seconds; }
+};
+
+class StageCostModel {
+ public:
+  // profile may be null (analytic compute time). config must outlive the model.
+  StageCostModel(const JobConfig& config, const PlanSetting& setting,
+                 const MeasuredProfile* profile = nullptr);
+
+  const PlanSetting& setting() const { return setting_; }
+  const JobConfig& config() const { return *config_; }
+  int num_stages() const { return setting_.shape.pipeline_stages; }
+
+  StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
+  // Only the memory (cheaper; equal to estimate().memory).
+  MemoryBreakdown memory(int pipeline_rank, const RecomputeCounts& counts) const;
+  // Only the slot, and only the tail (equal to estimate()'s).
+  double slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const;
+  double tail_seconds(int pipeline_rank, int num_layers) const;
+
+  // memory_constraint in bytes; +inf when consider_mem is false.
+  double memory_limit_bytes() const { return memory_limit_; }
+  bool fits(const MemoryBreakdown& memory) const {
+    return static_cast<double>(memory.total()) <= memory_limit_;
+  }
+
+ private:
+  const JobConfig* config_;
+  PlanSetting setting_;
+  PlannerOptions options_;  // the job's options with this setting's ZeRO choice
+  LinkModel links_;
+  double memory_limit_ = std::numeric_limits<double>::infinity();
+  // Per micro-batch seconds of one block / the embedding / the head.
+  double block_forward_ = 0, block_backward_[3] = {0, 0, 0};
+  double embedding_forward_ = 0, embedding_backward_ = 0, head_forward_ = 0, head_backward_ = 0;
+  double block_tensor_parallel_ = 0, full_recompute_tensor_parallel_ = 0;
+  double embedding_tensor_parallel_ = 0, head_tensor_parallel_ = 0;
+  std::vector<double> p2p_seconds_;         // per pipeline rank
+  std::vector<double> tail_intercept_;      // per pipeline rank: tail at 0 layers
+  std::vector<bool> reduction_crosses_[2];  // per rank: [0] ZeRO group, [1] all DP ranks
+  double optimizer_seconds_per_parameter_ = 0;
+  int element_bytes_ = 4;
+  int zero_shards_ = 1;
+  double gradient_reduction(int pipeline_rank, double parameters) const;
+  // The four per-micro-batch time parts, summed the same way by every caller.
+  void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
+};
+
+struct PlanEstimate {
+  std::vector<StageEstimate> stages;
+  double slot_seconds = 0;      // slowest stage's slot
+  double pipeline_seconds = 0;  // (m + p - 1) x slot
+  double tail_seconds = 0;      // slowest stage's tail
+  StepPrediction prediction;
+  uint64_t peak_memory = 0;
+  int peak_memory_stage = 0;
+  double unbalance_ratio = 1;  // fastest slot / slowest slot
+};
+
+// Step time and the summary figures from per-stage estimates.
+PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
+                                     std::vector<StageEstimate> stages);
+
+// Every stage of a fully specified plan (layouts with per-layer recompute),
+// estimated and combined: the model's prediction for that plan.
+PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
+                           const std::vector<StageLayout>& stages,
+                           const MeasuredProfile* profile = nullptr);
+
+// The step time of stage estimates, as combine_stage_estimates computes it.
+double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail);
+
+}  // namespace paraplan
