@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   coinor-libcbc-dev
   fortunes fortunes-min
+  python3-numpy
 )
 missing=()
 for package in "${packages[@]}"; do

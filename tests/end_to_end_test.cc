@@ -120,6 +120,25 @@ TEST_F(EndToEnd, ResumeContinuesBitForBit) {
   }
 }
 
+TEST_F(EndToEnd, LossEqualsAnIndependentGpt2Reference) {
+  // tests/gpt2_reference.py recomputes the validation loss in float64 NumPy
+  // from the saved Hugging Face checkpoint: the same number means paraplan
+  // computes GPT-2 and saves it in Hugging Face's layout.
+  tokenize_and_plan();
+  ASSERT_EQ(run(train_arguments(10, "ckpt", "log.jsonl")).exit_code, 0);
+  const auto lines = read_json_lines(dir_ / "log.jsonl");
+  ASSERT_EQ(lines.size(), 10u);
+  const double logged = lines[9]["val_loss"].get<double>();
+  // eval_batches 2 x global batch 4 = the first 8 validation samples.
+  const CommandResult reference =
+      run_command(std::string("/usr/bin/python3 ") + PARAPLAN_SOURCE_DIR +
+                  "/tests/gpt2_reference.py " + path("ckpt/step_00000010") + " " +
+                  path("data/val.bin") + " 8");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  // fp32 against float64 over 128 tokens: agreement to ~1e-6 is expected.
+  EXPECT_NEAR(std::stod(reference.output), logged, 1e-5) << reference.output;
+}
+
 TEST_F(EndToEnd, InspectPrintsEveryFieldAsJson) {
   tokenize_and_plan();
   CommandResult table = run("inspect " + path("job.pplan"));
