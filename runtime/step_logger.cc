@@ -68,7 +68,8 @@ void StepLogger::log(const StepMetrics& m) {
                            {"memory_bytes", m.peak_memory_bytes},
                            {"memory_capacity_bytes", m.memory_capacity_bytes}};
   if (m.validation_loss) record["val_loss"] = *m.validation_loss;
-  // %.17g keeps doubles exact so resumed runs can be compared bit for bit.
+  // nlohmann/json writes doubles so they read back exactly: resumed runs
+  // can be compared bit for bit.
   json_ << record.dump() << '\n';
   json_.flush();
   if (!json_) throw std::runtime_error("--log-json: write to '" + json_path_ + "' failed");
