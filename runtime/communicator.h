@@ -58,8 +58,7 @@ struct MeshCoordinates {
   int pipeline_size = 1, data_size = 1, tensor_size = 1;
 };
 
-MeshCoordinates mesh_coordinates(int world_rank, int pipeline_size, int data_size,
-                                 int tensor_size);
+MeshCoordinates mesh_coordinates(int world_rank, int pipeline_size, int data_size, int tensor_size);
 int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank, int tensor_rank);
 
 // Every group a rank takes part in, built from the plan's mesh.

@@ -67,8 +67,8 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
     place(layout, first, whole, whole_first);
     place(layout, second, whole, whole_second);
     for (int rank = 1; rank < groups.world_size; ++rank) {
-      const MeshCoordinates source = mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size,
-                                                      mesh.tensor_size);
+      const MeshCoordinates source =
+          mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
       if (source.data_rank != 0) continue;
       const PlanModel model = plan_model_for_stage(plan, source.pipeline_rank);
       const GptLayout remote(model.config, model.stage, source.tensor_rank, mesh.tensor_size);
@@ -92,8 +92,8 @@ TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
   const GptLayout whole = whole_model_layout(layout.config());
   std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
       whole_second(whole.num_elements());
-  const TrainState state = load_checkpoint(path, whole, whole_params.data(), whole_first.data(),
-                                           whole_second.data());
+  const TrainState state =
+      load_checkpoint(path, whole, whole_params.data(), whole_first.data(), whole_second.data());
   std::vector<float> local;
   slice(whole, whole_params, layout, local);
   ops.copy_from_host(stage.parameters(), local.data(), local.size() * sizeof(float));

@@ -12,9 +12,9 @@ int64_t GptConfig::num_parameters() const {
   return V * C + T * C + num_layers * per_block + 2 * C + (tied_embeddings ? 0 : V * C);
 }
 
-size_t GptLayout::add(const std::string& name, std::vector<int64_t> global_shape,
-                      ShardKind shard, int shard_blocks, bool hf_transposed, bool weight_decay,
-                      InitKind init, float init_std) {
+size_t GptLayout::add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard,
+                      int shard_blocks, bool hf_transposed, bool weight_decay, InitKind init,
+                      float init_std) {
   ParameterTensor tensor;
   tensor.name = name;
   tensor.global_shape = global_shape;
@@ -63,15 +63,14 @@ size_t ParameterTensor::global_index(size_t k) const {
 GptLayout::GptLayout(const GptConfig& config, const StageSpec& stage, int tensor_rank,
                      int tensor_size)
     : config_(config), stage_(stage), tensor_rank_(tensor_rank), tensor_size_(tensor_size) {
-  const int64_t C = config.d_model, F = config.ffn_size, V = config.vocab_size,
-                T = config.seq_len;
+  const int64_t C = config.d_model, F = config.ffn_size, V = config.vocab_size, T = config.seq_len;
   const float std = config.init_std;
   // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
   const float projection_std = std / std::sqrt(2.0f * static_cast<float>(config.num_layers));
   using S = ShardKind;
   if (stage.has_embedding) {
-    token_embedding_ = add("transformer.wte.weight", {V, C}, S::kRows, 1, false, true,
-                           InitKind::kNormal, std);
+    token_embedding_ =
+        add("transformer.wte.weight", {V, C}, S::kRows, 1, false, true, InitKind::kNormal, std);
     position_embedding_ = add("transformer.wpe.weight", {T, C}, S::kReplicated, 1, false, true,
                               InitKind::kNormal, std);
   }
@@ -80,8 +79,8 @@ GptLayout::GptLayout(const GptConfig& config, const StageSpec& stage, int tensor
     BlockOffsets b;
     b.ln1_weight = add(p + "ln_1.weight", {C}, S::kReplicated, 1, false, false, InitKind::kOnes, 0);
     b.ln1_bias = add(p + "ln_1.bias", {C}, S::kReplicated, 1, false, false, InitKind::kZeros, 0);
-    b.qkv_weight = add(p + "attn.c_attn.weight", {3 * C, C}, S::kRows, 3, true, true,
-                       InitKind::kNormal, std);
+    b.qkv_weight =
+        add(p + "attn.c_attn.weight", {3 * C, C}, S::kRows, 3, true, true, InitKind::kNormal, std);
     b.qkv_bias =
         add(p + "attn.c_attn.bias", {3 * C}, S::kRows, 3, false, false, InitKind::kZeros, 0);
     b.attn_proj_weight = add(p + "attn.c_proj.weight", {C, C}, S::kColumns, 1, true, true,
@@ -100,10 +99,10 @@ GptLayout::GptLayout(const GptConfig& config, const StageSpec& stage, int tensor
     blocks_.push_back(b);
   }
   if (stage.has_head) {
-    final_norm_weight_ = add("transformer.ln_f.weight", {C}, S::kReplicated, 1, false, false,
-                             InitKind::kOnes, 0);
-    final_norm_bias_ = add("transformer.ln_f.bias", {C}, S::kReplicated, 1, false, false,
-                           InitKind::kZeros, 0);
+    final_norm_weight_ =
+        add("transformer.ln_f.weight", {C}, S::kReplicated, 1, false, false, InitKind::kOnes, 0);
+    final_norm_bias_ =
+        add("transformer.ln_f.bias", {C}, S::kReplicated, 1, false, false, InitKind::kZeros, 0);
     if (!config.tied_embeddings) {
       head_weight_ =
           add("lm_head.weight", {V, C}, S::kRows, 1, false, true, InitKind::kNormal, std);
@@ -112,8 +111,8 @@ GptLayout::GptLayout(const GptConfig& config, const StageSpec& stage, int tensor
     } else {
       // A later stage's copy of the tied embedding; initialised identically and
       // kept identical by summing its gradient with the first stage's.
-      head_weight_ = add("transformer.wte.weight", {V, C}, S::kRows, 1, false, true,
-                         InitKind::kNormal, std);
+      head_weight_ =
+          add("transformer.wte.weight", {V, C}, S::kRows, 1, false, true, InitKind::kNormal, std);
     }
   }
 }

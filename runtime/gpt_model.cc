@@ -1,9 +1,10 @@
 // gpt_model.cc: forward and backward of a GPT-2 pipeline stage over the op set.
 //
 // Shapes: B micro-batch size, T sequence length, C d_model, and this rank's
-// tensor-parallel shares: A = C/t attention width, H heads, F ffn, V vocab. Backward ops accumulate, so gradient scratch is zeroed before each
-// use and residual_gradient_ carries d(residual stream) backward in place: each
-// residual branch adds its input gradient into it (llm.c's scheme).
+// tensor-parallel shares: A = C/t attention width, H heads, F ffn, V vocab. Backward ops
+// accumulate, so gradient scratch is zeroed before each use and residual_gradient_ carries
+// d(residual stream) backward in place: each residual branch adds its input gradient into it
+// (llm.c's scheme).
 #include "runtime/gpt_model.h"
 
 #include <algorithm>
@@ -29,8 +30,8 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
   const GptConfig& config = layout_.config();
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
   const size_t C = config.d_model, A = layout_.local_attention_width(), F = layout_.local_ffn();
-  const size_t attention = static_cast<size_t>(batch_) * layout_.local_heads() *
-                           config.seq_len * static_cast<size_t>(config.seq_len);
+  const size_t attention = static_cast<size_t>(batch_) * layout_.local_heads() * config.seq_len *
+                           static_cast<size_t>(config.seq_len);
   BlockActivations acts;
   // Under full recompute a slot keeps only the block output (the next block's
   // input); everything else comes from the shared recompute scratch.
@@ -83,8 +84,8 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
   const size_t C = config.d_model, A = layout.local_attention_width(), F = layout.local_ffn(),
                V = layout.local_vocab();
-  const size_t attention = static_cast<size_t>(batch_) * layout.local_heads() *
-                           config.seq_len * static_cast<size_t>(config.seq_len);
+  const size_t attention = static_cast<size_t>(batch_) * layout.local_heads() * config.seq_len *
+                           static_cast<size_t>(config.seq_len);
 
   parameters_ = allocate_floats(buffer_elements_, MemoryCategory::kWeights);
   gradients_ = allocate_floats(buffer_elements_, MemoryCategory::kGradients);
@@ -163,8 +164,8 @@ void GptStage::block_forward(int local_layer, const float* input, const BlockAct
   const size_t BTC = static_cast<size_t>(BT) * C;
   // Row-parallel biases: added by one tensor rank, before the all-reduce.
   const bool adds_row_bias = layout_.tensor_rank() == 0;
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias,
-                         BT, C, config.layernorm_epsilon);
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias, BT,
+                         C, config.layernorm_epsilon);
   ops_.linear_forward(a.qkv, a.ln1, p + w.qkv_weight, p + w.qkv_bias, BT, C, 3 * A);
   ops_.attention_forward(a.atty, a.att, a.qkv, batch_, config.seq_len, layout_.local_heads(),
                          config.head_dim());
@@ -201,19 +202,19 @@ void GptStage::block_backward(int local_layer, const float* input, const BlockAc
   ops_.fill_zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
   ops_.fill_zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, g + w.mlp_up_weight, g + w.mlp_up_bias, fch_gradient_,
-                       a.ln2, p + w.mlp_up_weight, BT, C, F);
+  ops_.linear_backward(norm_gradient_, g + w.mlp_up_weight, g + w.mlp_up_bias, fch_gradient_, a.ln2,
+                       p + w.mlp_up_weight, BT, C, F);
   tensor_all_reduce(norm_gradient_, BTC);  // f: each rank held a partial input gradient
-  ops_.layernorm_backward(dresidual, g + w.ln2_weight, g + w.ln2_bias, norm_gradient_,
-                          a.residual2, p + w.ln2_weight, a.ln2_mean, a.ln2_rstd, BT, C);
+  ops_.layernorm_backward(dresidual, g + w.ln2_weight, g + w.ln2_bias, norm_gradient_, a.residual2,
+                          p + w.ln2_weight, a.ln2_mean, a.ln2_rstd, BT, C);
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
   ops_.fill_zero(atty_gradient_, BTA);
   ops_.linear_backward(atty_gradient_, g + w.attn_proj_weight, g + w.attn_proj_bias, dresidual,
                        a.atty, p + w.attn_proj_weight, BT, A, C);
   ops_.fill_zero(qkv_gradient_, BTA * 3);
-  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.att,
-                          batch_, config.seq_len, layout_.local_heads(), config.head_dim());
+  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.att, batch_,
+                          config.seq_len, layout_.local_heads(), config.head_dim());
   ops_.fill_zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, g + w.qkv_weight, g + w.qkv_bias, qkv_gradient_, a.ln1,
                        p + w.qkv_weight, BT, C, 3 * A);
@@ -226,8 +227,7 @@ void GptStage::head_loss(Slot& slot, bool training, float loss_scale) {
   const int BT = batch_ * layout_.config().seq_len, V = layout_.local_vocab();
   float* dlogits = training ? slot.logits : nullptr;
   if (layout_.tensor_size() == 1) {
-    ops_.softmax_cross_entropy(slot.losses, dlogits, slot.logits, slot.targets, BT, V,
-                               loss_scale);
+    ops_.softmax_cross_entropy(slot.losses, dlogits, slot.logits, slot.targets, BT, V, loss_scale);
     return;
   }
   // Vocab-parallel: combine each shard's row statistics across the group.

@@ -33,16 +33,16 @@ std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
     double stage_total = 0;
     if (predicted && at.pipeline_rank < static_cast<int>(predicted->size()))
       stage_total = static_cast<double>(predicted->Get(at.pipeline_rank)->memory()->total());
-    std::snprintf(line, sizeof line,
-                  "%4d | %5d | %2d | %2d | %7.2f | %9.2f | %9.2f | %11.2f | %9.2f | %6.2f | "
-                  "%9.2f | %s\n",
-                  rank, at.pipeline_rank, at.data_rank, at.tensor_rank, row[0] / mib,
-                  row[1] / mib, row[2] / mib, row[3] / mib, row[4] / mib,
-                  row[kNumMemoryCategories] / mib, stage_total / mib,
-                  stage_total > 0
-                      ? (std::to_string(row[kNumMemoryCategories] / stage_total).substr(0, 5))
-                            .c_str()
-                      : "-");
+    std::snprintf(
+        line, sizeof line,
+        "%4d | %5d | %2d | %2d | %7.2f | %9.2f | %9.2f | %11.2f | %9.2f | %6.2f | "
+        "%9.2f | %s\n",
+        rank, at.pipeline_rank, at.data_rank, at.tensor_rank, row[0] / mib, row[1] / mib,
+        row[2] / mib, row[3] / mib, row[4] / mib, row[kNumMemoryCategories] / mib,
+        stage_total / mib,
+        stage_total > 0
+            ? (std::to_string(row[kNumMemoryCategories] / stage_total).substr(0, 5)).c_str()
+            : "-");
     out += line;
   }
   return out;

@@ -87,9 +87,9 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
   double loss_sum = 0;
   for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
     for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
-      const int64_t sample = static_cast<int64_t>(step) * training.global_batch_size() +
-                             static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) *
-                                 batch;
+      const int64_t sample =
+          static_cast<int64_t>(step) * training.global_batch_size() +
+          static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
       if (spec.has_embedding || spec.has_head) {
         data.load(sample, batch, inputs.data(), targets.data());
         rank.ops->copy_from_host(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
@@ -100,8 +100,8 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
                                         rank.groups.previous_stage_rank);
       stage.forward(0, 1.0f, /*training=*/false);
       if (!spec.has_head)
-        rank.groups.peers->send_receive(stage.output(0), activations,
-                                        rank.groups.next_stage_rank, nullptr, 0, -1);
+        rank.groups.peers->send_receive(stage.output(0), activations, rank.groups.next_stage_rank,
+                                        nullptr, 0, -1);
       else if (mesh.tensor_rank == 0)
         loss_sum += stage.loss_sum(0);
     }
@@ -158,11 +158,10 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   rank.ops = make_backend(options.backend, session);
   rank.memory = std::make_unique<MemoryTracker>(*rank.ops);
   const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
-  rank.groups = session.uses_mpi()
-                    ? make_mpi_process_groups(mesh_plan.pipeline_parallel(),
-                                              mesh_plan.data_parallel(),
-                                              mesh_plan.tensor_parallel(), zero_groups)
-                    : make_local_process_groups(*rank.ops);
+  rank.groups = session.uses_mpi() ? make_mpi_process_groups(
+                                         mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
+                                         mesh_plan.tensor_parallel(), zero_groups)
+                                   : make_local_process_groups(*rank.ops);
   rank.layout =
       std::make_unique<GptLayout>(config, model.stage, mesh.tensor_rank, mesh.tensor_size);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
@@ -190,7 +189,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   TrainState state{.step = 0, .next_train_sample = 0, .seed = training.seed()};
   if (!resume_from.empty()) {
     state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer, *rank.ops);
-    if (leader) std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
+    if (leader)
+      std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
   } else {
     std::vector<float> params(rank.layout->num_elements());
     rank.layout->initialize(params.data(), training.seed());
@@ -213,9 +213,9 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
               << ", " << config.num_parameters() << " parameters, backend "
               << kernels::backend_name(rank.ops->backend()) << ", " << session.world_size()
               << " rank(s) (pp " << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp "
-              << mesh.tensor_size << "), global batch " << training.global_batch_size()
-              << " x seq " << config.seq_len << " = " << tokens_per_step
-              << " tokens/step, steps " << state.step << " -> " << last_step << std::endl;
+              << mesh.tensor_size << "), global batch " << training.global_batch_size() << " x seq "
+              << config.seq_len << " = " << tokens_per_step << " tokens/step, steps " << state.step
+              << " -> " << last_step << std::endl;
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
@@ -233,11 +233,10 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     ExecutorHooks hooks;
     hooks.reduce_gradients = [&] { rank.optimizer->reduce_gradients(); };
     hooks.optimizer_step = [&] {
-      metrics.grad_norm =
-          rank.optimizer->step(static_cast<float>(metrics.learning_rate), step + 1);
+      metrics.grad_norm = rank.optimizer->step(static_cast<float>(metrics.learning_rate), step + 1);
     };
-    double loss_sum = rank.executor->run_step(train_data, state.next_train_sample, loss_scale,
-                                              hooks);
+    double loss_sum =
+        rank.executor->run_step(train_data, state.next_train_sample, loss_scale, hooks);
     if (!counts_loss) loss_sum = 0;
     rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
     rank.ops->synchronize();
@@ -271,8 +270,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       const std::string written = save_distributed_checkpoint(
           options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups, *rank.ops,
-          TrainState{.step = step + 1, .next_train_sample = state.next_train_sample,
-                     .seed = state.seed});
+          TrainState{
+              .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed});
       if (leader) std::cout << "checkpoint: " << written << std::endl;
     }
   }

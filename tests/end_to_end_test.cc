@@ -130,10 +130,9 @@ TEST_F(EndToEnd, LossEqualsAnIndependentGpt2Reference) {
   ASSERT_EQ(lines.size(), 10u);
   const double logged = lines[9]["val_loss"].get<double>();
   // eval_batches 2 x global batch 4 = the first 8 validation samples.
-  const CommandResult reference =
-      run_command(std::string("/usr/bin/python3 ") + PARAPLAN_SOURCE_DIR +
-                  "/tests/gpt2_reference.py " + path("ckpt/step_00000010") + " " +
-                  path("data/val.bin") + " 8");
+  const CommandResult reference = run_command(
+      std::string("/usr/bin/python3 ") + PARAPLAN_SOURCE_DIR + "/tests/gpt2_reference.py " +
+      path("ckpt/step_00000010") + " " + path("data/val.bin") + " 8");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   // fp32 against float64 over 128 tokens: agreement to ~1e-6 is expected.
   EXPECT_NEAR(std::stod(reference.output), logged, 1e-5) << reference.output;

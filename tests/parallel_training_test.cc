@@ -42,7 +42,8 @@ struct PlanCase {
 
 std::string job_toml(const PlanCase& plan) {
   std::string toml = R"([job]
-name = ")" + plan.name + R"("
+name = ")" + plan.name +
+                     R"("
 
 [model]
 vocab_size = 256
@@ -87,10 +88,10 @@ class ParallelTraining : public ::testing::Test {
       corpus += "sample " + std::to_string(i * 7919 % 1000) + " of a small corpus, line " +
                 std::to_string(i) + " \u00e9t\u00e9 \u65e5\u672c \u00fcber\n";
     write_file(*directory_ / "corpus.txt", corpus);
-    ASSERT_EQ(run("tokenize --input " + *directory_ / "corpus.txt" + " --output " +
-                  *directory_ / "data")
-                  .exit_code,
-              0);
+    ASSERT_EQ(
+        run("tokenize --input " + *directory_ / "corpus.txt" + " --output " + *directory_ / "data")
+            .exit_code,
+        0);
   }
   static void TearDownTestSuite() { delete directory_; }
 
@@ -105,10 +106,10 @@ class ParallelTraining : public ::testing::Test {
     CommandResult planned = run("plan --config " + job + " --output " + plan_file);
     EXPECT_EQ(planned.exit_code, 0) << planned.output;
     // Started as users start it: `paraplan launch` builds the mpirun command.
-    const CommandResult trained = run_command(
-        environment + " " + PARAPLAN_BINARY + " launch --plan " + plan_file + " -- train --data " +
-        *directory_ / "data/train.bin" + " --steps " + std::to_string(kSteps) + " --log-json " +
-        log + " " + extra);
+    const CommandResult trained =
+        run_command(environment + " " + PARAPLAN_BINARY + " launch --plan " + plan_file +
+                    " -- train --data " + *directory_ / "data/train.bin" + " --steps " +
+                    std::to_string(kSteps) + " --log-json " + log + " " + extra);
     if (result_out) *result_out = trained;
     if (environment.empty()) EXPECT_EQ(trained.exit_code, 0) << trained.output;
     std::vector<double> losses;
@@ -155,8 +156,8 @@ TEST_F(ParallelTraining, PipelineFourStagesManyMicroBatches) {
 }
 
 TEST_F(ParallelTraining, PipelineGPipe) {
-  expect_same_losses({.name = "pp2_gpipe", .pipeline = 2, .micro_batch_size = 4,
-                      .scheduler = "gpipe"});
+  expect_same_losses(
+      {.name = "pp2_gpipe", .pipeline = 2, .micro_batch_size = 4, .scheduler = "gpipe"});
 }
 
 TEST_F(ParallelTraining, TensorParallel) {
@@ -168,7 +169,10 @@ TEST_F(ParallelTraining, DataParallel) {
 }
 
 TEST_F(ParallelTraining, ZeroOneOverFourRanksInTwoGroups) {
-  expect_same_losses({.name = "dp4_zero1_g2", .data = 4, .micro_batch_size = 3, .zero_stage = 1,
+  expect_same_losses({.name = "dp4_zero1_g2",
+                      .data = 4,
+                      .micro_batch_size = 3,
+                      .zero_stage = 1,
                       .zero_groups = 2});
 }
 
@@ -178,13 +182,17 @@ TEST_F(ParallelTraining, PipelineAndTensorParallel) {
 
 TEST_F(ParallelTraining, PipelineDataZeroMicroBatchesNotAMultipleOfStages) {
   // dp 2 x m 3 x b 2 = 12; m = 3 is not a multiple of the 2 stages.
-  expect_same_losses({.name = "pp2_dp2_zero1", .pipeline = 2, .data = 2, .micro_batch_size = 2,
-                      .zero_stage = 1});
+  expect_same_losses(
+      {.name = "pp2_dp2_zero1", .pipeline = 2, .data = 2, .micro_batch_size = 2, .zero_stage = 1});
 }
 
 TEST_F(ParallelTraining, EightRanksEveryDimension) {
-  expect_same_losses({.name = "pp2_dp2_tp2_zero1", .pipeline = 2, .data = 2, .tensor = 2,
-                      .micro_batch_size = 2, .zero_stage = 1});
+  expect_same_losses({.name = "pp2_dp2_tp2_zero1",
+                      .pipeline = 2,
+                      .data = 2,
+                      .tensor = 2,
+                      .micro_batch_size = 2,
+                      .zero_stage = 1});
 }
 
 TEST_F(ParallelTraining, RecomputationIsBitwiseInvisible) {
@@ -202,17 +210,15 @@ TEST_F(ParallelTraining, RecomputationIsBitwiseInvisible) {
 }
 
 TEST_F(ParallelTraining, AWorldOfTheWrongSizeIsRefused) {
-  const PlanCase plan{.name = "pp2_tp2_refused", .pipeline = 2, .tensor = 2,
-                      .micro_batch_size = 3};
+  const PlanCase plan{.name = "pp2_tp2_refused", .pipeline = 2, .tensor = 2, .micro_batch_size = 3};
   write_file(*directory_ / "refused.toml", job_toml(plan));
   ASSERT_EQ(run("plan --config " + *directory_ / "refused.toml" + " --output " +
                 *directory_ / "refused.pplan")
                 .exit_code,
             0);
-  const CommandResult result = run_command(std::string(MPIEXEC) + " --oversubscribe -np 2 " +
-                                           PARAPLAN_BINARY + " train --plan " +
-                                           *directory_ / "refused.pplan" + " --data " +
-                                           *directory_ / "data/train.bin");
+  const CommandResult result = run_command(
+      std::string(MPIEXEC) + " --oversubscribe -np 2 " + PARAPLAN_BINARY + " train --plan " +
+      *directory_ / "refused.pplan" + " --data " + *directory_ / "data/train.bin");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("needs 4 ranks"), std::string::npos) << result.output;
   // Without mpirun, the same plan is refused too.
@@ -225,8 +231,8 @@ TEST_F(ParallelTraining, AWorldOfTheWrongSizeIsRefused) {
 TEST_F(ParallelTraining, AFailingRankEndsTheWholeJob) {
   const auto start = std::chrono::steady_clock::now();
   CommandResult result;
-  train({.name = "pp2_tp2_failing", .pipeline = 2, .tensor = 2, .micro_batch_size = 3}, "",
-        &result, "PARAPLAN_FAIL_RANK_AT_STEP=3:2");
+  train({.name = "pp2_tp2_failing", .pipeline = 2, .tensor = 2, .micro_batch_size = 3}, "", &result,
+        "PARAPLAN_FAIL_RANK_AT_STEP=3:2");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(result.exit_code, 0);
@@ -239,20 +245,20 @@ TEST_F(ParallelTraining, ResumeUnderAnotherPlanContinuesTheSameRun) {
   // 3 steps under pp2 x tp2, then steps 4-5 under dp4 with ZeRO-1: the
   // checkpoint holds whole tensors, so the run goes on as if uninterrupted.
   const std::string checkpoints = *directory_ / "cross_plan_checkpoints";
-  const PlanCase first{.name = "resume_first_half", .pipeline = 2, .tensor = 2,
-                       .micro_batch_size = 3};
+  const PlanCase first{
+      .name = "resume_first_half", .pipeline = 2, .tensor = 2, .micro_batch_size = 3};
   write_file(*directory_ / "half.toml", job_toml(first));
-  ASSERT_EQ(run("plan --config " + *directory_ / "half.toml" + " --output " +
-                *directory_ / "half.pplan")
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run("plan --config " + *directory_ / "half.toml" + " --output " + *directory_ / "half.pplan")
+          .exit_code,
+      0);
   const CommandResult half = run_command(
       std::string(MPIEXEC) + " --oversubscribe -np 4 " + PARAPLAN_BINARY + " train --plan " +
       *directory_ / "half.pplan" + " --data " + *directory_ / "data/train.bin" +
       " --steps 3 --checkpoint-dir " + checkpoints + " --log-json " + *directory_ / "half.jsonl");
   ASSERT_EQ(half.exit_code, 0) << half.output;
-  const PlanCase second{.name = "resume_dp4_zero1", .data = 4, .micro_batch_size = 3,
-                        .zero_stage = 1};
+  const PlanCase second{
+      .name = "resume_dp4_zero1", .data = 4, .micro_batch_size = 3, .zero_stage = 1};
   CommandResult resumed;
   train(second, "--resume --checkpoint-dir " + checkpoints, &resumed);
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
