@@ -120,6 +120,18 @@ size_t MpiCommunicator::staging_piece() const {
 }
 
 template <typename T>
+void MpiCommunicator::reserve_workspace(size_t staging, size_t received, size_t reduced,
+                                        T** staging_out, T** received_out, T** reduced_out) {
+  const size_t total = staging + received + reduced;
+  const size_t doubles = (total * sizeof(T) + sizeof(double) - 1) / sizeof(double);
+  if (workspace_.size() < doubles) workspace_.resize(doubles);
+  T* base = reinterpret_cast<T*>(workspace_.data());
+  *staging_out = base;
+  *received_out = base + staging;
+  *reduced_out = base + staging + received;
+}
+
+template <typename T>
 void MpiCommunicator::all_reduce_in_order(T* data, size_t count, ReduceOp op) {
   if (count == 0 || size_ == 1) return;
   const MPI_Datatype type = mpi_type_of<T>();
@@ -129,8 +141,9 @@ void MpiCommunicator::all_reduce_in_order(T* data, size_t count, ReduceOp op) {
   const size_t piece = std::min(chunk, staging_piece());
   // One round without padding needs no staging copy: send from data, gather into it.
   const bool direct = piece == chunk && chunk * members == count;
-  std::vector<T> staging(direct ? 0 : members * piece), received(members * piece);
-  std::vector<T> reduced(piece);
+  T *staging, *received, *reduced;
+  reserve_workspace<T>(direct ? 0 : members * piece, members * piece, piece, &staging, &received,
+                       &reduced);
 
   for (size_t offset = 0; offset < chunk; offset += piece) {
     const size_t length = std::min(piece, chunk - offset);
@@ -141,24 +154,24 @@ void MpiCommunicator::all_reduce_in_order(T* data, size_t count, ReduceOp op) {
     const T* send = data;
     if (!direct) {
       for (size_t member = 0; member < members; ++member) {
-        T* block = staging.data() + member * length;
+        T* block = staging + member * length;
         const size_t valid = valid_in_block(member);
         std::copy(data + member * chunk + offset, data + member * chunk + offset + valid, block);
         std::fill(block + valid, block + length, T(0));  // padding, never unpacked
       }
-      send = staging.data();
+      send = staging;
     }
     PARAPLAN_MPI_CHECK(name_, "all_reduce (all-to-all of chunks)",
-                       MPI_Alltoall(send, static_cast<int>(length), type, received.data(),
+                       MPI_Alltoall(send, static_cast<int>(length), type, received,
                                     static_cast<int>(length), type, comm_));
-    reduce_in_rank_order(received.data(), members, length, op, reduced.data());
-    T* gathered = direct ? data : staging.data();
+    reduce_in_rank_order(received, members, length, op, reduced);
+    T* gathered = direct ? data : staging;
     PARAPLAN_MPI_CHECK(name_, "all_reduce (all-gather of reduced chunks)",
-                       MPI_Allgather(reduced.data(), static_cast<int>(length), type, gathered,
+                       MPI_Allgather(reduced, static_cast<int>(length), type, gathered,
                                      static_cast<int>(length), type, comm_));
     if (!direct) {
       for (size_t member = 0; member < members; ++member) {
-        const T* block = staging.data() + member * length;
+        const T* block = staging + member * length;
         std::copy(block, block + valid_in_block(member), data + member * chunk + offset);
       }
     }
@@ -182,22 +195,24 @@ void MpiCommunicator::reduce_scatter(const float* send, float* receive, size_t c
   const size_t members = static_cast<size_t>(size_);
   const size_t piece = std::min(chunk_count, staging_piece());
   const bool direct = piece == chunk_count;
-  std::vector<float> staging(direct ? 0 : members * piece), received(members * piece);
+  float *staging, *received, *unused;
+  reserve_workspace<float>(direct ? 0 : members * piece, members * piece, 0, &staging, &received,
+                           &unused);
   for (size_t offset = 0; offset < chunk_count; offset += piece) {
     const size_t length = std::min(piece, chunk_count - offset);
     const float* from = send;
     if (!direct) {
       for (size_t member = 0; member < members; ++member) {
         const float* block = send + member * chunk_count + offset;
-        std::copy(block, block + length, staging.data() + member * length);
+        std::copy(block, block + length, staging + member * length);
       }
-      from = staging.data();
+      from = staging;
     }
     PARAPLAN_MPI_CHECK(name_, "reduce_scatter (all-to-all of chunks)",
-                       MPI_Alltoall(from, static_cast<int>(length), MPI_FLOAT, received.data(),
+                       MPI_Alltoall(from, static_cast<int>(length), MPI_FLOAT, received,
                                     static_cast<int>(length), MPI_FLOAT, comm_));
     // receive may overlap send's own chunk: that part was already sent.
-    reduce_in_rank_order(received.data(), members, length, ReduceOp::kSum, receive + offset);
+    reduce_in_rank_order(received, members, length, ReduceOp::kSum, receive + offset);
   }
 }
 
