@@ -9,6 +9,7 @@
 
 #include "planner/partition_constraints.h"
 #include "planner/planner.h"
+#include "planner/planner_test_jobs.h"
 #include "planner/profile.h"
 #include "planner/search.h"
 #include "schema/plan_io.h"
@@ -16,23 +17,7 @@
 namespace paraplan {
 namespace {
 
-const char* kJob = R"(
-[model]
-seq_len = 128
-num_layers = 8
-d_model = 256
-num_heads = 8
-vocab_size = 512
-[training]
-global_batch_size = 16
-total_steps = 100
-[planner]
-world_size = 8
-)";
-
-JobConfig job(const std::vector<ConfigOverride>& overrides = {}) {
-  return parse_job_config(kJob, "job.toml", overrides);
-}
+using test_jobs::eight_device_job;
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = testing::TempDir() + name;
@@ -51,9 +36,9 @@ std::string error_of(const JobConfig& config) {
 
 TEST(PlanFilesTest, SaveThenLoadTheSamePlan) {
   const std::string path = testing::TempDir() + "saved.pplan";
-  const PlanOutcome saved = plan_job(job({{"planner.save_plan_path", path}}));
+  const PlanOutcome saved = plan_job(eight_device_job({{"planner.save_plan_path", path}}));
   EXPECT_EQ(load_plan(path).bytes(), saved.plan);
-  const PlanOutcome loaded = plan_job(job({{"planner.load_plan_path", path}}));
+  const PlanOutcome loaded = plan_job(eight_device_job({{"planner.load_plan_path", path}}));
   EXPECT_TRUE(loaded.reused);
   EXPECT_TRUE(loaded.differences.empty());
   EXPECT_EQ(loaded.plan, saved.plan);  // nothing changed: the bytes as saved
@@ -63,12 +48,12 @@ TEST(PlanFilesTest, SaveThenLoadTheSamePlan) {
 
 TEST(PlanFilesTest, LoadedPlansAreReestimatedAndDifferencesNamed) {
   const std::string path = testing::TempDir() + "reestimated.pplan";
-  const PlanOutcome saved = plan_job(job({{"planner.save_plan_path", path}}));
+  const PlanOutcome saved = plan_job(eight_device_job({{"planner.save_plan_path", path}}));
   const schema::Plan& before = *schema::GetPlan(saved.plan.data());
   // Twice the FLOP/s and another learning rate: same decisions, new predictions.
-  const PlanOutcome loaded = plan_job(job({{"planner.load_plan_path", path},
-                                           {"cluster.peak_tflops_fp32", "0.2"},
-                                           {"training.learning_rate", "0.001"}}));
+  const PlanOutcome loaded = plan_job(eight_device_job({{"planner.load_plan_path", path},
+                                                        {"cluster.peak_tflops_fp32", "0.2"},
+                                                        {"training.learning_rate", "0.001"}}));
   const std::vector<std::string> expected = {"training.learning_rate: plan 0.0006, now 0.001",
                                              "training.min_learning_rate: plan 6e-05, now 0.0001",
                                              "cluster.peak_tflops_fp32: plan 0.1, now 0.2"};
@@ -84,17 +69,21 @@ TEST(PlanFilesTest, LoadedPlansAreReestimatedAndDifferencesNamed) {
   EXPECT_NE(loaded.report.find("cluster.peak_tflops_fp32: plan 0.1, now 0.2"), std::string::npos);
 
   // Inapplicable: another block count, another world, a stage that no longer fits.
-  EXPECT_NE(error_of(job({{"planner.load_plan_path", path}, {"model.num_layers", "6"}}))
-                .find("cannot be reused: the plan's stages hold 8 blocks, the model now has 6"),
-            std::string::npos);
-  EXPECT_NE(error_of(job({{"planner.load_plan_path", path}, {"planner.world_size", "4"}}))
-                .find("the plan uses 8 devices, the job now has 4"),
-            std::string::npos);
-  const std::string tight =
-      error_of(job({{"planner.load_plan_path", path}, {"planner.memory_constraint", "0.001"}}));
+  EXPECT_NE(
+      error_of(eight_device_job({{"planner.load_plan_path", path}, {"model.num_layers", "6"}}))
+          .find("cannot be reused: the plan's stages hold 8 blocks, the model now has 6"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(eight_device_job({{"planner.load_plan_path", path}, {"planner.world_size", "4"}}))
+          .find("the plan uses 8 devices, the job now has 4"),
+      std::string::npos);
+  const std::string tight = error_of(
+      eight_device_job({{"planner.load_plan_path", path}, {"planner.memory_constraint", "0.001"}}));
   EXPECT_NE(tight.find("stage 0 now needs "), std::string::npos) << tight;
   EXPECT_NE(tight.find("planner.memory_constraint: plan 32, now 0.001"), std::string::npos);
-  EXPECT_NE(error_of(job({{"planner.load_plan_path", testing::TempDir() + "missing.pplan"}})), "");
+  EXPECT_NE(error_of(eight_device_job(
+                {{"planner.load_plan_path", testing::TempDir() + "missing.pplan"}})),
+            "");
 }
 
 TEST(PlanFilesTest, PartitionConstraintsNarrowTheSearch) {
@@ -111,10 +100,11 @@ stage = 0
 module = "transformer.h.0.attn"
 recompute = ["none"]
 )");
-  const SearchResult result = search_plans(job({{"planner.partition_constraints_path", file},
-                                                {"planner.recompute_modules", "h.1"},
-                                                {"planner.pipeline_nstages", "2"},
-                                                {"planner.max_pipeline_unbalance_ratio", "0"}}));
+  const SearchResult result =
+      search_plans(eight_device_job({{"planner.partition_constraints_path", file},
+                                     {"planner.recompute_modules", "h.1"},
+                                     {"planner.pipeline_nstages", "2"},
+                                     {"planner.max_pipeline_unbalance_ratio", "0"}}));
   ASSERT_FALSE(result.ranked.empty());
   for (const PlanCandidate& plan : result.ranked) {
     EXPECT_LE(plan.setting.shape.tensor_parallel, 2);
@@ -123,8 +113,8 @@ recompute = ["none"]
     EXPECT_EQ(plan.stages[0].recompute[1], schema::RecomputeMode::Full);
   }
   // Without the pin the best 2-stage split is even.
-  const SearchResult free = search_plans(
-      job({{"planner.pipeline_nstages", "2"}, {"planner.max_pipeline_unbalance_ratio", "0"}}));
+  const SearchResult free = search_plans(eight_device_job(
+      {{"planner.pipeline_nstages", "2"}, {"planner.max_pipeline_unbalance_ratio", "0"}}));
   EXPECT_LT(free.ranked.front().stages[0].num_layers, 6);
 }
 
@@ -132,7 +122,7 @@ TEST(PlanFilesTest, PartitionConstraintErrors) {
   auto error_with = [](const std::string& text, std::vector<ConfigOverride> extra = {}) {
     const std::string file = write_file("bad_constraints.toml", text);
     extra.push_back({"planner.partition_constraints_path", file});
-    return error_of(job(extra));
+    return error_of(eight_device_job(extra));
   };
   EXPECT_NE(error_with("[[constraint]]\nmodule = \"h\"\ntensor_parallel = [1, 2]\n",
                        {{"planner.tensor_parallel_degree", "4"}})
@@ -161,9 +151,10 @@ TEST(PlanFilesTest, PartitionConstraintErrors) {
   EXPECT_NE(error_with("[[constraint]]\nmodule = \"wte\"\nstage = 1\n")
                 .find("the embedding is always on stage 0"),
             std::string::npos);
-  EXPECT_NE(error_of(job({{"planner.partition_constraints_path", "/nonexistent/c.toml"}}))
-                .find("[planner] partition_constraints_path = '/nonexistent/c.toml': cannot open"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(eight_device_job({{"planner.partition_constraints_path", "/nonexistent/c.toml"}}))
+          .find("[planner] partition_constraints_path = '/nonexistent/c.toml': cannot open"),
+      std::string::npos);
 }
 
 TEST(PlanFilesTest, MeasuredProfileReplacesTheRoofline) {
@@ -185,20 +176,22 @@ TEST(PlanFilesTest, MeasuredProfileReplacesTheRoofline) {
                                              {"planner.tensor_parallel_degree", "1"},
                                              {"training.micro_batch_size", "2"},
                                              {"planner.profile_dir", dir}};
-  const std::optional<MeasuredProfile> profile = load_measured_profile(job(fixed));
+  const std::optional<MeasuredProfile> profile = load_measured_profile(eight_device_job(fixed));
   ASSERT_TRUE(profile.has_value());
   EXPECT_EQ(profile->size(), 2u);
-  const PlanCandidate measured = search_plans(job(fixed), &*profile).ranked.front();
+  const PlanCandidate measured = search_plans(eight_device_job(fixed), &*profile).ranked.front();
   EXPECT_DOUBLE_EQ(measured.estimate.stages[0].forward_seconds, 8 * 0.001 + 0.0005);
   EXPECT_DOUBLE_EQ(measured.estimate.stages[0].backward_seconds, 8 * 0.002 + 0.001);
   // plan_job reads it from profile_dir and says so.
-  EXPECT_NE(plan_job(job(fixed)).report.find("measured profile " + dir + "/profile.json (cpu)"),
+  EXPECT_NE(plan_job(eight_device_job(fixed))
+                .report.find("measured profile " + dir + "/profile.json (cpu)"),
             std::string::npos);
   // parallel_profile = false prefers the entry measured on one device at a time.
   std::vector<ConfigOverride> sequential = fixed;
   sequential.push_back({"planner.parallel_profile", "false"});
-  const std::optional<MeasuredProfile> one_at_a_time = load_measured_profile(job(sequential));
-  EXPECT_DOUBLE_EQ(search_plans(job(sequential), &*one_at_a_time)
+  const std::optional<MeasuredProfile> one_at_a_time =
+      load_measured_profile(eight_device_job(sequential));
+  EXPECT_DOUBLE_EQ(search_plans(eight_device_job(sequential), &*one_at_a_time)
                        .ranked.front()
                        .estimate.stages[0]
                        .forward_seconds,
@@ -206,13 +199,13 @@ TEST(PlanFilesTest, MeasuredProfileReplacesTheRoofline) {
   // re_profile = true ignores the stored profile; other micro-batch sizes fall back too.
   std::vector<ConfigOverride> again = fixed;
   again.push_back({"planner.re_profile", "true"});
-  EXPECT_FALSE(load_measured_profile(job(again)).has_value());
-  EXPECT_FALSE(profile->lookup(job().model, 1, 4).has_value());
+  EXPECT_FALSE(load_measured_profile(eight_device_job(again)).has_value());
+  EXPECT_FALSE(profile->lookup(eight_device_job().model, 1, 4).has_value());
   // A malformed profile is an error naming the file and field.
   write_file("profile/profile.json", R"({"format": "paraplan-profile", "version": 1,
     "devices": {"cpu": [{"seq_len": 128}]}})");
   try {
-    load_measured_profile(job(fixed));
+    load_measured_profile(eight_device_job(fixed));
     FAIL() << "accepted";
   } catch (const std::runtime_error& error) {
     EXPECT_NE(

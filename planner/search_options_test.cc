@@ -6,6 +6,7 @@
 
 #include "planner/plan_report.h"
 #include "planner/planner.h"
+#include "planner/planner_test_jobs.h"
 #include "planner/search.h"
 
 namespace paraplan {
@@ -13,32 +14,15 @@ namespace {
 
 using schema::RecomputeMode;
 
-// A GPT-2-small-like model on a node of 8 CPU "devices", small enough to search fast.
-const char* kJob = R"(
-[model]
-seq_len = 128
-num_layers = 8
-d_model = 256
-num_heads = 8
-vocab_size = 512
-[training]
-global_batch_size = 16
-total_steps = 100
-[planner]
-world_size = 8
-)";
-
-JobConfig job(const std::vector<ConfigOverride>& overrides = {}) {
-  return parse_job_config(kJob, "job.toml", overrides);
-}
+using test_jobs::eight_device_job;
 
 SearchResult search(const std::vector<ConfigOverride>& overrides = {}) {
-  return search_plans(job(overrides));
+  return search_plans(eight_device_job(overrides));
 }
 
 std::string error_of(const std::vector<ConfigOverride>& overrides) {
   try {
-    plan_job(job(overrides));
+    plan_job(eight_device_job(overrides));
   } catch (const std::runtime_error& error) {
     return error.what();
   }
@@ -218,7 +202,7 @@ TEST(SearchOptionsTest, TopkNprocSolverAndVerbose) {
   EXPECT_NE(verbose.log.front().find("pp 1 x dp 8 x tp 1, micro-batch 2 x 1, ZeRO 0: "),
             std::string::npos)
       << verbose.log.front();
-  const std::string report = plan_job(job({{"planner.verbose", "true"}})).report;
+  const std::string report = plan_job(eight_device_job({{"planner.verbose", "true"}})).report;
   EXPECT_NE(report.find("best partition: step"), std::string::npos);
 }
 
@@ -251,7 +235,7 @@ TEST(SearchOptionsTest, BadInputNamesTheField) {
             std::string::npos);
   for (const char* field : {"model.num_layers", "model.d_model", "training.global_batch_size"}) {
     try {
-      job({{field, "-1"}});
+      eight_device_job({{field, "-1"}});
       ADD_FAILURE() << field;
     } catch (const std::runtime_error& error) {
       EXPECT_NE(std::string(error.what()).find("-1 is invalid"), std::string::npos) << error.what();
