@@ -56,6 +56,8 @@ bool same_file(const std::string& a, const std::string& b) {
   return canonical_a == canonical_b;
 }
 
+}  // namespace
+
 std::string this_executable() {
   std::error_code error;
   const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe", error);
@@ -64,8 +66,6 @@ std::string this_executable() {
                              error.message());
   return path.string();
 }
-
-}  // namespace
 
 std::vector<HostEntry> parse_hostfile_text(const std::string& text, const std::string& name) {
   std::vector<HostEntry> hosts;
@@ -160,6 +160,47 @@ std::vector<std::string> passthrough_variables(const std::vector<std::string>& e
   return names;
 }
 
+namespace {
+
+// mpirun -np N, the hosts, the mapping and the passed-on variables.
+std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long ranks,
+                                       const std::string& hostfile,
+                                       const std::optional<std::vector<std::string>>& environment) {
+  std::vector<std::string> arguments = {mpirun, "-np", std::to_string(ranks)};
+  if (!hostfile.empty()) {
+    arguments.insert(arguments.end(), {"--hostfile", hostfile});
+  } else {
+    arguments.push_back("--oversubscribe");  // this machine may have fewer cores than ranks
+  }
+  // --map-by slot gives rank r to the node holding slot r: ranks fill a node's
+  // devices_per_node slots in order. Ranks are tensor-parallel innermost and the
+  // plan guarantees devices_per_node % tp == 0, so a TP group (tp consecutive
+  // ranks) never straddles two nodes. Binding is left to the runtime (threads,
+  // the device picked by local rank), so --bind-to none.
+  arguments.insert(arguments.end(), {"--map-by", "slot", "--bind-to", "none"});
+  std::vector<std::string> variables;
+  if (environment) {
+    variables = *environment;
+  } else {
+    for (char** entry = environ; entry && *entry; ++entry) variables.emplace_back(*entry);
+  }
+  for (const std::string& name : passthrough_variables(variables)) {
+    arguments.insert(arguments.end(), {"-x", name});
+  }
+  return arguments;
+}
+
+}  // namespace
+
+std::vector<std::string> local_mpirun_command(int ranks,
+                                              const std::vector<std::string>& paraplan_arguments,
+                                              const std::string& mpirun) {
+  std::vector<std::string> arguments = mpirun_prefix(mpirun, ranks, "", std::nullopt);
+  arguments.push_back(this_executable());
+  arguments.insert(arguments.end(), paraplan_arguments.begin(), paraplan_arguments.end());
+  return arguments;
+}
+
 std::vector<std::string> build_launch_command(const LaunchOptions& options) {
   if (options.plan_path.empty()) throw std::runtime_error("launch: --plan FILE is required");
   if (options.command.empty())
@@ -193,27 +234,8 @@ std::vector<std::string> build_launch_command(const LaunchOptions& options) {
                            mesh->devices_per_node());
   }
 
-  std::vector<std::string> arguments = {options.mpirun, "-np", std::to_string(ranks)};
-  if (!options.hostfile.empty()) {
-    arguments.insert(arguments.end(), {"--hostfile", options.hostfile});
-  } else {
-    arguments.push_back("--oversubscribe");  // this machine may have fewer cores than ranks
-  }
-  // --map-by slot gives rank r to the node holding slot r: ranks fill a node's
-  // devices_per_node slots in order. Ranks are tensor-parallel innermost and the
-  // plan guarantees devices_per_node % tp == 0, so a TP group (tp consecutive
-  // ranks) never straddles two nodes. Binding is left to the runtime (threads,
-  // the device picked by local rank), so --bind-to none.
-  arguments.insert(arguments.end(), {"--map-by", "slot", "--bind-to", "none"});
-  std::vector<std::string> environment;
-  if (options.environment) {
-    environment = *options.environment;
-  } else {
-    for (char** entry = environ; entry && *entry; ++entry) environment.emplace_back(*entry);
-  }
-  for (const std::string& name : passthrough_variables(environment)) {
-    arguments.insert(arguments.end(), {"-x", name});
-  }
+  std::vector<std::string> arguments =
+      mpirun_prefix(options.mpirun, ranks, options.hostfile, options.environment);
   arguments.push_back(options.paraplan_binary.empty() ? this_executable()
                                                       : options.paraplan_binary);
   arguments.push_back(subcommand);
@@ -247,6 +269,15 @@ int run_launch(const LaunchOptions& options) {
     std::cout << shell_quote_command(arguments) << std::endl;
     return 0;
   }
+  try {
+    exec_command(arguments);
+  } catch (const std::exception& error) {
+    throw std::runtime_error(std::string("launch: ") + error.what());
+  }
+  return 1;  // not reached: exec_command returns only by throwing
+}
+
+void exec_command(const std::vector<std::string>& arguments) {
   std::vector<char*> argv;
   for (const std::string& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
   argv.push_back(nullptr);
@@ -255,10 +286,10 @@ int run_launch(const LaunchOptions& options) {
   execvp(argv[0], argv.data());  // returns only on failure
   const int error = errno;
   if (error == ENOENT)
-    throw std::runtime_error("launch: cannot run '" + options.mpirun +
+    throw std::runtime_error("cannot run '" + arguments.front() +
                              "': not found; install Open MPI (mpirun on PATH) or pass "
                              "--mpirun PATH");
-  throw std::runtime_error("launch: cannot run '" + options.mpirun + "': " + std::strerror(error));
+  throw std::runtime_error("cannot run '" + arguments.front() + "': " + std::strerror(error));
 }
 
 }  // namespace paraplan

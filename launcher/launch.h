@@ -53,6 +53,18 @@ std::vector<std::string> passthrough_variables(const std::vector<std::string>& e
 // command when it lacks one. Throws with a message naming what is wrong.
 std::vector<std::string> build_launch_command(const LaunchOptions& options);
 
+// mpirun -np N --oversubscribe ... (as for a plan without a hostfile), then this
+// executable with paraplan_arguments: how `paraplan profile` starts its ranks.
+std::vector<std::string> local_mpirun_command(int ranks,
+                                              const std::vector<std::string>& paraplan_arguments,
+                                              const std::string& mpirun = "mpirun");
+
+// The path of this executable (/proc/self/exe).
+std::string this_executable();
+
+// Replaces this process with arguments[0] (execvp); returns only by throwing.
+void exec_command(const std::vector<std::string>& arguments);
+
 // The arguments as one line a shell would read back the same (for --dry-run).
 std::string shell_quote_command(const std::vector<std::string>& arguments);
 

@@ -1,5 +1,5 @@
-// main.cc: the `paraplan` command: tokenize, plan, inspect, train, launch,
-// sample.
+// main.cc: the `paraplan` command: tokenize, plan, inspect, train, replay,
+// profile, autotune, launch, sample.
 //
 // Each subcommand is a thin shell over the planner or the runtime. Every
 // failure ends here as one line, "paraplan: error: <message>", and exit
@@ -10,9 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/autotune.h"
 #include "launcher/launch.h"
+#include "launcher/profile_command.h"
 #include "planner/job_config.h"
 #include "planner/planner.h"
+#include "runtime/replay.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
@@ -119,6 +122,71 @@ int main(int argc, char** argv) {
   train_command->add_option("--backend", train_options.backend, "cpu or cuda")
       ->capture_default_str();
 
+  ReplayOptions replay_options;
+  CLI::App* replay_command = app.add_subcommand(
+      "replay", "run a plan on synthetic tokens; measured against predicted, per stage");
+  replay_command->add_option("--plan", replay_options.plan_path, "plan file")->required();
+  replay_command->add_option("--steps", replay_options.steps, "measured steps")
+      ->capture_default_str();
+  replay_command->add_option("--warmup", replay_options.warmup, "steps run first, not measured")
+      ->capture_default_str();
+  replay_command->add_option("--backend", replay_options.backend, "cpu or cuda")
+      ->capture_default_str();
+  replay_command->add_option("--report", replay_options.report_path, "write the report as JSON");
+  replay_command->add_option("--trace", replay_options.trace_path,
+                             "write a Chrome trace (opens in Perfetto), one track per rank");
+  replay_command->add_option("--timeline", replay_options.timeline_path,
+                             "write the pipeline timeline as SVG");
+  replay_command->add_flag("!--no-memory-limit", replay_options.enforce_device_memory,
+                           "do not hold ranks to the plan's device memory");
+
+  ProfileArguments profile;
+  CLI::App* profile_command = app.add_subcommand(
+      "profile", "measure this device for a job's shapes -> <profile_dir>/profile.json");
+  profile_command->add_option("--config", profile.config, "job.toml")->required();
+  profile_command->add_option("--backend", profile.backend, "cpu or cuda")->capture_default_str();
+  profile_command->add_option("--profile-dir", profile.profile_dir,
+                              "where profile.json goes (default: [planner] profile_dir)");
+  profile_command->add_option("--repetitions", profile.repetitions, "timed runs per measurement")
+      ->capture_default_str();
+  profile_command
+      ->add_option("--min-window", profile.minimum_window_seconds,
+                   "seconds each measurement runs at least")
+      ->capture_default_str();
+  profile_command->add_option("--mpirun", profile.mpirun, "the mpirun to use")
+      ->capture_default_str();
+  profile_command->allow_extras();
+
+  AutotuneOptions autotune;
+  CLI::App* autotune_command = app.add_subcommand(
+      "autotune", "replay the planner's best settings, keep the fastest measured plan");
+  autotune_command->add_option("--config", autotune.config, "job.toml")->required();
+  autotune_command->add_option("--output", autotune.output,
+                               "the best plan (default: planner.save_plan_path)");
+  autotune_command->add_option("--work-dir", autotune.work_dir, "plans, logs and reports")
+      ->capture_default_str();
+  autotune_command->add_option("--backend", autotune.backend, "cpu or cuda")->capture_default_str();
+  autotune_command->add_option("--report", autotune.report, "write the summary as JSON");
+  autotune_command->add_option("--steps", autotune.steps, "measured steps per experiment")
+      ->capture_default_str();
+  autotune_command->add_option("--warmup", autotune.warmup, "warm-up steps per experiment")
+      ->capture_default_str();
+  autotune_command
+      ->add_option("--max-meshes", autotune.max_meshes,
+                   "meshes (pp x dp x tp) tuned, best predicted first")
+      ->capture_default_str();
+  autotune_command
+      ->add_option("--plateau", autotune.plateau,
+                   "stop growing the micro-batch below this relative gain")
+      ->capture_default_str();
+  autotune_command
+      ->add_option("--experiment-timeout", autotune.experiment_timeout,
+                   "seconds before an experiment is killed")
+      ->capture_default_str();
+  autotune_command->add_option("--mpirun", autotune.mpirun, "the mpirun to use")
+      ->capture_default_str();
+  autotune_command->allow_extras();
+
   LaunchOptions launch_options;
   CLI::App* launch_command = app.add_subcommand(
       "launch", "start a plan's ranks with mpirun: paraplan launch --plan P -- train ...");
@@ -162,6 +230,11 @@ int main(int argc, char** argv) {
     if (plan_command->parsed()) run_plan(plan, plan_command->remaining());
     if (inspect_command->parsed()) run_inspect(inspect);
     if (train_command->parsed()) train(train_options);
+    if (replay_command->parsed()) replay(replay_options);
+    if (profile_command->parsed())
+      run_profile(profile, profile_command->remaining(),
+                  std::vector<std::string>(argv + 1, argv + argc));
+    if (autotune_command->parsed()) return run_autotune(autotune, autotune_command->remaining());
     if (launch_command->parsed()) {
       launch_options.command = after_separator;
       return run_launch(launch_options);

@@ -19,7 +19,8 @@
 //   2-byte and 1 a mask. For float32 the 2-byte terms double and masks stay:
 //   66*sbh + 9*a*s^2*b at t = 1. Selective recompute drops the a*s^2*b term; full
 //   recompute keeps only the block input, element_bytes*s*b*h (2sbh in 16-bit).
-// - Compute time = FLOPs / (peak * kComputeEfficiency) until measured profiles exist.
+// - Compute time = FLOPs / (peak * kComputeEfficiency); stage_cost.h uses a measured
+//   profile's times (profile.h) instead when one is given.
 #pragma once
 
 #include <cstdint>

@@ -123,7 +123,8 @@ std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best
 }
 
 std::string format_search_report(const JobConfig& config, const SearchResult& result,
-                                 const MeasuredProfile* profile) {
+                                 const MeasuredProfile* profile,
+                                 const std::vector<std::string>& profile_lines) {
   const SearchStatistics& stats = result.statistics;
   const DeviceLayout& layout = result.space.layout;
   std::string text;
@@ -143,6 +144,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
                          printf_string("%.2f", kComputeEfficiency) + ")") +
           "; memory limit " + printf_string("%g", config.planner.memory_constraint) + " GB" +
           (config.planner.consider_mem ? "" : " (not enforced: consider_mem = false)") + "\n";
+  for (const std::string& line : profile_lines) text += line + "\n";
   if (!config.planner.is_train)
     text +=
         "is_train = false: memory and time are for inference (forward only); do not train "

@@ -1,16 +1,20 @@
 // plan_report.h: the text `paraplan plan` prints: the search summary, the top-k
 // table (mesh, micro-batch, ZeRO, recompute, step time, tokens/s, MFU, peak
-// memory per stage) and, for each runner-up, why it lost to the best plan.
+// memory per stage) and, for each runner-up, why it lost to the best plan; the
+// time model in use and what the measured profile supplied.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "planner/search.h"
 
 namespace paraplan {
 
+// profile_lines (profile_report.h) follow the time-model line.
 std::string format_search_report(const JobConfig& config, const SearchResult& result,
-                                 const MeasuredProfile* profile);
+                                 const MeasuredProfile* profile,
+                                 const std::vector<std::string>& profile_lines = {});
 
 // "+4.2%: slowest stage 10.31 ms vs 9.90 ms; bubble 27% vs 16%" — why
 // candidate is slower than best.

@@ -143,7 +143,7 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
   }
   reused.unchanged = differences.empty() &&
                      candidate.estimate.prediction.step_seconds == reused.loaded_step_seconds;
-  reused.plan = reused.unchanged ? loaded.bytes() : serialize_plan(effective, candidate);
+  reused.plan = reused.unchanged ? loaded.bytes() : serialize_plan(effective, candidate, profile);
   return reused;
 }
 

@@ -4,8 +4,10 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include <cstdio>
 #include <stdexcept>
 
+#include "planner/profile.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -23,7 +25,26 @@ PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate
   return schedule;
 }
 
-std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate) {
+std::string time_model_description(const JobConfig& config, const PlanCandidate& candidate,
+                                   const MeasuredProfile* profile) {
+  char analytic[96];
+  std::snprintf(analytic, sizeof analytic, "analytic roofline (%.0f%% of %.3g TFLOP/s peak)",
+                kComputeEfficiency * 100, config.cluster.peak_flops(config.model.dtype) / 1e12);
+  if (profile == nullptr) return analytic;
+  std::string text = "profile " + profile->path() + " (" + profile->device();
+  if (const auto& provenance = profile->data().measured_on)
+    text += ", measured " + provenance->date + " on " + provenance->description;
+  text += ")";
+  const PlanSetting& setting = candidate.setting;
+  if (!profile->lookup(config.model, setting.shape.tensor_parallel, setting.micro_batch_size))
+    text += "; compute: " + std::string(analytic) + ", no entry for tp " +
+            std::to_string(setting.shape.tensor_parallel) + " x micro-batch " +
+            std::to_string(setting.micro_batch_size);
+  return text;
+}
+
+std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate,
+                                    const MeasuredProfile* profile) {
   namespace fb = flatbuffers;
   fb::FlatBufferBuilder builder(64 * 1024);
   const ModelConfig& model = config.model;
@@ -89,9 +110,10 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
     const double communication =
         setting.num_micro_batches * (stage.tensor_parallel_seconds + stage.pipeline_p2p_seconds) +
         stage.gradient_reduction_seconds;
-    stage_predictions.push_back(
-        schema::CreateStagePrediction(builder, static_cast<int32_t>(s), stage.forward_seconds,
-                                      stage.backward_seconds, communication, memory));
+    stage_predictions.push_back(schema::CreateStagePrediction(
+        builder, static_cast<int32_t>(s), stage.forward_seconds, stage.backward_seconds,
+        communication, memory, stage.tensor_parallel_seconds, stage.pipeline_p2p_seconds,
+        stage.gradient_reduction_seconds, stage.optimizer_seconds));
   }
   auto cluster_table = schema::CreateClusterDirect(
       builder, cluster.preset.c_str(), setting.layout.num_nodes, setting.layout.devices_per_node,
@@ -102,7 +124,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   const StepPrediction& prediction = estimate.prediction;
   auto predictions = schema::CreatePredictionsDirect(
       builder, prediction.step_seconds, prediction.bubble_ratio, prediction.tokens_per_second,
-      prediction.mfu, &stage_predictions, cluster_table);
+      prediction.mfu, &stage_predictions, cluster_table,
+      time_model_description(config, candidate, profile).c_str());
 
   auto stages_vector = builder.CreateVector(stages);
   auto root = schema::CreatePlan(builder, header, model_table, training_table, mesh, stages_vector,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "planner/cost_model.h"
@@ -32,7 +33,16 @@ struct PlanCandidate {
 // verified; throws std::logic_error if the generator produced a bad schedule.
 PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate& candidate);
 
-// A finished FlatBuffer with the PPLN identifier.
-std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate);
+class MeasuredProfile;
+
+// A finished FlatBuffer with the PPLN identifier. profile (may be null) is the
+// measured profile the estimate used; Predictions.time_model names it.
+std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate,
+                                    const MeasuredProfile* profile = nullptr);
+
+// "analytic roofline (...)" or "profile <path> (<device>, measured <date> on
+// <description>)" with what part of it this candidate's estimate used.
+std::string time_model_description(const JobConfig& config, const PlanCandidate& candidate,
+                                   const MeasuredProfile* profile);
 
 }  // namespace paraplan

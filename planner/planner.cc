@@ -7,6 +7,7 @@
 #include "planner/plan_reuse.h"
 #include "planner/plan_writer.h"
 #include "planner/profile.h"
+#include "planner/profile_report.h"
 #include "planner/search.h"
 #include "schema/plan_io.h"
 
@@ -14,13 +15,16 @@ namespace paraplan {
 
 PlanOutcome plan_job(const JobConfig& config) {
   validate_job_config(config);
-  const std::optional<MeasuredProfile> profile = load_measured_profile(config);
-  const MeasuredProfile* profile_pointer = profile ? &*profile : nullptr;
+  const ProfileLoad profile = load_profile(config);
+  const MeasuredProfile* profile_pointer = profile.profile ? &*profile.profile : nullptr;
   PlanOutcome outcome;
   if (!config.planner.load_plan_path.empty()) {
     ReusedPlan reused = reuse_plan(config, profile_pointer);
     outcome.plan = std::move(reused.plan);
     outcome.report = format_reuse_report(config, reused);
+    for (const std::string& line :
+         describe_profile_use(config, profile, {reused.candidate.setting}))
+      outcome.report += line + "\n";
     outcome.differences = std::move(reused.differences);
     outcome.reused = true;
     if (!config.planner.save_plan_path.empty())
@@ -28,10 +32,11 @@ PlanOutcome plan_job(const JobConfig& config) {
     return outcome;
   }
   SearchResult result = search_plans(config, profile_pointer);
-  outcome.plan = serialize_plan(config, result.ranked.front());
+  outcome.plan = serialize_plan(config, result.ranked.front(), profile_pointer);
   // The plan goes through the same door the runtime uses.
   load_plan_from_bytes("planned", outcome.plan);
-  outcome.report = format_search_report(config, result, profile_pointer);
+  outcome.report = format_search_report(config, result, profile_pointer,
+                                        describe_profile_use(config, profile, result.settings));
   if (!config.planner.save_plan_path.empty())
     write_plan(config.planner.save_plan_path, outcome.plan.data(), outcome.plan.size());
   return outcome;

@@ -1,36 +1,111 @@
-// profile.cc: reading the measured compute profile (format in profile.h and
-// planner/README.md).
+// profile.cc: the measured profile's lookups (process-count preference) and
+// loading it for a job: which device, foreign backends, re_profile (see profile.h).
 #include "planner/profile.h"
 
 #include <cstdlib>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
+#include "planner/search_space.h"
+
 namespace paraplan {
+
+bool ProfileEntry::same_model(const ModelConfig& model) const {
+  return seq_len == model.seq_len && d_model == model.d_model && num_heads == model.num_heads &&
+         ffn_size == model.ffn_size && vocab_size == model.vocab_size && dtype == model.dtype;
+}
+
+const char* collective_operation_name(CollectiveOperation operation) {
+  switch (operation) {
+    case CollectiveOperation::AllReduce:
+      return "all_reduce";
+    case CollectiveOperation::ReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOperation::AllGather:
+      return "all_gather";
+    case CollectiveOperation::SendReceive:
+      return "send_receive";
+  }
+  return "?";
+}
 
 MeasuredProfile::MeasuredProfile(std::string path, std::string device,
                                  std::vector<ProfileEntry> entries, bool prefer_parallel)
+    : path_(std::move(path)), device_(std::move(device)), preference_{prefer_parallel, 1} {
+  data_.version = 1;
+  data_.compute = std::move(entries);
+}
+
+MeasuredProfile::MeasuredProfile(std::string path, std::string device, DeviceProfile data,
+                                 ProfilePreference preference)
     : path_(std::move(path)),
       device_(std::move(device)),
-      entries_(std::move(entries)),
-      prefer_parallel_(prefer_parallel) {}
+      data_(std::move(data)),
+      preference_(preference) {}
+
+std::pair<int, int> MeasuredProfile::rank(int processes) const {
+  const int wanted = preference_.processes_per_node;
+  if (preference_.parallel) {
+    // Version 1's parallel entries: every local device busy, as wanted.
+    if (processes == kEveryLocalDevice || processes == wanted) return {0, 0};
+    if (processes > 1) return {1, std::abs(processes - wanted)};
+    return {2, 0};
+  }
+  if (processes == 1) return {0, 0};
+  if (processes == kEveryLocalDevice) return {1, wanted};
+  return {1, processes};
+}
+
+namespace {
+
+// The best-ranked of the entries that match (the earlier one on ties).
+template <typename Entry, typename Matches, typename Rank>
+const Entry* preferred(const std::vector<Entry>& entries, Matches matches, Rank rank) {
+  const Entry* best = nullptr;
+  std::pair<int, int> best_rank;
+  for (const Entry& entry : entries) {
+    if (!matches(entry)) continue;
+    const std::pair<int, int> key = rank(entry.processes);
+    if (best == nullptr || key < best_rank) best = &entry, best_rank = key;
+  }
+  return best;
+}
+
+}  // namespace
+
+const ProfileEntry* MeasuredProfile::find_compute(const ModelConfig& model, int tensor_parallel,
+                                                  int micro_batch_size) const {
+  return preferred(
+      data_.compute,
+      [&](const ProfileEntry& entry) {
+        return entry.same_model(model) && entry.tensor_parallel == tensor_parallel &&
+               entry.micro_batch_size == micro_batch_size;
+      },
+      [&](int processes) { return rank(processes); });
+}
 
 std::optional<ProfiledTimes> MeasuredProfile::lookup(const ModelConfig& model, int tensor_parallel,
                                                      int micro_batch_size) const {
-  const ProfileEntry* fallback = nullptr;
-  for (const ProfileEntry& entry : entries_) {
-    if (entry.seq_len != model.seq_len || entry.d_model != model.d_model ||
-        entry.num_heads != model.num_heads || entry.ffn_size != model.ffn_size ||
-        entry.vocab_size != model.vocab_size || entry.dtype != model.dtype ||
-        entry.tensor_parallel != tensor_parallel || entry.micro_batch_size != micro_batch_size)
-      continue;
-    if (entry.parallel == prefer_parallel_) return entry.times;
-    if (fallback == nullptr) fallback = &entry;
-  }
-  if (fallback != nullptr) return fallback->times;
-  return std::nullopt;
+  const ProfileEntry* entry = find_compute(model, tensor_parallel, micro_batch_size);
+  if (entry == nullptr) return std::nullopt;
+  return entry->times;
+}
+
+const CollectiveEntry* MeasuredProfile::find_collective(CollectiveOperation operation,
+                                                        int group_size) const {
+  return preferred(
+      data_.collectives,
+      [&](const CollectiveEntry& entry) {
+        return entry.operation == operation && entry.group_size == group_size;
+      },
+      [&](int processes) { return rank(processes); });
+}
+
+const OptimizerEntry* MeasuredProfile::find_optimizer() const {
+  return preferred(
+      data_.optimizer, [](const OptimizerEntry&) { return true; },
+      [&](int processes) { return rank(processes); });
 }
 
 namespace {
@@ -41,83 +116,66 @@ std::string expand_home(const std::string& path) {
   return std::string(home ? home : "") + path.substr(1);
 }
 
+std::string device_list(const std::vector<std::string>& devices) {
+  std::string text;
+  for (const std::string& device : devices) text += (text.empty() ? "" : ", ") + device;
+  return "[" + text + "]";
+}
+
 }  // namespace
 
 std::optional<MeasuredProfile> parse_measured_profile(const std::string& text,
                                                       const std::string& path,
                                                       const std::string& device,
-                                                      bool prefer_parallel) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw std::runtime_error(path + ": not valid JSON: " + error.what());
+                                                      bool prefer_parallel,
+                                                      int processes_per_node) {
+  ProfileDocument document = parse_profile_document(text, path, device);
+  if (!document.device) return std::nullopt;
+  return MeasuredProfile(path, device, std::move(*document.device),
+                         {prefer_parallel, processes_per_node});
+}
+
+ProfileLoad load_profile(const JobConfig& config) {
+  ProfileLoad load;
+  load.path = expand_home(config.planner.profile_dir) + "/profile.json";
+  std::ifstream file(load.path, std::ios::binary);
+  if (!file) return load;
+  load.file_found = true;
+  const std::string& device = config.cluster.preset;
+  if (config.planner.re_profile) {
+    load.unused_reason = "re_profile = true: profile " + load.path +
+                         " is ignored (to be measured again); analytic time model used";
+    return load;
   }
-  if (!root.is_object() || root.value("format", "") != "paraplan-profile")
-    throw std::runtime_error(path + ": \"format\" must be \"paraplan-profile\"");
-  if (root.value("version", 0) != 1)
-    throw std::runtime_error(path + ": \"version\" must be 1 (this paraplan reads version 1)");
-  if (!root.contains("devices") || !root["devices"].is_object())
-    throw std::runtime_error(path + ": \"devices\" must be an object keyed by device name");
-  if (!root["devices"].contains(device)) return std::nullopt;
-  const nlohmann::json& list = root["devices"][device];
-  if (!list.is_array())
-    throw std::runtime_error(path + ": devices.\"" + device + "\" must be an array of entries");
-  std::vector<ProfileEntry> entries;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const nlohmann::json& item = list[i];
-    const std::string field = path + ": devices.\"" + device + "\"[" + std::to_string(i) + "]";
-    auto integer = [&](const char* key, int fallback) {
-      if (!item.contains(key)) {
-        if (fallback >= 0) return fallback;
-        throw std::runtime_error(field + "." + key + " is required");
-      }
-      if (!item[key].is_number_integer() || item[key].get<int>() < 1)
-        throw std::runtime_error(field + "." + key + " must be an integer >= 1");
-      return item[key].get<int>();
-    };
-    auto seconds = [&](const char* key) {
-      if (!item.contains(key)) return 0.0;
-      if (!item[key].is_number() || item[key].get<double>() < 0)
-        throw std::runtime_error(field + "." + key + " must be a number of seconds >= 0");
-      return item[key].get<double>();
-    };
-    ProfileEntry entry;
-    entry.seq_len = integer("seq_len", -1);
-    entry.d_model = integer("d_model", -1);
-    entry.num_heads = integer("num_heads", -1);
-    entry.ffn_size = integer("ffn_size", 4 * entry.d_model);
-    entry.vocab_size = integer("vocab_size", -1);
-    entry.tensor_parallel = integer("tensor_parallel", 1);
-    entry.micro_batch_size = integer("micro_batch_size", -1);
-    const std::string dtype = item.value("dtype", "float32");
-    if (dtype != "float32" && dtype != "bfloat16")
-      throw std::runtime_error(field + ".dtype = '" + dtype + "'; valid: float32, bfloat16");
-    entry.dtype = dtype == "bfloat16" ? schema::DType::BFloat16 : schema::DType::Float32;
-    entry.parallel = item.value("parallel", true);
-    entry.times.block_forward = seconds("block_forward");
-    entry.times.block_backward = seconds("block_backward");
-    entry.times.attention_core_forward = seconds("attention_core_forward");
-    entry.times.embedding_forward = seconds("embedding_forward");
-    entry.times.embedding_backward = seconds("embedding_backward");
-    entry.times.head_forward = seconds("head_forward");
-    entry.times.head_backward = seconds("head_backward");
-    if (entry.times.block_forward <= 0 || entry.times.block_backward <= 0)
-      throw std::runtime_error(field + ": block_forward and block_backward are required and > 0");
-    entries.push_back(entry);
+  std::ostringstream text;
+  text << file.rdbuf();
+  ProfileDocument document = parse_profile_document(text.str(), load.path, device);
+  if (!document.device) {
+    load.unused_reason = "profile " + load.path + " has devices " + device_list(document.devices) +
+                         ", none for this job's device '" + device + "': analytic time model used";
+    return load;
   }
-  return MeasuredProfile(path, device, std::move(entries), prefer_parallel);
+  if (const auto& origin = document.device->measured_on; origin && !origin->backend.empty()) {
+    const bool cpu_backend = origin->backend == "cpu", cpu_preset = device == "cpu";
+    if (cpu_backend != cpu_preset) {
+      load.unused_reason = "profile " + load.path + " (" + device +
+                           ") is foreign: measured on backend '" + origin->backend + "'" +
+                           (origin->description.empty() ? "" : " (" + origin->description + ")") +
+                           " for " +
+                           (cpu_preset ? "the CPU preset 'cpu'" : "GPU preset '" + device + "'") +
+                           "; analytic time model used — run `paraplan profile --config " +
+                           config.source + "` on this device";
+      return load;
+    }
+  }
+  const ProfilePreference preference{config.planner.parallel_profile,
+                                     resolve_device_layout(config).devices_per_node};
+  load.profile.emplace(load.path, device, std::move(*document.device), preference);
+  return load;
 }
 
 std::optional<MeasuredProfile> load_measured_profile(const JobConfig& config) {
-  if (config.planner.re_profile) return std::nullopt;
-  const std::string path = expand_home(config.planner.profile_dir) + "/profile.json";
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_measured_profile(text.str(), path, config.cluster.preset,
-                                config.planner.parallel_profile);
+  return load_profile(config).profile;
 }
 
 }  // namespace paraplan

@@ -170,6 +170,7 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       for (const auto& [zero, groups] : zero_settings) {
         PlanSetting setting{shape, space.layout, b, m, zero, groups};
         ++result.statistics.settings;
+        result.settings.push_back(setting);
         const double bubble = static_cast<double>(p - 1) / (m + p - 1);
         if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
           SettingRejection rejection;

@@ -49,6 +49,8 @@ struct SearchStatistics {
 struct SearchResult {
   SearchSpace space;
   std::vector<PlanCandidate> ranked;  // best first, at most topk
+  // Every setting enumerated (statistics.settings of them), in enumeration order.
+  std::vector<PlanSetting> settings;
   std::vector<SettingRejection> rejections;
   SearchStatistics statistics;
   // [planner] verbose: one line per setting, what the search decided and why,

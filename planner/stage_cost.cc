@@ -11,7 +11,28 @@ namespace paraplan {
 using schema::RecomputeMode;
 
 namespace {
+
 constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
+
+using RingSeconds = double (*)(const Link&, int, double);
+
+// A collective over `ranks` ranks of a `bytes` buffer: the measured entry when
+// the group stays inside a node and the profile has one, else the analytic ring.
+double collective_seconds(const std::optional<CollectiveEntry>& measured, RingSeconds ring,
+                          const LinkModel& links, bool crosses_nodes, int ranks, double bytes) {
+  if (ranks <= 1) return 0;
+  if (measured && !crosses_nodes) return measured->seconds(bytes);
+  return ring(links.link(crosses_nodes), ranks, bytes);
+}
+
+std::optional<CollectiveEntry> measured_collective(const MeasuredProfile* profile,
+                                                   CollectiveOperation operation, int ranks) {
+  if (profile == nullptr || ranks <= 1) return std::nullopt;
+  const CollectiveEntry* entry = profile->find_collective(operation, ranks);
+  if (entry == nullptr) return std::nullopt;
+  return *entry;
+}
+
 }  // namespace
 
 StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setting,
@@ -54,9 +75,13 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const LinkModel& links = links_;
   const double hidden_bytes =
       static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
-  const double all_reduce = ring_all_reduce_seconds(links.intra_node, t, hidden_bytes);
+  const std::optional<CollectiveEntry> tensor_parallel_all_reduce =
+      measured_collective(profile, CollectiveOperation::AllReduce, t);
+  const double all_reduce = collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds,
+                                               links, false, t, hidden_bytes);
   const double loss_reduce =
-      ring_all_reduce_seconds(links.intra_node, t, 4.0 * b * model.seq_len);  // fp32 per token
+      collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
+                         4.0 * b * model.seq_len);  // fp32 per token
   block_tensor_parallel_ = (train ? 4 : 2) * all_reduce;
   full_recompute_tensor_parallel_ = train ? 2 * all_reduce : 0;
   embedding_tensor_parallel_ = all_reduce;
@@ -68,10 +93,13 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
 
   // Pipeline sends: the activation forward and (training) the gradient back.
   p2p_seconds_.assign(p, 0.0);
+  const std::optional<CollectiveEntry> send_receive =
+      measured_collective(profile, CollectiveOperation::SendReceive, p > 1 ? 2 : 1);
   for (int s = 0; s + 1 < p; ++s) {
-    const double seconds = point_to_point_seconds(
-        links.link(pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node)),
-        hidden_bytes);
+    const bool crosses = pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node);
+    const double seconds = send_receive && !crosses
+                               ? send_receive->seconds(hidden_bytes)
+                               : point_to_point_seconds(links.link(crosses), hidden_bytes);
     p2p_seconds_[s] += seconds;
     if (train) p2p_seconds_[s + 1] += seconds;
   }
@@ -85,27 +113,75 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
                                                                  setting.layout.devices_per_node);
   }
-  optimizer_seconds_per_parameter_ =
-      train ? kOptimizerFlopsPerParameter /
-                  (config.cluster.peak_flops(model.dtype) * kComputeEfficiency * zero_shards_)
-            : 0;
+  if (train) {
+    const int d = shape.data_parallel;
+    if (setting.zero_stage == 1) {
+      zero_reduce_scatter_ =
+          measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_);
+      zero_all_reduce_ =
+          measured_collective(profile, CollectiveOperation::AllReduce, d / zero_shards_);
+      zero_all_gather_ = measured_collective(profile, CollectiveOperation::AllGather, zero_shards_);
+    } else {
+      data_parallel_all_reduce_ = measured_collective(profile, CollectiveOperation::AllReduce, d);
+    }
+  }
+
+  // The optimizer step on this rank's shard of the stage's parameters.
+  const OptimizerEntry* optimizer = profile != nullptr ? profile->find_optimizer() : nullptr;
+  if (!train)
+    optimizer_seconds_per_parameter_ = 0;
+  else if (optimizer != nullptr)
+    optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter / zero_shards_;
+  else
+    optimizer_seconds_per_parameter_ =
+        kOptimizerFlopsPerParameter /
+        (config.cluster.peak_flops(model.dtype) * kComputeEfficiency * zero_shards_);
 }
 
 double StageCostModel::gradient_reduction(int pipeline_rank, double parameters) const {
   if (!options_.is_train) return 0;
-  const LinkModel& links = links_;
   const int d = setting_.shape.data_parallel;
   const double bytes = parameters * element_bytes_;
-  const Link& group_link = links.link(reduction_crosses_[0][pipeline_rank]);
+  const bool group_crosses = reduction_crosses_[0][pipeline_rank];
+  const bool all_cross = reduction_crosses_[1][pipeline_rank];
   if (setting_.zero_stage != 1)
-    return ring_all_reduce_seconds(links.link(reduction_crosses_[1][pipeline_rank]), d, bytes);
+    return collective_seconds(data_parallel_all_reduce_, ring_all_reduce_seconds, links_, all_cross,
+                              d, bytes);
   // ZeRO-1: reduce-scatter inside the group, all-reduce each shard across the
   // groups, then all-gather the updated weights inside the group.
   const int z = zero_shards_, groups = d / z;
-  return ring_reduce_scatter_seconds(group_link, z, bytes) +
-         ring_all_reduce_seconds(links.link(reduction_crosses_[1][pipeline_rank]), groups,
-                                 bytes / z) +
-         ring_all_gather_seconds(group_link, z, bytes);
+  return collective_seconds(zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
+                            group_crosses, z, bytes) +
+         collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
+                            bytes / z) +
+         collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
+                            bytes);
+}
+
+std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
+  std::vector<ChargedCollective> charged;
+  auto add = [&](CollectiveOperation operation, int ranks, bool inter_node) {
+    const ChargedCollective item{operation, ranks, inter_node};
+    if (ranks > 1 && std::find(charged.begin(), charged.end(), item) == charged.end())
+      charged.push_back(item);
+  };
+  const ParallelShape& shape = setting_.shape;
+  const int p = shape.pipeline_stages, d = shape.data_parallel, z = zero_shards_;
+  add(CollectiveOperation::AllReduce, shape.tensor_parallel, false);
+  for (int s = 0; s + 1 < p; ++s)
+    add(CollectiveOperation::SendReceive, 2,
+        pipeline_boundary_crosses_nodes(shape, s, setting_.layout.devices_per_node));
+  if (!options_.is_train) return charged;
+  for (int s = 0; s < p; ++s) {
+    if (setting_.zero_stage != 1) {
+      add(CollectiveOperation::AllReduce, d, reduction_crosses_[1][s]);
+      continue;
+    }
+    add(CollectiveOperation::ReduceScatter, z, reduction_crosses_[0][s]);
+    add(CollectiveOperation::AllReduce, d / z, reduction_crosses_[1][s]);
+    add(CollectiveOperation::AllGather, z, reduction_crosses_[0][s]);
+  }
+  return charged;
 }
 
 MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts& counts) const {

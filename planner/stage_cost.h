@@ -11,14 +11,22 @@
 //   opt_transient_coef, ZeRO-1 over data_parallel / zero_ngroups ranks, the
 //   in-flight micro-batches of its schedule position, transient_mem_coef).
 // - Time per micro-batch ("slot"): compute (FLOPs / (peak x efficiency x t), or a
-//   measured profile), the Megatron tensor-parallel all-reduces (2 per block
+//   measured profile's entry for the tensor-parallel degree and micro-batch
+//   size), the Megatron tensor-parallel all-reduces (2 per block
 //   forward, 2 backward, 2 more for a fully recomputed block; 1 for the
 //   vocabulary-parallel embedding forward, 1 for the head's input gradient plus
 //   two small cross-entropy reductions), and the point-to-point sends the stage
 //   initiates (activation to the next stage, gradient to the previous one).
 // - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
 //   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
-//   all-gather of the updated weights) and the AdamW step on the stage's shard.
+//   all-gather of the updated weights) and the AdamW step on the stage's shard
+//   (12 FLOPs per parameter at peak x efficiency, or the profile's measured
+//   seconds per parameter).
+// - Collectives: every group inside a node costs the profile's measured
+//   latency + bytes x seconds_per_byte for its operation and group size when the
+//   profile has one, else the analytic ring over the intra-node link; groups
+//   spanning nodes always use the analytic inter-node link. (The tied embedding's
+//   gradient is not charged separately: it is part of the stage's reduction.)
 // - Plan: step = (m + p - 1) x slowest slot + slowest tail (1F1B and GPipe both:
 //   the schedule changes memory, not this bound). is_train = false: forward only,
 //   no tail.
@@ -31,10 +39,9 @@
 #include "planner/communication_model.h"
 #include "planner/cost_model.h"
 #include "planner/job_config.h"
+#include "planner/profile.h"
 
 namespace paraplan {
-
-class MeasuredProfile;
 
 // The plan-wide choices a stage's cost depends on.
 struct PlanSetting {
@@ -44,6 +51,14 @@ struct PlanSetting {
   int num_micro_batches = 1;
   int zero_stage = 0;
   int zero_ngroups = 1;
+};
+
+// A collective the time model charges for some stage of a setting.
+struct ChargedCollective {
+  CollectiveOperation operation = CollectiveOperation::AllReduce;
+  int group_size = 2;
+  bool inter_node = false;  // always the analytic link
+  bool operator==(const ChargedCollective&) const = default;
 };
 
 struct StageEstimate {
@@ -62,7 +77,8 @@ struct StageEstimate {
 
 class StageCostModel {
  public:
-  // profile may be null (analytic compute time). config must outlive the model.
+  // profile may be null (analytic time model); the model keeps copies of the
+  // entries it uses. config must outlive the model.
   StageCostModel(const JobConfig& config, const PlanSetting& setting,
                  const MeasuredProfile* profile = nullptr);
 
@@ -83,6 +99,9 @@ class StageCostModel {
     return static_cast<double>(memory.total()) <= memory_limit_;
   }
 
+  // The collectives some stage is charged for (not for hot loops: the report).
+  std::vector<ChargedCollective> charged_collectives() const;
+
  private:
   const JobConfig* config_;
   PlanSetting setting_;
@@ -98,6 +117,9 @@ class StageCostModel {
   std::vector<double> tail_intercept_;      // per pipeline rank: tail at 0 layers
   std::vector<bool> reduction_crosses_[2];  // per rank: [0] ZeRO group, [1] all DP ranks
   double optimizer_seconds_per_parameter_ = 0;
+  // Measured intra-node collectives (empty: the analytic ring).
+  std::optional<CollectiveEntry> data_parallel_all_reduce_, zero_reduce_scatter_, zero_all_reduce_,
+      zero_all_gather_;
   int element_bytes_ = 4;
   int zero_shards_ = 1;
   double gradient_reduction(int pipeline_rank, double parameters) const;

@@ -8,11 +8,12 @@
 
 #include <cstdint>
 
+#include "runtime/sample_source.h"
 #include "runtime/token_file.h"
 
 namespace paraplan {
 
-class DataLoader {
+class DataLoader final : public SampleSource {
  public:
   // Keeps a reference to `tokens`, which must outlive the loader. Throws
   // std::runtime_error if the file cannot hold one sample of seq_len tokens.
@@ -24,7 +25,7 @@ class DataLoader {
   // Fills `count` consecutive samples starting at global index first_sample
   // (wrapping around at each epoch end) into inputs and targets, each
   // count * seq_len int32 values, sample-major.
-  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets) const;
+  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets) const override;
 
  private:
   const TokenFile& tokens_;

@@ -45,68 +45,82 @@ StageExecutor::StageExecutor(const schema::StageSchedule& schedule, GptStage& st
   host_targets_.resize(tokens);
 }
 
-double StageExecutor::run_step(const DataLoader& data, int64_t first_sample, float loss_scale,
-                               const ExecutorHooks& hooks) {
-  const int batch = stage_.micro_batch_size();
-  const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
+double StageExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
+                               const ExecutorHooks& hooks, InstructionObserver* observer) {
   double loss_sum = 0;
   for (const schema::Instruction& instruction : instructions_) {
-    const int micro_batch = instruction.micro_batch();
-    switch (instruction.op()) {
-      case OpCode::LoadMicroBatch: {
-        const int64_t sample =
-            first_sample +
-            static_cast<int64_t>(data_parallel_rank_ * num_micro_batches_ + micro_batch) * batch;
-        data.load(sample, batch, host_tokens_.data(), host_targets_.data());
-        ops_.copy_from_host(stage_.tokens(slot_of(micro_batch)), host_tokens_.data(), token_bytes);
-        ops_.copy_from_host(stage_.targets(slot_of(micro_batch)), host_targets_.data(),
-                            token_bytes);
-        break;
-      }
-      case OpCode::Forward:
-        stage_.forward(slot_of(micro_batch), loss_scale);
-        if (stage_.layout().stage().has_head) loss_sum += stage_.loss_sum(slot_of(micro_batch));
-        break;
-      case OpCode::Backward:
-        // A stage without the head starts from the received output gradient,
-        // which must be this micro-batch's (the streams keep them in order).
-        if (!stage_.layout().stage().has_head && gradient_holder_ != micro_batch)
-          throw std::runtime_error("schedule: backward of micro-batch " +
-                                   std::to_string(micro_batch) +
-                                   " before its output gradient was received");
-        stage_.backward(slot_of(micro_batch));
-        gradient_holder_ = -1;
-        break;
-      case OpCode::SendActivation:
-        transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank, nullptr, -1);
-        break;
-      case OpCode::RecvActivation:
-        transfer(nullptr, -1, stage_.input(slot_of(micro_batch)), pipeline_.previous_stage_rank);
-        break;
-      case OpCode::SendGradient:
-        transfer(stage_.input_gradient(), pipeline_.previous_stage_rank, nullptr, -1);
-        break;
-      case OpCode::RecvGradient:
-        transfer(nullptr, -1, stage_.output_gradient(), pipeline_.next_stage_rank);
-        gradient_holder_ = micro_batch;
-        break;
-      case OpCode::SendActivationRecvGradient:
-        transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank,
-                 stage_.output_gradient(), pipeline_.next_stage_rank);
-        gradient_holder_ = instruction.peer_micro_batch();
-        break;
-      case OpCode::SendGradientRecvActivation:
-        transfer(stage_.input_gradient(), pipeline_.previous_stage_rank,
-                 stage_.input(slot_of(instruction.peer_micro_batch())),
-                 pipeline_.previous_stage_rank);
-        break;
-      case OpCode::ReduceGradients:
-        if (hooks.reduce_gradients) hooks.reduce_gradients();
-        break;
-      case OpCode::OptimizerStep:
-        if (hooks.optimizer_step) hooks.optimizer_step();
-        break;
+    if (observer == nullptr) {
+      loss_sum += execute(instruction, data, first_sample, loss_scale, hooks);
+      continue;
     }
+    ops_.synchronize();
+    observer->before(instruction);
+    loss_sum += execute(instruction, data, first_sample, loss_scale, hooks);
+    ops_.synchronize();
+    observer->after(instruction);
+  }
+  return loss_sum;
+}
+
+double StageExecutor::execute(const schema::Instruction& instruction, const SampleSource& data,
+                              int64_t first_sample, float loss_scale, const ExecutorHooks& hooks) {
+  const int batch = stage_.micro_batch_size();
+  const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
+  const int micro_batch = instruction.micro_batch();
+  double loss_sum = 0;  // nonzero only for a head stage's forward
+  switch (instruction.op()) {
+    case OpCode::LoadMicroBatch: {
+      const int64_t sample =
+          first_sample +
+          static_cast<int64_t>(data_parallel_rank_ * num_micro_batches_ + micro_batch) * batch;
+      data.load(sample, batch, host_tokens_.data(), host_targets_.data());
+      ops_.copy_from_host(stage_.tokens(slot_of(micro_batch)), host_tokens_.data(), token_bytes);
+      ops_.copy_from_host(stage_.targets(slot_of(micro_batch)), host_targets_.data(), token_bytes);
+      break;
+    }
+    case OpCode::Forward:
+      stage_.forward(slot_of(micro_batch), loss_scale);
+      if (stage_.layout().stage().has_head) loss_sum += stage_.loss_sum(slot_of(micro_batch));
+      break;
+    case OpCode::Backward:
+      // A stage without the head starts from the received output gradient,
+      // which must be this micro-batch's (the streams keep them in order).
+      if (!stage_.layout().stage().has_head && gradient_holder_ != micro_batch)
+        throw std::runtime_error("schedule: backward of micro-batch " +
+                                 std::to_string(micro_batch) +
+                                 " before its output gradient was received");
+      stage_.backward(slot_of(micro_batch));
+      gradient_holder_ = -1;
+      break;
+    case OpCode::SendActivation:
+      transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank, nullptr, -1);
+      break;
+    case OpCode::RecvActivation:
+      transfer(nullptr, -1, stage_.input(slot_of(micro_batch)), pipeline_.previous_stage_rank);
+      break;
+    case OpCode::SendGradient:
+      transfer(stage_.input_gradient(), pipeline_.previous_stage_rank, nullptr, -1);
+      break;
+    case OpCode::RecvGradient:
+      transfer(nullptr, -1, stage_.output_gradient(), pipeline_.next_stage_rank);
+      gradient_holder_ = micro_batch;
+      break;
+    case OpCode::SendActivationRecvGradient:
+      transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank,
+               stage_.output_gradient(), pipeline_.next_stage_rank);
+      gradient_holder_ = instruction.peer_micro_batch();
+      break;
+    case OpCode::SendGradientRecvActivation:
+      transfer(stage_.input_gradient(), pipeline_.previous_stage_rank,
+               stage_.input(slot_of(instruction.peer_micro_batch())),
+               pipeline_.previous_stage_rank);
+      break;
+    case OpCode::ReduceGradients:
+      if (hooks.reduce_gradients) hooks.reduce_gradients();
+      break;
+    case OpCode::OptimizerStep:
+      if (hooks.optimizer_step) hooks.optimizer_step();
+      break;
   }
   return loss_sum;
 }

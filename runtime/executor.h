@@ -14,8 +14,8 @@
 
 #include "plan_generated.h"
 #include "runtime/communicator.h"
-#include "runtime/data_loader.h"
 #include "runtime/gpt_model.h"
+#include "runtime/sample_source.h"
 
 namespace paraplan {
 
@@ -29,6 +29,16 @@ struct PipelinePeers {
 struct ExecutorHooks {
   std::function<void()> reduce_gradients;
   std::function<void()> optimizer_step;
+};
+
+// Told before and after every instruction (replay times them). The executor
+// synchronizes the device before each call, so the time between the two calls
+// is the instruction's own, not queued work of an earlier one.
+class InstructionObserver {
+ public:
+  virtual ~InstructionObserver() = default;
+  virtual void before(const schema::Instruction& instruction) = 0;
+  virtual void after(const schema::Instruction& instruction) = 0;
 };
 
 class StageExecutor {
@@ -45,11 +55,13 @@ class StageExecutor {
   // reads samples first_sample + (data_parallel_rank * m + j) * B, ..., so the
   // data order depends on the global sample index only. Returns the sum of
   // the per-token losses this stage computed (0 on stages without the head).
-  double run_step(const DataLoader& data, int64_t first_sample, float loss_scale,
-                  const ExecutorHooks& hooks);
+  double run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
+                  const ExecutorHooks& hooks, InstructionObserver* observer = nullptr);
 
  private:
   int slot_of(int micro_batch) const { return micro_batch % stage_.num_slots(); }
+  double execute(const schema::Instruction& instruction, const SampleSource& data,
+                 int64_t first_sample, float loss_scale, const ExecutorHooks& hooks);
   // One paired transfer; -1 peers or null buffers skip a half.
   void transfer(const float* send, int send_to, float* receive, int receive_from);
 

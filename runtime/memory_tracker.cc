@@ -2,6 +2,7 @@
 #include "runtime/memory_tracker.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 namespace paraplan {
@@ -27,6 +28,16 @@ MemoryTracker::~MemoryTracker() {
 }
 
 void* MemoryTracker::allocate(size_t bytes, MemoryCategory category) {
+  if (capacity_ > 0 && current_total_ + bytes > capacity_) {
+    const double mib = 1024.0 * 1024.0;
+    char message[256];
+    std::snprintf(message, sizeof message,
+                  "out of device memory: %.1f MiB of %s with %.1f MiB in use exceeds the "
+                  "device's %.1f MiB",
+                  bytes / mib, memory_category_name(category), current_total_ / mib,
+                  capacity_ / mib);
+    throw OutOfDeviceMemory(message);
+  }
   void* pointer = ops_.allocate(bytes);
   live_[pointer] = {bytes, category};
   const int i = index(category);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
@@ -17,9 +18,19 @@ enum class MemoryCategory { kWeights, kGradients, kOptimizerState, kActivations,
 inline constexpr int kNumMemoryCategories = 5;
 const char* memory_category_name(MemoryCategory category);
 
+// Thrown when an allocation would take a rank past its device's capacity.
+class OutOfDeviceMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class MemoryTracker {
  public:
-  explicit MemoryTracker(kernels::Ops& ops) : ops_(ops) {}
+  // capacity_bytes > 0 makes the tracker refuse (OutOfDeviceMemory) an
+  // allocation that would take the total past it: how the CPU backend stands
+  // in for a device of the plan's memory size (replay, autotune experiments).
+  explicit MemoryTracker(kernels::Ops& ops, uint64_t capacity_bytes = 0)
+      : ops_(ops), capacity_(capacity_bytes) {}
   ~MemoryTracker();
   MemoryTracker(const MemoryTracker&) = delete;
   MemoryTracker& operator=(const MemoryTracker&) = delete;
@@ -31,6 +42,7 @@ class MemoryTracker {
   uint64_t peak(MemoryCategory category) const { return peak_[index(category)]; }
   uint64_t current_total() const { return current_total_; }
   uint64_t peak_total() const { return peak_total_; }
+  uint64_t capacity() const { return capacity_; }
 
  private:
   static int index(MemoryCategory category) { return static_cast<int>(category); }
@@ -39,6 +51,7 @@ class MemoryTracker {
   std::unordered_map<void*, std::pair<size_t, MemoryCategory>> live_;
   std::array<uint64_t, kNumMemoryCategories> current_{}, peak_{};
   uint64_t current_total_ = 0, peak_total_ = 0;
+  uint64_t capacity_ = 0;
 };
 
 }  // namespace paraplan

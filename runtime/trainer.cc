@@ -8,19 +8,15 @@
 #include <iostream>
 #include <memory>
 #include <stdexcept>
-#include <thread>
 
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
 #include "runtime/distributed_checkpoint.h"
-#include "runtime/distributed_optimizer.h"
-#include "runtime/executor.h"
-#include "runtime/gpt_model.h"
-#include "runtime/local_communicator.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/memory_report.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/plan_model.h"
+#include "runtime/rank_state.h"
 #include "runtime/step_logger.h"
 #include "runtime/token_file.h"
 #include "schema/plan_io.h"
@@ -28,18 +24,6 @@
 namespace paraplan {
 
 namespace {
-
-std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session) {
-  if (name == "cpu") {
-    // Ranks sharing a machine share its cores: one BLAS thread pool each
-    // would oversubscribe them.
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    const int threads = session.local_size() > 1 ? std::max(1, cores / session.local_size()) : 0;
-    return kernels::make_cpu_ops(threads);
-  }
-  if (name == "cuda") return kernels::make_cuda_ops(session.local_rank());
-  throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
-}
 
 LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
   LrSchedule schedule;
@@ -60,17 +44,6 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
   }
   return schedule;
 }
-
-// Everything one rank holds for the run, built after all validation passed.
-struct RankState {
-  std::unique_ptr<kernels::Ops> ops;
-  std::unique_ptr<MemoryTracker> memory;
-  ProcessGroups groups;
-  std::unique_ptr<GptLayout> layout;
-  std::unique_ptr<GptStage> stage;
-  std::unique_ptr<DistributedOptimizer> optimizer;
-  std::unique_ptr<StageExecutor> executor;
-};
 
 // Validation loss over eval_batches global batches of the validation data,
 // the same samples under every plan: split over data-parallel ranks and
@@ -154,35 +127,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
 
   // ---- build ------------------------------------------------------------------
-  RankState rank;
-  rank.ops = make_backend(options.backend, session);
-  rank.memory = std::make_unique<MemoryTracker>(*rank.ops);
-  const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
-  rank.groups = session.uses_mpi() ? make_mpi_process_groups(
-                                         mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
-                                         mesh_plan.tensor_parallel(), zero_groups)
-                                   : make_local_process_groups(*rank.ops);
-  rank.layout =
-      std::make_unique<GptLayout>(config, model.stage, mesh.tensor_rank, mesh.tensor_size);
-  const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
-  rank.stage = std::make_unique<GptStage>(
-      *rank.layout, *rank.ops, *rank.memory, training.micro_batch_size(),
-      StageExecutor::slots_needed(schedule), model.recompute, rank.groups.tensor.get(),
-      DistributedOptimizer::buffer_elements(rank.layout->num_elements(), zero_stage,
-                                            rank.groups.zero->size()));
-  const schema::Optimizer& optimizer_plan = *training.optimizer();
-  rank.optimizer = std::make_unique<DistributedOptimizer>(
-      *rank.stage, *rank.ops, *rank.memory, rank.groups,
-      AdamWSettings{.beta1 = optimizer_plan.beta1(),
-                    .beta2 = optimizer_plan.beta2(),
-                    .epsilon = optimizer_plan.epsilon(),
-                    .weight_decay = optimizer_plan.weight_decay(),
-                    .grad_clip = optimizer_plan.grad_clip()},
-      zero_stage);
-  rank.executor = std::make_unique<StageExecutor>(
-      schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
-      PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
-                    rank.groups.next_stage_rank});
+  RankState rank =
+      build_rank_state(loaded, model, mesh, session, RankBuildOptions{.backend = options.backend, .wrap_groups = {}});
   GptStage& stage = *rank.stage;
   const bool leader = session.world_rank() == 0;
 
@@ -192,12 +138,10 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     if (leader)
       std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
   } else {
-    std::vector<float> params(rank.layout->num_elements());
-    rank.layout->initialize(params.data(), training.seed());
-    rank.ops->copy_from_host(stage.parameters(), params.data(), params.size() * sizeof(float));
+    initialize_parameters(rank, training.seed());
   }
 
-  const LrSchedule lr_schedule = lr_schedule_of(optimizer_plan);
+  const LrSchedule lr_schedule = lr_schedule_of(*training.optimizer());
   const int64_t tokens_per_step =
       static_cast<int64_t>(training.global_batch_size()) * config.seq_len;
   const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);

@@ -152,6 +152,10 @@ json predictions_to_json(const schema::Predictions& predictions) {
                         {"forward_seconds", stage->forward_seconds()},
                         {"backward_seconds", stage->backward_seconds()},
                         {"communication_seconds", stage->communication_seconds()},
+                        {"tensor_parallel_seconds", stage->tensor_parallel_seconds()},
+                        {"pipeline_p2p_seconds", stage->pipeline_p2p_seconds()},
+                        {"gradient_reduction_seconds", stage->gradient_reduction_seconds()},
+                        {"optimizer_seconds", stage->optimizer_seconds()},
                         {"memory", stage->memory() == nullptr ? json(nullptr)
                                                               : memory_to_json(*stage->memory())}});
     }
@@ -161,6 +165,7 @@ json predictions_to_json(const schema::Predictions& predictions) {
           {"tokens_per_second", predictions.tokens_per_second()},
           {"mfu", predictions.mfu()},
           {"stages", stages},
+          {"time_model", predictions.time_model() ? predictions.time_model()->str() : ""},
           {"cluster", predictions.cluster() == nullptr ? json(nullptr)
                                                        : cluster_to_json(*predictions.cluster())}};
 }

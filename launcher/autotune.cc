@@ -1,0 +1,354 @@
+// autotune.cc: ranked settings, micro-batch binary search with plateau
+// detection, progressive ZeRO, every experiment a real replay (autotune.h).
+#include "launcher/autotune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+
+#include "launcher/experiment.h"
+#include "launcher/launch.h"
+#include "planner/planner.h"
+#include "planner/profile.h"
+#include "planner/search.h"
+#include "runtime/atomic_file.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+namespace {
+
+using nlohmann::json;
+
+struct Trial {
+  ParallelShape mesh;
+  int zero = 0, micro_batch = 0;
+  std::string plan_path;
+  double predicted_seconds = 0, predicted_peak_bytes = 0;
+  std::string pruned;  // the memory model's reason, when it was not run
+  std::optional<ExperimentOutcome> outcome;
+  double measured_seconds = 0, measured_peak_bytes = 0;
+  bool runs() const { return outcome && outcome->status == ExperimentStatus::kMeasured; }
+};
+
+std::string mesh_name(const ParallelShape& mesh) {
+  return "pp" + std::to_string(mesh.pipeline_stages) + " x dp" +
+         std::to_string(mesh.data_parallel) + " x tp" + std::to_string(mesh.tensor_parallel);
+}
+
+class Tuner {
+ public:
+  Tuner(const AutotuneOptions& options, std::vector<ConfigOverride> overrides)
+      : options_(options), overrides_(std::move(overrides)) {}
+
+  // Plans (cheap) and, unless the memory model refuses it, replays one setting.
+  Trial& trial(const ParallelShape& mesh, int zero, int micro_batch) {
+    const auto key = std::make_tuple(mesh.pipeline_stages, mesh.data_parallel, mesh.tensor_parallel,
+                                     zero, micro_batch);
+    auto found = trials_.find(key);
+    if (found != trials_.end()) return *found->second;
+    order_.push_back(std::make_unique<Trial>());
+    Trial& t = *order_.back();
+    trials_[key] = &t;
+    t.mesh = mesh, t.zero = zero, t.micro_batch = micro_batch;
+    plan(t);
+    if (t.pruned.empty()) measure(t);
+    return t;
+  }
+
+  // Planned only: is the setting within the memory model?
+  bool fits_model(const ParallelShape& mesh, int zero, int micro_batch, double* predicted) {
+    Trial probe;
+    probe.mesh = mesh, probe.zero = zero, probe.micro_batch = micro_batch;
+    plan(probe);
+    if (predicted) *predicted = probe.predicted_seconds;
+    return probe.pruned.empty();
+  }
+
+  // A trial already run or pruned, else null (nothing is run).
+  Trial* find(const ParallelShape& mesh, int zero, int micro_batch) {
+    auto found = trials_.find(std::make_tuple(mesh.pipeline_stages, mesh.data_parallel,
+                                              mesh.tensor_parallel, zero, micro_batch));
+    return found == trials_.end() ? nullptr : found->second;
+  }
+
+  const std::vector<std::unique_ptr<Trial>>& trials() const { return order_; }
+  std::vector<std::string>& notes() { return notes_; }
+
+ private:
+  std::string stem(const Trial& t) const {
+    return options_.work_dir + "/pp" + std::to_string(t.mesh.pipeline_stages) + "-dp" +
+           std::to_string(t.mesh.data_parallel) + "-tp" + std::to_string(t.mesh.tensor_parallel) +
+           "-zero" + std::to_string(t.zero) + "-mb" + std::to_string(t.micro_batch);
+  }
+
+  void plan(Trial& t) {
+    std::vector<ConfigOverride> fixed = overrides_;
+    fixed.push_back({"planner.pipeline_nstages", std::to_string(t.mesh.pipeline_stages)});
+    fixed.push_back({"planner.data_parallel_degree", std::to_string(t.mesh.data_parallel)});
+    fixed.push_back({"planner.tensor_parallel_degree", std::to_string(t.mesh.tensor_parallel)});
+    fixed.push_back({"planner.zero_stage", std::to_string(t.zero)});
+    fixed.push_back({"training.micro_batch_size", std::to_string(t.micro_batch)});
+    fixed.push_back({"planner.load_plan_path", ""});
+    fixed.push_back({"planner.save_plan_path", ""});
+    try {
+      const PlanOutcome outcome = plan_job(load_job_config(options_.config, fixed));
+      t.plan_path = stem(t) + ".pplan";
+      write_plan(t.plan_path, outcome.plan.data(), outcome.plan.size());
+      const LoadedPlan loaded = load_plan(t.plan_path);
+      const schema::Predictions* p = loaded.plan().predictions();
+      t.predicted_seconds = p ? p->step_seconds() : 0;
+      if (p && p->stages())
+        for (const schema::StagePrediction* stage : *p->stages())
+          t.predicted_peak_bytes =
+              std::max(t.predicted_peak_bytes, static_cast<double>(stage->memory()->total()));
+    } catch (const std::exception& error) {
+      t.pruned = error.what();
+    }
+  }
+
+  void measure(Trial& t) {
+    const std::string report = stem(t) + ".json";
+    std::filesystem::remove(report);
+    const std::vector<std::string> command = {this_executable(),
+                                              "launch",
+                                              "--plan",
+                                              t.plan_path,
+                                              "--mpirun",
+                                              options_.mpirun,
+                                              "--",
+                                              "replay",
+                                              "--steps",
+                                              std::to_string(options_.steps),
+                                              "--warmup",
+                                              std::to_string(options_.warmup),
+                                              "--backend",
+                                              options_.backend,
+                                              "--report",
+                                              report};
+    t.outcome = run_experiment(command, stem(t) + ".log", options_.experiment_timeout);
+    if (t.runs()) {
+      std::ifstream file(report);
+      const json r = json::parse(file, nullptr, false);
+      if (r.is_discarded() || !r.contains("step_seconds_measured")) {
+        t.outcome->status = ExperimentStatus::kFailed;
+        t.outcome->message = "no readable report at " + report;
+        return;
+      }
+      t.measured_seconds = r["step_seconds_measured"].get<double>();
+      t.measured_peak_bytes = r["peak_memory_bytes"]["measured"].get<double>();
+    }
+    std::printf("  %-18s ZeRO-%d micro-batch %3d: %s", mesh_name(t.mesh).c_str(), t.zero,
+                t.micro_batch, experiment_status_name(t.outcome->status));
+    if (t.runs())
+      std::printf(" %.4f s/step (predicted %.4f)", t.measured_seconds, t.predicted_seconds);
+    else
+      std::printf(" (%s)", t.outcome->message.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  const AutotuneOptions& options_;
+  std::vector<ConfigOverride> overrides_;
+  std::map<std::tuple<int, int, int, int, int>, Trial*> trials_;
+  std::vector<std::unique_ptr<Trial>> order_;
+  std::vector<std::string> notes_;
+};
+
+// The largest candidate that runs, by binary search (the largest the memory
+// model accepts first: it usually runs). Returns -1 when none does.
+int largest_that_runs(Tuner& tuner, const ParallelShape& mesh, int zero,
+                      const std::vector<int>& candidates) {
+  if (candidates.empty()) return -1;
+  int hi = static_cast<int>(candidates.size()) - 1;
+  if (tuner.trial(mesh, zero, candidates[hi]).runs()) return hi;
+  int lo = 0, largest = -1;
+  --hi;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2;
+    if (tuner.trial(mesh, zero, candidates[mid]).runs()) {
+      largest = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return largest;
+}
+
+// Measures candidates[0..largest] from the smallest up until the gain drops
+// below plateau; returns the fastest trial of the candidates measured, the
+// binary search's included (null when none ran).
+Trial* grow_until_plateau(Tuner& tuner, const ParallelShape& mesh, int zero,
+                          const std::vector<int>& candidates, int largest, double plateau) {
+  Trial* previous = nullptr;
+  for (int i = 0; i <= largest; ++i) {
+    Trial& t = tuner.trial(mesh, zero, candidates[i]);
+    if (!t.runs()) continue;
+    if (previous && t.measured_seconds > previous->measured_seconds / (1 + plateau)) {
+      tuner.notes().push_back(mesh_name(mesh) + " ZeRO-" + std::to_string(zero) +
+                              ": stopped growing at micro-batch " + std::to_string(candidates[i]) +
+                              " (gain over " + std::to_string(previous->micro_batch) + " below " +
+                              std::to_string(static_cast<int>(plateau * 100)) + "%)");
+      break;
+    }
+    previous = &t;
+  }
+  Trial* best = nullptr;
+  for (int b : candidates)
+    if (Trial* t = tuner.find(mesh, zero, b);
+        t && t->runs() && (!best || t->measured_seconds < best->measured_seconds))
+      best = t;
+  return best;
+}
+
+}  // namespace
+
+int run_autotune(const AutotuneOptions& options, const std::vector<std::string>& extras) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> unknown;
+  const std::vector<ConfigOverride> overrides = parse_override_arguments(extras, &unknown);
+  if (!unknown.empty())
+    throw std::runtime_error("autotune: unexpected argument '" + unknown.front() +
+                             "'; overrides take the form --section.key value");
+  if (options.steps < 1 || options.warmup < 0 || options.max_meshes < 1 || options.plateau < 0 ||
+      options.experiment_timeout <= 0)
+    throw std::runtime_error(
+        "autotune: --steps >= 1, --warmup >= 0, --max-meshes >= 1, --plateau >= 0 and "
+        "--experiment-timeout > 0 are required");
+  const JobConfig config = load_job_config(options.config, overrides);
+  const std::string output =
+      options.output.empty() ? config.planner.save_plan_path : options.output;
+  if (output.empty())
+    throw std::runtime_error(
+        "autotune: no output file; give --output FILE or planner.save_plan_path");
+  std::filesystem::create_directories(options.work_dir);
+
+  // 1. Rank by the cost model (the memory model has pruned what cannot fit).
+  const ProfileLoad profile = load_profile(config);
+  const SearchResult search = search_plans(config, profile.profile ? &*profile.profile : nullptr);
+  std::vector<ParallelShape> meshes;
+  for (const PlanCandidate& candidate : search.ranked) {
+    const ParallelShape& shape = candidate.setting.shape;
+    const bool seen = std::any_of(meshes.begin(), meshes.end(), [&](const ParallelShape& m) {
+      return m.pipeline_stages == shape.pipeline_stages && m.data_parallel == shape.data_parallel &&
+             m.tensor_parallel == shape.tensor_parallel;
+    });
+    if (!seen && static_cast<int>(meshes.size()) < options.max_meshes) meshes.push_back(shape);
+  }
+  std::cout << "paraplan autotune: " << options.config << "; " << search.ranked.size()
+            << " ranked plans, tuning " << meshes.size() << " mesh(es) in predicted order; "
+            << "time model: "
+            << (profile.profile ? "profile " + profile.path : std::string("analytic roofline"))
+            << std::endl;
+
+  Tuner tuner(options, overrides);
+  for (const ParallelShape& mesh : meshes) {
+    std::vector<int> sizes = micro_batch_sizes(search.space, config, mesh.data_parallel);
+    std::sort(sizes.begin(), sizes.end());
+    // 2. ZeRO-0 first: binary search for the largest that runs, then grow to a plateau.
+    auto accepted = [&](int zero, int smallest) {
+      std::vector<int> fits;
+      for (int b : sizes)
+        if (b >= smallest && tuner.fits_model(mesh, zero, b, nullptr)) fits.push_back(b);
+      return fits;
+    };
+    const std::vector<int>& zero_stages = search.space.zero_stages;
+    const bool try_zero0 =
+        std::find(zero_stages.begin(), zero_stages.end(), 0) != zero_stages.end();
+    Trial* best0 = nullptr;
+    bool memory_bound = true;
+    if (try_zero0) {
+      const std::vector<int> fits = accepted(0, 0);
+      const int largest = largest_that_runs(tuner, mesh, 0, fits);
+      best0 = grow_until_plateau(tuner, mesh, 0, fits, largest, options.plateau);
+      memory_bound = largest < 0 || fits[largest] != sizes.back();
+    }
+    // 3. ZeRO-1 only where it can beat the best so far.
+    const bool zero1_allowed =
+        mesh.data_parallel > 1 &&
+        std::find(zero_stages.begin(), zero_stages.end(), 1) != zero_stages.end();
+    if (!zero1_allowed) continue;
+    double predicted1 = 0;
+    const bool faster = best0 && tuner.fits_model(mesh, 1, best0->micro_batch, &predicted1) &&
+                        predicted1 < best0->predicted_seconds;
+    if (try_zero0 && !memory_bound && !faster) {
+      tuner.notes().push_back(mesh_name(mesh) +
+                              " ZeRO-1 skipped: ZeRO-0 ran the largest micro-batch and the cost "
+                              "model does not predict ZeRO-1 faster");
+      continue;
+    }
+    const std::vector<int> fits = accepted(1, best0 ? best0->micro_batch : 0);
+    const int largest = largest_that_runs(tuner, mesh, 1, fits);
+    grow_until_plateau(tuner, mesh, 1, fits, largest, options.plateau);
+  }
+
+  // The summary: every setting tried, the best measured.
+  const Trial* best = nullptr;
+  int run = 0, failed = 0;
+  std::cout << "\n  # | mesh               | ZeRO | micro-batch | predicted s | measured s |"
+               "  error | status\n";
+  json experiments = json::array();
+  for (const auto& t : tuner.trials()) {
+    if (!t->outcome) continue;
+    ++run;
+    if (!t->runs()) ++failed;
+    if (t->runs() && (!best || t->measured_seconds < best->measured_seconds)) best = t.get();
+    char line[256];
+    std::snprintf(line, sizeof line, "%3d | %-18s | %4d | %11d | %11.4f | %10s | %6s | %s%s%s\n",
+                  run, mesh_name(t->mesh).c_str(), t->zero, t->micro_batch, t->predicted_seconds,
+                  t->runs() ? std::to_string(t->measured_seconds).substr(0, 6).c_str() : "-",
+                  t->runs() ? (std::to_string(static_cast<int>(std::lround(
+                                   100 * (t->measured_seconds / t->predicted_seconds - 1)))) +
+                               "%")
+                                  .c_str()
+                            : "-",
+                  experiment_status_name(t->outcome->status), t->runs() ? "" : ": ",
+                  t->runs() ? "" : t->outcome->message.c_str());
+    std::cout << line;
+    experiments.push_back(
+        {{"mesh", mesh_name(t->mesh)},
+         {"zero_stage", t->zero},
+         {"micro_batch_size", t->micro_batch},
+         {"predicted_step_seconds", t->predicted_seconds},
+         {"measured_step_seconds", t->runs() ? json(t->measured_seconds) : json()},
+         {"status", experiment_status_name(t->outcome->status)},
+         {"message", t->outcome->message},
+         {"plan", t->plan_path}});
+  }
+  for (const std::string& note : tuner.notes()) std::cout << "  note: " << note << "\n";
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("experiments: %d run (%d failed) in %.1f s\n", run, failed, seconds);
+  if (!best)
+    throw std::runtime_error("autotune: no experiment ran; see the logs in " + options.work_dir);
+  const LoadedPlan chosen = load_plan(best->plan_path);
+  write_plan(output, chosen.bytes().data(), chosen.bytes().size());
+  const double tokens =
+      static_cast<double>(config.training.global_batch_size) * config.model.seq_len;
+  std::printf(
+      "best: %s, ZeRO-%d, micro-batch %d: measured %.4f s/step (%.0f tokens/s) against "
+      "predicted %.4f s (%+.1f%%)\nbest plan written to %s\n",
+      mesh_name(best->mesh).c_str(), best->zero, best->micro_batch, best->measured_seconds,
+      tokens / best->measured_seconds, best->predicted_seconds,
+      100 * (best->measured_seconds / best->predicted_seconds - 1), output.c_str());
+  if (!options.report.empty())
+    write_file_atomically(options.report,
+                          json{{"experiments", experiments},
+                               {"seconds", seconds},
+                               {"best", experiments.size() ? json(best->plan_path) : json()},
+                               {"output", output}}
+                                  .dump(2) +
+                              "\n");
+  return 0;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,58 @@
+// experiment_test.cc: an experiment's outcome read from its exit, its log and its clock.
+#include "launcher/experiment.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace paraplan {
+namespace {
+
+// One log per test: ctest runs the tests of this file in parallel processes.
+std::string log_path() {
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return (std::filesystem::temp_directory_path() /
+          ("experiment_" + test + "_" + std::to_string(getpid()) + ".log"))
+      .string();
+}
+
+ExperimentOutcome shell(const std::string& script, double timeout = 30) {
+  return run_experiment({"sh", "-c", script}, log_path(), timeout);
+}
+
+TEST(Experiment, ExitZeroIsMeasured) {
+  EXPECT_EQ(shell("echo fine").status, ExperimentStatus::kMeasured);
+}
+
+TEST(Experiment, OutOfDeviceMemoryIsRecognised) {
+  const ExperimentOutcome outcome = shell(
+      "echo starting; echo 'paraplan: error: [rank 1] out of device memory: 2.0 MiB' >&2; "
+      "exit 1");
+  EXPECT_EQ(outcome.status, ExperimentStatus::kOutOfMemory);
+  EXPECT_EQ(outcome.exit_code, 1);
+  EXPECT_EQ(outcome.message, "paraplan: error: [rank 1] out of device memory: 2.0 MiB");
+}
+
+TEST(Experiment, ACrashIsAFailureWithItsLastLine) {
+  const ExperimentOutcome outcome = shell("echo 'segfault in rank 2'; kill -SEGV $$");
+  EXPECT_EQ(outcome.status, ExperimentStatus::kFailed);
+  EXPECT_EQ(outcome.exit_code, 128 + 11);
+  EXPECT_EQ(outcome.message, "segfault in rank 2");
+}
+
+TEST(Experiment, AHangIsKilledWithItsChildrenAtTheTimeout) {
+  // The child's own child (as mpirun's ranks) goes too: its process group is killed.
+  const ExperimentOutcome outcome = shell("sleep 30 & sleep 30", 0.3);
+  EXPECT_EQ(outcome.status, ExperimentStatus::kTimedOut);
+  EXPECT_LT(outcome.seconds, 5);
+}
+
+TEST(Experiment, AMissingProgramFails) {
+  const ExperimentOutcome outcome = run_experiment({"/nonexistent/paraplan"}, log_path(), 10);
+  EXPECT_EQ(outcome.status, ExperimentStatus::kFailed);
+  EXPECT_EQ(outcome.exit_code, 127);
+}
+
+}  // namespace
+}  // namespace paraplan

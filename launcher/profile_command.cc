@@ -1,0 +1,176 @@
+// profile_command.cc: `paraplan profile`: shapes from the job, measurements
+// from runtime/profiler, merged into profile.json.
+#include "launcher/profile_command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "launcher/launch.h"
+#include "planner/job_config.h"
+#include "planner/profile.h"
+#include "planner/search_space.h"
+#include "runtime/atomic_file.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/profiler.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+namespace {
+
+using nlohmann::json;
+
+GptConfig shapes_of(const ModelConfig& model) {
+  GptConfig config;
+  config.vocab_size = model.vocab_size;
+  config.seq_len = model.seq_len;
+  config.num_layers = model.num_layers;
+  config.d_model = model.d_model;
+  config.num_heads = model.num_heads;
+  config.ffn_size = model.ffn_size;
+  config.tied_embeddings = model.tied_embeddings;
+  return config;
+}
+
+bool same_model(const json& entry, const ModelConfig& model) {
+  return entry.value("seq_len", 0) == model.seq_len && entry.value("d_model", 0) == model.d_model &&
+         entry.value("num_heads", 0) == model.num_heads &&
+         entry.value("ffn_size", 0) == model.ffn_size &&
+         entry.value("vocab_size", 0) == model.vocab_size &&
+         entry.value("dtype", std::string()) == dtype_name(model.dtype);
+}
+
+// Replaces the entries of `list` measured with `processes` by `fresh`.
+json merge_by_processes(const json& list, const json& fresh, int processes) {
+  json merged = json::array();
+  if (list.is_array())
+    for (const json& entry : list)
+      if (entry.value("processes", 1) != processes) merged.push_back(entry);
+  for (const json& entry : fresh) merged.push_back(entry);
+  return merged;
+}
+
+}  // namespace
+
+void run_profile(const ProfileArguments& arguments, const std::vector<std::string>& extras,
+                 const std::vector<std::string>& self_arguments) {
+  std::vector<std::string> unknown;
+  std::vector<ConfigOverride> overrides = parse_override_arguments(extras, &unknown);
+  if (!unknown.empty())
+    throw std::runtime_error("profile: unexpected argument '" + unknown.front() +
+                             "'; overrides take the form --section.key value");
+  if (!arguments.profile_dir.empty())
+    overrides.push_back({"planner.profile_dir", arguments.profile_dir});
+  if (arguments.repetitions < 1)
+    throw std::runtime_error("--repetitions: " + std::to_string(arguments.repetitions) +
+                             "; must be >= 1");
+  const JobConfig config = load_job_config(arguments.config, overrides);
+  if (config.model.dtype != schema::DType::Float32)
+    throw std::runtime_error(arguments.config +
+                             ": model.dtype = " + dtype_name(config.model.dtype) +
+                             ": the runtime trains float32 only so far; profile float32");
+  const SearchSpace space = resolve_search_space(config);
+  const int processes = config.planner.parallel_profile ? space.layout.devices_per_node : 1;
+
+  // Parallel profiling: one process per local device, started here by mpirun.
+  if (processes > 1 && !MpiSession::launched_by_mpirun()) {
+    exec_command(local_mpirun_command(processes, self_arguments, arguments.mpirun));
+    return;
+  }
+  MpiSession session;
+  const bool leader = session.world_rank() == 0;
+
+  // The shapes the planner considers: every TP degree of its meshes, every
+  // micro-batch size of every data-parallel degree.
+  std::set<int> tensor_parallel, micro_batches;
+  for (const ParallelShape& mesh : space.meshes) {
+    tensor_parallel.insert(mesh.tensor_parallel);
+    for (int b : micro_batch_sizes(space, config, mesh.data_parallel)) micro_batches.insert(b);
+  }
+  const ProfileLoad stored = load_profile(config);  // validates a file that exists
+  json document = {{"format", "paraplan-profile"}, {"version", 2}, {"devices", json::object()}};
+  if (stored.file_found) {
+    std::ifstream file(stored.path);
+    std::ostringstream text;
+    text << file.rdbuf();
+    const json existing = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (existing.is_object() && existing.contains("devices") && existing["devices"].is_object() &&
+        existing.value("version", 1) == 2)
+      document["devices"] = existing["devices"];
+  }
+  const std::string& device = config.cluster.preset;
+  json previous = document["devices"].contains(device) && !config.planner.re_profile
+                      ? document["devices"][device]
+                      : json::object();
+  if (previous.contains("measured_on") &&
+      previous["measured_on"].value("backend", "") != arguments.backend)
+    previous = json::object();  // another backend's numbers: measure all again
+
+  ProfileRequest request;
+  request.model = shapes_of(config.model);
+  request.tensor_parallel.assign(tensor_parallel.begin(), tensor_parallel.end());
+  request.micro_batch_sizes.assign(micro_batches.begin(), micro_batches.end());
+  request.backend = arguments.backend;
+  request.repetitions = arguments.repetitions;
+  request.minimum_window_seconds = arguments.minimum_window_seconds;
+  json kept = json::array();
+  if (previous.contains("compute"))
+    for (const json& entry : previous["compute"])
+      if (same_model(entry, config.model) && entry.value("processes", 1) == session.world_size()) {
+        kept.push_back(entry);
+        request.already_measured.emplace_back(entry.value("tensor_parallel", 1),
+                                              entry.value("micro_batch_size", 1));
+      }
+  if (leader)
+    std::cout << "paraplan profile: device '" << device << "', backend " << arguments.backend
+              << ", " << session.world_size() << " process(es) at once; "
+              << request.tensor_parallel.size() << " tp degree(s) x "
+              << request.micro_batch_sizes.size() << " micro-batch size(s), " << kept.size()
+              << " shape(s) kept from " << stored.path << std::endl;
+
+  const json measured = measure_device_profile(request, session);
+  if (!leader) return;
+
+  json entry = previous;
+  entry["measured_on"] = measured["measured_on"];
+  json compute = json::array();
+  if (previous.contains("compute"))  // other models' and process counts' entries stay
+    for (const json& old : previous["compute"])
+      if (!(same_model(old, config.model) && old.value("processes", 1) == session.world_size()))
+        compute.push_back(old);
+  for (const json& e : kept) compute.push_back(e);
+  for (const json& e : measured["compute"]) compute.push_back(e);
+  entry["compute"] = compute;
+  for (const char* key : {"optimizer", "collectives", "gemm"})
+    entry[key] =
+        merge_by_processes(previous.value(key, json::array()), measured[key], session.world_size());
+  document["devices"][device] = entry;
+  std::filesystem::create_directories(std::filesystem::path(stored.path).parent_path());
+  write_file_atomically(stored.path, document.dump(1) + "\n");
+
+  const double peak = config.cluster.peak_flops(config.model.dtype);
+  for (const json& gemm : measured["gemm"])
+    std::cout << "  GEMM " << gemm["m"] << " x " << gemm["n"] << " x " << gemm["k"] << ": "
+              << gemm["flops_per_second"].get<double>() / 1e9
+              << " GFLOP/s per process = " << 100.0 * gemm["flops_per_second"].get<double>() / peak
+              << "% of the '" << device << "' preset's peak" << std::endl;
+  for (const json& collective : measured["collectives"])
+    std::cout << "  " << collective["operation"].get<std::string>() << " over "
+              << collective["group_size"] << ": latency "
+              << collective["latency"].get<double>() * 1e6 << " us, "
+              << 1e-9 / std::max(1e-30, collective["seconds_per_byte"].get<double>()) << " GB/s"
+              << std::endl;
+  std::cout << "  optimizer: "
+            << measured["optimizer"][0]["seconds_per_parameter"].get<double>() * 1e9
+            << " ns per parameter" << std::endl;
+  std::cout << "profile written to " << stored.path << " (device '" << device << "', "
+            << compute.size() << " compute entries)" << std::endl;
+}
+
+}  // namespace paraplan

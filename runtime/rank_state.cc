@@ -1,0 +1,70 @@
+// rank_state.cc: building one rank's runtime objects from a plan.
+#include "runtime/rank_state.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "runtime/local_communicator.h"
+
+namespace paraplan {
+
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session) {
+  if (name == "cpu") {
+    // Ranks sharing a machine share its cores: one BLAS thread pool each
+    // would oversubscribe them.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int threads = session.local_size() > 1 ? std::max(1, cores / session.local_size()) : 0;
+    return kernels::make_cpu_ops(threads);
+  }
+  if (name == "cuda") return kernels::make_cuda_ops(session.local_rank());
+  throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
+}
+
+RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
+                           const MeshCoordinates& mesh, const MpiSession& session,
+                           const RankBuildOptions& options) {
+  const schema::Plan& plan = loaded.plan();
+  const schema::Mesh& mesh_plan = *plan.mesh();
+  const schema::Training& training = *plan.training();
+  RankState rank;
+  rank.ops = make_backend(options.backend, session);
+  rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
+  const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
+  rank.groups = session.uses_mpi() ? make_mpi_process_groups(
+                                         mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
+                                         mesh_plan.tensor_parallel(), zero_groups)
+                                   : make_local_process_groups(*rank.ops);
+  if (options.wrap_groups) options.wrap_groups(rank.groups);
+  rank.layout =
+      std::make_unique<GptLayout>(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
+  const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
+  rank.stage = std::make_unique<GptStage>(
+      *rank.layout, *rank.ops, *rank.memory, training.micro_batch_size(),
+      StageExecutor::slots_needed(schedule), model.recompute, rank.groups.tensor.get(),
+      DistributedOptimizer::buffer_elements(rank.layout->num_elements(), zero_stage,
+                                            rank.groups.zero->size()));
+  const schema::Optimizer& optimizer_plan = *training.optimizer();
+  rank.optimizer = std::make_unique<DistributedOptimizer>(
+      *rank.stage, *rank.ops, *rank.memory, rank.groups,
+      AdamWSettings{.beta1 = optimizer_plan.beta1(),
+                    .beta2 = optimizer_plan.beta2(),
+                    .epsilon = optimizer_plan.epsilon(),
+                    .weight_decay = optimizer_plan.weight_decay(),
+                    .grad_clip = optimizer_plan.grad_clip()},
+      zero_stage);
+  rank.executor = std::make_unique<StageExecutor>(
+      schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
+      PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
+                    rank.groups.next_stage_rank});
+  return rank;
+}
+
+void initialize_parameters(RankState& rank, uint64_t seed) {
+  std::vector<float> params(rank.layout->num_elements());
+  rank.layout->initialize(params.data(), seed);
+  rank.ops->copy_from_host(rank.stage->parameters(), params.data(), params.size() * sizeof(float));
+}
+
+}  // namespace paraplan

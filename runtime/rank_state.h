@@ -1,0 +1,60 @@
+// rank_state.h: everything one rank holds to run a plan — the op set, the
+// memory tracker, the process groups, its stage's layout and model, the
+// distributed optimizer and the instruction executor — built the same way by
+// `paraplan train` and `paraplan replay`.
+//
+// The caller validates first (plan, world size, data) and builds after, so a
+// bad input is refused before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+#include "runtime/communicator.h"
+#include "runtime/distributed_optimizer.h"
+#include "runtime/executor.h"
+#include "runtime/gpt_model.h"
+#include "runtime/memory_tracker.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/plan_model.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+struct RankState {
+  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<MemoryTracker> memory;
+  ProcessGroups groups;
+  std::unique_ptr<GptLayout> layout;
+  std::unique_ptr<GptStage> stage;
+  std::unique_ptr<DistributedOptimizer> optimizer;
+  std::unique_ptr<StageExecutor> executor;
+};
+
+struct RankBuildOptions {
+  std::string backend = "cpu";  // cpu | cuda
+  // > 0: allocations past this many bytes fail with OutOfDeviceMemory.
+  uint64_t memory_capacity_bytes = 0;
+  // Called on the process groups before the stage and optimizer take them:
+  // replay wraps each communicator to time it.
+  std::function<void(ProcessGroups&)> wrap_groups;
+};
+
+// The op set for --backend: "cpu" (OpenBLAS threads shared among the ranks of
+// this node) or "cuda" (the GPU of this node-local rank).
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session);
+
+// Builds this rank's part of the plan for mesh position `mesh`; the parameters
+// are allocated but not initialized (see initialize_parameters).
+RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
+                           const MeshCoordinates& mesh, const MpiSession& session,
+                           const RankBuildOptions& options);
+
+// Fills the stage's parameters with the model's counter-based initialization
+// (the same values for every plan).
+void initialize_parameters(RankState& rank, uint64_t seed);
+
+}  // namespace paraplan

@@ -1,0 +1,41 @@
+// timed_communicator.cc: wall-time accounting around a Communicator.
+#include "runtime/timed_communicator.h"
+
+#include <chrono>
+
+namespace paraplan {
+
+TimedCommunicator::TimedCommunicator(std::unique_ptr<Communicator> inner, double* seconds)
+    : inner_(std::move(inner)), seconds_(seconds) {}
+
+template <typename Call>
+void TimedCommunicator::timed(Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void TimedCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
+  timed([&] { inner_->all_reduce(data, count, op); });
+}
+void TimedCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
+  timed([&] { inner_->all_reduce(data, count, op); });
+}
+void TimedCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
+  timed([&] { inner_->reduce_scatter(send, receive, chunk_count); });
+}
+void TimedCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
+  timed([&] { inner_->all_gather(send, receive, chunk_count); });
+}
+void TimedCommunicator::broadcast(float* data, size_t count, int root) {
+  timed([&] { inner_->broadcast(data, count, root); });
+}
+void TimedCommunicator::barrier() {
+  timed([&] { inner_->barrier(); });
+}
+
+void time_communicator(std::unique_ptr<Communicator>& group, double* seconds) {
+  if (group) group = std::make_unique<TimedCommunicator>(std::move(group), seconds);
+}
+
+}  // namespace paraplan

@@ -1,0 +1,235 @@
+// replay_test.cc: the measured feedback loop end to end, under mpirun:
+// `paraplan replay` (report, trace, timeline, refusals, out of memory),
+// `paraplan profile` feeding `paraplan plan`, and `paraplan autotune`
+// recording a failed experiment and keeping the best measured plan.
+//
+// Times are not asserted against the prediction here (machines are noisy;
+// samples/tiny/replay_accuracy.sh measures that); what is asserted is what
+// must hold on any machine: every stage and rank measured, the parts of a
+// step no larger than the step, memory equal to the plan's where the plan is
+// exact and never above it, the trace holding every instruction.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "command_runner.h"
+
+namespace {
+
+using namespace paraplan::testing;
+using nlohmann::json;
+
+std::string job_toml(int world, const std::string& planner_lines) {
+  return R"([job]
+name = "replay-test"
+
+[model]
+vocab_size = 256
+seq_len = 16
+num_layers = 2
+d_model = 32
+num_heads = 4
+
+[training]
+global_batch_size = 16
+learning_rate = 3e-3
+total_steps = 20
+seed = 5
+
+[planner]
+world_size = )" +
+         std::to_string(world) + "\n" + planner_lines;
+}
+
+class Replay : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    directory_ = new TemporaryDirectory("replay");
+  }
+  static void TearDownTestSuite() { delete directory_; }
+
+  // Writes the job and plans it; returns the plan path.
+  static std::string plan(const std::string& name, int world, const std::string& planner_lines,
+                          const std::string& overrides = "") {
+    const std::string job = *directory_ / (name + ".toml");
+    write_file(job, job_toml(world, planner_lines));
+    const std::string plan_file = *directory_ / (name + ".pplan");
+    const CommandResult planned =
+        run("plan --config " + job + " --output " + plan_file + " " + overrides);
+    EXPECT_EQ(planned.exit_code, 0) << planned.output;
+    return plan_file;
+  }
+
+  static TemporaryDirectory* directory_;
+};
+
+TemporaryDirectory* Replay::directory_ = nullptr;
+
+TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
+  const std::string plan_file =
+      plan("pp2-tp2", 4,
+           "pipeline_nstages = 2\ntensor_parallel_degree = 2\ndata_parallel_degree = 1\n"
+           "micro_batch_size = 4\n");
+  const std::string report_file = *directory_ / "pp2-tp2.json";
+  const std::string trace_file = *directory_ / "pp2-tp2.trace.json";
+  const std::string svg_file = *directory_ / "pp2-tp2.svg";
+  const CommandResult replayed =
+      run("launch --plan " + plan_file + " -- replay --steps 2 --warmup 1 --report " + report_file +
+          " --trace " + trace_file + " --timeline " + svg_file);
+  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+  EXPECT_NE(replayed.output.find("forward / micro-batch"), std::string::npos) << replayed.output;
+
+  const json report = json::parse(read_file(report_file));
+  EXPECT_EQ(report["ranks"], 4);
+  EXPECT_EQ(report["num_micro_batches"], 4);
+  ASSERT_EQ(report["stages"].size(), 2u);
+  const double step = report["step_seconds"]["measured"].get<double>();
+  EXPECT_GT(step, 0);
+  EXPECT_GT(report["step_seconds"]["predicted"].get<double>(), 0);
+  for (const json& stage : report["stages"]) {
+    EXPECT_EQ(stage["ranks"], 2);
+    const double forward = stage["forward"]["measured"].get<double>();
+    const double backward = stage["backward"]["measured"].get<double>();
+    EXPECT_GT(forward, 0);
+    EXPECT_GT(backward, 0);
+    EXPECT_GT(stage["tensor_parallel"]["measured"].get<double>(), 0);  // tp 2 all-reduces
+    // The stage's own work fits in the step.
+    EXPECT_LE(4 * (forward + backward) + stage["optimizer"]["measured"].get<double>(), step);
+    // Weights are exact in the model; nothing exceeds the prediction.
+    const json& memory = stage["memory_bytes"];
+    EXPECT_EQ(memory["weights"]["measured"], memory["weights"]["predicted"]);
+    EXPECT_LE(memory["total"]["measured"].get<double>(),
+              memory["total"]["predicted"].get<double>());
+  }
+  EXPECT_TRUE(report["memory_within_prediction"].get<bool>());
+
+  // One span per instruction per measured step on every rank: each stage's
+  // stream has 4 forwards and 4 backwards.
+  const json trace = json::parse(read_file(trace_file));
+  std::map<int, int> forwards, backwards, spans;
+  for (const json& event : trace["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    const int rank = event["tid"].get<int>();
+    ++spans[rank];
+    const std::string name = event["name"].get<std::string>();
+    if (name[0] == 'F') ++forwards[rank];
+    if (name[0] == 'B') ++backwards[rank];
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(forwards[rank], 2 * 4) << "rank " << rank;
+    EXPECT_EQ(backwards[rank], 2 * 4) << "rank " << rank;
+  }
+  const std::string svg = read_file(svg_file);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("rank 3 (stage 1, dp 0, tp 1)"), std::string::npos);
+}
+
+TEST_F(Replay, APlanForAnotherWorldIsRefusedBeforeAllocation) {
+  const std::string plan_file = plan(
+      "dp4", 4, "pipeline_nstages = 1\ntensor_parallel_degree = 1\ndata_parallel_degree = 4\n");
+  const CommandResult alone = run("replay --plan " + plan_file);
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.output.find("the plan needs 4 ranks"), std::string::npos) << alone.output;
+  const CommandResult two = run_command(std::string(MPIEXEC) + " --oversubscribe -np 2 " +
+                                        PARAPLAN_BINARY + " replay --plan " + plan_file);
+  EXPECT_NE(two.exit_code, 0);
+  EXPECT_NE(two.output.find("the plan needs 4 ranks"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("but mpirun started 2"), std::string::npos) << two.output;
+}
+
+TEST_F(Replay, APlanLargerThanTheDeviceRunsOutOfMemoryAndSaysSo) {
+  // The planner is told 1 GB, the device has 0.5 MiB: replay holds the ranks
+  // to the device, as a GPU would.
+  const std::string plan_file =
+      plan("oom", 2, "pipeline_nstages = 1\ntensor_parallel_degree = 1\nmemory_constraint = 1\n",
+           "--cluster.device_memory_gb 0.0005");
+  const CommandResult replayed = run("launch --plan " + plan_file + " -- replay --steps 1");
+  EXPECT_NE(replayed.exit_code, 0);
+  EXPECT_NE(replayed.output.find("out of device memory"), std::string::npos) << replayed.output;
+}
+
+TEST_F(Replay, ProfileIsWrittenPerShapeAndThePlannerUsesIt) {
+  const std::string job = *directory_ / "profiled.toml";
+  write_file(job, job_toml(2, ""));
+  const std::string profile_dir = *directory_ / "profile";
+  const CommandResult profiled = run("profile --config " + job + " --profile-dir " + profile_dir +
+                                     " --repetitions 1 --min-window 0.01");
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output;
+  const json profile = json::parse(read_file(profile_dir + "/profile.json"));
+  EXPECT_EQ(profile["version"], 2);
+  const json& device = profile["devices"]["cpu"];
+  EXPECT_EQ(device["measured_on"]["backend"], "cpu");
+  // tp 1 and 2; micro-batches 1..16 (dp 1) and 1..8 (dp 2): 2 x 5 shapes, 2 processes.
+  ASSERT_EQ(device["compute"].size(), 10u);
+  for (const json& entry : device["compute"]) {
+    EXPECT_EQ(entry["processes"], 2);
+    EXPECT_GT(entry["block_forward"].get<double>(), 0);
+    EXPECT_GT(entry["block_backward"].get<double>(), 0);
+    EXPECT_GT(entry["head_forward"].get<double>(), 0);
+  }
+  std::map<std::string, int> collectives;
+  for (const json& entry : device["collectives"]) {
+    ++collectives[entry["operation"].get<std::string>()];
+    EXPECT_EQ(entry["group_size"], 2);
+    EXPECT_GE(entry["seconds_per_byte"].get<double>(), 0);
+  }
+  EXPECT_EQ(collectives["all_reduce"], 1);
+  EXPECT_EQ(collectives["send_receive"], 1);
+  EXPECT_GT(device["optimizer"][0]["seconds_per_parameter"].get<double>(), 0);
+
+  // The planner uses it and says so; the plan records it.
+  const std::string plan_file = *directory_ / "profiled.pplan";
+  const CommandResult planned = run("plan --config " + job + " --output " + plan_file +
+                                    " --planner.profile_dir " + profile_dir);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("profile compute: measured for all"), std::string::npos)
+      << planned.output;
+  const json inspected = json::parse(run("inspect --json " + plan_file).output);
+  EXPECT_EQ(inspected["predictions"]["time_model"].get<std::string>().rfind("profile ", 0), 0u)
+      << inspected["predictions"]["time_model"];
+
+  // Profiling again keeps what is there (re_profile = false)...
+  const CommandResult again = run("profile --config " + job + " --profile-dir " + profile_dir +
+                                  " --repetitions 1 --min-window 0.01");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("10 shape(s) kept"), std::string::npos) << again.output;
+  // ... and a profile for other model shapes is named as such.
+  const std::string other = *directory_ / "other.toml";
+  write_file(other,
+             job_toml(2, "").replace(job_toml(2, "").find("d_model = 32"), 12, "d_model = 64"));
+  const CommandResult stale =
+      run("plan --config " + other + " --output " + *directory_ / "other.pplan" +
+          " --planner.profile_dir " + profile_dir);
+  ASSERT_EQ(stale.exit_code, 0) << stale.output;
+  EXPECT_NE(stale.output.find("was measured for other model shapes"), std::string::npos)
+      << stale.output;
+}
+
+TEST_F(Replay, AutotuneRecordsAnOutOfMemoryExperimentAndKeepsTheFastest) {
+  // Planner limit 1 GB, device 1.4 MB: micro-batch 8 (about 1.6 MB) runs out
+  // of memory, 4 (about 1.1 MB) fits; the binary search must find that.
+  const std::string job = *directory_ / "tuned.toml";
+  write_file(job, job_toml(2,
+                           "pipeline_nstages = 1\ntensor_parallel_degree = 1\n"
+                           "zero_stage = 0\nmemory_constraint = 1\n"));
+  const std::string best = *directory_ / "best.pplan";
+  const std::string summary = *directory_ / "autotune.json";
+  const CommandResult tuned = run(
+      "autotune --config " + job + " --output " + best + " --work-dir " + *directory_ / "autotune" +
+      " --report " + summary + " --steps 1 --warmup 0 --cluster.device_memory_gb 0.0013");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("experiments:"), std::string::npos) << tuned.output;
+  const json report = json::parse(read_file(summary));
+  std::map<int, std::string> status;
+  for (const json& experiment : report["experiments"])
+    status[experiment["micro_batch_size"].get<int>()] = experiment["status"];
+  EXPECT_EQ(status[8], "out of memory") << tuned.output;
+  EXPECT_EQ(status[4], "measured") << tuned.output;
+  const json chosen = json::parse(run("inspect --json " + best).output);
+  EXPECT_LE(chosen["training"]["micro_batch_size"].get<int>(), 4);
+}
+
+}  // namespace
