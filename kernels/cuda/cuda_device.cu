@@ -1,30 +1,59 @@
-// cuda_device.cu: CUDA device discovery for ops.h. The CUDA op set itself
-// (cuBLAS GEMMs, fused kernels) is the CUDA-backend issue's; until it lands,
-// asking for the CUDA backend fails with a message saying so.
+// cuda_device.cu: CUDA device discovery for ops.h (cuda_device_count) and the
+// CUDA backend's factory make_cuda_ops: picks the device (device % count, so a
+// local rank maps onto the visible devices) and the GEMM precision:
+// TF32 tensor-core math by default (PyTorch's allow_tf32 for matmuls),
+// PARAPLAN_CUDA_TF32=0 for strict fp32. The op set itself is in cuda_ops.cu.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/cuda_kernels.cuh"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
 
+namespace {
+
+// PARAPLAN_CUDA_TF32: unset, 1, true, on -> TF32 allowed; 0, false, off -> strict fp32.
+bool tf32_allowed() {
+  const char* value = std::getenv("PARAPLAN_CUDA_TF32");
+  if (value == nullptr) return true;
+  const std::string text(value);
+  if (text.empty() || text == "1" || text == "true" || text == "on") return true;
+  if (text == "0" || text == "false" || text == "off") return false;
+  throw std::runtime_error("PARAPLAN_CUDA_TF32='" + text +
+                           "' is not understood; use 1 (TF32 GEMMs, the default) or 0 (strict "
+                           "fp32 GEMMs)");
+}
+
+}  // namespace
+
 int cuda_device_count() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so later calls do not report it
+    return 0;
+  }
   return count;
 }
 
 std::unique_ptr<Ops> make_cuda_ops(int device) {
-  const int count = cuda_device_count();
-  if (count == 0)
-    throw std::runtime_error("backend 'cuda' requested, but no CUDA device is visible");
-  if (device < 0 || device >= count)
-    throw std::runtime_error("CUDA device " + std::to_string(device) + " requested; " +
-                             std::to_string(count) + " visible");
-  throw std::runtime_error(
-      "backend 'cuda': the CUDA op set is not implemented in this build yet; use --backend cpu");
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    const std::string reason =
+        status != cudaSuccess ? cudaGetErrorString(status) : std::string("0 devices");
+    cudaGetLastError();
+    throw std::runtime_error("--backend cuda: no CUDA device is visible (cudaGetDeviceCount: " +
+                             reason + "); use --backend cpu");
+  }
+  if (device < 0) {
+    throw std::runtime_error("--backend cuda: device index " + std::to_string(device) +
+                             " is negative");
+  }
+  return cuda::create_cuda_ops(device % count, tf32_allowed());
 }
 
 }  // namespace paraplan::kernels

@@ -1,0 +1,211 @@
+// cuda_embedding.cu: token and position embeddings for the CUDA backend.
+//
+// Token forward copies rows (zeros for tokens another vocab-parallel rank
+// owns), float4-wide when C % 4 == 0 and the buffers are 16-byte aligned.
+// Token backward is deterministic without atomics: the token positions are
+// sorted by local vocabulary row with CUB's radix sort, which is stable (equal
+// tokens keep ascending position order), so each vocabulary row's run of
+// positions is contiguous; the block at the start of a run adds the run's
+// dout rows into that dwte row in position order. That is exactly the CPU
+// backend's summation order, so the results agree bitwise.
+// Position backward: one thread per (t, c), summing the batch in order b = 0, 1, ...
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.cuh"
+
+namespace paraplan::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned int kMaxBlocks = 1u << 16;
+
+// Local vocabulary row of a token, or -1 when another shard owns it (64-bit:
+// token - vocab_start cannot overflow).
+__device__ __forceinline__ int64_t local_row(int32_t token, int vocab_start, int vocab_local) {
+  const int64_t local = static_cast<int64_t>(token) - vocab_start;
+  return local >= 0 && local < vocab_local ? local : -1;
+}
+
+template <bool kVectorized>
+__global__ void token_embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+                                               int num_tokens, int vocab_start, int vocab_local,
+                                               int C) {
+  const int width = kVectorized ? C / 4 : C;  // elements (or float4s) per row
+  const size_t total = static_cast<size_t>(num_tokens) * width;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const size_t row = i / width, column = i % width;
+    const int64_t local = local_row(tokens[row], vocab_start, vocab_local);
+    if constexpr (kVectorized) {
+      const float4 value = local >= 0 ? load4(wte, static_cast<size_t>(local) * width + column)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      store4(out, i, value);
+    } else {
+      out[i] = local >= 0 ? wte[static_cast<size_t>(local) * width + column] : 0.0f;
+    }
+  }
+}
+
+// Sort keys: the local row, or vocab_local (sorting last) for tokens of other shards.
+__global__ void embedding_sort_keys_kernel(uint32_t* keys, int32_t* positions,
+                                           const int32_t* tokens, int num_tokens, int vocab_start,
+                                           int vocab_local) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= num_tokens) return;
+  const int64_t local = local_row(tokens[i], vocab_start, vocab_local);
+  keys[i] = local >= 0 ? static_cast<uint32_t>(local) : static_cast<uint32_t>(vocab_local);
+  positions[i] = i;
+}
+
+// Block j handles the run of equal keys starting at sorted position j (and
+// does nothing when j is not a run start): dwte[key, c] += dout[p, c] for the
+// run's positions p in ascending order, one running sum per column.
+__global__ void embedding_backward_runs_kernel(float* dwte, const float* dout,
+                                               const uint32_t* sorted_keys,
+                                               const int32_t* sorted_positions, int num_tokens,
+                                               int vocab_local, int C) {
+  const int start = blockIdx.x;
+  const uint32_t key = sorted_keys[start];
+  if (key >= static_cast<uint32_t>(vocab_local)) return;   // other shards' tokens
+  if (start > 0 && sorted_keys[start - 1] == key) return;  // not the start of a run
+  int end = start + 1;
+  while (end < num_tokens && sorted_keys[end] == key) end++;
+  float* dwte_row = dwte + static_cast<size_t>(key) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = dwte_row[c];
+    for (int j = start; j < end; j++) {
+      sum += dout[static_cast<size_t>(sorted_positions[j]) * C + c];
+    }
+    dwte_row[c] = sum;
+  }
+}
+
+template <bool kVectorized>
+__global__ void position_embedding_forward_kernel(float* out, const float* wpe, int batch, int T,
+                                                  int C) {
+  const int width = kVectorized ? C / 4 : C;
+  const size_t per_sequence = static_cast<size_t>(T) * width;
+  const size_t total = per_sequence * batch;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const size_t position = i % per_sequence;  // t * width + c
+    if constexpr (kVectorized) {
+      float4 value = load4(out, i);
+      const float4 add = load4(wpe, position);
+      value.x += add.x;
+      value.y += add.y;
+      value.z += add.z;
+      value.w += add.w;
+      store4(out, i, value);
+    } else {
+      out[i] += wpe[position];
+    }
+  }
+}
+
+__global__ void position_embedding_backward_kernel(float* dwpe, const float* dout, int batch, int T,
+                                                   int C) {
+  const size_t per_sequence = static_cast<size_t>(T) * C;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < per_sequence;
+       i += stride) {
+    float sum = dwpe[i];
+    for (int b = 0; b < batch; b++) sum += dout[b * per_sequence + i];
+    dwpe[i] = sum;
+  }
+}
+
+// Bits needed to hold every key 0 .. max_key.
+int key_bits(uint32_t max_key) {
+  int bits = 1;
+  while (bits < 32 && (max_key >> bits) != 0) bits++;
+  return bits;
+}
+
+size_t align256(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+}  // namespace
+
+void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,
+                             int vocab_start, int vocab_local, int channels, cudaStream_t stream) {
+  if (num_tokens <= 0 || channels <= 0) return;
+  const bool vectorized = channels % 4 == 0 && is_aligned16(out) && is_aligned16(wte);
+  const size_t work = static_cast<size_t>(num_tokens) * (vectorized ? channels / 4 : channels);
+  const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
+  if (vectorized) {
+    token_embedding_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(
+        out, tokens, wte, num_tokens, vocab_start, vocab_local, channels);
+  } else {
+    token_embedding_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(
+        out, tokens, wte, num_tokens, vocab_start, vocab_local, channels);
+  }
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int num_tokens,
+                              int vocab_start, int vocab_local, int channels,
+                              DeviceScratch& scratch, cudaStream_t stream) {
+  if (num_tokens <= 0 || channels <= 0 || vocab_local <= 0) return;
+  const int end_bit = key_bits(static_cast<uint32_t>(vocab_local));
+  // Scratch: keys and positions in, keys and positions out, then CUB's temporary storage.
+  size_t sort_bytes = 0;
+  PARAPLAN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), num_tokens, 0, end_bit,
+      stream));
+  const size_t array_bytes = align256(static_cast<size_t>(num_tokens) * sizeof(uint32_t));
+  char* base = static_cast<char*>(scratch.get(4 * array_bytes + sort_bytes));
+  uint32_t* keys = reinterpret_cast<uint32_t*>(base);
+  int32_t* positions = reinterpret_cast<int32_t*>(base + array_bytes);
+  uint32_t* sorted_keys = reinterpret_cast<uint32_t*>(base + 2 * array_bytes);
+  int32_t* sorted_positions = reinterpret_cast<int32_t*>(base + 3 * array_bytes);
+  void* sort_storage = base + 4 * array_bytes;
+
+  embedding_sort_keys_kernel<<<ceil_div(num_tokens, kThreads), kThreads, 0, stream>>>(
+      keys, positions, tokens, num_tokens, vocab_start, vocab_local);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+  PARAPLAN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, keys, sorted_keys,
+                                                      positions, sorted_positions, num_tokens, 0,
+                                                      end_bit, stream));
+  const int threads = std::min(kThreads, ((channels + 31) / 32) * 32);
+  embedding_backward_runs_kernel<<<num_tokens, threads, 0, stream>>>(
+      dwte, dout, sorted_keys, sorted_positions, num_tokens, vocab_local, channels);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len, int channels,
+                                cudaStream_t stream) {
+  if (batch <= 0 || seq_len <= 0 || channels <= 0) return;
+  const bool vectorized = channels % 4 == 0 && is_aligned16(out) && is_aligned16(wpe);
+  const size_t work = static_cast<size_t>(batch) * seq_len * (vectorized ? channels / 4 : channels);
+  const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
+  if (vectorized) {
+    position_embedding_forward_kernel<true>
+        <<<blocks, kThreads, 0, stream>>>(out, wpe, batch, seq_len, channels);
+  } else {
+    position_embedding_forward_kernel<false>
+        <<<blocks, kThreads, 0, stream>>>(out, wpe, batch, seq_len, channels);
+  }
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
+                                 int channels, cudaStream_t stream) {
+  if (batch <= 0 || seq_len <= 0 || channels <= 0) return;
+  const size_t work = static_cast<size_t>(seq_len) * channels;
+  const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
+  position_embedding_backward_kernel<<<blocks, kThreads, 0, stream>>>(dwpe, dout, batch, seq_len,
+                                                                      channels);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace paraplan::kernels::cuda

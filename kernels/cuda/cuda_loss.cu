@@ -1,0 +1,276 @@
+// cuda_loss.cu: softmax + cross-entropy for the CUDA backend (kernels/ops.h):
+// the fused op over a whole vocabulary and the three steps of the
+// vocab-parallel version.
+//
+// One block per row. Pass 1 reads the row once: each thread keeps an online
+// (max, sum of exp(x - max)) over its elements (float4 loads when V % 4 == 0
+// and the logits are 16-byte aligned); the block takes the row max M, rescales
+// each thread's sum to M and adds the rescaled sums in a fixed tree. Pass 2
+// (when training) writes dlogits = exp(x - M) * (loss_scale / sum), minus
+// loss_scale at the target, over the logits in place (dlogits may alias
+// logits; each thread rewrites only what it read itself, and the target logit
+// is read before the block's first barrier). No probabilities buffer.
+// The vocab-parallel steps use the same per-thread mapping and the same
+// explicitly rounded arithmetic (__fmul_rn & co., so no FMA contraction can
+// differ between kernels): with one shard (row_max = the row's own max) they
+// reproduce the fused op bitwise.
+// Targets out of range cannot throw from a kernel: the kernel records the
+// first bad row, and the launcher synchronizes, reads it back and throws
+// std::out_of_range with the CPU backend's message.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.cuh"
+
+namespace paraplan::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// Every thread returns the same value, combined in a fixed order.
+__device__ float block_max(float value, float* shared) {
+  value = warp_max(value);
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = value;
+  __syncthreads();
+  float result = shared[0];
+  for (int w = 1; w < kWarps; w++) result = fmaxf(result, shared[w]);
+  __syncthreads();  // shared may be reused next
+  return result;
+}
+
+__device__ float block_sum(float value, float* shared) {
+  value = warp_sum(value);
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = value;
+  __syncthreads();
+  float result = shared[0];
+  for (int w = 1; w < kWarps; w++) result = __fadd_rn(result, shared[w]);
+  __syncthreads();
+  return result;
+}
+
+__device__ __forceinline__ void online_add(float& max, float& sum, float x) {
+  if (x > max) {
+    sum = __fmaf_rn(sum, expf(max - x), 1.0f);  // rescale to the new max, add exp(0)
+    max = x;
+  } else if (x > -INFINITY) {
+    sum = __fadd_rn(sum, expf(x - max));
+  }
+}
+
+// This thread's online (max, sum of exp(x - max)) over its elements of the row.
+template <bool kVectorized>
+__device__ void thread_online(const float* row, int V, float& max, float& sum) {
+  max = -INFINITY;
+  sum = 0.0f;
+  if constexpr (kVectorized) {
+    for (int v = threadIdx.x; v < V / 4; v += kThreads) {
+      const float4 x = load4(row, v);
+      online_add(max, sum, x.x);
+      online_add(max, sum, x.y);
+      online_add(max, sum, x.z);
+      online_add(max, sum, x.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += kThreads) online_add(max, sum, row[i]);
+  }
+}
+
+// The thread's sum rescaled to shift (>= its max): its share of sum exp(x - shift).
+__device__ __forceinline__ float rescaled(float max, float sum, float shift) {
+  return sum > 0.0f ? __fmul_rn(sum, expf(max - shift)) : 0.0f;
+}
+
+// dlogits[i] = exp(logits[i] - shift) * probability_scale, minus loss_scale at
+// local column `target` (none when target < 0). Same thread mapping as the read.
+__device__ void write_gradient(float* dlogit_row, const float* logit_row, int V, float shift,
+                               float probability_scale, int64_t target, float loss_scale,
+                               bool vectorized) {
+  if (vectorized) {
+    for (int v = threadIdx.x; v < V / 4; v += kThreads) {
+      const float4 x = load4(logit_row, v);
+      float4 d = make_float4(__fmul_rn(expf(x.x - shift), probability_scale),
+                             __fmul_rn(expf(x.y - shift), probability_scale),
+                             __fmul_rn(expf(x.z - shift), probability_scale),
+                             __fmul_rn(expf(x.w - shift), probability_scale));
+      if (target >= 0 && target / 4 == v) {
+        switch (target % 4) {
+          case 0:
+            d.x = __fsub_rn(d.x, loss_scale);
+            break;
+          case 1:
+            d.y = __fsub_rn(d.y, loss_scale);
+            break;
+          case 2:
+            d.z = __fsub_rn(d.z, loss_scale);
+            break;
+          default:
+            d.w = __fsub_rn(d.w, loss_scale);
+            break;
+        }
+      }
+      store4(dlogit_row, v, d);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += kThreads) {
+      float d = __fmul_rn(expf(logit_row[i] - shift), probability_scale);
+      if (i == target) d = __fsub_rn(d, loss_scale);
+      dlogit_row[i] = d;
+    }
+  }
+}
+
+template <bool kVectorized>
+__global__ void softmax_cross_entropy_kernel(float* losses, float* dlogits, const float* logits,
+                                             const int32_t* targets, int V, float loss_scale,
+                                             bool vectorized_write, int* error_row) {
+  __shared__ float shared[kWarps];
+  const int r = blockIdx.x;
+  const float* logit_row = logits + static_cast<size_t>(r) * V;
+  const int target = targets[r];
+  const bool valid = target >= 0 && target < V;
+  // Read before any thread can overwrite it (dlogits may alias logits).
+  const float target_logit = valid ? logit_row[target] : 0.0f;
+  float thread_max, thread_sum;
+  thread_online<kVectorized>(logit_row, V, thread_max, thread_sum);
+  const float max = block_max(thread_max, shared);
+  const float exp_sum = block_sum(rescaled(thread_max, thread_sum, max), shared);
+  if (threadIdx.x == 0) {
+    if (!valid) atomicMin(error_row, r);
+    losses[r] = __fsub_rn(logf(exp_sum), __fsub_rn(target_logit, max));
+  }
+  if (dlogits == nullptr) return;
+  write_gradient(dlogits + static_cast<size_t>(r) * V, logit_row, V, max, loss_scale / exp_sum,
+                 valid ? target : -1, loss_scale, vectorized_write);
+}
+
+__global__ void shard_stats_kernel(float* row_max, float* target_logit, const float* logits,
+                                   const int32_t* targets, int V, int vocab_start, int* error_row) {
+  __shared__ float shared[kWarps];
+  const int r = blockIdx.x;
+  const float* logit_row = logits + static_cast<size_t>(r) * V;
+  float max = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += kThreads) max = fmaxf(max, logit_row[i]);
+  max = block_max(max, shared);
+  if (threadIdx.x == 0) {
+    const int target = targets[r];
+    if (target < 0) atomicMin(error_row, r);
+    const int64_t local = static_cast<int64_t>(target) - vocab_start;
+    row_max[r] = max;
+    // 0 from the shards without the target, so the all-reduced sum is the logit.
+    target_logit[r] = local >= 0 && local < V ? logit_row[local] : 0.0f;
+  }
+}
+
+template <bool kVectorized>
+__global__ void shard_exp_sums_kernel(float* exp_sum, const float* logits, const float* row_max,
+                                      int V) {
+  __shared__ float shared[kWarps];
+  const int r = blockIdx.x;
+  float thread_max, thread_sum;
+  thread_online<kVectorized>(logits + static_cast<size_t>(r) * V, V, thread_max, thread_sum);
+  const float sum = block_sum(rescaled(thread_max, thread_sum, row_max[r]), shared);
+  if (threadIdx.x == 0) exp_sum[r] = sum;
+}
+
+__global__ void shard_finish_kernel(float* losses, float* dlogits, const float* logits,
+                                    const int32_t* targets, const float* row_max,
+                                    const float* exp_sum, const float* target_logit, int V,
+                                    int vocab_start, float loss_scale, bool vectorized_write) {
+  const int r = blockIdx.x;
+  const float max = row_max[r], sum = exp_sum[r];
+  if (threadIdx.x == 0) losses[r] = __fsub_rn(logf(sum), __fsub_rn(target_logit[r], max));
+  if (dlogits == nullptr) return;
+  const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
+  write_gradient(dlogits + static_cast<size_t>(r) * V, logits + static_cast<size_t>(r) * V, V, max,
+                 loss_scale / sum, local >= 0 && local < V ? local : -1, loss_scale,
+                 vectorized_write);
+}
+
+// Throws std::out_of_range naming the first bad row when a kernel recorded
+// one (synchronizes the stream), and resets the record.
+void check_targets(int* error_row, const int32_t* targets, cudaStream_t stream,
+                   const std::string& op, const std::string& problem) {
+  int row = INT_MAX;
+  PARAPLAN_CUDA_CHECK(
+      cudaMemcpyAsync(&row, error_row, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (row == INT_MAX) return;
+  int32_t target = 0;
+  PARAPLAN_CUDA_CHECK(
+      cudaMemcpyAsync(&target, targets + row, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  const int no_error = INT_MAX;
+  PARAPLAN_CUDA_CHECK(
+      cudaMemcpyAsync(error_row, &no_error, sizeof(int), cudaMemcpyHostToDevice, stream));
+  PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  throw std::out_of_range(op + ": target " + std::to_string(target) + " in row " +
+                          std::to_string(row) + problem);
+}
+
+bool vectorizable(const float* row_base, int V) {
+  return V % 4 == 0 && is_aligned16(row_base);
+}
+
+}  // namespace
+
+void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                           const int32_t* targets, int rows, int vocab, float loss_scale,
+                           int* error_row, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const bool vectorized_write = dlogits == nullptr || vectorizable(dlogits, vocab);
+  const bool vectorized_read = vectorizable(logits, vocab);
+  if (vectorized_read) {
+    softmax_cross_entropy_kernel<true>
+        <<<rows, kThreads, 0, stream>>>(losses, dlogits, logits, targets, vocab, loss_scale,
+                                        vectorized_write && vectorized_read, error_row);
+  } else {
+    softmax_cross_entropy_kernel<false><<<rows, kThreads, 0, stream>>>(
+        losses, dlogits, logits, targets, vocab, loss_scale, false, error_row);
+  }
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+  check_targets(error_row, targets, stream, "softmax_cross_entropy",
+                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+}
+
+void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+                               const int32_t* targets, int rows, int vocab_local, int vocab_start,
+                               int* error_row, cudaStream_t stream) {
+  if (rows <= 0) return;
+  shard_stats_kernel<<<rows, kThreads, 0, stream>>>(row_max, target_logit, logits, targets,
+                                                    vocab_local, vocab_start, error_row);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+  check_targets(error_row, targets, stream, "cross_entropy_shard_stats", " is negative");
+}
+
+void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
+                                  int rows, int vocab_local, cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (vectorizable(logits, vocab_local)) {
+    shard_exp_sums_kernel<true>
+        <<<rows, kThreads, 0, stream>>>(exp_sum, logits, row_max, vocab_local);
+  } else {
+    shard_exp_sums_kernel<false>
+        <<<rows, kThreads, 0, stream>>>(exp_sum, logits, row_max, vocab_local);
+  }
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                const int32_t* targets, const float* row_max, const float* exp_sum,
+                                const float* target_logit, int rows, int vocab_local,
+                                int vocab_start, float loss_scale, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const bool vectorized_write =
+      dlogits != nullptr && vectorizable(dlogits, vocab_local) && vectorizable(logits, vocab_local);
+  shard_finish_kernel<<<rows, kThreads, 0, stream>>>(losses, dlogits, logits, targets, row_max,
+                                                     exp_sum, target_logit, vocab_local,
+                                                     vocab_start, loss_scale, vectorized_write);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace paraplan::kernels::cuda

@@ -1,0 +1,455 @@
+// cuda_ops.cu: the CUDA backend of the op set in kernels/ops.h: the Ops class
+// (one stream, a cuBLAS and a cuBLASLt handle bound to it), memory, dispatch to
+// the kernels of the other .cu files, and the linear layers' GEMMs.
+//
+// Linear layers run on cuBLASLt, fp32 storage, with TF32 tensor-core math when
+// allowed (the default; PARAPLAN_CUDA_TF32=0 forces strict fp32, see
+// cuda_device.cu). The forward bias is fused as CUBLASLT_EPILOGUE_BIAS and the
+// bias gradient as CUBLASLT_EPILOGUE_BGRADB on the weight-gradient GEMM. The
+// epilogue overwrites its bias-gradient vector, so it goes to scratch and is
+// then added into dbias (backward ops accumulate). When cuBLASLt offers no
+// algorithm for a configuration (an unaligned bias, say), the GEMM falls back
+// to cublasGemmEx and the bias to a broadcast (forward) or a column-sum kernel
+// (backward).
+//
+// Determinism: cuBLAS runs with atomics disallowed and an explicit workspace;
+// cuBLASLt's reduction schemes (none, in-place with ordering counters, or
+// workspace) are all sequential; the algorithm is chosen by the heuristic from
+// the shapes and pointer alignments alone. So a given call is bitwise
+// reproducible; a different row count (micro-batch size) may pick a different
+// algorithm and change the last bits, as with OpenBLAS on the CPU.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.cuh"
+#include "kernels/ops.h"
+
+namespace paraplan::kernels::cuda {
+
+// ---- DeviceScratch --------------------------------------------------------------------------
+
+DeviceScratch::~DeviceScratch() {
+  if (data_ != nullptr) cudaFree(data_);  // no throwing from a destructor
+}
+
+void* DeviceScratch::get(size_t bytes) {
+  if (bytes <= bytes_ && data_ != nullptr) return data_;
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  if (data_ != nullptr) {
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    PARAPLAN_CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  PARAPLAN_CUDA_CHECK(cudaMalloc(&data_, rounded));
+  bytes_ = rounded;
+  return data_;
+}
+
+namespace {
+
+// cuBLASLt workspace (llm.c's size; enough for every split-K configuration).
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// The largest power of two (up to 256) dividing the address: what cuBLASLt's
+// heuristic may assume of the pointer.
+uint32_t alignment_of(const void* pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  if (address == 0) return 256;
+  return static_cast<uint32_t>(std::min<uintptr_t>(256, address & (~address + 1)));
+}
+
+// The descriptors of one cuBLASLt matmul, destroyed on every path out.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  ~LtDescriptors() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
+  }
+};
+
+}  // namespace
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(int device, bool allow_tf32) : device_(device), scratch_(nullptr) {
+    try {
+      PARAPLAN_CUDA_CHECK(cudaSetDevice(device_));
+      // A blocking stream: it still orders against the legacy default stream
+      // that other code (a communicator's plain cudaMemcpy) may use.
+      PARAPLAN_CUDA_CHECK(cudaStreamCreate(&stream_));
+      scratch_ = std::make_unique<DeviceScratch>(stream_);
+      compute_type_ = allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      PARAPLAN_CUBLAS_CHECK(cublasCreate(&cublas_));
+      PARAPLAN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+      PARAPLAN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+      PARAPLAN_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_, kWorkspaceBytes));
+      PARAPLAN_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
+      // Strict mode must not let CUBLAS_COMPUTE_32F drop to TF32 via the math mode.
+      PARAPLAN_CUBLAS_CHECK(cublasSetMathMode(
+          cublas_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      PARAPLAN_CUBLAS_CHECK(cublasLtCreate(&lt_));
+      PARAPLAN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumOfSquaresBlocks + 1) * sizeof(double)));
+      PARAPLAN_CUDA_CHECK(cudaMalloc(&error_row_, sizeof(int)));
+      const int no_error = INT_MAX;
+      PARAPLAN_CUDA_CHECK(
+          cudaMemcpyAsync(error_row_, &no_error, sizeof(int), cudaMemcpyHostToDevice, stream_));
+      PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CudaOps() override { release(); }
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Backend backend() const override { return Backend::kCuda; }
+
+  // ---- memory ---------------------------------------------------------------
+
+  void* allocate(size_t bytes) override {
+    void* pointer = nullptr;
+    // A zero-byte request still gets a unique, freeable pointer.
+    PARAPLAN_CUDA_CHECK(cudaMalloc(&pointer, bytes == 0 ? 1 : bytes));
+    return pointer;
+  }
+
+  void deallocate(void* pointer) override {
+    // Called from destructors (the memory tracker's, a stage's): report, never throw.
+    const cudaError_t status = cudaFree(pointer);
+    if (status != cudaSuccess) {
+      std::fprintf(stderr, "paraplan: warning: cudaFree failed: %s\n", cudaGetErrorString(status));
+    }
+  }
+
+  void copy_to_host(void* host_destination, const void* source, size_t bytes) override {
+    if (bytes == 0) return;
+    PARAPLAN_CUDA_CHECK(
+        cudaMemcpyAsync(host_destination, source, bytes, cudaMemcpyDefault, stream_));
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void copy_from_host(void* destination, const void* host_source, size_t bytes) override {
+    if (bytes == 0) return;
+    PARAPLAN_CUDA_CHECK(
+        cudaMemcpyAsync(destination, host_source, bytes, cudaMemcpyDefault, stream_));
+    // The caller may reuse its host buffer as soon as this returns.
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void copy(void* destination, const void* source, size_t bytes) override {
+    if (bytes == 0) return;
+    PARAPLAN_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream_));
+  }
+
+  void fill_zero(float* x, size_t n) override {
+    if (n == 0) return;
+    PARAPLAN_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), stream_));
+  }
+
+  void synchronize() override { PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // ---- embeddings (cuda_embedding.cu) -----------------------------------------
+
+  void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,
+                               int vocab_start, int vocab_local, int channels) override {
+    cuda::token_embedding_forward(out, tokens, wte, num_tokens, vocab_start, vocab_local, channels,
+                                  stream_);
+  }
+
+  void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens,
+                                int num_tokens, int vocab_start, int vocab_local,
+                                int channels) override {
+    cuda::token_embedding_backward(dwte, dout, tokens, num_tokens, vocab_start, vocab_local,
+                                   channels, *scratch_, stream_);
+  }
+
+  void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len,
+                                  int channels) override {
+    cuda::position_embedding_forward(out, wpe, batch, seq_len, channels, stream_);
+  }
+
+  void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
+                                   int channels) override {
+    cuda::position_embedding_backward(dwpe, dout, batch, seq_len, channels, stream_);
+  }
+
+  // ---- layer norm (cuda_layernorm.cu) --------------------------------------------
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int rows, int channels,
+                         float epsilon) override {
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, rows, channels, epsilon, stream_);
+  }
+
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int rows, int channels) override {
+    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
+                             *scratch_, stream_);
+  }
+
+  // ---- linear -------------------------------------------------------------------------
+  // Row-major [rows, features] buffers are column-major [features, rows] to
+  // cuBLAS, and the weight [out, in] is column-major [in, out]:
+  //   forward  out^T[out, rows]  = W^T-op(weight)[out, in] * inp^T[in, rows]
+  //   dinp     dinp^T[in, rows] += weight[in, out] * dout^T[out, rows]
+  //   dweight  dweight^T[in, out] += inp^T[in, rows] * op_T(dout^T)[rows, out]
+
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                      int rows, int in_features, int out_features) override {
+    if (rows <= 0 || out_features <= 0) return;
+    if (in_features <= 0) {
+      // No products: the output is the bias (or zero), as on the CPU.
+      if (bias != nullptr) {
+        broadcast_rows(out, bias, rows, out_features, stream_);
+      } else {
+        fill_zero(out, static_cast<size_t>(rows) * out_features);
+      }
+      return;
+    }
+    if (bias != nullptr && is_aligned16(bias) &&
+        lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features,
+                  inp, in_features, out, out_features, 0.0f, CUBLASLT_EPILOGUE_BIAS, bias)) {
+      return;
+    }
+    float beta = 0.0f;
+    if (bias != nullptr) {
+      broadcast_rows(out, bias, rows, out_features, stream_);
+      beta = 1.0f;
+    }
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
+         in_features, out, out_features, beta);
+  }
+
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int rows, int in_features,
+                       int out_features) override {
+    if (rows <= 0 || out_features <= 0) return;
+    if (dinp != nullptr && in_features > 0) {
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight, in_features, dout,
+           out_features, dinp, in_features, 1.0f);
+    }
+    bool dbias_done = dbias == nullptr;
+    if (dweight != nullptr && in_features > 0) {
+      bool fused = false;
+      if (!dbias_done) {
+        // The epilogue writes (not adds) the column sums of dout: into scratch.
+        float* bias_gradient =
+            static_cast<float*>(scratch_->get(static_cast<size_t>(out_features) * sizeof(float)));
+        fused = lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp,
+                          in_features, dout, out_features, dweight, in_features, 1.0f,
+                          CUBLASLT_EPILOGUE_BGRADB, bias_gradient);
+        if (fused) {
+          cuda::accumulate(dbias, bias_gradient, static_cast<size_t>(out_features), stream_);
+          dbias_done = true;
+        }
+      }
+      if (!fused) {
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp, in_features, dout,
+             out_features, dweight, in_features, 1.0f);
+      }
+    }
+    if (!dbias_done) column_sums_accumulate(dbias, dout, rows, out_features, *scratch_, stream_);
+  }
+
+  // ---- elementwise (cuda_elementwise.cu) -------------------------------------------------
+
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    cuda::gelu_forward(out, inp, n, stream_);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    cuda::gelu_backward(dinp, inp, dout, n, stream_);
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    cuda::residual_forward(out, a, b, n, stream_);
+  }
+  void accumulate(float* dx, const float* dout, size_t n) override {
+    cuda::accumulate(dx, dout, n, stream_);
+  }
+  void scale(float* x, float factor, size_t n) override { cuda::scale(x, factor, n, stream_); }
+
+  // ---- attention (cuda_attention.cu) ---------------------------------------------------------
+
+  void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
+                         int num_heads, int head_dim) override {
+    cuda::attention_forward(gemm_context(), out, att, qkv, batch, seq_len, num_heads, head_dim);
+  }
+
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                          const float* att, int batch, int seq_len, int num_heads,
+                          int head_dim) override {
+    cuda::attention_backward(gemm_context(), dqkv, scratch, dout, qkv, att, batch, seq_len,
+                             num_heads, head_dim);
+  }
+
+  // ---- loss (cuda_loss.cu) -------------------------------------------------------------------
+
+  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int rows, int vocab,
+                             float loss_scale) override {
+    cuda::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale,
+                                error_row_, stream_);
+  }
+
+  void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+                                 const int32_t* targets, int rows, int vocab_local,
+                                 int vocab_start) override {
+    cuda::cross_entropy_shard_stats(row_max, target_logit, logits, targets, rows, vocab_local,
+                                    vocab_start, error_row_, stream_);
+  }
+
+  void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
+                                    int rows, int vocab_local) override {
+    cuda::cross_entropy_shard_exp_sums(exp_sum, logits, row_max, rows, vocab_local, stream_);
+  }
+
+  void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                  const int32_t* targets, const float* row_max,
+                                  const float* exp_sum, const float* target_logit, int rows,
+                                  int vocab_local, int vocab_start, float loss_scale) override {
+    cuda::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,
+                                     target_logit, rows, vocab_local, vocab_start, loss_scale,
+                                     stream_);
+  }
+
+  // ---- optimizer ---------------------------------------------------------------------------
+
+  void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
+             float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
+             int step) override {
+    // The same float corrections as the CPU backend.
+    const float beta1_correction = static_cast<float>(1.0 - std::pow(double{beta1}, step));
+    const float beta2_correction = static_cast<float>(1.0 - std::pow(double{beta2}, step));
+    cuda::adamw(params, grads, first_moment, second_moment, n, learning_rate, beta1, beta2, epsilon,
+                weight_decay, beta1_correction, beta2_correction, stream_);
+  }
+
+  double sum_of_squares(const float* x, size_t n) override {
+    return cuda::sum_of_squares(x, n, sum_partials_, stream_);
+  }
+
+ private:
+  GemmContext gemm_context() const { return GemmContext{cublas_, compute_type_, stream_}; }
+
+  // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major), with an
+  // optional epilogue (bias: the vector added to D's rows; BGRADB: where the
+  // column sums of op(B) over k go). Returns false, having run nothing, when
+  // cuBLASLt has no algorithm for the configuration.
+  bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                 const float* a, int lda, const float* b, int ldb, float* d, int ldd, float beta,
+                 cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT,
+                 const void* bias = nullptr) {
+    LtDescriptors lt;
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.operation, compute_type_, CUDA_R_32F));
+    const int32_t op_a = transa, op_b = transb;
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.operation, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                         &op_a, sizeof(op_a)));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.operation, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                         &op_b, sizeof(op_b)));
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+      const uint32_t epilogue_value = epilogue;
+      PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          lt.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_value, sizeof(epilogue_value)));
+      PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          lt.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    // Stored shapes (before op): A is m x k or k x m, B is k x n or n x k.
+    const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+    PARAPLAN_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
+    PARAPLAN_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.c, CUDA_R_32F, m, n, ldd));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&lt.preference));
+    const uint64_t workspace_bytes = kWorkspaceBytes;
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        lt.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+        sizeof(workspace_bytes)));
+    // The default assumes 256-byte aligned operands; parameters inside the
+    // stage's one buffer may be only 4-byte aligned.
+    const uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_d = alignment_of(d);
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+    cublasLtMatmulHeuristicResult_t heuristic = {};
+    int found = 0;
+    // Not checked: "not supported" is an answer here, not an error.
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        lt_, lt.operation, lt.a, lt.b, lt.c, lt.c, lt.preference, 1, &heuristic, &found);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+    const float alpha = 1.0f;
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatmul(lt_, lt.operation, &alpha, a, lt.a, b, lt.b, &beta, d,
+                                         lt.c, d, lt.c, &heuristic.algo, workspace_,
+                                         kWorkspaceBytes, stream_));
+    return true;
+  }
+
+  // A plain GEMM (no epilogue): cuBLASLt, else cublasGemmEx.
+  void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const float* a,
+            int lda, const float* b, int ldb, float* d, int ldd, float beta) {
+    if (lt_matmul(transa, transb, m, n, k, a, lda, b, ldb, d, ldd, beta)) return;
+    const float alpha = 1.0f;
+    PARAPLAN_CUBLAS_CHECK(cublasGemmEx(cublas_, transa, transb, m, n, k, &alpha, a, CUDA_R_32F, lda,
+                                       b, CUDA_R_32F, ldb, &beta, d, CUDA_R_32F, ldd, compute_type_,
+                                       CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Frees everything; safe on a partly constructed object; never throws.
+  void release() noexcept {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    scratch_.reset();
+    if (error_row_ != nullptr) cudaFree(error_row_);
+    if (sum_partials_ != nullptr) cudaFree(sum_partials_);
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    error_row_ = nullptr;
+    sum_partials_ = nullptr;
+    lt_ = nullptr;
+    cublas_ = nullptr;
+    workspace_ = nullptr;
+    stream_ = nullptr;
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceScratch> scratch_;
+  cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  double* sum_partials_ = nullptr;
+  int* error_row_ = nullptr;
+};
+
+std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32) {
+  return std::make_unique<CudaOps>(device, allow_tf32);
+}
+
+}  // namespace paraplan::kernels::cuda

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# samples/gpt2_124m/bench.sh: GPT-2 124M training throughput on one GPU,
+# paraplan's CUDA backend against PyTorch (eager and torch.compile), for
+# several micro-batch sizes. For each size B: plan job.toml with micro-batch
+# and global batch B (one micro-batch per step), `paraplan replay` it on the
+# CUDA backend (STEPS timed steps after WARMUP), run pytorch_baseline.py in
+# both modes, then print one table. Expects a CUDA build (bash scripts/build.sh
+# on a machine with nvcc) and PyTorch with CUDA for python3.
+# Environment: BATCHES ("1 2 4 8 16"), STEPS (20), WARMUP (3), PARAPLAN
+# (build/launcher/paraplan), PYTHON (python3), OUT (out/gpt2_124m),
+# TORCH_ARGS (extra pytorch_baseline.py flags, e.g. "--attention manual").
+# Outputs and logs in $OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+paraplan=${PARAPLAN:-build/launcher/paraplan}
+python=${PYTHON:-python3}
+out=${OUT:-out/gpt2_124m}
+batches=${BATCHES:-"1 2 4 8 16"}
+steps=${STEPS:-20}
+warmup=${WARMUP:-3}
+torch_args=${TORCH_ARGS:-}
+mkdir -p "$out"
+
+for b in $batches; do
+  echo "== micro-batch $b" >&2
+  rm -f "$out/b$b".*.json
+  # || true: a failed run (out of memory, say) leaves its JSON missing, shown as "-".
+  if "$paraplan" plan --config samples/gpt2_124m/job.toml --output "$out/b$b.pplan" \
+    --training.micro_batch_size "$b" --training.global_batch_size "$b" \
+    >"$out/b$b.plan.log" 2>&1 </dev/null; then
+    "$paraplan" replay --plan "$out/b$b.pplan" --steps "$steps" --warmup "$warmup" \
+      --backend cuda --report "$out/b$b.paraplan.json" >"$out/b$b.replay.log" 2>&1 </dev/null ||
+      echo "paraplan replay failed for B=$b: see $out/b$b.replay.log" >&2
+  else
+    echo "paraplan plan failed for B=$b: see $out/b$b.plan.log" >&2
+  fi
+  for mode in eager compile; do
+    # shellcheck disable=SC2086  # TORCH_ARGS is a list of flags
+    "$python" samples/gpt2_124m/pytorch_baseline.py --batch-size "$b" --steps "$steps" \
+      --warmup "$warmup" --mode "$mode" --json "$out/b$b.$mode.json" $torch_args \
+      >"$out/b$b.$mode.log" 2>&1 </dev/null ||
+      echo "pytorch $mode failed for B=$b: see $out/b$b.$mode.log" >&2
+  done
+done
+
+"$python" - "$out" $batches <<'PY'
+import json, os, sys
+
+out, batches = sys.argv[1], sys.argv[2:]
+# MFU as planner/cost_model.h counts it, against the H100 SXM dense TF32 peak
+# (job.toml's cluster.peak_tflops_fp32): GPT-2 124M shapes from job.toml.
+L, C, F, V, T = 12, 768, 3072, 50304, 1024
+flops_per_token = 6 * (L * (4 * C * C + 2 * F * C) + C * V) + 12 * L * T * C
+peak = 494.5e12
+
+def load(path, key):
+    try:
+        with open(path) as f:
+            return float(json.load(f)[key])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+print("%5s %15s %6s %18s %20s %6s" % ("micro", "paraplan tok/s", "MFU",
+                                      "torch eager tok/s", "torch.compile tok/s", "ratio"))
+for b in batches:
+    ours = load(os.path.join(out, "b%s.paraplan.json" % b), "tokens_per_second_measured")
+    eager = load(os.path.join(out, "b%s.eager.json" % b), "tokens_per_second")
+    compiled = load(os.path.join(out, "b%s.compile.json" % b), "tokens_per_second")
+    mfu = None if ours is None else 100 * ours * flops_per_token / peak
+    best_torch = compiled if compiled is not None else eager
+    ratio = None if ours is None or best_torch is None else ours / best_torch
+    print("%5s %15s %5s%% %18s %20s %6s" % (b, fmt(ours, ",.0f"), fmt(mfu, ".1f"),
+                                            fmt(eager, ",.0f"), fmt(compiled, ",.0f"),
+                                            fmt(ratio, ".2f")))
+print("ratio = paraplan / torch.compile tokens/s (torch eager where compile failed); "
+      "MFU against %.1f TFLOP/s (TF32 dense)" % (peak / 1e12))
+PY
