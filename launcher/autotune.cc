@@ -50,7 +50,8 @@ class Tuner {
       : options_(options), overrides_(std::move(overrides)) {}
 
   // Plans (cheap) and, unless the memory model refuses it, replays one setting.
-  Trial& trial(const ParallelShape& mesh, int zero, int micro_batch) {
+  // The setting planned (once; cheap), its plan file written.
+  Trial& planned(const ParallelShape& mesh, int zero, int micro_batch) {
     const auto key = std::make_tuple(mesh.pipeline_stages, mesh.data_parallel, mesh.tensor_parallel,
                                      zero, micro_batch);
     auto found = trials_.find(key);
@@ -60,27 +61,32 @@ class Tuner {
     trials_[key] = &t;
     t.mesh = mesh, t.zero = zero, t.micro_batch = micro_batch;
     plan(t);
-    if (t.pruned.empty()) measure(t);
+    return t;
+  }
+
+  // Planned and, unless the memory model refuses it, replayed (once).
+  Trial& trial(const ParallelShape& mesh, int zero, int micro_batch) {
+    Trial& t = planned(mesh, zero, micro_batch);
+    if (t.pruned.empty() && !t.outcome) measure(t);
     return t;
   }
 
   // Planned only: is the setting within the memory model?
   bool fits_model(const ParallelShape& mesh, int zero, int micro_batch, double* predicted) {
-    Trial probe;
-    probe.mesh = mesh, probe.zero = zero, probe.micro_batch = micro_batch;
-    plan(probe);
-    if (predicted) *predicted = probe.predicted_seconds;
-    return probe.pruned.empty();
+    const Trial& t = planned(mesh, zero, micro_batch);
+    if (predicted) *predicted = t.predicted_seconds;
+    return t.pruned.empty();
   }
 
-  // A trial already run or pruned, else null (nothing is run).
+  // A trial already run, else null (nothing is run).
   Trial* find(const ParallelShape& mesh, int zero, int micro_batch) {
     auto found = trials_.find(std::make_tuple(mesh.pipeline_stages, mesh.data_parallel,
                                               mesh.tensor_parallel, zero, micro_batch));
-    return found == trials_.end() ? nullptr : found->second;
+    return found == trials_.end() || !found->second->outcome ? nullptr : found->second;
   }
 
-  const std::vector<std::unique_ptr<Trial>>& trials() const { return order_; }
+  // The experiments run, in the order they ran.
+  const std::vector<Trial*>& experiments() const { return run_order_; }
   std::vector<std::string>& notes() { return notes_; }
 
  private:
@@ -134,6 +140,7 @@ class Tuner {
                                               options_.backend,
                                               "--report",
                                               report};
+    run_order_.push_back(&t);
     t.outcome = run_experiment(command, stem(t) + ".log", options_.experiment_timeout);
     if (t.runs()) {
       std::ifstream file(report);
@@ -160,6 +167,7 @@ class Tuner {
   std::vector<ConfigOverride> overrides_;
   std::map<std::tuple<int, int, int, int, int>, Trial*> trials_;
   std::vector<std::unique_ptr<Trial>> order_;
+  std::vector<Trial*> run_order_;
   std::vector<std::string> notes_;
 };
 
@@ -297,11 +305,10 @@ int run_autotune(const AutotuneOptions& options, const std::vector<std::string>&
   std::cout << "\n  # | mesh               | ZeRO | micro-batch | predicted s | measured s |"
                "  error | status\n";
   json experiments = json::array();
-  for (const auto& t : tuner.trials()) {
-    if (!t->outcome) continue;
+  for (Trial* t : tuner.experiments()) {
     ++run;
     if (!t->runs()) ++failed;
-    if (t->runs() && (!best || t->measured_seconds < best->measured_seconds)) best = t.get();
+    if (t->runs() && (!best || t->measured_seconds < best->measured_seconds)) best = t;
     char line[256];
     std::snprintf(line, sizeof line, "%3d | %-18s | %4d | %11d | %11.4f | %10s | %6s | %s%s%s\n",
                   run, mesh_name(t->mesh).c_str(), t->zero, t->micro_batch, t->predicted_seconds,

@@ -22,6 +22,14 @@ std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSes
   throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
 }
 
+MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
+  const schema::Mesh& mesh = *loaded.plan().mesh();
+  session.require_world_size(mesh.pipeline_parallel(), mesh.data_parallel(),
+                             mesh.tensor_parallel());
+  return mesh_coordinates(session.world_rank(), mesh.pipeline_parallel(), mesh.data_parallel(),
+                          mesh.tensor_parallel());
+}
+
 RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
                            const MeshCoordinates& mesh, const MpiSession& session,
                            const RankBuildOptions& options) {

@@ -47,6 +47,10 @@ struct RankBuildOptions {
 // this node) or "cuda" (the GPU of this node-local rank).
 std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session);
 
+// This rank's place in the plan's mesh; throws unless the job has exactly the
+// plan's pipeline x data x tensor ranks (before anything is allocated).
+MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session);
+
 // Builds this rank's part of the plan for mesh position `mesh`; the parameters
 // are allocated but not initialized (see initialize_parameters).
 RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,

@@ -214,12 +214,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     throw std::runtime_error("--warmup: " + std::to_string(options.warmup) + "; must be >= 0");
   const LoadedPlan loaded = load_plan(options.plan_path);
   const schema::Plan& plan = loaded.plan();
-  const schema::Mesh& mesh_plan = *plan.mesh();
-  session.require_world_size(mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
-                             mesh_plan.tensor_parallel());
-  const MeshCoordinates mesh =
-      mesh_coordinates(session.world_rank(), mesh_plan.pipeline_parallel(),
-                       mesh_plan.data_parallel(), mesh_plan.tensor_parallel());
+  const MeshCoordinates mesh = place_this_rank(loaded, session);
   const PlanModel model = plan_model_for_stage(loaded, mesh.pipeline_rank);
   const schema::Training& training = *plan.training();
   const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;

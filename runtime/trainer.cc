@@ -98,12 +98,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   // ---- validate everything before allocating anything -----------------------
   const LoadedPlan loaded = load_plan(options.plan_path);
   const schema::Plan& plan = loaded.plan();
-  const schema::Mesh& mesh_plan = *plan.mesh();
-  session.require_world_size(mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
-                             mesh_plan.tensor_parallel());
-  const MeshCoordinates mesh =
-      mesh_coordinates(session.world_rank(), mesh_plan.pipeline_parallel(),
-                       mesh_plan.data_parallel(), mesh_plan.tensor_parallel());
+  const MeshCoordinates mesh = place_this_rank(loaded, session);
   const PlanModel model = plan_model_for_stage(loaded, mesh.pipeline_rank);
   const schema::Training& training = *plan.training();
   const GptConfig& config = model.config;
@@ -128,7 +123,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
 
   // ---- build ------------------------------------------------------------------
   RankState rank =
-      build_rank_state(loaded, model, mesh, session, RankBuildOptions{.backend = options.backend, .wrap_groups = {}});
+      build_rank_state(loaded, model, mesh, session,
+                       RankBuildOptions{.backend = options.backend, .wrap_groups = {}});
   GptStage& stage = *rank.stage;
   const bool leader = session.world_rank() == 0;
 

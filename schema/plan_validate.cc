@@ -308,14 +308,14 @@ void check_predictions(const schema::Predictions& predictions, const schema::Pla
                               "; entries are listed in stage order, so it must be " +
                               std::to_string(i));
     }
-    for (const auto& [name, value] : {std::pair{"forward_seconds", stage.forward_seconds()},
-                                      {"backward_seconds", stage.backward_seconds()},
-                                      {"communication_seconds", stage.communication_seconds()},
-                                      {"tensor_parallel_seconds", stage.tensor_parallel_seconds()},
-                                      {"pipeline_p2p_seconds", stage.pipeline_p2p_seconds()},
-                                      {"gradient_reduction_seconds",
-                                       stage.gradient_reduction_seconds()},
-                                      {"optimizer_seconds", stage.optimizer_seconds()}}) {
+    for (const auto& [name, value] :
+         {std::pair{"forward_seconds", stage.forward_seconds()},
+          {"backward_seconds", stage.backward_seconds()},
+          {"communication_seconds", stage.communication_seconds()},
+          {"tensor_parallel_seconds", stage.tensor_parallel_seconds()},
+          {"pipeline_p2p_seconds", stage.pipeline_p2p_seconds()},
+          {"gradient_reduction_seconds", stage.gradient_reduction_seconds()},
+          {"optimizer_seconds", stage.optimizer_seconds()}}) {
       if (!(value >= 0) || !std::isfinite(value)) {
         v.add(f + "." + name, number(value) + "; must be a finite number >= 0");
       }
