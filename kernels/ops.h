@@ -39,6 +39,22 @@ class Ops {
   virtual void fill_zero(float* x, size_t n) = 0;
   virtual void synchronize() = 0;
 
+  // ---- device ---------------------------------------------------------------
+  // What the ops run on, for logs and profile provenance ("NVIDIA H100 80GB
+  // HBM3", "cpu").
+  virtual std::string device_name() const = 0;
+  // Names the physical device among the processes of one host (the PCI bus id
+  // for CUDA), so ranks can tell that they share a GPU. Empty for the CPU
+  // backend: its ranks share cores, not a device.
+  virtual std::string device_identity() const = 0;
+  // The stream the ops are ordered on (a cudaStream_t for CUDA, null for the
+  // CPU), so a device communicator can order its work after theirs.
+  virtual void* stream() const { return nullptr; }
+  // Host memory for staging transfers: page-locked for CUDA, so copies between
+  // it and the device run at full speed and asynchronously.
+  virtual void* allocate_host(size_t bytes) = 0;
+  virtual void deallocate_host(void* pointer) = 0;
+
   // ---- embeddings -------------------------------------------------------------
   // out[i, :] = wte[tokens[i] - vocab_start, :] when tokens[i] lies in
   // [vocab_start, vocab_start + vocab_local), else 0. num_tokens = B*T rows.

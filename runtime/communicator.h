@@ -39,6 +39,22 @@ class Communicator {
   virtual void all_gather(const float* send, float* receive, size_t chunk_count) = 0;
   virtual void broadcast(float* data, size_t count, int root) = 0;
   virtual void barrier() = 0;
+
+  // Deferred operations, for gradient buckets reduced while backward still
+  // runs: a start_* call may return before its result is ready, and its
+  // buffers must stay untouched until wait_pending(), after which everything
+  // started earlier is complete (on a device: ordered before the ops' later
+  // work). Same results as the blocking calls. The defaults run them at once.
+  virtual void start_all_reduce(float* data, size_t count) {
+    all_reduce(data, count, ReduceOp::kSum);
+  }
+  virtual void start_reduce_scatter(const float* send, float* receive, size_t chunk_count) {
+    reduce_scatter(send, receive, chunk_count);
+  }
+  virtual void start_all_gather(const float* send, float* receive, size_t chunk_count) {
+    all_gather(send, receive, chunk_count);
+  }
+  virtual void wait_pending() {}
 };
 
 // Point-to-point transfers between world ranks (the pipeline neighbours).

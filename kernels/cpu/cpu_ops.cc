@@ -79,6 +79,13 @@ class CpuOps final : public Ops {
 
   void synchronize() override {}  // CPU ops complete before they return
 
+  // ---- device -----------------------------------------------------------------
+
+  std::string device_name() const override { return "cpu"; }
+  std::string device_identity() const override { return ""; }
+  void* allocate_host(size_t bytes) override { return allocate(bytes); }
+  void deallocate_host(void* pointer) override { deallocate(pointer); }
+
   // ---- embeddings -------------------------------------------------------------
 
   void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,

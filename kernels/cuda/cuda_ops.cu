@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
@@ -167,6 +168,36 @@ class CudaOps final : public Ops {
   }
 
   void synchronize() override { PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // ---- device -----------------------------------------------------------------
+
+  std::string device_name() const override {
+    cudaDeviceProp properties{};
+    PARAPLAN_CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
+    return properties.name;
+  }
+
+  std::string device_identity() const override {
+    char bus_id[64] = {};
+    PARAPLAN_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
+    return bus_id;
+  }
+
+  void* stream() const override { return stream_; }
+
+  void* allocate_host(size_t bytes) override {
+    void* pointer = nullptr;
+    PARAPLAN_CUDA_CHECK(cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes));
+    return pointer;
+  }
+
+  void deallocate_host(void* pointer) override {
+    const cudaError_t status = cudaFreeHost(pointer);
+    if (status != cudaSuccess) {
+      std::fprintf(stderr, "paraplan: warning: cudaFreeHost failed: %s\n",
+                   cudaGetErrorString(status));
+    }
+  }
 
   // ---- embeddings (cuda_embedding.cu) -----------------------------------------
 
