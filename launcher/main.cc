@@ -41,6 +41,16 @@ struct InspectArguments {
   bool json = false;
 };
 
+// --collective-timeout for the commands that run a plan.
+void add_collective_timeout_option(CLI::App& command, double& seconds) {
+  command
+      .add_option("--collective-timeout", seconds,
+                  "seconds a collective or pipeline transfer may take before the job ends "
+                  "naming the rank, group and operation; 0 waits forever")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 void run_tokenize(const TokenizeArguments& args) {
   const TokenizeResult result = tokenize_files(args.inputs, args.output, args.val_fraction);
   std::cout << "tokenized " << result.files_read.size() << " file(s): " << result.train_tokens
@@ -121,6 +131,7 @@ int main(int argc, char** argv) {
   train_command->add_option("--log-json", train_options.log_json, "one JSON object per step");
   train_command->add_option("--backend", train_options.backend, "cpu or cuda")
       ->capture_default_str();
+  add_collective_timeout_option(*train_command, train_options.collective_timeout_seconds);
 
   ReplayOptions replay_options;
   CLI::App* replay_command = app.add_subcommand(
@@ -132,6 +143,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   replay_command->add_option("--backend", replay_options.backend, "cpu or cuda")
       ->capture_default_str();
+  add_collective_timeout_option(*replay_command, replay_options.collective_timeout_seconds);
   replay_command->add_option("--report", replay_options.report_path, "write the report as JSON");
   replay_command->add_option("--trace", replay_options.trace_path,
                              "write a Chrome trace (opens in Perfetto), one track per rank");

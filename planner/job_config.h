@@ -71,6 +71,9 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int eval_interval = 0;  // steps between evaluations; 0 disables evaluation
   int eval_batches = 8;
+  // Elements per data-parallel gradient bucket, reduced while backward still
+  // runs (Megatron's default 40M); 0 reduces everything after backward.
+  int64_t gradient_bucket_size = 40000000;
 };
 
 // Sizes are in the units users read on spec sheets: GB (2^30 bytes, as AutoDist's
@@ -87,6 +90,10 @@ struct ClusterConfig {
   double intra_node_latency_us = 5;
   double inter_node_bandwidth_gbps = 1.25;
   double inter_node_latency_us = 50;
+  // Whether collectives run beside compute (NCCL on its own stream, the GPU
+  // presets), so gradient buckets reduced during backward hide behind it; the
+  // cpu preset's MPI calls block the rank, and nothing overlaps.
+  bool overlap_communication = false;
 
   // Peak FLOP/s of one device for the model's dtype.
   double peak_flops(schema::DType dtype) const;

@@ -87,6 +87,8 @@ void validate_job_config(const JobConfig& c) {
              std::to_string(t.total_steps) + ")");
   require_at_least(c, "training", "eval_interval", t.eval_interval, 0, "0 disables evaluation");
   require_at_least(c, "training", "eval_batches", t.eval_batches, 1);
+  require_at_least(c, "training", "gradient_bucket_size", t.gradient_bucket_size, int64_t{0},
+                   "elements per gradient bucket; 0 reduces all gradients after backward");
 
   const ClusterConfig& k = c.cluster;
   require_at_least(c, "cluster", "num_nodes", k.num_nodes, 1);

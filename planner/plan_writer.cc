@@ -25,8 +25,30 @@ PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate
   return schedule;
 }
 
-std::string time_model_description(const JobConfig& config, const PlanCandidate& candidate,
-                                   const MeasuredProfile* profile) {
+namespace {
+
+// How the data-parallel reduction is counted: overlapped in buckets or not.
+std::string overlap_description(const JobConfig& config, const PlanCandidate& candidate) {
+  if (candidate.setting.shape.data_parallel <= 1 || !config.training.gradient_bucket_size)
+    return "";
+  if (!config.cluster.overlap_communication)
+    return "; gradient reduction not overlapped (cluster.overlap_communication = false)";
+  double hidden = 0, total = 0;
+  for (const StageEstimate& stage : candidate.estimate.stages) {
+    hidden += stage.hidden_reduction_seconds;
+    total += stage.hidden_reduction_seconds + stage.gradient_reduction_seconds;
+  }
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "; gradient reduction in buckets of %lld elements during backward: %.0f%% of it "
+                "hidden",
+                static_cast<long long>(config.training.gradient_bucket_size),
+                total > 0 ? 100 * hidden / total : 0.0);
+  return text;
+}
+
+std::string compute_model_description(const JobConfig& config, const PlanCandidate& candidate,
+                                      const MeasuredProfile* profile) {
   char analytic[96];
   std::snprintf(analytic, sizeof analytic, "analytic roofline (%.0f%% of %.3g TFLOP/s peak)",
                 kComputeEfficiency * 100, config.cluster.peak_flops(config.model.dtype) / 1e12);
@@ -41,6 +63,14 @@ std::string time_model_description(const JobConfig& config, const PlanCandidate&
             std::to_string(setting.shape.tensor_parallel) + " x micro-batch " +
             std::to_string(setting.micro_batch_size);
   return text;
+}
+
+}  // namespace
+
+std::string time_model_description(const JobConfig& config, const PlanCandidate& candidate,
+                                   const MeasuredProfile* profile) {
+  return compute_model_description(config, candidate, profile) +
+         overlap_description(config, candidate);
 }
 
 std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate,
@@ -72,7 +102,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       training.warmup_steps, training.decay_style, training.total_steps);
   auto training_table = schema::CreateTraining(
       builder, training.global_batch_size, setting.micro_batch_size, setting.num_micro_batches,
-      optimizer, training.seed, training.eval_interval, training.eval_batches);
+      optimizer, training.seed, training.eval_interval, training.eval_batches,
+      static_cast<uint64_t>(training.gradient_bucket_size));
 
   auto mesh = schema::CreateMesh(builder, setting.shape.pipeline_stages,
                                  setting.shape.data_parallel, setting.shape.tensor_parallel,

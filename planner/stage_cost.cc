@@ -3,6 +3,7 @@
 #include "planner/stage_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "planner/profile.h"
 
@@ -138,20 +139,46 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
         (config.cluster.peak_flops(model.dtype) * kComputeEfficiency * zero_shards_);
 }
 
-double StageCostModel::gradient_reduction(int pipeline_rank, double parameters) const {
+double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
+  if (buckets <= 1) return seconds;
+  const double k = buckets;
+  return std::max(seconds / k, seconds - backward_seconds * (k - 1) / k);
+}
+
+double StageCostModel::plain_backward_seconds(int pipeline_rank, int num_layers) const {
+  double seconds = num_layers * block_backward_[0];
+  if (pipeline_rank == 0) seconds += embedding_backward_;
+  if (pipeline_rank == num_stages() - 1) seconds += head_backward_;
+  return seconds;
+}
+
+double StageCostModel::gradient_reduction(int pipeline_rank, double parameters,
+                                          double backward_seconds, double* hidden) const {
+  *hidden = 0;
   if (!options_.is_train) return 0;
   const int d = setting_.shape.data_parallel;
   const double bytes = parameters * element_bytes_;
   const bool group_crosses = reduction_crosses_[0][pipeline_rank];
   const bool all_cross = reduction_crosses_[1][pipeline_rank];
-  if (setting_.zero_stage != 1)
-    return collective_seconds(data_parallel_all_reduce_, ring_all_reduce_seconds, links_, all_cross,
-                              d, bytes);
-  // ZeRO-1: reduce-scatter inside the group, all-reduce each shard across the
-  // groups, then all-gather the updated weights inside the group.
+  // The part reduced bucket by bucket during backward.
+  const double bucketed =
+      setting_.zero_stage != 1
+          ? collective_seconds(data_parallel_all_reduce_, ring_all_reduce_seconds, links_,
+                               all_cross, d, bytes)
+          : collective_seconds(zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
+                               group_crosses, zero_shards_, bytes);
+  const int64_t bucket_size = config_->training.gradient_bucket_size;
+  const int buckets =
+      config_->cluster.overlap_communication && bucket_size > 0
+          ? static_cast<int>(std::ceil(parameters / static_cast<double>(bucket_size)))
+          : 1;
+  const double exposed = exposed_reduction_seconds(bucketed, buckets, backward_seconds);
+  *hidden = bucketed - exposed;
+  if (setting_.zero_stage != 1) return exposed;
+  // ZeRO-1: then all-reduce each shard across the groups, and all-gather the
+  // updated weights inside the group.
   const int z = zero_shards_, groups = d / z;
-  return collective_seconds(zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
-                            group_crosses, z, bytes) +
+  return exposed +
          collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
                             bytes / z) +
          collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
@@ -225,7 +252,9 @@ double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
       static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
                                            options_.ignore_small_tensor_threshold));
   StageEstimate stage;
-  stage.gradient_reduction_seconds = gradient_reduction(pipeline_rank, parameters);
+  stage.gradient_reduction_seconds = gradient_reduction(
+      pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, num_layers),
+      &stage.hidden_reduction_seconds);
   stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
   return stage.tail_seconds();
 }
@@ -239,7 +268,9 @@ StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts&
   const double parameters =
       static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
                                            options_.ignore_small_tensor_threshold));
-  stage.gradient_reduction_seconds = gradient_reduction(pipeline_rank, parameters);
+  stage.gradient_reduction_seconds = gradient_reduction(
+      pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, counts.layers()),
+      &stage.hidden_reduction_seconds);
   stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
   return stage;
 }

@@ -21,7 +21,12 @@
 //   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
 //   all-gather of the updated weights) and the AdamW step on the stage's shard
 //   (12 FLOPs per parameter at peak x efficiency, or the profile's measured
-//   seconds per parameter).
+//   seconds per parameter). Where the cluster overlaps communication
+//   (overlap_communication) the all-reduce or reduce-scatter runs in
+//   gradient_bucket_size buckets started as the step's last backward finishes
+//   them, and only its exposed part counts (exposed_reduction_seconds); the
+//   cross-group all-reduce and the all-gather stay exposed (what they overlap
+//   depends on the other stages, so the model does not count on it).
 // - Collectives: every group inside a node costs the profile's measured
 //   latency + bytes x seconds_per_byte for its operation and group size when the
 //   profile has one, else the analytic ring over the intra-node link; groups
@@ -67,7 +72,8 @@ struct StageEstimate {
   double backward_seconds = 0;            // compute including recomputation, per micro-batch
   double tensor_parallel_seconds = 0;     // all-reduces, per micro-batch
   double pipeline_p2p_seconds = 0;        // sends this stage initiates, per micro-batch
-  double gradient_reduction_seconds = 0;  // per step
+  double gradient_reduction_seconds = 0;  // per step, the exposed part
+  double hidden_reduction_seconds = 0;    // per step, overlapped with backward
   double optimizer_seconds = 0;           // per step
   double slot_seconds() const {
     return forward_seconds + backward_seconds + tensor_parallel_seconds + pipeline_p2p_seconds;
@@ -122,7 +128,13 @@ class StageCostModel {
       zero_all_gather_;
   int element_bytes_ = 4;
   int zero_shards_ = 1;
-  double gradient_reduction(int pipeline_rank, double parameters) const;
+  // The stage's reduction: exposed seconds, and the hidden part in *hidden.
+  // backward_seconds: one micro-batch's backward compute without recomputation.
+  double gradient_reduction(int pipeline_rank, double parameters, double backward_seconds,
+                            double* hidden) const;
+  // One micro-batch's backward compute of a stage of num_layers without
+  // recomputation: what the bucketed reduction hides behind.
+  double plain_backward_seconds(int pipeline_rank, int num_layers) const;
   // The four per-micro-batch time parts, summed the same way by every caller.
   void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
 };
@@ -149,6 +161,12 @@ PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
                            const MeasuredProfile* profile = nullptr);
 
 // The step time of stage estimates, as combine_stage_estimates computes it.
+// The exposed part of a reduction of `seconds` cut into `buckets` equal buckets
+// that start as backward (backward_seconds) finishes them, one after another
+// beside compute: bucket i is ready at (i + 1) / k of backward, and the last
+// can only start when backward ends. max(r / k, r - B (k - 1) / k); r for k = 1.
+double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds);
+
 double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail);
 
 }  // namespace paraplan

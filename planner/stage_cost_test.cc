@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "planner/recompute_choice.h"
@@ -62,7 +63,8 @@ JobConfig gpt3(const std::vector<ConfigOverride>& extra = {}) {
 }
 
 TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
-  const JobConfig config = gpt3();
+  // The whole reduction is exposed (overlap has its own test below).
+  const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
   // pp 8 x dp 16 x tp 8 on 128 nodes of 8, micro-batch 1 x 96.
   const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
   const StageCostModel costs(config, setting);
@@ -91,7 +93,7 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
 }
 
 TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
-  const JobConfig config = gpt3();
+  const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
   const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
   const PlanSetting zero{{8, 16, 8}, {128, 8}, 1, 96, 1, 4};
   const StageEstimate a = StageCostModel(config, plain).estimate(3, {12, 0, 0});
@@ -106,6 +108,45 @@ TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
   // Optimizer state sharded 4 ways, and the step updates a quarter.
   EXPECT_EQ(b.memory.optimizer_state, (a.memory.optimizer_state + 3) / 4);
   EXPECT_DOUBLE_EQ(b.optimizer_seconds, a.optimizer_seconds / 4);
+}
+
+TEST(StageCostTest, ExposedPartOfABucketedReduction) {
+  // One bucket: nothing hides. Compute-bound (r / k <= B / k): only the last
+  // bucket shows. Communication-bound: all but the backward it overlaps.
+  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(3.0, 1, 10.0), 3.0);
+  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(3.0, 4, 10.0), 0.75);
+  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(12.0, 4, 8.0), 12.0 - 8.0 * 3 / 4);
+}
+
+TEST(StageCostTest, BucketedReductionHidesBehindTheLastBackward) {
+  // The a100 preset overlaps communication; 40M-element buckets.
+  const JobConfig overlapped = gpt3();
+  const JobConfig serial = gpt3({{"cluster.overlap_communication", "false"}});
+  ASSERT_TRUE(overlapped.cluster.overlap_communication);
+  for (int zero_stage : {0, 1}) {
+    const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, zero_stage, 4};
+    const StageEstimate a = StageCostModel(serial, setting).estimate(3, {12, 0, 0});
+    const StageEstimate b = StageCostModel(overlapped, setting).estimate(3, {12, 0, 0});
+    EXPECT_EQ(a.hidden_reduction_seconds, 0.0);
+    EXPECT_GT(b.hidden_reduction_seconds, 0.0) << zero_stage;
+    // The hidden part is taken off the same total.
+    EXPECT_NEAR(b.gradient_reduction_seconds + b.hidden_reduction_seconds,
+                a.gradient_reduction_seconds, 1e-12);
+    // 12 blocks of the tp-8 shard in 40M buckets, behind one backward without
+    // recomputation (the plain 2x forward here).
+    const double parameters = 12.0 * block_parameters(overlapped.model, 8);
+    const int buckets = static_cast<int>(std::ceil(parameters / 40e6));
+    const Link ib{10e-6, 25e9};
+    const double bucketed = zero_stage == 0 ? ring_all_reduce_seconds(ib, 16, parameters * 2)
+                                            : ring_reduce_scatter_seconds(ib, 4, parameters * 2);
+    EXPECT_NEAR(b.hidden_reduction_seconds,
+                bucketed - exposed_reduction_seconds(bucketed, buckets, b.backward_seconds), 1e-12);
+  }
+  // A full-recompute stage backwards longer, but only the plain backward is
+  // counted on, so the tail does not depend on the recompute choice.
+  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
+  const StageCostModel costs(overlapped, setting);
+  EXPECT_DOUBLE_EQ(costs.estimate(3, {0, 0, 12}).tail_seconds(), costs.tail_seconds(3, 12));
 }
 
 TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {

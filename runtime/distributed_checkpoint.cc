@@ -50,6 +50,7 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   const GptLayout& layout = stage.layout();
   const size_t n = layout.num_elements();
   std::vector<float> params(n), first, second;
+  optimizer.wait_for_parameters();
   ops.copy_to_host(params.data(), stage.parameters(), n * sizeof(float));
   optimizer.gather_moments(first, second);  // collective over the ZeRO group
 

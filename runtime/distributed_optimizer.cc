@@ -15,7 +15,8 @@ size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage
 
 DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
                                            MemoryTracker& memory, ProcessGroups& groups,
-                                           const AdamWSettings& settings, int zero_stage)
+                                           const AdamWSettings& settings, int zero_stage,
+                                           size_t bucket_elements)
     : stage_(stage),
       layout_(stage.layout()),
       ops_(ops),
@@ -24,21 +25,31 @@ DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
       settings_(settings),
       sharded_(zero_stage == 1) {
   const size_t n = layout_.num_elements();
+  const int z = sharded_ ? groups.zero->size() : 1;
+  const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
+  if (stage.buffer_elements() < padded)
+    throw std::invalid_argument("DistributedOptimizer: stage buffers are not padded for ZeRO");
+  buckets_ = plan_gradient_buckets(padded, bucket_elements, z);
+  started_.assign(buckets_.size(), false);
+  shard_elements_ = sharded_ ? padded / z : n;
   if (sharded_) {
-    const int z = groups.zero->size();
-    shard_elements_ = buffer_elements(n, 1, z) / z;
-    if (stage.buffer_elements() < shard_elements_ * z)
-      throw std::invalid_argument("DistributedOptimizer: stage buffers are not padded for ZeRO");
-    begin_ = std::min(n, shard_elements_ * groups.zero->rank());
-    end_ = std::min(n, begin_ + shard_elements_);
-    gradient_shard_ = static_cast<float*>(
-        memory.allocate(shard_elements_ * sizeof(float), MemoryCategory::kGradients));
+    for (const GradientBucket& bucket : buckets_) owned_.push_back(owned(bucket));
+  } else {
+    // Everything is this rank's, as one range: the norm and the update then
+    // run exactly as without buckets, which stay bitwise invisible.
+    owned_.push_back(OwnedRange{0, n, 0});
+  }
+  if (groups.embedding) {
+    const StageSpec& spec = layout_.stage();
+    held_begin_ = spec.has_embedding ? layout_.token_embedding() : layout_.head_weight();
+    held_end_ = held_begin_ + static_cast<size_t>(layout_.local_vocab()) * layout_.config().d_model;
+  }
+  if (sharded_) {
+    gradient_shard_ = static_cast<float*>(memory.allocate(
+        std::max<size_t>(shard_elements_, 1) * sizeof(float), MemoryCategory::kGradients));
     // Replicas of a shard sit in the other ZeRO groups; the first counts it.
     counts_replicas_ = groups.zero_replicas->rank() == 0;
   } else {
-    begin_ = 0;
-    end_ = n;
-    shard_elements_ = n;
     counts_replicas_ = groups.data->rank() == 0;
   }
   const size_t bytes = std::max<size_t>(shard_elements_, 1) * sizeof(float);
@@ -54,28 +65,61 @@ DistributedOptimizer::~DistributedOptimizer() {
   if (gradient_shard_) memory_.release(gradient_shard_);
 }
 
-void DistributedOptimizer::reduce_gradients() {
+DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucket& bucket) const {
+  const size_t n = layout_.num_elements();
+  OwnedRange range;
+  const size_t first = bucket.begin + bucket.chunk * groups_.zero->rank();
+  range.begin = std::min(n, first);
+  range.end = std::min(n, first + bucket.chunk);
+  range.shard_offset = bucket.shard_offset;
+  return range;
+}
+
+void DistributedOptimizer::start_bucket(size_t index) {
+  started_[index] = true;
+  const GradientBucket& bucket = buckets_[index];
   float* gradients = stage_.gradients();
+  if (sharded_) {
+    groups_.zero->start_reduce_scatter(gradients + bucket.begin,
+                                       gradient_shard_ + bucket.shard_offset, bucket.chunk);
+  } else if (groups_.data->size() > 1) {
+    groups_.data->start_all_reduce(gradients + bucket.begin, bucket.end - bucket.begin);
+  }
+}
+
+void DistributedOptimizer::gradients_final_from(size_t offset) {
+  // From the end of the buffer down, as backward finishes them. Buckets with
+  // the tied embedding wait for its sum across the pipeline (reduce_gradients),
+  // so the order of additions does not depend on the bucketing.
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    const GradientBucket& bucket = buckets_[i];
+    if (bucket.begin < offset) break;
+    const bool holds_embedding = bucket.begin < held_end_ && held_begin_ < bucket.end;
+    if (!started_[i] && !holds_embedding) start_bucket(i);
+  }
+}
+
+void DistributedOptimizer::reduce_gradients() {
   if (groups_.embedding) {
     // The first stage's embedding and the last stage's tied head are one
     // parameter: both receive the sum of both gradients.
-    const StageSpec& spec = layout_.stage();
-    const size_t offset = spec.has_embedding ? layout_.token_embedding() : layout_.head_weight();
-    const size_t count = static_cast<size_t>(layout_.local_vocab()) * layout_.config().d_model;
-    groups_.embedding->all_reduce(gradients + offset, count, ReduceOp::kSum);
+    groups_.embedding->all_reduce(stage_.gradients() + held_begin_, held_end_ - held_begin_,
+                                  ReduceOp::kSum);
   }
-  if (!sharded_) {
-    if (groups_.data->size() > 1)
-      groups_.data->all_reduce(gradients, layout_.num_elements(), ReduceOp::kSum);
-    return;
+  for (size_t i = buckets_.size(); i-- > 0;)
+    if (!started_[i]) start_bucket(i);
+  started_.assign(buckets_.size(), false);
+  if (sharded_) {
+    groups_.zero->wait_pending();
+    if (groups_.zero_replicas->size() > 1)
+      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, ReduceOp::kSum);
+  } else {
+    groups_.data->wait_pending();
   }
-  groups_.zero->reduce_scatter(gradients, gradient_shard_, shard_elements_);
-  if (groups_.zero_replicas->size() > 1)
-    groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, ReduceOp::kSum);
 }
 
-double DistributedOptimizer::counted_sum_of_squares(const float* gradients, size_t begin,
-                                                    size_t end) const {
+double DistributedOptimizer::counted_sum_of_squares(const float* gradients,
+                                                    const OwnedRange& range) const {
   if (!counts_replicas_) return 0.0;
   double sum = 0;
   for (const ParameterTensor& tensor : layout_.tensors()) {
@@ -83,41 +127,59 @@ double DistributedOptimizer::counted_sum_of_squares(const float* gradients, size
     // on the last stage not at all (the first stage counts the embedding).
     if (tensor.shard == ShardKind::kReplicated && layout_.tensor_rank() != 0) continue;
     if (tensor.name == "transformer.wte.weight" && !layout_.stage().has_embedding) continue;
-    const size_t from = std::max(begin, tensor.offset);
-    const size_t to = std::min(end, tensor.offset + tensor.size);
-    if (from < to) sum += ops_.sum_of_squares(gradients + (from - begin), to - from);
+    const size_t from = std::max(range.begin, tensor.offset);
+    const size_t to = std::min(range.end, tensor.offset + tensor.size);
+    if (from < to)
+      sum += ops_.sum_of_squares(gradients + (from - range.begin + range.shard_offset), to - from);
   }
   return sum;
 }
 
 double DistributedOptimizer::step(float learning_rate, int step) {
-  // This rank's gradients: its shard under ZeRO-1, else the whole buffer.
+  // This rank's gradients: its shard under ZeRO-1, else the whole buffer;
+  // either is indexed by OwnedRange::shard_offset.
   float* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
-  double squares = counted_sum_of_squares(gradients, begin_, end_);
+  double squares = 0;
+  for (const OwnedRange& range : owned_) squares += counted_sum_of_squares(gradients, range);
   groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
   const double norm = std::sqrt(squares);
   // torch's clip_grad_norm_ rule, the same factor on every rank.
   if (settings_.grad_clip > 0) {
     const double factor = settings_.grad_clip / (norm + 1e-6);
-    if (factor < 1.0) ops_.scale(gradients, static_cast<float>(factor), end_ - begin_);
+    if (factor < 1.0) ops_.scale(gradients, static_cast<float>(factor), shard_elements_);
   }
   float* parameters = stage_.parameters();
-  for (const ParameterTensor& tensor : layout_.tensors()) {
-    const size_t from = std::max(begin_, tensor.offset);
-    const size_t to = std::min(end_, tensor.offset + tensor.size);
-    if (from >= to) continue;
-    const float decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
-    ops_.adamw(parameters + from, gradients + (from - begin_), first_moment_ + (from - begin_),
-               second_moment_ + (from - begin_), to - from, learning_rate, settings_.beta1,
-               settings_.beta2, settings_.epsilon, decay, step);
+  for (const OwnedRange& range : owned_) {
+    for (const ParameterTensor& tensor : layout_.tensors()) {
+      const size_t from = std::max(range.begin, tensor.offset);
+      const size_t to = std::min(range.end, tensor.offset + tensor.size);
+      if (from >= to) continue;
+      const size_t at = from - range.begin + range.shard_offset;
+      const float decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
+      ops_.adamw(parameters + from, gradients + at, first_moment_ + at, second_moment_ + at,
+                 to - from, learning_rate, settings_.beta1, settings_.beta2, settings_.epsilon,
+                 decay, step);
+    }
   }
-  if (sharded_)
-    groups_.zero->all_gather(parameters + shard_elements_ * groups_.zero->rank(), parameters,
-                             shard_elements_);
+  if (sharded_) {
+    // In buffer order, the order the next forward needs them.
+    const int rank = groups_.zero->rank();
+    for (const GradientBucket& bucket : buckets_)
+      groups_.zero->start_all_gather(parameters + bucket.begin + bucket.chunk * rank,
+                                     parameters + bucket.begin, bucket.chunk);
+    parameters_pending_ = true;
+  }
   return norm;
 }
 
+void DistributedOptimizer::wait_for_parameters() {
+  if (!parameters_pending_) return;
+  groups_.zero->wait_pending();
+  parameters_pending_ = false;
+}
+
 void DistributedOptimizer::gather_moments(std::vector<float>& first, std::vector<float>& second) {
+  wait_for_parameters();  // nothing of this step's may still be in flight
   const size_t n = layout_.num_elements();
   const size_t whole = sharded_ ? shard_elements_ * groups_.zero->size() : n;
   float* gathered = static_cast<float*>(
@@ -127,19 +189,24 @@ void DistributedOptimizer::gather_moments(std::vector<float>& first, std::vector
   for (int which = 0; which < 2; ++which) {
     const float* moment = which == 0 ? first_moment_ : second_moment_;
     std::vector<float>& out = which == 0 ? first : second;
-    if (sharded_)
-      groups_.zero->all_gather(moment, gathered, shard_elements_);
-    else
+    if (sharded_) {
+      for (const GradientBucket& bucket : buckets_)
+        groups_.zero->all_gather(moment + bucket.shard_offset, gathered + bucket.begin,
+                                 bucket.chunk);
+    } else {
       ops_.copy(gathered, moment, n * sizeof(float));
+    }
     ops_.copy_to_host(out.data(), gathered, n * sizeof(float));
   }
   memory_.release(gathered);
 }
 
 void DistributedOptimizer::load_moments(const float* first, const float* second) {
-  const size_t count = end_ - begin_;
-  ops_.copy_from_host(first_moment_, first + begin_, count * sizeof(float));
-  ops_.copy_from_host(second_moment_, second + begin_, count * sizeof(float));
+  for (const OwnedRange& range : owned_) {
+    const size_t bytes = (range.end - range.begin) * sizeof(float);
+    ops_.copy_from_host(first_moment_ + range.shard_offset, first + range.begin, bytes);
+    ops_.copy_from_host(second_moment_ + range.shard_offset, second + range.begin, bytes);
+  }
 }
 
 }  // namespace paraplan

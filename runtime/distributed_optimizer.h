@@ -2,19 +2,29 @@
 // gradient reduction, ZeRO-1, global-norm clipping and AdamW.
 //
 // Per step:
+//   gradients_final_from(offset)
+//                       called by the last backward of the step as it passes
+//                       each block: starts the data-parallel reduction of every
+//                       bucket (gradient_buckets.h) backward no longer writes,
+//                       an all-reduce, or under ZeRO-1 a reduce-scatter within
+//                       this rank's ZeRO group, so it runs beside the rest of
+//                       backward where the communicator is asynchronous (NCCL);
 //   reduce_gradients()  the tied embedding's gradient summed between the first
-//                       and last pipeline stage; then, over the data-parallel
-//                       ranks, an all-reduce of the whole gradient buffer, or
-//                       under ZeRO-1 a reduce-scatter within this rank's ZeRO
-//                       group (plus an all-reduce of the shard across the
-//                       zero_ngroups groups) so each rank holds the summed
-//                       gradient of its shard only;
+//                       and last pipeline stage, then the buckets not started
+//                       yet (those holding the tied embedding wait for that
+//                       sum), then waits for all of them; under ZeRO-1 also the
+//                       all-reduce of the shard across the zero_ngroups groups,
+//                       so each rank holds the summed gradient of its shard;
 //   step()              the global L2 norm over every parameter of the model,
 //                       each counted once (tensor-parallel replicas, data-parallel
 //                       replicas and the last stage's tied copy excluded), clip,
 //                       AdamW on this rank's part with fp32 moments sized to that
-//                       part, and under ZeRO-1 the all-gather of the updated
-//                       parameters within the ZeRO group.
+//                       part, and under ZeRO-1 the start of the all-gathers of
+//                       the updated parameters within the ZeRO group, bucket by
+//                       bucket, which the next step's first forward waits for
+//                       (wait_for_parameters()), so they overlap what comes
+//                       between: data loading and, on later pipeline stages,
+//                       the wait for the first activation.
 // Weight decay applies to matrices and embeddings only (the layout's flag).
 #pragma once
 
@@ -25,6 +35,7 @@
 #include "runtime/communicator.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/gpt_model.h"
+#include "runtime/gradient_buckets.h"
 #include "runtime/memory_tracker.h"
 
 namespace paraplan {
@@ -42,15 +53,26 @@ class DistributedOptimizer {
   // Buffer elements a stage needs so that ZeRO-1 shards it evenly.
   static size_t buffer_elements(size_t num_elements, int zero_stage, int zero_group_size);
 
+  // bucket_elements: the gradient bucket size (0: one bucket, reduced after
+  // backward).
   DistributedOptimizer(GptStage& stage, kernels::Ops& ops, MemoryTracker& memory,
-                       ProcessGroups& groups, const AdamWSettings& settings, int zero_stage);
+                       ProcessGroups& groups, const AdamWSettings& settings, int zero_stage,
+                       size_t bucket_elements = 0);
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
+  // Backward of the step's last micro-batch no longer writes the gradients at
+  // buffer offsets >= offset: start the reduction of the buckets above it.
+  void gradients_final_from(size_t offset);
   void reduce_gradients();
   // Returns the gradient norm before clipping (the same on every rank).
   double step(float learning_rate, int step);
+  // Waits for the parameter all-gathers step() started (ZeRO-1); a no-op when
+  // none is pending. Call before anything reads the parameters.
+  void wait_for_parameters();
+
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
 
   // The moments of all this rank's parameters, whole (ZeRO shards gathered),
   // in host memory: for checkpoints. Collective over the ZeRO group.
@@ -59,8 +81,18 @@ class DistributedOptimizer {
   void load_moments(const float* first, const float* second);
 
  private:
-  // Sum of squares of the gradient elements this rank counts, in [begin, end).
-  double counted_sum_of_squares(const float* gradients, size_t begin, size_t end) const;
+  // A part of the buffer this rank updates: [begin, end), clipped to the
+  // layout's elements (the padding at the end is no parameter). Under ZeRO-1
+  // its chunk of each bucket; else the whole buffer.
+  struct OwnedRange {
+    size_t begin = 0, end = 0;
+    size_t shard_offset = 0;  // where it sits in the rank's shard buffers
+  };
+  OwnedRange owned(const GradientBucket& bucket) const;
+  void start_bucket(size_t index);
+  // Sum of squares of the gradient elements this rank counts; gradients holds
+  // the elements of range at range.shard_offset (or the whole buffer).
+  double counted_sum_of_squares(const float* gradients, const OwnedRange& range) const;
 
   GptStage& stage_;
   const GptLayout& layout_;
@@ -69,8 +101,12 @@ class DistributedOptimizer {
   ProcessGroups& groups_;
   AdamWSettings settings_;
   bool sharded_;
-  size_t begin_ = 0, end_ = 0;  // this rank's part of the flat buffer
-  size_t shard_elements_ = 0;   // end_ - begin_ rounded up to the ZeRO chunk
+  std::vector<GradientBucket> buckets_;
+  std::vector<OwnedRange> owned_;         // per bucket under ZeRO-1, else one
+  std::vector<bool> started_;             // per bucket, this step
+  size_t held_begin_ = 0, held_end_ = 0;  // the tied embedding's range, summed first
+  bool parameters_pending_ = false;
+  size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;
   float* gradient_shard_ = nullptr;  // ZeRO-1: this rank's summed gradients

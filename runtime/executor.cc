@@ -48,6 +48,7 @@ StageExecutor::StageExecutor(const schema::StageSchedule& schedule, GptStage& st
 double StageExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
                                const ExecutorHooks& hooks, InstructionObserver* observer) {
   double loss_sum = 0;
+  first_forward_done_ = false;
   for (const schema::Instruction& instruction : instructions_) {
     if (observer == nullptr) {
       loss_sum += execute(instruction, data, first_sample, loss_scale, hooks);
@@ -79,6 +80,8 @@ double StageExecutor::execute(const schema::Instruction& instruction, const Samp
       break;
     }
     case OpCode::Forward:
+      if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
+      first_forward_done_ = true;
       stage_.forward(slot_of(micro_batch), loss_scale);
       if (stage_.layout().stage().has_head) loss_sum += stage_.loss_sum(slot_of(micro_batch));
       break;
@@ -89,7 +92,12 @@ double StageExecutor::execute(const schema::Instruction& instruction, const Samp
         throw std::runtime_error("schedule: backward of micro-batch " +
                                  std::to_string(micro_batch) +
                                  " before its output gradient was received");
-      stage_.backward(slot_of(micro_batch));
+      // The step's last backward finishes every gradient (first-in first-out
+      // streams: micro-batch m - 1 is the last one backwarded).
+      if (micro_batch == num_micro_batches_ - 1)
+        stage_.backward(slot_of(micro_batch), hooks.gradients_final_from);
+      else
+        stage_.backward(slot_of(micro_batch));
       gradient_holder_ = -1;
       break;
     case OpCode::SendActivation:

@@ -29,6 +29,12 @@ struct PipelinePeers {
 struct ExecutorHooks {
   std::function<void()> reduce_gradients;
   std::function<void()> optimizer_step;
+  // Passed to the backward of the step's last micro-batch (GptStage::backward):
+  // starts the data-parallel reduction of finished gradient buckets.
+  std::function<void(size_t)> gradients_final_from;
+  // Before the step's first forward: waits for parameters still being
+  // gathered from the previous step (ZeRO-1).
+  std::function<void()> before_first_forward;
 };
 
 // Told before and after every instruction (replay times them). The executor
@@ -74,6 +80,7 @@ class StageExecutor {
   size_t activation_count_;  // B * T * C floats per transfer
   // The micro-batch whose output gradient sits in the stage's receive buffer.
   int gradient_holder_ = -1;
+  bool first_forward_done_ = false;                  // this step
   std::vector<int32_t> host_tokens_, host_targets_;  // staging, reused every step
 };
 

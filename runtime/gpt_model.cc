@@ -271,7 +271,7 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
   }
 }
 
-void GptStage::backward(int slot_index) {
+void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
   const GptConfig& config = layout_.config();
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
@@ -290,6 +290,8 @@ void GptStage::backward(int slot_index) {
                             g + layout_.final_norm_bias(), norm_gradient_, output(slot_index),
                             p + layout_.final_norm_weight(), slot.final_norm_mean,
                             slot.final_norm_rstd, BT, C);
+    // The tied head on a stage with the embedding is the embedding (offset 0).
+    if (gradients_final_from) gradients_final_from(layout_.final_norm_weight());
   }
   // Otherwise residual_gradient_ already holds the received output gradient.
   for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
@@ -316,6 +318,7 @@ void GptStage::backward(int slot_index) {
       }
     }
     block_backward(layer, input, acts);
+    if (gradients_final_from) gradients_final_from(layout_.block(layer).ln1_weight);
   }
   if (stage.has_embedding) {
     ops_.token_embedding_backward(g + layout_.token_embedding(), residual_gradient_, slot.tokens,
@@ -323,6 +326,7 @@ void GptStage::backward(int slot_index) {
     ops_.position_embedding_backward(g + layout_.position_embedding(), residual_gradient_, batch_,
                                      config.seq_len, C);
   }
+  if (gradients_final_from) gradients_final_from(0);
 }
 
 double GptStage::loss_sum(int slot_index) {

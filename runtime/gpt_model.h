@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -74,7 +75,11 @@ class GptStage {
   // loss_scale (the fused softmax + cross-entropy), ready for backward().
   void forward(int slot, float loss_scale, bool training = true);
   // Backward of the micro-batch in slot, accumulating into gradients().
-  void backward(int slot);
+  // gradients_final_from, when set, is told as backward passes each part of
+  // the stage that no gradient at buffer offset >= its argument will be
+  // written again by this backward (the data-parallel reduction starts those
+  // buckets early; see distributed_optimizer.h).
+  void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {});
 
   // Last stage: sum of the slot's per-token losses (copied to the host).
   double loss_sum(int slot);

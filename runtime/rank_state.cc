@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "runtime/local_communicator.h"
+#include "runtime/watchdog.h"
+#include "runtime/watched_communicator.h"
 
 namespace paraplan {
 
@@ -45,6 +47,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
                                          mesh_plan.tensor_parallel(), zero_groups)
                                    : make_local_process_groups(*rank.ops);
   if (options.wrap_groups) options.wrap_groups(rank.groups);
+  Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
+  if (options.collective_timeout_seconds > 0) watch_process_groups(rank.groups);
   rank.layout =
       std::make_unique<GptLayout>(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
@@ -61,12 +65,24 @@ RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
                     .epsilon = optimizer_plan.epsilon(),
                     .weight_decay = optimizer_plan.weight_decay(),
                     .grad_clip = optimizer_plan.grad_clip()},
-      zero_stage);
+      zero_stage, training.gradient_bucket_elements());
   rank.executor = std::make_unique<StageExecutor>(
       schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
       PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
                     rank.groups.next_stage_rank});
   return rank;
+}
+
+ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
+                              std::function<void()> optimizer_step) {
+  ExecutorHooks hooks;
+  hooks.reduce_gradients = [&optimizer] { optimizer.reduce_gradients(); };
+  hooks.optimizer_step = std::move(optimizer_step);
+  hooks.gradients_final_from = [&optimizer](size_t offset) {
+    optimizer.gradients_final_from(offset);
+  };
+  hooks.before_first_forward = [&optimizer] { optimizer.wait_for_parameters(); };
+  return hooks;
 }
 
 void initialize_parameters(RankState& rank, uint64_t seed) {

@@ -41,6 +41,10 @@ struct RankBuildOptions {
   // Called on the process groups before the stage and optimizer take them:
   // replay wraps each communicator to time it.
   std::function<void(ProcessGroups&)> wrap_groups;
+  // Seconds a collective or pipeline transfer may take before the job ends
+  // with a message naming the rank, group and operation (watchdog.h); 0 waits
+  // forever.
+  double collective_timeout_seconds = 600;
 };
 
 // The op set for --backend: "cpu" (OpenBLAS threads shared among the ranks of
@@ -56,6 +60,12 @@ MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& sess
 RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
                            const MeshCoordinates& mesh, const MpiSession& session,
                            const RankBuildOptions& options);
+
+// The executor hooks of a training step: the optimizer's bucketed gradient
+// reduction and parameter gathering around optimizer_step (which calls
+// optimizer.step with the step's learning rate).
+ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
+                              std::function<void()> optimizer_step);
 
 // Fills the stage's parameters with the model's counter-based initialization
 // (the same values for every plan).

@@ -223,6 +223,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   double tensor_seconds = 0, data_seconds = 0, world_seconds = 0;
   RankBuildOptions build;
   build.backend = options.backend;
+  build.collective_timeout_seconds = options.collective_timeout_seconds;
   if (options.enforce_device_memory && cluster)
     build.memory_capacity_bytes = cluster->device_memory_bytes();
   build.wrap_groups = [&](ProcessGroups& groups) {
@@ -250,10 +251,9 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
   world.barrier();  // a common time origin for the trace
   InstructionTimer timer(Clock::now(), &tensor_seconds, &data_seconds, &world_seconds, keep_spans);
-  ExecutorHooks hooks;
   int optimizer_step = 0;
-  hooks.reduce_gradients = [&] { rank.optimizer->reduce_gradients(); };
-  hooks.optimizer_step = [&] { rank.optimizer->step(learning_rate, optimizer_step); };
+  const ExecutorHooks hooks = optimizer_hooks(
+      *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
   double job_step_seconds = 0;
   for (int step = 0; step < options.warmup + options.steps; ++step) {
     const bool measured = step >= options.warmup;

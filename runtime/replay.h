@@ -30,6 +30,7 @@ struct ReplayOptions {
   std::string trace_path;     // optional: Chrome trace-event JSON
   std::string timeline_path;  // optional: SVG
   bool enforce_device_memory = true;
+  double collective_timeout_seconds = 600;  // 0: wait forever (rank_state.h)
 };
 
 // Returns the report (complete on rank 0; other ranks get {}). Throws on bad

@@ -33,6 +33,21 @@ void TimedCommunicator::broadcast(float* data, size_t count, int root) {
 void TimedCommunicator::barrier() {
   timed([&] { inner_->barrier(); });
 }
+// Deferred calls count the host time they block (all of it for MPI, the launch
+// for NCCL) and the wait.
+void TimedCommunicator::start_all_reduce(float* data, size_t count) {
+  timed([&] { inner_->start_all_reduce(data, count); });
+}
+void TimedCommunicator::start_reduce_scatter(const float* send, float* receive,
+                                             size_t chunk_count) {
+  timed([&] { inner_->start_reduce_scatter(send, receive, chunk_count); });
+}
+void TimedCommunicator::start_all_gather(const float* send, float* receive, size_t chunk_count) {
+  timed([&] { inner_->start_all_gather(send, receive, chunk_count); });
+}
+void TimedCommunicator::wait_pending() {
+  timed([&] { inner_->wait_pending(); });
+}
 
 void time_communicator(std::unique_ptr<Communicator>& group, double* seconds) {
   if (group) group = std::make_unique<TimedCommunicator>(std::move(group), seconds);

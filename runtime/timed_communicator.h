@@ -25,6 +25,10 @@ class TimedCommunicator final : public Communicator {
   void all_gather(const float* send, float* receive, size_t chunk_count) override;
   void broadcast(float* data, size_t count, int root) override;
   void barrier() override;
+  void start_all_reduce(float* data, size_t count) override;
+  void start_reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
+  void start_all_gather(const float* send, float* receive, size_t chunk_count) override;
+  void wait_pending() override;
 
  private:
   template <typename Call>

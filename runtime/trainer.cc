@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
@@ -50,6 +51,7 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
 // micro-batches as training splits a step, each micro-batch forwarded through
 // the pipeline. Returns the mean loss per token (the same on every rank).
 double evaluate(RankState& rank, const DataLoader& data, const schema::Training& training) {
+  rank.optimizer->wait_for_parameters();
   GptStage& stage = *rank.stage;
   const MeshCoordinates& mesh = rank.groups.mesh;
   const StageSpec& spec = stage.layout().stage();
@@ -87,8 +89,11 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
 
 // PARAPLAN_FAIL_RANK_AT_STEP=R:S makes world rank R fail at step S: how the
 // tests check that one rank's failure ends the whole job. -1 when unset.
-int injected_failure_step(int world_rank) {
-  const char* value = std::getenv("PARAPLAN_FAIL_RANK_AT_STEP");
+// Fault injection for the tests: PARAPLAN_FAIL_RANK_AT_STEP=R:S makes rank R
+// throw at step S; PARAPLAN_STALL_RANK_AT_STEP=R:S makes it stop answering
+// there (its peers' collectives must then time out). -1 when not this rank.
+int injected_fault_step(const char* variable, int world_rank) {
+  const char* value = std::getenv(variable);
   int rank = -1, step = -1;
   if (value == nullptr || std::sscanf(value, "%d:%d", &rank, &step) != 2) return -1;
   return rank == world_rank ? step : -1;
@@ -122,9 +127,11 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
 
   // ---- build ------------------------------------------------------------------
-  RankState rank =
-      build_rank_state(loaded, model, mesh, session,
-                       RankBuildOptions{.backend = options.backend, .wrap_groups = {}});
+  RankState rank = build_rank_state(
+      loaded, model, mesh, session,
+      RankBuildOptions{.backend = options.backend,
+                       .wrap_groups = {},
+                       .collective_timeout_seconds = options.collective_timeout_seconds});
   GptStage& stage = *rank.stage;
   const bool leader = session.world_rank() == 0;
 
@@ -159,7 +166,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
-  const int failure_step = injected_failure_step(session.world_rank());
+  const int failure_step = injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", session.world_rank());
+  const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", session.world_rank());
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
@@ -167,14 +175,13 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     if (step + 1 == failure_step)
       throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
                                " (PARAPLAN_FAIL_RANK_AT_STEP)");
+    if (step + 1 == stall_step) std::this_thread::sleep_for(std::chrono::hours(1));
     rank.ops->fill_zero(stage.gradients(), stage.buffer_elements());
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
-    ExecutorHooks hooks;
-    hooks.reduce_gradients = [&] { rank.optimizer->reduce_gradients(); };
-    hooks.optimizer_step = [&] {
+    const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
       metrics.grad_norm = rank.optimizer->step(static_cast<float>(metrics.learning_rate), step + 1);
-    };
+    });
     double loss_sum =
         rank.executor->run_step(train_data, state.next_train_sample, loss_scale, hooks);
     if (!counts_loss) loss_sum = 0;

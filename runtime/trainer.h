@@ -23,6 +23,7 @@ struct TrainOptions {
   bool resume = false;               // continue from checkpoint_dir's latest checkpoint
   std::string log_json;              // optional: one JSON object per step
   std::string backend = "cpu";       // cpu | cuda
+  double collective_timeout_seconds = 600;  // 0: wait forever (rank_state.h)
 };
 
 struct TrainSummary {

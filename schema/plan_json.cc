@@ -82,7 +82,8 @@ json training_to_json(const schema::Training& training) {
                                                         : optimizer_to_json(*training.optimizer())},
           {"seed", training.seed()},
           {"eval_interval", training.eval_interval()},
-          {"eval_batches", training.eval_batches()}};
+          {"eval_batches", training.eval_batches()},
+          {"gradient_bucket_elements", training.gradient_bucket_elements()}};
 }
 
 json mesh_to_json(const schema::Mesh& mesh) {

@@ -63,6 +63,7 @@ struct PlanSpec {
   int32_t global_batch_size = 8, micro_batch_size = 2, num_micro_batches = 4;
   uint64_t seed = 1234;
   int32_t eval_interval = 100, eval_batches = 10;
+  uint64_t gradient_bucket_elements = 0;
   float learning_rate = 3e-4f, min_learning_rate = 3e-5f, beta1 = 0.9f, beta2 = 0.95f;
   float epsilon = 1e-8f, weight_decay = 0.1f, grad_clip = 1.0f;
   int32_t warmup_steps = 10, total_steps = 1000;
@@ -234,9 +235,9 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
           fbb, spec.learning_rate, spec.min_learning_rate, spec.beta1, spec.beta2, spec.epsilon,
           spec.weight_decay, spec.grad_clip, spec.warmup_steps, spec.decay_style, spec.total_steps);
     }
-    training = schema::CreateTraining(fbb, spec.global_batch_size, spec.micro_batch_size,
-                                      spec.num_micro_batches, optimizer, spec.seed,
-                                      spec.eval_interval, spec.eval_batches);
+    training = schema::CreateTraining(
+        fbb, spec.global_batch_size, spec.micro_batch_size, spec.num_micro_batches, optimizer,
+        spec.seed, spec.eval_interval, spec.eval_batches, spec.gradient_bucket_elements);
   }
   fb::Offset<schema::Mesh> mesh;
   if (spec.has_mesh) {

@@ -37,6 +37,7 @@ struct PlanCase {
   int zero_stage = 0, zero_groups = 1;
   std::string recompute_modules;
   std::string scheduler = "1f1b";
+  int64_t gradient_bucket_size = -1;  // -1: the default (one bucket for this model)
   int world() const { return pipeline * data * tensor; }
 };
 
@@ -60,8 +61,10 @@ total_steps = 20
 seed = 5
 eval_batches = 1
 
-[planner]
 )";
+  if (plan.gradient_bucket_size >= 0)
+    toml += "gradient_bucket_size = " + std::to_string(plan.gradient_bucket_size) + "\n";
+  toml += "\n[planner]\n";
   toml += "pipeline_nstages = " + std::to_string(plan.pipeline) + "\n";
   toml += "data_parallel_degree = " + std::to_string(plan.data) + "\n";
   toml += "tensor_parallel_degree = " + std::to_string(plan.tensor) + "\n";
@@ -111,7 +114,9 @@ class ParallelTraining : public ::testing::Test {
                     " -- train --data " + *directory_ / "data/train.bin" + " --steps " +
                     std::to_string(kSteps) + " --log-json " + log + " " + extra);
     if (result_out) *result_out = trained;
-    if (environment.empty()) EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    if (environment.empty()) {
+      EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    }
     std::vector<double> losses;
     for (const auto& line : read_json_lines(log)) losses.push_back(line["loss"].get<double>());
     return losses;
@@ -193,6 +198,64 @@ TEST_F(ParallelTraining, EightRanksEveryDimension) {
                       .tensor = 2,
                       .micro_batch_size = 2,
                       .zero_stage = 1});
+}
+
+TEST_F(ParallelTraining, GradientBucketsAreBitwiseInvisible) {
+  // 1000-element buckets cut the ~60k gradients of each stage into dozens,
+  // reduced as backward passes them; the tied embedding's bucket waits for
+  // the first/last stage sum. Every element is still summed in the same rank
+  // order, so the parameters and moments after kSteps steps (the checkpoint)
+  // are bitwise those of one bucket; the losses alone would hide last bits.
+  for (const PlanCase& base :
+       {PlanCase{.name = "dp2_one_bucket", .data = 2, .micro_batch_size = 3},
+        PlanCase{.name = "pp2_dp2_one_bucket", .pipeline = 2, .data = 2, .micro_batch_size = 3}}) {
+    PlanCase bucketed = base;
+    bucketed.name = base.name + "_bucketed";
+    bucketed.gradient_bucket_size = 1000;
+    const std::string step_dir = "/step_0000000" + std::to_string(kSteps) + "/";
+    std::map<std::string, std::string> files[2];
+    for (int which = 0; which < 2; ++which) {
+      const PlanCase& plan = which == 0 ? base : bucketed;
+      const std::string checkpoints = *directory_ / (plan.name + "_checkpoints");
+      ASSERT_EQ(train(plan, "--checkpoint-dir " + checkpoints).size(), static_cast<size_t>(kSteps));
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+        files[which][file] = read_file(checkpoints + step_dir + file);
+    }
+    for (const auto& [file, bytes] : files[0]) {
+      EXPECT_FALSE(bytes.empty()) << base.name << " " << file;
+      EXPECT_TRUE(bytes == files[1][file]) << base.name << ": " << file << " differs";
+    }
+  }
+}
+
+TEST_F(ParallelTraining, ZeroOneShardsEveryGradientBucket) {
+  // Under ZeRO-1 each rank owns a chunk of every bucket (reduce-scattered and
+  // all-gathered bucket by bucket); 999 is rounded up to a multiple of the
+  // group size.
+  expect_same_losses({.name = "pp2_dp2_zero1_buckets",
+                      .pipeline = 2,
+                      .data = 2,
+                      .micro_batch_size = 2,
+                      .zero_stage = 1,
+                      .gradient_bucket_size = 999});
+}
+
+TEST_F(ParallelTraining, AStalledRankTimesOutNamingTheCollective) {
+  // Rank 1 stops answering at step 2; rank 0 waits in the tensor-parallel
+  // all-reduce of its forward until the 3 s collective timeout ends the job.
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult result;
+  train({.name = "tp2_stalled", .tensor = 2, .micro_batch_size = 6}, "--collective-timeout 3",
+        &result, "PARAPLAN_STALL_RANK_AT_STEP=1:2");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("[rank 0] timeout: all_reduce of"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("on group 'tensor' (rank 0 of 2) did not complete within 3 s"),
+            std::string::npos)
+      << result.output;
+  EXPECT_LT(seconds, 60.0);
 }
 
 TEST_F(ParallelTraining, RecomputationIsBitwiseInvisible) {
