@@ -322,8 +322,8 @@ std::string utc_now() {
 
 }  // namespace
 
-std::string describe_device(const std::string& backend) {
-  if (backend == "cpu") {
+std::string describe_device(const kernels::Ops& ops) {
+  if (ops.backend() == kernels::Backend::kCpu) {
     std::ifstream cpuinfo("/proc/cpuinfo");
     std::string line, model = "unknown CPU";
     while (std::getline(cpuinfo, line))
@@ -333,7 +333,8 @@ std::string describe_device(const std::string& backend) {
       }
     return model + " x " + std::to_string(std::thread::hardware_concurrency()) + " cores";
   }
-  return "CUDA device";  // replaced by the device name once the CUDA backend reports it
+  // "NVIDIA H100 80GB HBM3 (0000:1b:00.0)": the bus id tells devices of one host apart.
+  return ops.device_name() + " (" + ops.device_identity() + ")";
 }
 
 json measure_device_profile(const ProfileRequest& request, MpiSession& session) {
@@ -349,7 +350,7 @@ json measure_device_profile(const ProfileRequest& request, MpiSession& session) 
   gethostname(host, sizeof host - 1);
   json device = {{"measured_on",
                   {{"backend", request.backend},
-                   {"description", describe_device(request.backend)},
+                   {"description", describe_device(*ops)},
                    {"host", host},
                    {"paraplan_version", PARAPLAN_VERSION},
                    {"date", utc_now()}}}};

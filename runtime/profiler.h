@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/mpi_communicator.h"
 
@@ -43,8 +44,8 @@ struct ProfileRequest {
 // Collective over the session's world. Returns the device entry on every rank.
 nlohmann::json measure_device_profile(const ProfileRequest& request, MpiSession& session);
 
-// "Intel(R) Xeon(R) ... x 2 cores" (CPU) or the GPU's name: what profile.json
-// records as measured_on.description.
-std::string describe_device(const std::string& backend);
+// "Intel(R) Xeon(R) ... x 2 cores" (CPU) or the GPU's name and PCI bus id:
+// what profile.json records as measured_on.description.
+std::string describe_device(const kernels::Ops& ops);
 
 }  // namespace paraplan

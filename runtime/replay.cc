@@ -80,8 +80,11 @@ class InstructionTimer final : public InstructionObserver {
         m.forward_count += 1;
         break;
       case OpCode::Backward:
+        // Data-parallel traffic inside a backward is the bucketed gradient
+        // reduction started early: it counts as gradient reduction.
         m.backward_seconds += span - collectives;
-        m.backward_collective_seconds += collectives;
+        m.backward_collective_seconds += tensor + waits;
+        m.reduce_seconds += data;
         m.backward_count += 1;
         break;
       case OpCode::LoadMicroBatch:

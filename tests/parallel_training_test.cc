@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "command_runner.h"
+#include "kernels/ops.h"
 
 namespace {
 
@@ -256,6 +257,62 @@ TEST_F(ParallelTraining, AStalledRankTimesOutNamingTheCollective) {
             std::string::npos)
       << result.output;
   EXPECT_LT(seconds, 60.0);
+}
+
+// ---- the same grid on the CUDA backend (skipped without a GPU) ---------------------
+//
+// Several ranks on one GPU: NCCL refuses them, so the transport falls back to
+// MPI staged through pinned host memory; one rank uses NCCL. Strict fp32 GEMMs
+// (PARAPLAN_CUDA_TF32=0), so the only differences from the CPU run are the
+// orders of sums inside kernels: measured on the CPU side at 2e-8 between
+// plans; 1e-4 leaves room for cuBLAS's other blockings while a wrong shard or
+// a missing reduction still moves the loss by 1e-3 or more.
+constexpr double kCudaLossTolerance = 1e-4;
+
+class CudaParallelTraining : public ParallelTraining {
+ protected:
+  void SetUp() override {
+    if (paraplan::kernels::cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device visible: the CUDA training grid needs a GPU";
+  }
+  static void expect_cpu_losses(const PlanCase& plan, const std::string& transport) {
+    const std::vector<double>& expected = single_rank_losses();
+    CommandResult result;
+    const std::vector<double> losses =
+        train(plan, "--backend cuda --transport " + transport, &result, "PARAPLAN_CUDA_TF32=0");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    ASSERT_EQ(losses.size(), expected.size()) << plan.name << "\n" << result.output;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], expected[i], kCudaLossTolerance) << plan.name << " step " << i + 1;
+  }
+};
+
+TEST_F(CudaParallelTraining, SingleRankNccl) {
+  expect_cpu_losses({.name = "cuda_single_nccl"}, "nccl");
+}
+
+TEST_F(CudaParallelTraining, RanksSharingOneGpuStageThroughHostMemory) {
+  for (const PlanCase& plan :
+       {PlanCase{.name = "cuda_dp2", .data = 2, .micro_batch_size = 3},
+        PlanCase{.name = "cuda_tp2", .tensor = 2, .micro_batch_size = 6},
+        PlanCase{.name = "cuda_pp2", .pipeline = 2, .micro_batch_size = 3},
+        PlanCase{.name = "cuda_pp2_dp2_zero1_buckets",
+        .pipeline = 2,
+        .data = 2,
+        .micro_batch_size = 2,
+        .zero_stage = 1,
+        .gradient_bucket_size = 999},
+        PlanCase{.name = "cuda_dp2_tp2", .data = 2, .tensor = 2, .micro_batch_size = 3}})
+    expect_cpu_losses(plan, "auto");
+}
+
+TEST_F(CudaParallelTraining, AStalledRankTimesOut) {
+  CommandResult result;
+  train({.name = "cuda_tp2_stalled", .tensor = 2, .micro_batch_size = 6},
+        "--backend cuda --collective-timeout 3", &result, "PARAPLAN_STALL_RANK_AT_STEP=1:2");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("[rank 0] timeout: all_reduce of"), std::string::npos)
+      << result.output;
 }
 
 TEST_F(ParallelTraining, RecomputationIsBitwiseInvisible) {
