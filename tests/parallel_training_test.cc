@@ -315,6 +315,20 @@ TEST_F(CudaParallelTraining, AStalledRankTimesOut) {
       << result.output;
 }
 
+TEST_F(ParallelTraining, CudaWithoutAGpuFailsWithOneClearMessage) {
+  if (paraplan::kernels::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible here";
+  CommandResult result;
+  train({.name = "dp2_cuda_without_gpu", .data = 2, .micro_batch_size = 3}, "--backend cuda",
+        &result, "PARAPLAN_UNUSED=1");
+  EXPECT_NE(result.exit_code, 0);
+  // Built with nvcc: no device; built without: no CUDA backend. Either way
+  // the fix is named, and the job ends instead of hanging.
+  const bool no_device = result.output.find("no CUDA device is visible") != std::string::npos;
+  const bool no_backend = result.output.find("built without CUDA") != std::string::npos;
+  EXPECT_TRUE(no_device || no_backend) << result.output;
+  EXPECT_NE(result.output.find("--backend cpu"), std::string::npos) << result.output;
+}
+
 TEST_F(ParallelTraining, RecomputationIsBitwiseInvisible) {
   const PlanCase base{.name = "pp2_tp2_none", .pipeline = 2, .tensor = 2, .micro_batch_size = 2};
   const std::vector<double> none = train(base);

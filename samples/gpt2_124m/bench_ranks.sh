@@ -8,8 +8,7 @@
 # the measured gradient reduction per step and the transport the log names.
 # On the staged path nothing hides behind backward (its MPI calls block); on
 # separate GPUs (NCCL) the buckets overlap backward.
-# Expects a CUDA build with Open MPI (scripts/build.sh; see
-# scripts/device_env.sh for a machine without the Debian packages).
+# Expects a CUDA build (scripts/build.sh on the GPU machine) and Open MPI.
 # Environment: RANKS ("1 2 4"), MICRO_BATCH (4), STEPS (10), WARMUP (2),
 # PARAPLAN (build/launcher/paraplan), OUT (out/gpt2_124m_ranks), MPIRUN_ARGS.
 set -euo pipefail
