@@ -107,14 +107,20 @@ class Ops {
 
   // ---- attention -------------------------------------------------------------------------
   // Causal multi-head self-attention over qkv [B, T, 3 * H * D] laid out as
-  // (q heads | k heads | v heads); out [B, T, H * D]. att [B, H, T, T] receives
-  // the softmax probabilities (entries above the diagonal are zero) for backward.
-  virtual void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
-                                 int num_heads, int head_dim) = 0;
-  // dqkv += gradient of out with respect to qkv. scratch holds B*H*T*T floats.
+  // (q heads | k heads | v heads), fused (flash attention): nothing of size
+  // T x T is stored. out [B, T, H * D] = softmax(Q K^T / sqrt(D), causal) V per
+  // head; logsumexp [B, H, T] receives log(sum_j exp(s_tj)) of each row's scaled
+  // scores s, all backward needs besides qkv and out. The CUDA backend takes
+  // head_dim <= 128 (std::invalid_argument beyond).
+  virtual void attention_forward(float* out, float* logsumexp, const float* qkv, int batch,
+                                 int seq_len, int num_heads, int head_dim) = 0;
+  // dqkv += gradient of out with respect to qkv, given dout, and qkv, out and
+  // logsumexp from attention_forward; the probabilities are recomputed as
+  // exp(s - logsumexp). scratch holds B*H*T floats (it receives the rows'
+  // D_t = sum_d dout[t, d] * out[t, d]; its contents on entry do not matter).
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                  const float* att, int batch, int seq_len, int num_heads,
-                                  int head_dim) = 0;
+                                  const float* out, const float* logsumexp, int batch, int seq_len,
+                                  int num_heads, int head_dim) = 0;
 
   // ---- loss ------------------------------------------------------------------------------
   // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log

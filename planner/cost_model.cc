@@ -144,16 +144,14 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
   const int64_t sbh = int64_t{model.seq_len} * micro_batch_size * model.d_model;
   if (recompute == RecomputeMode::Full) return e * sbh;  // only the block input
   // Replicated: two LayerNorm inputs and the attention and MLP inputs (4 tensors)
-  // plus two 1-byte dropout masks; split: Q, K, V, the projection input, the
-  // c_fc output and the GELU output (12 h-widths of tensors).
-  int64_t bytes = sbh * (4 * e + 2) + sbh * 12 * e / t;
-  if (recompute == RecomputeMode::None) {
-    // Scores after softmax, dropout output (element_bytes each) and dropout mask (1).
-    const int64_t as2b =
-        int64_t{model.num_heads} * model.seq_len * model.seq_len * micro_batch_size;
-    bytes += as2b * (2 * e + 1) / t;
-  }
-  return bytes;
+  // plus two 1-byte dropout masks; split: Q, K, V, the c_fc output and the GELU
+  // output (11 h-widths of tensors).
+  const int64_t bytes = sbh * (4 * e + 2) + sbh * 11 * e / t;
+  if (recompute == RecomputeMode::Selective) return bytes;
+  // Without recompute also the attention output and the fp32 logsumexp per
+  // (head, token), which selective recompute rebuilds from qkv.
+  const int64_t asb = int64_t{model.num_heads} * model.seq_len * micro_batch_size;
+  return bytes + sbh * e / t + 4 * asb / t;
 }
 
 int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
@@ -164,6 +162,10 @@ int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, in
 
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size) {
   return int64_t{4} * model.seq_len * micro_batch_size;
+}
+
+int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size) {
+  return int64_t{element_bytes(model.dtype)} * model.seq_len * micro_batch_size * model.d_model;
 }
 
 ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
@@ -193,11 +195,11 @@ std::vector<int64_t> op_output_bytes(const ModelConfig& model, const StageLayout
   std::vector<int64_t> outputs;
   if (stage.has_embedding) outputs.push_back(hidden);
   if (stage.num_layers > 0) {
-    const int64_t scores = e * sb * model.seq_len * model.num_heads / t;
     const int64_t ffn = e * sb * model.ffn_size / t;
-    // ln, c_attn, QK^T, softmax, scores x V, c_proj, ln, c_fc, gelu, c_proj
-    for (int64_t bytes :
-         {hidden, 3 * hidden / t, scores, scores, hidden / t, hidden, hidden, ffn, ffn, hidden})
+    // The fused attention writes its output and the fp32 logsumexp; no s x s scores.
+    const int64_t attention = hidden / t + 4 * sb * model.num_heads / t;
+    // ln, c_attn, attention, c_proj, ln, c_fc, gelu, c_proj
+    for (int64_t bytes : {hidden, 3 * hidden / t, attention, hidden, hidden, ffn, ffn, hidden})
       outputs.push_back(bytes);
   }
   if (stage.has_head) {
@@ -249,7 +251,11 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                                         : counts.selective > 0 ? kept_none - kept_selective
                                                                : 0;
   if (has_embedding) per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
-  if (has_head) per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
+  if (has_head) {
+    per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
+  } else {
+    per_micro_batch += stage_output_activation_bytes(model, micro_batch_size);
+  }
   const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
                                                 shape.pipeline_stages, num_micro_batches);
 

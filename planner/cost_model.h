@@ -11,14 +11,23 @@
 //   row-parallel biases are replicated; wpe is replicated.
 // - FLOPs count multiply-adds as 2 and causal attention over the full s x s
 //   (the usual MFU convention). Backward = 2 x forward; full recompute adds one
-//   block forward, selective adds the attention core (QK^T and scores x V).
-// - Activations use Korthikanti et al., "Reducing Activation Recomputation in
-//   Large Transformer Models": s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes per layer with
-//   16-bit activations and 1-byte dropout masks (34 + 5as/h when t = 1). Of the
-//   sbh terms 32 are 2-byte tensors and 2 are masks; of the 5 a*s^2*b terms, 4 are
-//   2-byte and 1 a mask. For float32 the 2-byte terms double and masks stay:
-//   66*sbh + 9*a*s^2*b at t = 1. Selective recompute drops the a*s^2*b term; full
-//   recompute keeps only the block input, element_bytes*s*b*h (2sbh in 16-bit).
+//   block forward, selective adds the attention core (QK^T and scores x V: the
+//   one fused attention forward that rebuilds its output). The fused attention
+//   backward's own recomputation of the scores is not counted (as in MFU).
+// - Activations follow Korthikanti et al., "Reducing Activation Recomputation in
+//   Large Transformer Models", with the attention fused (flash attention, as the
+//   runtime's kernels): no s x s tensor is stored, so their a*s^2*b terms
+//   (scores, softmax, its dropout) vanish for every recompute mode. Per layer,
+//   with element_bytes e: replicated, two LayerNorm inputs and the attention and
+//   MLP inputs (4 tensors) plus two 1-byte dropout masks, sbh*(4e + 2); split t
+//   ways, Q, K, V, the attention output, the c_fc and GELU outputs (12 h-widths),
+//   12*e*sbh/t; plus the fp32 per-row logsumexp, 4*a*s*b/t. (t = 1, 16-bit:
+//   34*sbh + 4*asb; float32: 66*sbh + 4*asb.) Selective recompute drops the
+//   attention output (e*sbh/t) and logsumexp, which backward rebuilds from qkv;
+//   full recompute keeps only the block input, e*sbh. Each block keeps its input,
+//   so a stage without the head adds its output (sent on), e*sbh; the embedding
+//   stage adds the int32 tokens, the head stage ln_f's input, the head's input
+//   and the logits.
 // - Compute time = FLOPs / (peak * kComputeEfficiency); stage_cost.h uses a measured
 //   profile's times (profile.h) instead when one is given.
 #pragma once
@@ -103,6 +112,10 @@ int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size,
                               int tensor_parallel = 1);
 // The embedding stage keeps the int32 token ids.
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size);
+// A stage without the head also keeps its output [s, b, h] (the last block's or
+// the embedding's), which it sends to the next stage; on the head stage that
+// tensor is ln_f's input, counted by head_activation_bytes.
+int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size);
 
 // Weights, gradients and optimizer state for a parameter count, in bytes:
 // weights = gradients = parameters * element_bytes; optimizer_state =

@@ -82,28 +82,31 @@ TEST(CostModelTest, ZeroPaperModelStateNumbers) {
   EXPECT_DOUBLE_EQ(model_state_memory(1e9, 2, 6, 2, 64).optimizer_transient, 4e9);
 }
 
-TEST(CostModelTest, Gpt3PerLayerActivationsMatchKorthikanti) {
+TEST(CostModelTest, Gpt3PerLayerActivationsFollowKorthikantiWithFusedAttention) {
   const ModelConfig model = gpt3_175b();
-  const int64_t sbh = 2048LL * 12288;  // b = 1
-  // 34 + 5as/h = 34 + 80 = 114 bytes per s*b*h.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 114 * sbh);
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 2868903936LL);
-  // Tensor parallel t = 8: 10 + 24/8 + 80/8 = 23.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None, 8), 23 * sbh);
-  // Selective drops the 5as/h term; full keeps the 2sbh block input.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 34 * sbh);
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective, 8), 13 * sbh);
+  const int64_t sbh = 2048LL * 12288, asb = 96LL * 2048;  // b = 1
+  // Korthikanti's 34 + 5as/h loses the 5as/h (s x s) term: the fused attention
+  // stores no scores. What stays is 34 sbh plus the fp32 logsumexp, 4 asb.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 34 * sbh + 4 * asb);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 856424448LL);
+  // Tensor parallel t = 8: 10 + 24/8 = 13 sbh, and the heads' logsumexp split 8 ways.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None, 8), 13 * sbh + 4 * asb / 8);
+  // Selective drops the attention output (2 sbh / t) and logsumexp; full keeps
+  // the 2sbh block input.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 32 * sbh);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective, 8), 10 * sbh + 22 * sbh / 8);
   EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Full), 2 * sbh);
   // Linear in the micro-batch size.
-  EXPECT_EQ(block_activation_bytes(model, 4, RecomputeMode::None), 4 * 114 * sbh);
+  EXPECT_EQ(block_activation_bytes(model, 4, RecomputeMode::None), 4 * (34 * sbh + 4 * asb));
 }
 
 TEST(CostModelTest, Float32DoublesTheTwoByteActivationTerms) {
   ModelConfig model = gpt3_175b();
   model.dtype = schema::DType::Float32;
-  const int64_t sbh = 2048LL * 12288, as2b = 96LL * 2048 * 2048;
-  // 32 two-byte sbh terms become 64, the 2 mask bytes stay; 4 + 1 as^2b become 8 + 1.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 66 * sbh + 9 * as2b);
+  const int64_t sbh = 2048LL * 12288, asb = 96LL * 2048;
+  // 32 two-byte sbh terms become 64, the 2 mask bytes stay; logsumexp is fp32 either way.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 66 * sbh + 4 * asb);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 62 * sbh);
   EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Full), 4 * sbh);
 }
 
@@ -158,24 +161,37 @@ TEST(CostModelTest, StageMemoryBreakdown) {
   EXPECT_EQ(memory.gradients, weights);
   EXPECT_EQ(memory.optimizer_state, 2 * weights);
   EXPECT_EQ(memory.optimizer_transient, 0u);
-  // Stage 1 of 4 under 1F1B holds min(4 - 1, 8) = 3 micro-batches.
-  EXPECT_EQ(memory.activations, 3ULL * block_activation_bytes(model, 2, RecomputeMode::None));
-  // Largest op outputs: the attention scores and softmax, b*a*s*s*4 bytes each
-  // (= the c_fc output b*s*F*4 here); transient = 2 * (largest + second).
-  EXPECT_EQ(memory.transient, 2ULL * 2 * (4ULL * 2 * 4 * 64 * 64));
+  // Stage 1 of 4 under 1F1B holds min(4 - 1, 8) = 3 micro-batches, each the
+  // block's activations and the stage's output [s, b, h] (no head here).
+  const int64_t output = 4 * 64 * 2 * 64;
+  EXPECT_EQ(stage_output_activation_bytes(model, 2), output);
+  EXPECT_EQ(memory.activations,
+            3ULL * (block_activation_bytes(model, 2, RecomputeMode::None) + output));
+  // Largest op outputs: the c_fc and GELU outputs, b*s*F*4 bytes each (the
+  // fused attention writes no s x s scores); transient = 2 * (largest + second).
+  EXPECT_EQ(memory.transient, 2ULL * 2 * (4ULL * 2 * 64 * 256));
   EXPECT_EQ(memory.total(), 4 * weights + memory.activations + memory.transient);
 
   PlannerOptions gpipe = options;
   gpipe.pipeline_scheduler = schema::ScheduleKind::GPipe;
   EXPECT_EQ(stage_memory(model, gpipe, middle, 1, shape, 2, 8).activations,
-            8ULL * block_activation_bytes(model, 2, RecomputeMode::None));
+            8ULL * (block_activation_bytes(model, 2, RecomputeMode::None) + output));
 
   // Full recompute keeps the block input and rebuilds one layer during backward.
   const StageLayout recomputed{1, 1, false, false, {RecomputeMode::Full}};
   EXPECT_EQ(stage_memory(model, options, recomputed, 1, shape, 2, 8).activations,
-            3ULL * block_activation_bytes(model, 2, RecomputeMode::Full) +
+            3ULL * (block_activation_bytes(model, 2, RecomputeMode::Full) + output) +
                 block_activation_bytes(model, 2, RecomputeMode::None) -
                 block_activation_bytes(model, 2, RecomputeMode::Full));
+  // Selective rebuilds one layer's attention output (4*b*s*h bytes) and
+  // logsumexp (4*a*s*b) during backward.
+  const StageLayout selective{1, 1, false, false, {RecomputeMode::Selective}};
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::None) -
+                block_activation_bytes(model, 2, RecomputeMode::Selective),
+            4 * 2 * 64 * 64 + 4 * 4 * 64 * 2);
+  EXPECT_EQ(stage_memory(model, options, selective, 1, shape, 2, 8).activations,
+            3ULL * (block_activation_bytes(model, 2, RecomputeMode::Selective) + output) +
+                (4 * 2 * 64 * 64 + 4 * 4 * 64 * 2));
 }
 
 TEST(CostModelTest, ZeroGroupsInferenceAndGranularity) {

@@ -6,7 +6,7 @@
 // layer, a partition-constraints file may narrow either end. Blocks are identical
 // in cost, so the choice depends only on how many layers of each interval a stage
 // holds. Every step up the order costs time and saves memory (selective drops the
-// attention scores, full keeps only the block input), so the fastest fitting
+// attention output and logsumexp, full keeps only the block input), so the fastest fitting
 // assignment is found by counting upgrades:
 //   x = layers moved None -> Selective (taken from [None, Full] layers first,
 //       then [None, Selective]),

@@ -30,8 +30,7 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
   const GptConfig& config = layout_.config();
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
   const size_t C = config.d_model, A = layout_.local_attention_width(), F = layout_.local_ffn();
-  const size_t attention = static_cast<size_t>(batch_) * layout_.local_heads() * config.seq_len *
-                           static_cast<size_t>(config.seq_len);
+  const size_t attention_rows = BT * layout_.local_heads();  // logsumexp [B, H, T]
   BlockActivations acts;
   // Under full recompute a slot keeps only the block output (the next block's
   // input); everything else comes from the shared recompute scratch.
@@ -45,17 +44,18 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
   own(BT, &BlockActivations::ln1_mean);
   own(BT, &BlockActivations::ln1_rstd);
   own(BT * 3 * A, &BlockActivations::qkv);
-  own(BT * A, &BlockActivations::atty);
   own(BT * C, &BlockActivations::residual2);
   own(BT * C, &BlockActivations::ln2);
   own(BT, &BlockActivations::ln2_mean);
   own(BT, &BlockActivations::ln2_rstd);
   own(BT * F, &BlockActivations::fch);
   own(BT * F, &BlockActivations::fch_gelu);
-  // The attention probabilities are kept only without recomputation.
-  acts.att = mode == RecomputeMode::None || shared == nullptr
-                 ? allocate_floats(attention, MemoryCategory::kActivations)
-                 : shared->att;
+  // The attention output and logsumexp are kept only without recomputation;
+  // selective recompute rebuilds them from qkv.
+  const bool keep_attention = mode == RecomputeMode::None || shared == nullptr;
+  acts.atty = keep_attention ? allocate_floats(BT * A, MemoryCategory::kActivations) : shared->atty;
+  acts.logsumexp = keep_attention ? allocate_floats(attention_rows, MemoryCategory::kActivations)
+                                  : shared->logsumexp;
   // The block output is always kept: it is the next block's input.
   acts.output = shared == nullptr ? nullptr : allocate_floats(BT * C, MemoryCategory::kActivations);
   return acts;
@@ -84,8 +84,7 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
   const size_t C = config.d_model, A = layout.local_attention_width(), F = layout.local_ffn(),
                V = layout.local_vocab();
-  const size_t attention = static_cast<size_t>(batch_) * layout.local_heads() * config.seq_len *
-                           static_cast<size_t>(config.seq_len);
+  const size_t attention_rows = BT * layout.local_heads();  // [B, H, T]
 
   parameters_ = allocate_floats(buffer_elements_, MemoryCategory::kWeights);
   gradients_ = allocate_floats(buffer_elements_, MemoryCategory::kGradients);
@@ -101,7 +100,10 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   if (any_full) {
     recompute_scratch_ = allocate_block(RecomputeMode::None, nullptr);
   } else if (any_selective) {
-    recompute_scratch_.att = allocate_floats(attention, MemoryCategory::kWorkspace);
+    // Activations, like the full scratch: the planner counts both as the
+    // recompute working set.
+    recompute_scratch_.atty = allocate_floats(BT * A, MemoryCategory::kActivations);
+    recompute_scratch_.logsumexp = allocate_floats(attention_rows, MemoryCategory::kActivations);
   }
 
   slots_.resize(num_slots);
@@ -130,7 +132,7 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   atty_gradient_ = allocate_floats(BT * A, MemoryCategory::kWorkspace);
   fch_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
   fch_gelu_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
-  attention_scratch_ = allocate_floats(attention, MemoryCategory::kWorkspace);
+  attention_scratch_ = allocate_floats(attention_rows, MemoryCategory::kWorkspace);
   if (stage.has_head && layout.tensor_size() > 1) {
     row_max_ = allocate_floats(BT, MemoryCategory::kWorkspace);
     row_exp_sum_ = allocate_floats(BT, MemoryCategory::kWorkspace);
@@ -167,7 +169,7 @@ void GptStage::block_forward(int local_layer, const float* input, const BlockAct
   ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias, BT,
                          C, config.layernorm_epsilon);
   ops_.linear_forward(a.qkv, a.ln1, p + w.qkv_weight, p + w.qkv_bias, BT, C, 3 * A);
-  ops_.attention_forward(a.atty, a.att, a.qkv, batch_, config.seq_len, layout_.local_heads(),
+  ops_.attention_forward(a.atty, a.logsumexp, a.qkv, batch_, config.seq_len, layout_.local_heads(),
                          config.head_dim());
   // residual2 holds the projection first, then input + projection.
   ops_.linear_forward(a.residual2, a.atty, p + w.attn_proj_weight,
@@ -213,8 +215,9 @@ void GptStage::block_backward(int local_layer, const float* input, const BlockAc
   ops_.linear_backward(atty_gradient_, g + w.attn_proj_weight, g + w.attn_proj_bias, dresidual,
                        a.atty, p + w.attn_proj_weight, BT, A, C);
   ops_.fill_zero(qkv_gradient_, BTA * 3);
-  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.att, batch_,
-                          config.seq_len, layout_.local_heads(), config.head_dim());
+  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
+                          a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
+                          config.head_dim());
   ops_.fill_zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, g + w.qkv_weight, g + w.qkv_bias, qkv_gradient_, a.ln1,
                        p + w.qkv_weight, BT, C, 3 * A);
@@ -301,10 +304,9 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
       case RecomputeMode::None:
         break;
       case RecomputeMode::Selective:
-        // Refill the probabilities; the attention output it also writes is
-        // identical to the saved one, so it goes to scratch that backward
-        // zeroes before use.
-        ops_.attention_forward(atty_gradient_, acts.att, acts.qkv, batch_, config.seq_len,
+        // Rebuild the attention output and logsumexp (shared scratch) from the
+        // saved qkv: bitwise what the forward computed.
+        ops_.attention_forward(acts.atty, acts.logsumexp, acts.qkv, batch_, config.seq_len,
                                layout_.local_heads(), config.head_dim());
         break;
       case RecomputeMode::Full: {

@@ -4,10 +4,14 @@
 // The stage owns one contiguous parameter buffer and one gradient buffer laid
 // out by GptLayout, and activation storage for `num_slots` micro-batches in
 // flight (a 1F1B stage keeps several; the executor maps micro-batch -> slot).
-// Per layer, the recompute mode decides what a slot keeps for backward:
-//   none      everything the backward pass reads;
-//   selective all but the attention probabilities [B, H, T, T], recomputed from
-//             the saved qkv in backward;
+// Attention is fused (kernels/ops.h): no [B, H, T, T] tensor exists, only the
+// per-row logsumexp [B, H, T] that its backward reads beside qkv and the
+// attention output. Per layer, the recompute mode decides what a slot keeps
+// for backward:
+//   none      everything the backward pass reads, logsumexp included;
+//   selective all but the attention output atty [BT, A] and logsumexp: backward
+//             recomputes both with one attention_forward from the saved qkv,
+//             into shared scratch;
 //   full      only the block input; the whole block is recomputed in backward.
 // Recomputation runs the same deterministic kernels on the same inputs, so the
 // gradients are bitwise those of no recomputation.
@@ -94,9 +98,9 @@ class GptStage {
     float* ln1 = nullptr;  // [BT, C]
     float* ln1_mean = nullptr;
     float* ln1_rstd = nullptr;   // [BT]
-    float* qkv = nullptr;        // [BT, 3C]
-    float* att = nullptr;        // [B, H, T, T]
-    float* atty = nullptr;       // [BT, C] attention output before the projection
+    float* qkv = nullptr;        // [BT, 3A]
+    float* logsumexp = nullptr;  // [B, H, T] of the attention scores' rows
+    float* atty = nullptr;       // [BT, A] attention output before the projection
     float* residual2 = nullptr;  // [BT, C] input + attention branch
     float* ln2 = nullptr;
     float* ln2_mean = nullptr;
@@ -139,16 +143,17 @@ class GptStage {
   float* parameters_ = nullptr;
   float* gradients_ = nullptr;
   std::vector<Slot> slots_;
-  // Scratch for recomputation: one block's full set of activations.
+  // Scratch for recomputation: one block's full set of activations under full
+  // recompute, only atty and logsumexp when the stage's deepest mode is selective.
   BlockActivations recompute_scratch_;
   // Gradient scratch, shared by all layers and slots.
   float* residual_gradient_ = nullptr;  // [BT, C], flows backward through the blocks
   float* norm_gradient_ = nullptr;      // [BT, C]
   float* qkv_gradient_ = nullptr;       // [BT, 3C]
-  float* atty_gradient_ = nullptr;      // [BT, C]
+  float* atty_gradient_ = nullptr;      // [BT, A]
   float* fch_gradient_ = nullptr;       // [BT, F]
   float* fch_gelu_gradient_ = nullptr;  // [BT, F]
-  float* attention_scratch_ = nullptr;  // [B, H, T, T]
+  float* attention_scratch_ = nullptr;  // [B, H, T]: attention_backward's row terms
   // Vocab-parallel cross-entropy statistics per row [BT].
   float* row_max_ = nullptr;
   float* row_exp_sum_ = nullptr;

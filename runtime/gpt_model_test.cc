@@ -98,14 +98,21 @@ TEST(GptStage, GradientsMatchFiniteDifferences) {
 }
 
 TEST(GptStage, RecomputationGivesBitwiseTheSameGradients) {
-  const std::vector<float> none =
-      Fixture(modes(RecomputeMode::None, RecomputeMode::None)).gradients(2);
-  for (auto pair : {modes(RecomputeMode::Selective, RecomputeMode::Selective),
-                    modes(RecomputeMode::Full, RecomputeMode::Full),
-                    modes(RecomputeMode::Full, RecomputeMode::Selective),
-                    modes(RecomputeMode::None, RecomputeMode::Full)}) {
-    Fixture f(pair);
-    EXPECT_EQ(f.gradients(2), none) << "modes " << int(pair[0]) << "," << int(pair[1]);
+  // 70 tokens: the CPU attention runs over two query and key tiles of 64.
+  GptConfig long_sequence = tiny_config();
+  long_sequence.seq_len = 70;
+  for (const GptConfig& config : {tiny_config(), long_sequence}) {
+    const std::vector<float> none =
+        Fixture(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, config).gradients(2);
+    for (auto pair : {modes(RecomputeMode::Selective, RecomputeMode::Selective),
+                      modes(RecomputeMode::Full, RecomputeMode::Full),
+                      modes(RecomputeMode::Full, RecomputeMode::Selective),
+                      modes(RecomputeMode::None, RecomputeMode::Full),
+                      modes(RecomputeMode::Selective, RecomputeMode::None)}) {
+      Fixture f(pair, 2, 1, config);
+      EXPECT_EQ(f.gradients(2), none)
+          << "modes " << int(pair[0]) << "," << int(pair[1]) << " seq_len " << config.seq_len;
+    }
   }
 }
 
@@ -119,6 +126,20 @@ TEST(GptStage, RecomputationKeepsLessActivationMemory) {
                             .memory.peak(MemoryCategory::kActivations);
   EXPECT_LT(selective, none);
   EXPECT_LT(full, selective);
+}
+
+TEST(GptStage, ActivationMemoryIsLinearInTheSequenceLength) {
+  // The fused attention keeps no [B, H, T, T] tensor, in any mode and in no
+  // scratch: doubling T exactly doubles the kept activations and the workspace.
+  GptConfig doubled = tiny_config();
+  doubled.seq_len *= 2;
+  for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
+    const Fixture base(modes(mode, mode), 2, 3), twice(modes(mode, mode), 2, 3, doubled);
+    for (MemoryCategory category : {MemoryCategory::kActivations, MemoryCategory::kWorkspace}) {
+      EXPECT_EQ(twice.memory.peak(category), 2 * base.memory.peak(category))
+          << "mode " << int(mode) << " category " << int(category);
+    }
+  }
 }
 
 TEST(GptStage, SlotsInFlightAreIndependent) {

@@ -122,6 +122,8 @@ ForwardBackward time_stage(kernels::Ops& ops, const GptConfig& config, const Sta
   return result;
 }
 
+// The attention core: one fused attention_forward (scores, softmax, values),
+// what selective recompute repeats in backward.
 double time_attention_core(kernels::Ops& ops, const GptConfig& config, int tensor_parallel,
                            int micro_batch, int repetitions) {
   const int heads = config.num_heads / tensor_parallel, head_dim = config.head_dim();
@@ -131,12 +133,11 @@ double time_attention_core(kernels::Ops& ops, const GptConfig& config, int tenso
       memory.allocate(tokens * 3 * heads * head_dim * sizeof(float), MemoryCategory::kWorkspace));
   auto* out = static_cast<float*>(
       memory.allocate(tokens * heads * head_dim * sizeof(float), MemoryCategory::kWorkspace));
-  auto* att = static_cast<float*>(memory.allocate(
-      static_cast<size_t>(micro_batch) * heads * config.seq_len * config.seq_len * sizeof(float),
-      MemoryCategory::kWorkspace));
+  auto* logsumexp = static_cast<float*>(
+      memory.allocate(tokens * heads * sizeof(float), MemoryCategory::kWorkspace));
   fill_host(ops, qkv, tokens * 3 * heads * head_dim, 1.0f);
   return mean_seconds(ops, repetitions, [&] {
-    ops.attention_forward(out, att, qkv, micro_batch, config.seq_len, heads, head_dim);
+    ops.attention_forward(out, logsumexp, qkv, micro_batch, config.seq_len, heads, head_dim);
   });
 }
 

@@ -1,8 +1,9 @@
-// cpu_attention_test.cc: the CPU attention (kernels/cpu/cpu_attention.cc)
-// against a plain double-precision reference at sequence lengths that span
-// several blocks of its block-triangular GEMMs, with a partial last block:
-// forward output, probabilities (exactly zero above the diagonal), and the
-// accumulated backward; plus independence of the batch size, bit for bit.
+// cpu_attention_test.cc: the CPU flash attention (kernels/cpu/cpu_attention.cc)
+// against a plain double-precision reference that materialises the
+// probabilities, at sequence lengths that span several query blocks and key
+// chunks, with a partial last tile: forward output, logsumexp, and the
+// accumulated backward; large scores (the online softmax's rescaling);
+// independence of the batch size and determinism, bit for bit.
 // The small-T hand-computed and finite-difference checks are in
 // cpu_ops_test.cc and cpu_ops_gradcheck_test.cc.
 #include <gtest/gtest.h>
@@ -29,7 +30,7 @@ std::vector<float> pseudo_random(size_t n, uint32_t seed, float scale) {
 }
 
 struct Reference {
-  std::vector<double> out, att, dqkv;
+  std::vector<double> out, logsumexp, dqkv;
 };
 
 // Causal attention and its gradient in double, the textbook way (llm.c's loops).
@@ -38,9 +39,9 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
   const int C = H * D, C3 = 3 * C;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   Reference ref{std::vector<double>(static_cast<size_t>(B) * T * C, 0.0),
-                std::vector<double>(static_cast<size_t>(B) * H * T * T, 0.0),
+                std::vector<double>(static_cast<size_t>(B) * H * T, 0.0),
                 std::vector<double>(qkv.size(), 0.0)};
-  std::vector<double> dp(T);
+  std::vector<double> p(T), dp(T);
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < H; h++) {
       auto q = [&](int t, int d) { return double{qkv[(size_t(b) * T + t) * C3 + h * D + d]}; };
@@ -52,7 +53,6 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
         return ref.dqkv[(size_t(b) * T + t) * C3 + h * D + d];
       };
       for (int t = 0; t < T; t++) {
-        double* p = &ref.att[((size_t(b) * H + h) * T + t) * T];
         double max_score = -1e300;
         for (int j = 0; j <= t; j++) {
           double s = 0.0;
@@ -63,6 +63,7 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
         double sum = 0.0;
         for (int j = 0; j <= t; j++) sum += (p[j] = std::exp(p[j] - max_score));
         for (int j = 0; j <= t; j++) p[j] /= sum;
+        ref.logsumexp[(size_t(b) * H + h) * T + t] = max_score + std::log(sum);
         const size_t out_row = (size_t(b) * T + t) * C + h * D;
         for (int d = 0; d < D; d++) {
           for (int j = 0; j <= t; j++) ref.out[out_row + d] += p[j] * v(j, d);
@@ -107,65 +108,86 @@ void expect_close(const std::vector<Actual>& actual, const std::vector<double>& 
                               << " vs " << expected[worst_index];
 }
 
-void check_against_reference(int B, int T, int H, int D) {
-  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " H=" << H << " D=" << D);
+struct Outputs {
+  std::vector<float> out, logsumexp, dqkv;
+};
+
+// Forward, then backward into dqkv_before (garbage in every output and in the
+// scratch: every entry must be written, and scratch must not be read first).
+Outputs run_attention(Ops& ops, const std::vector<float>& qkv, const std::vector<float>& dout,
+                      const std::vector<float>& dqkv_before, int B, int T, int H, int D) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Outputs result{std::vector<float>(dout.size(), nan),
+                 std::vector<float>(static_cast<size_t>(B) * H * T, nan), dqkv_before};
+  ops.attention_forward(result.out.data(), result.logsumexp.data(), qkv.data(), B, T, H, D);
+  std::vector<float> scratch(result.logsumexp.size(), nan);
+  ops.attention_backward(result.dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                         result.out.data(), result.logsumexp.data(), B, T, H, D);
+  return result;
+}
+
+// qkv_scale sets the size of the scaled scores: standard deviation qkv_scale^2 / 3.
+// Tolerances scale with error_scale: a float score s carries ~|s| * 2^-24 of
+// rounding, which exp passes on to the probabilities as a relative error.
+void check_against_reference(int B, int T, int H, int D, float qkv_scale = 1.5f,
+                             double error_scale = 1.0) {
+  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " H=" << H << " D=" << D
+                                  << " qkv_scale=" << qkv_scale);
   auto ops = make_cpu_ops();
   const int C = H * D;
-  const auto qkv = pseudo_random(static_cast<size_t>(B) * T * 3 * C, 1, 1.5f);
+  const auto qkv = pseudo_random(static_cast<size_t>(B) * T * 3 * C, 1, qkv_scale);
   const auto dout = pseudo_random(static_cast<size_t>(B) * T * C, 2, 1.0f);
-  const Reference ref = reference_attention(qkv, dout, B, T, H, D);
-
-  // NaN in the outputs and the scratch: every entry must be written, and the
-  // backward must not read scratch it did not write.
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> out(dout.size(), nan), att(static_cast<size_t>(B) * H * T * T, nan);
-  ops->attention_forward(out.data(), att.data(), qkv.data(), B, T, H, D);
-  expect_close(out, ref.out, 2e-6, "out");
-  expect_close(att, ref.att, 2e-6, "att");
-  for (size_t row = 0; row < att.size() / T; row++) {
-    const int t = static_cast<int>(row % T);
-    for (int j = t + 1; j < T; j++) ASSERT_EQ(att[row * T + j], 0.0f) << row << ", " << j;
-  }
-
-  std::vector<float> scratch(att.size(), nan);
   const auto dqkv_before = pseudo_random(qkv.size(), 3, 1.0f);
-  std::vector<float> dqkv = dqkv_before;
-  ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, H,
-                          D);
-  std::vector<double> added(dqkv.size());
-  for (size_t i = 0; i < dqkv.size(); i++) added[i] = double{dqkv[i]} - dqkv_before[i];
-  expect_close(added, ref.dqkv, 5e-6, "dqkv");
+  const Reference ref = reference_attention(qkv, dout, B, T, H, D);
+  const Outputs actual = run_attention(*ops, qkv, dout, dqkv_before, B, T, H, D);
+  // float rounding in the scores, exp_approx (~2 ulp) and the online
+  // softmax's rescaling: a few 1e-7, relative to 1 + |expected|.
+  expect_close(actual.out, ref.out, 2e-6 * error_scale, "out");
+  expect_close(actual.logsumexp, ref.logsumexp, 2e-6 * error_scale, "logsumexp");
+  std::vector<double> added(actual.dqkv.size());
+  for (size_t i = 0; i < added.size(); i++) added[i] = double{actual.dqkv[i]} - dqkv_before[i];
+  // Sums of up to T products, each carrying the probabilities' error.
+  expect_close(added, ref.dqkv, 5e-6 * error_scale, "dqkv");
 }
 
-TEST(CpuAttention, MatchesReferenceAcrossBlocks) {
-  check_against_reference(2, 200, 2, 8);   // blocks of 64: 64, 64, 64, 8
-  check_against_reference(1, 600, 1, 16);  // blocks of 128: 4 x 128, 88
-  check_against_reference(1, 64, 3, 4);    // exactly one block
+TEST(CpuAttention, MatchesReferenceAcrossTiles) {
+  check_against_reference(2, 200, 2, 8);   // tiles of 64: 64, 64, 64, 8
+  check_against_reference(1, 600, 1, 16);  // tiles of 128: 4 x 128, 88
+  check_against_reference(1, 64, 3, 4);    // exactly one tile
+  check_against_reference(1, 129, 2, 4);   // a last tile of one row
+  check_against_reference(1, 1, 2, 5);     // one token
 }
 
-TEST(CpuAttention, BatchElementsAreIndependentBitwise) {
-  // Batch 1 of a B = 3 call gives bitwise the B = 1 result on that slice.
+TEST(CpuAttention, MatchesReferenceWithLargeScores) {
+  // Scores up to ~50 whose row maximum moves from chunk to chunk (64, 64,
+  // 22 keys): the online softmax rescales earlier chunks by exp(old max - new
+  // max). Their float rounding (~50 * 2^-24 = 3e-6) is ten times that of the
+  // scores above.
+  check_against_reference(1, 150, 2, 16, 6.0f, 10.0);
+}
+
+TEST(CpuAttention, BatchElementsAreIndependentAndDeterministicBitwise) {
+  // Batch 1 of a B = 3 call gives bitwise the B = 1 result on that slice, and
+  // a second call gives bitwise the first.
   auto ops = make_cpu_ops();
   const int B = 3, T = 130, H = 2, D = 8, C = H * D;
   const auto qkv = pseudo_random(static_cast<size_t>(B) * T * 3 * C, 4, 1.0f);
   const auto dout = pseudo_random(static_cast<size_t>(B) * T * C, 5, 1.0f);
-  std::vector<float> out(dout.size()), att(static_cast<size_t>(B) * H * T * T), scratch(att.size());
-  std::vector<float> dqkv(qkv.size(), 0.0f);
-  ops->attention_forward(out.data(), att.data(), qkv.data(), B, T, H, D);
-  ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, H,
-                          D);
+  const Outputs whole = run_attention(*ops, qkv, dout, std::vector<float>(qkv.size()), B, T, H, D);
+  const Outputs again = run_attention(*ops, qkv, dout, std::vector<float>(qkv.size()), B, T, H, D);
+  EXPECT_EQ(whole.out, again.out);
+  EXPECT_EQ(whole.logsumexp, again.logsumexp);
+  EXPECT_EQ(whole.dqkv, again.dqkv);
 
   const size_t qkv_slice = static_cast<size_t>(T) * 3 * C, out_slice = static_cast<size_t>(T) * C;
+  const size_t row_slice = static_cast<size_t>(H) * T;
   const std::vector<float> qkv1(qkv.begin() + qkv_slice, qkv.begin() + 2 * qkv_slice);
   const std::vector<float> dout1(dout.begin() + out_slice, dout.begin() + 2 * out_slice);
-  std::vector<float> out1(out_slice), att1(static_cast<size_t>(H) * T * T), scratch1(att1.size());
-  std::vector<float> dqkv1(qkv_slice, 0.0f);
-  ops->attention_forward(out1.data(), att1.data(), qkv1.data(), 1, T, H, D);
-  ops->attention_backward(dqkv1.data(), scratch1.data(), dout1.data(), qkv1.data(), att1.data(), 1,
-                          T, H, D);
-  EXPECT_TRUE(std::equal(out1.begin(), out1.end(), out.begin() + out_slice));
-  EXPECT_TRUE(std::equal(att1.begin(), att1.end(), att.begin() + att1.size()));
-  EXPECT_TRUE(std::equal(dqkv1.begin(), dqkv1.end(), dqkv.begin() + qkv_slice));
+  const Outputs one = run_attention(*ops, qkv1, dout1, std::vector<float>(qkv_slice), 1, T, H, D);
+  EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), whole.out.begin() + out_slice));
+  EXPECT_TRUE(
+      std::equal(one.logsumexp.begin(), one.logsumexp.end(), whole.logsumexp.begin() + row_slice));
+  EXPECT_TRUE(std::equal(one.dqkv.begin(), one.dqkv.end(), whole.dqkv.begin() + qkv_slice));
 }
 
 }  // namespace

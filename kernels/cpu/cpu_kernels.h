@@ -116,10 +116,11 @@ inline void scaled_exp(float* out, const float* x, float shift, float scale, siz
 
 // ---- kernels (semantics as the Ops methods of the same names in kernels/ops.h) ------------
 
-void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
+void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
                        int num_heads, int head_dim);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int batch, int seq_len, int num_heads, int head_dim);
+                        const float* out, const float* logsumexp, int batch, int seq_len,
+                        int num_heads, int head_dim);
 
 void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale);

@@ -286,15 +286,16 @@ class CpuOps final : public Ops {
 
   // ---- attention (cpu_attention.cc) ---------------------------------------------------------
 
-  void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
+  void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
                          int num_heads, int head_dim) override {
-    cpu::attention_forward(out, att, qkv, batch, seq_len, num_heads, head_dim);
+    cpu::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim);
   }
 
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* att, int batch, int seq_len, int num_heads,
-                          int head_dim) override {
-    cpu::attention_backward(dqkv, scratch, dout, qkv, att, batch, seq_len, num_heads, head_dim);
+                          const float* out, const float* logsumexp, int batch, int seq_len,
+                          int num_heads, int head_dim) override {
+    cpu::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
+                            head_dim);
   }
 
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------

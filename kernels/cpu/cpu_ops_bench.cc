@@ -88,10 +88,10 @@ void BM_AttentionForward(benchmark::State& state, Shape shape) {
   const int rows = shape.rows(), T = shape.seq_len;
   const auto qkv = filled(static_cast<size_t>(rows) * 3 * shape.channels, 5);
   std::vector<float> out(static_cast<size_t>(rows) * shape.channels);
-  std::vector<float> att(static_cast<size_t>(shape.batch) * shape.num_heads * T * T);
+  std::vector<float> logsumexp(static_cast<size_t>(shape.batch) * shape.num_heads * T);
   for (auto _ : state) {
-    ops->attention_forward(out.data(), att.data(), qkv.data(), shape.batch, T, shape.num_heads,
-                           shape.head_dim());
+    ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), shape.batch, T,
+                           shape.num_heads, shape.head_dim());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -105,13 +105,13 @@ void BM_AttentionBackward(benchmark::State& state, Shape shape) {
   const auto qkv = filled(static_cast<size_t>(rows) * 3 * shape.channels, 5);
   const auto dout = filled(static_cast<size_t>(rows) * shape.channels, 6);
   std::vector<float> out(dout.size()), dqkv(qkv.size());
-  std::vector<float> att(static_cast<size_t>(shape.batch) * shape.num_heads * T * T);
-  std::vector<float> scratch(att.size());
-  ops->attention_forward(out.data(), att.data(), qkv.data(), shape.batch, T, shape.num_heads,
+  std::vector<float> logsumexp(static_cast<size_t>(shape.batch) * shape.num_heads * T);
+  std::vector<float> scratch(logsumexp.size());
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), shape.batch, T, shape.num_heads,
                          shape.head_dim());
   for (auto _ : state) {
-    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
-                            shape.batch, T, shape.num_heads, shape.head_dim());
+    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                            logsumexp.data(), shape.batch, T, shape.num_heads, shape.head_dim());
     benchmark::DoNotOptimize(dqkv.data());
     benchmark::ClobberMemory();
   }

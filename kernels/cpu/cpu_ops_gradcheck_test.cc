@@ -250,32 +250,42 @@ TEST_F(CpuGradientCheck, Gelu) {
   expect_backward_accumulates("gelu", {&dinp}, backward);
 }
 
-TEST_F(CpuGradientCheck, Attention) {
-  const int batch = 2, seq_len = 5, num_heads = 2, head_dim = 3;
+void check_attention(Ops& ops, int batch, int seq_len, int num_heads, int head_dim) {
   const int channels = num_heads * head_dim;
   // Scores of a few units, so the softmax is far from uniform.
   std::vector<float> qkv = random_vector(batch * seq_len * 3 * channels, 41, -1.5f, 1.5f);
   const std::vector<float> probe = random_vector(batch * seq_len * channels, 42);
   std::vector<float> out(batch * seq_len * channels);
-  std::vector<float> att(batch * num_heads * seq_len * seq_len);
+  std::vector<float> logsumexp(batch * num_heads * seq_len);
   auto objective = [&] {
-    ops->attention_forward(out.data(), att.data(), qkv.data(), batch, seq_len, num_heads, head_dim);
+    ops.attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
+                          head_dim);
     return weighted_sum(out, probe);
   };
-  objective();  // fills att for the backward
-  std::vector<float> scratch(att.size());
+  objective();  // fills out and logsumexp for the backward
+  std::vector<float> scratch(logsumexp.size());
   std::vector<float> dqkv_before = random_vector(qkv.size(), 43);
   std::vector<float> dqkv = dqkv_before;
   auto backward = [&] {
     // Fill scratch with garbage: the backward must not depend on its contents.
     std::fill(scratch.begin(), scratch.end(), 1e30f);
-    ops->attention_backward(dqkv.data(), scratch.data(), probe.data(), qkv.data(), att.data(),
-                            batch, seq_len, num_heads, head_dim);
+    ops.attention_backward(dqkv.data(), scratch.data(), probe.data(), qkv.data(), out.data(),
+                           logsumexp.data(), batch, seq_len, num_heads, head_dim);
   };
   backward();
   expect_gradient_matches("attention dqkv", qkv, added(dqkv, dqkv_before), objective);
-  objective();  // restores the saved statistics of the unperturbed input
+  objective();  // restores out and logsumexp of the unperturbed input
   expect_backward_accumulates("attention", {&dqkv}, backward);
+}
+
+TEST_F(CpuGradientCheck, Attention) {
+  check_attention(*ops, 2, 5, 2, 3);
+}
+
+TEST_F(CpuGradientCheck, AttentionAcrossTiles) {
+  // 70 tokens: two query blocks and key chunks (64 + 6), so the online
+  // softmax's rescaling and the off-diagonal tiles carry gradient.
+  check_attention(*ops, 1, 70, 1, 4);
 }
 
 TEST_F(CpuGradientCheck, SoftmaxCrossEntropy) {

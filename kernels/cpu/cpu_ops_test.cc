@@ -1,6 +1,6 @@
 // cpu_ops_test.cc: hand-computed cases and contract checks for the CPU backend
 // of kernels/ops.h: memory ops, embedding lookups (including a vocab range),
-// layer norm, linear, GELU, attention (T = 1, causal mask), cross-entropy
+// layer norm, linear, GELU, attention (T = 1, equal keys, causal mask), cross-entropy
 // (uniform logits, stability, aliasing), AdamW against a hand computation,
 // sum_of_squares, bitwise determinism of a small forward + backward pass, and
 // the OpenBLAS thread count of make_cpu_ops(num_threads).
@@ -197,15 +197,21 @@ TEST_F(CpuOpsTest, ResidualAccumulateScale) {
 TEST_F(CpuOpsTest, AttentionSingleTokenReturnsValue) {
   const int batch = 2, num_heads = 2, head_dim = 3, channels = num_heads * head_dim;
   const std::vector<float> qkv = pseudo_random(batch * 3 * channels, 1);
-  std::vector<float> out(batch * channels), att(batch * num_heads);
-  ops->attention_forward(out.data(), att.data(), qkv.data(), batch, 1, num_heads, head_dim);
+  std::vector<float> out(batch * channels), logsumexp(batch * num_heads);
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, 1, num_heads, head_dim);
   for (int b = 0; b < batch; b++) {
     for (int c = 0; c < channels; c++) {
       // A single token attends only to itself: out = v.
       EXPECT_FLOAT_EQ(out[b * channels + c], qkv[b * 3 * channels + 2 * channels + c]);
     }
+    // One score: logsumexp = q . k / sqrt(D).
+    for (int h = 0; h < num_heads; h++) {
+      const float* q = &qkv[b * 3 * channels + h * head_dim];
+      const float* k = q + channels;
+      const float score = (q[0] * k[0] + q[1] * k[1] + q[2] * k[2]) / std::sqrt(3.0f);
+      EXPECT_NEAR(logsumexp[b * num_heads + h], score, kTolerance);
+    }
   }
-  EXPECT_EQ(att, std::vector<float>(batch * num_heads, 1.0f));
 }
 
 TEST_F(CpuOpsTest, AttentionWithEqualKeysAveragesPastValues) {
@@ -219,46 +225,44 @@ TEST_F(CpuOpsTest, AttentionWithEqualKeysAveragesPastValues) {
     qkv[t * stride + 4] = values[t * 2];  // value
     qkv[t * stride + 5] = values[t * 2 + 1];
   }
-  std::vector<float> out(seq_len * head_dim), att(seq_len * seq_len);
-  ops->attention_forward(out.data(), att.data(), qkv.data(), 1, seq_len, 1, head_dim);
+  std::vector<float> out(seq_len * head_dim), logsumexp(seq_len);
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), 1, seq_len, 1, head_dim);
   EXPECT_NEAR(out[2], (1 + 4) / 2.0f, kTolerance);
   EXPECT_NEAR(out[3], (2 + 8) / 2.0f, kTolerance);
   EXPECT_NEAR(out[4], (1 + 4 + 16) / 3.0f, 4 * kTolerance);
   EXPECT_NEAR(out[5], (2 + 8 + 32) / 3.0f, 8 * kTolerance);
-  EXPECT_EQ(att[1], 0.0f);  // above the diagonal
-  EXPECT_NEAR(att[3 + 0], 0.5f, kTolerance);
-  EXPECT_NEAR(att[6 + 2], 1.0f / 3.0f, kTolerance);
+  // t + 1 equal scores s: logsumexp = s + log(t + 1).
+  for (int t = 0; t < seq_len; t++) {
+    const float score = (qkv[t * stride] * 0.25f - qkv[t * stride + 1] * 0.5f) / std::sqrt(2.0f);
+    EXPECT_NEAR(logsumexp[t], score + std::log(t + 1.0f), 2 * kTolerance) << t;
+  }
 }
 
 TEST_F(CpuOpsTest, AttentionIsCausal) {
   const int batch = 2, seq_len = 5, num_heads = 2, head_dim = 3;
   const int channels = num_heads * head_dim, stride = 3 * channels;
   std::vector<float> qkv = pseudo_random(batch * seq_len * stride, 3);
-  std::vector<float> out(batch * seq_len * channels);
-  // Garbage in att: the forward must write every entry, zeros above the diagonal.
-  std::vector<float> att(batch * num_heads * seq_len * seq_len, 7.0f);
-  ops->attention_forward(out.data(), att.data(), qkv.data(), batch, seq_len, num_heads, head_dim);
-  for (int row = 0; row < batch * num_heads * seq_len; row++) {
-    const int t = row % seq_len;
-    float row_sum = 0.0f;
-    for (int t2 = 0; t2 < seq_len; t2++) {
-      if (t2 > t) {
-        EXPECT_EQ(att[row * seq_len + t2], 0.0f);
-      }
-      row_sum += att[row * seq_len + t2];
-    }
-    EXPECT_NEAR(row_sum, 1.0f, kTolerance);
-  }
+  // Garbage in the outputs: the forward must write every entry.
+  std::vector<float> out(batch * seq_len * channels, 7.0f);
+  std::vector<float> logsumexp(batch * num_heads * seq_len, 7.0f);
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
+                         head_dim);
+  for (float value : out) ASSERT_TRUE(std::isfinite(value) && std::fabs(value) <= 1.0f) << value;
   // Change q, k and v of token 3 in batch 0: outputs of tokens 0..2 (and all of
   // batch 1) must stay bitwise the same; token 3's output must change.
-  const std::vector<float> before = out;
+  const std::vector<float> before = out, logsumexp_before = logsumexp;
   for (int c = 0; c < stride; c++) qkv[3 * stride + c] += 0.75f;
-  ops->attention_forward(out.data(), att.data(), qkv.data(), batch, seq_len, num_heads, head_dim);
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
+                         head_dim);
   for (int i = 0; i < 3 * channels; i++) EXPECT_EQ(out[i], before[i]) << i;
   for (int i = seq_len * channels; i < batch * seq_len * channels; i++) {
     EXPECT_EQ(out[i], before[i]) << i;
   }
   for (int c = 0; c < channels; c++) EXPECT_NE(out[3 * channels + c], before[3 * channels + c]);
+  for (int h = 0; h < num_heads; h++) {
+    for (int t = 0; t < 3; t++)
+      EXPECT_EQ(logsumexp[h * seq_len + t], logsumexp_before[h * seq_len + t]);
+  }
 }
 
 // ---- loss ------------------------------------------------------------------------------------
@@ -384,7 +388,7 @@ std::vector<float> run_tiny_model(Ops& ops) {
 
   std::vector<float> x(rows * channels), ln(rows * channels), mean(rows), rstd(rows);
   std::vector<float> qkv(rows * 3 * channels), attn(rows * channels);
-  std::vector<float> att(batch * num_heads * seq_len * seq_len), scratch(att.size());
+  std::vector<float> logsumexp(batch * num_heads * seq_len), scratch(logsumexp.size());
   std::vector<float> proj(rows * channels), res(rows * channels), hidden(rows * channels);
   std::vector<float> logits(rows * vocab), losses(rows);
   ops.token_embedding_forward(x.data(), tokens.data(), wte.data(), rows, 0, vocab, channels);
@@ -393,7 +397,8 @@ std::vector<float> run_tiny_model(Ops& ops) {
                         ln_bias.data(), rows, channels, 1e-5f);
   ops.linear_forward(qkv.data(), ln.data(), qkv_weight.data(), qkv_bias.data(), rows, channels,
                      3 * channels);
-  ops.attention_forward(attn.data(), att.data(), qkv.data(), batch, seq_len, num_heads, head_dim);
+  ops.attention_forward(attn.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
+                        head_dim);
   ops.linear_forward(proj.data(), attn.data(), proj_weight.data(), proj_bias.data(), rows, channels,
                      channels);
   ops.residual_forward(res.data(), x.data(), proj.data(), res.size());
@@ -416,8 +421,8 @@ std::vector<float> run_tiny_model(Ops& ops) {
   ops.accumulate(dx.data(), dres.data(), dx.size());
   ops.linear_backward(dattn.data(), dproj_weight.data(), dproj_bias.data(), dres.data(),
                       attn.data(), proj_weight.data(), rows, channels, channels);
-  ops.attention_backward(dqkv.data(), scratch.data(), dattn.data(), qkv.data(), att.data(), batch,
-                         seq_len, num_heads, head_dim);
+  ops.attention_backward(dqkv.data(), scratch.data(), dattn.data(), qkv.data(), attn.data(),
+                         logsumexp.data(), batch, seq_len, num_heads, head_dim);
   ops.linear_backward(dln.data(), dqkv_weight.data(), dqkv_bias.data(), dqkv.data(), ln.data(),
                       qkv_weight.data(), rows, channels, 3 * channels);
   ops.layernorm_backward(dx.data(), dln_weight.data(), dln_bias.data(), dln.data(), x.data(),
@@ -431,7 +436,7 @@ std::vector<float> run_tiny_model(Ops& ops) {
 
   std::vector<float> everything;
   for (const auto* part : {&losses, &dwte, &dwpe, &dln_weight, &dln_bias, &dqkv_weight, &dqkv_bias,
-                           &dproj_weight, &dproj_bias, &wte, &att}) {
+                           &dproj_weight, &dproj_bias, &wte, &attn, &logsumexp}) {
     everything.insert(everything.end(), part->begin(), part->end());
   }
   everything.push_back(static_cast<float>(gradient_norm_squared));

@@ -11,7 +11,6 @@
 // bitwise the same outputs.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -50,14 +49,6 @@ class DeviceScratch {
   cudaStream_t stream_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
-};
-
-// What the attention GEMMs need: the cuBLAS handle (bound to the stream) and
-// the compute type (CUBLAS_COMPUTE_32F_FAST_TF32 or CUBLAS_COMPUTE_32F).
-struct GemmContext {
-  cublasHandle_t handle;
-  cublasComputeType_t compute_type;
-  cudaStream_t stream;
 };
 
 // The Ops object itself (cuda_ops.cu); make_cuda_ops (cuda_device.cu) picks
@@ -107,14 +98,14 @@ void position_embedding_forward(float* out, const float* wpe, int batch, int seq
 void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
                                  int channels, cudaStream_t stream);
 
-// ---- cuda_attention.cu
-// ---------------------------------------------------------------------------
+// ---- cuda_attention.cu ---------------------------------------------------------------------
+// Fused (flash) attention, fp32 FMA; head_dim <= 128 (std::invalid_argument beyond).
 
-void attention_forward(const GemmContext& gemm, float* out, float* att, const float* qkv, int batch,
-                       int seq_len, int num_heads, int head_dim);
-void attention_backward(const GemmContext& gemm, float* dqkv, float* scratch, const float* dout,
-                        const float* qkv, const float* att, int batch, int seq_len, int num_heads,
-                        int head_dim);
+void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
+                       int num_heads, int head_dim, cudaStream_t stream);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* logsumexp, int batch, int seq_len,
+                        int num_heads, int head_dim, cudaStream_t stream);
 
 // ---- cuda_loss.cu
 // ------------------------------------------------------------------------------------ error_row is

@@ -321,16 +321,16 @@ class CudaOps final : public Ops {
 
   // ---- attention (cuda_attention.cu) ---------------------------------------------------------
 
-  void attention_forward(float* out, float* att, const float* qkv, int batch, int seq_len,
+  void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
                          int num_heads, int head_dim) override {
-    cuda::attention_forward(gemm_context(), out, att, qkv, batch, seq_len, num_heads, head_dim);
+    cuda::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim, stream_);
   }
 
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* att, int batch, int seq_len, int num_heads,
-                          int head_dim) override {
-    cuda::attention_backward(gemm_context(), dqkv, scratch, dout, qkv, att, batch, seq_len,
-                             num_heads, head_dim);
+                          const float* out, const float* logsumexp, int batch, int seq_len,
+                          int num_heads, int head_dim) override {
+    cuda::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
+                             head_dim, stream_);
   }
 
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------
@@ -380,8 +380,6 @@ class CudaOps final : public Ops {
   }
 
  private:
-  GemmContext gemm_context() const { return GemmContext{cublas_, compute_type_, stream_}; }
-
   // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major), with an
   // optional epilogue (bias: the vector added to D's rows; BGRADB: where the
   // column sums of op(B) over k go). Returns false, having run nothing, when

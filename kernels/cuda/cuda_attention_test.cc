@@ -1,0 +1,290 @@
+// cuda_attention_test.cc: the CUDA backend's fused attention and losses
+// against the CPU backend (the same seeded inputs through both, compared
+// within the tolerances of cuda_test_support.h and below): attention forward
+// (out, logsumexp) and backward over head dims that take every padded kernel
+// variant (16, 32, 64, 128), sequence lengths with partial tiles, large scores,
+// unaligned and odd-width inputs (the scalar loads); determinism, batch
+// independence and TF32 independence, bitwise; the softmax + cross-entropy,
+// its vocab-parallel steps and out-of-range targets. Skips, visibly, without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/cuda_test_support.h"
+#include "kernels/ops.h"
+
+namespace paraplan::kernels {
+namespace {
+
+using namespace cuda_test_support;
+
+// ---- attention -----------------------------------------------------------------------------
+
+// Both backends run attention in fp32 (the CUDA kernels use plain FMA, no
+// tensor cores, so TF32 does not apply). They differ in summation order, exp
+// (expf vs exp_approx) and where the online softmax rescales (CUDA every 64
+// keys, the CPU every 64 or 128): a few ulp per score. The backward's
+// P * (dP - D) cancels, and sums run over up to 300 keys, so the tolerance is
+// five times kStrictTolerance; an indexing or masking error is O(1).
+constexpr double kAttentionTolerance = 1e-4;
+
+struct AttentionShape {
+  int batch, seq_len, num_heads, head_dim;
+  float qkv_scale = 1.5f;  // scaled scores have standard deviation qkv_scale^2 / 3
+  bool unaligned = false;  // qkv and dout 4-byte aligned only: the scalar loads
+};
+
+std::string describe(const AttentionShape& s) {
+  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq_len) +
+         " H=" + std::to_string(s.num_heads) + " D=" + std::to_string(s.head_dim) +
+         (s.unaligned ? " unaligned" : "");
+}
+
+// out, logsumexp, and the gradient the backward added to dqkv (which starts at
+// random values: backward accumulates). When `forward` is given (the CPU's out
+// and logsumexp), the backward reads those, so both backends' backward passes
+// see the same inputs.
+Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward = nullptr) {
+  const int C = s.num_heads * s.head_dim;
+  const size_t qkv_size = static_cast<size_t>(s.batch) * s.seq_len * 3 * C;
+  const size_t out_size = static_cast<size_t>(s.batch) * s.seq_len * C;
+  const size_t rows = static_cast<size_t>(s.batch) * s.num_heads * s.seq_len;
+  Buffers buffers(ops);
+  const float* qkv = buffers.upload(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
+  float* out = static_cast<float*>(buffers.allocate(out_size * sizeof(float)));
+  float* logsumexp = static_cast<float*>(buffers.allocate(rows * sizeof(float)));
+  ops.attention_forward(out, logsumexp, qkv, s.batch, s.seq_len, s.num_heads, s.head_dim);
+  Tensors result{buffers.download(out, out_size), buffers.download(logsumexp, rows)};
+
+  const float* saved_out = forward != nullptr ? buffers.upload((*forward)[0]) : out;
+  const float* saved_logsumexp = forward != nullptr ? buffers.upload((*forward)[1]) : logsumexp;
+  const std::vector<float> dqkv_before = random_floats(qkv_size, 51);
+  float* dqkv = buffers.upload(dqkv_before, s.unaligned);
+  // Garbage scratch: the backward must write it before reading it.
+  float* scratch = buffers.upload(std::vector<float>(rows, 1e30f));
+  const float* dout = buffers.upload(random_floats(out_size, 52), s.unaligned);
+  ops.attention_backward(dqkv, scratch, dout, qkv, saved_out, saved_logsumexp, s.batch, s.seq_len,
+                         s.num_heads, s.head_dim);
+  std::vector<float> added = buffers.download(dqkv, qkv_size);
+  for (size_t i = 0; i < qkv_size; i++) added[i] -= dqkv_before[i];
+  result.push_back(std::move(added));
+  return result;
+}
+
+TEST(CudaAttention, MatchesCpu) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+  const AttentionShape shapes[] = {
+      {2, 33, 3, 8},                // D padded to 16; one partial tile
+      {2, 64, 2, 16},               // exactly one tile
+      {1, 130, 4, 32},              // 64 + 64 + 2 rows: the last tile nearly empty
+      {1, 200, 2, 64},              // GPT-2's head size, four tiles
+      {1, 150, 2, 128},             // the largest head size
+      {1, 300, 1, 40},              // D padded to 64; many backward sub-tiles
+      {2, 50, 3, 6},                // D % 4 != 0: scalar loads
+      {1, 100, 2, 32, 1.5f, true},  // unaligned: scalar loads
+      {1, 1, 2, 8},                 // one token: out = v
+      {1, 150, 2, 16, 6.0f},        // scores up to ~50: the online rescaling matters
+  };
+  for (const AttentionShape& s : shapes) {
+    const Tensors expected = attention_run(*cpu, s);
+    const Tensors actual = attention_run(*cuda, s, &expected);
+    expect_close(actual[0], expected[0], kAttentionTolerance, "out " + describe(s));
+    expect_close(actual[1], expected[1], kAttentionTolerance, "logsumexp " + describe(s));
+    expect_close(actual[2], expected[2], kAttentionTolerance, "dqkv " + describe(s));
+  }
+}
+
+TEST(CudaAttention, DeterministicBatchIndependentAndTf32Independent) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<Ops> cuda = make_cuda(true), strict = make_cuda(false);
+  for (const AttentionShape& s : {AttentionShape{4, 128, 4, 32}, AttentionShape{3, 130, 2, 64}}) {
+    const Tensors first = attention_run(*cuda, s);
+    EXPECT_EQ(attention_run(*cuda, s), first) << describe(s);
+    // No tensor cores: the GEMM mode changes nothing.
+    EXPECT_EQ(attention_run(*strict, s), first) << describe(s);
+  }
+  // Batch entry 1 of a B = 3 call gives bitwise the B = 1 result on its slice.
+  const int T = 130, H = 2, D = 64, C = H * D;
+  const std::vector<float> qkv = random_floats(static_cast<size_t>(3) * T * 3 * C, 54);
+  auto forward = [&](int batch, const float* host_qkv) {
+    Buffers buffers(*cuda);
+    const size_t out_size = static_cast<size_t>(batch) * T * C;
+    float* out = static_cast<float*>(buffers.allocate(out_size * sizeof(float)));
+    float* logsumexp = static_cast<float*>(buffers.allocate(batch * H * T * sizeof(float)));
+    const std::vector<float> input(host_qkv, host_qkv + static_cast<size_t>(batch) * T * 3 * C);
+    cuda->attention_forward(out, logsumexp, buffers.upload(input), batch, T, H, D);
+    return Tensors{buffers.download(out, out_size),
+                   buffers.download(logsumexp, static_cast<size_t>(batch) * H * T)};
+  };
+  const Tensors whole = forward(3, qkv.data());
+  const Tensors one = forward(1, qkv.data() + static_cast<size_t>(T) * 3 * C);
+  EXPECT_TRUE(std::equal(one[0].begin(), one[0].end(), whole[0].begin() + T * C));
+  EXPECT_TRUE(std::equal(one[1].begin(), one[1].end(), whole[1].begin() + H * T));
+}
+
+TEST(CudaAttention, RejectsHeadDimAbove128) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<Ops> cuda = make_cuda(true);
+  Buffers buffers(*cuda);
+  const int T = 4, D = 136;
+  float* qkv = buffers.upload(random_floats(static_cast<size_t>(T) * 3 * D, 55));
+  float* out = static_cast<float*>(buffers.allocate(T * D * sizeof(float)));
+  float* logsumexp = static_cast<float*>(buffers.allocate(T * sizeof(float)));
+  EXPECT_THROW(cuda->attention_forward(out, logsumexp, qkv, 1, T, 1, D), std::invalid_argument);
+}
+
+// ---- loss ------------------------------------------------------------------------------------
+
+// losses, then dlogits (separate buffer), then dlogits computed in place.
+Tensors cross_entropy_run(Ops& ops, const std::vector<float>& logits,
+                          const std::vector<int32_t>& targets, int vocab, bool unaligned) {
+  const int rows = static_cast<int>(targets.size());
+  Buffers buffers(ops);
+  const float* device_logits = buffers.upload(logits, unaligned);
+  const int32_t* device_targets = buffers.upload(targets);
+  float* losses = static_cast<float*>(buffers.allocate(rows * sizeof(float)));
+  float* dlogits = static_cast<float*>(buffers.allocate(logits.size() * sizeof(float)));
+  ops.softmax_cross_entropy(losses, dlogits, device_logits, device_targets, rows, vocab, 0.25f);
+  Tensors result{buffers.download(losses, rows), buffers.download(dlogits, logits.size())};
+  float* in_place = buffers.upload(logits, unaligned);
+  ops.softmax_cross_entropy(losses, in_place, in_place, device_targets, rows, vocab, 0.25f);
+  result.push_back(buffers.download(in_place, logits.size()));
+  ops.softmax_cross_entropy(losses, nullptr, device_logits, device_targets, rows, vocab, 0.25f);
+  result.push_back(buffers.download(losses, rows));  // evaluation: the same losses
+  return result;
+}
+
+TEST(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+  for (auto [vocab, unaligned] :
+       {std::pair{96, false}, std::pair{101, false}, std::pair{96, true}, std::pair{5000, false}}) {
+    const int rows = 13;
+    const std::vector<float> logits = random_floats(static_cast<size_t>(rows) * vocab, 60, 4.0f);
+    std::vector<int32_t> targets = random_ints(rows, 61, 0, vocab);
+    targets[0] = 0;
+    targets[1] = vocab - 1;
+    const Tensors actual = cross_entropy_run(*cuda, logits, targets, vocab, unaligned);
+    expect_all_close(actual, cross_entropy_run(*cpu, logits, targets, vocab, unaligned),
+                     kStrictTolerance, "cross-entropy V=" + std::to_string(vocab));
+    EXPECT_EQ(actual[1], actual[2]) << "in place must equal out of place";
+    EXPECT_EQ(actual[0], actual[3]) << "evaluation must give the training losses";
+  }
+}
+
+TEST(CudaOps, CrossEntropyRejectsTargetsOutOfRange) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<Ops> cuda = make_cuda(true);
+  Buffers buffers(*cuda);
+  const int rows = 4, vocab = 8;
+  float* logits = buffers.upload(random_floats(rows * vocab, 62));
+  float* losses = static_cast<float*>(buffers.allocate(rows * sizeof(float)));
+  float* stats = static_cast<float*>(buffers.allocate(2 * rows * sizeof(float)));
+  const int32_t* too_large = buffers.upload(std::vector<int32_t>{1, 2, 8, 3});
+  const int32_t* negative = buffers.upload(std::vector<int32_t>{1, -1, 2, 3});
+  const int32_t* valid = buffers.upload(std::vector<int32_t>{1, 2, 7, 3});
+  EXPECT_THROW(cuda->softmax_cross_entropy(losses, nullptr, logits, too_large, rows, vocab, 1.0f),
+               std::out_of_range);
+  EXPECT_THROW(cuda->softmax_cross_entropy(losses, nullptr, logits, negative, rows, vocab, 1.0f),
+               std::out_of_range);
+  EXPECT_THROW(
+      cuda->cross_entropy_shard_stats(stats, stats + rows, logits, negative, rows, vocab, 0),
+      std::out_of_range);
+  // A shard's stats accept targets of other shards (above its range).
+  EXPECT_NO_THROW(
+      cuda->cross_entropy_shard_stats(stats, stats + rows, logits, too_large, rows, vocab, 0));
+  // The error record was reset: valid targets pass again.
+  EXPECT_NO_THROW(cuda->softmax_cross_entropy(losses, nullptr, logits, valid, rows, vocab, 1.0f));
+}
+
+// The three vocab-parallel steps over num_shards slices, the statistics
+// combined on the host as the runtime's all-reduces would: losses, dlogits.
+Tensors sharded_cross_entropy(Ops& ops, const std::vector<float>& logits,
+                              const std::vector<int32_t>& targets, int vocab, int num_shards) {
+  const int rows = static_cast<int>(targets.size());
+  Buffers buffers(ops);
+  const int32_t* device_targets = buffers.upload(targets);
+  auto start_of = [&](int s) {
+    return static_cast<int>(static_cast<int64_t>(vocab) * s / num_shards);
+  };
+  std::vector<float*> slices(num_shards);
+  std::vector<float> row_max(rows, -INFINITY), target_logit(rows, 0.0f), exp_sum(rows, 0.0f);
+  float* stats = static_cast<float*>(buffers.allocate(2 * rows * sizeof(float)));
+  for (int s = 0; s < num_shards; s++) {
+    const int start = start_of(s), local = start_of(s + 1) - start;
+    std::vector<float> slice(static_cast<size_t>(rows) * local);
+    for (int r = 0; r < rows; r++) {
+      std::copy_n(logits.begin() + static_cast<size_t>(r) * vocab + start, local,
+                  slice.begin() + static_cast<size_t>(r) * local);
+    }
+    slices[s] = buffers.upload(slice);
+    ops.cross_entropy_shard_stats(stats, stats + rows, slices[s], device_targets, rows, local,
+                                  start);
+    const std::vector<float> host = buffers.download(stats, 2 * rows);
+    for (int r = 0; r < rows; r++) {
+      row_max[r] = std::max(row_max[r], host[r]);
+      target_logit[r] += host[rows + r];
+    }
+  }
+  const float* device_max = buffers.upload(row_max);
+  for (int s = 0; s < num_shards; s++) {
+    ops.cross_entropy_shard_exp_sums(stats, slices[s], device_max, rows,
+                                     start_of(s + 1) - start_of(s));
+    const std::vector<float> host = buffers.download(stats, rows);
+    for (int r = 0; r < rows; r++) exp_sum[r] += host[r];
+  }
+  const float* device_sum = buffers.upload(exp_sum);
+  const float* device_target_logit = buffers.upload(target_logit);
+  Tensors result{std::vector<float>(), std::vector<float>(logits.size())};
+  for (int s = 0; s < num_shards; s++) {
+    const int start = start_of(s), local = start_of(s + 1) - start;
+    // In place, as the model runs it.
+    ops.cross_entropy_shard_finish(stats, slices[s], slices[s], device_targets, device_max,
+                                   device_sum, device_target_logit, rows, local, start, 0.25f);
+    if (s == 0) result[0] = buffers.download(stats, rows);
+    const std::vector<float> slice = buffers.download(slices[s], static_cast<size_t>(rows) * local);
+    for (int r = 0; r < rows; r++) {
+      std::copy_n(slice.begin() + static_cast<size_t>(r) * local, local,
+                  result[1].begin() + static_cast<size_t>(r) * vocab + start);
+    }
+  }
+  return result;
+}
+
+TEST(CudaOps, ShardedCrossEntropyMatchesFusedAndCpu) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+  for (int vocab : {96, 101}) {
+    const int rows = 11;
+    const std::vector<float> logits = random_floats(static_cast<size_t>(rows) * vocab, 63, 4.0f);
+    const std::vector<int32_t> targets = random_ints(rows, 64, 0, vocab);
+    const Tensors fused = cross_entropy_run(*cuda, logits, targets, vocab, false);
+    // One shard: the fused op's results, bitwise (same mapping, same rounding).
+    const Tensors one = sharded_cross_entropy(*cuda, logits, targets, vocab, 1);
+    EXPECT_EQ(one[0], fused[0]) << "V=" << vocab;
+    EXPECT_EQ(one[1], fused[1]) << "V=" << vocab;
+    for (int shards : {2, 3}) {
+      const Tensors expected = sharded_cross_entropy(*cpu, logits, targets, vocab, shards);
+      expect_all_close(sharded_cross_entropy(*cuda, logits, targets, vocab, shards), expected,
+                       kStrictTolerance,
+                       std::to_string(shards) + " shards V=" + std::to_string(vocab));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace paraplan::kernels
