@@ -41,13 +41,20 @@ struct InspectArguments {
   bool json = false;
 };
 
-// --collective-timeout for the commands that run a plan.
-void add_collective_timeout_option(CLI::App& command, double& seconds) {
+// --collective-timeout and --transport for the commands that run a plan.
+void add_communication_options(CLI::App& command, double& timeout_seconds,
+                               std::string& transport) {
   command
-      .add_option("--collective-timeout", seconds,
+      .add_option("--collective-timeout", timeout_seconds,
                   "seconds a collective or pipeline transfer may take before the job ends "
                   "naming the rank, group and operation; 0 waits forever")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
+      .add_option("--transport", transport,
+                  "how ranks talk: auto (MPI for cpu; NCCL for cuda, or MPI staged through "
+                  "pinned host memory when ranks share a GPU), mpi, nccl, staged")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl", "staged"}))
       ->capture_default_str();
 }
 
@@ -131,7 +138,8 @@ int main(int argc, char** argv) {
   train_command->add_option("--log-json", train_options.log_json, "one JSON object per step");
   train_command->add_option("--backend", train_options.backend, "cpu or cuda")
       ->capture_default_str();
-  add_collective_timeout_option(*train_command, train_options.collective_timeout_seconds);
+  add_communication_options(*train_command, train_options.collective_timeout_seconds,
+                            train_options.transport);
 
   ReplayOptions replay_options;
   CLI::App* replay_command = app.add_subcommand(
@@ -143,7 +151,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   replay_command->add_option("--backend", replay_options.backend, "cpu or cuda")
       ->capture_default_str();
-  add_collective_timeout_option(*replay_command, replay_options.collective_timeout_seconds);
+  add_communication_options(*replay_command, replay_options.collective_timeout_seconds,
+                            replay_options.transport);
   replay_command->add_option("--report", replay_options.report_path, "write the report as JSON");
   replay_command->add_option("--trace", replay_options.trace_path,
                              "write a Chrome trace (opens in Perfetto), one track per rank");

@@ -29,20 +29,6 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<size_t>(length));
 }
 
-[[noreturn]] void throw_mpi_error(const std::string& group, const std::string& operation,
-                                  int code) {
-  throw std::runtime_error("MPI " + operation + " on group '" + group +
-                           "' failed: " + mpi_error_text(code));
-}
-
-// Every MPI call goes through this: a failure throws naming the group, the
-// operation and MPI's own description of the error.
-#define PARAPLAN_MPI_CHECK(group, operation, call)                                  \
-  do {                                                                              \
-    const int mpi_status_ = (call);                                                 \
-    if (mpi_status_ != MPI_SUCCESS) throw_mpi_error(group, operation, mpi_status_); \
-  } while (0)
-
 template <typename T>
 MPI_Datatype mpi_type_of();
 template <>
@@ -91,6 +77,11 @@ void check_group_arguments(int pipeline_size, int data_size, int tensor_size, in
 }
 
 }  // namespace
+
+void throw_mpi_error(const std::string& group, const std::string& operation, int code) {
+  throw std::runtime_error("MPI " + operation + " on group '" + group +
+                           "' failed: " + mpi_error_text(code));
+}
 
 // ---------------------------------------------------------------- MpiCommunicator
 

@@ -23,6 +23,19 @@
 
 namespace paraplan {
 
+// Throws std::runtime_error "MPI <operation> on group '<group>' failed: <MPI's
+// error string>".
+[[noreturn]] void throw_mpi_error(const std::string& group, const std::string& operation, int code);
+
+// Every MPI call goes through this (with MPI_ERRORS_RETURN set on the
+// communicator): a failure throws naming the group, the operation and MPI's own
+// description of the error.
+#define PARAPLAN_MPI_CHECK(group, operation, call)                                              \
+  do {                                                                                          \
+    const int mpi_status_ = (call);                                                             \
+    if (mpi_status_ != MPI_SUCCESS) ::paraplan::throw_mpi_error(group, operation, mpi_status_); \
+  } while (0)
+
 // A group over an MPI communicator. Counts above INT_MAX are split into several
 // MPI calls.
 class MpiCommunicator : public Communicator {

@@ -2,11 +2,13 @@
 #include "runtime/rank_state.h"
 
 #include <algorithm>
+#include <iostream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "runtime/local_communicator.h"
+#include "runtime/transport.h"
 #include "runtime/watchdog.h"
 #include "runtime/watched_communicator.h"
 
@@ -23,6 +25,33 @@ std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSes
   if (name == "cuda") return kernels::make_cuda_ops(session.local_rank());
   throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
 }
+
+namespace {
+
+// The groups for the transport --transport asks for. A one-rank job without
+// mpirun talks to nobody: local groups, whose copies go through the ops and so
+// take any backend's buffers; the request is still checked, so a flag means
+// the same with and without mpirun.
+ProcessGroups build_process_groups(const schema::Mesh& mesh, int zero_groups,
+                                   const MpiSession& session, kernels::Ops& ops,
+                                   const std::string& requested_transport) {
+  if (!session.uses_mpi()) {
+    choose_transport(requested_transport, ops.backend(), DeviceSharing{}, nccl_compiled_in());
+    return make_local_process_groups(ops);
+  }
+  // Collective, so decided by the backend, which every rank shares; the CPU
+  // backend has no device to share.
+  const DeviceSharing sharing =
+      ops.backend() == kernels::Backend::kCuda ? find_shared_devices(ops) : DeviceSharing{};
+  const TransportChoice transport =
+      choose_transport(requested_transport, ops.backend(), sharing, nccl_compiled_in());
+  if (session.world_rank() == 0)
+    std::cout << "paraplan: transport: " << transport.reason << std::endl;
+  return make_process_groups(transport.transport, mesh.pipeline_parallel(), mesh.data_parallel(),
+                             mesh.tensor_parallel(), zero_groups, ops);
+}
+
+}  // namespace
 
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
   const schema::Mesh& mesh = *loaded.plan().mesh();
@@ -42,10 +71,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
   rank.ops = make_backend(options.backend, session);
   rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
   const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
-  rank.groups = session.uses_mpi() ? make_mpi_process_groups(
-                                         mesh_plan.pipeline_parallel(), mesh_plan.data_parallel(),
-                                         mesh_plan.tensor_parallel(), zero_groups)
-                                   : make_local_process_groups(*rank.ops);
+  rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);
   if (options.wrap_groups) options.wrap_groups(rank.groups);
   Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
   if (options.collective_timeout_seconds > 0) watch_process_groups(rank.groups);

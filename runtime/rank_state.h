@@ -36,6 +36,9 @@ struct RankState {
 
 struct RankBuildOptions {
   std::string backend = "cpu";  // cpu | cuda
+  // auto | mpi | nccl | staged (transport.h); auto: plain MPI for the CPU
+  // backend, NCCL for CUDA with one GPU per rank, else staged MPI.
+  std::string transport = "auto";
   // > 0: allocations past this many bytes fail with OutOfDeviceMemory.
   uint64_t memory_capacity_bytes = 0;
   // Called on the process groups before the stage and optimizer take them:
@@ -56,7 +59,9 @@ std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSes
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session);
 
 // Builds this rank's part of the plan for mesh position `mesh`; the parameters
-// are allocated but not initialized (see initialize_parameters).
+// are allocated but not initialized (see initialize_parameters). With MPI, the
+// process groups use the transport chosen from options.transport (rank 0 logs
+// which and why); without mpirun, one-rank local groups.
 RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
                            const MeshCoordinates& mesh, const MpiSession& session,
                            const RankBuildOptions& options);

@@ -227,6 +227,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   RankBuildOptions build;
   build.backend = options.backend;
   build.collective_timeout_seconds = options.collective_timeout_seconds;
+  build.transport = options.transport;
   if (options.enforce_device_memory && cluster)
     build.memory_capacity_bytes = cluster->device_memory_bytes();
   build.wrap_groups = [&](ProcessGroups& groups) {

@@ -31,6 +31,7 @@ struct ReplayOptions {
   std::string timeline_path;  // optional: SVG
   bool enforce_device_memory = true;
   double collective_timeout_seconds = 600;  // 0: wait forever (rank_state.h)
+  std::string transport = "auto";           // auto | mpi | nccl | staged (transport.h)
 };
 
 // Returns the report (complete on rank 0; other ranks get {}). Throws on bad

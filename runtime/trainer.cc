@@ -130,6 +130,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   RankState rank = build_rank_state(
       loaded, model, mesh, session,
       RankBuildOptions{.backend = options.backend,
+                       .transport = options.transport,
                        .wrap_groups = {},
                        .collective_timeout_seconds = options.collective_timeout_seconds});
   GptStage& stage = *rank.stage;

@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string log_json;              // optional: one JSON object per step
   std::string backend = "cpu";       // cpu | cuda
   double collective_timeout_seconds = 600;  // 0: wait forever (rank_state.h)
+  std::string transport = "auto";           // auto | mpi | nccl | staged (transport.h)
 };
 
 struct TrainSummary {

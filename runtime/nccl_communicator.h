@@ -1,0 +1,139 @@
+// nccl_communicator.h: NCCL on device buffers, one NCCL communicator per group
+// of the plan, for runs with one GPU per rank. Compiled only when CUDA and NCCL
+// are found (PARAPLAN_HAVE_NCCL); this header names no CUDA or NCCL header, so
+// CUDA-free code (transport.cc) can include it.
+//
+// Contract (beyond communicator.h):
+// - Device buffers go over NCCL on the communicator's own stream, ordered with
+//   the ops' compute stream by events: an operation starts after the compute
+//   work queued before it. Blocking calls make the compute stream wait for the
+//   result (the host does not wait, except in barrier); start_* calls do not,
+//   and wait_pending() makes the compute stream wait for everything started.
+// - Host buffers (a loss, a gradient norm, a checkpoint's tensors) go over the
+//   wrapped MPI communicator, as MpiCommunicator would move them. Every member
+//   must pass the same kind of memory to a call; a call mixing device and host
+//   buffers is refused.
+// - Every queued operation registers with the Watchdog until its "done" event
+//   completes; NCCL initialisation and host-blocking calls hold a Guard.
+// - Results: every member gets the same bits (each element is reduced once
+//   and the result sent to all), and runs repeat bitwise while NCCL picks the
+//   same algorithm and protocol for a count (NCCL_ALGO / NCCL_PROTO pin them);
+//   they are not MpiCommunicator's bits (another summation order), and
+//   ncclMax need not propagate NaN as MpiCommunicator's kMax does.
+// - Errors throw std::runtime_error naming the group, the operation and NCCL's
+//   (or CUDA's) error string.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/communicator.h"
+#include "runtime/mpi_communicator.h"
+
+// The types behind ncclComm_t, cudaStream_t and cudaEvent_t.
+struct ncclComm;
+struct CUstream_st;
+struct CUevent_st;
+
+namespace paraplan {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over host_group's members: its rank 0 makes the NCCL unique id
+  // and broadcasts it over host_group's MPI communicator, then every member
+  // joins (ncclCommInitRank) on the current CUDA device. compute_stream is the
+  // cudaStream_t the ops run on (Ops::stream()). host_group is kept for host
+  // buffers and the barrier.
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> host_group, void* compute_stream);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return host_group_->rank(); }
+  int size() const override { return host_group_->size(); }
+  const std::string& name() const override { return host_group_->name(); }
+
+  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce(double* data, size_t count, ReduceOp op) override;
+  // send holds size() chunks; receive may be send + rank() * chunk_count (in place).
+  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
+  void all_gather(const float* send, float* receive, size_t chunk_count) override;
+  void broadcast(float* data, size_t count, int root) override;
+  // Waits (on the host) for this rank's queued device work, then an MPI barrier.
+  void barrier() override;
+
+  void start_all_reduce(float* data, size_t count) override;
+  void start_reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
+  void start_all_gather(const float* send, float* receive, size_t chunk_count) override;
+  void wait_pending() override;
+
+  MpiCommunicator& host_group() { return *host_group_; }
+
+ private:
+  friend class NcclPeerToPeer;
+  enum class Completion { kComputeWaits, kDeferred };
+
+  template <typename T>
+  void all_reduce_any(T* data, size_t count, ReduceOp op, Completion completion);
+  void reduce_scatter_on(const float* send, float* receive, size_t chunk_count,
+                         Completion completion);
+  void all_gather_on(const float* send, float* receive, size_t chunk_count, Completion completion);
+  // Queues `launch` (NCCL calls on comm_stream_) after the compute stream's
+  // work so far, records its done event and registers it with the watchdog as
+  // `description`; kComputeWaits also makes the compute stream wait for it.
+  void enqueue(const std::string& operation, std::string description,
+               const std::function<void()>& launch, Completion completion);
+  // Hands the events of finished operations back and closes their watchdog entries.
+  void retire_finished();
+  // Frees what was created; never throws (destructor, failed constructor).
+  void release();
+  // "all_reduce of 8 floats on group 'data' (rank 1 of 2)" for amount "8 floats".
+  std::string describe(const std::string& operation, const std::string& amount) const;
+
+  struct InFlight {
+    CUevent_st* done;
+    uint64_t watchdog_ticket;
+  };
+
+  std::unique_ptr<MpiCommunicator> host_group_;
+  int device_ = 0;
+  ncclComm* comm_ = nullptr;
+  CUstream_st* compute_stream_ = nullptr;
+  CUstream_st* comm_stream_ = nullptr;
+  CUevent_st* compute_ready_ = nullptr;  // re-recorded before every operation
+  std::deque<InFlight> in_flight_;       // oldest first
+  std::vector<CUevent_st*> spare_events_;
+  bool failed_ = false;  // an operation threw: the destructor aborts instead of waiting
+};
+
+// Pipeline transfers on the NCCL world communicator: ncclSend and ncclRecv in
+// one ncclGroupStart/End (a -1 peer skips that half), ordered with the compute
+// stream like a blocking collective. Host buffers (a checkpoint's tensors) go
+// over host_peers (MpiPeerToPeer); each half is routed by its own buffer, so
+// both sides of a transfer must pass the same kind of memory.
+class NcclPeerToPeer final : public PeerToPeer {
+ public:
+  // world must outlive this (ProcessGroups destroys peers before world).
+  NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers);
+
+  void send_receive(const float* send, size_t send_count, int send_to, float* receive,
+                    size_t receive_count, int receive_from) override;
+
+ private:
+  NcclCommunicator& world_;
+  std::unique_ptr<PeerToPeer> host_peers_;
+};
+
+// Replaces every communicator of groups (made by make_mpi_process_groups) by an
+// NcclCommunicator over the same members and the peers by NcclPeerToPeer over
+// the world, on ops' device and stream. Collective over MPI_COMM_WORLD; throws
+// std::invalid_argument unless ops is the CUDA backend.
+void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops);
+
+}  // namespace paraplan

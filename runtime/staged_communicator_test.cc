@@ -1,0 +1,313 @@
+// staged_communicator_test.cc: StagedCommunicator and StagedPeerToPeer over the
+// CPU backend against MpiCommunicator and MpiPeerToPeer: every operation's
+// result must be bitwise the plain MPI one, at counts that make the staging
+// memory grow. Also the transport's process groups (staged and plain) and the
+// device-sharing probe. Runs under mpirun (ctest: 2 and 4 ranks); every rank
+// runs every test and main reduces the results so all ranks agree. Collective
+// calls come before the checks, so a failed expectation cannot leave a rank
+// waiting.
+#include "runtime/staged_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/transport.h"
+
+namespace paraplan {
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+std::unique_ptr<MpiCommunicator> world_group(const char* name) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return std::make_unique<MpiCommunicator>(comm, name);
+}
+
+std::unique_ptr<MpiPeerToPeer> world_peers() {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return std::make_unique<MpiPeerToPeer>(comm);
+}
+
+// Random values of mixed magnitude, so that the order of a sum changes its bits.
+template <typename T>
+std::vector<T> random_values(size_t count, unsigned salt) {
+  std::mt19937 generator(1000u * salt + 17u * static_cast<unsigned>(world_rank()) + 1u);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<T> values(count);
+  for (T& value : values) value = static_cast<T>(std::ldexp(unit(generator), exponent(generator)));
+  return values;
+}
+
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// A staged communicator over the CPU backend and, beside it, the plain MPI
+// communicator it must agree with. The CPU backend's "device" buffers are
+// host memory, so the same vectors serve both.
+class StagedCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ops_ = kernels::make_cpu_ops(1);
+    plain_ = world_group("plain");
+    staged_ = std::make_unique<StagedCommunicator>(world_group("staged"), *ops_);
+  }
+
+  std::unique_ptr<kernels::Ops> ops_;
+  std::unique_ptr<MpiCommunicator> plain_;
+  std::unique_ptr<StagedCommunicator> staged_;
+};
+
+// Ascending counts: the staging memory must grow to each (ragged counts pad
+// the all-reduce's chunks; 2^20 + 3 runs as several all-to-alls).
+const std::vector<size_t> kCounts = {1, 7, 1000, 65'537, (size_t{1} << 20) + 3};
+
+template <typename T>
+void expect_all_reduce_matches(MpiCommunicator& plain, StagedCommunicator& staged, ReduceOp op,
+                               unsigned salt) {
+  size_t previous_staging = staged.staging_bytes();
+  for (const size_t count : kCounts) {
+    std::vector<T> expected = random_values<T>(count, salt), got = expected;
+    plain.all_reduce(expected.data(), count, op);
+    staged.all_reduce(got.data(), count, op);
+    EXPECT_TRUE(bitwise_equal(got, expected)) << count << " elements";
+    if (world_size() == 1) continue;  // one member stages nothing
+    EXPECT_GE(staged.staging_bytes(), count * sizeof(T));
+    EXPECT_GT(staged.staging_bytes(), previous_staging) << "staging did not grow for " << count;
+    previous_staging = staged.staging_bytes();
+  }
+}
+
+TEST_F(StagedCommunicatorTest, AllReduceFloatSumMatchesMpiBitwise) {
+  expect_all_reduce_matches<float>(*plain_, *staged_, ReduceOp::kSum, 1);
+}
+
+TEST_F(StagedCommunicatorTest, AllReduceFloatMaxMatchesMpiBitwise) {
+  expect_all_reduce_matches<float>(*plain_, *staged_, ReduceOp::kMax, 2);
+}
+
+TEST_F(StagedCommunicatorTest, AllReduceDoubleSumMatchesMpiBitwise) {
+  expect_all_reduce_matches<double>(*plain_, *staged_, ReduceOp::kSum, 3);
+}
+
+TEST_F(StagedCommunicatorTest, AllReduceDoubleMaxMatchesMpiBitwise) {
+  expect_all_reduce_matches<double>(*plain_, *staged_, ReduceOp::kMax, 4);
+}
+
+TEST_F(StagedCommunicatorTest, MaxPropagatesNanAsMpiDoes) {
+  std::vector<float> expected = random_values<float>(64, 5);
+  if (world_rank() == world_size() - 1) expected[10] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> got = expected;
+  plain_->all_reduce(expected.data(), expected.size(), ReduceOp::kMax);
+  staged_->all_reduce(got.data(), got.size(), ReduceOp::kMax);
+  EXPECT_TRUE(std::isnan(got[10]));
+  EXPECT_TRUE(bitwise_equal(got, expected));
+}
+
+TEST_F(StagedCommunicatorTest, SplitCallsMatchMpiBitwise) {
+  // Tiny MPI calls on both sides: the staged copy goes through the host
+  // group's splitting unchanged.
+  plain_->set_max_elements_per_call(5);
+  static_cast<MpiCommunicator&>(staged_->host_group()).set_max_elements_per_call(5);
+  std::vector<float> expected = random_values<float>(1001, 6), got = expected;
+  plain_->all_reduce(expected.data(), expected.size(), ReduceOp::kSum);
+  staged_->all_reduce(got.data(), got.size(), ReduceOp::kSum);
+  EXPECT_TRUE(bitwise_equal(got, expected));
+}
+
+TEST_F(StagedCommunicatorTest, ReduceScatterMatchesMpiBitwise) {
+  const size_t members = static_cast<size_t>(world_size());
+  size_t previous_staging = 0;
+  for (const size_t chunk : {size_t{1}, size_t{333}, size_t{100'001}, size_t{400'000}}) {
+    const std::vector<float> send = random_values<float>(chunk * members, 7);
+    std::vector<float> expected(chunk, -1.0f), got(chunk, -2.0f);
+    plain_->reduce_scatter(send.data(), expected.data(), chunk);
+    staged_->reduce_scatter(send.data(), got.data(), chunk);
+    EXPECT_TRUE(bitwise_equal(got, expected)) << chunk << " per member";
+    if (members > 1) {
+      EXPECT_GT(staged_->staging_bytes(), previous_staging);
+    }
+    previous_staging = staged_->staging_bytes();
+  }
+}
+
+TEST_F(StagedCommunicatorTest, ReduceScatterInPlaceMatchesMpiBitwise) {
+  const size_t chunk = 4097, mine = static_cast<size_t>(world_rank()) * chunk;
+  std::vector<float> expected = random_values<float>(chunk * world_size(), 8), got = expected;
+  plain_->reduce_scatter(expected.data(), expected.data() + mine, chunk);
+  staged_->reduce_scatter(got.data(), got.data() + mine, chunk);
+  EXPECT_EQ(0, std::memcmp(got.data() + mine, expected.data() + mine, chunk * sizeof(float)));
+}
+
+TEST_F(StagedCommunicatorTest, AllGatherMatchesMpiBitwiseInAndOutOfPlace) {
+  const size_t members = static_cast<size_t>(world_size());
+  size_t previous_staging = 0;
+  for (const size_t chunk : {size_t{1}, size_t{999}, size_t{250'000}, size_t{700'001}}) {
+    const std::vector<float> send = random_values<float>(chunk, 9);
+    std::vector<float> expected(chunk * members, -1.0f), got(chunk * members, -2.0f);
+    plain_->all_gather(send.data(), expected.data(), chunk);
+    staged_->all_gather(send.data(), got.data(), chunk);
+    EXPECT_TRUE(bitwise_equal(got, expected)) << chunk << " per member";
+    if (members > 1) {
+      EXPECT_GT(staged_->staging_bytes(), previous_staging);
+    }
+    previous_staging = staged_->staging_bytes();
+
+    // In place: this member's chunk already sits at its place in receive.
+    std::vector<float> in_place(chunk * members, -3.0f);
+    std::copy(send.begin(), send.end(), in_place.begin() + world_rank() * chunk);
+    staged_->all_gather(in_place.data() + world_rank() * chunk, in_place.data(), chunk);
+    EXPECT_TRUE(bitwise_equal(in_place, expected)) << chunk << " per member, in place";
+  }
+}
+
+TEST_F(StagedCommunicatorTest, BroadcastFromEveryRootMatchesMpi) {
+  for (int root = 0; root < world_size(); ++root) {
+    std::vector<float> expected = random_values<float>(50'000, 10 + root), got = expected;
+    plain_->broadcast(expected.data(), expected.size(), root);
+    staged_->broadcast(got.data(), got.size(), root);
+    EXPECT_TRUE(bitwise_equal(got, expected)) << "root " << root;
+  }
+  float value = 0;
+  EXPECT_THROW(staged_->broadcast(&value, 1, world_size()), std::invalid_argument);
+}
+
+TEST_F(StagedCommunicatorTest, ZeroCountsAndBarrierComplete) {
+  float unused = 1.0f;
+  staged_->all_reduce(&unused, 0, ReduceOp::kSum);
+  staged_->reduce_scatter(&unused, &unused, 0);
+  staged_->all_gather(&unused, &unused, 0);
+  staged_->broadcast(&unused, 0, 0);
+  staged_->barrier();
+  EXPECT_EQ(unused, 1.0f);
+  EXPECT_EQ(staged_->size(), world_size());
+  EXPECT_EQ(staged_->rank(), world_rank());
+  EXPECT_EQ(staged_->name(), "staged");
+}
+
+// ---------------------------------------------------------------- peers
+
+// A ring: every rank sends to the next and receives from the previous, with
+// counts that grow the staging memory; the staged result must be the plain one.
+TEST(StagedPeerToPeer, RingTransfersMatchMpiPeerToPeer) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto ops = kernels::make_cpu_ops(1);
+  auto plain = world_peers();
+  StagedPeerToPeer staged(world_peers(), *ops);
+  const int next = (world_rank() + 1) % world_size();
+  const int previous = (world_rank() + world_size() - 1) % world_size();
+  for (const size_t count : {size_t{1}, size_t{1000}, size_t{300'001}}) {
+    const std::vector<float> mine = random_values<float>(count, 20);
+    std::vector<float> expected(count, -1.0f), got(count, -2.0f);
+    plain->send_receive(mine.data(), count, next, expected.data(), count, previous);
+    staged.send_receive(mine.data(), count, next, got.data(), count, previous);
+    EXPECT_TRUE(bitwise_equal(got, expected)) << count << " floats";
+  }
+}
+
+TEST(StagedPeerToPeer, OneSidedHalvesSkipTheOther) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto ops = kernels::make_cpu_ops(1);
+  StagedPeerToPeer staged(world_peers(), *ops);
+  const size_t count = 12'345;
+  const std::vector<float> mine = random_values<float>(count, 21);
+  std::vector<float> received(count, -1.0f);
+  if (world_rank() == 0) staged.send_receive(mine.data(), count, 1, nullptr, 0, -1);
+  if (world_rank() == 1) staged.send_receive(nullptr, 0, -1, received.data(), count, 0);
+  std::vector<float> from_rank_0 = mine;
+  MPI_Bcast(from_rank_0.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (world_rank() == 1) {
+    EXPECT_TRUE(bitwise_equal(received, from_rank_0));
+  }
+}
+
+// ---------------------------------------------------------------- transport groups
+
+TEST(TransportGroups, StagedGroupsWrapEveryGroupAndShareOneStaging) {
+  auto ops = kernels::make_cpu_ops(1);
+  const int dp = world_size(), zero_groups = world_size() % 2 == 0 ? 2 : 1;
+  ProcessGroups staged = make_process_groups(Transport::kStaged, 1, dp, 1, zero_groups, *ops);
+  ProcessGroups plain = make_process_groups(Transport::kMpi, 1, dp, 1, zero_groups, *ops);
+  for (Communicator* group : {staged.world.get(), staged.tensor.get(), staged.data.get(),
+                              staged.zero.get(), staged.zero_replicas.get()}) {
+    ASSERT_NE(group, nullptr);
+    EXPECT_NE(dynamic_cast<StagedCommunicator*>(group), nullptr) << group->name();
+  }
+  EXPECT_EQ(staged.embedding, nullptr);  // pp = 1
+  EXPECT_NE(dynamic_cast<StagedPeerToPeer*>(staged.peers.get()), nullptr);
+  for (Communicator* group : {plain.world.get(), plain.data.get(), plain.zero.get()})
+    EXPECT_NE(dynamic_cast<MpiCommunicator*>(group), nullptr) << group->name();
+  EXPECT_NE(dynamic_cast<MpiPeerToPeer*>(plain.peers.get()), nullptr);
+
+  std::vector<float> expected = random_values<float>(200'003, 30), got = expected;
+  plain.data->all_reduce(expected.data(), expected.size(), ReduceOp::kSum);
+  staged.data->all_reduce(got.data(), got.size(), ReduceOp::kSum);
+  EXPECT_TRUE(bitwise_equal(got, expected));
+  // The data group's staging grew the world's too: one buffer per rank.
+  EXPECT_GE(static_cast<StagedCommunicator&>(*staged.world).staging_bytes(),
+            got.size() * sizeof(float));
+}
+
+TEST(TransportGroups, CpuRanksNeverShareADevice) {
+  auto ops = kernels::make_cpu_ops(1);
+  const DeviceSharing sharing = find_shared_devices(*ops);
+  EXPECT_FALSE(sharing.shared) << sharing.detail;
+}
+
+// Prints only failures, prefixed with the rank, on ranks other than 0 (rank 0
+// prints the usual report).
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace paraplan
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  paraplan::MpiSession session(paraplan::MpiSession::Mode::kAlways);
+  if (session.world_rank() != 0) {
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new paraplan::RankFailurePrinter(session.world_rank()));
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (session.world_rank() == 0)
+    std::printf("staged_communicator_test on %d ranks: %s\n", session.world_size(),
+                failed ? "FAILED on some rank" : "passed on every rank");
+  return failed;
+}
