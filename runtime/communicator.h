@@ -2,15 +2,19 @@
 // and the process groups of a plan's mesh.
 //
 // The runtime is written against Communicator only: the MPI implementation
-// (mpi_communicator.cc) moves host buffers; an NCCL implementation moves
-// device buffers. Contract of every implementation:
+// (mpi_communicator.cc) moves host buffers; the NCCL one (nccl_communicator.cc)
+// device buffers; the staged one (staged_communicator.cc) device buffers
+// through host copies and MPI, for ranks that share a GPU; transport.h picks.
+// Contract of every implementation:
 // - all_reduce gives every member bitwise the same result, and the same
 //   inputs always give the same result (fixed reduction order), so replicas
-//   that start equal stay equal.
+//   that start equal stay equal. (MPI and staged: rank order, so bucketing
+//   and ZeRO-1 are bitwise invisible. NCCL: its own order, fixed while it
+//   picks the same algorithm; NCCL_ALGO / NCCL_PROTO pin it.)
+// - Errors and timeouts end the job naming the group and the operation
+//   (exceptions, or the Watchdog of watchdog.h for calls that never return).
 // - Calls are collective over the group: every member calls the same
 //   operations in the same order with the same counts.
-// - Errors (a peer that died, a timeout) throw std::runtime_error naming the
-//   group and the operation.
 #pragma once
 
 #include <cstddef>
