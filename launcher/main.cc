@@ -42,8 +42,7 @@ struct InspectArguments {
 };
 
 // --collective-timeout and --transport for the commands that run a plan.
-void add_communication_options(CLI::App& command, double& timeout_seconds,
-                               std::string& transport) {
+void add_communication_options(CLI::App& command, double& timeout_seconds, std::string& transport) {
   command
       .add_option("--collective-timeout", timeout_seconds,
                   "seconds a collective or pipeline transfer may take before the job ends "
