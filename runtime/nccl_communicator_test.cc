@@ -278,14 +278,3 @@ TEST(NcclWorld, Skipped) {
 
 }  // namespace
 }  // namespace paraplan
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  paraplan::MpiSession session(paraplan::MpiSession::Mode::kAlways);
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (session.world_rank() == 0)
-    std::printf("nccl_communicator_test on %d ranks: %s\n", session.world_size(),
-                failed ? "FAILED on some rank" : "passed or skipped on every rank");
-  return failed;
-}

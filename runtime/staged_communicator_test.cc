@@ -277,37 +277,5 @@ TEST(TransportGroups, CpuRanksNeverShareADevice) {
   EXPECT_FALSE(sharing.shared) << sharing.detail;
 }
 
-// Prints only failures, prefixed with the rank, on ranks other than 0 (rank 0
-// prints the usual report).
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace paraplan
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  paraplan::MpiSession session(paraplan::MpiSession::Mode::kAlways);
-  if (session.world_rank() != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new paraplan::RankFailurePrinter(session.world_rank()));
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (session.world_rank() == 0)
-    std::printf("staged_communicator_test on %d ranks: %s\n", session.world_size(),
-                failed ? "FAILED on some rank" : "passed on every rank");
-  return failed;
-}
