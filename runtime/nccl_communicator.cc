@@ -113,6 +113,8 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> host_group,
     : host_group_(std::move(host_group)),
       compute_stream_(static_cast<CUstream_st*>(compute_stream)) {
   if (!host_group_) throw std::invalid_argument("NcclCommunicator: the MPI group is null");
+  where_ = " on group '" + name() + "' (rank " + std::to_string(rank()) + " of " +
+           std::to_string(size()) + ")";
   const std::string& group = name();
   try {
     PARAPLAN_COMM_CUDA_CHECK(group, "init", cudaGetDevice(&device_));
@@ -133,9 +135,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> host_group,
 
     ncclUniqueId id{};
     if (rank() == 0) PARAPLAN_NCCL_CHECK(group, "init", nullptr, ncclGetUniqueId(&id));
-    const std::string what = "NCCL init of group '" + group + "' (rank " + std::to_string(rank()) +
-                             " of " + std::to_string(size()) + ")";
-    Watchdog::Guard guard(what);
+    Watchdog::Guard guard({"NCCL init", 0, "", &where_});
     PARAPLAN_MPI_CHECK(
         group, "broadcast of the NCCL unique id",
         MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, host_group_->handle()));
@@ -182,12 +182,6 @@ void NcclCommunicator::release() {
   comm_stream_ = nullptr;
 }
 
-std::string NcclCommunicator::describe(const std::string& operation,
-                                       const std::string& amount) const {
-  return operation + " of " + amount + " on group '" + name() + "' (rank " +
-         std::to_string(rank()) + " of " + std::to_string(size()) + ")";
-}
-
 void NcclCommunicator::retire_finished() {
   // Operations finish in queue order: they all run on comm_stream_.
   while (!in_flight_.empty()) {
@@ -205,8 +199,9 @@ void NcclCommunicator::retire_finished() {
   }
 }
 
-void NcclCommunicator::enqueue(const std::string& operation, std::string description,
+void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
                                const std::function<void()>& launch, Completion completion) {
+  const char* operation = operation_name.operation;  // a string only on the error path
   const std::string& group = name();
   try {
     retire_finished();
@@ -235,11 +230,10 @@ void NcclCommunicator::enqueue(const std::string& operation, std::string descrip
     // The probe runs on the watchdog's thread: selecting the device first keeps
     // that thread from creating a context on device 0.
     const int device = device_;
-    in_flight_.back().watchdog_ticket =
-        Watchdog::instance().begin(std::move(description), [done, device] {
-          cudaSetDevice(device);
-          return cudaEventQuery(done) == cudaSuccess;
-        });
+    in_flight_.back().watchdog_ticket = Watchdog::instance().begin(operation_name, [done, device] {
+      cudaSetDevice(device);
+      return cudaEventQuery(done) == cudaSuccess;
+    });
   } catch (...) {
     failed_ = true;
     throw;
@@ -249,15 +243,14 @@ void NcclCommunicator::enqueue(const std::string& operation, std::string descrip
 template <typename T>
 void NcclCommunicator::all_reduce_any(T* data, size_t count, ReduceOp op, Completion completion) {
   if (count == 0) return;
-  const std::string description =
-      describe("all_reduce", std::to_string(count) + " " + plural_name_of<T>());
+  // Host buffers (the loss, the norm) go over MPI; the watched wrapper
+  // (watched_communicator.h) covers that blocking call.
   if (memory_of(data, name(), "all_reduce") == Memory::kHost) {
-    Watchdog::Guard guard(description + " over MPI");
     host_group_->all_reduce(data, count, op);
     return;
   }
   enqueue(
-      "all_reduce", description,
+      {"all_reduce", count, plural_name_of<T>(), &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(name(), "all_reduce", comm_,
                             ncclAllReduce(data, data, count, nccl_type_of<T>(), nccl_op_of(op),
@@ -282,10 +275,7 @@ void NcclCommunicator::reduce_scatter_on(const float* send, float* receive, size
                                          Completion completion) {
   if (chunk_count == 0) return;
   const size_t members = static_cast<size_t>(size());
-  const std::string description = describe(
-      "reduce_scatter", std::to_string(members) + " x " + std::to_string(chunk_count) + " floats");
   if (common_memory_of(send, receive, name(), "reduce_scatter") == Memory::kHost) {
-    Watchdog::Guard guard(description + " over MPI");
     host_group_->reduce_scatter(send, receive, chunk_count);
     return;
   }
@@ -295,7 +285,7 @@ void NcclCommunicator::reduce_scatter_on(const float* send, float* receive, size
                                 "': receive overlaps send without being this member's chunk "
                                 "(send + rank * chunk_count, the in-place form)");
   enqueue(
-      "reduce_scatter", description,
+      {"reduce_scatter", chunk_count, "floats per rank", &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(name(), "reduce_scatter", comm_,
                             ncclReduceScatter(send, receive, chunk_count, ncclFloat32, ncclSum,
@@ -316,10 +306,7 @@ void NcclCommunicator::all_gather_on(const float* send, float* receive, size_t c
                                      Completion completion) {
   if (chunk_count == 0) return;
   const size_t members = static_cast<size_t>(size());
-  const std::string description = describe(
-      "all_gather", std::to_string(members) + " x " + std::to_string(chunk_count) + " floats");
   if (common_memory_of(send, receive, name(), "all_gather") == Memory::kHost) {
-    Watchdog::Guard guard(description + " over MPI");
     host_group_->all_gather(send, receive, chunk_count);
     return;
   }
@@ -329,7 +316,7 @@ void NcclCommunicator::all_gather_on(const float* send, float* receive, size_t c
                                 "': send overlaps receive without being this member's chunk "
                                 "(receive + rank * chunk_count, the in-place form)");
   enqueue(
-      "all_gather", description,
+      {"all_gather", chunk_count, "floats per rank", &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(
             name(), "all_gather", comm_,
@@ -352,15 +339,12 @@ void NcclCommunicator::broadcast(float* data, size_t count, int root) {
                                 std::to_string(root) + " is not a member; valid: 0.." +
                                 std::to_string(size() - 1));
   if (count == 0) return;
-  const std::string description =
-      describe("broadcast", std::to_string(count) + " floats from rank " + std::to_string(root));
   if (memory_of(data, name(), "broadcast") == Memory::kHost) {
-    Watchdog::Guard guard(description + " over MPI");
     host_group_->broadcast(data, count, root);
     return;
   }
   enqueue(
-      "broadcast", description,
+      {"broadcast", count, "floats", &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(
             name(), "broadcast", comm_,
@@ -371,8 +355,6 @@ void NcclCommunicator::broadcast(float* data, size_t count, int root) {
 
 void NcclCommunicator::barrier() {
   const std::string& group = name();
-  Watchdog::Guard guard("barrier on group '" + group + "' (rank " + std::to_string(rank()) +
-                        " of " + std::to_string(size()) + ")");
   // Everything this rank queued before the barrier completes before it.
   PARAPLAN_COMM_CUDA_CHECK(group, "barrier", cudaStreamSynchronize(compute_stream_));
   PARAPLAN_COMM_CUDA_CHECK(group, "barrier", cudaStreamSynchronize(comm_stream_));
@@ -403,10 +385,7 @@ void NcclPeerToPeer::send_receive(const float* send, size_t send_count, int send
                                   " is not a world rank; valid: -1 (none) or 0.." +
                                   std::to_string(world_.size() - 1));
   }
-  const std::string transfer = "send_receive (send " + std::to_string(send_count) +
-                               " floats to world rank " + std::to_string(send_to) + ", receive " +
-                               std::to_string(receive_count) + " floats from world rank " +
-                               std::to_string(receive_from) + ")";
+  const std::string transfer = "send_receive";
   // Each half goes by its own buffer's memory; the peer passes the same kind.
   const bool send_on_device = send_to >= 0 && memory_of(send, "peers", transfer) == Memory::kDevice;
   const bool receive_on_device =
@@ -414,9 +393,9 @@ void NcclPeerToPeer::send_receive(const float* send, size_t send_count, int send
   if (send_on_device || receive_on_device) {
     // Queued first: the host half below may block, the device half never does.
     world_.enqueue(
-        "send_receive",
-        transfer + " on group '" + world_.name() + "' (world rank " +
-            std::to_string(world_.rank()) + ")",
+        {"pipeline send_receive",
+         (send_on_device ? send_count : 0) + (receive_on_device ? receive_count : 0), "floats",
+         &world_.where_, send_on_device ? send_to : -1, receive_on_device ? receive_from : -1},
         [&] {
           const std::string& group = world_.name();
           ncclComm_t comm = world_.comm_;
@@ -436,8 +415,6 @@ void NcclPeerToPeer::send_receive(const float* send, size_t send_count, int send
   const bool send_on_host = send_to >= 0 && !send_on_device;
   const bool receive_on_host = receive_from >= 0 && !receive_on_device;
   if (send_on_host || receive_on_host) {
-    Watchdog::Guard guard(transfer + " over MPI (world rank " + std::to_string(world_.rank()) +
-                          ")");
     host_peers_->send_receive(send_on_host ? send : nullptr, send_on_host ? send_count : 0,
                               send_on_host ? send_to : -1, receive_on_host ? receive : nullptr,
                               receive_on_host ? receive_count : 0,

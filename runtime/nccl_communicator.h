@@ -14,7 +14,9 @@
 //   must pass the same kind of memory to a call; a call mixing device and host
 //   buffers is refused.
 // - Every queued operation registers with the Watchdog until its "done" event
-//   completes; NCCL initialisation and host-blocking calls hold a Guard.
+//   completes; NCCL initialisation holds a Guard, and the host-blocking calls
+//   (MPI for host buffers, barrier) are watched by the WatchedCommunicator
+//   rank_state.cc wraps around every group.
 // - Results: every member gets the same bits (each element is reduced once
 //   and the result sent to all), and runs repeat bitwise while NCCL picks the
 //   same algorithm and protocol for a count (NCCL_ALGO / NCCL_PROTO pin them);
@@ -35,6 +37,7 @@
 #include "kernels/ops.h"
 #include "runtime/communicator.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/watchdog.h"
 
 // The types behind ncclComm_t, cudaStream_t and cudaEvent_t.
 struct ncclComm;
@@ -86,15 +89,13 @@ class NcclCommunicator final : public Communicator {
   void all_gather_on(const float* send, float* receive, size_t chunk_count, Completion completion);
   // Queues `launch` (NCCL calls on comm_stream_) after the compute stream's
   // work so far, records its done event and registers it with the watchdog as
-  // `description`; kComputeWaits also makes the compute stream wait for it.
-  void enqueue(const std::string& operation, std::string description,
-               const std::function<void()>& launch, Completion completion);
+  // `name`; kComputeWaits also makes the compute stream wait for it.
+  void enqueue(const Watchdog::OperationName& operation_name, const std::function<void()>& launch,
+               Completion completion);
   // Hands the events of finished operations back and closes their watchdog entries.
   void retire_finished();
   // Frees what was created; never throws (destructor, failed constructor).
   void release();
-  // "all_reduce of 8 floats on group 'data' (rank 1 of 2)" for amount "8 floats".
-  std::string describe(const std::string& operation, const std::string& amount) const;
 
   struct InFlight {
     CUevent_st* done;
@@ -102,6 +103,7 @@ class NcclCommunicator final : public Communicator {
   };
 
   std::unique_ptr<MpiCommunicator> host_group_;
+  std::string where_;  // " on group 'data' (rank 1 of 2)", for the watchdog's messages
   int device_ = 0;
   ncclComm* comm_ = nullptr;
   CUstream_st* compute_stream_ = nullptr;

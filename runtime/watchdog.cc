@@ -57,37 +57,69 @@ void Watchdog::set_expiry_handler(std::function<void(const std::string&)> handle
   handler_ = std::move(handler);
 }
 
-uint64_t Watchdog::begin(std::string description, std::function<bool()> done) {
+std::string Watchdog::OperationName::format() const {
+  std::string text = operation;
+  if (unit[0] != '\0') text += " of " + std::to_string(count) + " " + unit;
+  if (to_rank >= 0 || from_rank >= 0) {
+    text += " (";
+    if (to_rank >= 0) text += "to world rank " + std::to_string(to_rank);
+    if (to_rank >= 0 && from_rank >= 0) text += ", ";
+    if (from_rank >= 0) text += "from world rank " + std::to_string(from_rank);
+    text += ")";
+  }
+  if (where != nullptr) text += *where;
+  return text;
+}
+
+uint64_t Watchdog::begin(const OperationName& name, std::function<bool()> done) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (timeout_seconds_ <= 0) return 0;
-  const uint64_t ticket = next_ticket_++;
-  open_.emplace(ticket, Operation{std::move(description), std::move(done), Clock::now()});
-  return ticket;
+  if (free_slots_.empty()) {
+    slots_.emplace_back();
+    free_slots_.push_back(slots_.size() - 1);
+  }
+  const size_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  Operation& operation = slots_[slot];
+  operation.open = true;
+  operation.generation += 1;
+  operation.name = name;
+  operation.done = std::move(done);
+  operation.started = Clock::now();
+  return (uint64_t{operation.generation} << 32) | (slot + 1);
 }
 
 void Watchdog::finish(uint64_t ticket) {
   if (ticket == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  open_.erase(ticket);
+  const size_t slot = (ticket & 0xffffffffu) - 1;
+  Operation& operation = slots_[slot];
+  // Already retired by its done probe (and maybe reused since).
+  if (!operation.open || operation.generation != static_cast<uint32_t>(ticket >> 32)) return;
+  operation.open = false;
+  operation.done = nullptr;
+  free_slots_.push_back(slot);
 }
 
 std::string Watchdog::expired_message(Clock::time_point now) {
   const auto limit = std::chrono::duration<double>(timeout_seconds_);
-  for (auto it = open_.begin(); it != open_.end();) {
-    Operation& operation = it->second;
+  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+    Operation& operation = slots_[slot];
+    if (!operation.open) continue;
     if (operation.done && operation.done()) {
-      it = open_.erase(it);
+      operation.open = false;
+      operation.done = nullptr;
+      free_slots_.push_back(slot);
       continue;
     }
     if (now - operation.started > limit) {
       std::ostringstream message;
-      message << "timeout: " << operation.description << " did not complete within "
+      message << "timeout: " << operation.name.format() << " did not complete within "
               << timeout_seconds_ << " s (world rank " << world_rank_
               << "); a peer rank may have failed or stalled. Raise --collective-timeout if "
                  "this operation is legitimately slow";
       return message.str();
     }
-    ++it;
   }
   return "";
 }

@@ -11,17 +11,19 @@
 // when the host call returns.
 //
 // One watchdog per process (instance()); disabled (timeout 0) until
-// set_timeout() is called. Thread-safe.
+// set_timeout() is called. Thread-safe. Registering allocates nothing once
+// warm (slots are reused, names are formatted only when one expires), since
+// it wraps every tensor-parallel all-reduce of every layer.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace paraplan {
 
@@ -47,19 +49,29 @@ class Watchdog {
   // Tests install their own.
   void set_expiry_handler(std::function<void(const std::string&)> handler);
 
-  // Registers an operation that starts now. description reads like
-  // "all_reduce of 4096 floats on group 'data' (rank 1 of 2)". With `done`, the
-  // watchdog thread polls it and retires the operation once it returns true;
-  // finish() may still be called. Returns 0 (and registers nothing) when
-  // disabled.
-  uint64_t begin(std::string description, std::function<bool()> done = {});
+  // What an operation is, formatted only if it expires: "<operation> of
+  // <count> <unit> (to world rank T, from world rank F)<where>", the count
+  // part left out when unit is empty, the peers when -1.
+  struct OperationName {
+    const char* operation = "";
+    size_t count = 0;
+    const char* unit = "floats";
+    // " on group 'data' (rank 1 of 2)"; must outlive the operation.
+    const std::string* where = nullptr;
+    int to_rank = -1, from_rank = -1;
+    std::string format() const;
+  };
+
+  // Registers an operation that starts now. With `done`, the watchdog thread
+  // polls it and retires the operation once it returns true; finish() may
+  // still be called. Returns 0 (and registers nothing) when disabled.
+  uint64_t begin(const OperationName& name, std::function<bool()> done = {});
   void finish(uint64_t ticket);
 
   // Registers a blocking call for its scope.
   class Guard {
    public:
-    explicit Guard(std::string description)
-        : ticket_(Watchdog::instance().begin(std::move(description))) {}
+    explicit Guard(const OperationName& name) : ticket_(Watchdog::instance().begin(name)) {}
     ~Guard() { Watchdog::instance().finish(ticket_); }
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
@@ -70,18 +82,24 @@ class Watchdog {
 
  private:
   struct Operation {
-    std::string description;
+    bool open = false;
+    uint32_t generation = 0;  // bumped per use, so a stale ticket finishes nothing
+    OperationName name;
     std::function<bool()> done;
     Clock::time_point started;
   };
   void run();
-  // The message of the oldest expired operation, or "" (mutex_ held).
+  // The message of the first expired operation, or "" (mutex_ held).
   std::string expired_message(Clock::time_point now);
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::map<uint64_t, Operation> open_;
-  uint64_t next_ticket_ = 1;
+  // A ticket is (generation << 32) | (slot + 1). Free slots are reused, so the
+  // table stays as large as the most operations ever open at once; the
+  // generation keeps the ticket of an operation a done probe already retired
+  // from finishing the slot's next user.
+  std::vector<Operation> slots_;
+  std::vector<size_t> free_slots_;
   double timeout_seconds_ = 0;
   int world_rank_ = 0;
   bool fired_ = false, stopping_ = false;

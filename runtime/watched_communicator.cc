@@ -6,74 +6,64 @@
 namespace paraplan {
 
 WatchedCommunicator::WatchedCommunicator(std::unique_ptr<Communicator> inner)
-    : inner_(std::move(inner)) {}
-
-std::string WatchedCommunicator::describe(const char* operation, size_t count,
-                                          const char* unit) const {
-  return std::string(operation) + " of " + std::to_string(count) + " " + unit + " on group '" +
-         inner_->name() + "' (rank " + std::to_string(inner_->rank()) + " of " +
-         std::to_string(inner_->size()) + ")";
-}
+    : inner_(std::move(inner)),
+      where_(" on group '" + inner_->name() + "' (rank " + std::to_string(inner_->rank()) + " of " +
+             std::to_string(inner_->size()) + ")") {}
 
 void WatchedCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
-  Watchdog::Guard guard(describe("all_reduce", count));
+  Watchdog::Guard guard({"all_reduce", count, "floats", &where_});
   inner_->all_reduce(data, count, op);
 }
 void WatchedCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
-  Watchdog::Guard guard(describe("all_reduce", count, "doubles"));
+  Watchdog::Guard guard({"all_reduce", count, "doubles", &where_});
   inner_->all_reduce(data, count, op);
 }
 void WatchedCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
-  Watchdog::Guard guard(describe("reduce_scatter", chunk_count, "floats per rank"));
+  Watchdog::Guard guard({"reduce_scatter", chunk_count, "floats per rank", &where_});
   inner_->reduce_scatter(send, receive, chunk_count);
 }
 void WatchedCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
-  Watchdog::Guard guard(describe("all_gather", chunk_count, "floats per rank"));
+  Watchdog::Guard guard({"all_gather", chunk_count, "floats per rank", &where_});
   inner_->all_gather(send, receive, chunk_count);
 }
 void WatchedCommunicator::broadcast(float* data, size_t count, int root) {
-  Watchdog::Guard guard(describe("broadcast", count));
+  Watchdog::Guard guard({"broadcast", count, "floats", &where_});
   inner_->broadcast(data, count, root);
 }
 void WatchedCommunicator::barrier() {
-  Watchdog::Guard guard("barrier on group '" + inner_->name() + "' (rank " +
-                        std::to_string(inner_->rank()) + " of " + std::to_string(inner_->size()) +
-                        ")");
+  Watchdog::Guard guard({"barrier", 0, "", &where_});
   inner_->barrier();
 }
 void WatchedCommunicator::start_all_reduce(float* data, size_t count) {
-  Watchdog::Guard guard(describe("all_reduce (gradient bucket)", count));
+  Watchdog::Guard guard({"all_reduce (gradient bucket)", count, "floats", &where_});
   inner_->start_all_reduce(data, count);
 }
 void WatchedCommunicator::start_reduce_scatter(const float* send, float* receive,
                                                size_t chunk_count) {
   Watchdog::Guard guard(
-      describe("reduce_scatter (gradient bucket)", chunk_count, "floats per rank"));
+      {"reduce_scatter (gradient bucket)", chunk_count, "floats per rank", &where_});
   inner_->start_reduce_scatter(send, receive, chunk_count);
 }
 void WatchedCommunicator::start_all_gather(const float* send, float* receive, size_t chunk_count) {
-  Watchdog::Guard guard(describe("all_gather (parameters)", chunk_count, "floats per rank"));
+  Watchdog::Guard guard({"all_gather (parameters)", chunk_count, "floats per rank", &where_});
   inner_->start_all_gather(send, receive, chunk_count);
 }
 void WatchedCommunicator::wait_pending() {
-  Watchdog::Guard guard("wait for pending operations on group '" + inner_->name() + "'");
+  Watchdog::Guard guard({"wait for pending operations", 0, "", &where_});
   inner_->wait_pending();
 }
 
 WatchedPeerToPeer::WatchedPeerToPeer(std::unique_ptr<PeerToPeer> inner, int world_rank)
-    : inner_(std::move(inner)), world_rank_(world_rank) {}
+    : inner_(std::move(inner)), where_(" on world rank " + std::to_string(world_rank)) {}
 
 void WatchedPeerToPeer::send_receive(const float* send, size_t send_count, int send_to,
                                      float* receive, size_t receive_count, int receive_from) {
-  std::string description = "pipeline transfer on rank " + std::to_string(world_rank_) + ":";
-  if (send_to >= 0)
-    description +=
-        " send of " + std::to_string(send_count) + " floats to rank " + std::to_string(send_to);
-  if (receive_from >= 0)
-    description += std::string(send_to >= 0 ? " and" : "") + " receive of " +
-                   std::to_string(receive_count) + " floats from rank " +
-                   std::to_string(receive_from);
-  Watchdog::Guard guard(std::move(description));
+  const char* operation = send_to >= 0 && receive_from >= 0 ? "pipeline send and receive"
+                          : send_to >= 0                    ? "pipeline send"
+                                                            : "pipeline receive";
+  Watchdog::Guard guard({operation,
+                         (send_to >= 0 ? send_count : 0) + (receive_from >= 0 ? receive_count : 0),
+                         "floats", &where_, send_to, receive_from});
   inner_->send_receive(send, send_count, send_to, receive, receive_count, receive_from);
 }
 

@@ -35,10 +35,8 @@ class WatchedCommunicator final : public Communicator {
   void wait_pending() override;
 
  private:
-  // "all_reduce of 4096 floats on group 'data' (rank 1 of 2)".
-  std::string describe(const char* operation, size_t count, const char* unit = "floats") const;
-
   std::unique_ptr<Communicator> inner_;
+  std::string where_;  // " on group 'data' (rank 1 of 2)", for the watchdog's message
 };
 
 class WatchedPeerToPeer final : public PeerToPeer {
@@ -49,7 +47,7 @@ class WatchedPeerToPeer final : public PeerToPeer {
 
  private:
   std::unique_ptr<PeerToPeer> inner_;
-  int world_rank_;
+  std::string where_;  // " on world rank 3"
 };
 
 // Wraps every group of `groups` and its peers.
