@@ -15,11 +15,18 @@
 //   (exceptions, or the Watchdog of watchdog.h for calls that never return).
 // - Calls are collective over the group: every member calls the same
 //   operations in the same order with the same counts.
+// - Buffers hold count elements of a DType (kernels/dtype.h): fp32, or bf16
+//   for mixed-precision weights, activations and gradients. A bf16 sum is
+//   computed in fp32 and rounded once to bf16 (MPI and staged: in rank order;
+//   NCCL: its own, with its own intermediate rounding). The float overloads
+//   are shorthand for DType::kFloat32.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
+
+#include "kernels/dtype.h"
 
 namespace paraplan {
 
@@ -33,15 +40,17 @@ class Communicator {
   virtual const std::string& name() const = 0;  // "world", "tensor", "data", "zero", ...
 
   // In place over count elements.
-  virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
+  virtual void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) = 0;
   virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
   // send holds size() chunks of chunk_count; member r receives the sum of
   // everyone's chunk r.
-  virtual void reduce_scatter(const float* send, float* receive, size_t chunk_count) = 0;
+  virtual void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                              kernels::DType dtype) = 0;
   // Every member contributes chunk_count elements; receive holds size()
   // chunks in rank order. send may be receive + rank() * chunk_count (in place).
-  virtual void all_gather(const float* send, float* receive, size_t chunk_count) = 0;
-  virtual void broadcast(float* data, size_t count, int root) = 0;
+  virtual void all_gather(const void* send, void* receive, size_t chunk_count,
+                          kernels::DType dtype) = 0;
+  virtual void broadcast(void* data, size_t count, kernels::DType dtype, int root) = 0;
   virtual void barrier() = 0;
 
   // Deferred operations, for gradient buckets reduced while backward still
@@ -49,27 +58,44 @@ class Communicator {
   // buffers must stay untouched until wait_pending(), after which everything
   // started earlier is complete (on a device: ordered before the ops' later
   // work). Same results as the blocking calls. The defaults run them at once.
-  virtual void start_all_reduce(float* data, size_t count) {
-    all_reduce(data, count, ReduceOp::kSum);
+  virtual void start_all_reduce(void* data, size_t count, kernels::DType dtype) {
+    all_reduce(data, count, dtype, ReduceOp::kSum);
   }
-  virtual void start_reduce_scatter(const float* send, float* receive, size_t chunk_count) {
-    reduce_scatter(send, receive, chunk_count);
+  virtual void start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                    kernels::DType dtype) {
+    reduce_scatter(send, receive, chunk_count, dtype);
   }
-  virtual void start_all_gather(const float* send, float* receive, size_t chunk_count) {
-    all_gather(send, receive, chunk_count);
+  virtual void start_all_gather(const void* send, void* receive, size_t chunk_count,
+                                kernels::DType dtype) {
+    all_gather(send, receive, chunk_count, dtype);
   }
   virtual void wait_pending() {}
+
+  // fp32 shorthand. (Implementations add `using Communicator::all_reduce;` and
+  // so on, so that their overrides do not hide these.)
+  void all_reduce(float* data, size_t count, ReduceOp op) {
+    all_reduce(data, count, kernels::DType::kFloat32, op);
+  }
+  void reduce_scatter(const float* send, float* receive, size_t chunk_count) {
+    reduce_scatter(send, receive, chunk_count, kernels::DType::kFloat32);
+  }
+  void all_gather(const float* send, float* receive, size_t chunk_count) {
+    all_gather(send, receive, chunk_count, kernels::DType::kFloat32);
+  }
+  void broadcast(float* data, size_t count, int root) {
+    broadcast(data, count, kernels::DType::kFloat32, root);
+  }
 };
 
 // Point-to-point transfers between world ranks (the pipeline neighbours).
 // send_receive posts both halves at once and returns when both completed, so
 // two neighbours that send to each other never deadlock, whatever the sizes.
-// A peer of -1 skips that half.
+// A peer of -1 skips that half. Counts are elements of dtype.
 class PeerToPeer {
  public:
   virtual ~PeerToPeer() = default;
-  virtual void send_receive(const float* send, size_t send_count, int send_to, float* receive,
-                            size_t receive_count, int receive_from) = 0;
+  virtual void send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                            size_t receive_count, int receive_from, kernels::DType dtype) = 0;
 };
 
 // A rank's place in the mesh: rank = (pipeline * dp + data) * tp + tensor.
