@@ -12,12 +12,26 @@
 //   new accumulation. This is what makes residual connections and gradient
 //   accumulation over micro-batches free.
 // - Every op is deterministic: the same inputs give bitwise the same outputs.
+//
+// Mixed precision: an Ops object has one storage dtype (kernels/dtype.h),
+// fixed when it is made. Tensors typed `void*` here are storage tensors
+// (weights, activations, gradients, logits) holding elements of that dtype;
+// tensors typed `float*` are fp32 whatever the storage dtype (LayerNorm
+// mean/rstd, attention logsumexp and its scratch, losses, cross-entropy row
+// statistics, master weights, AdamW moments). Every op computes in fp32: it
+// widens its storage inputs, and rounds each storage output once (to nearest
+// even) when it stores it, accumulating outputs included: dx += y stores
+// round(float(dx) + y). So a bf16 op equals the fp32 op on the same bf16
+// inputs with its outputs rounded, on both backends (GEMMs: bf16 inputs,
+// fp32 accumulation, as cuBLAS with CUBLAS_COMPUTE_32F).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "kernels/dtype.h"
 
 namespace paraplan::kernels {
 
@@ -29,6 +43,9 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual Backend backend() const = 0;
+  // The element type of every storage (void*) tensor the ops take.
+  virtual DType storage_dtype() const = 0;
+  size_t storage_bytes(size_t elements) const { return elements * dtype_bytes(storage_dtype()); }
 
   // ---- memory ---------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
@@ -36,8 +53,12 @@ class Ops {
   virtual void copy_to_host(void* host_destination, const void* source, size_t bytes) = 0;
   virtual void copy_from_host(void* destination, const void* host_source, size_t bytes) = 0;
   virtual void copy(void* destination, const void* source, size_t bytes) = 0;
-  virtual void fill_zero(float* x, size_t n) = 0;
+  // Zeroes bytes of backend memory (a storage tensor: storage_bytes(n); fp32: 4n).
+  virtual void zero_bytes(void* x, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Backend memory: out (storage) = in (fp32) rounded; out (fp32) = in (storage).
+  virtual void convert_from_float(void* out, const float* in, size_t n) = 0;
+  virtual void convert_to_float(float* out, const void* in, size_t n) = 0;
 
   // ---- device ---------------------------------------------------------------
   // What the ops run on, for logs and profile provenance ("NVIDIA H100 80GB
@@ -59,51 +80,51 @@ class Ops {
   // out[i, :] = wte[tokens[i] - vocab_start, :] when tokens[i] lies in
   // [vocab_start, vocab_start + vocab_local), else 0. num_tokens = B*T rows.
   // (vocab_start = 0, vocab_local = vocab gives the ordinary lookup.)
-  virtual void token_embedding_forward(float* out, const int32_t* tokens, const float* wte,
+  virtual void token_embedding_forward(void* out, const int32_t* tokens, const void* wte,
                                        int num_tokens, int vocab_start, int vocab_local,
                                        int channels) = 0;
   // dwte[tokens[i] - vocab_start, :] += dout[i, :] for tokens in range; rows are
   // accumulated in token order, so the result is deterministic.
-  virtual void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens,
+  virtual void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens,
                                         int num_tokens, int vocab_start, int vocab_local,
                                         int channels) = 0;
   // out[b, t, :] += wpe[t, :] for a [B, T, C] activation.
-  virtual void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len,
+  virtual void position_embedding_forward(void* out, const void* wpe, int batch, int seq_len,
                                           int channels) = 0;
   // dwpe[t, :] += sum_b dout[b, t, :].
-  virtual void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
+  virtual void position_embedding_backward(void* dwpe, const void* dout, int batch, int seq_len,
                                            int channels) = 0;
 
   // ---- layer norm ---------------------------------------------------------------
   // out = (inp - mean) * rstd * weight + bias over the last dimension of [rows, C].
   // mean and rstd ([rows]) are saved for backward.
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int rows, int channels,
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const void* weight, const void* bias, int rows, int channels,
                                  float epsilon) = 0;
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
+  virtual void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                  const void* inp, const void* weight, const float* mean,
                                   const float* rstd, int rows, int channels) = 0;
 
   // ---- linear -------------------------------------------------------------------------
   // out[rows, out_features] = inp[rows, in_features] @ weight^T + bias (bias may be null).
-  virtual void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+  virtual void linear_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int rows, int in_features, int out_features) = 0;
   // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_rows dout.
   // Any of dinp, dweight, dbias may be null to skip it.
-  virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int rows, int in_features,
+  virtual void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                               const void* inp, const void* weight, int rows, int in_features,
                                int out_features) = 0;
 
   // ---- elementwise -----------------------------------------------------------------------
   // GELU, tanh approximation (as GPT-2).
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) = 0;
   // out = a + b.
-  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void residual_forward(void* out, const void* a, const void* b, size_t n) = 0;
   // dx += dout (the residual backward for both operands, one call each).
-  virtual void accumulate(float* dx, const float* dout, size_t n) = 0;
+  virtual void accumulate(void* dx, const void* dout, size_t n) = 0;
   // x *= factor.
-  virtual void scale(float* x, float factor, size_t n) = 0;
+  virtual void scale(void* x, float factor, size_t n) = 0;
 
   // ---- attention -------------------------------------------------------------------------
   // Causal multi-head self-attention over qkv [B, T, 3 * H * D] laid out as
@@ -112,14 +133,14 @@ class Ops {
   // head; logsumexp [B, H, T] receives log(sum_j exp(s_tj)) of each row's scaled
   // scores s, all backward needs besides qkv and out. The CUDA backend takes
   // head_dim <= 128 (std::invalid_argument beyond).
-  virtual void attention_forward(float* out, float* logsumexp, const float* qkv, int batch,
+  virtual void attention_forward(void* out, float* logsumexp, const void* qkv, int batch,
                                  int seq_len, int num_heads, int head_dim) = 0;
   // dqkv += gradient of out with respect to qkv, given dout, and qkv, out and
   // logsumexp from attention_forward; the probabilities are recomputed as
   // exp(s - logsumexp). scratch holds B*H*T floats (it receives the rows'
   // D_t = sum_d dout[t, d] * out[t, d]; its contents on entry do not matter).
-  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                  const float* out, const float* logsumexp, int batch, int seq_len,
+  virtual void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
+                                  const void* out, const float* logsumexp, int batch, int seq_len,
                                   int num_heads, int head_dim) = 0;
 
   // ---- loss ------------------------------------------------------------------------------
@@ -127,7 +148,7 @@ class Ops {
   // softmax(logits[i])[targets[i]] and dlogits[i, :] = (softmax(logits[i]) - onehot(targets[i])) *
   // loss_scale (overwritten, may alias logits: the probabilities are never stored separately).
   // dlogits may be null for a forward-only (evaluation) pass.
-  virtual void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+  virtual void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, int rows, int vocab,
                                      float loss_scale) = 0;
 
@@ -139,28 +160,30 @@ class Ops {
   // vocab_local = vocab) the steps give the fused op's results.
   // Step 1: per row, this shard's max logit, and the target's logit when the
   // target lies in this shard (else 0). Throws std::out_of_range for a negative target.
-  virtual void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+  virtual void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
                                          const int32_t* targets, int rows, int vocab_local,
                                          int vocab_start) = 0;
   // Step 2: per row, sum over this shard of exp(logit - row_max) (row_max global).
-  virtual void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits,
+  virtual void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits,
                                             const float* row_max, int rows, int vocab_local) = 0;
   // Step 3: losses[i] = log(exp_sum[i]) + row_max[i] - target_logit[i]; dlogits (may alias
   // logits, may be null) = (exp(logit - row_max) / exp_sum - onehot) * loss_scale, where
   // onehot is zero in every shard but the target's (overwritten, like the fused op).
-  virtual void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+  virtual void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                           const int32_t* targets, const float* row_max,
                                           const float* exp_sum, const float* target_logit, int rows,
                                           int vocab_local, int vocab_start, float loss_scale) = 0;
 
   // ---- optimizer ---------------------------------------------------------------------------
-  // One AdamW step (decoupled weight decay, bias-corrected moments) over n elements;
-  // step counts from 1.
-  virtual void adamw(float* params, const float* grads, float* first_moment, float* second_moment,
-                     size_t n, float learning_rate, float beta1, float beta2, float epsilon,
-                     float weight_decay, int step) = 0;
-  // Sum of squares of x, accumulated in double in a fixed order.
-  virtual double sum_of_squares(const float* x, size_t n) = 0;
+  // One AdamW step (decoupled weight decay, bias-corrected moments) over n
+  // elements of fp32 master weights, from storage gradients; step counts from
+  // 1. params (storage) receives the updated master weights rounded; with fp32
+  // storage it may be master itself (then the master weights are the params).
+  virtual void adamw(float* master, void* params, const void* grads, float* first_moment,
+                     float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
+                     float epsilon, float weight_decay, int step) = 0;
+  // Sum of squares of the storage tensor x, accumulated in double in a fixed order.
+  virtual double sum_of_squares(const void* x, size_t n) = 0;
 };
 
 // The CPU backend (OpenBLAS sgemm + plain C++). Always available.
@@ -171,11 +194,13 @@ class Ops {
 // one thread pool), so it also applies to Ops objects made earlier. Results
 // are bitwise reproducible for a fixed thread count. Throws
 // std::invalid_argument for n < 0.
-std::unique_ptr<Ops> make_cpu_ops(int num_threads = 0);
+// storage picks the storage dtype: kBFloat16 keeps bf16 tensors and rounds
+// as the GPU does (each op computes in fp32 on the widened inputs).
+std::unique_ptr<Ops> make_cpu_ops(int num_threads = 0, DType storage = DType::kFloat32);
 
 // The CUDA backend on the given device. Throws std::runtime_error with a clear
 // message when CUDA support was not compiled in or no device is present.
-std::unique_ptr<Ops> make_cuda_ops(int device);
+std::unique_ptr<Ops> make_cuda_ops(int device, DType storage = DType::kFloat32);
 
 // Number of CUDA devices visible (0 when CUDA is not compiled in).
 int cuda_device_count();
