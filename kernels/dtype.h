@@ -24,6 +24,14 @@ inline const char* dtype_name(DType dtype) {
   return dtype == DType::kBFloat16 ? "bfloat16" : "float32";
 }
 
+// Element `index` of a buffer of dtype (storage tensors are untyped pointers).
+inline void* element_at(void* base, size_t index, DType dtype) {
+  return static_cast<char*>(base) + index * dtype_bytes(dtype);
+}
+inline const void* element_at(const void* base, size_t index, DType dtype) {
+  return static_cast<const char*>(base) + index * dtype_bytes(dtype);
+}
+
 // The bf16 nearest to value (ties to even); NaN stays a (quiet) NaN, and
 // values beyond bf16's range round to infinity, as on the GPU.
 inline uint16_t bfloat16_from_float(float value) {

@@ -49,10 +49,11 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
                                         const TrainState& state) {
   const GptLayout& layout = stage.layout();
   const size_t n = layout.num_elements();
-  std::vector<float> params(n), first, second;
-  optimizer.wait_for_parameters();
-  ops.copy_to_host(params.data(), stage.parameters(), n * sizeof(float));
-  optimizer.gather_moments(first, second);  // collective over the ZeRO group
+  std::vector<float> params, first, second;
+  // fp32 master weights (under bf16 storage, not the rounded stage copy), so
+  // a resumed run continues exactly. Both collective over the ZeRO group.
+  optimizer.gather_parameters(params);
+  optimizer.gather_moments(first, second);
 
   std::string written;
   const MeshCoordinates& mesh = groups.mesh;
@@ -97,7 +98,7 @@ TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
       load_checkpoint(path, whole, whole_params.data(), whole_first.data(), whole_second.data());
   std::vector<float> local;
   slice(whole, whole_params, layout, local);
-  ops.copy_from_host(stage.parameters(), local.data(), local.size() * sizeof(float));
+  optimizer.load_parameters(local.data());
   std::vector<float> local_second;
   slice(whole, whole_first, layout, local);
   slice(whole, whole_second, layout, local_second);

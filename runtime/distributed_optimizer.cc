@@ -23,7 +23,8 @@ DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
       memory_(memory),
       groups_(groups),
       settings_(settings),
-      sharded_(zero_stage == 1) {
+      sharded_(zero_stage == 1),
+      dtype_(stage.dtype()) {
   const size_t n = layout_.num_elements();
   const int z = sharded_ ? groups.zero->size() : 1;
   const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
@@ -45,8 +46,8 @@ DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
     held_end_ = held_begin_ + static_cast<size_t>(layout_.local_vocab()) * layout_.config().d_model;
   }
   if (sharded_) {
-    gradient_shard_ = static_cast<float*>(memory.allocate(
-        std::max<size_t>(shard_elements_, 1) * sizeof(float), MemoryCategory::kGradients));
+    gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
+                                      MemoryCategory::kGradients);
     // Replicas of a shard sit in the other ZeRO groups; the first counts it.
     counts_replicas_ = groups.zero_replicas->rank() == 0;
   } else {
@@ -55,14 +56,23 @@ DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
   const size_t bytes = std::max<size_t>(shard_elements_, 1) * sizeof(float);
   first_moment_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
   second_moment_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
-  ops.fill_zero(first_moment_, shard_elements_);
-  ops.fill_zero(second_moment_, shard_elements_);
+  ops.zero_bytes(first_moment_, bytes);
+  ops.zero_bytes(second_moment_, bytes);
+  if (dtype_ != kernels::DType::kFloat32) {
+    master_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
+    ops.zero_bytes(master_, bytes);
+  }
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
   memory_.release(first_moment_);
   memory_.release(second_moment_);
   if (gradient_shard_) memory_.release(gradient_shard_);
+  if (master_) memory_.release(master_);
+}
+
+float* DistributedOptimizer::master_at(size_t at) const {
+  return master_ + at;
 }
 
 DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucket& bucket) const {
@@ -78,12 +88,15 @@ DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucke
 void DistributedOptimizer::start_bucket(size_t index) {
   started_[index] = true;
   const GradientBucket& bucket = buckets_[index];
-  float* gradients = stage_.gradients();
+  void* gradients = stage_.gradients();
   if (sharded_) {
-    groups_.zero->start_reduce_scatter(gradients + bucket.begin,
-                                       gradient_shard_ + bucket.shard_offset, bucket.chunk);
+    groups_.zero->start_reduce_scatter(kernels::element_at(gradients, bucket.begin, dtype_),
+                                       kernels::element_at(gradient_shard_, bucket.shard_offset,
+                                                           dtype_),
+                                       bucket.chunk, dtype_);
   } else if (groups_.data->size() > 1) {
-    groups_.data->start_all_reduce(gradients + bucket.begin, bucket.end - bucket.begin);
+    groups_.data->start_all_reduce(kernels::element_at(gradients, bucket.begin, dtype_),
+                                   bucket.end - bucket.begin, dtype_);
   }
 }
 
@@ -103,8 +116,8 @@ void DistributedOptimizer::reduce_gradients() {
   if (groups_.embedding) {
     // The first stage's embedding and the last stage's tied head are one
     // parameter: both receive the sum of both gradients.
-    groups_.embedding->all_reduce(stage_.gradients() + held_begin_, held_end_ - held_begin_,
-                                  ReduceOp::kSum);
+    groups_.embedding->all_reduce(kernels::element_at(stage_.gradients(), held_begin_, dtype_),
+                                  held_end_ - held_begin_, dtype_, ReduceOp::kSum);
   }
   for (size_t i = buckets_.size(); i-- > 0;)
     if (!started_[i]) start_bucket(i);
@@ -112,13 +125,13 @@ void DistributedOptimizer::reduce_gradients() {
   if (sharded_) {
     groups_.zero->wait_pending();
     if (groups_.zero_replicas->size() > 1)
-      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, ReduceOp::kSum);
+      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, dtype_, ReduceOp::kSum);
   } else {
     groups_.data->wait_pending();
   }
 }
 
-double DistributedOptimizer::counted_sum_of_squares(const float* gradients,
+double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
                                                     const OwnedRange& range) const {
   if (!counts_replicas_) return 0.0;
   double sum = 0;
@@ -130,7 +143,9 @@ double DistributedOptimizer::counted_sum_of_squares(const float* gradients,
     const size_t from = std::max(range.begin, tensor.offset);
     const size_t to = std::min(range.end, tensor.offset + tensor.size);
     if (from < to)
-      sum += ops_.sum_of_squares(gradients + (from - range.begin + range.shard_offset), to - from);
+      sum += ops_.sum_of_squares(
+          kernels::element_at(gradients, from - range.begin + range.shard_offset, dtype_),
+          to - from);
   }
   return sum;
 }
@@ -138,7 +153,7 @@ double DistributedOptimizer::counted_sum_of_squares(const float* gradients,
 double DistributedOptimizer::step(float learning_rate, int step) {
   // This rank's gradients: its shard under ZeRO-1, else the whole buffer;
   // either is indexed by OwnedRange::shard_offset.
-  float* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
+  void* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
   double squares = 0;
   for (const OwnedRange& range : owned_) squares += counted_sum_of_squares(gradients, range);
   groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
@@ -148,7 +163,16 @@ double DistributedOptimizer::step(float learning_rate, int step) {
     const double factor = settings_.grad_clip / (norm + 1e-6);
     if (factor < 1.0) ops_.scale(gradients, static_cast<float>(factor), shard_elements_);
   }
-  float* parameters = stage_.parameters();
+  void* parameters = stage_.parameters();
+  if (master_ && !master_valid_) {
+    // Parameters set on the stage directly: the master weights start as their
+    // widened copy (Megatron's float16 optimizer does the same).
+    for (const OwnedRange& range : owned_)
+      ops_.convert_to_float(master_at(range.shard_offset),
+                            kernels::element_at(parameters, range.begin, dtype_),
+                            range.end - range.begin);
+    master_valid_ = true;
+  }
   for (const OwnedRange& range : owned_) {
     for (const ParameterTensor& tensor : layout_.tensors()) {
       const size_t from = std::max(range.begin, tensor.offset);
@@ -156,17 +180,21 @@ double DistributedOptimizer::step(float learning_rate, int step) {
       if (from >= to) continue;
       const size_t at = from - range.begin + range.shard_offset;
       const float decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
-      ops_.adamw(parameters + from, gradients + at, first_moment_ + at, second_moment_ + at,
-                 to - from, learning_rate, settings_.beta1, settings_.beta2, settings_.epsilon,
-                 decay, step);
+      void* params = kernels::element_at(parameters, from, dtype_);
+      // fp32 storage: the parameters are the master weights.
+      float* master = master_ ? master_at(at) : static_cast<float*>(params);
+      ops_.adamw(master, params, kernels::element_at(gradients, at, dtype_), first_moment_ + at,
+                 second_moment_ + at, to - from, learning_rate, settings_.beta1, settings_.beta2,
+                 settings_.epsilon, decay, step);
     }
   }
   if (sharded_) {
     // In buffer order, the order the next forward needs them.
     const int rank = groups_.zero->rank();
     for (const GradientBucket& bucket : buckets_)
-      groups_.zero->start_all_gather(parameters + bucket.begin + bucket.chunk * rank,
-                                     parameters + bucket.begin, bucket.chunk);
+      groups_.zero->start_all_gather(
+          kernels::element_at(parameters, bucket.begin + bucket.chunk * rank, dtype_),
+          kernels::element_at(parameters, bucket.begin, dtype_), bucket.chunk, dtype_);
     parameters_pending_ = true;
   }
   return norm;
@@ -179,34 +207,54 @@ void DistributedOptimizer::wait_for_parameters() {
 }
 
 void DistributedOptimizer::gather_moments(std::vector<float>& first, std::vector<float>& second) {
+  gather_owned(first_moment_, first);
+  gather_owned(second_moment_, second);
+}
+
+void DistributedOptimizer::gather_owned(const float* owned_values, std::vector<float>& whole) {
   wait_for_parameters();  // nothing of this step's may still be in flight
   const size_t n = layout_.num_elements();
-  const size_t whole = sharded_ ? shard_elements_ * groups_.zero->size() : n;
-  float* gathered = static_cast<float*>(
-      memory_.allocate(std::max<size_t>(whole, 1) * sizeof(float), MemoryCategory::kWorkspace));
-  first.resize(n);
-  second.resize(n);
-  for (int which = 0; which < 2; ++which) {
-    const float* moment = which == 0 ? first_moment_ : second_moment_;
-    std::vector<float>& out = which == 0 ? first : second;
-    if (sharded_) {
-      for (const GradientBucket& bucket : buckets_)
-        groups_.zero->all_gather(moment + bucket.shard_offset, gathered + bucket.begin,
-                                 bucket.chunk);
-    } else {
-      ops_.copy(gathered, moment, n * sizeof(float));
-    }
-    ops_.copy_to_host(out.data(), gathered, n * sizeof(float));
+  whole.resize(n);
+  if (!sharded_) {
+    ops_.copy_to_host(whole.data(), owned_values, n * sizeof(float));
+    return;
   }
+  const size_t gathered_elements = shard_elements_ * groups_.zero->size();
+  float* gathered = static_cast<float*>(memory_.allocate(
+      std::max<size_t>(gathered_elements, 1) * sizeof(float), MemoryCategory::kWorkspace));
+  for (const GradientBucket& bucket : buckets_)
+    groups_.zero->all_gather(owned_values + bucket.shard_offset, gathered + bucket.begin,
+                             bucket.chunk);
+  ops_.copy_to_host(whole.data(), gathered, n * sizeof(float));
   memory_.release(gathered);
 }
 
 void DistributedOptimizer::load_moments(const float* first, const float* second) {
-  for (const OwnedRange& range : owned_) {
-    const size_t bytes = (range.end - range.begin) * sizeof(float);
-    ops_.copy_from_host(first_moment_ + range.shard_offset, first + range.begin, bytes);
-    ops_.copy_from_host(second_moment_ + range.shard_offset, second + range.begin, bytes);
+  load_owned(first, first_moment_);
+  load_owned(second, second_moment_);
+}
+
+void DistributedOptimizer::load_owned(const float* whole, float* owned_values) {
+  for (const OwnedRange& range : owned_)
+    ops_.copy_from_host(owned_values + range.shard_offset, whole + range.begin,
+                        (range.end - range.begin) * sizeof(float));
+}
+
+void DistributedOptimizer::gather_parameters(std::vector<float>& whole) {
+  if (master_) {
+    gather_owned(master_, whole);
+  } else {
+    wait_for_parameters();
+    whole.resize(layout_.num_elements());
+    stage_.read_parameters(whole.data(), whole.size());
   }
+}
+
+void DistributedOptimizer::load_parameters(const float* whole) {
+  wait_for_parameters();
+  stage_.load_parameters(whole, layout_.num_elements());
+  if (master_) load_owned(whole, master_);
+  master_valid_ = true;
 }
 
 }  // namespace paraplan

@@ -26,6 +26,13 @@
 //                       between: data loading and, on later pipeline stages,
 //                       the wait for the first activation.
 // Weight decay applies to matrices and embeddings only (the layout's flag).
+//
+// Mixed precision (bf16 storage): gradients are reduced in bf16 (sums
+// computed in fp32, rounded once; communicator.h); the update runs on fp32
+// master weights, which this class owns with the moments and shards like them
+// under ZeRO-1, and rewrites the stage's bf16 parameters from them, so the
+// optimizer state is 12 bytes per parameter (master, two moments). With fp32
+// storage the stage's parameters are the master weights.
 #pragma once
 
 #include <cstddef>
@@ -79,6 +86,13 @@ class DistributedOptimizer {
   void gather_moments(std::vector<float>& first, std::vector<float>& second);
   // Sets the moments from whole host buffers; this rank keeps its part.
   void load_moments(const float* first, const float* second);
+  // The master weights of all this rank's parameters, whole, fp32 (the
+  // stage's parameters under fp32 storage): for checkpoints. Collective over
+  // the ZeRO group.
+  void gather_parameters(std::vector<float>& whole);
+  // Sets the parameters from whole fp32 host values: the master weights this
+  // rank owns exactly, the stage's storage copy rounded.
+  void load_parameters(const float* whole);
 
  private:
   // A part of the buffer this rank updates: [begin, end), clipped to the
@@ -92,7 +106,13 @@ class DistributedOptimizer {
   void start_bucket(size_t index);
   // Sum of squares of the gradient elements this rank counts; gradients holds
   // the elements of range at range.shard_offset (or the whole buffer).
-  double counted_sum_of_squares(const float* gradients, const OwnedRange& range) const;
+  double counted_sum_of_squares(const void* gradients, const OwnedRange& range) const;
+  // The fp32 master weights of an owned element (at = its shard offset).
+  float* master_at(size_t at) const;
+  // An fp32 buffer of this rank's owned elements (moments, master weights) to
+  // and from whole host buffers; gathering is collective over the ZeRO group.
+  void gather_owned(const float* owned_values, std::vector<float>& whole);
+  void load_owned(const float* whole, float* owned_values);
 
   GptStage& stage_;
   const GptLayout& layout_;
@@ -109,7 +129,10 @@ class DistributedOptimizer {
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;
-  float* gradient_shard_ = nullptr;  // ZeRO-1: this rank's summed gradients
+  kernels::DType dtype_;              // the stage's storage dtype
+  float* master_ = nullptr;          // bf16 storage: fp32 master weights of shard_elements_
+  bool master_valid_ = false;        // set by load_parameters, else by the first step
+  void* gradient_shard_ = nullptr;   // ZeRO-1: this rank's summed gradients (storage)
   bool counts_replicas_;             // this data-parallel replica counts in the norm
 };
 

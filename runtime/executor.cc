@@ -133,11 +133,11 @@ double StageExecutor::execute(const schema::Instruction& instruction, const Samp
   return loss_sum;
 }
 
-void StageExecutor::transfer(const float* send, int send_to, float* receive, int receive_from) {
+void StageExecutor::transfer(const void* send, int send_to, void* receive, int receive_from) {
   if (pipeline_.peers == nullptr || (send_to < 0 && receive_from < 0))
     throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
   pipeline_.peers->send_receive(send, send ? activation_count_ : 0, send_to, receive,
-                                receive ? activation_count_ : 0, receive_from);
+                                receive ? activation_count_ : 0, receive_from, stage_.dtype());
 }
 
 }  // namespace paraplan

@@ -69,7 +69,7 @@ class StageExecutor {
   double execute(const schema::Instruction& instruction, const SampleSource& data,
                  int64_t first_sample, float loss_scale, const ExecutorHooks& hooks);
   // One paired transfer; -1 peers or null buffers skip a half.
-  void transfer(const float* send, int send_to, float* receive, int receive_from);
+  void transfer(const void* send, int send_to, void* receive, int receive_from);
 
   std::vector<schema::Instruction> instructions_;
   GptStage& stage_;
@@ -77,7 +77,7 @@ class StageExecutor {
   int num_micro_batches_;
   int data_parallel_rank_;
   PipelinePeers pipeline_;
-  size_t activation_count_;  // B * T * C floats per transfer
+  size_t activation_count_;  // B * T * C elements (the stage's dtype) per transfer
   // The micro-batch whose output gradient sits in the stage's receive buffer.
   int gradient_holder_ = -1;
   bool first_forward_done_ = false;                  // this step

@@ -13,16 +13,40 @@
 
 namespace paraplan {
 
+void* GptStage::allocate_storage(size_t count, MemoryCategory category) {
+  void* pointer = memory_.allocate(ops_.storage_bytes(count), category);
+  allocations_.push_back(pointer);
+  return pointer;
+}
+
+float* GptStage::allocate_floats(size_t count, MemoryCategory category) {
+  void* pointer = memory_.allocate(count * sizeof(float), category);
+  allocations_.push_back(pointer);
+  return static_cast<float*>(pointer);
+}
+
+void GptStage::load_parameters(const float* host, size_t count) {
+  if (count > buffer_elements_)
+    throw std::invalid_argument("GptStage::load_parameters: more values than parameters");
+  std::vector<char> converted(ops_.storage_bytes(count));
+  kernels::host_from_float(converted.data(), host, dtype_, count);
+  ops_.copy_from_host(parameters_, converted.data(), converted.size());
+}
+
 namespace {
-size_t activation_bytes(size_t count) {
-  return count * sizeof(float);
+void read_widened(kernels::Ops& ops, const void* source, float* host, size_t count) {
+  std::vector<char> raw(ops.storage_bytes(count));
+  ops.copy_to_host(raw.data(), source, raw.size());
+  kernels::host_to_float(host, raw.data(), ops.storage_dtype(), count);
 }
 }  // namespace
 
-float* GptStage::allocate_floats(size_t count, MemoryCategory category) {
-  void* pointer = memory_.allocate(activation_bytes(count), category);
-  allocations_.push_back(pointer);
-  return static_cast<float*>(pointer);
+void GptStage::read_parameters(float* host, size_t count) {
+  read_widened(ops_, parameters_, host, std::min(count, buffer_elements_));
+}
+
+void GptStage::read_gradients(float* host, size_t count) {
+  read_widened(ops_, gradients_, host, std::min(count, buffer_elements_));
 }
 
 GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
@@ -35,29 +59,34 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
   // Under full recompute a slot keeps only the block output (the next block's
   // input); everything else comes from the shared recompute scratch.
   const bool keep_all = mode != RecomputeMode::Full;
-  auto own = [&](size_t count, float* BlockActivations::*field) {
+  auto own = [&](size_t count, void* BlockActivations::*field) {
+    acts.*field = keep_all || shared == nullptr
+                      ? allocate_storage(count, MemoryCategory::kActivations)
+                      : shared->*field;
+  };
+  auto own_floats = [&](size_t count, float* BlockActivations::*field) {
     acts.*field = keep_all || shared == nullptr
                       ? allocate_floats(count, MemoryCategory::kActivations)
                       : shared->*field;
   };
   own(BT * C, &BlockActivations::ln1);
-  own(BT, &BlockActivations::ln1_mean);
-  own(BT, &BlockActivations::ln1_rstd);
+  own_floats(BT, &BlockActivations::ln1_mean);
+  own_floats(BT, &BlockActivations::ln1_rstd);
   own(BT * 3 * A, &BlockActivations::qkv);
   own(BT * C, &BlockActivations::residual2);
   own(BT * C, &BlockActivations::ln2);
-  own(BT, &BlockActivations::ln2_mean);
-  own(BT, &BlockActivations::ln2_rstd);
+  own_floats(BT, &BlockActivations::ln2_mean);
+  own_floats(BT, &BlockActivations::ln2_rstd);
   own(BT * F, &BlockActivations::fch);
   own(BT * F, &BlockActivations::fch_gelu);
   // The attention output and logsumexp are kept only without recomputation;
   // selective recompute rebuilds them from qkv.
   const bool keep_attention = mode == RecomputeMode::None || shared == nullptr;
-  acts.atty = keep_attention ? allocate_floats(BT * A, MemoryCategory::kActivations) : shared->atty;
+  acts.atty = keep_attention ? allocate_storage(BT * A, MemoryCategory::kActivations) : shared->atty;
   acts.logsumexp = keep_attention ? allocate_floats(attention_rows, MemoryCategory::kActivations)
                                   : shared->logsumexp;
   // The block output is always kept: it is the next block's input.
-  acts.output = shared == nullptr ? nullptr : allocate_floats(BT * C, MemoryCategory::kActivations);
+  acts.output = shared == nullptr ? nullptr : allocate_storage(BT * C, MemoryCategory::kActivations);
   return acts;
 }
 
@@ -66,6 +95,7 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
                    Communicator* tensor_group, size_t buffer_elements)
     : layout_(layout),
       ops_(ops),
+      dtype_(ops.storage_dtype()),
       memory_(memory),
       tensor_group_(tensor_group),
       batch_(micro_batch_size),
@@ -86,10 +116,10 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
                V = layout.local_vocab();
   const size_t attention_rows = BT * layout.local_heads();  // [B, H, T]
 
-  parameters_ = allocate_floats(buffer_elements_, MemoryCategory::kWeights);
-  gradients_ = allocate_floats(buffer_elements_, MemoryCategory::kGradients);
-  ops_.fill_zero(parameters_, buffer_elements_);
-  ops_.fill_zero(gradients_, buffer_elements_);
+  parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
+  gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
+  zero(parameters_, buffer_elements_);
+  zero(gradients_, buffer_elements_);
 
   // Recompute scratch: only as much as the stage's modes need.
   bool any_full = false, any_selective = false;
@@ -102,7 +132,7 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   } else if (any_selective) {
     // Activations, like the full scratch: the planner counts both as the
     // recompute working set.
-    recompute_scratch_.atty = allocate_floats(BT * A, MemoryCategory::kActivations);
+    recompute_scratch_.atty = allocate_storage(BT * A, MemoryCategory::kActivations);
     recompute_scratch_.logsumexp = allocate_floats(attention_rows, MemoryCategory::kActivations);
   }
 
@@ -115,23 +145,23 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
         static_cast<int32_t*>(memory_.allocate(token_bytes, MemoryCategory::kActivations));
     allocations_.push_back(slot.tokens);
     allocations_.push_back(slot.targets);
-    slot.input = allocate_floats(BT * C, MemoryCategory::kActivations);
+    slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
     for (RecomputeMode mode : recompute_)
       slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
     if (stage.has_head) {
-      slot.final_norm = allocate_floats(BT * C, MemoryCategory::kActivations);
+      slot.final_norm = allocate_storage(BT * C, MemoryCategory::kActivations);
       slot.final_norm_mean = allocate_floats(BT, MemoryCategory::kActivations);
       slot.final_norm_rstd = allocate_floats(BT, MemoryCategory::kActivations);
-      slot.logits = allocate_floats(BT * V, MemoryCategory::kActivations);
+      slot.logits = allocate_storage(BT * V, MemoryCategory::kActivations);
       slot.losses = allocate_floats(BT, MemoryCategory::kActivations);
     }
   }
-  residual_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
-  norm_gradient_ = allocate_floats(BT * C, MemoryCategory::kWorkspace);
-  qkv_gradient_ = allocate_floats(BT * 3 * A, MemoryCategory::kWorkspace);
-  atty_gradient_ = allocate_floats(BT * A, MemoryCategory::kWorkspace);
-  fch_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
-  fch_gelu_gradient_ = allocate_floats(BT * F, MemoryCategory::kWorkspace);
+  residual_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
+  norm_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
+  qkv_gradient_ = allocate_storage(BT * 3 * A, MemoryCategory::kWorkspace);
+  atty_gradient_ = allocate_storage(BT * A, MemoryCategory::kWorkspace);
+  fch_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
+  fch_gelu_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   attention_scratch_ = allocate_floats(attention_rows, MemoryCategory::kWorkspace);
   if (stage.has_head && layout.tensor_size() > 1) {
     row_max_ = allocate_floats(BT, MemoryCategory::kWorkspace);
@@ -140,95 +170,92 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   }
 }
 
-void GptStage::tensor_all_reduce(float* data, size_t count) {
-  if (layout_.tensor_size() > 1) tensor_group_->all_reduce(data, count, ReduceOp::kSum);
+void GptStage::tensor_all_reduce(void* data, size_t count) {
+  if (layout_.tensor_size() > 1) tensor_group_->all_reduce(data, count, dtype_, ReduceOp::kSum);
 }
 
 GptStage::~GptStage() {
   for (void* pointer : allocations_) memory_.release(pointer);
 }
 
-const float* GptStage::block_input(const Slot& slot, int local_layer) const {
+const void* GptStage::block_input(const Slot& slot, int local_layer) const {
   return local_layer == 0 ? slot.input : slot.blocks[local_layer - 1].output;
 }
 
-const float* GptStage::output(int slot) const {
+const void* GptStage::output(int slot) const {
   const Slot& s = slots_[slot];
   return s.blocks.empty() ? s.input : s.blocks.back().output;
 }
 
-void GptStage::block_forward(int local_layer, const float* input, const BlockActivations& a) {
+void GptStage::block_forward(int local_layer, const void* input, const BlockActivations& a) {
   const GptConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
-  const float* p = parameters_;
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width();
   const size_t BTC = static_cast<size_t>(BT) * C;
   // Row-parallel biases: added by one tensor rank, before the all-reduce.
   const bool adds_row_bias = layout_.tensor_rank() == 0;
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p + w.ln1_weight, p + w.ln1_bias, BT,
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, param(w.ln1_weight), param(w.ln1_bias), BT,
                          C, config.layernorm_epsilon);
-  ops_.linear_forward(a.qkv, a.ln1, p + w.qkv_weight, p + w.qkv_bias, BT, C, 3 * A);
+  ops_.linear_forward(a.qkv, a.ln1, param(w.qkv_weight), param(w.qkv_bias), BT, C, 3 * A);
   ops_.attention_forward(a.atty, a.logsumexp, a.qkv, batch_, config.seq_len, layout_.local_heads(),
                          config.head_dim());
   // residual2 holds the projection first, then input + projection.
-  ops_.linear_forward(a.residual2, a.atty, p + w.attn_proj_weight,
-                      adds_row_bias ? p + w.attn_proj_bias : nullptr, BT, A, C);
+  ops_.linear_forward(a.residual2, a.atty, param(w.attn_proj_weight),
+                      adds_row_bias ? param(w.attn_proj_bias) : nullptr, BT, A, C);
   tensor_all_reduce(a.residual2, BTC);
   ops_.residual_forward(a.residual2, a.residual2, input, BTC);
-  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p + w.ln2_weight,
-                         p + w.ln2_bias, BT, C, config.layernorm_epsilon);
-  ops_.linear_forward(a.fch, a.ln2, p + w.mlp_up_weight, p + w.mlp_up_bias, BT, C, F);
+  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(w.ln2_weight),
+                         param(w.ln2_bias), BT, C, config.layernorm_epsilon);
+  ops_.linear_forward(a.fch, a.ln2, param(w.mlp_up_weight), param(w.mlp_up_bias), BT, C, F);
   ops_.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(BT) * F);
-  ops_.linear_forward(a.output, a.fch_gelu, p + w.mlp_down_weight,
-                      adds_row_bias ? p + w.mlp_down_bias : nullptr, BT, F, C);
+  ops_.linear_forward(a.output, a.fch_gelu, param(w.mlp_down_weight),
+                      adds_row_bias ? param(w.mlp_down_bias) : nullptr, BT, F, C);
   tensor_all_reduce(a.output, BTC);
   ops_.residual_forward(a.output, a.output, a.residual2, BTC);
 }
 
-void GptStage::block_backward(int local_layer, const float* input, const BlockActivations& a) {
+void GptStage::block_backward(int local_layer, const void* input, const BlockActivations& a) {
   const GptConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
-  const float* p = parameters_;
-  float* g = gradients_;
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width();
   const size_t BTC = static_cast<size_t>(BT) * C, BTF = static_cast<size_t>(BT) * F,
                BTA = static_cast<size_t>(BT) * A;
-  float* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
+  void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
-  ops_.fill_zero(fch_gelu_gradient_, BTF);
-  ops_.linear_backward(fch_gelu_gradient_, g + w.mlp_down_weight, g + w.mlp_down_bias, dresidual,
-                       a.fch_gelu, p + w.mlp_down_weight, BT, F, C);
-  ops_.fill_zero(fch_gradient_, BTF);
+  zero(fch_gelu_gradient_, BTF);
+  ops_.linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias), dresidual,
+                       a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
+  zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
-  ops_.fill_zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, g + w.mlp_up_weight, g + w.mlp_up_bias, fch_gradient_, a.ln2,
-                       p + w.mlp_up_weight, BT, C, F);
+  zero(norm_gradient_, BTC);
+  ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_, a.ln2,
+                       param(w.mlp_up_weight), BT, C, F);
   tensor_all_reduce(norm_gradient_, BTC);  // f: each rank held a partial input gradient
-  ops_.layernorm_backward(dresidual, g + w.ln2_weight, g + w.ln2_bias, norm_gradient_, a.residual2,
-                          p + w.ln2_weight, a.ln2_mean, a.ln2_rstd, BT, C);
+  ops_.layernorm_backward(dresidual, grad(w.ln2_weight), grad(w.ln2_bias), norm_gradient_, a.residual2,
+                          param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, BT, C);
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
-  ops_.fill_zero(atty_gradient_, BTA);
-  ops_.linear_backward(atty_gradient_, g + w.attn_proj_weight, g + w.attn_proj_bias, dresidual,
-                       a.atty, p + w.attn_proj_weight, BT, A, C);
-  ops_.fill_zero(qkv_gradient_, BTA * 3);
+  zero(atty_gradient_, BTA);
+  ops_.linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias), dresidual,
+                       a.atty, param(w.attn_proj_weight), BT, A, C);
+  zero(qkv_gradient_, BTA * 3);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
                           config.head_dim());
-  ops_.fill_zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, g + w.qkv_weight, g + w.qkv_bias, qkv_gradient_, a.ln1,
-                       p + w.qkv_weight, BT, C, 3 * A);
+  zero(norm_gradient_, BTC);
+  ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_, a.ln1,
+                       param(w.qkv_weight), BT, C, 3 * A);
   tensor_all_reduce(norm_gradient_, BTC);
-  ops_.layernorm_backward(dresidual, g + w.ln1_weight, g + w.ln1_bias, norm_gradient_, input,
-                          p + w.ln1_weight, a.ln1_mean, a.ln1_rstd, BT, C);
+  ops_.layernorm_backward(dresidual, grad(w.ln1_weight), grad(w.ln1_bias), norm_gradient_, input,
+                          param(w.ln1_weight), a.ln1_mean, a.ln1_rstd, BT, C);
 }
 
 void GptStage::head_loss(Slot& slot, bool training, float loss_scale) {
   const int BT = batch_ * layout_.config().seq_len, V = layout_.local_vocab();
-  float* dlogits = training ? slot.logits : nullptr;
+  void* dlogits = training ? slot.logits : nullptr;
   if (layout_.tensor_size() == 1) {
     ops_.softmax_cross_entropy(slot.losses, dlogits, slot.logits, slot.targets, BT, V, loss_scale);
     return;
@@ -250,13 +277,12 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
   const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
-  const float* p = parameters_;
 
   if (stage.has_embedding) {
-    ops_.token_embedding_forward(slot.input, slot.tokens, p + layout_.token_embedding(), BT,
+    ops_.token_embedding_forward(slot.input, slot.tokens, param(layout_.token_embedding()), BT,
                                  layout_.vocab_start(), V, C);
     tensor_all_reduce(slot.input, static_cast<size_t>(BT) * C);  // vocab-parallel lookup
-    ops_.position_embedding_forward(slot.input, p + layout_.position_embedding(), batch_,
+    ops_.position_embedding_forward(slot.input, param(layout_.position_embedding()), batch_,
                                     config.seq_len, C);
   }
   for (int layer = 0; layer < stage.num_layers; ++layer) {
@@ -267,9 +293,9 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
   }
   if (stage.has_head) {
     ops_.layernorm_forward(slot.final_norm, slot.final_norm_mean, slot.final_norm_rstd,
-                           output(slot_index), p + layout_.final_norm_weight(),
-                           p + layout_.final_norm_bias(), BT, C, config.layernorm_epsilon);
-    ops_.linear_forward(slot.logits, slot.final_norm, p + layout_.head_weight(), nullptr, BT, C, V);
+                           output(slot_index), param(layout_.final_norm_weight()),
+                           param(layout_.final_norm_bias()), BT, C, config.layernorm_epsilon);
+    ops_.linear_forward(slot.logits, slot.final_norm, param(layout_.head_weight()), nullptr, BT, C, V);
     head_loss(slot, training, loss_scale);
   }
 }
@@ -279,26 +305,24 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
   const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
-  const float* p = parameters_;
-  float* g = gradients_;
 
   if (stage.has_head) {
     // slot.logits holds d(loss)/d(logits) from the fused forward.
-    ops_.fill_zero(norm_gradient_, static_cast<size_t>(BT) * C);
-    ops_.linear_backward(norm_gradient_, g + layout_.head_weight(), nullptr, slot.logits,
-                         slot.final_norm, p + layout_.head_weight(), BT, C, V);
+    zero(norm_gradient_, static_cast<size_t>(BT) * C);
+    ops_.linear_backward(norm_gradient_, grad(layout_.head_weight()), nullptr, slot.logits,
+                         slot.final_norm, param(layout_.head_weight()), BT, C, V);
     tensor_all_reduce(norm_gradient_, static_cast<size_t>(BT) * C);
-    ops_.fill_zero(residual_gradient_, static_cast<size_t>(BT) * C);
-    ops_.layernorm_backward(residual_gradient_, g + layout_.final_norm_weight(),
-                            g + layout_.final_norm_bias(), norm_gradient_, output(slot_index),
-                            p + layout_.final_norm_weight(), slot.final_norm_mean,
+    zero(residual_gradient_, static_cast<size_t>(BT) * C);
+    ops_.layernorm_backward(residual_gradient_, grad(layout_.final_norm_weight()),
+                            grad(layout_.final_norm_bias()), norm_gradient_, output(slot_index),
+                            param(layout_.final_norm_weight()), slot.final_norm_mean,
                             slot.final_norm_rstd, BT, C);
     // The tied head on a stage with the embedding is the embedding (offset 0).
     if (gradients_final_from) gradients_final_from(layout_.final_norm_weight());
   }
   // Otherwise residual_gradient_ already holds the received output gradient.
   for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
-    const float* input = block_input(slot, layer);
+    const void* input = block_input(slot, layer);
     BlockActivations acts = slot.blocks[layer];
     switch (recompute_[layer]) {
       case RecomputeMode::None:
@@ -312,7 +336,7 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
       case RecomputeMode::Full: {
         // Everything but the block output lives in the shared scratch; the
         // recomputed output is bitwise the saved one, so it may overwrite it.
-        float* saved_output = acts.output;
+        void* saved_output = acts.output;
         acts = recompute_scratch_;
         acts.output = saved_output;
         block_forward(layer, input, acts);
@@ -323,9 +347,9 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
     if (gradients_final_from) gradients_final_from(layout_.block(layer).ln1_weight);
   }
   if (stage.has_embedding) {
-    ops_.token_embedding_backward(g + layout_.token_embedding(), residual_gradient_, slot.tokens,
+    ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, slot.tokens,
                                   BT, layout_.vocab_start(), V, C);
-    ops_.position_embedding_backward(g + layout_.position_embedding(), residual_gradient_, batch_,
+    ops_.position_embedding_backward(grad(layout_.position_embedding()), residual_gradient_, batch_,
                                      config.seq_len, C);
   }
   if (gradients_final_from) gradients_final_from(0);

@@ -57,22 +57,32 @@ class GptStage {
   int micro_batch_size() const { return batch_; }
   int num_slots() const { return num_slots_; }
 
-  float* parameters() { return parameters_; }
-  float* gradients() { return gradients_; }
+  // The storage dtype of parameters, gradients and activations (the ops').
+  kernels::DType dtype() const { return dtype_; }
+  // Parameter and gradient buffers: buffer_elements() of dtype(), backend memory.
+  void* parameters() { return parameters_; }
+  void* gradients() { return gradients_; }
+  // Sets the first `count` parameters from fp32 host values (rounded to
+  // dtype()), and reads them back widened: for initialization, checkpoints
+  // and tests.
+  void load_parameters(const float* host, size_t count);
+  void read_parameters(float* host, size_t count);
+  void read_gradients(float* host, size_t count);
 
   // Where a micro-batch's tokens and targets go ([B, T] each, backend memory);
   // the first stage reads tokens, the last stage reads targets.
   int32_t* tokens(int slot) { return slots_[slot].tokens; }
   int32_t* targets(int slot) { return slots_[slot].targets; }
   // Where a stage without the embedding receives its input [B, T, C].
-  float* input(int slot) { return slots_[slot].input; }
+  // These activations and their gradients are storage tensors (dtype()).
+  void* input(int slot) { return slots_[slot].input; }
   // A stage without the head: its output [B, T, C] after forward(slot).
-  const float* output(int slot) const;
+  const void* output(int slot) const;
   // A stage without the head: where the gradient of its output is received
   // before backward(). Shared by all slots (one backward at a time).
-  float* output_gradient() { return residual_gradient_; }
+  void* output_gradient() { return residual_gradient_; }
   // A stage without the embedding: the gradient of its input after backward().
-  const float* input_gradient() const { return residual_gradient_; }
+  const void* input_gradient() const { return residual_gradient_; }
 
   // Forward of the micro-batch in slot. On the last stage this also computes
   // the per-token losses and, when training, the logits' gradient scaled by
@@ -90,49 +100,59 @@ class GptStage {
   // Elements of the parameter and gradient buffers (>= layout().num_elements()).
   size_t buffer_elements() const { return buffer_elements_; }
   // Last stage after forward(slot, _, false): the logits [B, T, V].
-  const float* logits(int slot) const { return slots_[slot].logits; }
+  const void* logits(int slot) const { return slots_[slot].logits; }
 
  private:
-  // The activations of one transformer block for one micro-batch.
+  // The activations of one transformer block for one micro-batch: storage
+  // tensors (void*, dtype()) and fp32 statistics (float*).
   struct BlockActivations {
-    float* ln1 = nullptr;  // [BT, C]
+    void* ln1 = nullptr;  // [BT, C]
     float* ln1_mean = nullptr;
     float* ln1_rstd = nullptr;   // [BT]
-    float* qkv = nullptr;        // [BT, 3A]
+    void* qkv = nullptr;         // [BT, 3A]
     float* logsumexp = nullptr;  // [B, H, T] of the attention scores' rows
-    float* atty = nullptr;       // [BT, A] attention output before the projection
-    float* residual2 = nullptr;  // [BT, C] input + attention branch
-    float* ln2 = nullptr;
+    void* atty = nullptr;        // [BT, A] attention output before the projection
+    void* residual2 = nullptr;   // [BT, C] input + attention branch
+    void* ln2 = nullptr;
     float* ln2_mean = nullptr;
     float* ln2_rstd = nullptr;
-    float* fch = nullptr;       // [BT, F] MLP up-projection
-    float* fch_gelu = nullptr;  // [BT, F]
-    float* output = nullptr;    // [BT, C] the block output (next block's input)
+    void* fch = nullptr;       // [BT, F] MLP up-projection
+    void* fch_gelu = nullptr;  // [BT, F]
+    void* output = nullptr;    // [BT, C] the block output (next block's input)
   };
   struct Slot {
     int32_t* tokens = nullptr;
     int32_t* targets = nullptr;
-    float* input = nullptr;  // [BT, C]: the embedding output, or the received input
+    void* input = nullptr;  // [BT, C]: the embedding output, or the received input
     std::vector<BlockActivations> blocks;
-    float* final_norm = nullptr;  // head: [BT, C]
+    void* final_norm = nullptr;  // head: [BT, C]
     float* final_norm_mean = nullptr;
     float* final_norm_rstd = nullptr;
-    float* logits = nullptr;  // head: [BT, V], overwritten by its gradient
+    void* logits = nullptr;   // head: [BT, V], overwritten by its gradient
     float* losses = nullptr;  // head: [BT]
   };
 
+  // Backend memory for count elements of dtype() (storage) or fp32.
+  void* allocate_storage(size_t count, MemoryCategory category);
   float* allocate_floats(size_t count, MemoryCategory category);
+  void zero(void* storage, size_t count) { ops_.zero_bytes(storage, ops_.storage_bytes(count)); }
+  // Parameter and gradient tensors at a layout offset.
+  const void* param(size_t offset) const {
+    return kernels::element_at(parameters_, offset, dtype_);
+  }
+  void* grad(size_t offset) { return kernels::element_at(gradients_, offset, dtype_); }
   // Allocates the buffers a block keeps under mode, and the rest from `shared`.
   BlockActivations allocate_block(RecomputeMode mode, const BlockActivations* shared);
-  void block_forward(int local_layer, const float* input, const BlockActivations& acts);
-  void block_backward(int local_layer, const float* input, const BlockActivations& acts);
-  const float* block_input(const Slot& slot, int local_layer) const;
+  void block_forward(int local_layer, const void* input, const BlockActivations& acts);
+  void block_backward(int local_layer, const void* input, const BlockActivations& acts);
+  const void* block_input(const Slot& slot, int local_layer) const;
   // Megatron's all-reduce over the tensor group (g forward, f backward).
-  void tensor_all_reduce(float* data, size_t count);
+  void tensor_all_reduce(void* data, size_t count);
   void head_loss(Slot& slot, bool training, float loss_scale);
 
   const GptLayout& layout_;
   kernels::Ops& ops_;
+  kernels::DType dtype_;
   MemoryTracker& memory_;
   Communicator* tensor_group_;
   int batch_, num_slots_;
@@ -140,19 +160,19 @@ class GptStage {
   std::vector<RecomputeMode> recompute_;
   std::vector<void*> allocations_;
 
-  float* parameters_ = nullptr;
-  float* gradients_ = nullptr;
+  void* parameters_ = nullptr;
+  void* gradients_ = nullptr;
   std::vector<Slot> slots_;
   // Scratch for recomputation: one block's full set of activations under full
   // recompute, only atty and logsumexp when the stage's deepest mode is selective.
   BlockActivations recompute_scratch_;
   // Gradient scratch, shared by all layers and slots.
-  float* residual_gradient_ = nullptr;  // [BT, C], flows backward through the blocks
-  float* norm_gradient_ = nullptr;      // [BT, C]
-  float* qkv_gradient_ = nullptr;       // [BT, 3C]
-  float* atty_gradient_ = nullptr;      // [BT, A]
-  float* fch_gradient_ = nullptr;       // [BT, F]
-  float* fch_gelu_gradient_ = nullptr;  // [BT, F]
+  void* residual_gradient_ = nullptr;  // [BT, C], flows backward through the blocks
+  void* norm_gradient_ = nullptr;      // [BT, C]
+  void* qkv_gradient_ = nullptr;       // [BT, 3C]
+  void* atty_gradient_ = nullptr;      // [BT, A]
+  void* fch_gradient_ = nullptr;       // [BT, F]
+  void* fch_gelu_gradient_ = nullptr;  // [BT, F]
   float* attention_scratch_ = nullptr;  // [B, H, T]: attention_backward's row terms
   // Vocab-parallel cross-entropy statistics per row [BT].
   float* row_max_ = nullptr;

@@ -2,7 +2,8 @@
 // (2 layers, d_model 64, 4 heads, seq 32, vocab 96) on the CUDA backend
 // against the CPU backend: the same parameters and tokens give the same loss
 // and the same gradients, tensor by tensor, within tolerance, in TF32 and in
-// strict fp32 GEMM mode; and on CUDA, recomputation gives bitwise the
+// strict fp32 GEMM mode, and in bf16 mixed precision against the CPU
+// backend's bf16 storage; and on CUDA, recomputation gives bitwise the
 // gradients of no recomputation (the runtime relies on it). Skips, visibly,
 // without a GPU.
 #include <gtest/gtest.h>
@@ -31,6 +32,12 @@ constexpr double kTf32GradientTolerance = 2e-2;
 // sensitive than single gradient elements.
 constexpr double kStrictLossTolerance = 1e-5;
 constexpr double kTf32LossTolerance = 2e-3;
+// bf16: both backends round every stored tensor to 8 significant bits at the
+// same points, but a different fp32 summation order moves a value across a
+// rounding boundary now and then (one bf16 ulp, 2^-8 relative), and such
+// flips propagate: a few percent of a tensor's largest gradient.
+constexpr double kBfloat16GradientTolerance = 5e-2;
+constexpr double kBfloat16LossTolerance = 1e-2;
 
 GptConfig tiny_config() {
   GptConfig config;
@@ -44,11 +51,12 @@ GptConfig tiny_config() {
   return config;
 }
 
-std::unique_ptr<kernels::Ops> make_cuda(bool tf32) {
+std::unique_ptr<kernels::Ops> make_cuda(bool tf32,
+                                       kernels::DType dtype = kernels::DType::kFloat32) {
   const char* saved = std::getenv("PARAPLAN_CUDA_TF32");
   const std::string saved_value = saved != nullptr ? saved : "";
   setenv("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0", 1);
-  std::unique_ptr<kernels::Ops> ops = kernels::make_cuda_ops(0);
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cuda_ops(0, dtype);
   if (saved != nullptr) {
     setenv("PARAPLAN_CUDA_TF32", saved_value.c_str(), 1);
   } else {
@@ -74,7 +82,7 @@ StepResult training_step(kernels::Ops& ops, std::vector<RecomputeMode> recompute
   const size_t n = layout.num_elements();
   std::vector<float> parameters(n);
   layout.initialize(parameters.data(), 5);
-  ops.copy_from_host(stage.parameters(), parameters.data(), n * sizeof(float));
+  stage.load_parameters(parameters.data(), n);
   std::vector<int32_t> tokens(batch * T), targets(batch * T);
   for (int i = 0; i < batch * T; i++) {
     tokens[i] = (i * 37 + 11) % V;
@@ -82,14 +90,14 @@ StepResult training_step(kernels::Ops& ops, std::vector<RecomputeMode> recompute
   }
   ops.copy_from_host(stage.tokens(0), tokens.data(), tokens.size() * sizeof(int32_t));
   ops.copy_from_host(stage.targets(0), targets.data(), targets.size() * sizeof(int32_t));
-  ops.fill_zero(stage.gradients(), n);
+  ops.zero_bytes(stage.gradients(), ops.storage_bytes(n));
   const float scale = 1.0f / (batch * T);
   stage.forward(0, scale);
   StepResult result;
   result.mean_loss = stage.loss_sum(0) * scale;
   stage.backward(0);
   result.gradients.resize(n);
-  ops.copy_to_host(result.gradients.data(), stage.gradients(), n * sizeof(float));
+  stage.read_gradients(result.gradients.data(), n);
   return result;
 }
 
@@ -138,19 +146,30 @@ TEST(GptStageCuda, TrainingStepMatchesCpuInTf32) {
                    kTf32LossTolerance, kTf32GradientTolerance, "tf32");
 }
 
+TEST(GptStageCuda, TrainingStepMatchesCpuInBfloat16) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1, kernels::DType::kBFloat16),
+                                cuda = make_cuda(false, kernels::DType::kBFloat16);
+  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
+                   kBfloat16LossTolerance, kBfloat16GradientTolerance, "bf16");
+}
+
 TEST(GptStageCuda, RecomputationGivesBitwiseTheSameGradientsOnCuda) {
   if (kernels::cuda_device_count() == 0)
     GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<kernels::Ops> cuda = make_cuda(true);
-  const StepResult none = training_step(*cuda, no_recompute());
-  EXPECT_EQ(training_step(*cuda, no_recompute()).gradients, none.gradients) << "run to run";
-  for (auto modes : {std::vector{RecomputeMode::Selective, RecomputeMode::Selective},
-                     std::vector{RecomputeMode::Full, RecomputeMode::Full},
-                     std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
-    const StepResult recomputed = training_step(*cuda, modes);
-    EXPECT_EQ(recomputed.mean_loss, none.mean_loss);
-    EXPECT_EQ(recomputed.gradients, none.gradients)
-        << "modes " << int(modes[0]) << "," << int(modes[1]);
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> cuda = make_cuda(true, dtype);
+    const StepResult none = training_step(*cuda, no_recompute());
+    EXPECT_EQ(training_step(*cuda, no_recompute()).gradients, none.gradients) << "run to run";
+    for (auto modes : {std::vector{RecomputeMode::Selective, RecomputeMode::Selective},
+                       std::vector{RecomputeMode::Full, RecomputeMode::Full},
+                       std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
+      const StepResult recomputed = training_step(*cuda, modes);
+      EXPECT_EQ(recomputed.mean_loss, none.mean_loss);
+      EXPECT_EQ(recomputed.gradients, none.gradients)
+          << kernels::dtype_name(dtype) << " modes " << int(modes[0]) << "," << int(modes[1]);
+    }
   }
 }
 

@@ -12,12 +12,11 @@ PlanModel plan_model_for_stage(const LoadedPlan& loaded, int stage_index) {
     throw std::runtime_error(loaded.path() + ": model.architecture '" +
                              schema::EnumNameArchitecture(model.architecture()) +
                              "' is not supported by this runtime; valid: gpt2");
-  if (model.dtype() != schema::DType::Float32)
-    throw std::runtime_error(loaded.path() + ": model.dtype '" +
-                             schema::EnumNameDType(model.dtype()) +
-                             "' needs the CUDA backend's mixed precision; the CPU backend "
-                             "trains float32 (set model.dtype = \"float32\")");
   PlanModel result;
+  // Validated (plan_validate): Float32 or BFloat16. bf16 is mixed precision:
+  // bf16 storage, fp32 master weights and moments (distributed_optimizer.h).
+  result.dtype = model.dtype() == schema::DType::BFloat16 ? kernels::DType::kBFloat16
+                                                          : kernels::DType::kFloat32;
   result.config.vocab_size = model.vocab_size();
   result.config.seq_len = model.seq_len();
   result.config.num_layers = model.num_layers();

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
+
 #include "runtime/gpt_layout.h"
 #include "runtime/gpt_model.h"
 #include "schema/plan_io.h"
@@ -16,6 +18,7 @@ namespace paraplan {
 
 struct PlanModel {
   GptConfig config;
+  kernels::DType dtype = kernels::DType::kFloat32;  // storage of weights, activations, gradients
   StageSpec stage;
   std::vector<RecomputeMode> recompute;
 };

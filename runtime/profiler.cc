@@ -68,14 +68,17 @@ double mean_seconds(kernels::Ops& ops, int repetitions, const std::function<void
   return elapsed / runs;
 }
 
-void fill_host(kernels::Ops& ops, float* device, size_t n, float scale) {
+// n storage elements of pseudo-random values in [-scale/2, scale/2).
+void fill_host(kernels::Ops& ops, void* device, size_t n, float scale) {
   std::vector<float> host(n);
   uint32_t state = 12345;
   for (float& x : host) {
     state = state * 1664525u + 1013904223u;
     x = scale * (static_cast<float>(state >> 8) / 16777216.0f - 0.5f);
   }
-  ops.copy_from_host(device, host.data(), n * sizeof(float));
+  std::vector<char> converted(ops.storage_bytes(n));
+  kernels::host_from_float(converted.data(), host.data(), ops.storage_dtype(), n);
+  ops.copy_from_host(device, converted.data(), converted.size());
 }
 
 void fill_tokens(kernels::Ops& ops, int32_t* device, size_t n, int vocab) {
@@ -99,8 +102,8 @@ ForwardBackward time_stage(kernels::Ops& ops, const GptConfig& config, const Sta
                  tensor_parallel > 1 ? &group : nullptr);
   std::vector<float> params(layout.num_elements());
   layout.initialize(params.data(), 1);
-  ops.copy_from_host(stage.parameters(), params.data(), params.size() * sizeof(float));
-  ops.fill_zero(stage.gradients(), layout.num_elements());
+  stage.load_parameters(params.data(), params.size());
+  ops.zero_bytes(stage.gradients(), ops.storage_bytes(layout.num_elements()));
   const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
   const size_t activations = tokens * config.d_model;
   if (spec.has_embedding || spec.has_head) {

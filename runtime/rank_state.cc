@@ -14,15 +14,16 @@
 
 namespace paraplan {
 
-std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session) {
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session,
+                                           kernels::DType storage) {
   if (name == "cpu") {
     // Ranks sharing a machine share its cores: one BLAS thread pool each
     // would oversubscribe them.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     const int threads = session.local_size() > 1 ? std::max(1, cores / session.local_size()) : 0;
-    return kernels::make_cpu_ops(threads);
+    return kernels::make_cpu_ops(threads, storage);
   }
-  if (name == "cuda") return kernels::make_cuda_ops(session.local_rank());
+  if (name == "cuda") return kernels::make_cuda_ops(session.local_rank(), storage);
   throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
 }
 
@@ -68,7 +69,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const PlanModel& model,
   const schema::Mesh& mesh_plan = *plan.mesh();
   const schema::Training& training = *plan.training();
   RankState rank;
-  rank.ops = make_backend(options.backend, session);
+  rank.ops = make_backend(options.backend, session, model.dtype);
   rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
   const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
   rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);
@@ -114,7 +115,12 @@ ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
 void initialize_parameters(RankState& rank, uint64_t seed) {
   std::vector<float> params(rank.layout->num_elements());
   rank.layout->initialize(params.data(), seed);
-  rank.ops->copy_from_host(rank.stage->parameters(), params.data(), params.size() * sizeof(float));
+  // Through the optimizer where there is one: it keeps the exact fp32 values
+  // as master weights when the stage stores bf16.
+  if (rank.optimizer)
+    rank.optimizer->load_parameters(params.data());
+  else
+    rank.stage->load_parameters(params.data(), params.size());
 }
 
 }  // namespace paraplan

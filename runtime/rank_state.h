@@ -51,8 +51,10 @@ struct RankBuildOptions {
 };
 
 // The op set for --backend: "cpu" (OpenBLAS threads shared among the ranks of
-// this node) or "cuda" (the GPU of this node-local rank).
-std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session);
+// this node) or "cuda" (the GPU of this node-local rank), storing tensors in
+// `storage` (the plan's model.dtype).
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session,
+                                           kernels::DType storage = kernels::DType::kFloat32);
 
 // This rank's place in the plan's mesh; throws unless the job has exactly the
 // plan's pipeline x data x tensor ranks (before anything is allocated).

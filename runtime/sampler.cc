@@ -64,7 +64,7 @@ std::string sample_text(const SampleOptions& options) {
                  std::vector<RecomputeMode>(config.num_layers, RecomputeMode::None));
   std::vector<float> params(layout.num_elements());
   load_checkpoint(step_dir, layout, params.data(), nullptr, nullptr);
-  ops->copy_from_host(stage.parameters(), params.data(), params.size() * sizeof(float));
+  stage.load_parameters(params.data(), params.size());
 
   std::vector<int32_t> context;
   for (unsigned char c : options.prompt) context.push_back(c);
@@ -81,7 +81,10 @@ std::string sample_text(const SampleOptions& options) {
     ops->copy_from_host(stage.tokens(0), window.data(), T * sizeof(int32_t));
     ops->copy_from_host(stage.targets(0), window.data(), T * sizeof(int32_t));
     stage.forward(0, 1.0f, /*training=*/false);
-    ops->copy_to_host(logits.data(), stage.logits(0) + static_cast<size_t>(length - 1) * V,
+    // fp32 storage (make_cpu_ops / make_cuda_ops default): logits are floats.
+    ops->copy_to_host(logits.data(),
+                      kernels::element_at(stage.logits(0), static_cast<size_t>(length - 1) * V,
+                                          kernels::DType::kFloat32),
                       V * sizeof(float));
     const int token = choose_token(logits.data(), V, options.temperature, options.top_k,
                                    counter_uniform(options.seed, i));

@@ -72,11 +72,11 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
       }
       if (!spec.has_embedding)
         rank.groups.peers->send_receive(nullptr, 0, -1, stage.input(0), activations,
-                                        rank.groups.previous_stage_rank);
+                                        rank.groups.previous_stage_rank, stage.dtype());
       stage.forward(0, 1.0f, /*training=*/false);
       if (!spec.has_head)
         rank.groups.peers->send_receive(stage.output(0), activations, rank.groups.next_stage_rank,
-                                        nullptr, 0, -1);
+                                        nullptr, 0, -1, stage.dtype());
       else if (mesh.tensor_rank == 0)
         loss_sum += stage.loss_sum(0);
     }
@@ -177,7 +177,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
       throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
                                " (PARAPLAN_FAIL_RANK_AT_STEP)");
     if (step + 1 == stall_step) std::this_thread::sleep_for(std::chrono::hours(1));
-    rank.ops->fill_zero(stage.gradients(), stage.buffer_elements());
+    rank.ops->zero_bytes(stage.gradients(), rank.ops->storage_bytes(stage.buffer_elements()));
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
     const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+
+#include "kernels/ops.h"
 
 namespace paraplan::kernels::cpu {
 
@@ -132,5 +135,16 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logi
                                 const int32_t* targets, const float* row_max, const float* exp_sum,
                                 const float* target_logit, int rows, int vocab_local,
                                 int vocab_start, float loss_scale);
+
+
+// AdamW in place over fp32 params (cpu_ops.cc); Ops::adamw's arithmetic.
+void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
+           float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
+           int step);
+
+// The two storage dtypes of the CPU backend: fp32 (cpu_ops.cc), and bf16
+// (cpu_bfloat16_ops.cc), which runs the fp32 ops on widened copies.
+std::unique_ptr<Ops> make_float32_ops();
+std::unique_ptr<Ops> make_bfloat16_ops();
 
 }  // namespace paraplan::kernels::cpu

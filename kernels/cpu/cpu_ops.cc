@@ -42,6 +42,7 @@ constexpr float kGeluCubic = 0.044715f;
 class CpuOps final : public Ops {
  public:
   Backend backend() const override { return Backend::kCpu; }
+  DType storage_dtype() const override { return DType::kFloat32; }
 
   // ---- memory ---------------------------------------------------------------
 
@@ -72,12 +73,19 @@ class CpuOps final : public Ops {
     std::memcpy(destination, source, bytes);
   }
 
-  void fill_zero(float* x, size_t n) override {
-    if (n == 0) return;
-    std::memset(x, 0, n * sizeof(float));
+  void zero_bytes(void* x, size_t bytes) override {
+    if (bytes == 0) return;
+    std::memset(x, 0, bytes);
   }
 
   void synchronize() override {}  // CPU ops complete before they return
+
+  void convert_from_float(void* out, const float* in, size_t n) override {
+    copy(out, in, n * sizeof(float));
+  }
+  void convert_to_float(float* out, const void* in, size_t n) override {
+    copy(out, in, n * sizeof(float));
+  }
 
   // ---- device -----------------------------------------------------------------
 
@@ -88,8 +96,9 @@ class CpuOps final : public Ops {
 
   // ---- embeddings -------------------------------------------------------------
 
-  void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,
-                               int vocab_start, int vocab_local, int channels) override {
+  void token_embedding_forward(void* out_storage, const int32_t* tokens, const void* wte_storage, int num_tokens, int vocab_start, int vocab_local, int channels) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* wte = static_cast<const float*>(wte_storage);
     for (int i = 0; i < num_tokens; i++) {
       float* out_row = out + static_cast<size_t>(i) * channels;
       // 64-bit subtraction: token - vocab_start cannot overflow.
@@ -104,9 +113,9 @@ class CpuOps final : public Ops {
     }
   }
 
-  void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens,
-                                int num_tokens, int vocab_start, int vocab_local,
-                                int channels) override {
+  void token_embedding_backward(void* dwte_storage, const void* dout_storage, const int32_t* tokens, int num_tokens, int vocab_start, int vocab_local, int channels) override {
+    float* dwte = static_cast<float*>(dwte_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
     for (int i = 0; i < num_tokens; i++) {
       int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
       if (local < 0 || local >= vocab_local) continue;
@@ -116,8 +125,9 @@ class CpuOps final : public Ops {
     }
   }
 
-  void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len,
-                                  int channels) override {
+  void position_embedding_forward(void* out_storage, const void* wpe_storage, int batch, int seq_len, int channels) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* wpe = static_cast<const float*>(wpe_storage);
     for (int b = 0; b < batch; b++) {
       for (int t = 0; t < seq_len; t++) {
         float* out_row = out + (static_cast<size_t>(b) * seq_len + t) * channels;
@@ -127,8 +137,9 @@ class CpuOps final : public Ops {
     }
   }
 
-  void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
-                                   int channels) override {
+  void position_embedding_backward(void* dwpe_storage, const void* dout_storage, int batch, int seq_len, int channels) override {
+    float* dwpe = static_cast<float*>(dwpe_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
     // b outermost: each dwpe element sums the batch in order b = 0, 1, ...
     for (int b = 0; b < batch; b++) {
       for (int t = 0; t < seq_len; t++) {
@@ -141,9 +152,11 @@ class CpuOps final : public Ops {
 
   // ---- layer norm ---------------------------------------------------------------
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int rows, int channels,
-                         float epsilon) override {
+  void layernorm_forward(void* out_storage, float* mean, float* rstd, const void* inp_storage, const void* weight_storage, const void* bias_storage, int rows, int channels, float epsilon) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* inp = static_cast<const float*>(inp_storage);
+    const float* weight = static_cast<const float*>(weight_storage);
+    const float* bias = static_cast<const float*>(bias_storage);
     for (int r = 0; r < rows; r++) {
       const float* x = inp + static_cast<size_t>(r) * channels;
       float* y = out + static_cast<size_t>(r) * channels;
@@ -166,9 +179,13 @@ class CpuOps final : public Ops {
     }
   }
 
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int rows, int channels) override {
+  void layernorm_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage, const void* dout_storage, const void* inp_storage, const void* weight_storage, const float* mean, const float* rstd, int rows, int channels) override {
+    float* dinp = static_cast<float*>(dinp_storage);
+    float* dweight = static_cast<float*>(dweight_storage);
+    float* dbias = static_cast<float*>(dbias_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
+    const float* inp = static_cast<const float*>(inp_storage);
+    const float* weight = static_cast<const float*>(weight_storage);
     for (int r = 0; r < rows; r++) {
       const float* x = inp + static_cast<size_t>(r) * channels;
       const float* dy = dout + static_cast<size_t>(r) * channels;
@@ -199,8 +216,11 @@ class CpuOps final : public Ops {
 
   // ---- linear -------------------------------------------------------------------------
 
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int rows, int in_features, int out_features) override {
+  void linear_forward(void* out_storage, const void* inp_storage, const void* weight_storage, const void* bias_storage, int rows, int in_features, int out_features) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* inp = static_cast<const float*>(inp_storage);
+    const float* weight = static_cast<const float*>(weight_storage);
+    const float* bias = static_cast<const float*>(bias_storage);
     if (rows <= 0 || out_features <= 0) return;
     // Start from the bias (or zero) and let sgemm add inp @ weight^T with beta = 1.
     for (int r = 0; r < rows; r++) {
@@ -217,9 +237,13 @@ class CpuOps final : public Ops {
                 in_features, weight, in_features, 1.0f, out, out_features);
   }
 
-  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int rows, int in_features,
-                       int out_features) override {
+  void linear_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage, const void* dout_storage, const void* inp_storage, const void* weight_storage, int rows, int in_features, int out_features) override {
+    float* dinp = static_cast<float*>(dinp_storage);
+    float* dweight = static_cast<float*>(dweight_storage);
+    float* dbias = static_cast<float*>(dbias_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
+    const float* inp = static_cast<const float*>(inp_storage);
+    const float* weight = static_cast<const float*>(weight_storage);
     if (rows <= 0 || out_features <= 0) return;
     if (dinp != nullptr && in_features > 0) {
       // dinp[rows, in_features] += dout[rows, out_features] @ weight[out_features, in_features]
@@ -247,7 +271,9 @@ class CpuOps final : public Ops {
   // vectorizes, instead of a scalar tanhf call, and no cancellation in 1 + tanh
   // for negative u. exp(-2u) saturating for very negative x gives -0 or a tiny
   // value, as tanh = -1 does.
-  void gelu_forward(float* out, const float* inp, size_t n) override {
+  void gelu_forward(void* out_storage, const void* inp_storage, size_t n) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* inp = static_cast<const float*>(inp_storage);
     for (size_t i = 0; i < n; i++) {
       const float x = inp[i];
       const float cube = kGeluCubic * x * x * x;
@@ -256,7 +282,10 @@ class CpuOps final : public Ops {
     }
   }
 
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+  void gelu_backward(void* dinp_storage, const void* inp_storage, const void* dout_storage, size_t n) override {
+    float* dinp = static_cast<float*>(dinp_storage);
+    const float* inp = static_cast<const float*>(inp_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
     for (size_t i = 0; i < n; i++) {
       const float x = inp[i];
       const float cube = kGeluCubic * x * x * x;
@@ -272,83 +301,80 @@ class CpuOps final : public Ops {
     }
   }
 
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+  void residual_forward(void* out_storage, const void* a_storage, const void* b_storage, size_t n) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* a = static_cast<const float*>(a_storage);
+    const float* b = static_cast<const float*>(b_storage);
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
   }
 
-  void accumulate(float* dx, const float* dout, size_t n) override {
+  void accumulate(void* dx_storage, const void* dout_storage, size_t n) override {
+    float* dx = static_cast<float*>(dx_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
     for (size_t i = 0; i < n; i++) dx[i] += dout[i];
   }
 
-  void scale(float* x, float factor, size_t n) override {
+  void scale(void* x_storage, float factor, size_t n) override {
+    float* x = static_cast<float*>(x_storage);
     for (size_t i = 0; i < n; i++) x[i] *= factor;
   }
 
   // ---- attention (cpu_attention.cc) ---------------------------------------------------------
 
-  void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
-                         int num_heads, int head_dim) override {
+  void attention_forward(void* out_storage, float* logsumexp, const void* qkv_storage, int batch, int seq_len, int num_heads, int head_dim) override {
+    float* out = static_cast<float*>(out_storage);
+    const float* qkv = static_cast<const float*>(qkv_storage);
     cpu::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim);
   }
 
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int head_dim) override {
+  void attention_backward(void* dqkv_storage, float* scratch, const void* dout_storage, const void* qkv_storage, const void* out_storage, const float* logsumexp, int batch, int seq_len, int num_heads, int head_dim) override {
+    float* dqkv = static_cast<float*>(dqkv_storage);
+    const float* dout = static_cast<const float*>(dout_storage);
+    const float* qkv = static_cast<const float*>(qkv_storage);
+    const float* out = static_cast<const float*>(out_storage);
     cpu::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
                             head_dim);
   }
 
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------
 
-  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
-                             const int32_t* targets, int rows, int vocab,
-                             float loss_scale) override {
+  void softmax_cross_entropy(float* losses, void* dlogits_storage, const void* logits_storage, const int32_t* targets, int rows, int vocab, float loss_scale) override {
+    float* dlogits = static_cast<float*>(dlogits_storage);
+    const float* logits = static_cast<const float*>(logits_storage);
     cpu::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale);
   }
 
-  void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
-                                 const int32_t* targets, int rows, int vocab_local,
-                                 int vocab_start) override {
+  void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits_storage, const int32_t* targets, int rows, int vocab_local, int vocab_start) override {
+    const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_stats(row_max, target_logit, logits, targets, rows, vocab_local,
                                    vocab_start);
   }
 
-  void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
-                                    int rows, int vocab_local) override {
+  void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits_storage, const float* row_max, int rows, int vocab_local) override {
+    const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_exp_sums(exp_sum, logits, row_max, rows, vocab_local);
   }
 
-  void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
-                                  const int32_t* targets, const float* row_max,
-                                  const float* exp_sum, const float* target_logit, int rows,
-                                  int vocab_local, int vocab_start, float loss_scale) override {
+  void cross_entropy_shard_finish(float* losses, void* dlogits_storage, const void* logits_storage, const int32_t* targets, const float* row_max, const float* exp_sum, const float* target_logit, int rows, int vocab_local, int vocab_start, float loss_scale) override {
+    float* dlogits = static_cast<float*>(dlogits_storage);
+    const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,
                                     target_logit, rows, vocab_local, vocab_start, loss_scale);
   }
 
   // ---- optimizer ---------------------------------------------------------------------------
 
-  void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
-             float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
-             int step) override {
-    const float beta1_correction = static_cast<float>(1.0 - std::pow(double{beta1}, step));
-    const float beta2_correction = static_cast<float>(1.0 - std::pow(double{beta2}, step));
-    const float decay_factor = 1.0f - learning_rate * weight_decay;
-    for (size_t i = 0; i < n; i++) {
-      float grad = grads[i];
-      float m = beta1 * first_moment[i] + (1.0f - beta1) * grad;
-      float v = beta2 * second_moment[i] + (1.0f - beta2) * grad * grad;
-      first_moment[i] = m;
-      second_moment[i] = v;
-      float m_hat = m / beta1_correction;
-      float v_hat = v / beta2_correction;
-      // Decoupled weight decay (PyTorch AdamW): shrink first, then the Adam step.
-      float param = params[i] * decay_factor;
-      params[i] = param - learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
-    }
+  void adamw(float* master, void* params_storage, const void* grads_storage, float* first_moment,
+             float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
+             float epsilon, float weight_decay, int step) override {
+    float* params = static_cast<float*>(params_storage);
+    cpu::adamw(master, static_cast<const float*>(grads_storage), first_moment, second_moment, n,
+               learning_rate, beta1, beta2, epsilon, weight_decay, step);
+    if (params != master) copy(params, master, n * sizeof(float));
   }
 
-  double sum_of_squares(const float* x, size_t n) override {
+  double sum_of_squares(const void* x_storage, size_t n) override {
+    const float* x = static_cast<const float*>(x_storage);
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
       double value = x[i];
@@ -358,7 +384,31 @@ class CpuOps final : public Ops {
   }
 };
 
-std::unique_ptr<Ops> make_cpu_ops(int num_threads) {
+void cpu::adamw(float* params, const float* grads, float* first_moment, float* second_moment,
+                size_t n, float learning_rate, float beta1, float beta2, float epsilon,
+                float weight_decay, int step) {
+  const float beta1_correction = static_cast<float>(1.0 - std::pow(double{beta1}, step));
+  const float beta2_correction = static_cast<float>(1.0 - std::pow(double{beta2}, step));
+  const float decay_factor = 1.0f - learning_rate * weight_decay;
+  for (size_t i = 0; i < n; i++) {
+    float grad = grads[i];
+    float m = beta1 * first_moment[i] + (1.0f - beta1) * grad;
+    float v = beta2 * second_moment[i] + (1.0f - beta2) * grad * grad;
+    first_moment[i] = m;
+    second_moment[i] = v;
+    float m_hat = m / beta1_correction;
+    float v_hat = v / beta2_correction;
+    // Decoupled weight decay (PyTorch AdamW): shrink first, then the Adam step.
+    float param = params[i] * decay_factor;
+    params[i] = param - learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
+  }
+}
+
+std::unique_ptr<Ops> cpu::make_float32_ops() {
+  return std::make_unique<CpuOps>();
+}
+
+std::unique_ptr<Ops> make_cpu_ops(int num_threads, DType storage) {
   if (num_threads < 0) {
     throw std::invalid_argument(
         "make_cpu_ops: num_threads must be >= 0 (0 keeps OpenBLAS's "
@@ -367,6 +417,7 @@ std::unique_ptr<Ops> make_cpu_ops(int num_threads) {
   }
   // A process-wide OpenBLAS setting, not one per Ops object.
   if (num_threads > 0) openblas_set_num_threads(num_threads);
+  if (storage == DType::kBFloat16) return cpu::make_bfloat16_ops();
   return std::make_unique<CpuOps>();
 }
 
