@@ -117,6 +117,8 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
   request.tensor_parallel.assign(tensor_parallel.begin(), tensor_parallel.end());
   request.micro_batch_sizes.assign(micro_batches.begin(), micro_batches.end());
   request.backend = arguments.backend;
+  request.dtype = config.model.dtype == schema::DType::BFloat16 ? kernels::DType::kBFloat16
+                                                                : kernels::DType::kFloat32;
   request.repetitions = arguments.repetitions;
   request.minimum_window_seconds = arguments.minimum_window_seconds;
   json kept = json::array();

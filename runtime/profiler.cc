@@ -36,11 +36,11 @@ class ComputeOnlyGroup final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
-  void all_reduce(float*, size_t, ReduceOp) override {}
+  void all_reduce(void*, size_t, kernels::DType, ReduceOp) override {}
   void all_reduce(double*, size_t, ReduceOp) override {}
-  void reduce_scatter(const float*, float*, size_t) override {}
-  void all_gather(const float*, float*, size_t) override {}
-  void broadcast(float*, size_t, int) override {}
+  void reduce_scatter(const void*, void*, size_t, kernels::DType) override {}
+  void all_gather(const void*, void*, size_t, kernels::DType) override {}
+  void broadcast(void*, size_t, kernels::DType, int) override {}
   void barrier() override {}
 
  private:
@@ -159,7 +159,7 @@ json measure_compute(kernels::Ops& ops, const GptConfig& config, int tensor_para
           {"num_heads", config.num_heads},
           {"ffn_size", config.ffn_size},
           {"vocab_size", config.vocab_size},
-          {"dtype", "float32"},
+          {"dtype", kernels::dtype_name(ops.storage_dtype())},
           {"tensor_parallel", tensor_parallel},
           {"micro_batch_size", micro_batch},
           {"block_forward", block.forward},
@@ -210,7 +210,7 @@ json measure_gemm(kernels::Ops& ops, const GptConfig& config, int tensor_paralle
   return {{"m", rows},
           {"n", out},
           {"k", in},
-          {"dtype", "float32"},
+          {"dtype", kernels::dtype_name(ops.storage_dtype())},
           {"flops_per_second", 2.0 * rows * in * out / seconds}};
 }
 
@@ -292,7 +292,8 @@ json measure_collectives(MpiSession& session, int repetitions) {
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / sizeof(float);
       seconds.push_back(time_it([&] {
-        peers.send_receive(send.data(), count, partner, receive.data(), count, partner);
+        peers.send_receive(send.data(), count, partner, receive.data(), count, partner,
+                           kernels::DType::kFloat32);
       }));
     }
     const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
@@ -345,7 +346,7 @@ json measure_device_profile(const ProfileRequest& request, MpiSession& session) 
   if (!(request.minimum_window_seconds >= 0))
     throw std::invalid_argument("profile: the minimum window must be >= 0 seconds");
   minimum_window = request.minimum_window_seconds;
-  std::unique_ptr<kernels::Ops> ops = make_backend(request.backend, session);
+  std::unique_ptr<kernels::Ops> ops = make_backend(request.backend, session, request.dtype);
   const int processes = session.world_size();
   auto barrier = [&] {
     if (session.uses_mpi()) MPI_Barrier(MPI_COMM_WORLD);

@@ -34,6 +34,7 @@ struct ProfileRequest {
   // (tensor_parallel, micro_batch_size) pairs already measured and kept: skipped.
   std::vector<std::pair<int, int>> already_measured;
   std::string backend = "cpu";
+  kernels::DType dtype = kernels::DType::kFloat32;  // the storage dtype measured (model.dtype)
   int repetitions = 5;  // timed runs per measurement at least (mean), after one warm-up
   // Each measurement runs at least this long (time slices shared with other
   // processes average out over it).

@@ -6,7 +6,9 @@
 # CUDA backend (STEPS timed steps after WARMUP), run pytorch_baseline.py in
 # both modes, then print one table. Expects a CUDA build (bash scripts/build.sh
 # on a machine with nvcc) and PyTorch with CUDA for python3.
-# Environment: BATCHES ("1 2 4 8 16"), STEPS (20), WARMUP (3), PARAPLAN
+# Environment: DTYPE (bfloat16: bf16 mixed precision on both sides, PyTorch
+# with bf16 autocast; float32: fp32 storage with TF32 GEMMs on both sides),
+# BATCHES ("1 2 4 8 16"), STEPS (20), WARMUP (3), PARAPLAN
 # (build/launcher/paraplan), PYTHON (python3), OUT (out/gpt2_124m),
 # TORCH_ARGS (extra pytorch_baseline.py flags, e.g. "--attention manual").
 # Outputs and logs in $OUT.
@@ -16,6 +18,12 @@ paraplan=${PARAPLAN:-build/launcher/paraplan}
 python=${PYTHON:-python3}
 out=${OUT:-out/gpt2_124m}
 batches=${BATCHES:-"1 2 4 8 16"}
+dtype=${DTYPE:-bfloat16}
+case "$dtype" in
+  bfloat16) torch_precision="--bf16" peak_tflops=989.0 ;;
+  float32) torch_precision="" peak_tflops=494.5 ;;
+  *) echo "bench.sh: DTYPE must be bfloat16 or float32, got '$dtype'" >&2; exit 2 ;;
+esac
 steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 torch_args=${TORCH_ARGS:-}
@@ -26,7 +34,7 @@ for b in $batches; do
   rm -f "$out/b$b".*.json
   # || true: a failed run (out of memory, say) leaves its JSON missing, shown as "-".
   if "$paraplan" plan --config samples/gpt2_124m/job.toml --output "$out/b$b.pplan" \
-    --training.micro_batch_size "$b" --training.global_batch_size "$b" \
+    --training.micro_batch_size "$b" --training.global_batch_size "$b" --model.dtype "$dtype" \
     >"$out/b$b.plan.log" 2>&1 </dev/null; then
     "$paraplan" replay --plan "$out/b$b.pplan" --steps "$steps" --warmup "$warmup" \
       --backend cuda --report "$out/b$b.paraplan.json" >"$out/b$b.replay.log" 2>&1 </dev/null ||
@@ -37,21 +45,20 @@ for b in $batches; do
   for mode in eager compile; do
     # shellcheck disable=SC2086  # TORCH_ARGS is a list of flags
     "$python" samples/gpt2_124m/pytorch_baseline.py --batch-size "$b" --steps "$steps" \
-      --warmup "$warmup" --mode "$mode" --json "$out/b$b.$mode.json" $torch_args \
+      --warmup "$warmup" --mode "$mode" --json "$out/b$b.$mode.json" $torch_precision $torch_args \
       >"$out/b$b.$mode.log" 2>&1 </dev/null ||
       echo "pytorch $mode failed for B=$b: see $out/b$b.$mode.log" >&2
   done
 done
 
-"$python" - "$out" $batches <<'PY'
+"$python" - "$out" "$peak_tflops" $batches <<'PY'
 import json, os, sys
 
-out, batches = sys.argv[1], sys.argv[2:]
-# MFU as planner/cost_model.h counts it, against the H100 SXM dense TF32 peak
-# (job.toml's cluster.peak_tflops_fp32): GPT-2 124M shapes from job.toml.
+out, peak, batches = sys.argv[1], float(sys.argv[2]) * 1e12, sys.argv[3:]
+# MFU as planner/cost_model.h counts it, against the H100 SXM dense peak of
+# the precision (bf16 989, TF32 494.5 TFLOP/s): GPT-2 124M shapes from job.toml.
 L, C, F, V, T = 12, 768, 3072, 50304, 1024
 flops_per_token = 6 * (L * (4 * C * C + 2 * F * C) + C * V) + 12 * L * T * C
-peak = 494.5e12
 
 def load(path, key):
     try:
@@ -76,5 +83,5 @@ for b in batches:
                                             fmt(eager, ",.0f"), fmt(compiled, ",.0f"),
                                             fmt(ratio, ".2f")))
 print("ratio = paraplan / torch.compile tokens/s (torch eager where compile failed); "
-      "MFU against %.1f TFLOP/s (TF32 dense)" % (peak / 1e12))
+      "MFU against %.1f TFLOP/s (dense peak of the precision)" % (peak / 1e12))
 PY

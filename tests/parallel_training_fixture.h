@@ -1,0 +1,161 @@
+// parallel_training_fixture.h: the fixture of the multi-rank training tests
+// (parallel_training_test.cc, mixed_precision_test.cc): a tiny GPT job file
+// per plan case, planned and trained with `paraplan launch` under mpirun,
+// returning per-step losses, and checkpoint-byte comparisons between runs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "command_runner.h"
+
+namespace paraplan::testing {
+
+constexpr double kLossTolerance = 1e-6;
+constexpr int kSteps = 5;
+
+struct PlanCase {
+  std::string name;
+  int pipeline = 1, data = 1, tensor = 1;
+  int micro_batch_size = 12;  // global batch is 12 sequences
+  int zero_stage = 0, zero_groups = 1;
+  std::string recompute_modules;
+  std::string scheduler = "1f1b";
+  int64_t gradient_bucket_size = -1;  // -1: the default (one bucket for this model)
+  std::string dtype = "float32";      // model.dtype: float32, or bfloat16 (mixed precision)
+  int world() const { return pipeline * data * tensor; }
+};
+
+inline std::string job_toml(const PlanCase& plan) {
+  std::string toml = R"([job]
+name = ")" + plan.name +
+                     R"("
+
+[model]
+vocab_size = 256
+seq_len = 16
+num_layers = 4
+d_model = 32
+num_heads = 4
+dtype = ")" + plan.dtype + R"("
+
+[training]
+global_batch_size = 12
+learning_rate = 3e-3
+warmup_steps = 2
+total_steps = 20
+seed = 5
+eval_batches = 1
+
+)";
+  if (plan.gradient_bucket_size >= 0)
+    toml += "gradient_bucket_size = " + std::to_string(plan.gradient_bucket_size) + "\n";
+  toml += "\n[planner]\n";
+  toml += "pipeline_nstages = " + std::to_string(plan.pipeline) + "\n";
+  toml += "data_parallel_degree = " + std::to_string(plan.data) + "\n";
+  toml += "tensor_parallel_degree = " + std::to_string(plan.tensor) + "\n";
+  toml += "micro_batch_size = " + std::to_string(plan.micro_batch_size) + "\n";
+  toml += "zero_stage = " + std::to_string(plan.zero_stage) + "\n";
+  toml += "zero_ngroups = " + std::to_string(plan.zero_groups) + "\n";
+  toml += "recompute_modules = \"" + plan.recompute_modules + "\"\n";
+  toml += "pipeline_scheduler = \"" + plan.scheduler + "\"\n";
+  toml += "world_size = " + std::to_string(plan.world()) + "\n";
+  return toml;
+}
+
+class ParallelTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Test machines often run as root, where Open MPI wants explicit consent.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    directory_ = new TemporaryDirectory("parallel");
+    std::string corpus;
+    for (int i = 0; i < 300; ++i)
+      // UTF-8 puts bytes >= 128 in the data, so every vocabulary shard of a
+      // tensor-parallel embedding sees tokens.
+      corpus += "sample " + std::to_string(i * 7919 % 1000) + " of a small corpus, line " +
+                std::to_string(i) + " \u00e9t\u00e9 \u65e5\u672c \u00fcber\n";
+    write_file(*directory_ / "corpus.txt", corpus);
+    ASSERT_EQ(
+        run("tokenize --input " + *directory_ / "corpus.txt" + " --output " + *directory_ / "data")
+            .exit_code,
+        0);
+  }
+  static void TearDownTestSuite() { delete directory_; }
+
+  // Plans the case, trains `steps` (in all: a resumed run continues to it)
+  // under mpirun, returns the per-step losses the log holds.
+  static std::vector<double> train(const PlanCase& plan, const std::string& extra = "",
+                                   CommandResult* result_out = nullptr,
+                                   const std::string& environment = "",
+                                   int steps = kSteps) {
+    const std::string job = *directory_ / (plan.name + ".toml");
+    const std::string plan_file = *directory_ / (plan.name + ".pplan");
+    const std::string log = *directory_ / (plan.name + ".jsonl");
+    write_file(job, job_toml(plan));
+    CommandResult planned = run("plan --config " + job + " --output " + plan_file);
+    EXPECT_EQ(planned.exit_code, 0) << planned.output;
+    // Started as users start it: `paraplan launch` builds the mpirun command.
+    const CommandResult trained =
+        run_command(environment + " " + PARAPLAN_BINARY + " launch --plan " + plan_file +
+                    " -- train --data " + *directory_ / "data/train.bin" + " --steps " +
+                    std::to_string(steps) + " --log-json " + log + " " + extra);
+    if (result_out) *result_out = trained;
+    if (environment.empty()) {
+      EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    }
+    std::vector<double> losses;
+    for (const auto& line : read_json_lines(log)) losses.push_back(line["loss"].get<double>());
+    return losses;
+  }
+
+  // The single-rank run of the same job in dtype (trained once per test program).
+  static const std::vector<double>& single_rank_losses(const std::string& dtype = "float32") {
+    static std::map<std::string, std::vector<double>> losses;
+    auto found = losses.find(dtype);
+    if (found == losses.end())
+      found = losses.emplace(dtype, train(PlanCase{.name = "single_" + dtype, .dtype = dtype})).first;
+    return found->second;
+  }
+
+  static void expect_same_losses(const PlanCase& plan, double tolerance = kLossTolerance) {
+    const std::vector<double>& expected = single_rank_losses(plan.dtype);
+    ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
+    const std::vector<double> losses = train(plan);
+    ASSERT_EQ(losses.size(), expected.size()) << plan.name;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], expected[i], tolerance) << plan.name << " step " << i + 1;
+  }
+
+  // Trains both for kSteps with a checkpoint at the end, and expects the
+  // parameters and optimizer moments bitwise equal: the losses alone would
+  // hide differences in the last bits.
+  static void expect_same_checkpoints(const PlanCase& a, const std::string& a_extra,
+                                      const PlanCase& b, const std::string& b_extra) {
+    const std::string step_dir = "/step_0000000" + std::to_string(kSteps) + "/";
+    std::map<std::string, std::string> files[2];
+    for (int which = 0; which < 2; ++which) {
+      const PlanCase& plan = which == 0 ? a : b;
+      const std::string checkpoints = *directory_ / (plan.name + "_checkpoints");
+      const std::string extra = which == 0 ? a_extra : b_extra;
+      ASSERT_EQ(train(plan, "--checkpoint-dir " + checkpoints + " " + extra).size(),
+                static_cast<size_t>(kSteps))
+          << plan.name;
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+        files[which][file] = read_file(checkpoints + step_dir + file);
+    }
+    for (const auto& [file, bytes] : files[0]) {
+      EXPECT_FALSE(bytes.empty()) << a.name << " " << file;
+      EXPECT_TRUE(bytes == files[1][file])
+          << a.name << " vs " << b.name << ": " << file << " differs";
+    }
+  }
+
+  inline static TemporaryDirectory* directory_ = nullptr;
+};
+
+}  // namespace paraplan::testing
