@@ -10,7 +10,7 @@ int cuda_device_count() {
   return 0;
 }
 
-std::unique_ptr<Ops> make_cuda_ops(int) {
+std::unique_ptr<Ops> make_cuda_ops(int, DType) {
   throw std::runtime_error(
       "backend 'cuda' requested, but this paraplan was built without CUDA (nvcc was not found "
       "at configure time); use --backend cpu or rebuild on a machine with the CUDA toolkit");
