@@ -1,8 +1,11 @@
 // cuda_device.cu: CUDA device discovery for ops.h (cuda_device_count) and the
 // CUDA backend's factory make_cuda_ops: picks the device (device % count, so a
-// local rank maps onto the visible devices) and the GEMM precision:
-// TF32 tensor-core math by default (PyTorch's allow_tf32 for matmuls),
-// PARAPLAN_CUDA_TF32=0 for strict fp32. The op set itself is in cuda_ops.cu.
+// local rank maps onto the visible devices), passes on the storage dtype
+// (fp32 or bf16), and picks the precision of fp32 GEMMs: TF32 tensor-core
+// math by default (PyTorch's allow_tf32 for matmuls), PARAPLAN_CUDA_TF32=0 for
+// strict fp32. (bf16 GEMMs always accumulate in fp32; the variable is still
+// checked, so a typo fails whatever the dtype.) The op set itself is in
+// cuda_ops.cu.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -39,7 +42,7 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Ops> make_cuda_ops(int device) {
+std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
@@ -53,7 +56,7 @@ std::unique_ptr<Ops> make_cuda_ops(int device) {
     throw std::runtime_error("--backend cuda: device index " + std::to_string(device) +
                              " is negative");
   }
-  return cuda::create_cuda_ops(device % count, tf32_allowed());
+  return cuda::create_cuda_ops(device % count, tf32_allowed(), storage);
 }
 
 }  // namespace paraplan::kernels

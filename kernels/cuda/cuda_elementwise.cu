@@ -1,11 +1,18 @@
 // cuda_elementwise.cu: the CUDA backend's elementwise ops (GELU forward and
 // backward, residual, accumulate, scale, the bias broadcast of the linear
-// fallback), AdamW, and the double-precision sum of squares.
+// fallback, the fp32 <-> storage conversions), AdamW over fp32 master weights,
+// and the double-precision sum of squares, for fp32 and bf16 storage.
 //
-// Elementwise kernels are grid-stride loops over float4 (128-bit loads and
-// stores) when every pointer is 16-byte aligned, with a scalar tail for the
-// last n % 4 elements; otherwise scalar. Each element's result depends only
-// on its own inputs, so the vector and scalar paths agree bitwise.
+// Every kernel widens its storage inputs to fp32, computes in fp32 and rounds
+// each storage output once when it stores it (accumulations too: dx += y
+// stores round(float(dx) + y)). Elementwise kernels are grid-stride loops over
+// 16-byte packs (4 floats or 8 bf16, one 128-bit load or store per tensor;
+// cuda_bf16.cuh) when every pointer is 16-byte aligned, with a scalar tail for
+// the last n % pack elements; otherwise scalar. Each element's result depends
+// only on its own inputs, so the vector and scalar paths agree bitwise.
+// AdamW reads storage gradients and fp32 master weights and moments, and
+// writes the master weights and their rounding into the storage params (with
+// fp32 storage, params may be the master weights themselves).
 // sum_of_squares is two-pass with a fixed grid: per-block double partials (a
 // fixed tree inside each block), then one block sums the partials in order,
 // so the result is bitwise reproducible.
@@ -46,57 +53,127 @@ __device__ __forceinline__ float gelu_grad(float x) {
   return s + x * half_sech_squared * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
 }
 
-// Each functor has scalar(i) for element i and vector(v) for elements 4v..4v+3.
+// Each functor has kPackSize, scalar(i) for element i and vector(v) for the
+// pack of elements kPackSize * v .. kPackSize * v + kPackSize - 1.
+template <typename T>
 struct GeluForward {
-  float* out;
-  const float* inp;
-  __device__ void scalar(size_t i) const { out[i] = gelu(inp[i]); }
+  static constexpr int kPackSize = kPack<T>;
+  T* out;
+  const T* inp;
+  __device__ void scalar(size_t i) const { out[i] = narrow<T>(gelu(widen(inp[i]))); }
   __device__ void vector(size_t v) const {
-    const float4 x = load4(inp, v);
-    store4(out, v, make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)));
+    float x[kPackSize];
+    load_pack(x, inp, v);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) x[k] = gelu(x[k]);
+    store_pack(out, v, x);
   }
 };
 
+template <typename T>
 struct GeluBackward {
-  float* dinp;
-  const float* inp;
-  const float* dout;
-  __device__ void scalar(size_t i) const { dinp[i] += gelu_grad(inp[i]) * dout[i]; }
+  static constexpr int kPackSize = kPack<T>;
+  T* dinp;
+  const T* inp;
+  const T* dout;
+  __device__ void scalar(size_t i) const {
+    dinp[i] = narrow<T>(widen(dinp[i]) + gelu_grad(widen(inp[i])) * widen(dout[i]));
+  }
   __device__ void vector(size_t v) const {
-    const float4 x = load4(inp, v), g = load4(dout, v);
-    float4 d = load4(dinp, v);
-    d.x += gelu_grad(x.x) * g.x;
-    d.y += gelu_grad(x.y) * g.y;
-    d.z += gelu_grad(x.z) * g.z;
-    d.w += gelu_grad(x.w) * g.w;
-    store4(dinp, v, d);
+    float x[kPackSize], g[kPackSize], d[kPackSize];
+    load_pack(x, inp, v);
+    load_pack(g, dout, v);
+    load_pack(d, dinp, v);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) d[k] = d[k] + gelu_grad(x[k]) * g[k];
+    store_pack(dinp, v, d);
   }
 };
 
+// out = a + b (out may be a: accumulate is Add{dx, dx, dout}).
+template <typename T>
 struct Add {
-  float* out;
-  const float* a;
-  const float* b;
-  __device__ void scalar(size_t i) const { out[i] = a[i] + b[i]; }
+  static constexpr int kPackSize = kPack<T>;
+  T* out;
+  const T* a;
+  const T* b;
+  __device__ void scalar(size_t i) const { out[i] = narrow<T>(widen(a[i]) + widen(b[i])); }
   __device__ void vector(size_t v) const {
-    const float4 x = load4(a, v), y = load4(b, v);
-    store4(out, v, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
+    float x[kPackSize], y[kPackSize];
+    load_pack(x, a, v);
+    load_pack(y, b, v);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) x[k] = x[k] + y[k];
+    store_pack(out, v, x);
   }
 };
 
+// x (storage) += y (fp32).
+template <typename T>
+struct AddFloat {
+  static constexpr int kPackSize = kPack<T>;
+  T* x;
+  const float* y;
+  __device__ void scalar(size_t i) const { x[i] = narrow<T>(widen(x[i]) + y[i]); }
+  __device__ void vector(size_t v) const {
+    float a[kPackSize], b[kPackSize];
+    load_pack(a, x, v);
+    load_floats(b, y + v * kPackSize);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) a[k] = a[k] + b[k];
+    store_pack(x, v, a);
+  }
+};
+
+template <typename T>
 struct Scale {
-  float* x;
+  static constexpr int kPackSize = kPack<T>;
+  T* x;
   float factor;
-  __device__ void scalar(size_t i) const { x[i] *= factor; }
+  __device__ void scalar(size_t i) const { x[i] = narrow<T>(widen(x[i]) * factor); }
   __device__ void vector(size_t v) const {
-    const float4 y = load4(x, v);
-    store4(x, v, make_float4(y.x * factor, y.y * factor, y.z * factor, y.w * factor));
+    float y[kPackSize];
+    load_pack(y, x, v);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) y[k] = y[k] * factor;
+    store_pack(x, v, y);
   }
 };
 
+// out (storage) = in (fp32) rounded.
+template <typename T>
+struct FromFloat {
+  static constexpr int kPackSize = kPack<T>;
+  T* out;
+  const float* in;
+  __device__ void scalar(size_t i) const { out[i] = narrow<T>(in[i]); }
+  __device__ void vector(size_t v) const {
+    float x[kPackSize];
+    load_floats(x, in + v * kPackSize);
+    store_pack(out, v, x);
+  }
+};
+
+// out (fp32) = in (storage).
+template <typename T>
+struct ToFloat {
+  static constexpr int kPackSize = kPack<T>;
+  float* out;
+  const T* in;
+  __device__ void scalar(size_t i) const { out[i] = widen(in[i]); }
+  __device__ void vector(size_t v) const {
+    float x[kPackSize];
+    load_pack(x, in, v);
+    store_floats(out + v * kPackSize, x);
+  }
+};
+
+template <typename T>
 struct AdamW {
-  float* params;
-  const float* grads;
+  static constexpr int kPackSize = kPack<T>;
+  float* master;
+  T* params;  // with float storage, possibly master itself
+  const T* grads;
   float* first_moment;
   float* second_moment;
   float learning_rate, beta1, beta2, epsilon, decay_factor, beta1_correction, beta2_correction;
@@ -109,23 +186,28 @@ struct AdamW {
     const float v_hat = v / beta2_correction;
     param = param * decay_factor - learning_rate * m_hat / (sqrtf(v_hat) + epsilon);
   }
+  // Every read comes before every write, so params == master is fine.
   __device__ void scalar(size_t i) const {
-    float param = params[i], m = first_moment[i], v = second_moment[i];
-    update(param, grads[i], m, v);
-    params[i] = param;
+    float param = master[i], m = first_moment[i], v = second_moment[i];
+    update(param, widen(grads[i]), m, v);
+    master[i] = param;
     first_moment[i] = m;
     second_moment[i] = v;
+    params[i] = narrow<T>(param);
   }
-  __device__ void vector(size_t i4) const {
-    float4 p = load4(params, i4), m = load4(first_moment, i4), v = load4(second_moment, i4);
-    const float4 g = load4(grads, i4);
-    update(p.x, g.x, m.x, v.x);
-    update(p.y, g.y, m.y, v.y);
-    update(p.z, g.z, m.z, v.z);
-    update(p.w, g.w, m.w, v.w);
-    store4(params, i4, p);
-    store4(first_moment, i4, m);
-    store4(second_moment, i4, v);
+  __device__ void vector(size_t pack) const {
+    const size_t first = pack * kPackSize;
+    float p[kPackSize], m[kPackSize], v[kPackSize], g[kPackSize];
+    load_floats(p, master + first);
+    load_floats(m, first_moment + first);
+    load_floats(v, second_moment + first);
+    load_pack(g, grads, pack);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) update(p[k], g[k], m[k], v[k]);
+    store_floats(master + first, p);
+    store_floats(first_moment + first, m);
+    store_floats(second_moment + first, v);
+    store_pack(params, pack, p);
   }
 };
 
@@ -135,9 +217,9 @@ __global__ void elementwise_kernel(Op op, size_t n, bool vectorized) {
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t scalar_begin = 0;
   if (vectorized) {
-    const size_t n4 = n / 4;
-    for (size_t v = first; v < n4; v += stride) op.vector(v);
-    scalar_begin = n4 * 4;
+    const size_t packs = n / Op::kPackSize;
+    for (size_t v = first; v < packs; v += stride) op.vector(v);
+    scalar_begin = packs * Op::kPackSize;
   }
   for (size_t i = scalar_begin + first; i < n; i += stride) op.scalar(i);
 }
@@ -145,13 +227,14 @@ __global__ void elementwise_kernel(Op op, size_t n, bool vectorized) {
 template <typename Op>
 void launch_elementwise(const Op& op, size_t n, bool vectorized, cudaStream_t stream) {
   if (n == 0) return;
-  const size_t work = vectorized ? std::max<size_t>(n / 4, 1) : n;
+  const size_t work = vectorized ? std::max<size_t>(n / Op::kPackSize, 1) : n;
   const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
   elementwise_kernel<<<blocks, kThreads, 0, stream>>>(op, n, vectorized);
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void broadcast_rows_kernel(float* out, const float* row, int rows, int cols) {
+template <typename T>
+__global__ void broadcast_rows_kernel(T* out, const T* row, int rows, int cols) {
   const size_t total = static_cast<size_t>(rows) * cols;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -162,26 +245,28 @@ __global__ void broadcast_rows_kernel(float* out, const float* row, int rows, in
 
 // Pass 1: block b sums the squares of its grid-stride share in double, then a
 // fixed tree in shared memory; partials[b] = the block's sum.
-__global__ void sum_of_squares_partials_kernel(double* partials, const float* x, size_t n,
+template <typename T>
+__global__ void sum_of_squares_partials_kernel(double* partials, const T* x, size_t n,
                                                bool vectorized) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   double sum = 0.0;
   size_t scalar_begin = 0;
   if (vectorized) {
-    const size_t n4 = n / 4;
-    for (size_t v = first; v < n4; v += stride) {
-      const float4 f = load4(x, v);
-      const double a = f.x, b = f.y, c = f.z, d = f.w;
-      sum += a * a;
-      sum += b * b;
-      sum += c * c;
-      sum += d * d;
+    const size_t packs = n / kPack<T>;
+    for (size_t v = first; v < packs; v += stride) {
+      float f[kPack<T>];
+      load_pack(f, x, v);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; k++) {
+        const double a = f[k];
+        sum += a * a;
+      }
     }
-    scalar_begin = n4 * 4;
+    scalar_begin = packs * kPack<T>;
   }
   for (size_t i = scalar_begin + first; i < n; i += stride) {
-    const double a = x[i];
+    const double a = widen(x[i]);
     sum += a * a;
   }
   __shared__ double warp_sums[kThreads / 32];
@@ -212,65 +297,131 @@ __global__ void sum_of_squares_final_kernel(double* partials, int count) {
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
-  launch_elementwise(GeluForward{out, inp}, n, is_aligned16(out) && is_aligned16(inp), stream);
+void gelu_forward(DType storage, void* out, const void* inp, size_t n, cudaStream_t stream) {
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_elementwise(GeluForward<T>{static_cast<T*>(out), static_cast<const T*>(inp)}, n,
+                       is_aligned16(out) && is_aligned16(inp), stream);
+  });
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
+void gelu_backward(DType storage, void* dinp, const void* inp, const void* dout, size_t n,
                    cudaStream_t stream) {
-  launch_elementwise(GeluBackward{dinp, inp, dout}, n,
-                     is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout), stream);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_elementwise(GeluBackward<T>{static_cast<T*>(dinp), static_cast<const T*>(inp),
+                                       static_cast<const T*>(dout)},
+                       n, is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout), stream);
+  });
 }
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
-  launch_elementwise(Add{out, a, b}, n, is_aligned16(out) && is_aligned16(a) && is_aligned16(b),
-                     stream);
+void residual_forward(DType storage, void* out, const void* a, const void* b, size_t n,
+                      cudaStream_t stream) {
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_elementwise(
+        Add<T>{static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b)}, n,
+        is_aligned16(out) && is_aligned16(a) && is_aligned16(b), stream);
+  });
 }
 
-void accumulate(float* dx, const float* dout, size_t n, cudaStream_t stream) {
+void accumulate(DType storage, void* dx, const void* dout, size_t n, cudaStream_t stream) {
   // dx += dout is out = dx + dout, in place.
-  launch_elementwise(Add{dx, dx, dout}, n, is_aligned16(dx) && is_aligned16(dout), stream);
+  residual_forward(storage, dx, dx, dout, n, stream);
 }
 
-void scale(float* x, float factor, size_t n, cudaStream_t stream) {
-  launch_elementwise(Scale{x, factor}, n, is_aligned16(x), stream);
+void accumulate_float(DType storage, void* x, const float* y, size_t n, cudaStream_t stream) {
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_elementwise(AddFloat<T>{static_cast<T*>(x), y}, n, is_aligned16(x) && is_aligned16(y),
+                       stream);
+  });
 }
 
-void broadcast_rows(float* out, const float* row, int rows, int cols, cudaStream_t stream) {
+void scale(DType storage, void* x, float factor, size_t n, cudaStream_t stream) {
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_elementwise(Scale<T>{static_cast<T*>(x), factor}, n, is_aligned16(x), stream);
+  });
+}
+
+void broadcast_rows(DType storage, void* out, const void* row, int rows, int cols,
+                    cudaStream_t stream) {
   const size_t total = static_cast<size_t>(rows) * cols;
   if (total == 0) return;
-  broadcast_rows_kernel<<<std::min(ceil_div(total, kThreads), kMaxBlocks), kThreads, 0, stream>>>(
-      out, row, rows, cols);
+  const unsigned int blocks = std::min(ceil_div(total, kThreads), kMaxBlocks);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    broadcast_rows_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(out),
+                                                           static_cast<const T*>(row), rows, cols);
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
-           float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
-           float beta1_correction, float beta2_correction, cudaStream_t stream) {
-  const AdamW op{params,
-                 grads,
-                 first_moment,
-                 second_moment,
-                 learning_rate,
-                 beta1,
-                 beta2,
-                 epsilon,
-                 1.0f - learning_rate * weight_decay,
-                 beta1_correction,
-                 beta2_correction};
-  const bool vectorized = is_aligned16(params) && is_aligned16(grads) &&
-                          is_aligned16(first_moment) && is_aligned16(second_moment);
-  launch_elementwise(op, n, vectorized, stream);
+void convert_from_float(DType storage, void* out, const float* in, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (storage == DType::kFloat32) {
+    if (out != in) {
+      PARAPLAN_CUDA_CHECK(
+          cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
+  launch_elementwise(FromFloat<bf16>{static_cast<bf16*>(out), in}, n,
+                     is_aligned16(out) && is_aligned16(in), stream);
 }
 
-double sum_of_squares(const float* x, size_t n, double* partials, cudaStream_t stream) {
+void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (storage == DType::kFloat32) {
+    if (out != in) {
+      PARAPLAN_CUDA_CHECK(
+          cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
+  launch_elementwise(ToFloat<bf16>{out, static_cast<const bf16*>(in)}, n,
+                     is_aligned16(out) && is_aligned16(in), stream);
+}
+
+void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
+           float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
+           float epsilon, float weight_decay, float beta1_correction, float beta2_correction,
+           cudaStream_t stream) {
+  const bool vectorized = is_aligned16(master) && is_aligned16(params) && is_aligned16(grads) &&
+                          is_aligned16(first_moment) && is_aligned16(second_moment);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const AdamW<T> op{master,
+                      static_cast<T*>(params),
+                      static_cast<const T*>(grads),
+                      first_moment,
+                      second_moment,
+                      learning_rate,
+                      beta1,
+                      beta2,
+                      epsilon,
+                      1.0f - learning_rate * weight_decay,
+                      beta1_correction,
+                      beta2_correction};
+    launch_elementwise(op, n, vectorized, stream);
+  });
+}
+
+double sum_of_squares(DType storage, const void* x, size_t n, double* partials,
+                      cudaStream_t stream) {
   if (n == 0) return 0.0;
-  // The grid is a function of n alone: the same n gives the same summation order.
+  // The grid is a function of n (and the dtype) alone: the same n gives the same summation order.
   const bool vectorized = is_aligned16(x);
-  const size_t work = vectorized ? std::max<size_t>(n / 4, 1) : n;
+  const size_t pack = dtype_bytes(storage) == 2 ? kPack<bf16> : kPack<float>;
+  const size_t work = vectorized ? std::max<size_t>(n / pack, 1) : n;
   const int blocks =
       static_cast<int>(std::min<unsigned int>(ceil_div(work, kThreads), kSumOfSquaresBlocks));
-  sum_of_squares_partials_kernel<<<blocks, kThreads, 0, stream>>>(partials, x, n, vectorized);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    sum_of_squares_partials_kernel<<<blocks, kThreads, 0, stream>>>(
+        partials, static_cast<const T*>(x), n, vectorized);
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
   sum_of_squares_final_kernel<<<1, kThreads, 0, stream>>>(partials, blocks);
   PARAPLAN_CUDA_CHECK_LAUNCH();

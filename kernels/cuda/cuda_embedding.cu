@@ -1,14 +1,18 @@
-// cuda_embedding.cu: token and position embeddings for the CUDA backend.
+// cuda_embedding.cu: token and position embeddings for the CUDA backend
+// (fp32 or bf16 storage; sums in fp32, each stored element rounded once).
 //
 // Token forward copies rows (zeros for tokens another vocab-parallel rank
-// owns), float4-wide when C % 4 == 0 and the buffers are 16-byte aligned.
+// owns), 16 bytes at a time when C is a multiple of the pack (4 floats, 8
+// bf16) and the buffers are 16-byte aligned; a copy needs no rounding.
 // Token backward is deterministic without atomics: the token positions are
 // sorted by local vocabulary row with CUB's radix sort, which is stable (equal
 // tokens keep ascending position order), so each vocabulary row's run of
 // positions is contiguous; the block at the start of a run adds the run's
-// dout rows into that dwte row in position order. That is exactly the CPU
-// backend's summation order, so the results agree bitwise.
-// Position backward: one thread per (t, c), summing the batch in order b = 0, 1, ...
+// dout rows into that dwte row in position order, in one fp32 running sum per
+// column started from the widened dwte value, and stores it rounded once.
+// That is the CPU backend's summation order (bitwise the same in fp32).
+// Position forward: out = round(out + wpe). Position backward: one thread per
+// (t, c), summing the batch in order b = 0, 1, ... onto the widened dwpe.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,11 +35,11 @@ __device__ __forceinline__ int64_t local_row(int32_t token, int vocab_start, int
   return local >= 0 && local < vocab_local ? local : -1;
 }
 
-template <bool kVectorized>
-__global__ void token_embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+template <typename T, bool kVectorized>
+__global__ void token_embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte,
                                                int num_tokens, int vocab_start, int vocab_local,
                                                int C) {
-  const int width = kVectorized ? C / 4 : C;  // elements (or float4s) per row
+  const int width = kVectorized ? C / kPack<T> : C;  // elements (or 16-byte packs) per row
   const size_t total = static_cast<size_t>(num_tokens) * width;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -43,11 +47,14 @@ __global__ void token_embedding_forward_kernel(float* out, const int32_t* tokens
     const size_t row = i / width, column = i % width;
     const int64_t local = local_row(tokens[row], vocab_start, vocab_local);
     if constexpr (kVectorized) {
-      const float4 value = local >= 0 ? load4(wte, static_cast<size_t>(local) * width + column)
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      store4(out, i, value);
+      // A raw 16-byte copy: bits unchanged, and all-zero bits are +0 in either type.
+      const uint4 value =
+          local >= 0
+              ? reinterpret_cast<const uint4*>(wte)[static_cast<size_t>(local) * width + column]
+              : make_uint4(0u, 0u, 0u, 0u);
+      reinterpret_cast<uint4*>(out)[i] = value;
     } else {
-      out[i] = local >= 0 ? wte[static_cast<size_t>(local) * width + column] : 0.0f;
+      out[i] = local >= 0 ? wte[static_cast<size_t>(local) * width + column] : narrow<T>(0.0f);
     }
   }
 }
@@ -66,8 +73,8 @@ __global__ void embedding_sort_keys_kernel(uint32_t* keys, int32_t* positions,
 // Block j handles the run of equal keys starting at sorted position j (and
 // does nothing when j is not a run start): dwte[key, c] += dout[p, c] for the
 // run's positions p in ascending order, one running sum per column.
-__global__ void embedding_backward_runs_kernel(float* dwte, const float* dout,
-                                               const uint32_t* sorted_keys,
+template <typename T>
+__global__ void embedding_backward_runs_kernel(T* dwte, const T* dout, const uint32_t* sorted_keys,
                                                const int32_t* sorted_positions, int num_tokens,
                                                int vocab_local, int C) {
   const int start = blockIdx.x;
@@ -76,49 +83,49 @@ __global__ void embedding_backward_runs_kernel(float* dwte, const float* dout,
   if (start > 0 && sorted_keys[start - 1] == key) return;  // not the start of a run
   int end = start + 1;
   while (end < num_tokens && sorted_keys[end] == key) end++;
-  float* dwte_row = dwte + static_cast<size_t>(key) * C;
+  T* dwte_row = dwte + static_cast<size_t>(key) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float sum = dwte_row[c];
+    float sum = widen(dwte_row[c]);
     for (int j = start; j < end; j++) {
-      sum += dout[static_cast<size_t>(sorted_positions[j]) * C + c];
+      sum += widen(dout[static_cast<size_t>(sorted_positions[j]) * C + c]);
     }
-    dwte_row[c] = sum;
+    dwte_row[c] = narrow<T>(sum);
   }
 }
 
-template <bool kVectorized>
-__global__ void position_embedding_forward_kernel(float* out, const float* wpe, int batch, int T,
+template <typename T, bool kVectorized>
+__global__ void position_embedding_forward_kernel(T* out, const T* wpe, int batch, int seq_len,
                                                   int C) {
-  const int width = kVectorized ? C / 4 : C;
-  const size_t per_sequence = static_cast<size_t>(T) * width;
+  const int width = kVectorized ? C / kPack<T> : C;
+  const size_t per_sequence = static_cast<size_t>(seq_len) * width;
   const size_t total = per_sequence * batch;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const size_t position = i % per_sequence;  // t * width + c
     if constexpr (kVectorized) {
-      float4 value = load4(out, i);
-      const float4 add = load4(wpe, position);
-      value.x += add.x;
-      value.y += add.y;
-      value.z += add.z;
-      value.w += add.w;
-      store4(out, i, value);
+      float value[kPack<T>], add[kPack<T>];
+      load_pack(value, out, i);
+      load_pack(add, wpe, position);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; k++) value[k] += add[k];
+      store_pack(out, i, value);
     } else {
-      out[i] += wpe[position];
+      out[i] = narrow<T>(widen(out[i]) + widen(wpe[position]));
     }
   }
 }
 
-__global__ void position_embedding_backward_kernel(float* dwpe, const float* dout, int batch, int T,
+template <typename T>
+__global__ void position_embedding_backward_kernel(T* dwpe, const T* dout, int batch, int seq_len,
                                                    int C) {
-  const size_t per_sequence = static_cast<size_t>(T) * C;
+  const size_t per_sequence = static_cast<size_t>(seq_len) * C;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < per_sequence;
        i += stride) {
-    float sum = dwpe[i];
-    for (int b = 0; b < batch; b++) sum += dout[b * per_sequence + i];
-    dwpe[i] = sum;
+    float sum = widen(dwpe[i]);
+    for (int b = 0; b < batch; b++) sum += widen(dout[b * per_sequence + i]);
+    dwpe[i] = narrow<T>(sum);
   }
 }
 
@@ -135,24 +142,31 @@ size_t align256(size_t bytes) {
 
 }  // namespace
 
-void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,
-                             int vocab_start, int vocab_local, int channels, cudaStream_t stream) {
+void token_embedding_forward(DType storage, void* out, const int32_t* tokens, const void* wte,
+                             int num_tokens, int vocab_start, int vocab_local, int channels,
+                             cudaStream_t stream) {
   if (num_tokens <= 0 || channels <= 0) return;
-  const bool vectorized = channels % 4 == 0 && is_aligned16(out) && is_aligned16(wte);
-  const size_t work = static_cast<size_t>(num_tokens) * (vectorized ? channels / 4 : channels);
-  const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
-  if (vectorized) {
-    token_embedding_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(
-        out, tokens, wte, num_tokens, vocab_start, vocab_local, channels);
-  } else {
-    token_embedding_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(
-        out, tokens, wte, num_tokens, vocab_start, vocab_local, channels);
-  }
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* y = static_cast<T*>(out);
+    const T* table = static_cast<const T*>(wte);
+    const bool vectorized = channels % kPack<T> == 0 && is_aligned16(out) && is_aligned16(wte);
+    const size_t work =
+        static_cast<size_t>(num_tokens) * (vectorized ? channels / kPack<T> : channels);
+    const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
+    if (vectorized) {
+      token_embedding_forward_kernel<T, true><<<blocks, kThreads, 0, stream>>>(
+          y, tokens, table, num_tokens, vocab_start, vocab_local, channels);
+    } else {
+      token_embedding_forward_kernel<T, false><<<blocks, kThreads, 0, stream>>>(
+          y, tokens, table, num_tokens, vocab_start, vocab_local, channels);
+    }
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int num_tokens,
-                              int vocab_start, int vocab_local, int channels,
+void token_embedding_backward(DType storage, void* dwte, const void* dout, const int32_t* tokens,
+                              int num_tokens, int vocab_start, int vocab_local, int channels,
                               DeviceScratch& scratch, cudaStream_t stream) {
   if (num_tokens <= 0 || channels <= 0 || vocab_local <= 0) return;
   const int end_bit = key_bits(static_cast<uint32_t>(vocab_local));
@@ -177,34 +191,47 @@ void token_embedding_backward(float* dwte, const float* dout, const int32_t* tok
                                                       positions, sorted_positions, num_tokens, 0,
                                                       end_bit, stream));
   const int threads = std::min(kThreads, ((channels + 31) / 32) * 32);
-  embedding_backward_runs_kernel<<<num_tokens, threads, 0, stream>>>(
-      dwte, dout, sorted_keys, sorted_positions, num_tokens, vocab_local, channels);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    embedding_backward_runs_kernel<T><<<num_tokens, threads, 0, stream>>>(
+        static_cast<T*>(dwte), static_cast<const T*>(dout), sorted_keys, sorted_positions,
+        num_tokens, vocab_local, channels);
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len, int channels,
-                                cudaStream_t stream) {
+void position_embedding_forward(DType storage, void* out, const void* wpe, int batch, int seq_len,
+                                int channels, cudaStream_t stream) {
   if (batch <= 0 || seq_len <= 0 || channels <= 0) return;
-  const bool vectorized = channels % 4 == 0 && is_aligned16(out) && is_aligned16(wpe);
-  const size_t work = static_cast<size_t>(batch) * seq_len * (vectorized ? channels / 4 : channels);
-  const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
-  if (vectorized) {
-    position_embedding_forward_kernel<true>
-        <<<blocks, kThreads, 0, stream>>>(out, wpe, batch, seq_len, channels);
-  } else {
-    position_embedding_forward_kernel<false>
-        <<<blocks, kThreads, 0, stream>>>(out, wpe, batch, seq_len, channels);
-  }
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* y = static_cast<T*>(out);
+    const T* table = static_cast<const T*>(wpe);
+    const bool vectorized = channels % kPack<T> == 0 && is_aligned16(out) && is_aligned16(wpe);
+    const size_t work =
+        static_cast<size_t>(batch) * seq_len * (vectorized ? channels / kPack<T> : channels);
+    const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
+    if (vectorized) {
+      position_embedding_forward_kernel<T, true>
+          <<<blocks, kThreads, 0, stream>>>(y, table, batch, seq_len, channels);
+    } else {
+      position_embedding_forward_kernel<T, false>
+          <<<blocks, kThreads, 0, stream>>>(y, table, batch, seq_len, channels);
+    }
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
-                                 int channels, cudaStream_t stream) {
+void position_embedding_backward(DType storage, void* dwpe, const void* dout, int batch,
+                                 int seq_len, int channels, cudaStream_t stream) {
   if (batch <= 0 || seq_len <= 0 || channels <= 0) return;
   const size_t work = static_cast<size_t>(seq_len) * channels;
   const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
-  position_embedding_backward_kernel<<<blocks, kThreads, 0, stream>>>(dwpe, dout, batch, seq_len,
-                                                                      channels);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    position_embedding_backward_kernel<T><<<blocks, kThreads, 0, stream>>>(
+        static_cast<T*>(dwpe), static_cast<const T*>(dout), batch, seq_len, channels);
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 

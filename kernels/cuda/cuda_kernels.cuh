@@ -2,6 +2,9 @@
 // launch declarations of the kernels behind each Ops method (one stream per
 // Ops object, passed explicitly), the device scratch the Ops object owns, and
 // small device helpers (fixed-order warp reductions, alignment tests).
+// Every launcher takes the Ops object's storage dtype and its storage tensors
+// as void*, and instantiates its kernels for float or bf16 (cuda_bf16.cuh):
+// fp32 arithmetic on widened inputs, each storage output rounded once.
 // Semantics of every launcher are those of the Ops method of the same name in
 // kernels/ops.h. Not part of the op-set contract; only kernels/cuda includes it.
 //
@@ -17,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/cuda/cuda_bf16.cuh"
+#include "kernels/dtype.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels::cuda {
@@ -52,82 +57,95 @@ class DeviceScratch {
 };
 
 // The Ops object itself (cuda_ops.cu); make_cuda_ops (cuda_device.cu) picks
-// the device and the TF32 setting.
-std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32);
+// the device and the TF32 setting (which applies to fp32 storage only).
+std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage);
 
 // ---- cuda_elementwise.cu ----------------------------------------------------------------------
+// Storage tensors (void*) hold elements of `storage` (float or bf16); float* tensors are fp32.
 
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
-void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
-void accumulate(float* dx, const float* dout, size_t n, cudaStream_t stream);
-void scale(float* x, float factor, size_t n, cudaStream_t stream);
+void gelu_forward(DType storage, void* out, const void* inp, size_t n, cudaStream_t stream);
+void gelu_backward(DType storage, void* dinp, const void* inp, const void* dout, size_t n,
+                   cudaStream_t stream);
+void residual_forward(DType storage, void* out, const void* a, const void* b, size_t n,
+                      cudaStream_t stream);
+void accumulate(DType storage, void* dx, const void* dout, size_t n, cudaStream_t stream);
+// x (storage) += y (fp32), rounded once: the fused bias gradient's accumulation.
+void accumulate_float(DType storage, void* x, const float* y, size_t n, cudaStream_t stream);
+void scale(DType storage, void* x, float factor, size_t n, cudaStream_t stream);
 // out[r, :] = row[:] for r < rows (the bias a GEMM with beta = 1 then adds to).
-void broadcast_rows(float* out, const float* row, int rows, int cols, cudaStream_t stream);
+void broadcast_rows(DType storage, void* out, const void* row, int rows, int cols,
+                    cudaStream_t stream);
+void convert_from_float(DType storage, void* out, const float* in, size_t n, cudaStream_t stream);
+void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaStream_t stream);
 // beta1_correction = 1 - beta1^step (and beta2's), computed by the caller in double.
-void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
-           float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
-           float beta1_correction, float beta2_correction, cudaStream_t stream);
+void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
+           float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
+           float epsilon, float weight_decay, float beta1_correction, float beta2_correction,
+           cudaStream_t stream);
 // Blocks of the first pass of sum_of_squares; partials holds kSumOfSquaresBlocks + 1 doubles.
 constexpr int kSumOfSquaresBlocks = 256;
 // Synchronizes the stream (the result comes back to the host).
-double sum_of_squares(const float* x, size_t n, double* partials, cudaStream_t stream);
+double sum_of_squares(DType storage, const void* x, size_t n, double* partials,
+                      cudaStream_t stream);
 
 // ---- cuda_layernorm.cu --------------------------------------------------------------------------
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int rows, int channels, float epsilon,
+void layernorm_forward(DType storage, void* out, float* mean, float* rstd, const void* inp,
+                       const void* weight, const void* bias, int rows, int channels, float epsilon,
                        cudaStream_t stream);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
+void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, const void* dout,
+                        const void* inp, const void* weight, const float* mean, const float* rstd,
                         int rows, int channels, DeviceScratch& scratch, cudaStream_t stream);
-// out[c] += sum over r (in row-chunk order) of x[r, c]: a linear layer's bias gradient.
-void column_sums_accumulate(float* out, const float* x, int rows, int cols, DeviceScratch& scratch,
-                            cudaStream_t stream);
+// out[c] += sum over r (in row-chunk order) of x[r, c], summed in fp32 and
+// rounded once: a linear layer's bias gradient.
+void column_sums_accumulate(DType storage, void* out, const void* x, int rows, int cols,
+                            DeviceScratch& scratch, cudaStream_t stream);
 
-// ---- cuda_embedding.cu
-// -----------------------------------------------------------------------------
+// ---- cuda_embedding.cu --------------------------------------------------------------------------
 
-void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,
-                             int vocab_start, int vocab_local, int channels, cudaStream_t stream);
-void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int num_tokens,
-                              int vocab_start, int vocab_local, int channels,
+void token_embedding_forward(DType storage, void* out, const int32_t* tokens, const void* wte,
+                             int num_tokens, int vocab_start, int vocab_local, int channels,
+                             cudaStream_t stream);
+void token_embedding_backward(DType storage, void* dwte, const void* dout, const int32_t* tokens,
+                              int num_tokens, int vocab_start, int vocab_local, int channels,
                               DeviceScratch& scratch, cudaStream_t stream);
-void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len, int channels,
-                                cudaStream_t stream);
-void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
-                                 int channels, cudaStream_t stream);
+void position_embedding_forward(DType storage, void* out, const void* wpe, int batch, int seq_len,
+                                int channels, cudaStream_t stream);
+void position_embedding_backward(DType storage, void* dwpe, const void* dout, int batch,
+                                 int seq_len, int channels, cudaStream_t stream);
 
-// ---- cuda_attention.cu ---------------------------------------------------------------------
-// Fused (flash) attention, fp32 FMA; head_dim <= 128 (std::invalid_argument beyond).
+// ---- cuda_attention.cu, cuda_attention_backward.cu ---------------------------------------------
+// Fused (flash) attention, fp32 FMA on widened storage; logsumexp and scratch
+// fp32; head_dim <= 128 (std::invalid_argument beyond).
 
-void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
-                       int num_heads, int head_dim, cudaStream_t stream);
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* out, const float* logsumexp, int batch, int seq_len,
-                        int num_heads, int head_dim, cudaStream_t stream);
+void attention_forward(DType storage, void* out, float* logsumexp, const void* qkv, int batch,
+                       int seq_len, int num_heads, int head_dim, cudaStream_t stream);
+void attention_backward(DType storage, void* dqkv, float* scratch, const void* dout,
+                        const void* qkv, const void* out, const float* logsumexp, int batch,
+                        int seq_len, int num_heads, int head_dim, cudaStream_t stream);
 
-// ---- cuda_loss.cu
-// ------------------------------------------------------------------------------------ error_row is
-// one device int holding INT_MAX; a kernel that meets a target out of range stores the smallest
-// such row there, and the launcher (which then synchronizes the stream) resets it and throws
-// std::out_of_range, as the CPU backend does.
+// ---- cuda_loss.cu -------------------------------------------------------------------------------
+// Storage logits and dlogits, fp32 losses and row statistics. error_row is one
+// device int holding INT_MAX; a kernel that meets a target out of range stores
+// the smallest such row there, and the launcher (which then synchronizes the
+// stream) resets it and throws std::out_of_range, as the CPU backend does.
 
-void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,
                            int* error_row, cudaStream_t stream);
-void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
-                               const int32_t* targets, int rows, int vocab_local, int vocab_start,
-                               int* error_row, cudaStream_t stream);
-void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
-                                  int rows, int vocab_local, cudaStream_t stream);
-void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+void cross_entropy_shard_stats(DType storage, float* row_max, float* target_logit,
+                               const void* logits, const int32_t* targets, int rows,
+                               int vocab_local, int vocab_start, int* error_row,
+                               cudaStream_t stream);
+void cross_entropy_shard_exp_sums(DType storage, float* exp_sum, const void* logits,
+                                  const float* row_max, int rows, int vocab_local,
+                                  cudaStream_t stream);
+void cross_entropy_shard_finish(DType storage, float* losses, void* dlogits, const void* logits,
                                 const int32_t* targets, const float* row_max, const float* exp_sum,
                                 const float* target_logit, int rows, int vocab_local,
                                 int vocab_start, float loss_scale, cudaStream_t stream);
 
-// ---- device helpers
-// --------------------------------------------------------------------------------
+// ---- device helpers (storage loads and stores: cuda_bf16.cuh) --------------------------------
 
 #ifdef __CUDACC__
 
@@ -155,14 +173,6 @@ __device__ __forceinline__ double warp_sum(double value) {
     value = __dadd_rn(value, __shfl_xor_sync(kFullMask, value, offset));
   }
   return value;
-}
-
-__device__ __forceinline__ float4 load4(const float* base, size_t index4) {
-  return reinterpret_cast<const float4*>(base)[index4];
-}
-
-__device__ __forceinline__ void store4(float* base, size_t index4, float4 value) {
-  reinterpret_cast<float4*>(base)[index4] = value;
 }
 
 #endif  // __CUDACC__

@@ -1,17 +1,19 @@
-// cuda_layernorm.cu: layer norm forward and backward for the CUDA backend, and
-// the deterministic column sums that give the parameter gradients (also used
-// for a linear layer's bias gradient when cuBLASLt's epilogue does not apply).
+// cuda_layernorm.cu: layer norm forward and backward for the CUDA backend
+// (fp32 or bf16 storage; mean and rstd fp32), and the deterministic column
+// sums that give the parameter gradients (also used for a linear layer's bias
+// gradient when cuBLASLt's epilogue does not apply).
 //
 // Forward and the input gradient: one warp per row, lanes striding over the
-// channels (float4 loads when C % 4 == 0 and every pointer is 16-byte
-// aligned), row sums by warp butterflies. As on the CPU, the forward is two
-// passes (mean, then the variance of the centred values).
+// channels (16-byte packs, 4 floats or 8 bf16, when C is a multiple of the
+// pack and every pointer is 16-byte aligned), row sums by warp butterflies,
+// all in fp32 on the widened inputs. As on the CPU, the forward is two passes
+// (mean, then the variance of the centred values).
 // dweight / dbias: no atomics. Pass 1: the rows are cut into at most
 // kMaxChunks chunks; thread c of block (x, chunk) sums column c over its
-// chunk's rows in order and writes a partial. Pass 2: thread c adds the
-// chunks' partials in chunk order and accumulates (+=) into the gradient.
-// The chunking depends only on the row count, so the result is bitwise
-// reproducible.
+// chunk's rows in order and writes an fp32 partial. Pass 2: thread c adds the
+// chunks' partials in chunk order and accumulates into the gradient, rounding
+// once: g = round(float(g) + sum). The chunking depends only on the row
+// count, so the result is bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,60 +31,63 @@ constexpr int kColumnThreads = 256;
 constexpr int kMaxChunks = 256;
 constexpr int kMinChunkRows = 32;
 
-template <bool kVectorized>
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int rows, int C,
+template <typename T, bool kVectorized>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int rows, int C,
                                          float epsilon) {
+  constexpr int kP = kPack<T>;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // a whole warp leaves together
-  const float* x = inp + static_cast<size_t>(row) * C;
-  float* y = out + static_cast<size_t>(row) * C;
-  const int C4 = C / 4;
+  const T* x = inp + static_cast<size_t>(row) * C;
+  T* y = out + static_cast<size_t>(row) * C;
+  const int packs = C / kP;
 
   float sum = 0.0f;
   if constexpr (kVectorized) {
-    for (int c4 = lane; c4 < C4; c4 += 32) {
-      const float4 v = load4(x, c4);
-      sum += v.x;
-      sum += v.y;
-      sum += v.z;
-      sum += v.w;
+    for (int p = lane; p < packs; p += 32) {
+      float v[kP];
+      load_pack(v, x, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) sum += v[k];
     }
   } else {
-    for (int c = lane; c < C; c += 32) sum += x[c];
+    for (int c = lane; c < C; c += 32) sum += widen(x[c]);
   }
   const float row_mean = warp_sum(sum) / C;
 
   float sum_squares = 0.0f;
   if constexpr (kVectorized) {
-    for (int c4 = lane; c4 < C4; c4 += 32) {
-      const float4 v = load4(x, c4);
-      const float a = v.x - row_mean, b = v.y - row_mean, c = v.z - row_mean, d = v.w - row_mean;
-      sum_squares += a * a;
-      sum_squares += b * b;
-      sum_squares += c * c;
-      sum_squares += d * d;
+    for (int p = lane; p < packs; p += 32) {
+      float v[kP];
+      load_pack(v, x, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) {
+        const float centred = v[k] - row_mean;
+        sum_squares += centred * centred;
+      }
     }
   } else {
     for (int c = lane; c < C; c += 32) {
-      const float centred = x[c] - row_mean;
+      const float centred = widen(x[c]) - row_mean;
       sum_squares += centred * centred;
     }
   }
   const float row_rstd = 1.0f / sqrtf(warp_sum(sum_squares) / C + epsilon);
 
   if constexpr (kVectorized) {
-    for (int c4 = lane; c4 < C4; c4 += 32) {
-      const float4 v = load4(x, c4), w = load4(weight, c4), b = load4(bias, c4);
-      store4(y, c4,
-             make_float4(
-                 (v.x - row_mean) * row_rstd * w.x + b.x, (v.y - row_mean) * row_rstd * w.y + b.y,
-                 (v.z - row_mean) * row_rstd * w.z + b.z, (v.w - row_mean) * row_rstd * w.w + b.w));
+    for (int p = lane; p < packs; p += 32) {
+      float v[kP], w[kP], b[kP];
+      load_pack(v, x, p);
+      load_pack(w, weight, p);
+      load_pack(b, bias, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) v[k] = (v[k] - row_mean) * row_rstd * w[k] + b[k];
+      store_pack(y, p, v);
     }
   } else {
     for (int c = lane; c < C; c += 32) {
-      y[c] = (x[c] - row_mean) * row_rstd * weight[c] + bias[c];
+      y[c] = narrow<T>((widen(x[c]) - row_mean) * row_rstd * widen(weight[c]) + widen(bias[c]));
     }
   }
   if (lane == 0) {
@@ -93,27 +98,30 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 
 // dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, with
 // norm = (x - mean) * rstd and dnorm = weight * dout.
-template <bool kVectorized>
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                                const float* weight, const float* mean,
+template <typename T, bool kVectorized>
+__global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
+                                                const T* weight, const float* mean,
                                                 const float* rstd, int rows, int C) {
+  constexpr int kP = kPack<T>;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const size_t offset = static_cast<size_t>(row) * C;
-  const float* x = inp + offset;
-  const float* dy = dout + offset;
-  float* dx = dinp + offset;
+  const T* x = inp + offset;
+  const T* dy = dout + offset;
+  T* dx = dinp + offset;
   const float row_mean = mean[row], row_rstd = rstd[row];
-  const int C4 = C / 4;
+  const int packs = C / kP;
 
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
   if constexpr (kVectorized) {
-    for (int c4 = lane; c4 < C4; c4 += 32) {
-      const float4 v = load4(x, c4), g = load4(dy, c4), w = load4(weight, c4);
-      const float xs[4] = {v.x, v.y, v.z, v.w}, gs[4] = {g.x, g.y, g.z, g.w},
-                  ws[4] = {w.x, w.y, w.z, w.w};
-      for (int k = 0; k < 4; k++) {
+    for (int p = lane; p < packs; p += 32) {
+      float xs[kP], gs[kP], ws[kP];
+      load_pack(xs, x, p);
+      load_pack(gs, dy, p);
+      load_pack(ws, weight, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) {
         const float norm = (xs[k] - row_mean) * row_rstd;
         const float dnorm = ws[k] * gs[k];
         dnorm_sum += dnorm;
@@ -122,8 +130,8 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
     }
   } else {
     for (int c = lane; c < C; c += 32) {
-      const float norm = (x[c] - row_mean) * row_rstd;
-      const float dnorm = weight[c] * dy[c];
+      const float norm = (widen(x[c]) - row_mean) * row_rstd;
+      const float dnorm = widen(weight[c]) * widen(dy[c]);
       dnorm_sum += dnorm;
       dnorm_norm_sum += dnorm * norm;
     }
@@ -132,34 +140,35 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
 
   if constexpr (kVectorized) {
-    for (int c4 = lane; c4 < C4; c4 += 32) {
-      const float4 v = load4(x, c4), g = load4(dy, c4), w = load4(weight, c4);
-      float4 d = load4(dx, c4);
-      const float xs[4] = {v.x, v.y, v.z, v.w}, gs[4] = {g.x, g.y, g.z, g.w},
-                  ws[4] = {w.x, w.y, w.z, w.w};
-      float ds[4] = {d.x, d.y, d.z, d.w};
-      for (int k = 0; k < 4; k++) {
+    for (int p = lane; p < packs; p += 32) {
+      float xs[kP], gs[kP], ws[kP], ds[kP];
+      load_pack(xs, x, p);
+      load_pack(gs, dy, p);
+      load_pack(ws, weight, p);
+      load_pack(ds, dx, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) {
         const float norm = (xs[k] - row_mean) * row_rstd;
         const float dnorm = ws[k] * gs[k];
         ds[k] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * row_rstd;
       }
-      store4(dx, c4, make_float4(ds[0], ds[1], ds[2], ds[3]));
+      store_pack(dx, p, ds);
     }
   } else {
     for (int c = lane; c < C; c += 32) {
-      const float norm = (x[c] - row_mean) * row_rstd;
-      const float dnorm = weight[c] * dy[c];
-      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * row_rstd;
+      const float norm = (widen(x[c]) - row_mean) * row_rstd;
+      const float dnorm = widen(weight[c]) * widen(dy[c]);
+      dx[c] = narrow<T>(widen(dx[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * row_rstd);
     }
   }
 }
 
 // Pass 1 of the column sums: partial_b[chunk, c] = sum of dy[r, c] over the
 // chunk's rows; with kNorm also partial_a[chunk, c] = sum of norm[r, c] * dy[r, c].
-template <bool kNorm>
-__global__ void column_partials_kernel(float* partial_a, float* partial_b, const float* dy,
-                                       const float* x, const float* mean, const float* rstd,
-                                       int rows, int cols, int chunk_rows) {
+template <typename T, bool kNorm>
+__global__ void column_partials_kernel(float* partial_a, float* partial_b, const T* dy, const T* x,
+                                       const float* mean, const float* rstd, int rows, int cols,
+                                       int chunk_rows) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const int chunk = blockIdx.y;
@@ -168,9 +177,9 @@ __global__ void column_partials_kernel(float* partial_a, float* partial_b, const
   float sum_a = 0.0f, sum_b = 0.0f;
   for (int r = first; r < last; r++) {
     const size_t index = static_cast<size_t>(r) * cols + c;
-    const float g = dy[index];
+    const float g = widen(dy[index]);
     if constexpr (kNorm) {
-      const float norm = (x[index] - mean[r]) * rstd[r];
+      const float norm = (widen(x[index]) - mean[r]) * rstd[r];
       sum_a += norm * g;
     }
     sum_b += g;
@@ -180,9 +189,10 @@ __global__ void column_partials_kernel(float* partial_a, float* partial_b, const
   partial_b[out] = sum_b;
 }
 
-// Pass 2: out_b[c] += sum over chunks (in order) of partial_b[chunk, c]; the
-// same for out_a when it is given.
-__global__ void column_final_kernel(float* out_a, float* out_b, const float* partial_a,
+// Pass 2: out_b[c] += sum over chunks (in order) of partial_b[chunk, c],
+// rounded once; the same for out_a when it is given.
+template <typename T>
+__global__ void column_final_kernel(T* out_a, T* out_b, const float* partial_a,
                                     const float* partial_b, int chunks, int cols) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
@@ -192,8 +202,8 @@ __global__ void column_final_kernel(float* out_a, float* out_b, const float* par
     if (out_a != nullptr) sum_a += partial_a[index];
     sum_b += partial_b[index];
   }
-  if (out_a != nullptr) out_a[c] += sum_a;
-  out_b[c] += sum_b;
+  if (out_a != nullptr) out_a[c] = narrow<T>(widen(out_a[c]) + sum_a);
+  out_b[c] = narrow<T>(widen(out_b[c]) + sum_b);
 }
 
 struct Chunking {
@@ -207,65 +217,81 @@ Chunking chunking(int rows) {
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int rows, int channels, float epsilon,
+void layernorm_forward(DType storage, void* out, float* mean, float* rstd, const void* inp,
+                       const void* weight, const void* bias, int rows, int channels, float epsilon,
                        cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
   const unsigned int blocks = ceil_div(rows, kWarpsPerBlock);
-  const bool vectorized = channels % 4 == 0 && is_aligned16(out) && is_aligned16(inp) &&
-                          is_aligned16(weight) && is_aligned16(bias);
-  if (vectorized) {
-    layernorm_forward_kernel<true><<<blocks, kRowThreads, 0, stream>>>(
-        out, mean, rstd, inp, weight, bias, rows, channels, epsilon);
-  } else {
-    layernorm_forward_kernel<false><<<blocks, kRowThreads, 0, stream>>>(
-        out, mean, rstd, inp, weight, bias, rows, channels, epsilon);
-  }
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* y = static_cast<T*>(out);
+    const T *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight),
+            *b = static_cast<const T*>(bias);
+    const bool vectorized = channels % kPack<T> == 0 && is_aligned16(y) && is_aligned16(x) &&
+                            is_aligned16(w) && is_aligned16(b);
+    if (vectorized) {
+      layernorm_forward_kernel<T, true>
+          <<<blocks, kRowThreads, 0, stream>>>(y, mean, rstd, x, w, b, rows, channels, epsilon);
+    } else {
+      layernorm_forward_kernel<T, false>
+          <<<blocks, kRowThreads, 0, stream>>>(y, mean, rstd, x, w, b, rows, channels, epsilon);
+    }
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
+void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, const void* dout,
+                        const void* inp, const void* weight, const float* mean, const float* rstd,
                         int rows, int channels, DeviceScratch& scratch, cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
   const unsigned int row_blocks = ceil_div(rows, kWarpsPerBlock);
-  const bool vectorized = channels % 4 == 0 && is_aligned16(dinp) && is_aligned16(dout) &&
-                          is_aligned16(inp) && is_aligned16(weight);
-  if (vectorized) {
-    layernorm_backward_input_kernel<true><<<row_blocks, kRowThreads, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, rows, channels);
-  } else {
-    layernorm_backward_input_kernel<false><<<row_blocks, kRowThreads, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, rows, channels);
-  }
-  PARAPLAN_CUDA_CHECK_LAUNCH();
-
   const Chunking split = chunking(rows);
   const size_t partial_count = static_cast<size_t>(split.chunks) * channels;
   float* partial_weight = static_cast<float*>(scratch.get(2 * partial_count * sizeof(float)));
   float* partial_bias = partial_weight + partial_count;
   const dim3 grid(ceil_div(channels, kColumnThreads), split.chunks);
-  column_partials_kernel<true><<<grid, kColumnThreads, 0, stream>>>(
-      partial_weight, partial_bias, dout, inp, mean, rstd, rows, channels, split.chunk_rows);
-  PARAPLAN_CUDA_CHECK_LAUNCH();
-  column_final_kernel<<<ceil_div(channels, kColumnThreads), kColumnThreads, 0, stream>>>(
-      dweight, dbias, partial_weight, partial_bias, split.chunks, channels);
-  PARAPLAN_CUDA_CHECK_LAUNCH();
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dx = static_cast<T*>(dinp);
+    const T *dy = static_cast<const T*>(dout), *x = static_cast<const T*>(inp),
+            *w = static_cast<const T*>(weight);
+    const bool vectorized = channels % kPack<T> == 0 && is_aligned16(dx) && is_aligned16(dy) &&
+                            is_aligned16(x) && is_aligned16(w);
+    if (vectorized) {
+      layernorm_backward_input_kernel<T, true>
+          <<<row_blocks, kRowThreads, 0, stream>>>(dx, dy, x, w, mean, rstd, rows, channels);
+    } else {
+      layernorm_backward_input_kernel<T, false>
+          <<<row_blocks, kRowThreads, 0, stream>>>(dx, dy, x, w, mean, rstd, rows, channels);
+    }
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+    column_partials_kernel<T, true><<<grid, kColumnThreads, 0, stream>>>(
+        partial_weight, partial_bias, dy, x, mean, rstd, rows, channels, split.chunk_rows);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+    column_final_kernel<T><<<ceil_div(channels, kColumnThreads), kColumnThreads, 0, stream>>>(
+        static_cast<T*>(dweight), static_cast<T*>(dbias), partial_weight, partial_bias,
+        split.chunks, channels);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+  });
 }
 
-void column_sums_accumulate(float* out, const float* x, int rows, int cols, DeviceScratch& scratch,
-                            cudaStream_t stream) {
+void column_sums_accumulate(DType storage, void* out, const void* x, int rows, int cols,
+                            DeviceScratch& scratch, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   const Chunking split = chunking(rows);
   float* partials =
       static_cast<float*>(scratch.get(static_cast<size_t>(split.chunks) * cols * sizeof(float)));
   const dim3 grid(ceil_div(cols, kColumnThreads), split.chunks);
-  column_partials_kernel<false><<<grid, kColumnThreads, 0, stream>>>(
-      nullptr, partials, x, nullptr, nullptr, nullptr, rows, cols, split.chunk_rows);
-  PARAPLAN_CUDA_CHECK_LAUNCH();
-  column_final_kernel<<<ceil_div(cols, kColumnThreads), kColumnThreads, 0, stream>>>(
-      nullptr, out, nullptr, partials, split.chunks, cols);
-  PARAPLAN_CUDA_CHECK_LAUNCH();
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    column_partials_kernel<T, false>
+        <<<grid, kColumnThreads, 0, stream>>>(nullptr, partials, static_cast<const T*>(x), nullptr,
+                                              nullptr, nullptr, rows, cols, split.chunk_rows);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+    column_final_kernel<T><<<ceil_div(cols, kColumnThreads), kColumnThreads, 0, stream>>>(
+        nullptr, static_cast<T*>(out), nullptr, partials, split.chunks, cols);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace paraplan::kernels::cuda

@@ -1,15 +1,18 @@
 // cuda_loss.cu: softmax + cross-entropy for the CUDA backend (kernels/ops.h):
 // the fused op over a whole vocabulary and the three steps of the
-// vocab-parallel version.
+// vocab-parallel version. Logits and dlogits are storage tensors (fp32 or
+// bf16, widened on load; each dlogit rounded once when stored); losses and the
+// row statistics are fp32.
 //
 // One block per row. Pass 1 reads the row once: each thread keeps an online
-// (max, sum of exp(x - max)) over its elements (float4 loads when V % 4 == 0
-// and the logits are 16-byte aligned); the block takes the row max M, rescales
-// each thread's sum to M and adds the rescaled sums in a fixed tree. Pass 2
-// (when training) writes dlogits = exp(x - M) * (loss_scale / sum), minus
-// loss_scale at the target, over the logits in place (dlogits may alias
-// logits; each thread rewrites only what it read itself, and the target logit
-// is read before the block's first barrier). No probabilities buffer.
+// (max, sum of exp(x - max)) over its elements (16-byte packs, 4 floats or 8
+// bf16, when V is a multiple of the pack and the logits are 16-byte aligned);
+// the block takes the row max M, rescales each thread's sum to M and adds the
+// rescaled sums in a fixed tree. Pass 2 (when training) writes dlogits =
+// exp(x - M) * (loss_scale / sum), minus loss_scale at the target, over the
+// logits in place (dlogits may alias logits; each thread rewrites only what it
+// read itself, and the target logit is read before the block's first
+// barrier). No probabilities buffer.
 // The vocab-parallel steps use the same per-thread mapping and the same
 // explicitly rounded arithmetic (__fmul_rn & co., so no FMA contraction can
 // differ between kernels): with one shard (row_max = the row's own max) they
@@ -64,20 +67,19 @@ __device__ __forceinline__ void online_add(float& max, float& sum, float x) {
 }
 
 // This thread's online (max, sum of exp(x - max)) over its elements of the row.
-template <bool kVectorized>
-__device__ void thread_online(const float* row, int V, float& max, float& sum) {
+template <typename T, bool kVectorized>
+__device__ void thread_online(const T* row, int V, float& max, float& sum) {
   max = -INFINITY;
   sum = 0.0f;
   if constexpr (kVectorized) {
-    for (int v = threadIdx.x; v < V / 4; v += kThreads) {
-      const float4 x = load4(row, v);
-      online_add(max, sum, x.x);
-      online_add(max, sum, x.y);
-      online_add(max, sum, x.z);
-      online_add(max, sum, x.w);
+    for (int v = threadIdx.x; v < V / kPack<T>; v += kThreads) {
+      float x[kPack<T>];
+      load_pack(x, row, v);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; k++) online_add(max, sum, x[k]);
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += kThreads) online_add(max, sum, row[i]);
+    for (int i = threadIdx.x; i < V; i += kThreads) online_add(max, sum, widen(row[i]));
   }
 }
 
@@ -87,57 +89,45 @@ __device__ __forceinline__ float rescaled(float max, float sum, float shift) {
 }
 
 // dlogits[i] = exp(logits[i] - shift) * probability_scale, minus loss_scale at
-// local column `target` (none when target < 0). Same thread mapping as the read.
-__device__ void write_gradient(float* dlogit_row, const float* logit_row, int V, float shift,
+// local column `target` (none when target < 0), rounded once when stored. Same
+// thread mapping as the read (packs of kPack<T> when vectorized).
+template <typename T>
+__device__ void write_gradient(T* dlogit_row, const T* logit_row, int V, float shift,
                                float probability_scale, int64_t target, float loss_scale,
                                bool vectorized) {
   if (vectorized) {
-    for (int v = threadIdx.x; v < V / 4; v += kThreads) {
-      const float4 x = load4(logit_row, v);
-      float4 d = make_float4(__fmul_rn(expf(x.x - shift), probability_scale),
-                             __fmul_rn(expf(x.y - shift), probability_scale),
-                             __fmul_rn(expf(x.z - shift), probability_scale),
-                             __fmul_rn(expf(x.w - shift), probability_scale));
-      if (target >= 0 && target / 4 == v) {
-        switch (target % 4) {
-          case 0:
-            d.x = __fsub_rn(d.x, loss_scale);
-            break;
-          case 1:
-            d.y = __fsub_rn(d.y, loss_scale);
-            break;
-          case 2:
-            d.z = __fsub_rn(d.z, loss_scale);
-            break;
-          default:
-            d.w = __fsub_rn(d.w, loss_scale);
-            break;
-        }
+    for (int v = threadIdx.x; v < V / kPack<T>; v += kThreads) {
+      float d[kPack<T>];
+      load_pack(d, logit_row, v);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; k++) {
+        d[k] = __fmul_rn(expf(d[k] - shift), probability_scale);
+        if (static_cast<int64_t>(v) * kPack<T> + k == target) d[k] = __fsub_rn(d[k], loss_scale);
       }
-      store4(dlogit_row, v, d);
+      store_pack(dlogit_row, v, d);
     }
   } else {
     for (int i = threadIdx.x; i < V; i += kThreads) {
-      float d = __fmul_rn(expf(logit_row[i] - shift), probability_scale);
+      float d = __fmul_rn(expf(widen(logit_row[i]) - shift), probability_scale);
       if (i == target) d = __fsub_rn(d, loss_scale);
-      dlogit_row[i] = d;
+      dlogit_row[i] = narrow<T>(d);
     }
   }
 }
 
-template <bool kVectorized>
-__global__ void softmax_cross_entropy_kernel(float* losses, float* dlogits, const float* logits,
+template <typename T, bool kVectorized>
+__global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
                                              const int32_t* targets, int V, float loss_scale,
                                              bool vectorized_write, int* error_row) {
   __shared__ float shared[kWarps];
   const int r = blockIdx.x;
-  const float* logit_row = logits + static_cast<size_t>(r) * V;
+  const T* logit_row = logits + static_cast<size_t>(r) * V;
   const int target = targets[r];
   const bool valid = target >= 0 && target < V;
   // Read before any thread can overwrite it (dlogits may alias logits).
-  const float target_logit = valid ? logit_row[target] : 0.0f;
+  const float target_logit = valid ? widen(logit_row[target]) : 0.0f;
   float thread_max, thread_sum;
-  thread_online<kVectorized>(logit_row, V, thread_max, thread_sum);
+  thread_online<T, kVectorized>(logit_row, V, thread_max, thread_sum);
   const float max = block_max(thread_max, shared);
   const float exp_sum = block_sum(rescaled(thread_max, thread_sum, max), shared);
   if (threadIdx.x == 0) {
@@ -149,13 +139,14 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* dlogits, cons
                  valid ? target : -1, loss_scale, vectorized_write);
 }
 
-__global__ void shard_stats_kernel(float* row_max, float* target_logit, const float* logits,
+template <typename T>
+__global__ void shard_stats_kernel(float* row_max, float* target_logit, const T* logits,
                                    const int32_t* targets, int V, int vocab_start, int* error_row) {
   __shared__ float shared[kWarps];
   const int r = blockIdx.x;
-  const float* logit_row = logits + static_cast<size_t>(r) * V;
+  const T* logit_row = logits + static_cast<size_t>(r) * V;
   float max = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += kThreads) max = fmaxf(max, logit_row[i]);
+  for (int i = threadIdx.x; i < V; i += kThreads) max = fmaxf(max, widen(logit_row[i]));
   max = block_max(max, shared);
   if (threadIdx.x == 0) {
     const int target = targets[r];
@@ -163,22 +154,23 @@ __global__ void shard_stats_kernel(float* row_max, float* target_logit, const fl
     const int64_t local = static_cast<int64_t>(target) - vocab_start;
     row_max[r] = max;
     // 0 from the shards without the target, so the all-reduced sum is the logit.
-    target_logit[r] = local >= 0 && local < V ? logit_row[local] : 0.0f;
+    target_logit[r] = local >= 0 && local < V ? widen(logit_row[local]) : 0.0f;
   }
 }
 
-template <bool kVectorized>
-__global__ void shard_exp_sums_kernel(float* exp_sum, const float* logits, const float* row_max,
+template <typename T, bool kVectorized>
+__global__ void shard_exp_sums_kernel(float* exp_sum, const T* logits, const float* row_max,
                                       int V) {
   __shared__ float shared[kWarps];
   const int r = blockIdx.x;
   float thread_max, thread_sum;
-  thread_online<kVectorized>(logits + static_cast<size_t>(r) * V, V, thread_max, thread_sum);
+  thread_online<T, kVectorized>(logits + static_cast<size_t>(r) * V, V, thread_max, thread_sum);
   const float sum = block_sum(rescaled(thread_max, thread_sum, row_max[r]), shared);
   if (threadIdx.x == 0) exp_sum[r] = sum;
 }
 
-__global__ void shard_finish_kernel(float* losses, float* dlogits, const float* logits,
+template <typename T>
+__global__ void shard_finish_kernel(float* losses, T* dlogits, const T* logits,
                                     const int32_t* targets, const float* row_max,
                                     const float* exp_sum, const float* target_logit, int V,
                                     int vocab_start, float loss_scale, bool vectorized_write) {
@@ -212,64 +204,86 @@ void check_targets(int* error_row, const int32_t* targets, cudaStream_t stream,
                           std::to_string(row) + problem);
 }
 
-bool vectorizable(const float* row_base, int V) {
-  return V % 4 == 0 && is_aligned16(row_base);
+// Rows of V storage elements starting at row_base take the 16-byte path.
+bool vectorizable(DType storage, const void* row_base, int V) {
+  const int pack = storage == DType::kBFloat16 ? kPack<bf16> : kPack<float>;
+  return V % pack == 0 && is_aligned16(row_base);
 }
 
 }  // namespace
 
-void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,
                            int* error_row, cudaStream_t stream) {
   if (rows <= 0) return;
-  const bool vectorized_write = dlogits == nullptr || vectorizable(dlogits, vocab);
-  const bool vectorized_read = vectorizable(logits, vocab);
-  if (vectorized_read) {
-    softmax_cross_entropy_kernel<true>
-        <<<rows, kThreads, 0, stream>>>(losses, dlogits, logits, targets, vocab, loss_scale,
-                                        vectorized_write && vectorized_read, error_row);
-  } else {
-    softmax_cross_entropy_kernel<false><<<rows, kThreads, 0, stream>>>(
-        losses, dlogits, logits, targets, vocab, loss_scale, false, error_row);
-  }
+  const bool vectorized_read = vectorizable(storage, logits, vocab);
+  // The write shares the read's thread mapping when dlogits aliases logits.
+  const bool vectorized_write =
+      vectorized_read && (dlogits == nullptr || vectorizable(storage, dlogits, vocab));
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* gradient = static_cast<T*>(dlogits);
+    const T* input = static_cast<const T*>(logits);
+    if (vectorized_read) {
+      softmax_cross_entropy_kernel<T, true><<<rows, kThreads, 0, stream>>>(
+          losses, gradient, input, targets, vocab, loss_scale, vectorized_write, error_row);
+    } else {
+      softmax_cross_entropy_kernel<T, false><<<rows, kThreads, 0, stream>>>(
+          losses, gradient, input, targets, vocab, loss_scale, false, error_row);
+    }
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
   check_targets(error_row, targets, stream, "softmax_cross_entropy",
                 " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
 }
 
-void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
-                               const int32_t* targets, int rows, int vocab_local, int vocab_start,
-                               int* error_row, cudaStream_t stream) {
+void cross_entropy_shard_stats(DType storage, float* row_max, float* target_logit,
+                               const void* logits, const int32_t* targets, int rows,
+                               int vocab_local, int vocab_start, int* error_row,
+                               cudaStream_t stream) {
   if (rows <= 0) return;
-  shard_stats_kernel<<<rows, kThreads, 0, stream>>>(row_max, target_logit, logits, targets,
-                                                    vocab_local, vocab_start, error_row);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    shard_stats_kernel<T><<<rows, kThreads, 0, stream>>>(row_max, target_logit,
+                                                         static_cast<const T*>(logits), targets,
+                                                         vocab_local, vocab_start, error_row);
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
   check_targets(error_row, targets, stream, "cross_entropy_shard_stats", " is negative");
 }
 
-void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
-                                  int rows, int vocab_local, cudaStream_t stream) {
+void cross_entropy_shard_exp_sums(DType storage, float* exp_sum, const void* logits,
+                                  const float* row_max, int rows, int vocab_local,
+                                  cudaStream_t stream) {
   if (rows <= 0) return;
-  if (vectorizable(logits, vocab_local)) {
-    shard_exp_sums_kernel<true>
-        <<<rows, kThreads, 0, stream>>>(exp_sum, logits, row_max, vocab_local);
-  } else {
-    shard_exp_sums_kernel<false>
-        <<<rows, kThreads, 0, stream>>>(exp_sum, logits, row_max, vocab_local);
-  }
+  const bool vectorized = vectorizable(storage, logits, vocab_local);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* input = static_cast<const T*>(logits);
+    if (vectorized) {
+      shard_exp_sums_kernel<T, true>
+          <<<rows, kThreads, 0, stream>>>(exp_sum, input, row_max, vocab_local);
+    } else {
+      shard_exp_sums_kernel<T, false>
+          <<<rows, kThreads, 0, stream>>>(exp_sum, input, row_max, vocab_local);
+    }
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+void cross_entropy_shard_finish(DType storage, float* losses, void* dlogits, const void* logits,
                                 const int32_t* targets, const float* row_max, const float* exp_sum,
                                 const float* target_logit, int rows, int vocab_local,
                                 int vocab_start, float loss_scale, cudaStream_t stream) {
   if (rows <= 0) return;
-  const bool vectorized_write =
-      dlogits != nullptr && vectorizable(dlogits, vocab_local) && vectorizable(logits, vocab_local);
-  shard_finish_kernel<<<rows, kThreads, 0, stream>>>(losses, dlogits, logits, targets, row_max,
-                                                     exp_sum, target_logit, vocab_local,
-                                                     vocab_start, loss_scale, vectorized_write);
+  const bool vectorized_write = dlogits != nullptr && vectorizable(storage, dlogits, vocab_local) &&
+                                vectorizable(storage, logits, vocab_local);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    shard_finish_kernel<T><<<rows, kThreads, 0, stream>>>(
+        losses, static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, row_max, exp_sum,
+        target_logit, vocab_local, vocab_start, loss_scale, vectorized_write);
+  });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 

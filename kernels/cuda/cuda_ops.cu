@@ -1,16 +1,32 @@
 // cuda_ops.cu: the CUDA backend of the op set in kernels/ops.h: the Ops class
-// (one stream, a cuBLAS and a cuBLASLt handle bound to it), memory, dispatch to
-// the kernels of the other .cu files, and the linear layers' GEMMs.
+// (one stream, a cuBLAS and a cuBLASLt handle bound to it, one storage dtype),
+// memory, dispatch to the kernels of the other .cu files, and the linear
+// layers' GEMMs.
 //
-// Linear layers run on cuBLASLt, fp32 storage, with TF32 tensor-core math when
-// allowed (the default; PARAPLAN_CUDA_TF32=0 forces strict fp32, see
-// cuda_device.cu). The forward bias is fused as CUBLASLT_EPILOGUE_BIAS and the
-// bias gradient as CUBLASLT_EPILOGUE_BGRADB on the weight-gradient GEMM. The
-// epilogue overwrites its bias-gradient vector, so it goes to scratch and is
-// then added into dbias (backward ops accumulate). When cuBLASLt offers no
-// algorithm for a configuration (an unaligned bias, say), the GEMM falls back
-// to cublasGemmEx and the bias to a broadcast (forward) or a column-sum kernel
-// (backward).
+// Storage: fp32 or bf16, fixed when the object is made; every kernel launcher
+// takes the dtype and instantiates its kernels for float or __nv_bfloat16
+// (cuda_bf16.cuh), computing in fp32 and rounding each storage output once.
+// Linear layers run on cuBLASLt. fp32 storage: fp32 A/B/C/D with TF32
+// tensor-core math when allowed (the default; PARAPLAN_CUDA_TF32=0 forces
+// strict fp32, see cuda_device.cu). bf16 storage: bf16 A/B/C/D with
+// CUBLAS_COMPUTE_32F and fp32 alpha/beta, so products accumulate in fp32 and
+// D = round(A B + beta C) is rounded once; split-K reductions are restricted
+// to ones that keep fp32 partials (no in-place or output-type reduction,
+// which would round partial sums to bf16), and cublasGemmEx runs with
+// CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION for the same reason.
+// The forward bias is fused as CUBLASLT_EPILOGUE_BIAS (a storage-dtype bias
+// vector) and the bias gradient as CUBLASLT_EPILOGUE_BGRADB on the
+// weight-gradient GEMM, with an fp32 bias-gradient vector. The epilogue
+// overwrites its bias-gradient vector, so it goes to fp32 scratch and is then
+// added into dbias (backward ops accumulate), rounded once. When cuBLASLt
+// offers no algorithm for a configuration (an unaligned bias, an unsupported
+// type combination), the GEMM falls back to cublasGemmEx and the bias to a
+// broadcast (forward; the GEMM then adds with beta = 1, one rounding) or a
+// column-sum kernel (backward, fp32 sums, one rounding).
+// GELU is not fused into the forward GEMM (CUBLASLT_EPILOGUE_GELU_AUX_BIAS):
+// the op set has no linear + GELU op, and the epilogue would apply cuBLAS's
+// GELU to the unrounded fp32 pre-activation, not the gelu op's formula to the
+// stored one, so its bits would differ from linear_forward then gelu_forward.
 //
 // Determinism: cuBLAS runs with atomics disallowed and an explicit workspace;
 // cuBLASLt's reduction schemes (none, in-place with ordering counters, or
@@ -90,22 +106,29 @@ struct LtDescriptors {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(int device, bool allow_tf32) : device_(device), scratch_(nullptr) {
+  CudaOps(int device, bool allow_tf32, DType storage)
+      : device_(device), storage_(storage), scratch_(nullptr) {
     try {
       PARAPLAN_CUDA_CHECK(cudaSetDevice(device_));
       // A blocking stream: it still orders against the legacy default stream
       // that other code (a communicator's plain cudaMemcpy) may use.
       PARAPLAN_CUDA_CHECK(cudaStreamCreate(&stream_));
       scratch_ = std::make_unique<DeviceScratch>(stream_);
-      compute_type_ = allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      const bool bf16 = storage_ == DType::kBFloat16;
+      data_type_ = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+      // TF32 concerns fp32 inputs only; bf16 inputs run on tensor cores with fp32 accumulation.
+      compute_type_ = !bf16 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       PARAPLAN_CUBLAS_CHECK(cublasCreate(&cublas_));
       PARAPLAN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
       PARAPLAN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
       PARAPLAN_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_, kWorkspaceBytes));
       PARAPLAN_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
-      // Strict mode must not let CUBLAS_COMPUTE_32F drop to TF32 via the math mode.
-      PARAPLAN_CUBLAS_CHECK(cublasSetMathMode(
-          cublas_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      // Strict mode must not let CUBLAS_COMPUTE_32F drop to TF32 via the math
+      // mode; bf16 outputs must not be reduced in bf16 (one rounding per output).
+      const int math_mode =
+          (!bf16 && allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+      PARAPLAN_CUBLAS_CHECK(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
       PARAPLAN_CUBLAS_CHECK(cublasLtCreate(&lt_));
       PARAPLAN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumOfSquaresBlocks + 1) * sizeof(double)));
       PARAPLAN_CUDA_CHECK(cudaMalloc(&error_row_, sizeof(int)));
@@ -124,6 +147,7 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   Backend backend() const override { return Backend::kCuda; }
+  DType storage_dtype() const override { return storage_; }
 
   // ---- memory ---------------------------------------------------------------
 
@@ -162,12 +186,20 @@ class CudaOps final : public Ops {
     PARAPLAN_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream_));
   }
 
-  void fill_zero(float* x, size_t n) override {
-    if (n == 0) return;
-    PARAPLAN_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), stream_));
+  void zero_bytes(void* x, size_t bytes) override {
+    if (bytes == 0) return;
+    PARAPLAN_CUDA_CHECK(cudaMemsetAsync(x, 0, bytes, stream_));
   }
 
   void synchronize() override { PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void convert_from_float(void* out, const float* in, size_t n) override {
+    cuda::convert_from_float(storage_, out, in, n, stream_);
+  }
+
+  void convert_to_float(float* out, const void* in, size_t n) override {
+    cuda::convert_to_float(storage_, out, in, n, stream_);
+  }
 
   // ---- device -----------------------------------------------------------------
 
@@ -201,42 +233,41 @@ class CudaOps final : public Ops {
 
   // ---- embeddings (cuda_embedding.cu) -----------------------------------------
 
-  void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int num_tokens,
+  void token_embedding_forward(void* out, const int32_t* tokens, const void* wte, int num_tokens,
                                int vocab_start, int vocab_local, int channels) override {
-    cuda::token_embedding_forward(out, tokens, wte, num_tokens, vocab_start, vocab_local, channels,
-                                  stream_);
+    cuda::token_embedding_forward(storage_, out, tokens, wte, num_tokens, vocab_start, vocab_local,
+                                  channels, stream_);
   }
 
-  void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens,
-                                int num_tokens, int vocab_start, int vocab_local,
-                                int channels) override {
-    cuda::token_embedding_backward(dwte, dout, tokens, num_tokens, vocab_start, vocab_local,
-                                   channels, *scratch_, stream_);
+  void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int num_tokens,
+                                int vocab_start, int vocab_local, int channels) override {
+    cuda::token_embedding_backward(storage_, dwte, dout, tokens, num_tokens, vocab_start,
+                                   vocab_local, channels, *scratch_, stream_);
   }
 
-  void position_embedding_forward(float* out, const float* wpe, int batch, int seq_len,
+  void position_embedding_forward(void* out, const void* wpe, int batch, int seq_len,
                                   int channels) override {
-    cuda::position_embedding_forward(out, wpe, batch, seq_len, channels, stream_);
+    cuda::position_embedding_forward(storage_, out, wpe, batch, seq_len, channels, stream_);
   }
 
-  void position_embedding_backward(float* dwpe, const float* dout, int batch, int seq_len,
+  void position_embedding_backward(void* dwpe, const void* dout, int batch, int seq_len,
                                    int channels) override {
-    cuda::position_embedding_backward(dwpe, dout, batch, seq_len, channels, stream_);
+    cuda::position_embedding_backward(storage_, dwpe, dout, batch, seq_len, channels, stream_);
   }
 
   // ---- layer norm (cuda_layernorm.cu) --------------------------------------------
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int rows, int channels,
-                         float epsilon) override {
-    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, rows, channels, epsilon, stream_);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int rows, int channels, float epsilon) override {
+    cuda::layernorm_forward(storage_, out, mean, rstd, inp, weight, bias, rows, channels, epsilon,
+                            stream_);
   }
 
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int rows, int channels) override {
-    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                             *scratch_, stream_);
+  void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int rows,
+                          int channels) override {
+    cuda::layernorm_backward(storage_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows,
+                             channels, *scratch_, stream_);
   }
 
   // ---- linear -------------------------------------------------------------------------
@@ -245,36 +276,38 @@ class CudaOps final : public Ops {
   //   forward  out^T[out, rows]  = W^T-op(weight)[out, in] * inp^T[in, rows]
   //   dinp     dinp^T[in, rows] += weight[in, out] * dout^T[out, rows]
   //   dweight  dweight^T[in, out] += inp^T[in, rows] * op_T(dout^T)[rows, out]
+  // Leading dimensions are in elements, whatever the storage dtype.
 
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int rows, int in_features, int out_features) override {
+  void linear_forward(void* out, const void* inp, const void* weight, const void* bias, int rows,
+                      int in_features, int out_features) override {
     if (rows <= 0 || out_features <= 0) return;
     if (in_features <= 0) {
       // No products: the output is the bias (or zero), as on the CPU.
       if (bias != nullptr) {
-        broadcast_rows(out, bias, rows, out_features, stream_);
+        broadcast_rows(storage_, out, bias, rows, out_features, stream_);
       } else {
-        fill_zero(out, static_cast<size_t>(rows) * out_features);
+        zero_bytes(out, storage_bytes(static_cast<size_t>(rows) * out_features));
       }
       return;
     }
     if (bias != nullptr && is_aligned16(bias) &&
         lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features,
-                  inp, in_features, out, out_features, 0.0f, CUBLASLT_EPILOGUE_BIAS, bias)) {
+                  inp, in_features, out, out_features, 0.0f, CUBLASLT_EPILOGUE_BIAS, bias,
+                  data_type_)) {
       return;
     }
     float beta = 0.0f;
     if (bias != nullptr) {
-      broadcast_rows(out, bias, rows, out_features, stream_);
+      // out = round(inp weight^T + bias): the bias is a storage value, exact in C.
+      broadcast_rows(storage_, out, bias, rows, out_features, stream_);
       beta = 1.0f;
     }
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
          in_features, out, out_features, beta);
   }
 
-  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int rows, int in_features,
-                       int out_features) override {
+  void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int rows, int in_features, int out_features) override {
     if (rows <= 0 || out_features <= 0) return;
     if (dinp != nullptr && in_features > 0) {
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight, in_features, dout,
@@ -284,14 +317,15 @@ class CudaOps final : public Ops {
     if (dweight != nullptr && in_features > 0) {
       bool fused = false;
       if (!dbias_done) {
-        // The epilogue writes (not adds) the column sums of dout: into scratch.
+        // The epilogue writes (not adds) the column sums of dout: into fp32 scratch.
         float* bias_gradient =
             static_cast<float*>(scratch_->get(static_cast<size_t>(out_features) * sizeof(float)));
         fused = lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp,
                           in_features, dout, out_features, dweight, in_features, 1.0f,
-                          CUBLASLT_EPILOGUE_BGRADB, bias_gradient);
+                          CUBLASLT_EPILOGUE_BGRADB, bias_gradient, CUDA_R_32F);
         if (fused) {
-          cuda::accumulate(dbias, bias_gradient, static_cast<size_t>(out_features), stream_);
+          accumulate_float(storage_, dbias, bias_gradient, static_cast<size_t>(out_features),
+                           stream_);
           dbias_done = true;
         }
       }
@@ -300,94 +334,101 @@ class CudaOps final : public Ops {
              out_features, dweight, in_features, 1.0f);
       }
     }
-    if (!dbias_done) column_sums_accumulate(dbias, dout, rows, out_features, *scratch_, stream_);
+    if (!dbias_done) {
+      column_sums_accumulate(storage_, dbias, dout, rows, out_features, *scratch_, stream_);
+    }
   }
 
   // ---- elementwise (cuda_elementwise.cu) -------------------------------------------------
 
-  void gelu_forward(float* out, const float* inp, size_t n) override {
-    cuda::gelu_forward(out, inp, n, stream_);
+  void gelu_forward(void* out, const void* inp, size_t n) override {
+    cuda::gelu_forward(storage_, out, inp, n, stream_);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    cuda::gelu_backward(dinp, inp, dout, n, stream_);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
+    cuda::gelu_backward(storage_, dinp, inp, dout, n, stream_);
   }
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
-    cuda::residual_forward(out, a, b, n, stream_);
+  void residual_forward(void* out, const void* a, const void* b, size_t n) override {
+    cuda::residual_forward(storage_, out, a, b, n, stream_);
   }
-  void accumulate(float* dx, const float* dout, size_t n) override {
-    cuda::accumulate(dx, dout, n, stream_);
+  void accumulate(void* dx, const void* dout, size_t n) override {
+    cuda::accumulate(storage_, dx, dout, n, stream_);
   }
-  void scale(float* x, float factor, size_t n) override { cuda::scale(x, factor, n, stream_); }
+  void scale(void* x, float factor, size_t n) override {
+    cuda::scale(storage_, x, factor, n, stream_);
+  }
 
-  // ---- attention (cuda_attention.cu) ---------------------------------------------------------
+  // ---- attention (cuda_attention.cu, cuda_attention_backward.cu) ----------------------------
 
-  void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
+  void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
                          int num_heads, int head_dim) override {
-    cuda::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim, stream_);
+    cuda::attention_forward(storage_, out, logsumexp, qkv, batch, seq_len, num_heads, head_dim,
+                            stream_);
   }
 
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* out, const float* logsumexp, int batch, int seq_len,
+  void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
+                          const void* out, const float* logsumexp, int batch, int seq_len,
                           int num_heads, int head_dim) override {
-    cuda::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
-                             head_dim, stream_);
+    cuda::attention_backward(storage_, dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len,
+                             num_heads, head_dim, stream_);
   }
 
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------
 
-  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+  void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int rows, int vocab,
                              float loss_scale) override {
-    cuda::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale,
+    cuda::softmax_cross_entropy(storage_, losses, dlogits, logits, targets, rows, vocab, loss_scale,
                                 error_row_, stream_);
   }
 
-  void cross_entropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+  void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
                                  const int32_t* targets, int rows, int vocab_local,
                                  int vocab_start) override {
-    cuda::cross_entropy_shard_stats(row_max, target_logit, logits, targets, rows, vocab_local,
-                                    vocab_start, error_row_, stream_);
+    cuda::cross_entropy_shard_stats(storage_, row_max, target_logit, logits, targets, rows,
+                                    vocab_local, vocab_start, error_row_, stream_);
   }
 
-  void cross_entropy_shard_exp_sums(float* exp_sum, const float* logits, const float* row_max,
+  void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits, const float* row_max,
                                     int rows, int vocab_local) override {
-    cuda::cross_entropy_shard_exp_sums(exp_sum, logits, row_max, rows, vocab_local, stream_);
+    cuda::cross_entropy_shard_exp_sums(storage_, exp_sum, logits, row_max, rows, vocab_local,
+                                       stream_);
   }
 
-  void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+  void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                   const int32_t* targets, const float* row_max,
                                   const float* exp_sum, const float* target_logit, int rows,
                                   int vocab_local, int vocab_start, float loss_scale) override {
-    cuda::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,
+    cuda::cross_entropy_shard_finish(storage_, losses, dlogits, logits, targets, row_max, exp_sum,
                                      target_logit, rows, vocab_local, vocab_start, loss_scale,
                                      stream_);
   }
 
   // ---- optimizer ---------------------------------------------------------------------------
 
-  void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
-             float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
-             int step) override {
+  void adamw(float* master, void* params, const void* grads, float* first_moment,
+             float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
+             float epsilon, float weight_decay, int step) override {
     // The same float corrections as the CPU backend.
     const float beta1_correction = static_cast<float>(1.0 - std::pow(double{beta1}, step));
     const float beta2_correction = static_cast<float>(1.0 - std::pow(double{beta2}, step));
-    cuda::adamw(params, grads, first_moment, second_moment, n, learning_rate, beta1, beta2, epsilon,
-                weight_decay, beta1_correction, beta2_correction, stream_);
+    cuda::adamw(storage_, master, params, grads, first_moment, second_moment, n, learning_rate,
+                beta1, beta2, epsilon, weight_decay, beta1_correction, beta2_correction, stream_);
   }
 
-  double sum_of_squares(const float* x, size_t n) override {
-    return cuda::sum_of_squares(x, n, sum_partials_, stream_);
+  double sum_of_squares(const void* x, size_t n) override {
+    return cuda::sum_of_squares(storage_, x, n, sum_partials_, stream_);
   }
 
  private:
-  // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major), with an
-  // optional epilogue (bias: the vector added to D's rows; BGRADB: where the
-  // column sums of op(B) over k go). Returns false, having run nothing, when
+  // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major; A, B, D in
+  // the storage dtype), with an optional epilogue (bias: the vector added to
+  // D's rows; BGRADB: where the column sums of op(B) over k go), whose vector
+  // has element type bias_type. Returns false, having run nothing, when
   // cuBLASLt has no algorithm for the configuration.
   bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                 const float* a, int lda, const float* b, int ldb, float* d, int ldd, float beta,
+                 const void* a, int lda, const void* b, int ldb, void* d, int ldd, float beta,
                  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT,
-                 const void* bias = nullptr) {
+                 const void* bias = nullptr, cudaDataType_t bias_type = CUDA_R_32F) {
     LtDescriptors lt;
     PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.operation, compute_type_, CUDA_R_32F));
     const int32_t op_a = transa, op_b = transb;
@@ -401,21 +442,34 @@ class CudaOps final : public Ops {
           lt.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_value, sizeof(epilogue_value)));
       PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           lt.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      const int32_t bias_type_value = bias_type;
+      PARAPLAN_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(lt.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                         &bias_type_value, sizeof(bias_type_value)));
     }
     // Stored shapes (before op): A is m x k or k x m, B is k x n or n x k.
     const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
     PARAPLAN_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
+        cublasLtMatrixLayoutCreate(&lt.a, data_type_, ta ? k : m, ta ? m : k, lda));
     PARAPLAN_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.c, CUDA_R_32F, m, n, ldd));
+        cublasLtMatrixLayoutCreate(&lt.b, data_type_, tb ? n : k, tb ? k : n, ldb));
+    PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.c, data_type_, m, n, ldd));
     PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&lt.preference));
     const uint64_t workspace_bytes = kWorkspaceBytes;
     PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         lt.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
         sizeof(workspace_bytes)));
+    if (storage_ == DType::kBFloat16) {
+      // Split-K only with fp32 partials: in-place and output-type reductions
+      // add partial sums in bf16, rounding more than once.
+      const uint32_t reductions =
+          CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          lt.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+          sizeof(reductions)));
+    }
     // The default assumes 256-byte aligned operands; parameters inside the
-    // stage's one buffer may be only 4-byte aligned.
+    // stage's one buffer may be only element-aligned.
     const uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_d = alignment_of(d);
     PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
@@ -438,13 +492,14 @@ class CudaOps final : public Ops {
     return true;
   }
 
-  // A plain GEMM (no epilogue): cuBLASLt, else cublasGemmEx.
-  void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const float* a,
-            int lda, const float* b, int ldb, float* d, int ldd, float beta) {
+  // A plain GEMM (no epilogue): cuBLASLt, else cublasGemmEx (storage-typed
+  // A, B, C; fp32 alpha, beta and accumulation).
+  void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
+            int lda, const void* b, int ldb, void* d, int ldd, float beta) {
     if (lt_matmul(transa, transb, m, n, k, a, lda, b, ldb, d, ldd, beta)) return;
     const float alpha = 1.0f;
-    PARAPLAN_CUBLAS_CHECK(cublasGemmEx(cublas_, transa, transb, m, n, k, &alpha, a, CUDA_R_32F, lda,
-                                       b, CUDA_R_32F, ldb, &beta, d, CUDA_R_32F, ldd, compute_type_,
+    PARAPLAN_CUBLAS_CHECK(cublasGemmEx(cublas_, transa, transb, m, n, k, &alpha, a, data_type_, lda,
+                                       b, data_type_, ldb, &beta, d, data_type_, ldd, compute_type_,
                                        CUBLAS_GEMM_DEFAULT));
   }
 
@@ -467,8 +522,10 @@ class CudaOps final : public Ops {
   }
 
   int device_;
+  DType storage_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceScratch> scratch_;
+  cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
@@ -477,8 +534,8 @@ class CudaOps final : public Ops {
   int* error_row_ = nullptr;
 };
 
-std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32) {
-  return std::make_unique<CudaOps>(device, allow_tf32);
+std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage) {
+  return std::make_unique<CudaOps>(device, allow_tf32, storage);
 }
 
 }  // namespace paraplan::kernels::cuda

@@ -1,21 +1,28 @@
 // cuda_ops_test.cc: the CUDA backend (kernels/cuda) against the CPU reference
-// backend, op by op: the same random inputs (fixed seeds) go through both and
-// the outputs are compared within the tolerances of cuda_test_support.h
-// (bitwise where both backends add in the same order), in TF32 (the default)
-// and strict fp32 GEMM modes; plus determinism (two runs, bitwise) for the ops
-// whose CUDA versions reduce across threads. Attention and the losses are in
-// cuda_attention_test.cc. Every test skips, visibly, without a GPU.
+// backend in the same storage dtype, op by op, once for fp32 and once for bf16
+// storage: the same random inputs (fixed seeds) go through both and the
+// outputs are compared within the tolerances of cuda_test_support.h (bitwise
+// where both backends compute the same IEEE operations in the same order and
+// round once), fp32 GEMMs in TF32 (the default) and strict fp32 modes; the
+// fp32 <-> storage conversions against kernels/dtype.h, bitwise; plus
+// determinism (two runs, bitwise) for the ops whose CUDA versions reduce
+// across threads. Attention and the losses are in cuda_attention_test.cc.
+// Every test skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "kernels/cuda/cuda_test_support.h"
+#include "kernels/dtype.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
@@ -23,37 +30,84 @@ namespace {
 
 using namespace cuda_test_support;
 
-// ---- memory and factory ---------------------------------------------------------------------
+class CudaOps : public StorageTest {};
+INSTANTIATE_TEST_SUITE_P(Storage, CudaOps, kStorageDtypes, storage_test_name);
 
-TEST(CudaOps, FactoryAndMemoryRoundTrip) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> ops = make_cuda(true);
+// ---- memory, factory and conversions -----------------------------------------------------------
+
+TEST_P(CudaOps, FactoryAndMemoryRoundTrip) {
+  std::unique_ptr<Ops> ops = make_cuda(true, dtype());
   EXPECT_EQ(ops->backend(), Backend::kCuda);
+  EXPECT_EQ(ops->storage_dtype(), dtype());
+  EXPECT_EQ(ops->storage_bytes(10), bf16() ? 20u : 40u);
   // Device indices wrap over the visible devices (a local rank per device).
-  EXPECT_EQ(make_cuda_ops(cuda_device_count())->backend(), Backend::kCuda);
+  EXPECT_EQ(make_cuda_ops(cuda_device_count(), dtype())->backend(), Backend::kCuda);
   Buffers buffers(*ops);
-  const std::vector<float> host = random_floats(1001, 1);
-  float* a = buffers.upload(host);
-  float* b = static_cast<float*>(buffers.allocate(host.size() * sizeof(float)));
-  ops->copy(b, a, host.size() * sizeof(float));
-  EXPECT_EQ(buffers.download(b, host.size()), host);
-  ops->fill_zero(b + 3, 500);
+  const std::vector<float> host = round_to(dtype(), random_floats(1001, 1));
+  void* a = buffers.upload_storage(host);
+  void* b = buffers.allocate_storage(host.size());
+  ops->copy(b, a, ops->storage_bytes(host.size()));
+  EXPECT_EQ(buffers.download_storage(b, host.size()), host);
+  ops->zero_bytes(static_cast<char*>(b) + ops->storage_bytes(3), ops->storage_bytes(500));
   std::vector<float> expected = host;
   std::fill(expected.begin() + 3, expected.begin() + 503, 0.0f);
-  EXPECT_EQ(buffers.download(b, host.size()), expected);
+  EXPECT_EQ(buffers.download_storage(b, host.size()), expected);
   void* empty = ops->allocate(0);  // a unique, freeable pointer, as on the CPU
   EXPECT_NE(empty, nullptr);
   ops->deallocate(empty);
   ops->synchronize();
 }
 
+// Bits of a float, with every NaN the same (the GPU's NaN payload is its own).
+uint32_t canonical_bits(float value) {
+  if (std::isnan(value)) return 0x7fc00000u;
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+TEST_P(CudaOps, ConversionsMatchDtypeHeaderBitwise) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
+  // 1003 values (a scalar tail), ties in both directions, the edges of bf16's
+  // range, subnormals, infinities and NaN.
+  std::vector<float> values = random_floats(1003, 2, 100.0f);
+  for (float x :
+       {0.0f, -0.0f, 1.00390625f /* tie: to even, down */, 1.01171875f /* tie: to even, up */,
+        -1.01171875f, FLT_MAX, -FLT_MAX, 3.3961e38f, 1e-45f, 1e-40f, -3e-39f,
+        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN()}) {
+    values.push_back(x);
+  }
+  const size_t n = values.size();
+  // What dtype.h gives: the storage values, and them widened back.
+  std::vector<float> expected(n);
+  {
+    std::vector<unsigned char> storage(cuda->storage_bytes(n));
+    host_from_float(storage.data(), values.data(), dtype(), n);
+    host_to_float(expected.data(), storage.data(), dtype(), n);
+  }
+  for (bool unaligned : {false, true}) {
+    Buffers buffers(*cuda);
+    const float* in = buffers.upload(values, unaligned);
+    void* storage = buffers.upload_storage(std::vector<float>(n, 7.0f), unaligned);
+    cuda->convert_from_float(storage, in, n);
+    float* back = buffers.upload(std::vector<float>(n, 7.0f), unaligned);
+    cuda->convert_to_float(back, storage, n);
+    const std::vector<float> stored = buffers.download_storage(storage, n);
+    const std::vector<float> widened = buffers.download(back, n);
+    for (size_t i = 0; i < n; i++) {
+      ASSERT_EQ(canonical_bits(stored[i]), canonical_bits(expected[i]))
+          << "convert_from_float(" << values[i] << ") unaligned " << unaligned;
+      ASSERT_EQ(canonical_bits(widened[i]), canonical_bits(expected[i]))
+          << "convert_to_float of element " << i << " unaligned " << unaligned;
+    }
+  }
+}
+
 // ---- embeddings -----------------------------------------------------------------------------
 
-TEST(CudaOps, TokenEmbeddingMatchesCpuBitwise) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+TEST_P(CudaOps, TokenEmbeddingMatchesCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
   for (int channels : {16, 7}) {
     for (bool unaligned : {false, true}) {
       const int num_tokens = 300, vocab_start = 8, vocab_local = 24;
@@ -65,26 +119,35 @@ TEST(CudaOps, TokenEmbeddingMatchesCpuBitwise) {
       auto run = [&](Ops& ops) {
         Buffers buffers(ops);
         const size_t n = static_cast<size_t>(num_tokens) * channels;
-        float* out = static_cast<float*>(buffers.allocate(n * sizeof(float)));
+        void* out = buffers.allocate_storage(n);
         int32_t* device_tokens = buffers.upload(tokens);
-        ops.token_embedding_forward(out, device_tokens, buffers.upload(wte, unaligned), num_tokens,
-                                    vocab_start, vocab_local, channels);
-        float* gradient = buffers.upload(dwte, unaligned);
-        ops.token_embedding_backward(gradient, buffers.upload(dout), device_tokens, num_tokens,
-                                     vocab_start, vocab_local, channels);
-        return Tensors{buffers.download(out, n), buffers.download(gradient, dwte.size())};
+        ops.token_embedding_forward(out, device_tokens, buffers.upload_storage(wte, unaligned),
+                                    num_tokens, vocab_start, vocab_local, channels);
+        void* gradient = buffers.upload_storage(dwte, unaligned);
+        ops.token_embedding_backward(gradient, buffers.upload_storage(dout), device_tokens,
+                                     num_tokens, vocab_start, vocab_local, channels);
+        return Tensors{buffers.download_storage(out, n),
+                       buffers.download_storage(gradient, dwte.size())};
       };
-      // Copies, and sums in the CPU's order (ascending token position): exact.
-      EXPECT_EQ(run(*cuda), run(*cpu)) << "channels " << channels << " unaligned " << unaligned;
+      const Tensors actual = run(*cuda), expected = run(*cpu);
+      const std::string what =
+          "channels " + std::to_string(channels) + " unaligned " + std::to_string(unaligned);
+      // Forward copies: exact in any dtype.
+      EXPECT_EQ(actual[0], expected[0]) << what;
+      // Backward sums in the CPU's order (ascending token position) in fp32:
+      // exact for fp32; for bf16 one rounding of that sum, within an ulp.
+      if (bf16()) {
+        expect_close(actual[1], expected[1], kBf16Tolerance, what);
+      } else {
+        EXPECT_EQ(actual[1], expected[1]) << what;
+      }
     }
   }
 }
 
-TEST(CudaOps, PositionEmbeddingMatchesCpuBitwise) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
-  for (int channels : {12, 7}) {
+TEST_P(CudaOps, PositionEmbeddingMatchesCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
+  for (int channels : {16, 12, 7}) {
     const int batch = 3, seq_len = 10;
     const size_t n = static_cast<size_t>(batch) * seq_len * channels;
     const std::vector<float> activation = random_floats(n, 6);
@@ -93,13 +156,23 @@ TEST(CudaOps, PositionEmbeddingMatchesCpuBitwise) {
     const std::vector<float> dout = random_floats(n, 9);
     auto run = [&](Ops& ops) {
       Buffers buffers(ops);
-      float* out = buffers.upload(activation);
-      ops.position_embedding_forward(out, buffers.upload(wpe), batch, seq_len, channels);
-      float* gradient = buffers.upload(dwpe);
-      ops.position_embedding_backward(gradient, buffers.upload(dout), batch, seq_len, channels);
-      return Tensors{buffers.download(out, n), buffers.download(gradient, dwpe.size())};
+      void* out = buffers.upload_storage(activation);
+      ops.position_embedding_forward(out, buffers.upload_storage(wpe), batch, seq_len, channels);
+      void* gradient = buffers.upload_storage(dwpe);
+      ops.position_embedding_backward(gradient, buffers.upload_storage(dout), batch, seq_len,
+                                      channels);
+      return Tensors{buffers.download_storage(out, n),
+                     buffers.download_storage(gradient, dwpe.size())};
     };
-    EXPECT_EQ(run(*cuda), run(*cpu)) << "channels " << channels;
+    const Tensors actual = run(*cuda), expected = run(*cpu);
+    // Forward: one addition and one rounding per element, bitwise.
+    EXPECT_EQ(actual[0], expected[0]) << "channels " << channels;
+    // Backward: the batch summed in order b = 0, 1, ... onto dwpe, rounded once.
+    if (bf16()) {
+      expect_close(actual[1], expected[1], kBf16Tolerance, "channels " + std::to_string(channels));
+    } else {
+      EXPECT_EQ(actual[1], expected[1]) << "channels " << channels;
+    }
   }
 }
 
@@ -113,35 +186,37 @@ Tensors layernorm_run(Ops& ops, int rows, int channels, bool unaligned) {
   const std::vector<float> bias = random_floats(channels, 12);
   const std::vector<float> dout = random_floats(n, 13);
   Buffers buffers(ops);
-  float* out = static_cast<float*>(buffers.allocate(n * sizeof(float)));
-  float* mean = static_cast<float*>(buffers.allocate(rows * sizeof(float)));
-  float* rstd = static_cast<float*>(buffers.allocate(rows * sizeof(float)));
-  const float* device_inp = buffers.upload(inp, unaligned);
-  const float* device_weight = buffers.upload(weight, unaligned);
-  ops.layernorm_forward(out, mean, rstd, device_inp, device_weight, buffers.upload(bias), rows,
-                        channels, 1e-5f);
-  float* dinp = buffers.upload(random_floats(n, 14));
-  float* dweight = buffers.upload(random_floats(channels, 15));
-  float* dbias = buffers.upload(random_floats(channels, 16));
-  ops.layernorm_backward(dinp, dweight, dbias, buffers.upload(dout), device_inp, device_weight,
-                         mean, rstd, rows, channels);
-  return {buffers.download(out, n),
+  void* out = buffers.allocate_storage(n);
+  float* mean = buffers.allocate_floats(rows);
+  float* rstd = buffers.allocate_floats(rows);
+  const void* device_inp = buffers.upload_storage(inp, unaligned);
+  const void* device_weight = buffers.upload_storage(weight, unaligned);
+  ops.layernorm_forward(out, mean, rstd, device_inp, device_weight, buffers.upload_storage(bias),
+                        rows, channels, 1e-5f);
+  void* dinp = buffers.upload_storage(random_floats(n, 14));
+  void* dweight = buffers.upload_storage(random_floats(channels, 15));
+  void* dbias = buffers.upload_storage(random_floats(channels, 16));
+  ops.layernorm_backward(dinp, dweight, dbias, buffers.upload_storage(dout), device_inp,
+                         device_weight, mean, rstd, rows, channels);
+  return {buffers.download_storage(out, n),
           buffers.download(mean, rows),
           buffers.download(rstd, rows),
-          buffers.download(dinp, n),
-          buffers.download(dweight, channels),
-          buffers.download(dbias, channels)};
+          buffers.download_storage(dinp, n),
+          buffers.download_storage(dweight, channels),
+          buffers.download_storage(dbias, channels)};
 }
 
-TEST(CudaOps, LayerNormMatchesCpu) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
-  // 64 channels take the float4 path, 37 the scalar one; 300 rows make 10 chunks.
+TEST_P(CudaOps, LayerNormMatchesCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
+  // out, mean, rstd, dinp, dweight, dbias: storage, fp32, fp32, then storage.
+  const double storage = storage_tolerance(dtype(), kStrictTolerance);
+  const std::vector<double> tolerances = {storage, kStrictTolerance, kStrictTolerance, storage};
+  // 64 channels take the 16-byte path (4 floats or 8 bf16), 37 the scalar one;
+  // 300 rows make 10 chunks.
   for (auto [rows, channels, unaligned] : {std::tuple{19, 64, false}, std::tuple{300, 64, false},
                                            std::tuple{300, 37, false}, std::tuple{19, 64, true}}) {
     expect_all_close(layernorm_run(*cuda, rows, channels, unaligned),
-                     layernorm_run(*cpu, rows, channels, unaligned), kStrictTolerance,
+                     layernorm_run(*cpu, rows, channels, unaligned), tolerances,
                      "layernorm " + std::to_string(rows) + "x" + std::to_string(channels));
   }
 }
@@ -160,30 +235,29 @@ Tensors linear_run(Ops& ops, const LinearCase& c) {
   const size_t out_size = static_cast<size_t>(c.rows) * c.out_features;
   const size_t weight_size = static_cast<size_t>(c.out_features) * c.in_features;
   Buffers buffers(ops);
-  const float* inp = buffers.upload(random_floats(in_size, 20));
-  const float* weight = buffers.upload(random_floats(weight_size, 21, 0.3f), c.unaligned);
-  const float* bias =
-      c.bias ? buffers.upload(random_floats(c.out_features, 22), c.unaligned) : nullptr;
-  float* out = static_cast<float*>(buffers.allocate(out_size * sizeof(float)));
+  const void* inp = buffers.upload_storage(random_floats(in_size, 20));
+  const void* weight = buffers.upload_storage(random_floats(weight_size, 21, 0.3f), c.unaligned);
+  const void* bias =
+      c.bias ? buffers.upload_storage(random_floats(c.out_features, 22), c.unaligned) : nullptr;
+  void* out = buffers.allocate_storage(out_size);
   ops.linear_forward(out, inp, weight, bias, c.rows, c.in_features, c.out_features);
-  const float* dout = buffers.upload(random_floats(out_size, 23));
-  float* dinp = c.dinp ? buffers.upload(random_floats(in_size, 24)) : nullptr;
-  float* dweight =
-      c.dweight ? buffers.upload(random_floats(weight_size, 25), c.unaligned) : nullptr;
-  float* dbias = c.dbias ? buffers.upload(random_floats(c.out_features, 26), c.unaligned) : nullptr;
+  const void* dout = buffers.upload_storage(random_floats(out_size, 23));
+  void* dinp = c.dinp ? buffers.upload_storage(random_floats(in_size, 24)) : nullptr;
+  void* dweight =
+      c.dweight ? buffers.upload_storage(random_floats(weight_size, 25), c.unaligned) : nullptr;
+  void* dbias =
+      c.dbias ? buffers.upload_storage(random_floats(c.out_features, 26), c.unaligned) : nullptr;
   ops.linear_backward(dinp, dweight, dbias, dout, inp, weight, c.rows, c.in_features,
                       c.out_features);
-  Tensors result{buffers.download(out, out_size)};
-  if (dinp != nullptr) result.push_back(buffers.download(dinp, in_size));
-  if (dweight != nullptr) result.push_back(buffers.download(dweight, weight_size));
-  if (dbias != nullptr) result.push_back(buffers.download(dbias, c.out_features));
+  Tensors result{buffers.download_storage(out, out_size)};
+  if (dinp != nullptr) result.push_back(buffers.download_storage(dinp, in_size));
+  if (dweight != nullptr) result.push_back(buffers.download_storage(dweight, weight_size));
+  if (dbias != nullptr) result.push_back(buffers.download_storage(dbias, c.out_features));
   return result;
 }
 
-TEST(CudaOps, LinearMatchesCpuInTf32AndStrictFp32) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1);
+TEST_P(CudaOps, LinearMatchesCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype());
   const LinearCase cases[] = {
       {37, 24, 20, true, false, true, true, true},     // bias epilogues (cuBLASLt)
       {37, 24, 20, false, false, true, true, false},   // no bias
@@ -193,23 +267,26 @@ TEST(CudaOps, LinearMatchesCpuInTf32AndStrictFp32) {
       {8, 64, 96, true, false, true, false, false},    // dinp alone
       {300, 128, 384, true, false, true, true, true},  // a few tiles of every GEMM
   };
-  for (bool tf32 : {true, false}) {
-    std::unique_ptr<Ops> cuda = make_cuda(tf32);
+  // fp32: TF32 and strict fp32 GEMMs; bf16: one mode (bf16 GEMMs accumulate in
+  // fp32 whatever PARAPLAN_CUDA_TF32 says).
+  const std::vector<bool> modes = bf16() ? std::vector<bool>{true} : std::vector<bool>{true, false};
+  for (bool tf32 : modes) {
+    std::unique_ptr<Ops> cuda = make_cuda(tf32, dtype());
+    const double tolerance =
+        bf16() ? kBf16SumTolerance : (tf32 ? kTf32Tolerance : kStrictTolerance);
     for (const LinearCase& c : cases) {
-      expect_all_close(
-          linear_run(*cuda, c), linear_run(*cpu, c), tf32 ? kTf32Tolerance : kStrictTolerance,
-          std::string(tf32 ? "tf32" : "fp32") + " linear " + std::to_string(c.rows) + "x" +
-              std::to_string(c.in_features) + "->" + std::to_string(c.out_features));
+      expect_all_close(linear_run(*cuda, c), linear_run(*cpu, c), tolerance,
+                       std::string(bf16() ? "bf16" : (tf32 ? "tf32" : "fp32")) + " linear " +
+                           std::to_string(c.rows) + "x" + std::to_string(c.in_features) + "->" +
+                           std::to_string(c.out_features));
     }
   }
 }
 
 // ---- elementwise --------------------------------------------------------------------------------
 
-TEST(CudaOps, GeluMatchesCpu) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+TEST_P(CudaOps, GeluMatchesCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
   std::vector<float> inp = random_floats(1003, 30, 6.0f);  // 1003: a scalar tail
   // The saturated ends, where exp(-2u) would overflow without the clamp.
   for (float x : {-30.0f, -20.0f, -12.0f, -9.0f, 0.0f, 9.0f, 12.0f, 30.0f}) inp.push_back(x);
@@ -218,111 +295,120 @@ TEST(CudaOps, GeluMatchesCpu) {
   for (bool unaligned : {false, true}) {
     auto run = [&](Ops& ops) {
       Buffers buffers(ops);
-      float* out = static_cast<float*>(buffers.allocate(inp.size() * sizeof(float)));
-      const float* device_inp = buffers.upload(inp, unaligned);
+      void* out = buffers.allocate_storage(inp.size());
+      const void* device_inp = buffers.upload_storage(inp, unaligned);
       ops.gelu_forward(out, device_inp, inp.size());
-      float* gradient = buffers.upload(dinp);
-      ops.gelu_backward(gradient, device_inp, buffers.upload(dout), inp.size());
-      return Tensors{buffers.download(out, inp.size()), buffers.download(gradient, inp.size())};
+      void* gradient = buffers.upload_storage(dinp);
+      ops.gelu_backward(gradient, device_inp, buffers.upload_storage(dout), inp.size());
+      return Tensors{buffers.download_storage(out, inp.size()),
+                     buffers.download_storage(gradient, inp.size())};
     };
     const Tensors actual = run(*cuda), expected = run(*cpu);
-    expect_all_close(actual, expected, kStrictTolerance, "gelu");
+    expect_all_close(actual, expected, storage_tolerance(dtype(), kStrictTolerance), "gelu");
     for (float value : actual[1]) ASSERT_TRUE(std::isfinite(value));
   }
 }
 
-TEST(CudaOps, ResidualAccumulateScaleMatchCpuBitwise) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+TEST_P(CudaOps, ResidualAccumulateScaleMatchCpuBitwise) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
   const size_t n = 4099;
   const std::vector<float> a = random_floats(n, 40), b = random_floats(n, 41);
   for (bool unaligned : {false, true}) {
     auto run = [&](Ops& ops) {
       Buffers buffers(ops);
-      float* out = static_cast<float*>(buffers.allocate(n * sizeof(float)));
-      const float* device_a = buffers.upload(a, unaligned);
-      const float* device_b = buffers.upload(b);
+      void* out = buffers.allocate_storage(n);
+      const void* device_a = buffers.upload_storage(a, unaligned);
+      const void* device_b = buffers.upload_storage(b);
       ops.residual_forward(out, device_a, device_b, n);
-      float* in_place = buffers.upload(a);
+      void* in_place = buffers.upload_storage(a);
       ops.residual_forward(in_place, in_place, device_b, n);  // out aliasing a, as the model does
-      float* dx = buffers.upload(b, unaligned);
+      void* dx = buffers.upload_storage(b, unaligned);
       ops.accumulate(dx, device_a, n);
       ops.scale(dx, 0.37f, n);
-      return Tensors{buffers.download(out, n), buffers.download(in_place, n),
-                     buffers.download(dx, n)};
+      return Tensors{buffers.download_storage(out, n), buffers.download_storage(in_place, n),
+                     buffers.download_storage(dx, n)};
     };
-    EXPECT_EQ(run(*cuda), run(*cpu)) << "unaligned " << unaligned;  // one IEEE op per element
+    // One IEEE operation per element and op, then one rounding: bitwise in either dtype.
+    EXPECT_EQ(run(*cuda), run(*cpu)) << "unaligned " << unaligned;
   }
 }
 
 // ---- optimizer
-// ---------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------
 
-TEST(CudaOps, AdamWAndSumOfSquaresMatchCpu) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cpu = make_cpu_ops(1), cuda = make_cuda(true);
+// Three AdamW steps from the same state: master, params, first and second moments.
+// params_are_master (fp32 only): params is the master buffer itself.
+Tensors adamw_run(Ops& ops, size_t n, bool unaligned, bool params_are_master) {
+  Buffers buffers(ops);
+  float* master = buffers.upload(random_floats(n, 70), unaligned);
+  void* params = params_are_master ? static_cast<void*>(master)
+                                   : buffers.upload_storage(std::vector<float>(n, 0.0f), unaligned);
+  float* m = buffers.upload(random_floats(n, 71, 0.01f));
+  float* v = buffers.upload(random_floats(n, 72, 0.001f, 0.001f));
+  for (int step = 1; step <= 3; step++) {
+    const void* grads = buffers.upload_storage(random_floats(n, 73 + step));
+    ops.adamw(master, params, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+  }
+  return Tensors{buffers.download(master, n), buffers.download_storage(params, n),
+                 buffers.download(m, n), buffers.download(v, n)};
+}
+
+TEST_P(CudaOps, AdamWAndSumOfSquaresMatchCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
+  // master and moments are fp32 (fed the same storage gradients); params are
+  // the master weights rounded to the storage dtype.
+  const std::vector<double> tolerances = {
+      kStrictTolerance, storage_tolerance(dtype(), kStrictTolerance), kStrictTolerance};
   for (bool unaligned : {false, true}) {
     const size_t n = 10007;
-    auto run = [&](Ops& ops) {
-      Buffers buffers(ops);
-      float* params = buffers.upload(random_floats(n, 70), unaligned);
-      float* m = buffers.upload(random_floats(n, 71, 0.01f));
-      float* v = buffers.upload(random_floats(n, 72, 0.001f, 0.001f));
-      for (int step = 1; step <= 3; step++) {
-        const float* grads = buffers.upload(random_floats(n, 73 + step));
-        ops.adamw(params, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-      }
-      return Tensors{buffers.download(params, n), buffers.download(m, n), buffers.download(v, n)};
-    };
-    expect_all_close(run(*cuda), run(*cpu), kStrictTolerance, "adamw");
+    const Tensors actual = adamw_run(*cuda, n, unaligned, false);
+    expect_all_close(actual, adamw_run(*cpu, n, unaligned, false), tolerances, "adamw");
+    // params = round(master), exactly.
+    EXPECT_EQ(actual[1], round_to(dtype(), actual[0])) << "unaligned " << unaligned;
+    if (!bf16()) {
+      // fp32: the master weights may be the params themselves; the same bits.
+      EXPECT_EQ(adamw_run(*cuda, n, unaligned, true), actual) << "unaligned " << unaligned;
+    }
   }
   for (size_t n : {size_t{1}, size_t{1000}, size_t{1000003}}) {
     for (bool unaligned : {false, true}) {
       const std::vector<float> x = random_floats(n, 80, 3.0f);
       Buffers cpu_buffers(*cpu), cuda_buffers(*cuda);
-      const double expected = cpu->sum_of_squares(cpu_buffers.upload(x, unaligned), n);
-      const double actual = cuda->sum_of_squares(cuda_buffers.upload(x, unaligned), n);
+      // Both sum the squares of the same storage values in double.
+      const double expected = cpu->sum_of_squares(cpu_buffers.upload_storage(x, unaligned), n);
+      const double actual = cuda->sum_of_squares(cuda_buffers.upload_storage(x, unaligned), n);
       EXPECT_NEAR(actual, expected, kDoubleTolerance * expected) << "n " << n;
     }
   }
 }
 
-// ---- determinism: two runs, bitwise
-// ----------------------------------------------------------------
+// ---- determinism: two runs, bitwise ----------------------------------------------------------
 
-TEST(CudaOps, DeterministicTokenEmbeddingBackward) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cuda = make_cuda(true);
+TEST_P(CudaOps, DeterministicTokenEmbeddingBackward) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
   const int num_tokens = 4096, vocab = 50, channels = 96;
   const std::vector<int32_t> tokens = random_ints(num_tokens, 90, 0, vocab);
   const std::vector<float> dout = random_floats(static_cast<size_t>(num_tokens) * channels, 91);
   auto run = [&] {
     Buffers buffers(*cuda);
-    float* dwte = buffers.upload(random_floats(static_cast<size_t>(vocab) * channels, 92));
-    cuda->token_embedding_backward(dwte, buffers.upload(dout), buffers.upload(tokens), num_tokens,
-                                   0, vocab, channels);
-    return buffers.download(dwte, static_cast<size_t>(vocab) * channels);
+    void* dwte = buffers.upload_storage(random_floats(static_cast<size_t>(vocab) * channels, 92));
+    cuda->token_embedding_backward(dwte, buffers.upload_storage(dout), buffers.upload(tokens),
+                                   num_tokens, 0, vocab, channels);
+    return buffers.download_storage(dwte, static_cast<size_t>(vocab) * channels);
   };
   EXPECT_EQ(run(), run());
 }
 
-TEST(CudaOps, DeterministicLayerNormBackward) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cuda = make_cuda(true);
+TEST_P(CudaOps, DeterministicLayerNormBackward) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
   EXPECT_EQ(layernorm_run(*cuda, 4096, 768, false), layernorm_run(*cuda, 4096, 768, false));
 }
 
-TEST(CudaOps, DeterministicSumOfSquares) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  std::unique_ptr<Ops> cuda = make_cuda(true);
+TEST_P(CudaOps, DeterministicSumOfSquares) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
   const std::vector<float> x = random_floats(3000017, 93);
   Buffers buffers(*cuda);
-  const float* device_x = buffers.upload(x);
+  const void* device_x = buffers.upload_storage(x);
   const double first = cuda->sum_of_squares(device_x, x.size());
   for (int run = 0; run < 3; run++) EXPECT_EQ(cuda->sum_of_squares(device_x, x.size()), first);
 }

@@ -1,0 +1,135 @@
+// cuda_attention.cuh: what the fused attention kernels of cuda_attention.cu
+// (forward) and cuda_attention_backward.cu (backward) share: the block and
+// tile shapes, the tile loader that widens storage elements (fp32 or bf16)
+// into fp32 shared memory, where a (batch, head)'s operands start, and the
+// host-side shape checks, shared-memory opt-in and head-dim dispatch. The
+// algorithm is described at the top of cuda_attention.cu. Internal to
+// kernels/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.cuh"
+
+namespace paraplan::kernels::cuda::attention {
+
+constexpr int kSide = 16;  // threads per side of the 16 x 16 block
+constexpr int kThreads = kSide * kSide;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 64;                  // queries (forward, dQ) or keys (dK/dV) a block owns
+constexpr int kSubTile = 32;               // the other side's rows per step in the backward kernels
+constexpr int kPerThread = kTile / kSide;  // 4 owned rows per thread
+constexpr int kSubPerThread = kSubTile / kSide;  // 2 sub-tile rows per thread
+constexpr int kMaxHeadDim = 128;
+
+#ifdef __CUDACC__
+
+// Copies rows [0, valid_rows) x columns [0, D) of a row-major global matrix of
+// storage elements (rows source_stride elements apart) into a [kRows][kDPad +
+// 1] fp32 shared tile, widened, and zeroes the rest of the tile. packed: D is
+// a multiple of kPack<T> and every row start is 16-byte aligned, so each
+// thread moves 16 bytes at a time.
+template <int kRows, int kDPad, typename T>
+__device__ void load_tile(float* tile, const T* source, size_t source_stride, int valid_rows, int D,
+                          bool packed) {
+  constexpr int kStride = kDPad + 1;
+  if (packed) {
+    constexpr int kP = kPack<T>;
+    constexpr int kGroups = kDPad / kP;
+    for (int index = threadIdx.x; index < kRows * kGroups; index += kThreads) {
+      const int row = index / kGroups, column = (index % kGroups) * kP;
+      float value[kP];
+      if (row < valid_rows && column < D) {  // D % kP == 0: the whole pack is inside
+        load_pack(value, source + row * source_stride + column, 0);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kP; k++) value[k] = 0.0f;
+      }
+      float* destination = tile + row * kStride + column;
+#pragma unroll
+      for (int k = 0; k < kP; k++) destination[k] = value[k];
+    }
+  } else {
+    for (int index = threadIdx.x; index < kRows * kDPad; index += kThreads) {
+      const int row = index / kDPad, column = index % kDPad;
+      tile[row * kStride + column] =
+          row < valid_rows && column < D ? widen(source[row * source_stride + column]) : 0.0f;
+    }
+  }
+}
+
+// Where one (b, h) head's operands start (in elements).
+struct HeadPointers {
+  size_t qkv_offset;  // row 0 of the head's Q in qkv (K: + C, V: + 2C)
+  size_t out_offset;  // row 0 of the head in out and dout
+  size_t row_offset;  // the head's first row in logsumexp and row_dot
+};
+
+__device__ __forceinline__ HeadPointers head_pointers(int T, int H, int D) {
+  const int b = blockIdx.x / H, h = blockIdx.x % H;
+  const size_t C = static_cast<size_t>(H) * D;
+  return {static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * D,
+          static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * D,
+          (static_cast<size_t>(b) * H + h) * T};
+}
+
+#endif  // __CUDACC__
+
+// ---- host side ---------------------------------------------------------------------------------
+
+// False for an empty problem (nothing to do); throws beyond kMaxHeadDim.
+inline bool valid_shape(int batch, int seq_len, int num_heads, int head_dim) {
+  if (batch <= 0 || seq_len <= 0 || num_heads <= 0 || head_dim <= 0) return false;
+  if (head_dim > kMaxHeadDim) {
+    throw std::invalid_argument("CUDA attention: head_dim " + std::to_string(head_dim) +
+                                " exceeds the supported " + std::to_string(kMaxHeadDim));
+  }
+  return true;
+}
+
+// Whether tiles of a [rows, head_dim] head slice at base take the 16-byte
+// path: head_dim a multiple of the pack and base 16-byte aligned (then every
+// row start is too: row strides and head offsets are multiples of head_dim).
+inline bool packed_rows(DType storage, const void* base, int head_dim) {
+  const int pack = storage == DType::kBFloat16 ? kPack<bf16> : kPack<float>;
+  return head_dim % pack == 0 && is_aligned16(base);
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48 KiB).
+template <typename Kernel>
+void allow_shared_memory(Kernel kernel, size_t bytes) {
+  int device = 0, limit = 0;
+  PARAPLAN_CUDA_CHECK(cudaGetDevice(&device));
+  PARAPLAN_CUDA_CHECK(
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(limit)) {
+    throw std::invalid_argument("CUDA attention: this head_dim needs " + std::to_string(bytes) +
+                                " bytes of shared memory per block; the device offers " +
+                                std::to_string(limit));
+  }
+  PARAPLAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+}
+
+// f(std::integral_constant<int, kDPad>{}) for the smallest padded head size
+// (16, 32, 64, 128) that holds head_dim.
+template <typename F>
+void dispatch_head_dim(int head_dim, F&& f) {
+  if (head_dim <= 16) {
+    f(std::integral_constant<int, 16>{});
+  } else if (head_dim <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (head_dim <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
+}  // namespace paraplan::kernels::cuda::attention
