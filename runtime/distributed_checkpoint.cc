@@ -59,7 +59,7 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   if (groups.world_rank != 0) {
     if (mesh.data_rank == 0)
       for (const std::vector<float>* buffer : {&params, &first, &second})
-        groups.peers->send_receive(buffer->data(), n, 0, nullptr, 0, -1);
+        groups.peers->send_receive(buffer->data(), n, 0, nullptr, 0, -1, kernels::DType::kFloat32);
   } else {
     const GptLayout whole = whole_model_layout(layout.config());
     std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
@@ -75,7 +75,8 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
       const GptLayout remote(model.config, model.stage, source.tensor_rank, mesh.tensor_size);
       std::vector<float> buffer(remote.num_elements());
       for (std::vector<float>* destination : {&whole_params, &whole_first, &whole_second}) {
-        groups.peers->send_receive(nullptr, 0, -1, buffer.data(), buffer.size(), rank);
+        groups.peers->send_receive(nullptr, 0, -1, buffer.data(), buffer.size(), rank,
+                                   kernels::DType::kFloat32);
         place(remote, buffer, whole, *destination);
       }
     }

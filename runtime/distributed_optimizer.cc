@@ -81,9 +81,11 @@ void DistributedOptimizer::start_bucket(size_t index) {
   float* gradients = stage_.gradients();
   if (sharded_) {
     groups_.zero->start_reduce_scatter(gradients + bucket.begin,
-                                       gradient_shard_ + bucket.shard_offset, bucket.chunk);
+                                       gradient_shard_ + bucket.shard_offset, bucket.chunk,
+                                       kernels::DType::kFloat32);
   } else if (groups_.data->size() > 1) {
-    groups_.data->start_all_reduce(gradients + bucket.begin, bucket.end - bucket.begin);
+    groups_.data->start_all_reduce(gradients + bucket.begin, bucket.end - bucket.begin,
+                                   kernels::DType::kFloat32);
   }
 }
 
@@ -166,7 +168,8 @@ double DistributedOptimizer::step(float learning_rate, int step) {
     const int rank = groups_.zero->rank();
     for (const GradientBucket& bucket : buckets_)
       groups_.zero->start_all_gather(parameters + bucket.begin + bucket.chunk * rank,
-                                     parameters + bucket.begin, bucket.chunk);
+                                     parameters + bucket.begin, bucket.chunk,
+                                     kernels::DType::kFloat32);
     parameters_pending_ = true;
   }
   return norm;

@@ -137,7 +137,8 @@ void StageExecutor::transfer(const float* send, int send_to, float* receive, int
   if (pipeline_.peers == nullptr || (send_to < 0 && receive_from < 0))
     throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
   pipeline_.peers->send_receive(send, send ? activation_count_ : 0, send_to, receive,
-                                receive ? activation_count_ : 0, receive_from);
+                                receive ? activation_count_ : 0, receive_from,
+                                kernels::DType::kFloat32);
 }
 
 }  // namespace paraplan

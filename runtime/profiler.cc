@@ -36,11 +36,11 @@ class ComputeOnlyGroup final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
-  void all_reduce(float*, size_t, ReduceOp) override {}
+  void all_reduce(void*, size_t, kernels::DType, ReduceOp) override {}
   void all_reduce(double*, size_t, ReduceOp) override {}
-  void reduce_scatter(const float*, float*, size_t) override {}
-  void all_gather(const float*, float*, size_t) override {}
-  void broadcast(float*, size_t, int) override {}
+  void reduce_scatter(const void*, void*, size_t, kernels::DType) override {}
+  void all_gather(const void*, void*, size_t, kernels::DType) override {}
+  void broadcast(void*, size_t, kernels::DType, int) override {}
   void barrier() override {}
 
  private:
@@ -289,7 +289,8 @@ json measure_collectives(MpiSession& session, int repetitions) {
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / sizeof(float);
       seconds.push_back(time_it([&] {
-        peers.send_receive(send.data(), count, partner, receive.data(), count, partner);
+        peers.send_receive(send.data(), count, partner, receive.data(), count, partner,
+                           kernels::DType::kFloat32);
       }));
     }
     const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);

@@ -72,11 +72,11 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
       }
       if (!spec.has_embedding)
         rank.groups.peers->send_receive(nullptr, 0, -1, stage.input(0), activations,
-                                        rank.groups.previous_stage_rank);
+                                        rank.groups.previous_stage_rank, kernels::DType::kFloat32);
       stage.forward(0, 1.0f, /*training=*/false);
       if (!spec.has_head)
         rank.groups.peers->send_receive(stage.output(0), activations, rank.groups.next_stage_rank,
-                                        nullptr, 0, -1);
+                                        nullptr, 0, -1, kernels::DType::kFloat32);
       else if (mesh.tensor_rank == 0)
         loss_sum += stage.loss_sum(0);
     }
