@@ -32,6 +32,16 @@ namespace paraplan {
 
 enum class ReduceOp { kSum, kMax };
 
+// How error and watchdog messages count elements of a dtype ("all_reduce of
+// 3072 bf16 elements"), and the per-member chunks of reduce_scatter and
+// all_gather.
+inline const char* elements_unit(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? "bf16 elements" : "floats";
+}
+inline const char* elements_per_rank_unit(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? "bf16 elements per rank" : "floats per rank";
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -43,7 +53,8 @@ class Communicator {
   virtual void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) = 0;
   virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
   // send holds size() chunks of chunk_count; member r receives the sum of
-  // everyone's chunk r.
+  // everyone's chunk r: bitwise the slice of all_reduce's result (MPI and
+  // staged; for bf16 too, as both sum in fp32 and round once).
   virtual void reduce_scatter(const void* send, void* receive, size_t chunk_count,
                               kernels::DType dtype) = 0;
   // Every member contributes chunk_count elements; receive holds size()

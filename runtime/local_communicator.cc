@@ -13,15 +13,21 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const std::string& name() const override { return name_; }
-  void all_reduce(float*, size_t, ReduceOp) override {}
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+  void all_reduce(void*, size_t, kernels::DType, ReduceOp) override {}
   void all_reduce(double*, size_t, ReduceOp) override {}
-  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override {
-    if (send != receive) ops_.copy(receive, send, chunk_count * sizeof(float));
+  void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                      kernels::DType dtype) override {
+    if (send != receive) ops_.copy(receive, send, chunk_count * kernels::dtype_bytes(dtype));
   }
-  void all_gather(const float* send, float* receive, size_t chunk_count) override {
-    if (send != receive) ops_.copy(receive, send, chunk_count * sizeof(float));
+  void all_gather(const void* send, void* receive, size_t chunk_count,
+                  kernels::DType dtype) override {
+    if (send != receive) ops_.copy(receive, send, chunk_count * kernels::dtype_bytes(dtype));
   }
-  void broadcast(float*, size_t, int) override {}
+  void broadcast(void*, size_t, kernels::DType, int) override {}
   void barrier() override {}
 
  private:
@@ -31,7 +37,7 @@ class LocalCommunicator final : public Communicator {
 
 class NoPeers final : public PeerToPeer {
  public:
-  void send_receive(const float*, size_t, int, float*, size_t, int) override {
+  void send_receive(const void*, size_t, int, void*, size_t, int, kernels::DType) override {
     throw std::logic_error("a one-rank job has no pipeline neighbours to talk to");
   }
 };

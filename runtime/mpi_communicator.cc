@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace paraplan {
@@ -39,6 +41,16 @@ template <>
 MPI_Datatype mpi_type_of<double>() {
   return MPI_DOUBLE;
 }
+template <>
+MPI_Datatype mpi_type_of<uint16_t>() {  // bf16 bits
+  return MPI_UINT16_T;
+}
+
+// The MPI type an element of dtype travels as: bf16 as its 16 bits, so counts
+// stay in elements (a byte count would overflow MPI's int twice as soon).
+MPI_Datatype mpi_element_type(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? MPI_UINT16_T : MPI_FLOAT;
+}
 
 // out[i] = blocks[0][i] op blocks[1][i] op ... op blocks[n-1][i], always in that
 // order, so the result depends only on the inputs.
@@ -53,6 +65,43 @@ void reduce_in_rank_order(const T* blocks, size_t members, size_t length, Reduce
       for (size_t i = 0; i < length; ++i)  // NaN wins, so a NaN anywhere is seen
         out[i] = (block[i] > out[i] || std::isnan(block[i])) ? block[i] : out[i];
     }
+  }
+}
+
+// reduce_in_rank_order for bf16 blocks, in fp32: every member's value is
+// widened and combined in the same rank order, and the result rounded once to
+// bf16, so it is the fp32 rank-order result of the widened inputs, rounded
+// once. Tiles on the stack keep the member-major loops and allocate nothing.
+void reduce_bfloat16_in_rank_order(const uint16_t* blocks, size_t members, size_t length,
+                                   ReduceOp op, uint16_t* out) {
+  constexpr size_t kTile = 1024;
+  float accumulator[kTile];
+  for (size_t begin = 0; begin < length; begin += kTile) {
+    const size_t tile = std::min(kTile, length - begin);
+    kernels::host_to_float(accumulator, blocks + begin, kernels::DType::kBFloat16, tile);
+    for (size_t member = 1; member < members; ++member) {
+      const uint16_t* block = blocks + member * length + begin;
+      if (op == ReduceOp::kSum) {
+        for (size_t i = 0; i < tile; ++i) accumulator[i] += kernels::float_from_bfloat16(block[i]);
+      } else {
+        for (size_t i = 0; i < tile; ++i) {  // NaN wins, as in reduce_in_rank_order
+          const float value = kernels::float_from_bfloat16(block[i]);
+          accumulator[i] = (value > accumulator[i] || std::isnan(value)) ? value : accumulator[i];
+        }
+      }
+    }
+    kernels::host_from_float(out + begin, accumulator, kernels::DType::kBFloat16, tile);
+  }
+}
+
+// The reduction of the received blocks of T (float, double, or uint16_t for bf16).
+template <typename T>
+void reduce_blocks_in_rank_order(const T* blocks, size_t members, size_t length, ReduceOp op,
+                                 T* out) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    reduce_bfloat16_in_rank_order(blocks, members, length, op, out);
+  } else {
+    reduce_in_rank_order(blocks, members, length, op, out);
   }
 }
 
@@ -155,7 +204,7 @@ void MpiCommunicator::all_reduce_in_order(T* data, size_t count, ReduceOp op) {
     PARAPLAN_MPI_CHECK(name_, "all_reduce (all-to-all of chunks)",
                        MPI_Alltoall(send, static_cast<int>(length), type, received,
                                     static_cast<int>(length), type, comm_));
-    reduce_in_rank_order(received, members, length, op, reduced);
+    reduce_blocks_in_rank_order(received, members, length, op, reduced);
     T* gathered = direct ? data : staging;
     PARAPLAN_MPI_CHECK(name_, "all_reduce (all-gather of reduced chunks)",
                        MPI_Allgather(reduced, static_cast<int>(length), type, gathered,
@@ -169,89 +218,117 @@ void MpiCommunicator::all_reduce_in_order(T* data, size_t count, ReduceOp op) {
   }
 }
 
-void MpiCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
-  all_reduce_in_order(data, count, op);
+void MpiCommunicator::all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) {
+  if (dtype == kernels::DType::kBFloat16) {
+    all_reduce_in_order(static_cast<uint16_t*>(data), count, op);
+  } else {
+    all_reduce_in_order(static_cast<float*>(data), count, op);
+  }
 }
 
 void MpiCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
   all_reduce_in_order(data, count, op);
 }
 
-void MpiCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
+void MpiCommunicator::reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                     kernels::DType dtype) {
+  if (dtype == kernels::DType::kBFloat16) {
+    reduce_scatter_in_order(static_cast<const uint16_t*>(send), static_cast<uint16_t*>(receive),
+                            chunk_count);
+  } else {
+    reduce_scatter_in_order(static_cast<const float*>(send), static_cast<float*>(receive),
+                            chunk_count);
+  }
+}
+
+// Each element is reduced exactly as all_reduce_in_order reduces it (the same
+// blocks in the same rank order), so the result is bitwise all_reduce's slice.
+template <typename T>
+void MpiCommunicator::reduce_scatter_in_order(const T* send, T* receive, size_t chunk_count) {
   if (chunk_count == 0) return;
   if (size_ == 1) {
-    if (send != receive) std::memmove(receive, send, chunk_count * sizeof(float));
+    if (send != receive) std::memmove(receive, send, chunk_count * sizeof(T));
     return;
   }
+  const MPI_Datatype type = mpi_type_of<T>();
   const size_t members = static_cast<size_t>(size_);
   const size_t piece = std::min(chunk_count, staging_piece());
   const bool direct = piece == chunk_count;
-  float *staging, *received, *unused;
-  reserve_workspace<float>(direct ? 0 : members * piece, members * piece, 0, &staging, &received,
-                           &unused);
+  T *staging, *received, *unused;
+  reserve_workspace<T>(direct ? 0 : members * piece, members * piece, 0, &staging, &received,
+                       &unused);
   for (size_t offset = 0; offset < chunk_count; offset += piece) {
     const size_t length = std::min(piece, chunk_count - offset);
-    const float* from = send;
+    const T* from = send;
     if (!direct) {
       for (size_t member = 0; member < members; ++member) {
-        const float* block = send + member * chunk_count + offset;
+        const T* block = send + member * chunk_count + offset;
         std::copy(block, block + length, staging + member * length);
       }
       from = staging;
     }
     PARAPLAN_MPI_CHECK(name_, "reduce_scatter (all-to-all of chunks)",
-                       MPI_Alltoall(from, static_cast<int>(length), MPI_FLOAT, received,
-                                    static_cast<int>(length), MPI_FLOAT, comm_));
+                       MPI_Alltoall(from, static_cast<int>(length), type, received,
+                                    static_cast<int>(length), type, comm_));
     // receive may overlap send's own chunk: that part was already sent.
-    reduce_in_rank_order(received, members, length, ReduceOp::kSum, receive + offset);
+    reduce_blocks_in_rank_order(received, members, length, ReduceOp::kSum, receive + offset);
   }
 }
 
-void MpiCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
+void MpiCommunicator::all_gather(const void* send, void* receive, size_t chunk_count,
+                                 kernels::DType dtype) {
   if (chunk_count == 0) return;
-  const bool in_place = send == receive + static_cast<size_t>(rank_) * chunk_count;
+  const size_t element_bytes = kernels::dtype_bytes(dtype);
+  const size_t chunk_bytes = chunk_count * element_bytes;
+  const MPI_Datatype type = mpi_element_type(dtype);
+  const char* send_bytes = static_cast<const char*>(send);
+  char* receive_bytes = static_cast<char*>(receive);
+  const bool in_place = send_bytes == receive_bytes + static_cast<size_t>(rank_) * chunk_bytes;
   if (size_ == 1) {
-    if (!in_place) std::memmove(receive, send, chunk_count * sizeof(float));
+    if (!in_place) std::memmove(receive, send, chunk_bytes);
     return;
   }
   const size_t piece = std::min(chunk_count, max_elements_per_call_);
   if (piece == chunk_count) {
-    PARAPLAN_MPI_CHECK(
-        name_, "all_gather",
-        MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(chunk_count), MPI_FLOAT,
-                      receive, static_cast<int>(chunk_count), MPI_FLOAT, comm_));
+    PARAPLAN_MPI_CHECK(name_, "all_gather",
+                       MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(chunk_count),
+                                     type, receive, static_cast<int>(chunk_count), type, comm_));
     return;
   }
   // Large chunks go in pieces: piece k of every member's chunk at once, received
-  // through a type of `length` floats whose extent is a whole chunk, so member
+  // through a type of `length` elements whose extent is a whole chunk, so member
   // j's piece lands at receive + j * chunk_count + offset.
   for (size_t offset = 0; offset < chunk_count; offset += piece) {
     const size_t length = std::min(piece, chunk_count - offset);
     MPI_Datatype contiguous = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
     PARAPLAN_MPI_CHECK(name_, "all_gather (type_contiguous)",
-                       MPI_Type_contiguous(static_cast<int>(length), MPI_FLOAT, &contiguous));
+                       MPI_Type_contiguous(static_cast<int>(length), type, &contiguous));
     PARAPLAN_MPI_CHECK(
         name_, "all_gather (type_create_resized)",
-        MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(chunk_count * sizeof(float)),
-                                &strided));
+        MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(chunk_bytes), &strided));
     MPI_Type_free(&contiguous);
     PARAPLAN_MPI_CHECK(name_, "all_gather (type_commit)", MPI_Type_commit(&strided));
+    const size_t offset_bytes = offset * element_bytes;
     const int status =
-        MPI_Allgather(in_place ? MPI_IN_PLACE : send + offset, static_cast<int>(length), MPI_FLOAT,
-                      receive + offset, 1, strided, comm_);
+        MPI_Allgather(in_place ? MPI_IN_PLACE : send_bytes + offset_bytes, static_cast<int>(length),
+                      type, receive_bytes + offset_bytes, 1, strided, comm_);
     MPI_Type_free(&strided);
     PARAPLAN_MPI_CHECK(name_, "all_gather", status);
   }
 }
 
-void MpiCommunicator::broadcast(float* data, size_t count, int root) {
+void MpiCommunicator::broadcast(void* data, size_t count, kernels::DType dtype, int root) {
   if (root < 0 || root >= size_)
     throw std::invalid_argument("broadcast on group '" + name_ + "': root " + std::to_string(root) +
                                 " is not a member; valid: 0.." + std::to_string(size_ - 1));
+  const size_t element_bytes = kernels::dtype_bytes(dtype);
+  const MPI_Datatype type = mpi_element_type(dtype);
+  char* bytes = static_cast<char*>(data);
   for (size_t offset = 0; offset < count; offset += max_elements_per_call_) {
     const size_t length = std::min(max_elements_per_call_, count - offset);
-    PARAPLAN_MPI_CHECK(name_, "broadcast",
-                       MPI_Bcast(data + offset, static_cast<int>(length), MPI_FLOAT, root, comm_));
+    PARAPLAN_MPI_CHECK(
+        name_, "broadcast",
+        MPI_Bcast(bytes + offset * element_bytes, static_cast<int>(length), type, root, comm_));
   }
 }
 
@@ -280,22 +357,27 @@ void MpiPeerToPeer::set_max_elements_per_message(size_t elements) {
   max_elements_per_message_ = elements;
 }
 
-void MpiPeerToPeer::send_receive(const float* send, size_t send_count, int send_to, float* receive,
-                                 size_t receive_count, int receive_from) {
+void MpiPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                                 size_t receive_count, int receive_from, kernels::DType dtype) {
   for (const int peer : {send_to, receive_from}) {
     if (peer < -1 || peer >= size_)
       throw std::invalid_argument("send_receive: peer " + std::to_string(peer) +
                                   " is not a world rank; valid: -1 (none) or 0.." +
                                   std::to_string(size_ - 1));
   }
+  const size_t element_bytes = kernels::dtype_bytes(dtype);
+  const MPI_Datatype type = mpi_element_type(dtype);
+  const char* unit = elements_unit(dtype);
+  const char* send_bytes = static_cast<const char*>(send);
+  char* receive_bytes = static_cast<char*>(receive);
   // Always at least one message, even of 0 elements, so a count the two sides
   // disagree on is reported instead of leaving one side waiting.
   const auto messages = [&](size_t count) {
     return std::max<size_t>(1, (count + max_elements_per_message_ - 1) / max_elements_per_message_);
   };
-  const std::string transfer = "send_receive (send " + std::to_string(send_count) +
-                               " floats to world rank " + std::to_string(send_to) + ", receive " +
-                               std::to_string(receive_count) + " floats from world rank " +
+  const std::string transfer = "send_receive (send " + std::to_string(send_count) + " " + unit +
+                               " to world rank " + std::to_string(send_to) + ", receive " +
+                               std::to_string(receive_count) + " " + unit + " from world rank " +
                                std::to_string(receive_from) + ")";
   // Sends are posted first and complete in the background, so two neighbours
   // that send to each other both have their sends in flight before either
@@ -307,8 +389,8 @@ void MpiPeerToPeer::send_receive(const float* send, size_t send_count, int send_
       const size_t length = std::min(max_elements_per_message_, send_count - offset);
       sends.emplace_back();
       PARAPLAN_MPI_CHECK("peers", transfer + " isend",
-                         MPI_Isend(send + offset, static_cast<int>(length), MPI_FLOAT, send_to,
-                                   kPeerTag, comm_, &sends.back()));
+                         MPI_Isend(send_bytes + offset * element_bytes, static_cast<int>(length),
+                                   type, send_to, kPeerTag, comm_, &sends.back()));
     }
   }
   // Each receive first matches its message (MPI_Mprobe) and checks its length,
@@ -328,25 +410,25 @@ void MpiPeerToPeer::send_receive(const float* send, size_t send_count, int send_
       MPI_Count bytes = 0;
       PARAPLAN_MPI_CHECK("peers", transfer + " get_elements",
                          MPI_Get_elements_x(&status, MPI_BYTE, &bytes));
-      if (static_cast<size_t>(bytes) == length * sizeof(float)) {
+      if (static_cast<size_t>(bytes) == length * element_bytes) {
         PARAPLAN_MPI_CHECK("peers", transfer + " mrecv",
-                           MPI_Mrecv(receive + offset, static_cast<int>(length), MPI_FLOAT,
-                                     &message, MPI_STATUS_IGNORE));
+                           MPI_Mrecv(receive_bytes + offset * element_bytes,
+                                     static_cast<int>(length), type, &message, MPI_STATUS_IGNORE));
         continue;
       }
       if (bytes > INT_MAX)
         throw std::runtime_error("MPI " + transfer + " on group 'peers': expected " +
-                                 std::to_string(length) + " floats from world rank " +
+                                 std::to_string(length) + " " + unit + " from world rank " +
                                  std::to_string(receive_from) + " but the message has " +
                                  std::to_string(static_cast<long long>(bytes)) + " bytes");
       std::vector<char> scratch(static_cast<size_t>(bytes));
       PARAPLAN_MPI_CHECK("peers", transfer + " mrecv",
                          MPI_Mrecv(scratch.data(), static_cast<int>(bytes), MPI_BYTE, &message,
                                    MPI_STATUS_IGNORE));
-      mismatch = "expected " + std::to_string(length) + " floats from world rank " +
+      mismatch = "expected " + std::to_string(length) + " " + unit + " from world rank " +
                  std::to_string(receive_from) + " but received " +
-                 std::to_string(static_cast<size_t>(bytes) / sizeof(float)) +
-                 (bytes % sizeof(float) ? " and a part" : "") +
+                 std::to_string(static_cast<size_t>(bytes) / element_bytes) +
+                 (bytes % element_bytes ? " and a part" : "") +
                  "; both sides must agree on the count";
     }
   }

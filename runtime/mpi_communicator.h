@@ -6,6 +6,10 @@
 // whatever Open MPI's tuned algorithms would pick. So all members get bitwise the
 // same all_reduce result, runs repeat bitwise, and reduce_scatter returns exactly
 // the slice all_reduce would (ZeRO-1 and plain data parallelism agree bitwise).
+// bf16 travels as 16-bit elements and is reduced in fp32: each member's value
+// widened, summed (or maxed) in that same rank order, and rounded once to bf16
+// (ties to even), so the result is the fp32 rank-order sum of the widened
+// inputs, rounded once.
 #pragma once
 
 // The C API only: Open MPI's mpi.h otherwise declares its deprecated C++
@@ -51,27 +55,40 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
 
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
   // Reduce-scatter of equal chunks (count padded to a multiple of size()) by an
   // all-to-all, each chunk summed (or maxed) at its owner in rank order, then an
   // all-gather. kMax propagates NaN.
-  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
-  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
-  void all_gather(const float* send, float* receive, size_t chunk_count) override;
-  void broadcast(float* data, size_t count, int root) override;
+  void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                      kernels::DType dtype) override;
+  void all_gather(const void* send, void* receive, size_t chunk_count,
+                  kernels::DType dtype) override;
+  void broadcast(void* data, size_t count, kernels::DType dtype, int root) override;
   void barrier() override;
 
   MPI_Comm handle() const { return comm_; }
 
-  // The largest count per member one MPI call is given (default INT_MAX, the
-  // most MPI's int counts hold); larger operations run as several calls. Tests
+  // The largest count per member one MPI call is given, in elements of the
+  // call's dtype (default INT_MAX, the most MPI's int counts hold; bf16 goes as
+  // MPI_UINT16_T, so its counts are elements too); larger operations run as
+  // several calls. Tests
   // make it tiny to exercise that splitting without 8 GiB buffers. Must be the
   // same on every member.
   void set_max_elements_per_call(size_t elements);
 
  private:
+  // T is the element that travels: float, double, or uint16_t for bf16
+  // (reduced in fp32, see reduce_bfloat16_in_rank_order).
   template <typename T>
   void all_reduce_in_order(T* data, size_t count, ReduceOp op);
+  template <typename T>
+  void reduce_scatter_in_order(const T* send, T* receive, size_t chunk_count);
   // Elements per member per all-to-all: the call limit, and a bound on staging
   // memory (2^24 elements over all members).
   size_t staging_piece() const;
@@ -105,12 +122,14 @@ class MpiPeerToPeer : public PeerToPeer {
   // Posts the send (MPI_Isend), then matches and receives the incoming message
   // (MPI_Mprobe + MPI_Mrecv, which checks its length before receiving it), then
   // waits for the send. Throws if a peer is outside the world or the message
-  // received is not receive_count floats.
-  void send_receive(const float* send, size_t send_count, int send_to, float* receive,
-                    size_t receive_count, int receive_from) override;
+  // received is not receive_count elements of dtype. Elements go as MPI_FLOAT
+  // or MPI_UINT16_T (bf16 bits, moved exactly).
+  void send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                    size_t receive_count, int receive_from, kernels::DType dtype) override;
 
-  // Elements per message at most (default INT_MAX); larger transfers go as
-  // several messages. Tests make it small. Must match on both sides.
+  // Elements of the transfer's dtype per message at most (default INT_MAX);
+  // larger transfers go as several messages. Tests make it small. Must match on
+  // both sides.
   void set_max_elements_per_message(size_t elements);
 
  private:

@@ -170,9 +170,11 @@ TEST_P(MpiGroupsTest, EveryGroupHasTheRanksOfTheMesh) {
   float from_previous = -1.0f, from_next = -1.0f;
   const float mine = static_cast<float>(world_rank());
   groups.peers->send_receive(&mine, 1, groups.next_stage_rank, &from_previous, 1,
-                             groups.previous_stage_rank);  // forward: activations
+                             groups.previous_stage_rank,
+                             kernels::DType::kFloat32);  // forward: activations
   groups.peers->send_receive(&mine, 1, groups.previous_stage_rank, &from_next, 1,
-                             groups.next_stage_rank);  // backward: gradients
+                             groups.next_stage_rank,
+                             kernels::DType::kFloat32);  // backward: gradients
 
   EXPECT_EQ(groups.world_rank, world_rank());
   EXPECT_EQ(groups.world_size, world_size());
@@ -407,8 +409,10 @@ TEST(MpiPeerToPeer, RingOfLargeMessagesInBothDirectionsDoesNotDeadlock) {
   const size_t count = size_t{1} << 20;  // 4 MiB, far above any eager limit
   const std::vector<float> mine = message_from(me, count);
   std::vector<float> forward(count), backward(count);
-  peers->send_receive(mine.data(), count, next, forward.data(), count, previous);
-  peers->send_receive(mine.data(), count, previous, backward.data(), count, next);
+  peers->send_receive(mine.data(), count, next, forward.data(), count, previous,
+                      kernels::DType::kFloat32);
+  peers->send_receive(mine.data(), count, previous, backward.data(), count, next,
+                      kernels::DType::kFloat32);
   EXPECT_EQ(forward, message_from(previous, count));
   EXPECT_EQ(backward, message_from(next, count));
 }
@@ -421,7 +425,8 @@ TEST(MpiPeerToPeer, PairsExchangeAtOnceInPieces) {
   const size_t count = 10'007;
   const std::vector<float> mine = message_from(me, count);
   std::vector<float> received(count);
-  peers->send_receive(mine.data(), count, partner, received.data(), count, partner);
+  peers->send_receive(mine.data(), count, partner, received.data(), count, partner,
+                      kernels::DType::kFloat32);
   EXPECT_EQ(received, message_from(partner, count));
 }
 
@@ -432,9 +437,10 @@ TEST(MpiPeerToPeer, OneSidedTransfersSkipTheMissingHalf) {
   const size_t count = 300'000;
   const std::vector<float> mine = message_from(me, count);
   std::vector<float> received(count, -1.0f);
-  if (me == 0) peers->send_receive(mine.data(), count, 1, nullptr, 0, -1);
-  if (me == 1) peers->send_receive(nullptr, 0, -1, received.data(), count, 0);
-  if (me > 1) peers->send_receive(nullptr, 0, -1, nullptr, 0, -1);
+  if (me == 0) peers->send_receive(mine.data(), count, 1, nullptr, 0, -1, kernels::DType::kFloat32);
+  if (me == 1)
+    peers->send_receive(nullptr, 0, -1, received.data(), count, 0, kernels::DType::kFloat32);
+  if (me > 1) peers->send_receive(nullptr, 0, -1, nullptr, 0, -1, kernels::DType::kFloat32);
   if (me == 1) {
     EXPECT_EQ(received, message_from(0, count));
   }
@@ -448,17 +454,17 @@ TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
   std::string shorter, longer;
   // Rank 0 sends 10 floats where rank 1 expects 12, then 12 where it expects 10.
   if (me == 0) {
-    peers->send_receive(buffer.data(), 10, 1, nullptr, 0, -1);
-    peers->send_receive(buffer.data(), 12, 1, nullptr, 0, -1);
+    peers->send_receive(buffer.data(), 10, 1, nullptr, 0, -1, kernels::DType::kFloat32);
+    peers->send_receive(buffer.data(), 12, 1, nullptr, 0, -1, kernels::DType::kFloat32);
   }
   if (me == 1) {
     try {
-      peers->send_receive(nullptr, 0, -1, buffer.data(), 12, 0);
+      peers->send_receive(nullptr, 0, -1, buffer.data(), 12, 0, kernels::DType::kFloat32);
     } catch (const std::runtime_error& error) {
       shorter = error.what();
     }
     try {
-      peers->send_receive(nullptr, 0, -1, buffer.data(), 10, 0);
+      peers->send_receive(nullptr, 0, -1, buffer.data(), 10, 0, kernels::DType::kFloat32);
     } catch (const std::runtime_error& error) {
       longer = error.what();
     }
@@ -475,8 +481,11 @@ TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
 TEST(MpiPeerToPeer, RefusesPeersOutsideTheWorld) {
   auto peers = make_peers();
   float value = 0;
-  EXPECT_THROW(peers->send_receive(&value, 1, world_size(), nullptr, 0, -1), std::invalid_argument);
-  EXPECT_THROW(peers->send_receive(nullptr, 0, -1, &value, 1, -2), std::invalid_argument);
+  EXPECT_THROW(
+      peers->send_receive(&value, 1, world_size(), nullptr, 0, -1, kernels::DType::kFloat32),
+      std::invalid_argument);
+  EXPECT_THROW(peers->send_receive(nullptr, 0, -1, &value, 1, -2, kernels::DType::kFloat32),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -73,31 +73,13 @@ Memory common_memory_of(const void* send, const void* receive, const std::string
   return send_memory;
 }
 
-bool ranges_overlap(const float* a, size_t a_count, const float* b, size_t b_count) {
+bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto a_begin = reinterpret_cast<uintptr_t>(a), b_begin = reinterpret_cast<uintptr_t>(b);
-  return a_begin < b_begin + b_count * sizeof(float) && b_begin < a_begin + a_count * sizeof(float);
+  return a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
 }
 
-template <typename T>
-ncclDataType_t nccl_type_of();
-template <>
-ncclDataType_t nccl_type_of<float>() {
-  return ncclFloat32;
-}
-template <>
-ncclDataType_t nccl_type_of<double>() {
-  return ncclFloat64;
-}
-
-template <typename T>
-const char* plural_name_of();
-template <>
-const char* plural_name_of<float>() {
-  return "floats";
-}
-template <>
-const char* plural_name_of<double>() {
-  return "doubles";
+ncclDataType_t nccl_type_of(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? ncclBfloat16 : ncclFloat32;
 }
 
 ncclRedOp_t nccl_op_of(ReduceOp op) {
@@ -240,115 +222,134 @@ void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
   }
 }
 
-template <typename T>
-void NcclCommunicator::all_reduce_any(T* data, size_t count, ReduceOp op, Completion completion) {
+void NcclCommunicator::all_reduce_on(void* data, size_t count, Element element, ReduceOp op,
+                                     Completion completion) {
   if (count == 0) return;
+  const bool doubles = element == Element::kFloat64;
+  const kernels::DType dtype =
+      element == Element::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32;
   // Host buffers (the loss, the norm) go over MPI; the watched wrapper
   // (watched_communicator.h) covers that blocking call.
   if (memory_of(data, name(), "all_reduce") == Memory::kHost) {
-    host_group_->all_reduce(data, count, op);
+    if (doubles) {
+      host_group_->all_reduce(static_cast<double*>(data), count, op);
+    } else {
+      host_group_->all_reduce(data, count, dtype, op);
+    }
     return;
   }
+  const ncclDataType_t type = doubles ? ncclFloat64 : nccl_type_of(dtype);
   enqueue(
-      {"all_reduce", count, plural_name_of<T>(), &where_},
+      {"all_reduce", count, doubles ? "doubles" : elements_unit(dtype), &where_},
       [&] {
-        PARAPLAN_NCCL_CHECK(name(), "all_reduce", comm_,
-                            ncclAllReduce(data, data, count, nccl_type_of<T>(), nccl_op_of(op),
-                                          comm_, comm_stream_));
+        PARAPLAN_NCCL_CHECK(
+            name(), "all_reduce", comm_,
+            ncclAllReduce(data, data, count, type, nccl_op_of(op), comm_, comm_stream_));
       },
       completion);
 }
 
-void NcclCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
-  all_reduce_any(data, count, op, Completion::kComputeWaits);
+void NcclCommunicator::all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) {
+  all_reduce_on(data, count,
+                dtype == kernels::DType::kBFloat16 ? Element::kBFloat16 : Element::kFloat32, op,
+                Completion::kComputeWaits);
 }
 
 void NcclCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
-  all_reduce_any(data, count, op, Completion::kComputeWaits);
+  all_reduce_on(data, count, Element::kFloat64, op, Completion::kComputeWaits);
 }
 
-void NcclCommunicator::start_all_reduce(float* data, size_t count) {
-  all_reduce_any(data, count, ReduceOp::kSum, Completion::kDeferred);
+void NcclCommunicator::start_all_reduce(void* data, size_t count, kernels::DType dtype) {
+  all_reduce_on(data, count,
+                dtype == kernels::DType::kBFloat16 ? Element::kBFloat16 : Element::kFloat32,
+                ReduceOp::kSum, Completion::kDeferred);
 }
 
-void NcclCommunicator::reduce_scatter_on(const float* send, float* receive, size_t chunk_count,
-                                         Completion completion) {
+void NcclCommunicator::reduce_scatter_on(const void* send, void* receive, size_t chunk_count,
+                                         kernels::DType dtype, Completion completion) {
   if (chunk_count == 0) return;
   const size_t members = static_cast<size_t>(size());
   if (common_memory_of(send, receive, name(), "reduce_scatter") == Memory::kHost) {
-    host_group_->reduce_scatter(send, receive, chunk_count);
+    host_group_->reduce_scatter(send, receive, chunk_count, dtype);
     return;
   }
-  const float* in_place = send + static_cast<size_t>(rank()) * chunk_count;
-  if (receive != in_place && ranges_overlap(send, members * chunk_count, receive, chunk_count))
+  const size_t chunk_bytes = chunk_count * kernels::dtype_bytes(dtype);
+  const void* in_place = static_cast<const char*>(send) + static_cast<size_t>(rank()) * chunk_bytes;
+  if (receive != in_place && ranges_overlap(send, members * chunk_bytes, receive, chunk_bytes))
     throw std::invalid_argument("reduce_scatter on group '" + name() +
                                 "': receive overlaps send without being this member's chunk "
                                 "(send + rank * chunk_count, the in-place form)");
   enqueue(
-      {"reduce_scatter", chunk_count, "floats per rank", &where_},
+      {"reduce_scatter", chunk_count, elements_per_rank_unit(dtype), &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(name(), "reduce_scatter", comm_,
-                            ncclReduceScatter(send, receive, chunk_count, ncclFloat32, ncclSum,
-                                              comm_, comm_stream_));
+                            ncclReduceScatter(send, receive, chunk_count, nccl_type_of(dtype),
+                                              ncclSum, comm_, comm_stream_));
       },
       completion);
 }
 
-void NcclCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
-  reduce_scatter_on(send, receive, chunk_count, Completion::kComputeWaits);
+void NcclCommunicator::reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                      kernels::DType dtype) {
+  reduce_scatter_on(send, receive, chunk_count, dtype, Completion::kComputeWaits);
 }
 
-void NcclCommunicator::start_reduce_scatter(const float* send, float* receive, size_t chunk_count) {
-  reduce_scatter_on(send, receive, chunk_count, Completion::kDeferred);
+void NcclCommunicator::start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                            kernels::DType dtype) {
+  reduce_scatter_on(send, receive, chunk_count, dtype, Completion::kDeferred);
 }
 
-void NcclCommunicator::all_gather_on(const float* send, float* receive, size_t chunk_count,
-                                     Completion completion) {
+void NcclCommunicator::all_gather_on(const void* send, void* receive, size_t chunk_count,
+                                     kernels::DType dtype, Completion completion) {
   if (chunk_count == 0) return;
   const size_t members = static_cast<size_t>(size());
   if (common_memory_of(send, receive, name(), "all_gather") == Memory::kHost) {
-    host_group_->all_gather(send, receive, chunk_count);
+    host_group_->all_gather(send, receive, chunk_count, dtype);
     return;
   }
-  const float* in_place = receive + static_cast<size_t>(rank()) * chunk_count;
-  if (send != in_place && ranges_overlap(send, chunk_count, receive, members * chunk_count))
+  const size_t chunk_bytes = chunk_count * kernels::dtype_bytes(dtype);
+  const void* in_place =
+      static_cast<const char*>(receive) + static_cast<size_t>(rank()) * chunk_bytes;
+  if (send != in_place && ranges_overlap(send, chunk_bytes, receive, members * chunk_bytes))
     throw std::invalid_argument("all_gather on group '" + name() +
                                 "': send overlaps receive without being this member's chunk "
                                 "(receive + rank * chunk_count, the in-place form)");
   enqueue(
-      {"all_gather", chunk_count, "floats per rank", &where_},
+      {"all_gather", chunk_count, elements_per_rank_unit(dtype), &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(
             name(), "all_gather", comm_,
-            ncclAllGather(send, receive, chunk_count, ncclFloat32, comm_, comm_stream_));
+            ncclAllGather(send, receive, chunk_count, nccl_type_of(dtype), comm_, comm_stream_));
       },
       completion);
 }
 
-void NcclCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
-  all_gather_on(send, receive, chunk_count, Completion::kComputeWaits);
+void NcclCommunicator::all_gather(const void* send, void* receive, size_t chunk_count,
+                                  kernels::DType dtype) {
+  all_gather_on(send, receive, chunk_count, dtype, Completion::kComputeWaits);
 }
 
-void NcclCommunicator::start_all_gather(const float* send, float* receive, size_t chunk_count) {
-  all_gather_on(send, receive, chunk_count, Completion::kDeferred);
+void NcclCommunicator::start_all_gather(const void* send, void* receive, size_t chunk_count,
+                                        kernels::DType dtype) {
+  all_gather_on(send, receive, chunk_count, dtype, Completion::kDeferred);
 }
 
-void NcclCommunicator::broadcast(float* data, size_t count, int root) {
+void NcclCommunicator::broadcast(void* data, size_t count, kernels::DType dtype, int root) {
   if (root < 0 || root >= size())
     throw std::invalid_argument("broadcast on group '" + name() + "': root " +
                                 std::to_string(root) + " is not a member; valid: 0.." +
                                 std::to_string(size() - 1));
   if (count == 0) return;
   if (memory_of(data, name(), "broadcast") == Memory::kHost) {
-    host_group_->broadcast(data, count, root);
+    host_group_->broadcast(data, count, dtype, root);
     return;
   }
   enqueue(
-      {"broadcast", count, "floats", &where_},
+      {"broadcast", count, elements_unit(dtype), &where_},
       [&] {
         PARAPLAN_NCCL_CHECK(
             name(), "broadcast", comm_,
-            ncclBroadcast(data, data, count, ncclFloat32, root, comm_, comm_stream_));
+            ncclBroadcast(data, data, count, nccl_type_of(dtype), root, comm_, comm_stream_));
       },
       Completion::kComputeWaits);
 }
@@ -377,8 +378,8 @@ NcclPeerToPeer::NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPe
   if (!host_peers_) throw std::invalid_argument("NcclPeerToPeer: the host peers are null");
 }
 
-void NcclPeerToPeer::send_receive(const float* send, size_t send_count, int send_to, float* receive,
-                                  size_t receive_count, int receive_from) {
+void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                                  size_t receive_count, int receive_from, kernels::DType dtype) {
   for (const int peer : {send_to, receive_from}) {
     if (peer < -1 || peer >= world_.size())
       throw std::invalid_argument("send_receive: peer " + std::to_string(peer) +
@@ -394,20 +395,21 @@ void NcclPeerToPeer::send_receive(const float* send, size_t send_count, int send
     // Queued first: the host half below may block, the device half never does.
     world_.enqueue(
         {"pipeline send_receive",
-         (send_on_device ? send_count : 0) + (receive_on_device ? receive_count : 0), "floats",
-         &world_.where_, send_on_device ? send_to : -1, receive_on_device ? receive_from : -1},
+         (send_on_device ? send_count : 0) + (receive_on_device ? receive_count : 0),
+         elements_unit(dtype), &world_.where_, send_on_device ? send_to : -1,
+         receive_on_device ? receive_from : -1},
         [&] {
           const std::string& group = world_.name();
           ncclComm_t comm = world_.comm_;
           cudaStream_t stream = world_.comm_stream_;
+          const ncclDataType_t type = nccl_type_of(dtype);
           PARAPLAN_NCCL_CHECK(group, transfer, comm, ncclGroupStart());
           if (send_on_device)
             PARAPLAN_NCCL_CHECK(group, transfer, comm,
-                                ncclSend(send, send_count, ncclFloat32, send_to, comm, stream));
+                                ncclSend(send, send_count, type, send_to, comm, stream));
           if (receive_on_device)
-            PARAPLAN_NCCL_CHECK(
-                group, transfer, comm,
-                ncclRecv(receive, receive_count, ncclFloat32, receive_from, comm, stream));
+            PARAPLAN_NCCL_CHECK(group, transfer, comm,
+                                ncclRecv(receive, receive_count, type, receive_from, comm, stream));
           PARAPLAN_NCCL_CHECK(group, transfer, comm, ncclGroupEnd());
         },
         NcclCommunicator::Completion::kComputeWaits);
@@ -418,7 +420,7 @@ void NcclPeerToPeer::send_receive(const float* send, size_t send_count, int send
     host_peers_->send_receive(send_on_host ? send : nullptr, send_on_host ? send_count : 0,
                               send_on_host ? send_to : -1, receive_on_host ? receive : nullptr,
                               receive_on_host ? receive_count : 0,
-                              receive_on_host ? receive_from : -1);
+                              receive_on_host ? receive_from : -1, dtype);
   }
 }
 

@@ -21,7 +21,9 @@
 //   and the result sent to all), and runs repeat bitwise while NCCL picks the
 //   same algorithm and protocol for a count (NCCL_ALGO / NCCL_PROTO pin them);
 //   they are not MpiCommunicator's bits (another summation order), and
-//   ncclMax need not propagate NaN as MpiCommunicator's kMax does.
+//   ncclMax need not propagate NaN as MpiCommunicator's kMax does. bf16 goes
+//   as ncclBfloat16: NCCL reduces it with its own rounding of partial sums, so
+//   a bf16 sum need not be MpiCommunicator's fp32 rank-order sum rounded once.
 // - Errors throw std::runtime_error naming the group, the operation and NCCL's
 //   (or CUDA's) error string.
 #pragma once
@@ -62,18 +64,27 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_group_->size(); }
   const std::string& name() const override { return host_group_->name(); }
 
-  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+  void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   // send holds size() chunks; receive may be send + rank() * chunk_count (in place).
-  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
-  void all_gather(const float* send, float* receive, size_t chunk_count) override;
-  void broadcast(float* data, size_t count, int root) override;
+  void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                      kernels::DType dtype) override;
+  void all_gather(const void* send, void* receive, size_t chunk_count,
+                  kernels::DType dtype) override;
+  void broadcast(void* data, size_t count, kernels::DType dtype, int root) override;
   // Waits (on the host) for this rank's queued device work, then an MPI barrier.
   void barrier() override;
 
-  void start_all_reduce(float* data, size_t count) override;
-  void start_reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
-  void start_all_gather(const float* send, float* receive, size_t chunk_count) override;
+  void start_all_reduce(void* data, size_t count, kernels::DType dtype) override;
+  void start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                            kernels::DType dtype) override;
+  void start_all_gather(const void* send, void* receive, size_t chunk_count,
+                        kernels::DType dtype) override;
   void wait_pending() override;
 
   MpiCommunicator& host_group() { return *host_group_; }
@@ -82,11 +93,14 @@ class NcclCommunicator final : public Communicator {
   friend class NcclPeerToPeer;
   enum class Completion { kComputeWaits, kDeferred };
 
-  template <typename T>
-  void all_reduce_any(T* data, size_t count, ReduceOp op, Completion completion);
-  void reduce_scatter_on(const float* send, float* receive, size_t chunk_count,
+  // The elements a device all-reduce sums: a storage dtype, or doubles (the
+  // host-side statistics, which may also sit on the device).
+  enum class Element { kFloat32, kBFloat16, kFloat64 };
+  void all_reduce_on(void* data, size_t count, Element element, ReduceOp op, Completion completion);
+  void reduce_scatter_on(const void* send, void* receive, size_t chunk_count, kernels::DType dtype,
                          Completion completion);
-  void all_gather_on(const float* send, float* receive, size_t chunk_count, Completion completion);
+  void all_gather_on(const void* send, void* receive, size_t chunk_count, kernels::DType dtype,
+                     Completion completion);
   // Queues `launch` (NCCL calls on comm_stream_) after the compute stream's
   // work so far, records its done event and registers it with the watchdog as
   // `name`; kComputeWaits also makes the compute stream wait for it.
@@ -124,8 +138,8 @@ class NcclPeerToPeer final : public PeerToPeer {
   // world must outlive this (ProcessGroups destroys peers before world).
   NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers);
 
-  void send_receive(const float* send, size_t send_count, int send_to, float* receive,
-                    size_t receive_count, int receive_from) override;
+  void send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                    size_t receive_count, int receive_from, kernels::DType dtype) override;
 
  private:
   NcclCommunicator& world_;

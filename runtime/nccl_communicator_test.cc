@@ -1,13 +1,15 @@
 // nccl_communicator_test.cc: NcclCommunicator and NcclPeerToPeer on device
 // buffers of the CUDA backend: each collective against its expected values,
-// host buffers routed over MPI, mixed buffers refused, and the stream order of
+// host buffers routed over MPI, mixed buffers refused, the stream order of
 // blocking and deferred (start_* + wait_pending) calls with the compute
-// stream. Runs under mpirun (ctest: 1 and 2 ranks). Single-rank tests use a
+// stream, and bf16 (ncclBfloat16) collectives and transfers that keep the
+// bits. Runs under mpirun (ctest: 1 and 2 ranks). Single-rank tests use a
 // group of one (MPI_COMM_SELF) per process; the multi-rank test needs a GPU
 // per rank. Every test skips, saying why, without NCCL compiled in or without
 // a visible GPU.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "runtime/mpi_communicator.h"
 #ifdef PARAPLAN_HAVE_NCCL
@@ -58,29 +61,33 @@ std::unique_ptr<MpiCommunicator> group_of(MPI_Comm parent, const char* name) {
   return std::make_unique<MpiCommunicator>(comm, name);
 }
 
-// A device buffer of the CUDA backend, freed with it.
-class DeviceFloats {
+// A device buffer of the CUDA backend, freed with it: floats, or the bits of
+// bf16 elements (uint16_t).
+template <typename T>
+class DeviceBuffer {
  public:
-  DeviceFloats(kernels::Ops& ops, size_t count)
-      : ops_(ops), count_(count), data_(static_cast<float*>(ops.allocate(count * sizeof(float)))) {}
-  ~DeviceFloats() { ops_.deallocate(data_); }
-  DeviceFloats(const DeviceFloats&) = delete;
-  DeviceFloats& operator=(const DeviceFloats&) = delete;
-  float* get() const { return data_; }
-  void upload(const std::vector<float>& values) {
-    ops_.copy_from_host(data_, values.data(), values.size() * sizeof(float));
+  DeviceBuffer(kernels::Ops& ops, size_t count)
+      : ops_(ops), count_(count), data_(static_cast<T*>(ops.allocate(count * sizeof(T)))) {}
+  ~DeviceBuffer() { ops_.deallocate(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& values) {
+    ops_.copy_from_host(data_, values.data(), values.size() * sizeof(T));
   }
-  std::vector<float> download() {
-    std::vector<float> values(count_);
-    ops_.copy_to_host(values.data(), data_, count_ * sizeof(float));  // waits for the stream
+  std::vector<T> download() {
+    std::vector<T> values(count_);
+    ops_.copy_to_host(values.data(), data_, count_ * sizeof(T));  // waits for the stream
     return values;
   }
 
  private:
   kernels::Ops& ops_;
   size_t count_;
-  float* data_;
+  T* data_;
 };
+using DeviceFloats = DeviceBuffer<float>;
+using DeviceBf16 = DeviceBuffer<uint16_t>;
 
 std::vector<float> ramp(size_t count, float first) {
   std::vector<float> values(count);
@@ -182,7 +189,7 @@ TEST_F(NcclSingleRankTest, CallsAreOrderedWithTheComputeStream) {
     a.upload(ones);
     ops_->scale(a.get(), 3.0f, count);  // queued on the compute stream
     if (deferred) {
-      group_->start_all_gather(a.get(), b.get(), count);
+      group_->start_all_gather(a.get(), b.get(), count, kernels::DType::kFloat32);
       group_->wait_pending();
     } else {
       group_->all_gather(a.get(), b.get(), count);
@@ -193,8 +200,8 @@ TEST_F(NcclSingleRankTest, CallsAreOrderedWithTheComputeStream) {
     a.upload(ones);
     ops_->scale(a.get(), 5.0f, count);
     if (deferred) {
-      group_->start_reduce_scatter(a.get(), b.get(), count);
-      group_->start_all_reduce(b.get(), count);
+      group_->start_reduce_scatter(a.get(), b.get(), count, kernels::DType::kFloat32);
+      group_->start_all_reduce(b.get(), count, kernels::DType::kFloat32);
       group_->wait_pending();
     } else {
       group_->reduce_scatter(a.get(), b.get(), count);
@@ -212,7 +219,8 @@ TEST_F(NcclSingleRankTest, OperationsRunUnderTheWatchdog) {
   Watchdog::instance().set_timeout(60, world_rank());
   DeviceFloats data(*ops_, 1024);
   data.upload(ramp(1024, 0));
-  for (int i = 0; i < 100; ++i) group_->start_all_reduce(data.get(), 1024);
+  for (int i = 0; i < 100; ++i)
+    group_->start_all_reduce(data.get(), 1024, kernels::DType::kFloat32);
   group_->wait_pending();
   EXPECT_EQ(data.download(), ramp(1024, 0));
   group_->barrier();
@@ -232,13 +240,80 @@ TEST_F(NcclSingleRankTest, PeerToPeerToItselfOnDeviceAndHost) {
   const size_t count = 300'000;
   DeviceFloats send(*ops_, count), receive(*ops_, count);
   send.upload(ramp(count, 11));
-  peers.send_receive(send.get(), count, 0, receive.get(), count, 0);
+  peers.send_receive(send.get(), count, 0, receive.get(), count, 0, kernels::DType::kFloat32);
   EXPECT_EQ(receive.download(), ramp(count, 11));
   const std::vector<float> host_send = ramp(100, 2);
   std::vector<float> host_receive(100, -1);
-  peers.send_receive(host_send.data(), 100, 0, host_receive.data(), 100, 0);
+  peers.send_receive(host_send.data(), 100, 0, host_receive.data(), 100, 0,
+                     kernels::DType::kFloat32);
   EXPECT_EQ(host_receive, host_send);
-  EXPECT_THROW(peers.send_receive(send.get(), 1, 1, nullptr, 0, -1), std::invalid_argument);
+  EXPECT_THROW(peers.send_receive(send.get(), 1, 1, nullptr, 0, -1, kernels::DType::kFloat32),
+               std::invalid_argument);
+}
+
+// bf16 bits: NaN, infinities, negative zero and subnormals among ordinary
+// values, which every move must keep exactly.
+std::vector<uint16_t> bf16_bits(size_t count, int salt) {
+  const uint16_t special[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x8000, 0x0001};
+  std::vector<uint16_t> bits(count);
+  for (size_t i = 0; i < count; ++i)
+    bits[i] = i < 6 ? special[i] : static_cast<uint16_t>(0x3c00 + (salt * 131 + i * 7) % 0x0400);
+  return bits;
+}
+
+// bf16 of small integers: exact in bf16 and in every summation order.
+std::vector<uint16_t> bf16_of(const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  kernels::host_from_float(bits.data(), values.data(), kernels::DType::kBFloat16, values.size());
+  return bits;
+}
+
+TEST_F(NcclSingleRankTest, Bf16CollectivesOfOneMemberKeepTheBits) {
+  const size_t count = 10'001;
+  const std::vector<uint16_t> values = bf16_of(ramp(200, -100));
+  DeviceBf16 data(*ops_, values.size()), other(*ops_, values.size());
+  data.upload(values);
+  group_->all_reduce(data.get(), values.size(), kernels::DType::kBFloat16, ReduceOp::kSum);
+  group_->all_reduce(data.get(), values.size(), kernels::DType::kBFloat16, ReduceOp::kMax);
+  EXPECT_EQ(data.download(), values);
+  const std::vector<uint16_t> bits = bf16_bits(count, 1);
+  DeviceBf16 send(*ops_, count), receive(*ops_, count);
+  send.upload(bits);
+  group_->all_gather(send.get(), receive.get(), count, kernels::DType::kBFloat16);
+  EXPECT_EQ(receive.download(), bits);
+  group_->broadcast(receive.get(), count, kernels::DType::kBFloat16, 0);
+  EXPECT_EQ(receive.download(), bits);
+  // Deferred: the same results once waited for.
+  data.upload(values);
+  group_->start_all_reduce(data.get(), values.size(), kernels::DType::kBFloat16);
+  group_->start_reduce_scatter(data.get(), other.get(), values.size(), kernels::DType::kBFloat16);
+  group_->start_all_gather(send.get(), receive.get(), count, kernels::DType::kBFloat16);
+  group_->wait_pending();
+  EXPECT_EQ(data.download(), values);
+  EXPECT_EQ(other.download(), values);
+  EXPECT_EQ(receive.download(), bits);
+  // Host bf16 buffers go over MPI.
+  std::vector<uint16_t> host = values;
+  group_->all_reduce(host.data(), host.size(), kernels::DType::kBFloat16, ReduceOp::kSum);
+  EXPECT_EQ(host, values);
+}
+
+TEST_F(NcclSingleRankTest, Bf16PeerToPeerToItselfMovesBitsExactly) {
+  NcclPeerToPeer peers(*group_, [] {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_SELF, &comm);
+    return std::make_unique<MpiPeerToPeer>(comm);
+  }());
+  const size_t count = 300'001;
+  const std::vector<uint16_t> bits = bf16_bits(count, 2);
+  DeviceBf16 send(*ops_, count), receive(*ops_, count);
+  send.upload(bits);
+  peers.send_receive(send.get(), count, 0, receive.get(), count, 0, kernels::DType::kBFloat16);
+  EXPECT_EQ(receive.download(), bits);
+  std::vector<uint16_t> host_receive(count, 0xdead);
+  peers.send_receive(bits.data(), count, 0, host_receive.data(), count, 0,
+                     kernels::DType::kBFloat16);
+  EXPECT_EQ(host_receive, bits);
 }
 
 // Every rank on its own GPU: sums and gathers across ranks.
@@ -263,6 +338,19 @@ TEST(NcclWorld, CollectivesAcrossRanks) {
   const std::vector<float> all = gathered.download();
   for (size_t member = 0; member < members; ++member)
     EXPECT_EQ(all[member * count], static_cast<float>(member));
+
+  // bf16: small integers sum exactly; gathered bits arrive exactly.
+  DeviceBf16 bf16_data(*ops, count), bf16_gathered(*ops, count * members);
+  bf16_data.upload(bf16_of(std::vector<float>(count, static_cast<float>(world_rank() + 1))));
+  world.all_reduce(bf16_data.get(), count, kernels::DType::kBFloat16, ReduceOp::kSum);
+  EXPECT_EQ(bf16_data.download(), bf16_of(std::vector<float>(count, total)));
+  bf16_data.upload(bf16_bits(count, world_rank()));
+  world.all_gather(bf16_data.get(), bf16_gathered.get(), count, kernels::DType::kBFloat16);
+  const std::vector<uint16_t> all_bits = bf16_gathered.download();
+  for (size_t member = 0; member < members; ++member)
+    EXPECT_EQ(std::vector<uint16_t>(all_bits.begin() + member * count,
+                                    all_bits.begin() + (member + 1) * count),
+              bf16_bits(count, static_cast<int>(member)));
 }
 
 #else  // without NCCL: the same test names, each saying why it skips

@@ -8,7 +8,9 @@
 // in place. Only the Ops interface is used, so it works on every backend (the
 // CPU backend's "device" is host memory: CI tests it that way). Results are
 // bitwise those of the wrapped communicator on the same values, so with
-// MpiCommunicator every determinism guarantee of mpi_communicator.h holds.
+// MpiCommunicator every determinism guarantee of mpi_communicator.h holds, for
+// bf16 too: the bf16 bits are staged as they are, and the host group reduces
+// them in fp32 and rounds once.
 #pragma once
 
 #include <cstddef>
@@ -54,11 +56,19 @@ class StagedCommunicator final : public Communicator {
   int size() const override { return host_group_->size(); }
   const std::string& name() const override { return host_group_->name(); }
 
-  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+  // Staged sizes are count * dtype_bytes(dtype); the dtype goes to the host group.
+  void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
-  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
-  void all_gather(const float* send, float* receive, size_t chunk_count) override;
-  void broadcast(float* data, size_t count, int root) override;
+  void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                      kernels::DType dtype) override;
+  void all_gather(const void* send, void* receive, size_t chunk_count,
+                  kernels::DType dtype) override;
+  void broadcast(void* data, size_t count, kernels::DType dtype, int root) override;
   // Waits for this rank's queued device work first, so that after it every
   // member's work before the barrier is done.
   void barrier() override;
@@ -67,8 +77,10 @@ class StagedCommunicator final : public Communicator {
   size_t staging_bytes() const { return staging_->capacity_bytes(); }
 
  private:
-  template <typename T>
-  void all_reduce_staged(T* data, size_t count, ReduceOp op);
+  // Stages count elements of element_bytes each and runs reduce(host copy) on
+  // them: the all-reduces of every dtype and of doubles.
+  template <typename Reduce>
+  void all_reduce_staged(void* data, size_t count, size_t element_bytes, Reduce&& reduce);
 
   std::unique_ptr<Communicator> host_group_;
   kernels::Ops& ops_;
@@ -83,8 +95,8 @@ class StagedPeerToPeer final : public PeerToPeer {
   StagedPeerToPeer(std::unique_ptr<PeerToPeer> host_peers, kernels::Ops& ops,
                    std::shared_ptr<HostStaging> staging = nullptr);
 
-  void send_receive(const float* send, size_t send_count, int send_to, float* receive,
-                    size_t receive_count, int receive_from) override;
+  void send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                    size_t receive_count, int receive_from, kernels::DType dtype) override;
 
  private:
   std::unique_ptr<PeerToPeer> host_peers_;

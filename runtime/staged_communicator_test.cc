@@ -1,16 +1,17 @@
 // staged_communicator_test.cc: StagedCommunicator and StagedPeerToPeer over the
 // CPU backend against MpiCommunicator and MpiPeerToPeer: every operation's
-// result must be bitwise the plain MPI one, at counts that make the staging
-// memory grow. Also the transport's process groups (staged and plain) and the
-// device-sharing probe. Runs under mpirun (ctest: 2 and 4 ranks); every rank
-// runs every test and main reduces the results so all ranks agree. Collective
-// calls come before the checks, so a failed expectation cannot leave a rank
-// waiting.
+// result must be bitwise the plain MPI one (fp32, doubles and bf16), at counts
+// that make the staging memory grow. Also the transport's process groups
+// (staged and plain) and the device-sharing probe. Runs under mpirun (ctest: 2
+// and 4 ranks); every rank runs every test and main reduces the results so all
+// ranks agree. Collective calls come before the checks, so a failed
+// expectation cannot leave a rank waiting.
 #include "runtime/staged_communicator.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/transport.h"
@@ -208,6 +210,108 @@ TEST_F(StagedCommunicatorTest, ZeroCountsAndBarrierComplete) {
   EXPECT_EQ(staged_->name(), "staged");
 }
 
+// ---------------------------------------------------------------- bf16
+
+// Random bf16 values of mixed magnitude (the bits of a bf16 buffer), with NaN,
+// infinity and negative zero among them.
+std::vector<uint16_t> random_bfloat16(size_t count, unsigned salt) {
+  const std::vector<float> values = random_values<float>(count, salt);
+  std::vector<uint16_t> bits(count);
+  kernels::host_from_float(bits.data(), values.data(), kernels::DType::kBFloat16, count);
+  const uint16_t special[] = {0x7fc0, 0xff80, 0x7f80, 0x8000};
+  for (size_t i = 0; i < 4 && i < count; ++i) bits[count - 1 - i] = special[i];
+  return bits;
+}
+
+TEST_F(StagedCommunicatorTest, Bf16AllReduceMatchesMpiBitwise) {
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    size_t previous_staging = staged_->staging_bytes();
+    for (const size_t count : kCounts) {
+      std::vector<uint16_t> expected = random_bfloat16(count, 40), got = expected;
+      plain_->all_reduce(expected.data(), count, kernels::DType::kBFloat16, op);
+      staged_->all_reduce(got.data(), count, kernels::DType::kBFloat16, op);
+      EXPECT_TRUE(bitwise_equal(got, expected)) << count << " elements";
+      if (world_size() == 1) continue;
+      // Staged as 2-byte elements: the staging holds them, and grows for each count.
+      EXPECT_GE(staged_->staging_bytes(), count * 2);
+      if (op == ReduceOp::kSum) {
+        EXPECT_GT(staged_->staging_bytes(), previous_staging) << count;
+      }
+      previous_staging = staged_->staging_bytes();
+    }
+  }
+}
+
+TEST_F(StagedCommunicatorTest, Bf16ReduceScatterAndAllGatherMatchMpiBitwise) {
+  const size_t members = static_cast<size_t>(world_size());
+  const size_t mine = static_cast<size_t>(world_rank());
+  for (const size_t chunk : {size_t{1}, size_t{333}, size_t{100'001}}) {
+    const std::vector<uint16_t> send = random_bfloat16(chunk * members, 41);
+    std::vector<uint16_t> expected(chunk, 1), got(chunk, 2);
+    plain_->reduce_scatter(send.data(), expected.data(), chunk, kernels::DType::kBFloat16);
+    staged_->reduce_scatter(send.data(), got.data(), chunk, kernels::DType::kBFloat16);
+    std::vector<uint16_t> in_place = send;
+    staged_->reduce_scatter(in_place.data(), in_place.data() + mine * chunk, chunk,
+                            kernels::DType::kBFloat16);
+    std::vector<uint16_t> gathered_expected(chunk * members, 1), gathered(chunk * members, 2);
+    plain_->all_gather(send.data(), gathered_expected.data(), chunk, kernels::DType::kBFloat16);
+    staged_->all_gather(send.data(), gathered.data(), chunk, kernels::DType::kBFloat16);
+    std::vector<uint16_t> gathered_in_place(chunk * members, 3);
+    std::copy(send.begin(), send.begin() + chunk, gathered_in_place.begin() + mine * chunk);
+    staged_->all_gather(gathered_in_place.data() + mine * chunk, gathered_in_place.data(), chunk,
+                        kernels::DType::kBFloat16);
+
+    EXPECT_TRUE(bitwise_equal(got, expected)) << chunk << " per member";
+    EXPECT_EQ(0, std::memcmp(in_place.data() + mine * chunk, expected.data(), chunk * 2)) << chunk;
+    EXPECT_TRUE(bitwise_equal(gathered, gathered_expected)) << chunk << " per member";
+    EXPECT_TRUE(bitwise_equal(gathered_in_place, gathered_expected)) << chunk << ", in place";
+  }
+}
+
+TEST_F(StagedCommunicatorTest, Bf16BroadcastAndDeferredCallsMatchMpiBitwise) {
+  for (int root = 0; root < world_size(); ++root) {
+    std::vector<uint16_t> expected = random_bfloat16(50'001, 50 + root), got = expected;
+    plain_->broadcast(expected.data(), expected.size(), kernels::DType::kBFloat16, root);
+    staged_->broadcast(got.data(), got.size(), kernels::DType::kBFloat16, root);
+    EXPECT_TRUE(bitwise_equal(got, expected)) << "root " << root;
+  }
+  const size_t members = static_cast<size_t>(world_size()), chunk = 4097;
+  const std::vector<uint16_t> send = random_bfloat16(chunk * members, 60);
+  std::vector<uint16_t> summed = send, scattered(chunk), gathered(chunk * members);
+  plain_->all_reduce(summed.data(), summed.size(), kernels::DType::kBFloat16, ReduceOp::kSum);
+  plain_->reduce_scatter(send.data(), scattered.data(), chunk, kernels::DType::kBFloat16);
+  plain_->all_gather(send.data(), gathered.data(), chunk, kernels::DType::kBFloat16);
+  std::vector<uint16_t> deferred_sum = send, deferred_scatter(chunk),
+                        deferred_gather(chunk * members);
+  staged_->start_all_reduce(deferred_sum.data(), deferred_sum.size(), kernels::DType::kBFloat16);
+  staged_->start_reduce_scatter(send.data(), deferred_scatter.data(), chunk,
+                                kernels::DType::kBFloat16);
+  staged_->start_all_gather(send.data(), deferred_gather.data(), chunk, kernels::DType::kBFloat16);
+  staged_->wait_pending();
+  EXPECT_TRUE(bitwise_equal(deferred_sum, summed));
+  EXPECT_TRUE(bitwise_equal(deferred_scatter, scattered));
+  EXPECT_TRUE(bitwise_equal(deferred_gather, gathered));
+}
+
+TEST(StagedPeerToPeer, Bf16RingMovesBitsAsMpiPeerToPeer) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto ops = kernels::make_cpu_ops(1);
+  auto plain = world_peers();
+  StagedPeerToPeer staged(world_peers(), *ops);
+  const int next = (world_rank() + 1) % world_size();
+  const int previous = (world_rank() + world_size() - 1) % world_size();
+  const size_t count = 300'001;
+  const std::vector<uint16_t> mine = random_bfloat16(count, 70);
+  std::vector<uint16_t> expected(count + 1, 1), got(count + 1, 1);  // one guard element
+  plain->send_receive(mine.data(), count, next, expected.data(), count, previous,
+                      kernels::DType::kBFloat16);
+  staged.send_receive(mine.data(), count, next, got.data(), count, previous,
+                      kernels::DType::kBFloat16);
+  EXPECT_TRUE(bitwise_equal(got, expected));
+  EXPECT_EQ(got.back(), 1);
+  EXPECT_EQ(expected[count - 4], 0x8000);  // the special bits arrived (-0 last but three)
+}
+
 // ---------------------------------------------------------------- peers
 
 // A ring: every rank sends to the next and receives from the previous, with
@@ -222,8 +326,10 @@ TEST(StagedPeerToPeer, RingTransfersMatchMpiPeerToPeer) {
   for (const size_t count : {size_t{1}, size_t{1000}, size_t{300'001}}) {
     const std::vector<float> mine = random_values<float>(count, 20);
     std::vector<float> expected(count, -1.0f), got(count, -2.0f);
-    plain->send_receive(mine.data(), count, next, expected.data(), count, previous);
-    staged.send_receive(mine.data(), count, next, got.data(), count, previous);
+    plain->send_receive(mine.data(), count, next, expected.data(), count, previous,
+                        kernels::DType::kFloat32);
+    staged.send_receive(mine.data(), count, next, got.data(), count, previous,
+                        kernels::DType::kFloat32);
     EXPECT_TRUE(bitwise_equal(got, expected)) << count << " floats";
   }
 }
@@ -235,8 +341,10 @@ TEST(StagedPeerToPeer, OneSidedHalvesSkipTheOther) {
   const size_t count = 12'345;
   const std::vector<float> mine = random_values<float>(count, 21);
   std::vector<float> received(count, -1.0f);
-  if (world_rank() == 0) staged.send_receive(mine.data(), count, 1, nullptr, 0, -1);
-  if (world_rank() == 1) staged.send_receive(nullptr, 0, -1, received.data(), count, 0);
+  if (world_rank() == 0)
+    staged.send_receive(mine.data(), count, 1, nullptr, 0, -1, kernels::DType::kFloat32);
+  if (world_rank() == 1)
+    staged.send_receive(nullptr, 0, -1, received.data(), count, 0, kernels::DType::kFloat32);
   std::vector<float> from_rank_0 = mine;
   MPI_Bcast(from_rank_0.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (world_rank() == 1) {

@@ -15,35 +15,38 @@ void TimedCommunicator::timed(Call&& call) {
   *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void TimedCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
-  timed([&] { inner_->all_reduce(data, count, op); });
+void TimedCommunicator::all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) {
+  timed([&] { inner_->all_reduce(data, count, dtype, op); });
 }
 void TimedCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
   timed([&] { inner_->all_reduce(data, count, op); });
 }
-void TimedCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
-  timed([&] { inner_->reduce_scatter(send, receive, chunk_count); });
+void TimedCommunicator::reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                       kernels::DType dtype) {
+  timed([&] { inner_->reduce_scatter(send, receive, chunk_count, dtype); });
 }
-void TimedCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
-  timed([&] { inner_->all_gather(send, receive, chunk_count); });
+void TimedCommunicator::all_gather(const void* send, void* receive, size_t chunk_count,
+                                   kernels::DType dtype) {
+  timed([&] { inner_->all_gather(send, receive, chunk_count, dtype); });
 }
-void TimedCommunicator::broadcast(float* data, size_t count, int root) {
-  timed([&] { inner_->broadcast(data, count, root); });
+void TimedCommunicator::broadcast(void* data, size_t count, kernels::DType dtype, int root) {
+  timed([&] { inner_->broadcast(data, count, dtype, root); });
 }
 void TimedCommunicator::barrier() {
   timed([&] { inner_->barrier(); });
 }
 // Deferred calls count the host time they block (all of it for MPI, the launch
 // for NCCL) and the wait.
-void TimedCommunicator::start_all_reduce(float* data, size_t count) {
-  timed([&] { inner_->start_all_reduce(data, count); });
+void TimedCommunicator::start_all_reduce(void* data, size_t count, kernels::DType dtype) {
+  timed([&] { inner_->start_all_reduce(data, count, dtype); });
 }
-void TimedCommunicator::start_reduce_scatter(const float* send, float* receive,
-                                             size_t chunk_count) {
-  timed([&] { inner_->start_reduce_scatter(send, receive, chunk_count); });
+void TimedCommunicator::start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                             kernels::DType dtype) {
+  timed([&] { inner_->start_reduce_scatter(send, receive, chunk_count, dtype); });
 }
-void TimedCommunicator::start_all_gather(const float* send, float* receive, size_t chunk_count) {
-  timed([&] { inner_->start_all_gather(send, receive, chunk_count); });
+void TimedCommunicator::start_all_gather(const void* send, void* receive, size_t chunk_count,
+                                         kernels::DType dtype) {
+  timed([&] { inner_->start_all_gather(send, receive, chunk_count, dtype); });
 }
 void TimedCommunicator::wait_pending() {
   timed([&] { inner_->wait_pending(); });

@@ -19,15 +19,24 @@ class TimedCommunicator final : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   const std::string& name() const override { return inner_->name(); }
-  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+  void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
-  void reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
-  void all_gather(const float* send, float* receive, size_t chunk_count) override;
-  void broadcast(float* data, size_t count, int root) override;
+  void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                      kernels::DType dtype) override;
+  void all_gather(const void* send, void* receive, size_t chunk_count,
+                  kernels::DType dtype) override;
+  void broadcast(void* data, size_t count, kernels::DType dtype, int root) override;
   void barrier() override;
-  void start_all_reduce(float* data, size_t count) override;
-  void start_reduce_scatter(const float* send, float* receive, size_t chunk_count) override;
-  void start_all_gather(const float* send, float* receive, size_t chunk_count) override;
+  void start_all_reduce(void* data, size_t count, kernels::DType dtype) override;
+  void start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                            kernels::DType dtype) override;
+  void start_all_gather(const void* send, void* receive, size_t chunk_count,
+                        kernels::DType dtype) override;
   void wait_pending() override;
 
  private:

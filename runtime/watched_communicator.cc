@@ -10,43 +10,47 @@ WatchedCommunicator::WatchedCommunicator(std::unique_ptr<Communicator> inner)
       where_(" on group '" + inner_->name() + "' (rank " + std::to_string(inner_->rank()) + " of " +
              std::to_string(inner_->size()) + ")") {}
 
-void WatchedCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
-  Watchdog::Guard guard({"all_reduce", count, "floats", &where_});
-  inner_->all_reduce(data, count, op);
+void WatchedCommunicator::all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) {
+  Watchdog::Guard guard({"all_reduce", count, elements_unit(dtype), &where_});
+  inner_->all_reduce(data, count, dtype, op);
 }
 void WatchedCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
   Watchdog::Guard guard({"all_reduce", count, "doubles", &where_});
   inner_->all_reduce(data, count, op);
 }
-void WatchedCommunicator::reduce_scatter(const float* send, float* receive, size_t chunk_count) {
-  Watchdog::Guard guard({"reduce_scatter", chunk_count, "floats per rank", &where_});
-  inner_->reduce_scatter(send, receive, chunk_count);
+void WatchedCommunicator::reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                         kernels::DType dtype) {
+  Watchdog::Guard guard({"reduce_scatter", chunk_count, elements_per_rank_unit(dtype), &where_});
+  inner_->reduce_scatter(send, receive, chunk_count, dtype);
 }
-void WatchedCommunicator::all_gather(const float* send, float* receive, size_t chunk_count) {
-  Watchdog::Guard guard({"all_gather", chunk_count, "floats per rank", &where_});
-  inner_->all_gather(send, receive, chunk_count);
+void WatchedCommunicator::all_gather(const void* send, void* receive, size_t chunk_count,
+                                     kernels::DType dtype) {
+  Watchdog::Guard guard({"all_gather", chunk_count, elements_per_rank_unit(dtype), &where_});
+  inner_->all_gather(send, receive, chunk_count, dtype);
 }
-void WatchedCommunicator::broadcast(float* data, size_t count, int root) {
-  Watchdog::Guard guard({"broadcast", count, "floats", &where_});
-  inner_->broadcast(data, count, root);
+void WatchedCommunicator::broadcast(void* data, size_t count, kernels::DType dtype, int root) {
+  Watchdog::Guard guard({"broadcast", count, elements_unit(dtype), &where_});
+  inner_->broadcast(data, count, dtype, root);
 }
 void WatchedCommunicator::barrier() {
   Watchdog::Guard guard({"barrier", 0, "", &where_});
   inner_->barrier();
 }
-void WatchedCommunicator::start_all_reduce(float* data, size_t count) {
-  Watchdog::Guard guard({"all_reduce (gradient bucket)", count, "floats", &where_});
-  inner_->start_all_reduce(data, count);
+void WatchedCommunicator::start_all_reduce(void* data, size_t count, kernels::DType dtype) {
+  Watchdog::Guard guard({"all_reduce (gradient bucket)", count, elements_unit(dtype), &where_});
+  inner_->start_all_reduce(data, count, dtype);
 }
-void WatchedCommunicator::start_reduce_scatter(const float* send, float* receive,
-                                               size_t chunk_count) {
+void WatchedCommunicator::start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                               kernels::DType dtype) {
   Watchdog::Guard guard(
-      {"reduce_scatter (gradient bucket)", chunk_count, "floats per rank", &where_});
-  inner_->start_reduce_scatter(send, receive, chunk_count);
+      {"reduce_scatter (gradient bucket)", chunk_count, elements_per_rank_unit(dtype), &where_});
+  inner_->start_reduce_scatter(send, receive, chunk_count, dtype);
 }
-void WatchedCommunicator::start_all_gather(const float* send, float* receive, size_t chunk_count) {
-  Watchdog::Guard guard({"all_gather (parameters)", chunk_count, "floats per rank", &where_});
-  inner_->start_all_gather(send, receive, chunk_count);
+void WatchedCommunicator::start_all_gather(const void* send, void* receive, size_t chunk_count,
+                                           kernels::DType dtype) {
+  Watchdog::Guard guard(
+      {"all_gather (parameters)", chunk_count, elements_per_rank_unit(dtype), &where_});
+  inner_->start_all_gather(send, receive, chunk_count, dtype);
 }
 void WatchedCommunicator::wait_pending() {
   Watchdog::Guard guard({"wait for pending operations", 0, "", &where_});
@@ -56,15 +60,16 @@ void WatchedCommunicator::wait_pending() {
 WatchedPeerToPeer::WatchedPeerToPeer(std::unique_ptr<PeerToPeer> inner, int world_rank)
     : inner_(std::move(inner)), where_(" on world rank " + std::to_string(world_rank)) {}
 
-void WatchedPeerToPeer::send_receive(const float* send, size_t send_count, int send_to,
-                                     float* receive, size_t receive_count, int receive_from) {
+void WatchedPeerToPeer::send_receive(const void* send, size_t send_count, int send_to,
+                                     void* receive, size_t receive_count, int receive_from,
+                                     kernels::DType dtype) {
   const char* operation = send_to >= 0 && receive_from >= 0 ? "pipeline send and receive"
                           : send_to >= 0                    ? "pipeline send"
                                                             : "pipeline receive";
   Watchdog::Guard guard({operation,
                          (send_to >= 0 ? send_count : 0) + (receive_from >= 0 ? receive_count : 0),
-                         "floats", &where_, send_to, receive_from});
-  inner_->send_receive(send, send_count, send_to, receive, receive_count, receive_from);
+                         elements_unit(dtype), &where_, send_to, receive_from});
+  inner_->send_receive(send, send_count, send_to, receive, receive_count, receive_from, dtype);
 }
 
 void watch_process_groups(ProcessGroups& groups) {
