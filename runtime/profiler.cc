@@ -176,18 +176,26 @@ json measure_compute(kernels::Ops& ops, const GptConfig& config, int tensor_para
 double measure_optimizer(kernels::Ops& ops, int repetitions) {
   const size_t n = size_t{1} << 20;
   MemoryTracker memory(ops);
-  float* buffers[4];
-  for (float*& buffer : buffers) {
-    buffer = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kWorkspace));
-    fill_host(ops, buffer, n, 1e-2f);
-  }
+  // fp32 master weights and moments; storage parameters and gradients (a
+  // bf16 job's step also rounds the parameters and reads bf16 gradients).
+  auto allocate = [&](size_t bytes) { return memory.allocate(bytes, MemoryCategory::kWorkspace); };
+  float* master = static_cast<float*>(allocate(n * sizeof(float)));
+  float* first_moment = static_cast<float*>(allocate(n * sizeof(float)));
+  float* second_moment = static_cast<float*>(allocate(n * sizeof(float)));
+  void* parameters = allocate(ops.storage_bytes(n));
+  void* gradients = allocate(ops.storage_bytes(n));
+  fill_host(ops, parameters, n, 1e-2f);
+  fill_host(ops, gradients, n, 1e-2f);
+  ops.convert_to_float(master, parameters, n);
+  ops.zero_bytes(first_moment, n * sizeof(float));
+  ops.zero_bytes(second_moment, n * sizeof(float));
   int step = 0;
   const double seconds = mean_seconds(ops, repetitions, [&] {
-    volatile double squares = ops.sum_of_squares(buffers[1], n);
+    volatile double squares = ops.sum_of_squares(gradients, n);
     (void)squares;
-    ops.scale(buffers[1], 1.0f, n);
-    ops.adamw(buffers[0], buffers[1], buffers[2], buffers[3], n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
-              ++step);
+    ops.scale(gradients, 1.0f, n);
+    ops.adamw(master, parameters, gradients, first_moment, second_moment, n, 1e-4f, 0.9f, 0.95f,
+              1e-8f, 0.1f, ++step);
   });
   return seconds / static_cast<double>(n);
 }
