@@ -34,6 +34,19 @@ std::string error_of(const JobConfig& config) {
   return "";
 }
 
+TEST(PlannerReport, NotesAnOptimizerStateCoefficientThatMissesTheRuntime) {
+  JobConfig config;
+  config.model.dtype = schema::DType::Float32;
+  config.planner.opt_resident_coef = 2;  // AutoDist's default: fp32 Adam
+  EXPECT_EQ(optimizer_state_note(config), "");
+  config.model.dtype = schema::DType::BFloat16;
+  const std::string note = optimizer_state_note(config);
+  EXPECT_NE(note.find("fp32 master weights"), std::string::npos) << note;
+  EXPECT_NE(note.find("set planner.opt_resident_coef = 6"), std::string::npos) << note;
+  config.planner.opt_resident_coef = 6;
+  EXPECT_EQ(optimizer_state_note(config), "");
+}
+
 TEST(PlanFilesTest, SaveThenLoadTheSamePlan) {
   const std::string path = testing::TempDir() + "saved.pplan";
   const PlanOutcome saved = plan_job(eight_device_job({{"planner.save_plan_path", path}}));

@@ -1,6 +1,7 @@
 // planner.cc: plan_job(), the front door: load or search, write, report.
 #include "planner/planner.h"
 
+#include <sstream>
 #include <stdexcept>
 
 #include "planner/plan_report.h"
@@ -13,6 +14,21 @@
 
 namespace paraplan {
 
+std::string optimizer_state_note(const JobConfig& config) {
+  const bool bf16 = config.model.dtype == schema::DType::BFloat16;
+  const double runtime_coef = bf16 ? 6 : 2;
+  if (config.planner.opt_resident_coef == runtime_coef) return "";
+  std::ostringstream note;
+  note << "note: planner.opt_resident_coef is " << config.planner.opt_resident_coef
+       << ", but for model.dtype " << (bf16 ? "bfloat16" : "float32")
+       << " paraplan's AdamW keeps "
+       << (bf16 ? "fp32 master weights and two fp32 moments (6 x the bf16 weights)"
+                : "two fp32 moments (2 x the fp32 weights)")
+       << "; set planner.opt_resident_coef = " << runtime_coef
+       << " for memory predictions that match the run\n";
+  return note.str();
+}
+
 PlanOutcome plan_job(const JobConfig& config) {
   validate_job_config(config);
   const ProfileLoad profile = load_profile(config);
@@ -21,7 +37,7 @@ PlanOutcome plan_job(const JobConfig& config) {
   if (!config.planner.load_plan_path.empty()) {
     ReusedPlan reused = reuse_plan(config, profile_pointer);
     outcome.plan = std::move(reused.plan);
-    outcome.report = format_reuse_report(config, reused);
+    outcome.report = optimizer_state_note(config) + format_reuse_report(config, reused);
     for (const std::string& line :
          describe_profile_use(config, profile, {reused.candidate.setting}))
       outcome.report += line + "\n";
@@ -35,7 +51,8 @@ PlanOutcome plan_job(const JobConfig& config) {
   outcome.plan = serialize_plan(config, result.ranked.front(), profile_pointer);
   // The plan goes through the same door the runtime uses.
   load_plan_from_bytes("planned", outcome.plan);
-  outcome.report = format_search_report(config, result, profile_pointer,
+  outcome.report = optimizer_state_note(config) +
+                   format_search_report(config, result, profile_pointer,
                                         describe_profile_use(config, profile, result.settings));
   if (!config.planner.save_plan_path.empty())
     write_plan(config.planner.save_plan_path, outcome.plan.data(), outcome.plan.size());

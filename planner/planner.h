@@ -29,4 +29,11 @@ struct PlanOutcome {
 
 PlanOutcome plan_job(const JobConfig& config);
 
+// A note for the report when planner.opt_resident_coef does not describe the
+// optimizer state paraplan's runtime keeps for model.dtype: fp32 moments (2x
+// fp32 weights), or under bf16 fp32 master weights too (6x bf16 weights);
+// empty when it does. The option keeps AutoDist's default (2); the note says
+// which value makes the memory prediction match the run.
+std::string optimizer_state_note(const JobConfig& config);
+
 }  // namespace paraplan

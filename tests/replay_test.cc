@@ -68,6 +68,30 @@ class Replay : public ::testing::Test {
 
 TemporaryDirectory* Replay::directory_ = nullptr;
 
+TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
+  // bf16 mixed precision under ZeRO-1 over 2 ranks: bf16 weights and
+  // gradients (plus the bf16 gradient shard), and fp32 master weights and
+  // moments sharded, 6 x the bf16 weights / 2 (opt_resident_coef = 6).
+  const std::string plan_file = plan("bf16-zero1", 2,
+                                     "data_parallel_degree = 2\nmicro_batch_size = 4\n"
+                                     "zero_stage = 1\nopt_resident_coef = 6\n",
+                                     "--model.dtype bfloat16");
+  const std::string report_file = *directory_ / "bf16-zero1.json";
+  const CommandResult replayed = run("launch --plan " + plan_file +
+                                     " -- replay --steps 1 --warmup 1 --report " + report_file);
+  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+  const json report = json::parse(read_file(report_file));
+  ASSERT_EQ(report["stages"].size(), 1u);
+  const json& memory = report["stages"][0]["memory_bytes"];
+  for (const char* part : {"weights", "gradients", "optimizer_state"})
+    EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << part;
+  // 2 bytes per weight: wte 256x32, wpe 16x32, 2 blocks of 12704 and the
+  // final norm's 64 are 34176 parameters (even, so no ZeRO padding).
+  EXPECT_EQ(memory["weights"]["measured"].get<double>(), 2.0 * 34176);
+  EXPECT_EQ(memory["optimizer_state"]["measured"].get<double>(), 12.0 * 34176 / 2);
+  EXPECT_TRUE(report["memory_within_prediction"].get<bool>());
+}
+
 TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
   const std::string plan_file =
       plan("pp2-tp2", 4,
