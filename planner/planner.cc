@@ -20,8 +20,7 @@ std::string optimizer_state_note(const JobConfig& config) {
   if (config.planner.opt_resident_coef == runtime_coef) return "";
   std::ostringstream note;
   note << "note: planner.opt_resident_coef is " << config.planner.opt_resident_coef
-       << ", but for model.dtype " << (bf16 ? "bfloat16" : "float32")
-       << " paraplan's AdamW keeps "
+       << ", but for model.dtype " << (bf16 ? "bfloat16" : "float32") << " paraplan's AdamW keeps "
        << (bf16 ? "fp32 master weights and two fp32 moments (6 x the bf16 weights)"
                 : "two fp32 moments (2 x the fp32 weights)")
        << "; set planner.opt_resident_coef = " << runtime_coef

@@ -90,10 +90,9 @@ void DistributedOptimizer::start_bucket(size_t index) {
   const GradientBucket& bucket = buckets_[index];
   void* gradients = stage_.gradients();
   if (sharded_) {
-    groups_.zero->start_reduce_scatter(kernels::element_at(gradients, bucket.begin, dtype_),
-                                       kernels::element_at(gradient_shard_, bucket.shard_offset,
-                                                           dtype_),
-                                       bucket.chunk, dtype_);
+    groups_.zero->start_reduce_scatter(
+        kernels::element_at(gradients, bucket.begin, dtype_),
+        kernels::element_at(gradient_shard_, bucket.shard_offset, dtype_), bucket.chunk, dtype_);
   } else if (groups_.data->size() > 1) {
     groups_.data->start_all_reduce(kernels::element_at(gradients, bucket.begin, dtype_),
                                    bucket.end - bucket.begin, dtype_);

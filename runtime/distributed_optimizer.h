@@ -129,11 +129,11 @@ class DistributedOptimizer {
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;
-  kernels::DType dtype_;              // the stage's storage dtype
-  float* master_ = nullptr;          // bf16 storage: fp32 master weights of shard_elements_
-  bool master_valid_ = false;        // set by load_parameters, else by the first step
-  void* gradient_shard_ = nullptr;   // ZeRO-1: this rank's summed gradients (storage)
-  bool counts_replicas_;             // this data-parallel replica counts in the norm
+  kernels::DType dtype_;            // the stage's storage dtype
+  float* master_ = nullptr;         // bf16 storage: fp32 master weights of shard_elements_
+  bool master_valid_ = false;       // set by load_parameters, else by the first step
+  void* gradient_shard_ = nullptr;  // ZeRO-1: this rank's summed gradients (storage)
+  bool counts_replicas_;            // this data-parallel replica counts in the norm
 };
 
 }  // namespace paraplan

@@ -82,11 +82,13 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
   // The attention output and logsumexp are kept only without recomputation;
   // selective recompute rebuilds them from qkv.
   const bool keep_attention = mode == RecomputeMode::None || shared == nullptr;
-  acts.atty = keep_attention ? allocate_storage(BT * A, MemoryCategory::kActivations) : shared->atty;
+  acts.atty =
+      keep_attention ? allocate_storage(BT * A, MemoryCategory::kActivations) : shared->atty;
   acts.logsumexp = keep_attention ? allocate_floats(attention_rows, MemoryCategory::kActivations)
                                   : shared->logsumexp;
   // The block output is always kept: it is the next block's input.
-  acts.output = shared == nullptr ? nullptr : allocate_storage(BT * C, MemoryCategory::kActivations);
+  acts.output =
+      shared == nullptr ? nullptr : allocate_storage(BT * C, MemoryCategory::kActivations);
   return acts;
 }
 
@@ -195,8 +197,8 @@ void GptStage::block_forward(int local_layer, const void* input, const BlockActi
   const size_t BTC = static_cast<size_t>(BT) * C;
   // Row-parallel biases: added by one tensor rank, before the all-reduce.
   const bool adds_row_bias = layout_.tensor_rank() == 0;
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, param(w.ln1_weight), param(w.ln1_bias), BT,
-                         C, config.layernorm_epsilon);
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, param(w.ln1_weight),
+                         param(w.ln1_bias), BT, C, config.layernorm_epsilon);
   ops_.linear_forward(a.qkv, a.ln1, param(w.qkv_weight), param(w.qkv_bias), BT, C, 3 * A);
   ops_.attention_forward(a.atty, a.logsumexp, a.qkv, batch_, config.seq_len, layout_.local_heads(),
                          config.head_dim());
@@ -226,16 +228,16 @@ void GptStage::block_backward(int local_layer, const void* input, const BlockAct
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
   zero(fch_gelu_gradient_, BTF);
-  ops_.linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias), dresidual,
-                       a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
+  ops_.linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
+                       dresidual, a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
   zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_, a.ln2,
-                       param(w.mlp_up_weight), BT, C, F);
+  ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
+                       a.ln2, param(w.mlp_up_weight), BT, C, F);
   tensor_all_reduce(norm_gradient_, BTC);  // f: each rank held a partial input gradient
-  ops_.layernorm_backward(dresidual, grad(w.ln2_weight), grad(w.ln2_bias), norm_gradient_, a.residual2,
-                          param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, BT, C);
+  ops_.layernorm_backward(dresidual, grad(w.ln2_weight), grad(w.ln2_bias), norm_gradient_,
+                          a.residual2, param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, BT, C);
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
   zero(atty_gradient_, BTA);
@@ -295,7 +297,8 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
     ops_.layernorm_forward(slot.final_norm, slot.final_norm_mean, slot.final_norm_rstd,
                            output(slot_index), param(layout_.final_norm_weight()),
                            param(layout_.final_norm_bias()), BT, C, config.layernorm_epsilon);
-    ops_.linear_forward(slot.logits, slot.final_norm, param(layout_.head_weight()), nullptr, BT, C, V);
+    ops_.linear_forward(slot.logits, slot.final_norm, param(layout_.head_weight()), nullptr, BT, C,
+                        V);
     head_loss(slot, training, loss_scale);
   }
 }

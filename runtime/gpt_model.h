@@ -167,12 +167,12 @@ class GptStage {
   // recompute, only atty and logsumexp when the stage's deepest mode is selective.
   BlockActivations recompute_scratch_;
   // Gradient scratch, shared by all layers and slots.
-  void* residual_gradient_ = nullptr;  // [BT, C], flows backward through the blocks
-  void* norm_gradient_ = nullptr;      // [BT, C]
-  void* qkv_gradient_ = nullptr;       // [BT, 3C]
-  void* atty_gradient_ = nullptr;      // [BT, A]
-  void* fch_gradient_ = nullptr;       // [BT, F]
-  void* fch_gelu_gradient_ = nullptr;  // [BT, F]
+  void* residual_gradient_ = nullptr;   // [BT, C], flows backward through the blocks
+  void* norm_gradient_ = nullptr;       // [BT, C]
+  void* qkv_gradient_ = nullptr;        // [BT, 3C]
+  void* atty_gradient_ = nullptr;       // [BT, A]
+  void* fch_gradient_ = nullptr;        // [BT, F]
+  void* fch_gelu_gradient_ = nullptr;   // [BT, F]
   float* attention_scratch_ = nullptr;  // [B, H, T]: attention_backward's row terms
   // Vocab-parallel cross-entropy statistics per row [BT].
   float* row_max_ = nullptr;

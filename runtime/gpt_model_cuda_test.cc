@@ -52,7 +52,7 @@ GptConfig tiny_config() {
 }
 
 std::unique_ptr<kernels::Ops> make_cuda(bool tf32,
-                                       kernels::DType dtype = kernels::DType::kFloat32) {
+                                        kernels::DType dtype = kernels::DType::kFloat32) {
   const char* saved = std::getenv("PARAPLAN_CUDA_TF32");
   const std::string saved_value = saved != nullptr ? saved : "";
   setenv("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0", 1);

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "kernels/dtype.h"
-
 #include "runtime/gpt_layout.h"
 #include "runtime/gpt_model.h"
 #include "schema/plan_io.h"

@@ -265,7 +265,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     timer.start_step(step + 1 - options.warmup, measured);
     world.barrier();
     const Clock::time_point start = Clock::now();
-    rank.ops->zero_bytes(rank.stage->gradients(), rank.ops->storage_bytes(rank.stage->buffer_elements()));
+    rank.ops->zero_bytes(rank.stage->gradients(),
+                         rank.ops->storage_bytes(rank.stage->buffer_elements()));
     rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
                             loss_scale, hooks, &timer);
     rank.ops->synchronize();

@@ -38,7 +38,8 @@ TEST_F(ParallelTraining, Bfloat16TracksFloat32) {
   const std::vector<double>& mixed = single_rank_losses("bfloat16");
   ASSERT_EQ(mixed.size(), fp32.size());
   double largest = 0;
-  for (size_t i = 0; i < fp32.size(); ++i) largest = std::max(largest, std::fabs(mixed[i] - fp32[i]));
+  for (size_t i = 0; i < fp32.size(); ++i)
+    largest = std::max(largest, std::fabs(mixed[i] - fp32[i]));
   // Training, not just running: the loss falls as in fp32.
   EXPECT_LT(mixed.back(), mixed.front() - 0.3);
   EXPECT_LT(largest, 5e-3);  // measured 2.1e-4
@@ -46,16 +47,15 @@ TEST_F(ParallelTraining, Bfloat16TracksFloat32) {
 }
 
 TEST_F(ParallelTraining, Bfloat16PlansMatchTheSingleRankRun) {
-  for (const PlanCase& plan :
-       {bf16({.name = "bf16_dp2", .data = 2, .micro_batch_size = 3}),
-        bf16({.name = "bf16_tp2", .tensor = 2, .micro_batch_size = 6}),
-        bf16({.name = "bf16_pp2", .pipeline = 2, .micro_batch_size = 3}),
-        bf16({.name = "bf16_pp2_dp2_tp2_zero1",
-              .pipeline = 2,
-              .data = 2,
-              .tensor = 2,
-              .micro_batch_size = 2,
-              .zero_stage = 1})})
+  for (const PlanCase& plan : {bf16({.name = "bf16_dp2", .data = 2, .micro_batch_size = 3}),
+                               bf16({.name = "bf16_tp2", .tensor = 2, .micro_batch_size = 6}),
+                               bf16({.name = "bf16_pp2", .pipeline = 2, .micro_batch_size = 3}),
+                               bf16({.name = "bf16_pp2_dp2_tp2_zero1",
+                               .pipeline = 2,
+                               .data = 2,
+                               .tensor = 2,
+                               .micro_batch_size = 2,
+                               .zero_stage = 1})})
     expect_same_losses(plan, kBfloat16Tolerance);
 }
 
@@ -87,7 +87,8 @@ TEST_F(ParallelTraining, Bfloat16ResumeIsBitwise) {
   const std::vector<double> resumed =
       train(split, "--checkpoint-dir " + split_dir + " --resume", nullptr, "", kSteps);
   ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps));  // the log holds both halves
-  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], expected[i]) << "step " << i + 1;
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_EQ(resumed[i], expected[i]) << "step " << i + 1;
   const std::string last = "/step_0000000" + std::to_string(kSteps) + "/";
   for (const char* file : {"model.safetensors", "optimizer.safetensors"})
     EXPECT_TRUE(read_file(whole_dir + last + file) == read_file(split_dir + last + file))

@@ -40,7 +40,8 @@ seq_len = 16
 num_layers = 4
 d_model = 32
 num_heads = 4
-dtype = ")" + plan.dtype + R"("
+dtype = ")" + plan.dtype +
+                     R"("
 
 [training]
 global_batch_size = 12
@@ -91,8 +92,7 @@ class ParallelTraining : public ::testing::Test {
   // under mpirun, returns the per-step losses the log holds.
   static std::vector<double> train(const PlanCase& plan, const std::string& extra = "",
                                    CommandResult* result_out = nullptr,
-                                   const std::string& environment = "",
-                                   int steps = kSteps) {
+                                   const std::string& environment = "", int steps = kSteps) {
     const std::string job = *directory_ / (plan.name + ".toml");
     const std::string plan_file = *directory_ / (plan.name + ".pplan");
     const std::string log = *directory_ / (plan.name + ".jsonl");
@@ -118,7 +118,8 @@ class ParallelTraining : public ::testing::Test {
     static std::map<std::string, std::vector<double>> losses;
     auto found = losses.find(dtype);
     if (found == losses.end())
-      found = losses.emplace(dtype, train(PlanCase{.name = "single_" + dtype, .dtype = dtype})).first;
+      found =
+          losses.emplace(dtype, train(PlanCase{.name = "single_" + dtype, .dtype = dtype})).first;
     return found->second;
   }
 

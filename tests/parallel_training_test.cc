@@ -28,7 +28,6 @@ namespace {
 
 using namespace paraplan::testing;
 
-
 TEST_F(ParallelTraining, SingleRankLossFalls) {
   const std::vector<double>& losses = single_rank_losses();
   ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));

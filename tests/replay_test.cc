@@ -77,8 +77,8 @@ TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
                                      "zero_stage = 1\nopt_resident_coef = 6\n",
                                      "--model.dtype bfloat16");
   const std::string report_file = *directory_ / "bf16-zero1.json";
-  const CommandResult replayed = run("launch --plan " + plan_file +
-                                     " -- replay --steps 1 --warmup 1 --report " + report_file);
+  const CommandResult replayed =
+      run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " + report_file);
   ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
   const json report = json::parse(read_file(report_file));
   ASSERT_EQ(report["stages"].size(), 1u);

@@ -75,9 +75,8 @@ class CpuBfloat16Ops final : public Ops {
     }
   }
 
-  void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens,
-                                int num_tokens, int vocab_start, int vocab_local,
-                                int channels) override {
+  void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int num_tokens,
+                                int vocab_start, int vocab_local, int channels) override {
     // Sum each touched row's gradients in fp32 (token order), then add the sum
     // into dwte once: one rounding per row, whatever the token repeats.
     const size_t C = channels;
@@ -124,7 +123,8 @@ class CpuBfloat16Ops final : public Ops {
     narrow(dwpe, dwpe32, TC);
   }
 
-  // ---- layer norm ----------------------------------------------------------------------------------
+  // ---- layer norm
+  // ----------------------------------------------------------------------------------
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int rows, int channels, float epsilon) override {
     const size_t n = static_cast<size_t>(rows) * channels;
@@ -134,9 +134,9 @@ class CpuBfloat16Ops final : public Ops {
     narrow(out, out32, n);
   }
 
-  void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
-                          const void* inp, const void* weight, const float* mean,
-                          const float* rstd, int rows, int channels) override {
+  void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int rows,
+                          int channels) override {
     const size_t n = static_cast<size_t>(rows) * channels;
     float* dinp32 = widen(0, dinp, n);
     float* dweight32 = widen(1, dweight, channels);
@@ -148,7 +148,8 @@ class CpuBfloat16Ops final : public Ops {
     narrow(dbias, dbias32, channels);
   }
 
-  // ---- linear ------------------------------------------------------------------------------------
+  // ---- linear
+  // ------------------------------------------------------------------------------------
   void linear_forward(void* out, const void* inp, const void* weight, const void* bias, int rows,
                       int in_features, int out_features) override {
     const size_t n = static_cast<size_t>(rows) * out_features;
@@ -167,11 +168,10 @@ class CpuBfloat16Ops final : public Ops {
     float* dinp32 = dinp ? widen(0, dinp, in_n) : nullptr;
     float* dweight32 = dweight ? widen(1, dweight, weight_n) : nullptr;
     float* dbias32 = dbias ? widen(2, dbias, out_features) : nullptr;
-    fp32_->linear_backward(dinp32, dweight32, dbias32,
-                           widen(3, dout, static_cast<size_t>(rows) * out_features),
-                           dweight ? widen(4, inp, in_n) : nullptr,
-                           dinp ? widen(5, weight, weight_n) : nullptr, rows, in_features,
-                           out_features);
+    fp32_->linear_backward(
+        dinp32, dweight32, dbias32, widen(3, dout, static_cast<size_t>(rows) * out_features),
+        dweight ? widen(4, inp, in_n) : nullptr, dinp ? widen(5, weight, weight_n) : nullptr, rows,
+        in_features, out_features);
     if (dinp) narrow(dinp, dinp32, in_n);
     if (dweight) narrow(dweight, dweight32, weight_n);
     if (dbias) narrow(dbias, dbias32, out_features);
@@ -201,7 +201,8 @@ class CpuBfloat16Ops final : public Ops {
       bits(x)[i] = bfloat16_from_float(float_from_bfloat16(bits(x)[i]) * factor);
   }
 
-  // ---- attention ---------------------------------------------------------------------------------
+  // ---- attention
+  // ---------------------------------------------------------------------------------
   void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
                          int num_heads, int head_dim) override {
     const size_t n = static_cast<size_t>(batch) * seq_len * num_heads * head_dim;
@@ -220,7 +221,8 @@ class CpuBfloat16Ops final : public Ops {
     narrow(dqkv, dqkv32, 3 * n);
   }
 
-  // ---- loss: fp32 statistics from widened logits; dlogits rounded once ---------------------------
+  // ---- loss: fp32 statistics from widened logits; dlogits rounded once
+  // ---------------------------
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int rows, int vocab,
                              float loss_scale) override {
@@ -239,9 +241,9 @@ class CpuBfloat16Ops final : public Ops {
   }
   void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits, const float* row_max,
                                     int rows, int vocab_local) override {
-    fp32_->cross_entropy_shard_exp_sums(
-        exp_sum, widen(0, logits, static_cast<size_t>(rows) * vocab_local), row_max, rows,
-        vocab_local);
+    fp32_->cross_entropy_shard_exp_sums(exp_sum,
+                                        widen(0, logits, static_cast<size_t>(rows) * vocab_local),
+                                        row_max, rows, vocab_local);
   }
   void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                   const int32_t* targets, const float* row_max,
@@ -255,7 +257,8 @@ class CpuBfloat16Ops final : public Ops {
     if (dlogits) narrow(dlogits, logits32, n);
   }
 
-  // ---- optimizer: fp32 master weights, the bf16 params their rounded copy -------------------------
+  // ---- optimizer: fp32 master weights, the bf16 params their rounded copy
+  // -------------------------
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
              float epsilon, float weight_decay, int step) override {

@@ -53,16 +53,17 @@ class Bfloat16OpsTest : public ::testing::Test {
 
 TEST(Bfloat16Conversion, RoundsToNearestTiesToEven) {
   // bf16 has 7 fraction bits: neighbours of 1 are 1 - 2^-8 and 1 + 2^-7.
-  EXPECT_EQ(round_to_bfloat16(1.0f + 0x1p-8f), 1.0f);                 // tie, to even (down)
-  EXPECT_EQ(round_to_bfloat16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);   // tie, to even (up)
+  EXPECT_EQ(round_to_bfloat16(1.0f + 0x1p-8f), 1.0f);                       // tie, to even (down)
+  EXPECT_EQ(round_to_bfloat16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);         // tie, to even (up)
   EXPECT_EQ(round_to_bfloat16(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);  // above the tie
-  EXPECT_EQ(round_to_bfloat16(-2.5f), -2.5f);                         // exact values stay
+  EXPECT_EQ(round_to_bfloat16(-2.5f), -2.5f);                               // exact values stay
   EXPECT_EQ(bfloat16_from_float(-0.0f), 0x8000);
   EXPECT_EQ(bfloat16_from_float(std::numeric_limits<float>::infinity()), 0x7f80);
   EXPECT_EQ(bfloat16_from_float(std::numeric_limits<float>::max()), 0x7f80);  // overflows
   EXPECT_TRUE(std::isnan(round_to_bfloat16(std::nanf(""))));
   // A NaN whose payload sits only in the low bits must not become infinity.
-  EXPECT_TRUE(std::isnan(float_from_bfloat16(bfloat16_from_float(std::bit_cast<float>(0x7f800001u)))));
+  EXPECT_TRUE(
+      std::isnan(float_from_bfloat16(bfloat16_from_float(std::bit_cast<float>(0x7f800001u)))));
 }
 
 TEST_F(Bfloat16OpsTest, StorageDtypeAndConvertOps) {
@@ -105,8 +106,8 @@ TEST_F(Bfloat16OpsTest, LayerNormAttentionGeluAndLoss) {
   const Bits x = random_bf16(rows * C, 11), w = random_bf16(C, 12), b = random_bf16(C, 13);
   Bits y(rows * C);
   std::vector<float> mean(rows), rstd(rows), mean32(rows), rstd32(rows), y32(rows * C);
-  bf16->layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows,
-                          C, 1e-5f);
+  bf16->layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C,
+                          1e-5f);
   fp32->layernorm_forward(y32.data(), mean32.data(), rstd32.data(), widen(x).data(),
                           widen(w).data(), widen(b).data(), rows, C, 1e-5f);
   EXPECT_EQ(y, narrow(y32));

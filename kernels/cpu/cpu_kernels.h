@@ -136,7 +136,6 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logi
                                 const float* target_logit, int rows, int vocab_local,
                                 int vocab_start, float loss_scale);
 
-
 // AdamW in place over fp32 params (cpu_ops.cc); Ops::adamw's arithmetic.
 void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
            float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,

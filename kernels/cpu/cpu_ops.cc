@@ -96,7 +96,9 @@ class CpuOps final : public Ops {
 
   // ---- embeddings -------------------------------------------------------------
 
-  void token_embedding_forward(void* out_storage, const int32_t* tokens, const void* wte_storage, int num_tokens, int vocab_start, int vocab_local, int channels) override {
+  void token_embedding_forward(void* out_storage, const int32_t* tokens, const void* wte_storage,
+                               int num_tokens, int vocab_start, int vocab_local,
+                               int channels) override {
     float* out = static_cast<float*>(out_storage);
     const float* wte = static_cast<const float*>(wte_storage);
     for (int i = 0; i < num_tokens; i++) {
@@ -113,7 +115,9 @@ class CpuOps final : public Ops {
     }
   }
 
-  void token_embedding_backward(void* dwte_storage, const void* dout_storage, const int32_t* tokens, int num_tokens, int vocab_start, int vocab_local, int channels) override {
+  void token_embedding_backward(void* dwte_storage, const void* dout_storage, const int32_t* tokens,
+                                int num_tokens, int vocab_start, int vocab_local,
+                                int channels) override {
     float* dwte = static_cast<float*>(dwte_storage);
     const float* dout = static_cast<const float*>(dout_storage);
     for (int i = 0; i < num_tokens; i++) {
@@ -125,7 +129,8 @@ class CpuOps final : public Ops {
     }
   }
 
-  void position_embedding_forward(void* out_storage, const void* wpe_storage, int batch, int seq_len, int channels) override {
+  void position_embedding_forward(void* out_storage, const void* wpe_storage, int batch,
+                                  int seq_len, int channels) override {
     float* out = static_cast<float*>(out_storage);
     const float* wpe = static_cast<const float*>(wpe_storage);
     for (int b = 0; b < batch; b++) {
@@ -137,7 +142,8 @@ class CpuOps final : public Ops {
     }
   }
 
-  void position_embedding_backward(void* dwpe_storage, const void* dout_storage, int batch, int seq_len, int channels) override {
+  void position_embedding_backward(void* dwpe_storage, const void* dout_storage, int batch,
+                                   int seq_len, int channels) override {
     float* dwpe = static_cast<float*>(dwpe_storage);
     const float* dout = static_cast<const float*>(dout_storage);
     // b outermost: each dwpe element sums the batch in order b = 0, 1, ...
@@ -152,7 +158,9 @@ class CpuOps final : public Ops {
 
   // ---- layer norm ---------------------------------------------------------------
 
-  void layernorm_forward(void* out_storage, float* mean, float* rstd, const void* inp_storage, const void* weight_storage, const void* bias_storage, int rows, int channels, float epsilon) override {
+  void layernorm_forward(void* out_storage, float* mean, float* rstd, const void* inp_storage,
+                         const void* weight_storage, const void* bias_storage, int rows,
+                         int channels, float epsilon) override {
     float* out = static_cast<float*>(out_storage);
     const float* inp = static_cast<const float*>(inp_storage);
     const float* weight = static_cast<const float*>(weight_storage);
@@ -179,7 +187,10 @@ class CpuOps final : public Ops {
     }
   }
 
-  void layernorm_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage, const void* dout_storage, const void* inp_storage, const void* weight_storage, const float* mean, const float* rstd, int rows, int channels) override {
+  void layernorm_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage,
+                          const void* dout_storage, const void* inp_storage,
+                          const void* weight_storage, const float* mean, const float* rstd,
+                          int rows, int channels) override {
     float* dinp = static_cast<float*>(dinp_storage);
     float* dweight = static_cast<float*>(dweight_storage);
     float* dbias = static_cast<float*>(dbias_storage);
@@ -216,7 +227,9 @@ class CpuOps final : public Ops {
 
   // ---- linear -------------------------------------------------------------------------
 
-  void linear_forward(void* out_storage, const void* inp_storage, const void* weight_storage, const void* bias_storage, int rows, int in_features, int out_features) override {
+  void linear_forward(void* out_storage, const void* inp_storage, const void* weight_storage,
+                      const void* bias_storage, int rows, int in_features,
+                      int out_features) override {
     float* out = static_cast<float*>(out_storage);
     const float* inp = static_cast<const float*>(inp_storage);
     const float* weight = static_cast<const float*>(weight_storage);
@@ -237,7 +250,10 @@ class CpuOps final : public Ops {
                 in_features, weight, in_features, 1.0f, out, out_features);
   }
 
-  void linear_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage, const void* dout_storage, const void* inp_storage, const void* weight_storage, int rows, int in_features, int out_features) override {
+  void linear_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage,
+                       const void* dout_storage, const void* inp_storage,
+                       const void* weight_storage, int rows, int in_features,
+                       int out_features) override {
     float* dinp = static_cast<float*>(dinp_storage);
     float* dweight = static_cast<float*>(dweight_storage);
     float* dbias = static_cast<float*>(dbias_storage);
@@ -282,7 +298,8 @@ class CpuOps final : public Ops {
     }
   }
 
-  void gelu_backward(void* dinp_storage, const void* inp_storage, const void* dout_storage, size_t n) override {
+  void gelu_backward(void* dinp_storage, const void* inp_storage, const void* dout_storage,
+                     size_t n) override {
     float* dinp = static_cast<float*>(dinp_storage);
     const float* inp = static_cast<const float*>(inp_storage);
     const float* dout = static_cast<const float*>(dout_storage);
@@ -301,7 +318,8 @@ class CpuOps final : public Ops {
     }
   }
 
-  void residual_forward(void* out_storage, const void* a_storage, const void* b_storage, size_t n) override {
+  void residual_forward(void* out_storage, const void* a_storage, const void* b_storage,
+                        size_t n) override {
     float* out = static_cast<float*>(out_storage);
     const float* a = static_cast<const float*>(a_storage);
     const float* b = static_cast<const float*>(b_storage);
@@ -321,13 +339,16 @@ class CpuOps final : public Ops {
 
   // ---- attention (cpu_attention.cc) ---------------------------------------------------------
 
-  void attention_forward(void* out_storage, float* logsumexp, const void* qkv_storage, int batch, int seq_len, int num_heads, int head_dim) override {
+  void attention_forward(void* out_storage, float* logsumexp, const void* qkv_storage, int batch,
+                         int seq_len, int num_heads, int head_dim) override {
     float* out = static_cast<float*>(out_storage);
     const float* qkv = static_cast<const float*>(qkv_storage);
     cpu::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim);
   }
 
-  void attention_backward(void* dqkv_storage, float* scratch, const void* dout_storage, const void* qkv_storage, const void* out_storage, const float* logsumexp, int batch, int seq_len, int num_heads, int head_dim) override {
+  void attention_backward(void* dqkv_storage, float* scratch, const void* dout_storage,
+                          const void* qkv_storage, const void* out_storage, const float* logsumexp,
+                          int batch, int seq_len, int num_heads, int head_dim) override {
     float* dqkv = static_cast<float*>(dqkv_storage);
     const float* dout = static_cast<const float*>(dout_storage);
     const float* qkv = static_cast<const float*>(qkv_storage);
@@ -338,24 +359,32 @@ class CpuOps final : public Ops {
 
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------
 
-  void softmax_cross_entropy(float* losses, void* dlogits_storage, const void* logits_storage, const int32_t* targets, int rows, int vocab, float loss_scale) override {
+  void softmax_cross_entropy(float* losses, void* dlogits_storage, const void* logits_storage,
+                             const int32_t* targets, int rows, int vocab,
+                             float loss_scale) override {
     float* dlogits = static_cast<float*>(dlogits_storage);
     const float* logits = static_cast<const float*>(logits_storage);
     cpu::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale);
   }
 
-  void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits_storage, const int32_t* targets, int rows, int vocab_local, int vocab_start) override {
+  void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits_storage,
+                                 const int32_t* targets, int rows, int vocab_local,
+                                 int vocab_start) override {
     const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_stats(row_max, target_logit, logits, targets, rows, vocab_local,
                                    vocab_start);
   }
 
-  void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits_storage, const float* row_max, int rows, int vocab_local) override {
+  void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits_storage,
+                                    const float* row_max, int rows, int vocab_local) override {
     const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_exp_sums(exp_sum, logits, row_max, rows, vocab_local);
   }
 
-  void cross_entropy_shard_finish(float* losses, void* dlogits_storage, const void* logits_storage, const int32_t* targets, const float* row_max, const float* exp_sum, const float* target_logit, int rows, int vocab_local, int vocab_start, float loss_scale) override {
+  void cross_entropy_shard_finish(float* losses, void* dlogits_storage, const void* logits_storage,
+                                  const int32_t* targets, const float* row_max,
+                                  const float* exp_sum, const float* target_logit, int rows,
+                                  int vocab_local, int vocab_start, float loss_scale) override {
     float* dlogits = static_cast<float*>(dlogits_storage);
     const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,

@@ -240,8 +240,8 @@ void BM_AdamW(benchmark::State& state, Shape shape) {
   std::vector<float> first_moment(n, 0.0f), second_moment(n, 0.0f);
   int step = 0;
   for (auto _ : state) {
-    ops->adamw(params.data(), params.data(), grads.data(), first_moment.data(), second_moment.data(), n, 1e-4f,
-               0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+    ops->adamw(params.data(), params.data(), grads.data(), first_moment.data(),
+               second_moment.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
     benchmark::DoNotOptimize(params.data());
     benchmark::ClobberMemory();
   }

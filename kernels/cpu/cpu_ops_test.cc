@@ -334,12 +334,14 @@ TEST_F(CpuOpsTest, AdamWMatchesHandComputation) {
   //   p = 0.8811 - 0.1 * mhat / (sqrt(vhat) + 1e-8) = 0.8544663.
   float param = 1.0f, first_moment = 0.0f, second_moment = 0.0f;
   float grad = 0.5f;
-  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
+  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, 0.1f, 0.9f, 0.999f, 1e-8f,
+             0.1f, 1);
   EXPECT_NEAR(param, 0.89f, kTolerance);
   EXPECT_NEAR(first_moment, 0.05f, kTolerance);
   EXPECT_NEAR(second_moment, 0.00025f, 0.00025f * 1e-4f);  // 1 - 0.999f is inexact
   grad = -0.25f;
-  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
+  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, 0.1f, 0.9f, 0.999f, 1e-8f,
+             0.1f, 2);
   EXPECT_NEAR(param, 0.8544663f, kTolerance);
   EXPECT_NEAR(first_moment, 0.02f, kTolerance);
   EXPECT_NEAR(second_moment, 0.00031225f, 0.00031225f * 1e-4f);
@@ -348,8 +350,8 @@ TEST_F(CpuOpsTest, AdamWMatchesHandComputation) {
 TEST_F(CpuOpsTest, AdamWZeroGradientOnlyDecays) {
   std::vector<float> params = {2.0f, -4.0f}, grads = {0.0f, 0.0f};
   std::vector<float> first_moment = {0.0f, 0.0f}, second_moment = {0.0f, 0.0f};
-  ops->adamw(params.data(), params.data(), grads.data(), first_moment.data(), second_moment.data(), 2, 0.01f, 0.9f,
-             0.95f, 1e-8f, 0.5f, 1);
+  ops->adamw(params.data(), params.data(), grads.data(), first_moment.data(), second_moment.data(),
+             2, 0.01f, 0.9f, 0.95f, 1e-8f, 0.5f, 1);
   EXPECT_NEAR(params[0], 2.0f * (1.0f - 0.005f), kTolerance);
   EXPECT_NEAR(params[1], -4.0f * (1.0f - 0.005f), kTolerance);
 }
@@ -431,8 +433,8 @@ std::vector<float> run_tiny_model(Ops& ops) {
   ops.position_embedding_backward(dwpe.data(), dx.data(), batch, seq_len, channels);
   const double gradient_norm_squared = ops.sum_of_squares(dwte.data(), dwte.size());
   std::vector<float> first_moment(wte.size(), 0.0f), second_moment(wte.size(), 0.0f);
-  ops.adamw(wte.data(), wte.data(), dwte.data(), first_moment.data(), second_moment.data(), wte.size(), 1e-3f,
-            0.9f, 0.95f, 1e-8f, 0.1f, 1);
+  ops.adamw(wte.data(), wte.data(), dwte.data(), first_moment.data(), second_moment.data(),
+            wte.size(), 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
 
   std::vector<float> everything;
   for (const auto* part : {&losses, &dwte, &dwpe, &dln_weight, &dln_bias, &dqkv_weight, &dqkv_bias,
