@@ -45,8 +45,7 @@ void slice(const GptLayout& whole, const std::vector<float>& source, const GptLa
 
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
                                         GptStage& stage, DistributedOptimizer& optimizer,
-                                        ProcessGroups& groups, kernels::Ops& ops,
-                                        const TrainState& state) {
+                                        ProcessGroups& groups, const TrainState& state) {
   const GptLayout& layout = stage.layout();
   const size_t n = layout.num_elements();
   std::vector<float> params, first, second;
@@ -90,7 +89,7 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
 }
 
 TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
-                                       DistributedOptimizer& optimizer, kernels::Ops& ops) {
+                                       DistributedOptimizer& optimizer) {
   const GptLayout& layout = stage.layout();
   const GptLayout whole = whole_model_layout(layout.config());
   std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),

@@ -20,14 +20,14 @@
 
 namespace paraplan {
 
-// Collective over the world. Returns the step directory written.
+// Collective over the world. Returns the step directory written. Parameters
+// are the optimizer's fp32 master weights (the stage's own under fp32).
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
                                         GptStage& stage, DistributedOptimizer& optimizer,
-                                        ProcessGroups& groups, kernels::Ops& ops,
-                                        const TrainState& state);
+                                        ProcessGroups& groups, const TrainState& state);
 
 // Every rank loads its own slice; not collective.
 TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
-                                       DistributedOptimizer& optimizer, kernels::Ops& ops);
+                                       DistributedOptimizer& optimizer);
 
 }  // namespace paraplan

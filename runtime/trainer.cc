@@ -138,7 +138,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
 
   TrainState state{.step = 0, .next_train_sample = 0, .seed = training.seed()};
   if (!resume_from.empty()) {
-    state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer, *rank.ops);
+    state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer);
     if (leader)
       std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
   } else {
@@ -217,7 +217,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       const std::string written = save_distributed_checkpoint(
-          options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups, *rank.ops,
+          options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups,
           TrainState{
               .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed});
       if (leader) std::cout << "checkpoint: " << written << std::endl;
