@@ -45,6 +45,10 @@
 // Loads into shared memory move 16 bytes (4 floats or 8 bf16) at a time when
 // D is a multiple of that and the base pointer is 16-byte aligned (then every
 // row start is: 3C and C are multiples of D).
+// These kernels serve fp32 storage, and bf16 where the tensor-core kernels
+// (cuda_attention_tensor_core.cu: bf16, head_dim 64 or 128, aligned tensors)
+// do not apply or PARAPLAN_CUDA_ATTENTION=fma turns them off; the launchers
+// below dispatch.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -198,9 +202,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void attention_forward(DType storage, void* out, float* logsumexp, const void* qkv, int batch,
-                       int seq_len, int num_heads, int head_dim, cudaStream_t stream) {
+void attention_forward(DType storage, bool tensor_cores, void* out, float* logsumexp,
+                       const void* qkv, int batch, int seq_len, int num_heads, int head_dim,
+                       cudaStream_t stream) {
   if (!valid_shape(batch, seq_len, num_heads, head_dim)) return;
+  if (tensor_cores && tensor_core_applies(storage, head_dim, {out, qkv})) {
+    attention_forward_tensor_core(static_cast<bf16*>(out), logsumexp, static_cast<const bf16*>(qkv),
+                                  batch, seq_len, num_heads, head_dim, stream);
+    return;
+  }
   const dim3 grid(static_cast<unsigned int>(batch * num_heads), ceil_div(seq_len, kTile));
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const bool qkv_packed = packed_rows(storage, qkv, head_dim);

@@ -2,14 +2,17 @@
 // (forward) and cuda_attention_backward.cu (backward) share: the block and
 // tile shapes, the tile loader that widens storage elements (fp32 or bf16)
 // into fp32 shared memory, where a (batch, head)'s operands start, and the
-// host-side shape checks, shared-memory opt-in and head-dim dispatch. The
-// algorithm is described at the top of cuda_attention.cu. Internal to
+// host-side shape checks, shared-memory opt-in and head-dim dispatch; and the
+// entry points of the bf16 tensor-core kernels (cuda_attention_tensor_core.cu,
+// cuda_attention_tensor_core_backward.cu) with the test of when they apply.
+// The algorithm is described at the top of cuda_attention.cu. Internal to
 // kernels/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -131,5 +134,29 @@ void dispatch_head_dim(int head_dim, F&& f) {
     f(std::integral_constant<int, 128>{});
   }
 }
+
+// ---- bf16 tensor-core kernels (cuda_attention_tensor_core*.cu) ---------------------------------
+
+// Whether the tensor-core kernels take a problem: bf16 storage, head_dim 64 or
+// 128 (their compile-time specialisations), and every storage tensor they
+// touch 16-byte aligned (cp.async moves 16 bytes; the epilogues store bf16
+// pairs). The FMA kernels take everything else.
+inline bool tensor_core_applies(DType storage, int head_dim,
+                                std::initializer_list<const void*> tensors) {
+  if (storage != DType::kBFloat16 || (head_dim != 64 && head_dim != 128)) return false;
+  for (const void* tensor : tensors) {
+    if (!is_aligned16(tensor)) return false;
+  }
+  return true;
+}
+
+// attention_forward for a problem tensor_core_applies to (valid_shape checked by the caller).
+void attention_forward_tensor_core(bf16* out, float* logsumexp, const bf16* qkv, int batch,
+                                   int seq_len, int num_heads, int head_dim, cudaStream_t stream);
+// The dK/dV and dQ kernels of attention_backward, given row_dot (D_t, already
+// computed into the caller's scratch); dqkv += the gradient, rounded once.
+void attention_backward_tensor_core(bf16* dqkv, const float* row_dot, const bf16* dout,
+                                    const bf16* qkv, const float* logsumexp, int batch, int seq_len,
+                                    int num_heads, int head_dim, cudaStream_t stream);
 
 }  // namespace paraplan::kernels::cuda::attention

@@ -3,10 +3,13 @@
 // kernels, for fp32 or bf16 storage (dqkv += g stores round(float(dqkv) + g),
 // once per element; the scratch is fp32). The algorithm, tiling and
 // determinism argument are described at the top of cuda_attention.cu; the
-// tile loader and shapes are in cuda_attention.cuh.
+// tile loader and shapes are in cuda_attention.cuh. With bf16 storage and
+// head_dim 64 or 128 the row-dot kernel is followed by the tensor-core dK/dV
+// and dQ kernels of cuda_attention_tensor_core_backward.cu instead.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_attention.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -281,9 +284,9 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void attention_backward(DType storage, void* dqkv, float* scratch, const void* dout,
-                        const void* qkv, const void* out, const float* logsumexp, int batch,
-                        int seq_len, int num_heads, int head_dim, cudaStream_t stream) {
+void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scratch,
+                        const void* dout, const void* qkv, const void* out, const float* logsumexp,
+                        int batch, int seq_len, int num_heads, int head_dim, cudaStream_t stream) {
   if (!valid_shape(batch, seq_len, num_heads, head_dim)) return;
   const size_t rows = static_cast<size_t>(batch) * num_heads * seq_len;
   const dim3 grid(static_cast<unsigned int>(batch * num_heads), ceil_div(seq_len, kTile));
@@ -299,6 +302,14 @@ void attention_backward(DType storage, void* dqkv, float* scratch, const void* d
         scratch, out_gradient, static_cast<const Storage*>(out), seq_len, num_heads, head_dim,
         rows);
     PARAPLAN_CUDA_CHECK_LAUNCH();
+    if constexpr (std::is_same_v<Storage, bf16>) {
+      // out is read only by the row-dot kernel above (scalar loads).
+      if (tensor_cores && tensor_core_applies(storage, head_dim, {dqkv, dout, qkv})) {
+        attention_backward_tensor_core(gradient, scratch, out_gradient, input, logsumexp, batch,
+                                       seq_len, num_heads, head_dim, stream);
+        return;
+      }
+    }
     dispatch_head_dim(head_dim, [&](auto padded) {
       constexpr int kDPad = decltype(padded)::value;
       constexpr size_t dkdv_bytes = backward_dkdv_shared_bytes<kDPad>();

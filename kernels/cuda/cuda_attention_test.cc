@@ -1,13 +1,15 @@
 // cuda_attention_test.cc: the CUDA backend's fused attention and losses
 // against the CPU backend in the same storage dtype, once for fp32 and once
 // for bf16 storage (the same seeded inputs through both, compared within the
-// tolerances of cuda_test_support.h and below): attention forward (out,
-// logsumexp) and backward over head dims that take every padded kernel
-// variant (16, 32, 64, 128), sequence lengths with partial tiles, large
-// scores, unaligned and odd-width inputs (the scalar loads); determinism,
-// batch independence and TF32 independence, bitwise; the softmax +
-// cross-entropy, its vocab-parallel steps and out-of-range targets. Skips,
-// visibly, without a GPU.
+// tolerances of cuda_test_support.h and below): the FMA attention kernels'
+// forward (out, logsumexp) and backward over head dims that take every padded
+// kernel variant (16, 32, 64, 128), sequence lengths with partial tiles, large
+// scores, unaligned and odd-width inputs (the scalar loads); the bf16
+// tensor-core attention (head_dim 64 and 128, partial tiles) against the CPU
+// in bf16, run to run, and against the FMA kernels (PARAPLAN_CUDA_ATTENTION);
+// determinism, batch independence and TF32 independence, bitwise; the
+// softmax + cross-entropy, its vocab-parallel steps and out-of-range targets.
+// Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,8 +96,10 @@ Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward 
   return result;
 }
 
+// The FMA kernels in both storage dtypes (forced: by default bf16 with
+// head_dim 64 or 128 runs the tensor-core kernels, tested below).
 TEST_P(CudaAttention, MatchesCpu) {
-  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda_attention("fma", dtype());
   const AttentionShape shapes[] = {
       {2, 33, 3, 8},                // D padded to 16; one partial tile
       {2, 64, 2, 16},               // exactly one tile
@@ -126,7 +130,8 @@ TEST_P(CudaAttention, DeterministicBatchIndependentAndTf32Independent) {
   for (const AttentionShape& s : {AttentionShape{4, 128, 4, 32}, AttentionShape{3, 130, 2, 64}}) {
     const Tensors first = attention_run(*cuda, s);
     EXPECT_EQ(attention_run(*cuda, s), first) << describe(s);
-    // No tensor cores: the GEMM mode changes nothing.
+    // The GEMM mode changes nothing: the FMA kernels use no tensor cores and
+    // the bf16 tensor-core kernels (D = 64 here) are bf16 whatever TF32 says.
     EXPECT_EQ(attention_run(*strict, s), first) << describe(s);
   }
   // Batch entry 1 of a B = 3 call gives bitwise the B = 1 result on its slice.
@@ -156,6 +161,104 @@ TEST_P(CudaAttention, RejectsHeadDimAbove128) {
   void* out = buffers.allocate_storage(static_cast<size_t>(T) * D);
   float* logsumexp = buffers.allocate_floats(T);
   EXPECT_THROW(cuda->attention_forward(out, logsumexp, qkv, 1, T, 1, D), std::invalid_argument);
+}
+
+// ---- bf16 tensor-core attention --------------------------------------------------------------
+
+// Tolerances of the tensor-core kernels against the CPU backend in bf16 (max
+// error over a tensor / its max |cpu|). Beyond what the FMA kernels differ by
+// (fp32 summation order, a bf16 ulp where a value straddles a rounding
+// boundary: kBf16Tolerance, kBf16SumTolerance), they round, as
+// FlashAttention-2 does, the probabilities P (forward's P V, backward's
+// P^T dOut) and dS (dS^T Q, dS K) to bf16 as mma operands: up to 2^-9 = 2e-3
+// relative error per term. Over a sum of n terms of random sign these errors
+// mostly average out (~1e-3 of the sum's size), but a sum can be dominated by
+// a few large terms (peaked softmax rows, early rows with few keys) where they
+// do not, and the result is then rounded to bf16 (one ulp, up to 7.8e-3 of
+// the largest value; for dqkv, the compared difference after - before carries
+// one more). So out gets 2e-2 (one rounding step plus 2^-9 per probability)
+// and dqkv 3e-2 (its products chain two rounded operands, P or dS, and the
+// accumulation's ulp). logsumexp is fp32 from fp32 probabilities: S = Q K^T is
+// exact products of the same bf16 inputs summed in another order, so it keeps
+// kAttentionTolerance. An indexing, fragment-layout or masking error moves
+// values by O(1) of the tensor's scale, far beyond these. (A lane-level
+// emulation of the kernels, scripts/emulate_tensor_core_attention.py, gives
+// ~5e-3 for out and dqkv against the fp32 result rounded as the CPU rounds
+// it, for these shapes.)
+constexpr double kTensorCoreOutTolerance = 2e-2;
+constexpr double kTensorCoreGradientTolerance = 3e-2;
+
+class CudaAttentionTensorCore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  }
+};
+
+// head_dim 64 and 128 (the two specialisations), T from one token through
+// partial, whole and several 64-row tiles (17: one partial tile; 200: three
+// whole and a partial one), B = 2, H = 3.
+std::vector<AttentionShape> tensor_core_shapes() {
+  std::vector<AttentionShape> shapes;
+  for (int head_dim : {64, 128}) {
+    for (int seq_len : {1, 17, 64, 200, 256}) shapes.push_back({2, seq_len, 3, head_dim});
+  }
+  return shapes;
+}
+
+void expect_tensor_core_close(const Tensors& actual, const Tensors& expected,
+                              const std::string& what) {
+  expect_close(actual[0], expected[0], kTensorCoreOutTolerance, "out " + what);
+  expect_close(actual[1], expected[1], kAttentionTolerance, "logsumexp " + what);
+  expect_close(actual[2], expected[2], kTensorCoreGradientTolerance, "dqkv " + what);
+}
+
+TEST_F(CudaAttentionTensorCore, MatchesCpuInBfloat16) {
+  std::unique_ptr<Ops> cpu = make_cpu(DType::kBFloat16),
+                       cuda = make_cuda_attention(nullptr, DType::kBFloat16);
+  std::vector<AttentionShape> shapes = tensor_core_shapes();
+  // Scores up to ~25: the online rescaling across key tiles matters.
+  shapes.push_back({2, 200, 3, 64, 4.0f});
+  shapes.push_back({1, 150, 2, 128, 4.0f});
+  // Unaligned tensors: the dispatch falls back to the FMA kernels.
+  shapes.push_back({1, 130, 2, 64, 1.5f, true});
+  for (const AttentionShape& s : shapes) {
+    // The backward reads the CPU's out and logsumexp (the same inputs on both).
+    const Tensors expected = attention_run(*cpu, s);
+    expect_tensor_core_close(attention_run(*cuda, s, &expected), expected, describe(s));
+  }
+}
+
+TEST_F(CudaAttentionTensorCore, BitwiseRunToRun) {
+  std::unique_ptr<Ops> cuda = make_cuda_attention(nullptr, DType::kBFloat16);
+  for (const AttentionShape& s : tensor_core_shapes()) {
+    const Tensors first = attention_run(*cuda, s);
+    EXPECT_EQ(attention_run(*cuda, s), first) << describe(s);
+  }
+}
+
+// PARAPLAN_CUDA_ATTENTION=fma (the FMA kernels) and the default (tensor
+// cores) agree within the tensor-core tolerances (the FMA kernels are the
+// fp32 computation rounded once, as the CPU's), and the switch takes effect.
+TEST_F(CudaAttentionTensorCore, FmaSwitchAgreesWithTensorCores) {
+  std::unique_ptr<Ops> tensor_cores = make_cuda_attention(nullptr, DType::kBFloat16),
+                       fma = make_cuda_attention("fma", DType::kBFloat16);
+  for (const AttentionShape& s : tensor_core_shapes()) {
+    const Tensors default_result = attention_run(*tensor_cores, s);
+    // The FMA backward reads the tensor-core forward's out and logsumexp.
+    const Tensors fma_result = attention_run(*fma, s, &default_result);
+    expect_tensor_core_close(default_result, fma_result, describe(s) + " (default vs fma)");
+    // Rounding P to bf16 moves some of 2 * 200 * 3 * D outputs across a
+    // rounding boundary: different bits show that the tensor cores ran.
+    if (s.seq_len == 200) {
+      EXPECT_NE(default_result[0], fma_result[0]) << describe(s);
+    }
+  }
+}
+
+TEST_F(CudaAttentionTensorCore, RejectsAnUnknownSwitchValue) {
+  const ScopedEnvironment mode("PARAPLAN_CUDA_ATTENTION", "tensor");
+  EXPECT_THROW(make_cuda_ops(0, DType::kBFloat16), std::runtime_error);
 }
 
 // ---- loss ------------------------------------------------------------------------------------

@@ -4,8 +4,12 @@
 // (fp32 or bf16), and picks the precision of fp32 GEMMs: TF32 tensor-core
 // math by default (PyTorch's allow_tf32 for matmuls), PARAPLAN_CUDA_TF32=0 for
 // strict fp32. (bf16 GEMMs always accumulate in fp32; the variable is still
-// checked, so a typo fails whatever the dtype.) The op set itself is in
-// cuda_ops.cu.
+// checked, so a typo fails whatever the dtype.) And the attention kernels:
+// by default bf16 storage runs the tensor-core flash attention where it
+// applies (head_dim 64 or 128, cuda_attention_tensor_core.cu);
+// PARAPLAN_CUDA_ATTENTION=fma forces the fp32 FMA kernels everywhere. Both
+// variables are read once, when the Ops object is made. The op set itself is
+// in cuda_ops.cu.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -29,6 +33,19 @@ bool tf32_allowed() {
   throw std::runtime_error("PARAPLAN_CUDA_TF32='" + text +
                            "' is not understood; use 1 (TF32 GEMMs, the default) or 0 (strict "
                            "fp32 GEMMs)");
+}
+
+// PARAPLAN_CUDA_ATTENTION: unset, empty or auto -> tensor cores for bf16
+// where they apply; fma -> the FMA kernels for everything.
+bool tensor_core_attention_allowed() {
+  const char* value = std::getenv("PARAPLAN_CUDA_ATTENTION");
+  if (value == nullptr) return true;
+  const std::string text(value);
+  if (text.empty() || text == "auto") return true;
+  if (text == "fma") return false;
+  throw std::runtime_error("PARAPLAN_CUDA_ATTENTION='" + text +
+                           "' is not understood; use auto (bf16 tensor-core attention where it "
+                           "applies, the default) or fma (the fp32 FMA kernels everywhere)");
 }
 
 }  // namespace
@@ -56,7 +73,8 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
     throw std::runtime_error("--backend cuda: device index " + std::to_string(device) +
                              " is negative");
   }
-  return cuda::create_cuda_ops(device % count, tf32_allowed(), storage);
+  return cuda::create_cuda_ops(device % count, tf32_allowed(), storage,
+                               tensor_core_attention_allowed());
 }
 
 }  // namespace paraplan::kernels

@@ -57,8 +57,10 @@ class DeviceScratch {
 };
 
 // The Ops object itself (cuda_ops.cu); make_cuda_ops (cuda_device.cu) picks
-// the device and the TF32 setting (which applies to fp32 storage only).
-std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage);
+// the device, the TF32 setting (which applies to fp32 storage only) and
+// whether attention may use the bf16 tensor-core kernels (PARAPLAN_CUDA_ATTENTION).
+std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage,
+                                     bool tensor_core_attention);
 
 // ---- cuda_elementwise.cu ----------------------------------------------------------------------
 // Storage tensors (void*) hold elements of `storage` (float or bf16); float* tensors are fp32.
@@ -115,14 +117,18 @@ void position_embedding_backward(DType storage, void* dwpe, const void* dout, in
                                  int seq_len, int channels, cudaStream_t stream);
 
 // ---- cuda_attention.cu, cuda_attention_backward.cu ---------------------------------------------
-// Fused (flash) attention, fp32 FMA on widened storage; logsumexp and scratch
-// fp32; head_dim <= 128 (std::invalid_argument beyond).
+// Fused (flash) attention; logsumexp and scratch fp32; head_dim <= 128
+// (std::invalid_argument beyond). With tensor_cores, bf16 storage with
+// head_dim 64 or 128 and 16-byte aligned tensors runs the bf16 tensor-core
+// kernels (cuda_attention_tensor_core*.cu); everything else, and everything
+// without tensor_cores, runs the fp32 FMA kernels on widened storage.
 
-void attention_forward(DType storage, void* out, float* logsumexp, const void* qkv, int batch,
-                       int seq_len, int num_heads, int head_dim, cudaStream_t stream);
-void attention_backward(DType storage, void* dqkv, float* scratch, const void* dout,
-                        const void* qkv, const void* out, const float* logsumexp, int batch,
-                        int seq_len, int num_heads, int head_dim, cudaStream_t stream);
+void attention_forward(DType storage, bool tensor_cores, void* out, float* logsumexp,
+                       const void* qkv, int batch, int seq_len, int num_heads, int head_dim,
+                       cudaStream_t stream);
+void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scratch,
+                        const void* dout, const void* qkv, const void* out, const float* logsumexp,
+                        int batch, int seq_len, int num_heads, int head_dim, cudaStream_t stream);
 
 // ---- cuda_loss.cu -------------------------------------------------------------------------------
 // Storage logits and dlogits, fp32 losses and row statistics. error_row is one

@@ -106,8 +106,11 @@ struct LtDescriptors {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(int device, bool allow_tf32, DType storage)
-      : device_(device), storage_(storage), scratch_(nullptr) {
+  CudaOps(int device, bool allow_tf32, DType storage, bool tensor_core_attention)
+      : device_(device),
+        storage_(storage),
+        tensor_core_attention_(tensor_core_attention),
+        scratch_(nullptr) {
     try {
       PARAPLAN_CUDA_CHECK(cudaSetDevice(device_));
       // A blocking stream: it still orders against the legacy default stream
@@ -357,19 +360,19 @@ class CudaOps final : public Ops {
     cuda::scale(storage_, x, factor, n, stream_);
   }
 
-  // ---- attention (cuda_attention.cu, cuda_attention_backward.cu) ----------------------------
+  // ---- attention (cuda_attention*.cu: FMA kernels, bf16 tensor-core kernels) ----------------
 
   void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
                          int num_heads, int head_dim) override {
-    cuda::attention_forward(storage_, out, logsumexp, qkv, batch, seq_len, num_heads, head_dim,
-                            stream_);
+    cuda::attention_forward(storage_, tensor_core_attention_, out, logsumexp, qkv, batch, seq_len,
+                            num_heads, head_dim, stream_);
   }
 
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
                           int num_heads, int head_dim) override {
-    cuda::attention_backward(storage_, dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len,
-                             num_heads, head_dim, stream_);
+    cuda::attention_backward(storage_, tensor_core_attention_, dqkv, scratch, dout, qkv, out,
+                             logsumexp, batch, seq_len, num_heads, head_dim, stream_);
   }
 
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------
@@ -523,6 +526,8 @@ class CudaOps final : public Ops {
 
   int device_;
   DType storage_;
+  // bf16 attention on the tensor-core kernels where they apply (PARAPLAN_CUDA_ATTENTION).
+  bool tensor_core_attention_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceScratch> scratch_;
   cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype
@@ -534,8 +539,9 @@ class CudaOps final : public Ops {
   int* error_row_ = nullptr;
 };
 
-std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage) {
-  return std::make_unique<CudaOps>(device, allow_tf32, storage);
+std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage,
+                                     bool tensor_core_attention) {
+  return std::make_unique<CudaOps>(device, allow_tf32, storage, tensor_core_attention);
 }
 
 }  // namespace paraplan::kernels::cuda

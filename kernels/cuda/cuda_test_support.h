@@ -2,9 +2,9 @@
 // cuda_attention_test.cc) share: tolerances against the CPU backend per
 // storage dtype, the gtest fixture that runs a test once per storage dtype
 // (and skips it, visibly, without a GPU), the CUDA Ops in TF32 or strict fp32
-// GEMM mode, seeded random inputs, backend buffers that convert to and from
-// the storage dtype and free themselves, and max-error comparisons. Test code
-// only.
+// GEMM mode and with either attention implementation, seeded random inputs,
+// backend buffers that convert to and from the storage dtype and free
+// themselves, and max-error comparisons. Test code only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -61,19 +61,49 @@ inline double storage_tolerance(DType dtype, double fp32, double bf16 = kBf16Tol
   return dtype == DType::kBFloat16 ? bf16 : fp32;
 }
 
+// Sets (value non-null) or unsets an environment variable for its lifetime,
+// then restores what was there: the CUDA Ops read their switches
+// (PARAPLAN_CUDA_TF32, PARAPLAN_CUDA_ATTENTION) when they are made.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    const char* saved = std::getenv(name);
+    had_value_ = saved != nullptr;
+    if (had_value_) saved_ = saved;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnvironment() {
+    if (had_value_) {
+      setenv(name_.c_str(), saved_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  std::string name_, saved_;
+  bool had_value_ = false;
+};
+
 // The CUDA backend with TF32 GEMMs (the default) or strict fp32
 // (PARAPLAN_CUDA_TF32=0; bf16 GEMMs ignore it); the environment is restored afterwards.
 inline std::unique_ptr<Ops> make_cuda(bool tf32, DType storage = DType::kFloat32) {
-  const char* saved = std::getenv("PARAPLAN_CUDA_TF32");
-  const std::string saved_value = saved != nullptr ? saved : "";
-  setenv("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0", 1);
-  std::unique_ptr<Ops> ops = make_cuda_ops(0, storage);
-  if (saved != nullptr) {
-    setenv("PARAPLAN_CUDA_TF32", saved_value.c_str(), 1);
-  } else {
-    unsetenv("PARAPLAN_CUDA_TF32");
-  }
-  return ops;
+  const ScopedEnvironment mode("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0");
+  return make_cuda_ops(0, storage);
+}
+
+// The CUDA backend (TF32 GEMMs) with PARAPLAN_CUDA_ATTENTION = attention:
+// nullptr leaves it unset (the default: bf16 tensor-core attention where it
+// applies), "fma" forces the FMA attention kernels.
+inline std::unique_ptr<Ops> make_cuda_attention(const char* attention, DType storage) {
+  const ScopedEnvironment mode("PARAPLAN_CUDA_ATTENTION", attention);
+  return make_cuda(true, storage);
 }
 
 // The reference: the CPU backend, one OpenBLAS thread, the same storage dtype.
