@@ -32,8 +32,10 @@ inline const void* element_at(const void* base, size_t index, DType dtype) {
   return static_cast<const char*>(base) + index * dtype_bytes(dtype);
 }
 
-// The bf16 nearest to value (ties to even); NaN stays a (quiet) NaN, and
-// values beyond bf16's range round to infinity, as on the GPU.
+// The bf16 nearest to value (ties to even), and values beyond bf16's range
+// round to infinity, as on the GPU. A NaN stays a (quiet) NaN, keeping its
+// sign and high payload bits; the GPU's __float2bfloat16_rn gives its
+// canonical NaN instead, so NaN bits may differ between backends.
 inline uint16_t bfloat16_from_float(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);

@@ -71,10 +71,6 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
     throw std::runtime_error("--repetitions: " + std::to_string(arguments.repetitions) +
                              "; must be >= 1");
   const JobConfig config = load_job_config(arguments.config, overrides);
-  if (config.model.dtype != schema::DType::Float32)
-    throw std::runtime_error(arguments.config +
-                             ": model.dtype = " + dtype_name(config.model.dtype) +
-                             ": the runtime trains float32 only so far; profile float32");
   const SearchSpace space = resolve_search_space(config);
   const int processes = config.planner.parallel_profile ? space.layout.devices_per_node : 1;
 

@@ -75,6 +75,16 @@ float* DistributedOptimizer::master_at(size_t at) const {
   return master_ + at;
 }
 
+void DistributedOptimizer::initialize_master() {
+  if (!master_ || master_valid_) return;
+  wait_for_parameters();
+  for (const OwnedRange& range : owned_)
+    ops_.convert_to_float(master_at(range.shard_offset),
+                          kernels::element_at(stage_.parameters(), range.begin, dtype_),
+                          range.end - range.begin);
+  master_valid_ = true;
+}
+
 DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucket& bucket) const {
   const size_t n = layout_.num_elements();
   OwnedRange range;
@@ -163,15 +173,7 @@ double DistributedOptimizer::step(float learning_rate, int step) {
     if (factor < 1.0) ops_.scale(gradients, static_cast<float>(factor), shard_elements_);
   }
   void* parameters = stage_.parameters();
-  if (master_ && !master_valid_) {
-    // Parameters set on the stage directly: the master weights start as their
-    // widened copy (Megatron's float16 optimizer does the same).
-    for (const OwnedRange& range : owned_)
-      ops_.convert_to_float(master_at(range.shard_offset),
-                            kernels::element_at(parameters, range.begin, dtype_),
-                            range.end - range.begin);
-    master_valid_ = true;
-  }
+  initialize_master();
   for (const OwnedRange& range : owned_) {
     for (const ParameterTensor& tensor : layout_.tensors()) {
       const size_t from = std::max(range.begin, tensor.offset);
@@ -241,6 +243,7 @@ void DistributedOptimizer::load_owned(const float* whole, float* owned_values) {
 
 void DistributedOptimizer::gather_parameters(std::vector<float>& whole) {
   if (master_) {
+    initialize_master();
     gather_owned(master_, whole);
   } else {
     wait_for_parameters();

@@ -27,8 +27,11 @@
 //                       the wait for the first activation.
 // Weight decay applies to matrices and embeddings only (the layout's flag).
 //
-// Mixed precision (bf16 storage): gradients are reduced in bf16 (sums
-// computed in fp32, rounded once; communicator.h); the update runs on fp32
+// Mixed precision (bf16 storage): gradients are reduced in bf16 (over MPI
+// and staged: sums computed in fp32 and rounded once; NCCL rounds on its own
+// way; communicator.h), and accumulated over micro-batches in bf16 (one
+// rounding per backward, as llm.c; Megatron's fp32 main_grad is not
+// offered); the update runs on fp32
 // master weights, which this class owns with the moments and shards like them
 // under ZeRO-1, and rewrites the stage's bf16 parameters from them, so the
 // optimizer state is 12 bytes per parameter (master, two moments). With fp32
@@ -109,6 +112,10 @@ class DistributedOptimizer {
   double counted_sum_of_squares(const void* gradients, const OwnedRange& range) const;
   // The fp32 master weights of an owned element (at = its shard offset).
   float* master_at(size_t at) const;
+  // Parameters set on the stage directly (not through load_parameters): the
+  // master weights start as their widened copy (Megatron's float16 optimizer
+  // does the same). A no-op once they are set.
+  void initialize_master();
   // An fp32 buffer of this rank's owned elements (moments, master weights) to
   // and from whole host buffers; gathering is collective over the ZeRO group.
   void gather_owned(const float* owned_values, std::vector<float>& whole);

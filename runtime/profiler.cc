@@ -132,10 +132,10 @@ double time_attention_core(kernels::Ops& ops, const GptConfig& config, int tenso
   const int heads = config.num_heads / tensor_parallel, head_dim = config.head_dim();
   const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
   MemoryTracker memory(ops);
-  auto* qkv = static_cast<float*>(
-      memory.allocate(tokens * 3 * heads * head_dim * sizeof(float), MemoryCategory::kWorkspace));
-  auto* out = static_cast<float*>(
-      memory.allocate(tokens * heads * head_dim * sizeof(float), MemoryCategory::kWorkspace));
+  void* qkv =
+      memory.allocate(ops.storage_bytes(tokens * 3 * heads * head_dim), MemoryCategory::kWorkspace);
+  void* out =
+      memory.allocate(ops.storage_bytes(tokens * heads * head_dim), MemoryCategory::kWorkspace);
   auto* logsumexp = static_cast<float*>(
       memory.allocate(tokens * heads * sizeof(float), MemoryCategory::kWorkspace));
   fill_host(ops, qkv, tokens * 3 * heads * head_dim, 1.0f);
@@ -182,11 +182,14 @@ double measure_optimizer(kernels::Ops& ops, int repetitions) {
   float* master = static_cast<float*>(allocate(n * sizeof(float)));
   float* first_moment = static_cast<float*>(allocate(n * sizeof(float)));
   float* second_moment = static_cast<float*>(allocate(n * sizeof(float)));
-  void* parameters = allocate(ops.storage_bytes(n));
+  // fp32 storage: the parameters are the master weights, updated in place as
+  // the runtime does (no copy).
+  void* parameters =
+      ops.storage_dtype() == kernels::DType::kFloat32 ? master : allocate(ops.storage_bytes(n));
   void* gradients = allocate(ops.storage_bytes(n));
   fill_host(ops, parameters, n, 1e-2f);
   fill_host(ops, gradients, n, 1e-2f);
-  ops.convert_to_float(master, parameters, n);
+  if (parameters != master) ops.convert_to_float(master, parameters, n);
   ops.zero_bytes(first_moment, n * sizeof(float));
   ops.zero_bytes(second_moment, n * sizeof(float));
   int step = 0;
@@ -206,13 +209,13 @@ json measure_gemm(kernels::Ops& ops, const GptConfig& config, int tensor_paralle
   const int out = config.ffn_size / tensor_parallel;
   MemoryTracker memory(ops);
   auto allocate = [&](size_t n) {
-    auto* x = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kWorkspace));
+    void* x = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
     fill_host(ops, x, n, 1.0f);
     return x;
   };
-  float* a = allocate(static_cast<size_t>(rows) * in);
-  float* w = allocate(static_cast<size_t>(out) * in);
-  float* c = allocate(static_cast<size_t>(rows) * out);
+  void* a = allocate(static_cast<size_t>(rows) * in);
+  void* w = allocate(static_cast<size_t>(out) * in);
+  void* c = allocate(static_cast<size_t>(rows) * out);
   const double seconds =
       mean_seconds(ops, repetitions, [&] { ops.linear_forward(c, a, w, nullptr, rows, in, out); });
   return {{"m", rows},

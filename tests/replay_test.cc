@@ -175,6 +175,27 @@ TEST_F(Replay, APlanLargerThanTheDeviceRunsOutOfMemoryAndSaysSo) {
   EXPECT_NE(replayed.output.find("out of device memory"), std::string::npos) << replayed.output;
 }
 
+TEST_F(Replay, Bfloat16JobsAreProfiledInBfloat16AndThePlannerUsesIt) {
+  std::string toml = job_toml(1, "");
+  toml.replace(toml.find("num_heads = 4\n"), 14, "num_heads = 4\ndtype = \"bfloat16\"\n");
+  const std::string job = *directory_ / "profiled_bf16.toml";
+  write_file(job, toml);
+  const std::string profile_dir = *directory_ / "profile_bf16";
+  const CommandResult profiled = run("profile --config " + job + " --profile-dir " + profile_dir +
+                                     " --repetitions 1 --min-window 0.01");
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output;
+  const json profile = json::parse(read_file(profile_dir + "/profile.json"));
+  const json& compute = profile["devices"]["cpu"]["compute"];
+  ASSERT_GT(compute.size(), 0u);
+  for (const json& entry : compute) EXPECT_EQ(entry["dtype"], "bfloat16");
+  const CommandResult planned =
+      run("plan --config " + job + " --output " + *directory_ / "profiled_bf16.pplan" +
+          " --planner.profile_dir " + profile_dir);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("profile compute: measured for all"), std::string::npos)
+      << planned.output;
+}
+
 TEST_F(Replay, ProfileIsWrittenPerShapeAndThePlannerUsesIt) {
   const std::string job = *directory_ / "profiled.toml";
   write_file(job, job_toml(2, ""));

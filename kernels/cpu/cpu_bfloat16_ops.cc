@@ -77,12 +77,12 @@ class CpuBfloat16Ops final : public Ops {
 
   void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int num_tokens,
                                 int vocab_start, int vocab_local, int channels) override {
-    // Sum each touched row's gradients in fp32 (token order), then add the sum
-    // into dwte once: one rounding per row, whatever the token repeats.
+    // Each touched row is widened once, takes its tokens' gradients in fp32
+    // (token order, as the fp32 op adds them) and is rounded once: one
+    // rounding per row, whatever the token repeats.
     const size_t C = channels;
     row_slot_.assign(std::max(vocab_local, 0), -1);
     touched_rows_.clear();
-    float* sums = nullptr;
     for (int i = 0; i < num_tokens; i++) {
       const int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
       if (local < 0 || local >= vocab_local) continue;
@@ -91,21 +91,19 @@ class CpuBfloat16Ops final : public Ops {
         touched_rows_.push_back(static_cast<int>(local));
       }
     }
-    sums = scratch(0, touched_rows_.size() * C);
-    std::fill(sums, sums + touched_rows_.size() * C, 0.0f);
+    float* rows = scratch(0, touched_rows_.size() * C);
+    for (size_t slot = 0; slot < touched_rows_.size(); slot++)
+      host_to_float(rows + slot * C, bits(dwte) + static_cast<size_t>(touched_rows_[slot]) * C,
+                    DType::kBFloat16, C);
     for (int i = 0; i < num_tokens; i++) {
       const int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
       if (local < 0 || local >= vocab_local) continue;
-      float* sum = sums + static_cast<size_t>(row_slot_[local]) * C;
+      float* row = rows + static_cast<size_t>(row_slot_[local]) * C;
       const Bits* dout_row = bits(dout) + static_cast<size_t>(i) * C;
-      for (size_t c = 0; c < C; c++) sum[c] += float_from_bfloat16(dout_row[c]);
+      for (size_t c = 0; c < C; c++) row[c] += float_from_bfloat16(dout_row[c]);
     }
-    for (size_t slot = 0; slot < touched_rows_.size(); slot++) {
-      Bits* row = bits(dwte) + static_cast<size_t>(touched_rows_[slot]) * C;
-      const float* sum = sums + slot * C;
-      for (size_t c = 0; c < C; c++)
-        row[c] = bfloat16_from_float(float_from_bfloat16(row[c]) + sum[c]);
-    }
+    for (size_t slot = 0; slot < touched_rows_.size(); slot++)
+      narrow(bits(dwte) + static_cast<size_t>(touched_rows_[slot]) * C, rows + slot * C, C);
   }
 
   void position_embedding_forward(void* out, const void* wpe, int batch, int seq_len,

@@ -180,6 +180,17 @@ TEST_F(Bfloat16OpsTest, TokenEmbeddingBackwardRoundsEachRowOnce) {
   bf16->token_embedding_backward(dwte.data(), dout.data(), tokens.data(), 4, 0, V, C);
   EXPECT_EQ(widen(dwte), (std::vector<float>{0.5f, 0.25f, 1.0f + 0x1p-6f, 1.0f + 0x1p-6f, 0, 0}));
 
+  // Bitwise the fp32 op on the widened values, rounded once (nonzero start,
+  // repeats, and a token outside this shard's range).
+  const std::vector<int32_t> many = {2, 5, 2, 0, 2, 7, 0};
+  const Bits start = random_bf16(V * C, 24), gradients = random_bf16(many.size() * C, 25);
+  Bits ours = start;
+  std::vector<float> reference = widen(start);
+  bf16->token_embedding_backward(ours.data(), gradients.data(), many.data(), 7, 0, V, C);
+  fp32->token_embedding_backward(reference.data(), widen(gradients).data(), many.data(), 7, 0, V,
+                                 C);
+  EXPECT_EQ(ours, narrow(reference));
+
   Bits rows(4 * C);
   const Bits wte = random_bf16(V * C, 23);
   bf16->token_embedding_forward(rows.data(), tokens.data(), wte.data(), 4, 0, V, C);

@@ -81,10 +81,10 @@ class CpuOps final : public Ops {
   void synchronize() override {}  // CPU ops complete before they return
 
   void convert_from_float(void* out, const float* in, size_t n) override {
-    copy(out, in, n * sizeof(float));
+    if (out != in) copy(out, in, n * sizeof(float));
   }
   void convert_to_float(float* out, const void* in, size_t n) override {
-    copy(out, in, n * sizeof(float));
+    if (out != in) copy(out, in, n * sizeof(float));
   }
 
   // ---- device -----------------------------------------------------------------
