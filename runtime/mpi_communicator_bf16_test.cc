@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "runtime/local_communicator.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/mpi_test_support.h"
 #include "runtime/timed_communicator.h"
 #include "runtime/watched_communicator.h"
 
@@ -32,17 +33,8 @@ using kernels::DType;
 using kernels::float_from_bfloat16;
 using Bits = std::vector<uint16_t>;  // a bf16 buffer
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testing::world_rank;
+using testing::world_size;
 
 std::unique_ptr<MpiCommunicator> world_group() {
   MPI_Comm comm = MPI_COMM_NULL;

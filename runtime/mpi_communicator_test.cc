@@ -16,20 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "runtime/mpi_test_support.h"
+
 namespace paraplan {
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testing::world_rank;
+using testing::world_size;
 
 MPI_Comm duplicate_world() {
   MPI_Comm comm = MPI_COMM_NULL;

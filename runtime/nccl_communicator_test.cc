@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "runtime/mpi_communicator.h"
 #ifdef PARAPLAN_HAVE_NCCL
+#include "runtime/mpi_test_support.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/watchdog.h"
 #endif
@@ -43,17 +44,8 @@ std::string reason_to_skip() {
 
 #ifdef PARAPLAN_HAVE_NCCL
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testing::world_rank;
+using testing::world_size;
 
 std::unique_ptr<MpiCommunicator> group_of(MPI_Comm parent, const char* name) {
   MPI_Comm comm = MPI_COMM_NULL;

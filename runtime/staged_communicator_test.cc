@@ -22,22 +22,14 @@
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/mpi_test_support.h"
 #include "runtime/transport.h"
 
 namespace paraplan {
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testing::world_rank;
+using testing::world_size;
 
 std::unique_ptr<MpiCommunicator> world_group(const char* name) {
   MPI_Comm comm = MPI_COMM_NULL;

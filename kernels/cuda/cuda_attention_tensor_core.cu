@@ -166,18 +166,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
     }
 
     // O += P V, P rounded to bf16 (A fragments straight from the S registers).
-#pragma unroll
-    for (int kb = 0; kb < kKeyBlocks / 2; kb++) {
-      uint32_t p[4];
-      a_from_accumulators(p, s, kb);
-#pragma unroll
-      for (int db = 0; db < kOutBlocks; db += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, b_trans_fragment_address<kD>(v_tile, 16 * kb, 8 * db));
-        mma_bf16(o[db], p, b[0], b[1]);
-        mma_bf16(o[db + 1], p, b[2], b[3]);
-      }
-    }
+    mma_accumulators_by_tile<kD>(o, s, v_tile);
   }
 
   // out = O / l (rounded once), logsumexp = m + log(l) in natural-log units.

@@ -167,6 +167,47 @@ __device__ __forceinline__ void a_from_accumulators(uint32_t (&a)[4], const floa
   a[3] = pack_bf16(c[2 * kb + 1][2], c[2 * kb + 1][3]);
 }
 
+// c += A B^T over the head dimension: A the warp's 16 rows from row0 of a
+// [rows, kD] tile, B the first 8 * kBlocks rows of another (S = Q K^T, dP =
+// dOut V^T and their transposes).
+template <int kD, int kBlocks>
+__device__ __forceinline__ void mma_rows_by_rows(float (&c)[kBlocks][4], const bf16* a_tile,
+                                                 int row0, const bf16* b_tile) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ks++) {
+    uint32_t a[4];
+    ldmatrix_x4(a, a_fragment_address<kD>(a_tile, row0, 16 * ks));
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, b_fragment_address<kD>(b_tile, 8 * nb, 16 * ks));
+      mma_bf16(c[nb], a, b[0], b[1]);
+      mma_bf16(c[nb + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// c += P B: P the warp's accumulators (16 x 8 * kBlocks, rounded to bf16 as
+// the A operand, a_from_accumulators), B the first 8 * kBlocks rows of a
+// [rows, kD] tile, read transposed: 16 x kD (O += P V, dV += P^T dOut, ...).
+template <int kD, int kBlocks>
+__device__ __forceinline__ void mma_accumulators_by_tile(float (&c)[kD / 8][4],
+                                                         const float (&p)[kBlocks][4],
+                                                         const bf16* tile) {
+#pragma unroll
+  for (int kb = 0; kb < kBlocks / 2; kb++) {
+    uint32_t a[4];
+    a_from_accumulators(a, p, kb);
+#pragma unroll
+    for (int db = 0; db < kD / 8; db += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_trans_fragment_address<kD>(tile, 16 * kb, 8 * db));
+      mma_bf16(c[db], a, b[0], b[1]);
+      mma_bf16(c[db + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 // dst[row][2t, 2t+1] (+)= values for the accumulator rows a thread holds:
 // dst = round(float(dst) + values), one 4-byte read-modify-write of two bf16.
 __device__ __forceinline__ void accumulate_pair(bf16* destination, float v0, float v1) {

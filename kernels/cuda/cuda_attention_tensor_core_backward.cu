@@ -84,7 +84,6 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kQueries = kDkdvQueries<kD>;
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride, kSubTileElements = kQueries * kStride;
-  constexpr int kDSteps = kD / 16;            // k-steps of the S^T, dP^T products over d
   constexpr int kQueryBlocks = kQueries / 8;  // n-blocks of S^T (queries)
   constexpr int kOutBlocks = kD / 8;          // n-blocks of dK, dV (d)
   extern __shared__ uint4 shared_memory[];
@@ -132,22 +131,8 @@ __global__ void __launch_bounds__(kThreads)
 
     // S^T = K Q^T and dP^T = V dOut^T for the warp's 16 keys x kQueries queries.
     float s[kQueryBlocks][4] = {}, dp[kQueryBlocks][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kDSteps; ks++) {
-      uint32_t k_fragment[4], v_fragment[4];
-      ldmatrix_x4(k_fragment, a_fragment_address<kD>(k_tile, 16 * warp, 16 * ks));
-      ldmatrix_x4(v_fragment, a_fragment_address<kD>(v_tile, 16 * warp, 16 * ks));
-#pragma unroll
-      for (int nb = 0; nb < kQueryBlocks; nb += 2) {
-        uint32_t q[4], g[4];
-        ldmatrix_x4(q, b_fragment_address<kD>(q_tile, 8 * nb, 16 * ks));
-        ldmatrix_x4(g, b_fragment_address<kD>(dout_tile, 8 * nb, 16 * ks));
-        mma_bf16(s[nb], k_fragment, q[0], q[1]);
-        mma_bf16(s[nb + 1], k_fragment, q[2], q[3]);
-        mma_bf16(dp[nb], v_fragment, g[0], g[1]);
-        mma_bf16(dp[nb + 1], v_fragment, g[2], g[3]);
-      }
-    }
+    mma_rows_by_rows<kD>(s, k_tile, 16 * warp, q_tile);
+    mma_rows_by_rows<kD>(dp, v_tile, 16 * warp, dout_tile);
 
     // P^T into s, dS^T into dp. Masking only where a warp's key can follow a
     // query of the step or the step runs past T.
@@ -166,22 +151,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // dV += P^T dOut, dK += dS^T Q: k runs over the step's queries.
-#pragma unroll
-    for (int kb = 0; kb < kQueryBlocks / 2; kb++) {
-      uint32_t p[4], ds[4];
-      a_from_accumulators(p, s, kb);
-      a_from_accumulators(ds, dp, kb);
-#pragma unroll
-      for (int db = 0; db < kOutBlocks; db += 2) {
-        uint32_t g[4], q[4];
-        ldmatrix_x4_trans(g, b_trans_fragment_address<kD>(dout_tile, 16 * kb, 8 * db));
-        ldmatrix_x4_trans(q, b_trans_fragment_address<kD>(q_tile, 16 * kb, 8 * db));
-        mma_bf16(dv[db], p, g[0], g[1]);
-        mma_bf16(dv[db + 1], p, g[2], g[3]);
-        mma_bf16(dk[db], ds, q[0], q[1]);
-        mma_bf16(dk[db + 1], ds, q[2], q[3]);
-      }
-    }
+    mma_accumulators_by_tile<kD>(dv, s, dout_tile);
+    mma_accumulators_by_tile<kD>(dk, dp, q_tile);
   }
 
   // This block alone owns these rows of dK and dV: plain read-modify-write.
@@ -213,7 +184,6 @@ __global__ void __launch_bounds__(kThreads)
                                     float scale, float scale_log2) {
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride;
-  constexpr int kDSteps = kD / 16;       // k-steps of the S, dP products over d
   constexpr int kKeyBlocks = kTile / 8;  // n-blocks of S (keys)
   constexpr int kOutBlocks = kD / 8;     // n-blocks of dQ (d)
   extern __shared__ uint4 shared_memory[];
@@ -260,22 +230,8 @@ __global__ void __launch_bounds__(kThreads)
 
     // S = Q K^T and dP = dOut V^T for the warp's 16 queries x 64 keys.
     float s[kKeyBlocks][4] = {}, dp[kKeyBlocks][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kDSteps; ks++) {
-      uint32_t q_fragment[4], g_fragment[4];
-      ldmatrix_x4(q_fragment, a_fragment_address<kD>(q_tile, 16 * warp, 16 * ks));
-      ldmatrix_x4(g_fragment, a_fragment_address<kD>(dout_tile, 16 * warp, 16 * ks));
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; nb += 2) {
-        uint32_t k[4], v[4];
-        ldmatrix_x4(k, b_fragment_address<kD>(k_tile, 8 * nb, 16 * ks));
-        ldmatrix_x4(v, b_fragment_address<kD>(v_tile, 8 * nb, 16 * ks));
-        mma_bf16(s[nb], q_fragment, k[0], k[1]);
-        mma_bf16(s[nb + 1], q_fragment, k[2], k[3]);
-        mma_bf16(dp[nb], g_fragment, v[0], v[1]);
-        mma_bf16(dp[nb + 1], g_fragment, v[2], v[3]);
-      }
-    }
+    mma_rows_by_rows<kD>(s, q_tile, 16 * warp, k_tile);
+    mma_rows_by_rows<kD>(dp, dout_tile, 16 * warp, v_tile);
 
     // dS into dp (P is not needed past it). Masking on the diagonal tile and
     // for warps whose rows run past T.
@@ -293,18 +249,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // dQ += dS K: k runs over the tile's keys.
-#pragma unroll
-    for (int kb = 0; kb < kKeyBlocks / 2; kb++) {
-      uint32_t ds[4];
-      a_from_accumulators(ds, dp, kb);
-#pragma unroll
-      for (int db = 0; db < kOutBlocks; db += 2) {
-        uint32_t k[4];
-        ldmatrix_x4_trans(k, b_trans_fragment_address<kD>(k_tile, 16 * kb, 8 * db));
-        mma_bf16(dq[db], ds, k[0], k[1]);
-        mma_bf16(dq[db + 1], ds, k[2], k[3]);
-      }
-    }
+    mma_accumulators_by_tile<kD>(dq, dp, k_tile);
   }
 
   // This block alone owns these rows of dQ.
