@@ -39,6 +39,17 @@ enum class Backend { kCpu, kCuda };
 
 const char* backend_name(Backend backend);
 
+// One AdamW step's settings (Ops::adamw). step counts from 1.
+struct AdamWStep {
+  float learning_rate = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0;
+  int step = 1;
+  float gradient_scale = 1.0f;  // every gradient is multiplied by it first
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -176,12 +187,13 @@ class Ops {
 
   // ---- optimizer ---------------------------------------------------------------------------
   // One AdamW step (decoupled weight decay, bias-corrected moments) over n
-  // elements of fp32 master weights, from storage gradients; step counts from
-  // 1. params (storage) receives the updated master weights rounded; with fp32
-  // storage it may be master itself (then the master weights are the params).
+  // elements of fp32 master weights, from storage gradients times
+  // hyperparameters.gradient_scale (the clip factor, applied here rather than
+  // in a pass of its own; the gradients are left as they were). params
+  // (storage) receives the updated master weights rounded; with fp32 storage
+  // it may be master itself (then the master weights are the params).
   virtual void adamw(float* master, void* params, const void* grads, float* first_moment,
-                     float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
-                     float epsilon, float weight_decay, int step) = 0;
+                     float* second_moment, size_t n, const AdamWStep& hyperparameters) = 0;
   // Sum of squares of the storage tensor x, accumulated in double in a fixed order.
   virtual double sum_of_squares(const void* x, size_t n) = 0;
 };

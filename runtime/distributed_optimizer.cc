@@ -167,10 +167,17 @@ double DistributedOptimizer::step(float learning_rate, int step) {
   for (const OwnedRange& range : owned_) squares += counted_sum_of_squares(gradients, range);
   groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
   const double norm = std::sqrt(squares);
-  // torch's clip_grad_norm_ rule, the same factor on every rank.
+  kernels::AdamWStep hyperparameters;
+  hyperparameters.learning_rate = learning_rate;
+  hyperparameters.beta1 = settings_.beta1;
+  hyperparameters.beta2 = settings_.beta2;
+  hyperparameters.epsilon = settings_.epsilon;
+  hyperparameters.step = step;
+  // torch's clip_grad_norm_ rule, the same factor on every rank; AdamW applies
+  // it as it reads each gradient (no pass of its own over the gradients).
   if (settings_.grad_clip > 0) {
     const double factor = settings_.grad_clip / (norm + 1e-6);
-    if (factor < 1.0) ops_.scale(gradients, static_cast<float>(factor), shard_elements_);
+    if (factor < 1.0) hyperparameters.gradient_scale = static_cast<float>(factor);
   }
   void* parameters = stage_.parameters();
   initialize_master();
@@ -180,13 +187,12 @@ double DistributedOptimizer::step(float learning_rate, int step) {
       const size_t to = std::min(range.end, tensor.offset + tensor.size);
       if (from >= to) continue;
       const size_t at = from - range.begin + range.shard_offset;
-      const float decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
+      hyperparameters.weight_decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
       void* params = kernels::element_at(parameters, from, dtype_);
       // fp32 storage: the parameters are the master weights.
       float* master = master_ ? master_at(at) : static_cast<float*>(params);
       ops_.adamw(master, params, kernels::element_at(gradients, at, dtype_), first_moment_ + at,
-                 second_moment_ + at, to - from, learning_rate, settings_.beta1, settings_.beta2,
-                 settings_.epsilon, decay, step);
+                 second_moment_ + at, to - from, hyperparameters);
     }
   }
   if (sharded_) {

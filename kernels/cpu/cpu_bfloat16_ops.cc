@@ -258,10 +258,8 @@ class CpuBfloat16Ops final : public Ops {
   // ---- optimizer: fp32 master weights, the bf16 params their rounded copy
   // -------------------------
   void adamw(float* master, void* params, const void* grads, float* first_moment,
-             float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
-             float epsilon, float weight_decay, int step) override {
-    cpu::adamw(master, widen(0, grads, n), first_moment, second_moment, n, learning_rate, beta1,
-               beta2, epsilon, weight_decay, step);
+             float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
+    cpu::adamw(master, widen(0, grads, n), first_moment, second_moment, n, hyperparameters);
     narrow(params, master, n);
   }
   double sum_of_squares(const void* x, size_t n) override {

@@ -208,10 +208,11 @@ TEST_F(Bfloat16OpsTest, AdamWKeepsUpdatesInFp32MasterWeights) {
   const Bits grads = narrow({1, 1, 1, 1});
   std::vector<float> reference(n, 1.0f), m_ref(n, 0), v_ref(n, 0);
   for (int step = 1; step <= 100; ++step) {
-    bf16->adamw(master.data(), params.data(), grads.data(), m.data(), v.data(), n, 1e-4f, 0.9f,
-                0.95f, 1e-8f, 0.0f, step);
+    const AdamWStep hyperparameters{
+        .learning_rate = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .step = step};
+    bf16->adamw(master.data(), params.data(), grads.data(), m.data(), v.data(), n, hyperparameters);
     fp32->adamw(reference.data(), reference.data(), widen(grads).data(), m_ref.data(), v_ref.data(),
-                n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, step);
+                n, hyperparameters);
   }
   EXPECT_EQ(master, reference);  // the master update is fp32 AdamW's
   EXPECT_NEAR(master[0], 1.0f - 100 * 1e-4f, 1e-5f);

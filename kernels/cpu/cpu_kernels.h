@@ -138,8 +138,7 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logi
 
 // AdamW in place over fp32 params (cpu_ops.cc); Ops::adamw's arithmetic.
 void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
-           float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
-           int step);
+           const AdamWStep& hyperparameters);
 
 // The two storage dtypes of the CPU backend: fp32 (cpu_ops.cc), and bf16
 // (cpu_bfloat16_ops.cc), which runs the fp32 ops on widened copies.

@@ -394,11 +394,10 @@ class CpuOps final : public Ops {
   // ---- optimizer ---------------------------------------------------------------------------
 
   void adamw(float* master, void* params_storage, const void* grads_storage, float* first_moment,
-             float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
-             float epsilon, float weight_decay, int step) override {
+             float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
     float* params = static_cast<float*>(params_storage);
     cpu::adamw(master, static_cast<const float*>(grads_storage), first_moment, second_moment, n,
-               learning_rate, beta1, beta2, epsilon, weight_decay, step);
+               hyperparameters);
     if (params != master) copy(params, master, n * sizeof(float));
   }
 
@@ -414,13 +413,17 @@ class CpuOps final : public Ops {
 };
 
 void cpu::adamw(float* params, const float* grads, float* first_moment, float* second_moment,
-                size_t n, float learning_rate, float beta1, float beta2, float epsilon,
-                float weight_decay, int step) {
-  const float beta1_correction = static_cast<float>(1.0 - std::pow(double{beta1}, step));
-  const float beta2_correction = static_cast<float>(1.0 - std::pow(double{beta2}, step));
-  const float decay_factor = 1.0f - learning_rate * weight_decay;
+                size_t n, const AdamWStep& hyperparameters) {
+  const float learning_rate = hyperparameters.learning_rate, epsilon = hyperparameters.epsilon;
+  const float beta1 = hyperparameters.beta1, beta2 = hyperparameters.beta2;
+  const float gradient_scale = hyperparameters.gradient_scale;
+  const float beta1_correction =
+      static_cast<float>(1.0 - std::pow(double{beta1}, hyperparameters.step));
+  const float beta2_correction =
+      static_cast<float>(1.0 - std::pow(double{beta2}, hyperparameters.step));
+  const float decay_factor = 1.0f - learning_rate * hyperparameters.weight_decay;
   for (size_t i = 0; i < n; i++) {
-    float grad = grads[i];
+    float grad = grads[i] * gradient_scale;
     float m = beta1 * first_moment[i] + (1.0f - beta1) * grad;
     float v = beta2 * second_moment[i] + (1.0f - beta2) * grad * grad;
     first_moment[i] = m;

@@ -238,10 +238,12 @@ void BM_AdamW(benchmark::State& state, Shape shape) {
   const size_t n = 12 * C * C + 13 * C;
   std::vector<float> params = filled(n, 14), grads = filled(n, 15, 0.01f);
   std::vector<float> first_moment(n, 0.0f), second_moment(n, 0.0f);
-  int step = 0;
+  AdamWStep hyperparameters{
+      .learning_rate = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f, .step = 0};
   for (auto _ : state) {
+    ++hyperparameters.step;
     ops->adamw(params.data(), params.data(), grads.data(), first_moment.data(),
-               second_moment.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+               second_moment.data(), n, hyperparameters);
     benchmark::DoNotOptimize(params.data());
     benchmark::ClobberMemory();
   }

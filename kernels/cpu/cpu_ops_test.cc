@@ -334,14 +334,19 @@ TEST_F(CpuOpsTest, AdamWMatchesHandComputation) {
   //   p = 0.8811 - 0.1 * mhat / (sqrt(vhat) + 1e-8) = 0.8544663.
   float param = 1.0f, first_moment = 0.0f, second_moment = 0.0f;
   float grad = 0.5f;
-  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, 0.1f, 0.9f, 0.999f, 1e-8f,
-             0.1f, 1);
+  AdamWStep hyperparameters{.learning_rate = 0.1f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .epsilon = 1e-8f,
+                            .weight_decay = 0.1f,
+                            .step = 1};
+  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, hyperparameters);
   EXPECT_NEAR(param, 0.89f, kTolerance);
   EXPECT_NEAR(first_moment, 0.05f, kTolerance);
   EXPECT_NEAR(second_moment, 0.00025f, 0.00025f * 1e-4f);  // 1 - 0.999f is inexact
   grad = -0.25f;
-  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, 0.1f, 0.9f, 0.999f, 1e-8f,
-             0.1f, 2);
+  hyperparameters.step = 2;
+  ops->adamw(&param, &param, &grad, &first_moment, &second_moment, 1, hyperparameters);
   EXPECT_NEAR(param, 0.8544663f, kTolerance);
   EXPECT_NEAR(first_moment, 0.02f, kTolerance);
   EXPECT_NEAR(second_moment, 0.00031225f, 0.00031225f * 1e-4f);
@@ -351,9 +356,43 @@ TEST_F(CpuOpsTest, AdamWZeroGradientOnlyDecays) {
   std::vector<float> params = {2.0f, -4.0f}, grads = {0.0f, 0.0f};
   std::vector<float> first_moment = {0.0f, 0.0f}, second_moment = {0.0f, 0.0f};
   ops->adamw(params.data(), params.data(), grads.data(), first_moment.data(), second_moment.data(),
-             2, 0.01f, 0.9f, 0.95f, 1e-8f, 0.5f, 1);
+             2, {.learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.5f});
   EXPECT_NEAR(params[0], 2.0f * (1.0f - 0.005f), kTolerance);
   EXPECT_NEAR(params[1], -4.0f * (1.0f - 0.005f), kTolerance);
+}
+
+TEST_F(CpuOpsTest, AdamWGradientScaleIsAPreScaledGradientBitwise) {
+  // The clip factor rides in AdamW: scaling as it reads equals an AdamW step
+  // over gradients scaled beforehand (the pass it replaces), bitwise.
+  const size_t n = 1000;
+  std::vector<float> grads(n), scaled(n);
+  for (size_t i = 0; i < n; ++i) {
+    grads[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+    scaled[i] = grads[i] * 0.2371f;
+  }
+  std::vector<float> folded(n, 0.5f), folded_m(n, 0), folded_v(n, 0);
+  std::vector<float> separate(n, 0.5f), separate_m(n, 0), separate_v(n, 0);
+  AdamWStep hyperparameters{.learning_rate = 1e-3f, .weight_decay = 0.1f};
+  for (int step = 1; step <= 3; ++step) {
+    hyperparameters.step = step;
+    hyperparameters.gradient_scale = 0.2371f;
+    ops->adamw(folded.data(), folded.data(), grads.data(), folded_m.data(), folded_v.data(), n,
+               hyperparameters);
+    hyperparameters.gradient_scale = 1.0f;
+    ops->adamw(separate.data(), separate.data(), scaled.data(), separate_m.data(),
+               separate_v.data(), n, hyperparameters);
+  }
+  EXPECT_EQ(folded, separate);
+  EXPECT_EQ(folded_m, separate_m);
+  EXPECT_EQ(folded_v, separate_v);
+  // And the factor is applied at all: one step's first moment is
+  // (1 - beta1) * gradient * factor.
+  std::vector<float> once(n, 0.5f), once_m(n, 0), once_v(n, 0);
+  hyperparameters.step = 1;
+  hyperparameters.gradient_scale = 0.2371f;
+  ops->adamw(once.data(), once.data(), grads.data(), once_m.data(), once_v.data(), n,
+             hyperparameters);
+  EXPECT_NEAR(once_m[5], 0.1f * grads[5] * 0.2371f, 1e-6f);
 }
 
 TEST_F(CpuOpsTest, SumOfSquares) {
@@ -434,7 +473,8 @@ std::vector<float> run_tiny_model(Ops& ops) {
   const double gradient_norm_squared = ops.sum_of_squares(dwte.data(), dwte.size());
   std::vector<float> first_moment(wte.size(), 0.0f), second_moment(wte.size(), 0.0f);
   ops.adamw(wte.data(), wte.data(), dwte.data(), first_moment.data(), second_moment.data(),
-            wte.size(), 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+            wte.size(),
+            {.learning_rate = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f});
 
   std::vector<float> everything;
   for (const auto* part : {&losses, &dwte, &dwpe, &dln_weight, &dln_bias, &dqkv_weight, &dqkv_bias,

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
@@ -176,10 +177,12 @@ struct AdamW {
   const T* grads;
   float* first_moment;
   float* second_moment;
-  float learning_rate, beta1, beta2, epsilon, decay_factor, beta1_correction, beta2_correction;
+  float gradient_scale, learning_rate, beta1, beta2, epsilon, decay_factor, beta1_correction,
+      beta2_correction;
 
   // The CPU backend's formula, operation for operation.
   __device__ __forceinline__ void update(float& param, float grad, float& m, float& v) const {
+    grad *= gradient_scale;
     m = beta1 * m + (1.0f - beta1) * grad;
     v = beta2 * v + (1.0f - beta2) * grad * grad;
     const float m_hat = m / beta1_correction;
@@ -385,9 +388,13 @@ void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaS
 }
 
 void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
-           float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
-           float epsilon, float weight_decay, float beta1_correction, float beta2_correction,
-           cudaStream_t stream) {
+           float* second_moment, size_t n, const AdamWStep& hyperparameters, cudaStream_t stream) {
+  const float learning_rate = hyperparameters.learning_rate;
+  // The same float corrections as the CPU backend, computed in double.
+  const float beta1_correction =
+      static_cast<float>(1.0 - std::pow(double{hyperparameters.beta1}, hyperparameters.step));
+  const float beta2_correction =
+      static_cast<float>(1.0 - std::pow(double{hyperparameters.beta2}, hyperparameters.step));
   const bool vectorized = is_aligned16(master) && is_aligned16(params) && is_aligned16(grads) &&
                           is_aligned16(first_moment) && is_aligned16(second_moment);
   with_storage(storage, [&](auto tag) {
@@ -397,11 +404,12 @@ void adamw(DType storage, float* master, void* params, const void* grads, float*
                       static_cast<const T*>(grads),
                       first_moment,
                       second_moment,
+                      hyperparameters.gradient_scale,
                       learning_rate,
-                      beta1,
-                      beta2,
-                      epsilon,
-                      1.0f - learning_rate * weight_decay,
+                      hyperparameters.beta1,
+                      hyperparameters.beta2,
+                      hyperparameters.epsilon,
+                      1.0f - learning_rate * hyperparameters.weight_decay,
                       beta1_correction,
                       beta2_correction};
     launch_elementwise(op, n, vectorized, stream);

@@ -79,11 +79,8 @@ void broadcast_rows(DType storage, void* out, const void* row, int rows, int col
                     cudaStream_t stream);
 void convert_from_float(DType storage, void* out, const float* in, size_t n, cudaStream_t stream);
 void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaStream_t stream);
-// beta1_correction = 1 - beta1^step (and beta2's), computed by the caller in double.
 void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
-           float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
-           float epsilon, float weight_decay, float beta1_correction, float beta2_correction,
-           cudaStream_t stream);
+           float* second_moment, size_t n, const AdamWStep& hyperparameters, cudaStream_t stream);
 // Blocks of the first pass of sum_of_squares; partials holds kSumOfSquaresBlocks + 1 doubles.
 constexpr int kSumOfSquaresBlocks = 256;
 // Synchronizes the stream (the result comes back to the host).

@@ -409,13 +409,9 @@ class CudaOps final : public Ops {
   // ---- optimizer ---------------------------------------------------------------------------
 
   void adamw(float* master, void* params, const void* grads, float* first_moment,
-             float* second_moment, size_t n, float learning_rate, float beta1, float beta2,
-             float epsilon, float weight_decay, int step) override {
-    // The same float corrections as the CPU backend.
-    const float beta1_correction = static_cast<float>(1.0 - std::pow(double{beta1}, step));
-    const float beta2_correction = static_cast<float>(1.0 - std::pow(double{beta2}, step));
-    cuda::adamw(storage_, master, params, grads, first_moment, second_moment, n, learning_rate,
-                beta1, beta2, epsilon, weight_decay, beta1_correction, beta2_correction, stream_);
+             float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
+    cuda::adamw(storage_, master, params, grads, first_moment, second_moment, n, hyperparameters,
+                stream_);
   }
 
   double sum_of_squares(const void* x, size_t n) override {

@@ -347,7 +347,15 @@ Tensors adamw_run(Ops& ops, size_t n, bool unaligned, bool params_are_master) {
   float* v = buffers.upload(random_floats(n, 72, 0.001f, 0.001f));
   for (int step = 1; step <= 3; step++) {
     const void* grads = buffers.upload_storage(random_floats(n, 73 + step));
-    ops.adamw(master, params, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    // Steps 2 and 3 carry a clip factor, which AdamW applies as it reads.
+    const AdamWStep hyperparameters{.learning_rate = 1e-3f,
+                                    .beta1 = 0.9f,
+                                    .beta2 = 0.95f,
+                                    .epsilon = 1e-8f,
+                                    .weight_decay = 0.1f,
+                                    .step = step,
+                                    .gradient_scale = step == 1 ? 1.0f : 0.37f};
+    ops.adamw(master, params, grads, m, v, n, hyperparameters);
   }
   return Tensors{buffers.download(master, n), buffers.download_storage(params, n),
                  buffers.download(m, n), buffers.download(v, n)};
