@@ -31,13 +31,13 @@ device_env_main() {
   # The configured absolute paths, as links to this checkout (on a fresh
   # machine none of them exist).
   if [ "$source_dir" != "$root" ] && [ ! -e "$source_dir" ]; then
-    mkdir -p "$(dirname "$source_dir")" && ln -s "$root" "$source_dir" || return 1
+    mkdir -p "$(dirname "$source_dir")" && ln -sfn "$root" "$source_dir" || return 1
   fi
   if [ "$build_dir" != "$source_dir/build-device" ] && [ ! -e "$build_dir" ]; then
-    mkdir -p "$(dirname "$build_dir")" && ln -s "$root/build-device" "$build_dir" || return 1
+    mkdir -p "$(dirname "$build_dir")" && ln -sfn "$root/build-device" "$build_dir" || return 1
   fi
   if [ -n "$mpiexec" ] && [ ! -e "$mpiexec" ]; then
-    mkdir -p "$(dirname "$mpiexec")" && ln -s "$bundle/root/usr/bin/mpiexec" "$mpiexec" || return 1
+    mkdir -p "$(dirname "$mpiexec")" && ln -sfn "$bundle/root/usr/bin/mpiexec" "$mpiexec" || return 1
   fi
 
   # Every folder of the bundle that holds shared libraries, Open MPI's first.
@@ -49,7 +49,7 @@ device_env_main() {
   done < <(find "$bundle/root" -name '*.so*' -printf '%h\n' | sort -u)
 
   # cuBLAS and NCCL from the machine: CUDA's folders, then pip's nvidia-* wheels.
-  local wanted candidate found
+  local wanted candidate found cuda_folders=""
   for wanted in libcublasLt.so.13 libcublas.so.13 libcudart.so.13 libnccl.so.2; do
     found=""
     for candidate in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
@@ -64,16 +64,24 @@ device_env_main() {
       echo "device_env.sh: $wanted not found in CUDA's folders or the nvidia-* wheels" >&2
       return 1
     fi
-    case ":$library_path:" in *":$found:"*) ;; *) library_path="$library_path:$found" ;; esac
+    case ":$library_path:" in
+      *":$found:"*) ;;
+      *)
+        library_path="$library_path:$found"
+        cuda_folders="$cuda_folders $found"
+        ;;
+    esac
   done
 
-  export LD_LIBRARY_PATH="$library_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # What the machine had, for programs that should not see the bundle (PyTorch).
+  export PARAPLAN_SYSTEM_LD_LIBRARY_PATH="${PARAPLAN_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}"
+  export LD_LIBRARY_PATH="$library_path${PARAPLAN_SYSTEM_LD_LIBRARY_PATH:+:$PARAPLAN_SYSTEM_LD_LIBRARY_PATH}"
   export OPAL_PREFIX="$bundle/root/usr"
   export PATH="$bundle/root/usr/bin:$PATH"
   # One node: shared memory between ranks, no InfiniBand/UCX probing.
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  echo "device_env.sh: Open MPI $("$bundle/root/usr/bin/ompi_info" --version 2>/dev/null | head -1 |
-    awk '{print $NF}') from the bundle; CUDA libraries from ${library_path##*:}" >&2
+  echo "device_env.sh: $("$bundle/root/usr/bin/ompi_info" --version 2>/dev/null | head -1) from" \
+    "the bundle; cuBLAS and NCCL from$cuda_folders" >&2
 }
 device_env_main
