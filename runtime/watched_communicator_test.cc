@@ -165,8 +165,8 @@ TEST(WatchedCommunicator, AStalledBf16CallIsNamedInBf16Elements) {
   });
   Watchdog::instance().set_timeout(0.05, 0);
   std::vector<Call> calls;
-  WatchedCommunicator watched(
-      std::make_unique<RecordingGroup>(&calls, std::chrono::milliseconds(500)));
+  WatchedCommunicator watched(std::make_unique<RecordingGroup>(
+      &calls, std::chrono::milliseconds(1500)));  // 30x the timeout: room for a loaded machine
   std::vector<uint16_t> bits(3072);
   watched.all_reduce(bits.data(), bits.size(), DType::kBFloat16, ReduceOp::kSum);
   Watchdog::instance().set_timeout(0, 0);
