@@ -45,7 +45,7 @@ class Block(nn.Module):
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
         if self.attention == "sdpa":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:  # "manual": the [B, H, T, T] probabilities materialised, as paraplan does
+        else:  # "manual": the [B, H, T, T] probabilities materialised (unfused)
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             y = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
@@ -98,8 +98,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--mode", choices=["eager", "compile"], default="eager")
     parser.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa",
-                        help="sdpa: F.scaled_dot_product_attention (fused); manual: "
-                        "materialised probabilities, as paraplan")
+                        help="sdpa: F.scaled_dot_product_attention (fused, flash-style like "
+                        "paraplan's); manual: materialised probabilities")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (default fp32 + TF32)")
     parser.add_argument("--peak-tflops", type=float, default=0.0,
                         help="default 494.5 (TF32) or 989 (bf16), H100 SXM dense")
