@@ -50,6 +50,10 @@ struct AdamWStep {
   float gradient_scale = 1.0f;  // every gradient is multiplied by it first
 };
 
+// 1 - beta^step, computed in double and rounded to float: every backend's
+// AdamW divides by these same floats.
+float adamw_bias_correction(float beta, int step);
+
 class Ops {
  public:
   virtual ~Ops() = default;

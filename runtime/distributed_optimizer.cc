@@ -153,7 +153,6 @@ double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
       sum += ops_.sum_of_squares(
           kernels::element_at(gradients, run_begin - range.begin + range.shard_offset, dtype_),
           run_end - run_begin);
-    run_begin = run_end = 0;
   };
   for (const ParameterTensor& tensor : layout_.tensors()) {
     // Counted once: tensor-parallel replicas by tensor rank 0, the tied copy
@@ -163,8 +162,10 @@ double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
     const size_t from = std::max(range.begin, tensor.offset);
     const size_t to = std::min(range.end, tensor.offset + tensor.size);
     if (from >= to) continue;
-    if (from != run_end) flush();
-    if (run_begin == run_end) run_begin = from;
+    if (from != run_end) {
+      flush();
+      run_begin = from;
+    }
     run_end = to;
   }
   flush();
@@ -179,12 +180,11 @@ double DistributedOptimizer::step(float learning_rate, int step) {
   for (const OwnedRange& range : owned_) squares += counted_sum_of_squares(gradients, range);
   groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
   const double norm = std::sqrt(squares);
-  kernels::AdamWStep hyperparameters;
-  hyperparameters.learning_rate = learning_rate;
-  hyperparameters.beta1 = settings_.beta1;
-  hyperparameters.beta2 = settings_.beta2;
-  hyperparameters.epsilon = settings_.epsilon;
-  hyperparameters.step = step;
+  kernels::AdamWStep hyperparameters{.learning_rate = learning_rate,
+                                     .beta1 = settings_.beta1,
+                                     .beta2 = settings_.beta2,
+                                     .epsilon = settings_.epsilon,
+                                     .step = step};
   // torch's clip_grad_norm_ rule, the same factor on every rank; AdamW applies
   // it as it reads each gradient (no pass of its own over the gradients).
   if (settings_.grad_clip > 0) {

@@ -417,10 +417,8 @@ void cpu::adamw(float* params, const float* grads, float* first_moment, float* s
   const float learning_rate = hyperparameters.learning_rate, epsilon = hyperparameters.epsilon;
   const float beta1 = hyperparameters.beta1, beta2 = hyperparameters.beta2;
   const float gradient_scale = hyperparameters.gradient_scale;
-  const float beta1_correction =
-      static_cast<float>(1.0 - std::pow(double{beta1}, hyperparameters.step));
-  const float beta2_correction =
-      static_cast<float>(1.0 - std::pow(double{beta2}, hyperparameters.step));
+  const float beta1_correction = adamw_bias_correction(beta1, hyperparameters.step);
+  const float beta2_correction = adamw_bias_correction(beta2, hyperparameters.step);
   const float decay_factor = 1.0f - learning_rate * hyperparameters.weight_decay;
   for (size_t i = 0; i < n; i++) {
     float grad = grads[i] * gradient_scale;

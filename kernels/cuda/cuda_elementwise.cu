@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
@@ -390,11 +389,8 @@ void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaS
 void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
            float* second_moment, size_t n, const AdamWStep& hyperparameters, cudaStream_t stream) {
   const float learning_rate = hyperparameters.learning_rate;
-  // The same float corrections as the CPU backend, computed in double.
-  const float beta1_correction =
-      static_cast<float>(1.0 - std::pow(double{hyperparameters.beta1}, hyperparameters.step));
-  const float beta2_correction =
-      static_cast<float>(1.0 - std::pow(double{hyperparameters.beta2}, hyperparameters.step));
+  const float beta1_correction = adamw_bias_correction(hyperparameters.beta1, hyperparameters.step);
+  const float beta2_correction = adamw_bias_correction(hyperparameters.beta2, hyperparameters.step);
   const bool vectorized = is_aligned16(master) && is_aligned16(params) && is_aligned16(grads) &&
                           is_aligned16(first_moment) && is_aligned16(second_moment);
   with_storage(storage, [&](auto tag) {
