@@ -19,7 +19,7 @@
 #include "planner/planner.h"
 #include "planner/profile.h"
 #include "planner/search.h"
-#include "runtime/atomic_file.h"
+#include "common/atomic_file.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/test_temp_dir.h"
+#include "runtime/testing/test_temp_dir.h"
 #include "schema/plan_io.h"
 #include "schema/plan_test_builder.h"
 

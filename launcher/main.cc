@@ -15,10 +15,10 @@
 #include "launcher/profile_command.h"
 #include "planner/job_config.h"
 #include "planner/planner.h"
-#include "runtime/replay.h"
-#include "runtime/sampler.h"
-#include "runtime/tokenizer.h"
-#include "runtime/trainer.h"
+#include "runtime/measure/replay.h"
+#include "runtime/train/sampler.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/train/trainer.h"
 #include "schema/plan_io.h"
 
 namespace {

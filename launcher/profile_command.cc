@@ -15,9 +15,9 @@
 #include "planner/job_config.h"
 #include "planner/profile.h"
 #include "planner/search_space.h"
-#include "runtime/atomic_file.h"
-#include "runtime/mpi_communicator.h"
-#include "runtime/profiler.h"
+#include "common/atomic_file.h"
+#include "runtime/comm/mpi_session.h"
+#include "runtime/measure/profiler.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -1,0 +1,369 @@
+// checkpoint.cc: saving and loading plan-independent checkpoints in Hugging
+// Face GPT-2 form (model.safetensors + config.json) with the AdamW moments and
+// the training position beside them.
+#include "runtime/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc, _GNU_SOURCE)
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "runtime/checkpoint/safetensors.h"
+
+namespace paraplan {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kStateFile = "train_state.json";
+constexpr const char* kLatestFile = "latest";
+
+std::string step_directory_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// The shape Hugging Face stores: Conv1D weights are [in, out], the reverse of ours.
+std::vector<int64_t> hf_shape(const ParameterTensor& tensor) {
+  if (!tensor.hf_transposed) return tensor.shape;
+  return {tensor.shape[1], tensor.shape[0]};
+}
+
+// Transposes a row-major [rows, cols] matrix into [cols, rows].
+void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
+// A float as the shortest decimal that reads back as the same float, so
+// config.json says 1e-05 rather than 9.999999747378752e-06.
+double short_decimal(float value) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::strtod(std::string(text, result.ptr).c_str(), nullptr);
+}
+
+void add_tensors(SafetensorsWriter& writer, const GptLayout& layout, const float* buffer,
+                 const std::string& prefix) {
+  std::set<std::string> written;  // a stage's tied head copy shares the embedding's name
+  for (const ParameterTensor& tensor : layout.tensors()) {
+    if (!written.insert(tensor.name).second) continue;
+    const float* data = buffer + tensor.offset;
+    if (tensor.hf_transposed) {
+      std::vector<float> hf(tensor.size);
+      transpose(data, tensor.shape[0], tensor.shape[1], hf.data());
+      writer.add(prefix + tensor.name, hf_shape(tensor), hf.data());
+    } else {
+      writer.add_view(prefix + tensor.name, tensor.shape, data);
+    }
+  }
+}
+
+nlohmann::ordered_json hf_config_json(const GptConfig& config) {
+  nlohmann::ordered_json json;
+  json["architectures"] = {"GPT2LMHeadModel"};
+  json["model_type"] = "gpt2";
+  json["vocab_size"] = config.vocab_size;
+  json["n_positions"] = config.seq_len;
+  json["n_ctx"] = config.seq_len;
+  json["n_embd"] = config.d_model;
+  json["n_layer"] = config.num_layers;
+  json["n_head"] = config.num_heads;
+  json["n_inner"] = config.ffn_size;
+  json["activation_function"] = "gelu_new";  // GPT-2's tanh approximation, as kernels/ use
+  // paraplan trains without dropout; Hugging Face's defaults (0.1) would differ.
+  json["resid_pdrop"] = 0.0;
+  json["embd_pdrop"] = 0.0;
+  json["attn_pdrop"] = 0.0;
+  json["layer_norm_epsilon"] = short_decimal(config.layernorm_epsilon);
+  json["initializer_range"] = short_decimal(config.init_std);
+  json["scale_attn_weights"] = true;
+  json["tie_word_embeddings"] = config.tied_embeddings;
+  json["torch_dtype"] = "float32";
+  return json;
+}
+
+std::string read_text(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw std::runtime_error(path.string() + ": cannot read " + what +
+                             (fs::exists(path) ? "" : " (missing; the checkpoint is incomplete)"));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json read_json(const fs::path& path, const char* what) {
+  const std::string text = read_text(path, what);
+  try {
+    nlohmann::json json = nlohmann::json::parse(text);
+    if (!json.is_object()) throw std::runtime_error("not a JSON object");
+    return json;
+  } catch (const std::exception& error) {
+    throw std::runtime_error(path.string() + ": " + what + " is not valid JSON: " + error.what());
+  }
+}
+
+// Field `key` of a JSON object as an integer, or `fallback` when absent (required if nullopt).
+int64_t int_field(const nlohmann::json& json, const std::string& key, const fs::path& path,
+                  std::optional<int64_t> fallback = std::nullopt) {
+  const auto found = json.find(key);
+  if (found == json.end() || found->is_null()) {
+    if (fallback) return *fallback;
+    throw std::runtime_error(path.string() + ": missing field '" + key + "'");
+  }
+  if (!found->is_number_integer())
+    throw std::runtime_error(path.string() + ": field '" + key + "' is " + found->dump() +
+                             ", expected an integer");
+  return found->get<int64_t>();
+}
+
+GptConfig parse_config(const fs::path& path) {
+  const nlohmann::json json = read_json(path, "model config");
+  const auto string_or = [&](const char* key, const std::string& fallback) {
+    const auto found = json.find(key);
+    return found != json.end() && found->is_string() ? found->get<std::string>() : fallback;
+  };
+  const std::string model_type = string_or("model_type", "gpt2");
+  if (model_type != "gpt2")
+    throw std::runtime_error(path.string() + ": model_type is '" + model_type +
+                             "' but paraplan loads 'gpt2' checkpoints");
+  const std::string activation = string_or("activation_function", "gelu_new");
+  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh")
+    throw std::runtime_error(path.string() + ": activation_function is '" + activation +
+                             "' but paraplan's GPT-2 uses the tanh GELU (gelu_new)");
+  GptConfig config;
+  config.vocab_size = static_cast<int>(int_field(json, "vocab_size", path));
+  config.seq_len = static_cast<int>(int_field(json, "n_positions", path));
+  config.d_model = static_cast<int>(int_field(json, "n_embd", path));
+  config.num_layers = static_cast<int>(int_field(json, "n_layer", path));
+  config.num_heads = static_cast<int>(int_field(json, "n_head", path));
+  config.ffn_size = static_cast<int>(int_field(json, "n_inner", path, 4 * int64_t{config.d_model}));
+  const auto number_or = [&](const char* key, double fallback) {
+    const auto found = json.find(key);
+    if (found == json.end()) return fallback;
+    if (!found->is_number())
+      throw std::runtime_error(path.string() + ": field '" + key + "' is " + found->dump() +
+                               ", expected a number");
+    return found->get<double>();
+  };
+  config.layernorm_epsilon = static_cast<float>(number_or("layer_norm_epsilon", 1e-5));
+  config.init_std = static_cast<float>(number_or("initializer_range", 0.02));
+  const auto tied = json.find("tie_word_embeddings");
+  config.tied_embeddings = tied == json.end() || !tied->is_boolean() || tied->get<bool>();
+  return config;
+}
+
+// Every field where the checkpoint's model differs from the plan's, one line each.
+void check_config_matches(const GptConfig& saved, const GptConfig& plan, const fs::path& path) {
+  std::vector<std::string> problems;
+  const auto compare = [&](const char* field, int64_t found, int64_t wanted, const char* unit) {
+    if (found != wanted)
+      problems.push_back(std::string(field) + " is " + std::to_string(found) +
+                         " but the plan's model has " + std::to_string(wanted) + " " + unit);
+  };
+  compare("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
+  compare("n_positions", saved.seq_len, plan.seq_len, "seq_len");
+  compare("n_embd", saved.d_model, plan.d_model, "d_model");
+  compare("n_layer", saved.num_layers, plan.num_layers, "layers");
+  compare("n_head", saved.num_heads, plan.num_heads, "heads");
+  compare("n_inner", saved.ffn_size, plan.ffn_size, "ffn_size");
+  if (saved.tied_embeddings != plan.tied_embeddings)
+    problems.push_back(std::string("tie_word_embeddings is ") +
+                       (saved.tied_embeddings ? "true" : "false") + " but the plan's model " +
+                       (plan.tied_embeddings ? "ties" : "does not tie") + " its embeddings");
+  if (saved.layernorm_epsilon != plan.layernorm_epsilon)
+    problems.push_back("layer_norm_epsilon is " + std::to_string(saved.layernorm_epsilon) +
+                       " but the plan's model uses " + std::to_string(plan.layernorm_epsilon));
+  if (problems.empty()) return;
+  std::string message;
+  for (const std::string& problem : problems)
+    message.append(message.empty() ? "" : "\n").append(path.string()).append(": ").append(problem);
+  throw std::runtime_error(message);
+}
+
+// Reads every tensor of the layout (under `prefix`) from `file` into `buffer`,
+// transposing Conv1D weights back to [out, in].
+void read_tensors(const SafetensorsFile& file, const GptLayout& layout, float* buffer,
+                  const std::string& prefix) {
+  for (const ParameterTensor& tensor : layout.tensors()) {
+    std::string name = prefix + tensor.name;
+    // Checkpoints from the Hugging Face hub name GPT2Model's tensors without "transformer.".
+    const std::string hub_prefix = "transformer.";
+    if (!file.has(name) && prefix.empty() && name.rfind(hub_prefix, 0) == 0 &&
+        file.has(name.substr(hub_prefix.size())))
+      name = name.substr(hub_prefix.size());
+    if (!file.has(name))
+      throw std::runtime_error(file.path() + ": missing tensor '" + name + "' (the plan's model " +
+                               "needs it; the file holds " + std::to_string(file.tensors().size()) +
+                               " tensors)");
+    float* out = buffer + tensor.offset;
+    if (tensor.hf_transposed) {
+      std::vector<float> hf(tensor.size);
+      file.read(name, hf.data(), hf_shape(tensor));
+      transpose(hf.data(), tensor.shape[1], tensor.shape[0], out);
+    } else {
+      file.read(name, out, tensor.shape);
+    }
+  }
+}
+
+// Removes a directory tree when the save it belongs to fails part-way.
+struct RemoveOnFailure {
+  fs::path path;
+  bool armed = true;
+  ~RemoveOnFailure() {
+    std::error_code ignored;
+    if (armed) fs::remove_all(path, ignored);
+  }
+};
+
+// Puts the complete directory `from` at `to`; an existing `to` (the same step
+// saved again) is swapped out atomically where the filesystem allows.
+void publish_directory(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return;
+  if (errno != EEXIST && errno != ENOTEMPTY)
+    throw std::runtime_error("cannot rename " + from.string() + " to " + to.string() + ": " +
+                             std::strerror(errno));
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    // No atomic exchange here: move the old one aside first.
+    const fs::path aside = unique_temp_path(to);
+    fs::rename(to, aside);
+    fs::rename(from, to);
+    fs::remove_all(aside);
+    return;
+  }
+  fs::remove_all(from);  // now holds the replaced step directory
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& dir, const GptLayout& layout, const float* params,
+                            const float* first_moment, const float* second_moment,
+                            const TrainState& state) {
+  if (state.step < 0)
+    throw std::runtime_error(dir + ": cannot save a checkpoint for negative step " +
+                             std::to_string(state.step));
+  if ((first_moment == nullptr) != (second_moment == nullptr))
+    throw std::runtime_error(dir + ": save both AdamW moments or neither");
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error || !fs::is_directory(dir))
+    throw std::runtime_error(dir + ": cannot create checkpoint directory" +
+                             (error ? ": " + error.message() : std::string()));
+
+  const std::string name = step_directory_name(state.step);
+  const fs::path final_dir = fs::path(dir) / name;
+  RemoveOnFailure temp{unique_temp_path(final_dir)};
+  fs::create_directory(temp.path);
+
+  SafetensorsWriter model;
+  model.set_metadata("format", "pt");  // transformers refuses safetensors without it
+  add_tensors(model, layout, params, "");
+  model.write((temp.path / kModelFile).string());
+  if (first_moment != nullptr) {
+    SafetensorsWriter optimizer;
+    optimizer.set_metadata("format", "pt");
+    optimizer.set_metadata("content", "AdamW moments in model.safetensors layouts");
+    add_tensors(optimizer, layout, first_moment, "exp_avg.");
+    add_tensors(optimizer, layout, second_moment, "exp_avg_sq.");
+    optimizer.write((temp.path / kOptimizerFile).string());
+  }
+  write_file_atomically(temp.path / kConfigFile, hf_config_json(layout.config()).dump(2) + "\n");
+  nlohmann::ordered_json train_state;
+  train_state["format_version"] = kCheckpointFormatVersion;
+  train_state["step"] = state.step;
+  train_state["next_train_sample"] = state.next_train_sample;
+  train_state["seed"] = state.seed;
+  write_file_atomically(temp.path / kStateFile, train_state.dump(2) + "\n");
+  fsync_directory(temp.path);
+
+  publish_directory(temp.path, final_dir);
+  temp.armed = false;
+  fsync_directory(dir);
+  // Only now, with the step directory complete, does 'latest' move to it.
+  write_file_atomically(fs::path(dir) / kLatestFile, name + "\n");
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path root(path);
+  if (!fs::exists(root)) throw std::runtime_error(path + ": checkpoint path does not exist");
+  if (fs::is_regular_file(root / kLatestFile)) {
+    std::string name = read_text(root / kLatestFile, "latest checkpoint name");
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.front())))
+      name.erase(0, 1);
+    if (name.empty())
+      throw std::runtime_error((root / kLatestFile).string() +
+                               " is empty; it should name a step directory such as step_00000100");
+    const fs::path step_dir = root / name;
+    if (!fs::is_directory(step_dir))
+      throw std::runtime_error((root / kLatestFile).string() + " names " + name + " but " +
+                               step_dir.string() + " does not exist");
+    return step_dir.string();
+  }
+  if (fs::is_directory(root) && fs::exists(root / kModelFile)) return root.string();
+  throw std::runtime_error(path + ": not a checkpoint: neither a checkpoint directory (no '" +
+                           kLatestFile + "' file) nor a step directory (no " + kModelFile + ")");
+}
+
+GptConfig read_checkpoint_config(const std::string& path) {
+  return parse_config(fs::path(resolve_checkpoint(path)) / kConfigFile);
+}
+
+TrainState load_checkpoint(const std::string& path, const GptLayout& layout, float* params,
+                           float* first_moment, float* second_moment) {
+  const fs::path step_dir = resolve_checkpoint(path);
+  check_config_matches(parse_config(step_dir / kConfigFile), layout.config(),
+                       step_dir / kConfigFile);
+
+  read_tensors(SafetensorsFile::open((step_dir / kModelFile).string()), layout, params, "");
+  if (first_moment != nullptr || second_moment != nullptr) {
+    const fs::path optimizer_path = step_dir / kOptimizerFile;
+    if (!fs::exists(optimizer_path))
+      throw std::runtime_error(optimizer_path.string() +
+                               ": missing; the checkpoint holds no optimizer state to resume "
+                               "(it was saved without moments)");
+    const SafetensorsFile optimizer = SafetensorsFile::open(optimizer_path.string());
+    if (first_moment != nullptr) read_tensors(optimizer, layout, first_moment, "exp_avg.");
+    if (second_moment != nullptr) read_tensors(optimizer, layout, second_moment, "exp_avg_sq.");
+  }
+
+  // A weights-only load (sampling) accepts a directory without training state,
+  // e.g. a Hugging Face GPT-2 export; resuming needs it.
+  const fs::path state_path = step_dir / kStateFile;
+  TrainState state;
+  if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path)) return state;
+  const nlohmann::json json = read_json(state_path, "training state");
+  const int64_t version = int_field(json, "format_version", state_path);
+  if (version < 1 || version > kCheckpointFormatVersion)
+    throw std::runtime_error(state_path.string() + ": format_version " + std::to_string(version) +
+                             " is not supported; this paraplan reads versions 1 to " +
+                             std::to_string(kCheckpointFormatVersion));
+  state.step = int_field(json, "step", state_path);
+  state.next_train_sample = int_field(json, "next_train_sample", state_path);
+  const auto seed = json.find("seed");
+  if (seed == json.end() || !seed->is_number_unsigned())
+    throw std::runtime_error(state_path.string() + ": field 'seed' must be a non-negative integer");
+  state.seed = seed->get<uint64_t>();
+  if (state.step < 0 || state.next_train_sample < 0)
+    throw std::runtime_error(state_path.string() + ": step and next_train_sample must be >= 0");
+  return state;
+}
+
+}  // namespace paraplan

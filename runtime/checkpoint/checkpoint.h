@@ -1,0 +1,57 @@
+// checkpoint.h: plan-independent training checkpoints. A checkpoint directory
+// holds one step directory per save plus a 'latest' file naming the newest:
+//
+//   DIR/latest                       one line: "step_00000100"
+//   DIR/step_00000100/model.safetensors      Hugging Face GPT-2 names and layouts
+//   DIR/step_00000100/config.json            a GPT2Config: GPT2LMHeadModel loads the directory
+//   DIR/step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
+//   DIR/step_00000100/train_state.json       step, next_train_sample, seed, format_version
+//
+// Tensors are whole (not per rank), so a run resumes under any plan. A step
+// directory is written under a temporary name and renamed into place, then
+// 'latest' is replaced atomically, so a crash mid-save leaves the previous
+// checkpoint whole and 'latest' pointing at it. Old step directories are kept;
+// deleting them is the user's choice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/model/gpt/gpt_layout.h"
+
+namespace paraplan {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct TrainState {
+  int64_t step = 0;               // optimizer steps completed
+  int64_t next_train_sample = 0;  // global index of the next training sample
+  uint64_t seed = 0;
+};
+
+// Writes DIR/step_<8-digit step>/ (creating DIR if needed; replacing a step
+// directory of the same step) and points DIR/latest at it. `params`,
+// `first_moment` and `second_moment` are host arrays of layout.num_elements()
+// floats. Linear weights are written transposed to Hugging Face's Conv1D
+// [in, out]; a tied head is not written apart from transformer.wte.weight, and
+// a name the layout holds twice is written once. Returns the step directory.
+std::string save_checkpoint(const std::string& dir, const GptLayout& layout, const float* params,
+                            const float* first_moment, const float* second_moment,
+                            const TrainState& state);
+
+// A step directory as it is, or DIR/<the step named in DIR/latest>. Throws
+// std::runtime_error naming the path if it is neither or 'latest' is stale.
+std::string resolve_checkpoint(const std::string& path);
+
+// Loads the checkpoint at `path` (a step directory, or a checkpoint directory
+// with 'latest') into the layout's buffers after validating config.json
+// against layout.config() (every mismatching field named) and every tensor of
+// the layout (present, right shape). first_moment and second_moment may be
+// nullptr to skip the optimizer state (e.g. for sampling).
+TrainState load_checkpoint(const std::string& path, const GptLayout& layout, float* params,
+                           float* first_moment, float* second_moment);
+
+// The model configuration in config.json of the checkpoint at `path`.
+GptConfig read_checkpoint_config(const std::string& path);
+
+}  // namespace paraplan

@@ -1,0 +1,109 @@
+// distributed_checkpoint.cc: gather to rank 0 on save, slice on load.
+#include "runtime/checkpoint/distributed_checkpoint.h"
+
+#include <vector>
+
+#include "runtime/model/model_from_plan.h"
+
+namespace paraplan {
+
+namespace {
+
+GptLayout whole_model_layout(const GptConfig& config) {
+  return GptLayout(config, StageSpec{0, config.num_layers, true, true});
+}
+
+// The last pipeline stage's copy of the tied embedding is the first stage's
+// tensor; the checkpoint holds it once.
+bool is_tied_copy(const GptLayout& layout, const ParameterTensor& tensor) {
+  return tensor.name == "transformer.wte.weight" && !layout.stage().has_embedding;
+}
+
+// Places a rank's local tensors into the whole-model buffers.
+void place(const GptLayout& local, const std::vector<float>& source, const GptLayout& whole,
+           std::vector<float>& destination) {
+  for (const ParameterTensor& tensor : local.tensors()) {
+    if (is_tied_copy(local, tensor)) continue;
+    const size_t base = whole.find(tensor.name)->offset;
+    for (size_t k = 0; k < tensor.size; ++k)
+      destination[base + tensor.global_index(k)] = source[tensor.offset + k];
+  }
+}
+
+// Takes a rank's local tensors out of the whole-model buffers.
+void slice(const GptLayout& whole, const std::vector<float>& source, const GptLayout& local,
+           std::vector<float>& destination) {
+  destination.assign(local.num_elements(), 0.0f);
+  for (const ParameterTensor& tensor : local.tensors()) {
+    const size_t base = whole.find(tensor.name)->offset;
+    for (size_t k = 0; k < tensor.size; ++k)
+      destination[tensor.offset + k] = source[base + tensor.global_index(k)];
+  }
+}
+
+}  // namespace
+
+std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
+                                        GptStage& stage, DistributedOptimizer& optimizer,
+                                        ProcessGroups& groups, const TrainState& state) {
+  const GptLayout& layout = stage.layout();
+  const size_t n = layout.num_elements();
+  std::vector<float> params, first, second;
+  // fp32 master weights (under bf16 storage, not the rounded stage copy), so
+  // a resumed run continues exactly. Both collective over the ZeRO group.
+  optimizer.gather_parameters(params);
+  optimizer.gather_moments(first, second);
+
+  std::string written;
+  const MeshCoordinates& mesh = groups.mesh;
+  if (groups.world_rank != 0) {
+    if (mesh.data_rank == 0)
+      for (const std::vector<float>* buffer : {&params, &first, &second})
+        groups.peers->send_receive(buffer->data(), n, 0, nullptr, 0, -1, kernels::DType::kFloat32);
+  } else {
+    const GptLayout whole = whole_model_layout(layout.config());
+    std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
+        whole_second(whole.num_elements());
+    place(layout, params, whole, whole_params);
+    place(layout, first, whole, whole_first);
+    place(layout, second, whole, whole_second);
+    for (int rank = 1; rank < groups.world_size; ++rank) {
+      const MeshCoordinates source =
+          mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+      if (source.data_rank != 0) continue;
+      const StageModelSpec model = stage_model_from_plan(plan, source.pipeline_rank);
+      const GptLayout remote(model.config, model.stage, source.tensor_rank, mesh.tensor_size);
+      std::vector<float> buffer(remote.num_elements());
+      for (std::vector<float>* destination : {&whole_params, &whole_first, &whole_second}) {
+        groups.peers->send_receive(nullptr, 0, -1, buffer.data(), buffer.size(), rank,
+                                   kernels::DType::kFloat32);
+        place(remote, buffer, whole, *destination);
+      }
+    }
+    written = save_checkpoint(dir, whole, whole_params.data(), whole_first.data(),
+                              whole_second.data(), state);
+  }
+  // Nobody goes on (or exits) before the checkpoint is complete.
+  groups.world->barrier();
+  return written;
+}
+
+TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
+                                       DistributedOptimizer& optimizer) {
+  const GptLayout& layout = stage.layout();
+  const GptLayout whole = whole_model_layout(layout.config());
+  std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
+      whole_second(whole.num_elements());
+  const TrainState state =
+      load_checkpoint(path, whole, whole_params.data(), whole_first.data(), whole_second.data());
+  std::vector<float> local;
+  slice(whole, whole_params, layout, local);
+  optimizer.load_parameters(local.data());
+  std::vector<float> local_second;
+  slice(whole, whole_first, layout, local);
+  slice(whole, whole_second, layout, local_second);
+  optimizer.load_moments(local.data(), local_second.data());
+  return state;
+}
+
+}  // namespace paraplan

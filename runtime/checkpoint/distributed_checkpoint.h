@@ -1,0 +1,34 @@
+// distributed_checkpoint.h: plan-independent checkpoints of a multi-rank job.
+//
+// Checkpoints hold whole tensors by name (checkpoint.h), never per-rank
+// shards, so a run saved under one plan resumes under another. Saving: the
+// ZeRO-1 moment shards are gathered within each ZeRO group, then every rank of
+// data-parallel rank 0 sends its parameters and moments to world rank 0, which
+// places each element by its global index and writes the checkpoint. Loading:
+// every rank reads the whole checkpoint and keeps its own slice (each rank
+// holds the whole model in host memory for a moment: fine for the models the
+// CPU backend trains; a sharded reader is the remedy for large ones).
+#pragma once
+
+#include <string>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/parallel/parallel_state.h"
+#include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/model/gpt/gpt_stage.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+// Collective over the world. Returns the step directory written. Parameters
+// are the optimizer's fp32 master weights (the stage's own under fp32).
+std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
+                                        GptStage& stage, DistributedOptimizer& optimizer,
+                                        ProcessGroups& groups, const TrainState& state);
+
+// Every rank loads its own slice; not collective.
+TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
+                                       DistributedOptimizer& optimizer);
+
+}  // namespace paraplan

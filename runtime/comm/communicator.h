@@ -1,0 +1,112 @@
+// communicator.h: collective and point-to-point communication for the runtime,
+// and the process groups of a plan's mesh.
+//
+// The runtime is written against Communicator only: the MPI implementation
+// (mpi_communicator.cc) moves host buffers; the NCCL one (nccl_communicator.cc)
+// device buffers; the staged one (staged_communicator.cc) device buffers
+// through host copies and MPI, for ranks that share a GPU; transport.h picks.
+// Contract of every implementation:
+// - all_reduce gives every member bitwise the same result, and the same
+//   inputs always give the same result (fixed reduction order), so replicas
+//   that start equal stay equal. (MPI and staged: rank order, so bucketing
+//   and ZeRO-1 are bitwise invisible. NCCL: its own order, fixed while it
+//   picks the same algorithm; NCCL_ALGO / NCCL_PROTO pin it.)
+// - Errors and timeouts end the job naming the group and the operation
+//   (exceptions, or the Watchdog of watchdog.h for calls that never return).
+// - Calls are collective over the group: every member calls the same
+//   operations in the same order with the same counts.
+// - Buffers hold count elements of a DType (kernels/dtype.h): fp32, or bf16
+//   for mixed-precision weights, activations and gradients. A bf16 sum is
+//   computed in fp32 and rounded once to bf16 (MPI and staged: in rank order;
+//   NCCL: its own, with its own intermediate rounding). The float overloads
+//   are shorthand for DType::kFloat32.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/dtype.h"
+
+namespace paraplan {
+
+enum class ReduceOp { kSum, kMax };
+
+// How error and watchdog messages count elements of a dtype ("all_reduce of
+// 3072 bf16 elements"), and the per-member chunks of reduce_scatter and
+// all_gather.
+inline const char* elements_unit(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? "bf16 elements" : "floats";
+}
+inline const char* elements_per_rank_unit(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? "bf16 elements per rank" : "floats per rank";
+}
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;  // within this group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // "world", "tensor", "data", "zero", ...
+
+  // In place over count elements.
+  virtual void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) = 0;
+  virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
+  // send holds size() chunks of chunk_count; member r receives the sum of
+  // everyone's chunk r: bitwise the slice of all_reduce's result (MPI and
+  // staged; for bf16 too, as both sum in fp32 and round once).
+  virtual void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                              kernels::DType dtype) = 0;
+  // Every member contributes chunk_count elements; receive holds size()
+  // chunks in rank order. send may be receive + rank() * chunk_count (in place).
+  virtual void all_gather(const void* send, void* receive, size_t chunk_count,
+                          kernels::DType dtype) = 0;
+  virtual void broadcast(void* data, size_t count, kernels::DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Deferred operations, for gradient buckets reduced while backward still
+  // runs: a start_* call may return before its result is ready, and its
+  // buffers must stay untouched until wait_pending(), after which everything
+  // started earlier is complete (on a device: ordered before the ops' later
+  // work). Same results as the blocking calls. The defaults run them at once.
+  virtual void start_all_reduce(void* data, size_t count, kernels::DType dtype) {
+    all_reduce(data, count, dtype, ReduceOp::kSum);
+  }
+  virtual void start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                    kernels::DType dtype) {
+    reduce_scatter(send, receive, chunk_count, dtype);
+  }
+  virtual void start_all_gather(const void* send, void* receive, size_t chunk_count,
+                                kernels::DType dtype) {
+    all_gather(send, receive, chunk_count, dtype);
+  }
+  virtual void wait_pending() {}
+
+  // fp32 shorthand. (Implementations add `using Communicator::all_reduce;` and
+  // so on, so that their overrides do not hide these.)
+  void all_reduce(float* data, size_t count, ReduceOp op) {
+    all_reduce(data, count, kernels::DType::kFloat32, op);
+  }
+  void reduce_scatter(const float* send, float* receive, size_t chunk_count) {
+    reduce_scatter(send, receive, chunk_count, kernels::DType::kFloat32);
+  }
+  void all_gather(const float* send, float* receive, size_t chunk_count) {
+    all_gather(send, receive, chunk_count, kernels::DType::kFloat32);
+  }
+  void broadcast(float* data, size_t count, int root) {
+    broadcast(data, count, kernels::DType::kFloat32, root);
+  }
+};
+
+// Point-to-point transfers between world ranks (the pipeline neighbours).
+// send_receive posts both halves at once and returns when both completed, so
+// two neighbours that send to each other never deadlock, whatever the sizes.
+// A peer of -1 skips that half. Counts are elements of dtype.
+class PeerToPeer {
+ public:
+  virtual ~PeerToPeer() = default;
+  virtual void send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                            size_t receive_count, int receive_from, kernels::DType dtype) = 0;
+};
+
+}  // namespace paraplan

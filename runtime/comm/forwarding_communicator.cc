@@ -1,0 +1,65 @@
+// forwarding_communicator.cc: each operation described once and forwarded.
+#include "runtime/comm/forwarding_communicator.h"
+
+namespace paraplan {
+
+ForwardingCommunicator::ForwardingCommunicator(std::unique_ptr<Communicator> inner)
+    : inner_(std::move(inner)) {}
+
+void ForwardingCommunicator::all_reduce(void* data, size_t count, kernels::DType dtype,
+                                        ReduceOp op) {
+  intercept({"all_reduce", count, elements_unit(dtype)},
+            [&] { inner_->all_reduce(data, count, dtype, op); });
+}
+void ForwardingCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
+  intercept({"all_reduce", count, "doubles"}, [&] { inner_->all_reduce(data, count, op); });
+}
+void ForwardingCommunicator::reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                                            kernels::DType dtype) {
+  intercept({"reduce_scatter", chunk_count, elements_per_rank_unit(dtype)},
+            [&] { inner_->reduce_scatter(send, receive, chunk_count, dtype); });
+}
+void ForwardingCommunicator::all_gather(const void* send, void* receive, size_t chunk_count,
+                                        kernels::DType dtype) {
+  intercept({"all_gather", chunk_count, elements_per_rank_unit(dtype)},
+            [&] { inner_->all_gather(send, receive, chunk_count, dtype); });
+}
+void ForwardingCommunicator::broadcast(void* data, size_t count, kernels::DType dtype, int root) {
+  intercept({"broadcast", count, elements_unit(dtype)},
+            [&] { inner_->broadcast(data, count, dtype, root); });
+}
+void ForwardingCommunicator::barrier() {
+  intercept({"barrier", 0, ""}, [&] { inner_->barrier(); });
+}
+void ForwardingCommunicator::start_all_reduce(void* data, size_t count, kernels::DType dtype) {
+  intercept({"all_reduce (gradient bucket)", count, elements_unit(dtype)},
+            [&] { inner_->start_all_reduce(data, count, dtype); });
+}
+void ForwardingCommunicator::start_reduce_scatter(const void* send, void* receive,
+                                                  size_t chunk_count, kernels::DType dtype) {
+  intercept({"reduce_scatter (gradient bucket)", chunk_count, elements_per_rank_unit(dtype)},
+            [&] { inner_->start_reduce_scatter(send, receive, chunk_count, dtype); });
+}
+void ForwardingCommunicator::start_all_gather(const void* send, void* receive, size_t chunk_count,
+                                              kernels::DType dtype) {
+  intercept({"all_gather (parameters)", chunk_count, elements_per_rank_unit(dtype)},
+            [&] { inner_->start_all_gather(send, receive, chunk_count, dtype); });
+}
+void ForwardingCommunicator::wait_pending() {
+  intercept({"wait for pending operations", 0, ""}, [&] { inner_->wait_pending(); });
+}
+
+void ForwardingPeerToPeer::send_receive(const void* send, size_t send_count, int send_to,
+                                        void* receive, size_t receive_count, int receive_from,
+                                        kernels::DType dtype) {
+  const char* operation = send_to >= 0 && receive_from >= 0 ? "pipeline send and receive"
+                          : send_to >= 0                    ? "pipeline send"
+                                                            : "pipeline receive";
+  const size_t count =
+      (send_to >= 0 ? send_count : 0) + (receive_from >= 0 ? receive_count : 0);
+  intercept({operation, count, elements_unit(dtype), send_to, receive_from}, [&] {
+    inner_->send_receive(send, send_count, send_to, receive, receive_count, receive_from, dtype);
+  });
+}
+
+}  // namespace paraplan

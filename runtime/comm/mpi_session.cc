@@ -1,0 +1,95 @@
+// mpi_session.cc: MPI_Init_thread / MPI_Finalize, node-local ranks, abort_job.
+#include "runtime/comm/mpi_session.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/comm/mpi_communicator.h"
+
+namespace paraplan {
+namespace {
+
+std::string plural_ranks(long long count) {
+  return std::to_string(count) + (count == 1 ? " rank" : " ranks");
+}
+
+std::string mesh_text(int pipeline_size, int data_size, int tensor_size) {
+  return "(pp " + std::to_string(pipeline_size) + " x dp " + std::to_string(data_size) + " x tp " +
+         std::to_string(tensor_size) + ")";
+}
+
+}  // namespace
+
+bool MpiSession::launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+MpiSession::MpiSession(Mode mode) {
+  if (mode == Mode::kWhenLaunchedByMpirun && !launched_by_mpirun()) return;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    PARAPLAN_MPI_CHECK("world", "init_thread",
+                       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    owns_mpi_ = true;
+  }
+  uses_mpi_ = true;
+  // Errors return to the caller, who throws with the group's name (or aborts the
+  // job through abort_job) instead of MPI killing the job without context.
+  PARAPLAN_MPI_CHECK("world", "set_errhandler",
+                     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
+  PARAPLAN_MPI_CHECK("world", "comm_size", MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  MPI_Comm node = MPI_COMM_NULL;
+  PARAPLAN_MPI_CHECK(
+      "world", "comm_split_type (shared memory node)",
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
+  PARAPLAN_MPI_CHECK("node", "comm_rank", MPI_Comm_rank(node, &local_rank_));
+  PARAPLAN_MPI_CHECK("node", "comm_size", MPI_Comm_size(node, &local_size_));
+  PARAPLAN_MPI_CHECK("node", "comm_free", MPI_Comm_free(&node));
+}
+
+void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor_size) const {
+  const long long needed = 1LL * pipeline_size * data_size * tensor_size;
+  if (needed == world_size_) return;
+  const std::string plan = "the plan needs " + plural_ranks(needed) + " " +
+                           mesh_text(pipeline_size, data_size, tensor_size);
+  if (uses_mpi_)
+    throw std::runtime_error(plan + " but mpirun started " + std::to_string(world_size_));
+  throw std::runtime_error(plan +
+                           " but this process was not started by mpirun; start the job with "
+                           "`paraplan launch --plan PLAN -- train ...` (or mpirun -np " +
+                           std::to_string(needed) + ")");
+}
+
+MpiSession::~MpiSession() {
+  if (!owns_mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::abort_job(const std::string& message) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi_running = initialized && !finalized;
+  int rank = 0;
+  if (mpi_running) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  } else if (const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    rank = std::atoi(env_rank);
+  }
+  std::cout.flush();  // the log lines before the error stay in order
+  std::fflush(stdout);
+  std::fprintf(stderr, "paraplan: error: [rank %d] %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  if (mpi_running) MPI_Abort(MPI_COMM_WORLD, 1);  // mpirun then kills every rank
+  std::_Exit(1);
+}
+
+}  // namespace paraplan

@@ -1,0 +1,149 @@
+// nccl_communicator.h: NCCL on device buffers, one NCCL communicator per group
+// of the plan, for runs with one GPU per rank. Compiled only when CUDA and NCCL
+// are found (PARAPLAN_HAVE_NCCL); this header names no CUDA or NCCL header, so
+// CUDA-free code (transport.cc) can include it.
+//
+// Contract (beyond communicator.h):
+// - Device buffers go over NCCL on the communicator's own stream, ordered with
+//   the ops' compute stream by events: an operation starts after the compute
+//   work queued before it. Blocking calls make the compute stream wait for the
+//   result (the host does not wait, except in barrier); start_* calls do not,
+//   and wait_pending() makes the compute stream wait for everything started.
+// - Host buffers (a loss, a gradient norm, a checkpoint's tensors) go over the
+//   wrapped MPI communicator, as MpiCommunicator would move them. Every member
+//   must pass the same kind of memory to a call; a call mixing device and host
+//   buffers is refused.
+// - Every queued operation registers with the Watchdog until its "done" event
+//   completes; NCCL initialisation holds a Guard, and the host-blocking calls
+//   (MPI for host buffers, barrier) are watched by the WatchedCommunicator
+//   rank_state.cc wraps around every group.
+// - Results: every member gets the same bits (each element is reduced once
+//   and the result sent to all), and runs repeat bitwise while NCCL picks the
+//   same algorithm and protocol for a count (NCCL_ALGO / NCCL_PROTO pin them);
+//   they are not MpiCommunicator's bits (another summation order), and
+//   ncclMax need not propagate NaN as MpiCommunicator's kMax does. bf16 goes
+//   as ncclBfloat16: NCCL reduces it with its own rounding of partial sums, so
+//   a bf16 sum need not be MpiCommunicator's fp32 rank-order sum rounded once.
+// - Errors throw std::runtime_error naming the group, the operation and NCCL's
+//   (or CUDA's) error string.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/comm/watchdog.h"
+
+// The types behind ncclComm_t, cudaStream_t and cudaEvent_t.
+struct ncclComm;
+struct CUstream_st;
+struct CUevent_st;
+
+namespace paraplan {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over host_group's members: its rank 0 makes the NCCL unique id
+  // and broadcasts it over host_group's MPI communicator, then every member
+  // joins (ncclCommInitRank) on the current CUDA device. compute_stream is the
+  // cudaStream_t the ops run on (Ops::stream()). host_group is kept for host
+  // buffers and the barrier.
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> host_group, void* compute_stream);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return host_group_->rank(); }
+  int size() const override { return host_group_->size(); }
+  const std::string& name() const override { return host_group_->name(); }
+
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+  void all_reduce(void* data, size_t count, kernels::DType dtype, ReduceOp op) override;
+  void all_reduce(double* data, size_t count, ReduceOp op) override;
+  // send holds size() chunks; receive may be send + rank() * chunk_count (in place).
+  void reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                      kernels::DType dtype) override;
+  void all_gather(const void* send, void* receive, size_t chunk_count,
+                  kernels::DType dtype) override;
+  void broadcast(void* data, size_t count, kernels::DType dtype, int root) override;
+  // Waits (on the host) for this rank's queued device work, then an MPI barrier.
+  void barrier() override;
+
+  void start_all_reduce(void* data, size_t count, kernels::DType dtype) override;
+  void start_reduce_scatter(const void* send, void* receive, size_t chunk_count,
+                            kernels::DType dtype) override;
+  void start_all_gather(const void* send, void* receive, size_t chunk_count,
+                        kernels::DType dtype) override;
+  void wait_pending() override;
+
+  MpiCommunicator& host_group() { return *host_group_; }
+
+ private:
+  friend class NcclPeerToPeer;
+  enum class Completion { kComputeWaits, kDeferred };
+
+  // The elements a device all-reduce sums: a storage dtype, or doubles (the
+  // host-side statistics, which may also sit on the device).
+  enum class Element { kFloat32, kBFloat16, kFloat64 };
+  void all_reduce_on(void* data, size_t count, Element element, ReduceOp op, Completion completion);
+  void reduce_scatter_on(const void* send, void* receive, size_t chunk_count, kernels::DType dtype,
+                         Completion completion);
+  void all_gather_on(const void* send, void* receive, size_t chunk_count, kernels::DType dtype,
+                     Completion completion);
+  // Queues `launch` (NCCL calls on comm_stream_) after the compute stream's
+  // work so far, records its done event and registers it with the watchdog as
+  // `name`; kComputeWaits also makes the compute stream wait for it.
+  void enqueue(const Watchdog::OperationName& operation_name, const std::function<void()>& launch,
+               Completion completion);
+  // Hands the events of finished operations back and closes their watchdog entries.
+  void retire_finished();
+  // Frees what was created; never throws (destructor, failed constructor).
+  void release();
+
+  struct InFlight {
+    CUevent_st* done;
+    uint64_t watchdog_ticket;
+  };
+
+  std::unique_ptr<MpiCommunicator> host_group_;
+  std::string where_;  // " on group 'data' (rank 1 of 2)", for the watchdog's messages
+  int device_ = 0;
+  ncclComm* comm_ = nullptr;
+  CUstream_st* compute_stream_ = nullptr;
+  CUstream_st* comm_stream_ = nullptr;
+  CUevent_st* compute_ready_ = nullptr;  // re-recorded before every operation
+  std::deque<InFlight> in_flight_;       // oldest first
+  std::vector<CUevent_st*> spare_events_;
+  bool failed_ = false;  // an operation threw: the destructor aborts instead of waiting
+};
+
+// Pipeline transfers on the NCCL world communicator: ncclSend and ncclRecv in
+// one ncclGroupStart/End (a -1 peer skips that half), ordered with the compute
+// stream like a blocking collective. Host buffers (a checkpoint's tensors) go
+// over host_peers (MpiPeerToPeer); each half is routed by its own buffer, so
+// both sides of a transfer must pass the same kind of memory.
+class NcclPeerToPeer final : public PeerToPeer {
+ public:
+  // world must outlive this (ProcessGroups destroys peers before world).
+  NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers);
+
+  void send_receive(const void* send, size_t send_count, int send_to, void* receive,
+                    size_t receive_count, int receive_from, kernels::DType dtype) override;
+
+ private:
+  NcclCommunicator& world_;
+  std::unique_ptr<PeerToPeer> host_peers_;
+};
+
+}  // namespace paraplan

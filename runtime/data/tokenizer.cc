@@ -1,0 +1,130 @@
+// tokenizer.cc: byte-level tokenization of text files into train/val token files.
+#include "runtime/data/tokenizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+#include "runtime/data/token_file.h"
+
+namespace paraplan {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Not text: llm.c-style binary dumps kept beside corpora.
+bool skipped_in_directory(const fs::path& path) {
+  const std::string name = path.filename().string();
+  if (name.empty() || name[0] == '.') return true;
+  const std::string ext = path.extension().string();
+  return ext == ".dat" || ext == ".u8";
+}
+
+std::vector<fs::path> expand_inputs(const std::vector<std::string>& inputs) {
+  if (inputs.empty()) throw std::runtime_error("tokenize: no input files given; pass --input");
+  std::vector<fs::path> files;
+  for (const std::string& input : inputs) {
+    std::error_code error;
+    const fs::file_status status = fs::status(input, error);
+    if (!fs::exists(status))
+      throw std::runtime_error(input + ": input does not exist; pass a text file or a directory");
+    if (fs::is_directory(status)) {
+      std::vector<fs::path> entries;
+      for (const fs::directory_entry& entry : fs::directory_iterator(input))
+        if (entry.is_regular_file() && !skipped_in_directory(entry.path()))
+          entries.push_back(entry.path());
+      std::sort(entries.begin(), entries.end());
+      files.insert(files.end(), entries.begin(), entries.end());
+    } else if (fs::is_regular_file(status)) {
+      files.push_back(input);
+    } else {
+      throw std::runtime_error(input + ": not a regular file or directory");
+    }
+  }
+  return files;
+}
+
+void append_file(const fs::path& path, std::string& corpus) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": cannot read input file");
+  corpus.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error(path.string() + ": error while reading input file");
+}
+
+std::vector<uint16_t> bytes_to_tokens(const std::string& corpus, size_t begin, size_t end) {
+  std::vector<uint16_t> tokens(end - begin);
+  for (size_t i = begin; i < end; ++i) tokens[i - begin] = static_cast<unsigned char>(corpus[i]);
+  return tokens;
+}
+
+}  // namespace
+
+TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std::string& output_dir,
+                              double val_fraction) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw std::runtime_error("tokenize: val_fraction " + std::to_string(val_fraction) +
+                             " is outside [0, 1); use e.g. 0.1 for a 10% validation split");
+  TokenizeResult result;
+  std::string corpus;
+  for (const fs::path& file : expand_inputs(inputs)) {
+    append_file(file, corpus);
+    result.files_read.push_back(file.string());
+  }
+  std::string inputs_named;
+  for (const std::string& input : inputs)
+    inputs_named += (inputs_named.empty() ? "" : ", ") + input;
+  if (corpus.empty())
+    throw std::runtime_error("tokenize: the corpus (" + inputs_named +
+                             ") is empty; no bytes to tokenize");
+
+  const size_t total = corpus.size();
+  size_t split = total;
+  if (val_fraction > 0.0) {
+    const size_t val_bytes = static_cast<size_t>(
+        std::ceil(static_cast<double>(total) * val_fraction - 1e-9));  // 1e-9: 0.1 is not exact
+    if (total < 2 || val_bytes >= total)
+      throw std::runtime_error("tokenize: the corpus (" + inputs_named + ") holds " +
+                               std::to_string(total) + " bytes, too small to split " +
+                               std::to_string(val_fraction) +
+                               " of it off for validation; add text or lower val_fraction");
+    split = total - val_bytes;
+    // Start validation on a line: just after the next '\n', unless that
+    // would leave the validation split empty.
+    if (corpus[split - 1] != '\n') {
+      const size_t newline = corpus.find('\n', split);
+      if (newline != std::string::npos && newline + 1 < total) split = newline + 1;
+    }
+  }
+
+  std::error_code error;
+  fs::create_directories(output_dir, error);
+  if (error || !fs::is_directory(output_dir))
+    throw std::runtime_error(output_dir + ": cannot create output directory" +
+                             (error ? ": " + error.message() : std::string()));
+  result.train_path = (fs::path(output_dir) / "train.bin").string();
+  result.val_path = (fs::path(output_dir) / "val.bin").string();
+  const std::vector<uint16_t> train = bytes_to_tokens(corpus, 0, split);
+  const std::vector<uint16_t> val = bytes_to_tokens(corpus, split, total);
+  write_token_file(result.train_path, train);
+  write_token_file(result.val_path, val);
+  result.train_tokens = static_cast<int64_t>(train.size());
+  result.val_tokens = static_cast<int64_t>(val.size());
+  return result;
+}
+
+std::string detokenize(const int32_t* tokens, int64_t count) {
+  std::string text(static_cast<size_t>(count), '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= kByteVocabSize)
+      throw std::runtime_error("detokenize: token " + std::to_string(tokens[i]) + " at position " +
+                               std::to_string(i) +
+                               " is not a byte (0..255); the byte-level tokenizer has vocab 256");
+    text[static_cast<size_t>(i)] = static_cast<char>(static_cast<unsigned char>(tokens[i]));
+  }
+  return text;
+}
+
+}  // namespace paraplan

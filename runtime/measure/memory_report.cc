@@ -1,0 +1,51 @@
+// memory_report.cc: gathers the per-rank peaks and formats the table.
+#include "runtime/measure/memory_report.h"
+
+#include <cstdio>
+#include <vector>
+
+namespace paraplan {
+
+std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
+                          ProcessGroups& groups) {
+  // Each rank fills its row; a sum over the world gathers the rows.
+  constexpr int kColumns = kNumMemoryCategories + 1;
+  std::vector<double> rows(static_cast<size_t>(groups.world_size) * kColumns, 0.0);
+  double* mine = rows.data() + static_cast<size_t>(groups.world_rank) * kColumns;
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    mine[c] = static_cast<double>(memory.peak(static_cast<MemoryCategory>(c)));
+  mine[kNumMemoryCategories] = static_cast<double>(memory.peak_total());
+  groups.world->all_reduce(rows.data(), rows.size(), ReduceOp::kSum);
+
+  const schema::Plan& plan = loaded.plan();
+  const auto* predicted = plan.predictions() ? plan.predictions()->stages() : nullptr;
+  const MeshCoordinates& mesh = groups.mesh;
+  const double mib = 1024.0 * 1024.0;
+  std::string out =
+      "memory (MiB, peak per category; predicted = the plan's estimate for the stage)\n"
+      "rank | stage | dp | tp | weights | gradients | optimizer | activations | workspace |"
+      "   peak | predicted | measured/predicted\n";
+  char line[256];
+  for (int rank = 0; rank < groups.world_size; ++rank) {
+    const MeshCoordinates at =
+        mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+    const double* row = rows.data() + static_cast<size_t>(rank) * kColumns;
+    double stage_total = 0;
+    if (predicted && at.pipeline_rank < static_cast<int>(predicted->size()))
+      stage_total = static_cast<double>(predicted->Get(at.pipeline_rank)->memory()->total());
+    std::snprintf(
+        line, sizeof line,
+        "%4d | %5d | %2d | %2d | %7.2f | %9.2f | %9.2f | %11.2f | %9.2f | %6.2f | "
+        "%9.2f | %s\n",
+        rank, at.pipeline_rank, at.data_rank, at.tensor_rank, row[0] / mib, row[1] / mib,
+        row[2] / mib, row[3] / mib, row[4] / mib, row[kNumMemoryCategories] / mib,
+        stage_total / mib,
+        stage_total > 0
+            ? (std::to_string(row[kNumMemoryCategories] / stage_total).substr(0, 5)).c_str()
+            : "-");
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,424 @@
+// profiler.cc: the measurements behind `paraplan profile`.
+#include "runtime/measure/profiler.h"
+#include "runtime/comm/mpi_communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/memory_tracker.h"
+#include "runtime/pipeline/rank_state.h"
+
+#ifndef PARAPLAN_VERSION
+#define PARAPLAN_VERSION "unknown"
+#endif
+
+namespace paraplan {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A tensor-parallel group of the right size that moves nothing: the stage
+// computes its shard's work and the collectives are measured on their own.
+class ComputeOnlyGroup final : public Communicator {
+ public:
+  explicit ComputeOnlyGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(void*, size_t, kernels::DType, ReduceOp) override {}
+  void all_reduce(double*, size_t, ReduceOp) override {}
+  void reduce_scatter(const void*, void*, size_t, kernels::DType) override {}
+  void all_gather(const void*, void*, size_t, kernels::DType) override {}
+  void broadcast(void*, size_t, kernels::DType, int) override {}
+  void barrier() override {}
+
+ private:
+  int size_;
+  std::string name_ = "tensor (compute only)";
+};
+
+// The measurement window (ProfileRequest::minimum_window_seconds).
+double minimum_window = 0.2;
+
+// Mean seconds of one run of work, after one warm-up run, over at least
+// `repetitions` runs and at least minimum_window seconds of work. `prepare`,
+// when given, runs untimed before each run (what work consumes).
+double mean_seconds(kernels::Ops& ops, int repetitions, const std::function<void()>& work,
+                    const std::function<void()>& prepare = nullptr) {
+  if (prepare) prepare();
+  work();
+  ops.synchronize();
+  int runs = 0;
+  double elapsed = 0;
+  while (runs < repetitions || elapsed < minimum_window) {
+    if (prepare) {
+      prepare();
+      ops.synchronize();
+    }
+    const Clock::time_point start = Clock::now();
+    work();
+    ops.synchronize();
+    ++runs;
+    elapsed += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return elapsed / runs;
+}
+
+// n storage elements of pseudo-random values in [-scale/2, scale/2).
+void fill_host(kernels::Ops& ops, void* device, size_t n, float scale) {
+  std::vector<float> host(n);
+  uint32_t state = 12345;
+  for (float& x : host) {
+    state = state * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(state >> 8) / 16777216.0f - 0.5f);
+  }
+  std::vector<char> converted(ops.storage_bytes(n));
+  kernels::host_from_float(converted.data(), host.data(), ops.storage_dtype(), n);
+  ops.copy_from_host(device, converted.data(), converted.size());
+}
+
+void fill_tokens(kernels::Ops& ops, int32_t* device, size_t n, int vocab) {
+  std::vector<int32_t> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<int32_t>((i * 2654435761u) % vocab);
+  ops.copy_from_host(device, host.data(), n * sizeof(int32_t));
+}
+
+struct ForwardBackward {
+  double forward = 0, backward = 0;
+};
+
+// Forward and backward seconds of one micro-batch through a stage holding `spec`.
+ForwardBackward time_stage(kernels::Ops& ops, const GptConfig& config, const StageSpec& spec,
+                           int tensor_parallel, int micro_batch, int repetitions) {
+  MemoryTracker memory(ops);
+  const GptLayout layout(config, spec, 0, tensor_parallel);
+  ComputeOnlyGroup group(tensor_parallel);
+  GptStage stage(layout, ops, memory, micro_batch, 1,
+                 std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
+                 tensor_parallel > 1 ? &group : nullptr);
+  std::vector<float> params(layout.num_elements());
+  layout.initialize(params.data(), 1);
+  stage.load_parameters(params.data(), params.size());
+  ops.zero_bytes(stage.gradients(), ops.storage_bytes(layout.num_elements()));
+  const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
+  const size_t activations = tokens * config.d_model;
+  if (spec.has_embedding || spec.has_head) {
+    fill_tokens(ops, stage.tokens(0), tokens, config.vocab_size);
+    fill_tokens(ops, stage.targets(0), tokens, config.vocab_size);
+  }
+  if (!spec.has_embedding) fill_host(ops, stage.input(0), activations, 1.0f);
+  if (!spec.has_head) fill_host(ops, stage.output_gradient(), activations, 1e-3f);
+  const float loss_scale = 1.0f / static_cast<float>(tokens);
+  ForwardBackward result;
+  result.forward = mean_seconds(ops, repetitions, [&] { stage.forward(0, loss_scale); });
+  // Backward needs the forward's saved state (and a head's fresh dlogits):
+  // each timed backward follows an untimed forward. Timing it directly, not as
+  // the pair minus the forward, keeps it positive on a noisy machine.
+  result.backward = mean_seconds(
+      ops, repetitions, [&] { stage.backward(0); }, [&] { stage.forward(0, loss_scale); });
+  return result;
+}
+
+// The attention core: one fused attention_forward (scores, softmax, values),
+// what selective recompute repeats in backward.
+double time_attention_core(kernels::Ops& ops, const GptConfig& config, int tensor_parallel,
+                           int micro_batch, int repetitions) {
+  const int heads = config.num_heads / tensor_parallel, head_dim = config.head_dim();
+  const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
+  MemoryTracker memory(ops);
+  void* qkv =
+      memory.allocate(ops.storage_bytes(tokens * 3 * heads * head_dim), MemoryCategory::kWorkspace);
+  void* out =
+      memory.allocate(ops.storage_bytes(tokens * heads * head_dim), MemoryCategory::kWorkspace);
+  auto* logsumexp = static_cast<float*>(
+      memory.allocate(tokens * heads * sizeof(float), MemoryCategory::kWorkspace));
+  fill_host(ops, qkv, tokens * 3 * heads * head_dim, 1.0f);
+  return mean_seconds(ops, repetitions, [&] {
+    ops.attention_forward(out, logsumexp, qkv, micro_batch, config.seq_len, heads, head_dim);
+  });
+}
+
+json measure_compute(kernels::Ops& ops, const GptConfig& config, int tensor_parallel,
+                     int micro_batch, int repetitions) {
+  GptConfig one_block = config;
+  one_block.num_layers = 1;
+  const ForwardBackward block =
+      time_stage(ops, one_block, {0, 1, false, false}, tensor_parallel, micro_batch, repetitions);
+  const ForwardBackward embedding =
+      time_stage(ops, one_block, {0, 0, true, false}, tensor_parallel, micro_batch, repetitions);
+  const ForwardBackward head =
+      time_stage(ops, one_block, {1, 0, false, true}, tensor_parallel, micro_batch, repetitions);
+  return {{"seq_len", config.seq_len},
+          {"d_model", config.d_model},
+          {"num_heads", config.num_heads},
+          {"ffn_size", config.ffn_size},
+          {"vocab_size", config.vocab_size},
+          {"dtype", kernels::dtype_name(ops.storage_dtype())},
+          {"tensor_parallel", tensor_parallel},
+          {"micro_batch_size", micro_batch},
+          {"block_forward", block.forward},
+          {"block_backward", block.backward},
+          {"attention_core_forward",
+           time_attention_core(ops, config, tensor_parallel, micro_batch, repetitions)},
+          {"embedding_forward", embedding.forward},
+          {"embedding_backward", embedding.backward},
+          {"head_forward", head.forward},
+          {"head_backward", head.backward}};
+}
+
+// The optimizer step's compute per parameter: the norm, then AdamW (which applies the clip).
+double measure_optimizer(kernels::Ops& ops, int repetitions) {
+  const size_t n = size_t{1} << 20;
+  MemoryTracker memory(ops);
+  // fp32 master weights and moments; storage parameters and gradients (a
+  // bf16 job's step also rounds the parameters and reads bf16 gradients).
+  auto allocate = [&](size_t bytes) { return memory.allocate(bytes, MemoryCategory::kWorkspace); };
+  float* master = static_cast<float*>(allocate(n * sizeof(float)));
+  float* first_moment = static_cast<float*>(allocate(n * sizeof(float)));
+  float* second_moment = static_cast<float*>(allocate(n * sizeof(float)));
+  // fp32 storage: the parameters are the master weights, updated in place as
+  // the runtime does (no copy).
+  void* parameters =
+      ops.storage_dtype() == kernels::DType::kFloat32 ? master : allocate(ops.storage_bytes(n));
+  void* gradients = allocate(ops.storage_bytes(n));
+  fill_host(ops, parameters, n, 1e-2f);
+  fill_host(ops, gradients, n, 1e-2f);
+  if (parameters != master) ops.convert_to_float(master, parameters, n);
+  ops.zero_bytes(first_moment, n * sizeof(float));
+  ops.zero_bytes(second_moment, n * sizeof(float));
+  kernels::AdamWStep hyperparameters;
+  hyperparameters.learning_rate = 1e-4f;
+  hyperparameters.beta2 = 0.95f;
+  hyperparameters.weight_decay = 0.1f;
+  hyperparameters.step = 0;
+  hyperparameters.gradient_scale = 0.5f;  // the clip factor rides along in AdamW
+  const double seconds = mean_seconds(ops, repetitions, [&] {
+    volatile double squares = ops.sum_of_squares(gradients, n);
+    (void)squares;
+    ++hyperparameters.step;
+    ops.adamw(master, parameters, gradients, first_moment, second_moment, n, hyperparameters);
+  });
+  return seconds / static_cast<double>(n);
+}
+
+json measure_gemm(kernels::Ops& ops, const GptConfig& config, int tensor_parallel, int micro_batch,
+                  int repetitions) {
+  const int rows = micro_batch * config.seq_len, in = config.d_model;
+  const int out = config.ffn_size / tensor_parallel;
+  MemoryTracker memory(ops);
+  auto allocate = [&](size_t n) {
+    void* x = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+    fill_host(ops, x, n, 1.0f);
+    return x;
+  };
+  void* a = allocate(static_cast<size_t>(rows) * in);
+  void* w = allocate(static_cast<size_t>(out) * in);
+  void* c = allocate(static_cast<size_t>(rows) * out);
+  const double seconds =
+      mean_seconds(ops, repetitions, [&] { ops.linear_forward(c, a, w, nullptr, rows, in, out); });
+  return {{"m", rows},
+          {"n", out},
+          {"k", in},
+          {"dtype", kernels::dtype_name(ops.storage_dtype())},
+          {"flops_per_second", 2.0 * rows * in * out / seconds}};
+}
+
+// latency + bytes * seconds_per_byte by least squares (both kept >= 0).
+std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
+                                         const std::vector<double>& seconds) {
+  const double n = static_cast<double>(bytes.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    sx += bytes[i], sy += seconds[i], sxx += bytes[i] * bytes[i], sxy += bytes[i] * seconds[i];
+  }
+  double slope = (n * sxy - sx * sy) / std::max(1e-300, n * sxx - sx * sx);
+  slope = std::max(0.0, slope);
+  const double latency = std::max(0.0, (sy - slope * sx) / n);
+  return {latency, slope};
+}
+
+// Every collective by group size, all groups of the world at once.
+json measure_collectives(MpiSession& session, int repetitions) {
+  json results = json::array();
+  const int world = session.world_size(), rank = session.world_rank();
+  const std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
+  const size_t most = (4 << 20) / sizeof(float);
+  std::vector<float> send(most, 1.0f), receive(most, 0.0f);
+  // Every member runs the same number of calls in one window (the count is
+  // agreed first, so no member waits in a call the others never make).
+  auto time_it = [&](const std::function<void()>& work) {
+    work();
+    MPI_Barrier(MPI_COMM_WORLD);
+    Clock::time_point start = Clock::now();
+    work();
+    double one = std::chrono::duration<double>(Clock::now() - start).count();
+    MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const int runs = std::max(repetitions, static_cast<int>(minimum_window / std::max(one, 1e-6)));
+    MPI_Barrier(MPI_COMM_WORLD);
+    start = Clock::now();
+    for (int i = 0; i < runs; ++i) work();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count() / runs;
+    // The slowest member sets a collective's pace.
+    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return seconds;
+  };
+  for (int group_size = 2; group_size <= world; ++group_size) {
+    if (world % group_size != 0) continue;
+    MPI_Comm split;
+    MPI_Comm_split(MPI_COMM_WORLD, rank / group_size, rank, &split);
+    MpiCommunicator group(split, "profile group of " + std::to_string(group_size));
+    for (const char* operation : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      std::vector<double> seconds;
+      for (double bytes : sizes) {
+        const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+        const size_t chunk = count / group_size;
+        const std::string op = operation;
+        seconds.push_back(time_it([&] {
+          if (op == "all_reduce")
+            group.all_reduce(receive.data(), count, ReduceOp::kSum);
+          else if (op == "reduce_scatter")
+            group.reduce_scatter(send.data(), receive.data(), chunk);
+          else
+            group.all_gather(send.data(), receive.data(), chunk);
+        }));
+      }
+      const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
+      results.push_back({{"operation", operation},
+                         {"group_size", group_size},
+                         {"processes", world},
+                         {"latency", latency},
+                         {"seconds_per_byte", per_byte}});
+    }
+  }
+  if (world % 2 == 0) {
+    // Pairs (2k, 2k + 1), one message each way at once, as neighbouring
+    // pipeline stages exchange an activation and a gradient.
+    MPI_Comm pairs;
+    MPI_Comm_dup(MPI_COMM_WORLD, &pairs);
+    MpiPeerToPeer peers(pairs);
+    const int partner = rank ^ 1;
+    std::vector<double> seconds;
+    for (double bytes : sizes) {
+      const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+      seconds.push_back(time_it([&] {
+        peers.send_receive(send.data(), count, partner, receive.data(), count, partner,
+                           kernels::DType::kFloat32);
+      }));
+    }
+    const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
+    results.push_back({{"operation", "send_receive"},
+                       {"group_size", 2},
+                       {"processes", world},
+                       {"latency", latency},
+                       {"seconds_per_byte", per_byte}});
+  }
+  return results;
+}
+
+// The mean over the world of each rank's number (every rank measured at once).
+double world_mean(MpiSession& session, double value) {
+  if (!session.uses_mpi()) return value;
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return value / session.world_size();
+}
+
+void average_times(MpiSession& session, json& entry) {
+  for (auto& [key, value] : entry.items())
+    if (value.is_number_float()) value = world_mean(session, value.get<double>());
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+}  // namespace
+
+std::string describe_device(const kernels::Ops& ops) {
+  if (ops.backend() == kernels::Backend::kCpu) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, model = "unknown CPU";
+    while (std::getline(cpuinfo, line))
+      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+        model = line.substr(line.find(':') + 2);
+        break;
+      }
+    return model + " x " + std::to_string(std::thread::hardware_concurrency()) + " cores";
+  }
+  // "NVIDIA H100 80GB HBM3 (0000:1b:00.0)": the bus id tells devices of one host apart.
+  return ops.device_name() + " (" + ops.device_identity() + ")";
+}
+
+json measure_device_profile(const ProfileRequest& request, MpiSession& session) {
+  if (!(request.minimum_window_seconds >= 0))
+    throw std::invalid_argument("profile: the minimum window must be >= 0 seconds");
+  minimum_window = request.minimum_window_seconds;
+  std::unique_ptr<kernels::Ops> ops = make_backend(request.backend, session, request.dtype);
+  const int processes = session.world_size();
+  auto barrier = [&] {
+    if (session.uses_mpi()) MPI_Barrier(MPI_COMM_WORLD);
+  };
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  json device = {{"measured_on",
+                  {{"backend", request.backend},
+                   {"description", describe_device(*ops)},
+                   {"host", host},
+                   {"paraplan_version", PARAPLAN_VERSION},
+                   {"date", utc_now()}}}};
+  json compute = json::array(), gemm = json::array();
+  for (int tensor_parallel : request.tensor_parallel) {
+    for (int micro_batch : request.micro_batch_sizes) {
+      const std::pair<int, int> shape{tensor_parallel, micro_batch};
+      if (std::find(request.already_measured.begin(), request.already_measured.end(), shape) !=
+          request.already_measured.end())
+        continue;
+      barrier();
+      json entry =
+          measure_compute(*ops, request.model, tensor_parallel, micro_batch, request.repetitions);
+      average_times(session, entry);
+      entry["parallel"] = processes > 1;
+      entry["processes"] = processes;
+      compute.push_back(entry);
+      if (session.world_rank() == 0)
+        std::cout << "  tp " << tensor_parallel << " x micro-batch " << micro_batch
+                  << ": block forward " << entry["block_forward"].get<double>() * 1e3
+                  << " ms, backward " << entry["block_backward"].get<double>() * 1e3 << " ms"
+                  << std::endl;
+    }
+    barrier();
+    json g = measure_gemm(
+        *ops, request.model, tensor_parallel,
+        *std::max_element(request.micro_batch_sizes.begin(), request.micro_batch_sizes.end()),
+        request.repetitions);
+    average_times(session, g);
+    g["processes"] = processes;
+    gemm.push_back(g);
+  }
+  barrier();
+  const double per_parameter = world_mean(session, measure_optimizer(*ops, request.repetitions));
+  device["compute"] = compute;
+  device["gemm"] = gemm;
+  device["optimizer"] =
+      json::array({{{"processes", processes}, {"seconds_per_parameter", per_parameter}}});
+  device["collectives"] = request.collectives && session.uses_mpi() && processes > 1
+                              ? measure_collectives(session, request.repetitions)
+                              : json::array();
+  return device;
+}
+
+}  // namespace paraplan

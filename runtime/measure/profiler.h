@@ -1,0 +1,52 @@
+// profiler.h: `paraplan profile`'s measurements on this backend and device:
+// per-layer forward and backward time for each (tensor-parallel degree,
+// micro-batch size) the planner considers, the attention core alone, the
+// embedding and the head, the optimizer step per parameter, GEMM throughput,
+// and latency + bandwidth (alpha-beta) of each collective by group size.
+//
+// Every rank of the MPI job measures at once (AutoDist's parallel profiling:
+// every local device busy, as in a real multi-rank run; on the CPU backend
+// the ranks share the cores, and this is what captures it). A one-process
+// run is a sequential profile. Compute is timed without its tensor-parallel
+// all-reduces (a stand-in group of the right size that moves nothing), as the
+// planner adds collectives from their own measurements.
+//
+// The result is one device's entry of profile.json, format version 2
+// (planner/README.md): {"measured_on", "compute", "optimizer",
+// "collectives", "gemm"}.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/model/gpt/gpt_layout.h"
+#include "runtime/comm/mpi_session.h"
+
+namespace paraplan {
+
+struct ProfileRequest {
+  GptConfig model;  // only the shapes matter (num_layers is ignored)
+  std::vector<int> tensor_parallel;
+  std::vector<int> micro_batch_sizes;
+  // (tensor_parallel, micro_batch_size) pairs already measured and kept: skipped.
+  std::vector<std::pair<int, int>> already_measured;
+  std::string backend = "cpu";
+  kernels::DType dtype = kernels::DType::kFloat32;  // the storage dtype measured (model.dtype)
+  int repetitions = 5;  // timed runs per measurement at least (mean), after one warm-up
+  // Each measurement runs at least this long (time slices shared with other
+  // processes average out over it).
+  double minimum_window_seconds = 0.2;
+  bool collectives = true;
+};
+
+// Collective over the session's world. Returns the device entry on every rank.
+nlohmann::json measure_device_profile(const ProfileRequest& request, MpiSession& session);
+
+// "Intel(R) Xeon(R) ... x 2 cores" (CPU) or the GPU's name and PCI bus id:
+// what profile.json records as measured_on.description.
+std::string describe_device(const kernels::Ops& ops);
+
+}  // namespace paraplan

@@ -1,0 +1,337 @@
+// replay.cc: `paraplan replay`: time a plan's instruction streams on synthetic
+// tokens and report them beside the plan's predictions.
+#include "runtime/measure/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <stdexcept>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "runtime/comm/mpi_session.h"
+#include "runtime/model/model_from_plan.h"
+#include "runtime/pipeline/rank_state.h"
+#include "runtime/measure/replay_report.h"
+#include "runtime/data/sample_source.h"
+#include "runtime/comm/timed_communicator.h"
+#include "runtime/measure/timeline.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using schema::OpCode;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// One timed instruction, as numbers, so the ranks can gather them.
+struct SpanRecord {
+  double op, micro_batch, peer_micro_batch, step, start, end;
+  static constexpr int kFields = 6;
+};
+
+// Times every instruction and splits off the collectives inside it.
+class InstructionTimer final : public InstructionObserver {
+ public:
+  // The counters the timed communicators add to: tensor-parallel groups,
+  // data-parallel groups (data, ZeRO, embedding), and the world, whose
+  // collectives (the gradient norm) mostly wait for the slowest stage.
+  InstructionTimer(Clock::time_point origin, const double* tensor_seconds,
+                   const double* data_seconds, const double* world_seconds, bool keep_spans)
+      : origin_(origin),
+        tensor_seconds_(tensor_seconds),
+        data_seconds_(data_seconds),
+        world_seconds_(world_seconds),
+        keep_spans_(keep_spans) {}
+
+  void start_step(int step, bool measured) {
+    step_ = step;
+    measured_ = measured;
+  }
+  const RankMeasurement& measurement() const { return measurement_; }
+  RankMeasurement& measurement() { return measurement_; }
+  const std::vector<SpanRecord>& spans() const { return spans_; }
+
+  void before(const schema::Instruction&) override {
+    tensor_at_start_ = *tensor_seconds_;
+    data_at_start_ = *data_seconds_;
+    world_at_start_ = *world_seconds_;
+    start_ = Clock::now();
+  }
+
+  void after(const schema::Instruction& instruction) override {
+    const Clock::time_point end = Clock::now();
+    if (!measured_) return;
+    const double span = seconds_between(start_, end);
+    const double tensor = *tensor_seconds_ - tensor_at_start_;
+    const double data = *data_seconds_ - data_at_start_;
+    const double waits = *world_seconds_ - world_at_start_;
+    const double collectives = tensor + data + waits;
+    RankMeasurement& m = measurement_;
+    switch (instruction.op()) {
+      case OpCode::Forward:
+        m.forward_seconds += span - collectives;
+        m.forward_collective_seconds += collectives;
+        m.forward_count += 1;
+        break;
+      case OpCode::Backward:
+        // Data-parallel traffic inside a backward is the bucketed gradient
+        // reduction started early: it counts as gradient reduction.
+        m.backward_seconds += span - collectives;
+        m.backward_collective_seconds += tensor + waits;
+        m.reduce_seconds += data;
+        m.backward_count += 1;
+        break;
+      case OpCode::LoadMicroBatch:
+        m.load_seconds += span;
+        break;
+      case OpCode::ReduceGradients:
+        m.reduce_seconds += span;
+        break;
+      case OpCode::OptimizerStep:
+        m.optimizer_seconds += span - collectives;
+        m.optimizer_collective_seconds += data;
+        m.transfer_seconds += tensor + waits;
+        break;
+      default:  // the pipeline transfers
+        m.transfer_seconds += span;
+        break;
+    }
+    if (keep_spans_)
+      spans_.push_back(
+          {static_cast<double>(instruction.op()), static_cast<double>(instruction.micro_batch()),
+           static_cast<double>(instruction.peer_micro_batch()), static_cast<double>(step_),
+           seconds_between(origin_, start_), seconds_between(origin_, end)});
+  }
+
+ private:
+  Clock::time_point origin_, start_;
+  const double* tensor_seconds_;
+  const double* data_seconds_;
+  const double* world_seconds_;
+  bool keep_spans_;
+  double tensor_at_start_ = 0, data_at_start_ = 0, world_at_start_ = 0;
+  int step_ = 0;
+  bool measured_ = false;
+  RankMeasurement measurement_;
+  std::vector<SpanRecord> spans_;
+};
+
+TimelineSpan to_timeline_span(const SpanRecord& record, int rank) {
+  const int mb = static_cast<int>(record.micro_batch);
+  const int peer = static_cast<int>(record.peer_micro_batch);
+  const std::string m = std::to_string(mb);
+  TimelineSpan span;
+  span.rank = rank;
+  span.step = static_cast<int>(record.step);
+  span.micro_batch = mb;
+  span.start_seconds = record.start;
+  span.end_seconds = record.end;
+  switch (static_cast<OpCode>(static_cast<int>(record.op))) {
+    case OpCode::LoadMicroBatch:
+      span.name = "load " + m, span.category = "load";
+      break;
+    case OpCode::Forward:
+      span.name = "F" + m, span.category = "forward";
+      break;
+    case OpCode::Backward:
+      span.name = "B" + m, span.category = "backward";
+      break;
+    case OpCode::SendActivation:
+      span.name = "send act " + m, span.category = "send";
+      break;
+    case OpCode::RecvActivation:
+      span.name = "recv act " + m, span.category = "receive";
+      break;
+    case OpCode::SendGradient:
+      span.name = "send grad " + m, span.category = "send";
+      break;
+    case OpCode::RecvGradient:
+      span.name = "recv grad " + m, span.category = "receive";
+      break;
+    case OpCode::SendActivationRecvGradient:
+      span.name = "send act " + m + " / recv grad " + std::to_string(peer);
+      span.category = "send+receive";
+      break;
+    case OpCode::SendGradientRecvActivation:
+      span.name = "send grad " + m + " / recv act " + std::to_string(peer);
+      span.category = "send+receive";
+      break;
+    case OpCode::ReduceGradients:
+      span.name = "reduce grads", span.category = "reduce", span.micro_batch = -1;
+      break;
+    case OpCode::OptimizerStep:
+      span.name = "optimizer", span.category = "optimizer", span.micro_batch = -1;
+      break;
+  }
+  return span;
+}
+
+// Every rank's spans on rank 0 (a sum over the world of per-rank slices).
+std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Communicator& world) {
+  double most = static_cast<double>(mine.size());
+  world.all_reduce(&most, 1, ReduceOp::kMax);
+  const size_t slice = static_cast<size_t>(most) * SpanRecord::kFields;
+  std::vector<double> all(slice * world.size() + world.size(), 0.0);
+  double* own = all.data() + slice * world.rank();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const SpanRecord& r = mine[i];
+    const double fields[] = {r.op, r.micro_batch, r.peer_micro_batch, r.step, r.start, r.end};
+    std::copy(std::begin(fields), std::end(fields), own + i * SpanRecord::kFields);
+  }
+  all[slice * world.size() + world.rank()] = static_cast<double>(mine.size());
+  world.all_reduce(all.data(), all.size(), ReduceOp::kSum);
+  std::vector<TimelineSpan> spans;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    const size_t count = static_cast<size_t>(all[slice * world.size() + rank]);
+    for (size_t i = 0; i < count; ++i) {
+      const double* f = all.data() + slice * rank + i * SpanRecord::kFields;
+      spans.push_back(to_timeline_span({f[0], f[1], f[2], f[3], f[4], f[5]}, rank));
+    }
+  }
+  return spans;
+}
+
+std::vector<RankMeasurement> gather_measurements(const RankMeasurement& mine, Communicator& world) {
+  std::vector<double> all(static_cast<size_t>(world.size()) * RankMeasurement::kFields, 0.0);
+  mine.to_array(all.data() + static_cast<size_t>(world.rank()) * RankMeasurement::kFields);
+  world.all_reduce(all.data(), all.size(), ReduceOp::kSum);
+  std::vector<RankMeasurement> ranks;
+  for (int r = 0; r < world.size(); ++r)
+    ranks.push_back(RankMeasurement::from_array(all.data() +
+                                                static_cast<size_t>(r) * RankMeasurement::kFields));
+  return ranks;
+}
+
+nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& session) {
+  // ---- validate everything before allocating anything -----------------------
+  if (options.steps < 1)
+    throw std::runtime_error("--steps: " + std::to_string(options.steps) +
+                             "; replay measures at least 1 step");
+  if (options.warmup < 0)
+    throw std::runtime_error("--warmup: " + std::to_string(options.warmup) + "; must be >= 0");
+  const LoadedPlan loaded = load_plan(options.plan_path);
+  const schema::Plan& plan = loaded.plan();
+  const MeshCoordinates mesh = place_this_rank(loaded, session);
+  const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
+  const schema::Training& training = *plan.training();
+  const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
+
+  // ---- build, with every communicator timed ------------------------------------
+  double tensor_seconds = 0, data_seconds = 0, world_seconds = 0;
+  RankBuildOptions build;
+  build.backend = options.backend;
+  build.collective_timeout_seconds = options.collective_timeout_seconds;
+  build.transport = options.transport;
+  if (options.enforce_device_memory && cluster)
+    build.memory_capacity_bytes = cluster->device_memory_bytes();
+  build.wrap_groups = [&](ProcessGroups& groups) {
+    time_communicator(groups.tensor, &tensor_seconds);
+    time_communicator(groups.world, &world_seconds);
+    for (std::unique_ptr<Communicator>* group :
+         {&groups.data, &groups.zero, &groups.zero_replicas, &groups.embedding})
+      time_communicator(*group, &data_seconds);
+  };
+  RankState rank = build_rank_state(loaded, model, mesh, session, build);
+  initialize_parameters(rank, training.seed());
+  Communicator& world = *rank.groups.world;
+  const bool leader = session.world_rank() == 0;
+  if (leader)
+    std::cout << "paraplan replay: " << options.plan_path << ", " << session.world_size()
+              << " rank(s), backend " << kernels::backend_name(rank.ops->backend()) << ", "
+              << options.warmup << " warm-up + " << options.steps << " measured steps" << std::endl;
+
+  // ---- run ---------------------------------------------------------------------
+  const SyntheticSamples samples(model.config.vocab_size, model.config.seq_len, training.seed());
+  const float loss_scale =
+      1.0f /
+      static_cast<float>(static_cast<int64_t>(training.global_batch_size()) * model.config.seq_len);
+  const float learning_rate = training.optimizer()->learning_rate();
+  const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
+  world.barrier();  // a common time origin for the trace
+  InstructionTimer timer(Clock::now(), &tensor_seconds, &data_seconds, &world_seconds, keep_spans);
+  int optimizer_step = 0;
+  const ExecutorHooks hooks = optimizer_hooks(
+      *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
+  double job_step_seconds = 0;
+  for (int step = 0; step < options.warmup + options.steps; ++step) {
+    const bool measured = step >= options.warmup;
+    optimizer_step = step + 1;
+    timer.start_step(step + 1 - options.warmup, measured);
+    world.barrier();
+    const Clock::time_point start = Clock::now();
+    rank.ops->zero_bytes(rank.stage->gradients(),
+                         rank.ops->storage_bytes(rank.stage->buffer_elements()));
+    rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
+                            loss_scale, hooks, &timer);
+    rank.ops->synchronize();
+    double seconds = seconds_between(start, Clock::now());
+    if (!measured) continue;
+    timer.measurement().step_seconds += seconds;
+    world.all_reduce(&seconds, 1, ReduceOp::kMax);  // the job's step is its slowest rank's
+    job_step_seconds += seconds / options.steps;
+  }
+
+  // ---- gather and report -------------------------------------------------------------
+  RankMeasurement& mine = timer.measurement();
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    mine.memory_peak[c] = static_cast<double>(rank.memory->peak(static_cast<MemoryCategory>(c)));
+  mine.memory_peak_total = static_cast<double>(rank.memory->peak_total());
+  const std::vector<RankMeasurement> ranks = gather_measurements(mine, world);
+  std::vector<TimelineSpan> spans;
+  if (keep_spans) spans = gather_spans(timer.spans(), world);
+  if (!leader) return {};
+
+  const ReplayRun run{.plan_path = options.plan_path,
+                      .backend = kernels::backend_name(rank.ops->backend()),
+                      .steps = options.steps,
+                      .warmup = options.warmup,
+                      .job_step_seconds = job_step_seconds};
+  nlohmann::json report = replay_report(plan, run, ranks);
+  std::cout << replay_table(report);
+  if (!options.report_path.empty()) {
+    write_file_atomically(options.report_path, report.dump(2) + "\n");
+    std::cout << "report: " << options.report_path << std::endl;
+  }
+  if (keep_spans) {
+    std::vector<TimelineTrack> tracks;
+    for (int r = 0; r < session.world_size(); ++r) {
+      const MeshCoordinates at =
+          mesh_coordinates(r, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+      tracks.push_back({r, "rank " + std::to_string(r) + " (stage " +
+                               std::to_string(at.pipeline_rank) + ", dp " +
+                               std::to_string(at.data_rank) + ", tp " +
+                               std::to_string(at.tensor_rank) + ")"});
+    }
+    if (!options.trace_path.empty()) {
+      write_file_atomically(options.trace_path, chrome_trace_json(spans, tracks));
+      std::cout << "trace: " << options.trace_path << " (open in https://ui.perfetto.dev)"
+                << std::endl;
+    }
+    if (!options.timeline_path.empty()) {
+      write_file_atomically(options.timeline_path,
+                            timeline_svg(spans, tracks, "replay of " + options.plan_path));
+      std::cout << "timeline: " << options.timeline_path << std::endl;
+    }
+  }
+  return report;
+}
+
+}  // namespace
+
+nlohmann::json replay(const ReplayOptions& options) {
+  MpiSession session;
+  try {
+    return replay_on_this_rank(options, session);
+  } catch (const std::exception& error) {
+    if (session.world_size() > 1) MpiSession::abort_job(error.what());
+    throw;
+  }
+}
+
+}  // namespace paraplan

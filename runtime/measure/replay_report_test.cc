@@ -1,0 +1,95 @@
+// replay_report_test.cc: the replay's per-stage figures from known
+// measurements; synthetic samples; the memory tracker's device capacity.
+#include "runtime/measure/replay_report.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/model/memory_tracker.h"
+#include "runtime/data/sample_source.h"
+#include "schema/plan_io.h"
+#include "schema/plan_test_builder.h"
+
+namespace paraplan {
+namespace {
+
+TEST(ReplayReport, StageFiguresAreMeansOverItsRanksPerMicroBatchAndStep) {
+  // One stage over two data-parallel ranks, two micro-batches.
+  test_plans::PlanSpec spec = test_plans::make_plan_spec(1, 2, 1, 2, 2);
+  spec.step_seconds = 1.0;
+  spec.stage_predictions[0].forward_seconds = 0.1;
+  spec.stage_predictions[0].backward_seconds = 0.2;
+  const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
+  const schema::Plan& plan = *schema::GetPlan(bytes.data());
+
+  RankMeasurement first, second;
+  first.forward_seconds = 0.44, first.forward_count = 4;  // 2 steps x 2 micro-batches
+  first.backward_seconds = 0.8, first.backward_count = 4;
+  first.forward_collective_seconds = 0.04;
+  first.reduce_seconds = 0.02, first.optimizer_collective_seconds = 0.02;
+  first.optimizer_seconds = 0.1;
+  first.memory_peak_total = 1000;
+  second = first;
+  const ReplayRun run{
+      .plan_path = "p", .backend = "cpu", .steps = 2, .warmup = 1, .job_step_seconds = 1.1};
+  const nlohmann::json report = replay_report(plan, run, {first, second});
+  const nlohmann::json& stage = report["stages"][0];
+  EXPECT_DOUBLE_EQ(stage["forward"]["measured"].get<double>(), 0.11);
+  EXPECT_NEAR(stage["forward"]["error"].get<double>(), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(stage["backward"]["measured"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(stage["tensor_parallel"]["measured"].get<double>(), 0.01);
+  EXPECT_DOUBLE_EQ(stage["gradient_reduction"]["measured"].get<double>(), 0.02);
+  EXPECT_DOUBLE_EQ(stage["optimizer"]["measured"].get<double>(), 0.05);
+  // The rest of the step: 1.1 - 2 x (0.11 + 0.2 + 0.01) - 0.02 - 0.05.
+  EXPECT_NEAR(stage["pipeline_and_bubble"]["measured"].get<double>(), 0.39, 1e-12);
+  EXPECT_NEAR(report["step_seconds"]["error"].get<double>(), 0.1, 1e-12);
+  EXPECT_EQ(report["step_seconds_measured"].get<double>(), 1.1);
+}
+
+TEST(ReplayReport, MeasurementsSurviveTheirArrayForm) {
+  RankMeasurement m;
+  m.forward_seconds = 1, m.backward_count = 2, m.step_seconds = 3, m.memory_peak[4] = 5;
+  m.memory_peak_total = 6;
+  double array[RankMeasurement::kFields];
+  m.to_array(array);
+  const RankMeasurement back = RankMeasurement::from_array(array);
+  EXPECT_EQ(back.forward_seconds, 1);
+  EXPECT_EQ(back.backward_count, 2);
+  EXPECT_EQ(back.step_seconds, 3);
+  EXPECT_EQ(back.memory_peak[4], 5);
+  EXPECT_EQ(back.memory_peak_total, 6);
+}
+
+TEST(SyntheticSamples, SameSamplesEveryTimeTargetsShiftedInRange) {
+  const SyntheticSamples samples(50, 8, 7);
+  std::vector<int32_t> a(16), b(16), ta(16), tb(16), one(8), tone(8);
+  samples.load(3, 2, a.data(), ta.data());
+  samples.load(3, 2, b.data(), tb.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ta, tb);
+  samples.load(4, 1, one.data(), tone.data());  // sample 4 alone = the second of (3, 4)
+  EXPECT_EQ(std::vector<int32_t>(a.begin() + 8, a.end()), one);
+  for (int t = 0; t + 1 < 8; ++t) EXPECT_EQ(ta[t], a[t + 1]);
+  for (int32_t token : a) {
+    EXPECT_GE(token, 0);
+    EXPECT_LT(token, 50);
+  }
+}
+
+TEST(MemoryTracker, CapacityRefusesTheAllocationThatWouldPassIt) {
+  auto ops = kernels::make_cpu_ops();
+  MemoryTracker memory(*ops, 1000);
+  void* kept = memory.allocate(600, MemoryCategory::kWeights);
+  try {
+    memory.allocate(500, MemoryCategory::kActivations);
+    FAIL() << "no OutOfDeviceMemory";
+  } catch (const OutOfDeviceMemory& error) {
+    EXPECT_NE(std::string(error.what()).find("out of device memory"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("activations"), std::string::npos);
+  }
+  EXPECT_EQ(memory.current_total(), 600u);
+  memory.release(kept);
+  memory.release(memory.allocate(1000, MemoryCategory::kActivations));  // exactly full fits
+}
+
+}  // namespace
+}  // namespace paraplan

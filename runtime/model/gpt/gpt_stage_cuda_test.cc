@@ -1,0 +1,177 @@
+// gpt_stage_cuda_test.cc: one whole training step of a tiny GPT-2 stage
+// (2 layers, d_model 64, 4 heads, seq 32, vocab 96) on the CUDA backend
+// against the CPU backend: the same parameters and tokens give the same loss
+// and the same gradients, tensor by tensor, within tolerance, in TF32 and in
+// strict fp32 GEMM mode, and in bf16 mixed precision against the CPU
+// backend's bf16 storage; and on CUDA, recomputation gives bitwise the
+// gradients of no recomputation (the runtime relies on it). Skips, visibly,
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/model/gpt/gpt_stage.h"
+
+namespace paraplan {
+namespace {
+
+// Tolerances per gradient tensor: max |cuda - cpu| / max |cpu|.
+// Strict fp32: each op differs from the CPU by a few ulp (summation order,
+// expf vs exp_approx, FMA); through ~20 ops forward and backward that stays
+// well under 1e-4.
+constexpr double kStrictGradientTolerance = 1e-4;
+// TF32: every GEMM carries ~1e-3 relative error (10-bit mantissa inputs), and
+// a step chains a dozen of them forward and backward: ~1e-2.
+constexpr double kTf32GradientTolerance = 2e-2;
+// The mean loss (~log 96 = 4.56) is one sum over the logits' softmax, far less
+// sensitive than single gradient elements.
+constexpr double kStrictLossTolerance = 1e-5;
+constexpr double kTf32LossTolerance = 2e-3;
+// bf16: both backends round every stored tensor to 8 significant bits at the
+// same points, but a different fp32 summation order moves a value across a
+// rounding boundary now and then (one bf16 ulp, 2^-8 relative), and such
+// flips propagate: a few percent of a tensor's largest gradient.
+constexpr double kBfloat16GradientTolerance = 5e-2;
+constexpr double kBfloat16LossTolerance = 1e-2;
+
+GptConfig tiny_config() {
+  GptConfig config;
+  config.vocab_size = 96;
+  config.seq_len = 32;
+  config.num_layers = 2;
+  config.d_model = 64;
+  config.num_heads = 4;
+  config.ffn_size = 256;
+  config.init_std = 0.1f;  // large enough that every path carries gradient
+  return config;
+}
+
+std::unique_ptr<kernels::Ops> make_cuda(bool tf32,
+                                        kernels::DType dtype = kernels::DType::kFloat32) {
+  const char* saved = std::getenv("PARAPLAN_CUDA_TF32");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  setenv("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0", 1);
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cuda_ops(0, dtype);
+  if (saved != nullptr) {
+    setenv("PARAPLAN_CUDA_TF32", saved_value.c_str(), 1);
+  } else {
+    unsetenv("PARAPLAN_CUDA_TF32");
+  }
+  return ops;
+}
+
+struct StepResult {
+  double mean_loss = 0;
+  std::vector<float> gradients;
+};
+
+// One forward + backward of a batch-2 micro-batch on `ops`, parameters from
+// the layout's initializer (seed 5), tokens and targets from a fixed formula;
+// everything moves through copy_from_host / copy_to_host, so it runs on any backend.
+StepResult training_step(kernels::Ops& ops, std::vector<RecomputeMode> recompute) {
+  const GptConfig config = tiny_config();
+  const int batch = 2, T = config.seq_len, V = config.vocab_size;
+  MemoryTracker memory(ops);
+  GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
+  GptStage stage(layout, ops, memory, batch, 1, std::move(recompute));
+  const size_t n = layout.num_elements();
+  std::vector<float> parameters(n);
+  layout.initialize(parameters.data(), 5);
+  stage.load_parameters(parameters.data(), n);
+  std::vector<int32_t> tokens(batch * T), targets(batch * T);
+  for (int i = 0; i < batch * T; i++) {
+    tokens[i] = (i * 37 + 11) % V;
+    targets[i] = (i * 53 + 7) % V;
+  }
+  ops.copy_from_host(stage.tokens(0), tokens.data(), tokens.size() * sizeof(int32_t));
+  ops.copy_from_host(stage.targets(0), targets.data(), targets.size() * sizeof(int32_t));
+  ops.zero_bytes(stage.gradients(), ops.storage_bytes(n));
+  const float scale = 1.0f / (batch * T);
+  stage.forward(0, scale);
+  StepResult result;
+  result.mean_loss = stage.loss_sum(0) * scale;
+  stage.backward(0);
+  result.gradients.resize(n);
+  stage.read_gradients(result.gradients.data(), n);
+  return result;
+}
+
+std::vector<RecomputeMode> no_recompute() {
+  return {RecomputeMode::None, RecomputeMode::None};
+}
+
+void expect_same_step(const StepResult& cuda, const StepResult& cpu, double loss_tolerance,
+                      double gradient_tolerance, const std::string& mode) {
+  EXPECT_NEAR(cuda.mean_loss, cpu.mean_loss, loss_tolerance * std::fabs(cpu.mean_loss)) << mode;
+  const GptLayout layout(tiny_config(), StageSpec{0, tiny_config().num_layers, true, true});
+  ASSERT_EQ(cuda.gradients.size(), cpu.gradients.size());
+  for (const ParameterTensor& tensor : layout.tensors()) {
+    double scale = 0, worst = 0;
+    size_t worst_index = 0;
+    for (size_t k = 0; k < tensor.size; k++) {
+      const size_t i = tensor.offset + k;
+      scale = std::max(scale, std::fabs(double{cpu.gradients[i]}));
+      const double error = std::fabs(double{cuda.gradients[i]} - double{cpu.gradients[i]});
+      if (!(error <= worst)) {  // NaN counts as the worst
+        worst = std::isnan(error) ? INFINITY : error;
+        worst_index = k;
+      }
+    }
+    EXPECT_GT(scale, 0.0) << tensor.name << " has no gradient on the CPU";
+    EXPECT_LE(worst, gradient_tolerance * scale)
+        << mode << " " << tensor.name << "[" << worst_index << "]: cuda "
+        << cuda.gradients[tensor.offset + worst_index] << ", cpu "
+        << cpu.gradients[tensor.offset + worst_index] << " (max |cpu| " << scale << ")";
+  }
+}
+
+TEST(GptStageCuda, TrainingStepMatchesCpuInStrictFp32) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1), cuda = make_cuda(false);
+  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
+                   kStrictLossTolerance, kStrictGradientTolerance, "fp32");
+}
+
+TEST(GptStageCuda, TrainingStepMatchesCpuInTf32) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1), cuda = make_cuda(true);
+  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
+                   kTf32LossTolerance, kTf32GradientTolerance, "tf32");
+}
+
+TEST(GptStageCuda, TrainingStepMatchesCpuInBfloat16) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1, kernels::DType::kBFloat16),
+                                cuda = make_cuda(false, kernels::DType::kBFloat16);
+  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
+                   kBfloat16LossTolerance, kBfloat16GradientTolerance, "bf16");
+}
+
+TEST(GptStageCuda, RecomputationGivesBitwiseTheSameGradientsOnCuda) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> cuda = make_cuda(true, dtype);
+    const StepResult none = training_step(*cuda, no_recompute());
+    EXPECT_EQ(training_step(*cuda, no_recompute()).gradients, none.gradients) << "run to run";
+    for (auto modes : {std::vector{RecomputeMode::Selective, RecomputeMode::Selective},
+                       std::vector{RecomputeMode::Full, RecomputeMode::Full},
+                       std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
+      const StepResult recomputed = training_step(*cuda, modes);
+      EXPECT_EQ(recomputed.mean_loss, none.mean_loss);
+      EXPECT_EQ(recomputed.gradients, none.gradients)
+          << kernels::dtype_name(dtype) << " modes " << int(modes[0]) << "," << int(modes[1]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace paraplan

@@ -1,0 +1,60 @@
+// memory_tracker.cc: allocation bookkeeping by category.
+#include "runtime/model/memory_tracker.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace paraplan {
+
+const char* memory_category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kWeights:
+      return "weights";
+    case MemoryCategory::kGradients:
+      return "gradients";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kWorkspace:
+      return "workspace";
+  }
+  return "unknown";
+}
+
+MemoryTracker::~MemoryTracker() {
+  for (auto& [pointer, entry] : live_) ops_.deallocate(pointer);
+}
+
+void* MemoryTracker::allocate(size_t bytes, MemoryCategory category) {
+  if (capacity_ > 0 && current_total_ + bytes > capacity_) {
+    const double mib = 1024.0 * 1024.0;
+    char message[256];
+    std::snprintf(message, sizeof message,
+                  "out of device memory: %.1f MiB of %s with %.1f MiB in use exceeds the "
+                  "device's %.1f MiB",
+                  bytes / mib, memory_category_name(category), current_total_ / mib,
+                  capacity_ / mib);
+    throw OutOfDeviceMemory(message);
+  }
+  void* pointer = ops_.allocate(bytes);
+  live_[pointer] = {bytes, category};
+  const int i = index(category);
+  current_[i] += bytes;
+  peak_[i] = std::max(peak_[i], current_[i]);
+  current_total_ += bytes;
+  peak_total_ = std::max(peak_total_, current_total_);
+  return pointer;
+}
+
+void MemoryTracker::release(void* pointer) {
+  auto it = live_.find(pointer);
+  if (it == live_.end()) throw std::logic_error("MemoryTracker::release of an unknown pointer");
+  current_[index(it->second.second)] -= it->second.first;
+  current_total_ -= it->second.first;
+  ops_.deallocate(pointer);
+  live_.erase(it);
+}
+
+}  // namespace paraplan

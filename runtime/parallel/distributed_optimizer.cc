@@ -1,0 +1,280 @@
+// distributed_optimizer.cc: DP / ZeRO-1 gradient reduction, clipping, AdamW.
+#include "runtime/parallel/distributed_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace paraplan {
+
+size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage,
+                                             int zero_group_size) {
+  if (zero_stage == 0 || zero_group_size <= 1) return num_elements;
+  const size_t chunk = (num_elements + zero_group_size - 1) / zero_group_size;
+  return chunk * zero_group_size;
+}
+
+DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
+                                           MemoryTracker& memory, ProcessGroups& groups,
+                                           const AdamWSettings& settings, int zero_stage,
+                                           size_t bucket_elements)
+    : stage_(stage),
+      layout_(stage.layout()),
+      ops_(ops),
+      memory_(memory),
+      groups_(groups),
+      settings_(settings),
+      sharded_(zero_stage == 1),
+      dtype_(stage.dtype()) {
+  const size_t n = layout_.num_elements();
+  const int z = sharded_ ? groups.zero->size() : 1;
+  const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
+  if (stage.buffer_elements() < padded)
+    throw std::invalid_argument("DistributedOptimizer: stage buffers are not padded for ZeRO");
+  buckets_ = plan_gradient_buckets(padded, bucket_elements, z);
+  started_.assign(buckets_.size(), false);
+  shard_elements_ = sharded_ ? padded / z : n;
+  if (sharded_) {
+    for (const GradientBucket& bucket : buckets_) owned_.push_back(owned(bucket));
+  } else {
+    // Everything is this rank's, as one range: the norm and the update then
+    // run exactly as without buckets, which stay bitwise invisible.
+    owned_.push_back(OwnedRange{0, n, 0});
+  }
+  if (groups.embedding) {
+    const StageSpec& spec = layout_.stage();
+    held_begin_ = spec.has_embedding ? layout_.token_embedding() : layout_.head_weight();
+    held_end_ = held_begin_ + static_cast<size_t>(layout_.local_vocab()) * layout_.config().d_model;
+  }
+  if (sharded_) {
+    gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
+                                      MemoryCategory::kGradients);
+    // Replicas of a shard sit in the other ZeRO groups; the first counts it.
+    counts_replicas_ = groups.zero_replicas->rank() == 0;
+  } else {
+    counts_replicas_ = groups.data->rank() == 0;
+  }
+  const size_t bytes = std::max<size_t>(shard_elements_, 1) * sizeof(float);
+  first_moment_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
+  second_moment_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
+  ops.zero_bytes(first_moment_, bytes);
+  ops.zero_bytes(second_moment_, bytes);
+  if (dtype_ != kernels::DType::kFloat32) {
+    master_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
+    ops.zero_bytes(master_, bytes);
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  memory_.release(first_moment_);
+  memory_.release(second_moment_);
+  if (gradient_shard_) memory_.release(gradient_shard_);
+  if (master_) memory_.release(master_);
+}
+
+float* DistributedOptimizer::master_at(size_t at) const {
+  return master_ + at;
+}
+
+void DistributedOptimizer::initialize_master() {
+  if (!master_ || master_valid_) return;
+  wait_for_parameters();
+  for (const OwnedRange& range : owned_)
+    ops_.convert_to_float(master_at(range.shard_offset),
+                          kernels::element_at(stage_.parameters(), range.begin, dtype_),
+                          range.end - range.begin);
+  master_valid_ = true;
+}
+
+DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucket& bucket) const {
+  const size_t n = layout_.num_elements();
+  OwnedRange range;
+  const size_t first = bucket.begin + bucket.chunk * groups_.zero->rank();
+  range.begin = std::min(n, first);
+  range.end = std::min(n, first + bucket.chunk);
+  range.shard_offset = bucket.shard_offset;
+  return range;
+}
+
+void DistributedOptimizer::start_bucket(size_t index) {
+  started_[index] = true;
+  const GradientBucket& bucket = buckets_[index];
+  void* gradients = stage_.gradients();
+  if (sharded_) {
+    groups_.zero->start_reduce_scatter(
+        kernels::element_at(gradients, bucket.begin, dtype_),
+        kernels::element_at(gradient_shard_, bucket.shard_offset, dtype_), bucket.chunk, dtype_);
+  } else if (groups_.data->size() > 1) {
+    groups_.data->start_all_reduce(kernels::element_at(gradients, bucket.begin, dtype_),
+                                   bucket.end - bucket.begin, dtype_);
+  }
+}
+
+void DistributedOptimizer::gradients_final_from(size_t offset) {
+  // From the end of the buffer down, as backward finishes them. Buckets with
+  // the tied embedding wait for its sum across the pipeline (reduce_gradients),
+  // so the order of additions does not depend on the bucketing.
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    const GradientBucket& bucket = buckets_[i];
+    if (bucket.begin < offset) break;
+    const bool holds_embedding = bucket.begin < held_end_ && held_begin_ < bucket.end;
+    if (!started_[i] && !holds_embedding) start_bucket(i);
+  }
+}
+
+void DistributedOptimizer::reduce_gradients() {
+  if (groups_.embedding) {
+    // The first stage's embedding and the last stage's tied head are one
+    // parameter: both receive the sum of both gradients.
+    groups_.embedding->all_reduce(kernels::element_at(stage_.gradients(), held_begin_, dtype_),
+                                  held_end_ - held_begin_, dtype_, ReduceOp::kSum);
+  }
+  for (size_t i = buckets_.size(); i-- > 0;)
+    if (!started_[i]) start_bucket(i);
+  started_.assign(buckets_.size(), false);
+  if (sharded_) {
+    groups_.zero->wait_pending();
+    if (groups_.zero_replicas->size() > 1)
+      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, dtype_, ReduceOp::kSum);
+  } else {
+    groups_.data->wait_pending();
+  }
+}
+
+double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
+                                                    const OwnedRange& range) const {
+  if (!counts_replicas_) return 0.0;
+  // Adjacent counted tensors are summed as one run: one sum_of_squares (a
+  // device round trip on CUDA) per run rather than per tensor, so a step
+  // costs a handful of round trips, not one per layer and weight.
+  double sum = 0;
+  size_t run_begin = 0, run_end = 0;
+  auto flush = [&] {
+    if (run_begin < run_end)
+      sum += ops_.sum_of_squares(
+          kernels::element_at(gradients, run_begin - range.begin + range.shard_offset, dtype_),
+          run_end - run_begin);
+  };
+  for (const ParameterTensor& tensor : layout_.tensors()) {
+    // Counted once: tensor-parallel replicas by tensor rank 0, the tied copy
+    // on the last stage not at all (the first stage counts the embedding).
+    if (tensor.shard == ShardKind::kReplicated && layout_.tensor_rank() != 0) continue;
+    if (tensor.name == "transformer.wte.weight" && !layout_.stage().has_embedding) continue;
+    const size_t from = std::max(range.begin, tensor.offset);
+    const size_t to = std::min(range.end, tensor.offset + tensor.size);
+    if (from >= to) continue;
+    if (from != run_end) {
+      flush();
+      run_begin = from;
+    }
+    run_end = to;
+  }
+  flush();
+  return sum;
+}
+
+double DistributedOptimizer::step(float learning_rate, int step) {
+  // This rank's gradients: its shard under ZeRO-1, else the whole buffer;
+  // either is indexed by OwnedRange::shard_offset.
+  void* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
+  double squares = 0;
+  for (const OwnedRange& range : owned_) squares += counted_sum_of_squares(gradients, range);
+  groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
+  const double norm = std::sqrt(squares);
+  kernels::AdamWStep hyperparameters{.learning_rate = learning_rate,
+                                     .beta1 = settings_.beta1,
+                                     .beta2 = settings_.beta2,
+                                     .epsilon = settings_.epsilon,
+                                     .step = step};
+  // torch's clip_grad_norm_ rule, the same factor on every rank; AdamW applies
+  // it as it reads each gradient (no pass of its own over the gradients).
+  if (settings_.grad_clip > 0) {
+    const double factor = settings_.grad_clip / (norm + 1e-6);
+    if (factor < 1.0) hyperparameters.gradient_scale = static_cast<float>(factor);
+  }
+  void* parameters = stage_.parameters();
+  initialize_master();
+  for (const OwnedRange& range : owned_) {
+    for (const ParameterTensor& tensor : layout_.tensors()) {
+      const size_t from = std::max(range.begin, tensor.offset);
+      const size_t to = std::min(range.end, tensor.offset + tensor.size);
+      if (from >= to) continue;
+      const size_t at = from - range.begin + range.shard_offset;
+      hyperparameters.weight_decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
+      void* params = kernels::element_at(parameters, from, dtype_);
+      // fp32 storage: the parameters are the master weights.
+      float* master = master_ ? master_at(at) : static_cast<float*>(params);
+      ops_.adamw(master, params, kernels::element_at(gradients, at, dtype_), first_moment_ + at,
+                 second_moment_ + at, to - from, hyperparameters);
+    }
+  }
+  if (sharded_) {
+    // In buffer order, the order the next forward needs them.
+    const int rank = groups_.zero->rank();
+    for (const GradientBucket& bucket : buckets_)
+      groups_.zero->start_all_gather(
+          kernels::element_at(parameters, bucket.begin + bucket.chunk * rank, dtype_),
+          kernels::element_at(parameters, bucket.begin, dtype_), bucket.chunk, dtype_);
+    parameters_pending_ = true;
+  }
+  return norm;
+}
+
+void DistributedOptimizer::wait_for_parameters() {
+  if (!parameters_pending_) return;
+  groups_.zero->wait_pending();
+  parameters_pending_ = false;
+}
+
+void DistributedOptimizer::gather_moments(std::vector<float>& first, std::vector<float>& second) {
+  gather_owned(first_moment_, first);
+  gather_owned(second_moment_, second);
+}
+
+void DistributedOptimizer::gather_owned(const float* owned_values, std::vector<float>& whole) {
+  wait_for_parameters();  // nothing of this step's may still be in flight
+  const size_t n = layout_.num_elements();
+  whole.resize(n);
+  if (!sharded_) {
+    ops_.copy_to_host(whole.data(), owned_values, n * sizeof(float));
+    return;
+  }
+  const size_t gathered_elements = shard_elements_ * groups_.zero->size();
+  float* gathered = static_cast<float*>(memory_.allocate(
+      std::max<size_t>(gathered_elements, 1) * sizeof(float), MemoryCategory::kWorkspace));
+  for (const GradientBucket& bucket : buckets_)
+    groups_.zero->all_gather(owned_values + bucket.shard_offset, gathered + bucket.begin,
+                             bucket.chunk);
+  ops_.copy_to_host(whole.data(), gathered, n * sizeof(float));
+  memory_.release(gathered);
+}
+
+void DistributedOptimizer::load_moments(const float* first, const float* second) {
+  load_owned(first, first_moment_);
+  load_owned(second, second_moment_);
+}
+
+void DistributedOptimizer::load_owned(const float* whole, float* owned_values) {
+  for (const OwnedRange& range : owned_)
+    ops_.copy_from_host(owned_values + range.shard_offset, whole + range.begin,
+                        (range.end - range.begin) * sizeof(float));
+}
+
+void DistributedOptimizer::gather_parameters(std::vector<float>& whole) {
+  if (master_) {
+    initialize_master();
+    gather_owned(master_, whole);
+  } else {
+    wait_for_parameters();
+    whole.resize(layout_.num_elements());
+    stage_.read_parameters(whole.data(), whole.size());
+  }
+}
+
+void DistributedOptimizer::load_parameters(const float* whole) {
+  wait_for_parameters();
+  stage_.load_parameters(whole, layout_.num_elements());
+  if (master_) load_owned(whole, master_);
+  master_valid_ = true;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,147 @@
+// distributed_optimizer.h: the optimizer step of one rank: data-parallel
+// gradient reduction, ZeRO-1, global-norm clipping and AdamW.
+//
+// Per step:
+//   gradients_final_from(offset)
+//                       called by the last backward of the step as it passes
+//                       each block: starts the data-parallel reduction of every
+//                       bucket (gradient_buckets.h) backward no longer writes,
+//                       an all-reduce, or under ZeRO-1 a reduce-scatter within
+//                       this rank's ZeRO group, so it runs beside the rest of
+//                       backward where the communicator is asynchronous (NCCL);
+//   reduce_gradients()  the tied embedding's gradient summed between the first
+//                       and last pipeline stage, then the buckets not started
+//                       yet (those holding the tied embedding wait for that
+//                       sum), then waits for all of them; under ZeRO-1 also the
+//                       all-reduce of the shard across the zero_ngroups groups,
+//                       so each rank holds the summed gradient of its shard;
+//   step()              the global L2 norm over every parameter of the model,
+//                       each counted once (tensor-parallel replicas, data-parallel
+//                       replicas and the last stage's tied copy excluded), clip,
+//                       AdamW on this rank's part with fp32 moments sized to that
+//                       part, and under ZeRO-1 the start of the all-gathers of
+//                       the updated parameters within the ZeRO group, bucket by
+//                       bucket, which the next step's first forward waits for
+//                       (wait_for_parameters()), so they overlap what comes
+//                       between: data loading and, on later pipeline stages,
+//                       the wait for the first activation.
+// Weight decay applies to matrices and embeddings only (the layout's flag).
+//
+// Mixed precision (bf16 storage): gradients are reduced in bf16 (over MPI
+// and staged: sums computed in fp32 and rounded once; NCCL rounds on its own
+// way; communicator.h), and accumulated over micro-batches in bf16 (one
+// rounding per backward, as llm.c; Megatron's fp32 main_grad is not
+// offered); the update runs on fp32
+// master weights, which this class owns with the moments and shards like them
+// under ZeRO-1, and rewrites the stage's bf16 parameters from them, so the
+// optimizer state is 12 bytes per parameter (master, two moments). With fp32
+// storage the stage's parameters are the master weights.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/parallel/parallel_state.h"
+#include "runtime/model/gpt/gpt_layout.h"
+#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/parallel/gradient_buckets.h"
+#include "runtime/model/memory_tracker.h"
+
+namespace paraplan {
+
+struct AdamWSettings {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // 0 disables clipping
+};
+
+class DistributedOptimizer {
+ public:
+  // Buffer elements a stage needs so that ZeRO-1 shards it evenly.
+  static size_t buffer_elements(size_t num_elements, int zero_stage, int zero_group_size);
+
+  // bucket_elements: the gradient bucket size (0: one bucket, reduced after
+  // backward).
+  DistributedOptimizer(GptStage& stage, kernels::Ops& ops, MemoryTracker& memory,
+                       ProcessGroups& groups, const AdamWSettings& settings, int zero_stage,
+                       size_t bucket_elements = 0);
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Backward of the step's last micro-batch no longer writes the gradients at
+  // buffer offsets >= offset: start the reduction of the buckets above it.
+  void gradients_final_from(size_t offset);
+  void reduce_gradients();
+  // Returns the gradient norm before clipping (the same on every rank).
+  double step(float learning_rate, int step);
+  // Waits for the parameter all-gathers step() started (ZeRO-1); a no-op when
+  // none is pending. Call before anything reads the parameters.
+  void wait_for_parameters();
+
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+
+  // The moments of all this rank's parameters, whole (ZeRO shards gathered),
+  // in host memory: for checkpoints. Collective over the ZeRO group.
+  void gather_moments(std::vector<float>& first, std::vector<float>& second);
+  // Sets the moments from whole host buffers; this rank keeps its part.
+  void load_moments(const float* first, const float* second);
+  // The master weights of all this rank's parameters, whole, fp32 (the
+  // stage's parameters under fp32 storage): for checkpoints. Collective over
+  // the ZeRO group.
+  void gather_parameters(std::vector<float>& whole);
+  // Sets the parameters from whole fp32 host values: the master weights this
+  // rank owns exactly, the stage's storage copy rounded.
+  void load_parameters(const float* whole);
+
+ private:
+  // A part of the buffer this rank updates: [begin, end), clipped to the
+  // layout's elements (the padding at the end is no parameter). Under ZeRO-1
+  // its chunk of each bucket; else the whole buffer.
+  struct OwnedRange {
+    size_t begin = 0, end = 0;
+    size_t shard_offset = 0;  // where it sits in the rank's shard buffers
+  };
+  OwnedRange owned(const GradientBucket& bucket) const;
+  void start_bucket(size_t index);
+  // Sum of squares of the gradient elements this rank counts; gradients holds
+  // the elements of range at range.shard_offset (or the whole buffer).
+  double counted_sum_of_squares(const void* gradients, const OwnedRange& range) const;
+  // The fp32 master weights of an owned element (at = its shard offset).
+  float* master_at(size_t at) const;
+  // Parameters set on the stage directly (not through load_parameters): the
+  // master weights start as their widened copy (Megatron's float16 optimizer
+  // does the same). A no-op once they are set.
+  void initialize_master();
+  // An fp32 buffer of this rank's owned elements (moments, master weights) to
+  // and from whole host buffers; gathering is collective over the ZeRO group.
+  void gather_owned(const float* owned_values, std::vector<float>& whole);
+  void load_owned(const float* whole, float* owned_values);
+
+  GptStage& stage_;
+  const GptLayout& layout_;
+  kernels::Ops& ops_;
+  MemoryTracker& memory_;
+  ProcessGroups& groups_;
+  AdamWSettings settings_;
+  bool sharded_;
+  std::vector<GradientBucket> buckets_;
+  std::vector<OwnedRange> owned_;         // per bucket under ZeRO-1, else one
+  std::vector<bool> started_;             // per bucket, this step
+  size_t held_begin_ = 0, held_end_ = 0;  // the tied embedding's range, summed first
+  bool parameters_pending_ = false;
+  size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
+  float* first_moment_ = nullptr;
+  float* second_moment_ = nullptr;
+  kernels::DType dtype_;            // the stage's storage dtype
+  float* master_ = nullptr;         // bf16 storage: fp32 master weights of shard_elements_
+  bool master_valid_ = false;       // set by load_parameters, else by the first step
+  void* gradient_shard_ = nullptr;  // ZeRO-1: this rank's summed gradients (storage)
+  bool counts_replicas_;            // this data-parallel replica counts in the norm
+};
+
+}  // namespace paraplan

@@ -1,0 +1,203 @@
+// parallel_state.cc: mesh coordinates (world rank <-> pipeline, data and
+// tensor rank) and the process groups of the mesh for every transport.
+#include "runtime/parallel/parallel_state.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "runtime/comm/local_communicator.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/comm/staged_communicator.h"
+#include "runtime/comm/watched_communicator.h"
+#ifdef PARAPLAN_HAVE_NCCL
+#include "runtime/comm/nccl_communicator.h"
+#endif
+
+namespace paraplan {
+namespace {
+
+void check_mesh_sizes(int pipeline_size, int data_size, int tensor_size) {
+  if (pipeline_size < 1 || data_size < 1 || tensor_size < 1)
+    throw std::invalid_argument("mesh (pp " + std::to_string(pipeline_size) + " x dp " +
+                                std::to_string(data_size) + " x tp " + std::to_string(tensor_size) +
+                                "): every degree must be >= 1");
+}
+
+std::string mesh_text(const MeshCoordinates& mesh) {
+  return "(pp " + std::to_string(mesh.pipeline_size) + " x dp " + std::to_string(mesh.data_size) +
+         " x tp " + std::to_string(mesh.tensor_size) + ")";
+}
+
+std::string mesh_text(int pipeline_size, int data_size, int tensor_size) {
+  MeshCoordinates mesh;
+  mesh.pipeline_size = pipeline_size;
+  mesh.data_size = data_size;
+  mesh.tensor_size = tensor_size;
+  return mesh_text(mesh);
+}
+
+void check_group_arguments(int pipeline_size, int data_size, int tensor_size, int zero_groups) {
+  if (pipeline_size < 1 || data_size < 1 || tensor_size < 1)
+    throw std::invalid_argument("process groups: mesh " +
+                                mesh_text(pipeline_size, data_size, tensor_size) +
+                                " has a degree below 1; every degree must be >= 1");
+  if (zero_groups < 1 || data_size % zero_groups != 0)
+    throw std::invalid_argument("process groups: zero groups " + std::to_string(zero_groups) +
+                                " must be >= 1 and divide the data-parallel degree " +
+                                std::to_string(data_size));
+}
+
+// The mesh's groups over MPI (host buffers). MPI_Comm_split is collective over
+// the world: every rank calls each split, and a rank outside a group passes
+// kNotInGroup and gets no communicator.
+ProcessGroups make_mpi_process_groups(int pipeline_size, int data_size, int tensor_size,
+                                      int zero_groups) {
+  check_group_arguments(pipeline_size, data_size, tensor_size, zero_groups);
+  std::unique_ptr<MpiCommunicator> world = MpiCommunicator::world();
+  const long long needed = 1LL * pipeline_size * data_size * tensor_size;
+  if (needed != world->size())
+    throw std::runtime_error("the plan needs " + std::to_string(needed) +
+                             (needed == 1 ? " rank " : " ranks ") +
+                             mesh_text(pipeline_size, data_size, tensor_size) +
+                             " but mpirun started " + std::to_string(world->size()));
+
+  ProcessGroups groups;
+  groups.mesh = mesh_coordinates(world->rank(), pipeline_size, data_size, tensor_size);
+  groups.world_rank = world->rank();
+  groups.world_size = world->size();
+  const MeshCoordinates& mesh = groups.mesh;
+  const int p = mesh.pipeline_rank, d = mesh.data_rank, t = mesh.tensor_rank;
+  groups.tensor = world->split(p * data_size + d, t, "tensor");
+  groups.data = world->split(p * tensor_size + t, d, "data");
+  const int zero_size = data_size / zero_groups;  // contiguous data ranks per ZeRO group
+  const int data_group = p * tensor_size + t;
+  groups.zero = world->split(data_group * zero_groups + d / zero_size, d % zero_size, "zero");
+  groups.zero_replicas =
+      world->split(data_group * zero_size + d % zero_size, d / zero_size, "zero_replicas");
+  if (pipeline_size > 1) {
+    const bool holds_embedding = p == 0 || p == pipeline_size - 1;
+    groups.embedding = world->split(
+        holds_embedding ? d * tensor_size + t : MpiCommunicator::kNotInGroup, p, "embedding");
+  }
+  groups.world = std::move(world);
+  groups.peers = MpiPeerToPeer::over_world();
+  if (p > 0) groups.previous_stage_rank = world_rank_of(mesh, p - 1, d, t);
+  if (p < pipeline_size - 1) groups.next_stage_rank = world_rank_of(mesh, p + 1, d, t);
+  return groups;
+}
+
+// Device buffers through pinned host memory, one staging buffer for all.
+void stage_through_host(ProcessGroups& groups, kernels::Ops& ops) {
+  auto staging = std::make_shared<HostStaging>(ops);
+  for_each_group(groups, [&](std::unique_ptr<Communicator>& group) {
+    group = std::make_unique<StagedCommunicator>(std::move(group), ops, staging);
+  });
+  if (groups.peers)
+    groups.peers = std::make_unique<StagedPeerToPeer>(std::move(groups.peers), ops, staging);
+}
+
+#ifdef PARAPLAN_HAVE_NCCL
+// Device buffers over NCCL: each MPI group becomes an NCCL communicator over
+// the same members (for_each_group's fixed order lines up the collective NCCL
+// initialisations), the peers go over NCCL's world.
+void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops) {
+  if (ops.backend() != kernels::Backend::kCuda)
+    throw std::invalid_argument(
+        std::string("NCCL moves CUDA device buffers, but the ops are the ") +
+        kernels::backend_name(ops.backend()) + " backend; use the MPI transport");
+  for_each_group(groups, [&](std::unique_ptr<Communicator>& group) {
+    auto* mpi = dynamic_cast<MpiCommunicator*>(group.get());
+    if (mpi == nullptr)
+      throw std::logic_error("move_device_buffers_with_nccl: group '" + group->name() +
+                             "' is not an MpiCommunicator (wrap groups after the transport)");
+    group.release();
+    group = std::make_unique<NcclCommunicator>(std::unique_ptr<MpiCommunicator>(mpi), ops.stream());
+  });
+  if (groups.peers)
+    groups.peers = std::make_unique<NcclPeerToPeer>(static_cast<NcclCommunicator&>(*groups.world),
+                                                    std::move(groups.peers));
+}
+#endif
+
+}  // namespace
+
+MeshCoordinates mesh_coordinates(int world_rank, int pipeline_size, int data_size,
+                                 int tensor_size) {
+  check_mesh_sizes(pipeline_size, data_size, tensor_size);
+  MeshCoordinates mesh;
+  mesh.pipeline_size = pipeline_size;
+  mesh.data_size = data_size;
+  mesh.tensor_size = tensor_size;
+  const long long world_size = 1LL * pipeline_size * data_size * tensor_size;
+  if (world_rank < 0 || world_rank >= world_size)
+    throw std::out_of_range("world rank " + std::to_string(world_rank) + " is outside the mesh " +
+                            mesh_text(mesh) + "; valid ranks are 0.." +
+                            std::to_string(world_size - 1));
+  // rank = (pipeline * dp + data) * tp + tensor: tensor innermost.
+  mesh.tensor_rank = world_rank % tensor_size;
+  mesh.data_rank = (world_rank / tensor_size) % data_size;
+  mesh.pipeline_rank = world_rank / (tensor_size * data_size);
+  return mesh;
+}
+
+int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank, int tensor_rank) {
+  check_mesh_sizes(mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+  if (pipeline_rank < 0 || pipeline_rank >= mesh.pipeline_size || data_rank < 0 ||
+      data_rank >= mesh.data_size || tensor_rank < 0 || tensor_rank >= mesh.tensor_size)
+    throw std::out_of_range("coordinates (pipeline " + std::to_string(pipeline_rank) + ", data " +
+                            std::to_string(data_rank) + ", tensor " + std::to_string(tensor_rank) +
+                            ") are outside the mesh " + mesh_text(mesh));
+  return (pipeline_rank * mesh.data_size + data_rank) * mesh.tensor_size + tensor_rank;
+}
+
+
+void for_each_group(ProcessGroups& groups,
+                    const std::function<void(std::unique_ptr<Communicator>&)>& wrap) {
+  for (std::unique_ptr<Communicator>* group :
+       {&groups.world, &groups.tensor, &groups.data, &groups.zero, &groups.zero_replicas,
+        &groups.embedding})
+    if (*group) wrap(*group);
+}
+
+ProcessGroups make_process_groups(Transport transport, int pipeline_size, int data_size,
+                                  int tensor_size, int zero_groups, kernels::Ops& ops) {
+  ProcessGroups groups =
+      make_mpi_process_groups(pipeline_size, data_size, tensor_size, zero_groups);
+  switch (transport) {
+    case Transport::kMpi:
+      break;
+    case Transport::kStaged:
+      stage_through_host(groups, ops);
+      break;
+    case Transport::kNccl:
+#ifdef PARAPLAN_HAVE_NCCL
+      move_device_buffers_with_nccl(groups, ops);
+      break;
+#else
+      throw std::logic_error(
+          "make_process_groups: transport nccl, but this paraplan was built without NCCL "
+          "(choose_transport refuses it)");
+#endif
+  }
+  return groups;
+}
+
+ProcessGroups make_local_process_groups(kernels::Ops& ops) {
+  ProcessGroups groups;
+  for (auto [group, name] : {std::pair{&groups.world, "world"}, {&groups.tensor, "tensor"},
+                             {&groups.data, "data"}, {&groups.zero, "zero"},
+                             {&groups.zero_replicas, "zero_replicas"}})
+    *group = std::make_unique<LocalCommunicator>(name, ops);
+  groups.peers = std::make_unique<NoPeers>();
+  return groups;
+}
+
+void watch_process_groups(ProcessGroups& groups) {
+  for_each_group(groups, [](std::unique_ptr<Communicator>& group) {
+    group = std::make_unique<WatchedCommunicator>(std::move(group));
+  });
+  if (groups.peers)
+    groups.peers = std::make_unique<WatchedPeerToPeer>(std::move(groups.peers), groups.world_rank);
+}
+
+}  // namespace paraplan

@@ -1,0 +1,71 @@
+// parallel_state.h: a rank's place in the plan's mesh and its process groups
+// (Megatron's parallel_state): the one place that turns pp x dp x tp into the
+// groups every transport uses.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/transport.h"
+
+namespace paraplan {
+
+// A rank's place in the mesh: rank = (pipeline * dp + data) * tp + tensor.
+struct MeshCoordinates {
+  int pipeline_rank = 0, data_rank = 0, tensor_rank = 0;
+  int pipeline_size = 1, data_size = 1, tensor_size = 1;
+};
+
+MeshCoordinates mesh_coordinates(int world_rank, int pipeline_size, int data_size, int tensor_size);
+int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank, int tensor_rank);
+
+// Every group a rank takes part in, built from the plan's mesh.
+struct ProcessGroups {
+  MeshCoordinates mesh;
+  int world_rank = 0, world_size = 1;
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> tensor;  // same pipeline and data rank
+  std::unique_ptr<Communicator> data;    // same pipeline and tensor rank
+  // ZeRO-1 with zero_ngroups g: the data group split into g contiguous groups
+  // of data_size / g ranks (zero), and the ranks at the same position in each
+  // of those groups (zero_replicas, size g).
+  std::unique_ptr<Communicator> zero;
+  std::unique_ptr<Communicator> zero_replicas;
+  // First and last pipeline stage with the same data and tensor rank, which
+  // both hold the tied embedding; null unless pipeline_size > 1 and this rank
+  // is on the first or last stage.
+  std::unique_ptr<Communicator> embedding;
+  std::unique_ptr<PeerToPeer> peers;
+  int previous_stage_rank = -1;  // world rank, or -1 on the first stage
+  int next_stage_rank = -1;      // world rank, or -1 on the last stage
+};
+
+// Every group of this rank for a mesh of pipeline_size x data_size x tensor_size
+// and ZeRO-1 with zero_groups groups (1 when ZeRO is off), over MPI, each
+// communicator made for the transport: kMpi as MPI makes them (host buffers),
+// kStaged through pinned host memory (one staging buffer shared by all),
+// kNccl as NCCL communicators over the same members and peers over NCCL's
+// world. Collective over MPI_COMM_WORLD (MPI initialised by an MpiSession):
+// every rank calls it with the same arguments. Throws if the world size is
+// not the mesh's, or zero_groups does not divide data_size.
+ProcessGroups make_process_groups(Transport transport, int pipeline_size, int data_size,
+                                  int tensor_size, int zero_groups, kernels::Ops& ops);
+
+// The groups of a one-rank job without MPI (mesh 1 x 1 x 1): every group has
+// one member (comm/local_communicator.h) and there are no pipeline peers.
+ProcessGroups make_local_process_groups(kernels::Ops& ops);
+
+// Calls wrap on every group that exists, always in the order world, tensor,
+// data, zero, zero_replicas, embedding (collective wrappers line up across
+// ranks in that order).
+void for_each_group(ProcessGroups& groups,
+                    const std::function<void(std::unique_ptr<Communicator>&)>& wrap);
+
+// Wraps every group and the peers so that a collective or transfer past the
+// watchdog's timeout ends the job naming the rank, group and operation
+// (comm/watched_communicator.h).
+void watch_process_groups(ProcessGroups& groups);
+
+}  // namespace paraplan

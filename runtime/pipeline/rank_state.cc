@@ -1,0 +1,126 @@
+// rank_state.cc: building one rank's runtime objects from a plan.
+#include "runtime/pipeline/rank_state.h"
+
+#include <algorithm>
+#include <iostream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "runtime/comm/local_communicator.h"
+#include "runtime/comm/transport.h"
+#include "runtime/comm/watchdog.h"
+#include "runtime/comm/watched_communicator.h"
+
+namespace paraplan {
+
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session,
+                                           kernels::DType storage) {
+  if (name == "cpu") {
+    // Ranks sharing a machine share its cores: one BLAS thread pool each
+    // would oversubscribe them.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int threads = session.local_size() > 1 ? std::max(1, cores / session.local_size()) : 0;
+    return kernels::make_cpu_ops(threads, storage);
+  }
+  if (name == "cuda") return kernels::make_cuda_ops(session.local_rank(), storage);
+  throw std::runtime_error("--backend: unknown backend '" + name + "'; valid: cpu, cuda");
+}
+
+namespace {
+
+// The groups for the transport --transport asks for. A one-rank job without
+// mpirun talks to nobody: local groups, whose copies go through the ops and so
+// take any backend's buffers; the request is still checked, so a flag means
+// the same with and without mpirun.
+ProcessGroups build_process_groups(const schema::Mesh& mesh, int zero_groups,
+                                   const MpiSession& session, kernels::Ops& ops,
+                                   const std::string& requested_transport) {
+  if (!session.uses_mpi()) {
+    choose_transport(requested_transport, ops.backend(), DeviceSharing{}, nccl_compiled_in());
+    return make_local_process_groups(ops);
+  }
+  // Collective, so decided by the backend, which every rank shares; the CPU
+  // backend has no device to share.
+  const DeviceSharing sharing =
+      ops.backend() == kernels::Backend::kCuda ? find_shared_devices(ops) : DeviceSharing{};
+  const TransportChoice transport =
+      choose_transport(requested_transport, ops.backend(), sharing, nccl_compiled_in());
+  if (session.world_rank() == 0)
+    std::cout << "paraplan: transport: " << transport.reason << std::endl;
+  return make_process_groups(transport.transport, mesh.pipeline_parallel(), mesh.data_parallel(),
+                             mesh.tensor_parallel(), zero_groups, ops);
+}
+
+}  // namespace
+
+MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
+  const schema::Mesh& mesh = *loaded.plan().mesh();
+  session.require_world_size(mesh.pipeline_parallel(), mesh.data_parallel(),
+                             mesh.tensor_parallel());
+  return mesh_coordinates(session.world_rank(), mesh.pipeline_parallel(), mesh.data_parallel(),
+                          mesh.tensor_parallel());
+}
+
+RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model,
+                           const MeshCoordinates& mesh, const MpiSession& session,
+                           const RankBuildOptions& options) {
+  const schema::Plan& plan = loaded.plan();
+  const schema::Mesh& mesh_plan = *plan.mesh();
+  const schema::Training& training = *plan.training();
+  RankState rank;
+  rank.ops = make_backend(options.backend, session, model.dtype);
+  rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
+  const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
+  rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);
+  if (options.wrap_groups) options.wrap_groups(rank.groups);
+  Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
+  if (options.collective_timeout_seconds > 0) watch_process_groups(rank.groups);
+  rank.layout =
+      std::make_unique<GptLayout>(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
+  const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
+  rank.stage = std::make_unique<GptStage>(
+      *rank.layout, *rank.ops, *rank.memory, training.micro_batch_size(),
+      ScheduleExecutor::slots_needed(schedule), model.recompute, rank.groups.tensor.get(),
+      DistributedOptimizer::buffer_elements(rank.layout->num_elements(), zero_stage,
+                                            rank.groups.zero->size()));
+  const schema::Optimizer& optimizer_plan = *training.optimizer();
+  rank.optimizer = std::make_unique<DistributedOptimizer>(
+      *rank.stage, *rank.ops, *rank.memory, rank.groups,
+      AdamWSettings{.beta1 = optimizer_plan.beta1(),
+                    .beta2 = optimizer_plan.beta2(),
+                    .epsilon = optimizer_plan.epsilon(),
+                    .weight_decay = optimizer_plan.weight_decay(),
+                    .grad_clip = optimizer_plan.grad_clip()},
+      zero_stage, training.gradient_bucket_elements());
+  rank.executor = std::make_unique<ScheduleExecutor>(
+      schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
+      PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
+                    rank.groups.next_stage_rank});
+  return rank;
+}
+
+ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
+                              std::function<void()> optimizer_step) {
+  ExecutorHooks hooks;
+  hooks.reduce_gradients = [&optimizer] { optimizer.reduce_gradients(); };
+  hooks.optimizer_step = std::move(optimizer_step);
+  hooks.gradients_final_from = [&optimizer](size_t offset) {
+    optimizer.gradients_final_from(offset);
+  };
+  hooks.before_first_forward = [&optimizer] { optimizer.wait_for_parameters(); };
+  return hooks;
+}
+
+void initialize_parameters(RankState& rank, uint64_t seed) {
+  std::vector<float> params(rank.layout->num_elements());
+  rank.layout->initialize(params.data(), seed);
+  // Through the optimizer where there is one: it keeps the exact fp32 values
+  // as master weights when the stage stores bf16.
+  if (rank.optimizer)
+    rank.optimizer->load_parameters(params.data());
+  else
+    rank.stage->load_parameters(params.data(), params.size());
+}
+
+}  // namespace paraplan

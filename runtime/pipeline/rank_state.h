@@ -1,0 +1,82 @@
+// rank_state.h: everything one rank holds to run a plan — the op set, the
+// memory tracker, the process groups, its stage's layout and model, the
+// distributed optimizer and the instruction executor — built the same way by
+// `paraplan train` and `paraplan replay`.
+//
+// The caller validates first (plan, world size, data) and builds after, so a
+// bad input is refused before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/parallel/parallel_state.h"
+#include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/pipeline/schedule_executor.h"
+#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/memory_tracker.h"
+#include "runtime/comm/mpi_session.h"
+#include "runtime/model/model_from_plan.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+struct RankState {
+  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<MemoryTracker> memory;
+  ProcessGroups groups;
+  std::unique_ptr<GptLayout> layout;
+  std::unique_ptr<GptStage> stage;
+  std::unique_ptr<DistributedOptimizer> optimizer;
+  std::unique_ptr<ScheduleExecutor> executor;
+};
+
+struct RankBuildOptions {
+  std::string backend = "cpu";  // cpu | cuda
+  // auto | mpi | nccl | staged (transport.h); auto: plain MPI for the CPU
+  // backend, NCCL for CUDA with one GPU per rank, else staged MPI.
+  std::string transport = "auto";
+  // > 0: allocations past this many bytes fail with OutOfDeviceMemory.
+  uint64_t memory_capacity_bytes = 0;
+  // Called on the process groups before the stage and optimizer take them:
+  // replay wraps each communicator to time it.
+  std::function<void(ProcessGroups&)> wrap_groups;
+  // Seconds a collective or pipeline transfer may take before the job ends
+  // with a message naming the rank, group and operation (watchdog.h); 0 waits
+  // forever.
+  double collective_timeout_seconds = 600;
+};
+
+// The op set for --backend: "cpu" (OpenBLAS threads shared among the ranks of
+// this node) or "cuda" (the GPU of this node-local rank), storing tensors in
+// `storage` (the plan's model.dtype).
+std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session,
+                                           kernels::DType storage = kernels::DType::kFloat32);
+
+// This rank's place in the plan's mesh; throws unless the job has exactly the
+// plan's pipeline x data x tensor ranks (before anything is allocated).
+MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session);
+
+// Builds this rank's part of the plan for mesh position `mesh`; the parameters
+// are allocated but not initialized (see initialize_parameters). With MPI, the
+// process groups use the transport chosen from options.transport (rank 0 logs
+// which and why); without mpirun, one-rank local groups.
+RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model,
+                           const MeshCoordinates& mesh, const MpiSession& session,
+                           const RankBuildOptions& options);
+
+// The executor hooks of a training step: the optimizer's bucketed gradient
+// reduction and parameter gathering around optimizer_step (which calls
+// optimizer.step with the step's learning rate).
+ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
+                              std::function<void()> optimizer_step);
+
+// Fills the stage's parameters with the model's counter-based initialization
+// (the same values for every plan).
+void initialize_parameters(RankState& rank, uint64_t seed);
+
+}  // namespace paraplan

@@ -1,0 +1,97 @@
+// sampler.cc: autoregressive generation over a single-stage GptStage.
+#include "runtime/train/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/model/gpt/gpt_stage.h"
+
+namespace paraplan {
+
+namespace {
+
+// A uniform in [0, 1) from (seed, index): sampling is reproducible and
+// independent of how many tokens were drawn before.
+double counter_uniform(uint64_t seed, uint64_t index) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + index + 0x632be59bd9b4e019ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<double>(x >> 11) / 9007199254740992.0;
+}
+
+int choose_token(const float* logits, int vocab, float temperature, int top_k, double uniform) {
+  if (temperature <= 0) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  const int keep = top_k > 0 ? std::min(top_k, vocab) : vocab;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                    [&](int a, int b) { return logits[a] > logits[b]; });
+  std::vector<double> weights(keep);
+  const double top = logits[order[0]];
+  double total = 0;
+  for (int i = 0; i < keep; ++i)
+    total += weights[i] = std::exp((logits[order[i]] - top) / temperature);
+  double target = uniform * total;
+  for (int i = 0; i < keep; ++i) {
+    target -= weights[i];
+    if (target <= 0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace
+
+std::string sample_text(const SampleOptions& options) {
+  if (options.tokens < 0) throw std::runtime_error("--tokens: must be >= 0");
+  if (options.prompt.empty())
+    throw std::runtime_error("--prompt: must not be empty (the model continues the prompt)");
+  const std::string step_dir = resolve_checkpoint(options.checkpoint);
+  const GptConfig config = read_checkpoint_config(step_dir);
+  if (config.vocab_size != 256)
+    throw std::runtime_error(step_dir + "/config.json: vocab_size is " +
+                             std::to_string(config.vocab_size) +
+                             "; paraplan sample speaks byte-level text (vocab_size 256)");
+  std::unique_ptr<kernels::Ops> ops =
+      options.backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
+  MemoryTracker memory(*ops);
+  const GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
+  GptStage stage(layout, *ops, memory, 1, 1,
+                 std::vector<RecomputeMode>(config.num_layers, RecomputeMode::None));
+  std::vector<float> params(layout.num_elements());
+  load_checkpoint(step_dir, layout, params.data(), nullptr, nullptr);
+  stage.load_parameters(params.data(), params.size());
+
+  std::vector<int32_t> context;
+  for (unsigned char c : options.prompt) context.push_back(c);
+  const int T = config.seq_len, V = config.vocab_size;
+  std::vector<int32_t> window(T, 0);
+  std::vector<float> logits(V);
+  std::string generated;
+  for (int i = 0; i < options.tokens; ++i) {
+    // The last T tokens sit at the start of the window; causal attention makes
+    // the padding after them irrelevant to the position we read.
+    const int length = std::min<int>(T, static_cast<int>(context.size()));
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(context.end() - length, context.end(), window.begin());
+    ops->copy_from_host(stage.tokens(0), window.data(), T * sizeof(int32_t));
+    ops->copy_from_host(stage.targets(0), window.data(), T * sizeof(int32_t));
+    stage.forward(0, 1.0f, /*training=*/false);
+    // fp32 storage (make_cpu_ops / make_cuda_ops default): logits are floats.
+    ops->copy_to_host(logits.data(),
+                      kernels::element_at(stage.logits(0), static_cast<size_t>(length - 1) * V,
+                                          kernels::DType::kFloat32),
+                      V * sizeof(float));
+    const int token = choose_token(logits.data(), V, options.temperature, options.top_k,
+                                   counter_uniform(options.seed, i));
+    context.push_back(token);
+    generated.push_back(static_cast<char>(token));
+  }
+  return generated;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,48 @@
+// step_logger.h: the per-step log line as torchtitan prints it, and the same
+// fields as one JSON object per line in --log-json.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "runtime/model/gpt/gpt_layout.h"
+
+namespace paraplan {
+
+struct StepMetrics {
+  int step = 0;  // 1-based, as printed
+  double loss = 0;
+  double grad_norm = 0;
+  double learning_rate = 0;
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+  double tflops = 0;               // achieved model TFLOP/s per device
+  double mfu = 0;                  // fraction of peak
+  uint64_t peak_memory_bytes = 0;  // this rank's tracked peak
+  uint64_t memory_capacity_bytes = 0;
+  std::optional<double> validation_loss;
+};
+
+// Model FLOPs per trained token: 6 per matmul weight (forward + backward) plus
+// the attention scores and values, 12 * layers * d_model * seq_len (as
+// torchtitan and the PaLM paper count them). The tied head counts as a matmul.
+double training_flops_per_token(const GptConfig& config);
+
+// "step:    10  loss:  4.1234  grad_norm:  0.8123  lr: 3.0e-04  memory:  0.05GiB(0.6%)
+//  tps: 12,345  tflops: 0.12  mfu: 1.23%"
+std::string format_step_line(const StepMetrics& metrics);
+
+class StepLogger {
+ public:
+  // json_path empty: no JSON. append: keep earlier lines (a resumed run).
+  StepLogger(const std::string& json_path, bool append);
+  void log(const StepMetrics& metrics);
+
+ private:
+  std::string json_path_;
+  std::ofstream json_;
+};
+
+}  // namespace paraplan

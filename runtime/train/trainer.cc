@@ -1,0 +1,245 @@
+// trainer.cc: the training loop of `paraplan train`, on every rank of the job.
+#include "runtime/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/checkpoint/distributed_checkpoint.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/measure/memory_report.h"
+#include "runtime/comm/mpi_session.h"
+#include "runtime/model/model_from_plan.h"
+#include "runtime/pipeline/rank_state.h"
+#include "runtime/train/step_logger.h"
+#include "runtime/data/token_file.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+namespace {
+
+LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
+  LrSchedule schedule;
+  schedule.learning_rate = optimizer.learning_rate();
+  schedule.min_learning_rate = optimizer.min_learning_rate();
+  schedule.warmup_steps = optimizer.warmup_steps();
+  schedule.total_steps = optimizer.total_steps();
+  switch (optimizer.decay_style()) {
+    case schema::LrDecayStyle::Cosine:
+      schedule.decay = LrDecay::kCosine;
+      break;
+    case schema::LrDecayStyle::Linear:
+      schedule.decay = LrDecay::kLinear;
+      break;
+    case schema::LrDecayStyle::Constant:
+      schedule.decay = LrDecay::kConstant;
+      break;
+  }
+  return schedule;
+}
+
+// Validation loss over eval_batches global batches of the validation data,
+// the same samples under every plan: split over data-parallel ranks and
+// micro-batches as training splits a step, each micro-batch forwarded through
+// the pipeline. Returns the mean loss per token (the same on every rank).
+double evaluate(RankState& rank, const DataLoader& data, const schema::Training& training) {
+  rank.optimizer->wait_for_parameters();
+  GptStage& stage = *rank.stage;
+  const MeshCoordinates& mesh = rank.groups.mesh;
+  const StageSpec& spec = stage.layout().stage();
+  const int batch = training.micro_batch_size(), micro_batches = training.num_micro_batches();
+  const size_t tokens = static_cast<size_t>(batch) * stage.layout().config().seq_len;
+  const size_t activations = tokens * stage.layout().config().d_model;
+  std::vector<int32_t> inputs(tokens), targets(tokens);
+  double loss_sum = 0;
+  for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
+    for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
+      const int64_t sample =
+          static_cast<int64_t>(step) * training.global_batch_size() +
+          static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
+      if (spec.has_embedding || spec.has_head) {
+        data.load(sample, batch, inputs.data(), targets.data());
+        rank.ops->copy_from_host(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
+        rank.ops->copy_from_host(stage.targets(0), targets.data(), tokens * sizeof(int32_t));
+      }
+      if (!spec.has_embedding)
+        rank.groups.peers->send_receive(nullptr, 0, -1, stage.input(0), activations,
+                                        rank.groups.previous_stage_rank, stage.dtype());
+      stage.forward(0, 1.0f, /*training=*/false);
+      if (!spec.has_head)
+        rank.groups.peers->send_receive(stage.output(0), activations, rank.groups.next_stage_rank,
+                                        nullptr, 0, -1, stage.dtype());
+      else if (mesh.tensor_rank == 0)
+        loss_sum += stage.loss_sum(0);
+    }
+  }
+  rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+  const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
+                              training.global_batch_size() * stage.layout().config().seq_len;
+  return loss_sum / total_tokens;
+}
+
+// PARAPLAN_FAIL_RANK_AT_STEP=R:S makes world rank R fail at step S: how the
+// tests check that one rank's failure ends the whole job. -1 when unset.
+// Fault injection for the tests: PARAPLAN_FAIL_RANK_AT_STEP=R:S makes rank R
+// throw at step S; PARAPLAN_STALL_RANK_AT_STEP=R:S makes it stop answering
+// there (its peers' collectives must then time out). -1 when not this rank.
+int injected_fault_step(const char* variable, int world_rank) {
+  const char* value = std::getenv(variable);
+  int rank = -1, step = -1;
+  if (value == nullptr || std::sscanf(value, "%d:%d", &rank, &step) != 2) return -1;
+  return rank == world_rank ? step : -1;
+}
+
+TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session) {
+  // ---- validate everything before allocating anything -----------------------
+  const LoadedPlan loaded = load_plan(options.plan_path);
+  const schema::Plan& plan = loaded.plan();
+  const MeshCoordinates mesh = place_this_rank(loaded, session);
+  const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
+  const schema::Training& training = *plan.training();
+  const GptConfig& config = model.config;
+
+  const TokenFile train_tokens(options.data_path);
+  train_tokens.validate_vocab(config.vocab_size);
+  const DataLoader train_data(train_tokens, config.seq_len);
+  std::unique_ptr<TokenFile> validation_tokens;
+  std::unique_ptr<DataLoader> validation_data;
+  if (!options.validation_data_path.empty()) {
+    validation_tokens = std::make_unique<TokenFile>(options.validation_data_path);
+    validation_tokens->validate_vocab(config.vocab_size);
+    validation_data = std::make_unique<DataLoader>(*validation_tokens, config.seq_len);
+  }
+  const int last_step = options.steps >= 0 ? options.steps : training.optimizer()->total_steps();
+  if (options.resume && options.checkpoint_dir.empty())
+    throw std::runtime_error("--resume needs --checkpoint-dir (the directory to resume from)");
+  if (options.checkpoint_every < 0)
+    throw std::runtime_error("--checkpoint-every: must be >= 0 (0 saves only at the end)");
+  std::string resume_from;
+  if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
+
+  // ---- build ------------------------------------------------------------------
+  RankState rank = build_rank_state(
+      loaded, model, mesh, session,
+      RankBuildOptions{.backend = options.backend,
+                       .transport = options.transport,
+                       .wrap_groups = {},
+                       .collective_timeout_seconds = options.collective_timeout_seconds});
+  GptStage& stage = *rank.stage;
+  const bool leader = session.world_rank() == 0;
+
+  TrainState state{.step = 0, .next_train_sample = 0, .seed = training.seed()};
+  if (!resume_from.empty()) {
+    state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer);
+    if (leader)
+      std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
+  } else {
+    initialize_parameters(rank, training.seed());
+  }
+
+  const LrSchedule lr_schedule = lr_schedule_of(*training.optimizer());
+  const int64_t tokens_per_step =
+      static_cast<int64_t>(training.global_batch_size()) * config.seq_len;
+  const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
+  const double flops_per_token = training_flops_per_token(config);
+  const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
+  const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
+  const uint64_t capacity = cluster ? cluster->device_memory_bytes() : 0;
+  const int eval_interval = training.eval_interval();
+  const bool counts_loss = model.stage.has_head && mesh.tensor_rank == 0;
+
+  if (leader)
+    std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
+              << ", " << config.num_parameters() << " parameters, backend "
+              << kernels::backend_name(rank.ops->backend()) << ", " << session.world_size()
+              << " rank(s) (pp " << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp "
+              << mesh.tensor_size << "), global batch " << training.global_batch_size() << " x seq "
+              << config.seq_len << " = " << tokens_per_step << " tokens/step, steps " << state.step
+              << " -> " << last_step << std::endl;
+
+  // Only the leader writes the log; the others keep quiet.
+  StepLogger logger(leader ? options.log_json : "", options.resume);
+  const int failure_step = injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", session.world_rank());
+  const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", session.world_rank());
+  TrainSummary summary;
+  summary.first_step = static_cast<int>(state.step);
+  for (int step = static_cast<int>(state.step); step < last_step; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    if (step + 1 == failure_step)
+      throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
+                               " (PARAPLAN_FAIL_RANK_AT_STEP)");
+    if (step + 1 == stall_step) std::this_thread::sleep_for(std::chrono::hours(1));
+    rank.ops->zero_bytes(stage.gradients(), rank.ops->storage_bytes(stage.buffer_elements()));
+    StepMetrics metrics;
+    metrics.learning_rate = lr_schedule.at(step);
+    const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
+      metrics.grad_norm = rank.optimizer->step(static_cast<float>(metrics.learning_rate), step + 1);
+    });
+    double loss_sum =
+        rank.executor->run_step(train_data, state.next_train_sample, loss_scale, hooks);
+    if (!counts_loss) loss_sum = 0;
+    rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+    rank.ops->synchronize();
+    state.next_train_sample += training.global_batch_size();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    metrics.step = step + 1;
+    metrics.loss = loss_sum / static_cast<double>(tokens_per_step);
+    metrics.step_seconds = seconds;
+    // Per device, as torchtitan reports it.
+    metrics.tokens_per_second = tokens_per_step / seconds / session.world_size();
+    metrics.tflops = flops_per_token * metrics.tokens_per_second / 1e12;
+    metrics.mfu = peak_flops > 0 ? flops_per_token * metrics.tokens_per_second / peak_flops : 0;
+    double peak = static_cast<double>(rank.memory->peak_total());
+    rank.groups.world->all_reduce(&peak, 1, ReduceOp::kMax);
+    metrics.peak_memory_bytes = static_cast<uint64_t>(peak);
+    metrics.memory_capacity_bytes = capacity;
+    if (!std::isfinite(metrics.loss))
+      throw std::runtime_error("step " + std::to_string(step + 1) + ": the loss is not finite (" +
+                               std::to_string(metrics.loss) +
+                               "); lower training.learning_rate or check the data");
+    const bool last = step + 1 == last_step;
+    if (validation_data && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
+      metrics.validation_loss = evaluate(rank, *validation_data, training);
+      summary.final_validation_loss = metrics.validation_loss;
+    }
+    if (leader) logger.log(metrics);
+    summary.losses.push_back(metrics.loss);
+    if (!options.checkpoint_dir.empty() &&
+        (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
+      const std::string written = save_distributed_checkpoint(
+          options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups,
+          TrainState{
+              .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed});
+      if (leader) std::cout << "checkpoint: " << written << std::endl;
+    }
+  }
+  summary.last_step = last_step;
+  const std::string report = memory_report(loaded, *rank.memory, rank.groups);
+  if (leader) std::cout << report;
+  return summary;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options) {
+  MpiSession session;
+  try {
+    return train_on_this_rank(options, session);
+  } catch (const std::exception& error) {
+    // One rank's failure ends the whole job; returning would hang the others.
+    if (session.world_size() > 1) MpiSession::abort_job(error.what());
+    throw;
+  }
+}
+
+}  // namespace paraplan
