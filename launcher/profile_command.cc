@@ -26,8 +26,8 @@ namespace {
 
 using nlohmann::json;
 
-GptConfig shapes_of(const ModelConfig& model) {
-  GptConfig config;
+TransformerConfig shapes_of(const ModelConfig& model) {
+  TransformerConfig config;
   config.vocab_size = model.vocab_size;
   config.seq_len = model.seq_len;
   config.num_layers = model.num_layers;

@@ -1,6 +1,6 @@
 // checkpoint.cc: saving and loading plan-independent checkpoints in Hugging
-// Face GPT-2 form (model.safetensors + config.json) with the AdamW moments and
-// the training position beside them.
+// Face form (model.safetensors + config.json, model/architecture.h) with the
+// AdamW moments and the training position beside them.
 #include "runtime/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "common/atomic_file.h"
+#include "common/json_fields.h"
+#include "runtime/model/architecture.h"
 #include "runtime/checkpoint/safetensors.h"
 
 namespace paraplan {
@@ -51,15 +53,7 @@ void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
 
-// A float as the shortest decimal that reads back as the same float, so
-// config.json says 1e-05 rather than 9.999999747378752e-06.
-double short_decimal(float value) {
-  char text[32];
-  const auto result = std::to_chars(text, text + sizeof(text), value);
-  return std::strtod(std::string(text, result.ptr).c_str(), nullptr);
-}
-
-void add_tensors(SafetensorsWriter& writer, const GptLayout& layout, const float* buffer,
+void add_tensors(SafetensorsWriter& writer, const ParameterLayout& layout, const float* buffer,
                  const std::string& prefix) {
   std::set<std::string> written;  // a stage's tied head copy shares the embedding's name
   for (const ParameterTensor& tensor : layout.tensors()) {
@@ -73,30 +67,6 @@ void add_tensors(SafetensorsWriter& writer, const GptLayout& layout, const float
       writer.add_view(prefix + tensor.name, tensor.shape, data);
     }
   }
-}
-
-nlohmann::ordered_json hf_config_json(const GptConfig& config) {
-  nlohmann::ordered_json json;
-  json["architectures"] = {"GPT2LMHeadModel"};
-  json["model_type"] = "gpt2";
-  json["vocab_size"] = config.vocab_size;
-  json["n_positions"] = config.seq_len;
-  json["n_ctx"] = config.seq_len;
-  json["n_embd"] = config.d_model;
-  json["n_layer"] = config.num_layers;
-  json["n_head"] = config.num_heads;
-  json["n_inner"] = config.ffn_size;
-  json["activation_function"] = "gelu_new";  // GPT-2's tanh approximation, as kernels/ use
-  // paraplan trains without dropout; Hugging Face's defaults (0.1) would differ.
-  json["resid_pdrop"] = 0.0;
-  json["embd_pdrop"] = 0.0;
-  json["attn_pdrop"] = 0.0;
-  json["layer_norm_epsilon"] = short_decimal(config.layernorm_epsilon);
-  json["initializer_range"] = short_decimal(config.init_std);
-  json["scale_attn_weights"] = true;
-  json["tie_word_embeddings"] = config.tied_embeddings;
-  json["torch_dtype"] = "float32";
-  return json;
 }
 
 std::string read_text(const fs::path& path, const char* what) {
@@ -118,77 +88,14 @@ nlohmann::json read_json(const fs::path& path, const char* what) {
   }
 }
 
-// Field `key` of a JSON object as an integer, or `fallback` when absent (required if nullopt).
-int64_t int_field(const nlohmann::json& json, const std::string& key, const fs::path& path,
-                  std::optional<int64_t> fallback = std::nullopt) {
-  const auto found = json.find(key);
-  if (found == json.end() || found->is_null()) {
-    if (fallback) return *fallback;
-    throw std::runtime_error(path.string() + ": missing field '" + key + "'");
-  }
-  if (!found->is_number_integer())
-    throw std::runtime_error(path.string() + ": field '" + key + "' is " + found->dump() +
-                             ", expected an integer");
-  return found->get<int64_t>();
-}
-
-GptConfig parse_config(const fs::path& path) {
-  const nlohmann::json json = read_json(path, "model config");
-  const auto string_or = [&](const char* key, const std::string& fallback) {
-    const auto found = json.find(key);
-    return found != json.end() && found->is_string() ? found->get<std::string>() : fallback;
-  };
-  const std::string model_type = string_or("model_type", "gpt2");
-  if (model_type != "gpt2")
-    throw std::runtime_error(path.string() + ": model_type is '" + model_type +
-                             "' but paraplan loads 'gpt2' checkpoints");
-  const std::string activation = string_or("activation_function", "gelu_new");
-  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh")
-    throw std::runtime_error(path.string() + ": activation_function is '" + activation +
-                             "' but paraplan's GPT-2 uses the tanh GELU (gelu_new)");
-  GptConfig config;
-  config.vocab_size = static_cast<int>(int_field(json, "vocab_size", path));
-  config.seq_len = static_cast<int>(int_field(json, "n_positions", path));
-  config.d_model = static_cast<int>(int_field(json, "n_embd", path));
-  config.num_layers = static_cast<int>(int_field(json, "n_layer", path));
-  config.num_heads = static_cast<int>(int_field(json, "n_head", path));
-  config.ffn_size = static_cast<int>(int_field(json, "n_inner", path, 4 * int64_t{config.d_model}));
-  const auto number_or = [&](const char* key, double fallback) {
-    const auto found = json.find(key);
-    if (found == json.end()) return fallback;
-    if (!found->is_number())
-      throw std::runtime_error(path.string() + ": field '" + key + "' is " + found->dump() +
-                               ", expected a number");
-    return found->get<double>();
-  };
-  config.layernorm_epsilon = static_cast<float>(number_or("layer_norm_epsilon", 1e-5));
-  config.init_std = static_cast<float>(number_or("initializer_range", 0.02));
-  const auto tied = json.find("tie_word_embeddings");
-  config.tied_embeddings = tied == json.end() || !tied->is_boolean() || tied->get<bool>();
-  return config;
+TransformerConfig parse_config(const fs::path& path) {
+  return config_from_hugging_face(read_json(path, "model config"), path.string());
 }
 
 // Every field where the checkpoint's model differs from the plan's, one line each.
-void check_config_matches(const GptConfig& saved, const GptConfig& plan, const fs::path& path) {
-  std::vector<std::string> problems;
-  const auto compare = [&](const char* field, int64_t found, int64_t wanted, const char* unit) {
-    if (found != wanted)
-      problems.push_back(std::string(field) + " is " + std::to_string(found) +
-                         " but the plan's model has " + std::to_string(wanted) + " " + unit);
-  };
-  compare("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
-  compare("n_positions", saved.seq_len, plan.seq_len, "seq_len");
-  compare("n_embd", saved.d_model, plan.d_model, "d_model");
-  compare("n_layer", saved.num_layers, plan.num_layers, "layers");
-  compare("n_head", saved.num_heads, plan.num_heads, "heads");
-  compare("n_inner", saved.ffn_size, plan.ffn_size, "ffn_size");
-  if (saved.tied_embeddings != plan.tied_embeddings)
-    problems.push_back(std::string("tie_word_embeddings is ") +
-                       (saved.tied_embeddings ? "true" : "false") + " but the plan's model " +
-                       (plan.tied_embeddings ? "ties" : "does not tie") + " its embeddings");
-  if (saved.layernorm_epsilon != plan.layernorm_epsilon)
-    problems.push_back("layer_norm_epsilon is " + std::to_string(saved.layernorm_epsilon) +
-                       " but the plan's model uses " + std::to_string(plan.layernorm_epsilon));
+void check_config_matches(const TransformerConfig& saved, const TransformerConfig& plan,
+                          const fs::path& path) {
+  const std::vector<std::string> problems = config_differences(saved, plan);
   if (problems.empty()) return;
   std::string message;
   for (const std::string& problem : problems)
@@ -198,7 +105,7 @@ void check_config_matches(const GptConfig& saved, const GptConfig& plan, const f
 
 // Reads every tensor of the layout (under `prefix`) from `file` into `buffer`,
 // transposing Conv1D weights back to [out, in].
-void read_tensors(const SafetensorsFile& file, const GptLayout& layout, float* buffer,
+void read_tensors(const SafetensorsFile& file, const ParameterLayout& layout, float* buffer,
                   const std::string& prefix) {
   for (const ParameterTensor& tensor : layout.tensors()) {
     std::string name = prefix + tensor.name;
@@ -252,7 +159,7 @@ void publish_directory(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const GptLayout& layout, const float* params,
+std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout, const float* params,
                             const float* first_moment, const float* second_moment,
                             const TrainState& state) {
   if (state.step < 0)
@@ -283,7 +190,8 @@ std::string save_checkpoint(const std::string& dir, const GptLayout& layout, con
     add_tensors(optimizer, layout, second_moment, "exp_avg_sq.");
     optimizer.write((temp.path / kOptimizerFile).string());
   }
-  write_file_atomically(temp.path / kConfigFile, hf_config_json(layout.config()).dump(2) + "\n");
+  write_file_atomically(temp.path / kConfigFile,
+                        hugging_face_config(layout.config()).dump(2) + "\n");
   nlohmann::ordered_json train_state;
   train_state["format_version"] = kCheckpointFormatVersion;
   train_state["step"] = state.step;
@@ -322,11 +230,11 @@ std::string resolve_checkpoint(const std::string& path) {
                            kLatestFile + "' file) nor a step directory (no " + kModelFile + ")");
 }
 
-GptConfig read_checkpoint_config(const std::string& path) {
+TransformerConfig read_checkpoint_config(const std::string& path) {
   return parse_config(fs::path(resolve_checkpoint(path)) / kConfigFile);
 }
 
-TrainState load_checkpoint(const std::string& path, const GptLayout& layout, float* params,
+TrainState load_checkpoint(const std::string& path, const ParameterLayout& layout, float* params,
                            float* first_moment, float* second_moment) {
   const fs::path step_dir = resolve_checkpoint(path);
   check_config_matches(parse_config(step_dir / kConfigFile), layout.config(),
@@ -350,13 +258,13 @@ TrainState load_checkpoint(const std::string& path, const GptLayout& layout, flo
   TrainState state;
   if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path)) return state;
   const nlohmann::json json = read_json(state_path, "training state");
-  const int64_t version = int_field(json, "format_version", state_path);
+  const int64_t version = json_integer(json, "format_version", state_path);
   if (version < 1 || version > kCheckpointFormatVersion)
     throw std::runtime_error(state_path.string() + ": format_version " + std::to_string(version) +
                              " is not supported; this paraplan reads versions 1 to " +
                              std::to_string(kCheckpointFormatVersion));
-  state.step = int_field(json, "step", state_path);
-  state.next_train_sample = int_field(json, "next_train_sample", state_path);
+  state.step = json_integer(json, "step", state_path);
+  state.next_train_sample = json_integer(json, "next_train_sample", state_path);
   const auto seed = json.find("seed");
   if (seed == json.end() || !seed->is_number_unsigned())
     throw std::runtime_error(state_path.string() + ": field 'seed' must be a non-negative integer");

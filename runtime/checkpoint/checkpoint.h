@@ -2,8 +2,8 @@
 // holds one step directory per save plus a 'latest' file naming the newest:
 //
 //   DIR/latest                       one line: "step_00000100"
-//   DIR/step_00000100/model.safetensors      Hugging Face GPT-2 names and layouts
-//   DIR/step_00000100/config.json            a GPT2Config: GPT2LMHeadModel loads the directory
+//   DIR/step_00000100/model.safetensors      Hugging Face names and layouts
+//   DIR/step_00000100/config.json            transformers' config: from_pretrained loads the directory
 //   DIR/step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
 //   DIR/step_00000100/train_state.json       step, next_train_sample, seed, format_version
 //
@@ -17,7 +17,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/model/gpt/gpt_layout.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/parameter_layout.h"
 
 namespace paraplan {
 
@@ -35,7 +36,7 @@ struct TrainState {
 // floats. Linear weights are written transposed to Hugging Face's Conv1D
 // [in, out]; a tied head is not written apart from transformer.wte.weight, and
 // a name the layout holds twice is written once. Returns the step directory.
-std::string save_checkpoint(const std::string& dir, const GptLayout& layout, const float* params,
+std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout, const float* params,
                             const float* first_moment, const float* second_moment,
                             const TrainState& state);
 
@@ -48,10 +49,10 @@ std::string resolve_checkpoint(const std::string& path);
 // against layout.config() (every mismatching field named) and every tensor of
 // the layout (present, right shape). first_moment and second_moment may be
 // nullptr to skip the optimizer state (e.g. for sampling).
-TrainState load_checkpoint(const std::string& path, const GptLayout& layout, float* params,
+TrainState load_checkpoint(const std::string& path, const ParameterLayout& layout, float* params,
                            float* first_moment, float* second_moment);
 
 // The model configuration in config.json of the checkpoint at `path`.
-GptConfig read_checkpoint_config(const std::string& path);
+TransformerConfig read_checkpoint_config(const std::string& path);
 
 }  // namespace paraplan

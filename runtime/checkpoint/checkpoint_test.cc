@@ -2,6 +2,7 @@
 // (names, Conv1D transposition, config.json), atomic publication via
 // 'latest', and the error messages for missing, corrupt or mismatched files.
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/model/gpt/gpt_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -21,8 +22,8 @@ using testing::TempDir;
 using testing::write_bytes;
 namespace fs = std::filesystem;
 
-GptConfig small_config() {
-  GptConfig config;
+TransformerConfig small_config() {
+  TransformerConfig config;
   config.vocab_size = 16;
   config.seq_len = 8;
   config.num_layers = 2;
@@ -32,7 +33,7 @@ GptConfig small_config() {
   return config;
 }
 
-GptLayout full_layout(const GptConfig& config) {
+GptLayout full_layout(const TransformerConfig& config) {
   return GptLayout(config, StageSpec{0, config.num_layers, true, true});
 }
 
@@ -93,7 +94,7 @@ TEST(CheckpointTest, RoundTripIsBitwise) {
 
 TEST(CheckpointTest, ModelFileUsesHuggingFaceNamesAndConv1DLayout) {
   TempDir dir;
-  const GptConfig config = small_config();
+  const TransformerConfig config = small_config();
   const GptLayout layout = full_layout(config);
   Buffers saved(layout);
   const ParameterTensor* qkv = layout.find("transformer.h.1.attn.c_attn.weight");
@@ -167,7 +168,7 @@ TEST(CheckpointTest, ConfigJsonIsAHuggingFaceGpt2Config) {
       state,
       nlohmann::json({{"format_version", 1}, {"step", 3}, {"next_train_sample", 24}, {"seed", 9}}));
 
-  const GptConfig read = read_checkpoint_config(dir / "ckpt");
+  const TransformerConfig read = read_checkpoint_config(dir / "ckpt");
   EXPECT_EQ(read.vocab_size, 16);
   EXPECT_EQ(read.seq_len, 8);
   EXPECT_EQ(read.num_layers, 2);
@@ -175,13 +176,13 @@ TEST(CheckpointTest, ConfigJsonIsAHuggingFaceGpt2Config) {
   EXPECT_EQ(read.num_heads, 2);
   EXPECT_EQ(read.ffn_size, 32);
   EXPECT_TRUE(read.tied_embeddings);
-  EXPECT_EQ(read.layernorm_epsilon, 1e-5f);
+  EXPECT_EQ(read.norm_epsilon, 1e-5f);
   EXPECT_EQ(read.init_std, 0.02f);
 }
 
 TEST(CheckpointTest, UntiedHeadIsWrittenAsLmHead) {
   TempDir dir;
-  GptConfig config = small_config();
+  TransformerConfig config = small_config();
   config.tied_embeddings = false;
   const GptLayout layout = full_layout(config);
   const Buffers saved(layout);
@@ -201,7 +202,7 @@ TEST(CheckpointTest, UntiedHeadIsWrittenAsLmHead) {
 
 TEST(CheckpointTest, LastStageWritesItsTiedHeadCopyOnce) {
   TempDir dir;
-  const GptConfig config = small_config();
+  const TransformerConfig config = small_config();
   const GptLayout last_stage(config, StageSpec{1, 1, false, true});
   const Buffers saved(last_stage);
   const std::string step_dir = save_checkpoint(dir / "ckpt", last_stage, saved.params.data(),
@@ -342,7 +343,7 @@ class CheckpointErrorTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointErrorTest, MismatchedConfigNamesEachField) {
-  GptConfig config = small_config();
+  TransformerConfig config = small_config();
   config.num_layers = 4;
   EXPECT_EQ(load_error(full_layout(config)),
             step_dir_ + "/config.json: n_layer is 2 but the plan's model has 4 layers");

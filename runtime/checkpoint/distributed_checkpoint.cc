@@ -3,27 +3,20 @@
 
 #include <vector>
 
+#include "runtime/model/architecture.h"
 #include "runtime/model/model_from_plan.h"
 
 namespace paraplan {
 
 namespace {
 
-GptLayout whole_model_layout(const GptConfig& config) {
-  return GptLayout(config, StageSpec{0, config.num_layers, true, true});
-}
-
+// Places a rank's local tensors into the whole-model buffers.
 // The last pipeline stage's copy of the tied embedding is the first stage's
 // tensor; the checkpoint holds it once.
-bool is_tied_copy(const GptLayout& layout, const ParameterTensor& tensor) {
-  return tensor.name == "transformer.wte.weight" && !layout.stage().has_embedding;
-}
-
-// Places a rank's local tensors into the whole-model buffers.
-void place(const GptLayout& local, const std::vector<float>& source, const GptLayout& whole,
-           std::vector<float>& destination) {
+void place(const ParameterLayout& local, const std::vector<float>& source,
+           const ParameterLayout& whole, std::vector<float>& destination) {
   for (const ParameterTensor& tensor : local.tensors()) {
-    if (is_tied_copy(local, tensor)) continue;
+    if (tensor.tied_copy) continue;
     const size_t base = whole.find(tensor.name)->offset;
     for (size_t k = 0; k < tensor.size; ++k)
       destination[base + tensor.global_index(k)] = source[tensor.offset + k];
@@ -31,8 +24,8 @@ void place(const GptLayout& local, const std::vector<float>& source, const GptLa
 }
 
 // Takes a rank's local tensors out of the whole-model buffers.
-void slice(const GptLayout& whole, const std::vector<float>& source, const GptLayout& local,
-           std::vector<float>& destination) {
+void slice(const ParameterLayout& whole, const std::vector<float>& source,
+           const ParameterLayout& local, std::vector<float>& destination) {
   destination.assign(local.num_elements(), 0.0f);
   for (const ParameterTensor& tensor : local.tensors()) {
     const size_t base = whole.find(tensor.name)->offset;
@@ -44,9 +37,9 @@ void slice(const GptLayout& whole, const std::vector<float>& source, const GptLa
 }  // namespace
 
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
-                                        GptStage& stage, DistributedOptimizer& optimizer,
+                                        ModelStage& stage, DistributedOptimizer& optimizer,
                                         ProcessGroups& groups, const TrainState& state) {
-  const GptLayout& layout = stage.layout();
+  const ParameterLayout& layout = stage.layout();
   const size_t n = layout.num_elements();
   std::vector<float> params, first, second;
   // fp32 master weights (under bf16 storage, not the rounded stage copy), so
@@ -61,7 +54,8 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
       for (const std::vector<float>* buffer : {&params, &first, &second})
         groups.peers->send_receive(buffer->data(), n, 0, nullptr, 0, -1, kernels::DType::kFloat32);
   } else {
-    const GptLayout whole = whole_model_layout(layout.config());
+    const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
+    const ParameterLayout& whole = *whole_layout;
     std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
         whole_second(whole.num_elements());
     place(layout, params, whole, whole_params);
@@ -72,12 +66,13 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
           mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
       if (source.data_rank != 0) continue;
       const StageModelSpec model = stage_model_from_plan(plan, source.pipeline_rank);
-      const GptLayout remote(model.config, model.stage, source.tensor_rank, mesh.tensor_size);
-      std::vector<float> buffer(remote.num_elements());
+      const std::unique_ptr<ParameterLayout> remote =
+          make_parameter_layout(model.config, model.stage, source.tensor_rank, mesh.tensor_size);
+      std::vector<float> buffer(remote->num_elements());
       for (std::vector<float>* destination : {&whole_params, &whole_first, &whole_second}) {
         groups.peers->send_receive(nullptr, 0, -1, buffer.data(), buffer.size(), rank,
                                    kernels::DType::kFloat32);
-        place(remote, buffer, whole, *destination);
+        place(*remote, buffer, whole, *destination);
       }
     }
     written = save_checkpoint(dir, whole, whole_params.data(), whole_first.data(),
@@ -88,10 +83,11 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   return written;
 }
 
-TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
+TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,
                                        DistributedOptimizer& optimizer) {
-  const GptLayout& layout = stage.layout();
-  const GptLayout whole = whole_model_layout(layout.config());
+  const ParameterLayout& layout = stage.layout();
+  const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
+  const ParameterLayout& whole = *whole_layout;
   std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
       whole_second(whole.num_elements());
   const TrainState state =

@@ -16,7 +16,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/parallel/distributed_optimizer.h"
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/model_stage.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -24,11 +24,11 @@ namespace paraplan {
 // Collective over the world. Returns the step directory written. Parameters
 // are the optimizer's fp32 master weights (the stage's own under fp32).
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
-                                        GptStage& stage, DistributedOptimizer& optimizer,
+                                        ModelStage& stage, DistributedOptimizer& optimizer,
                                         ProcessGroups& groups, const TrainState& state);
 
 // Every rank loads its own slice; not collective.
-TrainState load_distributed_checkpoint(const std::string& path, GptStage& stage,
+TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,
                                        DistributedOptimizer& optimizer);
 
 }  // namespace paraplan

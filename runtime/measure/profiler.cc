@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/pipeline/rank_state.h"
 
@@ -100,18 +100,24 @@ struct ForwardBackward {
 };
 
 // Forward and backward seconds of one micro-batch through a stage holding `spec`.
-ForwardBackward time_stage(kernels::Ops& ops, const GptConfig& config, const StageSpec& spec,
-                           int tensor_parallel, int micro_batch, int repetitions) {
+ForwardBackward time_stage(kernels::Ops& ops, const TransformerConfig& config,
+                           const StageSpec& spec, int tensor_parallel, int micro_batch,
+                           int repetitions) {
   MemoryTracker memory(ops);
-  const GptLayout layout(config, spec, 0, tensor_parallel);
+  const std::unique_ptr<ParameterLayout> layout =
+      make_parameter_layout(config, spec, 0, tensor_parallel);
   ComputeOnlyGroup group(tensor_parallel);
-  GptStage stage(layout, ops, memory, micro_batch, 1,
-                 std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
-                 tensor_parallel > 1 ? &group : nullptr);
-  std::vector<float> params(layout.num_elements());
-  layout.initialize(params.data(), 1);
+  const std::unique_ptr<ModelStage> model_stage = make_model_stage(
+      *layout, ops, memory,
+      ModelStageOptions{
+          .micro_batch_size = micro_batch,
+          .recompute = std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
+          .tensor_group = tensor_parallel > 1 ? &group : nullptr});
+  ModelStage& stage = *model_stage;
+  std::vector<float> params(layout->num_elements());
+  layout->initialize(params.data(), 1);
   stage.load_parameters(params.data(), params.size());
-  ops.zero_bytes(stage.gradients(), ops.storage_bytes(layout.num_elements()));
+  ops.zero_bytes(stage.gradients(), ops.storage_bytes(layout->num_elements()));
   const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
   const size_t activations = tokens * config.d_model;
   if (spec.has_embedding || spec.has_head) {
@@ -133,7 +139,7 @@ ForwardBackward time_stage(kernels::Ops& ops, const GptConfig& config, const Sta
 
 // The attention core: one fused attention_forward (scores, softmax, values),
 // what selective recompute repeats in backward.
-double time_attention_core(kernels::Ops& ops, const GptConfig& config, int tensor_parallel,
+double time_attention_core(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
                            int micro_batch, int repetitions) {
   const int heads = config.num_heads / tensor_parallel, head_dim = config.head_dim();
   const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
@@ -150,9 +156,9 @@ double time_attention_core(kernels::Ops& ops, const GptConfig& config, int tenso
   });
 }
 
-json measure_compute(kernels::Ops& ops, const GptConfig& config, int tensor_parallel,
+json measure_compute(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
                      int micro_batch, int repetitions) {
-  GptConfig one_block = config;
+  TransformerConfig one_block = config;
   one_block.num_layers = 1;
   const ForwardBackward block =
       time_stage(ops, one_block, {0, 1, false, false}, tensor_parallel, micro_batch, repetitions);
@@ -213,7 +219,7 @@ double measure_optimizer(kernels::Ops& ops, int repetitions) {
   return seconds / static_cast<double>(n);
 }
 
-json measure_gemm(kernels::Ops& ops, const GptConfig& config, int tensor_parallel, int micro_batch,
+json measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel, int micro_batch,
                   int repetitions) {
   const int rows = micro_batch * config.seq_len, in = config.d_model;
   const int out = config.ffn_size / tensor_parallel;

@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "runtime/model/gpt/gpt_layout.h"
+#include "runtime/model/model_config.h"
 #include "runtime/comm/mpi_session.h"
 
 namespace paraplan {
 
 struct ProfileRequest {
-  GptConfig model;  // only the shapes matter (num_layers is ignored)
+  TransformerConfig model;  // only the shapes matter (num_layers is ignored)
   std::vector<int> tensor_parallel;
   std::vector<int> micro_batch_sizes;
   // (tensor_parallel, micro_batch_size) pairs already measured and kept: skipped.

@@ -13,6 +13,7 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
                              schema::EnumNameArchitecture(model.architecture()) +
                              "' is not supported by this runtime; valid: gpt2");
   StageModelSpec result;
+  result.config.architecture = Architecture::kGpt2;
   // Validated (plan_validate): Float32 or BFloat16. bf16 is mixed precision:
   // bf16 storage, fp32 master weights and moments (distributed_optimizer.h).
   result.dtype = model.dtype() == schema::DType::BFloat16 ? kernels::DType::kBFloat16
@@ -24,7 +25,7 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
   result.config.num_heads = model.num_heads();
   result.config.ffn_size = model.ffn_size();
   result.config.tied_embeddings = model.tied_embeddings();
-  result.config.layernorm_epsilon = model.layernorm_epsilon();
+  result.config.norm_epsilon = model.layernorm_epsilon();
   result.config.init_std = model.init_std();
 
   const schema::Stage& stage = *plan.stages()->Get(stage_index);

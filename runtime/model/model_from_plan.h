@@ -1,22 +1,20 @@
-// model_from_plan.h: what a rank builds, read from the plan: the model config, its
-// stage's part of the model and the recompute mode of each of its layers.
-// Checks the plan against the world this process finds (world size, dtype,
-// architecture) and refuses with the plan file's name before anything is
-// allocated.
+// model_from_plan.h: the model a rank builds, read from the plan: the model
+// config, its stage's part of the model, the recompute mode of each of its
+// layers and the storage dtype. Refuses, with the plan file's name, what this
+// runtime cannot build, before anything is allocated.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "kernels/dtype.h"
-#include "runtime/model/gpt/gpt_layout.h"
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/model_config.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
 
 struct StageModelSpec {
-  GptConfig config;
+  TransformerConfig config;
   kernels::DType dtype = kernels::DType::kFloat32;  // storage of weights, activations, gradients
   StageSpec stage;
   std::vector<RecomputeMode> recompute;

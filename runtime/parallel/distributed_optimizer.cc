@@ -13,7 +13,7 @@ size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage
   return chunk * zero_group_size;
 }
 
-DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
+DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
                                            MemoryTracker& memory, ProcessGroups& groups,
                                            const AdamWSettings& settings, int zero_stage,
                                            size_t bucket_elements)
@@ -40,10 +40,13 @@ DistributedOptimizer::DistributedOptimizer(GptStage& stage, kernels::Ops& ops,
     // run exactly as without buckets, which stay bitwise invisible.
     owned_.push_back(OwnedRange{0, n, 0});
   }
-  if (groups.embedding) {
-    const StageSpec& spec = layout_.stage();
-    held_begin_ = spec.has_embedding ? layout_.token_embedding() : layout_.head_weight();
-    held_end_ = held_begin_ + static_cast<size_t>(layout_.local_vocab()) * layout_.config().d_model;
+  // The tied tensor (the embedding of the first and the last stage) is
+  // summed over the embedding group before its buckets reduce. Untied models
+  // hold none: then neither end of the group sums anything.
+  const ParameterTensor* tied = groups.embedding ? layout_.tied_tensor() : nullptr;
+  if (tied) {
+    held_begin_ = tied->offset;
+    held_end_ = tied->offset + tied->size;
   }
   if (sharded_) {
     gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
@@ -122,7 +125,7 @@ void DistributedOptimizer::gradients_final_from(size_t offset) {
 }
 
 void DistributedOptimizer::reduce_gradients() {
-  if (groups_.embedding) {
+  if (held_end_ > held_begin_) {
     // The first stage's embedding and the last stage's tied head are one
     // parameter: both receive the sum of both gradients.
     groups_.embedding->all_reduce(kernels::element_at(stage_.gradients(), held_begin_, dtype_),
@@ -158,7 +161,7 @@ double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
     // Counted once: tensor-parallel replicas by tensor rank 0, the tied copy
     // on the last stage not at all (the first stage counts the embedding).
     if (tensor.shard == ShardKind::kReplicated && layout_.tensor_rank() != 0) continue;
-    if (tensor.name == "transformer.wte.weight" && !layout_.stage().has_embedding) continue;
+    if (tensor.tied_copy) continue;
     const size_t from = std::max(range.begin, tensor.offset);
     const size_t to = std::min(range.end, tensor.offset + tensor.size);
     if (from >= to) continue;

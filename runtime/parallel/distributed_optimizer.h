@@ -44,8 +44,8 @@
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/parallel/parallel_state.h"
-#include "runtime/model/gpt/gpt_layout.h"
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/model_stage.h"
+#include "runtime/model/parameter_layout.h"
 #include "runtime/parallel/gradient_buckets.h"
 #include "runtime/model/memory_tracker.h"
 
@@ -66,7 +66,7 @@ class DistributedOptimizer {
 
   // bucket_elements: the gradient bucket size (0: one bucket, reduced after
   // backward).
-  DistributedOptimizer(GptStage& stage, kernels::Ops& ops, MemoryTracker& memory,
+  DistributedOptimizer(ModelStage& stage, kernels::Ops& ops, MemoryTracker& memory,
                        ProcessGroups& groups, const AdamWSettings& settings, int zero_stage,
                        size_t bucket_elements = 0);
   ~DistributedOptimizer();
@@ -122,8 +122,8 @@ class DistributedOptimizer {
   void gather_owned(const float* owned_values, std::vector<float>& whole);
   void load_owned(const float* whole, float* owned_values);
 
-  GptStage& stage_;
-  const GptLayout& layout_;
+  ModelStage& stage_;
+  const ParameterLayout& layout_;
   kernels::Ops& ops_;
   MemoryTracker& memory_;
   ProcessGroups& groups_;
@@ -132,7 +132,7 @@ class DistributedOptimizer {
   std::vector<GradientBucket> buckets_;
   std::vector<OwnedRange> owned_;         // per bucket under ZeRO-1, else one
   std::vector<bool> started_;             // per bucket, this step
-  size_t held_begin_ = 0, held_end_ = 0;  // the tied embedding's range, summed first
+  size_t held_begin_ = 0, held_end_ = 0;  // the tied tensor's range, summed first
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   float* first_moment_ = nullptr;

@@ -63,7 +63,7 @@ TEST(DistributedOptimizer, GradientNormCountsEachElementOfTheModelOnce) {
         meshes.push_back({pipeline, world / (pipeline * tensor), tensor, zero_stage});
       }
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kFloat32);
-  GptConfig config;
+  TransformerConfig config;
   config.num_layers = 4;
   for (const Mesh& mesh : meshes) {
     SCOPED_TRACE("pp " + std::to_string(mesh.pipeline) + " dp " + std::to_string(mesh.data) +
@@ -78,8 +78,10 @@ TEST(DistributedOptimizer, GradientNormCountsEachElementOfTheModelOnce) {
     MemoryTracker memory(*ops);
     const size_t buffer =
         DistributedOptimizer::buffer_elements(layout.num_elements(), mesh.zero_stage, mesh.data);
-    GptStage stage(layout, *ops, memory, 1, 1, std::vector<RecomputeMode>(layers),
-                   mesh.tensor > 1 ? groups.tensor.get() : nullptr, buffer);
+    GptStage stage(layout, *ops, memory,
+                   ModelStageOptions{.recompute = std::vector<RecomputeMode>(layers),
+                                     .tensor_group = mesh.tensor > 1 ? groups.tensor.get() : nullptr,
+                                     .buffer_elements = buffer});
     // Small buckets: under ZeRO-1 each rank owns many ranges, cut mid-tensor.
     DistributedOptimizer optimizer(stage, *ops, memory, groups, AdamWSettings{}, mesh.zero_stage,
                                    1000);

@@ -7,7 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/comm/local_communicator.h"
 #include "runtime/comm/transport.h"
 #include "runtime/comm/watchdog.h"
 #include "runtime/comm/watched_communicator.h"
@@ -77,13 +76,16 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
   if (options.collective_timeout_seconds > 0) watch_process_groups(rank.groups);
   rank.layout =
-      std::make_unique<GptLayout>(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
+      make_parameter_layout(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
-  rank.stage = std::make_unique<GptStage>(
-      *rank.layout, *rank.ops, *rank.memory, training.micro_batch_size(),
-      ScheduleExecutor::slots_needed(schedule), model.recompute, rank.groups.tensor.get(),
-      DistributedOptimizer::buffer_elements(rank.layout->num_elements(), zero_stage,
-                                            rank.groups.zero->size()));
+  rank.stage = make_model_stage(
+      *rank.layout, *rank.ops, *rank.memory,
+      ModelStageOptions{.micro_batch_size = training.micro_batch_size(),
+                        .num_slots = ScheduleExecutor::slots_needed(schedule),
+                        .recompute = model.recompute,
+                        .tensor_group = rank.groups.tensor.get(),
+                        .buffer_elements = DistributedOptimizer::buffer_elements(
+                            rank.layout->num_elements(), zero_stage, rank.groups.zero->size())});
   const schema::Optimizer& optimizer_plan = *training.optimizer();
   rank.optimizer = std::make_unique<DistributedOptimizer>(
       *rank.stage, *rank.ops, *rank.memory, rank.groups,

@@ -17,7 +17,7 @@
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/pipeline/schedule_executor.h"
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/comm/mpi_session.h"
 #include "runtime/model/model_from_plan.h"
@@ -29,8 +29,8 @@ struct RankState {
   std::unique_ptr<kernels::Ops> ops;
   std::unique_ptr<MemoryTracker> memory;
   ProcessGroups groups;
-  std::unique_ptr<GptLayout> layout;
-  std::unique_ptr<GptStage> stage;
+  std::unique_ptr<ParameterLayout> layout;
+  std::unique_ptr<ModelStage> stage;
   std::unique_ptr<DistributedOptimizer> optimizer;
   std::unique_ptr<ScheduleExecutor> executor;
 };

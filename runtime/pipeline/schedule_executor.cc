@@ -27,16 +27,14 @@ int ScheduleExecutor::slots_needed(const schema::StageSchedule& schedule) {
   return static_cast<int>(std::max<size_t>(most, 1));
 }
 
-ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, GptStage& stage,
+ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage,
                              kernels::Ops& ops, int num_micro_batches, int data_parallel_rank,
                              PipelinePeers pipeline)
     : stage_(stage),
       ops_(ops),
       num_micro_batches_(num_micro_batches),
       data_parallel_rank_(data_parallel_rank),
-      pipeline_(pipeline),
-      activation_count_(static_cast<size_t>(stage.micro_batch_size()) *
-                        stage.layout().config().seq_len * stage.layout().config().d_model) {
+      pipeline_(pipeline) {
   for (const schema::Instruction* instruction : *schedule.instructions())
     instructions_.push_back(*instruction);
   const size_t tokens =
@@ -83,12 +81,12 @@ double ScheduleExecutor::execute(const schema::Instruction& instruction, const S
       if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
       first_forward_done_ = true;
       stage_.forward(slot_of(micro_batch), loss_scale);
-      if (stage_.layout().stage().has_head) loss_sum += stage_.loss_sum(slot_of(micro_batch));
+      if (stage_.has_head()) loss_sum += stage_.loss_sum(slot_of(micro_batch));
       break;
     case OpCode::Backward:
       // A stage without the head starts from the received output gradient,
       // which must be this micro-batch's (the streams keep them in order).
-      if (!stage_.layout().stage().has_head && gradient_holder_ != micro_batch)
+      if (!stage_.has_head() && gradient_holder_ != micro_batch)
         throw std::runtime_error("schedule: backward of micro-batch " +
                                  std::to_string(micro_batch) +
                                  " before its output gradient was received");
@@ -136,8 +134,9 @@ double ScheduleExecutor::execute(const schema::Instruction& instruction, const S
 void ScheduleExecutor::transfer(const void* send, int send_to, void* receive, int receive_from) {
   if (pipeline_.peers == nullptr || (send_to < 0 && receive_from < 0))
     throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
-  pipeline_.peers->send_receive(send, send ? activation_count_ : 0, send_to, receive,
-                                receive ? activation_count_ : 0, receive_from, stage_.dtype());
+  pipeline_.peers->send_receive(send, send ? stage_.activation_elements() : 0, send_to, receive,
+                                receive ? stage_.activation_elements() : 0, receive_from,
+                                stage_.dtype());
 }
 
 }  // namespace paraplan

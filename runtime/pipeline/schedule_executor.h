@@ -1,4 +1,7 @@
-// schedule_executor.h: interprets one pipeline stage's instruction stream from the plan.
+// schedule_executor.h: interprets one pipeline stage's instruction stream from
+// the plan. The schedules themselves (1F1B, GPipe) are built by the planner
+// (planner/schedule.cc) and checked by schema/plan_validate_schedule.cc; this
+// file only runs them.
 //
 // The runtime never decides: the order of loads, forwards, backwards,
 // transfers, the gradient reduction and the optimizer step is the plan's. The
@@ -14,7 +17,7 @@
 
 #include "plan_generated.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/model_stage.h"
 #include "runtime/data/sample_source.h"
 
 namespace paraplan {
@@ -29,7 +32,7 @@ struct PipelinePeers {
 struct ExecutorHooks {
   std::function<void()> reduce_gradients;
   std::function<void()> optimizer_step;
-  // Passed to the backward of the step's last micro-batch (GptStage::backward):
+  // Passed to the backward of the step's last micro-batch (ModelStage::backward):
   // starts the data-parallel reduction of finished gradient buckets.
   std::function<void(size_t)> gradients_final_from;
   // Before the step's first forward: waits for parameters still being
@@ -54,7 +57,7 @@ class ScheduleExecutor {
   // first-out (backwards in a different order than forwards).
   static int slots_needed(const schema::StageSchedule& schedule);
 
-  ScheduleExecutor(const schema::StageSchedule& schedule, GptStage& stage, kernels::Ops& ops,
+  ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
                 int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
 
   // Runs one optimizer step's instructions. Micro-batch j of this replica
@@ -72,12 +75,11 @@ class ScheduleExecutor {
   void transfer(const void* send, int send_to, void* receive, int receive_from);
 
   std::vector<schema::Instruction> instructions_;
-  GptStage& stage_;
+  ModelStage& stage_;
   kernels::Ops& ops_;
   int num_micro_batches_;
   int data_parallel_rank_;
   PipelinePeers pipeline_;
-  size_t activation_count_;  // B * T * C elements (the stage's dtype) per transfer
   // The micro-batch whose output gradient sits in the stage's receive buffer.
   int gradient_holder_ = -1;
   bool first_forward_done_ = false;                  // this step

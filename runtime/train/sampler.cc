@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/architecture.h"
 
 namespace paraplan {
 
@@ -51,7 +51,7 @@ std::string sample_text(const SampleOptions& options) {
   if (options.prompt.empty())
     throw std::runtime_error("--prompt: must not be empty (the model continues the prompt)");
   const std::string step_dir = resolve_checkpoint(options.checkpoint);
-  const GptConfig config = read_checkpoint_config(step_dir);
+  const TransformerConfig config = read_checkpoint_config(step_dir);
   if (config.vocab_size != 256)
     throw std::runtime_error(step_dir + "/config.json: vocab_size is " +
                              std::to_string(config.vocab_size) +
@@ -59,12 +59,14 @@ std::string sample_text(const SampleOptions& options) {
   std::unique_ptr<kernels::Ops> ops =
       options.backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
   MemoryTracker memory(*ops);
-  const GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
-  GptStage stage(layout, *ops, memory, 1, 1,
-                 std::vector<RecomputeMode>(config.num_layers, RecomputeMode::None));
-  std::vector<float> params(layout.num_elements());
-  load_checkpoint(step_dir, layout, params.data(), nullptr, nullptr);
-  stage.load_parameters(params.data(), params.size());
+  const std::unique_ptr<ParameterLayout> layout = make_whole_model_layout(config);
+  const std::unique_ptr<ModelStage> stage = make_model_stage(
+      *layout, *ops, memory,
+      ModelStageOptions{.recompute = std::vector<RecomputeMode>(config.num_layers,
+                                                                RecomputeMode::None)});
+  std::vector<float> params(layout->num_elements());
+  load_checkpoint(step_dir, *layout, params.data(), nullptr, nullptr);
+  stage->load_parameters(params.data(), params.size());
 
   std::vector<int32_t> context;
   for (unsigned char c : options.prompt) context.push_back(c);
@@ -78,12 +80,12 @@ std::string sample_text(const SampleOptions& options) {
     const int length = std::min<int>(T, static_cast<int>(context.size()));
     std::fill(window.begin(), window.end(), 0);
     std::copy(context.end() - length, context.end(), window.begin());
-    ops->copy_from_host(stage.tokens(0), window.data(), T * sizeof(int32_t));
-    ops->copy_from_host(stage.targets(0), window.data(), T * sizeof(int32_t));
-    stage.forward(0, 1.0f, /*training=*/false);
+    ops->copy_from_host(stage->tokens(0), window.data(), T * sizeof(int32_t));
+    ops->copy_from_host(stage->targets(0), window.data(), T * sizeof(int32_t));
+    stage->forward(0, 1.0f, /*training=*/false);
     // fp32 storage (make_cpu_ops / make_cuda_ops default): logits are floats.
     ops->copy_to_host(logits.data(),
-                      kernels::element_at(stage.logits(0), static_cast<size_t>(length - 1) * V,
+                      kernels::element_at(stage->logits(0), static_cast<size_t>(length - 1) * V,
                                           kernels::DType::kFloat32),
                       V * sizeof(float));
     const int token = choose_token(logits.data(), V, options.temperature, options.top_k,

@@ -8,13 +8,6 @@
 
 namespace paraplan {
 
-double training_flops_per_token(const GptConfig& config) {
-  const double C = config.d_model, F = config.ffn_size, V = config.vocab_size;
-  const double matmul_weights_per_layer = 3 * C * C + C * C + 2 * C * F;
-  const double matmul_weights = config.num_layers * matmul_weights_per_layer + V * C;
-  return 6.0 * matmul_weights + 12.0 * config.num_layers * C * config.seq_len;
-}
-
 namespace {
 std::string with_thousands(int64_t value) {
   std::string digits = std::to_string(value);

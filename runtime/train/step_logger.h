@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 
-#include "runtime/model/gpt/gpt_layout.h"
 
 namespace paraplan {
 
@@ -24,11 +23,6 @@ struct StepMetrics {
   uint64_t memory_capacity_bytes = 0;
   std::optional<double> validation_loss;
 };
-
-// Model FLOPs per trained token: 6 per matmul weight (forward + backward) plus
-// the attention scores and values, 12 * layers * d_model * seq_len (as
-// torchtitan and the PaLM paper count them). The tied head counts as a matmul.
-double training_flops_per_token(const GptConfig& config);
 
 // "step:    10  loss:  4.1234  grad_norm:  0.8123  lr: 3.0e-04  memory:  0.05GiB(0.6%)
 //  tps: 12,345  tflops: 0.12  mfu: 1.23%"

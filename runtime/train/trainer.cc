@@ -52,12 +52,12 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
 // the pipeline. Returns the mean loss per token (the same on every rank).
 double evaluate(RankState& rank, const DataLoader& data, const schema::Training& training) {
   rank.optimizer->wait_for_parameters();
-  GptStage& stage = *rank.stage;
+  ModelStage& stage = *rank.stage;
   const MeshCoordinates& mesh = rank.groups.mesh;
   const StageSpec& spec = stage.layout().stage();
   const int batch = training.micro_batch_size(), micro_batches = training.num_micro_batches();
   const size_t tokens = static_cast<size_t>(batch) * stage.layout().config().seq_len;
-  const size_t activations = tokens * stage.layout().config().d_model;
+  const size_t activations = stage.activation_elements();
   std::vector<int32_t> inputs(tokens), targets(tokens);
   double loss_sum = 0;
   for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
@@ -106,7 +106,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const MeshCoordinates mesh = place_this_rank(loaded, session);
   const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
   const schema::Training& training = *plan.training();
-  const GptConfig& config = model.config;
+  const TransformerConfig& config = model.config;
 
   const TokenFile train_tokens(options.data_path);
   train_tokens.validate_vocab(config.vocab_size);
@@ -133,7 +133,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
                        .transport = options.transport,
                        .wrap_groups = {},
                        .collective_timeout_seconds = options.collective_timeout_seconds});
-  GptStage& stage = *rank.stage;
+  ModelStage& stage = *rank.stage;
   const bool leader = session.world_rank() == 0;
 
   TrainState state{.step = 0, .next_train_sample = 0, .seed = training.seed()};
@@ -158,7 +158,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
 
   if (leader)
     std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
-              << ", " << config.num_parameters() << " parameters, backend "
+              << ", " << parameter_count(config) << " parameters, backend "
               << kernels::backend_name(rank.ops->backend()) << ", " << session.world_size()
               << " rank(s) (pp " << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp "
               << mesh.tensor_size << "), global batch " << training.global_batch_size() << " x seq "

@@ -9,8 +9,8 @@
 namespace paraplan {
 namespace {
 
-GptConfig gpt2_small() {
-  GptConfig config;
+TransformerConfig gpt2_small() {
+  TransformerConfig config;
   config.vocab_size = 50257;
   config.seq_len = 1024;
   config.num_layers = 12;
@@ -21,14 +21,14 @@ GptConfig gpt2_small() {
 }
 
 TEST(GptLayout, Gpt2SmallHasThePublishedParameterCount) {
-  const GptConfig config = gpt2_small();
-  EXPECT_EQ(config.num_parameters(), 124439808);  // Hugging Face gpt2
+  const TransformerConfig config = gpt2_small();
+  EXPECT_EQ(gpt::parameter_count(config), 124439808);  // Hugging Face gpt2
   const GptLayout layout(config, StageSpec{0, 12, true, true});
   EXPECT_EQ(layout.num_elements(), 124439808u);
 }
 
 TEST(GptLayout, TensorsAreContiguousAndNamedLikeHuggingFace) {
-  GptConfig config;  // tiny defaults
+  TransformerConfig config;  // tiny defaults
   const GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
   size_t expected_offset = 0;
   for (const ParameterTensor& tensor : layout.tensors()) {
@@ -47,7 +47,7 @@ TEST(GptLayout, TensorsAreContiguousAndNamedLikeHuggingFace) {
 }
 
 TEST(GptLayout, StagesPartitionTheModelAndLaterStagesCopyTheTiedHead) {
-  GptConfig config;
+  TransformerConfig config;
   const GptLayout whole(config, StageSpec{0, 4, true, true});
   const GptLayout first(config, StageSpec{0, 1, true, false});
   const GptLayout last(config, StageSpec{1, 3, false, true});
@@ -60,7 +60,7 @@ TEST(GptLayout, StagesPartitionTheModelAndLaterStagesCopyTheTiedHead) {
 }
 
 TEST(GptLayout, EveryStageInitialisesExactlyItsSliceOfTheWholeModel) {
-  GptConfig config;
+  TransformerConfig config;
   const GptLayout whole(config, StageSpec{0, 4, true, true});
   const GptLayout last(config, StageSpec{2, 2, false, true});
   std::vector<float> whole_params(whole.num_elements()), last_params(last.num_elements());
@@ -75,7 +75,7 @@ TEST(GptLayout, EveryStageInitialisesExactlyItsSliceOfTheWholeModel) {
 }
 
 TEST(GptLayout, TensorParallelShardsTileTheWholeModelExactly) {
-  GptConfig config;  // d_model 128, 4 heads, ffn 512, vocab 256
+  TransformerConfig config;  // d_model 128, 4 heads, ffn 512, vocab 256
   const GptLayout whole(config, StageSpec{0, 4, true, true});
   std::vector<float> whole_params(whole.num_elements());
   whole.initialize(whole_params.data(), 11);
@@ -117,7 +117,7 @@ TEST(GptLayout, TensorParallelShardsTileTheWholeModelExactly) {
 }
 
 TEST(GptLayout, InitialisationFollowsGpt2) {
-  GptConfig config;
+  TransformerConfig config;
   const GptLayout layout(config, StageSpec{0, 4, true, true});
   std::vector<float> params(layout.num_elements());
   layout.initialize(params.data(), 7);

@@ -13,45 +13,9 @@
 
 namespace paraplan {
 
-void* GptStage::allocate_storage(size_t count, MemoryCategory category) {
-  void* pointer = memory_.allocate(ops_.storage_bytes(count), category);
-  allocations_.push_back(pointer);
-  return pointer;
-}
-
-float* GptStage::allocate_floats(size_t count, MemoryCategory category) {
-  void* pointer = memory_.allocate(count * sizeof(float), category);
-  allocations_.push_back(pointer);
-  return static_cast<float*>(pointer);
-}
-
-void GptStage::load_parameters(const float* host, size_t count) {
-  if (count > buffer_elements_)
-    throw std::invalid_argument("GptStage::load_parameters: more values than parameters");
-  std::vector<char> converted(ops_.storage_bytes(count));
-  kernels::host_from_float(converted.data(), host, dtype_, count);
-  ops_.copy_from_host(parameters_, converted.data(), converted.size());
-}
-
-namespace {
-void read_widened(kernels::Ops& ops, const void* source, float* host, size_t count) {
-  std::vector<char> raw(ops.storage_bytes(count));
-  ops.copy_to_host(raw.data(), source, raw.size());
-  kernels::host_to_float(host, raw.data(), ops.storage_dtype(), count);
-}
-}  // namespace
-
-void GptStage::read_parameters(float* host, size_t count) {
-  read_widened(ops_, parameters_, host, std::min(count, buffer_elements_));
-}
-
-void GptStage::read_gradients(float* host, size_t count) {
-  read_widened(ops_, gradients_, host, std::min(count, buffer_elements_));
-}
-
 GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
                                                     const BlockActivations* shared) {
-  const GptConfig& config = layout_.config();
+  const TransformerConfig& config = layout_.config();
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
   const size_t C = config.d_model, A = layout_.local_attention_width(), F = layout_.local_ffn();
   const size_t attention_rows = BT * layout_.local_heads();  // logsumexp [B, H, T]
@@ -93,35 +57,21 @@ GptStage::BlockActivations GptStage::allocate_block(RecomputeMode mode,
 }
 
 GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
-                   int micro_batch_size, int num_slots, std::vector<RecomputeMode> recompute,
-                   Communicator* tensor_group, size_t buffer_elements)
-    : layout_(layout),
-      ops_(ops),
-      dtype_(ops.storage_dtype()),
-      memory_(memory),
-      tensor_group_(tensor_group),
-      batch_(micro_batch_size),
-      num_slots_(num_slots),
-      buffer_elements_(std::max(buffer_elements, layout.num_elements())),
-      recompute_(std::move(recompute)) {
-  if (layout.tensor_size() > 1 &&
-      (tensor_group == nullptr || tensor_group->size() != layout.tensor_size()))
-    throw std::invalid_argument("GptStage: a tensor-parallel layout needs its tensor group");
-  const GptConfig& config = layout.config();
+                   const ModelStageOptions& options)
+    : ModelStage(layout, ops, memory, options,
+                 static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len *
+                     layout.config().d_model),
+      layout_(layout),
+      tensor_parallel_(options.tensor_group, ops, memory,
+                       layout.stage().has_head
+                           ? static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len
+                           : 0) {
+  const TransformerConfig& config = layout.config();
   const StageSpec& stage = layout.stage();
-  if (static_cast<int>(recompute_.size()) != stage.num_layers)
-    throw std::invalid_argument("GptStage: one recompute mode per layer is required");
-  if (micro_batch_size < 1 || num_slots < 1)
-    throw std::invalid_argument("GptStage: micro_batch_size and num_slots must be positive");
   const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
   const size_t C = config.d_model, A = layout.local_attention_width(), F = layout.local_ffn(),
                V = layout.local_vocab();
   const size_t attention_rows = BT * layout.local_heads();  // [B, H, T]
-
-  parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
-  gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
-  zero(parameters_, buffer_elements_);
-  zero(gradients_, buffer_elements_);
 
   // Recompute scratch: only as much as the stage's modes need.
   bool any_full = false, any_selective = false;
@@ -138,15 +88,8 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
     recompute_scratch_.logsumexp = allocate_floats(attention_rows, MemoryCategory::kActivations);
   }
 
-  slots_.resize(num_slots);
+  slots_.resize(num_slots_);
   for (Slot& slot : slots_) {
-    const size_t token_bytes = BT * sizeof(int32_t);
-    slot.tokens =
-        static_cast<int32_t*>(memory_.allocate(token_bytes, MemoryCategory::kActivations));
-    slot.targets =
-        static_cast<int32_t*>(memory_.allocate(token_bytes, MemoryCategory::kActivations));
-    allocations_.push_back(slot.tokens);
-    allocations_.push_back(slot.targets);
     slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
     for (RecomputeMode mode : recompute_)
       slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
@@ -155,7 +98,6 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
       slot.final_norm_mean = allocate_floats(BT, MemoryCategory::kActivations);
       slot.final_norm_rstd = allocate_floats(BT, MemoryCategory::kActivations);
       slot.logits = allocate_storage(BT * V, MemoryCategory::kActivations);
-      slot.losses = allocate_floats(BT, MemoryCategory::kActivations);
     }
   }
   residual_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
@@ -165,19 +107,6 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   fch_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   fch_gelu_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   attention_scratch_ = allocate_floats(attention_rows, MemoryCategory::kWorkspace);
-  if (stage.has_head && layout.tensor_size() > 1) {
-    row_max_ = allocate_floats(BT, MemoryCategory::kWorkspace);
-    row_exp_sum_ = allocate_floats(BT, MemoryCategory::kWorkspace);
-    row_target_logit_ = allocate_floats(BT, MemoryCategory::kWorkspace);
-  }
-}
-
-void GptStage::tensor_all_reduce(void* data, size_t count) {
-  if (layout_.tensor_size() > 1) tensor_group_->all_reduce(data, count, dtype_, ReduceOp::kSum);
-}
-
-GptStage::~GptStage() {
-  for (void* pointer : allocations_) memory_.release(pointer);
 }
 
 const void* GptStage::block_input(const Slot& slot, int local_layer) const {
@@ -190,35 +119,37 @@ const void* GptStage::output(int slot) const {
 }
 
 void GptStage::block_forward(int local_layer, const void* input, const BlockActivations& a) {
-  const GptConfig& config = layout_.config();
+  const TransformerConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width();
   const size_t BTC = static_cast<size_t>(BT) * C;
-  // Row-parallel biases: added by one tensor rank, before the all-reduce.
-  const bool adds_row_bias = layout_.tensor_rank() == 0;
+  // Row-parallel biases: added by one tensor rank, before g's all-reduce.
+  const bool adds_row_bias = tensor_parallel_.adds_row_parallel_bias();
   ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, param(w.ln1_weight),
-                         param(w.ln1_bias), BT, C, config.layernorm_epsilon);
+                         param(w.ln1_bias), BT, C, config.norm_epsilon);
+  // f (identity forward) | column-parallel QKV | attention | row-parallel projection | g
   ops_.linear_forward(a.qkv, a.ln1, param(w.qkv_weight), param(w.qkv_bias), BT, C, 3 * A);
   ops_.attention_forward(a.atty, a.logsumexp, a.qkv, batch_, config.seq_len, layout_.local_heads(),
                          config.head_dim());
   // residual2 holds the projection first, then input + projection.
   ops_.linear_forward(a.residual2, a.atty, param(w.attn_proj_weight),
                       adds_row_bias ? param(w.attn_proj_bias) : nullptr, BT, A, C);
-  tensor_all_reduce(a.residual2, BTC);
+  tensor_parallel_.g_forward(a.residual2, BTC);
   ops_.residual_forward(a.residual2, a.residual2, input, BTC);
   ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(w.ln2_weight),
-                         param(w.ln2_bias), BT, C, config.layernorm_epsilon);
+                         param(w.ln2_bias), BT, C, config.norm_epsilon);
+  // f (identity forward) | column-parallel up | GELU | row-parallel down | g
   ops_.linear_forward(a.fch, a.ln2, param(w.mlp_up_weight), param(w.mlp_up_bias), BT, C, F);
   ops_.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(BT) * F);
   ops_.linear_forward(a.output, a.fch_gelu, param(w.mlp_down_weight),
                       adds_row_bias ? param(w.mlp_down_bias) : nullptr, BT, F, C);
-  tensor_all_reduce(a.output, BTC);
+  tensor_parallel_.g_forward(a.output, BTC);
   ops_.residual_forward(a.output, a.output, a.residual2, BTC);
 }
 
 void GptStage::block_backward(int local_layer, const void* input, const BlockActivations& a) {
-  const GptConfig& config = layout_.config();
+  const TransformerConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width();
@@ -235,7 +166,7 @@ void GptStage::block_backward(int local_layer, const void* input, const BlockAct
   zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
                        a.ln2, param(w.mlp_up_weight), BT, C, F);
-  tensor_all_reduce(norm_gradient_, BTC);  // f: each rank held a partial input gradient
+  tensor_parallel_.f_backward(norm_gradient_, BTC);  // each rank held a partial input gradient
   ops_.layernorm_backward(dresidual, grad(w.ln2_weight), grad(w.ln2_bias), norm_gradient_,
                           a.residual2, param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, BT, C);
 
@@ -250,40 +181,21 @@ void GptStage::block_backward(int local_layer, const void* input, const BlockAct
   zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_, a.ln1,
                        param(w.qkv_weight), BT, C, 3 * A);
-  tensor_all_reduce(norm_gradient_, BTC);
+  tensor_parallel_.f_backward(norm_gradient_, BTC);
   ops_.layernorm_backward(dresidual, grad(w.ln1_weight), grad(w.ln1_bias), norm_gradient_, input,
                           param(w.ln1_weight), a.ln1_mean, a.ln1_rstd, BT, C);
 }
 
-void GptStage::head_loss(Slot& slot, bool training, float loss_scale) {
-  const int BT = batch_ * layout_.config().seq_len, V = layout_.local_vocab();
-  void* dlogits = training ? slot.logits : nullptr;
-  if (layout_.tensor_size() == 1) {
-    ops_.softmax_cross_entropy(slot.losses, dlogits, slot.logits, slot.targets, BT, V, loss_scale);
-    return;
-  }
-  // Vocab-parallel: combine each shard's row statistics across the group.
-  ops_.cross_entropy_shard_stats(row_max_, row_target_logit_, slot.logits, slot.targets, BT, V,
-                                 layout_.vocab_start());
-  tensor_group_->all_reduce(row_max_, BT, ReduceOp::kMax);
-  ops_.cross_entropy_shard_exp_sums(row_exp_sum_, slot.logits, row_max_, BT, V);
-  tensor_group_->all_reduce(row_exp_sum_, BT, ReduceOp::kSum);
-  tensor_group_->all_reduce(row_target_logit_, BT, ReduceOp::kSum);
-  ops_.cross_entropy_shard_finish(slot.losses, dlogits, slot.logits, slot.targets, row_max_,
-                                  row_exp_sum_, row_target_logit_, BT, V, layout_.vocab_start(),
-                                  loss_scale);
-}
-
 void GptStage::forward(int slot_index, float loss_scale, bool training) {
-  const GptConfig& config = layout_.config();
+  const TransformerConfig& config = layout_.config();
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
   const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
 
   if (stage.has_embedding) {
-    ops_.token_embedding_forward(slot.input, slot.tokens, param(layout_.token_embedding()), BT,
-                                 layout_.vocab_start(), V, C);
-    tensor_all_reduce(slot.input, static_cast<size_t>(BT) * C);  // vocab-parallel lookup
+    tensor_parallel_.vocab_parallel_embedding_forward(
+        slot.input, tokens(slot_index), param(layout_.token_embedding()), BT,
+        layout_.vocab_start(), V, C);
     ops_.position_embedding_forward(slot.input, param(layout_.position_embedding()), batch_,
                                     config.seq_len, C);
   }
@@ -296,15 +208,19 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
   if (stage.has_head) {
     ops_.layernorm_forward(slot.final_norm, slot.final_norm_mean, slot.final_norm_rstd,
                            output(slot_index), param(layout_.final_norm_weight()),
-                           param(layout_.final_norm_bias()), BT, C, config.layernorm_epsilon);
+                           param(layout_.final_norm_bias()), BT, C, config.norm_epsilon);
+    // f (identity forward) | the vocab-parallel head | vocab-parallel cross-entropy
     ops_.linear_forward(slot.logits, slot.final_norm, param(layout_.head_weight()), nullptr, BT, C,
                         V);
-    head_loss(slot, training, loss_scale);
+    tensor_parallel_.vocab_parallel_cross_entropy(losses(slot_index),
+                                                  training ? slot.logits : nullptr, slot.logits,
+                                                  targets(slot_index), BT, V,
+                                                  layout_.vocab_start(), loss_scale);
   }
 }
 
 void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
-  const GptConfig& config = layout_.config();
+  const TransformerConfig& config = layout_.config();
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];
   const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
@@ -314,7 +230,7 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
     zero(norm_gradient_, static_cast<size_t>(BT) * C);
     ops_.linear_backward(norm_gradient_, grad(layout_.head_weight()), nullptr, slot.logits,
                          slot.final_norm, param(layout_.head_weight()), BT, C, V);
-    tensor_all_reduce(norm_gradient_, static_cast<size_t>(BT) * C);
+    tensor_parallel_.f_backward(norm_gradient_, static_cast<size_t>(BT) * C);
     zero(residual_gradient_, static_cast<size_t>(BT) * C);
     ops_.layernorm_backward(residual_gradient_, grad(layout_.final_norm_weight()),
                             grad(layout_.final_norm_bias()), norm_gradient_, output(slot_index),
@@ -350,21 +266,14 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
     if (gradients_final_from) gradients_final_from(layout_.block(layer).ln1_weight);
   }
   if (stage.has_embedding) {
-    ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, slot.tokens,
-                                  BT, layout_.vocab_start(), V, C);
+    // The vocab-parallel embedding's backward needs no collective: each rank
+    // scatters into its own rows.
+    ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_,
+                                  tokens(slot_index), BT, layout_.vocab_start(), V, C);
     ops_.position_embedding_backward(grad(layout_.position_embedding()), residual_gradient_, batch_,
                                      config.seq_len, C);
   }
   if (gradients_final_from) gradients_final_from(0);
-}
-
-double GptStage::loss_sum(int slot_index) {
-  const int BT = batch_ * layout_.config().seq_len;
-  std::vector<float> losses(BT);
-  ops_.copy_to_host(losses.data(), slots_[slot_index].losses, BT * sizeof(float));
-  double sum = 0;
-  for (float loss : losses) sum += loss;
-  return sum;
 }
 
 }  // namespace paraplan

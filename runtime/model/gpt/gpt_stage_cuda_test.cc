@@ -39,8 +39,8 @@ constexpr double kTf32LossTolerance = 2e-3;
 constexpr double kBfloat16GradientTolerance = 5e-2;
 constexpr double kBfloat16LossTolerance = 1e-2;
 
-GptConfig tiny_config() {
-  GptConfig config;
+TransformerConfig tiny_config() {
+  TransformerConfig config;
   config.vocab_size = 96;
   config.seq_len = 32;
   config.num_layers = 2;
@@ -74,11 +74,12 @@ struct StepResult {
 // the layout's initializer (seed 5), tokens and targets from a fixed formula;
 // everything moves through copy_from_host / copy_to_host, so it runs on any backend.
 StepResult training_step(kernels::Ops& ops, std::vector<RecomputeMode> recompute) {
-  const GptConfig config = tiny_config();
+  const TransformerConfig config = tiny_config();
   const int batch = 2, T = config.seq_len, V = config.vocab_size;
   MemoryTracker memory(ops);
   GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
-  GptStage stage(layout, ops, memory, batch, 1, std::move(recompute));
+  GptStage stage(layout, ops, memory,
+                 ModelStageOptions{.micro_batch_size = batch, .recompute = std::move(recompute)});
   const size_t n = layout.num_elements();
   std::vector<float> parameters(n);
   layout.initialize(parameters.data(), 5);

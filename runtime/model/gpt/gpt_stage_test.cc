@@ -11,8 +11,8 @@
 namespace paraplan {
 namespace {
 
-GptConfig tiny_config() {
-  GptConfig config;
+TransformerConfig tiny_config() {
+  TransformerConfig config;
   config.vocab_size = 11;
   config.seq_len = 5;
   config.num_layers = 2;
@@ -25,12 +25,14 @@ GptConfig tiny_config() {
 
 struct Fixture {
   explicit Fixture(std::vector<RecomputeMode> recompute, int batch = 2, int slots = 1,
-                   GptConfig config = tiny_config(),
+                   TransformerConfig config = tiny_config(),
                    kernels::DType dtype = kernels::DType::kFloat32)
       : ops(kernels::make_cpu_ops(0, dtype)),
         memory(*ops),
         layout(config, StageSpec{0, config.num_layers, true, true}),
-        stage(layout, *ops, memory, batch, slots, std::move(recompute)) {
+        stage(layout, *ops, memory,
+              ModelStageOptions{
+                  .micro_batch_size = batch, .num_slots = slots, .recompute = std::move(recompute)}) {
     std::vector<float> initial(layout.num_elements());
     layout.initialize(initial.data(), 5);
     stage.load_parameters(initial.data(), initial.size());
@@ -77,7 +79,7 @@ std::vector<RecomputeMode> modes(RecomputeMode a, RecomputeMode b) {
 }
 
 TEST(GptStage, InitialLossIsNearUniform) {
-  GptConfig config = tiny_config();
+  TransformerConfig config = tiny_config();
   config.init_std = 0.02f;
   Fixture f(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, config);
   EXPECT_NEAR(f.loss(2), std::log(11.0), 0.05);
@@ -111,9 +113,9 @@ TEST(GptStage, GradientsMatchFiniteDifferences) {
 
 TEST(GptStage, RecomputationGivesBitwiseTheSameGradients) {
   // 70 tokens: the CPU attention runs over two query and key tiles of 64.
-  GptConfig long_sequence = tiny_config();
+  TransformerConfig long_sequence = tiny_config();
   long_sequence.seq_len = 70;
-  for (const GptConfig& config : {tiny_config(), long_sequence}) {
+  for (const TransformerConfig& config : {tiny_config(), long_sequence}) {
     const std::vector<float> none =
         Fixture(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, config).gradients(2);
     for (auto pair : {modes(RecomputeMode::Selective, RecomputeMode::Selective),
@@ -143,7 +145,7 @@ TEST(GptStage, RecomputationKeepsLessActivationMemory) {
 TEST(GptStage, ActivationMemoryIsLinearInTheSequenceLength) {
   // The fused attention keeps no [B, H, T, T] tensor, in any mode and in no
   // scratch: doubling T exactly doubles the kept activations and the workspace.
-  GptConfig doubled = tiny_config();
+  TransformerConfig doubled = tiny_config();
   doubled.seq_len *= 2;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
     const Fixture base(modes(mode, mode), 2, 3), twice(modes(mode, mode), 2, 3, doubled);
@@ -227,7 +229,7 @@ TEST(GptStageBfloat16, TracksTheFloat32Stage) {
 
 TEST(GptStageBfloat16, RecomputationIsBitwiseInvisible) {
   // The recomputed forward rounds exactly as the first one did.
-  const GptConfig config = tiny_config();
+  const TransformerConfig config = tiny_config();
   Fixture none(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, config,
                kernels::DType::kBFloat16);
   const std::vector<float> expected = none.gradients(2);

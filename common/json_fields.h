@@ -1,0 +1,62 @@
+// json_fields.h: typed fields of a JSON object read with one clear error per
+// problem, naming the file and the field ("config.json: field 'n_layer' is
+// "x", expected an integer").
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace paraplan {
+
+// Field `key` of `json` as an integer in [minimum, maximum], or `fallback`
+// when absent or null (required when fallback is nullopt). `path` names the
+// file in the message.
+inline int64_t json_integer(const nlohmann::json& json, const std::string& key,
+                            const std::string& path, std::optional<int64_t> fallback = std::nullopt,
+                            int64_t minimum = std::numeric_limits<int64_t>::min(),
+                            int64_t maximum = std::numeric_limits<int64_t>::max()) {
+  const auto found = json.find(key);
+  if (found == json.end() || found->is_null()) {
+    if (fallback) return *fallback;
+    throw std::runtime_error(path + ": missing field '" + key + "'");
+  }
+  if (!found->is_number_integer())
+    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+                             ", expected an integer");
+  // An unsigned value above int64's range reads as negative through
+  // get<int64_t>(); it is out of range either way.
+  if (found->is_number_unsigned() &&
+      found->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+                             ", out of range (at most " + std::to_string(maximum) + ")");
+  const int64_t value = found->get<int64_t>();
+  if (value < minimum || value > maximum)
+    throw std::runtime_error(path + ": field '" + key + "' is " + std::to_string(value) +
+                             ", out of range (valid: " + std::to_string(minimum) + " to " +
+                             std::to_string(maximum) + ")");
+  return value;
+}
+
+// Field `key` as a number, or fallback when absent.
+inline double json_number(const nlohmann::json& json, const std::string& key,
+                          const std::string& path, double fallback) {
+  const auto found = json.find(key);
+  if (found == json.end()) return fallback;
+  if (!found->is_number())
+    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+                             ", expected a number");
+  return found->get<double>();
+}
+
+// Field `key` as a string, or fallback when absent or not a string.
+inline std::string json_string_or(const nlohmann::json& json, const std::string& key,
+                                  const std::string& fallback) {
+  const auto found = json.find(key);
+  return found != json.end() && found->is_string() ? found->get<std::string>() : fallback;
+}
+
+}  // namespace paraplan

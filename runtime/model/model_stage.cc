@@ -1,0 +1,94 @@
+// model_stage.cc: the buffers every stage has: parameters, gradients, and each
+// slot's tokens, targets and losses.
+#include "runtime/model/model_stage.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace paraplan {
+
+ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
+                       const ModelStageOptions& options, size_t activation_elements)
+    : ops_(ops),
+      memory_(memory),
+      dtype_(ops.storage_dtype()),
+      batch_(options.micro_batch_size),
+      num_slots_(options.num_slots),
+      recompute_(options.recompute),
+      layout_(layout),
+      buffer_elements_(std::max(options.buffer_elements, layout.num_elements())),
+      activation_elements_(activation_elements) {
+  if (layout.tensor_size() > 1 &&
+      (options.tensor_group == nullptr || options.tensor_group->size() != layout.tensor_size()))
+    throw std::invalid_argument("model stage: a tensor-parallel layout needs its tensor group");
+  if (static_cast<int>(recompute_.size()) != layout.stage().num_layers)
+    throw std::invalid_argument("model stage: one recompute mode per layer is required");
+  if (batch_ < 1 || num_slots_ < 1)
+    throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
+  parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
+  gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
+  zero(parameters_, buffer_elements_);
+  zero(gradients_, buffer_elements_);
+  const size_t tokens = static_cast<size_t>(batch_) * layout.config().seq_len;
+  slot_tokens_.resize(num_slots_);
+  for (SlotTokens& slot : slot_tokens_) {
+    slot.tokens = static_cast<int32_t*>(
+        memory_.allocate(tokens * sizeof(int32_t), MemoryCategory::kActivations));
+    allocations_.push_back(slot.tokens);
+    slot.targets = static_cast<int32_t*>(
+        memory_.allocate(tokens * sizeof(int32_t), MemoryCategory::kActivations));
+    allocations_.push_back(slot.targets);
+    if (layout.stage().has_head) slot.losses = allocate_floats(tokens, MemoryCategory::kActivations);
+  }
+}
+
+ModelStage::~ModelStage() {
+  for (void* pointer : allocations_) memory_.release(pointer);
+}
+
+void* ModelStage::allocate_storage(size_t count, MemoryCategory category) {
+  void* pointer = memory_.allocate(ops_.storage_bytes(count), category);
+  allocations_.push_back(pointer);
+  return pointer;
+}
+
+float* ModelStage::allocate_floats(size_t count, MemoryCategory category) {
+  void* pointer = memory_.allocate(count * sizeof(float), category);
+  allocations_.push_back(pointer);
+  return static_cast<float*>(pointer);
+}
+
+void ModelStage::load_parameters(const float* host, size_t count) {
+  if (count > buffer_elements_)
+    throw std::invalid_argument("model stage: load_parameters: more values than parameters");
+  std::vector<char> converted(ops_.storage_bytes(count));
+  kernels::host_from_float(converted.data(), host, dtype_, count);
+  ops_.copy_from_host(parameters_, converted.data(), converted.size());
+}
+
+namespace {
+void read_widened(kernels::Ops& ops, const void* source, float* host, size_t count) {
+  std::vector<char> raw(ops.storage_bytes(count));
+  ops.copy_to_host(raw.data(), source, raw.size());
+  kernels::host_to_float(host, raw.data(), ops.storage_dtype(), count);
+}
+}  // namespace
+
+void ModelStage::read_parameters(float* host, size_t count) {
+  read_widened(ops_, parameters_, host, std::min(count, buffer_elements_));
+}
+
+void ModelStage::read_gradients(float* host, size_t count) {
+  read_widened(ops_, gradients_, host, std::min(count, buffer_elements_));
+}
+
+double ModelStage::loss_sum(int slot) {
+  const size_t tokens = static_cast<size_t>(batch_) * layout_.config().seq_len;
+  std::vector<float> host(tokens);
+  ops_.copy_to_host(host.data(), slot_tokens_[slot].losses, tokens * sizeof(float));
+  double sum = 0;
+  for (float loss : host) sum += loss;
+  return sum;
+}
+
+}  // namespace paraplan

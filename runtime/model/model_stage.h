@@ -1,0 +1,143 @@
+// model_stage.h: one pipeline stage of a model, of any architecture: the one
+// interface the executor (pipeline/), the optimizer (parallel/), checkpoints,
+// replay, profile and sampling use. An architecture is a ParameterLayout and
+// a ModelStage of its own (gpt/), made by architecture.h; nothing outside
+// model/ names one.
+//
+// The stage owns one contiguous parameter buffer and one gradient buffer laid
+// out by its layout, and activation storage for `num_slots` micro-batches in
+// flight (a 1F1B stage keeps several; the executor maps micro-batch -> slot).
+// Per layer, the recompute mode decides what a slot keeps for backward
+// (none, selective: the attention core recomputed, full: the block
+// recomputed); recomputation runs the same deterministic kernels on the same
+// inputs, so the gradients are bitwise those of no recomputation.
+//
+// Storage tensors (parameters, gradients, activations, logits) are void*, of
+// dtype() (the ops' storage dtype); statistics and losses are fp32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/model/memory_tracker.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/parameter_layout.h"
+
+namespace paraplan {
+
+struct ModelStageOptions {
+  int micro_batch_size = 1;
+  int num_slots = 1;
+  std::vector<RecomputeMode> recompute;  // one per layer of the stage
+  // The tensor-parallel group (null when the layout's tensor_size is 1).
+  Communicator* tensor_group = nullptr;
+  // >= layout.num_elements() sizes the parameter and gradient buffers
+  // (ZeRO-1 pads them to a multiple of its group size); 0 = exact.
+  size_t buffer_elements = 0;
+};
+
+class ModelStage {
+ public:
+  virtual ~ModelStage();
+  ModelStage(const ModelStage&) = delete;
+  ModelStage& operator=(const ModelStage&) = delete;
+
+  const ParameterLayout& layout() const { return layout_; }
+  bool has_embedding() const { return layout_.stage().has_embedding; }
+  bool has_head() const { return layout_.stage().has_head; }
+  int micro_batch_size() const { return batch_; }
+  int num_slots() const { return num_slots_; }
+  kernels::DType dtype() const { return dtype_; }
+
+  // Parameter and gradient buffers: buffer_elements() of dtype(), backend memory.
+  void* parameters() { return parameters_; }
+  void* gradients() { return gradients_; }
+  size_t buffer_elements() const { return buffer_elements_; }
+  // Sets the first `count` parameters from fp32 host values (rounded to
+  // dtype()), and reads them back widened: for initialization, checkpoints
+  // and tests.
+  void load_parameters(const float* host, size_t count);
+  void read_parameters(float* host, size_t count);
+  void read_gradients(float* host, size_t count);
+
+  // Where a micro-batch's tokens and targets go ([B, T] each, backend memory);
+  // the first stage reads tokens, the last stage reads targets.
+  int32_t* tokens(int slot) { return slot_tokens_[slot].tokens; }
+  int32_t* targets(int slot) { return slot_tokens_[slot].targets; }
+  // Elements of dtype() one pipeline transfer moves: an activation [B, T, C]
+  // or its gradient.
+  size_t activation_elements() const { return activation_elements_; }
+  // Where a stage without the embedding receives its input [B, T, C].
+  virtual void* input(int slot) = 0;
+  // A stage without the head: its output [B, T, C] after forward(slot).
+  virtual const void* output(int slot) const = 0;
+  // A stage without the head: where the gradient of its output is received
+  // before backward(). Shared by all slots (one backward at a time).
+  virtual void* output_gradient() = 0;
+  // A stage without the embedding: the gradient of its input after backward().
+  virtual const void* input_gradient() const = 0;
+
+  // Forward of the micro-batch in slot. On the last stage this also computes
+  // the per-token losses and, when training, the logits' gradient scaled by
+  // loss_scale (the fused softmax + cross-entropy), ready for backward().
+  virtual void forward(int slot, float loss_scale, bool training = true) = 0;
+  // Backward of the micro-batch in slot, accumulating into gradients().
+  // gradients_final_from, when set, is told as backward passes each part of
+  // the stage that no gradient at buffer offset >= its argument will be
+  // written again by this backward (the data-parallel reduction starts those
+  // buckets early; parallel/distributed_optimizer.h). Layouts put the
+  // embeddings first and the head last, so the offsets fall.
+  virtual void backward(int slot,
+                        const std::function<void(size_t)>& gradients_final_from = {}) = 0;
+
+  // Last stage: sum of the slot's per-token losses (copied to the host).
+  double loss_sum(int slot);
+  // Last stage after forward(slot, _, false): the logits [B, T, V/t] of
+  // this rank's vocabulary shard.
+  virtual const void* logits(int slot) const = 0;
+
+ protected:
+  // Allocates the parameter and gradient buffers (zeroed), each slot's tokens
+  // and targets, and on the last stage each slot's per-token losses.
+  ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
+             const ModelStageOptions& options, size_t activation_elements);
+
+  // Backend memory for count elements of dtype() (storage) or fp32, released
+  // with the stage.
+  void* allocate_storage(size_t count, MemoryCategory category);
+  float* allocate_floats(size_t count, MemoryCategory category);
+  void zero(void* storage, size_t count) { ops_.zero_bytes(storage, ops_.storage_bytes(count)); }
+  // Parameter and gradient tensors at a layout offset.
+  const void* param(size_t offset) const {
+    return kernels::element_at(parameters_, offset, dtype_);
+  }
+  void* grad(size_t offset) { return kernels::element_at(gradients_, offset, dtype_); }
+  // The slot's per-token losses [B * T] (last stage).
+  float* losses(int slot) { return slot_tokens_[slot].losses; }
+
+  kernels::Ops& ops_;
+  MemoryTracker& memory_;
+  kernels::DType dtype_;
+  int batch_, num_slots_;
+  std::vector<RecomputeMode> recompute_;
+
+ private:
+  struct SlotTokens {
+    int32_t* tokens = nullptr;
+    int32_t* targets = nullptr;
+    float* losses = nullptr;
+  };
+  const ParameterLayout& layout_;
+  size_t buffer_elements_;
+  size_t activation_elements_;
+  std::vector<void*> allocations_;
+  void* parameters_ = nullptr;
+  void* gradients_ = nullptr;
+  std::vector<SlotTokens> slot_tokens_;
+};
+
+}  // namespace paraplan

@@ -1,0 +1,61 @@
+// tensor_parallel.cc: the f and g mappings and the vocabulary-parallel
+// embedding and cross-entropy.
+#include "runtime/model/tensor_parallel.h"
+
+namespace paraplan {
+
+TensorParallel::TensorParallel(Communicator* group, kernels::Ops& ops, MemoryTracker& memory,
+                               size_t cross_entropy_rows)
+    : group_(group), ops_(ops), memory_(memory) {
+  if (size() > 1 && cross_entropy_rows > 0) {
+    const size_t bytes = cross_entropy_rows * sizeof(float);
+    row_max_ = static_cast<float*>(memory_.allocate(bytes, MemoryCategory::kWorkspace));
+    row_exp_sum_ = static_cast<float*>(memory_.allocate(bytes, MemoryCategory::kWorkspace));
+    row_target_logit_ = static_cast<float*>(memory_.allocate(bytes, MemoryCategory::kWorkspace));
+  }
+}
+
+TensorParallel::~TensorParallel() {
+  for (float* rows : {row_max_, row_exp_sum_, row_target_logit_})
+    if (rows) memory_.release(rows);
+}
+
+void TensorParallel::f_backward(void* input_gradient, size_t count) {
+  if (size() > 1)
+    group_->all_reduce(input_gradient, count, ops_.storage_dtype(), ReduceOp::kSum);
+}
+
+void TensorParallel::g_forward(void* output, size_t count) {
+  if (size() > 1) group_->all_reduce(output, count, ops_.storage_dtype(), ReduceOp::kSum);
+}
+
+void TensorParallel::vocab_parallel_embedding_forward(void* out, const int32_t* tokens,
+                                                      const void* table, int rows,
+                                                      int vocab_start, int local_vocab, int C) {
+  ops_.token_embedding_forward(out, tokens, table, rows, vocab_start, local_vocab, C);
+  if (size() > 1)
+    group_->all_reduce(out, static_cast<size_t>(rows) * C, ops_.storage_dtype(), ReduceOp::kSum);
+}
+
+void TensorParallel::vocab_parallel_cross_entropy(float* losses, void* dlogits,
+                                                  const void* logits, const int32_t* targets,
+                                                  int rows, int local_vocab, int vocab_start,
+                                                  float loss_scale) {
+  if (size() == 1) {
+    ops_.softmax_cross_entropy(losses, dlogits, logits, targets, rows, local_vocab, loss_scale);
+    return;
+  }
+  // Each shard's row statistics, combined across the group: the maximum, the
+  // sum of exponentials relative to it, and the target's logit (held by one
+  // rank, zero elsewhere).
+  ops_.cross_entropy_shard_stats(row_max_, row_target_logit_, logits, targets, rows, local_vocab,
+                                 vocab_start);
+  group_->all_reduce(row_max_, rows, ReduceOp::kMax);
+  ops_.cross_entropy_shard_exp_sums(row_exp_sum_, logits, row_max_, rows, local_vocab);
+  group_->all_reduce(row_exp_sum_, rows, ReduceOp::kSum);
+  group_->all_reduce(row_target_logit_, rows, ReduceOp::kSum);
+  ops_.cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max_, row_exp_sum_,
+                                  row_target_logit_, rows, local_vocab, vocab_start, loss_scale);
+}
+
+}  // namespace paraplan

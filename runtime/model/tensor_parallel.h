@@ -1,0 +1,79 @@
+// tensor_parallel.h: Megatron's tensor-parallel mappings, by name, so reading
+// a block shows where each collective sits.
+//
+//   f  (copy_to_tensor_parallel_region) sits before a column-parallel linear:
+//      identity forward; backward all-reduces the input gradient, which each
+//      rank holds a partial sum of.
+//   g  (reduce_from_tensor_parallel_region) sits after a row-parallel linear:
+//      forward all-reduces the partial outputs; identity backward.
+//
+// A transformer block has two of each: f before QKV and before the MLP
+// up-projection, g after the attention projection and after the MLP
+// down-projection. The embedding and the head are split by vocabulary rows:
+// vocab_parallel_embedding_forward looks up this rank's rows (zeros for other
+// tokens) and sums over the group; vocab_parallel_cross_entropy combines each
+// shard's row maximum, exponential sum and target logit (three all-reduces of
+// [B*T] floats) instead of gathering the logits.
+//
+// With a group of one (tensor_size 1) every mapping is the identity and no
+// collective runs. Storage tensors are of the ops' storage dtype.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/model/memory_tracker.h"
+
+namespace paraplan {
+
+class TensorParallel {
+ public:
+  // group: the tensor-parallel group, or null for tensor_size 1.
+  // cross_entropy_rows: B * T on a stage with the head (the row statistics
+  // the vocab-parallel cross-entropy keeps), else 0.
+  TensorParallel(Communicator* group, kernels::Ops& ops, MemoryTracker& memory,
+                 size_t cross_entropy_rows);
+  ~TensorParallel();
+  TensorParallel(const TensorParallel&) = delete;
+  TensorParallel& operator=(const TensorParallel&) = delete;
+
+  int size() const { return group_ == nullptr ? 1 : group_->size(); }
+  int rank() const { return group_ == nullptr ? 0 : group_->rank(); }
+
+  // f's backward: sums the partial input gradients [count] of a
+  // column-parallel linear over the group, in place.
+  void f_backward(void* input_gradient, size_t count);
+  // g's forward: sums the partial outputs [count] of a row-parallel linear
+  // over the group, in place. (Its bias is added by tensor rank 0 only,
+  // before this sum.)
+  bool adds_row_parallel_bias() const { return rank() == 0; }
+  void g_forward(void* output, size_t count);
+
+  // out[rows, C] = table[token - vocab_start] for the tokens of this rank's
+  // vocabulary shard [vocab_start, vocab_start + local_vocab), summed over
+  // the group (each token's row lives on exactly one rank).
+  void vocab_parallel_embedding_forward(void* out, const int32_t* tokens, const void* table,
+                                        int rows, int vocab_start, int local_vocab, int C);
+
+  // Per-row losses[rows] of softmax cross-entropy over the whole vocabulary,
+  // from this rank's logits [rows, local_vocab]; when dlogits is not null,
+  // the gradient of loss_scale * sum(losses) with respect to this rank's
+  // logits (dlogits may alias logits). A group of one runs the fused
+  // softmax_cross_entropy.
+  void vocab_parallel_cross_entropy(float* losses, void* dlogits, const void* logits,
+                                    const int32_t* targets, int rows, int local_vocab,
+                                    int vocab_start, float loss_scale);
+
+ private:
+  Communicator* group_;
+  kernels::Ops& ops_;
+  MemoryTracker& memory_;
+  // The vocab-parallel cross-entropy's row statistics [cross_entropy_rows].
+  float* row_max_ = nullptr;
+  float* row_exp_sum_ = nullptr;
+  float* row_target_logit_ = nullptr;
+};
+
+}  // namespace paraplan
