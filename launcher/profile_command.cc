@@ -38,21 +38,14 @@ TransformerConfig shapes_of(const ModelConfig& model) {
   return config;
 }
 
-bool same_model(const json& entry, const ModelConfig& model) {
-  return entry.value("seq_len", 0) == model.seq_len && entry.value("d_model", 0) == model.d_model &&
-         entry.value("num_heads", 0) == model.num_heads &&
-         entry.value("ffn_size", 0) == model.ffn_size &&
-         entry.value("vocab_size", 0) == model.vocab_size &&
-         entry.value("dtype", std::string()) == dtype_name(model.dtype);
-}
-
 // Replaces the entries of `list` measured with `processes` by `fresh`.
-json merge_by_processes(const json& list, const json& fresh, int processes) {
-  json merged = json::array();
-  if (list.is_array())
-    for (const json& entry : list)
-      if (entry.value("processes", 1) != processes) merged.push_back(entry);
-  for (const json& entry : fresh) merged.push_back(entry);
+template <typename Entry>
+std::vector<Entry> merge_by_processes(const std::vector<Entry>& list,
+                                      const std::vector<Entry>& fresh, int processes) {
+  std::vector<Entry> merged;
+  for (const Entry& entry : list)
+    if (entry.processes != processes) merged.push_back(entry);
+  merged.insert(merged.end(), fresh.begin(), fresh.end());
   return merged;
 }
 
@@ -90,23 +83,25 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
     for (int b : micro_batch_sizes(space, config, mesh.data_parallel)) micro_batches.insert(b);
   }
   const ProfileLoad stored = load_profile(config);  // validates a file that exists
-  json document = {{"format", "paraplan-profile"}, {"version", 2}, {"devices", json::object()}};
+  const std::string& device = config.cluster.preset;
+  // Other devices' sections are kept as they are; this device's is read with
+  // the format's reader and rewritten with its writer.
+  json devices = json::object();
+  DeviceProfile previous;
   if (stored.file_found) {
     std::ifstream file(stored.path);
     std::ostringstream text;
     text << file.rdbuf();
     const json existing = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (existing.is_object() && existing.contains("devices") && existing["devices"].is_object() &&
-        existing.value("version", 1) == 2)
-      document["devices"] = existing["devices"];
+        existing.value("version", 1) == kProfileFormatVersion) {
+      devices = existing["devices"];
+      const ProfileDocument document = parse_profile_document(text.str(), stored.path, device);
+      if (document.device && !config.planner.re_profile) previous = *document.device;
+    }
   }
-  const std::string& device = config.cluster.preset;
-  json previous = document["devices"].contains(device) && !config.planner.re_profile
-                      ? document["devices"][device]
-                      : json::object();
-  if (previous.contains("measured_on") &&
-      previous["measured_on"].value("backend", "") != arguments.backend)
-    previous = json::object();  // another backend's numbers: measure all again
+  if (previous.measured_on && previous.measured_on->backend != arguments.backend)
+    previous = DeviceProfile{};  // another backend's numbers: measure all again
 
   ProfileRequest request;
   request.model = shapes_of(config.model);
@@ -117,58 +112,50 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
                                                                 : kernels::DType::kFloat32;
   request.repetitions = arguments.repetitions;
   request.minimum_window_seconds = arguments.minimum_window_seconds;
-  json kept = json::array();
-  if (previous.contains("compute"))
-    for (const json& entry : previous["compute"])
-      if (same_model(entry, config.model) && entry.value("processes", 1) == session.world_size()) {
-        kept.push_back(entry);
-        request.already_measured.emplace_back(entry.value("tensor_parallel", 1),
-                                              entry.value("micro_batch_size", 1));
-      }
+  // This model's entries of this process count stay and are not measured
+  // again; everything else in the section stays as well.
+  size_t kept = 0;
+  for (const ProfileEntry& entry : previous.compute)
+    if (same_model(entry, config.model) && entry.processes == session.world_size()) {
+      ++kept;
+      request.already_measured.emplace_back(entry.tensor_parallel, entry.micro_batch_size);
+    }
   if (leader)
     std::cout << "paraplan profile: device '" << device << "', backend " << arguments.backend
               << ", " << session.world_size() << " process(es) at once; "
               << request.tensor_parallel.size() << " tp degree(s) x "
-              << request.micro_batch_sizes.size() << " micro-batch size(s), " << kept.size()
+              << request.micro_batch_sizes.size() << " micro-batch size(s), " << kept
               << " shape(s) kept from " << stored.path << std::endl;
 
-  const json measured = measure_device_profile(request, session);
+  const DeviceProfile measured = measure_device_profile(request, session);
   if (!leader) return;
 
-  json entry = previous;
-  entry["measured_on"] = measured["measured_on"];
-  json compute = json::array();
-  if (previous.contains("compute"))  // other models' and process counts' entries stay
-    for (const json& old : previous["compute"])
-      if (!(same_model(old, config.model) && old.value("processes", 1) == session.world_size()))
-        compute.push_back(old);
-  for (const json& e : kept) compute.push_back(e);
-  for (const json& e : measured["compute"]) compute.push_back(e);
-  entry["compute"] = compute;
-  for (const char* key : {"optimizer", "collectives", "gemm"})
-    entry[key] =
-        merge_by_processes(previous.value(key, json::array()), measured[key], session.world_size());
-  document["devices"][device] = entry;
+  DeviceProfile merged = previous;
+  merged.version = kProfileFormatVersion;
+  merged.measured_on = measured.measured_on;
+  merged.compute.insert(merged.compute.end(), measured.compute.begin(), measured.compute.end());
+  const int world = session.world_size();
+  merged.optimizer = merge_by_processes(previous.optimizer, measured.optimizer, world);
+  merged.collectives = merge_by_processes(previous.collectives, measured.collectives, world);
+  merged.gemm = merge_by_processes(previous.gemm, measured.gemm, world);
+  devices[device] = device_profile_json(merged);
   std::filesystem::create_directories(std::filesystem::path(stored.path).parent_path());
-  write_file_atomically(stored.path, document.dump(1) + "\n");
+  write_file_atomically(stored.path, profile_document_text(devices));
 
   const double peak = config.cluster.peak_flops(config.model.dtype);
-  for (const json& gemm : measured["gemm"])
-    std::cout << "  GEMM " << gemm["m"] << " x " << gemm["n"] << " x " << gemm["k"] << ": "
-              << gemm["flops_per_second"].get<double>() / 1e9
-              << " GFLOP/s per process = " << 100.0 * gemm["flops_per_second"].get<double>() / peak
-              << "% of the '" << device << "' preset's peak" << std::endl;
-  for (const json& collective : measured["collectives"])
-    std::cout << "  " << collective["operation"].get<std::string>() << " over "
-              << collective["group_size"] << ": latency "
-              << collective["latency"].get<double>() * 1e6 << " us, "
-              << 1e-9 / std::max(1e-30, collective["seconds_per_byte"].get<double>()) << " GB/s"
-              << std::endl;
-  std::cout << "  optimizer: "
-            << measured["optimizer"][0]["seconds_per_parameter"].get<double>() * 1e9
+  for (const GemmEntry& gemm : measured.gemm)
+    std::cout << "  GEMM " << gemm.m << " x " << gemm.n << " x " << gemm.k << ": "
+              << gemm.flops_per_second / 1e9 << " GFLOP/s per process = "
+              << 100.0 * gemm.flops_per_second / peak << "% of the '" << device
+              << "' preset's peak" << std::endl;
+  for (const CollectiveEntry& collective : measured.collectives)
+    std::cout << "  " << collective_operation_name(collective.operation) << " over "
+              << collective.group_size << ": latency " << collective.latency * 1e6 << " us, "
+              << 1e-9 / std::max(1e-30, collective.seconds_per_byte) << " GB/s" << std::endl;
+  std::cout << "  optimizer: " << measured.optimizer[0].seconds_per_parameter * 1e9
             << " ns per parameter" << std::endl;
   std::cout << "profile written to " << stored.path << " (device '" << device << "', "
-            << compute.size() << " compute entries)" << std::endl;
+            << merged.compute.size() << " compute entries)" << std::endl;
 }
 
 }  // namespace paraplan

@@ -11,23 +11,10 @@
 
 namespace paraplan {
 
-bool ProfileEntry::same_model(const ModelConfig& model) const {
-  return seq_len == model.seq_len && d_model == model.d_model && num_heads == model.num_heads &&
-         ffn_size == model.ffn_size && vocab_size == model.vocab_size && dtype == model.dtype;
-}
-
-const char* collective_operation_name(CollectiveOperation operation) {
-  switch (operation) {
-    case CollectiveOperation::AllReduce:
-      return "all_reduce";
-    case CollectiveOperation::ReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOperation::AllGather:
-      return "all_gather";
-    case CollectiveOperation::SendReceive:
-      return "send_receive";
-  }
-  return "?";
+bool same_model(const ProfileEntry& entry, const ModelConfig& model) {
+  return entry.seq_len == model.seq_len && entry.d_model == model.d_model &&
+         entry.num_heads == model.num_heads && entry.ffn_size == model.ffn_size &&
+         entry.vocab_size == model.vocab_size && entry.dtype == model.dtype;
 }
 
 MeasuredProfile::MeasuredProfile(std::string path, std::string device,
@@ -79,7 +66,7 @@ const ProfileEntry* MeasuredProfile::find_compute(const ModelConfig& model, int 
   return preferred(
       data_.compute,
       [&](const ProfileEntry& entry) {
-        return entry.same_model(model) && entry.tensor_parallel == tensor_parallel &&
+        return same_model(entry, model) && entry.tensor_parallel == tensor_parallel &&
                entry.micro_batch_size == micro_batch_size;
       },
       [&](int processes) { return rank(processes); });

@@ -118,7 +118,7 @@ std::vector<std::string> describe_profile_use(const JobConfig& config, const Pro
   }
   std::vector<std::string> other_models;
   for (const ProfileEntry& entry : data.compute) {
-    if (entry.same_model(model)) {
+    if (same_model(entry, model)) {
       measured_shapes.insert({entry.tensor_parallel, entry.micro_batch_size});
       continue;
     }

@@ -1,5 +1,5 @@
-// profile_test.cc: profile.json version 2 (parsing, malformed fields named,
-// version 1 still loading), the process-count preference of lookups, measured
+// profile_test.cc: version 1 profiles in lookups, the process-count preference
+// of lookups, measured
 // collectives and optimizer in the time model (numbers by hand, solvers still
 // agreeing), and the report's lines on what the profile supplied and missed
 // (foreign, stale and missing profiles).
@@ -63,92 +63,6 @@ std::string profile_dir(const std::string& name, const std::string& text) {
   return dir;
 }
 
-std::string load_error(const std::string& text) {
-  try {
-    parse_profile_document(text, "profile.json", "cpu");
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "accepted";
-}
-
-TEST(ProfileTest, Version2ParsesEveryField) {
-  const std::string text = version_2("cpu", std::string(kProvenance) + R"(,
-    "compute": [{"seq_len": 128, "d_model": 128, "num_heads": 4, "ffn_size": 512,
-      "vocab_size": 96, "dtype": "bfloat16", "tensor_parallel": 2, "micro_batch_size": 4,
-      "parallel": true, "processes": 4, "block_forward": 0.0012, "block_backward": 0.0025,
-      "attention_core_forward": 0.0002, "embedding_forward": 0.0001,
-      "embedding_backward": 0.00011, "head_forward": 0.0003, "head_backward": 0.0006},
-      {"seq_len": 128, "d_model": 128, "num_heads": 4, "vocab_size": 96, "micro_batch_size": 1,
-       "parallel": false, "block_forward": 0.001, "block_backward": 0.002}],
-    "optimizer": [{"processes": 4, "seconds_per_parameter": 2.1e-9}],
-    "collectives": [
-      {"operation": "all_reduce", "group_size": 2, "processes": 4, "latency": 1.2e-5,
-       "seconds_per_byte": 3.4e-10},
-      {"operation": "send_receive", "group_size": 2, "parallel": false, "latency": 1e-6,
-       "seconds_per_byte": 0}],
-    "gemm": [{"m": 512, "n": 512, "k": 128, "dtype": "float32", "processes": 4,
-              "flops_per_second": 3.1e10}])");
-  const ProfileDocument document = parse_profile_document(text, "profile.json", "cpu");
-  EXPECT_EQ(document.version, 2);
-  EXPECT_EQ(document.devices, std::vector<std::string>{"cpu"});
-  ASSERT_TRUE(document.device.has_value());
-  const DeviceProfile& device = *document.device;
-  ASSERT_TRUE(device.measured_on.has_value());
-  EXPECT_EQ(device.measured_on->backend, "cpu");
-  EXPECT_EQ(device.measured_on->description, "Test Xeon x 2 cores");
-  EXPECT_EQ(device.measured_on->host, "box1");
-  EXPECT_EQ(device.measured_on->paraplan_version, "0.2.0");
-  EXPECT_EQ(device.measured_on->date, "2026-11-22T10:00:00Z");
-  ASSERT_EQ(device.compute.size(), 2u);
-  const ProfileEntry& entry = device.compute[0];
-  EXPECT_EQ(entry.seq_len, 128);
-  EXPECT_EQ(entry.d_model, 128);
-  EXPECT_EQ(entry.num_heads, 4);
-  EXPECT_EQ(entry.ffn_size, 512);
-  EXPECT_EQ(entry.vocab_size, 96);
-  EXPECT_EQ(entry.dtype, schema::DType::BFloat16);
-  EXPECT_EQ(entry.tensor_parallel, 2);
-  EXPECT_EQ(entry.micro_batch_size, 4);
-  EXPECT_TRUE(entry.parallel);
-  EXPECT_EQ(entry.processes, 4);
-  EXPECT_EQ(entry.times.block_forward, 0.0012);
-  EXPECT_EQ(entry.times.block_backward, 0.0025);
-  EXPECT_EQ(entry.times.attention_core_forward, 0.0002);
-  EXPECT_EQ(entry.times.embedding_forward, 0.0001);
-  EXPECT_EQ(entry.times.embedding_backward, 0.00011);
-  EXPECT_EQ(entry.times.head_forward, 0.0003);
-  EXPECT_EQ(entry.times.head_backward, 0.0006);
-  // Defaults: ffn 4 x d_model, tp 1, float32; "parallel": false alone = 1 process.
-  EXPECT_EQ(device.compute[1].ffn_size, 512);
-  EXPECT_EQ(device.compute[1].tensor_parallel, 1);
-  EXPECT_EQ(device.compute[1].dtype, schema::DType::Float32);
-  EXPECT_EQ(device.compute[1].processes, 1);
-  EXPECT_FALSE(device.compute[1].parallel);
-  ASSERT_EQ(device.optimizer.size(), 1u);
-  EXPECT_EQ(device.optimizer[0].processes, 4);
-  EXPECT_EQ(device.optimizer[0].seconds_per_parameter, 2.1e-9);
-  ASSERT_EQ(device.collectives.size(), 2u);
-  EXPECT_EQ(device.collectives[0].operation, CollectiveOperation::AllReduce);
-  EXPECT_EQ(device.collectives[0].group_size, 2);
-  EXPECT_EQ(device.collectives[0].processes, 4);
-  EXPECT_EQ(device.collectives[0].latency, 1.2e-5);
-  EXPECT_EQ(device.collectives[0].seconds_per_byte, 3.4e-10);
-  EXPECT_EQ(device.collectives[0].seconds(1e6), 1.2e-5 + 1e6 * 3.4e-10);
-  EXPECT_EQ(device.collectives[1].operation, CollectiveOperation::SendReceive);
-  EXPECT_EQ(device.collectives[1].processes, 1);
-  ASSERT_EQ(device.gemm.size(), 1u);
-  EXPECT_EQ(device.gemm[0].m, 512);
-  EXPECT_EQ(device.gemm[0].n, 512);
-  EXPECT_EQ(device.gemm[0].k, 128);
-  EXPECT_EQ(device.gemm[0].processes, 4);
-  EXPECT_EQ(device.gemm[0].flops_per_second, 3.1e10);
-  // Another device's section is listed but not read.
-  const ProfileDocument other = parse_profile_document(text, "profile.json", "h200");
-  EXPECT_FALSE(other.device.has_value());
-  EXPECT_EQ(other.devices, std::vector<std::string>{"cpu"});
-}
-
 TEST(ProfileTest, Version1StillLoads) {
   const std::string text = R"({"format": "paraplan-profile", "version": 1, "devices": {"cpu": [
     {"seq_len": 128, "d_model": 256, "num_heads": 8, "vocab_size": 512, "micro_batch_size": 2,
@@ -173,52 +87,6 @@ TEST(ProfileTest, Version1StillLoads) {
                   ->block_forward,
               0.003);
   }
-}
-
-TEST(ProfileTest, MalformedVersion2FieldsAreNamed) {
-  auto error_with = [](const std::string& body) { return load_error(version_2("cpu", body)); };
-  EXPECT_EQ(
-      error_with(R"("collectives": [{"operation": "all_reduce", "group_size": 2, "processes": 4,
-                                     "seconds_per_byte": 1e-10}])"),
-      "profile.json: devices.\"cpu\".collectives[0].latency is required");
-  EXPECT_EQ(error_with(R"("collectives": [{"operation": "broadcast", "group_size": 2}])"),
-            "profile.json: devices.\"cpu\".collectives[0].operation = 'broadcast'; valid: "
-            "all_reduce, reduce_scatter, all_gather, send_receive");
-  EXPECT_EQ(error_with(R"("collectives": [{"operation": "all_gather", "group_size": 1,
-                                           "processes": 1, "latency": 0, "seconds_per_byte": 0}])"),
-            "profile.json: devices.\"cpu\".collectives[0].group_size must be an integer >= 2");
-  EXPECT_EQ(
-      error_with(R"("collectives": [{"operation": "all_reduce", "group_size": 2, "processes": 2,
-                                     "latency": -1, "seconds_per_byte": 0}])"),
-      "profile.json: devices.\"cpu\".collectives[0].latency must be a number of seconds >= 0");
-  EXPECT_EQ(error_with("\"compute\": [" + compute_entry(1, 1, 2, 0.001) + ", {\"seq_len\": 128}]"),
-            "profile.json: devices.\"cpu\".compute[1].d_model is required");
-  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
-                       ", \"micro_batch_size\": 1, \"block_forward\": 1, \"block_backward\": 2}]"),
-            "profile.json: devices.\"cpu\".compute[0].processes is required (or \"parallel\": "
-            "false for one process)");
-  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
-                       ", \"micro_batch_size\": 1, \"parallel\": true, \"processes\": 1, "
-                       "\"block_forward\": 1, \"block_backward\": 2}]"),
-            "profile.json: devices.\"cpu\".compute[0].parallel is true but processes is 1; "
-            "parallel must be true exactly when processes > 1");
-  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
-                       ", \"micro_batch_size\": 1, \"processes\": 2, \"block_backward\": 2}]"),
-            "profile.json: devices.\"cpu\".compute[0].block_forward is required");
-  EXPECT_EQ(error_with(R"("optimizer": [{"processes": 4, "seconds_per_parameter": 0}])"),
-            "profile.json: devices.\"cpu\".optimizer[0].seconds_per_parameter must be a number "
-            "of seconds > 0");
-  EXPECT_EQ(error_with(R"("gemm": [{"m": 1, "n": 2, "k": 3, "dtype": "float16", "processes": 1}])"),
-            "profile.json: devices.\"cpu\".gemm[0].dtype = 'float16'; valid: float32, bfloat16");
-  EXPECT_EQ(error_with(R"("measured_on": {"date": 20261122})"),
-            "profile.json: devices.\"cpu\".measured_on.date must be a string");
-  EXPECT_EQ(error_with(R"("collectives": {"operation": "all_reduce"})"),
-            "profile.json: devices.\"cpu\".collectives must be an array");
-  EXPECT_EQ(load_error(R"({"format": "paraplan-profile", "version": 2, "devices": {"cpu": []}})"),
-            "profile.json: devices.\"cpu\" must be an object (version 2) of measured_on, "
-            "compute, optimizer, collectives, gemm");
-  EXPECT_EQ(load_error(R"({"format": "paraplan-profile", "version": 3, "devices": {}})"),
-            "profile.json: \"version\" must be 1 or 2 (this paraplan reads versions 1 and 2)");
 }
 
 TEST(ProfileTest, LookupsPreferTheJobsProcessCount) {

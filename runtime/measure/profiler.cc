@@ -26,7 +26,6 @@ namespace paraplan {
 
 namespace {
 
-using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 // A tensor-parallel group of the right size that moves nothing: the stage
@@ -156,8 +155,12 @@ double time_attention_core(kernels::Ops& ops, const TransformerConfig& config, i
   });
 }
 
-json measure_compute(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
-                     int micro_batch, int repetitions) {
+schema::DType plan_dtype(kernels::DType dtype) {
+  return dtype == kernels::DType::kBFloat16 ? schema::DType::BFloat16 : schema::DType::Float32;
+}
+
+ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
+                             int tensor_parallel, int micro_batch, int repetitions) {
   TransformerConfig one_block = config;
   one_block.num_layers = 1;
   const ForwardBackward block =
@@ -166,22 +169,25 @@ json measure_compute(kernels::Ops& ops, const TransformerConfig& config, int ten
       time_stage(ops, one_block, {0, 0, true, false}, tensor_parallel, micro_batch, repetitions);
   const ForwardBackward head =
       time_stage(ops, one_block, {1, 0, false, true}, tensor_parallel, micro_batch, repetitions);
-  return {{"seq_len", config.seq_len},
-          {"d_model", config.d_model},
-          {"num_heads", config.num_heads},
-          {"ffn_size", config.ffn_size},
-          {"vocab_size", config.vocab_size},
-          {"dtype", kernels::dtype_name(ops.storage_dtype())},
-          {"tensor_parallel", tensor_parallel},
-          {"micro_batch_size", micro_batch},
-          {"block_forward", block.forward},
-          {"block_backward", block.backward},
-          {"attention_core_forward",
-           time_attention_core(ops, config, tensor_parallel, micro_batch, repetitions)},
-          {"embedding_forward", embedding.forward},
-          {"embedding_backward", embedding.backward},
-          {"head_forward", head.forward},
-          {"head_backward", head.backward}};
+  ProfileEntry entry;
+  entry.seq_len = config.seq_len;
+  entry.d_model = config.d_model;
+  entry.num_heads = config.num_heads;
+  entry.ffn_size = config.ffn_size;
+  entry.vocab_size = config.vocab_size;
+  entry.dtype = plan_dtype(ops.storage_dtype());
+  entry.tensor_parallel = tensor_parallel;
+  entry.micro_batch_size = micro_batch;
+  entry.times = ProfiledTimes{
+      .block_forward = block.forward,
+      .block_backward = block.backward,
+      .attention_core_forward =
+          time_attention_core(ops, config, tensor_parallel, micro_batch, repetitions),
+      .embedding_forward = embedding.forward,
+      .embedding_backward = embedding.backward,
+      .head_forward = head.forward,
+      .head_backward = head.backward};
+  return entry;
 }
 
 // The optimizer step's compute per parameter: the norm, then AdamW (which applies the clip).
@@ -219,8 +225,8 @@ double measure_optimizer(kernels::Ops& ops, int repetitions) {
   return seconds / static_cast<double>(n);
 }
 
-json measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel, int micro_batch,
-                  int repetitions) {
+GemmEntry measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
+                       int micro_batch, int repetitions) {
   const int rows = micro_batch * config.seq_len, in = config.d_model;
   const int out = config.ffn_size / tensor_parallel;
   MemoryTracker memory(ops);
@@ -234,11 +240,13 @@ json measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int tensor
   void* c = allocate(static_cast<size_t>(rows) * out);
   const double seconds =
       mean_seconds(ops, repetitions, [&] { ops.linear_forward(c, a, w, nullptr, rows, in, out); });
-  return {{"m", rows},
-          {"n", out},
-          {"k", in},
-          {"dtype", kernels::dtype_name(ops.storage_dtype())},
-          {"flops_per_second", 2.0 * rows * in * out / seconds}};
+  GemmEntry entry;
+  entry.m = rows;
+  entry.n = out;
+  entry.k = in;
+  entry.dtype = plan_dtype(ops.storage_dtype());
+  entry.flops_per_second = 2.0 * rows * in * out / seconds;
+  return entry;
 }
 
 // latency + bytes * seconds_per_byte by least squares (both kept >= 0).
@@ -256,8 +264,8 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
 }
 
 // Every collective by group size, all groups of the world at once.
-json measure_collectives(MpiSession& session, int repetitions) {
-  json results = json::array();
+std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions) {
+  std::vector<CollectiveEntry> results;
   const int world = session.world_size(), rank = session.world_rank();
   const std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
   const size_t most = (4 << 20) / sizeof(float);
@@ -285,27 +293,28 @@ json measure_collectives(MpiSession& session, int repetitions) {
     MPI_Comm split;
     MPI_Comm_split(MPI_COMM_WORLD, rank / group_size, rank, &split);
     MpiCommunicator group(split, "profile group of " + std::to_string(group_size));
-    for (const char* operation : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    for (CollectiveOperation operation :
+         {CollectiveOperation::AllReduce, CollectiveOperation::ReduceScatter,
+          CollectiveOperation::AllGather}) {
       std::vector<double> seconds;
       for (double bytes : sizes) {
         const size_t count = static_cast<size_t>(bytes) / sizeof(float);
         const size_t chunk = count / group_size;
-        const std::string op = operation;
         seconds.push_back(time_it([&] {
-          if (op == "all_reduce")
+          if (operation == CollectiveOperation::AllReduce)
             group.all_reduce(receive.data(), count, ReduceOp::kSum);
-          else if (op == "reduce_scatter")
+          else if (operation == CollectiveOperation::ReduceScatter)
             group.reduce_scatter(send.data(), receive.data(), chunk);
           else
             group.all_gather(send.data(), receive.data(), chunk);
         }));
       }
       const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
-      results.push_back({{"operation", operation},
-                         {"group_size", group_size},
-                         {"processes", world},
-                         {"latency", latency},
-                         {"seconds_per_byte", per_byte}});
+      results.push_back(CollectiveEntry{.operation = operation,
+                                        .group_size = group_size,
+                                        .processes = world,
+                                        .latency = latency,
+                                        .seconds_per_byte = per_byte});
     }
   }
   if (world % 2 == 0) {
@@ -324,11 +333,11 @@ json measure_collectives(MpiSession& session, int repetitions) {
       }));
     }
     const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
-    results.push_back({{"operation", "send_receive"},
-                       {"group_size", 2},
-                       {"processes", world},
-                       {"latency", latency},
-                       {"seconds_per_byte", per_byte}});
+    results.push_back(CollectiveEntry{.operation = CollectiveOperation::SendReceive,
+                                      .group_size = 2,
+                                      .processes = world,
+                                      .latency = latency,
+                                      .seconds_per_byte = per_byte});
   }
   return results;
 }
@@ -340,9 +349,12 @@ double world_mean(MpiSession& session, double value) {
   return value / session.world_size();
 }
 
-void average_times(MpiSession& session, json& entry) {
-  for (auto& [key, value] : entry.items())
-    if (value.is_number_float()) value = world_mean(session, value.get<double>());
+void average_times(MpiSession& session, ProfiledTimes& times) {
+  for (double* seconds :
+       {&times.block_forward, &times.block_backward, &times.attention_core_forward,
+        &times.embedding_forward, &times.embedding_backward, &times.head_forward,
+        &times.head_backward})
+    *seconds = world_mean(session, *seconds);
 }
 
 std::string utc_now() {
@@ -369,7 +381,7 @@ std::string describe_device(const kernels::Ops& ops) {
   return ops.device_name() + " (" + ops.device_identity() + ")";
 }
 
-json measure_device_profile(const ProfileRequest& request, MpiSession& session) {
+DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& session) {
   if (!(request.minimum_window_seconds >= 0))
     throw std::invalid_argument("profile: the minimum window must be >= 0 seconds");
   minimum_window = request.minimum_window_seconds;
@@ -380,13 +392,12 @@ json measure_device_profile(const ProfileRequest& request, MpiSession& session) 
   };
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
-  json device = {{"measured_on",
-                  {{"backend", request.backend},
-                   {"description", describe_device(*ops)},
-                   {"host", host},
-                   {"paraplan_version", PARAPLAN_VERSION},
-                   {"date", utc_now()}}}};
-  json compute = json::array(), gemm = json::array();
+  DeviceProfile device;
+  device.measured_on = ProfileProvenance{.backend = request.backend,
+                                         .description = describe_device(*ops),
+                                         .host = host,
+                                         .paraplan_version = PARAPLAN_VERSION,
+                                         .date = utc_now()};
   for (int tensor_parallel : request.tensor_parallel) {
     for (int micro_batch : request.micro_batch_sizes) {
       const std::pair<int, int> shape{tensor_parallel, micro_batch};
@@ -394,36 +405,32 @@ json measure_device_profile(const ProfileRequest& request, MpiSession& session) 
           request.already_measured.end())
         continue;
       barrier();
-      json entry =
+      ProfileEntry entry =
           measure_compute(*ops, request.model, tensor_parallel, micro_batch, request.repetitions);
-      average_times(session, entry);
-      entry["parallel"] = processes > 1;
-      entry["processes"] = processes;
-      compute.push_back(entry);
+      average_times(session, entry.times);
+      entry.parallel = processes > 1;
+      entry.processes = processes;
+      device.compute.push_back(entry);
       if (session.world_rank() == 0)
         std::cout << "  tp " << tensor_parallel << " x micro-batch " << micro_batch
-                  << ": block forward " << entry["block_forward"].get<double>() * 1e3
-                  << " ms, backward " << entry["block_backward"].get<double>() * 1e3 << " ms"
-                  << std::endl;
+                  << ": block forward " << entry.times.block_forward * 1e3 << " ms, backward "
+                  << entry.times.block_backward * 1e3 << " ms" << std::endl;
     }
     barrier();
-    json g = measure_gemm(
+    GemmEntry gemm = measure_gemm(
         *ops, request.model, tensor_parallel,
         *std::max_element(request.micro_batch_sizes.begin(), request.micro_batch_sizes.end()),
         request.repetitions);
-    average_times(session, g);
-    g["processes"] = processes;
-    gemm.push_back(g);
+    gemm.flops_per_second = world_mean(session, gemm.flops_per_second);
+    gemm.processes = processes;
+    device.gemm.push_back(gemm);
   }
   barrier();
   const double per_parameter = world_mean(session, measure_optimizer(*ops, request.repetitions));
-  device["compute"] = compute;
-  device["gemm"] = gemm;
-  device["optimizer"] =
-      json::array({{{"processes", processes}, {"seconds_per_parameter", per_parameter}}});
-  device["collectives"] = request.collectives && session.uses_mpi() && processes > 1
-                              ? measure_collectives(session, request.repetitions)
-                              : json::array();
+  device.optimizer.push_back(
+      OptimizerEntry{.processes = processes, .seconds_per_parameter = per_parameter});
+  if (request.collectives && session.uses_mpi() && processes > 1)
+    device.collectives = measure_collectives(session, request.repetitions);
   return device;
 }
 

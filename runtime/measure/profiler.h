@@ -11,18 +11,17 @@
 // all-reduces (a stand-in group of the right size that moves nothing), as the
 // planner adds collectives from their own measurements.
 //
-// The result is one device's entry of profile.json, format version 2
-// (planner/README.md): {"measured_on", "compute", "optimizer",
-// "collectives", "gemm"}.
+// The result is one device's section of profile.json
+// (schema/profile_format.h).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
 #include "runtime/model/model_config.h"
+#include "schema/profile_format.h"
 #include "runtime/comm/mpi_session.h"
 
 namespace paraplan {
@@ -43,7 +42,7 @@ struct ProfileRequest {
 };
 
 // Collective over the session's world. Returns the device entry on every rank.
-nlohmann::json measure_device_profile(const ProfileRequest& request, MpiSession& session);
+DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& session);
 
 // "Intel(R) Xeon(R) ... x 2 cores" (CPU) or the GPU's name and PCI bus id:
 // what profile.json records as measured_on.description.

@@ -1,10 +1,9 @@
-// profile_parse.cc: profile.json versions 1 and 2 -> ProfileDocument (format in
-// profile.h and planner/README.md). Every malformed field is an error naming the
-// file and the field's JSON path.
-#include <nlohmann/json.hpp>
-#include <stdexcept>
+// profile_format.cc: profile.json's reader (versions 1 and 2; every malformed
+// field is an error naming the file and the field's JSON path) and writer
+// (version 2).
+#include "schema/profile_format.h"
 
-#include "planner/profile.h"
+#include <stdexcept>
 
 namespace paraplan {
 namespace {
@@ -121,17 +120,14 @@ ProfileEntry parse_compute(const Fields& item, int version) {
 }
 
 CollectiveEntry parse_collective(const Fields& item) {
-  static const std::pair<const char*, CollectiveOperation> kOperations[] = {
-      {"all_reduce", CollectiveOperation::AllReduce},
-      {"reduce_scatter", CollectiveOperation::ReduceScatter},
-      {"all_gather", CollectiveOperation::AllGather},
-      {"send_receive", CollectiveOperation::SendReceive}};
   CollectiveEntry entry;
   if (!item.has("operation")) fail(item.at("operation") + " is required");
   const std::string name = item.text("operation", "");
   bool known = false;
-  for (const auto& [text, operation] : kOperations)
-    if (name == text) entry.operation = operation, known = true;
+  for (CollectiveOperation operation :
+       {CollectiveOperation::AllReduce, CollectiveOperation::ReduceScatter,
+        CollectiveOperation::AllGather, CollectiveOperation::SendReceive})
+    if (name == collective_operation_name(operation)) entry.operation = operation, known = true;
   if (!known)
     fail(item.at("operation") + " = '" + name +
          "'; valid: all_reduce, reduce_scatter, all_gather, send_receive");
@@ -184,7 +180,25 @@ DeviceProfile parse_version_2(const Json& section, const std::string& where) {
   return device;
 }
 
+const char* dtype_text(schema::DType dtype) {
+  return dtype == schema::DType::BFloat16 ? "bfloat16" : "float32";
+}
+
 }  // namespace
+
+const char* collective_operation_name(CollectiveOperation operation) {
+  switch (operation) {
+    case CollectiveOperation::AllReduce:
+      return "all_reduce";
+    case CollectiveOperation::ReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOperation::AllGather:
+      return "all_gather";
+    case CollectiveOperation::SendReceive:
+      return "send_receive";
+  }
+  return "?";
+}
 
 ProfileDocument parse_profile_document(const std::string& text, const std::string& path,
                                        const std::string& device) {
@@ -222,6 +236,69 @@ ProfileDocument parse_profile_document(const std::string& text, const std::strin
         parse_compute(Fields(section[i], where + "[" + std::to_string(i) + "]"), 1));
   document.device = std::move(data);
   return document;
+}
+
+Json device_profile_json(const DeviceProfile& device) {
+  Json section = Json::object();
+  if (device.measured_on) {
+    const ProfileProvenance& origin = *device.measured_on;
+    section["measured_on"] = {{"backend", origin.backend},
+                              {"description", origin.description},
+                              {"host", origin.host},
+                              {"paraplan_version", origin.paraplan_version},
+                              {"date", origin.date}};
+  }
+  Json compute = Json::array();
+  for (const ProfileEntry& entry : device.compute) {
+    const ProfiledTimes& times = entry.times;
+    compute.push_back({{"seq_len", entry.seq_len},
+                       {"d_model", entry.d_model},
+                       {"num_heads", entry.num_heads},
+                       {"ffn_size", entry.ffn_size},
+                       {"vocab_size", entry.vocab_size},
+                       {"dtype", dtype_text(entry.dtype)},
+                       {"tensor_parallel", entry.tensor_parallel},
+                       {"micro_batch_size", entry.micro_batch_size},
+                       {"parallel", entry.processes > 1},
+                       {"processes", entry.processes},
+                       {"block_forward", times.block_forward},
+                       {"block_backward", times.block_backward},
+                       {"attention_core_forward", times.attention_core_forward},
+                       {"embedding_forward", times.embedding_forward},
+                       {"embedding_backward", times.embedding_backward},
+                       {"head_forward", times.head_forward},
+                       {"head_backward", times.head_backward}});
+  }
+  Json optimizer = Json::array();
+  for (const OptimizerEntry& entry : device.optimizer)
+    optimizer.push_back(
+        {{"processes", entry.processes}, {"seconds_per_parameter", entry.seconds_per_parameter}});
+  Json collectives = Json::array();
+  for (const CollectiveEntry& entry : device.collectives)
+    collectives.push_back({{"operation", collective_operation_name(entry.operation)},
+                           {"group_size", entry.group_size},
+                           {"processes", entry.processes},
+                           {"latency", entry.latency},
+                           {"seconds_per_byte", entry.seconds_per_byte}});
+  Json gemm = Json::array();
+  for (const GemmEntry& entry : device.gemm)
+    gemm.push_back({{"m", entry.m},
+                    {"n", entry.n},
+                    {"k", entry.k},
+                    {"dtype", dtype_text(entry.dtype)},
+                    {"processes", entry.processes},
+                    {"flops_per_second", entry.flops_per_second}});
+  section["compute"] = compute;
+  section["optimizer"] = optimizer;
+  section["collectives"] = collectives;
+  section["gemm"] = gemm;
+  return section;
+}
+
+std::string profile_document_text(const Json& devices) {
+  const Json document = {
+      {"format", "paraplan-profile"}, {"version", kProfileFormatVersion}, {"devices", devices}};
+  return document.dump(1) + "\n";
 }
 
 }  // namespace paraplan
