@@ -14,12 +14,12 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "launcher/experiment.h"
+#include "common/atomic_file.h"
+#include "launcher/autotune_trial.h"
 #include "launcher/launch.h"
+#include "planner/plan_search.h"
 #include "planner/planner.h"
 #include "planner/profile.h"
-#include "planner/search.h"
-#include "common/atomic_file.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

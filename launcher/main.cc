@@ -15,9 +15,9 @@
 #include "launcher/profile_command.h"
 #include "planner/job_config.h"
 #include "planner/planner.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/measure/replay.h"
 #include "runtime/train/sampler.h"
-#include "runtime/data/tokenizer.h"
 #include "runtime/train/trainer.h"
 #include "schema/plan_io.h"
 

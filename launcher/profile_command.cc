@@ -11,11 +11,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/atomic_file.h"
 #include "launcher/launch.h"
 #include "planner/job_config.h"
 #include "planner/profile.h"
 #include "planner/search_space.h"
-#include "common/atomic_file.h"
 #include "runtime/comm/mpi_session.h"
 #include "runtime/measure/profiler.h"
 #include "schema/plan_io.h"
@@ -145,9 +145,9 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
   const double peak = config.cluster.peak_flops(config.model.dtype);
   for (const GemmEntry& gemm : measured.gemm)
     std::cout << "  GEMM " << gemm.m << " x " << gemm.n << " x " << gemm.k << ": "
-              << gemm.flops_per_second / 1e9 << " GFLOP/s per process = "
-              << 100.0 * gemm.flops_per_second / peak << "% of the '" << device
-              << "' preset's peak" << std::endl;
+              << gemm.flops_per_second / 1e9
+              << " GFLOP/s per process = " << 100.0 * gemm.flops_per_second / peak << "% of the '"
+              << device << "' preset's peak" << std::endl;
   for (const CollectiveEntry& collective : measured.collectives)
     std::cout << "  " << collective_operation_name(collective.operation) << " over "
               << collective.group_size << ": latency " << collective.latency * 1e6 << " us, "

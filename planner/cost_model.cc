@@ -269,7 +269,7 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   memory.weights = round_up(state.weights, g);
   memory.transient = round_up(options.transient_mem_coef * largest_two, g);
   if (options.is_train) {
-    // ZeRO-1 (runtime/distributed_optimizer.h) reduce-scatters into a shard
+    // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
     // buffer beside the full gradients: 1 / zero_shards more.
     const double shard = options.zero_stage == 1 ? state.gradients / zero_shards : 0;
     memory.gradients = round_up(state.gradients + shard, g);

@@ -2,7 +2,7 @@
 // memory, and compute time of GPT-2 pipeline stages.
 //
 // Conventions:
-// - Sizes follow runtime/gpt_layout.h (Hugging Face GPT-2): a block holds ln_1,
+// - Sizes follow runtime/model/gpt/gpt_layout.h (Hugging Face GPT-2): a block holds ln_1,
 //   c_attn [3C, C], attn c_proj [C, C], ln_2, c_fc [F, C], mlp c_proj [C, F], all
 //   with biases. The first stage holds wte and wpe; the last holds ln_f and the
 //   head, which is wte itself when tied and on the same stage, else its own copy.

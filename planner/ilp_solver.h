@@ -1,5 +1,5 @@
 // ilp_solver.h: solver = 'ilp', the stage-partition problem of
-// partition_search.h as an integer linear program solved exactly by CBC
+// stage_partition.h as an integer linear program solved exactly by CBC
 // (COIN-OR branch and cut, through its C interface).
 //
 // Formulation (L blocks, p stages). A column is one complete stage: stage s
@@ -26,7 +26,7 @@
 // its columns) and the ILP solved again, so the ratio holds exactly.
 #pragma once
 
-#include "planner/partition_search.h"
+#include "planner/stage_partition.h"
 
 namespace paraplan {
 

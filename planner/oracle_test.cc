@@ -8,7 +8,7 @@
 
 #include "planner/exhaustive_solver.h"
 #include "planner/ilp_solver.h"
-#include "planner/search.h"
+#include "planner/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

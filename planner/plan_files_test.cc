@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "planner/partition_constraints.h"
+#include "planner/plan_search.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
 #include "planner/profile.h"
-#include "planner/search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

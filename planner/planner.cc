@@ -6,10 +6,10 @@
 
 #include "planner/plan_report.h"
 #include "planner/plan_reuse.h"
+#include "planner/plan_search.h"
 #include "planner/plan_writer.h"
 #include "planner/profile.h"
 #include "planner/profile_report.h"
-#include "planner/search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

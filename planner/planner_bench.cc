@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "planner/search.h"
+#include "planner/plan_search.h"
 
 namespace paraplan {
 namespace {

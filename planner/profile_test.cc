@@ -12,10 +12,10 @@
 #include <fstream>
 
 #include "planner/exhaustive_solver.h"
+#include "planner/plan_search.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
 #include "planner/profile_report.h"
-#include "planner/search.h"
 
 namespace paraplan {
 namespace {

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "planner/plan_report.h"
+#include "planner/plan_search.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
-#include "planner/search.h"
 
 namespace paraplan {
 namespace {

@@ -6,8 +6,8 @@
 #include <map>
 
 #include "planner/module_names.h"
+#include "planner/plan_search.h"
 #include "planner/planner.h"
-#include "planner/search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -126,7 +126,8 @@ TEST(ProfileFormat, MalformedVersion2FieldsAreNamed) {
       error_with(R"("collectives": [{"operation": "all_reduce", "group_size": 2, "processes": 2,
                                      "latency": -1, "seconds_per_byte": 0}])"),
       "profile.json: devices.\"cpu\".collectives[0].latency must be a number of seconds >= 0");
-  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel + R"(, "micro_batch_size": 1, "processes": 2,
+  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
+                       R"(, "micro_batch_size": 1, "processes": 2,
                           "block_forward": 1, "block_backward": 2}, {"seq_len": 128}])"),
             "profile.json: devices.\"cpu\".compute[1].d_model is required");
   EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
@@ -195,9 +196,12 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
                                                 .processes = 4,
                                                 .latency = 2e-5,
                                                 .seconds_per_byte = 1.0 / 3e11});
-  written.gemm.push_back(GemmEntry{
-      .m = 8192, .n = 1536, .k = 768, .dtype = schema::DType::BFloat16, .processes = 4,
-      .flops_per_second = 6.5e14});
+  written.gemm.push_back(GemmEntry{.m = 8192,
+                                   .n = 1536,
+                                   .k = 768,
+                                   .dtype = schema::DType::BFloat16,
+                                   .processes = 4,
+                                   .flops_per_second = 6.5e14});
   nlohmann::json devices = {{"other", {{"compute", "kept as it was"}}}};
   devices["h100-sxm"] = device_profile_json(written);
   const std::string text = profile_document_text(devices);

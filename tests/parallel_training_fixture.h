@@ -26,6 +26,7 @@ struct PlanCase {
   std::string scheduler = "1f1b";
   int64_t gradient_bucket_size = -1;  // -1: the default (one bucket for this model)
   std::string dtype = "float32";      // model.dtype: float32, or bfloat16 (mixed precision)
+  bool tied_embeddings = true;        // model.tied_embeddings: the head is the embedding
   int world() const { return pipeline * data * tensor; }
 };
 
@@ -42,6 +43,8 @@ d_model = 32
 num_heads = 4
 dtype = ")" + plan.dtype +
                      R"("
+tied_embeddings = )" + (plan.tied_embeddings ? "true" : "false") +
+                     R"(
 
 [training]
 global_batch_size = 12
@@ -113,18 +116,24 @@ class ParallelTraining : public ::testing::Test {
     return losses;
   }
 
-  // The single-rank run of the same job in dtype (trained once per test program).
-  static const std::vector<double>& single_rank_losses(const std::string& dtype = "float32") {
-    static std::map<std::string, std::vector<double>> losses;
-    auto found = losses.find(dtype);
+  // The single-rank run of the same model (trained once per test program).
+  static const std::vector<double>& single_rank_losses(const std::string& dtype = "float32",
+                                                       bool tied_embeddings = true) {
+    static std::map<std::pair<std::string, bool>, std::vector<double>> losses;
+    const std::pair<std::string, bool> model{dtype, tied_embeddings};
+    auto found = losses.find(model);
     if (found == losses.end())
-      found =
-          losses.emplace(dtype, train(PlanCase{.name = "single_" + dtype, .dtype = dtype})).first;
+      found = losses
+                  .emplace(model, train(PlanCase{.name = "single_" + dtype +
+                                                         (tied_embeddings ? "" : "_untied"),
+                                                 .dtype = dtype,
+                                                 .tied_embeddings = tied_embeddings}))
+                  .first;
     return found->second;
   }
 
   static void expect_same_losses(const PlanCase& plan, double tolerance = kLossTolerance) {
-    const std::vector<double>& expected = single_rank_losses(plan.dtype);
+    const std::vector<double>& expected = single_rank_losses(plan.dtype, plan.tied_embeddings);
     ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
     const std::vector<double> losses = train(plan);
     ASSERT_EQ(losses.size(), expected.size()) << plan.name;

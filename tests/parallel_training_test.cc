@@ -47,6 +47,16 @@ TEST_F(ParallelTraining, PipelineFourStagesManyMicroBatches) {
   expect_same_losses({.name = "pp4_m12", .pipeline = 4, .micro_batch_size = 1});
 }
 
+// An untied head on the last stage is its own parameter: nothing is summed
+// with the first stage's embedding (a tied model sums the two copies).
+TEST_F(ParallelTraining, PipelineWithUntiedEmbeddings) {
+  expect_same_losses({.name = "pp2_tp2_untied",
+                      .pipeline = 2,
+                      .tensor = 2,
+                      .micro_batch_size = 3,
+                      .tied_embeddings = false});
+}
+
 TEST_F(ParallelTraining, PipelineGPipe) {
   expect_same_losses(
       {.name = "pp2_gpipe", .pipeline = 2, .micro_batch_size = 4, .scheduler = "gpipe"});

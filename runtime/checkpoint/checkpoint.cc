@@ -21,8 +21,8 @@
 
 #include "common/atomic_file.h"
 #include "common/json_fields.h"
-#include "runtime/model/architecture.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/architecture.h"
 
 namespace paraplan {
 namespace fs = std::filesystem;
@@ -159,9 +159,9 @@ void publish_directory(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout, const float* params,
-                            const float* first_moment, const float* second_moment,
-                            const TrainState& state) {
+std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
+                            const float* params, const float* first_moment,
+                            const float* second_moment, const TrainState& state) {
   if (state.step < 0)
     throw std::runtime_error(dir + ": cannot save a checkpoint for negative step " +
                              std::to_string(state.step));

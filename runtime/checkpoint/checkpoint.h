@@ -3,9 +3,10 @@
 //
 //   DIR/latest                       one line: "step_00000100"
 //   DIR/step_00000100/model.safetensors      Hugging Face names and layouts
-//   DIR/step_00000100/config.json            transformers' config: from_pretrained loads the directory
-//   DIR/step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
-//   DIR/step_00000100/train_state.json       step, next_train_sample, seed, format_version
+//   DIR/step_00000100/config.json            transformers' config: from_pretrained loads the
+//   directory DIR/step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>,
+//   exp_avg_sq.<name> DIR/step_00000100/train_state.json       step, next_train_sample, seed,
+//   format_version
 //
 // Tensors are whole (not per rank), so a run resumes under any plan. A step
 // directory is written under a temporary name and renamed into place, then
@@ -36,9 +37,9 @@ struct TrainState {
 // floats. Linear weights are written transposed to Hugging Face's Conv1D
 // [in, out]; a tied head is not written apart from transformer.wte.weight, and
 // a name the layout holds twice is written once. Returns the step directory.
-std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout, const float* params,
-                            const float* first_moment, const float* second_moment,
-                            const TrainState& state);
+std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
+                            const float* params, const float* first_moment,
+                            const float* second_moment, const TrainState& state);
 
 // A step directory as it is, or DIR/<the step named in DIR/latest>. Throws
 // std::runtime_error naming the path if it is neither or 'latest' is stale.

@@ -2,7 +2,6 @@
 // (names, Conv1D transposition, config.json), atomic publication via
 // 'latest', and the error messages for missing, corrupt or mismatched files.
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/model/gpt/gpt_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/gpt/gpt_layout.h"
 #include "runtime/testing/test_temp_dir.h"
 
 namespace paraplan {

@@ -14,9 +14,9 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/parallel/parallel_state.h"
-#include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/model/model_stage.h"
+#include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/parallel/parallel_state.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

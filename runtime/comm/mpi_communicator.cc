@@ -124,7 +124,8 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
-    throw std::logic_error("MpiCommunicator::world: MPI is not initialised; create an MpiSession first");
+    throw std::logic_error(
+        "MpiCommunicator::world: MPI is not initialised; create an MpiSession first");
   MPI_Comm world = MPI_COMM_NULL;
   PARAPLAN_MPI_CHECK("world", "comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &world));
   return std::make_unique<MpiCommunicator>(world, "world");
@@ -133,8 +134,9 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
                                                         std::string name) const {
   MPI_Comm comm = MPI_COMM_NULL;
-  PARAPLAN_MPI_CHECK(name_, "comm_split (" + name + " group)",
-                     MPI_Comm_split(comm_, color == kNotInGroup ? MPI_UNDEFINED : color, key, &comm));
+  PARAPLAN_MPI_CHECK(
+      name_, "comm_split (" + name + " group)",
+      MPI_Comm_split(comm_, color == kNotInGroup ? MPI_UNDEFINED : color, key, &comm));
   if (comm == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiCommunicator>(comm, std::move(name));
 }

@@ -21,9 +21,9 @@
 #include "kernels/ops.h"
 #include "runtime/comm/local_communicator.h"
 #include "runtime/comm/mpi_communicator.h"
-#include "runtime/testing/mpi_test_support.h"
 #include "runtime/comm/timed_communicator.h"
 #include "runtime/comm/watched_communicator.h"
+#include "runtime/testing/mpi_test_support.h"
 
 namespace paraplan {
 namespace {

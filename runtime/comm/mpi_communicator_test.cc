@@ -1,8 +1,7 @@
-// mpi_communicator_test.cc: tests of MpiCommunicator and MpiPeerToPeer. Run under mpirun (ctest runs it with 1, 4 and
-// 8 ranks); every rank runs every test, and main reduces the results so all ranks
-// agree. Tests for a mesh of another world size skip. Collective calls come
-// before the checks, so a failed expectation on one rank cannot leave the others
-// waiting.
+// mpi_communicator_test.cc: tests of MpiCommunicator and MpiPeerToPeer. Run under mpirun (ctest
+// runs it with 1, 4 and 8 ranks); every rank runs every test, and main reduces the results so all
+// ranks agree. Tests for a mesh of another world size skip. Collective calls come before the
+// checks, so a failed expectation on one rank cannot leave the others waiting.
 #include "runtime/comm/mpi_communicator.h"
 
 #include <gtest/gtest.h>
@@ -51,7 +50,6 @@ std::vector<T> sum_in_rank_order(size_t count, unsigned salt = 0) {
   }
   return sum;
 }
-
 
 // ------------------------------------------------------------------ collectives
 

@@ -11,7 +11,7 @@ namespace paraplan {
 //
 // Without mpirun (launched_by_mpirun() false) the default mode does not
 // initialise MPI at all: the process is world rank 0 of 1 and uses
-// make_local_process_groups() (local_communicator.h). This keeps
+// make_local_process_groups() (parallel/parallel_state.h). This keeps
 // `paraplan train` of a one-rank plan independent of the MPI installation
 // (singleton MPI_Init works with Open MPI, but depends on its runtime being
 // usable on the machine); kAlways forces singleton initialisation.

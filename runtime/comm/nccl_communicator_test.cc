@@ -22,9 +22,9 @@
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/mpi_session.h"
 #ifdef PARAPLAN_HAVE_NCCL
-#include "runtime/testing/mpi_test_support.h"
 #include "runtime/comm/nccl_communicator.h"
 #include "runtime/comm/watchdog.h"
+#include "runtime/testing/mpi_test_support.h"
 #endif
 
 namespace paraplan {

@@ -21,8 +21,8 @@
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "runtime/comm/mpi_communicator.h"
-#include "runtime/testing/mpi_test_support.h"
 #include "runtime/comm/transport.h"
+#include "runtime/testing/mpi_test_support.h"
 
 namespace paraplan {
 namespace {
@@ -48,7 +48,6 @@ std::unique_ptr<MpiPeerToPeer> world_peers() {
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   return std::make_unique<MpiPeerToPeer>(comm);
 }
-
 
 // A staged communicator over the CPU backend and, beside it, the plain MPI
 // communicator it must agree with. The CPU backend's "device" buffers are

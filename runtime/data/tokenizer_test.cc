@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/testing/test_temp_dir.h"
 #include "runtime/data/token_file.h"
+#include "runtime/testing/test_temp_dir.h"
 
 namespace paraplan {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/parallel/parallel_state.h"
 #include "runtime/model/memory_tracker.h"
+#include "runtime/parallel/parallel_state.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

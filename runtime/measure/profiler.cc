@@ -1,6 +1,5 @@
 // profiler.cc: the measurements behind `paraplan profile`.
 #include "runtime/measure/profiler.h"
-#include "runtime/comm/mpi_communicator.h"
 
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/pipeline/rank_state.h"
@@ -178,15 +178,14 @@ ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
   entry.dtype = plan_dtype(ops.storage_dtype());
   entry.tensor_parallel = tensor_parallel;
   entry.micro_batch_size = micro_batch;
-  entry.times = ProfiledTimes{
-      .block_forward = block.forward,
-      .block_backward = block.backward,
-      .attention_core_forward =
-          time_attention_core(ops, config, tensor_parallel, micro_batch, repetitions),
-      .embedding_forward = embedding.forward,
-      .embedding_backward = embedding.backward,
-      .head_forward = head.forward,
-      .head_backward = head.backward};
+  entry.times = ProfiledTimes{.block_forward = block.forward,
+                              .block_backward = block.backward,
+                              .attention_core_forward = time_attention_core(
+                                  ops, config, tensor_parallel, micro_batch, repetitions),
+                              .embedding_forward = embedding.forward,
+                              .embedding_backward = embedding.backward,
+                              .head_forward = head.forward,
+                              .head_backward = head.backward};
   return entry;
 }
 
@@ -350,10 +349,9 @@ double world_mean(MpiSession& session, double value) {
 }
 
 void average_times(MpiSession& session, ProfiledTimes& times) {
-  for (double* seconds :
-       {&times.block_forward, &times.block_backward, &times.attention_core_forward,
-        &times.embedding_forward, &times.embedding_backward, &times.head_forward,
-        &times.head_backward})
+  for (double* seconds : {&times.block_forward, &times.block_backward,
+                          &times.attention_core_forward, &times.embedding_forward,
+                          &times.embedding_backward, &times.head_forward, &times.head_backward})
     *seconds = world_mean(session, *seconds);
 }
 

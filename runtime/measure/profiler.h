@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "runtime/comm/mpi_session.h"
 #include "runtime/model/model_config.h"
 #include "schema/profile_format.h"
-#include "runtime/comm/mpi_session.h"
 
 namespace paraplan {
 

@@ -10,12 +10,12 @@
 
 #include "common/atomic_file.h"
 #include "runtime/comm/mpi_session.h"
+#include "runtime/comm/timed_communicator.h"
+#include "runtime/data/sample_source.h"
+#include "runtime/measure/replay_report.h"
+#include "runtime/measure/timeline.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
-#include "runtime/measure/replay_report.h"
-#include "runtime/data/sample_source.h"
-#include "runtime/comm/timed_communicator.h"
-#include "runtime/measure/timeline.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

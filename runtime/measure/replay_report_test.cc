@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/model/memory_tracker.h"
 #include "runtime/data/sample_source.h"
+#include "runtime/model/memory_tracker.h"
 #include "schema/plan_io.h"
 #include "schema/plan_test_builder.h"
 

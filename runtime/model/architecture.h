@@ -22,8 +22,8 @@ namespace paraplan {
 
 // The parameters of `stage` on tensor rank tensor_rank of tensor_size.
 std::unique_ptr<ParameterLayout> make_parameter_layout(const TransformerConfig& config,
-                                                       const StageSpec& stage,
-                                                       int tensor_rank = 0, int tensor_size = 1);
+                                                       const StageSpec& stage, int tensor_rank = 0,
+                                                       int tensor_size = 1);
 // The whole model on one rank (every layer, embedding and head, no tensor
 // parallelism): checkpoints hold tensors in it by name.
 std::unique_ptr<ParameterLayout> make_whole_model_layout(const TransformerConfig& config);

@@ -38,7 +38,8 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     slot.targets = static_cast<int32_t*>(
         memory_.allocate(tokens * sizeof(int32_t), MemoryCategory::kActivations));
     allocations_.push_back(slot.targets);
-    if (layout.stage().has_head) slot.losses = allocate_floats(tokens, MemoryCategory::kActivations);
+    if (layout.stage().has_head)
+      slot.losses = allocate_floats(tokens, MemoryCategory::kActivations);
   }
 }
 

@@ -91,8 +91,7 @@ class ModelStage {
   // written again by this backward (the data-parallel reduction starts those
   // buckets early; parallel/distributed_optimizer.h). Layouts put the
   // embeddings first and the head last, so the offsets fall.
-  virtual void backward(int slot,
-                        const std::function<void(size_t)>& gradients_final_from = {}) = 0;
+  virtual void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {}) = 0;
 
   // Last stage: sum of the slot's per-token losses (copied to the host).
   double loss_sum(int slot);

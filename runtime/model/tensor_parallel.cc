@@ -21,8 +21,7 @@ TensorParallel::~TensorParallel() {
 }
 
 void TensorParallel::f_backward(void* input_gradient, size_t count) {
-  if (size() > 1)
-    group_->all_reduce(input_gradient, count, ops_.storage_dtype(), ReduceOp::kSum);
+  if (size() > 1) group_->all_reduce(input_gradient, count, ops_.storage_dtype(), ReduceOp::kSum);
 }
 
 void TensorParallel::g_forward(void* output, size_t count) {
@@ -30,17 +29,16 @@ void TensorParallel::g_forward(void* output, size_t count) {
 }
 
 void TensorParallel::vocab_parallel_embedding_forward(void* out, const int32_t* tokens,
-                                                      const void* table, int rows,
-                                                      int vocab_start, int local_vocab, int C) {
+                                                      const void* table, int rows, int vocab_start,
+                                                      int local_vocab, int C) {
   ops_.token_embedding_forward(out, tokens, table, rows, vocab_start, local_vocab, C);
   if (size() > 1)
     group_->all_reduce(out, static_cast<size_t>(rows) * C, ops_.storage_dtype(), ReduceOp::kSum);
 }
 
-void TensorParallel::vocab_parallel_cross_entropy(float* losses, void* dlogits,
-                                                  const void* logits, const int32_t* targets,
-                                                  int rows, int local_vocab, int vocab_start,
-                                                  float loss_scale) {
+void TensorParallel::vocab_parallel_cross_entropy(float* losses, void* dlogits, const void* logits,
+                                                  const int32_t* targets, int rows, int local_vocab,
+                                                  int vocab_start, float loss_scale) {
   if (size() == 1) {
     ops_.softmax_cross_entropy(losses, dlogits, logits, targets, rows, local_vocab, loss_scale);
     return;

@@ -43,11 +43,11 @@
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/parallel/parallel_state.h"
+#include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_stage.h"
 #include "runtime/model/parameter_layout.h"
 #include "runtime/parallel/gradient_buckets.h"
-#include "runtime/model/memory_tracker.h"
+#include "runtime/parallel/parallel_state.h"
 
 namespace paraplan {
 

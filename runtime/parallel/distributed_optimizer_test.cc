@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/gpt/gpt_stage.h"
 #include "runtime/model/memory_tracker.h"
-#include "runtime/comm/mpi_communicator.h"
 #include "runtime/testing/mpi_test_support.h"
 
 namespace paraplan {
@@ -78,10 +78,11 @@ TEST(DistributedOptimizer, GradientNormCountsEachElementOfTheModelOnce) {
     MemoryTracker memory(*ops);
     const size_t buffer =
         DistributedOptimizer::buffer_elements(layout.num_elements(), mesh.zero_stage, mesh.data);
-    GptStage stage(layout, *ops, memory,
-                   ModelStageOptions{.recompute = std::vector<RecomputeMode>(layers),
-                                     .tensor_group = mesh.tensor > 1 ? groups.tensor.get() : nullptr,
-                                     .buffer_elements = buffer});
+    GptStage stage(
+        layout, *ops, memory,
+        ModelStageOptions{.recompute = std::vector<RecomputeMode>(layers),
+                          .tensor_group = mesh.tensor > 1 ? groups.tensor.get() : nullptr,
+                          .buffer_elements = buffer});
     // Small buckets: under ZeRO-1 each rank owns many ranges, cut mid-tensor.
     DistributedOptimizer optimizer(stage, *ops, memory, groups, AdamWSettings{}, mesh.zero_stage,
                                    1000);

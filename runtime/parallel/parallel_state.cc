@@ -150,7 +150,6 @@ int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank,
   return (pipeline_rank * mesh.data_size + data_rank) * mesh.tensor_size + tensor_rank;
 }
 
-
 void for_each_group(ProcessGroups& groups,
                     const std::function<void(std::unique_ptr<Communicator>&)>& wrap) {
   for (std::unique_ptr<Communicator>* group :
@@ -184,8 +183,10 @@ ProcessGroups make_process_groups(Transport transport, int pipeline_size, int da
 
 ProcessGroups make_local_process_groups(kernels::Ops& ops) {
   ProcessGroups groups;
-  for (auto [group, name] : {std::pair{&groups.world, "world"}, {&groups.tensor, "tensor"},
-                             {&groups.data, "data"}, {&groups.zero, "zero"},
+  for (auto [group, name] : {std::pair{&groups.world, "world"},
+                             {&groups.tensor, "tensor"},
+                             {&groups.data, "data"},
+                             {&groups.zero, "zero"},
                              {&groups.zero_replicas, "zero_replicas"}})
     *group = std::make_unique<LocalCommunicator>(name, ops);
   groups.peers = std::make_unique<NoPeers>();

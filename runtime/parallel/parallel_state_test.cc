@@ -111,7 +111,8 @@ TEST_P(MpiGroupsTest, EveryGroupHasTheRanksOfTheMesh) {
   const MeshCase m = GetParam();
   if (m.pp * m.dp * m.tp != world_size())
     GTEST_SKIP() << "needs " << m.pp * m.dp * m.tp << " ranks";
-  ProcessGroups groups = make_process_groups(Transport::kMpi, m.pp, m.dp, m.tp, m.zero_groups, *cpu_ops());
+  ProcessGroups groups =
+      make_process_groups(Transport::kMpi, m.pp, m.dp, m.tp, m.zero_groups, *cpu_ops());
   const MeshCoordinates& mesh = groups.mesh;
   const int p = mesh.pipeline_rank, d = mesh.data_rank, t = mesh.tensor_rank;
 
@@ -201,7 +202,8 @@ TEST(MpiGroups, RefusesAWorldOfAnotherSize) {
                                              " ranks (pp 2 x dp " + std::to_string(n) +
                                              " x tp 1) but mpirun started " + std::to_string(n));
   }
-  EXPECT_THROW(make_process_groups(Transport::kMpi, 1, n, 1, n + 1, *cpu_ops()), std::invalid_argument);
+  EXPECT_THROW(make_process_groups(Transport::kMpi, 1, n, 1, n + 1, *cpu_ops()),
+               std::invalid_argument);
 }
 
 // ------------------------------------------------------------------ transports

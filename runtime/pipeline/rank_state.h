@@ -14,13 +14,13 @@
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/parallel/parallel_state.h"
-#include "runtime/parallel/distributed_optimizer.h"
-#include "runtime/pipeline/schedule_executor.h"
+#include "runtime/comm/mpi_session.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
-#include "runtime/comm/mpi_session.h"
 #include "runtime/model/model_from_plan.h"
+#include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/parallel/parallel_state.h"
+#include "runtime/pipeline/schedule_executor.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -28,8 +28,8 @@ int ScheduleExecutor::slots_needed(const schema::StageSchedule& schedule) {
 }
 
 ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage,
-                             kernels::Ops& ops, int num_micro_batches, int data_parallel_rank,
-                             PipelinePeers pipeline)
+                                   kernels::Ops& ops, int num_micro_batches, int data_parallel_rank,
+                                   PipelinePeers pipeline)
     : stage_(stage),
       ops_(ops),
       num_micro_batches_(num_micro_batches),
@@ -44,7 +44,7 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
 }
 
 double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
-                               const ExecutorHooks& hooks, InstructionObserver* observer) {
+                                  const ExecutorHooks& hooks, InstructionObserver* observer) {
   double loss_sum = 0;
   first_forward_done_ = false;
   for (const schema::Instruction& instruction : instructions_) {
@@ -62,7 +62,8 @@ double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample
 }
 
 double ScheduleExecutor::execute(const schema::Instruction& instruction, const SampleSource& data,
-                              int64_t first_sample, float loss_scale, const ExecutorHooks& hooks) {
+                                 int64_t first_sample, float loss_scale,
+                                 const ExecutorHooks& hooks) {
   const int batch = stage_.micro_batch_size();
   const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
   const int micro_batch = instruction.micro_batch();

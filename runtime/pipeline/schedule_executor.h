@@ -17,8 +17,8 @@
 
 #include "plan_generated.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/model/model_stage.h"
 #include "runtime/data/sample_source.h"
+#include "runtime/model/model_stage.h"
 
 namespace paraplan {
 
@@ -58,7 +58,7 @@ class ScheduleExecutor {
   static int slots_needed(const schema::StageSchedule& schedule);
 
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
-                int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
+                   int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
 
   // Runs one optimizer step's instructions. Micro-batch j of this replica
   // reads samples first_sample + (data_parallel_rank * m + j) * B, ..., so the

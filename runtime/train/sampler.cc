@@ -60,10 +60,10 @@ std::string sample_text(const SampleOptions& options) {
       options.backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
   MemoryTracker memory(*ops);
   const std::unique_ptr<ParameterLayout> layout = make_whole_model_layout(config);
-  const std::unique_ptr<ModelStage> stage = make_model_stage(
-      *layout, *ops, memory,
-      ModelStageOptions{.recompute = std::vector<RecomputeMode>(config.num_layers,
-                                                                RecomputeMode::None)});
+  const std::unique_ptr<ModelStage> stage =
+      make_model_stage(*layout, *ops, memory,
+                       ModelStageOptions{.recompute = std::vector<RecomputeMode>(
+                                             config.num_layers, RecomputeMode::None)});
   std::vector<float> params(layout->num_elements());
   load_checkpoint(step_dir, *layout, params.data(), nullptr, nullptr);
   stage->load_parameters(params.data(), params.size());

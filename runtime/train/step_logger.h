@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 
-
 namespace paraplan {
 
 struct StepMetrics {

@@ -11,15 +11,15 @@
 #include <thread>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/data/data_loader.h"
 #include "runtime/checkpoint/distributed_checkpoint.h"
-#include "runtime/train/lr_schedule.h"
-#include "runtime/measure/memory_report.h"
 #include "runtime/comm/mpi_session.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/data/token_file.h"
+#include "runtime/measure/memory_report.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
+#include "runtime/train/lr_schedule.h"
 #include "runtime/train/step_logger.h"
-#include "runtime/data/token_file.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -34,8 +34,8 @@ GptLayout::GptLayout(const TransformerConfig& config, const StageSpec& stage, in
   using S = ShardKind;
   // Matrices and embeddings: normal, decayed. Norm scales: ones; biases and
   // norm shifts: zeros; neither decayed.
-  const auto matrix = [&](std::string name, std::vector<int64_t> shape, ShardKind shard,
-                          int blocks, bool hf_transposed, float init_std) {
+  const auto matrix = [&](std::string name, std::vector<int64_t> shape, ShardKind shard, int blocks,
+                          bool hf_transposed, float init_std) {
     return add({.name = std::move(name),
                 .global_shape = std::move(shape),
                 .shard = shard,
@@ -53,7 +53,8 @@ GptLayout::GptLayout(const TransformerConfig& config, const StageSpec& stage, in
                 .shard_blocks = blocks,
                 .init = init});
   };
-  const bool tied_across_stages = config.tied_embeddings && !(stage.has_embedding && stage.has_head);
+  const bool tied_across_stages =
+      config.tied_embeddings && !(stage.has_embedding && stage.has_head);
   if (stage.has_embedding) {
     token_embedding_ = add({.name = "transformer.wte.weight",
                             .global_shape = {V, C},

@@ -193,9 +193,9 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
   const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
 
   if (stage.has_embedding) {
-    tensor_parallel_.vocab_parallel_embedding_forward(
-        slot.input, tokens(slot_index), param(layout_.token_embedding()), BT,
-        layout_.vocab_start(), V, C);
+    tensor_parallel_.vocab_parallel_embedding_forward(slot.input, tokens(slot_index),
+                                                      param(layout_.token_embedding()), BT,
+                                                      layout_.vocab_start(), V, C);
     ops_.position_embedding_forward(slot.input, param(layout_.position_embedding()), batch_,
                                     config.seq_len, C);
   }
@@ -212,10 +212,9 @@ void GptStage::forward(int slot_index, float loss_scale, bool training) {
     // f (identity forward) | the vocab-parallel head | vocab-parallel cross-entropy
     ops_.linear_forward(slot.logits, slot.final_norm, param(layout_.head_weight()), nullptr, BT, C,
                         V);
-    tensor_parallel_.vocab_parallel_cross_entropy(losses(slot_index),
-                                                  training ? slot.logits : nullptr, slot.logits,
-                                                  targets(slot_index), BT, V,
-                                                  layout_.vocab_start(), loss_scale);
+    tensor_parallel_.vocab_parallel_cross_entropy(
+        losses(slot_index), training ? slot.logits : nullptr, slot.logits, targets(slot_index), BT,
+        V, layout_.vocab_start(), loss_scale);
   }
 }
 

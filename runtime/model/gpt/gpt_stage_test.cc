@@ -30,9 +30,10 @@ struct Fixture {
       : ops(kernels::make_cpu_ops(0, dtype)),
         memory(*ops),
         layout(config, StageSpec{0, config.num_layers, true, true}),
-        stage(layout, *ops, memory,
-              ModelStageOptions{
-                  .micro_batch_size = batch, .num_slots = slots, .recompute = std::move(recompute)}) {
+        stage(
+            layout, *ops, memory,
+            ModelStageOptions{
+                .micro_batch_size = batch, .num_slots = slots, .recompute = std::move(recompute)}) {
     std::vector<float> initial(layout.num_elements());
     layout.initialize(initial.data(), 5);
     stage.load_parameters(initial.data(), initial.size());

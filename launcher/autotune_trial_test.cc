@@ -1,5 +1,5 @@
-// experiment_test.cc: an experiment's outcome read from its exit, its log and its clock.
-#include "launcher/experiment.h"
+// autotune_trial_test.cc: an experiment's outcome read from its exit, its log and its clock.
+#include "launcher/autotune_trial.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // search.cc: settings enumeration, bound-ordered pruning, threads and top-k of
-// the plan search (see search.h).
-#include "planner/search.h"
+// the plan search (see plan_search.h).
+#include "planner/plan_search.h"
 
 #include <algorithm>
 #include <atomic>

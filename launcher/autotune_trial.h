@@ -1,4 +1,4 @@
-// experiment.h: one autotuning experiment — a command run in its own process
+// autotune_trial.h: one autotuning experiment — a command run in its own process
 // group with a time limit, its output kept in a log file — and the outcome
 // read back: measured, out of memory, timed out or crashed. A failed
 // experiment is a result, never an exception: tuning goes on.

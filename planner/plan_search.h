@@ -1,8 +1,8 @@
-// search.h: the plan search over meshes x micro-batch sizes x ZeRO x stage
+// plan_search.h: the plan search over meshes x micro-batch sizes x ZeRO x stage
 // partitions, keeping the top-k plans under the cost model.
 //
 // For every setting (mesh from search_space.h, micro-batch size, ZeRO stage and
-// groups) the partition search (partition_search.h, or the ILP when solver =
+// groups) the partition search (stage_partition.h, or the ILP when solver =
 // 'ilp') finds its best partition and recompute. Settings are visited in order of
 // a cheap lower bound on their step time and skipped once that bound cannot beat
 // the k-th best plan so far, so the result is the exact top-k of the per-setting
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "planner/partition_search.h"
 #include "planner/plan_writer.h"
 #include "planner/search_space.h"
+#include "planner/stage_partition.h"
 
 namespace paraplan {
 

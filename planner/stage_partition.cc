@@ -1,6 +1,6 @@
-// partition_search.cc: the stage-partition search for one plan setting (method
-// in partition_search.h).
-#include "planner/partition_search.h"
+// stage_partition.cc: the stage-partition search for one plan setting (method
+// in stage_partition.h).
+#include "planner/stage_partition.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// experiment.cc: running one experiment as a child process group with a time limit.
-#include "launcher/experiment.h"
+// autotune_trial.cc: running one experiment as a child process group with a time limit.
+#include "launcher/autotune_trial.h"
 
 #include <fcntl.h>
 #include <signal.h>

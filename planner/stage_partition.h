@@ -1,4 +1,4 @@
-// partition_search.h: the stage-partition dynamic program for one plan setting
+// stage_partition.h: the stage-partition dynamic program for one plan setting
 // (mesh, micro-batch size, ZeRO): which contiguous blocks each pipeline stage
 // holds and how each stage recomputes, minimising the predicted step time
 //   step = (m + p - 1) x max_s slot_s + max_s tail_s

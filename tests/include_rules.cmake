@@ -1,0 +1,71 @@
+# include_rules.cmake: every #include "..." of the project's sources stays
+# within what its folder may use (the folders' READMEs; the CMake libraries
+# link the same graph). Run as a test: cmake -DSOURCE_DIR=<repo> -P include_rules.cmake
+# Fails listing each include that crosses a rule: "runtime/model/x.cc includes
+# runtime/pipeline/y.h (runtime/model/ may include: ...)".
+
+# Folder -> the project folders its files may include (itself included).
+set(common_sets "common/")
+set(kernels_allowed kernels/ ${common_sets})
+set(schema_allowed schema/ plan_generated.h ${common_sets})
+set(planner_allowed planner/ ${schema_allowed})
+set(runtime_comm_allowed runtime/comm/ runtime/testing/ ${kernels_allowed})
+set(runtime_testing_allowed runtime/testing/ runtime/comm/ ${kernels_allowed})
+set(runtime_model_allowed runtime/model/ ${runtime_comm_allowed} ${schema_allowed})
+set(runtime_parallel_allowed runtime/parallel/ ${runtime_model_allowed})
+set(runtime_data_allowed runtime/data/ runtime/testing/ ${common_sets})
+set(runtime_pipeline_allowed runtime/pipeline/ ${runtime_parallel_allowed} ${runtime_data_allowed})
+set(runtime_checkpoint_allowed runtime/checkpoint/ ${runtime_parallel_allowed})
+set(runtime_measure_allowed runtime/measure/ ${runtime_pipeline_allowed})
+set(runtime_train_allowed runtime/train/ ${runtime_measure_allowed} ${runtime_checkpoint_allowed})
+set(launcher_allowed launcher/ runtime/ planner/ ${schema_allowed} ${kernels_allowed})
+
+set(folders common kernels schema planner runtime/comm runtime/testing runtime/model
+            runtime/parallel runtime/data runtime/pipeline runtime/checkpoint runtime/measure
+            runtime/train launcher)
+set(violations "")
+set(checked 0)
+foreach(folder ${folders})
+  string(REPLACE "/" "_" key "${folder}")
+  set(allowed ${${key}_allowed})
+  file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/${folder}/*.h
+       ${SOURCE_DIR}/${folder}/*.cc ${SOURCE_DIR}/${folder}/*.cu ${SOURCE_DIR}/${folder}/*.cuh)
+  foreach(source ${sources})
+    # A deeper folder with rules of its own is checked under those.
+    string(REGEX MATCH "^runtime/[a-z]+/" runtime_folder "${source}")
+    if(folder STREQUAL "runtime" OR (runtime_folder AND NOT "${runtime_folder}" STREQUAL "${folder}/"))
+      continue()
+    endif()
+    math(EXPR checked "${checked} + 1")
+    file(STRINGS ${SOURCE_DIR}/${source} includes REGEX "^#include \"")
+    foreach(line ${includes})
+      string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" included "${line}")
+      set(ok FALSE)
+      foreach(prefix ${allowed})
+        string(FIND "${included}" "${prefix}" at)
+        if(at EQUAL 0)
+          set(ok TRUE)
+        endif()
+      endforeach()
+      # A file beside its includer ("cuda_attention.cuh" in kernels/cuda/).
+      get_filename_component(directory ${source} DIRECTORY)
+      if(NOT included MATCHES "/" AND EXISTS ${SOURCE_DIR}/${directory}/${included})
+        set(ok TRUE)
+      endif()
+      if(NOT ok)
+        string(REPLACE ";" " " allowed_text "${allowed}")
+        list(APPEND violations "${source} includes ${included} (${folder}/ may include: ${allowed_text})")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+
+if(checked LESS 100)
+  message(FATAL_ERROR "include rules: only ${checked} files found under ${SOURCE_DIR}")
+endif()
+list(LENGTH violations count)
+if(count GREATER 0)
+  string(REPLACE ";" "\n" text "${violations}")
+  message(FATAL_ERROR "include rules: ${count} include(s) cross a folder's rules:\n${text}")
+endif()
+message(STATUS "include rules: ${checked} files, every include within its folder's rules")
