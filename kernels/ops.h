@@ -24,6 +24,12 @@
 // round(float(dx) + y). So a bf16 op equals the fp32 op on the same bf16
 // inputs with its outputs rounded, on both backends (GEMMs: bf16 inputs,
 // fp32 accumulation, as cuBLAS with CUBLAS_COMPUTE_32F).
+//
+// Host synchronization: synchronize(), copy_to_host(), copy_from_host(),
+// sum_of_squares() and check_deferred_errors() wait for the device (on the
+// CUDA backend); every other op is queued on the ops' stream and returns at
+// once. A training step needs only a few of them, whatever its micro-batch
+// and layer counts (SyncCountingOps in sync_counting_ops.h counts them).
 #pragma once
 
 #include <cstddef>
@@ -66,11 +72,24 @@ class Ops {
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* pointer) = 0;
   virtual void copy_to_host(void* host_destination, const void* source, size_t bytes) = 0;
+  // Waits until the copy is done: the host buffer may then be reused.
   virtual void copy_from_host(void* destination, const void* host_source, size_t bytes) = 0;
+  // The same without waiting: the host buffer may still be reused as soon as
+  // the call returns (the CUDA backend copies it into pinned staging memory,
+  // double-buffered, and the transfer runs in stream order).
+  virtual void copy_from_host_async(void* destination, const void* host_source, size_t bytes) = 0;
   virtual void copy(void* destination, const void* source, size_t bytes) = 0;
   // Zeroes bytes of backend memory (a storage tensor: storage_bytes(n); fp32: 4n).
   virtual void zero_bytes(void* x, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Throws, once, the first error an op recorded on the device instead of
+  // throwing at once (the CUDA loss kernels' targets outside the vocabulary),
+  // and clears it. Waits for the device; meant for once per step. The CPU
+  // backend throws at once, so it has nothing to report.
+  virtual void check_deferred_errors() {}
+  // Device memory the backend allocated for itself (cuBLAS workspace, kernel
+  // scratch, staging), not through allocate(): the memory tracker adds it.
+  virtual size_t internal_bytes() const { return 0; }
   // Backend memory: out (storage) = in (fp32) rounded; out (fp32) = in (storage).
   virtual void convert_from_float(void* out, const float* in, size_t n) = 0;
   virtual void convert_to_float(float* out, const void* in, size_t n) = 0;
@@ -162,7 +181,9 @@ class Ops {
   // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log
   // softmax(logits[i])[targets[i]] and dlogits[i, :] = (softmax(logits[i]) - onehot(targets[i])) *
   // loss_scale (overwritten, may alias logits: the probabilities are never stored separately).
-  // dlogits may be null for a forward-only (evaluation) pass.
+  // dlogits may be null for a forward-only (evaluation) pass. A target outside
+  // [0, V) is an error (std::out_of_range: at once on the CPU, from
+  // check_deferred_errors on CUDA).
   virtual void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, int rows, int vocab,
                                      float loss_scale) = 0;
@@ -174,7 +195,8 @@ class Ops {
   // and target_logit (sum) after step 2. With one shard (vocab_start = 0,
   // vocab_local = vocab) the steps give the fused op's results.
   // Step 1: per row, this shard's max logit, and the target's logit when the
-  // target lies in this shard (else 0). Throws std::out_of_range for a negative target.
+  // target lies in this shard (else 0). A negative target is an error
+  // (std::out_of_range: at once on the CPU, from check_deferred_errors on CUDA).
   virtual void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
                                          const int32_t* targets, int rows, int vocab_local,
                                          int vocab_start) = 0;
@@ -198,8 +220,17 @@ class Ops {
   // it may be master itself (then the master weights are the params).
   virtual void adamw(float* master, void* params, const void* grads, float* first_moment,
                      float* second_moment, size_t n, const AdamWStep& hyperparameters) = 0;
-  // Sum of squares of the storage tensor x, accumulated in double in a fixed order.
+  // Sum of squares of the storage tensor x, accumulated in double in a fixed
+  // order (waits for the device).
   virtual double sum_of_squares(const void* x, size_t n) = 0;
+  // *accumulator += the same sum of squares, queued (accumulator: one double
+  // of backend memory). Summed in the same order as sum_of_squares, so adding
+  // several tensors' sums this way gives bitwise what adding their
+  // sum_of_squares on the host would.
+  virtual void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) = 0;
+  // *accumulator += x[0] + x[1] + ... + x[n-1] (fp32 values, summed in double
+  // in that order on the CPU, in a fixed order on the device), queued.
+  virtual void accumulate_sum(double* accumulator, const float* x, size_t n) = 0;
 };
 
 // The CPU backend (OpenBLAS sgemm + plain C++). Always available.

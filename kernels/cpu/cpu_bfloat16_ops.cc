@@ -44,6 +44,9 @@ class CpuBfloat16Ops final : public Ops {
   void copy_from_host(void* destination, const void* host, size_t bytes) override {
     fp32_->copy_from_host(destination, host, bytes);
   }
+  void copy_from_host_async(void* destination, const void* host, size_t bytes) override {
+    fp32_->copy_from_host_async(destination, host, bytes);
+  }
   void copy(void* destination, const void* source, size_t bytes) override {
     fp32_->copy(destination, source, bytes);
   }
@@ -262,6 +265,13 @@ class CpuBfloat16Ops final : public Ops {
     cpu::adamw(master, widen(0, grads, n), first_moment, second_moment, n, hyperparameters);
     narrow(params, master, n);
   }
+  void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
+    *accumulator += sum_of_squares(x, n);
+  }
+  void accumulate_sum(double* accumulator, const float* x, size_t n) override {
+    fp32_->accumulate_sum(accumulator, x, n);  // fp32 values whatever the storage
+  }
+
   double sum_of_squares(const void* x, size_t n) override {
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {

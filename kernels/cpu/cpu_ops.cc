@@ -67,6 +67,10 @@ class CpuOps final : public Ops {
     copy(destination, host_source, bytes);
   }
 
+  void copy_from_host_async(void* destination, const void* host_source, size_t bytes) override {
+    copy(destination, host_source, bytes);
+  }
+
   void copy(void* destination, const void* source, size_t bytes) override {
     // memcpy with a null pointer is undefined even for zero bytes.
     if (bytes == 0) return;
@@ -399,6 +403,16 @@ class CpuOps final : public Ops {
     cpu::adamw(master, static_cast<const float*>(grads_storage), first_moment, second_moment, n,
                hyperparameters);
     if (params != master) copy(params, master, n * sizeof(float));
+  }
+
+  // The host is the device: accumulating is adding at once.
+  void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
+    *accumulator += sum_of_squares(x, n);
+  }
+  void accumulate_sum(double* accumulator, const float* x, size_t n) override {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    *accumulator += sum;
   }
 
   double sum_of_squares(const void* x_storage, size_t n) override {

@@ -249,7 +249,7 @@ __global__ void broadcast_rows_kernel(T* out, const T* row, int rows, int cols) 
 // fixed tree in shared memory; partials[b] = the block's sum.
 template <typename T>
 __global__ void sum_of_squares_partials_kernel(double* partials, const T* x, size_t n,
-                                               bool vectorized) {
+                                               bool vectorized, bool square) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   double sum = 0.0;
@@ -262,14 +262,14 @@ __global__ void sum_of_squares_partials_kernel(double* partials, const T* x, siz
 #pragma unroll
       for (int k = 0; k < kPack<T>; k++) {
         const double a = f[k];
-        sum += a * a;
+        sum += square ? a * a : a;
       }
     }
     scalar_begin = packs * kPack<T>;
   }
   for (size_t i = scalar_begin + first; i < n; i += stride) {
     const double a = widen(x[i]);
-    sum += a * a;
+    sum += square ? a * a : a;
   }
   __shared__ double warp_sums[kThreads / 32];
   sum = warp_sum(sum);
@@ -282,8 +282,10 @@ __global__ void sum_of_squares_partials_kernel(double* partials, const T* x, siz
   }
 }
 
-// Pass 2: one block; thread t sums partials t, t + 256, ... in order, then the same tree.
-__global__ void sum_of_squares_final_kernel(double* partials, int count) {
+// Pass 2: one block; thread t sums partials t, t + 256, ... in order, then the
+// same tree; the total is added to *accumulator.
+__global__ void sum_of_squares_final_kernel(double* accumulator, const double* partials,
+                                            int count) {
   double sum = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
   __shared__ double warp_sums[kThreads / 32];
@@ -293,7 +295,7 @@ __global__ void sum_of_squares_final_kernel(double* partials, int count) {
   if (threadIdx.x == 0) {
     double total = 0.0;
     for (int w = 0; w < kThreads / 32; w++) total += warp_sums[w];
-    partials[count] = total;
+    *accumulator += total;
   }
 }
 
@@ -412,28 +414,38 @@ void adamw(DType storage, float* master, void* params, const void* grads, float*
   });
 }
 
-double sum_of_squares(DType storage, const void* x, size_t n, double* partials,
-                      cudaStream_t stream) {
-  if (n == 0) return 0.0;
-  // The grid is a function of n (and the dtype) alone: the same n gives the same summation order.
+namespace {
+
+// *accumulator += the sum (of squares when square) of n elements of T, in an
+// order that depends on n and the alignment only.
+template <typename T>
+void accumulate_sum_in_fixed_order(double* accumulator, const T* x, size_t n, bool square,
+                                   double* partials, cudaStream_t stream) {
+  if (n == 0) return;
   const bool vectorized = is_aligned16(x);
-  const size_t pack = dtype_bytes(storage) == 2 ? kPack<bf16> : kPack<float>;
-  const size_t work = vectorized ? std::max<size_t>(n / pack, 1) : n;
+  const size_t work = vectorized ? std::max<size_t>(n / kPack<T>, 1) : n;
   const int blocks =
       static_cast<int>(std::min<unsigned int>(ceil_div(work, kThreads), kSumOfSquaresBlocks));
+  sum_of_squares_partials_kernel<<<blocks, kThreads, 0, stream>>>(partials, x, n, vectorized,
+                                                                  square);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+  sum_of_squares_final_kernel<<<1, kThreads, 0, stream>>>(accumulator, partials, blocks);
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void accumulate_sum_of_squares(DType storage, double* accumulator, const void* x, size_t n,
+                               double* partials, cudaStream_t stream) {
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    sum_of_squares_partials_kernel<<<blocks, kThreads, 0, stream>>>(
-        partials, static_cast<const T*>(x), n, vectorized);
+    accumulate_sum_in_fixed_order(accumulator, static_cast<const T*>(x), n, true, partials, stream);
   });
-  PARAPLAN_CUDA_CHECK_LAUNCH();
-  sum_of_squares_final_kernel<<<1, kThreads, 0, stream>>>(partials, blocks);
-  PARAPLAN_CUDA_CHECK_LAUNCH();
-  double result = 0.0;
-  PARAPLAN_CUDA_CHECK(
-      cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return result;
+}
+
+void accumulate_sum(double* accumulator, const float* x, size_t n, double* partials,
+                    cudaStream_t stream) {
+  accumulate_sum_in_fixed_order(accumulator, x, n, false, partials, stream);
 }
 
 }  // namespace paraplan::kernels::cuda

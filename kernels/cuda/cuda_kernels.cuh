@@ -49,6 +49,7 @@ class DeviceScratch {
   DeviceScratch& operator=(const DeviceScratch&) = delete;
   // At least `bytes` bytes, 256-byte aligned.
   void* get(size_t bytes);
+  size_t capacity() const { return bytes_; }
 
  private:
   cudaStream_t stream_;
@@ -81,11 +82,16 @@ void convert_from_float(DType storage, void* out, const float* in, size_t n, cud
 void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaStream_t stream);
 void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
            float* second_moment, size_t n, const AdamWStep& hyperparameters, cudaStream_t stream);
-// Blocks of the first pass of sum_of_squares; partials holds kSumOfSquaresBlocks + 1 doubles.
+// Blocks of the first pass of the sums below; partials holds kSumOfSquaresBlocks
+// doubles. Each adds its total to *accumulator (one device double), queued:
+// per-block double partials (a fixed tree inside each block), then one block
+// sums them in order, so the result is bitwise reproducible.
 constexpr int kSumOfSquaresBlocks = 256;
-// Synchronizes the stream (the result comes back to the host).
-double sum_of_squares(DType storage, const void* x, size_t n, double* partials,
-                      cudaStream_t stream);
+void accumulate_sum_of_squares(DType storage, double* accumulator, const void* x, size_t n,
+                               double* partials, cudaStream_t stream);
+// fp32 values summed in double.
+void accumulate_sum(double* accumulator, const float* x, size_t n, double* partials,
+                    cudaStream_t stream);
 
 // ---- cuda_layernorm.cu --------------------------------------------------------------------------
 
@@ -128,17 +134,18 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
                         int batch, int seq_len, int num_heads, int head_dim, cudaStream_t stream);
 
 // ---- cuda_loss.cu -------------------------------------------------------------------------------
-// Storage logits and dlogits, fp32 losses and row statistics. error_row is one
-// device int holding INT_MAX; a kernel that meets a target out of range stores
-// the smallest such row there, and the launcher (which then synchronizes the
-// stream) resets it and throws std::out_of_range, as the CPU backend does.
+// Storage logits and dlogits, fp32 losses and row statistics. target_error is
+// one device word holding ~0ull; a kernel that meets a target out of range
+// stores there min((row << 32) | target bits) over the bad rows, without
+// waiting; CudaOps::check_deferred_errors reads it, resets it and throws
+// std::out_of_range as the CPU backend would have.
 
 void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,
-                           int* error_row, cudaStream_t stream);
+                           unsigned long long* target_error, cudaStream_t stream);
 void cross_entropy_shard_stats(DType storage, float* row_max, float* target_logit,
                                const void* logits, const int32_t* targets, int rows,
-                               int vocab_local, int vocab_start, int* error_row,
+                               int vocab_local, int vocab_start, unsigned long long* target_error,
                                cudaStream_t stream);
 void cross_entropy_shard_exp_sums(DType storage, float* exp_sum, const void* logits,
                                   const float* row_max, int rows, int vocab_local,

@@ -17,14 +17,12 @@
 // explicitly rounded arithmetic (__fmul_rn & co., so no FMA contraction can
 // differ between kernels): with one shard (row_max = the row's own max) they
 // reproduce the fused op bitwise.
-// Targets out of range cannot throw from a kernel: the kernel records the
-// first bad row, and the launcher synchronizes, reads it back and throws
+// Targets out of range cannot throw from a kernel, and checking them at every
+// launch would make the host wait for the device twice per micro-batch: the
+// kernel records the first bad row and its target in a device word, and
+// Ops::check_deferred_errors (once per step) reads it back and throws
 // std::out_of_range with the CPU backend's message.
 #include <cuda_runtime.h>
-
-#include <climits>
-#include <stdexcept>
-#include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
@@ -32,6 +30,12 @@
 namespace paraplan::kernels::cuda {
 
 namespace {
+
+// The smallest bad row wins, carrying its target: (row << 32) | target's bits.
+__device__ void record_target_error(unsigned long long* target_error, int row, int target) {
+  atomicMin(target_error, (static_cast<unsigned long long>(static_cast<unsigned>(row)) << 32) |
+                              static_cast<unsigned>(target));
+}
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -118,7 +122,8 @@ __device__ void write_gradient(T* dlogit_row, const T* logit_row, int V, float s
 template <typename T, bool kVectorized>
 __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
                                              const int32_t* targets, int V, float loss_scale,
-                                             bool vectorized_write, int* error_row) {
+                                             bool vectorized_write,
+                                             unsigned long long* target_error) {
   __shared__ float shared[kWarps];
   const int r = blockIdx.x;
   const T* logit_row = logits + static_cast<size_t>(r) * V;
@@ -131,7 +136,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
   const float max = block_max(thread_max, shared);
   const float exp_sum = block_sum(rescaled(thread_max, thread_sum, max), shared);
   if (threadIdx.x == 0) {
-    if (!valid) atomicMin(error_row, r);
+    if (!valid) record_target_error(target_error, r, target);
     losses[r] = __fsub_rn(logf(exp_sum), __fsub_rn(target_logit, max));
   }
   if (dlogits == nullptr) return;
@@ -141,7 +146,8 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
 
 template <typename T>
 __global__ void shard_stats_kernel(float* row_max, float* target_logit, const T* logits,
-                                   const int32_t* targets, int V, int vocab_start, int* error_row) {
+                                   const int32_t* targets, int V, int vocab_start,
+                                   unsigned long long* target_error) {
   __shared__ float shared[kWarps];
   const int r = blockIdx.x;
   const T* logit_row = logits + static_cast<size_t>(r) * V;
@@ -150,7 +156,7 @@ __global__ void shard_stats_kernel(float* row_max, float* target_logit, const T*
   max = block_max(max, shared);
   if (threadIdx.x == 0) {
     const int target = targets[r];
-    if (target < 0) atomicMin(error_row, r);
+    if (target < 0) record_target_error(target_error, r, target);
     const int64_t local = static_cast<int64_t>(target) - vocab_start;
     row_max[r] = max;
     // 0 from the shards without the target, so the all-reduced sum is the logit.
@@ -184,26 +190,6 @@ __global__ void shard_finish_kernel(float* losses, T* dlogits, const T* logits,
                  vectorized_write);
 }
 
-// Throws std::out_of_range naming the first bad row when a kernel recorded
-// one (synchronizes the stream), and resets the record.
-void check_targets(int* error_row, const int32_t* targets, cudaStream_t stream,
-                   const std::string& op, const std::string& problem) {
-  int row = INT_MAX;
-  PARAPLAN_CUDA_CHECK(
-      cudaMemcpyAsync(&row, error_row, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (row == INT_MAX) return;
-  int32_t target = 0;
-  PARAPLAN_CUDA_CHECK(
-      cudaMemcpyAsync(&target, targets + row, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  const int no_error = INT_MAX;
-  PARAPLAN_CUDA_CHECK(
-      cudaMemcpyAsync(error_row, &no_error, sizeof(int), cudaMemcpyHostToDevice, stream));
-  PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  throw std::out_of_range(op + ": target " + std::to_string(target) + " in row " +
-                          std::to_string(row) + problem);
-}
-
 // Rows of V storage elements starting at row_base take the 16-byte path.
 bool vectorizable(DType storage, const void* row_base, int V) {
   const int pack = storage == DType::kBFloat16 ? kPack<bf16> : kPack<float>;
@@ -214,7 +200,7 @@ bool vectorizable(DType storage, const void* row_base, int V) {
 
 void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,
-                           int* error_row, cudaStream_t stream) {
+                           unsigned long long* target_error, cudaStream_t stream) {
   if (rows <= 0) return;
   const bool vectorized_read = vectorizable(storage, logits, vocab);
   // The write shares the read's thread mapping when dlogits aliases logits.
@@ -226,30 +212,27 @@ void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const vo
     const T* input = static_cast<const T*>(logits);
     if (vectorized_read) {
       softmax_cross_entropy_kernel<T, true><<<rows, kThreads, 0, stream>>>(
-          losses, gradient, input, targets, vocab, loss_scale, vectorized_write, error_row);
+          losses, gradient, input, targets, vocab, loss_scale, vectorized_write, target_error);
     } else {
       softmax_cross_entropy_kernel<T, false><<<rows, kThreads, 0, stream>>>(
-          losses, gradient, input, targets, vocab, loss_scale, false, error_row);
+          losses, gradient, input, targets, vocab, loss_scale, false, target_error);
     }
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
-  check_targets(error_row, targets, stream, "softmax_cross_entropy",
-                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
 }
 
 void cross_entropy_shard_stats(DType storage, float* row_max, float* target_logit,
                                const void* logits, const int32_t* targets, int rows,
-                               int vocab_local, int vocab_start, int* error_row,
+                               int vocab_local, int vocab_start, unsigned long long* target_error,
                                cudaStream_t stream) {
   if (rows <= 0) return;
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
     shard_stats_kernel<T><<<rows, kThreads, 0, stream>>>(row_max, target_logit,
                                                          static_cast<const T*>(logits), targets,
-                                                         vocab_local, vocab_start, error_row);
+                                                         vocab_local, vocab_start, target_error);
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
-  check_targets(error_row, targets, stream, "cross_entropy_shard_stats", " is negative");
 }
 
 void cross_entropy_shard_exp_sums(DType storage, float* exp_sum, const void* logits,

@@ -6,7 +6,8 @@
 // Storage: fp32 or bf16, fixed when the object is made; every kernel launcher
 // takes the dtype and instantiates its kernels for float or __nv_bfloat16
 // (cuda_bf16.cuh), computing in fp32 and rounding each storage output once.
-// Linear layers run on cuBLASLt. fp32 storage: fp32 A/B/C/D with TF32
+// Linear layers run on cuBLASLt, each configuration's descriptors and
+// algorithm built once and cached (cuda_gemm.cuh). fp32 storage: fp32 A/B/C/D with TF32
 // tensor-core math when allowed (the default; PARAPLAN_CUDA_TF32=0 forces
 // strict fp32, see cuda_device.cu). bf16 storage: bf16 A/B/C/D with
 // CUBLAS_COMPUTE_32F and fp32 alpha/beta, so products accumulate in fp32 and
@@ -39,7 +40,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -47,7 +47,9 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_gemm.cuh"
 #include "kernels/cuda/cuda_kernels.cuh"
+#include "kernels/cuda/cuda_upload.cuh"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels::cuda {
@@ -77,30 +79,10 @@ namespace {
 // cuBLASLt workspace (llm.c's size; enough for every split-K configuration).
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-// The largest power of two (up to 256) dividing the address: what cuBLASLt's
-// heuristic may assume of the pointer.
-uint32_t alignment_of(const void* pointer) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
-  if (address == 0) return 256;
-  return static_cast<uint32_t>(std::min<uintptr_t>(256, address & (~address + 1)));
-}
-
-// The descriptors of one cuBLASLt matmul, destroyed on every path out.
-struct LtDescriptors {
-  cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  LtDescriptors() = default;
-  LtDescriptors(const LtDescriptors&) = delete;
-  LtDescriptors& operator=(const LtDescriptors&) = delete;
-  ~LtDescriptors() {
-    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
-  }
-};
+// The two deferred target errors (cuda_loss.cu): the fused cross-entropy's,
+// and the vocab-parallel statistics' (a negative target).
+constexpr int kFusedLossError = 0, kShardStatsError = 1;
+constexpr unsigned long long kNoTargetError = ~0ull;
 
 }  // namespace
 
@@ -132,12 +114,15 @@ class CudaOps final : public Ops {
           (!bf16 && allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
       PARAPLAN_CUBLAS_CHECK(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
-      PARAPLAN_CUBLAS_CHECK(cublasLtCreate(&lt_));
+      lt_matmul_ = std::make_unique<LtMatmul>(data_type_, compute_type_, bf16, workspace_,
+                                              kWorkspaceBytes, stream_);
+      uploads_ = std::make_unique<PinnedUploads>(stream_);
+      // The partials of the fixed-order sums, and one more double: the
+      // accumulator of sum_of_squares.
       PARAPLAN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumOfSquaresBlocks + 1) * sizeof(double)));
-      PARAPLAN_CUDA_CHECK(cudaMalloc(&error_row_, sizeof(int)));
-      const int no_error = INT_MAX;
+      PARAPLAN_CUDA_CHECK(cudaMalloc(&target_errors_, 2 * sizeof(unsigned long long)));
       PARAPLAN_CUDA_CHECK(
-          cudaMemcpyAsync(error_row_, &no_error, sizeof(int), cudaMemcpyHostToDevice, stream_));
+          cudaMemsetAsync(target_errors_, 0xff, 2 * sizeof(unsigned long long), stream_));
       PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     } catch (...) {
       release();
@@ -184,6 +169,10 @@ class CudaOps final : public Ops {
     PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  void copy_from_host_async(void* destination, const void* host_source, size_t bytes) override {
+    uploads_->upload(destination, host_source, bytes);
+  }
+
   void copy(void* destination, const void* source, size_t bytes) override {
     if (bytes == 0) return;
     PARAPLAN_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream_));
@@ -195,6 +184,32 @@ class CudaOps final : public Ops {
   }
 
   void synchronize() override { PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void check_deferred_errors() override {
+    unsigned long long errors[2];
+    PARAPLAN_CUDA_CHECK(
+        cudaMemcpyAsync(errors, target_errors_, sizeof(errors), cudaMemcpyDeviceToHost, stream_));
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (errors[kFusedLossError] == kNoTargetError && errors[kShardStatsError] == kNoTargetError)
+      return;
+    PARAPLAN_CUDA_CHECK(
+        cudaMemsetAsync(target_errors_, 0xff, 2 * sizeof(unsigned long long), stream_));
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const bool fused = errors[kFusedLossError] != kNoTargetError;
+    const unsigned long long error = errors[fused ? kFusedLossError : kShardStatsError];
+    const int row = static_cast<int>(error >> 32);
+    const int target = static_cast<int>(static_cast<uint32_t>(error & 0xffffffffull));
+    throw std::out_of_range(
+        std::string(fused ? "softmax_cross_entropy" : "cross_entropy_shard_stats") + ": target " +
+        std::to_string(target) + " in row " + std::to_string(row) +
+        (fused ? " is outside the vocabulary [0, " + std::to_string(loss_vocab_) + ")"
+               : std::string(" is negative")));
+  }
+
+  size_t internal_bytes() const override {
+    return kWorkspaceBytes + scratch_->capacity() + (kSumOfSquaresBlocks + 1) * sizeof(double) +
+           2 * sizeof(unsigned long long);
+  }
 
   void convert_from_float(void* out, const float* in, size_t n) override {
     cuda::convert_from_float(storage_, out, in, n, stream_);
@@ -294,9 +309,9 @@ class CudaOps final : public Ops {
       return;
     }
     if (bias != nullptr && is_aligned16(bias) &&
-        lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features,
-                  inp, in_features, out, out_features, 0.0f, CUBLASLT_EPILOGUE_BIAS, bias,
-                  data_type_)) {
+        lt_matmul_->run(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight,
+                        in_features, inp, in_features, out, out_features, 0.0f,
+                        CUBLASLT_EPILOGUE_BIAS, bias, data_type_)) {
       return;
     }
     float beta = 0.0f;
@@ -323,9 +338,9 @@ class CudaOps final : public Ops {
         // The epilogue writes (not adds) the column sums of dout: into fp32 scratch.
         float* bias_gradient =
             static_cast<float*>(scratch_->get(static_cast<size_t>(out_features) * sizeof(float)));
-        fused = lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp,
-                          in_features, dout, out_features, dweight, in_features, 1.0f,
-                          CUBLASLT_EPILOGUE_BGRADB, bias_gradient, CUDA_R_32F);
+        fused = lt_matmul_->run(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp,
+                                in_features, dout, out_features, dweight, in_features, 1.0f,
+                                CUBLASLT_EPILOGUE_BGRADB, bias_gradient, CUDA_R_32F);
         if (fused) {
           accumulate_float(storage_, dbias, bias_gradient, static_cast<size_t>(out_features),
                            stream_);
@@ -380,15 +395,17 @@ class CudaOps final : public Ops {
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int rows, int vocab,
                              float loss_scale) override {
+    loss_vocab_ = vocab;  // for the deferred error's message
     cuda::softmax_cross_entropy(storage_, losses, dlogits, logits, targets, rows, vocab, loss_scale,
-                                error_row_, stream_);
+                                target_errors_ + kFusedLossError, stream_);
   }
 
   void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
                                  const int32_t* targets, int rows, int vocab_local,
                                  int vocab_start) override {
     cuda::cross_entropy_shard_stats(storage_, row_max, target_logit, logits, targets, rows,
-                                    vocab_local, vocab_start, error_row_, stream_);
+                                    vocab_local, vocab_start, target_errors_ + kShardStatsError,
+                                    stream_);
   }
 
   void cross_entropy_shard_exp_sums(float* exp_sum, const void* logits, const float* row_max,
@@ -415,87 +432,30 @@ class CudaOps final : public Ops {
   }
 
   double sum_of_squares(const void* x, size_t n) override {
-    return cuda::sum_of_squares(storage_, x, n, sum_partials_, stream_);
+    double* accumulator = sum_partials_ + kSumOfSquaresBlocks;
+    PARAPLAN_CUDA_CHECK(cudaMemsetAsync(accumulator, 0, sizeof(double), stream_));
+    accumulate_sum_of_squares(accumulator, x, n);
+    double result = 0.0;
+    PARAPLAN_CUDA_CHECK(
+        cudaMemcpyAsync(&result, accumulator, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return result;
+  }
+
+  void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
+    cuda::accumulate_sum_of_squares(storage_, accumulator, x, n, sum_partials_, stream_);
+  }
+
+  void accumulate_sum(double* accumulator, const float* x, size_t n) override {
+    cuda::accumulate_sum(accumulator, x, n, sum_partials_, stream_);
   }
 
  private:
-  // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major; A, B, D in
-  // the storage dtype), with an optional epilogue (bias: the vector added to
-  // D's rows; BGRADB: where the column sums of op(B) over k go), whose vector
-  // has element type bias_type. Returns false, having run nothing, when
-  // cuBLASLt has no algorithm for the configuration.
-  bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                 const void* a, int lda, const void* b, int ldb, void* d, int ldd, float beta,
-                 cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT,
-                 const void* bias = nullptr, cudaDataType_t bias_type = CUDA_R_32F) {
-    LtDescriptors lt;
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.operation, compute_type_, CUDA_R_32F));
-    const int32_t op_a = transa, op_b = transb;
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.operation, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                         &op_a, sizeof(op_a)));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.operation, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                         &op_b, sizeof(op_b)));
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-      const uint32_t epilogue_value = epilogue;
-      PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          lt.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_value, sizeof(epilogue_value)));
-      PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          lt.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-      const int32_t bias_type_value = bias_type;
-      PARAPLAN_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(lt.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                         &bias_type_value, sizeof(bias_type_value)));
-    }
-    // Stored shapes (before op): A is m x k or k x m, B is k x n or n x k.
-    const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
-    PARAPLAN_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&lt.a, data_type_, ta ? k : m, ta ? m : k, lda));
-    PARAPLAN_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&lt.b, data_type_, tb ? n : k, tb ? k : n, ldb));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.c, data_type_, m, n, ldd));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&lt.preference));
-    const uint64_t workspace_bytes = kWorkspaceBytes;
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        lt.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-        sizeof(workspace_bytes)));
-    if (storage_ == DType::kBFloat16) {
-      // Split-K only with fp32 partials: in-place and output-type reductions
-      // add partial sums in bf16, rounding more than once.
-      const uint32_t reductions =
-          CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-          lt.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
-          sizeof(reductions)));
-    }
-    // The default assumes 256-byte aligned operands; parameters inside the
-    // stage's one buffer may be only element-aligned.
-    const uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_d = alignment_of(d);
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        lt.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-    cublasLtMatmulHeuristicResult_t heuristic = {};
-    int found = 0;
-    // Not checked: "not supported" is an answer here, not an error.
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        lt_, lt.operation, lt.a, lt.b, lt.c, lt.c, lt.preference, 1, &heuristic, &found);
-    if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-    const float alpha = 1.0f;
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmul(lt_, lt.operation, &alpha, a, lt.a, b, lt.b, &beta, d,
-                                         lt.c, d, lt.c, &heuristic.algo, workspace_,
-                                         kWorkspaceBytes, stream_));
-    return true;
-  }
-
   // A plain GEMM (no epilogue): cuBLASLt, else cublasGemmEx (storage-typed
   // A, B, C; fp32 alpha, beta and accumulation).
   void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
             int lda, const void* b, int ldb, void* d, int ldd, float beta) {
-    if (lt_matmul(transa, transb, m, n, k, a, lda, b, ldb, d, ldd, beta)) return;
+    if (lt_matmul_->run(transa, transb, m, n, k, a, lda, b, ldb, d, ldd, beta)) return;
     const float alpha = 1.0f;
     PARAPLAN_CUBLAS_CHECK(cublasGemmEx(cublas_, transa, transb, m, n, k, &alpha, a, data_type_, lda,
                                        b, data_type_, ldb, &beta, d, data_type_, ldd, compute_type_,
@@ -506,15 +466,15 @@ class CudaOps final : public Ops {
   void release() noexcept {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     scratch_.reset();
-    if (error_row_ != nullptr) cudaFree(error_row_);
+    uploads_.reset();
+    lt_matmul_.reset();
+    if (target_errors_ != nullptr) cudaFree(target_errors_);
     if (sum_partials_ != nullptr) cudaFree(sum_partials_);
-    if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    error_row_ = nullptr;
+    target_errors_ = nullptr;
     sum_partials_ = nullptr;
-    lt_ = nullptr;
     cublas_ = nullptr;
     workspace_ = nullptr;
     stream_ = nullptr;
@@ -529,10 +489,12 @@ class CudaOps final : public Ops {
   cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
   cublasHandle_t cublas_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
+  std::unique_ptr<LtMatmul> lt_matmul_;  // the cached cuBLASLt configurations
+  std::unique_ptr<PinnedUploads> uploads_;
   void* workspace_ = nullptr;
   double* sum_partials_ = nullptr;
-  int* error_row_ = nullptr;
+  unsigned long long* target_errors_ = nullptr;  // kFusedLossError, kShardStatsError
+  int loss_vocab_ = 0;                           // the fused loss's last vocabulary size
 };
 
 std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage,

@@ -48,6 +48,34 @@ namespace {
     if (cuda_status_ != cudaSuccess) throw_cuda_error(group, operation, #call, cuda_status_); \
   } while (0)
 
+// An NCCL group (ncclGroupStart) closed on every path: end() closes it and
+// reports NCCL's error; when a call inside throws first, the destructor
+// still closes it (NCCL requires every group to end; a dangling one breaks
+// every later NCCL call of the process), ignoring its result.
+class NcclGroup {
+ public:
+  NcclGroup(const std::string& group, const std::string& operation, ncclComm_t comm)
+      : group_(group), operation_(operation), comm_(comm) {
+    PARAPLAN_NCCL_CHECK(group_, operation_, comm_, ncclGroupStart());
+    open_ = true;
+  }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    PARAPLAN_NCCL_CHECK(group_, operation_, comm_, ncclGroupEnd());
+  }
+
+ private:
+  const std::string& group_;
+  const std::string& operation_;
+  ncclComm_t comm_;
+  bool open_ = false;
+};
+
 enum class Memory { kDevice, kHost };
 
 // Device (or managed) memory goes over NCCL; anything else (pageable or pinned
@@ -403,14 +431,14 @@ void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_
           ncclComm_t comm = world_.comm_;
           cudaStream_t stream = world_.comm_stream_;
           const ncclDataType_t type = nccl_type_of(dtype);
-          PARAPLAN_NCCL_CHECK(group, transfer, comm, ncclGroupStart());
+          NcclGroup nccl_group(group, transfer, comm);
           if (send_on_device)
             PARAPLAN_NCCL_CHECK(group, transfer, comm,
                                 ncclSend(send, send_count, type, send_to, comm, stream));
           if (receive_on_device)
             PARAPLAN_NCCL_CHECK(group, transfer, comm,
                                 ncclRecv(receive, receive_count, type, receive_from, comm, stream));
-          PARAPLAN_NCCL_CHECK(group, transfer, comm, ncclGroupEnd());
+          nccl_group.end();
         },
         NcclCommunicator::Completion::kComputeWaits);
   }

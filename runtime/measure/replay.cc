@@ -259,16 +259,22 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
   double job_step_seconds = 0;
+  // Warm-up steps run as training runs them, without the per-instruction
+  // synchronizations of the timer: the last one's count is the step's own.
+  uint64_t step_synchronizations = 0;
   for (int step = 0; step < options.warmup + options.steps; ++step) {
     const bool measured = step >= options.warmup;
     optimizer_step = step + 1;
     timer.start_step(step + 1 - options.warmup, measured);
     world.barrier();
     const Clock::time_point start = Clock::now();
+    const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     rank.ops->zero_bytes(rank.stage->gradients(),
                          rank.ops->storage_bytes(rank.stage->buffer_elements()));
     rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
-                            loss_scale, hooks, &timer);
+                            loss_scale, hooks, measured ? &timer : nullptr);
+    if (!measured)
+      step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
     rank.ops->synchronize();
     double seconds = seconds_between(start, Clock::now());
     if (!measured) continue;
@@ -293,7 +299,11 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
                       .warmup = options.warmup,
                       .job_step_seconds = job_step_seconds};
   nlohmann::json report = replay_report(plan, run, ranks);
+  if (options.warmup > 0) report["host_synchronizations_per_step"] = step_synchronizations;
   std::cout << replay_table(report);
+  if (options.warmup > 0)
+    std::cout << "host synchronizations per step (rank 0, an untimed warm-up step): "
+              << step_synchronizations << std::endl;
   if (!options.report_path.empty()) {
     write_file_atomically(options.report_path, report.dump(2) + "\n");
     std::cout << "report: " << options.report_path << std::endl;

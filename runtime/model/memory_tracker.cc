@@ -27,7 +27,19 @@ MemoryTracker::~MemoryTracker() {
   for (auto& [pointer, entry] : live_) ops_.deallocate(pointer);
 }
 
+void MemoryTracker::sample_backend() {
+  const uint64_t now = ops_.internal_bytes();
+  if (now == backend_bytes_) return;
+  const int i = index(MemoryCategory::kWorkspace);
+  current_[i] = current_[i] - backend_bytes_ + now;
+  current_total_ = current_total_ - backend_bytes_ + now;
+  backend_bytes_ = now;
+  peak_[i] = std::max(peak_[i], current_[i]);
+  peak_total_ = std::max(peak_total_, current_total_);
+}
+
 void* MemoryTracker::allocate(size_t bytes, MemoryCategory category) {
+  sample_backend();
   if (capacity_ > 0 && current_total_ + bytes > capacity_) {
     const double mib = 1024.0 * 1024.0;
     char message[256];
@@ -55,6 +67,7 @@ void MemoryTracker::release(void* pointer) {
   current_total_ -= it->second.first;
   ops_.deallocate(pointer);
   live_.erase(it);
+  sample_backend();
 }
 
 }  // namespace paraplan

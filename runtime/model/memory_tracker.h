@@ -1,6 +1,9 @@
 // memory_tracker.h: every byte a rank allocates through the op set, by
 // category, with the peak of each category and of the total, so a run can put
-// its measured memory beside the plan's prediction.
+// its measured memory beside the plan's prediction. Memory the backend
+// allocates for itself (Ops::internal_bytes: the cuBLAS workspace, kernel
+// scratch) counts as workspace, sampled at every allocation and release and
+// whenever sample_backend() is called (the trainer does once per step).
 #pragma once
 
 #include <array>
@@ -37,6 +40,8 @@ class MemoryTracker {
 
   void* allocate(size_t bytes, MemoryCategory category);
   void release(void* pointer);
+  // Brings the backend's own memory up to date (workspace category).
+  void sample_backend();
 
   uint64_t current(MemoryCategory category) const { return current_[index(category)]; }
   uint64_t peak(MemoryCategory category) const { return peak_[index(category)]; }
@@ -51,6 +56,7 @@ class MemoryTracker {
   std::unordered_map<void*, std::pair<size_t, MemoryCategory>> live_;
   std::array<uint64_t, kNumMemoryCategories> current_{}, peak_{};
   uint64_t current_total_ = 0, peak_total_ = 0;
+  uint64_t backend_bytes_ = 0;  // Ops::internal_bytes() when last sampled
   uint64_t capacity_ = 0;
 };
 

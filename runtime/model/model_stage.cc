@@ -41,6 +41,19 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     if (layout.stage().has_head)
       slot.losses = allocate_floats(tokens, MemoryCategory::kActivations);
   }
+  if (layout.stage().has_head) {
+    loss_accumulator_ =
+        static_cast<double*>(memory_.allocate(sizeof(double), MemoryCategory::kWorkspace));
+    allocations_.push_back(loss_accumulator_);
+    ops_.zero_bytes(loss_accumulator_, sizeof(double));
+  }
+}
+
+void ModelStage::forward(int slot, float loss_scale, bool training) {
+  run_forward(slot, loss_scale, training);
+  if (has_head())
+    ops_.accumulate_sum(loss_accumulator_, slot_tokens_[slot].losses,
+                        static_cast<size_t>(batch_) * layout_.config().seq_len);
 }
 
 ModelStage::~ModelStage() {
@@ -83,12 +96,11 @@ void ModelStage::read_gradients(float* host, size_t count) {
   read_widened(ops_, gradients_, host, std::min(count, buffer_elements_));
 }
 
-double ModelStage::loss_sum(int slot) {
-  const size_t tokens = static_cast<size_t>(batch_) * layout_.config().seq_len;
-  std::vector<float> host(tokens);
-  ops_.copy_to_host(host.data(), slot_tokens_[slot].losses, tokens * sizeof(float));
-  double sum = 0;
-  for (float loss : host) sum += loss;
+double ModelStage::take_loss_sum() {
+  if (!has_head()) return 0.0;
+  double sum = 0.0;
+  ops_.copy_to_host(&sum, loss_accumulator_, sizeof(double));
+  ops_.zero_bytes(loss_accumulator_, sizeof(double));
   return sum;
 }
 

@@ -82,9 +82,11 @@ class ModelStage {
   virtual const void* input_gradient() const = 0;
 
   // Forward of the micro-batch in slot. On the last stage this also computes
-  // the per-token losses and, when training, the logits' gradient scaled by
-  // loss_scale (the fused softmax + cross-entropy), ready for backward().
-  virtual void forward(int slot, float loss_scale, bool training = true) = 0;
+  // the per-token losses, adds their sum to the stage's loss accumulator (on
+  // the device: nothing waits), and, when training, the logits' gradient
+  // scaled by loss_scale (the fused softmax + cross-entropy), ready for
+  // backward().
+  void forward(int slot, float loss_scale, bool training = true);
   // Backward of the micro-batch in slot, accumulating into gradients().
   // gradients_final_from, when set, is told as backward passes each part of
   // the stage that no gradient at buffer offset >= its argument will be
@@ -93,13 +95,19 @@ class ModelStage {
   // embeddings first and the head last, so the offsets fall.
   virtual void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {}) = 0;
 
-  // Last stage: sum of the slot's per-token losses (copied to the host).
-  double loss_sum(int slot);
+  // Last stage: the sum of the per-token losses of every forward since the
+  // last call (in double, micro-batch by micro-batch in forward order), read
+  // back once (one host synchronization), and the accumulator reset. 0 on
+  // other stages, without synchronizing.
+  double take_loss_sum();
   // Last stage after forward(slot, _, false): the logits [B, T, V/t] of
   // this rank's vocabulary shard.
   virtual const void* logits(int slot) const = 0;
 
  protected:
+  // The architecture's forward (forward() adds the losses afterwards).
+  virtual void run_forward(int slot, float loss_scale, bool training) = 0;
+
   // Allocates the parameter and gradient buffers (zeroed), each slot's tokens
   // and targets, and on the last stage each slot's per-token losses.
   ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
@@ -137,6 +145,7 @@ class ModelStage {
   void* parameters_ = nullptr;
   void* gradients_ = nullptr;
   std::vector<SlotTokens> slot_tokens_;
+  double* loss_accumulator_ = nullptr;  // last stage: one double of backend memory
 };
 
 }  // namespace paraplan

@@ -56,6 +56,8 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
   } else {
     counts_replicas_ = groups.data->rank() == 0;
   }
+  squares_ = static_cast<double*>(memory.allocate(sizeof(double), MemoryCategory::kWorkspace));
+  ops.zero_bytes(squares_, sizeof(double));
   const size_t bytes = std::max<size_t>(shard_elements_, 1) * sizeof(float);
   first_moment_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
   second_moment_ = static_cast<float*>(memory.allocate(bytes, MemoryCategory::kOptimizerState));
@@ -68,6 +70,7 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
+  memory_.release(squares_);
   memory_.release(first_moment_);
   memory_.release(second_moment_);
   if (gradient_shard_) memory_.release(gradient_shard_);
@@ -143,17 +146,16 @@ void DistributedOptimizer::reduce_gradients() {
   }
 }
 
-double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
-                                                    const OwnedRange& range) const {
-  if (!counts_replicas_) return 0.0;
-  // Adjacent counted tensors are summed as one run: one sum_of_squares (a
-  // device round trip on CUDA) per run rather than per tensor, so a step
-  // costs a handful of round trips, not one per layer and weight.
-  double sum = 0;
+void DistributedOptimizer::accumulate_counted_squares(const void* gradients,
+                                                      const OwnedRange& range) {
+  if (!counts_replicas_) return;
+  // Adjacent counted tensors are summed as one run (fewer, longer kernels);
+  // every run adds to one device accumulator, read once per step.
   size_t run_begin = 0, run_end = 0;
   auto flush = [&] {
     if (run_begin < run_end)
-      sum += ops_.sum_of_squares(
+      ops_.accumulate_sum_of_squares(
+          squares_,
           kernels::element_at(gradients, run_begin - range.begin + range.shard_offset, dtype_),
           run_end - run_begin);
   };
@@ -172,15 +174,17 @@ double DistributedOptimizer::counted_sum_of_squares(const void* gradients,
     run_end = to;
   }
   flush();
-  return sum;
 }
 
 double DistributedOptimizer::step(float learning_rate, int step) {
   // This rank's gradients: its shard under ZeRO-1, else the whole buffer;
   // either is indexed by OwnedRange::shard_offset.
   void* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
+  for (const OwnedRange& range : owned_) accumulate_counted_squares(gradients, range);
+  // The step's one wait for the device here: the norm decides the clip.
   double squares = 0;
-  for (const OwnedRange& range : owned_) squares += counted_sum_of_squares(gradients, range);
+  ops_.copy_to_host(&squares, squares_, sizeof(double));
+  ops_.zero_bytes(squares_, sizeof(double));
   groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
   const double norm = std::sqrt(squares);
   kernels::AdamWStep hyperparameters{.learning_rate = learning_rate,

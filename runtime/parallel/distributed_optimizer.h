@@ -108,9 +108,9 @@ class DistributedOptimizer {
   };
   OwnedRange owned(const GradientBucket& bucket) const;
   void start_bucket(size_t index);
-  // Sum of squares of the gradient elements this rank counts; gradients holds
-  // the elements of range at range.shard_offset (or the whole buffer).
-  double counted_sum_of_squares(const void* gradients, const OwnedRange& range) const;
+  // Adds the squares of the gradient elements of range this rank counts to
+  // squares_; gradients holds them at range.shard_offset (or the whole buffer).
+  void accumulate_counted_squares(const void* gradients, const OwnedRange& range);
   // The fp32 master weights of an owned element (at = its shard offset).
   float* master_at(size_t at) const;
   // Parameters set on the stage directly (not through load_parameters): the
@@ -135,6 +135,7 @@ class DistributedOptimizer {
   size_t held_begin_ = 0, held_end_ = 0;  // the tied tensor's range, summed first
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
+  double* squares_ = nullptr;  // the gradient norm's sum of squares, on the device
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;
   kernels::DType dtype_;            // the stage's storage dtype

@@ -68,7 +68,11 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   const schema::Mesh& mesh_plan = *plan.mesh();
   const schema::Training& training = *plan.training();
   RankState rank;
-  rank.ops = make_backend(options.backend, session, model.dtype);
+  std::unique_ptr<kernels::Ops> backend = make_backend(options.backend, session, model.dtype);
+  if (options.wrap_ops) backend = options.wrap_ops(std::move(backend));
+  auto counter = std::make_unique<kernels::SyncCountingOps>(std::move(backend));
+  rank.sync_counter = counter.get();
+  rank.ops = std::move(counter);
   rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
   const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
   rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);

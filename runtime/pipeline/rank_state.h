@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "kernels/sync_counting_ops.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi_session.h"
 #include "runtime/model/architecture.h"
@@ -26,7 +27,10 @@
 namespace paraplan {
 
 struct RankState {
-  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<kernels::Ops> ops;  // the backend, wrapped by sync_counter
+  // Counts the host synchronizations of everything built on ops (the step
+  // log and replay report them per step); points into ops.
+  kernels::SyncCountingOps* sync_counter = nullptr;
   std::unique_ptr<MemoryTracker> memory;
   ProcessGroups groups;
   std::unique_ptr<ParameterLayout> layout;
@@ -45,6 +49,9 @@ struct RankBuildOptions {
   // Called on the process groups before the stage and optimizer take them:
   // replay wraps each communicator to time it.
   std::function<void(ProcessGroups&)> wrap_groups;
+  // Called on the backend's ops before anything uses them (a test stubs the
+  // compute to count synchronizations of a large model's step in no time).
+  std::function<std::unique_ptr<kernels::Ops>(std::unique_ptr<kernels::Ops>)> wrap_ops;
   // Seconds a collective or pipeline transfer may take before the job ends
   // with a message naming the rank, group and operation (watchdog.h); 0 waits
   // forever.

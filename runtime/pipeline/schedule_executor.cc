@@ -45,44 +45,45 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
 
 double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
                                   const ExecutorHooks& hooks, InstructionObserver* observer) {
-  double loss_sum = 0;
   first_forward_done_ = false;
   for (const schema::Instruction& instruction : instructions_) {
     if (observer == nullptr) {
-      loss_sum += execute(instruction, data, first_sample, loss_scale, hooks);
+      execute(instruction, data, first_sample, loss_scale, hooks);
       continue;
     }
     ops_.synchronize();
     observer->before(instruction);
-    loss_sum += execute(instruction, data, first_sample, loss_scale, hooks);
+    execute(instruction, data, first_sample, loss_scale, hooks);
     ops_.synchronize();
     observer->after(instruction);
   }
-  return loss_sum;
+  // The forwards added their losses on the device; one read for the step.
+  return stage_.take_loss_sum();
 }
 
-double ScheduleExecutor::execute(const schema::Instruction& instruction, const SampleSource& data,
-                                 int64_t first_sample, float loss_scale,
-                                 const ExecutorHooks& hooks) {
+void ScheduleExecutor::execute(const schema::Instruction& instruction, const SampleSource& data,
+                               int64_t first_sample, float loss_scale, const ExecutorHooks& hooks) {
   const int batch = stage_.micro_batch_size();
   const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
   const int micro_batch = instruction.micro_batch();
-  double loss_sum = 0;  // nonzero only for a head stage's forward
   switch (instruction.op()) {
     case OpCode::LoadMicroBatch: {
       const int64_t sample =
           first_sample +
           static_cast<int64_t>(data_parallel_rank_ * num_micro_batches_ + micro_batch) * batch;
       data.load(sample, batch, host_tokens_.data(), host_targets_.data());
-      ops_.copy_from_host(stage_.tokens(slot_of(micro_batch)), host_tokens_.data(), token_bytes);
-      ops_.copy_from_host(stage_.targets(slot_of(micro_batch)), host_targets_.data(), token_bytes);
+      // Staged through pinned memory on a device: the host does not wait, and
+      // the vectors are free again at once.
+      ops_.copy_from_host_async(stage_.tokens(slot_of(micro_batch)), host_tokens_.data(),
+                                token_bytes);
+      ops_.copy_from_host_async(stage_.targets(slot_of(micro_batch)), host_targets_.data(),
+                                token_bytes);
       break;
     }
     case OpCode::Forward:
       if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
       first_forward_done_ = true;
       stage_.forward(slot_of(micro_batch), loss_scale);
-      if (stage_.has_head()) loss_sum += stage_.loss_sum(slot_of(micro_batch));
       break;
     case OpCode::Backward:
       // A stage without the head starts from the received output gradient,
@@ -129,7 +130,6 @@ double ScheduleExecutor::execute(const schema::Instruction& instruction, const S
       if (hooks.optimizer_step) hooks.optimizer_step();
       break;
   }
-  return loss_sum;
 }
 
 void ScheduleExecutor::transfer(const void* send, int send_to, void* receive, int receive_from) {

@@ -63,14 +63,15 @@ class ScheduleExecutor {
   // Runs one optimizer step's instructions. Micro-batch j of this replica
   // reads samples first_sample + (data_parallel_rank * m + j) * B, ..., so the
   // data order depends on the global sample index only. Returns the sum of
-  // the per-token losses this stage computed (0 on stages without the head).
+  // the per-token losses this stage computed (0 on stages without the head),
+  // read from the device once, at the end.
   double run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
                   const ExecutorHooks& hooks, InstructionObserver* observer = nullptr);
 
  private:
   int slot_of(int micro_batch) const { return micro_batch % stage_.num_slots(); }
-  double execute(const schema::Instruction& instruction, const SampleSource& data,
-                 int64_t first_sample, float loss_scale, const ExecutorHooks& hooks);
+  void execute(const schema::Instruction& instruction, const SampleSource& data,
+               int64_t first_sample, float loss_scale, const ExecutorHooks& hooks);
   // One paired transfer; -1 peers or null buffers skip a half.
   void transfer(const void* send, int send_to, void* receive, int receive_from);
 

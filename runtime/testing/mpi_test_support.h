@@ -4,6 +4,11 @@
 // bitwise comparison.
 #pragma once
 
+// The C API only (as runtime/comm/mpi_communicator.h): Open MPI's C++
+// bindings would need libmpi_cxx.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <cmath>

@@ -59,7 +59,8 @@ void StepLogger::log(const StepMetrics& m) {
                            {"tflops", m.tflops},
                            {"mfu", m.mfu},
                            {"memory_bytes", m.peak_memory_bytes},
-                           {"memory_capacity_bytes", m.memory_capacity_bytes}};
+                           {"memory_capacity_bytes", m.memory_capacity_bytes},
+                           {"host_syncs", m.host_synchronizations}};
   if (m.validation_loss) record["val_loss"] = *m.validation_loss;
   // nlohmann/json writes doubles so they read back exactly: resumed runs
   // can be compared bit for bit.

@@ -21,6 +21,10 @@ struct StepMetrics {
   uint64_t peak_memory_bytes = 0;  // this rank's tracked peak
   uint64_t memory_capacity_bytes = 0;
   std::optional<double> validation_loss;
+  // Times the leader's host waited for its device during the step
+  // (kernels/sync_counting_ops.h): a small constant, whatever the micro-batch
+  // and layer counts.
+  uint64_t host_synchronizations = 0;
 };
 
 // "step:    10  loss:  4.1234  grad_norm:  0.8123  lr: 3.0e-04  memory:  0.05GiB(0.6%)

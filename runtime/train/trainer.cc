@@ -20,6 +20,7 @@
 #include "runtime/pipeline/rank_state.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/step_logger.h"
+#include "runtime/train/training_step.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -67,8 +68,8 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
           static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
       if (spec.has_embedding || spec.has_head) {
         data.load(sample, batch, inputs.data(), targets.data());
-        rank.ops->copy_from_host(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
-        rank.ops->copy_from_host(stage.targets(0), targets.data(), tokens * sizeof(int32_t));
+        rank.ops->copy_from_host_async(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
+        rank.ops->copy_from_host_async(stage.targets(0), targets.data(), tokens * sizeof(int32_t));
       }
       if (!spec.has_embedding)
         rank.groups.peers->send_receive(nullptr, 0, -1, stage.input(0), activations,
@@ -77,10 +78,11 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
       if (!spec.has_head)
         rank.groups.peers->send_receive(stage.output(0), activations, rank.groups.next_stage_rank,
                                         nullptr, 0, -1, stage.dtype());
-      else if (mesh.tensor_rank == 0)
-        loss_sum += stage.loss_sum(0);
     }
   }
+  // The forwards' losses, summed on the device; counted once per tensor group.
+  const double stage_loss = stage.take_loss_sum();
+  if (spec.has_head && mesh.tensor_rank == 0) loss_sum = stage_loss;
   rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
   const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
                               training.global_batch_size() * stage.layout().config().seq_len;
@@ -171,26 +173,31 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", session.world_rank());
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);
+  // A step's time runs from the end of the one before (after its wait for the
+  // device) to its own end, so work still in flight at a step's end (ZeRO-1's
+  // parameter all-gathers, which the next forward waits for) is in the next
+  // interval rather than in none.
+  auto step_start = std::chrono::steady_clock::now();
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
-    const auto start = std::chrono::steady_clock::now();
     if (step + 1 == failure_step)
       throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
                                " (PARAPLAN_FAIL_RANK_AT_STEP)");
     if (step + 1 == stall_step) std::this_thread::sleep_for(std::chrono::hours(1));
-    rank.ops->zero_bytes(stage.gradients(), rank.ops->storage_bytes(stage.buffer_elements()));
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
-    const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
-      metrics.grad_norm = rank.optimizer->step(static_cast<float>(metrics.learning_rate), step + 1);
-    });
-    double loss_sum =
-        rank.executor->run_step(train_data, state.next_train_sample, loss_scale, hooks);
-    if (!counts_loss) loss_sum = 0;
+    const TrainingStep trained = run_training_step(rank, train_data, state.next_train_sample,
+                                                   loss_scale, metrics.learning_rate, step + 1);
+    metrics.grad_norm = trained.grad_norm;
+    double loss_sum = counts_loss ? trained.loss_sum : 0.0;
     rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+    const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     rank.ops->synchronize();
+    metrics.host_synchronizations =
+        trained.host_synchronizations +
+        (rank.sync_counter->synchronizations() - synchronizations_before);
     state.next_train_sample += training.global_batch_size();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto step_end = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(step_end - step_start).count();
 
     metrics.step = step + 1;
     metrics.loss = loss_sum / static_cast<double>(tokens_per_step);
@@ -214,6 +221,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     }
     if (leader) logger.log(metrics);
     summary.losses.push_back(metrics.loss);
+    summary.host_synchronizations.push_back(metrics.host_synchronizations);
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       const std::string written = save_distributed_checkpoint(
@@ -222,6 +230,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
               .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed});
       if (leader) std::cout << "checkpoint: " << written << std::endl;
     }
+    // Evaluation, logging and checkpoints are not the next step's time.
+    step_start = std::chrono::steady_clock::now();
   }
   summary.last_step = last_step;
   const std::string report = memory_report(loaded, *rank.memory, rank.groups);

@@ -30,7 +30,8 @@ struct TrainOptions {
 struct TrainSummary {
   int first_step = 0;  // the step training started from (> 0 when resumed)
   int last_step = 0;
-  std::vector<double> losses;  // per step run
+  std::vector<double> losses;                   // per step run
+  std::vector<uint64_t> host_synchronizations;  // per step run, this rank's
   std::optional<double> final_validation_loss;
 };
 

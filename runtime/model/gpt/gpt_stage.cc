@@ -186,7 +186,7 @@ void GptStage::block_backward(int local_layer, const void* input, const BlockAct
                           param(w.ln1_weight), a.ln1_mean, a.ln1_rstd, BT, C);
 }
 
-void GptStage::forward(int slot_index, float loss_scale, bool training) {
+void GptStage::run_forward(int slot_index, float loss_scale, bool training) {
   const TransformerConfig& config = layout_.config();
   const StageSpec& stage = layout_.stage();
   Slot& slot = slots_[slot_index];

@@ -38,7 +38,7 @@ class GptStage final : public ModelStage {
   const void* output(int slot) const override;
   void* output_gradient() override { return residual_gradient_; }
   const void* input_gradient() const override { return residual_gradient_; }
-  void forward(int slot, float loss_scale, bool training = true) override;
+  void run_forward(int slot, float loss_scale, bool training) override;
   void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {}) override;
   const void* logits(int slot) const override { return slots_[slot].logits; }
 

@@ -95,7 +95,7 @@ StepResult training_step(kernels::Ops& ops, std::vector<RecomputeMode> recompute
   const float scale = 1.0f / (batch * T);
   stage.forward(0, scale);
   StepResult result;
-  result.mean_loss = stage.loss_sum(0) * scale;
+  result.mean_loss = stage.take_loss_sum() * scale;
   stage.backward(0);
   result.gradients.resize(n);
   stage.read_gradients(result.gradients.data(), n);

@@ -49,8 +49,9 @@ struct Fixture {
   }
   double loss(int batch) {
     load(0, 0, batch);
+    stage.take_loss_sum();  // drops what earlier forwards added
     stage.forward(0, 1.0f, false);
-    return stage.loss_sum(0) / (batch * layout.config().seq_len);
+    return stage.take_loss_sum() / (batch * layout.config().seq_len);
   }
   std::vector<float> gradients(int batch) {
     const float scale = 1.0f / (batch * layout.config().seq_len);
@@ -145,15 +146,22 @@ TEST(GptStage, RecomputationKeepsLessActivationMemory) {
 
 TEST(GptStage, ActivationMemoryIsLinearInTheSequenceLength) {
   // The fused attention keeps no [B, H, T, T] tensor, in any mode and in no
-  // scratch: doubling T exactly doubles the kept activations and the workspace.
-  TransformerConfig doubled = tiny_config();
-  doubled.seq_len *= 2;
+  // scratch: the kept activations and the workspace are affine in T (a
+  // constant part, the loss accumulator, aside), so T -> 2T adds exactly what
+  // 2T -> 3T adds, and doubling T doubles the activations.
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
-    const Fixture base(modes(mode, mode), 2, 3), twice(modes(mode, mode), 2, 3, doubled);
-    for (MemoryCategory category : {MemoryCategory::kActivations, MemoryCategory::kWorkspace}) {
-      EXPECT_EQ(twice.memory.peak(category), 2 * base.memory.peak(category))
-          << "mode " << int(mode) << " category " << int(category);
+    uint64_t peaks[3][2];
+    for (int times = 1; times <= 3; ++times) {
+      TransformerConfig config = tiny_config();
+      config.seq_len *= times;
+      const Fixture fixture(modes(mode, mode), 2, 3, config);
+      peaks[times - 1][0] = fixture.memory.peak(MemoryCategory::kActivations);
+      peaks[times - 1][1] = fixture.memory.peak(MemoryCategory::kWorkspace);
     }
+    for (int category = 0; category < 2; ++category)
+      EXPECT_EQ(peaks[2][category] - peaks[1][category], peaks[1][category] - peaks[0][category])
+          << "mode " << int(mode) << (category == 0 ? " activations" : " workspace");
+    EXPECT_EQ(peaks[1][0], 2 * peaks[0][0]) << "mode " << int(mode);
   }
 }
 
@@ -177,7 +185,25 @@ TEST(GptStage, SlotsInFlightAreIndependent) {
     interleaved.stage.backward(0);
     interleaved.stage.backward(1);
     EXPECT_EQ(sequential.current_gradients(), interleaved.current_gradients());
+    // Both forwards' losses, summed on the device, read once.
+    EXPECT_EQ(interleaved.stage.take_loss_sum(), sequential.stage.take_loss_sum());
   }
+}
+
+TEST(GptStage, LossesAccumulateOverForwardsUntilTaken) {
+  Fixture fixture(modes(RecomputeMode::None, RecomputeMode::None), 1, 2);
+  const int tokens = fixture.layout.config().seq_len;
+  double each[2];
+  for (int mb = 0; mb < 2; ++mb) {
+    fixture.load(mb, mb, 1);
+    fixture.stage.forward(mb, 1.0f, false);
+    each[mb] = fixture.stage.take_loss_sum();
+    EXPECT_GT(each[mb] / tokens, 1.0);  // about log(vocab) at initialization
+  }
+  EXPECT_EQ(fixture.stage.take_loss_sum(), 0.0) << "taking resets the accumulator";
+  fixture.stage.forward(0, 1.0f, false);
+  fixture.stage.forward(1, 1.0f, false);
+  EXPECT_EQ(fixture.stage.take_loss_sum(), each[0] + each[1]);
 }
 
 TEST(GptStage, MicroBatchesAddUpToTheWholeBatch) {

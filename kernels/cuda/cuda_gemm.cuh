@@ -1,0 +1,75 @@
+// cuda_gemm.cuh: cuBLASLt matmuls with their configuration cached.
+//
+// A training step runs the same few GEMM shapes over and over (per layer,
+// per micro-batch); building the cuBLASLt descriptors and asking the
+// heuristic for an algorithm each time costs host microseconds per GEMM. The
+// descriptors and the chosen algorithm are kept per configuration: the
+// operation (transposes, m, n, k, leading dimensions), the epilogue and its
+// vector's type, and the operands' alignments (what the heuristic may assume
+// of the pointers). A configuration cuBLASLt has no algorithm for is
+// remembered too, so the fallback is chosen without asking again. The
+// algorithm depends only on the key, so a cached call is bitwise the uncached
+// one.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+namespace paraplan::kernels::cuda {
+
+class LtMatmul {
+ public:
+  // data_type: of A, B, C and D (the storage dtype); compute_type: cuBLAS's;
+  // fp32_partials_only: split-K only with fp32 partial sums (bf16 storage:
+  // one rounding per output). The workspace (workspace_bytes of device memory)
+  // and the stream are the caller's.
+  LtMatmul(cudaDataType_t data_type, cublasComputeType_t compute_type, bool fp32_partials_only,
+           void* workspace, size_t workspace_bytes, cudaStream_t stream);
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+
+  // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major), with an
+  // optional epilogue (bias: the vector added to D's rows; BGRADB: where the
+  // column sums of op(B) over k go) whose vector has element type bias_type.
+  // Returns false, having run nothing, when cuBLASLt has no algorithm for the
+  // configuration.
+  bool run(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
+           int lda, const void* b, int ldb, void* d, int ldd, float beta,
+           cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT, const void* bias = nullptr,
+           cudaDataType_t bias_type = CUDA_R_32F);
+
+  // Configurations seen so far (each built once).
+  size_t cached_configurations() const { return cache_.size(); }
+
+ private:
+  struct Key {
+    int32_t transa, transb, m, n, k, lda, ldb, ldd;
+    uint32_t epilogue;
+    int32_t bias_type;
+    uint32_t align_a, align_b, align_d;
+    bool operator==(const Key& other) const;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const;
+  };
+  struct Configuration;  // descriptors and the chosen algorithm
+
+  std::unique_ptr<Configuration> configure(const Key& key) const;
+
+  cudaDataType_t data_type_;
+  cublasComputeType_t compute_type_;
+  bool fp32_partials_only_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  cudaStream_t stream_;
+  cublasLtHandle_t lt_ = nullptr;
+  std::unordered_map<Key, std::unique_ptr<Configuration>, KeyHash> cache_;
+};
+
+}  // namespace paraplan::kernels::cuda

@@ -1,0 +1,22 @@
+// training_step.cc: one optimizer step on this rank.
+#include "runtime/train/training_step.h"
+
+namespace paraplan {
+
+TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_t first_sample,
+                               float loss_scale, double learning_rate, int step) {
+  const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
+  ModelStage& stage = *rank.stage;
+  rank.ops->zero_bytes(stage.gradients(), rank.ops->storage_bytes(stage.buffer_elements()));
+  TrainingStep result;
+  const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
+    result.grad_norm = rank.optimizer->step(static_cast<float>(learning_rate), step);
+  });
+  result.loss_sum = rank.executor->run_step(data, first_sample, loss_scale, hooks);
+  rank.ops->check_deferred_errors();
+  rank.memory->sample_backend();
+  result.host_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
+  return result;
+}
+
+}  // namespace paraplan
