@@ -134,6 +134,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
       RankBuildOptions{.backend = options.backend,
                        .transport = options.transport,
                        .wrap_groups = {},
+                       .wrap_ops = {},
                        .collective_timeout_seconds = options.collective_timeout_seconds});
   ModelStage& stage = *rank.stage;
   const bool leader = session.world_rank() == 0;
