@@ -1,7 +1,10 @@
-// cuda_layernorm.cu: layer norm forward and backward for the CUDA backend
-// (fp32 or bf16 storage; mean and rstd fp32), and the deterministic column
-// sums that give the parameter gradients (also used for a linear layer's bias
-// gradient when cuBLASLt's epilogue does not apply).
+// cuda_layernorm.cu: layer norm and RMS norm (Llama), forward and backward,
+// for the CUDA backend (fp32 or bf16 storage; mean and rstd fp32), and the
+// deterministic column sums that give the parameter gradients (also used for
+// a linear layer's bias gradient when cuBLASLt's epilogue does not apply).
+// RMS norm is layer norm without the mean and the bias: norm = x * rstd,
+// rstd = 1 / sqrt(mean(x^2) + epsilon), out = norm * weight; its weight
+// gradient is the same column sum of norm * dout, with a zero mean.
 //
 // Forward and the input gradient: one warp per row, lanes striding over the
 // channels (16-byte packs, 4 floats or 8 bf16, when C is a multiple of the
@@ -164,7 +167,8 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
 }
 
 // Pass 1 of the column sums: partial_b[chunk, c] = sum of dy[r, c] over the
-// chunk's rows; with kNorm also partial_a[chunk, c] = sum of norm[r, c] * dy[r, c].
+// chunk's rows (unless partial_b is null); with kNorm also partial_a[chunk, c]
+// = sum of norm[r, c] * dy[r, c], norm = (x - mean) * rstd (mean null: 0, RMS norm).
 template <typename T, bool kNorm>
 __global__ void column_partials_kernel(float* partial_a, float* partial_b, const T* dy, const T* x,
                                        const float* mean, const float* rstd, int rows, int cols,
@@ -179,18 +183,18 @@ __global__ void column_partials_kernel(float* partial_a, float* partial_b, const
     const size_t index = static_cast<size_t>(r) * cols + c;
     const float g = widen(dy[index]);
     if constexpr (kNorm) {
-      const float norm = (widen(x[index]) - mean[r]) * rstd[r];
+      const float norm = (widen(x[index]) - (mean != nullptr ? mean[r] : 0.0f)) * rstd[r];
       sum_a += norm * g;
     }
     sum_b += g;
   }
   const size_t out = static_cast<size_t>(chunk) * cols + c;
   if constexpr (kNorm) partial_a[out] = sum_a;
-  partial_b[out] = sum_b;
+  if (partial_b != nullptr) partial_b[out] = sum_b;
 }
 
 // Pass 2: out_b[c] += sum over chunks (in order) of partial_b[chunk, c],
-// rounded once; the same for out_a when it is given.
+// rounded once; the same for out_a and out_b when they are given.
 template <typename T>
 __global__ void column_final_kernel(T* out_a, T* out_b, const float* partial_a,
                                     const float* partial_b, int chunks, int cols) {
@@ -200,10 +204,97 @@ __global__ void column_final_kernel(T* out_a, T* out_b, const float* partial_a,
   for (int k = 0; k < chunks; k++) {
     const size_t index = static_cast<size_t>(k) * cols + c;
     if (out_a != nullptr) sum_a += partial_a[index];
-    sum_b += partial_b[index];
+    if (out_b != nullptr) sum_b += partial_b[index];
   }
   if (out_a != nullptr) out_a[c] = narrow<T>(widen(out_a[c]) + sum_a);
-  out_b[c] = narrow<T>(widen(out_b[c]) + sum_b);
+  if (out_b != nullptr) out_b[c] = narrow<T>(widen(out_b[c]) + sum_b);
+}
+
+// RMS norm forward: one warp per row, as the layer norm's.
+template <typename T, bool kVectorized>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, int rows,
+                                       int C, float epsilon) {
+  constexpr int kP = kPack<T>;
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // a whole warp leaves together
+  const T* x = inp + static_cast<size_t>(row) * C;
+  T* y = out + static_cast<size_t>(row) * C;
+  const int packs = C / kP;
+  float sum_squares = 0.0f;
+  if constexpr (kVectorized) {
+    for (int p = lane; p < packs; p += 32) {
+      float v[kP];
+      load_pack(v, x, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) sum_squares += v[k] * v[k];
+    }
+  } else {
+    for (int c = lane; c < C; c += 32) sum_squares += widen(x[c]) * widen(x[c]);
+  }
+  const float row_rstd = 1.0f / sqrtf(warp_sum(sum_squares) / C + epsilon);
+  if constexpr (kVectorized) {
+    for (int p = lane; p < packs; p += 32) {
+      float v[kP], w[kP];
+      load_pack(v, x, p);
+      load_pack(w, weight, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) v[k] = v[k] * row_rstd * w[k];
+      store_pack(y, p, v);
+    }
+  } else {
+    for (int c = lane; c < C; c += 32) y[c] = narrow<T>(widen(x[c]) * row_rstd * widen(weight[c]));
+  }
+  if (lane == 0) rstd[row] = row_rstd;
+}
+
+// dinp += (g - norm * mean(g * norm)) * rstd, norm = x * rstd, g = weight * dout.
+template <typename T, bool kVectorized>
+__global__ void rmsnorm_backward_input_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                              const float* rstd, int rows, int C) {
+  constexpr int kP = kPack<T>;
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const size_t offset = static_cast<size_t>(row) * C;
+  const T* x = inp + offset;
+  const T* dy = dout + offset;
+  T* dx = dinp + offset;
+  const float row_rstd = rstd[row];
+  const int packs = C / kP;
+  float g_norm_sum = 0.0f;
+  if constexpr (kVectorized) {
+    for (int p = lane; p < packs; p += 32) {
+      float xs[kP], gs[kP], ws[kP];
+      load_pack(xs, x, p);
+      load_pack(gs, dy, p);
+      load_pack(ws, weight, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++) g_norm_sum += ws[k] * gs[k] * (xs[k] * row_rstd);
+    }
+  } else {
+    for (int c = lane; c < C; c += 32)
+      g_norm_sum += widen(weight[c]) * widen(dy[c]) * (widen(x[c]) * row_rstd);
+  }
+  const float g_norm_mean = warp_sum(g_norm_sum) / C;
+  if constexpr (kVectorized) {
+    for (int p = lane; p < packs; p += 32) {
+      float xs[kP], gs[kP], ws[kP], ds[kP];
+      load_pack(xs, x, p);
+      load_pack(gs, dy, p);
+      load_pack(ws, weight, p);
+      load_pack(ds, dx, p);
+#pragma unroll
+      for (int k = 0; k < kP; k++)
+        ds[k] += (ws[k] * gs[k] - xs[k] * row_rstd * g_norm_mean) * row_rstd;
+      store_pack(dx, p, ds);
+    }
+  } else {
+    for (int c = lane; c < C; c += 32) {
+      const float g = widen(weight[c]) * widen(dy[c]);
+      dx[c] = narrow<T>(widen(dx[c]) + (g - widen(x[c]) * row_rstd * g_norm_mean) * row_rstd);
+    }
+  }
 }
 
 struct Chunking {
@@ -271,6 +362,60 @@ void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, c
     column_final_kernel<T><<<ceil_div(channels, kColumnThreads), kColumnThreads, 0, stream>>>(
         static_cast<T*>(dweight), static_cast<T*>(dbias), partial_weight, partial_bias,
         split.chunks, channels);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void rmsnorm_forward(DType storage, void* out, float* rstd, const void* inp, const void* weight,
+                     int rows, int channels, float epsilon, cudaStream_t stream) {
+  if (rows <= 0 || channels <= 0) return;
+  const unsigned int blocks = ceil_div(rows, kWarpsPerBlock);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* y = static_cast<T*>(out);
+    const T *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight);
+    const bool vectorized =
+        channels % kPack<T> == 0 && is_aligned16(y) && is_aligned16(x) && is_aligned16(w);
+    if (vectorized) {
+      rmsnorm_forward_kernel<T, true>
+          <<<blocks, kRowThreads, 0, stream>>>(y, rstd, x, w, rows, channels, epsilon);
+    } else {
+      rmsnorm_forward_kernel<T, false>
+          <<<blocks, kRowThreads, 0, stream>>>(y, rstd, x, w, rows, channels, epsilon);
+    }
+  });
+  PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_backward(DType storage, void* dinp, void* dweight, const void* dout, const void* inp,
+                      const void* weight, const float* rstd, int rows, int channels,
+                      DeviceScratch& scratch, cudaStream_t stream) {
+  if (rows <= 0 || channels <= 0) return;
+  const unsigned int row_blocks = ceil_div(rows, kWarpsPerBlock);
+  const Chunking split = chunking(rows);
+  float* partial_weight = static_cast<float*>(
+      scratch.get(static_cast<size_t>(split.chunks) * channels * sizeof(float)));
+  const dim3 grid(ceil_div(channels, kColumnThreads), split.chunks);
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dx = static_cast<T*>(dinp);
+    const T *dy = static_cast<const T*>(dout), *x = static_cast<const T*>(inp),
+            *w = static_cast<const T*>(weight);
+    const bool vectorized = channels % kPack<T> == 0 && is_aligned16(dx) && is_aligned16(dy) &&
+                            is_aligned16(x) && is_aligned16(w);
+    if (vectorized) {
+      rmsnorm_backward_input_kernel<T, true>
+          <<<row_blocks, kRowThreads, 0, stream>>>(dx, dy, x, w, rstd, rows, channels);
+    } else {
+      rmsnorm_backward_input_kernel<T, false>
+          <<<row_blocks, kRowThreads, 0, stream>>>(dx, dy, x, w, rstd, rows, channels);
+    }
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+    column_partials_kernel<T, true><<<grid, kColumnThreads, 0, stream>>>(
+        partial_weight, nullptr, dy, x, nullptr, rstd, rows, channels, split.chunk_rows);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+    column_final_kernel<T><<<ceil_div(channels, kColumnThreads), kColumnThreads, 0, stream>>>(
+        static_cast<T*>(dweight), nullptr, partial_weight, nullptr, split.chunks, channels);
     PARAPLAN_CUDA_CHECK_LAUNCH();
   });
 }
