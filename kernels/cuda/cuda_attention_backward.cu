@@ -77,84 +77,84 @@ __global__ void __launch_bounds__(kThreads)
 
   // The query heads sharing this KV head, in order: their dK and dV sum here.
   for (int g = 0; g < H / Hkv; g++) {
-  const HeadPointers head = group_head_pointers(g, T, H, Hkv, D);
-  const Storage* query = qkv + head.qkv_offset;
-  const Storage* dout_head = dout + head.out_offset;
-  // Queries before the tile's first key see none of its keys.
-  for (int row0 = col0; row0 < T; row0 += kSubTile) {
-    const int rows = min(kSubTile, T - row0);
-    __syncthreads();  // the previous step's readers are done with the sub-tiles
-    load_tile<kSubTile, kDPad>(q_tile, query + row0 * C3, C3, rows, D, qkv_packed);
-    load_tile<kSubTile, kDPad>(dout_tile, dout_head + row0 * C, C, rows, D, dout_packed);
-    if (threadIdx.x < kSubTile) {
-      const int r = threadIdx.x;
-      lse_tile[r] = r < rows ? logsumexp[head.row_offset + row0 + r] : 0.0f;
-      row_dot_tile[r] = r < rows ? row_dot[head.row_offset + row0 + r] : 0.0f;
-    }
-    __syncthreads();
-
-    // S^T and dP^T for keys ty + 16i and queries tx + 16j.
-    float s[kPerThread][kSubPerThread] = {}, dp[kPerThread][kSubPerThread] = {};
-#pragma unroll 4
-    for (int d = 0; d < kDPad; d++) {
-      float k[kPerThread], v[kPerThread], q[kSubPerThread], g[kSubPerThread];
-#pragma unroll
-      for (int i = 0; i < kPerThread; i++) {
-        k[i] = k_tile[(ty + kSide * i) * kStride + d];
-        v[i] = v_tile[(ty + kSide * i) * kStride + d];
+    const HeadPointers head = group_head_pointers(g, T, H, Hkv, D);
+    const Storage* query = qkv + head.qkv_offset;
+    const Storage* dout_head = dout + head.out_offset;
+    // Queries before the tile's first key see none of its keys.
+    for (int row0 = col0; row0 < T; row0 += kSubTile) {
+      const int rows = min(kSubTile, T - row0);
+      __syncthreads();  // the previous step's readers are done with the sub-tiles
+      load_tile<kSubTile, kDPad>(q_tile, query + row0 * C3, C3, rows, D, qkv_packed);
+      load_tile<kSubTile, kDPad>(dout_tile, dout_head + row0 * C, C, rows, D, dout_packed);
+      if (threadIdx.x < kSubTile) {
+        const int r = threadIdx.x;
+        lse_tile[r] = r < rows ? logsumexp[head.row_offset + row0 + r] : 0.0f;
+        row_dot_tile[r] = r < rows ? row_dot[head.row_offset + row0 + r] : 0.0f;
       }
+      __syncthreads();
+
+      // S^T and dP^T for keys ty + 16i and queries tx + 16j.
+      float s[kPerThread][kSubPerThread] = {}, dp[kPerThread][kSubPerThread] = {};
+#pragma unroll 4
+      for (int d = 0; d < kDPad; d++) {
+        float k[kPerThread], v[kPerThread], q[kSubPerThread], g[kSubPerThread];
 #pragma unroll
-      for (int j = 0; j < kSubPerThread; j++) {
-        q[j] = q_tile[(tx + kSide * j) * kStride + d];
-        g[j] = dout_tile[(tx + kSide * j) * kStride + d];
+        for (int i = 0; i < kPerThread; i++) {
+          k[i] = k_tile[(ty + kSide * i) * kStride + d];
+          v[i] = v_tile[(ty + kSide * i) * kStride + d];
+        }
+#pragma unroll
+        for (int j = 0; j < kSubPerThread; j++) {
+          q[j] = q_tile[(tx + kSide * j) * kStride + d];
+          g[j] = dout_tile[(tx + kSide * j) * kStride + d];
+        }
+#pragma unroll
+        for (int i = 0; i < kPerThread; i++) {
+#pragma unroll
+          for (int j = 0; j < kSubPerThread; j++) {
+            s[i][j] = fmaf(q[j], k[i], s[i][j]);  // the forward's operand order
+            dp[i][j] = fmaf(g[j], v[i], dp[i][j]);
+          }
+        }
       }
 #pragma unroll
       for (int i = 0; i < kPerThread; i++) {
 #pragma unroll
         for (int j = 0; j < kSubPerThread; j++) {
-          s[i][j] = fmaf(q[j], k[i], s[i][j]);  // the forward's operand order
-          dp[i][j] = fmaf(g[j], v[i], dp[i][j]);
+          const int c = ty + kSide * i, r = tx + kSide * j;
+          // Implies key < T, since the query is.
+          const bool visible = col0 + c <= row0 + r && r < rows;
+          const float p = visible ? expf(s[i][j] * scale - lse_tile[r]) : 0.0f;
+          p_tile[c * kProbabilityStride + r] = p;
+          ds_tile[c * kProbabilityStride + r] = visible ? p * (dp[i][j] - row_dot_tile[r]) : 0.0f;
         }
       }
-    }
-#pragma unroll
-    for (int i = 0; i < kPerThread; i++) {
-#pragma unroll
-      for (int j = 0; j < kSubPerThread; j++) {
-        const int c = ty + kSide * i, r = tx + kSide * j;
-        // Implies key < T, since the query is.
-        const bool visible = col0 + c <= row0 + r && r < rows;
-        const float p = visible ? expf(s[i][j] * scale - lse_tile[r]) : 0.0f;
-        p_tile[c * kProbabilityStride + r] = p;
-        ds_tile[c * kProbabilityStride + r] = visible ? p * (dp[i][j] - row_dot_tile[r]) : 0.0f;
-      }
-    }
-    __syncthreads();
+      __syncthreads();
 
-    // dV += P^T dOut, dK += dS^T Q for keys ty + 16i, columns tx + 16j.
+      // dV += P^T dOut, dK += dS^T Q for keys ty + 16i, columns tx + 16j.
 #pragma unroll 4
-    for (int r = 0; r < kSubTile; r++) {
-      float p[kPerThread], ds[kPerThread], g[kColumns], q[kColumns];
+      for (int r = 0; r < kSubTile; r++) {
+        float p[kPerThread], ds[kPerThread], g[kColumns], q[kColumns];
 #pragma unroll
-      for (int i = 0; i < kPerThread; i++) {
-        p[i] = p_tile[(ty + kSide * i) * kProbabilityStride + r];
-        ds[i] = ds_tile[(ty + kSide * i) * kProbabilityStride + r];
-      }
-#pragma unroll
-      for (int j = 0; j < kColumns; j++) {
-        g[j] = dout_tile[r * kStride + tx + kSide * j];
-        q[j] = q_tile[r * kStride + tx + kSide * j];
-      }
-#pragma unroll
-      for (int i = 0; i < kPerThread; i++) {
+        for (int i = 0; i < kPerThread; i++) {
+          p[i] = p_tile[(ty + kSide * i) * kProbabilityStride + r];
+          ds[i] = ds_tile[(ty + kSide * i) * kProbabilityStride + r];
+        }
 #pragma unroll
         for (int j = 0; j < kColumns; j++) {
-          dv[i][j] = fmaf(p[i], g[j], dv[i][j]);
-          dk[i][j] = fmaf(ds[i], q[j], dk[i][j]);
+          g[j] = dout_tile[r * kStride + tx + kSide * j];
+          q[j] = q_tile[r * kStride + tx + kSide * j];
+        }
+#pragma unroll
+        for (int i = 0; i < kPerThread; i++) {
+#pragma unroll
+          for (int j = 0; j < kColumns; j++) {
+            dv[i][j] = fmaf(p[i], g[j], dv[i][j]);
+            dk[i][j] = fmaf(ds[i], q[j], dk[i][j]);
+          }
         }
       }
     }
-  }
   }
 
   // This block alone owns these rows of dK and dV: plain read-modify-write.

@@ -41,8 +41,7 @@ template <typename Op>
 void launch_elementwise(const Op& op, size_t n, bool vectorized, cudaStream_t stream) {
   if (n == 0) return;
   const size_t work = vectorized ? std::max<size_t>(n / Op::kPackSize, 1) : n;
-  const unsigned int blocks =
-      std::min(ceil_div(work, kElementwiseThreads), kElementwiseMaxBlocks);
+  const unsigned int blocks = std::min(ceil_div(work, kElementwiseThreads), kElementwiseMaxBlocks);
   elementwise_kernel<<<blocks, kElementwiseThreads, 0, stream>>>(op, n, vectorized);
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }

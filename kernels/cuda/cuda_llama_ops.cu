@@ -154,13 +154,12 @@ void rope(DType storage, void* qkv, const float* cos, const float* sin, int batc
   const size_t pairs = static_cast<size_t>(batch) * seq_len * rotated_heads * half;
   if (pairs == 0) return;
   const size_t stride = static_cast<size_t>(num_heads + 2 * num_kv_heads) * head_dim;
-  const unsigned int blocks =
-      std::min(ceil_div(pairs, kElementwiseThreads), kElementwiseMaxBlocks);
+  const unsigned int blocks = std::min(ceil_div(pairs, kElementwiseThreads), kElementwiseMaxBlocks);
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rope_kernel<T><<<blocks, kElementwiseThreads, 0, stream>>>(
-        static_cast<T*>(qkv), cos, sin, pairs, seq_len, rotated_heads, half, stride,
-        inverse ? -1.0f : 1.0f);
+    rope_kernel<T><<<blocks, kElementwiseThreads, 0, stream>>>(static_cast<T*>(qkv), cos, sin,
+                                                               pairs, seq_len, rotated_heads, half,
+                                                               stride, inverse ? -1.0f : 1.0f);
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }

@@ -1,25 +1,11 @@
 // gpt_hf_config.cc: GPT2Config <-> TransformerConfig.
 #include "runtime/model/gpt/gpt_hf_config.h"
 
-#include <charconv>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "common/json_fields.h"
 
 namespace paraplan::gpt {
-
-namespace {
-
-// A float as the shortest decimal that reads back as the same float, so
-// config.json says 1e-05 rather than 9.999999747378752e-06.
-double short_decimal(float value) {
-  char text[32];
-  const auto result = std::to_chars(text, text + sizeof(text), value);
-  return std::strtod(std::string(text, result.ptr).c_str(), nullptr);
-}
-
-}  // namespace
 
 nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
   nlohmann::ordered_json json;

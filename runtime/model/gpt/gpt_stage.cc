@@ -131,7 +131,7 @@ void GptStage::block_forward(int local_layer, const void* input, const BlockActi
   // f (identity forward) | column-parallel QKV | attention | row-parallel projection | g
   ops_.linear_forward(a.qkv, a.ln1, param(w.qkv_weight), param(w.qkv_bias), BT, C, 3 * A);
   ops_.attention_forward(a.atty, a.logsumexp, a.qkv, batch_, config.seq_len, layout_.local_heads(),
-                         config.head_dim());
+                         layout_.local_heads(), config.head_dim());
   // residual2 holds the projection first, then input + projection.
   ops_.linear_forward(a.residual2, a.atty, param(w.attn_proj_weight),
                       adds_row_bias ? param(w.attn_proj_bias) : nullptr, BT, A, C);
@@ -177,7 +177,7 @@ void GptStage::block_backward(int local_layer, const void* input, const BlockAct
   zero(qkv_gradient_, BTA * 3);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
-                          config.head_dim());
+                          layout_.local_heads(), config.head_dim());
   zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_, a.ln1,
                        param(w.qkv_weight), BT, C, 3 * A);
@@ -249,7 +249,7 @@ void GptStage::backward(int slot_index, const std::function<void(size_t)>& gradi
         // Rebuild the attention output and logsumexp (shared scratch) from the
         // saved qkv: bitwise what the forward computed.
         ops_.attention_forward(acts.atty, acts.logsumexp, acts.qkv, batch_, config.seq_len,
-                               layout_.local_heads(), config.head_dim());
+                               layout_.local_heads(), layout_.local_heads(), config.head_dim());
         break;
       case RecomputeMode::Full: {
         // Everything but the block output lives in the shared scratch; the
