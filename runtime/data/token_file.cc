@@ -115,7 +115,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   } else {
     problem = "header magic is " + std::to_string(header[0]) + " but token files start with " +
               std::to_string(kTokenFileMagic) + " (GPT-2, uint16) or " +
-              std::to_string(kLlama3TokenFileMagic) + " (Llama 3, uint32) (not an llm.c token file?)";
+              std::to_string(kLlama3TokenFileMagic) +
+              " (Llama 3, uint32) (not an llm.c token file?)";
   }
   const size_t width = token_bytes(format_);
   const int64_t tokens_in_file = static_cast<int64_t>((file_bytes - kTokenFileHeaderBytes) / width);

@@ -74,7 +74,8 @@ TEST(TokenFileTest, WritesTheLlama3LayoutByteForByte) {
   EXPECT_EQ(header_int(bytes, 1), 7);
   EXPECT_EQ(header_int(bytes, 2), 3);
   // uint32 little-endian: 65536 = 00 00 01 00, 128255 = 0x1f4ff = ff f4 01 00.
-  EXPECT_EQ(bytes.substr(1024), std::string("\x01\x00\x00\x00\x00\x00\x01\x00\xff\xf4\x01\x00", 12));
+  EXPECT_EQ(bytes.substr(1024),
+            std::string("\x01\x00\x00\x00\x00\x00\x01\x00\xff\xf4\x01\x00", 12));
   TokenFile file(path);
   EXPECT_EQ(file.format(), TokenFormat::kUint32);
   EXPECT_EQ(file[2], 128255u);
@@ -92,9 +93,10 @@ TEST(TokenFileTest, TheVocabularyPicksTheFormat) {
   EXPECT_EQ(token_format_for_vocab(65537), TokenFormat::kUint32);
   EXPECT_EQ(token_format_for_vocab(128256), TokenFormat::kUint32);
   TempDir dir;
-  EXPECT_TRUE(contains(
-      error_of([&] { write_token_file(dir / "t.bin", {3, 70000}, TokenFormat::kUint16); }),
-      "token 70000 at position 1 does not fit the GPT-2 format's uint16"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         write_token_file(dir / "t.bin", {3, 70000}, TokenFormat::kUint16);
+                       }),
+                       "token 70000 at position 1 does not fit the GPT-2 format's uint16"));
   // The same tokens in both formats read back the same.
   write_token_file(dir / "a.bin", {7, 300, 65535}, TokenFormat::kUint16);
   write_token_file(dir / "b.bin", {7, 300, 65535}, TokenFormat::kUint32);

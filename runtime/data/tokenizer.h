@@ -12,8 +12,8 @@ inline constexpr int kByteVocabSize = 256;
 
 struct TokenizeResult {
   bool uint32_tokens = false;  // llm.c's Llama 3 format
-  std::string train_path;  // output_dir/train.bin
-  std::string val_path;    // output_dir/val.bin
+  std::string train_path;      // output_dir/train.bin
+  std::string val_path;        // output_dir/val.bin
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
   std::vector<std::string> files_read;  // in the order their bytes were concatenated
