@@ -142,6 +142,9 @@ int main(int argc, char** argv) {
                             "save every K steps (and always at the end)");
   train_command->add_flag("--resume", train_options.resume,
                           "continue from the latest checkpoint in --checkpoint-dir");
+  train_command->add_option("--init-from", train_options.init_from,
+                            "start from these weights (a checkpoint, or a Hugging Face model "
+                            "directory) with fresh optimizer state");
   train_command->add_option("--log-json", train_options.log_json, "one JSON object per step");
   train_command->add_option("--backend", train_options.backend, "cpu or cuda")
       ->capture_default_str();
