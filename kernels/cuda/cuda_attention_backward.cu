@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kThreads)
   float dk[kPerThread][kColumns] = {}, dv[kPerThread][kColumns] = {};  // keys ty + 16i
 
   // The query heads sharing this KV head, in order: their dK and dV sum here.
-  for (int g = 0; g < H / Hkv; g++) {
-    const HeadPointers head = group_head_pointers(g, T, H, Hkv, D);
+  for (int member = 0; member < H / Hkv; member++) {
+    const HeadPointers head = group_head_pointers(member, T, H, Hkv, D);
     const Storage* query = qkv + head.qkv_offset;
     const Storage* dout_head = dout + head.out_offset;
     // Queries before the tile's first key see none of its keys.
