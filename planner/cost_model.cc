@@ -84,11 +84,12 @@ double model_flops_per_step(const ModelConfig& model, int global_batch_size) {
 int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
   const int64_t e = element_bytes(model.dtype);
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
-  return 2 * e * sb * model.d_model + e * sb * model.vocab_size / tensor_parallel;
+  return 2 * e * sb * model.d_model + e * sb * model.vocab_size / tensor_parallel +
+         (4 + norm_statistics_bytes_per_token(model)) * sb;
 }
 
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size) {
-  return int64_t{4} * model.seq_len * micro_batch_size;
+  return int64_t{8} * model.seq_len * micro_batch_size;
 }
 
 int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size) {
@@ -172,7 +173,7 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
                                         : counts.selective > 0 ? kept_none - kept_selective
                                                                : 0;
-  if (has_embedding) per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
+  per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
   if (has_head) {
     per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
   } else {
@@ -189,7 +190,10 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   const int g = options.memory_granularity;
   MemoryBreakdown memory;
   memory.weights = round_up(state.weights, g);
-  memory.transient = round_up(options.transient_mem_coef * largest_two, g);
+  // The op outputs' peak, or the gradient scratch the stage keeps if larger.
+  const double workspace =
+      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head));
+  memory.transient = round_up(std::max(options.transient_mem_coef * largest_two, workspace), g);
   if (options.is_train) {
     // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
     // buffer beside the full gradients: 1 / zero_shards more.

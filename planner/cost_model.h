@@ -22,9 +22,12 @@
 //   keeps what its stage allocates (model_counts.cc). Selective recompute drops the
 //   attention output (e*sbh/t) and logsumexp, which backward rebuilds from qkv;
 //   full recompute keeps only the block input, e*sbh. Each block keeps its input,
-//   so a stage without the head adds its output (sent on), e*sbh; the embedding
-//   stage adds the int32 tokens, the head stage the final norm's input, the
-//   head's input and the logits.
+//   so a stage without the head adds its output (sent on), e*sbh; every stage
+//   the int32 tokens and targets of each micro-batch (8*sb), the head stage
+//   the final norm's input and statistics, the head's input, the logits and
+//   the fp32 losses.
+// - Transient: transient_mem_coef x (largest + second largest op output), or
+//   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
 // - Compute time = FLOPs / (peak * kComputeEfficiency); stage_cost.h uses a measured
 //   profile's times (profile.h) instead when one is given.
 #pragma once
@@ -84,10 +87,12 @@ StageFlops stage_flops(const ModelConfig& model, const RecomputeCounts& counts, 
 // global_batch_size sequences: the numerator of MFU.
 double model_flops_per_step(const ModelConfig& model, int global_batch_size);
 
-// The head stage keeps ln_f's input, the head matmul's input and the logits.
+// The head stage keeps the final norm's input and statistics, the head
+// matmul's input, the logits and the fp32 per-token losses.
 int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size,
                               int tensor_parallel = 1);
-// The embedding stage keeps the int32 token ids.
+// Every stage keeps each in-flight micro-batch's int32 token ids and targets
+// (runtime/model/model_stage.h allocates both per slot on every stage).
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size);
 // A stage without the head also keeps its output [s, b, h] (the last block's or
 // the embedding's), which it sends to the next stage; on the head stage that

@@ -95,6 +95,10 @@ double head_forward_flops(const ModelConfig& model, int micro_batch_size) {
   return 2 * tokens(model, micro_batch_size) * model.d_model * model.vocab_size;
 }
 
+int64_t norm_statistics_bytes_per_token(const ModelConfig& model) {
+  return is_llama(model) ? 4 : 8;
+}
+
 int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
                                RecomputeMode recompute, int tensor_parallel) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
@@ -115,9 +119,25 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
     // residual (4 tensors) and the two fp32 rstd rows; split: q, k, v
     // ((H + 2 Hkv) D wide), gate and up (2F) and silu(gate) * up (F).
     const int64_t qkv_width = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model);
-    bytes = 4 * e * sbh + 8 * sb + e * sb * (qkv_width + 3 * int64_t{model.ffn_size}) / t;
+    bytes = 4 * e * sbh + 2 * norm_statistics_bytes_per_token(model) * sb +
+            e * sb * (qkv_width + 3 * int64_t{model.ffn_size}) / t;
   }
   return recompute == RecomputeMode::Selective ? bytes : bytes + attention_output;
+}
+
+int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                              bool has_head) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  const int64_t C = model.d_model, F = model.ffn_size, A = C / t;
+  const int64_t row_terms = 4 * sb * model.num_heads / t;  // fp32 [B, H, T]
+  const int64_t cross_entropy = has_head && t > 1 ? 12 * sb : 0;
+  if (!is_llama(model))  // residual, norm, qkv, atty, fch, fch_gelu gradients
+    return e * sb * (2 * C + 3 * A + A + 2 * F / t) + row_terms + cross_entropy;
+  const int64_t qkv = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
+  const int64_t rotary_tables = int64_t{4} * model.seq_len * head_dim(model);  // fp32 cos, sin
+  // residual, norm, qkv, attention, gate|up and SwiGLU-output gradients
+  return e * sb * (2 * C + qkv + A + 3 * F / t) + row_terms + rotary_tables + cross_entropy;
 }
 
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

@@ -67,11 +67,23 @@ double block_forward_flops(const ModelConfig& model, int micro_batch_size);
 double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size);
 double head_forward_flops(const ModelConfig& model, int micro_batch_size);
 
+// The fp32 statistics a norm keeps per token: LayerNorm's mean and rstd
+// (gpt2), RMSNorm's rstd (llama).
+int64_t norm_statistics_bytes_per_token(const ModelConfig& model);
+
 // Bytes one block keeps for backward, per micro-batch, per device, as the
 // runtime's stages allocate them (its input included; see cost_model.h for
 // the stage-level terms).
 int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
                                schema::RecomputeMode recompute, int tensor_parallel = 1);
+// The gradient scratch a stage allocates once and its blocks share in
+// backward (runtime/model/gpt/gpt_stage.cc, llama/llama_stage.cc: the
+// residual and norm gradients, one block's inner gradients, the attention
+// backward's row terms; Llama's rotary tables), plus, with the head under
+// tensor parallelism, the vocab-parallel cross-entropy's three row statistics.
+int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                              bool has_head);
+
 // The sizes of the op outputs one block's forward writes, per device.
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,
                                            int tensor_parallel = 1);

@@ -4,6 +4,7 @@
 // naming the field and the binding constraint.
 #include <gtest/gtest.h>
 
+#include "planner/model_counts.h"
 #include "planner/plan_report.h"
 #include "planner/plan_search.h"
 #include "planner/planner.h"
@@ -66,7 +67,10 @@ TEST(SearchOptionsTest, MemoryCoefficientsAndGranularity) {
   EXPECT_EQ(memory({{"planner.opt_resident_coef", "6"}}).optimizer_state, 6 * base.weights);
   EXPECT_EQ(memory({{"planner.opt_transient_coef", "2"}}).optimizer_transient, 2 * base.weights);
   EXPECT_EQ(memory({{"planner.transient_mem_coef", "4"}}).transient, 2 * base.transient);
-  EXPECT_EQ(memory({{"planner.transient_mem_coef", "0"}}).transient, 0u);
+  // Without the op-output estimate, the stage's gradient scratch remains.
+  const JobConfig job = eight_device_job(fixed);
+  EXPECT_EQ(memory({{"planner.transient_mem_coef", "0"}}).transient,
+            static_cast<uint64_t>(stage_workspace_bytes(job.model, 2, 1, true)));
   const MemoryBreakdown rounded = memory({{"planner.memory_granularity", "1048576"}});
   for (uint64_t part : {rounded.weights, rounded.gradients, rounded.optimizer_state,
                         rounded.activations, rounded.transient})
