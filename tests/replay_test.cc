@@ -155,7 +155,7 @@ TEST_F(Replay, LlamaMemoryIsNeverAbovePredictionInAnyRecomputeMode) {
   // Llama's stage (grouped-query attention, SwiGLU, RMSNorm) on pp2 x tp2:
   // weights exactly the plan's, activations and the total never above it,
   // with no recompute, selective (the attention core) and full.
-  for (const std::string& recompute : {"", "self_attn.core_attention", "ROOT"}) {
+  for (const std::string recompute : {"", "self_attn.core_attention", "ROOT"}) {
     const std::string name = "llama-" + (recompute.empty() ? "none" : recompute);
     const std::string plan_file =
         plan(name, 4,
