@@ -49,59 +49,39 @@ double training_flops_per_token(const TransformerConfig& config) {
 
 LlamaLayout::LlamaLayout(const TransformerConfig& config, const StageSpec& stage, int tensor_rank,
                          int tensor_size)
-    : ParameterLayout(config, stage, tensor_rank, tensor_size) {
+    : DecoderLayout(config, stage, tensor_rank, tensor_size) {
   const std::string problem = llama::invalid_config_reason(config, tensor_size);
   if (!problem.empty()) throw std::invalid_argument("llama model: " + problem);
-  const int64_t C = config.d_model, F = config.ffn_size, V = config.vocab_size,
+  const int64_t C = config.d_model, F = config.ffn_size,
                 Q = int64_t{config.num_heads} * config.head_dim(),
                 KV = int64_t{config.kv_heads()} * config.head_dim();
   const float std = config.init_std;
   using S = ShardKind;
   // Linear weights and the embeddings: normal(0, init_std), decayed, as
-  // LlamaPreTrainedModel initialises them; norm weights: ones, not decayed.
-  const auto matrix = [&](std::string name, std::vector<int64_t> shape, ShardKind shard,
-                          bool tied = false, bool tied_copy = false) {
-    return add({.name = std::move(name),
-                .global_shape = std::move(shape),
-                .shard = shard,
-                .weight_decay = true,
-                .init = InitKind::kNormal,
-                .init_std = std,
-                .tied = tied,
-                .tied_copy = tied_copy});
-  };
+  // LlamaPreTrainedModel initialises them (add_matrix); norm weights: ones,
+  // not decayed.
   const auto norm = [&](std::string name) {
     return add({.name = std::move(name), .global_shape = {C}, .init = InitKind::kOnes});
   };
-  const bool tied_across_stages =
-      config.tied_embeddings && !(stage.has_embedding && stage.has_head);
-  if (stage.has_embedding)
-    token_embedding_ = matrix("model.embed_tokens.weight", {V, C}, S::kRows, tied_across_stages);
+  if (stage.has_embedding) add_token_embedding("model.embed_tokens.weight");
   for (int i = 0; i < stage.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(stage.first_layer + i) + ".";
     LlamaBlockOffsets b;
     b.attention_norm = norm(p + "input_layernorm.weight");
-    b.qkv = matrix(p + "self_attn.q_proj.weight", {Q, C}, S::kRows);
-    matrix(p + "self_attn.k_proj.weight", {KV, C}, S::kRows);
-    matrix(p + "self_attn.v_proj.weight", {KV, C}, S::kRows);
-    b.attention_out = matrix(p + "self_attn.o_proj.weight", {C, Q}, S::kColumns);
+    b.qkv = add_matrix(p + "self_attn.q_proj.weight", {Q, C}, S::kRows, std);
+    add_matrix(p + "self_attn.k_proj.weight", {KV, C}, S::kRows, std);
+    add_matrix(p + "self_attn.v_proj.weight", {KV, C}, S::kRows, std);
+    b.attention_out = add_matrix(p + "self_attn.o_proj.weight", {C, Q}, S::kColumns, std);
     b.mlp_norm = norm(p + "post_attention_layernorm.weight");
-    b.gate_up = matrix(p + "mlp.gate_proj.weight", {F, C}, S::kRows);
-    matrix(p + "mlp.up_proj.weight", {F, C}, S::kRows);
-    b.down = matrix(p + "mlp.down_proj.weight", {C, F}, S::kColumns);
+    b.gate_up = add_matrix(p + "mlp.gate_proj.weight", {F, C}, S::kRows, std);
+    add_matrix(p + "mlp.up_proj.weight", {F, C}, S::kRows, std);
+    b.down = add_matrix(p + "mlp.down_proj.weight", {C, F}, S::kColumns, std);
     blocks_.push_back(b);
+    block_starts_.push_back(b.attention_norm);
   }
   if (stage.has_head) {
     final_norm_weight_ = norm("model.norm.weight");
-    if (!config.tied_embeddings) {
-      head_weight_ = matrix("lm_head.weight", {V, C}, S::kRows);
-    } else if (stage.has_embedding) {
-      head_weight_ = token_embedding_;
-    } else {
-      // A later stage's copy of the tied embedding, kept identical by summing
-      // its gradient with the first stage's.
-      head_weight_ = matrix("model.embed_tokens.weight", {V, C}, S::kRows, true, true);
-    }
+    add_head("model.embed_tokens.weight");
   }
 }
 

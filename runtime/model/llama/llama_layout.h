@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model/parameter_layout.h"
+#include "runtime/model/decoder_layout.h"
 
 namespace paraplan {
 
@@ -38,7 +38,7 @@ struct LlamaBlockOffsets {
   size_t down;            // down_proj [C, F]
 };
 
-class LlamaLayout final : public ParameterLayout {
+class LlamaLayout final : public DecoderLayout {
  public:
   // Throws std::invalid_argument when the config cannot be built (heads not
   // divisible by KV heads, odd head_dim, a split that does not divide).
@@ -51,21 +51,14 @@ class LlamaLayout final : public ParameterLayout {
   int local_qkv_width() const { return (local_heads() + 2 * local_kv_heads()) * head_dim(); }
   int local_attention_width() const { return local_heads() * head_dim(); }
   int local_ffn() const { return config().ffn_size / tensor_size(); }
-  int local_vocab() const { return config().vocab_size / tensor_size(); }
-  int vocab_start() const { return tensor_rank() * local_vocab(); }
   int head_dim() const { return config().head_dim(); }
 
+  // Offsets for the stage's i-th block (the token embedding, final norm and
+  // head: DecoderLayout).
   const LlamaBlockOffsets& block(int local_layer) const { return blocks_[local_layer]; }
-  // Only valid on stages that hold them.
-  size_t token_embedding() const { return token_embedding_; }  // [V, C]
-  size_t final_norm_weight() const { return final_norm_weight_; }
-  // The head's weight [V, C]: lm_head, or the embedding when tied (this
-  // stage's own copy on a stage without the embedding).
-  size_t head_weight() const { return head_weight_; }
 
  private:
   std::vector<LlamaBlockOffsets> blocks_;
-  size_t token_embedding_ = 0, final_norm_weight_ = 0, head_weight_ = 0;
 };
 
 namespace llama {

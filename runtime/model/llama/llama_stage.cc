@@ -13,88 +13,51 @@
 
 namespace paraplan {
 
-LlamaStage::BlockActivations LlamaStage::allocate_block(RecomputeMode mode,
-                                                        const BlockActivations* shared) {
-  const size_t BT = static_cast<size_t>(batch_) * layout_.config().seq_len;
+LlamaBlockActivations LlamaStage::allocate_block(RecomputeMode mode, const Acts* shared) {
+  const size_t BT = static_cast<size_t>(rows());
   const size_t C = layout_.config().d_model, Q = layout_.local_qkv_width(),
                A = layout_.local_attention_width(), F = layout_.local_ffn();
-  BlockActivations acts;
+  Acts acts;
   // Full recompute keeps only the block output; the rest is the shared scratch.
-  const bool own_all = mode != RecomputeMode::Full || shared == nullptr;
-  const auto storage = [&](size_t count, void* BlockActivations::*field) {
-    acts.*field = own_all ? allocate_storage(count, MemoryCategory::kActivations) : shared->*field;
-  };
-  const auto floats = [&](size_t count, float* BlockActivations::*field) {
-    acts.*field = own_all ? allocate_floats(count, MemoryCategory::kActivations) : shared->*field;
-  };
-  storage(BT * C, &BlockActivations::attention_norm);
-  floats(BT, &BlockActivations::attention_rstd);
-  storage(BT * Q, &BlockActivations::qkv);
-  storage(BT * C, &BlockActivations::residual);
-  storage(BT * C, &BlockActivations::mlp_norm);
-  floats(BT, &BlockActivations::mlp_rstd);
-  storage(BT * 2 * F, &BlockActivations::gate_up);
-  storage(BT * F, &BlockActivations::hidden);
+  const bool keep = mode != RecomputeMode::Full;
+  own(acts, &Acts::attention_norm, BT * C, keep, shared);
+  own(acts, &Acts::attention_rstd, BT, keep, shared);
+  own(acts, &Acts::qkv, BT * Q, keep, shared);
+  own(acts, &Acts::residual, BT * C, keep, shared);
+  own(acts, &Acts::mlp_norm, BT * C, keep, shared);
+  own(acts, &Acts::mlp_rstd, BT, keep, shared);
+  own(acts, &Acts::gate_up, BT * 2 * F, keep, shared);
+  own(acts, &Acts::hidden, BT * F, keep, shared);
   // The attention output and logsumexp only without recomputation: selective
   // recompute rebuilds them from qkv.
-  const bool keep_attention = mode == RecomputeMode::None || shared == nullptr;
+  const bool keep_attention = mode == RecomputeMode::None;
+  own(acts, &Acts::attention, BT * A, keep_attention, shared);
+  own(acts, &Acts::logsumexp, BT * layout_.local_heads(), keep_attention, shared);
+  own_output(acts, shared);
+  return acts;
+}
+
+LlamaBlockActivations LlamaStage::allocate_attention_scratch() {
+  const size_t BT = static_cast<size_t>(rows());
+  Acts acts;
   acts.attention =
-      keep_attention ? allocate_storage(BT * A, MemoryCategory::kActivations) : shared->attention;
-  acts.logsumexp = keep_attention
-                       ? allocate_floats(BT * layout_.local_heads(), MemoryCategory::kActivations)
-                       : shared->logsumexp;
-  // The block output is always kept: it is the next block's input.
-  acts.output =
-      shared == nullptr ? nullptr : allocate_storage(BT * C, MemoryCategory::kActivations);
+      allocate_storage(BT * layout_.local_attention_width(), MemoryCategory::kActivations);
+  acts.logsumexp = allocate_floats(BT * layout_.local_heads(), MemoryCategory::kActivations);
   return acts;
 }
 
 LlamaStage::LlamaStage(const LlamaLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
                        const ModelStageOptions& options)
-    : ModelStage(layout, ops, memory, options,
-                 static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len *
-                     layout.config().d_model),
-      layout_(layout),
-      tensor_parallel_(options.tensor_group, ops, memory,
-                       layout.stage().has_head
-                           ? static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len
-                           : 0) {
-  const TransformerConfig& config = layout.config();
-  const size_t BT = static_cast<size_t>(batch_) * config.seq_len;
-  const size_t C = config.d_model, Q = layout.local_qkv_width(), A = layout.local_attention_width(),
-               F = layout.local_ffn(), V = layout.local_vocab();
-
-  const llama::RotaryTables tables = llama::rotary_tables(config);
+    : DecoderStage(layout, ops, memory, options), layout_(layout) {
+  const llama::RotaryTables tables = llama::rotary_tables(layout.config());
   rotary_cos_ = allocate_floats(tables.cos.size(), MemoryCategory::kWorkspace);
   rotary_sin_ = allocate_floats(tables.sin.size(), MemoryCategory::kWorkspace);
   ops_.copy_from_host(rotary_cos_, tables.cos.data(), tables.cos.size() * sizeof(float));
   ops_.copy_from_host(rotary_sin_, tables.sin.data(), tables.sin.size() * sizeof(float));
-
-  bool any_full = false, any_selective = false;
-  for (RecomputeMode mode : recompute_) {
-    any_full |= mode == RecomputeMode::Full;
-    any_selective |= mode == RecomputeMode::Selective;
-  }
-  if (any_full) {
-    recompute_scratch_ = allocate_block(RecomputeMode::None, nullptr);
-  } else if (any_selective) {
-    recompute_scratch_.attention = allocate_storage(BT * A, MemoryCategory::kActivations);
-    recompute_scratch_.logsumexp =
-        allocate_floats(BT * layout.local_heads(), MemoryCategory::kActivations);
-  }
-  slots_.resize(num_slots_);
-  for (Slot& slot : slots_) {
-    slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
-    for (RecomputeMode mode : recompute_)
-      slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
-    if (layout.stage().has_head) {
-      slot.final_norm = allocate_storage(BT * C, MemoryCategory::kActivations);
-      slot.final_rstd = allocate_floats(BT, MemoryCategory::kActivations);
-      slot.logits = allocate_storage(BT * V, MemoryCategory::kActivations);
-    }
-  }
-  residual_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
-  norm_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
+  allocate_slots(/*final_norm_mean=*/false);
+  const size_t BT = static_cast<size_t>(rows());
+  const size_t Q = layout.local_qkv_width(), A = layout.local_attention_width(),
+               F = layout.local_ffn();
   qkv_gradient_ = allocate_storage(BT * Q, MemoryCategory::kWorkspace);
   attention_gradient_ = allocate_storage(BT * A, MemoryCategory::kWorkspace);
   gate_up_gradient_ = allocate_storage(BT * 2 * F, MemoryCategory::kWorkspace);
@@ -102,21 +65,12 @@ LlamaStage::LlamaStage(const LlamaLayout& layout, kernels::Ops& ops, MemoryTrack
   attention_scratch_ = allocate_floats(BT * layout.local_heads(), MemoryCategory::kWorkspace);
 }
 
-const void* LlamaStage::block_input(const Slot& slot, int local_layer) const {
-  return local_layer == 0 ? slot.input : slot.blocks[local_layer - 1].output;
-}
-
-const void* LlamaStage::output(int slot) const {
-  const Slot& s = slots_[slot];
-  return s.blocks.empty() ? s.input : s.blocks.back().output;
-}
-
-void LlamaStage::attention_core_forward(const BlockActivations& a) {
+void LlamaStage::attention_core_forward(const Acts& a) {
   ops_.attention_forward(a.attention, a.logsumexp, a.qkv, batch_, layout_.config().seq_len,
                          layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
 }
 
-void LlamaStage::block_forward(int local_layer, const void* input, const BlockActivations& a) {
+void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const LlamaBlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
@@ -142,7 +96,7 @@ void LlamaStage::block_forward(int local_layer, const void* input, const BlockAc
   ops_.residual_forward(a.output, a.output, a.residual, BTC);
 }
 
-void LlamaStage::block_backward(int local_layer, const void* input, const BlockActivations& a) {
+void LlamaStage::block_backward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const LlamaBlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
@@ -182,74 +136,28 @@ void LlamaStage::block_backward(int local_layer, const void* input, const BlockA
                         param(w.attention_norm), a.attention_rstd, BT, C);
 }
 
-void LlamaStage::forward(int slot_index, float loss_scale, bool training) {
-  const TransformerConfig& config = layout_.config();
-  const StageSpec& stage = layout_.stage();
-  Slot& slot = slots_[slot_index];
-  const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
-  if (stage.has_embedding)
-    tensor_parallel_.vocab_parallel_embedding_forward(slot.input, tokens(slot_index),
-                                                      param(layout_.token_embedding()), BT,
-                                                      layout_.vocab_start(), V, C);
-  // Under recompute some buffers are shared scratch that backward refills.
-  for (int layer = 0; layer < stage.num_layers; ++layer)
-    block_forward(layer, block_input(slot, layer), slot.blocks[layer]);
-  if (stage.has_head) {
-    ops_.rmsnorm_forward(slot.final_norm, slot.final_rstd, output(slot_index),
-                         param(layout_.final_norm_weight()), BT, C, config.norm_epsilon);
-    // f | the vocab-parallel head | vocab-parallel cross-entropy
-    ops_.linear_forward(slot.logits, slot.final_norm, param(layout_.head_weight()), nullptr, BT, C,
-                        V);
-    tensor_parallel_.vocab_parallel_cross_entropy(
-        losses(slot_index), training ? slot.logits : nullptr, slot.logits, targets(slot_index), BT,
-        V, layout_.vocab_start(), loss_scale);
-  }
+void LlamaStage::embedding_forward(int slot, void* out) {
+  tensor_parallel_.vocab_parallel_embedding_forward(
+      out, tokens(slot), param(layout_.token_embedding()), rows(), layout_.vocab_start(),
+      layout_.local_vocab(), layout_.config().d_model);
 }
 
-void LlamaStage::backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
-  const TransformerConfig& config = layout_.config();
-  const StageSpec& stage = layout_.stage();
-  Slot& slot = slots_[slot_index];
-  const int BT = batch_ * config.seq_len, C = config.d_model, V = layout_.local_vocab();
-  const size_t BTC = static_cast<size_t>(BT) * C;
-  if (stage.has_head) {
-    // slot.logits holds d(loss)/d(logits) from the fused forward.
-    zero(norm_gradient_, BTC);
-    ops_.linear_backward(norm_gradient_, grad(layout_.head_weight()), nullptr, slot.logits,
-                         slot.final_norm, param(layout_.head_weight()), BT, C, V);
-    tensor_parallel_.f_backward(norm_gradient_, BTC);
-    zero(residual_gradient_, BTC);
-    ops_.rmsnorm_backward(residual_gradient_, grad(layout_.final_norm_weight()), norm_gradient_,
-                          output(slot_index), param(layout_.final_norm_weight()), slot.final_rstd,
-                          BT, C);
-    // A tied head on a stage with the embedding is the embedding (offset 0).
-    if (gradients_final_from) gradients_final_from(layout_.final_norm_weight());
-  }
-  // Otherwise residual_gradient_ already holds the received output gradient.
-  for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
-    const void* input = block_input(slot, layer);
-    BlockActivations acts = slot.blocks[layer];
-    if (recompute_[layer] == RecomputeMode::Selective) {
-      // The attention output and logsumexp (shared scratch) from the saved,
-      // rotated qkv: bitwise what the forward computed.
-      attention_core_forward(acts);
-    } else if (recompute_[layer] == RecomputeMode::Full) {
-      // Everything but the block output lives in the shared scratch; the
-      // recomputed output is bitwise the saved one.
-      void* saved_output = acts.output;
-      acts = recompute_scratch_;
-      acts.output = saved_output;
-      block_forward(layer, input, acts);
-    }
-    block_backward(layer, input, acts);
-    if (gradients_final_from) gradients_final_from(layout_.block(layer).attention_norm);
-  }
-  if (stage.has_embedding) {
-    // Each rank scatters into its own vocabulary rows: no collective.
-    ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_,
-                                  tokens(slot_index), BT, layout_.vocab_start(), V, C);
-  }
-  if (gradients_final_from) gradients_final_from(0);
+void LlamaStage::embedding_backward(int slot) {
+  // Each rank scatters into its own vocabulary rows: no collective.
+  ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, tokens(slot),
+                                rows(), layout_.vocab_start(), layout_.local_vocab(),
+                                layout_.config().d_model);
+}
+
+void LlamaStage::final_norm_forward(Slot& slot, const void* x) {
+  ops_.rmsnorm_forward(slot.final_norm, slot.final_norm_rstd, x, param(layout_.final_norm_weight()),
+                       rows(), layout_.config().d_model, layout_.config().norm_epsilon);
+}
+
+void LlamaStage::final_norm_backward(Slot& slot, const void* x) {
+  ops_.rmsnorm_backward(residual_gradient_, grad(layout_.final_norm_weight()), norm_gradient_, x,
+                        param(layout_.final_norm_weight()), slot.final_norm_rstd, rows(),
+                        layout_.config().d_model);
 }
 
 }  // namespace paraplan
