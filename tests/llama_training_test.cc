@@ -113,14 +113,8 @@ TEST_F(ParallelTraining, LlamaOnCudaMatchesTheCpuRun) {
   for (const PlanCase& plan :
        {llama({.name = "llama_cuda_single"}),
         llama({.name = "llama_cuda_tp2", .tensor = 2, .micro_batch_size = 6}),
-        llama({.name = "llama_cuda_pp2_dp2", .pipeline = 2, .data = 2, .micro_batch_size = 2})}) {
-    CommandResult result;
-    const std::vector<double> losses =
-        train(plan, "--backend cuda --transport auto", &result, "PARAPLAN_CUDA_TF32=0");
-    ASSERT_EQ(losses.size(), expected.size()) << plan.name << "\n" << result.output;
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], expected[i], kCudaLossTolerance) << plan.name << " step " << i + 1;
-  }
+        llama({.name = "llama_cuda_pp2_dp2", .pipeline = 2, .data = 2, .micro_batch_size = 2})})
+    expect_cuda_losses(plan, "auto", expected, kCudaLossTolerance);
 }
 
 TEST_F(ParallelTraining, LlamaKvHeadsNotDividingTheTensorDegreeAreRefused) {

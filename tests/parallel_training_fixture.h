@@ -168,6 +168,19 @@ class ParallelTraining : public ::testing::Test {
     return largest;
   }
 
+  // Trains the case on the CUDA backend (strict fp32 GEMMs) with `transport`
+  // and expects the CPU run's losses within tolerance.
+  static void expect_cuda_losses(const PlanCase& plan, const std::string& transport,
+                                 const std::vector<double>& expected, double tolerance) {
+    CommandResult result;
+    const std::vector<double> losses =
+        train(plan, "--backend cuda --transport " + transport, &result, "PARAPLAN_CUDA_TF32=0");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    ASSERT_EQ(losses.size(), expected.size()) << plan.name << "\n" << result.output;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], expected[i], tolerance) << plan.name << " step " << i + 1;
+  }
+
   // Trains both for kSteps with a checkpoint at the end, and expects the
   // parameters and optimizer moments bitwise equal: the losses alone would
   // hide differences in the last bits.

@@ -233,17 +233,11 @@ class CpuBfloat16Ops final : public Ops {
   }
   void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
                     int num_heads, int num_kv_heads, int head_dim) override {
-    const size_t n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
-    float* qkv32 = widen(0, qkv, n);
-    fp32_->rope_forward(qkv32, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
-    narrow(qkv, qkv32, n);
+    rope(&Ops::rope_forward, qkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
   }
   void rope_backward(void* dqkv, const float* cos, const float* sin, int batch, int seq_len,
                      int num_heads, int num_kv_heads, int head_dim) override {
-    const size_t n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
-    float* dqkv32 = widen(0, dqkv, n);
-    fp32_->rope_backward(dqkv32, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
-    narrow(dqkv, dqkv32, n);
+    rope(&Ops::rope_backward, dqkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
   }
 
   // ---- attention
@@ -322,6 +316,16 @@ class CpuBfloat16Ops final : public Ops {
   }
 
  private:
+  // The fp32 rotation `op` (rope_forward or rope_backward) on qkv widened,
+  // rounded back once.
+  template <typename Rotation>
+  void rope(Rotation op, void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+            int num_heads, int num_kv_heads, int head_dim) {
+    const size_t n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
+    float* qkv32 = widen(0, qkv, n);
+    ((*fp32_).*op)(qkv32, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
+    narrow(qkv, qkv32, n);
+  }
   // Elements of qkv [B, T, (H + 2 Hkv) D].
   static size_t qkv_elements(int batch, int seq_len, int num_heads, int num_kv_heads,
                              int head_dim) {

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "common/json_fields.h"
+#include "runtime/model/config_differences.h"
 
 namespace paraplan::llama {
 
@@ -122,38 +123,26 @@ TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std
 
 std::vector<std::string> config_differences(const TransformerConfig& saved,
                                             const TransformerConfig& plan) {
-  std::vector<std::string> problems;
-  const auto compare = [&](const char* field, int64_t found, int64_t wanted, const char* unit) {
-    if (found != wanted)
-      problems.push_back(std::string(field) + " is " + std::to_string(found) +
-                         " but the plan's model has " + std::to_string(wanted) + " " + unit);
-  };
-  compare("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
-  compare("hidden_size", saved.d_model, plan.d_model, "d_model");
-  compare("num_hidden_layers", saved.num_layers, plan.num_layers, "layers");
-  compare("num_attention_heads", saved.num_heads, plan.num_heads, "heads");
-  compare("num_key_value_heads", saved.kv_heads(), plan.kv_heads(), "num_kv_heads");
-  compare("intermediate_size", saved.ffn_size, plan.ffn_size, "ffn_size");
+  ConfigDifferences differences;
+  differences.integer("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
+  differences.integer("hidden_size", saved.d_model, plan.d_model, "d_model");
+  differences.integer("num_hidden_layers", saved.num_layers, plan.num_layers, "layers");
+  differences.integer("num_attention_heads", saved.num_heads, plan.num_heads, "heads");
+  differences.integer("num_key_value_heads", saved.kv_heads(), plan.kv_heads(), "num_kv_heads");
+  differences.integer("intermediate_size", saved.ffn_size, plan.ffn_size, "ffn_size");
   // Positions are not parameters: a model trained on a longer context runs a shorter one.
   if (saved.seq_len < plan.seq_len)
-    problems.push_back("max_position_embeddings is " + std::to_string(saved.seq_len) +
-                       " but the plan's model has seq_len " + std::to_string(plan.seq_len));
-  if (saved.tied_embeddings != plan.tied_embeddings)
-    problems.push_back(std::string("tie_word_embeddings is ") +
-                       (saved.tied_embeddings ? "true" : "false") + " but the plan's model " +
-                       (plan.tied_embeddings ? "ties" : "does not tie") + " its embeddings");
-  const auto compare_float = [&](const char* field, float found, float wanted, const char* key) {
-    if (found != wanted)
-      problems.push_back(std::string(field) + " is " + std::to_string(found) +
-                         " but the plan's model uses " + key + " " + std::to_string(wanted));
-  };
-  compare_float("rms_norm_eps", saved.norm_epsilon, plan.norm_epsilon, "rms_norm_eps");
-  compare_float("rope_theta", saved.rope_theta, plan.rope_theta, "rope_theta");
+    differences.lines.push_back("max_position_embeddings is " + std::to_string(saved.seq_len) +
+                                " but the plan's model has seq_len " +
+                                std::to_string(plan.seq_len));
+  differences.tied_embeddings(saved.tied_embeddings, plan.tied_embeddings);
+  differences.real("rms_norm_eps", saved.norm_epsilon, plan.norm_epsilon);
+  differences.real("rope_theta", saved.rope_theta, plan.rope_theta);
   if (!(saved.rope_scaling == plan.rope_scaling))
-    problems.push_back("rope_scaling differs from the plan's model's (factor " +
-                       std::to_string(saved.rope_scaling.factor) + " vs " +
-                       std::to_string(plan.rope_scaling.factor) + ")");
-  return problems;
+    differences.lines.push_back("rope_scaling differs from the plan's model's (factor " +
+                                std::to_string(saved.rope_scaling.factor) + " vs " +
+                                std::to_string(plan.rope_scaling.factor) + ")");
+  return differences.lines;
 }
 
 }  // namespace paraplan::llama
