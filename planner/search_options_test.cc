@@ -286,5 +286,22 @@ TEST(SearchOptionsTest, InfeasibleJobsNameTheBindingConstraint) {
   EXPECT_NE(filtered.find("Memory binds"), std::string::npos) << filtered;
 }
 
+TEST(SearchOptionsTest, LlamaTensorParallelismKeepsWholeKvHeads) {
+  // 8 query heads over 2 KV heads on 8 devices: the search tries only tensor
+  // degrees that divide the KV heads; a fixed one that does not is refused.
+  const std::vector<ConfigOverride> llama = {{"model.architecture", "llama"},
+                                             {"model.num_kv_heads", "2"}};
+  const SearchResult result = search(llama);
+  ASSERT_FALSE(result.ranked.empty());
+  for (const PlanCandidate& plan : result.ranked)
+    EXPECT_LE(plan.setting.shape.tensor_parallel, 2) << plan.setting.shape.tensor_parallel;
+  std::vector<ConfigOverride> fixed = llama;
+  fixed.push_back({"planner.tensor_parallel_degree", "4"});
+  EXPECT_NE(error_of(fixed).find("does not divide [model] num_kv_heads = 2 (each tensor-parallel "
+                                 "rank holds whole KV heads)"),
+            std::string::npos)
+      << error_of(fixed);
+}
+
 }  // namespace
 }  // namespace paraplan
