@@ -97,9 +97,9 @@ TrainState load_slices(const std::string& path, ModelStage& stage, DistributedOp
     whole_first.resize(whole.num_elements());
     whole_second.resize(whole.num_elements());
   }
-  const TrainState state = load_checkpoint(path, whole, whole_params.data(),
-                                           with_moments ? whole_first.data() : nullptr,
-                                           with_moments ? whole_second.data() : nullptr);
+  const TrainState state =
+      load_checkpoint(path, whole, whole_params.data(), with_moments ? whole_first.data() : nullptr,
+                      with_moments ? whole_second.data() : nullptr);
   std::vector<float> local;
   slice(whole, whole_params, layout, local);
   optimizer.load_parameters(local.data());

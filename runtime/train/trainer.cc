@@ -124,9 +124,10 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   if (options.checkpoint_every < 0)
     throw std::runtime_error("--checkpoint-every: must be >= 0 (0 saves only at the end)");
   if (options.resume && !options.init_from.empty())
-    throw std::runtime_error("--init-from and --resume exclude each other: --resume continues a "
-                             "run (its optimizer state and step), --init-from starts one from "
-                             "weights");
+    throw std::runtime_error(
+        "--init-from and --resume exclude each other: --resume continues a "
+        "run (its optimizer state and step), --init-from starts one from "
+        "weights");
   std::string resume_from, init_from;
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
   if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);
