@@ -3,7 +3,9 @@
 // "x", expected an integer").
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -57,6 +59,14 @@ inline std::string json_string_or(const nlohmann::json& json, const std::string&
                                   const std::string& fallback) {
   const auto found = json.find(key);
   return found != json.end() && found->is_string() ? found->get<std::string>() : fallback;
+}
+
+// A float as the double of its shortest decimal that reads back as the same
+// float, so a JSON file says 1e-05 rather than 9.999999747378752e-06.
+inline double short_decimal(float value) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::strtod(std::string(text, result.ptr).c_str(), nullptr);
 }
 
 }  // namespace paraplan

@@ -74,6 +74,14 @@ class ForwardingOps : public Ops {
                           int channels) override {
     inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels);
   }
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int rows,
+                       int channels, float epsilon) override {
+    inner_->rmsnorm_forward(out, rstd, inp, weight, rows, channels, epsilon);
+  }
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int rows, int channels) override {
+    inner_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, rows, channels);
+  }
   void linear_forward(void* out, const void* inp, const void* weight, const void* bias, int rows,
                       int in_features, int out_features) override {
     inner_->linear_forward(out, inp, weight, bias, rows, in_features, out_features);
@@ -96,15 +104,31 @@ class ForwardingOps : public Ops {
     inner_->accumulate(dx, dout, n);
   }
   void scale(void* x, float factor, size_t n) override { inner_->scale(x, factor, n); }
+  void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
+    inner_->swiglu_forward(out, gate_up, rows, hidden);
+  }
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
+                       int hidden) override {
+    inner_->swiglu_backward(dgate_up, gate_up, dout, rows, hidden);
+  }
+  void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+                    int num_heads, int num_kv_heads, int head_dim) override {
+    inner_->rope_forward(qkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
+  }
+  void rope_backward(void* dqkv, const float* cos, const float* sin, int batch, int seq_len,
+                     int num_heads, int num_kv_heads, int head_dim) override {
+    inner_->rope_backward(dqkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
+  }
   void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
-                         int num_heads, int head_dim) override {
-    inner_->attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim);
+                         int num_heads, int num_kv_heads, int head_dim) override {
+    inner_->attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, num_kv_heads,
+                              head_dim);
   }
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int head_dim) override {
+                          int num_heads, int num_kv_heads, int head_dim) override {
     inner_->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
-                               head_dim);
+                               num_kv_heads, head_dim);
   }
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int rows, int vocab,

@@ -139,6 +139,15 @@ class Ops {
                                   const void* inp, const void* weight, const float* mean,
                                   const float* rstd, int rows, int channels) = 0;
 
+  // ---- RMS norm (Llama) ---------------------------------------------------------------------
+  // out = inp * rstd * weight over the last dimension of [rows, C], rstd = 1 /
+  // sqrt(mean(inp^2) + epsilon) ([rows], saved for backward). No mean, no bias.
+  virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,
+                               int rows, int channels, float epsilon) = 0;
+  // dinp += d(out)/d(inp)^T dout; dweight += sum_rows dout * inp * rstd.
+  virtual void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                                const void* weight, const float* rstd, int rows, int channels) = 0;
+
   // ---- linear -------------------------------------------------------------------------
   // out[rows, out_features] = inp[rows, in_features] @ weight^T + bias (bias may be null).
   virtual void linear_forward(void* out, const void* inp, const void* weight, const void* bias,
@@ -159,23 +168,51 @@ class Ops {
   virtual void accumulate(void* dx, const void* dout, size_t n) = 0;
   // x *= factor.
   virtual void scale(void* x, float factor, size_t n) = 0;
+  // SwiGLU (Llama's MLP activation): out[r, i] = silu(gate_up[r, i]) *
+  // gate_up[r, hidden + i] for i < hidden, from gate_up [rows, 2 * hidden]
+  // (each row the gate projection, then the up projection: one GEMM of the
+  // two weights stacked); out [rows, hidden]. silu(x) = x * sigmoid(x).
+  virtual void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) = 0;
+  // dgate_up [rows, 2 * hidden] += the gradient of out with respect to gate_up.
+  virtual void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
+                               int hidden) = 0;
+
+  // ---- rotary position embedding ---------------------------------------------------------------
+  // Applied in place to the query and key heads of qkv [B, T, (H + 2 Hkv) * D]
+  // (the attention layout below; the value heads are left alone), in Hugging
+  // Face's rotate-half convention: for a head's vector x at position t and i < D/2,
+  //   x[i] <- x[i] cos[t, i] - x[i + D/2] sin[t, i],
+  //   x[i + D/2] <- x[i + D/2] cos[t, i] + x[i] sin[t, i].
+  // cos and sin are fp32 [T, D/2] tables of the angles t * inv_freq[i], made
+  // once by the model (its rope_theta and frequency scaling). D must be even.
+  virtual void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+                            int num_heads, int num_kv_heads, int head_dim) = 0;
+  // The backward: rotates the query and key parts of the gradient dqkv in
+  // place by the inverse (transposed) rotation, turning d(rotated qkv) into
+  // d(qkv); the value part is left as it is. (In place, so unlike the other
+  // backward ops it does not accumulate.)
+  virtual void rope_backward(void* dqkv, const float* cos, const float* sin, int batch, int seq_len,
+                             int num_heads, int num_kv_heads, int head_dim) = 0;
 
   // ---- attention -------------------------------------------------------------------------
-  // Causal multi-head self-attention over qkv [B, T, 3 * H * D] laid out as
-  // (q heads | k heads | v heads), fused (flash attention): nothing of size
-  // T x T is stored. out [B, T, H * D] = softmax(Q K^T / sqrt(D), causal) V per
-  // head; logsumexp [B, H, T] receives log(sum_j exp(s_tj)) of each row's scaled
-  // scores s, all backward needs besides qkv and out. The CUDA backend takes
-  // head_dim <= 128 (std::invalid_argument beyond).
+  // Causal self-attention with grouped KV heads over qkv [B, T, (H + 2 Hkv) * D]
+  // laid out as (q heads | k heads | v heads), fused (flash attention): nothing
+  // of size T x T is stored. Query head h attends with KV head h / (H / Hkv)
+  // (Hkv divides H; Hkv = H is multi-head attention, GPT-2's [B, T, 3 * H * D]);
+  // no K or V is repeated in memory. out [B, T, H * D] = softmax(Q K^T /
+  // sqrt(D), causal) V per query head; logsumexp [B, H, T] receives log(sum_j
+  // exp(s_tj)) of each row's scaled scores s, all backward needs besides qkv
+  // and out. The CUDA backend takes head_dim <= 128 (std::invalid_argument beyond).
   virtual void attention_forward(void* out, float* logsumexp, const void* qkv, int batch,
-                                 int seq_len, int num_heads, int head_dim) = 0;
+                                 int seq_len, int num_heads, int num_kv_heads, int head_dim) = 0;
   // dqkv += gradient of out with respect to qkv, given dout, and qkv, out and
   // logsumexp from attention_forward; the probabilities are recomputed as
-  // exp(s - logsumexp). scratch holds B*H*T floats (it receives the rows'
-  // D_t = sum_d dout[t, d] * out[t, d]; its contents on entry do not matter).
+  // exp(s - logsumexp). A KV head's dK and dV sum over the query heads of its
+  // group. scratch holds B*H*T floats (it receives the rows' D_t = sum_d
+  // dout[t, d] * out[t, d]; its contents on entry do not matter).
   virtual void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                                   const void* out, const float* logsumexp, int batch, int seq_len,
-                                  int num_heads, int head_dim) = 0;
+                                  int num_heads, int num_kv_heads, int head_dim) = 0;
 
   // ---- loss ------------------------------------------------------------------------------
   // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log

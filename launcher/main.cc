@@ -29,6 +29,7 @@ struct TokenizeArguments {
   std::vector<std::string> inputs;
   std::string output = "data";
   double val_fraction = 0.1;
+  int64_t vocab_size = 256;  // the model's: picks the token file format
 };
 
 struct PlanArguments {
@@ -58,10 +59,12 @@ void add_communication_options(CLI::App& command, double& timeout_seconds, std::
 }
 
 void run_tokenize(const TokenizeArguments& args) {
-  const TokenizeResult result = tokenize_files(args.inputs, args.output, args.val_fraction);
+  const TokenizeResult result =
+      tokenize_files(args.inputs, args.output, args.val_fraction, args.vocab_size);
   std::cout << "tokenized " << result.files_read.size() << " file(s): " << result.train_tokens
             << " train tokens -> " << result.train_path << ", " << result.val_tokens
-            << " validation tokens -> " << result.val_path << std::endl;
+            << " validation tokens -> " << result.val_path
+            << (result.uint32_tokens ? " (Llama 3 format, uint32 tokens)" : "") << std::endl;
 }
 
 void run_plan(const PlanArguments& args, const std::vector<std::string>& extras) {
@@ -106,6 +109,11 @@ int main(int argc, char** argv) {
       ->add_option("--val-fraction", tokenize.val_fraction,
                    "share of the corpus (its end) held out for validation")
       ->capture_default_str();
+  tokenize_command
+      ->add_option("--vocab-size", tokenize.vocab_size,
+                   "the model's vocabulary: above 65536 the files hold uint32 tokens (llm.c's "
+                   "Llama 3 format)")
+      ->capture_default_str();
 
   PlanArguments plan;
   CLI::App* plan_command =
@@ -134,6 +142,9 @@ int main(int argc, char** argv) {
                             "save every K steps (and always at the end)");
   train_command->add_flag("--resume", train_options.resume,
                           "continue from the latest checkpoint in --checkpoint-dir");
+  train_command->add_option("--init-from", train_options.init_from,
+                            "start from these weights (a checkpoint, or a Hugging Face model "
+                            "directory) with fresh optimizer state");
   train_command->add_option("--log-json", train_options.log_json, "one JSON object per step");
   train_command->add_option("--backend", train_options.backend, "cpu or cuda")
       ->capture_default_str();

@@ -28,6 +28,9 @@ using nlohmann::json;
 
 TransformerConfig shapes_of(const ModelConfig& model) {
   TransformerConfig config;
+  config.architecture = model.architecture == schema::Architecture::Llama ? Architecture::kLlama
+                                                                          : Architecture::kGpt2;
+  config.num_kv_heads = model.num_kv_heads;
   config.vocab_size = model.vocab_size;
   config.seq_len = model.seq_len;
   config.num_layers = model.num_layers;

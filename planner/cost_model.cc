@@ -1,5 +1,6 @@
-// cost_model.cc: parameter counts, FLOPs, activation and model-state memory, and
-// compute time of GPT-2 stages (formulas and conventions in cost_model.h).
+// cost_model.cc: stage parameter counts, FLOPs, activation and model-state
+// memory, and compute time, from the per-architecture counts of
+// model_counts.h (formulas and conventions in cost_model.h).
 #include "planner/cost_model.h"
 
 #include <algorithm>
@@ -9,42 +10,6 @@
 namespace paraplan {
 
 using schema::RecomputeMode;
-
-int element_bytes(schema::DType dtype) {
-  return dtype == schema::DType::BFloat16 ? 2 : 4;
-}
-
-namespace {
-// One tensor-parallel shard of a split tensor, or the whole of a small one.
-int64_t shard(int64_t elements, int64_t tensor_parallel, int64_t replicate_below) {
-  return elements < replicate_below ? elements : elements / tensor_parallel;
-}
-}  // namespace
-
-int64_t block_parameters(const ModelConfig& model, int tensor_parallel, int64_t replicate_below) {
-  const int64_t C = model.d_model, F = model.ffn_size, t = tensor_parallel, r = replicate_below;
-  // Column-parallel c_attn and c_fc (weights and biases), row-parallel attn
-  // c_proj and mlp c_proj weights.
-  const int64_t split = shard(3 * C * C, t, r) + shard(3 * C, t, r) + shard(C * C, t, r) +
-                        shard(F * C, t, r) + shard(F, t, r) + shard(C * F, t, r);
-  const int64_t replicated = 4 * C + 2 * C;  // ln_1, ln_2, the two row-parallel biases
-  return split + replicated;
-}
-
-int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel,
-                             int64_t replicate_below) {
-  const int64_t C = model.d_model;
-  return shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) +
-         int64_t{model.seq_len} * C;
-}
-
-int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel,
-                        int64_t replicate_below) {
-  const int64_t C = model.d_model;
-  const bool own_weight = !model.tied_embeddings || !stage_has_embedding;
-  return 2 * C +
-         (own_weight ? shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) : 0);
-}
 
 int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int tensor_parallel,
                          int64_t replicate_below) {
@@ -59,28 +24,6 @@ int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int
 int64_t model_parameters(const ModelConfig& model) {
   StageLayout whole{0, model.num_layers, true, true, {}};
   return stage_parameters(model, whole);
-}
-
-namespace {
-double tokens(const ModelConfig& model, int micro_batch_size) {
-  return static_cast<double>(micro_batch_size) * model.seq_len;
-}
-}  // namespace
-
-double block_forward_flops(const ModelConfig& model, int micro_batch_size) {
-  const double C = model.d_model, F = model.ffn_size;
-  const double matmul_weights = 4 * C * C + 2 * F * C;  // c_attn, attn c_proj, c_fc, mlp c_proj
-  return 2 * tokens(model, micro_batch_size) * matmul_weights +
-         attention_core_forward_flops(model, micro_batch_size);
-}
-
-double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size) {
-  // QK^T and scores x V: 2 * (2 * b * s * s * h).
-  return 4 * tokens(model, micro_batch_size) * model.seq_len * model.d_model;
-}
-
-double head_forward_flops(const ModelConfig& model, int micro_batch_size) {
-  return 2 * tokens(model, micro_batch_size) * model.d_model * model.vocab_size;
 }
 
 double block_backward_flops(const ModelConfig& model, int micro_batch_size,
@@ -138,30 +81,15 @@ double model_flops_per_step(const ModelConfig& model, int global_batch_size) {
   return 3 * forward;
 }
 
-int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
-                               RecomputeMode recompute, int tensor_parallel) {
-  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
-  const int64_t sbh = int64_t{model.seq_len} * micro_batch_size * model.d_model;
-  if (recompute == RecomputeMode::Full) return e * sbh;  // only the block input
-  // Replicated: two LayerNorm inputs and the attention and MLP inputs (4 tensors)
-  // plus two 1-byte dropout masks; split: Q, K, V, the c_fc output and the GELU
-  // output (11 h-widths of tensors).
-  const int64_t bytes = sbh * (4 * e + 2) + sbh * 11 * e / t;
-  if (recompute == RecomputeMode::Selective) return bytes;
-  // Without recompute also the attention output and the fp32 logsumexp per
-  // (head, token), which selective recompute rebuilds from qkv.
-  const int64_t asb = int64_t{model.num_heads} * model.seq_len * micro_batch_size;
-  return bytes + sbh * e / t + 4 * asb / t;
-}
-
 int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
   const int64_t e = element_bytes(model.dtype);
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
-  return 2 * e * sb * model.d_model + e * sb * model.vocab_size / tensor_parallel;
+  return 2 * e * sb * model.d_model + e * sb * model.vocab_size / tensor_parallel +
+         (4 + norm_statistics_bytes_per_token(model)) * sb;
 }
 
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size) {
-  return int64_t{4} * model.seq_len * micro_batch_size;
+  return int64_t{8} * model.seq_len * micro_batch_size;
 }
 
 int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size) {
@@ -194,14 +122,9 @@ std::vector<int64_t> op_output_bytes(const ModelConfig& model, const StageLayout
   const int64_t hidden = e * sb * model.d_model;
   std::vector<int64_t> outputs;
   if (stage.has_embedding) outputs.push_back(hidden);
-  if (stage.num_layers > 0) {
-    const int64_t ffn = e * sb * model.ffn_size / t;
-    // The fused attention writes its output and the fp32 logsumexp; no s x s scores.
-    const int64_t attention = hidden / t + 4 * sb * model.num_heads / t;
-    // ln, c_attn, attention, c_proj, ln, c_fc, gelu, c_proj
-    for (int64_t bytes : {hidden, 3 * hidden / t, attention, hidden, hidden, ffn, ffn, hidden})
+  if (stage.num_layers > 0)
+    for (int64_t bytes : block_op_output_bytes(model, micro_batch_size, tensor_parallel))
       outputs.push_back(bytes);
-  }
   if (stage.has_head) {
     outputs.push_back(hidden);
     outputs.push_back(e * sb * model.vocab_size / t);
@@ -250,7 +173,7 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
                                         : counts.selective > 0 ? kept_none - kept_selective
                                                                : 0;
-  if (has_embedding) per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
+  per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
   if (has_head) {
     per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
   } else {
@@ -267,7 +190,10 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   const int g = options.memory_granularity;
   MemoryBreakdown memory;
   memory.weights = round_up(state.weights, g);
-  memory.transient = round_up(options.transient_mem_coef * largest_two, g);
+  // The op outputs' peak, or the gradient scratch the stage keeps if larger.
+  const double workspace =
+      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head));
+  memory.transient = round_up(std::max(options.transient_mem_coef * largest_two, workspace), g);
   if (options.is_train) {
     // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
     // buffer beside the full gradients: 1 / zero_shards more.

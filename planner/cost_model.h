@@ -1,14 +1,10 @@
 // cost_model.h: analytic parameter counts, FLOPs, activation and model-state
-// memory, and compute time of GPT-2 pipeline stages.
+// memory, and compute time of pipeline stages, composed from the
+// per-architecture counts of model_counts.h (a block's GEMMs, parameters,
+// FLOPs, activation bytes per recompute mode).
 //
 // Conventions:
-// - Sizes follow runtime/model/gpt/gpt_layout.h (Hugging Face GPT-2): a block holds ln_1,
-//   c_attn [3C, C], attn c_proj [C, C], ln_2, c_fc [F, C], mlp c_proj [C, F], all
-//   with biases. The first stage holds wte and wpe; the last holds ln_f and the
-//   head, which is wte itself when tied and on the same stage, else its own copy.
-// - Tensor parallelism is Megatron's: c_attn, c_fc and their biases, attn c_proj
-//   and mlp c_proj weights, wte and the head are split t ways; LayerNorms and the
-//   row-parallel biases are replicated; wpe is replicated.
+// - Sizes and tensor-parallel splits: model_counts.h (GPT-2 and Llama).
 // - FLOPs count multiply-adds as 2 and causal attention over the full s x s
 //   (the usual MFU convention). Backward = 2 x forward; full recompute adds one
 //   block forward, selective adds the attention core (QK^T and scores x V: the
@@ -17,17 +13,21 @@
 // - Activations follow Korthikanti et al., "Reducing Activation Recomputation in
 //   Large Transformer Models", with the attention fused (flash attention, as the
 //   runtime's kernels): no s x s tensor is stored, so their a*s^2*b terms
-//   (scores, softmax, its dropout) vanish for every recompute mode. Per layer,
-//   with element_bytes e: replicated, two LayerNorm inputs and the attention and
-//   MLP inputs (4 tensors) plus two 1-byte dropout masks, sbh*(4e + 2); split t
-//   ways, Q, K, V, the attention output, the c_fc and GELU outputs (12 h-widths),
-//   12*e*sbh/t; plus the fp32 per-row logsumexp, 4*a*s*b/t. (t = 1, 16-bit:
-//   34*sbh + 4*asb; float32: 66*sbh + 4*asb.) Selective recompute drops the
+//   (scores, softmax, its dropout) vanish for every recompute mode. Per layer
+//   (GPT-2), with element_bytes e: replicated, two LayerNorm inputs and the
+//   attention and MLP inputs (4 tensors) plus two 1-byte dropout masks,
+//   sbh*(4e + 2); split t ways, Q, K, V, the attention output, the c_fc and
+//   GELU outputs (12 h-widths), 12*e*sbh/t; plus the fp32 per-row logsumexp,
+//   4*a*s*b/t. (t = 1, 16-bit: 34*sbh + 4*asb; float32: 66*sbh + 4*asb.) Llama
+//   keeps what its stage allocates (model_counts.cc). Selective recompute drops the
 //   attention output (e*sbh/t) and logsumexp, which backward rebuilds from qkv;
 //   full recompute keeps only the block input, e*sbh. Each block keeps its input,
-//   so a stage without the head adds its output (sent on), e*sbh; the embedding
-//   stage adds the int32 tokens, the head stage ln_f's input, the head's input
-//   and the logits.
+//   so a stage without the head adds its output (sent on), e*sbh; every stage
+//   the int32 tokens and targets of each micro-batch (8*sb), the head stage
+//   the final norm's input and statistics, the head's input, the logits and
+//   the fp32 losses.
+// - Transient: transient_mem_coef x (largest + second largest op output), or
+//   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
 // - Compute time = FLOPs / (peak * kComputeEfficiency); stage_cost.h uses a measured
 //   profile's times (profile.h) instead when one is given.
 #pragma once
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "planner/job_config.h"
+#include "planner/model_counts.h"
 
 namespace paraplan {
 
@@ -56,29 +57,11 @@ struct StageLayout {
   std::vector<schema::RecomputeMode> recompute;  // one per layer of the stage
 };
 
-int element_bytes(schema::DType dtype);
-
-// Parameters held by one device of one tensor-parallel group (t = 1: all).
-// replicate_below is [planner] ignore_small_tensor_threshold: a tensor the
-// Megatron layout would split but with fewer elements than this stays whole on
-// every device of the group (the default 1 splits everything).
-int64_t block_parameters(const ModelConfig& model, int tensor_parallel = 1,
-                         int64_t replicate_below = 1);
-int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel = 1,
-                             int64_t replicate_below = 1);  // wte + wpe
-// ln_f plus the head weight when the stage needs its own (untied, or tied but on a
-// stage without the embedding).
-int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel = 1,
-                        int64_t replicate_below = 1);
 int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage,
                          int tensor_parallel = 1, int64_t replicate_below = 1);
 // The whole model, tied head counted once.
 int64_t model_parameters(const ModelConfig& model);
 
-// Forward FLOPs of one micro-batch (micro_batch_size sequences of seq_len tokens).
-double block_forward_flops(const ModelConfig& model, int micro_batch_size);
-double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size);
-double head_forward_flops(const ModelConfig& model, int micro_batch_size);
 // Backward of one block including its recomputation.
 double block_backward_flops(const ModelConfig& model, int micro_batch_size,
                             schema::RecomputeMode recompute);
@@ -104,13 +87,12 @@ StageFlops stage_flops(const ModelConfig& model, const RecomputeCounts& counts, 
 // global_batch_size sequences: the numerator of MFU.
 double model_flops_per_step(const ModelConfig& model, int global_batch_size);
 
-// Bytes one block keeps for backward, per micro-batch, per device.
-int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
-                               schema::RecomputeMode recompute, int tensor_parallel = 1);
-// The head stage keeps ln_f's input, the head matmul's input and the logits.
+// The head stage keeps the final norm's input and statistics, the head
+// matmul's input, the logits and the fp32 per-token losses.
 int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size,
                               int tensor_parallel = 1);
-// The embedding stage keeps the int32 token ids.
+// Every stage keeps each in-flight micro-batch's int32 token ids and targets
+// (runtime/model/model_stage.h allocates both per slot on every stage).
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size);
 // A stage without the head also keeps its output [s, b, h] (the last block's or
 // the embedding's), which it sends to the next stage; on the head stage that

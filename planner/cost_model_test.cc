@@ -162,9 +162,10 @@ TEST(CostModelTest, StageMemoryBreakdown) {
   EXPECT_EQ(memory.optimizer_state, 2 * weights);
   EXPECT_EQ(memory.optimizer_transient, 0u);
   // Stage 1 of 4 under 1F1B holds min(4 - 1, 8) = 3 micro-batches, each the
-  // block's activations and the stage's output [s, b, h] (no head here).
-  const int64_t output = 4 * 64 * 2 * 64;
-  EXPECT_EQ(stage_output_activation_bytes(model, 2), output);
+  // block's activations, the stage's output [s, b, h] (no head here) and the
+  // int32 token ids and targets every stage's slots hold.
+  const int64_t output = 4 * 64 * 2 * 64 + 8 * 64 * 2;
+  EXPECT_EQ(stage_output_activation_bytes(model, 2) + embedding_activation_bytes(model, 2), output);
   EXPECT_EQ(memory.activations,
             3ULL * (block_activation_bytes(model, 2, RecomputeMode::None) + output));
   // Largest op outputs: the c_fc and GELU outputs, b*s*F*4 bytes each (the

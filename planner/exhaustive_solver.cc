@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "planner/model_counts.h"
 #include "planner/search_space.h"
 
 namespace paraplan {
@@ -26,8 +27,8 @@ std::vector<ParallelShape> all_meshes(const JobConfig& config, const DeviceLayou
         if (p.pipeline_nstages > 0 && pp != p.pipeline_nstages) continue;
         if (p.data_parallel_degree > 0 && dp != p.data_parallel_degree) continue;
         if (p.tensor_parallel_degree > 0 && tp != p.tensor_parallel_degree) continue;
-        if (layout.devices_per_node % tp || m.num_heads % tp || m.d_model % tp || m.ffn_size % tp ||
-            m.vocab_size % tp)
+        if (layout.devices_per_node % tp || m.num_heads % tp || kv_heads(m) % tp ||
+            m.d_model % tp || m.ffn_size % tp || m.vocab_size % tp)
           continue;
         if (pp > m.num_layers + 2 || config.training.global_batch_size % dp) continue;
         meshes.push_back({pp, dp, tp});

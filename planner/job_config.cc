@@ -134,9 +134,9 @@ const std::vector<FieldSpec>& field_table() {
     };
     return std::vector<FieldSpec>{
         PARAPLAN_FIELD(job, name),
-        PARAPLAN_CHOICE(
-            model, architecture,
-            std::vector<std::pair<std::string, Architecture>>{{"gpt2", Architecture::Gpt2}}),
+        PARAPLAN_CHOICE(model, architecture,
+                        std::vector<std::pair<std::string, Architecture>>{
+                            {"gpt2", Architecture::Gpt2}, {"llama", Architecture::Llama}}),
         PARAPLAN_FIELD(model, vocab_size),
         PARAPLAN_FIELD(model, seq_len),
         PARAPLAN_FIELD(model, num_layers),
@@ -149,6 +149,13 @@ const std::vector<FieldSpec>& field_table() {
                                                                    {"bfloat16", DType::BFloat16}}),
         PARAPLAN_FIELD(model, layernorm_epsilon),
         PARAPLAN_FIELD(model, init_std),
+        PARAPLAN_FIELD(model, num_kv_heads),
+        PARAPLAN_FIELD(model, rms_norm_eps),
+        PARAPLAN_FIELD(model, rope_theta),
+        PARAPLAN_FIELD(model, rope_scaling_factor),
+        PARAPLAN_FIELD(model, rope_low_freq_factor),
+        PARAPLAN_FIELD(model, rope_high_freq_factor),
+        PARAPLAN_FIELD(model, rope_original_max_positions),
         PARAPLAN_FIELD(training, global_batch_size),
         PARAPLAN_FIELD(training, micro_batch_size),
         PARAPLAN_FIELD(training, learning_rate),
@@ -439,7 +446,16 @@ ClusterConfig preset_values(const std::string& name) {
 
 // Fills every derived default from what was not set explicitly.
 void resolve_defaults(JobConfig& config) {
-  if (!config.was_set("model.ffn_size")) config.model.ffn_size = 4 * config.model.d_model;
+  ModelConfig& model = config.model;
+  const bool llama = model.architecture == schema::Architecture::Llama;
+  if (!config.was_set("model.ffn_size")) {
+    // Llama's SwiGLU keeps the 4 d_model MLP's parameters with three matrices:
+    // 2/3 of 4 d_model, rounded up to a multiple of 256 (Meta's multiple_of).
+    const int64_t swiglu = (int64_t{8} * model.d_model / 3 + 255) / 256 * 256;
+    model.ffn_size = llama ? static_cast<int>(swiglu) : 4 * model.d_model;
+  }
+  if (!config.was_set("model.tied_embeddings")) model.tied_embeddings = !llama;
+  if (!config.was_set("model.num_kv_heads")) model.num_kv_heads = model.num_heads;
   if (!config.was_set("training.min_learning_rate"))
     config.training.min_learning_rate = config.training.learning_rate / 10;
   JobConfig explicit_values;

@@ -44,15 +44,28 @@ struct JobSection {
 struct ModelConfig {
   schema::Architecture architecture = schema::Architecture::Gpt2;
   int vocab_size = 256;
-  int seq_len = 0;     // required
-  int num_layers = 0;  // required
-  int d_model = 0;     // required
-  int num_heads = 0;   // required
-  int ffn_size = 0;    // default 4 * d_model
-  bool tied_embeddings = true;
+  int seq_len = 0;              // required
+  int num_layers = 0;           // required
+  int d_model = 0;              // required
+  int num_heads = 0;            // required
+  int ffn_size = 0;             // default gpt2: 4 * d_model; llama: 8/3 * d_model rounded up to 256
+  bool tied_embeddings = true;  // default gpt2: true; llama: false
   schema::DType dtype = schema::DType::Float32;
-  double layernorm_epsilon = 1e-5;
+  double layernorm_epsilon = 1e-5;  // gpt2
   double init_std = 0.02;
+  // Llama only (an error with gpt2 when set).
+  int num_kv_heads = 0;            // grouped-query attention; default num_heads
+  double rms_norm_eps = 1e-5;      // RMSNorm's epsilon
+  double rope_theta = 10000;       // the rotary base (Llama 3: 500000)
+  double rope_scaling_factor = 0;  // Llama 3.1's "llama3" frequency scaling; 0: none
+  double rope_low_freq_factor = 1;
+  double rope_high_freq_factor = 4;
+  int rope_original_max_positions = 8192;
+
+  // The norm's epsilon the plan carries: layernorm_epsilon or rms_norm_eps.
+  double norm_epsilon() const {
+    return architecture == schema::Architecture::Llama ? rms_norm_eps : layernorm_epsilon;
+  }
 };
 
 struct TrainingConfig {

@@ -294,10 +294,8 @@ seq_len = 64
   EXPECT_NE(model("num_layers = 2\nd_model = -64\nnum_heads = 4\n")
                 .find("[model] d_model = -64 is invalid; it must be >= 1"),
             std::string::npos);
-  EXPECT_NE(model("num_layers = 2\nd_model = 64\nnum_heads = 4\nvocab_size = 70000\n")
-                .find("[model] vocab_size = 70000 is invalid; token files store uint16 ids, so "
-                      "valid range 1 .. 65536"),
-            std::string::npos);
+  // Above 65536 the token files hold uint32 ids (llm.c's Llama 3 shards).
+  EXPECT_EQ(model("num_layers = 2\nd_model = 64\nnum_heads = 4\nvocab_size = 128256\n"), "");
   EXPECT_NE(model("num_layers = 2\nd_model = 64\n")
                 .find("[model] num_heads is required (attention heads); give it in the file or "
                       "as --model.num_heads N"),
@@ -319,6 +317,55 @@ seq_len = 64
             std::string::npos);
   EXPECT_NE(parse_error(with("[training]\nmicro_batch_size = 2\n[planner]\nmicro_batch_size = 4\n"))
                 .find("[training] micro_batch_size (2) contradicts [planner] micro_batch_size (4)"),
+            std::string::npos);
+}
+
+TEST(JobConfigTest, LlamaKeysAndTheirDefaults) {
+  const JobConfig config = parse_job_config(
+      with("[model]\narchitecture = \"llama\"\nnum_kv_heads = 2\nrope_theta = 500000.0\n"));
+  EXPECT_EQ(config.model.architecture, schema::Architecture::Llama);
+  EXPECT_EQ(config.model.num_kv_heads, 2);
+  EXPECT_EQ(config.model.rope_theta, 500000.0);
+  // Untied by default; SwiGLU's ffn_size 8/3 d_model rounded up to 256.
+  EXPECT_FALSE(config.model.tied_embeddings);
+  EXPECT_EQ(config.model.ffn_size, 256);
+  EXPECT_EQ(config.model.norm_epsilon(), config.model.rms_norm_eps);
+  // Without num_kv_heads: multi-head attention.
+  EXPECT_EQ(parse_job_config(with("[model]\narchitecture = \"llama\"\n")).model.num_kv_heads, 4);
+  // gpt2 keeps its defaults.
+  const JobConfig gpt = parse_job_config(kMinimal);
+  EXPECT_TRUE(gpt.model.tied_embeddings);
+  EXPECT_EQ(gpt.model.ffn_size, 256);
+}
+
+TEST(JobConfigTest, InvalidLlamaCombinationsNameTheKey) {
+  const auto error = [](const std::string& model_lines) {
+    return parse_error(with("[model]\n" + model_lines));
+  };
+  EXPECT_NE(error("architecture = \"llama\"\nnum_kv_heads = 3\n")
+                .find("job.toml: [model] num_kv_heads (3) must divide num_heads (4)"),
+            std::string::npos);
+  EXPECT_NE(error("architecture = \"llama\"\nnum_kv_heads = 0\n")
+                .find("[model] num_kv_heads = 0 is invalid; it must be >= 1"),
+            std::string::npos);
+  // d_model 64 over 32 heads: head_dim 2 is fine; over 64 heads it is 1, odd.
+  EXPECT_NE(
+      parse_error(with("[model]\narchitecture = \"llama\"\n"), {{"model.num_heads", "64"}})
+          .find("[model] num_heads (64) gives head_dim d_model / num_heads = 1, which is odd"),
+      std::string::npos);
+  EXPECT_NE(error("architecture = \"llama\"\nrope_theta = 0.0\n")
+                .find("[model] rope_theta = 0 is invalid; valid range (0, inf)"),
+            std::string::npos);
+  EXPECT_NE(error("architecture = \"llama\"\nlayernorm_epsilon = 1e-6\n")
+                .find("[model] layernorm_epsilon is a gpt2 key; architecture = \"llama\" uses "
+                      "RMSNorm: set rms_norm_eps instead"),
+            std::string::npos);
+  EXPECT_NE(error("num_kv_heads = 2\n")
+                .find("[model] num_kv_heads is a llama key; architecture = \"gpt2\""),
+            std::string::npos);
+  EXPECT_NE(error("architecture = \"llama\"\nrope_scaling_factor = 8.0\nrope_low_freq_factor = "
+                  "4.0\n")
+                .find("[model] rope_low_freq_factor = 4 is invalid; valid range (0, 4)"),
             std::string::npos);
 }
 
@@ -404,7 +451,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 73u);
+  EXPECT_EQ(options.size(), 80u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",

@@ -31,6 +31,8 @@ void require_at_least(const JobConfig& config, const char* section, const char* 
            (meaning ? std::string(" (") + meaning + ")" : std::string()));
 }
 
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
 void require_range(const JobConfig& config, const char* section, const char* key, double value,
                    double low, bool low_inclusive, double high, bool high_inclusive) {
   const bool ok = (low_inclusive ? value >= low : value > low) &&
@@ -43,16 +45,59 @@ void require_range(const JobConfig& config, const char* section, const char* key
        "= " + format_double(value) + " is invalid; valid range " + valid);
 }
 
+// The keys that belong to one architecture, and Llama's shape rules.
+void validate_architecture_keys(const JobConfig& c) {
+  const ModelConfig& m = c.model;
+  const char* llama_keys[] = {"num_kv_heads",
+                              "rms_norm_eps",
+                              "rope_theta",
+                              "rope_scaling_factor",
+                              "rope_low_freq_factor",
+                              "rope_high_freq_factor",
+                              "rope_original_max_positions"};
+  if (m.architecture != schema::Architecture::Llama) {
+    for (const char* key : llama_keys)
+      if (c.was_set(std::string("model.") + key))
+        fail(c, std::string("[model] ") + key,
+             "is a llama key; architecture = \"gpt2\" has multi-head attention, learned "
+             "positions and LayerNorm (layernorm_epsilon); set architecture = \"llama\" or "
+             "remove it");
+    return;
+  }
+  if (c.was_set("model.layernorm_epsilon"))
+    fail(c, "[model] layernorm_epsilon",
+         "is a gpt2 key; architecture = \"llama\" uses RMSNorm: set rms_norm_eps instead");
+  require_at_least(c, "model", "num_kv_heads", m.num_kv_heads, 1,
+                   "KV heads of grouped-query attention; num_heads for multi-head");
+  if (m.num_heads % m.num_kv_heads != 0)
+    fail(c, "[model] num_kv_heads",
+         std::string("(") + std::to_string(m.num_kv_heads) + ") must divide num_heads (" +
+             std::to_string(m.num_heads) + "): each KV head serves an equal group of query heads");
+  if ((m.d_model / m.num_heads) % 2 != 0)
+    fail(c, "[model] num_heads",
+         std::string("(") + std::to_string(m.num_heads) +
+             ") gives head_dim d_model / num_heads = " + std::to_string(m.d_model / m.num_heads) +
+             ", which is odd; the rotary embedding rotates pairs of dimensions, so choose "
+             "num_heads with an even head_dim");
+  require_range(c, "model", "rms_norm_eps", m.rms_norm_eps, 0, false, kInfinity, false);
+  require_range(c, "model", "rope_theta", m.rope_theta, 0, false, kInfinity, false);
+  require_range(c, "model", "rope_scaling_factor", m.rope_scaling_factor, 0, true, kInfinity,
+                false);
+  if (m.rope_scaling_factor > 0) {
+    require_range(c, "model", "rope_low_freq_factor", m.rope_low_freq_factor, 0, false,
+                  m.rope_high_freq_factor, false);
+    require_at_least(c, "model", "rope_original_max_positions", m.rope_original_max_positions, 1);
+  }
+}
+
 }  // namespace
 
 void validate_job_config(const JobConfig& c) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const ModelConfig& m = c.model;
+  // Token files hold uint16 ids up to 65536 and uint32 ids above (llm.c's
+  // Llama 3 shards); the runtime's ids are int32, the field's own range.
   require_at_least(c, "model", "vocab_size", m.vocab_size, 1);
-  if (m.vocab_size > 65536)
-    fail(c, "[model] vocab_size",
-         "= " + std::to_string(m.vocab_size) +
-             " is invalid; token files store uint16 ids, so valid range 1 .. 65536");
   require_at_least(c, "model", "seq_len", m.seq_len, 1, "tokens per sequence");
   require_at_least(c, "model", "num_layers", m.num_layers, 1, "transformer blocks");
   require_at_least(c, "model", "d_model", m.d_model, 1, "hidden size");
@@ -64,6 +109,7 @@ void validate_job_config(const JobConfig& c) {
   require_at_least(c, "model", "ffn_size", m.ffn_size, 1);
   require_range(c, "model", "layernorm_epsilon", m.layernorm_epsilon, 0, false, kInf, false);
   require_range(c, "model", "init_std", m.init_std, 0, false, kInf, false);
+  validate_architecture_keys(c);
 
   const TrainingConfig& t = c.training;
   require_at_least(c, "training", "global_batch_size", t.global_batch_size, 1,

@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "planner/model_counts.h"
 #include "planner/search_space.h"
 #include "schema/plan_io.h"
 
@@ -69,6 +70,7 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
           {"model.seq_len", model.seq_len(), now.seq_len},
           {"model.d_model", model.d_model(), now.d_model},
           {"model.num_heads", model.num_heads(), now.num_heads},
+          {"model.num_kv_heads", model.num_kv_heads(), now.num_kv_heads},
           {"model.ffn_size", model.ffn_size(), now.ffn_size}})
       if (planned != current)
         differences.push_back(std::string(name) + ": plan " + str(planned) + ", now " +
@@ -90,6 +92,7 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
                           str(layout.devices_per_node));
   const int tp = mesh.tensor_parallel();
   for (const auto& [name, size] : {std::pair<const char*, int>{"num_heads", now.num_heads},
+                                   {"num_kv_heads", kv_heads(now)},
                                    {"d_model", now.d_model},
                                    {"ffn_size", now.ffn_size},
                                    {"vocab_size", now.vocab_size},

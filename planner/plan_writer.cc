@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "planner/model_counts.h"
 #include "planner/profile.h"
 #include "schema/plan_io.h"
 
@@ -92,7 +93,10 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   auto model_table = schema::CreateModel(
       builder, model.architecture, model.vocab_size, model.seq_len, model.num_layers, model.d_model,
       model.num_heads, model.ffn_size, model.tied_embeddings, model.dtype,
-      static_cast<float>(model.layernorm_epsilon), static_cast<float>(model.init_std));
+      static_cast<float>(model.norm_epsilon()), static_cast<float>(model.init_std), kv_heads(model),
+      static_cast<float>(model.rope_theta), static_cast<float>(model.rope_scaling_factor),
+      static_cast<float>(model.rope_low_freq_factor),
+      static_cast<float>(model.rope_high_freq_factor), model.rope_original_max_positions);
 
   auto optimizer = schema::CreateOptimizer(
       builder, static_cast<float>(training.learning_rate),

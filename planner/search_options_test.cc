@@ -4,6 +4,7 @@
 // naming the field and the binding constraint.
 #include <gtest/gtest.h>
 
+#include "planner/model_counts.h"
 #include "planner/plan_report.h"
 #include "planner/plan_search.h"
 #include "planner/planner.h"
@@ -66,7 +67,10 @@ TEST(SearchOptionsTest, MemoryCoefficientsAndGranularity) {
   EXPECT_EQ(memory({{"planner.opt_resident_coef", "6"}}).optimizer_state, 6 * base.weights);
   EXPECT_EQ(memory({{"planner.opt_transient_coef", "2"}}).optimizer_transient, 2 * base.weights);
   EXPECT_EQ(memory({{"planner.transient_mem_coef", "4"}}).transient, 2 * base.transient);
-  EXPECT_EQ(memory({{"planner.transient_mem_coef", "0"}}).transient, 0u);
+  // Without the op-output estimate, the stage's gradient scratch remains.
+  const JobConfig job = eight_device_job(fixed);
+  EXPECT_EQ(memory({{"planner.transient_mem_coef", "0"}}).transient,
+            static_cast<uint64_t>(stage_workspace_bytes(job.model, 2, 1, true)));
   const MemoryBreakdown rounded = memory({{"planner.memory_granularity", "1048576"}});
   for (uint64_t part : {rounded.weights, rounded.gradients, rounded.optimizer_state,
                         rounded.activations, rounded.transient})
@@ -280,6 +284,23 @@ TEST(SearchOptionsTest, InfeasibleJobsNameTheBindingConstraint) {
       error_of({{"planner.max_pipeline_bubble_ratio", "0"}, {"planner.memory_constraint", "0.01"}});
   EXPECT_NE(filtered.find("max_pipeline_bubble_ratio = 0"), std::string::npos) << filtered;
   EXPECT_NE(filtered.find("Memory binds"), std::string::npos) << filtered;
+}
+
+TEST(SearchOptionsTest, LlamaTensorParallelismKeepsWholeKvHeads) {
+  // 8 query heads over 2 KV heads on 8 devices: the search tries only tensor
+  // degrees that divide the KV heads; a fixed one that does not is refused.
+  const std::vector<ConfigOverride> llama = {{"model.architecture", "llama"},
+                                             {"model.num_kv_heads", "2"}};
+  const SearchResult result = search(llama);
+  ASSERT_FALSE(result.ranked.empty());
+  for (const PlanCandidate& plan : result.ranked)
+    EXPECT_LE(plan.setting.shape.tensor_parallel, 2) << plan.setting.shape.tensor_parallel;
+  std::vector<ConfigOverride> fixed = llama;
+  fixed.push_back({"planner.tensor_parallel_degree", "4"});
+  EXPECT_NE(error_of(fixed).find("does not divide [model] num_kv_heads = 2 (each tensor-parallel "
+                                 "rank holds whole KV heads)"),
+            std::string::npos)
+      << error_of(fixed);
 }
 
 }  // namespace

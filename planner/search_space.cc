@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "planner/model_counts.h"
 #include "planner/module_names.h"
 #include "planner/partition_constraints.h"
 
@@ -25,6 +26,9 @@ std::string tensor_parallel_problem(const JobConfig& config, int t, int devices_
     return "does not divide the " + str(devices_per_node) +
            " devices per node (a tensor-parallel group sits inside one node)";
   if (m.num_heads % t != 0) return "does not divide [model] num_heads = " + str(m.num_heads);
+  if (kv_heads(m) % t != 0)
+    return "does not divide [model] num_kv_heads = " + str(kv_heads(m)) +
+           " (each tensor-parallel rank holds whole KV heads)";
   if (m.d_model % t != 0) return "does not divide [model] d_model = " + str(m.d_model);
   if (m.ffn_size % t != 0) return "does not divide [model] ffn_size = " + str(m.ffn_size);
   if (m.vocab_size % t != 0)
@@ -146,11 +150,11 @@ SearchSpace resolve_search_space(const JobConfig& config) {
                      "; the data-parallel ranks are split into equal ZeRO groups");
 
   // Per-layer recompute and stage boundaries, then the constraints file.
-  for (schema::RecomputeMode lowest :
-       recompute_modes_from_modules(p.recompute_modules, model.num_layers, config.source))
+  for (schema::RecomputeMode lowest : recompute_modes_from_modules(
+           p.recompute_modules, model.num_layers, config.source, model.architecture))
     space.layer_recompute.push_back({lowest, schema::RecomputeMode::Full});
-  space.boundary_allowed =
-      pipeline_boundaries_from_pivots(p.pipeline_pivots, model.num_layers, config.source);
+  space.boundary_allowed = pipeline_boundaries_from_pivots(p.pipeline_pivots, model.num_layers,
+                                                           config.source, model.architecture);
   space.boundaries_restricted =
       !p.pipeline_pivots.empty() && !split_module_list(p.pipeline_pivots).empty();
   std::vector<int> allowed_tensor_parallel;

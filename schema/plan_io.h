@@ -17,7 +17,8 @@
 namespace paraplan {
 
 // Bumped whenever plan.fbs changes incompatibly; readers refuse other versions.
-inline constexpr uint32_t kPlanSchemaVersion = 1;
+// 2: the Llama fields of Model (num_kv_heads, rope_theta, rope scaling).
+inline constexpr uint32_t kPlanSchemaVersion = 2;
 
 // A plan file held in memory; plan() points into bytes.
 class LoadedPlan {

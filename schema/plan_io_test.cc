@@ -271,13 +271,13 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 
 TEST_F(PlanFileTest, LoadOtherSchemaVersionNamesBothVersions) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
-  spec.schema_version = 2;
+  spec.schema_version = 1;  // before the Llama fields
   const std::vector<uint8_t> bytes = build_plan(spec);
-  write_raw(path("v2.pplan"), bytes);
+  write_raw(path("v1.pplan"), bytes);
   EXPECT_TRUE(
-      contains(load_error(path("v2.pplan")),
-               "'" + path("v2.pplan") +
-                   "' was written with plan schema version 2; this paraplan reads version 1"));
+      contains(load_error(path("v1.pplan")),
+               "'" + path("v1.pplan") +
+                   "' was written with plan schema version 1; this paraplan reads version 2"));
 }
 
 TEST_F(PlanFileTest, LoadInvalidPlanListsEveryViolationOnItsOwnLine) {
@@ -342,7 +342,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const nlohmann::json j = plan_to_json(*schema::GetPlan(bytes.data()));
 
-  EXPECT_EQ(j["header"]["schema_version"], 1);
+  EXPECT_EQ(j["header"]["schema_version"], 2);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -416,7 +416,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v1, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v2, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(
       contains(table, "training: global batch 16 = micro-batch 2 x 4 micro-batches x dp 2"));

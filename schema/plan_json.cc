@@ -48,17 +48,26 @@ json header_to_json(const schema::Header& header) {
 }
 
 json model_to_json(const schema::Model& model) {
-  return {{"architecture", architecture_name(model.architecture())},
-          {"vocab_size", model.vocab_size()},
-          {"seq_len", model.seq_len()},
-          {"num_layers", model.num_layers()},
-          {"d_model", model.d_model()},
-          {"num_heads", model.num_heads()},
-          {"ffn_size", model.ffn_size()},
-          {"tied_embeddings", model.tied_embeddings()},
-          {"dtype", dtype_name(model.dtype())},
-          {"layernorm_epsilon", float_for_json(model.layernorm_epsilon())},
-          {"init_std", float_for_json(model.init_std())}};
+  json result = {{"architecture", architecture_name(model.architecture())},
+                 {"vocab_size", model.vocab_size()},
+                 {"seq_len", model.seq_len()},
+                 {"num_layers", model.num_layers()},
+                 {"d_model", model.d_model()},
+                 {"num_heads", model.num_heads()},
+                 {"ffn_size", model.ffn_size()},
+                 {"tied_embeddings", model.tied_embeddings()},
+                 {"dtype", dtype_name(model.dtype())},
+                 {"layernorm_epsilon", float_for_json(model.layernorm_epsilon())},
+                 {"init_std", float_for_json(model.init_std())}};
+  if (model.architecture() == schema::Architecture::Llama) {
+    result["num_kv_heads"] = model.num_kv_heads();
+    result["rope_theta"] = float_for_json(model.rope_theta());
+    result["rope_scaling_factor"] = float_for_json(model.rope_scaling_factor());
+    result["rope_low_freq_factor"] = float_for_json(model.rope_low_freq_factor());
+    result["rope_high_freq_factor"] = float_for_json(model.rope_high_freq_factor());
+    result["rope_original_max_positions"] = model.rope_original_max_positions();
+  }
+  return result;
 }
 
 json optimizer_to_json(const schema::Optimizer& opt) {
@@ -293,9 +302,12 @@ void model_line(const schema::Model* model, std::ostringstream& out) {
   }
   out << "model: " << architecture_name(model->architecture()) << ", vocab " << model->vocab_size()
       << ", seq " << model->seq_len() << ", " << model->num_layers() << " layers, d_model "
-      << model->d_model() << ", " << model->num_heads() << " heads, ffn " << model->ffn_size()
-      << ", " << (model->tied_embeddings() ? "tied" : "untied") << " embeddings, "
-      << dtype_name(model->dtype()) << "\n";
+      << model->d_model() << ", " << model->num_heads() << " heads";
+  if (model->architecture() == schema::Architecture::Llama)
+    out << " (" << (model->num_kv_heads() > 0 ? model->num_kv_heads() : model->num_heads())
+        << " KV heads)";
+  out << ", ffn " << model->ffn_size() << ", " << (model->tied_embeddings() ? "tied" : "untied")
+      << " embeddings, " << dtype_name(model->dtype()) << "\n";
 }
 
 void training_lines(const schema::Plan& plan, std::ostringstream& out) {

@@ -59,6 +59,8 @@ struct PlanSpec {
   bool tied_embeddings = true;
   schema::DType dtype = schema::DType::Float32;
   float layernorm_epsilon = 1e-5f, init_std = 0.02f;
+  int32_t num_kv_heads = 0;
+  float rope_theta = 10000.0f;
 
   int32_t global_batch_size = 8, micro_batch_size = 2, num_micro_batches = 4;
   uint64_t seed = 1234;
@@ -222,10 +224,10 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
   }
   fb::Offset<schema::Model> model;
   if (spec.has_model) {
-    model =
-        schema::CreateModel(fbb, spec.architecture, spec.vocab_size, spec.seq_len, spec.num_layers,
-                            spec.d_model, spec.num_heads, spec.ffn_size, spec.tied_embeddings,
-                            spec.dtype, spec.layernorm_epsilon, spec.init_std);
+    model = schema::CreateModel(fbb, spec.architecture, spec.vocab_size, spec.seq_len,
+                                spec.num_layers, spec.d_model, spec.num_heads, spec.ffn_size,
+                                spec.tied_embeddings, spec.dtype, spec.layernorm_epsilon,
+                                spec.init_std, spec.num_kv_heads, spec.rope_theta);
   }
   fb::Offset<schema::Training> training;
   if (spec.has_training) {

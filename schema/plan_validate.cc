@@ -17,8 +17,6 @@ namespace paraplan {
 namespace plan_validation {
 namespace {
 
-constexpr int32_t kMaxVocabSize = 65536;  // tokens are stored as uint16
-
 void require_positive(Violations& v, const std::string& field, int64_t value) {
   if (value <= 0) v.add(field, number(value) + "; must be positive");
 }
@@ -45,6 +43,38 @@ void check_header(const schema::Plan& plan, Violations& v) {
   }
 }
 
+// num_kv_heads and the rotary fields: Llama's, and left at their defaults by GPT-2.
+void check_llama_fields(const schema::Model& model, Violations& v) {
+  const int32_t heads = model.num_heads(), kv_heads = model.num_kv_heads();
+  if (model.architecture() != schema::Architecture::Llama) {
+    if (kv_heads != 0 && kv_heads != heads)
+      v.add("model.num_kv_heads", number(kv_heads) + "; gpt2 has multi-head attention: 0 or " +
+                                      "num_heads (" + number(heads) + ")");
+    return;
+  }
+  if (kv_heads < 0 || (kv_heads > 0 && heads > 0 && heads % kv_heads != 0))
+    v.add("model.num_kv_heads",
+          number(kv_heads) + " does not divide num_heads " + number(heads) +
+              "; each KV head serves an equal group of query heads (0: " + "num_heads)");
+  if (heads > 0 && model.d_model() % heads == 0 && (model.d_model() / heads) % 2 != 0)
+    v.add("model.d_model", number(model.d_model()) + " / num_heads " + number(heads) +
+                               " is an odd head_dim; the rotary embedding needs an even one");
+  if (!(model.rope_theta() > 0) || !std::isfinite(model.rope_theta()))
+    v.add("model.rope_theta", number(model.rope_theta()) + "; must be a positive finite number");
+  const float factor = model.rope_scaling_factor();
+  if (!(factor >= 0) || !std::isfinite(factor))
+    v.add("model.rope_scaling_factor", number(factor) + "; must be >= 0 (0: no scaling)");
+  if (factor > 0 && !(model.rope_low_freq_factor() > 0 &&
+                      model.rope_high_freq_factor() > model.rope_low_freq_factor() &&
+                      model.rope_original_max_positions() > 0))
+    v.add("model.rope_scaling_factor",
+          number(factor) + " with low_freq_factor " + number(model.rope_low_freq_factor()) +
+              ", high_freq_factor " + number(model.rope_high_freq_factor()) +
+              ", original_max_positions " + number(model.rope_original_max_positions()) +
+              "; llama3 scaling needs 0 < low_freq_factor < high_freq_factor and " +
+              "original_max_positions > 0");
+}
+
 void check_model(const schema::Model& model, Violations& v) {
   if (std::string(architecture_name(model.architecture())) == "unknown") {
     v.add("model.architecture", "unknown value " +
@@ -61,11 +91,6 @@ void check_model(const schema::Model& model, Violations& v) {
   require_positive(v, "model.d_model", model.d_model());
   require_positive(v, "model.num_heads", model.num_heads());
   require_positive(v, "model.ffn_size", model.ffn_size());
-  if (model.vocab_size() > kMaxVocabSize) {
-    v.add("model.vocab_size", number(model.vocab_size()) + "; must be at most " +
-                                  std::to_string(kMaxVocabSize) +
-                                  " because tokens are stored as uint16");
-  }
   if (model.d_model() > 0 && model.num_heads() > 0 && model.d_model() % model.num_heads() != 0) {
     v.add("model.d_model", number(model.d_model()) + " is not divisible by num_heads " +
                                number(model.num_heads()) +
@@ -78,6 +103,7 @@ void check_model(const schema::Model& model, Violations& v) {
   if (!(model.init_std() >= 0) || !std::isfinite(model.init_std())) {
     v.add("model.init_std", number(model.init_std()) + "; must be a finite number >= 0");
   }
+  check_llama_fields(model, v);
 }
 
 void check_optimizer(const schema::Optimizer& opt, Violations& v) {
@@ -162,6 +188,12 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
                                       "; a tensor-parallel group must sit inside one node");
   }
   if (model == nullptr) return;
+  // Each rank holds whole KV heads (Llama; gpt2's are its heads).
+  const int32_t kv_heads = model->num_kv_heads() > 0 ? model->num_kv_heads() : model->num_heads();
+  if (kv_heads > 0 && kv_heads % tp != 0 && kv_heads != model->num_heads())
+    v.add("mesh.tensor_parallel", number(tp) + " does not divide model.num_kv_heads " +
+                                      number(kv_heads) +
+                                      "; each tensor-parallel rank holds whole KV heads");
   for (const auto& [name, size] : {std::pair{"num_heads", model->num_heads()},
                                    {"d_model", model->d_model()},
                                    {"ffn_size", model->ffn_size()},

@@ -176,7 +176,7 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
        [](PlanSpec& s) { s.schema_version = 7; },
-       {"header.schema_version: 7", "version 1"}},
+       {"header.schema_version: 7", "version 2"}},
       // model
       {"VocabSizeZero",
        [](PlanSpec& s) { s.vocab_size = 0; },
@@ -188,9 +188,27 @@ const std::vector<ViolationCase>& violation_cases() {
       {"DModelNotMultipleOfHeads",
        [](PlanSpec& s) { s.d_model = 66; },
        {"model.d_model: 66 is not divisible by num_heads 4"}},
-      {"VocabAboveUint16",
-       [](PlanSpec& s) { s.vocab_size = 70000; },
-       {"model.vocab_size: 70000", "at most 65536", "uint16"}},
+      {"Gpt2WithGroupedKvHeads",
+       [](PlanSpec& s) { s.num_kv_heads = 2; },
+       {"model.num_kv_heads: 2; gpt2 has multi-head attention"}},
+      {"LlamaKvHeadsNotDividingHeads",
+       [](PlanSpec& s) {
+         s.architecture = schema::Architecture::Llama;
+         s.num_kv_heads = 3;
+       },
+       {"model.num_kv_heads: 3 does not divide num_heads 4"}},
+      {"LlamaOddHeadDim",
+       [](PlanSpec& s) {
+         s.architecture = schema::Architecture::Llama;
+         s.d_model = 68;
+       },
+       {"model.d_model: 68 / num_heads 4 is an odd head_dim", "rotary"}},
+      {"LlamaRopeThetaZero",
+       [](PlanSpec& s) {
+         s.architecture = schema::Architecture::Llama;
+         s.rope_theta = 0;
+       },
+       {"model.rope_theta: 0"}},
       {"UnknownArchitecture",
        [](PlanSpec& s) { s.architecture = schema::Architecture(9); },
        {"model.architecture: unknown value 9", "gpt2"}},
@@ -265,6 +283,12 @@ const std::vector<ViolationCase>& violation_cases() {
       {"TensorParallelNotDividingVocab",
        [](PlanSpec& s) { s.vocab_size = 511; },
        {"mesh.tensor_parallel: 2 does not divide model.vocab_size 511", "pad"}},
+      {"TensorParallelNotDividingKvHeads",
+       [](PlanSpec& s) {
+         s.architecture = schema::Architecture::Llama;
+         s.num_kv_heads = 1;
+       },
+       {"mesh.tensor_parallel: 2 does not divide model.num_kv_heads 1", "whole KV heads"}},
       {"TensorParallelNotDividingFfn",
        [](PlanSpec& s) { s.ffn_size = 255; },
        {"mesh.tensor_parallel: 2 does not divide model.ffn_size 255"}},

@@ -7,7 +7,10 @@
 # a read of anything the kernels did not load fails (mma asserts finite
 # operands). It checks index math, fragment use, masking and partial tiles,
 # not timing, pipelining or the hardware; keep it in step with the kernels.
-# Usage: python3 scripts/emulate_tensor_core_attention.py (numpy; ~1 minute).
+# Grouped KV heads (Hkv < H) follow the kernels: K and V read from query head
+# h's KV head h / (H / Hkv); the dK/dV blocks run per KV head through the
+# query heads of its group.
+# Usage: python3 scripts/emulate_tensor_core_attention.py (numpy; ~2 minutes).
 # Prints each shape's max error / max |reference| for out, logsumexp and the
 # dqkv increment, and exits nonzero beyond 1e-2 (out, dqkv) or 1e-6 (lse).
 import numpy as np
@@ -104,9 +107,9 @@ def shfl_xor(v, m):
 
 
 # ---- forward -----------------------------------------------------------------------------
-def forward(qkv, B, T, H, D):
+def forward(qkv, B, T, H, D, Hkv):
     C = H * D
-    C3 = 3 * C
+    C3 = (H + 2 * Hkv) * D  # the qkv row stride
     st = D + PAD
     tileel = TILE * st
     out = np.full(B * T * C, np.nan, np.float32)
@@ -115,7 +118,9 @@ def forward(qkv, B, T, H, D):
     gridy = (T + TILE - 1) // TILE
     for bx in range(B * H):
         b, h = bx // H, bx % H
-        qkv_off = b * T * 3 * C + h * D
+        qkv_off = b * T * C3 + h * D
+        key_off = b * T * C3 + C + (h // (H // Hkv)) * D
+        value_off = key_off + Hkv * D
         out_off = b * T * C + h * D
         row_off = (b * H + h) * T
         for by in range(gridy):
@@ -126,8 +131,8 @@ def forward(qkv, B, T, H, D):
 
             def load_kv(buf, col0):
                 kt = tileel + buf * 2 * tileel
-                load_tile(smem, kt, TILE, D, qkv, qkv_off + C + col0 * C3, C3, T - col0)
-                load_tile(smem, kt + tileel, TILE, D, qkv, qkv_off + C + C + col0 * C3, C3, T - col0)
+                load_tile(smem, kt, TILE, D, qkv, key_off + col0 * C3, C3, T - col0)
+                load_tile(smem, kt + tileel, TILE, D, qkv, value_off + col0 * C3, C3, T - col0)
             load_kv(0, 0)
             for warp in range(4):
                 warp_row0 = row0 + 16 * warp
@@ -198,9 +203,10 @@ def forward(qkv, B, T, H, D):
 
 
 # ---- backward ----------------------------------------------------------------------------
-def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D):
+def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D, Hkv):
     C = H * D
-    C3 = 3 * C
+    C3 = (H + 2 * Hkv) * D
+    group = H // Hkv
     st = D + PAD
     tileel = TILE * st
     M = 64 if D == 64 else 32
@@ -209,20 +215,25 @@ def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D):
     scale_log2 = np.float32(scale * LOG2E)
     gridy = (T + TILE - 1) // TILE
     dqkv = dqkv.copy()
-    for bx in range(B * H):
-        b, h = bx // H, bx % H
-        qkv_off = b * T * 3 * C + h * D
-        out_off = b * T * C + h * D
-        row_off = (b * H + h) * T
-        # dK/dV kernel
+    # dK/dV kernel: a block per (key tile, b, KV head), through its group's query heads.
+    for bx in range(B * Hkv):
+        b, kv = bx // Hkv, bx % Hkv
+        key_off = b * T * C3 + C + kv * D
+        value_off = key_off + Hkv * D
         for by in range(gridy):
             smem = np.full(2 * tileel + 4 * subel, np.nan, np.float32)
             stats = np.full(4 * M, np.nan, np.float32)
             col0 = by * TILE
-            load_tile(smem, 0, TILE, D, qkv, qkv_off + C + col0 * C3, C3, T - col0)
-            load_tile(smem, tileel, TILE, D, qkv, qkv_off + 2 * C + col0 * C3, C3, T - col0)
+            load_tile(smem, 0, TILE, D, qkv, key_off + col0 * C3, C3, T - col0)
+            load_tile(smem, tileel, TILE, D, qkv, value_off + col0 * C3, C3, T - col0)
+            steps_per_head = (T - col0 + M - 1) // M
 
-            def load_step(buf, row0):
+            def load_step(buf, step):
+                h = kv * group + step // steps_per_head
+                row0 = col0 + (step % steps_per_head) * M
+                qkv_off = b * T * C3 + h * D
+                out_off = b * T * C + h * D
+                row_off = (b * H + h) * T
                 qt = 2 * tileel + buf * 2 * subel
                 load_tile(smem, qt, M, D, qkv, qkv_off + row0 * C3, C3, T - row0)
                 load_tile(smem, qt + subel, M, D, dout, out_off + row0 * C, C, T - row0)
@@ -230,14 +241,14 @@ def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D):
                     valid = row0 + r < T
                     stats[buf * 2 * M + r] = lse[row_off + row0 + r] * LOG2E if valid else 0
                     stats[buf * 2 * M + M + r] = row_dot[row_off + row0 + r] if valid else 0
-            steps = (T - col0 + M - 1) // M
+            steps = group * steps_per_head
             for warp in range(4):
                 warp_col0 = col0 + 16 * warp
                 dk = [np.zeros((32, 4), np.float32) for _ in range(D // 8)]
                 dv = [np.zeros((32, 4), np.float32) for _ in range(D // 8)]
                 for step in range(steps):
-                    row0 = col0 + step * M
-                    load_step(step % 2, row0)
+                    row0 = col0 + (step % steps_per_head) * M
+                    load_step(step % 2, step)
                     qt = 2 * tileel + (step % 2) * 2 * subel
                     gt = qt + subel
                     ls = stats[(step % 2) * 2 * M:(step % 2) * 2 * M + M]
@@ -278,14 +289,21 @@ def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D):
                         ki = warp_col0 + l // 4 + 8 * i
                         if ki >= T:
                             continue
-                        kr = qkv_off + C + ki * C3
-                        vr = kr + C
+                        kr = key_off + ki * C3
+                        vr = value_off + ki * C3
                         for db in range(D // 8):
                             d = 8 * db + 2 * (l % 4)
                             for j in range(2):
                                 dqkv[kr + d + j] = bf16(dqkv[kr + d + j] + dk[db][l, 2 * i + j] * scale)[0]
                                 dqkv[vr + d + j] = bf16(dqkv[vr + d + j] + dv[db][l, 2 * i + j])[0]
-        # dQ kernel
+    # dQ kernel: a block per (query tile, b, query head).
+    for bx in range(B * H):
+        b, h = bx // H, bx % H
+        qkv_off = b * T * C3 + h * D
+        key_off = b * T * C3 + C + (h // group) * D
+        value_off = key_off + Hkv * D
+        out_off = b * T * C + h * D
+        row_off = (b * H + h) * T
         for by in range(gridy):
             smem = np.full(6 * tileel, np.nan, np.float32)
             row0 = (gridy - 1 - by) * TILE
@@ -294,8 +312,8 @@ def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D):
 
             def load_kv(buf, col0):
                 kt = 2 * tileel + buf * 2 * tileel
-                load_tile(smem, kt, TILE, D, qkv, qkv_off + C + col0 * C3, C3, T - col0)
-                load_tile(smem, kt + tileel, TILE, D, qkv, qkv_off + 2 * C + col0 * C3, C3, T - col0)
+                load_tile(smem, kt, TILE, D, qkv, key_off + col0 * C3, C3, T - col0)
+                load_tile(smem, kt + tileel, TILE, D, qkv, value_off + col0 * C3, C3, T - col0)
             key_tiles = (min(row0 + TILE, T) + TILE - 1) // TILE
             for warp in range(4):
                 warp_row0 = row0 + 16 * warp
@@ -352,9 +370,13 @@ def backward(dqkv, qkv, dout, lse, row_dot, B, T, H, D):
 
 
 # ---- reference ---------------------------------------------------------------------------
-def reference(qkv, dout, B, T, H, D):
-    x = qkv.astype(np.float64).reshape(B, T, 3, H, D)
-    q, k, v = x[:, :, 0].transpose(0, 2, 1, 3), x[:, :, 1].transpose(0, 2, 1, 3), x[:, :, 2].transpose(0, 2, 1, 3)
+def reference(qkv, dout, B, T, H, D, Hkv):
+    group = H // Hkv
+    x = qkv.astype(np.float64).reshape(B, T, H + 2 * Hkv, D).transpose(0, 2, 1, 3)
+    # Each KV head repeated for its group's query heads (Hugging Face's repeat_kv).
+    q = x[:, :H]
+    k = np.repeat(x[:, H:H + Hkv], group, axis=1)
+    v = np.repeat(x[:, H + Hkv:], group, axis=1)
     s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D)
     mask = np.triu(np.ones((T, T), bool), 1)
     s = np.where(mask, -np.inf, s)
@@ -371,7 +393,10 @@ def reference(qkv, dout, B, T, H, D):
     ds = p * (dp - Dt)
     dq = ds @ k / np.sqrt(D)
     dk = ds.transpose(0, 1, 3, 2) @ q / np.sqrt(D)
-    g = np.stack([dq, dk, dv], 2).transpose(0, 3, 2, 1, 4).reshape(-1)  # B T 3 H D
+    # A KV head's gradient sums over its group.
+    dk = dk.reshape(B, Hkv, group, T, D).sum(2)
+    dv = dv.reshape(B, Hkv, group, T, D).sum(2)
+    g = np.concatenate([dq, dk, dv], 1).transpose(0, 2, 1, 3).reshape(-1)  # B T (H + 2 Hkv) D
     return o.transpose(0, 2, 1, 3).reshape(-1), lse.reshape(-1), g, Dt[..., 0].reshape(-1)
 
 
@@ -379,27 +404,30 @@ def rel(a, b):
     return np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b))
 
 
-def run(B, T, H, D, scale=1.5, seed=0):
+def run(B, T, H, D, scale=1.5, seed=0, Hkv=None):
+    Hkv = Hkv or H
     rng = np.random.default_rng(seed)
-    qkv = bf16(rng.uniform(-scale, scale, B * T * 3 * H * D).astype(np.float32))
+    qkv = bf16(rng.uniform(-scale, scale, B * T * (H + 2 * Hkv) * D).astype(np.float32))
     dout = bf16(rng.uniform(-1, 1, B * T * H * D).astype(np.float32))
     before = bf16(rng.uniform(-0.125, 0.125, qkv.size).astype(np.float32))
-    o_ref, lse_ref, g_ref, dt_ref = reference(qkv, dout, B, T, H, D)
-    out, lse = forward(qkv, B, T, H, D)
+    o_ref, lse_ref, g_ref, dt_ref = reference(qkv, dout, B, T, H, D, Hkv)
+    out, lse = forward(qkv, B, T, H, D, Hkv)
     # backward with reference out/lse; row_dot from bf16 out as the kernel does (fp32)
     out_b = bf16(o_ref.astype(np.float32))
     Dt = (dout.reshape(B, T, H, D).astype(np.float32) * out_b.reshape(B, T, H, D)).sum(-1).transpose(0, 2, 1).reshape(-1).astype(np.float32)
-    after = backward(before, qkv, dout, lse_ref.astype(np.float32), Dt, B, T, H, D)
+    after = backward(before, qkv, dout, lse_ref.astype(np.float32), Dt, B, T, H, D, Hkv)
     added = after.astype(np.float64) - before
     # reference gradient with D_t from the bf16 out (as the kernels see it)
     assert not np.isnan(out).any() and not np.isnan(lse).any() and not np.isnan(after).any()
     errors = rel(out, o_ref), rel(lse, lse_ref), rel(added, g_ref)
-    print(f"B={B} T={T} H={H} D={D} scale={scale}: out {errors[0]:.2e}  lse {errors[1]:.2e}"
+    print(f"B={B} T={T} H={H} Hkv={Hkv} D={D} scale={scale}: out {errors[0]:.2e}  lse {errors[1]:.2e}"
           f"  dqkv {errors[2]:.2e}", flush=True)
     return errors[0] <= 1e-2 and errors[1] <= 1e-6 and errors[2] <= 1e-2
 
 
 if __name__ == "__main__":
     shapes = [(1, 1, 1, 64), (1, 17, 2, 64), (1, 64, 1, 64), (1, 65, 1, 64), (2, 100, 2, 64),
-              (1, 17, 1, 128), (1, 63, 1, 128), (1, 130, 1, 128), (1, 200, 1, 64, 4.0)]
+              (1, 17, 1, 128), (1, 63, 1, 128), (1, 130, 1, 128), (1, 200, 1, 64, 4.0),
+              # grouped KV heads: 4 query heads over 2 and over 1
+              (1, 100, 4, 64, 1.5, 0, 2), (2, 70, 4, 64, 1.5, 0, 1), (1, 65, 2, 128, 1.5, 0, 1)]
     sys.exit(0 if all([run(*shape) for shape in shapes]) else 1)

@@ -11,6 +11,7 @@ packages=(
   coinor-libcbc-dev
   fortunes fortunes-min
   python3-numpy
+  python3-torch python3-venv
 )
 missing=()
 for package in "${packages[@]}"; do
@@ -22,4 +23,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Hugging Face interchange tests (tests/hugging_face_test.cc): Debian's
+# PyTorch (above), and transformers and safetensors from PyPI, pinned to
+# versions that support torch 1.13, in a venv that sees the system packages.
+hf_venv="$(cd "$(dirname "$0")/.." && pwd)/.cache/hf-venv"
+if ! "$hf_venv/bin/python" -c "import torch, transformers, safetensors" 2>/dev/null; then
+  echo "installing transformers and safetensors into $hf_venv"
+  /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
+  "$hf_venv/bin/pip" install --quiet --disable-pip-version-check \
+    transformers==4.44.2 safetensors==0.4.5
 fi

@@ -179,6 +179,33 @@ TEST_F(EndToEnd, SampleIsReproducibleFromACheckpoint) {
   EXPECT_GE(first.output.size(), 46u);  // prompt + 40 bytes (+ newline)
 }
 
+TEST_F(EndToEnd, LlamaTrainsResumesBitForBitAndSamples) {
+  // The same tiny job as a Llama (4 query heads over 2 KV heads, SwiGLU 64).
+  std::string job = kTinyJob;
+  job.replace(job.find("[model]\n"), 8,
+              "[model]\narchitecture = \"llama\"\nnum_kv_heads = 2\nffn_size = 64\n");
+  tokenize_and_plan(job);
+  ASSERT_EQ(run(train_arguments(10, "straight", "straight.jsonl")).exit_code, 0);
+  ASSERT_EQ(run(train_arguments(5, "split", "split.jsonl")).exit_code, 0);
+  const CommandResult resumed = run(train_arguments(10, "split", "split.jsonl") + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto straight = read_json_lines(dir_ / "straight.jsonl");
+  const auto split = read_json_lines(dir_ / "split.jsonl");
+  ASSERT_EQ(straight.size(), 10u);
+  ASSERT_EQ(split.size(), 10u);
+  EXPECT_NEAR(straight[0]["loss"].get<double>(), std::log(256.0), 0.1);
+  EXPECT_LT(straight[9]["loss"].get<double>(), straight[0]["loss"].get<double>() - 0.5);
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_EQ(split[i]["loss"].get<double>(), straight[i]["loss"].get<double>()) << i + 1;
+  const std::string config = read_file(dir_ / "straight" / "step_00000010" / "config.json");
+  EXPECT_NE(config.find("\"LlamaForCausalLM\""), std::string::npos) << config;
+  const CommandResult sampled =
+      run("sample --checkpoint " + path("straight") + " --prompt 'line 1' --tokens 40 --seed 3");
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_EQ(sampled.output.rfind("line 1", 0), 0u);
+  EXPECT_GE(sampled.output.size(), 46u);
+}
+
 // ---- bad input: one clear line, non-zero exit, never a crash -------------------
 
 void expect_clear_error(const CommandResult& result, const std::vector<std::string>& mentions) {

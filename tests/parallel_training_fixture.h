@@ -1,11 +1,15 @@
 // parallel_training_fixture.h: the fixture of the multi-rank training tests
-// (parallel_training_test.cc, mixed_precision_test.cc): a tiny GPT job file
-// per plan case, planned and trained with `paraplan launch` under mpirun,
-// returning per-step losses, and checkpoint-byte comparisons between runs.
+// (parallel_training_test.cc, mixed_precision_test.cc, llama_training_test.cc):
+// a tiny GPT-2 or Llama job file per plan case, planned and trained with
+// `paraplan launch` under mpirun, returning per-step losses, and
+// checkpoint-byte comparisons between runs.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <compare>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,7 +31,17 @@ struct PlanCase {
   int64_t gradient_bucket_size = -1;  // -1: the default (one bucket for this model)
   std::string dtype = "float32";      // model.dtype: float32, or bfloat16 (mixed precision)
   bool tied_embeddings = true;        // model.tied_embeddings: the head is the embedding
+  // "gpt2", or "llama": the same sizes with 2 KV heads (grouped-query
+  // attention), SwiGLU ffn_size 64, RMSNorm and rotary positions.
+  std::string architecture = "gpt2";
   int world() const { return pipeline * data * tensor; }
+};
+
+// The model every case of one architecture, dtype and tying trains.
+struct ModelKey {
+  std::string architecture, dtype;
+  bool tied_embeddings;
+  auto operator<=>(const ModelKey&) const = default;
 };
 
 inline std::string job_toml(const PlanCase& plan) {
@@ -36,6 +50,8 @@ name = ")" + plan.name +
                      R"("
 
 [model]
+architecture = ")" + plan.architecture +
+                     R"("
 vocab_size = 256
 seq_len = 16
 num_layers = 4
@@ -43,9 +59,10 @@ d_model = 32
 num_heads = 4
 dtype = ")" + plan.dtype +
                      R"("
-tied_embeddings = )" + (plan.tied_embeddings ? "true" : "false") +
+tied_embeddings = )" +
+                     (plan.tied_embeddings ? "true" : "false") +
+                     (plan.architecture == "llama" ? "\nnum_kv_heads = 2\nffn_size = 64\n" : "\n") +
                      R"(
-
 [training]
 global_batch_size = 12
 learning_rate = 3e-3
@@ -118,25 +135,48 @@ class ParallelTraining : public ::testing::Test {
 
   // The single-rank run of the same model (trained once per test program).
   static const std::vector<double>& single_rank_losses(const std::string& dtype = "float32",
-                                                       bool tied_embeddings = true) {
-    static std::map<std::pair<std::string, bool>, std::vector<double>> losses;
-    const std::pair<std::string, bool> model{dtype, tied_embeddings};
+                                                       bool tied_embeddings = true,
+                                                       const std::string& architecture = "gpt2") {
+    static std::map<ModelKey, std::vector<double>> losses;
+    const ModelKey model{architecture, dtype, tied_embeddings};
     auto found = losses.find(model);
     if (found == losses.end())
       found = losses
-                  .emplace(model, train(PlanCase{.name = "single_" + dtype +
+                  .emplace(model, train(PlanCase{.name = "single_" + architecture + "_" + dtype +
                                                          (tied_embeddings ? "" : "_untied"),
                                                  .dtype = dtype,
-                                                 .tied_embeddings = tied_embeddings}))
+                                                 .tied_embeddings = tied_embeddings,
+                                                 .architecture = architecture}))
                   .first;
     return found->second;
   }
 
-  static void expect_same_losses(const PlanCase& plan, double tolerance = kLossTolerance) {
-    const std::vector<double>& expected = single_rank_losses(plan.dtype, plan.tied_embeddings);
-    ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
+  // The largest difference of plan's losses from the single-rank run's, each
+  // step within tolerance.
+  static double expect_same_losses(const PlanCase& plan, double tolerance = kLossTolerance) {
+    const std::vector<double>& expected =
+        single_rank_losses(plan.dtype, plan.tied_embeddings, plan.architecture);
+    EXPECT_EQ(expected.size(), static_cast<size_t>(kSteps));
     const std::vector<double> losses = train(plan);
-    ASSERT_EQ(losses.size(), expected.size()) << plan.name;
+    EXPECT_EQ(losses.size(), expected.size()) << plan.name;
+    if (losses.size() != expected.size()) return INFINITY;
+    double largest = 0;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], expected[i], tolerance) << plan.name << " step " << i + 1;
+      largest = std::max(largest, std::fabs(losses[i] - expected[i]));
+    }
+    return largest;
+  }
+
+  // Trains the case on the CUDA backend (strict fp32 GEMMs) with `transport`
+  // and expects the CPU run's losses within tolerance.
+  static void expect_cuda_losses(const PlanCase& plan, const std::string& transport,
+                                 const std::vector<double>& expected, double tolerance) {
+    CommandResult result;
+    const std::vector<double> losses =
+        train(plan, "--backend cuda --transport " + transport, &result, "PARAPLAN_CUDA_TF32=0");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    ASSERT_EQ(losses.size(), expected.size()) << plan.name << "\n" << result.output;
     for (size_t i = 0; i < losses.size(); ++i)
       EXPECT_NEAR(losses[i], expected[i], tolerance) << plan.name << " step " << i + 1;
   }

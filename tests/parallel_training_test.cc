@@ -174,14 +174,7 @@ class CudaParallelTraining : public ParallelTraining {
       GTEST_SKIP() << "no CUDA device visible: the CUDA training grid needs a GPU";
   }
   static void expect_cpu_losses(const PlanCase& plan, const std::string& transport) {
-    const std::vector<double>& expected = single_rank_losses();
-    CommandResult result;
-    const std::vector<double> losses =
-        train(plan, "--backend cuda --transport " + transport, &result, "PARAPLAN_CUDA_TF32=0");
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    ASSERT_EQ(losses.size(), expected.size()) << plan.name << "\n" << result.output;
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], expected[i], kCudaLossTolerance) << plan.name << " step " << i + 1;
+    expect_cuda_losses(plan, transport, single_rank_losses(), kCudaLossTolerance);
   }
 };
 

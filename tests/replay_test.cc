@@ -151,6 +151,38 @@ TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
   EXPECT_NE(svg.find("rank 3 (stage 1, dp 0, tp 1)"), std::string::npos);
 }
 
+TEST_F(Replay, LlamaMemoryIsNeverAbovePredictionInAnyRecomputeMode) {
+  // Llama's stage (grouped-query attention, SwiGLU, RMSNorm) on pp2 x tp2:
+  // weights exactly the plan's, activations and the total never above it,
+  // with no recompute, selective (the attention core) and full.
+  for (const std::string recompute : {"", "self_attn.core_attention", "ROOT"}) {
+    const std::string name = "llama-" + (recompute.empty() ? "none" : recompute);
+    const std::string plan_file =
+        plan(name, 4,
+             "pipeline_nstages = 2\ntensor_parallel_degree = 2\ndata_parallel_degree = 1\n"
+             "micro_batch_size = 4\nrecompute_modules = \"" +
+                 recompute + "\"\n",
+             "--model.architecture llama --model.num_kv_heads 2 --model.ffn_size 64");
+    const std::string report_file = *directory_ / (name + ".json");
+    const CommandResult replayed = run("launch --plan " + plan_file +
+                                       " -- replay --steps 1 --warmup 1 --report " + report_file);
+    ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+    const json report = json::parse(read_file(report_file));
+    ASSERT_EQ(report["stages"].size(), 2u);
+    for (const json& stage : report["stages"]) {
+      const json& memory = stage["memory_bytes"];
+      EXPECT_EQ(memory["weights"]["measured"], memory["weights"]["predicted"]) << name;
+      EXPECT_LE(memory["activations"]["measured"].get<double>(),
+                memory["activations"]["predicted"].get<double>())
+          << name;
+      EXPECT_LE(memory["total"]["measured"].get<double>(),
+                memory["total"]["predicted"].get<double>())
+          << name;
+    }
+    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
+  }
+}
+
 TEST_F(Replay, APlanForAnotherWorldIsRefusedBeforeAllocation) {
   const std::string plan_file = plan(
       "dp4", 4, "pipeline_nstages = 1\ntensor_parallel_degree = 1\ndata_parallel_degree = 4\n");

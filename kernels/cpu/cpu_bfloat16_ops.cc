@@ -202,24 +202,68 @@ class CpuBfloat16Ops final : public Ops {
       bits(x)[i] = bfloat16_from_float(float_from_bfloat16(bits(x)[i]) * factor);
   }
 
+  // ---- RMS norm, SwiGLU, rotary embedding ------------------------------------------------------
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int rows,
+                       int channels, float epsilon) override {
+    const size_t n = static_cast<size_t>(rows) * channels;
+    float* out32 = scratch(0, n);
+    fp32_->rmsnorm_forward(out32, rstd, widen(1, inp, n), widen(2, weight, channels), rows,
+                           channels, epsilon);
+    narrow(out, out32, n);
+  }
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int rows, int channels) override {
+    const size_t n = static_cast<size_t>(rows) * channels;
+    float* dinp32 = widen(0, dinp, n);
+    float* dweight32 = widen(1, dweight, channels);
+    fp32_->rmsnorm_backward(dinp32, dweight32, widen(2, dout, n), widen(3, inp, n),
+                            widen(4, weight, channels), rstd, rows, channels);
+    narrow(dinp, dinp32, n);
+    narrow(dweight, dweight32, channels);
+  }
+  void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
+    const size_t n = static_cast<size_t>(rows) * hidden;
+    float* out32 = scratch(0, n);
+    fp32_->swiglu_forward(out32, widen(1, gate_up, 2 * n), rows, hidden);
+    narrow(out, out32, n);
+  }
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
+                       int hidden) override {
+    const size_t n = static_cast<size_t>(rows) * hidden;
+    float* dgate_up32 = widen(0, dgate_up, 2 * n);
+    fp32_->swiglu_backward(dgate_up32, widen(1, gate_up, 2 * n), widen(2, dout, n), rows, hidden);
+    narrow(dgate_up, dgate_up32, 2 * n);
+  }
+  void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+                    int num_heads, int num_kv_heads, int head_dim) override {
+    rope(&Ops::rope_forward, qkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
+  }
+  void rope_backward(void* dqkv, const float* cos, const float* sin, int batch, int seq_len,
+                     int num_heads, int num_kv_heads, int head_dim) override {
+    rope(&Ops::rope_backward, dqkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
+  }
+
   // ---- attention
   // ---------------------------------------------------------------------------------
   void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
-                         int num_heads, int head_dim) override {
+                         int num_heads, int num_kv_heads, int head_dim) override {
     const size_t n = static_cast<size_t>(batch) * seq_len * num_heads * head_dim;
+    const size_t qkv_n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
     float* out32 = scratch(0, n);
-    fp32_->attention_forward(out32, logsumexp, widen(1, qkv, 3 * n), batch, seq_len, num_heads,
-                             head_dim);
+    fp32_->attention_forward(out32, logsumexp, widen(1, qkv, qkv_n), batch, seq_len, num_heads,
+                             num_kv_heads, head_dim);
     narrow(out, out32, n);
   }
   void attention_backward(void* dqkv, float* row_scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int head_dim) override {
+                          int num_heads, int num_kv_heads, int head_dim) override {
     const size_t n = static_cast<size_t>(batch) * seq_len * num_heads * head_dim;
-    float* dqkv32 = widen(0, dqkv, 3 * n);
-    fp32_->attention_backward(dqkv32, row_scratch, widen(1, dout, n), widen(2, qkv, 3 * n),
-                              widen(3, out, n), logsumexp, batch, seq_len, num_heads, head_dim);
-    narrow(dqkv, dqkv32, 3 * n);
+    const size_t qkv_n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
+    float* dqkv32 = widen(0, dqkv, qkv_n);
+    fp32_->attention_backward(dqkv32, row_scratch, widen(1, dout, n), widen(2, qkv, qkv_n),
+                              widen(3, out, n), logsumexp, batch, seq_len, num_heads, num_kv_heads,
+                              head_dim);
+    narrow(dqkv, dqkv32, qkv_n);
   }
 
   // ---- loss: fp32 statistics from widened logits; dlogits rounded once
@@ -282,6 +326,21 @@ class CpuBfloat16Ops final : public Ops {
   }
 
  private:
+  // The fp32 rotation `op` (rope_forward or rope_backward) on qkv widened,
+  // rounded back once.
+  template <typename Rotation>
+  void rope(Rotation op, void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+            int num_heads, int num_kv_heads, int head_dim) {
+    const size_t n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
+    float* qkv32 = widen(0, qkv, n);
+    ((*fp32_).*op)(qkv32, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim);
+    narrow(qkv, qkv32, n);
+  }
+  // Elements of qkv [B, T, (H + 2 Hkv) D].
+  static size_t qkv_elements(int batch, int seq_len, int num_heads, int num_kv_heads,
+                             int head_dim) {
+    return static_cast<size_t>(batch) * seq_len * (num_heads + 2 * num_kv_heads) * head_dim;
+  }
   // fp32 scratch buffer `index` with room for n floats.
   float* scratch(int index, size_t n) {
     std::vector<float>& buffer = scratch_[index];

@@ -119,14 +119,14 @@ TEST_F(Bfloat16OpsTest, LayerNormAttentionGeluAndLoss) {
   const Bits qkv = random_bf16(3 * n, 14), dout = random_bf16(n, 15);
   Bits out(n), dqkv = random_bf16(3 * n, 16);
   std::vector<float> lse(H * T), lse32(H * T), out32(n), dqkv32 = widen(dqkv), scratch(H * T);
-  bf16->attention_forward(out.data(), lse.data(), qkv.data(), 1, T, H, D);
-  fp32->attention_forward(out32.data(), lse32.data(), widen(qkv).data(), 1, T, H, D);
+  bf16->attention_forward(out.data(), lse.data(), qkv.data(), 1, T, H, H, D);
+  fp32->attention_forward(out32.data(), lse32.data(), widen(qkv).data(), 1, T, H, H, D);
   EXPECT_EQ(out, narrow(out32));
   EXPECT_EQ(lse, lse32);
   bf16->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                           lse.data(), 1, T, H, D);
+                           lse.data(), 1, T, H, H, D);
   fp32->attention_backward(dqkv32.data(), scratch.data(), widen(dout).data(), widen(qkv).data(),
-                           widen(out).data(), lse32.data(), 1, T, H, D);
+                           widen(out).data(), lse32.data(), 1, T, H, H, D);
   EXPECT_EQ(dqkv, narrow(dqkv32));
 
   const Bits g_in = random_bf16(20, 17, 4.0f), g_dout = random_bf16(20, 18);

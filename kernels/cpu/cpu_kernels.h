@@ -1,5 +1,5 @@
 // cpu_kernels.h: internals of the CPU backend shared by its source files: the
-// attention and cross-entropy kernels that live outside cpu_ops.cc, and small
+// attention, cross-entropy and Llama-op kernels that live outside cpu_ops.cc, and small
 // inline math helpers (an exp GCC can vectorize, fixed-order lane reductions).
 // Not part of the op-set contract; only kernels/cpu includes it.
 #pragma once
@@ -120,10 +120,23 @@ inline void scaled_exp(float* out, const float* x, float shift, float scale, siz
 // ---- kernels (semantics as the Ops methods of the same names in kernels/ops.h) ------------
 
 void attention_forward(float* out, float* logsumexp, const float* qkv, int batch, int seq_len,
-                       int num_heads, int head_dim);
+                       int num_heads, int num_kv_heads, int head_dim);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* out, const float* logsumexp, int batch, int seq_len,
-                        int num_heads, int head_dim);
+                        int num_heads, int num_kv_heads, int head_dim);
+
+// cpu_llama_ops.cc
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int rows,
+                     int channels, float epsilon);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int rows, int channels);
+void swiglu_forward(float* out, const float* gate_up, int rows, int hidden);
+void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int rows,
+                     int hidden);
+void rope_forward(float* qkv, const float* cos, const float* sin, int batch, int seq_len,
+                  int num_heads, int num_kv_heads, int head_dim);
+void rope_backward(float* dqkv, const float* cos, const float* sin, int batch, int seq_len,
+                   int num_heads, int num_kv_heads, int head_dim);
 
 void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale);

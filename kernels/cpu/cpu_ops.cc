@@ -3,8 +3,9 @@
 // GEMMs (linear, and the products inside attention) go through OpenBLAS
 // cblas_sgemm; everything else is plain single-threaded C++ in the style of
 // llm.c's train_gpt2.c, written so that GCC vectorizes the inner loops.
-// Attention lives in cpu_attention.cc, cross-entropy in cpu_loss.cc, shared
-// helpers in cpu_kernels.h.
+// Attention lives in cpu_attention.cc, cross-entropy in cpu_loss.cc, RMS
+// norm, SwiGLU and the rotary embedding in cpu_llama_ops.cc, shared helpers in
+// cpu_kernels.h.
 // Shape letters used throughout (documented once here):
 //   B = batch, T = sequence length, C = channels (d_model, or H * D),
 //   H = attention heads, D = head dimension, V = vocabulary size.
@@ -341,24 +342,57 @@ class CpuOps final : public Ops {
     for (size_t i = 0; i < n; i++) x[i] *= factor;
   }
 
+  // ---- Llama's ops (cpu_llama_ops.cc) -------------------------------------------------------
+
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int rows,
+                       int channels, float epsilon) override {
+    cpu::rmsnorm_forward(static_cast<float*>(out), rstd, static_cast<const float*>(inp),
+                         static_cast<const float*>(weight), rows, channels, epsilon);
+  }
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int rows, int channels) override {
+    cpu::rmsnorm_backward(static_cast<float*>(dinp), static_cast<float*>(dweight),
+                          static_cast<const float*>(dout), static_cast<const float*>(inp),
+                          static_cast<const float*>(weight), rstd, rows, channels);
+  }
+  void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
+    cpu::swiglu_forward(static_cast<float*>(out), static_cast<const float*>(gate_up), rows, hidden);
+  }
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
+                       int hidden) override {
+    cpu::swiglu_backward(static_cast<float*>(dgate_up), static_cast<const float*>(gate_up),
+                         static_cast<const float*>(dout), rows, hidden);
+  }
+  void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+                    int num_heads, int num_kv_heads, int head_dim) override {
+    cpu::rope_forward(static_cast<float*>(qkv), cos, sin, batch, seq_len, num_heads, num_kv_heads,
+                      head_dim);
+  }
+  void rope_backward(void* dqkv, const float* cos, const float* sin, int batch, int seq_len,
+                     int num_heads, int num_kv_heads, int head_dim) override {
+    cpu::rope_backward(static_cast<float*>(dqkv), cos, sin, batch, seq_len, num_heads, num_kv_heads,
+                       head_dim);
+  }
+
   // ---- attention (cpu_attention.cc) ---------------------------------------------------------
 
   void attention_forward(void* out_storage, float* logsumexp, const void* qkv_storage, int batch,
-                         int seq_len, int num_heads, int head_dim) override {
+                         int seq_len, int num_heads, int num_kv_heads, int head_dim) override {
     float* out = static_cast<float*>(out_storage);
     const float* qkv = static_cast<const float*>(qkv_storage);
-    cpu::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, head_dim);
+    cpu::attention_forward(out, logsumexp, qkv, batch, seq_len, num_heads, num_kv_heads, head_dim);
   }
 
   void attention_backward(void* dqkv_storage, float* scratch, const void* dout_storage,
                           const void* qkv_storage, const void* out_storage, const float* logsumexp,
-                          int batch, int seq_len, int num_heads, int head_dim) override {
+                          int batch, int seq_len, int num_heads, int num_kv_heads,
+                          int head_dim) override {
     float* dqkv = static_cast<float*>(dqkv_storage);
     const float* dout = static_cast<const float*>(dout_storage);
     const float* qkv = static_cast<const float*>(qkv_storage);
     const float* out = static_cast<const float*>(out_storage);
     cpu::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
-                            head_dim);
+                            num_kv_heads, head_dim);
   }
 
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------

@@ -91,7 +91,7 @@ void BM_AttentionForward(benchmark::State& state, Shape shape) {
   std::vector<float> logsumexp(static_cast<size_t>(shape.batch) * shape.num_heads * T);
   for (auto _ : state) {
     ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), shape.batch, T,
-                           shape.num_heads, shape.head_dim());
+                           shape.num_heads, shape.num_heads, shape.head_dim());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -108,10 +108,11 @@ void BM_AttentionBackward(benchmark::State& state, Shape shape) {
   std::vector<float> logsumexp(static_cast<size_t>(shape.batch) * shape.num_heads * T);
   std::vector<float> scratch(logsumexp.size());
   ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), shape.batch, T, shape.num_heads,
-                         shape.head_dim());
+                         shape.num_heads, shape.head_dim());
   for (auto _ : state) {
     ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                            logsumexp.data(), shape.batch, T, shape.num_heads, shape.head_dim());
+                            logsumexp.data(), shape.batch, T, shape.num_heads, shape.num_heads,
+                            shape.head_dim());
     benchmark::DoNotOptimize(dqkv.data());
     benchmark::ClobberMemory();
   }

@@ -198,7 +198,8 @@ TEST_F(CpuOpsTest, AttentionSingleTokenReturnsValue) {
   const int batch = 2, num_heads = 2, head_dim = 3, channels = num_heads * head_dim;
   const std::vector<float> qkv = pseudo_random(batch * 3 * channels, 1);
   std::vector<float> out(batch * channels), logsumexp(batch * num_heads);
-  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, 1, num_heads, head_dim);
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, 1, num_heads, num_heads,
+                         head_dim);
   for (int b = 0; b < batch; b++) {
     for (int c = 0; c < channels; c++) {
       // A single token attends only to itself: out = v.
@@ -226,7 +227,7 @@ TEST_F(CpuOpsTest, AttentionWithEqualKeysAveragesPastValues) {
     qkv[t * stride + 5] = values[t * 2 + 1];
   }
   std::vector<float> out(seq_len * head_dim), logsumexp(seq_len);
-  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), 1, seq_len, 1, head_dim);
+  ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), 1, seq_len, 1, 1, head_dim);
   EXPECT_NEAR(out[2], (1 + 4) / 2.0f, kTolerance);
   EXPECT_NEAR(out[3], (2 + 8) / 2.0f, kTolerance);
   EXPECT_NEAR(out[4], (1 + 4 + 16) / 3.0f, 4 * kTolerance);
@@ -246,14 +247,14 @@ TEST_F(CpuOpsTest, AttentionIsCausal) {
   std::vector<float> out(batch * seq_len * channels, 7.0f);
   std::vector<float> logsumexp(batch * num_heads * seq_len, 7.0f);
   ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
-                         head_dim);
+                         num_heads, head_dim);
   for (float value : out) ASSERT_TRUE(std::isfinite(value) && std::fabs(value) <= 1.0f) << value;
   // Change q, k and v of token 3 in batch 0: outputs of tokens 0..2 (and all of
   // batch 1) must stay bitwise the same; token 3's output must change.
   const std::vector<float> before = out, logsumexp_before = logsumexp;
   for (int c = 0; c < stride; c++) qkv[3 * stride + c] += 0.75f;
   ops->attention_forward(out.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
-                         head_dim);
+                         num_heads, head_dim);
   for (int i = 0; i < 3 * channels; i++) EXPECT_EQ(out[i], before[i]) << i;
   for (int i = seq_len * channels; i < batch * seq_len * channels; i++) {
     EXPECT_EQ(out[i], before[i]) << i;
@@ -439,7 +440,7 @@ std::vector<float> run_tiny_model(Ops& ops) {
   ops.linear_forward(qkv.data(), ln.data(), qkv_weight.data(), qkv_bias.data(), rows, channels,
                      3 * channels);
   ops.attention_forward(attn.data(), logsumexp.data(), qkv.data(), batch, seq_len, num_heads,
-                        head_dim);
+                        num_heads, head_dim);
   ops.linear_forward(proj.data(), attn.data(), proj_weight.data(), proj_bias.data(), rows, channels,
                      channels);
   ops.residual_forward(res.data(), x.data(), proj.data(), res.size());
@@ -463,7 +464,7 @@ std::vector<float> run_tiny_model(Ops& ops) {
   ops.linear_backward(dattn.data(), dproj_weight.data(), dproj_bias.data(), dres.data(),
                       attn.data(), proj_weight.data(), rows, channels, channels);
   ops.attention_backward(dqkv.data(), scratch.data(), dattn.data(), qkv.data(), attn.data(),
-                         logsumexp.data(), batch, seq_len, num_heads, head_dim);
+                         logsumexp.data(), batch, seq_len, num_heads, num_heads, head_dim);
   ops.linear_backward(dln.data(), dqkv_weight.data(), dqkv_bias.data(), dqkv.data(), ln.data(),
                       qkv_weight.data(), rows, channels, 3 * channels);
   ops.layernorm_backward(dx.data(), dln_weight.data(), dln_bias.data(), dln.data(), x.data(),

@@ -11,8 +11,10 @@
 // stored element of out and dqkv is rounded once (dqkv += g stores
 // round(float(dqkv) + g)). logsumexp and the backward's scratch are fp32.
 //
-// Per (batch b, head h): Q, K, V are the head's [T, D] slices of qkv (row
-// stride 3C, read in place), S = Q K^T / sqrt(D), causal (key <= query). fp32
+// Per (batch b, query head h): Q is the head's [T, D] slice of qkv, K and V
+// those of its KV head h / (H / Hkv) (grouped-query attention; row stride
+// (H + 2 Hkv) D, read in place, never repeated), S = Q K^T / sqrt(D), causal
+// (key <= query). fp32
 // with plain FMA, no tensor cores: the bits do not depend on the TF32 setting.
 // Blocks are 16 x 16 threads (tx, ty). Shared tiles are [rows][Dp + 1], Dp = D
 // rounded up to 16, 32, 64 or 128 (the template parameter), zero-padded past D
@@ -32,10 +34,12 @@
 // output element has one owner):
 //   1. row_dot[b, h, t] = dOut_t . out_t, one warp per row, into the caller's
 //      [B, H, T] scratch (the softmax backward's rowsum(P * dP)).
-//   2. dK, dV: one block per (64-key tile, b, h) holding K, V; per 32-query
-//      tile from the key tile's first key to T: P^T and dS^T = P * (dP -
+//   2. dK, dV: one block per (64-key tile, b, KV head) holding K, V; for each
+//      query head of the group in turn, per 32-query tile from the key
+//      tile's first key to T: P^T and dS^T = P * (dP -
 //      row_dot), dP = dOut V^T (each thread 4 keys x 2 queries), then
-//      dV += P^T dOut, dK += dS^T Q in registers (4 keys x Dp/16 columns).
+//      dV += P^T dOut, dK += dS^T Q in registers (4 keys x Dp/16 columns):
+//      the group's sum without atomics or a second pass.
 //   3. dQ: one block per (64-query tile, b, h) holding Q, dOut; per 32-key tile
 //      up to the diagonal: dS as in 2, then dQ += dS K in registers.
 //   dK and dQ are scaled once at the end and added into dqkv.
@@ -44,7 +48,7 @@
 // every (b, h) runs the same code, so the bits do not depend on the batch.
 // Loads into shared memory move 16 bytes (4 floats or 8 bf16) at a time when
 // D is a multiple of that and the base pointer is 16-byte aligned (then every
-// row start is: 3C and C are multiples of D).
+// row start is: the row strides and head offsets are multiples of D).
 // These kernels serve fp32 storage, and bf16 where the tensor-core kernels
 // (cuda_attention_tensor_core.cu: bf16, head_dim 64 or 128, aligned tensors)
 // do not apply or PARAPLAN_CUDA_ATTENTION=fma turns them off; the launchers
@@ -72,7 +76,7 @@ constexpr size_t forward_shared_bytes() {
 template <typename Storage, int kDPad>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(Storage* out, float* logsumexp, const Storage* qkv, int T, int H,
-                             int D, float scale, bool qkv_packed) {
+                             int Hkv, int D, float scale, bool qkv_packed) {
   constexpr int kStride = kDPad + 1, kScoreStride = kTile + 1, kColumns = kDPad / kSide;
   extern __shared__ float shared[];
   float* q_tile = shared;
@@ -85,14 +89,15 @@ __global__ void __launch_bounds__(kThreads)
 
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t C = static_cast<size_t>(H) * D, C3 = 3 * C;
-  const HeadPointers head = head_pointers(T, H, D);
+  const size_t C = static_cast<size_t>(H) * D;
+  const HeadPointers head = query_head_pointers(T, H, Hkv, D);
+  const size_t C3 = head.stride;
   // The last query tile has the most key tiles: launch it first.
   const int row0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int rows = min(kTile, T - row0);
   const Storage* query = qkv + head.qkv_offset;
-  const Storage* key = query + C;
-  const Storage* value = query + 2 * C;
+  const Storage* key = qkv + head.key_offset;
+  const Storage* value = qkv + head.value_offset;
 
   load_tile<kTile, kDPad>(q_tile, query + row0 * C3, C3, rows, D, qkv_packed);
   if (threadIdx.x < kTile) {
@@ -203,12 +208,12 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void attention_forward(DType storage, bool tensor_cores, void* out, float* logsumexp,
-                       const void* qkv, int batch, int seq_len, int num_heads, int head_dim,
-                       cudaStream_t stream) {
-  if (!valid_shape(batch, seq_len, num_heads, head_dim)) return;
+                       const void* qkv, int batch, int seq_len, int num_heads, int num_kv_heads,
+                       int head_dim, cudaStream_t stream) {
+  if (!valid_shape(batch, seq_len, num_heads, num_kv_heads, head_dim)) return;
   if (tensor_cores && tensor_core_applies(storage, head_dim, {out, qkv})) {
     attention_forward_tensor_core(static_cast<bf16*>(out), logsumexp, static_cast<const bf16*>(qkv),
-                                  batch, seq_len, num_heads, head_dim, stream);
+                                  batch, seq_len, num_heads, num_kv_heads, head_dim, stream);
     return;
   }
   const dim3 grid(static_cast<unsigned int>(batch * num_heads), ceil_div(seq_len, kTile));
@@ -222,7 +227,7 @@ void attention_forward(DType storage, bool tensor_cores, void* out, float* logsu
       allow_shared_memory(attention_forward_kernel<Storage, kDPad>, bytes);
       attention_forward_kernel<Storage, kDPad><<<grid, kThreads, bytes, stream>>>(
           static_cast<Storage*>(out), logsumexp, static_cast<const Storage*>(qkv), seq_len,
-          num_heads, head_dim, scale, qkv_packed);
+          num_heads, num_kv_heads, head_dim, scale, qkv_packed);
       PARAPLAN_CUDA_CHECK_LAUNCH();
     });
   });

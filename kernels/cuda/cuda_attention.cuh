@@ -67,27 +67,54 @@ __device__ void load_tile(float* tile, const T* source, size_t source_stride, in
   }
 }
 
-// Where one (b, h) head's operands start (in elements).
+// Where one (b, h) query head's operands start (in elements), in qkv [B, T,
+// (H + 2 Hkv) D] (q heads | k heads | v heads; query head h reads KV head
+// h / (H / Hkv), so Hkv = H is GPT-2's multi-head [B, T, 3 H D]).
 struct HeadPointers {
-  size_t qkv_offset;  // row 0 of the head's Q in qkv (K: + C, V: + 2C)
-  size_t out_offset;  // row 0 of the head in out and dout
-  size_t row_offset;  // the head's first row in logsumexp and row_dot
+  size_t qkv_offset;    // row 0 of the head's Q in qkv (and dqkv)
+  size_t key_offset;    // row 0 of its KV head's K
+  size_t value_offset;  // row 0 of its KV head's V
+  size_t out_offset;    // row 0 of the head in out and dout
+  size_t row_offset;    // the head's first row in logsumexp and row_dot
+  size_t stride;        // elements between rows of qkv: (H + 2 Hkv) D
 };
 
-__device__ __forceinline__ HeadPointers head_pointers(int T, int H, int D) {
-  const int b = blockIdx.x / H, h = blockIdx.x % H;
+__device__ __forceinline__ HeadPointers head_pointers(int b, int h, int T, int H, int Hkv, int D) {
   const size_t C = static_cast<size_t>(H) * D;
-  return {static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * D,
+  const size_t stride = C + 2 * static_cast<size_t>(Hkv) * D;
+  const size_t row0 = static_cast<size_t>(b) * T * stride;
+  const size_t key_offset = row0 + C + static_cast<size_t>(h / (H / Hkv)) * D;
+  return {row0 + static_cast<size_t>(h) * D,
+          key_offset,
+          key_offset + static_cast<size_t>(Hkv) * D,
           static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * D,
-          (static_cast<size_t>(b) * H + h) * T};
+          (static_cast<size_t>(b) * H + h) * T,
+          stride};
+}
+
+// The query head of a block whose blockIdx.x is b * H + h (forward, dQ).
+__device__ __forceinline__ HeadPointers query_head_pointers(int T, int H, int Hkv, int D) {
+  return head_pointers(blockIdx.x / H, blockIdx.x % H, T, H, Hkv, D);
+}
+
+// Query head g of the group of a block whose blockIdx.x is b * Hkv + kv_head
+// (dK/dV: one block per KV head sums over its H / Hkv query heads).
+__device__ __forceinline__ HeadPointers group_head_pointers(int g, int T, int H, int Hkv, int D) {
+  const int b = blockIdx.x / Hkv, kv_head = blockIdx.x % Hkv;
+  return head_pointers(b, kv_head * (H / Hkv) + g, T, H, Hkv, D);
 }
 
 #endif  // __CUDACC__
 
 // ---- host side ---------------------------------------------------------------------------------
 
-// False for an empty problem (nothing to do); throws beyond kMaxHeadDim.
-inline bool valid_shape(int batch, int seq_len, int num_heads, int head_dim) {
+// False for an empty problem (nothing to do); throws beyond kMaxHeadDim or
+// for KV heads that do not divide the heads.
+inline bool valid_shape(int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+    throw std::invalid_argument("CUDA attention: num_kv_heads " + std::to_string(num_kv_heads) +
+                                " must divide num_heads " + std::to_string(num_heads));
+  }
   if (batch <= 0 || seq_len <= 0 || num_heads <= 0 || head_dim <= 0) return false;
   if (head_dim > kMaxHeadDim) {
     throw std::invalid_argument("CUDA attention: head_dim " + std::to_string(head_dim) +
@@ -152,11 +179,13 @@ inline bool tensor_core_applies(DType storage, int head_dim,
 
 // attention_forward for a problem tensor_core_applies to (valid_shape checked by the caller).
 void attention_forward_tensor_core(bf16* out, float* logsumexp, const bf16* qkv, int batch,
-                                   int seq_len, int num_heads, int head_dim, cudaStream_t stream);
+                                   int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                                   cudaStream_t stream);
 // The dK/dV and dQ kernels of attention_backward, given row_dot (D_t, already
 // computed into the caller's scratch); dqkv += the gradient, rounded once.
 void attention_backward_tensor_core(bf16* dqkv, const float* row_dot, const bf16* dout,
                                     const bf16* qkv, const float* logsumexp, int batch, int seq_len,
-                                    int num_heads, int head_dim, cudaStream_t stream);
+                                    int num_heads, int num_kv_heads, int head_dim,
+                                    cudaStream_t stream);
 
 }  // namespace paraplan::kernels::cuda::attention

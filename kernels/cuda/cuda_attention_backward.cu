@@ -50,7 +50,7 @@ template <typename Storage, int kDPad>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dkdv_kernel(Storage* dqkv, const Storage* qkv, const Storage* dout,
                                    const float* logsumexp, const float* row_dot, int T, int H,
-                                   int D, float scale, bool qkv_packed, bool dout_packed) {
+                                   int Hkv, int D, float scale, bool qkv_packed, bool dout_packed) {
   constexpr int kStride = kDPad + 1, kProbabilityStride = kSubTile + 1, kColumns = kDPad / kSide;
   extern __shared__ float shared[];
   float* k_tile = shared;
@@ -63,102 +63,107 @@ __global__ void __launch_bounds__(kThreads)
   float* row_dot_tile = lse_tile + kSubTile;               // [query]
 
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
-  const size_t C = static_cast<size_t>(H) * D, C3 = 3 * C;
-  const HeadPointers head = head_pointers(T, H, D);
+  const size_t C = static_cast<size_t>(H) * D;
+  // The block's KV head, as seen from the first query head of its group.
+  const HeadPointers kv_head = group_head_pointers(0, T, H, Hkv, D);
+  const size_t C3 = kv_head.stride;
   // Key tile 0 sees every query, the most work: it has the lowest block index.
   const int col0 = blockIdx.y * kTile;
   const int cols = min(kTile, T - col0);
-  const Storage* query = qkv + head.qkv_offset;
-  const Storage* dout_head = dout + head.out_offset;
 
-  load_tile<kTile, kDPad>(k_tile, query + C + col0 * C3, C3, cols, D, qkv_packed);
-  load_tile<kTile, kDPad>(v_tile, query + 2 * C + col0 * C3, C3, cols, D, qkv_packed);
+  load_tile<kTile, kDPad>(k_tile, qkv + kv_head.key_offset + col0 * C3, C3, cols, D, qkv_packed);
+  load_tile<kTile, kDPad>(v_tile, qkv + kv_head.value_offset + col0 * C3, C3, cols, D, qkv_packed);
   float dk[kPerThread][kColumns] = {}, dv[kPerThread][kColumns] = {};  // keys ty + 16i
 
-  // Queries before the tile's first key see none of its keys.
-  for (int row0 = col0; row0 < T; row0 += kSubTile) {
-    const int rows = min(kSubTile, T - row0);
-    __syncthreads();  // the previous step's readers are done with the sub-tiles
-    load_tile<kSubTile, kDPad>(q_tile, query + row0 * C3, C3, rows, D, qkv_packed);
-    load_tile<kSubTile, kDPad>(dout_tile, dout_head + row0 * C, C, rows, D, dout_packed);
-    if (threadIdx.x < kSubTile) {
-      const int r = threadIdx.x;
-      lse_tile[r] = r < rows ? logsumexp[head.row_offset + row0 + r] : 0.0f;
-      row_dot_tile[r] = r < rows ? row_dot[head.row_offset + row0 + r] : 0.0f;
-    }
-    __syncthreads();
-
-    // S^T and dP^T for keys ty + 16i and queries tx + 16j.
-    float s[kPerThread][kSubPerThread] = {}, dp[kPerThread][kSubPerThread] = {};
-#pragma unroll 4
-    for (int d = 0; d < kDPad; d++) {
-      float k[kPerThread], v[kPerThread], q[kSubPerThread], g[kSubPerThread];
-#pragma unroll
-      for (int i = 0; i < kPerThread; i++) {
-        k[i] = k_tile[(ty + kSide * i) * kStride + d];
-        v[i] = v_tile[(ty + kSide * i) * kStride + d];
+  // The query heads sharing this KV head, in order: their dK and dV sum here.
+  for (int member = 0; member < H / Hkv; member++) {
+    const HeadPointers head = group_head_pointers(member, T, H, Hkv, D);
+    const Storage* query = qkv + head.qkv_offset;
+    const Storage* dout_head = dout + head.out_offset;
+    // Queries before the tile's first key see none of its keys.
+    for (int row0 = col0; row0 < T; row0 += kSubTile) {
+      const int rows = min(kSubTile, T - row0);
+      __syncthreads();  // the previous step's readers are done with the sub-tiles
+      load_tile<kSubTile, kDPad>(q_tile, query + row0 * C3, C3, rows, D, qkv_packed);
+      load_tile<kSubTile, kDPad>(dout_tile, dout_head + row0 * C, C, rows, D, dout_packed);
+      if (threadIdx.x < kSubTile) {
+        const int r = threadIdx.x;
+        lse_tile[r] = r < rows ? logsumexp[head.row_offset + row0 + r] : 0.0f;
+        row_dot_tile[r] = r < rows ? row_dot[head.row_offset + row0 + r] : 0.0f;
       }
+      __syncthreads();
+
+      // S^T and dP^T for keys ty + 16i and queries tx + 16j.
+      float s[kPerThread][kSubPerThread] = {}, dp[kPerThread][kSubPerThread] = {};
+#pragma unroll 4
+      for (int d = 0; d < kDPad; d++) {
+        float k[kPerThread], v[kPerThread], q[kSubPerThread], g[kSubPerThread];
 #pragma unroll
-      for (int j = 0; j < kSubPerThread; j++) {
-        q[j] = q_tile[(tx + kSide * j) * kStride + d];
-        g[j] = dout_tile[(tx + kSide * j) * kStride + d];
+        for (int i = 0; i < kPerThread; i++) {
+          k[i] = k_tile[(ty + kSide * i) * kStride + d];
+          v[i] = v_tile[(ty + kSide * i) * kStride + d];
+        }
+#pragma unroll
+        for (int j = 0; j < kSubPerThread; j++) {
+          q[j] = q_tile[(tx + kSide * j) * kStride + d];
+          g[j] = dout_tile[(tx + kSide * j) * kStride + d];
+        }
+#pragma unroll
+        for (int i = 0; i < kPerThread; i++) {
+#pragma unroll
+          for (int j = 0; j < kSubPerThread; j++) {
+            s[i][j] = fmaf(q[j], k[i], s[i][j]);  // the forward's operand order
+            dp[i][j] = fmaf(g[j], v[i], dp[i][j]);
+          }
+        }
       }
 #pragma unroll
       for (int i = 0; i < kPerThread; i++) {
 #pragma unroll
         for (int j = 0; j < kSubPerThread; j++) {
-          s[i][j] = fmaf(q[j], k[i], s[i][j]);  // the forward's operand order
-          dp[i][j] = fmaf(g[j], v[i], dp[i][j]);
+          const int c = ty + kSide * i, r = tx + kSide * j;
+          // Implies key < T, since the query is.
+          const bool visible = col0 + c <= row0 + r && r < rows;
+          const float p = visible ? expf(s[i][j] * scale - lse_tile[r]) : 0.0f;
+          p_tile[c * kProbabilityStride + r] = p;
+          ds_tile[c * kProbabilityStride + r] = visible ? p * (dp[i][j] - row_dot_tile[r]) : 0.0f;
         }
       }
-    }
-#pragma unroll
-    for (int i = 0; i < kPerThread; i++) {
-#pragma unroll
-      for (int j = 0; j < kSubPerThread; j++) {
-        const int c = ty + kSide * i, r = tx + kSide * j;
-        // Implies key < T, since the query is.
-        const bool visible = col0 + c <= row0 + r && r < rows;
-        const float p = visible ? expf(s[i][j] * scale - lse_tile[r]) : 0.0f;
-        p_tile[c * kProbabilityStride + r] = p;
-        ds_tile[c * kProbabilityStride + r] = visible ? p * (dp[i][j] - row_dot_tile[r]) : 0.0f;
-      }
-    }
-    __syncthreads();
+      __syncthreads();
 
-    // dV += P^T dOut, dK += dS^T Q for keys ty + 16i, columns tx + 16j.
+      // dV += P^T dOut, dK += dS^T Q for keys ty + 16i, columns tx + 16j.
 #pragma unroll 4
-    for (int r = 0; r < kSubTile; r++) {
-      float p[kPerThread], ds[kPerThread], g[kColumns], q[kColumns];
+      for (int r = 0; r < kSubTile; r++) {
+        float p[kPerThread], ds[kPerThread], g[kColumns], q[kColumns];
 #pragma unroll
-      for (int i = 0; i < kPerThread; i++) {
-        p[i] = p_tile[(ty + kSide * i) * kProbabilityStride + r];
-        ds[i] = ds_tile[(ty + kSide * i) * kProbabilityStride + r];
-      }
-#pragma unroll
-      for (int j = 0; j < kColumns; j++) {
-        g[j] = dout_tile[r * kStride + tx + kSide * j];
-        q[j] = q_tile[r * kStride + tx + kSide * j];
-      }
-#pragma unroll
-      for (int i = 0; i < kPerThread; i++) {
+        for (int i = 0; i < kPerThread; i++) {
+          p[i] = p_tile[(ty + kSide * i) * kProbabilityStride + r];
+          ds[i] = ds_tile[(ty + kSide * i) * kProbabilityStride + r];
+        }
 #pragma unroll
         for (int j = 0; j < kColumns; j++) {
-          dv[i][j] = fmaf(p[i], g[j], dv[i][j]);
-          dk[i][j] = fmaf(ds[i], q[j], dk[i][j]);
+          g[j] = dout_tile[r * kStride + tx + kSide * j];
+          q[j] = q_tile[r * kStride + tx + kSide * j];
+        }
+#pragma unroll
+        for (int i = 0; i < kPerThread; i++) {
+#pragma unroll
+          for (int j = 0; j < kColumns; j++) {
+            dv[i][j] = fmaf(p[i], g[j], dv[i][j]);
+            dk[i][j] = fmaf(ds[i], q[j], dk[i][j]);
+          }
         }
       }
     }
   }
 
   // This block alone owns these rows of dK and dV: plain read-modify-write.
-  Storage* dkey = dqkv + head.qkv_offset + C;
 #pragma unroll
   for (int i = 0; i < kPerThread; i++) {
     const int c = ty + kSide * i;
     if (c >= cols) continue;
-    Storage* dkey_row = dkey + (col0 + c) * C3;
-    Storage* dvalue_row = dkey_row + C;
+    Storage* dkey_row = dqkv + kv_head.key_offset + (col0 + c) * C3;
+    Storage* dvalue_row = dqkv + kv_head.value_offset + (col0 + c) * C3;
 #pragma unroll
     for (int j = 0; j < kColumns; j++) {
       const int d = tx + kSide * j;
@@ -180,8 +185,8 @@ constexpr size_t backward_dq_shared_bytes() {
 template <typename Storage, int kDPad>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dq_kernel(Storage* dqkv, const Storage* qkv, const Storage* dout,
-                                 const float* logsumexp, const float* row_dot, int T, int H, int D,
-                                 float scale, bool qkv_packed, bool dout_packed) {
+                                 const float* logsumexp, const float* row_dot, int T, int H,
+                                 int Hkv, int D, float scale, bool qkv_packed, bool dout_packed) {
   constexpr int kStride = kDPad + 1, kScoreStride = kSubTile + 1, kColumns = kDPad / kSide;
   extern __shared__ float shared[];
   float* q_tile = shared;
@@ -193,8 +198,9 @@ __global__ void __launch_bounds__(kThreads)
   float* row_dot_tile = lse_tile + kTile;
 
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
-  const size_t C = static_cast<size_t>(H) * D, C3 = 3 * C;
-  const HeadPointers head = head_pointers(T, H, D);
+  const size_t C = static_cast<size_t>(H) * D;
+  const HeadPointers head = query_head_pointers(T, H, Hkv, D);
+  const size_t C3 = head.stride;
   const int row0 = (gridDim.y - 1 - blockIdx.y) * kTile;  // longest rows first
   const int rows = min(kTile, T - row0);
   const Storage* query = qkv + head.qkv_offset;
@@ -212,8 +218,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int col0 = 0; col0 < key_end; col0 += kSubTile) {
     const int cols = min(kSubTile, T - col0);
     __syncthreads();  // the previous step's readers are done with K, V and dS
-    load_tile<kSubTile, kDPad>(k_tile, query + C + col0 * C3, C3, cols, D, qkv_packed);
-    load_tile<kSubTile, kDPad>(v_tile, query + 2 * C + col0 * C3, C3, cols, D, qkv_packed);
+    load_tile<kSubTile, kDPad>(k_tile, qkv + head.key_offset + col0 * C3, C3, cols, D, qkv_packed);
+    load_tile<kSubTile, kDPad>(v_tile, qkv + head.value_offset + col0 * C3, C3, cols, D,
+                               qkv_packed);
     __syncthreads();
 
     // S and dP for queries ty + 16i and keys tx + 16j.
@@ -286,10 +293,13 @@ __global__ void __launch_bounds__(kThreads)
 
 void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scratch,
                         const void* dout, const void* qkv, const void* out, const float* logsumexp,
-                        int batch, int seq_len, int num_heads, int head_dim, cudaStream_t stream) {
-  if (!valid_shape(batch, seq_len, num_heads, head_dim)) return;
+                        int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                        cudaStream_t stream) {
+  if (!valid_shape(batch, seq_len, num_heads, num_kv_heads, head_dim)) return;
   const size_t rows = static_cast<size_t>(batch) * num_heads * seq_len;
+  // dQ: a block per (query tile, b, query head); dK/dV: per (key tile, b, KV head).
   const dim3 grid(static_cast<unsigned int>(batch * num_heads), ceil_div(seq_len, kTile));
+  const dim3 kv_grid(static_cast<unsigned int>(batch * num_kv_heads), ceil_div(seq_len, kTile));
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const bool qkv_packed = packed_rows(storage, qkv, head_dim);
   const bool dout_packed = packed_rows(storage, dout, head_dim);
@@ -306,7 +316,7 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
       // out is read only by the row-dot kernel above (scalar loads).
       if (tensor_cores && tensor_core_applies(storage, head_dim, {dqkv, dout, qkv})) {
         attention_backward_tensor_core(gradient, scratch, out_gradient, input, logsumexp, batch,
-                                       seq_len, num_heads, head_dim, stream);
+                                       seq_len, num_heads, num_kv_heads, head_dim, stream);
         return;
       }
     }
@@ -314,15 +324,15 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
       constexpr int kDPad = decltype(padded)::value;
       constexpr size_t dkdv_bytes = backward_dkdv_shared_bytes<kDPad>();
       allow_shared_memory(attention_backward_dkdv_kernel<Storage, kDPad>, dkdv_bytes);
-      attention_backward_dkdv_kernel<Storage, kDPad><<<grid, kThreads, dkdv_bytes, stream>>>(
-          gradient, input, out_gradient, logsumexp, scratch, seq_len, num_heads, head_dim, scale,
-          qkv_packed, dout_packed);
+      attention_backward_dkdv_kernel<Storage, kDPad><<<kv_grid, kThreads, dkdv_bytes, stream>>>(
+          gradient, input, out_gradient, logsumexp, scratch, seq_len, num_heads, num_kv_heads,
+          head_dim, scale, qkv_packed, dout_packed);
       PARAPLAN_CUDA_CHECK_LAUNCH();
       constexpr size_t dq_bytes = backward_dq_shared_bytes<kDPad>();
       allow_shared_memory(attention_backward_dq_kernel<Storage, kDPad>, dq_bytes);
       attention_backward_dq_kernel<Storage, kDPad><<<grid, kThreads, dq_bytes, stream>>>(
-          gradient, input, out_gradient, logsumexp, scratch, seq_len, num_heads, head_dim, scale,
-          qkv_packed, dout_packed);
+          gradient, input, out_gradient, logsumexp, scratch, seq_len, num_heads, num_kv_heads,
+          head_dim, scale, qkv_packed, dout_packed);
       PARAPLAN_CUDA_CHECK_LAUNCH();
     });
   });

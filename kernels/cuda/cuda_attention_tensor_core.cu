@@ -7,7 +7,8 @@
 // and fragment layouts in cuda_attention_tensor_core.cuh.
 //
 // Semantics are the FMA kernels' (kernels/ops.h): out = softmax(Q K^T /
-// sqrt(D), causal) V per (batch, head), logsumexp = m + log(l) of the scaled
+// sqrt(D), causal) V per (batch, query head), K and V its KV head's (grouped
+// query attention reads them in place), logsumexp = m + log(l) of the scaled
 // scores (natural log), fp32. Products run on tensor cores (mma.sync
 // m16n8k16, bf16 operands, fp32 accumulators): Q, K, V are bf16 already, so
 // S = Q K^T is exact up to the fp32 summation order; as in FlashAttention-2
@@ -58,7 +59,7 @@ constexpr size_t forward_shared_bytes() {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
     attention_forward_tensor_core_kernel(bf16* out, float* logsumexp, const bf16* qkv, int T, int H,
-                                         float scale_log2) {
+                                         int Hkv, float scale_log2) {
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride;
   constexpr int kDSteps = kD / 16;       // k-steps of Q K^T over d
@@ -70,18 +71,20 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, thread_in_group = lane % 4;
-  const size_t C = static_cast<size_t>(H) * kD, C3 = 3 * C;
-  const attention::HeadPointers head = attention::head_pointers(T, H, kD);
+  const size_t C = static_cast<size_t>(H) * kD;
+  const attention::HeadPointers head = attention::query_head_pointers(T, H, Hkv, kD);
+  const size_t C3 = head.stride;
   // The last query tile has the most key tiles: launch it first.
   const int row0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp_row0 = row0 + 16 * warp;
   const bf16* query = qkv + head.qkv_offset;
-  const bf16* key = query + C;
+  const bf16* key = qkv + head.key_offset;
+  const bf16* value = qkv + head.value_offset;
 
   // Keys past the tile's last query are masked for every row: stop there.
   const int key_tiles = (min(row0 + kTile, T) + kTile - 1) / kTile;
   load_tile_async<kTile, kD>(q_tile, query + row0 * C3, C3, T - row0);
-  load_key_value_async<kD>(key_value, 0, key, C, 0, T);
+  load_key_value_async<kD>(key_value, 0, key, value, C3, 0, T);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
     cp_async_wait<0>();
     __syncthreads();
     if (tile + 1 < key_tiles) {
-      load_key_value_async<kD>(key_value, (tile + 1) % 2, key, C, col0 + kTile, T);
+      load_key_value_async<kD>(key_value, (tile + 1) % 2, key, value, C3, col0 + kTile, T);
       cp_async_commit();
     }
     const bf16* k_tile = key_value + (tile % 2) * 2 * kTileElements;
@@ -195,7 +198,8 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
 namespace attention {
 
 void attention_forward_tensor_core(bf16* out, float* logsumexp, const bf16* qkv, int batch,
-                                   int seq_len, int num_heads, int head_dim, cudaStream_t stream) {
+                                   int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                                   cudaStream_t stream) {
   // Qualified: attention:: has its own kTile and kThreads (the FMA kernels').
   const dim3 grid(static_cast<unsigned int>(batch * num_heads),
                   ceil_div(seq_len, tensor_core::kTile));
@@ -205,7 +209,7 @@ void attention_forward_tensor_core(bf16* out, float* logsumexp, const bf16* qkv,
     constexpr size_t bytes = forward_shared_bytes<kD>();
     allow_shared_memory(attention_forward_tensor_core_kernel<kD>, bytes);
     attention_forward_tensor_core_kernel<kD><<<grid, tensor_core::kThreads, bytes, stream>>>(
-        out, logsumexp, qkv, seq_len, num_heads, scale_log2);
+        out, logsumexp, qkv, seq_len, num_heads, num_kv_heads, scale_log2);
     PARAPLAN_CUDA_CHECK_LAUNCH();
   });
 }

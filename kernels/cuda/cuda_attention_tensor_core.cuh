@@ -216,17 +216,17 @@ __device__ __forceinline__ void accumulate_pair(bf16* destination, float v0, flo
   *word = pack_bf16(__uint_as_float(old << 16) + v0, __uint_as_float(old & 0xffff0000u) + v1);
 }
 
-// Starts loading the K and V tiles of keys [col0, col0 + 64) of a head (key:
-// its K at row 0, V C elements on) into buffer `buffer` of key_value (buffer
-// i: K at tile 2i, V at tile 2i + 1).
+// Starts loading the K and V tiles of keys [col0, col0 + 64) of a KV head
+// (key, value: its K and V at row 0, rows `stride` elements apart) into
+// buffer `buffer` of key_value (buffer i: K at tile 2i, V at tile 2i + 1).
 template <int kD>
 __device__ __forceinline__ void load_key_value_async(bf16* key_value, int buffer, const bf16* key,
-                                                     size_t C, int col0, int T) {
+                                                     const bf16* value, size_t stride, int col0,
+                                                     int T) {
   constexpr int kTileElements = kTile * kTileStride<kD>;
-  const size_t C3 = 3 * C;
   bf16* k_tile = key_value + buffer * 2 * kTileElements;
-  load_tile_async<kTile, kD>(k_tile, key + col0 * C3, C3, T - col0);
-  load_tile_async<kTile, kD>(k_tile + kTileElements, key + C + col0 * C3, C3, T - col0);
+  load_tile_async<kTile, kD>(k_tile, key + col0 * stride, stride, T - col0);
+  load_tile_async<kTile, kD>(k_tile + kTileElements, value + col0 * stride, stride, T - col0);
 }
 
 #endif  // __CUDACC__

@@ -6,8 +6,10 @@
 // sum_d dOut[t, d] * out[t, d] (the FMA path's row-dot kernel, fp32), then
 // calls the two kernels here. Every gradient element has one owner, so there
 // are no atomics:
-//   dK/dV: one block of 4 warps per (64-key tile, b, h), warp w owning keys
-//     16w..16w+15; per sub-tile of M queries (M = 64 for D = 64, 32 for D = 128,
+//   dK/dV: one block of 4 warps per (64-key tile, b, KV head), warp w owning
+//     keys 16w..16w+15; for each query head of the KV head's group in turn
+//     (grouped-query attention: the group's sum stays in registers, no
+//     atomics), per sub-tile of M queries (M = 64 for D = 64, 32 for D = 128,
 //     which keeps the dK, dV, S and dP accumulators within the register file)
 //     from the key tile's first key to T: S^T = K Q^T and dP^T = V dOut^T (16
 //     keys x M queries per warp, fp32), P^T = exp2(S^T * scale * log2 e -
@@ -15,8 +17,8 @@
 //     (dP^T - D); then dV += P^T dOut and dK += dS^T Q, with P and dS rounded
 //     to bf16 as mma operands (as FlashAttention-2 does; dS is formed from
 //     the fp32 P). The key tile's K, V stay in shared memory; the next
-//     sub-tile's Q, dOut, L and D are loaded (cp.async) while the current one
-//     is computed.
+//     sub-tile's Q, dOut, L and D (of the same or the next query head) are
+//     loaded (cp.async) while the current one is computed.
 //   dQ: one block per (64-query tile, b, h), warp w owning queries 16w..+15;
 //     per 64-key tile up to the diagonal: S = Q K^T, dP = dOut V^T, P, dS as
 //     above, dQ += dS K; the next K, V tiles load while the current is used.
@@ -61,9 +63,8 @@ template <int kD, int kQueries>
 __device__ __forceinline__ void load_query_step(bf16* query_buffers, float* stats, int buffer,
                                                 const bf16* query, const bf16* dout_head,
                                                 const float* lse_head, const float* dot_head,
-                                                size_t C, int row0, int T) {
+                                                size_t C3, size_t C, int row0, int T) {
   constexpr int kSubTileElements = kQueries * kTileStride<kD>;
-  const size_t C3 = 3 * C;
   bf16* q_tile = query_buffers + buffer * 2 * kSubTileElements;
   load_tile_async<kQueries, kD>(q_tile, query + row0 * C3, C3, T - row0);
   load_tile_async<kQueries, kD>(q_tile + kSubTileElements, dout_head + row0 * C, C, T - row0);
@@ -80,7 +81,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tensor_core_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout,
                                       const float* logsumexp, const float* row_dot, int T, int H,
-                                      float scale, float scale_log2) {
+                                      int Hkv, float scale, float scale_log2) {
   constexpr int kQueries = kDkdvQueries<kD>;
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride, kSubTileElements = kQueries * kStride;
@@ -94,34 +95,40 @@ __global__ void __launch_bounds__(kThreads)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, thread_in_group = lane % 4;
-  const size_t C = static_cast<size_t>(H) * kD, C3 = 3 * C;
-  const attention::HeadPointers head = attention::head_pointers(T, H, kD);
+  const size_t C = static_cast<size_t>(H) * kD;
+  // The block's KV head, as seen from the first query head of its group.
+  const attention::HeadPointers kv_head = attention::group_head_pointers(0, T, H, Hkv, kD);
+  const size_t C3 = kv_head.stride;
   // Key tile 0 sees every query, the most work: it has the lowest block index.
   const int col0 = blockIdx.y * kTile;
   const int warp_col0 = col0 + 16 * warp;
-  const bf16* query = qkv + head.qkv_offset;
-  const bf16* dout_head = dout + head.out_offset;
-  const float* lse_head = logsumexp + head.row_offset;
-  const float* dot_head = row_dot + head.row_offset;
 
-  load_tile_async<kTile, kD>(k_tile, query + C + col0 * C3, C3, T - col0);
-  load_tile_async<kTile, kD>(v_tile, query + 2 * C + col0 * C3, C3, T - col0);
-  // Queries before the tile's first key see none of its keys.
-  load_query_step<kD, kQueries>(query_buffers, stats, 0, query, dout_head, lse_head, dot_head, C,
-                                col0, T);
+  // Queries before the tile's first key see none of its keys: each query head
+  // of the group takes steps_per_head sub-tiles from col0, heads in order.
+  const int steps_per_head = (T - col0 + kQueries - 1) / kQueries;
+  const int steps = (H / Hkv) * steps_per_head;
+  const auto start_step = [&](int step, int buffer) {
+    const attention::HeadPointers head =
+        attention::group_head_pointers(step / steps_per_head, T, H, Hkv, kD);
+    load_query_step<kD, kQueries>(query_buffers, stats, buffer, qkv + head.qkv_offset,
+                                  dout + head.out_offset, logsumexp + head.row_offset,
+                                  row_dot + head.row_offset, C3, C,
+                                  col0 + (step % steps_per_head) * kQueries, T);
+  };
+  load_tile_async<kTile, kD>(k_tile, qkv + kv_head.key_offset + col0 * C3, C3, T - col0);
+  load_tile_async<kTile, kD>(v_tile, qkv + kv_head.value_offset + col0 * C3, C3, T - col0);
+  start_step(0, 0);
   cp_async_commit();
-  const int steps = (T - col0 + kQueries - 1) / kQueries;
 
   float dk[kOutBlocks][4] = {}, dv[kOutBlocks][4] = {};
   for (int step = 0; step < steps; step++) {
-    const int row0 = col0 + step * kQueries;
+    const int row0 = col0 + (step % steps_per_head) * kQueries;
     // This step's copies have landed for every thread, and every warp is done
     // with step - 1, whose buffers the next copies overwrite.
     cp_async_wait<0>();
     __syncthreads();
     if (step + 1 < steps) {
-      load_query_step<kD, kQueries>(query_buffers, stats, (step + 1) % 2, query, dout_head,
-                                    lse_head, dot_head, C, row0 + kQueries, T);
+      start_step(step + 1, (step + 1) % 2);
       cp_async_commit();
     }
     const bf16* q_tile = query_buffers + (step % 2) * 2 * kSubTileElements;
@@ -160,8 +167,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < 2; i++) {
     const int key_index = warp_col0 + group + 8 * i;
     if (key_index >= T) continue;
-    bf16* dkey_row = dqkv + head.qkv_offset + C + key_index * C3;
-    bf16* dvalue_row = dkey_row + C;
+    bf16* dkey_row = dqkv + kv_head.key_offset + key_index * C3;
+    bf16* dvalue_row = dqkv + kv_head.value_offset + key_index * C3;
 #pragma unroll
     for (int db = 0; db < kOutBlocks; db++) {
       const int d = 8 * db + 2 * thread_in_group;
@@ -181,7 +188,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_tensor_core_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout,
                                     const float* logsumexp, const float* row_dot, int T, int H,
-                                    float scale, float scale_log2) {
+                                    int Hkv, float scale, float scale_log2) {
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride;
   constexpr int kKeyBlocks = kTile / 8;  // n-blocks of S (keys)
@@ -193,16 +200,18 @@ __global__ void __launch_bounds__(kThreads)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, thread_in_group = lane % 4;
-  const size_t C = static_cast<size_t>(H) * kD, C3 = 3 * C;
-  const attention::HeadPointers head = attention::head_pointers(T, H, kD);
+  const size_t C = static_cast<size_t>(H) * kD;
+  const attention::HeadPointers head = attention::query_head_pointers(T, H, Hkv, kD);
+  const size_t C3 = head.stride;
   const int row0 = (gridDim.y - 1 - blockIdx.y) * kTile;  // longest rows first
   const int warp_row0 = row0 + 16 * warp;
   const bf16* query = qkv + head.qkv_offset;
-  const bf16* key = query + C;
+  const bf16* key = qkv + head.key_offset;
+  const bf16* value = qkv + head.value_offset;
 
   load_tile_async<kTile, kD>(q_tile, query + row0 * C3, C3, T - row0);
   load_tile_async<kTile, kD>(dout_tile, dout + head.out_offset + row0 * C, C, T - row0);
-  load_key_value_async<kD>(key_value, 0, key, C, 0, T);
+  load_key_value_async<kD>(key_value, 0, key, value, C3, 0, T);
   cp_async_commit();
   // L * log2 e and D of the thread's rows g and g + 8 (zeros past T).
   float lse[2], dot[2];
@@ -222,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<0>();
     __syncthreads();
     if (tile + 1 < key_tiles) {
-      load_key_value_async<kD>(key_value, (tile + 1) % 2, key, C, col0 + kTile, T);
+      load_key_value_async<kD>(key_value, (tile + 1) % 2, key, value, C3, col0 + kTile, T);
       cp_async_commit();
     }
     const bf16* k_tile = key_value + (tile % 2) * 2 * kTileElements;
@@ -272,23 +281,27 @@ namespace attention {
 
 void attention_backward_tensor_core(bf16* dqkv, const float* row_dot, const bf16* dout,
                                     const bf16* qkv, const float* logsumexp, int batch, int seq_len,
-                                    int num_heads, int head_dim, cudaStream_t stream) {
+                                    int num_heads, int num_kv_heads, int head_dim,
+                                    cudaStream_t stream) {
   // Qualified: attention:: has its own kTile and kThreads (the FMA kernels').
+  // dQ: a block per (query tile, b, query head); dK/dV: per (key tile, b, KV head).
   const dim3 grid(static_cast<unsigned int>(batch * num_heads),
                   ceil_div(seq_len, tensor_core::kTile));
+  const dim3 kv_grid(static_cast<unsigned int>(batch * num_kv_heads),
+                     ceil_div(seq_len, tensor_core::kTile));
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const float scale_log2 = scale * tensor_core::kLog2e;
   tensor_core::dispatch_head_dim(head_dim, [&](auto dim) {
     constexpr int kD = decltype(dim)::value;
     constexpr size_t dkdv_bytes = dkdv_shared_bytes<kD>();
     allow_shared_memory(attention_dkdv_tensor_core_kernel<kD>, dkdv_bytes);
-    attention_dkdv_tensor_core_kernel<kD><<<grid, tensor_core::kThreads, dkdv_bytes, stream>>>(
-        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, scale, scale_log2);
+    attention_dkdv_tensor_core_kernel<kD><<<kv_grid, tensor_core::kThreads, dkdv_bytes, stream>>>(
+        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, num_kv_heads, scale, scale_log2);
     PARAPLAN_CUDA_CHECK_LAUNCH();
     constexpr size_t dq_bytes = dq_shared_bytes<kD>();
     allow_shared_memory(attention_dq_tensor_core_kernel<kD>, dq_bytes);
     attention_dq_tensor_core_kernel<kD><<<grid, tensor_core::kThreads, dq_bytes, stream>>>(
-        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, scale, scale_log2);
+        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, num_kv_heads, scale, scale_log2);
     PARAPLAN_CUDA_CHECK_LAUNCH();
   });
 }

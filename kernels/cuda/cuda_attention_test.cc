@@ -7,6 +7,7 @@
 // scores, unaligned and odd-width inputs (the scalar loads); the bf16
 // tensor-core attention (head_dim 64 and 128, partial tiles) against the CPU
 // in bf16, run to run, and against the FMA kernels (PARAPLAN_CUDA_ATTENTION);
+// grouped KV heads (H / Hkv query heads per KV head) on both kernel families;
 // determinism, batch independence and TF32 independence, bitwise; the
 // softmax + cross-entropy, its vocab-parallel steps and out-of-range targets.
 // Skips, visibly, without a GPU.
@@ -55,12 +56,14 @@ struct AttentionShape {
   int batch, seq_len, num_heads, head_dim;
   float qkv_scale = 1.5f;  // scaled scores have standard deviation qkv_scale^2 / 3
   bool unaligned = false;  // qkv and dout 4-byte aligned only: the scalar loads
+  int num_kv_heads = 0;    // grouped-query attention; 0: num_heads (multi-head)
+  int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
 };
 
 std::string describe(const AttentionShape& s) {
   return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq_len) +
-         " H=" + std::to_string(s.num_heads) + " D=" + std::to_string(s.head_dim) +
-         (s.unaligned ? " unaligned" : "");
+         " H=" + std::to_string(s.num_heads) + " Hkv=" + std::to_string(s.kv_heads()) +
+         " D=" + std::to_string(s.head_dim) + (s.unaligned ? " unaligned" : "");
 }
 
 // out, logsumexp, and the gradient the backward added to dqkv (which starts at
@@ -69,14 +72,16 @@ std::string describe(const AttentionShape& s) {
 // see the same inputs.
 Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward = nullptr) {
   const int C = s.num_heads * s.head_dim;
-  const size_t qkv_size = static_cast<size_t>(s.batch) * s.seq_len * 3 * C;
+  const size_t qkv_size =
+      static_cast<size_t>(s.batch) * s.seq_len * (s.num_heads + 2 * s.kv_heads()) * s.head_dim;
   const size_t out_size = static_cast<size_t>(s.batch) * s.seq_len * C;
   const size_t rows = static_cast<size_t>(s.batch) * s.num_heads * s.seq_len;
   Buffers buffers(ops);
   const void* qkv = buffers.upload_storage(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
   void* out = buffers.allocate_storage(out_size);
   float* logsumexp = buffers.allocate_floats(rows);
-  ops.attention_forward(out, logsumexp, qkv, s.batch, s.seq_len, s.num_heads, s.head_dim);
+  ops.attention_forward(out, logsumexp, qkv, s.batch, s.seq_len, s.num_heads, s.kv_heads(),
+                        s.head_dim);
   Tensors result{buffers.download_storage(out, out_size), buffers.download(logsumexp, rows)};
 
   const void* saved_out = forward != nullptr ? buffers.upload_storage((*forward)[0]) : out;
@@ -89,7 +94,7 @@ Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward 
   float* scratch = buffers.upload(std::vector<float>(rows, 1e30f));
   const void* dout = buffers.upload_storage(random_floats(out_size, 52), s.unaligned);
   ops.attention_backward(dqkv, scratch, dout, qkv, saved_out, saved_logsumexp, s.batch, s.seq_len,
-                         s.num_heads, s.head_dim);
+                         s.num_heads, s.kv_heads(), s.head_dim);
   std::vector<float> added = buffers.download_storage(dqkv, qkv_size);
   for (size_t i = 0; i < qkv_size; i++) added[i] -= dqkv_before[i];
   result.push_back(std::move(added));
@@ -112,6 +117,10 @@ TEST_P(CudaAttention, MatchesCpu) {
       {1, 100, 2, 32, 1.5f, true},  // unaligned: scalar loads
       {1, 1, 2, 8},                 // one token: out = v
       {1, 150, 2, 16, 6.0f},        // scores up to ~50: the online rescaling matters
+      // Grouped KV heads: dK/dV blocks loop over their group's query heads.
+      {2, 130, 4, 32, 1.5f, false, 2},
+      {1, 100, 6, 64, 1.5f, false, 1},
+      {1, 70, 8, 16, 1.5f, false, 2},
   };
   for (const AttentionShape& s : shapes) {
     const Tensors expected = attention_run(*cpu, s);
@@ -143,7 +152,7 @@ TEST_P(CudaAttention, DeterministicBatchIndependentAndTf32Independent) {
     void* out = buffers.allocate_storage(out_size);
     float* logsumexp = buffers.allocate_floats(static_cast<size_t>(batch) * H * T);
     const std::vector<float> input(host_qkv, host_qkv + static_cast<size_t>(batch) * T * 3 * C);
-    cuda->attention_forward(out, logsumexp, buffers.upload_storage(input), batch, T, H, D);
+    cuda->attention_forward(out, logsumexp, buffers.upload_storage(input), batch, T, H, H, D);
     return Tensors{buffers.download_storage(out, out_size),
                    buffers.download(logsumexp, static_cast<size_t>(batch) * H * T)};
   };
@@ -160,7 +169,9 @@ TEST_P(CudaAttention, RejectsHeadDimAbove128) {
   void* qkv = buffers.upload_storage(random_floats(static_cast<size_t>(T) * 3 * D, 55));
   void* out = buffers.allocate_storage(static_cast<size_t>(T) * D);
   float* logsumexp = buffers.allocate_floats(T);
-  EXPECT_THROW(cuda->attention_forward(out, logsumexp, qkv, 1, T, 1, D), std::invalid_argument);
+  EXPECT_THROW(cuda->attention_forward(out, logsumexp, qkv, 1, T, 1, 1, D), std::invalid_argument);
+  // KV heads must divide the heads.
+  EXPECT_THROW(cuda->attention_forward(out, logsumexp, qkv, 1, T, 3, 2, 8), std::invalid_argument);
 }
 
 // ---- bf16 tensor-core attention --------------------------------------------------------------
@@ -202,6 +213,10 @@ std::vector<AttentionShape> tensor_core_shapes() {
   std::vector<AttentionShape> shapes;
   for (int head_dim : {64, 128}) {
     for (int seq_len : {1, 17, 64, 200, 256}) shapes.push_back({2, seq_len, 3, head_dim});
+    // Grouped KV heads: 4 query heads over 2 and over 1 (the dK/dV kernel's
+    // steps run through the group's heads, prefetching across them).
+    shapes.push_back({2, 130, 4, head_dim, 1.5f, false, 2});
+    shapes.push_back({1, 200, 4, head_dim, 1.5f, false, 1});
   }
   return shapes;
 }

@@ -21,14 +21,15 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_elementwise.cuh"
 #include "kernels/cuda/cuda_kernels.cuh"
 
 namespace paraplan::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr unsigned int kMaxBlocks = 1u << 16;  // grid-stride beyond this
+constexpr int kThreads = kElementwiseThreads;
+constexpr unsigned int kMaxBlocks = kElementwiseMaxBlocks;
 
 // sqrt(2 / pi) and the cubic coefficient of GPT-2's tanh approximation of GELU.
 constexpr float kGeluScale = 0.7978845608028654f;
@@ -54,7 +55,8 @@ __device__ __forceinline__ float gelu_grad(float x) {
 }
 
 // Each functor has kPackSize, scalar(i) for element i and vector(v) for the
-// pack of elements kPackSize * v .. kPackSize * v + kPackSize - 1.
+// pack of elements kPackSize * v .. kPackSize * v + kPackSize - 1
+// (launch_elementwise, cuda_elementwise.cuh).
 template <typename T>
 struct GeluForward {
   static constexpr int kPackSize = kPack<T>;
@@ -212,28 +214,6 @@ struct AdamW {
     store_pack(params, pack, p);
   }
 };
-
-template <typename Op>
-__global__ void elementwise_kernel(Op op, size_t n, bool vectorized) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t scalar_begin = 0;
-  if (vectorized) {
-    const size_t packs = n / Op::kPackSize;
-    for (size_t v = first; v < packs; v += stride) op.vector(v);
-    scalar_begin = packs * Op::kPackSize;
-  }
-  for (size_t i = scalar_begin + first; i < n; i += stride) op.scalar(i);
-}
-
-template <typename Op>
-void launch_elementwise(const Op& op, size_t n, bool vectorized, cudaStream_t stream) {
-  if (n == 0) return;
-  const size_t work = vectorized ? std::max<size_t>(n / Op::kPackSize, 1) : n;
-  const unsigned int blocks = std::min(ceil_div(work, kThreads), kMaxBlocks);
-  elementwise_kernel<<<blocks, kThreads, 0, stream>>>(op, n, vectorized);
-  PARAPLAN_CUDA_CHECK_LAUNCH();
-}
 
 template <typename T>
 __global__ void broadcast_rows_kernel(T* out, const T* row, int rows, int cols) {

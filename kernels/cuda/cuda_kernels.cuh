@@ -101,10 +101,25 @@ void layernorm_forward(DType storage, void* out, float* mean, float* rstd, const
 void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, const void* dout,
                         const void* inp, const void* weight, const float* mean, const float* rstd,
                         int rows, int channels, DeviceScratch& scratch, cudaStream_t stream);
+void rmsnorm_forward(DType storage, void* out, float* rstd, const void* inp, const void* weight,
+                     int rows, int channels, float epsilon, cudaStream_t stream);
+void rmsnorm_backward(DType storage, void* dinp, void* dweight, const void* dout, const void* inp,
+                      const void* weight, const float* rstd, int rows, int channels,
+                      DeviceScratch& scratch, cudaStream_t stream);
 // out[c] += sum over r (in row-chunk order) of x[r, c], summed in fp32 and
 // rounded once: a linear layer's bias gradient.
 void column_sums_accumulate(DType storage, void* out, const void* x, int rows, int cols,
                             DeviceScratch& scratch, cudaStream_t stream);
+
+// ---- cuda_llama_ops.cu ------------------------------------------------------------------------
+
+void swiglu_forward(DType storage, void* out, const void* gate_up, int rows, int hidden,
+                    cudaStream_t stream);
+void swiglu_backward(DType storage, void* dgate_up, const void* gate_up, const void* dout, int rows,
+                     int hidden, cudaStream_t stream);
+// rope_forward, or with inverse rope_backward (the transposed rotation).
+void rope(DType storage, void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+          int num_heads, int num_kv_heads, int head_dim, bool inverse, cudaStream_t stream);
 
 // ---- cuda_embedding.cu --------------------------------------------------------------------------
 
@@ -127,11 +142,12 @@ void position_embedding_backward(DType storage, void* dwpe, const void* dout, in
 // without tensor_cores, runs the fp32 FMA kernels on widened storage.
 
 void attention_forward(DType storage, bool tensor_cores, void* out, float* logsumexp,
-                       const void* qkv, int batch, int seq_len, int num_heads, int head_dim,
-                       cudaStream_t stream);
+                       const void* qkv, int batch, int seq_len, int num_heads, int num_kv_heads,
+                       int head_dim, cudaStream_t stream);
 void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scratch,
                         const void* dout, const void* qkv, const void* out, const float* logsumexp,
-                        int batch, int seq_len, int num_heads, int head_dim, cudaStream_t stream);
+                        int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                        cudaStream_t stream);
 
 // ---- cuda_loss.cu -------------------------------------------------------------------------------
 // Storage logits and dlogits, fp32 losses and row statistics. target_error is

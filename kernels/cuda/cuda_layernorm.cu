@@ -1,7 +1,10 @@
-// cuda_layernorm.cu: layer norm forward and backward for the CUDA backend
-// (fp32 or bf16 storage; mean and rstd fp32), and the deterministic column
-// sums that give the parameter gradients (also used for a linear layer's bias
-// gradient when cuBLASLt's epilogue does not apply).
+// cuda_layernorm.cu: layer norm and RMS norm (Llama), forward and backward,
+// for the CUDA backend (fp32 or bf16 storage; mean and rstd fp32), and the
+// deterministic column sums that give the parameter gradients (also used for
+// a linear layer's bias gradient when cuBLASLt's epilogue does not apply).
+// RMS norm is layer norm without the mean and the bias (the kernels'
+// kRms): norm = x * rstd, rstd = 1 / sqrt(mean(x^2) + epsilon), out = norm *
+// weight; its weight gradient is the same column sum of norm * dout.
 //
 // Forward and the input gradient: one warp per row, lanes striding over the
 // channels (16-byte packs, 4 floats or 8 bf16, when C is a multiple of the
@@ -31,7 +34,8 @@ constexpr int kColumnThreads = 256;
 constexpr int kMaxChunks = 256;
 constexpr int kMinChunkRows = 32;
 
-template <typename T, bool kVectorized>
+// kRms: RMS norm, the same with the mean taken as 0 and no bias.
+template <typename T, bool kVectorized, bool kRms>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const T* weight, const T* bias, int rows, int C,
                                          float epsilon) {
@@ -43,18 +47,21 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   T* y = out + static_cast<size_t>(row) * C;
   const int packs = C / kP;
 
-  float sum = 0.0f;
-  if constexpr (kVectorized) {
-    for (int p = lane; p < packs; p += 32) {
-      float v[kP];
-      load_pack(v, x, p);
+  float row_mean = 0.0f;
+  if constexpr (!kRms) {
+    float sum = 0.0f;
+    if constexpr (kVectorized) {
+      for (int p = lane; p < packs; p += 32) {
+        float v[kP];
+        load_pack(v, x, p);
 #pragma unroll
-      for (int k = 0; k < kP; k++) sum += v[k];
+        for (int k = 0; k < kP; k++) sum += v[k];
+      }
+    } else {
+      for (int c = lane; c < C; c += 32) sum += widen(x[c]);
     }
-  } else {
-    for (int c = lane; c < C; c += 32) sum += widen(x[c]);
+    row_mean = warp_sum(sum) / C;
   }
-  const float row_mean = warp_sum(sum) / C;
 
   float sum_squares = 0.0f;
   if constexpr (kVectorized) {
@@ -77,28 +84,30 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 
   if constexpr (kVectorized) {
     for (int p = lane; p < packs; p += 32) {
-      float v[kP], w[kP], b[kP];
+      float v[kP], w[kP], b[kP] = {};
       load_pack(v, x, p);
       load_pack(w, weight, p);
-      load_pack(b, bias, p);
+      if constexpr (!kRms) load_pack(b, bias, p);
 #pragma unroll
       for (int k = 0; k < kP; k++) v[k] = (v[k] - row_mean) * row_rstd * w[k] + b[k];
       store_pack(y, p, v);
     }
   } else {
     for (int c = lane; c < C; c += 32) {
-      y[c] = narrow<T>((widen(x[c]) - row_mean) * row_rstd * widen(weight[c]) + widen(bias[c]));
+      const float b = kRms ? 0.0f : widen(bias[c]);
+      y[c] = narrow<T>((widen(x[c]) - row_mean) * row_rstd * widen(weight[c]) + b);
     }
   }
   if (lane == 0) {
-    mean[row] = row_mean;
+    if constexpr (!kRms) mean[row] = row_mean;
     rstd[row] = row_rstd;
   }
 }
 
 // dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, with
-// norm = (x - mean) * rstd and dnorm = weight * dout.
-template <typename T, bool kVectorized>
+// norm = (x - mean) * rstd and dnorm = weight * dout; kRms: the mean and
+// mean(dnorm) are 0.
+template <typename T, bool kVectorized, bool kRms>
 __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
                                                 const T* weight, const float* mean,
                                                 const float* rstd, int rows, int C) {
@@ -110,7 +119,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   const T* x = inp + offset;
   const T* dy = dout + offset;
   T* dx = dinp + offset;
-  const float row_mean = mean[row], row_rstd = rstd[row];
+  const float row_mean = kRms ? 0.0f : mean[row], row_rstd = rstd[row];
   const int packs = C / kP;
 
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
@@ -136,7 +145,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
       dnorm_norm_sum += dnorm * norm;
     }
   }
-  const float dnorm_mean = warp_sum(dnorm_sum) / C;
+  const float dnorm_mean = kRms ? 0.0f : warp_sum(dnorm_sum) / C;
   const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
 
   if constexpr (kVectorized) {
@@ -164,7 +173,8 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
 }
 
 // Pass 1 of the column sums: partial_b[chunk, c] = sum of dy[r, c] over the
-// chunk's rows; with kNorm also partial_a[chunk, c] = sum of norm[r, c] * dy[r, c].
+// chunk's rows (unless partial_b is null); with kNorm also partial_a[chunk, c]
+// = sum of norm[r, c] * dy[r, c], norm = (x - mean) * rstd (mean null: 0, RMS norm).
 template <typename T, bool kNorm>
 __global__ void column_partials_kernel(float* partial_a, float* partial_b, const T* dy, const T* x,
                                        const float* mean, const float* rstd, int rows, int cols,
@@ -179,18 +189,18 @@ __global__ void column_partials_kernel(float* partial_a, float* partial_b, const
     const size_t index = static_cast<size_t>(r) * cols + c;
     const float g = widen(dy[index]);
     if constexpr (kNorm) {
-      const float norm = (widen(x[index]) - mean[r]) * rstd[r];
+      const float norm = (widen(x[index]) - (mean != nullptr ? mean[r] : 0.0f)) * rstd[r];
       sum_a += norm * g;
     }
     sum_b += g;
   }
   const size_t out = static_cast<size_t>(chunk) * cols + c;
   if constexpr (kNorm) partial_a[out] = sum_a;
-  partial_b[out] = sum_b;
+  if (partial_b != nullptr) partial_b[out] = sum_b;
 }
 
 // Pass 2: out_b[c] += sum over chunks (in order) of partial_b[chunk, c],
-// rounded once; the same for out_a when it is given.
+// rounded once; the same for out_a and out_b when they are given.
 template <typename T>
 __global__ void column_final_kernel(T* out_a, T* out_b, const float* partial_a,
                                     const float* partial_b, int chunks, int cols) {
@@ -200,10 +210,10 @@ __global__ void column_final_kernel(T* out_a, T* out_b, const float* partial_a,
   for (int k = 0; k < chunks; k++) {
     const size_t index = static_cast<size_t>(k) * cols + c;
     if (out_a != nullptr) sum_a += partial_a[index];
-    sum_b += partial_b[index];
+    if (out_b != nullptr) sum_b += partial_b[index];
   }
   if (out_a != nullptr) out_a[c] = narrow<T>(widen(out_a[c]) + sum_a);
-  out_b[c] = narrow<T>(widen(out_b[c]) + sum_b);
+  if (out_b != nullptr) out_b[c] = narrow<T>(widen(out_b[c]) + sum_b);
 }
 
 struct Chunking {
@@ -217,9 +227,12 @@ Chunking chunking(int rows) {
 
 }  // namespace
 
-void layernorm_forward(DType storage, void* out, float* mean, float* rstd, const void* inp,
-                       const void* weight, const void* bias, int rows, int channels, float epsilon,
-                       cudaStream_t stream) {
+namespace {
+
+template <bool kRms>
+void norm_forward(DType storage, void* out, float* mean, float* rstd, const void* inp,
+                  const void* weight, const void* bias, int rows, int channels, float epsilon,
+                  cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
   const unsigned int blocks = ceil_div(rows, kWarpsPerBlock);
   with_storage(storage, [&](auto tag) {
@@ -230,25 +243,27 @@ void layernorm_forward(DType storage, void* out, float* mean, float* rstd, const
     const bool vectorized = channels % kPack<T> == 0 && is_aligned16(y) && is_aligned16(x) &&
                             is_aligned16(w) && is_aligned16(b);
     if (vectorized) {
-      layernorm_forward_kernel<T, true>
+      layernorm_forward_kernel<T, true, kRms>
           <<<blocks, kRowThreads, 0, stream>>>(y, mean, rstd, x, w, b, rows, channels, epsilon);
     } else {
-      layernorm_forward_kernel<T, false>
+      layernorm_forward_kernel<T, false, kRms>
           <<<blocks, kRowThreads, 0, stream>>>(y, mean, rstd, x, w, b, rows, channels, epsilon);
     }
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, const void* dout,
-                        const void* inp, const void* weight, const float* mean, const float* rstd,
-                        int rows, int channels, DeviceScratch& scratch, cudaStream_t stream) {
+// The input gradient, then dweight (and dbias, unless null) by column sums.
+template <bool kRms>
+void norm_backward(DType storage, void* dinp, void* dweight, void* dbias, const void* dout,
+                   const void* inp, const void* weight, const float* mean, const float* rstd,
+                   int rows, int channels, DeviceScratch& scratch, cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
   const unsigned int row_blocks = ceil_div(rows, kWarpsPerBlock);
   const Chunking split = chunking(rows);
   const size_t partial_count = static_cast<size_t>(split.chunks) * channels;
   float* partial_weight = static_cast<float*>(scratch.get(2 * partial_count * sizeof(float)));
-  float* partial_bias = partial_weight + partial_count;
+  float* partial_bias = dbias != nullptr ? partial_weight + partial_count : nullptr;
   const dim3 grid(ceil_div(channels, kColumnThreads), split.chunks);
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -258,10 +273,10 @@ void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, c
     const bool vectorized = channels % kPack<T> == 0 && is_aligned16(dx) && is_aligned16(dy) &&
                             is_aligned16(x) && is_aligned16(w);
     if (vectorized) {
-      layernorm_backward_input_kernel<T, true>
+      layernorm_backward_input_kernel<T, true, kRms>
           <<<row_blocks, kRowThreads, 0, stream>>>(dx, dy, x, w, mean, rstd, rows, channels);
     } else {
-      layernorm_backward_input_kernel<T, false>
+      layernorm_backward_input_kernel<T, false, kRms>
           <<<row_blocks, kRowThreads, 0, stream>>>(dx, dy, x, w, mean, rstd, rows, channels);
     }
     PARAPLAN_CUDA_CHECK_LAUNCH();
@@ -273,6 +288,34 @@ void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, c
         split.chunks, channels);
     PARAPLAN_CUDA_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void layernorm_forward(DType storage, void* out, float* mean, float* rstd, const void* inp,
+                       const void* weight, const void* bias, int rows, int channels, float epsilon,
+                       cudaStream_t stream) {
+  norm_forward<false>(storage, out, mean, rstd, inp, weight, bias, rows, channels, epsilon, stream);
+}
+
+void layernorm_backward(DType storage, void* dinp, void* dweight, void* dbias, const void* dout,
+                        const void* inp, const void* weight, const float* mean, const float* rstd,
+                        int rows, int channels, DeviceScratch& scratch, cudaStream_t stream) {
+  norm_backward<false>(storage, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
+                       scratch, stream);
+}
+
+void rmsnorm_forward(DType storage, void* out, float* rstd, const void* inp, const void* weight,
+                     int rows, int channels, float epsilon, cudaStream_t stream) {
+  norm_forward<true>(storage, out, nullptr, rstd, inp, weight, nullptr, rows, channels, epsilon,
+                     stream);
+}
+
+void rmsnorm_backward(DType storage, void* dinp, void* dweight, const void* dout, const void* inp,
+                      const void* weight, const float* rstd, int rows, int channels,
+                      DeviceScratch& scratch, cudaStream_t stream) {
+  norm_backward<true>(storage, dinp, dweight, nullptr, dout, inp, weight, nullptr, rstd, rows,
+                      channels, scratch, stream);
 }
 
 void column_sums_accumulate(DType storage, void* out, const void* x, int rows, int cols,

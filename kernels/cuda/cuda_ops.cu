@@ -273,7 +273,7 @@ class CudaOps final : public Ops {
     cuda::position_embedding_backward(storage_, dwpe, dout, batch, seq_len, channels, stream_);
   }
 
-  // ---- layer norm (cuda_layernorm.cu) --------------------------------------------
+  // ---- layer norm and RMS norm (cuda_layernorm.cu) ------------------------------
 
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int rows, int channels, float epsilon) override {
@@ -286,6 +286,17 @@ class CudaOps final : public Ops {
                           int channels) override {
     cuda::layernorm_backward(storage_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows,
                              channels, *scratch_, stream_);
+  }
+
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int rows,
+                       int channels, float epsilon) override {
+    cuda::rmsnorm_forward(storage_, out, rstd, inp, weight, rows, channels, epsilon, stream_);
+  }
+
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int rows, int channels) override {
+    cuda::rmsnorm_backward(storage_, dinp, dweight, dout, inp, weight, rstd, rows, channels,
+                           *scratch_, stream_);
   }
 
   // ---- linear -------------------------------------------------------------------------
@@ -375,19 +386,39 @@ class CudaOps final : public Ops {
     cuda::scale(storage_, x, factor, n, stream_);
   }
 
+  // ---- SwiGLU and rotary embedding (cuda_llama_ops.cu) ----------------------------------------
+
+  void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
+    cuda::swiglu_forward(storage_, out, gate_up, rows, hidden, stream_);
+  }
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
+                       int hidden) override {
+    cuda::swiglu_backward(storage_, dgate_up, gate_up, dout, rows, hidden, stream_);
+  }
+  void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
+                    int num_heads, int num_kv_heads, int head_dim) override {
+    cuda::rope(storage_, qkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim, false,
+               stream_);
+  }
+  void rope_backward(void* dqkv, const float* cos, const float* sin, int batch, int seq_len,
+                     int num_heads, int num_kv_heads, int head_dim) override {
+    cuda::rope(storage_, dqkv, cos, sin, batch, seq_len, num_heads, num_kv_heads, head_dim, true,
+               stream_);
+  }
+
   // ---- attention (cuda_attention*.cu: FMA kernels, bf16 tensor-core kernels) ----------------
 
   void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
-                         int num_heads, int head_dim) override {
+                         int num_heads, int num_kv_heads, int head_dim) override {
     cuda::attention_forward(storage_, tensor_core_attention_, out, logsumexp, qkv, batch, seq_len,
-                            num_heads, head_dim, stream_);
+                            num_heads, num_kv_heads, head_dim, stream_);
   }
 
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int head_dim) override {
+                          int num_heads, int num_kv_heads, int head_dim) override {
     cuda::attention_backward(storage_, tensor_core_attention_, dqkv, scratch, dout, qkv, out,
-                             logsumexp, batch, seq_len, num_heads, head_dim, stream_);
+                             logsumexp, batch, seq_len, num_heads, num_kv_heads, head_dim, stream_);
   }
 
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------

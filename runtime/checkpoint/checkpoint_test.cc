@@ -406,9 +406,12 @@ TEST_F(CheckpointErrorTest, CorruptJsonIsNamed) {
   write_bytes(step_dir_ + "/config.json", R"({"model_type": "gpt2", "n_embd": 8})");
   EXPECT_EQ(error_of([&] { read_checkpoint_config(step_dir_); }),
             step_dir_ + "/config.json: missing field 'vocab_size'");
-  write_bytes(step_dir_ + "/config.json", R"({"model_type": "llama"})");
+  write_bytes(step_dir_ + "/config.json", R"({"model_type": "mistral"})");
   EXPECT_TRUE(contains(error_of([&] { read_checkpoint_config(step_dir_); }),
-                       "model_type is 'llama' but paraplan loads 'gpt2'"));
+                       "model_type is 'mistral' but paraplan loads 'gpt2' and 'llama'"));
+  write_bytes(step_dir_ + "/config.json", R"({"model_type": "llama", "vocab_size": 8})");
+  EXPECT_EQ(error_of([&] { read_checkpoint_config(step_dir_); }),
+            step_dir_ + "/config.json: missing field 'hidden_size'");
 }
 
 TEST_F(CheckpointErrorTest, ResolveNamesWhatIsWrong) {

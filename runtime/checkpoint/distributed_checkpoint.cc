@@ -83,23 +83,45 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   return written;
 }
 
-TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,
-                                       DistributedOptimizer& optimizer) {
+namespace {
+
+// Loads the checkpoint's parameters, and its moments when with_moments, and
+// gives this rank's slices to the optimizer.
+TrainState load_slices(const std::string& path, ModelStage& stage, DistributedOptimizer& optimizer,
+                       bool with_moments) {
   const ParameterLayout& layout = stage.layout();
   const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
   const ParameterLayout& whole = *whole_layout;
-  std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
-      whole_second(whole.num_elements());
+  std::vector<float> whole_params(whole.num_elements()), whole_first, whole_second;
+  if (with_moments) {
+    whole_first.resize(whole.num_elements());
+    whole_second.resize(whole.num_elements());
+  }
   const TrainState state =
-      load_checkpoint(path, whole, whole_params.data(), whole_first.data(), whole_second.data());
+      load_checkpoint(path, whole, whole_params.data(), with_moments ? whole_first.data() : nullptr,
+                      with_moments ? whole_second.data() : nullptr);
   std::vector<float> local;
   slice(whole, whole_params, layout, local);
   optimizer.load_parameters(local.data());
-  std::vector<float> local_second;
-  slice(whole, whole_first, layout, local);
-  slice(whole, whole_second, layout, local_second);
-  optimizer.load_moments(local.data(), local_second.data());
+  if (with_moments) {
+    std::vector<float> local_second;
+    slice(whole, whole_first, layout, local);
+    slice(whole, whole_second, layout, local_second);
+    optimizer.load_moments(local.data(), local_second.data());
+  }
   return state;
+}
+
+}  // namespace
+
+TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,
+                                       DistributedOptimizer& optimizer) {
+  return load_slices(path, stage, optimizer, true);
+}
+
+void load_distributed_weights(const std::string& path, ModelStage& stage,
+                              DistributedOptimizer& optimizer) {
+  load_slices(path, stage, optimizer, false);
 }
 
 }  // namespace paraplan

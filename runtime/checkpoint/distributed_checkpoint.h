@@ -31,4 +31,10 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
 TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,
                                        DistributedOptimizer& optimizer);
 
+// The weights alone, from a checkpoint or a Hugging Face model directory
+// (model.safetensors + config.json), every rank its own slice; the optimizer's
+// moments stay as they are (zero in a fresh run). Not collective.
+void load_distributed_weights(const std::string& path, ModelStage& stage,
+                              DistributedOptimizer& optimizer);
+
 }  // namespace paraplan

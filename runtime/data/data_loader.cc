@@ -23,16 +23,10 @@ void DataLoader::load(int64_t first_sample, int count, int32_t* inputs, int32_t*
     throw std::runtime_error(tokens_.path() + ": cannot load " + std::to_string(count) +
                              " samples from index " + std::to_string(first_sample) +
                              "; both must be non-negative");
-  const uint16_t* data = tokens_.tokens();
   for (int i = 0; i < count; ++i) {
     const int64_t start = ((first_sample + i) % samples_per_epoch_) * seq_len_;
-    const uint16_t* window = data + start;
-    int32_t* in = inputs + static_cast<int64_t>(i) * seq_len_;
-    int32_t* out = targets + static_cast<int64_t>(i) * seq_len_;
-    for (int t = 0; t < seq_len_; ++t) {
-      in[t] = window[t];
-      out[t] = window[t + 1];
-    }
+    tokens_.read(start, seq_len_, inputs + static_cast<int64_t>(i) * seq_len_);
+    tokens_.read(start + 1, seq_len_, targets + static_cast<int64_t>(i) * seq_len_);
   }
 }
 

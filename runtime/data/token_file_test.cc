@@ -1,4 +1,5 @@
-// token_file_test.cc: the llm.c token shard format, byte for byte, and its validation errors.
+// token_file_test.cc: llm.c's token shard formats (GPT-2 uint16, Llama 3
+// uint32), byte for byte, and their validation errors.
 #include "runtime/data/token_file.h"
 
 #include <gtest/gtest.h>
@@ -57,8 +58,52 @@ TEST(TokenFileTest, RoundTripsTokens) {
   TokenFile file(dir / "t.bin");
   ASSERT_EQ(file.num_tokens(), 1000);
   EXPECT_EQ(file.path(), dir / "t.bin");
-  EXPECT_EQ(std::vector<uint16_t>(file.tokens(), file.tokens() + 1000), tokens);
+  std::vector<int32_t> read(1000);
+  file.read(0, 1000, read.data());
+  EXPECT_EQ(std::vector<int32_t>(tokens.begin(), tokens.end()), read);
   EXPECT_EQ(file[999], 999 * 37 % 50257);
+}
+
+TEST(TokenFileTest, WritesTheLlama3LayoutByteForByte) {
+  TempDir dir;
+  const std::string path = dir / "train.bin";
+  write_token_file(path, {1, 65536, 128255}, TokenFormat::kUint32);
+  const std::string bytes = read_bytes(path);
+  ASSERT_EQ(bytes.size(), 1024u + 12u);
+  EXPECT_EQ(header_int(bytes, 0), 20240801);
+  EXPECT_EQ(header_int(bytes, 1), 7);
+  EXPECT_EQ(header_int(bytes, 2), 3);
+  // uint32 little-endian: 65536 = 00 00 01 00, 128255 = 0x1f4ff = ff f4 01 00.
+  EXPECT_EQ(bytes.substr(1024),
+            std::string("\x01\x00\x00\x00\x00\x00\x01\x00\xff\xf4\x01\x00", 12));
+  TokenFile file(path);
+  EXPECT_EQ(file.format(), TokenFormat::kUint32);
+  EXPECT_EQ(file[2], 128255u);
+  std::vector<int32_t> window(2);
+  file.read(1, 2, window.data());
+  EXPECT_EQ(window, (std::vector<int32_t>{65536, 128255}));
+  EXPECT_NO_THROW(file.validate_vocab(128256));
+  EXPECT_TRUE(contains(error_of([&] { file.validate_vocab(100000); }),
+                       "token 128255 at position 2 is >= vocab_size 100000"));
+}
+
+TEST(TokenFileTest, TheVocabularyPicksTheFormat) {
+  EXPECT_EQ(token_format_for_vocab(256), TokenFormat::kUint16);
+  EXPECT_EQ(token_format_for_vocab(65536), TokenFormat::kUint16);
+  EXPECT_EQ(token_format_for_vocab(65537), TokenFormat::kUint32);
+  EXPECT_EQ(token_format_for_vocab(128256), TokenFormat::kUint32);
+  TempDir dir;
+  EXPECT_TRUE(contains(error_of([&] {
+                         write_token_file(dir / "t.bin", {3, 70000}, TokenFormat::kUint16);
+                       }),
+                       "token 70000 at position 1 does not fit the GPT-2 format's uint16"));
+  // The same tokens in both formats read back the same.
+  write_token_file(dir / "a.bin", {7, 300, 65535}, TokenFormat::kUint16);
+  write_token_file(dir / "b.bin", {7, 300, 65535}, TokenFormat::kUint32);
+  std::vector<int32_t> a(3), b(3);
+  TokenFile(dir / "a.bin").read(0, 3, a.data());
+  TokenFile(dir / "b.bin").read(0, 3, b.data());
+  EXPECT_EQ(a, b);
 }
 
 TEST(TokenFileTest, ReadsAShardWrittenByHand) {
@@ -113,7 +158,12 @@ TEST(TokenFileTest, UnsupportedVersionIsRefused) {
   TempDir dir;
   write_bytes(dir / "v.bin", shard(20240520, 2, 0, ""));
   EXPECT_TRUE(contains(error_of([&] { TokenFile file(dir / "v.bin"); }),
-                       "v.bin: header version is 2 but only version 1"));
+                       "v.bin: header version is 2 but the GPT-2 format (magic 20240520) has "
+                       "version 1 (uint16 tokens)"));
+  write_bytes(dir / "w.bin", shard(20240801, 1, 0, ""));
+  EXPECT_TRUE(contains(error_of([&] { TokenFile file(dir / "w.bin"); }),
+                       "w.bin: header version is 1 but the Llama 3 format (magic 20240801) has "
+                       "version 7 (uint32 tokens)"));
 }
 
 TEST(TokenFileTest, TruncatedFileIsRefused) {
@@ -122,6 +172,14 @@ TEST(TokenFileTest, TruncatedFileIsRefused) {
   EXPECT_EQ(error_of([&] { TokenFile file(dir / "train.bin"); }),
             dir / "train.bin" +
                 ": header token count 1000000 but the file holds 4096 tokens (truncated?)");
+}
+
+TEST(TokenFileTest, TruncatedLlama3FileIsRefused) {
+  TempDir dir;
+  // 10 bytes hold two uint32 tokens (and half of a third).
+  write_bytes(dir / "l.bin", shard(20240801, 7, 3, std::string(10, '\0')));
+  EXPECT_TRUE(contains(error_of([&] { TokenFile file(dir / "l.bin"); }),
+                       "l.bin: header token count 3 but the file holds 2 tokens (truncated?)"));
 }
 
 TEST(TokenFileTest, TrailingDataIsRefused) {

@@ -54,8 +54,8 @@ void append_file(const fs::path& path, std::string& corpus) {
   if (in.bad()) throw std::runtime_error(path.string() + ": error while reading input file");
 }
 
-std::vector<uint16_t> bytes_to_tokens(const std::string& corpus, size_t begin, size_t end) {
-  std::vector<uint16_t> tokens(end - begin);
+std::vector<uint32_t> bytes_to_tokens(const std::string& corpus, size_t begin, size_t end) {
+  std::vector<uint32_t> tokens(end - begin);
   for (size_t i = begin; i < end; ++i) tokens[i - begin] = static_cast<unsigned char>(corpus[i]);
   return tokens;
 }
@@ -63,7 +63,10 @@ std::vector<uint16_t> bytes_to_tokens(const std::string& corpus, size_t begin, s
 }  // namespace
 
 TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std::string& output_dir,
-                              double val_fraction) {
+                              double val_fraction, int64_t vocab_size) {
+  if (vocab_size < kByteVocabSize)
+    throw std::runtime_error("tokenize: vocab_size " + std::to_string(vocab_size) +
+                             " cannot hold the byte-level tokens 0..255; use 256 or more");
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw std::runtime_error("tokenize: val_fraction " + std::to_string(val_fraction) +
                              " is outside [0, 1); use e.g. 0.1 for a 10% validation split");
@@ -106,10 +109,12 @@ TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std:
                              (error ? ": " + error.message() : std::string()));
   result.train_path = (fs::path(output_dir) / "train.bin").string();
   result.val_path = (fs::path(output_dir) / "val.bin").string();
-  const std::vector<uint16_t> train = bytes_to_tokens(corpus, 0, split);
-  const std::vector<uint16_t> val = bytes_to_tokens(corpus, split, total);
-  write_token_file(result.train_path, train);
-  write_token_file(result.val_path, val);
+  const std::vector<uint32_t> train = bytes_to_tokens(corpus, 0, split);
+  const std::vector<uint32_t> val = bytes_to_tokens(corpus, split, total);
+  const TokenFormat format = token_format_for_vocab(vocab_size);
+  result.uint32_tokens = format == TokenFormat::kUint32;
+  write_token_file(result.train_path, train, format);
+  write_token_file(result.val_path, val, format);
   result.train_tokens = static_cast<int64_t>(train.size());
   result.val_tokens = static_cast<int64_t>(val.size());
   return result;

@@ -17,7 +17,8 @@ using testing::write_bytes;
 
 std::string text_of(const std::string& token_path) {
   TokenFile file(token_path);
-  std::vector<int32_t> tokens(file.tokens(), file.tokens() + file.num_tokens());
+  std::vector<int32_t> tokens(file.num_tokens());
+  file.read(0, file.num_tokens(), tokens.data());
   return detokenize(tokens.data(), static_cast<int64_t>(tokens.size()));
 }
 
@@ -148,6 +149,20 @@ TEST(TokenizerTest, DetokenizeIsTheInverse) {
   const int32_t bad[] = {65, 300};
   EXPECT_TRUE(contains(error_of([&] { detokenize(bad, 2); }),
                        "token 300 at position 1 is not a byte (0..255)"));
+}
+
+TEST(TokenizerTest, LargeVocabulariesGetTheLlama3Format) {
+  TempDir dir;
+  write_bytes(dir / "c.txt", std::string("hello\nworld\n"));
+  const TokenizeResult small = tokenize_files({dir / "c.txt"}, dir / "gpt2", 0.0, 50257);
+  EXPECT_FALSE(small.uint32_tokens);
+  EXPECT_EQ(TokenFile(small.train_path).format(), TokenFormat::kUint16);
+  const TokenizeResult large = tokenize_files({dir / "c.txt"}, dir / "llama3", 0.0, 128256);
+  EXPECT_TRUE(large.uint32_tokens);
+  EXPECT_EQ(TokenFile(large.train_path).format(), TokenFormat::kUint32);
+  EXPECT_EQ(text_of(large.train_path), "hello\nworld\n");
+  EXPECT_TRUE(contains(error_of([&] { tokenize_files({dir / "c.txt"}, dir / "x", 0.0, 100); }),
+                       "vocab_size 100 cannot hold the byte-level tokens"));
 }
 
 }  // namespace

@@ -141,17 +141,19 @@ ForwardBackward time_stage(kernels::Ops& ops, const TransformerConfig& config,
 double time_attention_core(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
                            int micro_batch, int repetitions) {
   const int heads = config.num_heads / tensor_parallel, head_dim = config.head_dim();
+  const int kv_heads = config.kv_heads() / tensor_parallel;
   const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
+  const size_t qkv_elements = tokens * (heads + 2 * kv_heads) * head_dim;
   MemoryTracker memory(ops);
-  void* qkv =
-      memory.allocate(ops.storage_bytes(tokens * 3 * heads * head_dim), MemoryCategory::kWorkspace);
+  void* qkv = memory.allocate(ops.storage_bytes(qkv_elements), MemoryCategory::kWorkspace);
   void* out =
       memory.allocate(ops.storage_bytes(tokens * heads * head_dim), MemoryCategory::kWorkspace);
   auto* logsumexp = static_cast<float*>(
       memory.allocate(tokens * heads * sizeof(float), MemoryCategory::kWorkspace));
-  fill_host(ops, qkv, tokens * 3 * heads * head_dim, 1.0f);
+  fill_host(ops, qkv, qkv_elements, 1.0f);
   return mean_seconds(ops, repetitions, [&] {
-    ops.attention_forward(out, logsumexp, qkv, micro_batch, config.seq_len, heads, head_dim);
+    ops.attention_forward(out, logsumexp, qkv, micro_batch, config.seq_len, heads, kv_heads,
+                          head_dim);
   });
 }
 

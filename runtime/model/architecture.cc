@@ -6,6 +6,9 @@
 #include "runtime/model/gpt/gpt_hf_config.h"
 #include "runtime/model/gpt/gpt_layout.h"
 #include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/llama/llama_hf_config.h"
+#include "runtime/model/llama/llama_layout.h"
+#include "runtime/model/llama/llama_stage.h"
 
 namespace paraplan {
 
@@ -15,6 +18,8 @@ std::unique_ptr<ParameterLayout> make_parameter_layout(const TransformerConfig& 
   switch (config.architecture) {
     case Architecture::kGpt2:
       return std::make_unique<GptLayout>(config, stage, tensor_rank, tensor_size);
+    case Architecture::kLlama:
+      return std::make_unique<LlamaLayout>(config, stage, tensor_rank, tensor_size);
   }
   throw std::logic_error("make_parameter_layout: unknown architecture");
 }
@@ -30,6 +35,9 @@ std::unique_ptr<ModelStage> make_model_stage(const ParameterLayout& layout, kern
     case Architecture::kGpt2:
       return std::make_unique<GptStage>(dynamic_cast<const GptLayout&>(layout), ops, memory,
                                         options);
+    case Architecture::kLlama:
+      return std::make_unique<LlamaStage>(dynamic_cast<const LlamaLayout&>(layout), ops, memory,
+                                          options);
   }
   throw std::logic_error("make_model_stage: unknown architecture");
 }
@@ -38,6 +46,8 @@ int64_t parameter_count(const TransformerConfig& config) {
   switch (config.architecture) {
     case Architecture::kGpt2:
       return gpt::parameter_count(config);
+    case Architecture::kLlama:
+      return llama::parameter_count(config);
   }
   throw std::logic_error("parameter_count: unknown architecture");
 }
@@ -46,6 +56,8 @@ double training_flops_per_token(const TransformerConfig& config) {
   switch (config.architecture) {
     case Architecture::kGpt2:
       return gpt::training_flops_per_token(config);
+    case Architecture::kLlama:
+      return llama::training_flops_per_token(config);
   }
   throw std::logic_error("training_flops_per_token: unknown architecture");
 }
@@ -54,6 +66,8 @@ nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
   switch (config.architecture) {
     case Architecture::kGpt2:
       return gpt::hugging_face_config(config);
+    case Architecture::kLlama:
+      return llama::hugging_face_config(config);
   }
   throw std::logic_error("hugging_face_config: unknown architecture");
 }
@@ -63,8 +77,9 @@ TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std
   const std::string type =
       model_type != json.end() && model_type->is_string() ? model_type->get<std::string>() : "gpt2";
   if (type == "gpt2") return gpt::config_from_hugging_face(json, path);
+  if (type == "llama") return llama::config_from_hugging_face(json, path);
   throw std::runtime_error(path + ": model_type is '" + type +
-                           "' but paraplan loads 'gpt2' checkpoints");
+                           "' but paraplan loads 'gpt2' and 'llama' checkpoints");
 }
 
 std::vector<std::string> config_differences(const TransformerConfig& saved,
@@ -75,6 +90,8 @@ std::vector<std::string> config_differences(const TransformerConfig& saved,
   switch (plan.architecture) {
     case Architecture::kGpt2:
       return gpt::config_differences(saved, plan);
+    case Architecture::kLlama:
+      return llama::config_differences(saved, plan);
   }
   throw std::logic_error("config_differences: unknown architecture");
 }

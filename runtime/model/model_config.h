@@ -13,11 +13,23 @@ namespace paraplan {
 using RecomputeMode = schema::RecomputeMode;
 
 enum class Architecture {
-  kGpt2,  // learned positions, pre-LayerNorm blocks, GELU MLP, biases (gpt/)
+  kGpt2,   // learned positions, pre-LayerNorm blocks, GELU MLP, biases (gpt/)
+  kLlama,  // rotary positions, pre-RMSNorm blocks, SwiGLU MLP, grouped-query attention,
+           // no biases (llama/)
 };
 
-// "gpt2"
+// "gpt2", "llama"
 const char* architecture_name(Architecture architecture);
+
+// Llama 3.1's frequency-dependent scaling of the rotary frequencies
+// (Hugging Face's rope_type "llama3"); factor 0 means none.
+struct RopeScaling {
+  float factor = 0.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_positions = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
 
 struct TransformerConfig {
   Architecture architecture = Architecture::kGpt2;
@@ -28,10 +40,16 @@ struct TransformerConfig {
   int num_heads = 4;
   int ffn_size = 512;
   bool tied_embeddings = true;
-  float norm_epsilon = 1e-5f;  // LayerNorm's epsilon
+  float norm_epsilon = 1e-5f;  // LayerNorm's epsilon (llama: RMSNorm's)
   float init_std = 0.02f;
+  // Llama: KV heads of grouped-query attention (0: num_heads), the rotary
+  // base and scaling. GPT-2 ignores them.
+  int num_kv_heads = 0;
+  float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
 
   int head_dim() const { return d_model / num_heads; }
+  int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
 };
 
 // The part of the model one pipeline stage holds.

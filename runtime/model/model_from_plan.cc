@@ -8,12 +8,19 @@ namespace paraplan {
 StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) {
   const schema::Plan& plan = loaded.plan();
   const schema::Model& model = *plan.model();
-  if (model.architecture() != schema::Architecture::Gpt2)
-    throw std::runtime_error(loaded.path() + ": model.architecture '" +
-                             schema::EnumNameArchitecture(model.architecture()) +
-                             "' is not supported by this runtime; valid: gpt2");
   StageModelSpec result;
-  result.config.architecture = Architecture::kGpt2;
+  switch (model.architecture()) {
+    case schema::Architecture::Gpt2:
+      result.config.architecture = Architecture::kGpt2;
+      break;
+    case schema::Architecture::Llama:
+      result.config.architecture = Architecture::kLlama;
+      break;
+    default:
+      throw std::runtime_error(loaded.path() + ": model.architecture '" +
+                               schema::EnumNameArchitecture(model.architecture()) +
+                               "' is not supported by this runtime; valid: gpt2, llama");
+  }
   // Validated (plan_validate): Float32 or BFloat16. bf16 is mixed precision:
   // bf16 storage, fp32 master weights and moments (distributed_optimizer.h).
   result.dtype = model.dtype() == schema::DType::BFloat16 ? kernels::DType::kBFloat16
@@ -27,6 +34,12 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
   result.config.tied_embeddings = model.tied_embeddings();
   result.config.norm_epsilon = model.layernorm_epsilon();
   result.config.init_std = model.init_std();
+  result.config.num_kv_heads = model.num_kv_heads();
+  result.config.rope_theta = model.rope_theta();
+  result.config.rope_scaling = {.factor = model.rope_scaling_factor(),
+                                .low_freq_factor = model.rope_low_freq_factor(),
+                                .high_freq_factor = model.rope_high_freq_factor(),
+                                .original_max_positions = model.rope_original_max_positions()};
 
   const schema::Stage& stage = *plan.stages()->Get(stage_index);
   result.stage.first_layer = stage.first_layer();

@@ -10,6 +10,8 @@ const char* architecture_name(Architecture architecture) {
   switch (architecture) {
     case Architecture::kGpt2:
       return "gpt2";
+    case Architecture::kLlama:
+      return "llama";
   }
   return "unknown";
 }

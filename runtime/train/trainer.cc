@@ -125,8 +125,14 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     throw std::runtime_error("--resume needs --checkpoint-dir (the directory to resume from)");
   if (options.checkpoint_every < 0)
     throw std::runtime_error("--checkpoint-every: must be >= 0 (0 saves only at the end)");
-  std::string resume_from;
+  if (options.resume && !options.init_from.empty())
+    throw std::runtime_error(
+        "--init-from and --resume exclude each other: --resume continues a "
+        "run (its optimizer state and step), --init-from starts one from "
+        "weights");
+  std::string resume_from, init_from;
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
+  if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);
 
   // ---- build ------------------------------------------------------------------
   RankState rank = build_rank_state(
@@ -144,6 +150,9 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer);
     if (leader)
       std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
+  } else if (!init_from.empty()) {
+    load_distributed_weights(init_from, stage, *rank.optimizer);
+    if (leader) std::cout << "weights from " << init_from << std::endl;
   } else {
     initialize_parameters(rank, training.seed());
   }

@@ -21,8 +21,11 @@ struct TrainOptions {
   std::string checkpoint_dir;        // optional
   int checkpoint_every = 0;          // 0: only at the end
   bool resume = false;               // continue from checkpoint_dir's latest checkpoint
-  std::string log_json;              // optional: one JSON object per step
-  std::string backend = "cpu";       // cpu | cuda
+  // Start from these weights (a checkpoint, or a Hugging Face model directory:
+  // model.safetensors + config.json) at step 0 with fresh optimizer state.
+  std::string init_from;
+  std::string log_json;                     // optional: one JSON object per step
+  std::string backend = "cpu";              // cpu | cuda
   double collective_timeout_seconds = 600;  // 0: wait forever (rank_state.h)
   std::string transport = "auto";           // auto | mpi | nccl | staged (transport.h)
 };

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# samples/gpt2_124m/bench.sh: GPT-2 124M training throughput on one GPU,
-# paraplan's CUDA backend against PyTorch (eager and torch.compile), for
-# several micro-batch sizes. For each size B: plan job.toml with micro-batch
-# and global batch B (one micro-batch per step), `paraplan replay` it on the
-# CUDA backend (STEPS timed steps after WARMUP), run pytorch_baseline.py in
-# both modes, then print one table. Expects a CUDA build (bash scripts/build.sh
-# on a machine with nvcc) and PyTorch with CUDA for python3.
+# samples/gpt2_124m/bench.sh: training throughput on one GPU, paraplan's CUDA
+# backend against PyTorch (eager and torch.compile), for several micro-batch
+# sizes: GPT-2 124M by default, any sample's job and baseline with JOB and
+# BASELINE (samples/llama_1b/bench.sh sets them). For each size B: plan the
+# job with micro-batch and global batch B (one micro-batch per step),
+# `paraplan replay` it on the CUDA backend (STEPS timed steps after WARMUP),
+# run the PyTorch baseline in both modes, then print one table. Expects a CUDA
+# build (bash scripts/build.sh on a machine with nvcc) and PyTorch with CUDA
+# for python3.
 # Environment: DTYPE (bfloat16: bf16 mixed precision on both sides, PyTorch
 # with bf16 autocast; float32: fp32 storage with TF32 GEMMs on both sides),
 # BATCHES ("1 2 4 8 16"), STEPS (20), WARMUP (3), PARAPLAN
 # (build/launcher/paraplan), PYTHON (python3), OUT (out/gpt2_124m),
-# TORCH_ARGS (extra pytorch_baseline.py flags, e.g. "--attention manual").
+# TORCH_ARGS (extra baseline flags, e.g. "--attention manual"), JOB
+# (samples/gpt2_124m/job.toml), BASELINE (samples/gpt2_124m/pytorch_baseline.py).
 # Outputs and logs in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 paraplan=${PARAPLAN:-build/launcher/paraplan}
 python=${PYTHON:-python3}
 out=${OUT:-out/gpt2_124m}
+job=${JOB:-samples/gpt2_124m/job.toml}
+baseline=${BASELINE:-samples/gpt2_124m/pytorch_baseline.py}
 batches=${BATCHES:-"1 2 4 8 16"}
 dtype=${DTYPE:-bfloat16}
 case "$dtype" in
@@ -33,7 +38,7 @@ for b in $batches; do
   echo "== micro-batch $b" >&2
   rm -f "$out/b$b".*.json
   # || true: a failed run (out of memory, say) leaves its JSON missing, shown as "-".
-  if "$paraplan" plan --config samples/gpt2_124m/job.toml --output "$out/b$b.pplan" \
+  if "$paraplan" plan --config "$job" --output "$out/b$b.pplan" \
     --training.micro_batch_size "$b" --training.global_batch_size "$b" --model.dtype "$dtype" \
     >"$out/b$b.plan.log" 2>&1 </dev/null; then
     "$paraplan" replay --plan "$out/b$b.pplan" --steps "$steps" --warmup "$warmup" \
@@ -44,7 +49,7 @@ for b in $batches; do
   fi
   for mode in eager compile; do
     # shellcheck disable=SC2086  # TORCH_ARGS is a list of flags
-    "$python" samples/gpt2_124m/pytorch_baseline.py --batch-size "$b" --steps "$steps" \
+    "$python" "$baseline" --batch-size "$b" --steps "$steps" \
       --warmup "$warmup" --mode "$mode" --json "$out/b$b.$mode.json" $torch_precision $torch_args \
       >"$out/b$b.$mode.log" 2>&1 </dev/null ||
       echo "pytorch $mode failed for B=$b: see $out/b$b.$mode.log" >&2
@@ -55,15 +60,17 @@ done
 import json, os, sys
 
 out, peak, batches = sys.argv[1], float(sys.argv[2]) * 1e12, sys.argv[3:]
-# MFU as planner/cost_model.h counts it, against the H100 SXM dense peak of
-# the precision (bf16 989, TF32 494.5 TFLOP/s): GPT-2 124M shapes from job.toml.
-L, C, F, V, T = 12, 768, 3072, 50304, 1024
-flops_per_token = 6 * (L * (4 * C * C + 2 * F * C) + C * V) + 12 * L * T * C
+# paraplan's MFU as its replay measures it: model FLOPs per token as the
+# planner counts them (planner/model_counts.h), against the job's cluster peak
+# (the H100 SXM dense peak of the precision: bf16 989, TF32 494.5 TFLOP/s).
 
-def load(path, key):
+def load(path, *keys):
     try:
         with open(path) as f:
-            return float(json.load(f)[key])
+            value = json.load(f)
+        for key in keys:
+            value = value[key]
+        return float(value)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -76,7 +83,8 @@ for b in batches:
     ours = load(os.path.join(out, "b%s.paraplan.json" % b), "tokens_per_second_measured")
     eager = load(os.path.join(out, "b%s.eager.json" % b), "tokens_per_second")
     compiled = load(os.path.join(out, "b%s.compile.json" % b), "tokens_per_second")
-    mfu = None if ours is None else 100 * ours * flops_per_token / peak
+    mfu = load(os.path.join(out, "b%s.paraplan.json" % b), "mfu", "measured")
+    mfu = None if mfu is None else 100 * mfu
     best_torch = compiled if compiled is not None else eager
     ratio = None if ours is None or best_torch is None else ours / best_torch
     print("%5s %15s %5s%% %18s %20s %6s" % (b, fmt(ours, ",.0f"), fmt(mfu, ".1f"),

@@ -3,27 +3,23 @@
 paraplan's CUDA backend is timed against (samples/gpt2_124m/bench.sh).
 
 Same model as samples/gpt2_124m/job.toml (learned positions, pre-LayerNorm
-blocks, tanh GELU, tied embeddings, biases everywhere but the head), same
-AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1) and grad-norm clipping at
-1.0, synthetic uniform random tokens. fp32 parameters with TF32 matmuls
-allowed (as paraplan's default); --bf16 adds bf16 autocast. --mode compile
-wraps the model in torch.compile. The first --warmup steps are not timed.
+blocks, tanh GELU, tied embeddings, biases everywhere but the head); the
+step, optimizer, precision and timing are samples/pytorch_bench.py's.
 
-MFU uses the planner's convention (planner/cost_model.h): model FLOPs per
+MFU uses the planner's convention (planner/model_counts.h): model FLOPs per
 token = 6 * (L * (4 C^2 + 2 F C) + C V) + 12 L T C (matmul weights forward and
-backward, plus the causal attention core over the full T x T), against the
-dense tensor-core peak of the precision used: TF32 494.5 TFLOP/s, bf16 989
-TFLOP/s on an H100 SXM (--peak-tflops overrides).
+backward, plus the causal attention core over the full T x T).
 """
-import argparse
-import json
 import math
+import os
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import pytorch_bench  # noqa: E402  (samples/pytorch_bench.py: flags and the timed loop)
 
 
 class Block(nn.Module):
@@ -77,7 +73,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
 def flops_per_token(layers, d_model, ffn, vocab, seq_len):
@@ -86,84 +82,20 @@ def flops_per_token(layers, d_model, ffn, vocab, seq_len):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=1024)
+    parser = pytorch_bench.parser(__doc__.split("\n\n")[0], seq_len=1024, vocab=50304)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--ffn", type=int, default=0, help="default 4 * d_model")
-    parser.add_argument("--vocab", type=int, default=50304)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--mode", choices=["eager", "compile"], default="eager")
-    parser.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa",
-                        help="sdpa: F.scaled_dot_product_attention (fused, flash-style like "
-                        "paraplan's); manual: materialised probabilities")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (default fp32 + TF32)")
-    parser.add_argument("--peak-tflops", type=float, default=0.0,
-                        help="default 494.5 (TF32) or 989 (bf16), H100 SXM dense")
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--json", default="", help="also write the result as JSON here")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("pytorch_baseline.py: no CUDA device visible")
-
-    torch.manual_seed(args.seed)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.set_float32_matmul_precision("high")
-    device = torch.device("cuda")
     ffn = args.ffn or 4 * args.d_model
-
-    model = GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads, ffn,
-                args.attention).to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    step_model = torch.compile(model) if args.mode == "compile" else model
-    # Synthetic tokens (the GPT-2 vocabulary; the last 47 padding ids are never drawn).
-    data = torch.randint(0, min(args.vocab, 50257), (args.steps + args.warmup, args.batch_size,
-                                                     args.seq_len + 1), device=device)
-
-    def step(i):
-        tokens, targets = data[i, :, :-1], data[i, :, 1:]
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
-            loss = step_model(tokens, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    for i in range(args.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i in range(args.warmup, args.warmup + args.steps):
-        loss = step(i)
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-
-    tokens_per_second = args.batch_size * args.seq_len * args.steps / elapsed
-    peak = (args.peak_tflops or (989.0 if args.bf16 else 494.5)) * 1e12
-    mfu = flops_per_token(args.layers, args.d_model, ffn, args.vocab, args.seq_len) * \
-        tokens_per_second / peak
-    result = {
-        "mode": args.mode, "attention": args.attention, "precision": "bf16" if args.bf16 else "tf32",
-        "batch_size": args.batch_size, "steps": args.steps, "step_seconds": elapsed / args.steps,
-        "tokens_per_second": tokens_per_second, "mfu": mfu, "last_loss": loss.item(),
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-    }
-    print(f"torch {args.mode:7s} B={args.batch_size:<3d} {result['precision']}: "
-          f"{elapsed / args.steps * 1e3:8.2f} ms/step  {tokens_per_second:12,.0f} tokens/s  "
-          f"MFU {100 * mfu:5.1f}%  loss {result['last_loss']:.4f}  "
-          f"memory {result['peak_memory_gib']:.1f} GiB")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    # Synthetic tokens from the GPT-2 vocabulary (the last 47 padding ids are never drawn).
+    pytorch_bench.run(
+        args,
+        lambda: GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads, ffn,
+                    args.attention),
+        flops_per_token(args.layers, args.d_model, ffn, args.vocab, args.seq_len),
+        draw_vocab=min(args.vocab, 50257))
 
 
 if __name__ == "__main__":

@@ -1,25 +1,12 @@
 // gpt_hf_config.cc: GPT2Config <-> TransformerConfig.
 #include "runtime/model/gpt/gpt_hf_config.h"
 
-#include <charconv>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "common/json_fields.h"
+#include "runtime/model/config_differences.h"
 
 namespace paraplan::gpt {
-
-namespace {
-
-// A float as the shortest decimal that reads back as the same float, so
-// config.json says 1e-05 rather than 9.999999747378752e-06.
-double short_decimal(float value) {
-  char text[32];
-  const auto result = std::to_chars(text, text + sizeof(text), value);
-  return std::strtod(std::string(text, result.ptr).c_str(), nullptr);
-}
-
-}  // namespace
 
 nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
   nlohmann::ordered_json json;
@@ -68,26 +55,16 @@ TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std
 
 std::vector<std::string> config_differences(const TransformerConfig& saved,
                                             const TransformerConfig& plan) {
-  std::vector<std::string> problems;
-  const auto compare = [&](const char* field, int64_t found, int64_t wanted, const char* unit) {
-    if (found != wanted)
-      problems.push_back(std::string(field) + " is " + std::to_string(found) +
-                         " but the plan's model has " + std::to_string(wanted) + " " + unit);
-  };
-  compare("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
-  compare("n_positions", saved.seq_len, plan.seq_len, "seq_len");
-  compare("n_embd", saved.d_model, plan.d_model, "d_model");
-  compare("n_layer", saved.num_layers, plan.num_layers, "layers");
-  compare("n_head", saved.num_heads, plan.num_heads, "heads");
-  compare("n_inner", saved.ffn_size, plan.ffn_size, "ffn_size");
-  if (saved.tied_embeddings != plan.tied_embeddings)
-    problems.push_back(std::string("tie_word_embeddings is ") +
-                       (saved.tied_embeddings ? "true" : "false") + " but the plan's model " +
-                       (plan.tied_embeddings ? "ties" : "does not tie") + " its embeddings");
-  if (saved.norm_epsilon != plan.norm_epsilon)
-    problems.push_back("layer_norm_epsilon is " + std::to_string(saved.norm_epsilon) +
-                       " but the plan's model uses " + std::to_string(plan.norm_epsilon));
-  return problems;
+  ConfigDifferences differences;
+  differences.integer("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
+  differences.integer("n_positions", saved.seq_len, plan.seq_len, "seq_len");
+  differences.integer("n_embd", saved.d_model, plan.d_model, "d_model");
+  differences.integer("n_layer", saved.num_layers, plan.num_layers, "layers");
+  differences.integer("n_head", saved.num_heads, plan.num_heads, "heads");
+  differences.integer("n_inner", saved.ffn_size, plan.ffn_size, "ffn_size");
+  differences.tied_embeddings(saved.tied_embeddings, plan.tied_embeddings);
+  differences.real("layer_norm_epsilon", saved.norm_epsilon, plan.norm_epsilon);
+  return differences.lines;
 }
 
 }  // namespace paraplan::gpt

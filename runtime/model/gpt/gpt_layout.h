@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model/parameter_layout.h"
+#include "runtime/model/decoder_layout.h"
 
 namespace paraplan {
 
@@ -31,7 +31,7 @@ struct BlockOffsets {
   size_t mlp_down_weight, mlp_down_bias;  // [C, F], [C]
 };
 
-class GptLayout final : public ParameterLayout {
+class GptLayout final : public DecoderLayout {
  public:
   GptLayout(const TransformerConfig& config, const StageSpec& stage, int tensor_rank = 0,
             int tensor_size = 1);
@@ -40,24 +40,17 @@ class GptLayout final : public ParameterLayout {
   int local_heads() const { return config().num_heads / tensor_size(); }
   int local_attention_width() const { return local_heads() * config().head_dim(); }
   int local_ffn() const { return config().ffn_size / tensor_size(); }
-  int local_vocab() const { return config().vocab_size / tensor_size(); }
-  int vocab_start() const { return tensor_rank() * local_vocab(); }
 
   // Offsets for the stage's i-th block (0-based within the stage).
   const BlockOffsets& block(int local_layer) const { return blocks_[local_layer]; }
-  // Only valid on stages that hold them.
-  size_t token_embedding() const { return token_embedding_; }        // [V, C]
+  // Only valid on stages that hold them (the token embedding, final norm
+  // weight and head: DecoderLayout).
   size_t position_embedding() const { return position_embedding_; }  // [T, C]
-  size_t final_norm_weight() const { return final_norm_weight_; }
   size_t final_norm_bias() const { return final_norm_bias_; }
-  // The head's weight [V, C]: the token embedding itself when the stage holds
-  // it, else this stage's own copy of the tied weight.
-  size_t head_weight() const { return head_weight_; }
 
  private:
   std::vector<BlockOffsets> blocks_;
-  size_t token_embedding_ = 0, position_embedding_ = 0;
-  size_t final_norm_weight_ = 0, final_norm_bias_ = 0, head_weight_ = 0;
+  size_t position_embedding_ = 0, final_norm_bias_ = 0;
 };
 
 namespace gpt {

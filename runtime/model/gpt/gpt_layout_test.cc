@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/model/layout_test_support.h"
+
 namespace paraplan {
 namespace {
 
@@ -30,12 +32,7 @@ TEST(GptLayout, Gpt2SmallHasThePublishedParameterCount) {
 TEST(GptLayout, TensorsAreContiguousAndNamedLikeHuggingFace) {
   TransformerConfig config;  // tiny defaults
   const GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
-  size_t expected_offset = 0;
-  for (const ParameterTensor& tensor : layout.tensors()) {
-    EXPECT_EQ(tensor.offset, expected_offset) << tensor.name;
-    expected_offset += tensor.size;
-  }
-  EXPECT_EQ(expected_offset, layout.num_elements());
+  layout_test::expect_contiguous(layout);
   const ParameterTensor* qkv = layout.find("transformer.h.2.attn.c_attn.weight");
   ASSERT_NE(qkv, nullptr);
   EXPECT_EQ(qkv->shape, (std::vector<int64_t>{3 * 128, 128}));
@@ -60,48 +57,13 @@ TEST(GptLayout, StagesPartitionTheModelAndLaterStagesCopyTheTiedHead) {
 }
 
 TEST(GptLayout, EveryStageInitialisesExactlyItsSliceOfTheWholeModel) {
-  TransformerConfig config;
-  const GptLayout whole(config, StageSpec{0, 4, true, true});
-  const GptLayout last(config, StageSpec{2, 2, false, true});
-  std::vector<float> whole_params(whole.num_elements()), last_params(last.num_elements());
-  whole.initialize(whole_params.data(), 42);
-  last.initialize(last_params.data(), 42);
-  for (const ParameterTensor& tensor : last.tensors()) {
-    const ParameterTensor* same = whole.find(tensor.name);
-    ASSERT_NE(same, nullptr) << tensor.name;
-    for (size_t i = 0; i < tensor.size; ++i)
-      ASSERT_EQ(last_params[tensor.offset + i], whole_params[same->offset + i]) << tensor.name;
-  }
+  layout_test::expect_initialises_its_slice(TransformerConfig{}, StageSpec{2, 2, false, true}, 0,
+                                            1);
 }
 
 TEST(GptLayout, TensorParallelShardsTileTheWholeModelExactly) {
   TransformerConfig config;  // d_model 128, 4 heads, ffn 512, vocab 256
-  const GptLayout whole(config, StageSpec{0, 4, true, true});
-  std::vector<float> whole_params(whole.num_elements());
-  whole.initialize(whole_params.data(), 11);
-  for (int tensor_size : {2, 4}) {
-    // Every global element is covered exactly once by the shards of split
-    // tensors, and by every rank (with the same value) for replicated ones.
-    std::vector<int> covered(whole.num_elements(), 0);
-    size_t sharded_elements = 0;
-    for (int rank = 0; rank < tensor_size; ++rank) {
-      const GptLayout shard(config, StageSpec{0, 4, true, true}, rank, tensor_size);
-      std::vector<float> params(shard.num_elements());
-      shard.initialize(params.data(), 11);
-      for (const ParameterTensor& tensor : shard.tensors()) {
-        const ParameterTensor* global = whole.find(tensor.name);
-        ASSERT_NE(global, nullptr);
-        for (size_t k = 0; k < tensor.size; ++k) {
-          const size_t g = global->offset + tensor.global_index(k);
-          ASSERT_EQ(params[tensor.offset + k], whole_params[g]) << tensor.name << " " << k;
-          if (tensor.shard != ShardKind::kReplicated || rank == 0) ++covered[g];
-        }
-        if (tensor.shard != ShardKind::kReplicated) sharded_elements += tensor.size;
-      }
-    }
-    for (size_t g = 0; g < covered.size(); ++g) ASSERT_EQ(covered[g], 1) << g;
-    EXPECT_GT(sharded_elements, whole.num_elements() / 2);
-  }
+  for (int tensor_size : {2, 4}) layout_test::expect_shards_tile_the_model(config, tensor_size);
   // QKV rows of rank 1 of 2: q rows 64..127, then k rows 192..255, then v rows 320..383.
   const GptLayout rank1(config, StageSpec{0, 1, true, true}, 1, 2);
   const ParameterTensor* qkv = rank1.find("transformer.h.0.attn.c_attn.weight");

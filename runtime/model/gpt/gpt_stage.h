@@ -1,6 +1,7 @@
 // gpt_stage.h: one pipeline stage of a GPT-2 model (learned positions,
 // pre-LayerNorm blocks, GELU MLP, tied embeddings by default), written once
-// against kernels/ops.h; a ModelStage (model_stage.h).
+// against kernels/ops.h; a DecoderStage (decoder_stage.h: the slots, the
+// loops over the blocks, recomputation, the head) with GPT-2's block.
 //
 // Attention is fused (kernels/ops.h): no [B, H, T, T] tensor exists, only the
 // per-row logsumexp [B, H, T] that its backward reads beside qkv and the
@@ -20,70 +21,49 @@
 // replicated parameters stay identical.
 #pragma once
 
-#include <functional>
-#include <vector>
-
+#include "runtime/model/decoder_stage.h"
 #include "runtime/model/gpt/gpt_layout.h"
-#include "runtime/model/model_stage.h"
-#include "runtime/model/tensor_parallel.h"
 
 namespace paraplan {
 
-class GptStage final : public ModelStage {
+// The activations of one GPT-2 block for one micro-batch: storage tensors
+// (void*, the stage's dtype) and fp32 statistics (float*).
+struct GptBlockActivations {
+  void* ln1 = nullptr;  // [BT, C]
+  float* ln1_mean = nullptr;
+  float* ln1_rstd = nullptr;   // [BT]
+  void* qkv = nullptr;         // [BT, 3A]
+  float* logsumexp = nullptr;  // [B, H, T] of the attention scores' rows
+  void* atty = nullptr;        // [BT, A] attention output before the projection
+  void* residual2 = nullptr;   // [BT, C] input + attention branch
+  void* ln2 = nullptr;
+  float* ln2_mean = nullptr;
+  float* ln2_rstd = nullptr;
+  void* fch = nullptr;       // [BT, F] MLP up-projection
+  void* fch_gelu = nullptr;  // [BT, F]
+  void* output = nullptr;    // [BT, C] the block output (next block's input)
+};
+
+class GptStage final : public DecoderStage<GptBlockActivations> {
  public:
   GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
            const ModelStageOptions& options);
 
-  void* input(int slot) override { return slots_[slot].input; }
-  const void* output(int slot) const override;
-  void* output_gradient() override { return residual_gradient_; }
-  const void* input_gradient() const override { return residual_gradient_; }
-  void run_forward(int slot, float loss_scale, bool training) override;
-  void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {}) override;
-  const void* logits(int slot) const override { return slots_[slot].logits; }
-
  private:
-  // The activations of one transformer block for one micro-batch: storage
-  // tensors (void*, dtype()) and fp32 statistics (float*).
-  struct BlockActivations {
-    void* ln1 = nullptr;  // [BT, C]
-    float* ln1_mean = nullptr;
-    float* ln1_rstd = nullptr;   // [BT]
-    void* qkv = nullptr;         // [BT, 3A]
-    float* logsumexp = nullptr;  // [B, H, T] of the attention scores' rows
-    void* atty = nullptr;        // [BT, A] attention output before the projection
-    void* residual2 = nullptr;   // [BT, C] input + attention branch
-    void* ln2 = nullptr;
-    float* ln2_mean = nullptr;
-    float* ln2_rstd = nullptr;
-    void* fch = nullptr;       // [BT, F] MLP up-projection
-    void* fch_gelu = nullptr;  // [BT, F]
-    void* output = nullptr;    // [BT, C] the block output (next block's input)
-  };
-  struct Slot {
-    void* input = nullptr;  // [BT, C]: the embedding output, or the received input
-    std::vector<BlockActivations> blocks;
-    void* final_norm = nullptr;  // head: [BT, C]
-    float* final_norm_mean = nullptr;
-    float* final_norm_rstd = nullptr;
-    void* logits = nullptr;  // head: [BT, V], overwritten by its gradient
-  };
-
-  // Allocates the buffers a block keeps under mode, and the rest from `shared`.
-  BlockActivations allocate_block(RecomputeMode mode, const BlockActivations* shared);
-  void block_forward(int local_layer, const void* input, const BlockActivations& acts);
-  void block_backward(int local_layer, const void* input, const BlockActivations& acts);
-  const void* block_input(const Slot& slot, int local_layer) const;
+  using Acts = GptBlockActivations;
+  Acts allocate_block(RecomputeMode mode, const Acts* shared) override;
+  Acts allocate_attention_scratch() override;
+  void attention_core_forward(const Acts& acts) override;
+  void block_forward(int local_layer, const void* input, const Acts& acts) override;
+  void block_backward(int local_layer, const void* input, const Acts& acts) override;
+  void embedding_forward(int slot, void* out) override;
+  void embedding_backward(int slot) override;
+  void final_norm_forward(Slot& slot, const void* x) override;
+  void final_norm_backward(Slot& slot, const void* x) override;
 
   const GptLayout& layout_;
-  TensorParallel tensor_parallel_;
-  std::vector<Slot> slots_;
-  // Scratch for recomputation: one block's full set of activations under full
-  // recompute, only atty and logsumexp when the stage's deepest mode is selective.
-  BlockActivations recompute_scratch_;
-  // Gradient scratch, shared by all layers and slots.
-  void* residual_gradient_ = nullptr;   // [BT, C], flows backward through the blocks
-  void* norm_gradient_ = nullptr;       // [BT, C]
+  // Gradient scratch, shared by all layers and slots (beside the residual
+  // and norm gradients of DecoderStage).
   void* qkv_gradient_ = nullptr;        // [BT, 3C]
   void* atty_gradient_ = nullptr;       // [BT, A]
   void* fch_gradient_ = nullptr;        // [BT, F]

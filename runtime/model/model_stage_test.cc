@@ -1,18 +1,31 @@
-// gpt_stage_test.cc: the GPT stage's gradients against finite differences, and
-// the exactness properties the parallel runtime relies on: recomputation gives
-// bitwise the same gradients, slots are independent, and micro-batches add up.
-#include "runtime/model/gpt/gpt_stage.h"
+// model_stage_test.cc: every architecture's stage (GPT-2, Llama) through the
+// ModelStage interface: gradients against finite differences, and the
+// exactness properties the parallel runtime relies on: recomputation gives
+// bitwise the same gradients, slots are independent, micro-batches add up,
+// activation memory is linear in the sequence length, and bf16 tracks fp32.
+#include "runtime/model/model_stage.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
+
+#include "runtime/model/architecture.h"
 
 namespace paraplan {
 namespace {
 
+// The architecture of the test being run (the suites are parameterized by it).
+Architecture current_architecture = Architecture::kGpt2;
+
 TransformerConfig tiny_config() {
   TransformerConfig config;
+  config.architecture = current_architecture;
+  if (current_architecture == Architecture::kLlama) {
+    config.num_kv_heads = 1;         // grouped-query attention: both heads share one KV head
+    config.tied_embeddings = false;  // Llama's default: lm_head is its own
+  }
   config.vocab_size = 11;
   config.seq_len = 5;
   config.num_layers = 2;
@@ -29,11 +42,13 @@ struct Fixture {
                    kernels::DType dtype = kernels::DType::kFloat32)
       : ops(kernels::make_cpu_ops(0, dtype)),
         memory(*ops),
-        layout(config, StageSpec{0, config.num_layers, true, true}),
-        stage(
+        layout_pointer(make_parameter_layout(config, StageSpec{0, config.num_layers, true, true})),
+        layout(*layout_pointer),
+        stage_pointer(make_model_stage(
             layout, *ops, memory,
             ModelStageOptions{
-                .micro_batch_size = batch, .num_slots = slots, .recompute = std::move(recompute)}) {
+                .micro_batch_size = batch, .num_slots = slots, .recompute = std::move(recompute)})),
+        stage(*stage_pointer) {
     std::vector<float> initial(layout.num_elements());
     layout.initialize(initial.data(), 5);
     stage.load_parameters(initial.data(), initial.size());
@@ -72,22 +87,40 @@ struct Fixture {
   }
   std::unique_ptr<kernels::Ops> ops;
   MemoryTracker memory;
-  GptLayout layout;
-  GptStage stage;
+  std::unique_ptr<ParameterLayout> layout_pointer;
+  const ParameterLayout& layout;
+  std::unique_ptr<ModelStage> stage_pointer;
+  ModelStage& stage;
 };
+
+class Stage : public ::testing::TestWithParam<Architecture> {
+ protected:
+  void SetUp() override { current_architecture = GetParam(); }
+};
+class StageBfloat16 : public Stage {};
+
+std::string architecture_test_name(const ::testing::TestParamInfo<Architecture>& info) {
+  return architecture_name(info.param);
+}
+INSTANTIATE_TEST_SUITE_P(Architectures, Stage,
+                         ::testing::Values(Architecture::kGpt2, Architecture::kLlama),
+                         architecture_test_name);
+INSTANTIATE_TEST_SUITE_P(Architectures, StageBfloat16,
+                         ::testing::Values(Architecture::kGpt2, Architecture::kLlama),
+                         architecture_test_name);
 
 std::vector<RecomputeMode> modes(RecomputeMode a, RecomputeMode b) {
   return {a, b};
 }
 
-TEST(GptStage, InitialLossIsNearUniform) {
+TEST_P(Stage, InitialLossIsNearUniform) {
   TransformerConfig config = tiny_config();
   config.init_std = 0.02f;
   Fixture f(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, config);
   EXPECT_NEAR(f.loss(2), std::log(11.0), 0.05);
 }
 
-TEST(GptStage, GradientsMatchFiniteDifferences) {
+TEST_P(Stage, GradientsMatchFiniteDifferences) {
   Fixture f(modes(RecomputeMode::None, RecomputeMode::None));
   const std::vector<float> analytic = f.gradients(2);
   float* params = static_cast<float*>(f.stage.parameters());  // fp32 storage
@@ -113,7 +146,7 @@ TEST(GptStage, GradientsMatchFiniteDifferences) {
   EXPECT_GT(checked, 80);
 }
 
-TEST(GptStage, RecomputationGivesBitwiseTheSameGradients) {
+TEST_P(Stage, RecomputationGivesBitwiseTheSameGradients) {
   // 70 tokens: the CPU attention runs over two query and key tiles of 64.
   TransformerConfig long_sequence = tiny_config();
   long_sequence.seq_len = 70;
@@ -132,7 +165,7 @@ TEST(GptStage, RecomputationGivesBitwiseTheSameGradients) {
   }
 }
 
-TEST(GptStage, RecomputationKeepsLessActivationMemory) {
+TEST_P(Stage, RecomputationKeepsLessActivationMemory) {
   const uint64_t none = Fixture(modes(RecomputeMode::None, RecomputeMode::None), 2, 4)
                             .memory.peak(MemoryCategory::kActivations);
   const uint64_t selective =
@@ -144,7 +177,7 @@ TEST(GptStage, RecomputationKeepsLessActivationMemory) {
   EXPECT_LT(full, selective);
 }
 
-TEST(GptStage, ActivationMemoryIsLinearInTheSequenceLength) {
+TEST_P(Stage, ActivationMemoryIsLinearInTheSequenceLength) {
   // The fused attention keeps no [B, H, T, T] tensor, in any mode and in no
   // scratch: the kept activations and the workspace are affine in T (a
   // constant part, the loss accumulator, aside), so T -> 2T adds exactly what
@@ -165,7 +198,7 @@ TEST(GptStage, ActivationMemoryIsLinearInTheSequenceLength) {
   }
 }
 
-TEST(GptStage, SlotsInFlightAreIndependent) {
+TEST_P(Stage, SlotsInFlightAreIndependent) {
   // Two micro-batches forwarded before either is backwarded (as 1F1B does)
   // give bitwise the gradients of running them one after the other.
   for (auto recompute : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
@@ -190,7 +223,7 @@ TEST(GptStage, SlotsInFlightAreIndependent) {
   }
 }
 
-TEST(GptStage, LossesAccumulateOverForwardsUntilTaken) {
+TEST_P(Stage, LossesAccumulateOverForwardsUntilTaken) {
   Fixture fixture(modes(RecomputeMode::None, RecomputeMode::None), 1, 2);
   const int tokens = fixture.layout.config().seq_len;
   double each[2];
@@ -206,7 +239,7 @@ TEST(GptStage, LossesAccumulateOverForwardsUntilTaken) {
   EXPECT_EQ(fixture.stage.take_loss_sum(), each[0] + each[1]);
 }
 
-TEST(GptStage, MicroBatchesAddUpToTheWholeBatch) {
+TEST_P(Stage, MicroBatchesAddUpToTheWholeBatch) {
   Fixture whole(modes(RecomputeMode::None, RecomputeMode::None), 2, 1);
   const std::vector<float> expected = whole.gradients(2);
   Fixture split(modes(RecomputeMode::None, RecomputeMode::None), 1, 1);
@@ -234,7 +267,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
   return std::sqrt(difference / norm);
 }
 
-TEST(GptStageBfloat16, TracksTheFloat32Stage) {
+TEST_P(StageBfloat16, TracksTheFloat32Stage) {
   // bf16 keeps 8 significant bits: each stored tensor is off by up to 2^-9
   // relative, and the errors of a dozen roundings on the way through the
   // tiny model add up to ~1% of the gradient's norm (measured: 0.97%; the
@@ -254,7 +287,7 @@ TEST(GptStageBfloat16, TracksTheFloat32Stage) {
   for (float g : g16) ASSERT_EQ(g, kernels::round_to_bfloat16(g));
 }
 
-TEST(GptStageBfloat16, RecomputationIsBitwiseInvisible) {
+TEST_P(StageBfloat16, RecomputationIsBitwiseInvisible) {
   // The recomputed forward rounds exactly as the first one did.
   const TransformerConfig config = tiny_config();
   Fixture none(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, config,
@@ -266,7 +299,7 @@ TEST(GptStageBfloat16, RecomputationIsBitwiseInvisible) {
   }
 }
 
-TEST(GptStageBfloat16, StoresHalfTheBytesOfFloat32) {
+TEST_P(StageBfloat16, StoresHalfTheBytesOfFloat32) {
   Fixture fp32(modes(RecomputeMode::None, RecomputeMode::None));
   Fixture bf16(modes(RecomputeMode::None, RecomputeMode::None), 2, 1, tiny_config(),
                kernels::DType::kBFloat16);

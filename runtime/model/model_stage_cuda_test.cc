@@ -1,5 +1,7 @@
-// gpt_stage_cuda_test.cc: one whole training step of a tiny GPT-2 stage
-// (2 layers, d_model 64, 4 heads, seq 32, vocab 96) on the CUDA backend
+// model_stage_cuda_test.cc: one whole training step of a tiny stage of every
+// architecture (GPT-2: 2 layers, d_model 64, 4 heads, seq 32, vocab 96;
+// Llama: d_model 128, 2 query heads of 64 over 1 KV head, so bf16 attention
+// takes the tensor-core kernels with a group of 2) on the CUDA backend
 // against the CPU backend: the same parameters and tokens give the same loss
 // and the same gradients, tensor by tensor, within tolerance, in TF32 and in
 // strict fp32 GEMM mode, and in bf16 mixed precision against the CPU
@@ -15,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/gpt/gpt_stage.h"
+#include "runtime/model/architecture.h"
 
 namespace paraplan {
 namespace {
@@ -39,8 +41,9 @@ constexpr double kTf32LossTolerance = 2e-3;
 constexpr double kBfloat16GradientTolerance = 5e-2;
 constexpr double kBfloat16LossTolerance = 1e-2;
 
-TransformerConfig tiny_config() {
+TransformerConfig tiny_config(Architecture architecture) {
   TransformerConfig config;
+  config.architecture = architecture;
   config.vocab_size = 96;
   config.seq_len = 32;
   config.num_layers = 2;
@@ -48,6 +51,12 @@ TransformerConfig tiny_config() {
   config.num_heads = 4;
   config.ffn_size = 256;
   config.init_std = 0.1f;  // large enough that every path carries gradient
+  if (architecture == Architecture::kLlama) {
+    config.d_model = 128;
+    config.num_heads = 2;
+    config.num_kv_heads = 1;
+    config.tied_embeddings = false;
+  }
   return config;
 }
 
@@ -73,13 +82,18 @@ struct StepResult {
 // One forward + backward of a batch-2 micro-batch on `ops`, parameters from
 // the layout's initializer (seed 5), tokens and targets from a fixed formula;
 // everything moves through copy_from_host / copy_to_host, so it runs on any backend.
-StepResult training_step(kernels::Ops& ops, std::vector<RecomputeMode> recompute) {
-  const TransformerConfig config = tiny_config();
+StepResult training_step(Architecture architecture, kernels::Ops& ops,
+                         std::vector<RecomputeMode> recompute) {
+  const TransformerConfig config = tiny_config(architecture);
   const int batch = 2, T = config.seq_len, V = config.vocab_size;
   MemoryTracker memory(ops);
-  GptLayout layout(config, StageSpec{0, config.num_layers, true, true});
-  GptStage stage(layout, ops, memory,
-                 ModelStageOptions{.micro_batch_size = batch, .recompute = std::move(recompute)});
+  const std::unique_ptr<ParameterLayout> layout_pointer =
+      make_parameter_layout(config, StageSpec{0, config.num_layers, true, true});
+  const ParameterLayout& layout = *layout_pointer;
+  const std::unique_ptr<ModelStage> stage_pointer = make_model_stage(
+      layout, ops, memory,
+      ModelStageOptions{.micro_batch_size = batch, .recompute = std::move(recompute)});
+  ModelStage& stage = *stage_pointer;
   const size_t n = layout.num_elements();
   std::vector<float> parameters(n);
   layout.initialize(parameters.data(), 5);
@@ -106,12 +120,14 @@ std::vector<RecomputeMode> no_recompute() {
   return {RecomputeMode::None, RecomputeMode::None};
 }
 
-void expect_same_step(const StepResult& cuda, const StepResult& cpu, double loss_tolerance,
-                      double gradient_tolerance, const std::string& mode) {
+void expect_same_step(Architecture architecture, const StepResult& cuda, const StepResult& cpu,
+                      double loss_tolerance, double gradient_tolerance, const std::string& mode) {
   EXPECT_NEAR(cuda.mean_loss, cpu.mean_loss, loss_tolerance * std::fabs(cpu.mean_loss)) << mode;
-  const GptLayout layout(tiny_config(), StageSpec{0, tiny_config().num_layers, true, true});
+  const TransformerConfig config = tiny_config(architecture);
+  const std::unique_ptr<ParameterLayout> layout =
+      make_parameter_layout(config, StageSpec{0, config.num_layers, true, true});
   ASSERT_EQ(cuda.gradients.size(), cpu.gradients.size());
-  for (const ParameterTensor& tensor : layout.tensors()) {
+  for (const ParameterTensor& tensor : layout->tensors()) {
     double scale = 0, worst = 0;
     size_t worst_index = 0;
     for (size_t k = 0; k < tensor.size; k++) {
@@ -131,42 +147,50 @@ void expect_same_step(const StepResult& cuda, const StepResult& cpu, double loss
   }
 }
 
-TEST(GptStageCuda, TrainingStepMatchesCpuInStrictFp32) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+class StageCuda : public ::testing::TestWithParam<Architecture> {
+ protected:
+  void SetUp() override {
+    if (kernels::cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+  }
+  StepResult step(kernels::Ops& ops, std::vector<RecomputeMode> recompute = no_recompute()) {
+    return training_step(GetParam(), ops, std::move(recompute));
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Architectures, StageCuda,
+                         ::testing::Values(Architecture::kGpt2, Architecture::kLlama),
+                         [](const ::testing::TestParamInfo<Architecture>& info) {
+                           return std::string(architecture_name(info.param));
+                         });
+
+TEST_P(StageCuda, TrainingStepMatchesCpuInStrictFp32) {
   std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1), cuda = make_cuda(false);
-  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
-                   kStrictLossTolerance, kStrictGradientTolerance, "fp32");
+  expect_same_step(GetParam(), step(*cuda), step(*cpu), kStrictLossTolerance,
+                   kStrictGradientTolerance, "fp32");
 }
 
-TEST(GptStageCuda, TrainingStepMatchesCpuInTf32) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+TEST_P(StageCuda, TrainingStepMatchesCpuInTf32) {
   std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1), cuda = make_cuda(true);
-  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
-                   kTf32LossTolerance, kTf32GradientTolerance, "tf32");
+  expect_same_step(GetParam(), step(*cuda), step(*cpu), kTf32LossTolerance, kTf32GradientTolerance,
+                   "tf32");
 }
 
-TEST(GptStageCuda, TrainingStepMatchesCpuInBfloat16) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+TEST_P(StageCuda, TrainingStepMatchesCpuInBfloat16) {
   std::unique_ptr<kernels::Ops> cpu = kernels::make_cpu_ops(1, kernels::DType::kBFloat16),
                                 cuda = make_cuda(false, kernels::DType::kBFloat16);
-  expect_same_step(training_step(*cuda, no_recompute()), training_step(*cpu, no_recompute()),
-                   kBfloat16LossTolerance, kBfloat16GradientTolerance, "bf16");
+  expect_same_step(GetParam(), step(*cuda), step(*cpu), kBfloat16LossTolerance,
+                   kBfloat16GradientTolerance, "bf16");
 }
 
-TEST(GptStageCuda, RecomputationGivesBitwiseTheSameGradientsOnCuda) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
+TEST_P(StageCuda, RecomputationGivesBitwiseTheSameGradientsOnCuda) {
   for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
     std::unique_ptr<kernels::Ops> cuda = make_cuda(true, dtype);
-    const StepResult none = training_step(*cuda, no_recompute());
-    EXPECT_EQ(training_step(*cuda, no_recompute()).gradients, none.gradients) << "run to run";
+    const StepResult none = step(*cuda);
+    EXPECT_EQ(step(*cuda).gradients, none.gradients) << "run to run";
     for (auto modes : {std::vector{RecomputeMode::Selective, RecomputeMode::Selective},
                        std::vector{RecomputeMode::Full, RecomputeMode::Full},
                        std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
-      const StepResult recomputed = training_step(*cuda, modes);
+      const StepResult recomputed = step(*cuda, modes);
       EXPECT_EQ(recomputed.mean_loss, none.mean_loss);
       EXPECT_EQ(recomputed.gradients, none.gradients)
           << kernels::dtype_name(dtype) << " modes " << int(modes[0]) << "," << int(modes[1]);

@@ -1,0 +1,94 @@
+// model_counts.h: what the planner counts that depends on the architecture,
+// in one place: a block's linear layers (its GEMMs), parameters per
+// tensor-parallel shard, forward FLOPs, the bytes a block keeps for backward
+// per recompute mode, and the op outputs the transient memory peaks over.
+// The time and memory model (cost_model.h, stage_cost.h) composes these into
+// stages and never names an architecture.
+//
+// GPT-2 (runtime/model/gpt/gpt_layout.h, Hugging Face GPT-2): a block holds
+// ln_1, c_attn [3C, C], attn c_proj [C, C], ln_2, c_fc [F, C], mlp c_proj
+// [C, F], all with biases; the first stage holds wte and wpe; the last ln_f
+// and the head (wte itself when tied and on the same stage).
+// Llama (runtime/model/llama/llama_layout.h, LlamaForCausalLM): a block holds
+// input_layernorm, q_proj [H D, C], k_proj and v_proj [Hkv D, C] (grouped
+// query attention), o_proj [C, H D], post_attention_layernorm, gate_proj and
+// up_proj [F, C], down_proj [C, F], no biases; the first stage holds
+// embed_tokens; the last the final norm and lm_head (untied by default).
+// Megatron tensor parallelism splits the column-parallel GEMMs (c_attn, c_fc,
+// q, k, v, gate, up: weights and biases), the row-parallel GEMMs' weights
+// (c_proj, o, down), the embedding and the head t ways; norms and the
+// row-parallel biases are replicated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/job_config.h"
+
+namespace paraplan {
+
+// KV heads of attention (num_heads for gpt2) and the head dimension.
+int kv_heads(const ModelConfig& model);
+int head_dim(const ModelConfig& model);
+
+// One linear layer of a block: y[tokens, out] = x[tokens, in] W^T (+ bias).
+// column_parallel splits out_features t ways, otherwise in_features is split
+// (row-parallel); the bias of a row-parallel layer is replicated.
+struct LinearLayer {
+  std::string name;  // Hugging Face module name within the block ("self_attn.q_proj")
+  int64_t out_features = 0, in_features = 0;
+  bool column_parallel = true;
+  bool bias = false;
+};
+// The block's linear layers in forward order (the GEMMs one block runs).
+std::vector<LinearLayer> block_linear_layers(const ModelConfig& model);
+
+// Parameters held by one device of one tensor-parallel group (t = 1: all).
+// replicate_below is [planner] ignore_small_tensor_threshold: a tensor the
+// Megatron layout would split but with fewer elements than this stays whole on
+// every device of the group (the default 1 splits everything).
+int64_t block_parameters(const ModelConfig& model, int tensor_parallel = 1,
+                         int64_t replicate_below = 1);
+// The embeddings: wte + wpe (gpt2), embed_tokens (llama).
+int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel = 1,
+                             int64_t replicate_below = 1);
+// The final norm plus the head weight when the stage needs its own (untied,
+// or tied but on a stage without the embedding).
+int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel = 1,
+                        int64_t replicate_below = 1);
+
+// Forward FLOPs of one micro-batch (micro_batch_size sequences of seq_len
+// tokens): multiply-adds count 2, causal attention over the full s x s (the
+// MFU convention; Megatron's num_floating_point_operations and the Llama 3
+// paper count the same).
+double block_forward_flops(const ModelConfig& model, int micro_batch_size);
+// QK^T and scores x V: 2 * 2 * b * s * s * (H D).
+double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size);
+double head_forward_flops(const ModelConfig& model, int micro_batch_size);
+
+// The fp32 statistics a norm keeps per token: LayerNorm's mean and rstd
+// (gpt2), RMSNorm's rstd (llama).
+int64_t norm_statistics_bytes_per_token(const ModelConfig& model);
+
+// Bytes one block keeps for backward, per micro-batch, per device, as the
+// runtime's stages allocate them (its input included; see cost_model.h for
+// the stage-level terms).
+int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                               schema::RecomputeMode recompute, int tensor_parallel = 1);
+// The gradient scratch a stage allocates once and its blocks share in
+// backward (runtime/model/gpt/gpt_stage.cc, llama/llama_stage.cc: the
+// residual and norm gradients, one block's inner gradients, the attention
+// backward's row terms; Llama's rotary tables), plus, with the head under
+// tensor parallelism, the vocab-parallel cross-entropy's three row statistics,
+// and the device accumulators of the gradient norm and (head) the losses.
+int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                              bool has_head);
+
+// The sizes of the op outputs one block's forward writes, per device.
+std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,
+                                           int tensor_parallel = 1);
+
+int element_bytes(schema::DType dtype);
+
+}  // namespace paraplan

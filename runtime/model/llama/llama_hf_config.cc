@@ -1,0 +1,148 @@
+// llama_hf_config.cc: LlamaConfig <-> TransformerConfig.
+#include "runtime/model/llama/llama_hf_config.h"
+
+#include <stdexcept>
+
+#include "common/json_fields.h"
+#include "runtime/model/config_differences.h"
+
+namespace paraplan::llama {
+
+nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
+  nlohmann::ordered_json json;
+  json["architectures"] = {"LlamaForCausalLM"};
+  json["model_type"] = "llama";
+  json["vocab_size"] = config.vocab_size;
+  json["hidden_size"] = config.d_model;
+  json["intermediate_size"] = config.ffn_size;
+  json["num_hidden_layers"] = config.num_layers;
+  json["num_attention_heads"] = config.num_heads;
+  json["num_key_value_heads"] = config.kv_heads();
+  json["head_dim"] = config.head_dim();
+  json["hidden_act"] = "silu";
+  // Positions are not parameters: the trained sequence length is the context.
+  json["max_position_embeddings"] = config.seq_len;
+  json["rms_norm_eps"] = short_decimal(config.norm_epsilon);
+  json["rope_theta"] = short_decimal(config.rope_theta);
+  if (config.rope_scaling.factor > 0) {
+    json["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", short_decimal(config.rope_scaling.factor)},
+        {"low_freq_factor", short_decimal(config.rope_scaling.low_freq_factor)},
+        {"high_freq_factor", short_decimal(config.rope_scaling.high_freq_factor)},
+        {"original_max_position_embeddings", config.rope_scaling.original_max_positions}};
+  } else {
+    json["rope_scaling"] = nullptr;
+  }
+  json["attention_bias"] = false;
+  json["mlp_bias"] = false;
+  json["attention_dropout"] = 0.0;  // paraplan trains without dropout
+  json["initializer_range"] = short_decimal(config.init_std);
+  json["tie_word_embeddings"] = config.tied_embeddings;
+  json["torch_dtype"] = "float32";
+  return json;
+}
+
+namespace {
+
+bool json_bool(const nlohmann::json& json, const std::string& key, const std::string& path,
+               bool fallback) {
+  const auto found = json.find(key);
+  if (found == json.end() || found->is_null()) return fallback;
+  if (!found->is_boolean())
+    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+                             ", expected true or false");
+  return found->get<bool>();
+}
+
+RopeScaling rope_scaling_from(const nlohmann::json& json, const std::string& path) {
+  const auto found = json.find("rope_scaling");
+  if (found == json.end() || found->is_null()) return {};
+  if (!found->is_object())
+    throw std::runtime_error(path + ": field 'rope_scaling' is " + found->dump() +
+                             ", expected null or an object");
+  // transformers reads "rope_type", or "type" in older files.
+  const std::string type = json_string_or(*found, "rope_type", json_string_or(*found, "type", ""));
+  if (type != "llama3")
+    throw std::runtime_error(path + ": rope_scaling.rope_type is '" + type +
+                             "' but paraplan's Llama computes only 'llama3' scaling (or null)");
+  RopeScaling scaling;
+  const std::string where = path + " (rope_scaling)";
+  scaling.factor = static_cast<float>(json_number(*found, "factor", where, 0.0));
+  scaling.low_freq_factor = static_cast<float>(json_number(*found, "low_freq_factor", where, 1.0));
+  scaling.high_freq_factor =
+      static_cast<float>(json_number(*found, "high_freq_factor", where, 4.0));
+  scaling.original_max_positions =
+      static_cast<int>(json_integer(*found, "original_max_position_embeddings", where, 8192, 1));
+  if (!(scaling.factor > 0) || !(scaling.high_freq_factor > scaling.low_freq_factor))
+    throw std::runtime_error(path + ": rope_scaling needs factor > 0 and high_freq_factor > " +
+                             "low_freq_factor");
+  return scaling;
+}
+
+}  // namespace
+
+TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std::string& path) {
+  const std::string activation = json_string_or(json, "hidden_act", "silu");
+  if (activation != "silu")
+    throw std::runtime_error(path + ": hidden_act is '" + activation +
+                             "' but paraplan's Llama uses SwiGLU (silu)");
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (json_bool(json, bias, path, false))
+      throw std::runtime_error(path + ": " + bias + " is true but paraplan's Llama has no biases");
+  TransformerConfig config;
+  config.architecture = Architecture::kLlama;
+  config.vocab_size = static_cast<int>(json_integer(json, "vocab_size", path, std::nullopt, 1));
+  config.d_model = static_cast<int>(json_integer(json, "hidden_size", path, std::nullopt, 1));
+  config.ffn_size =
+      static_cast<int>(json_integer(json, "intermediate_size", path, std::nullopt, 1));
+  config.num_layers =
+      static_cast<int>(json_integer(json, "num_hidden_layers", path, std::nullopt, 1));
+  config.num_heads =
+      static_cast<int>(json_integer(json, "num_attention_heads", path, std::nullopt, 1));
+  config.num_kv_heads =
+      static_cast<int>(json_integer(json, "num_key_value_heads", path, config.num_heads, 1));
+  config.seq_len = static_cast<int>(json_integer(json, "max_position_embeddings", path, 2048, 1));
+  config.norm_epsilon = static_cast<float>(json_number(json, "rms_norm_eps", path, 1e-6));
+  config.rope_theta = static_cast<float>(json_number(json, "rope_theta", path, 10000.0));
+  config.rope_scaling = rope_scaling_from(json, path);
+  config.init_std = static_cast<float>(json_number(json, "initializer_range", path, 0.02));
+  // LlamaConfig's default: untied.
+  config.tied_embeddings = json_bool(json, "tie_word_embeddings", path, false);
+  if (config.d_model % config.num_heads != 0)
+    throw std::runtime_error(path + ": hidden_size " + std::to_string(config.d_model) +
+                             " is not divisible by num_attention_heads " +
+                             std::to_string(config.num_heads));
+  const int64_t head_dim = json_integer(json, "head_dim", path, config.head_dim());
+  if (head_dim != config.head_dim())
+    throw std::runtime_error(path + ": head_dim is " + std::to_string(head_dim) +
+                             " but paraplan's Llama uses hidden_size / num_attention_heads = " +
+                             std::to_string(config.head_dim()));
+  return config;
+}
+
+std::vector<std::string> config_differences(const TransformerConfig& saved,
+                                            const TransformerConfig& plan) {
+  ConfigDifferences differences;
+  differences.integer("vocab_size", saved.vocab_size, plan.vocab_size, "vocab_size");
+  differences.integer("hidden_size", saved.d_model, plan.d_model, "d_model");
+  differences.integer("num_hidden_layers", saved.num_layers, plan.num_layers, "layers");
+  differences.integer("num_attention_heads", saved.num_heads, plan.num_heads, "heads");
+  differences.integer("num_key_value_heads", saved.kv_heads(), plan.kv_heads(), "num_kv_heads");
+  differences.integer("intermediate_size", saved.ffn_size, plan.ffn_size, "ffn_size");
+  // Positions are not parameters: a model trained on a longer context runs a shorter one.
+  if (saved.seq_len < plan.seq_len)
+    differences.lines.push_back("max_position_embeddings is " + std::to_string(saved.seq_len) +
+                                " but the plan's model has seq_len " +
+                                std::to_string(plan.seq_len));
+  differences.tied_embeddings(saved.tied_embeddings, plan.tied_embeddings);
+  differences.real("rms_norm_eps", saved.norm_epsilon, plan.norm_epsilon);
+  differences.real("rope_theta", saved.rope_theta, plan.rope_theta);
+  if (!(saved.rope_scaling == plan.rope_scaling))
+    differences.lines.push_back("rope_scaling differs from the plan's model's (factor " +
+                                std::to_string(saved.rope_scaling.factor) + " vs " +
+                                std::to_string(plan.rope_scaling.factor) + ")");
+  return differences.lines;
+}
+
+}  // namespace paraplan::llama

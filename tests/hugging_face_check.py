@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""hugging_face_check.py: paraplan's checkpoints against Hugging Face transformers.
+
+Drives transformers (PyTorch, float32, eager attention) on the tokens and
+checkpoints of a paraplan run, for tests/hugging_face_test.cc:
+
+  make ARCH OUT_DIR SEED key=value...
+      A random LlamaForCausalLM (ARCH llama) or GPT2LMHeadModel (gpt2) with
+      that config, saved by save_pretrained (model.safetensors + config.json).
+  loss MODEL_DIR TOKENS.bin FIRST COUNT SEQ_LEN
+      Loads MODEL_DIR with from_pretrained (refusing missing or unexpected
+      tensors), then prints as JSON the mean cross-entropy over samples
+      FIRST .. FIRST + COUNT - 1 of the token file, windowed as paraplan's data
+      loader windows them, and the largest difference between the loaded
+      parameters and the file's tensors.
+  step MODEL_DIR TOKENS.bin BATCH SEQ_LEN LR BETA1 BETA2 EPS WEIGHT_DECAY CLIP CHECKPOINT
+      One training step as paraplan takes it (mean loss over the first BATCH
+      samples, torch's clip_grad_norm_, AdamW with decay on matrices and
+      embeddings only), then prints the step's loss, the loss of the next
+      BATCH samples with the updated weights, and the largest difference
+      between the updated weights and CHECKPOINT's model.safetensors.
+
+Every number is printed as one JSON object on the last line.
+"""
+import json
+import sys
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+
+
+def read_tokens(path):
+    header = np.fromfile(path, dtype="<i4", count=256)
+    formats = {20240520: (1, "<u2"), 20240801: (7, "<u4")}
+    if header[0] not in formats or header[1] != formats[header[0]][0]:
+        sys.exit(f"{path}: not an llm.c token file (magic {header[0]}, version {header[1]})")
+    return np.fromfile(path, dtype=formats[header[0]][1], offset=1024)[: header[2]].astype(np.int64)
+
+
+def windows(tokens, first, count, seq_len):
+    """Samples as runtime/data/data_loader.cc cuts them: sample k covers tokens
+    [k T, k T + T + 1) (k modulo the samples per epoch)."""
+    per_epoch = (len(tokens) - 1) // seq_len
+    starts = [((first + i) % per_epoch) * seq_len for i in range(count)]
+    inputs = np.stack([tokens[s : s + seq_len] for s in starts])
+    targets = np.stack([tokens[s + 1 : s + seq_len + 1] for s in starts])
+    return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+
+def mean_loss(model, inputs, targets):
+    logits = model(input_ids=inputs).logits.float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1))
+
+
+def load(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
+                                                       attn_implementation="eager",
+                                                       output_loading_info=True)
+    problems = {k: v for k, v in info.items() if v}
+    if problems:
+        sys.exit(f"{model_dir}: transformers did not load every tensor as it is: {problems}")
+    return model
+
+
+def largest_difference(model, safetensors_path):
+    """max |parameter - file tensor| over the file's tensors (a tied head is
+    the embedding's parameter, so it is compared once)."""
+    state = model.state_dict()
+    largest = 0.0
+    for name, tensor in load_file(safetensors_path).items():
+        if name not in state:
+            sys.exit(f"{safetensors_path}: tensor {name} is not a parameter of the model")
+        largest = max(largest, float((state[name].float() - torch.from_numpy(tensor)).abs().max()))
+    return largest
+
+
+def make(arch, out_dir, seed, settings):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    values = {}
+    for setting in settings:
+        key, value = setting.split("=", 1)
+        values[key] = json.loads(value)
+    torch.manual_seed(seed)
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**values))
+    else:
+        model = GPT2LMHeadModel(GPT2Config(**values))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    print(json.dumps({"parameters": sum(p.numel() for p in model.parameters())}))
+
+
+def loss(model_dir, tokens_path, first, count, seq_len):
+    model = load(model_dir)
+    inputs, targets = windows(read_tokens(tokens_path), first, count, seq_len)
+    with torch.no_grad():
+        value = float(mean_loss(model, inputs, targets))
+    print(json.dumps({"loss": value,
+                      "max_weight_difference": largest_difference(
+                          model, model_dir + "/model.safetensors")}))
+
+
+def step(model_dir, tokens_path, batch, seq_len, lr, beta1, beta2, eps, weight_decay, clip,
+         checkpoint):
+    model = load(model_dir)
+    tokens = read_tokens(tokens_path)
+    inputs, targets = windows(tokens, 0, batch, seq_len)
+    first = mean_loss(model, inputs, targets)
+    first.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    # paraplan decays matrices and embeddings, not norm weights or biases.
+    decayed = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() != 2]
+    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": weight_decay},
+                                   {"params": other, "weight_decay": 0.0}],
+                                  lr=lr, betas=(beta1, beta2), eps=eps)
+    optimizer.step()
+    inputs, targets = windows(tokens, batch, batch, seq_len)
+    with torch.no_grad():
+        second = float(mean_loss(model, inputs, targets))
+    print(json.dumps({"loss": float(first), "next_loss": second,
+                      "max_weight_difference": largest_difference(
+                          model, checkpoint + "/model.safetensors")}))
+
+
+def main(argv):
+    command = argv[1] if len(argv) > 1 else ""
+    if command == "make":
+        make(argv[2], argv[3], int(argv[4]), argv[5:])
+    elif command == "loss":
+        loss(argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6]))
+    elif command == "step":
+        step(argv[2], argv[3], int(argv[4]), int(argv[5]), *map(float, argv[6:12]), argv[12])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
