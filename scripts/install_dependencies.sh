@@ -11,6 +11,8 @@ packages=(
   coinor-libcbc-dev
   fortunes fortunes-min
   python3-numpy
+  # the multi-host test bed (tests/testbed.sh): namespaces, veth, a bridge, sshd
+  iproute2 openssh-server openssh-client
 )
 missing=()
 for package in "${packages[@]}"; do
