@@ -110,6 +110,9 @@ void JobWatch::receive(int rank_number, const RankMessage& message, Clock::time_
     case RankMessage::Type::kDone:
       rank.finished = true;
       break;
+    case RankMessage::Type::kSignal:
+      rank.signal = message.signal;
+      break;
     case RankMessage::Type::kHello:
       break;
   }
@@ -255,25 +258,36 @@ std::optional<std::string> JobWatch::failure(Clock::time_point now) const {
     for (const std::string& line : not_arrived(first_error_rank, now)) text += "\n" + line;
     return text;
   }
-  // 2. Ranks whose connection ended without a word: killed, crashed, host down.
-  std::map<std::string, std::vector<int>> lost_by_host;
-  bool settled = true;
-  for (int number = 0; number < static_cast<int>(ranks_.size()); ++number) {
-    const Rank& rank = ranks_[static_cast<size_t>(number)];
-    if (!rank.lost) continue;
-    lost_by_host[rank.hello.host].push_back(number);
-    settled &= now - rank.lost_at >= settle_;
-  }
-  if (!lost_by_host.empty() && settled) {
-    std::string hosts;
+  // 2. Ranks whose connection ended: those that said nothing first (killed,
+  // crashed, host down) are at fault, before any ended by a signal they
+  // reported (mpirun ends the rest of a job that lost a daemon with
+  // SIGTERM). Those lost within `settle` of the first are named together
+  // (every rank of a host that died).
+  for (const bool signalled : {false, true}) {
+    std::optional<Clock::time_point> first_lost;
+    for (const Rank& rank : ranks_)
+      if (rank.lost && (rank.signal != 0) == signalled &&
+          (!first_lost || rank.lost_at < *first_lost))
+        first_lost = rank.lost_at;
+    if (!first_lost) continue;
+    if (now - *first_lost < settle_) return std::nullopt;
+    std::map<std::string, std::vector<int>> lost_by_host;
     std::vector<int> culprits;
-    for (const auto& [host, lost] : lost_by_host) {
-      append_item(hosts, "; ", ranks_on_host(lost, host));
-      culprits.insert(culprits.end(), lost.begin(), lost.end());
+    for (int number = 0; number < static_cast<int>(ranks_.size()); ++number) {
+      const Rank& rank = ranks_[static_cast<size_t>(number)];
+      if (!rank.lost || (rank.signal != 0) != signalled || rank.lost_at - *first_lost > settle_)
+        continue;
+      lost_by_host[rank.hello.host].push_back(number);
+      culprits.push_back(number);
     }
+    std::string hosts;
+    for (const auto& [host, lost] : lost_by_host)
+      append_item(hosts, "; ", ranks_on_host(lost, host));
     return report("lost " + hosts +
-                      ": the process ended without finishing (killed, crashed, or its host "
-                      "went down); ending the job",
+                      (signalled ? ": the process was ended by SIGTERM (from mpirun or a user); "
+                                   "ending the job"
+                                 : ": the process ended without finishing (killed, crashed, or "
+                                   "its host went down); ending the job"),
                   culprits);
   }
   // 3. Ranks silent past the timeout: stopped, hung, or cut off the network.

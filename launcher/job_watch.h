@@ -63,6 +63,7 @@ class JobWatch {
     supervision::Beat beat;
     std::string error;
     long error_order = -1;  // errors are reported in the order they came
+    int signal = 0;         // the signal that ended it (SIGTERM), if it said so
   };
 
   std::string describe(int rank) const;                         // "rank 2 on node2 (pid 7)"

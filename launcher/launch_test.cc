@@ -18,6 +18,16 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
+// How every command over a hostfile starts: mpirun -np N --hostfile F --map-by
+// slot --bind-to none, then `rest`.
+Strings hostfile_command(const std::string& ranks, const std::string& hostfile,
+                         const Strings& rest) {
+  Strings command = {"mpirun",   "-np",  ranks,       "--hostfile", hostfile,
+                     "--map-by", "slot", "--bind-to", "none"};
+  command.insert(command.end(), rest.begin(), rest.end());
+  return command;
+}
+
 // The error message of calling f, or "" if it did not throw.
 template <typename F>
 std::string error_of(F&& f) {
@@ -128,33 +138,12 @@ TEST_F(LaunchTest, TwoNodeCommandWithHostfile) {
                                 "CUDA_HOME=/usr/local/cuda",
                                 "MY_OMP_THING=1"};
   EXPECT_EQ(build_launch_command(options),
-            (Strings{"mpirun",
-                     "-np",
-                     "8",
-                     "--hostfile",
-                     options.hostfile,
-                     "--map-by",
-                     "slot",
-                     "--bind-to",
-                     "none",
-                     "-x",
-                     "CUDA_VISIBLE_DEVICES",
-                     "-x",
-                     "NCCL_DEBUG",
-                     "-x",
-                     "OMP_NUM_THREADS",
-                     "-x",
-                     "OPENBLAS_NUM_THREADS",
-                     "-x",
-                     "PARAPLAN_LOG",
-                     "/opt/paraplan/bin/paraplan",
-                     "train",
-                     "--plan",
-                     options.plan_path,
-                     "--data",
-                     (std::filesystem::current_path() / "data/train.bin").string(),
-                     "--steps",
-                     "5"}));
+            hostfile_command(
+                "8", options.hostfile,
+                {"-x", "CUDA_VISIBLE_DEVICES", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x",
+                 "OPENBLAS_NUM_THREADS", "-x", "PARAPLAN_LOG", "/opt/paraplan/bin/paraplan",
+                 "train", "--plan", options.plan_path, "--data",
+                 (std::filesystem::current_path() / "data/train.bin").string(), "--steps", "5"}));
 }
 
 TEST_F(LaunchTest, LocalCommandWithoutHostfile) {
@@ -258,49 +247,42 @@ TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
   const LaunchAdditions additions{
       "10.77.0.0/24", {"PARAPLAN_SUPERVISOR=10.77.0.1:4000", "NCCL_SOCKET_IFNAME==eth0"}};
   const std::string cwd = std::filesystem::current_path().string();
-  EXPECT_EQ(build_launch_command(options, additions), (Strings{"mpirun",
-                                                               "-np",
-                                                               "4",
-                                                               "--hostfile",
-                                                               options.hostfile,
-                                                               "--map-by",
-                                                               "slot",
-                                                               "--bind-to",
-                                                               "none",
-                                                               "--mca",
-                                                               "btl_tcp_if_include",
-                                                               "10.77.0.0/24",
-                                                               "--mca",
-                                                               "oob_tcp_if_include",
-                                                               "10.77.0.0/24",
-                                                               "--mca",
-                                                               "plm_rsh_agent",
-                                                               "ssh -p 2222",
-                                                               "-x",
-                                                               "MY_FLAG",
-                                                               "-x",
-                                                               "NCCL_SOCKET_IFNAME",
-                                                               "-x",
-                                                               "PARAPLAN_SUPERVISOR",
-                                                               "-x",
-                                                               "PATH",
-                                                               "-x",
-                                                               "UCX_TLS",
-                                                               "-x",
-                                                               "FOO=bar",
-                                                               "-x",
-                                                               "LD_PRELOAD",
-                                                               "/opt/paraplan",
-                                                               "train",
-                                                               "--plan",
-                                                               options.plan_path,
-                                                               "--data=" + cwd + "/data/train.bin",
-                                                               "--val-data",
-                                                               "/abs/val.bin",
-                                                               "--checkpoint-dir",
-                                                               cwd + "/checkpoints",
-                                                               "--steps",
-                                                               "5"}));
+  EXPECT_EQ(build_launch_command(options, additions),
+            hostfile_command("4", options.hostfile,
+                             {"--mca",
+                              "btl_tcp_if_include",
+                              "10.77.0.0/24",
+                              "--mca",
+                              "oob_tcp_if_include",
+                              "10.77.0.0/24",
+                              "--mca",
+                              "plm_rsh_agent",
+                              "ssh -p 2222",
+                              "-x",
+                              "MY_FLAG",
+                              "-x",
+                              "NCCL_SOCKET_IFNAME",
+                              "-x",
+                              "PARAPLAN_SUPERVISOR",
+                              "-x",
+                              "PATH",
+                              "-x",
+                              "UCX_TLS",
+                              "-x",
+                              "FOO=bar",
+                              "-x",
+                              "LD_PRELOAD",
+                              "/opt/paraplan",
+                              "train",
+                              "--plan",
+                              options.plan_path,
+                              "--data=" + cwd + "/data/train.bin",
+                              "--val-data",
+                              "/abs/val.bin",
+                              "--checkpoint-dir",
+                              cwd + "/checkpoints",
+                              "--steps",
+                              "5"}));
   // mpirun's environment: the variables set, the env list gone.
   EXPECT_EQ(
       launch_environment(options, additions),

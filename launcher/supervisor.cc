@@ -284,13 +284,19 @@ int Supervisor::run(const std::vector<std::string>& arguments,
       if (mpirun_running) kill(-mpirun, SIGKILL);
     }
     if (!mpirun_running && now - mpirun_ended_at >= kDrainAfterExit) {
+      if (!placement_said) {  // a job shorter than the first beat
+        if (const std::optional<std::string> placement = watch.placement())
+          std::cout << "paraplan launch: " << *placement << std::endl;
+        placement_said = true;
+      }
       if (!ending && mpirun_status == 0) return 0;
       if (!ending) {
         // mpirun ended the job itself (a rank it saw fail, a daemon it lost):
         // say what the ranks said, and end what is left of it here.
-        if (const std::optional<std::string> failure = watch.failure(now)) print_failure(*failure);
+        const std::optional<std::string> failure = watch.failure(now);
+        if (failure) print_failure(*failure);
         end_job(now);
-        failure_status = mpirun_status;
+        failure_status = failure ? 1 : mpirun_status;
       }
       // Ranks told to stop and mpirun gone: wait out the rest of the grace for
       // anything still here, then the kill above has ended it.

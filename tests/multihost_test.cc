@@ -6,7 +6,7 @@
 // - pp 2 x tp 2 and dp 2 x tp 2 + ZeRO-1, two ranks per host, give the
 //   single-rank losses; each tensor group stays inside a host; the link
 //   carries at least what the plan must exchange (measured on the switch).
-// - The network is chosen despite docker0 (auto, and by name).
+// - The network is chosen despite docker0: automatically, and by name.
 // - --dry-run prints the command and every host's findings; a host that
 //   cannot be reached is refused before anything starts.
 // - A host killed mid-run, and a host cut off the network, end the whole job
@@ -123,6 +123,17 @@ class Background {
   int exit_code_ = -1;
 };
 
+// The launcher's report of a failure (its "paraplan: error:" line and the
+// lines after it), for the figures printed with the results.
+std::string launcher_report(const std::string& output) {
+  std::string report, line;
+  std::istringstream lines(output);
+  while (std::getline(lines, line))
+    if (line.rfind("paraplan: error: ", 0) == 0 || line.rfind("paraplan:   ", 0) == 0)
+      report += "    " + line + "\n";
+  return report;
+}
+
 class MultiHost : public ParallelTraining {
  protected:
   static void SetUpTestSuite() {
@@ -211,6 +222,9 @@ TEST_F(MultiHost, PipelineAndTensorParallelAcrossHostsGiveTheSingleRankLosses) {
               plan.name.c_str(), bytes, kSteps, kSteps * kPipelineBytesPerStep);
 }
 
+// docker0 carries 172.17.0.1 on both hosts: without a choice Open MPI connects
+// each host to itself and the job hangs before its first step. The automatic
+// choice works (above), and so does an interface the user names.
 TEST_F(MultiHost, DataAndTensorParallelWithZeroOneAcrossHostsGiveTheSingleRankLosses) {
   const PlanCase plan{.name = "hosts_dp2_tp2_zero1",
                       .data = 2,
@@ -219,29 +233,18 @@ TEST_F(MultiHost, DataAndTensorParallelWithZeroOneAcrossHostsGiveTheSingleRankLo
                       .zero_stage = 1};
   CommandResult result;
   long long bytes = 0;
-  const std::vector<double> losses = train_across_hosts(plan, "", result, bytes);
-  expect_single_rank_losses(plan, losses);
-  EXPECT_NE(result.output.find(kPlacement), std::string::npos) << result.output;
-  EXPECT_GE(bytes, kSteps * kZeroBytesPerStep);
-  std::printf("[ figures  ] %s: %lld bytes over node2's link in %d steps (ZeRO-1 payload %lld)\n",
-              plan.name.c_str(), bytes, kSteps, kSteps * kZeroBytesPerStep);
-}
-
-// docker0 carries 172.17.0.1 on both hosts: without a choice Open MPI connects
-// each host to itself and the job hangs before its first step. Named by the
-// user, the interface works the same as the automatic subnet.
-TEST_F(MultiHost, AnInterfaceNamedByTheUserIsUsedForMpiAndNccl) {
-  const PlanCase plan{.name = "hosts_tp2_dp2_eth0", .data = 2, .tensor = 2, .micro_batch_size = 3};
-  CommandResult result;
-  long long bytes = 0;
   const std::vector<double> losses =
       train_across_hosts(plan, "--network-interface eth0", result, bytes);
   expect_single_rank_losses(plan, losses);
+  EXPECT_NE(result.output.find(kPlacement), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("paraplan launch: network: eth0 (--network-interface) for Open "
                                "MPI (btl_tcp_if_include, oob_tcp_if_include) and NCCL "
                                "(NCCL_SOCKET_IFNAME==eth0)"),
             std::string::npos)
       << result.output;
+  EXPECT_GE(bytes, kSteps * kZeroBytesPerStep);
+  std::printf("[ figures  ] %s: %lld bytes over node2's link in %d steps (ZeRO-1 payload %lld)\n",
+              plan.name.c_str(), bytes, kSteps, kSteps * kZeroBytesPerStep);
 }
 
 TEST_F(MultiHost, DryRunPrintsTheCommandAndWhatEveryHostOffers) {
@@ -297,8 +300,8 @@ TEST_F(MultiHost, AKilledHostEndsTheWholeJobNamingItsRanks) {
   const double to_clean = seconds_until_hosts_are_clean(killed, 30s);
   std::printf(
       "[ figures  ] killed host: launcher exited %.1f s after the kill, hosts clean after "
-      "%.1f s\n",
-      to_exit, to_clean);
+      "%.1f s\n%s",
+      to_exit, to_clean, launcher_report(job.output()).c_str());
   EXPECT_EQ(job.exit_code(), 1) << job.output();
   EXPECT_NE(job.output().find("paraplan: error: lost ranks 2-3 on host node2: the process ended "
                               "without finishing (killed, crashed, or its host went down); "
@@ -328,8 +331,8 @@ TEST_F(MultiHost, AHostCutOffTheNetworkEndsTheWholeJobAndItsOwnRanks) {
   run_command(bed("heal node2"));
   std::printf(
       "[ figures  ] cut-off host: launcher exited %.1f s after the cut, hosts clean after "
-      "%.1f s\n",
-      to_exit, to_clean);
+      "%.1f s\n%s",
+      to_exit, to_clean, launcher_report(job.output()).c_str());
   ASSERT_TRUE(ended) << "the launcher did not end the job\n" << job.output();
   EXPECT_EQ(job.exit_code(), 1) << job.output();
   EXPECT_NE(job.output().find("paraplan: error: ranks 2-3 on host node2: nothing heard for "),

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <stdexcept>
@@ -42,6 +44,34 @@ struct Connection {
 // thread still running, which a destroyed std::thread would turn into
 // std::terminate.
 std::atomic<Connection*> connection{nullptr};
+
+// SIGTERM: tell the launcher (one write, async-signal-safe), then end as
+// SIGTERM would have.
+std::atomic<int> signal_fd{-1};
+char sigterm_notice[64];
+size_t sigterm_notice_length = 0;
+
+void on_sigterm(int number) {
+  const int fd = signal_fd.load();
+  if (fd >= 0) {
+    const ssize_t ignored =
+        send(fd, sigterm_notice, sigterm_notice_length, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)ignored;
+  }
+  signal(number, SIG_DFL);
+  raise(number);
+}
+
+void say_so_on_sigterm(int fd) {
+  const std::string notice = supervision::encode_signal(SIGTERM);
+  sigterm_notice_length = std::min(notice.size(), sizeof sigterm_notice);
+  std::memcpy(sigterm_notice, notice.data(), sigterm_notice_length);
+  signal_fd = fd;
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 bool send_line(Connection& link, const std::string& line) {
   std::lock_guard<std::mutex> lock(link.write_mutex);
@@ -83,16 +113,21 @@ supervision::Beat current_beat(Watchdog::Snapshot& snapshot) {
   return beat;
 }
 
-// Sends the groups made since the last beat, then the beat.
-bool send_beat(Connection& link) {
-  Watchdog::Snapshot snapshot = Watchdog::instance().snapshot();
-  for (; link.groups_sent < snapshot.groups.size(); ++link.groups_sent) {
-    const Watchdog::Snapshot::Group& group = snapshot.groups[link.groups_sent];
-    if (!send_line(link, supervision::encode_group(
-                             {static_cast<int>(link.groups_sent), group.name, group.members})))
-      return false;
+// Sends the groups made since the last call: at once, not at the next beat,
+// so that the launcher knows every rank's groups (and where the tensor groups
+// run) even in a job that ends before its first beat.
+void send_new_groups(Connection& link) {
+  for (const Watchdog::Snapshot::Group& group :
+       Watchdog::instance().groups_after(link.groups_sent)) {
+    send_line(link, supervision::encode_group(
+                        {static_cast<int>(link.groups_sent), group.name, group.members}));
+    ++link.groups_sent;
   }
-  return send_line(link, supervision::encode_beat(current_beat(snapshot)));
+}
+
+void send_beat(Connection& link) {
+  Watchdog::Snapshot snapshot = Watchdog::instance().snapshot();
+  send_line(link, supervision::encode_beat(current_beat(snapshot)));
 }
 
 void run(Connection& link) {
@@ -101,8 +136,9 @@ void run(Connection& link) {
   auto next_beat = Clock::now();
   while (!link.stopping.load()) {
     const auto now = Clock::now();
+    // A failed write is the connection's end, which the read below sees.
+    send_new_groups(link);
     if (now >= next_beat) {
-      // A failed write is the connection's end, which the read below sees.
       send_beat(link);
       next_beat = now + link.interval;
     }
@@ -182,6 +218,7 @@ bool Heartbeat::start_from_environment(int world_rank) {
   link->interval = std::chrono::milliseconds(std::max(10, welcome.interval_ms));
   link->timeout = std::chrono::milliseconds(std::max(welcome.timeout_ms, welcome.interval_ms * 2));
   Watchdog::instance().set_tracking(true);
+  say_so_on_sigterm(link->fd);
   Connection* started = link.release();
   connection.store(started);
   started->thread = std::thread([started] { run(*started); });
@@ -206,10 +243,12 @@ void Heartbeat::finish() noexcept {
   if (link == nullptr || link->stopping.exchange(true)) return;
   if (link->thread.joinable()) link->thread.join();
   try {
+    send_new_groups(*link);
     send_line(*link, supervision::encode_done());
   } catch (...) {
   }
   std::lock_guard<std::mutex> lock(link->write_mutex);
+  signal_fd = -1;
   close(link->fd);
   link->fd = -1;
 }

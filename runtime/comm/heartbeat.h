@@ -18,6 +18,9 @@
 //   Open MPI daemon that started this rank (orted, which cannot reach mpirun
 //   either) is ended too, so nothing of the job lingers on this host.
 //
+// A rank ended by SIGTERM (mpirun ending the job, or a user) says so first,
+// so that the launcher does not take it for the rank at fault.
+//
 // Without PARAPLAN_SUPERVISOR (a job started by mpirun directly) nothing runs
 // and only the collective timeout (watchdog.h) guards the job.
 #pragma once

@@ -10,10 +10,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -137,6 +139,29 @@ TEST(Heartbeat, AnUnreachableLauncherIsNamedWithTheFix) {
               "daemons do (choose the network with `paraplan launch --network-interface`)");
   }
   unsetenv(protocol::kAddressVariable);
+}
+
+// A rank ended by SIGTERM (mpirun ending the job) says so before it goes,
+// and still ends as SIGTERM ends a process.
+TEST(Heartbeat, ARankEndedBySigtermSaysSo) {
+  FakeLauncher launcher(FakeLauncher::Then::kBeat);
+  const pid_t child = fork();
+  if (child == 0) {  // the rank; before any other test started this process's heartbeat
+    try {
+      Heartbeat::start_from_environment(6);
+    } catch (...) {
+      _exit(99);
+    }
+    raise(SIGTERM);
+    _exit(0);  // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_NE(launcher.await([](const std::string& line) {
+    return line + "\n" == protocol::encode_signal(SIGTERM);
+  }),
+            "");
 }
 
 TEST(Heartbeat, SaysHelloReportsGroupsAndOpenOperationsAndDone) {

@@ -8,6 +8,7 @@
 //   {"type":"beat","idle_ms":..,"entered":{"I":n,..},"open":[..]}  every interval
 //   {"type":"error","message":M}   this rank is ending the job with message M
 //   {"type":"done"}                this rank finished normally
+//   {"type":"signal","signal":S}   this rank is being ended by signal S (SIGTERM)
 // launcher -> rank:
 //   {"type":"welcome","interval_ms":..,"timeout_ms":..}        the answer to hello
 //   {"type":"beat"}                every interval
@@ -65,11 +66,12 @@ struct Welcome {
 
 // One parsed line from a rank.
 struct RankMessage {
-  enum class Type { kHello, kGroup, kBeat, kError, kDone } type = Type::kDone;
+  enum class Type { kHello, kGroup, kBeat, kError, kDone, kSignal } type = Type::kDone;
   Hello hello;
   GroupInfo group;
   Beat beat;
   std::string error;
+  int signal = 0;
 };
 
 // One parsed line from the launcher.
@@ -84,6 +86,7 @@ std::string encode_group(const GroupInfo& group);
 std::string encode_beat(const Beat& beat);
 std::string encode_error(const std::string& message);
 std::string encode_done();
+std::string encode_signal(int signal);
 std::string encode_welcome(const Welcome& welcome);
 std::string encode_launcher_beat();
 std::string encode_stop();

@@ -46,6 +46,10 @@ TEST(SupervisionProtocol, RankMessagesRoundTrip) {
   EXPECT_EQ(error->type, RankMessage::Type::kError);
   EXPECT_EQ(error->error, "timeout: \"quoted\"\nsecond line");
   EXPECT_EQ(parse_rank_message(encode_done())->type, RankMessage::Type::kDone);
+  const auto signal = parse_rank_message(encode_signal(15));
+  ASSERT_TRUE(signal);
+  EXPECT_EQ(signal->type, RankMessage::Type::kSignal);
+  EXPECT_EQ(signal->signal, 15);
 }
 
 TEST(SupervisionProtocol, EachMessageIsOneLine) {

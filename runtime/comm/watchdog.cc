@@ -64,6 +64,12 @@ int Watchdog::register_group(const std::string& name, std::vector<int> members) 
   return static_cast<int>(groups_.size()) - 1;
 }
 
+std::vector<Watchdog::Snapshot::Group> Watchdog::groups_after(size_t known) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (known >= groups_.size()) return {};
+  return {groups_.begin() + static_cast<std::ptrdiff_t>(known), groups_.end()};
+}
+
 Watchdog::Snapshot Watchdog::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Clock::time_point now = Clock::now();

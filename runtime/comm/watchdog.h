@@ -103,6 +103,8 @@ class Watchdog {
     double idle_seconds = 0;
   };
   Snapshot snapshot() const;
+  // The groups registered after the first `known` ones (ids known, known + 1, ...).
+  std::vector<Snapshot::Group> groups_after(size_t known) const;
 
   // Registers an operation that starts now. With `done`, the watchdog thread
   // polls it and retires the operation once it returns true; finish() may
