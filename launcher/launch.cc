@@ -221,8 +221,17 @@ std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long rank
                    options.mpirun_arguments.end());
   const std::vector<std::string> environment = launch_environment(options, additions);
   std::vector<std::string> also;
-  for (const std::string& entry : options.pass_environment)
-    also.push_back(entry.substr(0, entry.find('=')));
+  for (const std::string& entry : options.pass_environment) {
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool set = std::any_of(environment.begin(), environment.end(),
+                                 [&](const std::string& e) { return e.rfind(name + "=", 0) == 0; });
+    if (name.empty() || !set)
+      throw std::runtime_error(
+          "launch: --env " + entry + ": " +
+          (name.empty() ? std::string("no variable name") : name + " is not set here") +
+          "; give --env NAME (a variable set here) or --env NAME=VALUE");
+    also.push_back(name);
+  }
   for (const std::string& name : passthrough_variables(environment, also))
     arguments.insert(arguments.end(), {"-x", name});
   for (const std::string& entry : env_list_entries(base_environment(options)))

@@ -283,6 +283,12 @@ TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
                               cwd + "/checkpoints",
                               "--steps",
                               "5"}));
+  // --env naming a variable that is not set is refused.
+  LaunchOptions unset = options;
+  unset.pass_environment = {"NOT_SET_HERE"};
+  EXPECT_EQ(error_of([&] { build_launch_command(unset, additions); }),
+            "launch: --env NOT_SET_HERE: NOT_SET_HERE is not set here; give --env NAME (a "
+            "variable set here) or --env NAME=VALUE");
   // mpirun's environment: the variables set, the env list gone.
   EXPECT_EQ(
       launch_environment(options, additions),
