@@ -1,5 +1,6 @@
 // launch.cc: `paraplan launch`: hostfile parsing, its check against the plan's
-// mesh, and the mpirun command that starts one rank per device.
+// mesh, and the mpirun command (arguments and environment) that starts one
+// rank per device.
 #include "launcher/launch.h"
 
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -143,14 +145,16 @@ void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::stri
       "cluster.devices_per_node)");
 }
 
-std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment) {
+std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,
+                                               const std::vector<std::string>& also) {
   static const char* const kPrefixes[] = {"PARAPLAN_", "OMP_", "OPENBLAS_", "NCCL_"};
-  std::vector<std::string> names;
+  static const char* const kNames[] = {"CUDA_VISIBLE_DEVICES", "PATH", "LD_LIBRARY_PATH"};
+  std::vector<std::string> names(also.begin(), also.end());
   for (const std::string& entry : environment) {
     const size_t equals = entry.find('=');
     if (equals == std::string::npos || equals == 0) continue;
     const std::string name = entry.substr(0, equals);
-    const bool passes = name == "CUDA_VISIBLE_DEVICES" ||
+    const bool passes = std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames) ||
                         std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
                                     [&](const char* prefix) { return name.rfind(prefix, 0) == 0; });
     if (passes) names.push_back(name);
@@ -162,10 +166,42 @@ std::vector<std::string> passthrough_variables(const std::vector<std::string>& e
 
 namespace {
 
-// mpirun -np N, the hosts, the mapping and the passed-on variables.
+constexpr const char* kEnvList = "OMPI_MCA_mca_base_env_list";
+
+std::vector<std::string> base_environment(const LaunchOptions& options) {
+  if (options.environment) return *options.environment;
+  std::vector<std::string> variables;
+  for (char** entry = environ; entry && *entry; ++entry) variables.emplace_back(*entry);
+  return variables;
+}
+
+// Sets NAME=VALUE in a list of entries, replacing an earlier value.
+void set_variable(std::vector<std::string>& environment, const std::string& entry) {
+  const std::string prefix = entry.substr(0, entry.find('=') + 1);
+  std::erase_if(environment,
+                [&](const std::string& existing) { return existing.rfind(prefix, 0) == 0; });
+  environment.push_back(entry);
+}
+
+// The entries of OMPI_MCA_mca_base_env_list ("A=1;B"), which Open MPI will not
+// combine with -x: launch passes them as -x instead.
+std::vector<std::string> env_list_entries(const std::vector<std::string>& environment) {
+  std::vector<std::string> entries;
+  const std::string prefix = std::string(kEnvList) + "=";
+  for (const std::string& entry : environment) {
+    if (entry.rfind(prefix, 0) != 0) continue;
+    std::stringstream list(entry.substr(prefix.size()));
+    for (std::string item; std::getline(list, item, ';');)
+      if (!item.empty()) entries.push_back(item);
+  }
+  return entries;
+}
+
+// mpirun -np N, the hosts, the mapping, the network, the user's mpirun
+// arguments and the variables passed on.
 std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long ranks,
-                                       const std::string& hostfile,
-                                       const std::optional<std::vector<std::string>>& environment) {
+                                       const std::string& hostfile, const LaunchOptions& options,
+                                       const LaunchAdditions& additions) {
   std::vector<std::string> arguments = {mpirun, "-np", std::to_string(ranks)};
   if (!hostfile.empty()) {
     arguments.insert(arguments.end(), {"--hostfile", hostfile});
@@ -178,30 +214,85 @@ std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long rank
   // ranks) never straddles two nodes. Binding is left to the runtime (threads,
   // the device picked by local rank), so --bind-to none.
   arguments.insert(arguments.end(), {"--map-by", "slot", "--bind-to", "none"});
-  std::vector<std::string> variables;
-  if (environment) {
-    variables = *environment;
-  } else {
-    for (char** entry = environ; entry && *entry; ++entry) variables.emplace_back(*entry);
+  if (!additions.mpi_network.empty())
+    arguments.insert(arguments.end(), {"--mca", "btl_tcp_if_include", additions.mpi_network,
+                                       "--mca", "oob_tcp_if_include", additions.mpi_network});
+  arguments.insert(arguments.end(), options.mpirun_arguments.begin(),
+                   options.mpirun_arguments.end());
+  const std::vector<std::string> environment = launch_environment(options, additions);
+  std::vector<std::string> also;
+  for (const std::string& entry : options.pass_environment) {
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool set = std::any_of(environment.begin(), environment.end(),
+                                 [&](const std::string& e) { return e.rfind(name + "=", 0) == 0; });
+    if (name.empty() || !set)
+      throw std::runtime_error(
+          "launch: --env " + entry + ": " +
+          (name.empty() ? std::string("no variable name") : name + " is not set here") +
+          "; give --env NAME (a variable set here) or --env NAME=VALUE");
+    also.push_back(name);
   }
-  for (const std::string& name : passthrough_variables(variables)) {
+  for (const std::string& name : passthrough_variables(environment, also))
     arguments.insert(arguments.end(), {"-x", name});
-  }
+  for (const std::string& entry : env_list_entries(base_environment(options)))
+    arguments.insert(arguments.end(), {"-x", entry});
   return arguments;
+}
+
+bool is_path_flag(const std::string& flag) {
+  static const char* const kPathFlags[] = {"--plan",           "--data",     "--val-data",
+                                           "--checkpoint-dir", "--log-json", "--report",
+                                           "--trace",          "--timeline"};
+  return std::find(std::begin(kPathFlags), std::end(kPathFlags), flag) != std::end(kPathFlags);
+}
+
+std::string absolute(const std::string& path) {
+  if (path.empty()) return path;
+  return std::filesystem::absolute(path).lexically_normal().string();
 }
 
 }  // namespace
 
+std::vector<std::string> launch_environment(const LaunchOptions& options,
+                                            const LaunchAdditions& additions) {
+  std::vector<std::string> environment = base_environment(options);
+  const std::string env_list = std::string(kEnvList) + "=";
+  std::erase_if(environment,
+                [&](const std::string& entry) { return entry.rfind(env_list, 0) == 0; });
+  for (const std::string& entry : additions.variables) set_variable(environment, entry);
+  for (const std::string& entry : options.pass_environment)
+    if (entry.find('=') != std::string::npos) set_variable(environment, entry);
+  return environment;
+}
+
+std::vector<std::string> with_absolute_paths(const std::vector<std::string>& command) {
+  std::vector<std::string> result;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& argument = command[i];
+    const size_t equals = argument.find('=');
+    if (equals != std::string::npos && is_path_flag(argument.substr(0, equals))) {
+      result.push_back(argument.substr(0, equals + 1) + absolute(argument.substr(equals + 1)));
+    } else if (is_path_flag(argument) && i + 1 < command.size()) {
+      result.push_back(argument);
+      result.push_back(absolute(command[++i]));
+    } else {
+      result.push_back(argument);
+    }
+  }
+  return result;
+}
+
 std::vector<std::string> local_mpirun_command(int ranks,
                                               const std::vector<std::string>& paraplan_arguments,
                                               const std::string& mpirun) {
-  std::vector<std::string> arguments = mpirun_prefix(mpirun, ranks, "", std::nullopt);
+  std::vector<std::string> arguments = mpirun_prefix(mpirun, ranks, "", LaunchOptions{}, {});
   arguments.push_back(this_executable());
   arguments.insert(arguments.end(), paraplan_arguments.begin(), paraplan_arguments.end());
   return arguments;
 }
 
-std::vector<std::string> build_launch_command(const LaunchOptions& options) {
+std::vector<std::string> build_launch_command(const LaunchOptions& options,
+                                              const LaunchAdditions& additions) {
   if (options.plan_path.empty()) throw std::runtime_error("launch: --plan FILE is required");
   if (options.command.empty())
     throw std::runtime_error(
@@ -235,12 +326,13 @@ std::vector<std::string> build_launch_command(const LaunchOptions& options) {
   }
 
   std::vector<std::string> arguments =
-      mpirun_prefix(options.mpirun, ranks, options.hostfile, options.environment);
+      mpirun_prefix(options.mpirun, ranks, absolute(options.hostfile), options, additions);
   arguments.push_back(options.paraplan_binary.empty() ? this_executable()
                                                       : options.paraplan_binary);
   arguments.push_back(subcommand);
-  if (!has_plan) arguments.insert(arguments.end(), {"--plan", options.plan_path});
-  arguments.insert(arguments.end(), options.command.begin() + 1, options.command.end());
+  if (!has_plan) arguments.insert(arguments.end(), {"--plan", absolute(options.plan_path)});
+  const std::vector<std::string> rest = with_absolute_paths(options.command);
+  arguments.insert(arguments.end(), rest.begin() + 1, rest.end());
   return arguments;
 }
 
@@ -263,18 +355,20 @@ std::string shell_quote_command(const std::vector<std::string>& arguments) {
   return line;
 }
 
-int run_launch(const LaunchOptions& options) {
-  const std::vector<std::string> arguments = build_launch_command(options);
-  if (options.dry_run) {
-    std::cout << shell_quote_command(arguments) << std::endl;
-    return 0;
+std::string find_program(const std::string& program) {
+  const auto runnable = [](const std::string& path) { return access(path.c_str(), X_OK) == 0; };
+  if (program.find('/') != std::string::npos) {
+    if (runnable(program)) return program;
+  } else if (const char* path = std::getenv("PATH")) {
+    std::stringstream directories(path);
+    for (std::string directory; std::getline(directories, directory, ':');) {
+      const std::string candidate = (directory.empty() ? "." : directory) + "/" + program;
+      if (runnable(candidate)) return candidate;
+    }
   }
-  try {
-    exec_command(arguments);
-  } catch (const std::exception& error) {
-    throw std::runtime_error(std::string("launch: ") + error.what());
-  }
-  return 1;  // not reached: exec_command returns only by throwing
+  throw std::runtime_error("cannot run '" + program +
+                           "': not found; install Open MPI (mpirun on PATH) or pass "
+                           "--mpirun PATH");
 }
 
 void exec_command(const std::vector<std::string>& arguments) {

@@ -1,10 +1,14 @@
 // launch.h: `paraplan launch --plan job.pplan [--hostfile hosts] [--dry-run]
-// [--mpirun PATH] -- train ...`: checks a hostfile against the plan's mesh and
-// starts the job with mpirun, one rank per device.
+// [--mpirun PATH] [--mpirun-arg ARG]... [--network-interface auto|none|NAME|CIDR]
+// [--env NAME[=VALUE]]... [--heartbeat-timeout S] -- train ...`: checks a
+// hostfile against the plan's mesh, asks every host whether it can run the
+// job (preflight.h), picks the network (network.h), and starts the job with
+// mpirun, one rank per device, staying with it until it ends (supervisor.h).
 //
 // The command it builds (no shell in between):
 //   mpirun -np N [--hostfile F | --oversubscribe] --map-by slot --bind-to none
-//          [-x VAR]... /path/to/paraplan train --plan job.pplan ...
+//          [--mca btl_tcp_if_include NET --mca oob_tcp_if_include NET]
+//          [--mpirun-arg ...] [-x VAR]... /path/to/paraplan train --plan /abs/job.pplan ...
 #pragma once
 
 #include <optional>
@@ -35,23 +39,55 @@ void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::stri
 struct LaunchOptions {
   std::string plan_path;
   std::string hostfile;              // empty: every rank on this machine
-  bool dry_run = false;              // print the command instead of running it
+  bool dry_run = false;              // print the command and the preflight, run nothing
   std::string mpirun = "mpirun";     // a name looked up on PATH, or a path
   std::vector<std::string> command;  // the arguments after "--": "train ..." or "replay ..."
   std::string paraplan_binary;       // empty: this executable (/proc/self/exe)
-  // "NAME=VALUE" entries to pick passthrough variables from; unset: this
-  // process's environment.
+  // The environment mpirun starts from ("NAME=VALUE"); unset: this process's.
   std::optional<std::vector<std::string>> environment;
+  std::vector<std::string> mpirun_arguments;  // --mpirun-arg: given to mpirun as they are
+  // --network-interface: auto (the subnet carrying every host's address),
+  // none, interface names ("eth0", "ib0,eth0") or a subnet ("10.0.0.0/16").
+  std::string network_interface = "auto";
+  // --env: more variables every rank gets, by name (this environment's value)
+  // or as NAME=VALUE.
+  std::vector<std::string> pass_environment;
+  double heartbeat_timeout_seconds = 10;  // a rank silent this long ends the job
 };
 
-// Names of the variables mpirun passes on to every rank (-x): PARAPLAN_*,
-// OMP_*, OPENBLAS_*, NCCL_* and CUDA_VISIBLE_DEVICES, sorted.
-std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment);
+// What launch adds once it has looked at the hosts: the network Open MPI
+// uses (btl/oob_tcp_if_include; "" leaves it to Open MPI) and variables set
+// for every rank ("NAME=VALUE": the launcher's address, NCCL_SOCKET_IFNAME).
+struct LaunchAdditions {
+  std::string mpi_network;
+  std::vector<std::string> variables;
+};
+
+// Names of the variables every rank gets (-x), sorted: PATH, LD_LIBRARY_PATH,
+// PARAPLAN_*, OMP_*, OPENBLAS_*, NCCL_*, CUDA_VISIBLE_DEVICES where set, and
+// the names in `also`. Local ranks inherit the rest of mpirun's environment;
+// ranks on other hosts get only these.
+std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,
+                                               const std::vector<std::string>& also = {});
+
+// The environment mpirun runs with: options.environment (or this process's)
+// with `additions` and --env's NAME=VALUE entries set, and without
+// OMPI_MCA_mca_base_env_list, whose entries become -x arguments instead (Open
+// MPI refuses the two together).
+std::vector<std::string> launch_environment(const LaunchOptions& options,
+                                            const LaunchAdditions& additions = {});
+
+// The command after "--" with the paths it names (--plan, --data, --val-data,
+// --checkpoint-dir, --log-json, --report, --trace, --timeline) made absolute,
+// so that ranks on other hosts, whose working directory is their home, find
+// them.
+std::vector<std::string> with_absolute_paths(const std::vector<std::string>& command);
 
 // The full mpirun argument list (argv[0] is options.mpirun). Loads and validates
 // the plan, checks the hostfile against its mesh, and adds --plan to the
 // command when it lacks one. Throws with a message naming what is wrong.
-std::vector<std::string> build_launch_command(const LaunchOptions& options);
+std::vector<std::string> build_launch_command(const LaunchOptions& options,
+                                              const LaunchAdditions& additions = {});
 
 // mpirun -np N --oversubscribe ... (as for a plan without a hostfile), then this
 // executable with paraplan_arguments: how `paraplan profile` starts its ranks.
@@ -68,8 +104,17 @@ void exec_command(const std::vector<std::string>& arguments);
 // The arguments as one line a shell would read back the same (for --dry-run).
 std::string shell_quote_command(const std::vector<std::string>& arguments);
 
-// Dry run: prints the command and returns 0. Otherwise replaces this process
-// with mpirun (execvp) and returns only by throwing (mpirun not found, ...).
+// `paraplan launch` (launch_job.cc). With a hostfile: the preflight on every
+// host and the network choice, one line each problem. Dry run: prints the
+// command, the network and the preflight's findings; returns 0, or 1 when
+// the preflight found problems. Otherwise starts mpirun under the
+// supervisor and returns the exit status of the job (0, or 1 when it failed);
+// throws for problems found before anything started.
 int run_launch(const LaunchOptions& options);
+
+// The path execvp would run for `program` (looked up on PATH unless it names
+// a path); throws "cannot run 'mpirun': not found; install Open MPI ..." when
+// there is none.
+std::string find_program(const std::string& program);
 
 }  // namespace paraplan

@@ -18,6 +18,16 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
+// How every command over a hostfile starts: mpirun -np N --hostfile F --map-by
+// slot --bind-to none, then `rest`.
+Strings hostfile_command(const std::string& ranks, const std::string& hostfile,
+                         const Strings& rest) {
+  Strings command = {"mpirun",   "-np",  ranks,       "--hostfile", hostfile,
+                     "--map-by", "slot", "--bind-to", "none"};
+  command.insert(command.end(), rest.begin(), rest.end());
+  return command;
+}
+
 // The error message of calling f, or "" if it did not throw.
 template <typename F>
 std::string error_of(F&& f) {
@@ -127,33 +137,13 @@ TEST_F(LaunchTest, TwoNodeCommandWithHostfile) {
                                 "CUDA_VISIBLE_DEVICES=0,1,2,3",
                                 "CUDA_HOME=/usr/local/cuda",
                                 "MY_OMP_THING=1"};
-  EXPECT_EQ(build_launch_command(options), (Strings{"mpirun",
-                                                    "-np",
-                                                    "8",
-                                                    "--hostfile",
-                                                    options.hostfile,
-                                                    "--map-by",
-                                                    "slot",
-                                                    "--bind-to",
-                                                    "none",
-                                                    "-x",
-                                                    "CUDA_VISIBLE_DEVICES",
-                                                    "-x",
-                                                    "NCCL_DEBUG",
-                                                    "-x",
-                                                    "OMP_NUM_THREADS",
-                                                    "-x",
-                                                    "OPENBLAS_NUM_THREADS",
-                                                    "-x",
-                                                    "PARAPLAN_LOG",
-                                                    "/opt/paraplan/bin/paraplan",
-                                                    "train",
-                                                    "--plan",
-                                                    options.plan_path,
-                                                    "--data",
-                                                    "data/train.bin",
-                                                    "--steps",
-                                                    "5"}));
+  EXPECT_EQ(build_launch_command(options),
+            hostfile_command(
+                "8", options.hostfile,
+                {"-x", "CUDA_VISIBLE_DEVICES", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x",
+                 "OPENBLAS_NUM_THREADS", "-x", "PARAPLAN_LOG", "/opt/paraplan/bin/paraplan",
+                 "train", "--plan", options.plan_path, "--data",
+                 (std::filesystem::current_path() / "data/train.bin").string(), "--steps", "5"}));
 }
 
 TEST_F(LaunchTest, LocalCommandWithoutHostfile) {
@@ -229,7 +219,81 @@ TEST(LaunchEnvironment, PassesParaplanOmpOpenblasNcclAndVisibleDevices) {
                                    "OPENBLAS_VERBOSE=2", "OMP_NUM_THREADS=4", "LD_OMP_X=1",
                                    "=weird", "NOEQUALS"}),
             (Strings{"CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA", "OMP_NUM_THREADS", "OPENBLAS_VERBOSE",
-                     "PARAPLAN_X"}));
+                     "PARAPLAN_X", "PATH"}));
+  EXPECT_EQ(passthrough_variables({"LD_LIBRARY_PATH=/opt/lib", "HOME=/root"}, {"HOME", "UCX_TLS"}),
+            (Strings{"HOME", "LD_LIBRARY_PATH", "UCX_TLS"}));
+}
+
+// What a real cluster needs: mpirun's own options, the network launch chose,
+// variables for every rank (--env), the user's OMPI_MCA_mca_base_env_list
+// turned into -x (Open MPI refuses both at once), paths made absolute.
+TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
+  LaunchOptions options;
+  options.plan_path = write_plan_file(2, 1, 2);
+  options.hostfile = write_file("hosts", "node1 slots=2\nnode2 slots=2\n");
+  options.paraplan_binary = "/opt/paraplan";
+  options.command = {"train",
+                     "--data=data/train.bin",
+                     "--val-data",
+                     "/abs/val.bin",
+                     "--checkpoint-dir",
+                     "./ckpt/../checkpoints",
+                     "--steps",
+                     "5"};
+  options.environment = Strings{"PATH=/usr/bin", "HOME=/root", "UCX_TLS=tcp", "SECRET=1",
+                                "OMPI_MCA_mca_base_env_list=FOO=bar;LD_PRELOAD"};
+  options.mpirun_arguments = {"--mca", "plm_rsh_agent", "ssh -p 2222"};
+  options.pass_environment = {"UCX_TLS", "MY_FLAG=on"};
+  const LaunchAdditions additions{
+      "10.77.0.0/24", {"PARAPLAN_SUPERVISOR=10.77.0.1:4000", "NCCL_SOCKET_IFNAME==eth0"}};
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_EQ(build_launch_command(options, additions),
+            hostfile_command("4", options.hostfile,
+                             {"--mca",
+                              "btl_tcp_if_include",
+                              "10.77.0.0/24",
+                              "--mca",
+                              "oob_tcp_if_include",
+                              "10.77.0.0/24",
+                              "--mca",
+                              "plm_rsh_agent",
+                              "ssh -p 2222",
+                              "-x",
+                              "MY_FLAG",
+                              "-x",
+                              "NCCL_SOCKET_IFNAME",
+                              "-x",
+                              "PARAPLAN_SUPERVISOR",
+                              "-x",
+                              "PATH",
+                              "-x",
+                              "UCX_TLS",
+                              "-x",
+                              "FOO=bar",
+                              "-x",
+                              "LD_PRELOAD",
+                              "/opt/paraplan",
+                              "train",
+                              "--plan",
+                              options.plan_path,
+                              "--data=" + cwd + "/data/train.bin",
+                              "--val-data",
+                              "/abs/val.bin",
+                              "--checkpoint-dir",
+                              cwd + "/checkpoints",
+                              "--steps",
+                              "5"}));
+  // --env naming a variable that is not set is refused.
+  LaunchOptions unset = options;
+  unset.pass_environment = {"NOT_SET_HERE"};
+  EXPECT_EQ(error_of([&] { build_launch_command(unset, additions); }),
+            "launch: --env NOT_SET_HERE: NOT_SET_HERE is not set here; give --env NAME (a "
+            "variable set here) or --env NAME=VALUE");
+  // mpirun's environment: the variables set, the env list gone.
+  EXPECT_EQ(
+      launch_environment(options, additions),
+      (Strings{"PATH=/usr/bin", "HOME=/root", "UCX_TLS=tcp", "SECRET=1",
+               "PARAPLAN_SUPERVISOR=10.77.0.1:4000", "NCCL_SOCKET_IFNAME==eth0", "MY_FLAG=on"}));
 }
 
 TEST(LaunchQuoting, QuotesOnlyWhatAShellWouldSplit) {
@@ -248,9 +312,10 @@ TEST_F(LaunchTest, DryRunPrintsTheCommandOnOneLine) {
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(run_launch(options), 0);
   EXPECT_EQ(::testing::internal::GetCapturedStdout(),
-            "mpirun -np 2 --oversubscribe --map-by slot --bind-to none -x OMP_NUM_THREADS "
-            "/bin/paraplan train --plan " +
-                options.plan_path + " --data 'my data.bin'\n");
+            "mpirun -np 2 --oversubscribe --map-by slot --bind-to none -x OMP_NUM_THREADS -x "
+            "PARAPLAN_SUPERVISOR -x PARAPLAN_SUPERVISOR_TOKEN /bin/paraplan train --plan " +
+                options.plan_path + " --data '" + std::filesystem::current_path().string() +
+                "/my data.bin'\n");
 }
 
 TEST_F(LaunchTest, MissingMpirunIsReported) {

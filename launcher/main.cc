@@ -1,5 +1,5 @@
 // main.cc: the `paraplan` command: tokenize, plan, inspect, train, replay,
-// profile, autotune, launch, sample.
+// profile, autotune, launch, preflight, sample.
 //
 // Each subcommand is a thin shell over the planner or the runtime. Every
 // failure ends here as one line, "paraplan: error: <message>", and exit
@@ -12,6 +12,7 @@
 
 #include "launcher/autotune.h"
 #include "launcher/launch.h"
+#include "launcher/preflight.h"
 #include "launcher/profile_command.h"
 #include "planner/job_config.h"
 #include "planner/planner.h"
@@ -227,6 +228,35 @@ int main(int argc, char** argv) {
   launch_command->add_flag("--dry-run", launch_options.dry_run, "print the command, run nothing");
   launch_command->add_option("--mpirun", launch_options.mpirun, "the mpirun to use")
       ->capture_default_str();
+  launch_command
+      ->add_option("--mpirun-arg", launch_options.mpirun_arguments,
+                   "an argument given to mpirun as it is (repeat: --mpirun-arg --mca "
+                   "--mpirun-arg btl ...)")
+      ->allow_extra_args(false);
+  launch_command
+      ->add_option("--network-interface", launch_options.network_interface,
+                   "the network of a multi-host job, for Open MPI and NCCL alike: auto (the "
+                   "subnet that carries every host's address), none, interface names "
+                   "(eth0,ib0) or a subnet (10.0.0.0/16)")
+      ->capture_default_str();
+  launch_command
+      ->add_option("--env", launch_options.pass_environment,
+                   "pass this variable to every rank too: NAME (its value here) or NAME=VALUE")
+      ->allow_extra_args(false);
+  launch_command
+      ->add_option("--heartbeat-timeout", launch_options.heartbeat_timeout_seconds,
+                   "seconds without a heartbeat after which a rank counts as lost (stopped, "
+                   "hung or cut off) and the job ends")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  std::vector<std::string> preflight_files;
+  bool preflight_gpus = false;
+  CLI::App* preflight_command = app.add_subcommand(
+      "preflight", "what this host offers a job, as JSON (launch runs it on every host over ssh)");
+  preflight_command->add_option("--file", preflight_files, "a file the job reads here")
+      ->allow_extra_args(false);
+  preflight_command->add_flag("--count-gpus", preflight_gpus, "count the CUDA devices");
 
   SampleOptions sample_options;
   CLI::App* sample_command = app.add_subcommand("sample", "generate text from a checkpoint");
@@ -270,6 +300,8 @@ int main(int argc, char** argv) {
       launch_options.command = after_separator;
       return run_launch(launch_options);
     }
+    if (preflight_command->parsed())
+      std::cout << this_host_findings(preflight_files, preflight_gpus).dump() << std::endl;
     if (sample_command->parsed()) {
       const std::string text = sample_text(sample_options);
       std::cout << sample_options.prompt << text << std::endl;

@@ -12,6 +12,8 @@ packages=(
   fortunes fortunes-min
   python3-numpy
   python3-torch python3-venv
+  # the multi-host test bed (tests/testbed.sh): namespaces, veth, a bridge, sshd
+  iproute2 openssh-server openssh-client
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -16,7 +16,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -154,7 +156,64 @@ TEST_F(ParallelTraining, AStalledRankTimesOutNamingTheCollective) {
   EXPECT_NE(result.output.find("on group 'tensor' (rank 0 of 2) did not complete within 3 s"),
             std::string::npos)
       << result.output;
+  // The launcher names the member that has not arrived, from the ranks' beats:
+  // rank 0 waits in the tensor group's operation k, rank 1 entered k - 1.
+  const size_t named = result.output.find("(operation ");
+  ASSERT_NE(named, std::string::npos) << result.output;
+  const long operation = std::atol(result.output.c_str() + named + 11);
+  EXPECT_NE(result.output.find("(operation " + std::to_string(operation) +
+                               " on that group), world rank 1 on "),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("has not arrived (it entered " + std::to_string(operation - 1) +
+                               "): it is outside communication for "),
+            std::string::npos)
+      << result.output;
   EXPECT_LT(seconds, 60.0);
+}
+
+// A rank stopped outright (SIGSTOP, as a debugger or `kill -STOP` would): its
+// heartbeat stops with it, so the launcher notices it after the heartbeat
+// timeout instead of at the 600 s collective timeout, names it and the rank
+// waiting for it, and leaves no process behind (the stopped one included).
+TEST_F(ParallelTraining, AStoppedRankIsNoticedWithinTheHeartbeatTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult result;
+  const PlanCase plan{.name = "tp2_stopped", .tensor = 2, .micro_batch_size = 6};
+  write_file(*directory_ / "stopped.toml", job_toml(plan));
+  ASSERT_EQ(run("plan --config " + *directory_ / "stopped.toml" + " --output " +
+                *directory_ / "stopped.pplan")
+                .exit_code,
+            0);
+  result = run_command("PARAPLAN_STOP_RANK_AT_STEP=1:2 " + std::string(PARAPLAN_BINARY) +
+                       " launch --plan " + *directory_ / "stopped.pplan" +
+                       " --heartbeat-timeout 4 -- train --data " + *directory_ / "data/train.bin" +
+                       " --steps 5");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ figures  ] stopped rank: the job ended %.1f s after it started\n", seconds);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("paraplan: error: rank 1 on host "), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("(heartbeat timeout 4.0 s): stopped (SIGSTOP), hung, or the host "
+                               "is cut off the network; ending the job"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("pipeline stage 0 of 1, data rank 0 of 1, tensor rank 1 of 2"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("waiting for it: rank 0 on "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("in all_reduce of 3072 floats on group 'tensor' (rank 0 of 2)"),
+            std::string::npos)
+      << result.output;
+  EXPECT_LT(seconds, 60.0) << "the collective timeout is 600 s: only the heartbeat ends it sooner";
+  // The stopped rank's pid, from the launcher's message: it must be gone.
+  const size_t at = result.output.find("rank 1 on ");
+  const size_t pid = result.output.find("(pid ", at);
+  ASSERT_NE(pid, std::string::npos) << result.output;
+  const std::string stopped = std::to_string(std::atol(result.output.c_str() + pid + 5));
+  EXPECT_FALSE(std::filesystem::exists("/proc/" + stopped))
+      << "rank 1 (pid " << stopped << ") is still there";
 }
 
 // ---- the same grid on the CUDA backend (skipped without a GPU) ---------------------

@@ -43,7 +43,9 @@ namespace paraplan {
   } while (0)
 
 // A group over an MPI communicator. Counts above INT_MAX are split into several
-// MPI calls.
+// MPI calls. Every operation is started non-blocking and waited for by
+// polling that sleeps once the wait outlasts a couple of milliseconds, so a
+// rank waiting for a stalled peer does not hold a core.
 class MpiCommunicator : public Communicator {
  public:
   // Takes ownership of comm (freed in the destructor) and sets MPI_ERRORS_RETURN
@@ -75,6 +77,8 @@ class MpiCommunicator : public Communicator {
   void barrier() override;
 
   MPI_Comm handle() const { return comm_; }
+  // The members' ranks in MPI_COMM_WORLD, in this group's rank order.
+  std::vector<int> world_ranks() const;
 
   // A duplicate of MPI_COMM_WORLD named "world" (MPI must be initialised).
   static std::unique_ptr<MpiCommunicator> world();
@@ -131,8 +135,9 @@ class MpiPeerToPeer : public PeerToPeer {
   MpiPeerToPeer& operator=(const MpiPeerToPeer&) = delete;
 
   // Posts the send (MPI_Isend), then matches and receives the incoming message
-  // (MPI_Mprobe + MPI_Mrecv, which checks its length before receiving it), then
-  // waits for the send. Throws if a peer is outside the world or the message
+  // (MPI_Improbe + MPI_Imrecv, which checks its length before receiving it), then
+  // waits for the send. Every wait polls without holding a core (see
+  // MpiCommunicator). Throws if a peer is outside the world or the message
   // received is not receive_count elements of dtype. Elements go as MPI_FLOAT
   // or MPI_UINT16_T (bf16 bits, moved exactly).
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,

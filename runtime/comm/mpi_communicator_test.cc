@@ -6,12 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/testing/mpi_test_support.h"
@@ -291,6 +295,56 @@ TEST(MpiPeerToPeer, RefusesPeersOutsideTheWorld) {
       std::invalid_argument);
   EXPECT_THROW(peers->send_receive(nullptr, 0, -1, &value, 1, -2, kernels::DType::kFloat32),
                std::invalid_argument);
+}
+
+// ------------------------------------------------------------------ waiting
+
+double process_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+// Ranks that wait for a late peer (a stalled one, a pipeline bubble) must not
+// hold a core while they wait: on a loaded machine that core is what the late
+// rank needs. The last rank arrives half a second late in a barrier, an all-reduce
+// and a pipeline transfer; each waiting rank's CPU time over its wait must
+// stay under a tenth of the wall time (Open MPI's blocking calls spin: 15% to
+// 100% of a core, depending on how many ranks share one).
+TEST(MpiCommunicator, RanksWaitingForALatePeerDoNotHoldACore) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a peer to wait for";
+  MpiCommunicator world(duplicate_world(), "world");
+  auto peers = make_peers();
+  const int me = world.rank(), late = world.size() - 1;
+  std::vector<float> values(1000, 1.0f);
+  const std::vector<std::pair<const char*, std::function<void()>>> waits = {
+      {"barrier", [&] { world.barrier(); }},
+      {"all_reduce", [&] { world.all_reduce(values.data(), values.size(), ReduceOp::kSum); }},
+      {"pipeline receive", [&] {
+         if (me == late)
+           peers->send_receive(values.data(), values.size(), 0, nullptr, 0, -1,
+                               kernels::DType::kFloat32);
+         if (me == 0)
+           peers->send_receive(nullptr, 0, -1, values.data(), values.size(), late,
+                               kernels::DType::kFloat32);
+       }}};
+  for (const auto& [name, wait] : waits) {
+    world.barrier();
+    if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
+    wait();
+    const double cpu = process_cpu_seconds() - cpu_start;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool waited = me != late && (std::string(name) != "pipeline receive" || me == 0);
+    if (waited) {
+      EXPECT_GT(wall, 0.25) << name << ": rank " << me << " did not wait for the late rank";
+      EXPECT_LT(cpu, 0.1 * wall) << name << ": rank " << me << " used " << cpu
+                                 << " s of CPU in a wait of " << wall << " s";
+    }
+  }
+  world.barrier();
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // mpi_session.cc: MPI_Init_thread / MPI_Finalize, node-local ranks, abort_job.
 #include "runtime/comm/mpi_session.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <string>
 
+#include "runtime/comm/heartbeat.h"
 #include "runtime/comm/mpi_communicator.h"
 
 namespace paraplan {
@@ -21,6 +23,25 @@ std::string mesh_text(int pipeline_size, int data_size, int tensor_size) {
          std::to_string(tensor_size) + ")";
 }
 
+// This process's world rank, for messages printed from any thread: known
+// once MPI is initialised, else what mpirun put in the environment.
+std::atomic<int> this_world_rank{-1};
+
+int world_rank_from_environment() {
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"})
+    if (const char* value = std::getenv(variable)) return std::atoi(value);
+  return 0;
+}
+
+// The error line, in order after the log lines before it; the launcher hears
+// of it too.
+void report_failure(int rank, const std::string& message) {
+  std::fflush(stdout);  // thread-safe (stdio locks); std::cout writes through it
+  std::fprintf(stderr, "paraplan: error: [rank %d] %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  Heartbeat::report_error(message);
+}
+
 }  // namespace
 
 bool MpiSession::launched_by_mpirun() {
@@ -29,6 +50,8 @@ bool MpiSession::launched_by_mpirun() {
 
 MpiSession::MpiSession(Mode mode) {
   if (mode == Mode::kWhenLaunchedByMpirun && !launched_by_mpirun()) return;
+  // Before MPI_Init, so that the launcher sees a rank that hangs in it.
+  Heartbeat::start_from_environment(world_rank_from_environment());
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -44,6 +67,7 @@ MpiSession::MpiSession(Mode mode) {
                      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
   PARAPLAN_MPI_CHECK("world", "comm_size", MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  this_world_rank = world_rank_;
   MPI_Comm node = MPI_COMM_NULL;
   PARAPLAN_MPI_CHECK(
       "world", "comm_split_type (shared memory node)",
@@ -67,10 +91,12 @@ void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor
 }
 
 MpiSession::~MpiSession() {
-  if (!owns_mpi_) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (owns_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  Heartbeat::finish();  // after MPI_Finalize: a rank hanging in it is still watched
 }
 
 void MpiSession::abort_job(const std::string& message) {
@@ -78,17 +104,17 @@ void MpiSession::abort_job(const std::string& message) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   const bool mpi_running = initialized && !finalized;
-  int rank = 0;
-  if (mpi_running) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  } else if (const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK")) {
-    rank = std::atoi(env_rank);
-  }
+  int rank = world_rank_from_environment();
+  if (mpi_running) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::cout.flush();  // the log lines before the error stay in order
-  std::fflush(stdout);
-  std::fprintf(stderr, "paraplan: error: [rank %d] %s\n", rank, message.c_str());
-  std::fflush(stderr);
+  report_failure(rank, message);
   if (mpi_running) MPI_Abort(MPI_COMM_WORLD, 1);  // mpirun then kills every rank
+  std::_Exit(1);
+}
+
+void MpiSession::end_rank(const std::string& message) {
+  const int known = this_world_rank.load();
+  report_failure(known >= 0 ? known : world_rank_from_environment(), message);
   std::_Exit(1);
 }
 

@@ -18,6 +18,11 @@ namespace paraplan {
 //
 // A rank that fails must call abort_job(), not return from main: returning runs
 // MPI_Finalize while the other ranks wait in a collective, and the job hangs.
+//
+// Under `paraplan launch` (PARAPLAN_SUPERVISOR set) the session also starts
+// this rank's heartbeat to the launcher before MPI_Init (heartbeat.h), tells
+// it of a fatal error before ending, and that the rank finished after
+// MPI_Finalize.
 class MpiSession {
  public:
   enum class Mode { kWhenLaunchedByMpirun, kAlways };
@@ -38,8 +43,13 @@ class MpiSession {
   void require_world_size(int pipeline_size, int data_size, int tensor_size) const;
 
   // Prints "paraplan: error: [rank R] message" to stderr and ends the whole job
-  // (MPI_Abort on MPI_COMM_WORLD; exit status 1 without MPI).
+  // (MPI_Abort on MPI_COMM_WORLD; exit status 1 without MPI). From the thread
+  // that initialised MPI only (MPI_THREAD_FUNNELED).
   [[noreturn]] static void abort_job(const std::string& message);
+  // The same line, then this process ends (_Exit(1)) without any MPI call, so
+  // any thread may call it (the watchdog does); mpirun then ends the other
+  // ranks, as it does for any rank that exits before MPI_Finalize.
+  [[noreturn]] static void end_rank(const std::string& message);
   // True when mpirun (or another PMIx launcher) started this process:
   // OMPI_COMM_WORLD_SIZE or PMIX_RANK is set.
   static bool launched_by_mpirun();

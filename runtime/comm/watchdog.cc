@@ -1,6 +1,7 @@
 // watchdog.cc: the collective timeout thread (see watchdog.h).
 #include "runtime/comm/watchdog.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -23,7 +24,7 @@ Watchdog& Watchdog::instance() {
 }
 
 Watchdog::Watchdog()
-    : handler_([](const std::string& message) { MpiSession::abort_job(message); }) {}
+    : handler_([](const std::string& message) { MpiSession::end_rank(message); }) {}
 
 Watchdog::~Watchdog() {
   {
@@ -44,7 +45,51 @@ void Watchdog::set_timeout(double seconds, int world_rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   timeout_seconds_ = seconds;
   world_rank_ = world_rank;
-  if (seconds > 0 && !thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (seconds > 0) start_thread();
+}
+
+void Watchdog::set_tracking(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tracking_ = on;
+  if (on) start_thread();  // retires the operations a device finishes
+}
+
+void Watchdog::start_thread() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
+
+int Watchdog::register_group(const std::string& name, std::vector<int> members) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_.push_back({name, std::move(members), 0});
+  return static_cast<int>(groups_.size()) - 1;
+}
+
+std::vector<Watchdog::Snapshot::Group> Watchdog::groups_after(size_t known) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (known >= groups_.size()) return {};
+  return {groups_.begin() + static_cast<std::ptrdiff_t>(known), groups_.end()};
+}
+
+Watchdog::Snapshot Watchdog::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Clock::time_point now = Clock::now();
+  Snapshot snapshot;
+  snapshot.groups = groups_;
+  for (const Operation& operation : slots_) {
+    if (!operation.open) continue;
+    snapshot.open.push_back({operation.name.group, operation.name.sequence,
+                             std::chrono::duration<double>(now - operation.started).count(),
+                             operation.name.format(), operation.name.to_rank,
+                             operation.name.from_rank});
+  }
+  // The oldest first: that is the one the rank waits in.
+  std::sort(snapshot.open.begin(), snapshot.open.end(),
+            [](const Snapshot::Open& a, const Snapshot::Open& b) {
+              return a.age_seconds > b.age_seconds;
+            });
+  if (snapshot.open.empty())
+    snapshot.idle_seconds = std::chrono::duration<double>(now - last_finished_).count();
+  return snapshot;
 }
 
 double Watchdog::timeout() const {
@@ -73,7 +118,10 @@ std::string Watchdog::OperationName::format() const {
 
 uint64_t Watchdog::begin(const OperationName& name, std::function<bool()> done) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (timeout_seconds_ <= 0) return 0;
+  if (!enabled()) return 0;
+  if (name.group >= 0 && static_cast<size_t>(name.group) < groups_.size())
+    groups_[static_cast<size_t>(name.group)].entered =
+        std::max(groups_[static_cast<size_t>(name.group)].entered, name.sequence);
   if (free_slots_.empty()) {
     slots_.emplace_back();
     free_slots_.push_back(slots_.size() - 1);
@@ -96,9 +144,15 @@ void Watchdog::finish(uint64_t ticket) {
   Operation& operation = slots_[slot];
   // Already retired by its done probe (and maybe reused since).
   if (!operation.open || operation.generation != static_cast<uint32_t>(ticket >> 32)) return;
+  retire(slot, Clock::now());
+}
+
+void Watchdog::retire(size_t slot, Clock::time_point now) {
+  Operation& operation = slots_[slot];
   operation.open = false;
   operation.done = nullptr;
   free_slots_.push_back(slot);
+  last_finished_ = now;
 }
 
 std::string Watchdog::expired_message(Clock::time_point now) {
@@ -107,12 +161,10 @@ std::string Watchdog::expired_message(Clock::time_point now) {
     Operation& operation = slots_[slot];
     if (!operation.open) continue;
     if (operation.done && operation.done()) {
-      operation.open = false;
-      operation.done = nullptr;
-      free_slots_.push_back(slot);
+      retire(slot, now);
       continue;
     }
-    if (now - operation.started > limit) {
+    if (timeout_seconds_ > 0 && now - operation.started > limit) {
       std::ostringstream message;
       message << "timeout: " << operation.name.format() << " did not complete within "
               << timeout_seconds_ << " s (world rank " << world_rank_
@@ -128,7 +180,7 @@ void Watchdog::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     wake_.wait_for(lock, kPollInterval);
-    if (stopping_ || fired_ || timeout_seconds_ <= 0) continue;
+    if (stopping_ || fired_ || !enabled()) continue;
     const std::string message = expired_message(Clock::now());
     if (message.empty()) continue;
     fired_ = true;

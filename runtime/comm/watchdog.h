@@ -10,10 +10,21 @@
 // the thread polls, so the operation ends when the device finishes it, not
 // when the host call returns.
 //
+// It also keeps what the heartbeat (heartbeat.h) tells the launcher: the
+// process groups (name and members), how many operations this rank has
+// entered on each, the operations open now, and how long the rank has been
+// outside communication. From every member's counts the launcher names the
+// ranks that have not arrived in a collective.
+//
 // One watchdog per process (instance()); disabled (timeout 0) until
-// set_timeout() is called. Thread-safe. Registering allocates nothing once
-// warm (slots are reused, names are formatted only when one expires), since
-// it wraps every tensor-parallel all-reduce of every layer.
+// set_timeout() is called, or tracking while the heartbeat runs. Thread-safe.
+// Registering allocates nothing once warm (slots are reused, names are
+// formatted only when one expires or a beat reports it), since it wraps every
+// tensor-parallel all-reduce of every layer.
+//
+// The thread makes no MPI call: the default expiry handler prints and ends
+// this process (MpiSession::end_rank), which is legal under
+// MPI_THREAD_FUNNELED; mpirun then ends the other ranks.
 #pragma once
 
 #include <chrono>
@@ -45,8 +56,8 @@ class Watchdog {
   double timeout() const;
 
   // Called once, on the watchdog thread, with the message of the first expired
-  // operation; must end the process (the default calls MpiSession::abort_job).
-  // Tests install their own.
+  // operation; must end the process (the default calls MpiSession::end_rank,
+  // no MPI). Tests install their own.
   void set_expiry_handler(std::function<void(const std::string&)> handler);
 
   // What an operation is, formatted only if it expires: "<operation> of
@@ -59,8 +70,41 @@ class Watchdog {
     // " on group 'data' (rank 1 of 2)"; must outlive the operation.
     const std::string* where = nullptr;
     int to_rank = -1, from_rank = -1;
+    int group = -1;         // register_group's id; -1 for pipeline transfers
+    uint64_t sequence = 0;  // the operation's number on its group, from 1
     std::string format() const;
   };
+
+  // Registers a process group (its name and its members' world ranks, in
+  // group rank order) and returns its id for OperationName::group.
+  int register_group(const std::string& name, std::vector<int> members);
+
+  // Records operations even when the timeout is off: the heartbeat reports them.
+  void set_tracking(bool on);
+
+  // What the heartbeat sends: the groups (by id), with the number of the last
+  // operation entered on each, the open operations, and the seconds since the
+  // last operation ended (0 while one is open).
+  struct Snapshot {
+    struct Group {
+      std::string name;
+      std::vector<int> members;
+      uint64_t entered = 0;
+    };
+    struct Open {
+      int group = -1;
+      uint64_t sequence = 0;
+      double age_seconds = 0;
+      std::string what;
+      int to_rank = -1, from_rank = -1;
+    };
+    std::vector<Group> groups;
+    std::vector<Open> open;
+    double idle_seconds = 0;
+  };
+  Snapshot snapshot() const;
+  // The groups registered after the first `known` ones (ids known, known + 1, ...).
+  std::vector<Snapshot::Group> groups_after(size_t known) const;
 
   // Registers an operation that starts now. With `done`, the watchdog thread
   // polls it and retires the operation once it returns true; finish() may
@@ -89,6 +133,9 @@ class Watchdog {
     Clock::time_point started;
   };
   void run();
+  void start_thread();                                                // mutex_ held
+  bool enabled() const { return timeout_seconds_ > 0 || tracking_; }  // mutex_ held
+  void retire(size_t slot, Clock::time_point now);                    // mutex_ held
   // The message of the first expired operation, or "" (mutex_ held).
   std::string expired_message(Clock::time_point now);
 
@@ -100,9 +147,11 @@ class Watchdog {
   // from finishing the slot's next user.
   std::vector<Operation> slots_;
   std::vector<size_t> free_slots_;
+  std::vector<Snapshot::Group> groups_;
+  Clock::time_point last_finished_ = Clock::now();
   double timeout_seconds_ = 0;
   int world_rank_ = 0;
-  bool fired_ = false, stopping_ = false;
+  bool tracking_ = false, fired_ = false, stopping_ = false;
   std::function<void(const std::string&)> handler_;
   std::thread thread_;
 };

@@ -1,6 +1,7 @@
 // watchdog_test.cc: the collective timeout thread on its own: the message of
 // an expired operation, operations retired by finish() or by their done
-// probe, and slot reuse that a stale ticket cannot disturb.
+// probe, slot reuse that a stale ticket cannot disturb, and the snapshot the
+// heartbeat reports.
 #include "runtime/comm/watchdog.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace paraplan {
 namespace {
@@ -87,6 +89,45 @@ TEST(WatchdogTest, FinishedAndProbedOperationsNeverExpire) {
   recording.watchdog.finish(probed);
   EXPECT_NE(recording.expired(2000ms).find("timeout: reduce_scatter of 4 floats"),
             std::string::npos);
+}
+
+// What the heartbeat reports: the groups with the operations entered on each,
+// the open operations (oldest first), and the time outside communication.
+// Tracked with the timeout off too.
+TEST(WatchdogTest, SnapshotsGroupsOperationsAndIdleTime) {
+  Watchdog watchdog;
+  EXPECT_EQ(watchdog.begin({"all_reduce", 8}), 0u) << "neither a timeout nor tracking";
+  watchdog.set_tracking(true);
+  const int tensor = watchdog.register_group("tensor", {2, 3});
+  const int data = watchdog.register_group("data", {1, 3});
+  EXPECT_EQ(tensor, 0);
+  EXPECT_EQ(data, 1);
+  const std::string where = " on group 'tensor' (rank 1 of 2)";
+  const uint64_t first = watchdog.begin({"all_reduce", 8, "floats", &where, -1, -1, tensor, 1});
+  watchdog.finish(first);
+  std::this_thread::sleep_for(30ms);
+  Watchdog::Snapshot idle = watchdog.snapshot();
+  EXPECT_TRUE(idle.open.empty());
+  EXPECT_GE(idle.idle_seconds, 0.02);
+  const uint64_t older = watchdog.begin({"all_reduce", 8, "floats", &where, -1, -1, tensor, 2});
+  std::this_thread::sleep_for(10ms);
+  const uint64_t newer = watchdog.begin({"pipeline send and receive", 4, "floats", nullptr, 3, 1});
+  const Watchdog::Snapshot busy = watchdog.snapshot();
+  ASSERT_EQ(busy.groups.size(), 2u);
+  EXPECT_EQ(busy.groups[0].name, "tensor");
+  EXPECT_EQ(busy.groups[0].members, (std::vector<int>{2, 3}));
+  EXPECT_EQ(busy.groups[0].entered, 2u);
+  EXPECT_EQ(busy.groups[1].entered, 0u);
+  ASSERT_EQ(busy.open.size(), 2u);
+  EXPECT_EQ(busy.open[0].what, "all_reduce of 8 floats on group 'tensor' (rank 1 of 2)");
+  EXPECT_EQ(busy.open[0].sequence, 2u);
+  EXPECT_GT(busy.open[0].age_seconds, busy.open[1].age_seconds);
+  EXPECT_EQ(busy.open[1].group, -1);
+  EXPECT_EQ(busy.open[1].to_rank, 3);
+  EXPECT_EQ(busy.open[1].from_rank, 1);
+  EXPECT_EQ(busy.idle_seconds, 0);
+  watchdog.finish(older);
+  watchdog.finish(newer);
 }
 
 }  // namespace

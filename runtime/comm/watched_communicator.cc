@@ -5,13 +5,16 @@
 
 namespace paraplan {
 
-WatchedCommunicator::WatchedCommunicator(std::unique_ptr<Communicator> inner)
+WatchedCommunicator::WatchedCommunicator(std::unique_ptr<Communicator> inner,
+                                         std::vector<int> world_ranks)
     : ForwardingCommunicator(std::move(inner)),
       where_(" on group '" + name() + "' (rank " + std::to_string(rank()) + " of " +
-             std::to_string(size()) + ")") {}
+             std::to_string(size()) + ")"),
+      group_id_(Watchdog::instance().register_group(name(), std::move(world_ranks))) {}
 
 void WatchedCommunicator::intercept(const CommunicatorCall& call, ForwardedCall forward) {
-  Watchdog::Guard guard({call.operation, call.count, call.unit, &where_});
+  Watchdog::Guard guard(
+      {call.operation, call.count, call.unit, &where_, -1, -1, group_id_, ++operations_});
   forward();
 }
 

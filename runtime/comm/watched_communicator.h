@@ -10,8 +10,10 @@
 // around it returns at once and is harmless to watch.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/forwarding_communicator.h"
 
@@ -19,13 +21,19 @@ namespace paraplan {
 
 class WatchedCommunicator final : public ForwardingCommunicator {
  public:
-  explicit WatchedCommunicator(std::unique_ptr<Communicator> inner);
+  // world_ranks: the members' world ranks in group rank order, registered
+  // with the watchdog so that the launcher can name a member that has not
+  // arrived in a collective (empty when unknown).
+  explicit WatchedCommunicator(std::unique_ptr<Communicator> inner,
+                               std::vector<int> world_ranks = {});
 
  protected:
   void intercept(const CommunicatorCall& call, ForwardedCall forward) override;
 
  private:
-  std::string where_;  // " on group 'data' (rank 1 of 2)", for the watchdog's message
+  std::string where_;        // " on group 'data' (rank 1 of 2)", for the watchdog's message
+  int group_id_ = -1;        // the watchdog's
+  uint64_t operations_ = 0;  // entered on this group so far
 };
 
 class WatchedPeerToPeer final : public ForwardingPeerToPeer {

@@ -80,6 +80,10 @@ ProcessGroups make_mpi_process_groups(int pipeline_size, int data_size, int tens
         holds_embedding ? d * tensor_size + t : MpiCommunicator::kNotInGroup, p, "embedding");
   }
   groups.world = std::move(world);
+  // Every group here is an MpiCommunicator still (the transport wraps them later).
+  for_each_group(groups, [&](std::unique_ptr<Communicator>& group) {
+    groups.members[group->name()] = static_cast<const MpiCommunicator&>(*group).world_ranks();
+  });
   groups.peers = MpiPeerToPeer::over_world();
   if (p > 0) groups.previous_stage_rank = world_rank_of(mesh, p - 1, d, t);
   if (p < pipeline_size - 1) groups.next_stage_rank = world_rank_of(mesh, p + 1, d, t);
@@ -189,13 +193,17 @@ ProcessGroups make_local_process_groups(kernels::Ops& ops) {
                              {&groups.zero, "zero"},
                              {&groups.zero_replicas, "zero_replicas"}})
     *group = std::make_unique<LocalCommunicator>(name, ops);
+  for (const char* name : {"world", "tensor", "data", "zero", "zero_replicas"})
+    groups.members[name] = {0};
   groups.peers = std::make_unique<NoPeers>();
   return groups;
 }
 
 void watch_process_groups(ProcessGroups& groups) {
-  for_each_group(groups, [](std::unique_ptr<Communicator>& group) {
-    group = std::make_unique<WatchedCommunicator>(std::move(group));
+  for_each_group(groups, [&](std::unique_ptr<Communicator>& group) {
+    const auto members = groups.members.find(group->name());
+    group = std::make_unique<WatchedCommunicator>(
+        std::move(group), members != groups.members.end() ? members->second : std::vector<int>{});
   });
   if (groups.peers)
     groups.peers = std::make_unique<WatchedPeerToPeer>(std::move(groups.peers), groups.world_rank);

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
@@ -38,6 +41,9 @@ struct ProcessGroups {
   // is on the first or last stage.
   std::unique_ptr<Communicator> embedding;
   std::unique_ptr<PeerToPeer> peers;
+  // Each group's members as world ranks, in group rank order, by group name:
+  // the launcher names the member of a collective that has not arrived.
+  std::map<std::string, std::vector<int>> members;
   int previous_stage_rank = -1;  // world rank, or -1 on the first stage
   int next_stage_rank = -1;      // world rank, or -1 on the last stage
 };
@@ -65,7 +71,8 @@ void for_each_group(ProcessGroups& groups,
 
 // Wraps every group and the peers so that a collective or transfer past the
 // watchdog's timeout ends the job naming the rank, group and operation
-// (comm/watched_communicator.h).
+// (comm/watched_communicator.h), and registers each group's members with the
+// watchdog for the launcher's heartbeat.
 void watch_process_groups(ProcessGroups& groups);
 
 }  // namespace paraplan

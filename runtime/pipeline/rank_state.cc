@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/comm/heartbeat.h"
 #include "runtime/comm/transport.h"
 #include "runtime/comm/watchdog.h"
 #include "runtime/comm/watched_communicator.h"
@@ -78,7 +79,10 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);
   if (options.wrap_groups) options.wrap_groups(rank.groups);
   Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
-  if (options.collective_timeout_seconds > 0) watch_process_groups(rank.groups);
+  // Watched for the timeout, and for the launcher's heartbeat, which reports
+  // the operations each rank has entered on each group.
+  if (options.collective_timeout_seconds > 0 || Heartbeat::active())
+    watch_process_groups(rank.groups);
   rank.layout =
       make_parameter_layout(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);

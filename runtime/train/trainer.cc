@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -93,7 +94,9 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
 // tests check that one rank's failure ends the whole job. -1 when unset.
 // Fault injection for the tests: PARAPLAN_FAIL_RANK_AT_STEP=R:S makes rank R
 // throw at step S; PARAPLAN_STALL_RANK_AT_STEP=R:S makes it stop answering
-// there (its peers' collectives must then time out). -1 when not this rank.
+// there (its peers' collectives must then time out); PARAPLAN_STOP_RANK_AT_STEP
+// stops the whole process there (SIGSTOP, as `kill -STOP` would: its
+// heartbeat stops too). -1 when not this rank.
 int injected_fault_step(const char* variable, int world_rank) {
   const char* value = std::getenv(variable);
   int rank = -1, step = -1;
@@ -181,6 +184,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   StepLogger logger(leader ? options.log_json : "", options.resume);
   const int failure_step = injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", session.world_rank());
   const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", session.world_rank());
+  const int stop_step = injected_fault_step("PARAPLAN_STOP_RANK_AT_STEP", session.world_rank());
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);
   // A step's time runs from the end of the one before (after its wait for the
@@ -193,6 +197,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
       throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
                                " (PARAPLAN_FAIL_RANK_AT_STEP)");
     if (step + 1 == stall_step) std::this_thread::sleep_for(std::chrono::hours(1));
+    if (step + 1 == stop_step) raise(SIGSTOP);
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
     const TrainingStep trained = run_training_step(rank, train_data, state.next_train_sample,

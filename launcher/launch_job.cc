@@ -1,0 +1,157 @@
+// launch_job.cc: `paraplan launch` from start to end (run_launch in launch.h):
+// the preflight on every host, the network, the command, and the supervised
+// job.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <stdexcept>
+
+#include "launcher/launch.h"
+#include "launcher/network.h"
+#include "launcher/preflight.h"
+#include "launcher/supervisor.h"
+#include "runtime/comm/supervision_protocol.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+namespace {
+
+// The files every rank reads, as the command names them (absolute by now).
+std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
+  const std::vector<std::string> command = with_absolute_paths(options.command);
+  std::vector<std::string> files;
+  bool resume = false;
+  std::string checkpoint_dir;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& argument = command[i];
+    const size_t equals = argument.find('=');
+    const std::string flag = argument.substr(0, equals);
+    const bool joined = equals != std::string::npos;
+    const std::string value =
+        joined ? argument.substr(equals + 1) : (i + 1 < command.size() ? command[i + 1] : "");
+    if (flag == "--resume") resume = true;
+    if (flag == "--data" || flag == "--val-data" || flag == "--plan") files.push_back(value);
+    if (flag == "--checkpoint-dir") checkpoint_dir = value;
+  }
+  if (std::none_of(command.begin(), command.end(), [](const std::string& argument) {
+        return argument == "--plan" || argument.rfind("--plan=", 0) == 0;
+      }))
+    files.insert(files.begin(), with_absolute_paths({"--plan", options.plan_path})[1]);
+  if (resume && !checkpoint_dir.empty()) files.push_back(checkpoint_dir);
+  return files;
+}
+
+bool wants_gpus(const std::vector<std::string>& command) {
+  for (size_t i = 0; i + 1 < command.size(); ++i)
+    if (command[i] == "--backend" && command[i + 1] == "cuda") return true;
+  return std::find(command.begin(), command.end(), "--backend=cuda") != command.end();
+}
+
+// True when the user already chose Open MPI's TCP interfaces (mpirun arguments
+// or OMPI_MCA_ variables): launch then adds none of its own, as Open MPI
+// refuses include and exclude together.
+bool user_chose_mpi_interfaces(const LaunchOptions& options,
+                               const std::vector<std::string>& environment) {
+  const auto names_interfaces = [](const std::string& text) {
+    return text.find("btl_tcp_if_") != std::string::npos ||
+           text.find("oob_tcp_if_") != std::string::npos;
+  };
+  return std::any_of(options.mpirun_arguments.begin(), options.mpirun_arguments.end(),
+                     names_interfaces) ||
+         std::any_of(environment.begin(), environment.end(), [&](const std::string& entry) {
+           return entry.rfind("OMPI_MCA_", 0) == 0 &&
+                  names_interfaces(entry.substr(0, entry.find('=')));
+         });
+}
+
+bool has_variable(const std::vector<std::string>& environment, const std::string& name) {
+  return std::any_of(environment.begin(), environment.end(),
+                     [&](const std::string& entry) { return entry.rfind(name + "=", 0) == 0; });
+}
+
+}  // namespace
+
+int run_launch(const LaunchOptions& options) {
+  // Everything the command needs is checked before any host is asked.
+  build_launch_command(options);
+  const LoadedPlan loaded = load_plan(options.plan_path);
+  const schema::Mesh& mesh = *loaded.plan().mesh();
+  const std::string binary =
+      options.paraplan_binary.empty() ? this_executable() : options.paraplan_binary;
+  if (!options.dry_run) {
+    try {
+      find_program(options.mpirun);
+    } catch (const std::exception& error) {
+      throw std::runtime_error(std::string("launch: ") + error.what());
+    }
+  }
+
+  LaunchAdditions additions;
+  std::vector<HostFindings> findings;
+  std::vector<std::string> problems;
+  std::string listen_address = "127.0.0.1", network_line;
+  if (!options.hostfile.empty()) {
+    PreflightRequest request;
+    request.hosts = parse_hostfile(options.hostfile);
+    request.binary = binary;
+    request.files = files_every_rank_reads(options);
+    request.count_gpus = wants_gpus(options.command);
+    request.remote_shell = remote_shell(options.mpirun_arguments);
+    findings = run_preflight(request);
+    problems = preflight_problems(findings, request, paraplan_version(), this_build_id());
+    std::vector<HostNetwork> networks;
+    for (const HostFindings& host : findings)
+      if (host.failure.empty())
+        networks.push_back({host.host, resolve_ipv4(host.host), host.interfaces});
+    const std::vector<std::string> environment = launch_environment(options);
+    NetworkChoice network = choose_network(options.network_interface, networks);
+    if (user_chose_mpi_interfaces(options, environment) && !network.mpi.empty()) {
+      network.mpi.clear();
+      network.reason =
+          "network: Open MPI's interfaces as the mpirun arguments or OMPI_MCA_ "
+          "variables say; " +
+          network.reason;
+    }
+    problems.insert(problems.end(), network.problems.begin(), network.problems.end());
+    additions.mpi_network = network.mpi;
+    if (!network.nccl_socket_ifname.empty() && !has_variable(environment, "NCCL_SOCKET_IFNAME"))
+      additions.variables.push_back("NCCL_SOCKET_IFNAME=" + network.nccl_socket_ifname);
+    listen_address = launcher_address(network, networks, this_host_interfaces());
+    network_line = network.reason;
+  }
+
+  if (options.dry_run) {
+    additions.variables.push_back(std::string(supervision::kAddressVariable) + "=" +
+                                  listen_address + ":<port>");
+    additions.variables.push_back(std::string(supervision::kTokenVariable) + "=<token>");
+    std::cout << shell_quote_command(build_launch_command(options, additions)) << "\n";
+    if (!network_line.empty()) std::cout << network_line << "\n";
+    std::cout << describe_findings(findings);
+    for (const std::string& problem : problems)
+      std::cout << "preflight: problem: " << problem << "\n";
+    std::cout.flush();
+    return problems.empty() ? 0 : 1;
+  }
+  if (!problems.empty()) {
+    std::string text = "launch: the preflight found " + std::to_string(problems.size()) +
+                       " problem(s); nothing was started:";
+    for (const std::string& problem : problems) text += "\n  " + problem;
+    throw std::runtime_error(text);
+  }
+
+  SupervisorOptions supervision;
+  supervision.mesh = {mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel()};
+  supervision.heartbeat_timeout =
+      std::chrono::milliseconds(static_cast<long long>(options.heartbeat_timeout_seconds * 1000));
+  supervision.listen_address = listen_address;
+  Supervisor supervisor(supervision);
+  additions.variables.push_back(std::string(supervision::kAddressVariable) + "=" +
+                                supervisor.address());
+  additions.variables.push_back(std::string(supervision::kTokenVariable) + "=" +
+                                supervisor.token());
+  if (!network_line.empty()) std::cout << "paraplan launch: " << network_line << std::endl;
+  return supervisor.run(build_launch_command(options, additions),
+                        launch_environment(options, additions));
+}
+
+}  // namespace paraplan

@@ -1,0 +1,282 @@
+// preflight.cc: every host's findings before a job starts (preflight.h).
+#include "launcher/preflight.h"
+
+#include <dirent.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "kernels/ops.h"
+#include "launcher/subprocess.h"
+
+#ifndef PARAPLAN_VERSION
+#define PARAPLAN_VERSION "unknown"
+#endif
+
+namespace paraplan {
+namespace {
+
+// "" when path can be read here (a regular file, or a directory), else why not.
+// Opened without blocking, so a named pipe cannot stall the answer.
+std::string why_unreadable(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  struct stat status {};
+  const bool stat_ok = fstat(fd, &status) == 0;
+  close(fd);
+  if (!stat_ok) return std::strerror(errno);
+  if (!S_ISREG(status.st_mode) && !S_ISDIR(status.st_mode)) return "not a regular file";
+  return "";
+}
+
+// Appends the GNU build id of the main program's notes, as hex.
+int find_build_id(dl_phdr_info* info, size_t, void* data) {
+  auto* id = static_cast<std::string*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& header = info->dlpi_phdr[i];
+    if (header.p_type != PT_NOTE) continue;
+    const char* note = reinterpret_cast<const char*>(info->dlpi_addr + header.p_vaddr);
+    const char* end = note + header.p_memsz;
+    while (note + sizeof(ElfW(Nhdr)) <= end) {
+      const auto* entry = reinterpret_cast<const ElfW(Nhdr)*>(note);
+      const char* name = note + sizeof(ElfW(Nhdr));
+      const auto* description =
+          reinterpret_cast<const unsigned char*>(name + ((entry->n_namesz + 3) & ~3u));
+      if (entry->n_type == NT_GNU_BUILD_ID && entry->n_namesz == 4 &&
+          std::memcmp(name, "GNU", 4) == 0) {
+        static const char kHex[] = "0123456789abcdef";
+        for (unsigned k = 0; k < entry->n_descsz; ++k) {
+          *id += kHex[description[k] >> 4];
+          *id += kHex[description[k] & 15];
+        }
+        return 1;
+      }
+      note = reinterpret_cast<const char*>(description) + ((entry->n_descsz + 3) & ~3u);
+    }
+  }
+  return 1;  // only the first object (the executable) is looked at
+}
+
+std::string last_line(const std::string& text) {
+  std::string line, last;
+  std::istringstream lines(text);
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
+std::string short_build(const std::string& build_id) {
+  return build_id.empty() ? "no build id" : "build " + build_id.substr(0, 12);
+}
+
+// What an unanswered ssh call means, as one line naming the fix.
+std::string failure_of(const std::string& host, const ProcessOutput& output,
+                       const PreflightRequest& request) {
+  const std::string said = last_line(output.err.empty() ? output.out : output.err);
+  const std::string detail = said.empty() ? "" : " (" + said + ")";
+  if (output.timed_out)
+    return "no answer over " + request.remote_shell.front() + " within " +
+           std::to_string(static_cast<int>(request.timeout_seconds)) + " s" + detail;
+  if (output.exit_code == 255)
+    return "cannot reach it over " + request.remote_shell.front() + detail +
+           "; passwordless ssh from this host must work (`ssh " + host +
+           " true`), or set mpirun's agent (OMPI_MCA_plm_rsh_agent)";
+  if (output.exit_code == 127)
+    return request.binary + " is not there" + detail +
+           "; install paraplan at the same path on every host (or share its directory)";
+  return "`paraplan preflight` failed with status " + std::to_string(output.exit_code) + detail +
+         "; install the same paraplan build on every host";
+}
+
+}  // namespace
+
+std::string paraplan_version() {
+  return PARAPLAN_VERSION;
+}
+
+std::string this_build_id() {
+  std::string id;
+  dl_iterate_phdr(find_build_id, &id);
+  return id;
+}
+
+nlohmann::json this_host_findings(const std::vector<std::string>& files, bool count_gpus) {
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  nlohmann::json answer = {{"hostname", hostname},
+                           {"version", paraplan_version()},
+                           {"build_id", this_build_id()},
+                           {"cores", static_cast<int>(std::thread::hardware_concurrency())}};
+  nlohmann::json readable = nlohmann::json::array();
+  for (const std::string& file : files) readable.push_back({file, why_unreadable(file)});
+  answer["files"] = readable;
+  nlohmann::json interfaces = nlohmann::json::array();
+  for (const InterfaceAddress& interface : this_host_interfaces())
+    interfaces.push_back({{"name", interface.name},
+                          {"address", ipv4_text(interface.address)},
+                          {"prefix", interface.prefix}});
+  answer["interfaces"] = interfaces;
+  answer["cuda_devices"] = count_gpus ? kernels::cuda_device_count() : -1;
+  return answer;
+}
+
+HostFindings findings_from_json(const std::string& host, const nlohmann::json& answer) {
+  HostFindings findings;
+  findings.host = host;
+  findings.hostname = answer.at("hostname").get<std::string>();
+  findings.version = answer.at("version").get<std::string>();
+  findings.build_id = answer.at("build_id").get<std::string>();
+  findings.cores = answer.at("cores").get<int>();
+  findings.cuda_devices = answer.at("cuda_devices").get<int>();
+  for (const auto& file : answer.at("files"))
+    findings.files.emplace_back(file.at(0).get<std::string>(), file.at(1).get<std::string>());
+  for (const auto& interface : answer.at("interfaces")) {
+    const auto address = parse_ipv4(interface.at("address").get<std::string>());
+    if (!address) throw std::runtime_error("bad address in the answer");
+    findings.interfaces.push_back(
+        {interface.at("name").get<std::string>(), *address, interface.at("prefix").get<int>()});
+  }
+  return findings;
+}
+
+bool is_this_host(const std::string& host) {
+  if (host == "localhost") return true;
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  const std::string name = hostname;
+  if (host == name || host == name.substr(0, name.find('.'))) return true;
+  const std::vector<InterfaceAddress> interfaces = this_host_interfaces();
+  for (const uint32_t address : resolve_ipv4(host)) {
+    if ((address >> 24) == 127) return true;
+    for (const InterfaceAddress& interface : interfaces)
+      if (interface.address == address) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments) {
+  std::string agent;
+  for (size_t i = 0; i + 2 < mpirun_arguments.size(); ++i)
+    if ((mpirun_arguments[i] == "--mca" || mpirun_arguments[i] == "-mca") &&
+        (mpirun_arguments[i + 1] == "plm_rsh_agent" || mpirun_arguments[i + 1] == "orte_rsh_agent"))
+      agent = mpirun_arguments[i + 2];
+  if (agent.empty())
+    if (const char* variable = std::getenv("OMPI_MCA_plm_rsh_agent")) agent = variable;
+  agent = agent.substr(0, agent.find(':'));  // "ssh : rsh": the first that exists; ssh here
+  std::vector<std::string> words;
+  std::istringstream split(agent);
+  for (std::string word; split >> word;) words.push_back(word);
+  if (words.empty()) words.push_back("ssh");
+  return words;
+}
+
+std::vector<HostFindings> run_preflight(const PreflightRequest& request) {
+  std::vector<HostFindings> findings(request.hosts.size());
+  std::vector<std::vector<std::string>> commands;
+  std::vector<size_t> remote;  // indices of the hosts asked over ssh
+  std::vector<std::string> remote_command = {request.binary, "preflight"};
+  for (const std::string& file : request.files)
+    remote_command.insert(remote_command.end(), {"--file", file});
+  if (request.count_gpus) remote_command.push_back("--count-gpus");
+  for (size_t i = 0; i < request.hosts.size(); ++i) {
+    const std::string& host = request.hosts[i].name;
+    if (is_this_host(host)) {
+      findings[i] = findings_from_json(host, this_host_findings(request.files, request.count_gpus));
+      findings[i].this_host = true;
+      continue;
+    }
+    std::vector<std::string> command = request.remote_shell;
+    const std::string agent = command.front().substr(command.front().find_last_of('/') + 1);
+    if (agent == "ssh")  // never prompt; give up on a dead host in seconds
+      command.insert(command.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
+    command.push_back(host);
+    command.push_back(shell_quote_command(remote_command));  // ssh hands it to a shell
+    commands.push_back(command);
+    remote.push_back(i);
+  }
+  const std::vector<ProcessOutput> outputs = run_concurrently(commands, request.timeout_seconds);
+  for (size_t k = 0; k < remote.size(); ++k) {
+    HostFindings& host = findings[remote[k]];
+    const std::string& name = request.hosts[remote[k]].name;
+    const ProcessOutput& output = outputs[k];
+    if (output.exit_code == 0 && !output.timed_out) {
+      try {
+        host = findings_from_json(name, nlohmann::json::parse(last_line(output.out)));
+        continue;
+      } catch (const std::exception&) {  // an answer of another paraplan
+      }
+    }
+    host.host = name;
+    host.failure = output.exit_code == 0 ? "its paraplan answered `paraplan preflight` with " +
+                                               std::string("something else; install the same ") +
+                                               "paraplan build on every host"
+                                         : failure_of(name, output, request);
+  }
+  return findings;
+}
+
+std::vector<std::string> preflight_problems(const std::vector<HostFindings>& findings,
+                                            const PreflightRequest& request,
+                                            const std::string& version,
+                                            const std::string& build_id) {
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const HostFindings& host = findings[i];
+    if (!host.failure.empty()) {
+      problems.push_back(host.host + ": " + host.failure);
+      continue;
+    }
+    if (host.version != version || host.build_id != build_id)
+      problems.push_back(host.host + ": paraplan " + host.version + " (" +
+                         short_build(host.build_id) + ") at " + request.binary +
+                         " differs from this host's " + version + " (" + short_build(build_id) +
+                         "); install the same build at that path on every host");
+    for (const auto& [file, reason] : host.files)
+      if (!reason.empty())
+        problems.push_back(host.host + ": cannot read " + file + ": " + reason +
+                           "; put it on a filesystem every host shares, or copy it to the same "
+                           "path on each");
+    const int slots = i < request.hosts.size() ? request.hosts[i].slots : 0;
+    if (request.count_gpus && host.cuda_devices < slots)
+      problems.push_back(
+          host.host + ": " + std::to_string(host.cuda_devices) +
+          " CUDA device(s) but the hostfile gives it slots=" + std::to_string(slots) +
+          " (one rank per device); lower its slots and plan for that, or use "
+          "--backend cpu");
+  }
+  return problems;
+}
+
+std::string describe_findings(const std::vector<HostFindings>& findings) {
+  std::string text;
+  for (const HostFindings& host : findings) {
+    text += "preflight: " + host.host + (host.this_host ? " (this host)" : "") + ": ";
+    if (!host.failure.empty()) {
+      text += host.failure + "\n";
+      continue;
+    }
+    text += "hostname " + host.hostname + ", paraplan " + host.version + " (" +
+            short_build(host.build_id) + "), " + std::to_string(host.cores) + " cores";
+    if (host.cuda_devices >= 0) text += ", " + std::to_string(host.cuda_devices) + " CUDA devices";
+    size_t readable = 0;
+    for (const auto& file : host.files) readable += file.second.empty() ? 1 : 0;
+    text += ", " + std::to_string(readable) + " of " + std::to_string(host.files.size()) +
+            " files readable; interfaces";
+    for (const InterfaceAddress& interface : host.interfaces)
+      text += " " + interface.name + " " + ipv4_text(interface.address) + "/" +
+              std::to_string(interface.prefix);
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace paraplan

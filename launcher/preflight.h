@@ -1,0 +1,73 @@
+// preflight.h: before any rank starts, `paraplan launch` asks every host of
+// the hostfile what it offers the job: reached the way mpirun will reach it
+// (its ssh agent), each host runs `paraplan preflight` (the same binary path)
+// and answers with one JSON line; this host answers in process. The launcher
+// refuses a job that could not run, one line per problem naming the host and
+// the fix: a host ssh cannot reach, a paraplan missing or of another build, a
+// plan or data file it cannot read, fewer GPUs than slots, no interface on
+// the chosen network. `--dry-run` prints the findings.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/launch.h"
+#include "launcher/network.h"
+
+namespace paraplan {
+
+struct HostFindings {
+  std::string host;  // as the hostfile names it
+  bool this_host = false;
+  std::string failure;  // why the host could not be asked; empty when it answered
+  std::string hostname, version, build_id;
+  // Each file the job reads: path and "" when readable here, else the reason.
+  std::vector<std::pair<std::string, std::string>> files;
+  std::vector<InterfaceAddress> interfaces;
+  int cores = 0;
+  int cuda_devices = -1;  // -1: not asked (CPU backend)
+};
+
+// This paraplan: its version and the GNU build id of its executable ("" if
+// it has none), which two hosts must share.
+std::string paraplan_version();
+std::string this_build_id();
+
+// `paraplan preflight`: this host's findings for the given files, as JSON.
+nlohmann::json this_host_findings(const std::vector<std::string>& files, bool count_gpus);
+// The findings a host answered with (throws on a malformed answer).
+HostFindings findings_from_json(const std::string& host, const nlohmann::json& answer);
+
+// True when the hostfile's name means this machine (its hostname, localhost,
+// or an address of one of its interfaces).
+bool is_this_host(const std::string& host);
+
+// How mpirun reaches other hosts: plm_rsh_agent from the mpirun arguments or
+// OMPI_MCA_plm_rsh_agent, else ssh; split into words.
+std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments);
+
+struct PreflightRequest {
+  std::vector<HostEntry> hosts;
+  std::string binary;              // paraplan's absolute path, the same on every host
+  std::vector<std::string> files;  // absolute paths every host must read
+  bool count_gpus = false;         // --backend cuda: a device per slot
+  std::vector<std::string> remote_shell = {"ssh"};
+  double timeout_seconds = 30;
+};
+
+// Every host's findings, in hostfile order (the remote ones asked at once).
+std::vector<HostFindings> run_preflight(const PreflightRequest& request);
+
+// One line per problem, each naming the host and the fix; empty when the job
+// can start. `reference` is this host's answer (its version and build id).
+std::vector<std::string> preflight_problems(const std::vector<HostFindings>& findings,
+                                            const PreflightRequest& request,
+                                            const std::string& version,
+                                            const std::string& build_id);
+
+// One line per host, for --dry-run.
+std::string describe_findings(const std::vector<HostFindings>& findings);
+
+}  // namespace paraplan

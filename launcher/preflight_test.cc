@@ -1,0 +1,157 @@
+// preflight_test.cc: what a host answers (`paraplan preflight`), how the
+// launcher asks every host through mpirun's remote shell (a fake ssh here),
+// and the one line per problem it refuses a job with.
+#include "launcher/preflight.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "runtime/testing/test_temp_dir.h"
+
+namespace paraplan {
+namespace {
+
+HostFindings good_host(const std::string& name) {
+  HostFindings host;
+  host.host = name;
+  host.hostname = name;
+  host.version = "0.1.0";
+  host.build_id = "abcdef0123456789";
+  host.files = {{"/shared/job.pplan", ""}, {"/shared/train.bin", ""}};
+  host.cores = 8;
+  return host;
+}
+
+TEST(Preflight, ThisHostAnswersWithItsBuildFilesAndInterfaces) {
+  testing::TempDir directory;
+  const std::string file = (directory.path() / "train.bin").string();
+  std::ofstream(file) << "tokens";
+  const std::string pipe = (directory.path() / "pipe").string();
+  ASSERT_EQ(mkfifo(pipe.c_str(), 0600), 0);
+  const std::string missing = (directory.path() / "absent").string();
+
+  const HostFindings findings = findings_from_json(
+      "here", nlohmann::json::parse(this_host_findings({file, pipe, missing}, false).dump()));
+  EXPECT_EQ(findings.host, "here");
+  EXPECT_FALSE(findings.hostname.empty());
+  EXPECT_EQ(findings.version, paraplan_version());
+  EXPECT_EQ(findings.build_id, this_build_id());
+  EXPECT_EQ(findings.build_id.size(), 40u) << "a GNU build id (sha1) is linked in";
+  EXPECT_GT(findings.cores, 0);
+  EXPECT_EQ(findings.cuda_devices, -1) << "not asked";
+  ASSERT_EQ(findings.files.size(), 3u);
+  EXPECT_EQ(findings.files[0], std::make_pair(file, std::string()));
+  EXPECT_EQ(findings.files[1], std::make_pair(pipe, std::string("not a regular file")));
+  EXPECT_EQ(findings.files[2], std::make_pair(missing, std::string("No such file or directory")));
+  EXPECT_EQ(findings.interfaces, this_host_interfaces());
+}
+
+TEST(Preflight, EveryProblemIsOneLineNamingTheHostAndTheFix) {
+  PreflightRequest request;
+  request.binary = "/opt/paraplan/bin/paraplan";
+  request.hosts = {{"node1", 4, 1}, {"node2", 4, 2}, {"node3", 4, 3}, {"node4", 4, 4}};
+  request.count_gpus = true;
+  std::vector<HostFindings> findings = {good_host("node1"), good_host("node2"), good_host("node3"),
+                                        good_host("node4")};
+  findings[0].cuda_devices = 4;
+  findings[1].cuda_devices = 2;
+  findings[1].build_id = "0123456789abcdef";
+  findings[2].cuda_devices = 4;
+  findings[2].files[1].second = "No such file or directory";
+  findings[3].failure =
+      "cannot reach it over ssh (ssh: connect to host node4 port 22: No route "
+      "to host); passwordless ssh from this host must work (`ssh node4 true`), "
+      "or set mpirun's agent (OMPI_MCA_plm_rsh_agent)";
+  EXPECT_EQ(preflight_problems(findings, request, "0.1.0", "abcdef0123456789"),
+            (std::vector<std::string>{
+                "node2: paraplan 0.1.0 (build 0123456789ab) at /opt/paraplan/bin/paraplan "
+                "differs from this host's 0.1.0 (build abcdef012345); install the same build at "
+                "that path on every host",
+                "node2: 2 CUDA device(s) but the hostfile gives it slots=4 (one rank per "
+                "device); lower its slots and plan for that, or use --backend cpu",
+                "node3: cannot read /shared/train.bin: No such file or directory; put it on a "
+                "filesystem every host shares, or copy it to the same path on each",
+                "node4: cannot reach it over ssh (ssh: connect to host node4 port 22: No route to "
+                "host); passwordless ssh from this host must work (`ssh node4 true`), or set "
+                "mpirun's agent (OMPI_MCA_plm_rsh_agent)"}));
+  findings.pop_back();
+  findings[1] = good_host("node2");
+  findings[1].cuda_devices = 4;
+  findings[2] = good_host("node3");
+  findings[2].cuda_devices = 4;
+  request.hosts.pop_back();
+  EXPECT_TRUE(preflight_problems(findings, request, "0.1.0", "abcdef0123456789").empty());
+}
+
+TEST(Preflight, AsksHostsThroughMpirunsRemoteShell) {
+  unsetenv("OMPI_MCA_plm_rsh_agent");
+  EXPECT_EQ(remote_shell({}), (std::vector<std::string>{"ssh"}));
+  setenv("OMPI_MCA_plm_rsh_agent", "ssh -F /tmp/bed/ssh_config : rsh", 1);
+  EXPECT_EQ(remote_shell({}), (std::vector<std::string>{"ssh", "-F", "/tmp/bed/ssh_config"}));
+  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh -p 2222"}),
+            (std::vector<std::string>{"/usr/bin/ssh", "-p", "2222"}));
+  unsetenv("OMPI_MCA_plm_rsh_agent");
+}
+
+// A remote shell whose hosts answer, cannot be reached, or lack the binary;
+// the answering host runs a paraplan of another build.
+TEST(Preflight, RunsEveryHostAtOnceAndClassifiesWhatWentWrong) {
+  testing::TempDir directory;
+  const std::string agent = (directory.path() / "fake_ssh").string();
+  std::ofstream(agent) << "#!/bin/sh\n"
+                          "host=$1; shift\n"
+                          "case \"$host\" in\n"
+                          "  unreachable) echo 'ssh: connect to host unreachable port 22: "
+                          "Connection refused' >&2; exit 255;;\n"
+                          "  nobinary) echo 'sh: 1: /x/paraplan: not found' >&2; exit 127;;\n"
+                          "  garbled) echo 'Usage: paraplan [OPTIONS]'; exit 0;;\n"
+                          "  *) exec sh -c \"$*\";;\n"
+                          "esac\n";
+  const std::string binary = (directory.path() / "paraplan").string();
+  std::ofstream(binary) << "#!/bin/sh\n"
+                           "echo '{\"hostname\":\"far\",\"version\":\"0.0.9\",\"build_id\":\"old\","
+                           "\"cores\":2,\"cuda_devices\":-1,\"files\":[[\"/f\",\"\"]],"
+                           "\"interfaces\":[{\"name\":\"eth0\",\"address\":\"10.1.2.3\","
+                           "\"prefix\":16}]}'\n";
+  chmod(agent.c_str(), 0755);
+  chmod(binary.c_str(), 0755);
+  PreflightRequest request;
+  request.binary = binary;
+  request.files = {"/f"};
+  request.remote_shell = {agent};
+  request.hosts = {{"far", 2, 1}, {"unreachable", 2, 2}, {"nobinary", 2, 3}, {"garbled", 2, 4}};
+  const std::vector<HostFindings> findings = run_preflight(request);
+  ASSERT_EQ(findings.size(), 4u);
+  EXPECT_EQ(findings[0].failure, "");
+  EXPECT_EQ(findings[0].hostname, "far");
+  EXPECT_EQ(findings[0].interfaces,
+            (std::vector<InterfaceAddress>{{"eth0", *parse_ipv4("10.1.2.3"), 16}}));
+  EXPECT_EQ(findings[1].failure,
+            "cannot reach it over " + agent +
+                " (ssh: connect to host unreachable port 22: Connection refused); passwordless "
+                "ssh from this host must work (`ssh unreachable true`), or set mpirun's agent "
+                "(OMPI_MCA_plm_rsh_agent)");
+  EXPECT_EQ(findings[2].failure, binary +
+                                     " is not there (sh: 1: /x/paraplan: not found); install "
+                                     "paraplan at the same path on every host (or share its "
+                                     "directory)");
+  EXPECT_EQ(findings[3].failure,
+            "its paraplan answered `paraplan preflight` with something else; install the same "
+            "paraplan build on every host");
+  const std::vector<std::string> problems = preflight_problems(findings, request, "0.1.0", "new");
+  ASSERT_EQ(problems.size(), 4u);
+  EXPECT_EQ(problems[0], "far: paraplan 0.0.9 (build old) at " + binary +
+                             " differs from this host's 0.1.0 (build new); install the same "
+                             "build at that path on every host");
+  EXPECT_EQ(describe_findings({findings[0], findings[1]}),
+            "preflight: far: hostname far, paraplan 0.0.9 (build old), 2 cores, 1 of 1 files "
+            "readable; interfaces eth0 10.1.2.3/16\n"
+            "preflight: unreachable: " +
+                findings[1].failure + "\n");
+}
+
+}  // namespace
+}  // namespace paraplan
