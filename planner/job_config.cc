@@ -10,14 +10,15 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <variant>
 
+#include "common/bounded_file.h"
+#include "common/printable_text.h"
 #include "planner/job_config_internal.h"
+#include "schema/model_limits.h"
 
 namespace paraplan {
 namespace {
@@ -404,6 +405,11 @@ FieldValue value_from_string(const FieldSpec& spec, const std::string& text,
       throw bad();
     case FieldKind::String:
     case FieldKind::Choice:
+      // Strings end up in the plan, which holds UTF-8 only (TOML files are
+      // UTF-8 already; a command line may be anything).
+      if (const std::string problem = utf8_problem(text); !problem.empty())
+        throw std::runtime_error(where + ": " + field_name(spec) + ": " + problem +
+                                 "; give UTF-8 text");
       return text;
     case FieldKind::IntegerOrAuto:
       if (parse_integer(text, &integer)) return integer;
@@ -439,7 +445,12 @@ ClusterConfig preset_values(const std::string& name) {
 
 // Fills every derived default from what was not set explicitly.
 void resolve_defaults(JobConfig& config) {
-  if (!config.was_set("model.ffn_size")) config.model.ffn_size = 4 * config.model.d_model;
+  // 4 x d_model is taken only while it fits; a d_model too large for it is
+  // refused by name (validate_job_config), not blamed on the unset ffn_size.
+  if (!config.was_set("model.ffn_size"))
+    config.model.ffn_size = config.model.d_model > 0 && config.model.d_model <= kMaxModelDimension
+                                ? 4 * config.model.d_model
+                                : 0;
   if (!config.was_set("training.min_learning_rate"))
     config.training.min_learning_rate = config.training.learning_rate / 10;
   JobConfig explicit_values;
@@ -537,11 +548,7 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
 }
 
 JobConfig load_job_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw std::runtime_error(path + ": cannot open the job config file");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_job_config(text.str(), path, overrides);
+  return parse_job_config(read_bounded_file(path, kJobConfigFile), path, overrides);
 }
 
 std::vector<ConfigOverride> parse_override_arguments(const std::vector<std::string>& args,

@@ -285,7 +285,8 @@ seq_len = 64
 )";
   auto model = [&](const std::string& fields) { return parse_error(base + fields); };
   EXPECT_NE(model("num_layers = 2\nd_model = 100\nnum_heads = 3\n")
-                .find("job.toml: [model] d_model (100) must be divisible by num_heads (3)"),
+                .find("job.toml: [model] d_model = 100 is not divisible by num_heads 3; d_model "
+                      "must be a multiple of num_heads"),
             std::string::npos);
   EXPECT_NE(model("num_layers = 0\nd_model = 64\nnum_heads = 4\n")
                 .find("[model] num_layers = 0 is invalid; it must be >= 1"),
@@ -295,8 +296,8 @@ seq_len = 64
                 .find("[model] d_model = -64 is invalid; it must be >= 1"),
             std::string::npos);
   EXPECT_NE(model("num_layers = 2\nd_model = 64\nnum_heads = 4\nvocab_size = 70000\n")
-                .find("[model] vocab_size = 70000 is invalid; token files store uint16 ids, so "
-                      "valid range 1 .. 65536"),
+                .find("[model] vocab_size = 70000; must be at most 65536 because tokens are "
+                      "stored as uint16"),
             std::string::npos);
   EXPECT_NE(model("num_layers = 2\nd_model = 64\n")
                 .find("[model] num_heads is required (attention heads); give it in the file or "
@@ -375,7 +376,7 @@ TEST(JobConfigTest, OverridesAreTypedByTheirField) {
             std::string::npos);
   EXPECT_NE(override_error("memory_constraint", "4").find("must have the form section.key"),
             std::string::npos);
-  EXPECT_NE(override_error("model.num_heads", "5").find("must be divisible by num_heads (5)"),
+  EXPECT_NE(override_error("model.num_heads", "5").find("is not divisible by num_heads 5"),
             std::string::npos);
   // A rejected override leaves the config as it was.
   EXPECT_THROW(apply_override(edited, "model.num_heads", "5"), std::runtime_error);

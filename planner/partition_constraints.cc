@@ -5,10 +5,10 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <limits>
 #include <stdexcept>
 
+#include "common/bounded_file.h"
 #include "planner/module_names.h"
 #include "planner/search_space.h"
 
@@ -106,18 +106,20 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
         if (!value.is_integer())
           throw std::runtime_error(field + " must be an integer (-1 = last)");
         const int64_t stage = value.as_integer()->get();
-        if (stage < -1 || stage > config.model.num_layers + 1)
+        const int64_t last_stage = int64_t{config.model.num_layers} + 1;
+        if (stage < -1 || stage > last_stage)
           throw std::runtime_error(field + " = " + std::to_string(stage) +
-                                   " is out of range; valid: -1 .. " +
-                                   std::to_string(config.model.num_layers + 1));
+                                   " is out of range; valid: -1 .. " + std::to_string(last_stage));
         constraint.stage = static_cast<int>(stage);
       } else if (k == "tensor_parallel") {
         const toml::array* degrees = value.as_array();
         if (degrees == nullptr || degrees->empty())
           throw std::runtime_error(field + " must be a non-empty array of integers >= 1");
         for (const toml::node& degree : *degrees) {
-          if (!degree.is_integer() || degree.as_integer()->get() < 1)
-            throw std::runtime_error(field + " must be a non-empty array of integers >= 1");
+          if (!degree.is_integer() || degree.as_integer()->get() < 1 ||
+              degree.as_integer()->get() > std::numeric_limits<int>::max())
+            throw std::runtime_error(field + " must be a non-empty array of integers in 1 .. " +
+                                     std::to_string(std::numeric_limits<int>::max()));
           constraint.tensor_parallel.push_back(static_cast<int>(degree.as_integer()->get()));
         }
       } else if (k == "recompute") {
@@ -159,13 +161,14 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
 
 PartitionConstraints load_partition_constraints(const JobConfig& config) {
   const std::string& path = config.planner.partition_constraints_path;
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw std::runtime_error(config.source + ": [planner] partition_constraints_path = '" + path +
-                             "': cannot open the file");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_partition_constraints(text.str(), path, config);
+  std::string text;
+  try {
+    text = read_bounded_file(path, kPartitionConstraintsFile);
+  } catch (const std::exception& error) {
+    throw std::runtime_error(config.source +
+                             ": [planner] partition_constraints_path: " + error.what());
+  }
+  return parse_partition_constraints(text, path, config);
 }
 
 void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,

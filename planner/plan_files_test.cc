@@ -166,7 +166,8 @@ TEST(PlanFilesTest, PartitionConstraintErrors) {
             std::string::npos);
   EXPECT_NE(
       error_of(eight_device_job({{"planner.partition_constraints_path", "/nonexistent/c.toml"}}))
-          .find("[planner] partition_constraints_path = '/nonexistent/c.toml': cannot open"),
+          .find("[planner] partition_constraints_path: /nonexistent/c.toml: cannot read the "
+                "partition constraints file: No such file or directory"),
       std::string::npos);
 }
 

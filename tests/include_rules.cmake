@@ -6,6 +6,7 @@
 
 # Folder -> the project folders its files may include (itself included).
 set(common_sets "common/")
+set(common_allowed ${common_sets})
 set(kernels_allowed kernels/ ${common_sets})
 set(schema_allowed schema/ plan_generated.h ${common_sets})
 set(planner_allowed planner/ ${schema_allowed})

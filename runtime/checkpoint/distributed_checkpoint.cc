@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "runtime/model/architecture.h"
+#include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_from_plan.h"
 
 namespace paraplan {
@@ -88,6 +89,11 @@ TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stag
   const ParameterLayout& layout = stage.layout();
   const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
   const ParameterLayout& whole = *whole_layout;
+  // Every rank reads the whole model and both moments, then keeps its slice.
+  require_host_memory(static_cast<double>(whole.num_elements()) * 3 * sizeof(float),
+                      path + ": the whole model's weights and AdamW moments (" +
+                          std::to_string(whole.num_elements()) + " parameters)",
+                      "resume on machines with more memory");
   std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
       whole_second(whole.num_elements());
   const TrainState state =

@@ -24,8 +24,10 @@ void DataLoader::load(int64_t first_sample, int count, int32_t* inputs, int32_t*
                              " samples from index " + std::to_string(first_sample) +
                              "; both must be non-negative");
   const uint16_t* data = tokens_.tokens();
-  for (int i = 0; i < count; ++i) {
-    const int64_t start = ((first_sample + i) % samples_per_epoch_) * seq_len_;
+  // Reduced before adding, so no index of int64's range can overflow.
+  int64_t position = first_sample % samples_per_epoch_;
+  for (int i = 0; i < count; ++i, position = (position + 1) % samples_per_epoch_) {
+    const int64_t start = position * seq_len_;
     const uint16_t* window = data + start;
     int32_t* in = inputs + static_cast<int64_t>(i) * seq_len_;
     int32_t* out = targets + static_cast<int64_t>(i) * seq_len_;
