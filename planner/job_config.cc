@@ -259,18 +259,18 @@ const FieldSpec& find_field(const std::string& section, const std::string& key,
   bool section_known = false;
   for (const std::string& name : section_names()) section_known |= name == section;
   if (!section_known)
-    throw std::runtime_error(where + ": unknown section [" + section +
+    throw std::runtime_error(where + ": unknown section [" + printable_text(section) +
                              "]; valid sections: " + valid_sections());
   for (const FieldSpec& spec : field_table())
     if (spec.section == section && spec.key == key) return spec;
-  throw std::runtime_error(where + ": [" + section + "] unknown key '" + key +
+  throw std::runtime_error(where + ": [" + section + "] unknown key '" + printable_text(key) +
                            "'; valid keys: " + valid_keys(section));
 }
 
 const FieldSpec& find_dotted_field(const std::string& dotted_key, const std::string& where) {
   const size_t dot = dotted_key.find('.');
   if (dot == std::string::npos || dotted_key.find('.', dot + 1) != std::string::npos)
-    throw std::runtime_error(where + ": option '" + dotted_key +
+    throw std::runtime_error(where + ": option '" + printable_text(dotted_key) +
                              "' must have the form section.key (e.g. planner.memory_constraint)"
                              "; valid sections: " +
                              valid_sections());
@@ -336,13 +336,13 @@ void check_value(const FieldSpec& spec, const FieldValue& value, const std::stri
     const std::string& text = std::get<std::string>(value);
     for (const std::string& choice : spec.choices)
       if (choice == text) return;
-    throw std::runtime_error(where + ": " + field_name(spec) + " = '" + text +
+    throw std::runtime_error(where + ": " + field_name(spec) + " = '" + printable_text(text) +
                              "' is not valid; valid values: " + join(spec.choices));
   }
   if (spec.kind == FieldKind::IntegerOrAuto && std::holds_alternative<std::string>(value) &&
       std::get<std::string>(value) != "auto")
     throw std::runtime_error(where + ": " + field_name(spec) + " = '" +
-                             std::get<std::string>(value) +
+                             printable_text(std::get<std::string>(value)) +
                              "' is not valid; valid values: 'auto' or an integer >= 1");
 }
 
@@ -385,7 +385,7 @@ FieldValue value_from_string(const FieldSpec& spec, const std::string& text,
                              const std::string& where) {
   auto bad = [&]() {
     return std::runtime_error(where + ": " + field_name(spec) + " must be " + kind_name(spec.kind) +
-                              ", got '" + text + "'");
+                              ", got '" + printable_text(text) + "'");
   };
   int64_t integer = 0;
   switch (spec.kind) {
@@ -478,7 +478,7 @@ std::vector<std::string> cluster_preset_names() {
 
 void apply_override(toml::table& table, const std::string& dotted_key, const std::string& value,
                     const std::string& source) {
-  const std::string where = source + " (override --" + dotted_key + ")";
+  const std::string where = source + " (override --" + printable_text(dotted_key) + ")";
   const FieldSpec& spec = find_dotted_field(dotted_key, where);
   const FieldValue parsed = value_from_string(spec, value, where);
   check_value(spec, parsed, where);
@@ -491,7 +491,7 @@ void apply_override(toml::table& table, const std::string& dotted_key, const std
 }
 
 void apply_override(JobConfig& config, const std::string& dotted_key, const std::string& value) {
-  const std::string where = config.source + " (override --" + dotted_key + ")";
+  const std::string where = config.source + " (override --" + printable_text(dotted_key) + ")";
   const FieldSpec& spec = find_dotted_field(dotted_key, where);
   const FieldValue parsed = value_from_string(spec, value, where);
   check_value(spec, parsed, where);
@@ -513,7 +513,7 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
     const toml::source_position begin = error.source().begin;
     throw std::runtime_error(source + ":" + std::to_string(begin.line) + ":" +
                              std::to_string(begin.column) +
-                             ": TOML syntax error: " + std::string(error.description()));
+                             ": TOML syntax error: " + printable_text(error.description(), 200));
   }
   for (const ConfigOverride& override_value : overrides)
     apply_override(root, override_value.key, override_value.value, source);
@@ -527,11 +527,12 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
     bool known = false;
     for (const std::string& name : section_names()) known |= name == section;
     if (!known)
-      throw std::runtime_error(where + ": unknown section [" + section +
+      throw std::runtime_error(where + ": unknown section [" + printable_text(section) +
                                "]; valid sections: " + valid_sections());
     if (section_table == nullptr)
-      throw std::runtime_error(where + ": '" + section + "' must be a table ([" + section +
-                               "]), got " + toml_type_name(section_node.type()));
+      throw std::runtime_error(where + ": '" + printable_text(section) + "' must be a table ([" +
+                               printable_text(section) + "]), got " +
+                               toml_type_name(section_node.type()));
     for (auto&& [key, node] : *section_table) {
       const FieldSpec& spec =
           find_field(section, std::string(key.str()), location(source, key.source()));

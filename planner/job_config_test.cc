@@ -329,6 +329,22 @@ TEST(JobConfigTest, SyntaxErrorsGiveLineAndColumn) {
   EXPECT_NE(message.find("TOML syntax error"), std::string::npos) << message;
 }
 
+// Found by fuzz/job_config_fuzzer: TOML's syntax errors and unknown keys
+// quoted the file's bytes as they were, control bytes included.
+TEST(JobConfigTest, MessagesShowTheFilesBytesPrintably) {
+  EXPECT_NE(parse_error(with("[planner]\nverbose = tr\x10\n"))
+                .find("TOML syntax error: Error while parsing boolean: expected 'true', saw "
+                      "'tr\\x10'"),
+            std::string::npos)
+      << parse_error(with("[planner]\nverbose = tr\x10\n"));
+  EXPECT_NE(parse_error(with("[planner]\n\"bad\\u0007key\" = 1\n"))
+                .find("[planner] unknown key 'bad\\x07key'"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with("[model]\ndtype = \"f\\u001b(31m\"\n"))
+                .find("[model] dtype = 'f\\x1b(31m' is not valid"),
+            std::string::npos);
+}
+
 TEST(JobConfigTest, OverridesAreTypedByTheirField) {
   // TOML-level overrides may supply required keys and replace file values.
   const JobConfig config = parse_job_config(

@@ -464,5 +464,15 @@ TEST(PlanToTable, MarksMissingPredictions) {
   EXPECT_TRUE(contains(row, " - | "));               // no predicted times
 }
 
+// Found by fuzz/plan_fuzzer: a plan that fails validation is still printed
+// (while it is debugged), and its layer range overflowed int32.
+TEST(PlanToTable, PrintsAnInvalidPlansExtremeLayerRange) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 2, 2);
+  spec.stages[0].first_layer = 2147483647;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  EXPECT_TRUE(contains(stage_row(plan_to_table(*schema::GetPlan(bytes.data())), 0),
+                       "| 2147483647-2147483648 |"));
+}
+
 }  // namespace
 }  // namespace paraplan

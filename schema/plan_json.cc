@@ -216,7 +216,8 @@ std::string recompute_summary(const schema::Stage& stage) {
 
 std::string layer_range(const schema::Stage& stage) {
   if (stage.num_layers() <= 0) return "-";
-  const int32_t last = stage.first_layer() + stage.num_layers() - 1;
+  // Wide: an invalid plan (printed while it is debugged) may hold any int32.
+  const int64_t last = int64_t{stage.first_layer()} + stage.num_layers() - 1;
   if (last == stage.first_layer()) return std::to_string(last);
   return std::to_string(stage.first_layer()) + "-" + std::to_string(last);
 }

@@ -124,19 +124,21 @@ std::string read_text(const fs::path& path, const char* what, const FileKind& ki
   return read_bounded_file(path.string(), kind);
 }
 
-nlohmann::json read_json(const fs::path& path, const char* what) {
-  const std::string text = read_text(path, what, kCheckpointJsonFile);
+nlohmann::json parse_json_object(const std::string& text, const std::string& path,
+                                 const char* what) {
   try {
     nlohmann::json json = nlohmann::json::parse(text);
     if (!json.is_object()) throw std::runtime_error("not a JSON object");
     return json;
   } catch (const std::exception& error) {
-    throw std::runtime_error(path.string() + ": " + what + " is not valid JSON: " + error.what());
+    throw std::runtime_error(path + ": " + what +
+                             " is not valid JSON: " + printable_text(error.what(), 200));
   }
 }
 
 TransformerConfig parse_config(const fs::path& path) {
-  return config_from_hugging_face(read_json(path, "model config"), path.string());
+  return parse_checkpoint_config(read_text(path, "model config", kCheckpointJsonFile),
+                                 path.string());
 }
 
 // Every field where the checkpoint's model differs from the plan's, one line each.
@@ -289,6 +291,28 @@ std::string resolve_checkpoint(const std::string& path) {
                            kLatestFile + "' file) nor a step directory (no " + kModelFile + ")");
 }
 
+TransformerConfig parse_checkpoint_config(const std::string& text, const std::string& path) {
+  return config_from_hugging_face(parse_json_object(text, path, "model config"), path);
+}
+
+TrainState parse_train_state(const std::string& text, const std::string& path) {
+  const nlohmann::json json = parse_json_object(text, path, "training state");
+  const int64_t version = json_integer(json, "format_version", path);
+  if (version < 1 || version > kCheckpointFormatVersion)
+    throw std::runtime_error(path + ": format_version " + std::to_string(version) +
+                             " is not supported; this paraplan reads versions 1 to " +
+                             std::to_string(kCheckpointFormatVersion));
+  TrainState state;
+  state.step = json_integer(json, "step", path, std::nullopt, 0, kMaxTrainStep);
+  state.next_train_sample =
+      json_integer(json, "next_train_sample", path, std::nullopt, 0, kMaxTrainSample);
+  const auto seed = json.find("seed");
+  if (seed == json.end() || !seed->is_number_unsigned())
+    throw std::runtime_error(path + ": field 'seed' must be a non-negative integer");
+  state.seed = seed->get<uint64_t>();
+  return state;
+}
+
 TransformerConfig read_checkpoint_config(const std::string& path) {
   return parse_config(fs::path(resolve_checkpoint(path)) / kConfigFile);
 }
@@ -314,22 +338,10 @@ TrainState load_checkpoint(const std::string& path, const ParameterLayout& layou
   // A weights-only load (sampling) accepts a directory without training state,
   // e.g. a Hugging Face GPT-2 export; resuming needs it.
   const fs::path state_path = step_dir / kStateFile;
-  TrainState state;
-  if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path)) return state;
-  const nlohmann::json json = read_json(state_path, "training state");
-  const int64_t version = json_integer(json, "format_version", state_path);
-  if (version < 1 || version > kCheckpointFormatVersion)
-    throw std::runtime_error(state_path.string() + ": format_version " + std::to_string(version) +
-                             " is not supported; this paraplan reads versions 1 to " +
-                             std::to_string(kCheckpointFormatVersion));
-  state.step = json_integer(json, "step", state_path, std::nullopt, 0, kMaxTrainStep);
-  state.next_train_sample =
-      json_integer(json, "next_train_sample", state_path, std::nullopt, 0, kMaxTrainSample);
-  const auto seed = json.find("seed");
-  if (seed == json.end() || !seed->is_number_unsigned())
-    throw std::runtime_error(state_path.string() + ": field 'seed' must be a non-negative integer");
-  state.seed = seed->get<uint64_t>();
-  return state;
+  if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path))
+    return TrainState{};
+  return parse_train_state(read_text(state_path, "training state", kCheckpointJsonFile),
+                           state_path.string());
 }
 
 }  // namespace paraplan

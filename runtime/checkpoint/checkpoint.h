@@ -62,4 +62,10 @@ TrainState load_checkpoint(const std::string& path, const ParameterLayout& layou
 // The model configuration in config.json of the checkpoint at `path`.
 TransformerConfig read_checkpoint_config(const std::string& path);
 
+// The readers of config.json and train_state.json over text already read;
+// `path` names the file in messages. Every field is validated (the model's
+// sizes by validated_transformer_config, the state's ranges above).
+TransformerConfig parse_checkpoint_config(const std::string& text, const std::string& path);
+TrainState parse_train_state(const std::string& text, const std::string& path);
+
 }  // namespace paraplan
