@@ -332,17 +332,13 @@ TEST(JobConfigTest, SyntaxErrorsGiveLineAndColumn) {
 // Found by fuzz/job_config_fuzzer: TOML's syntax errors and unknown keys
 // quoted the file's bytes as they were, control bytes included.
 TEST(JobConfigTest, MessagesShowTheFilesBytesPrintably) {
-  EXPECT_NE(parse_error(with("[planner]\nverbose = tr\x10\n"))
-                .find("TOML syntax error: Error while parsing boolean: expected 'true', saw "
-                      "'tr\\x10'"),
-            std::string::npos)
-      << parse_error(with("[planner]\nverbose = tr\x10\n"));
-  EXPECT_NE(parse_error(with("[planner]\n\"bad\\u0007key\" = 1\n"))
-                .find("[planner] unknown key 'bad\\x07key'"),
-            std::string::npos);
-  EXPECT_NE(parse_error(with("[model]\ndtype = \"f\\u001b(31m\"\n"))
-                .find("[model] dtype = 'f\\x1b(31m' is not valid"),
-            std::string::npos);
+  const std::pair<const char*, const char*> cases[] = {
+      {"[planner]\nverbose = tr\x10\n",
+       "TOML syntax error: Error while parsing boolean: expected 'true', saw 'tr\\x10'"},
+      {"[planner]\n\"bad\\u0007key\" = 1\n", "[planner] unknown key 'bad\\x07key'"},
+      {"[model]\ndtype = \"f\\u001b(31m\"\n", "[model] dtype = 'f\\x1b(31m' is not valid"}};
+  for (const auto& [text, message] : cases)
+    EXPECT_NE(parse_error(with(text)).find(message), std::string::npos) << parse_error(with(text));
 }
 
 TEST(JobConfigTest, OverridesAreTypedByTheirField) {

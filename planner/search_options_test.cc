@@ -231,19 +231,18 @@ TEST(SearchOptionsTest, HostileSizesAreRefusedBeforeAnythingIsBuilt) {
             std::string::npos)
       << width;
   EXPECT_EQ(width.find("ffn_size"), std::string::npos) << width;
-  EXPECT_NE(error_of({{"model.ffn_size", "2147483647"}})
-                .find("[model] ffn_size = 2147483647; must be at most 16777216"),
-            std::string::npos);
-  EXPECT_NE(error_of({{"training.micro_batch_size", "67108864"}, {"model.seq_len", "64"}})
-                .find("[training] micro_batch_size = 67108864; [training] micro_batch_size x "
-                      "[model] seq_len = 67108864 x 64 = 4294967296 rows"),
-            std::string::npos);
-  EXPECT_NE(error_of({{"planner.update_freq", "100000"}})
-                .find("[planner] update_freq = 100000 is invalid; at most 16384"),
-            std::string::npos);
-  EXPECT_NE(error_of({{"job.name", "bad\xc3("}})
-                .find("[job] name: byte 0x28 at offset 4 is not valid UTF-8; give UTF-8 text"),
-            std::string::npos);
+  const std::pair<std::vector<ConfigOverride>, const char*> refusals[] = {
+      {{{"model.ffn_size", "2147483647"}},
+       "[model] ffn_size = 2147483647; must be at most 16777216"},
+      {{{"training.micro_batch_size", "67108864"}, {"model.seq_len", "64"}},
+       "[training] micro_batch_size = 67108864; [training] micro_batch_size x [model] seq_len = "
+       "67108864 x 64 = 4294967296 rows"},
+      {{{"planner.update_freq", "100000"}},
+       "[planner] update_freq = 100000 is invalid; at most 16384"},
+      {{{"job.name", "bad\xc3("}},
+       "[job] name: byte 0x28 at offset 4 is not valid UTF-8; give UTF-8 text"}};
+  for (const auto& [overrides, message] : refusals)
+    EXPECT_NE(error_of(overrides).find(message), std::string::npos) << error_of(overrides);
 }
 
 TEST(SearchOptionsTest, BadInputNamesTheField) {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "command_runner.h"
+#include "command_fixture.h"
 #include "schema/plan_test_builder.h"
 
 namespace {
@@ -25,49 +25,16 @@ using paraplan::test_plans::build_plan;
 using paraplan::test_plans::make_plan_spec;
 using paraplan::test_plans::PlanSpec;
 
-const char* kTinyJob = R"([model]
-vocab_size = 256
-seq_len = 16
-num_layers = 2
-d_model = 32
-num_heads = 4
-
-[training]
-global_batch_size = 4
-micro_batch_size = 2
-total_steps = 10
-seed = 7
-)";
-
-class HostileInput : public ::testing::Test {
+class HostileInput : public CommandTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("paraplan_hostile_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::string corpus;
-    for (int i = 0; i < 200; ++i) corpus += "line " + std::to_string(i) + ": hostile input\n";
-    write_file(dir_ / "corpus.txt", corpus);
-    write_file(dir_ / "job.toml", kTinyJob);
-    ASSERT_EQ(
-        bounded("tokenize --input " + path("corpus.txt") + " --output " + path("data")).exit_code,
-        0);
+    CommandTest::SetUp();
+    tokenize_and_plan();
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // `paraplan <arguments>`, killed after 60 s (exit code 124: it hung).
   static CommandResult bounded(const std::string& arguments) {
     return run_command("timeout 60 " + std::string(PARAPLAN_BINARY) + " " + arguments);
-  }
-
-  void plan_tiny_job() {
-    ASSERT_EQ(
-        bounded("plan --config " + path("job.toml") + " --output " + path("job.pplan")).exit_code,
-        0);
   }
   std::string train(const std::string& plan, const std::string& extra = "") const {
     return "train --plan " + path(plan) + " --data " + path("data/train.bin") + " " + extra;
@@ -84,19 +51,7 @@ class HostileInput : public ::testing::Test {
     const std::vector<uint8_t> bytes = build_plan(spec);
     write_file(dir_ / name, std::string(bytes.begin(), bytes.end()));
   }
-
-  fs::path dir_;
 };
-
-// Exit status 1, no signal, no timeout, "paraplan: error:" and every mention.
-void expect_clear_error(const CommandResult& result, const std::vector<std::string>& mentions) {
-  EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_FALSE(result.crashed) << result.output;
-  EXPECT_NE(result.output.find("paraplan: error: "), std::string::npos) << result.output;
-  for (const std::string& mention : mentions)
-    EXPECT_NE(result.output.find(mention), std::string::npos)
-        << "expected '" << mention << "' in: " << result.output;
-}
 
 // Issue 14, 1: a stage prediction without its memory made `train` crash at its end.
 TEST_F(HostileInput, PlanWithoutAStagesMemoryPredictionIsRefused) {
@@ -109,7 +64,6 @@ TEST_F(HostileInput, PlanWithoutAStagesMemoryPredictionIsRefused) {
 
 // Issue 14, 2: `paraplan sample` divided by n_head = 0 (SIGFPE).
 TEST_F(HostileInput, CheckpointConfigWithImpossibleSizesIsRefused) {
-  plan_tiny_job();
   ASSERT_EQ(bounded(train("job.pplan", "--steps 1 --checkpoint-dir " + path("ckpt"))).exit_code, 0);
   const fs::path config = dir_ / "ckpt/step_00000001/config.json";
   const std::string good = read_file(config);
@@ -131,7 +85,6 @@ TEST_F(HostileInput, CheckpointConfigWithImpossibleSizesIsRefused) {
 
 // Issue 14, 3 and 8: train_state.json and 'latest' as a hostile user writes them.
 TEST_F(HostileInput, ResumingFromAHostileCheckpointDirectoryIsRefused) {
-  plan_tiny_job();
   const std::string resume = train("job.pplan", "--steps 2 --resume --checkpoint-dir " + path("c"));
   ASSERT_EQ(bounded(train("job.pplan", "--steps 1 --checkpoint-dir " + path("c"))).exit_code, 0);
   const fs::path state = dir_ / "c/step_00000001/train_state.json";
@@ -160,7 +113,6 @@ TEST_F(HostileInput, ResumingFromAHostileCheckpointDirectoryIsRefused) {
 
 // Issue 14, 8: a save killed part-way leaves step_N.tmp-<pid>-<n>; the next save removes it.
 TEST_F(HostileInput, TemporariesOfKilledSavesAreRemovedByTheNextSave) {
-  plan_tiny_job();
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   ::waitpid(child, nullptr, 0);  // a pid no process has now
@@ -175,7 +127,6 @@ TEST_F(HostileInput, TemporariesOfKilledSavesAreRemovedByTheNextSave) {
 // Issue 14, 4: named pipes hung the reader forever; /dev/zero filled memory; a
 // directory read as an empty file.
 TEST_F(HostileInput, PipesDevicesAndDirectoriesAreRefusedWithoutHanging) {
-  plan_tiny_job();
   ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
   const std::string pipe = path("pipe") + ": cannot read the ";
   const std::string what = "it is a named pipe (FIFO); expected a regular file";

@@ -43,7 +43,8 @@ d_model = 32
 num_heads = 4
 dtype = ")" + plan.dtype +
                      R"("
-tied_embeddings = )" + (plan.tied_embeddings ? "true" : "false") +
+tied_embeddings = )" +
+                     (plan.tied_embeddings ? "true" : "false") +
                      R"(
 
 [training]

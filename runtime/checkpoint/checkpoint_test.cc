@@ -279,12 +279,16 @@ pid_t finished_process() {
   return child;
 }
 
+// Saves step `step` of `buffers` to DIR/ckpt.
+void save_step(const TempDir& dir, const GptLayout& layout, const Buffers& buffers, int64_t step) {
+  save_checkpoint(dir / "ckpt", layout, buffers.params.data(), buffers.first.data(),
+                  buffers.second.data(), TrainState{.step = step});
+}
+
 TEST(CheckpointTest, ALaterSaveRemovesWhatKilledSavesLeftBehind) {
   TempDir dir;
   const GptLayout layout = full_layout(small_config());
-  const Buffers saved(layout);
-  save_checkpoint(dir / "ckpt", layout, saved.params.data(), saved.first.data(),
-                  saved.second.data(), TrainState{.step = 1});
+  save_step(dir, layout, Buffers(layout), 1);
   // Saves killed part-way (their processes are gone), and one still being
   // written by a live process (this test's parent), which must stay.
   const std::string dead = std::to_string(finished_process());
@@ -298,8 +302,7 @@ TEST(CheckpointTest, ALaterSaveRemovesWhatKilledSavesLeftBehind) {
   write_bytes(dir.path() / "ckpt" / ("latest.tmp-" + dead + "-1"), "step_0000");
   // Not a save's temporary: the user's own files stay whatever their names.
   write_bytes(dir.path() / "ckpt" / ("notes.tmp-" + dead + "-0"), "mine");
-  save_checkpoint(dir / "ckpt", layout, saved.params.data(), saved.first.data(),
-                  saved.second.data(), TrainState{.step = 4});
+  save_step(dir, layout, Buffers(layout), 4);
   EXPECT_EQ(entries(dir.path() / "ckpt"),
             (std::vector<std::string>{"latest", "notes.tmp-" + dead + "-0", "step_00000001",
                                       "step_00000003.tmp-" + live + "-0", "step_00000004"}));
