@@ -36,7 +36,9 @@ inline constexpr FileKind kJobConfigFile{"job config", 4 * kMiB};
 inline constexpr FileKind kPartitionConstraintsFile{"partition constraints file", 16 * kMiB};
 inline constexpr FileKind kHostfile{"hostfile", 16 * kMiB};
 inline constexpr FileKind kProfileFile{"profile", 64 * kMiB};
-inline constexpr FileKind kPlanFile{"plan file", 256 * kMiB};
+// The largest plan the limits of schema/model_limits.h allow (256 stages x
+// 16384 GPipe micro-batches) is 302 MB.
+inline constexpr FileKind kPlanFile{"plan file", 512 * kMiB};
 inline constexpr FileKind kCheckpointJsonFile{"checkpoint JSON file", 1 * kMiB};
 inline constexpr FileKind kCheckpointLatestFile{"checkpoint 'latest' file", 4096};
 // Bytes become uint16 tokens counted by an int32 (runtime/data/token_file.h).
@@ -135,11 +137,13 @@ class RegularFile {
 };
 
 // The whole of a regular file of `kind`, at most kind.max_bytes (a file that
-// grows past the limit while it is read is refused too).
-inline std::string read_bounded_file(const std::string& path, const FileKind& kind) {
+// grows past the limit while it is read is refused too), as a std::string or
+// (Bytes = std::vector<uint8_t>) as bytes.
+template <typename Bytes = std::string>
+Bytes read_bounded_file(const std::string& path, const FileKind& kind) {
   using namespace bounded_file_detail;
   const RegularFile file(path, kind);
-  std::string text;
+  Bytes text;
   text.resize(static_cast<size_t>(file.size()));
   size_t have = 0;
   for (;;) {

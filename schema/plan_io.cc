@@ -105,8 +105,7 @@ LoadedPlan load_plan(const std::string& path) {
   if (fs::is_directory(status)) {
     throw std::runtime_error("plan file " + quoted(path) + " is a directory, not a plan file");
   }
-  const std::string text = read_bounded_file(path, kPlanFile);
-  std::vector<uint8_t> bytes(text.begin(), text.end());
+  std::vector<uint8_t> bytes = read_bounded_file<std::vector<uint8_t>>(path, kPlanFile);
   return load_plan_from_bytes(path, std::move(bytes));
 }
 
