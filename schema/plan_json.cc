@@ -330,7 +330,8 @@ void mesh_and_zero_lines(const schema::Plan& plan, std::ostringstream& out) {
   } else {
     out << "mesh: pp " << mesh->pipeline_parallel() << " x dp " << mesh->data_parallel() << " x tp "
         << mesh->tensor_parallel() << " = "
-        << int64_t{mesh->pipeline_parallel()} * mesh->data_parallel() * mesh->tensor_parallel()
+        << schema_text::product_text(schema_text::checked_product(
+               mesh->pipeline_parallel(), mesh->data_parallel(), mesh->tensor_parallel()))
         << " ranks on " << mesh->num_nodes() << " nodes x " << mesh->devices_per_node()
         << " devices\n";
   }

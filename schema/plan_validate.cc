@@ -29,17 +29,6 @@ void require_non_negative(Violations& v, const std::string& field, int64_t value
   if (value < 0) v.add(field, number(value) + "; must be at least 0");
 }
 
-// a x b x c, or nullopt when it overflows int64.
-std::optional<int64_t> checked_product(int64_t a, int64_t b, int64_t c) {
-  int64_t ab = 0, abc = 0;
-  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) return std::nullopt;
-  return abc;
-}
-
-std::string product_text(std::optional<int64_t> product) {
-  return product ? number(*product) : "more than " + number(std::numeric_limits<int64_t>::max());
-}
-
 bool is_known(schema::RecomputeMode mode) {
   return std::string(recompute_mode_name(mode)) != "unknown";
 }
