@@ -43,8 +43,7 @@ d_model = 32
 num_heads = 4
 dtype = ")" + plan.dtype +
                      R"("
-tied_embeddings = )" +
-                     (plan.tied_embeddings ? "true" : "false") +
+tied_embeddings = )" + (plan.tied_embeddings ? "true" : "false") +
                      R"(
 
 [training]
