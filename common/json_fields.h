@@ -12,7 +12,24 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/printable_text.h"
+
 namespace paraplan {
+
+// A JSON value as a message shows it: numbers, booleans and null as written,
+// a string quoted and cut short (printable_text), an array or an object by its
+// kind only (a hostile file may nest them deeper than printing could recurse).
+inline std::string json_value_text(const nlohmann::json& value) {
+  if (value.is_string()) {
+    std::string text = "\"";
+    text += printable_text(value.get_ref<const std::string&>());
+    text += '"';
+    return text;
+  }
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return value.dump();
+}
 
 // Field `key` of `json` as an integer in [minimum, maximum], or `fallback`
 // when absent or null (required when fallback is nullopt). `path` names the
@@ -27,14 +44,15 @@ inline int64_t json_integer(const nlohmann::json& json, const std::string& key,
     throw std::runtime_error(path + ": missing field '" + key + "'");
   }
   if (!found->is_number_integer())
-    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+    throw std::runtime_error(path + ": field '" + key + "' is " + json_value_text(*found) +
                              ", expected an integer");
   // An unsigned value above int64's range reads as negative through
   // get<int64_t>(); it is out of range either way.
   if (found->is_number_unsigned() &&
       found->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
-                             ", out of range (at most " + std::to_string(maximum) + ")");
+                             ", out of range (valid: " + std::to_string(minimum) + " to " +
+                             std::to_string(maximum) + ")");
   const int64_t value = found->get<int64_t>();
   if (value < minimum || value > maximum)
     throw std::runtime_error(path + ": field '" + key + "' is " + std::to_string(value) +
@@ -49,7 +67,7 @@ inline double json_number(const nlohmann::json& json, const std::string& key,
   const auto found = json.find(key);
   if (found == json.end()) return fallback;
   if (!found->is_number())
-    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+    throw std::runtime_error(path + ": field '" + key + "' is " + json_value_text(*found) +
                              ", expected a number");
   return found->get<double>();
 }

@@ -114,8 +114,9 @@ class Tuner {
       t.predicted_seconds = p ? p->step_seconds() : 0;
       if (p && p->stages())
         for (const schema::StagePrediction* stage : *p->stages())
-          t.predicted_peak_bytes =
-              std::max(t.predicted_peak_bytes, static_cast<double>(stage->memory()->total()));
+          if (stage->memory() != nullptr)  // required by validation; checked all the same
+            t.predicted_peak_bytes =
+                std::max(t.predicted_peak_bytes, static_cast<double>(stage->memory()->total()));
     } catch (const std::exception& error) {
       t.pruned = error.what();
     }

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/bounded_file.h"
 #include "schema/plan_io.h"
 
 extern char** environ;
@@ -110,11 +111,8 @@ std::vector<HostEntry> parse_hostfile_text(const std::string& text, const std::s
 }
 
 std::vector<HostEntry> parse_hostfile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error(path + ": cannot read the hostfile: " + std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_hostfile_text(text.str(), path);
+  // A named pipe or a device as --hostfile is refused, not read forever.
+  return parse_hostfile_text(read_bounded_file(path, kHostfile), path);
 }
 
 void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::string& hostfile,

@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "common/atomic_file.h"
+#include "common/bounded_file.h"
 #include "launcher/launch.h"
 #include "planner/job_config.h"
 #include "planner/profile.h"
@@ -92,14 +91,12 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
   json devices = json::object();
   DeviceProfile previous;
   if (stored.file_found) {
-    std::ifstream file(stored.path);
-    std::ostringstream text;
-    text << file.rdbuf();
-    const json existing = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    const std::string text = read_bounded_file(stored.path, kProfileFile);
+    const json existing = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (existing.is_object() && existing.contains("devices") && existing["devices"].is_object() &&
         existing.value("version", 1) == kProfileFormatVersion) {
       devices = existing["devices"];
-      const ProfileDocument document = parse_profile_document(text.str(), stored.path, device);
+      const ProfileDocument document = parse_profile_document(text, stored.path, device);
       if (document.device && !config.planner.re_profile) previous = *document.device;
     }
   }

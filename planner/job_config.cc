@@ -10,14 +10,15 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <variant>
 
+#include "common/bounded_file.h"
+#include "common/printable_text.h"
 #include "planner/job_config_internal.h"
+#include "schema/model_limits.h"
 
 namespace paraplan {
 namespace {
@@ -265,18 +266,18 @@ const FieldSpec& find_field(const std::string& section, const std::string& key,
   bool section_known = false;
   for (const std::string& name : section_names()) section_known |= name == section;
   if (!section_known)
-    throw std::runtime_error(where + ": unknown section [" + section +
+    throw std::runtime_error(where + ": unknown section [" + printable_text(section) +
                              "]; valid sections: " + valid_sections());
   for (const FieldSpec& spec : field_table())
     if (spec.section == section && spec.key == key) return spec;
-  throw std::runtime_error(where + ": [" + section + "] unknown key '" + key +
+  throw std::runtime_error(where + ": [" + section + "] unknown key '" + printable_text(key) +
                            "'; valid keys: " + valid_keys(section));
 }
 
 const FieldSpec& find_dotted_field(const std::string& dotted_key, const std::string& where) {
   const size_t dot = dotted_key.find('.');
   if (dot == std::string::npos || dotted_key.find('.', dot + 1) != std::string::npos)
-    throw std::runtime_error(where + ": option '" + dotted_key +
+    throw std::runtime_error(where + ": option '" + printable_text(dotted_key) +
                              "' must have the form section.key (e.g. planner.memory_constraint)"
                              "; valid sections: " +
                              valid_sections());
@@ -342,13 +343,13 @@ void check_value(const FieldSpec& spec, const FieldValue& value, const std::stri
     const std::string& text = std::get<std::string>(value);
     for (const std::string& choice : spec.choices)
       if (choice == text) return;
-    throw std::runtime_error(where + ": " + field_name(spec) + " = '" + text +
+    throw std::runtime_error(where + ": " + field_name(spec) + " = '" + printable_text(text) +
                              "' is not valid; valid values: " + join(spec.choices));
   }
   if (spec.kind == FieldKind::IntegerOrAuto && std::holds_alternative<std::string>(value) &&
       std::get<std::string>(value) != "auto")
     throw std::runtime_error(where + ": " + field_name(spec) + " = '" +
-                             std::get<std::string>(value) +
+                             printable_text(std::get<std::string>(value)) +
                              "' is not valid; valid values: 'auto' or an integer >= 1");
 }
 
@@ -391,7 +392,7 @@ FieldValue value_from_string(const FieldSpec& spec, const std::string& text,
                              const std::string& where) {
   auto bad = [&]() {
     return std::runtime_error(where + ": " + field_name(spec) + " must be " + kind_name(spec.kind) +
-                              ", got '" + text + "'");
+                              ", got '" + printable_text(text) + "'");
   };
   int64_t integer = 0;
   switch (spec.kind) {
@@ -411,6 +412,11 @@ FieldValue value_from_string(const FieldSpec& spec, const std::string& text,
       throw bad();
     case FieldKind::String:
     case FieldKind::Choice:
+      // Strings end up in the plan, which holds UTF-8 only (TOML files are
+      // UTF-8 already; a command line may be anything).
+      if (const std::string problem = utf8_problem(text); !problem.empty())
+        throw std::runtime_error(where + ": " + field_name(spec) + ": " + problem +
+                                 "; give UTF-8 text");
       return text;
     case FieldKind::IntegerOrAuto:
       if (parse_integer(text, &integer)) return integer;
@@ -449,10 +455,13 @@ void resolve_defaults(JobConfig& config) {
   ModelConfig& model = config.model;
   const bool llama = model.architecture == schema::Architecture::Llama;
   if (!config.was_set("model.ffn_size")) {
-    // Llama's SwiGLU keeps the 4 d_model MLP's parameters with three matrices:
-    // 2/3 of 4 d_model, rounded up to a multiple of 256 (Meta's multiple_of).
+    // 4 d_model (GPT-2) or SwiGLU's 2/3 of it rounded up to a multiple of 256
+    // (Llama, Meta's multiple_of), taken only while d_model is within limits:
+    // a d_model too large for it is refused by name (validate_job_config),
+    // not blamed on the unset ffn_size.
+    const bool in_range = model.d_model > 0 && model.d_model <= kMaxModelDimension;
     const int64_t swiglu = (int64_t{8} * model.d_model / 3 + 255) / 256 * 256;
-    model.ffn_size = llama ? static_cast<int>(swiglu) : 4 * model.d_model;
+    model.ffn_size = !in_range ? 0 : llama ? static_cast<int>(swiglu) : 4 * model.d_model;
   }
   if (!config.was_set("model.tied_embeddings")) model.tied_embeddings = !llama;
   if (!config.was_set("model.num_kv_heads")) model.num_kv_heads = model.num_heads;
@@ -483,7 +492,7 @@ std::vector<std::string> cluster_preset_names() {
 
 void apply_override(toml::table& table, const std::string& dotted_key, const std::string& value,
                     const std::string& source) {
-  const std::string where = source + " (override --" + dotted_key + ")";
+  const std::string where = source + " (override --" + printable_text(dotted_key) + ")";
   const FieldSpec& spec = find_dotted_field(dotted_key, where);
   const FieldValue parsed = value_from_string(spec, value, where);
   check_value(spec, parsed, where);
@@ -496,7 +505,7 @@ void apply_override(toml::table& table, const std::string& dotted_key, const std
 }
 
 void apply_override(JobConfig& config, const std::string& dotted_key, const std::string& value) {
-  const std::string where = config.source + " (override --" + dotted_key + ")";
+  const std::string where = config.source + " (override --" + printable_text(dotted_key) + ")";
   const FieldSpec& spec = find_dotted_field(dotted_key, where);
   const FieldValue parsed = value_from_string(spec, value, where);
   check_value(spec, parsed, where);
@@ -518,7 +527,7 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
     const toml::source_position begin = error.source().begin;
     throw std::runtime_error(source + ":" + std::to_string(begin.line) + ":" +
                              std::to_string(begin.column) +
-                             ": TOML syntax error: " + std::string(error.description()));
+                             ": TOML syntax error: " + printable_text(error.description(), 200));
   }
   for (const ConfigOverride& override_value : overrides)
     apply_override(root, override_value.key, override_value.value, source);
@@ -532,11 +541,12 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
     bool known = false;
     for (const std::string& name : section_names()) known |= name == section;
     if (!known)
-      throw std::runtime_error(where + ": unknown section [" + section +
+      throw std::runtime_error(where + ": unknown section [" + printable_text(section) +
                                "]; valid sections: " + valid_sections());
     if (section_table == nullptr)
-      throw std::runtime_error(where + ": '" + section + "' must be a table ([" + section +
-                               "]), got " + toml_type_name(section_node.type()));
+      throw std::runtime_error(where + ": '" + printable_text(section) + "' must be a table ([" +
+                               printable_text(section) + "]), got " +
+                               toml_type_name(section_node.type()));
     for (auto&& [key, node] : *section_table) {
       const FieldSpec& spec =
           find_field(section, std::string(key.str()), location(source, key.source()));
@@ -553,11 +563,7 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
 }
 
 JobConfig load_job_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw std::runtime_error(path + ": cannot open the job config file");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_job_config(text.str(), path, overrides);
+  return parse_job_config(read_bounded_file(path, kJobConfigFile), path, overrides);
 }
 
 std::vector<ConfigOverride> parse_override_arguments(const std::vector<std::string>& args,

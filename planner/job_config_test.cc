@@ -285,7 +285,8 @@ seq_len = 64
 )";
   auto model = [&](const std::string& fields) { return parse_error(base + fields); };
   EXPECT_NE(model("num_layers = 2\nd_model = 100\nnum_heads = 3\n")
-                .find("job.toml: [model] d_model (100) must be divisible by num_heads (3)"),
+                .find("job.toml: [model] d_model = 100 is not divisible by num_heads 3; d_model "
+                      "must be a multiple of num_heads"),
             std::string::npos);
   EXPECT_NE(model("num_layers = 0\nd_model = 64\nnum_heads = 4\n")
                 .find("[model] num_layers = 0 is invalid; it must be >= 1"),
@@ -296,6 +297,10 @@ seq_len = 64
             std::string::npos);
   // Above 65536 the token files hold uint32 ids (llm.c's Llama 3 shards).
   EXPECT_EQ(model("num_layers = 2\nd_model = 64\nnum_heads = 4\nvocab_size = 128256\n"), "");
+  EXPECT_NE(model("num_layers = 2\nd_model = 64\nnum_heads = 4\nvocab_size = 16777217\n")
+                .find("[model] vocab_size = 16777217; must be at most 16777216 (2^24), the largest "
+                      "vocabulary paraplan builds"),
+            std::string::npos);
   EXPECT_NE(model("num_layers = 2\nd_model = 64\n")
                 .find("[model] num_heads is required (attention heads); give it in the file or "
                       "as --model.num_heads N"),
@@ -375,6 +380,18 @@ TEST(JobConfigTest, SyntaxErrorsGiveLineAndColumn) {
   EXPECT_NE(message.find("TOML syntax error"), std::string::npos) << message;
 }
 
+// Found by fuzz/job_config_fuzzer: TOML's syntax errors and unknown keys
+// quoted the file's bytes as they were, control bytes included.
+TEST(JobConfigTest, MessagesShowTheFilesBytesPrintably) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[planner]\nverbose = tr\x10\n",
+       "TOML syntax error: Error while parsing boolean: expected 'true', saw 'tr\\x10'"},
+      {"[planner]\n\"bad\\u0007key\" = 1\n", "[planner] unknown key 'bad\\x07key'"},
+      {"[model]\ndtype = \"f\\u001b(31m\"\n", "[model] dtype = 'f\\x1b(31m' is not valid"}};
+  for (const auto& [text, message] : cases)
+    EXPECT_NE(parse_error(with(text)).find(message), std::string::npos) << parse_error(with(text));
+}
+
 TEST(JobConfigTest, OverridesAreTypedByTheirField) {
   // TOML-level overrides may supply required keys and replace file values.
   const JobConfig config = parse_job_config(
@@ -422,7 +439,7 @@ TEST(JobConfigTest, OverridesAreTypedByTheirField) {
             std::string::npos);
   EXPECT_NE(override_error("memory_constraint", "4").find("must have the form section.key"),
             std::string::npos);
-  EXPECT_NE(override_error("model.num_heads", "5").find("must be divisible by num_heads (5)"),
+  EXPECT_NE(override_error("model.num_heads", "5").find("is not divisible by num_heads 5"),
             std::string::npos);
   // A rejected override leaves the config as it was.
   EXPECT_THROW(apply_override(edited, "model.num_heads", "5"), std::runtime_error);

@@ -6,6 +6,7 @@
 
 #include "planner/job_config.h"
 #include "planner/job_config_internal.h"
+#include "schema/model_limits.h"
 
 namespace paraplan {
 namespace {
@@ -102,11 +103,14 @@ void validate_job_config(const JobConfig& c) {
   require_at_least(c, "model", "num_layers", m.num_layers, 1, "transformer blocks");
   require_at_least(c, "model", "d_model", m.d_model, 1, "hidden size");
   require_at_least(c, "model", "num_heads", m.num_heads, 1, "attention heads");
-  if (m.d_model % m.num_heads != 0)
-    fail(c, "[model] d_model",
-         std::string("(") + std::to_string(m.d_model) + ") must be divisible by num_heads (" +
-             std::to_string(m.num_heads) + "); choose num_heads among the divisors of d_model");
-  require_at_least(c, "model", "ffn_size", m.ffn_size, 1);
+  // The limits every reader of a model applies (schema/model_limits.h).
+  static constexpr ModelFieldNames kJobModelFields{"[model] vocab_size", "[model] seq_len",
+                                                   "[model] num_layers", "[model] d_model",
+                                                   "[model] num_heads",  "[model] ffn_size"};
+  const std::vector<FieldProblem> shape_problems = model_shape_problems(
+      {m.vocab_size, m.seq_len, m.num_layers, m.d_model, m.num_heads, m.ffn_size}, kJobModelFields);
+  if (!shape_problems.empty())
+    fail(c, shape_problems.front().field, "= " + shape_problems.front().problem);
   require_range(c, "model", "layernorm_epsilon", m.layernorm_epsilon, 0, false, kInf, false);
   require_range(c, "model", "init_std", m.init_std, 0, false, kInf, false);
   validate_architecture_keys(c);
@@ -116,6 +120,11 @@ void validate_job_config(const JobConfig& c) {
                    "sequences per optimizer step over the whole job");
   if (c.was_set("training.micro_batch_size"))
     require_at_least(c, "training", "micro_batch_size", t.micro_batch_size, 1);
+  for (const auto& [field, size] : {std::pair{"[training] micro_batch_size", t.micro_batch_size},
+                                    {"[planner] micro_batch_size", c.planner.micro_batch_size}})
+    for (const FieldProblem& problem :
+         micro_batch_rows_problems(size, m.seq_len, field, "[model] seq_len"))
+      fail(c, problem.field, "= " + problem.problem);
   require_range(c, "training", "learning_rate", t.learning_rate, 0, false, kInf, false);
   require_range(c, "training", "min_learning_rate", t.min_learning_rate, 0, true, t.learning_rate,
                 true);
@@ -178,6 +187,11 @@ void validate_job_config(const JobConfig& c) {
              std::to_string(p.mesh_col) + ")");
   require_at_least(c, "planner", "micro_batch_size", p.micro_batch_size, 1);
   require_at_least(c, "planner", "update_freq", p.update_freq, 1);
+  if (p.update_freq > kMaxMicroBatches)
+    fail(c, "[planner] update_freq",
+         "= " + std::to_string(p.update_freq) + " is invalid; at most " +
+             std::to_string(kMaxMicroBatches) +
+             " micro-batches per step (the largest plan paraplan writes)");
   require_at_least(c, "planner", "topk", p.topk, 1);
   require_at_least(c, "planner", "nproc", p.nproc, 1, "search threads");
   require_at_least(c, "planner", "ignore_small_tensor_threshold", p.ignore_small_tensor_threshold,

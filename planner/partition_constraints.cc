@@ -5,10 +5,11 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <limits>
 #include <stdexcept>
 
+#include "common/bounded_file.h"
+#include "common/printable_text.h"
 #include "planner/module_names.h"
 #include "planner/search_space.h"
 
@@ -54,7 +55,7 @@ void resolve_module(PartitionConstraint& constraint, int num_layers, const std::
   if (module_name_matches(name, "transformer.ln_f") || module_name_matches(name, "lm_head"))
     constraint.head = matched = true;
   if (!matched)
-    throw std::runtime_error(field + " = '" + name +
+    throw std::runtime_error(field + " = '" + printable_text(name) +
                              "' names no module; valid (or any dotted suffix): transformer, "
                              "transformer.h, transformer.h.<i> for i in 0.." +
                              std::to_string(num_layers - 1) +
@@ -73,13 +74,13 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
     const auto begin = error.source().begin;
     throw std::runtime_error(path + ":" + std::to_string(begin.line) + ":" +
                              std::to_string(begin.column) +
-                             ": TOML syntax error: " + std::string(error.description()));
+                             ": TOML syntax error: " + printable_text(error.description(), 200));
   }
   PartitionConstraints result;
   result.path = path;
   for (auto&& [key, node] : root)
     if (key.str() != "constraint")
-      throw std::runtime_error(where(path, node) + ": unknown key '" + std::string(key.str()) +
+      throw std::runtime_error(where(path, node) + ": unknown key '" + printable_text(key.str()) +
                                "'; the file holds [[constraint]] tables only");
   const toml::array* list = root["constraint"].as_array();
   if (list == nullptr) {
@@ -98,7 +99,7 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
     for (auto&& [key, value] : *table) {
       const std::string k(key.str());
       const std::string field =
-          where(path, value) + ": constraint " + std::to_string(index) + " " + k;
+          where(path, value) + ": constraint " + std::to_string(index) + " " + printable_text(k);
       if (k == "module") {
         if (!value.is_string()) throw std::runtime_error(field + " must be a string");
         constraint.module = value.as_string()->get();
@@ -106,18 +107,20 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
         if (!value.is_integer())
           throw std::runtime_error(field + " must be an integer (-1 = last)");
         const int64_t stage = value.as_integer()->get();
-        if (stage < -1 || stage > config.model.num_layers + 1)
+        const int64_t last_stage = int64_t{config.model.num_layers} + 1;
+        if (stage < -1 || stage > last_stage)
           throw std::runtime_error(field + " = " + std::to_string(stage) +
-                                   " is out of range; valid: -1 .. " +
-                                   std::to_string(config.model.num_layers + 1));
+                                   " is out of range; valid: -1 .. " + std::to_string(last_stage));
         constraint.stage = static_cast<int>(stage);
       } else if (k == "tensor_parallel") {
         const toml::array* degrees = value.as_array();
         if (degrees == nullptr || degrees->empty())
           throw std::runtime_error(field + " must be a non-empty array of integers >= 1");
         for (const toml::node& degree : *degrees) {
-          if (!degree.is_integer() || degree.as_integer()->get() < 1)
-            throw std::runtime_error(field + " must be a non-empty array of integers >= 1");
+          if (!degree.is_integer() || degree.as_integer()->get() < 1 ||
+              degree.as_integer()->get() > std::numeric_limits<int>::max())
+            throw std::runtime_error(field + " must be a non-empty array of integers in 1 .. " +
+                                     std::to_string(std::numeric_limits<int>::max()));
           constraint.tensor_parallel.push_back(static_cast<int>(degree.as_integer()->get()));
         }
       } else if (k == "recompute") {
@@ -130,7 +133,7 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
           const std::string text = mode.is_string() ? mode.as_string()->get() : "";
           int level = text == "none" ? 0 : text == "selective" ? 1 : text == "full" ? 2 : -1;
           if (level < 0)
-            throw std::runtime_error(field + ": '" + text +
+            throw std::runtime_error(field + ": '" + printable_text(text) +
                                      "' is not a recompute mode; valid: none, selective, full");
           seen.push_back(level);
         }
@@ -159,13 +162,14 @@ PartitionConstraints parse_partition_constraints(const std::string& text, const 
 
 PartitionConstraints load_partition_constraints(const JobConfig& config) {
   const std::string& path = config.planner.partition_constraints_path;
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw std::runtime_error(config.source + ": [planner] partition_constraints_path = '" + path +
-                             "': cannot open the file");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_partition_constraints(text.str(), path, config);
+  std::string text;
+  try {
+    text = read_bounded_file(path, kPartitionConstraintsFile);
+  } catch (const std::exception& error) {
+    throw std::runtime_error(config.source +
+                             ": [planner] partition_constraints_path: " + error.what());
+  }
+  return parse_partition_constraints(text, path, config);
 }
 
 void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,

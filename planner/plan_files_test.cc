@@ -155,6 +155,11 @@ TEST(PlanFilesTest, PartitionConstraintErrors) {
                 .find("constraint 1 module = "
                       "'decoder' names no module"),
             std::string::npos);
+  // Found by fuzz/partition_constraints_fuzzer: the file's bytes went into the
+  // message as they were.
+  EXPECT_NE(error_with("[[constraint]]\nmodule = \"tran\\u0001sformer\"\n")
+                .find("constraint 1 module = 'tran\\x01sformer' names no module"),
+            std::string::npos);
   EXPECT_NE(error_with("[[constraint]]\nmodule = \"h\"\nrecompute = [\"none\", \"full\"]\n")
                 .find("must be a contiguous run of none < selective < full"),
             std::string::npos);
@@ -166,7 +171,8 @@ TEST(PlanFilesTest, PartitionConstraintErrors) {
             std::string::npos);
   EXPECT_NE(
       error_of(eight_device_job({{"planner.partition_constraints_path", "/nonexistent/c.toml"}}))
-          .find("[planner] partition_constraints_path = '/nonexistent/c.toml': cannot open"),
+          .find("[planner] partition_constraints_path: /nonexistent/c.toml: cannot read the "
+                "partition constraints file: No such file or directory"),
       std::string::npos);
 }
 

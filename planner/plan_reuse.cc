@@ -126,7 +126,9 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
     layout_of_stage.num_layers = stage->num_layers();
     layout_of_stage.has_embedding = stage->has_embedding();
     layout_of_stage.has_head = stage->has_head();
-    layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
+    // A stage of no layers may omit its (empty) recompute list.
+    if (stage->recompute() != nullptr)
+      layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
     candidate.stages.push_back(std::move(layout_of_stage));
   }
   candidate.estimate = evaluate_plan(effective, setting, candidate.stages, profile);

@@ -3,10 +3,11 @@
 #include "planner/profile.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 #include <stdexcept>
+#include <system_error>
 
+#include "common/bounded_file.h"
 #include "planner/search_space.h"
 
 namespace paraplan {
@@ -125,8 +126,8 @@ std::optional<MeasuredProfile> parse_measured_profile(const std::string& text,
 ProfileLoad load_profile(const JobConfig& config) {
   ProfileLoad load;
   load.path = expand_home(config.planner.profile_dir) + "/profile.json";
-  std::ifstream file(load.path, std::ios::binary);
-  if (!file) return load;
+  std::error_code error;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(load.path, error))) return load;
   load.file_found = true;
   const std::string& device = config.cluster.preset;
   if (config.planner.re_profile) {
@@ -134,9 +135,8 @@ ProfileLoad load_profile(const JobConfig& config) {
                          " is ignored (to be measured again); analytic time model used";
     return load;
   }
-  std::ostringstream text;
-  text << file.rdbuf();
-  ProfileDocument document = parse_profile_document(text.str(), load.path, device);
+  ProfileDocument document =
+      parse_profile_document(read_bounded_file(load.path, kProfileFile), load.path, device);
   if (!document.device) {
     load.unused_reason = "profile " + load.path + " has devices " + device_list(document.devices) +
                          ", none for this job's device '" + device + "': analytic time model used";

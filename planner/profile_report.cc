@@ -76,8 +76,9 @@ std::string format_shapes(const std::set<std::pair<int, int>>& shapes) {
   for (const auto& [tp, micro_batch] : shapes) sizes_of[tp].push_back(micro_batch);
   std::vector<std::pair<std::vector<int>, std::vector<int>>> groups;  // (tps, sizes)
   for (const auto& [tp, sizes] : sizes_of) {
+    const std::vector<int>& these = sizes;  // clang before 16 cannot capture a structured binding
     auto same = std::find_if(groups.begin(), groups.end(),
-                             [&](const auto& group) { return group.second == sizes; });
+                             [&](const auto& group) { return group.second == these; });
     if (same != groups.end())
       same->first.push_back(tp);
     else

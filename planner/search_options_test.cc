@@ -210,6 +210,45 @@ TEST(SearchOptionsTest, TopkNprocSolverAndVerbose) {
   EXPECT_NE(report.find("best partition: step"), std::string::npos);
 }
 
+// Sizes no plan can hold are refused by name before anything is built for
+// them, and no message shows an overflowed number.
+TEST(SearchOptionsTest, HostileSizesAreRefusedBeforeAnythingIsBuilt) {
+  const std::string micro_batches = error_of({{"training.global_batch_size", "16777216"},
+                                              {"training.micro_batch_size", "1"},
+                                              {"planner.data_parallel_degree", "8"}});
+  EXPECT_NE(micro_batches.find("job.toml: [training] global_batch_size = 16777216 with [training] "
+                               "micro_batch_size = 1 and data-parallel degree 8 makes 2097152 "
+                               "micro-batches per step, more than the 16384 a plan may hold; "
+                               "raise the micro-batch size"),
+            std::string::npos)
+      << micro_batches;
+  const std::string layers = error_of({{"model.num_layers", "2147483647"},
+                                       {"planner.pipeline_nstages", "16"},
+                                       {"planner.world_size", "16"}});
+  EXPECT_NE(layers.find("job.toml: [model] num_layers = 2147483647; must be at most 4096"),
+            std::string::npos)
+      << layers;
+  EXPECT_EQ(layers.find("-2147483647"), std::string::npos) << layers;
+  // ffn_size is left to its default, 4 x d_model, which would not fit an int.
+  const std::string width = error_of({{"model.d_model", "536870912"}});
+  EXPECT_NE(width.find("job.toml: [model] d_model = 536870912; must be at most 16777216 (2^24)"),
+            std::string::npos)
+      << width;
+  EXPECT_EQ(width.find("ffn_size"), std::string::npos) << width;
+  const std::pair<std::vector<ConfigOverride>, const char*> refusals[] = {
+      {{{"model.ffn_size", "2147483647"}},
+       "[model] ffn_size = 2147483647; must be at most 16777216"},
+      {{{"training.micro_batch_size", "67108864"}, {"model.seq_len", "64"}},
+       "[training] micro_batch_size = 67108864; [training] micro_batch_size x [model] seq_len = "
+       "67108864 x 64 = 4294967296 rows"},
+      {{{"planner.update_freq", "100000"}},
+       "[planner] update_freq = 100000 is invalid; at most 16384"},
+      {{{"job.name", "bad\xc3("}},
+       "[job] name: byte 0x28 at offset 4 is not valid UTF-8; give UTF-8 text"}};
+  for (const auto& [overrides, message] : refusals)
+    EXPECT_NE(error_of(overrides).find(message), std::string::npos) << error_of(overrides);
+}
+
 TEST(SearchOptionsTest, BadInputNamesTheField) {
   EXPECT_NE(error_of({{"planner.tensor_parallel_degree", "3"}, {"planner.world_size", "3"}})
                 .find("job.toml: [planner] tensor_parallel_degree = 3 does not divide [model] "

@@ -7,6 +7,7 @@
 #include "planner/model_counts.h"
 #include "planner/module_names.h"
 #include "planner/partition_constraints.h"
+#include "schema/model_limits.h"
 
 namespace paraplan {
 namespace {
@@ -119,9 +120,9 @@ SearchSpace resolve_search_space(const JobConfig& config) {
     if (!problem.empty())
       fail(config, "[planner] tensor_parallel_degree = " + str(fixed_tp) + " " + problem);
   }
-  if (fixed_pp > model.num_layers + 2)
+  if (fixed_pp > int64_t{model.num_layers} + 2)
     fail(config, "[planner] pipeline_nstages = " + str(fixed_pp) +
-                     " exceeds [model] num_layers + 2 = " + str(model.num_layers + 2) +
+                     " exceeds [model] num_layers + 2 = " + str(int64_t{model.num_layers} + 2) +
                      " (every stage but the first and last must hold a block)");
   if (fixed_dp > 0 && global % fixed_dp != 0)
     fail(config, "[training] global_batch_size = " + str(global) +
@@ -181,8 +182,9 @@ SearchSpace resolve_search_space(const JobConfig& config) {
       if ((world / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
       const int dp = world / tp / pp;
       if (fixed_dp > 0 && dp != fixed_dp) continue;
-      if (pp > model.num_layers + 2) {
-        space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2");
+      if (pp > int64_t{model.num_layers} + 2 || pp > kMaxPipelineStages) {
+        space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2 or " +
+                                 str(kMaxPipelineStages));
         continue;
       }
       if (global % dp != 0) {
@@ -199,6 +201,15 @@ SearchSpace resolve_search_space(const JobConfig& config) {
     any_micro_batch |= !micro_batch_sizes(space, config, shape.data_parallel).empty();
   if (!space.meshes.empty() && !any_micro_batch) {
     const int dp = space.meshes.front().data_parallel;
+    if (space.fixed_micro_batch_size > 0 &&
+        global % (int64_t{space.fixed_micro_batch_size} * dp) == 0 &&
+        global / dp / space.fixed_micro_batch_size > kMaxMicroBatches)
+      fail(config, "[training] global_batch_size = " + str(global) + " with " +
+                       space.micro_batch_field + " = " + str(space.fixed_micro_batch_size) +
+                       " and data-parallel degree " + str(dp) + " makes " +
+                       str(global / dp / space.fixed_micro_batch_size) +
+                       " micro-batches per step, more than the " + str(kMaxMicroBatches) +
+                       " a plan may hold; raise the micro-batch size");
     if (space.fixed_micro_batch_size > 0 &&
         global % (int64_t{space.fixed_micro_batch_size} * dp) != 0)
       fail(config, "[training] global_batch_size (" + str(global) + ") must be divisible by " +
@@ -232,11 +243,14 @@ std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& co
   std::vector<int> sizes;
   if (global % data_parallel != 0) return sizes;
   const int per_replica = global / data_parallel;
-  for (int b = per_replica; b >= 1; --b) {
-    if (per_replica % b != 0) continue;
+  // By micro-batch count m (so at most kMaxMicroBatches candidates, whatever
+  // the batch): b = per_replica / m, largest first.
+  for (int m = 1; m <= per_replica && m <= kMaxMicroBatches; ++m) {
+    if (per_replica % m != 0) continue;
+    const int b = per_replica / m;
     if (space.fixed_micro_batch_size > 0 && b != space.fixed_micro_batch_size) continue;
-    if (space.fixed_num_micro_batches > 0 && per_replica / b != space.fixed_num_micro_batches)
-      continue;
+    if (space.fixed_num_micro_batches > 0 && m != space.fixed_num_micro_batches) continue;
+    if (int64_t{b} * config.model.seq_len > kMaxMicroBatchRows) continue;
     sizes.push_back(b);
   }
   return sizes;

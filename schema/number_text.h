@@ -1,4 +1,5 @@
-// number_text.h: shortest round-trip text for floating-point values, used by plan
+// number_text.h: shortest round-trip text for floating-point values, and
+// products of a plan's int32 fields that may overflow int64, used by plan
 // messages and tables (internal to schema/).
 //
 // std::to_chars alone picks whichever of fixed and scientific is shorter, which
@@ -8,7 +9,10 @@
 
 #include <charconv>
 #include <concepts>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <string>
 
 namespace paraplan::schema_text {
@@ -24,6 +28,20 @@ std::string number(Float value) {
   if (exponent < -5 || exponent >= 16) return scientific;
   result = std::to_chars(text, text + sizeof(text), value, std::chars_format::fixed);
   return std::string(text, result.ptr);
+}
+
+// a x b x c, or nullopt when it overflows int64 (an invalid plan may hold any
+// int32 in each).
+inline std::optional<int64_t> checked_product(int64_t a, int64_t b, int64_t c) {
+  int64_t ab = 0, abc = 0;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) return std::nullopt;
+  return abc;
+}
+
+// The product, or "more than 9223372036854775807".
+inline std::string product_text(std::optional<int64_t> product) {
+  return product ? std::to_string(*product)
+                 : "more than " + std::to_string(std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace paraplan::schema_text

@@ -12,10 +12,11 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <system_error>
+
+#include "common/bounded_file.h"
 
 namespace paraplan {
 namespace {
@@ -104,15 +105,7 @@ LoadedPlan load_plan(const std::string& path) {
   if (fs::is_directory(status)) {
     throw std::runtime_error("plan file " + quoted(path) + " is a directory, not a plan file");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw std::runtime_error("cannot open plan file " + quoted(path) + ": " + errno_text(errno));
-  }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw std::runtime_error("cannot read plan file " + quoted(path) + ": " + errno_text(errno));
-  }
+  std::vector<uint8_t> bytes = read_bounded_file<std::vector<uint8_t>>(path, kPlanFile);
   return load_plan_from_bytes(path, std::move(bytes));
 }
 

@@ -464,5 +464,20 @@ TEST(PlanToTable, MarksMissingPredictions) {
   EXPECT_TRUE(contains(row, " - | "));               // no predicted times
 }
 
+// Found by fuzz/plan_fuzzer: a plan that fails validation is still printed
+// (while it is debugged); its layer range overflowed int32 and its rank count
+// int64.
+TEST(PlanToTable, PrintsAnInvalidPlansExtremeNumbers) {
+  PlanSpec spec = make_plan_spec(1, 1, 1, 2, 2);
+  spec.stages[0].first_layer = 2147483647;
+  spec.pipeline_parallel = spec.data_parallel = spec.tensor_parallel = 2147483647;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
+  EXPECT_TRUE(contains(stage_row(table, 0), "| 2147483647-2147483648 |"));
+  EXPECT_TRUE(contains(table,
+                       "mesh: pp 2147483647 x dp 2147483647 x tp 2147483647 = more than "
+                       "9223372036854775807 ranks"));
+}
+
 }  // namespace
 }  // namespace paraplan

@@ -225,7 +225,8 @@ std::string recompute_summary(const schema::Stage& stage) {
 
 std::string layer_range(const schema::Stage& stage) {
   if (stage.num_layers() <= 0) return "-";
-  const int32_t last = stage.first_layer() + stage.num_layers() - 1;
+  // Wide: an invalid plan (printed while it is debugged) may hold any int32.
+  const int64_t last = int64_t{stage.first_layer()} + stage.num_layers() - 1;
   if (last == stage.first_layer()) return std::to_string(last);
   return std::to_string(stage.first_layer()) + "-" + std::to_string(last);
 }
@@ -341,7 +342,8 @@ void mesh_and_zero_lines(const schema::Plan& plan, std::ostringstream& out) {
   } else {
     out << "mesh: pp " << mesh->pipeline_parallel() << " x dp " << mesh->data_parallel() << " x tp "
         << mesh->tensor_parallel() << " = "
-        << int64_t{mesh->pipeline_parallel()} * mesh->data_parallel() * mesh->tensor_parallel()
+        << schema_text::product_text(schema_text::checked_product(
+               mesh->pipeline_parallel(), mesh->data_parallel(), mesh->tensor_parallel()))
         << " ranks on " << mesh->num_nodes() << " nodes x " << mesh->devices_per_node()
         << " devices\n";
   }

@@ -8,9 +8,13 @@
 // sees all of them at once.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/printable_text.h"
+#include "schema/model_limits.h"
 #include "schema/plan_validate_internal.h"
 
 namespace paraplan {
@@ -85,17 +89,14 @@ void check_model(const schema::Model& model, Violations& v) {
     v.add("model.dtype", "unknown value " + std::to_string(static_cast<int>(model.dtype())) +
                              "; valid are float32 (0) and bfloat16 (1)");
   }
-  require_positive(v, "model.vocab_size", model.vocab_size());
-  require_positive(v, "model.seq_len", model.seq_len());
-  require_positive(v, "model.num_layers", model.num_layers());
-  require_positive(v, "model.d_model", model.d_model());
-  require_positive(v, "model.num_heads", model.num_heads());
-  require_positive(v, "model.ffn_size", model.ffn_size());
-  if (model.d_model() > 0 && model.num_heads() > 0 && model.d_model() % model.num_heads() != 0) {
-    v.add("model.d_model", number(model.d_model()) + " is not divisible by num_heads " +
-                               number(model.num_heads()) +
-                               "; d_model must be a multiple of num_heads");
-  }
+  const ModelShape shape{.vocab_size = model.vocab_size(),
+                         .seq_len = model.seq_len(),
+                         .num_layers = model.num_layers(),
+                         .d_model = model.d_model(),
+                         .num_heads = model.num_heads(),
+                         .ffn_size = model.ffn_size()};
+  for (const FieldProblem& problem : model_shape_problems(shape, kPlanModelFields))
+    v.add(problem.field, problem.problem);
   if (!(model.layernorm_epsilon() > 0) || !std::isfinite(model.layernorm_epsilon())) {
     v.add("model.layernorm_epsilon",
           number(model.layernorm_epsilon()) + "; must be a positive finite number");
@@ -143,10 +144,21 @@ void check_optimizer(const schema::Optimizer& opt, Violations& v) {
   }
 }
 
-void check_training(const schema::Training& training, Violations& v) {
+void check_training(const schema::Training& training, const schema::Model* model, Violations& v) {
   require_positive(v, "training.global_batch_size", training.global_batch_size());
   require_positive(v, "training.micro_batch_size", training.micro_batch_size());
   require_positive(v, "training.num_micro_batches", training.num_micro_batches());
+  if (training.num_micro_batches() > kMaxMicroBatches) {
+    v.add("training.num_micro_batches",
+          number(training.num_micro_batches()) + "; must be at most " + number(kMaxMicroBatches) +
+              " per data-parallel replica and step (the largest plan paraplan writes or reads)");
+  }
+  if (model != nullptr) {
+    for (const FieldProblem& problem :
+         micro_batch_rows_problems(training.micro_batch_size(), model->seq_len(),
+                                   "training.micro_batch_size", "model.seq_len"))
+      v.add(problem.field, problem.problem);
+  }
   require_non_negative(v, "training.eval_interval", training.eval_interval());
   require_non_negative(v, "training.eval_batches", training.eval_batches());
   if (training.optimizer() == nullptr) {
@@ -169,14 +181,19 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
                                      {"devices_per_node", mesh.devices_per_node()}}) {
     if (degree < 1) v.add(std::string("mesh.") + name, number(degree) + "; must be at least 1");
   }
+  if (mesh.pipeline_parallel() > kMaxPipelineStages) {
+    v.add("mesh.pipeline_parallel", number(mesh.pipeline_parallel()) + "; must be at most " +
+                                        number(kMaxPipelineStages) +
+                                        ", the most pipeline stages paraplan plans");
+  }
   if (!mesh_degrees_valid(mesh)) return;
-  const int64_t ranks =
-      int64_t{mesh.pipeline_parallel()} * mesh.data_parallel() * mesh.tensor_parallel();
+  const std::optional<int64_t> ranks =
+      checked_product(mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel());
   const int64_t devices = int64_t{mesh.num_nodes()} * mesh.devices_per_node();
   if (ranks != devices) {
     v.add("mesh", "pipeline_parallel " + number(mesh.pipeline_parallel()) + " x data_parallel " +
                       number(mesh.data_parallel()) + " x tensor_parallel " +
-                      number(mesh.tensor_parallel()) + " = " + number(ranks) +
+                      number(mesh.tensor_parallel()) + " = " + product_text(ranks) +
                       " ranks, but num_nodes " + number(mesh.num_nodes()) + " x devices_per_node " +
                       number(mesh.devices_per_node()) + " = " + number(devices) +
                       " devices; the degrees must multiply to the device count");
@@ -212,14 +229,15 @@ void check_global_batch(const schema::Training& training, const schema::Mesh& me
       mesh.data_parallel() < 1) {
     return;  // already reported
   }
-  const int64_t expected =
-      int64_t{training.micro_batch_size()} * training.num_micro_batches() * mesh.data_parallel();
+  const std::optional<int64_t> expected = checked_product(
+      training.micro_batch_size(), training.num_micro_batches(), mesh.data_parallel());
   if (training.global_batch_size() != expected) {
     v.add("training.global_batch_size",
           number(training.global_batch_size()) + ", but micro_batch_size " +
               number(training.micro_batch_size()) + " x num_micro_batches " +
               number(training.num_micro_batches()) + " x mesh.data_parallel " +
-              number(mesh.data_parallel()) + " = " + number(expected) + "; they must be equal");
+              number(mesh.data_parallel()) + " = " + product_text(expected) +
+              "; they must be equal");
   }
 }
 
@@ -352,6 +370,38 @@ void check_predictions(const schema::Predictions& predictions, const schema::Pla
         v.add(f + "." + name, number(value) + "; must be a finite number >= 0");
       }
     }
+    // The runtime's memory report and autotune read it for every stage.
+    if (stage.memory() == nullptr) {
+      v.add(f + ".memory",
+            "missing; every stage's prediction needs its memory breakdown (weights, gradients, "
+            "optimizer_state, activations, transient, total)");
+    }
+  }
+}
+
+void check_utf8(const flatbuffers::String* text, const std::string& field, Violations& v) {
+  if (text == nullptr) return;
+  const std::string problem = utf8_problem(text->string_view());
+  if (!problem.empty()) v.add(field, problem + "; plan strings must be UTF-8 text");
+}
+
+// Every string of the plan is printed as JSON by `paraplan inspect --json`.
+void check_strings(const schema::Plan& plan, Violations& v) {
+  if (const schema::Header* header = plan.header()) {
+    check_utf8(header->task_name(), "header.task_name", v);
+    check_utf8(header->planner_version(), "header.planner_version", v);
+    if (const auto* options = header->creation_options()) {
+      for (flatbuffers::uoffset_t i = 0; i < options->size(); ++i) {
+        const std::string f = "header.creation_options[" + std::to_string(i) + "]";
+        check_utf8(options->Get(i)->key(), f + ".key", v);
+        check_utf8(options->Get(i)->value(), f + ".value", v);
+      }
+    }
+  }
+  if (const schema::Predictions* predictions = plan.predictions()) {
+    check_utf8(predictions->time_model(), "predictions.time_model", v);
+    if (predictions->cluster() != nullptr)
+      check_utf8(predictions->cluster()->name(), "predictions.cluster.name", v);
   }
 }
 
@@ -370,7 +420,7 @@ std::vector<std::string> validate_plan(const schema::Plan& plan) {
   if (plan.training() == nullptr) {
     v.add("training", "missing; the plan must give the batch sizes and optimizer");
   } else {
-    check_training(*plan.training(), v);
+    check_training(*plan.training(), plan.model(), v);
   }
   if (plan.mesh() == nullptr) {
     v.add("mesh", "missing; the plan must give the pipeline x data x tensor parallel mesh");
@@ -386,6 +436,7 @@ std::vector<std::string> validate_plan(const schema::Plan& plan) {
   }
   check_schedule(plan, v);
   if (plan.predictions() != nullptr) check_predictions(*plan.predictions(), plan, v);
+  check_strings(plan, v);
   return v.take();
 }
 

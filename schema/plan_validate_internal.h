@@ -11,7 +11,9 @@
 
 namespace paraplan::plan_validation {
 
+using schema_text::checked_product;
 using schema_text::number;
+using schema_text::product_text;
 
 inline std::string number(int64_t value) {
   return std::to_string(value);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "schema/model_limits.h"
 #include "schema/plan_validate_internal.h"
 
 namespace paraplan::plan_validation {
@@ -323,7 +324,7 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     }
     // Without a valid micro-batch count or stage list the stream cannot be judged;
     // those are reported on their own fields.
-    if (num_micro_batches <= 0 || i >= num_stages) continue;
+    if (num_micro_batches <= 0 || num_micro_batches > kMaxMicroBatches || i >= num_stages) continue;
     // Checked before any per-micro-batch bookkeeping, which would otherwise be sized by
     // an unchecked count (a corrupt file could ask for billions of micro-batches).
     const int64_t num_instructions = stage_schedule.instructions()->size();

@@ -372,11 +372,17 @@ const std::vector<ViolationCase>& violation_cases() {
        {"schedule.kind: unknown value 4", "1f1b"}},
       {"TooFewInstructionsForMicroBatches",
        [](PlanSpec& s) {
+         s.num_micro_batches = 16384;
+         s.global_batch_size = 4 * 16384;
+       },
+       {"schedule.stages[0].instructions: 19 instructions cannot forward and backward all "
+        "16384 micro-batches"}},
+      {"MoreMicroBatchesThanAPlanHolds",
+       [](PlanSpec& s) {
          s.num_micro_batches = 1'000'000;
          s.global_batch_size = 4'000'000;
        },
-       {"schedule.stages[0].instructions: 19 instructions cannot forward and backward all "
-        "1000000 micro-batches"}},
+       {"training.num_micro_batches: 1000000; must be at most 16384"}},
       // instructions
       {"MicroBatchOutOfRange",
        [](PlanSpec& s) { replace_op(s, 0, OpCode::Forward, 0, instruction(OpCode::Forward, 9)); },
@@ -473,6 +479,44 @@ const std::vector<ViolationCase>& violation_cases() {
       {"PredictionForwardSecondsNegative",
        [](PlanSpec& s) { s.stage_predictions[0].forward_seconds = -2; },
        {"predictions.stages[0].forward_seconds: -2"}},
+      // The runtime's memory report and autotune read every stage's memory.
+      {"PredictionWithoutMemory",
+       [](PlanSpec& s) { s.stage_predictions[1].has_memory = false; },
+       {"predictions.stages[1].memory: missing; every stage's prediction needs its memory "
+        "breakdown"}},
+      // strings: `inspect --json` prints them, so each must be UTF-8
+      {"TaskNameNotUtf8",
+       [](PlanSpec& s) { s.task_name = "job\xff"; },
+       {"header.task_name: byte 0xff at offset 3 is not valid UTF-8; plan strings must be UTF-8"}},
+      {"CreationOptionOverlongUtf8",
+       [](PlanSpec& s) { s.creation_options[1].second = "\xc0\xaf"; },
+       {"header.creation_options[1].value: byte 0xc0 at offset 0 is not valid UTF-8"}},
+      {"ClusterNameSurrogate",
+       [](PlanSpec& s) { s.cluster_name = "gpu\xed\xa0\x80"; },
+       {"predictions.cluster.name: byte 0xa0 at offset 4 is not valid UTF-8"}},
+      // sizes: bounded before anything is allocated for them (schema/model_limits.h)
+      {"DModelAboveLimit",
+       [](PlanSpec& s) { s.d_model = 16'777'344; },
+       {"model.d_model: 16777344; must be at most 16777216 (2^24)"}},
+      {"FfnSizeAboveLimit",
+       [](PlanSpec& s) { s.ffn_size = 2'147'483'647; },
+       {"model.ffn_size: 2147483647; must be at most 16777216"}},
+      {"NumLayersAboveLimit",
+       [](PlanSpec& s) { s.num_layers = 5000; },
+       {"model.num_layers: 5000; must be at most 4096"}},
+      {"PipelineStagesAboveLimit",
+       [](PlanSpec& s) { s.pipeline_parallel = 300; },
+       {"mesh.pipeline_parallel: 300; must be at most 256"}},
+      {"MeshDegreesOverflowInt64",
+       [](PlanSpec& s) {
+         s.pipeline_parallel = s.data_parallel = s.tensor_parallel = 2'147'483'647;
+       },
+       {"mesh: pipeline_parallel 2147483647 x data_parallel 2147483647 x tensor_parallel "
+        "2147483647 = more than 9223372036854775807 ranks"}},
+      {"MicroBatchRowsAboveInt",
+       [](PlanSpec& s) { s.micro_batch_size = 67'108'864; },
+       {"training.micro_batch_size: 67108864; training.micro_batch_size x model.seq_len = "
+        "67108864 x 64 = 4294967296 rows, more than the 2147483647"}},
   };
   return cases;
 }

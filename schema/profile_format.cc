@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "common/printable_text.h"
+
 namespace paraplan {
 namespace {
 
@@ -205,8 +207,8 @@ ProfileDocument parse_profile_document(const std::string& text, const std::strin
   Json root;
   try {
     root = Json::parse(text);
-  } catch (const Json::parse_error& error) {
-    fail(path + ": not valid JSON: " + error.what());
+  } catch (const Json::exception& error) {  // parse_error, and out_of_range for 1e999
+    fail(path + ": not valid JSON: " + printable_text(error.what(), 200));
   }
   if (!root.is_object() || !root.contains("format") || root["format"] != "paraplan-profile")
     fail(path + ": \"format\" must be \"paraplan-profile\"");

@@ -158,6 +158,15 @@ TEST(ProfileFormat, MalformedVersion2FieldsAreNamed) {
             "profile.json: \"version\" must be 1 or 2 (this paraplan reads versions 1 and 2)");
 }
 
+// Found by fuzz/profile_fuzzer: a number beyond double's range made nlohmann
+// throw out_of_range past the reader (a message without the file's name).
+TEST(ProfileFormat, NumberBeyondDoubleIsNamed) {
+  EXPECT_EQ(load_error(R"({"format": "paraplan-profile", "version": 2, "devices": {"cpu":
+                          {"optimizer": [{"processes": 1, "seconds_per_parameter": 0.01e999}]}}})"),
+            "profile.json: not valid JSON: [json.exception.out_of_range.406] number overflow "
+            "parsing '0.01e999'");
+}
+
 // The writer's output reads back as the same profile, field for field, and
 // another device's section is kept as it was.
 TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {

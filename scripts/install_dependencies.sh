@@ -8,6 +8,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
   coinor-libcbc-dev
   fortunes fortunes-min
   python3-numpy

@@ -8,70 +8,21 @@
 #include <string>
 #include <vector>
 
-#include "command_runner.h"
+#include "command_fixture.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace paraplan::testing;
 
-// A tiny job: 2 layers, d_model 32, seq 16, 4 sequences per step in 2 micro-batches.
-const char* kTinyJob = R"([job]
-name = "e2e"
-
-[model]
-vocab_size = 256
-seq_len = 16
-num_layers = 2
-d_model = 32
-num_heads = 4
-
-[training]
-global_batch_size = 4
-micro_batch_size = 2
-learning_rate = 3e-3
-warmup_steps = 2
-total_steps = 10
-eval_interval = 5
-eval_batches = 2
-seed = 7
-)";
-
-class EndToEnd : public ::testing::Test {
+class EndToEnd : public CommandTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("paraplan_e2e_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::string corpus;
-    for (int i = 0; i < 400; ++i)
-      corpus += "line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog\n";
-    write_file(dir_ / "corpus.txt", corpus);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  void tokenize_and_plan(const std::string& job = kTinyJob) {
-    write_file(dir_ / "job.toml", job);
-    CommandResult tokenized =
-        run("tokenize --input " + path("corpus.txt") + " --output " + path("data"));
-    ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
-    CommandResult planned =
-        run("plan --config " + path("job.toml") + " --output " + path("job.pplan"));
-    ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  }
-
   std::string train_arguments(int steps, const std::string& checkpoint_dir,
                               const std::string& log) const {
     return "train --plan " + path("job.pplan") + " --data " + path("data/train.bin") +
            " --val-data " + path("data/val.bin") + " --steps " + std::to_string(steps) +
            " --checkpoint-dir " + path(checkpoint_dir) + " --log-json " + path(log);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(EndToEnd, TrainingLowersTheLossAndLogsEveryStep) {
@@ -207,15 +158,6 @@ TEST_F(EndToEnd, LlamaTrainsResumesBitForBitAndSamples) {
 }
 
 // ---- bad input: one clear line, non-zero exit, never a crash -------------------
-
-void expect_clear_error(const CommandResult& result, const std::vector<std::string>& mentions) {
-  EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_FALSE(result.crashed) << result.output;
-  EXPECT_NE(result.output.find("paraplan: error:"), std::string::npos) << result.output;
-  for (const std::string& mention : mentions)
-    EXPECT_NE(result.output.find(mention), std::string::npos)
-        << "expected '" << mention << "' in: " << result.output;
-}
 
 TEST_F(EndToEnd, BadPlanFiles) {
   tokenize_and_plan();

@@ -6,6 +6,7 @@
 
 # Folder -> the project folders its files may include (itself included).
 set(common_sets "common/")
+set(common_allowed ${common_sets})
 set(kernels_allowed kernels/ ${common_sets})
 set(schema_allowed schema/ plan_generated.h ${common_sets})
 set(planner_allowed planner/ ${schema_allowed})
@@ -19,10 +20,11 @@ set(runtime_checkpoint_allowed runtime/checkpoint/ ${runtime_parallel_allowed})
 set(runtime_measure_allowed runtime/measure/ ${runtime_pipeline_allowed})
 set(runtime_train_allowed runtime/train/ ${runtime_measure_allowed} ${runtime_checkpoint_allowed})
 set(launcher_allowed launcher/ runtime/ planner/ ${schema_allowed} ${kernels_allowed})
+set(fuzz_allowed fuzz/ ${launcher_allowed})
 
 set(folders common kernels schema planner runtime/comm runtime/testing runtime/model
             runtime/parallel runtime/data runtime/pipeline runtime/checkpoint runtime/measure
-            runtime/train launcher)
+            runtime/train launcher fuzz)
 set(violations "")
 set(checked 0)
 foreach(folder ${folders})

@@ -4,23 +4,28 @@
 #include "runtime/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc, _GNU_SOURCE)
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "common/atomic_file.h"
+#include "common/bounded_file.h"
 #include "common/json_fields.h"
+#include "common/printable_text.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/model/architecture.h"
 
@@ -39,6 +44,46 @@ std::string step_directory_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
   return name;
+}
+
+// The step of a step directory name: "step_" and 1 to 18 digits, as
+// step_directory_name writes it; nullopt for anything else.
+std::optional<int64_t> parse_step_directory_name(std::string_view name) {
+  constexpr std::string_view prefix = "step_";
+  if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const std::string_view digits = name.substr(prefix.size());
+  int64_t step = 0;
+  if (digits.empty() || digits.size() > 18 ||
+      std::from_chars(digits.data(), digits.data() + digits.size(), step).ptr !=
+          digits.data() + digits.size() ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return step;
+}
+
+// Removes what saves killed part-way left in `dir`: step_N.tmp-<pid>-<n>
+// directories and latest.tmp-<pid>-<n> files (common/atomic_file.h names
+// them) whose process is gone. A temporary of a live process, another save
+// still being written, is left alone.
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const size_t marker = name.find(".tmp-");
+    if (marker == std::string::npos) continue;
+    const std::string_view base = std::string_view(name).substr(0, marker);
+    if (base != kLatestFile && !parse_step_directory_name(base)) continue;
+    const std::string_view rest = std::string_view(name).substr(marker + 5);
+    long long pid = 0;
+    const auto [end, parse_error] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (parse_error != std::errc() || end == rest.data() || end == rest.data() + rest.size() ||
+        *end != '-' || pid <= 0 || pid > std::numeric_limits<pid_t>::max())
+      continue;
+    if (pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
+    std::error_code ignored;
+    fs::remove_all(entry.path(), ignored);
+  }
 }
 
 // The shape Hugging Face stores: Conv1D weights are [in, out], the reverse of ours.
@@ -69,27 +114,29 @@ void add_tensors(SafetensorsWriter& writer, const ParameterLayout& layout, const
   }
 }
 
-std::string read_text(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+std::string read_text(const fs::path& path, const char* what, const FileKind& kind) {
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(path, error)))
     throw std::runtime_error(path.string() + ": cannot read " + what +
-                             (fs::exists(path) ? "" : " (missing; the checkpoint is incomplete)"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+                             " (missing; the checkpoint is incomplete)");
+  return read_bounded_file(path.string(), kind);
 }
 
-nlohmann::json read_json(const fs::path& path, const char* what) {
-  const std::string text = read_text(path, what);
+nlohmann::json parse_json_object(const std::string& text, const std::string& path,
+                                 const char* what) {
   try {
     nlohmann::json json = nlohmann::json::parse(text);
     if (!json.is_object()) throw std::runtime_error("not a JSON object");
     return json;
   } catch (const std::exception& error) {
-    throw std::runtime_error(path.string() + ": " + what + " is not valid JSON: " + error.what());
+    throw std::runtime_error(path + ": " + what +
+                             " is not valid JSON: " + printable_text(error.what(), 200));
   }
 }
 
 TransformerConfig parse_config(const fs::path& path) {
-  return config_from_hugging_face(read_json(path, "model config"), path.string());
+  return parse_checkpoint_config(read_text(path, "model config", kCheckpointJsonFile),
+                                 path.string());
 }
 
 // Every field where the checkpoint's model differs from the plan's, one line each.
@@ -162,9 +209,12 @@ void publish_directory(const fs::path& from, const fs::path& to) {
 std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
                             const float* params, const float* first_moment,
                             const float* second_moment, const TrainState& state) {
-  if (state.step < 0)
-    throw std::runtime_error(dir + ": cannot save a checkpoint for negative step " +
-                             std::to_string(state.step));
+  if (state.step < 0 || state.step > kMaxTrainStep || state.next_train_sample < 0 ||
+      state.next_train_sample > kMaxTrainSample)
+    throw std::runtime_error(
+        dir + ": cannot save a checkpoint for step " + std::to_string(state.step) + " at sample " +
+        std::to_string(state.next_train_sample) + " (valid: steps 0 to " +
+        std::to_string(kMaxTrainStep) + ", samples 0 to " + std::to_string(kMaxTrainSample) + ")");
   if ((first_moment == nullptr) != (second_moment == nullptr))
     throw std::runtime_error(dir + ": save both AdamW moments or neither");
   std::error_code error;
@@ -172,6 +222,8 @@ std::string save_checkpoint(const std::string& dir, const ParameterLayout& layou
   if (error || !fs::is_directory(dir))
     throw std::runtime_error(dir + ": cannot create checkpoint directory" +
                              (error ? ": " + error.message() : std::string()));
+
+  remove_stale_temporaries(dir);
 
   const std::string name = step_directory_name(state.step);
   const fs::path final_dir = fs::path(dir) / name;
@@ -211,23 +263,52 @@ std::string save_checkpoint(const std::string& dir, const ParameterLayout& layou
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path root(path);
   if (!fs::exists(root)) throw std::runtime_error(path + ": checkpoint path does not exist");
-  if (fs::is_regular_file(root / kLatestFile)) {
-    std::string name = read_text(root / kLatestFile, "latest checkpoint name");
+  const fs::path latest = root / kLatestFile;
+  if (fs::is_regular_file(latest)) {
+    std::string name = read_text(latest, "latest checkpoint name", kCheckpointLatestFile);
     while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
     while (!name.empty() && std::isspace(static_cast<unsigned char>(name.front())))
       name.erase(0, 1);
     if (name.empty())
-      throw std::runtime_error((root / kLatestFile).string() +
+      throw std::runtime_error(latest.string() +
                                " is empty; it should name a step directory such as step_00000100");
+    // Only a step directory of this checkpoint directory: never a path that
+    // leads elsewhere ("../../etc", "/etc").
+    if (!parse_step_directory_name(name))
+      throw std::runtime_error(latest.string() + " holds '" + printable_text(name) +
+                               "', not the name of a step directory of " + root.string() +
+                               "; it must hold one line such as step_00000100");
     const fs::path step_dir = root / name;
     if (!fs::is_directory(step_dir))
-      throw std::runtime_error((root / kLatestFile).string() + " names " + name + " but " +
-                               step_dir.string() + " does not exist");
+      throw std::runtime_error(latest.string() + " names " + name + " but " + step_dir.string() +
+                               " does not exist");
     return step_dir.string();
   }
   if (fs::is_directory(root) && fs::exists(root / kModelFile)) return root.string();
   throw std::runtime_error(path + ": not a checkpoint: neither a checkpoint directory (no '" +
                            kLatestFile + "' file) nor a step directory (no " + kModelFile + ")");
+}
+
+TransformerConfig parse_checkpoint_config(const std::string& text, const std::string& path) {
+  return config_from_hugging_face(parse_json_object(text, path, "model config"), path);
+}
+
+TrainState parse_train_state(const std::string& text, const std::string& path) {
+  const nlohmann::json json = parse_json_object(text, path, "training state");
+  const int64_t version = json_integer(json, "format_version", path);
+  if (version < 1 || version > kCheckpointFormatVersion)
+    throw std::runtime_error(path + ": format_version " + std::to_string(version) +
+                             " is not supported; this paraplan reads versions 1 to " +
+                             std::to_string(kCheckpointFormatVersion));
+  TrainState state;
+  state.step = json_integer(json, "step", path, std::nullopt, 0, kMaxTrainStep);
+  state.next_train_sample =
+      json_integer(json, "next_train_sample", path, std::nullopt, 0, kMaxTrainSample);
+  const auto seed = json.find("seed");
+  if (seed == json.end() || !seed->is_number_unsigned())
+    throw std::runtime_error(path + ": field 'seed' must be a non-negative integer");
+  state.seed = seed->get<uint64_t>();
+  return state;
 }
 
 TransformerConfig read_checkpoint_config(const std::string& path) {
@@ -255,23 +336,10 @@ TrainState load_checkpoint(const std::string& path, const ParameterLayout& layou
   // A weights-only load (sampling) accepts a directory without training state,
   // e.g. a Hugging Face GPT-2 export; resuming needs it.
   const fs::path state_path = step_dir / kStateFile;
-  TrainState state;
-  if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path)) return state;
-  const nlohmann::json json = read_json(state_path, "training state");
-  const int64_t version = json_integer(json, "format_version", state_path);
-  if (version < 1 || version > kCheckpointFormatVersion)
-    throw std::runtime_error(state_path.string() + ": format_version " + std::to_string(version) +
-                             " is not supported; this paraplan reads versions 1 to " +
-                             std::to_string(kCheckpointFormatVersion));
-  state.step = json_integer(json, "step", state_path);
-  state.next_train_sample = json_integer(json, "next_train_sample", state_path);
-  const auto seed = json.find("seed");
-  if (seed == json.end() || !seed->is_number_unsigned())
-    throw std::runtime_error(state_path.string() + ": field 'seed' must be a non-negative integer");
-  state.seed = seed->get<uint64_t>();
-  if (state.step < 0 || state.next_train_sample < 0)
-    throw std::runtime_error(state_path.string() + ": step and next_train_sample must be >= 0");
-  return state;
+  if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path))
+    return TrainState{};
+  return parse_train_state(read_text(state_path, "training state", kCheckpointJsonFile),
+                           state_path.string());
 }
 
 }  // namespace paraplan

@@ -25,6 +25,12 @@ namespace paraplan {
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
+// train_state.json's ranges: the trainer counts steps in an int (and goes on
+// to step + 1); the sample index stays far from int64's end however many
+// steps of however large a batch follow (2^62 + (2^31 - 1)^2 < 2^63).
+inline constexpr int64_t kMaxTrainStep = 2147483646;
+inline constexpr int64_t kMaxTrainSample = int64_t{1} << 62;
+
 struct TrainState {
   int64_t step = 0;               // optimizer steps completed
   int64_t next_train_sample = 0;  // global index of the next training sample
@@ -55,5 +61,11 @@ TrainState load_checkpoint(const std::string& path, const ParameterLayout& layou
 
 // The model configuration in config.json of the checkpoint at `path`.
 TransformerConfig read_checkpoint_config(const std::string& path);
+
+// The readers of config.json and train_state.json over text already read;
+// `path` names the file in messages. Every field is validated (the model's
+// sizes by validated_transformer_config, the state's ranges above).
+TransformerConfig parse_checkpoint_config(const std::string& text, const std::string& path);
+TrainState parse_train_state(const std::string& text, const std::string& path);
 
 }  // namespace paraplan

@@ -4,6 +4,8 @@
 #include "runtime/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -269,6 +271,43 @@ TEST(CheckpointTest, LeftoverTemporaryDirectoryDoesNotBreakLatest) {
   EXPECT_EQ(resolve_checkpoint(dir / "ckpt"), dir / "ckpt/step_00000002");
 }
 
+// A pid no process has: a child that has exited and been reaped.
+pid_t finished_process() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+// Saves step `step` of `buffers` to DIR/ckpt.
+void save_step(const TempDir& dir, const GptLayout& layout, const Buffers& buffers, int64_t step) {
+  save_checkpoint(dir / "ckpt", layout, buffers.params.data(), buffers.first.data(),
+                  buffers.second.data(), TrainState{.step = step});
+}
+
+TEST(CheckpointTest, ALaterSaveRemovesWhatKilledSavesLeftBehind) {
+  TempDir dir;
+  const GptLayout layout = full_layout(small_config());
+  save_step(dir, layout, Buffers(layout), 1);
+  // Saves killed part-way (their processes are gone), and one still being
+  // written by a live process (this test's parent), which must stay.
+  const std::string dead = std::to_string(finished_process());
+  const std::string live = std::to_string(::getppid());
+  for (const std::string& name :
+       {"step_00000002.tmp-" + dead + "-0", "step_00000001.tmp-" + dead + "-3",
+        "step_00000003.tmp-" + live + "-0"}) {
+    fs::create_directories(dir.path() / "ckpt" / name);
+    write_bytes(dir.path() / "ckpt" / name / "model.safetensors", "partial");
+  }
+  write_bytes(dir.path() / "ckpt" / ("latest.tmp-" + dead + "-1"), "step_0000");
+  // Not a save's temporary: the user's own files stay whatever their names.
+  write_bytes(dir.path() / "ckpt" / ("notes.tmp-" + dead + "-0"), "mine");
+  save_step(dir, layout, Buffers(layout), 4);
+  EXPECT_EQ(entries(dir.path() / "ckpt"),
+            (std::vector<std::string>{"latest", "notes.tmp-" + dead + "-0", "step_00000001",
+                                      "step_00000003.tmp-" + live + "-0", "step_00000004"}));
+}
+
 TEST(CheckpointTest, LatestMovesOnlyAfterTheStepDirectoryIsComplete) {
   TempDir dir;
   const GptLayout layout = full_layout(small_config());
@@ -357,9 +396,10 @@ TEST_F(CheckpointErrorTest, MismatchedConfigNamesEachField) {
 
 TEST_F(CheckpointErrorTest, MissingFilesAreNamed) {
   fs::remove(step_dir_ + "/model.safetensors");
-  EXPECT_EQ(load_error(), step_dir_ +
-                              "/model.safetensors: cannot open safetensors file: No such file or "
-                              "directory");
+  EXPECT_EQ(load_error(),
+            step_dir_ +
+                "/model.safetensors: cannot read the safetensors file: No such file or "
+                "directory");
   fs::remove(step_dir_ + "/config.json");
   EXPECT_EQ(load_error(), step_dir_ +
                               "/config.json: cannot read model config (missing; the checkpoint is "
@@ -412,6 +452,89 @@ TEST_F(CheckpointErrorTest, CorruptJsonIsNamed) {
   write_bytes(step_dir_ + "/config.json", R"({"model_type": "llama", "vocab_size": 8})");
   EXPECT_EQ(error_of([&] { read_checkpoint_config(step_dir_); }),
             step_dir_ + "/config.json: missing field 'hidden_size'");
+}
+
+// config.json as a hostile or broken file may have it: every size is checked
+// with the plan's rules (runtime/model/model_config.h) before anything divides
+// by it or allocates for it, and the message names the file and the key.
+TEST_F(CheckpointErrorTest, ConfigSizesAreValidatedNamingTheKey) {
+  const std::string path = step_dir_ + "/config.json";
+  const nlohmann::json good = nlohmann::json::parse(read_bytes(path));
+  const auto config_error = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json edited = good;
+    edited[key] = value;
+    write_bytes(path, edited.dump());
+    return error_of([&] { read_checkpoint_config(step_dir_); });
+  };
+  EXPECT_EQ(config_error("n_head", 0), path + ": n_head: 0; must be positive");
+  EXPECT_EQ(config_error("n_layer", (int64_t{1} << 32) + 2),
+            path +
+                ": n_layer: 4294967298; must be at most 4096, the most layers paraplan plans "
+                "(the stage partition is quadratic in layers)");
+  EXPECT_EQ(config_error("n_head", 3),
+            path + ": n_embd: 8 is not divisible by n_head 3; n_embd must be a multiple of n_head");
+  EXPECT_EQ(config_error("n_embd", -8), path + ": n_embd: -8; must be positive");
+  EXPECT_EQ(config_error("n_inner", 2147483647),
+            path +
+                ": n_inner: 2147483647; must be at most 16777216 (2^24), the largest size "
+                "paraplan builds (larger sizes would overflow the model's element counts)");
+  EXPECT_EQ(config_error("vocab_size", "many"),
+            path + ": field 'vocab_size' is \"many\", expected an integer");
+  EXPECT_EQ(config_error("layer_norm_epsilon", 0.0),
+            path + ": layer_norm_epsilon: 0; must be a positive finite float");
+  EXPECT_EQ(config_error("tie_word_embeddings", "yes"),
+            path + ": field 'tie_word_embeddings' is \"yes\", expected true or false");
+}
+
+TEST_F(CheckpointErrorTest, TrainStateOutOfRangeIsRefused) {
+  const std::string path = step_dir_ + "/train_state.json";
+  const auto state_error = [&](const std::string& step, const std::string& sample) {
+    write_bytes(path, R"({"format_version": 1, "seed": 1, "step": )" + step +
+                          R"(, "next_train_sample": )" + sample + "}");
+    return load_error();
+  };
+  EXPECT_EQ(state_error("2147483648", "0"),
+            path + ": field 'step' is 2147483648, out of range (valid: 0 to 2147483646)");
+  EXPECT_EQ(state_error("-1", "0"), path +
+                                        ": field 'step' is -1, out of range (valid: 0 to "
+                                        "2147483646)");
+  EXPECT_EQ(state_error("3", "9223372036854775800"),
+            path +
+                ": field 'next_train_sample' is 9223372036854775800, out of range (valid: 0 "
+                "to 4611686018427387904)");
+  EXPECT_EQ(state_error("3", "18446744073709551615"),
+            path +
+                ": field 'next_train_sample' is 18446744073709551615, out of range (valid: 0 "
+                "to 4611686018427387904)");
+  EXPECT_EQ(state_error("3", "4611686018427387904"), "<no exception>");
+}
+
+// 'latest' names a step directory of its own checkpoint directory, nothing else.
+TEST_F(CheckpointErrorTest, LatestIsConfinedToTheCheckpointDirectory) {
+  const std::string latest = dir_ / "ckpt/latest";
+  const auto resolve_error = [&](const std::string& contents) {
+    write_bytes(latest, contents);
+    return error_of([&] { resolve_checkpoint(dir_ / "ckpt"); });
+  };
+  const std::string valid = "; it must hold one line such as step_00000100";
+  EXPECT_EQ(resolve_error("../../etc\n"), latest +
+                                              " holds '../../etc', not the name of a step "
+                                              "directory of " +
+                                              dir_ / "ckpt" + valid);
+  EXPECT_EQ(resolve_error("/etc\n"),
+            latest + " holds '/etc', not the name of a step directory of " + dir_ / "ckpt" + valid);
+  EXPECT_EQ(resolve_error("step_00000010/../../..\n"),
+            latest + " holds 'step_00000010/../../..', not the name of a step directory of " +
+                dir_ / "ckpt" + valid);
+  EXPECT_EQ(resolve_error(std::string("\xff\x00step\n\x01", 8)),
+            latest + " holds '\\xff\\x00step\\x0a\\x01', not the name of a step directory of " +
+                dir_ / "ckpt" + valid);
+  EXPECT_EQ(resolve_error(std::string(5000, 'x')),
+            latest +
+                ": cannot read the checkpoint 'latest' file: it is 5000 bytes, more than the "
+                "4096 bytes a checkpoint 'latest' file may hold");
+  write_bytes(latest, "step_00000010\n");
+  EXPECT_EQ(resolve_checkpoint(dir_ / "ckpt"), step_dir_);
 }
 
 TEST_F(CheckpointErrorTest, ResolveNamesWhatIsWrong) {

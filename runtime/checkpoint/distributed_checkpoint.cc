@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "runtime/model/architecture.h"
+#include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_from_plan.h"
 
 namespace paraplan {
@@ -92,6 +93,14 @@ TrainState load_slices(const std::string& path, ModelStage& stage, DistributedOp
   const ParameterLayout& layout = stage.layout();
   const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
   const ParameterLayout& whole = *whole_layout;
+  // Every rank reads the whole model (and both moments when resuming), then
+  // keeps its slice.
+  const int64_t whole_arrays = with_moments ? 3 : 1;
+  require_host_memory(static_cast<double>(whole.num_elements()) * whole_arrays * sizeof(float),
+                      path + ": the whole model's weights" +
+                          std::string(with_moments ? " and AdamW moments" : "") + " (" +
+                          std::to_string(whole.num_elements()) + " parameters)",
+                      "resume on machines with more memory");
   std::vector<float> whole_params(whole.num_elements()), whole_first, whole_second;
   if (with_moments) {
     whole_first.resize(whole.num_elements());

@@ -1,18 +1,19 @@
 // safetensors.cc: writing and validating/reading Hugging Face safetensors files.
 #include "runtime/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "common/atomic_file.h"
+#include "common/bounded_file.h"
+#include "common/json_fields.h"
 
 namespace paraplan {
 
@@ -221,11 +222,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
   auto fail = [&](const std::string& problem) { throw std::runtime_error(path + ": " + problem); };
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file.fd_ < 0) fail(std::string("cannot open safetensors file: ") + std::strerror(errno));
-  struct stat info;
-  if (::fstat(file.fd_, &info) != 0 || !S_ISREG(info.st_mode)) fail("not a regular file");
-  const uint64_t file_bytes = static_cast<uint64_t>(info.st_size);
+  // Only a regular file is opened: a named pipe would block, a device never end.
+  constexpr FileKind kSafetensorsFile{"safetensors file", std::numeric_limits<uint64_t>::max()};
+  RegularFile opened(path, kSafetensorsFile);
+  const uint64_t file_bytes = opened.size();
+  file.fd_ = opened.release();
   if (file_bytes < 8)
     fail("file is " + std::to_string(file_bytes) +
          " bytes, too short for the 8-byte safetensors header length");
@@ -257,13 +258,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       if (!value.is_object()) fail("__metadata__ is not a JSON object");
       for (auto meta = value.begin(); meta != value.end(); ++meta) {
         if (!meta.value().is_string())
-          fail("__metadata__ must map strings to strings; '" + meta.key() + "' holds " +
-               meta.value().dump());
+          fail("__metadata__ must map strings to strings; '" + printable_text(meta.key()) +
+               "' holds " + json_value_text(meta.value()));
         file.metadata_[meta.key()] = meta.value().get<std::string>();
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "': ";
+    const std::string where = "tensor '" + printable_text(name) + "': ";
     if (!value.is_object()) fail(where + "entry is not a JSON object");
     SafetensorsTensor tensor;
     tensor.name = name;
@@ -276,13 +277,15 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       known += (known.empty() ? "" : ", ") + std::string(candidate.name);
     }
     if (!found)
-      fail(where + "unknown dtype '" + dtype->get<std::string>() + "' (known: " + known + ")");
+      fail(where + "unknown dtype '" + printable_text(dtype->get<std::string>()) +
+           "' (known: " + known + ")");
     tensor.dtype = found->dtype;
     const auto shape = value.find("shape");
     if (shape == value.end() || !shape->is_array()) fail(where + "missing array field 'shape'");
     for (const nlohmann::json& dim : *shape) {
       if (!dim.is_number_unsigned())
-        fail(where + "shape " + shape->dump() + " is not a list of non-negative integers");
+        fail(where + "shape holds " + json_value_text(dim) +
+             "; it must be a list of non-negative integers");
       tensor.shape.push_back(dim.get<int64_t>());
     }
     const auto offsets = value.find("data_offsets");
@@ -298,11 +301,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       fail(where + "data_offsets " + range + " run past the " + std::to_string(data_bytes) +
            " bytes of data after the header (truncated?)");
     const int64_t elements = checked_elements(tensor.shape);
-    if (elements < 0 || static_cast<uint64_t>(elements) * found->bytes != tensor.end - tensor.begin)
+    uint64_t needed = 0;  // elements x dtype size, refused when it overflows
+    const bool impossible = elements < 0 || __builtin_mul_overflow(static_cast<uint64_t>(elements),
+                                                                   found->bytes, &needed);
+    if (impossible || needed != tensor.end - tensor.begin)
       fail(where + "data_offsets " + range + " hold " + std::to_string(tensor.end - tensor.begin) +
            " bytes but shape " + shape_string(tensor.shape) + " of " + found->name + " needs " +
-           (elements < 0 ? std::string("an impossible size")
-                         : std::to_string(static_cast<uint64_t>(elements) * found->bytes)));
+           (impossible ? std::string("an impossible size") : std::to_string(needed)));
     file.tensors_.push_back(std::move(tensor));
   }
 
@@ -317,13 +322,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const SafetensorsTensor* previous = nullptr;
   for (const SafetensorsTensor* tensor : by_offset) {
     if (tensor->begin < position)
-      fail("tensors '" + previous->name + "' [" + std::to_string(previous->begin) + ", " +
-           std::to_string(previous->end) + "] and '" + tensor->name + "' [" +
+      fail("tensors '" + printable_text(previous->name) + "' [" + std::to_string(previous->begin) +
+           ", " + std::to_string(previous->end) + "] and '" + printable_text(tensor->name) + "' [" +
            std::to_string(tensor->begin) + ", " + std::to_string(tensor->end) + "] overlap");
     if (tensor->begin > position)
-      fail("tensor '" + tensor->name + "' starts at data offset " + std::to_string(tensor->begin) +
-           " but the data before it ends at " + std::to_string(position) +
-           "; safetensors data must be contiguous");
+      fail("tensor '" + printable_text(tensor->name) + "' starts at data offset " +
+           std::to_string(tensor->begin) + " but the data before it ends at " +
+           std::to_string(position) + "; safetensors data must be contiguous");
     position = tensor->end;
     previous = tensor;
   }

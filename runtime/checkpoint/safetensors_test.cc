@@ -195,7 +195,7 @@ class SafetensorsErrorTest : public ::testing::Test {
 
 TEST_F(SafetensorsErrorTest, MissingFile) {
   EXPECT_EQ(error_of([&] { SafetensorsFile::open(path()); }),
-            path() + ": cannot open safetensors file: No such file or directory");
+            path() + ": cannot read the safetensors file: No such file or directory");
 }
 
 TEST_F(SafetensorsErrorTest, ShorterThanTheLength) {
@@ -265,7 +265,7 @@ TEST_F(SafetensorsErrorTest, MalformedFields) {
                        "tensor 'a': missing string field 'dtype'"));
   EXPECT_TRUE(contains(
       open_error(file_with(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "xxxx")),
-      "tensor 'a': shape [-1] is not a list of non-negative integers"));
+      "tensor 'a': shape holds -1; it must be a list of non-negative integers"));
   EXPECT_TRUE(contains(
       open_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4]}})", "xxxx")),
       "tensor 'a': data_offsets must be [begin, end]"));

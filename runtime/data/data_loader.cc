@@ -23,8 +23,10 @@ void DataLoader::load(int64_t first_sample, int count, int32_t* inputs, int32_t*
     throw std::runtime_error(tokens_.path() + ": cannot load " + std::to_string(count) +
                              " samples from index " + std::to_string(first_sample) +
                              "; both must be non-negative");
-  for (int i = 0; i < count; ++i) {
-    const int64_t start = ((first_sample + i) % samples_per_epoch_) * seq_len_;
+  // Reduced before adding, so no index of int64's range can overflow.
+  int64_t position = first_sample % samples_per_epoch_;
+  for (int i = 0; i < count; ++i, position = (position + 1) % samples_per_epoch_) {
+    const int64_t start = position * seq_len_;
     tokens_.read(start, seq_len_, inputs + static_cast<int64_t>(i) * seq_len_);
     tokens_.read(start + 1, seq_len_, targets + static_cast<int64_t>(i) * seq_len_);
   }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -21,6 +22,23 @@ TokenFile counting_file(const TempDir& dir, int num_tokens) {
   std::iota(tokens.begin(), tokens.end(), uint16_t{100});
   write_token_file(dir / "train.bin", tokens);
   return TokenFile(dir / "train.bin");
+}
+
+// A sample index near int64's end (a hostile train_state.json's
+// next_train_sample) wraps exactly, never overflowing into a negative offset.
+TEST(DataLoaderTest, IndicesNearTheEndOfInt64WrapWithoutOverflow) {
+  TempDir dir;
+  const TokenFile file = counting_file(dir, 14);  // 3 samples per epoch of 4 tokens
+  const DataLoader loader(file, 4);
+  const int64_t last = std::numeric_limits<int64_t>::max();  // 2^63 - 1 = 1 (mod 3)
+  std::vector<int32_t> inputs(12), targets(12);
+  loader.load(last - 1, 3, inputs.data(), targets.data());  // samples 0, 1, 2 of an epoch
+  EXPECT_EQ(inputs,
+            (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111}));
+  loader.load(last, 3, inputs.data(), targets.data());  // samples 1, 2, then 0 again
+  EXPECT_EQ(inputs,
+            (std::vector<int32_t>{104, 105, 106, 107, 108, 109, 110, 111, 100, 101, 102, 103}));
+  EXPECT_EQ(targets[11], 104);
 }
 
 TEST(DataLoaderTest, SamplesAreConsecutiveWindowsWithShiftedTargets) {

@@ -2,10 +2,7 @@
 // Llama 3 uint32).
 #include "runtime/data/token_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cerrno>
@@ -14,6 +11,7 @@
 #include <stdexcept>
 
 #include "common/atomic_file.h"
+#include "common/bounded_file.h"
 
 namespace paraplan {
 
@@ -71,27 +69,21 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    throw std::runtime_error(path + ": cannot open token file: " + std::strerror(error));
-  }
-  struct stat info;
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    throw std::runtime_error(path + ": not a regular file; expected an llm.c token file");
-  }
-  const size_t file_bytes = static_cast<size_t>(info.st_size);
+  // Only a regular file is opened (a named pipe would block, a device never
+  // end), and only one the largest shard could be (2^31 - 1 uint32 tokens).
+  constexpr FileKind kTokenFile{
+      "token file", kTokenFileHeaderBytes + uint64_t{std::numeric_limits<int32_t>::max()} * 4};
+  const RegularFile file(path, kTokenFile);
+  const size_t file_bytes = static_cast<size_t>(file.size());
   if (file_bytes < kTokenFileHeaderBytes) {
-    ::close(fd);
     throw std::runtime_error(path + ": file is " + std::to_string(file_bytes) +
                              " bytes, too short for the " + std::to_string(kTokenFileHeaderBytes) +
                              "-byte token file header");
   }
-  mapping_ = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_error = errno;
-  ::close(fd);  // the mapping keeps the file alive
+  // The mapping keeps the file alive after the descriptor closes.
+  mapping_ = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   if (mapping_ == MAP_FAILED) {
+    const int map_error = errno;
     mapping_ = nullptr;
     throw std::runtime_error(path + ": cannot map token file: " + std::strerror(map_error));
   }

@@ -137,7 +137,7 @@ TEST(TokenFileTest, MissingFileIsNamed) {
   TempDir dir;
   const std::string path = dir / "absent.bin";
   EXPECT_TRUE(contains(error_of([&] { TokenFile file(path); }),
-                       path + ": cannot open token file: No such file"));
+                       path + ": cannot read the token file: No such file"));
 }
 
 TEST(TokenFileTest, FileShorterThanTheHeaderIsRefused) {

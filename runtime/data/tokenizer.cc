@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 
+#include "common/bounded_file.h"
 #include "runtime/data/token_file.h"
 
 namespace paraplan {
@@ -48,10 +47,7 @@ std::vector<fs::path> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 void append_file(const fs::path& path, std::string& corpus) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot read input file");
-  corpus.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(path.string() + ": error while reading input file");
+  corpus += read_bounded_file(path.string(), kCorpusFile);
 }
 
 std::vector<uint32_t> bytes_to_tokens(const std::string& corpus, size_t begin, size_t end) {

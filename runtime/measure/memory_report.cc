@@ -31,8 +31,13 @@ std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
         mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
     const double* row = rows.data() + static_cast<size_t>(rank) * kColumns;
     double stage_total = 0;
-    if (predicted && at.pipeline_rank < static_cast<int>(predicted->size()))
-      stage_total = static_cast<double>(predicted->Get(at.pipeline_rank)->memory()->total());
+    // Validated plans give every stage its memory (plan_validate.cc); a missing
+    // breakdown prints as no prediction all the same.
+    const schema::StageMemory* stage_memory =
+        predicted && at.pipeline_rank < static_cast<int>(predicted->size())
+            ? predicted->Get(at.pipeline_rank)->memory()
+            : nullptr;
+    if (stage_memory != nullptr) stage_total = static_cast<double>(stage_memory->total());
     std::snprintf(
         line, sizeof line,
         "%4d | %5d | %2d | %2d | %7.2f | %9.2f | %9.2f | %11.2f | %9.2f | %6.2f | "

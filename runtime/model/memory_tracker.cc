@@ -1,6 +1,8 @@
 // memory_tracker.cc: allocation bookkeeping by category.
 #include "runtime/model/memory_tracker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -68,6 +70,25 @@ void MemoryTracker::release(void* pointer) {
   ops_.deallocate(pointer);
   live_.erase(it);
   sample_backend();
+}
+
+std::string gibibytes_text(double bytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.3g GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
+                                    : 0;
+}
+
+void require_host_memory(double bytes, const std::string& what, const std::string& remedy) {
+  const double available = physical_memory_bytes();
+  if (available > 0 && bytes > available)
+    throw std::runtime_error(what + " take " + gibibytes_text(bytes) + ", more than the " +
+                             gibibytes_text(available) + " of memory this machine has; " + remedy);
 }
 
 }  // namespace paraplan

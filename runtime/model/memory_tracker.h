@@ -27,6 +27,15 @@ class OutOfDeviceMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// "1.5 GiB" (three significant digits).
+std::string gibibytes_text(double bytes);
+// This machine's physical memory in bytes (0 when unknown).
+double physical_memory_bytes();
+// Refuses, before it is allocated, what this machine could never hold: throws
+// std::runtime_error "<what> take X GiB, more than the Y GiB of memory this
+// machine has; <remedy>" when `bytes` exceed its physical memory.
+void require_host_memory(double bytes, const std::string& what, const std::string& remedy);
+
 class MemoryTracker {
  public:
   // capacity_bytes > 0 makes the tracker refuse (OutOfDeviceMemory) an

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "plan_generated.h"
+#include "schema/model_limits.h"
 
 namespace paraplan {
 
@@ -51,6 +53,43 @@ struct TransformerConfig {
   int head_dim() const { return d_model / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
 };
+
+// How a file names each field of a TransformerConfig, for messages.
+struct TransformerConfigFields {
+  ModelFieldNames sizes;
+  const char* norm_epsilon;
+  const char* init_std;
+  const char* num_kv_heads = "num_kv_heads";
+  const char* rope_theta = "rope_theta";
+};
+inline constexpr TransformerConfigFields kPlanConfigFields{
+    kPlanModelFields, "model.layernorm_epsilon", "model.init_std", "model.num_kv_heads",
+    "model.rope_theta"};
+
+// A model's configuration as a file gives it, before validation: sizes as wide
+// integers and floats as doubles, so nothing is narrowed before it is judged.
+struct TransformerConfigValues {
+  Architecture architecture = Architecture::kGpt2;
+  ModelShape shape;
+  bool tied_embeddings = true;
+  double norm_epsilon = 1e-5;
+  double init_std = 0.02;
+  // Llama only (GPT-2 leaves them as they are): 0 KV heads means num_heads.
+  int64_t num_kv_heads = 0;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+};
+
+// The one validation of a model's configuration, for every reader (the plan,
+// a checkpoint's config.json): every size positive and within the limits of
+// schema/model_limits.h, num_heads dividing d_model, a positive finite norm
+// epsilon and a finite init_std >= 0; for Llama also KV heads dividing the
+// heads, an even head_dim (the rotary pairs) and a positive finite rope_theta. Returns the config,
+// or throws std::runtime_error listing every problem, one line each:
+// "<source>: <field>: <problem>; <what would be valid>".
+TransformerConfig validated_transformer_config(const TransformerConfigValues& values,
+                                               const TransformerConfigFields& fields,
+                                               const std::string& source);
 
 // The part of the model one pipeline stage holds.
 struct StageSpec {

@@ -9,44 +9,52 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
   const schema::Plan& plan = loaded.plan();
   const schema::Model& model = *plan.model();
   StageModelSpec result;
+  Architecture architecture = Architecture::kGpt2;
   switch (model.architecture()) {
     case schema::Architecture::Gpt2:
-      result.config.architecture = Architecture::kGpt2;
+      architecture = Architecture::kGpt2;
       break;
     case schema::Architecture::Llama:
-      result.config.architecture = Architecture::kLlama;
+      architecture = Architecture::kLlama;
       break;
     default:
       throw std::runtime_error(loaded.path() + ": model.architecture '" +
                                schema::EnumNameArchitecture(model.architecture()) +
                                "' is not supported by this runtime; valid: gpt2, llama");
   }
+  result.config = validated_transformer_config(
+      TransformerConfigValues{
+          .architecture = architecture,
+          .shape = {.vocab_size = model.vocab_size(),
+                    .seq_len = model.seq_len(),
+                    .num_layers = model.num_layers(),
+                    .d_model = model.d_model(),
+                    .num_heads = model.num_heads(),
+                    .ffn_size = model.ffn_size()},
+          .tied_embeddings = model.tied_embeddings(),
+          .norm_epsilon = model.layernorm_epsilon(),
+          .init_std = model.init_std(),
+          .num_kv_heads = model.num_kv_heads(),
+          .rope_theta = model.rope_theta(),
+          .rope_scaling = {.factor = model.rope_scaling_factor(),
+                           .low_freq_factor = model.rope_low_freq_factor(),
+                           .high_freq_factor = model.rope_high_freq_factor(),
+                           .original_max_positions = model.rope_original_max_positions()}},
+      kPlanConfigFields, loaded.path());
   // Validated (plan_validate): Float32 or BFloat16. bf16 is mixed precision:
   // bf16 storage, fp32 master weights and moments (distributed_optimizer.h).
   result.dtype = model.dtype() == schema::DType::BFloat16 ? kernels::DType::kBFloat16
                                                           : kernels::DType::kFloat32;
-  result.config.vocab_size = model.vocab_size();
-  result.config.seq_len = model.seq_len();
-  result.config.num_layers = model.num_layers();
-  result.config.d_model = model.d_model();
-  result.config.num_heads = model.num_heads();
-  result.config.ffn_size = model.ffn_size();
-  result.config.tied_embeddings = model.tied_embeddings();
-  result.config.norm_epsilon = model.layernorm_epsilon();
-  result.config.init_std = model.init_std();
-  result.config.num_kv_heads = model.num_kv_heads();
-  result.config.rope_theta = model.rope_theta();
-  result.config.rope_scaling = {.factor = model.rope_scaling_factor(),
-                                .low_freq_factor = model.rope_low_freq_factor(),
-                                .high_freq_factor = model.rope_high_freq_factor(),
-                                .original_max_positions = model.rope_original_max_positions()};
 
   const schema::Stage& stage = *plan.stages()->Get(stage_index);
   result.stage.first_layer = stage.first_layer();
   result.stage.num_layers = stage.num_layers();
   result.stage.has_embedding = stage.has_embedding();
   result.stage.has_head = stage.has_head();
-  for (auto mode : *stage.recompute()) result.recompute.push_back(static_cast<RecomputeMode>(mode));
+  // A stage of no layers may omit its (empty) recompute list.
+  if (stage.recompute() != nullptr)
+    for (auto mode : *stage.recompute())
+      result.recompute.push_back(static_cast<RecomputeMode>(mode));
   return result;
 }
 

@@ -52,6 +52,39 @@ ProcessGroups build_process_groups(const schema::Mesh& mesh, int zero_groups,
                              mesh.tensor_parallel(), zero_groups, ops);
 }
 
+// Refuses, before the stage allocates anything, a model this rank cannot
+// hold: its weights and gradients alone (the least any run of it allocates)
+// more than twice the plan's own prediction for the stage (the plan's model
+// and prediction disagree: a corrupt or hand-edited plan), or more than this
+// machine's memory (the CUDA backend keeps an fp32 copy of the parameters on
+// the host while it initializes or loads them).
+void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, int stage_index,
+                      const kernels::Ops& ops) {
+  const double parameters = static_cast<double>(layout.num_elements());
+  const double storage = static_cast<double>(ops.storage_bytes(1));
+  const double least = parameters * 2 * storage;
+  const std::string what = loaded.path() + ": pipeline stage " + std::to_string(stage_index) +
+                           " holds " + std::to_string(layout.num_elements()) +
+                           " parameters on this rank, whose weights and gradients alone";
+  const schema::Predictions* predictions = loaded.plan().predictions();
+  if (predictions != nullptr && predictions->stages() != nullptr &&
+      stage_index < static_cast<int>(predictions->stages()->size())) {
+    const schema::StageMemory* predicted = predictions->stages()->Get(stage_index)->memory();
+    const double total = predicted ? static_cast<double>(predicted->total()) : 0;
+    if (predicted != nullptr && least > 2 * total)
+      throw std::runtime_error(what + " take " + gibibytes_text(least) +
+                               ", more than twice the plan's own prediction predictions.stages[" +
+                               std::to_string(stage_index) +
+                               "].memory.total = " + gibibytes_text(total) +
+                               "; the plan's model and its predictions disagree (re-create the "
+                               "plan with 'paraplan plan')");
+  }
+  const bool cpu = ops.backend() == kernels::Backend::kCpu;
+  require_host_memory(cpu ? least : parameters * 4,
+                      cpu ? what : what + " (as fp32 on the host, while they are initialized)",
+                      "plan for more pipeline or tensor parallelism, or a smaller model");
+}
+
 }  // namespace
 
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
@@ -85,6 +118,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
     watch_process_groups(rank.groups);
   rank.layout =
       make_parameter_layout(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
+  check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
   rank.stage = make_model_stage(
       *rank.layout, *rank.ops, *rank.memory,

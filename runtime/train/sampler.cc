@@ -9,6 +9,7 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/model/architecture.h"
+#include "runtime/model/memory_tracker.h"
 
 namespace paraplan {
 
@@ -60,6 +61,11 @@ std::string sample_text(const SampleOptions& options) {
       options.backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
   MemoryTracker memory(*ops);
   const std::unique_ptr<ParameterLayout> layout = make_whole_model_layout(config);
+  // The parameters on the host and as the model's weights, before either is allocated.
+  require_host_memory(static_cast<double>(layout->num_elements()) * 4 * 2,
+                      step_dir + "/config.json: the model's " +
+                          std::to_string(layout->num_elements()) + " parameters",
+                      "sample on a machine with more memory");
   const std::unique_ptr<ModelStage> stage =
       make_model_stage(*layout, *ops, memory,
                        ModelStageOptions{.recompute = std::vector<RecomputeMode>(

@@ -8,6 +8,16 @@
 
 namespace paraplan::gpt {
 
+namespace {
+
+// config.json's names for each field, for messages.
+constexpr TransformerConfigFields kHuggingFaceGptFields{
+    {"vocab_size", "n_positions", "n_layer", "n_embd", "n_head", "n_inner"},
+    "layer_norm_epsilon",
+    "initializer_range"};
+
+}  // namespace
+
 nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
   nlohmann::ordered_json json;
   json["architectures"] = {"GPT2LMHeadModel"};
@@ -35,22 +45,29 @@ nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
 TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std::string& path) {
   const std::string activation = json_string_or(json, "activation_function", "gelu_new");
   if (activation != "gelu_new" && activation != "gelu_pytorch_tanh")
-    throw std::runtime_error(path + ": activation_function is '" + activation +
+    throw std::runtime_error(path + ": activation_function is '" + printable_text(activation) +
                              "' but paraplan's GPT-2 uses the tanh GELU (gelu_new)");
-  TransformerConfig config;
-  config.architecture = Architecture::kGpt2;
-  config.vocab_size = static_cast<int>(json_integer(json, "vocab_size", path));
-  config.seq_len = static_cast<int>(json_integer(json, "n_positions", path));
-  config.d_model = static_cast<int>(json_integer(json, "n_embd", path));
-  config.num_layers = static_cast<int>(json_integer(json, "n_layer", path));
-  config.num_heads = static_cast<int>(json_integer(json, "n_head", path));
-  config.ffn_size =
-      static_cast<int>(json_integer(json, "n_inner", path, 4 * int64_t{config.d_model}));
-  config.norm_epsilon = static_cast<float>(json_number(json, "layer_norm_epsilon", path, 1e-5));
-  config.init_std = static_cast<float>(json_number(json, "initializer_range", path, 0.02));
+  TransformerConfigValues values;
+  values.architecture = Architecture::kGpt2;
+  ModelShape& shape = values.shape;
+  shape.vocab_size = json_integer(json, "vocab_size", path);
+  shape.seq_len = json_integer(json, "n_positions", path);
+  shape.d_model = json_integer(json, "n_embd", path);
+  shape.num_layers = json_integer(json, "n_layer", path);
+  shape.num_heads = json_integer(json, "n_head", path);
+  // GPT2Config's n_inner = null means 4 x n_embd; n_embd is validated with it,
+  // so an n_embd too large for the product is refused by name first.
+  const int64_t default_inner =
+      shape.d_model > 0 && shape.d_model <= kMaxModelDimension ? 4 * shape.d_model : 1;
+  shape.ffn_size = json_integer(json, "n_inner", path, default_inner);
+  values.norm_epsilon = json_number(json, "layer_norm_epsilon", path, 1e-5);
+  values.init_std = json_number(json, "initializer_range", path, 0.02);
   const auto tied = json.find("tie_word_embeddings");
-  config.tied_embeddings = tied == json.end() || !tied->is_boolean() || tied->get<bool>();
-  return config;
+  if (tied != json.end() && !tied->is_null() && !tied->is_boolean())
+    throw std::runtime_error(path + ": field 'tie_word_embeddings' is " + json_value_text(*tied) +
+                             ", expected true or false");
+  values.tied_embeddings = tied == json.end() || tied->is_null() || tied->get<bool>();
+  return validated_transformer_config(values, kHuggingFaceGptFields, path);
 }
 
 std::vector<std::string> config_differences(const TransformerConfig& saved,

@@ -45,12 +45,21 @@ nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
 
 namespace {
 
+// config.json's names for each field, for messages.
+constexpr TransformerConfigFields kHuggingFaceLlamaFields{
+    {"vocab_size", "max_position_embeddings", "num_hidden_layers", "hidden_size",
+     "num_attention_heads", "intermediate_size"},
+    "rms_norm_eps",
+    "initializer_range",
+    "num_key_value_heads",
+    "rope_theta"};
+
 bool json_bool(const nlohmann::json& json, const std::string& key, const std::string& path,
                bool fallback) {
   const auto found = json.find(key);
   if (found == json.end() || found->is_null()) return fallback;
   if (!found->is_boolean())
-    throw std::runtime_error(path + ": field '" + key + "' is " + found->dump() +
+    throw std::runtime_error(path + ": field '" + key + "' is " + json_value_text(*found) +
                              ", expected true or false");
   return found->get<bool>();
 }
@@ -59,12 +68,12 @@ RopeScaling rope_scaling_from(const nlohmann::json& json, const std::string& pat
   const auto found = json.find("rope_scaling");
   if (found == json.end() || found->is_null()) return {};
   if (!found->is_object())
-    throw std::runtime_error(path + ": field 'rope_scaling' is " + found->dump() +
+    throw std::runtime_error(path + ": field 'rope_scaling' is " + json_value_text(*found) +
                              ", expected null or an object");
   // transformers reads "rope_type", or "type" in older files.
   const std::string type = json_string_or(*found, "rope_type", json_string_or(*found, "type", ""));
   if (type != "llama3")
-    throw std::runtime_error(path + ": rope_scaling.rope_type is '" + type +
+    throw std::runtime_error(path + ": rope_scaling.rope_type is '" + printable_text(type) +
                              "' but paraplan's Llama computes only 'llama3' scaling (or null)");
   RopeScaling scaling;
   const std::string where = path + " (rope_scaling)";
@@ -85,34 +94,29 @@ RopeScaling rope_scaling_from(const nlohmann::json& json, const std::string& pat
 TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std::string& path) {
   const std::string activation = json_string_or(json, "hidden_act", "silu");
   if (activation != "silu")
-    throw std::runtime_error(path + ": hidden_act is '" + activation +
+    throw std::runtime_error(path + ": hidden_act is '" + printable_text(activation) +
                              "' but paraplan's Llama uses SwiGLU (silu)");
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (json_bool(json, bias, path, false))
       throw std::runtime_error(path + ": " + bias + " is true but paraplan's Llama has no biases");
-  TransformerConfig config;
-  config.architecture = Architecture::kLlama;
-  config.vocab_size = static_cast<int>(json_integer(json, "vocab_size", path, std::nullopt, 1));
-  config.d_model = static_cast<int>(json_integer(json, "hidden_size", path, std::nullopt, 1));
-  config.ffn_size =
-      static_cast<int>(json_integer(json, "intermediate_size", path, std::nullopt, 1));
-  config.num_layers =
-      static_cast<int>(json_integer(json, "num_hidden_layers", path, std::nullopt, 1));
-  config.num_heads =
-      static_cast<int>(json_integer(json, "num_attention_heads", path, std::nullopt, 1));
-  config.num_kv_heads =
-      static_cast<int>(json_integer(json, "num_key_value_heads", path, config.num_heads, 1));
-  config.seq_len = static_cast<int>(json_integer(json, "max_position_embeddings", path, 2048, 1));
-  config.norm_epsilon = static_cast<float>(json_number(json, "rms_norm_eps", path, 1e-6));
-  config.rope_theta = static_cast<float>(json_number(json, "rope_theta", path, 10000.0));
-  config.rope_scaling = rope_scaling_from(json, path);
-  config.init_std = static_cast<float>(json_number(json, "initializer_range", path, 0.02));
+  TransformerConfigValues values;
+  values.architecture = Architecture::kLlama;
+  ModelShape& shape = values.shape;
+  shape.vocab_size = json_integer(json, "vocab_size", path);
+  shape.d_model = json_integer(json, "hidden_size", path);
+  shape.ffn_size = json_integer(json, "intermediate_size", path);
+  shape.num_layers = json_integer(json, "num_hidden_layers", path);
+  shape.num_heads = json_integer(json, "num_attention_heads", path);
+  shape.seq_len = json_integer(json, "max_position_embeddings", path, 2048);
+  values.num_kv_heads = json_integer(json, "num_key_value_heads", path, shape.num_heads);
+  values.norm_epsilon = json_number(json, "rms_norm_eps", path, 1e-6);
+  values.rope_theta = json_number(json, "rope_theta", path, 10000.0);
+  values.rope_scaling = rope_scaling_from(json, path);
+  values.init_std = json_number(json, "initializer_range", path, 0.02);
   // LlamaConfig's default: untied.
-  config.tied_embeddings = json_bool(json, "tie_word_embeddings", path, false);
-  if (config.d_model % config.num_heads != 0)
-    throw std::runtime_error(path + ": hidden_size " + std::to_string(config.d_model) +
-                             " is not divisible by num_attention_heads " +
-                             std::to_string(config.num_heads));
+  values.tied_embeddings = json_bool(json, "tie_word_embeddings", path, false);
+  const TransformerConfig config =
+      validated_transformer_config(values, kHuggingFaceLlamaFields, path);
   const int64_t head_dim = json_integer(json, "head_dim", path, config.head_dim());
   if (head_dim != config.head_dim())
     throw std::runtime_error(path + ": head_dim is " + std::to_string(head_dim) +

@@ -1,0 +1,211 @@
+// hostile_input_test.cc: the `paraplan` command given what an adversarial user
+// (or a flipped bit) gives it: plans missing tables or holding absurd sizes,
+// checkpoints with impossible configs, training states and 'latest' files,
+// named pipes, devices and directories where files belong. Every case must end
+// as one clear line naming the file and the field, exit status 1, no crash and
+// no hang (each command runs under `timeout`, so a hang fails instead of
+// stalling the suite).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "command_fixture.h"
+#include "schema/plan_test_builder.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace paraplan::testing;
+using paraplan::test_plans::build_plan;
+using paraplan::test_plans::make_plan_spec;
+using paraplan::test_plans::PlanSpec;
+
+class HostileInput : public CommandTest {
+ protected:
+  void SetUp() override {
+    CommandTest::SetUp();
+    tokenize_and_plan();
+  }
+
+  // `paraplan <arguments>`, killed after 60 s (exit code 124: it hung).
+  static CommandResult bounded(const std::string& arguments) {
+    return run_command("timeout 60 " + std::string(PARAPLAN_BINARY) + " " + arguments);
+  }
+  std::string train(const std::string& plan, const std::string& extra = "") const {
+    return "train --plan " + path(plan) + " --data " + path("data/train.bin") + " " + extra;
+  }
+  // A valid one-rank plan for the tiny model and data, edited by `edit`.
+  void write_plan_file(const std::string& name, void (*edit)(PlanSpec&)) const {
+    PlanSpec spec = make_plan_spec(1, 1, 1, 2, 2);
+    spec.vocab_size = 256;
+    spec.seq_len = 16;
+    spec.d_model = 32;
+    spec.ffn_size = 128;
+    spec.stage_predictions[0].weights = 1 << 20;
+    edit(spec);
+    const std::vector<uint8_t> bytes = build_plan(spec);
+    write_file(dir_ / name, std::string(bytes.begin(), bytes.end()));
+  }
+};
+
+// Issue 14, 1: a stage prediction without its memory made `train` crash at its end.
+TEST_F(HostileInput, PlanWithoutAStagesMemoryPredictionIsRefused) {
+  write_plan_file("no_memory.pplan",
+                  [](PlanSpec& s) { s.stage_predictions[0].has_memory = false; });
+  const std::string field = "predictions.stages[0].memory: missing";
+  expect_clear_error(bounded(train("no_memory.pplan", "--steps 1")), {"no_memory.pplan", field});
+  expect_clear_error(bounded("inspect " + path("no_memory.pplan")), {"no_memory.pplan", field});
+}
+
+// Issue 14, 2: `paraplan sample` divided by n_head = 0 (SIGFPE).
+TEST_F(HostileInput, CheckpointConfigWithImpossibleSizesIsRefused) {
+  ASSERT_EQ(bounded(train("job.pplan", "--steps 1 --checkpoint-dir " + path("ckpt"))).exit_code, 0);
+  const fs::path config = dir_ / "ckpt/step_00000001/config.json";
+  const std::string good = read_file(config);
+  const auto sample_with = [&](const std::string& from, const std::string& to) {
+    std::string edited = good;
+    edited.replace(edited.find(from), from.size(), to);
+    write_file(config, edited);
+    return bounded("sample --checkpoint " + path("ckpt") + " --prompt hi --tokens 2");
+  };
+  expect_clear_error(sample_with("\"n_head\": 4", "\"n_head\": 0"),
+                     {config.string() + ": n_head: 0; must be positive"});
+  expect_clear_error(sample_with("\"n_head\": 4", "\"n_head\": 3"),
+                     {config.string() + ": n_embd: 32 is not divisible by n_head 3"});
+  expect_clear_error(sample_with("\"n_layer\": 2", "\"n_layer\": 4294967298"),
+                     {config.string() + ": n_layer: 4294967298; must be at most 4096"});
+  expect_clear_error(sample_with("\"n_embd\": 32", "\"n_embd\": -32"),
+                     {config.string() + ": n_embd: -32; must be positive"});
+}
+
+// Issue 14, 3 and 8: train_state.json and 'latest' as a hostile user writes them.
+TEST_F(HostileInput, ResumingFromAHostileCheckpointDirectoryIsRefused) {
+  const std::string resume = train("job.pplan", "--steps 2 --resume --checkpoint-dir " + path("c"));
+  ASSERT_EQ(bounded(train("job.pplan", "--steps 1 --checkpoint-dir " + path("c"))).exit_code, 0);
+  const fs::path state = dir_ / "c/step_00000001/train_state.json";
+  const std::string good = read_file(state);
+  std::string edited = good;
+  edited.replace(edited.find("\"next_train_sample\": 4"), 22,
+                 "\"next_train_sample\": 9223372036854775800");
+  write_file(state, edited);
+  expect_clear_error(bounded(resume), {state.string() + ": field 'next_train_sample' is "
+                                                        "9223372036854775800, out of range (valid: "
+                                                        "0 to 4611686018427387904)"});
+  edited = good;
+  edited.replace(edited.find("\"step\": 1"), 9, "\"step\": 2147483648");
+  write_file(state, edited);
+  expect_clear_error(bounded(resume), {state.string() + ": field 'step' is 2147483648, out of "
+                                                        "range (valid: 0 to 2147483646)"});
+  write_file(state, good);
+  for (const std::string latest : {"../../etc", "/etc", "step_1/../../.."}) {
+    write_file(dir_ / "c/latest", latest + "\n");
+    expect_clear_error(bounded(resume), {path("c/latest") + " holds '" + latest +
+                                         "', not the name of a step directory of " + path("c")});
+  }
+  write_file(dir_ / "c/latest", std::string("\xff\xfe\x00junk", 7));
+  expect_clear_error(bounded(resume), {path("c/latest") + " holds '\\xff\\xfe\\x00junk'"});
+}
+
+// Issue 14, 8: a save killed part-way leaves step_N.tmp-<pid>-<n>; the next save removes it.
+TEST_F(HostileInput, TemporariesOfKilledSavesAreRemovedByTheNextSave) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);  // a pid no process has now
+  const fs::path leftover = dir_ / "c" / ("step_00000001.tmp-" + std::to_string(child) + "-0");
+  fs::create_directories(leftover);
+  write_file(leftover / "model.safetensors", "partial");
+  ASSERT_EQ(bounded(train("job.pplan", "--steps 1 --checkpoint-dir " + path("c"))).exit_code, 0);
+  EXPECT_FALSE(fs::exists(leftover));
+  EXPECT_TRUE(fs::exists(dir_ / "c/step_00000001/model.safetensors"));
+}
+
+// Issue 14, 4: named pipes hung the reader forever; /dev/zero filled memory; a
+// directory read as an empty file.
+TEST_F(HostileInput, PipesDevicesAndDirectoriesAreRefusedWithoutHanging) {
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
+  const std::string pipe = path("pipe") + ": cannot read the ";
+  const std::string what = "it is a named pipe (FIFO); expected a regular file";
+  expect_clear_error(bounded("train --plan " + path("job.pplan") + " --data " + path("pipe")),
+                     {pipe + "token file: " + what});
+  expect_clear_error(bounded(train("job.pplan", "--val-data " + path("pipe"))),
+                     {pipe + "token file: " + what});
+  expect_clear_error(bounded("plan --config " + path("pipe") + " --output " + path("p.pplan")),
+                     {pipe + "job config: " + what});
+  expect_clear_error(bounded("inspect " + path("pipe")), {pipe + "plan file: " + what});
+  expect_clear_error(
+      bounded("plan --config " + path("job.toml") + " --output " + path("p.pplan") +
+              " --planner.partition_constraints_path " + path("pipe")),
+      {"[planner] partition_constraints_path: " + pipe + "partition constraints file: " + what});
+  expect_clear_error(bounded("launch --plan " + path("job.pplan") + " --hostfile " + path("pipe") +
+                             " --dry-run -- train"),
+                     {pipe + "hostfile: " + what});
+  const std::string device = "it is a character device; expected a regular file";
+  expect_clear_error(bounded("plan --config /dev/zero --output " + path("p.pplan")),
+                     {"/dev/zero: cannot read the job config: " + device});
+  expect_clear_error(bounded("plan --config " + path("job.toml") + " --output " + path("p.pplan") +
+                             " --planner.partition_constraints_path /dev/zero"),
+                     {"/dev/zero: cannot read the partition constraints file: " + device});
+  expect_clear_error(bounded("plan --config " + path("data") + " --output " + path("p.pplan")),
+                     {path("data") + ": cannot read the job config: it is a directory"});
+  EXPECT_FALSE(fs::exists(dir_ / "p.pplan"));
+}
+
+// Issue 14, 5 and 6: sizes no plan can hold, refused by name before anything
+// is allocated, with no overflowed number in the message.
+TEST_F(HostileInput, AbsurdSizesAreRefusedBeforeAllocating) {
+  const auto plan_with = [&](const std::string& overrides) {
+    return bounded("plan --config " + path("job.toml") + " --output " + path("p.pplan") + " " +
+                   overrides);
+  };
+  expect_clear_error(
+      plan_with("--training.global_batch_size 16777216 --training.micro_batch_size 1"),
+      {"job.toml: [training] global_batch_size = 16777216 with [training] micro_batch_size = 1 "
+       "and data-parallel degree 1 makes 16777216 micro-batches per step, more than the 16384 a "
+       "plan may hold"});
+  const CommandResult layers =
+      plan_with("--model.num_layers 2147483647 --planner.pipeline_nstages 16");
+  expect_clear_error(layers, {"[model] num_layers = 2147483647; must be at most 4096"});
+  EXPECT_EQ(layers.output.find("-2147483647"), std::string::npos) << layers.output;
+  const CommandResult width = plan_with("--model.d_model 536870912");
+  expect_clear_error(width, {"[model] d_model = 536870912; must be at most 16777216"});
+  EXPECT_EQ(width.output.find("ffn_size"), std::string::npos) << width.output;
+  EXPECT_FALSE(fs::exists(dir_ / "p.pplan"));
+
+  // Hand-made plans: beyond the limits, refused by the plan's validation.
+  write_plan_file("wide.pplan", [](PlanSpec& s) {
+    s.d_model = 16'777'344;
+    s.ffn_size = 2'147'483'647;
+  });
+  expect_clear_error(bounded(train("wide.pplan", "--steps 1")),
+                     {"wide.pplan: invalid plan:", "model.d_model: 16777344; must be at most",
+                      "model.ffn_size: 2147483647; must be at most"});
+  // Within the limits but far from the plan's own prediction (1 MiB of
+  // weights): refused before the stage allocates.
+  write_plan_file("huge.pplan", [](PlanSpec& s) {
+    s.d_model = 16'777'216;
+    s.ffn_size = 16'777'216;
+  });
+  expect_clear_error(bounded(train("huge.pplan", "--steps 1")),
+                     {"huge.pplan: pipeline stage 0 holds",
+                      "more than twice the plan's own "
+                      "prediction predictions.stages[0]."
+                      "memory.total"});
+}
+
+// Issue 14, 7: `inspect --json` printed nlohmann's type_error.316 without the file.
+TEST_F(HostileInput, PlanStringsThatAreNotUtf8AreNamed) {
+  write_plan_file("latin1.pplan", [](PlanSpec& s) { s.task_name = "caf\xe9"; });
+  expect_clear_error(bounded("inspect --json " + path("latin1.pplan")),
+                     {"latin1.pplan: invalid plan:",
+                      "header.task_name: byte 0xe9 at offset 3 is not valid UTF-8"});
+  const CommandResult result = bounded("plan --config " + path("job.toml") + " --output " +
+                                       path("p.pplan") + " --job.name \"$(printf 'caf\\351')\"");
+  expect_clear_error(result, {"[job] name: byte 0xe9 at offset 3 is not valid UTF-8"});
+}
+
+}  // namespace
