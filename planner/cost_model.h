@@ -1,5 +1,6 @@
-// cost_model.h: analytic parameter counts, FLOPs, activation and model-state
-// memory, and compute time of GPT-2 pipeline stages.
+// cost_model.h: analytic parameter counts, FLOPs, and activation and
+// model-state memory of GPT-2 pipeline stages. (Time: compute_model.h from the
+// operations of transformer_ops.h, or a measured profile; stage_cost.h.)
 //
 // Conventions:
 // - Sizes follow runtime/model/gpt/gpt_layout.h (Hugging Face GPT-2): a block holds ln_1,
@@ -9,8 +10,10 @@
 // - Tensor parallelism is Megatron's: c_attn, c_fc and their biases, attn c_proj
 //   and mlp c_proj weights, wte and the head are split t ways; LayerNorms and the
 //   row-parallel biases are replicated; wpe is replicated.
-// - FLOPs count multiply-adds as 2 and causal attention over the full s x s
-//   (the usual MFU convention). Backward = 2 x forward; full recompute adds one
+// - FLOPs are the model FLOPs of transformer_ops.h's operation lists (the
+//   same GEMMs the time model costs): multiply-adds count 2 and causal
+//   attention counts the full s x s (the usual MFU convention). Backward = 2 x
+//   forward; full recompute adds one
 //   block forward, selective adds the attention core (QK^T and scores x V: the
 //   one fused attention forward that rebuilds its output). The fused attention
 //   backward's own recomputation of the scores is not counted (as in MFU).
@@ -28,8 +31,6 @@
 //   so a stage without the head adds its output (sent on), e*sbh; the embedding
 //   stage adds the int32 tokens, the head stage ln_f's input, the head's input
 //   and the logits.
-// - Compute time = FLOPs / (peak * kComputeEfficiency); stage_cost.h uses a measured
-//   profile's times (profile.h) instead when one is given.
 #pragma once
 
 #include <cstdint>
@@ -38,14 +39,6 @@
 #include "planner/job_config.h"
 
 namespace paraplan {
-
-// Fraction of peak FLOP/s the analytic time model assumes kernels reach: a
-// typical sustained GEMM-heavy transformer training efficiency.
-inline constexpr double kComputeEfficiency = 0.5;
-
-// AdamW touches each parameter with about this many FLOPs (moments, bias
-// correction, decay, update); the optimizer step is costed at this rate.
-inline constexpr double kOptimizerFlopsPerParameter = 12;
 
 // What one pipeline stage holds.
 struct StageLayout {
@@ -166,28 +159,12 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                              int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
                              int num_micro_batches);
 
-struct StageTime {
-  double forward_seconds = 0;   // per micro-batch
-  double backward_seconds = 0;  // per micro-batch, including recomputation
-};
-// Per device of a tensor-parallel group: the FLOPs split t ways.
-StageTime stage_compute_time(const ModelConfig& model, const StageLayout& stage,
-                             int micro_batch_size, double peak_flops, int tensor_parallel = 1);
-
-double optimizer_step_seconds(int64_t parameters, double peak_flops);
-
+// A plan's headline figures (stage_cost.h's combine_stage_estimates).
 struct StepPrediction {
   double step_seconds = 0;
   double bubble_ratio = 0;  // idle fraction of the pipeline: (p - 1) / (m + p - 1)
   double tokens_per_second = 0;
   double mfu = 0;
 };
-
-// (m + p - 1) * slowest stage's (forward + backward) + communication + the slowest
-// optimizer step; MFU against peak_flops of every device of the job.
-StepPrediction predict_step(const ModelConfig& model, const std::vector<StageTime>& stages,
-                            int num_micro_batches, double communication_seconds,
-                            double optimizer_seconds, int global_batch_size, double peak_flops,
-                            int num_devices);
 
 }  // namespace paraplan

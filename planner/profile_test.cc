@@ -262,8 +262,8 @@ TEST(ProfileTest, ReportSaysWhatWasMeasuredAndWhatWasMissed) {
                     "compute time for those"),
         std::string("profile collectives: measured all_reduce (groups 2); analytic, no entry: "
                     "all_reduce (groups 4)"),
-        std::string("profile optimizer: no entry; analytic (12 FLOPs per parameter at peak x "
-                    "0.50)"),
+        std::string("profile optimizer: no entry; analytic (32 bytes per parameter at 10 "
+                    "GB/s)"),
         std::string("profile gemm (informational): 512 x 512 x 128 float32 3.1e+10 FLOP/s "
                     "(processes 8)"),
         std::string("profile processes: wanted 8 (parallel_profile = true: this job's devices "

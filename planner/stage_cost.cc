@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/compute_model.h"
 #include "planner/profile.h"
+#include "planner/transformer_ops.h"
 
 namespace paraplan {
 
@@ -50,8 +52,9 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   zero_shards_ =
       setting.zero_stage == 1 ? std::max(shape.data_parallel / setting.zero_ngroups, 1) : 1;
 
-  // Compute.
-  const double rate = config.cluster.peak_flops(model.dtype) * kComputeEfficiency * t;
+  // Compute: the profile's measured times, else the analytic model of the
+  // operations each part runs (compute_model.h).
+  const DeviceModel device = device_model(config.cluster, model.dtype);
   std::optional<ProfiledTimes> measured;
   if (profile != nullptr) measured = profile->lookup(model, t, b);
   if (measured) {
@@ -64,11 +67,17 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     head_forward_ = measured->head_forward;
     head_backward_ = measured->head_backward;
   } else {
-    block_forward_ = block_forward_flops(model, b) / rate;
-    for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
-      block_backward_[static_cast<int>(mode)] = block_backward_flops(model, b, mode) / rate;
-    head_forward_ = head_forward_flops(model, b) / rate;
-    head_backward_ = 2 * head_forward_flops(model, b) / rate;
+    const PassOperations block = block_ops(model, b, t), head = head_ops(model, b, t),
+                         embedding = embedding_ops(model, b, t);
+    block_forward_ = operations_seconds(block.forward, false, device);
+    block_backward_[0] = operations_seconds(block.backward, true, device);
+    block_backward_[1] =
+        block_backward_[0] + attention_seconds(block.forward.attention, false, device);
+    block_backward_[2] = block_backward_[0] + block_forward_;
+    embedding_forward_ = operations_seconds(embedding.forward, false, device);
+    embedding_backward_ = operations_seconds(embedding.backward, true, device);
+    head_forward_ = operations_seconds(head.forward, false, device);
+    head_backward_ = operations_seconds(head.backward, true, device);
   }
 
   // Tensor parallelism: always inside a node (t divides devices_per_node).
@@ -135,8 +144,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter / zero_shards_;
   else
     optimizer_seconds_per_parameter_ =
-        kOptimizerFlopsPerParameter /
-        (config.cluster.peak_flops(model.dtype) * kComputeEfficiency * zero_shards_);
+        optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
 }
 
 double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
@@ -300,6 +308,9 @@ PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting&
   plan.pipeline_seconds = (m + p - 1) * plan.slot_seconds;
   StepPrediction& prediction = plan.prediction;
   prediction.step_seconds = step_seconds(setting, plan.slot_seconds, plan.tail_seconds);
+  for (StageEstimate& stage : plan.stages)
+    stage.bubble_seconds =
+        std::max(0.0, prediction.step_seconds - m * stage.slot_seconds() - stage.tail_seconds());
   prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
   const int global = config.training.global_batch_size;
   const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;

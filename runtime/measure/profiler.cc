@@ -248,6 +248,38 @@ GemmEntry measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int t
   return entry;
 }
 
+// The best rate of a large square GEMM through the backend's linear op: the
+// peak this process reaches while the others run theirs.
+double measure_peak_flops(kernels::Ops& ops, int repetitions) {
+  const int n = 1024;
+  MemoryTracker memory(ops);
+  std::vector<void*> buffers;
+  for (int i = 0; i < 3; ++i) {
+    buffers.push_back(
+        memory.allocate(ops.storage_bytes(size_t{1} * n * n), MemoryCategory::kWorkspace));
+    fill_host(ops, buffers.back(), size_t{1} * n * n, 1.0f);
+  }
+  const double seconds = mean_seconds(ops, repetitions, [&] {
+    ops.linear_forward(buffers[2], buffers[0], buffers[1], nullptr, n, n, n);
+  });
+  return 2.0 * n * n * n / seconds;
+}
+
+// Bytes per second an elementwise op streams (reads two arrays, writes one)
+// over buffers far larger than any cache.
+double measure_memory_bandwidth(kernels::Ops& ops, int repetitions) {
+  const size_t n = size_t{1} << 23;
+  MemoryTracker memory(ops);
+  void* a = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+  void* b = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+  void* out = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+  fill_host(ops, a, n, 1.0f);
+  fill_host(ops, b, n, 1.0f);
+  const double seconds =
+      mean_seconds(ops, repetitions, [&] { ops.residual_forward(out, a, b, n); });
+  return 3.0 * static_cast<double>(ops.storage_bytes(n)) / seconds;
+}
+
 // latency + bytes * seconds_per_byte by least squares (both kept >= 0).
 std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
                                          const std::vector<double>& seconds) {
@@ -423,6 +455,21 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
     gemm.processes = processes;
     device.gemm.push_back(gemm);
   }
+  barrier();
+  // The machine's figures, both storage dtypes (the `cpu` preset's peak and
+  // bandwidth come from here).
+  HardwareEntry hardware{.processes = processes,
+                         .threads = request.backend == "cpu" ? cpu_threads_per_rank(session) : 1};
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> typed = make_backend(request.backend, session, dtype);
+    const double peak = world_mean(session, measure_peak_flops(*typed, request.repetitions));
+    (dtype == kernels::DType::kFloat32 ? hardware.peak_flops_float32
+                                       : hardware.peak_flops_bfloat16) = peak;
+  }
+  barrier();
+  hardware.memory_bandwidth =
+      world_mean(session, measure_memory_bandwidth(*ops, request.repetitions));
+  device.hardware.push_back(hardware);
   barrier();
   const double per_parameter = world_mean(session, measure_optimizer(*ops, request.repetitions));
   device.optimizer.push_back(

@@ -1,0 +1,115 @@
+// compute_model.cc: the analytic time of GEMMs, the attention core,
+// memory-bound operations and the optimizer step (model in compute_model.h),
+// and each preset's calibration.
+#include "planner/compute_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace paraplan {
+
+namespace {
+
+// What a preset's hardware figures leave to calibration: tile shape,
+// efficiencies and per-kernel overhead. Fitted once per GPU generation to
+// published end-to-end step times (planner/published_calibration_test.cc
+// lists them with their sources and errors), not per model.
+struct Calibration {
+  int tile_m, tile_n;
+  double gemm_efficiency, k_overhead, attention_efficiency, memory_efficiency;
+  double kernel_overhead_seconds;
+};
+
+Calibration calibration_of(const std::string& preset) {
+  // A100: cuBLAS's large half-precision GEMMs use 256 x 128 CTA tiles, one per
+  // SM at a time; NVIDIA quotes ~80% of the 312 TFLOP/s peak for large
+  // square GEMMs, and STREAM-like kernels reach ~85-90% of HBM bandwidth.
+  if (preset == "a100-80g") return {256, 128, 0.80, 64, 0.50, 0.85, 4e-6};
+  // H100 SXM (and H200, the same SMs): the same tiling; large bf16 GEMMs
+  // sustain ~70-75% of the 989 TFLOP/s dense peak.
+  if (preset == "h100-sxm" || preset == "h200") return {256, 128, 0.72, 64, 0.45, 0.85, 4e-6};
+  // CPU: the peak is the machine's measured GEMM rate (paraplan profile) and
+  // the bandwidth its measured streaming rate, so no further efficiency;
+  // OpenBLAS's register tiles are small enough that quantization is noise.
+  return {1, 1, 1.0, 0, 0.5, 1.0, 0};
+}
+
+double ceil_div(double a, double b) {
+  return std::ceil(a / b);
+}
+
+}  // namespace
+
+DeviceModel device_model(const ClusterConfig& cluster, schema::DType dtype) {
+  const Calibration c = calibration_of(cluster.preset);
+  DeviceModel device;
+  device.preset = cluster.preset;
+  device.peak_flops = cluster.peak_flops(dtype);
+  device.memory_bandwidth = cluster.memory_bandwidth_gbps * 1e9;
+  device.compute_units = std::max(1, cluster.compute_units);
+  device.tile_m = c.tile_m;
+  device.tile_n = c.tile_n;
+  device.gemm_efficiency = c.gemm_efficiency;
+  device.k_overhead = c.k_overhead;
+  device.attention_efficiency = c.attention_efficiency;
+  device.memory_efficiency = c.memory_efficiency;
+  device.kernel_overhead_seconds = c.kernel_overhead_seconds;
+  device.element_bytes = dtype == schema::DType::BFloat16 ? 2 : 4;
+  return device;
+}
+
+double memory_seconds(double bytes, const DeviceModel& device) {
+  return bytes / (device.memory_bandwidth * device.memory_efficiency);
+}
+
+double gemm_seconds(const Gemm& gemm, const DeviceModel& device) {
+  if (gemm.m <= 0 || gemm.n <= 0 || gemm.k <= 0) return 0;
+  const double tiles_m = ceil_div(gemm.m, device.tile_m), tiles_n = ceil_div(gemm.n, device.tile_n);
+  const double tile_utilisation =
+      gemm.m * gemm.n / (tiles_m * device.tile_m * tiles_n * device.tile_n);
+  const double tiles = tiles_m * tiles_n * gemm.count;
+  const double waves = ceil_div(tiles, device.compute_units);
+  const double wave_utilisation = tiles / (waves * device.compute_units);
+  const double k_utilisation = gemm.k / (gemm.k + device.k_overhead);
+  const double compute = gemm.flops() / (device.peak_flops * device.gemm_efficiency *
+                                         tile_utilisation * wave_utilisation * k_utilisation);
+  const double bytes =
+      (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.count * device.element_bytes;
+  return std::max(compute, memory_seconds(bytes, device)) + device.kernel_overhead_seconds;
+}
+
+double attention_seconds(const AttentionCore& attention, bool backward, const DeviceModel& device) {
+  if (attention.batch_heads <= 0) return 0;
+  // Query and key tiles of 128: the diagonal tiles are computed whole.
+  const double tiles = ceil_div(attention.seq_len, 128);
+  const double causal = (1 + 1 / tiles) / 2;
+  const double flops = (backward ? attention.backward_flops() : attention.forward_flops()) * causal;
+  const double bytes = backward ? attention.backward_bytes(device.element_bytes)
+                                : attention.forward_bytes(device.element_bytes);
+  return std::max(flops / (device.peak_flops * device.attention_efficiency),
+                  memory_seconds(bytes, device)) +
+         device.kernel_overhead_seconds;
+}
+
+double operations_seconds(const Operations& operations, bool backward, const DeviceModel& device) {
+  double seconds = 0;
+  for (const Gemm& gemm : operations.gemms) seconds += gemm_seconds(gemm, device);
+  for (const MemoryOperation& operation : operations.memory)
+    seconds += memory_seconds(operation.bytes, device) + device.kernel_overhead_seconds;
+  if (operations.has_attention)
+    seconds += attention_seconds(operations.attention, backward, device);
+  return seconds;
+}
+
+double optimizer_bytes_per_parameter(schema::DType dtype) {
+  // fp32: norm 4; AdamW reads gradient, weight, two moments (16), writes
+  // weight and moments (12). bf16: the gradient is 2 bytes (norm 2, AdamW 2),
+  // the fp32 master weight is read and written, and the bf16 copy written (2).
+  return dtype == schema::DType::BFloat16 ? 2 + 14 + 12 + 2 : 4 + 16 + 12;
+}
+
+double optimizer_seconds_per_parameter(const DeviceModel& device, schema::DType dtype) {
+  return memory_seconds(optimizer_bytes_per_parameter(dtype), device);
+}
+
+}  // namespace paraplan

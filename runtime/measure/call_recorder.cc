@@ -1,0 +1,53 @@
+// call_recorder.cc: replay's recording communicator (call_recorder.h).
+#include "runtime/measure/call_recorder.h"
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace paraplan {
+
+void RecordingCommunicator::intercept(const CommunicatorCall& call, ForwardedCall forward) {
+  const auto start = std::chrono::steady_clock::now();
+  forward();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  *seconds_ += seconds;
+  if (!*recording_) return;
+  durations_.push_back(seconds);
+  // Collecting deferred operations does not wait for the group's other
+  // members to arrive: none of it is waiting for a peer by this rule.
+  synchronizing_.push_back(std::strcmp(call.operation, "wait for pending operations") != 0);
+}
+
+TransferAndWait RecordingCommunicator::split_recorded_calls() {
+  Communicator& group = inner();
+  double counts[2] = {static_cast<double>(durations_.size()),
+                      -static_cast<double>(durations_.size())};
+  group.all_reduce(counts, 2, ReduceOp::kMax);
+  if (counts[0] != -counts[1])
+    throw std::runtime_error("replay: the members of group '" + name() +
+                             "' made different numbers of calls (" +
+                             std::to_string(static_cast<long long>(-counts[1])) + " to " +
+                             std::to_string(static_cast<long long>(counts[0])) +
+                             "); waits cannot be told from transfers");
+  // The shortest duration of each call over the group, as the maximum of the
+  // negated durations.
+  std::vector<double> shortest(durations_.size());
+  for (size_t i = 0; i < durations_.size(); ++i) shortest[i] = -durations_[i];
+  if (!shortest.empty()) group.all_reduce(shortest.data(), shortest.size(), ReduceOp::kMax);
+  for (double& value : shortest) value = -value;
+  return split_collective_calls(durations_, shortest, synchronizing_);
+}
+
+RecordingCommunicator* record_communicator(std::unique_ptr<Communicator>& group, double* seconds,
+                                           const bool* recording) {
+  if (!group) return nullptr;
+  auto recorder = std::make_unique<RecordingCommunicator>(std::move(group), seconds, recording);
+  RecordingCommunicator* pointer = recorder.get();
+  group = std::move(recorder);
+  return pointer;
+}
+
+}  // namespace paraplan
