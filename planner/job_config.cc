@@ -181,6 +181,7 @@ const std::vector<FieldSpec>& field_table() {
         PARAPLAN_FIELD(cluster, inter_node_latency_us),
         PARAPLAN_FIELD(cluster, memory_bandwidth_gbps),
         PARAPLAN_FIELD(cluster, compute_units),
+        PARAPLAN_FIELD(cluster, cores_per_node),
         PARAPLAN_FIELD(cluster, overlap_communication),
         PARAPLAN_FIELD(planner, task_name),
         PARAPLAN_FIELD(planner, consider_mem),

@@ -95,6 +95,11 @@ struct ClusterConfig {
   // wave quantization (planner/compute_model.h).
   double memory_bandwidth_gbps = 10;
   int compute_units = 1;
+  // CPU cores a node's devices share (the cpu preset's ranks are processes on
+  // one machine); 0: every device computes on its own. With more ranks than
+  // cores, the plan's step comes from playing its schedule out with the cores
+  // shared (planner/pipeline_simulation.h).
+  int cores_per_node = 0;
   // Whether collectives run beside compute (NCCL on its own stream, the GPU
   // presets), so gradient buckets reduced during backward hide behind it; the
   // cpu preset's MPI calls block the rank, and nothing overlaps.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "planner/compute_model.h"
+#include "planner/pipeline_simulation.h"
 #include "planner/profile.h"
 #include "planner/transformer_ops.h"
 
@@ -288,6 +289,50 @@ double step_seconds(const PlanSetting& setting, double slowest_slot, double slow
   return (m + p - 1) * slowest_slot + slowest_tail;
 }
 
+bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting) {
+  const int cores = config.cluster.cores_per_node;
+  return cores > 0 && setting.layout.num_nodes == 1 && setting.layout.devices_per_node > cores &&
+         config.planner.is_train;
+}
+
+namespace {
+
+// The step played out with the node's cores shared (pipeline_simulation.h):
+// each stage's times become what its ranks take while the others compute or
+// wait. The per-stage times were measured (or modelled) with every rank of
+// the node busy at once, i.e. at cores / ranks of a dedicated core's speed.
+void simulate_shared_cores(const JobConfig& config, const PlanSetting& setting,
+                           PlanEstimate& plan) {
+  const int p = setting.shape.pipeline_stages;
+  const double cores = config.cluster.cores_per_node;
+  const double share = cores / setting.layout.devices_per_node;
+  std::vector<SimulatedStageInput> inputs;
+  for (int s = 0; s < p; ++s) {
+    const StageEstimate& stage = plan.stages[s];
+    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    inputs.push_back({.forward_work = stage.forward_seconds * share,
+                      .backward_work = stage.backward_seconds * share,
+                      .forward_fixed = stage.tensor_parallel_seconds / 2,
+                      .backward_fixed = stage.tensor_parallel_seconds / 2,
+                      .p2p_seconds = sends > 0 ? stage.pipeline_p2p_seconds / sends : 0,
+                      .reduction_seconds = stage.gradient_reduction_seconds,
+                      .optimizer_work = stage.optimizer_seconds * share});
+  }
+  const SimulatedStep step = simulate_step(
+      generate_schedule(config.planner.pipeline_scheduler, p, setting.num_micro_batches), inputs,
+      setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
+  for (int s = 0; s < p; ++s) {
+    StageEstimate& stage = plan.stages[s];
+    stage.forward_seconds = step.stages[s].forward_seconds;
+    stage.backward_seconds = step.stages[s].backward_seconds;
+    stage.optimizer_seconds = step.stages[s].optimizer_seconds;
+    stage.bubble_seconds = step.stages[s].bubble_seconds;
+  }
+  plan.prediction.step_seconds = step.step_seconds;
+}
+
+}  // namespace
+
 PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
                                      std::vector<StageEstimate> stages) {
   PlanEstimate plan;
@@ -311,6 +356,7 @@ PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting&
   for (StageEstimate& stage : plan.stages)
     stage.bubble_seconds =
         std::max(0.0, prediction.step_seconds - m * stage.slot_seconds() - stage.tail_seconds());
+  if (ranks_share_cores(config, setting)) simulate_shared_cores(config, setting, plan);
   prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
   const int global = config.training.global_batch_size;
   const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;

@@ -156,6 +156,13 @@ struct PlanEstimate {
   double unbalance_ratio = 1;  // fastest slot / slowest slot
 };
 
+// Whether the setting's ranks share the node's cores ([cluster]
+// cores_per_node, the cpu preset's profile): more ranks on the node than
+// cores. Then combine_stage_estimates takes the step, and each stage's
+// compute, optimizer and bubble times, from playing the schedule out with the
+// cores shared (pipeline_simulation.h) instead of the closed form.
+bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting);
+
 // Step time and the summary figures from per-stage estimates.
 PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
                                      std::vector<StageEstimate> stages);

@@ -181,6 +181,7 @@ DeviceProfile parse_version_2(const Json& section, const std::string& where) {
     HardwareEntry entry;
     entry.processes = item.processes();
     entry.threads = item.integer("threads", 1);
+    entry.cores = item.integer("cores", 0, 0);
     const char* rate = "a number of FLOP/s";
     entry.peak_flops_float32 = item.number("peak_flops_float32", true, true, rate);
     entry.peak_flops_bfloat16 = item.number("peak_flops_bfloat16", true, true, rate);
@@ -303,6 +304,7 @@ Json device_profile_json(const DeviceProfile& device) {
   for (const HardwareEntry& entry : device.hardware)
     hardware.push_back({{"processes", entry.processes},
                         {"threads", entry.threads},
+                        {"cores", entry.cores},
                         {"peak_flops_float32", entry.peak_flops_float32},
                         {"peak_flops_bfloat16", entry.peak_flops_bfloat16},
                         {"memory_bandwidth", entry.memory_bandwidth}});

@@ -93,6 +93,7 @@ struct GemmEntry {
 struct HardwareEntry {
   int processes = 1;
   int threads = 1;  // compute threads of each process
+  int cores = 0;    // the machine's cores the processes share (0: not recorded)
   double peak_flops_float32 = 0;
   double peak_flops_bfloat16 = 0;
   double memory_bandwidth = 0;

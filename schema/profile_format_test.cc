@@ -50,7 +50,7 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
        "seconds_per_byte": 0}],
     "gemm": [{"m": 512, "n": 512, "k": 128, "dtype": "float32", "processes": 4,
               "flops_per_second": 3.1e10}],
-    "hardware": [{"processes": 4, "threads": 1, "peak_flops_float32": 4.5e10,
+    "hardware": [{"processes": 4, "threads": 1, "cores": 2, "peak_flops_float32": 4.5e10,
                   "peak_flops_bfloat16": 3.5e10, "memory_bandwidth": 6e9}])");
   const ProfileDocument document = parse_profile_document(text, "profile.json", "cpu");
   EXPECT_EQ(document.version, 2);
@@ -109,6 +109,7 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
   ASSERT_EQ(device.hardware.size(), 1u);
   EXPECT_EQ(device.hardware[0].processes, 4);
   EXPECT_EQ(device.hardware[0].threads, 1);
+  EXPECT_EQ(device.hardware[0].cores, 2);
   EXPECT_EQ(device.hardware[0].peak_flops_float32, 4.5e10);
   EXPECT_EQ(device.hardware[0].peak_flops_bfloat16, 3.5e10);
   EXPECT_EQ(device.hardware[0].memory_bandwidth, 6e9);
@@ -219,6 +220,7 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
                                    .flops_per_second = 6.5e14});
   written.hardware.push_back(HardwareEntry{.processes = 4,
                                            .threads = 2,
+                                           .cores = 16,
                                            .peak_flops_float32 = 5.5e13,
                                            .peak_flops_bfloat16 = 7.1e14,
                                            .memory_bandwidth = 2.9e12});
@@ -274,6 +276,7 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
   ASSERT_EQ(read.hardware.size(), 1u);
   EXPECT_EQ(read.hardware[0].processes, 4);
   EXPECT_EQ(read.hardware[0].threads, 2);
+  EXPECT_EQ(read.hardware[0].cores, 16);
   EXPECT_EQ(read.hardware[0].peak_flops_float32, 5.5e13);
   EXPECT_EQ(read.hardware[0].peak_flops_bfloat16, 7.1e14);
   EXPECT_EQ(read.hardware[0].memory_bandwidth, 2.9e12);

@@ -459,7 +459,10 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   // The machine's figures, both storage dtypes (the `cpu` preset's peak and
   // bandwidth come from here).
   HardwareEntry hardware{.processes = processes,
-                         .threads = request.backend == "cpu" ? cpu_threads_per_rank(session) : 1};
+                         .threads = request.backend == "cpu" ? cpu_threads_per_rank(session) : 1,
+                         .cores = request.backend == "cpu"
+                                      ? static_cast<int>(std::thread::hardware_concurrency())
+                                      : 0};
   for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
     std::unique_ptr<kernels::Ops> typed = make_backend(request.backend, session, dtype);
     const double peak = world_mean(session, measure_peak_flops(*typed, request.repetitions));

@@ -2,7 +2,8 @@
 # samples/tiny/replay_accuracy.sh: the planner's predictions against replayed
 # measurements on the CPU backend, per plan and per component. Profiles this
 # machine for the tiny job (replay_job.toml) with 1, 2, 4 and 8 processes at
-# once, plans it under thirteen meshes (single rank, dp, tp, pp and mixed, 1 to
+# once (each just before the replays of that many ranks), plans it under
+# thirteen meshes (single rank, dp, tp, pp and mixed, 1 to
 # 8 ranks) with that profile, replays each plan through `paraplan launch` and
 # prints, per plan, each stage's components (forward, backward, tensor-parallel
 # transfers, pipeline transfers, gradient reduction, optimizer, waits) per
@@ -56,24 +57,26 @@ worlds=$(for entry in "${selected[@]}"; do read -r _ world _ <<<"$entry"; echo "
   sort -un)
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $paraplan"
+# Per world size: profile this machine with that many processes, then replay
+# that world's plans at once, so the load the profile saw is the replays'.
+reports=()
 for world in $worlds; do
   "$paraplan" profile --config "$job" --profile-dir "$profile_dir" --planner.world_size "$world" \
     </dev/null >"$out/profile-$world.log" 2>&1 || { cat "$out/profile-$world.log"; exit 1; }
-done
-
-reports=()
-for entry in "${selected[@]}"; do
-  read -r name world pp tp dp zero micro <<<"$entry"
-  plan="$out/$name.pplan"
-  "$paraplan" plan --config "$job" --output "$plan" --planner.profile_dir "$profile_dir" \
-    --planner.world_size "$world" --planner.pipeline_nstages "$pp" \
-    --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp" \
-    --planner.zero_stage "$zero" --training.micro_batch_size "$micro" \
-    </dev/null >"$out/$name.plan.log"
-  "$paraplan" launch --plan "$plan" -- replay --steps "$steps" --warmup 2 \
-    --report "$out/$name.json" --trace "$out/$name.trace.json" --timeline "$out/$name.svg" \
-    </dev/null >"$out/$name.replay.log" 2>&1 || { cat "$out/$name.replay.log"; exit 1; }
-  reports+=("$name=$out/$name.json")
+  for entry in "${selected[@]}"; do
+    read -r name plan_world pp tp dp zero micro <<<"$entry"
+    [ "$plan_world" = "$world" ] || continue
+    plan="$out/$name.pplan"
+    "$paraplan" plan --config "$job" --output "$plan" --planner.profile_dir "$profile_dir" \
+      --planner.world_size "$world" --planner.pipeline_nstages "$pp" \
+      --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp" \
+      --planner.zero_stage "$zero" --training.micro_batch_size "$micro" \
+      </dev/null >"$out/$name.plan.log"
+    "$paraplan" launch --plan "$plan" -- replay --steps "$steps" --warmup 2 \
+      --report "$out/$name.json" --trace "$out/$name.trace.json" --timeline "$out/$name.svg" \
+      </dev/null >"$out/$name.replay.log" 2>&1 || { cat "$out/$name.replay.log"; exit 1; }
+    reports+=("$name=$out/$name.json")
+  done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 samples/tiny/replay_accuracy_table.py "${reports[@]}" | tee "$out/table.txt"

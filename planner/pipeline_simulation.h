@@ -1,0 +1,53 @@
+// pipeline_simulation.h: one training step's instruction streams (schedule.h)
+// played out in time, for devices that share cores: the CPU backend's ranks,
+// more of them than the node has cores, compute at the share of the cores
+// the ranks computing at that moment leave them. A stage waiting in its
+// pipeline bubble leaves its share to the others, so warm-up and cool-down
+// compute runs faster than the steady state; the closed form of stage_cost.h
+// ((m + p - 1) x slowest slot + tail) assumes every rank always busy.
+//
+// Model: every rank of a stage does the same as the stage's others. A
+// Forward or Backward is its compute (seconds of work at a dedicated core's
+// speed) followed by its tensor-parallel all-reduces (fixed seconds); the
+// compute of all stages in progress shares `cores` among their ranks, each
+// rank progressing at min(1, cores / ranks computing). A transfer completes
+// when both ends of each of its messages have been posted, p2p seconds after
+// the later post (the verifier's rendezvous semantics). ReduceGradients takes
+// its fixed seconds; OptimizerStep waits for every stage (the gradient
+// norm's all-reduce over the world), then computes its work. The step ends
+// when the last stage's optimizer step does.
+#pragma once
+
+#include <vector>
+
+#include "planner/schedule.h"
+
+namespace paraplan {
+
+struct SimulatedStageInput {
+  double forward_work = 0, backward_work = 0;    // per micro-batch, dedicated-core seconds
+  double forward_fixed = 0, backward_fixed = 0;  // per micro-batch: tensor-parallel all-reduces
+  double p2p_seconds = 0;                        // per message this stage sends
+  double reduction_seconds = 0;                  // per step
+  double optimizer_work = 0;                     // per step, dedicated-core seconds
+};
+
+struct SimulatedStage {
+  double forward_seconds = 0,
+         backward_seconds = 0;   // mean wall time of the compute, per micro-batch
+  double optimizer_seconds = 0;  // wall time of the optimizer's compute
+  double bubble_seconds = 0;     // the step less everything this stage was busy with
+};
+
+struct SimulatedStep {
+  double step_seconds = 0;
+  std::vector<SimulatedStage> stages;
+};
+
+// ranks_per_stage: data x tensor parallel; cores: the node's cores shared by
+// all its ranks (every stage here on one node), or <= 0 for a device each.
+SimulatedStep simulate_step(const PipelineSchedule& schedule,
+                            const std::vector<SimulatedStageInput>& stages, int ranks_per_stage,
+                            double cores);
+
+}  // namespace paraplan
