@@ -101,32 +101,39 @@ std::vector<Gemm> backward_gemms(const std::vector<Gemm>& forward) {
   return backward;
 }
 
-PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
+namespace {
+
+// One architecture's three functions (a Llama case adds its own).
+struct ArchitectureOps {
+  PassOperations (*block)(const ModelConfig&, int, int);
+  PassOperations (*embedding)(const ModelConfig&, int, int);
+  PassOperations (*head)(const ModelConfig&, int, int);
+};
+
+const ArchitectureOps& architecture_ops(const ModelConfig& model) {
+  static const ArchitectureOps gpt2{
+      gpt2_block, [](const ModelConfig& m, int b, int) { return gpt2_embedding(m, b); }, gpt2_head};
   switch (model.architecture) {
     case schema::Architecture::Gpt2:
-      return gpt2_block(model, micro_batch_size, tensor_parallel);
+      return gpt2;
     default:
       unknown_architecture(model);
   }
 }
 
+}  // namespace
+
+PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
+  return architecture_ops(model).block(model, micro_batch_size, tensor_parallel);
+}
+
+// Every device of the group writes the whole [tokens, d_model] embedding output.
 PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
-  (void)tensor_parallel;  // every device of the group writes the whole [tokens, d_model]
-  switch (model.architecture) {
-    case schema::Architecture::Gpt2:
-      return gpt2_embedding(model, micro_batch_size);
-    default:
-      unknown_architecture(model);
-  }
+  return architecture_ops(model).embedding(model, micro_batch_size, tensor_parallel);
 }
 
 PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
-  switch (model.architecture) {
-    case schema::Architecture::Gpt2:
-      return gpt2_head(model, micro_batch_size, tensor_parallel);
-    default:
-      unknown_architecture(model);
-  }
+  return architecture_ops(model).head(model, micro_batch_size, tensor_parallel);
 }
 
 }  // namespace paraplan

@@ -294,8 +294,25 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
   return {latency, slope};
 }
 
-// Every collective by group size, all groups of the world at once.
-std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions) {
+// Keeps this core busy for `seconds` of wall time (a stand-in for a step's
+// compute between its collectives).
+void compute_for(double seconds) {
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(seconds));
+  volatile float x = 1.0f;
+  while (Clock::now() < end)
+    for (int i = 0; i < 1000; ++i) x = x * 0.999f + 0.001f;
+}
+
+// Every collective by group size, all groups of the world at once. With
+// `between_compute` (the CPU backend, whose ranks may outnumber the cores)
+// each call follows a stretch of compute of a different length on every
+// member, as in a step, and its time is what replay counts as a call's
+// transfer (wait_attribution.h): the shortest duration any member measured,
+// which takes in the time a peer that had given up its core needs to get it
+// back; the mean over the calls. Else calls run back to back.
+std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions,
+                                                 bool between_compute) {
   std::vector<CollectiveEntry> results;
   const int world = session.world_size(), rank = session.world_rank();
   const std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
@@ -319,6 +336,28 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
     MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return seconds;
   };
+  uint32_t stagger = 2654435761u * static_cast<uint32_t>(rank + 1);
+  auto time_between_compute = [&](MPI_Comm members, const std::function<void()>& work) {
+    work();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const int runs = std::max(repetitions, 20);
+    std::vector<double> negated(runs);
+    for (int i = 0; i < runs; ++i) {
+      stagger = stagger * 1664525u + 1013904223u;
+      compute_for(1e-3 * (1 + 3 * (stagger >> 8) / 16777216.0));  // 1 to 4 ms
+      const Clock::time_point start = Clock::now();
+      work();
+      negated[i] = -std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    MPI_Allreduce(MPI_IN_PLACE, negated.data(), runs, MPI_DOUBLE, MPI_MAX, members);
+    double seconds = 0;
+    for (double value : negated) seconds -= value / runs;
+    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return seconds;
+  };
+  auto time_call = [&](MPI_Comm members, const std::function<void()>& work) {
+    return between_compute ? time_between_compute(members, work) : time_it(work);
+  };
   for (int group_size = 2; group_size <= world; ++group_size) {
     if (world % group_size != 0) continue;
     MPI_Comm split;
@@ -331,7 +370,7 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
       for (double bytes : sizes) {
         const size_t count = static_cast<size_t>(bytes) / sizeof(float);
         const size_t chunk = count / group_size;
-        seconds.push_back(time_it([&] {
+        seconds.push_back(time_call(split, [&] {
           if (operation == CollectiveOperation::AllReduce)
             group.all_reduce(receive.data(), count, ReduceOp::kSum);
           else if (operation == CollectiveOperation::ReduceScatter)
@@ -351,14 +390,15 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
   if (world % 2 == 0) {
     // Pairs (2k, 2k + 1), one message each way at once, as neighbouring
     // pipeline stages exchange an activation and a gradient.
-    MPI_Comm pairs;
+    MPI_Comm pairs, pair;
     MPI_Comm_dup(MPI_COMM_WORLD, &pairs);
+    MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &pair);
     MpiPeerToPeer peers(pairs);
     const int partner = rank ^ 1;
     std::vector<double> seconds;
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-      seconds.push_back(time_it([&] {
+      seconds.push_back(time_call(pair, [&] {
         peers.send_receive(send.data(), count, partner, receive.data(), count, partner,
                            kernels::DType::kFloat32);
       }));
@@ -369,6 +409,7 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
                                       .processes = world,
                                       .latency = latency,
                                       .seconds_per_byte = per_byte});
+    MPI_Comm_free(&pair);
   }
   return results;
 }
@@ -478,7 +519,8 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   device.optimizer.push_back(
       OptimizerEntry{.processes = processes, .seconds_per_parameter = per_parameter});
   if (request.collectives && session.uses_mpi() && processes > 1)
-    device.collectives = measure_collectives(session, request.repetitions);
+    device.collectives =
+        measure_collectives(session, request.repetitions, request.backend == "cpu");
   return device;
 }
 
