@@ -294,23 +294,29 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
   return {latency, slope};
 }
 
-// Keeps this core busy for `seconds` of wall time (a stand-in for a step's
-// compute between its collectives).
-void compute_for(double seconds) {
-  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                   std::chrono::duration<double>(seconds));
+// A fixed amount of arithmetic, about `seconds` on a core of its own (a
+// stand-in for a step's compute between its collectives): a member that
+// shares its core with others takes longer, as in a step.
+void compute_work(double seconds) {
+  static const double iterations_per_second = [] {
+    const Clock::time_point start = Clock::now();
+    volatile float x = 1.0f;
+    for (int i = 0; i < 1000000; ++i) x = x * 0.999f + 0.001f;
+    return 1e6 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+  }();
   volatile float x = 1.0f;
-  while (Clock::now() < end)
-    for (int i = 0; i < 1000; ++i) x = x * 0.999f + 0.001f;
+  const long iterations = static_cast<long>(seconds * iterations_per_second);
+  for (long i = 0; i < iterations; ++i) x = x * 0.999f + 0.001f;
 }
 
 // Every collective by group size, all groups of the world at once. With
 // `between_compute` (the CPU backend, whose ranks may outnumber the cores)
-// each call follows a stretch of compute of a different length on every
-// member, as in a step, and its time is what replay counts as a call's
-// transfer (wait_attribution.h): the shortest duration any member measured,
-// which takes in the time a peer that had given up its core needs to get it
-// back; the mean over the calls. Else calls run back to back.
+// each call follows the same stretch of compute on every member, as the
+// ranks of a tensor-parallel or data-parallel group do in a step, and its
+// time is what replay counts as a call's transfer (wait_attribution.h): the
+// shortest duration any member measured, which takes in the time a member
+// that gave up its core while waiting needs to get it back; the mean over
+// the calls. Else calls run back to back.
 std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions,
                                                  bool between_compute) {
   std::vector<CollectiveEntry> results;
@@ -336,15 +342,13 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
     MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return seconds;
   };
-  uint32_t stagger = 2654435761u * static_cast<uint32_t>(rank + 1);
   auto time_between_compute = [&](MPI_Comm members, const std::function<void()>& work) {
     work();
     MPI_Barrier(MPI_COMM_WORLD);
     const int runs = std::max(repetitions, 20);
     std::vector<double> negated(runs);
     for (int i = 0; i < runs; ++i) {
-      stagger = stagger * 1664525u + 1013904223u;
-      compute_for(1e-3 * (1 + 3 * (stagger >> 8) / 16777216.0));  // 1 to 4 ms
+      compute_work(2e-3);
       const Clock::time_point start = Clock::now();
       work();
       negated[i] = -std::chrono::duration<double>(Clock::now() - start).count();
