@@ -14,13 +14,7 @@ namespace {
 // efficiencies and per-kernel overhead. Fitted once per GPU generation to
 // published end-to-end step times (planner/published_calibration_test.cc
 // lists them with their sources and errors), not per model.
-struct Calibration {
-  int tile_m, tile_n;
-  double gemm_efficiency, k_overhead, attention_efficiency, memory_efficiency;
-  double kernel_overhead_seconds;
-};
-
-Calibration calibration_of(const std::string& preset) {
+DeviceModel calibrated(const std::string& preset) {
   // GPUs: cuBLAS's large half-precision GEMMs run 256 x 128 CTA tiles, one per
   // SM at a time, each with a fixed prologue and epilogue (worth ~64 of k);
   // streaming kernels reach ~85% of HBM bandwidth (STREAM-like copies on
@@ -33,12 +27,19 @@ Calibration calibration_of(const std::string& preset) {
   // the attention core as a whole (softmax, masking and its memory traffic
   // included; it is a few percent of a large model's step, a third of a
   // 4096-token 2048-wide one's).
-  if (preset == "a100-80g") return {256, 128, 0.85, 64, 0.125, 0.85, 4e-6};
-  if (preset == "h100-sxm" || preset == "h200") return {256, 128, 0.70, 64, 0.125, 0.85, 4e-6};
+  const bool a100 = preset == "a100-80g", h100 = preset == "h100-sxm" || preset == "h200";
+  if (a100 || h100)
+    return {.tile_m = 256,
+            .tile_n = 128,
+            .gemm_efficiency = a100 ? 0.85 : 0.70,
+            .k_overhead = 64,
+            .attention_efficiency = 0.125,
+            .memory_efficiency = 0.85,
+            .kernel_overhead_seconds = 4e-6};
   // CPU: the peak is the machine's measured GEMM rate (paraplan profile) and
   // the bandwidth its measured streaming rate, so no further efficiency;
   // OpenBLAS's register tiles are small enough that quantization is noise.
-  return {1, 1, 1.0, 0, 0.5, 1.0, 0};
+  return {.attention_efficiency = 0.5};
 }
 
 double ceil_div(double a, double b) {
@@ -48,19 +49,11 @@ double ceil_div(double a, double b) {
 }  // namespace
 
 DeviceModel device_model(const ClusterConfig& cluster, schema::DType dtype) {
-  const Calibration c = calibration_of(cluster.preset);
-  DeviceModel device;
+  DeviceModel device = calibrated(cluster.preset);
   device.preset = cluster.preset;
   device.peak_flops = cluster.peak_flops(dtype);
   device.memory_bandwidth = cluster.memory_bandwidth_gbps * 1e9;
   device.compute_units = std::max(1, cluster.compute_units);
-  device.tile_m = c.tile_m;
-  device.tile_n = c.tile_n;
-  device.gemm_efficiency = c.gemm_efficiency;
-  device.k_overhead = c.k_overhead;
-  device.attention_efficiency = c.attention_efficiency;
-  device.memory_efficiency = c.memory_efficiency;
-  device.kernel_overhead_seconds = c.kernel_overhead_seconds;
   device.element_bytes = dtype == schema::DType::BFloat16 ? 2 : 4;
   return device;
 }

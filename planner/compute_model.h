@@ -38,7 +38,7 @@
 namespace paraplan {
 
 struct DeviceModel {
-  std::string preset;
+  std::string preset{};
   double peak_flops = 1e11;        // dense FLOP/s for the job's dtype
   double memory_bandwidth = 1e10;  // bytes/s
   int compute_units = 1;

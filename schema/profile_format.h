@@ -97,6 +97,7 @@ struct HardwareEntry {
   double peak_flops_float32 = 0;
   double peak_flops_bfloat16 = 0;
   double memory_bandwidth = 0;
+  bool operator==(const HardwareEntry&) const = default;
 };
 
 struct ProfileProvenance {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # samples/tiny/replay_accuracy.sh: the planner's predictions against replayed
-# measurements on the CPU backend, per plan and per component. Profiles this
-# machine for the tiny job (replay_job.toml) with 1, 2, 4 and 8 processes at
-# once (each just before the replays of that many ranks), plans it under
-# thirteen meshes (single rank, dp, tp, pp and mixed, 1 to
-# 8 ranks) with that profile, replays each plan through `paraplan launch` and
+# measurements on the CPU backend, per plan and per component. For each of
+# thirteen meshes of the tiny job (replay_job.toml; single rank, dp, tp, pp
+# and mixed, 1 to 8 ranks) it profiles this machine for the plan's shapes with
+# as many processes as the plan has ranks, plans the job with that profile and
+# the mesh fixed, replays the plan through `paraplan launch` and
 # prints, per plan, each stage's components (forward, backward, tensor-parallel
 # transfers, pipeline transfers, gradient reduction, optimizer, waits) per
 # step: predicted, measured, error and share of the step; then the step and
@@ -29,7 +29,6 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 job=samples/tiny/replay_job.toml
-profile_dir="$out/profile"
 steps=${STEPS:-5}
 
 # name world pp tp dp zero micro-batch
@@ -53,30 +52,28 @@ for entry in "${all_plans[@]}"; do
   name=${entry%% *}
   if [ -z "${PLANS:-}" ] || [[ " $PLANS " == *" $name "* ]]; then selected+=("$entry"); fi
 done
-worlds=$(for entry in "${selected[@]}"; do read -r _ world _ <<<"$entry"; echo "$world"; done |
-  sort -un)
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $paraplan"
-# Per world size: profile this machine with that many processes, then replay
-# that world's plans at once, so the load the profile saw is the replays'.
+# Per plan: a fresh profile of this machine for the plan's shapes, measured
+# with as many processes as the plan has ranks, then the plan and its replay,
+# so the replay runs under the load the profile saw (this machine is shared).
 reports=()
-for world in $worlds; do
-  "$paraplan" profile --config "$job" --profile-dir "$profile_dir" --planner.world_size "$world" \
-    </dev/null >"$out/profile-$world.log" 2>&1 || { cat "$out/profile-$world.log"; exit 1; }
-  for entry in "${selected[@]}"; do
-    read -r name plan_world pp tp dp zero micro <<<"$entry"
-    [ "$plan_world" = "$world" ] || continue
-    plan="$out/$name.pplan"
-    "$paraplan" plan --config "$job" --output "$plan" --planner.profile_dir "$profile_dir" \
-      --planner.world_size "$world" --planner.pipeline_nstages "$pp" \
-      --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp" \
-      --planner.zero_stage "$zero" --training.micro_batch_size "$micro" \
-      </dev/null >"$out/$name.plan.log"
-    "$paraplan" launch --plan "$plan" -- replay --steps "$steps" --warmup 2 \
-      --report "$out/$name.json" --trace "$out/$name.trace.json" --timeline "$out/$name.svg" \
-      </dev/null >"$out/$name.replay.log" 2>&1 || { cat "$out/$name.replay.log"; exit 1; }
-    reports+=("$name=$out/$name.json")
-  done
+for entry in "${selected[@]}"; do
+  read -r name world pp tp dp zero micro <<<"$entry"
+  degrees=(--planner.world_size "$world" --planner.pipeline_nstages "$pp"
+    --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp"
+    --planner.zero_stage "$zero" --training.micro_batch_size "$micro")
+  profile_dir="$out/profile-$name"
+  rm -rf "$profile_dir"
+  "$paraplan" profile --config "$job" --profile-dir "$profile_dir" "${degrees[@]}" \
+    </dev/null >"$out/$name.profile.log" 2>&1 || { cat "$out/$name.profile.log"; exit 1; }
+  plan="$out/$name.pplan"
+  "$paraplan" plan --config "$job" --output "$plan" --planner.profile_dir "$profile_dir" \
+    "${degrees[@]}" </dev/null >"$out/$name.plan.log"
+  "$paraplan" launch --plan "$plan" -- replay --steps "$steps" --warmup 2 \
+    --report "$out/$name.json" --trace "$out/$name.trace.json" --timeline "$out/$name.svg" \
+    </dev/null >"$out/$name.replay.log" 2>&1 || { cat "$out/$name.replay.log"; exit 1; }
+  reports+=("$name=$out/$name.json")
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 samples/tiny/replay_accuracy_table.py "${reports[@]}" | tee "$out/table.txt"
