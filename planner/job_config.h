@@ -96,10 +96,11 @@ struct ClusterConfig {
   double memory_bandwidth_gbps = 10;
   int compute_units = 1;
   // CPU cores a node's devices share (the cpu preset's ranks are processes on
-  // one machine); 0: every device computes on its own. With more ranks than
-  // cores, the plan's step comes from playing its schedule out with the cores
-  // shared (planner/pipeline_simulation.h).
-  int cores_per_node = 0;
+  // one machine): the machine's cores, or what its processes got of them
+  // while others ran (the profile measures that); 0: every device computes on
+  // its own. With more ranks than cores, the plan's step comes from playing
+  // its schedule out with the cores shared (planner/pipeline_simulation.h).
+  double cores_per_node = 0;
   // Whether collectives run beside compute (NCCL on its own stream, the GPU
   // presets), so gradient buckets reduced during backward hide behind it; the
   // cpu preset's MPI calls block the rank, and nothing overlaps.

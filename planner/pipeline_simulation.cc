@@ -186,14 +186,14 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     const StageState& st = state[s];
     const SimulatedStageInput& in = inputs[s];
     SimulatedStage stage;
-    stage.forward_seconds = st.forward / m;
-    stage.backward_seconds = st.backward / m;
-    stage.optimizer_seconds = st.optimizer;
+    stage.forward_wall = st.forward / m;
+    stage.backward_wall = st.backward / m;
+    stage.optimizer_wall = st.optimizer;
     const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
-    const double busy = st.forward + st.backward + st.optimizer +
-                        m * (in.forward_fixed + in.backward_fixed + sends * in.p2p_seconds) +
-                        in.reduction_seconds;
-    stage.bubble_seconds = std::max(0.0, step.step_seconds - busy);
+    const double busy = m * (in.forward_work + in.backward_work + in.forward_fixed +
+                             in.backward_fixed + sends * in.p2p_seconds) +
+                        in.reduction_seconds + in.optimizer_work;
+    stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
     step.stages.push_back(stage);
   }
   return step;

@@ -33,10 +33,13 @@ struct SimulatedStageInput {
 };
 
 struct SimulatedStage {
-  double forward_seconds = 0,
-         backward_seconds = 0;   // mean wall time of the compute, per micro-batch
-  double optimizer_seconds = 0;  // wall time of the optimizer's compute
-  double bubble_seconds = 0;     // the step less everything this stage was busy with
+  // Mean wall time of the compute per micro-batch (its work, or more while
+  // other ranks compute too), and the optimizer step's.
+  double forward_wall = 0, backward_wall = 0, optimizer_wall = 0;
+  // The step less the stage's work, fixed parts and transfers: waiting for
+  // the other stages (the bubble) and for a core (computing slower than a
+  // dedicated core while the others compute too).
+  double waiting_seconds = 0;
 };
 
 struct SimulatedStep {

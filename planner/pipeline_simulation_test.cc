@@ -21,22 +21,24 @@ TEST(PipelineSimulation, OwnDevicesGiveTheOneForwardOneBackwardClosedForm) {
   const PipelineSchedule schedule = generate_one_forward_one_backward(2, 4);
   const SimulatedStep step = simulate_step(schedule, {stage(1, 2), stage(1, 2)}, 1, 0);
   EXPECT_DOUBLE_EQ(step.step_seconds, 5 * 3 + 0.5 + 0.25);
-  EXPECT_DOUBLE_EQ(step.stages[0].forward_seconds, 1);
-  EXPECT_DOUBLE_EQ(step.stages[1].backward_seconds, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 1);
+  EXPECT_DOUBLE_EQ(step.stages[1].backward_wall, 2);
   // Each stage is busy 4 x 3 + 0.5 + 0.25: the rest is its bubble.
-  EXPECT_DOUBLE_EQ(step.stages[0].bubble_seconds, 3);
-  EXPECT_DOUBLE_EQ(step.stages[1].bubble_seconds, 3);
+  EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 3);
+  EXPECT_DOUBLE_EQ(step.stages[1].waiting_seconds, 3);
 }
 
 TEST(PipelineSimulation, RanksAlwaysComputingTogetherGetTheirShareOfTheCores) {
   // One stage of 4 ranks on 2 cores: everything computes at half speed.
   const PipelineSchedule schedule = generate_one_forward_one_backward(1, 2);
   const SimulatedStep step = simulate_step(schedule, {stage(1, 2)}, 4, 2);
-  EXPECT_DOUBLE_EQ(step.stages[0].forward_seconds, 2);
-  EXPECT_DOUBLE_EQ(step.stages[0].backward_seconds, 4);
-  EXPECT_DOUBLE_EQ(step.stages[0].optimizer_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 4);
+  EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
   EXPECT_DOUBLE_EQ(step.step_seconds, 2 * 6 + 0.5 + 0.5);
-  EXPECT_DOUBLE_EQ(step.stages[0].bubble_seconds, 0);
+  // Busy with 2 x 3 of work, 0.5 reducing and 0.25 of optimizer work: the
+  // rest it waits for a core.
+  EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 13 - (6 + 0.5 + 0.25));
 }
 
 TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersWait) {
@@ -51,12 +53,14 @@ TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersWait) {
   // F0 [0, 1], act 0 [1, 1.1], F0' [1.1, 2.1], B0' [2.1, 4.1], grad 0 [4.1,
   // 4.2], B0 [4.2, 6.2], reduction [6.2, 6.7], both optimizers [6.7, 7.2].
   EXPECT_DOUBLE_EQ(step.step_seconds, 7.2);
-  EXPECT_DOUBLE_EQ(step.stages[0].forward_seconds, 1);
-  EXPECT_DOUBLE_EQ(step.stages[0].backward_seconds, 2);
-  EXPECT_DOUBLE_EQ(step.stages[0].optimizer_seconds, 0.5);
-  // Stage 0 busy 1 + 2 + 0.1 (its send) + 0.5 + 0.5: the rest waits.
-  EXPECT_NEAR(step.stages[0].bubble_seconds, 7.2 - 4.1, 1e-12);
-  EXPECT_NEAR(step.stages[1].bubble_seconds, 7.2 - (1 + 2 + 0.1 + 0.5), 1e-12);
+  EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 1);
+  EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
+  // Stage 0 is busy with 1 + 2 of work, its send (0.1), its reduction (0.5)
+  // and 0.25 of optimizer work: the rest it waits (for stage 1, then for the
+  // core during the optimizer step).
+  EXPECT_NEAR(step.stages[0].waiting_seconds, 7.2 - (3 + 0.1 + 0.5 + 0.25), 1e-12);
+  EXPECT_NEAR(step.stages[1].waiting_seconds, 7.2 - (3 + 0.1 + 0.25), 1e-12);
 }
 
 }  // namespace

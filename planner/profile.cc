@@ -114,7 +114,9 @@ JobConfig with_measured_hardware(const JobConfig& config, const MeasuredProfile*
   if (!config.was_set("cluster.memory_bandwidth_gbps"))
     cluster.memory_bandwidth_gbps = hardware->memory_bandwidth / 1e9;
   if (!config.was_set("cluster.compute_units")) cluster.compute_units = hardware->threads;
-  if (!config.was_set("cluster.cores_per_node")) cluster.cores_per_node = hardware->cores;
+  if (!config.was_set("cluster.cores_per_node"))
+    cluster.cores_per_node =
+        hardware->available_cores > 0 ? hardware->available_cores : hardware->cores;
   return measured;
 }
 

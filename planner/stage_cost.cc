@@ -290,7 +290,7 @@ double step_seconds(const PlanSetting& setting, double slowest_slot, double slow
 }
 
 bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting) {
-  const int cores = config.cluster.cores_per_node;
+  const double cores = config.cluster.cores_per_node;
   return cores > 0 && setting.layout.num_nodes == 1 && setting.layout.devices_per_node > cores &&
          config.planner.is_train;
 }
@@ -321,12 +321,14 @@ void simulate_shared_cores(const JobConfig& config, const PlanSetting& setting,
   const SimulatedStep step = simulate_step(
       generate_schedule(config.planner.pipeline_scheduler, p, setting.num_micro_batches), inputs,
       setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
+  // Compute as a dedicated core does it (replay counts a rank's compute by
+  // the CPU time it got); the rest of the step is waiting.
   for (int s = 0; s < p; ++s) {
     StageEstimate& stage = plan.stages[s];
-    stage.forward_seconds = step.stages[s].forward_seconds;
-    stage.backward_seconds = step.stages[s].backward_seconds;
-    stage.optimizer_seconds = step.stages[s].optimizer_seconds;
-    stage.bubble_seconds = step.stages[s].bubble_seconds;
+    stage.forward_seconds = inputs[s].forward_work;
+    stage.backward_seconds = inputs[s].backward_work;
+    stage.optimizer_seconds = inputs[s].optimizer_work;
+    stage.bubble_seconds = step.stages[s].waiting_seconds;
   }
   plan.prediction.step_seconds = step.step_seconds;
 }

@@ -182,6 +182,7 @@ DeviceProfile parse_version_2(const Json& section, const std::string& where) {
     entry.processes = item.processes();
     entry.threads = item.integer("threads", 1);
     entry.cores = item.integer("cores", 0, 0);
+    entry.available_cores = item.number("available_cores", false, false, "a number of cores");
     const char* rate = "a number of FLOP/s";
     entry.peak_flops_float32 = item.number("peak_flops_float32", true, true, rate);
     entry.peak_flops_bfloat16 = item.number("peak_flops_bfloat16", true, true, rate);
@@ -305,6 +306,7 @@ Json device_profile_json(const DeviceProfile& device) {
     hardware.push_back({{"processes", entry.processes},
                         {"threads", entry.threads},
                         {"cores", entry.cores},
+                        {"available_cores", entry.available_cores},
                         {"peak_flops_float32", entry.peak_flops_float32},
                         {"peak_flops_bfloat16", entry.peak_flops_bfloat16},
                         {"memory_bandwidth", entry.memory_bandwidth}});

@@ -94,6 +94,9 @@ struct HardwareEntry {
   int processes = 1;
   int threads = 1;  // compute threads of each process
   int cores = 0;    // the machine's cores the processes share (0: not recorded)
+  // What the processes got of them while measuring the peak: the sum over
+  // the processes of CPU time / wall time (less than `cores` when others ran).
+  double available_cores = 0;
   double peak_flops_float32 = 0;
   double peak_flops_bfloat16 = 0;
   double memory_bandwidth = 0;

@@ -50,7 +50,8 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
        "seconds_per_byte": 0}],
     "gemm": [{"m": 512, "n": 512, "k": 128, "dtype": "float32", "processes": 4,
               "flops_per_second": 3.1e10}],
-    "hardware": [{"processes": 4, "threads": 1, "cores": 2, "peak_flops_float32": 4.5e10,
+    "hardware": [{"processes": 4, "threads": 1, "cores": 2, "available_cores": 1.5,
+                  "peak_flops_float32": 4.5e10,
                   "peak_flops_bfloat16": 3.5e10, "memory_bandwidth": 6e9}])");
   const ProfileDocument document = parse_profile_document(text, "profile.json", "cpu");
   EXPECT_EQ(document.version, 2);
@@ -109,6 +110,7 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
   EXPECT_EQ(device.hardware, (std::vector<HardwareEntry>{{.processes = 4,
                                                           .threads = 1,
                                                           .cores = 2,
+                                                          .available_cores = 1.5,
                                                           .peak_flops_float32 = 4.5e10,
                                                           .peak_flops_bfloat16 = 3.5e10,
                                                           .memory_bandwidth = 6e9}}));
@@ -220,6 +222,7 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
   written.hardware.push_back(HardwareEntry{.processes = 4,
                                            .threads = 2,
                                            .cores = 16,
+                                           .available_cores = 15.25,
                                            .peak_flops_float32 = 5.5e13,
                                            .peak_flops_bfloat16 = 7.1e14,
                                            .memory_bandwidth = 2.9e12});

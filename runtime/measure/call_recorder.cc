@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 #include <string>
 
@@ -10,11 +11,13 @@ namespace paraplan {
 
 void RecordingCommunicator::intercept(const CommunicatorCall& call, ForwardedCall forward) {
   const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu_start = std::clock();
   forward();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  *seconds_ += seconds;
-  if (!*recording_) return;
+  *totals_.seconds += seconds;
+  *totals_.cpu_seconds += static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  if (!*totals_.recording) return;
   durations_.push_back(seconds);
   // Collecting deferred operations does not wait for the group's other
   // members to arrive: none of it is waiting for a peer by this rule.
@@ -41,10 +44,10 @@ TransferAndWait RecordingCommunicator::split_recorded_calls() {
   return split_collective_calls(durations_, shortest, synchronizing_);
 }
 
-RecordingCommunicator* record_communicator(std::unique_ptr<Communicator>& group, double* seconds,
-                                           const bool* recording) {
+RecordingCommunicator* record_communicator(std::unique_ptr<Communicator>& group,
+                                           RecordingCommunicator::Totals totals) {
   if (!group) return nullptr;
-  auto recorder = std::make_unique<RecordingCommunicator>(std::move(group), seconds, recording);
+  auto recorder = std::make_unique<RecordingCommunicator>(std::move(group), totals);
   RecordingCommunicator* pointer = recorder.get();
   group = std::move(recorder);
   return pointer;

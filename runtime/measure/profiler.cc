@@ -249,8 +249,12 @@ GemmEntry measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int t
 }
 
 // The best rate of a large square GEMM through the backend's linear op: the
-// peak this process reaches while the others run theirs.
-double measure_peak_flops(kernels::Ops& ops, int repetitions) {
+// peak this process reaches while the others run theirs; and the cores it got
+// meanwhile (its CPU time over the wall time, all its threads).
+struct PeakMeasurement {
+  double flops_per_second = 0, cores = 0;
+};
+PeakMeasurement measure_peak_flops(kernels::Ops& ops, int repetitions) {
   const int n = 1024;
   MemoryTracker memory(ops);
   std::vector<void*> buffers;
@@ -259,10 +263,14 @@ double measure_peak_flops(kernels::Ops& ops, int repetitions) {
         memory.allocate(ops.storage_bytes(size_t{1} * n * n), MemoryCategory::kWorkspace));
     fill_host(ops, buffers.back(), size_t{1} * n * n, 1.0f);
   }
+  const std::clock_t cpu_start = std::clock();
+  const Clock::time_point wall_start = Clock::now();
   const double seconds = mean_seconds(ops, repetitions, [&] {
     ops.linear_forward(buffers[2], buffers[0], buffers[1], nullptr, n, n, n);
   });
-  return 2.0 * n * n * n / seconds;
+  const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  const double wall = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  return {2.0 * n * n * n / seconds, cpu / std::max(wall, 1e-9)};
 }
 
 // Bytes per second an elementwise op streams (reads two arrays, writes one)
@@ -510,9 +518,13 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
                                       : 0};
   for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
     std::unique_ptr<kernels::Ops> typed = make_backend(request.backend, session, dtype);
-    const double peak = world_mean(session, measure_peak_flops(*typed, request.repetitions));
+    const PeakMeasurement peak = measure_peak_flops(*typed, request.repetitions);
     (dtype == kernels::DType::kFloat32 ? hardware.peak_flops_float32
-                                       : hardware.peak_flops_bfloat16) = peak;
+                                       : hardware.peak_flops_bfloat16) =
+        world_mean(session, peak.flops_per_second);
+    // Every process busy at once: the cores they got, summed (the fp32 run's).
+    if (dtype == kernels::DType::kFloat32 && request.backend == "cpu")
+      hardware.available_cores = world_mean(session, peak.cores) * processes;
   }
   barrier();
   hardware.memory_bandwidth =

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
@@ -41,15 +42,27 @@ struct SpanRecord {
 // (the gradient norm's all-reduce).
 struct CollectiveTotals {
   double tensor = 0, reduction = 0, world = 0;
+  double cpu = 0;  // the process's CPU time in all of them
   double sum() const { return tensor + reduction + world; }
 };
+
+double process_cpu_seconds() {
+  return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+}
 
 // Times every instruction and splits off the collectives inside it; keeps
 // each pipeline transfer for the wait attribution, and (for the trace) every span.
 class InstructionTimer final : public InstructionObserver {
  public:
-  InstructionTimer(Clock::time_point origin, const CollectiveTotals* totals, bool keep_spans)
-      : origin_(origin), totals_(totals), keep_spans_(keep_spans) {}
+  // count_cpu_time: compute is the CPU time the rank got (the CPU backend,
+  // whose ranks may share cores), the rest of its wall time waiting for a
+  // core; else compute is wall time.
+  InstructionTimer(Clock::time_point origin, const CollectiveTotals* totals, bool keep_spans,
+                   bool count_cpu_time)
+      : origin_(origin),
+        totals_(totals),
+        keep_spans_(keep_spans),
+        count_cpu_time_(count_cpu_time) {}
 
   void start_step(int step, bool measured) {
     step_ = step;
@@ -62,6 +75,7 @@ class InstructionTimer final : public InstructionObserver {
 
   void before(const schema::Instruction&) override {
     at_start_ = *totals_;
+    cpu_start_ = process_cpu_seconds();
     start_ = Clock::now();
   }
 
@@ -69,22 +83,28 @@ class InstructionTimer final : public InstructionObserver {
     const Clock::time_point end = Clock::now();
     if (!measured_) return;
     const double span = seconds_between(start_, end);
-    const double compute = span - (totals_->sum() - at_start_.sum());
+    const double wall = span - (totals_->sum() - at_start_.sum());
+    const double cpu = process_cpu_seconds() - cpu_start_ - (totals_->cpu - at_start_.cpu);
+    const double compute = count_cpu_time_ ? std::clamp(cpu, 0.0, wall) : wall;
     RankMeasurement& m = measurement_;
     switch (instruction.op()) {
       case OpCode::Forward:
         m.forward_seconds += compute;
         m.forward_count += 1;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::Backward:
         m.backward_seconds += compute;
         m.backward_count += 1;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::LoadMicroBatch:
         m.load_seconds += compute;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::OptimizerStep:
         m.optimizer_seconds += compute;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::ReduceGradients:
         break;  // its collectives are the gradient reduction
@@ -103,8 +123,9 @@ class InstructionTimer final : public InstructionObserver {
  private:
   Clock::time_point origin_, start_;
   const CollectiveTotals* totals_;
-  bool keep_spans_;
+  bool keep_spans_, count_cpu_time_;
   CollectiveTotals at_start_;
+  double cpu_start_ = 0;
   int step_ = 0;
   bool measured_ = false;
   RankMeasurement measurement_;
@@ -252,14 +273,15 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   if (options.enforce_device_memory && cluster)
     build.memory_capacity_bytes = cluster->device_memory_bytes();
   build.wrap_groups = [&](ProcessGroups& groups) {
-    tensor_group = record_communicator(groups.tensor, &totals.tensor, &recording);
-    world_group = record_communicator(groups.world, &totals.world, &recording);
+    tensor_group = record_communicator(groups.tensor, {&totals.tensor, &totals.cpu, &recording});
+    world_group = record_communicator(groups.world, {&totals.world, &totals.cpu, &recording});
     for (std::unique_ptr<Communicator>* group :
          {&groups.data, &groups.zero, &groups.zero_replicas, &groups.embedding})
       if (RecordingCommunicator* recorder =
-              record_communicator(*group, &totals.reduction, &recording))
+              record_communicator(*group, {&totals.reduction, &totals.cpu, &recording}))
         reduction_groups.push_back(recorder);
   };
+
   RankState rank = build_rank_state(loaded, model, mesh, session, build);
   initialize_parameters(rank, training.seed());
   Communicator& world = *rank.groups.world;
@@ -277,7 +299,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const float learning_rate = training.optimizer()->learning_rate();
   const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
   world.barrier();  // a common time origin for the trace
-  InstructionTimer timer(Clock::now(), &totals, keep_spans);
+  InstructionTimer timer(Clock::now(), &totals, keep_spans,
+                         rank.ops->backend() == kernels::Backend::kCpu);
   int optimizer_step = 0;
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });

@@ -12,10 +12,11 @@ namespace paraplan {
 using nlohmann::json;
 
 void RankMeasurement::to_array(double* out) const {
-  const double fields[] = {forward_seconds, forward_count,      backward_seconds, backward_count,
-                           load_seconds,    optimizer_seconds,  step_seconds,     tensor.transfer,
-                           tensor.wait,     reduction.transfer, reduction.wait,   world.transfer,
-                           world.wait,      pipeline.transfer,  pipeline.wait};
+  const double fields[] = {
+      forward_seconds, forward_count,      backward_seconds, backward_count,
+      load_seconds,    optimizer_seconds,  step_seconds,     tensor.transfer,
+      tensor.wait,     reduction.transfer, reduction.wait,   world.transfer,
+      world.wait,      pipeline.transfer,  pipeline.wait,    core_wait_seconds};
   static_assert(sizeof fields / sizeof fields[0] == kScalars);
   std::copy(std::begin(fields), std::end(fields), out);
   std::copy(std::begin(memory_peak), std::end(memory_peak), out + kScalars);
@@ -24,11 +25,11 @@ void RankMeasurement::to_array(double* out) const {
 
 RankMeasurement RankMeasurement::from_array(const double* in) {
   RankMeasurement m;
-  double* fields[] = {&m.forward_seconds,    &m.forward_count,     &m.backward_seconds,
-                      &m.backward_count,     &m.load_seconds,      &m.optimizer_seconds,
-                      &m.step_seconds,       &m.tensor.transfer,   &m.tensor.wait,
-                      &m.reduction.transfer, &m.reduction.wait,    &m.world.transfer,
-                      &m.world.wait,         &m.pipeline.transfer, &m.pipeline.wait};
+  double* fields[] = {
+      &m.forward_seconds, &m.forward_count,      &m.backward_seconds, &m.backward_count,
+      &m.load_seconds,    &m.optimizer_seconds,  &m.step_seconds,     &m.tensor.transfer,
+      &m.tensor.wait,     &m.reduction.transfer, &m.reduction.wait,   &m.world.transfer,
+      &m.world.wait,      &m.pipeline.transfer,  &m.pipeline.wait,    &m.core_wait_seconds};
   for (int i = 0; i < kScalars; ++i) *fields[i] = in[i];
   std::copy(in + kScalars, in + kScalars + kNumMemoryCategories, m.memory_peak);
   m.memory_peak_total = in[kFields - 1];
@@ -63,7 +64,8 @@ constexpr const char* kPerMicroBatch[] = {"forward", "backward", "tensor_paralle
 // waits came from.
 struct StageParts {
   double part[kNumParts] = {};
-  double waits[5] = {};  // tensor_parallel, pipeline_p2p, gradient_reduction, world, end_of_step
+  // tensor_parallel, pipeline_p2p, gradient_reduction, world, end_of_step, core
+  double waits[6] = {};
   double forward_count = 0, backward_count = 0;
   double memory[kNumMemoryCategories + 1] = {};
   int ranks = 0;
@@ -82,7 +84,9 @@ StageParts measured_parts(const std::vector<RankMeasurement>& ranks, const schem
     const double busy[] = {m.forward_seconds,   m.backward_seconds,   m.tensor.transfer,
                            m.pipeline.transfer, m.reduction.transfer, m.optimizer_seconds};
     const double waits[] = {m.tensor.wait, m.pipeline.wait, m.reduction.wait, m.world.wait};
-    double accounted = 0;
+    double accounted = m.core_wait_seconds / steps;  // waiting for a core
+    parts.waits[5] += accounted;
+    parts.part[6] += accounted;
     for (int i = 0; i < 6; ++i) parts.part[i] += busy[i] / steps, accounted += busy[i] / steps;
     for (int i = 0; i < 4; ++i) {
       parts.waits[i] += waits[i] / steps;
@@ -171,11 +175,9 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
     for (int i = 0; i < 4; ++i)
       per_micro_batch[kPerMicroBatch[i]] =
           compare(m > 0 ? predicted[i] / m : 0, per(measured.part[i], counts[i]));
-    json waits = {{"tensor_parallel", measured.waits[0]},
-                  {"pipeline_p2p", measured.waits[1]},
-                  {"gradient_reduction", measured.waits[2]},
-                  {"world", measured.waits[3]},
-                  {"end_of_step", measured.waits[4]}};
+    json waits = {{"tensor_parallel", measured.waits[0]},    {"pipeline_p2p", measured.waits[1]},
+                  {"gradient_reduction", measured.waits[2]}, {"world", measured.waits[3]},
+                  {"end_of_step", measured.waits[4]},        {"core", measured.waits[5]}};
 
     json memory_report = json::object();
     const schema::StageMemory* pm = p ? p->memory() : nullptr;

@@ -11,7 +11,9 @@
 //   optimizer             the optimizer step's compute
 //   wait                  waiting for peers: the pipeline bubble, a slower rank
 //                         reaching a collective or transfer, and the end of the
-//                         step until the job's slowest rank finishes
+//                         step until the job's slowest rank finishes; and, on
+//                         the CPU backend, for a core (compute is the CPU time
+//                         a rank got, the rest of its compute spans waiting)
 //   other                 the rest: loads, the gradient norm's all-reduce
 //                         transfer, zeroing gradients, between instructions
 // each beside the plan's prediction (the plan's StagePrediction terms; wait
@@ -39,15 +41,18 @@ struct RankMeasurement {
   double backward_count = 0;
   double load_seconds = 0;
   double optimizer_seconds = 0;  // OptimizerStep spans minus the collectives inside
-  double step_seconds = 0;       // this rank's steps
-  TransferAndWait tensor;        // tensor-parallel groups
-  TransferAndWait reduction;     // data-parallel, ZeRO and embedding groups
-  TransferAndWait world;         // the world (the gradient norm)
-  TransferAndWait pipeline;      // pipeline transfer instructions (filled on rank 0)
+  // CPU backend: the compute spans' wall time beyond the CPU time the rank
+  // got (the compute above is that CPU time): waiting for a core.
+  double core_wait_seconds = 0;
+  double step_seconds = 0;    // this rank's steps
+  TransferAndWait tensor;     // tensor-parallel groups
+  TransferAndWait reduction;  // data-parallel, ZeRO and embedding groups
+  TransferAndWait world;      // the world (the gradient norm)
+  TransferAndWait pipeline;   // pipeline transfer instructions (filled on rank 0)
   double memory_peak[kNumMemoryCategories] = {};
   double memory_peak_total = 0;
 
-  static constexpr int kScalars = 15;
+  static constexpr int kScalars = 16;
   static constexpr int kFields = kScalars + kNumMemoryCategories + 1;
   void to_array(double* out) const;
   static RankMeasurement from_array(const double* in);
