@@ -137,6 +137,19 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     }
   }
 
+  // The gradient norm's all-reduce of one double over the world: measured
+  // inside a node, else a tree's 2 log2(n) latencies (a message this small
+  // costs its latency only).
+  const int world = p * shape.data_parallel * t;
+  if (train && world > 1) {
+    const bool crosses = setting.layout.num_nodes > 1;
+    const std::optional<CollectiveEntry> norm =
+        measured_collective(profile, CollectiveOperation::AllReduce, world);
+    norm_all_reduce_ = norm && !crosses
+                           ? norm->seconds(sizeof(double))
+                           : 2 * std::ceil(std::log2(world)) * links.link(crosses).latency_seconds;
+  }
+
   // The optimizer step on this rank's shard of the stage's parameters.
   const OptimizerEntry* optimizer = profile != nullptr ? profile->find_optimizer() : nullptr;
   if (!train)
@@ -183,11 +196,11 @@ double StageCostModel::gradient_reduction(int pipeline_rank, double parameters,
           : 1;
   const double exposed = exposed_reduction_seconds(bucketed, buckets, backward_seconds);
   *hidden = bucketed - exposed;
-  if (setting_.zero_stage != 1) return exposed;
+  if (setting_.zero_stage != 1) return exposed + norm_all_reduce_;
   // ZeRO-1: then all-reduce each shard across the groups, and all-gather the
   // updated weights inside the group.
   const int z = zero_shards_, groups = d / z;
-  return exposed +
+  return exposed + norm_all_reduce_ +
          collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
                             bytes / z) +
          collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,

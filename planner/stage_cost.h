@@ -20,7 +20,8 @@
 //   previous one).
 // - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
 //   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
-//   all-gather of the updated weights) and the optimizer step on the stage's
+//   all-gather of the updated weights, and the gradient norm's one-double
+//   all-reduce over the world) and the optimizer step on the stage's
 //   shard (its bytes at the device's memory bandwidth, compute_model.h, or the
 //   profile's measured seconds per parameter). Where the cluster overlaps communication
 //   (overlap_communication) the all-reduce or reduce-scatter runs in
@@ -134,6 +135,7 @@ class StageCostModel {
       zero_all_gather_;
   int element_bytes_ = 4;
   int zero_shards_ = 1;
+  double norm_all_reduce_ = 0;  // the gradient norm's all-reduce over the world, per step
   // The stage's reduction: exposed seconds, and the hidden part in *hidden.
   // backward_seconds: one micro-batch's backward compute without recomputation.
   double gradient_reduction(int pipeline_rank, double parameters, double backward_seconds,

@@ -90,10 +90,12 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
   const double send = 10e-6 + 2048.0 * 12288 * 2 / 25e9;
   EXPECT_DOUBLE_EQ(stage.pipeline_p2p_seconds, 2 * send);
   // Gradients: 12 blocks of the tp-8 shard, bf16, ring all-reduce over 16 ranks
-  // spanning 16 nodes.
+  // spanning 16 nodes; then the gradient norm's all-reduce over the 1024
+  // ranks, a tree's 2 x 10 inter-node latencies.
   const double parameters = 12.0 * block_parameters(config.model, 8);
+  const double norm = 2 * 10 * 10e-6;
   EXPECT_DOUBLE_EQ(stage.gradient_reduction_seconds,
-                   30 * 10e-6 + 30.0 / 16 * parameters * 2 / 25e9);
+                   30 * 10e-6 + 30.0 / 16 * parameters * 2 / 25e9 + norm);
   // The optimizer streams 30 bytes per bf16 parameter at 85% of 2039 GB/s.
   EXPECT_DOUBLE_EQ(stage.optimizer_seconds, parameters * (30 / (2039e9 * 0.85)));
   EXPECT_DOUBLE_EQ(costs.slot_seconds(3, {12, 0, 0}), stage.slot_seconds());
@@ -114,7 +116,8 @@ TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
   // of a quarter across the 4 groups, all-gather.
   EXPECT_DOUBLE_EQ(b.gradient_reduction_seconds, ring_reduce_scatter_seconds(ib, 4, bytes) +
                                                      ring_all_reduce_seconds(ib, 4, bytes / 4) +
-                                                     ring_all_gather_seconds(ib, 4, bytes));
+                                                     ring_all_gather_seconds(ib, 4, bytes) +
+                                                     2 * 10 * 10e-6);  // the norm
   // Optimizer state sharded 4 ways, and the step updates a quarter.
   EXPECT_EQ(b.memory.optimizer_state, (a.memory.optimizer_state + 3) / 4);
   EXPECT_DOUBLE_EQ(b.optimizer_seconds, a.optimizer_seconds / 4);

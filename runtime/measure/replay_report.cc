@@ -81,8 +81,13 @@ StageParts measured_parts(const std::vector<RankMeasurement>& ranks, const schem
     const RankMeasurement& m = ranks[r];
     ++parts.ranks;
     const double rank_step = m.step_seconds / steps;
-    const double busy[] = {m.forward_seconds,   m.backward_seconds,   m.tensor.transfer,
-                           m.pipeline.transfer, m.reduction.transfer, m.optimizer_seconds};
+    // The gradient norm's all-reduce over the world counts with the reduction.
+    const double busy[] = {m.forward_seconds,
+                           m.backward_seconds,
+                           m.tensor.transfer,
+                           m.pipeline.transfer,
+                           m.reduction.transfer + m.world.transfer,
+                           m.optimizer_seconds};
     const double waits[] = {m.tensor.wait, m.pipeline.wait, m.reduction.wait, m.world.wait};
     double accounted = m.core_wait_seconds / steps;  // waiting for a core
     parts.waits[5] += accounted;

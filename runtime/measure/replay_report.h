@@ -8,14 +8,15 @@
 //   tensor_parallel       the tensor-parallel all-reduces' transfers
 //   pipeline_p2p          the pipeline transfers' own time
 //   gradient_reduction    the data-parallel / ZeRO-1 / tied-embedding transfers
+//                         and the gradient norm's all-reduce over the world
 //   optimizer             the optimizer step's compute
 //   wait                  waiting for peers: the pipeline bubble, a slower rank
 //                         reaching a collective or transfer, and the end of the
 //                         step until the job's slowest rank finishes; and, on
 //                         the CPU backend, for a core (compute is the CPU time
 //                         a rank got, the rest of its compute spans waiting)
-//   other                 the rest: loads, the gradient norm's all-reduce
-//                         transfer, zeroing gradients, between instructions
+//   other                 the rest: loads, zeroing gradients, between
+//                         instructions
 // each beside the plan's prediction (the plan's StagePrediction terms; wait
 // is its bubble_seconds, or the step less the other parts for plans written
 // before it; other is predicted 0). Waits are told from transfers by

@@ -29,7 +29,8 @@ TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
   first.world = {.transfer = 0.002, .wait = 0.1};
   first.optimizer_seconds = 0.1;
   first.load_seconds = 0.01;
-  first.step_seconds = 2.0;  // 1.0 per step
+  first.core_wait_seconds = 0.06;  // compute spans waiting for a core
+  first.step_seconds = 2.0;        // 1.0 per step
   first.memory_peak_total = 1000;
   RankMeasurement second = first;
   second.reduction.wait = 0.0, second.step_seconds = 1.8;  // the slower replica: nobody to wait for
@@ -44,11 +45,14 @@ TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
   const nlohmann::json& parts = stage["per_step"];
   EXPECT_DOUBLE_EQ(parts["forward"]["measured"].get<double>(), 0.22);
   EXPECT_DOUBLE_EQ(parts["forward"]["predicted"].get<double>(), 0.2);
-  EXPECT_DOUBLE_EQ(parts["gradient_reduction"]["measured"].get<double>(), 0.02);
+  // The data-parallel transfers and the norm's all-reduce: (0.04 + 0.002) / 2.
+  EXPECT_DOUBLE_EQ(parts["gradient_reduction"]["measured"].get<double>(), 0.021);
   EXPECT_DOUBLE_EQ(parts["optimizer"]["measured"].get<double>(), 0.05);
-  // Waits: tensor 0.01, reduction (0.1 + 0) / 2, world 0.05, and the end of
-  // the step: 1.1 - 1.0 on the first rank, 1.1 - 0.9 on the second.
-  EXPECT_NEAR(parts["wait"]["measured"].get<double>(), 0.01 + 0.05 + 0.05 + 0.15, 1e-12);
+  // Waits: tensor 0.01, reduction (0.1 + 0) / 2, world 0.05, a core 0.03,
+  // and the end of the step: 1.1 - 1.0 on the first rank, 1.1 - 0.9 on the
+  // second.
+  EXPECT_NEAR(parts["wait"]["measured"].get<double>(), 0.01 + 0.05 + 0.05 + 0.03 + 0.15, 1e-12);
+  EXPECT_NEAR(stage["waits"]["core"].get<double>(), 0.03, 1e-12);
   EXPECT_NEAR(stage["waits"]["end_of_step"].get<double>(), 0.15, 1e-12);
   // The parts add up to the job's step.
   double sum = 0;
