@@ -13,10 +13,11 @@ void RecordingCommunicator::intercept(const CommunicatorCall& call, ForwardedCal
   const auto start = std::chrono::steady_clock::now();
   const std::clock_t cpu_start = std::clock();
   forward();
+  // The CPU clock read inside the wall-clock span (replay.cc says why).
+  *totals_.cpu_seconds += static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   *totals_.seconds += seconds;
-  *totals_.cpu_seconds += static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   if (!*totals_.recording) return;
   durations_.push_back(seconds);
   // Collecting deferred operations does not wait for the group's other

@@ -73,18 +73,22 @@ class InstructionTimer final : public InstructionObserver {
   const std::vector<SpanRecord>& spans() const { return spans_; }
   const std::vector<TransferRecord>& transfers() const { return transfers_; }
 
+  // The CPU clock is a system call, where a rank whose time slice is up gets
+  // preempted: read inside the wall-clock span, so that preemption counts as
+  // the instruction's waiting for a core, not as time between instructions.
   void before(const schema::Instruction&) override {
     at_start_ = *totals_;
-    cpu_start_ = process_cpu_seconds();
     start_ = Clock::now();
+    cpu_start_ = process_cpu_seconds();
   }
 
   void after(const schema::Instruction& instruction) override {
+    const double cpu_end = process_cpu_seconds();
     const Clock::time_point end = Clock::now();
     if (!measured_) return;
     const double span = seconds_between(start_, end);
     const double wall = span - (totals_->sum() - at_start_.sum());
-    const double cpu = process_cpu_seconds() - cpu_start_ - (totals_->cpu - at_start_.cpu);
+    const double cpu = cpu_end - cpu_start_ - (totals_->cpu - at_start_.cpu);
     const double compute = count_cpu_time_ ? std::clamp(cpu, 0.0, wall) : wall;
     RankMeasurement& m = measurement_;
     switch (instruction.op()) {
