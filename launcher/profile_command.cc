@@ -138,16 +138,26 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
   merged.optimizer = merge_by_processes(previous.optimizer, measured.optimizer, world);
   merged.collectives = merge_by_processes(previous.collectives, measured.collectives, world);
   merged.gemm = merge_by_processes(previous.gemm, measured.gemm, world);
+  merged.hardware = merge_by_processes(previous.hardware, measured.hardware, world);
   devices[device] = device_profile_json(merged);
   std::filesystem::create_directories(std::filesystem::path(stored.path).parent_path());
   write_file_atomically(stored.path, profile_document_text(devices));
 
-  const double peak = config.cluster.peak_flops(config.model.dtype);
+  // The peak the plans use: on the `cpu` preset this machine's, measured here.
+  const MeasuredProfile written(stored.path, device, merged,
+                                {config.planner.parallel_profile, processes});
+  const double peak =
+      with_measured_hardware(config, &written).cluster.peak_flops(config.model.dtype);
+  for (const HardwareEntry& hardware : measured.hardware)
+    std::cout << "  peak: " << hardware.peak_flops_float32 / 1e9 << " GFLOP/s float32, "
+              << hardware.peak_flops_bfloat16 / 1e9 << " GFLOP/s bfloat16, memory "
+              << hardware.memory_bandwidth / 1e9 << " GB/s per process (" << hardware.processes
+              << " at once, " << hardware.threads << " thread(s) each)" << std::endl;
   for (const GemmEntry& gemm : measured.gemm)
     std::cout << "  GEMM " << gemm.m << " x " << gemm.n << " x " << gemm.k << ": "
               << gemm.flops_per_second / 1e9
               << " GFLOP/s per process = " << 100.0 * gemm.flops_per_second / peak << "% of the '"
-              << device << "' preset's peak" << std::endl;
+              << device << "' peak plans use" << std::endl;
   for (const CollectiveEntry& collective : measured.collectives)
     std::cout << "  " << collective_operation_name(collective.operation) << " over "
               << collective.group_size << ": latency " << collective.latency * 1e6 << " us, "

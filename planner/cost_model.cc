@@ -1,11 +1,13 @@
-// cost_model.cc: stage parameter counts, FLOPs, activation and model-state
-// memory, and compute time, from the per-architecture counts of
-// model_counts.h (formulas and conventions in cost_model.h).
+// cost_model.cc: stage parameter counts, FLOPs, and activation and
+// model-state memory, from model_counts.h and transformer_ops.h (formulas and
+// conventions in cost_model.h).
 #include "planner/cost_model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+
+#include "planner/transformer_ops.h"
 
 namespace paraplan {
 
@@ -24,6 +26,18 @@ int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int
 int64_t model_parameters(const ModelConfig& model) {
   StageLayout whole{0, model.num_layers, true, true, {}};
   return stage_parameters(model, whole);
+}
+
+double block_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return block_ops(model, micro_batch_size, 1).forward.model_flops();
+}
+
+double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return block_ops(model, micro_batch_size, 1).forward.attention.forward_flops();
+}
+
+double head_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return head_ops(model, micro_batch_size, 1).forward.model_flops();
 }
 
 double block_backward_flops(const ModelConfig& model, int micro_batch_size,
@@ -205,39 +219,6 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
         round_up(static_cast<double>(in_flight * per_micro_batch + recompute_working_set), g);
   }
   return memory;
-}
-
-StageTime stage_compute_time(const ModelConfig& model, const StageLayout& stage,
-                             int micro_batch_size, double peak_flops, int tensor_parallel) {
-  const StageFlops flops = stage_flops(model, stage, micro_batch_size);
-  const double rate = peak_flops * kComputeEfficiency * tensor_parallel;
-  return {flops.forward / rate, flops.backward / rate};
-}
-
-double optimizer_step_seconds(int64_t parameters, double peak_flops) {
-  return static_cast<double>(parameters) * kOptimizerFlopsPerParameter /
-         (peak_flops * kComputeEfficiency);
-}
-
-StepPrediction predict_step(const ModelConfig& model, const std::vector<StageTime>& stages,
-                            int num_micro_batches, double communication_seconds,
-                            double optimizer_seconds, int global_batch_size, double peak_flops,
-                            int num_devices) {
-  const int p = static_cast<int>(stages.size());
-  const int m = num_micro_batches;
-  double slowest = 0;
-  for (const StageTime& stage : stages)
-    slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
-  StepPrediction prediction;
-  prediction.step_seconds = (m + p - 1) * slowest + communication_seconds + optimizer_seconds;
-  prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
-  if (prediction.step_seconds > 0) {
-    prediction.tokens_per_second =
-        static_cast<double>(global_batch_size) * model.seq_len / prediction.step_seconds;
-    prediction.mfu = model_flops_per_step(model, global_batch_size) /
-                     (prediction.step_seconds * peak_flops * num_devices);
-  }
-  return prediction;
 }
 
 }  // namespace paraplan

@@ -1,12 +1,15 @@
-// cost_model.h: analytic parameter counts, FLOPs, activation and model-state
-// memory, and compute time of pipeline stages, composed from the
-// per-architecture counts of model_counts.h (a block's GEMMs, parameters,
-// FLOPs, activation bytes per recompute mode).
+// cost_model.h: analytic parameter counts, FLOPs, and activation and
+// model-state memory of pipeline stages, composed from the per-architecture
+// counts of model_counts.h (parameters, activation bytes per recompute mode)
+// and the operation lists of transformer_ops.h (FLOPs). (Time: compute_model.h
+// from the same operations, or a measured profile; stage_cost.h.)
 //
 // Conventions:
 // - Sizes and tensor-parallel splits: model_counts.h (GPT-2 and Llama).
-// - FLOPs count multiply-adds as 2 and causal attention over the full s x s
-//   (the usual MFU convention). Backward = 2 x forward; full recompute adds one
+// - FLOPs are the model FLOPs of transformer_ops.h's operation lists (the
+//   same GEMMs the time model costs): multiply-adds count 2 and causal
+//   attention counts the full s x s (the usual MFU convention). Backward = 2 x
+//   forward; full recompute adds one
 //   block forward, selective adds the attention core (QK^T and scores x V: the
 //   one fused attention forward that rebuilds its output). The fused attention
 //   backward's own recomputation of the scores is not counted (as in MFU).
@@ -28,8 +31,6 @@
 //   the fp32 losses.
 // - Transient: transient_mem_coef x (largest + second largest op output), or
 //   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
-// - Compute time = FLOPs / (peak * kComputeEfficiency); stage_cost.h uses a measured
-//   profile's times (profile.h) instead when one is given.
 #pragma once
 
 #include <cstdint>
@@ -39,14 +40,6 @@
 #include "planner/model_counts.h"
 
 namespace paraplan {
-
-// Fraction of peak FLOP/s the analytic time model assumes kernels reach: a
-// typical sustained GEMM-heavy transformer training efficiency.
-inline constexpr double kComputeEfficiency = 0.5;
-
-// AdamW touches each parameter with about this many FLOPs (moments, bias
-// correction, decay, update); the optimizer step is costed at this rate.
-inline constexpr double kOptimizerFlopsPerParameter = 12;
 
 // What one pipeline stage holds.
 struct StageLayout {
@@ -62,6 +55,14 @@ int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage,
 // The whole model, tied head counted once.
 int64_t model_parameters(const ModelConfig& model);
 
+// Forward FLOPs of one micro-batch (micro_batch_size sequences of seq_len
+// tokens): multiply-adds count 2, causal attention over the full s x s (the
+// MFU convention; Megatron's num_floating_point_operations and the Llama 3
+// paper count the same).
+double block_forward_flops(const ModelConfig& model, int micro_batch_size);
+// QK^T and scores x V: 2 * 2 * b * s * s * (H D).
+double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size);
+double head_forward_flops(const ModelConfig& model, int micro_batch_size);
 // Backward of one block including its recomputation.
 double block_backward_flops(const ModelConfig& model, int micro_batch_size,
                             schema::RecomputeMode recompute);
@@ -148,28 +149,12 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                              int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
                              int num_micro_batches);
 
-struct StageTime {
-  double forward_seconds = 0;   // per micro-batch
-  double backward_seconds = 0;  // per micro-batch, including recomputation
-};
-// Per device of a tensor-parallel group: the FLOPs split t ways.
-StageTime stage_compute_time(const ModelConfig& model, const StageLayout& stage,
-                             int micro_batch_size, double peak_flops, int tensor_parallel = 1);
-
-double optimizer_step_seconds(int64_t parameters, double peak_flops);
-
+// A plan's headline figures (stage_cost.h's combine_stage_estimates).
 struct StepPrediction {
   double step_seconds = 0;
   double bubble_ratio = 0;  // idle fraction of the pipeline: (p - 1) / (m + p - 1)
   double tokens_per_second = 0;
   double mfu = 0;
 };
-
-// (m + p - 1) * slowest stage's (forward + backward) + communication + the slowest
-// optimizer step; MFU against peak_flops of every device of the job.
-StepPrediction predict_step(const ModelConfig& model, const std::vector<StageTime>& stages,
-                            int num_micro_batches, double communication_seconds,
-                            double optimizer_seconds, int global_batch_size, double peak_flops,
-                            int num_devices);
 
 }  // namespace paraplan

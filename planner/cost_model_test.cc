@@ -220,21 +220,5 @@ TEST(CostModelTest, ZeroGroupsInferenceAndGranularity) {
   EXPECT_EQ(rounded.transient % (1 << 20), 0u);
 }
 
-TEST(CostModelTest, StepPrediction) {
-  ModelConfig model = tiny();
-  const std::vector<StageTime> stages = {{1.0, 2.0}, {0.5, 1.0}};
-  const StepPrediction prediction = predict_step(model, stages, 4, 0.5, 0.25, 8, 1e12, 2);
-  EXPECT_DOUBLE_EQ(prediction.step_seconds, (4 + 2 - 1) * 3.0 + 0.5 + 0.25);
-  EXPECT_DOUBLE_EQ(prediction.bubble_ratio, 1.0 / 5);
-  EXPECT_DOUBLE_EQ(prediction.tokens_per_second, 8 * 64 / 15.75);
-  EXPECT_DOUBLE_EQ(prediction.mfu, model_flops_per_step(model, 8) / (15.75 * 1e12 * 2));
-
-  const StageLayout whole{0, 4, true, true, {}};
-  const StageTime time = stage_compute_time(model, whole, 2, 1e12);
-  EXPECT_DOUBLE_EQ(time.forward_seconds,
-                   stage_flops(model, whole, 2).forward / (1e12 * kComputeEfficiency));
-  EXPECT_DOUBLE_EQ(time.backward_seconds, 2 * time.forward_seconds);
-}
-
 }  // namespace
 }  // namespace paraplan

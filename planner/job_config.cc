@@ -187,6 +187,9 @@ const std::vector<FieldSpec>& field_table() {
         PARAPLAN_FIELD(cluster, intra_node_latency_us),
         PARAPLAN_FIELD(cluster, inter_node_bandwidth_gbps),
         PARAPLAN_FIELD(cluster, inter_node_latency_us),
+        PARAPLAN_FIELD(cluster, memory_bandwidth_gbps),
+        PARAPLAN_FIELD(cluster, compute_units),
+        PARAPLAN_FIELD(cluster, cores_per_node),
         PARAPLAN_FIELD(cluster, overlap_communication),
         PARAPLAN_FIELD(planner, task_name),
         PARAPLAN_FIELD(planner, consider_mem),
@@ -439,12 +442,14 @@ ClusterConfig preset_values(const std::string& name) {
     c.peak_tflops_fp32 = 19.5, c.peak_tflops_bf16 = 312;
     c.intra_node_bandwidth_gbps = 300, c.intra_node_latency_us = 5;
     c.inter_node_bandwidth_gbps = 25, c.inter_node_latency_us = 10;
+    c.memory_bandwidth_gbps = 2039, c.compute_units = 108;  // HBM2e, SMs
     c.overlap_communication = true;
   } else if (name == "h100-sxm" || name == "h200") {
     c.devices_per_node = 8, c.device_memory_gb = name == "h200" ? 141 : 80;
     c.peak_tflops_fp32 = 67, c.peak_tflops_bf16 = 989;
     c.intra_node_bandwidth_gbps = 450, c.intra_node_latency_us = 5;
     c.inter_node_bandwidth_gbps = 50, c.inter_node_latency_us = 10;
+    c.memory_bandwidth_gbps = name == "h200" ? 4800 : 3352, c.compute_units = 132;
     c.overlap_communication = true;
   }
   return c;

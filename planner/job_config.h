@@ -103,6 +103,17 @@ struct ClusterConfig {
   double intra_node_latency_us = 5;
   double inter_node_bandwidth_gbps = 1.25;
   double inter_node_latency_us = 50;
+  // Device memory bandwidth (GB/s) and compute units (GPU SMs; CPU cores per
+  // device): the analytic time model's memory-bound operations and GEMM
+  // wave quantization (planner/compute_model.h).
+  double memory_bandwidth_gbps = 10;
+  int compute_units = 1;
+  // CPU cores a node's devices share (the cpu preset's ranks are processes on
+  // one machine): the machine's cores, or what its processes got of them
+  // while others ran (the profile measures that); 0: every device computes on
+  // its own. With more ranks than cores, the plan's step comes from playing
+  // its schedule out with the cores shared (planner/pipeline_simulation.h).
+  double cores_per_node = 0;
   // Whether collectives run beside compute (NCCL on its own stream, the GPU
   // presets), so gradient buckets reduced during backward hide behind it; the
   // cpu preset's MPI calls block the rank, and nothing overlaps.

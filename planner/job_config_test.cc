@@ -468,7 +468,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 80u);
+  EXPECT_EQ(options.size(), 83u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",
@@ -510,6 +510,9 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   EXPECT_EQ(by_key["training.min_learning_rate"], "6e-05");
   EXPECT_EQ(by_key["model.dtype"], "float32");
   EXPECT_EQ(by_key["cluster.preset"], "cpu");
+  EXPECT_EQ(by_key["cluster.memory_bandwidth_gbps"], "10");
+  EXPECT_EQ(by_key["cluster.compute_units"], "1");
+  EXPECT_EQ(by_key["cluster.cores_per_node"], "0");
   EXPECT_EQ(by_key["training.seed"], "1337");
 }
 

@@ -159,6 +159,10 @@ void validate_job_config(const JobConfig& c) {
                 kInf, false);
   require_range(c, "cluster", "inter_node_latency_us", k.inter_node_latency_us, 0, true, kInf,
                 false);
+  require_range(c, "cluster", "memory_bandwidth_gbps", k.memory_bandwidth_gbps, 0, false, kInf,
+                false);
+  require_at_least(c, "cluster", "compute_units", k.compute_units, 1);
+  require_range(c, "cluster", "cores_per_node", k.cores_per_node, 0, true, kInf, false);
 
   const PlannerOptions& p = c.planner;
   require_range(c, "planner", "memory_constraint", p.memory_constraint, 0, false, kInf, false);

@@ -17,10 +17,6 @@ int64_t shard(int64_t elements, int64_t tensor_parallel, int64_t replicate_below
   return elements < replicate_below ? elements : elements / tensor_parallel;
 }
 
-double tokens(const ModelConfig& model, int micro_batch_size) {
-  return static_cast<double>(micro_batch_size) * model.seq_len;
-}
-
 }  // namespace
 
 int element_bytes(schema::DType dtype) {
@@ -76,23 +72,6 @@ int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int 
   const bool own_weight = !model.tied_embeddings || !stage_has_embedding;
   return final_norm +
          (own_weight ? shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) : 0);
-}
-
-double block_forward_flops(const ModelConfig& model, int micro_batch_size) {
-  double matmul_weights = 0;
-  for (const LinearLayer& linear : block_linear_layers(model))
-    matmul_weights += static_cast<double>(linear.out_features) * linear.in_features;
-  return 2 * tokens(model, micro_batch_size) * matmul_weights +
-         attention_core_forward_flops(model, micro_batch_size);
-}
-
-double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size) {
-  // QK^T and scores x V over the query heads: 2 * (2 * b * s * s * H D).
-  return 4 * tokens(model, micro_batch_size) * model.seq_len * model.num_heads * head_dim(model);
-}
-
-double head_forward_flops(const ModelConfig& model, int micro_batch_size) {
-  return 2 * tokens(model, micro_batch_size) * model.d_model * model.vocab_size;
 }
 
 int64_t norm_statistics_bytes_per_token(const ModelConfig& model) {

@@ -1,9 +1,10 @@
 // model_counts.h: what the planner counts that depends on the architecture,
-// in one place: a block's linear layers (its GEMMs), parameters per
-// tensor-parallel shard, forward FLOPs, the bytes a block keeps for backward
-// per recompute mode, and the op outputs the transient memory peaks over.
-// The time and memory model (cost_model.h, stage_cost.h) composes these into
-// stages and never names an architecture.
+// for memory, in one place: a block's linear layers, parameters per
+// tensor-parallel shard, the bytes a block keeps for backward per recompute
+// mode, and the op outputs the transient memory peaks over. (What a block
+// computes, for FLOPs and time: transformer_ops.h.) The memory model
+// (cost_model.h, stage_cost.h) composes these into stages and never names an
+// architecture.
 //
 // GPT-2 (runtime/model/gpt/gpt_layout.h, Hugging Face GPT-2): a block holds
 // ln_1, c_attn [3C, C], attn c_proj [C, C], ln_2, c_fc [F, C], mlp c_proj
@@ -57,15 +58,6 @@ int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel = 1,
 // or tied but on a stage without the embedding).
 int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel = 1,
                         int64_t replicate_below = 1);
-
-// Forward FLOPs of one micro-batch (micro_batch_size sequences of seq_len
-// tokens): multiply-adds count 2, causal attention over the full s x s (the
-// MFU convention; Megatron's num_floating_point_operations and the Llama 3
-// paper count the same).
-double block_forward_flops(const ModelConfig& model, int micro_batch_size);
-// QK^T and scores x V: 2 * 2 * b * s * s * (H D).
-double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size);
-double head_forward_flops(const ModelConfig& model, int micro_batch_size);
 
 // The fp32 statistics a norm keeps per token: LayerNorm's mean and rstd
 // (gpt2), RMSNorm's rstd (llama).

@@ -77,8 +77,11 @@ TEST(PlanFilesTest, LoadedPlansAreReestimatedAndDifferencesNamed) {
   EXPECT_EQ(after.training()->micro_batch_size(), before.training()->micro_batch_size());
   EXPECT_FLOAT_EQ(after.training()->optimizer()->learning_rate(), 0.001f);
   EXPECT_LT(after.predictions()->step_seconds(), before.predictions()->step_seconds());
-  EXPECT_DOUBLE_EQ(after.predictions()->stages()->Get(0)->forward_seconds(),
-                   before.predictions()->stages()->Get(0)->forward_seconds() / 2);
+  // The GEMMs take half as long; the memory-bound work as long as before.
+  EXPECT_LT(after.predictions()->stages()->Get(0)->forward_seconds(),
+            before.predictions()->stages()->Get(0)->forward_seconds());
+  EXPECT_GT(after.predictions()->stages()->Get(0)->forward_seconds(),
+            before.predictions()->stages()->Get(0)->forward_seconds() / 2);
   EXPECT_NE(loaded.report.find("cluster.peak_tflops_fp32: plan 0.1, now 0.2"), std::string::npos);
 
   // Inapplicable: another block count, another world, a stage that no longer fits.

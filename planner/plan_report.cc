@@ -138,12 +138,16 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
           std::to_string(result.rejections.size()) + " rejected; " +
           printf_string("%.3f", stats.seconds) + " s, solver " +
           (config.planner.solver == PlannerSolver::IntegerLinearProgramming ? "ilp" : "dp") + "\n";
-  text += "time model: " +
-          (profile ? "measured profile " + profile->path() + " (" + profile->device() + ")"
-                   : std::string("analytic, FLOPs / (peak x ") +
-                         printf_string("%.2f", kComputeEfficiency) + ")") +
-          "; memory limit " + printf_string("%g", config.planner.memory_constraint) + " GB" +
-          (config.planner.consider_mem ? "" : " (not enforced: consider_mem = false)") + "\n";
+  text +=
+      "time model: " +
+      (profile ? "measured profile " + profile->path() + " (" + profile->device() + ")"
+               : std::string("analytic (GEMMs by tiles and waves on ") +
+                     std::to_string(config.cluster.compute_units) + " units at " +
+                     printf_string("%.3g", config.cluster.peak_flops(config.model.dtype) / 1e12) +
+                     " TFLOP/s; memory-bound work at " +
+                     printf_string("%g", config.cluster.memory_bandwidth_gbps) + " GB/s)") +
+      "; memory limit " + printf_string("%g", config.planner.memory_constraint) + " GB" +
+      (config.planner.consider_mem ? "" : " (not enforced: consider_mem = false)") + "\n";
   for (const std::string& line : profile_lines) text += line + "\n";
   if (!config.planner.is_train)
     text +=

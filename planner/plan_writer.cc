@@ -50,9 +50,11 @@ std::string overlap_description(const JobConfig& config, const PlanCandidate& ca
 
 std::string compute_model_description(const JobConfig& config, const PlanCandidate& candidate,
                                       const MeasuredProfile* profile) {
-  char analytic[96];
-  std::snprintf(analytic, sizeof analytic, "analytic roofline (%.0f%% of %.3g TFLOP/s peak)",
-                kComputeEfficiency * 100, config.cluster.peak_flops(config.model.dtype) / 1e12);
+  char analytic[160];
+  std::snprintf(analytic, sizeof analytic,
+                "analytic (GEMM tiles and waves on %d units, %.3g TFLOP/s peak, %.4g GB/s memory)",
+                config.cluster.compute_units, config.cluster.peak_flops(config.model.dtype) / 1e12,
+                config.cluster.memory_bandwidth_gbps);
   if (profile == nullptr) return analytic;
   std::string text = "profile " + profile->path() + " (" + profile->device();
   if (const auto& provenance = profile->data().measured_on)
@@ -148,14 +150,15 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
     stage_predictions.push_back(schema::CreateStagePrediction(
         builder, static_cast<int32_t>(s), stage.forward_seconds, stage.backward_seconds,
         communication, memory, stage.tensor_parallel_seconds, stage.pipeline_p2p_seconds,
-        stage.gradient_reduction_seconds, stage.optimizer_seconds));
+        stage.gradient_reduction_seconds, stage.optimizer_seconds, stage.bubble_seconds));
   }
   auto cluster_table = schema::CreateClusterDirect(
       builder, cluster.preset.c_str(), setting.layout.num_nodes, setting.layout.devices_per_node,
       static_cast<uint64_t>(cluster.device_memory_gb * kBytesPerGigabyte),
       cluster.peak_flops(model.dtype), cluster.intra_node_bandwidth_gbps * 1e9,
       cluster.intra_node_latency_us * 1e-6, cluster.inter_node_bandwidth_gbps * 1e9,
-      cluster.inter_node_latency_us * 1e-6);
+      cluster.inter_node_latency_us * 1e-6, cluster.memory_bandwidth_gbps * 1e9,
+      cluster.compute_units);
   const StepPrediction& prediction = estimate.prediction;
   auto predictions = schema::CreatePredictionsDirect(
       builder, prediction.step_seconds, prediction.bubble_ratio, prediction.tokens_per_second,

@@ -28,10 +28,12 @@ std::string optimizer_state_note(const JobConfig& config) {
   return note.str();
 }
 
-PlanOutcome plan_job(const JobConfig& config) {
-  validate_job_config(config);
-  const ProfileLoad profile = load_profile(config);
+PlanOutcome plan_job(const JobConfig& job) {
+  validate_job_config(job);
+  const ProfileLoad profile = load_profile(job);
   const MeasuredProfile* profile_pointer = profile.profile ? &*profile.profile : nullptr;
+  // The `cpu` preset's peak and bandwidth as this machine measured them.
+  const JobConfig config = with_measured_hardware(job, profile_pointer);
   PlanOutcome outcome;
   if (!config.planner.load_plan_path.empty()) {
     ReusedPlan reused = reuse_plan(config, profile_pointer);

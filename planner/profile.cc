@@ -96,6 +96,31 @@ const OptimizerEntry* MeasuredProfile::find_optimizer() const {
       [&](int processes) { return rank(processes); });
 }
 
+const HardwareEntry* MeasuredProfile::find_hardware() const {
+  return preferred(
+      data_.hardware, [](const HardwareEntry&) { return true; },
+      [&](int processes) { return rank(processes); });
+}
+
+JobConfig with_measured_hardware(const JobConfig& config, const MeasuredProfile* profile) {
+  if (profile == nullptr || config.cluster.preset != "cpu") return config;
+  const HardwareEntry* hardware = profile->find_hardware();
+  if (hardware == nullptr) return config;
+  JobConfig measured = config;
+  ClusterConfig& cluster = measured.cluster;
+  if (!config.was_set("cluster.peak_tflops_fp32"))
+    cluster.peak_tflops_fp32 = hardware->peak_flops_float32 / 1e12;
+  if (!config.was_set("cluster.peak_tflops_bf16"))
+    cluster.peak_tflops_bf16 = hardware->peak_flops_bfloat16 / 1e12;
+  if (!config.was_set("cluster.memory_bandwidth_gbps"))
+    cluster.memory_bandwidth_gbps = hardware->memory_bandwidth / 1e9;
+  if (!config.was_set("cluster.compute_units")) cluster.compute_units = hardware->threads;
+  if (!config.was_set("cluster.cores_per_node"))
+    cluster.cores_per_node =
+        hardware->available_cores > 0 ? hardware->available_cores : hardware->cores;
+  return measured;
+}
+
 namespace {
 
 std::string expand_home(const std::string& path) {

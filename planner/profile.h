@@ -48,6 +48,7 @@ class MeasuredProfile {
                                    int micro_batch_size) const;
   const CollectiveEntry* find_collective(CollectiveOperation operation, int group_size) const;
   const OptimizerEntry* find_optimizer() const;
+  const HardwareEntry* find_hardware() const;
   const std::string& path() const { return path_; }
   const std::string& device() const { return device_; }
   size_t size() const { return data_.compute.size(); }  // compute entries
@@ -85,6 +86,14 @@ ProfileLoad load_profile(const JobConfig& config);
 // load_profile(config).profile: nullopt when there is no file, no entry for the
 // device, a foreign backend, or re_profile = true.
 std::optional<MeasuredProfile> load_measured_profile(const JobConfig& config);
+
+// The job as the planner costs it: for the `cpu` preset, the profile's
+// measured peak (per dtype), memory bandwidth and threads per process
+// (HardwareEntry, preferred by process count like every entry) replace the
+// preset's figures that the job does not set explicitly, so the analytic
+// model and MFU use what this machine does. Other presets, and profiles
+// without hardware figures, leave the job as it is.
+JobConfig with_measured_hardware(const JobConfig& config, const MeasuredProfile* profile);
 
 // Parses profile JSON text (path names it in messages) for one device.
 std::optional<MeasuredProfile> parse_measured_profile(const std::string& text,

@@ -7,6 +7,8 @@
 #include <map>
 #include <type_traits>
 
+#include "planner/compute_model.h"
+
 namespace paraplan {
 namespace {
 
@@ -181,9 +183,22 @@ std::vector<std::string> describe_profile_use(const JobConfig& config, const Pro
       processes_used.insert(profile.processes_of(optimizer->processes));
     } else {
       lines.push_back("profile optimizer: no entry; analytic (" +
-                      number("%g", kOptimizerFlopsPerParameter) +
-                      " FLOPs per parameter at peak x " + number("%.2f", kComputeEfficiency) + ")");
+                      number("%g", optimizer_bytes_per_parameter(config.model.dtype)) +
+                      " bytes per parameter at " +
+                      number("%g", config.cluster.memory_bandwidth_gbps) + " GB/s)");
     }
+  }
+  if (const HardwareEntry* hardware = profile.find_hardware()) {
+    const bool used = config.cluster.preset == "cpu";
+    lines.push_back("profile hardware: " + number("%.3g", hardware->peak_flops_float32 / 1e9) +
+                    " GFLOP/s float32, " + number("%.3g", hardware->peak_flops_bfloat16 / 1e9) +
+                    " GFLOP/s bfloat16, memory " +
+                    number("%.3g", hardware->memory_bandwidth / 1e9) + " GB/s per process (" +
+                    str(hardware->processes) + " at once)" +
+                    (used ? "; the cpu preset's peak and bandwidth (MFU against them) where the "
+                            "job does not set them"
+                          : "; informational (GPU presets keep their spec-sheet peaks)"));
+    processes_used.insert(profile.processes_of(hardware->processes));
   }
   if (!data.gemm.empty()) {
     std::vector<std::string> rates;

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/compute_model.h"
+#include "planner/pipeline_simulation.h"
 #include "planner/profile.h"
+#include "planner/transformer_ops.h"
 
 namespace paraplan {
 
@@ -50,8 +53,9 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   zero_shards_ =
       setting.zero_stage == 1 ? std::max(shape.data_parallel / setting.zero_ngroups, 1) : 1;
 
-  // Compute.
-  const double rate = config.cluster.peak_flops(model.dtype) * kComputeEfficiency * t;
+  // Compute: the profile's measured times, else the analytic model of the
+  // operations each part runs (compute_model.h).
+  const DeviceModel device = device_model(config.cluster, model.dtype);
   std::optional<ProfiledTimes> measured;
   if (profile != nullptr) measured = profile->lookup(model, t, b);
   if (measured) {
@@ -64,11 +68,17 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     head_forward_ = measured->head_forward;
     head_backward_ = measured->head_backward;
   } else {
-    block_forward_ = block_forward_flops(model, b) / rate;
-    for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
-      block_backward_[static_cast<int>(mode)] = block_backward_flops(model, b, mode) / rate;
-    head_forward_ = head_forward_flops(model, b) / rate;
-    head_backward_ = 2 * head_forward_flops(model, b) / rate;
+    const PassOperations block = block_ops(model, b, t), head = head_ops(model, b, t),
+                         embedding = embedding_ops(model, b, t);
+    block_forward_ = operations_seconds(block.forward, false, device);
+    block_backward_[0] = operations_seconds(block.backward, true, device);
+    block_backward_[1] =
+        block_backward_[0] + attention_seconds(block.forward.attention, false, device);
+    block_backward_[2] = block_backward_[0] + block_forward_;
+    embedding_forward_ = operations_seconds(embedding.forward, false, device);
+    embedding_backward_ = operations_seconds(embedding.backward, true, device);
+    head_forward_ = operations_seconds(head.forward, false, device);
+    head_backward_ = operations_seconds(head.backward, true, device);
   }
 
   // Tensor parallelism: always inside a node (t divides devices_per_node).
@@ -127,6 +137,19 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     }
   }
 
+  // The gradient norm's all-reduce of one double over the world: measured
+  // inside a node, else a tree's 2 log2(n) latencies (a message this small
+  // costs its latency only).
+  const int world = p * shape.data_parallel * t;
+  if (train && world > 1) {
+    const bool crosses = setting.layout.num_nodes > 1;
+    const std::optional<CollectiveEntry> norm =
+        measured_collective(profile, CollectiveOperation::AllReduce, world);
+    norm_all_reduce_ = norm && !crosses
+                           ? norm->seconds(sizeof(double))
+                           : 2 * std::ceil(std::log2(world)) * links.link(crosses).latency_seconds;
+  }
+
   // The optimizer step on this rank's shard of the stage's parameters.
   const OptimizerEntry* optimizer = profile != nullptr ? profile->find_optimizer() : nullptr;
   if (!train)
@@ -135,8 +158,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter / zero_shards_;
   else
     optimizer_seconds_per_parameter_ =
-        kOptimizerFlopsPerParameter /
-        (config.cluster.peak_flops(model.dtype) * kComputeEfficiency * zero_shards_);
+        optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
 }
 
 double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
@@ -174,11 +196,11 @@ double StageCostModel::gradient_reduction(int pipeline_rank, double parameters,
           : 1;
   const double exposed = exposed_reduction_seconds(bucketed, buckets, backward_seconds);
   *hidden = bucketed - exposed;
-  if (setting_.zero_stage != 1) return exposed;
+  if (setting_.zero_stage != 1) return exposed + norm_all_reduce_;
   // ZeRO-1: then all-reduce each shard across the groups, and all-gather the
   // updated weights inside the group.
   const int z = zero_shards_, groups = d / z;
-  return exposed +
+  return exposed + norm_all_reduce_ +
          collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
                             bytes / z) +
          collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
@@ -280,6 +302,52 @@ double step_seconds(const PlanSetting& setting, double slowest_slot, double slow
   return (m + p - 1) * slowest_slot + slowest_tail;
 }
 
+bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting) {
+  const double cores = config.cluster.cores_per_node;
+  return cores > 0 && setting.layout.num_nodes == 1 && setting.layout.devices_per_node > cores &&
+         config.planner.is_train;
+}
+
+namespace {
+
+// The step played out with the node's cores shared (pipeline_simulation.h):
+// each stage's times become what its ranks take while the others compute or
+// wait. The per-stage times were measured (or modelled) with every rank of
+// the node busy at once, i.e. at cores / ranks of a dedicated core's speed.
+void simulate_shared_cores(const JobConfig& config, const PlanSetting& setting,
+                           PlanEstimate& plan) {
+  const int p = setting.shape.pipeline_stages;
+  const double cores = config.cluster.cores_per_node;
+  const double share = cores / setting.layout.devices_per_node;
+  std::vector<SimulatedStageInput> inputs;
+  for (int s = 0; s < p; ++s) {
+    const StageEstimate& stage = plan.stages[s];
+    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    inputs.push_back({.forward_work = stage.forward_seconds * share,
+                      .backward_work = stage.backward_seconds * share,
+                      .forward_fixed = stage.tensor_parallel_seconds / 2,
+                      .backward_fixed = stage.tensor_parallel_seconds / 2,
+                      .p2p_seconds = sends > 0 ? stage.pipeline_p2p_seconds / sends : 0,
+                      .reduction_seconds = stage.gradient_reduction_seconds,
+                      .optimizer_work = stage.optimizer_seconds * share});
+  }
+  const SimulatedStep step = simulate_step(
+      generate_schedule(config.planner.pipeline_scheduler, p, setting.num_micro_batches), inputs,
+      setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
+  // Compute as a dedicated core does it (replay counts a rank's compute by
+  // the CPU time it got); the rest of the step is waiting.
+  for (int s = 0; s < p; ++s) {
+    StageEstimate& stage = plan.stages[s];
+    stage.forward_seconds = inputs[s].forward_work;
+    stage.backward_seconds = inputs[s].backward_work;
+    stage.optimizer_seconds = inputs[s].optimizer_work;
+    stage.bubble_seconds = step.stages[s].waiting_seconds;
+  }
+  plan.prediction.step_seconds = step.step_seconds;
+}
+
+}  // namespace
+
 PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
                                      std::vector<StageEstimate> stages) {
   PlanEstimate plan;
@@ -300,6 +368,10 @@ PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting&
   plan.pipeline_seconds = (m + p - 1) * plan.slot_seconds;
   StepPrediction& prediction = plan.prediction;
   prediction.step_seconds = step_seconds(setting, plan.slot_seconds, plan.tail_seconds);
+  for (StageEstimate& stage : plan.stages)
+    stage.bubble_seconds =
+        std::max(0.0, prediction.step_seconds - m * stage.slot_seconds() - stage.tail_seconds());
+  if (ranks_share_cores(config, setting)) simulate_shared_cores(config, setting, plan);
   prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
   const int global = config.training.global_batch_size;
   const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;

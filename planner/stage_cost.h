@@ -10,18 +10,20 @@
 // - Memory: cost_model.h's stage_memory (weights, gradients, opt_resident_coef,
 //   opt_transient_coef, ZeRO-1 over data_parallel / zero_ngroups ranks, the
 //   in-flight micro-batches of its schedule position, transient_mem_coef).
-// - Time per micro-batch ("slot"): compute (FLOPs / (peak x efficiency x t), or a
-//   measured profile's entry for the tensor-parallel degree and micro-batch
-//   size), the Megatron tensor-parallel all-reduces (2 per block
-//   forward, 2 backward, 2 more for a fully recomputed block; 1 for the
-//   vocabulary-parallel embedding forward, 1 for the head's input gradient plus
-//   two small cross-entropy reductions), and the point-to-point sends the stage
-//   initiates (activation to the next stage, gradient to the previous one).
+// - Time per micro-batch ("slot"): compute (the analytic model of
+//   compute_model.h over transformer_ops.h's operations of one device of the
+//   tensor-parallel group, or a measured profile's entry for the
+//   tensor-parallel degree and micro-batch size), the Megatron tensor-parallel all-reduces (2 per
+//   block forward, 2 backward, 2 more for a fully recomputed block; 1 for the vocabulary-parallel
+//   embedding forward, 1 for the head's input gradient plus two small cross-entropy reductions),
+//   and the point-to-point sends the stage initiates (activation to the next stage, gradient to the
+//   previous one).
 // - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
 //   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
-//   all-gather of the updated weights) and the AdamW step on the stage's shard
-//   (12 FLOPs per parameter at peak x efficiency, or the profile's measured
-//   seconds per parameter). Where the cluster overlaps communication
+//   all-gather of the updated weights, and the gradient norm's one-double
+//   all-reduce over the world) and the optimizer step on the stage's
+//   shard (its bytes at the device's memory bandwidth, compute_model.h, or the
+//   profile's measured seconds per parameter). Where the cluster overlaps communication
 //   (overlap_communication) the all-reduce or reduce-scatter runs in
 //   gradient_bucket_size buckets started as the step's last backward finishes
 //   them, and only its exposed part counts (exposed_reduction_seconds); the
@@ -34,7 +36,8 @@
 //   gradient is not charged separately: it is part of the stage's reduction.)
 // - Plan: step = (m + p - 1) x slowest slot + slowest tail (1F1B and GPipe both:
 //   the schedule changes memory, not this bound). is_train = false: forward only,
-//   no tail.
+//   no tail. Each stage's bubble is what is left of the step after m of its
+//   slots and its tail: the time it waits for the others.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +78,10 @@ struct StageEstimate {
   double gradient_reduction_seconds = 0;  // per step, the exposed part
   double hidden_reduction_seconds = 0;    // per step, overlapped with backward
   double optimizer_seconds = 0;           // per step
+  // Per step: waiting for the other stages (the pipeline bubble, slower
+  // stages): the step less m x the slot and the tail. Set by
+  // combine_stage_estimates, which knows the step.
+  double bubble_seconds = 0;
   double slot_seconds() const {
     return forward_seconds + backward_seconds + tensor_parallel_seconds + pipeline_p2p_seconds;
   }
@@ -128,6 +135,7 @@ class StageCostModel {
       zero_all_gather_;
   int element_bytes_ = 4;
   int zero_shards_ = 1;
+  double norm_all_reduce_ = 0;  // the gradient norm's all-reduce over the world, per step
   // The stage's reduction: exposed seconds, and the hidden part in *hidden.
   // backward_seconds: one micro-batch's backward compute without recomputation.
   double gradient_reduction(int pipeline_rank, double parameters, double backward_seconds,
@@ -149,6 +157,13 @@ struct PlanEstimate {
   int peak_memory_stage = 0;
   double unbalance_ratio = 1;  // fastest slot / slowest slot
 };
+
+// Whether the setting's ranks share the node's cores ([cluster]
+// cores_per_node, the cpu preset's profile): more ranks on the node than
+// cores. Then combine_stage_estimates takes the step, and each stage's
+// compute, optimizer and bubble times, from playing the schedule out with the
+// cores shared (pipeline_simulation.h) instead of the closed form.
+bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting);
 
 // Step time and the summary figures from per-stage estimates.
 PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,

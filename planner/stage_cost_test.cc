@@ -8,7 +8,9 @@
 #include <cmath>
 #include <random>
 
+#include "planner/compute_model.h"
 #include "planner/recompute_choice.h"
+#include "planner/transformer_ops.h"
 
 namespace paraplan {
 namespace {
@@ -69,10 +71,17 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
   const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
   const StageCostModel costs(config, setting);
   const StageEstimate stage = costs.estimate(3, {12, 0, 0});
-  const double rate = 312e12 * 0.5 * 8;
-  const double block = 24.0 * 2048 * 12288 * 12288 + 4.0 * 2048 * 2048 * 12288;
-  EXPECT_DOUBLE_EQ(stage.forward_seconds, 12 * (block / rate));
-  EXPECT_DOUBLE_EQ(stage.backward_seconds, 12 * (2 * block / rate));
+  // Compute: the A100's analytic model of one tp-8 shard's operations
+  // (compute_model_test.cc checks that model by hand).
+  const DeviceModel a100 = device_model(config.cluster, schema::DType::BFloat16);
+  const PassOperations block = block_ops(config.model, 1, 8);
+  EXPECT_DOUBLE_EQ(stage.forward_seconds, 12 * operations_seconds(block.forward, false, a100));
+  EXPECT_DOUBLE_EQ(stage.backward_seconds, 12 * operations_seconds(block.backward, true, a100));
+  // The qkv GEMM [2048 x 12288] x [12288 x 4608]: 8 x 36 tiles of 256 x 128
+  // in 3 waves of 108 SMs (the last two-thirds busy), long k.
+  const double qkv = 2.0 * 2048 * 4608 * 12288 /
+                     (312e12 * a100.gemm_efficiency * (288.0 / 324) * 12288 / (12288 + 64));
+  EXPECT_DOUBLE_EQ(gemm_seconds(block.forward.gemms[0], a100), qkv + 4e-6);
   // 4 all-reduces of s*b*h*2 bytes per block over 8 NVLink ranks.
   const double all_reduce = 14 * 5e-6 + 14.0 / 8 * (2048.0 * 12288 * 2) / 300e9;
   EXPECT_DOUBLE_EQ(stage.tensor_parallel_seconds, 12 * (4 * all_reduce));
@@ -81,11 +90,14 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
   const double send = 10e-6 + 2048.0 * 12288 * 2 / 25e9;
   EXPECT_DOUBLE_EQ(stage.pipeline_p2p_seconds, 2 * send);
   // Gradients: 12 blocks of the tp-8 shard, bf16, ring all-reduce over 16 ranks
-  // spanning 16 nodes.
+  // spanning 16 nodes; then the gradient norm's all-reduce over the 1024
+  // ranks, a tree's 2 x 10 inter-node latencies.
   const double parameters = 12.0 * block_parameters(config.model, 8);
+  const double norm = 2 * 10 * 10e-6;
   EXPECT_DOUBLE_EQ(stage.gradient_reduction_seconds,
-                   30 * 10e-6 + 30.0 / 16 * parameters * 2 / 25e9);
-  EXPECT_DOUBLE_EQ(stage.optimizer_seconds, parameters * 12 / (312e12 * 0.5));
+                   30 * 10e-6 + 30.0 / 16 * parameters * 2 / 25e9 + norm);
+  // The optimizer streams 30 bytes per bf16 parameter at 85% of 2039 GB/s.
+  EXPECT_DOUBLE_EQ(stage.optimizer_seconds, parameters * (30 / (2039e9 * 0.85)));
   EXPECT_DOUBLE_EQ(costs.slot_seconds(3, {12, 0, 0}), stage.slot_seconds());
   EXPECT_DOUBLE_EQ(costs.tail_seconds(3, 12), stage.tail_seconds());
   // The step: (m + p - 1) slots plus the slowest tail.
@@ -104,7 +116,8 @@ TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
   // of a quarter across the 4 groups, all-gather.
   EXPECT_DOUBLE_EQ(b.gradient_reduction_seconds, ring_reduce_scatter_seconds(ib, 4, bytes) +
                                                      ring_all_reduce_seconds(ib, 4, bytes / 4) +
-                                                     ring_all_gather_seconds(ib, 4, bytes));
+                                                     ring_all_gather_seconds(ib, 4, bytes) +
+                                                     2 * 10 * 10e-6);  // the norm
   // Optimizer state sharded 4 ways, and the step updates a quarter.
   EXPECT_EQ(b.memory.optimizer_state, (a.memory.optimizer_state + 3) / 4);
   EXPECT_DOUBLE_EQ(b.optimizer_seconds, a.optimizer_seconds / 4);

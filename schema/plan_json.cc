@@ -151,7 +151,9 @@ json cluster_to_json(const schema::Cluster& cluster) {
           {"intra_node_bandwidth", cluster.intra_node_bandwidth()},
           {"intra_node_latency", cluster.intra_node_latency()},
           {"inter_node_bandwidth", cluster.inter_node_bandwidth()},
-          {"inter_node_latency", cluster.inter_node_latency()}};
+          {"inter_node_latency", cluster.inter_node_latency()},
+          {"memory_bandwidth", cluster.memory_bandwidth()},
+          {"compute_units", cluster.compute_units()}};
 }
 
 json predictions_to_json(const schema::Predictions& predictions) {
@@ -166,6 +168,7 @@ json predictions_to_json(const schema::Predictions& predictions) {
                         {"pipeline_p2p_seconds", stage->pipeline_p2p_seconds()},
                         {"gradient_reduction_seconds", stage->gradient_reduction_seconds()},
                         {"optimizer_seconds", stage->optimizer_seconds()},
+                        {"bubble_seconds", stage->bubble_seconds()},
                         {"memory", stage->memory() == nullptr ? json(nullptr)
                                                               : memory_to_json(*stage->memory())}});
     }
@@ -370,9 +373,9 @@ void stage_table(const schema::Plan& plan, std::ostringstream& out) {
   }
   const auto* predicted = plan.predictions() ? plan.predictions()->stages() : nullptr;
   TextTable table(
-      {"stage", "layers", "holds", "recompute", "fwd ms", "bwd ms", "comm ms", "weights", "grads",
-       "optimizer", "activations", "transient", "total"},
-      {true, false, false, false, true, true, true, true, true, true, true, true, true});
+      {"stage", "layers", "holds", "recompute", "fwd ms", "bwd ms", "comm ms", "wait ms", "weights",
+       "grads", "optimizer", "activations", "transient", "total"},
+      {true, false, false, false, true, true, true, true, true, true, true, true, true, true});
   for (size_t i = 0; i < plan.stages()->size(); ++i) {
     const schema::Stage& stage = *plan.stages()->Get(i);
     std::vector<std::string> row = {std::to_string(stage.index()), layer_range(stage), holds(stage),
@@ -382,6 +385,7 @@ void stage_table(const schema::Plan& plan, std::ostringstream& out) {
     row.push_back(p ? format_ms(p->forward_seconds()) : "-");
     row.push_back(p ? format_ms(p->backward_seconds()) : "-");
     row.push_back(p ? format_ms(p->communication_seconds()) : "-");
+    row.push_back(p ? format_ms(p->bubble_seconds()) : "-");
     const schema::StageMemory* m = p ? p->memory() : nullptr;
     for (uint64_t bytes :
          {m ? m->weights() : 0, m ? m->gradients() : 0, m ? m->optimizer_state() : 0,

@@ -365,7 +365,8 @@ void check_predictions(const schema::Predictions& predictions, const schema::Pla
           {"tensor_parallel_seconds", stage.tensor_parallel_seconds()},
           {"pipeline_p2p_seconds", stage.pipeline_p2p_seconds()},
           {"gradient_reduction_seconds", stage.gradient_reduction_seconds()},
-          {"optimizer_seconds", stage.optimizer_seconds()}}) {
+          {"optimizer_seconds", stage.optimizer_seconds()},
+          {"bubble_seconds", stage.bubble_seconds()}}) {
       if (!(value >= 0) || !std::isfinite(value)) {
         v.add(f + "." + name, number(value) + "; must be a finite number >= 0");
       }

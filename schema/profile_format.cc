@@ -179,6 +179,19 @@ DeviceProfile parse_version_2(const Json& section, const std::string& where) {
     entry.flops_per_second = item.number("flops_per_second", true, true, "a number");
     device.gemm.push_back(entry);
   });
+  each("hardware", [&](const Fields& item) {
+    HardwareEntry entry;
+    entry.processes = item.processes();
+    entry.threads = item.integer("threads", 1);
+    entry.cores = item.integer("cores", 0, 0);
+    entry.available_cores = item.number("available_cores", false, false, "a number of cores");
+    const char* rate = "a number of FLOP/s";
+    entry.peak_flops_float32 = item.number("peak_flops_float32", true, true, rate);
+    entry.peak_flops_bfloat16 = item.number("peak_flops_bfloat16", true, true, rate);
+    entry.memory_bandwidth =
+        item.number("memory_bandwidth", true, true, "a number of bytes per second");
+    device.hardware.push_back(entry);
+  });
   return device;
 }
 
@@ -290,10 +303,20 @@ Json device_profile_json(const DeviceProfile& device) {
                     {"dtype", dtype_text(entry.dtype)},
                     {"processes", entry.processes},
                     {"flops_per_second", entry.flops_per_second}});
+  Json hardware = Json::array();
+  for (const HardwareEntry& entry : device.hardware)
+    hardware.push_back({{"processes", entry.processes},
+                        {"threads", entry.threads},
+                        {"cores", entry.cores},
+                        {"available_cores", entry.available_cores},
+                        {"peak_flops_float32", entry.peak_flops_float32},
+                        {"peak_flops_bfloat16", entry.peak_flops_bfloat16},
+                        {"memory_bandwidth", entry.memory_bandwidth}});
   section["compute"] = compute;
   section["optimizer"] = optimizer;
   section["collectives"] = collectives;
   section["gemm"] = gemm;
+  section["hardware"] = hardware;
   return section;
 }
 

@@ -12,8 +12,10 @@
 // embedding's and head's forward and backward, on one device of the TP group,
 // compute only), the optimizer step per parameter of a rank's shard,
 // collectives (latency + bytes x seconds_per_byte per operation and group
-// size) and GEMM rates (informational). Version 1 (a device's value is an
-// array of compute entries) still reads. schema/README.md lists every field.
+// size), GEMM rates (informational) and the machine's peak GEMM rate per
+// dtype and memory bandwidth ("hardware"; optional, ignored by readers that
+// predate it, so still version 2). Version 1 (a device's value is an array of
+// compute entries) still reads. schema/README.md lists every field.
 //
 // Every entry records how many processes ran the measurement at once on the
 // node ("processes"; version 1: "parallel" true = every local device busy).
@@ -83,6 +85,24 @@ struct GemmEntry {
   double flops_per_second = 0;
 };
 
+// The machine's own figures, per process, measured with `processes`
+// processes at once: the best GEMM rate of each storage dtype (a large square
+// GEMM through the backend's linear op) and the streaming rate of an
+// elementwise op (bytes read and written per second). The `cpu` preset takes
+// its peak and bandwidth from here, so MFU is against what the machine does.
+struct HardwareEntry {
+  int processes = 1;
+  int threads = 1;  // compute threads of each process
+  int cores = 0;    // the machine's cores the processes share (0: not recorded)
+  // What the processes got of them while measuring the peak: the sum over
+  // the processes of CPU time / wall time (less than `cores` when others ran).
+  double available_cores = 0;
+  double peak_flops_float32 = 0;
+  double peak_flops_bfloat16 = 0;
+  double memory_bandwidth = 0;
+  bool operator==(const HardwareEntry&) const = default;
+};
+
 struct ProfileProvenance {
   std::string backend, description, host, paraplan_version, date;
 };
@@ -95,6 +115,7 @@ struct DeviceProfile {
   std::vector<OptimizerEntry> optimizer;
   std::vector<CollectiveEntry> collectives;
   std::vector<GemmEntry> gemm;
+  std::vector<HardwareEntry> hardware;
 };
 
 // A parsed profile file: its version, every device it names, and the one

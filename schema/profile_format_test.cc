@@ -49,7 +49,10 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
       {"operation": "send_receive", "group_size": 2, "parallel": false, "latency": 1e-6,
        "seconds_per_byte": 0}],
     "gemm": [{"m": 512, "n": 512, "k": 128, "dtype": "float32", "processes": 4,
-              "flops_per_second": 3.1e10}])");
+              "flops_per_second": 3.1e10}],
+    "hardware": [{"processes": 4, "threads": 1, "cores": 2, "available_cores": 1.5,
+                  "peak_flops_float32": 4.5e10,
+                  "peak_flops_bfloat16": 3.5e10, "memory_bandwidth": 6e9}])");
   const ProfileDocument document = parse_profile_document(text, "profile.json", "cpu");
   EXPECT_EQ(document.version, 2);
   EXPECT_EQ(document.devices, std::vector<std::string>{"cpu"});
@@ -104,6 +107,13 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
   EXPECT_EQ(device.gemm[0].k, 128);
   EXPECT_EQ(device.gemm[0].processes, 4);
   EXPECT_EQ(device.gemm[0].flops_per_second, 3.1e10);
+  EXPECT_EQ(device.hardware, (std::vector<HardwareEntry>{{.processes = 4,
+                                                          .threads = 1,
+                                                          .cores = 2,
+                                                          .available_cores = 1.5,
+                                                          .peak_flops_float32 = 4.5e10,
+                                                          .peak_flops_bfloat16 = 3.5e10,
+                                                          .memory_bandwidth = 6e9}}));
   // Another device's section is listed but not read.
   const ProfileDocument other = parse_profile_document(text, "profile.json", "h200");
   EXPECT_FALSE(other.device.has_value());
@@ -147,6 +157,13 @@ TEST(ProfileFormat, MalformedVersion2FieldsAreNamed) {
             "of seconds > 0");
   EXPECT_EQ(error_with(R"("gemm": [{"m": 1, "n": 2, "k": 3, "dtype": "float16", "processes": 1}])"),
             "profile.json: devices.\"cpu\".gemm[0].dtype = 'float16'; valid: float32, bfloat16");
+  EXPECT_EQ(error_with(R"("hardware": [{"processes": 2, "peak_flops_float32": 1e10,
+                                       "peak_flops_bfloat16": 1e10}])"),
+            "profile.json: devices.\"cpu\".hardware[0].memory_bandwidth is required");
+  EXPECT_EQ(error_with(R"("hardware": [{"processes": 2, "peak_flops_float32": -1,
+                                       "peak_flops_bfloat16": 1e10, "memory_bandwidth": 1}])"),
+            "profile.json: devices.\"cpu\".hardware[0].peak_flops_float32 must be a number of "
+            "FLOP/s > 0");
   EXPECT_EQ(error_with(R"("measured_on": {"date": 20261122})"),
             "profile.json: devices.\"cpu\".measured_on.date must be a string");
   EXPECT_EQ(error_with(R"("collectives": {"operation": "all_reduce"})"),
@@ -211,6 +228,13 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
                                    .dtype = schema::DType::BFloat16,
                                    .processes = 4,
                                    .flops_per_second = 6.5e14});
+  written.hardware.push_back(HardwareEntry{.processes = 4,
+                                           .threads = 2,
+                                           .cores = 16,
+                                           .available_cores = 15.25,
+                                           .peak_flops_float32 = 5.5e13,
+                                           .peak_flops_bfloat16 = 7.1e14,
+                                           .memory_bandwidth = 2.9e12});
   nlohmann::json devices = {{"other", {{"compute", "kept as it was"}}}};
   devices["h100-sxm"] = device_profile_json(written);
   const std::string text = profile_document_text(devices);
@@ -260,6 +284,7 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
   EXPECT_EQ(read.gemm[0].m, 8192);
   EXPECT_EQ(read.gemm[0].dtype, schema::DType::BFloat16);
   EXPECT_EQ(read.gemm[0].flops_per_second, 6.5e14);
+  EXPECT_EQ(read.hardware, written.hardware);  // doubles round-trip exactly
   EXPECT_EQ(nlohmann::json::parse(text)["devices"]["other"]["compute"], "kept as it was");
 }
 

@@ -122,6 +122,24 @@ TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
     EXPECT_GT(stage["tensor_parallel"]["measured"].get<double>(), 0);  // tp 2 all-reduces
     // The stage's own work fits in the step.
     EXPECT_LE(4 * (forward + backward) + stage["optimizer"]["measured"].get<double>(), step);
+    // The parts of the step add up to it, measured and predicted; waiting for
+    // peers is its own part (here the bubble and the other stage's pace), no
+    // part is negative, and the plan predicts a bubble for the stage.
+    const json& parts = stage["per_step"];
+    double measured = 0, predicted = 0;
+    for (const char* part : {"forward", "backward", "tensor_parallel", "pipeline_p2p",
+                             "gradient_reduction", "optimizer", "wait", "other"}) {
+      ASSERT_TRUE(parts.contains(part)) << part;
+      EXPECT_GE(parts[part]["measured"].get<double>(), 0) << part;
+      measured += parts[part]["measured"].get<double>();
+      predicted += parts[part]["predicted"].get<double>();
+    }
+    EXPECT_NEAR(measured, step, 1e-9 * step);
+    EXPECT_NEAR(predicted, report["step_seconds"]["predicted"].get<double>(), 1e-6 * step);
+    EXPECT_GT(parts["wait"]["measured"].get<double>(), 0);
+    EXPECT_GT(parts["wait"]["predicted"].get<double>(), 0);
+    EXPECT_GT(parts["pipeline_p2p"]["measured"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(parts["forward"]["measured"].get<double>(), 4 * forward);
     // Weights are exact in the model; nothing exceeds the prediction.
     const json& memory = stage["memory_bytes"];
     EXPECT_EQ(memory["weights"]["measured"], memory["weights"]["predicted"]);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/dtype.h"
 
 namespace paraplan::kernels::cpu {
@@ -30,7 +31,7 @@ Bits* bits(void* x) {
 
 class CpuBfloat16Ops final : public Ops {
  public:
-  CpuBfloat16Ops() : fp32_(make_float32_ops()) {}
+  explicit CpuBfloat16Ops(int threads) : fp32_(make_float32_ops(threads)), pool_(threads) {}
 
   Backend backend() const override { return Backend::kCpu; }
   DType storage_dtype() const override { return DType::kBFloat16; }
@@ -306,8 +307,8 @@ class CpuBfloat16Ops final : public Ops {
   // -------------------------
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
-    cpu::adamw(master, widen(0, grads, n), first_moment, second_moment, n, hyperparameters);
-    narrow(params, master, n);
+    cpu::adamw(pool_, DType::kBFloat16, master, params, grads, first_moment, second_moment, n,
+               hyperparameters);
   }
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
     *accumulator += sum_of_squares(x, n);
@@ -317,12 +318,7 @@ class CpuBfloat16Ops final : public Ops {
   }
 
   double sum_of_squares(const void* x, size_t n) override {
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-      const double value = float_from_bfloat16(bits(x)[i]);
-      sum += value * value;
-    }
-    return sum;
+    return cpu::sum_of_squares(pool_, block_sums_, DType::kBFloat16, x, n);
   }
 
  private:
@@ -362,6 +358,8 @@ class CpuBfloat16Ops final : public Ops {
   }
 
   std::unique_ptr<Ops> fp32_;
+  CpuThreadPool pool_;
+  std::vector<double> block_sums_;  // sum_of_squares scratch
   std::vector<float> scratch_[6];
   std::vector<int> row_slot_;      // token embedding backward: local row -> touched slot
   std::vector<int> touched_rows_;  // in first-touch order
@@ -369,8 +367,8 @@ class CpuBfloat16Ops final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_bfloat16_ops() {
-  return std::make_unique<CpuBfloat16Ops>();
+std::unique_ptr<Ops> make_bfloat16_ops(int threads) {
+  return std::make_unique<CpuBfloat16Ops>(threads);
 }
 
 }  // namespace paraplan::kernels::cpu

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -149,13 +150,20 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logi
                                 const float* target_logit, int rows, int vocab_local,
                                 int vocab_start, float loss_scale);
 
-// AdamW in place over fp32 params (cpu_ops.cc); Ops::adamw's arithmetic.
-void adamw(float* params, const float* grads, float* first_moment, float* second_moment, size_t n,
-           const AdamWStep& hyperparameters);
+class CpuThreadPool;
+
+// Ops::adamw and Ops::sum_of_squares for storage tensors of either dtype, on
+// pool's threads, bitwise the same for every thread count (cpu_optimizer.cc).
+// block_sums is scratch the caller keeps between calls.
+void adamw(CpuThreadPool& pool, DType storage, float* master, void* params, const void* grads,
+           float* first_moment, float* second_moment, size_t n, const AdamWStep& hyperparameters);
+double sum_of_squares(CpuThreadPool& pool, std::vector<double>& block_sums, DType storage,
+                      const void* x, size_t n);
 
 // The two storage dtypes of the CPU backend: fp32 (cpu_ops.cc), and bf16
-// (cpu_bfloat16_ops.cc), which runs the fp32 ops on widened copies.
-std::unique_ptr<Ops> make_float32_ops();
-std::unique_ptr<Ops> make_bfloat16_ops();
+// (cpu_bfloat16_ops.cc), which runs the fp32 ops on widened copies. threads:
+// the optimizer's worker threads (>= 1).
+std::unique_ptr<Ops> make_float32_ops(int threads);
+std::unique_ptr<Ops> make_bfloat16_ops(int threads);
 
 }  // namespace paraplan::kernels::cpu

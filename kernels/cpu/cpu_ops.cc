@@ -1,8 +1,10 @@
 // cpu_ops.cc: the CPU backend of the op set in kernels/ops.h.
 //
 // GEMMs (linear, and the products inside attention) go through OpenBLAS
-// cblas_sgemm; everything else is plain single-threaded C++ in the style of
-// llm.c's train_gpt2.c, written so that GCC vectorizes the inner loops.
+// cblas_sgemm; the optimizer's passes (AdamW, the sum of squares) run on the
+// backend's own threads (cpu_optimizer.cc); everything else is plain
+// single-threaded C++ in the style of llm.c's train_gpt2.c, written so that
+// GCC vectorizes the inner loops.
 // Attention lives in cpu_attention.cc, cross-entropy in cpu_loss.cc, RMS
 // norm, SwiGLU and the rotary embedding in cpu_llama_ops.cc, shared helpers in
 // cpu_kernels.h.
@@ -17,6 +19,7 @@
 // Forward ops overwrite their outputs; backward ops accumulate (+=).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -24,8 +27,10 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
@@ -42,6 +47,7 @@ constexpr float kGeluCubic = 0.044715f;
 
 class CpuOps final : public Ops {
  public:
+  explicit CpuOps(int threads) : pool_(threads) {}
   Backend backend() const override { return Backend::kCpu; }
   DType storage_dtype() const override { return DType::kFloat32; }
 
@@ -431,12 +437,10 @@ class CpuOps final : public Ops {
 
   // ---- optimizer ---------------------------------------------------------------------------
 
-  void adamw(float* master, void* params_storage, const void* grads_storage, float* first_moment,
+  void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
-    float* params = static_cast<float*>(params_storage);
-    cpu::adamw(master, static_cast<const float*>(grads_storage), first_moment, second_moment, n,
+    cpu::adamw(pool_, DType::kFloat32, master, params, grads, first_moment, second_moment, n,
                hyperparameters);
-    if (params != master) copy(params, master, n * sizeof(float));
   }
 
   // The host is the device: accumulating is adding at once.
@@ -449,41 +453,17 @@ class CpuOps final : public Ops {
     *accumulator += sum;
   }
 
-  double sum_of_squares(const void* x_storage, size_t n) override {
-    const float* x = static_cast<const float*>(x_storage);
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-      double value = x[i];
-      sum += value * value;
-    }
-    return sum;
+  double sum_of_squares(const void* x, size_t n) override {
+    return cpu::sum_of_squares(pool_, block_sums_, DType::kFloat32, x, n);
   }
+
+ private:
+  cpu::CpuThreadPool pool_;
+  std::vector<double> block_sums_;  // sum_of_squares scratch
 };
 
-void cpu::adamw(float* params, const float* grads, float* first_moment, float* second_moment,
-                size_t n, const AdamWStep& hyperparameters) {
-  const float learning_rate = hyperparameters.learning_rate, epsilon = hyperparameters.epsilon;
-  const float beta1 = hyperparameters.beta1, beta2 = hyperparameters.beta2;
-  const float gradient_scale = hyperparameters.gradient_scale;
-  const float beta1_correction = adamw_bias_correction(beta1, hyperparameters.step);
-  const float beta2_correction = adamw_bias_correction(beta2, hyperparameters.step);
-  const float decay_factor = 1.0f - learning_rate * hyperparameters.weight_decay;
-  for (size_t i = 0; i < n; i++) {
-    float grad = grads[i] * gradient_scale;
-    float m = beta1 * first_moment[i] + (1.0f - beta1) * grad;
-    float v = beta2 * second_moment[i] + (1.0f - beta2) * grad * grad;
-    first_moment[i] = m;
-    second_moment[i] = v;
-    float m_hat = m / beta1_correction;
-    float v_hat = v / beta2_correction;
-    // Decoupled weight decay (PyTorch AdamW): shrink first, then the Adam step.
-    float param = params[i] * decay_factor;
-    params[i] = param - learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
-  }
-}
-
-std::unique_ptr<Ops> cpu::make_float32_ops() {
-  return std::make_unique<CpuOps>();
+std::unique_ptr<Ops> cpu::make_float32_ops(int threads) {
+  return std::make_unique<CpuOps>(threads);
 }
 
 std::unique_ptr<Ops> make_cpu_ops(int num_threads, DType storage) {
@@ -495,8 +475,10 @@ std::unique_ptr<Ops> make_cpu_ops(int num_threads, DType storage) {
   }
   // A process-wide OpenBLAS setting, not one per Ops object.
   if (num_threads > 0) openblas_set_num_threads(num_threads);
-  if (storage == DType::kBFloat16) return cpu::make_bfloat16_ops();
-  return std::make_unique<CpuOps>();
+  // The optimizer's passes use as many threads as the GEMMs.
+  const int threads = num_threads > 0 ? num_threads : std::max(1, openblas_get_num_threads());
+  if (storage == DType::kBFloat16) return cpu::make_bfloat16_ops(threads);
+  return std::make_unique<CpuOps>(threads);
 }
 
 }  // namespace paraplan::kernels

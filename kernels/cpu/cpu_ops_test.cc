@@ -2,7 +2,8 @@
 // of kernels/ops.h: memory ops, embedding lookups (including a vocab range),
 // layer norm, linear, GELU, attention (T = 1, equal keys, causal mask), cross-entropy
 // (uniform logits, stability, aliasing), AdamW against a hand computation,
-// sum_of_squares, bitwise determinism of a small forward + backward pass, and
+// sum_of_squares, AdamW and the sum of squares bitwise the same for every
+// thread count, bitwise determinism of a small forward + backward pass, and
 // the OpenBLAS thread count of make_cpu_ops(num_threads).
 // Gradients are checked against finite differences in cpu_ops_gradcheck_test.cc.
 #include <cblas.h>
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -405,6 +407,57 @@ TEST_F(CpuOpsTest, SumOfSquares) {
   std::vector<float> large(1001, 1.0f);
   large[0] = 1e4f;
   EXPECT_EQ(ops->sum_of_squares(large.data(), large.size()), 100001000.0);
+}
+
+// The optimizer's passes run on the backend's threads (make_cpu_ops'
+// num_threads): the same bits for 1, 2, 3 and 8 threads, for both storage
+// dtypes, on a buffer of many tasks and blocks with a ragged end. The sum is
+// checked against a long double sum too (its order is fixed, not arbitrary).
+TEST(CpuOptimizerThreads, AdamWAndSumOfSquaresAreBitwiseTheSameForEveryThreadCount) {
+  const int before = openblas_get_num_threads();
+  const size_t n = (size_t{1} << 20) + 4099;
+  const std::vector<float> start = pseudo_random(n, 41), grads = pseudo_random(n, 42);
+  for (DType storage : {DType::kFloat32, DType::kBFloat16}) {
+    std::vector<char> storage_grads(n * dtype_bytes(storage));
+    host_from_float(storage_grads.data(), grads.data(), storage, n);
+    long double reference = 0;
+    for (size_t i = 0; i < n; i++) {
+      const long double g = storage == DType::kBFloat16 ? round_to_bfloat16(grads[i]) : grads[i];
+      reference += g * g;
+    }
+    std::vector<float> first_master, first_m, first_v;
+    std::vector<char> first_params;
+    double first_sum = 0;
+    for (int threads : {1, 2, 3, 8}) {
+      auto ops = make_cpu_ops(threads, storage);
+      const double sum = ops->sum_of_squares(storage_grads.data(), n);
+      EXPECT_NEAR(sum, static_cast<double>(reference), 1e-12 * static_cast<double>(reference));
+      std::vector<float> master = start, m(n, 0.0f), v(n, 0.0f);
+      std::vector<char> params(n * dtype_bytes(storage));
+      host_from_float(params.data(), master.data(), storage, n);
+      AdamWStep step{.learning_rate = 1e-2f, .beta2 = 0.95f, .weight_decay = 0.1f};
+      for (step.step = 1; step.step <= 3; step.step++) {
+        step.gradient_scale = 0.75f;
+        void* out = storage == DType::kFloat32 ? static_cast<void*>(master.data()) : params.data();
+        ops->adamw(master.data(), out, storage_grads.data(), m.data(), v.data(), n, step);
+      }
+      if (storage == DType::kFloat32) std::memcpy(params.data(), master.data(), n * 4);
+      if (threads == 1) {
+        first_sum = sum, first_master = master, first_m = m, first_v = v, first_params = params;
+        // Every element moved: the step ran over the whole buffer.
+        for (size_t i = 0; i < n; i += 4097) ASSERT_NE(master[i], start[i]) << i;
+        ASSERT_NE(master[n - 1], start[n - 1]);
+        continue;
+      }
+      SCOPED_TRACE(std::string(dtype_name(storage)) + ", " + std::to_string(threads) + " threads");
+      EXPECT_EQ(std::memcmp(&sum, &first_sum, sizeof sum), 0);
+      EXPECT_EQ(master, first_master);
+      EXPECT_EQ(m, first_m);
+      EXPECT_EQ(v, first_v);
+      EXPECT_EQ(params, first_params);
+    }
+  }
+  openblas_set_num_threads(before);  // the setting is process-wide
 }
 
 // ---- determinism ---------------------------------------------------------------------------

@@ -250,6 +250,46 @@ GemmEntry measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int t
   return entry;
 }
 
+// The best rate of a large square GEMM through the backend's linear op: the
+// peak this process reaches while the others run theirs; and the cores it got
+// meanwhile (its CPU time over the wall time, all its threads).
+struct PeakMeasurement {
+  double flops_per_second = 0, cores = 0;
+};
+PeakMeasurement measure_peak_flops(kernels::Ops& ops, int repetitions) {
+  const int n = 1024;
+  MemoryTracker memory(ops);
+  std::vector<void*> buffers;
+  for (int i = 0; i < 3; ++i) {
+    buffers.push_back(
+        memory.allocate(ops.storage_bytes(size_t{1} * n * n), MemoryCategory::kWorkspace));
+    fill_host(ops, buffers.back(), size_t{1} * n * n, 1.0f);
+  }
+  const std::clock_t cpu_start = std::clock();
+  const Clock::time_point wall_start = Clock::now();
+  const double seconds = mean_seconds(ops, repetitions, [&] {
+    ops.linear_forward(buffers[2], buffers[0], buffers[1], nullptr, n, n, n);
+  });
+  const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  const double wall = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  return {2.0 * n * n * n / seconds, cpu / std::max(wall, 1e-9)};
+}
+
+// Bytes per second an elementwise op streams (reads two arrays, writes one)
+// over buffers far larger than any cache.
+double measure_memory_bandwidth(kernels::Ops& ops, int repetitions) {
+  const size_t n = size_t{1} << 23;
+  MemoryTracker memory(ops);
+  void* a = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+  void* b = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+  void* out = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
+  fill_host(ops, a, n, 1.0f);
+  fill_host(ops, b, n, 1.0f);
+  const double seconds =
+      mean_seconds(ops, repetitions, [&] { ops.residual_forward(out, a, b, n); });
+  return 3.0 * static_cast<double>(ops.storage_bytes(n)) / seconds;
+}
+
 // latency + bytes * seconds_per_byte by least squares (both kept >= 0).
 std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
                                          const std::vector<double>& seconds) {
@@ -264,8 +304,31 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
   return {latency, slope};
 }
 
-// Every collective by group size, all groups of the world at once.
-std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions) {
+// A fixed amount of arithmetic, about `seconds` on a core of its own (a
+// stand-in for a step's compute between its collectives): a member that
+// shares its core with others takes longer, as in a step.
+void compute_work(double seconds) {
+  static const double iterations_per_second = [] {
+    const Clock::time_point start = Clock::now();
+    volatile float x = 1.0f;
+    for (int i = 0; i < 1000000; ++i) x = x * 0.999f + 0.001f;
+    return 1e6 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+  }();
+  volatile float x = 1.0f;
+  const long iterations = static_cast<long>(seconds * iterations_per_second);
+  for (long i = 0; i < iterations; ++i) x = x * 0.999f + 0.001f;
+}
+
+// Every collective by group size, all groups of the world at once. With
+// `between_compute` (the CPU backend, whose ranks may outnumber the cores)
+// each call follows the same stretch of compute on every member, as the
+// ranks of a tensor-parallel or data-parallel group do in a step, and its
+// time is what replay counts as a call's transfer (wait_attribution.h): the
+// shortest duration any member measured, which takes in the time a member
+// that gave up its core while waiting needs to get it back; the mean over
+// the calls. Else calls run back to back.
+std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions,
+                                                 bool between_compute) {
   std::vector<CollectiveEntry> results;
   const int world = session.world_size(), rank = session.world_rank();
   const std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
@@ -289,6 +352,26 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
     MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return seconds;
   };
+  auto time_between_compute = [&](MPI_Comm members, const std::function<void()>& work) {
+    work();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const int runs = std::max(repetitions, 20);
+    std::vector<double> negated(runs);
+    for (int i = 0; i < runs; ++i) {
+      compute_work(2e-3);
+      const Clock::time_point start = Clock::now();
+      work();
+      negated[i] = -std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    MPI_Allreduce(MPI_IN_PLACE, negated.data(), runs, MPI_DOUBLE, MPI_MAX, members);
+    double seconds = 0;
+    for (double value : negated) seconds -= value / runs;
+    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return seconds;
+  };
+  auto time_call = [&](MPI_Comm members, const std::function<void()>& work) {
+    return between_compute ? time_between_compute(members, work) : time_it(work);
+  };
   for (int group_size = 2; group_size <= world; ++group_size) {
     if (world % group_size != 0) continue;
     MPI_Comm split;
@@ -301,7 +384,7 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
       for (double bytes : sizes) {
         const size_t count = static_cast<size_t>(bytes) / sizeof(float);
         const size_t chunk = count / group_size;
-        seconds.push_back(time_it([&] {
+        seconds.push_back(time_call(split, [&] {
           if (operation == CollectiveOperation::AllReduce)
             group.all_reduce(receive.data(), count, ReduceOp::kSum);
           else if (operation == CollectiveOperation::ReduceScatter)
@@ -321,14 +404,15 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
   if (world % 2 == 0) {
     // Pairs (2k, 2k + 1), one message each way at once, as neighbouring
     // pipeline stages exchange an activation and a gradient.
-    MPI_Comm pairs;
+    MPI_Comm pairs, pair;
     MPI_Comm_dup(MPI_COMM_WORLD, &pairs);
+    MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &pair);
     MpiPeerToPeer peers(pairs);
     const int partner = rank ^ 1;
     std::vector<double> seconds;
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-      seconds.push_back(time_it([&] {
+      seconds.push_back(time_call(pair, [&] {
         peers.send_receive(send.data(), count, partner, receive.data(), count, partner,
                            kernels::DType::kFloat32);
       }));
@@ -339,6 +423,7 @@ std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repeti
                                       .processes = world,
                                       .latency = latency,
                                       .seconds_per_byte = per_byte});
+    MPI_Comm_free(&pair);
   }
   return results;
 }
@@ -426,11 +511,34 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
     device.gemm.push_back(gemm);
   }
   barrier();
+  // The machine's figures, both storage dtypes (the `cpu` preset's peak and
+  // bandwidth come from here).
+  HardwareEntry hardware{.processes = processes,
+                         .threads = request.backend == "cpu" ? cpu_threads_per_rank(session) : 1,
+                         .cores = request.backend == "cpu"
+                                      ? static_cast<int>(std::thread::hardware_concurrency())
+                                      : 0};
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> typed = make_backend(request.backend, session, dtype);
+    const PeakMeasurement peak = measure_peak_flops(*typed, request.repetitions);
+    (dtype == kernels::DType::kFloat32 ? hardware.peak_flops_float32
+                                       : hardware.peak_flops_bfloat16) =
+        world_mean(session, peak.flops_per_second);
+    // Every process busy at once: the cores they got, summed (the fp32 run's).
+    if (dtype == kernels::DType::kFloat32 && request.backend == "cpu")
+      hardware.available_cores = world_mean(session, peak.cores) * processes;
+  }
+  barrier();
+  hardware.memory_bandwidth =
+      world_mean(session, measure_memory_bandwidth(*ops, request.repetitions));
+  device.hardware.push_back(hardware);
+  barrier();
   const double per_parameter = world_mean(session, measure_optimizer(*ops, request.repetitions));
   device.optimizer.push_back(
       OptimizerEntry{.processes = processes, .seconds_per_parameter = per_parameter});
   if (request.collectives && session.uses_mpi() && processes > 1)
-    device.collectives = measure_collectives(session, request.repetitions);
+    device.collectives =
+        measure_collectives(session, request.repetitions, request.backend == "cpu");
   return device;
 }
 

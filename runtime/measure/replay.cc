@@ -4,16 +4,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
 
 #include "common/atomic_file.h"
 #include "runtime/comm/mpi_session.h"
-#include "runtime/comm/timed_communicator.h"
 #include "runtime/data/sample_source.h"
+#include "runtime/measure/call_recorder.h"
 #include "runtime/measure/replay_report.h"
 #include "runtime/measure/timeline.h"
+#include "runtime/measure/wait_attribution.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
 #include "schema/plan_io.h"
@@ -35,19 +37,32 @@ struct SpanRecord {
   static constexpr int kFields = 6;
 };
 
-// Times every instruction and splits off the collectives inside it.
+// The running totals of the recording communicators: tensor-parallel groups,
+// the data-parallel reduction's groups (data, ZeRO, embedding), and the world
+// (the gradient norm's all-reduce).
+struct CollectiveTotals {
+  double tensor = 0, reduction = 0, world = 0;
+  double cpu = 0;  // the process's CPU time in all of them
+  double sum() const { return tensor + reduction + world; }
+};
+
+double process_cpu_seconds() {
+  return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+}
+
+// Times every instruction and splits off the collectives inside it; keeps
+// each pipeline transfer for the wait attribution, and (for the trace) every span.
 class InstructionTimer final : public InstructionObserver {
  public:
-  // The counters the timed communicators add to: tensor-parallel groups,
-  // data-parallel groups (data, ZeRO, embedding), and the world, whose
-  // collectives (the gradient norm) mostly wait for the slowest stage.
-  InstructionTimer(Clock::time_point origin, const double* tensor_seconds,
-                   const double* data_seconds, const double* world_seconds, bool keep_spans)
+  // count_cpu_time: compute is the CPU time the rank got (the CPU backend,
+  // whose ranks may share cores), the rest of its wall time waiting for a
+  // core; else compute is wall time.
+  InstructionTimer(Clock::time_point origin, const CollectiveTotals* totals, bool keep_spans,
+                   bool count_cpu_time)
       : origin_(origin),
-        tensor_seconds_(tensor_seconds),
-        data_seconds_(data_seconds),
-        world_seconds_(world_seconds),
-        keep_spans_(keep_spans) {}
+        totals_(totals),
+        keep_spans_(keep_spans),
+        count_cpu_time_(count_cpu_time) {}
 
   void start_step(int step, bool measured) {
     step_ = step;
@@ -56,50 +71,50 @@ class InstructionTimer final : public InstructionObserver {
   const RankMeasurement& measurement() const { return measurement_; }
   RankMeasurement& measurement() { return measurement_; }
   const std::vector<SpanRecord>& spans() const { return spans_; }
+  const std::vector<TransferRecord>& transfers() const { return transfers_; }
 
+  // The CPU clock is a system call, where a rank whose time slice is up gets
+  // preempted: read inside the wall-clock span, so that preemption counts as
+  // the instruction's waiting for a core, not as time between instructions.
   void before(const schema::Instruction&) override {
-    tensor_at_start_ = *tensor_seconds_;
-    data_at_start_ = *data_seconds_;
-    world_at_start_ = *world_seconds_;
+    at_start_ = *totals_;
     start_ = Clock::now();
+    cpu_start_ = process_cpu_seconds();
   }
 
   void after(const schema::Instruction& instruction) override {
+    const double cpu_end = process_cpu_seconds();
     const Clock::time_point end = Clock::now();
     if (!measured_) return;
     const double span = seconds_between(start_, end);
-    const double tensor = *tensor_seconds_ - tensor_at_start_;
-    const double data = *data_seconds_ - data_at_start_;
-    const double waits = *world_seconds_ - world_at_start_;
-    const double collectives = tensor + data + waits;
+    const double wall = span - (totals_->sum() - at_start_.sum());
+    const double cpu = cpu_end - cpu_start_ - (totals_->cpu - at_start_.cpu);
+    const double compute = count_cpu_time_ ? std::clamp(cpu, 0.0, wall) : wall;
     RankMeasurement& m = measurement_;
     switch (instruction.op()) {
       case OpCode::Forward:
-        m.forward_seconds += span - collectives;
-        m.forward_collective_seconds += collectives;
+        m.forward_seconds += compute;
         m.forward_count += 1;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::Backward:
-        // Data-parallel traffic inside a backward is the bucketed gradient
-        // reduction started early: it counts as gradient reduction.
-        m.backward_seconds += span - collectives;
-        m.backward_collective_seconds += tensor + waits;
-        m.reduce_seconds += data;
+        m.backward_seconds += compute;
         m.backward_count += 1;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::LoadMicroBatch:
-        m.load_seconds += span;
-        break;
-      case OpCode::ReduceGradients:
-        m.reduce_seconds += span;
+        m.load_seconds += compute;
+        m.core_wait_seconds += wall - compute;
         break;
       case OpCode::OptimizerStep:
-        m.optimizer_seconds += span - collectives;
-        m.optimizer_collective_seconds += data;
-        m.transfer_seconds += tensor + waits;
+        m.optimizer_seconds += compute;
+        m.core_wait_seconds += wall - compute;
         break;
+      case OpCode::ReduceGradients:
+        break;  // its collectives are the gradient reduction
       default:  // the pipeline transfers
-        m.transfer_seconds += span;
+        transfers_.push_back({static_cast<int>(instruction.op()), instruction.micro_batch(),
+                              instruction.peer_micro_batch(), step_, span});
         break;
     }
     if (keep_spans_)
@@ -111,15 +126,15 @@ class InstructionTimer final : public InstructionObserver {
 
  private:
   Clock::time_point origin_, start_;
-  const double* tensor_seconds_;
-  const double* data_seconds_;
-  const double* world_seconds_;
-  bool keep_spans_;
-  double tensor_at_start_ = 0, data_at_start_ = 0, world_at_start_ = 0;
+  const CollectiveTotals* totals_;
+  bool keep_spans_, count_cpu_time_;
+  CollectiveTotals at_start_;
+  double cpu_start_ = 0;
   int step_ = 0;
   bool measured_ = false;
   RankMeasurement measurement_;
   std::vector<SpanRecord> spans_;
+  std::vector<TransferRecord> transfers_;
 };
 
 TimelineSpan to_timeline_span(const SpanRecord& record, int rank) {
@@ -172,29 +187,57 @@ TimelineSpan to_timeline_span(const SpanRecord& record, int rank) {
   return span;
 }
 
-// Every rank's spans on rank 0 (a sum over the world of per-rank slices).
-std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Communicator& world) {
+// Every rank's numbers (mine: this rank's) on every rank, per rank: a sum
+// over the world of per-rank slices.
+std::vector<std::vector<double>> gather_rows(const std::vector<double>& mine, Communicator& world) {
   double most = static_cast<double>(mine.size());
   world.all_reduce(&most, 1, ReduceOp::kMax);
-  const size_t slice = static_cast<size_t>(most) * SpanRecord::kFields;
+  const size_t slice = static_cast<size_t>(most);
   std::vector<double> all(slice * world.size() + world.size(), 0.0);
-  double* own = all.data() + slice * world.rank();
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const SpanRecord& r = mine[i];
-    const double fields[] = {r.op, r.micro_batch, r.peer_micro_batch, r.step, r.start, r.end};
-    std::copy(std::begin(fields), std::end(fields), own + i * SpanRecord::kFields);
-  }
+  std::copy(mine.begin(), mine.end(), all.begin() + slice * world.rank());
   all[slice * world.size() + world.rank()] = static_cast<double>(mine.size());
   world.all_reduce(all.data(), all.size(), ReduceOp::kSum);
-  std::vector<TimelineSpan> spans;
+  std::vector<std::vector<double>> ranks(world.size());
   for (int rank = 0; rank < world.size(); ++rank) {
-    const size_t count = static_cast<size_t>(all[slice * world.size() + rank]);
-    for (size_t i = 0; i < count; ++i) {
-      const double* f = all.data() + slice * rank + i * SpanRecord::kFields;
+    const auto begin = all.begin() + slice * rank;
+    ranks[rank].assign(begin, begin + static_cast<size_t>(all[slice * world.size() + rank]));
+  }
+  return ranks;
+}
+
+// Every rank's spans.
+std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Communicator& world) {
+  std::vector<double> flat;
+  for (const SpanRecord& r : mine)
+    flat.insert(flat.end(), {r.op, r.micro_batch, r.peer_micro_batch, r.step, r.start, r.end});
+  std::vector<TimelineSpan> spans;
+  const std::vector<std::vector<double>> ranks = gather_rows(flat, world);
+  for (int rank = 0; rank < world.size(); ++rank)
+    for (size_t i = 0; i + SpanRecord::kFields <= ranks[rank].size(); i += SpanRecord::kFields) {
+      const double* f = ranks[rank].data() + i;
       spans.push_back(to_timeline_span({f[0], f[1], f[2], f[3], f[4], f[5]}, rank));
     }
-  }
   return spans;
+}
+
+// Every rank's pipeline transfers, split into transfer and wait per rank.
+std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRecord>& mine,
+                                                   Communicator& world,
+                                                   const MeshCoordinates& mesh) {
+  constexpr size_t kFields = 5;
+  std::vector<double> flat;
+  for (const TransferRecord& r : mine)
+    flat.insert(flat.end(), {double(r.op), double(r.micro_batch), double(r.peer_micro_batch),
+                             double(r.step), r.seconds});
+  std::vector<std::vector<TransferRecord>> ranks(world.size());
+  const std::vector<std::vector<double>> rows = gather_rows(flat, world);
+  for (int rank = 0; rank < world.size(); ++rank)
+    for (size_t i = 0; i + kFields <= rows[rank].size(); i += kFields) {
+      const double* f = rows[rank].data() + i;
+      ranks[rank].push_back({static_cast<int>(f[0]), static_cast<int>(f[1]), static_cast<int>(f[2]),
+                             static_cast<int>(f[3]), f[4]});
+    }
+  return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
 }
 
 std::vector<RankMeasurement> gather_measurements(const RankMeasurement& mine, Communicator& world) {
@@ -222,8 +265,11 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const schema::Training& training = *plan.training();
   const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
 
-  // ---- build, with every communicator timed ------------------------------------
-  double tensor_seconds = 0, data_seconds = 0, world_seconds = 0;
+  // ---- build, with every communicator recorded --------------------------------
+  CollectiveTotals totals;
+  bool recording = false;  // during the measured steps
+  std::vector<RecordingCommunicator*> reduction_groups;
+  RecordingCommunicator *tensor_group = nullptr, *world_group = nullptr;
   RankBuildOptions build;
   build.backend = options.backend;
   build.collective_timeout_seconds = options.collective_timeout_seconds;
@@ -231,12 +277,15 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   if (options.enforce_device_memory && cluster)
     build.memory_capacity_bytes = cluster->device_memory_bytes();
   build.wrap_groups = [&](ProcessGroups& groups) {
-    time_communicator(groups.tensor, &tensor_seconds);
-    time_communicator(groups.world, &world_seconds);
+    tensor_group = record_communicator(groups.tensor, {&totals.tensor, &totals.cpu, &recording});
+    world_group = record_communicator(groups.world, {&totals.world, &totals.cpu, &recording});
     for (std::unique_ptr<Communicator>* group :
          {&groups.data, &groups.zero, &groups.zero_replicas, &groups.embedding})
-      time_communicator(*group, &data_seconds);
+      if (RecordingCommunicator* recorder =
+              record_communicator(*group, {&totals.reduction, &totals.cpu, &recording}))
+        reduction_groups.push_back(recorder);
   };
+
   RankState rank = build_rank_state(loaded, model, mesh, session, build);
   initialize_parameters(rank, training.seed());
   Communicator& world = *rank.groups.world;
@@ -254,7 +303,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const float learning_rate = training.optimizer()->learning_rate();
   const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
   world.barrier();  // a common time origin for the trace
-  InstructionTimer timer(Clock::now(), &tensor_seconds, &data_seconds, &world_seconds, keep_spans);
+  InstructionTimer timer(Clock::now(), &totals, keep_spans,
+                         rank.ops->backend() == kernels::Backend::kCpu);
   int optimizer_step = 0;
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
@@ -266,7 +316,9 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     const bool measured = step >= options.warmup;
     optimizer_step = step + 1;
     timer.start_step(step + 1 - options.warmup, measured);
+    recording = false;
     world.barrier();
+    recording = measured;
     const Clock::time_point start = Clock::now();
     const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     rank.ops->zero_bytes(rank.stage->gradients(),
@@ -277,18 +329,26 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
       step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
     rank.ops->synchronize();
     double seconds = seconds_between(start, Clock::now());
+    recording = false;
     if (!measured) continue;
     timer.measurement().step_seconds += seconds;
     world.all_reduce(&seconds, 1, ReduceOp::kMax);  // the job's step is its slowest rank's
     job_step_seconds += seconds / options.steps;
   }
 
-  // ---- gather and report -------------------------------------------------------------
+  // ---- attribute waits, gather and report --------------------------------------------
   RankMeasurement& mine = timer.measurement();
+  if (tensor_group) mine.tensor = tensor_group->split_recorded_calls();
+  for (RecordingCommunicator* group : reduction_groups)
+    mine.reduction += group->split_recorded_calls();
+  if (world_group) mine.world = world_group->split_recorded_calls();
   for (int c = 0; c < kNumMemoryCategories; ++c)
     mine.memory_peak[c] = static_cast<double>(rank.memory->peak(static_cast<MemoryCategory>(c)));
   mine.memory_peak_total = static_cast<double>(rank.memory->peak_total());
-  const std::vector<RankMeasurement> ranks = gather_measurements(mine, world);
+  const std::vector<TransferAndWait> transfer_waits =
+      gather_transfer_waits(timer.transfers(), world, mesh);
+  std::vector<RankMeasurement> ranks = gather_measurements(mine, world);
+  for (size_t r = 0; r < transfer_waits.size(); ++r) ranks[r].pipeline = transfer_waits[r];
   std::vector<TimelineSpan> spans;
   if (keep_spans) spans = gather_spans(timer.spans(), world);
   if (!leader) return {};

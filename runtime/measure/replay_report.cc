@@ -12,40 +12,26 @@ namespace paraplan {
 using nlohmann::json;
 
 void RankMeasurement::to_array(double* out) const {
-  const double fields[] = {forward_seconds,
-                           forward_collective_seconds,
-                           forward_count,
-                           backward_seconds,
-                           backward_collective_seconds,
-                           backward_count,
-                           transfer_seconds,
-                           load_seconds,
-                           reduce_seconds,
-                           optimizer_seconds,
-                           optimizer_collective_seconds,
-                           step_seconds};
-  static_assert(sizeof fields / sizeof fields[0] == 12);
+  const double fields[] = {
+      forward_seconds, forward_count,      backward_seconds, backward_count,
+      load_seconds,    optimizer_seconds,  step_seconds,     tensor.transfer,
+      tensor.wait,     reduction.transfer, reduction.wait,   world.transfer,
+      world.wait,      pipeline.transfer,  pipeline.wait,    core_wait_seconds};
+  static_assert(sizeof fields / sizeof fields[0] == kScalars);
   std::copy(std::begin(fields), std::end(fields), out);
-  std::copy(std::begin(memory_peak), std::end(memory_peak), out + 12);
+  std::copy(std::begin(memory_peak), std::end(memory_peak), out + kScalars);
   out[kFields - 1] = memory_peak_total;
 }
 
 RankMeasurement RankMeasurement::from_array(const double* in) {
   RankMeasurement m;
-  double* fields[] = {&m.forward_seconds,
-                      &m.forward_collective_seconds,
-                      &m.forward_count,
-                      &m.backward_seconds,
-                      &m.backward_collective_seconds,
-                      &m.backward_count,
-                      &m.transfer_seconds,
-                      &m.load_seconds,
-                      &m.reduce_seconds,
-                      &m.optimizer_seconds,
-                      &m.optimizer_collective_seconds,
-                      &m.step_seconds};
-  for (int i = 0; i < 12; ++i) *fields[i] = in[i];
-  std::copy(in + 12, in + 12 + kNumMemoryCategories, m.memory_peak);
+  double* fields[] = {
+      &m.forward_seconds, &m.forward_count,      &m.backward_seconds, &m.backward_count,
+      &m.load_seconds,    &m.optimizer_seconds,  &m.step_seconds,     &m.tensor.transfer,
+      &m.tensor.wait,     &m.reduction.transfer, &m.reduction.wait,   &m.world.transfer,
+      &m.world.wait,      &m.pipeline.transfer,  &m.pipeline.wait,    &m.core_wait_seconds};
+  for (int i = 0; i < kScalars; ++i) *fields[i] = in[i];
+  std::copy(in + kScalars, in + kScalars + kNumMemoryCategories, m.memory_peak);
   m.memory_peak_total = in[kFields - 1];
   return m;
 }
@@ -61,6 +47,90 @@ json compare(double predicted, double measured) {
 
 double per(double total, double count) {
   return count > 0 ? total / count : 0;
+}
+
+}  // namespace
+
+namespace {
+
+// The parts of a step, in the order the table prints them.
+constexpr const char* kParts[] = {
+    "forward", "backward", "tensor_parallel", "pipeline_p2p", "gradient_reduction", "optimizer",
+    "wait",    "other"};
+constexpr int kNumParts = sizeof kParts / sizeof kParts[0];
+constexpr const char* kPerMicroBatch[] = {"forward", "backward", "tensor_parallel", "pipeline_p2p"};
+
+// A stage's measured parts per step (means over its ranks) and where its
+// waits came from.
+struct StageParts {
+  double part[kNumParts] = {};
+  // tensor_parallel, pipeline_p2p, gradient_reduction, world, end_of_step, core
+  double waits[6] = {};
+  double forward_count = 0, backward_count = 0;
+  double memory[kNumMemoryCategories + 1] = {};
+  int ranks = 0;
+};
+
+StageParts measured_parts(const std::vector<RankMeasurement>& ranks, const schema::Mesh& mesh,
+                          int stage, double steps, double job_step) {
+  StageParts parts;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const MeshCoordinates at = mesh_coordinates(static_cast<int>(r), mesh.pipeline_parallel(),
+                                                mesh.data_parallel(), mesh.tensor_parallel());
+    if (at.pipeline_rank != stage) continue;
+    const RankMeasurement& m = ranks[r];
+    ++parts.ranks;
+    const double rank_step = m.step_seconds / steps;
+    // The gradient norm's all-reduce over the world counts with the reduction.
+    const double busy[] = {m.forward_seconds,
+                           m.backward_seconds,
+                           m.tensor.transfer,
+                           m.pipeline.transfer,
+                           m.reduction.transfer + m.world.transfer,
+                           m.optimizer_seconds};
+    const double waits[] = {m.tensor.wait, m.pipeline.wait, m.reduction.wait, m.world.wait};
+    double accounted = m.core_wait_seconds / steps;  // waiting for a core
+    parts.waits[5] += accounted;
+    parts.part[6] += accounted;
+    for (int i = 0; i < 6; ++i) parts.part[i] += busy[i] / steps, accounted += busy[i] / steps;
+    for (int i = 0; i < 4; ++i) {
+      parts.waits[i] += waits[i] / steps;
+      parts.part[6] += waits[i] / steps;
+      accounted += waits[i] / steps;
+    }
+    // A rank that finished its step before the slowest waits for the next.
+    parts.waits[4] += std::max(0.0, job_step - rank_step);
+    parts.part[6] += std::max(0.0, job_step - rank_step);
+    parts.part[7] += rank_step - accounted;
+    parts.forward_count += m.forward_count / steps;
+    parts.backward_count += m.backward_count / steps;
+    for (int c = 0; c < kNumMemoryCategories; ++c)
+      parts.memory[c] = std::max(parts.memory[c], m.memory_peak[c]);
+    parts.memory[kNumMemoryCategories] =
+        std::max(parts.memory[kNumMemoryCategories], m.memory_peak_total);
+  }
+  const double n = std::max(1, parts.ranks);
+  for (double& value : parts.part) value /= n;
+  for (double& value : parts.waits) value /= n;
+  parts.forward_count /= n, parts.backward_count /= n;
+  return parts;
+}
+
+// The plan's parts for a stage per step: m x the per-micro-batch terms, the
+// per-step terms, the bubble (or, for plans without it, the step less the
+// rest), and nothing for `other`.
+void predicted_parts(const schema::StagePrediction* p, int m, double step, double* part) {
+  std::fill(part, part + kNumParts, 0.0);
+  if (p == nullptr) return;
+  part[0] = m * p->forward_seconds();
+  part[1] = m * p->backward_seconds();
+  part[2] = m * p->tensor_parallel_seconds();
+  part[3] = m * p->pipeline_p2p_seconds();
+  part[4] = p->gradient_reduction_seconds();
+  part[5] = p->optimizer_seconds();
+  double rest = step;
+  for (int i = 0; i < 6; ++i) rest -= part[i];
+  part[6] = p->bubble_seconds() > 0 ? p->bubble_seconds() : std::max(0.0, rest);
 }
 
 }  // namespace
@@ -94,44 +164,25 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
   bool memory_within = true;
   double peak_predicted = 0, peak_measured = 0;
   for (int s = 0; s < stages; ++s) {
-    // Mean of the stage's ranks (memory: the largest).
-    RankMeasurement mean;
-    double memory[kNumMemoryCategories + 1] = {};
-    int count = 0;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      const MeshCoordinates at = mesh_coordinates(static_cast<int>(r), stages, mesh.data_parallel(),
-                                                  mesh.tensor_parallel());
-      if (at.pipeline_rank != s) continue;
-      const RankMeasurement& rank = ranks[r];
-      ++count;
-      mean.forward_seconds += per(rank.forward_seconds, rank.forward_count);
-      mean.backward_seconds += per(rank.backward_seconds, rank.backward_count);
-      mean.forward_collective_seconds += per(
-          rank.forward_collective_seconds + rank.backward_collective_seconds, rank.forward_count);
-      mean.reduce_seconds += (rank.reduce_seconds + rank.optimizer_collective_seconds) / steps;
-      mean.optimizer_seconds += rank.optimizer_seconds / steps;
-      for (int c = 0; c < kNumMemoryCategories; ++c)
-        memory[c] = std::max(memory[c], rank.memory_peak[c]);
-      memory[kNumMemoryCategories] = std::max(memory[kNumMemoryCategories], rank.memory_peak_total);
-    }
-    const double n = std::max(1, count);
-    const double forward = mean.forward_seconds / n, backward = mean.backward_seconds / n;
-    const double tensor_parallel = mean.forward_collective_seconds / n;
-    const double reduction = mean.reduce_seconds / n, optimizer = mean.optimizer_seconds / n;
-    const double rest =
-        run.job_step_seconds - m * (forward + backward + tensor_parallel) - reduction - optimizer;
-
+    const StageParts measured = measured_parts(ranks, mesh, s, steps, run.job_step_seconds);
     const schema::StagePrediction* p =
         predictions && predictions->stages() && s < static_cast<int>(predictions->stages()->size())
             ? predictions->stages()->Get(s)
             : nullptr;
-    const double p_forward = p ? p->forward_seconds() : 0;
-    const double p_backward = p ? p->backward_seconds() : 0;
-    const double p_tensor = p ? p->tensor_parallel_seconds() : 0;
-    const double p_reduction = p ? p->gradient_reduction_seconds() : 0;
-    const double p_optimizer = p ? p->optimizer_seconds() : 0;
-    const double p_rest =
-        step_predicted - m * (p_forward + p_backward + p_tensor) - p_reduction - p_optimizer;
+    double predicted[kNumParts];
+    predicted_parts(p, m, step_predicted, predicted);
+
+    json per_step = json::object(), per_micro_batch = json::object();
+    for (int i = 0; i < kNumParts; ++i)
+      per_step[kParts[i]] = compare(predicted[i], measured.part[i]);
+    const double counts[] = {measured.forward_count, measured.backward_count,
+                             measured.forward_count, measured.forward_count};
+    for (int i = 0; i < 4; ++i)
+      per_micro_batch[kPerMicroBatch[i]] =
+          compare(m > 0 ? predicted[i] / m : 0, per(measured.part[i], counts[i]));
+    json waits = {{"tensor_parallel", measured.waits[0]},    {"pipeline_p2p", measured.waits[1]},
+                  {"gradient_reduction", measured.waits[2]}, {"world", measured.waits[3]},
+                  {"end_of_step", measured.waits[4]},        {"core", measured.waits[5]}};
 
     json memory_report = json::object();
     const schema::StageMemory* pm = p ? p->memory() : nullptr;
@@ -141,21 +192,24 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
         pm ? double(pm->transient()) : 0};
     for (int c = 0; c < kNumMemoryCategories; ++c)
       memory_report[memory_category_name(static_cast<MemoryCategory>(c))] =
-          compare(predicted_memory[c], memory[c]);
+          compare(predicted_memory[c], measured.memory[c]);
     const double total_predicted = pm ? double(pm->total()) : 0;
-    memory_report["total"] = compare(total_predicted, memory[kNumMemoryCategories]);
-    if (pm && memory[kNumMemoryCategories] > total_predicted) memory_within = false;
+    memory_report["total"] = compare(total_predicted, measured.memory[kNumMemoryCategories]);
+    if (pm && measured.memory[kNumMemoryCategories] > total_predicted) memory_within = false;
     peak_predicted = std::max(peak_predicted, total_predicted);
-    peak_measured = std::max(peak_measured, memory[kNumMemoryCategories]);
+    peak_measured = std::max(peak_measured, measured.memory[kNumMemoryCategories]);
 
     stage_reports.push_back({{"stage", s},
-                             {"ranks", count},
-                             {"forward", compare(p_forward, forward)},
-                             {"backward", compare(p_backward, backward)},
-                             {"tensor_parallel", compare(p_tensor, tensor_parallel)},
-                             {"gradient_reduction", compare(p_reduction, reduction)},
-                             {"optimizer", compare(p_optimizer, optimizer)},
-                             {"pipeline_and_bubble", compare(std::max(0.0, p_rest), rest)},
+                             {"ranks", measured.ranks},
+                             {"per_step", per_step},
+                             {"per_micro_batch", per_micro_batch},
+                             {"waits", waits},
+                             // The per-micro-batch and per-step figures scripts read.
+                             {"forward", per_micro_batch["forward"]},
+                             {"backward", per_micro_batch["backward"]},
+                             {"tensor_parallel", per_micro_batch["tensor_parallel"]},
+                             {"gradient_reduction", per_step["gradient_reduction"]},
+                             {"optimizer", per_step["optimizer"]},
                              {"memory_bytes", memory_report}});
   }
   report["stages"] = stage_reports;
@@ -227,12 +281,18 @@ std::string replay_table(const json& report) {
   out += "stage | part                           |    predicted |     measured |   error\n";
   for (const json& stage : report["stages"]) {
     const std::string s = std::to_string(stage["stage"].get<int>());
-    add_row(out, s, "forward / micro-batch", stage["forward"], milliseconds);
-    add_row(out, "", "backward / micro-batch", stage["backward"], milliseconds);
-    add_row(out, "", "tensor-parallel / micro-batch", stage["tensor_parallel"], milliseconds);
-    add_row(out, "", "gradient reduction / step", stage["gradient_reduction"], milliseconds);
-    add_row(out, "", "optimizer / step", stage["optimizer"], milliseconds);
-    add_row(out, "", "p2p, bubble, waits / step", stage["pipeline_and_bubble"], milliseconds);
+    add_row(out, s, "forward / micro-batch", stage["per_micro_batch"]["forward"], milliseconds);
+    add_row(out, "", "backward / micro-batch", stage["per_micro_batch"]["backward"], milliseconds);
+    const char* labels[] = {"forward / step",
+                            "backward / step",
+                            "tensor-parallel / step",
+                            "pipeline p2p / step",
+                            "gradient reduction / step",
+                            "optimizer / step",
+                            "waits, bubble / step",
+                            "other / step"};
+    for (int i = 0; i < kNumParts; ++i)
+      add_row(out, "", labels[i], stage["per_step"][kParts[i]], milliseconds);
     const json& memory = stage["memory_bytes"];
     for (const char* category :
          {"weights", "gradients", "optimizer_state", "activations", "workspace"})

@@ -12,8 +12,8 @@
 namespace paraplan {
 namespace {
 
-TEST(ReplayReport, StageFiguresAreMeansOverItsRanksPerMicroBatchAndStep) {
-  // One stage over two data-parallel ranks, two micro-batches.
+TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
+  // One stage over two data-parallel ranks, two micro-batches, two steps.
   test_plans::PlanSpec spec = test_plans::make_plan_spec(1, 2, 1, 2, 2);
   spec.step_seconds = 1.0;
   spec.stage_predictions[0].forward_seconds = 0.1;
@@ -21,26 +21,45 @@ TEST(ReplayReport, StageFiguresAreMeansOverItsRanksPerMicroBatchAndStep) {
   const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
   const schema::Plan& plan = *schema::GetPlan(bytes.data());
 
-  RankMeasurement first, second;
+  RankMeasurement first;
   first.forward_seconds = 0.44, first.forward_count = 4;  // 2 steps x 2 micro-batches
   first.backward_seconds = 0.8, first.backward_count = 4;
-  first.forward_collective_seconds = 0.04;
-  first.reduce_seconds = 0.02, first.optimizer_collective_seconds = 0.02;
+  first.tensor = {.transfer = 0.04, .wait = 0.02};
+  first.reduction = {.transfer = 0.04, .wait = 0.2};
+  first.world = {.transfer = 0.002, .wait = 0.1};
   first.optimizer_seconds = 0.1;
+  first.load_seconds = 0.01;
+  first.core_wait_seconds = 0.06;  // compute spans waiting for a core
+  first.step_seconds = 2.0;        // 1.0 per step
   first.memory_peak_total = 1000;
-  second = first;
+  RankMeasurement second = first;
+  second.reduction.wait = 0.0, second.step_seconds = 1.8;  // the slower replica: nobody to wait for
   const ReplayRun run{
       .plan_path = "p", .backend = "cpu", .steps = 2, .warmup = 1, .job_step_seconds = 1.1};
   const nlohmann::json report = replay_report(plan, run, {first, second});
   const nlohmann::json& stage = report["stages"][0];
-  EXPECT_DOUBLE_EQ(stage["forward"]["measured"].get<double>(), 0.11);
+  EXPECT_DOUBLE_EQ(stage["forward"]["measured"].get<double>(), 0.11);  // per micro-batch
   EXPECT_NEAR(stage["forward"]["error"].get<double>(), 0.1, 1e-12);
   EXPECT_DOUBLE_EQ(stage["backward"]["measured"].get<double>(), 0.2);
   EXPECT_DOUBLE_EQ(stage["tensor_parallel"]["measured"].get<double>(), 0.01);
-  EXPECT_DOUBLE_EQ(stage["gradient_reduction"]["measured"].get<double>(), 0.02);
-  EXPECT_DOUBLE_EQ(stage["optimizer"]["measured"].get<double>(), 0.05);
-  // The rest of the step: 1.1 - 2 x (0.11 + 0.2 + 0.01) - 0.02 - 0.05.
-  EXPECT_NEAR(stage["pipeline_and_bubble"]["measured"].get<double>(), 0.39, 1e-12);
+  const nlohmann::json& parts = stage["per_step"];
+  EXPECT_DOUBLE_EQ(parts["forward"]["measured"].get<double>(), 0.22);
+  EXPECT_DOUBLE_EQ(parts["forward"]["predicted"].get<double>(), 0.2);
+  // The data-parallel transfers and the norm's all-reduce: (0.04 + 0.002) / 2.
+  EXPECT_DOUBLE_EQ(parts["gradient_reduction"]["measured"].get<double>(), 0.021);
+  EXPECT_DOUBLE_EQ(parts["optimizer"]["measured"].get<double>(), 0.05);
+  // Waits: tensor 0.01, reduction (0.1 + 0) / 2, world 0.05, a core 0.03,
+  // and the end of the step: 1.1 - 1.0 on the first rank, 1.1 - 0.9 on the
+  // second.
+  EXPECT_NEAR(parts["wait"]["measured"].get<double>(), 0.01 + 0.05 + 0.05 + 0.03 + 0.15, 1e-12);
+  EXPECT_NEAR(stage["waits"]["core"].get<double>(), 0.03, 1e-12);
+  EXPECT_NEAR(stage["waits"]["end_of_step"].get<double>(), 0.15, 1e-12);
+  // The parts add up to the job's step.
+  double sum = 0;
+  for (const auto& [name, part] : parts.items()) sum += part["measured"].get<double>();
+  EXPECT_NEAR(sum, 1.1, 1e-12);
+  // The plan has no bubble term: the step less the other predicted parts.
+  EXPECT_NEAR(parts["wait"]["predicted"].get<double>(), 1.0 - 0.2 - 0.4, 1e-12);
   EXPECT_NEAR(report["step_seconds"]["error"].get<double>(), 0.1, 1e-12);
   EXPECT_EQ(report["step_seconds_measured"].get<double>(), 1.1);
 }
@@ -48,7 +67,7 @@ TEST(ReplayReport, StageFiguresAreMeansOverItsRanksPerMicroBatchAndStep) {
 TEST(ReplayReport, MeasurementsSurviveTheirArrayForm) {
   RankMeasurement m;
   m.forward_seconds = 1, m.backward_count = 2, m.step_seconds = 3, m.memory_peak[4] = 5;
-  m.memory_peak_total = 6;
+  m.memory_peak_total = 6, m.pipeline.wait = 7, m.world.transfer = 8;
   double array[RankMeasurement::kFields];
   m.to_array(array);
   const RankMeasurement back = RankMeasurement::from_array(array);
@@ -57,6 +76,8 @@ TEST(ReplayReport, MeasurementsSurviveTheirArrayForm) {
   EXPECT_EQ(back.step_seconds, 3);
   EXPECT_EQ(back.memory_peak[4], 5);
   EXPECT_EQ(back.memory_peak_total, 6);
+  EXPECT_EQ(back.pipeline.wait, 7);
+  EXPECT_EQ(back.world.transfer, 8);
 }
 
 TEST(SyntheticSamples, SameSamplesEveryTimeTargetsShiftedInRange) {

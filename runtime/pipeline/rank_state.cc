@@ -14,13 +14,19 @@
 
 namespace paraplan {
 
+int cpu_threads_per_rank(const MpiSession& session) {
+  // Ranks sharing a machine share its cores: one BLAS thread pool each
+  // would oversubscribe them.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return session.local_size() > 1 ? std::max(1, cores / session.local_size()) : cores;
+}
+
 std::unique_ptr<kernels::Ops> make_backend(const std::string& name, const MpiSession& session,
                                            kernels::DType storage) {
   if (name == "cpu") {
-    // Ranks sharing a machine share its cores: one BLAS thread pool each
-    // would oversubscribe them.
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    const int threads = session.local_size() > 1 ? std::max(1, cores / session.local_size()) : 0;
+    // One rank alone keeps OpenBLAS's own default (0), which is the cores
+    // unless OPENBLAS_NUM_THREADS says otherwise.
+    const int threads = session.local_size() > 1 ? cpu_threads_per_rank(session) : 0;
     return kernels::make_cpu_ops(threads, storage);
   }
   if (name == "cuda") return kernels::make_cuda_ops(session.local_rank(), storage);

@@ -58,6 +58,10 @@ struct RankBuildOptions {
   double collective_timeout_seconds = 600;
 };
 
+// The compute threads each rank of this node gets on the CPU backend: the
+// cores shared among the node's ranks (at least 1).
+int cpu_threads_per_rank(const MpiSession& session);
+
 // The op set for --backend: "cpu" (OpenBLAS threads shared among the ranks of
 // this node) or "cuda" (the GPU of this node-local rank), storing tensors in
 // `storage` (the plan's model.dtype).

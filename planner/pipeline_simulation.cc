@@ -1,0 +1,202 @@
+// pipeline_simulation.cc: a step's instruction streams played out in time
+// with shared cores (model in pipeline_simulation.h).
+#include "planner/pipeline_simulation.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+namespace paraplan {
+
+namespace {
+
+using schema::OpCode;
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// A message: an activation (or gradient) of a micro-batch sent by a stage.
+using MessageKey = std::tuple<bool /*gradient*/, int /*micro-batch*/, int /*sender*/>;
+
+struct Message {
+  double sent = -1, received = -1;  // when each end was posted
+  double seconds = 0;
+  double done() const { return std::max(sent, received) + seconds; }
+  bool posted() const { return sent >= 0 && received >= 0; }
+};
+
+// The ends an instruction of stage s posts: (message, is the sending end).
+std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int s) {
+  const auto activation = [](int micro_batch, int sender) {
+    return MessageKey{false, micro_batch, sender};
+  };
+  const auto gradient = [](int micro_batch, int sender) {
+    return MessageKey{true, micro_batch, sender};
+  };
+  switch (in.op) {
+    case OpCode::SendActivation:
+      return {{activation(in.micro_batch, s), true}};
+    case OpCode::RecvActivation:
+      return {{activation(in.micro_batch, s - 1), false}};
+    case OpCode::SendGradient:
+      return {{gradient(in.micro_batch, s), true}};
+    case OpCode::RecvGradient:
+      return {{gradient(in.micro_batch, s + 1), false}};
+    case OpCode::SendActivationRecvGradient:
+      return {{activation(in.micro_batch, s), true}, {gradient(in.peer_micro_batch, s + 1), false}};
+    case OpCode::SendGradientRecvActivation:
+      return {{gradient(in.micro_batch, s), true}, {activation(in.peer_micro_batch, s - 1), false}};
+    default:
+      return {};
+  }
+}
+
+enum class Phase { kStart, kCompute, kFixed, kTransfer, kBarrier, kDone };
+
+struct StageState {
+  size_t next = 0;  // instruction index
+  Phase phase = Phase::kStart;
+  OpCode op = OpCode::LoadMicroBatch;
+  double remaining = 0;    // work (kCompute) or seconds (kFixed)
+  double fixed_after = 0;  // the fixed part following the compute
+  double compute_started = 0;
+  std::vector<MessageKey> waiting;  // kTransfer
+  double forward = 0, backward = 0, optimizer = 0, finished = 0;
+};
+
+}  // namespace
+
+SimulatedStep simulate_step(const PipelineSchedule& schedule,
+                            const std::vector<SimulatedStageInput>& inputs, int ranks_per_stage,
+                            double cores) {
+  const int p = schedule.num_stages, m = schedule.num_micro_batches;
+  if (static_cast<int>(inputs.size()) != p || static_cast<int>(schedule.stages.size()) != p)
+    throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
+  std::vector<StageState> state(p);
+  std::map<MessageKey, Message> messages;
+  double now = 0;
+  const double epsilon = 1e-12;
+
+  // Starts instructions (and finishes those taking no time) until every stage
+  // is busy, blocked or done.
+  auto start_instructions = [&] {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (int s = 0; s < p; ++s) {
+        StageState& st = state[s];
+        const SimulatedStageInput& in = inputs[s];
+        if (st.phase == Phase::kTransfer) {
+          bool complete = true;
+          for (const MessageKey& key : st.waiting)
+            complete = complete && messages[key].posted() && messages[key].done() <= now + epsilon;
+          if (complete) st.phase = Phase::kStart, st.waiting.clear(), moved = true;
+        }
+        if (st.phase == Phase::kBarrier) {
+          bool all = true;
+          for (const StageState& other : state)
+            all = all && (other.phase == Phase::kBarrier || other.op == OpCode::OptimizerStep);
+          if (!all) continue;
+          st.phase = Phase::kCompute, st.remaining = in.optimizer_work, st.fixed_after = 0;
+          st.compute_started = now, moved = true;
+        }
+        if (st.phase != Phase::kStart) continue;
+        if (st.next == schedule.stages[s].size()) {
+          st.phase = Phase::kDone, st.finished = now;
+          continue;
+        }
+        const PipelineInstruction& instruction = schedule.stages[s][st.next++];
+        st.op = instruction.op;
+        moved = true;
+        switch (instruction.op) {
+          case OpCode::Forward:
+          case OpCode::Backward: {
+            const bool forward = instruction.op == OpCode::Forward;
+            st.phase = Phase::kCompute, st.compute_started = now;
+            st.remaining = forward ? in.forward_work : in.backward_work;
+            st.fixed_after = forward ? in.forward_fixed : in.backward_fixed;
+            break;
+          }
+          case OpCode::ReduceGradients:
+            st.phase = Phase::kFixed, st.remaining = in.reduction_seconds;
+            break;
+          case OpCode::OptimizerStep:
+            st.phase = Phase::kBarrier;
+            break;
+          case OpCode::LoadMicroBatch:
+            break;  // no time: stays at kStart for the next instruction
+          default:
+            for (const auto& [key, sending] : ends(instruction, s)) {
+              Message& message = messages[key];
+              (sending ? message.sent : message.received) = now;
+              if (sending) message.seconds = in.p2p_seconds;
+              st.waiting.push_back(key);
+            }
+            st.phase = Phase::kTransfer;
+            break;
+        }
+      }
+    }
+  };
+
+  for (int guard = 0;; ++guard) {
+    if (guard > 100 * (m + p) * p + 1000)
+      throw std::logic_error("simulate_step: the schedule does not finish");
+    start_instructions();
+    int computing = 0;
+    bool done = true;
+    for (const StageState& st : state) {
+      computing += st.phase == Phase::kCompute ? ranks_per_stage : 0;
+      done = done && st.phase == Phase::kDone;
+    }
+    if (done) break;
+    const double rate = cores > 0 && computing > cores ? cores / computing : 1.0;
+    double next = kInfinity;
+    for (const StageState& st : state) {
+      if (st.phase == Phase::kCompute) next = std::min(next, now + st.remaining / rate);
+      if (st.phase == Phase::kFixed) next = std::min(next, now + st.remaining);
+      if (st.phase == Phase::kTransfer)
+        for (const MessageKey& key : st.waiting)
+          if (messages[key].posted()) next = std::min(next, messages[key].done());
+    }
+    if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
+    const double elapsed = next - now;
+    now = next;
+    for (StageState& st : state) {
+      if (st.phase == Phase::kCompute) {
+        st.remaining -= elapsed * rate;
+        if (st.remaining > epsilon * std::max(1.0, now)) continue;
+        const double wall = now - st.compute_started;
+        (st.op == OpCode::Forward    ? st.forward
+         : st.op == OpCode::Backward ? st.backward
+                                     : st.optimizer) += wall;
+        st.phase = Phase::kFixed, st.remaining = st.fixed_after;
+      } else if (st.phase == Phase::kFixed) {
+        st.remaining -= elapsed;
+      }
+      if (st.phase == Phase::kFixed && st.remaining <= epsilon * std::max(1.0, now))
+        st.phase = Phase::kStart;
+    }
+  }
+
+  SimulatedStep step;
+  for (const StageState& st : state) step.step_seconds = std::max(step.step_seconds, st.finished);
+  for (int s = 0; s < p; ++s) {
+    const StageState& st = state[s];
+    const SimulatedStageInput& in = inputs[s];
+    SimulatedStage stage;
+    stage.forward_wall = st.forward / m;
+    stage.backward_wall = st.backward / m;
+    stage.optimizer_wall = st.optimizer;
+    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    const double busy = m * (in.forward_work + in.backward_work + in.forward_fixed +
+                             in.backward_fixed + sends * in.p2p_seconds) +
+                        in.reduction_seconds + in.optimizer_work;
+    stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
+    step.stages.push_back(stage);
+  }
+  return step;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,56 @@
+// pipeline_simulation.h: one training step's instruction streams (schedule.h)
+// played out in time, for devices that share cores: the CPU backend's ranks,
+// more of them than the node has cores, compute at the share of the cores
+// the ranks computing at that moment leave them. A stage waiting in its
+// pipeline bubble leaves its share to the others, so warm-up and cool-down
+// compute runs faster than the steady state; the closed form of stage_cost.h
+// ((m + p - 1) x slowest slot + tail) assumes every rank always busy.
+//
+// Model: every rank of a stage does the same as the stage's others. A
+// Forward or Backward is its compute (seconds of work at a dedicated core's
+// speed) followed by its tensor-parallel all-reduces (fixed seconds); the
+// compute of all stages in progress shares `cores` among their ranks, each
+// rank progressing at min(1, cores / ranks computing). A transfer completes
+// when both ends of each of its messages have been posted, p2p seconds after
+// the later post (the verifier's rendezvous semantics). ReduceGradients takes
+// its fixed seconds; OptimizerStep waits for every stage (the gradient
+// norm's all-reduce over the world), then computes its work. The step ends
+// when the last stage's optimizer step does.
+#pragma once
+
+#include <vector>
+
+#include "planner/schedule.h"
+
+namespace paraplan {
+
+struct SimulatedStageInput {
+  double forward_work = 0, backward_work = 0;    // per micro-batch, dedicated-core seconds
+  double forward_fixed = 0, backward_fixed = 0;  // per micro-batch: tensor-parallel all-reduces
+  double p2p_seconds = 0;                        // per message this stage sends
+  double reduction_seconds = 0;                  // per step
+  double optimizer_work = 0;                     // per step, dedicated-core seconds
+};
+
+struct SimulatedStage {
+  // Mean wall time of the compute per micro-batch (its work, or more while
+  // other ranks compute too), and the optimizer step's.
+  double forward_wall = 0, backward_wall = 0, optimizer_wall = 0;
+  // The step less the stage's work, fixed parts and transfers: waiting for
+  // the other stages (the bubble) and for a core (computing slower than a
+  // dedicated core while the others compute too).
+  double waiting_seconds = 0;
+};
+
+struct SimulatedStep {
+  double step_seconds = 0;
+  std::vector<SimulatedStage> stages;
+};
+
+// ranks_per_stage: data x tensor parallel; cores: the node's cores shared by
+// all its ranks (every stage here on one node), or <= 0 for a device each.
+SimulatedStep simulate_step(const PipelineSchedule& schedule,
+                            const std::vector<SimulatedStageInput>& stages, int ranks_per_stage,
+                            double cores);
+
+}  // namespace paraplan

@@ -1,0 +1,67 @@
+// pipeline_simulation_test.cc: steps played out by hand: a pipeline on
+// devices of its own (the closed form), every rank sharing the cores all the
+// time, and a pipeline whose stages share one core only while both compute.
+#include "planner/pipeline_simulation.h"
+
+#include <gtest/gtest.h>
+
+namespace paraplan {
+namespace {
+
+SimulatedStageInput stage(double forward, double backward) {
+  return {.forward_work = forward,
+          .backward_work = backward,
+          .reduction_seconds = 0.5,
+          .optimizer_work = 0.25};
+}
+
+TEST(PipelineSimulation, OwnDevicesGiveTheOneForwardOneBackwardClosedForm) {
+  // p 2, m 4, forward 1, backward 2 on every stage: (m + p - 1)(f + b), then
+  // the first stage's reduction and the optimizer step.
+  const PipelineSchedule schedule = generate_one_forward_one_backward(2, 4);
+  const SimulatedStep step = simulate_step(schedule, {stage(1, 2), stage(1, 2)}, 1, 0);
+  EXPECT_DOUBLE_EQ(step.step_seconds, 5 * 3 + 0.5 + 0.25);
+  EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 1);
+  EXPECT_DOUBLE_EQ(step.stages[1].backward_wall, 2);
+  // Each stage is busy 4 x 3 + 0.5 + 0.25: the rest is its bubble.
+  EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 3);
+  EXPECT_DOUBLE_EQ(step.stages[1].waiting_seconds, 3);
+}
+
+TEST(PipelineSimulation, RanksAlwaysComputingTogetherGetTheirShareOfTheCores) {
+  // One stage of 4 ranks on 2 cores: everything computes at half speed.
+  const PipelineSchedule schedule = generate_one_forward_one_backward(1, 2);
+  const SimulatedStep step = simulate_step(schedule, {stage(1, 2)}, 4, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 4);
+  EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
+  EXPECT_DOUBLE_EQ(step.step_seconds, 2 * 6 + 0.5 + 0.5);
+  // Busy with 2 x 3 of work, 0.5 reducing and 0.25 of optimizer work: the
+  // rest it waits for a core.
+  EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 13 - (6 + 0.5 + 0.25));
+}
+
+TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersWait) {
+  // p 2, m 1, one core: the first stage's forward, then the second's forward
+  // and backward, then the first's backward run alone at full speed; both
+  // optimizer steps together at half. A transfer of 0.1 per message.
+  const PipelineSchedule schedule = generate_one_forward_one_backward(2, 1);
+  SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
+  first.p2p_seconds = second.p2p_seconds = 0.1;
+  second.reduction_seconds = 0;
+  const SimulatedStep step = simulate_step(schedule, {first, second}, 1, 1);
+  // F0 [0, 1], act 0 [1, 1.1], F0' [1.1, 2.1], B0' [2.1, 4.1], grad 0 [4.1,
+  // 4.2], B0 [4.2, 6.2], reduction [6.2, 6.7], both optimizers [6.7, 7.2].
+  EXPECT_DOUBLE_EQ(step.step_seconds, 7.2);
+  EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 1);
+  EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
+  // Stage 0 is busy with 1 + 2 of work, its send (0.1), its reduction (0.5)
+  // and 0.25 of optimizer work: the rest it waits (for stage 1, then for the
+  // core during the optimizer step).
+  EXPECT_NEAR(step.stages[0].waiting_seconds, 7.2 - (3 + 0.1 + 0.5 + 0.25), 1e-12);
+  EXPECT_NEAR(step.stages[1].waiting_seconds, 7.2 - (3 + 0.1 + 0.25), 1e-12);
+}
+
+}  // namespace
+}  // namespace paraplan

@@ -1,0 +1,110 @@
+// wait_attribution.cc: waits and transfers of collectives and pipeline
+// transfers (rule in wait_attribution.h).
+#include "runtime/measure/wait_attribution.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "plan_generated.h"
+
+namespace paraplan {
+
+TransferAndWait split_collective_calls(const std::vector<double>& durations,
+                                       const std::vector<double>& group_shortest,
+                                       const std::vector<bool>& synchronizing) {
+  if (durations.size() != group_shortest.size() || durations.size() != synchronizing.size())
+    throw std::logic_error("split_collective_calls: the lists differ in length");
+  TransferAndWait split;
+  for (size_t i = 0; i < durations.size(); ++i) {
+    const double transfer =
+        synchronizing[i] ? std::clamp(group_shortest[i], 0.0, durations[i]) : durations[i];
+    split.transfer += transfer;
+    split.wait += durations[i] - transfer;
+  }
+  return split;
+}
+
+namespace {
+
+using schema::OpCode;
+
+// What a transfer instruction moves: an activation or a gradient, sent or
+// received, of one micro-batch.
+enum class Message { kSendActivation, kReceiveActivation, kSendGradient, kReceiveGradient };
+
+// The halves of one instruction: (message, micro-batch).
+std::vector<std::pair<Message, int>> halves(const TransferRecord& record) {
+  switch (static_cast<OpCode>(record.op)) {
+    case OpCode::SendActivation:
+      return {{Message::kSendActivation, record.micro_batch}};
+    case OpCode::RecvActivation:
+      return {{Message::kReceiveActivation, record.micro_batch}};
+    case OpCode::SendGradient:
+      return {{Message::kSendGradient, record.micro_batch}};
+    case OpCode::RecvGradient:
+      return {{Message::kReceiveGradient, record.micro_batch}};
+    case OpCode::SendActivationRecvGradient:
+      return {{Message::kSendActivation, record.micro_batch},
+              {Message::kReceiveGradient, record.peer_micro_batch}};
+    case OpCode::SendGradientRecvActivation:
+      return {{Message::kSendGradient, record.micro_batch},
+              {Message::kReceiveActivation, record.peer_micro_batch}};
+    default:
+      return {};
+  }
+}
+
+// The other end of a message, and which neighbour holds it (+1 next stage).
+std::pair<Message, int> other_end(Message message) {
+  switch (message) {
+    case Message::kSendActivation:
+      return {Message::kReceiveActivation, +1};
+    case Message::kReceiveActivation:
+      return {Message::kSendActivation, -1};
+    case Message::kSendGradient:
+      return {Message::kReceiveGradient, -1};
+    case Message::kReceiveGradient:
+      return {Message::kSendGradient, +1};
+  }
+  return {message, 0};
+}
+
+}  // namespace
+
+std::vector<TransferAndWait> split_pipeline_transfers(
+    const std::vector<std::vector<TransferRecord>>& ranks, int pipeline_parallel, int data_parallel,
+    int tensor_parallel) {
+  const int stage_ranks = data_parallel * tensor_parallel;
+  // Per rank: (step, message, micro-batch) -> the duration of the instruction carrying it.
+  using Key = std::tuple<int, Message, int>;
+  std::vector<std::map<Key, double>> carriers(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (const TransferRecord& record : ranks[r])
+      for (const auto& [message, micro_batch] : halves(record))
+        carriers[r][{record.step, message, micro_batch}] = record.seconds;
+
+  std::vector<TransferAndWait> split(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int stage = static_cast<int>(r) / stage_ranks;
+    for (const TransferRecord& record : ranks[r]) {
+      double transfer = record.seconds;
+      for (const auto& [message, micro_batch] : halves(record)) {
+        const auto [end, direction] = other_end(message);
+        const int peer_stage = stage + direction;
+        if (peer_stage < 0 || peer_stage >= pipeline_parallel) continue;
+        const size_t peer = r + static_cast<size_t>(direction * stage_ranks);
+        if (peer >= ranks.size()) continue;
+        const auto found = carriers[peer].find({record.step, end, micro_batch});
+        if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
+      }
+      transfer = std::max(0.0, transfer);
+      split[r].transfer += transfer;
+      split[r].wait += record.seconds - transfer;
+    }
+  }
+  return split;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,51 @@
+// wait_attribution.h: splitting the time a rank spends in a collective or a
+// pipeline transfer into waiting for its peers and the transfer itself, from
+// durations alone (no clock shared across hosts needed).
+//
+// Rule: the peer that arrives last waits for nobody, so its duration is the
+// transfer; every other member's extra time is waiting. A collective call's
+// transfer is the shortest duration any member of its group measured for that
+// call (the calls match one to one: every member makes the same calls in the
+// same order), its wait the rest of the member's duration. A pipeline transfer
+// instruction's transfer is the shortest duration among it and the
+// instructions on the neighbouring stage that carry its messages (the
+// activation or gradient it sends or receives), its wait the rest. Calls that
+// do not synchronize the group (a deferred operation's wait_pending, which on
+// MPI only collects what already finished) are all transfer.
+#pragma once
+
+#include <vector>
+
+namespace paraplan {
+
+struct TransferAndWait {
+  double transfer = 0;
+  double wait = 0;
+  TransferAndWait& operator+=(const TransferAndWait& other) {
+    transfer += other.transfer, wait += other.wait;
+    return *this;
+  }
+};
+
+// One member's calls: its durations, the group's shortest duration of each
+// call, and which calls synchronize the group (the others count as transfer).
+TransferAndWait split_collective_calls(const std::vector<double>& durations,
+                                       const std::vector<double>& group_shortest,
+                                       const std::vector<bool>& synchronizing);
+
+// A pipeline transfer instruction of one rank: its opcode (schema::OpCode),
+// micro-batch, the combined ops' received micro-batch, the step and its
+// duration.
+struct TransferRecord {
+  int op = 0, micro_batch = -1, peer_micro_batch = -1, step = 0;
+  double seconds = 0;
+};
+
+// Every rank's transfers (ranks in world order, mesh as plan.fbs lays it out:
+// tensor-parallel innermost, then data-parallel, then pipeline) split into
+// transfer and wait per rank.
+std::vector<TransferAndWait> split_pipeline_transfers(
+    const std::vector<std::vector<TransferRecord>>& ranks, int pipeline_parallel, int data_parallel,
+    int tensor_parallel);
+
+}  // namespace paraplan

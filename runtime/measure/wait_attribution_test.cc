@@ -1,0 +1,68 @@
+// wait_attribution_test.cc: waits told from transfers by hand-made durations:
+// collectives (the last arriver's duration is the transfer), pipeline
+// transfers matched across neighbouring stages (plain and combined ops).
+#include "runtime/measure/wait_attribution.h"
+
+#include <gtest/gtest.h>
+
+#include "plan_generated.h"
+
+namespace paraplan {
+namespace {
+
+using schema::OpCode;
+
+TEST(WaitAttribution, ACollectiveWaitsForItsLastMemberAndTransfersTheRest) {
+  // Three calls; the group's shortest durations 1, 2 and 5 ms.
+  const TransferAndWait split =
+      split_collective_calls({0.004, 0.002, 0.005}, {0.001, 0.002, 0.005}, {true, true, true});
+  EXPECT_DOUBLE_EQ(split.transfer, 0.008);
+  EXPECT_DOUBLE_EQ(split.wait, 0.003);
+  // A call that does not synchronize (collecting deferred work) is transfer.
+  const TransferAndWait pending = split_collective_calls({0.004}, {0.001}, {false});
+  EXPECT_DOUBLE_EQ(pending.transfer, 0.004);
+  EXPECT_DOUBLE_EQ(pending.wait, 0);
+  EXPECT_THROW(split_collective_calls({0.1}, {}, {true}), std::logic_error);
+}
+
+TEST(WaitAttribution, APipelineTransferWaitsForTheNeighbourCarryingItsMessage) {
+  // pp 2 x dp 1 x tp 1. Stage 0 sends activation 0 and waits 9 ms for stage 1
+  // to post its receive (10 ms against 1 ms); later stage 1 sends the
+  // gradient of 0 while stage 0 is still computing (stage 1 waits 5 ms).
+  std::vector<std::vector<TransferRecord>> ranks(2);
+  ranks[0] = {{int(OpCode::SendActivation), 0, -1, 1, 0.010},
+              {int(OpCode::RecvGradient), 0, -1, 1, 0.002}};
+  ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.001},
+              {int(OpCode::SendGradient), 0, -1, 1, 0.007}};
+  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 1, 1);
+  EXPECT_DOUBLE_EQ(split[0].transfer, 0.001 + 0.002);
+  EXPECT_DOUBLE_EQ(split[0].wait, 0.009);
+  EXPECT_DOUBLE_EQ(split[1].transfer, 0.001 + 0.002);
+  EXPECT_DOUBLE_EQ(split[1].wait, 0.005);
+}
+
+TEST(WaitAttribution, CombinedTransfersMatchBothHalvesAndOnlyTheSameStepAndReplica) {
+  // pp 2 x dp 2: rank r of stage 0 pairs with rank r + 2. Stage 0's steady
+  // state sends activation 1 and receives gradient 0 in one op; stage 1's
+  // sends gradient 0 and receives activation 1. Step 2's records and the
+  // other replica's are not matched with step 1's.
+  std::vector<std::vector<TransferRecord>> ranks(4);
+  ranks[0] = {{int(OpCode::SendActivationRecvGradient), 1, 0, 1, 0.006},
+              {int(OpCode::SendActivationRecvGradient), 1, 0, 2, 0.003}};
+  ranks[1] = {{int(OpCode::SendActivationRecvGradient), 1, 0, 1, 0.0005}};
+  ranks[2] = {{int(OpCode::SendGradientRecvActivation), 0, 1, 1, 0.002},
+              {int(OpCode::SendGradientRecvActivation), 0, 1, 2, 0.004}};
+  ranks[3] = {{int(OpCode::SendGradientRecvActivation), 0, 1, 1, 0.008}};
+  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 2, 1);
+  EXPECT_DOUBLE_EQ(split[0].transfer, 0.002 + 0.003);
+  EXPECT_DOUBLE_EQ(split[0].wait, 0.004);
+  EXPECT_DOUBLE_EQ(split[1].transfer, 0.0005);
+  EXPECT_DOUBLE_EQ(split[1].wait, 0);
+  EXPECT_DOUBLE_EQ(split[2].transfer, 0.002 + 0.003);
+  EXPECT_DOUBLE_EQ(split[2].wait, 0.001);
+  EXPECT_DOUBLE_EQ(split[3].transfer, 0.0005);
+  EXPECT_DOUBLE_EQ(split[3].wait, 0.0075);
+}
+
+}  // namespace
+}  // namespace paraplan
