@@ -130,7 +130,7 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
     std::vector<schema::Instruction> instructions;
     for (const PipelineInstruction& ins : plan_schedule.stages[s])
-      instructions.emplace_back(ins.op, ins.micro_batch, ins.peer_micro_batch);
+      instructions.emplace_back(ins.op, 0, ins.micro_batch, ins.peer_micro_batch);
     stage_schedules.push_back(
         schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s), &instructions));
   }

@@ -126,9 +126,10 @@ LoadedPlan load_plan_from_bytes(const std::string& name, std::vector<uint8_t> by
   }
   // The version is checked before full verification: a newer layout may not verify.
   const std::optional<uint32_t> version = peek_schema_version(bytes.data(), bytes.size());
-  if (version && *version != kPlanSchemaVersion) {
+  if (version && (*version < kOldestReadablePlanSchemaVersion || *version > kPlanSchemaVersion)) {
     throw std::runtime_error(quoted(name) + " was written with plan schema version " +
-                             std::to_string(*version) + "; this paraplan reads version " +
+                             std::to_string(*version) + "; this paraplan reads versions " +
+                             std::to_string(kOldestReadablePlanSchemaVersion) + " to " +
                              std::to_string(kPlanSchemaVersion) +
                              " (re-create the plan with this paraplan's 'paraplan plan')");
   }
@@ -242,6 +243,10 @@ const char* opcode_name(schema::OpCode op) {
       return "reduce_gradients";
     case OpCode::OptimizerStep:
       return "optimizer_step";
+    case OpCode::BackwardInput:
+      return "backward_input";
+    case OpCode::BackwardWeight:
+      return "backward_weight";
   }
   return "unknown";
 }
@@ -284,6 +289,10 @@ const char* schedule_kind_name(schema::ScheduleKind kind) {
       return "1f1b";
     case schema::ScheduleKind::GPipe:
       return "gpipe";
+    case schema::ScheduleKind::Interleaved1F1B:
+      return "interleaved";
+    case schema::ScheduleKind::ZeroBubbleH1:
+      return "zb-h1";
   }
   return "unknown";
 }

@@ -16,9 +16,16 @@
 
 namespace paraplan {
 
-// Bumped whenever plan.fbs changes incompatibly; readers refuse other versions.
+// Bumped whenever plan.fbs changes; readers refuse versions outside
+// [kOldestReadablePlanSchemaVersion, kPlanSchemaVersion]. Every change so far
+// adds fields whose defaults mean what an older plan meant, so older plans
+// read as they were written.
 // 2: the Llama fields of Model (num_kv_heads, rope_theta, rope scaling).
-inline constexpr uint32_t kPlanSchemaVersion = 2;
+// 3: virtual stages (Schedule.virtual_stages, Instruction.chunk), split
+//    backward (BackwardInput, BackwardWeight), Interleaved1F1B and
+//    ZeroBubbleH1 schedules, Mesh.sequence_parallel.
+inline constexpr uint32_t kPlanSchemaVersion = 3;
+inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
 // A plan file held in memory; plan() points into bytes.
 class LoadedPlan {

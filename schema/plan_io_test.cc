@@ -269,15 +269,36 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
                        "(file identifier '\\x00\\x00\\x00\\x00'; expected PPLN)"));
 }
 
-TEST_F(PlanFileTest, LoadOtherSchemaVersionNamesBothVersions) {
+TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
-  spec.schema_version = 1;  // before the Llama fields
-  const std::vector<uint8_t> bytes = build_plan(spec);
-  write_raw(path("v1.pplan"), bytes);
-  EXPECT_TRUE(
-      contains(load_error(path("v1.pplan")),
-               "'" + path("v1.pplan") +
-                   "' was written with plan schema version 1; this paraplan reads version 2"));
+  spec.schema_version = kPlanSchemaVersion + 1;
+  write_raw(path("v4.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v4.pplan")),
+                       "'" + path("v4.pplan") +
+                           "' was written with plan schema version 4; this paraplan reads "
+                           "versions 1 to 3"));
+  spec.schema_version = 0;
+  write_raw(path("v0.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
+}
+
+// Versions 1 and 2 only lack fields whose defaults mean what they meant then
+// (GPT-2, one chunk per rank, no split backward, no sequence parallelism).
+TEST_F(PlanFileTest, OlderSchemaVersionsReadAsTheyWereWritten) {
+  for (const uint32_t version : {1u, 2u}) {
+    PlanSpec spec = make_plan_spec(2, 1, 1, 4, 2);
+    spec.schema_version = version;
+    const std::string file = path("v" + std::to_string(version) + ".pplan");
+    write_raw(file, build_plan(spec));
+    const LoadedPlan loaded = load_plan(file);
+    const schema::Plan& plan = loaded.plan();
+    EXPECT_EQ(plan.header()->schema_version(), version);
+    EXPECT_EQ(plan.schedule()->virtual_stages(), 1);
+    EXPECT_FALSE(plan.mesh()->sequence_parallel());
+    for (const schema::StageSchedule* stage : *plan.schedule()->stages())
+      for (const schema::Instruction* instruction : *stage->instructions())
+        EXPECT_EQ(instruction->chunk(), 0);
+  }
 }
 
 TEST_F(PlanFileTest, LoadInvalidPlanListsEveryViolationOnItsOwnLine) {
@@ -342,7 +363,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const nlohmann::json j = plan_to_json(*schema::GetPlan(bytes.data()));
 
-  EXPECT_EQ(j["header"]["schema_version"], 2);
+  EXPECT_EQ(j["header"]["schema_version"], 3);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -416,7 +437,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v2, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v3, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(
       contains(table, "training: global batch 16 = micro-batch 2 x 4 micro-batches x dp 2"));

@@ -80,14 +80,17 @@ struct PlanSpec {
 
   schema::ScheduleKind schedule_kind = schema::ScheduleKind::OneForwardOneBackward;
   std::vector<StageScheduleSpec> schedule;
+  int32_t virtual_stages = 1;
+  bool sequence_parallel = false;
 
   double step_seconds = 0.5, bubble_ratio = 0.2, tokens_per_second = 2048, mfu = 0.42;
   std::vector<StagePredictionSpec> stage_predictions;
   std::string cluster_name = "test-cluster";
 };
 
-inline Instruction instruction(OpCode op, int32_t micro_batch, int32_t peer_micro_batch = -1) {
-  return Instruction(op, micro_batch, peer_micro_batch);
+inline Instruction instruction(OpCode op, int32_t micro_batch, int32_t peer_micro_batch = -1,
+                               uint8_t chunk = 0) {
+  return Instruction(op, chunk, micro_batch, peer_micro_batch);
 }
 
 // Index of the first instruction (op, micro_batch) in a stream; throws if absent so a
@@ -245,7 +248,7 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
   fb::Offset<schema::Mesh> mesh;
   if (spec.has_mesh) {
     mesh = schema::CreateMesh(fbb, spec.pipeline_parallel, spec.data_parallel, spec.tensor_parallel,
-                              spec.num_nodes, spec.devices_per_node);
+                              spec.num_nodes, spec.devices_per_node, spec.sequence_parallel);
   }
   fb::Offset<fb::Vector<fb::Offset<schema::Stage>>> stages;
   if (spec.has_stages) {
@@ -266,7 +269,7 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
       list.push_back(schema::CreateStageScheduleDirect(
           fbb, stage.stage, stage.has_instructions ? &stage.instructions : nullptr));
     }
-    schedule = schema::CreateScheduleDirect(fbb, spec.schedule_kind, &list);
+    schedule = schema::CreateScheduleDirect(fbb, spec.schedule_kind, &list, spec.virtual_stages);
   }
   fb::Offset<schema::Predictions> predictions;
   if (spec.has_predictions) {

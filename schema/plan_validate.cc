@@ -40,9 +40,10 @@ void check_header(const schema::Plan& plan, Violations& v) {
                         std::to_string(kPlanSchemaVersion));
     return;
   }
-  if (header->schema_version() != kPlanSchemaVersion) {
-    v.add("header.schema_version", std::to_string(header->schema_version()) +
-                                       "; this paraplan reads and writes version " +
+  const uint32_t version = header->schema_version();
+  if (version < kOldestReadablePlanSchemaVersion || version > kPlanSchemaVersion) {
+    v.add("header.schema_version", std::to_string(version) + "; this paraplan reads versions " +
+                                       std::to_string(kOldestReadablePlanSchemaVersion) + " to " +
                                        std::to_string(kPlanSchemaVersion));
   }
 }
@@ -186,6 +187,10 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
                                         number(kMaxPipelineStages) +
                                         ", the most pipeline stages paraplan plans");
   }
+  // Defined by schema version 3, not yet executed by this runtime.
+  if (mesh.sequence_parallel())
+    v.add("mesh.sequence_parallel",
+          "true; this paraplan does not execute sequence parallelism yet, so it must be false");
   if (!mesh_degrees_valid(mesh)) return;
   const std::optional<int64_t> ranks =
       checked_product(mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel());

@@ -99,6 +99,19 @@ class StageStreamChecker {
       return;
     }
     const std::string name = opcode_name(op);
+    // Defined by schema version 3, not yet executed by this runtime.
+    if (op == OpCode::BackwardInput || op == OpCode::BackwardWeight) {
+      instruction_problem(pos, name +
+                                   " (split backward) is not executed by this paraplan; "
+                                   "valid ops are 0 (load_micro_batch) to 10 (optimizer_step)");
+      return;
+    }
+    if (ins.chunk() != 0) {
+      instruction_problem(pos, name + " chunk " + std::to_string(ins.chunk()) +
+                                   "; this paraplan executes one model chunk per stage, so it "
+                                   "must be 0");
+      return;
+    }
     const int32_t mb = ins.micro_batch(), peer = ins.peer_micro_batch();
     const bool combined =
         op == OpCode::SendActivationRecvGradient || op == OpCode::SendGradientRecvActivation;
@@ -168,6 +181,9 @@ class StageStreamChecker {
       case OpCode::OptimizerStep:
         step_at_.push_back(pos);
         break;
+      case OpCode::BackwardInput:
+      case OpCode::BackwardWeight:
+        break;  // refused above
     }
   }
 
@@ -289,9 +305,17 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     v.add("schedule", "missing; the plan must give every stage its instruction stream");
     return;
   }
-  if (std::string(schedule_kind_name(schedule->kind())) == "unknown") {
-    v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(schedule->kind())) +
-                               "; valid are 1f1b (0) and gpipe (1)");
+  const schema::ScheduleKind kind = schedule->kind();
+  if (kind != schema::ScheduleKind::OneForwardOneBackward && kind != schema::ScheduleKind::GPipe) {
+    const std::string name = schedule_kind_name(kind);
+    v.add("schedule.kind", (name == "unknown" ? "unknown value " : name + " ") +
+                               std::to_string(static_cast<int>(kind)) +
+                               "; this paraplan executes 1f1b (0) and gpipe (1)");
+  }
+  if (schedule->virtual_stages() != 1) {
+    v.add("schedule.virtual_stages", number(schedule->virtual_stages()) +
+                                         "; this paraplan executes one model chunk per pipeline "
+                                         "rank, so it must be 1");
   }
   const auto* stage_schedules = schedule->stages();
   if (stage_schedules == nullptr) {

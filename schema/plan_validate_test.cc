@@ -176,7 +176,7 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
        [](PlanSpec& s) { s.schema_version = 7; },
-       {"header.schema_version: 7", "version 2"}},
+       {"header.schema_version: 7", "reads versions 1 to 3"}},
       // model
       {"VocabSizeZero",
        [](PlanSpec& s) { s.vocab_size = 0; },
@@ -370,6 +370,22 @@ const std::vector<ViolationCase>& violation_cases() {
       {"UnknownScheduleKind",
        [](PlanSpec& s) { s.schedule_kind = ScheduleKind(4); },
        {"schedule.kind: unknown value 4", "1f1b"}},
+      // Schema v3's schedules, not executed yet: refused by name.
+      {"InterleavedNotExecutedYet",
+       [](PlanSpec& s) { s.schedule_kind = ScheduleKind::Interleaved1F1B; },
+       {"schedule.kind: interleaved 2; this paraplan executes 1f1b (0) and gpipe (1)"}},
+      {"VirtualStagesNotExecutedYet",
+       [](PlanSpec& s) { s.virtual_stages = 2; },
+       {"schedule.virtual_stages: 2", "must be 1"}},
+      {"SequenceParallelNotExecutedYet",
+       [](PlanSpec& s) { s.sequence_parallel = true; },
+       {"mesh.sequence_parallel: true", "must be false"}},
+      {"SplitBackwardNotExecutedYet",
+       [](PlanSpec& s) { s.schedule[0].instructions[2] = instruction(OpCode::BackwardInput, 0); },
+       {"schedule.stages[0]", "backward_input (split backward) is not executed"}},
+      {"ChunkBeyondTheOnlyOne",
+       [](PlanSpec& s) { s.schedule[0].instructions[1] = instruction(OpCode::Forward, 0, -1, 1); },
+       {"schedule.stages[0]", "chunk 1", "must be 0"}},
       {"TooFewInstructionsForMicroBatches",
        [](PlanSpec& s) {
          s.num_micro_batches = 16384;

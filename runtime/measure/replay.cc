@@ -157,6 +157,12 @@ TimelineSpan to_timeline_span(const SpanRecord& record, int rank) {
     case OpCode::Backward:
       span.name = "B" + m, span.category = "backward";
       break;
+    case OpCode::BackwardInput:
+      span.name = "Bi" + m, span.category = "backward";
+      break;
+    case OpCode::BackwardWeight:
+      span.name = "W" + m, span.category = "backward";
+      break;
     case OpCode::SendActivation:
       span.name = "send act " + m, span.category = "send";
       break;

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "schema/plan_io.h"
+
 namespace paraplan {
 
 using schema::OpCode;
@@ -129,6 +131,11 @@ void ScheduleExecutor::execute(const schema::Instruction& instruction, const Sam
     case OpCode::OptimizerStep:
       if (hooks.optimizer_step) hooks.optimizer_step();
       break;
+    case OpCode::BackwardInput:
+    case OpCode::BackwardWeight:
+      // Refused by plan validation (schema v3, not executed yet).
+      throw std::runtime_error(std::string("schedule: ") + opcode_name(instruction.op()) +
+                               " is not executed by this paraplan");
   }
 }
 
