@@ -185,6 +185,11 @@ int main(int argc, char** argv) {
       ->add_option("--min-window", profile.minimum_window_seconds,
                    "seconds each measurement runs at least")
       ->capture_default_str();
+  profile_command
+      ->add_option("--transport", profile.transport,
+                   "the collectives' transport, as the job's (auto, mpi, nccl, staged)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl", "staged"}))
+      ->capture_default_str();
   profile_command->add_option("--mpirun", profile.mpirun, "the mpirun to use")
       ->capture_default_str();
   profile_command->allow_extras();

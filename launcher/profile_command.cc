@@ -112,6 +112,10 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
                                                                 : kernels::DType::kFloat32;
   request.repetitions = arguments.repetitions;
   request.minimum_window_seconds = arguments.minimum_window_seconds;
+  // Collectives as the job runs them: its transport, up to its gradient bucket.
+  request.transport = arguments.transport;
+  request.largest_collective_bytes = static_cast<uint64_t>(config.training.gradient_bucket_size) *
+                                     (request.dtype == kernels::DType::kBFloat16 ? 2 : 4);
   // This model's entries of this process count stay and are not measured
   // again; everything else in the section stays as well.
   size_t kept = 0;

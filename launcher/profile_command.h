@@ -23,6 +23,7 @@ struct ProfileArguments {
   int repetitions = 5;
   double minimum_window_seconds = 0.2;
   std::string mpirun = "mpirun";
+  std::string transport = "auto";  // the collectives' (as the job's --transport)
 };
 
 // extras: --section.key value overrides of the job file. self_arguments:

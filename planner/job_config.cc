@@ -181,6 +181,7 @@ const std::vector<FieldSpec>& field_table() {
         PARAPLAN_FIELD(cluster, num_nodes),
         PARAPLAN_FIELD(cluster, devices_per_node),
         PARAPLAN_FIELD(cluster, device_memory_gb),
+        PARAPLAN_FIELD(cluster, reserved_memory_gb),
         PARAPLAN_FIELD(cluster, peak_tflops_fp32),
         PARAPLAN_FIELD(cluster, peak_tflops_bf16),
         PARAPLAN_FIELD(cluster, intra_node_bandwidth_gbps),
@@ -437,15 +438,18 @@ std::string location(const std::string& source, const toml::source_region& regio
 ClusterConfig preset_values(const std::string& name) {
   ClusterConfig c;  // the member defaults are the "cpu" preset
   c.preset = name;
+  // device_memory_gb is what cudaMemGetInfo reports as total (nvidia-smi's
+  // MiB / 1024): A100 80GB 81920 MiB, H100 SXM 80GB 81559 MiB, H200 143771 MiB.
   if (name == "a100-80g") {
-    c.devices_per_node = 8, c.device_memory_gb = 80;
+    c.devices_per_node = 8, c.device_memory_gb = 80, c.reserved_memory_gb = 2;
     c.peak_tflops_fp32 = 19.5, c.peak_tflops_bf16 = 312;
     c.intra_node_bandwidth_gbps = 300, c.intra_node_latency_us = 5;
     c.inter_node_bandwidth_gbps = 25, c.inter_node_latency_us = 10;
     c.memory_bandwidth_gbps = 2039, c.compute_units = 108;  // HBM2e, SMs
     c.overlap_communication = true;
   } else if (name == "h100-sxm" || name == "h200") {
-    c.devices_per_node = 8, c.device_memory_gb = name == "h200" ? 141 : 80;
+    c.devices_per_node = 8, c.device_memory_gb = name == "h200" ? 140.4 : 79.6;
+    c.reserved_memory_gb = 2;
     c.peak_tflops_fp32 = 67, c.peak_tflops_bf16 = 989;
     c.intra_node_bandwidth_gbps = 450, c.intra_node_latency_us = 5;
     c.inter_node_bandwidth_gbps = 50, c.inter_node_latency_us = 10;
@@ -482,6 +486,11 @@ void resolve_defaults(JobConfig& config) {
 }
 
 }  // namespace
+
+double plan_memory_limit_gb(const JobConfig& config) {
+  return std::min(config.planner.memory_constraint,
+                  config.cluster.device_memory_gb - config.cluster.reserved_memory_gb);
+}
 
 double ClusterConfig::peak_flops(schema::DType dtype) const {
   return (dtype == schema::DType::BFloat16 ? peak_tflops_bf16 : peak_tflops_fp32) * 1e12;

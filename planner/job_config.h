@@ -96,7 +96,13 @@ struct ClusterConfig {
   std::string preset = "cpu";
   int num_nodes = 1;
   int devices_per_node = 8;
-  double device_memory_gb = 8;
+  double device_memory_gb = 8;  // what a process can allocate on the device
+  // Device memory the plan leaves alone: what a process holds outside the
+  // runtime's own allocations (the CUDA context, NCCL's buffers, the cuBLAS
+  // workspace, allocator slack). The GPU presets reserve 2 GB; the cpu preset
+  // none. The planner's limit is min(memory_constraint, device_memory_gb -
+  // reserved_memory_gb), and the runtime refuses a stage beyond that too.
+  double reserved_memory_gb = 0;
   double peak_tflops_fp32 = 0.1;
   double peak_tflops_bf16 = 0.1;
   double intra_node_bandwidth_gbps = 5;
@@ -177,6 +183,11 @@ struct JobConfig {
   // The task name written into the plan: [planner] task_name if set, else [job] name.
   std::string task_name() const;
 };
+
+// The memory a plan may use on each device, in GB: [planner] memory_constraint
+// (AutoDist's), capped by what the device offers beyond its reserve
+// (device_memory_gb - reserved_memory_gb).
+double plan_memory_limit_gb(const JobConfig& config);
 
 // One command-line override: key "planner.memory_constraint", value "40".
 struct ConfigOverride {

@@ -195,14 +195,21 @@ TEST(JobConfigTest, PresetsAndExplicitOverrides) {
   JobConfig h100 = parse_job_config(with("[cluster]\npreset = \"h100-sxm\"\n"));
   EXPECT_DOUBLE_EQ(h100.cluster.peak_tflops_fp32, 67);
   EXPECT_DOUBLE_EQ(h100.cluster.peak_tflops_bf16, 989);
-  EXPECT_DOUBLE_EQ(h100.cluster.device_memory_gb, 80);
+  // What a process can allocate (an H100 80 GB exposes 81559 MiB), less 2 GB
+  // for the CUDA context, NCCL and cuBLAS.
+  EXPECT_DOUBLE_EQ(h100.cluster.device_memory_gb, 79.6);
+  EXPECT_DOUBLE_EQ(h100.cluster.reserved_memory_gb, 2);
+  EXPECT_DOUBLE_EQ(plan_memory_limit_gb(h100), 32);  // memory_constraint binds
+  h100.planner.memory_constraint = 80;
+  EXPECT_DOUBLE_EQ(plan_memory_limit_gb(h100), 77.6);  // the device binds
   EXPECT_DOUBLE_EQ(h100.cluster.intra_node_bandwidth_gbps, 450);
   const JobConfig h200 = parse_job_config(
       with("[cluster]\npreset = \"h200\"\ndevice_memory_gb = 100\ninter_node_latency_us = 3\n"));
-  EXPECT_DOUBLE_EQ(h200.cluster.device_memory_gb, 100);  // explicit beats the preset's 141
+  EXPECT_DOUBLE_EQ(h200.cluster.device_memory_gb, 100);  // explicit beats the preset's 140.4
   EXPECT_DOUBLE_EQ(h200.cluster.inter_node_latency_us, 3);
   EXPECT_DOUBLE_EQ(h200.cluster.peak_tflops_bf16, 989);
-  EXPECT_EQ(parse_job_config(with("[cluster]\npreset = \"h200\"\n")).cluster.device_memory_gb, 141);
+  EXPECT_EQ(parse_job_config(with("[cluster]\npreset = \"h200\"\n")).cluster.device_memory_gb,
+            140.4);
 
   // Switching the preset later re-resolves the fields that were not set explicitly.
   JobConfig a100 = parse_job_config(with("[cluster]\nintra_node_latency_us = 2\n"));
@@ -468,7 +475,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 83u);
+  EXPECT_EQ(options.size(), 84u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",

@@ -149,6 +149,8 @@ void validate_job_config(const JobConfig& c) {
   require_at_least(c, "cluster", "num_nodes", k.num_nodes, 1);
   require_at_least(c, "cluster", "devices_per_node", k.devices_per_node, 1);
   require_range(c, "cluster", "device_memory_gb", k.device_memory_gb, 0, false, kInf, false);
+  require_range(c, "cluster", "reserved_memory_gb", k.reserved_memory_gb, 0, true,
+                k.device_memory_gb, false);
   require_range(c, "cluster", "peak_tflops_fp32", k.peak_tflops_fp32, 0, false, kInf, false);
   require_range(c, "cluster", "peak_tflops_bf16", k.peak_tflops_bf16, 0, false, kInf, false);
   require_range(c, "cluster", "intra_node_bandwidth_gbps", k.intra_node_bandwidth_gbps, 0, false,

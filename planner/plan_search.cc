@@ -9,6 +9,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -30,6 +31,20 @@ std::string setting_name(const PlanSetting& setting) {
          " x tp " + str(setting.shape.tensor_parallel) + ", micro-batch " +
          str(setting.micro_batch_size) + " x " + str(setting.num_micro_batches) + ", ZeRO " +
          str(setting.zero_stage);
+}
+
+// "32 GB (memory_constraint)" or "77.6 GB (device_memory_gb 79.6 less
+// reserved_memory_gb 2)": the per-device limit and what sets it.
+std::string memory_limit_text(const JobConfig& config) {
+  const ClusterConfig& cluster = config.cluster;
+  std::ostringstream text;
+  text << plan_memory_limit_gb(config) << " GB (";
+  if (config.planner.memory_constraint <= cluster.device_memory_gb - cluster.reserved_memory_gb)
+    text << "memory_constraint)";
+  else
+    text << "device_memory_gb " << cluster.device_memory_gb << " less reserved_memory_gb "
+         << cluster.reserved_memory_gb << ")";
+  return text.str();
 }
 
 std::string seconds_text(double seconds) {
@@ -334,8 +349,8 @@ std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
   }
   if (closest != nullptr)
     message += " Memory binds: with " + setting_name(closest->setting) + ", " + closest->reason +
-               ". Raise memory_constraint, add recompute, use more devices or a smaller "
-               "micro-batch.";
+               ". Raise memory_constraint (the limit is " + memory_limit_text(config) +
+               "), add recompute, use more devices or a smaller micro-batch.";
   for (const SettingRejection& rejection : result.rejections) {
     if (rejection.kind == RejectionKind::DoesNotFit) continue;
     if (counts[static_cast<int>(rejection.kind)] < 0) continue;  // named already

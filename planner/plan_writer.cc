@@ -158,7 +158,7 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       cluster.peak_flops(model.dtype), cluster.intra_node_bandwidth_gbps * 1e9,
       cluster.intra_node_latency_us * 1e-6, cluster.inter_node_bandwidth_gbps * 1e9,
       cluster.inter_node_latency_us * 1e-6, cluster.memory_bandwidth_gbps * 1e9,
-      cluster.compute_units);
+      cluster.compute_units, static_cast<uint64_t>(cluster.reserved_memory_gb * kBytesPerGigabyte));
   const StepPrediction& prediction = estimate.prediction;
   auto predictions = schema::CreatePredictionsDirect(
       builder, prediction.step_seconds, prediction.bubble_ratio, prediction.tokens_per_second,

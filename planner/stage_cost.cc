@@ -44,7 +44,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     : config_(&config), setting_(setting), options_(config.planner) {
   options_.zero_stage = setting.zero_stage;
   options_.zero_ngroups = setting.zero_ngroups;
-  if (options_.consider_mem) memory_limit_ = options_.memory_constraint * kBytesPerGigabyte;
+  if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;
   const ModelConfig& model = config.model;
   const ParallelShape& shape = setting.shape;
   const int t = shape.tensor_parallel, b = setting.micro_batch_size, p = shape.pipeline_stages;

@@ -248,7 +248,10 @@ TEST(WorldOnePlanTest, FieldsRoundTrip) {
   const schema::Cluster& cluster = *predictions.cluster();
   EXPECT_EQ(cluster.name()->str(), "h100-sxm");
   EXPECT_DOUBLE_EQ(cluster.peak_flops(), 989e12);
-  EXPECT_EQ(cluster.device_memory_bytes(), 80ull << 30);
+  EXPECT_EQ(cluster.device_memory_bytes(), static_cast<uint64_t>(79.6 * (1ull << 30)));
+  EXPECT_EQ(cluster.reserved_memory_bytes(), 2ull << 30);
+  EXPECT_EQ(allocatable_device_memory_bytes(cluster),
+            static_cast<uint64_t>(79.6 * (1ull << 30)) - (2ull << 30));
   EXPECT_DOUBLE_EQ(cluster.intra_node_bandwidth(), 450e9);
 }
 

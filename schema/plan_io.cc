@@ -218,6 +218,11 @@ const char* recompute_mode_name(schema::RecomputeMode mode) {
   return "unknown";
 }
 
+uint64_t allocatable_device_memory_bytes(const schema::Cluster& cluster) {
+  const uint64_t device = cluster.device_memory_bytes(), reserved = cluster.reserved_memory_bytes();
+  return reserved < device ? device - reserved : 0;
+}
+
 const char* opcode_name(schema::OpCode op) {
   using schema::OpCode;
   switch (op) {

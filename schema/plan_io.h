@@ -27,6 +27,10 @@ namespace paraplan {
 inline constexpr uint32_t kPlanSchemaVersion = 3;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
+// The device memory a plan's ranks may allocate: device_memory_bytes less
+// reserved_memory_bytes (0 when the reserve is not below the device's).
+uint64_t allocatable_device_memory_bytes(const schema::Cluster& cluster);
+
 // A plan file held in memory; plan() points into bytes.
 class LoadedPlan {
  public:

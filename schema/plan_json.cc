@@ -147,6 +147,7 @@ json cluster_to_json(const schema::Cluster& cluster) {
           {"num_nodes", cluster.num_nodes()},
           {"devices_per_node", cluster.devices_per_node()},
           {"device_memory_bytes", cluster.device_memory_bytes()},
+          {"reserved_memory_bytes", cluster.reserved_memory_bytes()},
           {"peak_flops", cluster.peak_flops()},
           {"intra_node_bandwidth", cluster.intra_node_bandwidth()},
           {"intra_node_latency", cluster.intra_node_latency()},
@@ -410,8 +411,12 @@ void predictions_lines(const schema::Plan& plan, std::ostringstream& out) {
   if (const schema::Cluster* cluster = predictions->cluster()) {
     out << "cluster: '" << string_or_empty(cluster->name()) << "', " << cluster->num_nodes()
         << " nodes x " << cluster->devices_per_node() << " devices, "
-        << format_bytes(cluster->device_memory_bytes()) << " each, "
-        << printf_string("%.1f", cluster->peak_flops() / 1e12) << " TFLOP/s peak, intra-node "
+        << format_bytes(cluster->device_memory_bytes()) << " each"
+        << (cluster->reserved_memory_bytes() > 0
+                ? " (" + format_bytes(cluster->reserved_memory_bytes()) + " reserved)"
+                : std::string())
+        << ", " << printf_string("%.1f", cluster->peak_flops() / 1e12)
+        << " TFLOP/s peak, intra-node "
         << printf_string("%.1f", cluster->intra_node_bandwidth() / 1e9) << " GB/s, inter-node "
         << printf_string("%.1f", cluster->inter_node_bandwidth() / 1e9) << " GB/s\n";
   }

@@ -215,10 +215,10 @@ TEST_F(Replay, APlanForAnotherWorldIsRefusedBeforeAllocation) {
 }
 
 TEST_F(Replay, APlanLargerThanTheDeviceRunsOutOfMemoryAndSaysSo) {
-  // The planner is told 1 GB, the device has 0.5 MiB: replay holds the ranks
-  // to the device, as a GPU would.
+  // The planner does not check memory, the device has 0.5 MiB: replay holds
+  // the ranks to the device, as a GPU would.
   const std::string plan_file =
-      plan("oom", 2, "pipeline_nstages = 1\ntensor_parallel_degree = 1\nmemory_constraint = 1\n",
+      plan("oom", 2, "pipeline_nstages = 1\ntensor_parallel_degree = 1\nconsider_mem = false\n",
            "--cluster.device_memory_gb 0.0005");
   const CommandResult replayed = run("launch --plan " + plan_file + " -- replay --steps 1");
   EXPECT_NE(replayed.exit_code, 0);
@@ -304,12 +304,13 @@ TEST_F(Replay, ProfileIsWrittenPerShapeAndThePlannerUsesIt) {
 }
 
 TEST_F(Replay, AutotuneRecordsAnOutOfMemoryExperimentAndKeepsTheFastest) {
-  // Planner limit 1 GB, device 1.4 MB: micro-batch 8 (about 1.6 MB) runs out
-  // of memory, 4 (about 1.1 MB) fits; the binary search must find that.
+  // The planner does not check memory, the device has 1.4 MB: micro-batch 8
+  // (about 1.6 MB) runs out of memory, 4 (about 1.1 MB) fits; the binary
+  // search must find that.
   const std::string job = *directory_ / "tuned.toml";
   write_file(job, job_toml(2,
                            "pipeline_nstages = 1\ntensor_parallel_degree = 1\n"
-                           "zero_stage = 0\nmemory_constraint = 1\n"));
+                           "zero_stage = 0\nconsider_mem = false\n"));
   const std::string best = *directory_ / "best.pplan";
   const std::string summary = *directory_ / "autotune.json";
   const CommandResult tuned = run(

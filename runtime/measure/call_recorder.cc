@@ -10,9 +10,12 @@
 namespace paraplan {
 
 void RecordingCommunicator::intercept(const CommunicatorCall& call, ForwardedCall forward) {
+  kernels::Ops* device = *totals_.recording ? totals_.device : nullptr;
+  if (device) device->synchronize();
   const auto start = std::chrono::steady_clock::now();
   const std::clock_t cpu_start = std::clock();
   forward();
+  if (device) device->synchronize();
   // The CPU clock read inside the wall-clock span (replay.cc says why).
   *totals_.cpu_seconds += static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   const double seconds =

@@ -1,14 +1,17 @@
 // call_recorder.h: replay's view of one process group: a Communicator that
 // forwards every call, adds its wall time and the process's CPU time in it to
 // running totals (so an instruction's collectives can be taken out of its
-// compute) and, while
-// recording, keeps each call's duration, so that after the run the group can
-// split them into transfer and waiting for peers (wait_attribution.h).
+// compute) and, while recording, keeps each call's duration, so that after
+// the run the group can split them into transfer and waiting for peers
+// (wait_attribution.h). On a device, NCCL returns once a call is queued, so
+// while recording the device is synchronized before the call (the compute
+// queued before it is not its time) and after it (its transfer is).
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "runtime/comm/forwarding_communicator.h"
 #include "runtime/measure/wait_attribution.h"
 
@@ -22,6 +25,9 @@ class RecordingCommunicator final : public ForwardingCommunicator {
     double* seconds;
     double* cpu_seconds;
     const bool* recording;
+    // The device's ops, synchronized around each recorded call; null on the
+    // CPU backend (calls return when they are done).
+    kernels::Ops* device = nullptr;
   };
   RecordingCommunicator(std::unique_ptr<Communicator> inner, Totals totals)
       : ForwardingCommunicator(std::move(inner)), totals_(totals) {}

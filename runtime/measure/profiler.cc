@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/comm/mpi_communicator.h"
+#include "runtime/measure/collective_profiler.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/pipeline/rank_state.h"
@@ -290,144 +291,6 @@ double measure_memory_bandwidth(kernels::Ops& ops, int repetitions) {
   return 3.0 * static_cast<double>(ops.storage_bytes(n)) / seconds;
 }
 
-// latency + bytes * seconds_per_byte by least squares (both kept >= 0).
-std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
-                                         const std::vector<double>& seconds) {
-  const double n = static_cast<double>(bytes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    sx += bytes[i], sy += seconds[i], sxx += bytes[i] * bytes[i], sxy += bytes[i] * seconds[i];
-  }
-  double slope = (n * sxy - sx * sy) / std::max(1e-300, n * sxx - sx * sx);
-  slope = std::max(0.0, slope);
-  const double latency = std::max(0.0, (sy - slope * sx) / n);
-  return {latency, slope};
-}
-
-// A fixed amount of arithmetic, about `seconds` on a core of its own (a
-// stand-in for a step's compute between its collectives): a member that
-// shares its core with others takes longer, as in a step.
-void compute_work(double seconds) {
-  static const double iterations_per_second = [] {
-    const Clock::time_point start = Clock::now();
-    volatile float x = 1.0f;
-    for (int i = 0; i < 1000000; ++i) x = x * 0.999f + 0.001f;
-    return 1e6 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
-  }();
-  volatile float x = 1.0f;
-  const long iterations = static_cast<long>(seconds * iterations_per_second);
-  for (long i = 0; i < iterations; ++i) x = x * 0.999f + 0.001f;
-}
-
-// Every collective by group size, all groups of the world at once. With
-// `between_compute` (the CPU backend, whose ranks may outnumber the cores)
-// each call follows the same stretch of compute on every member, as the
-// ranks of a tensor-parallel or data-parallel group do in a step, and its
-// time is what replay counts as a call's transfer (wait_attribution.h): the
-// shortest duration any member measured, which takes in the time a member
-// that gave up its core while waiting needs to get it back; the mean over
-// the calls. Else calls run back to back.
-std::vector<CollectiveEntry> measure_collectives(MpiSession& session, int repetitions,
-                                                 bool between_compute) {
-  std::vector<CollectiveEntry> results;
-  const int world = session.world_size(), rank = session.world_rank();
-  const std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
-  const size_t most = (4 << 20) / sizeof(float);
-  std::vector<float> send(most, 1.0f), receive(most, 0.0f);
-  // Every member runs the same number of calls in one window (the count is
-  // agreed first, so no member waits in a call the others never make).
-  auto time_it = [&](const std::function<void()>& work) {
-    work();
-    MPI_Barrier(MPI_COMM_WORLD);
-    Clock::time_point start = Clock::now();
-    work();
-    double one = std::chrono::duration<double>(Clock::now() - start).count();
-    MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    const int runs = std::max(repetitions, static_cast<int>(minimum_window / std::max(one, 1e-6)));
-    MPI_Barrier(MPI_COMM_WORLD);
-    start = Clock::now();
-    for (int i = 0; i < runs; ++i) work();
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count() / runs;
-    // The slowest member sets a collective's pace.
-    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return seconds;
-  };
-  auto time_between_compute = [&](MPI_Comm members, const std::function<void()>& work) {
-    work();
-    MPI_Barrier(MPI_COMM_WORLD);
-    const int runs = std::max(repetitions, 20);
-    std::vector<double> negated(runs);
-    for (int i = 0; i < runs; ++i) {
-      compute_work(2e-3);
-      const Clock::time_point start = Clock::now();
-      work();
-      negated[i] = -std::chrono::duration<double>(Clock::now() - start).count();
-    }
-    MPI_Allreduce(MPI_IN_PLACE, negated.data(), runs, MPI_DOUBLE, MPI_MAX, members);
-    double seconds = 0;
-    for (double value : negated) seconds -= value / runs;
-    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return seconds;
-  };
-  auto time_call = [&](MPI_Comm members, const std::function<void()>& work) {
-    return between_compute ? time_between_compute(members, work) : time_it(work);
-  };
-  for (int group_size = 2; group_size <= world; ++group_size) {
-    if (world % group_size != 0) continue;
-    MPI_Comm split;
-    MPI_Comm_split(MPI_COMM_WORLD, rank / group_size, rank, &split);
-    MpiCommunicator group(split, "profile group of " + std::to_string(group_size));
-    for (CollectiveOperation operation :
-         {CollectiveOperation::AllReduce, CollectiveOperation::ReduceScatter,
-          CollectiveOperation::AllGather}) {
-      std::vector<double> seconds;
-      for (double bytes : sizes) {
-        const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-        const size_t chunk = count / group_size;
-        seconds.push_back(time_call(split, [&] {
-          if (operation == CollectiveOperation::AllReduce)
-            group.all_reduce(receive.data(), count, ReduceOp::kSum);
-          else if (operation == CollectiveOperation::ReduceScatter)
-            group.reduce_scatter(send.data(), receive.data(), chunk);
-          else
-            group.all_gather(send.data(), receive.data(), chunk);
-        }));
-      }
-      const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
-      results.push_back(CollectiveEntry{.operation = operation,
-                                        .group_size = group_size,
-                                        .processes = world,
-                                        .latency = latency,
-                                        .seconds_per_byte = per_byte});
-    }
-  }
-  if (world % 2 == 0) {
-    // Pairs (2k, 2k + 1), one message each way at once, as neighbouring
-    // pipeline stages exchange an activation and a gradient.
-    MPI_Comm pairs, pair;
-    MPI_Comm_dup(MPI_COMM_WORLD, &pairs);
-    MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &pair);
-    MpiPeerToPeer peers(pairs);
-    const int partner = rank ^ 1;
-    std::vector<double> seconds;
-    for (double bytes : sizes) {
-      const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-      seconds.push_back(time_call(pair, [&] {
-        peers.send_receive(send.data(), count, partner, receive.data(), count, partner,
-                           kernels::DType::kFloat32);
-      }));
-    }
-    const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
-    results.push_back(CollectiveEntry{.operation = CollectiveOperation::SendReceive,
-                                      .group_size = 2,
-                                      .processes = world,
-                                      .latency = latency,
-                                      .seconds_per_byte = per_byte});
-    MPI_Comm_free(&pair);
-  }
-  return results;
-}
-
 // The mean over the world of each rank's number (every rank measured at once).
 double world_mean(MpiSession& session, double value) {
   if (!session.uses_mpi()) return value;
@@ -537,8 +400,11 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   device.optimizer.push_back(
       OptimizerEntry{.processes = processes, .seconds_per_parameter = per_parameter});
   if (request.collectives && session.uses_mpi() && processes > 1)
-    device.collectives =
-        measure_collectives(session, request.repetitions, request.backend == "cpu");
+    device.collectives = measure_collectives(
+        *ops, CollectiveProfileRequest{.transport = request.transport,
+                                       .largest_bytes = request.largest_collective_bytes,
+                                       .repetitions = request.repetitions,
+                                       .minimum_window_seconds = request.minimum_window_seconds});
   return device;
 }
 

@@ -2,7 +2,8 @@
 // per-layer forward and backward time for each (tensor-parallel degree,
 // micro-batch size) the planner considers, the attention core alone, the
 // embedding and the head, the optimizer step per parameter, GEMM throughput,
-// and latency + bandwidth (alpha-beta) of each collective by group size.
+// and latency + bandwidth (alpha-beta) of each collective by group size
+// (collective_profiler.h: the job's transport, on the backend's buffers).
 //
 // Every rank of the MPI job measures at once (AutoDist's parallel profiling:
 // every local device busy, as in a real multi-rank run; on the CPU backend
@@ -15,6 +16,7 @@
 // (schema/profile_format.h).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +41,10 @@ struct ProfileRequest {
   // processes average out over it).
   double minimum_window_seconds = 0.2;
   bool collectives = true;
+  // The collectives' transport (as --transport) and largest message (the
+  // job's gradient bucket; device backends only): collective_profiler.h.
+  std::string transport = "auto";
+  uint64_t largest_collective_bytes = uint64_t{4} << 20;
 };
 
 // Collective over the session's world. Returns the device entry on every rank.

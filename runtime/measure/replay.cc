@@ -281,14 +281,17 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   build.collective_timeout_seconds = options.collective_timeout_seconds;
   build.transport = options.transport;
   if (options.enforce_device_memory && cluster)
-    build.memory_capacity_bytes = cluster->device_memory_bytes();
-  build.wrap_groups = [&](ProcessGroups& groups) {
-    tensor_group = record_communicator(groups.tensor, {&totals.tensor, &totals.cpu, &recording});
-    world_group = record_communicator(groups.world, {&totals.world, &totals.cpu, &recording});
+    build.memory_capacity_bytes = allocatable_device_memory_bytes(*cluster);
+  build.wrap_groups = [&](ProcessGroups& groups, kernels::Ops& ops) {
+    kernels::Ops* device = ops.backend() == kernels::Backend::kCpu ? nullptr : &ops;
+    tensor_group =
+        record_communicator(groups.tensor, {&totals.tensor, &totals.cpu, &recording, device});
+    world_group =
+        record_communicator(groups.world, {&totals.world, &totals.cpu, &recording, device});
     for (std::unique_ptr<Communicator>* group :
          {&groups.data, &groups.zero, &groups.zero_replicas, &groups.embedding})
       if (RecordingCommunicator* recorder =
-              record_communicator(*group, {&totals.reduction, &totals.cpu, &recording}))
+              record_communicator(*group, {&totals.reduction, &totals.cpu, &recording, device}))
         reduction_groups.push_back(recorder);
   };
 

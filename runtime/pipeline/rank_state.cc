@@ -116,7 +116,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
   const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
   rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);
-  if (options.wrap_groups) options.wrap_groups(rank.groups);
+  if (options.wrap_groups) options.wrap_groups(rank.groups, *rank.ops);
   Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
   // Watched for the timeout, and for the launcher's heartbeat, which reports
   // the operations each rank has entered on each group.

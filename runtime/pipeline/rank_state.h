@@ -46,9 +46,10 @@ struct RankBuildOptions {
   std::string transport = "auto";
   // > 0: allocations past this many bytes fail with OutOfDeviceMemory.
   uint64_t memory_capacity_bytes = 0;
-  // Called on the process groups before the stage and optimizer take them:
-  // replay wraps each communicator to time it.
-  std::function<void(ProcessGroups&)> wrap_groups;
+  // Called on the process groups before the stage and optimizer take them,
+  // with the rank's ops: replay wraps each communicator to time it (on a
+  // device, between synchronizations of the ops).
+  std::function<void(ProcessGroups&, kernels::Ops&)> wrap_groups;
   // Called on the backend's ops before anything uses them (a test stubs the
   // compute to count synchronizations of a large model's step in no time).
   std::function<std::unique_ptr<kernels::Ops>(std::unique_ptr<kernels::Ops>)> wrap_ops;

@@ -167,7 +167,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const double flops_per_token = training_flops_per_token(config);
   const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
   const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
-  const uint64_t capacity = cluster ? cluster->device_memory_bytes() : 0;
+  const uint64_t capacity = cluster ? allocatable_device_memory_bytes(*cluster) : 0;
   const int eval_interval = training.eval_interval();
   const bool counts_loss = model.stage.has_head && mesh.tensor_rank == 0;
 

@@ -1,0 +1,237 @@
+// collective_profiler.cc: collective and pipeline-exchange timings for
+// profile.json (collective_profiler.h).
+#include "runtime/measure/collective_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/comm/transport.h"
+#include "runtime/parallel/parallel_state.h"
+
+namespace paraplan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// latency + bytes * seconds_per_byte by least squares (both kept >= 0).
+std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
+                                         const std::vector<double>& seconds) {
+  const double n = static_cast<double>(bytes.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    sx += bytes[i], sy += seconds[i], sxx += bytes[i] * bytes[i], sxy += bytes[i] * seconds[i];
+  }
+  double slope = (n * sxy - sx * sy) / std::max(1e-300, n * sxx - sx * sx);
+  slope = std::max(0.0, slope);
+  const double latency = std::max(0.0, (sy - slope * sx) / n);
+  return {latency, slope};
+}
+
+// A fixed amount of arithmetic, about `seconds` on a core of its own (a
+// stand-in for a step's compute between its collectives): a member that
+// shares its core with others takes longer, as in a step.
+void compute_work(double seconds) {
+  static const double iterations_per_second = [] {
+    const Clock::time_point start = Clock::now();
+    volatile float x = 1.0f;
+    for (int i = 0; i < 1000000; ++i) x = x * 0.999f + 0.001f;
+    return 1e6 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+  }();
+  volatile float x = 1.0f;
+  const long iterations = static_cast<long>(seconds * iterations_per_second);
+  for (long i = 0; i < iterations; ++i) x = x * 0.999f + 0.001f;
+}
+
+// How one call is timed. On the CPU backend (whose ranks may outnumber the
+// cores) each call follows the same stretch of compute on every member, as
+// the ranks of a tensor- or data-parallel group do in a step, and its time is
+// what replay counts as a call's transfer (wait_attribution.h): the shortest
+// duration any member measured, which takes in the time a member that gave up
+// its core while waiting needs to get it back; the mean over the calls. On a
+// device, calls run back to back and the window ends when the device has
+// finished them (NCCL returns once a call is queued).
+class CallTimer {
+ public:
+  CallTimer(kernels::Ops& ops, const CollectiveProfileRequest& request)
+      : ops_(ops), request_(request), on_cpu_(ops.backend() == kernels::Backend::kCpu) {}
+
+  // Collective over the world; `members` is the group the call runs in.
+  double seconds(MPI_Comm members, const std::function<void()>& work) {
+    return on_cpu_ ? between_compute(members, work) : back_to_back(work);
+  }
+
+ private:
+  double back_to_back(const std::function<void()>& work) {
+    work();
+    ops_.synchronize();
+    PARAPLAN_MPI_CHECK("profile", "barrier", MPI_Barrier(MPI_COMM_WORLD));
+    Clock::time_point start = Clock::now();
+    work();
+    ops_.synchronize();
+    double one = std::chrono::duration<double>(Clock::now() - start).count();
+    PARAPLAN_MPI_CHECK("profile", "allreduce",
+                       MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    const int runs =
+        std::max(request_.repetitions,
+                 static_cast<int>(request_.minimum_window_seconds / std::max(one, 1e-6)));
+    PARAPLAN_MPI_CHECK("profile", "barrier", MPI_Barrier(MPI_COMM_WORLD));
+    start = Clock::now();
+    for (int i = 0; i < runs; ++i) work();
+    ops_.synchronize();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count() / runs;
+    // The slowest member sets a collective's pace.
+    PARAPLAN_MPI_CHECK(
+        "profile", "allreduce",
+        MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return seconds;
+  }
+
+  double between_compute(MPI_Comm members, const std::function<void()>& work) {
+    work();
+    PARAPLAN_MPI_CHECK("profile", "barrier", MPI_Barrier(MPI_COMM_WORLD));
+    const int runs = std::max(request_.repetitions, 20);
+    std::vector<double> negated(runs);
+    for (int i = 0; i < runs; ++i) {
+      compute_work(2e-3);
+      const Clock::time_point start = Clock::now();
+      work();
+      negated[i] = -std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    PARAPLAN_MPI_CHECK(
+        "profile", "allreduce",
+        MPI_Allreduce(MPI_IN_PLACE, negated.data(), runs, MPI_DOUBLE, MPI_MAX, members));
+    double seconds = 0;
+    for (double value : negated) seconds -= value / runs;
+    PARAPLAN_MPI_CHECK(
+        "profile", "allreduce",
+        MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return seconds;
+  }
+
+  kernels::Ops& ops_;
+  const CollectiveProfileRequest& request_;
+  bool on_cpu_;
+};
+
+// Two buffers of the backend (device memory on a GPU), freed with it.
+class MessageBuffers {
+ public:
+  MessageBuffers(kernels::Ops& ops, size_t bytes)
+      : ops_(ops), send_(ops.allocate(bytes)), receive_(ops.allocate(bytes)) {
+    ops.zero_bytes(send_, bytes);
+    ops.zero_bytes(receive_, bytes);
+  }
+  ~MessageBuffers() {
+    ops_.deallocate(send_);
+    ops_.deallocate(receive_);
+  }
+  MessageBuffers(const MessageBuffers&) = delete;
+  MessageBuffers& operator=(const MessageBuffers&) = delete;
+  void* send() const { return send_; }
+  void* receive() const { return receive_; }
+
+ private:
+  kernels::Ops& ops_;
+  void* send_;
+  void* receive_;
+};
+
+// The members of one measured group as an MPI communicator (the CPU timer
+// reduces each call's durations over them); freed when dropped.
+struct SplitComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  SplitComm(int color, int key) {
+    PARAPLAN_MPI_CHECK("profile", "comm_split", MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm));
+  }
+  ~SplitComm() { MPI_Comm_free(&comm); }
+  SplitComm(const SplitComm&) = delete;
+  SplitComm& operator=(const SplitComm&) = delete;
+};
+
+}  // namespace
+
+std::vector<double> collective_message_bytes(kernels::Backend backend, uint64_t largest_bytes) {
+  std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};
+  if (backend == kernels::Backend::kCpu) return sizes;
+  const double largest = static_cast<double>(largest_bytes);
+  for (double bytes = sizes.back() * 4; bytes < largest; bytes *= 4) sizes.push_back(bytes);
+  if (largest > sizes.back()) sizes.push_back(largest);
+  return sizes;
+}
+
+std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
+                                                 const CollectiveProfileRequest& request) {
+  int world = 1, rank = 0;
+  PARAPLAN_MPI_CHECK("profile", "comm_size", MPI_Comm_size(MPI_COMM_WORLD, &world));
+  PARAPLAN_MPI_CHECK("profile", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  const Transport transport = choose_transport(request.transport, ops.backend(),
+                                               find_shared_devices(ops), nccl_compiled_in())
+                                  .transport;
+  const kernels::DType dtype = ops.storage_dtype();
+  const size_t element = kernels::dtype_bytes(dtype);
+  const std::vector<double> sizes = collective_message_bytes(ops.backend(), request.largest_bytes);
+  const MessageBuffers buffers(ops, static_cast<size_t>(sizes.back()));
+  CallTimer timer(ops, request);
+  std::vector<CollectiveEntry> results;
+  for (int group_size = 2; group_size <= world; ++group_size) {
+    if (world % group_size != 0) continue;
+    // The groups as a job builds them: a mesh whose tensor-parallel groups
+    // are blocks of group_size ranks, with this transport's communicators.
+    ProcessGroups groups =
+        make_process_groups(transport, 1, world / group_size, group_size, 1, ops);
+    Communicator& group = *groups.tensor;
+    const SplitComm members(rank / group_size, rank);
+    for (CollectiveOperation operation :
+         {CollectiveOperation::AllReduce, CollectiveOperation::ReduceScatter,
+          CollectiveOperation::AllGather}) {
+      std::vector<double> seconds;
+      for (double bytes : sizes) {
+        const size_t count = static_cast<size_t>(bytes) / element;
+        const size_t chunk = count / group_size;
+        seconds.push_back(timer.seconds(members.comm, [&] {
+          if (operation == CollectiveOperation::AllReduce)
+            group.all_reduce(buffers.receive(), count, dtype, ReduceOp::kSum);
+          else if (operation == CollectiveOperation::ReduceScatter)
+            group.reduce_scatter(buffers.send(), buffers.receive(), chunk, dtype);
+          else
+            group.all_gather(buffers.send(), buffers.receive(), chunk, dtype);
+        }));
+      }
+      const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
+      results.push_back(CollectiveEntry{.operation = operation,
+                                        .group_size = group_size,
+                                        .processes = world,
+                                        .latency = latency,
+                                        .seconds_per_byte = per_byte});
+    }
+  }
+  if (world % 2 == 0) {
+    // Two pipeline stages: each rank and its neighbour in the other stage
+    // exchange one message each way at once, as neighbouring stages trade an
+    // activation and a gradient.
+    ProcessGroups groups = make_process_groups(transport, 2, world / 2, 1, 1, ops);
+    const int partner =
+        groups.next_stage_rank >= 0 ? groups.next_stage_rank : groups.previous_stage_rank;
+    const SplitComm pair(std::min(rank, partner), rank);
+    std::vector<double> seconds;
+    for (double bytes : sizes) {
+      const size_t count = static_cast<size_t>(bytes) / element;
+      seconds.push_back(timer.seconds(pair.comm, [&] {
+        groups.peers->send_receive(buffers.send(), count, partner, buffers.receive(), count,
+                                   partner, dtype);
+      }));
+    }
+    const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
+    results.push_back(CollectiveEntry{.operation = CollectiveOperation::SendReceive,
+                                      .group_size = 2,
+                                      .processes = world,
+                                      .latency = latency,
+                                      .seconds_per_byte = per_byte});
+  }
+  return results;
+}
+
+}  // namespace paraplan
