@@ -29,6 +29,11 @@
 //   the int32 tokens and targets of each micro-batch (8*sb), the head stage
 //   the final norm's input and statistics, the head's input, the logits and
 //   the fp32 losses.
+// - Sequence parallelism (ParallelShape::sequence_parallel): the replicated
+//   terms above (norm inputs, outputs and statistics, residual, the dropout
+//   masks' allowance, the block input, the stage output and the head's norm
+//   tensors) divide by t, as the runtime's stages hold token shards:
+//   Korthikanti's 34*sbh/t (16-bit) instead of sbh*(10 + 24/t).
 // - Transient: transient_mem_coef x (largest + second largest op output), or
 //   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
 #pragma once
