@@ -95,19 +95,22 @@ double model_flops_per_step(const ModelConfig& model, int global_batch_size) {
   return 3 * forward;
 }
 
-int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
-  const int64_t e = element_bytes(model.dtype);
+int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                              bool sequence_parallel) {
+  const int64_t e = element_bytes(model.dtype), r = sequence_parallel ? tensor_parallel : 1;
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
-  return 2 * e * sb * model.d_model + e * sb * model.vocab_size / tensor_parallel +
-         (4 + norm_statistics_bytes_per_token(model)) * sb;
+  return (2 * e * sb * model.d_model + norm_statistics_bytes_per_token(model) * sb) / r +
+         e * sb * model.vocab_size / tensor_parallel + 4 * sb;
 }
 
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size) {
   return int64_t{8} * model.seq_len * micro_batch_size;
 }
 
-int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size) {
-  return int64_t{element_bytes(model.dtype)} * model.seq_len * micro_batch_size * model.d_model;
+int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                                      int tensor_parallel, bool sequence_parallel) {
+  return int64_t{element_bytes(model.dtype)} * model.seq_len * micro_batch_size * model.d_model /
+         (sequence_parallel ? tensor_parallel : 1);
 }
 
 ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
@@ -130,14 +133,16 @@ namespace {
 
 // Sizes of the op outputs one micro-batch produces on a device of this stage.
 std::vector<int64_t> op_output_bytes(const ModelConfig& model, const StageLayout& stage,
-                                     int micro_batch_size, int tensor_parallel) {
+                                     int micro_batch_size, int tensor_parallel,
+                                     bool sequence_parallel) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
   const int64_t hidden = e * sb * model.d_model;
   std::vector<int64_t> outputs;
   if (stage.has_embedding) outputs.push_back(hidden);
   if (stage.num_layers > 0)
-    for (int64_t bytes : block_op_output_bytes(model, micro_batch_size, tensor_parallel))
+    for (int64_t bytes :
+         block_op_output_bytes(model, micro_batch_size, tensor_parallel, sequence_parallel))
       outputs.push_back(bytes);
   if (stage.has_head) {
     outputs.push_back(hidden);
@@ -177,10 +182,13 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                          options.opt_transient_coef, zero_shards);
 
   // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
-  const int64_t kept_none = block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t);
+  const bool sp = shape.sequence_parallel && t > 1;
+  const int64_t kept_none =
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t, sp);
   const int64_t kept_selective =
-      block_activation_bytes(model, micro_batch_size, RecomputeMode::Selective, t);
-  const int64_t kept_full = block_activation_bytes(model, micro_batch_size, RecomputeMode::Full, t);
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::Selective, t, sp);
+  const int64_t kept_full =
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::Full, t, sp);
   int64_t per_micro_batch =
       counts.none * kept_none + counts.selective * kept_selective + counts.full * kept_full;
   // Backward of a recomputed layer rebuilds what it dropped, one layer at a time.
@@ -189,14 +197,14 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                                                                : 0;
   per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
   if (has_head) {
-    per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
+    per_micro_batch += head_activation_bytes(model, micro_batch_size, t, sp);
   } else {
-    per_micro_batch += stage_output_activation_bytes(model, micro_batch_size);
+    per_micro_batch += stage_output_activation_bytes(model, micro_batch_size, t, sp);
   }
   const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
                                                 shape.pipeline_stages, num_micro_batches);
 
-  std::vector<int64_t> outputs = op_output_bytes(model, layout, micro_batch_size, t);
+  std::vector<int64_t> outputs = op_output_bytes(model, layout, micro_batch_size, t, sp);
   std::sort(outputs.begin(), outputs.end(), std::greater<>());
   const double largest_two =
       (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0);
@@ -206,7 +214,7 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   memory.weights = round_up(state.weights, g);
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   const double workspace =
-      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head));
+      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
   memory.transient = round_up(std::max(options.transient_mem_coef * largest_two, workspace), g);
   if (options.is_train) {
     // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard

@@ -29,6 +29,11 @@
 //   the int32 tokens and targets of each micro-batch (8*sb), the head stage
 //   the final norm's input and statistics, the head's input, the logits and
 //   the fp32 losses.
+// - Sequence parallelism (ParallelShape::sequence_parallel): the replicated
+//   terms above (norm inputs, outputs and statistics, residual, the dropout
+//   masks' allowance, the block input, the stage output and the head's norm
+//   tensors) divide by t, as the runtime's stages hold token shards:
+//   Korthikanti's 34*sbh/t (16-bit) instead of sbh*(10 + 24/t).
 // - Transient: transient_mem_coef x (largest + second largest op output), or
 //   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
 #pragma once
@@ -90,15 +95,19 @@ double model_flops_per_step(const ModelConfig& model, int global_batch_size);
 
 // The head stage keeps the final norm's input and statistics, the head
 // matmul's input, the logits and the fp32 per-token losses.
+// With sequence parallelism the norm's input, output and statistics are token
+// shards (the logits and losses cover every token).
 int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size,
-                              int tensor_parallel = 1);
+                              int tensor_parallel = 1, bool sequence_parallel = false);
 // Every stage keeps each in-flight micro-batch's int32 token ids and targets
 // (runtime/model/model_stage.h allocates both per slot on every stage).
 int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size);
 // A stage without the head also keeps its output [s, b, h] (the last block's or
 // the embedding's), which it sends to the next stage; on the head stage that
-// tensor is ln_f's input, counted by head_activation_bytes.
-int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size);
+// tensor is ln_f's input, counted by head_activation_bytes. With sequence
+// parallelism it is the rank's token shard (so is the pipeline message).
+int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                                      int tensor_parallel = 1, bool sequence_parallel = false);
 
 // Weights, gradients and optimizer state for a parameter count, in bytes:
 // weights = gradients = parameters * element_bytes; optimizer_state =
@@ -127,6 +136,11 @@ struct ParallelShape {
   int pipeline_stages = 1;
   int data_parallel = 1;
   int tensor_parallel = 1;
+  // Megatron's sequence parallelism over the tensor group (tensor_parallel > 1):
+  // the norm and residual regions and the pipeline messages are token shards.
+  bool sequence_parallel = false;
+  // The divisor of the replicated activations: t with sequence parallelism, else 1.
+  int sequence_shards() const { return sequence_parallel ? tensor_parallel : 1; }
 };
 
 // Micro-batches whose activations stage pipeline_rank holds at once: min(p - s, m)

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "planner/model_counts.h"
 #include "planner/search_space.h"
@@ -31,7 +32,10 @@ std::vector<ParallelShape> all_meshes(const JobConfig& config, const DeviceLayou
             m.d_model % tp || m.ffn_size % tp || m.vocab_size % tp)
           continue;
         if (pp > m.num_layers + 2 || config.training.global_batch_size % dp) continue;
-        meshes.push_back({pp, dp, tp});
+        // Sequence parallelism: with tp > 1 where seq_len divides, as asked.
+        const std::optional<bool> asked = p.sequence_parallel;
+        if (asked != true || tp == 1) meshes.push_back({pp, dp, tp, false});
+        if (asked != false && tp > 1 && m.seq_len % tp == 0) meshes.push_back({pp, dp, tp, true});
       }
   return meshes;
 }

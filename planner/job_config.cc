@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <variant>
 
@@ -23,7 +24,7 @@
 namespace paraplan {
 namespace {
 
-enum class FieldKind { Integer, Float, Boolean, String, Choice, IntegerOrAuto };
+enum class FieldKind { Integer, Float, Boolean, String, Choice, IntegerOrAuto, BooleanOrAuto };
 
 // A value read from TOML or from an override string, before it is stored.
 using FieldValue = std::variant<int64_t, double, bool, std::string>;
@@ -133,6 +134,21 @@ const std::vector<FieldSpec>& field_table() {
       return c.planner.pipeline_nstages == 0 ? std::string("auto")
                                              : std::to_string(c.planner.pipeline_nstages);
     };
+    FieldSpec sequence_parallel;
+    sequence_parallel.section = "planner";
+    sequence_parallel.key = "sequence_parallel";
+    sequence_parallel.kind = FieldKind::BooleanOrAuto;
+    sequence_parallel.set = [](JobConfig& c, const FieldValue& v) {
+      c.planner.sequence_parallel =
+          std::holds_alternative<bool>(v) ? std::optional<bool>(std::get<bool>(v)) : std::nullopt;
+    };
+    sequence_parallel.copy = [](JobConfig& to, const JobConfig& from) {
+      to.planner.sequence_parallel = from.planner.sequence_parallel;
+    };
+    sequence_parallel.get = [](const JobConfig& c) {
+      const std::optional<bool>& value = c.planner.sequence_parallel;
+      return std::string(!value ? "auto" : *value ? "true" : "false");
+    };
     return std::vector<FieldSpec>{
         PARAPLAN_FIELD(job, name),
         PARAPLAN_CHOICE(model, architecture,
@@ -208,6 +224,7 @@ const std::vector<FieldSpec>& field_table() {
             planner, pipeline_scheduler,
             std::vector<std::pair<std::string, ScheduleKind>>{
                 {"1f1b", ScheduleKind::OneForwardOneBackward}, {"gpipe", ScheduleKind::GPipe}}),
+        sequence_parallel,
         PARAPLAN_FIELD(planner, max_pipeline_bubble_ratio),
         PARAPLAN_FIELD(planner, max_pipeline_unbalance_ratio),
         PARAPLAN_FIELD(planner, mesh_row),
@@ -302,6 +319,8 @@ const char* kind_name(FieldKind kind) {
       return "a string";
     case FieldKind::IntegerOrAuto:
       return "an integer or 'auto'";
+    case FieldKind::BooleanOrAuto:
+      return "true, false or 'auto'";
   }
   return "?";
 }
@@ -355,6 +374,11 @@ void check_value(const FieldSpec& spec, const FieldValue& value, const std::stri
     throw std::runtime_error(where + ": " + field_name(spec) + " = '" +
                              printable_text(std::get<std::string>(value)) +
                              "' is not valid; valid values: 'auto' or an integer >= 1");
+  if (spec.kind == FieldKind::BooleanOrAuto && std::holds_alternative<std::string>(value) &&
+      std::get<std::string>(value) != "auto")
+    throw std::runtime_error(where + ": " + field_name(spec) + " = '" +
+                             printable_text(std::get<std::string>(value)) +
+                             "' is not valid; valid values: true, false or 'auto'");
 }
 
 FieldValue value_from_toml(const FieldSpec& spec, const toml::node& node,
@@ -380,6 +404,10 @@ FieldValue value_from_toml(const FieldSpec& spec, const toml::node& node,
       throw wrong_type();
     case FieldKind::IntegerOrAuto:
       if (const auto* v = node.as_integer()) return v->get();
+      if (const auto* v = node.as_string()) return v->get();
+      throw wrong_type();
+    case FieldKind::BooleanOrAuto:
+      if (const auto* v = node.as_boolean()) return v->get();
       if (const auto* v = node.as_string()) return v->get();
       throw wrong_type();
   }
@@ -424,6 +452,10 @@ FieldValue value_from_string(const FieldSpec& spec, const std::string& text,
       return text;
     case FieldKind::IntegerOrAuto:
       if (parse_integer(text, &integer)) return integer;
+      return text;
+    case FieldKind::BooleanOrAuto:
+      if (text == "true" || text == "1") return true;
+      if (text == "false" || text == "0") return false;
       return text;
   }
   throw bad();

@@ -27,6 +27,7 @@
 #include <toml++/toml.h>
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -146,6 +147,9 @@ struct PlannerOptions {
   std::string pipeline_pivots;
   int pipeline_nstages = 0;  // 0 = 'auto'
   schema::ScheduleKind pipeline_scheduler = schema::ScheduleKind::OneForwardOneBackward;
+  // Megatron's sequence parallelism with tensor_parallel > 1: true, false,
+  // or unset = 'auto' (the search tries both).
+  std::optional<bool> sequence_parallel;
   double max_pipeline_bubble_ratio = 0.2;
   double max_pipeline_unbalance_ratio = 0.5;
   int mesh_row = 1;

@@ -456,6 +456,30 @@ TEST(JobConfigTest, OverridesAreTypedByTheirField) {
             std::string::npos);
 }
 
+TEST(JobConfigTest, SequenceParallelIsTrueFalseOrAuto) {
+  EXPECT_EQ(parse_job_config(kMinimal).planner.sequence_parallel, std::nullopt);
+  EXPECT_EQ(
+      parse_job_config(with("[planner]\nsequence_parallel = true\n")).planner.sequence_parallel,
+      true);
+  EXPECT_EQ(
+      parse_job_config(with("[planner]\nsequence_parallel = false\n")).planner.sequence_parallel,
+      false);
+  EXPECT_EQ(
+      parse_job_config(with("[planner]\nsequence_parallel = \"auto\"\n")).planner.sequence_parallel,
+      std::nullopt);
+  EXPECT_EQ(parse_job_config(kMinimal, "job.toml", {{"planner.sequence_parallel", "true"}})
+                .planner.sequence_parallel,
+            true);
+  EXPECT_NE(parse_error(with("[planner]\nsequence_parallel = \"yes\"\n"))
+                .find("[planner] sequence_parallel = 'yes' is not valid; valid values: true, "
+                      "false or 'auto'"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with("[planner]\nsequence_parallel = 2\n"))
+                .find("[planner] sequence_parallel must be true, false or 'auto', got an integer"),
+            std::string::npos)
+      << parse_error(with("[planner]\nsequence_parallel = 2\n"));
+}
+
 TEST(JobConfigTest, SplitsOverrideArguments) {
   std::vector<std::string> rest;
   const auto overrides =
@@ -489,6 +513,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
                           "pipeline_pivots",
                           "pipeline_nstages",
                           "pipeline_scheduler",
+                          "sequence_parallel",
                           "max_pipeline_bubble_ratio",
                           "max_pipeline_unbalance_ratio",
                           "mesh_row",
@@ -513,6 +538,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
     EXPECT_EQ(by_key.count(std::string("planner.") + key), 1u) << key;
   EXPECT_EQ(by_key["planner.pipeline_nstages"], "auto");
   EXPECT_EQ(by_key["planner.pipeline_scheduler"], "1f1b");
+  EXPECT_EQ(by_key["planner.sequence_parallel"], "auto");
   EXPECT_EQ(by_key["planner.memory_constraint"], "32");
   EXPECT_EQ(by_key["training.min_learning_rate"], "6e-05");
   EXPECT_EQ(by_key["model.dtype"], "float32");

@@ -206,6 +206,11 @@ void validate_job_config(const JobConfig& c) {
                    "0 lets the planner choose");
   require_at_least(c, "planner", "data_parallel_degree", p.data_parallel_degree, 0,
                    "0 lets the planner choose");
+  if (p.sequence_parallel == true && p.tensor_parallel_degree == 1)
+    fail(c, "[planner] sequence_parallel",
+         "= true contradicts [planner] tensor_parallel_degree = 1; sequence parallelism shards "
+         "over the tensor-parallel group: set tensor_parallel_degree > 1 (or 0, the planner's "
+         "choice), or sequence_parallel = false or 'auto'");
   if (c.was_set("training.micro_batch_size") && c.was_set("planner.micro_batch_size") &&
       t.micro_batch_size != p.micro_batch_size)
     fail(c, "[training] micro_batch_size",

@@ -79,11 +79,14 @@ int64_t norm_statistics_bytes_per_token(const ModelConfig& model) {
 }
 
 int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
-                               RecomputeMode recompute, int tensor_parallel) {
+                               RecomputeMode recompute, int tensor_parallel,
+                               bool sequence_parallel) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  // The replicated terms' divisor: sequence parallelism shards them t ways.
+  const int64_t r = sequence_parallel ? t : 1;
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
   const int64_t sbh = sb * model.d_model;
-  if (recompute == RecomputeMode::Full) return e * sbh;  // only the block input
+  if (recompute == RecomputeMode::Full) return e * sbh / r;  // only the block input
   // The attention output and the fp32 logsumexp per (query head, token), kept
   // only without recomputation (selective recompute rebuilds them from qkv).
   const int64_t attention_output = sbh * e / t + 4 * int64_t{model.num_heads} * sb / t;
@@ -92,51 +95,58 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
     // Korthikanti et al.: replicated, two LayerNorm inputs and the attention
     // and MLP inputs (4 tensors) plus two 1-byte dropout masks; split, Q, K,
     // V, the c_fc and GELU outputs (11 h-widths of tensors).
-    bytes = sbh * (4 * e + 2) + sbh * 11 * e / t;
+    bytes = sbh * (4 * e + 2) / r + sbh * 11 * e / t;
   } else {
     // Replicated: the block input, both RMSNorm outputs and the attention
     // residual (4 tensors) and the two fp32 rstd rows; split: q, k, v
     // ((H + 2 Hkv) D wide), gate and up (2F) and silu(gate) * up (F).
     const int64_t qkv_width = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model);
-    bytes = 4 * e * sbh + 2 * norm_statistics_bytes_per_token(model) * sb +
+    bytes = (4 * e * sbh + 2 * norm_statistics_bytes_per_token(model) * sb) / r +
             e * sb * (qkv_width + 3 * int64_t{model.ffn_size}) / t;
   }
   return recompute == RecomputeMode::Selective ? bytes : bytes + attention_output;
 }
 
 int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                              bool has_head) {
+                              bool has_head, bool sequence_parallel) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
   const int64_t C = model.d_model, F = model.ffn_size, A = C / t;
+  // Sequence parallelism: the residual gradient shrinks to a token shard (C
+  // -> C/t of the 2C below) and the gathered buffer (C) and a norm gradient
+  // shard (C/t) come beside it: 2C/t more per token; and the norms'
+  // weight-gradient scratch [2C].
+  const int64_t sequence = sequence_parallel && t > 1 ? e * sb * 2 * C / t + 2 * C * e : 0;
   const int64_t row_terms = 4 * sb * model.num_heads / t;  // fp32 [B, H, T]
   const int64_t cross_entropy = has_head && t > 1 ? 12 * sb : 0;
   // The device accumulators read once per step: the gradient norm's sum of
   // squares (every stage) and the losses' sum (the head's), a double each.
   const int64_t accumulators = has_head ? 16 : 8;
   if (!is_llama(model))  // residual, norm, qkv, atty, fch, fch_gelu gradients
-    return e * sb * (2 * C + 3 * A + A + 2 * F / t) + row_terms + cross_entropy + accumulators;
+    return e * sb * (2 * C + 3 * A + A + 2 * F / t) + row_terms + cross_entropy + accumulators +
+           sequence;
   const int64_t qkv = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
   const int64_t rotary_tables = int64_t{4} * model.seq_len * head_dim(model);  // fp32 cos, sin
   // residual, norm, qkv, attention, gate|up and SwiGLU-output gradients
   return e * sb * (2 * C + qkv + A + 3 * F / t) + row_terms + rotary_tables + cross_entropy +
-         accumulators;
+         accumulators + sequence;
 }
 
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,
-                                           int tensor_parallel) {
+                                           int tensor_parallel, bool sequence_parallel) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
   const int64_t hidden = e * sb * model.d_model;
+  const int64_t norm = sequence_parallel ? hidden / t : hidden;
   const int64_t ffn = e * sb * model.ffn_size / t;
   // The fused attention writes its output and the fp32 logsumexp; no s x s scores.
   const int64_t attention = hidden / t + 4 * sb * model.num_heads / t;
   if (!is_llama(model))  // ln, c_attn, attention, c_proj, ln, c_fc, gelu, c_proj
-    return {hidden, 3 * hidden / t, attention, hidden, hidden, ffn, ffn, hidden};
+    return {norm, 3 * hidden / t, attention, hidden, norm, ffn, ffn, hidden};
   const int64_t qkv =
       e * sb * (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
   // norm, q|k|v (rotated in place), attention, o, norm, gate|up, swiglu, down
-  return {hidden, qkv, attention, hidden, hidden, 2 * ffn, ffn, hidden};
+  return {norm, qkv, attention, hidden, norm, 2 * ffn, ffn, hidden};
 }
 
 }  // namespace paraplan

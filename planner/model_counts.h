@@ -18,7 +18,9 @@
 // Megatron tensor parallelism splits the column-parallel GEMMs (c_attn, c_fc,
 // q, k, v, gate, up: weights and biases), the row-parallel GEMMs' weights
 // (c_proj, o, down), the embedding and the head t ways; norms and the
-// row-parallel biases are replicated.
+// row-parallel biases are replicated. Sequence parallelism (Korthikanti et
+// al.; runtime/model/tensor_parallel.h) also splits the activations of the
+// norm and residual regions t ways along the tokens: seq_len divides by t.
 #pragma once
 
 #include <cstdint>
@@ -65,21 +67,27 @@ int64_t norm_statistics_bytes_per_token(const ModelConfig& model);
 
 // Bytes one block keeps for backward, per micro-batch, per device, as the
 // runtime's stages allocate them (its input included; see cost_model.h for
-// the stage-level terms).
+// the stage-level terms). With sequence_parallel the replicated terms (the
+// input, norm outputs and statistics, residual) divide by t.
 int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
-                               schema::RecomputeMode recompute, int tensor_parallel = 1);
+                               schema::RecomputeMode recompute, int tensor_parallel = 1,
+                               bool sequence_parallel = false);
 // The gradient scratch a stage allocates once and its blocks share in
 // backward (runtime/model/gpt/gpt_stage.cc, llama/llama_stage.cc: the
 // residual and norm gradients, one block's inner gradients, the attention
 // backward's row terms; Llama's rotary tables), plus, with the head under
 // tensor parallelism, the vocab-parallel cross-entropy's three row statistics,
 // and the device accumulators of the gradient norm and (head) the losses.
+// Sequence parallelism shards the residual gradient and adds the gathered
+// [tokens, C] buffer, a norm gradient shard and the norms' weight-gradient
+// scratch (runtime/model/decoder_stage.h).
 int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                              bool has_head);
+                              bool has_head, bool sequence_parallel = false);
 
-// The sizes of the op outputs one block's forward writes, per device.
+// The sizes of the op outputs one block's forward writes, per device (with
+// sequence parallelism the norms' outputs are token shards).
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,
-                                           int tensor_parallel = 1);
+                                           int tensor_parallel = 1, bool sequence_parallel = false);
 
 int element_bytes(schema::DType dtype);
 

@@ -121,5 +121,37 @@ TEST(ModelCounts, LlamaActivationBytesAreWhatTheStageKeeps) {
   EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Full), 2 * sb * h);
 }
 
+TEST(ModelCounts, SequenceParallelismDividesTheReplicatedActivationsByT) {
+  // Llama as above, tp 2: the input, norm outputs, residual and rstd rows
+  // become token shards; q|k|v, gate|up and SwiGLU were split already.
+  const ModelConfig model = llama(1, 64, 4, 2, 96, 256, 16);
+  const int64_t sb = 32, e = 4, h = 64, qkv = (4 + 2 * 2) * 16, F = 96;
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Selective, 2, true),
+            (4 * e * sb * h + 8 * sb) / 2 + e * sb * (qkv + 3 * F) / 2);
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Full, 2, true), e * sb * h / 2);
+  // GPT-2 (Korthikanti's 34 sbh + 5 a s^2 b, flash attention, 16-bit): sbh (10 + 24) / t
+  // with sequence parallelism instead of sbh (10 + 24 / t).
+  ModelConfig gpt;
+  gpt.seq_len = 2048;
+  gpt.d_model = 12288;
+  gpt.num_heads = 96;
+  gpt.ffn_size = 4 * 12288;
+  gpt.vocab_size = 51200;
+  gpt.num_layers = 96;
+  gpt.dtype = schema::DType::BFloat16;
+  const int64_t sbh = int64_t{2048} * 12288, logsumexp = 4 * int64_t{96} * 2048 / 8;
+  EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8),
+            sbh * 10 + sbh * 24 / 8 + logsumexp);
+  EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8, true), sbh * 34 / 8 + logsumexp);
+  // The stage-level terms: the sent output and the head's norm tensors too.
+  EXPECT_EQ(stage_output_activation_bytes(gpt, 1, 8, true), 2 * sbh / 8);
+  EXPECT_EQ(head_activation_bytes(gpt, 1, 8, true) - head_activation_bytes(gpt, 1, 8),
+            (2 * 2 * sbh + 8 * 2048) / 8 - (2 * 2 * sbh + 8 * 2048));
+  // The workspace: the residual gradient shard, the gathered buffer, a norm
+  // gradient shard and the norms' weight-gradient scratch.
+  EXPECT_EQ(stage_workspace_bytes(gpt, 1, 8, false, true) - stage_workspace_bytes(gpt, 1, 8, false),
+            2 * 2 * sbh / 8 + 2 * 2 * 12288);
+}
+
 }  // namespace
 }  // namespace paraplan

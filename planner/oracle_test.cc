@@ -4,6 +4,7 @@
 // paths agree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "planner/exhaustive_solver.h"
@@ -63,6 +64,15 @@ JobConfig random_job(std::mt19937& rng) {
   }
   if (rng() % 4 == 0 && layers >= 3)
     o.push_back({"planner.pipeline_pivots", pick(rng, {"h.0,h.2", "h.1,h.2,lm_head", "h.2"})});
+  // Sequence parallelism: true, false or auto, from the draws above (so the
+  // generator's sequence, and the jobs it made before, stay as they were).
+  // (true with a fixed tp 1 is an input error: auto there.)
+  const bool tp_one = std::find_if(o.begin(), o.end(), [](const ConfigOverride& entry) {
+                        return entry.key == "planner.tensor_parallel_degree" && entry.value == "1";
+                      }) != o.end();
+  const int sequence_parallel = (layers * 7 + heads + world) % 4;
+  if (sequence_parallel == 1 || (sequence_parallel == 0 && !tp_one))
+    o.push_back({"planner.sequence_parallel", sequence_parallel == 0 ? "true" : "false"});
   o.push_back({"model.ffn_size", std::to_string(4 * heads * head_dim)});
   o.push_back({"training.total_steps", "10"});
   JobConfig config = parse_job_config("", "random.toml", o);
@@ -80,6 +90,7 @@ JobConfig random_job(std::mt19937& rng) {
 TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   std::mt19937 rng(20240611);
   int compared = 0, feasible = 0, multi_stage = 0, recomputing = 0;
+  int tensor_parallel = 0, sequence_parallel = 0;  // best plans with tp > 1, of which SP
   for (int trial = 0; trial < 400; ++trial) {
     JobConfig config;
     try {
@@ -97,6 +108,8 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     if (!oracle.best) continue;
     ++feasible;
     multi_stage += oracle.best->setting.shape.pipeline_stages > 1;
+    tensor_parallel += oracle.best->setting.shape.tensor_parallel > 1;
+    sequence_parallel += oracle.best->setting.shape.sequence_parallel;
     for (const StageLayout& stage : oracle.best->stages)
       if (count_recompute(stage).none != stage.num_layers) {
         ++recomputing;
@@ -123,12 +136,17 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   if (getenv("ORACLE_VERBOSE"))
     printf("compared %d feasible %d multi-stage %d recomputing %d\n", compared, feasible,
            multi_stage, recomputing);
+  printf(
+      "[ figures  ] oracle jobs: %d feasible, %d best plans with tp > 1, %d of them sequence "
+      "parallel\n",
+      feasible, tensor_parallel, sequence_parallel);
   // The generator must exercise both outcomes.
   EXPECT_GT(compared, 300);
   EXPECT_GT(feasible, 100);
   EXPECT_GT(compared - feasible, 20);
   EXPECT_GT(multi_stage, 30);
   EXPECT_GT(recomputing, 30);
+  EXPECT_GT(sequence_parallel, 0);
 }
 
 TEST(OracleTest, IlpAgreesWithDynamicProgram) {

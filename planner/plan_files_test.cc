@@ -59,6 +59,27 @@ TEST(PlanFilesTest, SaveThenLoadTheSamePlan) {
             std::string::npos);
 }
 
+TEST(PlanFilesTest, SequenceParallelPlansAreReusedWithIt) {
+  const std::string path = testing::TempDir() + "sequence_parallel.pplan";
+  const std::vector<ConfigOverride> sequence_parallel = {{"planner.tensor_parallel_degree", "2"},
+                                                         {"planner.sequence_parallel", "true"}};
+  std::vector<ConfigOverride> save = sequence_parallel, load = sequence_parallel;
+  save.push_back({"planner.save_plan_path", path});
+  load.push_back({"planner.load_plan_path", path});
+  const PlanOutcome saved = plan_job(eight_device_job(save));
+  ASSERT_TRUE(schema::GetPlan(saved.plan.data())->mesh()->sequence_parallel());
+  // Re-estimated with it: the same prediction, so the bytes as saved.
+  const PlanOutcome loaded = plan_job(eight_device_job(load));
+  EXPECT_TRUE(loaded.reused);
+  EXPECT_EQ(loaded.plan, saved.plan);
+  load.push_back({"model.seq_len", "127"});
+  EXPECT_NE(error_of(eight_device_job(load))
+                .find("the plan's sequence parallelism needs its tensor-parallel degree 2 to "
+                      "divide seq_len 127"),
+            std::string::npos)
+      << error_of(eight_device_job(load));
+}
+
 TEST(PlanFilesTest, LoadedPlansAreReestimatedAndDifferencesNamed) {
   const std::string path = testing::TempDir() + "reestimated.pplan";
   const PlanOutcome saved = plan_job(eight_device_job({{"planner.save_plan_path", path}}));

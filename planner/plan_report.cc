@@ -177,7 +177,8 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
     rows.push_back(
         {std::to_string(i + 1),
          std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
-             " x " + std::to_string(s.shape.tensor_parallel),
+             " x " + std::to_string(s.shape.tensor_parallel) +
+             (s.shape.sequence_parallel ? " sp" : ""),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
          s.zero_stage == 1 ? "1/" + std::to_string(s.zero_ngroups) : "0", recompute_summary(c),
          duration(c.estimate.prediction.step_seconds),

@@ -106,7 +106,11 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
   effective.planner.pipeline_scheduler = plan.schedule()->kind();
   PlanCandidate& candidate = reused.candidate;
   PlanSetting& setting = candidate.setting;
-  setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp};
+  setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp, mesh.sequence_parallel()};
+  if (mesh.sequence_parallel() && config.model.seq_len % tp != 0)
+    refuse(config, differences,
+           "the plan's sequence parallelism needs its tensor-parallel degree " + str(tp) +
+               " to divide seq_len " + str(config.model.seq_len));
   setting.layout = layout;
   setting.micro_batch_size = plan.training()->micro_batch_size();
   setting.num_micro_batches = plan.training()->num_micro_batches();

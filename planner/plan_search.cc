@@ -28,7 +28,8 @@ std::string str(int64_t value) {
 
 std::string setting_name(const PlanSetting& setting) {
   return "pp " + str(setting.shape.pipeline_stages) + " x dp " + str(setting.shape.data_parallel) +
-         " x tp " + str(setting.shape.tensor_parallel) + ", micro-batch " +
+         " x tp " + str(setting.shape.tensor_parallel) +
+         (setting.shape.sequence_parallel ? " (sequence parallel)" : "") + ", micro-batch " +
          str(setting.micro_batch_size) + " x " + str(setting.num_micro_batches) + ", ZeRO " +
          str(setting.zero_stage);
 }
@@ -53,12 +54,9 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
-std::tuple<int, int, int, int, int, int> setting_key(const PlanSetting& s) {
-  return {s.shape.pipeline_stages,
-          s.shape.tensor_parallel,
-          s.shape.data_parallel,
-          -s.micro_batch_size,
-          s.zero_stage,
+std::tuple<int, int, bool, int, int, int, int> setting_key(const PlanSetting& s) {
+  return {s.shape.pipeline_stages, s.shape.tensor_parallel, s.shape.sequence_parallel,
+          s.shape.data_parallel,   -s.micro_batch_size,     s.zero_stage,
           s.zero_ngroups};
 }
 
@@ -104,7 +102,7 @@ bool ranks_before(const PlanCandidate& a, const PlanCandidate& b) {
     const PlanSetting& s = c.setting;
     return std::make_tuple(c.estimate.prediction.step_seconds, s.shape.pipeline_stages,
                            s.shape.tensor_parallel, s.zero_stage, -s.micro_batch_size,
-                           s.zero_ngroups);
+                           s.zero_ngroups, s.shape.sequence_parallel);
   };
   return key(a) < key(b);
 }
@@ -309,7 +307,7 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
                        const PlanSetting& s = r.setting;
                        return std::make_tuple(static_cast<int>(r.kind), s.shape.pipeline_stages,
                                               s.shape.tensor_parallel, s.micro_batch_size,
-                                              s.zero_stage);
+                                              s.zero_stage, s.shape.sequence_parallel);
                      };
                      return key(a) < key(b);
                    });

@@ -77,7 +77,7 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
                              const StagePartition& partition, const MeasuredProfile* profile);
 
 // Orders candidates: faster first, then fewer stages, less TP, no ZeRO, larger
-// micro-batches.
+// micro-batches, no sequence parallelism.
 bool ranks_before(const PlanCandidate& a, const PlanCandidate& b);
 
 }  // namespace paraplan

@@ -111,9 +111,10 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       optimizer, training.seed, training.eval_interval, training.eval_batches,
       static_cast<uint64_t>(training.gradient_bucket_size));
 
-  auto mesh = schema::CreateMesh(builder, setting.shape.pipeline_stages,
-                                 setting.shape.data_parallel, setting.shape.tensor_parallel,
-                                 setting.layout.num_nodes, setting.layout.devices_per_node);
+  auto mesh =
+      schema::CreateMesh(builder, setting.shape.pipeline_stages, setting.shape.data_parallel,
+                         setting.shape.tensor_parallel, setting.layout.num_nodes,
+                         setting.layout.devices_per_node, setting.shape.sequence_parallel);
 
   std::vector<fb::Offset<schema::Stage>> stages;
   for (size_t s = 0; s < candidate.stages.size(); ++s) {

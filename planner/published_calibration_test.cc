@@ -136,6 +136,10 @@ JobConfig job_of(const Published& p) {
                                     : p.source == Source::K22 ? "core_attention"
                                                               : ""},
   };
+  // Sequence parallelism as K22's runs had it (its Table 5 times are with
+  // it); N21 (2021) predates it; M24's one-stage plans are set directly below.
+  o.push_back({"planner.sequence_parallel",
+               p.source == Source::K22 || p.source == Source::K22Full ? "true" : "false"});
   if (p.source == Source::K22 || p.source == Source::K22Full) {
     o.push_back({"training.micro_batch_size", "1"});
     o.push_back({"planner.consider_mem", "false"});

@@ -2,6 +2,8 @@
 // meshes, micro-batch sizes and ZeRO settings (rules in search_space.h).
 #include "planner/search_space.h"
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "planner/model_counts.h"
@@ -84,6 +86,26 @@ DeviceLayout resolve_device_layout(const JobConfig& config) {
     fail(config, "[planner] mesh_col = " + str(p.mesh_col) +
                      " exceeds [cluster] devices_per_node = " + str(cluster.devices_per_node));
   return layout;
+}
+
+std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
+                                            std::vector<std::string>& excluded) {
+  const std::optional<bool> asked = config.planner.sequence_parallel;
+  if (tp == 1 || asked == false) return {false};
+  if (config.model.seq_len % tp != 0) {
+    if (asked == true) {
+      const std::string reason = "tp " + std::to_string(tp) +
+                                 ": [planner] sequence_parallel = true, but tp does not divide "
+                                 "seq_len " +
+                                 std::to_string(config.model.seq_len);
+      if (std::find(excluded.begin(), excluded.end(), reason) == excluded.end())
+        excluded.push_back(reason);
+      return {};
+    }
+    return {false};
+  }
+  if (asked == true) return {true};
+  return {false, true};
 }
 
 SearchSpace resolve_search_space(const JobConfig& config) {
@@ -192,7 +214,8 @@ SearchSpace resolve_search_space(const JobConfig& config) {
                                  "): dp does not divide global_batch_size " + str(global));
         continue;
       }
-      space.meshes.push_back({pp, dp, tp});
+      for (bool sequence_parallel : sequence_parallel_choices(config, tp, space.excluded))
+        space.meshes.push_back({pp, dp, tp, sequence_parallel});
     }
   }
   // A fixed micro-batching every mesh rejects is one clear error, not a search result.

@@ -14,6 +14,8 @@
 // devices per node, num_heads, d_model, ffn_size and vocab_size (the runtime
 // splits the vocabulary), pp <= num_layers + 2 (only the first and last stage may
 // hold no block), dp divides global_batch_size; fixed degrees are respected.
+// Sequence parallelism (tp > 1 only, seq_len divisible by tp): sequence_parallel
+// true or false fixes it, 'auto' tries both; each is a mesh of its own.
 // ZeRO: zero_stage fixed when set, else both 0 and 1 (1 only where dp > 1);
 // zero_ngroups as set (it must divide dp), else 1.
 // Micro-batches: a fixed micro_batch_size or update_freq fixes it; otherwise
@@ -57,6 +59,12 @@ SearchSpace resolve_search_space(const JobConfig& config);
 // Micro-batch sizes for data-parallel degree dp, largest first.
 std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& config,
                                    int data_parallel);
+
+// The sequence-parallel settings a mesh of tensor-parallel degree tp may use
+// (the rule above); a tp whose seq_len forbids the one asked for is noted in
+// excluded (and gets none).
+std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
+                                            std::vector<std::string>& excluded);
 
 // The job's devices and world size (the rules above); throws on inconsistency.
 DeviceLayout resolve_device_layout(const JobConfig& config);

@@ -68,7 +68,8 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     head_forward_ = measured->head_forward;
     head_backward_ = measured->head_backward;
   } else {
-    const PassOperations block = block_ops(model, b, t), head = head_ops(model, b, t),
+    const bool sp = shape.sequence_parallel && t > 1;
+    const PassOperations block = block_ops(model, b, t, sp), head = head_ops(model, b, t, sp),
                          embedding = embedding_ops(model, b, t);
     block_forward_ = operations_seconds(block.forward, false, device);
     block_backward_[0] = operations_seconds(block.backward, true, device);
@@ -97,20 +98,49 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   full_recompute_tensor_parallel_ = train ? 2 * all_reduce : 0;
   embedding_tensor_parallel_ = all_reduce;
   head_tensor_parallel_ = 2 * loss_reduce + (train ? all_reduce : 0);
+  if (shape.sequence_parallel && t > 1) {
+    // Sequence parallelism (runtime/model/decoder_stage.h): each all-reduce
+    // of a block's forward becomes an all-gather before the column-parallel
+    // GEMM and a reduce-scatter after the row-parallel one (the same ring
+    // volume); backward reduce-scatters the norm's input gradient, gathers
+    // the residual gradient and gathers the norm's output again for the
+    // weight gradient (not kept), and sums the norm's weight gradients.
+    const double gather =
+        collective_seconds(measured_collective(profile, CollectiveOperation::AllGather, t),
+                           ring_all_gather_seconds, links, false, t, hidden_bytes);
+    const double scatter =
+        collective_seconds(measured_collective(profile, CollectiveOperation::ReduceScatter, t),
+                           ring_reduce_scatter_seconds, links, false, t, hidden_bytes);
+    const double norm_weights =
+        collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
+                           2.0 * model.d_model * element_bytes_);
+    const double forward = 2 * (gather + scatter);
+    const double backward = 2 * (2 * gather + scatter + norm_weights);
+    block_tensor_parallel_ = forward + (train ? backward : 0);
+    full_recompute_tensor_parallel_ = train ? forward : 0;
+    // The embedding's vocab-parallel sum reduce-scatters; its backward gathers.
+    embedding_tensor_parallel_ = scatter + (train ? gather : 0);
+    // The final norm's shards are gathered before the head (and again in
+    // backward, with the reduce-scatter of its gradient and its weights' sum).
+    head_tensor_parallel_ =
+        2 * loss_reduce + gather + (train ? gather + scatter + norm_weights : 0);
+  }
   if (!train) {
     for (double& seconds : block_backward_) seconds = 0;
     head_backward_ = embedding_backward_ = 0;
   }
 
-  // Pipeline sends: the activation forward and (training) the gradient back.
+  // Pipeline sends: the activation forward and (training) the gradient back
+  // (with sequence parallelism, each rank sends its token shard).
+  const double message_bytes = hidden_bytes / shape.sequence_shards();
   p2p_seconds_.assign(p, 0.0);
   const std::optional<CollectiveEntry> send_receive =
       measured_collective(profile, CollectiveOperation::SendReceive, p > 1 ? 2 : 1);
   for (int s = 0; s + 1 < p; ++s) {
     const bool crosses = pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node);
     const double seconds = send_receive && !crosses
-                               ? send_receive->seconds(hidden_bytes)
-                               : point_to_point_seconds(links.link(crosses), hidden_bytes);
+                               ? send_receive->seconds(message_bytes)
+                               : point_to_point_seconds(links.link(crosses), message_bytes);
     p2p_seconds_[s] += seconds;
     if (train) p2p_seconds_[s + 1] += seconds;
   }
@@ -209,6 +239,7 @@ double StageCostModel::gradient_reduction(int pipeline_rank, double parameters,
 
 std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
   std::vector<ChargedCollective> charged;
+  charged.reserve(8);  // (also keeps GCC 12's -Wstringop-overflow from a false alarm here)
   auto add = [&](CollectiveOperation operation, int ranks, bool inter_node) {
     const ChargedCollective item{operation, ranks, inter_node};
     if (ranks > 1 && std::find(charged.begin(), charged.end(), item) == charged.end())
@@ -217,6 +248,10 @@ std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
   const ParallelShape& shape = setting_.shape;
   const int p = shape.pipeline_stages, d = shape.data_parallel, z = zero_shards_;
   add(CollectiveOperation::AllReduce, shape.tensor_parallel, false);
+  if (shape.sequence_parallel) {
+    add(CollectiveOperation::AllGather, shape.tensor_parallel, false);
+    add(CollectiveOperation::ReduceScatter, shape.tensor_parallel, false);
+  }
   for (int s = 0; s + 1 < p; ++s)
     add(CollectiveOperation::SendReceive, 2,
         pipeline_boundary_crosses_nodes(shape, s, setting_.layout.devices_per_node));

@@ -104,6 +104,33 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
   EXPECT_DOUBLE_EQ(step_seconds(setting, 2.0, 0.5), (96 + 8 - 1) * 2.0 + 0.5);
 }
 
+TEST(StageCostTest, SequenceParallelismByHand) {
+  const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
+  const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
+  PlanSetting sequence = plain;
+  sequence.shape.sequence_parallel = true;
+  const StageEstimate without = StageCostModel(config, plain).estimate(3, {12, 0, 0});
+  const StageEstimate with = StageCostModel(config, sequence).estimate(3, {12, 0, 0});
+  // Per block: forward 2 x (all-gather + reduce-scatter); backward 2 x (two
+  // all-gathers, a reduce-scatter and the norm weights' all-reduce of 2h bf16).
+  const double bytes = 2048.0 * 12288 * 2, per_rank = bytes / 8;
+  const double gather = 7 * 5e-6 + 7 * per_rank / 300e9;  // = the reduce-scatter's ring
+  const double norm_weights = 14 * 5e-6 + 14.0 / 8 * (2 * 12288 * 2) / 300e9;
+  EXPECT_DOUBLE_EQ(with.tensor_parallel_seconds,
+                   12 * (2 * (2 * gather) + 2 * (3 * gather + norm_weights)));
+  // The forward volume equals the all-reduces' (to the latency terms).
+  const double all_reduce = 14 * 5e-6 + 14.0 / 8 * bytes / 300e9;
+  EXPECT_NEAR(2 * (2 * gather), 2 * all_reduce, 1e-12);
+  // The pipeline messages are token shards.
+  const double send = 10e-6 + bytes / 8 / 25e9;
+  EXPECT_DOUBLE_EQ(with.pipeline_p2p_seconds, 2 * send);
+  // The norms and residual adds move 1/8 of their bytes: less compute.
+  EXPECT_LT(with.forward_seconds, without.forward_seconds);
+  EXPECT_LT(with.backward_seconds, without.backward_seconds);
+  // And activations: replicated terms / 8.
+  EXPECT_LT(with.memory.activations, without.memory.activations);
+}
+
 TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
   const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
   const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace paraplan {
 
@@ -173,10 +175,24 @@ const ArchitectureOps& architecture_ops(const ModelConfig& model) {
   }
 }
 
+// Sequence parallelism: the norms and residual adds run on the rank's 1/t of
+// the tokens.
+PassOperations shard_sequence_region(PassOperations ops, int tensor_parallel) {
+  for (Operations* pass : {&ops.forward, &ops.backward})
+    for (MemoryOperation& operation : pass->memory) {
+      const std::string_view name = operation.name;
+      for (std::string_view region : {"layernorm", "rmsnorm", "residual", "final norm"})
+        if (name.substr(0, region.size()) == region) operation.bytes /= tensor_parallel;
+    }
+  return ops;
+}
+
 }  // namespace
 
-PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
-  return architecture_ops(model).block(model, micro_batch_size, tensor_parallel);
+PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                         bool sequence_parallel) {
+  PassOperations ops = architecture_ops(model).block(model, micro_batch_size, tensor_parallel);
+  return sequence_parallel ? shard_sequence_region(std::move(ops), tensor_parallel) : ops;
 }
 
 // Every device of the group writes the whole [tokens, d_model] embedding output.
@@ -184,8 +200,10 @@ PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int
   return architecture_ops(model).embedding(model, micro_batch_size, tensor_parallel);
 }
 
-PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
-  return architecture_ops(model).head(model, micro_batch_size, tensor_parallel);
+PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                        bool sequence_parallel) {
+  PassOperations ops = architecture_ops(model).head(model, micro_batch_size, tensor_parallel);
+  return sequence_parallel ? shard_sequence_region(std::move(ops), tensor_parallel) : ops;
 }
 
 }  // namespace paraplan

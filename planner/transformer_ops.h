@@ -18,7 +18,9 @@
 //   moves what the architecture lists for it.
 // - Tensor parallelism is Megatron's: the column-parallel GEMMs' n and the
 //   row-parallel GEMMs' k are split t ways, as are the attention heads, the
-//   MLP activation and the vocabulary; norms and residuals are replicated.
+//   MLP activation and the vocabulary; norms and residuals are replicated,
+//   or with sequence parallelism split t ways along the tokens (the
+//   operations named "layernorm", "rmsnorm", "residual" and "final norm").
 //   Collectives are not listed (communication_model.h).
 // - An architecture is one function (block_ops / embedding_ops / head_ops
 //   switch over ModelConfig::architecture); adding one adds a case.
@@ -74,9 +76,12 @@ struct PassOperations {
 // One block, the embedding (token and position lookup), and the head (final
 // norm, logits, loss) of micro_batch_size sequences on one device of a
 // tensor_parallel group.
-PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel);
+// sequence_parallel: the norm and residual operations move 1/t of their bytes.
+PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                         bool sequence_parallel = false);
 PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel);
-PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel);
+PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                        bool sequence_parallel = false);
 
 // The backward GEMMs of forward GEMMs: input and weight gradients of each.
 std::vector<Gemm> backward_gemms(const std::vector<Gemm>& forward);

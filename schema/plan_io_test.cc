@@ -385,7 +385,8 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
                                        {"data_parallel", 2},
                                        {"tensor_parallel", 2},
                                        {"num_nodes", 2},
-                                       {"devices_per_node", 4}}));
+                                       {"devices_per_node", 4},
+                                       {"sequence_parallel", false}}));
   ASSERT_EQ(j["stages"].size(), 2u);
   EXPECT_EQ(j["stages"][1]["first_layer"], 4);
   EXPECT_EQ(j["stages"][1]["has_head"], true);

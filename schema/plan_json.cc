@@ -100,7 +100,8 @@ json mesh_to_json(const schema::Mesh& mesh) {
           {"data_parallel", mesh.data_parallel()},
           {"tensor_parallel", mesh.tensor_parallel()},
           {"num_nodes", mesh.num_nodes()},
-          {"devices_per_node", mesh.devices_per_node()}};
+          {"devices_per_node", mesh.devices_per_node()},
+          {"sequence_parallel", mesh.sequence_parallel()}};
 }
 
 json stage_to_json(const schema::Stage& stage) {
@@ -349,7 +350,7 @@ void mesh_and_zero_lines(const schema::Plan& plan, std::ostringstream& out) {
         << schema_text::product_text(schema_text::checked_product(
                mesh->pipeline_parallel(), mesh->data_parallel(), mesh->tensor_parallel()))
         << " ranks on " << mesh->num_nodes() << " nodes x " << mesh->devices_per_node()
-        << " devices\n";
+        << " devices" << (mesh->sequence_parallel() ? ", sequence parallel" : "") << "\n";
   }
   const schema::Zero* zero = plan.zero();
   if (zero == nullptr) {

@@ -187,10 +187,12 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
                                         number(kMaxPipelineStages) +
                                         ", the most pipeline stages paraplan plans");
   }
-  // Defined by schema version 3, not yet executed by this runtime.
-  if (mesh.sequence_parallel())
+  // Megatron's sequence parallelism shards the tensor-parallel group's norm
+  // and residual regions along the tokens: it needs a group to shard over.
+  if (mesh.sequence_parallel() && mesh.tensor_parallel() == 1)
     v.add("mesh.sequence_parallel",
-          "true; this paraplan does not execute sequence parallelism yet, so it must be false");
+          "true with tensor_parallel 1; sequence parallelism shards over the tensor-parallel "
+          "group, so it needs tensor_parallel > 1 (or set it false)");
   if (!mesh_degrees_valid(mesh)) return;
   const std::optional<int64_t> ranks =
       checked_product(mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel());
@@ -216,6 +218,12 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
     v.add("mesh.tensor_parallel", number(tp) + " does not divide model.num_kv_heads " +
                                       number(kv_heads) +
                                       "; each tensor-parallel rank holds whole KV heads");
+  if (mesh.sequence_parallel() && tp > 1 && model->seq_len() > 0 && model->seq_len() % tp != 0)
+    v.add("mesh.sequence_parallel",
+          "true, but tensor_parallel " + number(tp) + " does not divide model.seq_len " +
+              number(model->seq_len()) +
+              "; each tensor-parallel rank holds seq_len / tensor_parallel tokens of every "
+              "micro-batch (or set it false)");
   for (const auto& [name, size] : {std::pair{"num_heads", model->num_heads()},
                                    {"d_model", model->d_model()},
                                    {"ffn_size", model->ffn_size()},

@@ -64,6 +64,16 @@ INSTANTIATE_TEST_SUITE_P(
                       ValidShape{4, 1, 4, 8, 2, ScheduleKind::GPipe},
                       ValidShape{3, 2, 1, 8, 5, ScheduleKind::OneForwardOneBackward}));
 
+TEST(ValidatePlan, AcceptsSequenceParallelWithTensorParallel) {
+  for (schema::Architecture architecture :
+       {schema::Architecture::Gpt2, schema::Architecture::Llama}) {
+    PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+    spec.architecture = architecture;
+    spec.sequence_parallel = true;
+    EXPECT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+  }
+}
+
 TEST(ValidatePlan, AcceptsPlanWithoutPredictions) {
   PlanSpec spec = make_plan_spec(2, 1, 1, 4, 2);
   spec.has_predictions = false;
@@ -377,9 +387,20 @@ const std::vector<ViolationCase>& violation_cases() {
       {"VirtualStagesNotExecutedYet",
        [](PlanSpec& s) { s.virtual_stages = 2; },
        {"schedule.virtual_stages: 2", "must be 1"}},
-      {"SequenceParallelNotExecutedYet",
-       [](PlanSpec& s) { s.sequence_parallel = true; },
-       {"mesh.sequence_parallel: true", "must be false"}},
+      {"SequenceParallelWithoutTensorParallel",
+       [](PlanSpec& s) {
+         s.sequence_parallel = true;
+         s.tensor_parallel = 1;
+         s.devices_per_node = 2;
+         s.num_nodes = 4;
+       },
+       {"mesh.sequence_parallel: true with tensor_parallel 1", "needs tensor_parallel > 1"}},
+      {"SequenceParallelSeqLenNotDivisible",
+       [](PlanSpec& s) {
+         s.sequence_parallel = true;
+         s.seq_len = 63;
+       },
+       {"mesh.sequence_parallel: true, but tensor_parallel 2 does not divide model.seq_len 63"}},
       {"SplitBackwardNotExecutedYet",
        [](PlanSpec& s) { s.schedule[0].instructions[2] = instruction(OpCode::BackwardInput, 0); },
        {"schedule.stages[0]", "backward_input (split backward) is not executed"}},

@@ -34,6 +34,8 @@ struct PlanCase {
   // "gpt2", or "llama": the same sizes with 2 KV heads (grouped-query
   // attention), SwiGLU ffn_size 64, RMSNorm and rotary positions.
   std::string architecture = "gpt2";
+  // [planner] sequence_parallel (Megatron's, with tensor > 1).
+  bool sequence_parallel = false;
   int world() const { return pipeline * data * tensor; }
 };
 
@@ -83,6 +85,7 @@ eval_batches = 1
   toml += "zero_ngroups = " + std::to_string(plan.zero_groups) + "\n";
   toml += "recompute_modules = \"" + plan.recompute_modules + "\"\n";
   toml += "pipeline_scheduler = \"" + plan.scheduler + "\"\n";
+  toml += std::string("sequence_parallel = ") + (plan.sequence_parallel ? "true" : "false") + "\n";
   toml += "world_size = " + std::to_string(plan.world()) + "\n";
   return toml;
 }

@@ -10,6 +10,7 @@
 // exact and never above it, the trace holding every instruction.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -199,6 +200,55 @@ TEST_F(Replay, LlamaMemoryIsNeverAbovePredictionInAnyRecomputeMode) {
     }
     EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
   }
+}
+
+TEST_F(Replay, SequenceParallelMemoryIsNeverAbovePrediction) {
+  // Sequence parallelism on pp2 x tp2 (GPT-2 and Llama, no recompute and
+  // full): the norm and residual regions and the pipeline messages are token
+  // shards, so the measured activations fall below the plain tp2 plan's, and
+  // stay at or below the prediction.
+  double measured_activations[2] = {0, 0};  // stage 0 of gpt2-none, without and with
+  for (const std::string architecture : {"gpt2", "llama"})
+    for (const std::string recompute : {"", "ROOT"})
+      for (const bool sequence_parallel : {false, true}) {
+        if (!sequence_parallel && (architecture != "gpt2" || !recompute.empty())) continue;
+        const std::string name = "sp-" + architecture + "-" +
+                                 (recompute.empty() ? "none" : "full") +
+                                 (sequence_parallel ? "" : "-without");
+        const std::string plan_file =
+            plan(name, 4,
+                 "pipeline_nstages = 2\ntensor_parallel_degree = 2\ndata_parallel_degree = 1\n"
+                 "micro_batch_size = 4\nrecompute_modules = \"" +
+                     recompute +
+                     "\"\nsequence_parallel = " + (sequence_parallel ? "true" : "false") + "\n",
+                 architecture == "llama"
+                     ? "--model.architecture llama --model.num_kv_heads 2 --model.ffn_size 64"
+                     : "");
+        const std::string report_file = *directory_ / (name + ".json");
+        const CommandResult replayed =
+            run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " +
+                report_file);
+        ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+        const json report = json::parse(read_file(report_file));
+        ASSERT_EQ(report["stages"].size(), 2u);
+        for (size_t s = 0; s < 2; ++s) {
+          const json& memory = report["stages"][s]["memory_bytes"];
+          const double measured = memory["activations"]["measured"].get<double>(),
+                       predicted = memory["activations"]["predicted"].get<double>();
+          std::printf(
+              "[ figures  ] %s stage %zu: activations measured %.0f, predicted %.0f bytes\n",
+              name.c_str(), s, measured, predicted);
+          EXPECT_EQ(memory["weights"]["measured"], memory["weights"]["predicted"]) << name;
+          EXPECT_LE(measured, predicted) << name << " stage " << s;
+          EXPECT_LE(memory["total"]["measured"].get<double>(),
+                    memory["total"]["predicted"].get<double>())
+              << name << " stage " << s;
+          if (architecture == "gpt2" && recompute.empty() && s == 0)
+            measured_activations[sequence_parallel ? 1 : 0] = measured;
+        }
+        EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
+      }
+  EXPECT_LT(measured_activations[1], measured_activations[0]);
 }
 
 TEST_F(Replay, APlanForAnotherWorldIsRefusedBeforeAllocation) {

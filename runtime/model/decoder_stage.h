@@ -21,10 +21,23 @@
 // scratch); full keeps only the block output and reruns block_forward into the
 // shared scratch. Recomputation runs the same deterministic kernels on the
 // same inputs, so the gradients are bitwise those of no recomputation.
+//
+// Sequence parallelism (tensor_parallel.h) changes only which rows a tensor
+// holds: the stage input, the norms' outputs and statistics, the residual
+// stream and its gradient, and the pipeline transfers hold the rank's
+// local_rows() = B*T/t token shard; what sits between a column-parallel and
+// a row-parallel linear (qkv, attention, MLP hidden) and the logits hold all
+// B*T rows. The blocks go through column_parallel_input /
+// column_parallel_input_gradient and row_parallel_output /
+// reduce_row_parallel_output / row_parallel_output_gradient, which are f and
+// g without it and the sequence-parallel gather and reduce-scatter with it;
+// a norm's weight gradient goes through norm_weight_gradients, which sums the
+// ranks' partial gradients over the group with it.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/model/decoder_layout.h"
@@ -57,9 +70,10 @@ class DecoderStage : public ModelStage {
       const int BT = rows(), C = decoder_layout_.config().d_model,
                 V = decoder_layout_.local_vocab();
       final_norm_forward(slot, output(slot_index));
-      // f (identity forward) | the vocab-parallel head | vocab-parallel cross-entropy
-      ops_.linear_forward(slot.logits, slot.final_norm, param(decoder_layout_.head_weight()),
-                          nullptr, BT, C, V);
+      // f (identity forward; with sequence parallelism, the gather of the
+      // norm's shards) | the vocab-parallel head | vocab-parallel cross-entropy
+      ops_.linear_forward(slot.logits, column_parallel_input(slot.final_norm),
+                          param(decoder_layout_.head_weight()), nullptr, BT, C, V);
       tensor_parallel_.vocab_parallel_cross_entropy(
           losses(slot_index), training ? slot.logits : nullptr, slot.logits, targets(slot_index),
           BT, V, decoder_layout_.vocab_start(), loss_scale);
@@ -75,13 +89,13 @@ class DecoderStage : public ModelStage {
                 V = decoder_layout_.local_vocab();
       const size_t BTC = static_cast<size_t>(BT) * C;
       // slot.logits holds d(loss)/d(logits) from the fused forward.
+      const void* final_norm = column_parallel_input(slot.final_norm);
       zero(norm_gradient_, BTC);
       ops_.linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr,
-                           slot.logits, slot.final_norm, param(decoder_layout_.head_weight()), BT,
-                           C, V);
-      tensor_parallel_.f_backward(norm_gradient_, BTC);
-      zero(residual_gradient_, BTC);
-      final_norm_backward(slot, output(slot_index));
+                           slot.logits, final_norm, param(decoder_layout_.head_weight()), BT, C, V);
+      const void* final_norm_gradient = column_parallel_input_gradient();
+      zero(residual_gradient_, local_rows_ * C);
+      final_norm_backward(slot, output(slot_index), final_norm_gradient);
       // A tied head on a stage with the embedding is the embedding (offset 0).
       if (gradients_final_from) gradients_final_from(decoder_layout_.final_norm_weight());
     }
@@ -109,34 +123,49 @@ class DecoderStage : public ModelStage {
   }
 
  protected:
+  // Rows: BT = B*T, local = local_rows() (BT, or BT/t with sequence parallelism).
   struct Slot {
-    void* input = nullptr;  // [BT, C]: the embedding output, or the received input
+    void* input = nullptr;  // [local, C]: the embedding output, or the received input
     std::vector<Activations> blocks;
-    void* final_norm = nullptr;        // head: [BT, C]
-    float* final_norm_mean = nullptr;  // head: [BT], when the final norm has a mean
-    float* final_norm_rstd = nullptr;  // head: [BT]
+    void* final_norm = nullptr;        // head: [local, C]
+    float* final_norm_mean = nullptr;  // head: [local], when the final norm has a mean
+    float* final_norm_rstd = nullptr;  // head: [local]
     void* logits = nullptr;            // head: [BT, V], overwritten by its gradient
   };
 
   DecoderStage(const DecoderLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
                const ModelStageOptions& options)
       : ModelStage(layout, ops, memory, options,
-                   static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len *
-                       layout.config().d_model),
+                   local_rows(layout, options) * layout.config().d_model),
         decoder_layout_(layout),
         tensor_parallel_(options.tensor_group, ops, memory,
                          layout.stage().has_head ? static_cast<size_t>(options.micro_batch_size) *
                                                        layout.config().seq_len
-                                                 : 0) {}
+                                                 : 0,
+                         options.sequence_parallel),
+        local_rows_(local_rows(layout, options)) {}
 
-  // B * T, the rows of every activation.
+  // B * T, the rows of the tensors between a column- and a row-parallel linear.
   int rows() const { return batch_ * decoder_layout_.config().seq_len; }
+  // The rows of the norm and residual regions: B * T, or this rank's B*T / t
+  // with sequence parallelism.
+  int local_rows() const { return static_cast<int>(local_rows_); }
+  static size_t local_rows(const DecoderLayout& layout, const ModelStageOptions& options) {
+    const size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len;
+    const int t = layout.tensor_size();
+    if (!options.sequence_parallel || t == 1) return rows;
+    if (rows % t != 0)
+      throw std::invalid_argument(
+          "model stage: sequence parallelism needs micro_batch_size x seq_len divisible by the "
+          "tensor-parallel size");
+    return rows / t;
+  }
 
   // The recompute scratch, every slot's buffers (with the final norm's mean
   // when final_norm_mean) and the residual and norm gradients.
   void allocate_slots(bool final_norm_mean) {
     const size_t BT = static_cast<size_t>(rows()), C = decoder_layout_.config().d_model,
-                 V = decoder_layout_.local_vocab();
+                 V = decoder_layout_.local_vocab(), local = local_rows_;
     bool any_full = false, any_selective = false;
     for (RecomputeMode mode : recompute_) {
       any_full |= mode == RecomputeMode::Full;
@@ -151,19 +180,114 @@ class DecoderStage : public ModelStage {
     }
     slots_.resize(num_slots_);
     for (Slot& slot : slots_) {
-      slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
+      slot.input = allocate_storage(local * C, MemoryCategory::kActivations);
       for (RecomputeMode mode : recompute_)
         slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
       if (decoder_layout_.stage().has_head) {
-        slot.final_norm = allocate_storage(BT * C, MemoryCategory::kActivations);
+        slot.final_norm = allocate_storage(local * C, MemoryCategory::kActivations);
         if (final_norm_mean)
-          slot.final_norm_mean = allocate_floats(BT, MemoryCategory::kActivations);
-        slot.final_norm_rstd = allocate_floats(BT, MemoryCategory::kActivations);
+          slot.final_norm_mean = allocate_floats(local, MemoryCategory::kActivations);
+        slot.final_norm_rstd = allocate_floats(local, MemoryCategory::kActivations);
         slot.logits = allocate_storage(BT * V, MemoryCategory::kActivations);
       }
     }
-    residual_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
+    residual_gradient_ = allocate_storage(local * C, MemoryCategory::kWorkspace);
     norm_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
+    if (tensor_parallel_.sequence_parallel()) {
+      sequence_full_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
+      norm_shard_gradient_ = allocate_storage(local * C, MemoryCategory::kWorkspace);
+      norm_weight_gradient_ = allocate_storage(2 * C, MemoryCategory::kWorkspace);
+    }
+  }
+
+  // ---- the tensor-parallel regions, with or without sequence parallelism ----------------
+  // The input [BT, C] of a column-parallel linear from a norm's output
+  // [local, C]: that output (f is the identity), or every rank's shard
+  // gathered into sequence_full_.
+  const void* column_parallel_input(const void* norm_output) {
+    if (!tensor_parallel_.sequence_parallel()) return norm_output;
+    tensor_parallel_.gather_from_sequence_parallel_region(norm_output, sequence_full_,
+                                                          local_rows_ * d_model());
+    return sequence_full_;
+  }
+  // Backward: norm_gradient_ [BT, C] holds this rank's partial gradient of
+  // that input; returns the norm output's gradient [local, C]: norm_gradient_
+  // all-reduced (f's backward), or this rank's shard of the sum.
+  const void* column_parallel_input_gradient() {
+    if (!tensor_parallel_.sequence_parallel()) {
+      tensor_parallel_.f_backward(norm_gradient_, static_cast<size_t>(rows()) * d_model());
+      return norm_gradient_;
+    }
+    tensor_parallel_.gather_from_sequence_parallel_region_backward(
+        norm_gradient_, norm_shard_gradient_, local_rows_ * d_model());
+    return norm_shard_gradient_;
+  }
+  // Where a row-parallel linear (or the vocab-parallel embedding) writes its
+  // partial output [BT, C] for `out` [local, C]: out itself, summed in place
+  // by g, or sequence_full_, reduce-scattered into out.
+  void* row_parallel_output(void* out) {
+    return tensor_parallel_.sequence_parallel() ? sequence_full_ : out;
+  }
+  void reduce_row_parallel_output(void* out) {
+    if (!tensor_parallel_.sequence_parallel()) {
+      tensor_parallel_.g_forward(out, static_cast<size_t>(rows()) * d_model());
+      return;
+    }
+    tensor_parallel_.reduce_scatter_to_sequence_parallel_region(sequence_full_, out,
+                                                                local_rows_ * d_model());
+  }
+  // Backward: the gradient [BT, C] of that output from residual_gradient_
+  // [local, C]: residual_gradient_ itself (g's backward is the identity), or
+  // every rank's shard gathered into sequence_full_.
+  const void* row_parallel_output_gradient() {
+    if (!tensor_parallel_.sequence_parallel()) return residual_gradient_;
+    tensor_parallel_.reduce_scatter_to_sequence_parallel_region_backward(
+        residual_gradient_, sequence_full_, local_rows_ * d_model());
+    return sequence_full_;
+  }
+  // Runs a norm's backward, backward(d_weight, d_bias), accumulating the
+  // weight gradient at weight_offset (and the bias's at bias_offset, or
+  // kNoBias). With sequence parallelism each rank's gradient covers only its
+  // tokens: computed into scratch, summed over the group, then added.
+  static constexpr size_t kNoBias = static_cast<size_t>(-1);
+  template <typename Backward>
+  void norm_weight_gradients(size_t weight_offset, size_t bias_offset, Backward backward) {
+    const bool has_bias = bias_offset != kNoBias;
+    if (!tensor_parallel_.sequence_parallel()) {
+      backward(grad(weight_offset), has_bias ? grad(bias_offset) : nullptr);
+      return;
+    }
+    const size_t C = d_model();
+    zero(norm_weight_gradient_, has_bias ? 2 * C : C);
+    void* bias_gradient = kernels::element_at(norm_weight_gradient_, C, dtype_);
+    backward(norm_weight_gradient_, has_bias ? bias_gradient : nullptr);
+    tensor_parallel_.all_reduce_sequence_parallel_gradients(norm_weight_gradient_,
+                                                            has_bias ? 2 * C : C);
+    ops_.residual_forward(grad(weight_offset), grad(weight_offset), norm_weight_gradient_, C);
+    if (has_bias) ops_.residual_forward(grad(bias_offset), grad(bias_offset), bias_gradient, C);
+  }
+  size_t d_model() const { return decoder_layout_.config().d_model; }
+  // The vocab-parallel embedding of tokens(slot) into the stage input out
+  // [local, C]: each rank looks up its vocabulary rows (zeros elsewhere),
+  // summed over the group (all-reduce, or with sequence parallelism a
+  // reduce-scatter into the token shard). add_positions(x [BT, C]), when
+  // set, adds what every token gets (GPT-2's positions): after the sum, or
+  // with sequence parallelism before it by tensor rank 0 only (like a
+  // row-parallel bias), which gives bitwise the same sum.
+  void vocab_parallel_embedding(int slot, void* out, size_t table_offset,
+                                const std::function<void(void*)>& add_positions = {}) {
+    const int C = static_cast<int>(d_model());
+    if (!tensor_parallel_.sequence_parallel()) {
+      tensor_parallel_.vocab_parallel_embedding_forward(out, tokens(slot), param(table_offset),
+                                                        rows(), decoder_layout_.vocab_start(),
+                                                        decoder_layout_.local_vocab(), C);
+      if (add_positions) add_positions(out);
+      return;
+    }
+    ops_.token_embedding_forward(sequence_full_, tokens(slot), param(table_offset), rows(),
+                                 decoder_layout_.vocab_start(), decoder_layout_.local_vocab(), C);
+    if (add_positions && tensor_parallel_.adds_row_parallel_bias()) add_positions(sequence_full_);
+    reduce_row_parallel_output(out);
   }
 
   // For allocate_block: a field of a block's activations, allocated when the
@@ -179,14 +303,12 @@ class DecoderStage : public ModelStage {
     acts.*field = keep || shared == nullptr ? allocate_floats(count, MemoryCategory::kActivations)
                                             : shared->*field;
   }
-  // The block output [BT, C], which every slot keeps (the next block's input);
-  // the scratch has none (full recompute writes into the slot's).
+  // The block output [local, C], which every slot keeps (the next block's
+  // input); the scratch has none (full recompute writes into the slot's).
   void own_output(Activations& acts, const Activations* shared) {
-    acts.output =
-        shared == nullptr
-            ? nullptr
-            : allocate_storage(static_cast<size_t>(rows()) * decoder_layout_.config().d_model,
-                               MemoryCategory::kActivations);
+    acts.output = shared == nullptr
+                      ? nullptr
+                      : allocate_storage(local_rows_ * d_model(), MemoryCategory::kActivations);
   }
 
   const void* block_input(const Slot& slot, int local_layer) const {
@@ -200,23 +322,33 @@ class DecoderStage : public ModelStage {
   virtual void block_forward(int local_layer, const void* input, const Activations& acts) = 0;
   // residual_gradient_ holds d(block output) on entry and d(input) on exit.
   virtual void block_backward(int local_layer, const void* input, const Activations& acts) = 0;
-  // Writes the stage input [BT, C] from tokens(slot).
+  // Writes the stage input [local, C] from tokens(slot).
   virtual void embedding_forward(int slot, void* out) = 0;
   // Adds residual_gradient_'s share to the embedding's gradients.
   virtual void embedding_backward(int slot) = 0;
   // slot.final_norm (and its statistics) from the last block's output x, and
-  // its backward: residual_gradient_ += from norm_gradient_.
+  // its backward: residual_gradient_ += from norm_gradient, the gradient of
+  // slot.final_norm ([local, C] rows each).
   virtual void final_norm_forward(Slot& slot, const void* x) = 0;
-  virtual void final_norm_backward(Slot& slot, const void* x) = 0;
+  virtual void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) = 0;
 
   const DecoderLayout& decoder_layout_;
   TensorParallel tensor_parallel_;
   std::vector<Slot> slots_;
   Activations recompute_scratch_;
-  // Gradient scratch shared by all layers and slots: d(residual stream),
-  // flowing backward through the blocks, and a norm's input gradient [BT, C].
+  size_t local_rows_;
+  // Gradient scratch shared by all layers and slots: d(residual stream)
+  // [local, C], flowing backward through the blocks, and the partial gradient
+  // of a column-parallel linear's input [BT, C].
   void* residual_gradient_ = nullptr;
   void* norm_gradient_ = nullptr;
+  // Sequence parallelism only (workspace): the gathered input of a
+  // column-parallel linear, the partial output of a row-parallel one, or a
+  // gathered gradient [BT, C]; a norm's output gradient shard [local, C]; a
+  // norm's weight and bias gradients before their sum over the group [2C].
+  void* sequence_full_ = nullptr;
+  void* norm_shard_gradient_ = nullptr;
+  void* norm_weight_gradient_ = nullptr;
 };
 
 }  // namespace paraplan

@@ -35,6 +35,11 @@ struct ModelStageOptions {
   std::vector<RecomputeMode> recompute;  // one per layer of the stage
   // The tensor-parallel group (null when the layout's tensor_size is 1).
   Communicator* tensor_group = nullptr;
+  // Megatron's sequence parallelism over the tensor group (tensor_size > 1;
+  // ignored otherwise): the norm and residual regions and the pipeline
+  // transfers hold B*T / tensor_size of the micro-batch's tokens
+  // (tensor_parallel.h).
+  bool sequence_parallel = false;
   // >= layout.num_elements() sizes the parameter and gradient buffers
   // (ZeRO-1 pads them to a multiple of its group size); 0 = exact.
   size_t buffer_elements = 0;
@@ -69,9 +74,10 @@ class ModelStage {
   int32_t* tokens(int slot) { return slot_tokens_[slot].tokens; }
   int32_t* targets(int slot) { return slot_tokens_[slot].targets; }
   // Elements of dtype() one pipeline transfer moves: an activation [B, T, C]
-  // or its gradient.
+  // or its gradient (with sequence parallelism, this rank's [B*T/t, C] shard).
   size_t activation_elements() const { return activation_elements_; }
-  // Where a stage without the embedding receives its input [B, T, C].
+  // Where a stage without the embedding receives its input [B, T, C] (with
+  // sequence parallelism, in this and the next three: the rank's token shard).
   virtual void* input(int slot) = 0;
   // A stage without the head: its output [B, T, C] after forward(slot).
   virtual const void* output(int slot) const = 0;

@@ -2,11 +2,17 @@
 // embedding and cross-entropy.
 #include "runtime/model/tensor_parallel.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace paraplan {
 
 TensorParallel::TensorParallel(Communicator* group, kernels::Ops& ops, MemoryTracker& memory,
-                               size_t cross_entropy_rows)
-    : group_(group), ops_(ops), memory_(memory) {
+                               size_t cross_entropy_rows, bool sequence_parallel)
+    : group_(group),
+      sequence_parallel_(sequence_parallel && group != nullptr && group->size() > 1),
+      ops_(ops),
+      memory_(memory) {
   if (size() > 1 && cross_entropy_rows > 0) {
     const size_t bytes = cross_entropy_rows * sizeof(float);
     row_max_ = static_cast<float*>(memory_.allocate(bytes, MemoryCategory::kWorkspace));
@@ -26,6 +32,45 @@ void TensorParallel::f_backward(void* input_gradient, size_t count) {
 
 void TensorParallel::g_forward(void* output, size_t count) {
   if (size() > 1) group_->all_reduce(output, count, ops_.storage_dtype(), ReduceOp::kSum);
+}
+
+// The sequence-parallel mappings run only with sequence_parallel_ (so a
+// group of more than one); callers keep the plain f and g otherwise.
+void TensorParallel::require_sequence_parallel(const char* mapping) const {
+  if (!sequence_parallel_)
+    throw std::logic_error(std::string("tensor parallel: ") + mapping +
+                           " without sequence parallelism over a group of more than one");
+}
+
+void TensorParallel::gather_from_sequence_parallel_region(const void* shard, void* full,
+                                                          size_t shard_count) {
+  require_sequence_parallel("gather_from_sequence_parallel_region");
+  group_->all_gather(shard, full, shard_count, ops_.storage_dtype());
+}
+
+void TensorParallel::gather_from_sequence_parallel_region_backward(const void* full_gradient,
+                                                                   void* shard_gradient,
+                                                                   size_t shard_count) {
+  require_sequence_parallel("gather_from_sequence_parallel_region backward");
+  group_->reduce_scatter(full_gradient, shard_gradient, shard_count, ops_.storage_dtype());
+}
+
+void TensorParallel::reduce_scatter_to_sequence_parallel_region(const void* full, void* shard,
+                                                                size_t shard_count) {
+  require_sequence_parallel("reduce_scatter_to_sequence_parallel_region");
+  group_->reduce_scatter(full, shard, shard_count, ops_.storage_dtype());
+}
+
+void TensorParallel::reduce_scatter_to_sequence_parallel_region_backward(const void* shard_gradient,
+                                                                         void* full_gradient,
+                                                                         size_t shard_count) {
+  require_sequence_parallel("reduce_scatter_to_sequence_parallel_region backward");
+  group_->all_gather(shard_gradient, full_gradient, shard_count, ops_.storage_dtype());
+}
+
+void TensorParallel::all_reduce_sequence_parallel_gradients(void* gradients, size_t count) {
+  if (sequence_parallel_)
+    group_->all_reduce(gradients, count, ops_.storage_dtype(), ReduceOp::kSum);
 }
 
 void TensorParallel::vocab_parallel_embedding_forward(void* out, const int32_t* tokens,

@@ -132,6 +132,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                         .num_slots = ScheduleExecutor::slots_needed(schedule),
                         .recompute = model.recompute,
                         .tensor_group = rank.groups.tensor.get(),
+                        .sequence_parallel = mesh_plan.sequence_parallel(),
                         .buffer_elements = DistributedOptimizer::buffer_elements(
                             rank.layout->num_elements(), zero_stage, rank.groups.zero->size())});
   const schema::Optimizer& optimizer_plan = *training.optimizer();

@@ -10,21 +10,21 @@
 namespace paraplan {
 
 GptBlockActivations GptStage::allocate_block(RecomputeMode mode, const Acts* shared) {
-  const size_t BT = static_cast<size_t>(rows());
+  const size_t BT = static_cast<size_t>(rows()), local = local_rows();
   const size_t C = layout_.config().d_model, A = layout_.local_attention_width(),
                F = layout_.local_ffn();
   Acts acts;
   // Under full recompute a slot keeps only the block output (the next block's
   // input); everything else comes from the shared recompute scratch.
   const bool keep = mode != RecomputeMode::Full;
-  own(acts, &Acts::ln1, BT * C, keep, shared);
-  own(acts, &Acts::ln1_mean, BT, keep, shared);
-  own(acts, &Acts::ln1_rstd, BT, keep, shared);
+  own(acts, &Acts::ln1, local * C, keep, shared);
+  own(acts, &Acts::ln1_mean, local, keep, shared);
+  own(acts, &Acts::ln1_rstd, local, keep, shared);
   own(acts, &Acts::qkv, BT * 3 * A, keep, shared);
-  own(acts, &Acts::residual2, BT * C, keep, shared);
-  own(acts, &Acts::ln2, BT * C, keep, shared);
-  own(acts, &Acts::ln2_mean, BT, keep, shared);
-  own(acts, &Acts::ln2_rstd, BT, keep, shared);
+  own(acts, &Acts::residual2, local * C, keep, shared);
+  own(acts, &Acts::ln2, local * C, keep, shared);
+  own(acts, &Acts::ln2_mean, local, keep, shared);
+  own(acts, &Acts::ln2_rstd, local, keep, shared);
   own(acts, &Acts::fch, BT * F, keep, shared);
   own(acts, &Acts::fch_gelu, BT * F, keep, shared);
   // The attention output and logsumexp ([B, H, T]) are kept only without
@@ -66,36 +66,39 @@ void GptStage::block_forward(int local_layer, const void* input, const Acts& a) 
   const TransformerConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
-            A = layout_.local_attention_width();
-  const size_t BTC = static_cast<size_t>(BT) * C;
+            A = layout_.local_attention_width(), local = local_rows();
+  const size_t local_C = static_cast<size_t>(local) * C;
   // Row-parallel biases: added by one tensor rank, before g's all-reduce.
   const bool adds_row_bias = tensor_parallel_.adds_row_parallel_bias();
   ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, param(w.ln1_weight),
-                         param(w.ln1_bias), BT, C, config.norm_epsilon);
-  // f (identity forward) | column-parallel QKV | attention | row-parallel projection | g
-  ops_.linear_forward(a.qkv, a.ln1, param(w.qkv_weight), param(w.qkv_bias), BT, C, 3 * A);
+                         param(w.ln1_bias), local, C, config.norm_epsilon);
+  // f (identity forward, or the sequence gather) | column-parallel QKV | attention |
+  // row-parallel projection | g (or the sequence reduce-scatter)
+  ops_.linear_forward(a.qkv, column_parallel_input(a.ln1), param(w.qkv_weight), param(w.qkv_bias),
+                      BT, C, 3 * A);
   attention_core_forward(a);
   // residual2 holds the projection first, then input + projection.
-  ops_.linear_forward(a.residual2, a.atty, param(w.attn_proj_weight),
+  ops_.linear_forward(row_parallel_output(a.residual2), a.atty, param(w.attn_proj_weight),
                       adds_row_bias ? param(w.attn_proj_bias) : nullptr, BT, A, C);
-  tensor_parallel_.g_forward(a.residual2, BTC);
-  ops_.residual_forward(a.residual2, a.residual2, input, BTC);
+  reduce_row_parallel_output(a.residual2);
+  ops_.residual_forward(a.residual2, a.residual2, input, local_C);
   ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(w.ln2_weight),
-                         param(w.ln2_bias), BT, C, config.norm_epsilon);
-  // f (identity forward) | column-parallel up | GELU | row-parallel down | g
-  ops_.linear_forward(a.fch, a.ln2, param(w.mlp_up_weight), param(w.mlp_up_bias), BT, C, F);
+                         param(w.ln2_bias), local, C, config.norm_epsilon);
+  // f | column-parallel up | GELU | row-parallel down | g
+  ops_.linear_forward(a.fch, column_parallel_input(a.ln2), param(w.mlp_up_weight),
+                      param(w.mlp_up_bias), BT, C, F);
   ops_.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(BT) * F);
-  ops_.linear_forward(a.output, a.fch_gelu, param(w.mlp_down_weight),
+  ops_.linear_forward(row_parallel_output(a.output), a.fch_gelu, param(w.mlp_down_weight),
                       adds_row_bias ? param(w.mlp_down_bias) : nullptr, BT, F, C);
-  tensor_parallel_.g_forward(a.output, BTC);
-  ops_.residual_forward(a.output, a.output, a.residual2, BTC);
+  reduce_row_parallel_output(a.output);
+  ops_.residual_forward(a.output, a.output, a.residual2, local_C);
 }
 
 void GptStage::block_backward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
-            A = layout_.local_attention_width();
+            A = layout_.local_attention_width(), local = local_rows();
   const size_t BTC = static_cast<size_t>(BT) * C, BTF = static_cast<size_t>(BT) * F,
                BTA = static_cast<size_t>(BT) * A;
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
@@ -103,63 +106,72 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
   zero(fch_gelu_gradient_, BTF);
   ops_.linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
-                       dresidual, a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
+                       row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F,
+                       C);
   zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
   zero(norm_gradient_, BTC);
   ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
-                       a.ln2, param(w.mlp_up_weight), BT, C, F);
-  tensor_parallel_.f_backward(norm_gradient_, BTC);  // each rank held a partial input gradient
-  ops_.layernorm_backward(dresidual, grad(w.ln2_weight), grad(w.ln2_bias), norm_gradient_,
-                          a.residual2, param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, BT, C);
+                       column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F);
+  // Each rank held a partial input gradient.
+  const void* ln2_gradient = column_parallel_input_gradient();
+  norm_weight_gradients(w.ln2_weight, w.ln2_bias, [&](void* dweight, void* dbias) {
+    ops_.layernorm_backward(dresidual, dweight, dbias, ln2_gradient, a.residual2,
+                            param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, local, C);
+  });
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
   zero(atty_gradient_, BTA);
-  ops_.linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias), dresidual,
-                       a.atty, param(w.attn_proj_weight), BT, A, C);
+  ops_.linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias),
+                       row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C);
   zero(qkv_gradient_, BTA * 3);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
                           layout_.local_heads(), config.head_dim());
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_, a.ln1,
-                       param(w.qkv_weight), BT, C, 3 * A);
-  tensor_parallel_.f_backward(norm_gradient_, BTC);
-  ops_.layernorm_backward(dresidual, grad(w.ln1_weight), grad(w.ln1_bias), norm_gradient_, input,
-                          param(w.ln1_weight), a.ln1_mean, a.ln1_rstd, BT, C);
+  ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_,
+                       column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A);
+  const void* ln1_gradient = column_parallel_input_gradient();
+  norm_weight_gradients(w.ln1_weight, w.ln1_bias, [&](void* dweight, void* dbias) {
+    ops_.layernorm_backward(dresidual, dweight, dbias, ln1_gradient, input, param(w.ln1_weight),
+                            a.ln1_mean, a.ln1_rstd, local, C);
+  });
 }
 
 void GptStage::embedding_forward(int slot, void* out) {
   const TransformerConfig& config = layout_.config();
-  tensor_parallel_.vocab_parallel_embedding_forward(
-      out, tokens(slot), param(layout_.token_embedding()), rows(), layout_.vocab_start(),
-      layout_.local_vocab(), config.d_model);
-  ops_.position_embedding_forward(out, param(layout_.position_embedding()), batch_, config.seq_len,
-                                  config.d_model);
+  vocab_parallel_embedding(slot, out, layout_.token_embedding(), [&](void* embedded) {
+    ops_.position_embedding_forward(embedded, param(layout_.position_embedding()), batch_,
+                                    config.seq_len, config.d_model);
+  });
 }
 
 void GptStage::embedding_backward(int slot) {
-  // The vocab-parallel embedding's backward needs no collective: each rank
-  // scatters into its own rows.
+  // The vocab-parallel embedding's backward needs no collective (each rank
+  // scatters into its own rows) beyond, with sequence parallelism, the
+  // gather of the output gradient's shards.
   const TransformerConfig& config = layout_.config();
-  ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, tokens(slot),
+  const void* output_gradient = row_parallel_output_gradient();
+  ops_.token_embedding_backward(grad(layout_.token_embedding()), output_gradient, tokens(slot),
                                 rows(), layout_.vocab_start(), layout_.local_vocab(),
                                 config.d_model);
-  ops_.position_embedding_backward(grad(layout_.position_embedding()), residual_gradient_, batch_,
+  ops_.position_embedding_backward(grad(layout_.position_embedding()), output_gradient, batch_,
                                    config.seq_len, config.d_model);
 }
 
 void GptStage::final_norm_forward(Slot& slot, const void* x) {
   ops_.layernorm_forward(slot.final_norm, slot.final_norm_mean, slot.final_norm_rstd, x,
                          param(layout_.final_norm_weight()), param(layout_.final_norm_bias()),
-                         rows(), layout_.config().d_model, layout_.config().norm_epsilon);
+                         local_rows(), layout_.config().d_model, layout_.config().norm_epsilon);
 }
 
-void GptStage::final_norm_backward(Slot& slot, const void* x) {
-  ops_.layernorm_backward(residual_gradient_, grad(layout_.final_norm_weight()),
-                          grad(layout_.final_norm_bias()), norm_gradient_, x,
-                          param(layout_.final_norm_weight()), slot.final_norm_mean,
-                          slot.final_norm_rstd, rows(), layout_.config().d_model);
+void GptStage::final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) {
+  norm_weight_gradients(
+      layout_.final_norm_weight(), layout_.final_norm_bias(), [&](void* dweight, void* dbias) {
+        ops_.layernorm_backward(residual_gradient_, dweight, dbias, norm_gradient, x,
+                                param(layout_.final_norm_weight()), slot.final_norm_mean,
+                                slot.final_norm_rstd, local_rows(), layout_.config().d_model);
+      });
 }
 
 }  // namespace paraplan

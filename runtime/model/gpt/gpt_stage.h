@@ -18,7 +18,9 @@
 // the f and g mappings of tensor_parallel.h around them; the embedding and
 // the head are vocab-parallel. Row-parallel biases are added once (by tensor
 // rank 0) before g's all-reduce; every rank computes their gradient, so
-// replicated parameters stay identical.
+// replicated parameters stay identical. With sequence parallelism the
+// LayerNorms and residual adds run on the rank's token shard (ln1, ln2,
+// residual2, output and their statistics hold local_rows(), decoder_stage.h).
 #pragma once
 
 #include "runtime/model/decoder_stage.h"
@@ -29,19 +31,20 @@ namespace paraplan {
 // The activations of one GPT-2 block for one micro-batch: storage tensors
 // (void*, the stage's dtype) and fp32 statistics (float*).
 struct GptBlockActivations {
-  void* ln1 = nullptr;  // [BT, C]
+  // local = local_rows(): BT, or BT/t with sequence parallelism.
+  void* ln1 = nullptr;  // [local, C]
   float* ln1_mean = nullptr;
-  float* ln1_rstd = nullptr;   // [BT]
+  float* ln1_rstd = nullptr;   // [local]
   void* qkv = nullptr;         // [BT, 3A]
   float* logsumexp = nullptr;  // [B, H, T] of the attention scores' rows
   void* atty = nullptr;        // [BT, A] attention output before the projection
-  void* residual2 = nullptr;   // [BT, C] input + attention branch
+  void* residual2 = nullptr;   // [local, C] input + attention branch
   void* ln2 = nullptr;
   float* ln2_mean = nullptr;
   float* ln2_rstd = nullptr;
   void* fch = nullptr;       // [BT, F] MLP up-projection
   void* fch_gelu = nullptr;  // [BT, F]
-  void* output = nullptr;    // [BT, C] the block output (next block's input)
+  void* output = nullptr;    // [local, C] the block output (next block's input)
 };
 
 class GptStage final : public DecoderStage<GptBlockActivations> {
@@ -59,7 +62,7 @@ class GptStage final : public DecoderStage<GptBlockActivations> {
   void embedding_forward(int slot, void* out) override;
   void embedding_backward(int slot) override;
   void final_norm_forward(Slot& slot, const void* x) override;
-  void final_norm_backward(Slot& slot, const void* x) override;
+  void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) override;
 
   const GptLayout& layout_;
   // Gradient scratch, shared by all layers and slots (beside the residual

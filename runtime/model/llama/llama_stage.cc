@@ -14,18 +14,18 @@
 namespace paraplan {
 
 LlamaBlockActivations LlamaStage::allocate_block(RecomputeMode mode, const Acts* shared) {
-  const size_t BT = static_cast<size_t>(rows());
+  const size_t BT = static_cast<size_t>(rows()), local = local_rows();
   const size_t C = layout_.config().d_model, Q = layout_.local_qkv_width(),
                A = layout_.local_attention_width(), F = layout_.local_ffn();
   Acts acts;
   // Full recompute keeps only the block output; the rest is the shared scratch.
   const bool keep = mode != RecomputeMode::Full;
-  own(acts, &Acts::attention_norm, BT * C, keep, shared);
-  own(acts, &Acts::attention_rstd, BT, keep, shared);
+  own(acts, &Acts::attention_norm, local * C, keep, shared);
+  own(acts, &Acts::attention_rstd, local, keep, shared);
   own(acts, &Acts::qkv, BT * Q, keep, shared);
-  own(acts, &Acts::residual, BT * C, keep, shared);
-  own(acts, &Acts::mlp_norm, BT * C, keep, shared);
-  own(acts, &Acts::mlp_rstd, BT, keep, shared);
+  own(acts, &Acts::residual, local * C, keep, shared);
+  own(acts, &Acts::mlp_norm, local * C, keep, shared);
+  own(acts, &Acts::mlp_rstd, local, keep, shared);
   own(acts, &Acts::gate_up, BT * 2 * F, keep, shared);
   own(acts, &Acts::hidden, BT * F, keep, shared);
   // The attention output and logsumexp only without recomputation: selective
@@ -74,53 +74,61 @@ void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a
   const TransformerConfig& config = layout_.config();
   const LlamaBlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
-            A = layout_.local_attention_width(), F = layout_.local_ffn();
-  const size_t BTC = static_cast<size_t>(BT) * C;
-  ops_.rmsnorm_forward(a.attention_norm, a.attention_rstd, input, param(w.attention_norm), BT, C,
+            A = layout_.local_attention_width(), F = layout_.local_ffn(), local = local_rows();
+  const size_t local_C = static_cast<size_t>(local) * C;
+  ops_.rmsnorm_forward(a.attention_norm, a.attention_rstd, input, param(w.attention_norm), local, C,
                        config.norm_epsilon);
-  // f (identity forward) | column-parallel q, k, v | rotary | attention | row-parallel o | g
-  ops_.linear_forward(a.qkv, a.attention_norm, param(w.qkv), nullptr, BT, C, Q);
+  // f (identity forward, or the sequence gather) | column-parallel q, k, v | rotary |
+  // attention | row-parallel o | g (or the sequence reduce-scatter)
+  ops_.linear_forward(a.qkv, column_parallel_input(a.attention_norm), param(w.qkv), nullptr, BT, C,
+                      Q);
   ops_.rope_forward(a.qkv, rotary_cos_, rotary_sin_, batch_, config.seq_len, layout_.local_heads(),
                     layout_.local_kv_heads(), layout_.head_dim());
   attention_core_forward(a);
-  ops_.linear_forward(a.residual, a.attention, param(w.attention_out), nullptr, BT, A, C);
-  tensor_parallel_.g_forward(a.residual, BTC);
-  ops_.residual_forward(a.residual, a.residual, input, BTC);
-  ops_.rmsnorm_forward(a.mlp_norm, a.mlp_rstd, a.residual, param(w.mlp_norm), BT, C,
+  ops_.linear_forward(row_parallel_output(a.residual), a.attention, param(w.attention_out), nullptr,
+                      BT, A, C);
+  reduce_row_parallel_output(a.residual);
+  ops_.residual_forward(a.residual, a.residual, input, local_C);
+  ops_.rmsnorm_forward(a.mlp_norm, a.mlp_rstd, a.residual, param(w.mlp_norm), local, C,
                        config.norm_epsilon);
   // f | column-parallel gate and up | SwiGLU | row-parallel down | g
-  ops_.linear_forward(a.gate_up, a.mlp_norm, param(w.gate_up), nullptr, BT, C, 2 * F);
+  ops_.linear_forward(a.gate_up, column_parallel_input(a.mlp_norm), param(w.gate_up), nullptr, BT,
+                      C, 2 * F);
   ops_.swiglu_forward(a.hidden, a.gate_up, BT, F);
-  ops_.linear_forward(a.output, a.hidden, param(w.down), nullptr, BT, F, C);
-  tensor_parallel_.g_forward(a.output, BTC);
-  ops_.residual_forward(a.output, a.output, a.residual, BTC);
+  ops_.linear_forward(row_parallel_output(a.output), a.hidden, param(w.down), nullptr, BT, F, C);
+  reduce_row_parallel_output(a.output);
+  ops_.residual_forward(a.output, a.output, a.residual, local_C);
 }
 
 void LlamaStage::block_backward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const LlamaBlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
-            A = layout_.local_attention_width(), F = layout_.local_ffn();
+            A = layout_.local_attention_width(), F = layout_.local_ffn(), local = local_rows();
   const size_t BTC = static_cast<size_t>(BT) * C;
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual + down(swiglu(gate_up(norm(residual)))).
   zero(hidden_gradient_, static_cast<size_t>(BT) * F);
-  ops_.linear_backward(hidden_gradient_, grad(w.down), nullptr, dresidual, a.hidden, param(w.down),
-                       BT, F, C);
+  ops_.linear_backward(hidden_gradient_, grad(w.down), nullptr, row_parallel_output_gradient(),
+                       a.hidden, param(w.down), BT, F, C);
   zero(gate_up_gradient_, static_cast<size_t>(BT) * 2 * F);
   ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F);
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_, a.mlp_norm,
-                       param(w.gate_up), BT, C, 2 * F);
-  tensor_parallel_.f_backward(norm_gradient_, BTC);  // each rank held a partial input gradient
-  ops_.rmsnorm_backward(dresidual, grad(w.mlp_norm), norm_gradient_, a.residual, param(w.mlp_norm),
-                        a.mlp_rstd, BT, C);
+  ops_.linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_,
+                       column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F);
+  // Each rank held a partial input gradient.
+  const void* mlp_norm_gradient = column_parallel_input_gradient();
+  norm_weight_gradients(w.mlp_norm, kNoBias, [&](void* dweight, void*) {
+    ops_.rmsnorm_backward(dresidual, dweight, mlp_norm_gradient, a.residual, param(w.mlp_norm),
+                          a.mlp_rstd, local, C);
+  });
 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
   zero(attention_gradient_, static_cast<size_t>(BT) * A);
-  ops_.linear_backward(attention_gradient_, grad(w.attention_out), nullptr, dresidual, a.attention,
-                       param(w.attention_out), BT, A, C);
+  ops_.linear_backward(attention_gradient_, grad(w.attention_out), nullptr,
+                       row_parallel_output_gradient(), a.attention, param(w.attention_out), BT, A,
+                       C);
   zero(qkv_gradient_, static_cast<size_t>(BT) * Q);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv,
                           a.attention, a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
@@ -129,35 +137,38 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   ops_.rope_backward(qkv_gradient_, rotary_cos_, rotary_sin_, batch_, config.seq_len,
                      layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_, a.attention_norm,
-                       param(w.qkv), BT, C, Q);
-  tensor_parallel_.f_backward(norm_gradient_, BTC);
-  ops_.rmsnorm_backward(dresidual, grad(w.attention_norm), norm_gradient_, input,
-                        param(w.attention_norm), a.attention_rstd, BT, C);
+  ops_.linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_,
+                       column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q);
+  const void* attention_norm_gradient = column_parallel_input_gradient();
+  norm_weight_gradients(w.attention_norm, kNoBias, [&](void* dweight, void*) {
+    ops_.rmsnorm_backward(dresidual, dweight, attention_norm_gradient, input,
+                          param(w.attention_norm), a.attention_rstd, local, C);
+  });
 }
 
 void LlamaStage::embedding_forward(int slot, void* out) {
-  tensor_parallel_.vocab_parallel_embedding_forward(
-      out, tokens(slot), param(layout_.token_embedding()), rows(), layout_.vocab_start(),
-      layout_.local_vocab(), layout_.config().d_model);
+  vocab_parallel_embedding(slot, out, layout_.token_embedding());
 }
 
 void LlamaStage::embedding_backward(int slot) {
-  // Each rank scatters into its own vocabulary rows: no collective.
-  ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, tokens(slot),
-                                rows(), layout_.vocab_start(), layout_.local_vocab(),
+  // Each rank scatters into its own vocabulary rows: no collective but, with
+  // sequence parallelism, the gather of the output gradient's shards.
+  ops_.token_embedding_backward(grad(layout_.token_embedding()), row_parallel_output_gradient(),
+                                tokens(slot), rows(), layout_.vocab_start(), layout_.local_vocab(),
                                 layout_.config().d_model);
 }
 
 void LlamaStage::final_norm_forward(Slot& slot, const void* x) {
   ops_.rmsnorm_forward(slot.final_norm, slot.final_norm_rstd, x, param(layout_.final_norm_weight()),
-                       rows(), layout_.config().d_model, layout_.config().norm_epsilon);
+                       local_rows(), layout_.config().d_model, layout_.config().norm_epsilon);
 }
 
-void LlamaStage::final_norm_backward(Slot& slot, const void* x) {
-  ops_.rmsnorm_backward(residual_gradient_, grad(layout_.final_norm_weight()), norm_gradient_, x,
-                        param(layout_.final_norm_weight()), slot.final_norm_rstd, rows(),
-                        layout_.config().d_model);
+void LlamaStage::final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) {
+  norm_weight_gradients(layout_.final_norm_weight(), kNoBias, [&](void* dweight, void*) {
+    ops_.rmsnorm_backward(residual_gradient_, dweight, norm_gradient, x,
+                          param(layout_.final_norm_weight()), slot.final_norm_rstd, local_rows(),
+                          layout_.config().d_model);
+  });
 }
 
 }  // namespace paraplan

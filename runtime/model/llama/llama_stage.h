@@ -18,6 +18,9 @@
 // heads, its share of the hidden units), o_proj and down_proj row-parallel,
 // with the f and g mappings of tensor_parallel.h around them; the embedding
 // and the head are vocab-parallel. No biases, so nothing is added once.
+// With sequence parallelism the RMSNorms and residual adds run on the rank's
+// token shard (the norms, residual, output and statistics hold local_rows(),
+// decoder_stage.h).
 #pragma once
 
 #include "runtime/model/decoder_stage.h"
@@ -28,17 +31,18 @@ namespace paraplan {
 // The activations of one Llama block for one micro-batch: storage tensors
 // (void*, the stage's dtype) and fp32 statistics (float*).
 struct LlamaBlockActivations {
-  void* attention_norm = nullptr;   // [BT, C]
-  float* attention_rstd = nullptr;  // [BT]
+  // local = local_rows(): BT, or BT/t with sequence parallelism.
+  void* attention_norm = nullptr;   // [local, C]
+  float* attention_rstd = nullptr;  // [local]
   void* qkv = nullptr;              // [BT, (H + 2 Hkv) D], q and k rotated
   float* logsumexp = nullptr;       // [B, H, T]
   void* attention = nullptr;        // [BT, H D] attention output before o_proj
-  void* residual = nullptr;         // [BT, C] input + attention branch
-  void* mlp_norm = nullptr;         // [BT, C]
-  float* mlp_rstd = nullptr;        // [BT]
+  void* residual = nullptr;         // [local, C] input + attention branch
+  void* mlp_norm = nullptr;         // [local, C]
+  float* mlp_rstd = nullptr;        // [local]
   void* gate_up = nullptr;          // [BT, 2F]
   void* hidden = nullptr;           // [BT, F] silu(gate) * up
-  void* output = nullptr;           // [BT, C] the block output
+  void* output = nullptr;           // [local, C] the block output
 };
 
 class LlamaStage final : public DecoderStage<LlamaBlockActivations> {
@@ -56,7 +60,7 @@ class LlamaStage final : public DecoderStage<LlamaBlockActivations> {
   void embedding_forward(int slot, void* out) override;
   void embedding_backward(int slot) override;
   void final_norm_forward(Slot& slot, const void* x) override;
-  void final_norm_backward(Slot& slot, const void* x) override;
+  void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) override;
 
   const LlamaLayout& layout_;
   // The rotary tables [T, D/2] (fp32, backend memory).
