@@ -468,7 +468,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 83u);
+  EXPECT_EQ(options.size(), 84u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",
@@ -505,7 +505,8 @@ TEST(JobConfigTest, OptionsListEveryKey) {
                           "data_parallel_degree"})
     EXPECT_EQ(by_key.count(std::string("planner.") + key), 1u) << key;
   EXPECT_EQ(by_key["planner.pipeline_nstages"], "auto");
-  EXPECT_EQ(by_key["planner.pipeline_scheduler"], "1f1b");
+  EXPECT_EQ(by_key["planner.pipeline_scheduler"], "auto");
+  EXPECT_EQ(by_key["planner.pipeline_virtual_stages"], "0");
   EXPECT_EQ(by_key["planner.memory_constraint"], "32");
   EXPECT_EQ(by_key["training.min_learning_rate"], "6e-05");
   EXPECT_EQ(by_key["model.dtype"], "float32");

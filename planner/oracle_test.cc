@@ -176,7 +176,8 @@ TEST(OracleTest, UniformAndGeneralPartitionPathsAgree) {
         const PlanSetting setting{
             shape, space.layout,
             b,     config.training.global_batch_size / (b * shape.data_parallel),
-            0,     1};
+            0,     1,
+            {}};
         const StageCostModel costs(config, setting);
         PartitionProblem problem;
         problem.costs = &costs;
