@@ -49,6 +49,24 @@ TEST(ScheduleTimeTest, FormulaIsExactFor1F1BAndALowerBoundForTheOthers) {
   }
 }
 
+TEST(ScheduleTimeTest, ThePlayedOutBubbleGivesThePlayedOutStep) {
+  for (ScheduleKind kind : {ScheduleKind::Interleaved1F1B, ScheduleKind::ZeroBubbleH1}) {
+    for (int p : {2, 4, 8}) {
+      for (int m : {p, p + 1, 3 * p, 9 * p + 2}) {
+        const int v = kind == ScheduleKind::Interleaved1F1B ? 2 : 1;
+        const double weight = kind == ScheduleKind::ZeroBubbleH1 ? 1.0 : 0;
+        PlanSetting setting;
+        setting.shape.pipeline_stages = p;
+        setting.num_micro_batches = m;
+        setting.schedule = {kind, v, weight / 3};
+        setting.schedule.bubble_slots = played_out_bubble_slots(kind, p, m, v, 2.0, weight / 2);
+        EXPECT_NEAR(step_seconds(setting, 3.0, 0.0), simulated(kind, p, m, v, weight), 1e-9)
+            << schema::EnumNameScheduleKind(kind) << " p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
 TEST(ScheduleTimeTest, HandCheckedSteps) {
   // p = 4, m = 8, F 1, B 2: 1F1B (8 + 3) x 3 = 33; interleaved v = 2 reaches
   // Megatron's (8 + 3 / 2) x 3 = 28.5 exactly, v = 4 (8 + 3 / 4) x 3.

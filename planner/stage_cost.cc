@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "planner/compute_model.h"
 #include "planner/pipeline_simulation.h"
@@ -143,6 +146,15 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     setting_.schedule.weight_of_backward =
         block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
   }
+  const schema::ScheduleKind kind = setting.schedule.kind;
+  if (train && p > 1 &&
+      (kind == schema::ScheduleKind::ZeroBubbleH1 ||
+       kind == schema::ScheduleKind::Interleaved1F1B) &&
+      (kind != schema::ScheduleKind::Interleaved1F1B || setting.num_micro_batches >= p))
+    setting_.schedule.bubble_slots = played_out_bubble_slots(
+        kind, p, setting.num_micro_batches, std::max(setting.schedule.virtual_stages, 1),
+        block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
+        setting_.schedule.weight_of_backward);
 
   // Data-parallel reduction placement per stage.
   const int group = setting.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
@@ -331,12 +343,42 @@ double bubble_slots(const PlanSetting& setting) {
   const ScheduleChoice& schedule = setting.schedule;
   switch (schedule.kind) {
     case schema::ScheduleKind::Interleaved1F1B:
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
       return static_cast<double>(p - 1) / std::max(schedule.virtual_stages, 1);
     case schema::ScheduleKind::ZeroBubbleH1:
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
       return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction);
     default:
       return p - 1;
   }
+}
+
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward) {
+  if (p < 2) return 0;
+  // Ratios rounded to 1/20: settings differ in them a little, and the cache
+  // serves them all.
+  const int backward_q = static_cast<int>(std::lround(backward_ratio * 20));
+  const int weight_q = static_cast<int>(std::lround(weight_of_backward * 20));
+  const auto key = std::make_tuple(static_cast<int>(kind), p, m, v, backward_q, weight_q);
+  static std::mutex mutex;
+  static std::map<decltype(key), double> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const double backward = backward_q / 20.0;
+  std::vector<SimulatedStageInput> stages(p);
+  for (SimulatedStageInput& stage : stages) {
+    stage.forward_work = 1;
+    stage.backward_work = backward;
+    stage.weight_fraction = weight_q / 20.0;
+  }
+  const double step = simulate_step(generate_schedule(kind, p, m, v), stages, 1, 0).step_seconds;
+  const double slots = std::max(0.0, step / (1 + backward) - m);
+  std::lock_guard<std::mutex> lock(mutex);
+  known[key] = slots;
+  return slots;
 }
 
 double pipeline_bubble_ratio(const PlanSetting& setting) {
@@ -396,11 +438,10 @@ namespace {
 // each stage's times become what its ranks take while the others compute or
 // wait. The per-stage times were measured (or modelled) with every rank of
 // the node busy at once, i.e. at cores / ranks of a dedicated core's speed.
-void simulate_schedule(const JobConfig& config, const PlanSetting& setting, PlanEstimate& plan,
-                       bool share_cores) {
+void simulate_schedule(const JobConfig& config, const PlanSetting& setting, PlanEstimate& plan) {
   const int p = setting.shape.pipeline_stages;
-  const double cores = share_cores ? config.cluster.cores_per_node : 0;
-  const double share = share_cores ? cores / setting.layout.devices_per_node : 1;
+  const double cores = config.cluster.cores_per_node;
+  const double share = cores / setting.layout.devices_per_node;
   std::vector<SimulatedStageInput> inputs;
   for (int s = 0; s < p; ++s) {
     const StageEstimate& stage = plan.stages[s];
@@ -461,15 +502,7 @@ PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting&
   for (StageEstimate& stage : plan.stages)
     stage.bubble_seconds =
         std::max(0.0, prediction.step_seconds - m * stage.slot_seconds() - stage.tail_seconds());
-  // Interleaved and ZB-H1: the formula's bubble is their ideal; the step
-  // is their generated streams played out (sends and receives meeting under
-  // rendezvous may wait on a neighbour's compute), at least the formula.
-  const bool played_out = setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B ||
-                          setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1;
-  if (ranks_share_cores(config, setting))
-    simulate_schedule(config, setting, plan, true);
-  else if (played_out && config.planner.is_train && p > 1)
-    simulate_schedule(config, setting, plan, false);
+  if (ranks_share_cores(config, setting)) simulate_schedule(config, setting, plan);
   prediction.bubble_ratio = pipeline_bubble_ratio(setting);
   const int global = config.training.global_batch_size;
   const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;

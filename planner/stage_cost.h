@@ -39,11 +39,11 @@
 //   not this bound), (p - 1) / v for interleaved 1F1B (whose slot carries its
 //   2 (v - 1) extra sends per micro-batch), (p - 1)(1 - 2 w) for ZB-H1 with w
 //   the weight gradients' share of the slot (Qi et al.: (p - 1)(F + B - W)
-//   against 1F1B's (p - 1)(F + B + W)): their ideal, a lower bound the search
-//   prunes with. A candidate's step for these two is its generated streams
-//   played out (pipeline_simulation.h: rendezvous transfers may wait on a
-//   neighbour's compute), which schedule_time_test checks against the
-//   formula (equal for 1F1B and GPipe). is_train = false:
+//   against 1F1B's (p - 1)(F + B + W)) are their ideals; the model takes
+//   instead the bubble of their generated streams played out for identical
+//   stages (played_out_bubble_slots: rendezvous transfers may wait on a
+//   neighbour's compute), so the step stays (m + bubble) x slowest slot +
+//   tail, which every solver minimises alike. is_train = false:
 //   forward only, no tail. Each stage's bubble is what is left of the step
 //   after m of its slots and its tail: the time it waits for the others.
 // - Memory per schedule (cost_model.h's in_flight_micro_batches): 1F1B
@@ -74,6 +74,9 @@ struct ScheduleChoice {
   // W + tensor-parallel)), from transformer_ops.h's backward list.
   double weight_fraction = 0;
   double weight_of_backward = 0;  // W / a block's backward: what a BackwardWeight does
+  // Interleaved and ZB-H1: the bubble, in slots, of the generated streams
+  // played out (played_out_bubble_slots); < 0 until a model has set it.
+  double bubble_slots = -1;
   bool operator==(const ScheduleChoice& other) const {
     return kind == other.kind && virtual_stages == other.virtual_stages;
   }
@@ -221,6 +224,16 @@ double step_seconds(const PlanSetting& setting, double slowest_slot, double slow
 // The pipeline bubble in slots (see the contract), and as a share of the step's
 // pipeline part: bubble slots / (m + bubble slots).
 double bubble_slots(const PlanSetting& setting);
+
+// The bubble in slots of a kind's generated streams (schedule.h) played out
+// (pipeline_simulation.h) for p identical stages, forward 1 and backward
+// `backward_ratio` of which a weight_of_backward share is W, without
+// communication: step / slot - m. Sends and receives meet under rendezvous,
+// so a transfer may wait on a neighbour's compute: this is what the streams
+// really give, at least the ideal (Megatron's (p - 1) / v, Qi et al.'s
+// (p - 1)(F + B - W)). Cached.
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward);
 double pipeline_bubble_ratio(const PlanSetting& setting);
 
 // The schedules a setting may run: the fixed [planner] pipeline_scheduler
