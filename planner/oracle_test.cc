@@ -46,7 +46,8 @@ JobConfig random_job(std::mt19937& rng) {
       {"cluster.devices_per_node", "16"},
       {"planner.max_pipeline_unbalance_ratio", pick(rng, {"0", "0.3", "0.5", "0.8"})},
       {"planner.max_pipeline_bubble_ratio", pick(rng, {"0.2", "0.5", "1"})},
-      {"planner.pipeline_scheduler", pick(rng, {"1f1b", "1f1b", "gpipe"})},
+      {"planner.pipeline_scheduler",
+       pick(rng, {"1f1b", "gpipe", "auto", "auto", "interleaved", "zb-h1"})},
       {"planner.opt_resident_coef", pick(rng, {"2", "6"})},
       {"planner.opt_transient_coef", pick(rng, {"0", "2"})},
       {"planner.transient_mem_coef", pick(rng, {"0", "2"})},
@@ -91,6 +92,7 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   std::mt19937 rng(20240611);
   int compared = 0, feasible = 0, multi_stage = 0, recomputing = 0;
   int tensor_parallel = 0, sequence_parallel = 0;  // best plans with tp > 1, of which SP
+  int interleaved = 0, zero_bubble = 0;
   for (int trial = 0; trial < 400; ++trial) {
     JobConfig config;
     try {
@@ -110,6 +112,9 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     multi_stage += oracle.best->setting.shape.pipeline_stages > 1;
     tensor_parallel += oracle.best->setting.shape.tensor_parallel > 1;
     sequence_parallel += oracle.best->setting.shape.sequence_parallel;
+    interleaved += oracle.best->setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B;
+    zero_bubble += oracle.best->setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1;
+    EXPECT_EQ(searched.ranked.front().setting.schedule.kind, oracle.best->setting.schedule.kind);
     for (const StageLayout& stage : oracle.best->stages)
       if (count_recompute(stage).none != stage.num_layers) {
         ++recomputing;
@@ -134,8 +139,8 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     EXPECT_TRUE(validate_plan(*schema::GetPlan(bytes.data())).empty());
   }
   if (getenv("ORACLE_VERBOSE"))
-    printf("compared %d feasible %d multi-stage %d recomputing %d\n", compared, feasible,
-           multi_stage, recomputing);
+    printf("compared %d feasible %d multi-stage %d recomputing %d interleaved %d zb-h1 %d\n",
+           compared, feasible, multi_stage, recomputing, interleaved, zero_bubble);
   printf(
       "[ figures  ] oracle jobs: %d feasible, %d best plans with tp > 1, %d of them sequence "
       "parallel\n",
@@ -147,6 +152,9 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   EXPECT_GT(multi_stage, 30);
   EXPECT_GT(recomputing, 30);
   EXPECT_GT(sequence_parallel, 0);
+  // Schedule kind and virtual stages are part of what both search.
+  EXPECT_GT(interleaved, 5);
+  EXPECT_GT(zero_bubble, 5);
 }
 
 TEST(OracleTest, IlpAgreesWithDynamicProgram) {
@@ -194,7 +202,8 @@ TEST(OracleTest, UniformAndGeneralPartitionPathsAgree) {
         const PlanSetting setting{
             shape, space.layout,
             b,     config.training.global_batch_size / (b * shape.data_parallel),
-            0,     1};
+            0,     1,
+            {}};
         const StageCostModel costs(config, setting);
         PartitionProblem problem;
         problem.costs = &costs;
