@@ -16,6 +16,13 @@
 // final_norm_backward. Its constructor calls allocate_slots() once its own
 // members are ready.
 //
+// Split backward (backward_input, backward_weight): the input gradients, the
+// tensor-parallel all-reduces and the norms' weight and bias gradients (one
+// kernel computes them with the input gradient) in B; the linear layers'
+// weight and bias gradients, and the embedding's, recorded in backward's
+// order and run by W, so every gradient is accumulated in the order backward
+// accumulates it (bitwise backward when the Ws run in micro-batch order).
+//
 // Recompute modes per layer: none keeps everything; selective drops the
 // attention core's output (rebuilt by attention_core_forward into shared
 // scratch); full keeps only the block output and reruns block_forward into the
@@ -25,6 +32,9 @@
 
 #include <cstddef>
 #include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/decoder_layout.h"
@@ -68,44 +78,39 @@ class DecoderStage : public ModelStage {
 
   void backward(int slot_index,
                 const std::function<void(size_t)>& gradients_final_from = {}) override {
-    const StageSpec& stage = decoder_layout_.stage();
-    Slot& slot = slots_[slot_index];
-    if (stage.has_head) {
-      const int BT = rows(), C = decoder_layout_.config().d_model,
-                V = decoder_layout_.local_vocab();
-      const size_t BTC = static_cast<size_t>(BT) * C;
-      // slot.logits holds d(loss)/d(logits) from the fused forward.
-      zero(norm_gradient_, BTC);
-      ops_.linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr,
-                           slot.logits, slot.final_norm, param(decoder_layout_.head_weight()), BT,
-                           C, V);
-      tensor_parallel_.f_backward(norm_gradient_, BTC);
-      zero(residual_gradient_, BTC);
-      final_norm_backward(slot, output(slot_index));
-      // A tied head on a stage with the embedding is the embedding (offset 0).
-      if (gradients_final_from) gradients_final_from(decoder_layout_.final_norm_weight());
-    }
-    // Otherwise residual_gradient_ already holds the received output gradient.
-    for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
-      const void* input = block_input(slot, layer);
-      Activations acts = slot.blocks[layer];
-      if (recompute_[layer] == RecomputeMode::Selective) {
-        // The attention core's output from the saved inputs (shared scratch):
-        // bitwise what the forward computed.
-        attention_core_forward(acts);
-      } else if (recompute_[layer] == RecomputeMode::Full) {
-        // Everything but the block output lives in the shared scratch; the
-        // recomputed output is bitwise the saved one, so it may overwrite it.
-        void* saved_output = acts.output;
-        acts = recompute_scratch_;
-        acts.output = saved_output;
-        block_forward(layer, input, acts);
+    run_backward(slot_index, gradients_final_from);
+  }
+
+  void backward_input(int slot_index) override {
+    DeferredWeights& deferred = deferred_[slot_index];
+    if (deferred.pending)
+      throw std::logic_error("backward_input of slot " + std::to_string(slot_index) +
+                             " before the backward_weight of its previous micro-batch");
+    deferred.steps.clear();
+    deferred.next_buffer = 0;
+    deferring_ = &deferred;
+    run_backward(slot_index, {});
+    deferring_ = nullptr;
+    deferred.pending = true;
+  }
+
+  void backward_weight(int slot_index,
+                       const std::function<void(size_t)>& gradients_final_from = {}) override {
+    DeferredWeights& deferred = deferred_[slot_index];
+    if (!deferred.pending)
+      throw std::logic_error("backward_weight of slot " + std::to_string(slot_index) +
+                             " without its backward_input");
+    for (const DeferredStep& step : deferred.steps) {
+      if (step.kind == DeferredStep::kLinear) {
+        ops_.linear_backward(nullptr, step.dweight, step.dbias, step.dout, step.inp, nullptr,
+                             step.rows, step.in_features, step.out_features);
+      } else if (step.kind == DeferredStep::kEmbedding) {
+        embedding_backward(slot_index, step.dout);
+      } else if (gradients_final_from) {
+        gradients_final_from(step.final_from);
       }
-      block_backward(layer, input, acts);
-      if (gradients_final_from) gradients_final_from(decoder_layout_.block_start(layer));
     }
-    if (stage.has_embedding) embedding_backward(slot_index);
-    if (gradients_final_from) gradients_final_from(0);
+    deferred.pending = false;
   }
 
  protected:
@@ -129,6 +134,93 @@ class DecoderStage : public ModelStage {
                                                        layout.config().seq_len
                                                  : 0) {}
 
+  // backward() as it always was, or, inside backward_input, with the weight
+  // gradients recorded for backward_weight instead of computed.
+  void run_backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
+    const StageSpec& stage = decoder_layout_.stage();
+    Slot& slot = slots_[slot_index];
+    recomputed_layer_ = false;
+    if (stage.has_head) {
+      const int BT = rows(), C = decoder_layout_.config().d_model,
+                V = decoder_layout_.local_vocab();
+      const size_t BTC = static_cast<size_t>(BT) * C;
+      // slot.logits holds d(loss)/d(logits) from the fused forward; it and
+      // the final norm's output stay in the slot until backward_weight.
+      zero(norm_gradient_, BTC);
+      linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr, slot.logits,
+                      slot.final_norm, param(decoder_layout_.head_weight()), BT, C, V,
+                      /*dout_kept=*/true);
+      tensor_parallel_.f_backward(norm_gradient_, BTC);
+      zero(residual_gradient_, BTC);
+      final_norm_backward(slot, output(slot_index));
+      // A tied head on a stage with the embedding is the embedding (offset 0).
+      gradients_final(decoder_layout_.final_norm_weight(), gradients_final_from);
+    }
+    // Otherwise residual_gradient_ already holds the received output gradient.
+    for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
+      const void* input = block_input(slot, layer);
+      Activations acts = slot.blocks[layer];
+      if (recompute_[layer] == RecomputeMode::Selective) {
+        // The attention core's output from the saved inputs (shared scratch):
+        // bitwise what the forward computed.
+        attention_core_forward(acts);
+      } else if (recompute_[layer] == RecomputeMode::Full) {
+        // Everything but the block output lives in the shared scratch; the
+        // recomputed output is bitwise the saved one, so it may overwrite it.
+        void* saved_output = acts.output;
+        acts = recompute_scratch_;
+        acts.output = saved_output;
+        block_forward(layer, input, acts);
+      }
+      recomputed_layer_ = recompute_[layer] != RecomputeMode::None;
+      block_backward(layer, input, acts);
+      gradients_final(decoder_layout_.block_start(layer), gradients_final_from);
+    }
+    recomputed_layer_ = false;
+    if (stage.has_embedding) {
+      if (deferring_ != nullptr) {
+        // residual_gradient_ is also the gradient sent to no one here, but
+        // later backwards overwrite it: backward_weight reads a copy.
+        DeferredStep step;
+        step.kind = DeferredStep::kEmbedding;
+        step.dout = keep_copy(residual_gradient_,
+                              static_cast<size_t>(rows()) * decoder_layout_.config().d_model);
+        deferring_->steps.push_back(step);
+      } else {
+        embedding_backward(slot_index, residual_gradient_);
+      }
+    }
+    gradients_final(0, gradients_final_from);
+  }
+
+  // A linear layer's backward (kernels/ops.h): dinp now; dweight and dbias
+  // now, or inside backward_input recorded for backward_weight, with copies
+  // of what later backwards overwrite: dout (gradient scratch, unless
+  // dout_kept: the slot's own) and, in a recomputed block, inp (the shared
+  // recompute scratch). What a recorded step reads otherwise lives in the
+  // slot until backward_weight.
+  void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int rows, int in_features, int out_features,
+                       bool dout_kept = false) {
+    if (deferring_ == nullptr) {
+      ops_.linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
+                           out_features);
+      return;
+    }
+    ops_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, rows, in_features,
+                         out_features);
+    DeferredStep step;
+    step.kind = DeferredStep::kLinear;
+    step.dweight = dweight;
+    step.dbias = dbias;
+    step.dout = dout_kept ? dout : keep_copy(dout, static_cast<size_t>(rows) * out_features);
+    step.inp = recomputed_layer_ ? keep_copy(inp, static_cast<size_t>(rows) * in_features) : inp;
+    step.rows = rows;
+    step.in_features = in_features;
+    step.out_features = out_features;
+    deferring_->steps.push_back(step);
+  }
+
   // B * T, the rows of every activation.
   int rows() const { return batch_ * decoder_layout_.config().seq_len; }
 
@@ -150,6 +242,7 @@ class DecoderStage : public ModelStage {
       recompute_scratch_ = allocate_attention_scratch();
     }
     slots_.resize(num_slots_);
+    deferred_.resize(num_slots_);
     for (Slot& slot : slots_) {
       slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
       for (RecomputeMode mode : recompute_)
@@ -202,8 +295,9 @@ class DecoderStage : public ModelStage {
   virtual void block_backward(int local_layer, const void* input, const Activations& acts) = 0;
   // Writes the stage input [BT, C] from tokens(slot).
   virtual void embedding_forward(int slot, void* out) = 0;
-  // Adds residual_gradient_'s share to the embedding's gradients.
-  virtual void embedding_backward(int slot) = 0;
+  // Adds the stage input's gradient [BT, C] (residual_gradient_, or its copy
+  // kept for backward_weight) to the embedding's gradients.
+  virtual void embedding_backward(int slot, const void* input_gradient) = 0;
   // slot.final_norm (and its statistics) from the last block's output x, and
   // its backward: residual_gradient_ += from norm_gradient_.
   virtual void final_norm_forward(Slot& slot, const void* x) = 0;
@@ -217,6 +311,53 @@ class DecoderStage : public ModelStage {
   // flowing backward through the blocks, and a norm's input gradient [BT, C].
   void* residual_gradient_ = nullptr;
   void* norm_gradient_ = nullptr;
+
+ private:
+  // What backward_weight does for a slot, recorded by backward_input in
+  // backward's order: a linear layer's weight (and bias) gradient, the
+  // embedding's, or the point from which gradients are final.
+  struct DeferredStep {
+    enum Kind { kLinear, kEmbedding, kFinalFrom } kind = kFinalFrom;
+    void* dweight = nullptr;
+    void* dbias = nullptr;
+    const void* dout = nullptr;  // kEmbedding: the stage input's gradient
+    const void* inp = nullptr;
+    int rows = 0, in_features = 0, out_features = 0;
+    size_t final_from = 0;
+  };
+  struct DeferredWeights {
+    bool pending = false;  // backward_input done, backward_weight not yet
+    std::vector<DeferredStep> steps;
+    // Copies kept for the steps: allocated by the slot's first
+    // backward_input, reused by the next ones (the same sequence of sizes).
+    std::vector<std::pair<void*, size_t>> buffers;
+    size_t next_buffer = 0;
+  };
+
+  void gradients_final(size_t from, const std::function<void(size_t)>& gradients_final_from) {
+    if (deferring_ != nullptr) {
+      DeferredStep step;
+      step.final_from = from;
+      deferring_->steps.push_back(step);
+    } else if (gradients_final_from) {
+      gradients_final_from(from);
+    }
+  }
+
+  const void* keep_copy(const void* source, size_t count) {
+    std::vector<std::pair<void*, size_t>>& buffers = deferring_->buffers;
+    const size_t index = deferring_->next_buffer++;
+    if (index == buffers.size())
+      buffers.emplace_back(allocate_storage(count, MemoryCategory::kActivations), count);
+    if (buffers[index].second != count)
+      throw std::logic_error("backward_input: the kept tensors changed size between micro-batches");
+    ops_.copy(buffers[index].first, source, ops_.storage_bytes(count));
+    return buffers[index].first;
+  }
+
+  std::vector<DeferredWeights> deferred_;  // per slot
+  DeferredWeights* deferring_ = nullptr;   // inside backward_input: the slot's
+  bool recomputed_layer_ = false;          // the block in backward is recomputed
 };
 
 }  // namespace paraplan

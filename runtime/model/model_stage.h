@@ -38,6 +38,11 @@ struct ModelStageOptions {
   // >= layout.num_elements() sizes the parameter and gradient buffers
   // (ZeRO-1 pads them to a multiple of its group size); 0 = exact.
   size_t buffer_elements = 0;
+  // A chunk of a rank holding several (chunked_stage.h): its parameters and
+  // gradients live in the rank's buffers at these addresses (its range);
+  // null: the stage allocates its own.
+  void* parameters = nullptr;
+  void* gradients = nullptr;
 };
 
 class ModelStage {
@@ -94,6 +99,28 @@ class ModelStage {
   // buckets early; parallel/distributed_optimizer.h). Layouts put the
   // embeddings first and the head last, so the offsets fall.
   virtual void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {}) = 0;
+  // The same backward split in two, for schedules that defer the weight
+  // gradients (zero-bubble): backward_input(slot) computes everything the
+  // previous stage needs (input_gradient(), the norms' parameter gradients,
+  // the tensor-parallel all-reduces) and keeps what the weight gradients
+  // read; backward_weight(slot) later accumulates the linear layers' weight
+  // and bias gradients and the embedding's, in backward's order, and tells
+  // gradients_final_from as backward would. backward_input then
+  // backward_weight is bitwise backward; other slots' backward_inputs may run
+  // in between (the slot's activations must not be reused before its
+  // backward_weight).
+  virtual void backward_input(int slot) = 0;
+  virtual void backward_weight(int slot,
+                               const std::function<void(size_t)>& gradients_final_from = {}) = 0;
+
+  // A rank holding several model chunks (virtual stages of an interleaved
+  // schedule, chunked_stage.h): each chunk is a stage of its own whose
+  // parameters and gradients are the range of this stage's buffers from
+  // chunk_offset(c); the executor runs each instruction on its chunk. One
+  // chunk, the stage itself, otherwise.
+  virtual int num_chunks() const { return 1; }
+  virtual ModelStage& chunk(int /*c*/) { return *this; }
+  virtual size_t chunk_offset(int /*c*/) const { return 0; }
 
   // Last stage: the sum of the per-token losses of every forward since the
   // last call (in double, micro-batch by micro-batch in forward order), read

@@ -11,6 +11,7 @@
 #include "runtime/comm/transport.h"
 #include "runtime/comm/watchdog.h"
 #include "runtime/comm/watched_communicator.h"
+#include "runtime/model/chunked_stage.h"
 
 namespace paraplan {
 
@@ -91,6 +92,15 @@ void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, i
                       "plan for more pipeline or tensor parallelism, or a smaller model");
 }
 
+// Each chunk's recompute modes, chunk by chunk.
+std::vector<std::vector<RecomputeMode>> chunk_recompute(const LoadedPlan& loaded,
+                                                        int pipeline_rank) {
+  std::vector<std::vector<RecomputeMode>> modes;
+  for (const StageModelSpec& chunk : chunk_models_from_plan(loaded, pipeline_rank))
+    modes.push_back(chunk.recompute);
+  return modes;
+}
+
 }  // namespace
 
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
@@ -122,18 +132,24 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   // the operations each rank has entered on each group.
   if (options.collective_timeout_seconds > 0 || Heartbeat::active())
     watch_process_groups(rank.groups);
-  rank.layout =
-      make_parameter_layout(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
-  check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
-  rank.stage = make_model_stage(
-      *rank.layout, *rank.ops, *rank.memory,
-      ModelStageOptions{.micro_batch_size = training.micro_batch_size(),
-                        .num_slots = ScheduleExecutor::slots_needed(schedule),
-                        .recompute = model.recompute,
-                        .tensor_group = rank.groups.tensor.get(),
-                        .buffer_elements = DistributedOptimizer::buffer_elements(
-                            rank.layout->num_elements(), zero_stage, rank.groups.zero->size())});
+  const int chunks = plan.schedule()->virtual_stages();
+  const std::vector<int> slots = ScheduleExecutor::slots_needed(schedule, chunks);
+  ModelStageOptions stage_options{.micro_batch_size = training.micro_batch_size(),
+                                  .num_slots = slots[0],
+                                  .recompute = model.recompute,
+                                  .tensor_group = rank.groups.tensor.get()};
+  rank.layout =
+      rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
+  check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
+  stage_options.buffer_elements = DistributedOptimizer::buffer_elements(
+      rank.layout->num_elements(), zero_stage, rank.groups.zero->size());
+  if (chunks == 1)
+    rank.stage = make_model_stage(*rank.layout, *rank.ops, *rank.memory, stage_options);
+  else
+    rank.stage = std::make_unique<ChunkedStage>(static_cast<const ChunkedLayout&>(*rank.layout),
+                                                *rank.ops, *rank.memory, stage_options, slots,
+                                                chunk_recompute(loaded, mesh.pipeline_rank));
   const schema::Optimizer& optimizer_plan = *training.optimizer();
   rank.optimizer = std::make_unique<DistributedOptimizer>(
       *rank.stage, *rank.ops, *rank.memory, rank.groups,
@@ -143,10 +159,18 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                     .weight_decay = optimizer_plan.weight_decay(),
                     .grad_clip = optimizer_plan.grad_clip()},
       zero_stage, training.gradient_bucket_elements());
-  rank.executor = std::make_unique<ScheduleExecutor>(
-      schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
-      PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
-                    rank.groups.next_stage_rank});
+  rank.pipeline =
+      PipelinePeers{.peers = rank.groups.peers.get(),
+                    .previous_stage_rank = rank.groups.previous_stage_rank,
+                    .next_stage_rank = rank.groups.next_stage_rank,
+                    .pipeline_rank = mesh.pipeline_rank,
+                    .pipeline_size = mesh.pipeline_size,
+                    .first_stage_rank = world_rank_of(mesh, 0, mesh.data_rank, mesh.tensor_rank),
+                    .last_stage_rank = world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank,
+                                                     mesh.tensor_rank)};
+  rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
+                                                     training.num_micro_batches(), mesh.data_rank,
+                                                     rank.pipeline);
   return rank;
 }
 

@@ -102,28 +102,28 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
   zero(fch_gelu_gradient_, BTF);
-  ops_.linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
-                       dresidual, a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
+  linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias), dresidual,
+                  a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
   zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
-                       a.ln2, param(w.mlp_up_weight), BT, C, F);
+  linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_, a.ln2,
+                  param(w.mlp_up_weight), BT, C, F);
   tensor_parallel_.f_backward(norm_gradient_, BTC);  // each rank held a partial input gradient
   ops_.layernorm_backward(dresidual, grad(w.ln2_weight), grad(w.ln2_bias), norm_gradient_,
                           a.residual2, param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, BT, C);
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
   zero(atty_gradient_, BTA);
-  ops_.linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias), dresidual,
-                       a.atty, param(w.attn_proj_weight), BT, A, C);
+  linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias), dresidual,
+                  a.atty, param(w.attn_proj_weight), BT, A, C);
   zero(qkv_gradient_, BTA * 3);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
                           layout_.local_heads(), config.head_dim());
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_, a.ln1,
-                       param(w.qkv_weight), BT, C, 3 * A);
+  linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_, a.ln1,
+                  param(w.qkv_weight), BT, C, 3 * A);
   tensor_parallel_.f_backward(norm_gradient_, BTC);
   ops_.layernorm_backward(dresidual, grad(w.ln1_weight), grad(w.ln1_bias), norm_gradient_, input,
                           param(w.ln1_weight), a.ln1_mean, a.ln1_rstd, BT, C);
@@ -138,14 +138,14 @@ void GptStage::embedding_forward(int slot, void* out) {
                                   config.d_model);
 }
 
-void GptStage::embedding_backward(int slot) {
+void GptStage::embedding_backward(int slot, const void* input_gradient) {
   // The vocab-parallel embedding's backward needs no collective: each rank
   // scatters into its own rows.
   const TransformerConfig& config = layout_.config();
-  ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, tokens(slot),
+  ops_.token_embedding_backward(grad(layout_.token_embedding()), input_gradient, tokens(slot),
                                 rows(), layout_.vocab_start(), layout_.local_vocab(),
                                 config.d_model);
-  ops_.position_embedding_backward(grad(layout_.position_embedding()), residual_gradient_, batch_,
+  ops_.position_embedding_backward(grad(layout_.position_embedding()), input_gradient, batch_,
                                    config.seq_len, config.d_model);
 }
 

@@ -106,21 +106,21 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
 
   // MLP branch: output = residual + down(swiglu(gate_up(norm(residual)))).
   zero(hidden_gradient_, static_cast<size_t>(BT) * F);
-  ops_.linear_backward(hidden_gradient_, grad(w.down), nullptr, dresidual, a.hidden, param(w.down),
-                       BT, F, C);
+  linear_backward(hidden_gradient_, grad(w.down), nullptr, dresidual, a.hidden, param(w.down), BT,
+                  F, C);
   zero(gate_up_gradient_, static_cast<size_t>(BT) * 2 * F);
   ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F);
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_, a.mlp_norm,
-                       param(w.gate_up), BT, C, 2 * F);
+  linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_, a.mlp_norm,
+                  param(w.gate_up), BT, C, 2 * F);
   tensor_parallel_.f_backward(norm_gradient_, BTC);  // each rank held a partial input gradient
   ops_.rmsnorm_backward(dresidual, grad(w.mlp_norm), norm_gradient_, a.residual, param(w.mlp_norm),
                         a.mlp_rstd, BT, C);
 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
   zero(attention_gradient_, static_cast<size_t>(BT) * A);
-  ops_.linear_backward(attention_gradient_, grad(w.attention_out), nullptr, dresidual, a.attention,
-                       param(w.attention_out), BT, A, C);
+  linear_backward(attention_gradient_, grad(w.attention_out), nullptr, dresidual, a.attention,
+                  param(w.attention_out), BT, A, C);
   zero(qkv_gradient_, static_cast<size_t>(BT) * Q);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv,
                           a.attention, a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
@@ -129,8 +129,8 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   ops_.rope_backward(qkv_gradient_, rotary_cos_, rotary_sin_, batch_, config.seq_len,
                      layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_, a.attention_norm,
-                       param(w.qkv), BT, C, Q);
+  linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_, a.attention_norm,
+                  param(w.qkv), BT, C, Q);
   tensor_parallel_.f_backward(norm_gradient_, BTC);
   ops_.rmsnorm_backward(dresidual, grad(w.attention_norm), norm_gradient_, input,
                         param(w.attention_norm), a.attention_rstd, BT, C);
@@ -142,9 +142,9 @@ void LlamaStage::embedding_forward(int slot, void* out) {
       layout_.local_vocab(), layout_.config().d_model);
 }
 
-void LlamaStage::embedding_backward(int slot) {
+void LlamaStage::embedding_backward(int slot, const void* input_gradient) {
   // Each rank scatters into its own vocabulary rows: no collective.
-  ops_.token_embedding_backward(grad(layout_.token_embedding()), residual_gradient_, tokens(slot),
+  ops_.token_embedding_backward(grad(layout_.token_embedding()), input_gradient, tokens(slot),
                                 rows(), layout_.vocab_start(), layout_.local_vocab(),
                                 layout_.config().d_model);
 }

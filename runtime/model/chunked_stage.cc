@@ -1,0 +1,109 @@
+// chunked_stage.cc: a rank's model chunks over one parameter and one gradient
+// buffer.
+#include "runtime/model/chunked_stage.h"
+
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/model/architecture.h"
+
+namespace paraplan {
+namespace {
+
+// The rank's part of the model as one StageSpec: the first chunk's first
+// layer, all the chunks' layers, the embedding of the first chunk and the
+// head of the last (the layers are not contiguous: nothing reads them as if).
+StageSpec combined_spec(const std::vector<std::unique_ptr<ParameterLayout>>& chunks) {
+  if (chunks.empty()) throw std::invalid_argument("chunked layout: no chunks");
+  StageSpec spec = chunks.front()->stage();
+  spec.num_layers = 0;
+  for (const auto& chunk : chunks) spec.num_layers += chunk->stage().num_layers;
+  spec.has_head = chunks.back()->stage().has_head;
+  return spec;
+}
+
+// The rank's stage's options: its buffers and every chunk's recompute modes;
+// its own single slot of tokens is unused (the chunks have theirs).
+ModelStageOptions rank_options(const ModelStageOptions& options,
+                               const std::vector<std::vector<RecomputeMode>>& recompute) {
+  ModelStageOptions rank = options;
+  rank.num_slots = 1;
+  rank.recompute.clear();
+  for (const std::vector<RecomputeMode>& modes : recompute)
+    rank.recompute.insert(rank.recompute.end(), modes.begin(), modes.end());
+  return rank;
+}
+
+}  // namespace
+
+ChunkedLayout::ChunkedLayout(std::vector<std::unique_ptr<ParameterLayout>> chunks)
+    : ParameterLayout(chunks.at(0)->config(), combined_spec(chunks), chunks[0]->tensor_rank(),
+                      chunks[0]->tensor_size()),
+      chunks_(std::move(chunks)) {
+  std::set<std::string> names;
+  for (const auto& chunk : chunks_) {
+    for (const ParameterTensor& tensor : chunk->tensors())
+      if (!names.insert(tensor.name).second)
+        throw std::invalid_argument("chunked layout: two model chunks of one rank hold " +
+                                    tensor.name +
+                                    " (a tied embedding and its head on one rank: plan several "
+                                    "chunks per rank with two or more pipeline ranks)");
+    offsets_.push_back(append(*chunk));
+  }
+}
+
+ChunkedStage::ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
+                           const ModelStageOptions& options, const std::vector<int>& slots,
+                           const std::vector<std::vector<RecomputeMode>>& recompute)
+    : ModelStage(layout, ops, memory, rank_options(options, recompute),
+                 static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len *
+                     layout.config().d_model),
+      chunked_layout_(layout) {
+  if (static_cast<int>(slots.size()) != layout.num_chunks() ||
+      static_cast<int>(recompute.size()) != layout.num_chunks())
+    throw std::invalid_argument("chunked stage: one slot count and recompute list per chunk");
+  for (int c = 0; c < layout.num_chunks(); ++c) {
+    ModelStageOptions chunk = options;
+    chunk.num_slots = slots[c];
+    chunk.recompute = recompute[c];
+    chunk.buffer_elements = 0;
+    chunk.parameters = kernels::element_at(parameters(), layout.chunk_offset(c), dtype());
+    chunk.gradients = kernels::element_at(gradients(), layout.chunk_offset(c), dtype());
+    chunks_.push_back(make_model_stage(layout.chunk(c), ops, memory, chunk));
+  }
+}
+
+namespace {
+[[noreturn]] void per_chunk_only(const char* what) {
+  throw std::logic_error(std::string("chunked stage: ") + what +
+                         " is per model chunk: call it on chunk(c)");
+}
+}  // namespace
+
+void* ChunkedStage::input(int) {
+  per_chunk_only("input");
+}
+const void* ChunkedStage::output(int) const {
+  per_chunk_only("output");
+}
+void* ChunkedStage::output_gradient() {
+  per_chunk_only("output_gradient");
+}
+const void* ChunkedStage::input_gradient() const {
+  per_chunk_only("input_gradient");
+}
+void ChunkedStage::backward(int, const std::function<void(size_t)>&) {
+  per_chunk_only("backward");
+}
+void ChunkedStage::backward_input(int) {
+  per_chunk_only("backward_input");
+}
+void ChunkedStage::backward_weight(int, const std::function<void(size_t)>&) {
+  per_chunk_only("backward_weight");
+}
+void ChunkedStage::run_forward(int, float, bool) {
+  per_chunk_only("forward");
+}
+
+}  // namespace paraplan
