@@ -1,15 +1,22 @@
-// schedule.h: per-stage pipeline instruction streams (1F1B and GPipe) and the
-// verifier that simulates all stages together.
+// schedule.h: per-pipeline-rank instruction streams (1F1B, GPipe, interleaved
+// 1F1B, ZB-H1) and the verifier that simulates all ranks together.
 //
-// Op semantics are those of schema::OpCode (plan.fbs). Stage 0 holds the
-// embedding and the last stage the head; both LoadMicroBatch a micro-batch right
-// before its Forward (stage 0 for the tokens, the last stage for the targets).
-// Every stream ends with ReduceGradients then OptimizerStep, whose micro_batch is
-// -1 (they act on the whole step).
+// Op semantics are those of schema::OpCode (plan.fbs). With virtual_stages = v
+// model chunks per rank, virtual stage s (model order, 0 <= s < p x v) is chunk
+// s / p of pipeline rank s % p; every instruction names its chunk. "Next" and
+// "previous" are virtual stages: chunk c of the last rank sends activations to
+// chunk c + 1 of rank 0. Virtual stage 0 holds the embedding and the last one
+// the head; the rank holding it LoadMicroBatch-es a micro-batch right before
+// that chunk's Forward (tokens, targets). Backward is BackwardInput (the input
+// gradient the previous virtual stage waits for) and BackwardWeight (the weight
+// gradients) at once; a schedule uses either Backward or the split pair for a
+// micro-batch, W after its B. Every stream ends with ReduceGradients then
+// OptimizerStep, whose micro_batch is -1 (they act on the whole step).
 //
 // Communication model of the verifier: sends and receives are rendezvous (a
 // send completes only when the neighbour's matching receive is posted, and the
-// reverse), never buffered. A combined op (SendActivationRecvGradient,
+// reverse), never buffered, and the messages from one rank to another match in the order
+// they are posted (whatever chunks they link). A combined op (SendActivationRecvGradient,
 // SendGradientRecvActivation) posts its send and its receive at once and completes
 // when both halves have matched, possibly with two different instructions of the
 // neighbour. This is the strictest model the runtime's non-blocking pairs or
@@ -29,6 +36,7 @@ struct PipelineInstruction {
   int micro_batch = -1;
   // The micro-batch received by a combined send-and-receive op; -1 otherwise.
   int peer_micro_batch = -1;
+  int chunk = 0;  // the model chunk (virtual stage of this rank) it works on
 
   bool operator==(const PipelineInstruction&) const = default;
 };
@@ -40,6 +48,7 @@ struct PipelineSchedule {
   int num_stages = 1;
   int num_micro_batches = 1;
   std::vector<InstructionStream> stages;  // indexed by pipeline rank
+  int virtual_stages = 1;                 // model chunks per pipeline rank
 };
 
 // Megatron's non-interleaved 1F1B: stage s runs min(p - s - 1, m) warm-up
@@ -50,10 +59,62 @@ PipelineSchedule generate_one_forward_one_backward(int num_stages, int num_micro
 // GPipe: every forward, then every backward (micro-batches in ascending order).
 PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches);
 
+// Megatron-core's interleaved 1F1B over v chunks per rank. Forwards run in
+// groups of p micro-batches per chunk (chunk 0 of micro-batches 0..p-1, then
+// chunk 1 of the same, ...); a last group shorter than p takes the
+// micro-batches left when m is not a multiple of p (Megatron-core's
+// get_schedule_table); backwards run the same table with chunks reversed.
+// Rank r warms up with min(2 (p - r - 1) + (v - 1) p, m v) forwards, all m v
+// when m == p. Requires p >= 2 and m >= p (Megatron-core refuses a group of p
+// larger than m): std::invalid_argument otherwise, saying so. Communication is
+// plain sends and receives placed by schedule_from_orders (below).
+PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages);
+
+// ZB-H1 (Qi et al.): backward split into BackwardInput and BackwardWeight; each
+// rank runs, whenever free, a BackwardInput whose gradient has arrived, else a
+// Forward whose input has arrived while fewer than min(p, m) micro-batches are
+// in flight (forwarded, W not done: 1F1B's peak, that of its rank 0), else a
+// deferred BackwardWeight, which so fills the bubble. Played out with F, B, W
+// of one time unit each; one chunk per rank.
+PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches);
+
 // Dispatches on kind. Throws std::invalid_argument for num_stages or
-// num_micro_batches < 1.
-PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages,
-                                   int num_micro_batches);
+// num_micro_batches < 1, virtual_stages < 1, or virtual_stages != 1 for a kind
+// other than Interleaved1F1B.
+PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
+                                   int virtual_stages = 1);
+
+// The bound the verifier holds every rank to: micro-batches in flight on the
+// rank at once, all chunks together (forwarded, their Backward or
+// BackwardWeight not yet done). 1F1B: min(p - r, m); GPipe: m; interleaved:
+// min(warm-up + 1, m v); ZB-H1: min(p, m).
+int in_flight_bound(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
+                    int virtual_stages, int pipeline_rank);
+
+// Per chunk of `pipeline_rank`: the most micro-batches in flight at once in its
+// stream (forwarded, Backward / BackwardWeight not yet done).
+std::vector<int> max_in_flight(const PipelineSchedule& schedule, int pipeline_rank);
+
+// The peak, over the rank's stream, of the memory its micro-batches keep: per
+// chunk c, activation_bytes[c] from Forward to Backward / BackwardInput and
+// weight_pending_bytes[c] from BackwardInput to BackwardWeight (what the
+// deferred weight gradients still read). Exact for the stream's order, which
+// alone decides what is alive on a rank.
+double peak_in_flight_bytes(const PipelineSchedule& schedule, int pipeline_rank,
+                            const std::vector<double>& activation_bytes,
+                            const std::vector<double>& weight_pending_bytes);
+
+// Builds the streams of a schedule from each rank's compute order (Forward,
+// Backward, BackwardInput, BackwardWeight with micro-batch and chunk): plays them out in
+// time (F, B, W one unit each, Backward two), adds LoadMicroBatch before the
+// data-holding chunks' forwards, and puts each transfer on both ends at the
+// moment its producer finishes, as one global sequence of events. The streams
+// are that sequence's projections, so sends and receives always meet in the
+// order posted: no deadlock under rendezvous. Throws std::logic_error if the
+// orders cannot be played out (a data dependency cycle).
+PipelineSchedule schedule_from_orders(schema::ScheduleKind kind, int num_stages,
+                                      int num_micro_batches, int virtual_stages,
+                                      const std::vector<InstructionStream>& compute_orders);
 
 // Simulates every stage's stream together and returns the first problem found
 // (deadlock with each stage's blocked instruction, unmatched send or receive,
@@ -62,7 +123,8 @@ PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages,
 // nullopt when the schedule is sound.
 std::optional<std::string> verify_schedule(const PipelineSchedule& schedule);
 
-// "SendActivationRecvGradient(3, peer 1)", "Forward(2)", "OptimizerStep".
+// "SendActivationRecvGradient(3, peer 1)", "Forward(2)", "OptimizerStep";
+// with a chunk > 0: "Forward(2, chunk 1)".
 std::string format_instruction(const PipelineInstruction& instruction);
 
 }  // namespace paraplan

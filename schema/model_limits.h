@@ -30,6 +30,8 @@ inline constexpr int64_t kMaxMicroBatchRows = std::numeric_limits<int32_t>::max(
 // micro-batches) stay below the plan file limit (512 MiB, common/bounded_file.h).
 inline constexpr int64_t kMaxMicroBatches = 16384;
 inline constexpr int64_t kMaxPipelineStages = 256;
+// Model chunks per pipeline rank: Instruction.chunk is a ubyte.
+inline constexpr int32_t kMaxVirtualStages = 256;
 
 // A model's sizes, as wide integers so that any value a file holds can be judged.
 struct ModelShape {

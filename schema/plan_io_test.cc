@@ -341,9 +341,11 @@ TEST(EnumNames, MatchTheJsonSpelling) {
                                         "send_activation_recv_gradient",
                                         "send_gradient_recv_activation",
                                         "reduce_gradients",
-                                        "optimizer_step"};
+                                        "optimizer_step",
+                                        "backward_input",
+                                        "backward_weight"};
   for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(opcode_name(OpCode(i)), ops[i]);
-  EXPECT_STREQ(opcode_name(OpCode(11)), "unknown");
+  EXPECT_STREQ(opcode_name(OpCode(13)), "unknown");
   EXPECT_STREQ(architecture_name(schema::Architecture::Gpt2), "gpt2");
   EXPECT_STREQ(architecture_name(schema::Architecture::Llama), "llama");
   EXPECT_STREQ(dtype_name(schema::DType::Float32), "float32");

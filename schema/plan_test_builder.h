@@ -166,6 +166,39 @@ inline std::vector<Instruction> one_f_one_b_stream(int32_t stage, int32_t num_st
   return out;
 }
 
+// Every chunk of one pipeline rank, GPipe-like: the forwards of every chunk in
+// model order, then the backwards in reverse (Backward, or with split
+// BackwardInput followed by BackwardWeight). Virtual stage c x p + r is chunk c
+// of rank r; the first virtual stage loads tokens, the last targets.
+inline std::vector<Instruction> chunked_stream(int32_t rank, int32_t num_ranks, int32_t chunks,
+                                               int32_t num_micro_batches, bool split) {
+  const int32_t last = num_ranks * chunks - 1;
+  std::vector<Instruction> out;
+  for (int32_t c = 0; c < chunks; ++c) {
+    const int32_t vs = c * num_ranks + rank;
+    const auto chunk = static_cast<uint8_t>(c);
+    for (int32_t mb = 0; mb < num_micro_batches; ++mb) {
+      if (vs > 0) out.push_back(instruction(OpCode::RecvActivation, mb, -1, chunk));
+      if (vs == 0 || vs == last) out.push_back(instruction(OpCode::LoadMicroBatch, mb, -1, chunk));
+      out.push_back(instruction(OpCode::Forward, mb, -1, chunk));
+      if (vs < last) out.push_back(instruction(OpCode::SendActivation, mb, -1, chunk));
+    }
+  }
+  for (int32_t c = chunks - 1; c >= 0; --c) {
+    const int32_t vs = c * num_ranks + rank;
+    const auto chunk = static_cast<uint8_t>(c);
+    for (int32_t mb = 0; mb < num_micro_batches; ++mb) {
+      if (vs < last) out.push_back(instruction(OpCode::RecvGradient, mb, -1, chunk));
+      out.push_back(instruction(split ? OpCode::BackwardInput : OpCode::Backward, mb, -1, chunk));
+      if (vs > 0) out.push_back(instruction(OpCode::SendGradient, mb, -1, chunk));
+      if (split) out.push_back(instruction(OpCode::BackwardWeight, mb, -1, chunk));
+    }
+  }
+  out.push_back(instruction(OpCode::ReduceGradients, -1));
+  out.push_back(instruction(OpCode::OptimizerStep, -1));
+  return out;
+}
+
 // A valid plan: one node per pipeline stage with dp x tp devices each, layers split
 // as evenly as possible (later stages take the remainder), no recomputation.
 inline PlanSpec make_plan_spec(
@@ -211,6 +244,34 @@ inline PlanSpec make_plan_spec(
     predicted.transient = 64'000'000ull;
     spec.stage_predictions.push_back(predicted);
   }
+  return spec;
+}
+
+// A valid plan of pp ranks with `chunks` model chunks each (kind
+// Interleaved1F1B when chunks > 1): pp x chunks stages in model order, one
+// layer-range each, chunked_stream's instructions, predictions per rank.
+inline PlanSpec make_chunked_plan_spec(int32_t pp, int32_t chunks, int32_t layers,
+                                       int32_t micro_batches, schema::ScheduleKind kind,
+                                       bool split) {
+  PlanSpec spec = make_plan_spec(pp, 1, 1, layers, micro_batches, kind);
+  spec.virtual_stages = chunks;
+  spec.stages.clear();
+  spec.schedule.clear();
+  const int32_t count = pp * chunks;
+  int32_t next_layer = 0;
+  for (int32_t s = 0; s < count; ++s) {
+    StageSpec stage;
+    stage.index = s;
+    stage.first_layer = next_layer;
+    stage.num_layers = layers / count + (s >= count - layers % count ? 1 : 0);
+    stage.has_embedding = s == 0;
+    stage.has_head = s == count - 1;
+    stage.recompute.assign(stage.num_layers, schema::RecomputeMode::None);
+    next_layer += stage.num_layers;
+    spec.stages.push_back(stage);
+  }
+  for (int32_t r = 0; r < pp; ++r)
+    spec.schedule.push_back({r, true, chunked_stream(r, pp, chunks, micro_batches, split)});
   return spec;
 }
 

@@ -253,11 +253,19 @@ void check_stages(const schema::Plan& plan, Violations& v) {
     return;
   }
   const int32_t count = static_cast<int32_t>(stages->size());
+  const int32_t chunks = virtual_stages_of(plan);
   if (plan.mesh() != nullptr && plan.mesh()->pipeline_parallel() >= 1 &&
-      count != plan.mesh()->pipeline_parallel()) {
-    v.add("stages", count_of(count, "entry", "entries") + ", but mesh.pipeline_parallel is " +
-                        number(plan.mesh()->pipeline_parallel()) +
-                        "; there must be one stage per pipeline rank");
+      count != int64_t{plan.mesh()->pipeline_parallel()} * chunks) {
+    if (chunks == 1) {
+      v.add("stages", count_of(count, "entry", "entries") + ", but mesh.pipeline_parallel is " +
+                          number(plan.mesh()->pipeline_parallel()) +
+                          "; there must be one stage per pipeline rank");
+    } else {
+      v.add("stages", count_of(count, "entry", "entries") + ", but mesh.pipeline_parallel " +
+                          number(plan.mesh()->pipeline_parallel()) + " x schedule.virtual_stages " +
+                          number(chunks) +
+                          " virtual stages; there must be one per virtual stage, in model order");
+    }
   }
   if (count == 0) {
     if (plan.mesh() == nullptr) v.add("stages", "empty; the plan must have at least one stage");
@@ -349,11 +357,13 @@ void check_predictions(const schema::Predictions& predictions, const schema::Pla
   }
   const auto* stages = predictions.stages();
   const int64_t count = stages == nullptr ? 0 : stages->size();
-  if (plan.stages() != nullptr && count != plan.stages()->size()) {
-    v.add("predictions.stages",
-          count_of(count, "entry", "entries") + ", but the plan has " +
-              count_of(plan.stages()->size(), "pipeline stage", "pipeline stages") +
-              "; it needs one per stage");
+  // One per pipeline rank (a rank's chunks together).
+  const int64_t ranks =
+      plan.stages() != nullptr ? plan.stages()->size() / virtual_stages_of(plan) : count;
+  if (plan.stages() != nullptr && count != ranks) {
+    v.add("predictions.stages", count_of(count, "entry", "entries") + ", but the plan has " +
+                                    count_of(ranks, "pipeline stage", "pipeline stages") +
+                                    "; it needs one per stage");
   }
   for (int64_t i = 0; i < count; ++i) {
     const schema::StagePrediction& stage = *stages->Get(i);

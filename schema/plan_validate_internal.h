@@ -36,6 +36,9 @@ class Violations {
   std::vector<std::string> list_;
 };
 
+// schedule.virtual_stages where it is valid (1..kMaxVirtualStages), else 1.
+int32_t virtual_stages_of(const schema::Plan& plan);
+
 // Checks schedule: one stream per stage, each stream on its own (plan_validate_schedule.cc).
 void check_schedule(const schema::Plan& plan, Violations& v);
 

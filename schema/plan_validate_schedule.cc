@@ -1,7 +1,8 @@
 // plan_validate_schedule.cc: the schedule part of validate_plan: one instruction
-// stream per stage, and each stream on its own forwarding and backwarding every
-// micro-batch exactly once, with its loads, receives and sends on the right side of
-// them and one reduce_gradients and optimizer_step at the end. Whether the streams
+// stream per pipeline rank, and each stream on its own forwarding and
+// backwarding every micro-batch exactly once per model chunk (Backward, or
+// BackwardInput then BackwardWeight), with its loads, receives and sends on the
+// right side of them and one reduce_gradients and optimizer_step at the end. Whether the streams
 // together can deadlock is the planner verifier's job, not this file's.
 #include <algorithm>
 #include <string>
@@ -36,10 +37,12 @@ std::string id_ranges(const std::vector<int32_t>& ids) {
   return text;
 }
 
-// "micro-batch 3 is" or "micro-batches 0-3, 5 are".
-std::string micro_batches_subject(const std::vector<int32_t>& ids) {
-  if (ids.size() == 1) return "micro-batch " + std::to_string(ids[0]) + " is";
-  return "micro-batches " + id_ranges(ids) + " are";
+// "micro-batch 3 is" or "micro-batches 0-3, 5 are"; of_chunk (" of chunk 1")
+// goes before the verb.
+std::string micro_batches_subject(const std::vector<int32_t>& ids,
+                                  const std::string& of_chunk = "") {
+  if (ids.size() == 1) return "micro-batch " + std::to_string(ids[0]) + of_chunk + " is";
+  return "micro-batches " + id_ranges(ids) + of_chunk + " are";
 }
 
 bool is_known(OpCode op) {
@@ -47,23 +50,27 @@ bool is_known(OpCode op) {
 }
 
 // Where each event of one micro-batch happens in a stage's stream (instruction indices).
+// backward: Backward or BackwardInput (the input gradient); weight:
+// BackwardWeight; full: Backward.
 struct MicroBatchEvents {
-  std::vector<int64_t> load, forward, backward;
+  std::vector<int64_t> load, forward, backward, weight, full;
   std::vector<int64_t> recv_activation, send_activation, recv_gradient, send_gradient;
 };
 
-// Checks one stage's instruction stream on its own.
+// Checks one pipeline rank's instruction stream on its own, per model chunk.
 class StageStreamChecker {
  public:
-  StageStreamChecker(int32_t stage, int32_t num_stages, int32_t num_micro_batches, bool needs_load,
-                     Violations& v)
+  // needs_load: per chunk, whether it holds the embedding or the head.
+  StageStreamChecker(int32_t stage, int32_t num_stages, int32_t virtual_stages,
+                     int32_t num_micro_batches, std::vector<bool> needs_load, Violations& v)
       : stage_(stage),
         num_stages_(num_stages),
+        virtual_stages_(virtual_stages),
         num_micro_batches_(num_micro_batches),
-        needs_load_(needs_load),
+        needs_load_(std::move(needs_load)),
         v_(v),
         field_("schedule.stages[" + std::to_string(stage) + "]"),
-        events_(num_micro_batches) {}
+        events_(virtual_stages, std::vector<MicroBatchEvents>(num_micro_batches)) {}
 
   void check(const flatbuffers::Vector<const schema::Instruction*>& instructions) {
     for (int64_t pos = 0; pos < instructions.size(); ++pos) record(pos, *instructions.Get(pos));
@@ -71,7 +78,7 @@ class StageStreamChecker {
       v_.add(field_, std::to_string(hidden_problems_) +
                          " more instruction problems not listed; fix the ones above first");
     }
-    check_micro_batches();
+    for (int32_t c = 0; c < virtual_stages_; ++c) check_micro_batches(c);
     check_step_ops(instructions.size());
   }
 
@@ -95,23 +102,21 @@ class StageStreamChecker {
     const OpCode op = ins.op();
     if (!is_known(op)) {
       instruction_problem(pos, "op: unknown value " + std::to_string(static_cast<int>(op)) +
-                                   "; valid are 0 (load_micro_batch) to 10 (optimizer_step)");
+                                   "; valid are 0 (load_micro_batch) to 12 (backward_weight)");
       return;
     }
     const std::string name = opcode_name(op);
-    // Defined by schema version 3, not yet executed by this runtime.
-    if (op == OpCode::BackwardInput || op == OpCode::BackwardWeight) {
-      instruction_problem(pos, name +
-                                   " (split backward) is not executed by this paraplan; "
-                                   "valid ops are 0 (load_micro_batch) to 10 (optimizer_step)");
+    if (ins.chunk() >= virtual_stages_) {
+      instruction_problem(
+          pos, name + " chunk " + std::to_string(ins.chunk()) + " is out of range; valid are 0.." +
+                   std::to_string(virtual_stages_ - 1) + " (schedule.virtual_stages " +
+                   std::to_string(virtual_stages_) + ")");
       return;
     }
-    if (ins.chunk() != 0) {
-      instruction_problem(pos, name + " chunk " + std::to_string(ins.chunk()) +
-                                   "; this paraplan executes one model chunk per stage, so it "
-                                   "must be 0");
-      return;
-    }
+    const int32_t chunk = ins.chunk();
+    // Position in model order: chunk c of rank r is virtual stage c x p + r.
+    const int64_t virtual_stage = int64_t{chunk} * num_stages_ + stage_;
+    const int64_t last_virtual_stage = int64_t{num_stages_} * virtual_stages_ - 1;
     const int32_t mb = ins.micro_batch(), peer = ins.peer_micro_batch();
     const bool combined =
         op == OpCode::SendActivationRecvGradient || op == OpCode::SendGradientRecvActivation;
@@ -136,15 +141,20 @@ class StageStreamChecker {
                                    op == OpCode::SendGradientRecvActivation;
     const bool talks_to_next = op == OpCode::SendActivation || op == OpCode::RecvGradient ||
                                op == OpCode::SendActivationRecvGradient;
-    if (talks_to_previous && stage_ == 0) {
-      instruction_problem(pos, name + " on stage 0, which has no previous stage");
+    if (talks_to_previous && virtual_stage == 0) {
+      instruction_problem(pos,
+                          name + (virtual_stages_ > 1 ? " on chunk 0 of stage 0" : " on stage 0") +
+                              ", which has no previous stage");
       return;
     }
-    if (talks_to_next && stage_ == num_stages_ - 1) {
-      instruction_problem(pos, name + " on the last stage (" + std::to_string(stage_) +
-                                   "), which has no next stage");
+    if (talks_to_next && virtual_stage == last_virtual_stage) {
+      instruction_problem(pos, name +
+                                   (virtual_stages_ > 1 ? " on the last chunk of the last stage ("
+                                                        : " on the last stage (") +
+                                   std::to_string(stage_) + "), which has no next stage");
       return;
     }
+    std::vector<MicroBatchEvents>& events_ = this->events_[chunk];
     switch (op) {
       case OpCode::LoadMicroBatch:
         events_[mb].load.push_back(pos);
@@ -154,6 +164,13 @@ class StageStreamChecker {
         break;
       case OpCode::Backward:
         events_[mb].backward.push_back(pos);
+        events_[mb].full.push_back(pos);
+        break;
+      case OpCode::BackwardInput:
+        events_[mb].backward.push_back(pos);
+        break;
+      case OpCode::BackwardWeight:
+        events_[mb].weight.push_back(pos);
         break;
       case OpCode::SendActivation:
         events_[mb].send_activation.push_back(pos);
@@ -181,9 +198,6 @@ class StageStreamChecker {
       case OpCode::OptimizerStep:
         step_at_.push_back(pos);
         break;
-      case OpCode::BackwardInput:
-      case OpCode::BackwardWeight:
-        break;  // refused above
     }
   }
 
@@ -200,10 +214,10 @@ class StageStreamChecker {
     std::string fix;
   };
 
-  void apply(const EventRule& rule) {
+  void apply(int32_t chunk, const EventRule& rule) {
     std::vector<int32_t> missing, repeated, misordered;
     for (int32_t mb = 0; mb < num_micro_batches_; ++mb) {
-      const MicroBatchEvents& e = events_[mb];
+      const MicroBatchEvents& e = events_[chunk][mb];
       const auto& at = e.*(rule.events);
       if (at.empty()) {
         if (rule.required) missing.push_back(mb);
@@ -214,29 +228,62 @@ class StageStreamChecker {
         if (rule.before_anchor ? at[0] > anchor : at[0] < anchor) misordered.push_back(mb);
       }
     }
+    const std::string of_chunk =
+        virtual_stages_ > 1 ? " of chunk " + std::to_string(chunk) : std::string();
     const auto report = [&](const std::vector<int32_t>& ids, const char* what) {
-      if (!ids.empty()) v_.add(field_, micro_batches_subject(ids) + " " + what + "; " + rule.fix);
+      if (!ids.empty())
+        v_.add(field_, micro_batches_subject(ids, of_chunk) + " " + what + "; " + rule.fix);
     };
     report(missing, rule.missing);
     report(repeated, rule.repeated);
     report(misordered, rule.misordered);
   }
 
-  void check_micro_batches() {
+  void check_micro_batches(int32_t c) {
     using E = MicroBatchEvents;
     const std::string each = "each of micro-batches " + valid_range();
-    const std::string stage = "stage " + std::to_string(stage_);
+    const std::string stage =
+        (virtual_stages_ > 1 ? "chunk " + std::to_string(c) + " of stage " : "stage ") +
+        std::to_string(stage_);
+    const int64_t virtual_stage = int64_t{c} * num_stages_ + stage_;
+    const bool has_previous = virtual_stage > 0;
+    const bool has_next = virtual_stage < int64_t{num_stages_} * virtual_stages_ - 1;
+    const bool needs_load = needs_load_[c];
+    const auto apply = [&](const EventRule& rule) { this->apply(c, rule); };
     apply({&E::forward, true, "never forwarded", "forwarded more than once", nullptr, false, "",
            each + " needs exactly one forward"});
     apply({&E::backward, true, "never backwarded", "backwarded more than once", &E::forward, false,
            "backwarded before its forward",
-           each + " needs exactly one backward, after its forward"});
+           each + " needs exactly one backward (or backward_input), after its forward"});
+    // Split backward: a micro-batch whose input gradient came from
+    // backward_input needs one backward_weight after it; one from backward none.
+    std::vector<int32_t> weight_missing, weight_extra, weight_early;
+    for (int32_t mb = 0; mb < num_micro_batches_; ++mb) {
+      const MicroBatchEvents& e = events_[c][mb];
+      const bool split = e.backward.size() == 1 && e.full.empty();
+      if (split && e.weight.empty()) weight_missing.push_back(mb);
+      if (e.weight.size() > (split ? 1u : 0u)) weight_extra.push_back(mb);
+      if (split && e.weight.size() == 1 && e.weight[0] < e.backward[0]) weight_early.push_back(mb);
+    }
+    const std::string of_chunk = virtual_stages_ > 1 ? " of chunk " + std::to_string(c) : "";
+    const std::string weight_fix =
+        "a micro-batch backwarded by backward_input needs exactly one backward_weight after it, "
+        "one backwarded by backward none";
+    if (!weight_missing.empty())
+      v_.add(field_, micro_batches_subject(weight_missing, of_chunk) +
+                         " never given its backward_weight; " + weight_fix);
+    if (!weight_extra.empty())
+      v_.add(field_, micro_batches_subject(weight_extra, of_chunk) +
+                         " given too many backward_weight; " + weight_fix);
+    if (!weight_early.empty())
+      v_.add(field_, micro_batches_subject(weight_early, of_chunk) +
+                         " given its backward_weight before its backward_input; " + weight_fix);
     apply(
-        {&E::load, needs_load_, "never loaded", "loaded more than once", &E::forward, true,
+        {&E::load, needs_load, "never loaded", "loaded more than once", &E::forward, true,
          "loaded after its forward",
-         (needs_load_ ? stage + " holds the embedding or the head, so it must " : "a stage must ") +
+         (needs_load ? stage + " holds the embedding or the head, so it must " : "a stage must ") +
              "load_micro_batch each micro-batch once, before its forward"});
-    if (stage_ > 0) {
+    if (has_previous) {
       apply({&E::recv_activation, true, "never received from the previous stage",
              "received from the previous stage more than once", &E::forward, true,
              "received after its forward",
@@ -248,7 +295,7 @@ class StageStreamChecker {
              stage + " must send_gradient (or send_gradient_recv_activation) once after each "
                      "backward"});
     }
-    if (stage_ < num_stages_ - 1) {
+    if (has_next) {
       apply({&E::send_activation, true, "never sent to the next stage",
              "sent to the next stage more than once", &E::forward, false, "sent before its forward",
              stage + " must send_activation (or send_activation_recv_gradient) once after each "
@@ -273,9 +320,11 @@ class StageStreamChecker {
                          "; each stage needs exactly one, as its last instruction");
     }
     int64_t last_backward = -1;
-    for (const MicroBatchEvents& e : events_) {
-      for (int64_t pos : e.backward) last_backward = std::max(last_backward, pos);
-    }
+    for (const auto& chunk : events_)
+      for (const MicroBatchEvents& e : chunk) {
+        for (int64_t pos : e.backward) last_backward = std::max(last_backward, pos);
+        for (int64_t pos : e.weight) last_backward = std::max(last_backward, pos);
+      }
     if (reduce_at_.size() == 1 && reduce_at_[0] < last_backward) {
       v_.add(field_ + ".instructions[" + std::to_string(reduce_at_[0]) + "]",
              "reduce_gradients comes before the backward at instructions[" +
@@ -288,16 +337,24 @@ class StageStreamChecker {
     }
   }
 
-  const int32_t stage_, num_stages_, num_micro_batches_;
-  const bool needs_load_;
+  const int32_t stage_, num_stages_, virtual_stages_, num_micro_batches_;
+  const std::vector<bool> needs_load_;
   Violations& v_;
   const std::string field_;
-  std::vector<MicroBatchEvents> events_;
+  std::vector<std::vector<MicroBatchEvents>> events_;  // [chunk][micro-batch]
   std::vector<int64_t> reduce_at_, step_at_;
   int listed_problems_ = 0, hidden_problems_ = 0;
 };
 
 }  // namespace
+
+int32_t virtual_stages_of(const schema::Plan& plan) {
+  const schema::Schedule* schedule = plan.schedule();
+  return schedule != nullptr && schedule->virtual_stages() >= 1 &&
+                 schedule->virtual_stages() <= kMaxVirtualStages
+             ? schedule->virtual_stages()
+             : 1;
+}
 
 void check_schedule(const schema::Plan& plan, Violations& v) {
   const schema::Schedule* schedule = plan.schedule();
@@ -306,26 +363,40 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     return;
   }
   const schema::ScheduleKind kind = schedule->kind();
-  if (kind != schema::ScheduleKind::OneForwardOneBackward && kind != schema::ScheduleKind::GPipe) {
-    const std::string name = schedule_kind_name(kind);
-    v.add("schedule.kind", (name == "unknown" ? "unknown value " : name + " ") +
-                               std::to_string(static_cast<int>(kind)) +
-                               "; this paraplan executes 1f1b (0) and gpipe (1)");
+  const std::string kind_name = schedule_kind_name(kind);
+  if (kind_name == "unknown") {
+    v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(kind)) +
+                               "; valid are 1f1b (0), gpipe (1), interleaved (2) and zb-h1 (3)");
   }
-  if (schedule->virtual_stages() != 1) {
-    v.add("schedule.virtual_stages", number(schedule->virtual_stages()) +
-                                         "; this paraplan executes one model chunk per pipeline "
-                                         "rank, so it must be 1");
+  const int32_t virtual_stages = schedule->virtual_stages();
+  const int32_t pipeline_parallel = plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel() : 0;
+  if (virtual_stages < 1 || virtual_stages > kMaxVirtualStages) {
+    v.add("schedule.virtual_stages", number(virtual_stages) + "; valid are 1.." +
+                                         std::to_string(kMaxVirtualStages) +
+                                         " model chunks per pipeline rank");
+  } else if (virtual_stages > 1 && kind != schema::ScheduleKind::Interleaved1F1B) {
+    v.add("schedule.virtual_stages",
+          number(virtual_stages) + " with schedule.kind " + kind_name +
+              ", which runs one model chunk per pipeline rank; it must be 1, or the kind "
+              "interleaved (2)");
+  } else if (virtual_stages > 1 && pipeline_parallel == 1) {
+    v.add("schedule.virtual_stages",
+          number(virtual_stages) +
+              " with mesh.pipeline_parallel 1; interleaving needs at least 2 pipeline ranks, so "
+              "it must be 1");
   }
+  const int32_t chunks = virtual_stages_of(plan);
   const auto* stage_schedules = schedule->stages();
   if (stage_schedules == nullptr) {
     v.add("schedule.stages", "missing; the plan must give every stage its instruction stream");
     return;
   }
   const auto* stages = plan.stages();
-  const int32_t num_stages = stages != nullptr        ? static_cast<int32_t>(stages->size())
-                             : plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel()
-                                                      : 0;
+  const int32_t num_stages = pipeline_parallel >= 1 ? pipeline_parallel
+                             : stages != nullptr    ? static_cast<int32_t>(stages->size()) / chunks
+                                                    : 0;
+  // Plan.stages in model order: virtual stage c x p + r is chunk c of rank r.
+  const bool stages_match = stages != nullptr && int64_t{num_stages} * chunks == stages->size();
   const int32_t count = static_cast<int32_t>(stage_schedules->size());
   if (count != num_stages) {
     v.add("schedule.stages", count_of(count, "entry", "entries") + ", but the plan has " +
@@ -349,21 +420,27 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     // Without a valid micro-batch count or stage list the stream cannot be judged;
     // those are reported on their own fields.
     if (num_micro_batches <= 0 || num_micro_batches > kMaxMicroBatches || i >= num_stages) continue;
+    if (chunks > 1 && num_stages < 2) continue;  // reported on schedule.virtual_stages
     // Checked before any per-micro-batch bookkeeping, which would otherwise be sized by
     // an unchecked count (a corrupt file could ask for billions of micro-batches).
     const int64_t num_instructions = stage_schedule.instructions()->size();
-    if (num_instructions < 2 * int64_t{num_micro_batches}) {
+    if (num_instructions < 2 * int64_t{num_micro_batches} * chunks) {
       v.add(f + ".instructions",
             count_of(num_instructions, "instruction", "instructions") +
                 " cannot forward and backward all " + std::to_string(num_micro_batches) +
-                " micro-batches (training.num_micro_batches); each needs at least a forward "
-                "and a backward");
+                " micro-batches (training.num_micro_batches)" +
+                (chunks > 1 ? " of its " + std::to_string(chunks) + " chunks" : "") +
+                "; each needs at least a forward and a backward");
       continue;
     }
-    const bool needs_load = stages != nullptr
-                                ? stages->Get(i)->has_embedding() || stages->Get(i)->has_head()
-                                : i == 0 || i == num_stages - 1;
-    StageStreamChecker(i, num_stages, num_micro_batches, needs_load, v)
+    std::vector<bool> needs_load(chunks);
+    for (int32_t c = 0; c < chunks; ++c) {
+      const int32_t virtual_stage = c * num_stages + i;
+      needs_load[c] = stages_match ? stages->Get(virtual_stage)->has_embedding() ||
+                                         stages->Get(virtual_stage)->has_head()
+                                   : virtual_stage == 0 || virtual_stage == num_stages * chunks - 1;
+    }
+    StageStreamChecker(i, num_stages, chunks, num_micro_batches, std::move(needs_load), v)
         .check(*stage_schedule.instructions());
   }
 }

@@ -370,22 +370,28 @@ const std::vector<ViolationCase>& violation_cases() {
       {"UnknownScheduleKind",
        [](PlanSpec& s) { s.schedule_kind = ScheduleKind(4); },
        {"schedule.kind: unknown value 4", "1f1b"}},
-      // Schema v3's schedules, not executed yet: refused by name.
-      {"InterleavedNotExecutedYet",
-       [](PlanSpec& s) { s.schedule_kind = ScheduleKind::Interleaved1F1B; },
-       {"schedule.kind: interleaved 2; this paraplan executes 1f1b (0) and gpipe (1)"}},
-      {"VirtualStagesNotExecutedYet",
+      // Schema v3: kinds and chunks that do not fit together.
+      {"VirtualStagesWithOneChunkKind",
        [](PlanSpec& s) { s.virtual_stages = 2; },
-       {"schedule.virtual_stages: 2", "must be 1"}},
+       {"schedule.virtual_stages: 2 with schedule.kind 1f1b, which runs one model chunk per "
+        "pipeline rank; it must be 1, or the kind interleaved (2)"}},
+      {"VirtualStagesOutOfRange",
+       [](PlanSpec& s) { s.virtual_stages = 0; },
+       {"schedule.virtual_stages: 0; valid are 1..256 model chunks per pipeline rank"}},
+      {"InterleavedWithTooFewStages",
+       [](PlanSpec& s) {
+         s.schedule_kind = ScheduleKind::Interleaved1F1B;
+         s.virtual_stages = 2;
+       },
+       {"stages: 2 entries, but mesh.pipeline_parallel 2 x schedule.virtual_stages 2 virtual "
+        "stages; there must be one per virtual stage, in model order"}},
       {"SequenceParallelNotExecutedYet",
        [](PlanSpec& s) { s.sequence_parallel = true; },
        {"mesh.sequence_parallel: true", "must be false"}},
-      {"SplitBackwardNotExecutedYet",
-       [](PlanSpec& s) { s.schedule[0].instructions[2] = instruction(OpCode::BackwardInput, 0); },
-       {"schedule.stages[0]", "backward_input (split backward) is not executed"}},
-      {"ChunkBeyondTheOnlyOne",
+      {"ChunkBeyondVirtualStages",
        [](PlanSpec& s) { s.schedule[0].instructions[1] = instruction(OpCode::Forward, 0, -1, 1); },
-       {"schedule.stages[0]", "chunk 1", "must be 0"}},
+       {"schedule.stages[0].instructions[1]: forward chunk 1 is out of range; valid are 0..0 "
+        "(schedule.virtual_stages 1)"}},
       {"TooFewInstructionsForMicroBatches",
        [](PlanSpec& s) {
          s.num_micro_batches = 16384;
