@@ -1,6 +1,7 @@
 // schedule_executor.cc: the instruction interpreter of a pipeline rank.
 #include "runtime/pipeline/schedule_executor.h"
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -13,42 +14,77 @@ using schema::OpCode;
 
 std::vector<int> ScheduleExecutor::slots_needed(const schema::StageSchedule& schedule,
                                                 int num_chunks) {
-  // Per chunk: micro-batches forwarded and not yet backwarded, and those whose
-  // BackwardInput ran and whose BackwardWeight has not (both still hold their slot).
-  std::vector<std::deque<int>> forwarded(num_chunks), weight_pending(num_chunks);
-  std::vector<size_t> most(num_chunks, 1);
-  const auto refuse = [&schedule](const std::string& what, int micro_batch, int chunk) {
-    throw std::runtime_error("schedule of stage " + std::to_string(schedule.stage()) + ": " + what +
-                             " of micro-batch " + std::to_string(micro_batch) + " (chunk " +
-                             std::to_string(chunk) + ") is out of first-in first-out order");
+  // Per chunk: the micro-batches holding a slot (from the first instruction
+  // writing into it, a load, a received activation or the forward, to the
+  // Backward or BackwardWeight), and those forwarded and not yet backwarded
+  // or whose BackwardInput ran and BackwardWeight has not. Slots are taken in
+  // micro-batch order and given back in that order, so the holders are
+  // consecutive micro-batches and i mod slots tells them apart.
+  struct ChunkSlots {
+    std::deque<int> holding, forwarded, weight_pending;
+    int next_to_hold = 0;
+    size_t most = 1;
+  };
+  std::vector<ChunkSlots> chunks(num_chunks);
+  const std::string where = "schedule of stage " + std::to_string(schedule.stage()) + ": ";
+  const auto refuse = [&where](const std::string& what, int micro_batch, int chunk) {
+    throw std::runtime_error(where + what + " of micro-batch " + std::to_string(micro_batch) +
+                             " (chunk " + std::to_string(chunk) +
+                             ") is out of first-in first-out order");
+  };
+  const auto hold = [&](ChunkSlots& chunk, int mb, int c) {
+    if (!chunk.holding.empty() &&
+        std::find(chunk.holding.begin(), chunk.holding.end(), mb) != chunk.holding.end())
+      return;
+    if (mb != chunk.next_to_hold) refuse("the first use of a slot", mb, c);
+    ++chunk.next_to_hold;
+    chunk.holding.push_back(mb);
+    chunk.most = std::max(chunk.most, chunk.holding.size());
+  };
+  const auto release = [&](ChunkSlots& chunk, int mb, int c) {
+    if (chunk.holding.empty() || chunk.holding.front() != mb) refuse("backward", mb, c);
+    chunk.holding.pop_front();
   };
   for (const schema::Instruction* instruction : *schedule.instructions()) {
     const int c = instruction->chunk(), mb = instruction->micro_batch();
     if (c >= num_chunks)
-      throw std::runtime_error("schedule of stage " + std::to_string(schedule.stage()) +
-                               ": chunk " + std::to_string(c) + " of a rank holding " +
+      throw std::runtime_error(where + "chunk " + std::to_string(c) + " of a rank holding " +
                                std::to_string(num_chunks) + " chunks");
+    ChunkSlots& chunk = chunks[c];
     switch (instruction->op()) {
+      case OpCode::LoadMicroBatch:
+      case OpCode::RecvActivation:
+        hold(chunk, mb, c);
+        break;
+      case OpCode::SendGradientRecvActivation:
+        hold(chunk, instruction->peer_micro_batch(), c);
+        break;
       case OpCode::Forward:
-        forwarded[c].push_back(mb);
-        most[c] = std::max(most[c], forwarded[c].size() + weight_pending[c].size());
+        hold(chunk, mb, c);
+        chunk.forwarded.push_back(mb);
         break;
       case OpCode::Backward:
       case OpCode::BackwardInput:
-        if (forwarded[c].empty() || forwarded[c].front() != mb) refuse("backward", mb, c);
-        forwarded[c].pop_front();
-        if (instruction->op() == OpCode::BackwardInput) weight_pending[c].push_back(mb);
+        if (chunk.forwarded.empty() || chunk.forwarded.front() != mb) refuse("backward", mb, c);
+        chunk.forwarded.pop_front();
+        if (instruction->op() == OpCode::BackwardInput)
+          chunk.weight_pending.push_back(mb);
+        else
+          release(chunk, mb, c);
         break;
       case OpCode::BackwardWeight:
-        if (weight_pending[c].empty() || weight_pending[c].front() != mb)
+        if (chunk.weight_pending.empty() || chunk.weight_pending.front() != mb)
           refuse("BackwardWeight", mb, c);
-        weight_pending[c].pop_front();
+        chunk.weight_pending.pop_front();
+        release(chunk, mb, c);
         break;
       default:
         break;
     }
   }
-  return std::vector<int>(most.begin(), most.end());
+  std::vector<int> slots;
+  for (const ChunkSlots& chunk : chunks) slots.push_back(static_cast<int>(chunk.most));
+  return slots;
 }
 
 int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks) {
@@ -111,7 +147,10 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
 double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
                                   const ExecutorHooks& hooks, InstructionObserver* observer) {
   first_forward_done_ = false;
-  for (Chunk& chunk : chunks_) chunk.finished = false;
+  for (Chunk& chunk : chunks_) {
+    chunk.finished = false;
+    chunk.gradient_holder = chunk.input_gradient_of = -1;
+  }
   for (size_t i = 0; i < instructions_.size(); ++i) {
     if (observer == nullptr) {
       execute(i, data, first_sample, loss_scale, hooks);
@@ -174,9 +213,11 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       // A chunk without the head starts from the received output gradient,
       // which must be this micro-batch's (the streams keep them in order).
       if (!stage.has_head() && chunk.gradient_holder != micro_batch)
-        throw std::runtime_error("schedule: backward of micro-batch " +
-                                 std::to_string(micro_batch) + " (chunk " + std::to_string(c) +
-                                 ") before its output gradient was received");
+        refuse(instruction, "before its output gradient was received");
+      if (chunk.input_gradient_of >= 0)
+        refuse(instruction, "before the input gradient of micro-batch " +
+                                std::to_string(chunk.input_gradient_of) + " was sent");
+      if (!stage.has_embedding()) chunk.input_gradient_of = micro_batch;
       if (instruction.op() == OpCode::BackwardInput)
         stage.backward_input(slot_of(chunk, micro_batch));
       else if (finishes_gradients)
@@ -198,17 +239,19 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       transfer(chunk, nullptr, stage.input(slot_of(chunk, micro_batch)), false);
       break;
     case OpCode::SendGradient:
+      send_input_gradient(chunk, instruction);
       transfer(chunk, stage.input_gradient(), nullptr, false);
       break;
     case OpCode::RecvGradient:
+      receive_output_gradient(chunk, instruction, micro_batch);
       transfer(chunk, nullptr, stage.output_gradient(), true);
-      chunk.gradient_holder = micro_batch;
       break;
     case OpCode::SendActivationRecvGradient:
+      receive_output_gradient(chunk, instruction, instruction.peer_micro_batch());
       transfer(chunk, stage.output(slot_of(chunk, micro_batch)), stage.output_gradient(), true);
-      chunk.gradient_holder = instruction.peer_micro_batch();
       break;
     case OpCode::SendGradientRecvActivation:
+      send_input_gradient(chunk, instruction);
       transfer(chunk, stage.input_gradient(),
                stage.input(slot_of(chunk, instruction.peer_micro_batch())), false);
       break;
@@ -219,6 +262,28 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       if (hooks.optimizer_step) hooks.optimizer_step();
       break;
   }
+}
+
+void ScheduleExecutor::refuse(const schema::Instruction& instruction, const std::string& problem) {
+  throw std::runtime_error(std::string("schedule: ") + opcode_name(instruction.op()) +
+                           " of micro-batch " + std::to_string(instruction.micro_batch()) +
+                           " (chunk " + std::to_string(instruction.chunk()) + ") " + problem);
+}
+
+void ScheduleExecutor::receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
+                                               int micro_batch) {
+  // One receive buffer per chunk: the gradient in it must have been used.
+  if (chunk.gradient_holder >= 0)
+    refuse(instruction, "receives the output gradient of micro-batch " +
+                            std::to_string(micro_batch) + " over micro-batch " +
+                            std::to_string(chunk.gradient_holder) + "'s, not yet backwarded");
+  chunk.gradient_holder = micro_batch;
+}
+
+void ScheduleExecutor::send_input_gradient(Chunk& chunk, const schema::Instruction& instruction) {
+  if (chunk.input_gradient_of != instruction.micro_batch())
+    refuse(instruction, "sends an input gradient its chunk has not computed last");
+  chunk.input_gradient_of = -1;
 }
 
 void ScheduleExecutor::transfer(const Chunk& chunk, const void* send, void* receive,

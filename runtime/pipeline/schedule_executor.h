@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "plan_generated.h"
@@ -74,10 +75,11 @@ class InstructionObserver {
 class ScheduleExecutor {
  public:
   // Per model chunk of the rank, the activation slots its stream needs: the
-  // most micro-batches forwarded and not yet backwarded (Backward, or
-  // BackwardWeight after BackwardInput) at any point. Throws if a chunk's
-  // backwards are not first-in first-out (in a different order than its
-  // forwards), or a BackwardWeight does not follow its BackwardInput in that
+  // most micro-batches holding one at any point, from the first instruction
+  // writing into it (load, received activation, forward) to the Backward,
+  // or the BackwardWeight after a BackwardInput. Throws if a chunk's slots
+  // are not taken in micro-batch order or its backwards are not first-in
+  // first-out, or a BackwardWeight does not follow its BackwardInput in that
   // order.
   static std::vector<int> slots_needed(const schema::StageSchedule& schedule, int num_chunks = 1);
 
@@ -98,8 +100,10 @@ class ScheduleExecutor {
     ModelStage* stage = nullptr;
     int next_rank = -1, previous_rank = -1;  // world ranks of its neighbour virtual stages
     int next_tag = 0, previous_tag = 0;      // the links' PeerToPeer tags
-    // The micro-batch whose output gradient sits in the chunk's receive buffer.
+    // The micro-batch whose output gradient sits in the chunk's receive
+    // buffer, and the one whose input gradient waits to be sent.
     int gradient_holder = -1;
+    int input_gradient_of = -1;
     // The index of the step's last instruction finishing its gradients (its
     // last Backward or BackwardWeight), and whether it has run this step.
     size_t last_backward = 0;
@@ -114,6 +118,13 @@ class ScheduleExecutor {
   // offsets within the chunk, shifted to the rank's buffer, and only once
   // every chunk after it in the buffer is finished too (the offsets fall).
   std::function<void(size_t)> final_from_hook(int c, const ExecutorHooks& hooks);
+  [[noreturn]] static void refuse(const schema::Instruction& instruction,
+                                  const std::string& problem);
+  // Bookkeeping of the chunk's one receive buffer and one input gradient:
+  // refuses a stream that would overwrite either before it is used.
+  static void receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
+                                      int micro_batch);
+  static void send_input_gradient(Chunk& chunk, const schema::Instruction& instruction);
   // One paired transfer with the chunk's next (with_next) or previous
   // neighbour; a null buffer skips that half.
   void transfer(const Chunk& chunk, const void* send, void* receive, bool with_next);
