@@ -87,7 +87,7 @@ void* ChunkedStage::input(int) {
 const void* ChunkedStage::output(int) const {
   per_chunk_only("output");
 }
-void* ChunkedStage::output_gradient() {
+void* ChunkedStage::output_gradient(int) {
   per_chunk_only("output_gradient");
 }
 const void* ChunkedStage::input_gradient() const {

@@ -51,7 +51,7 @@ class ChunkedStage final : public ModelStage {
   // Per chunk only (chunk(c)): these throw std::logic_error.
   void* input(int slot) override;
   const void* output(int slot) const override;
-  void* output_gradient() override;
+  void* output_gradient(int slot) override;
   const void* input_gradient() const override;
   void backward(int slot, const std::function<void(size_t)>& gradients_final_from) override;
   void backward_input(int slot) override;

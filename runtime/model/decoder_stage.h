@@ -51,7 +51,7 @@ class DecoderStage : public ModelStage {
     const Slot& s = slots_[slot];
     return s.blocks.empty() ? s.input : s.blocks.back().output;
   }
-  void* output_gradient() override { return received_gradient_; }
+  void* output_gradient(int slot) override { return slots_[slot].output_gradient; }
   const void* input_gradient() const override { return residual_gradient_; }
   const void* logits(int slot) const override { return slots_[slot].logits; }
 
@@ -121,6 +121,7 @@ class DecoderStage : public ModelStage {
     float* final_norm_mean = nullptr;  // head: [BT], when the final norm has a mean
     float* final_norm_rstd = nullptr;  // head: [BT]
     void* logits = nullptr;            // head: [BT, V], overwritten by its gradient
+    void* output_gradient = nullptr;   // no head: [BT, C] received from the next stage
   };
 
   DecoderStage(const DecoderLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
@@ -156,10 +157,11 @@ class DecoderStage : public ModelStage {
       // A tied head on a stage with the embedding is the embedding (offset 0).
       gradients_final(decoder_layout_.final_norm_weight(), gradients_final_from);
     }
-    // Otherwise the received output gradient, copied so that the next one may
-    // arrive before this backward's input gradient is sent.
+    // Otherwise the slot's received output gradient, copied: backward works
+    // in place, and residual_gradient_ (the input gradient) must stay
+    // until sent.
     if (!stage.has_head)
-      ops_.copy(residual_gradient_, received_gradient_,
+      ops_.copy(residual_gradient_, slot.output_gradient,
                 ops_.storage_bytes(static_cast<size_t>(rows()) * decoder_layout_.config().d_model));
     for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
       const void* input = block_input(slot, layer);
@@ -251,6 +253,8 @@ class DecoderStage : public ModelStage {
       slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
       for (RecomputeMode mode : recompute_)
         slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
+      if (!decoder_layout_.stage().has_head)
+        slot.output_gradient = allocate_storage(BT * C, MemoryCategory::kActivations);
       if (decoder_layout_.stage().has_head) {
         slot.final_norm = allocate_storage(BT * C, MemoryCategory::kActivations);
         if (final_norm_mean)
@@ -261,8 +265,6 @@ class DecoderStage : public ModelStage {
     }
     residual_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
     norm_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
-    if (!decoder_layout_.stage().has_head)
-      received_gradient_ = allocate_storage(BT * C, MemoryCategory::kWorkspace);
   }
 
   // For allocate_block: a field of a block's activations, allocated when the
@@ -317,8 +319,6 @@ class DecoderStage : public ModelStage {
   // flowing backward through the blocks, and a norm's input gradient [BT, C].
   void* residual_gradient_ = nullptr;
   void* norm_gradient_ = nullptr;
-  // A stage without the head: where the next stage's gradient is received.
-  void* received_gradient_ = nullptr;
 
  private:
   // What backward_weight does for a slot, recorded by backward_input in

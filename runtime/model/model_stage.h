@@ -80,11 +80,10 @@ class ModelStage {
   virtual void* input(int slot) = 0;
   // A stage without the head: its output [B, T, C] after forward(slot).
   virtual const void* output(int slot) const = 0;
-  // A stage without the head: where the gradient of its output is received
-  // before backward(). Shared by all slots (one received gradient at a time;
-  // the next may arrive once backward started, before input_gradient() is
-  // sent).
-  virtual void* output_gradient() = 0;
+  // A stage without the head: where the gradient of the slot's output is
+  // received before backward(slot) (schedules may receive several before
+  // backwarding them: interleaved 1F1B).
+  virtual void* output_gradient(int slot) = 0;
   // A stage without the embedding: the gradient of its input after backward()
   // (or backward_input()), until the next backward.
   virtual const void* input_gradient() const = 0;

@@ -81,7 +81,7 @@ StepResult run_step(const TransformerConfig& config, const StageSpec& spec,
   const auto backward = [&](int mb) {
     if (!spec.has_head) {
       const std::vector<float> gradient = testing::random_values<float>(mb, activation, 2);
-      ops->copy_from_host(stage->output_gradient(), gradient.data(), activation * sizeof(float));
+      ops->copy_from_host(stage->output_gradient(mb), gradient.data(), activation * sizeof(float));
     }
     const bool last = mb == kMicroBatches - 1;
     if (split) {

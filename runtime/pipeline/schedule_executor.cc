@@ -122,6 +122,7 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   for (int c = 0; c < v; ++c) {
     Chunk chunk;
     chunk.stage = &stage.chunk(c);
+    chunk.received.assign(chunk.stage->num_slots(), -1);
     chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
     chunk.previous_rank = previous_virtual_stage_rank(pipeline, c);
     chunk.next_tag = next_link_tag(pipeline, c);
@@ -149,7 +150,8 @@ double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample
   first_forward_done_ = false;
   for (Chunk& chunk : chunks_) {
     chunk.finished = false;
-    chunk.gradient_holder = chunk.input_gradient_of = -1;
+    std::fill(chunk.received.begin(), chunk.received.end(), -1);
+    chunk.input_gradient_of = -1;
   }
   for (size_t i = 0; i < instructions_.size(); ++i) {
     if (observer == nullptr) {
@@ -212,7 +214,7 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
     case OpCode::BackwardInput:
       // A chunk without the head starts from the received output gradient,
       // which must be this micro-batch's (the streams keep them in order).
-      if (!stage.has_head() && chunk.gradient_holder != micro_batch)
+      if (!stage.has_head() && chunk.received[slot_of(chunk, micro_batch)] != micro_batch)
         refuse(instruction, "before its output gradient was received");
       if (chunk.input_gradient_of >= 0)
         refuse(instruction, "before the input gradient of micro-batch " +
@@ -224,7 +226,7 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
         stage.backward(slot_of(chunk, micro_batch), final_from_hook(c, hooks));
       else
         stage.backward(slot_of(chunk, micro_batch));
-      chunk.gradient_holder = -1;
+      chunk.received[slot_of(chunk, micro_batch)] = -1;
       break;
     case OpCode::BackwardWeight:
       if (finishes_gradients)
@@ -244,11 +246,12 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       break;
     case OpCode::RecvGradient:
       receive_output_gradient(chunk, instruction, micro_batch);
-      transfer(chunk, nullptr, stage.output_gradient(), true);
+      transfer(chunk, nullptr, stage.output_gradient(slot_of(chunk, micro_batch)), true);
       break;
     case OpCode::SendActivationRecvGradient:
       receive_output_gradient(chunk, instruction, instruction.peer_micro_batch());
-      transfer(chunk, stage.output(slot_of(chunk, micro_batch)), stage.output_gradient(), true);
+      transfer(chunk, stage.output(slot_of(chunk, micro_batch)),
+               stage.output_gradient(slot_of(chunk, instruction.peer_micro_batch())), true);
       break;
     case OpCode::SendGradientRecvActivation:
       send_input_gradient(chunk, instruction);
@@ -272,12 +275,13 @@ void ScheduleExecutor::refuse(const schema::Instruction& instruction, const std:
 
 void ScheduleExecutor::receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
                                                int micro_batch) {
-  // One receive buffer per chunk: the gradient in it must have been used.
-  if (chunk.gradient_holder >= 0)
+  // Into the micro-batch's slot, whose previous gradient must have been used.
+  int& received = chunk.received[slot_of(chunk, micro_batch)];
+  if (received >= 0)
     refuse(instruction, "receives the output gradient of micro-batch " +
                             std::to_string(micro_batch) + " over micro-batch " +
-                            std::to_string(chunk.gradient_holder) + "'s, not yet backwarded");
-  chunk.gradient_holder = micro_batch;
+                            std::to_string(received) + "'s, not yet backwarded");
+  received = micro_batch;
 }
 
 void ScheduleExecutor::send_input_gradient(Chunk& chunk, const schema::Instruction& instruction) {

@@ -100,16 +100,16 @@ class ScheduleExecutor {
     ModelStage* stage = nullptr;
     int next_rank = -1, previous_rank = -1;  // world ranks of its neighbour virtual stages
     int next_tag = 0, previous_tag = 0;      // the links' PeerToPeer tags
-    // The micro-batch whose output gradient sits in the chunk's receive
-    // buffer, and the one whose input gradient waits to be sent.
-    int gradient_holder = -1;
+    // Per slot, the micro-batch whose received output gradient waits for its
+    // backward (-1: none); the micro-batch whose input gradient waits to be sent.
+    std::vector<int> received;
     int input_gradient_of = -1;
     // The index of the step's last instruction finishing its gradients (its
     // last Backward or BackwardWeight), and whether it has run this step.
     size_t last_backward = 0;
     bool finished = false;
   };
-  int slot_of(const Chunk& chunk, int micro_batch) const {
+  static int slot_of(const Chunk& chunk, int micro_batch) {
     return micro_batch % chunk.stage->num_slots();
   }
   void execute(size_t index, const SampleSource& data, int64_t first_sample, float loss_scale,
@@ -120,8 +120,8 @@ class ScheduleExecutor {
   std::function<void(size_t)> final_from_hook(int c, const ExecutorHooks& hooks);
   [[noreturn]] static void refuse(const schema::Instruction& instruction,
                                   const std::string& problem);
-  // Bookkeeping of the chunk's one receive buffer and one input gradient:
-  // refuses a stream that would overwrite either before it is used.
+  // Bookkeeping of the slots' received gradients and the chunk's one input
+  // gradient: refuses a stream that would overwrite either before it is used.
   static void receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
                                       int micro_batch);
   static void send_input_gradient(Chunk& chunk, const schema::Instruction& instruction);
