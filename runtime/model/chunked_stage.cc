@@ -26,12 +26,12 @@ StageSpec combined_spec(const std::vector<std::unique_ptr<ParameterLayout>>& chu
 // The rank's stage's options: its buffers and every chunk's recompute modes;
 // its own single slot of tokens is unused (the chunks have theirs).
 ModelStageOptions rank_options(const ModelStageOptions& options,
-                               const std::vector<std::vector<RecomputeMode>>& recompute) {
+                               const std::vector<ModelStageOptions>& chunks) {
   ModelStageOptions rank = options;
   rank.num_slots = 1;
   rank.recompute.clear();
-  for (const std::vector<RecomputeMode>& modes : recompute)
-    rank.recompute.insert(rank.recompute.end(), modes.begin(), modes.end());
+  for (const ModelStageOptions& chunk : chunks)
+    rank.recompute.insert(rank.recompute.end(), chunk.recompute.begin(), chunk.recompute.end());
   return rank;
 }
 
@@ -54,19 +54,18 @@ ChunkedLayout::ChunkedLayout(std::vector<std::unique_ptr<ParameterLayout>> chunk
 }
 
 ChunkedStage::ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
-                           const ModelStageOptions& options, const std::vector<int>& slots,
-                           const std::vector<std::vector<RecomputeMode>>& recompute)
-    : ModelStage(layout, ops, memory, rank_options(options, recompute),
+                           const ModelStageOptions& options,
+                           const std::vector<ModelStageOptions>& chunks)
+    : ModelStage(layout, ops, memory, rank_options(options, chunks),
                  static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len *
                      layout.config().d_model),
       chunked_layout_(layout) {
-  if (static_cast<int>(slots.size()) != layout.num_chunks() ||
-      static_cast<int>(recompute.size()) != layout.num_chunks())
-    throw std::invalid_argument("chunked stage: one slot count and recompute list per chunk");
+  if (static_cast<int>(chunks.size()) != layout.num_chunks())
+    throw std::invalid_argument("chunked stage: one set of options per chunk");
   for (int c = 0; c < layout.num_chunks(); ++c) {
-    ModelStageOptions chunk = options;
-    chunk.num_slots = slots[c];
-    chunk.recompute = recompute[c];
+    ModelStageOptions chunk = chunks[c];
+    chunk.micro_batch_size = options.micro_batch_size;
+    chunk.tensor_group = options.tensor_group;
     chunk.buffer_elements = 0;
     chunk.parameters = kernels::element_at(parameters(), layout.chunk_offset(c), dtype());
     chunk.gradients = kernels::element_at(gradients(), layout.chunk_offset(c), dtype());

@@ -39,10 +39,10 @@ class ChunkedLayout final : public ParameterLayout {
 class ChunkedStage final : public ModelStage {
  public:
   // options: the rank's (micro-batch size, tensor group, buffer_elements);
-  // slots[c] and recompute[c]: chunk c's.
+  // chunks[c]: chunk c's slots, recompute modes and received gradients (the
+  // rest is the rank's; its buffers are ranges of the rank's).
   ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
-               const ModelStageOptions& options, const std::vector<int>& slots,
-               const std::vector<std::vector<RecomputeMode>>& recompute);
+               const ModelStageOptions& options, const std::vector<ModelStageOptions>& chunks);
 
   int num_chunks() const override { return static_cast<int>(chunks_.size()); }
   ModelStage& chunk(int c) override { return *chunks_[c]; }

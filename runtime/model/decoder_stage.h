@@ -51,7 +51,9 @@ class DecoderStage : public ModelStage {
     const Slot& s = slots_[slot];
     return s.blocks.empty() ? s.input : s.blocks.back().output;
   }
-  void* output_gradient(int slot) override { return slots_[slot].output_gradient; }
+  void* output_gradient(int slot) override {
+    return output_gradient_per_slot_ ? slots_[slot].output_gradient : residual_gradient_;
+  }
   const void* input_gradient() const override { return residual_gradient_; }
   const void* logits(int slot) const override { return slots_[slot].logits; }
 
@@ -130,6 +132,7 @@ class DecoderStage : public ModelStage {
                    static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len *
                        layout.config().d_model),
         decoder_layout_(layout),
+        output_gradient_per_slot_(options.output_gradient_per_slot),
         tensor_parallel_(options.tensor_group, ops, memory,
                          layout.stage().has_head ? static_cast<size_t>(options.micro_batch_size) *
                                                        layout.config().seq_len
@@ -157,10 +160,9 @@ class DecoderStage : public ModelStage {
       // A tied head on a stage with the embedding is the embedding (offset 0).
       gradients_final(decoder_layout_.final_norm_weight(), gradients_final_from);
     }
-    // Otherwise the slot's received output gradient, copied: backward works
-    // in place, and residual_gradient_ (the input gradient) must stay
-    // until sent.
-    if (!stage.has_head)
+    // Otherwise residual_gradient_ holds the received output gradient, or
+    // the slot's own buffer does: copied, as backward works in place.
+    if (!stage.has_head && output_gradient_per_slot_)
       ops_.copy(residual_gradient_, slot.output_gradient,
                 ops_.storage_bytes(static_cast<size_t>(rows()) * decoder_layout_.config().d_model));
     for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
@@ -253,7 +255,7 @@ class DecoderStage : public ModelStage {
       slot.input = allocate_storage(BT * C, MemoryCategory::kActivations);
       for (RecomputeMode mode : recompute_)
         slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
-      if (!decoder_layout_.stage().has_head)
+      if (!decoder_layout_.stage().has_head && output_gradient_per_slot_)
         slot.output_gradient = allocate_storage(BT * C, MemoryCategory::kActivations);
       if (decoder_layout_.stage().has_head) {
         slot.final_norm = allocate_storage(BT * C, MemoryCategory::kActivations);
@@ -312,6 +314,7 @@ class DecoderStage : public ModelStage {
   virtual void final_norm_backward(Slot& slot, const void* x) = 0;
 
   const DecoderLayout& decoder_layout_;
+  const bool output_gradient_per_slot_;
   TensorParallel tensor_parallel_;
   std::vector<Slot> slots_;
   Activations recompute_scratch_;

@@ -38,6 +38,12 @@ struct ModelStageOptions {
   // >= layout.num_elements() sizes the parameter and gradient buffers
   // (ZeRO-1 pads them to a multiple of its group size); 0 = exact.
   size_t buffer_elements = 0;
+  // A stage without the head: receive each slot's output gradient into a
+  // buffer of its own (schedules that receive a gradient while another waits
+  // for its backward, or while an input gradient waits to be sent:
+  // interleaved 1F1B), at one activation per slot; else into the buffer the
+  // input gradient is computed in, one at a time.
+  bool output_gradient_per_slot = false;
   // A chunk of a rank holding several (chunked_stage.h): its parameters and
   // gradients live in the rank's buffers at these addresses (its range);
   // null: the stage allocates its own.
@@ -81,8 +87,9 @@ class ModelStage {
   // A stage without the head: its output [B, T, C] after forward(slot).
   virtual const void* output(int slot) const = 0;
   // A stage without the head: where the gradient of the slot's output is
-  // received before backward(slot) (schedules may receive several before
-  // backwarding them: interleaved 1F1B).
+  // received before backward(slot): the slot's own buffer, or with
+  // output_gradient_per_slot false one buffer for all slots (the input
+  // gradient's: receive only after the last input gradient was sent).
   virtual void* output_gradient(int slot) = 0;
   // A stage without the embedding: the gradient of its input after backward()
   // (or backward_input()), until the next backward.

@@ -92,19 +92,22 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
 
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
   MemoryTracker memory(*ops);
-  const std::vector<int> slots = ScheduleExecutor::slots_needed(schedule, v);
+  const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
+      ScheduleExecutor::buffers_needed(schedule, v);
   std::vector<std::unique_ptr<ParameterLayout>> layouts;
-  std::vector<std::vector<RecomputeMode>> recompute;
+  std::vector<ModelStageOptions> chunks;
   for (int c = 0; c < v; ++c) {
     const int s = c * p + r;
     layouts.push_back(make_parameter_layout(config, {2 * s, 2, s == 0, s == S - 1}));
     // Full recompute on one chunk: its activations must live until its W.
-    recompute.push_back({c == 0 ? RecomputeMode::Full : RecomputeMode::None, RecomputeMode::None});
+    chunks.push_back(
+        {.num_slots = buffers[c].slots,
+         .recompute = {c == 0 ? RecomputeMode::Full : RecomputeMode::None, RecomputeMode::None},
+         .output_gradient_per_slot = buffers[c].output_gradient_per_slot});
   }
   ChunkedLayout layout(std::move(layouts));
   ChunkedStage stage(layout, *ops, memory,
-                     ModelStageOptions{.micro_batch_size = kBatch, .recompute = {}}, slots,
-                     recompute);
+                     ModelStageOptions{.micro_batch_size = kBatch, .recompute = {}}, chunks);
   std::vector<float> values(layout.num_elements());
   layout.initialize(values.data(), 3);
   stage.load_parameters(values.data(), values.size());

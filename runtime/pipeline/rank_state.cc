@@ -92,13 +92,17 @@ void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, i
                       "plan for more pipeline or tensor parallelism, or a smaller model");
 }
 
-// Each chunk's recompute modes, chunk by chunk.
-std::vector<std::vector<RecomputeMode>> chunk_recompute(const LoadedPlan& loaded,
-                                                        int pipeline_rank) {
-  std::vector<std::vector<RecomputeMode>> modes;
-  for (const StageModelSpec& chunk : chunk_models_from_plan(loaded, pipeline_rank))
-    modes.push_back(chunk.recompute);
-  return modes;
+// Each chunk's slots, received gradients and recompute modes, chunk by chunk.
+std::vector<ModelStageOptions> chunk_options(
+    const LoadedPlan& loaded, int pipeline_rank,
+    const std::vector<ScheduleExecutor::ChunkBuffers>& buffers) {
+  std::vector<ModelStageOptions> chunks;
+  const std::vector<StageModelSpec> models = chunk_models_from_plan(loaded, pipeline_rank);
+  for (size_t c = 0; c < models.size(); ++c)
+    chunks.push_back({.num_slots = buffers[c].slots,
+                      .recompute = models[c].recompute,
+                      .output_gradient_per_slot = buffers[c].output_gradient_per_slot});
+  return chunks;
 }
 
 }  // namespace
@@ -134,11 +138,13 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
     watch_process_groups(rank.groups);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
   const int chunks = plan.schedule()->virtual_stages();
-  const std::vector<int> slots = ScheduleExecutor::slots_needed(schedule, chunks);
+  const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
+      ScheduleExecutor::buffers_needed(schedule, chunks);
   ModelStageOptions stage_options{.micro_batch_size = training.micro_batch_size(),
-                                  .num_slots = slots[0],
+                                  .num_slots = buffers[0].slots,
                                   .recompute = model.recompute,
-                                  .tensor_group = rank.groups.tensor.get()};
+                                  .tensor_group = rank.groups.tensor.get(),
+                                  .output_gradient_per_slot = buffers[0].output_gradient_per_slot};
   rank.layout =
       rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
   check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
@@ -148,8 +154,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
     rank.stage = make_model_stage(*rank.layout, *rank.ops, *rank.memory, stage_options);
   else
     rank.stage = std::make_unique<ChunkedStage>(static_cast<const ChunkedLayout&>(*rank.layout),
-                                                *rank.ops, *rank.memory, stage_options, slots,
-                                                chunk_recompute(loaded, mesh.pipeline_rank));
+                                                *rank.ops, *rank.memory, stage_options,
+                                                chunk_options(loaded, mesh.pipeline_rank, buffers));
   const schema::Optimizer& optimizer_plan = *training.optimizer();
   rank.optimizer = std::make_unique<DistributedOptimizer>(
       *rank.stage, *rank.ops, *rank.memory, rank.groups,

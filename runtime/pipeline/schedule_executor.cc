@@ -12,8 +12,8 @@ namespace paraplan {
 
 using schema::OpCode;
 
-std::vector<int> ScheduleExecutor::slots_needed(const schema::StageSchedule& schedule,
-                                                int num_chunks) {
+std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
+    const schema::StageSchedule& schedule, int num_chunks) {
   // Per chunk: the micro-batches holding a slot (from the first instruction
   // writing into it, a load, a received activation or the forward, to the
   // Backward or BackwardWeight), and those forwarded and not yet backwarded
@@ -24,8 +24,21 @@ std::vector<int> ScheduleExecutor::slots_needed(const schema::StageSchedule& sch
     std::deque<int> holding, forwarded, weight_pending;
     int next_to_hold = 0;
     size_t most = 1;
+    // Received output gradients not yet backwarded; an input gradient not
+    // yet sent; whether the chunk sends input gradients at all.
+    int received = 0;
+    bool unsent = false, sends = false, per_slot = false;
   };
   std::vector<ChunkSlots> chunks(num_chunks);
+  for (const schema::Instruction* instruction : *schedule.instructions())
+    if ((instruction->op() == OpCode::SendGradient ||
+         instruction->op() == OpCode::SendGradientRecvActivation) &&
+        instruction->chunk() < num_chunks)
+      chunks[instruction->chunk()].sends = true;
+  const auto receive_gradient = [](ChunkSlots& chunk) {
+    chunk.per_slot |= chunk.received > 0 || chunk.unsent;
+    ++chunk.received;
+  };
   const std::string where = "schedule of stage " + std::to_string(schedule.stage()) + ": ";
   const auto refuse = [&where](const std::string& what, int micro_batch, int chunk) {
     throw std::runtime_error(where + what + " of micro-batch " + std::to_string(micro_batch) +
@@ -57,7 +70,17 @@ std::vector<int> ScheduleExecutor::slots_needed(const schema::StageSchedule& sch
         hold(chunk, mb, c);
         break;
       case OpCode::SendGradientRecvActivation:
+        chunk.unsent = false;
         hold(chunk, instruction->peer_micro_batch(), c);
+        break;
+      case OpCode::SendGradient:
+        chunk.unsent = false;
+        break;
+      case OpCode::RecvGradient:
+        receive_gradient(chunk);
+        break;
+      case OpCode::SendActivationRecvGradient:
+        receive_gradient(chunk);
         break;
       case OpCode::Forward:
         hold(chunk, mb, c);
@@ -67,6 +90,8 @@ std::vector<int> ScheduleExecutor::slots_needed(const schema::StageSchedule& sch
       case OpCode::BackwardInput:
         if (chunk.forwarded.empty() || chunk.forwarded.front() != mb) refuse("backward", mb, c);
         chunk.forwarded.pop_front();
+        chunk.received = std::max(0, chunk.received - 1);
+        chunk.unsent = chunk.sends;
         if (instruction->op() == OpCode::BackwardInput)
           chunk.weight_pending.push_back(mb);
         else
@@ -82,9 +107,10 @@ std::vector<int> ScheduleExecutor::slots_needed(const schema::StageSchedule& sch
         break;
     }
   }
-  std::vector<int> slots;
-  for (const ChunkSlots& chunk : chunks) slots.push_back(static_cast<int>(chunk.most));
-  return slots;
+  std::vector<ChunkBuffers> buffers;
+  for (const ChunkSlots& chunk : chunks)
+    buffers.push_back({static_cast<int>(chunk.most), chunk.per_slot});
+  return buffers;
 }
 
 int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks) {
@@ -119,10 +145,12 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   for (const schema::Instruction* instruction : *schedule.instructions())
     instructions_.push_back(*instruction);
   const int v = stage.num_chunks();
+  const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v);
   for (int c = 0; c < v; ++c) {
     Chunk chunk;
     chunk.stage = &stage.chunk(c);
     chunk.received.assign(chunk.stage->num_slots(), -1);
+    chunk.output_gradient_per_slot = buffers[c].output_gradient_per_slot;
     chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
     chunk.previous_rank = previous_virtual_stage_rank(pipeline, c);
     chunk.next_tag = next_link_tag(pipeline, c);
@@ -275,6 +303,18 @@ void ScheduleExecutor::refuse(const schema::Instruction& instruction, const std:
 
 void ScheduleExecutor::receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
                                                int micro_batch) {
+  // One buffer for all slots (the input gradient's): only once the last
+  // received gradient was used and the last input gradient sent.
+  if (!chunk.output_gradient_per_slot) {
+    for (int other : chunk.received)
+      if (other >= 0)
+        refuse(instruction, "receives the output gradient of micro-batch " +
+                                std::to_string(micro_batch) + " over micro-batch " +
+                                std::to_string(other) + "'s, not yet backwarded");
+    if (chunk.input_gradient_of >= 0)
+      refuse(instruction, "receives an output gradient over the input gradient of micro-batch " +
+                              std::to_string(chunk.input_gradient_of) + ", not yet sent");
+  }
   // Into the micro-batch's slot, whose previous gradient must have been used.
   int& received = chunk.received[slot_of(chunk, micro_batch)];
   if (received >= 0)

@@ -74,14 +74,22 @@ class InstructionObserver {
 
 class ScheduleExecutor {
  public:
-  // Per model chunk of the rank, the activation slots its stream needs: the
+  // Per model chunk of the rank, the buffers its stream needs: slots, the
   // most micro-batches holding one at any point, from the first instruction
   // writing into it (load, received activation, forward) to the Backward,
-  // or the BackwardWeight after a BackwardInput. Throws if a chunk's slots
-  // are not taken in micro-batch order or its backwards are not first-in
-  // first-out, or a BackwardWeight does not follow its BackwardInput in that
-  // order.
-  static std::vector<int> slots_needed(const schema::StageSchedule& schedule, int num_chunks = 1);
+  // or the BackwardWeight after a BackwardInput; and whether each slot needs
+  // its own received output gradient (the stream receives one while another
+  // waits for its backward, or while the chunk's input gradient waits to be
+  // sent). Throws if a chunk's slots are not taken in micro-batch order or
+  // its backwards are not first-in first-out, or a BackwardWeight does not
+  // follow its BackwardInput in that order.
+  struct ChunkBuffers {
+    int slots = 1;
+    bool output_gradient_per_slot = false;
+    bool operator==(const ChunkBuffers&) const = default;
+  };
+  static std::vector<ChunkBuffers> buffers_needed(const schema::StageSchedule& schedule,
+                                                  int num_chunks = 1);
 
   // stage: the rank's model (its chunks: ModelStage::chunk).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
@@ -104,6 +112,7 @@ class ScheduleExecutor {
     // backward (-1: none); the micro-batch whose input gradient waits to be sent.
     std::vector<int> received;
     int input_gradient_of = -1;
+    bool output_gradient_per_slot = false;
     // The index of the step's last instruction finishing its gradients (its
     // last Backward or BackwardWeight), and whether it has run this step.
     size_t last_backward = 0;

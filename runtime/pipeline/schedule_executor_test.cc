@@ -102,24 +102,38 @@ TEST(ScheduleExecutor, TwoChunksPerRankGiveTheWholeModelsGradients) {
 
 TEST(ScheduleExecutor, SlotsLastUntilTheWeightGradient) {
   const int p = testing::world_size();
+  using Buffers = ScheduleExecutor::ChunkBuffers;
   test_plans::PlanSpec spec = test_plans::make_plan_spec(p, 1, 1, 2 * p, kMicroBatches);
   spec.schedule[0].instructions = split_one_f_one_b(0, p, kMicroBatches);
   spec.schedule[1].instructions = sequential_streams(p, 2, kMicroBatches, true)[1];
   const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
   const auto* stages = schema::GetPlan(bytes.data())->schedule()->stages();
   // Rank 0 of 1F1B holds p micro-batches at once (min(p, m)), one more while
-  // a W waits; the sequential streams forward all m first.
-  EXPECT_EQ(ScheduleExecutor::slots_needed(*stages->Get(0), 1),
-            std::vector<int>{std::min(p + 1, kMicroBatches)});
-  EXPECT_EQ(ScheduleExecutor::slots_needed(*stages->Get(1), 2),
-            (std::vector<int>{kMicroBatches, kMicroBatches}));
+  // a W waits; the sequential streams forward all m first. Neither receives a
+  // gradient while another waits or an input gradient is unsent.
+  EXPECT_EQ(ScheduleExecutor::buffers_needed(*stages->Get(0), 1),
+            (std::vector<Buffers>{{std::min(p + 1, kMicroBatches), false}}));
+  EXPECT_EQ(ScheduleExecutor::buffers_needed(*stages->Get(1), 2),
+            (std::vector<Buffers>{{kMicroBatches, false}, {kMicroBatches, false}}));
+  // A middle stage receiving micro-batch 1's gradient before sending 0's
+  // input gradient needs a received gradient per slot.
+  spec.schedule[1].instructions = {
+      instruction(OpCode::RecvActivation, 0), instruction(OpCode::Forward, 0),
+      instruction(OpCode::RecvActivation, 1), instruction(OpCode::Forward, 1),
+      instruction(OpCode::RecvGradient, 0),   instruction(OpCode::Backward, 0),
+      instruction(OpCode::RecvGradient, 1),   instruction(OpCode::SendGradient, 0),
+      instruction(OpCode::Backward, 1),       instruction(OpCode::SendGradient, 1)};
+  const std::vector<uint8_t> early_bytes = test_plans::build_plan(spec);
+  EXPECT_EQ(ScheduleExecutor::buffers_needed(
+                *schema::GetPlan(early_bytes.data())->schedule()->stages()->Get(1), 1),
+            (std::vector<Buffers>{{2, true}}));
   // A BackwardWeight before its BackwardInput is refused.
   Stream bad = split_one_f_one_b(0, p, kMicroBatches);
   std::swap(bad[test_plans::find_instruction(bad, OpCode::BackwardInput, 0)],
             bad[test_plans::find_instruction(bad, OpCode::BackwardWeight, 0)]);
   spec.schedule[0].instructions = bad;
   const std::vector<uint8_t> bad_bytes = test_plans::build_plan(spec);
-  EXPECT_THROW(ScheduleExecutor::slots_needed(
+  EXPECT_THROW(ScheduleExecutor::buffers_needed(
                    *schema::GetPlan(bad_bytes.data())->schedule()->stages()->Get(0), 1),
                std::runtime_error);
 }
