@@ -3,9 +3,10 @@
 // backward) trained under mpirun with `paraplan launch ... train` gives the
 // single-rank losses, combined with tensor and data parallelism and ZeRO-1,
 // for GPT-2 (tied embeddings: with chunks, the embedding on rank 0's first
-// chunk and the head on the last rank's last one) and Llama; and where only
-// the order of independent work differs from 1F1B on the same mesh, bitwise
-// the same weights and optimizer moments.
+// chunk and the head on the last rank's last one) and Llama; and bitwise
+// 1F1B's weights and optimizer moments on the same pipeline width (GPipe and
+// ZB-H1: only the order of independent work differs; interleaved: also the
+// gradient norm's order of addition, which rounds to the same factor here).
 //
 // The plans are written here (schema/plan_test_builder.h) around the
 // planner's own schedules (planner/schedule.h, checked by its verifier), so
@@ -143,8 +144,11 @@ TEST_F(ScheduleEquivalence, InterleavedGivesTheSingleRankLosses) {
                          .virtual_stages = 2};
   expect_single_rank_losses(pp2);
   expect_single_rank_losses(pp4);
-  // Another rank holds each layer than under 1F1B, but each gradient is
-  // summed in the same order and the norm per tensor: the same weights.
+  // Other ranks hold the layers than under 1F1B, but each gradient is still
+  // summed micro-batch by micro-batch in the same order. Only the gradient
+  // norm's sum of squares (in double, per rank, then over the world) adds in
+  // another order; here it rounds to the same clip factor, so the weights
+  // are bitwise 1F1B's (deterministic: the same every run).
   expect_same_weights(kOneF1BPp2, pp2);
   expect_same_weights(kOneF1BPp4, pp4);
 }
