@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "planner/schedule.h"
 #include "planner/transformer_ops.h"
 
 namespace paraplan {
@@ -121,9 +122,13 @@ ModelStateMemory model_state_memory(double parameters, int element_bytes, double
 }
 
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
-                            int num_micro_batches) {
-  if (kind == schema::ScheduleKind::GPipe) return num_micro_batches;
-  return std::min(num_stages - pipeline_rank, num_micro_batches);
+                            int num_micro_batches, int virtual_stages) {
+  if (kind == schema::ScheduleKind::Interleaved1F1B &&
+      (num_stages < 2 || num_micro_batches < num_stages))
+    return num_micro_batches * std::max(virtual_stages, 1);  // no such schedule: all of them
+  return in_flight_bound(kind, num_stages, num_micro_batches,
+                         kind == schema::ScheduleKind::Interleaved1F1B ? virtual_stages : 1,
+                         pipeline_rank);
 }
 
 namespace {
@@ -187,6 +192,12 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
                                         : counts.selective > 0 ? kept_none - kept_selective
                                                                : 0;
+  // Interleaved: in flight counts chunks, each a 1 / v share of the blocks
+  // with its own ends (embedding, head or output: counted for every chunk).
+  const int chunks = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B
+                         ? std::max(options.pipeline_virtual_stages, 1)
+                         : 1;
+  per_micro_batch = (per_micro_batch + chunks - 1) / chunks;
   per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
   if (has_head) {
     per_micro_batch += head_activation_bytes(model, micro_batch_size, t);
@@ -194,7 +205,7 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
     per_micro_batch += stage_output_activation_bytes(model, micro_batch_size);
   }
   const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
-                                                shape.pipeline_stages, num_micro_batches);
+                                                shape.pipeline_stages, num_micro_batches, chunks);
 
   std::vector<int64_t> outputs = op_output_bytes(model, layout, micro_batch_size, t);
   std::sort(outputs.begin(), outputs.end(), std::greater<>());

@@ -130,15 +130,18 @@ struct ParallelShape {
 };
 
 // Micro-batches whose activations stage pipeline_rank holds at once: min(p - s, m)
-// under 1F1B, all m under GPipe.
+// under 1F1B, all m under GPipe, min(p, m) under ZB-H1, and under interleaved
+// 1F1B the chunks' worth in_flight_bound allows (schedule.h: the verifier's
+// bound, so the memory model and the streams agree).
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
-                            int num_micro_batches);
+                            int num_micro_batches, int virtual_stages = 1);
 
 // Memory of one device of stage pipeline_rank. Uses the planner options
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
 // zero_ngroups (ZeRO-1 shards optimizer state over data_parallel / zero_ngroups
 // ranks), memory_granularity (each component rounded up to a multiple), is_train
-// (false: no gradients, optimizer state or kept activations) and pipeline_scheduler.
+// (false: no gradients, optimizer state or kept activations), pipeline_scheduler and
+// pipeline_virtual_stages.
 MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
                              const StageLayout& stage, int pipeline_rank,
                              const ParallelShape& shape, int micro_batch_size,

@@ -89,67 +89,76 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
       const int m = global / (b * dp);
       if (space.fixed_micro_batch_size > 0 && b != space.fixed_micro_batch_size) continue;
       if (space.fixed_num_micro_batches > 0 && m != space.fixed_num_micro_batches) continue;
-      if (!space.pipeline_fixed && p > 1 &&
-          static_cast<double>(p - 1) / (m + p - 1) > options.max_pipeline_bubble_ratio)
-        continue;
       for (int zero : space.zero_stages) {
         if (zero == 1 &&
             (dp % space.zero_ngroups != 0 || (dp == 1 && !config.was_set("planner.zero_stage"))))
           continue;
-        const PlanSetting setting{shape, space.layout, b,
-                                  m,     zero,         zero == 1 ? space.zero_ngroups : 1};
-        const StageCostModel costs(config, setting, profile);
-        std::map<std::tuple<int, int, int>, StageBest> cache;
-        // Every split: counts[s] blocks on stage s.
-        std::vector<int> counts(p);
-        std::function<void(int, int)> split = [&](int s, int first) {
-          if (s == p) {
-            if (first != L) return;
-            std::vector<StageEstimate> estimates;
-            std::vector<StageLayout> layouts;
-            int start = 0;
-            for (int k = 0; k < p; ++k) {
-              auto key = std::make_tuple(k, start, counts[k]);
-              auto it = cache.find(key);
-              if (it == cache.end())
-                it =
-                    cache
-                        .emplace(key, best_stage(costs, space.layer_recompute, k, start, counts[k]))
-                        .first;
-              if (!it->second.fits) return;
-              estimates.push_back(it->second.estimate);
-              layouts.push_back({start, counts[k], k == 0, k == p - 1, it->second.modes});
-              start += counts[k];
+        const PlanSetting base{shape, space.layout, b, m, zero, zero == 1 ? space.zero_ngroups : 1,
+                               {}};
+        for (const ScheduleChoice& choice : schedule_choices(
+                 config, base, space.boundaries_restricted || !space.pinned_layers.empty())) {
+          PlanSetting candidate_setting = base;
+          candidate_setting.schedule = choice;
+          if (!space.pipeline_fixed && p > 1 &&
+              pipeline_bubble_ratio(candidate_setting) > options.max_pipeline_bubble_ratio)
+            continue;
+          const StageCostModel costs(config, candidate_setting, profile);
+          const PlanSetting& setting = costs.setting();
+          const int chunks = choice.virtual_stages;
+          std::map<std::tuple<int, int, int>, StageBest> cache;
+          // Every split: counts[s] blocks on stage s.
+          std::vector<int> counts(p);
+          std::function<void(int, int)> split = [&](int s, int first) {
+            if (s == p) {
+              if (first != L) return;
+              std::vector<StageEstimate> estimates;
+              std::vector<StageLayout> layouts;
+              int start = 0;
+              for (int k = 0; k < p; ++k) {
+                auto key = std::make_tuple(k, start, counts[k]);
+                auto it = cache.find(key);
+                if (it == cache.end())
+                  it = cache
+                           .emplace(key,
+                                    best_stage(costs, space.layer_recompute, k, start, counts[k]))
+                           .first;
+                if (!it->second.fits) return;
+                estimates.push_back(it->second.estimate);
+                layouts.push_back({start, counts[k], k == 0, k == p - 1, it->second.modes});
+                start += counts[k];
+              }
+              double slowest = 0, fastest = std::numeric_limits<double>::infinity();
+              for (const StageEstimate& e : estimates) {
+                slowest = std::max(slowest, e.slot_seconds());
+                fastest = std::min(fastest, e.slot_seconds());
+              }
+              if (p > 1 && fastest < options.max_pipeline_unbalance_ratio * slowest) return;
+              for (int k = 0; k < p; ++k)
+                if (counts[k] < chunks) return;  // a chunk per virtual stage needs a layer
+              ++result.plans_evaluated;
+              PlanEstimate estimate = combine_stage_estimates(config, setting, estimates);
+              if (!result.best || estimate.prediction.step_seconds <
+                                      result.best->estimate.prediction.step_seconds) {
+                result.best = PlanCandidate{setting, layouts, std::move(estimate)};
+              }
+              return;
             }
-            double slowest = 0, fastest = std::numeric_limits<double>::infinity();
-            for (const StageEstimate& e : estimates) {
-              slowest = std::max(slowest, e.slot_seconds());
-              fastest = std::min(fastest, e.slot_seconds());
+            const int least = p == 1 ? L : (s == 0 || s == p - 1) ? 0 : 1;
+            for (int n = least; first + n <= L; ++n) {
+              const int end = first + n;
+              if (s < p - 1 && !space.boundary_allowed[end]) continue;
+              bool pins_ok = true;
+              for (const auto& [layer, stage] : space.pinned_layers) {
+                const int pinned = stage < 0 ? p - 1 : stage;
+                if (layer >= first && layer < end && pinned != s) pins_ok = false;
+              }
+              if (!pins_ok) continue;
+              counts[s] = n;
+              split(s + 1, end);
             }
-            if (p > 1 && fastest < options.max_pipeline_unbalance_ratio * slowest) return;
-            ++result.plans_evaluated;
-            PlanEstimate estimate = combine_stage_estimates(config, setting, estimates);
-            if (!result.best ||
-                estimate.prediction.step_seconds < result.best->estimate.prediction.step_seconds) {
-              result.best = PlanCandidate{setting, layouts, std::move(estimate)};
-            }
-            return;
-          }
-          const int least = p == 1 ? L : (s == 0 || s == p - 1) ? 0 : 1;
-          for (int n = least; first + n <= L; ++n) {
-            const int end = first + n;
-            if (s < p - 1 && !space.boundary_allowed[end]) continue;
-            bool pins_ok = true;
-            for (const auto& [layer, stage] : space.pinned_layers) {
-              const int pinned = stage < 0 ? p - 1 : stage;
-              if (layer >= first && layer < end && pinned != s) pins_ok = false;
-            }
-            if (!pins_ok) continue;
-            counts[s] = n;
-            split(s + 1, end);
-          }
-        };
-        split(0, 0);
+          };
+          split(0, 0);
+        }
       }
     }
   }

@@ -41,6 +41,9 @@ PartitionResult solve_partition_ilp(const PartitionProblem& problem) {
   const StageCostModel& costs = *problem.costs;
   const std::vector<RecomputeRange>& layers = *problem.layers;
   const int p = costs.num_stages(), L = static_cast<int>(layers.size());
+  // Interleaved: every chunk of every rank holds a layer.
+  const int chunks =
+      costs.setting().schedule.virtual_stages > 1 ? costs.setting().schedule.virtual_stages : 0;
 
   // Pins as a stage per block (-2 none).
   std::vector<int> pin_of_layer(L, -2);
@@ -56,7 +59,9 @@ PartitionResult solve_partition_ilp(const PartitionProblem& problem) {
   std::vector<Column> columns;
   double largest_slot = 0;
   for (int s = 0; s < p && pins_possible; ++s) {
-    const int least = p == 1 ? L : (s == 0 || s == p - 1) ? 0 : 1;
+    const int least = p == 1                   ? L
+                      : (s == 0 || s == p - 1) ? std::max(0, chunks)
+                                               : std::max(1, chunks);
     for (int i = 0; i <= L; ++i) {
       if (s == 0 && i != 0) break;
       for (int j = i + least; j <= L; ++j) {
@@ -98,7 +103,7 @@ PartitionResult solve_partition_ilp(const PartitionProblem& problem) {
   const int T = n, U = n + 1, Tmin = n + 2;
   std::unique_ptr<Cbc_Model, ModelDeleter> model(Cbc_newModel());
   Cbc_setLogLevel(model.get(), 0);
-  const double slots_per_tau = costs.setting().num_micro_batches + p - 1;
+  const double slots_per_tau = costs.setting().num_micro_batches + bubble_slots(costs.setting());
   for (int c = 0; c < n; ++c) Cbc_addCol(model.get(), "", 0, 1, 0, 1, 0, nullptr, nullptr);
   Cbc_addCol(model.get(), "T", 0, 1e30, slots_per_tau, 0, 0, nullptr, nullptr);
   Cbc_addCol(model.get(), "U", 0, 1e30, 1, 0, 0, nullptr, nullptr);

@@ -116,6 +116,30 @@ const std::vector<FieldSpec>& field_table() {
   static const std::vector<FieldSpec> table = [] {
     std::vector<std::pair<std::string, std::string>> presets;
     for (const std::string& name : cluster_preset_names()) presets.emplace_back(name, name);
+    // 'auto' or a fixed kind: two members behind one key.
+    FieldSpec pipeline_scheduler = make_choice(
+        "planner", "pipeline_scheduler",
+        +[](JobConfig & c) -> auto& { return c.planner.pipeline_scheduler; },
+        std::vector<std::pair<std::string, ScheduleKind>>{
+            {"1f1b", ScheduleKind::OneForwardOneBackward},
+            {"gpipe", ScheduleKind::GPipe},
+            {"interleaved", ScheduleKind::Interleaved1F1B},
+            {"zb-h1", ScheduleKind::ZeroBubbleH1}});
+    pipeline_scheduler.choices.push_back("auto");
+    pipeline_scheduler.set = [set = pipeline_scheduler.set](JobConfig& c, const FieldValue& v) {
+      c.planner.pipeline_scheduler_auto = std::get<std::string>(v) == "auto";
+      if (c.planner.pipeline_scheduler_auto)
+        c.planner.pipeline_scheduler = ScheduleKind::OneForwardOneBackward;
+      else
+        set(c, v);
+    };
+    pipeline_scheduler.get = [get = pipeline_scheduler.get](const JobConfig& c) {
+      return c.planner.pipeline_scheduler_auto ? std::string("auto") : get(c);
+    };
+    pipeline_scheduler.copy = [](JobConfig& to, const JobConfig& from) {
+      to.planner.pipeline_scheduler = from.planner.pipeline_scheduler;
+      to.planner.pipeline_scheduler_auto = from.planner.pipeline_scheduler_auto;
+    };
     FieldSpec pipeline_nstages;
     pipeline_nstages.section = "planner";
     pipeline_nstages.key = "pipeline_nstages";
@@ -203,10 +227,8 @@ const std::vector<FieldSpec>& field_table() {
         PARAPLAN_FIELD(planner, zero_ngroups),
         PARAPLAN_FIELD(planner, pipeline_pivots),
         pipeline_nstages,
-        PARAPLAN_CHOICE(
-            planner, pipeline_scheduler,
-            std::vector<std::pair<std::string, ScheduleKind>>{
-                {"1f1b", ScheduleKind::OneForwardOneBackward}, {"gpipe", ScheduleKind::GPipe}}),
+        pipeline_scheduler,
+        PARAPLAN_FIELD(planner, pipeline_virtual_stages),
         PARAPLAN_FIELD(planner, max_pipeline_bubble_ratio),
         PARAPLAN_FIELD(planner, max_pipeline_unbalance_ratio),
         PARAPLAN_FIELD(planner, mesh_row),

@@ -139,7 +139,11 @@ struct PlannerOptions {
   int zero_ngroups = 1;
   std::string pipeline_pivots;
   int pipeline_nstages = 0;  // 0 = 'auto'
+  // 'auto' (pipeline_scheduler_auto): the search picks the kind, and the
+  // virtual stages, per setting; else pipeline_scheduler is the fixed kind.
   schema::ScheduleKind pipeline_scheduler = schema::ScheduleKind::OneForwardOneBackward;
+  bool pipeline_scheduler_auto = true;
+  int pipeline_virtual_stages = 0;  // interleaved's model chunks per rank; 0 = search
   double max_pipeline_bubble_ratio = 0.2;
   double max_pipeline_unbalance_ratio = 0.5;
   int mesh_row = 1;

@@ -254,6 +254,36 @@ TEST(JobConfigTest, WrongTypesNameFieldAndLocation) {
             std::string::npos);
 }
 
+TEST(JobConfigTest, PipelineSchedulerKindsAndAuto) {
+  const JobConfig automatic = parse_job_config(kMinimal);
+  EXPECT_TRUE(automatic.planner.pipeline_scheduler_auto);
+  EXPECT_EQ(automatic.planner.pipeline_virtual_stages, 0);
+  for (const auto& [name, kind] : {std::pair{"1f1b", schema::ScheduleKind::OneForwardOneBackward},
+                                   {"gpipe", schema::ScheduleKind::GPipe},
+                                   {"interleaved", schema::ScheduleKind::Interleaved1F1B},
+                                   {"zb-h1", schema::ScheduleKind::ZeroBubbleH1}}) {
+    const JobConfig config =
+        parse_job_config(with(std::string("[planner]\npipeline_scheduler = \"") + name + "\"\n"));
+    EXPECT_FALSE(config.planner.pipeline_scheduler_auto) << name;
+    EXPECT_EQ(config.planner.pipeline_scheduler, kind) << name;
+    std::map<std::string, std::string> by_key;
+    for (const auto& [key, value] : job_config_options(config)) by_key[key] = value;
+    EXPECT_EQ(by_key["planner.pipeline_scheduler"], name);
+  }
+  const JobConfig fixed = parse_job_config(
+      with("[planner]\npipeline_scheduler = \"interleaved\"\npipeline_virtual_stages = 3\n"));
+  EXPECT_EQ(fixed.planner.pipeline_virtual_stages, 3);
+  EXPECT_NE(parse_error(with("[planner]\npipeline_scheduler = \"zb-h1\"\n"
+                             "pipeline_virtual_stages = 2\n"))
+                .find("[planner] pipeline_virtual_stages = 2 needs pipeline_scheduler = "
+                      "'interleaved' or 'auto'"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with("[planner]\npipeline_virtual_stages = -1\n"))
+                .find("[planner] pipeline_virtual_stages = -1 is invalid; valid values: 0 "
+                      "(search) or 1..256"),
+            std::string::npos);
+}
+
 TEST(JobConfigTest, BadChoicesListTheValidValues) {
   EXPECT_NE(parse_error(with("[model]\ndtype = \"fp16\"\n"))
                 .find("[model] dtype = 'fp16' is not valid; valid values: float32, bfloat16"),
@@ -263,7 +293,8 @@ TEST(JobConfigTest, BadChoicesListTheValidValues) {
                       "h100-sxm, h200"),
             std::string::npos);
   EXPECT_NE(parse_error(with("[planner]\npipeline_scheduler = \"zb\"\n"))
-                .find("valid values: 1f1b, gpipe"),
+                .find("[planner] pipeline_scheduler = 'zb' is not valid; valid values: 1f1b, "
+                      "gpipe, interleaved, zb-h1, auto"),
             std::string::npos);
   EXPECT_NE(parse_error(with("[planner]\nsolver = \"greedy\"\n")).find("valid values: dp, ilp"),
             std::string::npos);
@@ -468,7 +499,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 83u);
+  EXPECT_EQ(options.size(), 84u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",
@@ -505,7 +536,8 @@ TEST(JobConfigTest, OptionsListEveryKey) {
                           "data_parallel_degree"})
     EXPECT_EQ(by_key.count(std::string("planner.") + key), 1u) << key;
   EXPECT_EQ(by_key["planner.pipeline_nstages"], "auto");
-  EXPECT_EQ(by_key["planner.pipeline_scheduler"], "1f1b");
+  EXPECT_EQ(by_key["planner.pipeline_scheduler"], "auto");
+  EXPECT_EQ(by_key["planner.pipeline_virtual_stages"], "0");
   EXPECT_EQ(by_key["planner.memory_constraint"], "32");
   EXPECT_EQ(by_key["training.min_learning_rate"], "6e-05");
   EXPECT_EQ(by_key["model.dtype"], "float32");

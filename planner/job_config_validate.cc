@@ -179,6 +179,18 @@ void validate_job_config(const JobConfig& c) {
                 true);
   require_range(c, "planner", "max_pipeline_unbalance_ratio", p.max_pipeline_unbalance_ratio, 0,
                 true, 1, true);
+  if (p.pipeline_virtual_stages < 0 || p.pipeline_virtual_stages > kMaxVirtualStages)
+    fail(c, "[planner] pipeline_virtual_stages",
+         "= " + std::to_string(p.pipeline_virtual_stages) +
+             " is invalid; valid values: 0 (search) "
+             "or 1.." +
+             std::to_string(kMaxVirtualStages) + " model chunks per pipeline rank");
+  if (p.pipeline_virtual_stages > 1 && !p.pipeline_scheduler_auto &&
+      p.pipeline_scheduler != schema::ScheduleKind::Interleaved1F1B)
+    fail(c, "[planner] pipeline_virtual_stages",
+         "= " + std::to_string(p.pipeline_virtual_stages) +
+             " needs pipeline_scheduler = 'interleaved' or 'auto' (the other schedules run one "
+             "model chunk per rank)");
   require_at_least(c, "planner", "mesh_row", p.mesh_row, 1, "nodes");
   require_at_least(c, "planner", "mesh_col", p.mesh_col, 1, "devices per node");
   require_at_least(c, "planner", "world_size", p.world_size, 1);

@@ -57,14 +57,16 @@ TEST(MultiRankPlanTest, FixedDegreesGiveValidPlans) {
     EXPECT_EQ(plan.training()->micro_batch_size() * plan.training()->num_micro_batches() * f.dp, 8);
     EXPECT_EQ(plan.zero()->stage(), f.zero);
     EXPECT_EQ(plan.zero()->num_groups(), f.zero == 1 ? f.ngroups : 1);
-    ASSERT_EQ(plan.stages()->size(), static_cast<size_t>(f.pp));
+    // One stage per virtual stage (pp x the chunks per rank), in model order.
+    const int count = f.pp * plan.schedule()->virtual_stages();
+    ASSERT_EQ(plan.stages()->size(), static_cast<size_t>(count));
     int layers = 0;
-    for (int s = 0; s < f.pp; ++s) {
+    for (int s = 0; s < count; ++s) {
       const schema::Stage& stage = *plan.stages()->Get(s);
       EXPECT_EQ(stage.first_layer(), layers);
       layers += stage.num_layers();
       EXPECT_EQ(stage.has_embedding(), s == 0);
-      EXPECT_EQ(stage.has_head(), s == f.pp - 1);
+      EXPECT_EQ(stage.has_head(), s == count - 1);
     }
     EXPECT_EQ(layers, 4);
     EXPECT_GT(plan.predictions()->step_seconds(), 0.0);
@@ -74,7 +76,9 @@ TEST(MultiRankPlanTest, FixedDegreesGiveValidPlans) {
 }
 
 TEST(MultiRankPlanTest, FourStagesHoldOneBlockEach) {
+  // 1F1B's warm-up is what this checks (auto would run ZB-H1 here).
   const PlanOutcome outcome = plan_job(job({{"planner.pipeline_nstages", "4"},
+                                            {"planner.pipeline_scheduler", "1f1b"},
                                             {"planner.data_parallel_degree", "2"},
                                             {"planner.tensor_parallel_degree", "1"},
                                             {"training.micro_batch_size", "1"}}));

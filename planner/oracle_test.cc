@@ -45,7 +45,8 @@ JobConfig random_job(std::mt19937& rng) {
       {"cluster.devices_per_node", "16"},
       {"planner.max_pipeline_unbalance_ratio", pick(rng, {"0", "0.3", "0.5", "0.8"})},
       {"planner.max_pipeline_bubble_ratio", pick(rng, {"0.2", "0.5", "1"})},
-      {"planner.pipeline_scheduler", pick(rng, {"1f1b", "1f1b", "gpipe"})},
+      {"planner.pipeline_scheduler",
+       pick(rng, {"1f1b", "gpipe", "auto", "auto", "interleaved", "zb-h1"})},
       {"planner.opt_resident_coef", pick(rng, {"2", "6"})},
       {"planner.opt_transient_coef", pick(rng, {"0", "2"})},
       {"planner.transient_mem_coef", pick(rng, {"0", "2"})},
@@ -80,6 +81,7 @@ JobConfig random_job(std::mt19937& rng) {
 TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   std::mt19937 rng(20240611);
   int compared = 0, feasible = 0, multi_stage = 0, recomputing = 0;
+  int interleaved = 0, zero_bubble = 0;
   for (int trial = 0; trial < 400; ++trial) {
     JobConfig config;
     try {
@@ -97,6 +99,9 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     if (!oracle.best) continue;
     ++feasible;
     multi_stage += oracle.best->setting.shape.pipeline_stages > 1;
+    interleaved += oracle.best->setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B;
+    zero_bubble += oracle.best->setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1;
+    EXPECT_EQ(searched.ranked.front().setting.schedule.kind, oracle.best->setting.schedule.kind);
     for (const StageLayout& stage : oracle.best->stages)
       if (count_recompute(stage).none != stage.num_layers) {
         ++recomputing;
@@ -121,14 +126,17 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     EXPECT_TRUE(validate_plan(*schema::GetPlan(bytes.data())).empty());
   }
   if (getenv("ORACLE_VERBOSE"))
-    printf("compared %d feasible %d multi-stage %d recomputing %d\n", compared, feasible,
-           multi_stage, recomputing);
+    printf("compared %d feasible %d multi-stage %d recomputing %d interleaved %d zb-h1 %d\n",
+           compared, feasible, multi_stage, recomputing, interleaved, zero_bubble);
   // The generator must exercise both outcomes.
   EXPECT_GT(compared, 300);
   EXPECT_GT(feasible, 100);
   EXPECT_GT(compared - feasible, 20);
   EXPECT_GT(multi_stage, 30);
   EXPECT_GT(recomputing, 30);
+  // Schedule kind and virtual stages are part of what both search.
+  EXPECT_GT(interleaved, 5);
+  EXPECT_GT(zero_bubble, 5);
 }
 
 TEST(OracleTest, IlpAgreesWithDynamicProgram) {
@@ -176,7 +184,8 @@ TEST(OracleTest, UniformAndGeneralPartitionPathsAgree) {
         const PlanSetting setting{
             shape, space.layout,
             b,     config.training.global_batch_size / (b * shape.data_parallel),
-            0,     1};
+            0,     1,
+            {}};
         const StageCostModel costs(config, setting);
         PartitionProblem problem;
         problem.costs = &costs;

@@ -16,7 +16,8 @@ using schema::OpCode;
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// A message: an activation (or gradient) of a micro-batch sent by a stage.
+// A message: an activation (or gradient) of a micro-batch sent by a virtual
+// stage (chunk c of rank r is c x p + r).
 using MessageKey = std::tuple<bool /*gradient*/, int /*micro-batch*/, int /*sender*/>;
 
 struct Message {
@@ -27,7 +28,9 @@ struct Message {
 };
 
 // The ends an instruction of stage s posts: (message, is the sending end).
-std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int s) {
+std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int rank,
+                                              int num_stages) {
+  const int s = in.chunk * num_stages + rank;
   const auto activation = [](int micro_batch, int sender) {
     return MessageKey{false, micro_batch, sender};
   };
@@ -71,6 +74,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
                             const std::vector<SimulatedStageInput>& inputs, int ranks_per_stage,
                             double cores) {
   const int p = schedule.num_stages, m = schedule.num_micro_batches;
+  const int v = std::max(schedule.virtual_stages, 1);
   if (static_cast<int>(inputs.size()) != p || static_cast<int>(schedule.stages.size()) != p)
     throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
   std::vector<StageState> state(p);
@@ -111,11 +115,20 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         moved = true;
         switch (instruction.op) {
           case OpCode::Forward:
-          case OpCode::Backward: {
+          case OpCode::Backward:
+          case OpCode::BackwardInput:
+          case OpCode::BackwardWeight: {
             const bool forward = instruction.op == OpCode::Forward;
+            const double share = instruction.op == OpCode::BackwardInput    ? 1 - in.weight_fraction
+                                 : instruction.op == OpCode::BackwardWeight ? in.weight_fraction
+                                                                            : 1.0;
             st.phase = Phase::kCompute, st.compute_started = now;
-            st.remaining = forward ? in.forward_work : in.backward_work;
-            st.fixed_after = forward ? in.forward_fixed : in.backward_fixed;
+            st.remaining = (forward ? in.forward_work : in.backward_work) * share / v;
+            // The tensor-parallel all-reduces go with the input gradient.
+            st.fixed_after = (forward                                    ? in.forward_fixed
+                              : instruction.op == OpCode::BackwardWeight ? 0
+                                                                         : in.backward_fixed) /
+                             v;
             break;
           }
           case OpCode::ReduceGradients:
@@ -127,7 +140,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           case OpCode::LoadMicroBatch:
             break;  // no time: stays at kStart for the next instruction
           default:
-            for (const auto& [key, sending] : ends(instruction, s)) {
+            for (const auto& [key, sending] : ends(instruction, s, p)) {
               Message& message = messages[key];
               (sending ? message.sent : message.received) = now;
               if (sending) message.seconds = in.p2p_seconds;
@@ -168,9 +181,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         st.remaining -= elapsed * rate;
         if (st.remaining > epsilon * std::max(1.0, now)) continue;
         const double wall = now - st.compute_started;
-        (st.op == OpCode::Forward    ? st.forward
-         : st.op == OpCode::Backward ? st.backward
-                                     : st.optimizer) += wall;
+        (st.op == OpCode::Forward         ? st.forward
+         : st.op == OpCode::OptimizerStep ? st.optimizer
+                                          : st.backward) += wall;
         st.phase = Phase::kFixed, st.remaining = st.fixed_after;
       } else if (st.phase == Phase::kFixed) {
         st.remaining -= elapsed;
@@ -189,7 +202,10 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     stage.forward_wall = st.forward / m;
     stage.backward_wall = st.backward / m;
     stage.optimizer_wall = st.optimizer;
-    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    int sends = 0;  // per micro-batch
+    for (const PipelineInstruction& instruction : schedule.stages[s])
+      for (const auto& end : ends(instruction, s, p)) sends += end.second ? 1 : 0;
+    sends /= m;
     const double busy = m * (in.forward_work + in.backward_work + in.forward_fixed +
                              in.backward_fixed + sends * in.p2p_seconds) +
                         in.reduction_seconds + in.optimizer_work;

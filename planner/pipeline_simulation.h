@@ -7,7 +7,8 @@
 // ((m + p - 1) x slowest slot + tail) assumes every rank always busy.
 //
 // Model: every rank of a stage does the same as the stage's others. A
-// Forward or Backward is its compute (seconds of work at a dedicated core's
+// Forward, Backward, BackwardInput or BackwardWeight (of one of the v chunks:
+// 1 / v of the stage's work) is its compute (seconds of work at a dedicated core's
 // speed) followed by its tensor-parallel all-reduces (fixed seconds); the
 // compute of all stages in progress shares `cores` among their ranks, each
 // rank progressing at min(1, cores / ranks computing). A transfer completes
@@ -30,6 +31,9 @@ struct SimulatedStageInput {
   double p2p_seconds = 0;                        // per message this stage sends
   double reduction_seconds = 0;                  // per step
   double optimizer_work = 0;                     // per step, dedicated-core seconds
+  // The share of backward_work a BackwardWeight does (the rest is its
+  // BackwardInput's); with v chunks each chunk's op does 1 / v of the work.
+  double weight_fraction = 0;
 };
 
 struct SimulatedStage {

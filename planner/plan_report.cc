@@ -122,6 +122,31 @@ std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best
   return text;
 }
 
+std::string schedule_comparison(const SearchResult& result) {
+  if (result.ranked.empty() || result.best_per_schedule.size() < 2) return "";
+  const PlanCandidate& best = result.ranked.front();
+  const double best_step = best.estimate.prediction.step_seconds;
+  std::string text = "schedule: " + schedule_choice_name(best.setting.schedule) +
+                     " won; the best plan of each schedule kind:\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"schedule", "mesh pp x dp x tp", "micro-batch", "step", "bubble", "peak GB", "vs best"}};
+  for (const PlanCandidate& c : result.best_per_schedule) {
+    const PlanSetting& s = c.setting;
+    const double step = c.estimate.prediction.step_seconds;
+    rows.push_back(
+        {schedule_choice_name(s.schedule),
+         std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
+             " x " + std::to_string(s.shape.tensor_parallel),
+         std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
+         duration(step), percent(c.estimate.prediction.bubble_ratio),
+         gigabytes(static_cast<double>(c.estimate.peak_memory)),
+         s.schedule.kind == best.setting.schedule.kind
+             ? "best"
+             : printf_string("+%.1f%%", (step / best_step - 1) * 100)});
+  }
+  return text + render_table(rows);
+}
+
 std::string format_search_report(const JobConfig& config, const SearchResult& result,
                                  const MeasuredProfile* profile,
                                  const std::vector<std::string>& profile_lines) {
@@ -154,7 +179,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
         "is_train = false: memory and time are for inference (forward only); do not train "
         "with this plan\n";
   std::vector<std::vector<std::string>> rows = {{"#", "mesh pp x dp x tp", "micro-batch", "ZeRO",
-                                                 "recompute", "step", "tokens/s", "MFU",
+                                                 "schedule", "recompute", "step", "tokens/s", "MFU",
                                                  "peak GB per stage", "why it lost"}};
   for (size_t i = 0; i < result.ranked.size(); ++i) {
     const PlanCandidate& c = result.ranked[i];
@@ -179,13 +204,15 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
          std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
              " x " + std::to_string(s.shape.tensor_parallel),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
-         s.zero_stage == 1 ? "1/" + std::to_string(s.zero_ngroups) : "0", recompute_summary(c),
+         s.zero_stage == 1 ? "1/" + std::to_string(s.zero_ngroups) : "0",
+         schedule_choice_name(s.schedule), recompute_summary(c),
          duration(c.estimate.prediction.step_seconds),
          printf_string("%.0f", c.estimate.prediction.tokens_per_second),
          percent(c.estimate.prediction.mfu), memory,
          i == 0 ? "best" : why_slower(c, result.ranked.front())});
   }
   text += render_table(rows);
+  text += schedule_comparison(result);
   for (const std::string& line : result.log) text += "  " + line + "\n";
   // Rejected settings, counted by reason, with one example each.
   const char* names[] = {"do not fit memory",

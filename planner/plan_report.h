@@ -20,6 +20,11 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
 // candidate is slower than best.
 std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best);
 
+// Which schedule won and by how much: the best plan of each schedule kind the
+// search tried (step, bubble, peak memory, and its step against the best).
+// Empty with fewer than two kinds.
+std::string schedule_comparison(const SearchResult& result);
+
 // "none", "selective x12", "full x4, selective x8".
 std::string recompute_summary(const PlanCandidate& candidate);
 

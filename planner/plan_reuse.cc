@@ -104,6 +104,9 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
 
   JobConfig effective = config;  // the plan's schedule and ZeRO decisions stand
   effective.planner.pipeline_scheduler = plan.schedule()->kind();
+  effective.planner.pipeline_scheduler_auto = false;
+  const int chunks = std::max(plan.schedule()->virtual_stages(), 1);
+  effective.planner.pipeline_virtual_stages = chunks;
   PlanCandidate& candidate = reused.candidate;
   PlanSetting& setting = candidate.setting;
   setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp};
@@ -112,6 +115,7 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
   setting.num_micro_batches = plan.training()->num_micro_batches();
   setting.zero_stage = plan.zero()->stage();
   setting.zero_ngroups = plan.zero()->num_groups();
+  setting.schedule = {plan.schedule()->kind(), chunks, 0};
   const int global = config.training.global_batch_size;
   const int64_t per_step = int64_t{setting.micro_batch_size} * mesh.data_parallel();
   if (global % per_step != 0)
@@ -130,6 +134,21 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
     if (stage->recompute() != nullptr)
       layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
     candidate.stages.push_back(std::move(layout_of_stage));
+  }
+  // Virtual stages back to one layout per rank (the cost model's unit): rank
+  // r's chunks are stages r, r + p, ...
+  if (chunks > 1) {
+    const size_t p = static_cast<size_t>(mesh.pipeline_parallel());
+    std::vector<StageLayout> ranks(p);
+    for (size_t s = 0; s < candidate.stages.size(); ++s) {
+      StageLayout& rank = ranks[s % p];
+      const StageLayout& chunk = candidate.stages[s];
+      if (s < p) rank.first_layer = chunk.first_layer;
+      rank.num_layers += chunk.num_layers;
+      rank.recompute.insert(rank.recompute.end(), chunk.recompute.begin(), chunk.recompute.end());
+    }
+    for (size_t r = 0; r < p; ++r) ranks[r].has_embedding = r == 0, ranks[r].has_head = r + 1 == p;
+    candidate.stages = std::move(ranks);
   }
   candidate.estimate = evaluate_plan(effective, setting, candidate.stages, profile);
   reused.loaded_step_seconds = plan.predictions() ? plan.predictions()->step_seconds() : 0;

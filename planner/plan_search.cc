@@ -9,6 +9,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -29,7 +30,10 @@ std::string setting_name(const PlanSetting& setting) {
   return "pp " + str(setting.shape.pipeline_stages) + " x dp " + str(setting.shape.data_parallel) +
          " x tp " + str(setting.shape.tensor_parallel) + ", micro-batch " +
          str(setting.micro_batch_size) + " x " + str(setting.num_micro_batches) + ", ZeRO " +
-         str(setting.zero_stage);
+         str(setting.zero_stage) +
+         (setting.schedule.kind == schema::ScheduleKind::OneForwardOneBackward
+              ? ""
+              : ", " + schedule_choice_name(setting.schedule));
 }
 
 std::string seconds_text(double seconds) {
@@ -38,13 +42,15 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
-std::tuple<int, int, int, int, int, int> setting_key(const PlanSetting& s) {
+std::tuple<int, int, int, int, int, int, int, int> setting_key(const PlanSetting& s) {
   return {s.shape.pipeline_stages,
           s.shape.tensor_parallel,
           s.shape.data_parallel,
           -s.micro_batch_size,
           s.zero_stage,
-          s.zero_ngroups};
+          s.zero_ngroups,
+          static_cast<int>(s.schedule.kind),
+          s.schedule.virtual_stages};
 }
 
 struct PendingSetting {
@@ -89,7 +95,8 @@ bool ranks_before(const PlanCandidate& a, const PlanCandidate& b) {
     const PlanSetting& s = c.setting;
     return std::make_tuple(c.estimate.prediction.step_seconds, s.shape.pipeline_stages,
                            s.shape.tensor_parallel, s.zero_stage, -s.micro_batch_size,
-                           s.zero_ngroups);
+                           s.zero_ngroups, static_cast<int>(s.schedule.kind),
+                           s.schedule.virtual_stages);
   };
   return key(a) < key(b);
 }
@@ -168,24 +175,33 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
     for (int b : sizes) {
       const int m = global / (dp * b);
       for (const auto& [zero, groups] : zero_settings) {
-        PlanSetting setting{shape, space.layout, b, m, zero, groups};
-        ++result.statistics.settings;
-        result.settings.push_back(setting);
-        const double bubble = static_cast<double>(p - 1) / (m + p - 1);
-        if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
-          SettingRejection rejection;
-          rejection.setting = setting;
-          rejection.kind = RejectionKind::Bubble;
-          char text[160];
-          std::snprintf(text, sizeof(text),
-                        "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
-                        "max_pipeline_bubble_ratio = %g",
-                        bubble, options.max_pipeline_bubble_ratio);
-          rejection.reason = text;
-          result.rejections.push_back(rejection);
-          continue;
+        const PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
+        for (const ScheduleChoice& choice : schedule_choices(
+                 config, base, space.boundaries_restricted || !space.pinned_layers.empty())) {
+          PlanSetting setting = base;
+          setting.schedule = choice;
+          ++result.statistics.settings;
+          result.settings.push_back(setting);
+          // ZB-H1's bubble is counted as 1F1B's here (its W share is not known yet).
+          const double bubble = pipeline_bubble_ratio(setting);
+          if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
+            SettingRejection rejection;
+            rejection.setting = setting;
+            rejection.kind = RejectionKind::Bubble;
+            char text[200];
+            std::snprintf(text, sizeof(text),
+                          choice.kind == schema::ScheduleKind::Interleaved1F1B
+                              ? "bubble ratio %.3f = ((p - 1) / v) / (m + (p - 1) / v) exceeds "
+                                "max_pipeline_bubble_ratio = %g"
+                              : "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
+                                "max_pipeline_bubble_ratio = %g",
+                          bubble, options.max_pipeline_bubble_ratio);
+            rejection.reason = text;
+            result.rejections.push_back(rejection);
+            continue;
+          }
+          pending.push_back({setting, 0});
         }
-        pending.push_back({setting, 0});
       }
     }
   }
@@ -207,6 +223,12 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
   std::mutex mutex;
   std::atomic<size_t> next{0};
   double kth_step = kInfinity;
+  constexpr int kKinds = static_cast<int>(schema::ScheduleKind::MAX) + 1;
+  std::vector<std::optional<PlanCandidate>> kind_best(kKinds);
+  auto kind_bound = [&](const PlanSetting& setting) {
+    const auto& best = kind_best[static_cast<int>(setting.schedule.kind)];
+    return std::max(kth_step, best ? best->estimate.prediction.step_seconds : kInfinity);
+  };
   auto worker = [&]() {
     while (true) {
       const size_t index = next.fetch_add(1);
@@ -215,7 +237,7 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       double bound;
       {
         std::lock_guard<std::mutex> lock(mutex);
-        bound = kth_step;
+        bound = kind_bound(item.setting);
         if (item.lower_bound >= bound) {
           ++result.statistics.skipped_by_bound;
           if (verbose)
@@ -230,7 +252,20 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       const PartitionResult solved =
           solve_setting(config, make_problem(config, space, costs, bound));
       PlanCandidate candidate;
-      if (solved.status == PartitionStatus::Found)
+      PartitionStatus status = solved.status;
+      std::string reason = solved.reason;
+      if (status == PartitionStatus::Found) {
+        const int chunks = item.setting.schedule.virtual_stages;
+        for (int layers : solved.partition.num_layers)
+          if (layers < chunks) {
+            status = PartitionStatus::NoValidBoundaries;
+            reason = "interleaved with " + str(chunks) +
+                     " chunks per rank needs as many layers on every rank; the best partition "
+                     "gives one " +
+                     str(layers);
+          }
+      }
+      if (status == PartitionStatus::Found)
         candidate =
             make_candidate(config, item.setting, space.layer_recompute, solved.partition, profile);
       std::lock_guard<std::mutex> lock(mutex);
@@ -238,31 +273,33 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       result.statistics.slots_evaluated += solved.slots_evaluated;
       if (verbose) {
         std::string line;
-        if (solved.status == PartitionStatus::Found) {
+        if (status == PartitionStatus::Found) {
           line = "best partition: step " +
                  seconds_text(candidate.estimate.prediction.step_seconds) + " s, blocks per stage";
           for (const StageLayout& stage : candidate.stages) line += " " + str(stage.num_layers);
-        } else if (solved.status == PartitionStatus::Pruned) {
+        } else if (status == PartitionStatus::Pruned) {
           line = "stopped: no partition beats the top-" + str(options.topk) + " bound " +
                  seconds_text(bound) + " s";
         } else {
-          line = "rejected: " + solved.reason;
+          line = "rejected: " + reason;
         }
         log.push_back({item.setting, line});
       }
-      if (solved.status == PartitionStatus::Found) {
+      if (status == PartitionStatus::Found) {
+        auto& best = kind_best[static_cast<int>(item.setting.schedule.kind)];
+        if (!best || ranks_before(candidate, *best)) best = candidate;
         auto& ranked = result.ranked;
         ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), candidate, ranks_before),
                       std::move(candidate));
         if (ranked.size() > topk) ranked.pop_back();
         if (ranked.size() == topk) kth_step = ranked.back().estimate.prediction.step_seconds;
-      } else if (solved.status == PartitionStatus::Pruned) {
+      } else if (status == PartitionStatus::Pruned) {
         ++result.statistics.pruned_in_search;
       } else {
         SettingRejection rejection;
         rejection.setting = item.setting;
-        rejection.kind = rejection_kind(solved.status);
-        rejection.reason = solved.reason;
+        rejection.kind = rejection_kind(status);
+        rejection.reason = reason;
         result.rejections.push_back(rejection);
       }
     }
@@ -287,6 +324,8 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
     for (std::thread& thread : pool) thread.join();
     if (failure) std::rethrow_exception(failure);
   }
+  for (auto& best : kind_best)
+    if (best) result.best_per_schedule.push_back(std::move(*best));
   // Rejections in a fixed order whatever the thread timing.
   std::stable_sort(result.rejections.begin(), result.rejections.end(),
                    [](const SettingRejection& a, const SettingRejection& b) {

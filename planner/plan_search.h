@@ -49,6 +49,10 @@ struct SearchStatistics {
 struct SearchResult {
   SearchSpace space;
   std::vector<PlanCandidate> ranked;  // best first, at most topk
+  // The best plan of each schedule kind searched (any virtual stages), in
+  // ScheduleKind order: the report's comparison of the kinds. The search
+  // skips a setting only when it can beat neither the top-k nor its kind's best.
+  std::vector<PlanCandidate> best_per_schedule;
   // Every setting enumerated (statistics.settings of them), in enumeration order.
   std::vector<PlanSetting> settings;
   std::vector<SettingRejection> rejections;

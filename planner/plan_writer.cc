@@ -17,13 +17,42 @@ namespace {
 constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
-PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate& candidate) {
+PipelineSchedule candidate_schedule(const JobConfig&, const PlanCandidate& candidate) {
+  const PlanSetting& setting = candidate.setting;
   PipelineSchedule schedule =
-      generate_schedule(config.planner.pipeline_scheduler, candidate.setting.shape.pipeline_stages,
-                        candidate.setting.num_micro_batches);
+      generate_schedule(setting.schedule.kind, setting.shape.pipeline_stages,
+                        setting.num_micro_batches, setting.schedule.virtual_stages);
   if (auto problem = verify_schedule(schedule))
     throw std::logic_error("planner produced an invalid schedule: " + *problem);
   return schedule;
+}
+
+std::vector<StageLayout> virtual_stage_layouts(const std::vector<StageLayout>& ranks,
+                                               int virtual_stages) {
+  const int p = static_cast<int>(ranks.size()), v = std::max(virtual_stages, 1);
+  if (v == 1) return ranks;
+  // Chunk c of rank r takes the next share of the rank's layers (and their
+  // recompute modes, in order); the earlier chunks take the remainder.
+  std::vector<StageLayout> out(static_cast<size_t>(p) * v);
+  for (int r = 0; r < p; ++r) {
+    const StageLayout& rank = ranks[r];
+    int taken = 0;
+    for (int c = 0; c < v; ++c) {
+      const int n = rank.num_layers / v + (c < rank.num_layers % v ? 1 : 0);
+      StageLayout& chunk = out[static_cast<size_t>(c) * p + r];
+      chunk.num_layers = n;
+      chunk.recompute.assign(rank.recompute.begin() + taken, rank.recompute.begin() + taken + n);
+      taken += n;
+    }
+  }
+  int first = 0;
+  for (size_t s = 0; s < out.size(); ++s) {
+    out[s].first_layer = first;
+    out[s].has_embedding = s == 0;
+    out[s].has_head = s + 1 == out.size();
+    first += out[s].num_layers;
+  }
+  return out;
 }
 
 namespace {
@@ -116,8 +145,10 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
                                  setting.layout.num_nodes, setting.layout.devices_per_node);
 
   std::vector<fb::Offset<schema::Stage>> stages;
-  for (size_t s = 0; s < candidate.stages.size(); ++s) {
-    const StageLayout& stage = candidate.stages[s];
+  const std::vector<StageLayout> virtual_stages =
+      virtual_stage_layouts(candidate.stages, setting.schedule.virtual_stages);
+  for (size_t s = 0; s < virtual_stages.size(); ++s) {
+    const StageLayout& stage = virtual_stages[s];
     stages.push_back(schema::CreateStageDirect(builder, static_cast<int32_t>(s), stage.first_layer,
                                                stage.num_layers, stage.has_embedding,
                                                stage.has_head, &stage.recompute));
@@ -130,11 +161,13 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
     std::vector<schema::Instruction> instructions;
     for (const PipelineInstruction& ins : plan_schedule.stages[s])
-      instructions.emplace_back(ins.op, 0, ins.micro_batch, ins.peer_micro_batch);
+      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
+                                ins.peer_micro_batch);
     stage_schedules.push_back(
         schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s), &instructions));
   }
-  auto schedule = schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules);
+  auto schedule = schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules,
+                                               plan_schedule.virtual_stages);
 
   std::vector<fb::Offset<schema::StagePrediction>> stage_predictions;
   const PlanEstimate& estimate = candidate.estimate;

@@ -33,6 +33,13 @@ struct PlanCandidate {
 // verified; throws std::logic_error if the generator produced a bad schedule.
 PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate& candidate);
 
+// The plan's stages from a candidate's per-rank layouts: with v > 1 chunks
+// per rank, pipeline_parallel x v virtual stages in model order, virtual stage
+// c x p + r taking chunk c's share of rank r's layers (sizes differ by at most
+// one), the embedding on the first and the head on the last.
+std::vector<StageLayout> virtual_stage_layouts(const std::vector<StageLayout>& ranks,
+                                               int virtual_stages);
+
 class MeasuredProfile;
 
 // A finished FlatBuffer with the PPLN identifier. profile (may be null) is the

@@ -161,7 +161,7 @@ TEST(ProfileTest, MeasuredCollectivesReplaceTheRing) {
   const JobConfig config = eight_device_job();
   const MeasuredProfile profile = communication_profile();
   // pp 2 x dp 1 x tp 4, micro-batch 2: a TP all-reduce moves s*b*h*4 = 262144 bytes.
-  const PlanSetting tensor{{2, 1, 4}, {1, 8}, 2, 8, 0, 1};
+  const PlanSetting tensor{{2, 1, 4}, {1, 8}, 2, 8, 0, 1, {}};
   const StageEstimate first = StageCostModel(config, tensor, &profile).estimate(0, {4, 0, 0});
   const StageEstimate last = StageCostModel(config, tensor, &profile).estimate(1, {4, 0, 0});
   const double all_reduce = 2e-5 + 262144 * 5e-10;  // = 1.5107200e-4
@@ -179,7 +179,7 @@ TEST(ProfileTest, MeasuredCollectivesReplaceTheRing) {
                    17 * ring_all_reduce_seconds({5e-6, 5e9}, 4, 262144));
 
   // dp 8: the gradient all-reduce of the stage's parameters, and the optimizer.
-  const PlanSetting data{{1, 8, 1}, {1, 8}, 2, 1, 0, 1};
+  const PlanSetting data{{1, 8, 1}, {1, 8}, 2, 1, 0, 1, {}};
   const StageLayout whole{0, 8, true, true, {}};
   const double parameters = static_cast<double>(stage_parameters(config.model, whole));
   const StageEstimate replica = StageCostModel(config, data, &profile).estimate(0, {8, 0, 0});
@@ -188,7 +188,7 @@ TEST(ProfileTest, MeasuredCollectivesReplaceTheRing) {
   EXPECT_DOUBLE_EQ(replica.gradient_reduction_seconds, 3e-5 + parameters * 4 * 7e-10 + norm);
   EXPECT_DOUBLE_EQ(replica.optimizer_seconds, parameters * 2.5e-9);
   // ZeRO-1 in 2 groups of 4: reduce-scatter + all-reduce of a quarter over 2 + all-gather.
-  const PlanSetting zero{{1, 8, 1}, {1, 8}, 2, 1, 1, 2};
+  const PlanSetting zero{{1, 8, 1}, {1, 8}, 2, 1, 1, 2, {}};
   const StageEstimate shard = StageCostModel(config, zero, &profile).estimate(0, {8, 0, 0});
   const double bytes = parameters * 4;
   EXPECT_DOUBLE_EQ(
@@ -197,7 +197,7 @@ TEST(ProfileTest, MeasuredCollectivesReplaceTheRing) {
   EXPECT_DOUBLE_EQ(shard.optimizer_seconds, parameters / 4 * 2.5e-9);
   EXPECT_EQ(shard.tail_seconds(), StageCostModel(config, zero, &profile).tail_seconds(0, 8));
   // Across nodes (2 nodes of 4) the data-parallel group keeps the analytic link.
-  const PlanSetting nodes{{1, 8, 1}, {2, 4}, 2, 1, 0, 1};
+  const PlanSetting nodes{{1, 8, 1}, {2, 4}, 2, 1, 0, 1, {}};
   const StageEstimate spanning = StageCostModel(config, nodes, &profile).estimate(0, {8, 0, 0});
   EXPECT_DOUBLE_EQ(spanning.gradient_reduction_seconds,
                    ring_all_reduce_seconds({50e-6, 1.25e9}, 8, bytes) + 2 * 3 * 50e-6);

@@ -129,6 +129,9 @@ JobConfig job_of(const Published& p) {
       {"planner.memory_constraint", "80"},
       {"planner.profile_dir", "/nonexistent"},
       {"planner.max_pipeline_unbalance_ratio", "0"},
+      // The schedule the calibration was fitted with (the step formula's
+      // (m + p - 1) slots): 1F1B.
+      {"planner.pipeline_scheduler", "1f1b"},
       // The published runs' recomputation: every block in N21, the attention
       // core in K22, none in M24.
       {"planner.recompute_modules", p.source == Source::N21 || p.source == Source::K22Full
@@ -199,7 +202,7 @@ PlanCandidate planned(const Published& p) {
     if (p.batch % (micro * dp) != 0) continue;
     PlanCandidate candidate;
     candidate.setting =
-        PlanSetting{{1, dp, p.tp}, {p.gpus / 8, 8}, micro, p.batch / (micro * dp), 1, 1};
+        PlanSetting{{1, dp, p.tp}, {p.gpus / 8, 8}, micro, p.batch / (micro * dp), 1, 1, {}};
     candidate.stages = {
         StageLayout{0, p.layers, true, true,
                     std::vector<schema::RecomputeMode>(p.layers, schema::RecomputeMode::None)}};

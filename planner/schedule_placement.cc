@@ -5,6 +5,8 @@
 // sequence, so their sends and receives meet in order under rendezvous.
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -223,8 +225,17 @@ bool orders_can_run(int p, int m, int v, const std::vector<InstructionStream>& o
 // that remove it (0 when m is a multiple of p).
 int interleaved_extra_warmup(int p, int m, int v) {
   if (m % p == 0) return 0;
+  // The memory model asks for every shape it prices: remember the answers.
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find({p, m, v}); it != known.end()) return it->second;
+  }
   int extra = 0;
   while (extra < m * v && !orders_can_run(p, m, v, interleaved_orders(p, m, v, extra))) ++extra;
+  std::lock_guard<std::mutex> lock(mutex);
+  known[{p, m, v}] = extra;
   return extra;
 }
 

@@ -301,7 +301,9 @@ TEST(SearchOptionsTest, InfeasibleJobsNameTheBindingConstraint) {
                                              {"planner.world_size", "8"},
                                              {"planner.memory_constraint", "80"},
                                              {"planner.opt_resident_coef", "6"},
-                                             {"planner.max_pipeline_bubble_ratio", "1"}});
+                                             {"planner.max_pipeline_bubble_ratio", "1"},
+                                             // The message of 1F1B's closest setting.
+                                             {"planner.pipeline_scheduler", "1f1b"}});
   try {
     plan_job(config);
     FAIL() << "planned";

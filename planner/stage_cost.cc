@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "planner/compute_model.h"
 #include "planner/pipeline_simulation.h"
 #include "planner/profile.h"
 #include "planner/transformer_ops.h"
+#include "schema/plan_io.h"
 
 namespace paraplan {
 
@@ -44,6 +48,9 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     : config_(&config), setting_(setting), options_(config.planner) {
   options_.zero_stage = setting.zero_stage;
   options_.zero_ngroups = setting.zero_ngroups;
+  options_.pipeline_scheduler = setting.schedule.kind;
+  options_.pipeline_scheduler_auto = false;
+  options_.pipeline_virtual_stages = std::max(setting.schedule.virtual_stages, 1);
   if (options_.consider_mem) memory_limit_ = options_.memory_constraint * kBytesPerGigabyte;
   const ModelConfig& model = config.model;
   const ParallelShape& shape = setting.shape;
@@ -80,6 +87,18 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     head_forward_ = operations_seconds(head.forward, false, device);
     head_backward_ = operations_seconds(head.backward, true, device);
   }
+  // ZB-H1's W: the weight-gradient GEMMs (every second backward GEMM,
+  // transformer_ops.h) as a share of the block's backward, analytic even
+  // under a profile (which measures the backward whole).
+  {
+    const PassOperations block = block_ops(model, b, t);
+    double weight_gradients = 0;
+    for (size_t i = 1; i < block.backward.gemms.size(); i += 2)
+      weight_gradients += gemm_seconds(block.backward.gemms[i], device);
+    const double analytic_backward = operations_seconds(block.backward, true, device);
+    block_weight_gradient_ =
+        analytic_backward > 0 ? block_backward_[0] * weight_gradients / analytic_backward : 0;
+  }
 
   // Tensor parallelism: always inside a node (t divides devices_per_node).
   links_ = LinkModel::from_cluster(config.cluster);
@@ -113,7 +132,29 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
                                : point_to_point_seconds(links.link(crosses), hidden_bytes);
     p2p_seconds_[s] += seconds;
     if (train) p2p_seconds_[s + 1] += seconds;
+    interleave_send_ = std::max(interleave_send_, seconds);
   }
+  // Interleaved: each rank's other chunks send an activation and a gradient
+  // more per micro-batch (the wrap from the last rank to rank 0 included).
+  if (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B && p > 1)
+    interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
+  else
+    interleave_send_ = 0;
+  if (train && setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1) {
+    const double block_slot = block_forward_ + block_backward_[0] + block_tensor_parallel_;
+    setting_.schedule.weight_fraction = block_slot > 0 ? block_weight_gradient_ / block_slot : 0;
+    setting_.schedule.weight_of_backward =
+        block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
+  }
+  const schema::ScheduleKind kind = setting.schedule.kind;
+  if (train && p > 1 &&
+      (kind == schema::ScheduleKind::ZeroBubbleH1 ||
+       kind == schema::ScheduleKind::Interleaved1F1B) &&
+      (kind != schema::ScheduleKind::Interleaved1F1B || setting.num_micro_batches >= p))
+    setting_.schedule.bubble_slots = played_out_bubble_slots(
+        kind, p, setting.num_micro_batches, std::max(setting.schedule.virtual_stages, 1),
+        block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
+        setting_.schedule.weight_of_backward);
 
   // Data-parallel reduction placement per stage.
   const int group = setting.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
@@ -258,7 +299,7 @@ void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
     stage.backward_seconds += head_backward_;
     stage.tensor_parallel_seconds += head_tensor_parallel_;
   }
-  stage.pipeline_p2p_seconds = p2p_seconds_[pipeline_rank];
+  stage.pipeline_p2p_seconds = p2p_seconds_[pipeline_rank] + interleave_send_;
 }
 
 double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const {
@@ -297,9 +338,92 @@ StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts&
   return stage;
 }
 
+double bubble_slots(const PlanSetting& setting) {
+  const int p = setting.shape.pipeline_stages;
+  const ScheduleChoice& schedule = setting.schedule;
+  switch (schedule.kind) {
+    case schema::ScheduleKind::Interleaved1F1B:
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
+      return static_cast<double>(p - 1) / std::max(schedule.virtual_stages, 1);
+    case schema::ScheduleKind::ZeroBubbleH1:
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
+      return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction);
+    default:
+      return p - 1;
+  }
+}
+
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward) {
+  if (p < 2) return 0;
+  // Ratios rounded to 1/20: settings differ in them a little, and the cache
+  // serves them all.
+  const int backward_q = static_cast<int>(std::lround(backward_ratio * 20));
+  const int weight_q = static_cast<int>(std::lround(weight_of_backward * 20));
+  const auto key = std::make_tuple(static_cast<int>(kind), p, m, v, backward_q, weight_q);
+  static std::mutex mutex;
+  static std::map<decltype(key), double> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const double backward = backward_q / 20.0;
+  std::vector<SimulatedStageInput> stages(p);
+  for (SimulatedStageInput& stage : stages) {
+    stage.forward_work = 1;
+    stage.backward_work = backward;
+    stage.weight_fraction = weight_q / 20.0;
+  }
+  const double step = simulate_step(generate_schedule(kind, p, m, v), stages, 1, 0).step_seconds;
+  const double slots = std::max(0.0, step / (1 + backward) - m);
+  std::lock_guard<std::mutex> lock(mutex);
+  known[key] = slots;
+  return slots;
+}
+
+double pipeline_bubble_ratio(const PlanSetting& setting) {
+  const double bubble = bubble_slots(setting);
+  return bubble > 0 ? bubble / (setting.num_micro_batches + bubble) : 0;
+}
+
 double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail) {
-  const int m = setting.num_micro_batches, p = setting.shape.pipeline_stages;
-  return (m + p - 1) * slowest_slot + slowest_tail;
+  return (setting.num_micro_batches + bubble_slots(setting)) * slowest_slot + slowest_tail;
+}
+
+std::string schedule_choice_name(const ScheduleChoice& choice) {
+  std::string name = schedule_kind_name(choice.kind);
+  if (choice.kind == schema::ScheduleKind::Interleaved1F1B)
+    name += " v=" + std::to_string(choice.virtual_stages);
+  return name;
+}
+
+std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
+                                             bool boundaries_restricted) {
+  using schema::ScheduleKind;
+  const PlannerOptions& options = config.planner;
+  const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
+  std::vector<ScheduleChoice> choices;
+  auto interleaved = [&] {
+    if (p < 2 || m < p || boundaries_restricted) return;
+    std::vector<int> chunks = {2, 3, 4};
+    if (options.pipeline_virtual_stages > 0) chunks = {options.pipeline_virtual_stages};
+    for (int v : chunks)
+      if (v >= 2 && config.model.num_layers >= p * v)
+        choices.push_back({ScheduleKind::Interleaved1F1B, v, 0});
+  };
+  if (!options.pipeline_scheduler_auto) {
+    if (options.pipeline_scheduler == ScheduleKind::Interleaved1F1B)
+      interleaved();
+    else
+      choices.push_back({options.pipeline_scheduler, 1, 0});
+    return choices;
+  }
+  choices.push_back({ScheduleKind::OneForwardOneBackward, 1, 0});
+  if (p < 2 || !options.is_train) return choices;
+  choices.push_back({ScheduleKind::GPipe, 1, 0});
+  choices.push_back({ScheduleKind::ZeroBubbleH1, 1, 0});
+  interleaved();
+  return choices;
 }
 
 bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting) {
@@ -314,15 +438,19 @@ namespace {
 // each stage's times become what its ranks take while the others compute or
 // wait. The per-stage times were measured (or modelled) with every rank of
 // the node busy at once, i.e. at cores / ranks of a dedicated core's speed.
-void simulate_shared_cores(const JobConfig& config, const PlanSetting& setting,
-                           PlanEstimate& plan) {
+void simulate_schedule(const JobConfig& config, const PlanSetting& setting, PlanEstimate& plan) {
   const int p = setting.shape.pipeline_stages;
   const double cores = config.cluster.cores_per_node;
   const double share = cores / setting.layout.devices_per_node;
   std::vector<SimulatedStageInput> inputs;
   for (int s = 0; s < p; ++s) {
     const StageEstimate& stage = plan.stages[s];
-    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    // The sends pipeline_p2p_seconds counts: one per neighbour, and
+    // interleaved's 2 (v - 1) more.
+    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0) +
+                      (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B
+                           ? 2 * (setting.schedule.virtual_stages - 1)
+                           : 0);
     inputs.push_back({.forward_work = stage.forward_seconds * share,
                       .backward_work = stage.backward_seconds * share,
                       .forward_fixed = stage.tensor_parallel_seconds / 2,
@@ -331,9 +459,12 @@ void simulate_shared_cores(const JobConfig& config, const PlanSetting& setting,
                       .reduction_seconds = stage.gradient_reduction_seconds,
                       .optimizer_work = stage.optimizer_seconds * share});
   }
-  const SimulatedStep step = simulate_step(
-      generate_schedule(config.planner.pipeline_scheduler, p, setting.num_micro_batches), inputs,
-      setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
+  for (SimulatedStageInput& input : inputs)
+    input.weight_fraction = setting.schedule.weight_of_backward;
+  const SimulatedStep step =
+      simulate_step(generate_schedule(setting.schedule.kind, p, setting.num_micro_batches,
+                                      setting.schedule.virtual_stages),
+                    inputs, setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
   // Compute as a dedicated core does it (replay counts a rank's compute by
   // the CPU time it got); the rest of the step is waiting.
   for (int s = 0; s < p; ++s) {
@@ -365,14 +496,14 @@ PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting&
   }
   plan.unbalance_ratio = plan.slot_seconds > 0 ? fastest_slot / plan.slot_seconds : 1;
   const int m = setting.num_micro_batches, p = setting.shape.pipeline_stages;
-  plan.pipeline_seconds = (m + p - 1) * plan.slot_seconds;
+  plan.pipeline_seconds = (m + bubble_slots(setting)) * plan.slot_seconds;
   StepPrediction& prediction = plan.prediction;
   prediction.step_seconds = step_seconds(setting, plan.slot_seconds, plan.tail_seconds);
   for (StageEstimate& stage : plan.stages)
     stage.bubble_seconds =
         std::max(0.0, prediction.step_seconds - m * stage.slot_seconds() - stage.tail_seconds());
-  if (ranks_share_cores(config, setting)) simulate_shared_cores(config, setting, plan);
-  prediction.bubble_ratio = static_cast<double>(p - 1) / (m + p - 1);
+  if (ranks_share_cores(config, setting)) simulate_schedule(config, setting, plan);
+  prediction.bubble_ratio = pipeline_bubble_ratio(setting);
   const int global = config.training.global_batch_size;
   const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;
   if (prediction.step_seconds > 0) {
@@ -392,7 +523,8 @@ PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
   std::vector<StageEstimate> estimates;
   for (size_t s = 0; s < stages.size(); ++s)
     estimates.push_back(model.estimate(static_cast<int>(s), count_recompute(stages[s])));
-  return combine_stage_estimates(config, setting, std::move(estimates));
+  // The model's setting carries the schedule's time figures it derived.
+  return combine_stage_estimates(config, model.setting(), std::move(estimates));
 }
 
 }  // namespace paraplan

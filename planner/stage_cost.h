@@ -34,14 +34,27 @@
 //   profile has one, else the analytic ring over the intra-node link; groups
 //   spanning nodes always use the analytic inter-node link. (The tied embedding's
 //   gradient is not charged separately: it is part of the stage's reduction.)
-// - Plan: step = (m + p - 1) x slowest slot + slowest tail (1F1B and GPipe both:
-//   the schedule changes memory, not this bound). is_train = false: forward only,
-//   no tail. Each stage's bubble is what is left of the step after m of its
-//   slots and its tail: the time it waits for the others.
+// - Plan: step = (m + bubble slots) x slowest slot + slowest tail, the bubble
+//   per schedule: p - 1 slots for 1F1B and GPipe (the schedule changes memory,
+//   not this bound), (p - 1) / v for interleaved 1F1B (whose slot carries its
+//   2 (v - 1) extra sends per micro-batch), (p - 1)(1 - 2 w) for ZB-H1 with w
+//   the weight gradients' share of the slot (Qi et al.: (p - 1)(F + B - W)
+//   against 1F1B's (p - 1)(F + B + W)) are their ideals; the model takes
+//   instead the bubble of their generated streams played out for identical
+//   stages (played_out_bubble_slots: rendezvous transfers may wait on a
+//   neighbour's compute), so the step stays (m + bubble) x slowest slot +
+//   tail, which every solver minimises alike. is_train = false:
+//   forward only, no tail. Each stage's bubble is what is left of the step
+//   after m of its slots and its tail: the time it waits for the others.
+// - Memory per schedule (cost_model.h's in_flight_micro_batches): 1F1B
+//   min(p - s, m) micro-batches, GPipe m, interleaved in_flight_bound
+//   (schedule.h) chunks' worth, ZB-H1 min(p, m) (a deferred W's state counted
+//   as the whole micro-batch's activations: an upper bound).
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "planner/communication_model.h"
@@ -51,6 +64,27 @@
 
 namespace paraplan {
 
+// The pipeline schedule of a setting: kind and model chunks per rank, and the
+// two figures of the time model that depend on it, filled in by
+// StageCostModel (0 in a setting no model has seen).
+struct ScheduleChoice {
+  schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward;
+  int virtual_stages = 1;
+  // ZB-H1: the weight-gradient GEMMs' share of a block's slot (W / (F + B +
+  // W + tensor-parallel)), from transformer_ops.h's backward list.
+  double weight_fraction = 0;
+  double weight_of_backward = 0;  // W / a block's backward: what a BackwardWeight does
+  // Interleaved and ZB-H1: the bubble, in slots, of the generated streams
+  // played out (played_out_bubble_slots); < 0 until a model has set it.
+  double bubble_slots = -1;
+  bool operator==(const ScheduleChoice& other) const {
+    return kind == other.kind && virtual_stages == other.virtual_stages;
+  }
+};
+
+// "1f1b", "zb-h1", "interleaved v=2".
+std::string schedule_choice_name(const ScheduleChoice& choice);
+
 // The plan-wide choices a stage's cost depends on.
 struct PlanSetting {
   ParallelShape shape;
@@ -59,6 +93,7 @@ struct PlanSetting {
   int num_micro_batches = 1;
   int zero_stage = 0;
   int zero_ngroups = 1;
+  ScheduleChoice schedule;
 };
 
 // A collective the time model charges for some stage of a setting.
@@ -127,6 +162,8 @@ class StageCostModel {
   double block_tensor_parallel_ = 0, full_recompute_tensor_parallel_ = 0;
   double embedding_tensor_parallel_ = 0, head_tensor_parallel_ = 0;
   std::vector<double> p2p_seconds_;         // per pipeline rank
+  double interleave_send_ = 0;              // interleaved's extra sends per micro-batch
+  double block_weight_gradient_ = 0;        // a block's W (its weight-gradient GEMMs)
   std::vector<double> tail_intercept_;      // per pipeline rank: tail at 0 layers
   std::vector<bool> reduction_crosses_[2];  // per rank: [0] ZeRO group, [1] all DP ranks
   double optimizer_seconds_per_parameter_ = 0;
@@ -183,5 +220,27 @@ PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
 double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds);
 
 double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail);
+
+// The pipeline bubble in slots (see the contract), and as a share of the step's
+// pipeline part: bubble slots / (m + bubble slots).
+double bubble_slots(const PlanSetting& setting);
+
+// The bubble in slots of a kind's generated streams (schedule.h) played out
+// (pipeline_simulation.h) for p identical stages, forward 1 and backward
+// `backward_ratio` of which a weight_of_backward share is W, without
+// communication: step / slot - m. Sends and receives meet under rendezvous,
+// so a transfer may wait on a neighbour's compute: this is what the streams
+// really give, at least the ideal (Megatron's (p - 1) / v, Qi et al.'s
+// (p - 1)(F + B - W)). Cached.
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward);
+double pipeline_bubble_ratio(const PlanSetting& setting);
+
+// The schedules a setting may run: the fixed [planner] pipeline_scheduler
+// (with pipeline_virtual_stages, or 2..4 chunks, for interleaved), or with
+// 'auto' every kind (one rank: 1F1B only). Interleaved needs p >= 2, m >= p,
+// at least v layers per rank and no pivots or pinned layers.
+std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
+                                             bool boundaries_restricted);
 
 }  // namespace paraplan

@@ -68,7 +68,7 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
   // The whole reduction is exposed (overlap has its own test below).
   const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
   // pp 8 x dp 16 x tp 8 on 128 nodes of 8, micro-batch 1 x 96.
-  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
+  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   const StageCostModel costs(config, setting);
   const StageEstimate stage = costs.estimate(3, {12, 0, 0});
   // Compute: the A100's analytic model of one tp-8 shard's operations
@@ -106,8 +106,8 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
 
 TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
   const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
-  const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
-  const PlanSetting zero{{8, 16, 8}, {128, 8}, 1, 96, 1, 4};
+  const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
+  const PlanSetting zero{{8, 16, 8}, {128, 8}, 1, 96, 1, 4, {}};
   const StageEstimate a = StageCostModel(config, plain).estimate(3, {12, 0, 0});
   const StageEstimate b = StageCostModel(config, zero).estimate(3, {12, 0, 0});
   const double bytes = 12.0 * block_parameters(config.model, 8) * 2;
@@ -137,7 +137,7 @@ TEST(StageCostTest, BucketedReductionHidesBehindTheLastBackward) {
   const JobConfig serial = gpt3({{"cluster.overlap_communication", "false"}});
   ASSERT_TRUE(overlapped.cluster.overlap_communication);
   for (int zero_stage : {0, 1}) {
-    const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, zero_stage, 4};
+    const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, zero_stage, 4, {}};
     const StageEstimate a = StageCostModel(serial, setting).estimate(3, {12, 0, 0});
     const StageEstimate b = StageCostModel(overlapped, setting).estimate(3, {12, 0, 0});
     EXPECT_EQ(a.hidden_reduction_seconds, 0.0);
@@ -157,7 +157,7 @@ TEST(StageCostTest, BucketedReductionHidesBehindTheLastBackward) {
   }
   // A full-recompute stage backwards longer, but only the plain backward is
   // counted on, so the tail does not depend on the recompute choice.
-  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
+  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   const StageCostModel costs(overlapped, setting);
   EXPECT_DOUBLE_EQ(costs.estimate(3, {0, 0, 12}).tail_seconds(), costs.tail_seconds(3, 12));
 }
@@ -168,7 +168,8 @@ TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {
   for (int trial = 0; trial < 50; ++trial) {
     const int p = 1 + rng() % 8;
     const PlanSetting setting{
-        {p, 16, 8}, {128, 8}, 1 + static_cast<int>(rng() % 4), 8, static_cast<int>(rng() % 2), 1};
+        {p, 16, 8}, {128, 8}, 1 + static_cast<int>(rng() % 4), 8, static_cast<int>(rng() % 2),
+        1,          {}};
     const StageCostModel costs(config, setting);
     const int rank = rng() % p;
     StageLayout layout{0, static_cast<int>(rng() % 6), rank == 0, rank == p - 1, {}};
@@ -185,7 +186,7 @@ TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {
 
 TEST(StageCostTest, RecomputeChoiceIsTheFastestThatFits) {
   const JobConfig base = gpt3();
-  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 1, 1};
+  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 1, 1, {}};
   // Stage 0 holds 8 micro-batches; give it 12 blocks under limits from loose to tight.
   RecomputeClassCounts free_blocks;
   free_blocks.add({RecomputeMode::None, RecomputeMode::Full}, 12);
@@ -219,7 +220,7 @@ TEST(StageCostTest, RecomputeChoiceIsTheFastestThatFits) {
 
 TEST(StageCostTest, InferenceMemoryAndForwardOnlyTime) {
   const JobConfig config = gpt3({{"planner.is_train", "false"}});
-  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1};
+  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   const StageEstimate stage = StageCostModel(config, setting).estimate(3, {12, 0, 0});
   EXPECT_EQ(stage.memory.gradients + stage.memory.optimizer_state + stage.memory.activations, 0u);
   EXPECT_GT(stage.memory.weights, 0u);

@@ -51,12 +51,16 @@ class Solver {
         layers_(*problem.layers),
         num_layers_(static_cast<int>(layers_.size())),
         num_stages_(costs_.num_stages()),
-        slots_per_tau_(costs_.setting().num_micro_batches + num_stages_ - 1) {
+        slots_per_tau_(costs_.setting().num_micro_batches + bubble_slots(costs_.setting())) {
     least_layers_.assign(num_stages_, 1);
     if (num_stages_ == 1) {
       least_layers_[0] = num_layers_;
     } else {
       least_layers_[0] = least_layers_[num_stages_ - 1] = 0;
+      // Interleaved: every chunk of every rank holds a layer.
+      const int chunks = costs_.setting().schedule.virtual_stages;
+      if (chunks > 1)
+        for (int& least : least_layers_) least = std::max(least, chunks);
     }
   }
 

@@ -423,7 +423,12 @@ void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
     out << "schedule: missing\n";
     return;
   }
-  out << "schedule: " << schedule_kind_name(schedule->kind()) << "; instructions per stage:";
+  out << "schedule: " << schedule_kind_name(schedule->kind());
+  if (schedule->virtual_stages() > 1)
+    out << ", " << schedule->virtual_stages()
+        << " model chunks per pipeline rank (stage s above is chunk s / p of rank s % p; the "
+           "times and memory of a rank, all its chunks together, are on its chunk 0 row)";
+  out << "; instructions per stage:";
   const char* separator = " ";
   if (schedule->stages() != nullptr) {
     for (const schema::StageSchedule* stage : *schedule->stages()) {

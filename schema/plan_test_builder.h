@@ -199,6 +199,32 @@ inline std::vector<Instruction> chunked_stream(int32_t rank, int32_t num_ranks, 
   return out;
 }
 
+// `count` stages in model order over `layers` layers, split as evenly as
+// possible (later stages take the remainder), no recomputation.
+inline std::vector<StageSpec> even_stages(int32_t count, int32_t layers) {
+  std::vector<StageSpec> stages;
+  int32_t next_layer = 0;
+  for (int32_t s = 0; s < count; ++s) {
+    StageSpec stage;
+    stage.index = s;
+    stage.first_layer = next_layer;
+    stage.num_layers = layers / count + (s >= count - layers % count ? 1 : 0);
+    stage.has_embedding = s == 0;
+    stage.has_head = s == count - 1;
+    stage.recompute.assign(stage.num_layers, schema::RecomputeMode::None);
+    next_layer += stage.num_layers;
+    stages.push_back(stage);
+  }
+  return stages;
+}
+
+// Violations one per line, indented: for test failure messages.
+inline std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += "  " + line + "\n";
+  return text;
+}
+
 // A valid plan: one node per pipeline stage with dp x tp devices each, layers split
 // as evenly as possible (later stages take the remainder), no recomputation.
 inline PlanSpec make_plan_spec(
@@ -214,17 +240,9 @@ inline PlanSpec make_plan_spec(
   spec.num_micro_batches = micro_batches;
   spec.global_batch_size = spec.micro_batch_size * micro_batches * dp;
   spec.schedule_kind = kind;
-  int32_t next_layer = 0;
+  spec.stages = even_stages(pp, layers);
   for (int32_t s = 0; s < pp; ++s) {
-    StageSpec stage;
-    stage.index = s;
-    stage.first_layer = next_layer;
-    stage.num_layers = layers / pp + (s >= pp - layers % pp ? 1 : 0);
-    stage.has_embedding = s == 0;
-    stage.has_head = s == pp - 1;
-    stage.recompute.assign(stage.num_layers, schema::RecomputeMode::None);
-    next_layer += stage.num_layers;
-    spec.stages.push_back(stage);
+    const StageSpec& stage = spec.stages[s];
 
     const bool loads = stage.has_embedding || stage.has_head;
     spec.schedule.push_back({s, true,
@@ -255,21 +273,8 @@ inline PlanSpec make_chunked_plan_spec(int32_t pp, int32_t chunks, int32_t layer
                                        bool split) {
   PlanSpec spec = make_plan_spec(pp, 1, 1, layers, micro_batches, kind);
   spec.virtual_stages = chunks;
-  spec.stages.clear();
+  spec.stages = even_stages(pp * chunks, layers);
   spec.schedule.clear();
-  const int32_t count = pp * chunks;
-  int32_t next_layer = 0;
-  for (int32_t s = 0; s < count; ++s) {
-    StageSpec stage;
-    stage.index = s;
-    stage.first_layer = next_layer;
-    stage.num_layers = layers / count + (s >= count - layers % count ? 1 : 0);
-    stage.has_embedding = s == 0;
-    stage.has_head = s == count - 1;
-    stage.recompute.assign(stage.num_layers, schema::RecomputeMode::None);
-    next_layer += stage.num_layers;
-    spec.stages.push_back(stage);
-  }
   for (int32_t r = 0; r < pp; ++r)
     spec.schedule.push_back({r, true, chunked_stream(r, pp, chunks, micro_batches, split)});
   return spec;

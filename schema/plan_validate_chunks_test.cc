@@ -12,17 +12,12 @@ namespace paraplan {
 namespace {
 
 using schema::OpCode;
-using schema::ScheduleKind;
 using test_plans::instruction;
+using test_plans::joined;
 using test_plans::make_chunked_plan_spec;
 using test_plans::PlanSpec;
 using test_plans::violations_of;
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string text;
-  for (const std::string& line : lines) text += "  " + line + "\n";
-  return text;
-}
+using ScheduleKind = schema::ScheduleKind;
 
 PlanSpec interleaved(int32_t pp = 2, int32_t chunks = 2) {
   return make_chunked_plan_spec(pp, chunks, 24, 4, ScheduleKind::Interleaved1F1B, false);
@@ -38,6 +33,13 @@ size_t at(const PlanSpec& spec, int rank, OpCode op, int mb, int chunk) {
     if (stream[i].op() == op && stream[i].micro_batch() == mb && stream[i].chunk() == chunk)
       return i;
   throw std::logic_error("no such instruction");
+}
+
+// spec without rank's (op, micro_batch, chunk).
+PlanSpec without(PlanSpec spec, int rank, OpCode op, int mb, int chunk) {
+  auto& stream = spec.schedule[rank].instructions;
+  stream.erase(stream.begin() + at(spec, rank, op, mb, chunk));
+  return spec;
 }
 
 void expect_only(const PlanSpec& spec, const std::string& violation) {
@@ -71,19 +73,13 @@ TEST(ValidateChunkedPlan, EmbeddingAndHeadSitOnTheFirstAndLastVirtualStage) {
 
 TEST(ValidateChunkedPlan, ChunkedStreamsAreCheckedPerChunk) {
   // Rank 1's chunk 1 is the last virtual stage: it loads targets.
-  PlanSpec no_load = interleaved(2, 2);
-  auto& s1 = no_load.schedule[1].instructions;
-  s1.erase(s1.begin() + at(no_load, 1, OpCode::LoadMicroBatch, 2, 1));
-  expect_only(no_load,
+  expect_only(without(interleaved(2, 2), 1, OpCode::LoadMicroBatch, 2, 1),
               "schedule.stages[1]: micro-batch 2 of chunk 1 is never loaded; chunk 1 of stage 1 "
               "holds the embedding or the head, so it must load_micro_batch each micro-batch "
               "once, before its forward");
 
   // Rank 0's chunk 1 (virtual stage 2) receives from rank 1's chunk 0.
-  PlanSpec no_receive = interleaved(2, 2);
-  auto& s0 = no_receive.schedule[0].instructions;
-  s0.erase(s0.begin() + at(no_receive, 0, OpCode::RecvActivation, 3, 1));
-  expect_only(no_receive,
+  expect_only(without(interleaved(2, 2), 0, OpCode::RecvActivation, 3, 1),
               "schedule.stages[0]: micro-batch 3 of chunk 1 is never received from the previous "
               "stage; chunk 1 of stage 0 must recv_activation (or send_gradient_recv_activation "
               "with that peer_micro_batch) once before each forward");
@@ -135,10 +131,7 @@ TEST(ValidateChunkedPlan, SplitBackwardNeedsOneWeightGradientAfterItsInputGradie
   EXPECT_NE(violations[1].find("sent back before its backward"), std::string::npos)
       << violations[1];
 
-  PlanSpec missing = zero_bubble(2);
-  auto& m = missing.schedule[0].instructions;
-  m.erase(m.begin() + at(missing, 0, OpCode::BackwardWeight, 1, 0));
-  expect_only(missing,
+  expect_only(without(zero_bubble(2), 0, OpCode::BackwardWeight, 1, 0),
               "schedule.stages[0]: micro-batch 1 is never given its backward_weight; a micro-batch "
               "backwarded by backward_input needs exactly one backward_weight after it, one "
               "backwarded by backward none");

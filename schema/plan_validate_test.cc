@@ -16,15 +16,10 @@ using schema::OpCode;
 using schema::ScheduleKind;
 using test_plans::find_instruction;
 using test_plans::instruction;
+using test_plans::joined;
 using test_plans::make_plan_spec;
 using test_plans::PlanSpec;
 using test_plans::violations_of;
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string text;
-  for (const std::string& line : lines) text += "  " + line + "\n";
-  return text;
-}
 
 // True when one violation contains every fragment.
 bool has_violation(const std::vector<std::string>& violations,

@@ -62,7 +62,8 @@ for entry in "${selected[@]}"; do
   read -r name world pp tp dp zero micro <<<"$entry"
   degrees=(--planner.world_size "$world" --planner.pipeline_nstages "$pp"
     --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp"
-    --planner.zero_stage "$zero" --training.micro_batch_size "$micro")
+    --planner.zero_stage "$zero" --training.micro_batch_size "$micro"
+    --planner.pipeline_scheduler 1f1b)
   profile_dir="$out/profile-$name"
   rm -rf "$profile_dir"
   "$paraplan" profile --config "$job" --profile-dir "$profile_dir" "${degrees[@]}" \

@@ -1,0 +1,109 @@
+// plan_schedules_test.cc: plans with each schedule kind, written and read
+// back: virtual stages in model order, a chunk per instruction, the kind,
+// predictions per rank, streams equal to the generator's and valid; the
+// report's comparison of the kinds.
+#include <gtest/gtest.h>
+
+#include "planner/planner.h"
+#include "planner/schedule.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+namespace {
+
+using schema::ScheduleKind;
+
+const char* kJob = R"(
+[model]
+seq_len = 64
+num_layers = 8
+d_model = 64
+num_heads = 4
+[training]
+global_batch_size = 16
+total_steps = 100
+)";
+
+PlanOutcome plan_with(const std::string& scheduler, const std::string& chunks = "0") {
+  return plan_job(parse_job_config(kJob, "job.toml",
+                                   {{"planner.pipeline_nstages", "2"},
+                                    {"planner.data_parallel_degree", "1"},
+                                    {"planner.tensor_parallel_degree", "1"},
+                                    {"training.micro_batch_size", "2"},
+                                    {"planner.pipeline_scheduler", scheduler},
+                                    {"planner.pipeline_virtual_stages", chunks}}));
+}
+
+std::string problems_of(const std::vector<uint8_t>& bytes) {
+  std::string joined;
+  for (const std::string& problem : validate_plan(*schema::GetPlan(bytes.data())))
+    joined += problem + "\n";
+  return joined;
+}
+
+TEST(PlanSchedulesTest, InterleavedPlanHoldsVirtualStagesInModelOrder) {
+  const PlanOutcome outcome = plan_with("interleaved", "2");
+  EXPECT_EQ(problems_of(outcome.plan), "");
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  ASSERT_EQ(plan.schedule()->kind(), ScheduleKind::Interleaved1F1B);
+  ASSERT_EQ(plan.schedule()->virtual_stages(), 2);
+  ASSERT_EQ(plan.stages()->size(), 4u);
+  ASSERT_EQ(plan.predictions()->stages()->size(), 2u);
+  // 8 layers, two ranks, two chunks each: rank r's chunk c is stage c x 2 + r.
+  int layers = 0;
+  for (int s = 0; s < 4; ++s) {
+    const schema::Stage& stage = *plan.stages()->Get(s);
+    EXPECT_EQ(stage.first_layer(), layers);
+    EXPECT_GE(stage.num_layers(), 1);
+    layers += stage.num_layers();
+    EXPECT_EQ(stage.has_embedding(), s == 0);
+    EXPECT_EQ(stage.has_head(), s == 3);
+  }
+  EXPECT_EQ(layers, 8);
+  // The streams are the generator's, chunk included.
+  const PipelineSchedule expected =
+      generate_interleaved(2, plan.training()->num_micro_batches(), 2);
+  for (int r = 0; r < 2; ++r) {
+    const auto* stream = plan.schedule()->stages()->Get(r)->instructions();
+    ASSERT_EQ(stream->size(), expected.stages[r].size());
+    for (size_t i = 0; i < stream->size(); ++i) {
+      EXPECT_EQ(stream->Get(i)->op(), expected.stages[r][i].op);
+      EXPECT_EQ(stream->Get(i)->chunk(), expected.stages[r][i].chunk);
+      EXPECT_EQ(stream->Get(i)->micro_batch(), expected.stages[r][i].micro_batch);
+    }
+  }
+}
+
+TEST(PlanSchedulesTest, ZeroBubblePlanSplitsBackward) {
+  const PlanOutcome outcome = plan_with("zb-h1");
+  EXPECT_EQ(problems_of(outcome.plan), "");
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  ASSERT_EQ(plan.schedule()->kind(), ScheduleKind::ZeroBubbleH1);
+  EXPECT_EQ(plan.stages()->size(), 2u);
+  int inputs = 0, weights = 0, whole = 0;
+  for (const schema::Instruction* ins : *plan.schedule()->stages()->Get(0)->instructions()) {
+    inputs += ins->op() == schema::OpCode::BackwardInput;
+    weights += ins->op() == schema::OpCode::BackwardWeight;
+    whole += ins->op() == schema::OpCode::Backward;
+  }
+  EXPECT_EQ(inputs, plan.training()->num_micro_batches());
+  EXPECT_EQ(weights, inputs);
+  EXPECT_EQ(whole, 0);
+}
+
+TEST(PlanSchedulesTest, AutoComparesTheKindsInTheReport) {
+  const PlanOutcome outcome = plan_with("auto");
+  EXPECT_EQ(problems_of(outcome.plan), "");
+  const std::string& report = outcome.report;
+  EXPECT_NE(report.find(" won; the best plan of each schedule kind:"), std::string::npos) << report;
+  for (const char* kind : {"1f1b", "gpipe", "zb-h1", "interleaved v="})
+    EXPECT_NE(report.find(kind), std::string::npos) << kind << "\n" << report;
+  // The written plan is the winner the report names.
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  EXPECT_NE(report.find(std::string("schedule: ") + schedule_kind_name(plan.schedule()->kind())),
+            std::string::npos)
+      << report;
+}
+
+}  // namespace
+}  // namespace paraplan
