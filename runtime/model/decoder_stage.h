@@ -90,6 +90,12 @@ class DecoderStage : public ModelStage {
                              " before the backward_weight of its previous micro-batch");
     deferred.steps.clear();
     deferred.next_buffer = 0;
+    // Copies from the pool: as many sets as micro-batches wait for their W
+    // at once, not one per slot.
+    if (!kept_pool_.empty()) {
+      deferred.buffers = std::move(kept_pool_.back());
+      kept_pool_.pop_back();
+    }
     deferring_ = &deferred;
     run_backward(slot_index, {});
     deferring_ = nullptr;
@@ -113,6 +119,8 @@ class DecoderStage : public ModelStage {
       }
     }
     deferred.pending = false;
+    kept_pool_.push_back(std::move(deferred.buffers));
+    deferred.buffers.clear();
   }
 
  protected:
@@ -339,8 +347,9 @@ class DecoderStage : public ModelStage {
   struct DeferredWeights {
     bool pending = false;  // backward_input done, backward_weight not yet
     std::vector<DeferredStep> steps;
-    // Copies kept for the steps: allocated by the slot's first
-    // backward_input, reused by the next ones (the same sequence of sizes).
+    // Copies kept for the steps: a set from the stage's pool (allocated
+    // when the pool is empty, given back by backward_weight; every set has
+    // the same sequence of sizes).
     std::vector<std::pair<void*, size_t>> buffers;
     size_t next_buffer = 0;
   };
@@ -367,8 +376,9 @@ class DecoderStage : public ModelStage {
   }
 
   std::vector<DeferredWeights> deferred_;  // per slot
-  DeferredWeights* deferring_ = nullptr;   // inside backward_input: the slot's
-  bool recomputed_layer_ = false;          // the block in backward is recomputed
+  std::vector<std::vector<std::pair<void*, size_t>>> kept_pool_;
+  DeferredWeights* deferring_ = nullptr;  // inside backward_input: the slot's
+  bool recomputed_layer_ = false;         // the block in backward is recomputed
 };
 
 }  // namespace paraplan
