@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "planner/schedule.h"
 #include "planner/transformer_ops.h"
@@ -124,11 +127,45 @@ ModelStateMemory model_state_memory(double parameters, int element_bytes, double
   return memory;
 }
 
+namespace {
+
+// Interleaved 1F1B: what the runtime allocates on a rank, the most
+// micro-batches each chunk holds at once in its stream, summed over the
+// chunks (their peaks need not coincide, but each chunk keeps its own
+// buffers); the largest over the ranks, as the runtime also holds a slot from
+// the activation's receipt, before its forward. Generated once per shape;
+// the search asks from many threads.
+int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> cache;
+  const auto key = std::make_tuple(num_stages, num_micro_batches, virtual_stages);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = cache.find(key);
+    if (found != cache.end()) return found->second;
+  }
+  const PipelineSchedule schedule = generate_schedule(
+      schema::ScheduleKind::Interleaved1F1B, num_stages, num_micro_batches, virtual_stages);
+  int slots = 0;
+  for (int rank = 0; rank < num_stages; ++rank) {
+    int rank_slots = 0;
+    for (int most : max_in_flight(schedule, rank)) rank_slots += most;
+    slots = std::max(slots, rank_slots);
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, slots);
+  return slots;
+}
+
+}  // namespace
+
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                             int num_micro_batches, int virtual_stages) {
   if (kind == schema::ScheduleKind::Interleaved1F1B &&
       (num_stages < 2 || num_micro_batches < num_stages))
     return num_micro_batches * std::max(virtual_stages, 1);  // no such schedule: all of them
+  if (kind == schema::ScheduleKind::Interleaved1F1B)
+    return interleaved_slots(num_stages, num_micro_batches, std::max(virtual_stages, 1));
   return in_flight_bound(kind, num_stages, num_micro_batches,
                          kind == schema::ScheduleKind::Interleaved1F1B ? virtual_stages : 1,
                          pipeline_rank);
@@ -205,7 +242,22 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   const int chunks = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B
                          ? std::max(options.pipeline_virtual_stages, 1)
                          : 1;
+  const int64_t e = element_bytes(model.dtype);
+  const int64_t local_rows =
+      int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
+  if (options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1 && options.is_train) {
+    // A micro-batch waiting for its W also keeps what backward_input copied
+    // for it: each block's share, the embedding's input gradient, and with
+    // sequence parallelism the head's gathered final-norm output.
+    per_micro_batch += counts.layers() * block_deferred_weight_bytes(model, micro_batch_size, t);
+    if (has_embedding) per_micro_batch += e * local_rows * model.d_model;
+    if (has_head && sp)
+      per_micro_batch += e * int64_t{model.seq_len} * micro_batch_size * model.d_model;
+  }
   per_micro_batch = (per_micro_batch + chunks - 1) / chunks;
+  // Interleaved: a chunk without the head receives its output gradient into
+  // a buffer of its own per in-flight micro-batch.
+  if (chunks > 1 && options.is_train) per_micro_batch += e * local_rows * model.d_model;
   per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
   if (has_head) {
     per_micro_batch += head_activation_bytes(model, micro_batch_size, t, sp);
@@ -226,7 +278,9 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   const double workspace =
       static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
-  memory.transient = round_up(std::max(options.transient_mem_coef * largest_two, workspace), g);
+  // Interleaved: every chunk's stage keeps its own gradient scratch.
+  memory.transient =
+      round_up(std::max(options.transient_mem_coef * largest_two, workspace * chunks), g);
   if (options.is_train) {
     // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
     // buffer beside the full gradients: 1 / zero_shards more.
@@ -235,7 +289,8 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
     memory.optimizer_state = round_up(state.optimizer_state, g);
     memory.optimizer_transient = round_up(state.optimizer_transient, g);
     memory.activations =
-        round_up(static_cast<double>(in_flight * per_micro_batch + recompute_working_set), g);
+        round_up(static_cast<double>(in_flight * per_micro_batch + recompute_working_set * chunks),
+                 g);  // interleaved: each chunk's stage has its own recompute scratch
   }
   return memory;
 }

@@ -76,7 +76,6 @@ run_replay() {
     "$paraplan" plan --config samples/tiny/job.toml --output "$logs/replay/$name.pplan" \
       --planner.world_size $(($1 * $2)) --planner.pipeline_nstages "$1" \
       --planner.data_parallel_degree "$2" --planner.tensor_parallel_degree 1 \
-      --planner.pipeline_scheduler 1f1b \
       --cluster.preset h100-sxm \
       >"$logs/replay/$name.plan.log" 2>&1 || { status=1; continue; }
     "$paraplan" launch --plan "$logs/replay/$name.pplan" -- replay --backend cuda --steps 10 \

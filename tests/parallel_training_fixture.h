@@ -118,10 +118,19 @@ class ParallelTraining : public ::testing::Test {
                                    const std::string& environment = "", int steps = kSteps) {
     const std::string job = *directory_ / (plan.name + ".toml");
     const std::string plan_file = *directory_ / (plan.name + ".pplan");
-    const std::string log = *directory_ / (plan.name + ".jsonl");
     write_file(job, job_toml(plan));
     CommandResult planned = run("plan --config " + job + " --output " + plan_file);
     EXPECT_EQ(planned.exit_code, 0) << planned.output;
+    return train_plan_file(plan_file, plan.name, extra, result_out, environment, steps);
+  }
+
+  // Trains an existing plan file (its log named after name) as train() does.
+  static std::vector<double> train_plan_file(const std::string& plan_file, const std::string& name,
+                                             const std::string& extra = "",
+                                             CommandResult* result_out = nullptr,
+                                             const std::string& environment = "",
+                                             int steps = kSteps) {
+    const std::string log = *directory_ / (name + ".jsonl");
     // Started as users start it: `paraplan launch` builds the mpirun command.
     const CommandResult trained =
         run_command(environment + " " + PARAPLAN_BINARY + " launch --plan " + plan_file +
@@ -189,7 +198,6 @@ class ParallelTraining : public ::testing::Test {
   // hide differences in the last bits.
   static void expect_same_checkpoints(const PlanCase& a, const std::string& a_extra,
                                       const PlanCase& b, const std::string& b_extra) {
-    const std::string step_dir = "/step_0000000" + std::to_string(kSteps) + "/";
     std::map<std::string, std::string> files[2];
     for (int which = 0; which < 2; ++which) {
       const PlanCase& plan = which == 0 ? a : b;
@@ -198,13 +206,27 @@ class ParallelTraining : public ::testing::Test {
       ASSERT_EQ(train(plan, "--checkpoint-dir " + checkpoints + " " + extra).size(),
                 static_cast<size_t>(kSteps))
           << plan.name;
-      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-        files[which][file] = read_file(checkpoints + step_dir + file);
+      files[which] = last_checkpoint(checkpoints);
     }
-    for (const auto& [file, bytes] : files[0]) {
-      EXPECT_FALSE(bytes.empty()) << a.name << " " << file;
-      EXPECT_TRUE(bytes == files[1][file])
-          << a.name << " vs " << b.name << ": " << file << " differs";
+    expect_same_files(a.name, files[0], b.name, files[1]);
+  }
+
+  // The parameters and optimizer moments of the checkpoint at step kSteps.
+  static std::map<std::string, std::string> last_checkpoint(const std::string& checkpoints) {
+    const std::string step_dir = "/step_0000000" + std::to_string(kSteps) + "/";
+    std::map<std::string, std::string> files;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+      files[file] = read_file(checkpoints + step_dir + file);
+    return files;
+  }
+
+  static void expect_same_files(const std::string& a,
+                                const std::map<std::string, std::string>& a_files,
+                                const std::string& b,
+                                const std::map<std::string, std::string>& b_files) {
+    for (const auto& [file, bytes] : a_files) {
+      EXPECT_FALSE(bytes.empty()) << a << " " << file;
+      EXPECT_TRUE(bytes == b_files.at(file)) << a << " vs " << b << ": " << file << " differs";
     }
   }
 

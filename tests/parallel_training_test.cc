@@ -64,6 +64,21 @@ TEST_F(ParallelTraining, PipelineGPipe) {
       {.name = "pp2_gpipe", .pipeline = 2, .micro_batch_size = 4, .scheduler = "gpipe"});
 }
 
+TEST_F(ParallelTraining, PlannedInterleavedAndZeroBubbleSchedules) {
+  // Plans the planner writes itself (p x v stages, chunks, split backward);
+  // tests/schedule_equivalence_test.cc covers the grid of schedules.
+  expect_same_losses({.name = "pp2_interleaved",
+                      .pipeline = 2,
+                      .micro_batch_size = 4,
+                      .scheduler = "interleaved"});
+  expect_same_losses({.name = "pp2_dp2_zbh1_zero1",
+                      .pipeline = 2,
+                      .data = 2,
+                      .micro_batch_size = 2,
+                      .zero_stage = 1,
+                      .scheduler = "zb-h1"});
+}
+
 TEST_F(ParallelTraining, TensorParallel) {
   expect_same_losses({.name = "tp2", .tensor = 2, .micro_batch_size = 6});
 }

@@ -97,9 +97,7 @@ TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
   const std::string plan_file =
       plan("pp2-tp2", 4,
            "pipeline_nstages = 2\ntensor_parallel_degree = 2\ndata_parallel_degree = 1\n"
-           "micro_batch_size = 4\n"
-           // Until the runtime executes chunks and split backward (issue 18).
-           "pipeline_scheduler = \"1f1b\"\n");
+           "micro_batch_size = 4\n");
   const std::string report_file = *directory_ / "pp2-tp2.json";
   const std::string trace_file = *directory_ / "pp2-tp2.trace.json";
   const std::string svg_file = *directory_ / "pp2-tp2.svg";
@@ -181,8 +179,6 @@ TEST_F(Replay, LlamaMemoryIsNeverAbovePredictionInAnyRecomputeMode) {
     const std::string plan_file =
         plan(name, 4,
              "pipeline_nstages = 2\ntensor_parallel_degree = 2\ndata_parallel_degree = 1\n"
-             // Until the runtime executes chunks and split backward (issue 18).
-             "pipeline_scheduler = \"1f1b\"\n"
              "micro_batch_size = 4\nrecompute_modules = \"" +
                  recompute + "\"\n",
              "--model.architecture llama --model.num_kv_heads 2 --model.ffn_size 64");

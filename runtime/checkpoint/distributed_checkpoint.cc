@@ -66,9 +66,8 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
       const MeshCoordinates source =
           mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
       if (source.data_rank != 0) continue;
-      const StageModelSpec model = stage_model_from_plan(plan, source.pipeline_rank);
       const std::unique_ptr<ParameterLayout> remote =
-          make_parameter_layout(model.config, model.stage, source.tensor_rank, mesh.tensor_size);
+          rank_layout_from_plan(plan, source.pipeline_rank, source.tensor_rank, mesh.tensor_size);
       std::vector<float> buffer(remote->num_elements());
       for (std::vector<float>* destination : {&whole_params, &whole_first, &whole_second}) {
         groups.peers->send_receive(nullptr, 0, -1, buffer.data(), buffer.size(), rank,

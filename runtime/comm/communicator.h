@@ -101,12 +101,19 @@ class Communicator {
 // Point-to-point transfers between world ranks (the pipeline neighbours).
 // send_receive posts both halves at once and returns when both completed, so
 // two neighbours that send to each other never deadlock, whatever the sizes.
-// A peer of -1 skips that half. Counts are elements of dtype.
+// A peer of -1 skips that half. Counts are elements of dtype. A message
+// matches only a receive of the same tag (0 <= tag < kMaxPeerTags): the
+// pipeline gives each link between virtual stages its own, so two model
+// chunks' transfers between the same ranks never match each other. Between
+// two ranks, messages of one tag match in the order they are posted (NCCL,
+// which has no tags, matches all of them so).
 class PeerToPeer {
  public:
+  static constexpr int kMaxPeerTags = 4096;
   virtual ~PeerToPeer() = default;
   virtual void send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                            size_t receive_count, int receive_from, kernels::DType dtype) = 0;
+                            size_t receive_count, int receive_from, kernels::DType dtype,
+                            int tag = 0) = 0;
 };
 
 }  // namespace paraplan

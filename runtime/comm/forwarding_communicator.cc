@@ -51,13 +51,14 @@ void ForwardingCommunicator::wait_pending() {
 
 void ForwardingPeerToPeer::send_receive(const void* send, size_t send_count, int send_to,
                                         void* receive, size_t receive_count, int receive_from,
-                                        kernels::DType dtype) {
+                                        kernels::DType dtype, int tag) {
   const char* operation = send_to >= 0 && receive_from >= 0 ? "pipeline send and receive"
                           : send_to >= 0                    ? "pipeline send"
                                                             : "pipeline receive";
   const size_t count = (send_to >= 0 ? send_count : 0) + (receive_from >= 0 ? receive_count : 0);
   intercept({operation, count, elements_unit(dtype), send_to, receive_from}, [&] {
-    inner_->send_receive(send, send_count, send_to, receive, receive_count, receive_from, dtype);
+    inner_->send_receive(send, send_count, send_to, receive, receive_count, receive_from, dtype,
+                         tag);
   });
 }
 

@@ -92,7 +92,8 @@ class ForwardingPeerToPeer : public PeerToPeer {
  public:
   explicit ForwardingPeerToPeer(std::unique_ptr<PeerToPeer> inner) : inner_(std::move(inner)) {}
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                    size_t receive_count, int receive_from, kernels::DType dtype) override;
+                    size_t receive_count, int receive_from, kernels::DType dtype,
+                    int tag = 0) override;
 
  protected:
   virtual void intercept(const TransferCall& call, ForwardedCall forward) {

@@ -43,7 +43,8 @@ class LocalCommunicator final : public Communicator {
 
 class NoPeers final : public PeerToPeer {
  public:
-  void send_receive(const void*, size_t, int, void*, size_t, int, kernels::DType) override {
+  void send_receive(const void*, size_t, int, void*, size_t, int, kernels::DType,
+                    int = 0) override {
     throw std::logic_error("a one-rank job has no pipeline neighbours to talk to");
   }
 };

@@ -20,7 +20,7 @@
 namespace paraplan {
 namespace {
 
-constexpr int kPeerTag = 7;  // the one tag of pipeline transfers (see MpiPeerToPeer)
+constexpr int kPeerTag = 7;  // pipeline transfers use kPeerTag + their tag (MpiPeerToPeer)
 
 // How a rank waits for MPI. Open MPI's blocking calls poll without pause, so
 // a rank waiting for a stalled peer holds a core (or, oversubscribed, a share
@@ -428,7 +428,11 @@ void MpiPeerToPeer::set_max_elements_per_message(size_t elements) {
 }
 
 void MpiPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                                 size_t receive_count, int receive_from, kernels::DType dtype) {
+                                 size_t receive_count, int receive_from, kernels::DType dtype,
+                                 int tag) {
+  if (tag < 0 || tag >= kMaxPeerTags)
+    throw std::invalid_argument("send_receive: tag " + std::to_string(tag) + "; valid: 0.." +
+                                std::to_string(kMaxPeerTags - 1));
   for (const int peer : {send_to, receive_from}) {
     if (peer < -1 || peer >= size_)
       throw std::invalid_argument("send_receive: peer " + std::to_string(peer) +
@@ -448,7 +452,8 @@ void MpiPeerToPeer::send_receive(const void* send, size_t send_count, int send_t
   const std::string transfer = "send_receive (send " + std::to_string(send_count) + " " + unit +
                                " to world rank " + std::to_string(send_to) + ", receive " +
                                std::to_string(receive_count) + " " + unit + " from world rank " +
-                               std::to_string(receive_from) + ")";
+                               std::to_string(receive_from) +
+                               (tag > 0 ? ", tag " + std::to_string(tag) : std::string()) + ")";
   // Sends are posted first and complete in the background, so two neighbours
   // that send to each other both have their sends in flight before either
   // waits for its receive.
@@ -460,7 +465,7 @@ void MpiPeerToPeer::send_receive(const void* send, size_t send_count, int send_t
       sends.emplace_back();
       PARAPLAN_MPI_CHECK("peers", transfer + " isend",
                          MPI_Isend(send_bytes + offset * element_bytes, static_cast<int>(length),
-                                   type, send_to, kPeerTag, comm_, &sends.back()));
+                                   type, send_to, kPeerTag + tag, comm_, &sends.back()));
     }
   }
   // Each receive first matches its message (MPI_Improbe) and checks its length,
@@ -476,8 +481,8 @@ void MpiPeerToPeer::send_receive(const void* send, size_t send_count, int send_t
       MPI_Message message = MPI_MESSAGE_NULL;
       MPI_Status status;
       PARAPLAN_MPI_CHECK("peers", transfer + " mprobe", wait_patiently([&](int* matched) {
-                           return MPI_Improbe(receive_from, kPeerTag, comm_, matched, &message,
-                                              &status);
+                           return MPI_Improbe(receive_from, kPeerTag + tag, comm_, matched,
+                                              &message, &status);
                          }));
       MPI_Count bytes = 0;
       PARAPLAN_MPI_CHECK("peers", transfer + " get_elements",

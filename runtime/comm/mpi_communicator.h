@@ -141,7 +141,8 @@ class MpiPeerToPeer : public PeerToPeer {
   // received is not receive_count elements of dtype. Elements go as MPI_FLOAT
   // or MPI_UINT16_T (bf16 bits, moved exactly).
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                    size_t receive_count, int receive_from, kernels::DType dtype) override;
+                    size_t receive_count, int receive_from, kernels::DType dtype,
+                    int tag = 0) override;
 
   // Elements of the transfer's dtype per message at most (default INT_MAX);
   // larger transfers go as several messages. Tests make it small. Must match on

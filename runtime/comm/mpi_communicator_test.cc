@@ -255,6 +255,29 @@ TEST(MpiPeerToPeer, OneSidedTransfersSkipTheMissingHalf) {
   }
 }
 
+TEST(MpiPeerToPeer, MessagesOfDifferentTagsNeverMatchEachOther) {
+  // Rank 0 sends two equal-sized messages with tags 1 and 2 (small: they
+  // complete before their receives are posted); rank 1 receives tag 2 first.
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto peers = make_peers();
+  const int me = world_rank();
+  const std::vector<float> first = message_from(10, 16), second = message_from(20, 16);
+  std::vector<float> by_tag_2(16), by_tag_1(16);
+  if (me == 0) {
+    peers->send_receive(first.data(), 16, 1, nullptr, 0, -1, kernels::DType::kFloat32, 1);
+    peers->send_receive(second.data(), 16, 1, nullptr, 0, -1, kernels::DType::kFloat32, 2);
+  }
+  if (me == 1) {
+    peers->send_receive(nullptr, 0, -1, by_tag_2.data(), 16, 0, kernels::DType::kFloat32, 2);
+    peers->send_receive(nullptr, 0, -1, by_tag_1.data(), 16, 0, kernels::DType::kFloat32, 1);
+    EXPECT_EQ(by_tag_2, second);
+    EXPECT_EQ(by_tag_1, first);
+  }
+  EXPECT_THROW(peers->send_receive(nullptr, 0, -1, nullptr, 0, -1, kernels::DType::kFloat32,
+                                   PeerToPeer::kMaxPeerTags),
+               std::invalid_argument);
+}
+
 TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto peers = make_peers();

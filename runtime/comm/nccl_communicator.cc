@@ -407,7 +407,8 @@ NcclPeerToPeer::NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPe
 }
 
 void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                                  size_t receive_count, int receive_from, kernels::DType dtype) {
+                                  size_t receive_count, int receive_from, kernels::DType dtype,
+                                  int tag) {
   for (const int peer : {send_to, receive_from}) {
     if (peer < -1 || peer >= world_.size())
       throw std::invalid_argument("send_receive: peer " + std::to_string(peer) +
@@ -448,7 +449,7 @@ void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_
     host_peers_->send_receive(send_on_host ? send : nullptr, send_on_host ? send_count : 0,
                               send_on_host ? send_to : -1, receive_on_host ? receive : nullptr,
                               receive_on_host ? receive_count : 0,
-                              receive_on_host ? receive_from : -1, dtype);
+                              receive_on_host ? receive_from : -1, dtype, tag);
   }
 }
 

@@ -139,7 +139,8 @@ class NcclPeerToPeer final : public PeerToPeer {
   NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers);
 
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                    size_t receive_count, int receive_from, kernels::DType dtype) override;
+                    size_t receive_count, int receive_from, kernels::DType dtype,
+                    int tag = 0) override;
 
  private:
   NcclCommunicator& world_;

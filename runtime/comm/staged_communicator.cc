@@ -144,7 +144,8 @@ StagedPeerToPeer::StagedPeerToPeer(std::unique_ptr<PeerToPeer> host_peers, kerne
 }
 
 void StagedPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                                    size_t receive_count, int receive_from, kernels::DType dtype) {
+                                    size_t receive_count, int receive_from, kernels::DType dtype,
+                                    int tag) {
   const size_t element_bytes = kernels::dtype_bytes(dtype);
   // A skipped half (peer -1) stages nothing; its count goes to the host peers
   // as given, which ignore it.
@@ -157,7 +158,7 @@ void StagedPeerToPeer::send_receive(const void* send, size_t send_count, int sen
   char* host_receive = receive_from >= 0 ? host + send_bytes : nullptr;
   if (send_bytes > 0) ops_.copy_to_host(host_send, send, send_bytes);
   host_peers_->send_receive(host_send, send_count, send_to, host_receive, receive_count,
-                            receive_from, dtype);
+                            receive_from, dtype, tag);
   if (receive_bytes > 0) ops_.copy_from_host(receive, host_receive, receive_bytes);
 }
 

@@ -96,7 +96,8 @@ class StagedPeerToPeer final : public PeerToPeer {
                    std::shared_ptr<HostStaging> staging = nullptr);
 
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                    size_t receive_count, int receive_from, kernels::DType dtype) override;
+                    size_t receive_count, int receive_from, kernels::DType dtype,
+                    int tag = 0) override;
 
  private:
   std::unique_ptr<PeerToPeer> host_peers_;

@@ -88,7 +88,7 @@ class RecordingPeers final : public PeerToPeer {
  public:
   explicit RecordingPeers(std::vector<Call>* calls) : calls_(calls) {}
   void send_receive(const void* send, size_t send_count, int, void* receive, size_t, int,
-                    DType dtype) override {
+                    DType dtype, int = 0) override {
     calls_->push_back({"send_receive", send, receive, send_count, dtype});
   }
 

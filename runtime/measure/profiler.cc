@@ -125,7 +125,7 @@ ForwardBackward time_stage(kernels::Ops& ops, const TransformerConfig& config,
     fill_tokens(ops, stage.targets(0), tokens, config.vocab_size);
   }
   if (!spec.has_embedding) fill_host(ops, stage.input(0), activations, 1.0f);
-  if (!spec.has_head) fill_host(ops, stage.output_gradient(), activations, 1e-3f);
+  if (!spec.has_head) fill_host(ops, stage.output_gradient(0), activations, 1e-3f);
   const float loss_scale = 1.0f / static_cast<float>(tokens);
   ForwardBackward result;
   result.forward = mean_seconds(ops, repetitions, [&] { stage.forward(0, loss_scale); });

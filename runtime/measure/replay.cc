@@ -33,8 +33,8 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
 
 // One timed instruction, as numbers, so the ranks can gather them.
 struct SpanRecord {
-  double op, micro_batch, peer_micro_batch, step, start, end;
-  static constexpr int kFields = 6;
+  double op, micro_batch, peer_micro_batch, step, start, end, chunk;
+  static constexpr int kFields = 7;
 };
 
 // The running totals of the recording communicators: tensor-parallel groups,
@@ -57,12 +57,15 @@ class InstructionTimer final : public InstructionObserver {
   // count_cpu_time: compute is the CPU time the rank got (the CPU backend,
   // whose ranks may share cores), the rest of its wall time waiting for a
   // core; else compute is wall time.
+  // virtual_stages: the model chunks per rank; a micro-batch's forward and
+  // backward count once over all of them.
   InstructionTimer(Clock::time_point origin, const CollectiveTotals* totals, bool keep_spans,
-                   bool count_cpu_time)
+                   bool count_cpu_time, int virtual_stages)
       : origin_(origin),
         totals_(totals),
         keep_spans_(keep_spans),
-        count_cpu_time_(count_cpu_time) {}
+        count_cpu_time_(count_cpu_time),
+        per_chunk_(1.0 / virtual_stages) {}
 
   void start_step(int step, bool measured) {
     step_ = step;
@@ -94,12 +97,15 @@ class InstructionTimer final : public InstructionObserver {
     switch (instruction.op()) {
       case OpCode::Forward:
         m.forward_seconds += compute;
-        m.forward_count += 1;
+        m.forward_count += per_chunk_;
         m.core_wait_seconds += wall - compute;
         break;
       case OpCode::Backward:
+      case OpCode::BackwardInput:
+      case OpCode::BackwardWeight:
+        // A split backward's two halves are one backward.
         m.backward_seconds += compute;
-        m.backward_count += 1;
+        if (instruction.op() != OpCode::BackwardWeight) m.backward_count += per_chunk_;
         m.core_wait_seconds += wall - compute;
         break;
       case OpCode::LoadMicroBatch:
@@ -114,20 +120,22 @@ class InstructionTimer final : public InstructionObserver {
         break;  // its collectives are the gradient reduction
       default:  // the pipeline transfers
         transfers_.push_back({static_cast<int>(instruction.op()), instruction.micro_batch(),
-                              instruction.peer_micro_batch(), step_, span});
+                              instruction.peer_micro_batch(), step_, span, instruction.chunk()});
         break;
     }
     if (keep_spans_)
-      spans_.push_back(
-          {static_cast<double>(instruction.op()), static_cast<double>(instruction.micro_batch()),
-           static_cast<double>(instruction.peer_micro_batch()), static_cast<double>(step_),
-           seconds_between(origin_, start_), seconds_between(origin_, end)});
+      spans_.push_back({static_cast<double>(instruction.op()),
+                        static_cast<double>(instruction.micro_batch()),
+                        static_cast<double>(instruction.peer_micro_batch()),
+                        static_cast<double>(step_), seconds_between(origin_, start_),
+                        seconds_between(origin_, end), static_cast<double>(instruction.chunk())});
   }
 
  private:
   Clock::time_point origin_, start_;
   const CollectiveTotals* totals_;
   bool keep_spans_, count_cpu_time_;
+  double per_chunk_;
   CollectiveTotals at_start_;
   double cpu_start_ = 0;
   int step_ = 0;
@@ -137,10 +145,13 @@ class InstructionTimer final : public InstructionObserver {
   std::vector<TransferRecord> transfers_;
 };
 
-TimelineSpan to_timeline_span(const SpanRecord& record, int rank) {
+// Spans of a plan with several chunks per rank name theirs: "F3.c1".
+TimelineSpan to_timeline_span(const SpanRecord& record, int rank, int virtual_stages) {
   const int mb = static_cast<int>(record.micro_batch);
   const int peer = static_cast<int>(record.peer_micro_batch);
-  const std::string m = std::to_string(mb);
+  const std::string chunk =
+      virtual_stages > 1 ? ".c" + std::to_string(static_cast<int>(record.chunk)) : "";
+  const std::string m = std::to_string(mb) + chunk;
   TimelineSpan span;
   span.rank = rank;
   span.step = static_cast<int>(record.step);
@@ -176,11 +187,11 @@ TimelineSpan to_timeline_span(const SpanRecord& record, int rank) {
       span.name = "recv grad " + m, span.category = "receive";
       break;
     case OpCode::SendActivationRecvGradient:
-      span.name = "send act " + m + " / recv grad " + std::to_string(peer);
+      span.name = "send act " + m + " / recv grad " + std::to_string(peer) + chunk;
       span.category = "send+receive";
       break;
     case OpCode::SendGradientRecvActivation:
-      span.name = "send grad " + m + " / recv act " + std::to_string(peer);
+      span.name = "send grad " + m + " / recv act " + std::to_string(peer) + chunk;
       span.category = "send+receive";
       break;
     case OpCode::ReduceGradients:
@@ -212,38 +223,42 @@ std::vector<std::vector<double>> gather_rows(const std::vector<double>& mine, Co
 }
 
 // Every rank's spans.
-std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Communicator& world) {
+std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Communicator& world,
+                                       int virtual_stages) {
   std::vector<double> flat;
   for (const SpanRecord& r : mine)
-    flat.insert(flat.end(), {r.op, r.micro_batch, r.peer_micro_batch, r.step, r.start, r.end});
+    flat.insert(flat.end(),
+                {r.op, r.micro_batch, r.peer_micro_batch, r.step, r.start, r.end, r.chunk});
   std::vector<TimelineSpan> spans;
   const std::vector<std::vector<double>> ranks = gather_rows(flat, world);
   for (int rank = 0; rank < world.size(); ++rank)
     for (size_t i = 0; i + SpanRecord::kFields <= ranks[rank].size(); i += SpanRecord::kFields) {
       const double* f = ranks[rank].data() + i;
-      spans.push_back(to_timeline_span({f[0], f[1], f[2], f[3], f[4], f[5]}, rank));
+      spans.push_back(
+          to_timeline_span({f[0], f[1], f[2], f[3], f[4], f[5], f[6]}, rank, virtual_stages));
     }
   return spans;
 }
 
 // Every rank's pipeline transfers, split into transfer and wait per rank.
 std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRecord>& mine,
-                                                   Communicator& world,
-                                                   const MeshCoordinates& mesh) {
-  constexpr size_t kFields = 5;
+                                                   Communicator& world, const MeshCoordinates& mesh,
+                                                   int virtual_stages) {
+  constexpr size_t kFields = 6;
   std::vector<double> flat;
   for (const TransferRecord& r : mine)
     flat.insert(flat.end(), {double(r.op), double(r.micro_batch), double(r.peer_micro_batch),
-                             double(r.step), r.seconds});
+                             double(r.step), r.seconds, double(r.chunk)});
   std::vector<std::vector<TransferRecord>> ranks(world.size());
   const std::vector<std::vector<double>> rows = gather_rows(flat, world);
   for (int rank = 0; rank < world.size(); ++rank)
     for (size_t i = 0; i + kFields <= rows[rank].size(); i += kFields) {
       const double* f = rows[rank].data() + i;
       ranks[rank].push_back({static_cast<int>(f[0]), static_cast<int>(f[1]), static_cast<int>(f[2]),
-                             static_cast<int>(f[3]), f[4]});
+                             static_cast<int>(f[3]), f[4], static_cast<int>(f[5])});
     }
-  return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+  return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size,
+                                  virtual_stages);
 }
 
 std::vector<RankMeasurement> gather_measurements(const RankMeasurement& mine, Communicator& world) {
@@ -312,8 +327,9 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const float learning_rate = training.optimizer()->learning_rate();
   const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
   world.barrier();  // a common time origin for the trace
+  const int virtual_stages = plan.schedule()->virtual_stages();
   InstructionTimer timer(Clock::now(), &totals, keep_spans,
-                         rank.ops->backend() == kernels::Backend::kCpu);
+                         rank.ops->backend() == kernels::Backend::kCpu, virtual_stages);
   int optimizer_step = 0;
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
@@ -355,11 +371,11 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     mine.memory_peak[c] = static_cast<double>(rank.memory->peak(static_cast<MemoryCategory>(c)));
   mine.memory_peak_total = static_cast<double>(rank.memory->peak_total());
   const std::vector<TransferAndWait> transfer_waits =
-      gather_transfer_waits(timer.transfers(), world, mesh);
+      gather_transfer_waits(timer.transfers(), world, mesh, virtual_stages);
   std::vector<RankMeasurement> ranks = gather_measurements(mine, world);
   for (size_t r = 0; r < transfer_waits.size(); ++r) ranks[r].pipeline = transfer_waits[r];
   std::vector<TimelineSpan> spans;
-  if (keep_spans) spans = gather_spans(timer.spans(), world);
+  if (keep_spans) spans = gather_spans(timer.spans(), world, virtual_stages);
   if (!leader) return {};
 
   const ReplayRun run{.plan_path = options.plan_path,

@@ -75,15 +75,17 @@ std::pair<Message, int> other_end(Message message) {
 
 std::vector<TransferAndWait> split_pipeline_transfers(
     const std::vector<std::vector<TransferRecord>>& ranks, int pipeline_parallel, int data_parallel,
-    int tensor_parallel) {
+    int tensor_parallel, int virtual_stages) {
   const int stage_ranks = data_parallel * tensor_parallel;
-  // Per rank: (step, message, micro-batch) -> the duration of the instruction carrying it.
-  using Key = std::tuple<int, Message, int>;
+  const int virtual_count = pipeline_parallel * virtual_stages;
+  // Per rank: (step, chunk, message, micro-batch) -> the duration of the
+  // instruction carrying it.
+  using Key = std::tuple<int, int, Message, int>;
   std::vector<std::map<Key, double>> carriers(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r)
     for (const TransferRecord& record : ranks[r])
       for (const auto& [message, micro_batch] : halves(record))
-        carriers[r][{record.step, message, micro_batch}] = record.seconds;
+        carriers[r][{record.step, record.chunk, message, micro_batch}] = record.seconds;
 
   std::vector<TransferAndWait> split(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -91,12 +93,15 @@ std::vector<TransferAndWait> split_pipeline_transfers(
     for (const TransferRecord& record : ranks[r]) {
       double transfer = record.seconds;
       for (const auto& [message, micro_batch] : halves(record)) {
+        // The neighbour virtual stage holding the other end, and its rank.
         const auto [end, direction] = other_end(message);
-        const int peer_stage = stage + direction;
-        if (peer_stage < 0 || peer_stage >= pipeline_parallel) continue;
-        const size_t peer = r + static_cast<size_t>(direction * stage_ranks);
+        const int peer_virtual = record.chunk * pipeline_parallel + stage + direction;
+        if (peer_virtual < 0 || peer_virtual >= virtual_count) continue;
+        const int peer_stage = peer_virtual % pipeline_parallel;
+        const size_t peer = r + static_cast<size_t>((peer_stage - stage) * stage_ranks);
         if (peer >= ranks.size()) continue;
-        const auto found = carriers[peer].find({record.step, end, micro_batch});
+        const auto found =
+            carriers[peer].find({record.step, peer_virtual / pipeline_parallel, end, micro_batch});
         if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
       }
       transfer = std::max(0.0, transfer);

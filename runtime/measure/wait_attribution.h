@@ -39,13 +39,16 @@ TransferAndWait split_collective_calls(const std::vector<double>& durations,
 struct TransferRecord {
   int op = 0, micro_batch = -1, peer_micro_batch = -1, step = 0;
   double seconds = 0;
+  int chunk = 0;  // the model chunk (virtual stage of the rank) it belongs to
 };
 
 // Every rank's transfers (ranks in world order, mesh as plan.fbs lays it out:
 // tensor-parallel innermost, then data-parallel, then pipeline) split into
-// transfer and wait per rank.
+// transfer and wait per rank. With virtual_stages chunks per rank, a chunk's
+// neighbours are the virtual stages beside it (chunk c of the last rank and
+// chunk c + 1 of the first are neighbours).
 std::vector<TransferAndWait> split_pipeline_transfers(
     const std::vector<std::vector<TransferRecord>>& ranks, int pipeline_parallel, int data_parallel,
-    int tensor_parallel);
+    int tensor_parallel, int virtual_stages = 1);
 
 }  // namespace paraplan

@@ -41,6 +41,24 @@ TEST(WaitAttribution, APipelineTransferWaitsForTheNeighbourCarryingItsMessage) {
   EXPECT_DOUBLE_EQ(split[1].wait, 0.005);
 }
 
+TEST(WaitAttribution, ChunksPairWithTheirNeighbourVirtualStages) {
+  // pp 2, 2 chunks: virtual stages 0 (rank 0 chunk 0), 1 (rank 1 chunk 0),
+  // 2 (rank 0 chunk 1), 3 (rank 1 chunk 1). Rank 1 chunk 0 sends activation 0
+  // to rank 0 chunk 1 (the wrap); rank 0's chunk 0 send to rank 1 is another
+  // message of the same micro-batch, matched with rank 1's chunk 0 receive.
+  std::vector<std::vector<TransferRecord>> ranks(2);
+  ranks[0] = {{int(OpCode::SendActivation), 0, -1, 1, 0.004, 0},
+              {int(OpCode::RecvActivation), 0, -1, 1, 0.009, 1}};
+  ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.001, 0},
+              {int(OpCode::SendActivation), 0, -1, 1, 0.002, 0}};
+  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 1, 1, 2);
+  // 4 ms against its partner's 1 ms; 9 ms against the wrap's 2 ms.
+  EXPECT_DOUBLE_EQ(split[0].transfer, 0.001 + 0.002);
+  EXPECT_DOUBLE_EQ(split[0].wait, 0.003 + 0.007);
+  EXPECT_DOUBLE_EQ(split[1].transfer, 0.001 + 0.002);
+  EXPECT_DOUBLE_EQ(split[1].wait, 0);
+}
+
 TEST(WaitAttribution, CombinedTransfersMatchBothHalvesAndOnlyTheSameStepAndReplica) {
   // pp 2 x dp 2: rank r of stage 0 pairs with rank r + 2. Stage 0's steady
   // state sends activation 1 and receives gradient 0 in one op; stage 1's

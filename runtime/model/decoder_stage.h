@@ -16,6 +16,13 @@
 // final_norm_backward. Its constructor calls allocate_slots() once its own
 // members are ready.
 //
+// Split backward (backward_input, backward_weight): the input gradients, the
+// tensor-parallel all-reduces and the norms' weight and bias gradients (one
+// kernel computes them with the input gradient) in B; the linear layers'
+// weight and bias gradients, and the embedding's, recorded in backward's
+// order and run by W, so every gradient is accumulated in the order backward
+// accumulates it (bitwise backward when the Ws run in micro-batch order).
+//
 // Recompute modes per layer: none keeps everything; selective drops the
 // attention core's output (rebuilt by attention_core_forward into shared
 // scratch); full keeps only the block output and reruns block_forward into the
@@ -38,6 +45,8 @@
 #include <cstddef>
 #include <functional>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/decoder_layout.h"
@@ -54,7 +63,9 @@ class DecoderStage : public ModelStage {
     const Slot& s = slots_[slot];
     return s.blocks.empty() ? s.input : s.blocks.back().output;
   }
-  void* output_gradient() override { return residual_gradient_; }
+  void* output_gradient(int slot) override {
+    return output_gradient_per_slot_ ? slots_[slot].output_gradient : residual_gradient_;
+  }
   const void* input_gradient() const override { return residual_gradient_; }
   const void* logits(int slot) const override { return slots_[slot].logits; }
 
@@ -82,24 +93,78 @@ class DecoderStage : public ModelStage {
 
   void backward(int slot_index,
                 const std::function<void(size_t)>& gradients_final_from = {}) override {
+    run_backward(slot_index, gradients_final_from);
+  }
+
+  void backward_input(int slot_index) override {
+    DeferredWeights& deferred = deferred_[slot_index];
+    if (deferred.pending)
+      throw std::logic_error("backward_input of slot " + std::to_string(slot_index) +
+                             " before the backward_weight of its previous micro-batch");
+    deferred.steps.clear();
+    deferred.next_buffer = 0;
+    // Copies from the pool: as many sets as micro-batches wait for their W
+    // at once, not one per slot.
+    if (!kept_pool_.empty()) {
+      deferred.buffers = std::move(kept_pool_.back());
+      kept_pool_.pop_back();
+    }
+    deferring_ = &deferred;
+    run_backward(slot_index, {});
+    deferring_ = nullptr;
+    deferred.pending = true;
+  }
+
+  void backward_weight(int slot_index,
+                       const std::function<void(size_t)>& gradients_final_from = {}) override {
+    DeferredWeights& deferred = deferred_[slot_index];
+    if (!deferred.pending)
+      throw std::logic_error("backward_weight of slot " + std::to_string(slot_index) +
+                             " without its backward_input");
+    for (const DeferredStep& step : deferred.steps) {
+      if (step.kind == DeferredStep::kLinear) {
+        ops_.linear_backward(nullptr, step.dweight, step.dbias, step.dout, step.inp, nullptr,
+                             step.rows, step.in_features, step.out_features);
+      } else if (step.kind == DeferredStep::kEmbedding) {
+        embedding_backward(slot_index, step.dout);
+      } else if (gradients_final_from) {
+        gradients_final_from(step.final_from);
+      }
+    }
+    deferred.pending = false;
+    kept_pool_.push_back(std::move(deferred.buffers));
+    deferred.buffers.clear();
+  }
+
+ protected:
+  // backward() as it always was, or, inside backward_input, with the weight
+  // gradients recorded for backward_weight instead of computed.
+  void run_backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
     const StageSpec& stage = decoder_layout_.stage();
     Slot& slot = slots_[slot_index];
+    recomputed_layer_ = false;
     if (stage.has_head) {
       const int BT = rows(), C = decoder_layout_.config().d_model,
                 V = decoder_layout_.local_vocab();
       const size_t BTC = static_cast<size_t>(BT) * C;
-      // slot.logits holds d(loss)/d(logits) from the fused forward.
+      // slot.logits holds d(loss)/d(logits) from the fused forward; it and
+      // the final norm's output stay in the slot until backward_weight.
       const void* final_norm = column_parallel_input(slot.final_norm);
       zero(norm_gradient_, BTC);
-      ops_.linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr,
-                           slot.logits, final_norm, param(decoder_layout_.head_weight()), BT, C, V);
+      linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr, slot.logits,
+                      final_norm, param(decoder_layout_.head_weight()), BT, C, V,
+                      /*dout_kept=*/true);
       const void* final_norm_gradient = column_parallel_input_gradient();
       zero(residual_gradient_, local_rows_ * C);
       final_norm_backward(slot, output(slot_index), final_norm_gradient);
       // A tied head on a stage with the embedding is the embedding (offset 0).
-      if (gradients_final_from) gradients_final_from(decoder_layout_.final_norm_weight());
+      gradients_final(decoder_layout_.final_norm_weight(), gradients_final_from);
     }
-    // Otherwise residual_gradient_ already holds the received output gradient.
+    // Otherwise residual_gradient_ holds the received output gradient, or
+    // the slot's own buffer does: copied, as backward works in place.
+    if (!stage.has_head && output_gradient_per_slot_)
+      ops_.copy(residual_gradient_, slot.output_gradient,
+                ops_.storage_bytes(local_rows_ * decoder_layout_.config().d_model));
     for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
       const void* input = block_input(slot, layer);
       Activations acts = slot.blocks[layer];
@@ -115,14 +180,26 @@ class DecoderStage : public ModelStage {
         acts.output = saved_output;
         block_forward(layer, input, acts);
       }
+      recomputed_layer_ = recompute_[layer] != RecomputeMode::None;
       block_backward(layer, input, acts);
-      if (gradients_final_from) gradients_final_from(decoder_layout_.block_start(layer));
+      gradients_final(decoder_layout_.block_start(layer), gradients_final_from);
     }
-    if (stage.has_embedding) embedding_backward(slot_index);
-    if (gradients_final_from) gradients_final_from(0);
+    recomputed_layer_ = false;
+    if (stage.has_embedding) {
+      if (deferring_ != nullptr) {
+        // residual_gradient_ is also the gradient sent to no one here, but
+        // later backwards overwrite it: backward_weight reads a copy.
+        DeferredStep step;
+        step.kind = DeferredStep::kEmbedding;
+        step.dout = keep_copy(residual_gradient_, local_rows_ * decoder_layout_.config().d_model);
+        deferring_->steps.push_back(step);
+      } else {
+        embedding_backward(slot_index, residual_gradient_);
+      }
+    }
+    gradients_final(0, gradients_final_from);
   }
 
- protected:
   // Rows: BT = B*T, local = local_rows() (BT, or BT/t with sequence parallelism).
   struct Slot {
     void* input = nullptr;  // [local, C]: the embedding output, or the received input
@@ -131,6 +208,7 @@ class DecoderStage : public ModelStage {
     float* final_norm_mean = nullptr;  // head: [local], when the final norm has a mean
     float* final_norm_rstd = nullptr;  // head: [local]
     void* logits = nullptr;            // head: [BT, V], overwritten by its gradient
+    void* output_gradient = nullptr;   // no head: [local, C] received from the next stage
   };
 
   DecoderStage(const DecoderLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
@@ -138,12 +216,44 @@ class DecoderStage : public ModelStage {
       : ModelStage(layout, ops, memory, options,
                    local_rows(layout, options) * layout.config().d_model),
         decoder_layout_(layout),
+        output_gradient_per_slot_(options.output_gradient_per_slot),
         tensor_parallel_(options.tensor_group, ops, memory,
                          layout.stage().has_head ? static_cast<size_t>(options.micro_batch_size) *
                                                        layout.config().seq_len
                                                  : 0,
                          options.sequence_parallel),
         local_rows_(local_rows(layout, options)) {}
+
+  // A linear layer's backward (kernels/ops.h): dinp now; dweight and dbias
+  // now, or inside backward_input recorded for backward_weight, with copies
+  // of what later backwards overwrite: dout (gradient scratch, unless
+  // dout_kept: the slot's own) and, in a recomputed block or gathered by
+  // sequence parallelism, inp (shared scratch). What a recorded step reads otherwise lives in the
+  // slot until backward_weight.
+  void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int rows, int in_features, int out_features,
+                       bool dout_kept = false) {
+    if (deferring_ == nullptr) {
+      ops_.linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
+                           out_features);
+      return;
+    }
+    ops_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, rows, in_features,
+                         out_features);
+    DeferredStep step;
+    step.kind = DeferredStep::kLinear;
+    step.dweight = dweight;
+    step.dbias = dbias;
+    step.dout = dout_kept ? dout : keep_copy(dout, static_cast<size_t>(rows) * out_features);
+    // The gathered input of a column-parallel linear (sequence parallelism)
+    // lives in shared scratch too.
+    const bool shared_input = recomputed_layer_ || (inp != nullptr && inp == sequence_full_);
+    step.inp = shared_input ? keep_copy(inp, static_cast<size_t>(rows) * in_features) : inp;
+    step.rows = rows;
+    step.in_features = in_features;
+    step.out_features = out_features;
+    deferring_->steps.push_back(step);
+  }
 
   // B * T, the rows of the tensors between a column- and a row-parallel linear.
   int rows() const { return batch_ * decoder_layout_.config().seq_len; }
@@ -179,10 +289,13 @@ class DecoderStage : public ModelStage {
       recompute_scratch_ = allocate_attention_scratch();
     }
     slots_.resize(num_slots_);
+    deferred_.resize(num_slots_);
     for (Slot& slot : slots_) {
       slot.input = allocate_storage(local * C, MemoryCategory::kActivations);
       for (RecomputeMode mode : recompute_)
         slot.blocks.push_back(allocate_block(mode, &recompute_scratch_));
+      if (!decoder_layout_.stage().has_head && output_gradient_per_slot_)
+        slot.output_gradient = allocate_storage(local * C, MemoryCategory::kActivations);
       if (decoder_layout_.stage().has_head) {
         slot.final_norm = allocate_storage(local * C, MemoryCategory::kActivations);
         if (final_norm_mean)
@@ -240,9 +353,14 @@ class DecoderStage : public ModelStage {
   // [local, C]: residual_gradient_ itself (g's backward is the identity), or
   // every rank's shard gathered into sequence_full_.
   const void* row_parallel_output_gradient() {
-    if (!tensor_parallel_.sequence_parallel()) return residual_gradient_;
-    tensor_parallel_.reduce_scatter_to_sequence_parallel_region_backward(
-        residual_gradient_, sequence_full_, local_rows_ * d_model());
+    return row_parallel_output_gradient(residual_gradient_);
+  }
+  // The same for another [local, C] gradient (the embedding's, kept for
+  // backward_weight).
+  const void* row_parallel_output_gradient(const void* gradient) {
+    if (!tensor_parallel_.sequence_parallel()) return gradient;
+    tensor_parallel_.reduce_scatter_to_sequence_parallel_region_backward(gradient, sequence_full_,
+                                                                         local_rows_ * d_model());
     return sequence_full_;
   }
   // Runs a norm's backward, backward(d_weight, d_bias), accumulating the
@@ -324,8 +442,9 @@ class DecoderStage : public ModelStage {
   virtual void block_backward(int local_layer, const void* input, const Activations& acts) = 0;
   // Writes the stage input [local, C] from tokens(slot).
   virtual void embedding_forward(int slot, void* out) = 0;
-  // Adds residual_gradient_'s share to the embedding's gradients.
-  virtual void embedding_backward(int slot) = 0;
+  // Adds the stage input's gradient [BT, C] (residual_gradient_, or its copy
+  // kept for backward_weight) to the embedding's gradients.
+  virtual void embedding_backward(int slot, const void* input_gradient) = 0;
   // slot.final_norm (and its statistics) from the last block's output x, and
   // its backward: residual_gradient_ += from norm_gradient, the gradient of
   // slot.final_norm ([local, C] rows each).
@@ -333,6 +452,7 @@ class DecoderStage : public ModelStage {
   virtual void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) = 0;
 
   const DecoderLayout& decoder_layout_;
+  const bool output_gradient_per_slot_;
   TensorParallel tensor_parallel_;
   std::vector<Slot> slots_;
   Activations recompute_scratch_;
@@ -349,6 +469,55 @@ class DecoderStage : public ModelStage {
   void* sequence_full_ = nullptr;
   void* norm_shard_gradient_ = nullptr;
   void* norm_weight_gradient_ = nullptr;
+
+ private:
+  // What backward_weight does for a slot, recorded by backward_input in
+  // backward's order: a linear layer's weight (and bias) gradient, the
+  // embedding's, or the point from which gradients are final.
+  struct DeferredStep {
+    enum Kind { kLinear, kEmbedding, kFinalFrom } kind = kFinalFrom;
+    void* dweight = nullptr;
+    void* dbias = nullptr;
+    const void* dout = nullptr;  // kEmbedding: the stage input's gradient
+    const void* inp = nullptr;
+    int rows = 0, in_features = 0, out_features = 0;
+    size_t final_from = 0;
+  };
+  struct DeferredWeights {
+    bool pending = false;  // backward_input done, backward_weight not yet
+    std::vector<DeferredStep> steps;
+    // Copies kept for the steps: a set from the stage's pool (allocated
+    // when the pool is empty, given back by backward_weight; every set has
+    // the same sequence of sizes).
+    std::vector<std::pair<void*, size_t>> buffers;
+    size_t next_buffer = 0;
+  };
+
+  void gradients_final(size_t from, const std::function<void(size_t)>& gradients_final_from) {
+    if (deferring_ != nullptr) {
+      DeferredStep step;
+      step.final_from = from;
+      deferring_->steps.push_back(step);
+    } else if (gradients_final_from) {
+      gradients_final_from(from);
+    }
+  }
+
+  const void* keep_copy(const void* source, size_t count) {
+    std::vector<std::pair<void*, size_t>>& buffers = deferring_->buffers;
+    const size_t index = deferring_->next_buffer++;
+    if (index == buffers.size())
+      buffers.emplace_back(allocate_storage(count, MemoryCategory::kActivations), count);
+    if (buffers[index].second != count)
+      throw std::logic_error("backward_input: the kept tensors changed size between micro-batches");
+    ops_.copy(buffers[index].first, source, ops_.storage_bytes(count));
+    return buffers[index].first;
+  }
+
+  std::vector<DeferredWeights> deferred_;  // per slot
+  std::vector<std::vector<std::pair<void*, size_t>>> kept_pool_;
+  DeferredWeights* deferring_ = nullptr;  // inside backward_input: the slot's
+  bool recomputed_layer_ = false;         // the block in backward is recomputed
 };
 
 }  // namespace paraplan

@@ -3,6 +3,9 @@
 
 #include <stdexcept>
 
+#include "runtime/model/architecture.h"
+#include "runtime/model/chunked_stage.h"
+
 namespace paraplan {
 
 StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) {
@@ -56,6 +59,27 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
     for (auto mode : *stage.recompute())
       result.recompute.push_back(static_cast<RecomputeMode>(mode));
   return result;
+}
+
+std::vector<StageModelSpec> chunk_models_from_plan(const LoadedPlan& loaded, int pipeline_rank) {
+  const schema::Plan& plan = loaded.plan();
+  const int chunks = plan.schedule() ? plan.schedule()->virtual_stages() : 1;
+  const int p = plan.mesh()->pipeline_parallel();
+  std::vector<StageModelSpec> models;
+  for (int c = 0; c < chunks; ++c)
+    models.push_back(stage_model_from_plan(loaded, c * p + pipeline_rank));
+  return models;
+}
+
+std::unique_ptr<ParameterLayout> rank_layout_from_plan(const LoadedPlan& loaded, int pipeline_rank,
+                                                       int tensor_rank, int tensor_size) {
+  const std::vector<StageModelSpec> chunks = chunk_models_from_plan(loaded, pipeline_rank);
+  if (chunks.size() == 1)
+    return make_parameter_layout(chunks[0].config, chunks[0].stage, tensor_rank, tensor_size);
+  std::vector<std::unique_ptr<ParameterLayout>> layouts;
+  for (const StageModelSpec& chunk : chunks)
+    layouts.push_back(make_parameter_layout(chunk.config, chunk.stage, tensor_rank, tensor_size));
+  return std::make_unique<ChunkedLayout>(std::move(layouts));
 }
 
 StageModelSpec single_process_model_from_plan(const LoadedPlan& loaded) {

@@ -25,10 +25,18 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     throw std::invalid_argument("model stage: one recompute mode per layer is required");
   if (batch_ < 1 || num_slots_ < 1)
     throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
-  parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
-  gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
-  zero(parameters_, buffer_elements_);
-  zero(gradients_, buffer_elements_);
+  if ((options.parameters == nullptr) != (options.gradients == nullptr))
+    throw std::invalid_argument("model stage: external parameters need external gradients");
+  if (options.parameters != nullptr) {
+    // A chunk: the rank's buffers, allocated and zeroed by its owner.
+    parameters_ = options.parameters;
+    gradients_ = options.gradients;
+  } else {
+    parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
+    gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
+    zero(parameters_, buffer_elements_);
+    zero(gradients_, buffer_elements_);
+  }
   const size_t tokens = static_cast<size_t>(batch_) * layout.config().seq_len;
   slot_tokens_.resize(num_slots_);
   for (SlotTokens& slot : slot_tokens_) {

@@ -43,6 +43,17 @@ struct ModelStageOptions {
   // >= layout.num_elements() sizes the parameter and gradient buffers
   // (ZeRO-1 pads them to a multiple of its group size); 0 = exact.
   size_t buffer_elements = 0;
+  // A stage without the head: receive each slot's output gradient into a
+  // buffer of its own (schedules that receive a gradient while another waits
+  // for its backward, or while an input gradient waits to be sent:
+  // interleaved 1F1B), at one activation per slot; else into the buffer the
+  // input gradient is computed in, one at a time.
+  bool output_gradient_per_slot = false;
+  // A chunk of a rank holding several (chunked_stage.h): its parameters and
+  // gradients live in the rank's buffers at these addresses (its range);
+  // null: the stage allocates its own.
+  void* parameters = nullptr;
+  void* gradients = nullptr;
 };
 
 class ModelStage {
@@ -81,10 +92,13 @@ class ModelStage {
   virtual void* input(int slot) = 0;
   // A stage without the head: its output [B, T, C] after forward(slot).
   virtual const void* output(int slot) const = 0;
-  // A stage without the head: where the gradient of its output is received
-  // before backward(). Shared by all slots (one backward at a time).
-  virtual void* output_gradient() = 0;
-  // A stage without the embedding: the gradient of its input after backward().
+  // A stage without the head: where the gradient of the slot's output is
+  // received before backward(slot): the slot's own buffer, or with
+  // output_gradient_per_slot false one buffer for all slots (the input
+  // gradient's: receive only after the last input gradient was sent).
+  virtual void* output_gradient(int slot) = 0;
+  // A stage without the embedding: the gradient of its input after backward()
+  // (or backward_input()), until the next backward.
   virtual const void* input_gradient() const = 0;
 
   // Forward of the micro-batch in slot. On the last stage this also computes
@@ -100,6 +114,28 @@ class ModelStage {
   // buckets early; parallel/distributed_optimizer.h). Layouts put the
   // embeddings first and the head last, so the offsets fall.
   virtual void backward(int slot, const std::function<void(size_t)>& gradients_final_from = {}) = 0;
+  // The same backward split in two, for schedules that defer the weight
+  // gradients (zero-bubble): backward_input(slot) computes everything the
+  // previous stage needs (input_gradient(), the norms' parameter gradients,
+  // the tensor-parallel all-reduces) and keeps what the weight gradients
+  // read; backward_weight(slot) later accumulates the linear layers' weight
+  // and bias gradients and the embedding's, in backward's order, and tells
+  // gradients_final_from as backward would. backward_input then
+  // backward_weight is bitwise backward; other slots' backward_inputs may run
+  // in between (the slot's activations must not be reused before its
+  // backward_weight).
+  virtual void backward_input(int slot) = 0;
+  virtual void backward_weight(int slot,
+                               const std::function<void(size_t)>& gradients_final_from = {}) = 0;
+
+  // A rank holding several model chunks (virtual stages of an interleaved
+  // schedule, chunked_stage.h): each chunk is a stage of its own whose
+  // parameters and gradients are the range of this stage's buffers from
+  // chunk_offset(c); the executor runs each instruction on its chunk. One
+  // chunk, the stage itself, otherwise.
+  virtual int num_chunks() const { return 1; }
+  virtual ModelStage& chunk(int /*c*/) { return *this; }
+  virtual size_t chunk_offset(int /*c*/) const { return 0; }
 
   // Last stage: the sum of the per-token losses of every forward since the
   // last call (in double, micro-batch by micro-batch in forward order), read

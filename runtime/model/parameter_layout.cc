@@ -126,4 +126,14 @@ void ParameterLayout::initialize(float* params, uint64_t seed) const {
   }
 }
 
+size_t ParameterLayout::append(const ParameterLayout& other) {
+  const size_t base = num_elements_;
+  for (ParameterTensor tensor : other.tensors_) {
+    tensor.offset += base;
+    tensors_.push_back(std::move(tensor));
+  }
+  num_elements_ += other.num_elements_;
+  return base;
+}
+
 }  // namespace paraplan

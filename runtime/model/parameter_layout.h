@@ -88,6 +88,10 @@ class ParameterLayout {
   };
   // Appends the tensor (this rank's part) to the buffer; returns its offset.
   size_t add(const TensorSpec& spec);
+  // Appends another layout's tensors after this one's, offsets shifted (a
+  // rank's layout of several model chunks, chunked_stage.h); returns where
+  // they start.
+  size_t append(const ParameterLayout& other);
 
  private:
   TransformerConfig config_;

@@ -11,6 +11,7 @@
 #include "runtime/comm/transport.h"
 #include "runtime/comm/watchdog.h"
 #include "runtime/comm/watched_communicator.h"
+#include "runtime/model/chunked_stage.h"
 
 namespace paraplan {
 
@@ -91,6 +92,19 @@ void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, i
                       "plan for more pipeline or tensor parallelism, or a smaller model");
 }
 
+// Each chunk's slots, received gradients and recompute modes, chunk by chunk.
+std::vector<ModelStageOptions> chunk_options(
+    const LoadedPlan& loaded, int pipeline_rank,
+    const std::vector<ScheduleExecutor::ChunkBuffers>& buffers) {
+  std::vector<ModelStageOptions> chunks;
+  const std::vector<StageModelSpec> models = chunk_models_from_plan(loaded, pipeline_rank);
+  for (size_t c = 0; c < models.size(); ++c)
+    chunks.push_back({.num_slots = buffers[c].slots,
+                      .recompute = models[c].recompute,
+                      .output_gradient_per_slot = buffers[c].output_gradient_per_slot});
+  return chunks;
+}
+
 }  // namespace
 
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
@@ -122,19 +136,27 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   // the operations each rank has entered on each group.
   if (options.collective_timeout_seconds > 0 || Heartbeat::active())
     watch_process_groups(rank.groups);
-  rank.layout =
-      make_parameter_layout(model.config, model.stage, mesh.tensor_rank, mesh.tensor_size);
-  check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
-  rank.stage = make_model_stage(
-      *rank.layout, *rank.ops, *rank.memory,
-      ModelStageOptions{.micro_batch_size = training.micro_batch_size(),
-                        .num_slots = ScheduleExecutor::slots_needed(schedule),
-                        .recompute = model.recompute,
-                        .tensor_group = rank.groups.tensor.get(),
-                        .sequence_parallel = mesh_plan.sequence_parallel(),
-                        .buffer_elements = DistributedOptimizer::buffer_elements(
-                            rank.layout->num_elements(), zero_stage, rank.groups.zero->size())});
+  const int chunks = plan.schedule()->virtual_stages();
+  const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
+      ScheduleExecutor::buffers_needed(schedule, chunks);
+  ModelStageOptions stage_options{.micro_batch_size = training.micro_batch_size(),
+                                  .num_slots = buffers[0].slots,
+                                  .recompute = model.recompute,
+                                  .tensor_group = rank.groups.tensor.get(),
+                                  .sequence_parallel = mesh_plan.sequence_parallel(),
+                                  .output_gradient_per_slot = buffers[0].output_gradient_per_slot};
+  rank.layout =
+      rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
+  check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
+  stage_options.buffer_elements = DistributedOptimizer::buffer_elements(
+      rank.layout->num_elements(), zero_stage, rank.groups.zero->size());
+  if (chunks == 1)
+    rank.stage = make_model_stage(*rank.layout, *rank.ops, *rank.memory, stage_options);
+  else
+    rank.stage = std::make_unique<ChunkedStage>(static_cast<const ChunkedLayout&>(*rank.layout),
+                                                *rank.ops, *rank.memory, stage_options,
+                                                chunk_options(loaded, mesh.pipeline_rank, buffers));
   const schema::Optimizer& optimizer_plan = *training.optimizer();
   rank.optimizer = std::make_unique<DistributedOptimizer>(
       *rank.stage, *rank.ops, *rank.memory, rank.groups,
@@ -144,10 +166,18 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                     .weight_decay = optimizer_plan.weight_decay(),
                     .grad_clip = optimizer_plan.grad_clip()},
       zero_stage, training.gradient_bucket_elements());
-  rank.executor = std::make_unique<ScheduleExecutor>(
-      schedule, *rank.stage, *rank.ops, training.num_micro_batches(), mesh.data_rank,
-      PipelinePeers{rank.groups.peers.get(), rank.groups.previous_stage_rank,
-                    rank.groups.next_stage_rank});
+  rank.pipeline =
+      PipelinePeers{.peers = rank.groups.peers.get(),
+                    .previous_stage_rank = rank.groups.previous_stage_rank,
+                    .next_stage_rank = rank.groups.next_stage_rank,
+                    .pipeline_rank = mesh.pipeline_rank,
+                    .pipeline_size = mesh.pipeline_size,
+                    .first_stage_rank = world_rank_of(mesh, 0, mesh.data_rank, mesh.tensor_rank),
+                    .last_stage_rank = world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank,
+                                                     mesh.tensor_rank)};
+  rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
+                                                     training.num_micro_batches(), mesh.data_rank,
+                                                     rank.pipeline);
   return rank;
 }
 

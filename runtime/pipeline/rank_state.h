@@ -37,6 +37,7 @@ struct RankState {
   std::unique_ptr<ModelStage> stage;
   std::unique_ptr<DistributedOptimizer> optimizer;
   std::unique_ptr<ScheduleExecutor> executor;
+  PipelinePeers pipeline;  // where the executor's transfers go
 };
 
 struct RankBuildOptions {

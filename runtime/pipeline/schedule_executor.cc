@@ -1,6 +1,7 @@
-// schedule_executor.cc: the instruction interpreter of a pipeline stage.
+// schedule_executor.cc: the instruction interpreter of a pipeline rank.
 #include "runtime/pipeline/schedule_executor.h"
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -11,22 +12,126 @@ namespace paraplan {
 
 using schema::OpCode;
 
-int ScheduleExecutor::slots_needed(const schema::StageSchedule& schedule) {
-  std::deque<int> in_flight;
-  size_t most = 0;
+std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
+    const schema::StageSchedule& schedule, int num_chunks) {
+  // Per chunk: the micro-batches holding a slot (from the first instruction
+  // writing into it, a load, a received activation or the forward, to the
+  // Backward or BackwardWeight), and those forwarded and not yet backwarded
+  // or whose BackwardInput ran and BackwardWeight has not. Slots are taken in
+  // micro-batch order and given back in that order, so the holders are
+  // consecutive micro-batches and i mod slots tells them apart.
+  struct ChunkSlots {
+    std::deque<int> holding, forwarded, weight_pending;
+    int next_to_hold = 0;
+    size_t most = 1;
+    // Received output gradients not yet backwarded; an input gradient not
+    // yet sent; whether the chunk sends input gradients at all.
+    int received = 0;
+    bool unsent = false, sends = false, per_slot = false;
+  };
+  std::vector<ChunkSlots> chunks(num_chunks);
+  for (const schema::Instruction* instruction : *schedule.instructions())
+    if ((instruction->op() == OpCode::SendGradient ||
+         instruction->op() == OpCode::SendGradientRecvActivation) &&
+        instruction->chunk() < num_chunks)
+      chunks[instruction->chunk()].sends = true;
+  const auto receive_gradient = [](ChunkSlots& chunk) {
+    chunk.per_slot |= chunk.received > 0 || chunk.unsent;
+    ++chunk.received;
+  };
+  const std::string where = "schedule of stage " + std::to_string(schedule.stage()) + ": ";
+  const auto refuse = [&where](const std::string& what, int micro_batch, int chunk) {
+    throw std::runtime_error(where + what + " of micro-batch " + std::to_string(micro_batch) +
+                             " (chunk " + std::to_string(chunk) +
+                             ") is out of first-in first-out order");
+  };
+  const auto hold = [&](ChunkSlots& chunk, int mb, int c) {
+    if (!chunk.holding.empty() &&
+        std::find(chunk.holding.begin(), chunk.holding.end(), mb) != chunk.holding.end())
+      return;
+    if (mb != chunk.next_to_hold) refuse("the first use of a slot", mb, c);
+    ++chunk.next_to_hold;
+    chunk.holding.push_back(mb);
+    chunk.most = std::max(chunk.most, chunk.holding.size());
+  };
+  const auto release = [&](ChunkSlots& chunk, int mb, int c) {
+    if (chunk.holding.empty() || chunk.holding.front() != mb) refuse("backward", mb, c);
+    chunk.holding.pop_front();
+  };
   for (const schema::Instruction* instruction : *schedule.instructions()) {
-    if (instruction->op() == OpCode::Forward) {
-      in_flight.push_back(instruction->micro_batch());
-      most = std::max(most, in_flight.size());
-    } else if (instruction->op() == OpCode::Backward) {
-      if (in_flight.empty() || in_flight.front() != instruction->micro_batch())
-        throw std::runtime_error(
-            "schedule of stage " + std::to_string(schedule.stage()) + ": backward of micro-batch " +
-            std::to_string(instruction->micro_batch()) + " is out of first-in first-out order");
-      in_flight.pop_front();
+    const int c = instruction->chunk(), mb = instruction->micro_batch();
+    if (c >= num_chunks)
+      throw std::runtime_error(where + "chunk " + std::to_string(c) + " of a rank holding " +
+                               std::to_string(num_chunks) + " chunks");
+    ChunkSlots& chunk = chunks[c];
+    switch (instruction->op()) {
+      case OpCode::LoadMicroBatch:
+      case OpCode::RecvActivation:
+        hold(chunk, mb, c);
+        break;
+      case OpCode::SendGradientRecvActivation:
+        chunk.unsent = false;
+        hold(chunk, instruction->peer_micro_batch(), c);
+        break;
+      case OpCode::SendGradient:
+        chunk.unsent = false;
+        break;
+      case OpCode::RecvGradient:
+        receive_gradient(chunk);
+        break;
+      case OpCode::SendActivationRecvGradient:
+        receive_gradient(chunk);
+        break;
+      case OpCode::Forward:
+        hold(chunk, mb, c);
+        chunk.forwarded.push_back(mb);
+        break;
+      case OpCode::Backward:
+      case OpCode::BackwardInput:
+        if (chunk.forwarded.empty() || chunk.forwarded.front() != mb) refuse("backward", mb, c);
+        chunk.forwarded.pop_front();
+        chunk.received = std::max(0, chunk.received - 1);
+        chunk.unsent = chunk.sends;
+        if (instruction->op() == OpCode::BackwardInput)
+          chunk.weight_pending.push_back(mb);
+        else
+          release(chunk, mb, c);
+        break;
+      case OpCode::BackwardWeight:
+        if (chunk.weight_pending.empty() || chunk.weight_pending.front() != mb)
+          refuse("BackwardWeight", mb, c);
+        chunk.weight_pending.pop_front();
+        release(chunk, mb, c);
+        break;
+      default:
+        break;
     }
   }
-  return static_cast<int>(std::max<size_t>(most, 1));
+  std::vector<ChunkBuffers> buffers;
+  for (const ChunkSlots& chunk : chunks)
+    buffers.push_back({static_cast<int>(chunk.most), chunk.per_slot});
+  return buffers;
+}
+
+int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks) {
+  const int p = pipeline.pipeline_size, r = pipeline.pipeline_rank;
+  if (chunk * p + r + 1 >= p * num_chunks) return -1;  // the last virtual stage
+  return r + 1 < p ? pipeline.next_stage_rank : pipeline.first_stage_rank;
+}
+
+int previous_virtual_stage_rank(const PipelinePeers& pipeline, int chunk) {
+  const int r = pipeline.pipeline_rank;
+  if (chunk * pipeline.pipeline_size + r == 0) return -1;  // the first virtual stage
+  return r > 0 ? pipeline.previous_stage_rank : pipeline.last_stage_rank;
+}
+
+int next_link_tag(const PipelinePeers& pipeline, int chunk) {
+  return (chunk * pipeline.pipeline_size + pipeline.pipeline_rank) % PeerToPeer::kMaxPeerTags;
+}
+
+int previous_link_tag(const PipelinePeers& pipeline, int chunk) {
+  return (chunk * pipeline.pipeline_size + pipeline.pipeline_rank + PeerToPeer::kMaxPeerTags - 1) %
+         PeerToPeer::kMaxPeerTags;
 }
 
 ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage,
@@ -39,6 +144,29 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
       pipeline_(pipeline) {
   for (const schema::Instruction* instruction : *schedule.instructions())
     instructions_.push_back(*instruction);
+  const int v = stage.num_chunks();
+  const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v);
+  for (int c = 0; c < v; ++c) {
+    Chunk chunk;
+    chunk.stage = &stage.chunk(c);
+    chunk.received.assign(chunk.stage->num_slots(), -1);
+    chunk.output_gradient_per_slot = buffers[c].output_gradient_per_slot;
+    chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
+    chunk.previous_rank = previous_virtual_stage_rank(pipeline, c);
+    chunk.next_tag = next_link_tag(pipeline, c);
+    chunk.previous_tag = previous_link_tag(pipeline, c);
+    chunks_.push_back(chunk);
+  }
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    const schema::Instruction& instruction = instructions_[i];
+    if (instruction.chunk() >= v)
+      throw std::runtime_error("schedule: " + std::string(opcode_name(instruction.op())) +
+                               " of chunk " + std::to_string(instruction.chunk()) +
+                               " on a rank holding " + std::to_string(v) + " model chunks");
+    const bool finishes =
+        instruction.op() == OpCode::Backward || instruction.op() == OpCode::BackwardWeight;
+    if (finishes) chunks_[instruction.chunk()].last_backward = i;
+  }
   const size_t tokens =
       static_cast<size_t>(stage.micro_batch_size()) * stage.layout().config().seq_len;
   host_tokens_.resize(tokens);
@@ -48,26 +176,49 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
 double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
                                   const ExecutorHooks& hooks, InstructionObserver* observer) {
   first_forward_done_ = false;
-  for (const schema::Instruction& instruction : instructions_) {
+  for (Chunk& chunk : chunks_) {
+    chunk.finished = false;
+    std::fill(chunk.received.begin(), chunk.received.end(), -1);
+    chunk.input_gradient_of = -1;
+  }
+  for (size_t i = 0; i < instructions_.size(); ++i) {
     if (observer == nullptr) {
-      execute(instruction, data, first_sample, loss_scale, hooks);
+      execute(i, data, first_sample, loss_scale, hooks);
       continue;
     }
     ops_.synchronize();
-    observer->before(instruction);
-    execute(instruction, data, first_sample, loss_scale, hooks);
+    observer->before(instructions_[i]);
+    execute(i, data, first_sample, loss_scale, hooks);
     ops_.synchronize();
-    observer->after(instruction);
+    observer->after(instructions_[i]);
   }
   // The forwards added their losses on the device; one read for the step.
-  return stage_.take_loss_sum();
+  double losses = 0;
+  for (Chunk& chunk : chunks_) losses += chunk.stage->take_loss_sum();
+  return losses;
 }
 
-void ScheduleExecutor::execute(const schema::Instruction& instruction, const SampleSource& data,
-                               int64_t first_sample, float loss_scale, const ExecutorHooks& hooks) {
-  const int batch = stage_.micro_batch_size();
+std::function<void(size_t)> ScheduleExecutor::final_from_hook(int c, const ExecutorHooks& hooks) {
+  chunks_[c].finished = true;
+  if (!hooks.gradients_final_from) return {};
+  // Offsets at or past the next chunk's range are final only once every later
+  // chunk is; otherwise this chunk's offsets would claim them too early.
+  for (size_t later = c + 1; later < chunks_.size(); ++later)
+    if (!chunks_[later].finished) return {};
+  const size_t base = stage_.chunk_offset(c);
+  return [&hooks, base](size_t offset) { hooks.gradients_final_from(base + offset); };
+}
+
+void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t first_sample,
+                               float loss_scale, const ExecutorHooks& hooks) {
+  const schema::Instruction& instruction = instructions_[index];
+  const int c = instruction.chunk();
+  Chunk& chunk = chunks_[c];
+  ModelStage& stage = *chunk.stage;
+  const int batch = stage.micro_batch_size();
   const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
   const int micro_batch = instruction.micro_batch();
+  const bool finishes_gradients = index == chunk.last_backward;
   switch (instruction.op()) {
     case OpCode::LoadMicroBatch: {
       const int64_t sample =
@@ -76,54 +227,64 @@ void ScheduleExecutor::execute(const schema::Instruction& instruction, const Sam
       data.load(sample, batch, host_tokens_.data(), host_targets_.data());
       // Staged through pinned memory on a device: the host does not wait, and
       // the vectors are free again at once.
-      ops_.copy_from_host_async(stage_.tokens(slot_of(micro_batch)), host_tokens_.data(),
+      ops_.copy_from_host_async(stage.tokens(slot_of(chunk, micro_batch)), host_tokens_.data(),
                                 token_bytes);
-      ops_.copy_from_host_async(stage_.targets(slot_of(micro_batch)), host_targets_.data(),
+      ops_.copy_from_host_async(stage.targets(slot_of(chunk, micro_batch)), host_targets_.data(),
                                 token_bytes);
       break;
     }
     case OpCode::Forward:
       if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
       first_forward_done_ = true;
-      stage_.forward(slot_of(micro_batch), loss_scale);
+      stage.forward(slot_of(chunk, micro_batch), loss_scale);
       break;
     case OpCode::Backward:
-      // A stage without the head starts from the received output gradient,
+    case OpCode::BackwardInput:
+      // A chunk without the head starts from the received output gradient,
       // which must be this micro-batch's (the streams keep them in order).
-      if (!stage_.has_head() && gradient_holder_ != micro_batch)
-        throw std::runtime_error("schedule: backward of micro-batch " +
-                                 std::to_string(micro_batch) +
-                                 " before its output gradient was received");
-      // The step's last backward finishes every gradient (first-in first-out
-      // streams: micro-batch m - 1 is the last one backwarded).
-      if (micro_batch == num_micro_batches_ - 1)
-        stage_.backward(slot_of(micro_batch), hooks.gradients_final_from);
+      if (!stage.has_head() && chunk.received[slot_of(chunk, micro_batch)] != micro_batch)
+        refuse(instruction, "before its output gradient was received");
+      if (chunk.input_gradient_of >= 0)
+        refuse(instruction, "before the input gradient of micro-batch " +
+                                std::to_string(chunk.input_gradient_of) + " was sent");
+      if (!stage.has_embedding()) chunk.input_gradient_of = micro_batch;
+      if (instruction.op() == OpCode::BackwardInput)
+        stage.backward_input(slot_of(chunk, micro_batch));
+      else if (finishes_gradients)
+        stage.backward(slot_of(chunk, micro_batch), final_from_hook(c, hooks));
       else
-        stage_.backward(slot_of(micro_batch));
-      gradient_holder_ = -1;
+        stage.backward(slot_of(chunk, micro_batch));
+      chunk.received[slot_of(chunk, micro_batch)] = -1;
+      break;
+    case OpCode::BackwardWeight:
+      if (finishes_gradients)
+        stage.backward_weight(slot_of(chunk, micro_batch), final_from_hook(c, hooks));
+      else
+        stage.backward_weight(slot_of(chunk, micro_batch));
       break;
     case OpCode::SendActivation:
-      transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank, nullptr, -1);
+      transfer(chunk, stage.output(slot_of(chunk, micro_batch)), nullptr, true);
       break;
     case OpCode::RecvActivation:
-      transfer(nullptr, -1, stage_.input(slot_of(micro_batch)), pipeline_.previous_stage_rank);
+      transfer(chunk, nullptr, stage.input(slot_of(chunk, micro_batch)), false);
       break;
     case OpCode::SendGradient:
-      transfer(stage_.input_gradient(), pipeline_.previous_stage_rank, nullptr, -1);
+      send_input_gradient(chunk, instruction);
+      transfer(chunk, stage.input_gradient(), nullptr, false);
       break;
     case OpCode::RecvGradient:
-      transfer(nullptr, -1, stage_.output_gradient(), pipeline_.next_stage_rank);
-      gradient_holder_ = micro_batch;
+      receive_output_gradient(chunk, instruction, micro_batch);
+      transfer(chunk, nullptr, stage.output_gradient(slot_of(chunk, micro_batch)), true);
       break;
     case OpCode::SendActivationRecvGradient:
-      transfer(stage_.output(slot_of(micro_batch)), pipeline_.next_stage_rank,
-               stage_.output_gradient(), pipeline_.next_stage_rank);
-      gradient_holder_ = instruction.peer_micro_batch();
+      receive_output_gradient(chunk, instruction, instruction.peer_micro_batch());
+      transfer(chunk, stage.output(slot_of(chunk, micro_batch)),
+               stage.output_gradient(slot_of(chunk, instruction.peer_micro_batch())), true);
       break;
     case OpCode::SendGradientRecvActivation:
-      transfer(stage_.input_gradient(), pipeline_.previous_stage_rank,
-               stage_.input(slot_of(instruction.peer_micro_batch())),
-               pipeline_.previous_stage_rank);
+      send_input_gradient(chunk, instruction);
+      transfer(chunk, stage.input_gradient(),
+               stage.input(slot_of(chunk, instruction.peer_micro_batch())), false);
       break;
     case OpCode::ReduceGradients:
       if (hooks.reduce_gradients) hooks.reduce_gradients();
@@ -131,20 +292,53 @@ void ScheduleExecutor::execute(const schema::Instruction& instruction, const Sam
     case OpCode::OptimizerStep:
       if (hooks.optimizer_step) hooks.optimizer_step();
       break;
-    case OpCode::BackwardInput:
-    case OpCode::BackwardWeight:
-      // Refused by plan validation (schema v3, not executed yet).
-      throw std::runtime_error(std::string("schedule: ") + opcode_name(instruction.op()) +
-                               " is not executed by this paraplan");
   }
 }
 
-void ScheduleExecutor::transfer(const void* send, int send_to, void* receive, int receive_from) {
-  if (pipeline_.peers == nullptr || (send_to < 0 && receive_from < 0))
+void ScheduleExecutor::refuse(const schema::Instruction& instruction, const std::string& problem) {
+  throw std::runtime_error(std::string("schedule: ") + opcode_name(instruction.op()) +
+                           " of micro-batch " + std::to_string(instruction.micro_batch()) +
+                           " (chunk " + std::to_string(instruction.chunk()) + ") " + problem);
+}
+
+void ScheduleExecutor::receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
+                                               int micro_batch) {
+  // One buffer for all slots (the input gradient's): only once the last
+  // received gradient was used and the last input gradient sent.
+  if (!chunk.output_gradient_per_slot) {
+    for (int other : chunk.received)
+      if (other >= 0)
+        refuse(instruction, "receives the output gradient of micro-batch " +
+                                std::to_string(micro_batch) + " over micro-batch " +
+                                std::to_string(other) + "'s, not yet backwarded");
+    if (chunk.input_gradient_of >= 0)
+      refuse(instruction, "receives an output gradient over the input gradient of micro-batch " +
+                              std::to_string(chunk.input_gradient_of) + ", not yet sent");
+  }
+  // Into the micro-batch's slot, whose previous gradient must have been used.
+  int& received = chunk.received[slot_of(chunk, micro_batch)];
+  if (received >= 0)
+    refuse(instruction, "receives the output gradient of micro-batch " +
+                            std::to_string(micro_batch) + " over micro-batch " +
+                            std::to_string(received) + "'s, not yet backwarded");
+  received = micro_batch;
+}
+
+void ScheduleExecutor::send_input_gradient(Chunk& chunk, const schema::Instruction& instruction) {
+  if (chunk.input_gradient_of != instruction.micro_batch())
+    refuse(instruction, "sends an input gradient its chunk has not computed last");
+  chunk.input_gradient_of = -1;
+}
+
+void ScheduleExecutor::transfer(const Chunk& chunk, const void* send, void* receive,
+                                bool with_next) {
+  const int peer = with_next ? chunk.next_rank : chunk.previous_rank;
+  if (pipeline_.peers == nullptr || peer < 0)
     throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
-  pipeline_.peers->send_receive(send, send ? stage_.activation_elements() : 0, send_to, receive,
-                                receive ? stage_.activation_elements() : 0, receive_from,
-                                stage_.dtype());
+  const size_t elements = chunk.stage->activation_elements();
+  pipeline_.peers->send_receive(send, send ? elements : 0, send ? peer : -1, receive,
+                                receive ? elements : 0, receive ? peer : -1, chunk.stage->dtype(),
+                                with_next ? chunk.next_tag : chunk.previous_tag);
 }
 
 }  // namespace paraplan

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "plan_generated.h"
@@ -22,17 +23,38 @@
 
 namespace paraplan {
 
-// Where a stage's transfers go: world ranks of its pipeline neighbours.
+// Where a rank's transfers go: world ranks of its pipeline neighbours. With
+// several model chunks per rank (virtual stages, plan.fbs), virtual stage
+// s = chunk * p + pipeline rank; its neighbours are virtual stages s - 1 and
+// s + 1: chunk c of the last rank feeds chunk c + 1 of the first, so the
+// first and last ranks also talk to each other (first_stage_rank,
+// last_stage_rank).
 struct PipelinePeers {
   PeerToPeer* peers = nullptr;
   int previous_stage_rank = -1;
   int next_stage_rank = -1;
+  int pipeline_rank = 0, pipeline_size = 1;
+  int first_stage_rank = -1;  // the last rank: the world rank of pipeline rank 0
+  int last_stage_rank = -1;   // the first rank: the world rank of pipeline rank p - 1
 };
+
+// World ranks of chunk c's neighbour virtual stages (of num_chunks per rank):
+// the next one (activations go there) and the previous one (gradients go
+// there); -1 for none.
+int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks);
+int previous_virtual_stage_rank(const PipelinePeers& pipeline, int chunk);
+// The PeerToPeer tag of the link from chunk c's virtual stage to the next
+// one and from the previous one (each link its own, so chunks' messages
+// between two ranks stay apart).
+int next_link_tag(const PipelinePeers& pipeline, int chunk);
+int previous_link_tag(const PipelinePeers& pipeline, int chunk);
 
 struct ExecutorHooks {
   std::function<void()> reduce_gradients;
   std::function<void()> optimizer_step;
-  // Passed to the backward of the step's last micro-batch (ModelStage::backward):
+  // Told, as the step's last Backward / BackwardWeight of each chunk passes
+  // them, the buffer offsets from which no gradient will be written again this
+  // step (ModelStage::backward; offsets into the rank's buffer, falling):
   // starts the data-parallel reduction of finished gradient buckets.
   std::function<void(size_t)> gradients_final_from;
   // Before the step's first forward: waits for parameters still being
@@ -52,11 +74,24 @@ class InstructionObserver {
 
 class ScheduleExecutor {
  public:
-  // The activation slots a stream needs: the most micro-batches forwarded and
-  // not yet backwarded at any point. Throws if the stream is not first-in
-  // first-out (backwards in a different order than forwards).
-  static int slots_needed(const schema::StageSchedule& schedule);
+  // Per model chunk of the rank, the buffers its stream needs: slots, the
+  // most micro-batches holding one at any point, from the first instruction
+  // writing into it (load, received activation, forward) to the Backward,
+  // or the BackwardWeight after a BackwardInput; and whether each slot needs
+  // its own received output gradient (the stream receives one while another
+  // waits for its backward, or while the chunk's input gradient waits to be
+  // sent). Throws if a chunk's slots are not taken in micro-batch order or
+  // its backwards are not first-in first-out, or a BackwardWeight does not
+  // follow its BackwardInput in that order.
+  struct ChunkBuffers {
+    int slots = 1;
+    bool output_gradient_per_slot = false;
+    bool operator==(const ChunkBuffers&) const = default;
+  };
+  static std::vector<ChunkBuffers> buffers_needed(const schema::StageSchedule& schedule,
+                                                  int num_chunks = 1);
 
+  // stage: the rank's model (its chunks: ModelStage::chunk).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
                    int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
 
@@ -69,20 +104,47 @@ class ScheduleExecutor {
                   const ExecutorHooks& hooks, InstructionObserver* observer = nullptr);
 
  private:
-  int slot_of(int micro_batch) const { return micro_batch % stage_.num_slots(); }
-  void execute(const schema::Instruction& instruction, const SampleSource& data,
-               int64_t first_sample, float loss_scale, const ExecutorHooks& hooks);
-  // One paired transfer; -1 peers or null buffers skip a half.
-  void transfer(const void* send, int send_to, void* receive, int receive_from);
+  struct Chunk {
+    ModelStage* stage = nullptr;
+    int next_rank = -1, previous_rank = -1;  // world ranks of its neighbour virtual stages
+    int next_tag = 0, previous_tag = 0;      // the links' PeerToPeer tags
+    // Per slot, the micro-batch whose received output gradient waits for its
+    // backward (-1: none); the micro-batch whose input gradient waits to be sent.
+    std::vector<int> received;
+    int input_gradient_of = -1;
+    bool output_gradient_per_slot = false;
+    // The index of the step's last instruction finishing its gradients (its
+    // last Backward or BackwardWeight), and whether it has run this step.
+    size_t last_backward = 0;
+    bool finished = false;
+  };
+  static int slot_of(const Chunk& chunk, int micro_batch) {
+    return micro_batch % chunk.stage->num_slots();
+  }
+  void execute(size_t index, const SampleSource& data, int64_t first_sample, float loss_scale,
+               const ExecutorHooks& hooks);
+  // Tells hooks.gradients_final_from what chunk c's last backward finished:
+  // offsets within the chunk, shifted to the rank's buffer, and only once
+  // every chunk after it in the buffer is finished too (the offsets fall).
+  std::function<void(size_t)> final_from_hook(int c, const ExecutorHooks& hooks);
+  [[noreturn]] static void refuse(const schema::Instruction& instruction,
+                                  const std::string& problem);
+  // Bookkeeping of the slots' received gradients and the chunk's one input
+  // gradient: refuses a stream that would overwrite either before it is used.
+  static void receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
+                                      int micro_batch);
+  static void send_input_gradient(Chunk& chunk, const schema::Instruction& instruction);
+  // One paired transfer with the chunk's next (with_next) or previous
+  // neighbour; a null buffer skips that half.
+  void transfer(const Chunk& chunk, const void* send, void* receive, bool with_next);
 
   std::vector<schema::Instruction> instructions_;
   ModelStage& stage_;
+  std::vector<Chunk> chunks_;
   kernels::Ops& ops_;
   int num_micro_batches_;
   int data_parallel_rank_;
   PipelinePeers pipeline_;
-  // The micro-batch whose output gradient sits in the stage's receive buffer.
-  int gradient_holder_ = -1;
   bool first_forward_done_ = false;                  // this step
   std::vector<int32_t> host_tokens_, host_targets_;  // staging, reused every step
 };

@@ -56,10 +56,10 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
   rank.optimizer->wait_for_parameters();
   ModelStage& stage = *rank.stage;
   const MeshCoordinates& mesh = rank.groups.mesh;
-  const StageSpec& spec = stage.layout().stage();
   const int batch = training.micro_batch_size(), micro_batches = training.num_micro_batches();
   const size_t tokens = static_cast<size_t>(batch) * stage.layout().config().seq_len;
   const size_t activations = stage.activation_elements();
+  const int chunks = stage.num_chunks();
   std::vector<int32_t> inputs(tokens), targets(tokens);
   double loss_sum = 0;
   for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
@@ -67,23 +67,32 @@ double evaluate(RankState& rank, const DataLoader& data, const schema::Training&
       const int64_t sample =
           static_cast<int64_t>(step) * training.global_batch_size() +
           static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
-      if (spec.has_embedding || spec.has_head) {
-        data.load(sample, batch, inputs.data(), targets.data());
-        rank.ops->copy_from_host_async(stage.tokens(0), inputs.data(), tokens * sizeof(int32_t));
-        rank.ops->copy_from_host_async(stage.targets(0), targets.data(), tokens * sizeof(int32_t));
+      // Through this rank's chunks in model order (virtual stages c * p + rank):
+      // every rank takes the micro-batches in the same order, so the
+      // transfers meet.
+      for (int c = 0; c < chunks; ++c) {
+        ModelStage& chunk = stage.chunk(c);
+        if (chunk.has_embedding() || chunk.has_head()) {
+          data.load(sample, batch, inputs.data(), targets.data());
+          rank.ops->copy_from_host_async(chunk.tokens(0), inputs.data(), tokens * sizeof(int32_t));
+          rank.ops->copy_from_host_async(chunk.targets(0), targets.data(),
+                                         tokens * sizeof(int32_t));
+        }
+        if (!chunk.has_embedding())
+          rank.groups.peers->send_receive(nullptr, 0, -1, chunk.input(0), activations,
+                                          previous_virtual_stage_rank(rank.pipeline, c),
+                                          stage.dtype(), previous_link_tag(rank.pipeline, c));
+        chunk.forward(0, 1.0f, /*training=*/false);
+        if (!chunk.has_head())
+          rank.groups.peers->send_receive(
+              chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
+              nullptr, 0, -1, stage.dtype(), next_link_tag(rank.pipeline, c));
       }
-      if (!spec.has_embedding)
-        rank.groups.peers->send_receive(nullptr, 0, -1, stage.input(0), activations,
-                                        rank.groups.previous_stage_rank, stage.dtype());
-      stage.forward(0, 1.0f, /*training=*/false);
-      if (!spec.has_head)
-        rank.groups.peers->send_receive(stage.output(0), activations, rank.groups.next_stage_rank,
-                                        nullptr, 0, -1, stage.dtype());
     }
   }
   // The forwards' losses, summed on the device; counted once per tensor group.
-  const double stage_loss = stage.take_loss_sum();
-  if (spec.has_head && mesh.tensor_rank == 0) loss_sum = stage_loss;
+  const double stage_loss = stage.chunk(chunks - 1).take_loss_sum();
+  if (stage.has_head() && mesh.tensor_rank == 0) loss_sum = stage_loss;
   rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
   const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
                               training.global_batch_size() * stage.layout().config().seq_len;
@@ -169,7 +178,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
   const uint64_t capacity = cluster ? allocatable_device_memory_bytes(*cluster) : 0;
   const int eval_interval = training.eval_interval();
-  const bool counts_loss = model.stage.has_head && mesh.tensor_rank == 0;
+  // The rank's last chunk holds the head, if the rank does.
+  const bool counts_loss = stage.has_head() && mesh.tensor_rank == 0;
 
   if (leader)
     std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model

@@ -18,7 +18,7 @@ while read -r name pp dp tp zero; do
   "$paraplan" plan --config samples/tiny/job.toml --output "$out/$name.pplan" \
     --planner.world_size "$world" --planner.pipeline_nstages "$pp" \
     --planner.data_parallel_degree "$dp" --planner.tensor_parallel_degree "$tp" \
-    --planner.zero_stage "$zero" --training.micro_batch_size 4 --planner.pipeline_scheduler 1f1b \
+    --planner.zero_stage "$zero" --training.micro_batch_size 4 \
     >/dev/null </dev/null
   rm -f "$out/$name.jsonl"
   "$paraplan" launch --plan "$out/$name.pplan" -- train --data "$out/data/train.bin" \

@@ -15,7 +15,9 @@
 # Environment: SKIP_BUILD=1 uses an existing build/; PARAPLAN=path replays
 # with another paraplan binary (e.g. a build of an older commit: its reports
 # name fewer components, which the table prints as they are); STEPS (default
-# 5) measured steps after 2 warm-up; PLANS="dp4 pp2-dp2" runs a subset.
+# 5) measured steps after 2 warm-up; PLANS="dp4 pp2-dp2" runs a subset;
+# SCHEDULER (default 1f1b, the schedule the time model was calibrated with;
+# auto lets the planner choose) the pipeline schedule of every plan.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${SKIP_BUILD:-}" ] && [ -z "${PARAPLAN:-}" ]; then
@@ -30,6 +32,8 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 job=samples/tiny/replay_job.toml
 steps=${STEPS:-5}
+# The schedule every plan uses (SCHEDULER=auto lets the planner choose).
+scheduler=${SCHEDULER:-1f1b}
 
 # name world pp tp dp zero micro-batch
 all_plans=(
@@ -63,7 +67,7 @@ for entry in "${selected[@]}"; do
   degrees=(--planner.world_size "$world" --planner.pipeline_nstages "$pp"
     --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp"
     --planner.zero_stage "$zero" --training.micro_batch_size "$micro"
-    --planner.pipeline_scheduler 1f1b)
+    --planner.pipeline_scheduler "$scheduler")
   profile_dir="$out/profile-$name"
   rm -rf "$profile_dir"
   "$paraplan" profile --config "$job" --profile-dir "$profile_dir" "${degrees[@]}" \

@@ -18,7 +18,7 @@ fi
 "$paraplan" tokenize --input /usr/share/games/fortunes --output "$out/data"
 "$paraplan" plan --config samples/tiny/job.toml --output "$out/tiny-pp2-tp2.pplan" \
   --planner.world_size 4 --planner.pipeline_nstages 2 --planner.tensor_parallel_degree 2 \
-  --planner.data_parallel_degree 1 --planner.pipeline_scheduler 1f1b
+  --planner.data_parallel_degree 1
 "$paraplan" launch --plan "$out/tiny-pp2-tp2.pplan" -- train --data "$out/data/train.bin" \
   --val-data "$out/data/val.bin" --checkpoint-dir "$out/checkpoints" --checkpoint-every 100 \
   --log-json "$out/train.jsonl" "$@"

@@ -105,14 +105,13 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
   zero(fch_gelu_gradient_, BTF);
-  ops_.linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
-                       row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F,
-                       C);
+  linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
+                  row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
   zero(fch_gradient_, BTF);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
-                       column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F);
+  linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
+                  column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F);
   // Each rank held a partial input gradient.
   const void* ln2_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.ln2_weight, w.ln2_bias, [&](void* dweight, void* dbias) {
@@ -122,15 +121,15 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
   zero(atty_gradient_, BTA);
-  ops_.linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias),
-                       row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C);
+  linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias),
+                  row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C);
   zero(qkv_gradient_, BTA * 3);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
                           layout_.local_heads(), config.head_dim());
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_,
-                       column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A);
+  linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_,
+                  column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A);
   const void* ln1_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.ln1_weight, w.ln1_bias, [&](void* dweight, void* dbias) {
     ops_.layernorm_backward(dresidual, dweight, dbias, ln1_gradient, input, param(w.ln1_weight),
@@ -146,12 +145,12 @@ void GptStage::embedding_forward(int slot, void* out) {
   });
 }
 
-void GptStage::embedding_backward(int slot) {
+void GptStage::embedding_backward(int slot, const void* input_gradient) {
   // The vocab-parallel embedding's backward needs no collective (each rank
   // scatters into its own rows) beyond, with sequence parallelism, the
-  // gather of the output gradient's shards.
+  // gather of the input gradient's shards.
   const TransformerConfig& config = layout_.config();
-  const void* output_gradient = row_parallel_output_gradient();
+  const void* output_gradient = row_parallel_output_gradient(input_gradient);
   ops_.token_embedding_backward(grad(layout_.token_embedding()), output_gradient, tokens(slot),
                                 rows(), layout_.vocab_start(), layout_.local_vocab(),
                                 config.d_model);

@@ -110,13 +110,13 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
 
   // MLP branch: output = residual + down(swiglu(gate_up(norm(residual)))).
   zero(hidden_gradient_, static_cast<size_t>(BT) * F);
-  ops_.linear_backward(hidden_gradient_, grad(w.down), nullptr, row_parallel_output_gradient(),
-                       a.hidden, param(w.down), BT, F, C);
+  linear_backward(hidden_gradient_, grad(w.down), nullptr, row_parallel_output_gradient(), a.hidden,
+                  param(w.down), BT, F, C);
   zero(gate_up_gradient_, static_cast<size_t>(BT) * 2 * F);
   ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F);
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_,
-                       column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F);
+  linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_,
+                  column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F);
   // Each rank held a partial input gradient.
   const void* mlp_norm_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.mlp_norm, kNoBias, [&](void* dweight, void*) {
@@ -126,9 +126,8 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
   zero(attention_gradient_, static_cast<size_t>(BT) * A);
-  ops_.linear_backward(attention_gradient_, grad(w.attention_out), nullptr,
-                       row_parallel_output_gradient(), a.attention, param(w.attention_out), BT, A,
-                       C);
+  linear_backward(attention_gradient_, grad(w.attention_out), nullptr,
+                  row_parallel_output_gradient(), a.attention, param(w.attention_out), BT, A, C);
   zero(qkv_gradient_, static_cast<size_t>(BT) * Q);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv,
                           a.attention, a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
@@ -137,8 +136,8 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   ops_.rope_backward(qkv_gradient_, rotary_cos_, rotary_sin_, batch_, config.seq_len,
                      layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
   zero(norm_gradient_, BTC);
-  ops_.linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_,
-                       column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q);
+  linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_,
+                  column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q);
   const void* attention_norm_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.attention_norm, kNoBias, [&](void* dweight, void*) {
     ops_.rmsnorm_backward(dresidual, dweight, attention_norm_gradient, input,
@@ -150,12 +149,12 @@ void LlamaStage::embedding_forward(int slot, void* out) {
   vocab_parallel_embedding(slot, out, layout_.token_embedding());
 }
 
-void LlamaStage::embedding_backward(int slot) {
+void LlamaStage::embedding_backward(int slot, const void* input_gradient) {
   // Each rank scatters into its own vocabulary rows: no collective but, with
-  // sequence parallelism, the gather of the output gradient's shards.
-  ops_.token_embedding_backward(grad(layout_.token_embedding()), row_parallel_output_gradient(),
-                                tokens(slot), rows(), layout_.vocab_start(), layout_.local_vocab(),
-                                layout_.config().d_model);
+  // sequence parallelism, the gather of the input gradient's shards.
+  ops_.token_embedding_backward(
+      grad(layout_.token_embedding()), row_parallel_output_gradient(input_gradient), tokens(slot),
+      rows(), layout_.vocab_start(), layout_.local_vocab(), layout_.config().d_model);
 }
 
 void LlamaStage::final_norm_forward(Slot& slot, const void* x) {

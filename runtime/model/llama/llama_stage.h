@@ -58,7 +58,7 @@ class LlamaStage final : public DecoderStage<LlamaBlockActivations> {
   void block_forward(int local_layer, const void* input, const Acts& acts) override;
   void block_backward(int local_layer, const void* input, const Acts& acts) override;
   void embedding_forward(int slot, void* out) override;
-  void embedding_backward(int slot) override;
+  void embedding_backward(int slot, const void* input_gradient) override;
   void final_norm_forward(Slot& slot, const void* x) override;
   void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) override;
 

@@ -1,0 +1,161 @@
+// executor_test_support.h: for the tests that run instruction streams on
+// every pipeline rank under mpirun (schedule_executor_test.cc, and
+// tests/schedule_equivalence_test.cc with the planner's schedules): one step
+// of this rank's stream over its model chunks, checked against the whole
+// model computed in one process: bitwise the same gradients (by tensor name)
+// and loss (untied embeddings: nothing is summed across ranks, so only the
+// order of independent work differs), and every offset reported through
+// gradients_final_from holding its final gradients from that moment on.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/chunked_stage.h"
+#include "runtime/pipeline/schedule_executor.h"
+#include "runtime/testing/mpi_test_support.h"
+#include "schema/plan_test_builder.h"
+
+namespace paraplan::testing {
+
+inline constexpr int kMicroBatches = 4;
+inline constexpr int kBatch = 2;
+inline constexpr float kLossScale = 1.0f / (kMicroBatches * kBatch * 8);
+
+inline TransformerConfig executor_config(int layers) {
+  TransformerConfig config;
+  config.vocab_size = 32;
+  config.seq_len = 8;
+  config.num_layers = layers;
+  config.d_model = 16;
+  config.num_heads = 2;
+  config.ffn_size = 32;
+  config.tied_embeddings = false;
+  config.init_std = 0.2f;
+  return config;
+}
+
+// The whole model in this process: its gradients by tensor name and the loss
+// sum of the same micro-batches.
+struct Reference {
+  std::map<std::string, std::vector<float>> gradients;
+  double loss_sum = 0;
+};
+
+inline Reference whole_model(const TransformerConfig& config, const SampleSource& data) {
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
+  MemoryTracker memory(*ops);
+  auto layout = make_parameter_layout(config, {0, config.num_layers, true, true});
+  auto stage = make_model_stage(
+      *layout, *ops, memory,
+      ModelStageOptions{.micro_batch_size = kBatch,
+                        .num_slots = 1,
+                        .recompute = std::vector<RecomputeMode>(config.num_layers)});
+  std::vector<float> values(layout->num_elements());
+  layout->initialize(values.data(), 3);
+  stage->load_parameters(values.data(), values.size());
+  for (int mb = 0; mb < kMicroBatches; ++mb) {
+    data.load(mb * kBatch, kBatch, stage->tokens(0), stage->targets(0));
+    stage->forward(0, kLossScale);
+    stage->backward(0);
+  }
+  Reference reference;
+  reference.loss_sum = stage->take_loss_sum();
+  stage->read_gradients(values.data(), values.size());
+  for (const ParameterTensor& tensor : layout->tensors())
+    reference.gradients[tensor.name].assign(values.begin() + tensor.offset,
+                                            values.begin() + tensor.offset + tensor.size);
+  return reference;
+}
+
+// Runs one step of this rank's stream over v chunks and checks it against the
+// whole model.
+inline void expect_whole_model_step(const std::vector<schema::Instruction>& stream, int v,
+                                    const std::string& what) {
+  const int p = world_size(), r = world_rank(), S = p * v;
+  const TransformerConfig config = executor_config(2 * S);
+  const SyntheticSamples data(config.vocab_size, config.seq_len, 11);
+  const Reference reference = whole_model(config, data);
+
+  test_plans::PlanSpec spec = test_plans::make_plan_spec(p, 1, 1, 2 * S, kMicroBatches);
+  spec.schedule[r].instructions = stream;
+  const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
+  const schema::StageSchedule& schedule =
+      *schema::GetPlan(bytes.data())->schedule()->stages()->Get(r);
+
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
+  MemoryTracker memory(*ops);
+  const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
+      ScheduleExecutor::buffers_needed(schedule, v);
+  std::vector<std::unique_ptr<ParameterLayout>> layouts;
+  std::vector<ModelStageOptions> chunks;
+  for (int c = 0; c < v; ++c) {
+    const int s = c * p + r;
+    layouts.push_back(make_parameter_layout(config, {2 * s, 2, s == 0, s == S - 1}));
+    // Full recompute on one chunk: its activations must live until its W.
+    chunks.push_back(
+        {.num_slots = buffers[c].slots,
+         .recompute = {c == 0 ? RecomputeMode::Full : RecomputeMode::None, RecomputeMode::None},
+         .output_gradient_per_slot = buffers[c].output_gradient_per_slot});
+  }
+  ChunkedLayout layout(std::move(layouts));
+  ChunkedStage stage(layout, *ops, memory,
+                     ModelStageOptions{.micro_batch_size = kBatch, .recompute = {}}, chunks);
+  std::vector<float> values(layout.num_elements());
+  layout.initialize(values.data(), 3);
+  stage.load_parameters(values.data(), values.size());
+
+  std::unique_ptr<MpiPeerToPeer> peers = MpiPeerToPeer::over_world();
+  ScheduleExecutor executor(schedule, stage, *ops, kMicroBatches, 0,
+                            PipelinePeers{.peers = peers.get(),
+                                          .previous_stage_rank = r > 0 ? r - 1 : -1,
+                                          .next_stage_rank = r + 1 < p ? r + 1 : -1,
+                                          .pipeline_rank = r,
+                                          .pipeline_size = p,
+                                          .first_stage_rank = 0,
+                                          .last_stage_rank = p - 1});
+  // What each reported offset's range held when reported.
+  std::vector<std::pair<size_t, std::vector<float>>> reported;
+  ExecutorHooks hooks;
+  hooks.gradients_final_from = [&](size_t offset) {
+    std::vector<float> now(layout.num_elements());
+    stage.read_gradients(now.data(), now.size());
+    reported.emplace_back(offset, std::vector<float>(now.begin() + offset, now.end()));
+  };
+  const double loss_sum = executor.run_step(data, 0, kLossScale, hooks);
+
+  stage.read_gradients(values.data(), values.size());
+  for (const ParameterTensor& tensor : layout.tensors()) {
+    const std::vector<float> mine(values.begin() + tensor.offset,
+                                  values.begin() + tensor.offset + tensor.size);
+    EXPECT_TRUE(bitwise_equal(mine, reference.gradients.at(tensor.name)))
+        << what << ": " << tensor.name << " on rank " << r;
+  }
+  if (r == (S - 1) % p) {
+    EXPECT_EQ(loss_sum, reference.loss_sum) << what;
+  } else {
+    EXPECT_EQ(loss_sum, 0.0) << what;
+  }
+  // Reported offsets fall to 0 and their gradients never changed afterwards;
+  // the last chunk's part was reported (not left to the end of the step).
+  ASSERT_FALSE(reported.empty()) << what;
+  EXPECT_EQ(reported.back().first, 0u) << what;
+  EXPECT_GE(reported.front().first, layout.chunk_offset(v - 1)) << what;
+  for (size_t i = 0; i < reported.size(); ++i) {
+    if (i > 0) {
+      EXPECT_LE(reported[i].first, reported[i - 1].first) << what;
+    }
+    const std::vector<float> final_part(values.begin() + reported[i].first, values.end());
+    EXPECT_TRUE(bitwise_equal(final_part, reported[i].second))
+        << what << ": gradients from offset " << reported[i].first << " changed after reported";
+  }
+}
+
+}  // namespace paraplan::testing
