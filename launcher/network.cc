@@ -208,7 +208,9 @@ NetworkChoice choose_network(const std::string& requested, const std::vector<Hos
   }
   choice.mpi = requested;
   if (const auto subnet = parse_cidr(requested)) {
-    const auto [network, prefix] = *subnet;
+    // Named copies, not structured bindings: clang 14 cannot capture those.
+    const auto network = subnet->first;
+    const auto prefix = subnet->second;
     for (const HostNetwork& host : hosts) {
       const bool has = std::any_of(host.interfaces.begin(), host.interfaces.end(),
                                    [&](const InterfaceAddress& interface) {
