@@ -18,6 +18,7 @@
 
 #include "common/bounded_file.h"
 #include "common/printable_text.h"
+#include "planner/cluster_presets.h"
 #include "planner/job_config_internal.h"
 #include "schema/model_limits.h"
 
@@ -489,30 +490,6 @@ std::string location(const std::string& source, const toml::source_region& regio
   return source + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column);
 }
 
-ClusterConfig preset_values(const std::string& name) {
-  ClusterConfig c;  // the member defaults are the "cpu" preset
-  c.preset = name;
-  // device_memory_gb is what cudaMemGetInfo reports as total (nvidia-smi's
-  // MiB / 1024): A100 80GB 81920 MiB, H100 SXM 80GB 81559 MiB, H200 143771 MiB.
-  if (name == "a100-80g") {
-    c.devices_per_node = 8, c.device_memory_gb = 80, c.reserved_memory_gb = 2;
-    c.peak_tflops_fp32 = 19.5, c.peak_tflops_bf16 = 312;
-    c.intra_node_bandwidth_gbps = 300, c.intra_node_latency_us = 5;
-    c.inter_node_bandwidth_gbps = 25, c.inter_node_latency_us = 10;
-    c.memory_bandwidth_gbps = 2039, c.compute_units = 108;  // HBM2e, SMs
-    c.overlap_communication = true;
-  } else if (name == "h100-sxm" || name == "h200") {
-    c.devices_per_node = 8, c.device_memory_gb = name == "h200" ? 140.4 : 79.6;
-    c.reserved_memory_gb = 2;
-    c.peak_tflops_fp32 = 67, c.peak_tflops_bf16 = 989;
-    c.intra_node_bandwidth_gbps = 450, c.intra_node_latency_us = 5;
-    c.inter_node_bandwidth_gbps = 50, c.inter_node_latency_us = 10;
-    c.memory_bandwidth_gbps = name == "h200" ? 4800 : 3352, c.compute_units = 132;
-    c.overlap_communication = true;
-  }
-  return c;
-}
-
 // Fills every derived default from what was not set explicitly.
 void resolve_defaults(JobConfig& config) {
   ModelConfig& model = config.model;
@@ -532,7 +509,7 @@ void resolve_defaults(JobConfig& config) {
     config.training.min_learning_rate = config.training.learning_rate / 10;
   JobConfig explicit_values;
   explicit_values.cluster = config.cluster;
-  config.cluster = preset_values(config.cluster.preset);
+  config.cluster = cluster_preset(config.cluster.preset);
   // Re-apply the explicitly set cluster fields on top of the preset.
   for (const FieldSpec& spec : field_table())
     if (spec.section == "cluster" && spec.key != "preset" && config.was_set(spec.dotted()))
@@ -541,21 +518,8 @@ void resolve_defaults(JobConfig& config) {
 
 }  // namespace
 
-double plan_memory_limit_gb(const JobConfig& config) {
-  return std::min(config.planner.memory_constraint,
-                  config.cluster.device_memory_gb - config.cluster.reserved_memory_gb);
-}
-
-double ClusterConfig::peak_flops(schema::DType dtype) const {
-  return (dtype == schema::DType::BFloat16 ? peak_tflops_bf16 : peak_tflops_fp32) * 1e12;
-}
-
 std::string JobConfig::task_name() const {
   return was_set("planner.task_name") ? planner.task_name : job.name;
-}
-
-std::vector<std::string> cluster_preset_names() {
-  return {"cpu", "a100-80g", "h100-sxm", "h200"};
 }
 
 void apply_override(toml::table& table, const std::string& dotted_key, const std::string& value,
