@@ -129,6 +129,21 @@ ModelStateMemory model_state_memory(double parameters, int element_bytes, double
 
 namespace {
 
+// Bytes backward_input keeps for one block's deferred backward_weight (ZB-H1's
+// split backward; runtime/model/decoder_stage.h linear_backward), per
+// micro-batch waiting for its W, per device: a copy of each GEMM's output
+// gradient [m, n], and of its input [m, k] where that lives in shared scratch
+// (recomputed blocks; gathered by sequence parallelism). Inputs are counted
+// for every block, so that more recomputation never means more memory (the
+// search relies on it): an upper bound by the inputs of blocks that keep theirs.
+int64_t block_deferred_weight_bytes(const ModelConfig& model, int micro_batch_size,
+                                    int tensor_parallel) {
+  double elements = 0;
+  for (const Gemm& gemm : block_ops(model, micro_batch_size, tensor_parallel).forward.gemms)
+    elements += gemm.count * gemm.m * (gemm.n + gemm.k);
+  return static_cast<int64_t>(elements) * element_bytes(model.dtype);
+}
+
 // Interleaved 1F1B: what the runtime allocates on a rank, the most
 // micro-batches each chunk holds at once in its stream, summed over the
 // chunks (their peaks need not coincide, but each chunk keeps its own

@@ -107,30 +107,6 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
   return recompute == RecomputeMode::Selective ? bytes : bytes + attention_output;
 }
 
-int64_t block_deferred_weight_bytes(const ModelConfig& model, int micro_batch_size,
-                                    int tensor_parallel) {
-  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
-  const int64_t BT = int64_t{model.seq_len} * micro_batch_size;
-  const int64_t C = model.d_model, F = model.ffn_size;
-  const int64_t A = int64_t{model.num_heads} * head_dim(model);  // attention width
-  // The runtime's GEMMs: one qkv and one up (gate|up) column-parallel, the
-  // attention output and the down projection row-parallel.
-  const int64_t qkv =
-      is_llama(model) ? (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) : 3 * C;
-  const int64_t up = is_llama(model) ? 2 * F : F;
-  // Output gradients: column-parallel ones split t ways, row-parallel ones
-  // whole (the residual stream's gradient, gathered with sequence parallelism).
-  const int64_t output_gradients = BT * (qkv / t + C + up / t + C);
-  // Inputs: the two norm outputs (gathered, BT x C, with sequence
-  // parallelism), the attention output and the MLP hidden. The runtime copies
-  // them in recomputed blocks and the gathered ones with sequence
-  // parallelism; counted for every block so that more recomputation never
-  // means more memory (the search relies on it): an upper bound by the
-  // inputs of blocks that keep theirs.
-  const int64_t inputs = BT * (C + A / t + C + F / t);
-  return e * (output_gradients + inputs);
-}
-
 int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
                               bool has_head, bool sequence_parallel) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;

@@ -72,14 +72,6 @@ int64_t norm_statistics_bytes_per_token(const ModelConfig& model);
 int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
                                schema::RecomputeMode recompute, int tensor_parallel = 1,
                                bool sequence_parallel = false);
-// Bytes backward_input keeps for one block's deferred backward_weight (ZB-H1's
-// split backward; runtime/model/decoder_stage.h linear_backward), per
-// micro-batch waiting for its W, per device: a copy of each linear layer's
-// output gradient, and of its input where that lives in shared scratch
-// (recomputed blocks; gathered by sequence parallelism), counted for every
-// block (an upper bound the same for every recompute mode).
-int64_t block_deferred_weight_bytes(const ModelConfig& model, int micro_batch_size,
-                                    int tensor_parallel = 1);
 // The gradient scratch a stage allocates once and its blocks share in
 // backward (runtime/model/gpt/gpt_stage.cc, llama/llama_stage.cc: the
 // residual and norm gradients, one block's inner gradients, the attention
