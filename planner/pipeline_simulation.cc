@@ -55,14 +55,14 @@ std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int
   }
 }
 
-enum class Phase { kStart, kCompute, kFixed, kTransfer, kBarrier, kDone };
+enum class Phase { kStart, kCompute, kCollective, kTransfer, kBarrier, kDone };
 
 struct StageState {
   size_t next = 0;  // instruction index
   Phase phase = Phase::kStart;
   OpCode op = OpCode::LoadMicroBatch;
-  double remaining = 0;    // work (kCompute) or seconds (kFixed)
-  double fixed_after = 0;  // the fixed part following the compute
+  double remaining = 0;          // work (kCompute, kCollective)
+  double collectives_after = 0;  // the collectives' work following the compute
   double compute_started = 0;
   std::vector<MessageKey> waiting;  // kTransfer
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
@@ -102,7 +102,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           for (const StageState& other : state)
             all = all && (other.phase == Phase::kBarrier || other.op == OpCode::OptimizerStep);
           if (!all) continue;
-          st.phase = Phase::kCompute, st.remaining = in.optimizer_work, st.fixed_after = 0;
+          st.phase = Phase::kCompute, st.remaining = in.optimizer_work, st.collectives_after = 0;
           st.compute_started = now, moved = true;
         }
         if (st.phase != Phase::kStart) continue;
@@ -125,14 +125,15 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
             st.phase = Phase::kCompute, st.compute_started = now;
             st.remaining = (forward ? in.forward_work : in.backward_work) * share / v;
             // The tensor-parallel all-reduces go with the input gradient.
-            st.fixed_after = (forward                                    ? in.forward_fixed
-                              : instruction.op == OpCode::BackwardWeight ? 0
-                                                                         : in.backward_fixed) /
-                             v;
+            st.collectives_after =
+                (forward                                    ? in.forward_collectives
+                 : instruction.op == OpCode::BackwardWeight ? 0
+                                                            : in.backward_collectives) /
+                v;
             break;
           }
           case OpCode::ReduceGradients:
-            st.phase = Phase::kFixed, st.remaining = in.reduction_seconds;
+            st.phase = Phase::kCollective, st.remaining = in.reduction_work;
             break;
           case OpCode::OptimizerStep:
             st.phase = Phase::kBarrier;
@@ -160,7 +161,8 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     int computing = 0;
     bool done = true;
     for (const StageState& st : state) {
-      computing += st.phase == Phase::kCompute ? ranks_per_stage : 0;
+      computing +=
+          st.phase == Phase::kCompute || st.phase == Phase::kCollective ? ranks_per_stage : 0;
       done = done && st.phase == Phase::kDone;
     }
     if (done) break;
@@ -168,7 +170,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     double next = kInfinity;
     for (const StageState& st : state) {
       if (st.phase == Phase::kCompute) next = std::min(next, now + st.remaining / rate);
-      if (st.phase == Phase::kFixed) next = std::min(next, now + st.remaining);
+      if (st.phase == Phase::kCollective) next = std::min(next, now + st.remaining / rate);
       if (st.phase == Phase::kTransfer)
         for (const MessageKey& key : st.waiting)
           if (messages[key].posted()) next = std::min(next, messages[key].done());
@@ -184,11 +186,11 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         (st.op == OpCode::Forward         ? st.forward
          : st.op == OpCode::OptimizerStep ? st.optimizer
                                           : st.backward) += wall;
-        st.phase = Phase::kFixed, st.remaining = st.fixed_after;
-      } else if (st.phase == Phase::kFixed) {
-        st.remaining -= elapsed;
+        st.phase = Phase::kCollective, st.remaining = st.collectives_after;
+      } else if (st.phase == Phase::kCollective) {
+        st.remaining -= elapsed * rate;
       }
-      if (st.phase == Phase::kFixed && st.remaining <= epsilon * std::max(1.0, now))
+      if (st.phase == Phase::kCollective && st.remaining <= epsilon * std::max(1.0, now))
         st.phase = Phase::kStart;
     }
   }
@@ -206,9 +208,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     for (const PipelineInstruction& instruction : schedule.stages[s])
       for (const auto& end : ends(instruction, s, p)) sends += end.second ? 1 : 0;
     sends /= m;
-    const double busy = m * (in.forward_work + in.backward_work + in.forward_fixed +
-                             in.backward_fixed + sends * in.p2p_seconds) +
-                        in.reduction_seconds + in.optimizer_work;
+    const double busy = m * (in.forward_work + in.backward_work + in.forward_collectives +
+                             in.backward_collectives + sends * in.p2p_seconds) +
+                        in.reduction_work + in.optimizer_work;
     stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
     step.stages.push_back(stage);
   }

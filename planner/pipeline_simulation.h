@@ -8,15 +8,16 @@
 //
 // Model: every rank of a stage does the same as the stage's others. A
 // Forward, Backward, BackwardInput or BackwardWeight (of one of the v chunks:
-// 1 / v of the stage's work) is its compute (seconds of work at a dedicated core's
-// speed) followed by its tensor-parallel all-reduces (fixed seconds); the
-// compute of all stages in progress shares `cores` among their ranks, each
-// rank progressing at min(1, cores / ranks computing). A transfer completes
-// when both ends of each of its messages have been posted, p2p seconds after
-// the later post (the verifier's rendezvous semantics). ReduceGradients takes
-// its fixed seconds; OptimizerStep waits for every stage (the gradient
-// norm's all-reduce over the world), then computes its work. The step ends
-// when the last stage's optimizer step does.
+// 1 / v of the stage's work) is its compute followed by its tensor-parallel
+// collectives, both work (seconds at a dedicated core's speed: on the CPU
+// backend a collective is the ranks' own copies and reductions); the work of
+// all stages in progress shares `cores` among their ranks, each rank
+// progressing at min(1, cores / ranks working). A transfer completes when
+// both ends of each of its messages have been posted, p2p seconds after the
+// later post (the verifier's rendezvous semantics). ReduceGradients is its
+// reduction's work; OptimizerStep waits for every stage (the gradient norm's
+// all-reduce over the world), then does its work. The step ends when the
+// last stage's optimizer step does.
 #pragma once
 
 #include <vector>
@@ -26,11 +27,12 @@
 namespace paraplan {
 
 struct SimulatedStageInput {
-  double forward_work = 0, backward_work = 0;    // per micro-batch, dedicated-core seconds
-  double forward_fixed = 0, backward_fixed = 0;  // per micro-batch: tensor-parallel all-reduces
-  double p2p_seconds = 0;                        // per message this stage sends
-  double reduction_seconds = 0;                  // per step
-  double optimizer_work = 0;                     // per step, dedicated-core seconds
+  double forward_work = 0, backward_work = 0;  // per micro-batch, dedicated-core seconds
+  // Per micro-batch: the tensor-parallel collectives' work.
+  double forward_collectives = 0, backward_collectives = 0;
+  double p2p_seconds = 0;     // per message this stage sends
+  double reduction_work = 0;  // per step: the gradient reduction
+  double optimizer_work = 0;  // per step, dedicated-core seconds
   // The share of backward_work a BackwardWeight does (the rest is its
   // BackwardInput's); with v chunks each chunk's op does 1 / v of the work.
   double weight_fraction = 0;
@@ -40,7 +42,7 @@ struct SimulatedStage {
   // Mean wall time of the compute per micro-batch (its work, or more while
   // other ranks compute too), and the optimizer step's.
   double forward_wall = 0, backward_wall = 0, optimizer_wall = 0;
-  // The step less the stage's work, fixed parts and transfers: waiting for
+  // The step less the stage's work and transfers: waiting for
   // the other stages (the bubble) and for a core (computing slower than a
   // dedicated core while the others compute too).
   double waiting_seconds = 0;

@@ -11,7 +11,7 @@ namespace {
 SimulatedStageInput stage(double forward, double backward) {
   return {.forward_work = forward,
           .backward_work = backward,
-          .reduction_seconds = 0.5,
+          .reduction_work = 0.5,
           .optimizer_work = 0.25};
 }
 
@@ -29,16 +29,21 @@ TEST(PipelineSimulation, OwnDevicesGiveTheOneForwardOneBackwardClosedForm) {
 }
 
 TEST(PipelineSimulation, RanksAlwaysComputingTogetherGetTheirShareOfTheCores) {
-  // One stage of 4 ranks on 2 cores: everything computes at half speed.
+  // One stage of 4 ranks on 2 cores: everything, the tensor-parallel
+  // collectives (0.25 forward, 0.5 backward) and the reduction included,
+  // works at half speed.
   const PipelineSchedule schedule = generate_one_forward_one_backward(1, 2);
-  const SimulatedStep step = simulate_step(schedule, {stage(1, 2)}, 4, 2);
+  SimulatedStageInput input = stage(1, 2);
+  input.forward_collectives = 0.25;
+  input.backward_collectives = 0.5;
+  const SimulatedStep step = simulate_step(schedule, {input}, 4, 2);
   EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 2);
   EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 4);
   EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
-  EXPECT_DOUBLE_EQ(step.step_seconds, 2 * 6 + 0.5 + 0.5);
-  // Busy with 2 x 3 of work, 0.5 reducing and 0.25 of optimizer work: the
-  // rest it waits for a core.
-  EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 13 - (6 + 0.5 + 0.25));
+  EXPECT_DOUBLE_EQ(step.step_seconds, 2 * (2 * 3.75 + 0.5 + 0.25));
+  // Busy with 2 x 3.75 of work, 0.5 reducing and 0.25 of optimizer work:
+  // the rest it waits for a core.
+  EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 16.5 - (7.5 + 0.5 + 0.25));
 }
 
 TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersWait) {
@@ -48,7 +53,7 @@ TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersWait) {
   const PipelineSchedule schedule = generate_one_forward_one_backward(2, 1);
   SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
   first.p2p_seconds = second.p2p_seconds = 0.1;
-  second.reduction_seconds = 0;
+  second.reduction_work = 0;
   const SimulatedStep step = simulate_step(schedule, {first, second}, 1, 1);
   // F0 [0, 1], act 0 [1, 1.1], F0' [1.1, 2.1], B0' [2.1, 4.1], grad 0 [4.1,
   // 4.2], B0 [4.2, 6.2], reduction [6.2, 6.7], both optimizers [6.7, 7.2].

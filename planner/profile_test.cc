@@ -207,6 +207,55 @@ TEST(ProfileTest, MeasuredCollectivesReplaceTheRing) {
   EXPECT_TRUE(charged[0].inter_node);
 }
 
+// The CPU backend's profile is CPU time (a dedicated core's seconds). With 8
+// ranks on 2 cores each of those seconds takes 4 with every rank busy (the
+// units of the closed form); the plan's compute, collective and optimizer
+// times are the work itself, and all 8 ranks working at once, the step is 4 x
+// the work. A wall-clock entry of the same numbers was measured with every
+// rank busy already: a quarter of the work.
+TEST(ProfileTest, CpuClockTimesAreADedicatedCoresWorkWhereRanksShareCores) {
+  const JobConfig config = eight_device_job({{"cluster.cores_per_node", "2"}});
+  const PlanSetting data{{1, 8, 1}, {1, 8}, 2, 1, 0, 1, {}};
+  ASSERT_TRUE(ranks_share_cores(config, data));
+  EXPECT_DOUBLE_EQ(busy_wall_factor(config, data), 4);
+  auto profile_with = [](const char* clock) {
+    const std::string entry = compute_entry(1, 2, 8, 0.001);
+    const std::string clocked = "{\"clock\": \"" + std::string(clock) + "\", " + entry.substr(1);
+    const std::string all_reduce = collective("all_reduce", 8, 8, 3e-5, 7e-10);
+    return *parse_measured_profile(
+        version_2("cpu", "\"compute\": [" + clocked + "], \"collectives\": [{\"clock\": \"" +
+                             clock + "\", " + all_reduce.substr(1) +
+                             "], \"optimizer\": [{\"processes\": 8, \"clock\": \"" + clock +
+                             "\", \"seconds_per_parameter\": 2.5e-9}]"),
+        "profile.json", "cpu", true, 8);
+  };
+  const StageLayout whole{0, 8, true, true, {}};
+  const double parameters = static_cast<double>(stage_parameters(config.model, whole));
+  // Forward: 8 blocks of 1 ms and the head's 0.5 ms (the embedding unmeasured: 0).
+  const double forward_work = 8 * 0.001 + 0.0005, backward_work = 8 * 0.002 + 0.001;
+  const double reduction_work = 3e-5 + parameters * 4 * 7e-10 + (3e-5 + 8 * 7e-10);
+  const double optimizer_work = parameters * 2.5e-9;
+
+  const MeasuredProfile cpu = profile_with("cpu");
+  const StageEstimate busy = StageCostModel(config, data, &cpu).estimate(0, {8, 0, 0});
+  EXPECT_DOUBLE_EQ(busy.forward_seconds, 4 * forward_work);
+  EXPECT_DOUBLE_EQ(busy.gradient_reduction_seconds, 4 * reduction_work);
+  EXPECT_DOUBLE_EQ(busy.optimizer_seconds, 4 * optimizer_work);
+  const PlanEstimate plan = evaluate_plan(config, data, {whole}, &cpu);
+  EXPECT_NEAR(plan.stages[0].forward_seconds, forward_work, 1e-15);
+  EXPECT_NEAR(plan.stages[0].backward_seconds, backward_work, 1e-15);
+  EXPECT_NEAR(plan.stages[0].gradient_reduction_seconds, reduction_work, 1e-15);
+  EXPECT_NEAR(plan.stages[0].optimizer_seconds, optimizer_work, 1e-15);
+  const double work = forward_work + backward_work + reduction_work + optimizer_work;
+  EXPECT_NEAR(plan.prediction.step_seconds, 4 * work, 1e-12);
+  EXPECT_NEAR(plan.stages[0].bubble_seconds, 3 * work, 1e-12);  // waiting for a core
+
+  const MeasuredProfile wall = profile_with("wall");
+  const PlanEstimate measured_busy = evaluate_plan(config, data, {whole}, &wall);
+  EXPECT_NEAR(measured_busy.stages[0].forward_seconds, forward_work / 4, 1e-15);
+  EXPECT_NEAR(measured_busy.prediction.step_seconds, work, 1e-12);
+}
+
 TEST(ProfileTest, SolversAgreeUnderAMeasuredProfile) {
   const std::string dir = profile_dir(
       "profile_agree",

@@ -33,12 +33,27 @@ double collective_seconds(const std::optional<CollectiveEntry>& measured, RingSe
   return ring(links.link(crosses_nodes), ranks, bytes);
 }
 
+// busy: what a CPU-clock second (a dedicated core's) takes with every rank
+// of the node busy (busy_wall_factor).
 std::optional<CollectiveEntry> measured_collective(const MeasuredProfile* profile,
-                                                   CollectiveOperation operation, int ranks) {
+                                                   CollectiveOperation operation, int ranks,
+                                                   double busy) {
   if (profile == nullptr || ranks <= 1) return std::nullopt;
   const CollectiveEntry* entry = profile->find_collective(operation, ranks);
   if (entry == nullptr) return std::nullopt;
-  return *entry;
+  CollectiveEntry scaled = *entry;
+  if (scaled.clock == ProfileClock::kCpu) {
+    scaled.latency *= busy;
+    scaled.seconds_per_byte *= busy;
+  }
+  return scaled;
+}
+
+void scale_times(ProfiledTimes& times, double factor) {
+  for (double* seconds : {&times.block_forward, &times.block_backward,
+                          &times.attention_core_forward, &times.embedding_forward,
+                          &times.embedding_backward, &times.head_forward, &times.head_backward})
+    *seconds *= factor;
 }
 
 }  // namespace
@@ -63,8 +78,15 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   // Compute: the profile's measured times, else the analytic model of the
   // operations each part runs (compute_model.h).
   const DeviceModel device = device_model(config.cluster, model.dtype);
+  // Times in the units of the step: with the node's ranks sharing its cores,
+  // what a dedicated core's second takes with every rank busy.
+  const double busy = busy_wall_factor(config, setting);
   std::optional<ProfiledTimes> measured;
-  if (profile != nullptr) measured = profile->lookup(model, t, b);
+  if (const ProfileEntry* entry =
+          profile != nullptr ? profile->find_compute(model, t, b) : nullptr) {
+    measured = entry->times;
+    if (entry->clock == ProfileClock::kCpu) scale_times(*measured, busy);
+  }
   if (measured) {
     block_forward_ = measured->block_forward;
     block_backward_[0] = measured->block_backward;
@@ -107,7 +129,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const double hidden_bytes =
       static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
   const std::optional<CollectiveEntry> tensor_parallel_all_reduce =
-      measured_collective(profile, CollectiveOperation::AllReduce, t);
+      measured_collective(profile, CollectiveOperation::AllReduce, t, busy);
   const double all_reduce = collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds,
                                                links, false, t, hidden_bytes);
   const double loss_reduce =
@@ -125,11 +147,11 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     // the residual gradient and gathers the norm's output again for the
     // weight gradient (not kept), and sums the norm's weight gradients.
     const double gather =
-        collective_seconds(measured_collective(profile, CollectiveOperation::AllGather, t),
+        collective_seconds(measured_collective(profile, CollectiveOperation::AllGather, t, busy),
                            ring_all_gather_seconds, links, false, t, hidden_bytes);
-    const double scatter =
-        collective_seconds(measured_collective(profile, CollectiveOperation::ReduceScatter, t),
-                           ring_reduce_scatter_seconds, links, false, t, hidden_bytes);
+    const double scatter = collective_seconds(
+        measured_collective(profile, CollectiveOperation::ReduceScatter, t, busy),
+        ring_reduce_scatter_seconds, links, false, t, hidden_bytes);
     const double norm_weights =
         collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
                            2.0 * model.d_model * element_bytes_);
@@ -154,7 +176,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const double message_bytes = hidden_bytes / shape.sequence_shards();
   p2p_seconds_.assign(p, 0.0);
   const std::optional<CollectiveEntry> send_receive =
-      measured_collective(profile, CollectiveOperation::SendReceive, p > 1 ? 2 : 1);
+      measured_collective(profile, CollectiveOperation::SendReceive, p > 1 ? 2 : 1, busy);
   for (int s = 0; s + 1 < p; ++s) {
     const bool crosses = pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node);
     const double seconds = send_receive && !crosses
@@ -199,12 +221,14 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     const int d = shape.data_parallel;
     if (setting.zero_stage == 1) {
       zero_reduce_scatter_ =
-          measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_);
+          measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_, busy);
       zero_all_reduce_ =
-          measured_collective(profile, CollectiveOperation::AllReduce, d / zero_shards_);
-      zero_all_gather_ = measured_collective(profile, CollectiveOperation::AllGather, zero_shards_);
+          measured_collective(profile, CollectiveOperation::AllReduce, d / zero_shards_, busy);
+      zero_all_gather_ =
+          measured_collective(profile, CollectiveOperation::AllGather, zero_shards_, busy);
     } else {
-      data_parallel_all_reduce_ = measured_collective(profile, CollectiveOperation::AllReduce, d);
+      data_parallel_all_reduce_ =
+          measured_collective(profile, CollectiveOperation::AllReduce, d, busy);
     }
   }
 
@@ -215,7 +239,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   if (train && world > 1) {
     const bool crosses = setting.layout.num_nodes > 1;
     const std::optional<CollectiveEntry> norm =
-        measured_collective(profile, CollectiveOperation::AllReduce, world);
+        measured_collective(profile, CollectiveOperation::AllReduce, world, busy);
     norm_all_reduce_ = norm && !crosses
                            ? norm->seconds(sizeof(double))
                            : 2 * std::ceil(std::log2(world)) * links.link(crosses).latency_seconds;
@@ -226,7 +250,9 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   if (!train)
     optimizer_seconds_per_parameter_ = 0;
   else if (optimizer != nullptr)
-    optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter / zero_shards_;
+    optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter *
+                                       (optimizer->clock == ProfileClock::kCpu ? busy : 1) /
+                                       zero_shards_;
   else
     optimizer_seconds_per_parameter_ =
         optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
@@ -467,12 +493,19 @@ bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting) {
          config.planner.is_train;
 }
 
+double busy_wall_factor(const JobConfig& config, const PlanSetting& setting) {
+  if (!ranks_share_cores(config, setting)) return 1;
+  return setting.layout.devices_per_node / config.cluster.cores_per_node;
+}
+
 namespace {
 
 // The step played out with the node's cores shared (pipeline_simulation.h):
 // each stage's times become what its ranks take while the others compute or
-// wait. The per-stage times were measured (or modelled) with every rank of
-// the node busy at once, i.e. at cores / ranks of a dedicated core's speed.
+// wait. The per-stage times are with every rank of the node busy at once,
+// i.e. at cores / ranks of a dedicated core's speed; the simulation takes a
+// dedicated core's work. On the CPU backend the collectives and transfers are
+// the ranks' own copies and reductions: work too.
 void simulate_schedule(const JobConfig& config, const PlanSetting& setting, PlanEstimate& plan) {
   const int p = setting.shape.pipeline_stages;
   const double cores = config.cluster.cores_per_node;
@@ -488,10 +521,10 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
                            : 0);
     inputs.push_back({.forward_work = stage.forward_seconds * share,
                       .backward_work = stage.backward_seconds * share,
-                      .forward_fixed = stage.tensor_parallel_seconds / 2,
-                      .backward_fixed = stage.tensor_parallel_seconds / 2,
-                      .p2p_seconds = sends > 0 ? stage.pipeline_p2p_seconds / sends : 0,
-                      .reduction_seconds = stage.gradient_reduction_seconds,
+                      .forward_collectives = stage.tensor_parallel_seconds * share / 2,
+                      .backward_collectives = stage.tensor_parallel_seconds * share / 2,
+                      .p2p_seconds = sends > 0 ? stage.pipeline_p2p_seconds * share / sends : 0,
+                      .reduction_work = stage.gradient_reduction_seconds * share,
                       .optimizer_work = stage.optimizer_seconds * share});
   }
   for (SimulatedStageInput& input : inputs)
@@ -506,6 +539,9 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
     StageEstimate& stage = plan.stages[s];
     stage.forward_seconds = inputs[s].forward_work;
     stage.backward_seconds = inputs[s].backward_work;
+    stage.tensor_parallel_seconds *= share;
+    stage.pipeline_p2p_seconds *= share;
+    stage.gradient_reduction_seconds *= share;
     stage.optimizer_seconds = inputs[s].optimizer_work;
     stage.bubble_seconds = step.stages[s].waiting_seconds;
   }

@@ -202,6 +202,12 @@ struct PlanEstimate {
 // cores shared (pipeline_simulation.h) instead of the closed form.
 bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting);
 
+// What one second of a dedicated core's work takes with every rank of the
+// node busy: ranks / cores where ranks_share_cores, else 1. A profile's
+// CPU-clock times (profile_format.h) are scaled by it, so that every stage
+// time is in the units the closed form and the simulation take.
+double busy_wall_factor(const JobConfig& config, const PlanSetting& setting);
+
 // Step time and the summary figures from per-stage estimates.
 PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
                                      std::vector<StageEstimate> stages);

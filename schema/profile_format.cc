@@ -64,6 +64,11 @@ class Fields {
       fail(at("dtype") + " = '" + name + "'; valid: float32, bfloat16");
     return name == "bfloat16" ? schema::DType::BFloat16 : schema::DType::Float32;
   }
+  ProfileClock clock() const {
+    const std::string name = text("clock", "wall");
+    if (name != "wall" && name != "cpu") fail(at("clock") + " = '" + name + "'; valid: wall, cpu");
+    return name == "cpu" ? ProfileClock::kCpu : ProfileClock::kWall;
+  }
   // Version 2: "processes" (>= 1), with "parallel" optional and true exactly
   // when processes > 1; "parallel": false alone means 1.
   int processes() const {
@@ -108,6 +113,7 @@ ProfileEntry parse_compute(const Fields& item, int version) {
   } else {
     entry.processes = item.processes();
     entry.parallel = entry.processes > 1;
+    entry.clock = item.clock();
   }
   ProfiledTimes& times = entry.times;
   const char* seconds = "a number of seconds";
@@ -135,6 +141,7 @@ CollectiveEntry parse_collective(const Fields& item) {
          "'; valid: all_reduce, reduce_scatter, all_gather, send_receive");
   entry.group_size = item.integer("group_size", std::nullopt, 2);
   entry.processes = item.processes();
+  entry.clock = item.clock();
   entry.latency = item.number("latency", true, false, "a number of seconds");
   entry.seconds_per_byte = item.number("seconds_per_byte", true, false, "a number");
   return entry;
@@ -163,6 +170,7 @@ DeviceProfile parse_version_2(const Json& section, const std::string& where) {
   each("optimizer", [&](const Fields& item) {
     OptimizerEntry entry;
     entry.processes = item.processes();
+    entry.clock = item.clock();
     entry.seconds_per_parameter =
         item.number("seconds_per_parameter", true, true, "a number of seconds");
     device.optimizer.push_back(entry);
@@ -193,6 +201,10 @@ DeviceProfile parse_version_2(const Json& section, const std::string& where) {
     device.hardware.push_back(entry);
   });
   return device;
+}
+
+const char* clock_text(ProfileClock clock) {
+  return clock == ProfileClock::kCpu ? "cpu" : "wall";
 }
 
 const char* dtype_text(schema::DType dtype) {
@@ -276,6 +288,7 @@ Json device_profile_json(const DeviceProfile& device) {
                        {"micro_batch_size", entry.micro_batch_size},
                        {"parallel", entry.processes > 1},
                        {"processes", entry.processes},
+                       {"clock", clock_text(entry.clock)},
                        {"block_forward", times.block_forward},
                        {"block_backward", times.block_backward},
                        {"attention_core_forward", times.attention_core_forward},
@@ -286,13 +299,15 @@ Json device_profile_json(const DeviceProfile& device) {
   }
   Json optimizer = Json::array();
   for (const OptimizerEntry& entry : device.optimizer)
-    optimizer.push_back(
-        {{"processes", entry.processes}, {"seconds_per_parameter", entry.seconds_per_parameter}});
+    optimizer.push_back({{"processes", entry.processes},
+                         {"clock", clock_text(entry.clock)},
+                         {"seconds_per_parameter", entry.seconds_per_parameter}});
   Json collectives = Json::array();
   for (const CollectiveEntry& entry : device.collectives)
     collectives.push_back({{"operation", collective_operation_name(entry.operation)},
                            {"group_size", entry.group_size},
                            {"processes", entry.processes},
+                           {"clock", clock_text(entry.clock)},
                            {"latency", entry.latency},
                            {"seconds_per_byte", entry.seconds_per_byte}});
   Json gemm = Json::array();

@@ -14,7 +14,8 @@
 // collectives (latency + bytes x seconds_per_byte per operation and group
 // size), GEMM rates (informational) and the machine's peak GEMM rate per
 // dtype and memory bandwidth ("hardware"; optional, ignored by readers that
-// predate it, so still version 2). Version 1 (a device's value is an array of
+// predate it, so still version 2), and each time entry's "clock" (wall or
+// cpu, below; optional, absent = wall). Version 1 (a device's value is an array of
 // compute entries) still reads. schema/README.md lists every field.
 //
 // Every entry records how many processes ran the measurement at once on the
@@ -42,6 +43,13 @@ struct ProfiledTimes {
   double head_backward = 0;
 };
 
+// What a time was measured by ("clock"; absent: wall). Wall: seconds the
+// measurement took with `processes` processes busy at once. CPU (the CPU
+// backend since this field exists): the CPU time one process got, capped at
+// the wall time, i.e. seconds of a dedicated core's work, as replay counts
+// a CPU rank's compute and transfers; sharing cores is the planner's to add.
+enum class ProfileClock { kWall, kCpu };
+
 // Version 1's "parallel": true entries do not record their process count; they
 // count as measured with every local device busy (the job's devices per node).
 inline constexpr int kEveryLocalDevice = 0;
@@ -54,6 +62,7 @@ struct ProfileEntry {
   bool parallel = true;
   int processes = kEveryLocalDevice;
   ProfiledTimes times;
+  ProfileClock clock = ProfileClock::kWall;
 };
 
 enum class CollectiveOperation { AllReduce, ReduceScatter, AllGather, SendReceive };
@@ -69,6 +78,7 @@ struct CollectiveEntry {
   int processes = 1;
   double latency = 0;
   double seconds_per_byte = 0;
+  ProfileClock clock = ProfileClock::kWall;
   double seconds(double bytes) const { return latency + bytes * seconds_per_byte; }
 };
 
@@ -76,6 +86,7 @@ struct CollectiveEntry {
 struct OptimizerEntry {
   int processes = 1;
   double seconds_per_parameter = 0;
+  ProfileClock clock = ProfileClock::kWall;
 };
 
 struct GemmEntry {

@@ -42,10 +42,10 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
       "embedding_backward": 0.00011, "head_forward": 0.0003, "head_backward": 0.0006},
       {"seq_len": 128, "d_model": 128, "num_heads": 4, "vocab_size": 96, "micro_batch_size": 1,
        "parallel": false, "block_forward": 0.001, "block_backward": 0.002}],
-    "optimizer": [{"processes": 4, "seconds_per_parameter": 2.1e-9}],
+    "optimizer": [{"processes": 4, "clock": "cpu", "seconds_per_parameter": 2.1e-9}],
     "collectives": [
       {"operation": "all_reduce", "group_size": 2, "processes": 4, "latency": 1.2e-5,
-       "seconds_per_byte": 3.4e-10},
+       "seconds_per_byte": 3.4e-10, "clock": "wall"},
       {"operation": "send_receive", "group_size": 2, "parallel": false, "latency": 1e-6,
        "seconds_per_byte": 0}],
     "gemm": [{"m": 512, "n": 512, "k": 128, "dtype": "float32", "processes": 4,
@@ -92,6 +92,9 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
   ASSERT_EQ(device.optimizer.size(), 1u);
   EXPECT_EQ(device.optimizer[0].processes, 4);
   EXPECT_EQ(device.optimizer[0].seconds_per_parameter, 2.1e-9);
+  EXPECT_EQ(device.optimizer[0].clock, ProfileClock::kCpu);
+  EXPECT_EQ(device.compute[0].clock, ProfileClock::kWall);  // absent: wall
+  EXPECT_EQ(device.collectives[0].clock, ProfileClock::kWall);
   ASSERT_EQ(device.collectives.size(), 2u);
   EXPECT_EQ(device.collectives[0].operation, CollectiveOperation::AllReduce);
   EXPECT_EQ(device.collectives[0].group_size, 2);
@@ -155,6 +158,9 @@ TEST(ProfileFormat, MalformedVersion2FieldsAreNamed) {
   EXPECT_EQ(error_with(R"("optimizer": [{"processes": 4, "seconds_per_parameter": 0}])"),
             "profile.json: devices.\"cpu\".optimizer[0].seconds_per_parameter must be a number "
             "of seconds > 0");
+  EXPECT_EQ(error_with(R"("optimizer": [{"processes": 4, "clock": "thread",
+                                        "seconds_per_parameter": 1e-9}])"),
+            "profile.json: devices.\"cpu\".optimizer[0].clock = 'thread'; valid: wall, cpu");
   EXPECT_EQ(error_with(R"("gemm": [{"m": 1, "n": 2, "k": 3, "dtype": "float16", "processes": 1}])"),
             "profile.json: devices.\"cpu\".gemm[0].dtype = 'float16'; valid: float32, bfloat16");
   EXPECT_EQ(error_with(R"("hardware": [{"processes": 2, "peak_flops_float32": 1e10,
@@ -215,13 +221,16 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
   entry.processes = 1;
   entry.parallel = false;
   entry.micro_batch_size = 1;
+  entry.clock = ProfileClock::kCpu;
   written.compute.push_back(entry);
-  written.optimizer.push_back(OptimizerEntry{.processes = 4, .seconds_per_parameter = 1.5e-9});
+  written.optimizer.push_back(
+      OptimizerEntry{.processes = 4, .seconds_per_parameter = 1.5e-9, .clock = ProfileClock::kCpu});
   written.collectives.push_back(CollectiveEntry{.operation = CollectiveOperation::ReduceScatter,
                                                 .group_size = 4,
                                                 .processes = 4,
                                                 .latency = 2e-5,
-                                                .seconds_per_byte = 1.0 / 3e11});
+                                                .seconds_per_byte = 1.0 / 3e11,
+                                                .clock = ProfileClock::kCpu});
   written.gemm.push_back(GemmEntry{.m = 8192,
                                    .n = 1536,
                                    .k = 768,
@@ -264,6 +273,7 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
     EXPECT_EQ(b.micro_batch_size, a.micro_batch_size);
     EXPECT_EQ(b.processes, a.processes);
     EXPECT_EQ(b.parallel, a.parallel);
+    EXPECT_EQ(b.clock, a.clock);
     EXPECT_EQ(b.times.block_forward, a.times.block_forward);
     EXPECT_EQ(b.times.block_backward, a.times.block_backward);
     EXPECT_EQ(b.times.attention_core_forward, a.times.attention_core_forward);
@@ -275,10 +285,12 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
   ASSERT_EQ(read.optimizer.size(), 1u);
   EXPECT_EQ(read.optimizer[0].processes, 4);
   EXPECT_EQ(read.optimizer[0].seconds_per_parameter, 1.5e-9);
+  EXPECT_EQ(read.optimizer[0].clock, ProfileClock::kCpu);
   ASSERT_EQ(read.collectives.size(), 1u);
   EXPECT_EQ(read.collectives[0].operation, CollectiveOperation::ReduceScatter);
   EXPECT_EQ(read.collectives[0].group_size, 4);
   EXPECT_EQ(read.collectives[0].latency, 2e-5);
+  EXPECT_EQ(read.collectives[0].clock, ProfileClock::kCpu);
   EXPECT_EQ(read.collectives[0].seconds_per_byte, 1.0 / 3e11);  // doubles round-trip exactly
   ASSERT_EQ(read.gemm.size(), 1u);
   EXPECT_EQ(read.gemm[0].m, 8192);

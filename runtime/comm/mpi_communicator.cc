@@ -25,11 +25,13 @@ constexpr int kPeerTag = 7;  // pipeline transfers use kPeerTag + their tag (Mpi
 // How a rank waits for MPI. Open MPI's blocking calls poll without pause, so
 // a rank waiting for a stalled peer holds a core (or, oversubscribed, a share
 // of one) for as long as the stall lasts. Here the operations are started
-// non-blocking and polled (MPI progresses only inside MPI calls): back to
-// back for the first kSpinFor, where healthy waits end, then sleeping between
-// polls for 1/64 of the time waited so far, at most kLongestNap. A late
-// message costs at most about 1.6% more than the wait itself, and a rank that
-// waits seconds polls a thousand times a second instead of spinning.
+// non-blocking and polled (MPI progresses only inside MPI calls): for the
+// first kSpinFor, where healthy waits end, yielding the core between polls
+// (a rank that shares its core with others lets them compute; alone on its
+// core it polls back to back), then sleeping between polls for 1/64 of the
+// time waited so far, at most kLongestNap. A late message costs at most about
+// 1.6% more than the wait itself, and a rank that waits seconds polls a
+// thousand times a second instead of spinning.
 constexpr auto kSpinFor = std::chrono::microseconds(2000);
 constexpr auto kLongestNap = std::chrono::microseconds(1000);
 
@@ -45,6 +47,8 @@ int wait_patiently(Test test) {
     const Clock::duration waited = Clock::now() - start;
     if (waited > kSpinFor)
       std::this_thread::sleep_for(std::min<Clock::duration>(kLongestNap, waited / 64));
+    else
+      std::this_thread::yield();
   }
 }
 

@@ -1,6 +1,7 @@
 // call_recorder.cc: replay's recording communicator (call_recorder.h).
 #include "runtime/measure/call_recorder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -17,12 +18,16 @@ void RecordingCommunicator::intercept(const CommunicatorCall& call, ForwardedCal
   forward();
   if (device) device->synchronize();
   // The CPU clock read inside the wall-clock span (replay.cc says why).
-  *totals_.cpu_seconds += static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  *totals_.cpu_seconds += cpu;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   *totals_.seconds += seconds;
   if (!*totals_.recording) return;
   durations_.push_back(seconds);
+  // A CPU rank copies and reduces on its core: its work in the call is the
+  // CPU time it got; a device's is the whole synchronized call.
+  work_.push_back(totals_.device ? seconds : std::clamp(cpu, 0.0, seconds));
   // Collecting deferred operations does not wait for the group's other
   // members to arrive: none of it is waiting for a peer by this rule.
   synchronizing_.push_back(std::strcmp(call.operation, "wait for pending operations") != 0);
@@ -39,10 +44,10 @@ TransferAndWait RecordingCommunicator::split_recorded_calls() {
                              std::to_string(static_cast<long long>(-counts[1])) + " to " +
                              std::to_string(static_cast<long long>(counts[0])) +
                              "); waits cannot be told from transfers");
-  // The shortest duration of each call over the group, as the maximum of the
-  // negated durations.
-  std::vector<double> shortest(durations_.size());
-  for (size_t i = 0; i < durations_.size(); ++i) shortest[i] = -durations_[i];
+  // The least work any member did in each call (the last to arrive waited
+  // for nobody), as the maximum of the negated values.
+  std::vector<double> shortest(work_.size());
+  for (size_t i = 0; i < work_.size(); ++i) shortest[i] = -work_[i];
   if (!shortest.empty()) group.all_reduce(shortest.data(), shortest.size(), ReduceOp::kMax);
   for (double& value : shortest) value = -value;
   return split_collective_calls(durations_, shortest, synchronizing_);

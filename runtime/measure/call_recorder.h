@@ -1,11 +1,13 @@
 // call_recorder.h: replay's view of one process group: a Communicator that
 // forwards every call, adds its wall time and the process's CPU time in it to
 // running totals (so an instruction's collectives can be taken out of its
-// compute) and, while recording, keeps each call's duration, so that after
-// the run the group can split them into transfer and waiting for peers
-// (wait_attribution.h). On a device, NCCL returns once a call is queued, so
-// while recording the device is synchronized before the call (the compute
-// queued before it is not its time) and after it (its transfer is).
+// compute) and, while recording, keeps each call's duration and work, so that
+// after the run the group can split them into transfer and waiting for peers
+// (wait_attribution.h). A CPU rank's work in a call is the CPU time it got
+// (shared-memory MPI copies and reduces on the caller's core; a rank that
+// another has taken the core from, or that sleeps between polls, is waiting). On a device, NCCL
+// returns once a call is queued, so while recording the device is synchronized before the call (the
+// compute queued before it is not its time) and after it (its transfer is).
 #pragma once
 
 #include <memory>
@@ -43,6 +45,7 @@ class RecordingCommunicator final : public ForwardingCommunicator {
  private:
   Totals totals_;
   std::vector<double> durations_;
+  std::vector<double> work_;  // per call: CPU time on the CPU backend, else the duration
   std::vector<bool> synchronizing_;
 };
 

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <functional>
+#include <vector>
 
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/transport.h"
@@ -16,51 +18,66 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// latency + bytes * seconds_per_byte by least squares (both kept >= 0).
+// latency + bytes * seconds_per_byte by least squares of the relative error
+// (each point weighted 1 / seconds^2, so the 16 KiB point counts as much as
+// the 4 MiB one: a step's messages are of every size in between); both kept
+// >= 0.
 std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
                                          const std::vector<double>& seconds) {
-  const double n = static_cast<double>(bytes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    sx += bytes[i], sy += seconds[i], sxx += bytes[i] * bytes[i], sxy += bytes[i] * seconds[i];
+    const double w = 1 / std::max(seconds[i] * seconds[i], 1e-300);
+    sw += w, sx += w * bytes[i], sy += w * seconds[i];
+    sxx += w * bytes[i] * bytes[i], sxy += w * bytes[i] * seconds[i];
   }
-  double slope = (n * sxy - sx * sy) / std::max(1e-300, n * sxx - sx * sx);
+  double slope = (sw * sxy - sx * sy) / std::max(1e-300, sw * sxx - sx * sx);
   slope = std::max(0.0, slope);
-  const double latency = std::max(0.0, (sy - slope * sx) / n);
+  const double latency = std::max(0.0, (sy - slope * sx) / std::max(sw, 1e-300));
   return {latency, slope};
 }
 
-// A fixed amount of arithmetic, about `seconds` on a core of its own (a
-// stand-in for a step's compute between its collectives): a member that
-// shares its core with others takes longer, as in a step.
+// A fixed amount of work, about `seconds` on a core of its own, streaming
+// through a buffer larger than a core's own caches: a stand-in for a step's
+// compute between its collectives, which leaves the collective's buffers out
+// of the caches, as a step's GEMMs do. A member that shares its core with
+// others takes longer, as in a step.
 void compute_work(double seconds) {
-  static const double iterations_per_second = [] {
+  static std::vector<float> buffer(size_t{2} << 20);  // 8 MiB
+  const auto pass = [] {
+    for (float& x : buffer) x = x * 0.999f + 0.001f;
+  };
+  static const double passes_per_second = [&] {
+    pass();
     const Clock::time_point start = Clock::now();
-    volatile float x = 1.0f;
-    for (int i = 0; i < 1000000; ++i) x = x * 0.999f + 0.001f;
-    return 1e6 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+    for (int i = 0; i < 4; ++i) pass();
+    return 4 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
   }();
-  volatile float x = 1.0f;
-  const long iterations = static_cast<long>(seconds * iterations_per_second);
-  for (long i = 0; i < iterations; ++i) x = x * 0.999f + 0.001f;
+  const double passes = seconds * passes_per_second;
+  const size_t elements = static_cast<size_t>(passes * static_cast<double>(buffer.size()));
+  for (size_t done = 0; done < elements; done += buffer.size()) {
+    const size_t n = std::min(buffer.size(), elements - done);
+    for (size_t i = 0; i < n; ++i) buffer[i] = buffer[i] * 0.999f + 0.001f;
+  }
 }
 
 // How one call is timed. On the CPU backend (whose ranks may outnumber the
 // cores) each call follows the same stretch of compute on every member, as
 // the ranks of a tensor- or data-parallel group do in a step, and its time is
-// what replay counts as a call's transfer (wait_attribution.h): the shortest
-// duration any member measured, which takes in the time a member that gave up
-// its core while waiting needs to get it back; the mean over the calls. On a
-// device, calls run back to back and the window ends when the device has
-// finished them (NCCL returns once a call is queued).
+// what replay counts as a call's transfer (wait_attribution.h): the least
+// work (CPU time, capped at the call's duration) any member did in it; the
+// mean over the calls. On a device, calls run back to back and the window
+// ends when the device has finished them (NCCL returns once a call is queued).
 class CallTimer {
  public:
   CallTimer(kernels::Ops& ops, const CollectiveProfileRequest& request)
       : ops_(ops), request_(request), on_cpu_(ops.backend() == kernels::Backend::kCpu) {}
 
   // Collective over the world; `members` is the group the call runs in.
-  double seconds(MPI_Comm members, const std::function<void()>& work) {
-    return on_cpu_ ? between_compute(members, work) : back_to_back(work);
+  // `input`: the bytes the call reads first, which the step's compute has just
+  // written (the CPU timer writes them after its stand-in compute).
+  double seconds(MPI_Comm members, const std::function<void()>& work, void* input,
+                 size_t input_bytes) {
+    return on_cpu_ ? between_compute(members, work, input, input_bytes) : back_to_back(work);
   }
 
  private:
@@ -89,16 +106,21 @@ class CallTimer {
     return seconds;
   }
 
-  double between_compute(MPI_Comm members, const std::function<void()>& work) {
+  double between_compute(MPI_Comm members, const std::function<void()>& work, void* input,
+                         size_t input_bytes) {
     work();
     PARAPLAN_MPI_CHECK("profile", "barrier", MPI_Barrier(MPI_COMM_WORLD));
     const int runs = std::max(request_.repetitions, 20);
     std::vector<double> negated(runs);
     for (int i = 0; i < runs; ++i) {
       compute_work(2e-3);
+      ops_.zero_bytes(input, input_bytes);  // as the GEMM before an all-reduce leaves it
       const Clock::time_point start = Clock::now();
+      const std::clock_t cpu_start = std::clock();
       work();
-      negated[i] = -std::chrono::duration<double>(Clock::now() - start).count();
+      const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+      const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+      negated[i] = -std::clamp(cpu, 0.0, wall);
     }
     PARAPLAN_MPI_CHECK(
         "profile", "allreduce",
@@ -175,6 +197,8 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
   const std::vector<double> sizes = collective_message_bytes(ops.backend(), request.largest_bytes);
   const MessageBuffers buffers(ops, static_cast<size_t>(sizes.back()));
   CallTimer timer(ops, request);
+  const ProfileClock clock =
+      ops.backend() == kernels::Backend::kCpu ? ProfileClock::kCpu : ProfileClock::kWall;
   std::vector<CollectiveEntry> results;
   for (int group_size = 2; group_size <= world; ++group_size) {
     if (world % group_size != 0) continue;
@@ -191,21 +215,26 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
       for (double bytes : sizes) {
         const size_t count = static_cast<size_t>(bytes) / element;
         const size_t chunk = count / group_size;
-        seconds.push_back(timer.seconds(members.comm, [&] {
-          if (operation == CollectiveOperation::AllReduce)
-            group.all_reduce(buffers.receive(), count, dtype, ReduceOp::kSum);
-          else if (operation == CollectiveOperation::ReduceScatter)
-            group.reduce_scatter(buffers.send(), buffers.receive(), chunk, dtype);
-          else
-            group.all_gather(buffers.send(), buffers.receive(), chunk, dtype);
-        }));
+        seconds.push_back(timer.seconds(
+            members.comm,
+            [&] {
+              if (operation == CollectiveOperation::AllReduce)
+                group.all_reduce(buffers.receive(), count, dtype, ReduceOp::kSum);
+              else if (operation == CollectiveOperation::ReduceScatter)
+                group.reduce_scatter(buffers.send(), buffers.receive(), chunk, dtype);
+              else
+                group.all_gather(buffers.send(), buffers.receive(), chunk, dtype);
+            },
+            operation == CollectiveOperation::AllReduce ? buffers.receive() : buffers.send(),
+            (operation == CollectiveOperation::AllGather ? chunk : count) * element));
       }
       const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
       results.push_back(CollectiveEntry{.operation = operation,
                                         .group_size = group_size,
                                         .processes = world,
                                         .latency = latency,
-                                        .seconds_per_byte = per_byte});
+                                        .seconds_per_byte = per_byte,
+                                        .clock = clock});
     }
   }
   if (world % 2 == 0) {
@@ -219,17 +248,21 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
     std::vector<double> seconds;
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / element;
-      seconds.push_back(timer.seconds(pair.comm, [&] {
-        groups.peers->send_receive(buffers.send(), count, partner, buffers.receive(), count,
-                                   partner, dtype);
-      }));
+      seconds.push_back(timer.seconds(
+          pair.comm,
+          [&] {
+            groups.peers->send_receive(buffers.send(), count, partner, buffers.receive(), count,
+                                       partner, dtype);
+          },
+          buffers.send(), count * element));
     }
     const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
     results.push_back(CollectiveEntry{.operation = CollectiveOperation::SendReceive,
                                       .group_size = 2,
                                       .processes = world,
                                       .latency = latency,
-                                      .seconds_per_byte = per_byte});
+                                      .seconds_per_byte = per_byte,
+                                      .clock = clock});
   }
   return results;
 }

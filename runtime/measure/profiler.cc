@@ -52,28 +52,46 @@ class ComputeOnlyGroup final : public Communicator {
 // The measurement window (ProfileRequest::minimum_window_seconds).
 double minimum_window = 0.2;
 
+// How a run is timed. kWall: the seconds it took. kWork: on the CPU backend
+// the CPU time the process got, capped at the wall time (a dedicated core's
+// seconds, what replay counts: with ranks sharing cores the planner adds the
+// sharing); on a device the wall time.
+enum class Timing { kWall, kWork };
+
+double process_cpu_seconds() {
+  return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+}
+
 // Mean seconds of one run of work, after one warm-up run, over at least
-// `repetitions` runs and at least minimum_window seconds of work. `prepare`,
-// when given, runs untimed before each run (what work consumes).
-double mean_seconds(kernels::Ops& ops, int repetitions, const std::function<void()>& work,
+// `repetitions` runs and at least minimum_window seconds of wall time.
+// `prepare`, when given, runs untimed before each run (what work consumes).
+double mean_seconds(kernels::Ops& ops, int repetitions, Timing timing,
+                    const std::function<void()>& work,
                     const std::function<void()>& prepare = nullptr) {
+  const bool cpu_time = timing == Timing::kWork && ops.backend() == kernels::Backend::kCpu;
   if (prepare) prepare();
   work();
   ops.synchronize();
   int runs = 0;
-  double elapsed = 0;
+  double elapsed = 0, timed = 0;
   while (runs < repetitions || elapsed < minimum_window) {
     if (prepare) {
       prepare();
       ops.synchronize();
     }
     const Clock::time_point start = Clock::now();
+    const double cpu_start = cpu_time ? process_cpu_seconds() : 0;
     work();
     ops.synchronize();
+    // The CPU clock read inside the wall-clock span (a preemption there is
+    // the run's waiting for a core, not its work).
+    const double cpu = cpu_time ? process_cpu_seconds() - cpu_start : 0;
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
     ++runs;
-    elapsed += std::chrono::duration<double>(Clock::now() - start).count();
+    elapsed += wall;
+    timed += cpu_time ? std::clamp(cpu, 0.0, wall) : wall;
   }
-  return elapsed / runs;
+  return timed / runs;
 }
 
 // n storage elements of pseudo-random values in [-scale/2, scale/2).
@@ -128,12 +146,14 @@ ForwardBackward time_stage(kernels::Ops& ops, const TransformerConfig& config,
   if (!spec.has_head) fill_host(ops, stage.output_gradient(0), activations, 1e-3f);
   const float loss_scale = 1.0f / static_cast<float>(tokens);
   ForwardBackward result;
-  result.forward = mean_seconds(ops, repetitions, [&] { stage.forward(0, loss_scale); });
+  result.forward =
+      mean_seconds(ops, repetitions, Timing::kWork, [&] { stage.forward(0, loss_scale); });
   // Backward needs the forward's saved state (and a head's fresh dlogits):
   // each timed backward follows an untimed forward. Timing it directly, not as
   // the pair minus the forward, keeps it positive on a noisy machine.
   result.backward = mean_seconds(
-      ops, repetitions, [&] { stage.backward(0); }, [&] { stage.forward(0, loss_scale); });
+      ops, repetitions, Timing::kWork, [&] { stage.backward(0); },
+      [&] { stage.forward(0, loss_scale); });
   return result;
 }
 
@@ -152,7 +172,7 @@ double time_attention_core(kernels::Ops& ops, const TransformerConfig& config, i
   auto* logsumexp = static_cast<float*>(
       memory.allocate(tokens * heads * sizeof(float), MemoryCategory::kWorkspace));
   fill_host(ops, qkv, qkv_elements, 1.0f);
-  return mean_seconds(ops, repetitions, [&] {
+  return mean_seconds(ops, repetitions, Timing::kWork, [&] {
     ops.attention_forward(out, logsumexp, qkv, micro_batch, config.seq_len, heads, kv_heads,
                           head_dim);
   });
@@ -218,7 +238,7 @@ double measure_optimizer(kernels::Ops& ops, int repetitions) {
   hyperparameters.weight_decay = 0.1f;
   hyperparameters.step = 0;
   hyperparameters.gradient_scale = 0.5f;  // the clip factor rides along in AdamW
-  const double seconds = mean_seconds(ops, repetitions, [&] {
+  const double seconds = mean_seconds(ops, repetitions, Timing::kWork, [&] {
     volatile double squares = ops.sum_of_squares(gradients, n);
     (void)squares;
     ++hyperparameters.step;
@@ -240,8 +260,8 @@ GemmEntry measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int t
   void* a = allocate(static_cast<size_t>(rows) * in);
   void* w = allocate(static_cast<size_t>(out) * in);
   void* c = allocate(static_cast<size_t>(rows) * out);
-  const double seconds =
-      mean_seconds(ops, repetitions, [&] { ops.linear_forward(c, a, w, nullptr, rows, in, out); });
+  const double seconds = mean_seconds(ops, repetitions, Timing::kWall,
+                                      [&] { ops.linear_forward(c, a, w, nullptr, rows, in, out); });
   GemmEntry entry;
   entry.m = rows;
   entry.n = out;
@@ -268,7 +288,7 @@ PeakMeasurement measure_peak_flops(kernels::Ops& ops, int repetitions) {
   }
   const std::clock_t cpu_start = std::clock();
   const Clock::time_point wall_start = Clock::now();
-  const double seconds = mean_seconds(ops, repetitions, [&] {
+  const double seconds = mean_seconds(ops, repetitions, Timing::kWall, [&] {
     ops.linear_forward(buffers[2], buffers[0], buffers[1], nullptr, n, n, n);
   });
   const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
@@ -287,7 +307,7 @@ double measure_memory_bandwidth(kernels::Ops& ops, int repetitions) {
   fill_host(ops, a, n, 1.0f);
   fill_host(ops, b, n, 1.0f);
   const double seconds =
-      mean_seconds(ops, repetitions, [&] { ops.residual_forward(out, a, b, n); });
+      mean_seconds(ops, repetitions, Timing::kWall, [&] { ops.residual_forward(out, a, b, n); });
   return 3.0 * static_cast<double>(ops.storage_bytes(n)) / seconds;
 }
 
@@ -335,6 +355,9 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   minimum_window = request.minimum_window_seconds;
   std::unique_ptr<kernels::Ops> ops = make_backend(request.backend, session, request.dtype);
   const int processes = session.world_size();
+  // Compute and the optimizer are timed by Timing::kWork.
+  const ProfileClock work_clock =
+      ops->backend() == kernels::Backend::kCpu ? ProfileClock::kCpu : ProfileClock::kWall;
   auto barrier = [&] {
     if (session.uses_mpi()) MPI_Barrier(MPI_COMM_WORLD);
   };
@@ -358,6 +381,7 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
       average_times(session, entry.times);
       entry.parallel = processes > 1;
       entry.processes = processes;
+      entry.clock = work_clock;
       device.compute.push_back(entry);
       if (session.world_rank() == 0)
         std::cout << "  tp " << tensor_parallel << " x micro-batch " << micro_batch
@@ -397,8 +421,8 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   device.hardware.push_back(hardware);
   barrier();
   const double per_parameter = world_mean(session, measure_optimizer(*ops, request.repetitions));
-  device.optimizer.push_back(
-      OptimizerEntry{.processes = processes, .seconds_per_parameter = per_parameter});
+  device.optimizer.push_back(OptimizerEntry{
+      .processes = processes, .seconds_per_parameter = per_parameter, .clock = work_clock});
   if (request.collectives && session.uses_mpi() && processes > 1)
     device.collectives = measure_collectives(
         *ops, CollectiveProfileRequest{.transport = request.transport,

@@ -10,7 +10,10 @@
 // the ranks share the cores, and this is what captures it). A one-process
 // run is a sequential profile. Compute is timed without its tensor-parallel
 // all-reduces (a stand-in group of the right size that moves nothing), as the
-// planner adds collectives from their own measurements.
+// planner adds collectives from their own measurements. On the CPU backend
+// compute, the optimizer and the collectives are timed by the CPU time a
+// process got (profile.json's `clock: cpu`), as replay counts them; the
+// planner adds what sharing the cores costs.
 //
 // The result is one device's section of profile.json
 // (schema/profile_format.h).

@@ -118,9 +118,10 @@ class InstructionTimer final : public InstructionObserver {
         break;
       case OpCode::ReduceGradients:
         break;  // its collectives are the gradient reduction
-      default:  // the pipeline transfers
+      default:  // the pipeline transfers: a CPU rank's work is its CPU time
         transfers_.push_back({static_cast<int>(instruction.op()), instruction.micro_batch(),
-                              instruction.peer_micro_batch(), step_, span, instruction.chunk()});
+                              instruction.peer_micro_batch(), step_, span, instruction.chunk(),
+                              count_cpu_time_ ? std::clamp(cpu, 0.0, span) : span});
         break;
     }
     if (keep_spans_)
@@ -244,18 +245,18 @@ std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Comm
 std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRecord>& mine,
                                                    Communicator& world, const MeshCoordinates& mesh,
                                                    int virtual_stages) {
-  constexpr size_t kFields = 6;
+  constexpr size_t kFields = 7;
   std::vector<double> flat;
   for (const TransferRecord& r : mine)
     flat.insert(flat.end(), {double(r.op), double(r.micro_batch), double(r.peer_micro_batch),
-                             double(r.step), r.seconds, double(r.chunk)});
+                             double(r.step), r.seconds, double(r.chunk), r.work});
   std::vector<std::vector<TransferRecord>> ranks(world.size());
   const std::vector<std::vector<double>> rows = gather_rows(flat, world);
   for (int rank = 0; rank < world.size(); ++rank)
     for (size_t i = 0; i + kFields <= rows[rank].size(); i += kFields) {
       const double* f = rows[rank].data() + i;
       ranks[rank].push_back({static_cast<int>(f[0]), static_cast<int>(f[1]), static_cast<int>(f[2]),
-                             static_cast<int>(f[3]), f[4], static_cast<int>(f[5])});
+                             static_cast<int>(f[3]), f[4], static_cast<int>(f[5]), f[6]});
     }
   return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size,
                                   virtual_stages);

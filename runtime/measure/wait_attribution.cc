@@ -12,14 +12,14 @@
 namespace paraplan {
 
 TransferAndWait split_collective_calls(const std::vector<double>& durations,
-                                       const std::vector<double>& group_shortest,
+                                       const std::vector<double>& group_least_work,
                                        const std::vector<bool>& synchronizing) {
-  if (durations.size() != group_shortest.size() || durations.size() != synchronizing.size())
+  if (durations.size() != group_least_work.size() || durations.size() != synchronizing.size())
     throw std::logic_error("split_collective_calls: the lists differ in length");
   TransferAndWait split;
   for (size_t i = 0; i < durations.size(); ++i) {
     const double transfer =
-        synchronizing[i] ? std::clamp(group_shortest[i], 0.0, durations[i]) : durations[i];
+        synchronizing[i] ? std::clamp(group_least_work[i], 0.0, durations[i]) : durations[i];
     split.transfer += transfer;
     split.wait += durations[i] - transfer;
   }
@@ -78,20 +78,20 @@ std::vector<TransferAndWait> split_pipeline_transfers(
     int tensor_parallel, int virtual_stages) {
   const int stage_ranks = data_parallel * tensor_parallel;
   const int virtual_count = pipeline_parallel * virtual_stages;
-  // Per rank: (step, chunk, message, micro-batch) -> the duration of the
+  // Per rank: (step, chunk, message, micro-batch) -> the work of the
   // instruction carrying it.
   using Key = std::tuple<int, int, Message, int>;
   std::vector<std::map<Key, double>> carriers(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r)
     for (const TransferRecord& record : ranks[r])
       for (const auto& [message, micro_batch] : halves(record))
-        carriers[r][{record.step, record.chunk, message, micro_batch}] = record.seconds;
+        carriers[r][{record.step, record.chunk, message, micro_batch}] = record.work;
 
   std::vector<TransferAndWait> split(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int stage = static_cast<int>(r) / stage_ranks;
     for (const TransferRecord& record : ranks[r]) {
-      double transfer = record.seconds;
+      double transfer = record.work;
       for (const auto& [message, micro_batch] : halves(record)) {
         // The neighbour virtual stage holding the other end, and its rank.
         const auto [end, direction] = other_end(message);
@@ -104,7 +104,7 @@ std::vector<TransferAndWait> split_pipeline_transfers(
             carriers[peer].find({record.step, peer_virtual / pipeline_parallel, end, micro_batch});
         if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
       }
-      transfer = std::max(0.0, transfer);
+      transfer = std::clamp(transfer, 0.0, record.seconds);
       split[r].transfer += transfer;
       split[r].wait += record.seconds - transfer;
     }

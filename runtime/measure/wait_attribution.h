@@ -2,13 +2,16 @@
 // pipeline transfer into waiting for its peers and the transfer itself, from
 // durations alone (no clock shared across hosts needed).
 //
-// Rule: the peer that arrives last waits for nobody, so its duration is the
-// transfer; every other member's extra time is waiting. A collective call's
-// transfer is the shortest duration any member of its group measured for that
-// call (the calls match one to one: every member makes the same calls in the
-// same order), its wait the rest of the member's duration. A pipeline transfer
-// instruction's transfer is the shortest duration among it and the
-// instructions on the neighbouring stage that carry its messages (the
+// Rule: the peer that arrives last waits for nobody, so what it spent working
+// in the call is the transfer; every other member's extra time is waiting. A
+// member's work is its duration on a device, and on the CPU backend the CPU
+// time it got (MPI over shared memory copies and reduces on the caller's
+// core; time off a core, taken by another rank or asleep between polls, is
+// waiting). A collective call's transfer is the least work any member of its
+// group did in that call (the calls match one to one: every member makes the
+// same calls in the same order), its wait the rest of the member's duration.
+// A pipeline transfer instruction's transfer is the least work among it and
+// the instructions on the neighbouring stage that carry its messages (the
 // activation or gradient it sends or receives), its wait the rest. Calls that
 // do not synchronize the group (a deferred operation's wait_pending, which on
 // MPI only collects what already finished) are all transfer.
@@ -27,19 +30,20 @@ struct TransferAndWait {
   }
 };
 
-// One member's calls: its durations, the group's shortest duration of each
-// call, and which calls synchronize the group (the others count as transfer).
+// One member's calls: its durations, the group's least work in each call,
+// and which calls synchronize the group (the others count as transfer).
 TransferAndWait split_collective_calls(const std::vector<double>& durations,
-                                       const std::vector<double>& group_shortest,
+                                       const std::vector<double>& group_least_work,
                                        const std::vector<bool>& synchronizing);
 
 // A pipeline transfer instruction of one rank: its opcode (schema::OpCode),
-// micro-batch, the combined ops' received micro-batch, the step and its
-// duration.
+// micro-batch, the combined ops' received micro-batch, the step, its
+// duration and its work (<= seconds; the rule above).
 struct TransferRecord {
   int op = 0, micro_batch = -1, peer_micro_batch = -1, step = 0;
   double seconds = 0;
   int chunk = 0;  // the model chunk (virtual stage of the rank) it belongs to
+  double work = 0;
 };
 
 // Every rank's transfers (ranks in world order, mesh as plan.fbs lays it out:

@@ -1,6 +1,7 @@
 // wait_attribution_test.cc: waits told from transfers by hand-made durations:
-// collectives (the last arriver's duration is the transfer), pipeline
-// transfers matched across neighbouring stages (plain and combined ops).
+// collectives (the last arriver's work is the transfer), pipeline transfers
+// matched across neighbouring stages (plain and combined ops), a CPU rank's
+// work its CPU time.
 #include "runtime/measure/wait_attribution.h"
 
 #include <gtest/gtest.h>
@@ -12,8 +13,16 @@ namespace {
 
 using schema::OpCode;
 
+// Devices' records: all of an instruction's time is its work.
+std::vector<std::vector<TransferRecord>> on_devices(
+    std::vector<std::vector<TransferRecord>> ranks) {
+  for (std::vector<TransferRecord>& records : ranks)
+    for (TransferRecord& record : records) record.work = record.seconds;
+  return ranks;
+}
+
 TEST(WaitAttribution, ACollectiveWaitsForItsLastMemberAndTransfersTheRest) {
-  // Three calls; the group's shortest durations 1, 2 and 5 ms.
+  // Three calls; the group's least work 1, 2 and 5 ms.
   const TransferAndWait split =
       split_collective_calls({0.004, 0.002, 0.005}, {0.001, 0.002, 0.005}, {true, true, true});
   EXPECT_DOUBLE_EQ(split.transfer, 0.008);
@@ -34,7 +43,7 @@ TEST(WaitAttribution, APipelineTransferWaitsForTheNeighbourCarryingItsMessage) {
               {int(OpCode::RecvGradient), 0, -1, 1, 0.002}};
   ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.001},
               {int(OpCode::SendGradient), 0, -1, 1, 0.007}};
-  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 1, 1);
+  const std::vector<TransferAndWait> split = split_pipeline_transfers(on_devices(ranks), 2, 1, 1);
   EXPECT_DOUBLE_EQ(split[0].transfer, 0.001 + 0.002);
   EXPECT_DOUBLE_EQ(split[0].wait, 0.009);
   EXPECT_DOUBLE_EQ(split[1].transfer, 0.001 + 0.002);
@@ -51,7 +60,8 @@ TEST(WaitAttribution, ChunksPairWithTheirNeighbourVirtualStages) {
               {int(OpCode::RecvActivation), 0, -1, 1, 0.009, 1}};
   ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.001, 0},
               {int(OpCode::SendActivation), 0, -1, 1, 0.002, 0}};
-  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 1, 1, 2);
+  const std::vector<TransferAndWait> split =
+      split_pipeline_transfers(on_devices(ranks), 2, 1, 1, 2);
   // 4 ms against its partner's 1 ms; 9 ms against the wrap's 2 ms.
   EXPECT_DOUBLE_EQ(split[0].transfer, 0.001 + 0.002);
   EXPECT_DOUBLE_EQ(split[0].wait, 0.003 + 0.007);
@@ -71,7 +81,7 @@ TEST(WaitAttribution, CombinedTransfersMatchBothHalvesAndOnlyTheSameStepAndRepli
   ranks[2] = {{int(OpCode::SendGradientRecvActivation), 0, 1, 1, 0.002},
               {int(OpCode::SendGradientRecvActivation), 0, 1, 2, 0.004}};
   ranks[3] = {{int(OpCode::SendGradientRecvActivation), 0, 1, 1, 0.008}};
-  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 2, 1);
+  const std::vector<TransferAndWait> split = split_pipeline_transfers(on_devices(ranks), 2, 2, 1);
   EXPECT_DOUBLE_EQ(split[0].transfer, 0.002 + 0.003);
   EXPECT_DOUBLE_EQ(split[0].wait, 0.004);
   EXPECT_DOUBLE_EQ(split[1].transfer, 0.0005);
@@ -80,6 +90,21 @@ TEST(WaitAttribution, CombinedTransfersMatchBothHalvesAndOnlyTheSameStepAndRepli
   EXPECT_DOUBLE_EQ(split[2].wait, 0.001);
   EXPECT_DOUBLE_EQ(split[3].transfer, 0.0005);
   EXPECT_DOUBLE_EQ(split[3].wait, 0.0075);
+}
+
+TEST(WaitAttribution, ACpuRankCountsTheCpuTimeItGotAsTheTransfer) {
+  // pp 2 on the CPU backend. Stage 0's send takes 10 ms of which it worked
+  // 0.5 ms (the rest asleep between polls until stage 1 posted its receive);
+  // stage 1's receive took 3 ms, working 1 ms of them (the rest waiting for
+  // stage 0 to wake and hand over the message): the transfer is 0.5 ms.
+  std::vector<std::vector<TransferRecord>> ranks(2);
+  ranks[0] = {{int(OpCode::SendActivation), 0, -1, 1, 0.010, 0, 0.0005}};
+  ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.003, 0, 0.001}};
+  const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 1, 1);
+  EXPECT_DOUBLE_EQ(split[0].transfer, 0.0005);
+  EXPECT_DOUBLE_EQ(split[0].wait, 0.0095);
+  EXPECT_DOUBLE_EQ(split[1].transfer, 0.0005);
+  EXPECT_DOUBLE_EQ(split[1].wait, 0.0025);
 }
 
 }  // namespace

@@ -15,7 +15,10 @@
 # Environment: SKIP_BUILD=1 uses an existing build/; PARAPLAN=path replays
 # with another paraplan binary (e.g. a build of an older commit: its reports
 # name fewer components, which the table prints as they are); STEPS (default
-# 5) measured steps after 2 warm-up; PLANS="dp4 pp2-dp2" runs a subset;
+# 5) measured steps after 2 warm-up; ROUNDS (default 3) rounds over the plans,
+# each plan profiled and replayed afresh in each (this machine's speed drifts
+# by tens of percent over seconds; the table takes the median over rounds of
+# each round's error); PLANS="dp4 pp2-dp2" runs a subset;
 # SCHEDULER (default 1f1b, the schedule the time model was calibrated with;
 # auto lets the planner choose) the pipeline schedule of every plan.
 set -euo pipefail
@@ -32,6 +35,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 job=samples/tiny/replay_job.toml
 steps=${STEPS:-5}
+rounds=${ROUNDS:-3}
 # The schedule every plan uses (SCHEDULER=auto lets the planner choose).
 scheduler=${SCHEDULER:-1f1b}
 
@@ -62,23 +66,25 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $paraplan
 # with as many processes as the plan has ranks, then the plan and its replay,
 # so the replay runs under the load the profile saw (this machine is shared).
 reports=()
-for entry in "${selected[@]}"; do
-  read -r name world pp tp dp zero micro <<<"$entry"
-  degrees=(--planner.world_size "$world" --planner.pipeline_nstages "$pp"
-    --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp"
-    --planner.zero_stage "$zero" --training.micro_batch_size "$micro"
-    --planner.pipeline_scheduler "$scheduler")
-  profile_dir="$out/profile-$name"
-  rm -rf "$profile_dir"
-  "$paraplan" profile --config "$job" --profile-dir "$profile_dir" "${degrees[@]}" \
-    </dev/null >"$out/$name.profile.log" 2>&1 || { cat "$out/$name.profile.log"; exit 1; }
-  plan="$out/$name.pplan"
-  "$paraplan" plan --config "$job" --output "$plan" --planner.profile_dir "$profile_dir" \
-    "${degrees[@]}" </dev/null >"$out/$name.plan.log"
-  "$paraplan" launch --plan "$plan" -- replay --steps "$steps" --warmup 2 \
-    --report "$out/$name.json" --trace "$out/$name.trace.json" --timeline "$out/$name.svg" \
-    </dev/null >"$out/$name.replay.log" 2>&1 || { cat "$out/$name.replay.log"; exit 1; }
-  reports+=("$name=$out/$name.json")
+for ((round = 1; round <= rounds; ++round)); do
+  for entry in "${selected[@]}"; do
+    read -r name world pp tp dp zero micro <<<"$entry"
+    degrees=(--planner.world_size "$world" --planner.pipeline_nstages "$pp"
+      --planner.tensor_parallel_degree "$tp" --planner.data_parallel_degree "$dp"
+      --planner.zero_stage "$zero" --training.micro_batch_size "$micro"
+      --planner.pipeline_scheduler "$scheduler")
+    run="$out/$name.round$round"
+    profile_dir="$run.profile"
+    rm -rf "$profile_dir"
+    "$paraplan" profile --config "$job" --profile-dir "$profile_dir" "${degrees[@]}" \
+      </dev/null >"$run.profile.log" 2>&1 || { cat "$run.profile.log"; exit 1; }
+    "$paraplan" plan --config "$job" --output "$run.pplan" --planner.profile_dir "$profile_dir" \
+      "${degrees[@]}" </dev/null >"$run.plan.log"
+    "$paraplan" launch --plan "$run.pplan" -- replay --steps "$steps" --warmup 2 \
+      --report "$run.json" --trace "$run.trace.json" --timeline "$run.svg" \
+      </dev/null >"$run.replay.log" 2>&1 || { cat "$run.replay.log"; exit 1; }
+    reports+=("$name=$run.json")
+  done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 samples/tiny/replay_accuracy_table.py "${reports[@]}" | tee "$out/table.txt"

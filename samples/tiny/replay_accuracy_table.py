@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """replay_accuracy_table.py: the accuracy table of replay_accuracy.sh.
 
-Arguments: name=report.json ... (paraplan replay --report files). Prints, per
-plan and stage, every component per step (predicted, measured, error, share of
-the measured step), the step and peak memory, then one summary line per
-component: mean and worst absolute error over the components that are at
-least 5% of their plan's measured step (the issue's target: step within 5%,
-those components within 15%).
+Arguments: name=report.json ... (paraplan replay --report files); a name given
+more than once is one plan measured in several rounds (a fresh profile and a
+replay each). Prints, per plan and stage, every component per step: predicted
+and measured (medians over the rounds), the error (the median over the rounds
+of each round's own predicted-against-measured error, so that the machine's
+speed drifting between rounds cancels) with its range over the rounds, and
+the share of the measured step; then the step and peak memory; then one
+summary line per component: mean and worst of the plans' median absolute
+errors over the components that are at least 5% of their plan's measured
+step (the issue's target: step within 5%, those components within 15%).
 
 Reports written by `paraplan replay` since the wait attribution carry a
 "per_step" object per stage; older ones name forward, backward and
@@ -14,6 +18,7 @@ tensor_parallel per micro-batch and "pipeline_and_bubble" for the rest, which
 this turns into per-step figures the same way.
 """
 import json
+import statistics
 import sys
 
 PER_MICRO_BATCH = ("forward", "backward", "tensor_parallel")
@@ -36,37 +41,69 @@ def error(predicted, measured):
     return (measured - predicted) / predicted if predicted > 1e-12 else None
 
 
+def rows_of(report):
+    """(stage, component) -> (predicted, measured, each's share of the measured step)."""
+    step = report["step_seconds"]
+    rows = {}
+    for stage in report["stages"]:
+        for component, value in per_step_components(stage, report["num_micro_batches"]).items():
+            p, s = value["predicted"], value["measured"]
+            measured_step = max(step["measured"], 1e-12)
+            rows[(str(stage["stage"]), component)] = (p, s, s / measured_step, p / measured_step)
+    rows[("all", "step")] = (step["predicted"], step["measured"], 1.0, 1.0)
+    return rows
+
+
+def describe(errors):
+    """The median error and, over several rounds, its range."""
+    known = [e for e in errors if e is not None]
+    if not known:
+        return None, "-"
+    median = statistics.median(known)
+    text = "%+.1f%%" % (100 * median)
+    if len(known) > 1:
+        text += " [%+.0f..%+.0f]" % (100 * min(known), 100 * max(known))
+    return median, text
+
+
 def main():
-    summary = {}  # component -> list of |error|
-    print("%-12s %-5s %-22s %10s %10s %8s %6s" % ("plan", "stage", "component", "pred ms",
-                                                  "meas ms", "error", "share"))
+    plans = {}  # name -> list of reports, in order of first appearance
     for argument in sys.argv[1:]:
         name, path = argument.split("=", 1)
-        report = json.load(open(path))
-        m = report["num_micro_batches"]
-        step = report["step_seconds"]
-        for stage in report["stages"]:
-            for component, value in per_step_components(stage, m).items():
-                p, s = value["predicted"], value["measured"]
-                share = s / step["measured"] if step["measured"] > 0 else 0
-                e = error(p, s)
-                counted = share >= MIN_SHARE or (p / step["measured"] >= MIN_SHARE)
-                if counted and e is not None:
-                    summary.setdefault(component, []).append((abs(e), name))
-                elif counted and e is None and s > 1e-9:
-                    summary.setdefault(component, []).append((float("inf"), name))
-                print("%-12s %-5s %-22s %10.3f %10.3f %8s %5.1f%%%s" % (
-                    name, stage["stage"], component, 1e3 * p, 1e3 * s,
-                    "-" if e is None else "%+.1f%%" % (100 * e), 100 * share,
-                    "" if counted else "  (< 5%)"))
-        e = error(step["predicted"], step["measured"])
-        summary.setdefault("step", []).append((abs(e), name))
-        memory = report["peak_memory_bytes"]
-        print("%-12s %-5s %-22s %10.3f %10.3f %+7.1f%%" % (name, "all", "step", 1e3 * step["predicted"],
-                                                         1e3 * step["measured"], 100 * e))
-        print("%-12s %-5s %-22s %8.2f MiB %6.2f MiB  %s" % (
-            name, "all", "peak memory", memory["predicted"] / 2**20, memory["measured"] / 2**20,
-            "within prediction" if report["memory_within_prediction"] else "ABOVE PREDICTION"))
+        plans.setdefault(name, []).append(json.load(open(path)))
+    rounds = max(len(reports) for reports in plans.values()) if plans else 0
+    summary = {}  # component -> list of (|median error|, plan)
+    print("%d round(s); error: the median over rounds of each round's error [its range]" % rounds)
+    print("%-12s %-5s %-20s %10s %10s %22s %6s" % ("plan", "stage", "component", "pred ms", "meas ms",
+                                                  "error", "share"))
+    for name, reports in plans.items():
+        runs = [rows_of(report) for report in reports]
+        for key in runs[0]:
+            values = [run[key] for run in runs if key in run]
+            p = statistics.median(v[0] for v in values)
+            s = statistics.median(v[1] for v in values)
+            share = statistics.median(v[2] for v in values)
+            predicted_share = statistics.median(v[3] for v in values)
+            median, text = describe([error(v[0], v[1]) for v in values])
+            stage, component = key
+            if component == "step":
+                summary.setdefault("step", []).append((abs(median), name))
+                print("%-12s %-5s %-20s %10.3f %10.3f %22s" % (name, stage, component, 1e3 * p, 1e3 * s, text))
+                continue
+            counted = share >= MIN_SHARE or predicted_share >= MIN_SHARE
+            if counted and median is not None:
+                summary.setdefault(component, []).append((abs(median), name))
+            elif counted and median is None and s > 1e-9:
+                summary.setdefault(component, []).append((float("inf"), name))
+            print("%-12s %-5s %-20s %10.3f %10.3f %22s %5.1f%%%s" % (
+                name, stage, component, 1e3 * p, 1e3 * s, text, 100 * share,
+                "" if counted else "  (< 5%)"))
+        memory = [report["peak_memory_bytes"] for report in reports]
+        within = all(report["memory_within_prediction"] for report in reports)
+        print("%-12s %-5s %-20s %8.2f MiB %6.2f MiB  %s" % (
+            name, "all", "peak memory", max(m["predicted"] for m in memory) / 2**20,
+            max(m["measured"] for m in memory) / 2**20,
+            "within prediction" if within else "ABOVE PREDICTION"))
     print()
     for component in ["step"] + sorted(k for k in summary if k != "step"):
         errors = summary[component]
@@ -74,7 +111,7 @@ def main():
         mean = sum(e for e, _ in errors) / len(errors)
         target = 0.05 if component == "step" else 0.15
         misses = sum(1 for e, _ in errors if e > target)
-        print("summary %-22s n=%-3d mean |error| %6.1f%%  worst %6.1f%% (%s)  over %.0f%%: %d" % (
+        print("summary %-20s n=%-3d mean |error| %6.1f%%  worst %6.1f%% (%s)  over %.0f%%: %d" % (
             component, len(errors), 100 * mean, 100 * worst[0], worst[1], 100 * target, misses))
 
 
