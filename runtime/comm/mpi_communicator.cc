@@ -3,6 +3,7 @@
 #include "runtime/comm/mpi_communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -33,6 +34,9 @@ constexpr int kPeerTag = 7;  // pipeline transfers use kPeerTag + their tag (Mpi
 // 1.6% more than the wait itself, and a rank that waits seconds polls a
 // thousand times a second instead of spinning.
 constexpr auto kSpinFor = std::chrono::microseconds(2000);
+// ... or this where the node's ranks outnumber its cores.
+constexpr auto kSpinForSharedCores = std::chrono::microseconds(250);
+std::atomic<bool> ranks_outnumber_cores{false};
 constexpr auto kLongestNap = std::chrono::microseconds(1000);
 
 // Calls test(&done) until done or an error; returns MPI's status code.
@@ -40,12 +44,14 @@ template <typename Test>
 int wait_patiently(Test test) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
+  const Clock::duration spin_for =
+      ranks_outnumber_cores.load(std::memory_order_relaxed) ? kSpinForSharedCores : kSpinFor;
   while (true) {
     int done = 0;
     const int status = test(&done);
     if (status != MPI_SUCCESS || done) return status;
     const Clock::duration waited = Clock::now() - start;
-    if (waited > kSpinFor)
+    if (waited > spin_for)
       std::this_thread::sleep_for(std::min<Clock::duration>(kLongestNap, waited / 64));
     else
       std::this_thread::yield();
@@ -145,6 +151,10 @@ void reduce_blocks_in_rank_order(const T* blocks, size_t members, size_t length,
 }
 
 }  // namespace
+
+void set_ranks_outnumber_cores(bool outnumber) {
+  ranks_outnumber_cores.store(outnumber, std::memory_order_relaxed);
+}
 
 void throw_mpi_error(const std::string& group, const std::string& operation, int code) {
   throw std::runtime_error("MPI " + operation + " on group '" + group +
