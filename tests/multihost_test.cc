@@ -257,7 +257,9 @@ TEST_F(MultiHost, DryRunPrintsTheCommandAndWhatEveryHostOffers) {
        {std::string("mpirun -np 4 --hostfile ") + *directory_ / "hosts" +
             " --map-by slot --bind-to none --mca btl_tcp_if_include 10.77.0.0/24 --mca "
             "oob_tcp_if_include 10.77.0.0/24 ",
-        std::string("-x NCCL_SOCKET_IFNAME -x PARAPLAN_SUPERVISOR -x PARAPLAN_SUPERVISOR_TOKEN"),
+        // (each on its own: any PARAPLAN_* variable of the caller's is forwarded too)
+        std::string("-x NCCL_SOCKET_IFNAME "), std::string("-x PARAPLAN_SUPERVISOR "),
+        std::string("-x PARAPLAN_SUPERVISOR_TOKEN "),
         std::string(" train --plan ") + plan_file + " --data " + *directory_ / "data/train.bin",
         std::string("\nnetwork: 10.77.0.0/24 (auto: it carries every host's address)"),
         std::string("\npreflight: node1 (this host): hostname node1, paraplan "),
