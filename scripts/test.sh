@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_dependencies.sh
 # The CUDA code is compiled (it has no GPU to run on here) for one
-# architecture, the one the GPU bundle builds: the default two cost CI three
-# minutes more of nvcc.
+# architecture, the one the GPU bundle builds: the default two compile every
+# kernel twice.
 bash scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}"
 # Multi-rank tests start mpirun; as root Open MPI needs explicit consent.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
