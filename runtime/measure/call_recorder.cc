@@ -1,33 +1,29 @@
 // call_recorder.cc: replay's recording communicator (call_recorder.h).
 #include "runtime/measure/call_recorder.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <ctime>
 #include <stdexcept>
 #include <string>
+
+#include "runtime/measure/span_clock.h"
 
 namespace paraplan {
 
 void RecordingCommunicator::intercept(const CommunicatorCall& call, ForwardedCall forward) {
   kernels::Ops* device = *totals_.recording ? totals_.device : nullptr;
   if (device) device->synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  const std::clock_t cpu_start = std::clock();
+  SpanClock span;
   forward();
   if (device) device->synchronize();
-  // The CPU clock read inside the wall-clock span (replay.cc says why).
-  const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-  *totals_.cpu_seconds += cpu;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  span.stop();
+  *totals_.cpu_seconds += span.cpu();
+  const double seconds = span.wall();
   *totals_.seconds += seconds;
   if (!*totals_.recording) return;
   durations_.push_back(seconds);
   // A CPU rank copies and reduces on its core: its work in the call is the
   // CPU time it got; a device's is the whole synchronized call.
-  work_.push_back(totals_.device ? seconds : std::clamp(cpu, 0.0, seconds));
+  work_.push_back(totals_.device ? seconds : span.work());
   // Collecting deferred operations does not wait for the group's other
   // members to arrive: none of it is waiting for a peer by this rule.
   synchronizing_.push_back(std::strcmp(call.operation, "wait for pending operations") != 0);

@@ -10,6 +10,7 @@
 
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/transport.h"
+#include "runtime/measure/span_clock.h"
 #include "runtime/parallel/parallel_state.h"
 
 namespace paraplan {
@@ -43,21 +44,20 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
 // others takes longer, as in a step.
 void compute_work(double seconds) {
   static std::vector<float> buffer(size_t{2} << 20);  // 8 MiB
-  const auto pass = [] {
-    for (float& x : buffer) x = x * 0.999f + 0.001f;
+  // Updates `elements` values, passing over the buffer as often as needed.
+  const auto stream = [](size_t elements) {
+    for (size_t done = 0; done < elements; done += buffer.size()) {
+      const size_t n = std::min(buffer.size(), elements - done);
+      for (size_t i = 0; i < n; ++i) buffer[i] = buffer[i] * 0.999f + 0.001f;
+    }
   };
   static const double passes_per_second = [&] {
-    pass();
+    stream(buffer.size());
     const Clock::time_point start = Clock::now();
-    for (int i = 0; i < 4; ++i) pass();
+    stream(4 * buffer.size());
     return 4 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
   }();
-  const double passes = seconds * passes_per_second;
-  const size_t elements = static_cast<size_t>(passes * static_cast<double>(buffer.size()));
-  for (size_t done = 0; done < elements; done += buffer.size()) {
-    const size_t n = std::min(buffer.size(), elements - done);
-    for (size_t i = 0; i < n; ++i) buffer[i] = buffer[i] * 0.999f + 0.001f;
-  }
+  stream(static_cast<size_t>(seconds * passes_per_second * static_cast<double>(buffer.size())));
 }
 
 // How one call is timed. On the CPU backend (whose ranks may outnumber the
@@ -115,12 +115,10 @@ class CallTimer {
     for (int i = 0; i < runs; ++i) {
       compute_work(2e-3);
       ops_.zero_bytes(input, input_bytes);  // as the GEMM before an all-reduce leaves it
-      const Clock::time_point start = Clock::now();
-      const std::clock_t cpu_start = std::clock();
+      SpanClock span;
       work();
-      const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-      const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-      negated[i] = -std::clamp(cpu, 0.0, wall);
+      span.stop();
+      negated[i] = -span.work();
     }
     PARAPLAN_MPI_CHECK(
         "profile", "allreduce",

@@ -15,6 +15,7 @@
 
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/measure/collective_profiler.h"
+#include "runtime/measure/span_clock.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/pipeline/rank_state.h"
@@ -26,8 +27,6 @@
 namespace paraplan {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // A tensor-parallel group of the right size that moves nothing: the stage
 // computes its shard's work and the collectives are measured on their own.
@@ -58,10 +57,6 @@ double minimum_window = 0.2;
 // sharing); on a device the wall time.
 enum class Timing { kWall, kWork };
 
-double process_cpu_seconds() {
-  return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
-}
-
 // Mean seconds of one run of work, after one warm-up run, over at least
 // `repetitions` runs and at least minimum_window seconds of wall time.
 // `prepare`, when given, runs untimed before each run (what work consumes).
@@ -79,17 +74,13 @@ double mean_seconds(kernels::Ops& ops, int repetitions, Timing timing,
       prepare();
       ops.synchronize();
     }
-    const Clock::time_point start = Clock::now();
-    const double cpu_start = cpu_time ? process_cpu_seconds() : 0;
+    SpanClock span;
     work();
     ops.synchronize();
-    // The CPU clock read inside the wall-clock span (a preemption there is
-    // the run's waiting for a core, not its work).
-    const double cpu = cpu_time ? process_cpu_seconds() - cpu_start : 0;
-    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    span.stop();
     ++runs;
-    elapsed += wall;
-    timed += cpu_time ? std::clamp(cpu, 0.0, wall) : wall;
+    elapsed += span.wall();
+    timed += cpu_time ? span.work() : span.wall();
   }
   return timed / runs;
 }
@@ -286,14 +277,12 @@ PeakMeasurement measure_peak_flops(kernels::Ops& ops, int repetitions) {
         memory.allocate(ops.storage_bytes(size_t{1} * n * n), MemoryCategory::kWorkspace));
     fill_host(ops, buffers.back(), size_t{1} * n * n, 1.0f);
   }
-  const std::clock_t cpu_start = std::clock();
-  const Clock::time_point wall_start = Clock::now();
+  SpanClock span;
   const double seconds = mean_seconds(ops, repetitions, Timing::kWall, [&] {
     ops.linear_forward(buffers[2], buffers[0], buffers[1], nullptr, n, n, n);
   });
-  const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-  const double wall = std::chrono::duration<double>(Clock::now() - wall_start).count();
-  return {2.0 * n * n * n / seconds, cpu / std::max(wall, 1e-9)};
+  span.stop();
+  return {2.0 * n * n * n / seconds, span.cpu() / std::max(span.wall(), 1e-9)};
 }
 
 // Bytes per second an elementwise op streams (reads two arrays, writes one)

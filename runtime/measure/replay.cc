@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "runtime/data/sample_source.h"
 #include "runtime/measure/call_recorder.h"
 #include "runtime/measure/replay_report.h"
+#include "runtime/measure/span_clock.h"
 #include "runtime/measure/timeline.h"
 #include "runtime/measure/wait_attribution.h"
 #include "runtime/model/model_from_plan.h"
@@ -45,10 +45,6 @@ struct CollectiveTotals {
   double cpu = 0;  // the process's CPU time in all of them
   double sum() const { return tensor + reduction + world; }
 };
-
-double process_cpu_seconds() {
-  return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
-}
 
 // Times every instruction and splits off the collectives inside it; keeps
 // each pipeline transfer for the wait attribution, and (for the trace) every span.
