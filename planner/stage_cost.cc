@@ -513,8 +513,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
   std::vector<SimulatedStageInput> inputs;
   for (int s = 0; s < p; ++s) {
     const StageEstimate& stage = plan.stages[s];
-    // The sends pipeline_p2p_seconds counts: one per neighbour, and
-    // interleaved's 2 (v - 1) more.
+    // The sends pipeline_p2p_seconds counts: one per neighbour, interleaved's 2 (v - 1) more.
     const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0) +
                       (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B
                            ? 2 * (setting.schedule.virtual_stages - 1)

@@ -57,19 +57,21 @@ double minimum_window = 0.2;
 // sharing); on a device the wall time.
 enum class Timing { kWall, kWork };
 
-// Mean seconds of one run of work, after one warm-up run, over at least
-// `repetitions` runs and at least minimum_window seconds of wall time.
-// `prepare`, when given, runs untimed before each run (what work consumes).
-double mean_seconds(kernels::Ops& ops, int repetitions, Timing timing,
-                    const std::function<void()>& work,
-                    const std::function<void()>& prepare = nullptr) {
-  const bool cpu_time = timing == Timing::kWork && ops.backend() == kernels::Backend::kCpu;
-  if (prepare) prepare();
-  work();
-  ops.synchronize();
+// Runs of one measured piece of work so far.
+struct Tally {
   int runs = 0;
-  double elapsed = 0, timed = 0;
-  while (runs < repetitions || elapsed < minimum_window) {
+  double elapsed = 0, timed = 0;  // wall seconds, and the seconds counted
+  double mean() const { return runs > 0 ? timed / runs : 0; }
+};
+
+// Adds at least `runs` runs of work and at least `window` seconds of wall
+// time to tally. `prepare`, when given, runs untimed before each run (what
+// work consumes).
+void time_runs(kernels::Ops& ops, Timing timing, const std::function<void()>& work,
+               const std::function<void()>& prepare, int runs, double window, Tally& tally) {
+  const bool cpu_time = timing == Timing::kWork && ops.backend() == kernels::Backend::kCpu;
+  const double elapsed_before = tally.elapsed;
+  for (int run = 0; run < runs || tally.elapsed - elapsed_before < window; ++run) {
     if (prepare) {
       prepare();
       ops.synchronize();
@@ -78,11 +80,53 @@ double mean_seconds(kernels::Ops& ops, int repetitions, Timing timing,
     work();
     ops.synchronize();
     span.stop();
-    ++runs;
-    elapsed += span.wall();
-    timed += cpu_time ? span.work() : span.wall();
+    ++tally.runs;
+    tally.elapsed += span.wall();
+    tally.timed += cpu_time ? span.work() : span.wall();
   }
-  return timed / runs;
+}
+
+// Mean seconds of one run of work, after one warm-up run, over at least
+// `repetitions` runs and at least minimum_window seconds of wall time.
+double mean_seconds(kernels::Ops& ops, int repetitions, Timing timing,
+                    const std::function<void()>& work,
+                    const std::function<void()>& prepare = nullptr) {
+  if (prepare) prepare();
+  work();
+  ops.synchronize();
+  Tally tally;
+  time_runs(ops, timing, work, prepare, repetitions, minimum_window, tally);
+  return tally.mean();
+}
+
+// A piece of a step's compute the profile times (Timing::kWork), and where
+// its mean goes.
+struct ComputePiece {
+  std::function<void()> work, prepare;
+  double* seconds;
+};
+
+// The pieces' mean seconds, each after one warm-up run, over at least
+// `repetitions` runs and minimum_window seconds each, taken in kRounds
+// rounds that visit every piece in turn, so that every piece is timed over
+// the same stretch of the machine's states: a shared host's speed drifts by
+// 10-20% within seconds, and pieces timed one after the other each got their
+// own moment's speed (a block's forward at one speed, its backward at
+// another) where a step runs them all at one.
+void time_interleaved(kernels::Ops& ops, int repetitions, const std::vector<ComputePiece>& pieces) {
+  constexpr int kRounds = 5;
+  for (const ComputePiece& piece : pieces) {
+    if (piece.prepare) piece.prepare();
+    piece.work();
+  }
+  ops.synchronize();
+  std::vector<Tally> tallies(pieces.size());
+  const int runs_per_round = (repetitions + kRounds - 1) / kRounds;
+  for (int round = 0; round < kRounds; ++round)
+    for (size_t i = 0; i < pieces.size(); ++i)
+      time_runs(ops, Timing::kWork, pieces[i].work, pieces[i].prepare, runs_per_round,
+                minimum_window / kRounds, tallies[i]);
+  for (size_t i = 0; i < pieces.size(); ++i) *pieces[i].seconds = tallies[i].mean();
 }
 
 // n storage elements of pseudo-random values in [-scale/2, scale/2).
@@ -104,70 +148,92 @@ void fill_tokens(kernels::Ops& ops, int32_t* device, size_t n, int vocab) {
   ops.copy_from_host(device, host.data(), n * sizeof(int32_t));
 }
 
-struct ForwardBackward {
-  double forward = 0, backward = 0;
+// A stage holding `spec`, built to time one micro-batch's forward and
+// backward through it.
+class StageUnderTest {
+ public:
+  StageUnderTest(kernels::Ops& ops, const TransformerConfig& config, const StageSpec& spec,
+                 int tensor_parallel, int micro_batch)
+      : memory_(ops),
+        layout_(make_parameter_layout(config, spec, 0, tensor_parallel)),
+        group_(tensor_parallel) {
+    stage_ = make_model_stage(
+        *layout_, ops, memory_,
+        ModelStageOptions{
+            .micro_batch_size = micro_batch,
+            .recompute = std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
+            .tensor_group = tensor_parallel > 1 ? &group_ : nullptr});
+    std::vector<float> params(layout_->num_elements());
+    layout_->initialize(params.data(), 1);
+    stage_->load_parameters(params.data(), params.size());
+    ops.zero_bytes(stage_->gradients(), ops.storage_bytes(layout_->num_elements()));
+    const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
+    const size_t activations = tokens * config.d_model;
+    if (spec.has_embedding || spec.has_head) {
+      fill_tokens(ops, stage_->tokens(0), tokens, config.vocab_size);
+      fill_tokens(ops, stage_->targets(0), tokens, config.vocab_size);
+    }
+    if (!spec.has_embedding) fill_host(ops, stage_->input(0), activations, 1.0f);
+    if (!spec.has_head) fill_host(ops, stage_->output_gradient(0), activations, 1e-3f);
+    loss_scale_ = 1.0f / static_cast<float>(tokens);
+  }
+
+  // Its forward and backward as timed pieces. Backward needs the forward's
+  // saved state (and a head's fresh dlogits): each timed backward follows an
+  // untimed forward. Timing it directly, not as the pair minus the forward,
+  // keeps it positive on a noisy machine.
+  void add_pieces(std::vector<ComputePiece>& pieces, double* forward, double* backward) {
+    const auto run_forward = [this] { stage_->forward(0, loss_scale_); };
+    pieces.push_back({run_forward, nullptr, forward});
+    pieces.push_back({[this] { stage_->backward(0); }, run_forward, backward});
+  }
+
+ private:
+  MemoryTracker memory_;
+  std::unique_ptr<ParameterLayout> layout_;
+  ComputeOnlyGroup group_;
+  std::unique_ptr<ModelStage> stage_;
+  float loss_scale_ = 1;
 };
 
-// Forward and backward seconds of one micro-batch through a stage holding `spec`.
-ForwardBackward time_stage(kernels::Ops& ops, const TransformerConfig& config,
-                           const StageSpec& spec, int tensor_parallel, int micro_batch,
-                           int repetitions) {
-  MemoryTracker memory(ops);
-  const std::unique_ptr<ParameterLayout> layout =
-      make_parameter_layout(config, spec, 0, tensor_parallel);
-  ComputeOnlyGroup group(tensor_parallel);
-  const std::unique_ptr<ModelStage> model_stage = make_model_stage(
-      *layout, ops, memory,
-      ModelStageOptions{
-          .micro_batch_size = micro_batch,
-          .recompute = std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
-          .tensor_group = tensor_parallel > 1 ? &group : nullptr});
-  ModelStage& stage = *model_stage;
-  std::vector<float> params(layout->num_elements());
-  layout->initialize(params.data(), 1);
-  stage.load_parameters(params.data(), params.size());
-  ops.zero_bytes(stage.gradients(), ops.storage_bytes(layout->num_elements()));
-  const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
-  const size_t activations = tokens * config.d_model;
-  if (spec.has_embedding || spec.has_head) {
-    fill_tokens(ops, stage.tokens(0), tokens, config.vocab_size);
-    fill_tokens(ops, stage.targets(0), tokens, config.vocab_size);
+// The attention core's buffers: one fused attention_forward (scores,
+// softmax, values), what selective recompute repeats in backward.
+class AttentionCoreUnderTest {
+ public:
+  AttentionCoreUnderTest(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
+                         int micro_batch)
+      : ops_(ops),
+        memory_(ops),
+        micro_batch_(micro_batch),
+        seq_len_(config.seq_len),
+        heads_(config.num_heads / tensor_parallel),
+        kv_heads_(config.kv_heads() / tensor_parallel),
+        head_dim_(config.head_dim()) {
+    const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
+    const size_t qkv_elements = tokens * (heads_ + 2 * kv_heads_) * head_dim_;
+    qkv_ = memory_.allocate(ops.storage_bytes(qkv_elements), MemoryCategory::kWorkspace);
+    out_ = memory_.allocate(ops.storage_bytes(tokens * heads_ * head_dim_),
+                            MemoryCategory::kWorkspace);
+    logsumexp_ = static_cast<float*>(
+        memory_.allocate(tokens * heads_ * sizeof(float), MemoryCategory::kWorkspace));
+    fill_host(ops, qkv_, qkv_elements, 1.0f);
   }
-  if (!spec.has_embedding) fill_host(ops, stage.input(0), activations, 1.0f);
-  if (!spec.has_head) fill_host(ops, stage.output_gradient(0), activations, 1e-3f);
-  const float loss_scale = 1.0f / static_cast<float>(tokens);
-  ForwardBackward result;
-  result.forward =
-      mean_seconds(ops, repetitions, Timing::kWork, [&] { stage.forward(0, loss_scale); });
-  // Backward needs the forward's saved state (and a head's fresh dlogits):
-  // each timed backward follows an untimed forward. Timing it directly, not as
-  // the pair minus the forward, keeps it positive on a noisy machine.
-  result.backward = mean_seconds(
-      ops, repetitions, Timing::kWork, [&] { stage.backward(0); },
-      [&] { stage.forward(0, loss_scale); });
-  return result;
-}
 
-// The attention core: one fused attention_forward (scores, softmax, values),
-// what selective recompute repeats in backward.
-double time_attention_core(kernels::Ops& ops, const TransformerConfig& config, int tensor_parallel,
-                           int micro_batch, int repetitions) {
-  const int heads = config.num_heads / tensor_parallel, head_dim = config.head_dim();
-  const int kv_heads = config.kv_heads() / tensor_parallel;
-  const size_t tokens = static_cast<size_t>(micro_batch) * config.seq_len;
-  const size_t qkv_elements = tokens * (heads + 2 * kv_heads) * head_dim;
-  MemoryTracker memory(ops);
-  void* qkv = memory.allocate(ops.storage_bytes(qkv_elements), MemoryCategory::kWorkspace);
-  void* out =
-      memory.allocate(ops.storage_bytes(tokens * heads * head_dim), MemoryCategory::kWorkspace);
-  auto* logsumexp = static_cast<float*>(
-      memory.allocate(tokens * heads * sizeof(float), MemoryCategory::kWorkspace));
-  fill_host(ops, qkv, qkv_elements, 1.0f);
-  return mean_seconds(ops, repetitions, Timing::kWork, [&] {
-    ops.attention_forward(out, logsumexp, qkv, micro_batch, config.seq_len, heads, kv_heads,
-                          head_dim);
-  });
-}
+  ComputePiece piece(double* seconds) {
+    return {[this] {
+              ops_.attention_forward(out_, logsumexp_, qkv_, micro_batch_, seq_len_, heads_,
+                                     kv_heads_, head_dim_);
+            },
+            nullptr, seconds};
+  }
+
+ private:
+  kernels::Ops& ops_;
+  MemoryTracker memory_;
+  int micro_batch_, seq_len_, heads_, kv_heads_, head_dim_;
+  void *qkv_ = nullptr, *out_ = nullptr;
+  float* logsumexp_ = nullptr;
+};
 
 schema::DType plan_dtype(kernels::DType dtype) {
   return dtype == kernels::DType::kBFloat16 ? schema::DType::BFloat16 : schema::DType::Float32;
@@ -177,13 +243,18 @@ ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
                              int tensor_parallel, int micro_batch, int repetitions) {
   TransformerConfig one_block = config;
   one_block.num_layers = 1;
-  const ForwardBackward block =
-      time_stage(ops, one_block, {0, 1, false, false}, tensor_parallel, micro_batch, repetitions);
-  const ForwardBackward embedding =
-      time_stage(ops, one_block, {0, 0, true, false}, tensor_parallel, micro_batch, repetitions);
-  const ForwardBackward head =
-      time_stage(ops, one_block, {1, 0, false, true}, tensor_parallel, micro_batch, repetitions);
+  StageUnderTest block(ops, one_block, {0, 1, false, false}, tensor_parallel, micro_batch);
+  StageUnderTest embedding(ops, one_block, {0, 0, true, false}, tensor_parallel, micro_batch);
+  StageUnderTest head(ops, one_block, {1, 0, false, true}, tensor_parallel, micro_batch);
+  AttentionCoreUnderTest attention_core(ops, config, tensor_parallel, micro_batch);
   ProfileEntry entry;
+  ProfiledTimes& times = entry.times;
+  std::vector<ComputePiece> pieces;
+  block.add_pieces(pieces, &times.block_forward, &times.block_backward);
+  pieces.push_back(attention_core.piece(&times.attention_core_forward));
+  embedding.add_pieces(pieces, &times.embedding_forward, &times.embedding_backward);
+  head.add_pieces(pieces, &times.head_forward, &times.head_backward);
+  time_interleaved(ops, repetitions, pieces);
   entry.seq_len = config.seq_len;
   entry.d_model = config.d_model;
   entry.num_heads = config.num_heads;
@@ -192,14 +263,6 @@ ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
   entry.dtype = plan_dtype(ops.storage_dtype());
   entry.tensor_parallel = tensor_parallel;
   entry.micro_batch_size = micro_batch;
-  entry.times = ProfiledTimes{.block_forward = block.forward,
-                              .block_backward = block.backward,
-                              .attention_core_forward = time_attention_core(
-                                  ops, config, tensor_parallel, micro_batch, repetitions),
-                              .embedding_forward = embedding.forward,
-                              .embedding_backward = embedding.backward,
-                              .head_forward = head.forward,
-                              .head_backward = head.backward};
   return entry;
 }
 

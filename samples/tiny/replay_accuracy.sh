@@ -10,7 +10,10 @@
 # step: predicted, measured, error and share of the step; then the step and
 # peak memory; then a summary line per component (mean and worst absolute
 # error over the plans, counting components that are at least 5% of the
-# measured step). Outputs go to out/replay-accuracy/ (OUT to change).
+# measured step); then the machine's noise: each plan is replayed a second
+# time right after the first, and the two steps' difference is what a
+# perfect model's error would be. Outputs go to out/replay-accuracy/ (OUT to
+# change).
 #
 # Environment: SKIP_BUILD=1 uses an existing build/; PARAPLAN=path replays
 # with another paraplan binary (e.g. a build of an older commit: its reports
@@ -83,7 +86,10 @@ for ((round = 1; round <= rounds; ++round)); do
     "$paraplan" launch --plan "$run.pplan" -- replay --steps "$steps" --warmup 2 \
       --report "$run.json" --trace "$run.trace.json" --timeline "$run.svg" \
       </dev/null >"$run.replay.log" 2>&1 || { cat "$run.replay.log"; exit 1; }
-    reports+=("$name=$run.json")
+    # The same plan again at once, no new profile: the machine's own noise.
+    "$paraplan" launch --plan "$run.pplan" -- replay --steps "$steps" --warmup 2 \
+      --report "$run.again.json" </dev/null >"$run.again.log" 2>&1 || { cat "$run.again.log"; exit 1; }
+    reports+=("$name=$run.json" "$name@again=$run.again.json")
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

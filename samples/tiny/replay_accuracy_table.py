@@ -12,6 +12,11 @@ summary line per component: mean and worst of the plans' median absolute
 errors over the components that are at least 5% of their plan's measured
 step (the issue's target: step within 5%, those components within 15%).
 
+A name given as NAME@again is a second replay of the round's plan right after
+the first, with no new profile: its step against the first one's is this
+machine's own noise (the error a perfect model would still show), printed
+per plan and summarized in the last line.
+
 Reports written by `paraplan replay` since the wait attribution carry a
 "per_step" object per stage; older ones name forward, backward and
 tensor_parallel per micro-batch and "pipeline_and_bubble" for the rest, which
@@ -68,9 +73,14 @@ def describe(errors):
 
 def main():
     plans = {}  # name -> list of reports, in order of first appearance
+    again = {}  # name -> its second replays, a round each
     for argument in sys.argv[1:]:
         name, path = argument.split("=", 1)
-        plans.setdefault(name, []).append(json.load(open(path)))
+        if name.endswith("@again"):
+            again.setdefault(name[: -len("@again")], []).append(json.load(open(path)))
+        else:
+            plans.setdefault(name, []).append(json.load(open(path)))
+    noise = []  # (|median replay-to-replay difference|, plan)
     rounds = max(len(reports) for reports in plans.values()) if plans else 0
     summary = {}  # component -> list of (|median error|, plan)
     print("%d round(s); error: the median over rounds of each round's error [its range]" % rounds)
@@ -89,6 +99,14 @@ def main():
             if component == "step":
                 summary.setdefault("step", []).append((abs(median), name))
                 print("%-12s %-5s %-20s %10.3f %10.3f %22s" % (name, stage, component, 1e3 * p, 1e3 * s, text))
+                if name in again:
+                    firsts = [report["step_seconds"]["measured"] for report in reports]
+                    seconds = [report["step_seconds"]["measured"] for report in again[name]]
+                    differences = [b / a - 1 for a, b in zip(firsts, seconds)]
+                    _, text = describe(differences)
+                    noise.append((statistics.median(abs(d) for d in differences), name))
+                    print("%-12s %-5s %-20s %10s %10.3f %22s" % (
+                        name, stage, "step, replayed again", "", 1e3 * statistics.median(seconds), text))
                 continue
             counted = share >= MIN_SHARE or predicted_share >= MIN_SHARE
             if counted and median is not None:
@@ -113,6 +131,11 @@ def main():
         misses = sum(1 for e, _ in errors if e > target)
         print("summary %-20s n=%-3d mean |error| %6.1f%%  worst %6.1f%% (%s)  over %.0f%%: %d" % (
             component, len(errors), 100 * mean, 100 * worst[0], worst[1], 100 * target, misses))
+    if noise:
+        worst = max(noise)
+        print("machine noise: the same plan's step replayed twice in a row differs by %.1f%% "
+              "(mean over plans of each one's median |difference| over rounds), worst %.1f%% (%s)" % (
+                  100 * sum(e for e, _ in noise) / len(noise), 100 * worst[0], worst[1]))
 
 
 if __name__ == "__main__":
