@@ -66,6 +66,7 @@ struct StageState {
   double compute_started = 0;
   std::vector<MessageKey> waiting;  // kTransfer
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
+  double transfer_work = 0;  // shared cores: the copies of its messages
 };
 
 }  // namespace
@@ -81,6 +82,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   std::map<MessageKey, Message> messages;
   double now = 0;
   const double epsilon = 1e-12;
+  const bool shared_cores = cores > 0;
 
   // Starts instructions (and finishes those taking no time) until every stage
   // is busy, blocked or done.
@@ -91,7 +93,18 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       for (int s = 0; s < p; ++s) {
         StageState& st = state[s];
         const SimulatedStageInput& in = inputs[s];
-        if (st.phase == Phase::kTransfer) {
+        if (st.phase == Phase::kTransfer && shared_cores) {
+          // Once every message is posted at both ends, each end copies it:
+          // work, like the collectives.
+          bool posted = true;
+          double copies = 0;
+          for (const MessageKey& key : st.waiting)
+            posted = posted && messages[key].posted(), copies += messages[key].seconds;
+          if (posted) {
+            st.phase = Phase::kCollective, st.remaining = copies, st.transfer_work += copies;
+            st.waiting.clear(), moved = true;
+          }
+        } else if (st.phase == Phase::kTransfer) {
           bool complete = true;
           for (const MessageKey& key : st.waiting)
             complete = complete && messages[key].posted() && messages[key].done() <= now + epsilon;
@@ -204,13 +217,16 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     stage.forward_wall = st.forward / m;
     stage.backward_wall = st.backward / m;
     stage.optimizer_wall = st.optimizer;
-    int sends = 0;  // per micro-batch
-    for (const PipelineInstruction& instruction : schedule.stages[s])
-      for (const auto& end : ends(instruction, s, p)) sends += end.second ? 1 : 0;
-    sends /= m;
+    if (shared_cores) {
+      stage.transfer_seconds = st.transfer_work;
+    } else {
+      for (const PipelineInstruction& instruction : schedule.stages[s])
+        for (const auto& end : ends(instruction, s, p))
+          stage.transfer_seconds += end.second ? in.p2p_seconds : 0;
+    }
     const double busy = m * (in.forward_work + in.backward_work + in.forward_collectives +
-                             in.backward_collectives + sends * in.p2p_seconds) +
-                        in.reduction_work + in.optimizer_work;
+                             in.backward_collectives) +
+                        stage.transfer_seconds + in.reduction_work + in.optimizer_work;
     stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
     step.stages.push_back(stage);
   }

@@ -12,9 +12,11 @@
 // collectives, both work (seconds at a dedicated core's speed: on the CPU
 // backend a collective is the ranks' own copies and reductions); the work of
 // all stages in progress shares `cores` among their ranks, each rank
-// progressing at min(1, cores / ranks working). A transfer completes when
-// both ends of each of its messages have been posted, p2p seconds after the
-// later post (the verifier's rendezvous semantics). ReduceGradients is its
+// progressing at min(1, cores / ranks working). A transfer starts when both
+// ends of each of its messages have been posted (the verifier's rendezvous
+// semantics); on devices of their own it completes p2p seconds after the
+// later post, on shared cores each end then does p2p seconds of work per
+// message (its copy of it: a CPU rank's MPI transfer is its own memcpy). ReduceGradients is its
 // reduction's work; OptimizerStep waits for every stage (the gradient norm's
 // all-reduce over the world), then does its work. The step ends when the
 // last stage's optimizer step does.
@@ -42,6 +44,9 @@ struct SimulatedStage {
   // Mean wall time of the compute per micro-batch (its work, or more while
   // other ranks compute too), and the optimizer step's.
   double forward_wall = 0, backward_wall = 0, optimizer_wall = 0;
+  // Per step, the transfers: sends x p2p seconds on devices of their own,
+  // on shared cores the copies' work (both ends of every message).
+  double transfer_seconds = 0;
   // The step less the stage's work and transfers: waiting for
   // the other stages (the bubble) and for a core (computing slower than a
   // dedicated core while the others compute too).

@@ -1,6 +1,7 @@
 // pipeline_simulation_test.cc: steps played out by hand: a pipeline on
 // devices of its own (the closed form), every rank sharing the cores all the
-// time, and a pipeline whose stages share one core only while both compute.
+// time, and a pipeline whose stages share one core only while both compute
+// (and copy their messages).
 #include "planner/pipeline_simulation.h"
 
 #include <gtest/gtest.h>
@@ -46,26 +47,47 @@ TEST(PipelineSimulation, RanksAlwaysComputingTogetherGetTheirShareOfTheCores) {
   EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 16.5 - (7.5 + 0.5 + 0.25));
 }
 
-TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersWait) {
+TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersAreBothEndsCopies) {
   // p 2, m 1, one core: the first stage's forward, then the second's forward
   // and backward, then the first's backward run alone at full speed; both
-  // optimizer steps together at half. A transfer of 0.1 per message.
+  // optimizer steps together at half. A transfer of 0.1 per message: on the
+  // shared core each end copies the message (0.1 of work each, at half speed
+  // while both copy).
   const PipelineSchedule schedule = generate_one_forward_one_backward(2, 1);
   SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
   first.p2p_seconds = second.p2p_seconds = 0.1;
   second.reduction_work = 0;
   const SimulatedStep step = simulate_step(schedule, {first, second}, 1, 1);
-  // F0 [0, 1], act 0 [1, 1.1], F0' [1.1, 2.1], B0' [2.1, 4.1], grad 0 [4.1,
-  // 4.2], B0 [4.2, 6.2], reduction [6.2, 6.7], both optimizers [6.7, 7.2].
-  EXPECT_DOUBLE_EQ(step.step_seconds, 7.2);
+  // F0 [0, 1], act 0 copied by both [1, 1.2], F0' [1.2, 2.2], B0' [2.2,
+  // 4.2], grad 0 copied by both [4.2, 4.4], B0 [4.4, 6.4], reduction [6.4,
+  // 6.9], both optimizers [6.9, 7.4].
+  EXPECT_DOUBLE_EQ(step.step_seconds, 7.4);
   EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 1);
   EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 2);
   EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
-  // Stage 0 is busy with 1 + 2 of work, its send (0.1), its reduction (0.5)
-  // and 0.25 of optimizer work: the rest it waits (for stage 1, then for the
-  // core during the optimizer step).
-  EXPECT_NEAR(step.stages[0].waiting_seconds, 7.2 - (3 + 0.1 + 0.5 + 0.25), 1e-12);
-  EXPECT_NEAR(step.stages[1].waiting_seconds, 7.2 - (3 + 0.1 + 0.25), 1e-12);
+  // Each stage copied two messages (one sent, one received).
+  EXPECT_NEAR(step.stages[0].transfer_seconds, 0.2, 1e-12);
+  EXPECT_NEAR(step.stages[1].transfer_seconds, 0.2, 1e-12);
+  // Stage 0 is busy with 1 + 2 of work, its copies (0.2), its reduction
+  // (0.5) and 0.25 of optimizer work: the rest it waits (for stage 1, then
+  // for the core while copying and during the optimizer step).
+  EXPECT_NEAR(step.stages[0].waiting_seconds, 7.4 - (3 + 0.2 + 0.5 + 0.25), 1e-12);
+  EXPECT_NEAR(step.stages[1].waiting_seconds, 7.4 - (3 + 0.2 + 0.25), 1e-12);
+}
+
+TEST(PipelineSimulation, OnDevicesATransferIsItsSecondsAfterTheLaterPost) {
+  // As above on devices of their own: a message arrives 0.1 after both ends
+  // are posted and costs neither device any work.
+  const PipelineSchedule schedule = generate_one_forward_one_backward(2, 1);
+  SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
+  first.p2p_seconds = second.p2p_seconds = 0.1;
+  second.reduction_work = 0;
+  const SimulatedStep step = simulate_step(schedule, {first, second}, 1, 0);
+  // F0 [0, 1], act 0 [1, 1.1], F0' [1.1, 2.1], B0' [2.1, 4.1], grad 0 [4.1,
+  // 4.2], B0 [4.2, 6.2], reduction [6.2, 6.7], optimizers [6.7, 6.95].
+  EXPECT_DOUBLE_EQ(step.step_seconds, 6.95);
+  EXPECT_NEAR(step.stages[0].transfer_seconds, 0.1, 1e-12);  // its one send
+  EXPECT_NEAR(step.stages[0].waiting_seconds, 6.95 - (3 + 0.1 + 0.5 + 0.25), 1e-12);
 }
 
 }  // namespace

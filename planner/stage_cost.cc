@@ -539,7 +539,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
     stage.forward_seconds = inputs[s].forward_work;
     stage.backward_seconds = inputs[s].backward_work;
     stage.tensor_parallel_seconds *= share;
-    stage.pipeline_p2p_seconds *= share;
+    stage.pipeline_p2p_seconds = step.stages[s].transfer_seconds / setting.num_micro_batches;
     stage.gradient_reduction_seconds *= share;
     stage.optimizer_seconds = inputs[s].optimizer_work;
     stage.bubble_seconds = step.stages[s].waiting_seconds;
