@@ -15,6 +15,7 @@
 
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/measure/collective_profiler.h"
+#include "runtime/measure/interleaved_timing.h"
 #include "runtime/measure/span_clock.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
@@ -51,83 +52,12 @@ class ComputeOnlyGroup final : public Communicator {
 // The measurement window (ProfileRequest::minimum_window_seconds).
 double minimum_window = 0.2;
 
-// How a run is timed. kWall: the seconds it took. kWork: on the CPU backend
-// the CPU time the process got, capped at the wall time (a dedicated core's
-// seconds, what replay counts: with ranks sharing cores the planner adds the
-// sharing); on a device the wall time.
-enum class Timing { kWall, kWork };
-
-// Runs of one measured piece of work so far.
-struct Tally {
-  int runs = 0;
-  double elapsed = 0, timed = 0;  // wall seconds, and the seconds counted
-  double mean() const { return runs > 0 ? timed / runs : 0; }
-};
-
-// Adds at least `runs` runs of work and at least `window` seconds of wall
-// time to tally. `prepare`, when given, runs untimed before each run (what
-// work consumes).
-void time_runs(kernels::Ops& ops, Timing timing, const std::function<void()>& work,
-               const std::function<void()>& prepare, int runs, double window, Tally& tally) {
-  const bool cpu_time = timing == Timing::kWork && ops.backend() == kernels::Backend::kCpu;
-  const double elapsed_before = tally.elapsed;
-  for (int run = 0; run < runs || tally.elapsed - elapsed_before < window; ++run) {
-    if (prepare) {
-      prepare();
-      ops.synchronize();
-    }
-    SpanClock span;
-    work();
-    ops.synchronize();
-    span.stop();
-    ++tally.runs;
-    tally.elapsed += span.wall();
-    tally.timed += cpu_time ? span.work() : span.wall();
-  }
-}
-
-// Mean seconds of one run of work, after one warm-up run, over at least
-// `repetitions` runs and at least minimum_window seconds of wall time.
-double mean_seconds(kernels::Ops& ops, int repetitions, Timing timing,
-                    const std::function<void()>& work,
-                    const std::function<void()>& prepare = nullptr) {
-  if (prepare) prepare();
-  work();
-  ops.synchronize();
-  Tally tally;
-  time_runs(ops, timing, work, prepare, repetitions, minimum_window, tally);
-  return tally.mean();
-}
-
-// A piece of a step's compute the profile times (Timing::kWork), and where
-// its mean goes.
-struct ComputePiece {
-  std::function<void()> work, prepare;
-  double* seconds;
-};
-
-// The pieces' mean seconds, each after one warm-up run, over at least
-// `repetitions` runs and minimum_window seconds each, taken in kRounds
-// rounds that visit every piece in turn, so that every piece is timed over
-// the same stretch of the machine's states: a shared host's speed drifts by
-// 10-20% within seconds, and pieces timed one after the other each got their
-// own moment's speed (a block's forward at one speed, its backward at
-// another) where a step runs them all at one.
-void time_interleaved(kernels::Ops& ops, int repetitions, const std::vector<ComputePiece>& pieces) {
-  constexpr int kRounds = 5;
-  for (const ComputePiece& piece : pieces) {
-    if (piece.prepare) piece.prepare();
-    piece.work();
-  }
-  ops.synchronize();
-  std::vector<Tally> tallies(pieces.size());
-  const int runs_per_round = (repetitions + kRounds - 1) / kRounds;
-  for (int round = 0; round < kRounds; ++round)
-    for (size_t i = 0; i < pieces.size(); ++i)
-      time_runs(ops, Timing::kWork, pieces[i].work, pieces[i].prepare, runs_per_round,
-                minimum_window / kRounds, tallies[i]);
-  for (size_t i = 0; i < pieces.size(); ++i) *pieces[i].seconds = tallies[i].mean();
-}
+// A shape's compute pieces are timed in this many interleaved rounds, so that
+// every piece is timed over the same stretch of the machine's states: a
+// shared host's speed drifts by 10-20% within seconds, and pieces timed one
+// after the other each got their own moment's speed (a block's forward at one
+// speed, its backward at another) where a step runs them all at one.
+constexpr int kComputeRounds = 5;
 
 // n storage elements of pseudo-random values in [-scale/2, scale/2).
 void fill_host(kernels::Ops& ops, void* device, size_t n, float scale) {
@@ -182,7 +112,7 @@ class StageUnderTest {
   // saved state (and a head's fresh dlogits): each timed backward follows an
   // untimed forward. Timing it directly, not as the pair minus the forward,
   // keeps it positive on a noisy machine.
-  void add_pieces(std::vector<ComputePiece>& pieces, double* forward, double* backward) {
+  void add_pieces(std::vector<TimedPiece>& pieces, double* forward, double* backward) {
     const auto run_forward = [this] { stage_->forward(0, loss_scale_); };
     pieces.push_back({run_forward, nullptr, forward});
     pieces.push_back({[this] { stage_->backward(0); }, run_forward, backward});
@@ -219,7 +149,7 @@ class AttentionCoreUnderTest {
     fill_host(ops, qkv_, qkv_elements, 1.0f);
   }
 
-  ComputePiece piece(double* seconds) {
+  TimedPiece piece(double* seconds) {
     return {[this] {
               ops_.attention_forward(out_, logsumexp_, qkv_, micro_batch_, seq_len_, heads_,
                                      kv_heads_, head_dim_);
@@ -249,12 +179,12 @@ ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
   AttentionCoreUnderTest attention_core(ops, config, tensor_parallel, micro_batch);
   ProfileEntry entry;
   ProfiledTimes& times = entry.times;
-  std::vector<ComputePiece> pieces;
+  std::vector<TimedPiece> pieces;
   block.add_pieces(pieces, &times.block_forward, &times.block_backward);
   pieces.push_back(attention_core.piece(&times.attention_core_forward));
   embedding.add_pieces(pieces, &times.embedding_forward, &times.embedding_backward);
   head.add_pieces(pieces, &times.head_forward, &times.head_backward);
-  time_interleaved(ops, repetitions, pieces);
+  time_interleaved(ops, repetitions, minimum_window, kComputeRounds, Timing::kWork, pieces);
   entry.seq_len = config.seq_len;
   entry.d_model = config.d_model;
   entry.num_heads = config.num_heads;
@@ -292,7 +222,7 @@ double measure_optimizer(kernels::Ops& ops, int repetitions) {
   hyperparameters.weight_decay = 0.1f;
   hyperparameters.step = 0;
   hyperparameters.gradient_scale = 0.5f;  // the clip factor rides along in AdamW
-  const double seconds = mean_seconds(ops, repetitions, Timing::kWork, [&] {
+  const double seconds = mean_seconds(ops, repetitions, minimum_window, Timing::kWork, [&] {
     volatile double squares = ops.sum_of_squares(gradients, n);
     (void)squares;
     ++hyperparameters.step;
@@ -314,7 +244,7 @@ GemmEntry measure_gemm(kernels::Ops& ops, const TransformerConfig& config, int t
   void* a = allocate(static_cast<size_t>(rows) * in);
   void* w = allocate(static_cast<size_t>(out) * in);
   void* c = allocate(static_cast<size_t>(rows) * out);
-  const double seconds = mean_seconds(ops, repetitions, Timing::kWall,
+  const double seconds = mean_seconds(ops, repetitions, minimum_window, Timing::kWall,
                                       [&] { ops.linear_forward(c, a, w, nullptr, rows, in, out); });
   GemmEntry entry;
   entry.m = rows;
@@ -341,7 +271,7 @@ PeakMeasurement measure_peak_flops(kernels::Ops& ops, int repetitions) {
     fill_host(ops, buffers.back(), size_t{1} * n * n, 1.0f);
   }
   SpanClock span;
-  const double seconds = mean_seconds(ops, repetitions, Timing::kWall, [&] {
+  const double seconds = mean_seconds(ops, repetitions, minimum_window, Timing::kWall, [&] {
     ops.linear_forward(buffers[2], buffers[0], buffers[1], nullptr, n, n, n);
   });
   span.stop();
@@ -358,8 +288,8 @@ double measure_memory_bandwidth(kernels::Ops& ops, int repetitions) {
   void* out = memory.allocate(ops.storage_bytes(n), MemoryCategory::kWorkspace);
   fill_host(ops, a, n, 1.0f);
   fill_host(ops, b, n, 1.0f);
-  const double seconds =
-      mean_seconds(ops, repetitions, Timing::kWall, [&] { ops.residual_forward(out, a, b, n); });
+  const double seconds = mean_seconds(ops, repetitions, minimum_window, Timing::kWall,
+                                      [&] { ops.residual_forward(out, a, b, n); });
   return 3.0 * static_cast<double>(ops.storage_bytes(n)) / seconds;
 }
 
