@@ -37,28 +37,38 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
   return {latency, slope};
 }
 
-// A fixed amount of work, about `seconds` on a core of its own, streaming
-// through a buffer larger than a core's own caches: a stand-in for a step's
-// compute between its collectives, which leaves the collective's buffers out
-// of the caches, as a step's GEMMs do. A member that shares its core with
-// others takes longer, as in a step.
-void compute_work(double seconds) {
-  static std::vector<float> buffer(size_t{2} << 20);  // 8 MiB
-  // Updates `elements` values, passing over the buffer as often as needed.
-  const auto stream = [](size_t elements) {
-    for (size_t done = 0; done < elements; done += buffer.size()) {
-      const size_t n = std::min(buffer.size(), elements - done);
-      for (size_t i = 0; i < n; ++i) buffer[i] = buffer[i] * 0.999f + 0.001f;
-    }
-  };
-  static const double passes_per_second = [&] {
-    stream(buffer.size());
+// A stand-in for a step's compute between its collectives: streaming
+// updates over a buffer of the bytes that compute touches (the request's
+// compute_bytes), so that the collective's buffers are as far out of the
+// caches as a step leaves them: a large model's GEMMs evict them, a small
+// one's leave them in. A member that shares its core with others takes
+// longer, as in a step.
+class StandInCompute {
+ public:
+  explicit StandInCompute(uint64_t bytes)
+      : buffer_(std::max<size_t>(static_cast<size_t>(bytes / sizeof(float)), 1024)) {
+    stream(buffer_.size());
     const Clock::time_point start = Clock::now();
-    stream(4 * buffer.size());
-    return 4 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
-  }();
-  stream(static_cast<size_t>(seconds * passes_per_second * static_cast<double>(buffer.size())));
-}
+    stream(4 * buffer_.size());
+    passes_per_second_ =
+        4 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  // About `seconds` of work on a core of its own.
+  void run(double seconds) {
+    stream(static_cast<size_t>(seconds * passes_per_second_ * static_cast<double>(buffer_.size())));
+  }
+
+ private:
+  // Updates `elements` values, passing over the buffer as often as needed.
+  void stream(size_t elements) {
+    for (size_t done = 0; done < elements; done += buffer_.size()) {
+      const size_t n = std::min(buffer_.size(), elements - done);
+      for (size_t i = 0; i < n; ++i) buffer_[i] = buffer_[i] * 0.999f + 0.001f;
+    }
+  }
+  std::vector<float> buffer_;
+  double passes_per_second_ = 1;
+};
 
 // How one call is timed. On the CPU backend (whose ranks may outnumber the
 // cores) each call follows the same stretch of compute on every member, as
@@ -76,8 +86,9 @@ class CallTimer {
   // `input`: the bytes the call reads first, which the step's compute has just
   // written (the CPU timer writes them after its stand-in compute).
   double seconds(MPI_Comm members, const std::function<void()>& work, void* input,
-                 size_t input_bytes) {
-    return on_cpu_ ? between_compute(members, work, input, input_bytes) : back_to_back(work);
+                 size_t input_bytes, StandInCompute& compute) {
+    return on_cpu_ ? between_compute(members, work, input, input_bytes, compute)
+                   : back_to_back(work);
   }
 
  private:
@@ -107,13 +118,13 @@ class CallTimer {
   }
 
   double between_compute(MPI_Comm members, const std::function<void()>& work, void* input,
-                         size_t input_bytes) {
+                         size_t input_bytes, StandInCompute& compute) {
     work();
     PARAPLAN_MPI_CHECK("profile", "barrier", MPI_Barrier(MPI_COMM_WORLD));
     const int runs = std::max(request_.repetitions, 20);
     std::vector<double> negated(runs);
     for (int i = 0; i < runs; ++i) {
-      compute_work(2e-3);
+      compute.run(2e-3);
       ops_.zero_bytes(input, input_bytes);  // as the GEMM before an all-reduce leaves it
       SpanClock span;
       work();
@@ -195,6 +206,14 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
   const std::vector<double> sizes = collective_message_bytes(ops.backend(), request.largest_bytes);
   const MessageBuffers buffers(ops, static_cast<size_t>(sizes.back()));
   CallTimer timer(ops, request);
+  // Only the CPU timer computes between calls; beyond 64 MiB every cache is
+  // long left behind.
+  const auto compute_bytes = [&](int tensor_parallel) -> uint64_t {
+    if (ops.backend() != kernels::Backend::kCpu) return 0;
+    return std::min(
+        request.compute_bytes ? request.compute_bytes(tensor_parallel) : uint64_t{8} << 20,
+        uint64_t{64} << 20);
+  };
   const ProfileClock clock =
       ops.backend() == kernels::Backend::kCpu ? ProfileClock::kCpu : ProfileClock::kWall;
   std::vector<CollectiveEntry> results;
@@ -206,6 +225,7 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
         make_process_groups(transport, 1, world / group_size, group_size, 1, ops);
     Communicator& group = *groups.tensor;
     const SplitComm members(rank / group_size, rank);
+    StandInCompute compute(compute_bytes(group_size));
     for (CollectiveOperation operation :
          {CollectiveOperation::AllReduce, CollectiveOperation::ReduceScatter,
           CollectiveOperation::AllGather}) {
@@ -224,7 +244,7 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
                 group.all_gather(buffers.send(), buffers.receive(), chunk, dtype);
             },
             operation == CollectiveOperation::AllReduce ? buffers.receive() : buffers.send(),
-            (operation == CollectiveOperation::AllGather ? chunk : count) * element));
+            (operation == CollectiveOperation::AllGather ? chunk : count) * element, compute));
       }
       const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
       results.push_back(CollectiveEntry{.operation = operation,
@@ -243,6 +263,7 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
     const int partner =
         groups.next_stage_rank >= 0 ? groups.next_stage_rank : groups.previous_stage_rank;
     const SplitComm pair(std::min(rank, partner), rank);
+    StandInCompute compute(compute_bytes(1));
     std::vector<double> seconds;
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / element;
@@ -252,7 +273,7 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
             groups.peers->send_receive(buffers.send(), count, partner, buffers.receive(), count,
                                        partner, dtype);
           },
-          buffers.send(), count * element));
+          buffers.send(), count * element, compute));
     }
     const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
     results.push_back(CollectiveEntry{.operation = CollectiveOperation::SendReceive,

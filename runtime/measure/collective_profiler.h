@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct CollectiveProfileRequest {
   uint64_t largest_bytes = uint64_t{4} << 20;
   int repetitions = 5;
   double minimum_window_seconds = 0.2;
+  // CPU backend: the bytes a step's compute touches between two collectives
+  // of a group of this many ranks, which the stand-in compute before each
+  // timed call streams through (empty: 8 MiB, out of a core's caches).
+  std::function<uint64_t(int group_size)> compute_bytes;
 };
 
 // The message sizes measured: 16 KiB, 256 KiB, 1 MiB, 4 MiB, then x4 up to

@@ -316,6 +316,13 @@ std::string utc_now() {
 
 }  // namespace
 
+uint64_t bytes_between_collectives(const kernels::Ops& ops, const TransformerConfig& model,
+                                   int micro_batch, int tensor_parallel) {
+  const uint64_t d = model.d_model, ffn = model.ffn_size / std::max(tensor_parallel, 1);
+  const uint64_t tokens = static_cast<uint64_t>(micro_batch) * model.seq_len;
+  return ops.storage_bytes(2 * d * ffn + tokens * (d + ffn));
+}
+
 std::string describe_device(const kernels::Ops& ops) {
   if (ops.backend() == kernels::Backend::kCpu) {
     std::ifstream cpuinfo("/proc/cpuinfo");
@@ -410,7 +417,14 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
         *ops, CollectiveProfileRequest{.transport = request.transport,
                                        .largest_bytes = request.largest_collective_bytes,
                                        .repetitions = request.repetitions,
-                                       .minimum_window_seconds = request.minimum_window_seconds});
+                                       .minimum_window_seconds = request.minimum_window_seconds,
+                                       .compute_bytes = [&](int tensor_parallel) {
+                                         return bytes_between_collectives(
+                                             *ops, request.model,
+                                             *std::max_element(request.micro_batch_sizes.begin(),
+                                                               request.micro_batch_sizes.end()),
+                                             tensor_parallel);
+                                       }});
   return device;
 }
 

@@ -53,6 +53,14 @@ struct ProfileRequest {
 // Collective over the session's world. Returns the device entry on every rank.
 DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& session);
 
+// The bytes a step's compute touches between two tensor-parallel
+// collectives of a `tensor_parallel` group: half a block, the MLP's (its two
+// weights' shards, its input and hidden activations for one micro-batch), in
+// the backend's storage dtype. The CPU collective profile's stand-in compute
+// streams this much before each timed call.
+uint64_t bytes_between_collectives(const kernels::Ops& ops, const TransformerConfig& model,
+                                   int micro_batch, int tensor_parallel);
+
 // "Intel(R) Xeon(R) ... x 2 cores" (CPU) or the GPU's name and PCI bus id:
 // what profile.json records as measured_on.description.
 std::string describe_device(const kernels::Ops& ops);
