@@ -48,10 +48,14 @@ class StandInCompute {
   explicit StandInCompute(uint64_t bytes)
       : buffer_(std::max<size_t>(static_cast<size_t>(bytes / sizeof(float)), 1024)) {
     stream(buffer_.size());
+    // At least 32 MiB streamed (a few milliseconds), so that one preemption
+    // does not set the pace of a small buffer's calibration.
+    const size_t passes = std::max<size_t>(4, (size_t{8} << 20) / buffer_.size());
     const Clock::time_point start = Clock::now();
-    stream(4 * buffer_.size());
+    stream(passes * buffer_.size());
     passes_per_second_ =
-        4 / std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+        static_cast<double>(passes) /
+        std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
   }
   // About `seconds` of work on a core of its own.
   void run(double seconds) {
