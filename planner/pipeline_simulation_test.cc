@@ -47,17 +47,22 @@ TEST(PipelineSimulation, RanksAlwaysComputingTogetherGetTheirShareOfTheCores) {
   EXPECT_DOUBLE_EQ(step.stages[0].waiting_seconds, 16.5 - (7.5 + 0.5 + 0.25));
 }
 
+// p 2, m 1, forward 1 and backward 2 on each stage, 0.1 of transfer per
+// message, the first stage's reduction 0.5, on `cores` (0: a device each).
+SimulatedStep two_stages_one_micro_batch(double cores) {
+  SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
+  first.p2p_seconds = second.p2p_seconds = 0.1;
+  second.reduction_work = 0;
+  return simulate_step(generate_one_forward_one_backward(2, 1), {first, second}, 1, cores);
+}
+
 TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersAreBothEndsCopies) {
   // p 2, m 1, one core: the first stage's forward, then the second's forward
   // and backward, then the first's backward run alone at full speed; both
   // optimizer steps together at half. A transfer of 0.1 per message: on the
   // shared core each end copies the message (0.1 of work each, at half speed
   // while both copy).
-  const PipelineSchedule schedule = generate_one_forward_one_backward(2, 1);
-  SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
-  first.p2p_seconds = second.p2p_seconds = 0.1;
-  second.reduction_work = 0;
-  const SimulatedStep step = simulate_step(schedule, {first, second}, 1, 1);
+  const SimulatedStep step = two_stages_one_micro_batch(1);
   // F0 [0, 1], act 0 copied by both [1, 1.2], F0' [1.2, 2.2], B0' [2.2,
   // 4.2], grad 0 copied by both [4.2, 4.4], B0 [4.4, 6.4], reduction [6.4,
   // 6.9], both optimizers [6.9, 7.4].
@@ -78,11 +83,7 @@ TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersAreBothEndsCo
 TEST(PipelineSimulation, OnDevicesATransferIsItsSecondsAfterTheLaterPost) {
   // As above on devices of their own: a message arrives 0.1 after both ends
   // are posted and costs neither device any work.
-  const PipelineSchedule schedule = generate_one_forward_one_backward(2, 1);
-  SimulatedStageInput first = stage(1, 2), second = stage(1, 2);
-  first.p2p_seconds = second.p2p_seconds = 0.1;
-  second.reduction_work = 0;
-  const SimulatedStep step = simulate_step(schedule, {first, second}, 1, 0);
+  const SimulatedStep step = two_stages_one_micro_batch(0);
   // F0 [0, 1], act 0 [1, 1.1], F0' [1.1, 2.1], B0' [2.1, 4.1], grad 0 [4.1,
   // 4.2], B0 [4.2, 6.2], reduction [6.2, 6.7], optimizers [6.7, 6.95].
   EXPECT_DOUBLE_EQ(step.step_seconds, 6.95);

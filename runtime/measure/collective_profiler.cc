@@ -45,8 +45,10 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
 // longer, as in a step.
 class StandInCompute {
  public:
-  explicit StandInCompute(uint64_t bytes)
-      : buffer_(std::max<size_t>(static_cast<size_t>(bytes / sizeof(float)), 1024)) {
+  // bytes 0: none (a device's timer never computes between calls).
+  explicit StandInCompute(uint64_t bytes) {
+    if (bytes == 0) return;
+    buffer_.assign(std::max<size_t>(static_cast<size_t>(bytes / sizeof(float)), 1024), 0.0f);
     stream(buffer_.size());
     // At least 32 MiB streamed (a few milliseconds), so that one preemption
     // does not set the pace of a small buffer's calibration.
@@ -59,6 +61,7 @@ class StandInCompute {
   }
   // About `seconds` of work on a core of its own.
   void run(double seconds) {
+    if (buffer_.empty()) return;
     stream(static_cast<size_t>(seconds * passes_per_second_ * static_cast<double>(buffer_.size())));
   }
 
