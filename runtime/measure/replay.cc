@@ -331,6 +331,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
   double job_step_seconds = 0;
+  std::vector<double> each_step_seconds;
   // Warm-up steps run as training runs them, without the per-instruction
   // synchronizations of the timer: the last one's count is the step's own.
   uint64_t step_synchronizations = 0;
@@ -356,6 +357,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     timer.measurement().step_seconds += seconds;
     world.all_reduce(&seconds, 1, ReduceOp::kMax);  // the job's step is its slowest rank's
     job_step_seconds += seconds / options.steps;
+    each_step_seconds.push_back(seconds);
   }
 
   // ---- attribute waits, gather and report --------------------------------------------
@@ -379,7 +381,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
                       .backend = kernels::backend_name(rank.ops->backend()),
                       .steps = options.steps,
                       .warmup = options.warmup,
-                      .job_step_seconds = job_step_seconds};
+                      .job_step_seconds = job_step_seconds,
+                      .each_step_seconds = each_step_seconds};
   nlohmann::json report = replay_report(plan, run, ranks);
   if (options.warmup > 0) report["host_synchronizations_per_step"] = step_synchronizations;
   std::cout << replay_table(report);

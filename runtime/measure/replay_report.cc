@@ -227,6 +227,7 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
   report["memory_within_prediction"] = memory_within;
   // Flat figures for scripts (bench.sh, autotune).
   report["step_seconds_measured"] = run.job_step_seconds;
+  report["each_step_seconds_measured"] = run.each_step_seconds;
   report["step_seconds_predicted"] = step_predicted;
   report["tokens_per_second_measured"] = report["tokens_per_second"]["measured"];
   return report;

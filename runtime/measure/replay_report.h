@@ -63,7 +63,8 @@ struct ReplayRun {
   std::string plan_path;
   std::string backend;
   int steps = 0, warmup = 0;
-  double job_step_seconds = 0;  // mean over measured steps of the slowest rank's step
+  double job_step_seconds = 0;            // mean over measured steps of the slowest rank's step
+  std::vector<double> each_step_seconds;  // each measured step's slowest rank's, in order
 };
 
 nlohmann::json replay_report(const schema::Plan& plan, const ReplayRun& run,

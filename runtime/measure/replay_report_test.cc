@@ -34,8 +34,12 @@ TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
   first.memory_peak_total = 1000;
   RankMeasurement second = first;
   second.reduction.wait = 0.0, second.step_seconds = 1.8;  // the slower replica: nobody to wait for
-  const ReplayRun run{
-      .plan_path = "p", .backend = "cpu", .steps = 2, .warmup = 1, .job_step_seconds = 1.1};
+  const ReplayRun run{.plan_path = "p",
+                      .backend = "cpu",
+                      .steps = 2,
+                      .warmup = 1,
+                      .job_step_seconds = 1.1,
+                      .each_step_seconds = {1.2, 1.0}};
   const nlohmann::json report = replay_report(plan, run, {first, second});
   const nlohmann::json& stage = report["stages"][0];
   EXPECT_DOUBLE_EQ(stage["forward"]["measured"].get<double>(), 0.11);  // per micro-batch
@@ -62,6 +66,7 @@ TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
   EXPECT_NEAR(parts["wait"]["predicted"].get<double>(), 1.0 - 0.2 - 0.4, 1e-12);
   EXPECT_NEAR(report["step_seconds"]["error"].get<double>(), 0.1, 1e-12);
   EXPECT_EQ(report["step_seconds_measured"].get<double>(), 1.1);
+  EXPECT_EQ(report["each_step_seconds_measured"], nlohmann::json({1.2, 1.0}));
 }
 
 TEST(ReplayReport, MeasurementsSurviveTheirArrayForm) {

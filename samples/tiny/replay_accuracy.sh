@@ -7,8 +7,9 @@
 # the mesh fixed, replays the plan through `paraplan launch` and
 # prints, per plan, each stage's components (forward, backward, tensor-parallel
 # transfers, pipeline transfers, gradient reduction, optimizer, waits) per
-# step: predicted, measured, error and share of the step; then the step and
-# peak memory; then a summary line per component (mean and worst absolute
+# step: predicted, measured, error and share of the step; then the step (mean
+# and median of the measured steps) and peak memory; then a summary line per
+# component (mean and worst absolute
 # error over the plans, counting components that are at least 5% of the
 # measured step); then the machine's noise: each plan is replayed a second
 # time right after the first, and the two steps' difference is what a
