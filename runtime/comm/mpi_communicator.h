@@ -33,14 +33,6 @@ namespace paraplan {
 // error string>".
 [[noreturn]] void throw_mpi_error(const std::string& group, const std::string& operation, int code);
 
-// How a rank waits for MPI (mpi_communicator.cc): it polls, yielding its core,
-// for a while, then sleeps between polls. Where the node's ranks outnumber
-// its cores the polling lasts 0.25 ms instead of 2 (a rank waiting in a
-// pipeline bubble hands its core to the ranks that compute sooner: 4 ranks
-// on 2 cores in 4 pipeline stages ran their step 5% faster). MpiSession sets
-// it from the node's rank count.
-void set_ranks_outnumber_cores(bool outnumber);
-
 // Every MPI call goes through this (with MPI_ERRORS_RETURN set on the
 // communicator): a failure throws naming the group, the operation and MPI's own
 // description of the error.

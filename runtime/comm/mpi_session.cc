@@ -7,7 +7,6 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "runtime/comm/heartbeat.h"
 #include "runtime/comm/mpi_communicator.h"
@@ -76,7 +75,6 @@ MpiSession::MpiSession(Mode mode) {
   PARAPLAN_MPI_CHECK("node", "comm_rank", MPI_Comm_rank(node, &local_rank_));
   PARAPLAN_MPI_CHECK("node", "comm_size", MPI_Comm_size(node, &local_size_));
   PARAPLAN_MPI_CHECK("node", "comm_free", MPI_Comm_free(&node));
-  set_ranks_outnumber_cores(local_size_ > static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor_size) const {
