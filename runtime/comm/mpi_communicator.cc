@@ -34,8 +34,8 @@ constexpr int kPeerTag = 7;  // pipeline transfers use kPeerTag + their tag (Mpi
 // thousand times a second instead of spinning. The same kSpinFor where ranks
 // outnumber cores: there a sleeping rank wakes late to each of a
 // tensor-parallel step's many short waits, and polling 0.25 ms instead of 2
-// made tp4 on 2 cores 13% slower (6 alternating pairs; pp4, pp2 x dp2, dp4
-// within 2%).
+// made tp4 on 2 cores 13% slower (6 alternating pairs; pp2 x dp2 and dp4
+// within 2%, pp4 within 3% either way in two sets of pairs).
 constexpr auto kSpinFor = std::chrono::microseconds(2000);
 constexpr auto kLongestNap = std::chrono::microseconds(1000);
 
