@@ -3,6 +3,7 @@
 #include "planner/pipeline_simulation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -68,6 +69,38 @@ struct StageState {
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
   double transfer_work = 0;  // shared cores: the copies of its messages
 };
+
+bool working(const StageState& st) {
+  return st.phase == Phase::kCompute || st.phase == Phase::kCollective;
+}
+
+// Each stage's speed (of a dedicated core's) at this moment. On devices of
+// their own, 1. On shared cores, rank j of stage s (the node's rank s x
+// ranks_per_stage + j) stays on core (that rank) mod the cores, as Linux
+// keeps a busy process on the core it runs on rather than move it to one
+// that falls idle (4 pipeline stages on 2 cores took as long bound to the
+// cores, two each, as unbound); a core is shared by its working ranks, and a
+// stage goes at its slowest rank's pace. Where every stage's ranks cover the
+// cores evenly, this is the cores shared by all working ranks alike.
+std::vector<double> stage_rates(const std::vector<StageState>& state, int ranks_per_stage,
+                                double cores) {
+  const int p = static_cast<int>(state.size());
+  std::vector<double> rates(p, 1.0);
+  if (cores <= 0) return rates;
+  const int core_count = std::max(1, static_cast<int>(std::lround(cores)));
+  const double core_speed = cores / core_count;  // a measured 1.9 cores: two at 0.95
+  const auto core_of = [&](int s, int j) { return (s * ranks_per_stage + j) % core_count; };
+  std::vector<int> ranks_on(core_count, 0);
+  for (int s = 0; s < p; ++s)
+    if (working(state[s]))
+      for (int j = 0; j < ranks_per_stage; ++j) ++ranks_on[core_of(s, j)];
+  for (int s = 0; s < p; ++s) {
+    if (!working(state[s])) continue;
+    for (int j = 0; j < ranks_per_stage; ++j)
+      rates[s] = std::min(rates[s], std::min(1.0, core_speed / ranks_on[core_of(s, j)]));
+  }
+  return rates;
+}
 
 }  // namespace
 
@@ -171,17 +204,14 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     if (guard > 100 * (m + p) * p + 1000)
       throw std::logic_error("simulate_step: the schedule does not finish");
     start_instructions();
-    int computing = 0;
     bool done = true;
-    for (const StageState& st : state) {
-      computing +=
-          st.phase == Phase::kCompute || st.phase == Phase::kCollective ? ranks_per_stage : 0;
-      done = done && st.phase == Phase::kDone;
-    }
+    for (const StageState& st : state) done = done && st.phase == Phase::kDone;
     if (done) break;
-    const double rate = cores > 0 && computing > cores ? cores / computing : 1.0;
+    const std::vector<double> rates = stage_rates(state, ranks_per_stage, cores);
     double next = kInfinity;
-    for (const StageState& st : state) {
+    for (int s = 0; s < p; ++s) {
+      const StageState& st = state[s];
+      const double rate = rates[s];
       if (st.phase == Phase::kCompute) next = std::min(next, now + st.remaining / rate);
       if (st.phase == Phase::kCollective) next = std::min(next, now + st.remaining / rate);
       if (st.phase == Phase::kTransfer)
@@ -191,7 +221,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
     const double elapsed = next - now;
     now = next;
-    for (StageState& st : state) {
+    for (int s = 0; s < p; ++s) {
+      StageState& st = state[s];
+      const double rate = rates[s];
       if (st.phase == Phase::kCompute) {
         st.remaining -= elapsed * rate;
         if (st.remaining > epsilon * std::max(1.0, now)) continue;

@@ -10,9 +10,10 @@
 // Forward, Backward, BackwardInput or BackwardWeight (of one of the v chunks:
 // 1 / v of the stage's work) is its compute followed by its tensor-parallel
 // collectives, both work (seconds at a dedicated core's speed: on the CPU
-// backend a collective is the ranks' own copies and reductions); the work of
-// all stages in progress shares `cores` among their ranks, each rank
-// progressing at min(1, cores / ranks working). A transfer starts when both
+// backend a collective is the ranks' own copies and reductions); a node's
+// rank keeps its core (rank mod the cores: Linux does not move a busy
+// process to a core that falls idle), a core is shared by the ranks working
+// on it, and a stage goes at its slowest rank's pace. A transfer starts when both
 // ends of each of its messages have been posted (the verifier's rendezvous
 // semantics); on devices of their own it completes p2p seconds after the
 // later post, on shared cores each end then does p2p seconds of work per

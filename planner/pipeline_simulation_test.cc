@@ -1,7 +1,7 @@
 // pipeline_simulation_test.cc: steps played out by hand: a pipeline on
 // devices of its own (the closed form), every rank sharing the cores all the
-// time, and a pipeline whose stages share one core only while both compute
-// (and copy their messages).
+// time, a pipeline whose stages share one core only while both compute (and
+// copy their messages), and stages that keep their cores.
 #include "planner/pipeline_simulation.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +89,27 @@ TEST(PipelineSimulation, OnDevicesATransferIsItsSecondsAfterTheLaterPost) {
   EXPECT_DOUBLE_EQ(step.step_seconds, 6.95);
   EXPECT_NEAR(step.stages[0].transfer_seconds, 0.1, 1e-12);  // its one send
   EXPECT_NEAR(step.stages[0].waiting_seconds, 6.95 - (3 + 0.1 + 0.5 + 0.25), 1e-12);
+}
+
+TEST(PipelineSimulation, ARankKeepsItsCoreSoTwoStagesOnOneCoreShareItWhileTheOtherCoreIsFree) {
+  // p 3, m 1, one rank per stage on 2 cores: stages 0 and 2 on core 0,
+  // stage 1 on core 1. The micro-batch runs stage after stage at full speed
+  // (F0 [0, 1], act copies [1, 1.1], F1 [1.1, 2.1], [2.1, 2.2], F2 [2.2,
+  // 3.2], B2 [3.2, 5.2], [5.2, 5.3], B1 [5.3, 7.3], [7.3, 7.4], B0 [7.4,
+  // 9.4], stage 0's reduction [9.4, 9.9]); then the three optimizer steps
+  // (0.25 each): stage 1 alone on its core [9.9, 10.15], stages 0 and 2 at
+  // half speed on theirs [9.9, 10.4]. (Sharing both cores among all three,
+  // each at 2/3, would end the step at 10.275.)
+  SimulatedStageInput first = stage(1, 2), middle = stage(1, 2), last = stage(1, 2);
+  first.p2p_seconds = middle.p2p_seconds = last.p2p_seconds = 0.1;
+  middle.reduction_work = last.reduction_work = 0;
+  const SimulatedStep step =
+      simulate_step(generate_one_forward_one_backward(3, 1), {first, middle, last}, 1, 2);
+  EXPECT_NEAR(step.step_seconds, 10.4, 1e-12);
+  EXPECT_NEAR(step.stages[0].optimizer_wall, 0.5, 1e-12);
+  EXPECT_NEAR(step.stages[1].optimizer_wall, 0.25, 1e-12);
+  EXPECT_NEAR(step.stages[2].optimizer_wall, 0.5, 1e-12);
+  EXPECT_NEAR(step.stages[1].forward_wall, 1, 1e-12);
 }
 
 }  // namespace
