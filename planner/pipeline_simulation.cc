@@ -74,33 +74,51 @@ bool working(const StageState& st) {
   return st.phase == Phase::kCompute || st.phase == Phase::kCollective;
 }
 
-// Each stage's speed (of a dedicated core's) at this moment. On devices of
+// Each stage's speed (of a dedicated core's) at a moment. On devices of
 // their own, 1. On shared cores, rank j of stage s (the node's rank s x
 // ranks_per_stage + j) stays on core (that rank) mod the cores, as Linux
 // keeps a busy process on the core it runs on rather than move it to one
 // that falls idle (4 pipeline stages on 2 cores took as long bound to the
 // cores, two each, as unbound); a core is shared by its working ranks, and a
 // stage goes at its slowest rank's pace. Where every stage's ranks cover the
-// cores evenly, this is the cores shared by all working ranks alike.
-std::vector<double> stage_rates(const std::vector<StageState>& state, int ranks_per_stage,
-                                double cores) {
-  const int p = static_cast<int>(state.size());
-  std::vector<double> rates(p, 1.0);
-  if (cores <= 0) return rates;
-  const int core_count = std::max(1, static_cast<int>(std::lround(cores)));
-  const double core_speed = cores / core_count;  // a measured 1.9 cores: two at 0.95
-  const auto core_of = [&](int s, int j) { return (s * ranks_per_stage + j) % core_count; };
-  std::vector<int> ranks_on(core_count, 0);
-  for (int s = 0; s < p; ++s)
-    if (working(state[s]))
-      for (int j = 0; j < ranks_per_stage; ++j) ++ranks_on[core_of(s, j)];
-  for (int s = 0; s < p; ++s) {
-    if (!working(state[s])) continue;
-    for (int j = 0; j < ranks_per_stage; ++j)
-      rates[s] = std::min(rates[s], std::min(1.0, core_speed / ranks_on[core_of(s, j)]));
+// cores evenly, this is the cores shared by all working ranks alike. Built
+// once per step: update() allocates nothing.
+class StageRates {
+ public:
+  StageRates(int stages, int ranks_per_stage, double cores)
+      : ranks_per_stage_(ranks_per_stage),
+        shared_(cores > 0),
+        core_count_(std::max(1, static_cast<int>(std::lround(cores)))),
+        core_speed_(cores / core_count_),  // a measured 1.9 cores: two at 0.95
+        ranks_on_(core_count_),
+        rates_(stages, 1.0) {}
+
+  const std::vector<double>& update(const std::vector<StageState>& state) {
+    if (!shared_) return rates_;
+    const int p = static_cast<int>(state.size());
+    std::fill(ranks_on_.begin(), ranks_on_.end(), 0);
+    for (int s = 0; s < p; ++s)
+      if (working(state[s]))
+        for (int j = 0; j < ranks_per_stage_; ++j) ++ranks_on_[core_of(s, j)];
+    for (int s = 0; s < p; ++s) {
+      rates_[s] = 1.0;
+      if (!working(state[s])) continue;
+      for (int j = 0; j < ranks_per_stage_; ++j)
+        rates_[s] = std::min(rates_[s], core_speed_ / ranks_on_[core_of(s, j)]);
+    }
+    return rates_;
   }
-  return rates;
-}
+
+ private:
+  int core_of(int s, int j) const { return (s * ranks_per_stage_ + j) % core_count_; }
+
+  int ranks_per_stage_;
+  bool shared_;
+  int core_count_;
+  double core_speed_;
+  std::vector<int> ranks_on_;
+  std::vector<double> rates_;
+};
 
 }  // namespace
 
@@ -116,6 +134,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   double now = 0;
   const double epsilon = 1e-12;
   const bool shared_cores = cores > 0;
+  StageRates stage_rates(p, ranks_per_stage, cores);
 
   // Starts instructions (and finishes those taking no time) until every stage
   // is busy, blocked or done.
@@ -207,7 +226,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     bool done = true;
     for (const StageState& st : state) done = done && st.phase == Phase::kDone;
     if (done) break;
-    const std::vector<double> rates = stage_rates(state, ranks_per_stage, cores);
+    const std::vector<double>& rates = stage_rates.update(state);
     double next = kInfinity;
     for (int s = 0; s < p; ++s) {
       const StageState& st = state[s];

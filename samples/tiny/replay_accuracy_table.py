@@ -34,6 +34,7 @@ import sys
 
 PER_MICRO_BATCH = ("forward", "backward", "tensor_parallel")
 MIN_SHARE = 0.05
+STEP_ROWS = ("step", "median of steps")  # the step as the mean and as the median of the steps
 
 
 def per_step_components(stage, micro_batches):
@@ -105,14 +106,10 @@ def main():
             predicted_share = statistics.median(v[3] for v in values)
             median, text = describe([error(v[0], v[1]) for v in values])
             stage, component = key
-            if component == "median of steps":
+            if component in STEP_ROWS:
                 summary.setdefault(component, []).append((abs(median), name))
                 print("%-12s %-5s %-20s %10.3f %10.3f %22s" % (name, stage, component, 1e3 * p, 1e3 * s, text))
-                continue
-            if component == "step":
-                summary.setdefault("step", []).append((abs(median), name))
-                print("%-12s %-5s %-20s %10.3f %10.3f %22s" % (name, stage, component, 1e3 * p, 1e3 * s, text))
-                if name in again:
+                if component == "step" and name in again:
                     firsts = [report["step_seconds"]["measured"] for report in reports]
                     seconds = [report["step_seconds"]["measured"] for report in again[name]]
                     differences = [b / a - 1 for a, b in zip(firsts, seconds)]
@@ -136,7 +133,7 @@ def main():
             max(m["measured"] for m in memory) / 2**20,
             "within prediction" if within else "ABOVE PREDICTION"))
     print()
-    steps = [k for k in ("step", "median of steps") if k in summary]
+    steps = [k for k in STEP_ROWS if k in summary]
     for component in steps + sorted(k for k in summary if k not in steps):
         errors = summary[component]
         worst = max(errors)
