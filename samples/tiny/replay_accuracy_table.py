@@ -21,7 +21,11 @@ and summarized, the mean first (what a user's throughput is).
 A name given as NAME@again is a second replay of the round's plan right after
 the first, with no new profile: its step against the first one's is this
 machine's own noise (the error a perfect model would still show), printed
-per plan and summarized in the last line.
+per plan and summarized in the last line; each component's replay-to-replay
+difference is summarized too, on its summary line ("noise"): a component
+whose error is within its noise is as close as this machine lets a
+prediction come (a tensor-parallel transfer's time doubles while the host
+keeps the two vCPUs far apart; see samples/README.md).
 
 Reports written by `paraplan replay` since the wait attribution carry a
 "per_step" object per stage; older ones name forward, backward and
@@ -69,6 +73,16 @@ def rows_of(report):
     return rows
 
 
+def replayed_again_differences(reports, again_reports, key):
+    """Each round's second replay of component `key` against its first: b / a - 1."""
+    differences = []
+    for first, second in zip(reports, again_reports):
+        a, b = rows_of(first).get(key), rows_of(second).get(key)
+        if a and b and a[1] > 1e-9:
+            differences.append(b[1] / a[1] - 1)
+    return differences
+
+
 def describe(errors):
     """The median error and, over several rounds, its range."""
     known = [e for e in errors if e is not None]
@@ -91,6 +105,7 @@ def main():
         else:
             plans.setdefault(name, []).append(json.load(open(path)))
     noise = []  # (|median replay-to-replay difference|, plan)
+    component_noise = {}  # component -> list of |median replay-to-replay difference|
     rounds = max(len(reports) for reports in plans.values()) if plans else 0
     summary = {}  # component -> list of (|median error|, plan)
     print("%d round(s); error: the median over rounds of each round's error [its range]" % rounds)
@@ -119,6 +134,10 @@ def main():
                         name, stage, "step, replayed again", "", 1e3 * statistics.median(seconds), text))
                 continue
             counted = share >= MIN_SHARE or predicted_share >= MIN_SHARE
+            differences = replayed_again_differences(reports, again.get(name, []), key)
+            if counted and differences:
+                component_noise.setdefault(component, []).append(
+                    statistics.median(abs(d) for d in differences))
             if counted and median is not None:
                 summary.setdefault(component, []).append((abs(median), name))
             elif counted and median is None and s > 1e-9:
@@ -140,8 +159,12 @@ def main():
         mean = sum(e for e, _ in errors) / len(errors)
         target = 0.05 if component in steps else 0.15
         misses = sum(1 for e, _ in errors if e > target)
-        print("summary %-20s n=%-3d mean |error| %6.1f%%  worst %6.1f%% (%s)  over %.0f%%: %d" % (
-            component, len(errors), 100 * mean, 100 * worst[0], worst[1], 100 * target, misses))
+        line = "summary %-20s n=%-3d mean |error| %6.1f%%  worst %6.1f%% (%s)  over %.0f%%: %d" % (
+            component, len(errors), 100 * mean, 100 * worst[0], worst[1], 100 * target, misses)
+        if component_noise.get(component):
+            line += "; noise mean %.1f%% worst %.1f%%" % (
+                100 * statistics.mean(component_noise[component]), 100 * max(component_noise[component]))
+        print(line)
     if noise:
         worst = max(noise)
         print("machine noise: the same plan's step replayed twice in a row differs by %.1f%% "
