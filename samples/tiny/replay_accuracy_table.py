@@ -24,8 +24,8 @@ machine's own noise (the error a perfect model would still show), printed
 per plan and summarized in the last line; each component's replay-to-replay
 difference is summarized too, on its summary line ("noise"): a component
 whose error is within its noise is as close as this machine lets a
-prediction come (a tensor-parallel transfer's time doubles while the host
-keeps the two vCPUs far apart; see samples/README.md).
+prediction come (on the VM it was written on, a tensor-parallel transfer's
+time doubles for seconds at a time; see samples/README.md).
 
 Reports written by `paraplan replay` since the wait attribution carry a
 "per_step" object per stage; older ones name forward, backward and
