@@ -73,11 +73,11 @@ def rows_of(report):
     return rows
 
 
-def replayed_again_differences(reports, again_reports, key):
-    """Each round's second replay of component `key` against its first: b / a - 1."""
+def replayed_again_differences(runs, again_runs, key):
+    """Each round's second replay of `key` against its first (rows_of of each): b / a - 1."""
     differences = []
-    for first, second in zip(reports, again_reports):
-        a, b = rows_of(first).get(key), rows_of(second).get(key)
+    for first, second in zip(runs, again_runs):
+        a, b = first.get(key), second.get(key)
         if a and b and a[1] > 1e-9:
             differences.append(b[1] / a[1] - 1)
     return differences
@@ -113,6 +113,7 @@ def main():
                                                   "error", "share"))
     for name, reports in plans.items():
         runs = [rows_of(report) for report in reports]
+        again_runs = [rows_of(report) for report in again.get(name, [])]
         for key in runs[0]:
             values = [run[key] for run in runs if key in run]
             p = statistics.median(v[0] for v in values)
@@ -124,17 +125,16 @@ def main():
             if component in STEP_ROWS:
                 summary.setdefault(component, []).append((abs(median), name))
                 print("%-12s %-5s %-20s %10.3f %10.3f %22s" % (name, stage, component, 1e3 * p, 1e3 * s, text))
-                if component == "step" and name in again:
-                    firsts = [report["step_seconds"]["measured"] for report in reports]
-                    seconds = [report["step_seconds"]["measured"] for report in again[name]]
-                    differences = [b / a - 1 for a, b in zip(firsts, seconds)]
+                if component == "step" and again_runs:
+                    differences = replayed_again_differences(runs, again_runs, key)
                     _, text = describe(differences)
                     noise.append((statistics.median(abs(d) for d in differences), name))
+                    seconds = statistics.median(run[key][1] for run in again_runs)
                     print("%-12s %-5s %-20s %10s %10.3f %22s" % (
-                        name, stage, "step, replayed again", "", 1e3 * statistics.median(seconds), text))
+                        name, stage, "step, replayed again", "", 1e3 * seconds, text))
                 continue
             counted = share >= MIN_SHARE or predicted_share >= MIN_SHARE
-            differences = replayed_again_differences(reports, again.get(name, []), key)
+            differences = replayed_again_differences(runs, again_runs, key)
             if counted and differences:
                 component_noise.setdefault(component, []).append(
                     statistics.median(abs(d) for d in differences))
