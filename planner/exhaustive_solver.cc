@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "planner/model_counts.h"
+#include "planner/plan_estimate.h"
 #include "planner/search_space.h"
 
 namespace paraplan {

@@ -56,7 +56,7 @@ std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int
   }
 }
 
-enum class Phase { kStart, kCompute, kCollective, kTransfer, kBarrier, kDone };
+enum class Phase { kStart, kCompute, kCollective, kGroupWait, kTransfer, kBarrier, kDone };
 
 struct StageState {
   size_t next = 0;  // instruction index
@@ -64,6 +64,8 @@ struct StageState {
   OpCode op = OpCode::LoadMicroBatch;
   double remaining = 0;          // work (kCompute, kCollective)
   double collectives_after = 0;  // the collectives' work following the compute
+  double waits_after = 0;        // the group waits following the collectives (wall)
+  double wait_until = 0;         // kGroupWait
   double compute_started = 0;
   std::vector<MessageKey> waiting;  // kTransfer
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
@@ -177,6 +179,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         }
         const PipelineInstruction& instruction = schedule.stages[s][st.next++];
         st.op = instruction.op;
+        st.waits_after = 0;
         moved = true;
         switch (instruction.op) {
           case OpCode::Forward:
@@ -194,6 +197,11 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
                 (forward                                    ? in.forward_collectives
                  : instruction.op == OpCode::BackwardWeight ? 0
                                                             : in.backward_collectives) /
+                v;
+            st.waits_after =
+                (forward                                    ? in.forward_group_waits
+                 : instruction.op == OpCode::BackwardWeight ? 0
+                                                            : in.backward_group_waits) /
                 v;
             break;
           }
@@ -233,6 +241,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       const double rate = rates[s];
       if (st.phase == Phase::kCompute) next = std::min(next, now + st.remaining / rate);
       if (st.phase == Phase::kCollective) next = std::min(next, now + st.remaining / rate);
+      if (st.phase == Phase::kGroupWait) next = std::min(next, st.wait_until);
       if (st.phase == Phase::kTransfer)
         for (const MessageKey& key : st.waiting)
           if (messages[key].posted()) next = std::min(next, messages[key].done());
@@ -254,8 +263,12 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       } else if (st.phase == Phase::kCollective) {
         st.remaining -= elapsed * rate;
       }
-      if (st.phase == Phase::kCollective && st.remaining <= epsilon * std::max(1.0, now))
+      if (st.phase == Phase::kCollective && st.remaining <= epsilon * std::max(1.0, now)) {
+        st.phase = st.waits_after > 0 ? Phase::kGroupWait : Phase::kStart;
+        st.wait_until = now + st.waits_after, st.waits_after = 0;
+      } else if (st.phase == Phase::kGroupWait && st.wait_until <= now + epsilon) {
         st.phase = Phase::kStart;
+      }
     }
   }
 
@@ -275,6 +288,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         for (const auto& end : ends(instruction, s, p))
           stage.transfer_seconds += end.second ? in.p2p_seconds : 0;
     }
+    // (The group waits are waiting.)
     const double busy = m * (in.forward_work + in.backward_work + in.forward_collectives +
                              in.backward_collectives) +
                         stage.transfer_seconds + in.reduction_work + in.optimizer_work;

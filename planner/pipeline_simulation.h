@@ -10,7 +10,8 @@
 // Forward, Backward, BackwardInput or BackwardWeight (of one of the v chunks:
 // 1 / v of the stage's work) is its compute followed by its tensor-parallel
 // collectives, both work (seconds at a dedicated core's speed: on the CPU
-// backend a collective is the ranks' own copies and reductions); a node's
+// backend a collective is the ranks' own copies and reductions), then its
+// waits for the tensor-parallel group's last member (wall time); a node's
 // rank keeps its core (rank mod the cores: Linux does not move a busy
 // process to a core that falls idle), a core is shared by the ranks working
 // on it, and a stage goes at its slowest rank's pace. A transfer starts when both
@@ -33,6 +34,9 @@ struct SimulatedStageInput {
   double forward_work = 0, backward_work = 0;  // per micro-batch, dedicated-core seconds
   // Per micro-batch: the tensor-parallel collectives' work.
   double forward_collectives = 0, backward_collectives = 0;
+  // Per micro-batch: after those collectives, waiting for the group's last
+  // member (wall time; the rank's core is free meanwhile).
+  double forward_group_waits = 0, backward_group_waits = 0;
   double p2p_seconds = 0;     // per message this stage sends
   double reduction_work = 0;  // per step: the gradient reduction
   double optimizer_work = 0;  // per step, dedicated-core seconds

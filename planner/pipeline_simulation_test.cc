@@ -29,6 +29,21 @@ TEST(PipelineSimulation, OwnDevicesGiveTheOneForwardOneBackwardClosedForm) {
   EXPECT_DOUBLE_EQ(step.stages[1].waiting_seconds, 3);
 }
 
+TEST(PipelineSimulation, GroupWaitsAreWallTimeAfterTheCollectivesAndCountAsWaiting) {
+  // One stage of 2 ranks on 1 core, m 2: compute (1 forward, 2 backward) and
+  // the collectives (0.25 each way) at half speed, the group waits (0.5
+  // after each forward, 0.25 after each backward) as they are.
+  SimulatedStageInput in = stage(1, 2);
+  in.reduction_work = in.optimizer_work = 0;
+  in.forward_collectives = in.backward_collectives = 0.25;
+  in.forward_group_waits = 0.5, in.backward_group_waits = 0.25;
+  const SimulatedStep step = simulate_step(generate_one_forward_one_backward(1, 2), {in}, 2, 1);
+  EXPECT_NEAR(step.step_seconds, 2 * (3.5 / 0.5 + 0.75), 1e-12);
+  EXPECT_NEAR(step.stages[0].forward_wall, 2, 1e-12);  // the compute alone
+  // Busy 2 x 3.5 of work: the rest, the core's sharing and the group waits, is waiting.
+  EXPECT_NEAR(step.stages[0].waiting_seconds, 2 * (3.5 + 0.75), 1e-12);
+}
+
 TEST(PipelineSimulation, RanksAlwaysComputingTogetherGetTheirShareOfTheCores) {
   // One stage of 4 ranks on 2 cores: everything, the tensor-parallel
   // collectives (0.25 forward, 0.5 backward) and the reduction included,

@@ -95,9 +95,11 @@ std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best
   // What grew most in the slowest stage, per micro-batch scaled to the step.
   const double compute = m * (slow.forward_seconds + slow.backward_seconds),
                best_compute = bm * (best_slow.forward_seconds + best_slow.backward_seconds);
-  const double comm = m * (slow.tensor_parallel_seconds + slow.pipeline_p2p_seconds),
-               best_comm =
-                   bm * (best_slow.tensor_parallel_seconds + best_slow.pipeline_p2p_seconds);
+  const auto tp_and_p2p = [](const StageEstimate& stage) {
+    return stage.tensor_parallel_seconds + stage.tensor_parallel_wait_seconds +
+           stage.pipeline_p2p_seconds;
+  };
+  const double comm = m * tp_and_p2p(slow), best_comm = bm * tp_and_p2p(best_slow);
   const std::string detail =
       compute - best_compute >= comm - best_comm
           ? "compute incl. recompute " + duration(compute) + " vs " + duration(best_compute)

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "planner/ilp_solver.h"
+#include "planner/plan_estimate.h"
 #include "planner/profile.h"
 
 namespace paraplan {

@@ -16,8 +16,8 @@
 
 #include "planner/cost_model.h"
 #include "planner/job_config.h"
+#include "planner/plan_estimate.h"
 #include "planner/schedule.h"
-#include "planner/stage_cost.h"
 
 namespace paraplan {
 

@@ -149,6 +149,21 @@ std::vector<std::string> describe_profile_use(const JobConfig& config, const Pro
                     "); analytic compute time for those");
   }
 
+  // The tensor-parallel groups' measured pace (profile_format.h's TensorGroupPace).
+  std::vector<std::string> paced;
+  for (const auto& [t, b] : considered) {
+    const ProfileEntry* entry = t > 1 ? profile.find_compute(model, t, b) : nullptr;
+    if (entry == nullptr || !entry->tensor_group) continue;
+    const TensorGroupPace& pace = *entry->tensor_group;
+    paced.push_back("tp " + str(t) + " x micro-batch " + str(b) + ": compute x" +
+                    number("%.3g", pace.forward_ratio) + " forward, x" +
+                    number("%.3g", pace.backward_ratio) + " backward, " +
+                    number("%.3g", pace.wait_per_call * 1e6) + " us waiting per call");
+  }
+  if (!paced.empty())
+    lines.push_back("profile tensor-parallel pace (used where ranks have cores of their own): " +
+                    join(paced, "; "));
+
   // Collectives: every group some setting's stages are charged for.
   std::set<std::pair<CollectiveOperation, int>> measured, unmeasured, inter_node;
   for (const PlanSetting& setting : settings) {

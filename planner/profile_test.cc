@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "planner/exhaustive_solver.h"
+#include "planner/plan_estimate.h"
 #include "planner/plan_search.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
@@ -254,6 +255,74 @@ TEST(ProfileTest, CpuClockTimesAreADedicatedCoresWorkWhereRanksShareCores) {
   const PlanEstimate measured_busy = evaluate_plan(config, data, {whole}, &wall);
   EXPECT_NEAR(measured_busy.stages[0].forward_seconds, forward_work / 4, 1e-15);
   EXPECT_NEAR(measured_busy.prediction.step_seconds, work, 1e-12);
+}
+
+// A tensor-parallel group at its slowest member's pace (profile_format.h's
+// TensorGroupPace): where every rank has a core of its own, a block's compute
+// is scaled by the measured ratios and each tensor-parallel call waits the
+// measured time per call, which the stage's slot carries and its bubble
+// reports as waiting; where ranks share cores the simulation's sharing is the
+// waiting, and the figures are not used.
+TEST(ProfileTest, TensorGroupPaceScalesBlocksAndWaitsPerCallWhereRanksHaveTheirCores) {
+  auto profile_with = [](const std::string& pace) {
+    const std::string entry = compute_entry(2, 2, 8, 0.001);
+    return *parse_measured_profile(
+        version_2("cpu", "\"compute\": [{\"clock\": \"cpu\", " + pace + entry.substr(1) +
+                             "], \"collectives\": [{\"clock\": \"cpu\", " +
+                             collective("all_reduce", 2, 8, 1e-5, 0).substr(1) + "]"),
+        "profile.json", "cpu", true, 8);
+  };
+  const MeasuredProfile paced = profile_with(
+      R"("tensor_group": {"forward_ratio": 1.1, "backward_ratio": 1.2, "wait_per_call": 1e-4}, )");
+  const MeasuredProfile unpaced = profile_with("");
+  const PlanSetting tensor{{1, 4, 2}, {1, 8}, 2, 2, 0, 1, {}};  // tp 2 x dp 4, 2 micro-batches
+  const StageLayout whole{0, 8, true, true, {}};
+
+  const JobConfig own_cores = eight_device_job({{"cluster.cores_per_node", "8"}});
+  ASSERT_FALSE(ranks_share_cores(own_cores, tensor));
+  const StageEstimate stage = StageCostModel(own_cores, tensor, &paced).estimate(0, {8, 0, 0});
+  EXPECT_DOUBLE_EQ(stage.forward_seconds, 8 * 0.001 * 1.1 + 0.0005);
+  EXPECT_DOUBLE_EQ(stage.backward_seconds, 8 * 0.002 * 1.2 + 0.001);
+  // 4 calls per block, the embedding's 1, the head's 3 (two loss reductions
+  // and its input gradient); each call's transfer is its 10 us latency.
+  EXPECT_DOUBLE_EQ(stage.tensor_parallel_wait_seconds, (8 * 4 + 1 + 3) * 1e-4);
+  EXPECT_DOUBLE_EQ(stage.tensor_parallel_seconds, (8 * 4 + 1 + 3) * 1e-5);
+  // A fully recomputed block repeats its forward's 2 calls.
+  EXPECT_DOUBLE_EQ(
+      StageCostModel(own_cores, tensor, &paced).estimate(0, {6, 0, 2}).tensor_parallel_wait_seconds,
+      (8 * 4 + 2 * 2 + 1 + 3) * 1e-4);
+  const StageEstimate plain = StageCostModel(own_cores, tensor, &unpaced).estimate(0, {8, 0, 0});
+  EXPECT_EQ(plain.tensor_parallel_wait_seconds, 0);
+  EXPECT_DOUBLE_EQ(plain.forward_seconds, 8 * 0.001 + 0.0005);
+  const PlanEstimate plan = evaluate_plan(own_cores, tensor, {whole}, &paced);
+  const PlanEstimate plain_plan = evaluate_plan(own_cores, tensor, {whole}, &unpaced);
+  EXPECT_NEAR(plan.prediction.step_seconds - plain_plan.prediction.step_seconds,
+              2 * (8 * 0.001 * 0.1 + 8 * 0.002 * 0.2 + 36e-4), 1e-12);
+  EXPECT_NEAR(plan.stages[0].bubble_seconds, 2 * 36e-4, 1e-12);
+  EXPECT_EQ(plain_plan.stages[0].bubble_seconds, 0);
+
+  // 8 ranks on a measured 7.9 cores have a core each, played out at 7.9 / 8
+  // of a core's speed (pipeline_simulation.h): the waits stay wall time.
+  const JobConfig nearly = eight_device_job({{"cluster.cores_per_node", "7.9"}});
+  ASSERT_TRUE(ranks_share_cores(nearly, tensor));
+  ASSERT_TRUE(ranks_have_own_cores(nearly, tensor));
+  const double speed = 7.9 / 8, extra = 8 * 0.001 * 0.1 + 8 * 0.002 * 0.2;
+  const PlanEstimate played = evaluate_plan(nearly, tensor, {whole}, &paced);
+  const PlanEstimate played_plain = evaluate_plan(nearly, tensor, {whole}, &unpaced);
+  EXPECT_NEAR(played.prediction.step_seconds - played_plain.prediction.step_seconds,
+              2 * (extra / speed + 36e-4), 1e-12);
+  EXPECT_NEAR(played.stages[0].bubble_seconds - played_plain.stages[0].bubble_seconds,
+              2 * (extra / speed - extra + 36e-4), 1e-12);
+
+  // 8 ranks on 2 cores: the pace is not used.
+  const JobConfig shared = eight_device_job({{"cluster.cores_per_node", "2"}});
+  ASSERT_TRUE(ranks_share_cores(shared, tensor));
+  const StageEstimate sharing = StageCostModel(shared, tensor, &paced).estimate(0, {8, 0, 0});
+  const StageEstimate sharing_plain =
+      StageCostModel(shared, tensor, &unpaced).estimate(0, {8, 0, 0});
+  EXPECT_EQ(sharing.tensor_parallel_wait_seconds, 0);
+  EXPECT_EQ(sharing.forward_seconds, sharing_plain.forward_seconds);
+  EXPECT_EQ(sharing.backward_seconds, sharing_plain.backward_seconds);
 }
 
 TEST(ProfileTest, SolversAgreeUnderAMeasuredProfile) {

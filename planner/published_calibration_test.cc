@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "planner/cost_model.h"
+#include "planner/plan_estimate.h"
 #include "planner/plan_search.h"
 #include "planner/stage_cost.h"
 

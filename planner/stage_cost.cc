@@ -10,6 +10,7 @@
 
 #include "planner/compute_model.h"
 #include "planner/pipeline_simulation.h"
+#include "planner/plan_estimate.h"
 #include "planner/profile.h"
 #include "planner/transformer_ops.h"
 #include "schema/plan_io.h"
@@ -81,11 +82,22 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   // Times in the units of the step: with the node's ranks sharing its cores,
   // what a dedicated core's second takes with every rank busy.
   const double busy = busy_wall_factor(config, setting);
+  const ProfileEntry* entry = profile != nullptr ? profile->find_compute(model, t, b) : nullptr;
   std::optional<ProfiledTimes> measured;
-  if (const ProfileEntry* entry =
-          profile != nullptr ? profile->find_compute(model, t, b) : nullptr) {
+  if (entry != nullptr) {
     measured = entry->times;
     if (entry->clock == ProfileClock::kCpu) scale_times(*measured, busy);
+  }
+  // A tensor-parallel group moves at its slowest member's pace (the profile's
+  // TensorGroupPace, measured where every rank has a core of its own; where
+  // ranks share cores the simulation plays the waiting out instead).
+  const TensorGroupPace* pace =
+      entry != nullptr && entry->tensor_group && t > 1 && ranks_have_own_cores(config, setting)
+          ? &*entry->tensor_group
+          : nullptr;
+  if (measured && pace) {
+    measured->block_forward *= pace->forward_ratio;
+    measured->block_backward *= pace->backward_ratio;
   }
   if (measured) {
     block_forward_ = measured->block_forward;
@@ -135,10 +147,10 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const double loss_reduce =
       collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
                          4.0 * b * model.seq_len);  // fp32 per token
-  block_tensor_parallel_ = (train ? 4 : 2) * all_reduce;
-  full_recompute_tensor_parallel_ = train ? 2 * all_reduce : 0;
-  embedding_tensor_parallel_ = all_reduce;
-  head_tensor_parallel_ = 2 * loss_reduce + (train ? all_reduce : 0);
+  tensor_parallel_.block = (train ? 4 : 2) * all_reduce;
+  tensor_parallel_.full_recompute = train ? 2 * all_reduce : 0;
+  tensor_parallel_.embedding = all_reduce;
+  tensor_parallel_.head = 2 * loss_reduce + (train ? all_reduce : 0);
   if (shape.sequence_parallel && t > 1) {
     // Sequence parallelism (runtime/model/decoder_stage.h): each all-reduce
     // of a block's forward becomes an all-gather before the column-parallel
@@ -157,14 +169,23 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
                            2.0 * model.d_model * element_bytes_);
     const double forward = 2 * (gather + scatter);
     const double backward = 2 * (2 * gather + scatter + norm_weights);
-    block_tensor_parallel_ = forward + (train ? backward : 0);
-    full_recompute_tensor_parallel_ = train ? forward : 0;
+    tensor_parallel_.block = forward + (train ? backward : 0);
+    tensor_parallel_.full_recompute = train ? forward : 0;
     // The embedding's vocab-parallel sum reduce-scatters; its backward gathers.
-    embedding_tensor_parallel_ = scatter + (train ? gather : 0);
+    tensor_parallel_.embedding = scatter + (train ? gather : 0);
     // The final norm's shards are gathered before the head (and again in
     // backward, with the reduce-scatter of its gradient and its weights' sum).
-    head_tensor_parallel_ =
+    tensor_parallel_.head =
         2 * loss_reduce + gather + (train ? gather + scatter + norm_weights : 0);
+  }
+  if (pace) {
+    // Per call of the all-reduce layout, whose pace was measured (sequence
+    // parallelism spreads the same compute over more calls: charged alike).
+    const double wait = pace->wait_per_call;
+    tensor_parallel_wait_ = {.block = (train ? 4 : 2) * wait,
+                             .full_recompute = train ? 2 * wait : 0,
+                             .embedding = wait,
+                             .head = (train ? 3 : 2) * wait};
   }
   if (!train) {
     for (double& seconds : block_backward_) seconds = 0;
@@ -193,7 +214,8 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   else
     interleave_send_ = 0;
   if (train && setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1) {
-    const double block_slot = block_forward_ + block_backward_[0] + block_tensor_parallel_;
+    const double block_slot =
+        block_forward_ + block_backward_[0] + tensor_parallel_.block + tensor_parallel_wait_.block;
     setting_.schedule.weight_fraction = block_slot > 0 ? block_weight_gradient_ / block_slot : 0;
     setting_.schedule.weight_of_backward =
         block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
@@ -348,17 +370,15 @@ void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
   stage.forward_seconds = counts.layers() * block_forward_;
   stage.backward_seconds = counts.none * block_backward_[0] +
                            counts.selective * block_backward_[1] + counts.full * block_backward_[2];
-  stage.tensor_parallel_seconds =
-      counts.layers() * block_tensor_parallel_ + counts.full * full_recompute_tensor_parallel_;
+  stage.tensor_parallel_seconds = tensor_parallel_.of(counts, first, last);
+  stage.tensor_parallel_wait_seconds = tensor_parallel_wait_.of(counts, first, last);
   if (first) {
     stage.forward_seconds += embedding_forward_;
     stage.backward_seconds += embedding_backward_;
-    stage.tensor_parallel_seconds += embedding_tensor_parallel_;
   }
   if (last) {
     stage.forward_seconds += head_forward_;
     stage.backward_seconds += head_backward_;
-    stage.tensor_parallel_seconds += head_tensor_parallel_;
   }
   stage.pipeline_p2p_seconds = p2p_seconds_[pipeline_rank] + interleave_send_;
 }
@@ -485,116 +505,6 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
   choices.push_back({ScheduleKind::ZeroBubbleH1, 1, 0});
   interleaved();
   return choices;
-}
-
-bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting) {
-  const double cores = config.cluster.cores_per_node;
-  return cores > 0 && setting.layout.num_nodes == 1 && setting.layout.devices_per_node > cores &&
-         config.planner.is_train;
-}
-
-double busy_wall_factor(const JobConfig& config, const PlanSetting& setting) {
-  if (!ranks_share_cores(config, setting)) return 1;
-  return setting.layout.devices_per_node / config.cluster.cores_per_node;
-}
-
-namespace {
-
-// The step played out with the node's cores shared (pipeline_simulation.h):
-// each stage's times become what its ranks take while the others compute or
-// wait. The per-stage times are with every rank of the node busy at once,
-// i.e. at cores / ranks of a dedicated core's speed; the simulation takes a
-// dedicated core's work. On the CPU backend the collectives and transfers are
-// the ranks' own copies and reductions: work too.
-void simulate_schedule(const JobConfig& config, const PlanSetting& setting, PlanEstimate& plan) {
-  const int p = setting.shape.pipeline_stages;
-  const double cores = config.cluster.cores_per_node;
-  const double share = cores / setting.layout.devices_per_node;
-  std::vector<SimulatedStageInput> inputs;
-  for (int s = 0; s < p; ++s) {
-    const StageEstimate& stage = plan.stages[s];
-    // The sends pipeline_p2p_seconds counts: one per neighbour, interleaved's 2 (v - 1) more.
-    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0) +
-                      (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B
-                           ? 2 * (setting.schedule.virtual_stages - 1)
-                           : 0);
-    inputs.push_back({.forward_work = stage.forward_seconds * share,
-                      .backward_work = stage.backward_seconds * share,
-                      .forward_collectives = stage.tensor_parallel_seconds * share / 2,
-                      .backward_collectives = stage.tensor_parallel_seconds * share / 2,
-                      .p2p_seconds = sends > 0 ? stage.pipeline_p2p_seconds * share / sends : 0,
-                      .reduction_work = stage.gradient_reduction_seconds * share,
-                      .optimizer_work = stage.optimizer_seconds * share});
-  }
-  for (SimulatedStageInput& input : inputs)
-    input.weight_fraction = setting.schedule.weight_of_backward;
-  const SimulatedStep step =
-      simulate_step(generate_schedule(setting.schedule.kind, p, setting.num_micro_batches,
-                                      setting.schedule.virtual_stages),
-                    inputs, setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
-  // Compute as a dedicated core does it (replay counts a rank's compute by
-  // the CPU time it got); the rest of the step is waiting.
-  for (int s = 0; s < p; ++s) {
-    StageEstimate& stage = plan.stages[s];
-    stage.forward_seconds = inputs[s].forward_work;
-    stage.backward_seconds = inputs[s].backward_work;
-    stage.tensor_parallel_seconds *= share;
-    stage.pipeline_p2p_seconds = step.stages[s].transfer_seconds / setting.num_micro_batches;
-    stage.gradient_reduction_seconds *= share;
-    stage.optimizer_seconds = inputs[s].optimizer_work;
-    stage.bubble_seconds = step.stages[s].waiting_seconds;
-  }
-  plan.prediction.step_seconds = step.step_seconds;
-}
-
-}  // namespace
-
-PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
-                                     std::vector<StageEstimate> stages) {
-  PlanEstimate plan;
-  plan.stages = std::move(stages);
-  double fastest_slot = std::numeric_limits<double>::infinity();
-  for (size_t s = 0; s < plan.stages.size(); ++s) {
-    const StageEstimate& stage = plan.stages[s];
-    plan.slot_seconds = std::max(plan.slot_seconds, stage.slot_seconds());
-    fastest_slot = std::min(fastest_slot, stage.slot_seconds());
-    plan.tail_seconds = std::max(plan.tail_seconds, stage.tail_seconds());
-    if (stage.memory.total() > plan.peak_memory) {
-      plan.peak_memory = stage.memory.total();
-      plan.peak_memory_stage = static_cast<int>(s);
-    }
-  }
-  plan.unbalance_ratio = plan.slot_seconds > 0 ? fastest_slot / plan.slot_seconds : 1;
-  const int m = setting.num_micro_batches, p = setting.shape.pipeline_stages;
-  plan.pipeline_seconds = (m + bubble_slots(setting)) * plan.slot_seconds;
-  StepPrediction& prediction = plan.prediction;
-  prediction.step_seconds = step_seconds(setting, plan.slot_seconds, plan.tail_seconds);
-  for (StageEstimate& stage : plan.stages)
-    stage.bubble_seconds =
-        std::max(0.0, prediction.step_seconds - m * stage.slot_seconds() - stage.tail_seconds());
-  if (ranks_share_cores(config, setting)) simulate_schedule(config, setting, plan);
-  prediction.bubble_ratio = pipeline_bubble_ratio(setting);
-  const int global = config.training.global_batch_size;
-  const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;
-  if (prediction.step_seconds > 0) {
-    prediction.tokens_per_second =
-        static_cast<double>(global) * config.model.seq_len / prediction.step_seconds;
-    double flops = model_flops_per_step(config.model, global);
-    if (!config.planner.is_train) flops /= 3;  // forward only
-    prediction.mfu =
-        flops / (prediction.step_seconds * config.cluster.peak_flops(config.model.dtype) * devices);
-  }
-  return plan;
-}
-
-PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
-                           const std::vector<StageLayout>& stages, const MeasuredProfile* profile) {
-  const StageCostModel model(config, setting, profile);
-  std::vector<StageEstimate> estimates;
-  for (size_t s = 0; s < stages.size(); ++s)
-    estimates.push_back(model.estimate(static_cast<int>(s), count_recompute(stages[s])));
-  // The model's setting carries the schedule's time figures it derived.
-  return combine_stage_estimates(config, model.setting(), std::move(estimates));
 }
 
 }  // namespace paraplan

@@ -17,7 +17,10 @@
 //   block forward, 2 backward, 2 more for a fully recomputed block; 1 for the vocabulary-parallel
 //   embedding forward, 1 for the head's input gradient plus two small cross-entropy reductions),
 //   and the point-to-point sends the stage initiates (activation to the next stage, gradient to the
-//   previous one).
+//   previous one). Where the profile measured a block's pace in its real tensor-parallel group
+//   (TensorGroupPace: ranks on cores of their own), the block's compute is scaled by its ratios
+//   and each of those calls also waits the measured wait per call for the group's last member
+//   (counted in the slot, and in the stage's bubble, as replay counts it: waiting).
 // - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
 //   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
 //   all-gather of the updated weights, and the gradient norm's one-double
@@ -106,19 +109,24 @@ struct ChargedCollective {
 
 struct StageEstimate {
   MemoryBreakdown memory;
-  double forward_seconds = 0;             // compute, per micro-batch
-  double backward_seconds = 0;            // compute including recomputation, per micro-batch
-  double tensor_parallel_seconds = 0;     // all-reduces, per micro-batch
+  double forward_seconds = 0;          // compute, per micro-batch
+  double backward_seconds = 0;         // compute including recomputation, per micro-batch
+  double tensor_parallel_seconds = 0;  // all-reduces, per micro-batch
+  // Per micro-batch: waiting at those calls for the group's last member
+  // (measured TensorGroupPace; 0 without one).
+  double tensor_parallel_wait_seconds = 0;
   double pipeline_p2p_seconds = 0;        // sends this stage initiates, per micro-batch
   double gradient_reduction_seconds = 0;  // per step, the exposed part
   double hidden_reduction_seconds = 0;    // per step, overlapped with backward
   double optimizer_seconds = 0;           // per step
   // Per step: waiting for the other stages (the pipeline bubble, slower
-  // stages): the step less m x the slot and the tail. Set by
-  // combine_stage_estimates, which knows the step.
+  // stages) and for the tensor-parallel group's last member: the step less m
+  // x the slot's other parts and the tail. Set by combine_stage_estimates,
+  // which knows the step.
   double bubble_seconds = 0;
   double slot_seconds() const {
-    return forward_seconds + backward_seconds + tensor_parallel_seconds + pipeline_p2p_seconds;
+    return forward_seconds + backward_seconds + tensor_parallel_seconds +
+           tensor_parallel_wait_seconds + pipeline_p2p_seconds;
   }
   double tail_seconds() const { return gradient_reduction_seconds + optimizer_seconds; }
 };
@@ -159,13 +167,21 @@ class StageCostModel {
   // Per micro-batch seconds of one block / the embedding / the head.
   double block_forward_ = 0, block_backward_[3] = {0, 0, 0};
   double embedding_forward_ = 0, embedding_backward_ = 0, head_forward_ = 0, head_backward_ = 0;
-  double block_tensor_parallel_ = 0, full_recompute_tensor_parallel_ = 0;
-  double embedding_tensor_parallel_ = 0, head_tensor_parallel_ = 0;
-  std::vector<double> p2p_seconds_;         // per pipeline rank
-  double interleave_send_ = 0;              // interleaved's extra sends per micro-batch
-  double block_weight_gradient_ = 0;        // a block's W (its weight-gradient GEMMs)
-  std::vector<double> tail_intercept_;      // per pipeline rank: tail at 0 layers
-  std::vector<bool> reduction_crosses_[2];  // per rank: [0] ZeRO group, [1] all DP ranks
+  // Per micro-batch, tensor-parallel seconds by where they are spent.
+  struct TensorParallelParts {
+    double block = 0, full_recompute = 0, embedding = 0, head = 0;
+    double of(const RecomputeCounts& counts, bool first, bool last) const {
+      return counts.layers() * block + counts.full * full_recompute + (first ? embedding : 0) +
+             (last ? head : 0);
+    }
+  };
+  TensorParallelParts tensor_parallel_;       // the calls' transfers
+  TensorParallelParts tensor_parallel_wait_;  // waiting for the group's last member
+  std::vector<double> p2p_seconds_;           // per pipeline rank
+  double interleave_send_ = 0;                // interleaved's extra sends per micro-batch
+  double block_weight_gradient_ = 0;          // a block's W (its weight-gradient GEMMs)
+  std::vector<double> tail_intercept_;        // per pipeline rank: tail at 0 layers
+  std::vector<bool> reduction_crosses_[2];    // per rank: [0] ZeRO group, [1] all DP ranks
   double optimizer_seconds_per_parameter_ = 0;
   // Measured intra-node collectives (empty: the analytic ring).
   std::optional<CollectiveEntry> data_parallel_all_reduce_, zero_reduce_scatter_, zero_all_reduce_,
@@ -183,40 +199,6 @@ class StageCostModel {
   // The four per-micro-batch time parts, summed the same way by every caller.
   void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
 };
-
-struct PlanEstimate {
-  std::vector<StageEstimate> stages;
-  double slot_seconds = 0;      // slowest stage's slot
-  double pipeline_seconds = 0;  // (m + p - 1) x slot
-  double tail_seconds = 0;      // slowest stage's tail
-  StepPrediction prediction;
-  uint64_t peak_memory = 0;
-  int peak_memory_stage = 0;
-  double unbalance_ratio = 1;  // fastest slot / slowest slot
-};
-
-// Whether the setting's ranks share the node's cores ([cluster]
-// cores_per_node, the cpu preset's profile): more ranks on the node than
-// cores. Then combine_stage_estimates takes the step, and each stage's
-// compute, optimizer and bubble times, from playing the schedule out with the
-// cores shared (pipeline_simulation.h) instead of the closed form.
-bool ranks_share_cores(const JobConfig& config, const PlanSetting& setting);
-
-// What one second of a dedicated core's work takes with every rank of the
-// node busy: ranks / cores where ranks_share_cores, else 1. A profile's
-// CPU-clock times (profile_format.h) are scaled by it, so that every stage
-// time is in the units the closed form and the simulation take.
-double busy_wall_factor(const JobConfig& config, const PlanSetting& setting);
-
-// Step time and the summary figures from per-stage estimates.
-PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting& setting,
-                                     std::vector<StageEstimate> stages);
-
-// Every stage of a fully specified plan (layouts with per-layer recompute),
-// estimated and combined: the model's prediction for that plan.
-PlanEstimate evaluate_plan(const JobConfig& config, const PlanSetting& setting,
-                           const std::vector<StageLayout>& stages,
-                           const MeasuredProfile* profile = nullptr);
 
 // The step time of stage estimates, as combine_stage_estimates computes it.
 // The exposed part of a reduction of `seconds` cut into `buckets` equal buckets

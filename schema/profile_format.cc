@@ -48,6 +48,8 @@ class Fields {
       fail(at(key) + " must be " + what + (positive ? " > 0" : " >= 0"));
     return value.get<double>();
   }
+  // The object at key (which must exist), its path under this one's.
+  Fields child(const char* key) const { return Fields(object_[key], at(key)); }
   std::string text(const char* key, const std::string& fallback) const {
     if (!has(key)) return fallback;
     if (!object_[key].is_string()) fail(at(key) + " must be a string");
@@ -124,6 +126,14 @@ ProfileEntry parse_compute(const Fields& item, int version) {
   times.embedding_backward = item.number("embedding_backward", false, false, seconds);
   times.head_forward = item.number("head_forward", false, false, seconds);
   times.head_backward = item.number("head_backward", false, false, seconds);
+  if (item.has("tensor_group")) {
+    const Fields pace = item.child("tensor_group");
+    const char* ratio = "a ratio of compute times";
+    entry.tensor_group =
+        TensorGroupPace{.forward_ratio = pace.number("forward_ratio", true, true, ratio),
+                        .backward_ratio = pace.number("backward_ratio", true, true, ratio),
+                        .wait_per_call = pace.number("wait_per_call", true, false, seconds)};
+  }
   return entry;
 }
 
@@ -296,6 +306,10 @@ Json device_profile_json(const DeviceProfile& device) {
                        {"embedding_backward", times.embedding_backward},
                        {"head_forward", times.head_forward},
                        {"head_backward", times.head_backward}});
+    if (entry.tensor_group)
+      compute.back()["tensor_group"] = {{"forward_ratio", entry.tensor_group->forward_ratio},
+                                        {"backward_ratio", entry.tensor_group->backward_ratio},
+                                        {"wait_per_call", entry.tensor_group->wait_per_call}};
   }
   Json optimizer = Json::array();
   for (const OptimizerEntry& entry : device.optimizer)

@@ -10,13 +10,12 @@
 // and micro-batch size: seconds per micro-batch of one block's forward and
 // backward without recomputation, the attention core's forward, the
 // embedding's and head's forward and backward, on one device of the TP group,
-// compute only), the optimizer step per parameter of a rank's shard,
-// collectives (latency + bytes x seconds_per_byte per operation and group
-// size), GEMM rates (informational) and the machine's peak GEMM rate per
-// dtype and memory bandwidth ("hardware"; optional, ignored by readers that
-// predate it, so still version 2), and each time entry's "clock" (wall or
-// cpu, below; optional, absent = wall). Version 1 (a device's value is an array of
-// compute entries) still reads. schema/README.md lists every field.
+// compute only; optionally its pace in the real group, TensorGroupPace), the optimizer step per
+// parameter of a rank's shard, collectives (latency + bytes x seconds_per_byte per operation and
+// group size), GEMM rates (informational) and the machine's peak GEMM rate per dtype and memory
+// bandwidth ("hardware"; optional, ignored by readers that predate it, so still version 2), and
+// each time entry's "clock" (wall or cpu, below; optional, absent = wall). Version 1 (a device's
+// value is an array of compute entries) still reads. schema/README.md lists every field.
 //
 // Every entry records how many processes ran the measurement at once on the
 // node ("processes"; version 1: "parallel" true = every local device busy).
@@ -54,6 +53,21 @@ enum class ProfileClock { kWall, kCpu };
 // count as measured with every local device busy (the job's devices per node).
 inline constexpr int kEveryLocalDevice = 0;
 
+// A tensor-parallel block in lock-step with its real group ("tensor_group",
+// runtime/measure/group_pace.h): measured on the CPU backend when every rank
+// has a core of its own (where ranks share cores, the planner's simulation
+// models the waiting). A group moves at its slowest member's pace: each
+// synchronizing call waits for the last to arrive, and compute between the
+// calls runs slower than alone (the transfers' buffers evict its data).
+struct TensorGroupPace {
+  double forward_ratio = 1;   // a block's forward compute in the group / alone
+  double backward_ratio = 1;  // its backward's
+  // Seconds a member spends per synchronizing call that are neither its
+  // compute nor the call's transfer (waiting for the last member, mean over
+  // the members), as replay attributes a step's waits.
+  double wait_per_call = 0;
+};
+
 struct ProfileEntry {
   int seq_len = 0, d_model = 0, num_heads = 0, ffn_size = 0, vocab_size = 0;
   schema::DType dtype = schema::DType::Float32;
@@ -63,6 +77,7 @@ struct ProfileEntry {
   int processes = kEveryLocalDevice;
   ProfiledTimes times;
   ProfileClock clock = ProfileClock::kWall;
+  std::optional<TensorGroupPace> tensor_group;  // absent: not measured
 };
 
 enum class CollectiveOperation { AllReduce, ReduceScatter, AllGather, SendReceive };

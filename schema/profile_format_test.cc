@@ -39,7 +39,8 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
       "vocab_size": 96, "dtype": "bfloat16", "tensor_parallel": 2, "micro_batch_size": 4,
       "parallel": true, "processes": 4, "block_forward": 0.0012, "block_backward": 0.0025,
       "attention_core_forward": 0.0002, "embedding_forward": 0.0001,
-      "embedding_backward": 0.00011, "head_forward": 0.0003, "head_backward": 0.0006},
+      "embedding_backward": 0.00011, "head_forward": 0.0003, "head_backward": 0.0006,
+      "tensor_group": {"forward_ratio": 1.02, "backward_ratio": 1.03, "wait_per_call": 9e-5}},
       {"seq_len": 128, "d_model": 128, "num_heads": 4, "vocab_size": 96, "micro_batch_size": 1,
        "parallel": false, "block_forward": 0.001, "block_backward": 0.002}],
     "optimizer": [{"processes": 4, "clock": "cpu", "seconds_per_parameter": 2.1e-9}],
@@ -81,6 +82,11 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
   EXPECT_EQ(entry.times.attention_core_forward, 0.0002);
   EXPECT_EQ(entry.times.embedding_forward, 0.0001);
   EXPECT_EQ(entry.times.embedding_backward, 0.00011);
+  ASSERT_TRUE(entry.tensor_group.has_value());
+  EXPECT_EQ(entry.tensor_group->forward_ratio, 1.02);
+  EXPECT_EQ(entry.tensor_group->backward_ratio, 1.03);
+  EXPECT_EQ(entry.tensor_group->wait_per_call, 9e-5);
+  EXPECT_FALSE(device.compute[1].tensor_group.has_value());
   EXPECT_EQ(entry.times.head_forward, 0.0003);
   EXPECT_EQ(entry.times.head_backward, 0.0006);
   // Defaults: ffn 4 x d_model, tp 1, float32; "parallel": false alone = 1 process.
@@ -155,6 +161,16 @@ TEST(ProfileFormat, MalformedVersion2FieldsAreNamed) {
   EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
                        ", \"micro_batch_size\": 1, \"processes\": 2, \"block_backward\": 2}]"),
             "profile.json: devices.\"cpu\".compute[0].block_forward is required");
+  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
+                       R"(, "micro_batch_size": 1, "processes": 2, "block_forward": 1,
+                          "block_backward": 2, "tensor_group": {"forward_ratio": 1.1,
+                          "backward_ratio": 0, "wait_per_call": 1e-4}}])"),
+            "profile.json: devices.\"cpu\".compute[0].tensor_group.backward_ratio must be a "
+            "ratio of compute times > 0");
+  EXPECT_EQ(error_with(std::string("\"compute\": [{") + kModel +
+                       R"(, "micro_batch_size": 1, "processes": 2, "block_forward": 1,
+                          "block_backward": 2, "tensor_group": [1.1, 1.2]}])"),
+            "profile.json: devices.\"cpu\".compute[0].tensor_group must be an object");
   EXPECT_EQ(error_with(R"("optimizer": [{"processes": 4, "seconds_per_parameter": 0}])"),
             "profile.json: devices.\"cpu\".optimizer[0].seconds_per_parameter must be a number "
             "of seconds > 0");
@@ -217,7 +233,10 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
                               .embedding_backward = 2e-4,
                               .head_forward = 5e-4,
                               .head_backward = 1e-3};
+  entry.tensor_group =
+      TensorGroupPace{.forward_ratio = 1.0625, .backward_ratio = 1.03125, .wait_per_call = 8.5e-5};
   written.compute.push_back(entry);
+  entry.tensor_group.reset();
   entry.processes = 1;
   entry.parallel = false;
   entry.micro_batch_size = 1;
@@ -281,6 +300,12 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
     EXPECT_EQ(b.times.embedding_backward, a.times.embedding_backward);
     EXPECT_EQ(b.times.head_forward, a.times.head_forward);
     EXPECT_EQ(b.times.head_backward, a.times.head_backward);
+    EXPECT_EQ(b.tensor_group.has_value(), a.tensor_group.has_value());
+    if (a.tensor_group && b.tensor_group) {
+      EXPECT_EQ(b.tensor_group->forward_ratio, a.tensor_group->forward_ratio);
+      EXPECT_EQ(b.tensor_group->backward_ratio, a.tensor_group->backward_ratio);
+      EXPECT_EQ(b.tensor_group->wait_per_call, a.tensor_group->wait_per_call);
+    }
   }
   ASSERT_EQ(read.optimizer.size(), 1u);
   EXPECT_EQ(read.optimizer[0].processes, 4);

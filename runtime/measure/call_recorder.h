@@ -38,6 +38,7 @@ class RecordingCommunicator final : public ForwardingCommunicator {
   // this member's total transfer and wait. Throws if the members recorded
   // different numbers of calls (they must make the same calls).
   TransferAndWait split_recorded_calls();
+  size_t recorded_calls() const { return durations_.size(); }
 
  protected:
   void intercept(const CommunicatorCall& call, ForwardedCall forward) override;

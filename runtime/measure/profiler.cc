@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/measure/collective_profiler.h"
+#include "runtime/measure/group_pace.h"
 #include "runtime/measure/interleaved_timing.h"
 #include "runtime/measure/span_clock.h"
 #include "runtime/model/architecture.h"
@@ -82,17 +84,19 @@ void fill_tokens(kernels::Ops& ops, int32_t* device, size_t n, int vocab) {
 // backward through it.
 class StageUnderTest {
  public:
+  // group: the real tensor-parallel group; null: a compute-only stand-in.
   StageUnderTest(kernels::Ops& ops, const TransformerConfig& config, const StageSpec& spec,
-                 int tensor_parallel, int micro_batch)
+                 int tensor_parallel, int micro_batch, Communicator* group = nullptr)
       : memory_(ops),
         layout_(make_parameter_layout(config, spec, 0, tensor_parallel)),
-        group_(tensor_parallel) {
-    stage_ = make_model_stage(
-        *layout_, ops, memory_,
-        ModelStageOptions{
-            .micro_batch_size = micro_batch,
-            .recompute = std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
-            .tensor_group = tensor_parallel > 1 ? &group_ : nullptr});
+        compute_only_(tensor_parallel) {
+    stage_ = make_model_stage(*layout_, ops, memory_,
+                              ModelStageOptions{.micro_batch_size = micro_batch,
+                                                .recompute = std::vector<RecomputeMode>(
+                                                    spec.num_layers, RecomputeMode::None),
+                                                .tensor_group = tensor_parallel == 1 ? nullptr
+                                                                : group              ? group
+                                                                        : &compute_only_});
     std::vector<float> params(layout_->num_elements());
     layout_->initialize(params.data(), 1);
     stage_->load_parameters(params.data(), params.size());
@@ -117,11 +121,17 @@ class StageUnderTest {
     pieces.push_back({run_forward, nullptr, forward});
     pieces.push_back({[this] { stage_->backward(0); }, run_forward, backward});
   }
+  std::function<void()> forward() {
+    return [this] { stage_->forward(0, loss_scale_); };
+  }
+  std::function<void()> backward() {
+    return [this] { stage_->backward(0); };
+  }
 
  private:
   MemoryTracker memory_;
   std::unique_ptr<ParameterLayout> layout_;
-  ComputeOnlyGroup group_;
+  ComputeOnlyGroup compute_only_;
   std::unique_ptr<ModelStage> stage_;
   float loss_scale_ = 1;
 };
@@ -194,6 +204,73 @@ ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
   entry.tensor_parallel = tensor_parallel;
   entry.micro_batch_size = micro_batch;
   return entry;
+}
+
+// The mean over the world of each rank's number (every rank measured at once).
+double world_mean(MpiSession& session, double value) {
+  if (!session.uses_mpi()) return value;
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return value / session.world_size();
+}
+
+void average_times(MpiSession& session, ProfiledTimes& times) {
+  for (double* seconds : {&times.block_forward, &times.block_backward,
+                          &times.attention_core_forward, &times.embedding_forward,
+                          &times.embedding_backward, &times.head_forward, &times.head_backward})
+    *seconds = world_mean(session, *seconds);
+}
+
+// Whether every rank of every node has a core of its own on the CPU backend
+// (agreed over the world): where ranks share cores the planner's simulation
+// models the waiting, and a measurement would count it twice.
+bool ranks_have_own_cores(const kernels::Ops& ops, MpiSession& session) {
+  int own = ops.backend() == kernels::Backend::kCpu && session.uses_mpi() &&
+            session.local_size() * cpu_threads_per_rank(session) <=
+                static_cast<int>(std::thread::hardware_concurrency());
+  if (session.uses_mpi()) MPI_Allreduce(MPI_IN_PLACE, &own, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return own != 0;
+}
+
+// A block's pace in lock-step with its real tensor-parallel group (world
+// ranks r / t together, tensor parallelism innermost as plans lay it out)
+// against the compute-only block, every group at once (group_pace.h): the
+// world mean of each member's figures. Collective over the world.
+TensorGroupPace measure_tensor_group_pace(kernels::Ops& ops, const TransformerConfig& config,
+                                          const ProfileEntry& entry, MpiSession& session,
+                                          int repetitions) {
+  const int t = entry.tensor_parallel;
+  MPI_Comm comm;
+  PARAPLAN_MPI_CHECK(
+      "profile", "comm_split",
+      MPI_Comm_split(MPI_COMM_WORLD, session.world_rank() / t, session.world_rank(), &comm));
+  GroupCallTotals totals;
+  RecordingCommunicator group(
+      std::make_unique<MpiCommunicator>(comm, "tensor (profile)"),
+      RecordingCommunicator::Totals{&totals.seconds, &totals.cpu_seconds, &totals.recording});
+  TransformerConfig one_block = config;
+  one_block.num_layers = 1;
+  const StageSpec block{0, 1, false, false};
+  StageUnderTest alone(ops, one_block, block, t, entry.micro_batch_size);
+  StageUnderTest grouped(ops, one_block, block, t, entry.micro_batch_size, &group);
+  TensorGroupPace pace;
+  const std::vector<PacedPiece> pieces = {
+      {.alone = alone.forward(), .grouped = grouped.forward(), .ratio = &pace.forward_ratio},
+      {.alone = alone.backward(),
+       .alone_prepare = alone.forward(),
+       .grouped = grouped.backward(),
+       .grouped_prepare = grouped.forward(),
+       .ratio = &pace.backward_ratio}};
+  // As the compute pieces: at least the repetitions and the window, in rounds.
+  const double pair = entry.times.block_forward + entry.times.block_backward;
+  int runs = std::max((repetitions + kComputeRounds - 1) / kComputeRounds,
+                      static_cast<int>(std::ceil(minimum_window / kComputeRounds / pair)));
+  runs = std::min(runs, 1000);
+  MPI_Allreduce(MPI_IN_PLACE, &runs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  pace.wait_per_call = time_in_group(ops, group, totals, runs, kComputeRounds, pieces);
+  pace.forward_ratio = world_mean(session, pace.forward_ratio);
+  pace.backward_ratio = world_mean(session, pace.backward_ratio);
+  pace.wait_per_call = world_mean(session, pace.wait_per_call);
+  return pace;
 }
 
 // The optimizer step's compute per parameter: the norm, then AdamW (which applies the clip).
@@ -293,20 +370,6 @@ double measure_memory_bandwidth(kernels::Ops& ops, int repetitions) {
   return 3.0 * static_cast<double>(ops.storage_bytes(n)) / seconds;
 }
 
-// The mean over the world of each rank's number (every rank measured at once).
-double world_mean(MpiSession& session, double value) {
-  if (!session.uses_mpi()) return value;
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return value / session.world_size();
-}
-
-void average_times(MpiSession& session, ProfiledTimes& times) {
-  for (double* seconds : {&times.block_forward, &times.block_backward,
-                          &times.attention_core_forward, &times.embedding_forward,
-                          &times.embedding_backward, &times.head_forward, &times.head_backward})
-    *seconds = world_mean(session, *seconds);
-}
-
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -352,6 +415,7 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   };
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
+  const bool own_cores = ranks_have_own_cores(*ops, session);
   DeviceProfile device;
   device.measured_on = ProfileProvenance{.backend = request.backend,
                                          .description = describe_device(*ops),
@@ -368,14 +432,21 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
       ProfileEntry entry =
           measure_compute(*ops, request.model, tensor_parallel, micro_batch, request.repetitions);
       average_times(session, entry.times);
+      if (tensor_parallel > 1 && processes % tensor_parallel == 0 && own_cores)
+        entry.tensor_group =
+            measure_tensor_group_pace(*ops, request.model, entry, session, request.repetitions);
       entry.parallel = processes > 1;
       entry.processes = processes;
       entry.clock = work_clock;
       device.compute.push_back(entry);
-      if (session.world_rank() == 0)
-        std::cout << "  tp " << tensor_parallel << " x micro-batch " << micro_batch
-                  << ": block forward " << entry.times.block_forward * 1e3 << " ms, backward "
-                  << entry.times.block_backward * 1e3 << " ms" << std::endl;
+      if (session.world_rank() != 0) continue;
+      std::cout << "  tp " << tensor_parallel << " x micro-batch " << micro_batch
+                << ": block forward " << entry.times.block_forward * 1e3 << " ms, backward "
+                << entry.times.block_backward * 1e3 << " ms";
+      if (const std::optional<TensorGroupPace>& pace = entry.tensor_group)
+        std::cout << "; with its group x" << pace->forward_ratio << " / x" << pace->backward_ratio
+                  << ", waiting " << pace->wait_per_call * 1e6 << " us per call";
+      std::cout << std::endl;
     }
     barrier();
     GemmEntry gemm = measure_gemm(
