@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "command_runner.h"
 
@@ -314,6 +315,16 @@ TEST_F(Replay, ProfileIsWrittenPerShapeAndThePlannerUsesIt) {
     EXPECT_GT(entry["block_forward"].get<double>(), 0);
     EXPECT_GT(entry["block_backward"].get<double>(), 0);
     EXPECT_GT(entry["head_forward"].get<double>(), 0);
+    // tp 2's blocks are also timed in lock-step with their real group, where
+    // each of the 2 ranks has a core of its own.
+    const bool paced = entry["tensor_parallel"] == 2 && std::thread::hardware_concurrency() >= 2;
+    ASSERT_EQ(entry.contains("tensor_group"), paced) << entry.dump();
+    if (!paced) continue;
+    EXPECT_GT(entry["tensor_group"]["forward_ratio"].get<double>(), 0.5);
+    EXPECT_LT(entry["tensor_group"]["forward_ratio"].get<double>(), 2);
+    EXPECT_GT(entry["tensor_group"]["backward_ratio"].get<double>(), 0.5);
+    EXPECT_LT(entry["tensor_group"]["backward_ratio"].get<double>(), 2);
+    EXPECT_GE(entry["tensor_group"]["wait_per_call"].get<double>(), 0);
   }
   std::map<std::string, int> collectives;
   for (const json& entry : device["collectives"]) {
@@ -331,6 +342,9 @@ TEST_F(Replay, ProfileIsWrittenPerShapeAndThePlannerUsesIt) {
                                     " --planner.profile_dir " + profile_dir);
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
   EXPECT_NE(planned.output.find("profile compute: measured for all"), std::string::npos)
+      << planned.output;
+  EXPECT_EQ(planned.output.find("profile tensor-parallel pace") != std::string::npos,
+            std::thread::hardware_concurrency() >= 2)
       << planned.output;
   const json inspected = json::parse(run("inspect --json " + plan_file).output);
   EXPECT_EQ(inspected["predictions"]["time_model"].get<std::string>().rfind("profile ", 0), 0u)

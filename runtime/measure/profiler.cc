@@ -90,13 +90,13 @@ class StageUnderTest {
       : memory_(ops),
         layout_(make_parameter_layout(config, spec, 0, tensor_parallel)),
         compute_only_(tensor_parallel) {
-    stage_ = make_model_stage(*layout_, ops, memory_,
-                              ModelStageOptions{.micro_batch_size = micro_batch,
-                                                .recompute = std::vector<RecomputeMode>(
-                                                    spec.num_layers, RecomputeMode::None),
-                                                .tensor_group = tensor_parallel == 1 ? nullptr
-                                                                : group              ? group
-                                                                        : &compute_only_});
+    if (group == nullptr) group = &compute_only_;
+    stage_ = make_model_stage(
+        *layout_, ops, memory_,
+        ModelStageOptions{
+            .micro_batch_size = micro_batch,
+            .recompute = std::vector<RecomputeMode>(spec.num_layers, RecomputeMode::None),
+            .tensor_group = tensor_parallel > 1 ? group : nullptr});
     std::vector<float> params(layout_->num_elements());
     layout_->initialize(params.data(), 1);
     stage_->load_parameters(params.data(), params.size());
@@ -116,10 +116,10 @@ class StageUnderTest {
   // saved state (and a head's fresh dlogits): each timed backward follows an
   // untimed forward. Timing it directly, not as the pair minus the forward,
   // keeps it positive on a noisy machine.
-  void add_pieces(std::vector<TimedPiece>& pieces, double* forward, double* backward) {
-    const auto run_forward = [this] { stage_->forward(0, loss_scale_); };
-    pieces.push_back({run_forward, nullptr, forward});
-    pieces.push_back({[this] { stage_->backward(0); }, run_forward, backward});
+  void add_pieces(std::vector<TimedPiece>& pieces, double* forward_seconds,
+                  double* backward_seconds) {
+    pieces.push_back({forward(), nullptr, forward_seconds});
+    pieces.push_back({backward(), forward(), backward_seconds});
   }
   std::function<void()> forward() {
     return [this] { stage_->forward(0, loss_scale_); };
