@@ -1,6 +1,9 @@
 // profiler.h: `paraplan profile`'s measurements on this backend and device:
 // per-layer forward and backward time for each (tensor-parallel degree,
-// micro-batch size) the planner considers, the attention core alone, the
+// micro-batch size) the planner considers (the mean of two blocks in a row,
+// as a stage runs them: one block run again and again keeps its weights in
+// the cache; with tp > 1 also in lock-step with the real group where each
+// rank has a core of its own, group_pace.h), the attention core alone, the
 // embedding and the head, the optimizer step per parameter, GEMM throughput,
 // and latency + bandwidth (alpha-beta) of each collective by group size
 // (collective_profiler.h: the job's transport, on the backend's buffers).
