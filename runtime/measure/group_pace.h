@@ -37,6 +37,8 @@ struct PacedPiece {
 struct GroupCallTotals {
   double seconds = 0, cpu_seconds = 0;
   bool recording = false;
+  // What the recording communicator around the group is built with.
+  RecordingCommunicator::Totals recorder_totals() { return {&seconds, &cpu_seconds, &recording}; }
 };
 
 // This member's seconds per synchronizing call of the grouped runs that are

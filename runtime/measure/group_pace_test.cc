@@ -30,9 +30,8 @@ TEST(GroupPace, TheFasterMemberWaitsAtEveryCallAndRatiosCompareComputeOnly) {
   MPI_Comm comm;
   ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &comm), MPI_SUCCESS);
   GroupCallTotals totals;
-  RecordingCommunicator group(
-      std::make_unique<MpiCommunicator>(comm, "tensor (test)"),
-      RecordingCommunicator::Totals{&totals.seconds, &totals.cpu_seconds, &totals.recording});
+  RecordingCommunicator group(std::make_unique<MpiCommunicator>(comm, "tensor (test)"),
+                              totals.recorder_totals());
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
   const double base = rank == 0 ? 2e-3 : 3e-3;  // rank 1 arrives 1 ms (1.5 ms in B) late
   float value = 1;

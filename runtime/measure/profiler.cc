@@ -238,7 +238,7 @@ void average_times(MpiSession& session, ProfiledTimes& times) {
 // Whether every rank of every node has a core of its own on the CPU backend
 // (agreed over the world): where ranks share cores the planner's simulation
 // models the waiting, and a measurement would count it twice.
-bool ranks_have_own_cores(const kernels::Ops& ops, MpiSession& session) {
+bool every_rank_has_a_core(const kernels::Ops& ops, MpiSession& session) {
   int own = ops.backend() == kernels::Backend::kCpu && session.uses_mpi() &&
             session.local_size() * cpu_threads_per_rank(session) <=
                 static_cast<int>(std::thread::hardware_concurrency());
@@ -259,9 +259,8 @@ TensorGroupPace measure_tensor_group_pace(kernels::Ops& ops, const TransformerCo
       "profile", "comm_split",
       MPI_Comm_split(MPI_COMM_WORLD, session.world_rank() / t, session.world_rank(), &comm));
   GroupCallTotals totals;
-  RecordingCommunicator group(
-      std::make_unique<MpiCommunicator>(comm, "tensor (profile)"),
-      RecordingCommunicator::Totals{&totals.seconds, &totals.cpu_seconds, &totals.recording});
+  RecordingCommunicator group(std::make_unique<MpiCommunicator>(comm, "tensor (profile)"),
+                              totals.recorder_totals());
   StageUnderTest alone(ops, blocks_config(config), kBlocksUnderTest, t, entry.micro_batch_size);
   StageUnderTest grouped(ops, blocks_config(config), kBlocksUnderTest, t, entry.micro_batch_size,
                          &group);
@@ -429,7 +428,7 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   };
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
-  const bool own_cores = ranks_have_own_cores(*ops, session);
+  const bool own_cores = every_rank_has_a_core(*ops, session);
   DeviceProfile device;
   device.measured_on = ProfileProvenance{.backend = request.backend,
                                          .description = describe_device(*ops),
