@@ -147,10 +147,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const double loss_reduce =
       collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
                          4.0 * b * model.seq_len);  // fp32 per token
-  tensor_parallel_.block = (train ? 4 : 2) * all_reduce;
-  tensor_parallel_.full_recompute = train ? 2 * all_reduce : 0;
-  tensor_parallel_.embedding = all_reduce;
-  tensor_parallel_.head = 2 * loss_reduce + (train ? all_reduce : 0);
+  tensor_parallel_ = TensorParallelParts::all_reduce_layout(all_reduce, loss_reduce, train);
   if (shape.sequence_parallel && t > 1) {
     // Sequence parallelism (runtime/model/decoder_stage.h): each all-reduce
     // of a block's forward becomes an all-gather before the column-parallel
@@ -182,10 +179,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     // Per call of the all-reduce layout, whose pace was measured (sequence
     // parallelism spreads the same compute over more calls: charged alike).
     const double wait = pace->wait_per_call;
-    tensor_parallel_wait_ = {.block = (train ? 4 : 2) * wait,
-                             .full_recompute = train ? 2 * wait : 0,
-                             .embedding = wait,
-                             .head = (train ? 3 : 2) * wait};
+    tensor_parallel_wait_ = TensorParallelParts::all_reduce_layout(wait, wait, train);
   }
   if (!train) {
     for (double& seconds : block_backward_) seconds = 0;

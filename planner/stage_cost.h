@@ -174,6 +174,18 @@ class StageCostModel {
       return counts.layers() * block + counts.full * full_recompute + (first ? embedding : 0) +
              (last ? head : 0);
     }
+    // The all-reduce layout's calls (Megatron's f and g): a block's forward
+    // makes 2, its backward 2 more, a full recompute the forward's 2 again,
+    // the vocab-parallel embedding 1, the head 2 of the loss's statistics
+    // and, training, 1 of its input gradient; each call costs `per_call`
+    // (`per_loss_call` for the loss's).
+    static TensorParallelParts all_reduce_layout(double per_call, double per_loss_call,
+                                                 bool train) {
+      return {.block = (train ? 4 : 2) * per_call,
+              .full_recompute = train ? 2 * per_call : 0,
+              .embedding = per_call,
+              .head = 2 * per_loss_call + (train ? per_call : 0)};
+    }
   };
   TensorParallelParts tensor_parallel_;       // the calls' transfers
   TensorParallelParts tensor_parallel_wait_;  // waiting for the group's last member
