@@ -224,7 +224,8 @@ ProfileEntry measure_compute(kernels::Ops& ops, const TransformerConfig& config,
 // The mean over the world of each rank's number (every rank measured at once).
 double world_mean(MpiSession& session, double value) {
   if (!session.uses_mpi()) return value;
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  PARAPLAN_MPI_CHECK("profile", "allreduce",
+                     MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   return value / session.world_size();
 }
 
@@ -242,7 +243,9 @@ bool every_rank_has_a_core(const kernels::Ops& ops, MpiSession& session) {
   int own = ops.backend() == kernels::Backend::kCpu && session.uses_mpi() &&
             session.local_size() * cpu_threads_per_rank(session) <=
                 static_cast<int>(std::thread::hardware_concurrency());
-  if (session.uses_mpi()) MPI_Allreduce(MPI_IN_PLACE, &own, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (session.uses_mpi())
+    PARAPLAN_MPI_CHECK("profile", "allreduce",
+                       MPI_Allreduce(MPI_IN_PLACE, &own, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   return own != 0;
 }
 
@@ -278,7 +281,8 @@ TensorGroupPace measure_tensor_group_pace(kernels::Ops& ops, const TransformerCo
   int runs = std::max((repetitions + kComputeRounds - 1) / kComputeRounds,
                       static_cast<int>(std::ceil(minimum_window / kComputeRounds / pair)));
   runs = std::min(runs, 1000);
-  MPI_Allreduce(MPI_IN_PLACE, &runs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  PARAPLAN_MPI_CHECK("profile", "allreduce",
+                     MPI_Allreduce(MPI_IN_PLACE, &runs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   pace.wait_per_call = time_in_group(ops, group, totals, runs, kComputeRounds, pieces);
   pace.forward_ratio = world_mean(session, pace.forward_ratio);
   pace.backward_ratio = world_mean(session, pace.backward_ratio);
@@ -424,7 +428,7 @@ DeviceProfile measure_device_profile(const ProfileRequest& request, MpiSession& 
   const ProfileClock work_clock =
       ops->backend() == kernels::Backend::kCpu ? ProfileClock::kCpu : ProfileClock::kWall;
   auto barrier = [&] {
-    if (session.uses_mpi()) MPI_Barrier(MPI_COMM_WORLD);
+    if (session.uses_mpi()) PARAPLAN_MPI_CHECK("profile", "barrier", MPI_Barrier(MPI_COMM_WORLD));
   };
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
