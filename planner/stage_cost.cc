@@ -42,12 +42,7 @@ std::optional<CollectiveEntry> measured_collective(const MeasuredProfile* profil
   if (profile == nullptr || ranks <= 1) return std::nullopt;
   const CollectiveEntry* entry = profile->find_collective(operation, ranks);
   if (entry == nullptr) return std::nullopt;
-  CollectiveEntry scaled = *entry;
-  if (scaled.clock == ProfileClock::kCpu) {
-    scaled.latency *= busy;
-    scaled.seconds_per_byte *= busy;
-  }
-  return scaled;
+  return entry->clock == ProfileClock::kCpu ? entry->scaled(busy) : *entry;
 }
 
 void scale_times(ProfiledTimes& times, double factor) {

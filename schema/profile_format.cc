@@ -3,6 +3,7 @@
 // (version 2).
 #include "schema/profile_format.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "common/printable_text.h"
@@ -24,6 +25,8 @@ class Fields {
   }
   bool has(const char* key) const { return object_.contains(key); }
   std::string at(const char* key) const { return where_ + "." + key; }
+  const Json& object() const { return object_; }
+  const std::string& where() const { return where_; }
 
   // required when fallback is nullopt.
   int integer(const char* key, std::optional<int> fallback, int minimum = 1) const {
@@ -154,6 +157,17 @@ CollectiveEntry parse_collective(const Fields& item) {
   entry.clock = item.clock();
   entry.latency = item.number("latency", true, false, "a number of seconds");
   entry.seconds_per_byte = item.number("seconds_per_byte", true, false, "a number");
+  const Json& points = array_of(item.object(), "points", item.where());
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Fields point(points[i], item.at("points") + "[" + std::to_string(i) + "]");
+    const CollectivePoint measured{
+        .bytes = point.number("bytes", true, true, "a number of bytes"),
+        .seconds = point.number("seconds", true, false, "a number of seconds")};
+    if (i > 0 && measured.bytes <= entry.points.back().bytes)
+      fail(point.at("bytes") + " must be larger than points[" + std::to_string(i - 1) +
+           "].bytes (the sizes increase along the list)");
+    entry.points.push_back(measured);
+  }
   return entry;
 }
 
@@ -222,6 +236,29 @@ const char* dtype_text(schema::DType dtype) {
 }
 
 }  // namespace
+
+double CollectiveEntry::seconds(double bytes) const {
+  if (points.empty()) return latency + bytes * seconds_per_byte;
+  if (bytes <= points.front().bytes)
+    return std::max(0.0,
+                    points.front().seconds - (points.front().bytes - bytes) * seconds_per_byte);
+  if (bytes >= points.back().bytes)
+    return points.back().seconds + (bytes - points.back().bytes) * seconds_per_byte;
+  const auto above = std::upper_bound(
+      points.begin(), points.end(), bytes,
+      [](double size, const CollectivePoint& point) { return size < point.bytes; });
+  const CollectivePoint& below = *(above - 1);
+  const double along = (bytes - below.bytes) / (above->bytes - below.bytes);
+  return below.seconds + along * (above->seconds - below.seconds);
+}
+
+CollectiveEntry CollectiveEntry::scaled(double factor) const {
+  CollectiveEntry result = *this;
+  result.latency *= factor;
+  result.seconds_per_byte *= factor;
+  for (CollectivePoint& point : result.points) point.seconds *= factor;
+  return result;
+}
 
 const char* collective_operation_name(CollectiveOperation operation) {
   switch (operation) {
@@ -317,13 +354,20 @@ Json device_profile_json(const DeviceProfile& device) {
                          {"clock", clock_text(entry.clock)},
                          {"seconds_per_parameter", entry.seconds_per_parameter}});
   Json collectives = Json::array();
-  for (const CollectiveEntry& entry : device.collectives)
+  for (const CollectiveEntry& entry : device.collectives) {
     collectives.push_back({{"operation", collective_operation_name(entry.operation)},
                            {"group_size", entry.group_size},
                            {"processes", entry.processes},
                            {"clock", clock_text(entry.clock)},
                            {"latency", entry.latency},
                            {"seconds_per_byte", entry.seconds_per_byte}});
+    if (!entry.points.empty()) {
+      Json points = Json::array();
+      for (const CollectivePoint& point : entry.points)
+        points.push_back({{"bytes", point.bytes}, {"seconds", point.seconds}});
+      collectives.back()["points"] = points;
+    }
+  }
   Json gemm = Json::array();
   for (const GemmEntry& entry : device.gemm)
     gemm.push_back({{"m", entry.m},

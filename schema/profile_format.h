@@ -11,11 +11,13 @@
 // backward without recomputation, the attention core's forward, the
 // embedding's and head's forward and backward, on one device of the TP group,
 // compute only; optionally its pace in the real group, TensorGroupPace), the optimizer step per
-// parameter of a rank's shard, collectives (latency + bytes x seconds_per_byte per operation and
-// group size), GEMM rates (informational) and the machine's peak GEMM rate per dtype and memory
-// bandwidth ("hardware"; optional, ignored by readers that predate it, so still version 2), and
-// each time entry's "clock" (wall or cpu, below; optional, absent = wall). Version 1 (a device's
-// value is an array of compute entries) still reads. schema/README.md lists every field.
+// parameter of a rank's shard, collectives (per operation and
+// group size: the time at each message size measured and the latency + bytes x seconds_per_byte
+// line fitted to them; the sizes' "points" are optional, so still version 2), GEMM rates
+// (informational) and the machine's peak GEMM rate per dtype and memory bandwidth ("hardware";
+// optional, ignored by readers that predate it, so still version 2), and each time entry's "clock"
+// (wall or cpu, below; optional, absent = wall). Version 1 (a device's value is an array of compute
+// entries) still reads. schema/README.md lists every field.
 //
 // Every entry records how many processes ran the measurement at once on the
 // node ("processes"; version 1: "parallel" true = every local device busy).
@@ -84,9 +86,19 @@ enum class CollectiveOperation { AllReduce, ReduceScatter, AllGather, SendReceiv
 // "all_reduce", "reduce_scatter", "all_gather", "send_receive".
 const char* collective_operation_name(CollectiveOperation operation);
 
-// time(bytes) = latency + bytes x seconds_per_byte; bytes = the whole buffer
-// (all_reduce), the whole input (reduce_scatter), the whole output
-// (all_gather), one message (send_receive, group_size 2).
+// One measured call size: bytes as CollectiveEntry counts them, seconds a call.
+struct CollectivePoint {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// A collective's time by buffer size; bytes = the whole buffer (all_reduce),
+// the whole input (reduce_scatter), the whole output (all_gather), one message
+// (send_receive, group_size 2). latency + bytes x seconds_per_byte is the
+// line fitted to the measured points; the points themselves (bytes strictly
+// increasing; absent in older profiles) give the time within their range, by
+// linear interpolation between the two nearest: a line misses the bends
+// where messages outgrow a cache or a library switches algorithm.
 struct CollectiveEntry {
   CollectiveOperation operation = CollectiveOperation::AllReduce;
   int group_size = 2;
@@ -94,7 +106,12 @@ struct CollectiveEntry {
   double latency = 0;
   double seconds_per_byte = 0;
   ProfileClock clock = ProfileClock::kWall;
-  double seconds(double bytes) const { return latency + bytes * seconds_per_byte; }
+  std::vector<CollectivePoint> points = {};
+  // Between points: interpolated; beyond them: the nearest point plus the
+  // line's slope (>= 0); no points: the line.
+  double seconds(double bytes) const;
+  // Every time (latency, slope, points) multiplied by factor.
+  CollectiveEntry scaled(double factor) const;
 };
 
 // The whole optimizer step (norm, clip, AdamW) on one rank's shard, no communication.

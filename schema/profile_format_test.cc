@@ -129,6 +129,48 @@ TEST(ProfileFormat, Version2ParsesEveryField) {
   EXPECT_EQ(other.devices, std::vector<std::string>{"cpu"});
 }
 
+// The measured sizes give a call's time within their range; the fitted
+// line's slope carries it beyond them.
+TEST(CollectiveEntry, InterpolatesBetweenMeasuredSizes) {
+  CollectiveEntry entry{.latency = 1e-5,
+                        .seconds_per_byte = 1e-10,
+                        .points = {{1000, 2e-5}, {3000, 6e-5}, {7000, 8e-5}}};
+  EXPECT_DOUBLE_EQ(entry.seconds(3000), 6e-5);
+  EXPECT_DOUBLE_EQ(entry.seconds(2000), 4e-5);
+  EXPECT_DOUBLE_EQ(entry.seconds(6000), 7.5e-5);
+  EXPECT_DOUBLE_EQ(entry.seconds(17000), 8e-5 + 10000 * 1e-10);
+  EXPECT_DOUBLE_EQ(entry.seconds(500), 2e-5 - 500 * 1e-10);
+  entry.seconds_per_byte = 1e-7;  // steeper than the first point allows: not below zero
+  EXPECT_EQ(entry.seconds(0), 0);
+  const CollectiveEntry slower = entry.scaled(2);
+  EXPECT_DOUBLE_EQ(slower.seconds(2000), 8e-5);
+  EXPECT_DOUBLE_EQ(slower.latency, 2e-5);
+  EXPECT_DOUBLE_EQ(slower.seconds_per_byte, 2e-7);
+  entry.points.clear();  // an older profile: the line
+  EXPECT_DOUBLE_EQ(entry.seconds(2000), 1e-5 + 2000 * 1e-7);
+}
+
+TEST(ProfileFormat, MalformedCollectivePointsAreNamed) {
+  auto error_with = [](const std::string& points) {
+    return load_error(version_2(
+        "cpu", R"("collectives": [{"operation": "all_reduce", "group_size": 2, "processes": 2,
+                   "latency": 0, "seconds_per_byte": 0, "points": )" +
+                   points + "}]"));
+  };
+  const std::string where = "profile.json: devices.\"cpu\".collectives[0].points";
+  EXPECT_EQ(error_with(R"([{"bytes": 1024, "seconds": 1e-5}, {"bytes": 1024, "seconds": 2e-5}])"),
+            where +
+                "[1].bytes must be larger than points[0].bytes (the sizes increase along "
+                "the list)");
+  EXPECT_EQ(error_with(R"([{"bytes": 0, "seconds": 1e-5}])"),
+            where + "[0].bytes must be a number of bytes > 0");
+  EXPECT_EQ(error_with(R"([{"bytes": 1024}])"), where + "[0].seconds is required");
+  EXPECT_EQ(error_with(R"([{"bytes": 1024, "seconds": -1}])"),
+            where + "[0].seconds must be a number of seconds >= 0");
+  EXPECT_EQ(error_with(R"({"bytes": 1024})"), where + " must be an array");
+  EXPECT_EQ(error_with(R"([[1024, 1e-5]])"), where + "[0] must be an object");
+}
+
 TEST(ProfileFormat, MalformedVersion2FieldsAreNamed) {
   auto error_with = [](const std::string& body) { return load_error(version_2("cpu", body)); };
   EXPECT_EQ(
@@ -249,7 +291,8 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
                                                 .processes = 4,
                                                 .latency = 2e-5,
                                                 .seconds_per_byte = 1.0 / 3e11,
-                                                .clock = ProfileClock::kCpu});
+                                                .clock = ProfileClock::kCpu,
+                                                .points = {{16384, 3.1e-5}, {65536, 4.7e-5}}});
   written.gemm.push_back(GemmEntry{.m = 8192,
                                    .n = 1536,
                                    .k = 768,
@@ -317,6 +360,9 @@ TEST(ProfileFormat, WhatTheWriterWritesTheReaderReadsBackEqual) {
   EXPECT_EQ(read.collectives[0].latency, 2e-5);
   EXPECT_EQ(read.collectives[0].clock, ProfileClock::kCpu);
   EXPECT_EQ(read.collectives[0].seconds_per_byte, 1.0 / 3e11);  // doubles round-trip exactly
+  ASSERT_EQ(read.collectives[0].points.size(), 2u);
+  EXPECT_EQ(read.collectives[0].points[1].bytes, 65536);
+  EXPECT_EQ(read.collectives[0].points[1].seconds, 4.7e-5);
   ASSERT_EQ(read.gemm.size(), 1u);
   EXPECT_EQ(read.gemm[0].m, 8192);
   EXPECT_EQ(read.gemm[0].dtype, schema::DType::BFloat16);

@@ -331,6 +331,11 @@ TEST_F(Replay, ProfileIsWrittenPerShapeAndThePlannerUsesIt) {
     ++collectives[entry["operation"].get<std::string>()];
     EXPECT_EQ(entry["group_size"], 2);
     EXPECT_GE(entry["seconds_per_byte"].get<double>(), 0);
+    // Every power of two from 16 KiB to 4 MiB, each with its time.
+    ASSERT_EQ(entry["points"].size(), 9u) << entry.dump();
+    EXPECT_EQ(entry["points"][0]["bytes"], 16384);
+    EXPECT_EQ(entry["points"][8]["bytes"], 4 << 20);
+    for (const json& point : entry["points"]) EXPECT_GT(point["seconds"].get<double>(), 0);
   }
   EXPECT_EQ(collectives["all_reduce"], 1);
   EXPECT_EQ(collectives["send_receive"], 1);

@@ -37,6 +37,14 @@ std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
   return {latency, slope};
 }
 
+// Each size's measured time, as profile.json keeps it.
+std::vector<CollectivePoint> measured_points(const std::vector<double>& bytes,
+                                             const std::vector<double>& seconds) {
+  std::vector<CollectivePoint> points;
+  for (size_t i = 0; i < bytes.size(); ++i) points.push_back({bytes[i], seconds[i]});
+  return points;
+}
+
 // A stand-in for a step's compute between its collectives: streaming
 // updates over a buffer of the bytes that compute touches (the request's
 // compute_bytes), so that the collective's buffers are as far out of the
@@ -192,7 +200,8 @@ struct SplitComm {
 }  // namespace
 
 std::vector<double> collective_message_bytes(kernels::Backend backend, uint64_t largest_bytes) {
-  std::vector<double> sizes = {16 << 10, 256 << 10, 1 << 20, 4 << 20};
+  std::vector<double> sizes;
+  for (double bytes = 16 << 10; bytes <= 4 << 20; bytes *= 2) sizes.push_back(bytes);
   if (backend == kernels::Backend::kCpu) return sizes;
   const double largest = static_cast<double>(largest_bytes);
   for (double bytes = sizes.back() * 4; bytes < largest; bytes *= 4) sizes.push_back(bytes);
@@ -259,7 +268,8 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
                                         .processes = world,
                                         .latency = latency,
                                         .seconds_per_byte = per_byte,
-                                        .clock = clock});
+                                        .clock = clock,
+                                        .points = measured_points(sizes, seconds)});
     }
   }
   if (world % 2 == 0) {
@@ -288,7 +298,8 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
                                       .processes = world,
                                       .latency = latency,
                                       .seconds_per_byte = per_byte,
-                                      .clock = clock});
+                                      .clock = clock,
+                                      .points = measured_points(sizes, seconds)});
   }
   return results;
 }

@@ -1,6 +1,7 @@
-// collective_profiler.h: `paraplan profile`'s collective measurements:
-// latency and bandwidth (alpha-beta) of all-reduce, reduce-scatter and
-// all-gather by group size, and of a pipeline neighbours' exchange, each
+// collective_profiler.h: `paraplan profile`'s collective measurements: the
+// time of all-reduce, reduce-scatter and all-gather by group size and message
+// size (each size measured, and latency and bandwidth fitted to them), and of
+// a pipeline neighbours' exchange, each
 // through the communicators a job of this transport builds (NCCL or staged MPI
 // on device buffers for CUDA, MPI on host buffers for the CPU), with messages
 // up to the gradient bucket a step reduces at once.
@@ -29,8 +30,10 @@ struct CollectiveProfileRequest {
   std::function<uint64_t(int group_size)> compute_bytes;
 };
 
-// The message sizes measured: 16 KiB, 256 KiB, 1 MiB, 4 MiB, then x4 up to
-// largest_bytes (device backends only), the last one largest_bytes itself.
+// The message sizes measured: every power of two from 16 KiB to 4 MiB (a
+// step's activations and pipeline messages lie there, and its curve bends
+// there: caches on a CPU, protocols on a GPU), then x4 up to largest_bytes
+// (device backends only), the last one largest_bytes itself.
 std::vector<double> collective_message_bytes(kernels::Backend backend, uint64_t largest_bytes);
 
 // Collective over MPI_COMM_WORLD (more than one process). Every group of each
