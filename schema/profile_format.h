@@ -11,13 +11,13 @@
 // backward without recomputation, the attention core's forward, the
 // embedding's and head's forward and backward, on one device of the TP group,
 // compute only; optionally its pace in the real group, TensorGroupPace), the optimizer step per
-// parameter of a rank's shard, collectives (per operation and
-// group size: the time at each message size measured and the latency + bytes x seconds_per_byte
-// line fitted to them; the sizes' "points" are optional, so still version 2), GEMM rates
-// (informational) and the machine's peak GEMM rate per dtype and memory bandwidth ("hardware";
-// optional, ignored by readers that predate it, so still version 2), and each time entry's "clock"
-// (wall or cpu, below; optional, absent = wall). Version 1 (a device's value is an array of compute
-// entries) still reads. schema/README.md lists every field.
+// parameter of a rank's shard, collectives (per operation and group size: the time at each
+// message size measured, "points", optional so still version 2, and the latency + bytes x
+// seconds_per_byte line fitted to them), GEMM rates (informational) and the machine's peak GEMM
+// rate per dtype and memory bandwidth ("hardware"; optional, ignored by readers that predate it,
+// so still version 2), and each time entry's "clock" (wall or cpu, below; optional, absent =
+// wall). Version 1 (a device's value is an array of compute entries) still reads.
+// schema/README.md lists every field.
 //
 // Every entry records how many processes ran the measurement at once on the
 // node ("processes"; version 1: "parallel" true = every local device busy).
