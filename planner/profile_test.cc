@@ -208,6 +208,39 @@ TEST(ProfileTest, MeasuredCollectivesReplaceTheRing) {
   EXPECT_TRUE(charged[0].inter_node);
 }
 
+// Where the profile kept its measured sizes, a call costs the interpolation
+// between the two nearest, not the line (which here would say 2e-5 + 262144 x
+// 5e-10 = 151 us); on the CPU clock with ranks sharing cores, the points are
+// scaled by the busy factor like the line.
+TEST(ProfileTest, MeasuredSizesAreInterpolatedBetween) {
+  auto profile_with = [](const char* clock) {
+    const std::string all_reduce = collective("all_reduce", 4, 8, 2e-5, 5e-10);
+    return *parse_measured_profile(
+        version_2("cpu", "\"collectives\": [{\"clock\": \"" + std::string(clock) + "\", " +
+                             "\"points\": [{\"bytes\": 131072, \"seconds\": 1e-4}, "
+                             "{\"bytes\": 524288, \"seconds\": 2.2e-4}], " +
+                             all_reduce.substr(1) + "]"),
+        "profile.json", "cpu", true, 8);
+  };
+  // pp 2 x dp 1 x tp 4, micro-batch 2: a TP all-reduce moves 262144 bytes, a
+  // third of the way from 131072 to 524288; the head's loss reductions (1024
+  // bytes) sit below the first point: 1e-4 less the line's slope over the gap.
+  const double all_reduce = 1e-4 + (262144.0 - 131072) / (524288 - 131072) * 1.2e-4;
+  const double loss = 1e-4 - (131072 - 1024) * 5e-10;
+  const PlanSetting tensor{{2, 1, 4}, {1, 8}, 2, 8, 0, 1, {}};
+  const MeasuredProfile wall = profile_with("wall");
+  EXPECT_DOUBLE_EQ(StageCostModel(eight_device_job(), tensor, &wall)
+                       .estimate(1, {4, 0, 0})
+                       .tensor_parallel_seconds,
+                   17 * all_reduce + 2 * loss);
+  const JobConfig shared = eight_device_job({{"cluster.cores_per_node", "2"}});
+  ASSERT_DOUBLE_EQ(busy_wall_factor(shared, tensor), 4);
+  const MeasuredProfile cpu = profile_with("cpu");
+  EXPECT_DOUBLE_EQ(
+      StageCostModel(shared, tensor, &cpu).estimate(1, {4, 0, 0}).tensor_parallel_seconds,
+      4 * (17 * all_reduce + 2 * loss));
+}
+
 // The CPU backend's profile is CPU time (a dedicated core's seconds). With 8
 // ranks on 2 cores each of those seconds takes 4 with every rank busy (the
 // units of the closed form); the plan's compute, collective and optimizer
