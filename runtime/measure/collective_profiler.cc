@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "runtime/comm/mpi_communicator.h"
@@ -19,30 +20,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// latency + bytes * seconds_per_byte by least squares of the relative error
-// (each point weighted 1 / seconds^2, so the 16 KiB point counts as much as
-// the 4 MiB one: a step's messages are of every size in between); both kept
-// >= 0.
-std::pair<double, double> fit_alpha_beta(const std::vector<double>& bytes,
-                                         const std::vector<double>& seconds) {
+// An entry of the measured points and the line fitted to them: latency +
+// bytes * seconds_per_byte by least squares of the relative error (each point
+// weighted 1 / seconds^2, so the 16 KiB point counts as much as the 4 MiB one:
+// a step's messages are of every size in between); both kept >= 0.
+CollectiveEntry measured_entry(CollectiveOperation operation, int group_size, int processes,
+                               ProfileClock clock, std::vector<CollectivePoint> points) {
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const double w = 1 / std::max(seconds[i] * seconds[i], 1e-300);
-    sw += w, sx += w * bytes[i], sy += w * seconds[i];
-    sxx += w * bytes[i] * bytes[i], sxy += w * bytes[i] * seconds[i];
+  for (const CollectivePoint& point : points) {
+    const double x = point.bytes, y = point.seconds;
+    const double w = 1 / std::max(y * y, 1e-300);
+    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
   }
-  double slope = (sw * sxy - sx * sy) / std::max(1e-300, sw * sxx - sx * sx);
-  slope = std::max(0.0, slope);
+  const double slope = std::max(0.0, (sw * sxy - sx * sy) / std::max(1e-300, sw * sxx - sx * sx));
   const double latency = std::max(0.0, (sy - slope * sx) / std::max(sw, 1e-300));
-  return {latency, slope};
-}
-
-// Each size's measured time, as profile.json keeps it.
-std::vector<CollectivePoint> measured_points(const std::vector<double>& bytes,
-                                             const std::vector<double>& seconds) {
-  std::vector<CollectivePoint> points;
-  for (size_t i = 0; i < bytes.size(); ++i) points.push_back({bytes[i], seconds[i]});
-  return points;
+  return CollectiveEntry{.operation = operation,
+                         .group_size = group_size,
+                         .processes = processes,
+                         .latency = latency,
+                         .seconds_per_byte = slope,
+                         .clock = clock,
+                         .points = std::move(points)};
 }
 
 // A stand-in for a step's compute between its collectives: streaming
@@ -245,31 +243,27 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
     for (CollectiveOperation operation :
          {CollectiveOperation::AllReduce, CollectiveOperation::ReduceScatter,
           CollectiveOperation::AllGather}) {
-      std::vector<double> seconds;
+      std::vector<CollectivePoint> points;
       for (double bytes : sizes) {
         const size_t count = static_cast<size_t>(bytes) / element;
         const size_t chunk = count / group_size;
-        seconds.push_back(timer.seconds(
-            members.comm,
-            [&] {
-              if (operation == CollectiveOperation::AllReduce)
-                group.all_reduce(buffers.receive(), count, dtype, ReduceOp::kSum);
-              else if (operation == CollectiveOperation::ReduceScatter)
-                group.reduce_scatter(buffers.send(), buffers.receive(), chunk, dtype);
-              else
-                group.all_gather(buffers.send(), buffers.receive(), chunk, dtype);
-            },
-            operation == CollectiveOperation::AllReduce ? buffers.receive() : buffers.send(),
-            (operation == CollectiveOperation::AllGather ? chunk : count) * element, compute));
+        points.push_back(
+            {bytes,
+             timer.seconds(
+                 members.comm,
+                 [&] {
+                   if (operation == CollectiveOperation::AllReduce)
+                     group.all_reduce(buffers.receive(), count, dtype, ReduceOp::kSum);
+                   else if (operation == CollectiveOperation::ReduceScatter)
+                     group.reduce_scatter(buffers.send(), buffers.receive(), chunk, dtype);
+                   else
+                     group.all_gather(buffers.send(), buffers.receive(), chunk, dtype);
+                 },
+                 operation == CollectiveOperation::AllReduce ? buffers.receive() : buffers.send(),
+                 (operation == CollectiveOperation::AllGather ? chunk : count) * element,
+                 compute)});
       }
-      const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
-      results.push_back(CollectiveEntry{.operation = operation,
-                                        .group_size = group_size,
-                                        .processes = world,
-                                        .latency = latency,
-                                        .seconds_per_byte = per_byte,
-                                        .clock = clock,
-                                        .points = measured_points(sizes, seconds)});
+      results.push_back(measured_entry(operation, group_size, world, clock, std::move(points)));
     }
   }
   if (world % 2 == 0) {
@@ -281,25 +275,20 @@ std::vector<CollectiveEntry> measure_collectives(kernels::Ops& ops,
         groups.next_stage_rank >= 0 ? groups.next_stage_rank : groups.previous_stage_rank;
     const SplitComm pair(std::min(rank, partner), rank);
     StandInCompute compute(compute_bytes(1));
-    std::vector<double> seconds;
+    std::vector<CollectivePoint> points;
     for (double bytes : sizes) {
       const size_t count = static_cast<size_t>(bytes) / element;
-      seconds.push_back(timer.seconds(
-          pair.comm,
-          [&] {
-            groups.peers->send_receive(buffers.send(), count, partner, buffers.receive(), count,
-                                       partner, dtype);
-          },
-          buffers.send(), count * element, compute));
+      points.push_back({bytes, timer.seconds(
+                                   pair.comm,
+                                   [&] {
+                                     groups.peers->send_receive(buffers.send(), count, partner,
+                                                                buffers.receive(), count, partner,
+                                                                dtype);
+                                   },
+                                   buffers.send(), count * element, compute)});
     }
-    const auto [latency, per_byte] = fit_alpha_beta(sizes, seconds);
-    results.push_back(CollectiveEntry{.operation = CollectiveOperation::SendReceive,
-                                      .group_size = 2,
-                                      .processes = world,
-                                      .latency = latency,
-                                      .seconds_per_byte = per_byte,
-                                      .clock = clock,
-                                      .points = measured_points(sizes, seconds)});
+    results.push_back(
+        measured_entry(CollectiveOperation::SendReceive, 2, world, clock, std::move(points)));
   }
   return results;
 }

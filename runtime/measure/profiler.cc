@@ -264,9 +264,9 @@ TensorGroupPace measure_tensor_group_pace(kernels::Ops& ops, const TransformerCo
   GroupCallTotals totals;
   RecordingCommunicator group(std::make_unique<MpiCommunicator>(comm, "tensor (profile)"),
                               totals.recorder_totals());
-  StageUnderTest alone(ops, blocks_config(config), kBlocksUnderTest, t, entry.micro_batch_size);
-  StageUnderTest grouped(ops, blocks_config(config), kBlocksUnderTest, t, entry.micro_batch_size,
-                         &group);
+  const TransformerConfig blocks = blocks_config(config);
+  StageUnderTest alone(ops, blocks, kBlocksUnderTest, t, entry.micro_batch_size);
+  StageUnderTest grouped(ops, blocks, kBlocksUnderTest, t, entry.micro_batch_size, &group);
   TensorGroupPace pace;
   const std::vector<PacedPiece> pieces = {
       {.alone = alone.forward(), .grouped = grouped.forward(), .ratio = &pace.forward_ratio},
