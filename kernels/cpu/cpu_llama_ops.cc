@@ -77,7 +77,9 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
       const float e = exp_approx(-x);
       const float s = 1.0f / (1.0f + e);
       const float silu = x * s;
-      dgate[i] += dy[i] * up[i] * (s * (1.0f + x * e * s));
+      // silu'(x) = s (1 + x (1 - s)): the same as s (1 + x e s), but x e
+      // overflows to -inf for x below about -88 where this stays finite.
+      dgate[i] += dy[i] * up[i] * (s * (1.0f + x * (1.0f - s)));
       dup[i] += dy[i] * silu;
     }
   }

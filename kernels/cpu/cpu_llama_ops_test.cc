@@ -144,6 +144,23 @@ TEST_F(CpuLlamaOps, SwigluGradient) {
   expect_backward_accumulates("swiglu", {&dgate_up}, backward);
 }
 
+TEST_F(CpuLlamaOps, SwigluGradientStaysFiniteForSaturatedGates) {
+  // silu'(x) -> 0 for x -> -inf and -> 1 for x -> +inf. Written as
+  // s (1 + x e s), e = exp(-x) overflowed at x = -100 and gave -inf.
+  const std::vector<float> gates = {-100.0f, -89.0f, 89.0f, 100.0f};
+  const int hidden = static_cast<int>(gates.size());
+  std::vector<float> gate_up = gates;
+  gate_up.insert(gate_up.end(), hidden, 2.0f);  // up = 2
+  const std::vector<float> dout(hidden, 1.0f);
+  std::vector<float> dgate_up(2 * hidden, 0.0f);
+  ops->swiglu_backward(dgate_up.data(), gate_up.data(), dout.data(), 1, hidden);
+  for (int i = 0; i < hidden; i++) {
+    ASSERT_TRUE(std::isfinite(dgate_up[i])) << "gate " << gates[i];
+    EXPECT_NEAR(dgate_up[i], gates[i] < 0 ? 0.0f : 2.0f, 1e-6) << "gate " << gates[i];
+    EXPECT_NEAR(dgate_up[hidden + i], gates[i] < 0 ? 0.0f : gates[i], 1e-4) << "gate " << gates[i];
+  }
+}
+
 TEST_F(CpuLlamaOps, RotaryEmbeddingGradientIsTheInverseRotation) {
   // rope_backward turns d(rotated qkv) into d(qkv) in place: applied to the
   // probe it gives the gradient of sum(rope(qkv) * probe).

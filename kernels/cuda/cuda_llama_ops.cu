@@ -55,8 +55,9 @@ struct SwigluForward {
   }
 };
 
-// d gate += dy * up * silu'(gate), silu'(x) = s (1 + x e s) with e = exp(-x),
-// s = 1 / (1 + e); d up += dy * silu(gate).
+// d gate += dy * up * silu'(gate), silu'(x) = s (1 + x (1 - s)) with
+// s = 1 / (1 + exp(-x)) (not s (1 + x e s): x e overflows for x below about
+// -88); d up += dy * silu(gate). As the CPU backend computes it.
 template <typename T>
 struct SwigluBackward {
   static constexpr int kPackSize = kPack<T>;
@@ -67,7 +68,7 @@ struct SwigluBackward {
   __device__ static void gradients(float x, float up, float dy, float& dgate, float& dup) {
     const float e = expf(fminf(-x, kExpClamp));
     const float s = 1.0f / (1.0f + e);
-    dgate += dy * up * (s * (1.0f + x * e * s));
+    dgate += dy * up * (s * (1.0f + x * (1.0f - s)));
     dup += dy * (x * s);
   }
   __device__ void scalar(size_t i) const {
