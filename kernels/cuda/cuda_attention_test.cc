@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -138,10 +139,10 @@ TEST_P(CudaAttention, DeterministicBatchIndependentAndTf32Independent) {
   std::unique_ptr<Ops> cuda = make_cuda(true, dtype()), strict = make_cuda(false, dtype());
   for (const AttentionShape& s : {AttentionShape{4, 128, 4, 32}, AttentionShape{3, 130, 2, 64}}) {
     const Tensors first = attention_run(*cuda, s);
-    EXPECT_EQ(attention_run(*cuda, s), first) << describe(s);
+    expect_all_equal(attention_run(*cuda, s), first, "run to run " + describe(s));
     // The GEMM mode changes nothing: the FMA kernels use no tensor cores and
     // the bf16 tensor-core kernels (D = 64 here) are bf16 whatever TF32 says.
-    EXPECT_EQ(attention_run(*strict, s), first) << describe(s);
+    expect_all_equal(attention_run(*strict, s), first, "strict fp32 vs tf32 " + describe(s));
   }
   // Batch entry 1 of a B = 3 call gives bitwise the B = 1 result on its slice.
   const int T = 130, H = 2, D = 64, C = H * D;
@@ -158,8 +159,10 @@ TEST_P(CudaAttention, DeterministicBatchIndependentAndTf32Independent) {
   };
   const Tensors whole = forward(3, qkv.data());
   const Tensors one = forward(1, qkv.data() + static_cast<size_t>(T) * 3 * C);
-  EXPECT_TRUE(std::equal(one[0].begin(), one[0].end(), whole[0].begin() + T * C));
-  EXPECT_TRUE(std::equal(one[1].begin(), one[1].end(), whole[1].begin() + H * T));
+  expect_equal(one[0], std::span<const float>(whole[0]).subspan(T * C, one[0].size()),
+               "out of B=1 vs batch entry 1 of B=3");
+  expect_equal(one[1], std::span<const float>(whole[1]).subspan(H * T, one[1].size()),
+               "logsumexp of B=1 vs batch entry 1 of B=3");
 }
 
 TEST_P(CudaAttention, RejectsHeadDimAbove128) {
@@ -248,7 +251,7 @@ TEST_F(CudaAttentionTensorCore, BitwiseRunToRun) {
   std::unique_ptr<Ops> cuda = make_cuda_attention(nullptr, DType::kBFloat16);
   for (const AttentionShape& s : tensor_core_shapes()) {
     const Tensors first = attention_run(*cuda, s);
-    EXPECT_EQ(attention_run(*cuda, s), first) << describe(s);
+    expect_all_equal(attention_run(*cuda, s), first, "tensor-core run to run " + describe(s));
   }
 }
 
@@ -266,7 +269,8 @@ TEST_F(CudaAttentionTensorCore, FmaSwitchAgreesWithTensorCores) {
     // Rounding P to bf16 moves some of 2 * 200 * 3 * D outputs across a
     // rounding boundary: different bits show that the tensor cores ran.
     if (s.seq_len == 200) {
-      EXPECT_NE(default_result[0], fma_result[0]) << describe(s);
+      EXPECT_FALSE(tensor_compare::compare_equal(default_result[0], fma_result[0], "out").passed())
+          << describe(s) << ": the default and the FMA kernels gave the same bits";
     }
   }
 }
@@ -316,8 +320,9 @@ TEST_P(CudaLoss, SoftmaxCrossEntropyMatchesCpu) {
     const Tensors actual = cross_entropy_run(*cuda, logits, targets, vocab, unaligned);
     expect_all_close(actual, cross_entropy_run(*cpu, logits, targets, vocab, unaligned),
                      cross_entropy_tolerances(dtype()), "cross-entropy V=" + std::to_string(vocab));
-    EXPECT_EQ(actual[1], actual[2]) << "in place must equal out of place";
-    EXPECT_EQ(actual[0], actual[3]) << "evaluation must give the training losses";
+    const std::string what = " V=" + std::to_string(vocab);
+    expect_equal(actual[2], actual[1], "cross-entropy dlogits in place vs out of place" + what);
+    expect_equal(actual[3], actual[0], "cross-entropy evaluation vs training losses" + what);
   }
 }
 
@@ -421,8 +426,9 @@ TEST_P(CudaLoss, ShardedCrossEntropyMatchesFusedAndCpu) {
     const Tensors fused = cross_entropy_run(*cuda, logits, targets, vocab, false);
     // One shard: the fused op's results, bitwise (same mapping, same rounding).
     const Tensors one = sharded_cross_entropy(*cuda, logits, targets, vocab, 1);
-    EXPECT_EQ(one[0], fused[0]) << "V=" << vocab;
-    EXPECT_EQ(one[1], fused[1]) << "V=" << vocab;
+    const std::string what = " V=" + std::to_string(vocab);
+    expect_equal(one[0], fused[0], "1-shard losses vs fused" + what);
+    expect_equal(one[1], fused[1], "1-shard dlogits vs fused" + what);
     for (int shards : {2, 3}) {
       const Tensors expected = sharded_cross_entropy(*cpu, logits, targets, vocab, shards);
       expect_all_close(sharded_cross_entropy(*cuda, logits, targets, vocab, shards), expected,

@@ -56,7 +56,8 @@ TEST_P(CudaLlamaOps, RmsNormMatchesCpu) {
 
 TEST_P(CudaLlamaOps, RmsNormBackwardIsBitwiseRunToRun) {
   std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
-  EXPECT_EQ(rmsnorm_run(*cuda, 1000, 96, false), rmsnorm_run(*cuda, 1000, 96, false));
+  expect_all_equal(rmsnorm_run(*cuda, 1000, 96, false), rmsnorm_run(*cuda, 1000, 96, false),
+                   "rmsnorm 1000x96 run to run");
 }
 
 // out, then dgate_up (starting nonzero).

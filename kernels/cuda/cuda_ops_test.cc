@@ -14,7 +14,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -47,23 +46,15 @@ TEST_P(CudaOps, FactoryAndMemoryRoundTrip) {
   void* a = buffers.upload_storage(host);
   void* b = buffers.allocate_storage(host.size());
   ops->copy(b, a, ops->storage_bytes(host.size()));
-  EXPECT_EQ(buffers.download_storage(b, host.size()), host);
+  expect_equal(buffers.download_storage(b, host.size()), host, "copy");
   ops->zero_bytes(static_cast<char*>(b) + ops->storage_bytes(3), ops->storage_bytes(500));
   std::vector<float> expected = host;
   std::fill(expected.begin() + 3, expected.begin() + 503, 0.0f);
-  EXPECT_EQ(buffers.download_storage(b, host.size()), expected);
+  expect_equal(buffers.download_storage(b, host.size()), expected, "zero_bytes");
   void* empty = ops->allocate(0);  // a unique, freeable pointer, as on the CPU
   EXPECT_NE(empty, nullptr);
   ops->deallocate(empty);
   ops->synchronize();
-}
-
-// Bits of a float, with every NaN the same (the GPU's NaN payload is its own).
-uint32_t canonical_bits(float value) {
-  if (std::isnan(value)) return 0x7fc00000u;
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
 }
 
 TEST_P(CudaOps, ConversionsMatchDtypeHeaderBitwise) {
@@ -93,14 +84,13 @@ TEST_P(CudaOps, ConversionsMatchDtypeHeaderBitwise) {
     cuda->convert_from_float(storage, in, n);
     float* back = buffers.upload(std::vector<float>(n, 7.0f), unaligned);
     cuda->convert_to_float(back, storage, n);
-    const std::vector<float> stored = buffers.download_storage(storage, n);
-    const std::vector<float> widened = buffers.download(back, n);
-    for (size_t i = 0; i < n; i++) {
-      ASSERT_EQ(canonical_bits(stored[i]), canonical_bits(expected[i]))
-          << "convert_from_float(" << values[i] << ") unaligned " << unaligned;
-      ASSERT_EQ(canonical_bits(widened[i]), canonical_bits(expected[i]))
-          << "convert_to_float of element " << i << " unaligned " << unaligned;
-    }
+    // Bits, with every NaN the same (the GPU's NaN payload is its own).
+    // Element i converts values[i].
+    const std::string what = " unaligned " + std::to_string(unaligned);
+    expect_equal(buffers.download_storage(storage, n), expected, "convert_from_float" + what,
+                 FloatEquality::kBits);
+    expect_equal(buffers.download(back, n), expected, "convert_to_float" + what,
+                 FloatEquality::kBits);
   }
 }
 
@@ -133,13 +123,13 @@ TEST_P(CudaOps, TokenEmbeddingMatchesCpu) {
       const std::string what =
           "channels " + std::to_string(channels) + " unaligned " + std::to_string(unaligned);
       // Forward copies: exact in any dtype.
-      EXPECT_EQ(actual[0], expected[0]) << what;
+      expect_equal(actual[0], expected[0], "token embedding forward " + what);
       // Backward sums in the CPU's order (ascending token position) in fp32:
       // exact for fp32; for bf16 one rounding of that sum, within an ulp.
       if (bf16()) {
-        expect_close(actual[1], expected[1], kBf16Tolerance, what);
+        expect_close(actual[1], expected[1], kBf16Tolerance, "token embedding backward " + what);
       } else {
-        EXPECT_EQ(actual[1], expected[1]) << what;
+        expect_equal(actual[1], expected[1], "token embedding backward " + what);
       }
     }
   }
@@ -165,13 +155,14 @@ TEST_P(CudaOps, PositionEmbeddingMatchesCpu) {
                      buffers.download_storage(gradient, dwpe.size())};
     };
     const Tensors actual = run(*cuda), expected = run(*cpu);
+    const std::string what = "channels " + std::to_string(channels);
     // Forward: one addition and one rounding per element, bitwise.
-    EXPECT_EQ(actual[0], expected[0]) << "channels " << channels;
+    expect_equal(actual[0], expected[0], "position embedding forward " + what);
     // Backward: the batch summed in order b = 0, 1, ... onto dwpe, rounded once.
     if (bf16()) {
-      expect_close(actual[1], expected[1], kBf16Tolerance, "channels " + std::to_string(channels));
+      expect_close(actual[1], expected[1], kBf16Tolerance, "position embedding backward " + what);
     } else {
-      EXPECT_EQ(actual[1], expected[1]) << "channels " << channels;
+      expect_equal(actual[1], expected[1], "position embedding backward " + what);
     }
   }
 }
@@ -329,7 +320,8 @@ TEST_P(CudaOps, ResidualAccumulateScaleMatchCpuBitwise) {
                      buffers.download_storage(dx, n)};
     };
     // One IEEE operation per element and op, then one rounding: bitwise in either dtype.
-    EXPECT_EQ(run(*cuda), run(*cpu)) << "unaligned " << unaligned;
+    expect_all_equal(run(*cuda), run(*cpu),
+                     "residual, in place, accumulate+scale unaligned " + std::to_string(unaligned));
   }
 }
 
@@ -371,11 +363,13 @@ TEST_P(CudaOps, AdamWAndSumOfSquaresMatchCpu) {
     const size_t n = 10007;
     const Tensors actual = adamw_run(*cuda, n, unaligned, false);
     expect_all_close(actual, adamw_run(*cpu, n, unaligned, false), tolerances, "adamw");
+    const std::string what = " unaligned " + std::to_string(unaligned);
     // params = round(master), exactly.
-    EXPECT_EQ(actual[1], round_to(dtype(), actual[0])) << "unaligned " << unaligned;
+    expect_equal(actual[1], round_to(dtype(), actual[0]), "adamw params = round(master)" + what);
     if (!bf16()) {
       // fp32: the master weights may be the params themselves; the same bits.
-      EXPECT_EQ(adamw_run(*cuda, n, unaligned, true), actual) << "unaligned " << unaligned;
+      expect_all_equal(adamw_run(*cuda, n, unaligned, true), actual,
+                       "adamw params are master" + what);
     }
   }
   for (size_t n : {size_t{1}, size_t{1000}, size_t{1000003}}) {
@@ -404,12 +398,13 @@ TEST_P(CudaOps, DeterministicTokenEmbeddingBackward) {
                                    num_tokens, 0, vocab, channels);
     return buffers.download_storage(dwte, static_cast<size_t>(vocab) * channels);
   };
-  EXPECT_EQ(run(), run());
+  expect_equal(run(), run(), "token embedding backward run to run");
 }
 
 TEST_P(CudaOps, DeterministicLayerNormBackward) {
   std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
-  EXPECT_EQ(layernorm_run(*cuda, 4096, 768, false), layernorm_run(*cuda, 4096, 768, false));
+  expect_all_equal(layernorm_run(*cuda, 4096, 768, false), layernorm_run(*cuda, 4096, 768, false),
+                   "layernorm 4096x768 run to run");
 }
 
 TEST_P(CudaOps, DeterministicSumOfSquares) {

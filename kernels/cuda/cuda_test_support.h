@@ -4,7 +4,8 @@
 // (and skips it, visibly, without a GPU), the CUDA Ops in TF32 or strict fp32
 // GEMM mode and with either attention implementation, seeded random inputs,
 // backend buffers that convert to and from the storage dtype and free
-// themselves, and max-error comparisons. Test code only.
+// themselves, and the comparisons of kernels/testing/tensor_compare.h (a
+// failure's full report, its tensors dumped). Test code only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
+#include "kernels/testing/tensor_compare.h"
 
 namespace paraplan::kernels::cuda_test_support {
 
@@ -214,38 +216,19 @@ class Buffers {
 
 using Tensors = std::vector<std::vector<float>>;
 
-inline void expect_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                         double tolerance, const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  double scale = 0.0;
-  for (float value : expected) scale = std::max(scale, std::fabs(double{value}));
-  double worst = 0.0;
-  size_t worst_index = 0;
-  for (size_t i = 0; i < actual.size(); i++) {
-    const double error = std::fabs(double{actual[i]} - double{expected[i]});
-    if (!(error <= worst)) {  // also catches NaN
-      worst = std::isnan(error) ? INFINITY : error;
-      worst_index = i;
-    }
-  }
-  EXPECT_LE(worst, tolerance * std::max(scale, 1e-30))
-      << what << ": worst element " << worst_index << " is " << actual[worst_index]
-      << ", the CPU gives " << expected[worst_index] << " (max |cpu| " << scale << ")";
-}
-
-// Tensor t within tolerances[t] (or the last tolerance, for the rest).
-inline void expect_all_close(const Tensors& actual, const Tensors& expected,
-                             const std::vector<double>& tolerances, const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t t = 0; t < actual.size(); t++) {
-    expect_close(actual[t], expected[t], tolerances[std::min(t, tolerances.size() - 1)],
-                 what + " output " + std::to_string(t));
-  }
-}
-
-inline void expect_all_close(const Tensors& actual, const Tensors& expected, double tolerance,
-                             const std::string& what) {
-  expect_all_close(actual, expected, std::vector<double>{tolerance}, what);
-}
+// The comparisons (kernels/testing/tensor_compare.h), actual = CUDA, expected
+// = CPU: expect_close(actual, expected, tolerance, what) (max |cuda - cpu| <=
+// tolerance * max |cpu|), expect_all_close(actual, expected, tolerances or
+// tolerance, what) (tensor t within tolerances[t], the last for the rest,
+// named "<what> output <t>"), expect_equal / expect_all_equal (bitwise, as
+// EXPECT_EQ on vectors: -0 == +0). Each prints a `[ compare ]` line with its
+// measured error and records it as a test property; a failure reports the
+// count outside, the first 10 elements, NaN and Inf counts, and dumps both
+// tensors to PARAPLAN_TEST_DUMP_DIR when set.
+using tensor_compare::expect_all_close;
+using tensor_compare::expect_all_equal;
+using tensor_compare::expect_close;
+using tensor_compare::expect_equal;
+using tensor_compare::FloatEquality;
 
 }  // namespace paraplan::kernels::cuda_test_support

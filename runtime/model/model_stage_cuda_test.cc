@@ -3,24 +3,27 @@
 // Llama: d_model 128, 2 query heads of 64 over 1 KV head, so bf16 attention
 // takes the tensor-core kernels with a group of 2) on the CUDA backend
 // against the CPU backend: the same parameters and tokens give the same loss
-// and the same gradients, tensor by tensor, within tolerance, in TF32 and in
+// and the same gradients, tensor by tensor, within tolerance (compared, printed
+// and on failure dumped by kernels/testing/tensor_compare.h), in TF32 and in
 // strict fp32 GEMM mode, and in bf16 mixed precision against the CPU
 // backend's bf16 storage; and on CUDA, recomputation gives bitwise the
 // gradients of no recomputation (the runtime relies on it). Skips, visibly,
 // without a GPU.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/testing/tensor_compare.h"
 #include "runtime/model/architecture.h"
 
 namespace paraplan {
 namespace {
+
+namespace tensor_compare = kernels::tensor_compare;
 
 // Tolerances per gradient tensor: max |cuda - cpu| / max |cpu|.
 // Strict fp32: each op differs from the CPU by a few ulp (summation order,
@@ -122,29 +125,45 @@ std::vector<RecomputeMode> no_recompute() {
 
 void expect_same_step(Architecture architecture, const StepResult& cuda, const StepResult& cpu,
                       double loss_tolerance, double gradient_tolerance, const std::string& mode) {
-  EXPECT_NEAR(cuda.mean_loss, cpu.mean_loss, loss_tolerance * std::fabs(cpu.mean_loss)) << mode;
+  const std::string name = std::string(architecture_name(architecture)) + " " + mode;
+  tensor_compare::expect_scalar_close(cuda.mean_loss, cpu.mean_loss, loss_tolerance,
+                                      name + " mean loss");
   const TransformerConfig config = tiny_config(architecture);
   const std::unique_ptr<ParameterLayout> layout =
       make_parameter_layout(config, StageSpec{0, config.num_layers, true, true});
   ASSERT_EQ(cuda.gradients.size(), cpu.gradients.size());
+  // Each tensor: max |cuda - cpu| <= gradient_tolerance * max |cpu| (the
+  // report, the printed line and the dump of tensor_compare.h; actual = cuda).
   for (const ParameterTensor& tensor : layout->tensors()) {
-    double scale = 0, worst = 0;
-    size_t worst_index = 0;
-    for (size_t k = 0; k < tensor.size; k++) {
-      const size_t i = tensor.offset + k;
-      scale = std::max(scale, std::fabs(double{cpu.gradients[i]}));
-      const double error = std::fabs(double{cuda.gradients[i]} - double{cpu.gradients[i]});
-      if (!(error <= worst)) {  // NaN counts as the worst
-        worst = std::isnan(error) ? INFINITY : error;
-        worst_index = k;
+    const std::span<const float> cuda_gradient =
+        std::span<const float>(cuda.gradients).subspan(tensor.offset, tensor.size);
+    const std::span<const float> cpu_gradient =
+        std::span<const float>(cpu.gradients).subspan(tensor.offset, tensor.size);
+    const tensor_compare::CloseReport report = tensor_compare::expect_close(
+        cuda_gradient, cpu_gradient, gradient_tolerance, name + " " + tensor.name);
+    EXPECT_GT(report.scale, 0.0) << tensor.name << " has no gradient on the CPU";
+  }
+}
+
+// Bitwise the same gradients; on failure, also which tensors the listed
+// differences are in (the comparison's indices are into the whole vector).
+void expect_same_gradients(Architecture architecture, const std::vector<float>& actual,
+                           const std::vector<float>& expected, const std::string& what) {
+  const tensor_compare::EqualReport report = tensor_compare::expect_equal(actual, expected, what);
+  if (report.passed()) return;
+  const TransformerConfig config = tiny_config(architecture);
+  const std::unique_ptr<ParameterLayout> layout =
+      make_parameter_layout(config, StageSpec{0, config.num_layers, true, true});
+  std::string where;
+  for (const tensor_compare::EqualReport::Difference& difference : report.first_differences) {
+    for (const ParameterTensor& tensor : layout->tensors()) {
+      if (difference.index >= tensor.offset && difference.index < tensor.offset + tensor.size) {
+        where += " [" + std::to_string(difference.index) + "] = " + tensor.name + "[" +
+                 std::to_string(difference.index - tensor.offset) + "]";
       }
     }
-    EXPECT_GT(scale, 0.0) << tensor.name << " has no gradient on the CPU";
-    EXPECT_LE(worst, gradient_tolerance * scale)
-        << mode << " " << tensor.name << "[" << worst_index << "]: cuda "
-        << cuda.gradients[tensor.offset + worst_index] << ", cpu "
-        << cpu.gradients[tensor.offset + worst_index] << " (max |cpu| " << scale << ")";
   }
+  ADD_FAILURE() << what << ": the differences listed are in" << where;
 }
 
 class StageCuda : public ::testing::TestWithParam<Architecture> {
@@ -186,14 +205,18 @@ TEST_P(StageCuda, RecomputationGivesBitwiseTheSameGradientsOnCuda) {
   for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
     std::unique_ptr<kernels::Ops> cuda = make_cuda(true, dtype);
     const StepResult none = step(*cuda);
-    EXPECT_EQ(step(*cuda).gradients, none.gradients) << "run to run";
+    const std::string name =
+        std::string(architecture_name(GetParam())) + " " + kernels::dtype_name(dtype);
+    expect_same_gradients(GetParam(), step(*cuda).gradients, none.gradients,
+                          name + " gradients run to run");
     for (auto modes : {std::vector{RecomputeMode::Selective, RecomputeMode::Selective},
                        std::vector{RecomputeMode::Full, RecomputeMode::Full},
                        std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
       const StepResult recomputed = step(*cuda, modes);
       EXPECT_EQ(recomputed.mean_loss, none.mean_loss);
-      EXPECT_EQ(recomputed.gradients, none.gradients)
-          << kernels::dtype_name(dtype) << " modes " << int(modes[0]) << "," << int(modes[1]);
+      expect_same_gradients(GetParam(), recomputed.gradients, none.gradients,
+                            name + " gradients recompute modes " + std::to_string(int(modes[0])) +
+                                "," + std::to_string(int(modes[1])));
     }
   }
 }
