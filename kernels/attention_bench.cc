@@ -1,0 +1,379 @@
+// attention_bench.cc: times paraplan's fused causal self-attention, forward
+// and forward + backward, through the Ops interface (kernels/ops.h) exactly as
+// GPT-2's block calls it (runtime/model/gpt/gpt_stage.cc): one
+// Ops::attention_forward over the packed qkv [B, T, (H + 2 Hkv) * D]
+// (q heads | k heads | v heads, the QKV linear's output) writing out
+// [B, T, H * D] and logsumexp [B, H, T], and one Ops::attention_backward
+// accumulating into dqkv (same layout) from dout [B, T, H * D], with a
+// [B, H, T] float scratch. The model's zeroing of dqkv before the backward is
+// a separate memset and is not timed here (dqkv is zeroed before each timed
+// repeat instead). Runs on the CPU or the CUDA backend, fp32 or bf16 storage;
+// scripts/device_attention_torch.py times PyTorch's SDPA the same way.
+//
+// Timing: W warm-up forward + backward pairs, then R repeats of N iterations
+// of the forward alone, and R repeats of N forward + backward pairs, each
+// repeat timed on the wall clock between two ops->synchronize() calls; the
+// median repeat over N is reported. backward_ms = forward_backward_ms -
+// forward_ms.
+//
+// FLOPs (FlashAttention's convention, which the PyTorch script uses too):
+//   forward          = 2 matmuls (Q K^T, P V) x 2 B H T T D flops each, halved
+//                      for the causal mask = 2 B H T^2 D;
+//   backward         = 2.5 x forward (5 matmuls against the forward's 2);
+//   forward+backward = 3.5 x forward.
+// The causal halving ignores the diagonal (T(T+1)/2 vs T^2/2), as is usual.
+//
+// After timing, one untimed forward + backward from a zeroed dqkv gives the
+// checksums: sum |out| and sum |dqkv| in double, and their NaN counts.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace {
+
+using paraplan::kernels::DType;
+using paraplan::kernels::Ops;
+
+constexpr const char* kUsage =
+    "usage: attention_bench [--backend cpu|cuda] [--dtype float32|bfloat16]\n"
+    "                       [--batch B] [--seq T] [--heads H] [--kv-heads K] [--head-dim D]\n"
+    "                       [--iterations N] [--warmup W] [--repeats R] [--seed S]\n"
+    "                       [--device I] [--json FILE]\n"
+    "Times Ops::attention_forward and attention_backward (causal, GPT-2's qkv layout).\n"
+    "Defaults: GPT-2 124M's attention: --backend cuda --dtype bfloat16 --batch 8 --seq 1024\n"
+    "--heads 12 --kv-heads (= heads) --head-dim 64 --iterations 20 --warmup 5 --repeats 5.\n"
+    "The CUDA attention kernels follow PARAPLAN_CUDA_ATTENTION (auto | fma).\n";
+
+struct Options {
+  std::string backend = "cuda";
+  DType dtype = DType::kBFloat16;
+  int batch = 8, seq = 1024, heads = 12, kv_heads = 0, head_dim = 64;
+  int iterations = 20, warmup = 5, repeats = 5, device = 0;
+  unsigned seed = 1234;
+  std::string json;
+};
+
+// A command-line mistake: main prints it with the usage and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int parse_int(const std::string& flag, const std::string& text, int minimum) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < minimum || value > 1 << 30) {
+    throw UsageError(flag + ": '" + text + "' is not an integer >= " + std::to_string(minimum));
+  }
+  return static_cast<int>(value);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (flag.rfind("--", 0) != 0) throw UsageError("'" + flag + "': not a flag (see --help)");
+    const size_t equals = flag.find('=');
+    if (equals != std::string::npos) {
+      value = flag.substr(equals + 1);
+      flag = flag.substr(0, equals);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw UsageError(flag + ": missing value");
+    }
+    if (flag == "--backend") {
+      if (value != "cpu" && value != "cuda") {
+        throw UsageError("--backend: '" + value + "' is not one of cpu, cuda");
+      }
+      o.backend = value;
+    } else if (flag == "--dtype") {
+      if (value == "float32") {
+        o.dtype = DType::kFloat32;
+      } else if (value == "bfloat16") {
+        o.dtype = DType::kBFloat16;
+      } else {
+        throw UsageError("--dtype: '" + value + "' is not one of float32, bfloat16");
+      }
+    } else if (flag == "--batch") {
+      o.batch = parse_int(flag, value, 1);
+    } else if (flag == "--seq") {
+      o.seq = parse_int(flag, value, 1);
+    } else if (flag == "--heads") {
+      o.heads = parse_int(flag, value, 1);
+    } else if (flag == "--kv-heads") {
+      o.kv_heads = parse_int(flag, value, 1);
+    } else if (flag == "--head-dim") {
+      o.head_dim = parse_int(flag, value, 1);
+    } else if (flag == "--iterations") {
+      o.iterations = parse_int(flag, value, 1);
+    } else if (flag == "--warmup") {
+      o.warmup = parse_int(flag, value, 0);
+    } else if (flag == "--repeats") {
+      o.repeats = parse_int(flag, value, 1);
+    } else if (flag == "--seed") {
+      o.seed = static_cast<unsigned>(parse_int(flag, value, 0));
+    } else if (flag == "--device") {
+      o.device = parse_int(flag, value, 0);
+    } else if (flag == "--json") {
+      if (value.empty()) throw UsageError("--json: needs a file name");
+      o.json = value;
+    } else {
+      throw UsageError(flag +
+                       ": unknown flag (valid: --backend --dtype --batch --seq --heads --kv-heads "
+                       "--head-dim --iterations --warmup --repeats --seed --device --json)");
+    }
+  }
+  if (o.kv_heads == 0) o.kv_heads = o.heads;
+  if (o.heads % o.kv_heads != 0) {
+    throw UsageError("--kv-heads: " + std::to_string(o.kv_heads) + " does not divide --heads " +
+                     std::to_string(o.heads));
+  }
+  return o;
+}
+
+// Which attention kernels the backend runs for these options, as
+// kernels/cuda/cuda_device.cu and cuda_attention.cu choose them: bf16 tensor
+// cores for bf16 storage with head_dim 64 or 128 (Ops::allocate's buffers are
+// 16-byte aligned) unless PARAPLAN_CUDA_ATTENTION=fma, the fp32 FMA kernels
+// otherwise. make_cuda_ops has already refused any other value of the variable.
+std::string implementation(const Options& o) {
+  if (o.backend == "cpu") {
+    return o.dtype == DType::kBFloat16
+               ? "cpu fused sgemm flash attention (bf16 widened to fp32 scratch)"
+               : "cpu fused sgemm flash attention (fp32)";
+  }
+  const char* variable = std::getenv("PARAPLAN_CUDA_ATTENTION");
+  const bool fma_forced = variable != nullptr && std::string(variable) == "fma";
+  if (fma_forced) return "cuda fp32 FMA flash attention (PARAPLAN_CUDA_ATTENTION=fma)";
+  if (o.dtype != DType::kBFloat16) return "cuda fp32 FMA flash attention (fp32 storage)";
+  if (o.head_dim != 64 && o.head_dim != 128) {
+    return "cuda fp32 FMA flash attention (head_dim " + std::to_string(o.head_dim) +
+           " is not 64 or 128)";
+  }
+  return "cuda bf16 tensor-core flash attention (mma.sync m16n8k16, default)";
+}
+
+// A storage tensor of n elements, uniform in [-scale, scale), from seed.
+void* random_storage(Ops& ops, size_t n, unsigned seed, float scale) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> uniform(-scale, scale);
+  std::vector<float> values(n);
+  for (float& v : values) v = uniform(generator);
+  std::vector<char> host(ops.storage_bytes(n));
+  paraplan::kernels::host_from_float(host.data(), values.data(), ops.storage_dtype(), n);
+  void* tensor = ops.allocate(host.size());
+  ops.copy_from_host(tensor, host.data(), host.size());
+  return tensor;
+}
+
+struct Checksum {
+  double abs_sum = 0;
+  long nan_count = 0;
+};
+
+Checksum checksum(Ops& ops, const void* tensor, size_t n) {
+  std::vector<char> host(ops.storage_bytes(n));
+  ops.copy_to_host(host.data(), tensor, host.size());
+  std::vector<float> values(n);
+  paraplan::kernels::host_to_float(values.data(), host.data(), ops.storage_dtype(), n);
+  Checksum result;
+  for (float v : values) {
+    if (std::isnan(v)) {
+      ++result.nan_count;
+    } else {
+      result.abs_sum += std::fabs(static_cast<double>(v));
+    }
+  }
+  return result;
+}
+
+// Median over repeats of the wall-clock milliseconds per call of body,
+// each repeat N calls between two synchronizations. before runs untimed
+// ahead of each repeat.
+template <typename Before, typename Body>
+double median_ms(Ops& ops, const Options& o, Before before, Body body) {
+  std::vector<double> per_call;
+  for (int r = 0; r < o.repeats; ++r) {
+    before();
+    ops.synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iterations; ++i) body();
+    ops.synchronize();
+    const std::chrono::duration<double, std::milli> elapsed =
+        std::chrono::steady_clock::now() - start;
+    per_call.push_back(elapsed.count() / o.iterations);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  const size_t m = per_call.size() / 2;
+  return per_call.size() % 2 ? per_call[m] : 0.5 * (per_call[m - 1] + per_call[m]);
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// A JSON number, or null for a value JSON cannot hold (NaN, infinity).
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  return text;
+}
+
+int run(const Options& o) {
+  std::unique_ptr<Ops> ops = o.backend == "cpu"
+                                 ? paraplan::kernels::make_cpu_ops(0, o.dtype)
+                                 : paraplan::kernels::make_cuda_ops(o.device, o.dtype);
+  const int B = o.batch, T = o.seq, H = o.heads, K = o.kv_heads, D = o.head_dim;
+  const size_t rows = static_cast<size_t>(B) * T;
+  const size_t qkv_n = rows * static_cast<size_t>(H + 2 * K) * D;
+  const size_t out_n = rows * static_cast<size_t>(H) * D;
+  const size_t stat_n = rows * static_cast<size_t>(H);  // [B, H, T]
+
+  void* qkv = random_storage(*ops, qkv_n, o.seed, 1.0f);
+  void* dout = random_storage(*ops, out_n, o.seed + 1, 1.0f);
+  void* out = ops->allocate(ops->storage_bytes(out_n));
+  void* dqkv = ops->allocate(ops->storage_bytes(qkv_n));
+  float* logsumexp = static_cast<float*>(ops->allocate(stat_n * sizeof(float)));
+  float* scratch = static_cast<float*>(ops->allocate(stat_n * sizeof(float)));
+  ops->zero_bytes(dqkv, ops->storage_bytes(qkv_n));
+
+  auto forward = [&] { ops->attention_forward(out, logsumexp, qkv, B, T, H, K, D); };
+  auto backward = [&] {
+    ops->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, B, T, H, K, D);
+  };
+  auto zero_dqkv = [&] { ops->zero_bytes(dqkv, ops->storage_bytes(qkv_n)); };
+
+  for (int i = 0; i < o.warmup; ++i) {
+    forward();
+    backward();
+  }
+  ops->synchronize();
+  const double forward_ms = median_ms(
+      *ops, o, [] {}, forward);
+  const double forward_backward_ms = median_ms(*ops, o, zero_dqkv, [&] {
+    forward();
+    backward();
+  });
+  const double backward_ms = forward_backward_ms - forward_ms;
+
+  zero_dqkv();
+  forward();
+  backward();
+  const Checksum out_sum = checksum(*ops, out, out_n);
+  const Checksum dqkv_sum = checksum(*ops, dqkv, qkv_n);
+
+  // The header's FLOP counts.
+  const double forward_flops = 2.0 * B * H * static_cast<double>(T) * T * D;
+  const double forward_tflops = forward_flops / (forward_ms * 1e-3) / 1e12;
+  // NaN (JSON null) when noise makes the difference of the two medians <= 0.
+  const double backward_tflops =
+      backward_ms > 0 ? 2.5 * forward_flops / (backward_ms * 1e-3) / 1e12 : std::nan("");
+  const double forward_backward_tflops = 3.5 * forward_flops / (forward_backward_ms * 1e-3) / 1e12;
+  const std::string impl = implementation(o);
+  const std::string device = ops->device_name();
+
+  std::printf(
+      "attention_bench %s %s (%s) B=%d T=%d H=%d Hkv=%d D=%d: forward %.4f ms (%.2f TFLOP/s), "
+      "backward %.4f ms (%.2f TFLOP/s), forward+backward %.4f ms (%.2f TFLOP/s); "
+      "sum|out| %.6g nan %ld, sum|dqkv| %.6g nan %ld; %s; median of %d x %d iterations\n",
+      o.backend.c_str(), dtype_name(o.dtype), device.c_str(), B, T, H, K, D, forward_ms,
+      forward_tflops, backward_ms, backward_tflops, forward_backward_ms, forward_backward_tflops,
+      out_sum.abs_sum, out_sum.nan_count, dqkv_sum.abs_sum, dqkv_sum.nan_count, impl.c_str(),
+      o.repeats, o.iterations);
+
+  ops->deallocate(qkv);
+  ops->deallocate(dout);
+  ops->deallocate(out);
+  ops->deallocate(dqkv);
+  ops->deallocate(logsumexp);
+  ops->deallocate(scratch);
+
+  if (!o.json.empty()) {
+    std::string text = "{\n";
+    auto field = [&](const char* key, const std::string& value, bool last = false) {
+      text += std::string("  \"") + key + "\": " + value + (last ? "\n" : ",\n");
+    };
+    field("backend", json_string(o.backend));
+    field("dtype", json_string(dtype_name(o.dtype)));
+    field("device", json_string(device));
+    field("batch", std::to_string(B));
+    field("seq", std::to_string(T));
+    field("heads", std::to_string(H));
+    field("kv_heads", std::to_string(K));
+    field("head_dim", std::to_string(D));
+    field("iterations", std::to_string(o.iterations));
+    field("warmup", std::to_string(o.warmup));
+    field("repeats", std::to_string(o.repeats));
+    field("forward_ms", json_number(forward_ms));
+    field("backward_ms", json_number(backward_ms));
+    field("forward_backward_ms", json_number(forward_backward_ms));
+    field("forward_tflops", json_number(forward_tflops));
+    field("backward_tflops", json_number(backward_tflops));
+    field("forward_backward_tflops", json_number(forward_backward_tflops));
+    field("flop_formula",
+          json_string("forward = 2*B*H*T*T*D (4*B*H*T*T*D halved for causal); backward = "
+                      "2.5 x forward; forward_backward = 3.5 x forward"));
+    field("output_abs_sum", json_number(out_sum.abs_sum));
+    field("output_nan_count", std::to_string(out_sum.nan_count));
+    field("dqkv_abs_sum", json_number(dqkv_sum.abs_sum));
+    field("dqkv_nan_count", std::to_string(dqkv_sum.nan_count));
+    field("implementation", json_string(impl), /*last=*/true);
+    text += "}\n";
+    std::FILE* file = std::fopen(o.json.c_str(), "w");
+    if (file == nullptr || std::fputs(text.c_str(), file) < 0 || std::fclose(file) != 0) {
+      std::fprintf(stderr, "attention_bench: cannot write --json %s: %s\n", o.json.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse(argc, argv);
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "attention_bench: %s (--help lists the flags)\n", error.what());
+    return 2;
+  }
+  try {
+    return run(options);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "attention_bench: error: %s\n", error.what());
+    return 1;
+  }
+}
