@@ -289,4 +289,10 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage = DType::kFloat32);
 // Number of CUDA devices visible (0 when CUDA is not compiled in).
 int cuda_device_count();
 
+// Starts (true) or stops (false) the CUDA profiler's collection
+// (cudaProfilerStart/Stop), so `ncu --profile-from-start off` measures only
+// the kernels in between (replay's measured steps). Without a profiler
+// attached, or without CUDA, it does nothing; errors are ignored.
+void cuda_profiler_range(bool collect);
+
 }  // namespace paraplan::kernels

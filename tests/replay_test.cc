@@ -10,6 +10,7 @@
 // exact and never above it, the trace holding every instruction.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -115,6 +116,14 @@ TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
   const double step = report["step_seconds"]["measured"].get<double>();
   EXPECT_GT(step, 0);
   EXPECT_GT(report["step_seconds"]["predicted"].get<double>(), 0);
+  // Each step's loss, warm-up first, from the last stage and counted once per
+  // tensor group: near ln(256) = 5.55 on uniform synthetic tokens at
+  // initialisation (counted twice it would be 11.1).
+  ASSERT_EQ(report["each_step_loss"].size(), 3u);
+  for (const json& loss : report["each_step_loss"]) {
+    ASSERT_TRUE(loss.is_number()) << report["each_step_loss"];
+    EXPECT_NEAR(loss.get<double>(), std::log(256.0), 0.1);
+  }
   for (const json& stage : report["stages"]) {
     EXPECT_EQ(stage["ranks"], 2);
     const double forward = stage["forward"]["measured"].get<double>();

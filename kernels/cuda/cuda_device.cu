@@ -10,6 +10,7 @@
 // PARAPLAN_CUDA_ATTENTION=fma forces the fp32 FMA kernels everywhere. Both
 // variables are read once, when the Ops object is made. The op set itself is
 // in cuda_ops.cu.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -57,6 +58,10 @@ int cuda_device_count() {
     return 0;
   }
   return count;
+}
+
+void cuda_profiler_range(bool collect) {
+  if ((collect ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) cudaGetLastError();
 }
 
 std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {

@@ -10,6 +10,8 @@ int cuda_device_count() {
   return 0;
 }
 
+void cuda_profiler_range(bool) {}
+
 std::unique_ptr<Ops> make_cuda_ops(int, DType) {
   throw std::runtime_error(
       "backend 'cuda' requested, but this paraplan was built without CUDA (nvcc was not found "

@@ -331,7 +331,11 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
   double job_step_seconds = 0;
-  std::vector<double> each_step_seconds;
+  std::vector<double> each_step_seconds, each_step_loss;
+  const bool counts_loss = rank.stage->has_head() && mesh.tensor_rank == 0;
+  const bool profile_range = rank.ops->backend() == kernels::Backend::kCuda;
+  const double tokens_per_step =
+      static_cast<double>(training.global_batch_size()) * model.config.seq_len;
   // Warm-up steps run as training runs them, without the per-instruction
   // synchronizations of the timer: the last one's count is the step's own.
   uint64_t step_synchronizations = 0;
@@ -346,13 +350,22 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     rank.ops->zero_bytes(rank.stage->gradients(),
                          rank.ops->storage_bytes(rank.stage->buffer_elements()));
-    rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
-                            loss_scale, hooks, measured ? &timer : nullptr);
+    // ncu --profile-from-start off: the measured steps' kernels only.
+    if (profile_range && step == options.warmup) kernels::cuda_profiler_range(true);
+    const double loss_sum =
+        rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
+                                loss_scale, hooks, measured ? &timer : nullptr);
     if (!measured)
       step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
     rank.ops->synchronize();
     double seconds = seconds_between(start, Clock::now());
     recording = false;
+    if (profile_range && step + 1 == options.warmup + options.steps)
+      kernels::cuda_profiler_range(false);
+    // Outside the timed span; counted once per tensor group, as training counts it.
+    double step_loss = counts_loss ? loss_sum : 0.0;
+    world.all_reduce(&step_loss, 1, ReduceOp::kSum);
+    each_step_loss.push_back(step_loss / tokens_per_step);
     if (!measured) continue;
     timer.measurement().step_seconds += seconds;
     world.all_reduce(&seconds, 1, ReduceOp::kMax);  // the job's step is its slowest rank's
@@ -382,7 +395,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
                       .steps = options.steps,
                       .warmup = options.warmup,
                       .job_step_seconds = job_step_seconds,
-                      .each_step_seconds = each_step_seconds};
+                      .each_step_seconds = each_step_seconds,
+                      .each_step_loss = each_step_loss};
   nlohmann::json report = replay_report(plan, run, ranks);
   if (options.warmup > 0) report["host_synchronizations_per_step"] = step_synchronizations;
   std::cout << replay_table(report);

@@ -2,6 +2,7 @@
 #include "runtime/measure/replay_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "runtime/comm/communicator.h"
@@ -228,6 +229,11 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
   // Flat figures for scripts (bench.sh, autotune).
   report["step_seconds_measured"] = run.job_step_seconds;
   report["each_step_seconds_measured"] = run.each_step_seconds;
+  // JSON has no NaN: a non-finite loss is written as null.
+  nlohmann::json losses = nlohmann::json::array();
+  for (double loss : run.each_step_loss)
+    losses.push_back(std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr));
+  report["each_step_loss"] = losses;
   report["step_seconds_predicted"] = step_predicted;
   report["tokens_per_second_measured"] = report["tokens_per_second"]["measured"];
   return report;
@@ -310,6 +316,18 @@ std::string replay_table(const json& report) {
                 report["mfu"]["measured"].get<double>() * 100,
                 report["memory_within_prediction"].get<bool>() ? "yes" : "NO");
   out += line;
+  if (report.contains("each_step_loss") && !report["each_step_loss"].empty()) {
+    out += "loss per step (warm-up first):";
+    for (const json& loss : report["each_step_loss"]) {
+      if (loss.is_null()) {
+        out += " nan";
+        continue;
+      }
+      std::snprintf(line, sizeof line, " %.4f", loss.get<double>());
+      out += line;
+    }
+    out += "\n";
+  }
   return out;
 }
 

@@ -65,6 +65,9 @@ struct ReplayRun {
   int steps = 0, warmup = 0;
   double job_step_seconds = 0;            // mean over measured steps of the slowest rank's step
   std::vector<double> each_step_seconds;  // each measured step's slowest rank's, in order
+  // Each step's loss (warm-up steps first): a broken model (NaN, or no
+  // learning) shows in a benchmark's report as it would in training.
+  std::vector<double> each_step_loss;
 };
 
 nlohmann::json replay_report(const schema::Plan& plan, const ReplayRun& run,

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "runtime/data/sample_source.h"
 #include "runtime/model/memory_tracker.h"
 #include "schema/plan_io.h"
@@ -39,7 +41,8 @@ TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
                       .steps = 2,
                       .warmup = 1,
                       .job_step_seconds = 1.1,
-                      .each_step_seconds = {1.2, 1.0}};
+                      .each_step_seconds = {1.2, 1.0},
+                      .each_step_loss = {10.8, 10.75, std::nan("")}};
   const nlohmann::json report = replay_report(plan, run, {first, second});
   const nlohmann::json& stage = report["stages"][0];
   EXPECT_DOUBLE_EQ(stage["forward"]["measured"].get<double>(), 0.11);  // per micro-batch
@@ -67,6 +70,10 @@ TEST(ReplayReport, StagePartsAreMeansOverItsRanksAndAddUpToTheStep) {
   EXPECT_NEAR(report["step_seconds"]["error"].get<double>(), 0.1, 1e-12);
   EXPECT_EQ(report["step_seconds_measured"].get<double>(), 1.1);
   EXPECT_EQ(report["each_step_seconds_measured"], nlohmann::json({1.2, 1.0}));
+  // Warm-up first; a NaN (a broken model) is null, which JSON can hold.
+  EXPECT_EQ(report["each_step_loss"], nlohmann::json({10.8, 10.75, nullptr}));
+  EXPECT_NE(replay_table(report).find("loss per step (warm-up first): 10.8000 10.7500 nan"),
+            std::string::npos);
 }
 
 TEST(ReplayReport, MeasurementsSurviveTheirArrayForm) {
