@@ -40,15 +40,26 @@ def parser(description, seq_len, vocab):
     return p
 
 
+def allow_tf32(torch):
+    """fp32 matmuls and convolutions in TF32. PyTorch 2.9 replaced the
+    allow_tf32 switches with fp32_precision (and warns on, or refuses, a mix of
+    the two); older versions only have the switches."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+    else:
+        matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
 def run(args, make_model, flops_per_token, draw_vocab=None):
     """Times args.steps training steps of make_model() (a module returning the
     mean cross-entropy of (tokens, targets)); prints and returns the result."""
     if not torch.cuda.is_available():
         sys.exit("no CUDA device visible")
     torch.manual_seed(args.seed)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.set_float32_matmul_precision("high")
+    allow_tf32(torch)
     device = torch.device("cuda")
     model = make_model().to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -75,10 +86,13 @@ def run(args, make_model, flops_per_token, draw_vocab=None):
         step(i)
     torch.cuda.synchronize()
     start = time.perf_counter()
+    losses = []  # read back after the clock stops: no host wait inside the timed steps
     for i in range(args.warmup, args.warmup + args.steps):
         loss = step(i)
+        losses.append(loss.detach())
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
+    losses = [value.item() for value in losses]
 
     tokens_per_second = args.batch_size * args.seq_len * args.steps / elapsed
     peak = (args.peak_tflops or (989.0 if args.bf16 else 494.5)) * 1e12
@@ -86,7 +100,7 @@ def run(args, make_model, flops_per_token, draw_vocab=None):
         "mode": args.mode, "attention": args.attention, "precision": "bf16" if args.bf16 else "tf32",
         "batch_size": args.batch_size, "steps": args.steps, "step_seconds": elapsed / args.steps,
         "tokens_per_second": tokens_per_second, "mfu": flops_per_token * tokens_per_second / peak,
-        "last_loss": loss.item(), "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "last_loss": losses[-1], "losses": losses, "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
     }
     print(f"torch {args.mode:7s} B={args.batch_size:<3d} {result['precision']}: "
           f"{elapsed / args.steps * 1e3:8.2f} ms/step  {tokens_per_second:12,.0f} tokens/s  "

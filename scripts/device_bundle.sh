@@ -21,8 +21,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 echo "== build for sm_${PARAPLAN_CUDA_ARCHITECTURES:-90} in $build_dir"
+# The tests' mpiexec is a link inside the build folder, which device_env.sh
+# points at the bundle's Open MPI: a GPU machine's own mpiexec (another MPI,
+# or none) is never picked up. -lineinfo: compute-sanitizer's reports name
+# source lines.
+mkdir -p "$build_dir"
+ln -sfn "$(command -v mpiexec)" "$build_dir/mpiexec"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARAPLAN_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}" >/dev/null
+  -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_FLAGS=-lineinfo \
+  -DMPIEXEC_EXECUTABLE="$build_dir/mpiexec" >/dev/null
 grep -q '^CMAKE_CUDA_COMPILER:.*nvcc' "$build_dir/CMakeCache.txt" || {
   echo "device_bundle.sh: $build_dir was configured without CUDA (is nvcc on PATH?)" >&2
   exit 1
@@ -110,6 +117,12 @@ mkdir -p "$work/stage/build-device"
   } | tar -cf - -T - | tar -xf - -C "$work/stage/build-device"
 )
 strip --strip-debug "${executables[@]/#$build_dir/$work/stage/build-device}" 2>/dev/null || true
+# What the window checks against: the commit, and the CPU backend's losses for
+# the losses phase (scripts/device_phases.sh), computed here, before it.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.device' || echo '+uncommitted')" \
+  >"$work/stage/commit"
+echo "== the CPU reference losses (scripts/device_check.sh --prepare)"
+PARAPLAN_BUILD=$build_dir bash scripts/device_check.sh --prepare "$work/stage/reference"
 printf 'source_dir=%s\nbuild_dir=%s\nmpiexec=%s\n' "$source_dir" "$build_dir" \
   "$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")" \
   >"$work/stage/paths"

@@ -1,102 +1,156 @@
 #!/usr/bin/env bash
-# device_check.sh: the GPU checks on a GPU machine without Debian's packages,
-# and one summary table of them. Run scripts/device_bundle.sh here first,
-# carry .device, then on the GPU machine:
+# device_check.sh: everything a short GPU window must return, in one call that
+# ends by its own deadline, each phase's results in $OUT as soon as it ends.
 #
-#   bash scripts/device_check.sh          # all of the below, then the summary table
-#   bash scripts/device_check.sh tests    # every CUDA and NCCL test (against the CPU backend)
-#   bash scripts/device_check.sh bench    # GPT-2 124M: paraplan against PyTorch eager and compile
-#   bash scripts/device_check.sh profile  # where a GPT-2 124M step's time goes (nsys, if present)
-#   bash scripts/device_check.sh replay   # 2 and 4 ranks sharing the GPU: measured vs predicted
+#   bash scripts/device_check.sh                  # on the GPU machine (bundle carried)
+#   bash scripts/device_check.sh --rehearse       # here, no GPU: every phase's plumbing
+#   bash scripts/device_check.sh --prepare DIR    # the CPU reference losses (device_bundle.sh)
 #
-# Each mode prints the summary table (scripts/device_summary.py) of what it
-# ran; full logs go to $OUT (the device tool's returned folder; out/device
-# elsewhere) as one archive per mode, since only a few files come back. bench
-# takes BATCHES, STEPS, WARMUP and DTYPE as bench.sh does (default BATCHES
-# "4 8 16 32"; pass fewer to fit one 10-minute call of the device tool).
+# Phases, in this order unless --phases names others (their functions are in
+# scripts/device_phases.sh):
+#   facts      GPU, driver, the CUDA runtime, cuBLAS(Lt) and NCCL loaded, PyTorch,
+#              whether ncu and compute-sanitizer work, ldd of paraplan, the bundle's commit
+#   tests      every CUDA and NCCL test, 60 s each, JUnit; failures rerun once with
+#              CUDA_LAUNCH_BLOCKING=1; failing comparisons dumped (PARAPLAN_TEST_DUMP_DIR)
+#   sanitizer  compute-sanitizer memcheck over the op tests and one training step,
+#              racecheck over attention, the norms and the losses
+#   losses     GPT-2 124M's and a grouped-KV Llama's widths (2 layers, seq 1024, vocab
+#              50,304, bf16, 5 steps) on the GPU against the CPU backend's losses
+#   bench      GPT-2 124M bf16 throughput: paraplan replay (per component, measured
+#              against predicted), PyTorch eager, torch.compile; each step's loss
+#   breakdown  a step's kernels by ncu (GEMMs / attention / the rest / host gaps), and
+#              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes
+# After every phase the summary table (scripts/device_summary.py) is rewritten,
+# so a call stopped at any point returns what it finished.
+#
+# Options and environment:
+#   --seconds N      the whole check's deadline (default 470 on a GPU, 300 rehearsing)
+#   --phases "..."   which phases, in which order
+#   OUT              results folder (the device tool's; else out/device or out/device-rehearsal)
+#   PARAPLAN_BUILD   build folder (build-device on a GPU, from the bundle; build rehearsing)
+#   BATCHES          bench micro-batch sizes (default "8"; compile runs at the first only)
+# At most 8 files come back from the device tool: OUT holds summary.txt and one
+# archive per phase.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-mode=${1:-all}
-out=${OUT:-out/device}
-logs=$(mktemp -d)
-mkdir -p "$out"
-# shellcheck source=scripts/device_env.sh
-source scripts/device_env.sh || exit 1
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader |
-  tee "$logs/gpu.txt"
 
+usage() { sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
+rehearse=0 seconds="" prepare_dir=""
+phases="facts tests sanitizer losses bench breakdown"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rehearse) rehearse=1 ;;
+    --seconds) seconds=${2:-}; shift ;;
+    --phases) phases=${2:-}; shift ;;
+    --prepare) prepare_dir=${2:-}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *)
+      echo "device_check.sh: unknown argument '$1'; use --rehearse, --seconds N, --phases" \
+        "\"facts tests sanitizer losses bench breakdown\", or --prepare DIR" >&2
+      exit 2
+      ;;
+  esac
+  shift
+done
+for phase in $phases; do
+  case " facts tests sanitizer losses bench breakdown " in
+    *" $phase "*) ;;
+    *)
+      echo "device_check.sh: --phases: unknown phase '$phase'; the phases are facts tests" \
+        "sanitizer losses bench breakdown" >&2
+      exit 2
+      ;;
+  esac
+done
+if [ -n "$seconds" ] && ! [[ $seconds =~ ^[0-9]+$ ]]; then
+  echo "device_check.sh: --seconds must be a whole number of seconds, got '$seconds'" >&2
+  exit 2
+fi
+
+# shellcheck source=scripts/device_phases.sh
+source scripts/device_phases.sh
+
+if [ -n "$prepare_dir" ]; then
+  build=${PARAPLAN_BUILD:-build-device}
+  paraplan=$build/launcher/paraplan
+  prepare_references "$prepare_dir" full
+  exit $?
+fi
+
+if [ "$rehearse" = 1 ]; then
+  build=${PARAPLAN_BUILD:-build}
+  out=${OUT:-out/device-rehearsal}
+  seconds=${seconds:-300}
+  python=python3
+else
+  # shellcheck source=scripts/device_env.sh
+  source scripts/device_env.sh || exit 1
+  build=${PARAPLAN_BUILD:-build-device}
+  out=${OUT:-out/device}
+  seconds=${seconds:-470}
+  # PyTorch runs with the machine's own libraries, not the bundle's.
+  python=$(mktemp)
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="$PARAPLAN_SYSTEM_LD_LIBRARY_PATH" exec python3 "$@"\n' \
+    >"$python" && chmod +x "$python"
+fi
+paraplan=$build/launcher/paraplan
+if [ ! -x "$paraplan" ]; then
+  echo "device_check.sh: $paraplan not found: build first (scripts/build.sh, or carry the" \
+    "bundle of scripts/device_bundle.sh)" >&2
+  exit 1
+fi
+mkdir -p "$out"
+rm -f "$out"/*.tar.gz "$out/summary.txt"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+start=$(date +%s)
+deadline=$((start + seconds))
+export PARAPLAN_TEST_DUMP_DIR="$work/tests/dumps"
+
+# run_phase NAME CAP: the phase's function under the smaller of its cap and the
+# time left (less 10 s for the summary), its files packed into OUT at once.
 status=0
-run_tests() {
-  ctest --test-dir build-device -R "Cuda|cuda|Nccl" --output-on-failure -j 4 \
-    >"$logs/tests.log" 2>&1 || status=$?
-}
-# PyTorch runs with the machine's own libraries, not the bundle's.
-printf '#!/bin/sh\nLD_LIBRARY_PATH="$PARAPLAN_SYSTEM_LD_LIBRARY_PATH" exec python3 "$@"\n' \
-  >"$logs/python3" && chmod +x "$logs/python3"
-run_bench() {
-  BATCHES=${BATCHES:-"4 8 16 32"} OUT="$logs/bench" PARAPLAN=build-device/launcher/paraplan \
-    PYTHON="$logs/python3" bash samples/gpt2_124m/bench.sh >"$logs/bench.log" 2>&1 || status=$?
-}
-paraplan=build-device/launcher/paraplan
-run_profile() {
-  mkdir -p "$logs/profile"
-  if ! command -v nsys >/dev/null; then
-    echo "nsys not found: no kernel breakdown" >"$logs/profile/none.txt"
+run_phase() {
+  local name=$1 cap=$2 left limit begin rc
+  left=$((deadline - $(date +%s) - 10))
+  limit=$((cap < left ? cap : left))
+  mkdir -p "$work/$name"
+  if [ "$limit" -lt 5 ]; then
+    echo "$name skipped 0 no time left before the deadline" >>"$work/progress.txt"
+    echo "== $name: skipped, no time left" >&2
     return
   fi
-  "$paraplan" plan --config samples/gpt2_124m/job.toml --output "$logs/profile/b16.pplan" \
-    --training.micro_batch_size 16 --training.global_batch_size 16 >"$logs/profile/plan.log" 2>&1 ||
-    { status=1; return; }
-  local start end
-  start=$(date +%s.%N)
-  nsys profile --force-overwrite true -o "$logs/profile/replay" \
-    "$paraplan" replay --plan "$logs/profile/b16.pplan" --steps 10 --warmup 3 --backend cuda \
-    >"$logs/profile/replay.log" 2>&1 || status=$?
-  end=$(date +%s.%N)
-  nsys stats --report cuda_gpu_kern_sum --format csv --output "$logs/profile/kernels" \
-    "$logs/profile/replay.nsys-rep" >"$logs/profile/stats.log" 2>&1 || status=$?
-  mv "$logs/profile/kernels_cuda_gpu_kern_sum.csv" "$logs/profile/kernels.csv" 2>/dev/null
-  # The kernels' share of the replay's measured steps; nsys adds its own start-up.
-  python3 - "$logs/profile" "$start" "$end" <<'PY'
-import json, re, sys
-folder = sys.argv[1]
-text = open(folder + "/replay.log", errors="replace").read()
-step = re.search(r"step[^\n]*?measured[^\n]*?([0-9.]+) s", text)
-seconds = float(step.group(1)) * 13 if step else float(sys.argv[3]) - float(sys.argv[2])
-json.dump({"profiled_seconds": seconds, "what": "replay of micro-batch 16, 13 steps"},
-          open(folder + "/wall.json", "w"))
-PY
+  begin=$(date +%s)
+  echo "== $name (at most ${limit} s)" >&2
+  timeout --kill-after=5 "$limit" bash -c "source scripts/device_phases.sh && phase_$name" \
+    >"$work/$name/phase.log" 2>&1
+  rc=$?
+  local took=$(($(date +%s) - begin)) state=ok
+  [ "$rc" = 0 ] || state=failed
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && state=timeout
+  [ "$state" = ok ] || status=1
+  echo "$name $state $took exit $rc (limit $limit s)" >>"$work/progress.txt"
+  tar -C "$work" -czf "$out/$name.tar.gz" "$name" 2>/dev/null
+  write_summary
+  echo "== $name: $state in ${took} s" >&2
 }
-run_replay() {
-  # 2 and 4 ranks on the one GPU (staged transport), tiny model: pp 2 and pp 2 x dp 2.
-  mkdir -p "$logs/replay"
-  for mesh in "2 1" "2 2"; do
-    set -- $mesh
-    local name="pp$1_dp$2"
-    "$paraplan" plan --config samples/tiny/job.toml --output "$logs/replay/$name.pplan" \
-      --planner.world_size $(($1 * $2)) --planner.pipeline_nstages "$1" \
-      --planner.data_parallel_degree "$2" --planner.tensor_parallel_degree 1 \
-      --cluster.preset h100-sxm \
-      >"$logs/replay/$name.plan.log" 2>&1 || { status=1; continue; }
-    "$paraplan" launch --plan "$logs/replay/$name.pplan" -- replay --backend cuda --steps 10 \
-      --warmup 3 --report "$logs/replay/$name.json" >"$logs/replay/$name.log" 2>&1 || status=$?
-  done
+write_summary() {
+  "$python" scripts/device_summary.py "$work" >"$out/summary.txt" 2>&1 ||
+    python3 scripts/device_summary.py "$work" >"$out/summary.txt" 2>&1
 }
-case "$mode" in
-  tests) run_tests ;;
-  bench) run_bench ;;
-  profile) run_profile ;;
-  replay) run_replay ;;
-  all) run_tests; run_bench; run_profile; run_replay ;;
-  *)
-    echo "device_check.sh: mode must be all, tests, bench, profile or replay, got '$mode'" >&2
-    exit 2
-    ;;
-esac
-peak=989.0
-[ "${DTYPE:-bfloat16}" = float32 ] && peak=494.5
-python3 scripts/device_summary.py "$logs" "$peak" | tee "$logs/summary.txt"
-tar -C "$logs" -czf "$out/$mode-logs.tar.gz" .
-rm -rf "$logs"
-echo "device_check.sh $mode: exit $status; logs in $out/$mode-logs.tar.gz"
+
+export build paraplan python work rehearse
+for phase in $phases; do
+  case $phase in
+    facts) run_phase facts 45 ;;
+    tests) run_phase tests 150 ;;
+    sanitizer) run_phase sanitizer 100 ;;
+    losses) run_phase losses 70 ;;
+    bench) run_phase bench 150 ;;
+    breakdown) run_phase breakdown 75 ;;
+  esac
+done
+write_summary
+cat "$out/summary.txt"
+echo "device_check.sh: exit $status after $(($(date +%s) - start)) s; results in $out"
 exit "$status"

@@ -36,7 +36,9 @@ device_env_main() {
   if [ "$build_dir" != "$source_dir/build-device" ] && [ ! -e "$build_dir" ]; then
     mkdir -p "$(dirname "$build_dir")" && ln -sfn "$root/build-device" "$build_dir" || return 1
   fi
-  if [ -n "$mpiexec" ] && [ ! -e "$mpiexec" ]; then
+  # The tests' mpiexec: a link in the build folder (device_bundle.sh), always
+  # the bundle's Open MPI; an older bundle's system path only where it is free.
+  if [ -n "$mpiexec" ] && { [ "${mpiexec#"$build_dir"/}" != "$mpiexec" ] || [ ! -e "$mpiexec" ]; }; then
     mkdir -p "$(dirname "$mpiexec")" && ln -sfn "$bundle/root/usr/bin/mpiexec" "$mpiexec" || return 1
   fi
 

@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
 """device_summary.py: the one summary table of scripts/device_check.sh.
 
-Reads what the device checks left in a log folder and prints, whatever of it
-is there: the GPU test results (ctest's log), the GPT-2 124M benchmark
-(paraplan against PyTorch eager and torch.compile, tokens/s and MFU per
-micro-batch, from bench/*.json), where a step's time goes (an nsys kernel
-summary: GEMMs, attention, the rest, host gaps) and the multi-rank replays on
-the GPU (measured against predicted per stage, from replay/*.json).
-Standard library only; usage: device_summary.py LOG_DIR [PEAK_TFLOPS].
+Reads whatever the phases left in the check's work folder (one sub-folder per
+phase: facts, tests, sanitizer, losses, bench, breakdown, and progress.txt)
+and prints: each phase's state and time; the machine's facts; the tests
+passed, failed, timed out and crashed by name (with the rerun under
+CUDA_LAUNCH_BLOCKING) and the largest measured comparison errors; sanitizer
+errors; device against CPU losses; tokens/s and MFU against PyTorch eager and
+torch.compile with each step's loss, and the replay's components measured
+against predicted; the kernels' time by kind with the host gaps; paraplan's
+attention against PyTorch's SDPA backends. A phase that did not run says so.
+
+Standard library only. Usage:
+  device_summary.py WORK_DIR
+  device_summary.py --compare-losses DIR CASE...   (the losses phase: writes
+      DIR/losses.json, prints one line per case, exits 1 on a mismatch)
 """
 import csv
 import glob
 import json
+import math
 import os
 import re
 import sys
+import xml.etree.ElementTree as ElementTree
 
-# GPT-2 124M as samples/gpt2_124m/job.toml and bench.sh count it.
-L, C, F, V, T = 12, 768, 3072, 50304, 1024
-FLOPS_PER_TOKEN = 6 * (L * (4 * C * C + 2 * F * C) + C * V) + 12 * L * T * C
+# bf16 on both sides, different summation orders: |device - cpu| per step.
+# Not measured on a GPU yet; the check prints the measured figure beside it.
+LOSS_TOLERANCE = 2e-2
 
 
 def load_json(path):
@@ -29,117 +38,347 @@ def load_json(path):
         return None
 
 
+def load_jsonl(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def tests(log_dir):
-    path = os.path.join(log_dir, "tests.log")
-    if not os.path.exists(path):
-        return ["tests: not run"]
-    text = open(path, errors="replace").read()
-    summary = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", text)
-    if not summary:
-        return ["tests: no ctest summary in tests.log (the run did not finish)"]
-    failed, total = int(summary.group(2)), int(summary.group(3))
-    skipped = text.count("***Skipped")
-    lines = ["tests: %d of %d passed, %d failed, %d skipped" % (total - failed, total, failed,
-                                                                 skipped)]
-    lines += ["  failed: " + name for name in re.findall(r"\d+ - (\S+) \(Failed\)", text)]
+# ---- the losses phase's comparison ----------------------------------------------------------------
+
+def compare_losses(folder, cases):
+    results, ok = {}, True
+    for case in cases:
+        cpu = load_jsonl(os.path.join(folder, case + ".cpu.jsonl"))
+        device = load_jsonl(os.path.join(folder, case + ".device.jsonl"))
+        result = {"cpu": [r.get("loss") for r in cpu or []],
+                  "device": [r.get("loss") for r in device or []]}
+        if not cpu or not device:
+            result["verdict"] = "no %s losses" % ("CPU" if not cpu else "device")
+        elif len(cpu) != len(device):
+            result["verdict"] = "%d device steps against %d CPU steps" % (len(device), len(cpu))
+        elif any(v is None or not math.isfinite(v) for v in result["device"]):
+            result["verdict"] = "non-finite device loss"
+        else:
+            diffs = [abs(d - c) for d, c in zip(result["device"], result["cpu"])]
+            result["max_abs_diff"] = max(diffs)
+            result["verdict"] = "ok" if max(diffs) <= LOSS_TOLERANCE else "too far"
+        result["tolerance"] = LOSS_TOLERANCE
+        ok = ok and result["verdict"] == "ok"
+        results[case] = result
+    with open(os.path.join(folder, "losses.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    for line in losses_lines(results):
+        print(line)
+    return 0 if ok else 1
+
+
+def losses_lines(results):
+    lines = []
+    for case, r in results.items():
+        pairs = " ".join("%s/%s" % (fmt(d, ".4f"), fmt(c, ".4f"))
+                         for d, c in zip(r.get("device", []), r.get("cpu", [])))
+        lines.append("  %-6s %-8s max |diff| %s (tolerance %.0e)  device/cpu per step: %s" % (
+            case, r["verdict"], fmt(r.get("max_abs_diff"), ".2e"), r["tolerance"], pairs))
     return lines
 
 
-def bench(log_dir, peak):
-    rows = []
-    for path in sorted(glob.glob(os.path.join(log_dir, "bench", "b*.paraplan.json")),
-                       key=lambda p: int(re.search(r"b(\d+)\.", os.path.basename(p)).group(1))):
-        b = re.search(r"b(\d+)\.", os.path.basename(path)).group(1)
-        ours = (load_json(path) or {}).get("tokens_per_second_measured")
-        eager = (load_json(os.path.join(log_dir, "bench", "b%s.eager.json" % b)) or {}).get(
-            "tokens_per_second")
-        compiled = (load_json(os.path.join(log_dir, "bench", "b%s.compile.json" % b)) or {}).get(
-            "tokens_per_second")
-        mfu = None if ours is None else 100 * ours * FLOPS_PER_TOKEN / peak
-        eager_mfu = None if eager is None else 100 * eager * FLOPS_PER_TOKEN / peak
-        compiled_mfu = None if compiled is None else 100 * compiled * FLOPS_PER_TOKEN / peak
-        ratio = None if ours is None or compiled is None else ours / compiled
-        rows.append("%5s %12s %6s %12s %6s %12s %6s %7s" % (
-            b, fmt(ours, ",.0f"), fmt(mfu, ".1f"), fmt(eager, ",.0f"), fmt(eager_mfu, ".1f"),
-            fmt(compiled, ",.0f"), fmt(compiled_mfu, ".1f"), fmt(ratio, ".2f")))
-    if not rows:
+# ---- sections -------------------------------------------------------------------------------------
+
+def progress(work):
+    text = read(os.path.join(work, "progress.txt"))
+    if not text:
+        return ["phases: none finished"]
+    lines = ["phases (state, seconds):"]
+    for line in text.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3:
+            lines.append("  %-10s %-8s %5s s  %s" % (parts[0], parts[1], parts[2],
+                                                    parts[3] if len(parts) > 3 else ""))
+    return lines
+
+
+def facts(work):
+    text = read(os.path.join(work, "facts", "facts.txt"))
+    if text is None:
+        return ["facts: not run"]
+    return ["facts:"] + ["  " + line for line in text.splitlines()]
+
+
+# "12/75 Test #261: Storage/CudaOps.GeluMatchesCpu/float32  # GetParam() = ... ....***Skipped   0.15 sec"
+CTEST_LINE = re.compile(r"Test +#\d+: (.+?)(?:  # GetParam\(\).*?)? \.*\s*(\*\*\*)?(Passed|Failed|"
+                        r"Skipped|Timeout|Not Run|Exception: [\w ]+?|SegFault|Subprocess aborted)"
+                        r"\s+[\d.]+ sec")
+COMPARE_LINE = re.compile(r"\[ compare \] (.*?): max rel err ([0-9.eE+-]+|nan|inf) "
+                          r"\(tolerance ([0-9.eE+-]+)\)")
+
+
+def ctest_results(path):
+    text = read(path)
+    if text is None:
+        return None
+    return {name: state for name, _, state in CTEST_LINE.findall(text)}, text
+
+
+def comparisons(work):
+    """The measured errors of every comparison the tests printed (JUnit system-out)."""
+    found = {}
+    for path in (os.path.join(work, "tests", "junit.xml"),):
+        try:
+            root = ElementTree.parse(path).getroot()
+        except (OSError, ElementTree.ParseError):
+            continue
+        for case in root.iter("testcase"):
+            out = "".join(node.text or "" for node in case.iter("system-out"))
+            for what, error, tolerance in COMPARE_LINE.findall(out):
+                try:
+                    ratio = float(error) / float(tolerance)
+                except ValueError:
+                    ratio = float("inf")
+                found[case.get("name", "?") + ": " + what] = (ratio, error, tolerance)
+    return found
+
+
+def tests(work):
+    first = ctest_results(os.path.join(work, "tests", "tests.log"))
+    if first is None:
+        return ["tests: not run"]
+    states, text = first
+    if not states:
+        return ["tests: no test results in tests.log (the run did not get far)",
+                "  " + text.strip().splitlines()[-1] if text.strip() else ""]
+    counts = {}
+    for state in states.values():
+        key = "crashed" if state.startswith("Exception") or state in (
+            "SegFault", "Subprocess aborted") else state.lower()
+        counts[key] = counts.get(key, 0) + 1
+    lines = ["tests: %d run: %s" % (len(states), ", ".join(
+        "%d %s" % (n, k) for k, n in sorted(counts.items())))]
+    rerun = ctest_results(os.path.join(work, "tests", "rerun.log"))
+    rerun_states = rerun[0] if rerun else {}
+    for name, state in sorted(states.items()):
+        if state in ("Passed", "Skipped"):
+            continue
+        again = rerun_states.get(name)
+        lines.append("  %-9s %s%s" % (state.lower(), name,
+                                      "  (rerun with CUDA_LAUNCH_BLOCKING=1: %s)" % again.lower()
+                                      if again else ""))
+    measured = comparisons(work)
+    if measured:
+        worst = sorted(measured.items(), key=lambda item: -item[1][0])[:5]
+        lines.append("  comparisons measured: %d; largest error / tolerance:" % len(measured))
+        for what, (ratio, error, tolerance) in worst:
+            lines.append("    %5.2f  %s (%s against %s)" % (ratio, what, error, tolerance))
+    dumps = glob.glob(os.path.join(work, "tests", "dumps", "*"))
+    if dumps:
+        lines.append("  %d tensor dump file(s) in tests/dumps" % len(dumps))
+    return lines
+
+
+def sanitizer(work):
+    text = read(os.path.join(work, "sanitizer", "results.txt"))
+    if text is None:
+        return ["sanitizer: not run"]
+    return ["compute-sanitizer:"] + ["  " + line for line in text.splitlines()]
+
+
+def losses(work):
+    results = load_json(os.path.join(work, "losses", "losses.json"))
+    if results is None:
+        return ["losses: not run" if not os.path.isdir(os.path.join(work, "losses"))
+                else "losses: no comparison written (see losses/phase.log)"]
+    return ["device against CPU losses (bf16, 5 steps):"] + losses_lines(results)
+
+
+def losses_text(values):
+    if not values:
+        return "-"
+    return " ".join("nan" if v is None or not math.isfinite(v) else "%.3f" % v for v in values)
+
+
+def bench(work):
+    folder = os.path.join(work, "bench")
+    paths = glob.glob(os.path.join(folder, "b*.pplan"))
+    batches = sorted({int(re.search(r"b(\d+)\.", os.path.basename(p)).group(1))
+                      for p in paths + glob.glob(os.path.join(folder, "b*.json"))})
+    if not batches:
         return ["benchmark: not run"]
-    return ["GPT-2 124M, seq 1024, tokens/s and MFU %% (peak %.1f TFLOP/s):" % (peak / 1e12),
-            "%5s %12s %6s %12s %6s %12s %6s %7s" % ("micro", "paraplan", "MFU", "eager", "MFU",
-                                                    "compile", "MFU", "x comp")] + rows
+    lines = ["GPT-2 124M throughput (tokens/s, MFU %, x = paraplan / torch.compile):",
+             "  %5s %12s %6s %12s %6s %12s %6s %6s" % ("micro", "paraplan", "MFU", "eager", "MFU",
+                                                       "compile", "MFU", "x")]
+    details = []
+    for b in batches:
+        ours = load_json(os.path.join(folder, "b%d.paraplan.json" % b)) or {}
+        eager = load_json(os.path.join(folder, "b%d.eager.json" % b)) or {}
+        compiled = load_json(os.path.join(folder, "b%d.compile.json" % b)) or {}
+        tps = ours.get("tokens_per_second_measured")
+        mfu = (ours.get("mfu") or {}).get("measured")
+        ratio = None if not tps or not compiled.get("tokens_per_second") else \
+            tps / compiled["tokens_per_second"]
+        lines.append("  %5d %12s %6s %12s %6s %12s %6s %6s" % (
+            b, fmt(tps, ",.0f"), fmt(None if mfu is None else 100 * mfu, ".1f"),
+            fmt(eager.get("tokens_per_second"), ",.0f"),
+            fmt(None if eager.get("mfu") is None else 100 * eager["mfu"], ".1f"),
+            fmt(compiled.get("tokens_per_second"), ",.0f"),
+            fmt(None if compiled.get("mfu") is None else 100 * compiled["mfu"], ".1f"),
+            fmt(ratio, ".2f")))
+        details.append("  B=%d losses: paraplan %s | eager %s | compile %s" % (
+            b, losses_text(ours.get("each_step_loss")), losses_text(eager.get("losses")),
+            losses_text(compiled.get("losses"))))
+        for stage in ours.get("stages", []):
+            parts = []
+            for key, value in (stage.get("per_step") or {}).items():
+                if isinstance(value, dict) and value.get("measured"):
+                    parts.append("%s %.2f/%.2f" % (key, 1e3 * value["measured"],
+                                                   1e3 * (value.get("predicted") or 0)))
+            if parts:
+                details.append("  B=%d stage %s ms measured/predicted: %s" % (
+                    b, stage.get("stage"), ", ".join(parts)))
+        step = ours.get("step_seconds") or {}
+        if step:
+            details.append("  B=%d step %.2f ms measured, %.2f ms predicted (%+.0f%%)" % (
+                b, 1e3 * step.get("measured", 0), 1e3 * step.get("predicted", 0),
+                100 * (step.get("measured", 0) / step["predicted"] - 1)
+                if step.get("predicted") else 0))
+    for mode in ("paraplan", "eager", "compile"):
+        log = read(os.path.join(folder, mode + ".log")) or ""
+        for line in log.splitlines():
+            if re.match(r"(paraplan \w+|pytorch \w+) failed for", line):
+                # The run's own last line says why (no CUDA, out of memory, ...).
+                run_log = re.search(r"see (\S+)", line)
+                why = (read(os.path.join(folder, os.path.basename(run_log.group(1))))
+                       or "").strip().splitlines() if run_log else []
+                details.append("  %s%s" % (line.split(": see")[0],
+                                           ": " + why[-1][:100] if why else ""))
+    return lines + details
 
 
-def categorize(kernel):
-    name = kernel.lower()
-    if any(key in name for key in ("gemm", "xmma", "cutlass", "cublas", "matmul", "sm90_", "sm80_")):
+def kernel_kind(name):
+    lower = name.lower()
+    if any(key in lower for key in ("gemm", "xmma", "cutlass", "cublas", "nvjet", "sm90_", "sm80_")):
         return "GEMMs"
-    if "attention" in name or "flash" in name:
+    if "attention" in lower or "flash" in lower:
         return "attention"
     return "the rest"
 
 
-def breakdown(log_dir):
-    path = os.path.join(log_dir, "profile", "kernels.csv")  # nsys stats cuda_gpu_kern_sum
-    if not os.path.exists(path):
-        return ["time breakdown: no kernel profile (nsys not found or not run)"]
-    totals = {}
-    with open(path) as f:
-        rows = [row for row in csv.DictReader(line for line in f if "," in line)]
-    for row in rows:
-        nanoseconds = float(row.get("Total Time (ns)", 0) or 0)
-        category = categorize(row.get("Name", ""))
-        totals[category] = totals.get(category, 0.0) + nanoseconds
-    wall = load_json(os.path.join(log_dir, "profile", "wall.json")) or {}
-    wall_ns = float(wall.get("profiled_seconds", 0)) * 1e9
-    kernels_ns = sum(totals.values())
-    lines = ["where the step's time goes (nsys, %s):" % wall.get("what", "profiled replay")]
-    for category in ("GEMMs", "attention", "the rest"):
-        share = 100 * totals.get(category, 0.0) / max(wall_ns or kernels_ns, 1)
-        lines.append("  %-10s %9.1f ms  %5.1f%%" % (category, totals.get(category, 0.0) / 1e6,
-                                                    share))
-    if wall_ns > kernels_ns:
-        lines.append("  %-10s %9.1f ms  %5.1f%%" % ("host gaps", (wall_ns - kernels_ns) / 1e6,
-                                                    100 * (wall_ns - kernels_ns) / wall_ns))
+UNITS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
+         "second": 1.0, "s": 1.0}
+
+
+def ncu_kernels(path):
+    """(kernel name, seconds) of every gpu__time_duration row of an ncu --csv log."""
+    text = read(path)
+    if not text:
+        return []
+    rows = [line for line in text.splitlines() if line.startswith('"')]
+    kernels = []
+    for row in csv.DictReader(rows):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        try:
+            value = float((row.get("Metric Value") or "").replace(",", ""))
+        except ValueError:
+            continue
+        kernels.append((row.get("Kernel Name", "?"), value * UNITS.get(row.get("Metric Unit"), 1e-9)))
+    return kernels
+
+
+def breakdown(work):
+    folder = os.path.join(work, "breakdown")
+    if not os.path.isdir(folder):
+        return ["time breakdown: not run"]
+    lines = []
+    kernels = ncu_kernels(os.path.join(folder, "ncu.csv"))
+    if kernels:
+        totals = {}
+        for name, seconds in kernels:
+            totals[kernel_kind(name)] = totals.get(kernel_kind(name), 0.0) + seconds
+        kernel_seconds = sum(totals.values())
+        batch = None
+        replay_log = read(os.path.join(folder, "ncu_replay.log")) or ""
+        step = None
+        for path in glob.glob(os.path.join(work, "bench", "b*.paraplan.json")):
+            report = load_json(path) or {}
+            step = step or report.get("step_seconds_measured")
+            batch = batch or re.search(r"b(\d+)\.", os.path.basename(path)).group(1)
+        wall = max(step or 0, kernel_seconds)
+        lines.append("one step's kernels by ncu (%d launches), against the replay's step%s:" % (
+            len(kernels), " of micro-batch " + batch if batch else ""))
+        for kind in ("GEMMs", "attention", "the rest"):
+            lines.append("  %-10s %8.2f ms  %5.1f%%" % (kind, 1e3 * totals.get(kind, 0.0),
+                                                       100 * totals.get(kind, 0.0) / wall))
+        if step:
+            lines.append("  %-10s %8.2f ms  %5.1f%%  (step %.2f ms measured without ncu)" % (
+                "host gaps", 1e3 * max(step - kernel_seconds, 0),
+                100 * max(step - kernel_seconds, 0) / wall, 1e3 * step))
+        top = {}
+        for name, seconds in kernels:
+            top[name] = top.get(name, 0.0) + seconds
+        for name, seconds in sorted(top.items(), key=lambda item: -item[1])[:6]:
+            lines.append("    %7.2f ms  %s" % (1e3 * seconds, name[:70]))
+        if "nan" in replay_log.lower():
+            lines.append("  (the profiled replay printed a NaN: see breakdown/ncu_replay.log)")
+    else:
+        lines.append("time breakdown: " + ((read(os.path.join(folder, "ncu.txt")) or
+                                            "no ncu figures").strip()))
+    ours = load_json(os.path.join(folder, "attention_paraplan.json"))
+    torch = load_json(os.path.join(folder, "attention_torch.json"))
+    rows = []
+    if ours:
+        rows.append(("paraplan", ours))
+    if torch and "backends" in torch:
+        for name, figures in torch["backends"].items():
+            rows.append(("torch " + name, figures))
+    shape = ours or (torch or {}).get("shape") or {}
+    lines.append("attention forward + backward, B %s T %s H %s D %s (ms, TFLOP/s):" % (
+        shape.get("batch"), shape.get("seq"), shape.get("heads"), shape.get("head_dim")))
+    for label, figures in rows:
+        if "unavailable" in figures:
+            lines.append("  %-26s unavailable: %s" % (label, figures["unavailable"]))
+            continue
+        lines.append("  %-26s fwd %7s  bwd %7s  fwd+bwd %7s  %6s TFLOP/s" % (
+            label, fmt(figures.get("forward_ms"), ".3f"), fmt(figures.get("backward_ms"), ".3f"),
+            fmt(figures.get("forward_backward_ms"), ".3f"),
+            fmt(figures.get("forward_backward_tflops"), ".1f")))
+    if ours and ours.get("implementation"):
+        lines.append("  paraplan's kernels: %s" % ours["implementation"])
+    if torch and "unavailable" in torch:
+        lines.append("  torch: unavailable: %s" % torch["unavailable"])
+    if not rows and not (torch and "unavailable" in torch):
+        lines.append("  not run")
     return lines
 
 
-def replays(log_dir):
-    lines = []
-    for path in sorted(glob.glob(os.path.join(log_dir, "replay", "*.json"))):
-        report = load_json(path)
-        if not report:
-            continue
-        lines.append("replay %s: step measured %s s, predicted %s s" % (
-            os.path.splitext(os.path.basename(path))[0],
-            fmt(report.get("step_seconds_measured"), ".4f"),
-            fmt(report.get("step_seconds_predicted"), ".4f")))
-        for stage in report.get("stages", []):
-            parts = []
-            for key, value in stage.items():
-                if isinstance(value, dict) and "measured" in value and "predicted" in value:
-                    parts.append("%s %s/%s" % (key, fmt(value["measured"], ".3g"),
-                                               fmt(value["predicted"], ".3g")))
-            lines.append("  stage %s (measured/predicted): %s" % (stage.get("stage"),
-                                                                   ", ".join(parts)))
-    return lines or ["replay: not run"]
-
-
-def main():
-    log_dir = sys.argv[1]
-    peak = float(sys.argv[2] if len(sys.argv) > 2 else 989.0) * 1e12
-    gpu = open(os.path.join(log_dir, "gpu.txt")).read().strip() if os.path.exists(
-        os.path.join(log_dir, "gpu.txt")) else "unknown GPU"
+def main(argv):
+    if len(argv) >= 3 and argv[1] == "--compare-losses":
+        return compare_losses(argv[2], argv[3:])
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    work = argv[1]
     print("=" * 78)
-    print("device check summary: " + gpu)
-    for section in (tests(log_dir), bench(log_dir, peak), breakdown(log_dir), replays(log_dir)):
+    print("device check summary")
+    for section in (progress(work), facts(work), tests(work), sanitizer(work), losses(work),
+                    bench(work), breakdown(work)):
         print("-" * 78)
-        print("\n".join(section))
+        print("\n".join(line for line in section if line is not None))
     print("=" * 78)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv))

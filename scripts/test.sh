@@ -3,6 +3,7 @@
 # then a second, sanitized build with clang (ASan + UBSan, every report fatal,
 # no CUDA) of the file-format readers' unit tests and the fuzz targets, each
 # target run for PARAPLAN_FUZZ_SECONDS (default 5) seconds (fuzz/README.md).
+# Between the two, the GPU device check's rehearsal (scripts/device_check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_dependencies.sh
@@ -13,6 +14,12 @@ bash scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:
 # Multi-rank tests start mpirun; as root Open MPI needs explicit consent.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+
+# The GPU window's check, rehearsed on the CPU backend (small shapes, the
+# tools a GPU needs reported as absent), so a slip in the script or its
+# summary cannot cost a window; then its table is checked for figures.
+bash scripts/device_check.sh --rehearse --seconds 300
+PARAPLAN_REHEARSAL_OUT=out/device-rehearsal python3 scripts/device_summary_test.py
 
 # The sanitized build: the unit tests of the readers of files a user gives
 # (common's bounded reader, the plan and model limits in schema, token

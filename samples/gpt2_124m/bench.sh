@@ -13,7 +13,9 @@
 # BATCHES ("1 2 4 8 16"), STEPS (20), WARMUP (3), PARAPLAN
 # (build/launcher/paraplan), PYTHON (python3), OUT (out/gpt2_124m),
 # TORCH_ARGS (extra baseline flags, e.g. "--attention manual"), JOB
-# (samples/gpt2_124m/job.toml), BASELINE (samples/gpt2_124m/pytorch_baseline.py).
+# (samples/gpt2_124m/job.toml), BASELINE (samples/gpt2_124m/pytorch_baseline.py),
+# MODES (which runs: "paraplan eager compile"), BACKEND (paraplan's: cuda),
+# PLAN_ARGS (extra `paraplan plan` overrides, e.g. "--model.num_layers 2").
 # Outputs and logs in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,22 +34,30 @@ esac
 steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 torch_args=${TORCH_ARGS:-}
+modes=" ${MODES:-paraplan eager compile} "
+backend=${BACKEND:-cuda}
+plan_args=${PLAN_ARGS:-}
 mkdir -p "$out"
 
 for b in $batches; do
   echo "== micro-batch $b" >&2
-  rm -f "$out/b$b".*.json
-  # || true: a failed run (out of memory, say) leaves its JSON missing, shown as "-".
-  if "$paraplan" plan --config "$job" --output "$out/b$b.pplan" \
-    --training.micro_batch_size "$b" --training.global_batch_size "$b" --model.dtype "$dtype" \
-    >"$out/b$b.plan.log" 2>&1 </dev/null; then
-    "$paraplan" replay --plan "$out/b$b.pplan" --steps "$steps" --warmup "$warmup" \
-      --backend cuda --report "$out/b$b.paraplan.json" >"$out/b$b.replay.log" 2>&1 </dev/null ||
-      echo "paraplan replay failed for B=$b: see $out/b$b.replay.log" >&2
-  else
-    echo "paraplan plan failed for B=$b: see $out/b$b.plan.log" >&2
+  # A failed run (out of memory, say) leaves its JSON missing, shown as "-".
+  if [[ $modes == *" paraplan "* ]]; then
+    rm -f "$out/b$b.paraplan.json"
+    # shellcheck disable=SC2086  # PLAN_ARGS is a list of overrides
+    if "$paraplan" plan --config "$job" --output "$out/b$b.pplan" \
+      --training.micro_batch_size "$b" --training.global_batch_size "$b" --model.dtype "$dtype" \
+      $plan_args >"$out/b$b.plan.log" 2>&1 </dev/null; then
+      "$paraplan" replay --plan "$out/b$b.pplan" --steps "$steps" --warmup "$warmup" \
+        --backend "$backend" --report "$out/b$b.paraplan.json" >"$out/b$b.replay.log" 2>&1 \
+        </dev/null || echo "paraplan replay failed for B=$b: see $out/b$b.replay.log" >&2
+    else
+      echo "paraplan plan failed for B=$b: see $out/b$b.plan.log" >&2
+    fi
   fi
   for mode in eager compile; do
+    [[ $modes == *" $mode "* ]] || continue
+    rm -f "$out/b$b.$mode.json"
     # shellcheck disable=SC2086  # TORCH_ARGS is a list of flags
     "$python" "$baseline" --batch-size "$b" --steps "$steps" \
       --warmup "$warmup" --mode "$mode" --json "$out/b$b.$mode.json" $torch_precision $torch_args \

@@ -1,0 +1,243 @@
+# device_phases.sh: the phases of scripts/device_check.sh, one function each,
+# and the CPU reference losses the losses phase holds the GPU to
+# (prepare_references, run by device_bundle.sh and by a rehearsal). Sourced,
+# never run. Each phase_* runs in its own bash under the phase's time limit and
+# writes only into "$work/<phase>/"; the variables it reads (build, paraplan,
+# python, work, rehearse) are exported by device_check.sh.
+
+# The device the checks run on: cuda, or cpu when rehearsing.
+device_backend() { if [ "$rehearse" = 1 ]; then echo cpu; else echo cuda; fi; }
+
+# The loss cases' `paraplan plan` arguments, at GPT-2 124M's widths (full) or
+# narrowed for a rehearsal on 2 CPU cores (small). 2 layers, seq 1024, vocab
+# 50,304, bf16, micro-batch 2, one warm-up step of the learning rate so the
+# 5 steps move the weights.
+loss_case_arguments() {
+  local name=$1 size=$2 common="--training.micro_batch_size 2 --training.global_batch_size 2"
+  common="$common --training.warmup_steps 1 --model.num_layers 2 --model.dtype bfloat16"
+  local narrow=""
+  case $name in
+    gpt2)
+      [ "$size" = small ] && narrow="--model.d_model 64 --model.num_heads 4 --model.seq_len 64"
+      echo "--config samples/gpt2_124m/job.toml $common $narrow"
+      ;;
+    llama)
+      # Grouped KV: 12 query heads share 4 KV heads (head_dim 64).
+      local widths="--model.d_model 768 --model.num_heads 12 --model.num_kv_heads 4"
+      widths="$widths --model.ffn_size 2048 --model.seq_len 1024 --model.vocab_size 50304"
+      [ "$size" = small ] && widths="--model.d_model 64 --model.num_heads 4 --model.num_kv_heads 2
+        --model.ffn_size 128 --model.seq_len 64 --model.vocab_size 50304"
+      echo "--config samples/llama_1b/job.toml $common $widths"
+      ;;
+    sanitized_step)
+      # One small step for compute-sanitizer: bf16 tensor-core attention (head_dim 64),
+      # the loss at the full vocabulary.
+      echo "--config samples/gpt2_124m/job.toml $common --model.num_layers 1 --model.d_model 256
+        --model.num_heads 4 --model.seq_len 256 --training.micro_batch_size 1
+        --training.global_batch_size 1"
+      ;;
+  esac
+}
+loss_cases="gpt2 llama"
+loss_steps=5
+
+# prepare_references DIR full|small: a token file (the repository's READMEs,
+# byte-level), each loss case's plan and its CPU-backend losses, and the
+# sanitized step's plan, into DIR.
+prepare_references() {
+  local dir=$1 size=$2 name
+  mkdir -p "$dir" || return 1
+  find . -name README.md -not -path './build*' -not -path './.cache/*' -not -path './.device/*' |
+    LC_ALL=C sort | xargs cat >"$dir/corpus.txt"
+  "$paraplan" tokenize --input "$dir/corpus.txt" --output "$dir/data" >"$dir/tokenize.log" 2>&1 ||
+    { cat "$dir/tokenize.log"; return 1; }
+  for name in $loss_cases sanitized_step; do
+    # shellcheck disable=SC2046  # the arguments are words
+    "$paraplan" plan $(loss_case_arguments "$name" "$size") --output "$dir/$name.pplan" \
+      >"$dir/$name.plan.log" 2>&1 || { cat "$dir/$name.plan.log"; return 1; }
+  done
+  for name in $loss_cases; do
+    local begin=$SECONDS
+    "$paraplan" train --plan "$dir/$name.pplan" --data "$dir/data/train.bin" --steps "$loss_steps" \
+      --backend cpu --log-json "$dir/$name.cpu.jsonl" >"$dir/$name.cpu.log" 2>&1 ||
+      { cat "$dir/$name.cpu.log"; return 1; }
+    echo "prepare_references: $name on the CPU backend, $loss_steps steps in" \
+      "$((SECONDS - begin)) s" >&2
+  done
+}
+
+# ---- a: facts ---------------------------------------------------------------------------------
+# One "key: value" line each (device_summary.py reads them).
+phase_facts() {
+  local facts=$work/facts/facts.txt probe=$work/facts/probe
+  mkdir -p "$probe"
+  fact() { printf '%s: %s\n' "$1" "$2" >>"$facts"; }
+  fact commit "$(cat .device/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  if command -v nvidia-smi >/dev/null; then
+    fact gpu "$(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm \
+      --format=csv,noheader 2>&1 | head -1)"
+  else
+    fact gpu "absent (no nvidia-smi)"
+  fi
+  ldd "$paraplan" >"$probe/ldd.txt" 2>&1
+  local library path missing
+  for library in libcudart libcublas libcublasLt libnccl libmpi libopenblas; do
+    path=$(awk -v lib="$library.so" 'index($1, lib) == 1 && $3 ~ /^\// {print $3; exit}' \
+      "$probe/ldd.txt")
+    [ -n "$path" ] && path=$(realpath "$path" 2>/dev/null || echo "$path")
+    fact "$library" "${path:-not linked}"
+  done
+  missing=$(grep -c "not found" "$probe/ldd.txt")
+  fact ldd_missing "$missing$([ "$missing" != 0 ] && echo ": $(grep 'not found' "$probe/ldd.txt" |
+    awk '{print $1}' | tr '\n' ' ')")"
+  fact pytorch "$("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda,
+    "device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")' 2>&1 |
+    tail -1)"
+  fact cmake "$(ctest --version 2>&1 | head -1)"
+  # Each tool run for real on one small op test: present is not the same as working.
+  local op_test=$build/kernels/cuda_ops_test filter='Storage/CudaOps.FactoryAndMemoryRoundTrip/*'
+  local tool
+  for tool in ncu compute-sanitizer; do
+    if ! command -v "$tool" >/dev/null; then
+      fact "$tool" "absent"
+      continue
+    fi
+    if [ ! -x "$op_test" ]; then
+      fact "$tool" "present, not tried (no $op_test)"
+      continue
+    fi
+    if [ "$tool" = ncu ]; then
+      timeout 60 ncu --metrics gpu__time_duration.sum --csv --print-units base \
+        "$op_test" --gtest_filter="$filter" >"$probe/ncu.txt" 2>&1
+      if grep -q 'gpu__time_duration' "$probe/ncu.txt"; then
+        fact ncu "works ($(ncu --version | tail -1))"
+      else
+        fact ncu "does not work: $(grep -m1 -i 'error\|warn' "$probe/ncu.txt" || tail -1 "$probe/ncu.txt")"
+      fi
+    else
+      timeout 60 compute-sanitizer --tool memcheck "$op_test" --gtest_filter="$filter" \
+        >"$probe/compute-sanitizer.txt" 2>&1
+      if grep -q 'ERROR SUMMARY: 0 errors' "$probe/compute-sanitizer.txt" &&
+        ! grep -q 'SKIPPED' "$probe/compute-sanitizer.txt"; then
+        fact compute-sanitizer "works ($(compute-sanitizer --version | tail -1))"
+      else
+        fact compute-sanitizer "does not work: $(grep -m1 -i 'error\|skipped' \
+          "$probe/compute-sanitizer.txt" || tail -1 "$probe/compute-sanitizer.txt")"
+      fi
+    fi
+  done
+  cat "$facts"
+}
+
+# ---- b: tests ---------------------------------------------------------------------------------
+phase_tests() {
+  local dir=$work/tests regex='Cuda|cuda|Nccl' rc
+  mkdir -p "$dir/dumps"
+  ctest --test-dir "$build" -R "$regex" --timeout 60 -j 4 --output-on-failure \
+    --output-junit "$dir/junit.xml" >"$dir/tests.log" 2>&1
+  rc=$?
+  tail -3 "$dir/tests.log"
+  [ "$rc" = 0 ] && return 0
+  # Once more, each kernel's fault reported at its own launch.
+  CUDA_LAUNCH_BLOCKING=1 ctest --test-dir "$build" --rerun-failed --timeout 60 \
+    --output-on-failure --output-junit "$dir/junit-rerun.xml" >"$dir/rerun.log" 2>&1
+  tail -3 "$dir/rerun.log"
+  return "$rc"
+}
+
+# ---- c: compute-sanitizer ---------------------------------------------------------------------
+# sanitize NAME TOOL LIMIT COMMAND...: one process under the tool, its report in NAME.log.
+sanitize() {
+  local name=$1 tool=$2 limit=$3 dir=$work/sanitizer
+  shift 3
+  timeout --kill-after=5 "$limit" compute-sanitizer --tool "$tool" --print-limit 20 \
+    --log-file "$dir/$name.log" "$@" >"$dir/$name.out" 2>&1
+  echo "$name: exit $? ($(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$dir/$name.log" | tail -1))" |
+    tee -a "$dir/results.txt"
+}
+phase_sanitizer() {
+  local dir=$work/sanitizer references
+  if [ "$rehearse" = 1 ] || ! command -v compute-sanitizer >/dev/null; then
+    echo "compute-sanitizer not run: $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' ||
+      echo 'not on PATH')" | tee "$dir/results.txt"
+    return 0
+  fi
+  references=$(reference_dir)
+  sanitize memcheck_ops memcheck 60 "$build/kernels/cuda_ops_test"
+  sanitize memcheck_step memcheck 40 "$paraplan" train --plan "$references/sanitized_step.pplan" \
+    --data "$references/data/train.bin" --steps 1 --backend cuda
+  sanitize racecheck_ops racecheck 45 "$build/kernels/cuda_ops_test" \
+    --gtest_filter='*ttention*:*orm*:*oss*:*Softmax*'
+  ! grep -q 'exit [^0]' "$dir/results.txt"
+}
+
+# ---- d: losses on the device against the CPU backend -------------------------------------------
+reference_dir() {
+  if [ "$rehearse" = 1 ]; then echo "$work/references"; else echo "$PWD/.device/reference"; fi
+}
+phase_losses() {
+  local dir=$work/losses references name
+  references=$(reference_dir)
+  if [ "$rehearse" = 1 ] && [ ! -f "$references/gpt2.cpu.jsonl" ]; then
+    prepare_references "$references" small || return 1
+  fi
+  for name in $loss_cases; do
+    cp "$references/$name.cpu.jsonl" "$dir/" 2>/dev/null ||
+      echo "no CPU reference for $name in $references"
+    "$paraplan" train --plan "$references/$name.pplan" --data "$references/data/train.bin" \
+      --steps "$loss_steps" --backend "$(device_backend)" --log-json "$dir/$name.device.jsonl" \
+      >"$dir/$name.device.log" 2>&1 || echo "$name: paraplan train failed (see $name.device.log)"
+  done
+  python3 scripts/device_summary.py --compare-losses "$dir" $loss_cases
+}
+
+# ---- e: throughput against PyTorch --------------------------------------------------------------
+phase_bench() {
+  local dir=$work/bench batches=${BATCHES:-8} first steps=10 warmup=3 backend=cuda plan_args=""
+  first=${batches%% *}
+  if [ "$rehearse" = 1 ]; then
+    steps=2 warmup=1 backend=cpu batches=2 first=2
+    plan_args="--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.seq_len 64"
+  fi
+  local bench="bash samples/gpt2_124m/bench.sh"
+  export OUT=$dir PARAPLAN=$paraplan PYTHON=$python STEPS=$steps WARMUP=$warmup BACKEND=$backend
+  export PLAN_ARGS=$plan_args
+  MODES=paraplan BATCHES=$batches timeout 60 $bench >"$dir/paraplan.log" 2>&1
+  MODES=eager BATCHES=$batches timeout 40 $bench >"$dir/eager.log" 2>&1
+  MODES=compile BATCHES=$first timeout 100 $bench >"$dir/compile.log" 2>&1
+  tail -4 "$dir/compile.log"
+  [ -f "$dir/b$first.paraplan.json" ]
+}
+
+# ---- f: where the step's time goes; attention against PyTorch's SDPA ----------------------------
+phase_breakdown() {
+  local dir=$work/breakdown plan batch=${BATCHES:-8}
+  batch=${batch%% *}
+  local shape=(--batch "$batch" --seq 1024 --heads 12 --head-dim 64 --dtype bfloat16)
+  [ "$rehearse" = 1 ] && shape=(--batch 1 --seq 64 --heads 2 --head-dim 16 --dtype bfloat16)
+  if [ "$rehearse" = 1 ] || ! command -v ncu >/dev/null; then
+    echo "ncu not run: $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' || echo 'not on PATH')" |
+      tee "$dir/ncu.txt"
+  else
+    plan=$work/bench/b$batch.pplan
+    if [ ! -f "$plan" ]; then
+      plan=$dir/b$batch.pplan
+      "$paraplan" plan --config samples/gpt2_124m/job.toml --output "$plan" \
+        --training.micro_batch_size "$batch" --training.global_batch_size "$batch" \
+        >"$dir/plan.log" 2>&1
+    fi
+    # Only the measured step: replay brackets it with cudaProfilerStart/Stop.
+    timeout 45 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \
+      --print-units base --print-kernel-base function --log-file "$dir/ncu.csv" \
+      "$paraplan" replay --plan "$plan" --steps 1 --warmup 1 --backend cuda \
+      >"$dir/ncu_replay.log" 2>&1
+    echo "ncu: exit $?, $(grep -c gpu__time_duration "$dir/ncu.csv" 2>/dev/null) kernels" |
+      tee "$dir/ncu.txt"
+  fi
+  timeout 20 "$build/kernels/attention_bench" --backend "$(device_backend)" "${shape[@]}" \
+    --iterations 10 --warmup 2 --json "$dir/attention_paraplan.json" >"$dir/attention_paraplan.log" 2>&1
+  echo "paraplan attention: exit $?"
+  timeout 40 "$python" scripts/device_attention_torch.py "${shape[@]}" --iterations 10 \
+    --warmup 2 --json "$dir/attention_torch.json" >"$dir/attention_torch.log" 2>&1
+  echo "torch attention: exit $?"
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""device_summary_test.py: device_summary.py on made-up phase outputs of the
+kinds only a GPU window produces (ncu's CSV, failing and crashing ctest lines,
+a rerun, measured comparisons in JUnit, device losses that drift or go NaN),
+so a parsing slip shows here and not in the window; and, given a rehearsal's
+work folder (--rehearsal DIR), that every section of its table has figures.
+
+Usage: device_summary_test.py [--rehearsal OUT_DIR]  (OUT_DIR: the rehearsal's
+results folder, whose *.tar.gz archives are unpacked and summarized again)
+"""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_summary  # noqa: E402
+
+if __name__ == "__main__" and len(sys.argv) >= 3 and sys.argv[1] == "--rehearsal":
+    os.environ["PARAPLAN_REHEARSAL_OUT"] = sys.argv[2]
+    del sys.argv[1:3]
+
+CTEST_LOG = """\
+      Start  1: Storage/CudaOps.FactoryAndMemoryRoundTrip/float32
+ 1/5 Test  #1: Storage/CudaOps.FactoryAndMemoryRoundTrip/float32 ...   Passed    0.51 sec
+ 2/5 Test  #2: Storage/CudaAttention.Forward/bfloat16 ..........***Failed    1.20 sec
+ 3/5 Test  #3: Storage/CudaOps.Gelu/bfloat16 ...................***Exception: SegFault  0.30 sec
+ 4/5 Test  #4: NcclCommunicator.ranks_2 ........................***Skipped   0.40 sec
+ 5/5 Test  #5: ParallelTraining.CudaBfloat16MatchesTheCpuBfloat16Run ***Timeout  60.01 sec
+"""
+RERUN_LOG = """\
+1/3 Test  #2: Storage/CudaAttention.Forward/bfloat16 ..........***Failed    1.30 sec
+2/3 Test  #3: Storage/CudaOps.Gelu/bfloat16 ...................***Exception: SegFault  0.31 sec
+3/3 Test  #5: ParallelTraining.CudaBfloat16MatchesTheCpuBfloat16Run ***Timeout  60.00 sec
+"""
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="Linux" tests="2">
+ <testcase name="Storage/CudaAttention.Forward/bfloat16" classname="x" time="1.2" status="fail">
+  <system-out>[ compare ] attention output: max rel err 4.0e-02 (tolerance 2e-02), 17 of 4096
+outside
+[ compare ] lse: max rel err 1.0e-06 (tolerance 2e-05), 0 of 64 outside</system-out>
+ </testcase>
+</testsuite>
+"""
+# ncu --csv --print-units base: one row per kernel and metric.
+NCU_CSV = """==PROF== Connected to process 1234
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1234","paraplan","h","nvjet_tst_128x128_64x4_h_bz_TNT","1","7","(384, 1, 1)","(66, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","2,000,000"
+"1","1234","paraplan","h","attention_forward_tensor_core_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1,000,000"
+"2","1234","paraplan","h","layernorm_forward_kernel","1","7","(256, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","500"
+"""
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class MadeUpWindow(unittest.TestCase):
+    def setUp(self):
+        self.work = tempfile.mkdtemp()
+
+    def test_tests_name_failures_crashes_timeouts_and_the_rerun(self):
+        write(os.path.join(self.work, "tests", "tests.log"), CTEST_LOG)
+        write(os.path.join(self.work, "tests", "rerun.log"), RERUN_LOG)
+        write(os.path.join(self.work, "tests", "junit.xml"), JUNIT)
+        text = "\n".join(device_summary.tests(self.work))
+        self.assertIn("tests: 5 run: 1 crashed, 1 failed, 1 passed, 1 skipped, 1 timeout", text)
+        self.assertIn("failed    Storage/CudaAttention.Forward/bfloat16  (rerun with "
+                      "CUDA_LAUNCH_BLOCKING=1: failed)", text)
+        self.assertIn("exception: segfault Storage/CudaOps.Gelu/bfloat16", text)
+        self.assertIn("timeout   ParallelTraining.CudaBfloat16MatchesTheCpuBfloat16Run", text)
+        self.assertIn("comparisons measured: 2", text)
+        self.assertIn(" 2.00  Storage/CudaAttention.Forward/bfloat16: attention output", text)
+
+    def test_ncu_kernels_by_kind_and_host_gaps(self):
+        write(os.path.join(self.work, "breakdown", "ncu.csv"), NCU_CSV)
+        write(os.path.join(self.work, "bench", "b8.paraplan.json"),
+              json.dumps({"step_seconds_measured": 0.005}))
+        kernels = device_summary.ncu_kernels(os.path.join(self.work, "breakdown", "ncu.csv"))
+        self.assertEqual([round(s * 1e6) for _, s in kernels], [2000, 1000, 500])
+        text = "\n".join(device_summary.breakdown(self.work))
+        self.assertIn("GEMMs          2.00 ms   40.0%", text)
+        self.assertIn("attention      1.00 ms   20.0%", text)
+        self.assertIn("the rest       0.50 ms   10.0%", text)
+        self.assertIn("host gaps      1.50 ms   30.0%", text)
+
+    def test_losses_compare_within_and_beyond_tolerance(self):
+        folder = os.path.join(self.work, "losses")
+        steps = [10.9, 10.5, 10.1]
+        write(os.path.join(folder, "a.cpu.jsonl"), "".join(
+            json.dumps({"loss": v}) + "\n" for v in steps))
+        write(os.path.join(folder, "a.device.jsonl"), "".join(
+            json.dumps({"loss": v + 1e-3}) + "\n" for v in steps))
+        write(os.path.join(folder, "b.cpu.jsonl"), "".join(
+            json.dumps({"loss": v}) + "\n" for v in steps))
+        write(os.path.join(folder, "b.device.jsonl"), "".join(
+            json.dumps({"loss": v}) + "\n" for v in (10.9, None, None)))  # NaN is null in JSON
+        self.assertEqual(device_summary.compare_losses(folder, ["a"]), 0)
+        self.assertEqual(device_summary.compare_losses(folder, ["a", "b"]), 1)
+        with open(os.path.join(folder, "losses.json")) as f:
+            results = json.load(f)
+        self.assertAlmostEqual(results["a"]["max_abs_diff"], 1e-3, places=9)
+        self.assertEqual(results["b"]["verdict"], "non-finite device loss")
+
+    def test_a_phase_not_run_says_so(self):
+        for section in (device_summary.tests, device_summary.sanitizer, device_summary.losses,
+                        device_summary.bench, device_summary.breakdown):
+            self.assertIn("not run", "\n".join(section(self.work)))
+
+
+@unittest.skipUnless(os.environ.get("PARAPLAN_REHEARSAL_OUT"), "no rehearsal given")
+class Rehearsal(unittest.TestCase):
+    """The rehearsal on the CPU: every phase ran and the table has its figures."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp()
+        out = os.environ["PARAPLAN_REHEARSAL_OUT"]
+        for name in ("facts", "tests", "sanitizer", "losses", "bench", "breakdown"):
+            with tarfile.open(os.path.join(out, name + ".tar.gz")) as archive:
+                archive.extractall(cls.work)
+        with open(os.path.join(out, "summary.txt")) as f:
+            cls.summary = f.read()
+
+    def test_each_section_has_figures(self):
+        text = self.summary
+        for phase in ("facts", "tests", "sanitizer", "losses", "bench", "breakdown"):
+            self.assertRegex(text, r"\n  %s +ok " % phase)
+        self.assertIn("ldd_missing: 0", text)
+        self.assertRegex(text, r"tests: \d+ run: ")
+        self.assertRegex(text, r"gpt2 +ok +max \|diff\| 0\.00e\+00")
+        self.assertRegex(text, r"llama +ok +max \|diff\| 0\.00e\+00")
+        self.assertRegex(text, r"\n +2 +[\d,]+ +[\d.]+ ")  # the bench row of micro-batch 2
+        self.assertRegex(text, r"B=2 losses: paraplan \d+\.\d{3} \d+\.\d{3} \d+\.\d{3}")
+        self.assertRegex(text, r"paraplan +fwd +\d+\.\d{3} +bwd +\d+\.\d{3}")
+
+    def test_the_summary_is_what_the_archives_give(self):
+        again = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                             "device_summary.py"), self.work],
+                               capture_output=True, text=True, check=True).stdout
+        # The archives hold everything but progress.txt, which the table's first section reads.
+        self.assertEqual(again.split("facts:", 1)[1], self.summary.split("facts:", 1)[1])
+
+
+if __name__ == "__main__":
+    unittest.main()
