@@ -144,7 +144,7 @@ for phase in $phases; do
   case $phase in
     facts) run_phase facts 45 ;;
     tests) run_phase tests 150 ;;
-    sanitizer) run_phase sanitizer 100 ;;
+    sanitizer) run_phase sanitizer 160 ;;
     losses) run_phase losses 70 ;;
     bench) run_phase bench 150 ;;
     breakdown) run_phase breakdown 75 ;;

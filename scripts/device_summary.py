@@ -26,8 +26,9 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 # bf16 on both sides, different summation orders: |device - cpu| per step.
-# Not measured on a GPU yet; the check prints the measured figure beside it.
-LOSS_TOLERANCE = 2e-2
+# Measured on an H100 (2026-11-27), 5 steps with the loss falling 10.9 -> 6.0:
+# GPT-2 widths 4.4e-4, the grouped-KV Llama 3.2e-4; about 10x that allowed.
+LOSS_TOLERANCE = 5e-3
 
 
 def load_json(path):
@@ -149,7 +150,8 @@ def comparisons(work):
                     ratio = float(error) / float(tolerance)
                 except ValueError:
                     ratio = float("inf")
-                found[case.get("name", "?") + ": " + what] = (ratio, error, tolerance)
+                name = re.sub(r"  # GetParam\(\).*", "", case.get("name", "?"))
+                found[name + ": " + what] = (ratio, error, tolerance)
     return found
 
 
@@ -309,13 +311,11 @@ def breakdown(work):
         for name, seconds in kernels:
             totals[kernel_kind(name)] = totals.get(kernel_kind(name), 0.0) + seconds
         kernel_seconds = sum(totals.values())
-        batch = None
         replay_log = read(os.path.join(folder, "ncu_replay.log")) or ""
-        step = None
-        for path in glob.glob(os.path.join(work, "bench", "b*.paraplan.json")):
-            report = load_json(path) or {}
-            step = step or report.get("step_seconds_measured")
-            batch = batch or re.search(r"b(\d+)\.", os.path.basename(path)).group(1)
+        # The bench's replay of the same micro-batch, measured without ncu.
+        batch = (read(os.path.join(folder, "batch.txt")) or "").strip()
+        step = (load_json(os.path.join(work, "bench", "b%s.paraplan.json" % batch)) or {}).get(
+            "step_seconds_measured")
         wall = max(step or 0, kernel_seconds)
         lines.append("one step's kernels by ncu (%d launches), against the replay's step%s:" % (
             len(kernels), " of micro-batch " + batch if batch else ""))

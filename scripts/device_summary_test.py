@@ -79,6 +79,9 @@ class MadeUpWindow(unittest.TestCase):
 
     def test_ncu_kernels_by_kind_and_host_gaps(self):
         write(os.path.join(self.work, "breakdown", "ncu.csv"), NCU_CSV)
+        write(os.path.join(self.work, "breakdown", "batch.txt"), "8\n")
+        write(os.path.join(self.work, "bench", "b4.paraplan.json"),
+              json.dumps({"step_seconds_measured": 0.003}))
         write(os.path.join(self.work, "bench", "b8.paraplan.json"),
               json.dumps({"step_seconds_measured": 0.005}))
         kernels = device_summary.ncu_kernels(os.path.join(self.work, "breakdown", "ncu.csv"))
