@@ -354,21 +354,29 @@ CloseReport compare_close(std::span<const float> actual, std::span<const float> 
   return r;
 }
 
+// What both kinds of summary line end with: the reference's non-finite
+// counts and a size mismatch where there are any, and FAILED.
+template <typename Report>
+std::string summary_tail(const Report& r) {
+  std::string tail;
+  if (r.expected_nan + r.expected_inf > 0) {
+    tail += "; expected has " + std::to_string(r.expected_nan) + " NaN, " +
+            std::to_string(r.expected_inf) + " Inf";
+  }
+  if (r.actual_size != r.expected_size) {
+    tail += "; sizes differ: " + std::to_string(r.actual_size) + " vs " +
+            std::to_string(r.expected_size);
+  }
+  return r.passed() ? tail : tail + "  FAILED";
+}
+
 std::string summary_line(const CloseReport& r) {
   std::string line = "[ compare ] " + r.what + ": max rel err " + scientific(r.max_rel_error, 2) +
                      " (tolerance " + scientific(r.tolerance) + "), " + std::to_string(r.outside) +
                      " of " + std::to_string(r.count) + " outside, " +
                      std::to_string(r.actual_nan) + " NaN, " + std::to_string(r.actual_inf) +
                      " Inf";
-  if (r.expected_nan + r.expected_inf > 0) {
-    line += "; expected has " + std::to_string(r.expected_nan) + " NaN, " +
-            std::to_string(r.expected_inf) + " Inf";
-  }
-  if (r.actual_size != r.expected_size) {
-    line += "; sizes differ: " + std::to_string(r.actual_size) + " vs " +
-            std::to_string(r.expected_size);
-  }
-  return r.passed() ? line : line + "  FAILED";
+  return line + summary_tail(r);
 }
 
 std::string failure_message(const CloseReport& r) {
@@ -431,15 +439,7 @@ std::string summary_line(const EqualReport& r) {
                      " as " + r.kind + ", " + std::to_string(r.differing) + " of " +
                      std::to_string(r.count) + " differ, " + std::to_string(r.actual_nan) +
                      " NaN, " + std::to_string(r.actual_inf) + " Inf";
-  if (r.expected_nan + r.expected_inf > 0) {
-    line += "; expected has " + std::to_string(r.expected_nan) + " NaN, " +
-            std::to_string(r.expected_inf) + " Inf";
-  }
-  if (r.actual_size != r.expected_size) {
-    line += "; sizes differ: " + std::to_string(r.actual_size) + " vs " +
-            std::to_string(r.expected_size);
-  }
-  return r.passed() ? line : line + "  FAILED";
+  return line + summary_tail(r);
 }
 
 std::string failure_message(const EqualReport& r) {
