@@ -185,6 +185,11 @@ double DistributedOptimizer::step(float learning_rate, int step) {
   double squares = 0;
   ops_.copy_to_host(&squares, squares_, sizeof(double));
   ops_.zero_bytes(squares_, sizeof(double));
+  // A bad target the loss kernels found (the CUDA backend reports it late)
+  // stops the step here, before AdamW changes anything, as the CPU backend
+  // stops at the loss itself; the device has just drained, so the read is
+  // all this costs.
+  ops_.check_deferred_errors();
   groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
   const double norm = std::sqrt(squares);
   kernels::AdamWStep hyperparameters{.learning_rate = learning_rate,

@@ -78,6 +78,8 @@ class DistributedOptimizer {
   void gradients_final_from(size_t offset);
   void reduce_gradients();
   // Returns the gradient norm before clipping (the same on every rank).
+  // Raises the backend's deferred errors (a bad loss target) before it
+  // changes anything: the norm's read has waited for the device already.
   double step(float learning_rate, int step);
   // Waits for the parameter all-gathers step() started (ZeRO-1); a no-op when
   // none is pending. Call before anything reads the parameters.

@@ -19,6 +19,7 @@
 #include "runtime/measure/memory_report.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
+#include "runtime/train/evaluation.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/step_logger.h"
 #include "runtime/train/training_step.h"
@@ -46,57 +47,6 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
       break;
   }
   return schedule;
-}
-
-// Validation loss over eval_batches global batches of the validation data,
-// the same samples under every plan: split over data-parallel ranks and
-// micro-batches as training splits a step, each micro-batch forwarded through
-// the pipeline. Returns the mean loss per token (the same on every rank).
-double evaluate(RankState& rank, const DataLoader& data, const schema::Training& training) {
-  rank.optimizer->wait_for_parameters();
-  ModelStage& stage = *rank.stage;
-  const MeshCoordinates& mesh = rank.groups.mesh;
-  const int batch = training.micro_batch_size(), micro_batches = training.num_micro_batches();
-  const size_t tokens = static_cast<size_t>(batch) * stage.layout().config().seq_len;
-  const size_t activations = stage.activation_elements();
-  const int chunks = stage.num_chunks();
-  std::vector<int32_t> inputs(tokens), targets(tokens);
-  double loss_sum = 0;
-  for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
-    for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
-      const int64_t sample =
-          static_cast<int64_t>(step) * training.global_batch_size() +
-          static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
-      // Through this rank's chunks in model order (virtual stages c * p + rank):
-      // every rank takes the micro-batches in the same order, so the
-      // transfers meet.
-      for (int c = 0; c < chunks; ++c) {
-        ModelStage& chunk = stage.chunk(c);
-        if (chunk.has_embedding() || chunk.has_head()) {
-          data.load(sample, batch, inputs.data(), targets.data());
-          rank.ops->copy_from_host_async(chunk.tokens(0), inputs.data(), tokens * sizeof(int32_t));
-          rank.ops->copy_from_host_async(chunk.targets(0), targets.data(),
-                                         tokens * sizeof(int32_t));
-        }
-        if (!chunk.has_embedding())
-          rank.groups.peers->send_receive(nullptr, 0, -1, chunk.input(0), activations,
-                                          previous_virtual_stage_rank(rank.pipeline, c),
-                                          stage.dtype(), previous_link_tag(rank.pipeline, c));
-        chunk.forward(0, 1.0f, /*training=*/false);
-        if (!chunk.has_head())
-          rank.groups.peers->send_receive(
-              chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
-              nullptr, 0, -1, stage.dtype(), next_link_tag(rank.pipeline, c));
-      }
-    }
-  }
-  // The forwards' losses, summed on the device; counted once per tensor group.
-  const double stage_loss = stage.chunk(chunks - 1).take_loss_sum();
-  if (stage.has_head() && mesh.tensor_rank == 0) loss_sum = stage_loss;
-  rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
-  const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
-                              training.global_batch_size() * stage.layout().config().seq_len;
-  return loss_sum / total_tokens;
 }
 
 // PARAPLAN_FAIL_RANK_AT_STEP=R:S makes world rank R fail at step S: how the
@@ -210,8 +160,14 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     if (step + 1 == stop_step) raise(SIGSTOP);
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
-    const TrainingStep trained = run_training_step(rank, train_data, state.next_train_sample,
-                                                   loss_scale, metrics.learning_rate, step + 1);
+    TrainingStep trained;
+    try {
+      trained = run_training_step(rank, train_data, state.next_train_sample, loss_scale,
+                                  metrics.learning_rate, step + 1);
+    } catch (const std::out_of_range& error) {  // a bad target: the data's, named
+      throw std::runtime_error("--data " + options.data_path + ": step " +
+                               std::to_string(step + 1) + ": " + error.what());
+    }
     metrics.grad_norm = trained.grad_norm;
     double loss_sum = counts_loss ? trained.loss_sum : 0.0;
     rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
@@ -241,7 +197,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
                                "); lower training.learning_rate or check the data");
     const bool last = step + 1 == last_step;
     if (validation_data && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
-      metrics.validation_loss = evaluate(rank, *validation_data, training);
+      metrics.validation_loss =
+          evaluate(rank, *validation_data, training, "--val-data " + options.validation_data_path);
       summary.final_validation_loss = metrics.validation_loss;
     }
     if (leader) logger.log(metrics);

@@ -12,8 +12,9 @@ TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_
   const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
     result.grad_norm = rank.optimizer->step(static_cast<float>(learning_rate), step);
   });
+  // Bad targets are checked inside the optimizer step, before the update
+  // (DistributedOptimizer::step).
   result.loss_sum = rank.executor->run_step(data, first_sample, loss_scale, hooks);
-  rank.ops->check_deferred_errors();
   rank.memory->sample_backend();
   result.host_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
   return result;

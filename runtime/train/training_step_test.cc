@@ -5,19 +5,27 @@
 // parallelism over 2 ranks (where the gradient norm's runs of counted
 // tensors are cut at every replicated one). Counted by the runtime's own
 // SyncCountingOps; the compute is stubbed (NoComputeOps), so the model's size
-// costs neither time nor memory. Runs under mpirun with 1 and 2 ranks.
+// costs neither time nor memory. And a bad loss target, reported late as
+// the CUDA backend reports it (DeferringOps), stops the step before the
+// optimizer changes a weight, and evaluation names its data. Runs under
+// mpirun with 1 and 2 ranks.
 #include "runtime/train/training_step.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/mpi_session.h"
 #include "runtime/data/sample_source.h"
 #include "runtime/model/model_from_plan.h"
+#include "runtime/testing/deferring_ops.h"
 #include "runtime/testing/mpi_test_support.h"
 #include "runtime/testing/no_compute_ops.h"
+#include "runtime/train/evaluation.h"
 #include "schema/plan_test_builder.h"
 
 namespace paraplan {
@@ -61,6 +69,78 @@ TEST(TrainingStep, HostSynchronizationsDoNotGrowWithMicroBatchesOrLayers) {
   EXPECT_EQ(base, 3u);
   EXPECT_EQ(synchronizations_per_step({12, 1}), base) << "12 layers";
   EXPECT_EQ(synchronizations_per_step({2, 8}), base) << "8 micro-batches";
+}
+
+// A small model on this rank (data parallel over the world: every rank's
+// loss sees its own bad targets) whose ops report bad targets late, as the
+// CUDA backend does.
+struct DeferringRank {
+  DeferringRank()
+      : loaded(load_plan_from_bytes("small", test_plans::build_plan(spec()))),
+        state(build(loaded, session)) {
+    rank = &state;
+    initialize_parameters(state, 1234);
+  }
+  static test_plans::PlanSpec spec() {
+    return test_plans::make_plan_spec(1, testing::world_size(), 1, 2, 2);
+  }
+  // Built in place: a RankState's executor refers into it, so it cannot move.
+  static RankState build(const LoadedPlan& loaded, MpiSession& session) {
+    const MeshCoordinates mesh = place_this_rank(loaded, session);
+    const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
+    RankBuildOptions options;
+    options.wrap_ops = [](std::unique_ptr<kernels::Ops> ops) -> std::unique_ptr<kernels::Ops> {
+      return std::make_unique<testing::DeferringOps>(std::move(ops));
+    };
+    return build_rank_state(loaded, model, mesh, session, options);
+  }
+  std::vector<unsigned char> parameters() {
+    std::vector<unsigned char> bytes(rank->ops->storage_bytes(rank->stage->buffer_elements()));
+    rank->ops->copy_to_host(bytes.data(), rank->stage->parameters(), bytes.size());
+    return bytes;
+  }
+  MpiSession session;
+  LoadedPlan loaded;
+  RankState state;
+  RankState* rank = nullptr;
+};
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(TrainingStep, ABadTargetReportedLateStopsTheStepBeforeTheUpdate) {
+  DeferringRank small;
+  const std::vector<unsigned char> before = small.parameters();
+  // Drawn from twice the model's vocabulary: about half the targets are outside it.
+  const SyntheticSamples bad(2 * DeferringRank::spec().vocab_size, DeferringRank::spec().seq_len);
+  const std::string error =
+      error_of([&] { run_training_step(*small.rank, bad, 0, 1e-3f, 1e-2, 1); });
+  EXPECT_NE(error.find("is outside the vocabulary [0, 512)"), std::string::npos) << error;
+  // Before the fix the check came after AdamW: one update with bad gradients.
+  EXPECT_TRUE(small.parameters() == before) << "the optimizer stepped before the error";
+  // The same rank trains on good data afterwards (the error was cleared).
+  const SyntheticSamples good(DeferringRank::spec().vocab_size, DeferringRank::spec().seq_len);
+  EXPECT_NO_THROW(run_training_step(*small.rank, good, 0, 1e-3f, 1e-2, 1));
+  EXPECT_FALSE(small.parameters() == before);
+}
+
+TEST(TrainingStep, EvaluationNamesTheValidationDataOfABadTarget) {
+  DeferringRank small;
+  const SyntheticSamples bad(2 * DeferringRank::spec().vocab_size, DeferringRank::spec().seq_len);
+  const std::string error = error_of([&] {
+    evaluate(*small.rank, bad, *small.loaded.plan().training(), "--val-data data/val.bin");
+  });
+  EXPECT_EQ(error.rfind("--val-data data/val.bin: ", 0), 0u) << error;
+  EXPECT_NE(error.find("is outside the vocabulary"), std::string::npos) << error;
+  // Not left for the next training step to report.
+  const SyntheticSamples good(DeferringRank::spec().vocab_size, DeferringRank::spec().seq_len);
+  EXPECT_NO_THROW(run_training_step(*small.rank, good, 0, 1e-3f, 1e-2, 1));
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+// evaluation.cc: the validation loss of `paraplan train` (evaluation.h).
+#include "runtime/train/evaluation.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/pipeline/schedule_executor.h"
+
+namespace paraplan {
+
+namespace {
+
+// The validation loss over eval_batches global batches of the validation data,
+// the same samples under every plan: split over data-parallel ranks and
+// micro-batches as training splits a step, each micro-batch forwarded through
+// the pipeline. Returns the mean loss per token (the same on every rank).
+double evaluate_unchecked(RankState& rank, const SampleSource& data,
+                          const schema::Training& training) {
+  rank.optimizer->wait_for_parameters();
+  ModelStage& stage = *rank.stage;
+  const MeshCoordinates& mesh = rank.groups.mesh;
+  const int batch = training.micro_batch_size(), micro_batches = training.num_micro_batches();
+  const size_t tokens = static_cast<size_t>(batch) * stage.layout().config().seq_len;
+  const size_t activations = stage.activation_elements();
+  const int chunks = stage.num_chunks();
+  std::vector<int32_t> inputs(tokens), targets(tokens);
+  double loss_sum = 0;
+  for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
+    for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
+      const int64_t sample =
+          static_cast<int64_t>(step) * training.global_batch_size() +
+          static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
+      // Through this rank's chunks in model order (virtual stages c * p + rank):
+      // every rank takes the micro-batches in the same order, so the
+      // transfers meet.
+      for (int c = 0; c < chunks; ++c) {
+        ModelStage& chunk = stage.chunk(c);
+        if (chunk.has_embedding() || chunk.has_head()) {
+          data.load(sample, batch, inputs.data(), targets.data());
+          rank.ops->copy_from_host_async(chunk.tokens(0), inputs.data(), tokens * sizeof(int32_t));
+          rank.ops->copy_from_host_async(chunk.targets(0), targets.data(),
+                                         tokens * sizeof(int32_t));
+        }
+        if (!chunk.has_embedding())
+          rank.groups.peers->send_receive(nullptr, 0, -1, chunk.input(0), activations,
+                                          previous_virtual_stage_rank(rank.pipeline, c),
+                                          stage.dtype(), previous_link_tag(rank.pipeline, c));
+        chunk.forward(0, 1.0f, /*training=*/false);
+        if (!chunk.has_head())
+          rank.groups.peers->send_receive(
+              chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
+              nullptr, 0, -1, stage.dtype(), next_link_tag(rank.pipeline, c));
+      }
+    }
+  }
+  // The forwards' losses, summed on the device; counted once per tensor group.
+  const double stage_loss = stage.chunk(chunks - 1).take_loss_sum();
+  // A bad target the loss kernels found here is this data's, not the next
+  // training step's (the CUDA backend reports it late).
+  rank.ops->check_deferred_errors();
+  if (stage.has_head() && mesh.tensor_rank == 0) loss_sum = stage_loss;
+  rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+  const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
+                              training.global_batch_size() * stage.layout().config().seq_len;
+  return loss_sum / total_tokens;
+}
+
+}  // namespace
+
+double evaluate(RankState& rank, const SampleSource& data, const schema::Training& training,
+                const std::string& data_name) {
+  try {
+    return evaluate_unchecked(rank, data, training);
+  } catch (const std::out_of_range& error) {
+    throw std::runtime_error(data_name + ": " + error.what() +
+                             " (evaluation; every token must be below the model's vocab_size)");
+  }
+}
+
+}  // namespace paraplan
