@@ -9,8 +9,8 @@ namespace paraplan {
 size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage,
                                              int zero_group_size) {
   if (zero_stage == 0 || zero_group_size <= 1) return num_elements;
-  const size_t chunk = (num_elements + zero_group_size - 1) / zero_group_size;
-  return chunk * zero_group_size;
+  const size_t unit = shard_unit_elements(zero_group_size);  // aligned shards
+  return (num_elements + unit - 1) / unit * unit;
 }
 
 DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,

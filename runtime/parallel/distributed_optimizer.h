@@ -61,7 +61,8 @@ struct AdamWSettings {
 
 class DistributedOptimizer {
  public:
-  // Buffer elements a stage needs so that ZeRO-1 shards it evenly.
+  // Buffer elements a stage needs so that ZeRO-1 shards it evenly, each
+  // shard 16-byte aligned (shard_unit_elements: 8 x the group size).
   static size_t buffer_elements(size_t num_elements, int zero_stage, int zero_group_size);
 
   // bucket_elements: the gradient bucket size (0: one bucket, reduced after

@@ -7,15 +7,21 @@
 
 namespace paraplan {
 
+size_t shard_unit_elements(int shards) {
+  return shards > 1 ? kShardAlignmentElements * static_cast<size_t>(shards) : 1;
+}
+
 std::vector<GradientBucket> plan_gradient_buckets(size_t buffer_elements, size_t bucket_elements,
                                                   int shards) {
-  const size_t z = static_cast<size_t>(std::max(shards, 1));
-  if (buffer_elements % z != 0)
+  const size_t z = static_cast<size_t>(std::max(shards, 1)), unit = shard_unit_elements(shards);
+  if (buffer_elements % unit != 0)
     throw std::invalid_argument("gradient buckets: buffer of " + std::to_string(buffer_elements) +
-                                " elements is not a multiple of the ZeRO group size " +
-                                std::to_string(z));
-  const size_t step = bucket_elements == 0 ? buffer_elements : (bucket_elements + z - 1) / z * z;
-  // Boundaries from the end of the buffer down, each a multiple of z.
+                                " elements is not a multiple of " + std::to_string(unit) +
+                                " (the ZeRO group size " + std::to_string(z) + " x " +
+                                std::to_string(kShardAlignmentElements) + ")");
+  const size_t step =
+      bucket_elements == 0 ? buffer_elements : (bucket_elements + unit - 1) / unit * unit;
+  // Boundaries from the end of the buffer down, each a multiple of the unit.
   std::vector<size_t> boundaries{buffer_elements};
   while (step > 0 && boundaries.back() > step) boundaries.push_back(boundaries.back() - step);
   boundaries.push_back(0);

@@ -21,6 +21,12 @@
 
 namespace paraplan {
 
+// Under ZeRO-1 every boundary (buffer end, bucket, each rank's chunk, its
+// place in the shard) is a multiple of this many elements: 16 bytes of bf16,
+// the alignment AdamW's and NCCL's vector paths need. With a chunk rounded
+// only to the group size, a group of 3 put shards off 16-byte boundaries.
+inline constexpr size_t kShardAlignmentElements = 8;
+
 struct GradientBucket {
   size_t begin = 0, end = 0;  // buffer elements [begin, end)
   // ZeRO-1: this rank's chunk is [begin + rank * chunk, ... + chunk), stored at
@@ -29,12 +35,15 @@ struct GradientBucket {
   size_t shard_offset = 0;
 };
 
-// Buckets over a buffer of buffer_elements (a multiple of shards), in buffer
-// order, each at most bucket_elements long rounded up to a multiple of shards
-// (0: one bucket for everything), the short remainder at the start of the
-// buffer. shards >= 1 is the ZeRO group size (1 without ZeRO-1). Throws
-// std::invalid_argument if buffer_elements is not a multiple of shards.
+// Buckets over a buffer of buffer_elements, in buffer order, each at most
+// bucket_elements long rounded up to a multiple of the shard unit (0: one
+// bucket for everything), the short remainder at the start of the buffer.
+// shards >= 1 is the ZeRO group size (1 without ZeRO-1); the unit is
+// kShardAlignmentElements * shards with shards > 1, else 1. Throws
+// std::invalid_argument if buffer_elements is not a multiple of the unit
+// (shard_unit_elements; DistributedOptimizer::buffer_elements pads to it).
 std::vector<GradientBucket> plan_gradient_buckets(size_t buffer_elements, size_t bucket_elements,
                                                   int shards);
+size_t shard_unit_elements(int shards);
 
 }  // namespace paraplan
