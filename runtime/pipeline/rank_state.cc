@@ -12,6 +12,7 @@
 #include "runtime/comm/watchdog.h"
 #include "runtime/comm/watched_communicator.h"
 #include "runtime/model/chunked_stage.h"
+#include "runtime/pipeline/transfer_order.h"
 
 namespace paraplan {
 
@@ -121,6 +122,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   const schema::Plan& plan = loaded.plan();
   const schema::Mesh& mesh_plan = *plan.mesh();
   const schema::Training& training = *plan.training();
+  // Before anything is allocated: transfers that posting order (NCCL) would mis-pair.
+  check_transfer_order(*plan.schedule(), loaded.path());
   RankState rank;
   std::unique_ptr<kernels::Ops> backend = make_backend(options.backend, session, model.dtype);
   if (options.wrap_ops) backend = options.wrap_ops(std::move(backend));
