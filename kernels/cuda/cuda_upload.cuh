@@ -6,8 +6,9 @@
 // Double-buffered: two halves, filled in turn; an event after the last copy
 // out of a half tells when the device has read it. The host waits (on that
 // event) only when it comes back to a half the device has not finished
-// reading, i.e. when it runs a whole half ahead of the device; a step's token
-// loads (16 KB per micro-batch of GPT-2) fit many times in a half.
+// reading, i.e. when it runs a whole half ahead of the device; a micro-batch's
+// tokens and targets (8 bytes a position: 64 KB for 8 x 1024) fit many times
+// in a half (1 MiB at least, grown to the largest copy).
 #pragma once
 
 #include <cuda_runtime.h>
