@@ -4,10 +4,9 @@
 // Ops::attention_forward over the packed qkv [B, T, (H + 2 Hkv) * D]
 // (q heads | k heads | v heads, the QKV linear's output) writing out
 // [B, T, H * D] and logsumexp [B, H, T], and one Ops::attention_backward
-// accumulating into dqkv (same layout) from dout [B, T, H * D], with a
-// [B, H, T] float scratch. The model's zeroing of dqkv before the backward is
-// a separate memset and is not timed here (dqkv is zeroed before each timed
-// repeat instead). Runs on the CPU or the CUDA backend, fp32 or bf16 storage;
+// overwriting dqkv (same layout; GradientWrite::kOverwrite, as the block
+// calls it: nothing is zeroed) from dout [B, T, H * D], with a [B, H, T]
+// float scratch. Runs on the CPU or the CUDA backend, fp32 or bf16 storage;
 // scripts/device_attention_torch.py times PyTorch's SDPA the same way.
 //
 // Timing: W warm-up forward + backward pairs, then R repeats of N iterations
@@ -23,7 +22,7 @@
 //   forward+backward = 3.5 x forward.
 // The causal halving ignores the diagonal (T(T+1)/2 vs T^2/2), as is usual.
 //
-// After timing, one untimed forward + backward from a zeroed dqkv gives the
+// After timing, one untimed forward + backward gives the
 // checksums: sum |out| and sum |dqkv| in double, and their NaN counts.
 #include <algorithm>
 #include <cerrno>
@@ -205,13 +204,11 @@ Checksum checksum(Ops& ops, const void* tensor, size_t n) {
 }
 
 // Median over repeats of the wall-clock milliseconds per call of body,
-// each repeat N calls between two synchronizations. before runs untimed
-// ahead of each repeat.
-template <typename Before, typename Body>
-double median_ms(Ops& ops, const Options& o, Before before, Body body) {
+// each repeat N calls between two synchronizations.
+template <typename Body>
+double median_ms(Ops& ops, const Options& o, Body body) {
   std::vector<double> per_call;
   for (int r = 0; r < o.repeats; ++r) {
-    before();
     ops.synchronize();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < o.iterations; ++i) body();
@@ -266,28 +263,25 @@ int run(const Options& o) {
   void* dqkv = ops->allocate(ops->storage_bytes(qkv_n));
   float* logsumexp = static_cast<float*>(ops->allocate(stat_n * sizeof(float)));
   float* scratch = static_cast<float*>(ops->allocate(stat_n * sizeof(float)));
-  ops->zero_bytes(dqkv, ops->storage_bytes(qkv_n));
 
   auto forward = [&] { ops->attention_forward(out, logsumexp, qkv, B, T, H, K, D); };
   auto backward = [&] {
-    ops->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, B, T, H, K, D);
+    ops->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, B, T, H, K, D,
+                            paraplan::kernels::GradientWrite::kOverwrite);
   };
-  auto zero_dqkv = [&] { ops->zero_bytes(dqkv, ops->storage_bytes(qkv_n)); };
 
   for (int i = 0; i < o.warmup; ++i) {
     forward();
     backward();
   }
   ops->synchronize();
-  const double forward_ms = median_ms(
-      *ops, o, [] {}, forward);
-  const double forward_backward_ms = median_ms(*ops, o, zero_dqkv, [&] {
+  const double forward_ms = median_ms(*ops, o, forward);
+  const double forward_backward_ms = median_ms(*ops, o, [&] {
     forward();
     backward();
   });
   const double backward_ms = forward_backward_ms - forward_ms;
 
-  zero_dqkv();
   forward();
   backward();
   const Checksum out_sum = checksum(*ops, out, out_n);

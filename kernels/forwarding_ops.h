@@ -87,15 +87,17 @@ class ForwardingOps : public Ops {
     inner_->linear_forward(out, inp, weight, bias, rows, in_features, out_features);
   }
   void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                       const void* weight, int rows, int in_features, int out_features) override {
+                       const void* weight, int rows, int in_features, int out_features,
+                       GradientWrite dinp_write) override {
     inner_->linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
-                            out_features);
+                            out_features, dinp_write);
   }
   void gelu_forward(void* out, const void* inp, size_t n) override {
     inner_->gelu_forward(out, inp, n);
   }
-  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
-    inner_->gelu_backward(dinp, inp, dout, n);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
+                     GradientWrite write) override {
+    inner_->gelu_backward(dinp, inp, dout, n, write);
   }
   void residual_forward(void* out, const void* a, const void* b, size_t n) override {
     inner_->residual_forward(out, a, b, n);
@@ -107,9 +109,9 @@ class ForwardingOps : public Ops {
   void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
     inner_->swiglu_forward(out, gate_up, rows, hidden);
   }
-  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
-                       int hidden) override {
-    inner_->swiglu_backward(dgate_up, gate_up, dout, rows, hidden);
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows, int hidden,
+                       GradientWrite write) override {
+    inner_->swiglu_backward(dgate_up, gate_up, dout, rows, hidden, write);
   }
   void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
                     int num_heads, int num_kv_heads, int head_dim) override {
@@ -126,9 +128,10 @@ class ForwardingOps : public Ops {
   }
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int num_kv_heads, int head_dim) override {
+                          int num_heads, int num_kv_heads, int head_dim,
+                          GradientWrite write) override {
     inner_->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
-                               num_kv_heads, head_dim);
+                               num_kv_heads, head_dim, write);
   }
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int rows, int vocab,

@@ -7,10 +7,15 @@
 // - Row-major tensors. Linear weights are [out_features, in_features] (the
 //   PyTorch nn.Linear layout), so a column-parallel shard is a contiguous block.
 // - Forward ops overwrite their outputs.
-// - Backward ops ACCUMULATE (+=) into every gradient they produce, both input
-//   gradients and parameter gradients; the caller zeroes buffers that start a
-//   new accumulation. This is what makes residual connections and gradient
-//   accumulation over micro-batches free.
+// - Backward ops ACCUMULATE (+=) into every parameter gradient they produce
+//   (weights sum over micro-batches; the caller zeroes them once per step), and
+//   into the input gradients of the norms and embeddings (what makes residual
+//   connections free). The input gradient of linear_backward (dinp),
+//   gelu_backward, swiglu_backward and attention_backward is written as the
+//   caller asks (GradientWrite below): accumulated, or overwritten, so a buffer
+//   that starts a new gradient needs no zeroing first. Overwriting gives what
+//   accumulating into zeros gives (0 + g: the same values; a GEMM's exact
+//   zero may come out as -0 instead of +0).
 // - Every op is deterministic: the same inputs give bitwise the same outputs.
 //
 // Mixed precision: an Ops object has one storage dtype (kernels/dtype.h),
@@ -44,6 +49,14 @@ namespace paraplan::kernels {
 enum class Backend { kCpu, kCuda };
 
 const char* backend_name(Backend backend);
+
+// How a backward op stores an input gradient g (linear_backward's dinp,
+// gelu_backward, swiglu_backward, attention_backward):
+// - kAccumulate: dx += g, rounded once (storage dx = round(float(dx) + g));
+// - kOverwrite: dx = round(0 + g), dx never read (it may hold anything, NaN
+//   included): bitwise what kAccumulate gives on a zeroed dx, up to the sign
+//   of an exact zero from a GEMM (cuBLAS and OpenBLAS with beta = 0).
+enum class GradientWrite { kAccumulate, kOverwrite };
 
 // One AdamW step's settings (Ops::adamw). step counts from 1.
 struct AdamWStep {
@@ -152,16 +165,19 @@ class Ops {
   // out[rows, out_features] = inp[rows, in_features] @ weight^T + bias (bias may be null).
   virtual void linear_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int rows, int in_features, int out_features) = 0;
-  // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_rows dout.
-  // Any of dinp, dweight, dbias may be null to skip it.
+  // dinp (+)= dout @ weight (as dinp_write says); dweight += dout^T @ inp;
+  // dbias += sum_rows dout. Any of dinp, dweight, dbias may be null to skip it
+  // (dinp_write is then ignored).
   virtual void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int rows, int in_features,
-                               int out_features) = 0;
+                               int out_features, GradientWrite dinp_write) = 0;
 
   // ---- elementwise -----------------------------------------------------------------------
   // GELU, tanh approximation (as GPT-2).
   virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;
-  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) = 0;
+  // dinp (+)= gelu'(inp) * dout, as write says.
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
+                             GradientWrite write) = 0;
   // out = a + b.
   virtual void residual_forward(void* out, const void* a, const void* b, size_t n) = 0;
   // dx += dout (the residual backward for both operands, one call each).
@@ -173,9 +189,10 @@ class Ops {
   // (each row the gate projection, then the up projection: one GEMM of the
   // two weights stacked); out [rows, hidden]. silu(x) = x * sigmoid(x).
   virtual void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) = 0;
-  // dgate_up [rows, 2 * hidden] += the gradient of out with respect to gate_up.
+  // dgate_up [rows, 2 * hidden] (+)= the gradient of out with respect to
+  // gate_up, as write says.
   virtual void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
-                               int hidden) = 0;
+                               int hidden, GradientWrite write) = 0;
 
   // ---- rotary position embedding ---------------------------------------------------------------
   // Applied in place to the query and key heads of qkv [B, T, (H + 2 Hkv) * D]
@@ -205,14 +222,15 @@ class Ops {
   // and out. The CUDA backend takes head_dim <= 128 (std::invalid_argument beyond).
   virtual void attention_forward(void* out, float* logsumexp, const void* qkv, int batch,
                                  int seq_len, int num_heads, int num_kv_heads, int head_dim) = 0;
-  // dqkv += gradient of out with respect to qkv, given dout, and qkv, out and
-  // logsumexp from attention_forward; the probabilities are recomputed as
-  // exp(s - logsumexp). A KV head's dK and dV sum over the query heads of its
-  // group. scratch holds B*H*T floats (it receives the rows' D_t = sum_d
-  // dout[t, d] * out[t, d]; its contents on entry do not matter).
+  // dqkv (+)= the gradient of out with respect to qkv, as write says, given
+  // dout, and qkv, out and logsumexp from attention_forward; the
+  // probabilities are recomputed as exp(s - logsumexp). A KV head's dK and dV sum over the query
+  // heads of its group. scratch holds B*H*T floats (it receives the rows' D_t = sum_d dout[t, d] *
+  // out[t, d]; its contents on entry do not matter).
   virtual void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                                   const void* out, const float* logsumexp, int batch, int seq_len,
-                                  int num_heads, int num_kv_heads, int head_dim) = 0;
+                                  int num_heads, int num_kv_heads, int head_dim,
+                                  GradientWrite write) = 0;
 
   // ---- loss ------------------------------------------------------------------------------
   // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log

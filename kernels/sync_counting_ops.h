@@ -1,10 +1,11 @@
 // sync_counting_ops.h: an Ops decorator that counts host synchronizations —
 // the calls that wait for the device (ops.h lists them: synchronize,
 // copy_to_host, copy_from_host, sum_of_squares, check_deferred_errors) — and
-// forwards everything. The runtime wraps every rank's ops in one and reports
-// the count per step (`--log-json`, `replay`), so a synchronization creeping
-// into a step's inner loops shows up as a number that grows with the
-// micro-batch or layer count.
+// the bytes zero_bytes() fills, and forwards everything. The runtime wraps
+// every rank's ops in one and reports the counts per step (`--log-json`,
+// `replay`), so a synchronization, or a buffer zeroed, creeping into a step's
+// inner loops shows up as a number that grows with the micro-batch or layer
+// count.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,8 @@ class SyncCountingOps final : public ForwardingOps {
 
   // Host synchronizations since construction.
   uint64_t synchronizations() const { return synchronizations_; }
+  // Bytes zeroed through zero_bytes() since construction.
+  uint64_t bytes_zeroed() const { return bytes_zeroed_; }
 
   void synchronize() override {
     ++synchronizations_;
@@ -41,9 +44,14 @@ class SyncCountingOps final : public ForwardingOps {
     ++synchronizations_;
     ForwardingOps::check_deferred_errors();
   }
+  void zero_bytes(void* x, size_t bytes) override {
+    bytes_zeroed_ += bytes;
+    ForwardingOps::zero_bytes(x, bytes);
+  }
 
  private:
   uint64_t synchronizations_ = 0;
+  uint64_t bytes_zeroed_ = 0;
 };
 
 }  // namespace paraplan::kernels

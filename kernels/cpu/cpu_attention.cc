@@ -17,7 +17,10 @@
 //             then per tile P = exp(S - logsumexp) recomputed, dP = dOut V^T,
 //             dS = P * (dP - D), dV += P^T dOut, dQ += dS K * scale,
 //             dK += dS^T Q * scale (five sgemm calls). A KV head's dK and dV
-//             take the query heads of its group in ascending order.
+//             take the query heads of its group in ascending order. To
+//             overwrite dqkv (GradientWrite::kOverwrite), each element's first
+//             product runs with beta = 0: dQ's at the first chunk, dK's and
+//             dV's at the diagonal tile of the group's first query head.
 // Deterministic: the tile size depends on T alone and every loop runs in a
 // fixed order, so the bits do not depend on the batch size or on other heads;
 // for a fixed OpenBLAS thread count the result is bitwise reproducible.
@@ -153,11 +156,13 @@ void attention_forward(float* out, float* logsumexp, const float* qkv, int batch
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* out, const float* logsumexp, int batch, int seq_len,
-                        int num_heads, int num_kv_heads, int head_dim) {
+                        int num_heads, int num_kv_heads, int head_dim, GradientWrite write) {
   if (!valid_shape(batch, seq_len, num_heads, num_kv_heads, head_dim)) return;
   const int T = seq_len, D = head_dim, C = num_heads * head_dim;
   const float attention_scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int tile = tile_size(T);
+  const bool overwrite = write == GradientWrite::kOverwrite;
+  const int group_size = num_heads / num_kv_heads;
   // Probabilities and their gradient for one tile.
   float probabilities[kMaxTile * kMaxTile];
   float dscores[kMaxTile * kMaxTile];
@@ -202,14 +207,19 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             std::memset(ds + visible, 0, static_cast<size_t>(cols - visible) * sizeof(float));
           }
           // dV[chunk] += P^T dOut[block]; dQ[block] += dS K[chunk] * scale;
-          // dK[chunk] += dS^T Q[block] * scale.
+          // dK[chunk] += dS^T Q[block] * scale. Overwriting, the first
+          // product into an element replaces it (beta = 0): a chunk's dK and
+          // dV first get the diagonal block (row0 == col0, the first to visit
+          // it) of the group's first query head; a block's dQ its first chunk.
+          const float kv_beta = overwrite && h % group_size == 0 && row0 == col0 ? 0.0f : 1.0f;
+          const float q_beta = overwrite && col0 == 0 ? 0.0f : 1.0f;
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, probabilities,
-                      cols, dout_block, C, 1.0f, dvalue + chunk, stride);
+                      cols, dout_block, C, kv_beta, dvalue + chunk, stride);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, attention_scale,
-                      dscores, cols, head.key + chunk, stride, 1.0f,
+                      dscores, cols, head.key + chunk, stride, q_beta,
                       dquery + static_cast<size_t>(row0) * stride, stride);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, attention_scale,
-                      dscores, cols, query_block, stride, 1.0f, dkey + chunk, stride);
+                      dscores, cols, query_block, stride, kv_beta, dkey + chunk, stride);
         }
       }
     }

@@ -133,7 +133,8 @@ Outputs run_attention(Ops& ops, const std::vector<float>& qkv, const std::vector
   ops.attention_forward(result.out.data(), result.logsumexp.data(), qkv.data(), B, T, H, Hkv, D);
   std::vector<float> scratch(result.logsumexp.size(), nan);
   ops.attention_backward(result.dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                         result.out.data(), result.logsumexp.data(), B, T, H, Hkv, D);
+                         result.out.data(), result.logsumexp.data(), B, T, H, Hkv, D,
+                         GradientWrite::kAccumulate);
   return result;
 }
 

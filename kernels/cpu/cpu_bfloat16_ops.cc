@@ -5,7 +5,9 @@
 // them, and rounds each output once to bf16 (nearest even, kernels/dtype.h).
 // An accumulating output is widened too, so the fp32 op adds into its exact
 // value and the sum is rounded once: dx += y stores round(float(dx) + y), as
-// a GPU kernel (or cuBLAS with beta = 1) does. Cheap ops whose results need
+// a GPU kernel (or cuBLAS with beta = 1) does. An overwritten input gradient
+// (GradientWrite::kOverwrite) is not widened: the fp32 op overwrites scratch
+// and dx = round(0 + y) is stored, dx never read. Cheap ops whose results need
 // no fp32 intermediate (copies, elementwise sums) work on bf16 directly.
 // Scratch grows to the largest op and is reused: no allocation per call in a
 // steady state. Not thread-safe, like every Ops object.
@@ -164,16 +166,17 @@ class CpuBfloat16Ops final : public Ops {
   }
 
   void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                       const void* weight, int rows, int in_features, int out_features) override {
+                       const void* weight, int rows, int in_features, int out_features,
+                       GradientWrite dinp_write) override {
     const size_t in_n = static_cast<size_t>(rows) * in_features;
     const size_t weight_n = static_cast<size_t>(out_features) * in_features;
-    float* dinp32 = dinp ? widen(0, dinp, in_n) : nullptr;
+    float* dinp32 = dinp ? gradient(0, dinp, in_n, dinp_write) : nullptr;
     float* dweight32 = dweight ? widen(1, dweight, weight_n) : nullptr;
     float* dbias32 = dbias ? widen(2, dbias, out_features) : nullptr;
     fp32_->linear_backward(
         dinp32, dweight32, dbias32, widen(3, dout, static_cast<size_t>(rows) * out_features),
         dweight ? widen(4, inp, in_n) : nullptr, dinp ? widen(5, weight, weight_n) : nullptr, rows,
-        in_features, out_features);
+        in_features, out_features, dinp_write);
     if (dinp) narrow(dinp, dinp32, in_n);
     if (dweight) narrow(dweight, dweight32, weight_n);
     if (dbias) narrow(dbias, dbias32, out_features);
@@ -185,9 +188,10 @@ class CpuBfloat16Ops final : public Ops {
     fp32_->gelu_forward(out32, widen(1, inp, n), n);
     narrow(out, out32, n);
   }
-  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
-    float* dinp32 = widen(0, dinp, n);
-    fp32_->gelu_backward(dinp32, widen(1, inp, n), widen(2, dout, n), n);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
+                     GradientWrite write) override {
+    float* dinp32 = gradient(0, dinp, n, write);
+    fp32_->gelu_backward(dinp32, widen(1, inp, n), widen(2, dout, n), n, write);
     narrow(dinp, dinp32, n);
   }
   void residual_forward(void* out, const void* a, const void* b, size_t n) override {
@@ -228,11 +232,12 @@ class CpuBfloat16Ops final : public Ops {
     fp32_->swiglu_forward(out32, widen(1, gate_up, 2 * n), rows, hidden);
     narrow(out, out32, n);
   }
-  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
-                       int hidden) override {
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows, int hidden,
+                       GradientWrite write) override {
     const size_t n = static_cast<size_t>(rows) * hidden;
-    float* dgate_up32 = widen(0, dgate_up, 2 * n);
-    fp32_->swiglu_backward(dgate_up32, widen(1, gate_up, 2 * n), widen(2, dout, n), rows, hidden);
+    float* dgate_up32 = gradient(0, dgate_up, 2 * n, write);
+    fp32_->swiglu_backward(dgate_up32, widen(1, gate_up, 2 * n), widen(2, dout, n), rows, hidden,
+                           write);
     narrow(dgate_up, dgate_up32, 2 * n);
   }
   void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
@@ -257,13 +262,14 @@ class CpuBfloat16Ops final : public Ops {
   }
   void attention_backward(void* dqkv, float* row_scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int num_kv_heads, int head_dim) override {
+                          int num_heads, int num_kv_heads, int head_dim,
+                          GradientWrite write) override {
     const size_t n = static_cast<size_t>(batch) * seq_len * num_heads * head_dim;
     const size_t qkv_n = qkv_elements(batch, seq_len, num_heads, num_kv_heads, head_dim);
-    float* dqkv32 = widen(0, dqkv, qkv_n);
+    float* dqkv32 = gradient(0, dqkv, qkv_n, write);
     fp32_->attention_backward(dqkv32, row_scratch, widen(1, dout, n), widen(2, qkv, qkv_n),
                               widen(3, out, n), logsumexp, batch, seq_len, num_heads, num_kv_heads,
-                              head_dim);
+                              head_dim, write);
     narrow(dqkv, dqkv32, qkv_n);
   }
 
@@ -347,6 +353,11 @@ class CpuBfloat16Ops final : public Ops {
     float* out = scratch(index, n);
     host_to_float(out, x, DType::kBFloat16, n);
     return out;
+  }
+  // The fp32 copy of input gradient x for the fp32 op: x widened when it
+  // accumulates, else scratch whose contents do not matter (it is overwritten).
+  float* gradient(int index, const void* x, size_t n, GradientWrite write) {
+    return write == GradientWrite::kOverwrite ? scratch(index, n) : widen(index, x, n);
   }
   static void narrow(void* out, const float* x, size_t n) {
     host_from_float(out, x, DType::kBFloat16, n);

@@ -93,9 +93,9 @@ TEST_F(Bfloat16OpsTest, LinearForwardAndAccumulatingBackward) {
                        out);
   EXPECT_EQ(y, narrow(y32));
   bf16->linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), rows, in,
-                        out);
+                        out, GradientWrite::kAccumulate);
   fp32->linear_backward(dx32.data(), dw32.data(), db32.data(), widen(dy).data(), widen(x).data(),
-                        widen(w).data(), rows, in, out);
+                        widen(w).data(), rows, in, out, GradientWrite::kAccumulate);
   EXPECT_EQ(dx, narrow(dx32));
   EXPECT_EQ(dw, narrow(dw32));
   EXPECT_EQ(db, narrow(db32));
@@ -124,9 +124,10 @@ TEST_F(Bfloat16OpsTest, LayerNormAttentionGeluAndLoss) {
   EXPECT_EQ(out, narrow(out32));
   EXPECT_EQ(lse, lse32);
   bf16->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                           lse.data(), 1, T, H, H, D);
+                           lse.data(), 1, T, H, H, D, GradientWrite::kAccumulate);
   fp32->attention_backward(dqkv32.data(), scratch.data(), widen(dout).data(), widen(qkv).data(),
-                           widen(out).data(), lse32.data(), 1, T, H, H, D);
+                           widen(out).data(), lse32.data(), 1, T, H, H, D,
+                           GradientWrite::kAccumulate);
   EXPECT_EQ(dqkv, narrow(dqkv32));
 
   const Bits g_in = random_bf16(20, 17, 4.0f), g_dout = random_bf16(20, 18);
@@ -135,8 +136,9 @@ TEST_F(Bfloat16OpsTest, LayerNormAttentionGeluAndLoss) {
   bf16->gelu_forward(g_out.data(), g_in.data(), 20);
   fp32->gelu_forward(g_out32.data(), widen(g_in).data(), 20);
   EXPECT_EQ(g_out, narrow(g_out32));
-  bf16->gelu_backward(g_din.data(), g_in.data(), g_dout.data(), 20);
-  fp32->gelu_backward(g_din32.data(), widen(g_in).data(), widen(g_dout).data(), 20);
+  bf16->gelu_backward(g_din.data(), g_in.data(), g_dout.data(), 20, GradientWrite::kAccumulate);
+  fp32->gelu_backward(g_din32.data(), widen(g_in).data(), widen(g_dout).data(), 20,
+                      GradientWrite::kAccumulate);
   EXPECT_EQ(g_din, narrow(g_din32));
 
   const int V = 9;

@@ -124,7 +124,7 @@ void attention_forward(float* out, float* logsumexp, const float* qkv, int batch
                        int num_heads, int num_kv_heads, int head_dim);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* out, const float* logsumexp, int batch, int seq_len,
-                        int num_heads, int num_kv_heads, int head_dim);
+                        int num_heads, int num_kv_heads, int head_dim, GradientWrite write);
 
 // cpu_llama_ops.cc
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int rows,
@@ -132,8 +132,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int rows, int channels);
 void swiglu_forward(float* out, const float* gate_up, int rows, int hidden);
-void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int rows,
-                     int hidden);
+void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int rows, int hidden,
+                     GradientWrite write);
 void rope_forward(float* qkv, const float* cos, const float* sin, int batch, int seq_len,
                   int num_heads, int num_kv_heads, int head_dim);
 void rope_backward(float* dqkv, const float* cos, const float* sin, int batch, int seq_len,

@@ -61,10 +61,14 @@ void swiglu_forward(float* out, const float* gate_up, int rows, int hidden) {
   }
 }
 
+namespace {
+
 // d gate = dy * up * silu'(gate), silu'(x) = s (1 + x (1 - s)) with s =
-// sigmoid(x) and 1 - s = e s (e = exp(-x)); d up = dy * silu(gate).
-void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int rows,
-                     int hidden) {
+// sigmoid(x) and 1 - s = e s (e = exp(-x)); d up = dy * silu(gate). Added to
+// dgate_up, or (kAccumulate false) to 0 without reading it.
+template <bool kAccumulate>
+void swiglu_backward_rows(float* dgate_up, const float* gate_up, const float* dout, int rows,
+                          int hidden) {
   for (int r = 0; r < rows; r++) {
     const size_t offset = static_cast<size_t>(r) * 2 * hidden;
     const float* gate = gate_up + offset;
@@ -79,9 +83,20 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
       const float silu = x * s;
       // silu'(x) = s (1 + x (1 - s)): the same as s (1 + x e s), but x e
       // overflows to -inf for x below about -88 where this stays finite.
-      dgate[i] += dy[i] * up[i] * (s * (1.0f + x * (1.0f - s)));
-      dup[i] += dy[i] * silu;
+      dgate[i] = (kAccumulate ? dgate[i] : 0.0f) + dy[i] * up[i] * (s * (1.0f + x * (1.0f - s)));
+      dup[i] = (kAccumulate ? dup[i] : 0.0f) + dy[i] * silu;
     }
+  }
+}
+
+}  // namespace
+
+void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int rows, int hidden,
+                     GradientWrite write) {
+  if (write == GradientWrite::kOverwrite) {
+    swiglu_backward_rows<false>(dgate_up, gate_up, dout, rows, hidden);
+  } else {
+    swiglu_backward_rows<true>(dgate_up, gate_up, dout, rows, hidden);
   }
 }
 

@@ -137,7 +137,8 @@ TEST_F(CpuLlamaOps, SwigluGradient) {
   const std::vector<float> before = random_vector(gate_up.size(), 23);
   std::vector<float> dgate_up = before;
   auto backward = [&] {
-    ops->swiglu_backward(dgate_up.data(), gate_up.data(), probe.data(), rows, hidden);
+    ops->swiglu_backward(dgate_up.data(), gate_up.data(), probe.data(), rows, hidden,
+                         GradientWrite::kAccumulate);
   };
   backward();
   expect_gradient_matches("swiglu dgate_up", gate_up, added(dgate_up, before), objective);
@@ -153,7 +154,8 @@ TEST_F(CpuLlamaOps, SwigluGradientStaysFiniteForSaturatedGates) {
   gate_up.insert(gate_up.end(), hidden, 2.0f);  // up = 2
   const std::vector<float> dout(hidden, 1.0f);
   std::vector<float> dgate_up(2 * hidden, 0.0f);
-  ops->swiglu_backward(dgate_up.data(), gate_up.data(), dout.data(), 1, hidden);
+  ops->swiglu_backward(dgate_up.data(), gate_up.data(), dout.data(), 1, hidden,
+                       GradientWrite::kAccumulate);
   for (int i = 0; i < hidden; i++) {
     ASSERT_TRUE(std::isfinite(dgate_up[i])) << "gate " << gates[i];
     EXPECT_NEAR(dgate_up[i], gates[i] < 0 ? 0.0f : 2.0f, 1e-6) << "gate " << gates[i];
@@ -194,7 +196,7 @@ TEST_F(CpuLlamaOps, GroupedQueryAttentionGradient) {
   const std::vector<float> before = random_vector(qkv.size(), 43);
   std::vector<float> dqkv = before;
   ops->attention_backward(dqkv.data(), scratch.data(), probe.data(), qkv.data(), out.data(),
-                          logsumexp.data(), batch, seq_len, H, Hkv, D);
+                          logsumexp.data(), batch, seq_len, H, Hkv, D, GradientWrite::kAccumulate);
   expect_gradient_matches("grouped attention dqkv", qkv, added(dqkv, before), objective);
 }
 
@@ -243,8 +245,9 @@ TEST(CpuLlamaOpsBfloat16, EachOpIsTheFloatOpRoundedOnce) {
   fp32->swiglu_forward(out32.data(), gate_up.data(), rows, hidden);
   EXPECT_EQ(out, to_bf16(out32));
   bf16->swiglu_backward(dgate_up.data(), to_bf16(gate_up).data(), to_bf16(dout).data(), rows,
-                        hidden);
-  fp32->swiglu_backward(dgate_up32.data(), gate_up.data(), dout.data(), rows, hidden);
+                        hidden, GradientWrite::kAccumulate);
+  fp32->swiglu_backward(dgate_up32.data(), gate_up.data(), dout.data(), rows, hidden,
+                        GradientWrite::kAccumulate);
   EXPECT_EQ(dgate_up, to_bf16(dgate_up32));
 
   const int T = 3, H = 4, Hkv = 2, D = 4;
@@ -270,9 +273,10 @@ TEST(CpuLlamaOpsBfloat16, EachOpIsTheFloatOpRoundedOnce) {
   EXPECT_EQ(att, to_bf16(att32));
   EXPECT_EQ(lse, lse32);
   bf16->attention_backward(dqkv.data(), scratch.data(), datt.data(), qkv.data(), att.data(),
-                           lse.data(), 1, T, H, Hkv, D);
+                           lse.data(), 1, T, H, Hkv, D, GradientWrite::kAccumulate);
   fp32->attention_backward(dqkv32.data(), scratch.data(), to_float(datt).data(), qkv_wide.data(),
-                           to_float(att).data(), lse32.data(), 1, T, H, Hkv, D);
+                           to_float(att).data(), lse32.data(), 1, T, H, Hkv, D,
+                           GradientWrite::kAccumulate);
   EXPECT_EQ(dqkv, to_bf16(dqkv32));
 }
 

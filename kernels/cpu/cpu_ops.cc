@@ -16,7 +16,10 @@
 // count, but its bits can change with either (OpenBLAS 0.3.21 picks different
 // paths by row count and thread count), so runs compared bitwise must use the
 // same micro-batch shapes and OPENBLAS_NUM_THREADS.
-// Forward ops overwrite their outputs; backward ops accumulate (+=).
+// Forward ops overwrite their outputs; backward ops accumulate (+=), or
+// overwrite the input gradients that GradientWrite::kOverwrite asks for (the
+// sgemm with beta = 0, the elementwise loops from 0 instead of the old value,
+// so the result is what accumulating into zeros gives).
 #include <cblas.h>
 
 #include <algorithm>
@@ -263,19 +266,25 @@ class CpuOps final : public Ops {
 
   void linear_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage,
                        const void* dout_storage, const void* inp_storage,
-                       const void* weight_storage, int rows, int in_features,
-                       int out_features) override {
+                       const void* weight_storage, int rows, int in_features, int out_features,
+                       GradientWrite dinp_write) override {
     float* dinp = static_cast<float*>(dinp_storage);
     float* dweight = static_cast<float*>(dweight_storage);
     float* dbias = static_cast<float*>(dbias_storage);
     const float* dout = static_cast<const float*>(dout_storage);
     const float* inp = static_cast<const float*>(inp_storage);
     const float* weight = static_cast<const float*>(weight_storage);
+    const bool overwrite = dinp_write == GradientWrite::kOverwrite;
+    if (dinp != nullptr && overwrite && rows > 0 && in_features > 0 && out_features <= 0) {
+      // A sum over no products: overwriting writes its zeros.
+      std::memset(dinp, 0, static_cast<size_t>(rows) * in_features * sizeof(float));
+    }
     if (rows <= 0 || out_features <= 0) return;
     if (dinp != nullptr && in_features > 0) {
-      // dinp[rows, in_features] += dout[rows, out_features] @ weight[out_features, in_features]
+      // dinp[rows, in_features] (+)= dout[rows, out_features] @ weight[out_features, in_features]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in_features, out_features, 1.0f,
-                  dout, out_features, weight, in_features, 1.0f, dinp, in_features);
+                  dout, out_features, weight, in_features, overwrite ? 0.0f : 1.0f, dinp,
+                  in_features);
     }
     if (dweight != nullptr && in_features > 0) {
       // dweight[out_features, in_features] += dout^T @ inp[rows, in_features]
@@ -310,10 +319,20 @@ class CpuOps final : public Ops {
   }
 
   void gelu_backward(void* dinp_storage, const void* inp_storage, const void* dout_storage,
-                     size_t n) override {
+                     size_t n, GradientWrite write) override {
     float* dinp = static_cast<float*>(dinp_storage);
     const float* inp = static_cast<const float*>(inp_storage);
     const float* dout = static_cast<const float*>(dout_storage);
+    if (write == GradientWrite::kOverwrite) {
+      gelu_backward_loop<false>(dinp, inp, dout, n);
+    } else {
+      gelu_backward_loop<true>(dinp, inp, dout, n);
+    }
+  }
+
+  // dinp (+)= gelu'(inp) * dout: one loop per write mode, each vectorized.
+  template <bool kAccumulate>
+  static void gelu_backward_loop(float* dinp, const float* inp, const float* dout, size_t n) {
     for (size_t i = 0; i < n; i++) {
       const float x = inp[i];
       const float cube = kGeluCubic * x * x * x;
@@ -325,7 +344,8 @@ class CpuOps final : public Ops {
       const float half_sech_squared = 2.0f * e * s * s;
       const float local_grad =
           s + x * half_sech_squared * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-      dinp[i] += local_grad * dout[i];
+      // 0 + g when overwriting: bitwise what accumulating into zeros gives.
+      dinp[i] = (kAccumulate ? dinp[i] : 0.0f) + local_grad * dout[i];
     }
   }
 
@@ -364,10 +384,10 @@ class CpuOps final : public Ops {
   void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
     cpu::swiglu_forward(static_cast<float*>(out), static_cast<const float*>(gate_up), rows, hidden);
   }
-  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
-                       int hidden) override {
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows, int hidden,
+                       GradientWrite write) override {
     cpu::swiglu_backward(static_cast<float*>(dgate_up), static_cast<const float*>(gate_up),
-                         static_cast<const float*>(dout), rows, hidden);
+                         static_cast<const float*>(dout), rows, hidden, write);
   }
   void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
                     int num_heads, int num_kv_heads, int head_dim) override {
@@ -391,14 +411,14 @@ class CpuOps final : public Ops {
 
   void attention_backward(void* dqkv_storage, float* scratch, const void* dout_storage,
                           const void* qkv_storage, const void* out_storage, const float* logsumexp,
-                          int batch, int seq_len, int num_heads, int num_kv_heads,
-                          int head_dim) override {
+                          int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                          GradientWrite write) override {
     float* dqkv = static_cast<float*>(dqkv_storage);
     const float* dout = static_cast<const float*>(dout_storage);
     const float* qkv = static_cast<const float*>(qkv_storage);
     const float* out = static_cast<const float*>(out_storage);
     cpu::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
-                            num_kv_heads, head_dim);
+                            num_kv_heads, head_dim, write);
   }
 
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------

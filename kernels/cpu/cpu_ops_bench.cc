@@ -73,7 +73,7 @@ void BM_LinearBackward(benchmark::State& state, Shape shape, int in_features, in
   std::vector<float> dinp(inp.size()), dweight(weight.size()), dbias(out_features);
   for (auto _ : state) {
     ops->linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                         weight.data(), rows, in_features, out_features);
+                         weight.data(), rows, in_features, out_features, GradientWrite::kOverwrite);
     benchmark::DoNotOptimize(dinp.data());
     benchmark::ClobberMemory();
   }
@@ -112,7 +112,7 @@ void BM_AttentionBackward(benchmark::State& state, Shape shape) {
   for (auto _ : state) {
     ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
                             logsumexp.data(), shape.batch, T, shape.num_heads, shape.num_heads,
-                            shape.head_dim());
+                            shape.head_dim(), GradientWrite::kOverwrite);
     benchmark::DoNotOptimize(dqkv.data());
     benchmark::ClobberMemory();
   }
@@ -181,7 +181,7 @@ void BM_GeluBackward(benchmark::State& state, Shape shape) {
   const auto dout = filled(n, 12);
   std::vector<float> dinp(n);
   for (auto _ : state) {
-    ops->gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+    ops->gelu_backward(dinp.data(), inp.data(), dout.data(), n, GradientWrite::kOverwrite);
     benchmark::DoNotOptimize(dinp.data());
     benchmark::ClobberMemory();
   }

@@ -103,7 +103,8 @@ void check_linear(Ops& ops, bool with_bias, int rows, int in_features, int out_f
   std::vector<float> dbias_before = random_vector(bias.size(), 27);
   std::vector<float> dinp = dinp_before, dweight = dweight_before, dbias = dbias_before;
   ops.linear_backward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, probe.data(),
-                      inp.data(), weight.data(), rows, in_features, out_features);
+                      inp.data(), weight.data(), rows, in_features, out_features,
+                      GradientWrite::kAccumulate);
   expect_gradient_matches(name + " dinp", inp, added(dinp, dinp_before), objective);
   expect_gradient_matches(name + " dweight", weight, added(dweight, dweight_before), objective);
   if (with_bias) {
@@ -115,16 +116,16 @@ void check_linear(Ops& ops, bool with_bias, int rows, int in_features, int out_f
   // Each of dinp, dweight, dbias may be null independently.
   std::vector<float> dweight_alone = dweight_before;
   ops.linear_backward(nullptr, dweight_alone.data(), nullptr, probe.data(), inp.data(),
-                      weight.data(), rows, in_features, out_features);
+                      weight.data(), rows, in_features, out_features, GradientWrite::kAccumulate);
   EXPECT_EQ(dweight_alone, dweight);
   std::vector<float> dinp_alone = dinp_before;
   ops.linear_backward(dinp_alone.data(), nullptr, nullptr, probe.data(), inp.data(), weight.data(),
-                      rows, in_features, out_features);
+                      rows, in_features, out_features, GradientWrite::kAccumulate);
   EXPECT_EQ(dinp_alone, dinp);
 
   auto backward = [&] {
     ops.linear_backward(dinp.data(), dweight.data(), dbias.data(), probe.data(), inp.data(),
-                        weight.data(), rows, in_features, out_features);
+                        weight.data(), rows, in_features, out_features, GradientWrite::kAccumulate);
   };
   expect_backward_accumulates(name, {&dinp, &dweight, &dbias}, backward);
 }
@@ -148,7 +149,9 @@ TEST_F(CpuGradientCheck, Gelu) {
   };
   std::vector<float> dinp_before = random_vector(n, 33);
   std::vector<float> dinp = dinp_before;
-  auto backward = [&] { ops->gelu_backward(dinp.data(), inp.data(), probe.data(), n); };
+  auto backward = [&] {
+    ops->gelu_backward(dinp.data(), inp.data(), probe.data(), n, GradientWrite::kAccumulate);
+  };
   backward();
   expect_gradient_matches("gelu dinp", inp, added(dinp, dinp_before), objective);
   expect_backward_accumulates("gelu", {&dinp}, backward);
@@ -174,7 +177,8 @@ void check_attention(Ops& ops, int batch, int seq_len, int num_heads, int head_d
     // Fill scratch with garbage: the backward must not depend on its contents.
     std::fill(scratch.begin(), scratch.end(), 1e30f);
     ops.attention_backward(dqkv.data(), scratch.data(), probe.data(), qkv.data(), out.data(),
-                           logsumexp.data(), batch, seq_len, num_heads, num_heads, head_dim);
+                           logsumexp.data(), batch, seq_len, num_heads, num_heads, head_dim,
+                           GradientWrite::kAccumulate);
   };
   backward();
   expect_gradient_matches("attention dqkv", qkv, added(dqkv, dqkv_before), objective);

@@ -159,7 +159,7 @@ TEST_F(CpuOpsTest, LinearTwoByTwo) {
   const std::vector<float> dout = {1, 0, 1, 2};
   std::vector<float> dinp = {1, 1, 1, 1}, dweight = {0, 0, 0, 0}, dbias = {10, 10};
   ops->linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                       weight.data(), 2, 2, 2);
+                       weight.data(), 2, 2, 2, GradientWrite::kAccumulate);
   // dinp += dout @ W = [5, 6; 1*5 + 2*7, 1*6 + 2*8]
   EXPECT_EQ(dinp, (std::vector<float>{6, 7, 20, 23}));
   // dweight += dout^T @ inp = [1*1 + 1*3, 1*2 + 1*4; 2*3, 2*4]
@@ -179,7 +179,7 @@ TEST_F(CpuOpsTest, GeluKnownValues) {
   // gelu'(0) = 0.5, accumulated onto 1.
   std::vector<float> dinp = {1.0f, 0.0f, 0.0f};
   const std::vector<float> dout = {1.0f, 0.0f, 0.0f};
-  ops->gelu_backward(dinp.data(), inp.data(), dout.data(), 3);
+  ops->gelu_backward(dinp.data(), inp.data(), dout.data(), 3, GradientWrite::kAccumulate);
   EXPECT_NEAR(dinp[0], 1.5f, kTolerance);
 }
 
@@ -511,15 +511,18 @@ std::vector<float> run_tiny_model(Ops& ops) {
   std::vector<float> dx(x.size(), 0.0f), dattn(attn.size(), 0.0f), dqkv(qkv.size(), 0.0f);
   std::vector<float> dln(ln.size(), 0.0f);
   ops.linear_backward(dhidden.data(), dwte.data(), nullptr, dlogits, hidden.data(), wte.data(),
-                      rows, channels, vocab);
-  ops.gelu_backward(dres.data(), res.data(), dhidden.data(), dres.size());
+                      rows, channels, vocab, GradientWrite::kAccumulate);
+  ops.gelu_backward(dres.data(), res.data(), dhidden.data(), dres.size(),
+                    GradientWrite::kAccumulate);
   ops.accumulate(dx.data(), dres.data(), dx.size());
   ops.linear_backward(dattn.data(), dproj_weight.data(), dproj_bias.data(), dres.data(),
-                      attn.data(), proj_weight.data(), rows, channels, channels);
+                      attn.data(), proj_weight.data(), rows, channels, channels,
+                      GradientWrite::kAccumulate);
   ops.attention_backward(dqkv.data(), scratch.data(), dattn.data(), qkv.data(), attn.data(),
-                         logsumexp.data(), batch, seq_len, num_heads, num_heads, head_dim);
+                         logsumexp.data(), batch, seq_len, num_heads, num_heads, head_dim,
+                         GradientWrite::kAccumulate);
   ops.linear_backward(dln.data(), dqkv_weight.data(), dqkv_bias.data(), dqkv.data(), ln.data(),
-                      qkv_weight.data(), rows, channels, 3 * channels);
+                      qkv_weight.data(), rows, channels, 3 * channels, GradientWrite::kAccumulate);
   ops.layernorm_backward(dx.data(), dln_weight.data(), dln_bias.data(), dln.data(), x.data(),
                          ln_weight.data(), mean.data(), rstd.data(), rows, channels);
   ops.token_embedding_backward(dwte.data(), dx.data(), tokens.data(), rows, 0, vocab, channels);

@@ -9,7 +9,8 @@
 // object's storage dtype; kernels templated on it); tiles are widened to fp32
 // as they are loaded into shared memory, all arithmetic is fp32, and each
 // stored element of out and dqkv is rounded once (dqkv += g stores
-// round(float(dqkv) + g)). logsumexp and the backward's scratch are fp32.
+// round(float(dqkv) + g); overwriting, round(0 + g), dqkv not read).
+// logsumexp and the backward's scratch are fp32.
 //
 // Per (batch b, query head h): Q is the head's [T, D] slice of qkv, K and V
 // those of its KV head h / (H / Hkv) (grouped-query attention; row stride
@@ -42,7 +43,8 @@
 //      the group's sum without atomics or a second pass.
 //   3. dQ: one block per (64-query tile, b, h) holding Q, dOut; per 32-key tile
 //      up to the diagonal: dS as in 2, then dQ += dS K in registers.
-//   dK and dQ are scaled once at the end and added into dqkv.
+//   dK and dQ are scaled once at the end and added into dqkv (or, with
+//   GradientWrite::kOverwrite, to 0 and stored).
 // Deterministic: every sum runs in a fixed order (d ascending in FMA chains,
 // fixed butterflies, tiles in order), the grid depends on the shape only and
 // every (b, h) runs the same code, so the bits do not depend on the batch.

@@ -182,10 +182,11 @@ void attention_forward_tensor_core(bf16* out, float* logsumexp, const bf16* qkv,
                                    int seq_len, int num_heads, int num_kv_heads, int head_dim,
                                    cudaStream_t stream);
 // The dK/dV and dQ kernels of attention_backward, given row_dot (D_t, already
-// computed into the caller's scratch); dqkv += the gradient, rounded once.
+// computed into the caller's scratch); dqkv += the gradient (accumulate), or
+// dqkv = 0 + the gradient without reading dqkv, rounded once.
 void attention_backward_tensor_core(bf16* dqkv, const float* row_dot, const bf16* dout,
                                     const bf16* qkv, const float* logsumexp, int batch, int seq_len,
-                                    int num_heads, int num_kv_heads, int head_dim,
+                                    int num_heads, int num_kv_heads, int head_dim, bool accumulate,
                                     cudaStream_t stream);
 
 }  // namespace paraplan::kernels::cuda::attention

@@ -1,7 +1,8 @@
 // cuda_attention_backward.cu: the backward of the CUDA backend's fused causal
 // attention (kernels/ops.h attention_backward): the row_dot, dK/dV and dQ
 // kernels, for fp32 or bf16 storage (dqkv += g stores round(float(dqkv) + g),
-// once per element; the scratch is fp32). The algorithm, tiling and
+// once per element, or, told to overwrite, round(0 + g) without reading dqkv;
+// the scratch is fp32). The algorithm, tiling and
 // determinism argument are described at the top of cuda_attention.cu; the
 // tile loader and shapes are in cuda_attention.cuh. With bf16 storage and
 // head_dim 64 or 128 the row-dot kernel is followed by the tensor-core dK/dV
@@ -50,7 +51,8 @@ template <typename Storage, int kDPad>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dkdv_kernel(Storage* dqkv, const Storage* qkv, const Storage* dout,
                                    const float* logsumexp, const float* row_dot, int T, int H,
-                                   int Hkv, int D, float scale, bool qkv_packed, bool dout_packed) {
+                                   int Hkv, int D, float scale, bool qkv_packed, bool dout_packed,
+                                   bool accumulate) {
   constexpr int kStride = kDPad + 1, kProbabilityStride = kSubTile + 1, kColumns = kDPad / kSide;
   extern __shared__ float shared[];
   float* k_tile = shared;
@@ -157,7 +159,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // This block alone owns these rows of dK and dV: plain read-modify-write.
+  // This block alone owns these rows of dK and dV: plain read-modify-write
+  // (or, overwriting, a write of 0 + the sum).
 #pragma unroll
   for (int i = 0; i < kPerThread; i++) {
     const int c = ty + kSide * i;
@@ -168,8 +171,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kColumns; j++) {
       const int d = tx + kSide * j;
       if (d < D) {
-        dkey_row[d] = narrow<Storage>(widen(dkey_row[d]) + dk[i][j] * scale);
-        dvalue_row[d] = narrow<Storage>(widen(dvalue_row[d]) + dv[i][j]);
+        const float old_key = accumulate ? widen(dkey_row[d]) : 0.0f;
+        const float old_value = accumulate ? widen(dvalue_row[d]) : 0.0f;
+        dkey_row[d] = narrow<Storage>(old_key + dk[i][j] * scale);
+        dvalue_row[d] = narrow<Storage>(old_value + dv[i][j]);
       }
     }
   }
@@ -186,7 +191,8 @@ template <typename Storage, int kDPad>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dq_kernel(Storage* dqkv, const Storage* qkv, const Storage* dout,
                                  const float* logsumexp, const float* row_dot, int T, int H,
-                                 int Hkv, int D, float scale, bool qkv_packed, bool dout_packed) {
+                                 int Hkv, int D, float scale, bool qkv_packed, bool dout_packed,
+                                 bool accumulate) {
   constexpr int kStride = kDPad + 1, kScoreStride = kSubTile + 1, kColumns = kDPad / kSide;
   extern __shared__ float shared[];
   float* q_tile = shared;
@@ -284,7 +290,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kColumns; j++) {
       const int d = tx + kSide * j;
-      if (d < D) dquery_row[d] = narrow<Storage>(widen(dquery_row[d]) + dq[i][j] * scale);
+      if (d < D) {
+        const float old = accumulate ? widen(dquery_row[d]) : 0.0f;
+        dquery_row[d] = narrow<Storage>(old + dq[i][j] * scale);
+      }
     }
   }
 }
@@ -294,8 +303,9 @@ __global__ void __launch_bounds__(kThreads)
 void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scratch,
                         const void* dout, const void* qkv, const void* out, const float* logsumexp,
                         int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
-                        cudaStream_t stream) {
+                        GradientWrite write, cudaStream_t stream) {
   if (!valid_shape(batch, seq_len, num_heads, num_kv_heads, head_dim)) return;
+  const bool accumulate = write == GradientWrite::kAccumulate;
   const size_t rows = static_cast<size_t>(batch) * num_heads * seq_len;
   // dQ: a block per (query tile, b, query head); dK/dV: per (key tile, b, KV head).
   const dim3 grid(static_cast<unsigned int>(batch * num_heads), ceil_div(seq_len, kTile));
@@ -316,7 +326,8 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
       // out is read only by the row-dot kernel above (scalar loads).
       if (tensor_cores && tensor_core_applies(storage, head_dim, {dqkv, dout, qkv})) {
         attention_backward_tensor_core(gradient, scratch, out_gradient, input, logsumexp, batch,
-                                       seq_len, num_heads, num_kv_heads, head_dim, stream);
+                                       seq_len, num_heads, num_kv_heads, head_dim, accumulate,
+                                       stream);
         return;
       }
     }
@@ -326,13 +337,13 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
       allow_shared_memory(attention_backward_dkdv_kernel<Storage, kDPad>, dkdv_bytes);
       attention_backward_dkdv_kernel<Storage, kDPad><<<kv_grid, kThreads, dkdv_bytes, stream>>>(
           gradient, input, out_gradient, logsumexp, scratch, seq_len, num_heads, num_kv_heads,
-          head_dim, scale, qkv_packed, dout_packed);
+          head_dim, scale, qkv_packed, dout_packed, accumulate);
       PARAPLAN_CUDA_CHECK_LAUNCH();
       constexpr size_t dq_bytes = backward_dq_shared_bytes<kDPad>();
       allow_shared_memory(attention_backward_dq_kernel<Storage, kDPad>, dq_bytes);
       attention_backward_dq_kernel<Storage, kDPad><<<grid, kThreads, dq_bytes, stream>>>(
           gradient, input, out_gradient, logsumexp, scratch, seq_len, num_heads, num_kv_heads,
-          head_dim, scale, qkv_packed, dout_packed);
+          head_dim, scale, qkv_packed, dout_packed, accumulate);
       PARAPLAN_CUDA_CHECK_LAUNCH();
     });
   });

@@ -209,10 +209,12 @@ __device__ __forceinline__ void mma_accumulators_by_tile(float (&c)[kD / 8][4],
 }
 
 // dst[row][2t, 2t+1] (+)= values for the accumulator rows a thread holds:
-// dst = round(float(dst) + values), one 4-byte read-modify-write of two bf16.
-__device__ __forceinline__ void accumulate_pair(bf16* destination, float v0, float v1) {
+// with accumulate dst = round(float(dst) + values), one 4-byte
+// read-modify-write of two bf16; without, dst = round(0 + values), one 4-byte
+// store (dst not read): bitwise what accumulating into zeros stores.
+__device__ __forceinline__ void write_pair(bf16* destination, float v0, float v1, bool accumulate) {
   uint32_t* word = reinterpret_cast<uint32_t*>(destination);
-  const uint32_t old = *word;
+  const uint32_t old = accumulate ? *word : 0u;
   *word = pack_bf16(__uint_as_float(old << 16) + v0, __uint_as_float(old & 0xffff0000u) + v1);
 }
 

@@ -27,7 +27,8 @@
 // sequence. Masked entries are selected to exact zeros (never multiplied), and
 // rows past T are zero-filled in shared memory, so nothing non-finite can
 // leak into a valid row. dK and dQ are scaled by 1/sqrt(D) once at the end;
-// each gradient element is then added to dqkv and rounded once.
+// each gradient element is then added to dqkv and rounded once (or, told to
+// overwrite, added to 0 and stored without reading dqkv).
 // Deterministic: fixed loop orders, no atomics, a grid set by the shape.
 #include <cuda_runtime.h>
 
@@ -81,7 +82,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tensor_core_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout,
                                       const float* logsumexp, const float* row_dot, int T, int H,
-                                      int Hkv, float scale, float scale_log2) {
+                                      int Hkv, float scale, float scale_log2, bool accumulate) {
   constexpr int kQueries = kDkdvQueries<kD>;
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride, kSubTileElements = kQueries * kStride;
@@ -162,7 +163,8 @@ __global__ void __launch_bounds__(kThreads)
     mma_accumulators_by_tile<kD>(dk, dp, q_tile);
   }
 
-  // This block alone owns these rows of dK and dV: plain read-modify-write.
+  // This block alone owns these rows of dK and dV: plain read-modify-write
+  // (or store).
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int key_index = warp_col0 + group + 8 * i;
@@ -172,8 +174,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int db = 0; db < kOutBlocks; db++) {
       const int d = 8 * db + 2 * thread_in_group;
-      accumulate_pair(dkey_row + d, dk[db][2 * i] * scale, dk[db][2 * i + 1] * scale);
-      accumulate_pair(dvalue_row + d, dv[db][2 * i], dv[db][2 * i + 1]);
+      write_pair(dkey_row + d, dk[db][2 * i] * scale, dk[db][2 * i + 1] * scale, accumulate);
+      write_pair(dvalue_row + d, dv[db][2 * i], dv[db][2 * i + 1], accumulate);
     }
   }
 }
@@ -188,7 +190,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_tensor_core_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout,
                                     const float* logsumexp, const float* row_dot, int T, int H,
-                                    int Hkv, float scale, float scale_log2) {
+                                    int Hkv, float scale, float scale_log2, bool accumulate) {
   constexpr int kStride = kTileStride<kD>;
   constexpr int kTileElements = kTile * kStride;
   constexpr int kKeyBlocks = kTile / 8;  // n-blocks of S (keys)
@@ -269,8 +271,8 @@ __global__ void __launch_bounds__(kThreads)
     bf16* dquery_row = dqkv + head.qkv_offset + query_index * C3;
 #pragma unroll
     for (int db = 0; db < kOutBlocks; db++) {
-      accumulate_pair(dquery_row + 8 * db + 2 * thread_in_group, dq[db][2 * i] * scale,
-                      dq[db][2 * i + 1] * scale);
+      write_pair(dquery_row + 8 * db + 2 * thread_in_group, dq[db][2 * i] * scale,
+                 dq[db][2 * i + 1] * scale, accumulate);
     }
   }
 }
@@ -281,7 +283,7 @@ namespace attention {
 
 void attention_backward_tensor_core(bf16* dqkv, const float* row_dot, const bf16* dout,
                                     const bf16* qkv, const float* logsumexp, int batch, int seq_len,
-                                    int num_heads, int num_kv_heads, int head_dim,
+                                    int num_heads, int num_kv_heads, int head_dim, bool accumulate,
                                     cudaStream_t stream) {
   // Qualified: attention:: has its own kTile and kThreads (the FMA kernels').
   // dQ: a block per (query tile, b, query head); dK/dV: per (key tile, b, KV head).
@@ -296,12 +298,14 @@ void attention_backward_tensor_core(bf16* dqkv, const float* row_dot, const bf16
     constexpr size_t dkdv_bytes = dkdv_shared_bytes<kD>();
     allow_shared_memory(attention_dkdv_tensor_core_kernel<kD>, dkdv_bytes);
     attention_dkdv_tensor_core_kernel<kD><<<kv_grid, tensor_core::kThreads, dkdv_bytes, stream>>>(
-        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, num_kv_heads, scale, scale_log2);
+        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, num_kv_heads, scale, scale_log2,
+        accumulate);
     PARAPLAN_CUDA_CHECK_LAUNCH();
     constexpr size_t dq_bytes = dq_shared_bytes<kD>();
     allow_shared_memory(attention_dq_tensor_core_kernel<kD>, dq_bytes);
     attention_dq_tensor_core_kernel<kD><<<grid, tensor_core::kThreads, dq_bytes, stream>>>(
-        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, num_kv_heads, scale, scale_log2);
+        dqkv, qkv, dout, logsumexp, row_dot, seq_len, num_heads, num_kv_heads, scale, scale_log2,
+        accumulate);
     PARAPLAN_CUDA_CHECK_LAUNCH();
   });
 }

@@ -8,6 +8,8 @@
 // tensor-core attention (head_dim 64 and 128, partial tiles) against the CPU
 // in bf16, run to run, and against the FMA kernels (PARAPLAN_CUDA_ATTENTION);
 // grouped KV heads (H / Hkv query heads per KV head) on both kernel families;
+// dqkv overwritten (GradientWrite::kOverwrite) into NaN equal to dqkv
+// accumulated into zeros, on both kernel families;
 // determinism, batch independence and TF32 independence, bitwise; the
 // softmax + cross-entropy, its vocab-parallel steps and out-of-range targets.
 // Skips, visibly, without a GPU.
@@ -95,7 +97,7 @@ Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward 
   float* scratch = buffers.upload(std::vector<float>(rows, 1e30f));
   const void* dout = buffers.upload_storage(random_floats(out_size, 52), s.unaligned);
   ops.attention_backward(dqkv, scratch, dout, qkv, saved_out, saved_logsumexp, s.batch, s.seq_len,
-                         s.num_heads, s.kv_heads(), s.head_dim);
+                         s.num_heads, s.kv_heads(), s.head_dim, GradientWrite::kAccumulate);
   std::vector<float> added = buffers.download_storage(dqkv, qkv_size);
   for (size_t i = 0; i < qkv_size; i++) added[i] -= dqkv_before[i];
   result.push_back(std::move(added));
@@ -272,6 +274,59 @@ TEST_F(CudaAttentionTensorCore, FmaSwitchAgreesWithTensorCores) {
       EXPECT_FALSE(tensor_compare::compare_equal(default_result[0], fma_result[0], "out").passed())
           << describe(s) << ": the default and the FMA kernels gave the same bits";
     }
+  }
+}
+
+// ---- overwriting dqkv (GradientWrite::kOverwrite) --------------------------------------------
+
+// dqkv after one forward and backward from a buffer of zeros, added to
+// (kAccumulate), or of NaN, overwritten (kOverwrite: a stray read of the old
+// value shows as NaN).
+std::vector<float> attention_gradient(Ops& ops, const AttentionShape& s, GradientWrite write) {
+  const size_t qkv_size =
+      static_cast<size_t>(s.batch) * s.seq_len * (s.num_heads + 2 * s.kv_heads()) * s.head_dim;
+  const size_t out_size = static_cast<size_t>(s.batch) * s.seq_len * s.num_heads * s.head_dim;
+  const size_t rows = static_cast<size_t>(s.batch) * s.num_heads * s.seq_len;
+  Buffers buffers(ops);
+  const void* qkv = buffers.upload_storage(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
+  void* out = buffers.allocate_storage(out_size);
+  float* logsumexp = buffers.allocate_floats(rows);
+  ops.attention_forward(out, logsumexp, qkv, s.batch, s.seq_len, s.num_heads, s.kv_heads(),
+                        s.head_dim);
+  const float start = write == GradientWrite::kOverwrite ? std::nanf("") : 0.0f;
+  void* dqkv = buffers.upload_storage(std::vector<float>(qkv_size, start), s.unaligned);
+  float* scratch = buffers.upload(std::vector<float>(rows, 1e30f));
+  const void* dout = buffers.upload_storage(random_floats(out_size, 52), s.unaligned);
+  ops.attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, s.batch, s.seq_len, s.num_heads,
+                         s.kv_heads(), s.head_dim, write);
+  return buffers.download_storage(dqkv, qkv_size);
+}
+
+// Overwriting gives what accumulating into zeros gives, as values (-0 == +0;
+// a NaN never equals).
+void expect_overwrite_equals_accumulate(Ops& ops, const AttentionShape& s,
+                                        const std::string& kernels) {
+  expect_equal(attention_gradient(ops, s, GradientWrite::kOverwrite),
+               attention_gradient(ops, s, GradientWrite::kAccumulate),
+               kernels + " dqkv overwritten vs accumulated into zeros " + describe(s));
+}
+
+// The FMA kernels (forced), fp32 and bf16 storage.
+TEST_P(CudaAttention, OverwriteEqualsAccumulateIntoZeros) {
+  std::unique_ptr<Ops> cuda = make_cuda_attention("fma", dtype());
+  for (const AttentionShape& s :
+       {AttentionShape{2, 33, 3, 8}, AttentionShape{1, 200, 2, 64},
+        AttentionShape{1, 100, 2, 32, 1.5f, true}, AttentionShape{2, 130, 4, 32, 1.5f, false, 2},
+        AttentionShape{1, 100, 6, 64, 1.5f, false, 1}}) {
+    expect_overwrite_equals_accumulate(*cuda, s, "fma");
+  }
+}
+
+// The tensor-core kernels (bf16, head_dim 64 and 128, grouped KV heads).
+TEST_F(CudaAttentionTensorCore, OverwriteEqualsAccumulateIntoZeros) {
+  std::unique_ptr<Ops> cuda = make_cuda_attention(nullptr, DType::kBFloat16);
+  for (const AttentionShape& s : tensor_core_shapes()) {
+    expect_overwrite_equals_accumulate(*cuda, s, "tensor-core");
   }
 }
 

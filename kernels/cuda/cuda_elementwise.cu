@@ -5,11 +5,13 @@
 //
 // Every kernel widens its storage inputs to fp32, computes in fp32 and rounds
 // each storage output once when it stores it (accumulations too: dx += y
-// stores round(float(dx) + y)). Elementwise kernels are grid-stride loops over
-// 16-byte packs (4 floats or 8 bf16, one 128-bit load or store per tensor;
-// cuda_bf16.cuh) when every pointer is 16-byte aligned, with a scalar tail for
-// the last n % pack elements; otherwise scalar. Each element's result depends
-// only on its own inputs, so the vector and scalar paths agree bitwise.
+// stores round(float(dx) + y); GELU's backward, told to overwrite, adds its
+// gradient to 0 instead of the old value, never reading it). Elementwise
+// kernels are grid-stride loops over 16-byte packs (4 floats or 8 bf16, one
+// 128-bit load or store per tensor; cuda_bf16.cuh) when every pointer is
+// 16-byte aligned, with a scalar tail for the last n % pack elements;
+// otherwise scalar. Each element's result depends only on its own inputs, so
+// the vector and scalar paths agree bitwise.
 // AdamW reads storage gradients and fp32 master weights and moments, and
 // writes the master weights and their rounding into the storage params (with
 // fp32 storage, params may be the master weights themselves).
@@ -72,20 +74,29 @@ struct GeluForward {
   }
 };
 
+// dinp (+)= gelu'(inp) * dout: added to dinp when accumulate, else to 0
+// (dinp not read): bitwise what accumulating into zeros gives.
 template <typename T>
 struct GeluBackward {
   static constexpr int kPackSize = kPack<T>;
   T* dinp;
   const T* inp;
   const T* dout;
+  bool accumulate;
   __device__ void scalar(size_t i) const {
-    dinp[i] = narrow<T>(widen(dinp[i]) + gelu_grad(widen(inp[i])) * widen(dout[i]));
+    const float old = accumulate ? widen(dinp[i]) : 0.0f;
+    dinp[i] = narrow<T>(old + gelu_grad(widen(inp[i])) * widen(dout[i]));
   }
   __device__ void vector(size_t v) const {
     float x[kPackSize], g[kPackSize], d[kPackSize];
     load_pack(x, inp, v);
     load_pack(g, dout, v);
-    load_pack(d, dinp, v);
+    if (accumulate) {
+      load_pack(d, dinp, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPackSize; k++) d[k] = 0.0f;
+    }
 #pragma unroll
     for (int k = 0; k < kPackSize; k++) d[k] = d[k] + gelu_grad(x[k]) * g[k];
     store_pack(dinp, v, d);
@@ -290,12 +301,13 @@ void gelu_forward(DType storage, void* out, const void* inp, size_t n, cudaStrea
 }
 
 void gelu_backward(DType storage, void* dinp, const void* inp, const void* dout, size_t n,
-                   cudaStream_t stream) {
+                   GradientWrite write, cudaStream_t stream) {
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_elementwise(GeluBackward<T>{static_cast<T*>(dinp), static_cast<const T*>(inp),
-                                       static_cast<const T*>(dout)},
-                       n, is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout), stream);
+    launch_elementwise(
+        GeluBackward<T>{static_cast<T*>(dinp), static_cast<const T*>(inp),
+                        static_cast<const T*>(dout), write == GradientWrite::kAccumulate},
+        n, is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout), stream);
   });
 }
 

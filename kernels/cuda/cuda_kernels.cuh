@@ -67,8 +67,9 @@ std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage,
 // Storage tensors (void*) hold elements of `storage` (float or bf16); float* tensors are fp32.
 
 void gelu_forward(DType storage, void* out, const void* inp, size_t n, cudaStream_t stream);
+// dinp (+)= gelu'(inp) * dout, as write says.
 void gelu_backward(DType storage, void* dinp, const void* inp, const void* dout, size_t n,
-                   cudaStream_t stream);
+                   GradientWrite write, cudaStream_t stream);
 void residual_forward(DType storage, void* out, const void* a, const void* b, size_t n,
                       cudaStream_t stream);
 void accumulate(DType storage, void* dx, const void* dout, size_t n, cudaStream_t stream);
@@ -116,7 +117,7 @@ void column_sums_accumulate(DType storage, void* out, const void* x, int rows, i
 void swiglu_forward(DType storage, void* out, const void* gate_up, int rows, int hidden,
                     cudaStream_t stream);
 void swiglu_backward(DType storage, void* dgate_up, const void* gate_up, const void* dout, int rows,
-                     int hidden, cudaStream_t stream);
+                     int hidden, GradientWrite write, cudaStream_t stream);
 // rope_forward, or with inverse rope_backward (the transposed rotation).
 void rope(DType storage, void* qkv, const float* cos, const float* sin, int batch, int seq_len,
           int num_heads, int num_kv_heads, int head_dim, bool inverse, cudaStream_t stream);
@@ -147,7 +148,7 @@ void attention_forward(DType storage, bool tensor_cores, void* out, float* logsu
 void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scratch,
                         const void* dout, const void* qkv, const void* out, const float* logsumexp,
                         int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
-                        cudaStream_t stream);
+                        GradientWrite write, cudaStream_t stream);
 
 // ---- cuda_loss.cu -------------------------------------------------------------------------------
 // Storage logits and dlogits, fp32 losses and row statistics. target_error is

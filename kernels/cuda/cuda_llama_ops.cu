@@ -65,6 +65,7 @@ struct SwigluBackward {
   const T* gate_up;
   const T* dout;
   int hidden;
+  bool accumulate;  // else the gradients are added to 0, dgate_up not read
   __device__ static void gradients(float x, float up, float dy, float& dgate, float& dup) {
     const float e = expf(fminf(-x, kExpClamp));
     const float s = 1.0f / (1.0f + e);
@@ -73,7 +74,8 @@ struct SwigluBackward {
   }
   __device__ void scalar(size_t i) const {
     const size_t g = gate_index(i, hidden), u = g + hidden;
-    float dgate = widen(dgate_up[g]), dup = widen(dgate_up[u]);
+    float dgate = accumulate ? widen(dgate_up[g]) : 0.0f;
+    float dup = accumulate ? widen(dgate_up[u]) : 0.0f;
     gradients(widen(gate_up[g]), widen(gate_up[u]), widen(dout[i]), dgate, dup);
     dgate_up[g] = narrow<T>(dgate);
     dgate_up[u] = narrow<T>(dup);
@@ -84,8 +86,13 @@ struct SwigluBackward {
     load_pack(gate, gate_up, g);
     load_pack(up, gate_up, u);
     load_pack(dy, dout, v);
-    load_pack(dgate, dgate_up, g);
-    load_pack(dup, dgate_up, u);
+    if (accumulate) {
+      load_pack(dgate, dgate_up, g);
+      load_pack(dup, dgate_up, u);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPackSize; k++) dgate[k] = dup[k] = 0.0f;
+    }
 #pragma unroll
     for (int k = 0; k < kPackSize; k++) gradients(gate[k], up[k], dy[k], dgate[k], dup[k]);
     store_pack(dgate_up, g, dgate);
@@ -132,16 +139,17 @@ void swiglu_forward(DType storage, void* out, const void* gate_up, int rows, int
 }
 
 void swiglu_backward(DType storage, void* dgate_up, const void* gate_up, const void* dout, int rows,
-                     int hidden, cudaStream_t stream) {
+                     int hidden, GradientWrite write, cudaStream_t stream) {
   if (rows <= 0 || hidden <= 0) return;
   const size_t n = static_cast<size_t>(rows) * hidden;
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const bool vectorized = hidden % kPack<T> == 0 && is_aligned16(dgate_up) &&
                             is_aligned16(gate_up) && is_aligned16(dout);
-    launch_elementwise(SwigluBackward<T>{static_cast<T*>(dgate_up), static_cast<const T*>(gate_up),
-                                         static_cast<const T*>(dout), hidden},
-                       n, vectorized, stream);
+    launch_elementwise(
+        SwigluBackward<T>{static_cast<T*>(dgate_up), static_cast<const T*>(gate_up),
+                          static_cast<const T*>(dout), hidden, write == GradientWrite::kAccumulate},
+        n, vectorized, stream);
   });
 }
 

@@ -1,7 +1,8 @@
 // cuda_llama_ops_test.cc: the CUDA backend's RMS norm, SwiGLU and rotary
 // embedding against the CPU backend in the same storage dtype (fp32 and bf16;
-// tolerances of cuda_test_support.h), on the 16-byte and scalar paths, and the
-// RMS norm's weight gradient bitwise run to run. Grouped-query attention is in
+// tolerances of cuda_test_support.h), on the 16-byte and scalar paths, the
+// RMS norm's weight gradient bitwise run to run, and SwiGLU's backward
+// overwriting its gradient equal to accumulating it into zeros. Grouped-query attention is in
 // cuda_attention_test.cc. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
@@ -72,7 +73,7 @@ Tensors swiglu_run(Ops& ops, int rows, int hidden, bool unaligned) {
   ops.swiglu_forward(out, input, rows, hidden);
   void* gradient = buffers.upload_storage(random_floats(2 * n, 11, 0.1f), unaligned);
   ops.swiglu_backward(gradient, input, buffers.upload_storage(random_floats(n, 12), unaligned),
-                      rows, hidden);
+                      rows, hidden, GradientWrite::kAccumulate);
   return {buffers.download_storage(out, n), buffers.download_storage(gradient, 2 * n)};
 }
 
@@ -86,6 +87,30 @@ TEST_P(CudaLlamaOps, SwigluMatchesCpu) {
                      storage_tolerance(dtype(), kStrictTolerance),
                      "swiglu " + std::to_string(rows) + "x" + std::to_string(hidden));
     for (float value : actual[1]) ASSERT_TRUE(std::isfinite(value));
+  }
+}
+
+// SwiGLU's backward overwriting dgate_up (GradientWrite::kOverwrite) into a
+// buffer of NaN gives, as values, what accumulating into zeros gives, on the
+// 16-byte and scalar paths (hidden 64 aligned, 37, 64 unaligned).
+TEST_P(CudaLlamaOps, SwigluOverwriteEqualsAccumulateIntoZeros) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
+  for (auto [rows, hidden, unaligned] :
+       {std::tuple{33, 64, false}, std::tuple{33, 37, false}, std::tuple{20, 64, true}}) {
+    const size_t n = static_cast<size_t>(rows) * hidden;
+    auto run = [&](GradientWrite write) {
+      Buffers buffers(*cuda);
+      const void* input = buffers.upload_storage(random_floats(2 * n, 10, 6.0f), unaligned);
+      const float start = write == GradientWrite::kOverwrite ? std::nanf("") : 0.0f;
+      void* gradient = buffers.upload_storage(std::vector<float>(2 * n, start), unaligned);
+      cuda->swiglu_backward(gradient, input,
+                            buffers.upload_storage(random_floats(n, 12), unaligned), rows, hidden,
+                            write);
+      return buffers.download_storage(gradient, 2 * n);
+    };
+    expect_equal(run(GradientWrite::kOverwrite), run(GradientWrite::kAccumulate),
+                 "swiglu dgate_up overwritten vs accumulated into zeros " + std::to_string(rows) +
+                     "x" + std::to_string(hidden) + (unaligned ? " unaligned" : ""));
   }
 }
 

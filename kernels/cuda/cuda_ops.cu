@@ -303,7 +303,8 @@ class CudaOps final : public Ops {
   // Row-major [rows, features] buffers are column-major [features, rows] to
   // cuBLAS, and the weight [out, in] is column-major [in, out]:
   //   forward  out^T[out, rows]  = W^T-op(weight)[out, in] * inp^T[in, rows]
-  //   dinp     dinp^T[in, rows] += weight[in, out] * dout^T[out, rows]
+  //   dinp     dinp^T[in, rows] (+)= weight[in, out] * dout^T[out, rows]  (beta 1, or 0 to
+  //            overwrite)
   //   dweight  dweight^T[in, out] += inp^T[in, rows] * op_T(dout^T)[rows, out]
   // Leading dimensions are in elements, whatever the storage dtype.
 
@@ -336,11 +337,17 @@ class CudaOps final : public Ops {
   }
 
   void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                       const void* weight, int rows, int in_features, int out_features) override {
+                       const void* weight, int rows, int in_features, int out_features,
+                       GradientWrite dinp_write) override {
+    const bool overwrite = dinp_write == GradientWrite::kOverwrite;
+    if (dinp != nullptr && overwrite && rows > 0 && in_features > 0 && out_features <= 0) {
+      // A sum over no products: overwriting writes its zeros, as on the CPU.
+      zero_bytes(dinp, storage_bytes(static_cast<size_t>(rows) * in_features));
+    }
     if (rows <= 0 || out_features <= 0) return;
     if (dinp != nullptr && in_features > 0) {
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight, in_features, dout,
-           out_features, dinp, in_features, 1.0f);
+           out_features, dinp, in_features, overwrite ? 0.0f : 1.0f);
     }
     bool dbias_done = dbias == nullptr;
     if (dweight != nullptr && in_features > 0) {
@@ -373,8 +380,9 @@ class CudaOps final : public Ops {
   void gelu_forward(void* out, const void* inp, size_t n) override {
     cuda::gelu_forward(storage_, out, inp, n, stream_);
   }
-  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
-    cuda::gelu_backward(storage_, dinp, inp, dout, n, stream_);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
+                     GradientWrite write) override {
+    cuda::gelu_backward(storage_, dinp, inp, dout, n, write, stream_);
   }
   void residual_forward(void* out, const void* a, const void* b, size_t n) override {
     cuda::residual_forward(storage_, out, a, b, n, stream_);
@@ -391,9 +399,9 @@ class CudaOps final : public Ops {
   void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
     cuda::swiglu_forward(storage_, out, gate_up, rows, hidden, stream_);
   }
-  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows,
-                       int hidden) override {
-    cuda::swiglu_backward(storage_, dgate_up, gate_up, dout, rows, hidden, stream_);
+  void swiglu_backward(void* dgate_up, const void* gate_up, const void* dout, int rows, int hidden,
+                       GradientWrite write) override {
+    cuda::swiglu_backward(storage_, dgate_up, gate_up, dout, rows, hidden, write, stream_);
   }
   void rope_forward(void* qkv, const float* cos, const float* sin, int batch, int seq_len,
                     int num_heads, int num_kv_heads, int head_dim) override {
@@ -416,9 +424,11 @@ class CudaOps final : public Ops {
 
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
-                          int num_heads, int num_kv_heads, int head_dim) override {
+                          int num_heads, int num_kv_heads, int head_dim,
+                          GradientWrite write) override {
     cuda::attention_backward(storage_, tensor_core_attention_, dqkv, scratch, dout, qkv, out,
-                             logsumexp, batch, seq_len, num_heads, num_kv_heads, head_dim, stream_);
+                             logsumexp, batch, seq_len, num_heads, num_kv_heads, head_dim, write,
+                             stream_);
   }
 
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------

@@ -6,8 +6,9 @@
 // round once), fp32 GEMMs in TF32 (the default) and strict fp32 modes; the
 // fp32 <-> storage conversions against kernels/dtype.h, bitwise; plus
 // determinism (two runs, bitwise) for the ops whose CUDA versions reduce
-// across threads. Attention and the losses are in cuda_attention_test.cc.
-// Every test skips, visibly, without a GPU.
+// across threads; input gradients overwritten (GradientWrite::kOverwrite)
+// into NaN equal to the same gradients accumulated into zeros. Attention and the losses are in
+// cuda_attention_test.cc. Every test skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -221,7 +222,12 @@ struct LinearCase {
   bool dinp, dweight, dbias;
 };
 
-Tensors linear_run(Ops& ops, const LinearCase& c) {
+// What dinp holds before backward: random values or zeros, added to
+// (GradientWrite::kAccumulate), or NaN, overwritten (kOverwrite: a stray
+// read of the old value shows as NaN).
+enum class DinpStart { kRandom, kZeros, kNaN };
+
+Tensors linear_run(Ops& ops, const LinearCase& c, DinpStart start) {
   const size_t in_size = static_cast<size_t>(c.rows) * c.in_features;
   const size_t out_size = static_cast<size_t>(c.rows) * c.out_features;
   const size_t weight_size = static_cast<size_t>(c.out_features) * c.in_features;
@@ -233,13 +239,18 @@ Tensors linear_run(Ops& ops, const LinearCase& c) {
   void* out = buffers.allocate_storage(out_size);
   ops.linear_forward(out, inp, weight, bias, c.rows, c.in_features, c.out_features);
   const void* dout = buffers.upload_storage(random_floats(out_size, 23));
-  void* dinp = c.dinp ? buffers.upload_storage(random_floats(in_size, 24)) : nullptr;
+  const std::vector<float> dinp_start =
+      start == DinpStart::kRandom
+          ? random_floats(in_size, 24)
+          : std::vector<float>(in_size, start == DinpStart::kNaN ? std::nanf("") : 0.0f);
+  void* dinp = c.dinp ? buffers.upload_storage(dinp_start) : nullptr;
   void* dweight =
       c.dweight ? buffers.upload_storage(random_floats(weight_size, 25), c.unaligned) : nullptr;
   void* dbias =
       c.dbias ? buffers.upload_storage(random_floats(c.out_features, 26), c.unaligned) : nullptr;
-  ops.linear_backward(dinp, dweight, dbias, dout, inp, weight, c.rows, c.in_features,
-                      c.out_features);
+  ops.linear_backward(
+      dinp, dweight, dbias, dout, inp, weight, c.rows, c.in_features, c.out_features,
+      start == DinpStart::kNaN ? GradientWrite::kOverwrite : GradientWrite::kAccumulate);
   Tensors result{buffers.download_storage(out, out_size)};
   if (dinp != nullptr) result.push_back(buffers.download_storage(dinp, in_size));
   if (dweight != nullptr) result.push_back(buffers.download_storage(dweight, weight_size));
@@ -266,10 +277,35 @@ TEST_P(CudaOps, LinearMatchesCpu) {
     const double tolerance =
         bf16() ? kBf16SumTolerance : (tf32 ? kTf32Tolerance : kStrictTolerance);
     for (const LinearCase& c : cases) {
-      expect_all_close(linear_run(*cuda, c), linear_run(*cpu, c), tolerance,
+      expect_all_close(linear_run(*cuda, c, DinpStart::kRandom),
+                       linear_run(*cpu, c, DinpStart::kRandom), tolerance,
                        std::string(bf16() ? "bf16" : (tf32 ? "tf32" : "fp32")) + " linear " +
                            std::to_string(c.rows) + "x" + std::to_string(c.in_features) + "->" +
                            std::to_string(c.out_features));
+    }
+  }
+}
+
+// dinp overwritten into NaN (cuBLAS with beta = 0) equals dinp accumulated
+// into zeros (beta = 1), as values; out, dweight and dbias are the same
+// computation both times. Every GEMM path: the cuBLASLt epilogues, the
+// unaligned fallbacks (cublasGemmEx), dinp alone, several tiles.
+TEST_P(CudaOps, LinearOverwriteEqualsAccumulateIntoZeros) {
+  const LinearCase cases[] = {
+      {37, 24, 20, true, false, true, true, true},
+      {50, 13, 7, true, true, true, true, true},
+      {8, 64, 96, true, false, true, false, false},
+      {300, 128, 384, true, false, true, true, true},
+  };
+  const std::vector<bool> modes = bf16() ? std::vector<bool>{true} : std::vector<bool>{true, false};
+  for (bool tf32 : modes) {
+    std::unique_ptr<Ops> cuda = make_cuda(tf32, dtype());
+    for (const LinearCase& c : cases) {
+      expect_all_equal(
+          linear_run(*cuda, c, DinpStart::kNaN), linear_run(*cuda, c, DinpStart::kZeros),
+          std::string(bf16() ? "bf16" : (tf32 ? "tf32" : "fp32")) +
+              " linear dinp overwritten vs accumulated into zeros " + std::to_string(c.rows) + "x" +
+              std::to_string(c.in_features) + "->" + std::to_string(c.out_features));
     }
   }
 }
@@ -290,13 +326,35 @@ TEST_P(CudaOps, GeluMatchesCpu) {
       const void* device_inp = buffers.upload_storage(inp, unaligned);
       ops.gelu_forward(out, device_inp, inp.size());
       void* gradient = buffers.upload_storage(dinp);
-      ops.gelu_backward(gradient, device_inp, buffers.upload_storage(dout), inp.size());
+      ops.gelu_backward(gradient, device_inp, buffers.upload_storage(dout), inp.size(),
+                        GradientWrite::kAccumulate);
       return Tensors{buffers.download_storage(out, inp.size()),
                      buffers.download_storage(gradient, inp.size())};
     };
     const Tensors actual = run(*cuda), expected = run(*cpu);
     expect_all_close(actual, expected, storage_tolerance(dtype(), kStrictTolerance), "gelu");
     for (float value : actual[1]) ASSERT_TRUE(std::isfinite(value));
+  }
+}
+
+// GELU's backward overwriting dinp into NaN equals accumulating it into
+// zeros, as values, on the 16-byte path (with its scalar tail) and the
+// scalar one (unaligned).
+TEST_P(CudaOps, GeluOverwriteEqualsAccumulateIntoZeros) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
+  const std::vector<float> inp = random_floats(1003, 30, 6.0f), dout = random_floats(1003, 31);
+  for (bool unaligned : {false, true}) {
+    auto run = [&](GradientWrite write) {
+      Buffers buffers(*cuda);
+      const float start = write == GradientWrite::kOverwrite ? std::nanf("") : 0.0f;
+      void* gradient = buffers.upload_storage(std::vector<float>(inp.size(), start), unaligned);
+      cuda->gelu_backward(gradient, buffers.upload_storage(inp, unaligned),
+                          buffers.upload_storage(dout, unaligned), inp.size(), write);
+      return buffers.download_storage(gradient, inp.size());
+    };
+    expect_equal(run(GradientWrite::kOverwrite), run(GradientWrite::kAccumulate),
+                 std::string("gelu dinp overwritten vs accumulated into zeros") +
+                     (unaligned ? " unaligned" : ""));
   }
 }
 

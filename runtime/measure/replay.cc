@@ -338,7 +338,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
       static_cast<double>(training.global_batch_size()) * model.config.seq_len;
   // Warm-up steps run as training runs them, without the per-instruction
   // synchronizations of the timer: the last one's count is the step's own.
-  uint64_t step_synchronizations = 0;
+  uint64_t step_synchronizations = 0, step_bytes_zeroed = 0;
   for (int step = 0; step < options.warmup + options.steps; ++step) {
     const bool measured = step >= options.warmup;
     optimizer_step = step + 1;
@@ -348,6 +348,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     recording = measured;
     const Clock::time_point start = Clock::now();
     const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
+    const uint64_t zeroed_before = rank.sync_counter->bytes_zeroed();
     rank.ops->zero_bytes(rank.stage->gradients(),
                          rank.ops->storage_bytes(rank.stage->buffer_elements()));
     // ncu --profile-from-start off: the measured steps' kernels only.
@@ -355,8 +356,10 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     const double loss_sum =
         rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
                                 loss_scale, hooks, measured ? &timer : nullptr);
-    if (!measured)
+    if (!measured) {
       step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
+      step_bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;
+    }
     rank.ops->synchronize();
     double seconds = seconds_between(start, Clock::now());
     recording = false;
@@ -398,7 +401,10 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
                       .each_step_seconds = each_step_seconds,
                       .each_step_loss = each_step_loss};
   nlohmann::json report = replay_report(plan, run, ranks);
-  if (options.warmup > 0) report["host_synchronizations_per_step"] = step_synchronizations;
+  if (options.warmup > 0) {
+    report["host_synchronizations_per_step"] = step_synchronizations;
+    report["bytes_zeroed_per_step"] = step_bytes_zeroed;  // rank 0's, a warm-up step's
+  }
   std::cout << replay_table(report);
   if (options.warmup > 0)
     std::cout << "host synchronizations per step (rank 0, an untimed warm-up step): "

@@ -123,8 +123,10 @@ class DecoderStage : public ModelStage {
                              " without its backward_input");
     for (const DeferredStep& step : deferred.steps) {
       if (step.kind == DeferredStep::kLinear) {
+        // No input gradient: the write mode does not apply.
         ops_.linear_backward(nullptr, step.dweight, step.dbias, step.dout, step.inp, nullptr,
-                             step.rows, step.in_features, step.out_features);
+                             step.rows, step.in_features, step.out_features,
+                             kernels::GradientWrite::kAccumulate);
       } else if (step.kind == DeferredStep::kEmbedding) {
         embedding_backward(slot_index, step.dout);
       } else if (gradients_final_from) {
@@ -146,13 +148,14 @@ class DecoderStage : public ModelStage {
     if (stage.has_head) {
       const int BT = rows(), C = decoder_layout_.config().d_model,
                 V = decoder_layout_.local_vocab();
-      const size_t BTC = static_cast<size_t>(BT) * C;
       // slot.logits holds d(loss)/d(logits) from the fused forward; it and
       // the final norm's output stay in the slot until backward_weight.
+      // norm_gradient_ starts a new gradient (overwritten); the final norm's
+      // backward adds into residual_gradient_, zeroed first, as the norms
+      // accumulate their input gradient.
       const void* final_norm = column_parallel_input(slot.final_norm);
-      zero(norm_gradient_, BTC);
       linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr, slot.logits,
-                      final_norm, param(decoder_layout_.head_weight()), BT, C, V,
+                      final_norm, param(decoder_layout_.head_weight()), BT, C, V, kOverwrite,
                       /*dout_kept=*/true);
       const void* final_norm_gradient = column_parallel_input_gradient();
       zero(residual_gradient_, local_rows_ * C);
@@ -224,22 +227,23 @@ class DecoderStage : public ModelStage {
                          options.sequence_parallel),
         local_rows_(local_rows(layout, options)) {}
 
-  // A linear layer's backward (kernels/ops.h): dinp now; dweight and dbias
-  // now, or inside backward_input recorded for backward_weight, with copies
-  // of what later backwards overwrite: dout (gradient scratch, unless
-  // dout_kept: the slot's own) and, in a recomputed block or gathered by
-  // sequence parallelism, inp (shared scratch). What a recorded step reads otherwise lives in the
-  // slot until backward_weight.
+  // A linear layer's backward (kernels/ops.h): dinp now, written as
+  // dinp_write says; dweight and dbias (accumulated) now, or inside
+  // backward_input recorded for backward_weight, with copies of what later
+  // backwards overwrite: dout (gradient scratch, unless dout_kept: the slot's
+  // own) and, in a recomputed block or gathered by sequence parallelism, inp
+  // (shared scratch). What a recorded step reads otherwise lives in the slot
+  // until backward_weight.
   void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                        const void* weight, int rows, int in_features, int out_features,
-                       bool dout_kept = false) {
+                       kernels::GradientWrite dinp_write, bool dout_kept = false) {
     if (deferring_ == nullptr) {
-      ops_.linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
-                           out_features);
+      ops_.linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features,
+                           dinp_write);
       return;
     }
-    ops_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, rows, in_features,
-                         out_features);
+    ops_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, rows, in_features, out_features,
+                         dinp_write);
     DeferredStep step;
     step.kind = DeferredStep::kLinear;
     step.dweight = dweight;
@@ -254,6 +258,11 @@ class DecoderStage : public ModelStage {
     step.out_features = out_features;
     deferring_->steps.push_back(step);
   }
+
+  // A backward op's input gradient that starts a new gradient (every block's
+  // gradient scratch and norm_gradient_): written, not added to, so nothing
+  // is zeroed first.
+  static constexpr kernels::GradientWrite kOverwrite = kernels::GradientWrite::kOverwrite;
 
   // B * T, the rows of the tensors between a column- and a row-parallel linear.
   int rows() const { return batch_ * decoder_layout_.config().seq_len; }

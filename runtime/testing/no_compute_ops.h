@@ -32,20 +32,21 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void rmsnorm_backward(void*, void*, const void*, const void*, const void*, const float*, int,
                         int) override {}
   void linear_forward(void*, const void*, const void*, const void*, int, int, int) override {}
-  void linear_backward(void*, void*, void*, const void*, const void*, const void*, int, int,
-                       int) override {}
+  void linear_backward(void*, void*, void*, const void*, const void*, const void*, int, int, int,
+                       kernels::GradientWrite) override {}
   void gelu_forward(void*, const void*, size_t) override {}
-  void gelu_backward(void*, const void*, const void*, size_t) override {}
+  void gelu_backward(void*, const void*, const void*, size_t, kernels::GradientWrite) override {}
   void residual_forward(void*, const void*, const void*, size_t) override {}
   void accumulate(void*, const void*, size_t) override {}
   void scale(void*, float, size_t) override {}
   void swiglu_forward(void*, const void*, int, int) override {}
-  void swiglu_backward(void*, const void*, const void*, int, int) override {}
+  void swiglu_backward(void*, const void*, const void*, int, int, kernels::GradientWrite) override {
+  }
   void rope_forward(void*, const float*, const float*, int, int, int, int, int) override {}
   void rope_backward(void*, const float*, const float*, int, int, int, int, int) override {}
   void attention_forward(void*, float*, const void*, int, int, int, int, int) override {}
   void attention_backward(void*, float*, const void*, const void*, const void*, const float*, int,
-                          int, int, int, int) override {}
+                          int, int, int, int, kernels::GradientWrite) override {}
   void softmax_cross_entropy(float*, void*, const void*, const int32_t*, int, int, float) override {
   }
   void cross_entropy_shard_stats(float*, float*, const void*, const int32_t*, int, int,

@@ -60,7 +60,8 @@ void StepLogger::log(const StepMetrics& m) {
                            {"mfu", m.mfu},
                            {"memory_bytes", m.peak_memory_bytes},
                            {"memory_capacity_bytes", m.memory_capacity_bytes},
-                           {"host_syncs", m.host_synchronizations}};
+                           {"host_syncs", m.host_synchronizations},
+                           {"bytes_zeroed", m.bytes_zeroed}};
   if (m.validation_loss) record["val_loss"] = *m.validation_loss;
   // nlohmann/json writes doubles so they read back exactly: resumed runs
   // can be compared bit for bit.

@@ -25,6 +25,7 @@ struct StepMetrics {
   // (kernels/sync_counting_ops.h): a small constant, whatever the micro-batch
   // and layer counts.
   uint64_t host_synchronizations = 0;
+  uint64_t bytes_zeroed = 0;  // Ops::zero_bytes during the step (this rank)
 };
 
 // "step:    10  loss:  4.1234  grad_norm:  0.8123  lr: 3.0e-04  memory:  0.05GiB(0.6%)

@@ -173,6 +173,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
     const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     rank.ops->synchronize();
+    metrics.bytes_zeroed = trained.bytes_zeroed;
     metrics.host_synchronizations =
         trained.host_synchronizations +
         (rank.sync_counter->synchronizations() - synchronizations_before);

@@ -6,6 +6,7 @@ namespace paraplan {
 TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_t first_sample,
                                float loss_scale, double learning_rate, int step) {
   const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
+  const uint64_t zeroed_before = rank.sync_counter->bytes_zeroed();
   ModelStage& stage = *rank.stage;
   rank.ops->zero_bytes(stage.gradients(), rank.ops->storage_bytes(stage.buffer_elements()));
   TrainingStep result;
@@ -17,6 +18,7 @@ TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_
   result.loss_sum = rank.executor->run_step(data, first_sample, loss_scale, hooks);
   rank.memory->sample_backend();
   result.host_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
+  result.bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;
   return result;
 }
 

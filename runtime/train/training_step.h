@@ -22,6 +22,7 @@ struct TrainingStep {
   double loss_sum = 0;  // this stage's per-token losses (0 off the last stage)
   double grad_norm = 0;
   uint64_t host_synchronizations = 0;  // waits for the device during the step
+  uint64_t bytes_zeroed = 0;           // Ops::zero_bytes during the step
 };
 
 // step is 1-based (the optimizer's step count).

@@ -1,10 +1,12 @@
 // gpt_stage.cc: forward and backward of a GPT-2 pipeline stage over the op set.
 //
 // Shapes: B micro-batch size, T sequence length, C d_model, and this rank's
-// tensor-parallel shares: A = C/t attention width, H heads, F ffn, V vocab. Backward ops
-// accumulate, so gradient scratch is zeroed before each use and residual_gradient_ carries
-// d(residual stream) backward in place: each residual branch adds its input gradient into it
-// (llm.c's scheme).
+// tensor-parallel shares: A = C/t attention width, H heads, F ffn, V vocab. The gradient
+// scratch of a block (fch_gelu_gradient_, fch_gradient_, atty_gradient_, qkv_gradient_,
+// norm_gradient_) starts a new gradient at each use, so the op that produces it overwrites it
+// (GradientWrite::kOverwrite: nothing is zeroed); residual_gradient_ carries d(residual stream)
+// backward in place: each residual branch's norm backward adds its input gradient into it
+// (llm.c's scheme), and the weight gradients accumulate over micro-batches.
 #include "runtime/model/gpt/gpt_stage.h"
 
 namespace paraplan {
@@ -99,19 +101,16 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width(), local = local_rows();
-  const size_t BTC = static_cast<size_t>(BT) * C, BTF = static_cast<size_t>(BT) * F,
-               BTA = static_cast<size_t>(BT) * A;
+  const size_t BTF = static_cast<size_t>(BT) * F;
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
-  zero(fch_gelu_gradient_, BTF);
   linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
-                  row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F, C);
-  zero(fch_gradient_, BTF);
-  ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF);
-  zero(norm_gradient_, BTC);
+                  row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F, C,
+                  kOverwrite);
+  ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF, kOverwrite);
   linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
-                  column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F);
+                  column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F, kOverwrite);
   // Each rank held a partial input gradient.
   const void* ln2_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.ln2_weight, w.ln2_bias, [&](void* dweight, void* dbias) {
@@ -120,16 +119,14 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   });
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
-  zero(atty_gradient_, BTA);
   linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias),
-                  row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C);
-  zero(qkv_gradient_, BTA * 3);
+                  row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C,
+                  kOverwrite);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
-                          layout_.local_heads(), config.head_dim());
-  zero(norm_gradient_, BTC);
+                          layout_.local_heads(), config.head_dim(), kOverwrite);
   linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_,
-                  column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A);
+                  column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A, kOverwrite);
   const void* ln1_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.ln1_weight, w.ln1_bias, [&](void* dweight, void* dbias) {
     ops_.layernorm_backward(dresidual, dweight, dbias, ln1_gradient, input, param(w.ln1_weight),

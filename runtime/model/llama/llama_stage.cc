@@ -4,9 +4,10 @@
 // Shapes: B micro-batch size, T sequence length, C d_model, D head_dim, and
 // this rank's tensor-parallel shares: H query heads, Hkv KV heads, Q = (H +
 // 2 Hkv) D the qkv width, A = H D the attention width, F ffn, V vocab.
-// Backward ops accumulate, so gradient scratch is zeroed before each use, and
-// residual_gradient_ carries d(residual stream) backward in place (llm.c's
-// scheme, as gpt_stage.cc).
+// The block's gradient scratch starts a new gradient at each use, so the op
+// that produces it overwrites it (GradientWrite::kOverwrite: nothing is
+// zeroed), and residual_gradient_ carries d(residual stream) backward in
+// place, each norm backward adding into it (llm.c's scheme, as gpt_stage.cc).
 #include "runtime/model/llama/llama_stage.h"
 
 #include "runtime/model/llama/rotary.h"
@@ -105,18 +106,14 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   const LlamaBlockOffsets& w = layout_.block(local_layer);
   const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
             A = layout_.local_attention_width(), F = layout_.local_ffn(), local = local_rows();
-  const size_t BTC = static_cast<size_t>(BT) * C;
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual + down(swiglu(gate_up(norm(residual)))).
-  zero(hidden_gradient_, static_cast<size_t>(BT) * F);
   linear_backward(hidden_gradient_, grad(w.down), nullptr, row_parallel_output_gradient(), a.hidden,
-                  param(w.down), BT, F, C);
-  zero(gate_up_gradient_, static_cast<size_t>(BT) * 2 * F);
-  ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F);
-  zero(norm_gradient_, BTC);
+                  param(w.down), BT, F, C, kOverwrite);
+  ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F, kOverwrite);
   linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_,
-                  column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F);
+                  column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F, kOverwrite);
   // Each rank held a partial input gradient.
   const void* mlp_norm_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.mlp_norm, kNoBias, [&](void* dweight, void*) {
@@ -125,19 +122,17 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   });
 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
-  zero(attention_gradient_, static_cast<size_t>(BT) * A);
   linear_backward(attention_gradient_, grad(w.attention_out), nullptr,
-                  row_parallel_output_gradient(), a.attention, param(w.attention_out), BT, A, C);
-  zero(qkv_gradient_, static_cast<size_t>(BT) * Q);
+                  row_parallel_output_gradient(), a.attention, param(w.attention_out), BT, A, C,
+                  kOverwrite);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv,
                           a.attention, a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
-                          layout_.local_kv_heads(), layout_.head_dim());
+                          layout_.local_kv_heads(), layout_.head_dim(), kOverwrite);
   // d(rotated q, k) -> d(q, k), in place.
   ops_.rope_backward(qkv_gradient_, rotary_cos_, rotary_sin_, batch_, config.seq_len,
                      layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
-  zero(norm_gradient_, BTC);
   linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_,
-                  column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q);
+                  column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q, kOverwrite);
   const void* attention_norm_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.attention_norm, kNoBias, [&](void* dweight, void*) {
     ops_.rmsnorm_backward(dresidual, dweight, attention_norm_gradient, input,
