@@ -61,6 +61,13 @@ struct AttentionShape {
   bool unaligned = false;  // qkv and dout 4-byte aligned only: the scalar loads
   int num_kv_heads = 0;    // grouped-query attention; 0: num_heads (multi-head)
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  size_t qkv_elements() const {
+    return static_cast<size_t>(batch) * seq_len * (num_heads + 2 * kv_heads()) * head_dim;
+  }
+  size_t out_elements() const {
+    return static_cast<size_t>(batch) * seq_len * num_heads * head_dim;
+  }
+  size_t rows() const { return static_cast<size_t>(batch) * num_heads * seq_len; }  // logsumexp's
 };
 
 std::string describe(const AttentionShape& s) {
@@ -74,11 +81,7 @@ std::string describe(const AttentionShape& s) {
 // and logsumexp), the backward reads those, so both backends' backward passes
 // see the same inputs.
 Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward = nullptr) {
-  const int C = s.num_heads * s.head_dim;
-  const size_t qkv_size =
-      static_cast<size_t>(s.batch) * s.seq_len * (s.num_heads + 2 * s.kv_heads()) * s.head_dim;
-  const size_t out_size = static_cast<size_t>(s.batch) * s.seq_len * C;
-  const size_t rows = static_cast<size_t>(s.batch) * s.num_heads * s.seq_len;
+  const size_t qkv_size = s.qkv_elements(), out_size = s.out_elements(), rows = s.rows();
   Buffers buffers(ops);
   const void* qkv = buffers.upload_storage(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
   void* out = buffers.allocate_storage(out_size);
@@ -283,10 +286,7 @@ TEST_F(CudaAttentionTensorCore, FmaSwitchAgreesWithTensorCores) {
 // (kAccumulate), or of NaN, overwritten (kOverwrite: a stray read of the old
 // value shows as NaN).
 std::vector<float> attention_gradient(Ops& ops, const AttentionShape& s, GradientWrite write) {
-  const size_t qkv_size =
-      static_cast<size_t>(s.batch) * s.seq_len * (s.num_heads + 2 * s.kv_heads()) * s.head_dim;
-  const size_t out_size = static_cast<size_t>(s.batch) * s.seq_len * s.num_heads * s.head_dim;
-  const size_t rows = static_cast<size_t>(s.batch) * s.num_heads * s.seq_len;
+  const size_t qkv_size = s.qkv_elements(), out_size = s.out_elements(), rows = s.rows();
   Buffers buffers(ops);
   const void* qkv = buffers.upload_storage(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
   void* out = buffers.allocate_storage(out_size);
