@@ -332,7 +332,6 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
   double job_step_seconds = 0;
   std::vector<double> each_step_seconds, each_step_loss;
-  const bool counts_loss = rank.stage->has_head() && mesh.tensor_rank == 0;
   const bool profile_range = rank.ops->backend() == kernels::Backend::kCuda;
   const double tokens_per_step =
       static_cast<double>(training.global_batch_size()) * model.config.seq_len;
@@ -365,10 +364,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     recording = false;
     if (profile_range && step + 1 == options.warmup + options.steps)
       kernels::cuda_profiler_range(false);
-    // Outside the timed span; counted once per tensor group, as training counts it.
-    double step_loss = counts_loss ? loss_sum : 0.0;
-    world.all_reduce(&step_loss, 1, ReduceOp::kSum);
-    each_step_loss.push_back(step_loss / tokens_per_step);
+    // Outside the timed span, as training counts it.
+    each_step_loss.push_back(job_loss_sum(rank, loss_sum) / tokens_per_step);
     if (!measured) continue;
     timer.measurement().step_seconds += seconds;
     world.all_reduce(&seconds, 1, ReduceOp::kMax);  // the job's step is its slowest rank's

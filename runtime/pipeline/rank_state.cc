@@ -196,6 +196,12 @@ ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
   return hooks;
 }
 
+double job_loss_sum(RankState& rank, double stage_loss_sum) {
+  double sum = rank.stage->has_head() && rank.groups.mesh.tensor_rank == 0 ? stage_loss_sum : 0.0;
+  rank.groups.world->all_reduce(&sum, 1, ReduceOp::kSum);
+  return sum;
+}
+
 void initialize_parameters(RankState& rank, uint64_t seed) {
   std::vector<float> params(rank.layout->num_elements());
   rank.layout->initialize(params.data(), seed);

@@ -88,6 +88,13 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
 ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
                               std::function<void()> optimizer_step);
 
+// The job's sum of the per-token losses every rank's stage computed
+// (ScheduleExecutor::run_step, ModelStage::take_loss_sum): counted once per
+// tensor group (the head's tensor rank 0; the rank's last chunk holds the
+// head, if the rank does) and summed over the world, so every rank gets it.
+// A collective: every rank calls it.
+double job_loss_sum(RankState& rank, double stage_loss_sum);
+
 // Fills the stage's parameters with the model's counter-based initialization
 // (the same values for every plan).
 void initialize_parameters(RankState& rank, uint64_t seed);

@@ -98,11 +98,10 @@ void check_transfer_order(const schema::Schedule& schedule, const std::string& p
                                 "buffers. Was the plan edited by hand? Make it again with "
                                 "`paraplan plan`");
   };
-  std::map<std::pair<int, int>, std::vector<Message>> pairs = links.sent;
-  for (const auto& [link, messages] : links.received) pairs.emplace(link, std::vector<Message>{});
-  for (const auto& [link, sent_messages] : pairs) {
+  // Every link on both sides (a link one side never posts on is empty there).
+  for (const auto& [link, received] : links.received) links.sent[link];
+  for (const auto& [link, sent] : links.sent) {
     const auto [from, to] = link;
-    const std::vector<Message>& sent = sent_messages;
     const std::vector<Message>& received = links.received[link];
     for (size_t k = 0; k < std::min(sent.size(), received.size()); ++k) {
       if (sent[k].same_as(received[k])) continue;

@@ -26,7 +26,6 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
   const size_t activations = stage.activation_elements();
   const int chunks = stage.num_chunks();
   std::vector<int32_t> inputs(tokens), targets(tokens);
-  double loss_sum = 0;
   for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
     for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
       const int64_t sample =
@@ -55,13 +54,12 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
       }
     }
   }
-  // The forwards' losses, summed on the device; counted once per tensor group.
+  // The forwards' losses, summed on the device.
   const double stage_loss = stage.chunk(chunks - 1).take_loss_sum();
   // A bad target the loss kernels found here is this data's, not the next
   // training step's (the CUDA backend reports it late).
   rank.ops->check_deferred_errors();
-  if (stage.has_head() && mesh.tensor_rank == 0) loss_sum = stage_loss;
-  rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+  const double loss_sum = job_loss_sum(rank, stage_loss);
   const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
                               training.global_batch_size() * stage.layout().config().seq_len;
   return loss_sum / total_tokens;

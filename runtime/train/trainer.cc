@@ -128,8 +128,6 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
   const uint64_t capacity = cluster ? allocatable_device_memory_bytes(*cluster) : 0;
   const int eval_interval = training.eval_interval();
-  // The rank's last chunk holds the head, if the rank does.
-  const bool counts_loss = stage.has_head() && mesh.tensor_rank == 0;
 
   if (leader)
     std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
@@ -169,8 +167,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
                                std::to_string(step + 1) + ": " + error.what());
     }
     metrics.grad_norm = trained.grad_norm;
-    double loss_sum = counts_loss ? trained.loss_sum : 0.0;
-    rank.groups.world->all_reduce(&loss_sum, 1, ReduceOp::kSum);
+    const double loss_sum = job_loss_sum(rank, trained.loss_sum);
     const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     rank.ops->synchronize();
     metrics.bytes_zeroed = trained.bytes_zeroed;
