@@ -76,31 +76,49 @@ std::string describe(const AttentionShape& s) {
          " D=" + std::to_string(s.head_dim) + (s.unaligned ? " unaligned" : "");
 }
 
+// One shape's inputs on a backend, with the forward run: qkv (seed 50), out
+// and logsumexp; and the backward's dout (seed 52) and garbage scratch (the
+// backward must write it before reading it). Freed with `buffers`.
+struct AttentionRun {
+  const void* qkv;
+  void* out;
+  float* logsumexp;
+  const void* dout;
+  float* scratch;
+};
+
+AttentionRun run_forward(Ops& ops, Buffers& buffers, const AttentionShape& s) {
+  AttentionRun run;
+  run.qkv = buffers.upload_storage(random_floats(s.qkv_elements(), 50, s.qkv_scale), s.unaligned);
+  run.out = buffers.allocate_storage(s.out_elements());
+  run.logsumexp = buffers.allocate_floats(s.rows());
+  ops.attention_forward(run.out, run.logsumexp, run.qkv, s.batch, s.seq_len, s.num_heads,
+                        s.kv_heads(), s.head_dim);
+  run.dout = buffers.upload_storage(random_floats(s.out_elements(), 52), s.unaligned);
+  run.scratch = buffers.upload(std::vector<float>(s.rows(), 1e30f));
+  return run;
+}
+
 // out, logsumexp, and the gradient the backward added to dqkv (which starts at
 // random values: backward accumulates). When `forward` is given (the CPU's out
 // and logsumexp), the backward reads those, so both backends' backward passes
 // see the same inputs.
 Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward = nullptr) {
-  const size_t qkv_size = s.qkv_elements(), out_size = s.out_elements(), rows = s.rows();
+  const size_t qkv_size = s.qkv_elements();
   Buffers buffers(ops);
-  const void* qkv = buffers.upload_storage(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
-  void* out = buffers.allocate_storage(out_size);
-  float* logsumexp = buffers.allocate_floats(rows);
-  ops.attention_forward(out, logsumexp, qkv, s.batch, s.seq_len, s.num_heads, s.kv_heads(),
-                        s.head_dim);
-  Tensors result{buffers.download_storage(out, out_size), buffers.download(logsumexp, rows)};
+  const AttentionRun run = run_forward(ops, buffers, s);
+  Tensors result{buffers.download_storage(run.out, s.out_elements()),
+                 buffers.download(run.logsumexp, s.rows())};
 
-  const void* saved_out = forward != nullptr ? buffers.upload_storage((*forward)[0]) : out;
-  const float* saved_logsumexp = forward != nullptr ? buffers.upload((*forward)[1]) : logsumexp;
+  const void* saved_out = forward != nullptr ? buffers.upload_storage((*forward)[0]) : run.out;
+  const float* saved_logsumexp = forward != nullptr ? buffers.upload((*forward)[1]) : run.logsumexp;
   // Small, so that in bf16 an ulp of dqkv after the backward is about an ulp of the gradient.
   const std::vector<float> dqkv_before =
       round_to(ops.storage_dtype(), random_floats(qkv_size, 51, 0.125f));
   void* dqkv = buffers.upload_storage(dqkv_before, s.unaligned);
-  // Garbage scratch: the backward must write it before reading it.
-  float* scratch = buffers.upload(std::vector<float>(rows, 1e30f));
-  const void* dout = buffers.upload_storage(random_floats(out_size, 52), s.unaligned);
-  ops.attention_backward(dqkv, scratch, dout, qkv, saved_out, saved_logsumexp, s.batch, s.seq_len,
-                         s.num_heads, s.kv_heads(), s.head_dim, GradientWrite::kAccumulate);
+  ops.attention_backward(dqkv, run.scratch, run.dout, run.qkv, saved_out, saved_logsumexp, s.batch,
+                         s.seq_len, s.num_heads, s.kv_heads(), s.head_dim,
+                         GradientWrite::kAccumulate);
   std::vector<float> added = buffers.download_storage(dqkv, qkv_size);
   for (size_t i = 0; i < qkv_size; i++) added[i] -= dqkv_before[i];
   result.push_back(std::move(added));
@@ -286,20 +304,13 @@ TEST_F(CudaAttentionTensorCore, FmaSwitchAgreesWithTensorCores) {
 // (kAccumulate), or of NaN, overwritten (kOverwrite: a stray read of the old
 // value shows as NaN).
 std::vector<float> attention_gradient(Ops& ops, const AttentionShape& s, GradientWrite write) {
-  const size_t qkv_size = s.qkv_elements(), out_size = s.out_elements(), rows = s.rows();
   Buffers buffers(ops);
-  const void* qkv = buffers.upload_storage(random_floats(qkv_size, 50, s.qkv_scale), s.unaligned);
-  void* out = buffers.allocate_storage(out_size);
-  float* logsumexp = buffers.allocate_floats(rows);
-  ops.attention_forward(out, logsumexp, qkv, s.batch, s.seq_len, s.num_heads, s.kv_heads(),
-                        s.head_dim);
+  const AttentionRun run = run_forward(ops, buffers, s);
   const float start = write == GradientWrite::kOverwrite ? std::nanf("") : 0.0f;
-  void* dqkv = buffers.upload_storage(std::vector<float>(qkv_size, start), s.unaligned);
-  float* scratch = buffers.upload(std::vector<float>(rows, 1e30f));
-  const void* dout = buffers.upload_storage(random_floats(out_size, 52), s.unaligned);
-  ops.attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, s.batch, s.seq_len, s.num_heads,
-                         s.kv_heads(), s.head_dim, write);
-  return buffers.download_storage(dqkv, qkv_size);
+  void* dqkv = buffers.upload_storage(std::vector<float>(s.qkv_elements(), start), s.unaligned);
+  ops.attention_backward(dqkv, run.scratch, run.dout, run.qkv, run.out, run.logsumexp, s.batch,
+                         s.seq_len, s.num_heads, s.kv_heads(), s.head_dim, write);
+  return buffers.download_storage(dqkv, s.qkv_elements());
 }
 
 // Overwriting gives what accumulating into zeros gives, as values (-0 == +0;
