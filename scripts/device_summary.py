@@ -135,6 +135,29 @@ def ctest_results(path):
     return {name: state for name, _, state in CTEST_LINE.findall(text)}, text
 
 
+# What ctest printed for one test (--output-on-failure): the lines after its
+# result line, up to the next test's; the error-looking ones first, at most 6.
+ERROR_WORDS = re.compile(r"error|fail|abort|what\(\)|fault|refused|timed? ?out|signal|"
+                         r"not found|cannot|exception", re.IGNORECASE)
+NEXT_TEST = re.compile(r"^\s*(?:Start +\d+:|\d+/\d+ Test +#\d+:)")
+
+
+def failure_excerpt(text, name, most=6):
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if CTEST_LINE.search(line) and CTEST_LINE.search(line).group(1) == name), None)
+    if start is None:
+        return []
+    body = []
+    for line in lines[start + 1:]:
+        if NEXT_TEST.match(line):
+            break
+        if line.strip():
+            body.append(line.rstrip()[:160])
+    errors = [line for line in body if ERROR_WORDS.search(line)]
+    return (errors or body[-most:])[:most]
+
+
 def comparisons(work):
     """The measured errors of every comparison the tests printed (JUnit system-out)."""
     found = {}
@@ -171,14 +194,19 @@ def tests(work):
     lines = ["tests: %d run: %s" % (len(states), ", ".join(
         "%d %s" % (n, k) for k, n in sorted(counts.items())))]
     rerun = ctest_results(os.path.join(work, "tests", "rerun.log"))
-    rerun_states = rerun[0] if rerun else {}
+    rerun_states, rerun_text = rerun if rerun else ({}, "")
     for name, state in sorted(states.items()):
         if state in ("Passed", "Skipped"):
             continue
         again = rerun_states.get(name)
-        lines.append("  %-9s %s%s" % (state.lower(), name,
+        flaky = again in ("Passed", "Skipped")
+        lines.append("  %-9s %s%s" % ("flaky" if flaky else state.lower(), name,
                                       "  (rerun with CUDA_LAUNCH_BLOCKING=1: %s)" % again.lower()
                                       if again else ""))
+        # The first run's words: a flaky test's cause is only there.
+        lines += ["      | " + line for line in failure_excerpt(text, name)]
+        if again and not flaky:
+            lines += ["      | rerun: " + line for line in failure_excerpt(rerun_text, name)]
     measured = comparisons(work)
     if measured:
         worst = sorted(measured.items(), key=lambda item: -item[1][0])[:5]

@@ -77,6 +77,25 @@ class MadeUpWindow(unittest.TestCase):
         self.assertIn("comparisons measured: 2", text)
         self.assertIn(" 2.00  Storage/CudaAttention.Forward/bfloat16: attention output", text)
 
+    def test_a_failure_that_passes_alone_is_flaky_and_quoted(self):
+        write(os.path.join(self.work, "tests", "tests.log"), """\
+      Start  4: NcclCommunicator.ranks_2
+ 1/2 Test  #4: NcclCommunicator.ranks_2 ........................***Failed    0.40 sec
+[rank 1] runtime/comm/x.cc:12: failure
+mpiexec noticed that process rank 1 exited on signal 11
+      Start  5: NcclCommunicator.ranks_1
+ 2/2 Test  #5: NcclCommunicator.ranks_1 ........................***Skipped   0.40 sec
+NCCL tests skipped: no CUDA device is visible
+""")
+        write(os.path.join(self.work, "tests", "rerun.log"),
+              "1/1 Test  #4: NcclCommunicator.ranks_2 .......***Skipped   0.40 sec\n")
+        text = "\n".join(device_summary.tests(self.work))
+        self.assertIn("flaky     NcclCommunicator.ranks_2  (rerun with CUDA_LAUNCH_BLOCKING=1: "
+                      "skipped)", text)
+        self.assertIn("      | [rank 1] runtime/comm/x.cc:12: failure", text)
+        self.assertIn("      | mpiexec noticed that process rank 1 exited on signal 11", text)
+        self.assertNotIn("NCCL tests skipped", text)
+
     def test_ncu_kernels_by_kind_and_host_gaps(self):
         write(os.path.join(self.work, "breakdown", "ncu.csv"), NCU_CSV)
         write(os.path.join(self.work, "breakdown", "batch.txt"), "8\n")
