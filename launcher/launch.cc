@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "common/bounded_file.h"
+#include "runtime/data/data_paths.h"
 #include "schema/plan_io.h"
 
 extern char** environ;
@@ -249,6 +250,16 @@ std::string absolute(const std::string& path) {
   return std::filesystem::absolute(path).lexically_normal().string();
 }
 
+// --data and --val-data take comma-separated lists (of paths and globs):
+// each entry made absolute.
+std::string absolute_path_value(const std::string& flag, const std::string& value) {
+  if (flag != "--data" && flag != "--val-data") return absolute(value);
+  std::string result;
+  for (const std::string& entry : data_list_entries(value))
+    result += (result.empty() ? "" : ",") + absolute(entry);
+  return result;
+}
+
 }  // namespace
 
 std::vector<std::string> launch_environment(const LaunchOptions& options,
@@ -269,10 +280,12 @@ std::vector<std::string> with_absolute_paths(const std::vector<std::string>& com
     const std::string& argument = command[i];
     const size_t equals = argument.find('=');
     if (equals != std::string::npos && is_path_flag(argument.substr(0, equals))) {
-      result.push_back(argument.substr(0, equals + 1) + absolute(argument.substr(equals + 1)));
+      result.push_back(
+          argument.substr(0, equals + 1) +
+          absolute_path_value(argument.substr(0, equals), argument.substr(equals + 1)));
     } else if (is_path_flag(argument) && i + 1 < command.size()) {
       result.push_back(argument);
-      result.push_back(absolute(command[++i]));
+      result.push_back(absolute_path_value(argument, command[++i]));
     } else {
       result.push_back(argument);
     }

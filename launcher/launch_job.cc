@@ -11,6 +11,7 @@
 #include "launcher/preflight.h"
 #include "launcher/supervisor.h"
 #include "runtime/comm/supervision_protocol.h"
+#include "runtime/data/data_paths.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -30,7 +31,9 @@ std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
     const std::string value =
         joined ? argument.substr(equals + 1) : (i + 1 < command.size() ? command[i + 1] : "");
     if (flag == "--resume") resume = true;
-    if (flag == "--data" || flag == "--val-data" || flag == "--plan") files.push_back(value);
+    if (flag == "--plan") files.push_back(value);
+    if (flag == "--data" || flag == "--val-data")  // a list: each file or glob
+      for (const std::string& entry : data_list_entries(value)) files.push_back(entry);
     if (flag == "--checkpoint-dir") checkpoint_dir = value;
   }
   if (std::none_of(command.begin(), command.end(), [](const std::string& argument) {

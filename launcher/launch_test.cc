@@ -331,3 +331,23 @@ TEST_F(LaunchTest, MissingMpirunIsReported) {
 
 }  // namespace
 }  // namespace paraplan
+
+namespace paraplan {
+namespace {
+
+// --data and --val-data take comma-separated lists of files and globs: every
+// entry is made absolute, the globs left for the ranks to expand.
+TEST(WithAbsolutePaths, MakesEachEntryOfADataListAbsolute) {
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_EQ(with_absolute_paths({"train", "--data", "shards/train_*.bin,extra.bin",
+                                 "--val-data=val/*.bin", "--steps", "5"}),
+            (std::vector<std::string>{"train", "--data",
+                                      cwd + "/shards/train_*.bin," + cwd + "/extra.bin",
+                                      "--val-data=" + cwd + "/val/*.bin", "--steps", "5"}));
+  // Other path flags take one path, commas and all.
+  EXPECT_EQ(with_absolute_paths({"train", "--log-json", "a,b.json"}),
+            (std::vector<std::string>{"train", "--log-json", cwd + "/a,b.json"}));
+}
+
+}  // namespace
+}  // namespace paraplan

@@ -131,10 +131,12 @@ int main(int argc, char** argv) {
   TrainOptions train_options;
   CLI::App* train_command = app.add_subcommand("train", "train as the plan says");
   train_command->add_option("--plan", train_options.plan_path, "plan file")->required();
-  train_command->add_option("--data", train_options.data_path, "training tokens (train.bin)")
-      ->required();
+  train_command->add_option("--data", train_options.data_path,
+                            "training tokens: a file, a quoted glob ('train_*.bin') or a "
+                            "comma-separated list (default: the job's [data] train)");
   train_command->add_option("--val-data", train_options.validation_data_path,
-                            "validation tokens (val.bin)");
+                            "validation tokens, as --data (default: the job's [data] "
+                            "validation)");
   train_command->add_option("--steps", train_options.steps,
                             "train until this step (default: the plan's total_steps)");
   train_command->add_option("--checkpoint-dir", train_options.checkpoint_dir,

@@ -17,6 +17,7 @@
 
 #include "kernels/ops.h"
 #include "launcher/subprocess.h"
+#include "runtime/data/data_paths.h"
 
 #ifndef PARAPLAN_VERSION
 #define PARAPLAN_VERSION "unknown"
@@ -27,7 +28,25 @@ namespace {
 
 // "" when path can be read here (a regular file, or a directory), else why not.
 // Opened without blocking, so a named pipe cannot stall the answer.
+std::string why_unreadable(const std::string& path);
+
+// A glob (a --data list's entry): it must match, and each match be readable.
+std::string why_glob_unreadable(const std::string& pattern) {
+  std::vector<std::string> matches;
+  try {
+    matches = expand_data_paths(pattern, "glob");
+  } catch (const std::exception&) {
+    return "no file matches the glob";
+  }
+  for (const std::string& match : matches) {
+    const std::string reason = why_unreadable(match);
+    if (!reason.empty()) return match + ": " + reason;
+  }
+  return "";
+}
+
 std::string why_unreadable(const std::string& path) {
+  if (is_glob(path)) return why_glob_unreadable(path);
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::strerror(errno);
   struct stat status {};

@@ -32,9 +32,16 @@ TEST(Preflight, ThisHostAnswersWithItsBuildFilesAndInterfaces) {
   const std::string pipe = (directory.path() / "pipe").string();
   ASSERT_EQ(mkfifo(pipe.c_str(), 0600), 0);
   const std::string missing = (directory.path() / "absent").string();
+  // Globs (--data lists): one that matches readable files, one that matches
+  // nothing, one that matches a pipe.
+  const std::string shards = (directory.path() / "train*.bin").string();
+  const std::string no_shards = (directory.path() / "fineweb_*.bin").string();
+  const std::string pipes = (directory.path() / "pip?").string();
 
   const HostFindings findings = findings_from_json(
-      "here", nlohmann::json::parse(this_host_findings({file, pipe, missing}, false).dump()));
+      "here",
+      nlohmann::json::parse(
+          this_host_findings({file, pipe, missing, shards, no_shards, pipes}, false).dump()));
   EXPECT_EQ(findings.host, "here");
   EXPECT_FALSE(findings.hostname.empty());
   EXPECT_EQ(findings.version, paraplan_version());
@@ -42,7 +49,10 @@ TEST(Preflight, ThisHostAnswersWithItsBuildFilesAndInterfaces) {
   EXPECT_EQ(findings.build_id.size(), 40u) << "a GNU build id (sha1) is linked in";
   EXPECT_GT(findings.cores, 0);
   EXPECT_EQ(findings.cuda_devices, -1) << "not asked";
-  ASSERT_EQ(findings.files.size(), 3u);
+  ASSERT_EQ(findings.files.size(), 6u);
+  EXPECT_EQ(findings.files[3], std::make_pair(shards, std::string()));
+  EXPECT_EQ(findings.files[4], std::make_pair(no_shards, std::string("no file matches the glob")));
+  EXPECT_EQ(findings.files[5], std::make_pair(pipes, pipe + ": not a regular file"));
   EXPECT_EQ(findings.files[0], std::make_pair(file, std::string()));
   EXPECT_EQ(findings.files[1], std::make_pair(pipe, std::string("not a regular file")));
   EXPECT_EQ(findings.files[2], std::make_pair(missing, std::string("No such file or directory")));

@@ -189,7 +189,7 @@ TEST(WorldOnePlanTest, FieldsRoundTrip) {
   const std::vector<uint8_t> bytes = plan_job(config).plan;
   const schema::Plan& plan = read_back(bytes);
 
-  EXPECT_EQ(plan.header()->schema_version(), 3u);
+  EXPECT_EQ(plan.header()->schema_version(), kPlanSchemaVersion);
   EXPECT_EQ(plan.header()->task_name()->str(), "tiny");
   EXPECT_EQ(plan.header()->planner_version()->str(), kPlannerVersion);
   std::map<std::string, std::string> options;

@@ -24,7 +24,8 @@ namespace paraplan {
 // 3: virtual stages (Schedule.virtual_stages, Instruction.chunk), split
 //    backward (BackwardInput, BackwardWeight), Interleaved1F1B and
 //    ZeroBubbleH1 schedules, Mesh.sequence_parallel.
-inline constexpr uint32_t kPlanSchemaVersion = 3;
+// 4: Training.data (datasets, blend weights, shuffle and its seed).
+inline constexpr uint32_t kPlanSchemaVersion = 4;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
 // The device memory a plan's ranks may allocate: device_memory_bytes less

@@ -272,11 +272,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v4.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v4.pplan")),
-                       "'" + path("v4.pplan") +
-                           "' was written with plan schema version 4; this paraplan reads "
-                           "versions 1 to 3"));
+  write_raw(path("v5.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v5.pplan")),
+                       "'" + path("v5.pplan") +
+                           "' was written with plan schema version 5; this paraplan reads "
+                           "versions 1 to 4"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
@@ -362,10 +362,18 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   spec.dtype = schema::DType::BFloat16;
   spec.decay_style = schema::LrDecayStyle::Linear;
   spec.stages[1].recompute[3] = RecomputeMode::Full;
+  spec.has_data = true;
+  spec.data_train = {{"a_*.bin", 0.7}, {"b.bin", 0.3}};
+  spec.data_shuffle = true;
+  spec.data_seed = 99;
   const std::vector<uint8_t> bytes = build_plan(spec);
   const nlohmann::json j = plan_to_json(*schema::GetPlan(bytes.data()));
+  EXPECT_EQ(j["training"]["data"]["train"][0]["paths"], "a_*.bin");
+  EXPECT_EQ(j["training"]["data"]["train"][1]["weight"].get<double>(), 0.3);
+  EXPECT_EQ(j["training"]["data"]["shuffle"], true);
+  EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
-  EXPECT_EQ(j["header"]["schema_version"], 3);
+  EXPECT_EQ(j["header"]["schema_version"], 4);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -440,7 +448,8 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v3, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v4, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(
       contains(table, "training: global batch 16 = micro-batch 2 x 4 micro-batches x dp 2"));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/printable_text.h"
 #include "schema/number_text.h"
 #include "schema/plan_io.h"
 
@@ -83,8 +84,21 @@ json optimizer_to_json(const schema::Optimizer& opt) {
           {"total_steps", opt.total_steps()}};
 }
 
+json data_to_json(const schema::Data& data) {
+  json train = json::array();
+  if (data.train())
+    for (const schema::DataSource* source : *data.train())
+      train.push_back(
+          {{"paths", source->paths() ? source->paths()->str() : ""}, {"weight", source->weight()}});
+  return {{"train", train},
+          {"validation", data.validation() ? data.validation()->str() : ""},
+          {"shuffle", data.shuffle()},
+          {"seed", data.seed()}};
+}
+
 json training_to_json(const schema::Training& training) {
-  return {{"global_batch_size", training.global_batch_size()},
+  return {{"data", training.data() ? data_to_json(*training.data()) : json(nullptr)},
+          {"global_batch_size", training.global_batch_size()},
           {"micro_batch_size", training.micro_batch_size()},
           {"num_micro_batches", training.num_micro_batches()},
           {"optimizer", training.optimizer() == nullptr ? json(nullptr)
@@ -327,6 +341,25 @@ void training_lines(const schema::Plan& plan, std::ostringstream& out) {
       << " micro-batches x dp " << (plan.mesh() ? plan.mesh()->data_parallel() : 0) << "; seed "
       << training->seed() << "; eval every " << training->eval_interval() << " steps ("
       << training->eval_batches() << " batches)\n";
+  const schema::Data* data = training->data();
+  if (data == nullptr) {
+    out << "data: --data's files in file order (no [data] in the plan)\n";
+  } else {
+    out << "data: train ";
+    if (data->train() == nullptr || data->train()->size() == 0) out << "from --data";
+    for (flatbuffers::uoffset_t i = 0; data->train() && i < data->train()->size(); ++i)
+      out << (i ? ", " : "") << "'"
+          << printable_text(string_or_empty(data->train()->Get(i)->paths()), 200) << "'"
+          << (data->train()->size() > 1 ? " x " + number(data->train()->Get(i)->weight()) : "");
+    out << "; validation "
+        << (data->validation() && data->validation()->size()
+                ? "'" + printable_text(string_or_empty(data->validation()), 200) + "'"
+                : std::string("from --val-data"))
+        << "; "
+        << (data->shuffle() ? "shuffled (seed " + std::to_string(data->seed()) + ")"
+                            : std::string("file order"))
+        << "\n";
+  }
   const schema::Optimizer* opt = training->optimizer();
   if (opt == nullptr) {
     out << "optimizer: missing\n";

@@ -67,6 +67,12 @@ struct PlanSpec {
   uint64_t seed = 1234;
   int32_t eval_interval = 100, eval_batches = 10;
   uint64_t gradient_bucket_elements = 0;
+  // Training.data: written when has_data (train: {paths, weight} per dataset).
+  bool has_data = false;
+  std::vector<std::pair<std::string, double>> data_train;
+  std::string data_validation;
+  bool data_shuffle = false;
+  uint64_t data_seed = 0;
   float learning_rate = 3e-4f, min_learning_rate = 3e-5f, beta1 = 0.9f, beta2 = 0.95f;
   float epsilon = 1e-8f, weight_decay = 0.1f, grad_clip = 1.0f;
   int32_t warmup_steps = 10, total_steps = 1000;
@@ -307,9 +313,17 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
           fbb, spec.learning_rate, spec.min_learning_rate, spec.beta1, spec.beta2, spec.epsilon,
           spec.weight_decay, spec.grad_clip, spec.warmup_steps, spec.decay_style, spec.total_steps);
     }
+    fb::Offset<schema::Data> data;
+    if (spec.has_data) {
+      std::vector<fb::Offset<schema::DataSource>> sources;
+      for (const auto& [paths, weight] : spec.data_train)
+        sources.push_back(schema::CreateDataSourceDirect(fbb, paths.c_str(), weight));
+      data = schema::CreateDataDirect(fbb, &sources, spec.data_validation.c_str(),
+                                      spec.data_shuffle, spec.data_seed);
+    }
     training = schema::CreateTraining(
         fbb, spec.global_batch_size, spec.micro_batch_size, spec.num_micro_batches, optimizer,
-        spec.seed, spec.eval_interval, spec.eval_batches, spec.gradient_bucket_elements);
+        spec.seed, spec.eval_interval, spec.eval_batches, spec.gradient_bucket_elements, data);
   }
   fb::Offset<schema::Mesh> mesh;
   if (spec.has_mesh) {

@@ -145,6 +145,18 @@ void check_optimizer(const schema::Optimizer& opt, Violations& v) {
   }
 }
 
+void check_data(const schema::Data& data, Violations& v) {
+  if (data.train() == nullptr) return;
+  for (flatbuffers::uoffset_t i = 0; i < data.train()->size(); ++i) {
+    const schema::DataSource* source = data.train()->Get(i);
+    const std::string f = "training.data.train[" + std::to_string(i) + "].";
+    if (source->paths() == nullptr || source->paths()->size() == 0)
+      v.add(f + "paths", "empty; give a token file, a glob or a comma-separated list");
+    if (!(source->weight() > 0) || !std::isfinite(source->weight()))
+      v.add(f + "weight", number(source->weight()) + "; must be a positive finite number");
+  }
+}
+
 void check_training(const schema::Training& training, const schema::Model* model, Violations& v) {
   require_positive(v, "training.global_batch_size", training.global_batch_size());
   require_positive(v, "training.micro_batch_size", training.micro_batch_size());
@@ -167,6 +179,7 @@ void check_training(const schema::Training& training, const schema::Model* model
   } else {
     check_optimizer(*training.optimizer(), v);
   }
+  if (training.data() != nullptr) check_data(*training.data(), v);
 }
 
 bool mesh_degrees_valid(const schema::Mesh& mesh) {

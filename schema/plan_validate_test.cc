@@ -181,7 +181,19 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
        [](PlanSpec& s) { s.schema_version = 7; },
-       {"header.schema_version: 7", "reads versions 1 to 3"}},
+       {"header.schema_version: 7", "reads versions 1 to 4"}},
+      {"DataSourceWithoutPaths",
+       [](PlanSpec& s) {
+         s.has_data = true;
+         s.data_train = {{"a_*.bin", 0.7}, {"", -1.0}};
+       },
+       {"training.data.train[1].paths: empty; give a token file, a glob"}},
+      {"DataSourceWeightNotPositive",
+       [](PlanSpec& s) {
+         s.has_data = true;
+         s.data_train = {{"a_*.bin", -1.0}};
+       },
+       {"training.data.train[0].weight: -1; must be a positive finite number"}},
       // model
       {"VocabSizeZero",
        [](PlanSpec& s) { s.vocab_size = 0; },

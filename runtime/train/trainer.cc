@@ -14,14 +14,13 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/distributed_checkpoint.h"
 #include "runtime/comm/mpi_session.h"
-#include "runtime/data/data_loader.h"
-#include "runtime/data/token_file.h"
 #include "runtime/measure/memory_report.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
 #include "runtime/train/evaluation.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/step_logger.h"
+#include "runtime/train/training_data.h"
 #include "runtime/train/training_step.h"
 #include "schema/plan_io.h"
 
@@ -72,16 +71,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const schema::Training& training = *plan.training();
   const TransformerConfig& config = model.config;
 
-  const TokenFile train_tokens(options.data_path);
-  train_tokens.validate_vocab(config.vocab_size);
-  const DataLoader train_data(train_tokens, config.seq_len);
-  std::unique_ptr<TokenFile> validation_tokens;
-  std::unique_ptr<DataLoader> validation_data;
-  if (!options.validation_data_path.empty()) {
-    validation_tokens = std::make_unique<TokenFile>(options.validation_data_path);
-    validation_tokens->validate_vocab(config.vocab_size);
-    validation_data = std::make_unique<DataLoader>(*validation_tokens, config.seq_len);
-  }
+  const TrainingData data = open_training_data(options.data_path, options.validation_data_path,
+                                               training, config.seq_len, config.vocab_size);
   const int last_step = options.steps >= 0 ? options.steps : training.optimizer()->total_steps();
   if (options.resume && options.checkpoint_dir.empty())
     throw std::runtime_error("--resume needs --checkpoint-dir (the directory to resume from)");
@@ -136,7 +127,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
               << " rank(s) (pp " << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp "
               << mesh.tensor_size << "), global batch " << training.global_batch_size() << " x seq "
               << config.seq_len << " = " << tokens_per_step << " tokens/step, steps " << state.step
-              << " -> " << last_step << std::endl;
+              << " -> " << last_step << std::endl
+              << "data: " << describe(*data.train) << std::endl;
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
@@ -160,11 +152,11 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     metrics.learning_rate = lr_schedule.at(step);
     TrainingStep trained;
     try {
-      trained = run_training_step(rank, train_data, state.next_train_sample, loss_scale,
+      trained = run_training_step(rank, *data.train, state.next_train_sample, loss_scale,
                                   metrics.learning_rate, step + 1);
     } catch (const std::out_of_range& error) {  // a bad target: the data's, named
-      throw std::runtime_error("--data " + options.data_path + ": step " +
-                               std::to_string(step + 1) + ": " + error.what());
+      throw std::runtime_error(data.train_name + ": step " + std::to_string(step + 1) + ": " +
+                               error.what());
     }
     metrics.grad_norm = trained.grad_norm;
     const double loss_sum = job_loss_sum(rank, trained.loss_sum);
@@ -194,9 +186,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
                                std::to_string(metrics.loss) +
                                "); lower training.learning_rate or check the data");
     const bool last = step + 1 == last_step;
-    if (validation_data && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
-      metrics.validation_loss =
-          evaluate(rank, *validation_data, training, "--val-data " + options.validation_data_path);
+    if (data.validation && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
+      metrics.validation_loss = evaluate(rank, *data.validation, training, data.validation_name);
       summary.final_validation_loss = metrics.validation_loss;
     }
     if (leader) logger.log(metrics);

@@ -15,8 +15,10 @@ namespace paraplan {
 
 struct TrainOptions {
   std::string plan_path;
+  // Token files: a path, a glob or a comma-separated list (data_paths.h).
+  // Empty: the plan's [data] train (required then) and [data] validation.
   std::string data_path;
-  std::string validation_data_path;  // optional
+  std::string validation_data_path;
   int steps = -1;                    // train until this step (absolute); -1: the plan's total_steps
   std::string checkpoint_dir;        // optional
   int checkpoint_every = 0;          // 0: only at the end

@@ -1,0 +1,84 @@
+// training_data.cc: the run's data from --data, --val-data and the plan's
+// [data] (training_data.h).
+#include "runtime/train/training_data.h"
+
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace paraplan {
+
+namespace {
+
+std::string with_thousands(int64_t value) {
+  std::string digits = std::to_string(value), text;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) text += ',';
+    text += digits[i];
+  }
+  return text;
+}
+
+}  // namespace
+
+TrainingData open_training_data(const std::string& data_flag, const std::string& val_data_flag,
+                                const schema::Training& training, int seq_len, int vocab_size) {
+  const schema::Data* plan_data = training.data();
+  DataOrder order;
+  if (plan_data != nullptr)
+    order = DataOrder{.shuffle = plan_data->shuffle(), .seed = plan_data->seed()};
+  TrainingData data;
+  std::vector<DataSource> sources;
+  if (!data_flag.empty()) {
+    sources.push_back({data_flag, 1.0});
+    data.train_name = "--data " + data_flag;
+  } else if (plan_data != nullptr && plan_data->train() != nullptr &&
+             plan_data->train()->size() > 0) {
+    for (const schema::DataSource* source : *plan_data->train())
+      sources.push_back({source->paths() ? source->paths()->str() : "", source->weight()});
+    data.train_name = "[data] train";
+  } else {
+    throw std::runtime_error(
+        "no training data: give --data (a token file, a glob such as 'shards/train_*.bin', or a "
+        "comma-separated list), or [data] train in the job file the plan was made from");
+  }
+  data.train = std::make_unique<DataLoader>(sources, seq_len, vocab_size, order, data.train_name);
+
+  std::string validation = val_data_flag;
+  data.validation_name = "--val-data " + val_data_flag;
+  if (validation.empty() && plan_data != nullptr && plan_data->validation() != nullptr) {
+    validation = plan_data->validation()->str();
+    data.validation_name = "[data] validation";
+  }
+  // Validation reads its samples in file order: the same ones every time.
+  if (!validation.empty())
+    data.validation =
+        std::make_unique<DataLoader>(validation, seq_len, vocab_size, data.validation_name);
+  return data;
+}
+
+std::string describe(const DataLoader& data) {
+  std::ostringstream text;
+  for (size_t d = 0; d < data.num_datasets(); ++d) {
+    const TokenDataset& dataset = data.dataset(d);
+    if (d > 0) text << "; ";
+    text << dataset.spec() << ": " << dataset.num_shards()
+         << (dataset.num_shards() == 1 ? " shard, " : " shards, ")
+         << with_thousands(dataset.num_tokens()) << " tokens, "
+         << with_thousands(dataset.num_samples()) << " samples";
+    if (data.num_datasets() > 1) {
+      char share[32];
+      std::snprintf(share, sizeof(share), "%.1f%%",
+                    100.0 * data.blend().places(static_cast<int>(d)) / data.blend().period());
+      text << ", " << share << " of the draws";
+    }
+  }
+  if (data.order().shuffle)
+    text << "; shuffled each epoch (seed " << data.order().seed << ")";
+  else
+    text << "; in file order";
+  return text.str();
+}
+
+}  // namespace paraplan
