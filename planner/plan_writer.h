@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/cost_model.h"
-#include "planner/job_config.h"
-#include "planner/plan_estimate.h"
-#include "planner/schedule.h"
+#include "planner/cost/cost_model.h"
+#include "planner/cost/plan_estimate.h"
+#include "planner/job/job_config.h"
+#include "planner/schedule/schedule.h"
 
 namespace paraplan {
 

@@ -5,9 +5,9 @@
 
 #include <map>
 
-#include "planner/module_names.h"
-#include "planner/plan_search.h"
+#include "planner/job/module_names.h"
 #include "planner/planner.h"
+#include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
