@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 
+#include "planner/plan_writer.h"
 #include "planner/search/exhaustive_solver.h"
 #include "planner/search/ilp_solver.h"
 #include "planner/search/plan_search.h"

@@ -9,7 +9,7 @@
 
 #include "planner/cost/model_counts.h"
 #include "planner/cost/plan_estimate.h"
-#include "planner/search/search_space.h"
+#include "planner/job/device_layout.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "planner/cost/cost_model.h"
+#include "planner/job/device_layout.h"
 #include "planner/job/job_config.h"
 
 namespace paraplan {
@@ -22,13 +23,6 @@ namespace paraplan {
 struct Link {
   double latency_seconds = 0;
   double bandwidth_bytes_per_second = 1;  // per direction, per device
-};
-
-// The job's devices: num_nodes x devices_per_node (the plan's mesh fields).
-struct DeviceLayout {
-  int num_nodes = 1;
-  int devices_per_node = 1;
-  int world_size() const { return num_nodes * devices_per_node; }
 };
 
 struct LinkModel {

@@ -8,7 +8,7 @@
 #include <system_error>
 
 #include "common/bounded_file.h"
-#include "planner/search/search_space.h"
+#include "planner/job/device_layout.h"
 
 namespace paraplan {
 

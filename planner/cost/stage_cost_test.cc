@@ -10,7 +10,6 @@
 
 #include "planner/cost/compute_model.h"
 #include "planner/cost/transformer_ops.h"
-#include "planner/search/recompute_choice.h"
 
 namespace paraplan {
 namespace {
@@ -209,40 +208,6 @@ TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {
                            setting.micro_batch_size, setting.num_micro_batches)
                   .total());
   }
-}
-
-TEST(StageCostTest, RecomputeChoiceIsTheFastestThatFits) {
-  const JobConfig base = gpt3();
-  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 1, 1, {}};
-  // Stage 0 holds 8 micro-batches; give it 12 blocks under limits from loose to tight.
-  RecomputeClassCounts free_blocks;
-  free_blocks.add({RecomputeMode::None, RecomputeMode::Full}, 12);
-  double previous_slot = 0;
-  for (double limit : {80.0, 40.0, 30.0, 25.0}) {
-    JobConfig config = base;
-    config.planner.memory_constraint = limit;
-    const StageCostModel costs(config, setting);
-    const RecomputeChoice choice = choose_recompute(costs, 0, free_blocks);
-    ASSERT_TRUE(choice.fits) << limit;
-    EXPECT_LE(choice.memory.total(), limit * (1 << 30));
-    EXPECT_GE(choice.slot_seconds, previous_slot);  // tighter limits cost time
-    previous_slot = choice.slot_seconds;
-    // No assignment with fewer upgrades fits.
-    for (int x = 0; x <= 12; ++x)
-      for (int y = 0; y <= x; ++y) {
-        const RecomputeCounts counts{12 - x, x - y, y};
-        if (costs.fits(costs.memory(0, counts))) {
-          EXPECT_GE(costs.slot_seconds(0, counts), choice.slot_seconds);
-        }
-      }
-  }
-  // At 80 GB selective recompute of a few blocks is enough; at 25 GB blocks recompute fully.
-  JobConfig loose = base;
-  loose.planner.memory_constraint = 80;
-  EXPECT_EQ(choose_recompute(StageCostModel(loose, setting), 0, free_blocks).counts.full, 0);
-  JobConfig tight = base;
-  tight.planner.memory_constraint = 25;
-  EXPECT_GT(choose_recompute(StageCostModel(tight, setting), 0, free_blocks).counts.full, 0);
 }
 
 TEST(StageCostTest, InferenceMemoryAndForwardOnlyTime) {

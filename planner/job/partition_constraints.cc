@@ -1,5 +1,5 @@
-// partition_constraints.cc: reading the partition-constraints TOML file and
-// narrowing the search space with it (format in partition_constraints.h).
+// partition_constraints.cc: reading the partition-constraints TOML file (format
+// in partition_constraints.h); search_space.cc narrows the search space with it.
 #include "planner/job/partition_constraints.h"
 
 #include <toml++/toml.h>
@@ -11,19 +11,12 @@
 #include "common/bounded_file.h"
 #include "common/printable_text.h"
 #include "planner/job/module_names.h"
-#include "planner/search/search_space.h"
 
 namespace paraplan {
 
 using schema::RecomputeMode;
 
 namespace {
-
-const char* mode_name(RecomputeMode mode) {
-  return mode == RecomputeMode::Full        ? "full"
-         : mode == RecomputeMode::Selective ? "selective"
-                                            : "none";
-}
 
 std::string where(const std::string& path, const toml::node& node) {
   const auto begin = node.source().begin;
@@ -170,78 +163,6 @@ PartitionConstraints load_partition_constraints(const JobConfig& config) {
                              ": [planner] partition_constraints_path: " + error.what());
   }
   return parse_partition_constraints(text, path, config);
-}
-
-void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,
-                                 SearchSpace& space, std::vector<int>& allowed_tensor_parallel) {
-  const PlannerOptions& p = config.planner;
-  const int fixed_pp = p.pipeline_nstages;
-  for (const PartitionConstraint& c : constraints.constraints) {
-    const std::string name = constraints.path + ": constraint " + std::to_string(c.index) +
-                             " (module '" + c.module + "')";
-    if (!c.tensor_parallel.empty()) {
-      if (p.tensor_parallel_degree > 0 &&
-          std::find(c.tensor_parallel.begin(), c.tensor_parallel.end(), p.tensor_parallel_degree) ==
-              c.tensor_parallel.end())
-        throw std::runtime_error(
-            name + ": tensor_parallel does not allow " + std::to_string(p.tensor_parallel_degree) +
-            ", contradicting " + config.source +
-            " [planner] tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree));
-      if (allowed_tensor_parallel.empty()) {
-        allowed_tensor_parallel = c.tensor_parallel;
-      } else {
-        std::vector<int> both;
-        for (int t : allowed_tensor_parallel)
-          if (std::find(c.tensor_parallel.begin(), c.tensor_parallel.end(), t) !=
-              c.tensor_parallel.end())
-            both.push_back(t);
-        if (both.empty())
-          throw std::runtime_error(
-              name + ": tensor_parallel leaves no degree the earlier constraints allow");
-        allowed_tensor_parallel = both;
-      }
-    }
-    if (c.stage) {
-      int stage = *c.stage;
-      if (fixed_pp > 0 && stage >= fixed_pp)
-        throw std::runtime_error(name + ": stage = " + std::to_string(stage) + " contradicts " +
-                                 config.source +
-                                 " [planner] pipeline_nstages = " + std::to_string(fixed_pp) +
-                                 " (stages 0.." + std::to_string(fixed_pp - 1) + ")");
-      if (c.embedding && stage != 0 && !(stage == -1 && fixed_pp == 1))
-        throw std::runtime_error(name + ": stage = " + std::to_string(stage) +
-                                 ", but the embedding is always on stage 0");
-      if (c.head && stage != -1 && !(fixed_pp > 0 && stage == fixed_pp - 1))
-        throw std::runtime_error(name + ": stage = " + std::to_string(stage) +
-                                 ", but the head is always on the last stage (-1)");
-      for (int block : c.blocks) {
-        for (const auto& [pinned, other] : space.pinned_layers)
-          if (pinned == block && other != stage)
-            throw std::runtime_error(name + ": pins block " + std::to_string(block) + " to stage " +
-                                     std::to_string(stage) +
-                                     ", but an earlier constraint pins it to stage " +
-                                     std::to_string(other));
-        space.pinned_layers.push_back({block, stage});
-      }
-    }
-    if (c.recompute) {
-      for (int block : c.blocks) {
-        RecomputeRange& range = space.layer_recompute[block];
-        const RecomputeMode lowest = std::max(range.lowest, c.recompute->first);
-        const RecomputeMode highest = std::min(range.highest, c.recompute->second);
-        if (lowest > highest)
-          throw std::runtime_error(
-              name + ": recompute allows at most " + mode_name(c.recompute->second) +
-              " for block " + std::to_string(block) + ", contradicting " + config.source +
-              " [planner] recompute_modules, which asks for " + mode_name(range.lowest) +
-              (range.highest < c.recompute->second ? " (or an earlier constraint)" : ""));
-        range = {lowest, highest};
-      }
-    }
-  }
-  std::sort(space.pinned_layers.begin(), space.pinned_layers.end());
-  space.pinned_layers.erase(std::unique(space.pinned_layers.begin(), space.pinned_layers.end()),
-                            space.pinned_layers.end());
 }
 
 }  // namespace paraplan

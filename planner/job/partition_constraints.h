@@ -24,8 +24,6 @@
 
 namespace paraplan {
 
-struct SearchSpace;
-
 struct PartitionConstraint {
   int index = 0;  // 1-based position in the file, for messages
   std::string module;
@@ -46,11 +44,5 @@ struct PartitionConstraints {
 PartitionConstraints load_partition_constraints(const JobConfig& config);
 PartitionConstraints parse_partition_constraints(const std::string& text, const std::string& path,
                                                  const JobConfig& config);
-
-// Narrows space (per-layer recompute intervals, pinned layers) and fills
-// allowed_tensor_parallel (empty = any). Throws on contradictions with the
-// fixed options.
-void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,
-                                 SearchSpace& space, std::vector<int>& allowed_tensor_parallel);
 
 }  // namespace paraplan

@@ -9,7 +9,8 @@
 
 #include <optional>
 
-#include "planner/plan_writer.h"
+#include "planner/job/job_config.h"
+#include "planner/search/plan_candidate.h"
 
 namespace paraplan {
 

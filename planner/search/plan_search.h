@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan_writer.h"
+#include "planner/search/plan_candidate.h"
 #include "planner/search/search_space.h"
 #include "planner/search/stage_partition.h"
 

@@ -1,5 +1,6 @@
-// search_space.cc: resolve_search_space, the job's devices and the candidate
-// meshes, micro-batch sizes and ZeRO settings (rules in search_space.h).
+// search_space.cc: resolve_search_space, the candidate meshes, micro-batch sizes
+// and ZeRO settings, and their narrowing by the partition-constraints file
+// (rules in search_space.h).
 #include "planner/search/search_space.h"
 
 #include <algorithm>
@@ -8,10 +9,12 @@
 
 #include "planner/cost/model_counts.h"
 #include "planner/job/module_names.h"
-#include "planner/job/partition_constraints.h"
 #include "schema/model_limits.h"
 
 namespace paraplan {
+
+using schema::RecomputeMode;
+
 namespace {
 
 std::string str(int64_t value) {
@@ -42,51 +45,13 @@ std::string tensor_parallel_problem(const JobConfig& config, int t, int devices_
   return "";
 }
 
-}  // namespace
-
-DeviceLayout resolve_device_layout(const JobConfig& config) {
-  const PlannerOptions& p = config.planner;
-  const ClusterConfig& cluster = config.cluster;
-  const bool mesh_given = config.was_set("planner.mesh_row") || config.was_set("planner.mesh_col");
-  int64_t world = 0;
-  std::string world_source;
-  if (config.was_set("planner.world_size")) {
-    world = p.world_size, world_source = "[planner] world_size";
-  } else if (mesh_given) {
-    world = int64_t{p.mesh_row} * p.mesh_col, world_source = "[planner] mesh_row x mesh_col";
-  } else if (config.was_set("cluster.num_nodes")) {
-    world = int64_t{cluster.num_nodes} * cluster.devices_per_node;
-    world_source = "[cluster] num_nodes x devices_per_node";
-  } else {
-    world = int64_t{std::max(p.pipeline_nstages, 1)} * std::max(p.tensor_parallel_degree, 1) *
-            std::max(p.data_parallel_degree, 1);
-    world_source = "the fixed degrees";
-  }
-  if (world > (1 << 24)) fail(config, world_source + " = " + str(world) + " is too large");
-
-  DeviceLayout layout;
-  if (mesh_given) {
-    layout.devices_per_node = p.mesh_col;
-  } else if (world <= cluster.devices_per_node) {
-    layout.devices_per_node = static_cast<int>(world);
-  } else {
-    layout.devices_per_node = cluster.devices_per_node;
-  }
-  if (world % layout.devices_per_node != 0)
-    fail(config,
-         "the world size " + str(world) + " (" + world_source +
-             ") is not a multiple of [cluster] devices_per_node = " + str(layout.devices_per_node) +
-             "; use whole nodes or set [planner] mesh_row and mesh_col");
-  layout.num_nodes = static_cast<int>(world / layout.devices_per_node);
-  if (config.was_set("cluster.num_nodes") && layout.num_nodes > cluster.num_nodes)
-    fail(config, "the job needs " + str(layout.num_nodes) + " nodes of " +
-                     str(layout.devices_per_node) + " devices (world size " + str(world) +
-                     "), but [cluster] num_nodes = " + str(cluster.num_nodes));
-  if (layout.devices_per_node > cluster.devices_per_node && mesh_given)
-    fail(config, "[planner] mesh_col = " + str(p.mesh_col) +
-                     " exceeds [cluster] devices_per_node = " + str(cluster.devices_per_node));
-  return layout;
+const char* mode_name(RecomputeMode mode) {
+  return mode == RecomputeMode::Full        ? "full"
+         : mode == RecomputeMode::Selective ? "selective"
+                                            : "none";
 }
+
+}  // namespace
 
 std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
                                             std::vector<std::string>& excluded) {
@@ -277,6 +242,78 @@ std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& co
     sizes.push_back(b);
   }
   return sizes;
+}
+
+void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,
+                                 SearchSpace& space, std::vector<int>& allowed_tensor_parallel) {
+  const PlannerOptions& p = config.planner;
+  const int fixed_pp = p.pipeline_nstages;
+  for (const PartitionConstraint& c : constraints.constraints) {
+    const std::string name = constraints.path + ": constraint " + std::to_string(c.index) +
+                             " (module '" + c.module + "')";
+    if (!c.tensor_parallel.empty()) {
+      if (p.tensor_parallel_degree > 0 &&
+          std::find(c.tensor_parallel.begin(), c.tensor_parallel.end(), p.tensor_parallel_degree) ==
+              c.tensor_parallel.end())
+        throw std::runtime_error(
+            name + ": tensor_parallel does not allow " + std::to_string(p.tensor_parallel_degree) +
+            ", contradicting " + config.source +
+            " [planner] tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree));
+      if (allowed_tensor_parallel.empty()) {
+        allowed_tensor_parallel = c.tensor_parallel;
+      } else {
+        std::vector<int> both;
+        for (int t : allowed_tensor_parallel)
+          if (std::find(c.tensor_parallel.begin(), c.tensor_parallel.end(), t) !=
+              c.tensor_parallel.end())
+            both.push_back(t);
+        if (both.empty())
+          throw std::runtime_error(
+              name + ": tensor_parallel leaves no degree the earlier constraints allow");
+        allowed_tensor_parallel = both;
+      }
+    }
+    if (c.stage) {
+      int stage = *c.stage;
+      if (fixed_pp > 0 && stage >= fixed_pp)
+        throw std::runtime_error(name + ": stage = " + std::to_string(stage) + " contradicts " +
+                                 config.source +
+                                 " [planner] pipeline_nstages = " + std::to_string(fixed_pp) +
+                                 " (stages 0.." + std::to_string(fixed_pp - 1) + ")");
+      if (c.embedding && stage != 0 && !(stage == -1 && fixed_pp == 1))
+        throw std::runtime_error(name + ": stage = " + std::to_string(stage) +
+                                 ", but the embedding is always on stage 0");
+      if (c.head && stage != -1 && !(fixed_pp > 0 && stage == fixed_pp - 1))
+        throw std::runtime_error(name + ": stage = " + std::to_string(stage) +
+                                 ", but the head is always on the last stage (-1)");
+      for (int block : c.blocks) {
+        for (const auto& [pinned, other] : space.pinned_layers)
+          if (pinned == block && other != stage)
+            throw std::runtime_error(name + ": pins block " + std::to_string(block) + " to stage " +
+                                     std::to_string(stage) +
+                                     ", but an earlier constraint pins it to stage " +
+                                     std::to_string(other));
+        space.pinned_layers.push_back({block, stage});
+      }
+    }
+    if (c.recompute) {
+      for (int block : c.blocks) {
+        RecomputeRange& range = space.layer_recompute[block];
+        const RecomputeMode lowest = std::max(range.lowest, c.recompute->first);
+        const RecomputeMode highest = std::min(range.highest, c.recompute->second);
+        if (lowest > highest)
+          throw std::runtime_error(
+              name + ": recompute allows at most " + mode_name(c.recompute->second) +
+              " for block " + std::to_string(block) + ", contradicting " + config.source +
+              " [planner] recompute_modules, which asks for " + mode_name(range.lowest) +
+              (range.highest < c.recompute->second ? " (or an earlier constraint)" : ""));
+        range = {lowest, highest};
+      }
+    }
+  }
+  std::sort(space.pinned_layers.begin(), space.pinned_layers.end());
+  space.pinned_layers.erase(std::unique(space.pinned_layers.begin(), space.pinned_layers.end()),
+                            space.pinned_layers.end());
 }
 
 }  // namespace paraplan

@@ -2,14 +2,7 @@
 // job's devices, the candidate meshes, micro-batch sizes, ZeRO settings, and the
 // per-layer recompute intervals and stage boundaries the options allow.
 //
-// World size and devices (first rule that applies):
-//   world_size = [planner] world_size if set; else mesh_row x mesh_col if either
-//   is set; else [cluster] num_nodes x devices_per_node if num_nodes is set; else
-//   the product of the fixed degrees (pipeline_nstages, tensor_parallel_degree,
-//   data_parallel_degree; unset ones count 1).
-//   devices per node = mesh_col if mesh_row or mesh_col is set; else the world
-//   when it fits in one cluster node; else [cluster] devices_per_node (which must
-//   divide the world). nodes = world / devices per node.
+// World size and devices: job/device_layout.h.
 // Meshes: every (pp, dp, tp) with pp x dp x tp = world where tp divides the
 // devices per node, num_heads, d_model, ffn_size and vocab_size (the runtime
 // splits the vocabulary), pp <= num_layers + 2 (only the first and last stage may
@@ -27,7 +20,9 @@
 #include <vector>
 
 #include "planner/cost/communication_model.h"
+#include "planner/job/device_layout.h"
 #include "planner/job/job_config.h"
+#include "planner/job/partition_constraints.h"
 #include "planner/search/recompute_choice.h"
 
 namespace paraplan {
@@ -56,6 +51,13 @@ struct SearchSpace {
 
 SearchSpace resolve_search_space(const JobConfig& config);
 
+// Narrows space (per-layer recompute intervals, pinned layers) by a
+// partition-constraints file (job/partition_constraints.h) and fills
+// allowed_tensor_parallel (empty = any). Throws on contradictions with the
+// fixed options.
+void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,
+                                 SearchSpace& space, std::vector<int>& allowed_tensor_parallel);
+
 // Micro-batch sizes for data-parallel degree dp, largest first.
 std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& config,
                                    int data_parallel);
@@ -65,8 +67,5 @@ std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& co
 // excluded (and gets none).
 std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
                                             std::vector<std::string>& excluded);
-
-// The job's devices and world size (the rules above); throws on inconsistency.
-DeviceLayout resolve_device_layout(const JobConfig& config);
 
 }  // namespace paraplan
