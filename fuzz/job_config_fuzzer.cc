@@ -1,4 +1,4 @@
-// job_config_fuzzer.cc: job.toml (planner/job_config.h): TOML parsing, every
+// job_config_fuzzer.cc: job.toml (planner/job/job_config.h): TOML parsing, every
 // field's type and range, the derived defaults and the cross-field checks,
 // then the search space the planner derives from it (meshes, micro-batch
 // sizes, recompute and pivots), where sizes meet the plan limits.
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "fuzz/fuzz_support.h"
-#include "planner/job_config.h"
-#include "planner/search_space.h"
+#include "planner/job/job_config.h"
+#include "planner/search/search_space.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace paraplan;

@@ -1,5 +1,5 @@
 // partition_constraints_fuzzer.cc: the partition-constraints TOML file
-// (planner/partition_constraints.h) parsed against a fixed 8-device,
+// (planner/job/partition_constraints.h) parsed against a fixed 8-device,
 // 8-layer job, then applied to that job's search space.
 #include <cstddef>
 #include <cstdint>
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "fuzz/fuzz_support.h"
-#include "planner/job_config.h"
-#include "planner/partition_constraints.h"
-#include "planner/search_space.h"
+#include "planner/job/job_config.h"
+#include "planner/job/partition_constraints.h"
+#include "planner/search/search_space.h"
 
 namespace {
 

@@ -17,9 +17,9 @@
 #include "common/atomic_file.h"
 #include "launcher/autotune_trial.h"
 #include "launcher/launch.h"
-#include "planner/plan_search.h"
+#include "planner/cost/profile.h"
 #include "planner/planner.h"
-#include "planner/profile.h"
+#include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

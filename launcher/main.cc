@@ -14,7 +14,7 @@
 #include "launcher/launch.h"
 #include "launcher/preflight.h"
 #include "launcher/profile_command.h"
-#include "planner/job_config.h"
+#include "planner/job/job_config.h"
 #include "planner/planner.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/measure/replay.h"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/planner.h"
-#include "planner/schedule.h"
+#include "planner/schedule/schedule.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -7,9 +7,10 @@
 #include <algorithm>
 #include <random>
 
-#include "planner/exhaustive_solver.h"
-#include "planner/ilp_solver.h"
-#include "planner/plan_search.h"
+#include "planner/plan_writer.h"
+#include "planner/search/exhaustive_solver.h"
+#include "planner/search/ilp_solver.h"
+#include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "planner/partition_constraints.h"
-#include "planner/plan_search.h"
+#include "planner/cost/profile.h"
+#include "planner/job/partition_constraints.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
-#include "planner/profile.h"
+#include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "planner/profile.h"
+#include "planner/cost/profile.h"
 
 namespace paraplan {
 namespace {

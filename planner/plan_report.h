@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan_search.h"
+#include "planner/search/plan_search.h"
 
 namespace paraplan {
 

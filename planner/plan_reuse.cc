@@ -7,9 +7,9 @@
 #include <map>
 #include <stdexcept>
 
-#include "planner/model_counts.h"
-#include "planner/plan_estimate.h"
-#include "planner/search_space.h"
+#include "planner/cost/model_counts.h"
+#include "planner/cost/plan_estimate.h"
+#include "planner/job/device_layout.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

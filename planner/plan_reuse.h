@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/job_config.h"
+#include "planner/job/job_config.h"
 #include "planner/plan_writer.h"
 
 namespace paraplan {

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "planner/model_counts.h"
-#include "planner/profile.h"
+#include "planner/cost/model_counts.h"
+#include "planner/cost/profile.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -1,5 +1,5 @@
-// plan_writer.h: a planned job (setting, stages, estimate) and its serialization
-// as a plan file (schema/plan.fbs), shared by every solver.
+// plan_writer.h: a planned job (search/plan_candidate.h: setting, stages,
+// estimate) serialized as a plan file (schema/plan.fbs), whichever solver found it.
 //
 // Field conventions beyond plan.fbs: Mesh.num_nodes x devices_per_node are the
 // job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 and 1 without it;
@@ -14,20 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "planner/cost_model.h"
-#include "planner/job_config.h"
-#include "planner/plan_estimate.h"
-#include "planner/schedule.h"
+#include "planner/cost/cost_model.h"
+#include "planner/cost/plan_estimate.h"
+#include "planner/job/job_config.h"
+#include "planner/schedule/schedule.h"
+#include "planner/search/plan_candidate.h"
 
 namespace paraplan {
 
 inline constexpr const char* kPlannerVersion = "0.2.0";
-
-struct PlanCandidate {
-  PlanSetting setting;
-  std::vector<StageLayout> stages;  // per pipeline rank, per-layer recompute filled
-  PlanEstimate estimate;
-};
 
 // The instruction streams of a candidate ([planner] pipeline_scheduler),
 // verified; throws std::logic_error if the generator produced a bad schedule.

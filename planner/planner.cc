@@ -4,12 +4,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "planner/cost/profile.h"
 #include "planner/plan_report.h"
 #include "planner/plan_reuse.h"
-#include "planner/plan_search.h"
 #include "planner/plan_writer.h"
-#include "planner/profile.h"
 #include "planner/profile_report.h"
+#include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/job_config.h"
+#include "planner/job/job_config.h"
 
 namespace paraplan {
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "planner/job_config.h"
+#include "planner/job/job_config.h"
 
 namespace paraplan::test_jobs {
 

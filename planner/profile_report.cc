@@ -7,7 +7,7 @@
 #include <map>
 #include <type_traits>
 
-#include "planner/compute_model.h"
+#include "planner/cost/compute_model.h"
 
 namespace paraplan {
 namespace {

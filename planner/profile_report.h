@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/profile.h"
-#include "planner/stage_cost.h"
+#include "planner/cost/profile.h"
+#include "planner/cost/stage_cost.h"
 
 namespace paraplan {
 

@@ -3,7 +3,7 @@
 // collectives and optimizer in the time model (numbers by hand, solvers still
 // agreeing), and the report's lines on what the profile supplied and missed
 // (foreign, stale and missing profiles).
-#include "planner/profile.h"
+#include "planner/cost/profile.h"
 
 #include <gtest/gtest.h>
 
@@ -11,12 +11,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "planner/exhaustive_solver.h"
-#include "planner/plan_estimate.h"
-#include "planner/plan_search.h"
+#include "planner/cost/plan_estimate.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
 #include "planner/profile_report.h"
+#include "planner/search/exhaustive_solver.h"
+#include "planner/search/plan_search.h"
 
 namespace paraplan {
 namespace {

@@ -49,10 +49,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/cost_model.h"
-#include "planner/plan_estimate.h"
-#include "planner/plan_search.h"
-#include "planner/stage_cost.h"
+#include "planner/cost/cost_model.h"
+#include "planner/cost/plan_estimate.h"
+#include "planner/cost/stage_cost.h"
+#include "planner/search/plan_search.h"
 
 namespace paraplan {
 namespace {

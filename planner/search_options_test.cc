@@ -4,11 +4,11 @@
 // naming the field and the binding constraint.
 #include <gtest/gtest.h>
 
-#include "planner/model_counts.h"
+#include "planner/cost/model_counts.h"
 #include "planner/plan_report.h"
-#include "planner/plan_search.h"
 #include "planner/planner.h"
 #include "planner/planner_test_jobs.h"
+#include "planner/search/plan_search.h"
 
 namespace paraplan {
 namespace {

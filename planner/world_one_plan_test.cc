@@ -5,9 +5,11 @@
 
 #include <map>
 
-#include "planner/module_names.h"
-#include "planner/plan_search.h"
+#include "planner/job/module_names.h"
+#include "planner/plan_writer.h"
 #include "planner/planner.h"
+#include "planner/schedule/schedule.h"
+#include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

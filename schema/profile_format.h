@@ -1,6 +1,6 @@
 // profile_format.h: profile.json, the measured profile `paraplan profile`
 // writes (runtime/measure/profiler.cc measures, launcher/profile_command.cc
-// merges and writes) and the planner reads (planner/profile.h): its one
+// merges and writes) and the planner reads (planner/cost/profile.h): its one
 // reader and its one writer, beside plan.fbs, so writer and reader cannot
 // drift apart.
 //

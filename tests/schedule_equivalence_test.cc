@@ -9,7 +9,7 @@
 // gradient norm's order of addition, which rounds to the same factor here).
 //
 // The plans are written here (schema/plan_test_builder.h) around the
-// planner's own schedules (planner/schedule.h, checked by its verifier), so
+// planner's own schedules (planner/schedule/schedule.h, checked by its verifier), so
 // each case differs from its 1F1B twin in nothing but the schedule and the
 // layers' placement; the run validates them as any plan.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "parallel_training_fixture.h"
-#include "planner/schedule.h"
+#include "planner/schedule/schedule.h"
 #include "schema/plan_test_builder.h"
 
 namespace paraplan::testing {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/schedule.h"
+#include "planner/schedule/schedule.h"
 #include "runtime/pipeline/executor_test_support.h"
 
 namespace paraplan::testing {

@@ -1,6 +1,6 @@
 // schedule_executor.h: interprets one pipeline stage's instruction stream from
 // the plan. The schedules themselves (1F1B, GPipe) are built by the planner
-// (planner/schedule.cc) and checked by schema/plan_validate_schedule.cc; this
+// (planner/schedule/schedule.cc) and checked by schema/plan_validate_schedule.cc; this
 // file only runs them.
 //
 // The runtime never decides: the order of loads, forwards, backwards,

@@ -71,7 +71,7 @@ import json, os, sys
 
 out, peak, batches = sys.argv[1], float(sys.argv[2]) * 1e12, sys.argv[3:]
 # paraplan's MFU as its replay measures it: model FLOPs per token as the
-# planner counts them (planner/model_counts.h), against the job's cluster peak
+# planner counts them (planner/cost/model_counts.h), against the job's cluster peak
 # (the H100 SXM dense peak of the precision: bf16 989, TF32 494.5 TFLOP/s).
 
 def load(path, *keys):

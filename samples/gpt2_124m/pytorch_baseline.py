@@ -6,7 +6,7 @@ Same model as samples/gpt2_124m/job.toml (learned positions, pre-LayerNorm
 blocks, tanh GELU, tied embeddings, biases everywhere but the head); the
 step, optimizer, precision and timing are samples/pytorch_bench.py's.
 
-MFU uses the planner's convention (planner/model_counts.h): model FLOPs per
+MFU uses the planner's convention (planner/cost/model_counts.h): model FLOPs per
 token = 6 * (L * (4 C^2 + 2 F C) + C V) + 12 L T C (matmul weights forward and
 backward, plus the causal attention core over the full T x T).
 """

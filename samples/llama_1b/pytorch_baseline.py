@@ -8,7 +8,7 @@ with the rotary embedding in Hugging Face's rotate-half convention and Llama
 3.1's rope scaling, a SwiGLU MLP, no biases, the head tied to the embedding.
 The step, optimizer, precision and timing are samples/pytorch_bench.py's.
 
-MFU uses the planner's count (planner/model_counts.h): model FLOPs per token =
+MFU uses the planner's count (planner/cost/model_counts.h): model FLOPs per token =
 6 * (L * (2 C^2 + 2 KV C + 3 C F) + C V) + 12 L T C, KV = kv_heads * head_dim.
 """
 import math

@@ -1,0 +1,313 @@
+// cost_model.cc: stage parameter counts, FLOPs, and activation and
+// model-state memory, from model_counts.h and transformer_ops.h (formulas and
+// conventions in cost_model.h).
+#include "planner/cost/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "planner/cost/transformer_ops.h"
+#include "planner/schedule/schedule.h"
+
+namespace paraplan {
+
+using schema::RecomputeMode;
+
+int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int tensor_parallel,
+                         int64_t replicate_below) {
+  int64_t total =
+      int64_t{stage.num_layers} * block_parameters(model, tensor_parallel, replicate_below);
+  if (stage.has_embedding) total += embedding_parameters(model, tensor_parallel, replicate_below);
+  if (stage.has_head)
+    total += head_parameters(model, stage.has_embedding, tensor_parallel, replicate_below);
+  return total;
+}
+
+int64_t model_parameters(const ModelConfig& model) {
+  StageLayout whole{0, model.num_layers, true, true, {}};
+  return stage_parameters(model, whole);
+}
+
+double block_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return block_ops(model, micro_batch_size, 1).forward.model_flops();
+}
+
+double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return block_ops(model, micro_batch_size, 1).forward.attention.forward_flops();
+}
+
+double head_forward_flops(const ModelConfig& model, int micro_batch_size) {
+  return head_ops(model, micro_batch_size, 1).forward.model_flops();
+}
+
+double block_backward_flops(const ModelConfig& model, int micro_batch_size,
+                            RecomputeMode recompute) {
+  const double backward = 2 * block_forward_flops(model, micro_batch_size);
+  switch (recompute) {
+    case RecomputeMode::Full:
+      return backward + block_forward_flops(model, micro_batch_size);
+    case RecomputeMode::Selective:
+      return backward + attention_core_forward_flops(model, micro_batch_size);
+    default:
+      return backward;
+  }
+}
+
+RecomputeCounts count_recompute(const StageLayout& stage) {
+  RecomputeCounts counts;
+  for (int i = 0; i < stage.num_layers; ++i) {
+    const RecomputeMode mode =
+        i < static_cast<int>(stage.recompute.size()) ? stage.recompute[i] : RecomputeMode::None;
+    if (mode == RecomputeMode::Full) {
+      ++counts.full;
+    } else if (mode == RecomputeMode::Selective) {
+      ++counts.selective;
+    } else {
+      ++counts.none;
+    }
+  }
+  return counts;
+}
+
+StageFlops stage_flops(const ModelConfig& model, const RecomputeCounts& counts, bool has_head,
+                       int micro_batch_size) {
+  StageFlops flops;
+  const double block = block_forward_flops(model, micro_batch_size);
+  flops.forward = counts.layers() * block;
+  flops.backward =
+      counts.none * block_backward_flops(model, micro_batch_size, RecomputeMode::None) +
+      counts.selective * block_backward_flops(model, micro_batch_size, RecomputeMode::Selective) +
+      counts.full * block_backward_flops(model, micro_batch_size, RecomputeMode::Full);
+  if (has_head) {
+    flops.forward += head_forward_flops(model, micro_batch_size);
+    flops.backward += 2 * head_forward_flops(model, micro_batch_size);
+  }
+  return flops;
+}
+
+StageFlops stage_flops(const ModelConfig& model, const StageLayout& stage, int micro_batch_size) {
+  return stage_flops(model, count_recompute(stage), stage.has_head, micro_batch_size);
+}
+
+double model_flops_per_step(const ModelConfig& model, int global_batch_size) {
+  const double forward = model.num_layers * block_forward_flops(model, global_batch_size) +
+                         head_forward_flops(model, global_batch_size);
+  return 3 * forward;
+}
+
+int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                              bool sequence_parallel) {
+  const int64_t e = element_bytes(model.dtype), r = sequence_parallel ? tensor_parallel : 1;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  return (2 * e * sb * model.d_model + norm_statistics_bytes_per_token(model) * sb) / r +
+         e * sb * model.vocab_size / tensor_parallel + 4 * sb;
+}
+
+int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size) {
+  return int64_t{8} * model.seq_len * micro_batch_size;
+}
+
+int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                                      int tensor_parallel, bool sequence_parallel) {
+  return int64_t{element_bytes(model.dtype)} * model.seq_len * micro_batch_size * model.d_model /
+         (sequence_parallel ? tensor_parallel : 1);
+}
+
+ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
+                                    double opt_transient_coef, int zero_shards) {
+  ModelStateMemory memory;
+  memory.weights = parameters * element_bytes;
+  memory.gradients = memory.weights;
+  memory.optimizer_state = opt_resident_coef * memory.weights / std::max(zero_shards, 1);
+  memory.optimizer_transient = opt_transient_coef * memory.weights;
+  return memory;
+}
+
+namespace {
+
+// Bytes backward_input keeps for one block's deferred backward_weight (ZB-H1's
+// split backward; runtime/model/decoder_stage.h linear_backward), per
+// micro-batch waiting for its W, per device: a copy of each GEMM's output
+// gradient [m, n], and of its input [m, k] where that lives in shared scratch
+// (recomputed blocks; gathered by sequence parallelism). Inputs are counted
+// for every block, so that more recomputation never means more memory (the
+// search relies on it): an upper bound by the inputs of blocks that keep theirs.
+int64_t block_deferred_weight_bytes(const ModelConfig& model, int micro_batch_size,
+                                    int tensor_parallel) {
+  double elements = 0;
+  for (const Gemm& gemm : block_ops(model, micro_batch_size, tensor_parallel).forward.gemms)
+    elements += gemm.count * gemm.m * (gemm.n + gemm.k);
+  return static_cast<int64_t>(elements) * element_bytes(model.dtype);
+}
+
+// Interleaved 1F1B: what the runtime allocates on a rank, the most
+// micro-batches each chunk holds at once in its stream, summed over the
+// chunks (their peaks need not coincide, but each chunk keeps its own
+// buffers); the largest over the ranks, as the runtime also holds a slot from
+// the activation's receipt, before its forward. Generated once per shape;
+// the search asks from many threads.
+int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> cache;
+  const auto key = std::make_tuple(num_stages, num_micro_batches, virtual_stages);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = cache.find(key);
+    if (found != cache.end()) return found->second;
+  }
+  const PipelineSchedule schedule = generate_schedule(
+      schema::ScheduleKind::Interleaved1F1B, num_stages, num_micro_batches, virtual_stages);
+  int slots = 0;
+  for (int rank = 0; rank < num_stages; ++rank) {
+    int rank_slots = 0;
+    for (int most : max_in_flight(schedule, rank)) rank_slots += most;
+    slots = std::max(slots, rank_slots);
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, slots);
+  return slots;
+}
+
+}  // namespace
+
+int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
+                            int num_micro_batches, int virtual_stages) {
+  if (kind == schema::ScheduleKind::Interleaved1F1B &&
+      (num_stages < 2 || num_micro_batches < num_stages))
+    return num_micro_batches * std::max(virtual_stages, 1);  // no such schedule: all of them
+  if (kind == schema::ScheduleKind::Interleaved1F1B)
+    return interleaved_slots(num_stages, num_micro_batches, std::max(virtual_stages, 1));
+  return in_flight_bound(kind, num_stages, num_micro_batches,
+                         kind == schema::ScheduleKind::Interleaved1F1B ? virtual_stages : 1,
+                         pipeline_rank);
+}
+
+namespace {
+
+// Sizes of the op outputs one micro-batch produces on a device of this stage.
+std::vector<int64_t> op_output_bytes(const ModelConfig& model, const StageLayout& stage,
+                                     int micro_batch_size, int tensor_parallel,
+                                     bool sequence_parallel) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  const int64_t hidden = e * sb * model.d_model;
+  std::vector<int64_t> outputs;
+  if (stage.has_embedding) outputs.push_back(hidden);
+  if (stage.num_layers > 0)
+    for (int64_t bytes :
+         block_op_output_bytes(model, micro_batch_size, tensor_parallel, sequence_parallel))
+      outputs.push_back(bytes);
+  if (stage.has_head) {
+    outputs.push_back(hidden);
+    outputs.push_back(e * sb * model.vocab_size / t);
+  }
+  return outputs;
+}
+
+uint64_t round_up(double bytes, int granularity) {
+  const uint64_t whole = static_cast<uint64_t>(std::ceil(bytes));
+  const uint64_t g = static_cast<uint64_t>(std::max(granularity, 1));
+  return (whole + g - 1) / g * g;
+}
+
+}  // namespace
+
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const StageLayout& stage, int pipeline_rank,
+                             const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches) {
+  return stage_memory(model, options, count_recompute(stage), stage.has_embedding, stage.has_head,
+                      pipeline_rank, shape, micro_batch_size, num_micro_batches);
+}
+
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const RecomputeCounts& counts, bool has_embedding, bool has_head,
+                             int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches) {
+  const int t = shape.tensor_parallel;
+  const int zero_shards =
+      options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
+  const StageLayout layout{0, counts.layers(), has_embedding, has_head, {}};
+  const ModelStateMemory state =
+      model_state_memory(static_cast<double>(stage_parameters(
+                             model, layout, t, options.ignore_small_tensor_threshold)),
+                         element_bytes(model.dtype), options.opt_resident_coef,
+                         options.opt_transient_coef, zero_shards);
+
+  // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
+  const bool sp = shape.sequence_parallel && t > 1;
+  const int64_t kept_none =
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t, sp);
+  const int64_t kept_selective =
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::Selective, t, sp);
+  const int64_t kept_full =
+      block_activation_bytes(model, micro_batch_size, RecomputeMode::Full, t, sp);
+  int64_t per_micro_batch =
+      counts.none * kept_none + counts.selective * kept_selective + counts.full * kept_full;
+  // Backward of a recomputed layer rebuilds what it dropped, one layer at a time.
+  const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
+                                        : counts.selective > 0 ? kept_none - kept_selective
+                                                               : 0;
+  // Interleaved: in flight counts chunks, each a 1 / v share of the blocks
+  // with its own ends (embedding, head or output: counted for every chunk).
+  const int chunks = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B
+                         ? std::max(options.pipeline_virtual_stages, 1)
+                         : 1;
+  const int64_t e = element_bytes(model.dtype);
+  const int64_t local_rows =
+      int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
+  if (options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1 && options.is_train) {
+    // A micro-batch waiting for its W also keeps what backward_input copied
+    // for it: each block's share, the embedding's input gradient, and with
+    // sequence parallelism the head's gathered final-norm output.
+    per_micro_batch += counts.layers() * block_deferred_weight_bytes(model, micro_batch_size, t);
+    if (has_embedding) per_micro_batch += e * local_rows * model.d_model;
+    if (has_head && sp)
+      per_micro_batch += e * int64_t{model.seq_len} * micro_batch_size * model.d_model;
+  }
+  per_micro_batch = (per_micro_batch + chunks - 1) / chunks;
+  // Interleaved: a chunk without the head receives its output gradient into
+  // a buffer of its own per in-flight micro-batch.
+  if (chunks > 1 && options.is_train) per_micro_batch += e * local_rows * model.d_model;
+  per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
+  if (has_head) {
+    per_micro_batch += head_activation_bytes(model, micro_batch_size, t, sp);
+  } else {
+    per_micro_batch += stage_output_activation_bytes(model, micro_batch_size, t, sp);
+  }
+  const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
+                                                shape.pipeline_stages, num_micro_batches, chunks);
+
+  std::vector<int64_t> outputs = op_output_bytes(model, layout, micro_batch_size, t, sp);
+  std::sort(outputs.begin(), outputs.end(), std::greater<>());
+  const double largest_two =
+      (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0);
+
+  const int g = options.memory_granularity;
+  MemoryBreakdown memory;
+  memory.weights = round_up(state.weights, g);
+  // The op outputs' peak, or the gradient scratch the stage keeps if larger.
+  const double workspace =
+      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
+  // Interleaved: every chunk's stage keeps its own gradient scratch.
+  memory.transient =
+      round_up(std::max(options.transient_mem_coef * largest_two, workspace * chunks), g);
+  if (options.is_train) {
+    // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
+    // buffer beside the full gradients: 1 / zero_shards more.
+    const double shard = options.zero_stage == 1 ? state.gradients / zero_shards : 0;
+    memory.gradients = round_up(state.gradients + shard, g);
+    memory.optimizer_state = round_up(state.optimizer_state, g);
+    memory.optimizer_transient = round_up(state.optimizer_transient, g);
+    memory.activations =
+        round_up(static_cast<double>(in_flight * per_micro_batch + recompute_working_set * chunks),
+                 g);  // interleaved: each chunk's stage has its own recompute scratch
+  }
+  return memory;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,177 @@
+// cost_model.h: analytic parameter counts, FLOPs, and activation and
+// model-state memory of pipeline stages, composed from the per-architecture
+// counts of model_counts.h (parameters, activation bytes per recompute mode)
+// and the operation lists of transformer_ops.h (FLOPs). (Time: compute_model.h
+// from the same operations, or a measured profile; stage_cost.h.)
+//
+// Conventions:
+// - Sizes and tensor-parallel splits: model_counts.h (GPT-2 and Llama).
+// - FLOPs are the model FLOPs of transformer_ops.h's operation lists (the
+//   same GEMMs the time model costs): multiply-adds count 2 and causal
+//   attention counts the full s x s (the usual MFU convention). Backward = 2 x
+//   forward; full recompute adds one
+//   block forward, selective adds the attention core (QK^T and scores x V: the
+//   one fused attention forward that rebuilds its output). The fused attention
+//   backward's own recomputation of the scores is not counted (as in MFU).
+// - Activations follow Korthikanti et al., "Reducing Activation Recomputation in
+//   Large Transformer Models", with the attention fused (flash attention, as the
+//   runtime's kernels): no s x s tensor is stored, so their a*s^2*b terms
+//   (scores, softmax, its dropout) vanish for every recompute mode. Per layer
+//   (GPT-2), with element_bytes e: replicated, two LayerNorm inputs and the
+//   attention and MLP inputs (4 tensors) plus two 1-byte dropout masks,
+//   sbh*(4e + 2); split t ways, Q, K, V, the attention output, the c_fc and
+//   GELU outputs (12 h-widths), 12*e*sbh/t; plus the fp32 per-row logsumexp,
+//   4*a*s*b/t. (t = 1, 16-bit: 34*sbh + 4*asb; float32: 66*sbh + 4*asb.) Llama
+//   keeps what its stage allocates (model_counts.cc). Selective recompute drops the
+//   attention output (e*sbh/t) and logsumexp, which backward rebuilds from qkv;
+//   full recompute keeps only the block input, e*sbh. Each block keeps its input,
+//   so a stage without the head adds its output (sent on), e*sbh; every stage
+//   the int32 tokens and targets of each micro-batch (8*sb), the head stage
+//   the final norm's input and statistics, the head's input, the logits and
+//   the fp32 losses.
+// - Sequence parallelism (ParallelShape::sequence_parallel): the replicated
+//   terms above (norm inputs, outputs and statistics, residual, the dropout
+//   masks' allowance, the block input, the stage output and the head's norm
+//   tensors) divide by t, as the runtime's stages hold token shards:
+//   Korthikanti's 34*sbh/t (16-bit) instead of sbh*(10 + 24/t).
+// - Transient: transient_mem_coef x (largest + second largest op output), or
+//   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/cost/model_counts.h"
+#include "planner/job/job_config.h"
+
+namespace paraplan {
+
+// What one pipeline stage holds.
+struct StageLayout {
+  int first_layer = 0;
+  int num_layers = 0;
+  bool has_embedding = false;
+  bool has_head = false;
+  std::vector<schema::RecomputeMode> recompute;  // one per layer of the stage
+};
+
+int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage,
+                         int tensor_parallel = 1, int64_t replicate_below = 1);
+// The whole model, tied head counted once.
+int64_t model_parameters(const ModelConfig& model);
+
+// Forward FLOPs of one micro-batch (micro_batch_size sequences of seq_len
+// tokens): multiply-adds count 2, causal attention over the full s x s (the
+// MFU convention; Megatron's num_floating_point_operations and the Llama 3
+// paper count the same).
+double block_forward_flops(const ModelConfig& model, int micro_batch_size);
+// QK^T and scores x V: 2 * 2 * b * s * s * (H D).
+double attention_core_forward_flops(const ModelConfig& model, int micro_batch_size);
+double head_forward_flops(const ModelConfig& model, int micro_batch_size);
+// Backward of one block including its recomputation.
+double block_backward_flops(const ModelConfig& model, int micro_batch_size,
+                            schema::RecomputeMode recompute);
+
+// How many of a stage's layers use each recompute mode. Blocks are identical in
+// cost, so a stage's memory and time depend on these counts, not on the order.
+struct RecomputeCounts {
+  int none = 0, selective = 0, full = 0;
+  int layers() const { return none + selective + full; }
+  bool operator==(const RecomputeCounts&) const = default;
+};
+RecomputeCounts count_recompute(const StageLayout& stage);
+
+struct StageFlops {
+  double forward = 0;   // per micro-batch
+  double backward = 0;  // per micro-batch, including recomputation
+};
+StageFlops stage_flops(const ModelConfig& model, const StageLayout& stage, int micro_batch_size);
+StageFlops stage_flops(const ModelConfig& model, const RecomputeCounts& counts, bool has_head,
+                       int micro_batch_size);
+
+// Model FLOPs (forward + backward, no recomputation) of one training step over
+// global_batch_size sequences: the numerator of MFU.
+double model_flops_per_step(const ModelConfig& model, int global_batch_size);
+
+// The head stage keeps the final norm's input and statistics, the head
+// matmul's input, the logits and the fp32 per-token losses.
+// With sequence parallelism the norm's input, output and statistics are token
+// shards (the logits and losses cover every token).
+int64_t head_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                              int tensor_parallel = 1, bool sequence_parallel = false);
+// Every stage keeps each in-flight micro-batch's int32 token ids and targets
+// (runtime/model/model_stage.h allocates both per slot on every stage).
+int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_size);
+// A stage without the head also keeps its output [s, b, h] (the last block's or
+// the embedding's), which it sends to the next stage; on the head stage that
+// tensor is ln_f's input, counted by head_activation_bytes. With sequence
+// parallelism it is the rank's token shard (so is the pipeline message).
+int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                                      int tensor_parallel = 1, bool sequence_parallel = false);
+
+// Weights, gradients and optimizer state for a parameter count, in bytes:
+// weights = gradients = parameters * element_bytes; optimizer_state =
+// opt_resident_coef * weights / zero_shards; optimizer_transient =
+// opt_transient_coef * weights.
+struct ModelStateMemory {
+  double weights = 0, gradients = 0, optimizer_state = 0, optimizer_transient = 0;
+  double total() const { return weights + gradients + optimizer_state + optimizer_transient; }
+};
+ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
+                                    double opt_transient_coef, int zero_shards);
+
+struct MemoryBreakdown {
+  uint64_t weights = 0;
+  uint64_t gradients = 0;
+  uint64_t optimizer_state = 0;      // resident, divided over the ZeRO shards
+  uint64_t optimizer_transient = 0;  // during the step only
+  uint64_t activations = 0;          // in-flight micro-batches plus the recompute working set
+  uint64_t transient = 0;            // transient_mem_coef * (largest + second largest op output)
+  uint64_t total() const {
+    return weights + gradients + optimizer_state + optimizer_transient + activations + transient;
+  }
+};
+
+struct ParallelShape {
+  int pipeline_stages = 1;
+  int data_parallel = 1;
+  int tensor_parallel = 1;
+  // Megatron's sequence parallelism over the tensor group (tensor_parallel > 1):
+  // the norm and residual regions and the pipeline messages are token shards.
+  bool sequence_parallel = false;
+  // The divisor of the replicated activations: t with sequence parallelism, else 1.
+  int sequence_shards() const { return sequence_parallel ? tensor_parallel : 1; }
+};
+
+// Micro-batches whose activations stage pipeline_rank holds at once: min(p - s, m)
+// under 1F1B, all m under GPipe, min(p, m) under ZB-H1, and under interleaved
+// 1F1B the chunks' worth in_flight_bound allows (schedule.h: the verifier's
+// bound, so the memory model and the streams agree).
+int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
+                            int num_micro_batches, int virtual_stages = 1);
+
+// Memory of one device of stage pipeline_rank. Uses the planner options
+// opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
+// zero_ngroups (ZeRO-1 shards optimizer state over data_parallel / zero_ngroups
+// ranks), memory_granularity (each component rounded up to a multiple), is_train
+// (false: no gradients, optimizer state or kept activations), pipeline_scheduler and
+// pipeline_virtual_stages.
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const StageLayout& stage, int pipeline_rank,
+                             const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches);
+// The same from recompute counts (stage_memory counts, then calls this).
+MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
+                             const RecomputeCounts& counts, bool has_embedding, bool has_head,
+                             int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
+                             int num_micro_batches);
+
+// A plan's headline figures (stage_cost.h's combine_stage_estimates).
+struct StepPrediction {
+  double step_seconds = 0;
+  double bubble_ratio = 0;  // idle fraction of the pipeline: (p - 1) / (m + p - 1)
+  double tokens_per_second = 0;
+  double mfu = 0;
+};
+
+}  // namespace paraplan

@@ -1,0 +1,152 @@
+// model_counts.cc: per-architecture parameter, FLOP and activation counts
+// (conventions in model_counts.h and cost_model.h).
+#include "planner/cost/model_counts.h"
+
+namespace paraplan {
+
+using schema::RecomputeMode;
+
+namespace {
+
+bool is_llama(const ModelConfig& model) {
+  return model.architecture == schema::Architecture::Llama;
+}
+
+// One tensor-parallel shard of a split tensor, or the whole of a small one.
+int64_t shard(int64_t elements, int64_t tensor_parallel, int64_t replicate_below) {
+  return elements < replicate_below ? elements : elements / tensor_parallel;
+}
+
+}  // namespace
+
+int element_bytes(schema::DType dtype) {
+  return dtype == schema::DType::BFloat16 ? 2 : 4;
+}
+
+int kv_heads(const ModelConfig& model) {
+  return is_llama(model) && model.num_kv_heads > 0 ? model.num_kv_heads : model.num_heads;
+}
+
+int head_dim(const ModelConfig& model) {
+  return model.num_heads > 0 ? model.d_model / model.num_heads : 0;
+}
+
+std::vector<LinearLayer> block_linear_layers(const ModelConfig& model) {
+  const int64_t C = model.d_model, F = model.ffn_size;
+  if (!is_llama(model)) {
+    return {{"attn.c_attn", 3 * C, C, true, true},
+            {"attn.c_proj", C, C, false, true},
+            {"mlp.c_fc", F, C, true, true},
+            {"mlp.c_proj", C, F, false, true}};
+  }
+  const int64_t Q = int64_t{model.num_heads} * head_dim(model),
+                KV = int64_t{kv_heads(model)} * head_dim(model);
+  return {{"self_attn.q_proj", Q, C, true, false},  {"self_attn.k_proj", KV, C, true, false},
+          {"self_attn.v_proj", KV, C, true, false}, {"self_attn.o_proj", C, Q, false, false},
+          {"mlp.gate_proj", F, C, true, false},     {"mlp.up_proj", F, C, true, false},
+          {"mlp.down_proj", C, F, false, false}};
+}
+
+int64_t block_parameters(const ModelConfig& model, int tensor_parallel, int64_t replicate_below) {
+  const int64_t C = model.d_model, t = tensor_parallel, r = replicate_below;
+  int64_t total = is_llama(model) ? 2 * C : 4 * C;  // two RMSNorm weights, or LayerNorms' w and b
+  for (const LinearLayer& linear : block_linear_layers(model)) {
+    total += shard(linear.out_features * linear.in_features, t, r);
+    if (linear.bias)
+      total += linear.column_parallel ? shard(linear.out_features, t, r) : linear.out_features;
+  }
+  return total;
+}
+
+int64_t embedding_parameters(const ModelConfig& model, int tensor_parallel,
+                             int64_t replicate_below) {
+  const int64_t C = model.d_model;
+  const int64_t positions = is_llama(model) ? 0 : int64_t{model.seq_len} * C;  // rotary: none
+  return shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) + positions;
+}
+
+int64_t head_parameters(const ModelConfig& model, bool stage_has_embedding, int tensor_parallel,
+                        int64_t replicate_below) {
+  const int64_t C = model.d_model;
+  const int64_t final_norm = is_llama(model) ? C : 2 * C;
+  const bool own_weight = !model.tied_embeddings || !stage_has_embedding;
+  return final_norm +
+         (own_weight ? shard(int64_t{model.vocab_size} * C, tensor_parallel, replicate_below) : 0);
+}
+
+int64_t norm_statistics_bytes_per_token(const ModelConfig& model) {
+  return is_llama(model) ? 4 : 8;
+}
+
+int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
+                               RecomputeMode recompute, int tensor_parallel,
+                               bool sequence_parallel) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  // The replicated terms' divisor: sequence parallelism shards them t ways.
+  const int64_t r = sequence_parallel ? t : 1;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  const int64_t sbh = sb * model.d_model;
+  if (recompute == RecomputeMode::Full) return e * sbh / r;  // only the block input
+  // The attention output and the fp32 logsumexp per (query head, token), kept
+  // only without recomputation (selective recompute rebuilds them from qkv).
+  const int64_t attention_output = sbh * e / t + 4 * int64_t{model.num_heads} * sb / t;
+  int64_t bytes = 0;
+  if (!is_llama(model)) {
+    // Korthikanti et al.: replicated, two LayerNorm inputs and the attention
+    // and MLP inputs (4 tensors) plus two 1-byte dropout masks; split, Q, K,
+    // V, the c_fc and GELU outputs (11 h-widths of tensors).
+    bytes = sbh * (4 * e + 2) / r + sbh * 11 * e / t;
+  } else {
+    // Replicated: the block input, both RMSNorm outputs and the attention
+    // residual (4 tensors) and the two fp32 rstd rows; split: q, k, v
+    // ((H + 2 Hkv) D wide), gate and up (2F) and silu(gate) * up (F).
+    const int64_t qkv_width = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model);
+    bytes = (4 * e * sbh + 2 * norm_statistics_bytes_per_token(model) * sb) / r +
+            e * sb * (qkv_width + 3 * int64_t{model.ffn_size}) / t;
+  }
+  return recompute == RecomputeMode::Selective ? bytes : bytes + attention_output;
+}
+
+int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                              bool has_head, bool sequence_parallel) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  const int64_t C = model.d_model, F = model.ffn_size, A = C / t;
+  // Sequence parallelism: the residual gradient shrinks to a token shard (C
+  // -> C/t of the 2C below) and the gathered buffer (C) and a norm gradient
+  // shard (C/t) come beside it: 2C/t more per token; and the norms'
+  // weight-gradient scratch [2C].
+  const int64_t sequence = sequence_parallel && t > 1 ? e * sb * 2 * C / t + 2 * C * e : 0;
+  const int64_t row_terms = 4 * sb * model.num_heads / t;  // fp32 [B, H, T]
+  const int64_t cross_entropy = has_head && t > 1 ? 12 * sb : 0;
+  // The device accumulators read once per step: the gradient norm's sum of
+  // squares (every stage) and the losses' sum (the head's), a double each.
+  const int64_t accumulators = has_head ? 16 : 8;
+  if (!is_llama(model))  // residual, norm, qkv, atty, fch, fch_gelu gradients
+    return e * sb * (2 * C + 3 * A + A + 2 * F / t) + row_terms + cross_entropy + accumulators +
+           sequence;
+  const int64_t qkv = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
+  const int64_t rotary_tables = int64_t{4} * model.seq_len * head_dim(model);  // fp32 cos, sin
+  // residual, norm, qkv, attention, gate|up and SwiGLU-output gradients
+  return e * sb * (2 * C + qkv + A + 3 * F / t) + row_terms + rotary_tables + cross_entropy +
+         accumulators + sequence;
+}
+
+std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,
+                                           int tensor_parallel, bool sequence_parallel) {
+  const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
+  const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
+  const int64_t hidden = e * sb * model.d_model;
+  const int64_t norm = sequence_parallel ? hidden / t : hidden;
+  const int64_t ffn = e * sb * model.ffn_size / t;
+  // The fused attention writes its output and the fp32 logsumexp; no s x s scores.
+  const int64_t attention = hidden / t + 4 * sb * model.num_heads / t;
+  if (!is_llama(model))  // ln, c_attn, attention, c_proj, ln, c_fc, gelu, c_proj
+    return {norm, 3 * hidden / t, attention, hidden, norm, ffn, ffn, hidden};
+  const int64_t qkv =
+      e * sb * (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
+  // norm, q|k|v (rotated in place), attention, o, norm, gate|up, swiglu, down
+  return {norm, qkv, attention, hidden, norm, 2 * ffn, ffn, hidden};
+}
+
+}  // namespace paraplan

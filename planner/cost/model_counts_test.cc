@@ -1,0 +1,157 @@
+// model_counts_test.cc: the planner's per-architecture counts against
+// published figures: parameter counts of GPT-2 124M, Llama 2 7B, Llama 3 8B
+// and 70B and Llama 3.2 1B (tied embeddings); training FLOPs per token
+// against Megatron-LM's num_floating_point_operations (the formula the Llama 3
+// paper's MFU and torchtitan's count agree with); Llama's activation bytes per
+// recompute mode tensor by tensor; and tensor-parallel shards that tile the
+// whole model.
+#include "planner/cost/model_counts.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "planner/cost/cost_model.h"
+
+namespace paraplan {
+namespace {
+
+using schema::RecomputeMode;
+
+ModelConfig llama(int layers, int d_model, int heads, int kv_heads, int ffn, int vocab, int seq,
+                  bool tied = false) {
+  ModelConfig model;
+  model.architecture = schema::Architecture::Llama;
+  model.num_layers = layers;
+  model.d_model = d_model;
+  model.num_heads = heads;
+  model.num_kv_heads = kv_heads;
+  model.ffn_size = ffn;
+  model.vocab_size = vocab;
+  model.seq_len = seq;
+  model.tied_embeddings = tied;
+  return model;
+}
+
+ModelConfig llama3_8b() {
+  return llama(32, 4096, 32, 8, 14336, 128256, 8192);
+}
+ModelConfig llama3_70b() {
+  return llama(80, 8192, 64, 8, 28672, 128256, 8192);
+}
+
+TEST(ModelCounts, PublishedParameterCounts) {
+  // Meta's model cards: Llama 3 8B "8.03B", 70B "70.55B" (Hugging Face's
+  // safetensors index: 8,030,261,248 and 70,553,706,496 parameters).
+  EXPECT_EQ(model_parameters(llama3_8b()), 8030261248);
+  EXPECT_EQ(model_parameters(llama3_70b()), 70553706496);
+  // Llama 3.2 1B ties its embeddings: 1,235,814,400 ("1.24B").
+  EXPECT_EQ(model_parameters(llama(16, 2048, 32, 8, 8192, 128256, 2048, true)), 1235814400);
+  // Llama 2 7B, multi-head (32 KV heads): 6,738,415,616 ("6.74B").
+  EXPECT_EQ(model_parameters(llama(32, 4096, 32, 32, 11008, 32000, 4096)), 6738415616);
+  // GPT-2 124M keeps its count (wpe 1024 x 768 included, head tied).
+  ModelConfig gpt2;
+  gpt2.num_layers = 12, gpt2.d_model = 768, gpt2.num_heads = 12, gpt2.ffn_size = 3072;
+  gpt2.vocab_size = 50257, gpt2.seq_len = 1024;
+  EXPECT_EQ(model_parameters(gpt2), 124439808);
+}
+
+// Megatron-LM's training/utils num_floating_point_operations, per token, as it
+// writes it (GQA, SwiGLU, the logit layer).
+double megatron_flops_per_token(const ModelConfig& m) {
+  const double h = m.d_model, L = m.num_layers, s = m.seq_len, V = m.vocab_size;
+  const double query_groups_ratio = static_cast<double>(m.num_kv_heads) / m.num_heads;
+  const double gated_linear_multiplier = 3.0 / 2.0;
+  return 12 * L * h * h *
+         ((1 + query_groups_ratio + s / h) + (m.ffn_size / h) * gated_linear_multiplier +
+          V / (2 * L * h));
+}
+
+TEST(ModelCounts, TrainingFlopsPerTokenAreMegatrons) {
+  for (const ModelConfig& model : {llama3_8b(), llama3_70b()}) {
+    const double per_token = model_flops_per_step(model, 1) / model.seq_len;
+    EXPECT_NEAR(per_token / megatron_flops_per_token(model), 1.0, 1e-12);
+  }
+  // Llama 3 8B at 8192 tokens: 6 x 8.03e9 for the weights (the embedding
+  // lookup excluded, the head included: 6 x 7.50e9 = 4.50e10) and 1.29e10
+  // for attention: 5.79e10 FLOPs per token.
+  EXPECT_NEAR(model_flops_per_step(llama3_8b(), 1) / 8192 / 1e10, 5.7913, 1e-4);
+  // Full recompute adds a block forward per block, selective only the attention core.
+  const ModelConfig model = llama3_8b();
+  EXPECT_DOUBLE_EQ(block_backward_flops(model, 1, RecomputeMode::Full),
+                   3 * block_forward_flops(model, 1));
+  EXPECT_DOUBLE_EQ(
+      block_backward_flops(model, 1, RecomputeMode::Selective) - 2 * block_forward_flops(model, 1),
+      attention_core_forward_flops(model, 1));
+}
+
+TEST(ModelCounts, LlamaLinearLayersAndShards) {
+  const ModelConfig model = llama3_8b();
+  const std::vector<LinearLayer> layers = block_linear_layers(model);
+  ASSERT_EQ(layers.size(), 7u);
+  EXPECT_EQ(layers[1].name, "self_attn.k_proj");
+  EXPECT_EQ(layers[1].out_features, 1024);  // 8 KV heads x 128
+  EXPECT_FALSE(layers[3].column_parallel);  // o_proj, row-parallel
+  for (const LinearLayer& layer : layers) EXPECT_FALSE(layer.bias);
+  // Shards tile the block: t ranks hold the split tensors once and the two
+  // RMSNorm weights t times.
+  for (int t : {2, 4, 8})
+    EXPECT_EQ(t * block_parameters(model, t), block_parameters(model) + (t - 1) * 2 * 4096) << t;
+  EXPECT_EQ(embedding_parameters(model), int64_t{128256} * 4096);          // no position table
+  EXPECT_EQ(head_parameters(model, true), 4096 + int64_t{128256} * 4096);  // untied lm_head
+}
+
+TEST(ModelCounts, LlamaActivationBytesAreWhatTheStageKeeps) {
+  // One block, b = 2, s = 16, h = 64, 4 heads of 16 over 2 KV heads, F = 96,
+  // fp32: e = 4, sb = 32.
+  ModelConfig model = llama(1, 64, 4, 2, 96, 256, 16);
+  const int64_t sb = 32, e = 4, h = 64, qkv = (4 + 2 * 2) * 16, F = 96;
+  // Input, both norms' outputs and the attention residual; two rstd rows; q|k|v,
+  // gate|up and the SwiGLU output.
+  const int64_t selective = 4 * e * sb * h + 8 * sb + e * sb * (qkv + 3 * F);
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Selective), selective);
+  // Without recompute, also the attention output and the logsumexp of 4 heads.
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::None),
+            selective + e * sb * h + 4 * 4 * sb);
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Full), e * sb * h);
+  // Tensor parallelism splits the heads and the hidden units, not the norms.
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Selective, 2),
+            4 * e * sb * h + 8 * sb + e * sb * (qkv + 3 * F) / 2);
+  model.dtype = schema::DType::BFloat16;
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Full), 2 * sb * h);
+}
+
+TEST(ModelCounts, SequenceParallelismDividesTheReplicatedActivationsByT) {
+  // Llama as above, tp 2: the input, norm outputs, residual and rstd rows
+  // become token shards; q|k|v, gate|up and SwiGLU were split already.
+  const ModelConfig model = llama(1, 64, 4, 2, 96, 256, 16);
+  const int64_t sb = 32, e = 4, h = 64, qkv = (4 + 2 * 2) * 16, F = 96;
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Selective, 2, true),
+            (4 * e * sb * h + 8 * sb) / 2 + e * sb * (qkv + 3 * F) / 2);
+  EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Full, 2, true), e * sb * h / 2);
+  // GPT-2 (Korthikanti's 34 sbh + 5 a s^2 b, flash attention, 16-bit): sbh (10 + 24) / t
+  // with sequence parallelism instead of sbh (10 + 24 / t).
+  ModelConfig gpt;
+  gpt.seq_len = 2048;
+  gpt.d_model = 12288;
+  gpt.num_heads = 96;
+  gpt.ffn_size = 4 * 12288;
+  gpt.vocab_size = 51200;
+  gpt.num_layers = 96;
+  gpt.dtype = schema::DType::BFloat16;
+  const int64_t sbh = int64_t{2048} * 12288, logsumexp = 4 * int64_t{96} * 2048 / 8;
+  EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8),
+            sbh * 10 + sbh * 24 / 8 + logsumexp);
+  EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8, true), sbh * 34 / 8 + logsumexp);
+  // The stage-level terms: the sent output and the head's norm tensors too.
+  EXPECT_EQ(stage_output_activation_bytes(gpt, 1, 8, true), 2 * sbh / 8);
+  EXPECT_EQ(head_activation_bytes(gpt, 1, 8, true) - head_activation_bytes(gpt, 1, 8),
+            (2 * 2 * sbh + 8 * 2048) / 8 - (2 * 2 * sbh + 8 * 2048));
+  // The workspace: the residual gradient shard, the gathered buffer, a norm
+  // gradient shard and the norms' weight-gradient scratch.
+  EXPECT_EQ(stage_workspace_bytes(gpt, 1, 8, false, true) - stage_workspace_bytes(gpt, 1, 8, false),
+            2 * 2 * sbh / 8 + 2 * 2 * 12288);
+}
+
+}  // namespace
+}  // namespace paraplan

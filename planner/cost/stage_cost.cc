@@ -1,0 +1,499 @@
+// stage_cost.cc: per-stage memory and time for one plan setting, and the plan's
+// step time (model in stage_cost.h).
+#include "planner/cost/stage_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "planner/cost/compute_model.h"
+#include "planner/cost/plan_estimate.h"
+#include "planner/cost/profile.h"
+#include "planner/cost/transformer_ops.h"
+#include "planner/schedule/pipeline_simulation.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+using schema::RecomputeMode;
+
+namespace {
+
+constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
+
+using RingSeconds = double (*)(const Link&, int, double);
+
+// A collective over `ranks` ranks of a `bytes` buffer: the measured entry when
+// the group stays inside a node and the profile has one, else the analytic ring.
+double collective_seconds(const std::optional<CollectiveEntry>& measured, RingSeconds ring,
+                          const LinkModel& links, bool crosses_nodes, int ranks, double bytes) {
+  if (ranks <= 1) return 0;
+  if (measured && !crosses_nodes) return measured->seconds(bytes);
+  return ring(links.link(crosses_nodes), ranks, bytes);
+}
+
+// busy: what a CPU-clock second (a dedicated core's) takes with every rank
+// of the node busy (busy_wall_factor).
+std::optional<CollectiveEntry> measured_collective(const MeasuredProfile* profile,
+                                                   CollectiveOperation operation, int ranks,
+                                                   double busy) {
+  if (profile == nullptr || ranks <= 1) return std::nullopt;
+  const CollectiveEntry* entry = profile->find_collective(operation, ranks);
+  if (entry == nullptr) return std::nullopt;
+  return entry->clock == ProfileClock::kCpu ? entry->scaled(busy) : *entry;
+}
+
+void scale_times(ProfiledTimes& times, double factor) {
+  for (double* seconds : {&times.block_forward, &times.block_backward,
+                          &times.attention_core_forward, &times.embedding_forward,
+                          &times.embedding_backward, &times.head_forward, &times.head_backward})
+    *seconds *= factor;
+}
+
+}  // namespace
+
+StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setting,
+                               const MeasuredProfile* profile)
+    : config_(&config), setting_(setting), options_(config.planner) {
+  options_.zero_stage = setting.zero_stage;
+  options_.zero_ngroups = setting.zero_ngroups;
+  options_.pipeline_scheduler = setting.schedule.kind;
+  options_.pipeline_scheduler_auto = false;
+  options_.pipeline_virtual_stages = std::max(setting.schedule.virtual_stages, 1);
+  if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;
+  const ModelConfig& model = config.model;
+  const ParallelShape& shape = setting.shape;
+  const int t = shape.tensor_parallel, b = setting.micro_batch_size, p = shape.pipeline_stages;
+  const bool train = options_.is_train;
+  element_bytes_ = element_bytes(model.dtype);
+  zero_shards_ =
+      setting.zero_stage == 1 ? std::max(shape.data_parallel / setting.zero_ngroups, 1) : 1;
+
+  // Compute: the profile's measured times, else the analytic model of the
+  // operations each part runs (compute_model.h).
+  const DeviceModel device = device_model(config.cluster, model.dtype);
+  // Times in the units of the step: with the node's ranks sharing its cores,
+  // what a dedicated core's second takes with every rank busy.
+  const double busy = busy_wall_factor(config, setting);
+  const ProfileEntry* entry = profile != nullptr ? profile->find_compute(model, t, b) : nullptr;
+  std::optional<ProfiledTimes> measured;
+  if (entry != nullptr) {
+    measured = entry->times;
+    if (entry->clock == ProfileClock::kCpu) scale_times(*measured, busy);
+  }
+  // A tensor-parallel group moves at its slowest member's pace (the profile's
+  // TensorGroupPace, measured where every rank has a core of its own; where
+  // ranks share cores the simulation plays the waiting out instead).
+  const TensorGroupPace* pace =
+      entry != nullptr && entry->tensor_group && t > 1 && ranks_have_own_cores(config, setting)
+          ? &*entry->tensor_group
+          : nullptr;
+  if (measured && pace) {
+    measured->block_forward *= pace->forward_ratio;
+    measured->block_backward *= pace->backward_ratio;
+  }
+  if (measured) {
+    block_forward_ = measured->block_forward;
+    block_backward_[0] = measured->block_backward;
+    block_backward_[1] = measured->block_backward + measured->attention_core_forward;
+    block_backward_[2] = measured->block_backward + measured->block_forward;
+    embedding_forward_ = measured->embedding_forward;
+    embedding_backward_ = measured->embedding_backward;
+    head_forward_ = measured->head_forward;
+    head_backward_ = measured->head_backward;
+  } else {
+    const bool sp = shape.sequence_parallel && t > 1;
+    const PassOperations block = block_ops(model, b, t, sp), head = head_ops(model, b, t, sp),
+                         embedding = embedding_ops(model, b, t);
+    block_forward_ = operations_seconds(block.forward, false, device);
+    block_backward_[0] = operations_seconds(block.backward, true, device);
+    block_backward_[1] =
+        block_backward_[0] + attention_seconds(block.forward.attention, false, device);
+    block_backward_[2] = block_backward_[0] + block_forward_;
+    embedding_forward_ = operations_seconds(embedding.forward, false, device);
+    embedding_backward_ = operations_seconds(embedding.backward, true, device);
+    head_forward_ = operations_seconds(head.forward, false, device);
+    head_backward_ = operations_seconds(head.backward, true, device);
+  }
+  // ZB-H1's W: the weight-gradient GEMMs (every second backward GEMM,
+  // transformer_ops.h) as a share of the block's backward, analytic even
+  // under a profile (which measures the backward whole).
+  {
+    const PassOperations block = block_ops(model, b, t);
+    double weight_gradients = 0;
+    for (size_t i = 1; i < block.backward.gemms.size(); i += 2)
+      weight_gradients += gemm_seconds(block.backward.gemms[i], device);
+    const double analytic_backward = operations_seconds(block.backward, true, device);
+    block_weight_gradient_ =
+        analytic_backward > 0 ? block_backward_[0] * weight_gradients / analytic_backward : 0;
+  }
+
+  // Tensor parallelism: always inside a node (t divides devices_per_node).
+  links_ = LinkModel::from_cluster(config.cluster);
+  const LinkModel& links = links_;
+  const double hidden_bytes =
+      static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
+  const std::optional<CollectiveEntry> tensor_parallel_all_reduce =
+      measured_collective(profile, CollectiveOperation::AllReduce, t, busy);
+  const double all_reduce = collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds,
+                                               links, false, t, hidden_bytes);
+  const double loss_reduce =
+      collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
+                         4.0 * b * model.seq_len);  // fp32 per token
+  tensor_parallel_ = TensorParallelParts::all_reduce_layout(all_reduce, loss_reduce, train);
+  if (shape.sequence_parallel && t > 1) {
+    // Sequence parallelism (runtime/model/decoder_stage.h): each all-reduce
+    // of a block's forward becomes an all-gather before the column-parallel
+    // GEMM and a reduce-scatter after the row-parallel one (the same ring
+    // volume); backward reduce-scatters the norm's input gradient, gathers
+    // the residual gradient and gathers the norm's output again for the
+    // weight gradient (not kept), and sums the norm's weight gradients.
+    const double gather =
+        collective_seconds(measured_collective(profile, CollectiveOperation::AllGather, t, busy),
+                           ring_all_gather_seconds, links, false, t, hidden_bytes);
+    const double scatter = collective_seconds(
+        measured_collective(profile, CollectiveOperation::ReduceScatter, t, busy),
+        ring_reduce_scatter_seconds, links, false, t, hidden_bytes);
+    const double norm_weights =
+        collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
+                           2.0 * model.d_model * element_bytes_);
+    const double forward = 2 * (gather + scatter);
+    const double backward = 2 * (2 * gather + scatter + norm_weights);
+    tensor_parallel_.block = forward + (train ? backward : 0);
+    tensor_parallel_.full_recompute = train ? forward : 0;
+    // The embedding's vocab-parallel sum reduce-scatters; its backward gathers.
+    tensor_parallel_.embedding = scatter + (train ? gather : 0);
+    // The final norm's shards are gathered before the head (and again in
+    // backward, with the reduce-scatter of its gradient and its weights' sum).
+    tensor_parallel_.head =
+        2 * loss_reduce + gather + (train ? gather + scatter + norm_weights : 0);
+  }
+  if (pace) {
+    // Per call of the all-reduce layout, whose pace was measured (sequence
+    // parallelism spreads the same compute over more calls: charged alike).
+    const double wait = pace->wait_per_call;
+    tensor_parallel_wait_ = TensorParallelParts::all_reduce_layout(wait, wait, train);
+  }
+  if (!train) {
+    for (double& seconds : block_backward_) seconds = 0;
+    head_backward_ = embedding_backward_ = 0;
+  }
+
+  // Pipeline sends: the activation forward and (training) the gradient back
+  // (with sequence parallelism, each rank sends its token shard).
+  const double message_bytes = hidden_bytes / shape.sequence_shards();
+  p2p_seconds_.assign(p, 0.0);
+  const std::optional<CollectiveEntry> send_receive =
+      measured_collective(profile, CollectiveOperation::SendReceive, p > 1 ? 2 : 1, busy);
+  for (int s = 0; s + 1 < p; ++s) {
+    const bool crosses = pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node);
+    const double seconds = send_receive && !crosses
+                               ? send_receive->seconds(message_bytes)
+                               : point_to_point_seconds(links.link(crosses), message_bytes);
+    p2p_seconds_[s] += seconds;
+    if (train) p2p_seconds_[s + 1] += seconds;
+    interleave_send_ = std::max(interleave_send_, seconds);
+  }
+  // Interleaved: each rank's other chunks send an activation and a gradient
+  // more per micro-batch (the wrap from the last rank to rank 0 included).
+  if (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B && p > 1)
+    interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
+  else
+    interleave_send_ = 0;
+  if (train && setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1) {
+    const double block_slot =
+        block_forward_ + block_backward_[0] + tensor_parallel_.block + tensor_parallel_wait_.block;
+    setting_.schedule.weight_fraction = block_slot > 0 ? block_weight_gradient_ / block_slot : 0;
+    setting_.schedule.weight_of_backward =
+        block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
+  }
+  const schema::ScheduleKind kind = setting.schedule.kind;
+  if (train && p > 1 &&
+      (kind == schema::ScheduleKind::ZeroBubbleH1 ||
+       kind == schema::ScheduleKind::Interleaved1F1B) &&
+      (kind != schema::ScheduleKind::Interleaved1F1B || setting.num_micro_batches >= p))
+    setting_.schedule.bubble_slots = played_out_bubble_slots(
+        kind, p, setting.num_micro_batches, std::max(setting.schedule.virtual_stages, 1),
+        block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
+        setting_.schedule.weight_of_backward);
+
+  // Data-parallel reduction placement per stage.
+  const int group = setting.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
+  for (auto& crosses : reduction_crosses_) crosses.assign(p, false);
+  for (int s = 0; s < p; ++s) {
+    reduction_crosses_[0][s] =
+        data_parallel_group_crosses_nodes(shape, s, group, setting.layout.devices_per_node);
+    reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
+                                                                 setting.layout.devices_per_node);
+  }
+  if (train) {
+    const int d = shape.data_parallel;
+    if (setting.zero_stage == 1) {
+      zero_reduce_scatter_ =
+          measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_, busy);
+      zero_all_reduce_ =
+          measured_collective(profile, CollectiveOperation::AllReduce, d / zero_shards_, busy);
+      zero_all_gather_ =
+          measured_collective(profile, CollectiveOperation::AllGather, zero_shards_, busy);
+    } else {
+      data_parallel_all_reduce_ =
+          measured_collective(profile, CollectiveOperation::AllReduce, d, busy);
+    }
+  }
+
+  // The gradient norm's all-reduce of one double over the world: measured
+  // inside a node, else a tree's 2 log2(n) latencies (a message this small
+  // costs its latency only).
+  const int world = p * shape.data_parallel * t;
+  if (train && world > 1) {
+    const bool crosses = setting.layout.num_nodes > 1;
+    const std::optional<CollectiveEntry> norm =
+        measured_collective(profile, CollectiveOperation::AllReduce, world, busy);
+    norm_all_reduce_ = norm && !crosses
+                           ? norm->seconds(sizeof(double))
+                           : 2 * std::ceil(std::log2(world)) * links.link(crosses).latency_seconds;
+  }
+
+  // The optimizer step on this rank's shard of the stage's parameters.
+  const OptimizerEntry* optimizer = profile != nullptr ? profile->find_optimizer() : nullptr;
+  if (!train)
+    optimizer_seconds_per_parameter_ = 0;
+  else if (optimizer != nullptr)
+    optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter *
+                                       (optimizer->clock == ProfileClock::kCpu ? busy : 1) /
+                                       zero_shards_;
+  else
+    optimizer_seconds_per_parameter_ =
+        optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
+}
+
+double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
+  if (buckets <= 1) return seconds;
+  const double k = buckets;
+  return std::max(seconds / k, seconds - backward_seconds * (k - 1) / k);
+}
+
+double StageCostModel::plain_backward_seconds(int pipeline_rank, int num_layers) const {
+  double seconds = num_layers * block_backward_[0];
+  if (pipeline_rank == 0) seconds += embedding_backward_;
+  if (pipeline_rank == num_stages() - 1) seconds += head_backward_;
+  return seconds;
+}
+
+double StageCostModel::gradient_reduction(int pipeline_rank, double parameters,
+                                          double backward_seconds, double* hidden) const {
+  *hidden = 0;
+  if (!options_.is_train) return 0;
+  const int d = setting_.shape.data_parallel;
+  const double bytes = parameters * element_bytes_;
+  const bool group_crosses = reduction_crosses_[0][pipeline_rank];
+  const bool all_cross = reduction_crosses_[1][pipeline_rank];
+  // The part reduced bucket by bucket during backward.
+  const double bucketed =
+      setting_.zero_stage != 1
+          ? collective_seconds(data_parallel_all_reduce_, ring_all_reduce_seconds, links_,
+                               all_cross, d, bytes)
+          : collective_seconds(zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
+                               group_crosses, zero_shards_, bytes);
+  const int64_t bucket_size = config_->training.gradient_bucket_size;
+  const int buckets =
+      config_->cluster.overlap_communication && bucket_size > 0
+          ? static_cast<int>(std::ceil(parameters / static_cast<double>(bucket_size)))
+          : 1;
+  const double exposed = exposed_reduction_seconds(bucketed, buckets, backward_seconds);
+  *hidden = bucketed - exposed;
+  if (setting_.zero_stage != 1) return exposed + norm_all_reduce_;
+  // ZeRO-1: then all-reduce each shard across the groups, and all-gather the
+  // updated weights inside the group.
+  const int z = zero_shards_, groups = d / z;
+  return exposed + norm_all_reduce_ +
+         collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
+                            bytes / z) +
+         collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
+                            bytes);
+}
+
+std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
+  std::vector<ChargedCollective> charged;
+  charged.reserve(8);  // (also keeps GCC 12's -Wstringop-overflow from a false alarm here)
+  auto add = [&](CollectiveOperation operation, int ranks, bool inter_node) {
+    const ChargedCollective item{operation, ranks, inter_node};
+    if (ranks > 1 && std::find(charged.begin(), charged.end(), item) == charged.end())
+      charged.push_back(item);
+  };
+  const ParallelShape& shape = setting_.shape;
+  const int p = shape.pipeline_stages, d = shape.data_parallel, z = zero_shards_;
+  add(CollectiveOperation::AllReduce, shape.tensor_parallel, false);
+  if (shape.sequence_parallel) {
+    add(CollectiveOperation::AllGather, shape.tensor_parallel, false);
+    add(CollectiveOperation::ReduceScatter, shape.tensor_parallel, false);
+  }
+  for (int s = 0; s + 1 < p; ++s)
+    add(CollectiveOperation::SendReceive, 2,
+        pipeline_boundary_crosses_nodes(shape, s, setting_.layout.devices_per_node));
+  if (!options_.is_train) return charged;
+  for (int s = 0; s < p; ++s) {
+    if (setting_.zero_stage != 1) {
+      add(CollectiveOperation::AllReduce, d, reduction_crosses_[1][s]);
+      continue;
+    }
+    add(CollectiveOperation::ReduceScatter, z, reduction_crosses_[0][s]);
+    add(CollectiveOperation::AllReduce, d / z, reduction_crosses_[1][s]);
+    add(CollectiveOperation::AllGather, z, reduction_crosses_[0][s]);
+  }
+  return charged;
+}
+
+MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts& counts) const {
+  const int p = setting_.shape.pipeline_stages;
+  return stage_memory(config_->model, options_, counts, pipeline_rank == 0, pipeline_rank == p - 1,
+                      pipeline_rank, setting_.shape, setting_.micro_batch_size,
+                      setting_.num_micro_batches);
+}
+
+void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
+                               StageEstimate& stage) const {
+  const bool first = pipeline_rank == 0, last = pipeline_rank == num_stages() - 1;
+  stage.forward_seconds = counts.layers() * block_forward_;
+  stage.backward_seconds = counts.none * block_backward_[0] +
+                           counts.selective * block_backward_[1] + counts.full * block_backward_[2];
+  stage.tensor_parallel_seconds = tensor_parallel_.of(counts, first, last);
+  stage.tensor_parallel_wait_seconds = tensor_parallel_wait_.of(counts, first, last);
+  if (first) {
+    stage.forward_seconds += embedding_forward_;
+    stage.backward_seconds += embedding_backward_;
+  }
+  if (last) {
+    stage.forward_seconds += head_forward_;
+    stage.backward_seconds += head_backward_;
+  }
+  stage.pipeline_p2p_seconds = p2p_seconds_[pipeline_rank] + interleave_send_;
+}
+
+double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const {
+  StageEstimate stage;
+  fill_time(pipeline_rank, counts, stage);
+  return stage.slot_seconds();
+}
+
+double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
+  const StageLayout layout{
+      0, num_layers, pipeline_rank == 0, pipeline_rank == num_stages() - 1, {}};
+  const double parameters =
+      static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
+                                           options_.ignore_small_tensor_threshold));
+  StageEstimate stage;
+  stage.gradient_reduction_seconds = gradient_reduction(
+      pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, num_layers),
+      &stage.hidden_reduction_seconds);
+  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+  return stage.tail_seconds();
+}
+
+StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts& counts) const {
+  StageEstimate stage;
+  stage.memory = memory(pipeline_rank, counts);
+  fill_time(pipeline_rank, counts, stage);
+  const StageLayout layout{
+      0, counts.layers(), pipeline_rank == 0, pipeline_rank == num_stages() - 1, {}};
+  const double parameters =
+      static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
+                                           options_.ignore_small_tensor_threshold));
+  stage.gradient_reduction_seconds = gradient_reduction(
+      pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, counts.layers()),
+      &stage.hidden_reduction_seconds);
+  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+  return stage;
+}
+
+double bubble_slots(const PlanSetting& setting) {
+  const int p = setting.shape.pipeline_stages;
+  const ScheduleChoice& schedule = setting.schedule;
+  switch (schedule.kind) {
+    case schema::ScheduleKind::Interleaved1F1B:
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
+      return static_cast<double>(p - 1) / std::max(schedule.virtual_stages, 1);
+    case schema::ScheduleKind::ZeroBubbleH1:
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
+      return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction);
+    default:
+      return p - 1;
+  }
+}
+
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward) {
+  if (p < 2) return 0;
+  // Ratios rounded to 1/20: settings differ in them a little, and the cache
+  // serves them all.
+  const int backward_q = static_cast<int>(std::lround(backward_ratio * 20));
+  const int weight_q = static_cast<int>(std::lround(weight_of_backward * 20));
+  const auto key = std::make_tuple(static_cast<int>(kind), p, m, v, backward_q, weight_q);
+  static std::mutex mutex;
+  static std::map<decltype(key), double> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const double backward = backward_q / 20.0;
+  std::vector<SimulatedStageInput> stages(p);
+  for (SimulatedStageInput& stage : stages) {
+    stage.forward_work = 1;
+    stage.backward_work = backward;
+    stage.weight_fraction = weight_q / 20.0;
+  }
+  const double step = simulate_step(generate_schedule(kind, p, m, v), stages, 1, 0).step_seconds;
+  const double slots = std::max(0.0, step / (1 + backward) - m);
+  std::lock_guard<std::mutex> lock(mutex);
+  known[key] = slots;
+  return slots;
+}
+
+double pipeline_bubble_ratio(const PlanSetting& setting) {
+  const double bubble = bubble_slots(setting);
+  return bubble > 0 ? bubble / (setting.num_micro_batches + bubble) : 0;
+}
+
+double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail) {
+  return (setting.num_micro_batches + bubble_slots(setting)) * slowest_slot + slowest_tail;
+}
+
+std::string schedule_choice_name(const ScheduleChoice& choice) {
+  std::string name = schedule_kind_name(choice.kind);
+  if (choice.kind == schema::ScheduleKind::Interleaved1F1B)
+    name += " v=" + std::to_string(choice.virtual_stages);
+  return name;
+}
+
+std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
+                                             bool boundaries_restricted) {
+  using schema::ScheduleKind;
+  const PlannerOptions& options = config.planner;
+  const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
+  std::vector<ScheduleChoice> choices;
+  auto interleaved = [&] {
+    if (p < 2 || m < p || boundaries_restricted) return;
+    std::vector<int> chunks = {2, 3, 4};
+    if (options.pipeline_virtual_stages > 0) chunks = {options.pipeline_virtual_stages};
+    for (int v : chunks)
+      if (v >= 2 && config.model.num_layers >= p * v)
+        choices.push_back({ScheduleKind::Interleaved1F1B, v, 0});
+  };
+  if (!options.pipeline_scheduler_auto) {
+    if (options.pipeline_scheduler == ScheduleKind::Interleaved1F1B)
+      interleaved();
+    else
+      choices.push_back({options.pipeline_scheduler, 1, 0});
+    return choices;
+  }
+  choices.push_back({ScheduleKind::OneForwardOneBackward, 1, 0});
+  if (p < 2 || !options.is_train) return choices;
+  choices.push_back({ScheduleKind::GPipe, 1, 0});
+  choices.push_back({ScheduleKind::ZeroBubbleH1, 1, 0});
+  interleaved();
+  return choices;
+}
+
+}  // namespace paraplan

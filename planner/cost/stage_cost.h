@@ -1,0 +1,246 @@
+// stage_cost.h: the planner's memory and time model of one pipeline stage, and
+// of a whole plan, for one plan-wide setting (mesh, micro-batching, ZeRO).
+//
+// Contract:
+// - A stage is described by its pipeline rank (stage 0 holds the embedding, the
+//   last stage the head) and the recompute counts of its layers: blocks are
+//   identical, so nothing else matters. estimate() is the one definition every
+//   solver (dynamic program, ILP, exhaustive oracle) and the plan writer use, so
+//   their predictions agree to the bit.
+// - Memory: cost_model.h's stage_memory (weights, gradients, opt_resident_coef,
+//   opt_transient_coef, ZeRO-1 over data_parallel / zero_ngroups ranks, the
+//   in-flight micro-batches of its schedule position, transient_mem_coef).
+// - Time per micro-batch ("slot"): compute (the analytic model of
+//   compute_model.h over transformer_ops.h's operations of one device of the
+//   tensor-parallel group, or a measured profile's entry for the
+//   tensor-parallel degree and micro-batch size), the Megatron tensor-parallel all-reduces (2 per
+//   block forward, 2 backward, 2 more for a fully recomputed block; 1 for the vocabulary-parallel
+//   embedding forward, 1 for the head's input gradient plus two small cross-entropy reductions),
+//   and the point-to-point sends the stage initiates (activation to the next stage, gradient to the
+//   previous one). Where the profile measured a block's pace in its real tensor-parallel group
+//   (TensorGroupPace: ranks on cores of their own), the block's compute is scaled by its ratios
+//   and each of those calls also waits the measured wait per call for the group's last member
+//   (counted in the slot, and in the stage's bubble, as replay counts it: waiting).
+// - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
+//   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
+//   all-gather of the updated weights, and the gradient norm's one-double
+//   all-reduce over the world) and the optimizer step on the stage's
+//   shard (its bytes at the device's memory bandwidth, compute_model.h, or the
+//   profile's measured seconds per parameter). Where the cluster overlaps communication
+//   (overlap_communication) the all-reduce or reduce-scatter runs in
+//   gradient_bucket_size buckets started as the step's last backward finishes
+//   them, and only its exposed part counts (exposed_reduction_seconds); the
+//   cross-group all-reduce and the all-gather stay exposed (what they overlap
+//   depends on the other stages, so the model does not count on it).
+// - Collectives: every group inside a node costs the profile's measured
+//   latency + bytes x seconds_per_byte for its operation and group size when the
+//   profile has one, else the analytic ring over the intra-node link; groups
+//   spanning nodes always use the analytic inter-node link. (The tied embedding's
+//   gradient is not charged separately: it is part of the stage's reduction.)
+// - Plan: step = (m + bubble slots) x slowest slot + slowest tail, the bubble
+//   per schedule: p - 1 slots for 1F1B and GPipe (the schedule changes memory,
+//   not this bound), (p - 1) / v for interleaved 1F1B (whose slot carries its
+//   2 (v - 1) extra sends per micro-batch), (p - 1)(1 - 2 w) for ZB-H1 with w
+//   the weight gradients' share of the slot (Qi et al.: (p - 1)(F + B - W)
+//   against 1F1B's (p - 1)(F + B + W)) are their ideals; the model takes
+//   instead the bubble of their generated streams played out for identical
+//   stages (played_out_bubble_slots: rendezvous transfers may wait on a
+//   neighbour's compute), so the step stays (m + bubble) x slowest slot +
+//   tail, which every solver minimises alike. is_train = false:
+//   forward only, no tail. Each stage's bubble is what is left of the step
+//   after m of its slots and its tail: the time it waits for the others.
+// - Memory per schedule (cost_model.h's in_flight_micro_batches): 1F1B
+//   min(p - s, m) micro-batches, GPipe m, interleaved in_flight_bound
+//   (schedule.h) chunks' worth, ZB-H1 min(p, m) (a deferred W's state counted
+//   as the whole micro-batch's activations: an upper bound).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "planner/cost/communication_model.h"
+#include "planner/cost/cost_model.h"
+#include "planner/cost/profile.h"
+#include "planner/job/job_config.h"
+
+namespace paraplan {
+
+// The pipeline schedule of a setting: kind and model chunks per rank, and the
+// two figures of the time model that depend on it, filled in by
+// StageCostModel (0 in a setting no model has seen).
+struct ScheduleChoice {
+  schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward;
+  int virtual_stages = 1;
+  // ZB-H1: the weight-gradient GEMMs' share of a block's slot (W / (F + B +
+  // W + tensor-parallel)), from transformer_ops.h's backward list.
+  double weight_fraction = 0;
+  double weight_of_backward = 0;  // W / a block's backward: what a BackwardWeight does
+  // Interleaved and ZB-H1: the bubble, in slots, of the generated streams
+  // played out (played_out_bubble_slots); < 0 until a model has set it.
+  double bubble_slots = -1;
+  bool operator==(const ScheduleChoice& other) const {
+    return kind == other.kind && virtual_stages == other.virtual_stages;
+  }
+};
+
+// "1f1b", "zb-h1", "interleaved v=2".
+std::string schedule_choice_name(const ScheduleChoice& choice);
+
+// The plan-wide choices a stage's cost depends on.
+struct PlanSetting {
+  ParallelShape shape;
+  DeviceLayout layout;
+  int micro_batch_size = 1;
+  int num_micro_batches = 1;
+  int zero_stage = 0;
+  int zero_ngroups = 1;
+  ScheduleChoice schedule;
+};
+
+// A collective the time model charges for some stage of a setting.
+struct ChargedCollective {
+  CollectiveOperation operation = CollectiveOperation::AllReduce;
+  int group_size = 2;
+  bool inter_node = false;  // always the analytic link
+  bool operator==(const ChargedCollective&) const = default;
+};
+
+struct StageEstimate {
+  MemoryBreakdown memory;
+  double forward_seconds = 0;          // compute, per micro-batch
+  double backward_seconds = 0;         // compute including recomputation, per micro-batch
+  double tensor_parallel_seconds = 0;  // all-reduces, per micro-batch
+  // Per micro-batch: waiting at those calls for the group's last member
+  // (measured TensorGroupPace; 0 without one).
+  double tensor_parallel_wait_seconds = 0;
+  double pipeline_p2p_seconds = 0;        // sends this stage initiates, per micro-batch
+  double gradient_reduction_seconds = 0;  // per step, the exposed part
+  double hidden_reduction_seconds = 0;    // per step, overlapped with backward
+  double optimizer_seconds = 0;           // per step
+  // Per step: waiting for the other stages (the pipeline bubble, slower
+  // stages) and for the tensor-parallel group's last member: the step less m
+  // x the slot's other parts and the tail. Set by combine_stage_estimates,
+  // which knows the step.
+  double bubble_seconds = 0;
+  double slot_seconds() const {
+    return forward_seconds + backward_seconds + tensor_parallel_seconds +
+           tensor_parallel_wait_seconds + pipeline_p2p_seconds;
+  }
+  double tail_seconds() const { return gradient_reduction_seconds + optimizer_seconds; }
+};
+
+class StageCostModel {
+ public:
+  // profile may be null (analytic time model); the model keeps copies of the
+  // entries it uses. config must outlive the model.
+  StageCostModel(const JobConfig& config, const PlanSetting& setting,
+                 const MeasuredProfile* profile = nullptr);
+
+  const PlanSetting& setting() const { return setting_; }
+  const JobConfig& config() const { return *config_; }
+  int num_stages() const { return setting_.shape.pipeline_stages; }
+
+  StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
+  // Only the memory (cheaper; equal to estimate().memory).
+  MemoryBreakdown memory(int pipeline_rank, const RecomputeCounts& counts) const;
+  // Only the slot, and only the tail (equal to estimate()'s).
+  double slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const;
+  double tail_seconds(int pipeline_rank, int num_layers) const;
+
+  // memory_constraint in bytes; +inf when consider_mem is false.
+  double memory_limit_bytes() const { return memory_limit_; }
+  bool fits(const MemoryBreakdown& memory) const {
+    return static_cast<double>(memory.total()) <= memory_limit_;
+  }
+
+  // The collectives some stage is charged for (not for hot loops: the report).
+  std::vector<ChargedCollective> charged_collectives() const;
+
+ private:
+  const JobConfig* config_;
+  PlanSetting setting_;
+  PlannerOptions options_;  // the job's options with this setting's ZeRO choice
+  LinkModel links_;
+  double memory_limit_ = std::numeric_limits<double>::infinity();
+  // Per micro-batch seconds of one block / the embedding / the head.
+  double block_forward_ = 0, block_backward_[3] = {0, 0, 0};
+  double embedding_forward_ = 0, embedding_backward_ = 0, head_forward_ = 0, head_backward_ = 0;
+  // Per micro-batch, tensor-parallel seconds by where they are spent.
+  struct TensorParallelParts {
+    double block = 0, full_recompute = 0, embedding = 0, head = 0;
+    double of(const RecomputeCounts& counts, bool first, bool last) const {
+      return counts.layers() * block + counts.full * full_recompute + (first ? embedding : 0) +
+             (last ? head : 0);
+    }
+    // The all-reduce layout's calls (Megatron's f and g): a block's forward
+    // makes 2, its backward 2 more, a full recompute the forward's 2 again,
+    // the vocab-parallel embedding 1, the head 2 of the loss's statistics
+    // and, training, 1 of its input gradient; each call costs `per_call`
+    // (`per_loss_call` for the loss's).
+    static TensorParallelParts all_reduce_layout(double per_call, double per_loss_call,
+                                                 bool train) {
+      return {.block = (train ? 4 : 2) * per_call,
+              .full_recompute = train ? 2 * per_call : 0,
+              .embedding = per_call,
+              .head = 2 * per_loss_call + (train ? per_call : 0)};
+    }
+  };
+  TensorParallelParts tensor_parallel_;       // the calls' transfers
+  TensorParallelParts tensor_parallel_wait_;  // waiting for the group's last member
+  std::vector<double> p2p_seconds_;           // per pipeline rank
+  double interleave_send_ = 0;                // interleaved's extra sends per micro-batch
+  double block_weight_gradient_ = 0;          // a block's W (its weight-gradient GEMMs)
+  std::vector<double> tail_intercept_;        // per pipeline rank: tail at 0 layers
+  std::vector<bool> reduction_crosses_[2];    // per rank: [0] ZeRO group, [1] all DP ranks
+  double optimizer_seconds_per_parameter_ = 0;
+  // Measured intra-node collectives (empty: the analytic ring).
+  std::optional<CollectiveEntry> data_parallel_all_reduce_, zero_reduce_scatter_, zero_all_reduce_,
+      zero_all_gather_;
+  int element_bytes_ = 4;
+  int zero_shards_ = 1;
+  double norm_all_reduce_ = 0;  // the gradient norm's all-reduce over the world, per step
+  // The stage's reduction: exposed seconds, and the hidden part in *hidden.
+  // backward_seconds: one micro-batch's backward compute without recomputation.
+  double gradient_reduction(int pipeline_rank, double parameters, double backward_seconds,
+                            double* hidden) const;
+  // One micro-batch's backward compute of a stage of num_layers without
+  // recomputation: what the bucketed reduction hides behind.
+  double plain_backward_seconds(int pipeline_rank, int num_layers) const;
+  // The four per-micro-batch time parts, summed the same way by every caller.
+  void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
+};
+
+// The step time of stage estimates, as combine_stage_estimates computes it.
+// The exposed part of a reduction of `seconds` cut into `buckets` equal buckets
+// that start as backward (backward_seconds) finishes them, one after another
+// beside compute: bucket i is ready at (i + 1) / k of backward, and the last
+// can only start when backward ends. max(r / k, r - B (k - 1) / k); r for k = 1.
+double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds);
+
+double step_seconds(const PlanSetting& setting, double slowest_slot, double slowest_tail);
+
+// The pipeline bubble in slots (see the contract), and as a share of the step's
+// pipeline part: bubble slots / (m + bubble slots).
+double bubble_slots(const PlanSetting& setting);
+
+// The bubble in slots of a kind's generated streams (schedule.h) played out
+// (pipeline_simulation.h) for p identical stages, forward 1 and backward
+// `backward_ratio` of which a weight_of_backward share is W, without
+// communication: step / slot - m. Sends and receives meet under rendezvous,
+// so a transfer may wait on a neighbour's compute: this is what the streams
+// really give, at least the ideal (Megatron's (p - 1) / v, Qi et al.'s
+// (p - 1)(F + B - W)). Cached.
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward);
+double pipeline_bubble_ratio(const PlanSetting& setting);
+
+// The schedules a setting may run: the fixed [planner] pipeline_scheduler
+// (with pipeline_virtual_stages, or 2..4 chunks, for interleaved), or with
+// 'auto' every kind (one rank: 1F1B only). Interleaved needs p >= 2, m >= p,
+// at least v layers per rank and no pivots or pinned layers.
+std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
+                                             bool boundaries_restricted);
+
+}  // namespace paraplan

@@ -1,0 +1,301 @@
+// pipeline_simulation.cc: a step's instruction streams played out in time
+// with shared cores (model in pipeline_simulation.h).
+#include "planner/schedule/pipeline_simulation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+namespace paraplan {
+
+namespace {
+
+using schema::OpCode;
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// A message: an activation (or gradient) of a micro-batch sent by a virtual
+// stage (chunk c of rank r is c x p + r).
+using MessageKey = std::tuple<bool /*gradient*/, int /*micro-batch*/, int /*sender*/>;
+
+struct Message {
+  double sent = -1, received = -1;  // when each end was posted
+  double seconds = 0;
+  double done() const { return std::max(sent, received) + seconds; }
+  bool posted() const { return sent >= 0 && received >= 0; }
+};
+
+// The ends an instruction of stage s posts: (message, is the sending end).
+std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int rank,
+                                              int num_stages) {
+  const int s = in.chunk * num_stages + rank;
+  const auto activation = [](int micro_batch, int sender) {
+    return MessageKey{false, micro_batch, sender};
+  };
+  const auto gradient = [](int micro_batch, int sender) {
+    return MessageKey{true, micro_batch, sender};
+  };
+  switch (in.op) {
+    case OpCode::SendActivation:
+      return {{activation(in.micro_batch, s), true}};
+    case OpCode::RecvActivation:
+      return {{activation(in.micro_batch, s - 1), false}};
+    case OpCode::SendGradient:
+      return {{gradient(in.micro_batch, s), true}};
+    case OpCode::RecvGradient:
+      return {{gradient(in.micro_batch, s + 1), false}};
+    case OpCode::SendActivationRecvGradient:
+      return {{activation(in.micro_batch, s), true}, {gradient(in.peer_micro_batch, s + 1), false}};
+    case OpCode::SendGradientRecvActivation:
+      return {{gradient(in.micro_batch, s), true}, {activation(in.peer_micro_batch, s - 1), false}};
+    default:
+      return {};
+  }
+}
+
+enum class Phase { kStart, kCompute, kCollective, kGroupWait, kTransfer, kBarrier, kDone };
+
+struct StageState {
+  size_t next = 0;  // instruction index
+  Phase phase = Phase::kStart;
+  OpCode op = OpCode::LoadMicroBatch;
+  double remaining = 0;          // work (kCompute, kCollective)
+  double collectives_after = 0;  // the collectives' work following the compute
+  double waits_after = 0;        // the group waits following the collectives (wall)
+  double wait_until = 0;         // kGroupWait
+  double compute_started = 0;
+  std::vector<MessageKey> waiting;  // kTransfer
+  double forward = 0, backward = 0, optimizer = 0, finished = 0;
+  double transfer_work = 0;  // shared cores: the copies of its messages
+};
+
+bool working(const StageState& st) {
+  return st.phase == Phase::kCompute || st.phase == Phase::kCollective;
+}
+
+// Each stage's speed (of a dedicated core's) at a moment. On devices of
+// their own, 1. On shared cores, rank j of stage s (the node's rank s x
+// ranks_per_stage + j) stays on core (that rank) mod the cores, as Linux
+// keeps a busy process on the core it runs on rather than move it to one
+// that falls idle (4 pipeline stages on 2 cores took as long bound to the
+// cores, two each, as unbound); a core is shared by its working ranks, and a
+// stage goes at its slowest rank's pace. Where every stage's ranks cover the
+// cores evenly, this is the cores shared by all working ranks alike. Built
+// once per step: update() allocates nothing.
+class StageRates {
+ public:
+  StageRates(int stages, int ranks_per_stage, double cores)
+      : ranks_per_stage_(ranks_per_stage),
+        shared_(cores > 0),
+        core_count_(std::max(1, static_cast<int>(std::lround(cores)))),
+        core_speed_(cores / core_count_),  // a measured 1.9 cores: two at 0.95
+        ranks_on_(core_count_),
+        rates_(stages, 1.0) {}
+
+  const std::vector<double>& update(const std::vector<StageState>& state) {
+    if (!shared_) return rates_;
+    const int p = static_cast<int>(state.size());
+    std::fill(ranks_on_.begin(), ranks_on_.end(), 0);
+    for (int s = 0; s < p; ++s)
+      if (working(state[s]))
+        for (int j = 0; j < ranks_per_stage_; ++j) ++ranks_on_[core_of(s, j)];
+    for (int s = 0; s < p; ++s) {
+      rates_[s] = 1.0;
+      if (!working(state[s])) continue;
+      for (int j = 0; j < ranks_per_stage_; ++j)
+        rates_[s] = std::min(rates_[s], core_speed_ / ranks_on_[core_of(s, j)]);
+    }
+    return rates_;
+  }
+
+ private:
+  int core_of(int s, int j) const { return (s * ranks_per_stage_ + j) % core_count_; }
+
+  int ranks_per_stage_;
+  bool shared_;
+  int core_count_;
+  double core_speed_;
+  std::vector<int> ranks_on_;
+  std::vector<double> rates_;
+};
+
+}  // namespace
+
+SimulatedStep simulate_step(const PipelineSchedule& schedule,
+                            const std::vector<SimulatedStageInput>& inputs, int ranks_per_stage,
+                            double cores) {
+  const int p = schedule.num_stages, m = schedule.num_micro_batches;
+  const int v = std::max(schedule.virtual_stages, 1);
+  if (static_cast<int>(inputs.size()) != p || static_cast<int>(schedule.stages.size()) != p)
+    throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
+  std::vector<StageState> state(p);
+  std::map<MessageKey, Message> messages;
+  double now = 0;
+  const double epsilon = 1e-12;
+  const bool shared_cores = cores > 0;
+  StageRates stage_rates(p, ranks_per_stage, cores);
+
+  // Starts instructions (and finishes those taking no time) until every stage
+  // is busy, blocked or done.
+  auto start_instructions = [&] {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (int s = 0; s < p; ++s) {
+        StageState& st = state[s];
+        const SimulatedStageInput& in = inputs[s];
+        if (st.phase == Phase::kTransfer && shared_cores) {
+          // Once every message is posted at both ends, each end copies it:
+          // work, like the collectives.
+          bool posted = true;
+          double copies = 0;
+          for (const MessageKey& key : st.waiting)
+            posted = posted && messages[key].posted(), copies += messages[key].seconds;
+          if (posted) {
+            st.phase = Phase::kCollective, st.remaining = copies, st.transfer_work += copies;
+            st.waiting.clear(), moved = true;
+          }
+        } else if (st.phase == Phase::kTransfer) {
+          bool complete = true;
+          for (const MessageKey& key : st.waiting)
+            complete = complete && messages[key].posted() && messages[key].done() <= now + epsilon;
+          if (complete) st.phase = Phase::kStart, st.waiting.clear(), moved = true;
+        }
+        if (st.phase == Phase::kBarrier) {
+          bool all = true;
+          for (const StageState& other : state)
+            all = all && (other.phase == Phase::kBarrier || other.op == OpCode::OptimizerStep);
+          if (!all) continue;
+          st.phase = Phase::kCompute, st.remaining = in.optimizer_work, st.collectives_after = 0;
+          st.compute_started = now, moved = true;
+        }
+        if (st.phase != Phase::kStart) continue;
+        if (st.next == schedule.stages[s].size()) {
+          st.phase = Phase::kDone, st.finished = now;
+          continue;
+        }
+        const PipelineInstruction& instruction = schedule.stages[s][st.next++];
+        st.op = instruction.op;
+        st.waits_after = 0;
+        moved = true;
+        switch (instruction.op) {
+          case OpCode::Forward:
+          case OpCode::Backward:
+          case OpCode::BackwardInput:
+          case OpCode::BackwardWeight: {
+            const bool forward = instruction.op == OpCode::Forward;
+            const double share = instruction.op == OpCode::BackwardInput    ? 1 - in.weight_fraction
+                                 : instruction.op == OpCode::BackwardWeight ? in.weight_fraction
+                                                                            : 1.0;
+            st.phase = Phase::kCompute, st.compute_started = now;
+            st.remaining = (forward ? in.forward_work : in.backward_work) * share / v;
+            // The tensor-parallel all-reduces go with the input gradient.
+            st.collectives_after =
+                (forward                                    ? in.forward_collectives
+                 : instruction.op == OpCode::BackwardWeight ? 0
+                                                            : in.backward_collectives) /
+                v;
+            st.waits_after =
+                (forward                                    ? in.forward_group_waits
+                 : instruction.op == OpCode::BackwardWeight ? 0
+                                                            : in.backward_group_waits) /
+                v;
+            break;
+          }
+          case OpCode::ReduceGradients:
+            st.phase = Phase::kCollective, st.remaining = in.reduction_work;
+            break;
+          case OpCode::OptimizerStep:
+            st.phase = Phase::kBarrier;
+            break;
+          case OpCode::LoadMicroBatch:
+            break;  // no time: stays at kStart for the next instruction
+          default:
+            for (const auto& [key, sending] : ends(instruction, s, p)) {
+              Message& message = messages[key];
+              (sending ? message.sent : message.received) = now;
+              if (sending) message.seconds = in.p2p_seconds;
+              st.waiting.push_back(key);
+            }
+            st.phase = Phase::kTransfer;
+            break;
+        }
+      }
+    }
+  };
+
+  for (int guard = 0;; ++guard) {
+    if (guard > 100 * (m + p) * p + 1000)
+      throw std::logic_error("simulate_step: the schedule does not finish");
+    start_instructions();
+    bool done = true;
+    for (const StageState& st : state) done = done && st.phase == Phase::kDone;
+    if (done) break;
+    const std::vector<double>& rates = stage_rates.update(state);
+    double next = kInfinity;
+    for (int s = 0; s < p; ++s) {
+      const StageState& st = state[s];
+      const double rate = rates[s];
+      if (st.phase == Phase::kCompute) next = std::min(next, now + st.remaining / rate);
+      if (st.phase == Phase::kCollective) next = std::min(next, now + st.remaining / rate);
+      if (st.phase == Phase::kGroupWait) next = std::min(next, st.wait_until);
+      if (st.phase == Phase::kTransfer)
+        for (const MessageKey& key : st.waiting)
+          if (messages[key].posted()) next = std::min(next, messages[key].done());
+    }
+    if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
+    const double elapsed = next - now;
+    now = next;
+    for (int s = 0; s < p; ++s) {
+      StageState& st = state[s];
+      const double rate = rates[s];
+      if (st.phase == Phase::kCompute) {
+        st.remaining -= elapsed * rate;
+        if (st.remaining > epsilon * std::max(1.0, now)) continue;
+        const double wall = now - st.compute_started;
+        (st.op == OpCode::Forward         ? st.forward
+         : st.op == OpCode::OptimizerStep ? st.optimizer
+                                          : st.backward) += wall;
+        st.phase = Phase::kCollective, st.remaining = st.collectives_after;
+      } else if (st.phase == Phase::kCollective) {
+        st.remaining -= elapsed * rate;
+      }
+      if (st.phase == Phase::kCollective && st.remaining <= epsilon * std::max(1.0, now)) {
+        st.phase = st.waits_after > 0 ? Phase::kGroupWait : Phase::kStart;
+        st.wait_until = now + st.waits_after, st.waits_after = 0;
+      } else if (st.phase == Phase::kGroupWait && st.wait_until <= now + epsilon) {
+        st.phase = Phase::kStart;
+      }
+    }
+  }
+
+  SimulatedStep step;
+  for (const StageState& st : state) step.step_seconds = std::max(step.step_seconds, st.finished);
+  for (int s = 0; s < p; ++s) {
+    const StageState& st = state[s];
+    const SimulatedStageInput& in = inputs[s];
+    SimulatedStage stage;
+    stage.forward_wall = st.forward / m;
+    stage.backward_wall = st.backward / m;
+    stage.optimizer_wall = st.optimizer;
+    if (shared_cores) {
+      stage.transfer_seconds = st.transfer_work;
+    } else {
+      for (const PipelineInstruction& instruction : schedule.stages[s])
+        for (const auto& end : ends(instruction, s, p))
+          stage.transfer_seconds += end.second ? in.p2p_seconds : 0;
+    }
+    // (The group waits are waiting.)
+    const double busy = m * (in.forward_work + in.backward_work + in.forward_collectives +
+                             in.backward_collectives) +
+                        stage.transfer_seconds + in.reduction_work + in.optimizer_work;
+    stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
+    step.stages.push_back(stage);
+  }
+  return step;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,356 @@
+// schedule_placement.cc: interleaved 1F1B and ZB-H1. Each rank's compute order
+// (fixed, or chosen by a policy as ranks become free) is played out in unit
+// time; every transfer becomes one event on both ends at the moment its
+// producer finishes, and the streams are projections of that one global
+// sequence, so their sends and receives meet in order under rendezvous.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "planner/schedule/schedule.h"
+
+namespace paraplan {
+
+using schema::OpCode;
+using schema::ScheduleKind;
+
+namespace {
+
+// What a rank has available and done, in the time the placement plays out.
+struct RankProgress {
+  // Per chunk and micro-batch: when its input activation / output gradient
+  // arrived (-1: not yet), and whether F, B (input gradient) and W ran.
+  std::vector<std::vector<int>> activation_at, gradient_at;
+  std::vector<std::vector<char>> forwarded, input_done, weight_done;
+  int in_flight = 0;  // forwarded, W not done (all chunks)
+  int busy_until = 0;
+  size_t next = 0;  // position in a fixed compute order
+};
+
+struct Event {
+  int time;
+  int kind;  // 0: transfer (before a compute starting at the same time), 1: compute
+  int sequence;
+  int rank, chunk, micro_batch;
+  OpCode op;  // compute op, or SendActivation / SendGradient for a transfer
+  int to_rank, to_chunk;
+};
+
+class Placement {
+ public:
+  Placement(ScheduleKind kind, int p, int m, int v) : kind_(kind), p_(p), m_(m), v_(v), ranks_(p) {
+    for (RankProgress& r : ranks_) {
+      for (auto* table : {&r.activation_at, &r.gradient_at})
+        table->assign(v, std::vector<int>(m, -1));
+      for (auto* table : {&r.forwarded, &r.input_done, &r.weight_done})
+        table->assign(v, std::vector<char>(m, 0));
+    }
+    // Virtual stage 0 reads its tokens itself.
+    for (int mb = 0; mb < m; ++mb) ranks_[0].activation_at[0][mb] = 0;
+  }
+
+  const RankProgress& rank(int r) const { return ranks_[r]; }
+  int last_virtual_stage() const { return p_ * v_ - 1; }
+
+  // Whether op (micro-batch, chunk) of rank r may start at time `now`.
+  bool ready(int r, const PipelineInstruction& op, int now) const {
+    const RankProgress& rp = ranks_[r];
+    const int c = op.chunk, mb = op.micro_batch;
+    const bool last = c * p_ + r == last_virtual_stage();
+    auto arrived = [now](int at) { return at >= 0 && at <= now; };
+    switch (op.op) {
+      case OpCode::Forward:
+        return !rp.forwarded[c][mb] && arrived(rp.activation_at[c][mb]);
+      case OpCode::Backward:
+      case OpCode::BackwardInput:
+        return rp.forwarded[c][mb] && !rp.input_done[c][mb] &&
+               (last ? true : arrived(rp.gradient_at[c][mb]));
+      case OpCode::BackwardWeight:
+        return rp.input_done[c][mb] && !rp.weight_done[c][mb];
+      default:
+        return false;
+    }
+  }
+
+  // Starts op on rank r at `now`: records it, and the transfer its result
+  // makes when it finishes.
+  void start(int r, const PipelineInstruction& op, int now) {
+    RankProgress& rp = ranks_[r];
+    const int c = op.chunk, mb = op.micro_batch;
+    const int duration = op.op == OpCode::Backward ? 2 : 1;
+    const int end = now + duration;
+    rp.busy_until = end;
+    events_.push_back({now, 1, sequence_++, r, c, mb, op.op, -1, -1});
+    const int vs = c * p_ + r;
+    if (op.op == OpCode::Forward) {
+      rp.forwarded[c][mb] = 1;
+      rp.in_flight++;
+      if (vs < last_virtual_stage()) transfer(end, vs, vs + 1, mb, true);
+    } else {
+      if (op.op != OpCode::BackwardWeight) {
+        rp.input_done[c][mb] = 1;
+        if (vs > 0) transfer(end, vs, vs - 1, mb, false);
+      }
+      if (op.op != OpCode::BackwardInput) {
+        rp.weight_done[c][mb] = 1;
+        rp.in_flight--;
+      }
+    }
+  }
+
+  // Runs time forward, asking `pick` for each free rank's next op (nullopt:
+  // nothing ready), until every rank has done `ops_per_rank` compute ops.
+  PipelineSchedule run(const std::function<std::optional<PipelineInstruction>(int, int)>& pick,
+                       int ops_per_rank) {
+    std::vector<int> done(p_, 0);
+    int finished = 0;
+    for (int now = 0; finished < p_; ++now) {
+      if (now > 8 * (ops_per_rank + p_ * v_) + 16)
+        throw std::logic_error(std::string(schema::EnumNameScheduleKind(kind_)) +
+                               " p=" + std::to_string(p_) + " m=" + std::to_string(m_) + " v=" +
+                               std::to_string(v_) + ": the compute orders cannot be played out");
+      for (int r = 0; r < p_; ++r) {
+        if (done[r] == ops_per_rank || ranks_[r].busy_until > now) continue;
+        const std::optional<PipelineInstruction> op = pick(r, now);
+        if (!op) continue;
+        start(r, *op, now);
+        if (++done[r] == ops_per_rank) ++finished;
+      }
+    }
+    return project();
+  }
+
+ private:
+  void transfer(int time, int from_vs, int to_vs, int mb, bool activation) {
+    const int from_rank = from_vs % p_, to_rank = to_vs % p_, to_chunk = to_vs / p_;
+    events_.push_back({time, 0, sequence_++, from_rank, from_vs / p_, mb,
+                       activation ? OpCode::SendActivation : OpCode::SendGradient, to_rank,
+                       to_chunk});
+    auto& at = activation ? ranks_[to_rank].activation_at : ranks_[to_rank].gradient_at;
+    at[to_chunk][mb] = time;
+  }
+
+  PipelineSchedule project() {
+    std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
+      return std::tie(a.time, a.kind, a.sequence) < std::tie(b.time, b.kind, b.sequence);
+    });
+    PipelineSchedule schedule{kind_, p_, m_, std::vector<InstructionStream>(p_), v_};
+    for (const Event& e : events_) {
+      InstructionStream& own = schedule.stages[e.rank];
+      if (e.kind == 1) {
+        const int vs = e.chunk * p_ + e.rank;
+        if (e.op == OpCode::Forward && (vs == 0 || vs == last_virtual_stage()))
+          own.push_back({OpCode::LoadMicroBatch, e.micro_batch, -1, e.chunk});
+        own.push_back({e.op, e.micro_batch, -1, e.chunk});
+        continue;
+      }
+      own.push_back({e.op, e.micro_batch, -1, e.chunk});
+      const OpCode receive =
+          e.op == OpCode::SendActivation ? OpCode::RecvActivation : OpCode::RecvGradient;
+      schedule.stages[e.to_rank].push_back({receive, e.micro_batch, -1, e.to_chunk});
+    }
+    for (InstructionStream& stream : schedule.stages) {
+      stream.push_back({OpCode::ReduceGradients, -1, -1, 0});
+      stream.push_back({OpCode::OptimizerStep, -1, -1, 0});
+    }
+    return schedule;
+  }
+
+  ScheduleKind kind_;
+  int p_, m_, v_;
+  std::vector<RankProgress> ranks_;
+  std::vector<Event> events_;
+  int sequence_ = 0;
+};
+
+void check_shape(const char* what, int p, int m, int v) {
+  if (p < 1 || m < 1 || v < 1)
+    throw std::invalid_argument(
+        std::string(what) + ": num_stages (" + std::to_string(p) + "), num_micro_batches (" +
+        std::to_string(m) + ") and virtual_stages (" + std::to_string(v) + ") must all be >= 1");
+}
+
+// Megatron-core's get_schedule_table: (micro-batch, chunk) of each forward.
+std::vector<std::pair<int, int>> interleaved_table(int p, int m, int v) {
+  std::vector<std::pair<int, int>> table;
+  for (int first = 0; first < m; first += p) {
+    const int end = first + p >= m ? m : first + p;  // the last group takes the rest
+    for (int chunk = 0; chunk < v; ++chunk)
+      for (int mb = first; mb < end; ++mb) table.emplace_back(mb, chunk);
+  }
+  return table;
+}
+
+// Each rank's compute order: warm-up forwards, then one forward and one
+// backward, then the remaining backwards.
+std::vector<InstructionStream> interleaved_orders(int p, int m, int v, int extra_warmup);
+
+// Whether the compute orders can run at all: every op's inputs come from ops
+// that can run first (no cycle through the ranks' orders).
+bool orders_can_run(int p, int m, int v, const std::vector<InstructionStream>& orders) {
+  std::vector<std::vector<char>> forwarded(p * v, std::vector<char>(m, 0)),
+      backwarded(p * v, std::vector<char>(m, 0));
+  std::vector<size_t> next(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      for (; next[r] < orders[r].size(); ++next[r], progress = true) {
+        const PipelineInstruction& op = orders[r][next[r]];
+        const int vs = op.chunk * p + r, mb = op.micro_batch;
+        if (op.op == OpCode::Forward) {
+          if (vs > 0 && !forwarded[vs - 1][mb]) break;
+          forwarded[vs][mb] = 1;
+        } else {
+          if (vs + 1 < p * v && !backwarded[vs + 1][mb]) break;
+          backwarded[vs][mb] = 1;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r)
+    if (next[r] < orders[r].size()) return false;
+  return true;
+}
+
+// Megatron-core's warm-up leaves a dependency cycle for some m not a multiple
+// of p, where its shorter last group changes chunk sooner (p = 4, m = 5, v = 3:
+// rank 0 forwards micro-batch 4's last chunk before its first backward, which
+// waits on rank 3, whose forward of micro-batch 4's middle chunk comes after
+// its own first backward). The fewest extra warm-up forwards on every rank
+// that remove it (0 when m is a multiple of p).
+int interleaved_extra_warmup(int p, int m, int v) {
+  if (m % p == 0) return 0;
+  // The memory model asks for every shape it prices: remember the answers.
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find({p, m, v}); it != known.end()) return it->second;
+  }
+  int extra = 0;
+  while (extra < m * v && !orders_can_run(p, m, v, interleaved_orders(p, m, v, extra))) ++extra;
+  std::lock_guard<std::mutex> lock(mutex);
+  known[{p, m, v}] = extra;
+  return extra;
+}
+
+int interleaved_warmup(int p, int m, int v, int rank, int extra) {
+  const int total = m * v;
+  if (m == p) return total;
+  return std::min(2 * (p - rank - 1) + (v - 1) * p + extra, total);
+}
+
+std::vector<InstructionStream> interleaved_orders(int p, int m, int v, int extra_warmup) {
+  const std::vector<std::pair<int, int>> table = interleaved_table(p, m, v);
+  const int total = m * v;
+  std::vector<InstructionStream> orders(p);
+  for (int r = 0; r < p; ++r) {
+    const int warmup = interleaved_warmup(p, m, v, r, extra_warmup);
+    auto forward = [&](int k) {
+      orders[r].push_back({OpCode::Forward, table[k].first, -1, table[k].second});
+    };
+    auto backward = [&](int k) {
+      orders[r].push_back({OpCode::Backward, table[k].first, -1, v - 1 - table[k].second});
+    };
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int k = warmup; k < total; ++k) {
+      forward(k);
+      backward(k - warmup);
+    }
+    for (int k = total - warmup; k < total; ++k) backward(k);
+  }
+  return orders;
+}
+
+}  // namespace
+
+PipelineSchedule schedule_from_orders(ScheduleKind kind, int num_stages, int num_micro_batches,
+                                      int virtual_stages,
+                                      const std::vector<InstructionStream>& compute_orders) {
+  check_shape("schedule_from_orders", num_stages, num_micro_batches, virtual_stages);
+  if (static_cast<int>(compute_orders.size()) != num_stages)
+    throw std::invalid_argument("schedule_from_orders: one compute order per rank needed");
+  const size_t ops = compute_orders[0].size();
+  for (const InstructionStream& order : compute_orders)
+    if (order.size() != ops)
+      throw std::invalid_argument("schedule_from_orders: every rank needs as many compute ops");
+  Placement placement(kind, num_stages, num_micro_batches, virtual_stages);
+  std::vector<size_t> next(num_stages, 0);
+  return placement.run(
+      [&](int r, int now) -> std::optional<PipelineInstruction> {
+        const PipelineInstruction& op = compute_orders[r][next[r]];
+        if (!placement.ready(r, op, now)) return std::nullopt;
+        ++next[r];
+        return op;
+      },
+      static_cast<int>(ops));
+}
+
+PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages) {
+  const int p = num_stages, m = num_micro_batches, v = virtual_stages;
+  check_shape("interleaved 1F1B", p, m, v);
+  if (p < 2)
+    throw std::invalid_argument("interleaved 1F1B needs at least 2 pipeline stages (got " +
+                                std::to_string(p) + "); with one, use 1F1B");
+  if (m < p)
+    throw std::invalid_argument(
+        "interleaved 1F1B needs num_micro_batches >= pipeline stages (got " + std::to_string(m) +
+        " < " + std::to_string(p) +
+        "): Megatron-core runs groups of p micro-batches per model chunk");
+  const std::vector<InstructionStream> orders =
+      interleaved_orders(p, m, v, interleaved_extra_warmup(p, m, v));
+  return schedule_from_orders(ScheduleKind::Interleaved1F1B, p, m, v, orders);
+}
+
+PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches) {
+  const int p = num_stages, m = num_micro_batches;
+  check_shape("ZB-H1", p, m, 1);
+  const int cap = in_flight_bound(ScheduleKind::ZeroBubbleH1, p, m, 1, 0);
+  Placement placement(ScheduleKind::ZeroBubbleH1, p, m, 1);
+  // Micro-batches go through each kind of op in ascending order.
+  std::vector<int> next_f(p, 0), next_b(p, 0), next_w(p, 0);
+  return placement.run(
+      [&](int r, int now) -> std::optional<PipelineInstruction> {
+        const PipelineInstruction b{OpCode::BackwardInput, next_b[r], -1, 0};
+        if (next_b[r] < m && placement.ready(r, b, now)) {
+          ++next_b[r];
+          return b;
+        }
+        const PipelineInstruction f{OpCode::Forward, next_f[r], -1, 0};
+        if (next_f[r] < m && placement.rank(r).in_flight < cap && placement.ready(r, f, now)) {
+          ++next_f[r];
+          return f;
+        }
+        const PipelineInstruction w{OpCode::BackwardWeight, next_w[r], -1, 0};
+        if (next_w[r] < m && placement.ready(r, w, now)) {
+          ++next_w[r];
+          return w;
+        }
+        return std::nullopt;
+      },
+      3 * m);
+}
+
+int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, int virtual_stages,
+                    int pipeline_rank) {
+  const int p = num_stages, m = num_micro_batches, v = virtual_stages;
+  switch (kind) {
+    case ScheduleKind::GPipe:
+      return m;
+    case ScheduleKind::Interleaved1F1B:
+      if (p < 2 || m < p || v < 1) return m * std::max(v, 1);  // no such schedule
+      return std::min(
+          interleaved_warmup(p, m, v, pipeline_rank, interleaved_extra_warmup(p, m, v)) + 1, m * v);
+    case ScheduleKind::ZeroBubbleH1:
+      return std::min(p, m);
+    default:
+      return std::min(p - pipeline_rank, m);
+  }
+}
+
+}  // namespace paraplan

@@ -1,0 +1,412 @@
+// search.cc: settings enumeration, bound-ordered pruning, threads and top-k of
+// the plan search (see plan_search.h).
+#include "planner/search/plan_search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+
+#include "planner/cost/plan_estimate.h"
+#include "planner/cost/profile.h"
+#include "planner/search/ilp_solver.h"
+
+namespace paraplan {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+std::string str(int64_t value) {
+  return std::to_string(value);
+}
+
+std::string setting_name(const PlanSetting& setting) {
+  return "pp " + str(setting.shape.pipeline_stages) + " x dp " + str(setting.shape.data_parallel) +
+         " x tp " + str(setting.shape.tensor_parallel) +
+         (setting.shape.sequence_parallel ? " (sequence parallel)" : "") + ", micro-batch " +
+         str(setting.micro_batch_size) + " x " + str(setting.num_micro_batches) + ", ZeRO " +
+         str(setting.zero_stage) +
+         (setting.schedule.kind == schema::ScheduleKind::OneForwardOneBackward
+              ? ""
+              : ", " + schedule_choice_name(setting.schedule));
+}
+
+// "32 GB (memory_constraint)" or "77.6 GB (device_memory_gb 79.6 less
+// reserved_memory_gb 2)": the per-device limit and what sets it.
+std::string memory_limit_text(const JobConfig& config) {
+  const ClusterConfig& cluster = config.cluster;
+  std::ostringstream text;
+  text << plan_memory_limit_gb(config) << " GB (";
+  if (config.planner.memory_constraint <= cluster.device_memory_gb - cluster.reserved_memory_gb)
+    text << "memory_constraint)";
+  else
+    text << "device_memory_gb " << cluster.device_memory_gb << " less reserved_memory_gb "
+         << cluster.reserved_memory_gb << ")";
+  return text.str();
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", seconds);
+  return text;
+}
+
+std::tuple<int, int, bool, int, int, int, int, int, int> setting_key(const PlanSetting& s) {
+  return {s.shape.pipeline_stages,
+          s.shape.tensor_parallel,
+          s.shape.sequence_parallel,
+          s.shape.data_parallel,
+          -s.micro_batch_size,
+          s.zero_stage,
+          s.zero_ngroups,
+          static_cast<int>(s.schedule.kind),
+          s.schedule.virtual_stages};
+}
+
+struct PendingSetting {
+  PlanSetting setting;
+  double lower_bound = 0;
+};
+
+PartitionProblem make_problem(const JobConfig& config, const SearchSpace& space,
+                              const StageCostModel& costs, double prune) {
+  PartitionProblem problem;
+  problem.costs = &costs;
+  problem.layers = &space.layer_recompute;
+  problem.boundary_allowed = space.boundaries_restricted ? &space.boundary_allowed : nullptr;
+  problem.pinned_layers = space.pinned_layers.empty() ? nullptr : &space.pinned_layers;
+  if (costs.num_stages() > 1)
+    problem.min_unbalance_ratio = config.planner.max_pipeline_unbalance_ratio;
+  problem.prune_at_or_above = prune;
+  return problem;
+}
+
+PartitionResult solve_setting(const JobConfig& config, const PartitionProblem& problem) {
+  if (config.planner.solver == PlannerSolver::IntegerLinearProgramming)
+    return solve_partition_ilp(problem);
+  return solve_partition(problem);
+}
+
+RejectionKind rejection_kind(PartitionStatus status) {
+  switch (status) {
+    case PartitionStatus::Unbalanced:
+      return RejectionKind::Unbalanced;
+    case PartitionStatus::NoValidBoundaries:
+      return RejectionKind::NoValidBoundaries;
+    default:
+      return RejectionKind::DoesNotFit;
+  }
+}
+
+}  // namespace
+
+bool ranks_before(const PlanCandidate& a, const PlanCandidate& b) {
+  const auto key = [](const PlanCandidate& c) {
+    const PlanSetting& s = c.setting;
+    return std::make_tuple(c.estimate.prediction.step_seconds, s.shape.pipeline_stages,
+                           s.shape.tensor_parallel, s.zero_stage, -s.micro_batch_size,
+                           s.zero_ngroups, s.shape.sequence_parallel,
+                           static_cast<int>(s.schedule.kind), s.schedule.virtual_stages);
+  };
+  return key(a) < key(b);
+}
+
+PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting,
+                             const std::vector<RecomputeRange>& layer_recompute,
+                             const StagePartition& partition, const MeasuredProfile* profile) {
+  PlanCandidate candidate;
+  candidate.setting = setting;
+  const int p = setting.shape.pipeline_stages;
+  for (int s = 0; s < p; ++s) {
+    StageLayout layout;
+    layout.first_layer = partition.first_layer[s];
+    layout.num_layers = partition.num_layers[s];
+    layout.has_embedding = s == 0;
+    layout.has_head = s == p - 1;
+    const std::vector<RecomputeRange> ranges(
+        layer_recompute.begin() + layout.first_layer,
+        layer_recompute.begin() + layout.first_layer + layout.num_layers);
+    layout.recompute = assign_recompute(ranges, partition.recompute[s].to_selective,
+                                        partition.recompute[s].to_full);
+    candidate.stages.push_back(std::move(layout));
+  }
+  candidate.estimate = evaluate_plan(config, setting, candidate.stages, profile);
+  return candidate;
+}
+
+SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfile* profile) {
+  const auto start = std::chrono::steady_clock::now();
+  SearchResult result;
+  result.space = resolve_search_space(config);
+  const SearchSpace& space = result.space;
+  const PlannerOptions& options = config.planner;
+  const int global = config.training.global_batch_size;
+
+  // Every setting, with the cheap filters applied.
+  std::vector<PendingSetting> pending;
+  for (const ParallelShape& shape : space.meshes) {
+    const int dp = shape.data_parallel, p = shape.pipeline_stages;
+    std::vector<std::pair<int, int>> zero_settings;  // (stage, groups)
+    for (int zero : space.zero_stages) {
+      if (zero == 0) {
+        zero_settings.push_back({0, 1});
+      } else if (dp % space.zero_ngroups != 0) {
+        SettingRejection rejection;
+        rejection.setting.shape = shape;
+        rejection.setting.layout = space.layout;
+        rejection.setting.zero_stage = 1;
+        rejection.kind = RejectionKind::ZeroGroups;
+        rejection.reason = "[planner] zero_ngroups = " + str(space.zero_ngroups) +
+                           " does not divide dp " + str(dp);
+        result.rejections.push_back(rejection);
+      } else if (dp > 1 || config.was_set("planner.zero_stage")) {
+        zero_settings.push_back({1, space.zero_ngroups});
+      }
+    }
+    const std::vector<int> sizes = micro_batch_sizes(space, config, dp);
+    if (sizes.empty()) {
+      SettingRejection rejection;
+      rejection.setting.shape = shape;
+      rejection.setting.layout = space.layout;
+      rejection.kind = RejectionKind::MicroBatch;
+      rejection.reason =
+          "[training] global_batch_size (" + str(global) + ") must equal " +
+          (space.fixed_micro_batch_size > 0
+               ? space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) + ")"
+               : std::string("micro_batch_size")) +
+          " x " +
+          (space.fixed_num_micro_batches > 0
+               ? "[planner] update_freq (" + str(space.fixed_num_micro_batches) + ")"
+               : std::string("the micro-batch count")) +
+          " x data-parallel degree (" + str(dp) + ")";
+      result.rejections.push_back(rejection);
+      continue;
+    }
+    for (int b : sizes) {
+      const int m = global / (dp * b);
+      for (const auto& [zero, groups] : zero_settings) {
+        const PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
+        for (const ScheduleChoice& choice : schedule_choices(
+                 config, base, space.boundaries_restricted || !space.pinned_layers.empty())) {
+          PlanSetting setting = base;
+          setting.schedule = choice;
+          ++result.statistics.settings;
+          result.settings.push_back(setting);
+          // ZB-H1's bubble is counted as 1F1B's here (its W share is not known yet).
+          const double bubble = pipeline_bubble_ratio(setting);
+          if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
+            SettingRejection rejection;
+            rejection.setting = setting;
+            rejection.kind = RejectionKind::Bubble;
+            char text[200];
+            std::snprintf(text, sizeof(text),
+                          choice.kind == schema::ScheduleKind::Interleaved1F1B
+                              ? "bubble ratio %.3f = ((p - 1) / v) / (m + (p - 1) / v) exceeds "
+                                "max_pipeline_bubble_ratio = %g"
+                              : "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
+                                "max_pipeline_bubble_ratio = %g",
+                          bubble, options.max_pipeline_bubble_ratio);
+            rejection.reason = text;
+            result.rejections.push_back(rejection);
+            continue;
+          }
+          pending.push_back({setting, 0});
+        }
+      }
+    }
+  }
+  for (PendingSetting& item : pending)
+    item.lower_bound = partition_step_lower_bound(StageCostModel(config, item.setting, profile));
+  std::stable_sort(pending.begin(), pending.end(),
+                   [](const PendingSetting& a, const PendingSetting& b) {
+                     return a.lower_bound < b.lower_bound;
+                   });
+
+  // [planner] verbose: lines keyed by setting so the order does not depend on threads.
+  std::vector<std::pair<PlanSetting, std::string>> log;
+  const bool verbose = options.verbose;
+  for (const SettingRejection& rejection : result.rejections)
+    if (verbose) log.push_back({rejection.setting, "rejected: " + rejection.reason});
+
+  // Workers share the ranked list and its k-th step, the pruning bound.
+  const size_t topk = static_cast<size_t>(options.topk);
+  std::mutex mutex;
+  std::atomic<size_t> next{0};
+  double kth_step = kInfinity;
+  constexpr int kKinds = static_cast<int>(schema::ScheduleKind::MAX) + 1;
+  std::vector<std::optional<PlanCandidate>> kind_best(kKinds);
+  auto kind_bound = [&](const PlanSetting& setting) {
+    const auto& best = kind_best[static_cast<int>(setting.schedule.kind)];
+    return std::max(kth_step, best ? best->estimate.prediction.step_seconds : kInfinity);
+  };
+  auto worker = [&]() {
+    while (true) {
+      const size_t index = next.fetch_add(1);
+      if (index >= pending.size()) return;
+      const PendingSetting& item = pending[index];
+      double bound;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        bound = kind_bound(item.setting);
+        if (item.lower_bound >= bound) {
+          ++result.statistics.skipped_by_bound;
+          if (verbose)
+            log.push_back({item.setting, "skipped: step lower bound " +
+                                             seconds_text(item.lower_bound) +
+                                             " s cannot beat the top-" + str(options.topk) +
+                                             " bound " + seconds_text(bound) + " s"});
+          continue;
+        }
+      }
+      const StageCostModel costs(config, item.setting, profile);
+      const PartitionResult solved =
+          solve_setting(config, make_problem(config, space, costs, bound));
+      PlanCandidate candidate;
+      PartitionStatus status = solved.status;
+      std::string reason = solved.reason;
+      if (status == PartitionStatus::Found) {
+        const int chunks = item.setting.schedule.virtual_stages;
+        for (int layers : solved.partition.num_layers)
+          if (layers < chunks) {
+            status = PartitionStatus::NoValidBoundaries;
+            reason = "interleaved with " + str(chunks) +
+                     " chunks per rank needs as many layers on every rank; the best partition "
+                     "gives one " +
+                     str(layers);
+          }
+      }
+      if (status == PartitionStatus::Found)
+        candidate =
+            make_candidate(config, item.setting, space.layer_recompute, solved.partition, profile);
+      std::lock_guard<std::mutex> lock(mutex);
+      ++result.statistics.solved;
+      result.statistics.slots_evaluated += solved.slots_evaluated;
+      if (verbose) {
+        std::string line;
+        if (status == PartitionStatus::Found) {
+          line = "best partition: step " +
+                 seconds_text(candidate.estimate.prediction.step_seconds) + " s, blocks per stage";
+          for (const StageLayout& stage : candidate.stages) line += " " + str(stage.num_layers);
+        } else if (status == PartitionStatus::Pruned) {
+          line = "stopped: no partition beats the top-" + str(options.topk) + " bound " +
+                 seconds_text(bound) + " s";
+        } else {
+          line = "rejected: " + reason;
+        }
+        log.push_back({item.setting, line});
+      }
+      if (status == PartitionStatus::Found) {
+        auto& best = kind_best[static_cast<int>(item.setting.schedule.kind)];
+        if (!best || ranks_before(candidate, *best)) best = candidate;
+        auto& ranked = result.ranked;
+        ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), candidate, ranks_before),
+                      std::move(candidate));
+        if (ranked.size() > topk) ranked.pop_back();
+        if (ranked.size() == topk) kth_step = ranked.back().estimate.prediction.step_seconds;
+      } else if (status == PartitionStatus::Pruned) {
+        ++result.statistics.pruned_in_search;
+      } else {
+        SettingRejection rejection;
+        rejection.setting = item.setting;
+        rejection.kind = rejection_kind(status);
+        rejection.reason = reason;
+        result.rejections.push_back(rejection);
+      }
+    }
+  };
+  const int threads = std::max(1, std::min<int>(options.nproc, static_cast<int>(pending.size())));
+  if (threads <= 1) {
+    worker();
+  } else {
+    // A worker's exception stops the others and is rethrown here.
+    std::exception_ptr failure;
+    auto guarded = [&]() {
+      try {
+        worker();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();
+        next.store(pending.size());
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) pool.emplace_back(guarded);
+    for (std::thread& thread : pool) thread.join();
+    if (failure) std::rethrow_exception(failure);
+  }
+  for (auto& best : kind_best)
+    if (best) result.best_per_schedule.push_back(std::move(*best));
+  // Rejections in a fixed order whatever the thread timing.
+  std::stable_sort(result.rejections.begin(), result.rejections.end(),
+                   [](const SettingRejection& a, const SettingRejection& b) {
+                     const auto key = [](const SettingRejection& r) {
+                       const PlanSetting& s = r.setting;
+                       return std::make_tuple(static_cast<int>(r.kind), s.shape.pipeline_stages,
+                                              s.shape.tensor_parallel, s.micro_batch_size,
+                                              s.zero_stage, s.shape.sequence_parallel);
+                     };
+                     return key(a) < key(b);
+                   });
+  if (verbose) {
+    std::stable_sort(log.begin(), log.end(), [](const auto& a, const auto& b) {
+      return setting_key(a.first) < setting_key(b.first);
+    });
+    for (const auto& [setting, line] : log)
+      result.log.push_back(setting_name(setting) + ": " + line);
+  }
+  result.statistics.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
+                            const MeasuredProfile* profile) {
+  (void)profile;
+  std::string message = config.source + ": no feasible plan for " +
+                        str(result.space.layout.world_size()) + " devices (" +
+                        str(result.space.layout.num_nodes) + " node" +
+                        (result.space.layout.num_nodes == 1 ? "" : "s") + " x " +
+                        str(result.space.layout.devices_per_node) + ").";
+  // The most memory-friendly rejected setting explains the binding constraint:
+  // smallest micro-batch, then most model parallelism, then ZeRO.
+  const SettingRejection* closest = nullptr;
+  int counts[6] = {0, 0, 0, 0, 0, 0};
+  for (const SettingRejection& rejection : result.rejections) {
+    ++counts[static_cast<int>(rejection.kind)];
+    if (rejection.kind != RejectionKind::DoesNotFit) continue;
+    const auto key = [](const SettingRejection& r) {
+      const PlanSetting& s = r.setting;
+      return std::make_tuple(s.micro_batch_size, -s.shape.pipeline_stages * s.shape.tensor_parallel,
+                             -s.zero_stage, -s.shape.pipeline_stages);
+    };
+    if (closest == nullptr || key(rejection) < key(*closest)) closest = &rejection;
+  }
+  if (closest != nullptr)
+    message += " Memory binds: with " + setting_name(closest->setting) + ", " + closest->reason +
+               ". Raise memory_constraint (the limit is " + memory_limit_text(config) +
+               "), add recompute, use more devices or a smaller micro-batch.";
+  for (const SettingRejection& rejection : result.rejections) {
+    if (rejection.kind == RejectionKind::DoesNotFit) continue;
+    if (counts[static_cast<int>(rejection.kind)] < 0) continue;  // named already
+    message += " " + str(counts[static_cast<int>(rejection.kind)]) + " setting(s) like " +
+               setting_name(rejection.setting) + ": " + rejection.reason + ".";
+    counts[static_cast<int>(rejection.kind)] = -1;
+  }
+  return message;
+}
+
+SearchResult search_plans(const JobConfig& config, const MeasuredProfile* profile) {
+  SearchResult result = search_plans_unchecked(config, profile);
+  if (result.ranked.empty()) throw std::runtime_error(explain_no_plan(config, result, profile));
+  return result;
+}
+
+}  // namespace paraplan

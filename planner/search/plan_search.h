@@ -1,0 +1,87 @@
+// plan_search.h: the plan search over meshes x micro-batch sizes x ZeRO x stage
+// partitions, keeping the top-k plans under the cost model.
+//
+// For every setting (mesh from search_space.h, micro-batch size, ZeRO stage and
+// groups) the partition search (stage_partition.h, or the ILP when solver =
+// 'ilp') finds its best partition and recompute. Settings are visited in order of
+// a cheap lower bound on their step time and skipped once that bound cannot beat
+// the k-th best plan so far, so the result is the exact top-k of the per-setting
+// optima. Filters: max_pipeline_bubble_ratio (when the pipeline degree is searched,
+// 'auto'), max_pipeline_unbalance_ratio (any pipeline). nproc threads share the
+// settings and the bound; the result does not depend on nproc.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/search/plan_candidate.h"
+#include "planner/search/search_space.h"
+#include "planner/search/stage_partition.h"
+
+namespace paraplan {
+
+class MeasuredProfile;
+
+enum class RejectionKind {
+  DoesNotFit,         // no partition fits the memory limit
+  Unbalanced,         // max_pipeline_unbalance_ratio
+  Bubble,             // max_pipeline_bubble_ratio
+  NoValidBoundaries,  // pivots / pins leave no partition
+  ZeroGroups,         // zero_ngroups does not divide dp
+  MicroBatch,         // the fixed micro-batching does not divide the batch
+};
+
+struct SettingRejection {
+  PlanSetting setting;
+  RejectionKind kind = RejectionKind::DoesNotFit;
+  std::string reason;  // filled for the rejections the report names
+};
+
+struct SearchStatistics {
+  long long settings = 0;          // (mesh, micro-batch, ZeRO) combinations
+  long long skipped_by_bound = 0;  // whose lower bound could not beat the top-k
+  long long solved = 0;            // partition searches run (found, rejected or pruned)
+  long long pruned_in_search = 0;  // of those, stopped early by the top-k bound
+  long long slots_evaluated = 0;   // stage recompute choices computed
+  double seconds = 0;
+};
+
+struct SearchResult {
+  SearchSpace space;
+  std::vector<PlanCandidate> ranked;  // best first, at most topk
+  // The best plan of each schedule kind searched (any virtual stages), in
+  // ScheduleKind order: the report's comparison of the kinds. The search
+  // skips a setting only when it can beat neither the top-k nor its kind's best.
+  std::vector<PlanCandidate> best_per_schedule;
+  // Every setting enumerated (statistics.settings of them), in enumeration order.
+  std::vector<PlanSetting> settings;
+  std::vector<SettingRejection> rejections;
+  SearchStatistics statistics;
+  // [planner] verbose: one line per setting, what the search decided and why,
+  // in setting order.
+  std::vector<std::string> log;
+};
+
+// Runs the search. Throws std::runtime_error when no plan is feasible, naming the
+// binding constraint with numbers (see explain_no_plan).
+SearchResult search_plans(const JobConfig& config, const MeasuredProfile* profile = nullptr);
+
+// The same without throwing: ranked may be empty.
+SearchResult search_plans_unchecked(const JobConfig& config,
+                                    const MeasuredProfile* profile = nullptr);
+
+// The message search_plans throws when result.ranked is empty.
+std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
+                            const MeasuredProfile* profile = nullptr);
+
+// A partition turned into a full candidate (layouts with per-layer recompute,
+// the model's estimate).
+PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting,
+                             const std::vector<RecomputeRange>& layer_recompute,
+                             const StagePartition& partition, const MeasuredProfile* profile);
+
+// Orders candidates: faster first, then fewer stages, less TP, no ZeRO, larger
+// micro-batches, no sequence parallelism.
+bool ranks_before(const PlanCandidate& a, const PlanCandidate& b);
+
+}  // namespace paraplan

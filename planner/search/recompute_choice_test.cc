@@ -1,0 +1,63 @@
+// recompute_choice_test.cc: the fastest recompute assignment that fits a stage,
+// against every assignment with fewer upgrades.
+#include "planner/search/recompute_choice.h"
+
+#include <gtest/gtest.h>
+
+namespace paraplan {
+namespace {
+
+using schema::RecomputeMode;
+
+// GPT-3 175B in bf16 on 128 nodes of 8 A100s (as stage_cost_test.cc's).
+JobConfig gpt3() {
+  return parse_job_config("", "gpt3.toml",
+                          {{"model.num_layers", "96"},
+                           {"model.d_model", "12288"},
+                           {"model.num_heads", "96"},
+                           {"model.seq_len", "2048"},
+                           {"model.vocab_size", "51200"},
+                           {"model.dtype", "bfloat16"},
+                           {"training.global_batch_size", "1536"},
+                           {"training.total_steps", "10"},
+                           {"cluster.preset", "a100-80g"},
+                           {"cluster.num_nodes", "128"},
+                           {"planner.opt_resident_coef", "6"}});
+}
+
+TEST(StageCostTest, RecomputeChoiceIsTheFastestThatFits) {
+  const JobConfig base = gpt3();
+  const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 1, 1, {}};
+  // Stage 0 holds 8 micro-batches; give it 12 blocks under limits from loose to tight.
+  RecomputeClassCounts free_blocks;
+  free_blocks.add({RecomputeMode::None, RecomputeMode::Full}, 12);
+  double previous_slot = 0;
+  for (double limit : {80.0, 40.0, 30.0, 25.0}) {
+    JobConfig config = base;
+    config.planner.memory_constraint = limit;
+    const StageCostModel costs(config, setting);
+    const RecomputeChoice choice = choose_recompute(costs, 0, free_blocks);
+    ASSERT_TRUE(choice.fits) << limit;
+    EXPECT_LE(choice.memory.total(), limit * (1 << 30));
+    EXPECT_GE(choice.slot_seconds, previous_slot);  // tighter limits cost time
+    previous_slot = choice.slot_seconds;
+    // No assignment with fewer upgrades fits.
+    for (int x = 0; x <= 12; ++x)
+      for (int y = 0; y <= x; ++y) {
+        const RecomputeCounts counts{12 - x, x - y, y};
+        if (costs.fits(costs.memory(0, counts))) {
+          EXPECT_GE(costs.slot_seconds(0, counts), choice.slot_seconds);
+        }
+      }
+  }
+  // At 80 GB selective recompute of a few blocks is enough; at 25 GB blocks recompute fully.
+  JobConfig loose = base;
+  loose.planner.memory_constraint = 80;
+  EXPECT_EQ(choose_recompute(StageCostModel(loose, setting), 0, free_blocks).counts.full, 0);
+  JobConfig tight = base;
+  tight.planner.memory_constraint = 25;
+  EXPECT_GT(choose_recompute(StageCostModel(tight, setting), 0, free_blocks).counts.full, 0);
+}
+
+}  // namespace
+}  // namespace paraplan

@@ -1,0 +1,319 @@
+// search_space.cc: resolve_search_space, the candidate meshes, micro-batch sizes
+// and ZeRO settings, and their narrowing by the partition-constraints file
+// (rules in search_space.h).
+#include "planner/search/search_space.h"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include "planner/cost/model_counts.h"
+#include "planner/job/module_names.h"
+#include "schema/model_limits.h"
+
+namespace paraplan {
+
+using schema::RecomputeMode;
+
+namespace {
+
+std::string str(int64_t value) {
+  return std::to_string(value);
+}
+
+[[noreturn]] void fail(const JobConfig& config, const std::string& message) {
+  throw std::runtime_error(config.source + ": " + message);
+}
+
+// Why tensor-parallel degree t cannot split the model, or "" when it can.
+std::string tensor_parallel_problem(const JobConfig& config, int t, int devices_per_node) {
+  const ModelConfig& m = config.model;
+  if (devices_per_node % t != 0)
+    return "does not divide the " + str(devices_per_node) +
+           " devices per node (a tensor-parallel group sits inside one node)";
+  if (m.num_heads % t != 0) return "does not divide [model] num_heads = " + str(m.num_heads);
+  if (kv_heads(m) % t != 0)
+    return "does not divide [model] num_kv_heads = " + str(kv_heads(m)) +
+           " (each tensor-parallel rank holds whole KV heads)";
+  if (m.d_model % t != 0) return "does not divide [model] d_model = " + str(m.d_model);
+  if (m.ffn_size % t != 0) return "does not divide [model] ffn_size = " + str(m.ffn_size);
+  if (m.vocab_size % t != 0)
+    return "does not divide [model] vocab_size = " + str(m.vocab_size) +
+           " (the runtime splits the vocabulary over the tensor-parallel ranks; pad vocab_size "
+           "to a multiple of " +
+           str(t) + ", e.g. " + str((m.vocab_size + t - 1) / t * t) + ")";
+  return "";
+}
+
+const char* mode_name(RecomputeMode mode) {
+  return mode == RecomputeMode::Full        ? "full"
+         : mode == RecomputeMode::Selective ? "selective"
+                                            : "none";
+}
+
+}  // namespace
+
+std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
+                                            std::vector<std::string>& excluded) {
+  const std::optional<bool> asked = config.planner.sequence_parallel;
+  if (tp == 1 || asked == false) return {false};
+  if (config.model.seq_len % tp != 0) {
+    if (asked == true) {
+      const std::string reason = "tp " + std::to_string(tp) +
+                                 ": [planner] sequence_parallel = true, but tp does not divide "
+                                 "seq_len " +
+                                 std::to_string(config.model.seq_len);
+      if (std::find(excluded.begin(), excluded.end(), reason) == excluded.end())
+        excluded.push_back(reason);
+      return {};
+    }
+    return {false};
+  }
+  if (asked == true) return {true};
+  return {false, true};
+}
+
+SearchSpace resolve_search_space(const JobConfig& config) {
+  validate_job_config(config);
+  const PlannerOptions& p = config.planner;
+  const ModelConfig& model = config.model;
+  SearchSpace space;
+  space.layout = resolve_device_layout(config);
+  const int world = space.layout.world_size();
+  const int global = config.training.global_batch_size;
+
+  // Fixed degrees must fit the world and the model.
+  const int fixed_pp = p.pipeline_nstages, fixed_tp = p.tensor_parallel_degree,
+            fixed_dp = p.data_parallel_degree;
+  space.pipeline_fixed = fixed_pp > 0;
+  for (const auto& [name, degree] : {std::pair<const char*, int>{"pipeline_nstages", fixed_pp},
+                                     {"tensor_parallel_degree", fixed_tp},
+                                     {"data_parallel_degree", fixed_dp}})
+    if (degree > 0 && world % degree != 0)
+      fail(config, std::string("[planner] ") + name + " = " + str(degree) +
+                       " does not divide the world size " + str(world) + "; choose a divisor of " +
+                       str(world));
+  const int64_t fixed_product =
+      int64_t{std::max(fixed_pp, 1)} * std::max(fixed_tp, 1) * std::max(fixed_dp, 1);
+  if (world % fixed_product != 0 ||
+      (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 && fixed_product != world))
+    fail(config, "[planner] pipeline_nstages x tensor_parallel_degree x data_parallel_degree = " +
+                     str(fixed_product) + " does not " +
+                     (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 ? "equal" : "divide") +
+                     " the world size " + str(world));
+  if (fixed_tp > 0) {
+    const std::string problem =
+        tensor_parallel_problem(config, fixed_tp, space.layout.devices_per_node);
+    if (!problem.empty())
+      fail(config, "[planner] tensor_parallel_degree = " + str(fixed_tp) + " " + problem);
+  }
+  if (fixed_pp > int64_t{model.num_layers} + 2)
+    fail(config, "[planner] pipeline_nstages = " + str(fixed_pp) +
+                     " exceeds [model] num_layers + 2 = " + str(int64_t{model.num_layers} + 2) +
+                     " (every stage but the first and last must hold a block)");
+  if (fixed_dp > 0 && global % fixed_dp != 0)
+    fail(config, "[training] global_batch_size = " + str(global) +
+                     " is not divisible by [planner] data_parallel_degree = " + str(fixed_dp));
+
+  // Micro-batching.
+  if (config.was_set("training.micro_batch_size")) {
+    space.fixed_micro_batch_size = config.training.micro_batch_size;
+    space.micro_batch_field = "[training] micro_batch_size";
+  } else if (config.was_set("planner.micro_batch_size")) {
+    space.fixed_micro_batch_size = p.micro_batch_size;
+    space.micro_batch_field = "[planner] micro_batch_size";
+  }
+  if (config.was_set("planner.update_freq")) space.fixed_num_micro_batches = p.update_freq;
+  // ZeRO.
+  space.zero_ngroups_fixed = config.was_set("planner.zero_ngroups");
+  space.zero_ngroups = p.zero_ngroups;
+  if (config.was_set("planner.zero_stage")) {
+    space.zero_stages = {p.zero_stage};
+  } else {
+    space.zero_stages = {0, 1};
+  }
+  if (fixed_dp > 0 && space.zero_ngroups_fixed && fixed_dp % p.zero_ngroups != 0)
+    fail(config, "[planner] zero_ngroups = " + str(p.zero_ngroups) +
+                     " does not divide [planner] data_parallel_degree = " + str(fixed_dp) +
+                     "; the data-parallel ranks are split into equal ZeRO groups");
+
+  // Per-layer recompute and stage boundaries, then the constraints file.
+  for (schema::RecomputeMode lowest : recompute_modes_from_modules(
+           p.recompute_modules, model.num_layers, config.source, model.architecture))
+    space.layer_recompute.push_back({lowest, schema::RecomputeMode::Full});
+  space.boundary_allowed = pipeline_boundaries_from_pivots(p.pipeline_pivots, model.num_layers,
+                                                           config.source, model.architecture);
+  space.boundaries_restricted =
+      !p.pipeline_pivots.empty() && !split_module_list(p.pipeline_pivots).empty();
+  std::vector<int> allowed_tensor_parallel;
+  if (!p.partition_constraints_path.empty())
+    apply_partition_constraints(config, load_partition_constraints(config), space,
+                                allowed_tensor_parallel);
+
+  // Meshes.
+  for (int tp = 1; tp <= space.layout.devices_per_node; ++tp) {
+    if (world % tp != 0 || (fixed_tp > 0 && tp != fixed_tp)) continue;
+    const std::string problem = tensor_parallel_problem(config, tp, space.layout.devices_per_node);
+    if (!problem.empty()) {
+      space.excluded.push_back("tp " + str(tp) + ": " + problem);
+      continue;
+    }
+    if (!allowed_tensor_parallel.empty() &&
+        std::find(allowed_tensor_parallel.begin(), allowed_tensor_parallel.end(), tp) ==
+            allowed_tensor_parallel.end()) {
+      space.excluded.push_back("tp " + str(tp) + ": not allowed by " +
+                               p.partition_constraints_path);
+      continue;
+    }
+    for (int pp = 1; pp <= world / tp; ++pp) {
+      if ((world / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
+      const int dp = world / tp / pp;
+      if (fixed_dp > 0 && dp != fixed_dp) continue;
+      if (pp > int64_t{model.num_layers} + 2 || pp > kMaxPipelineStages) {
+        space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2 or " +
+                                 str(kMaxPipelineStages));
+        continue;
+      }
+      if (global % dp != 0) {
+        space.excluded.push_back("pp " + str(pp) + " x tp " + str(tp) + " (dp " + str(dp) +
+                                 "): dp does not divide global_batch_size " + str(global));
+        continue;
+      }
+      for (bool sequence_parallel : sequence_parallel_choices(config, tp, space.excluded))
+        space.meshes.push_back({pp, dp, tp, sequence_parallel});
+    }
+  }
+  // A fixed micro-batching every mesh rejects is one clear error, not a search result.
+  bool any_micro_batch = false;
+  for (const ParallelShape& shape : space.meshes)
+    any_micro_batch |= !micro_batch_sizes(space, config, shape.data_parallel).empty();
+  if (!space.meshes.empty() && !any_micro_batch) {
+    const int dp = space.meshes.front().data_parallel;
+    if (space.fixed_micro_batch_size > 0 &&
+        global % (int64_t{space.fixed_micro_batch_size} * dp) == 0 &&
+        global / dp / space.fixed_micro_batch_size > kMaxMicroBatches)
+      fail(config, "[training] global_batch_size = " + str(global) + " with " +
+                       space.micro_batch_field + " = " + str(space.fixed_micro_batch_size) +
+                       " and data-parallel degree " + str(dp) + " makes " +
+                       str(global / dp / space.fixed_micro_batch_size) +
+                       " micro-batches per step, more than the " + str(kMaxMicroBatches) +
+                       " a plan may hold; raise the micro-batch size");
+    if (space.fixed_micro_batch_size > 0 &&
+        global % (int64_t{space.fixed_micro_batch_size} * dp) != 0)
+      fail(config, "[training] global_batch_size (" + str(global) + ") must be divisible by " +
+                       space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) +
+                       ") x data-parallel degree (" + str(dp) + "); choose a divisor of " +
+                       str(global / dp));
+    if (space.fixed_num_micro_batches > 0 &&
+        global % (int64_t{space.fixed_num_micro_batches} * dp) != 0)
+      fail(config, "[training] global_batch_size (" + str(global) +
+                       ") must be divisible by [planner] update_freq (" +
+                       str(space.fixed_num_micro_batches) + ") x data-parallel degree (" + str(dp) +
+                       ")");
+    fail(config, space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) +
+                     ") x [planner] update_freq (" + str(space.fixed_num_micro_batches) +
+                     ") x data-parallel degree (" + str(dp) +
+                     ") must equal [training] global_batch_size (" + str(global) +
+                     "); set at most two of them");
+  }
+  if (space.meshes.empty()) {
+    std::string reasons;
+    for (const std::string& reason : space.excluded) reasons += "\n  " + reason;
+    fail(config, "no (pipeline, data, tensor) parallel mesh fits the world size " + str(world) +
+                     " with these options:" + reasons);
+  }
+  return space;
+}
+
+std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& config,
+                                   int data_parallel) {
+  const int global = config.training.global_batch_size;
+  std::vector<int> sizes;
+  if (global % data_parallel != 0) return sizes;
+  const int per_replica = global / data_parallel;
+  // By micro-batch count m (so at most kMaxMicroBatches candidates, whatever
+  // the batch): b = per_replica / m, largest first.
+  for (int m = 1; m <= per_replica && m <= kMaxMicroBatches; ++m) {
+    if (per_replica % m != 0) continue;
+    const int b = per_replica / m;
+    if (space.fixed_micro_batch_size > 0 && b != space.fixed_micro_batch_size) continue;
+    if (space.fixed_num_micro_batches > 0 && m != space.fixed_num_micro_batches) continue;
+    if (int64_t{b} * config.model.seq_len > kMaxMicroBatchRows) continue;
+    sizes.push_back(b);
+  }
+  return sizes;
+}
+
+void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,
+                                 SearchSpace& space, std::vector<int>& allowed_tensor_parallel) {
+  const PlannerOptions& p = config.planner;
+  const int fixed_pp = p.pipeline_nstages;
+  for (const PartitionConstraint& c : constraints.constraints) {
+    const std::string name = constraints.path + ": constraint " + std::to_string(c.index) +
+                             " (module '" + c.module + "')";
+    if (!c.tensor_parallel.empty()) {
+      if (p.tensor_parallel_degree > 0 &&
+          std::find(c.tensor_parallel.begin(), c.tensor_parallel.end(), p.tensor_parallel_degree) ==
+              c.tensor_parallel.end())
+        throw std::runtime_error(
+            name + ": tensor_parallel does not allow " + std::to_string(p.tensor_parallel_degree) +
+            ", contradicting " + config.source +
+            " [planner] tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree));
+      if (allowed_tensor_parallel.empty()) {
+        allowed_tensor_parallel = c.tensor_parallel;
+      } else {
+        std::vector<int> both;
+        for (int t : allowed_tensor_parallel)
+          if (std::find(c.tensor_parallel.begin(), c.tensor_parallel.end(), t) !=
+              c.tensor_parallel.end())
+            both.push_back(t);
+        if (both.empty())
+          throw std::runtime_error(
+              name + ": tensor_parallel leaves no degree the earlier constraints allow");
+        allowed_tensor_parallel = both;
+      }
+    }
+    if (c.stage) {
+      int stage = *c.stage;
+      if (fixed_pp > 0 && stage >= fixed_pp)
+        throw std::runtime_error(name + ": stage = " + std::to_string(stage) + " contradicts " +
+                                 config.source +
+                                 " [planner] pipeline_nstages = " + std::to_string(fixed_pp) +
+                                 " (stages 0.." + std::to_string(fixed_pp - 1) + ")");
+      if (c.embedding && stage != 0 && !(stage == -1 && fixed_pp == 1))
+        throw std::runtime_error(name + ": stage = " + std::to_string(stage) +
+                                 ", but the embedding is always on stage 0");
+      if (c.head && stage != -1 && !(fixed_pp > 0 && stage == fixed_pp - 1))
+        throw std::runtime_error(name + ": stage = " + std::to_string(stage) +
+                                 ", but the head is always on the last stage (-1)");
+      for (int block : c.blocks) {
+        for (const auto& [pinned, other] : space.pinned_layers)
+          if (pinned == block && other != stage)
+            throw std::runtime_error(name + ": pins block " + std::to_string(block) + " to stage " +
+                                     std::to_string(stage) +
+                                     ", but an earlier constraint pins it to stage " +
+                                     std::to_string(other));
+        space.pinned_layers.push_back({block, stage});
+      }
+    }
+    if (c.recompute) {
+      for (int block : c.blocks) {
+        RecomputeRange& range = space.layer_recompute[block];
+        const RecomputeMode lowest = std::max(range.lowest, c.recompute->first);
+        const RecomputeMode highest = std::min(range.highest, c.recompute->second);
+        if (lowest > highest)
+          throw std::runtime_error(
+              name + ": recompute allows at most " + mode_name(c.recompute->second) +
+              " for block " + std::to_string(block) + ", contradicting " + config.source +
+              " [planner] recompute_modules, which asks for " + mode_name(range.lowest) +
+              (range.highest < c.recompute->second ? " (or an earlier constraint)" : ""));
+        range = {lowest, highest};
+      }
+    }
+  }
+  std::sort(space.pinned_layers.begin(), space.pinned_layers.end());
+  space.pinned_layers.erase(std::unique(space.pinned_layers.begin(), space.pinned_layers.end()),
+                            space.pinned_layers.end());
+}
+
+}  // namespace paraplan
