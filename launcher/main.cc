@@ -6,6 +6,7 @@
 // status 1; usage errors print CLI11's help hint and exit 2.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <iomanip>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -65,7 +66,10 @@ void run_tokenize(const TokenizeArguments& args) {
   std::cout << "tokenized " << result.files_read.size() << " file(s): " << result.train_tokens
             << " train tokens -> " << result.train_path << ", " << result.val_tokens
             << " validation tokens -> " << result.val_path
-            << (result.uint32_tokens ? " (Llama 3 format, uint32 tokens)" : "") << std::endl;
+            << (result.uint32_tokens ? " (Llama 3 format, uint32 tokens)" : "") << "\n"
+            << "unigram entropy of the training tokens: " << std::fixed << std::setprecision(3)
+            << result.train_unigram_entropy
+            << " nats/token (the loss of a model that ignores context)" << std::endl;
 }
 
 void run_plan(const PlanArguments& args, const std::vector<std::string>& extras) {

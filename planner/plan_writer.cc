@@ -4,7 +4,9 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "planner/cost/model_counts.h"
@@ -97,6 +99,32 @@ std::string compute_model_description(const JobConfig& config, const PlanCandida
   return text;
 }
 
+// A data argument ("a.bin,shards/*.bin") with each entry made absolute, so
+// ranks on other hosts (whose working directory is their home) find it.
+std::string absolute_data_paths(const std::string& paths) {
+  std::string result;
+  size_t start = 0;
+  while (start <= paths.size()) {
+    const size_t comma = std::min(paths.find(',', start), paths.size());
+    const std::string entry = paths.substr(start, comma - start);
+    if (!result.empty() || start > 0) result += ',';
+    result += entry.empty() ? entry : std::filesystem::absolute(entry).lexically_normal().string();
+    start = comma + 1;
+  }
+  return result;
+}
+
+// [data] as the plan records it (Training.data).
+flatbuffers::Offset<schema::Data> data_table(flatbuffers::FlatBufferBuilder& builder,
+                                             const DataConfig& data) {
+  std::vector<flatbuffers::Offset<schema::DataSource>> sources;
+  for (const DataSourceConfig& source : data.train)
+    sources.push_back(schema::CreateDataSourceDirect(
+        builder, absolute_data_paths(source.path).c_str(), source.weight));
+  const std::string validation = absolute_data_paths(data.validation);
+  return schema::CreateDataDirect(builder, &sources, validation.c_str(), data.shuffle, data.seed);
+}
+
 }  // namespace
 
 std::string time_model_description(const JobConfig& config, const PlanCandidate& candidate,
@@ -138,7 +166,7 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   auto training_table = schema::CreateTraining(
       builder, training.global_batch_size, setting.micro_batch_size, setting.num_micro_batches,
       optimizer, training.seed, training.eval_interval, training.eval_batches,
-      static_cast<uint64_t>(training.gradient_bucket_size));
+      static_cast<uint64_t>(training.gradient_bucket_size), data_table(builder, config.data));
 
   auto mesh =
       schema::CreateMesh(builder, setting.shape.pipeline_stages, setting.shape.data_parallel,

@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# install_dependencies.sh: the Debian packages paraplan builds and runs with.
+# install_dependencies.sh [--run]: the Debian packages paraplan builds and runs
+# with, and (without --run) everything the tests use too. --run installs only
+# what building and running the paraplan program and the samples' corpus
+# need: the first run of a sample on a fresh machine waits for nothing else.
 # Installs only what is missing, so a second run costs nothing.
 set -euo pipefail
+run_only=0
+[ "${1:-}" = "--run" ] && run_only=1
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libflatbuffers-dev flatbuffers-compiler
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
+  libopenblas-dev
   coinor-libcbc-dev
   fortunes fortunes-min
+)
+test_packages=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
   python3-numpy
   python3-torch python3-venv
   # the multi-host test bed (tests/testbed.sh): namespaces, veth, a bridge, sshd
   iproute2 openssh-server openssh-client
 )
+[ "$run_only" = 1 ] || packages+=("${test_packages[@]}")
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -27,6 +36,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[ "$run_only" = 1 ] && exit 0
 
 # The Hugging Face interchange tests (tests/hugging_face_test.cc): Debian's
 # PyTorch (above), and transformers and safetensors from PyPI, pinned to

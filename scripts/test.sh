@@ -10,7 +10,8 @@ bash scripts/install_dependencies.sh
 # The CUDA code is compiled (it has no GPU to run on here) for one
 # architecture, the one the GPU bundle builds: the default two compile every
 # kernel twice.
-bash scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}"
+bash scripts/build.sh -DPARAPLAN_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}"
 # Multi-rank tests start mpirun; as root Open MPI needs explicit consent.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir build --output-on-failure -j "$(nproc)"

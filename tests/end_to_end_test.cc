@@ -187,6 +187,22 @@ TEST_F(EndToEnd, BadDataFiles) {
   write_file(dir_ / "short.bin", tiny_data);
   expect_clear_error(run("train --plan " + path("job.pplan") + " --data " + path("short.bin")),
                      {"short.bin", "seq_len"});
+  // No data at all (the job's [data] names none), and a glob of nothing.
+  expect_clear_error(run("train --plan " + path("job.pplan")),
+                     {"no training data: give --data", "[data] train"});
+  expect_clear_error(
+      run("train --plan " + path("job.pplan") + " --data '" + path("data/fineweb_*.bin") + "'"),
+      {"fineweb_*.bin", "the glob matches no file"});
+  // Shards of two formats.
+  write_file(dir_ / "mixed_1.bin", bytes);
+  std::string wide = bytes.substr(0, 1024);
+  wide.replace(0, 8, std::string("\xa1\xd9\x34\x01\x07\x00\x00\x00", 8));  // Llama 3's
+  wide.replace(8, 4, std::string("\x0a\x00\x00\x00", 4));                  // 10 tokens of 4 bytes
+  wide += std::string(40, '\0');
+  write_file(dir_ / "mixed_2.bin", wide);
+  expect_clear_error(
+      run("train --plan " + path("job.pplan") + " --data '" + path("mixed_*.bin") + "'"),
+      {"mixed_1.bin holds uint16 tokens", "mixed_2.bin holds uint32 tokens"});
 }
 
 TEST_F(EndToEnd, TokenIdsBeyondTheVocabulary) {

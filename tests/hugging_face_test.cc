@@ -121,7 +121,9 @@ class HuggingFace : public ::testing::Test {
   static std::string plan(const std::string& name, const std::string& model,
                           const std::string& planner = "") {
     const std::string job = *directory_ / (name + ".toml");
-    write_file(job, std::string(model) + kTraining + "\n[planner]\n" + planner);
+    // File order: the PyTorch reference steps on the first training samples.
+    write_file(job,
+               std::string(model) + kTraining + "\n[data]\nshuffle = false\n[planner]\n" + planner);
     const std::string plan_file = *directory_ / (name + ".pplan");
     const CommandResult planned = run("plan --config " + job + " --output " + plan_file);
     EXPECT_EQ(planned.exit_code, 0) << planned.output;

@@ -83,6 +83,8 @@ const char* kind_name(FieldKind kind) {
       return "an integer or 'auto'";
     case FieldKind::BooleanOrAuto:
       return "true, false or 'auto'";
+    case FieldKind::DataSources:
+      return "a path or an array of {path, weight} tables";
   }
   return "?";
 }
@@ -172,6 +174,8 @@ FieldValue value_from_toml(const FieldSpec& spec, const toml::node& node,
       if (const auto* v = node.as_boolean()) return v->get();
       if (const auto* v = node.as_string()) return v->get();
       throw wrong_type();
+    case FieldKind::DataSources:
+      return job_fields::data_sources_text(job_fields::data_sources_from_toml(node, where));
   }
   throw wrong_type();
 }
@@ -219,6 +223,8 @@ FieldValue value_from_string(const FieldSpec& spec, const std::string& text,
       if (text == "true" || text == "1") return true;
       if (text == "false" || text == "0") return false;
       return text;
+    case FieldKind::DataSources:
+      return job_fields::data_sources_text(job_fields::data_sources_from_text(text, where));
   }
   throw bad();
 }
@@ -246,6 +252,7 @@ void resolve_defaults(JobConfig& config) {
   if (!config.was_set("model.num_kv_heads")) model.num_kv_heads = model.num_heads;
   if (!config.was_set("training.min_learning_rate"))
     config.training.min_learning_rate = config.training.learning_rate / 10;
+  if (!config.was_set("data.seed")) config.data.seed = config.training.seed;
   JobConfig explicit_values;
   explicit_values.cluster = config.cluster;
   config.cluster = cluster_preset(config.cluster.preset);
@@ -272,7 +279,13 @@ void apply_override(toml::table& table, const std::string& dotted_key, const std
   toml::table* section_table = section->as_table();
   if (section_table == nullptr)
     throw std::runtime_error(where + ": [" + spec.section + "] in the file is not a table");
-  std::visit([&](const auto& typed) { section_table->insert_or_assign(spec.key, typed); }, parsed);
+  if (spec.kind == FieldKind::DataSources)  // stored as the array, not its text
+    section_table->insert_or_assign(
+        spec.key, job_fields::data_sources_array(
+                      job_fields::data_sources_from_text(std::get<std::string>(parsed), where)));
+  else
+    std::visit([&](const auto& typed) { section_table->insert_or_assign(spec.key, typed); },
+               parsed);
 }
 
 void apply_override(JobConfig& config, const std::string& dotted_key, const std::string& value) {

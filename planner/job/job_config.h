@@ -90,6 +90,25 @@ struct TrainingConfig {
   int64_t gradient_bucket_size = 40000000;
 };
 
+// [data]: where `paraplan train` reads samples and in what order. Paths are a
+// file, a glob or a comma-separated list (as --data takes), relative to the
+// directory `paraplan plan` runs in; the plan records them absolute.
+struct DataSourceConfig {
+  std::string path;
+  double weight = 1.0;
+  bool operator==(const DataSourceConfig&) const = default;
+};
+
+struct DataConfig {
+  // train = "shards/train_*.bin" (one dataset), or a blend:
+  // train = [{path = "a_*.bin", weight = 0.7}, {path = "b_*.bin", weight = 0.3}].
+  // Empty: `paraplan train --data` names it.
+  std::vector<DataSourceConfig> train;
+  std::string validation;  // empty: --val-data names it, or none
+  bool shuffle = true;     // a seeded permutation of each dataset per epoch
+  uint64_t seed = 0;       // default: [training] seed
+};
+
 // Sizes are in the units users read on spec sheets: GB (2^30 bytes, as AutoDist's
 // memory_constraint), TFLOP/s (10^12), GB/s (10^9 bytes/s, per direction),
 // microseconds.
@@ -182,6 +201,7 @@ struct JobConfig {
   JobSection job;
   ModelConfig model;
   TrainingConfig training;
+  DataConfig data;
   ClusterConfig cluster;
   PlannerOptions planner;
   // Dotted keys given explicitly, in the file or as overrides ("planner.update_freq").

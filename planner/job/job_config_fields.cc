@@ -152,6 +152,20 @@ const std::vector<FieldSpec>& field_table() {
       const std::optional<bool>& value = c.planner.sequence_parallel;
       return std::string(!value ? "auto" : *value ? "true" : "false");
     };
+    // [data] train: one dataset or a blend, held as canonical TOML text.
+    FieldSpec data_train;
+    data_train.section = "data";
+    data_train.key = "train";
+    data_train.kind = FieldKind::DataSources;
+    data_train.set = [](JobConfig& c, const FieldValue& v) {
+      const std::string& text = std::get<std::string>(v);
+      c.data.train = text.empty() ? std::vector<DataSourceConfig>{}
+                                  : data_sources_from_text(text, "[data] train");
+    };
+    data_train.get = [](const JobConfig& c) {
+      return c.data.train.empty() ? std::string() : data_sources_text(c.data.train);
+    };
+    data_train.copy = [](JobConfig& to, const JobConfig& from) { to.data.train = from.data.train; };
     return std::vector<FieldSpec>{
         PARAPLAN_FIELD(job, name),
         PARAPLAN_CHOICE(model, architecture,
@@ -196,6 +210,10 @@ const std::vector<FieldSpec>& field_table() {
         PARAPLAN_FIELD(training, eval_interval),
         PARAPLAN_FIELD(training, eval_batches),
         PARAPLAN_FIELD(training, gradient_bucket_size),
+        data_train,
+        PARAPLAN_FIELD(data, validation),
+        PARAPLAN_FIELD(data, shuffle),
+        PARAPLAN_FIELD(data, seed),
         PARAPLAN_CHOICE(cluster, preset, presets),
         PARAPLAN_FIELD(cluster, num_nodes),
         PARAPLAN_FIELD(cluster, devices_per_node),
@@ -259,7 +277,8 @@ const std::vector<FieldSpec>& field_table() {
 #undef PARAPLAN_CHOICE
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"job", "model", "training", "cluster", "planner"};
+  static const std::vector<std::string> names = {"job",  "model",   "training",
+                                                 "data", "cluster", "planner"};
   return names;
 }
 

@@ -24,7 +24,16 @@ inline std::string format_double(double value) {
 
 namespace job_fields {
 
-enum class FieldKind { Integer, Float, Boolean, String, Choice, IntegerOrAuto, BooleanOrAuto };
+enum class FieldKind {
+  Integer,
+  Float,
+  Boolean,
+  String,
+  Choice,
+  IntegerOrAuto,
+  BooleanOrAuto,
+  DataSources  // [data] train: a path, or an array of {path, weight} tables
+};
 
 // A value read from TOML or from an override string, before it is stored.
 using FieldValue = std::variant<int64_t, double, bool, std::string>;
@@ -48,6 +57,16 @@ const std::vector<FieldSpec>& field_table();
 
 // job.toml's sections, in order.
 const std::vector<std::string>& section_names();
+
+// [data] train's value (job_config_data.cc). Its FieldValue is the TOML text
+// of an array of {path, weight} tables, in canonical form.
+std::vector<DataSourceConfig> data_sources_from_toml(const toml::node& node,
+                                                     const std::string& where);
+// An override's text: a path ("shards/*.bin") or a TOML array of tables.
+std::vector<DataSourceConfig> data_sources_from_text(const std::string& text,
+                                                     const std::string& where);
+std::string data_sources_text(const std::vector<DataSourceConfig>& sources);
+toml::array data_sources_array(const std::vector<DataSourceConfig>& sources);
 
 }  // namespace job_fields
 }  // namespace paraplan

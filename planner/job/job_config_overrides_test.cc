@@ -91,7 +91,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 86u);
+  EXPECT_EQ(options.size(), 90u);  // 86 + [data] train, validation, shuffle, seed
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",

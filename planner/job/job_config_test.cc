@@ -203,7 +203,7 @@ TEST(JobConfigTest, UnknownKeysListTheValidOnes) {
       << model;
   const std::string section = parse_error(with("[trainer]\nsteps = 3\n"));
   EXPECT_NE(section.find("unknown section [trainer]; valid sections: [job], [model], "
-                         "[training], [cluster], [planner]"),
+                         "[training], [data], [cluster], [planner]"),
             std::string::npos)
       << section;
 }

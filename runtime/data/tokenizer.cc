@@ -113,6 +113,15 @@ TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std:
   write_token_file(result.val_path, val, format);
   result.train_tokens = static_cast<int64_t>(train.size());
   result.val_tokens = static_cast<int64_t>(val.size());
+  // -sum p log p over the training bytes: the loss of a model that ignores
+  // context, the first floor a training run should go below.
+  std::vector<int64_t> counts(kByteVocabSize, 0);
+  for (const uint32_t token : train) ++counts[token];
+  for (const int64_t count : counts)
+    if (count > 0) {
+      const double p = static_cast<double>(count) / static_cast<double>(train.size());
+      result.train_unigram_entropy -= p * std::log(p);
+    }
   return result;
 }
 

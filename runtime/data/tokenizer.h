@@ -16,6 +16,9 @@ struct TokenizeResult {
   std::string val_path;        // output_dir/val.bin
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
+  // The unigram entropy of train.bin's tokens, in nats per token: the loss a
+  // model that ignores context reaches.
+  double train_unigram_entropy = 0;
   std::vector<std::string> files_read;  // in the order their bytes were concatenated
 };
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "runtime/data/token_file.h"
 #include "runtime/testing/test_temp_dir.h"
 
@@ -38,6 +40,20 @@ TEST(TokenizerTest, TokensAreByteValues) {
   EXPECT_EQ(train[3], 255);
   EXPECT_EQ(train[4], 0);
   EXPECT_EQ(TokenFile(result.val_path).num_tokens(), 0);
+  // Five different bytes, once each: log 5 nats.
+  EXPECT_NEAR(result.train_unigram_entropy, std::log(5.0), 1e-12);
+}
+
+TEST(TokenizerTest, UnigramEntropyCountsTheTrainingBytesOnly) {
+  TempDir dir;
+  // val.bin is the last 90%, its start moved to just after the first
+  // newline: train.bin is "aaab\n".
+  write_bytes(dir / "c.txt", "aaab\nzzzzzzzzzzzzzzzzzzzzzzzzzzzz\n");
+  const TokenizeResult result = tokenize_files({dir / "c.txt"}, dir / "out", 0.9);
+  ASSERT_EQ(result.train_tokens, 5);
+  // p = 3/5, 1/5, 1/5.
+  EXPECT_NEAR(result.train_unigram_entropy,
+              -(0.6 * std::log(0.6) + 2 * 0.2 * std::log(0.2)), 1e-12);
 }
 
 TEST(TokenizerTest, ValSplitMovesToTheNextLine) {

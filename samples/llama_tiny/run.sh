@@ -7,27 +7,17 @@
 # to `paraplan train` (e.g. --steps 100).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash scripts/install_dependencies.sh
-bash scripts/build.sh
+bash scripts/install_dependencies.sh --run
+bash scripts/build.sh --run
 paraplan=build/launcher/paraplan
 out=out/llama_tiny
 rm -rf "$out/checkpoints" "$out/train.jsonl"
 mkdir -p "$out"
-"$paraplan" tokenize --input /usr/share/games/fortunes --output "$out/data"
+"$paraplan" tokenize --input /usr/share/games/fortunes --output "$out/data" | tee "$out/tokenize.txt"
 "$paraplan" plan --config samples/llama_tiny/job.toml --output "$out/llama_tiny.pplan"
 "$paraplan" train --plan "$out/llama_tiny.pplan" --data "$out/data/train.bin" \
   --val-data "$out/data/val.bin" --checkpoint-dir "$out/checkpoints" --checkpoint-every 100 \
-  --log-json "$out/train.jsonl" "$@"
-/usr/bin/python3 - "$out/data/train.bin" "$out/train.jsonl" <<'PY'
-import json, sys
-import numpy as np
-tokens = np.fromfile(sys.argv[1], dtype="<u2", offset=1024)
-p = np.bincount(tokens, minlength=256) / len(tokens)
-entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
-lines = [json.loads(line) for line in open(sys.argv[2])]
-evals = [(line["step"], line["val_loss"]) for line in lines if "val_loss" in line]
-print("validation loss by step: " + ", ".join("%d: %.3f" % e for e in evals))
-print("unigram entropy of the corpus: %.3f nats/byte; last validation loss %.3f; "
-      "tokens/s (last step) %.0f" % (entropy, evals[-1][1], lines[-1]["tps"]))
-PY
+  --log-json "$out/train.jsonl" "$@" | tee "$out/train.txt"
+echo "$(grep -o 'unigram entropy[^(]*' "$out/tokenize.txt")against the last validation loss" \
+  "$(grep -o 'val_loss: [0-9.]*' "$out/train.txt" | tail -1 | cut -d' ' -f2) nats/token"
 "$paraplan" sample --checkpoint "$out/checkpoints" --prompt "The " --tokens 300

@@ -5,8 +5,8 @@
 # Outputs go to out/tiny-parallel/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash scripts/install_dependencies.sh
-bash scripts/build.sh
+bash scripts/install_dependencies.sh --run
+bash scripts/build.sh --run
 paraplan=build/launcher/paraplan
 out=out/tiny-parallel
 rm -rf "$out/checkpoints"
