@@ -5,6 +5,7 @@
 // shuffle really changes the order.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,10 @@ TEST_F(DataOrder, ShardsAndABlendGiveEveryPlanTheSameLossesAndResumeExactly) {
                   true, kStraight, "--resume --checkpoint-dir " + checkpoints);
   resumed.insert(resumed.end(), second_half.begin(), second_half.end());
   ASSERT_EQ(resumed.size(), single.size());
+  std::cout << "blend losses, single rank / pp2 x tp2 / dp2 x tp2 resumed as dp4 ZeRO-1:";
+  for (size_t i = 0; i < single.size(); ++i)
+    std::cout << " " << single[i] << "/" << pp2_tp2[i] << "/" << resumed[i];
+  std::cout << std::endl;
   for (size_t i = 0; i < single.size(); ++i)
     EXPECT_NEAR(resumed[i], single[i], kLossTolerance) << "resumed across plans, step " << i + 1;
 

@@ -23,11 +23,18 @@ std::vector<double> weights_of(const std::vector<DataSource>& sources, const std
   return weights;
 }
 
+// "--data 'train_*.bin'", or a blend's datasets one after the other.
+std::string name_of(const std::vector<DataSource>& sources, const std::string& what) {
+  std::string name = what;
+  for (size_t d = 0; d < sources.size(); ++d) name += (d ? ", '" : " '") + sources[d].paths + "'";
+  return name;
+}
+
 }  // namespace
 
 DataLoader::DataLoader(const std::vector<DataSource>& sources, int seq_len, int vocab_size,
                        DataOrder order, const std::string& what)
-    : what_(what),
+    : name_(name_of(sources, what)),
       seq_len_(seq_len),
       vocab_size_(vocab_size),
       order_(order),
@@ -67,7 +74,7 @@ DataLoader::Location DataLoader::locate(int64_t first, int offset) const {
     position = past % samples;
   } else {
     if (first > std::numeric_limits<int64_t>::max() - offset)
-      throw std::runtime_error(what_ + ": sample index " + std::to_string(first) + " + " +
+      throw std::runtime_error(name_ + ": sample index " + std::to_string(first) + " + " +
                                std::to_string(offset) + " is beyond int64's range");
     const BlendSchedule::Draw draw = blend_.draw(first + offset);
     dataset = draw.dataset;
@@ -82,7 +89,7 @@ DataLoader::Location DataLoader::locate(int64_t first, int offset) const {
 
 void DataLoader::load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets) const {
   if (first_sample < 0 || count < 0)
-    throw std::runtime_error(what_ + ": cannot load " + std::to_string(count) +
+    throw std::runtime_error(name_ + ": cannot load " + std::to_string(count) +
                              " samples from index " + std::to_string(first_sample) +
                              "; both must be non-negative");
   for (int i = 0; i < count; ++i) {

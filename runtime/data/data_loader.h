@@ -68,7 +68,7 @@ class DataLoader final : public SampleSource {
  private:
   Location locate(int64_t first, int offset) const;
 
-  std::string what_;
+  std::string name_;  // the flag or key and the files, for errors
   int seq_len_, vocab_size_;
   DataOrder order_;
   std::vector<std::unique_ptr<TokenDataset>> datasets_;

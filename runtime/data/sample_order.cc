@@ -8,17 +8,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/splitmix64.h"
+
 namespace paraplan {
 
 namespace {
-
-// splitmix64's finaliser: a good 64-bit mix of a counter.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 constexpr int kFeistelRounds = 6;
 
@@ -36,7 +30,8 @@ int64_t permute(int64_t position, int64_t n, uint64_t key) {
   do {
     uint64_t left = value >> half_bits, right = value & mask;
     for (int round = 0; round < kFeistelRounds; ++round) {
-      const uint64_t next = left ^ (mix(right ^ mix(key + static_cast<uint64_t>(round))) & mask);
+      const uint64_t next =
+          left ^ (splitmix64(right ^ splitmix64(key + static_cast<uint64_t>(round))) & mask);
       left = right;
       right = next;
     }
@@ -46,7 +41,8 @@ int64_t permute(int64_t position, int64_t n, uint64_t key) {
 }
 
 uint64_t shuffle_key(uint64_t seed, int dataset, uint64_t epoch) {
-  return mix(mix(seed) ^ mix(0x5eedull + static_cast<uint64_t>(dataset)) ^ mix(~epoch));
+  return splitmix64(splitmix64(seed) ^ splitmix64(0x5eedull + static_cast<uint64_t>(dataset)) ^
+                    splitmix64(~epoch));
 }
 
 BlendSchedule::BlendSchedule(const std::vector<double>& weights) {

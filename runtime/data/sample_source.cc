@@ -4,19 +4,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/splitmix64.h"
+
 namespace paraplan {
-
-namespace {
-
-// splitmix64's finaliser: a good 64-bit mix of a counter.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 SyntheticSamples::SyntheticSamples(int vocab_size, int seq_len, uint64_t seed)
     : vocab_size_(vocab_size), seq_len_(seq_len), seed_(seed) {
@@ -30,9 +20,9 @@ void SyntheticSamples::load(int64_t first_sample, int count, int32_t* inputs,
                             int32_t* targets) const {
   for (int i = 0; i < count; ++i) {
     // Token t + 1 of a sample is the target of position t, as in real data.
-    const uint64_t base = mix(seed_ ^ mix(static_cast<uint64_t>(first_sample + i)));
+    const uint64_t base = splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(first_sample + i)));
     auto token = [&](int t) {
-      return static_cast<int32_t>(mix(base + static_cast<uint64_t>(t)) %
+      return static_cast<int32_t>(splitmix64(base + static_cast<uint64_t>(t)) %
                                   static_cast<uint64_t>(vocab_size_));
     };
     int32_t* in = inputs + static_cast<int64_t>(i) * seq_len_;

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "common/splitmix64.h"
+
 namespace paraplan {
 
 const char* architecture_name(Architecture architecture) {
@@ -89,17 +91,8 @@ uint64_t name_key(const std::string& name) {
   return hash;
 }
 
-namespace {
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 float counter_normal(uint64_t seed, uint64_t key, uint64_t index) {
-  const uint64_t bits = mix64(mix64(seed ^ mix64(key)) ^ index);
+  const uint64_t bits = splitmix64(splitmix64(seed ^ splitmix64(key)) ^ index);
   // Two 32-bit uniforms in (0, 1]; Box-Muller in double for exact reproducibility.
   const double u1 = (static_cast<double>(bits >> 32) + 1.0) / 4294967296.0;
   const double u2 = (static_cast<double>(bits & 0xffffffffull) + 1.0) / 4294967296.0;

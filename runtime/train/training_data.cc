@@ -43,7 +43,8 @@ TrainingData open_training_data(const std::string& data_flag, const std::string&
         "no training data: give --data (a token file, a glob such as 'shards/train_*.bin', or a "
         "comma-separated list), or [data] train in the job file the plan was made from");
   }
-  data.train = std::make_unique<DataLoader>(sources, seq_len, vocab_size, order, data.train_name);
+  data.train = std::make_unique<DataLoader>(sources, seq_len, vocab_size, order,
+                                            data_flag.empty() ? "[data] train" : "--data");
 
   std::string validation = val_data_flag;
   data.validation_name = "--val-data " + val_data_flag;
@@ -54,7 +55,8 @@ TrainingData open_training_data(const std::string& data_flag, const std::string&
   // Validation reads its samples in file order: the same ones every time.
   if (!validation.empty())
     data.validation =
-        std::make_unique<DataLoader>(validation, seq_len, vocab_size, data.validation_name);
+        std::make_unique<DataLoader>(validation, seq_len, vocab_size,
+                                     val_data_flag.empty() ? "[data] validation" : "--val-data");
   return data;
 }
 
