@@ -47,6 +47,23 @@ TEST(PlannerReport, NotesAnOptimizerStateCoefficientThatMissesTheRuntime) {
   EXPECT_EQ(optimizer_state_note(config), "");
 }
 
+TEST(PlannerReport, NotesADefaultMemoryConstraintThatLeavesMostOfTheDeviceUnused) {
+  // Llama 3 70B's preset: AutoDist's 32 GB default on an 80 GB H100.
+  JobConfig h100 = test_jobs::eight_device_job({{"cluster.preset", "h100-sxm"}});
+  const std::string note = memory_limit_note(h100);
+  EXPECT_NE(note.find("note: planner.memory_constraint is AutoDist's default 32 GB, less than "
+                      "half of the 77.6 GB a h100-sxm device offers"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("set planner.memory_constraint = 77.6 to plan for the whole device"),
+            std::string::npos)
+      << note;
+  apply_override(h100, "planner.memory_constraint", "32");  // said on purpose: no note
+  EXPECT_EQ(memory_limit_note(h100), "");
+  // The cpu preset's 8 GB device is below the default: nothing to say.
+  EXPECT_EQ(memory_limit_note(test_jobs::eight_device_job()), "");
+}
+
 TEST(PlanFilesTest, SaveThenLoadTheSamePlan) {
   const std::string path = testing::TempDir() + "saved.pplan";
   const PlanOutcome saved = plan_job(eight_device_job({{"planner.save_plan_path", path}}));

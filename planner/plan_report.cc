@@ -173,7 +173,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
                      printf_string("%.3g", config.cluster.peak_flops(config.model.dtype) / 1e12) +
                      " TFLOP/s; memory-bound work at " +
                      printf_string("%g", config.cluster.memory_bandwidth_gbps) + " GB/s)") +
-      "; memory limit " + printf_string("%g", config.planner.memory_constraint) + " GB" +
+      "; memory limit " + memory_limit_text(config) +
       (config.planner.consider_mem ? "" : " (not enforced: consider_mem = false)") + "\n";
   for (const std::string& line : profile_lines) text += line + "\n";
   if (!config.planner.is_train)

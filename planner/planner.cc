@@ -28,6 +28,24 @@ std::string optimizer_state_note(const JobConfig& config) {
   return note.str();
 }
 
+std::string memory_limit_note(const JobConfig& config) {
+  const double device_gb = config.cluster.device_memory_gb - config.cluster.reserved_memory_gb;
+  if (config.was_set("planner.memory_constraint") ||
+      config.planner.memory_constraint >= 0.5 * device_gb)
+    return "";
+  std::ostringstream note;
+  note << "note: planner.memory_constraint is AutoDist's default "
+       << config.planner.memory_constraint << " GB, less than half of the " << device_gb << " GB a "
+       << config.cluster.preset << " device offers (device_memory_gb "
+       << config.cluster.device_memory_gb << " less reserved_memory_gb "
+       << config.cluster.reserved_memory_gb << "): plans keep to "
+       << config.planner.memory_constraint
+       << " GB per device, with more recompute and smaller micro-batches than the device needs; "
+          "set planner.memory_constraint = "
+       << device_gb << " to plan for the whole device\n";
+  return note.str();
+}
+
 PlanOutcome plan_job(const JobConfig& job) {
   validate_job_config(job);
   const ProfileLoad profile = load_profile(job);
@@ -38,7 +56,8 @@ PlanOutcome plan_job(const JobConfig& job) {
   if (!config.planner.load_plan_path.empty()) {
     ReusedPlan reused = reuse_plan(config, profile_pointer);
     outcome.plan = std::move(reused.plan);
-    outcome.report = optimizer_state_note(config) + format_reuse_report(config, reused);
+    outcome.report = optimizer_state_note(config) + memory_limit_note(config) +
+                     format_reuse_report(config, reused);
     for (const std::string& line :
          describe_profile_use(config, profile, {reused.candidate.setting}))
       outcome.report += line + "\n";
@@ -52,7 +71,7 @@ PlanOutcome plan_job(const JobConfig& job) {
   outcome.plan = serialize_plan(config, result.ranked.front(), profile_pointer);
   // The plan goes through the same door the runtime uses.
   load_plan_from_bytes("planned", outcome.plan);
-  outcome.report = optimizer_state_note(config) +
+  outcome.report = optimizer_state_note(config) + memory_limit_note(config) +
                    format_search_report(config, result, profile_pointer,
                                         describe_profile_use(config, profile, result.settings));
   if (!config.planner.save_plan_path.empty())

@@ -36,4 +36,10 @@ PlanOutcome plan_job(const JobConfig& config);
 // which value makes the memory prediction match the run.
 std::string optimizer_state_note(const JobConfig& config);
 
+// A note when [planner] memory_constraint was left at AutoDist's default and
+// that default is under half of what the named device offers ("" otherwise):
+// the limit binds long before the device would, and the only other trace is
+// the report's "memory limit" figure.
+std::string memory_limit_note(const JobConfig& config);
+
 }  // namespace paraplan

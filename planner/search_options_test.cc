@@ -367,10 +367,17 @@ TEST(SearchOptionsTest, InfeasibleJobsNameTheBindingConstraint) {
                            "(embedding) needs "),
               std::string::npos)
         << message;
+    // memory_constraint 80 is above what the device offers: the device binds,
+    // and the message says so instead of asking for a larger constraint.
     EXPECT_NE(message.find(" GB with 12 of the 96 blocks at micro-batch 1 with full recompute; "
-                           "memory_constraint is 80 GB"),
+                           "the limit is 78 GB (device_memory_gb 80 less reserved_memory_gb 2)"),
               std::string::npos)
         << message;
+    EXPECT_NE(message.find("The device's memory binds, so raising memory_constraint cannot "
+                           "help: add recompute or ZeRO-1"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("Raise memory_constraint"), std::string::npos) << message;
   }
   // Filters are named too: no pipeline may have a bubble, and one device per stage is not enough.
   const std::string filtered =

@@ -153,9 +153,10 @@ TEST(WorldOnePlanTest, ShrinksMicroBatchesToFitMemory) {
             std::string::npos)
       << message;
   EXPECT_NE(message.find("GB with 4 blocks at micro-batch 1 with full recompute; "
-                         "memory_constraint is 0.0001 GB"),
+                         "the limit is 0.0001 GB (memory_constraint)"),
             std::string::npos)
       << message;
+  EXPECT_NE(message.find("Raise memory_constraint, add recompute"), std::string::npos) << message;
   // consider_mem = false plans anyway.
   EXPECT_EQ(best({{"planner.memory_constraint", "0.0001"}, {"planner.consider_mem", "false"}})
                 .setting.micro_batch_size,

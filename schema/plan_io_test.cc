@@ -406,8 +406,10 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   ASSERT_EQ(stage0.size(), spec.schedule[0].instructions.size());
   EXPECT_EQ(
       stage0[0],
-      (nlohmann::json{{"op", "load_micro_batch"}, {"micro_batch", 0}, {"peer_micro_batch", -1}}));
+      (nlohmann::json{
+          {"op", "load_micro_batch"}, {"chunk", 0}, {"micro_batch", 0}, {"peer_micro_batch", -1}}));
   EXPECT_EQ(stage0[5], (nlohmann::json{{"op", "send_activation_recv_gradient"},
+                                       {"chunk", 0},
                                        {"micro_batch", 1},
                                        {"peer_micro_batch", 0}}));
   EXPECT_EQ(stage0.back()["op"], "optimizer_step");
@@ -510,6 +512,31 @@ TEST(PlanToTable, PrintsAnInvalidPlansExtremeNumbers) {
   EXPECT_TRUE(contains(table,
                        "mesh: pp 2147483647 x dp 2147483647 x tp 2147483647 = more than "
                        "9223372036854775807 ranks"));
+}
+
+}  // namespace
+}  // namespace paraplan
+
+namespace paraplan {
+namespace {
+
+// An interleaved plan's streams can be rebuilt from its JSON: every
+// instruction carries its chunk.
+TEST(PlanToJson, InstructionsCarryTheirChunk) {
+  const test_plans::PlanSpec spec =
+      test_plans::make_chunked_plan_spec(2, 2, 8, 4, schema::ScheduleKind::Interleaved1F1B, false);
+  const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
+  const nlohmann::json j = plan_to_json(*schema::GetPlan(bytes.data()));
+  for (size_t r = 0; r < spec.schedule.size(); ++r) {
+    const nlohmann::json& stream = j["schedule"]["stages"][r]["instructions"];
+    ASSERT_EQ(stream.size(), spec.schedule[r].instructions.size());
+    int chunk_one = 0;
+    for (size_t i = 0; i < stream.size(); ++i) {
+      EXPECT_EQ(stream[i]["chunk"], spec.schedule[r].instructions[i].chunk()) << r << " " << i;
+      chunk_one += stream[i]["chunk"] == 1;
+    }
+    EXPECT_GT(chunk_one, 0) << "rank " << r;
+  }
 }
 
 }  // namespace

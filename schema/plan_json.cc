@@ -137,7 +137,10 @@ json schedule_to_json(const schema::Schedule& schedule) {
       json instructions = json::array();
       if (stage->instructions() != nullptr) {
         for (const schema::Instruction* ins : *stage->instructions()) {
+          // The chunk (virtual stage) too: without it an interleaved
+          // plan's streams cannot be rebuilt from the JSON.
           instructions.push_back({{"op", opcode_name(ins->op())},
+                                  {"chunk", ins->chunk()},
                                   {"micro_batch", ins->micro_batch()},
                                   {"peer_micro_batch", ins->peer_micro_batch()}});
         }

@@ -3,6 +3,7 @@
 #include "planner/job/cluster_presets.h"
 
 #include <algorithm>
+#include <sstream>
 
 namespace paraplan {
 
@@ -37,6 +38,23 @@ ClusterConfig cluster_preset(const std::string& name) {
 double plan_memory_limit_gb(const JobConfig& config) {
   return std::min(config.planner.memory_constraint,
                   config.cluster.device_memory_gb - config.cluster.reserved_memory_gb);
+}
+
+bool memory_constraint_binds(const JobConfig& config) {
+  return config.planner.memory_constraint <=
+         config.cluster.device_memory_gb - config.cluster.reserved_memory_gb;
+}
+
+std::string memory_limit_text(const JobConfig& config) {
+  const ClusterConfig& cluster = config.cluster;
+  std::ostringstream text;
+  text << plan_memory_limit_gb(config) << " GB (";
+  if (memory_constraint_binds(config))
+    text << "memory_constraint)";
+  else
+    text << "device_memory_gb " << cluster.device_memory_gb << " less reserved_memory_gb "
+         << cluster.reserved_memory_gb << ")";
+  return text.str();
 }
 
 double ClusterConfig::peak_flops(schema::DType dtype) const {

@@ -216,6 +216,11 @@ struct JobConfig {
 // (AutoDist's), capped by what the device offers beyond its reserve
 // (device_memory_gb - reserved_memory_gb).
 double plan_memory_limit_gb(const JobConfig& config);
+// True when memory_constraint, not the device, sets that limit.
+bool memory_constraint_binds(const JobConfig& config);
+// The limit and what sets it: "32 GB (memory_constraint)" or "77.6 GB
+// (device_memory_gb 79.6 less reserved_memory_gb 2)".
+std::string memory_limit_text(const JobConfig& config);
 
 // One command-line override: key "planner.memory_constraint", value "40".
 struct ConfigOverride {

@@ -39,20 +39,6 @@ std::string setting_name(const PlanSetting& setting) {
               : ", " + schedule_choice_name(setting.schedule));
 }
 
-// "32 GB (memory_constraint)" or "77.6 GB (device_memory_gb 79.6 less
-// reserved_memory_gb 2)": the per-device limit and what sets it.
-std::string memory_limit_text(const JobConfig& config) {
-  const ClusterConfig& cluster = config.cluster;
-  std::ostringstream text;
-  text << plan_memory_limit_gb(config) << " GB (";
-  if (config.planner.memory_constraint <= cluster.device_memory_gb - cluster.reserved_memory_gb)
-    text << "memory_constraint)";
-  else
-    text << "device_memory_gb " << cluster.device_memory_gb << " less reserved_memory_gb "
-         << cluster.reserved_memory_gb << ")";
-  return text.str();
-}
-
 std::string seconds_text(double seconds) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.6g", seconds);
@@ -391,8 +377,12 @@ std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
   }
   if (closest != nullptr)
     message += " Memory binds: with " + setting_name(closest->setting) + ", " + closest->reason +
-               ". Raise memory_constraint (the limit is " + memory_limit_text(config) +
-               "), add recompute, use more devices or a smaller micro-batch.";
+               (memory_constraint_binds(config)
+                    ? ". Raise memory_constraint, add recompute, use more devices or a smaller "
+                      "micro-batch."
+                    : ". The device's memory binds, so raising memory_constraint cannot help: "
+                      "add recompute or ZeRO-1, use more devices, a smaller micro-batch or a "
+                      "device with more memory.");
   for (const SettingRejection& rejection : result.rejections) {
     if (rejection.kind == RejectionKind::DoesNotFit) continue;
     if (counts[static_cast<int>(rejection.kind)] < 0) continue;  // named already

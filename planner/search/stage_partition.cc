@@ -152,9 +152,7 @@ std::string Solver::explain_does_not_fit() {
   const PlanSetting& setting = costs_.setting();
   const double limit = costs_.memory_limit_bytes();
   const std::string at = " at micro-batch " + std::to_string(setting.micro_batch_size);
-  char constraint[32];
-  std::snprintf(constraint, sizeof(constraint), "%g", costs_.config().planner.memory_constraint);
-  const std::string limit_text = "; memory_constraint is " + std::string(constraint) + " GB";
+  const std::string limit_text = "; the limit is " + memory_limit_text(costs_.config());
   // A stage that cannot hold even its least share.
   for (int s = 0; s < num_stages_; ++s) {
     const RecomputeChoice choice = choose(s, 0, least_layers_[s]);
