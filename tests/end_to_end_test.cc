@@ -2,10 +2,13 @@
 // inspect, train, resume and sample on a tiny model, and the one-line errors
 // for bad input. Each test runs the real binary in a fresh temporary directory.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "command_fixture.h"
@@ -69,6 +72,32 @@ TEST_F(EndToEnd, ResumeContinuesBitForBit) {
     ASSERT_GT(a.size(), 1000u) << file;
     EXPECT_TRUE(a == b) << file << " differs";
   }
+}
+
+TEST_F(EndToEnd, ASecondRunInTheSameCheckpointDirectoryIsRefused) {
+  tokenize_and_plan();
+  CommandResult first_result;
+  std::thread first([&] { first_result = run(train_arguments(1000000, "shared", "first.jsonl")); });
+  // The first run names itself in the lock file once it holds it.
+  const std::filesystem::path lock = dir_ / "shared" / ".paraplan-lock";
+  std::string holder;
+  for (int i = 0; i < 1200 && holder.find(" on host ") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (std::filesystem::exists(lock)) holder = read_file(lock);
+  }
+  ASSERT_NE(holder.find("paraplan train of plan " + path("job.pplan") + ", pid "),
+            std::string::npos)
+      << holder;
+  const CommandResult second = run(train_arguments(2, "shared", "second.jsonl"));
+  expect_clear_error(second, {"--checkpoint-dir " + path("shared") + " is in use by another run",
+                              "pid ", "give this run another directory, or stop that run"});
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "second.jsonl"));  // it never stepped
+  const pid_t pid = std::stoi(holder.substr(holder.find(", pid ") + 6));
+  kill(pid, SIGTERM);
+  first.join();
+  EXPECT_NE(first_result.exit_code, 0);
+  // The lock went with the killed run: the directory takes a new run.
+  EXPECT_EQ(run(train_arguments(2, "shared", "third.jsonl")).exit_code, 0);
 }
 
 TEST_F(EndToEnd, LossEqualsAnIndependentGpt2Reference) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_lock.h"
 #include "runtime/checkpoint/distributed_checkpoint.h"
 #include "runtime/comm/mpi_session.h"
 #include "runtime/measure/memory_report.h"
@@ -83,6 +84,12 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
         "--init-from and --resume exclude each other: --resume continues a "
         "run (its optimizer state and step), --init-from starts one from "
         "weights");
+  // One run writes into a checkpoint directory at a time (rank 0 writes
+  // every checkpoint, so it holds the lock); refused here, before anything.
+  std::unique_ptr<CheckpointDirLock> checkpoint_lock;
+  if (!options.checkpoint_dir.empty() && session.world_rank() == 0)
+    checkpoint_lock = std::make_unique<CheckpointDirLock>(
+        options.checkpoint_dir, "paraplan train of plan " + options.plan_path);
   std::string resume_from, init_from;
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
   if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);

@@ -1,0 +1,82 @@
+// checkpoint_lock.cc: the checkpoint directory's writer lock (checkpoint_lock.h).
+#include "runtime/checkpoint/checkpoint_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <stdexcept>
+
+#include "common/printable_text.h"
+
+namespace paraplan {
+
+namespace {
+
+constexpr const char* kLockFile = ".paraplan-lock";
+
+std::string now_text() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char text[32];
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return text;
+}
+
+// What the holder wrote into the lock file (at most a line's worth).
+std::string holder_of(int fd) {
+  char text[512];
+  const ssize_t got = ::pread(fd, text, sizeof text - 1, 0);
+  if (got <= 0) return "a run that did not say who it is";
+  std::string holder(text, static_cast<size_t>(got));
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+  return printable_text(holder, 400);
+}
+
+}  // namespace
+
+CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& holder)
+    : path_((std::filesystem::path(dir) / kLockFile).string()) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error)
+    throw std::runtime_error("--checkpoint-dir " + dir + ": cannot create it: " + error.message());
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0)
+    throw std::runtime_error("--checkpoint-dir " + dir + ": cannot open its lock file " + path_ +
+                             ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int lock_error = errno;
+    const std::string other = holder_of(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    if (lock_error == EWOULDBLOCK)
+      throw std::runtime_error("--checkpoint-dir " + dir + " is in use by another run (" + other +
+                               "); two runs in one directory would overwrite each other's "
+                               "checkpoints: give this run another directory, or stop that run");
+    throw std::runtime_error("--checkpoint-dir " + dir + ": cannot lock " + path_ + ": " +
+                             std::strerror(lock_error));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string text = holder + ", pid " + std::to_string(::getpid()) + " on host " + host +
+                           ", since " + now_text() + "\n";
+  // The previous holder's words go; a reader sees the whole line or none of it
+  // only when it raced a starting run, and then the lock decides, not the text.
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    // The lock holds without its description.
+  }
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+}  // namespace paraplan

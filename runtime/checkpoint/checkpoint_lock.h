@@ -1,0 +1,34 @@
+// checkpoint_lock.h: one run writes into a checkpoint directory at a time.
+// Two runs given the same --checkpoint-dir would otherwise interleave their
+// step directories silently, one run's step_00000030 replacing the other's
+// and `latest` naming whichever wrote last.
+//
+// The run's writer (world rank 0, which writes every checkpoint) holds an
+// exclusive flock on DIR/.paraplan-lock for its whole life, and writes into
+// the file who it is. The kernel drops the lock when the process ends, however
+// it ends, so a crashed run never leaves the directory locked.
+#pragma once
+
+#include <string>
+
+namespace paraplan {
+
+class CheckpointDirLock {
+ public:
+  // Creates `dir` when missing, then takes the lock. `holder` describes this
+  // run ("paraplan train, plan job.pplan"); the host, pid and start time are
+  // added. Throws std::runtime_error naming the directory and the run that
+  // holds it, or why the lock file cannot be made.
+  CheckpointDirLock(const std::string& dir, const std::string& holder);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace paraplan

@@ -1,0 +1,71 @@
+// checkpoint_lock_test.cc: a second writer is refused naming the first; the
+// lock goes with its holder, even a killed one.
+#include "runtime/checkpoint/checkpoint_lock.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "runtime/testing/test_temp_dir.h"
+
+namespace paraplan {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+using testing::TempDir;
+
+TEST(CheckpointDirLockTest, ASecondWriterIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";  // created by the lock
+  auto first = std::make_unique<CheckpointDirLock>(checkpoints, "paraplan train, plan a.pplan");
+  EXPECT_TRUE(std::filesystem::is_directory(checkpoints));
+  const std::string refused =
+      error_of([&] { CheckpointDirLock second(checkpoints, "paraplan train, plan b.pplan"); });
+  EXPECT_TRUE(contains(refused, "--checkpoint-dir " + checkpoints +
+                                    " is in use by another run (paraplan train, plan a.pplan, "
+                                    "pid " +
+                                    std::to_string(getpid()) + " on host "));
+  EXPECT_TRUE(contains(refused, "give this run another directory, or stop that run"));
+  first.reset();
+  EXPECT_NO_THROW(CheckpointDirLock third(checkpoints, "paraplan train, plan c.pplan"));
+}
+
+TEST(CheckpointDirLockTest, AKilledHolderLeavesNoLockBehind) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    CheckpointDirLock held(checkpoints, "the child");
+    char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(1);
+    pause();  // until killed
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  EXPECT_TRUE(contains(error_of([&] { CheckpointDirLock second(checkpoints, "the parent"); }),
+                       "(the child, pid " + std::to_string(child)));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_NO_THROW(CheckpointDirLock after(checkpoints, "the parent"));
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST(CheckpointDirLockTest, ADirectoryThatCannotBeMadeIsNamed) {
+  TempDir dir;
+  testing::write_bytes(dir / "a_file", "x");
+  EXPECT_TRUE(contains(error_of([&] { CheckpointDirLock lock(dir / "a_file/sub", "run"); }),
+                       "--checkpoint-dir " + dir / "a_file/sub" + ": cannot create it"));
+}
+
+}  // namespace
+}  // namespace paraplan
