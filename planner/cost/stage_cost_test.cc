@@ -10,6 +10,7 @@
 
 #include "planner/cost/compute_model.h"
 #include "planner/cost/transformer_ops.h"
+#include "planner/job/job_config_test_support.h"
 
 namespace paraplan {
 namespace {
@@ -47,25 +48,11 @@ TEST(CommunicationModelTest, GroupsCrossNodesWhereTheirRanksDo) {
   EXPECT_FALSE(data_parallel_group_crosses_nodes({1, 8, 2}, 0, 4, 8));
 }
 
-JobConfig gpt3(const std::vector<ConfigOverride>& extra = {}) {
-  std::vector<ConfigOverride> overrides = {{"model.num_layers", "96"},
-                                           {"model.d_model", "12288"},
-                                           {"model.num_heads", "96"},
-                                           {"model.seq_len", "2048"},
-                                           {"model.vocab_size", "51200"},
-                                           {"model.dtype", "bfloat16"},
-                                           {"training.global_batch_size", "1536"},
-                                           {"training.total_steps", "10"},
-                                           {"cluster.preset", "a100-80g"},
-                                           {"cluster.num_nodes", "128"},
-                                           {"planner.opt_resident_coef", "6"}};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return parse_job_config("", "gpt3.toml", overrides);
-}
+using job_config_test::gpt3_175b;
 
 TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
   // The whole reduction is exposed (overlap has its own test below).
-  const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
+  const JobConfig config = gpt3_175b({{"cluster.overlap_communication", "false"}});
   // pp 8 x dp 16 x tp 8 on 128 nodes of 8, micro-batch 1 x 96.
   const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   const StageCostModel costs(config, setting);
@@ -104,7 +91,7 @@ TEST(StageCostTest, Gpt3MiddleStageTimeByHand) {
 }
 
 TEST(StageCostTest, SequenceParallelismByHand) {
-  const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
+  const JobConfig config = gpt3_175b({{"cluster.overlap_communication", "false"}});
   const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   PlanSetting sequence = plain;
   sequence.shape.sequence_parallel = true;
@@ -131,7 +118,7 @@ TEST(StageCostTest, SequenceParallelismByHand) {
 }
 
 TEST(StageCostTest, ZeroOneReducesScattersAndGathersInsideGroups) {
-  const JobConfig config = gpt3({{"cluster.overlap_communication", "false"}});
+  const JobConfig config = gpt3_175b({{"cluster.overlap_communication", "false"}});
   const PlanSetting plain{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   const PlanSetting zero{{8, 16, 8}, {128, 8}, 1, 96, 1, 4, {}};
   const StageEstimate a = StageCostModel(config, plain).estimate(3, {12, 0, 0});
@@ -159,8 +146,8 @@ TEST(StageCostTest, ExposedPartOfABucketedReduction) {
 
 TEST(StageCostTest, BucketedReductionHidesBehindTheLastBackward) {
   // The a100 preset overlaps communication; 40M-element buckets.
-  const JobConfig overlapped = gpt3();
-  const JobConfig serial = gpt3({{"cluster.overlap_communication", "false"}});
+  const JobConfig overlapped = gpt3_175b();
+  const JobConfig serial = gpt3_175b({{"cluster.overlap_communication", "false"}});
   ASSERT_TRUE(overlapped.cluster.overlap_communication);
   for (int zero_stage : {0, 1}) {
     const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, zero_stage, 4, {}};
@@ -190,7 +177,7 @@ TEST(StageCostTest, BucketedReductionHidesBehindTheLastBackward) {
 
 TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {
   std::mt19937 rng(3);
-  const JobConfig config = gpt3({{"planner.memory_granularity", "4096"}});
+  const JobConfig config = gpt3_175b({{"planner.memory_granularity", "4096"}});
   for (int trial = 0; trial < 50; ++trial) {
     const int p = 1 + rng() % 8;
     const PlanSetting setting{
@@ -211,7 +198,7 @@ TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {
 }
 
 TEST(StageCostTest, InferenceMemoryAndForwardOnlyTime) {
-  const JobConfig config = gpt3({{"planner.is_train", "false"}});
+  const JobConfig config = gpt3_175b({{"planner.is_train", "false"}});
   const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 0, 1, {}};
   const StageEstimate stage = StageCostModel(config, setting).estimate(3, {12, 0, 0});
   EXPECT_EQ(stage.memory.gradients + stage.memory.optimizer_state + stage.memory.activations, 0u);

@@ -1,4 +1,5 @@
-// job_config_test_support.h: the minimal job and helpers job/'s tests share.
+// job_config_test_support.h: the minimal job and helpers job/'s tests share,
+// and the GPT-3 175B job the cost and search tests plan.
 #pragma once
 
 #include <stdexcept>
@@ -46,6 +47,24 @@ inline std::string with(const std::string& extra) {
     return text;
   }
   return text + extra;
+}
+
+// GPT-3 175B in bf16 on 128 nodes of 8 A100s (the cost and search tests'
+// large job), plus `extra` overrides.
+inline JobConfig gpt3_175b(const std::vector<ConfigOverride>& extra = {}) {
+  std::vector<ConfigOverride> overrides = {{"model.num_layers", "96"},
+                                           {"model.d_model", "12288"},
+                                           {"model.num_heads", "96"},
+                                           {"model.seq_len", "2048"},
+                                           {"model.vocab_size", "51200"},
+                                           {"model.dtype", "bfloat16"},
+                                           {"training.global_batch_size", "1536"},
+                                           {"training.total_steps", "10"},
+                                           {"cluster.preset", "a100-80g"},
+                                           {"cluster.num_nodes", "128"},
+                                           {"planner.opt_resident_coef", "6"}};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return parse_job_config("", "gpt3.toml", overrides);
 }
 
 }  // namespace paraplan::job_config_test

@@ -4,29 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/job/job_config_test_support.h"
+
 namespace paraplan {
 namespace {
 
+using job_config_test::gpt3_175b;
 using schema::RecomputeMode;
 
-// GPT-3 175B in bf16 on 128 nodes of 8 A100s (as stage_cost_test.cc's).
-JobConfig gpt3() {
-  return parse_job_config("", "gpt3.toml",
-                          {{"model.num_layers", "96"},
-                           {"model.d_model", "12288"},
-                           {"model.num_heads", "96"},
-                           {"model.seq_len", "2048"},
-                           {"model.vocab_size", "51200"},
-                           {"model.dtype", "bfloat16"},
-                           {"training.global_batch_size", "1536"},
-                           {"training.total_steps", "10"},
-                           {"cluster.preset", "a100-80g"},
-                           {"cluster.num_nodes", "128"},
-                           {"planner.opt_resident_coef", "6"}});
-}
-
 TEST(StageCostTest, RecomputeChoiceIsTheFastestThatFits) {
-  const JobConfig base = gpt3();
+  const JobConfig base = gpt3_175b();
   const PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 1, 1, {}};
   // Stage 0 holds 8 micro-batches; give it 12 blocks under limits from loose to tight.
   RecomputeClassCounts free_blocks;
