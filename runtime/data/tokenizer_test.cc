@@ -52,8 +52,8 @@ TEST(TokenizerTest, UnigramEntropyCountsTheTrainingBytesOnly) {
   const TokenizeResult result = tokenize_files({dir / "c.txt"}, dir / "out", 0.9);
   ASSERT_EQ(result.train_tokens, 5);
   // p = 3/5, 1/5, 1/5.
-  EXPECT_NEAR(result.train_unigram_entropy,
-              -(0.6 * std::log(0.6) + 2 * 0.2 * std::log(0.2)), 1e-12);
+  EXPECT_NEAR(result.train_unigram_entropy, -(0.6 * std::log(0.6) + 2 * 0.2 * std::log(0.2)),
+              1e-12);
 }
 
 TEST(TokenizerTest, ValSplitMovesToTheNextLine) {

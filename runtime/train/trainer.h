@@ -19,10 +19,10 @@ struct TrainOptions {
   // Empty: the plan's [data] train (required then) and [data] validation.
   std::string data_path;
   std::string validation_data_path;
-  int steps = -1;                    // train until this step (absolute); -1: the plan's total_steps
-  std::string checkpoint_dir;        // optional
-  int checkpoint_every = 0;          // 0: only at the end
-  bool resume = false;               // continue from checkpoint_dir's latest checkpoint
+  int steps = -1;              // train until this step (absolute); -1: the plan's total_steps
+  std::string checkpoint_dir;  // optional
+  int checkpoint_every = 0;    // 0: only at the end
+  bool resume = false;         // continue from checkpoint_dir's latest checkpoint
   // Start from these weights (a checkpoint, or a Hugging Face model directory:
   // model.safetensors + config.json) at step 0 with fresh optimizer state.
   std::string init_from;
