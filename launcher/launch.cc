@@ -18,7 +18,7 @@
 #include <stdexcept>
 
 #include "common/bounded_file.h"
-#include "runtime/data/data_paths.h"
+#include "common/data_list.h"
 #include "schema/plan_io.h"
 
 extern char** environ;
@@ -250,14 +250,9 @@ std::string absolute(const std::string& path) {
   return std::filesystem::absolute(path).lexically_normal().string();
 }
 
-// --data and --val-data take comma-separated lists (of paths and globs):
-// each entry made absolute.
+// --data and --val-data take comma-separated lists (of paths and globs).
 std::string absolute_path_value(const std::string& flag, const std::string& value) {
-  if (flag != "--data" && flag != "--val-data") return absolute(value);
-  std::string result;
-  for (const std::string& entry : data_list_entries(value))
-    result += (result.empty() ? "" : ",") + absolute(entry);
-  return result;
+  return flag == "--data" || flag == "--val-data" ? absolute_data_list(value) : absolute(value);
 }
 
 }  // namespace

@@ -6,12 +6,12 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "common/data_list.h"
 #include "launcher/launch.h"
 #include "launcher/network.h"
 #include "launcher/preflight.h"
 #include "launcher/supervisor.h"
 #include "runtime/comm/supervision_protocol.h"
-#include "runtime/data/data_paths.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {

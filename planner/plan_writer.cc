@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 
+#include "common/data_list.h"
 #include "planner/cost/model_counts.h"
 #include "planner/cost/profile.h"
 #include "schema/plan_io.h"
@@ -99,29 +99,14 @@ std::string compute_model_description(const JobConfig& config, const PlanCandida
   return text;
 }
 
-// A data argument ("a.bin,shards/*.bin") with each entry made absolute, so
-// ranks on other hosts (whose working directory is their home) find it.
-std::string absolute_data_paths(const std::string& paths) {
-  std::string result;
-  size_t start = 0;
-  while (start <= paths.size()) {
-    const size_t comma = std::min(paths.find(',', start), paths.size());
-    const std::string entry = paths.substr(start, comma - start);
-    if (!result.empty() || start > 0) result += ',';
-    result += entry.empty() ? entry : std::filesystem::absolute(entry).lexically_normal().string();
-    start = comma + 1;
-  }
-  return result;
-}
-
 // [data] as the plan records it (Training.data).
 flatbuffers::Offset<schema::Data> data_table(flatbuffers::FlatBufferBuilder& builder,
                                              const DataConfig& data) {
   std::vector<flatbuffers::Offset<schema::DataSource>> sources;
   for (const DataSourceConfig& source : data.train)
     sources.push_back(schema::CreateDataSourceDirect(
-        builder, absolute_data_paths(source.path).c_str(), source.weight));
-  const std::string validation = absolute_data_paths(data.validation);
+        builder, absolute_data_list(source.path).c_str(), source.weight));
+  const std::string validation = absolute_data_list(data.validation);
   return schema::CreateDataDirect(builder, &sources, validation.c_str(), data.shuffle, data.seed);
 }
 

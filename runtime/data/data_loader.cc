@@ -64,26 +64,27 @@ DataLoader::Location DataLoader::locate(int64_t k) const {
 }
 
 DataLoader::Location DataLoader::locate(int64_t first, int offset) const {
+  // The dataset's own draw: first + offset itself for a lone dataset, the
+  // blend's otherwise.
   int dataset = 0;
-  uint64_t epoch;  // unsigned: wraps, never overflows, at int64's end
-  int64_t position;
-  if (datasets_.size() == 1) {
-    // Reduced before adding, so no index of int64's range overflows.
-    const int64_t samples = datasets_[0]->num_samples(), past = first % samples + offset;
-    epoch = static_cast<uint64_t>(first / samples) + static_cast<uint64_t>(past / samples);
-    position = past % samples;
-  } else {
+  int64_t draw_first = first, draw_offset = offset;
+  if (datasets_.size() > 1) {
     if (first > std::numeric_limits<int64_t>::max() - offset)
       throw std::runtime_error(name_ + ": sample index " + std::to_string(first) + " + " +
                                std::to_string(offset) + " is beyond int64's range");
     const BlendSchedule::Draw draw = blend_.draw(first + offset);
     dataset = draw.dataset;
-    const int64_t samples = datasets_[static_cast<size_t>(dataset)]->num_samples();
-    epoch = static_cast<uint64_t>(draw.index / samples);
-    position = draw.index % samples;
+    draw_first = draw.index;
+    draw_offset = 0;
   }
-  if (!order_.shuffle) return {dataset, position};
   const int64_t samples = datasets_[static_cast<size_t>(dataset)]->num_samples();
+  // Reduced before adding, so no index of int64's range overflows; the epoch
+  // is unsigned, so it wraps rather than overflows at int64's end.
+  const int64_t past = draw_first % samples + draw_offset;
+  const int64_t position = past % samples;
+  if (!order_.shuffle) return {dataset, position};
+  const uint64_t epoch =
+      static_cast<uint64_t>(draw_first / samples) + static_cast<uint64_t>(past / samples);
   return {dataset, permute(position, samples, shuffle_key(order_.seed, dataset, epoch))};
 }
 

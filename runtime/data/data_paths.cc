@@ -32,17 +32,6 @@ std::vector<std::string> glob_files(const std::string& pattern, const std::strin
 
 }  // namespace
 
-std::vector<std::string> data_list_entries(const std::string& spec) {
-  std::vector<std::string> entries;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = spec.find(',', start);
-    entries.push_back(spec.substr(start, comma == std::string::npos ? comma : comma - start));
-    if (comma == std::string::npos) return entries;
-    start = comma + 1;
-  }
-}
-
 bool is_glob(const std::string& entry) {
   return entry.find_first_of("*?[") != std::string::npos;
 }

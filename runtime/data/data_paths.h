@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/data_list.h"  // data_list_entries
+
 namespace paraplan {
 
 // The files of `spec`, in order. Throws std::runtime_error naming `what` (the
@@ -17,9 +19,6 @@ namespace paraplan {
 // no file, or a file is named twice (it would silently double its weight).
 // Plain paths are not checked here: opening them names what is wrong.
 std::vector<std::string> expand_data_paths(const std::string& spec, const std::string& what);
-
-// The entries of a comma-separated list, as given ("a.bin,b_*.bin" -> two).
-std::vector<std::string> data_list_entries(const std::string& spec);
 
 // True when `entry` holds a glob character (*, ? or [).
 bool is_glob(const std::string& entry);
