@@ -58,6 +58,11 @@ const char* backend_name(Backend backend);
 //   of an exact zero from a GEMM (cuBLAS and OpenBLAS with beta = 0).
 enum class GradientWrite { kAccumulate, kOverwrite };
 
+// Occurrences of one token summed together before being added, in
+// token_embedding_backward's order (below): the GPU sums each segment in its
+// own block, so a run of n occurrences is n / 32 sums in parallel.
+constexpr int kTokenEmbeddingSegment = 32;
+
 // One AdamW step's settings (Ops::adamw). step counts from 1.
 struct AdamWStep {
   float learning_rate = 0;
@@ -130,8 +135,14 @@ class Ops {
   virtual void token_embedding_forward(void* out, const int32_t* tokens, const void* wte,
                                        int num_tokens, int vocab_start, int vocab_local,
                                        int channels) = 0;
-  // dwte[tokens[i] - vocab_start, :] += dout[i, :] for tokens in range; rows are
-  // accumulated in token order, so the result is deterministic.
+  // dwte[tokens[i] - vocab_start, :] += dout[i, :] for tokens in range, in one
+  // summation order on every backend (deterministic, bitwise across backends in
+  // fp32): a row's occurrences in ascending i, in segments of
+  // kTokenEmbeddingSegment. The first segment adds onto the row's value; each
+  // later one is summed from zero on its own and then added, in order:
+  //   ((row + d_0 + ... + d_31) + (d_32 + ... + d_63)) + (d_64 + ...) ...
+  // so a frequent token's ("the", ",") occurrences sum in parallel on a GPU. In
+  // fp32; bf16 storage widens the row once and rounds it once.
   virtual void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens,
                                         int num_tokens, int vocab_start, int vocab_local,
                                         int channels) = 0;

@@ -84,8 +84,8 @@ class CpuBfloat16Ops final : public Ops {
   void token_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int num_tokens,
                                 int vocab_start, int vocab_local, int channels) override {
     // Each touched row is widened once, takes its tokens' gradients in fp32
-    // (token order, as the fp32 op adds them) and is rounded once: one
-    // rounding per row, whatever the token repeats.
+    // (in the fp32 op's order, ops.h) and is rounded once: one rounding per
+    // row, whatever the token repeats.
     const size_t C = channels;
     row_slot_.assign(std::max(vocab_local, 0), -1);
     touched_rows_.clear();
@@ -101,13 +101,17 @@ class CpuBfloat16Ops final : public Ops {
     for (size_t slot = 0; slot < touched_rows_.size(); slot++)
       host_to_float(rows + slot * C, bits(dwte) + static_cast<size_t>(touched_rows_[slot]) * C,
                     DType::kBFloat16, C);
-    for (int i = 0; i < num_tokens; i++) {
-      const int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
-      if (local < 0 || local >= vocab_local) continue;
-      float* row = rows + static_cast<size_t>(row_slot_[local]) * C;
-      const Bits* dout_row = bits(dout) + static_cast<size_t>(i) * C;
-      for (size_t c = 0; c < C; c++) row[c] += float_from_bfloat16(dout_row[c]);
-    }
+    cpu::sum_token_gradients(
+        rows, static_cast<int>(touched_rows_.size()), num_tokens, C,
+        [&](int i) {
+          const int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
+          return local >= 0 && local < vocab_local ? row_slot_[local] : -1;
+        },
+        [&](float* row, int i) {
+          const Bits* dout_row = bits(dout) + static_cast<size_t>(i) * C;
+          for (size_t c = 0; c < C; c++) row[c] += float_from_bfloat16(dout_row[c]);
+        },
+        token_gradients_);
     for (size_t slot = 0; slot < touched_rows_.size(); slot++)
       narrow(bits(dwte) + static_cast<size_t>(touched_rows_[slot]) * C, rows + slot * C, C);
   }
@@ -374,6 +378,7 @@ class CpuBfloat16Ops final : public Ops {
   std::vector<float> scratch_[6];
   std::vector<int> row_slot_;      // token embedding backward: local row -> touched slot
   std::vector<int> touched_rows_;  // in first-touch order
+  cpu::TokenGradientScratch token_gradients_;
 };
 
 }  // namespace

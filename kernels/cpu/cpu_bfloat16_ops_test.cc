@@ -183,13 +183,15 @@ TEST_F(Bfloat16OpsTest, TokenEmbeddingBackwardRoundsEachRowOnce) {
   EXPECT_EQ(widen(dwte), (std::vector<float>{0.5f, 0.25f, 1.0f + 0x1p-6f, 1.0f + 0x1p-6f, 0, 0}));
 
   // Bitwise the fp32 op on the widened values, rounded once (nonzero start,
-  // repeats, and a token outside this shard's range).
-  const std::vector<int32_t> many = {2, 5, 2, 0, 2, 7, 0};
+  // repeats, a run of several segments, and a token outside this shard's range).
+  std::vector<int32_t> many = {2, 5, 2, 0, 2, 7, 0};
+  for (int i = 0; i < 3 * kTokenEmbeddingSegment + 5; i++) many.push_back(i % 4 == 0 ? 0 : 2);
+  const int n = static_cast<int>(many.size());
   const Bits start = random_bf16(V * C, 24), gradients = random_bf16(many.size() * C, 25);
   Bits ours = start;
   std::vector<float> reference = widen(start);
-  bf16->token_embedding_backward(ours.data(), gradients.data(), many.data(), 7, 0, V, C);
-  fp32->token_embedding_backward(reference.data(), widen(gradients).data(), many.data(), 7, 0, V,
+  bf16->token_embedding_backward(ours.data(), gradients.data(), many.data(), n, 0, V, C);
+  fp32->token_embedding_backward(reference.data(), widen(gradients).data(), many.data(), n, 0, V,
                                  C);
   EXPECT_EQ(ours, narrow(reference));
 

@@ -4,6 +4,7 @@
 // Not part of the op-set contract; only kernels/cpu includes it.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -116,6 +117,58 @@ inline void scaled_exp(float* out, const float* x, float shift, float scale, siz
     for (int l = 0; l < kLanes; l++) out[i + l] = e[l];
   }
   for (; i < n; i++) out[i] = exp_approx(x[i] - shift) * scale;
+}
+
+// ---- the token-embedding backward's order ---------------------------------------------
+
+// Reused between calls, so a step allocates nothing.
+struct TokenGradientScratch {
+  std::vector<int> occurrences;  // per slot: occurrences added so far
+  std::vector<int> segment;      // per slot: its later-segment row in `partials`, or -1
+  std::vector<float> partials;
+};
+
+// Token-embedding backward in the order kernels/ops.h states, over fp32 rows:
+// rows + s * C holds slot s's starting value and receives its sum. For each
+// token position i in ascending order, slot_of(i) names its row (< 0: not
+// this shard's) and add_row(float* row, i) adds dout[i, :] onto a row in fp32.
+// The first kTokenEmbeddingSegment occurrences of a slot add onto its row;
+// every later segment is summed from zero and added when the next starts, or
+// at the end.
+template <typename SlotOf, typename AddRow>
+void sum_token_gradients(float* rows, int num_slots, int num_tokens, size_t C, SlotOf slot_of,
+                         AddRow add_row, TokenGradientScratch& scratch) {
+  constexpr int kSegment = kTokenEmbeddingSegment;
+  scratch.occurrences.assign(static_cast<size_t>(num_slots), 0);
+  scratch.segment.assign(static_cast<size_t>(num_slots), -1);
+  size_t segments = 0;
+  auto fold = [&](int slot) {  // rows[slot] += its current later segment
+    float* row = rows + static_cast<size_t>(slot) * C;
+    const float* partial = scratch.partials.data() + static_cast<size_t>(scratch.segment[slot]) * C;
+    for (size_t c = 0; c < C; c++) row[c] += partial[c];
+  };
+  for (int i = 0; i < num_tokens; i++) {
+    const int slot = slot_of(i);
+    if (slot < 0) continue;
+    const int k = scratch.occurrences[slot]++;
+    if (k < kSegment) {
+      add_row(rows + static_cast<size_t>(slot) * C, i);
+      continue;
+    }
+    if (k % kSegment == 0) {  // a later segment starts: fold the one before, restart from zero
+      if (scratch.segment[slot] < 0) {
+        scratch.segment[slot] = static_cast<int>(segments++);
+        if (scratch.partials.size() < segments * C) scratch.partials.resize(segments * C);
+      } else {
+        fold(slot);
+      }
+      std::fill_n(scratch.partials.data() + static_cast<size_t>(scratch.segment[slot]) * C, C,
+                  0.0f);
+    }
+    add_row(scratch.partials.data() + static_cast<size_t>(scratch.segment[slot]) * C, i);
+  }
+  for (int slot = 0; slot < num_slots; slot++)
+    if (scratch.segment[slot] >= 0) fold(slot);
 }
 
 // ---- kernels (semantics as the Ops methods of the same names in kernels/ops.h) ------------

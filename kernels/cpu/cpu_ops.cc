@@ -132,15 +132,19 @@ class CpuOps final : public Ops {
   void token_embedding_backward(void* dwte_storage, const void* dout_storage, const int32_t* tokens,
                                 int num_tokens, int vocab_start, int vocab_local,
                                 int channels) override {
-    float* dwte = static_cast<float*>(dwte_storage);
     const float* dout = static_cast<const float*>(dout_storage);
-    for (int i = 0; i < num_tokens; i++) {
-      int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
-      if (local < 0 || local >= vocab_local) continue;
-      float* dwte_row = dwte + static_cast<size_t>(local) * channels;
-      const float* dout_row = dout + static_cast<size_t>(i) * channels;
-      for (int c = 0; c < channels; c++) dwte_row[c] += dout_row[c];
-    }
+    const size_t C = channels;
+    cpu::sum_token_gradients(
+        static_cast<float*>(dwte_storage), std::max(vocab_local, 0), num_tokens, C,
+        [&](int i) {
+          const int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
+          return local >= 0 && local < vocab_local ? static_cast<int>(local) : -1;
+        },
+        [&](float* row, int i) {
+          const float* dout_row = dout + static_cast<size_t>(i) * C;
+          for (size_t c = 0; c < C; c++) row[c] += dout_row[c];
+        },
+        token_gradients_);
   }
 
   void position_embedding_forward(void* out_storage, const void* wpe_storage, int batch,
@@ -480,6 +484,7 @@ class CpuOps final : public Ops {
  private:
   cpu::CpuThreadPool pool_;
   std::vector<double> block_sums_;  // sum_of_squares scratch
+  cpu::TokenGradientScratch token_gradients_;
 };
 
 std::unique_ptr<Ops> cpu::make_float32_ops(int threads) {

@@ -105,6 +105,66 @@ TEST_F(CpuOpsTest, TokenEmbeddingLookupWithVocabRange) {
   EXPECT_EQ(dwte_with_guards, (std::vector<float>{0, 0, 9, 10, 1 + 11, 2 + 12, 5, 6, 0, 0}));
 }
 
+TEST_F(CpuOpsTest, TokenEmbeddingBackwardSumsLaterSegmentsOnTheirOwn) {
+  // Rows 0 and 1 start at 2^24, where adding 1 is a tie that rounds back to
+  // 2^24. Token 0 occurs 100 times: its first 32 ones are added one by one and
+  // vanish; the later segments (32, 32 and 4 ones) are summed on their own,
+  // exactly, and then added: 2^24 + 68. Token 1 occurs 32 times, one segment:
+  // added one by one, it stays 2^24. Token 7 is another shard's.
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 100; i++) {
+    tokens.push_back(0);
+    if (i < 32) tokens.push_back(1);
+    if (i % 10 == 0) tokens.push_back(7);
+  }
+  const std::vector<float> dout(tokens.size(), 1.0f);
+  std::vector<float> dwte = {0x1p24f, 0x1p24f, 5.0f};
+  ops->token_embedding_backward(dwte.data(), dout.data(), tokens.data(),
+                                static_cast<int>(tokens.size()), 0, 3, 1);
+  EXPECT_EQ(dwte, (std::vector<float>{0x1p24f + 68, 0x1p24f, 5.0f}));
+}
+
+TEST_F(CpuOpsTest, TokenEmbeddingBackwardFollowsTheSegmentOrderOfOpsH) {
+  // Runs of 1 to ~700 occurrences (a segment's length, one more, several),
+  // against the order spelled out here, bitwise.
+  const int num_tokens = 2000, vocab = 13, channels = 5, segment = kTokenEmbeddingSegment;
+  std::vector<int32_t> tokens(num_tokens);
+  uint32_t state = 7;
+  for (int i = 0; i < num_tokens; i++) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t draw = state >> 16;  // 0 .. 65535, heavily skewed to token 0 and 1
+    tokens[i] = draw < 23000 ? 0 : draw < 38000 ? 1 : 2 + static_cast<int32_t>(draw % 10);
+  }
+  tokens[5] = 12;  // and a token seen once
+  const std::vector<float> dout = pseudo_random(static_cast<size_t>(num_tokens) * channels, 3);
+  const std::vector<float> start = pseudo_random(static_cast<size_t>(vocab) * channels, 4);
+  std::vector<float> dwte = start;
+  ops->token_embedding_backward(dwte.data(), dout.data(), tokens.data(), num_tokens, 0, vocab,
+                                channels);
+  std::vector<float> expected = start;
+  for (int row = 0; row < vocab; row++) {
+    for (int c = 0; c < channels; c++) {
+      float sum = start[row * channels + c], later = 0;
+      int k = 0;
+      for (int i = 0; i < num_tokens; i++) {
+        if (tokens[i] != row) continue;
+        const float d = dout[static_cast<size_t>(i) * channels + c];
+        if (k < segment) {
+          sum += d;
+        } else {
+          if (k % segment == 0) later = 0;
+          later += d;
+          if (k % segment == segment - 1) sum += later;
+        }
+        k++;
+      }
+      if (k > segment && k % segment != 0) sum += later;  // the last, partial segment
+      expected[row * channels + c] = sum;
+    }
+  }
+  EXPECT_EQ(dwte, expected);
+}
+
 TEST_F(CpuOpsTest, PositionEmbeddingAddsAndSumsOverBatch) {
   const int batch = 2, seq_len = 2, channels = 2;
   const std::vector<float> wpe = {10, 20, 30, 40};

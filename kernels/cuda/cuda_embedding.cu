@@ -7,10 +7,13 @@
 // Token backward is deterministic without atomics: the token positions are
 // sorted by local vocabulary row with CUB's radix sort, which is stable (equal
 // tokens keep ascending position order), so each vocabulary row's run of
-// positions is contiguous; the block at the start of a run adds the run's
-// dout rows into that dwte row in position order, in one fp32 running sum per
-// column started from the widened dwte value, and stores it rounded once.
-// That is the CPU backend's summation order (bitwise the same in fp32).
+// positions is contiguous. Each run is cut into segments of
+// kTokenEmbeddingSegment positions, one block each, so " the" repeated 300
+// times in a micro-batch is ten short sums rather than one long one: the first
+// segment starts from the widened dwte value, later ones from zero, and a
+// second kernel adds a long run's segment sums in order and stores the row,
+// rounded once. That is the order kernels/ops.h states and the CPU backend
+// follows (bitwise the same in fp32).
 // Position forward: out = round(out + wpe). Position backward: one thread per
 // (t, c), summing the batch in order b = 0, 1, ... onto the widened dwpe.
 #include <cuda_runtime.h>
@@ -27,6 +30,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr unsigned int kMaxBlocks = 1u << 16;
+constexpr int kSegment = kTokenEmbeddingSegment;
 
 // Local vocabulary row of a token, or -1 when another shard owns it (64-bit:
 // token - vocab_start cannot overflow).
@@ -70,25 +74,84 @@ __global__ void embedding_sort_keys_kernel(uint32_t* keys, int32_t* positions,
   positions[i] = i;
 }
 
-// Block j handles the run of equal keys starting at sorted position j (and
-// does nothing when j is not a run start): dwte[key, c] += dout[p, c] for the
-// run's positions p in ascending order, one running sum per column.
+// Where sorted position j starts its run of equal keys (keys ascend: a
+// binary search over [0, j]).
+__device__ int run_start(const uint32_t* sorted_keys, int j) {
+  const uint32_t key = sorted_keys[j];
+  int low = 0, high = j;
+  while (low < high) {
+    const int middle = low + (high - low) / 2;
+    if (sorted_keys[middle] < key) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
+// Whether the run starting at sorted position start is longer than one segment.
+__device__ bool long_run(const uint32_t* sorted_keys, int start, int num_tokens) {
+  return start + kSegment < num_tokens && sorted_keys[start + kSegment] == sorted_keys[start];
+}
+
+// Block j sums the segment of its run that starts at sorted position j (and
+// does nothing when no segment starts there). A run's first segment adds onto
+// the widened dwte row; a later one sums from zero. A run of one segment stores
+// its row at once; a longer run leaves each segment's fp32 sum to the combine
+// kernel: the first in first_sums[start / kSegment], a later one in
+// later_sums[j / kSegment] (unique: two long runs' starts are more than a
+// segment apart, and so are two later segments' starts).
 template <typename T>
-__global__ void embedding_backward_runs_kernel(T* dwte, const T* dout, const uint32_t* sorted_keys,
-                                               const int32_t* sorted_positions, int num_tokens,
-                                               int vocab_local, int C) {
-  const int start = blockIdx.x;
-  const uint32_t key = sorted_keys[start];
-  if (key >= static_cast<uint32_t>(vocab_local)) return;   // other shards' tokens
-  if (start > 0 && sorted_keys[start - 1] == key) return;  // not the start of a run
-  int end = start + 1;
-  while (end < num_tokens && sorted_keys[end] == key) end++;
+__global__ void embedding_backward_segments_kernel(T* dwte, float* first_sums, float* later_sums,
+                                                   const T* dout, const uint32_t* sorted_keys,
+                                                   const int32_t* sorted_positions, int num_tokens,
+                                                   int vocab_local, int C) {
+  const int j = blockIdx.x;
+  const uint32_t key = sorted_keys[j];
+  if (key >= static_cast<uint32_t>(vocab_local)) return;  // other shards' tokens
+  const bool first = j == 0 || sorted_keys[j - 1] != key;
+  // A later segment has a whole segment of its run before it.
+  if (!first && (j < kSegment || sorted_keys[j - kSegment] != key ||
+                 (j - run_start(sorted_keys, j)) % kSegment != 0)) {
+    return;
+  }
+  int end = j + 1;
+  const int limit = min(j + kSegment, num_tokens);
+  while (end < limit && sorted_keys[end] == key) end++;
+  T* dwte_row = dwte + static_cast<size_t>(key) * C;
+  float* sums = !first ? later_sums + static_cast<size_t>(j / kSegment) * C
+                : long_run(sorted_keys, j, num_tokens)
+                    ? first_sums + static_cast<size_t>(j / kSegment) * C
+                    : nullptr;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = first ? widen(dwte_row[c]) : 0.0f;
+    for (int p = j; p < end; p++)
+      sum += widen(dout[static_cast<size_t>(sorted_positions[p]) * C + c]);
+    if (sums != nullptr) {
+      sums[c] = sum;
+    } else {
+      dwte_row[c] = narrow<T>(sum);
+    }
+  }
+}
+
+// Block j, when a run longer than one segment starts there, adds its
+// segments' sums in order and stores the row, rounded once.
+template <typename T>
+__global__ void embedding_backward_combine_kernel(T* dwte, const float* first_sums,
+                                                  const float* later_sums,
+                                                  const uint32_t* sorted_keys, int num_tokens,
+                                                  int vocab_local, int C) {
+  const int j = blockIdx.x;
+  const uint32_t key = sorted_keys[j];
+  if (key >= static_cast<uint32_t>(vocab_local)) return;
+  if ((j > 0 && sorted_keys[j - 1] == key) || !long_run(sorted_keys, j, num_tokens)) return;
   T* dwte_row = dwte + static_cast<size_t>(key) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float sum = widen(dwte_row[c]);
-    for (int j = start; j < end; j++) {
-      sum += widen(dout[static_cast<size_t>(sorted_positions[j]) * C + c]);
-    }
+    float sum = first_sums[static_cast<size_t>(j / kSegment) * C + c];
+    for (int s = j + kSegment; s < num_tokens && sorted_keys[s] == key; s += kSegment)
+      sum += later_sums[static_cast<size_t>(s / kSegment) * C + c];
     dwte_row[c] = narrow<T>(sum);
   }
 }
@@ -177,12 +240,16 @@ void token_embedding_backward(DType storage, void* dwte, const void* dout, const
       static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), num_tokens, 0, end_bit,
       stream));
   const size_t array_bytes = align256(static_cast<size_t>(num_tokens) * sizeof(uint32_t));
-  char* base = static_cast<char*>(scratch.get(4 * array_bytes + sort_bytes));
+  const size_t sums_bytes =
+      align256(static_cast<size_t>(ceil_div(num_tokens, kSegment)) * channels * sizeof(float));
+  char* base = static_cast<char*>(scratch.get(4 * array_bytes + 2 * sums_bytes + sort_bytes));
   uint32_t* keys = reinterpret_cast<uint32_t*>(base);
   int32_t* positions = reinterpret_cast<int32_t*>(base + array_bytes);
   uint32_t* sorted_keys = reinterpret_cast<uint32_t*>(base + 2 * array_bytes);
   int32_t* sorted_positions = reinterpret_cast<int32_t*>(base + 3 * array_bytes);
-  void* sort_storage = base + 4 * array_bytes;
+  float* first_sums = reinterpret_cast<float*>(base + 4 * array_bytes);
+  float* later_sums = reinterpret_cast<float*>(base + 4 * array_bytes + sums_bytes);
+  void* sort_storage = base + 4 * array_bytes + 2 * sums_bytes;
 
   embedding_sort_keys_kernel<<<ceil_div(num_tokens, kThreads), kThreads, 0, stream>>>(
       keys, positions, tokens, num_tokens, vocab_start, vocab_local);
@@ -193,9 +260,13 @@ void token_embedding_backward(DType storage, void* dwte, const void* dout, const
   const int threads = std::min(kThreads, ((channels + 31) / 32) * 32);
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    embedding_backward_runs_kernel<T><<<num_tokens, threads, 0, stream>>>(
-        static_cast<T*>(dwte), static_cast<const T*>(dout), sorted_keys, sorted_positions,
-        num_tokens, vocab_local, channels);
+    embedding_backward_segments_kernel<T><<<num_tokens, threads, 0, stream>>>(
+        static_cast<T*>(dwte), first_sums, later_sums, static_cast<const T*>(dout), sorted_keys,
+        sorted_positions, num_tokens, vocab_local, channels);
+    PARAPLAN_CUDA_CHECK_LAUNCH();
+    embedding_backward_combine_kernel<T>
+        <<<num_tokens, threads, 0, stream>>>(static_cast<T*>(dwte), first_sums, later_sums,
+                                             sorted_keys, num_tokens, vocab_local, channels);
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_test_support.h"
@@ -97,39 +98,60 @@ TEST_P(CudaOps, ConversionsMatchDtypeHeaderBitwise) {
 
 // ---- embeddings -----------------------------------------------------------------------------
 
+// Tokens in [0, 40), vocab shard [8, 32): some belong to other shards. Short:
+// 300 tokens, runs of about 10. Long: 3000 tokens, token 10 in about 80% of
+// positions (a run of some 75 segments, as " the" and "," make in real text),
+// tokens 11, 12 and 13 exactly one segment, one more, and two segments long.
+std::vector<int32_t> embedding_tokens(bool long_runs) {
+  if (!long_runs) return random_ints(300, 2, 0, 40);
+  std::vector<int32_t> tokens = random_ints(3000, 6, 0, 40);
+  for (size_t i = 0; i < tokens.size(); i++) {
+    if (tokens[i] >= 11 && tokens[i] <= 13) tokens[i] = 10;
+    if (i % 5 != 0) tokens[i] = 10;
+  }
+  int next = 1;
+  for (auto [token, count] : {std::pair{11, kTokenEmbeddingSegment},
+                              std::pair{12, kTokenEmbeddingSegment + 1},
+                              std::pair{13, 2 * kTokenEmbeddingSegment}}) {
+    for (int k = 0; k < count; k++, next += 7) tokens[next] = token;
+  }
+  return tokens;
+}
+
 TEST_P(CudaOps, TokenEmbeddingMatchesCpu) {
   std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
-  for (int channels : {16, 7}) {
-    for (bool unaligned : {false, true}) {
-      const int num_tokens = 300, vocab_start = 8, vocab_local = 24;
-      // Tokens in [0, 40): some belong to other shards, many repeat.
-      const std::vector<int32_t> tokens = random_ints(num_tokens, 2, 0, 40);
-      const std::vector<float> wte = random_floats(static_cast<size_t>(vocab_local) * channels, 3);
-      const std::vector<float> dwte = random_floats(wte.size(), 4);
-      const std::vector<float> dout = random_floats(static_cast<size_t>(num_tokens) * channels, 5);
-      auto run = [&](Ops& ops) {
-        Buffers buffers(ops);
-        const size_t n = static_cast<size_t>(num_tokens) * channels;
-        void* out = buffers.allocate_storage(n);
-        int32_t* device_tokens = buffers.upload(tokens);
-        ops.token_embedding_forward(out, device_tokens, buffers.upload_storage(wte, unaligned),
-                                    num_tokens, vocab_start, vocab_local, channels);
-        void* gradient = buffers.upload_storage(dwte, unaligned);
-        ops.token_embedding_backward(gradient, buffers.upload_storage(dout), device_tokens,
-                                     num_tokens, vocab_start, vocab_local, channels);
-        return Tensors{buffers.download_storage(out, n),
-                       buffers.download_storage(gradient, dwte.size())};
-      };
-      const Tensors actual = run(*cuda), expected = run(*cpu);
-      const std::string what =
-          "channels " + std::to_string(channels) + " unaligned " + std::to_string(unaligned);
-      // Forward copies: exact in any dtype.
-      expect_equal(actual[0], expected[0], "token embedding forward " + what);
-      // Backward sums in the CPU's order (ascending token position) in fp32:
-      // exact for fp32; for bf16 one rounding of that sum, within an ulp.
-      if (bf16()) {
-        expect_close(actual[1], expected[1], kBf16Tolerance, "token embedding backward " + what);
-      } else {
+  for (bool long_runs : {false, true}) {
+    for (int channels : {16, 7}) {
+      for (bool unaligned : {false, true}) {
+        const int vocab_start = 8, vocab_local = 24;
+        const std::vector<int32_t> tokens = embedding_tokens(long_runs);
+        const int num_tokens = static_cast<int>(tokens.size());
+        const std::vector<float> wte =
+            random_floats(static_cast<size_t>(vocab_local) * channels, 3);
+        const std::vector<float> dwte = random_floats(wte.size(), 4);
+        const std::vector<float> dout =
+            random_floats(static_cast<size_t>(num_tokens) * channels, 5);
+        auto run = [&](Ops& ops) {
+          Buffers buffers(ops);
+          const size_t n = static_cast<size_t>(num_tokens) * channels;
+          void* out = buffers.allocate_storage(n);
+          int32_t* device_tokens = buffers.upload(tokens);
+          ops.token_embedding_forward(out, device_tokens, buffers.upload_storage(wte, unaligned),
+                                      num_tokens, vocab_start, vocab_local, channels);
+          void* gradient = buffers.upload_storage(dwte, unaligned);
+          ops.token_embedding_backward(gradient, buffers.upload_storage(dout), device_tokens,
+                                       num_tokens, vocab_start, vocab_local, channels);
+          return Tensors{buffers.download_storage(out, n),
+                         buffers.download_storage(gradient, dwte.size())};
+        };
+        const Tensors actual = run(*cuda), expected = run(*cpu);
+        const std::string what = std::string(long_runs ? "long" : "short") + " runs channels " +
+                                 std::to_string(channels) + " unaligned " +
+                                 std::to_string(unaligned);
+        // Forward copies: exact in any dtype.
+        expect_equal(actual[0], expected[0], "token embedding forward " + what);
+        // Backward sums in ops.h's segment order in fp32 on both backends,
+        // and bf16 rounds that sum once: bitwise in either dtype.
         expect_equal(actual[1], expected[1], "token embedding backward " + what);
       }
     }
