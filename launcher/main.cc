@@ -17,6 +17,7 @@
 #include "launcher/profile_command.h"
 #include "planner/job/job_config.h"
 #include "planner/planner.h"
+#include "planner/replan.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/measure/replay.h"
 #include "runtime/train/sampler.h"
@@ -37,6 +38,7 @@ struct TokenizeArguments {
 struct PlanArguments {
   std::string config;
   std::string output;
+  int what_if_lost_nodes = 0;
 };
 
 struct InspectArguments {
@@ -88,6 +90,8 @@ void run_plan(const PlanArguments& args, const std::vector<std::string>& extras)
   const LoadedPlan loaded = load_plan(output);  // what the runtime will read, validated
   std::cout << outcome.report << plan_to_table(loaded.plan()) << "plan written to " << output
             << std::endl;
+  if (args.what_if_lost_nodes > 0)
+    std::cout << what_if_lost_nodes(loaded.plan(), output, args.what_if_lost_nodes) << std::flush;
 }
 
 void run_inspect(const InspectArguments& args) {
@@ -125,6 +129,10 @@ int main(int argc, char** argv) {
       app.add_subcommand("plan", "job.toml -> plan file; override any key as --section.key value");
   plan_command->add_option("--config", plan.config, "job.toml")->required();
   plan_command->add_option("--output", plan.output, "the plan file to write (.pplan)");
+  plan_command
+      ->add_option("--what-if-lost-nodes", plan.what_if_lost_nodes,
+                   "also print the plan this job falls back to on N fewer nodes")
+      ->check(CLI::PositiveNumber);
   plan_command->allow_extras();
 
   InspectArguments inspect;

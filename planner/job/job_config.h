@@ -255,6 +255,11 @@ std::vector<ConfigOverride> parse_override_arguments(const std::vector<std::stri
 // Range and cross-field checks; throws on the first problem.
 void validate_job_config(const JobConfig& config);
 
+// False for a [model] key of the other architecture (num_kv_heads or rope_* for
+// gpt2, layernorm_epsilon for llama): job_config_options records its resolved
+// default, but a job may not set it.
+bool option_applies_to(schema::Architecture architecture, const std::string& dotted_key);
+
 // Every option as dotted key = value, resolved values, in schema order
 // ("planner.pipeline_nstages" = "auto"). Written into the plan header.
 std::vector<std::pair<std::string, std::string>> job_config_options(const JobConfig& config);

@@ -1,6 +1,8 @@
 // job_config_validate.cc: validate_job_config, the range and cross-field checks
 // of a JobConfig. Each failure names the file, the field and the valid range.
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -46,18 +48,20 @@ void require_range(const JobConfig& config, const char* section, const char* key
        "= " + format_double(value) + " is invalid; valid range " + valid);
 }
 
+constexpr const char* kLlamaKeys[] = {"num_kv_heads",
+                                      "rms_norm_eps",
+                                      "rope_theta",
+                                      "rope_scaling_factor",
+                                      "rope_low_freq_factor",
+                                      "rope_high_freq_factor",
+                                      "rope_original_max_positions"};
+constexpr const char* kGpt2Keys[] = {"layernorm_epsilon"};
+
 // The keys that belong to one architecture, and Llama's shape rules.
 void validate_architecture_keys(const JobConfig& c) {
   const ModelConfig& m = c.model;
-  const char* llama_keys[] = {"num_kv_heads",
-                              "rms_norm_eps",
-                              "rope_theta",
-                              "rope_scaling_factor",
-                              "rope_low_freq_factor",
-                              "rope_high_freq_factor",
-                              "rope_original_max_positions"};
   if (m.architecture != schema::Architecture::Llama) {
-    for (const char* key : llama_keys)
+    for (const char* key : kLlamaKeys)
       if (c.was_set(std::string("model.") + key))
         fail(c, std::string("[model] ") + key,
              "is a llama key; architecture = \"gpt2\" has multi-head attention, learned "
@@ -229,6 +233,13 @@ void validate_job_config(const JobConfig& c) {
          std::string("(") + std::to_string(t.micro_batch_size) +
              ") contradicts [planner] micro_batch_size (" + std::to_string(p.micro_batch_size) +
              "); they name the same quantity, set one");
+}
+
+bool option_applies_to(schema::Architecture architecture, const std::string& dotted_key) {
+  const auto is = [&](const char* key) { return dotted_key == std::string("model.") + key; };
+  if (architecture == schema::Architecture::Llama)
+    return std::none_of(std::begin(kGpt2Keys), std::end(kGpt2Keys), is);
+  return std::none_of(std::begin(kLlamaKeys), std::end(kLlamaKeys), is);
 }
 
 }  // namespace paraplan

@@ -1,0 +1,178 @@
+// replan.cc: job_for_nodes and replan_for_nodes (replan.h).
+#include "planner/replan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "schema/plan_io.h"
+
+namespace paraplan {
+namespace {
+
+// Options that fix the mesh for the old device count; left to the search.
+const std::set<std::string>& mesh_options() {
+  static const std::set<std::string> keys = {"cluster.num_nodes",
+                                             "planner.world_size",
+                                             "planner.nproc",
+                                             "planner.mesh_row",
+                                             "planner.mesh_col",
+                                             "planner.pipeline_nstages",
+                                             "planner.data_parallel_degree",
+                                             "planner.tensor_parallel_degree",
+                                             "planner.load_plan_path",
+                                             "planner.save_plan_path"};
+  return keys;
+}
+
+double predicted_step(const PlanOutcome& outcome) {
+  return load_plan_from_bytes("replanned", outcome.plan).plan().predictions()->step_seconds();
+}
+
+}  // namespace
+
+JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes) {
+  const auto* recorded = plan.header() ? plan.header()->creation_options() : nullptr;
+  if (recorded == nullptr || recorded->size() == 0)
+    throw std::runtime_error(plan_path +
+                             ": the plan records no job options (header.creation_options), so "
+                             "it cannot be planned again for other nodes; plan the job again "
+                             "with this paraplan");
+  if (num_nodes < 1)
+    throw std::runtime_error(plan_path + ": cannot plan for " + std::to_string(num_nodes) +
+                             " nodes");
+  const schema::Architecture architecture =
+      plan.model() ? plan.model()->architecture() : schema::Architecture::Gpt2;
+  // Options are recorded resolved, whether the job set them or not. Those at
+  // their default (0 for "auto", "" for a path not given) and the other
+  // architecture's keys are left unset, as the job left them.
+  std::map<std::string, std::string> defaults;
+  for (auto& [key, value] : job_config_options(JobConfig{})) defaults[key] = value;
+  std::vector<ConfigOverride> overrides;
+  for (const schema::KeyValue* option : *recorded) {
+    const std::string key = option->key() ? option->key()->str() : "";
+    const std::string value = option->value() ? option->value()->str() : "";
+    const auto standard = defaults.find(key);
+    if (mesh_options().count(key) != 0 || !option_applies_to(architecture, key) ||
+        (standard != defaults.end() && standard->second == value))
+      continue;
+    overrides.push_back({key, value});
+  }
+  overrides.push_back({"cluster.num_nodes", std::to_string(num_nodes)});
+  JobConfig config =
+      parse_job_config("", plan_path + " (the options it was planned with)", overrides);
+  // The data as the plan resolved it (absolute paths), not as the job file
+  // named it relative to wherever `paraplan plan` ran.
+  if (const schema::Data* data = plan.training() ? plan.training()->data() : nullptr) {
+    config.data.train.clear();
+    if (data->train() != nullptr)
+      for (const schema::DataSource* source : *data->train())
+        config.data.train.push_back(
+            {source->paths() ? source->paths()->str() : "", source->weight()});
+    config.data.validation = data->validation() ? data->validation()->str() : "";
+    config.data.shuffle = data->shuffle();
+    config.data.seed = data->seed();
+  }
+  return config;
+}
+
+PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path,
+                             int num_nodes) {
+  return plan_job(job_for_nodes(plan, plan_path, num_nodes));
+}
+
+FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
+                                 int nodes_left, int min_nodes) {
+  min_nodes = std::max(min_nodes, 1);
+  FallbackPlan fallback;
+  std::string first_reason;
+  for (int nodes = nodes_left; nodes >= min_nodes && fallback.num_nodes == 0; --nodes) {
+    try {
+      fallback.outcome = replan_for_nodes(plan, plan_path, nodes);
+      fallback.num_nodes = fallback.most_nodes_that_fit = nodes;
+    } catch (const std::runtime_error& error) {
+      const std::string reason = error.what();
+      if (first_reason.empty()) first_reason = reason;
+      fallback.passed_over.push_back(std::to_string(nodes) +
+                                     " nodes: " + reason.substr(0, reason.find('\n')));
+    }
+  }
+  if (fallback.num_nodes == 0)
+    throw std::runtime_error(first_reason.empty() ? plan_path + ": fewer than " +
+                                                        std::to_string(min_nodes) + " nodes left"
+                                                  : first_reason);
+  // The most nodes can force an odd mesh (pp 127 x dp 3 on 381 nodes): the
+  // plan's own pipeline and tensor degrees with the next data-parallel degree
+  // down that divides the batch, on fewer nodes, may be faster.
+  const schema::Mesh& mesh = *plan.mesh();
+  const int64_t batch = plan.training()->global_batch_size();
+  const int64_t replica = int64_t{mesh.pipeline_parallel()} * mesh.tensor_parallel();
+  for (int64_t dp = mesh.data_parallel() - 1; dp >= 1; --dp) {
+    const int64_t devices = replica * dp;
+    if (batch % dp != 0 || devices % mesh.devices_per_node() != 0) continue;
+    const int nodes = static_cast<int>(devices / mesh.devices_per_node());
+    if (nodes >= fallback.num_nodes) continue;
+    if (nodes < min_nodes) break;
+    try {
+      PlanOutcome smaller = replan_for_nodes(plan, plan_path, nodes);
+      if (predicted_step(smaller) < predicted_step(fallback.outcome)) {
+        fallback.outcome = std::move(smaller);
+        fallback.num_nodes = nodes;
+      }
+    } catch (const std::runtime_error&) {  // the most nodes' plan stands
+    }
+    break;
+  }
+  return fallback;
+}
+
+std::string plan_summary(const schema::Plan& plan) {
+  const schema::Mesh& mesh = *plan.mesh();
+  const schema::Training& training = *plan.training();
+  char step[64];
+  std::snprintf(step, sizeof(step), "%.4g s", plan.predictions()->step_seconds());
+  const int zero = plan.zero() ? plan.zero()->stage() : 0;
+  return "pp " + std::to_string(mesh.pipeline_parallel()) + " x dp " +
+         std::to_string(mesh.data_parallel()) + " x tp " + std::to_string(mesh.tensor_parallel()) +
+         " on " + std::to_string(mesh.num_nodes()) +
+         (mesh.num_nodes() == 1 ? " node x " : " nodes x ") +
+         std::to_string(mesh.devices_per_node()) + " devices, micro-batch " +
+         std::to_string(training.micro_batch_size()) + " x " +
+         std::to_string(training.num_micro_batches()) + (zero > 0 ? ", ZeRO-1" : "") +
+         ", predicted step " + step;
+}
+
+std::string what_if_lost_nodes(const schema::Plan& plan, const std::string& plan_path, int lost) {
+  const int nodes = plan.mesh()->num_nodes();
+  const std::string head = "what if " + std::to_string(lost) + (lost == 1 ? " node" : " nodes") +
+                           " of " + std::to_string(nodes) + " were lost: ";
+  if (lost >= nodes) return head + "no node would be left\n";
+  try {
+    const FallbackPlan found = plan_for_nodes_left(plan, plan_path, nodes - lost);
+    const LoadedPlan fallback = load_plan_from_bytes(plan_path + " (fallback)", found.outcome.plan);
+    char slowdown[64];
+    std::snprintf(
+        slowdown, sizeof(slowdown), "%.2fx",
+        fallback.plan().predictions()->step_seconds() / plan.predictions()->step_seconds());
+    std::string text =
+        head + plan_summary(fallback.plan()) + ", " + slowdown + " this plan's step\n";
+    const int left = nodes - lost;
+    if (found.num_nodes < left) {
+      text += "  it uses " + std::to_string(found.num_nodes) + " of the " + std::to_string(left) +
+              " nodes left:";
+      if (!found.passed_over.empty())
+        text += " " + std::to_string(found.passed_over.size()) + " larger count(s) fit no plan (" +
+                found.passed_over.front() + ");";
+      if (found.most_nodes_that_fit > found.num_nodes)
+        text += " " + std::to_string(found.most_nodes_that_fit) + " nodes plan a slower step";
+      text += "\n";
+    }
+    return text;
+  } catch (const std::exception& error) {
+    return head + "no plan fits: " + error.what() + "\n";
+  }
+}
+
+}  // namespace paraplan

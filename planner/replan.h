@@ -1,0 +1,56 @@
+// replan.h: a saved plan's job planned again for another number of nodes of
+// the same devices, from the options the plan recorded (its header's
+// creation_options): what `paraplan launch --max-restarts` runs on the hosts
+// left after losing one, and what `paraplan plan --what-if-lost-nodes` shows.
+//
+// Kept from the plan: the model, the training options (global batch, seed,
+// optimizer, learning-rate schedule, steps), the data and its order (the
+// plan's absolute paths, shuffle and seed), the cluster's devices and every
+// planner option but those that fix the mesh. Searched again: the pipeline,
+// data and tensor degrees (the recorded ones were chosen for the old device
+// count), and with them stages, micro-batching, recomputation and ZeRO.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/job/job_config.h"
+#include "planner/planner.h"
+
+namespace paraplan {
+namespace schema {
+struct Plan;
+}
+
+// The job of `plan` (read from plan_path, named in messages) on num_nodes
+// nodes. Throws naming the plan when it recorded no options (plans written
+// before creation_options existed) or the options no longer parse.
+JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes);
+
+// plan_job(job_for_nodes(...)): throws the planner's own message when no
+// plan fits the devices left.
+PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes);
+
+// The plan for the most nodes, from nodes_left down to min_nodes, that the
+// job fits: a lost node can leave a device count no mesh divides (1016 GPUs
+// for a global batch of 1536), where one node fewer fits.
+struct FallbackPlan {
+  PlanOutcome outcome;
+  int num_nodes = 0;
+  int most_nodes_that_fit = 0;           // > num_nodes when fewer nodes plan a faster step
+  std::vector<std::string> passed_over;  // "127 nodes: no mesh fits ..." per count tried
+};
+// Throws naming nodes_left's reason when no count from nodes_left to
+// min_nodes fits.
+FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
+                                 int nodes_left, int min_nodes = 1);
+
+// "pp 2 x dp 1 x tp 2 on 2 nodes x 2 devices, micro-batch 3 x 4, ZeRO-1,
+// predicted step 1.25 s": the decisions a restart or a what-if names.
+std::string plan_summary(const schema::Plan& plan);
+
+// `paraplan plan --what-if-lost-nodes N`: the plan this job would fall back to
+// on N fewer nodes, and its predicted slowdown; or why there is none.
+std::string what_if_lost_nodes(const schema::Plan& plan, const std::string& plan_path, int lost);
+
+}  // namespace paraplan

@@ -1,0 +1,92 @@
+// replan_test.cc: a saved plan's job planned again for fewer nodes (replan.h):
+// the same job for the same nodes gives the same plan; for fewer nodes the
+// mesh fits them and the training options stand; the data keeps the plan's
+// absolute paths; plans without recorded options are refused by name.
+#include "planner/replan.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/planner_test_jobs.h"
+#include "schema/plan_io.h"
+#include "schema/plan_test_builder.h"
+
+namespace paraplan {
+namespace {
+
+// Two nodes of 4 devices, the degrees fixed by the user (dp 4 x tp 2): a
+// replan must search them again.
+JobConfig two_node_job() {
+  return test_jobs::eight_device_job({{"planner.world_size", "8"},
+                                      {"cluster.devices_per_node", "4"},
+                                      {"cluster.num_nodes", "2"},
+                                      {"planner.tensor_parallel_degree", "2"},
+                                      {"planner.data_parallel_degree", "4"},
+                                      {"training.seed", "77"},
+                                      {"training.learning_rate", "0.0003"},
+                                      {"data.train", "/corpus/shard_*.bin"},
+                                      {"data.shuffle", "true"}});
+}
+
+LoadedPlan planned(const JobConfig& config) {
+  return load_plan_from_bytes("job.pplan", plan_job(config).plan);
+}
+
+TEST(Replan, TheSameNodesGiveTheSamePlan) {
+  const JobConfig job = test_jobs::eight_device_job();
+  const LoadedPlan original = planned(job);
+  const LoadedPlan again =
+      load_plan_from_bytes("again.pplan", replan_for_nodes(original.plan(), "job.pplan", 1).plan);
+  const schema::Mesh& a = *original.plan().mesh();
+  const schema::Mesh& b = *again.plan().mesh();
+  EXPECT_EQ(a.pipeline_parallel(), b.pipeline_parallel());
+  EXPECT_EQ(a.data_parallel(), b.data_parallel());
+  EXPECT_EQ(a.tensor_parallel(), b.tensor_parallel());
+  EXPECT_EQ(original.plan().training()->micro_batch_size(),
+            again.plan().training()->micro_batch_size());
+  EXPECT_DOUBLE_EQ(original.plan().predictions()->step_seconds(),
+                   again.plan().predictions()->step_seconds());
+}
+
+TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {
+  const LoadedPlan original = planned(two_node_job());
+  ASSERT_EQ(original.plan().mesh()->num_nodes(), 2);
+  ASSERT_EQ(original.plan().mesh()->data_parallel(), 4);
+  const JobConfig survivors = job_for_nodes(original.plan(), "job.pplan", 1);
+  EXPECT_EQ(survivors.cluster.num_nodes, 1);
+  EXPECT_EQ(survivors.cluster.devices_per_node, 4);
+  EXPECT_EQ(survivors.training.global_batch_size, 16);
+  EXPECT_EQ(survivors.training.seed, 77u);
+  EXPECT_FLOAT_EQ(survivors.training.learning_rate, 0.0003f);
+  ASSERT_EQ(survivors.data.train.size(), 1u);
+  EXPECT_EQ(survivors.data.train[0].path, "/corpus/shard_*.bin");
+  EXPECT_TRUE(survivors.data.shuffle);
+
+  const LoadedPlan replanned =
+      load_plan_from_bytes("lost.pplan", replan_for_nodes(original.plan(), "job.pplan", 1).plan);
+  const schema::Mesh& mesh = *replanned.plan().mesh();
+  EXPECT_EQ(mesh.num_nodes(), 1);
+  EXPECT_EQ(mesh.pipeline_parallel() * mesh.data_parallel() * mesh.tensor_parallel(), 4);
+  const schema::Training& training = *replanned.plan().training();
+  EXPECT_EQ(training.global_batch_size(), 16);
+  EXPECT_EQ(training.seed(), 77u);
+  EXPECT_EQ(training.micro_batch_size() * training.num_micro_batches() * mesh.data_parallel(), 16);
+  EXPECT_GT(replanned.plan().predictions()->step_seconds(),
+            original.plan().predictions()->step_seconds());
+}
+
+TEST(Replan, APlanWithoutRecordedOptionsIsRefusedByName) {
+  test_plans::PlanSpec spec = test_plans::make_plan_spec(1, 1, 1, 2, 1);
+  spec.creation_options.clear();
+  const LoadedPlan bare = load_plan_from_bytes("old.pplan", test_plans::build_plan(spec));
+  try {
+    job_for_nodes(bare.plan(), "old.pplan", 1);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("old.pplan: the plan records no job options"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace paraplan
