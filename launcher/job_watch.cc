@@ -232,15 +232,26 @@ std::vector<std::string> JobWatch::waiting_for(const std::vector<int>& culprits)
   return lines;
 }
 
-std::string JobWatch::report(const std::string& headline, const std::vector<int>& culprits) const {
-  std::string text = headline;
-  for (const int culprit : culprits)
-    text += "\n  " + describe(culprit) + ": " + placement_of(culprit);
-  for (const std::string& line : waiting_for(culprits)) text += "\n" + line;
-  return text;
+JobFailure JobWatch::report(JobFailure::Kind kind, const std::string& headline,
+                            const std::vector<int>& culprits) const {
+  JobFailure failure{kind, headline, {}};
+  std::set<std::string> hosts;
+  for (const int culprit : culprits) {
+    failure.message += "\n  " + describe(culprit) + ": " + placement_of(culprit);
+    hosts.insert(ranks_[static_cast<size_t>(culprit)].hello.host);
+  }
+  for (const std::string& line : waiting_for(culprits)) failure.message += "\n" + line;
+  failure.hosts.assign(hosts.begin(), hosts.end());
+  return failure;
 }
 
 std::optional<std::string> JobWatch::failure(Clock::time_point now) const {
+  const std::optional<JobFailure> found = diagnose(now);
+  if (!found) return std::nullopt;
+  return found->message;
+}
+
+std::optional<JobFailure> JobWatch::diagnose(Clock::time_point now) const {
   // 1. A rank said why it ends the job (an error, or its collective timeout).
   const Rank* first_error = nullptr;
   int first_error_rank = -1;
@@ -256,7 +267,7 @@ std::optional<std::string> JobWatch::failure(Clock::time_point now) const {
     std::string text = describe(first_error_rank) + " ended the job: " + first_error->error +
                        "\n  " + describe(first_error_rank) + ": " + placement_of(first_error_rank);
     for (const std::string& line : not_arrived(first_error_rank, now)) text += "\n" + line;
-    return text;
+    return JobFailure{JobFailure::Kind::kRankError, text, {first_error->hello.host}};
   }
   // 2. Ranks whose connection ended: those that said nothing first (killed,
   // crashed, host down) are at fault, before any ended by a signal they
@@ -283,12 +294,16 @@ std::optional<std::string> JobWatch::failure(Clock::time_point now) const {
     std::string hosts;
     for (const auto& [host, lost] : lost_by_host)
       append_item(hosts, "; ", ranks_on_host(lost, host));
-    return report("lost " + hosts +
-                      (signalled ? ": the process was ended by SIGTERM (from mpirun or a user); "
-                                   "ending the job"
-                                 : ": the process ended without finishing (killed, crashed, or "
-                                   "its host went down); ending the job"),
-                  culprits);
+    JobFailure lost =
+        report(JobFailure::Kind::kLost,
+               "lost " + hosts +
+                   (signalled ? ": the process was ended by SIGTERM (from mpirun or a user); "
+                                "ending the job"
+                              : ": the process ended without finishing (killed, crashed, or "
+                                "its host went down); ending the job"),
+               culprits);
+    lost.by_signal = signalled;
+    return lost;
   }
   // 3. Ranks silent past the timeout: stopped, hung, or cut off the network.
   // Once one is past it, every rank quiet for two beats is named with it.
@@ -311,7 +326,8 @@ std::optional<std::string> JobWatch::failure(Clock::time_point now) const {
   std::string hosts;
   for (const auto& [host, silent] : silent_by_host)
     append_item(hosts, "; ", ranks_on_host(silent, host));
-  return report(hosts + ": nothing heard for " + seconds(longest) + " (heartbeat timeout " +
+  return report(JobFailure::Kind::kSilent,
+                hosts + ": nothing heard for " + seconds(longest) + " (heartbeat timeout " +
                     seconds(timeout_.count() / 1000.0) +
                     "): stopped (SIGSTOP), hung, or the host is cut off the network; ending "
                     "the job",

@@ -21,6 +21,22 @@ struct MeshShape {
   int world() const { return pipeline * data * tensor; }
 };
 
+// Why a job must end, as JobWatch decides it: what failure() says, and the
+// kind and hosts a restart decides by.
+struct JobFailure {
+  enum class Kind {
+    kRankError,  // a rank reported an error (its own, or a collective timeout)
+    kLost,       // ranks ended without finishing: killed, crashed, host down
+    kSilent,     // ranks silent past the timeout: stopped, hung, cut off
+  };
+  Kind kind = Kind::kRankError;
+  std::string message;
+  std::vector<std::string> hosts;  // of the ranks at fault, sorted
+  // kLost by a SIGTERM the ranks reported: ended by mpirun (or a user), so
+  // their hosts are where the job was ended, not necessarily what failed.
+  bool by_signal = false;
+};
+
 class JobWatch {
  public:
   using Clock = std::chrono::steady_clock;
@@ -42,6 +58,8 @@ class JobWatch {
   // first line says what happened; one line follows per rank at fault and
   // per rank waiting for them.
   std::optional<std::string> failure(Clock::time_point now) const;
+  // The same, with its kind and the hosts at fault.
+  std::optional<JobFailure> diagnose(Clock::time_point now) const;
 
   // How often ranks and launcher beat: a fifth of the timeout (50 ms to 1 s).
   std::chrono::milliseconds interval() const { return interval_; }
@@ -74,7 +92,8 @@ class JobWatch {
   std::vector<std::string> not_arrived(int rank, Clock::time_point now) const;
   // Lines naming the live ranks that wait for one of `culprits`.
   std::vector<std::string> waiting_for(const std::vector<int>& culprits) const;
-  std::string report(const std::string& headline, const std::vector<int>& culprits) const;
+  JobFailure report(JobFailure::Kind kind, const std::string& headline,
+                    const std::vector<int>& culprits) const;
 
   MeshShape mesh_;
   std::chrono::milliseconds timeout_, settle_, interval_;

@@ -53,6 +53,11 @@ struct LaunchOptions {
   // or as NAME=VALUE.
   std::vector<std::string> pass_environment;
   double heartbeat_timeout_seconds = 10;  // a rank silent this long ends the job
+  // --max-restarts: after a lost or silent rank, re-plan onto the hosts that
+  // answer the preflight and resume from the latest checkpoint, at most this
+  // many times (restart.h). --min-nodes: never on fewer hosts.
+  int max_restarts = 0;
+  int min_nodes = 1;
 };
 
 // What launch adds once it has looked at the hosts: the network Open MPI
@@ -111,6 +116,11 @@ std::string shell_quote_command(const std::vector<std::string>& arguments);
 // supervisor and returns the exit status of the job (0, or 1 when it failed);
 // throws for problems found before anything started.
 int run_launch(const LaunchOptions& options);
+
+// One supervised run of the job, as run_launch without restarts; `failure`
+// (when given) receives why it ended, if the ranks said or showed it.
+struct JobFailure;
+int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* failure);
 
 // The path execvp would run for `program` (looked up on PATH unless it names
 // a path); throws "cannot run 'mpirun': not found; install Open MPI ..." when

@@ -1,6 +1,8 @@
 // launch_job.cc: `paraplan launch` from start to end (run_launch in launch.h):
 // the preflight on every host, the network, the command, and the supervised
 // job.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -10,6 +12,7 @@
 #include "launcher/launch.h"
 #include "launcher/network.h"
 #include "launcher/preflight.h"
+#include "launcher/restart.h"
 #include "launcher/supervisor.h"
 #include "runtime/comm/supervision_protocol.h"
 #include "schema/plan_io.h"
@@ -72,9 +75,33 @@ bool has_variable(const std::vector<std::string>& environment, const std::string
                      [&](const std::string& entry) { return entry.rfind(name + "=", 0) == 0; });
 }
 
+// Open MPI's mpirun refuses root with a banner of dashes unless both
+// variables are set (or --allow-run-as-root is given): say so in one line
+// before starting it, as a container's root user meets it first.
+void refuse_root_without_consent(const LaunchOptions& options,
+                                 const std::vector<std::string>& environment) {
+  if (geteuid() != 0) return;
+  const auto given = [&](const std::string& entry) {
+    return std::find(environment.begin(), environment.end(), entry) != environment.end();
+  };
+  if (given("OMPI_ALLOW_RUN_AS_ROOT=1") && given("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")) return;
+  if (std::find(options.mpirun_arguments.begin(), options.mpirun_arguments.end(),
+                "--allow-run-as-root") != options.mpirun_arguments.end())
+    return;
+  throw std::runtime_error(
+      "launch: running as root, which Open MPI's mpirun refuses: set "
+      "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (as containers do), or "
+      "run as another user");
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& options) {
+  if (options.max_restarts > 0 && !options.dry_run) return run_launch_with_restarts(options);
+  return run_launch_once(options, nullptr);
+}
+
+int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* failure) {
   // Everything the command needs is checked before any host is asked.
   build_launch_command(options);
   const LoadedPlan loaded = load_plan(options.plan_path);
@@ -87,6 +114,7 @@ int run_launch(const LaunchOptions& options) {
     } catch (const std::exception& error) {
       throw std::runtime_error(std::string("launch: ") + error.what());
     }
+    refuse_root_without_consent(options, launch_environment(options));
   }
 
   LaunchAdditions additions;
@@ -153,8 +181,10 @@ int run_launch(const LaunchOptions& options) {
   additions.variables.push_back(std::string(supervision::kTokenVariable) + "=" +
                                 supervisor.token());
   if (!network_line.empty()) std::cout << "paraplan launch: " << network_line << std::endl;
-  return supervisor.run(build_launch_command(options, additions),
-                        launch_environment(options, additions));
+  const int status = supervisor.run(build_launch_command(options, additions),
+                                    launch_environment(options, additions));
+  if (failure != nullptr) *failure = supervisor.last_failure();
+  return status;
 }
 
 }  // namespace paraplan

@@ -155,6 +155,8 @@ int main(int argc, char** argv) {
                             "where checkpoints go (and --resume reads)");
   train_command->add_option("--checkpoint-every", train_options.checkpoint_every,
                             "save every K steps (and always at the end)");
+  train_command->add_option("--checkpoint-every-seconds", train_options.checkpoint_every_seconds,
+                            "also save once S seconds have passed since the last save");
   train_command->add_flag("--resume", train_options.resume,
                           "continue from the latest checkpoint in --checkpoint-dir");
   train_command->add_option("--init-from", train_options.init_from,
@@ -262,6 +264,14 @@ int main(int argc, char** argv) {
       ->add_option("--env", launch_options.pass_environment,
                    "pass this variable to every rank too: NAME (its value here) or NAME=VALUE")
       ->allow_extra_args(false);
+  launch_command
+      ->add_option("--max-restarts", launch_options.max_restarts,
+                   "after a lost or silent rank, re-plan onto the hosts that answer and resume "
+                   "from the latest checkpoint, at most N times")
+      ->check(CLI::NonNegativeNumber);
+  launch_command
+      ->add_option("--min-nodes", launch_options.min_nodes, "never restart on fewer hosts")
+      ->check(CLI::PositiveNumber);
   launch_command
       ->add_option("--heartbeat-timeout", launch_options.heartbeat_timeout_seconds,
                    "seconds without a heartbeat after which a rank counts as lost (stopped, "

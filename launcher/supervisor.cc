@@ -165,10 +165,15 @@ std::string Supervisor::address() const {
   return options_.listen_address + ":" + std::to_string(port_);
 }
 
+bool supervision_interrupted() {
+  return received_signal != 0;
+}
+
 int Supervisor::run(const std::vector<std::string>& arguments,
                     const std::vector<std::string>& environment) {
   // Whatever mpirun leaves behind when it dies (its ssh, its local ranks) is
   // re-parented here instead of to init, so it can be found and ended.
+  last_failure_.reset();
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::signal(SIGPIPE, SIG_IGN);
   for (const int number : {SIGINT, SIGTERM, SIGHUP}) std::signal(number, remember_signal);
@@ -262,8 +267,9 @@ int Supervisor::run(const std::vector<std::string>& arguments,
       }
     }
     if (!ending && mpirun_running) {
-      if (const std::optional<std::string> failure = watch.failure(now)) {
-        print_failure(*failure);
+      if (std::optional<JobFailure> failure = watch.diagnose(now)) {
+        print_failure(failure->message);
+        last_failure_ = std::move(failure);
         end_job(now);
       }
     }
@@ -293,10 +299,10 @@ int Supervisor::run(const std::vector<std::string>& arguments,
       if (!ending) {
         // mpirun ended the job itself (a rank it saw fail, a daemon it lost):
         // say what the ranks said, and end what is left of it here.
-        const std::optional<std::string> failure = watch.failure(now);
-        if (failure) print_failure(*failure);
+        last_failure_ = watch.diagnose(now);
+        if (last_failure_) print_failure(last_failure_->message);
         end_job(now);
-        failure_status = failure ? 1 : mpirun_status;
+        failure_status = last_failure_ ? 1 : mpirun_status;
       }
       // Ranks told to stop and mpirun gone: wait out the rest of the grace for
       // anything still here, then the kill above has ended it.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct SupervisorOptions {
   // The address ranks connect to (this host's on the job's network).
   std::string listen_address = "127.0.0.1";
 };
+
+// True once the launcher got SIGINT, SIGTERM or SIGHUP while supervising: the
+// user ended the job, which is no failure to restart from.
+bool supervision_interrupted();
 
 class Supervisor {
  public:
@@ -47,11 +52,16 @@ class Supervisor {
   // succeeded, 1 when the job was ended for a failure, else mpirun's status.
   int run(const std::vector<std::string>& arguments, const std::vector<std::string>& environment);
 
+  // Why the last run() ended the job, when the ranks said or showed it
+  // (nullopt after success, or when mpirun failed without a rank's word).
+  const std::optional<JobFailure>& last_failure() const { return last_failure_; }
+
  private:
   SupervisorOptions options_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::string token_;
+  std::optional<JobFailure> last_failure_;
 };
 
 }  // namespace paraplan

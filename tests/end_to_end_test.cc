@@ -3,6 +3,7 @@
 // for bad input. Each test runs the real binary in a fresh temporary directory.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -72,6 +73,28 @@ TEST_F(EndToEnd, ResumeContinuesBitForBit) {
     ASSERT_GT(a.size(), 1000u) << file;
     EXPECT_TRUE(a == b) << file << " differs";
   }
+}
+
+TEST_F(EndToEnd, CheckpointsByTimeAsWellAsBySteps) {
+  tokenize_and_plan();
+  // Due after every step (any step takes longer than a nanosecond) ...
+  ASSERT_EQ(run(train_arguments(4, "often", "often.jsonl") + " --checkpoint-every-seconds 1e-9")
+                .exit_code,
+            0);
+  for (const char* step : {"step_00000001", "step_00000002", "step_00000003", "step_00000004"})
+    EXPECT_TRUE(fs::is_directory(dir_ / "often" / step)) << step;
+  // ... and never before the end.
+  ASSERT_EQ(run(train_arguments(4, "rarely", "rarely.jsonl") + " --checkpoint-every-seconds 3600")
+                .exit_code,
+            0);
+  EXPECT_FALSE(fs::exists(dir_ / "rarely" / "step_00000003"));
+  EXPECT_TRUE(fs::is_directory(dir_ / "rarely" / "step_00000004"));
+  const CommandResult negative =
+      run(train_arguments(4, "bad", "bad.jsonl") + " --checkpoint-every-seconds -1");
+  EXPECT_EQ(negative.exit_code, 1);
+  EXPECT_NE(negative.output.find("--checkpoint-every-seconds: must be >= 0 (0: off)"),
+            std::string::npos)
+      << negative.output;
 }
 
 TEST_F(EndToEnd, ASecondRunInTheSameCheckpointDirectoryIsRefused) {
@@ -144,6 +167,38 @@ TEST_F(EndToEnd, PlanOverridesOnTheCommandLine) {
   EXPECT_EQ(plan["training"]["micro_batch_size"], 1);
   EXPECT_EQ(plan["training"]["num_micro_batches"], 4);
   EXPECT_EQ(plan["stages"][0]["recompute"][0], "full");
+}
+
+TEST_F(EndToEnd, PlanSaysWhatALostNodeWouldLeadTo) {
+  write_file(dir_ / "job.toml", kTinyJob);
+  const CommandResult planned =
+      run("plan --config " + path("job.toml") + " --output " + path("job.pplan") +
+          " --cluster.num_nodes 2 --cluster.devices_per_node 2 --what-if-lost-nodes 1");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("what if 1 node of 2 were lost: "), std::string::npos)
+      << planned.output;
+  EXPECT_NE(planned.output.find(" on 1 node x 2 devices, micro-batch "), std::string::npos)
+      << planned.output;
+  EXPECT_NE(planned.output.find("x this plan's step"), std::string::npos) << planned.output;
+  const CommandResult none = run("plan --config " + path("job.toml") + " --output " +
+                                 path("one.pplan") + " --what-if-lost-nodes 1");
+  EXPECT_NE(none.output.find("what if 1 node of 1 were lost: no node would be left"),
+            std::string::npos)
+      << none.output;
+}
+
+TEST_F(EndToEnd, LaunchAsRootWithoutOpenMpisConsentSaysHowInOneLine) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: what a container's user meets";
+  tokenize_and_plan();
+  const CommandResult refused =
+      run_command("env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM " +
+                  std::string(PARAPLAN_BINARY) + " launch --plan " + path("job.pplan") +
+                  " -- train --data " + path("data/train.bin") + " --steps 1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_EQ(refused.output,
+            "paraplan: error: launch: running as root, which Open MPI's mpirun refuses: set "
+            "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (as containers do), "
+            "or run as another user\n");
 }
 
 TEST_F(EndToEnd, SampleIsReproducibleFromACheckpoint) {

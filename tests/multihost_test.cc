@@ -12,6 +12,10 @@
 // - A host killed mid-run, and a host cut off the network, end the whole job
 //   within 30 s with the launcher naming the lost ranks and their host, and
 //   nothing of the job is left on either host.
+// - Under --max-restarts: a host killed and gone, or cut off, is dropped, the
+//   job re-planned onto the other and resumed from its checkpoint; one rank
+//   killed restarts on the same hosts. Each run's losses, the redone steps
+//   as the resumed run logs them, are the uninterrupted single-rank run's.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,6 +24,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -158,8 +164,9 @@ class MultiHost : public ParallelTraining {
 
   // `paraplan launch ... -- train ...` on node1, as a user of the cluster runs it.
   static std::string launch_line(const std::string& plan_file, const std::string& launch_flags,
-                                 const std::string& train_flags) {
-    return on("node1", std::string(PARAPLAN_BINARY) + " launch --plan " + plan_file +
+                                 const std::string& train_flags,
+                                 const std::string& environment = "") {
+    return on("node1", environment + std::string(PARAPLAN_BINARY) + " launch --plan " + plan_file +
                            " --hostfile " + *directory_ / "hosts" + " " + launch_flags +
                            " -- train --data " + *directory_ / "data/train.bin" + " " +
                            train_flags);
@@ -347,6 +354,158 @@ TEST_F(MultiHost, AHostCutOffTheNetworkEndsTheWholeJobAndItsOwnRanks) {
   EXPECT_GE(to_clean, 0) << "left on node1:\n"
                          << processes_on("node1") << "left on node2:\n"
                          << left_on_node2;
+}
+
+// ---- --max-restarts ---------------------------------------------------------------------------
+
+// Waits until `path` holds `text` (a checkpoint's DIR/latest naming a step).
+bool await_file_text(const std::string& path, const std::string& text, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Each step's loss as the log finally holds it: a resumed run appends the
+// steps it redoes after the ones the failed attempt logged.
+std::vector<double> last_loss_per_step(const std::string& log) {
+  std::map<int, double> by_step;
+  for (const auto& line : read_json_lines(log))
+    by_step[line["step"].get<int>()] = line["loss"].get<double>();
+  std::vector<double> losses;
+  for (const auto& [step, loss] : by_step) losses.push_back(loss);
+  return losses;
+}
+
+// Long enough to fail after a checkpoint, short enough that fp32 runs of
+// different meshes stay within kLossTolerance of each other (a dp 2 x tp 2
+// run drifts from the single-rank losses by 1.5e-7 at step 51, 1.6e-6 at 300).
+constexpr int kRestartSteps = 60;
+
+class MultiHostRestart : public MultiHost {
+ protected:
+  // The uninterrupted run: one rank, the same job, kRestartSteps steps.
+  static const std::vector<double>& reference_losses() {
+    static const std::vector<double> losses =
+        train({.name = "restart_reference"}, "", nullptr, "", kRestartSteps);
+    return losses;
+  }
+
+  static void expect_reference_losses(const std::string& log, const std::string& what) {
+    const std::vector<double> losses = last_loss_per_step(log);
+    const std::vector<double>& expected = reference_losses();
+    ASSERT_EQ(losses.size(), expected.size()) << what;
+    double largest = 0, before = 0;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], expected[i], kLossTolerance) << what << " step " << i + 1;
+      largest = std::max(largest, std::abs(losses[i] - expected[i]));
+      if (i < 40) before = largest;
+    }
+    std::printf(
+        "[ figures  ] %s: %zu steps, largest loss difference to the uninterrupted "
+        "single-rank run %.3g (%.3g in steps 1-40)\n",
+        what.c_str(), losses.size(), largest, before);
+  }
+
+  // A 60-step run across both hosts with checkpoints every 10 steps, under
+  // --max-restarts; returns once the checkpoint of step 40 is written. Rank
+  // `stopped` SIGSTOPs itself at step 45 (PARAPLAN_STOP_RANK_AT_STEP, first
+  // attempt only), so the test's fault lands before the end.
+  static std::unique_ptr<Background> start(const std::string& name, const std::string& flags,
+                                           int stopped, std::string& log) {
+    const std::string plan_file = plan_for_two_hosts(
+        {.name = name, .data = 2, .tensor = 2, .micro_batch_size = 3, .zero_stage = 1});
+    const std::string checkpoints = *directory_ / (name + "_checkpoints");
+    log = *directory_ / (name + ".jsonl");
+    auto job = std::make_unique<Background>(
+        launch_line(plan_file, std::string(kFastDetection) + " " + flags,
+                    "--steps " + std::to_string(kRestartSteps) + " --checkpoint-dir " +
+                        checkpoints + " --checkpoint-every 10 --log-json " + log,
+                    "env PARAPLAN_STOP_RANK_AT_STEP=" + std::to_string(stopped) + ":45 "),
+        *directory_ / (name + ".log"));
+    EXPECT_TRUE(await_file_text(checkpoints + "/latest", "step_00000040", 120s)) << job->output();
+    return job;
+  }
+
+  static void expect_line(const Background& job, const std::string& line) {
+    EXPECT_NE(job.output().find(line), std::string::npos) << "missing: " << line << "\n"
+                                                          << job.output();
+  }
+
+  static std::string launcher_lines(const std::string& output) {
+    std::string lines, line;
+    std::istringstream in(output);
+    while (std::getline(in, line))
+      if (line.rfind("paraplan launch: ", 0) == 0 || line.rfind("paraplan: error: ", 0) == 0)
+        lines += "    " + line + "\n";
+    return lines;
+  }
+};
+
+TEST_F(MultiHostRestart, ALostHostIsDroppedAndTheJobCarriesOnWithTheSameLosses) {
+  std::string log;
+  const auto job = start("restart_lost", "--max-restarts 1", 2, log);
+  const auto killed = Clock::now();
+  run_command(bed("kill node2"));  // its ranks die, and then the host drops off the network
+  run_command(bed("cut node2"));
+  const bool ended = job->wait(240s);
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  run_command(bed("heal node2"));
+  ASSERT_TRUE(ended) << job->output();
+  std::printf("[ figures  ] lost host: the job ended %.1f s after the kill\n%s", seconds,
+              launcher_lines(job->output()).c_str());
+  EXPECT_EQ(job->exit_code(), 0) << job->output();
+  expect_line(*job, "paraplan launch: dropping host node2");
+  expect_line(*job, "it fails the preflight now: cannot reach it over ssh");
+  expect_line(*job, "paraplan launch: re-planned for 1 node(s): ");
+  expect_line(*job, "on 1 node x 2 devices");
+  expect_line(*job, "paraplan launch: restart 1 of 1: resuming from step ");
+  expect_line(*job, "paraplan launch: finished after 1 restart(s): ");
+  expect_reference_losses(log, "dropped host node2");
+}
+
+TEST_F(MultiHostRestart, AHostCutOffIsDroppedAndItsRanksCannotJoinTheNewJob) {
+  std::string log;
+  const auto job = start("restart_cut", "--max-restarts 1", 2, log);
+  const auto cut = Clock::now();
+  run_command(bed("cut node2"));  // node2 keeps running until it stops hearing the launcher
+  const bool ended = job->wait(240s);
+  const double seconds = std::chrono::duration<double>(Clock::now() - cut).count();
+  const std::string left_on_node2 = processes_on("node2");
+  run_command(bed("heal node2"));
+  ASSERT_TRUE(ended) << job->output();
+  std::printf("[ figures  ] cut-off host: the job ended %.1f s after the cut\n%s", seconds,
+              launcher_lines(job->output()).c_str());
+  EXPECT_EQ(job->exit_code(), 0) << job->output();
+  expect_line(*job,
+              "paraplan launch: dropping host node2 (nothing was heard from its ranks): it "
+              "fails the preflight now: cannot reach it over ssh");
+  expect_line(*job, "paraplan launch: re-planned for 1 node(s): ");
+  expect_line(*job, "paraplan launch: placement: node1 ranks 0-1; every tensor group");
+  EXPECT_EQ(left_on_node2, "") << "the cut-off host's ranks outlived the restarted job";
+  expect_reference_losses(log, "cut-off host node2");
+}
+
+TEST_F(MultiHostRestart, OneKilledRankRestartsOnTheSameHosts) {
+  std::string log;
+  const auto job = start("restart_transient", "--max-restarts 2", 3, log);
+  // One rank of node2, as an out-of-memory kill or a crash takes one process.
+  std::istringstream lines(processes_on("node2"));
+  std::string pid, name, victim;
+  while (lines >> pid >> name)
+    if (name == "paraplan" && victim.empty()) victim = pid;
+  ASSERT_FALSE(victim.empty()) << processes_on("node2");
+  run_command(on("node2", "kill -9 " + victim));
+  ASSERT_TRUE(job->wait(240s)) << job->output();
+  std::printf("%s", launcher_lines(job->output()).c_str());
+  EXPECT_EQ(job->exit_code(), 0) << job->output();
+  expect_line(*job, "but answers the preflight again: a transient fault; keeping it");
+  expect_line(*job, "paraplan launch: retrying on the same 2 host(s)");
+  expect_line(*job, "paraplan launch: restart 1 of 2: resuming from step ");
+  EXPECT_EQ(job->output().find("re-planned"), std::string::npos) << job->output();
+  expect_reference_losses(log, "one killed rank");
 }
 
 }  // namespace

@@ -7,10 +7,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "common/printable_text.h"
 
@@ -39,9 +41,16 @@ std::string holder_of(int fd) {
   return printable_text(holder, 400);
 }
 
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", seconds);
+  return text;
+}
+
 }  // namespace
 
-CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& holder)
+CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& holder,
+                                     double wait_seconds)
     : path_((std::filesystem::path(dir) / kLockFile).string()) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -51,15 +60,25 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& 
   if (fd_ < 0)
     throw std::runtime_error("--checkpoint-dir " + dir + ": cannot open its lock file " + path_ +
                              ": " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<long long>(wait_seconds * 1000));
+  int locked = ::flock(fd_, LOCK_EX | LOCK_NB);
+  while (locked != 0 && errno == EWOULDBLOCK && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    locked = ::flock(fd_, LOCK_EX | LOCK_NB);
+  }
+  if (locked != 0) {
     const int lock_error = errno;
     const std::string other = holder_of(fd_);
     ::close(fd_);
     fd_ = -1;
     if (lock_error == EWOULDBLOCK)
-      throw std::runtime_error("--checkpoint-dir " + dir + " is in use by another run (" + other +
-                               "); two runs in one directory would overwrite each other's "
-                               "checkpoints: give this run another directory, or stop that run");
+      throw std::runtime_error(
+          "--checkpoint-dir " + dir + " is in use by another run (" + other + ")" +
+          (wait_seconds > 0 ? " after waiting " + seconds_text(wait_seconds) + " for it to end"
+                            : "") +
+          "; two runs in one directory would overwrite each other's checkpoints: give this run "
+          "another directory, or stop that run");
     throw std::runtime_error("--checkpoint-dir " + dir + ": cannot lock " + path_ + ": " +
                              std::strerror(lock_error));
   }

@@ -17,9 +17,13 @@ class CheckpointDirLock {
  public:
   // Creates `dir` when missing, then takes the lock. `holder` describes this
   // run ("paraplan train, plan job.pplan"); the host, pid and start time are
-  // added. Throws std::runtime_error naming the directory and the run that
-  // holds it, or why the lock file cannot be made.
-  CheckpointDirLock(const std::string& dir, const std::string& holder);
+  // added. A lock held by another run is tried again for up to wait_seconds:
+  // a job `launch --max-restarts` restarts waits so for a rank 0 of the failed
+  // attempt that still runs (on a host cut off the network, until it stops
+  // hearing the launcher) and never writes beside it. Throws
+  // std::runtime_error naming the directory and the run that holds it, or why
+  // the lock file cannot be made.
+  CheckpointDirLock(const std::string& dir, const std::string& holder, double wait_seconds = 0);
   ~CheckpointDirLock();
   CheckpointDirLock(const CheckpointDirLock&) = delete;
   CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -58,6 +59,43 @@ TEST(CheckpointDirLockTest, AKilledHolderLeavesNoLockBehind) {
   EXPECT_NO_THROW(CheckpointDirLock after(checkpoints, "the parent"));
   close(ready[0]);
   close(ready[1]);
+}
+
+TEST(CheckpointDirLockTest, ARestartWaitsForTheOldWriterToEnd) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a failed attempt's rank 0, ending itself 0.5 s later
+    CheckpointDirLock held(checkpoints, "the failed attempt");
+    char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(1);
+    usleep(500000);
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(CheckpointDirLock restarted(checkpoints, "the restart", 30));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(waited, 0.2);
+  EXPECT_LT(waited, 20);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST(CheckpointDirLockTest, AWaitThatRunsOutNamesTheHolder) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";
+  CheckpointDirLock first(checkpoints, "the other run");
+  const std::string refused =
+      error_of([&] { CheckpointDirLock second(checkpoints, "the restart", 0.3); });
+  EXPECT_TRUE(contains(refused, "is in use by another run (the other run, pid "));
+  EXPECT_TRUE(contains(refused, ") after waiting 0.3 s for it to end; two runs"));
 }
 
 TEST(CheckpointDirLockTest, ADirectoryThatCannotBeMadeIsNamed) {

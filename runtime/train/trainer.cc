@@ -55,7 +55,7 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
 // throw at step S; PARAPLAN_STALL_RANK_AT_STEP=R:S makes it stop answering
 // there (its peers' collectives must then time out); PARAPLAN_STOP_RANK_AT_STEP
 // stops the whole process there (SIGSTOP, as `kill -STOP` would: its
-// heartbeat stops too). -1 when not this rank.
+// heartbeat stops too). -1 when not this rank (or world_rank is -1).
 int injected_fault_step(const char* variable, int world_rank) {
   const char* value = std::getenv(variable);
   int rank = -1, step = -1;
@@ -79,6 +79,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     throw std::runtime_error("--resume needs --checkpoint-dir (the directory to resume from)");
   if (options.checkpoint_every < 0)
     throw std::runtime_error("--checkpoint-every: must be >= 0 (0 saves only at the end)");
+  if (!(options.checkpoint_every_seconds >= 0))
+    throw std::runtime_error("--checkpoint-every-seconds: must be >= 0 (0: off)");
   if (options.resume && !options.init_from.empty())
     throw std::runtime_error(
         "--init-from and --resume exclude each other: --resume continues a "
@@ -87,9 +89,14 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   // One run writes into a checkpoint directory at a time (rank 0 writes
   // every checkpoint, so it holds the lock); refused here, before anything.
   std::unique_ptr<CheckpointDirLock> checkpoint_lock;
-  if (!options.checkpoint_dir.empty() && session.world_rank() == 0)
+  if (!options.checkpoint_dir.empty() && session.world_rank() == 0) {
+    // Set by `launch --max-restarts` for a restarted attempt: how long the
+    // failed attempt's rank 0 may still hold the directory.
+    const char* wait = std::getenv("PARAPLAN_CHECKPOINT_LOCK_WAIT");
     checkpoint_lock = std::make_unique<CheckpointDirLock>(
-        options.checkpoint_dir, "paraplan train of plan " + options.plan_path);
+        options.checkpoint_dir, "paraplan train of plan " + options.plan_path,
+        wait != nullptr ? std::atof(wait) : 0.0);
+  }
   std::string resume_from, init_from;
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
   if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);
@@ -139,9 +146,12 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
-  const int failure_step = injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", session.world_rank());
-  const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", session.world_rank());
-  const int stop_step = injected_fault_step("PARAPLAN_STOP_RANK_AT_STEP", session.world_rank());
+  // Injected faults hit the first attempt only: a run resumed from a
+  // checkpoint (as `launch --max-restarts` resumes) carries on past them.
+  const int world_rank = options.resume ? -1 : session.world_rank();
+  const int failure_step = injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", world_rank);
+  const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", world_rank);
+  const int stop_step = injected_fault_step("PARAPLAN_STOP_RANK_AT_STEP", world_rank);
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);
   // A step's time runs from the end of the one before (after its wait for the
@@ -149,6 +159,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   // parameter all-gathers, which the next forward waits for) is in the next
   // interval rather than in none.
   auto step_start = std::chrono::steady_clock::now();
+  auto last_checkpoint = step_start;
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
     if (step + 1 == failure_step)
       throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
@@ -184,8 +195,15 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     metrics.tokens_per_second = tokens_per_step / seconds / session.world_size();
     metrics.tflops = flops_per_token * metrics.tokens_per_second / 1e12;
     metrics.mfu = peak_flops > 0 ? flops_per_token * metrics.tokens_per_second / peak_flops : 0;
-    double peak = static_cast<double>(rank.memory->peak_total());
-    rank.groups.world->all_reduce(&peak, 1, ReduceOp::kMax);
+    // One all-reduce for both: the peak memory, and the longest any rank saw
+    // since the last checkpoint (so every rank agrees whether one is due).
+    double maxima[2] = {
+        static_cast<double>(rank.memory->peak_total()),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count()};
+    rank.groups.world->all_reduce(maxima, 2, ReduceOp::kMax);
+    const double peak = maxima[0];
+    const bool checkpoint_due_by_time =
+        options.checkpoint_every_seconds > 0 && maxima[1] >= options.checkpoint_every_seconds;
     metrics.peak_memory_bytes = static_cast<uint64_t>(peak);
     metrics.memory_capacity_bytes = capacity;
     if (!std::isfinite(metrics.loss))
@@ -201,12 +219,14 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     summary.losses.push_back(metrics.loss);
     summary.host_synchronizations.push_back(metrics.host_synchronizations);
     if (!options.checkpoint_dir.empty() &&
-        (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
+        (last || checkpoint_due_by_time ||
+         (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       const std::string written = save_distributed_checkpoint(
           options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups,
           TrainState{
               .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed});
       if (leader) std::cout << "checkpoint: " << written << std::endl;
+      last_checkpoint = std::chrono::steady_clock::now();
     }
     // Evaluation, logging and checkpoints are not the next step's time.
     step_start = std::chrono::steady_clock::now();

@@ -22,7 +22,10 @@ struct TrainOptions {
   int steps = -1;              // train until this step (absolute); -1: the plan's total_steps
   std::string checkpoint_dir;  // optional
   int checkpoint_every = 0;    // 0: only at the end
-  bool resume = false;         // continue from checkpoint_dir's latest checkpoint
+  // Also save once this long has passed since the last save (or the start):
+  // bounds the work a failure loses whatever a step costs. 0: off.
+  double checkpoint_every_seconds = 0;
+  bool resume = false;  // continue from checkpoint_dir's latest checkpoint
   // Start from these weights (a checkpoint, or a Hugging Face model directory:
   // model.safetensors + config.json) at step 0 with fresh optimizer state.
   std::string init_from;

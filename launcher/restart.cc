@@ -1,0 +1,313 @@
+// restart.cc: the restart decision and loop of `paraplan launch --max-restarts`
+// (restart.h).
+#include "launcher/restart.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "launcher/preflight.h"
+#include "launcher/supervisor.h"
+#include "planner/replan.h"
+#include "schema/plan_io.h"
+
+namespace paraplan {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+// The name a rank reported (gethostname) and the hostfile's name for the same
+// machine: equal, or equal up to the domain ("node2" and "node2.cluster").
+bool same_host(const std::string& hostfile_name, const std::string& reported) {
+  const auto short_name = [](const std::string& name) { return name.substr(0, name.find('.')); };
+  return hostfile_name == reported || short_name(hostfile_name) == short_name(reported);
+}
+
+// The value of --flag in a command ("--flag V" or "--flag=V"), or "".
+std::string flag_value(const std::vector<std::string>& command, const std::string& flag) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == flag && i + 1 < command.size()) return command[i + 1];
+    if (command[i].rfind(flag + "=", 0) == 0) return command[i].substr(flag.size() + 1);
+  }
+  return "";
+}
+
+// The command without --flag (and its value when it takes one).
+std::vector<std::string> without_flag(const std::vector<std::string>& command,
+                                      const std::string& flag, bool takes_value) {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == flag) {
+      if (takes_value) ++i;
+      continue;
+    }
+    if (command[i].rfind(flag + "=", 0) == 0) continue;
+    kept.push_back(command[i]);
+  }
+  return kept;
+}
+
+// The step DIR/latest names (step_00000012 -> 12), or -1 when there is none.
+long latest_checkpoint_step(const std::string& directory) {
+  std::ifstream in(fs::path(directory) / "latest");
+  std::string name;
+  if (!(in >> name) || name.rfind("step_", 0) != 0) return -1;
+  try {
+    return std::stol(name.substr(5));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The last step a --log-json file holds, or -1.
+long last_logged_step(const std::string& path) {
+  if (path.empty()) return -1;
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  try {
+    return last.empty() ? -1 : nlohmann::json::parse(last).at("step").get<long>();
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+bool wants_gpus(const std::vector<std::string>& command) {
+  return flag_value(command, "--backend") == "cuda";
+}
+
+// The hosts that do not answer the preflight now, or answer with fewer GPUs
+// than slots; each with its reason.
+std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
+    const LaunchOptions& options, const std::vector<HostEntry>& hosts) {
+  PreflightRequest request;
+  request.hosts = hosts;
+  request.binary = options.paraplan_binary.empty() ? this_executable() : options.paraplan_binary;
+  request.count_gpus = wants_gpus(options.command);
+  request.remote_shell = remote_shell(options.mpirun_arguments);
+  request.timeout_seconds = 20;
+  std::vector<std::pair<std::string, std::string>> unhealthy;
+  const std::vector<HostFindings> findings = run_preflight(request);
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const HostFindings& found = findings[i];
+    if (!found.failure.empty()) {
+      unhealthy.emplace_back(found.host, first_line(found.failure));
+    } else if (request.count_gpus && found.cuda_devices < hosts[i].slots) {
+      unhealthy.emplace_back(found.host, "it has " + std::to_string(found.cuda_devices) +
+                                             " GPU(s) for " + std::to_string(hosts[i].slots) +
+                                             " slots");
+    }
+  }
+  return unhealthy;
+}
+
+void write_hostfile(const std::string& path, const std::vector<HostEntry>& hosts) {
+  std::ofstream out(path + ".tmp");
+  out << "# written by paraplan launch --max-restarts: the hosts a restart runs on\n";
+  for (const HostEntry& host : hosts) out << host.name << " slots=" << host.slots << "\n";
+  out.close();
+  if (!out) throw std::runtime_error("launch: cannot write " + path);
+  fs::rename(path + ".tmp", path);
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", seconds);
+  return text;
+}
+
+void say(const std::string& line) {
+  std::cout << "paraplan launch: " << line << std::endl;
+}
+
+}  // namespace
+
+RestartDecision decide_restart(const RestartInput& input) {
+  RestartDecision decision;
+  auto stop = [&](const std::string& why) {
+    decision.restart = false;
+    decision.lines.push_back("not restarting: " + why);
+    return decision;
+  };
+  const auto unhealthy_reason = [&](const std::string& host) -> const std::string* {
+    for (const auto& [name, reason] : input.unhealthy)
+      if (name == host) return &reason;
+    return nullptr;
+  };
+  if (input.failure && input.failure->kind == JobFailure::Kind::kRankError)
+    return stop("a rank reported an error of its own (above), which a restart would meet again");
+  if (!input.failure && input.unhealthy.empty())
+    return stop("the job failed (mpirun's exit status " + std::to_string(input.exit_status) +
+                ") without a lost or silent rank and every host answers");
+  if (input.restarts_used >= input.max_restarts)
+    return stop("all " + std::to_string(input.max_restarts) + " restart(s) of --max-restarts used");
+
+  // Each failed host, and any other that no longer answers.
+  if (input.failure && input.failure->by_signal)
+    decision.lines.push_back(
+        "the ranks named above were ended by mpirun; the preflight decides which host failed");
+  const std::string how = !input.failure ? "mpirun failed"
+                          : input.failure->kind == JobFailure::Kind::kLost
+                              ? "its ranks ended without finishing"
+                              : "nothing was heard from its ranks";
+  for (const HostEntry& host : input.hosts) {
+    const bool failed =
+        input.failure && !input.failure->by_signal &&
+        std::any_of(input.failure->hosts.begin(), input.failure->hosts.end(),
+                    [&](const std::string& name) { return same_host(host.name, name); });
+    const std::string* reason = unhealthy_reason(host.name);
+    if (reason != nullptr) {
+      decision.lines.push_back("dropping host " + host.name + (failed ? " (" + how + ")" : "") +
+                               ": it fails the preflight now: " + *reason);
+    } else {
+      decision.hosts.push_back(host);
+      if (failed)
+        decision.lines.push_back(
+            "host " + host.name + " failed (" + how +
+            ") but answers the preflight again: a transient fault; keeping it");
+    }
+  }
+  if (input.hosts.empty())
+    decision.lines.push_back("every rank runs on this machine: retrying here (" + how + ")");
+  if (!input.hosts.empty() && static_cast<int>(decision.hosts.size()) < input.min_nodes)
+    return stop(std::to_string(decision.hosts.size()) + " host(s) left, fewer than --min-nodes " +
+                std::to_string(input.min_nodes));
+  if (decision.hosts.size() == input.hosts.size() && !input.hosts.empty())
+    decision.lines.push_back("retrying on the same " + std::to_string(input.hosts.size()) +
+                             " host(s)");
+  decision.restart = true;
+  return decision;
+}
+
+int run_launch_with_restarts(const LaunchOptions& options) {
+  const std::string checkpoint_dir = flag_value(options.command, "--checkpoint-dir");
+  if (checkpoint_dir.empty() || options.command.empty() || options.command.front() != "train")
+    throw std::runtime_error(
+        "launch: --max-restarts needs a train command with --checkpoint-dir DIR (a restart "
+        "resumes from DIR's latest checkpoint; add --checkpoint-every K to bound what is redone)");
+  if (options.min_nodes < 1)
+    throw std::runtime_error("launch: --min-nodes must be at least 1, got " +
+                             std::to_string(options.min_nodes));
+  const std::string directory = with_absolute_paths({"--checkpoint-dir", checkpoint_dir})[1];
+  std::string log_json = flag_value(options.command, "--log-json");
+  if (!log_json.empty()) log_json = with_absolute_paths({"--log-json", log_json})[1];
+  fs::create_directories(directory);
+
+  LaunchOptions attempt = options;
+  attempt.max_restarts = 0;
+  std::vector<HostEntry> hosts;
+  if (!options.hostfile.empty()) hosts = parse_hostfile(options.hostfile);
+  int restarts = 0;
+  long steps_redone = 0;
+  double seconds_lost = 0;
+  while (true) {
+    std::optional<JobFailure> failure;
+    const Clock::time_point started = Clock::now();
+    const int status = run_launch_once(attempt, &failure);
+    const Clock::time_point failed_at = Clock::now();
+    if (status == 0) {
+      if (restarts > 0)
+        say("finished after " + std::to_string(restarts) + " restart(s): " +
+            std::to_string(steps_redone) + " step(s) redone, about " + seconds_text(seconds_lost) +
+            " of wall time lost (work since the checkpoints resumed from, and the restarts)");
+      return 0;
+    }
+    if (supervision_interrupted()) return status;
+
+    RestartInput input;
+    input.failure = failure;
+    input.exit_status = status;
+    input.hosts = hosts;
+    input.restarts_used = restarts;
+    input.max_restarts = options.max_restarts;
+    input.min_nodes = options.min_nodes;
+    if (!hosts.empty()) input.unhealthy = unhealthy_hosts(attempt, hosts);
+    RestartDecision decision = decide_restart(input);
+    for (const std::string& line : decision.lines) say(line);
+    if (!decision.restart) return status;
+    ++restarts;
+
+    // The plan for the hosts left: the same when their count did not change.
+    const std::string tag = "restart-" + std::to_string(restarts);
+    const LoadedPlan current = load_plan(attempt.plan_path);
+    const int nodes = current.plan().mesh()->num_nodes();
+    if (!hosts.empty() && static_cast<int>(decision.hosts.size()) != nodes) {
+      FallbackPlan fallback;
+      try {
+        fallback = plan_for_nodes_left(current.plan(), attempt.plan_path,
+                                       static_cast<int>(decision.hosts.size()), options.min_nodes);
+      } catch (const std::exception& error) {
+        say("not restarting: no plan fits the " + std::to_string(decision.hosts.size()) +
+            " host(s) left: " + first_line(error.what()));
+        return status;
+      }
+      const std::string plan_path = (fs::path(directory) / (tag + ".pplan")).string();
+      write_plan(plan_path, fallback.outcome.plan.data(), fallback.outcome.plan.size());
+      const LoadedPlan replanned = load_plan(plan_path);
+      if (fallback.num_nodes < static_cast<int>(decision.hosts.size())) {
+        std::string left_out;
+        for (size_t i = static_cast<size_t>(fallback.num_nodes); i < decision.hosts.size(); ++i)
+          left_out += (left_out.empty() ? "" : ", ") + decision.hosts[i].name;
+        say("leaving out " + left_out + ": the best plan uses " +
+            std::to_string(fallback.num_nodes) + " of the " +
+            std::to_string(decision.hosts.size()) + " hosts left");
+        decision.hosts.resize(static_cast<size_t>(fallback.num_nodes));
+      }
+      say("re-planned for " + std::to_string(fallback.num_nodes) +
+          " node(s): " + plan_summary(replanned.plan()) + " (was " + plan_summary(current.plan()) +
+          "), " + plan_path);
+      attempt.plan_path = plan_path;
+    }
+    if (!hosts.empty()) {
+      hosts = decision.hosts;
+      attempt.hostfile = (fs::path(directory) / (tag + ".hosts")).string();
+      write_hostfile(attempt.hostfile, hosts);
+    }
+
+    // Resume from the latest checkpoint, or start again when there is none.
+    std::vector<std::string> command = without_flag(attempt.command, "--plan", true);
+    command = without_flag(command, "--resume", false);
+    const long resumed = latest_checkpoint_step(directory);
+    const long reached = last_logged_step(log_json);
+    const long redone = reached > resumed ? reached - std::max(resumed, 0L) : 0;
+    steps_redone += redone;
+    if (resumed >= 0) {
+      command.push_back("--resume");
+      const auto written = fs::last_write_time(fs::path(directory) / "latest");
+      const double since_checkpoint =
+          std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count();
+      seconds_lost += since_checkpoint;
+      say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +
+          ": resuming from step " + std::to_string(resumed) + " (" + directory + "/latest)" +
+          (reached >= 0 ? ", redoing steps " + std::to_string(resumed + 1) + "-" +
+                              std::to_string(reached) + " (" + std::to_string(redone) + ")"
+                        : ""));
+    } else {
+      seconds_lost += std::chrono::duration<double>(failed_at - started).count();
+      say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +
+          ": no checkpoint in " + directory + " yet: starting again from step 0");
+    }
+    attempt.command = command;
+    // A failed attempt's rank 0 on a host cut off the network runs on until it
+    // stops hearing the launcher (the heartbeat timeout), holding DIR's lock:
+    // the new rank 0 waits for it rather than writing beside it.
+    attempt.pass_environment = options.pass_environment;
+    attempt.pass_environment.push_back(
+        "PARAPLAN_CHECKPOINT_LOCK_WAIT=" +
+        std::to_string(static_cast<int>(3 * options.heartbeat_timeout_seconds + 10)));
+    seconds_lost += std::chrono::duration<double>(Clock::now() - failed_at).count();
+  }
+}
+
+}  // namespace paraplan
