@@ -31,16 +31,32 @@ const char* experiment_status_name(ExperimentStatus status) {
 
 namespace {
 
-// The log's error line, or its last non-empty line.
+bool all_dashes(const std::string& line) {
+  return !line.empty() && line.find_first_not_of('-') == std::string::npos;
+}
+
+// The log's error line: paraplan's own, else the first line of mpirun's
+// banner (the text between rows of dashes, where mpirun explains itself),
+// else the last non-empty line.
 std::string error_line(const std::string& log_path) {
   std::ifstream log(log_path);
-  std::string line, last, error;
+  std::string line, last, error, banner;
+  bool in_banner = false;
   while (std::getline(log, line)) {
     if (line.empty()) continue;
+    if (all_dashes(line)) {
+      in_banner = !in_banner;
+      continue;
+    }
     last = line;
     if (line.find("paraplan: error:") != std::string::npos) error = line;
+    if (in_banner && banner.empty()) banner = line;
   }
-  return error.empty() ? last : error;
+  if (!error.empty()) return error;
+  if (banner.find("attempt to run as root") != std::string::npos)
+    return "mpirun refuses to run as root: set OMPI_ALLOW_RUN_AS_ROOT=1 and "
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (as containers do), or run as another user";
+  return banner.empty() ? last : "mpirun: " + banner;
 }
 
 }  // namespace

@@ -41,6 +41,24 @@ TEST(Experiment, ACrashIsAFailureWithItsLastLine) {
   EXPECT_EQ(outcome.message, "segfault in rank 2");
 }
 
+TEST(Experiment, MpirunsBannerIsReadForItsReason) {
+  // Open MPI's refusal of root, as mpirun prints it: the reason sits between
+  // rows of dashes, and the last line is dashes.
+  const std::string dashes(74, '-');
+  const ExperimentOutcome root =
+      shell("echo " + dashes + "; echo 'mpirun has detected an attempt to run as root.'; echo; " +
+            "echo 'Running as root is *strongly* discouraged as any mistake (e.g., in'; echo " +
+            dashes + "; exit 1");
+  EXPECT_EQ(root.status, ExperimentStatus::kFailed);
+  EXPECT_EQ(root.message,
+            "mpirun refuses to run as root: set OMPI_ALLOW_RUN_AS_ROOT=1 and "
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (as containers do), or run as another user");
+  const ExperimentOutcome other =
+      shell("echo " + dashes + "; echo 'There are not enough slots available'; echo " + dashes +
+            "; exit 1");
+  EXPECT_EQ(other.message, "mpirun: There are not enough slots available");
+}
+
 TEST(Experiment, AHangIsKilledWithItsChildrenAtTheTimeout) {
   // The child's own child (as mpirun's ranks) goes too: its process group is killed.
   const ExperimentOutcome outcome = shell("sleep 30 & sleep 30", 0.3);

@@ -45,7 +45,8 @@ HostFindings findings_from_json(const std::string& host, const nlohmann::json& a
 bool is_this_host(const std::string& host);
 
 // How mpirun reaches other hosts: plm_rsh_agent from the mpirun arguments or
-// OMPI_MCA_plm_rsh_agent, else ssh; split into words.
+// OMPI_MCA_plm_rsh_agent, else ssh, then plm_rsh_args (from either) as Open
+// MPI appends them; split into words.
 std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments);
 
 struct PreflightRequest {

@@ -104,6 +104,14 @@ TEST(Preflight, AsksHostsThroughMpirunsRemoteShell) {
   EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh -p 2222"}),
             (std::vector<std::string>{"/usr/bin/ssh", "-p", "2222"}));
   unsetenv("OMPI_MCA_plm_rsh_agent");
+  // Open MPI's documented way to give ssh its options, in either form.
+  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_args", "-F cluster_ssh_config"}),
+            (std::vector<std::string>{"ssh", "-F", "cluster_ssh_config"}));
+  setenv("OMPI_MCA_plm_rsh_args", "-F /etc/cluster/ssh_config -o User=train", 1);
+  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh"}),
+            (std::vector<std::string>{"/usr/bin/ssh", "-F", "/etc/cluster/ssh_config", "-o",
+                                      "User=train"}));
+  unsetenv("OMPI_MCA_plm_rsh_args");
 }
 
 // A remote shell whose hosts answer, cannot be reached, or lack the binary;
