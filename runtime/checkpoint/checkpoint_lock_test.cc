@@ -36,47 +36,48 @@ TEST(CheckpointDirLockTest, ASecondWriterIsRefusedNamingTheFirst) {
   EXPECT_NO_THROW(CheckpointDirLock third(checkpoints, "paraplan train, plan c.pplan"));
 }
 
-TEST(CheckpointDirLockTest, AKilledHolderLeavesNoLockBehind) {
-  TempDir dir;
-  const std::string checkpoints = dir / "checkpoints";
+// A child process that takes the lock as `holder`, then holds it until
+// killed, or for `seconds` when that is positive; returns once it holds it.
+pid_t fork_holder(const std::string& checkpoints, const std::string& holder, double seconds) {
   int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
+  if (pipe(ready) != 0) return -1;
   const pid_t child = fork();
-  ASSERT_GE(child, 0);
   if (child == 0) {
-    CheckpointDirLock held(checkpoints, "the child");
+    CheckpointDirLock held(checkpoints, holder);
     char byte = 1;
     if (write(ready[1], &byte, 1) != 1) _exit(1);
-    pause();  // until killed
+    if (seconds > 0) {
+      usleep(static_cast<useconds_t>(seconds * 1e6));
+    } else {
+      pause();  // until killed
+    }
     _exit(0);
   }
   char byte = 0;
-  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  if (child < 0 || read(ready[0], &byte, 1) != 1) return -1;
+  close(ready[0]);
+  close(ready[1]);
+  return child;
+}
+
+TEST(CheckpointDirLockTest, AKilledHolderLeavesNoLockBehind) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";
+  const pid_t child = fork_holder(checkpoints, "the child", 0);
+  ASSERT_GT(child, 0);
   EXPECT_TRUE(contains(error_of([&] { CheckpointDirLock second(checkpoints, "the parent"); }),
                        "(the child, pid " + std::to_string(child)));
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_NO_THROW(CheckpointDirLock after(checkpoints, "the parent"));
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST(CheckpointDirLockTest, ARestartWaitsForTheOldWriterToEnd) {
   TempDir dir;
   const std::string checkpoints = dir / "checkpoints";
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // a failed attempt's rank 0, ending itself 0.5 s later
-    CheckpointDirLock held(checkpoints, "the failed attempt");
-    char byte = 1;
-    if (write(ready[1], &byte, 1) != 1) _exit(1);
-    usleep(500000);
-    _exit(0);
-  }
-  char byte = 0;
-  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  // A failed attempt's rank 0, ending itself 0.5 s later.
+  const pid_t child = fork_holder(checkpoints, "the failed attempt", 0.5);
+  ASSERT_GT(child, 0);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_NO_THROW(CheckpointDirLock restarted(checkpoints, "the restart", 30));
   const double waited =
@@ -84,8 +85,6 @@ TEST(CheckpointDirLockTest, ARestartWaitsForTheOldWriterToEnd) {
   EXPECT_GT(waited, 0.2);
   EXPECT_LT(waited, 20);
   waitpid(child, nullptr, 0);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST(CheckpointDirLockTest, AWaitThatRunsOutNamesTheHolder) {
