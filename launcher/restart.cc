@@ -232,7 +232,8 @@ int run_launch_with_restarts(const LaunchOptions& options) {
     input.restarts_used = restarts;
     input.max_restarts = options.max_restarts;
     input.min_nodes = options.min_nodes;
-    if (!hosts.empty()) input.unhealthy = unhealthy_hosts(attempt, hosts);
+    if (!hosts.empty() && restarts < options.max_restarts)  // else nothing to decide
+      input.unhealthy = unhealthy_hosts(attempt, hosts);
     RestartDecision decision = decide_restart(input);
     for (const std::string& line : decision.lines) say(line);
     if (!decision.restart) return status;
@@ -285,9 +286,12 @@ int run_launch_with_restarts(const LaunchOptions& options) {
     if (resumed >= 0) {
       command.push_back("--resume");
       const auto written = fs::last_write_time(fs::path(directory) / "latest");
+      // The work between the checkpoint and the failure; the restart's own
+      // time is added below.
       const double since_checkpoint =
-          std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count();
-      seconds_lost += since_checkpoint;
+          std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count() -
+          std::chrono::duration<double>(Clock::now() - failed_at).count();
+      seconds_lost += std::max(since_checkpoint, 0.0);
       say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +
           ": resuming from step " + std::to_string(resumed) + " (" + directory + "/latest)" +
           (reached >= 0 ? ", redoing steps " + std::to_string(resumed + 1) + "-" +

@@ -508,4 +508,45 @@ TEST_F(MultiHostRestart, OneKilledRankRestartsOnTheSameHosts) {
   expect_reference_losses(log, "one killed rank");
 }
 
+TEST_F(MultiHostRestart, ASecondFailureWithTheRestartsUsedEndsTheJobLeavingTheCheckpoints) {
+  const std::string plan_file = plan_for_two_hosts(
+      {.name = "restart_twice", .data = 2, .tensor = 2, .micro_batch_size = 3, .zero_stage = 1});
+  const std::string checkpoints = *directory_ / "restart_twice_checkpoints";
+  Background job(launch_line(plan_file, std::string(kFastDetection) + " --max-restarts 1",
+                             std::string(kLongRun) + " --checkpoint-dir " + checkpoints +
+                                 " --checkpoint-every 10"),
+                 *directory_ / "restart_twice.log");
+  const auto kill_a_rank_on_node2 = [&] {
+    std::istringstream lines(processes_on("node2"));
+    std::string pid, name;
+    while (lines >> pid >> name)
+      if (name == "paraplan") return run_command(on("node2", "kill -9 " + pid)).exit_code == 0;
+    return false;
+  };
+  ASSERT_TRUE(await_file_text(checkpoints + "/latest", "step_00000020", 120s)) << job.output();
+  ASSERT_TRUE(kill_a_rank_on_node2()) << processes_on("node2");
+  ASSERT_TRUE(job.await_output("paraplan launch: restart 1 of 1: resuming from step ", 120s))
+      << job.output();
+  // The restarted attempt runs and saves, then loses a rank again.
+  const std::string resumed_at = read_file(checkpoints + "/latest");
+  const auto saved_again = Clock::now() + 120s;
+  while (read_file(checkpoints + "/latest") == resumed_at && Clock::now() < saved_again)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(kill_a_rank_on_node2()) << processes_on("node2");
+  const auto killed = Clock::now();
+  ASSERT_TRUE(job.wait(60s)) << job.output();
+  const double to_clean = seconds_until_hosts_are_clean(killed, 30s);
+  std::printf("[ figures  ] second failure: hosts clean %.1f s after the kill\n%s", to_clean,
+              launcher_lines(job.output()).c_str());
+  EXPECT_EQ(job.exit_code(), 1) << job.output();
+  expect_line(job, "paraplan launch: not restarting: all 1 restart(s) of --max-restarts used");
+  EXPECT_GE(to_clean, 0) << processes_on("node1") << processes_on("node2");
+  // The checkpoints stay whole: latest names a complete step directory.
+  std::string latest = read_file(checkpoints + "/latest");
+  latest.erase(latest.find_last_not_of("\n") + 1);
+  EXPECT_NE(read_file(checkpoints + "/" + latest + "/train_state.json").find("\"step\""),
+            std::string::npos)
+      << latest;
+}
+
 }  // namespace
