@@ -74,6 +74,34 @@ TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {
             original.plan().predictions()->step_seconds());
 }
 
+TEST(Replan, NodesLeftThatFitNoMeshGiveWayToTheMostThatDo) {
+  // Two blocks (at most 4 stages), 8 heads, a batch of 24, one device per
+  // node: 6 devices fit (dp 6), 5 fit no (pp, dp, tp), 4 do.
+  const LoadedPlan original =
+      planned(test_jobs::eight_device_job({{"model.num_layers", "2"},
+                                           {"training.global_batch_size", "24"},
+                                           {"planner.world_size", "6"},
+                                           {"cluster.devices_per_node", "1"},
+                                           {"cluster.num_nodes", "6"}}));
+  const FallbackPlan fallback = plan_for_nodes_left(original.plan(), "job.pplan", 5);
+  EXPECT_EQ(fallback.num_nodes, 4);
+  ASSERT_EQ(fallback.passed_over.size(), 1u);
+  EXPECT_NE(fallback.passed_over[0].find("5 nodes: job.pplan (the options it was planned with): "
+                                         "no (pipeline, data, tensor) parallel mesh fits the world "
+                                         "size 5"),
+            std::string::npos)
+      << fallback.passed_over[0];
+  // With --min-nodes 5 nothing is left to try: the planner's own reason.
+  try {
+    plan_for_nodes_left(original.plan(), "job.pplan", 5, 5);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("no (pipeline, data, tensor) parallel mesh fits"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(Replan, APlanWithoutRecordedOptionsIsRefusedByName) {
   test_plans::PlanSpec spec = test_plans::make_plan_spec(1, 1, 1, 2, 1);
   spec.creation_options.clear();
