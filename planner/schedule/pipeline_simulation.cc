@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <stdexcept>
-#include <tuple>
+#include <string>
+#include <vector>
 
 namespace paraplan {
 
@@ -17,10 +17,6 @@ using schema::OpCode;
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// A message: an activation (or gradient) of a micro-batch sent by a virtual
-// stage (chunk c of rank r is c x p + r).
-using MessageKey = std::tuple<bool /*gradient*/, int /*micro-batch*/, int /*sender*/>;
-
 struct Message {
   double sent = -1, received = -1;  // when each end was posted
   double seconds = 0;
@@ -28,29 +24,63 @@ struct Message {
   bool posted() const { return sent >= 0 && received >= 0; }
 };
 
+// A step's messages in one flat table: the activation (or gradient) of a
+// micro-batch sent by a virtual stage (chunk c of rank r is c x p + r), at
+// ((gradient x m) + micro-batch) x (p x v) + sender. Looking one up costs an
+// index, not a tree walk: the simulation looks up every message at every
+// event of its stage.
+class MessageTable {
+ public:
+  MessageTable(int micro_batches, int virtual_stages)
+      : micro_batches_(micro_batches),
+        virtual_stages_(virtual_stages),
+        messages_(2 * static_cast<size_t>(micro_batches) * virtual_stages) {}
+  size_t index(bool gradient, int micro_batch, int sender) const {
+    if (micro_batch < 0 || micro_batch >= micro_batches_ || sender < 0 || sender >= virtual_stages_)
+      throw std::invalid_argument("simulate_step: a transfer of micro-batch " +
+                                  std::to_string(micro_batch) + " from virtual stage " +
+                                  std::to_string(sender) + " is outside the schedule");
+    return (static_cast<size_t>(gradient) * micro_batches_ + micro_batch) * virtual_stages_ +
+           sender;
+  }
+  Message& operator[](size_t index) { return messages_[index]; }
+
+ private:
+  int micro_batches_, virtual_stages_;
+  std::vector<Message> messages_;
+};
+
 // The ends an instruction of stage s posts: (message, is the sending end).
-std::vector<std::pair<MessageKey, bool>> ends(const PipelineInstruction& in, int rank,
-                                              int num_stages) {
+struct Ends {
+  int count = 0;
+  std::pair<size_t, bool> end[2];
+};
+
+Ends ends(const PipelineInstruction& in, int rank, int num_stages, const MessageTable& table) {
   const int s = in.chunk * num_stages + rank;
-  const auto activation = [](int micro_batch, int sender) {
-    return MessageKey{false, micro_batch, sender};
+  const auto activation = [&](int micro_batch, int sender) {
+    return table.index(false, micro_batch, sender);
   };
-  const auto gradient = [](int micro_batch, int sender) {
-    return MessageKey{true, micro_batch, sender};
+  const auto gradient = [&](int micro_batch, int sender) {
+    return table.index(true, micro_batch, sender);
   };
   switch (in.op) {
     case OpCode::SendActivation:
-      return {{activation(in.micro_batch, s), true}};
+      return {1, {{activation(in.micro_batch, s), true}, {}}};
     case OpCode::RecvActivation:
-      return {{activation(in.micro_batch, s - 1), false}};
+      return {1, {{activation(in.micro_batch, s - 1), false}, {}}};
     case OpCode::SendGradient:
-      return {{gradient(in.micro_batch, s), true}};
+      return {1, {{gradient(in.micro_batch, s), true}, {}}};
     case OpCode::RecvGradient:
-      return {{gradient(in.micro_batch, s + 1), false}};
+      return {1, {{gradient(in.micro_batch, s + 1), false}, {}}};
     case OpCode::SendActivationRecvGradient:
-      return {{activation(in.micro_batch, s), true}, {gradient(in.peer_micro_batch, s + 1), false}};
+      return {
+          2,
+          {{activation(in.micro_batch, s), true}, {gradient(in.peer_micro_batch, s + 1), false}}};
     case OpCode::SendGradientRecvActivation:
-      return {{gradient(in.micro_batch, s), true}, {activation(in.peer_micro_batch, s - 1), false}};
+      return {
+          2,
+          {{gradient(in.micro_batch, s), true}, {activation(in.peer_micro_batch, s - 1), false}}};
     default:
       return {};
   }
@@ -67,7 +97,7 @@ struct StageState {
   double waits_after = 0;        // the group waits following the collectives (wall)
   double wait_until = 0;         // kGroupWait
   double compute_started = 0;
-  std::vector<MessageKey> waiting;  // kTransfer
+  std::vector<size_t> waiting;  // kTransfer: message indices
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
   double transfer_work = 0;  // shared cores: the copies of its messages
 };
@@ -132,7 +162,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   if (static_cast<int>(inputs.size()) != p || static_cast<int>(schedule.stages.size()) != p)
     throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
   std::vector<StageState> state(p);
-  std::map<MessageKey, Message> messages;
+  MessageTable messages(m, p * v);
   double now = 0;
   const double epsilon = 1e-12;
   const bool shared_cores = cores > 0;
@@ -152,7 +182,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           // work, like the collectives.
           bool posted = true;
           double copies = 0;
-          for (const MessageKey& key : st.waiting)
+          for (const size_t key : st.waiting)
             posted = posted && messages[key].posted(), copies += messages[key].seconds;
           if (posted) {
             st.phase = Phase::kCollective, st.remaining = copies, st.transfer_work += copies;
@@ -160,7 +190,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           }
         } else if (st.phase == Phase::kTransfer) {
           bool complete = true;
-          for (const MessageKey& key : st.waiting)
+          for (const size_t key : st.waiting)
             complete = complete && messages[key].posted() && messages[key].done() <= now + epsilon;
           if (complete) st.phase = Phase::kStart, st.waiting.clear(), moved = true;
         }
@@ -214,7 +244,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           case OpCode::LoadMicroBatch:
             break;  // no time: stays at kStart for the next instruction
           default:
-            for (const auto& [key, sending] : ends(instruction, s, p)) {
+            const Ends posted = ends(instruction, s, p, messages);
+            for (int e = 0; e < posted.count; ++e) {
+              const auto& [key, sending] = posted.end[e];
               Message& message = messages[key];
               (sending ? message.sent : message.received) = now;
               if (sending) message.seconds = in.p2p_seconds;
@@ -243,7 +275,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       if (st.phase == Phase::kCollective) next = std::min(next, now + st.remaining / rate);
       if (st.phase == Phase::kGroupWait) next = std::min(next, st.wait_until);
       if (st.phase == Phase::kTransfer)
-        for (const MessageKey& key : st.waiting)
+        for (const size_t key : st.waiting)
           if (messages[key].posted()) next = std::min(next, messages[key].done());
     }
     if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
@@ -284,9 +316,11 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
     if (shared_cores) {
       stage.transfer_seconds = st.transfer_work;
     } else {
-      for (const PipelineInstruction& instruction : schedule.stages[s])
-        for (const auto& end : ends(instruction, s, p))
-          stage.transfer_seconds += end.second ? in.p2p_seconds : 0;
+      for (const PipelineInstruction& instruction : schedule.stages[s]) {
+        const Ends posted = ends(instruction, s, p, messages);
+        for (int e = 0; e < posted.count; ++e)
+          stage.transfer_seconds += posted.end[e].second ? in.p2p_seconds : 0;
+      }
     }
     // (The group waits are waiting.)
     const double busy = m * (in.forward_work + in.backward_work + in.forward_collectives +

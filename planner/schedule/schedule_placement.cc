@@ -136,9 +136,17 @@ class Placement {
   }
 
   PipelineSchedule project() {
-    std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
-      return std::tie(a.time, a.kind, a.sequence) < std::tie(b.time, b.kind, b.sequence);
-    });
+    // Ordered by (time, kind, sequence): a counting sort on time x 2 + kind,
+    // stable, so events of one slot keep their sequence (insertion) order.
+    // Times are small integers; a comparison sort cost a tenth of planning.
+    int latest = 0;
+    for (const Event& e : events_) latest = std::max(latest, e.time);
+    std::vector<int> slot_start(2 * static_cast<size_t>(latest) + 3, 0);
+    for (const Event& e : events_) ++slot_start[2 * e.time + e.kind + 1];
+    for (size_t i = 1; i < slot_start.size(); ++i) slot_start[i] += slot_start[i - 1];
+    std::vector<Event> ordered(events_.size());
+    for (const Event& e : events_) ordered[slot_start[2 * e.time + e.kind]++] = e;
+    events_.swap(ordered);
     PipelineSchedule schedule{kind_, p_, m_, std::vector<InstructionStream>(p_), v_};
     for (const Event& e : events_) {
       InstructionStream& own = schedule.stages[e.rank];
