@@ -41,22 +41,27 @@ bool all_dashes(const std::string& line) {
 std::string error_line(const std::string& log_path) {
   std::ifstream log(log_path);
   std::string line, last, error, banner;
-  bool in_banner = false;
+  bool in_banner = false, banner_started = false;
   while (std::getline(log, line)) {
     if (line.empty()) continue;
     if (all_dashes(line)) {
       in_banner = !in_banner;
+      banner_started = false;
       continue;
     }
     last = line;
     if (line.find("paraplan: error:") != std::string::npos) error = line;
-    if (in_banner && banner.empty()) banner = line;
+    // A banner's first line; the last banner that is not a warning (Open MPI
+    // warns at start-up about transports it skips).
+    if (in_banner && !banner_started && line.rfind("WARNING", 0) != 0) banner = line;
+    banner_started = true;
   }
   if (!error.empty()) return error;
   if (banner.find("attempt to run as root") != std::string::npos)
     return "mpirun refuses to run as root: set OMPI_ALLOW_RUN_AS_ROOT=1 and "
            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (as containers do), or run as another user";
-  return banner.empty() ? last : "mpirun: " + banner;
+  if (banner.empty()) return last;
+  return banner.rfind("mpirun", 0) == 0 ? banner : "mpirun: " + banner;
 }
 
 }  // namespace

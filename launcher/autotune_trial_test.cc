@@ -57,6 +57,15 @@ TEST(Experiment, MpirunsBannerIsReadForItsReason) {
       shell("echo " + dashes + "; echo 'There are not enough slots available'; echo " + dashes +
             "; exit 1");
   EXPECT_EQ(other.message, "mpirun: There are not enough slots available");
+  // A start-up warning's banner first, then the fatal one: the fatal one.
+  const ExperimentOutcome warned =
+      shell("echo " + dashes +
+            "; echo 'WARNING: There was an error initializing an OpenFabrics "
+            "device.'; echo " +
+            dashes + "; echo " + dashes +
+            "; echo 'mpirun noticed that process rank 1 exited on signal 9 (Killed).'; echo " +
+            dashes + "; exit 1");
+  EXPECT_EQ(warned.message, "mpirun noticed that process rank 1 exited on signal 9 (Killed).");
 }
 
 TEST(Experiment, AHangIsKilledWithItsChildrenAtTheTimeout) {

@@ -173,15 +173,18 @@ std::string JobWatch::state_of(int rank_number, Clock::time_point now) const {
          " (computing, or stuck outside MPI)";
 }
 
-std::vector<std::string> JobWatch::not_arrived(int rank_number, Clock::time_point now) const {
+std::vector<std::string> JobWatch::not_arrived(int rank_number, Clock::time_point now,
+                                               std::vector<int>* absent) const {
   std::vector<std::string> lines;
   const Rank& waiting = ranks_[static_cast<size_t>(rank_number)];
   for (const supervision::OpenOperation& open : waiting.beat.open) {
     if (open.group < 0) {  // a pipeline transfer: name the peer it receives from
-      if (open.receive_from >= 0 && open.receive_from < static_cast<int>(ranks_.size()))
+      if (open.receive_from >= 0 && open.receive_from < static_cast<int>(ranks_.size())) {
+        if (absent != nullptr) absent->push_back(open.receive_from);
         lines.push_back("  " + describe(rank_number) + " waits in " + open.what +
                         " for world rank " + std::to_string(open.receive_from) + ": " +
                         state_of(open.receive_from, now));
+      }
       continue;
     }
     const auto group = waiting.groups.find(open.group);
@@ -198,6 +201,7 @@ std::vector<std::string> JobWatch::not_arrived(int rank_number, Clock::time_poin
           if (count != other.beat.entered.end()) entered = count->second;
         }
       if (entered >= open.sequence) continue;
+      if (absent != nullptr) absent->push_back(member);
       lines.push_back("  in " + open.what + " (operation " + std::to_string(open.sequence) +
                       " on that group), world rank " + std::to_string(member) + " on " +
                       other.hello.host + " has not arrived (it entered " + std::to_string(entered) +
@@ -266,8 +270,14 @@ std::optional<JobFailure> JobWatch::diagnose(Clock::time_point now) const {
   if (first_error != nullptr) {
     std::string text = describe(first_error_rank) + " ended the job: " + first_error->error +
                        "\n  " + describe(first_error_rank) + ": " + placement_of(first_error_rank);
-    for (const std::string& line : not_arrived(first_error_rank, now)) text += "\n" + line;
-    return JobFailure{JobFailure::Kind::kRankError, text, {first_error->hello.host}};
+    std::vector<int> absent;
+    for (const std::string& line : not_arrived(first_error_rank, now, &absent)) text += "\n" + line;
+    if (absent.empty())
+      return JobFailure{JobFailure::Kind::kRankError, text, {first_error->hello.host}};
+    // It timed out waiting for peers (a hung device, a lost link): theirs is the fault.
+    std::set<std::string> hosts;
+    for (const int member : absent) hosts.insert(ranks_[static_cast<size_t>(member)].hello.host);
+    return JobFailure{JobFailure::Kind::kNotArrived, text, {hosts.begin(), hosts.end()}};
   }
   // 2. Ranks whose connection ended: those that said nothing first (killed,
   // crashed, host down) are at fault, before any ended by a signal they

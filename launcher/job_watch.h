@@ -25,9 +25,10 @@ struct MeshShape {
 // kind and hosts a restart decides by.
 struct JobFailure {
   enum class Kind {
-    kRankError,  // a rank reported an error (its own, or a collective timeout)
-    kLost,       // ranks ended without finishing: killed, crashed, host down
-    kSilent,     // ranks silent past the timeout: stopped, hung, cut off
+    kRankError,   // a rank reported an error (its own, or a collective timeout)
+    kLost,        // ranks ended without finishing: killed, crashed, host down
+    kSilent,      // ranks silent past the timeout: stopped, hung, cut off
+    kNotArrived,  // a rank's collective or transfer timed out: hosts are the absent peers'
   };
   Kind kind = Kind::kRankError;
   std::string message;
@@ -89,7 +90,9 @@ class JobWatch {
   std::string state_of(int rank, Clock::time_point now) const;  // what it is doing
   // Lines naming the members of the collectives `rank` waits in that have
   // not arrived.
-  std::vector<std::string> not_arrived(int rank, Clock::time_point now) const;
+  // `absent`, when given, receives their world ranks.
+  std::vector<std::string> not_arrived(int rank, Clock::time_point now,
+                                       std::vector<int>* absent = nullptr) const;
   // Lines naming the live ranks that wait for one of `culprits`.
   std::vector<std::string> waiting_for(const std::vector<int>& culprits) const;
   JobFailure report(JobFailure::Kind kind, const std::string& headline,

@@ -180,6 +180,11 @@ TEST_F(JobWatchTest, ACollectiveTimeoutNamesTheMemberThatHasNotArrived) {
             "  in all_reduce of 3072 floats on group 'tensor' (rank 0 of 2) (operation 11 on that "
             "group), world rank 1 on node1 has not arrived (it entered 10): it is outside "
             "communication for 3.1 s (computing, or stuck outside MPI)");
+  // For a restart: the fault is the absent peer's, not the rank that timed out.
+  const std::optional<JobFailure> diagnosis = watch_.diagnose(now);
+  ASSERT_TRUE(diagnosis);
+  EXPECT_EQ(diagnosis->kind, JobFailure::Kind::kNotArrived);
+  EXPECT_EQ(diagnosis->hosts, (std::vector<std::string>{"node1"}));
 }
 
 TEST(JobWatch, ARankLostBeforeReportingItsGroupsIsPlacedByTheMesh) {

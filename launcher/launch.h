@@ -88,6 +88,11 @@ std::vector<std::string> launch_environment(const LaunchOptions& options,
 // them.
 std::vector<std::string> with_absolute_paths(const std::vector<std::string>& command);
 
+// The files every rank reads, as the command names them, made absolute: the
+// plan, each --data and --val-data entry, and --checkpoint-dir with --resume.
+// The preflight asks every host for them.
+std::vector<std::string> files_every_rank_reads(const LaunchOptions& options);
+
 // The full mpirun argument list (argv[0] is options.mpirun). Loads and validates
 // the plan, checks the hostfile against its mesh, and adds --plan to the
 // command when it lacks one. Throws with a message naming what is wrong.

@@ -20,33 +20,6 @@
 namespace paraplan {
 namespace {
 
-// The files every rank reads, as the command names them (absolute by now).
-std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
-  const std::vector<std::string> command = with_absolute_paths(options.command);
-  std::vector<std::string> files;
-  bool resume = false;
-  std::string checkpoint_dir;
-  for (size_t i = 0; i < command.size(); ++i) {
-    const std::string& argument = command[i];
-    const size_t equals = argument.find('=');
-    const std::string flag = argument.substr(0, equals);
-    const bool joined = equals != std::string::npos;
-    const std::string value =
-        joined ? argument.substr(equals + 1) : (i + 1 < command.size() ? command[i + 1] : "");
-    if (flag == "--resume") resume = true;
-    if (flag == "--plan") files.push_back(value);
-    if (flag == "--data" || flag == "--val-data")  // a list: each file or glob
-      for (const std::string& entry : data_list_entries(value)) files.push_back(entry);
-    if (flag == "--checkpoint-dir") checkpoint_dir = value;
-  }
-  if (std::none_of(command.begin(), command.end(), [](const std::string& argument) {
-        return argument == "--plan" || argument.rfind("--plan=", 0) == 0;
-      }))
-    files.insert(files.begin(), with_absolute_paths({"--plan", options.plan_path})[1]);
-  if (resume && !checkpoint_dir.empty()) files.push_back(checkpoint_dir);
-  return files;
-}
-
 bool wants_gpus(const std::vector<std::string>& command) {
   for (size_t i = 0; i + 1 < command.size(); ++i)
     if (command[i] == "--backend" && command[i + 1] == "cuda") return true;
@@ -95,6 +68,32 @@ void refuse_root_without_consent(const LaunchOptions& options,
 }
 
 }  // namespace
+
+std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
+  const std::vector<std::string> command = with_absolute_paths(options.command);
+  std::vector<std::string> files;
+  bool resume = false;
+  std::string checkpoint_dir;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& argument = command[i];
+    const size_t equals = argument.find('=');
+    const std::string flag = argument.substr(0, equals);
+    const bool joined = equals != std::string::npos;
+    const std::string value =
+        joined ? argument.substr(equals + 1) : (i + 1 < command.size() ? command[i + 1] : "");
+    if (flag == "--resume") resume = true;
+    if (flag == "--plan") files.push_back(value);
+    if (flag == "--data" || flag == "--val-data")  // a list: each file or glob
+      for (const std::string& entry : data_list_entries(value)) files.push_back(entry);
+    if (flag == "--checkpoint-dir") checkpoint_dir = value;
+  }
+  if (std::none_of(command.begin(), command.end(), [](const std::string& argument) {
+        return argument == "--plan" || argument.rfind("--plan=", 0) == 0;
+      }))
+    files.insert(files.begin(), with_absolute_paths({"--plan", options.plan_path})[1]);
+  if (resume && !checkpoint_dir.empty()) files.push_back(checkpoint_dir);
+  return files;
+}
 
 int run_launch(const LaunchOptions& options) {
   if (options.max_restarts > 0 && !options.dry_run) return run_launch_with_restarts(options);

@@ -29,7 +29,10 @@ std::string first_line(const std::string& text) {
 // The name a rank reported (gethostname) and the hostfile's name for the same
 // machine: equal, or equal up to the domain ("node2" and "node2.cluster").
 bool same_host(const std::string& hostfile_name, const std::string& reported) {
-  const auto short_name = [](const std::string& name) { return name.substr(0, name.find('.')); };
+  const auto short_name = [](const std::string& name) {  // an address stays whole
+    const bool address = name.find_first_not_of("0123456789.") == std::string::npos;
+    return address ? name : name.substr(0, name.find('.'));
+  };
   return hostfile_name == reported || short_name(hostfile_name) == short_name(reported);
 }
 
@@ -57,11 +60,17 @@ std::vector<std::string> without_flag(const std::vector<std::string>& command,
   return kept;
 }
 
-// The step DIR/latest names (step_00000012 -> 12), or -1 when there is none.
-long latest_checkpoint_step(const std::string& directory) {
+// What DIR/latest names ("step_00000012"), or "" when there is none.
+std::string read_latest(const std::string& directory) {
   std::ifstream in(fs::path(directory) / "latest");
   std::string name;
-  if (!(in >> name) || name.rfind("step_", 0) != 0) return -1;
+  return in >> name ? name : "";
+}
+
+// The step DIR/latest names (step_00000012 -> 12), or -1 when there is none.
+long latest_checkpoint_step(const std::string& directory) {
+  const std::string name = read_latest(directory);
+  if (name.rfind("step_", 0) != 0) return -1;
   try {
     return std::stol(name.substr(5));
   } catch (const std::exception&) {
@@ -94,6 +103,7 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   PreflightRequest request;
   request.hosts = hosts;
   request.binary = options.paraplan_binary.empty() ? this_executable() : options.paraplan_binary;
+  request.files = files_every_rank_reads(options);
   request.count_gpus = wants_gpus(options.command);
   request.remote_shell = remote_shell(options.mpirun_arguments);
   request.timeout_seconds = 20;
@@ -101,8 +111,15 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   const std::vector<HostFindings> findings = run_preflight(request);
   for (size_t i = 0; i < findings.size(); ++i) {
     const HostFindings& found = findings[i];
+    const auto unreadable = std::find_if(found.files.begin(), found.files.end(),
+                                         [](const auto& file) { return !file.second.empty(); });
     if (!found.failure.empty()) {
       unhealthy.emplace_back(found.host, first_line(found.failure));
+    } else if (unreadable != found.files.end()) {
+      unhealthy.emplace_back(found.host,
+                             "it cannot read " + unreadable->first + ": " + unreadable->second);
+    } else if (!found.this_host && found.build_id != this_build_id()) {
+      unhealthy.emplace_back(found.host, "its paraplan is another build");
     } else if (request.count_gpus && found.cuda_devices < hosts[i].slots) {
       unhealthy.emplace_back(found.host, "it has " + std::to_string(found.cuda_devices) +
                                              " GPU(s) for " + std::to_string(hosts[i].slots) +
@@ -147,11 +164,11 @@ RestartDecision decide_restart(const RestartInput& input) {
   };
   if (input.failure && input.failure->kind == JobFailure::Kind::kRankError)
     return stop("a rank reported an error of its own (above), which a restart would meet again");
+  if (input.restarts_used >= input.max_restarts)
+    return stop("all " + std::to_string(input.max_restarts) + " restart(s) of --max-restarts used");
   if (!input.failure && input.unhealthy.empty())
     return stop("the job failed (mpirun's exit status " + std::to_string(input.exit_status) +
                 ") without a lost or silent rank and every host answers");
-  if (input.restarts_used >= input.max_restarts)
-    return stop("all " + std::to_string(input.max_restarts) + " restart(s) of --max-restarts used");
 
   // Each failed host, and any other that no longer answers.
   if (input.failure && input.failure->by_signal)
@@ -160,6 +177,8 @@ RestartDecision decide_restart(const RestartInput& input) {
   const std::string how = !input.failure ? "mpirun failed"
                           : input.failure->kind == JobFailure::Kind::kLost
                               ? "its ranks ended without finishing"
+                          : input.failure->kind == JobFailure::Kind::kNotArrived
+                              ? "its ranks did not arrive where others waited"
                               : "nothing was heard from its ranks";
   for (const HostEntry& host : input.hosts) {
     const bool failed =
@@ -203,6 +222,11 @@ int run_launch_with_restarts(const LaunchOptions& options) {
   std::string log_json = flag_value(options.command, "--log-json");
   if (!log_json.empty()) log_json = with_absolute_paths({"--log-json", log_json})[1];
   fs::create_directories(directory);
+  // A checkpoint already there belongs to this job only when the command
+  // resumes from it; else a restart resumes only from one this job wrote.
+  const bool resumes = std::find(options.command.begin(), options.command.end(), "--resume") !=
+                       options.command.end();
+  const std::string latest_at_launch = read_latest(directory);
 
   LaunchOptions attempt = options;
   attempt.max_restarts = 0;
@@ -236,7 +260,7 @@ int run_launch_with_restarts(const LaunchOptions& options) {
       input.unhealthy = unhealthy_hosts(attempt, hosts);
     RestartDecision decision = decide_restart(input);
     for (const std::string& line : decision.lines) say(line);
-    if (!decision.restart) return status;
+    if (!decision.restart || supervision_interrupted()) return status;
     ++restarts;
 
     // The plan for the hosts left: the same when their count did not change.
@@ -275,15 +299,19 @@ int run_launch_with_restarts(const LaunchOptions& options) {
       attempt.hostfile = (fs::path(directory) / (tag + ".hosts")).string();
       write_hostfile(attempt.hostfile, hosts);
     }
+    if (supervision_interrupted()) return status;  // Ctrl-C while deciding
 
     // Resume from the latest checkpoint, or start again when there is none.
     std::vector<std::string> command = without_flag(attempt.command, "--plan", true);
     command = without_flag(command, "--resume", false);
-    const long resumed = latest_checkpoint_step(directory);
+    const bool ours = resumes || read_latest(directory) != latest_at_launch;
+    const long resumed = ours ? latest_checkpoint_step(directory) : -1;
     const long reached = last_logged_step(log_json);
     const long redone = reached > resumed ? reached - std::max(resumed, 0L) : 0;
     steps_redone += redone;
     if (resumed >= 0) {
+      // --init-from starts a run; a resumed one continues it (train refuses both).
+      command = without_flag(command, "--init-from", true);
       command.push_back("--resume");
       const auto written = fs::last_write_time(fs::path(directory) / "latest");
       // The work between the checkpoint and the failure; the restart's own
@@ -294,9 +322,9 @@ int run_launch_with_restarts(const LaunchOptions& options) {
       seconds_lost += std::max(since_checkpoint, 0.0);
       say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +
           ": resuming from step " + std::to_string(resumed) + " (" + directory + "/latest)" +
-          (reached >= 0 ? ", redoing steps " + std::to_string(resumed + 1) + "-" +
-                              std::to_string(reached) + " (" + std::to_string(redone) + ")"
-                        : ""));
+          (redone > 0 ? ", redoing steps " + std::to_string(resumed + 1) + "-" +
+                            std::to_string(reached) + " (" + std::to_string(redone) + ")"
+                      : ""));
     } else {
       seconds_lost += std::chrono::duration<double>(failed_at - started).count();
       say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +

@@ -79,6 +79,25 @@ TEST(RestartDecision, EachReasonNotToRestartIsSaid) {
             "rank and every host answers\n");
 }
 
+TEST(RestartDecision, ACollectiveTimeoutBlamesThePeersThatDidNotArrive) {
+  // Rank 0 timed out in an all-reduce that node2's ranks never entered (a
+  // hung device keeps its heartbeat): restartable, node2 named.
+  RestartInput input = lost_node2(JobFailure::Kind::kNotArrived);
+  const RestartDecision decision = decide_restart(input);
+  EXPECT_TRUE(decision.restart);
+  EXPECT_EQ(joined(decision.lines),
+            "host node2 failed (its ranks did not arrive where others waited) but answers the "
+            "preflight again: a transient fault; keeping it\nretrying on the same 2 host(s)\n");
+}
+
+TEST(RestartDecision, RestartsUsedUpAreSaidBeforeAnythingElse) {
+  RestartInput input = lost_node2();
+  input.failure.reset();  // mpirun failed alone, and no preflight was run
+  input.restarts_used = input.max_restarts;
+  const RestartDecision decision = decide_restart(input);
+  EXPECT_EQ(joined(decision.lines), "not restarting: all 2 restart(s) of --max-restarts used\n");
+}
+
 TEST(RestartDecision, MpirunFailingWithAHostDownDropsThatHost) {
   RestartInput input = lost_node2();
   input.failure.reset();

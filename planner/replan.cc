@@ -46,8 +46,10 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
   const schema::Architecture architecture =
       plan.model() ? plan.model()->architecture() : schema::Architecture::Gpt2;
   // Options are recorded resolved, whether the job set them or not. Those at
-  // their default (0 for "auto", "" for a path not given) and the other
-  // architecture's keys are left unset, as the job left them.
+  // JobConfig{}'s default (0 for "auto", "" for a path not given) and the
+  // other architecture's keys are left unset, as the job left them; those
+  // whose default comes from other options (a preset's figures, min_learning_rate)
+  // are kept whatever their value, since the same default may not follow.
   std::map<std::string, std::string> defaults;
   for (auto& [key, value] : job_config_options(JobConfig{})) defaults[key] = value;
   std::vector<ConfigOverride> overrides;
@@ -56,7 +58,8 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
     const std::string value = option->value() ? option->value()->str() : "";
     const auto standard = defaults.find(key);
     if (mesh_options().count(key) != 0 || !option_applies_to(architecture, key) ||
-        (standard != defaults.end() && standard->second == value))
+        (standard != defaults.end() && standard->second == value &&
+         !option_default_is_derived(key)))
       continue;
     overrides.push_back({key, value});
   }
@@ -97,6 +100,9 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
       if (first_reason.empty()) first_reason = reason;
       fallback.passed_over.push_back(std::to_string(nodes) +
                                      " nodes: " + reason.substr(0, reason.find('\n')));
+      // Fewer nodes help a mesh fit (a quick refusal), not memory or time (a
+      // whole search each): stop at any other reason.
+      if (reason.find("parallel mesh fits the world size") == std::string::npos) break;
     }
   }
   if (fallback.num_nodes == 0)

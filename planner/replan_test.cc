@@ -74,6 +74,23 @@ TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {
             original.plan().predictions()->step_seconds());
 }
 
+TEST(Replan, ValuesWhoseDefaultsComeFromOtherOptionsAreKept) {
+  // Each equals JobConfig{}'s value, but not what the job's own defaults
+  // would give: a tied Llama, a schedule decaying to 0, an H100 with no
+  // reserve.
+  const LoadedPlan original =
+      planned(test_jobs::eight_device_job({{"model.architecture", "llama"},
+                                           {"model.tied_embeddings", "true"},
+                                           {"training.min_learning_rate", "0"},
+                                           {"cluster.preset", "h100-sxm"},
+                                           {"cluster.reserved_memory_gb", "0"}}));
+  const JobConfig again = job_for_nodes(original.plan(), "job.pplan", 1);
+  EXPECT_TRUE(again.model.tied_embeddings);
+  EXPECT_EQ(again.training.min_learning_rate, 0.0);
+  EXPECT_EQ(again.cluster.reserved_memory_gb, 0.0);
+  EXPECT_EQ(again.model.architecture, schema::Architecture::Llama);
+}
+
 TEST(Replan, NodesLeftThatFitNoMeshGiveWayToTheMostThatDo) {
   // Two blocks (at most 4 stages), 8 heads, a batch of 24, one device per
   // node: 6 devices fit (dp 6), 5 fit no (pp, dp, tp), 4 do.

@@ -264,6 +264,13 @@ void resolve_defaults(JobConfig& config) {
 
 }  // namespace
 
+bool option_default_is_derived(const std::string& dotted_key) {
+  // What resolve_defaults fills in from other options when a job leaves it unset.
+  return dotted_key.rfind("cluster.", 0) == 0 || dotted_key == "model.ffn_size" ||
+         dotted_key == "model.tied_embeddings" || dotted_key == "model.num_kv_heads" ||
+         dotted_key == "training.min_learning_rate" || dotted_key == "data.seed";
+}
+
 std::string JobConfig::task_name() const {
   return was_set("planner.task_name") ? planner.task_name : job.name;
 }

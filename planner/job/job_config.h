@@ -260,6 +260,13 @@ void validate_job_config(const JobConfig& config);
 // default, but a job may not set it.
 bool option_applies_to(schema::Architecture architecture, const std::string& dotted_key);
 
+// True for an option whose default comes from others (the cluster preset's
+// figures, ffn_size from d_model, tied_embeddings from the architecture,
+// num_kv_heads from num_heads, min_learning_rate from learning_rate, data.seed
+// from training.seed): its resolved value says what the job ran with even
+// when it equals JobConfig{}'s.
+bool option_default_is_derived(const std::string& dotted_key);
+
 // Every option as dotted key = value, resolved values, in schema order
 // ("planner.pipeline_nstages" = "auto"). Written into the plan header.
 std::vector<std::pair<std::string, std::string>> job_config_options(const JobConfig& config);

@@ -5,8 +5,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -60,8 +62,10 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& 
   if (fd_ < 0)
     throw std::runtime_error("--checkpoint-dir " + dir + ": cannot open its lock file " + path_ +
                              ": " + std::strerror(errno));
+  // At most a day: a mistyped huge or non-finite wait stays a wait.
+  const double wait = std::isfinite(wait_seconds) ? std::clamp(wait_seconds, 0.0, 86400.0) : 0.0;
   const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<long long>(wait_seconds * 1000));
+                        std::chrono::milliseconds(static_cast<long long>(wait * 1000));
   int locked = ::flock(fd_, LOCK_EX | LOCK_NB);
   while (locked != 0 && errno == EWOULDBLOCK && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -77,6 +77,10 @@ MpiSession::MpiSession(Mode mode) {
   PARAPLAN_MPI_CHECK("node", "comm_free", MPI_Comm_free(&node));
 }
 
+void MpiSession::barrier() const {
+  if (uses_mpi_) PARAPLAN_MPI_CHECK("world", "barrier", MPI_Barrier(MPI_COMM_WORLD));
+}
+
 void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor_size) const {
   const long long needed = 1LL * pipeline_size * data_size * tensor_size;
   if (needed == world_size_) return;

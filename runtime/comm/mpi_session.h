@@ -42,6 +42,9 @@ class MpiSession {
   // without mpirun, a hint to start the job with `paraplan launch`.
   void require_world_size(int pipeline_size, int data_size, int tensor_size) const;
 
+  // Every rank waits here for the others (nothing without MPI).
+  void barrier() const;
+
   // Prints "paraplan: error: [rank R] message" to stderr and ends the whole job
   // (MPI_Abort on MPI_COMM_WORLD; exit status 1 without MPI). From the thread
   // that initialised MPI only (MPI_THREAD_FUNNELED).

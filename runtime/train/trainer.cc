@@ -97,6 +97,9 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
         options.checkpoint_dir, "paraplan train of plan " + options.plan_path,
         wait != nullptr ? std::atof(wait) : 0.0);
   }
+  // Every rank reads DIR/latest once rank 0 holds DIR (after any wait for a
+  // failed attempt's writer), so all resume from the same step.
+  if (options.resume) session.barrier();
   std::string resume_from, init_from;
   if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
   if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);
