@@ -153,9 +153,8 @@ void run(const Options& o) {
       repeats.push_back(elapsed.count() / o.iterations);
     }
     std::sort(repeats.begin(), repeats.end());
-    std::printf("  %-8s %9.4f ms  (commonest token %d of %d positions; median of %d x %d)\n",
-                shape, repeats[repeats.size() / 2], commonest_count(host), n, o.repeats,
-                o.iterations);
+    std::printf("  %-8s %9.4f ms  (commonest token %d of %d positions; median of %d x %d)\n", shape,
+                repeats[repeats.size() / 2], commonest_count(host), n, o.repeats, o.iterations);
   }
   ops->deallocate(dwte);
   ops->deallocate(dout);

@@ -110,9 +110,9 @@ std::vector<int32_t> embedding_tokens(bool long_runs) {
     if (i % 5 != 0) tokens[i] = 10;
   }
   int next = 1;
-  for (auto [token, count] : {std::pair{11, kTokenEmbeddingSegment},
-                              std::pair{12, kTokenEmbeddingSegment + 1},
-                              std::pair{13, 2 * kTokenEmbeddingSegment}}) {
+  for (auto [token, count] :
+       {std::pair{11, kTokenEmbeddingSegment}, std::pair{12, kTokenEmbeddingSegment + 1},
+        std::pair{13, 2 * kTokenEmbeddingSegment}}) {
     for (int k = 0; k < count; k++, next += 7) tokens[next] = token;
   }
   return tokens;
