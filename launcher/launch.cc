@@ -42,15 +42,6 @@ bool is_plan_flag(const std::string& argument) {
   return argument == "--plan" || argument.rfind("--plan=", 0) == 0;
 }
 
-// The plan path a command names (--plan P or --plan=P), or "" if none.
-std::string plan_in_command(const std::vector<std::string>& command) {
-  for (size_t i = 0; i < command.size(); ++i) {
-    if (command[i] == "--plan") return i + 1 < command.size() ? command[i + 1] : std::string();
-    if (command[i].rfind("--plan=", 0) == 0) return command[i].substr(7);
-  }
-  return "";
-}
-
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code error;
   const auto canonical_a = std::filesystem::weakly_canonical(a, error);
@@ -269,6 +260,18 @@ std::vector<std::string> launch_environment(const LaunchOptions& options,
   return environment;
 }
 
+std::string command_flag_value(const std::vector<std::string>& command, const std::string& flag) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == flag) return i + 1 < command.size() ? command[i + 1] : std::string();
+    if (command[i].rfind(flag + "=", 0) == 0) return command[i].substr(flag.size() + 1);
+  }
+  return "";
+}
+
+bool command_wants_gpus(const std::vector<std::string>& command) {
+  return command_flag_value(command, "--backend") == "cuda";
+}
+
 std::vector<std::string> with_absolute_paths(const std::vector<std::string>& command) {
   std::vector<std::string> result;
   for (size_t i = 0; i < command.size(); ++i) {
@@ -310,7 +313,7 @@ std::vector<std::string> build_launch_command(const LaunchOptions& options,
         "launch: the command after -- must start with 'train' or 'replay', "
         "got '" +
         subcommand + "'");
-  const std::string named_plan = plan_in_command(options.command);
+  const std::string named_plan = command_flag_value(options.command, "--plan");
   const bool has_plan = std::any_of(options.command.begin(), options.command.end(), is_plan_flag);
   if (has_plan && named_plan.empty())
     throw std::runtime_error(

@@ -88,6 +88,12 @@ std::vector<std::string> launch_environment(const LaunchOptions& options,
 // them.
 std::vector<std::string> with_absolute_paths(const std::vector<std::string>& command);
 
+// The value a command gives a flag ("--flag V" or "--flag=V"), or "" if none.
+std::string command_flag_value(const std::vector<std::string>& command, const std::string& flag);
+
+// Whether the command runs on the CUDA backend (--backend cuda): a GPU per slot.
+bool command_wants_gpus(const std::vector<std::string>& command);
+
 // The files every rank reads, as the command names them, made absolute: the
 // plan, each --data and --val-data entry, and --checkpoint-dir with --resume.
 // The preflight asks every host for them.

@@ -20,12 +20,6 @@
 namespace paraplan {
 namespace {
 
-bool wants_gpus(const std::vector<std::string>& command) {
-  for (size_t i = 0; i + 1 < command.size(); ++i)
-    if (command[i] == "--backend" && command[i + 1] == "cuda") return true;
-  return std::find(command.begin(), command.end(), "--backend=cuda") != command.end();
-}
-
 // True when the user already chose Open MPI's TCP interfaces (mpirun arguments
 // or OMPI_MCA_ variables): launch then adds none of its own, as Open MPI
 // refuses include and exclude together.
@@ -125,7 +119,7 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
     request.hosts = parse_hostfile(options.hostfile);
     request.binary = binary;
     request.files = files_every_rank_reads(options);
-    request.count_gpus = wants_gpus(options.command);
+    request.count_gpus = command_wants_gpus(options.command);
     request.remote_shell = remote_shell(options.mpirun_arguments);
     findings = run_preflight(request);
     problems = preflight_problems(findings, request, paraplan_version(), this_build_id());

@@ -36,15 +36,6 @@ bool same_host(const std::string& hostfile_name, const std::string& reported) {
   return hostfile_name == reported || short_name(hostfile_name) == short_name(reported);
 }
 
-// The value of --flag in a command ("--flag V" or "--flag=V"), or "".
-std::string flag_value(const std::vector<std::string>& command, const std::string& flag) {
-  for (size_t i = 0; i < command.size(); ++i) {
-    if (command[i] == flag && i + 1 < command.size()) return command[i + 1];
-    if (command[i].rfind(flag + "=", 0) == 0) return command[i].substr(flag.size() + 1);
-  }
-  return "";
-}
-
 // The command without --flag (and its value when it takes one).
 std::vector<std::string> without_flag(const std::vector<std::string>& command,
                                       const std::string& flag, bool takes_value) {
@@ -92,10 +83,6 @@ long last_logged_step(const std::string& path) {
   }
 }
 
-bool wants_gpus(const std::vector<std::string>& command) {
-  return flag_value(command, "--backend") == "cuda";
-}
-
 // The hosts that do not answer the preflight now, or answer with fewer GPUs
 // than slots; each with its reason.
 std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
@@ -104,7 +91,7 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   request.hosts = hosts;
   request.binary = options.paraplan_binary.empty() ? this_executable() : options.paraplan_binary;
   request.files = files_every_rank_reads(options);
-  request.count_gpus = wants_gpus(options.command);
+  request.count_gpus = command_wants_gpus(options.command);
   request.remote_shell = remote_shell(options.mpirun_arguments);
   request.timeout_seconds = 20;
   std::vector<std::pair<std::string, std::string>> unhealthy;
@@ -210,7 +197,7 @@ RestartDecision decide_restart(const RestartInput& input) {
 }
 
 int run_launch_with_restarts(const LaunchOptions& options) {
-  const std::string checkpoint_dir = flag_value(options.command, "--checkpoint-dir");
+  const std::string checkpoint_dir = command_flag_value(options.command, "--checkpoint-dir");
   if (checkpoint_dir.empty() || options.command.empty() || options.command.front() != "train")
     throw std::runtime_error(
         "launch: --max-restarts needs a train command with --checkpoint-dir DIR (a restart "
@@ -219,7 +206,7 @@ int run_launch_with_restarts(const LaunchOptions& options) {
     throw std::runtime_error("launch: --min-nodes must be at least 1, got " +
                              std::to_string(options.min_nodes));
   const std::string directory = with_absolute_paths({"--checkpoint-dir", checkpoint_dir})[1];
-  std::string log_json = flag_value(options.command, "--log-json");
+  std::string log_json = command_flag_value(options.command, "--log-json");
   if (!log_json.empty()) log_json = with_absolute_paths({"--log-json", log_json})[1];
   fs::create_directories(directory);
   // A checkpoint already there belongs to this job only when the command
