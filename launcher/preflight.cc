@@ -262,34 +262,39 @@ std::vector<HostFindings> run_preflight(const PreflightRequest& request) {
   return findings;
 }
 
+std::vector<std::string> host_problems(const HostFindings& host, int slots,
+                                       const PreflightRequest& request, const std::string& version,
+                                       const std::string& build_id) {
+  if (!host.failure.empty()) return {host.failure};
+  std::vector<std::string> problems;
+  if (host.version != version || host.build_id != build_id)
+    problems.push_back("paraplan " + host.version + " (" + short_build(host.build_id) + ") at " +
+                       request.binary + " differs from this host's " + version + " (" +
+                       short_build(build_id) +
+                       "); install the same build at that path on every "
+                       "host");
+  for (const auto& [file, reason] : host.files)
+    if (!reason.empty())
+      problems.push_back("cannot read " + file + ": " + reason +
+                         "; put it on a filesystem every host shares, or copy it to the same "
+                         "path on each");
+  if (request.count_gpus && host.cuda_devices < slots)
+    problems.push_back(std::to_string(host.cuda_devices) +
+                       " CUDA device(s) but the hostfile gives it slots=" + std::to_string(slots) +
+                       " (one rank per device); lower its slots and plan for that, or use "
+                       "--backend cpu");
+  return problems;
+}
+
 std::vector<std::string> preflight_problems(const std::vector<HostFindings>& findings,
                                             const PreflightRequest& request,
                                             const std::string& version,
                                             const std::string& build_id) {
   std::vector<std::string> problems;
   for (size_t i = 0; i < findings.size(); ++i) {
-    const HostFindings& host = findings[i];
-    if (!host.failure.empty()) {
-      problems.push_back(host.host + ": " + host.failure);
-      continue;
-    }
-    if (host.version != version || host.build_id != build_id)
-      problems.push_back(host.host + ": paraplan " + host.version + " (" +
-                         short_build(host.build_id) + ") at " + request.binary +
-                         " differs from this host's " + version + " (" + short_build(build_id) +
-                         "); install the same build at that path on every host");
-    for (const auto& [file, reason] : host.files)
-      if (!reason.empty())
-        problems.push_back(host.host + ": cannot read " + file + ": " + reason +
-                           "; put it on a filesystem every host shares, or copy it to the same "
-                           "path on each");
     const int slots = i < request.hosts.size() ? request.hosts[i].slots : 0;
-    if (request.count_gpus && host.cuda_devices < slots)
-      problems.push_back(
-          host.host + ": " + std::to_string(host.cuda_devices) +
-          " CUDA device(s) but the hostfile gives it slots=" + std::to_string(slots) +
-          " (one rank per device); lower its slots and plan for that, or use "
-          "--backend cpu");
+    for (const std::string& problem : host_problems(findings[i], slots, request, version, build_id))
+      problems.push_back(findings[i].host + ": " + problem);
   }
   return problems;
 }

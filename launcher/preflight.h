@@ -61,6 +61,12 @@ struct PreflightRequest {
 // Every host's findings, in hostfile order (the remote ones asked at once).
 std::vector<HostFindings> run_preflight(const PreflightRequest& request);
 
+// What is wrong with one host for the job, a line each with the fix (without
+// the host's name); empty when it can take its `slots` ranks.
+std::vector<std::string> host_problems(const HostFindings& host, int slots,
+                                       const PreflightRequest& request, const std::string& version,
+                                       const std::string& build_id);
+
 // One line per problem, each naming the host and the fix; empty when the job
 // can start. `reference` is this host's answer (its version and build id).
 std::vector<std::string> preflight_problems(const std::vector<HostFindings>& findings,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/atomic_file.h"
 #include "launcher/preflight.h"
 #include "launcher/supervisor.h"
 #include "planner/replan.h"
@@ -83,8 +84,8 @@ long last_logged_step(const std::string& path) {
   }
 }
 
-// The hosts that do not answer the preflight now, or answer with fewer GPUs
-// than slots; each with its reason.
+// The hosts the preflight finds a problem with now (preflight.h: unreachable,
+// another build, a file they cannot read, too few GPUs), each with the first.
 std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
     const LaunchOptions& options, const std::vector<HostEntry>& hosts) {
   PreflightRequest request;
@@ -97,32 +98,18 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   std::vector<std::pair<std::string, std::string>> unhealthy;
   const std::vector<HostFindings> findings = run_preflight(request);
   for (size_t i = 0; i < findings.size(); ++i) {
-    const HostFindings& found = findings[i];
-    const auto unreadable = std::find_if(found.files.begin(), found.files.end(),
-                                         [](const auto& file) { return !file.second.empty(); });
-    if (!found.failure.empty()) {
-      unhealthy.emplace_back(found.host, first_line(found.failure));
-    } else if (unreadable != found.files.end()) {
-      unhealthy.emplace_back(found.host,
-                             "it cannot read " + unreadable->first + ": " + unreadable->second);
-    } else if (!found.this_host && found.build_id != this_build_id()) {
-      unhealthy.emplace_back(found.host, "its paraplan is another build");
-    } else if (request.count_gpus && found.cuda_devices < hosts[i].slots) {
-      unhealthy.emplace_back(found.host, "it has " + std::to_string(found.cuda_devices) +
-                                             " GPU(s) for " + std::to_string(hosts[i].slots) +
-                                             " slots");
-    }
+    const std::vector<std::string> problems =
+        host_problems(findings[i], hosts[i].slots, request, paraplan_version(), this_build_id());
+    if (!problems.empty()) unhealthy.emplace_back(findings[i].host, first_line(problems.front()));
   }
   return unhealthy;
 }
 
 void write_hostfile(const std::string& path, const std::vector<HostEntry>& hosts) {
-  std::ofstream out(path + ".tmp");
-  out << "# written by paraplan launch --max-restarts: the hosts a restart runs on\n";
-  for (const HostEntry& host : hosts) out << host.name << " slots=" << host.slots << "\n";
-  out.close();
-  if (!out) throw std::runtime_error("launch: cannot write " + path);
-  fs::rename(path + ".tmp", path);
+  std::string text = "# written by paraplan launch --max-restarts: the hosts a restart runs on\n";
+  for (const HostEntry& host : hosts)
+    text += host.name + " slots=" + std::to_string(host.slots) + "\n";
+  write_file_atomically(path, text);
 }
 
 std::string seconds_text(double seconds) {
