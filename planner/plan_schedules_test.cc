@@ -47,6 +47,8 @@ TEST(PlanSchedulesTest, InterleavedPlanHoldsVirtualStagesInModelOrder) {
   const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
   ASSERT_EQ(plan.schedule()->kind(), ScheduleKind::Interleaved1F1B);
   ASSERT_EQ(plan.schedule()->virtual_stages(), 2);
+  // Its streams are placed for sends and receives that never wait.
+  EXPECT_EQ(plan.schedule()->transfers(), schema::Transfers::Posted);
   ASSERT_EQ(plan.stages()->size(), 4u);
   ASSERT_EQ(plan.predictions()->stages()->size(), 2u);
   // 8 layers, two ranks, two chunks each: rank r's chunk c is stage c x 2 + r.

@@ -180,8 +180,9 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
     stage_schedules.push_back(
         schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s), &instructions));
   }
-  auto schedule = schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules,
-                                               plan_schedule.virtual_stages);
+  auto schedule =
+      schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules,
+                                   plan_schedule.virtual_stages, plan_schedule.transfers);
 
   std::vector<fb::Offset<schema::StagePrediction>> stage_predictions;
   const PlanEstimate& estimate = candidate.estimate;

@@ -25,7 +25,8 @@ namespace paraplan {
 //    backward (BackwardInput, BackwardWeight), Interleaved1F1B and
 //    ZeroBubbleH1 schedules, Mesh.sequence_parallel.
 // 4: Training.data (datasets, blend weights, shuffle and its seed).
-inline constexpr uint32_t kPlanSchemaVersion = 4;
+// 5: Schedule.transfers (Posted: sends and receives that never wait).
+inline constexpr uint32_t kPlanSchemaVersion = 5;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
 // The device memory a plan's ranks may allocate: device_memory_bytes less

@@ -148,7 +148,11 @@ json schedule_to_json(const schema::Schedule& schedule) {
       stages.push_back({{"stage", stage->stage()}, {"instructions", instructions}});
     }
   }
-  return {{"kind", schedule_kind_name(schedule.kind())}, {"stages", stages}};
+  return {
+      {"kind", schedule_kind_name(schedule.kind())},
+      {"virtual_stages", schedule.virtual_stages()},
+      {"transfers", schedule.transfers() == schema::Transfers::Posted ? "posted" : "rendezvous"},
+      {"stages", stages}};
 }
 
 json memory_to_json(const schema::StageMemory& memory) {
@@ -470,6 +474,8 @@ void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
     out << ", " << schedule->virtual_stages()
         << " model chunks per pipeline rank (stage s above is chunk s / p of rank s % p; the "
            "times and memory of a rank, all its chunks together, are on its chunk 0 row)";
+  if (schedule->transfers() == schema::Transfers::Posted)
+    out << "; transfers posted (sends and receives never wait; compute waits for its input)";
   out << "; instructions per stage:";
   const char* separator = " ";
   if (schedule->stages() != nullptr) {

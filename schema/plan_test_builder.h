@@ -87,6 +87,7 @@ struct PlanSpec {
   schema::ScheduleKind schedule_kind = schema::ScheduleKind::OneForwardOneBackward;
   std::vector<StageScheduleSpec> schedule;
   int32_t virtual_stages = 1;
+  schema::Transfers transfers = schema::Transfers::Rendezvous;
   bool sequence_parallel = false;
 
   double step_seconds = 0.5, bubble_ratio = 0.2, tokens_per_second = 2048, mfu = 0.42;
@@ -349,7 +350,8 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
       list.push_back(schema::CreateStageScheduleDirect(
           fbb, stage.stage, stage.has_instructions ? &stage.instructions : nullptr));
     }
-    schedule = schema::CreateScheduleDirect(fbb, spec.schedule_kind, &list, spec.virtual_stages);
+    schedule = schema::CreateScheduleDirect(fbb, spec.schedule_kind, &list, spec.virtual_stages,
+                                            spec.transfers);
   }
   fb::Offset<schema::Predictions> predictions;
   if (spec.has_predictions) {

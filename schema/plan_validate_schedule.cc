@@ -368,6 +368,28 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(kind)) +
                                "; valid are 1f1b (0), gpipe (1), interleaved (2) and zb-h1 (3)");
   }
+  const schema::Transfers transfers = schedule->transfers();
+  if (transfers != schema::Transfers::Rendezvous && transfers != schema::Transfers::Posted) {
+    v.add("schedule.transfers", "unknown value " + std::to_string(static_cast<int>(transfers)) +
+                                    "; valid are rendezvous (0) and posted (1)");
+  } else if (transfers == schema::Transfers::Posted && schedule->stages() != nullptr) {
+    // A combined send-and-receive completes as a pair; posted halves cannot.
+    for (const schema::StageSchedule* stage : *schedule->stages()) {
+      if (stage->instructions() == nullptr) continue;
+      for (uint32_t i = 0; i < stage->instructions()->size(); ++i) {
+        const schema::OpCode op = stage->instructions()->Get(i)->op();
+        if (op != schema::OpCode::SendActivationRecvGradient &&
+            op != schema::OpCode::SendGradientRecvActivation)
+          continue;
+        v.add("schedule.stages[" + std::to_string(stage->stage()) + "].instructions[" +
+                  std::to_string(i) + "]",
+              std::string(schema::EnumNameOpCode(op)) +
+                  " in a schedule whose transfers are posted (1); posted streams use separate "
+                  "sends and receives, or set schedule.transfers to rendezvous (0)");
+        break;
+      }
+    }
+  }
   const int32_t virtual_stages = schedule->virtual_stages();
   const int32_t pipeline_parallel = plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel() : 0;
   if (virtual_stages < 1 || virtual_stages > kMaxVirtualStages) {

@@ -181,7 +181,7 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
        [](PlanSpec& s) { s.schema_version = 7; },
-       {"header.schema_version: 7", "reads versions 1 to 4"}},
+       {"header.schema_version: 7", "reads versions 1 to 5"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;
@@ -387,6 +387,13 @@ const std::vector<ViolationCase>& violation_cases() {
       {"UnknownScheduleKind",
        [](PlanSpec& s) { s.schedule_kind = ScheduleKind(4); },
        {"schedule.kind: unknown value 4", "1f1b"}},
+      // Schema v5: posted transfers.
+      {"UnknownTransfers",
+       [](PlanSpec& s) { s.transfers = schema::Transfers(2); },
+       {"schedule.transfers: unknown value 2", "rendezvous (0) and posted (1)"}},
+      {"CombinedOpInPostedStream",
+       [](PlanSpec& s) { s.transfers = schema::Transfers::Posted; },
+       {"SendActivationRecvGradient in a schedule whose transfers are posted (1)"}},
       // Schema v3: kinds and chunks that do not fit together.
       {"VirtualStagesWithOneChunkKind",
        [](PlanSpec& s) { s.virtual_stages = 2; },

@@ -22,7 +22,7 @@ void expect_schedule_step(schema::ScheduleKind kind, int virtual_stages, const s
   for (const PipelineInstruction& ins : schedule.stages[world_rank()])
     stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
                         ins.peer_micro_batch);
-  expect_whole_model_step(stream, virtual_stages, what);
+  expect_whole_model_step(stream, virtual_stages, what, schedule.transfers);
 }
 
 TEST(ScheduleStreams, EveryKindGivesTheWholeModelsGradientsBitwise) {

@@ -86,6 +86,34 @@ Ends ends(const PipelineInstruction& in, int rank, int num_stages, const Message
   }
 }
 
+// Posted transfers: the messages an instruction of stage s must find done
+// before it starts. A Forward its activation, a Backward / BackwardInput its
+// output gradient and its chunk's last input-gradient send (it writes that
+// buffer again), ReduceGradients every send of the stage.
+std::vector<size_t> posted_needs(const PipelineInstruction& in, int rank, int num_stages,
+                                 int virtual_stages, const MessageTable& table,
+                                 const std::vector<size_t>& sent,
+                                 const std::vector<int64_t>& last_gradient_sent) {
+  const int s = in.chunk * num_stages + rank, last = num_stages * virtual_stages - 1;
+  switch (in.op) {
+    case OpCode::Forward:
+      if (s > 0) return {table.index(false, in.micro_batch, s - 1)};
+      return {};
+    case OpCode::Backward:
+    case OpCode::BackwardInput: {
+      std::vector<size_t> needs;
+      if (s < last) needs.push_back(table.index(true, in.micro_batch, s + 1));
+      if (last_gradient_sent[in.chunk] >= 0)
+        needs.push_back(static_cast<size_t>(last_gradient_sent[in.chunk]));
+      return needs;
+    }
+    case OpCode::ReduceGradients:
+      return sent;
+    default:
+      return {};
+  }
+}
+
 enum class Phase { kStart, kCompute, kCollective, kGroupWait, kTransfer, kBarrier, kDone };
 
 struct StageState {
@@ -98,6 +126,10 @@ struct StageState {
   double wait_until = 0;         // kGroupWait
   double compute_started = 0;
   std::vector<size_t> waiting;  // kTransfer: message indices
+  // Posted transfers: the messages the stage sent, and per chunk the last
+  // input gradient it sent (-1: none), which its next backward overwrites.
+  std::vector<size_t> sent;
+  std::vector<int64_t> last_gradient_sent;
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
   double transfer_work = 0;  // shared cores: the copies of its messages
 };
@@ -162,7 +194,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   if (static_cast<int>(inputs.size()) != p || static_cast<int>(schedule.stages.size()) != p)
     throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
   std::vector<StageState> state(p);
+  for (StageState& st : state) st.last_gradient_sent.assign(v, -1);
   MessageTable messages(m, p * v);
+  const bool posted = schedule.transfers == schema::Transfers::Posted;
   double now = 0;
   const double epsilon = 1e-12;
   const bool shared_cores = cores > 0;
@@ -177,7 +211,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       for (int s = 0; s < p; ++s) {
         StageState& st = state[s];
         const SimulatedStageInput& in = inputs[s];
-        if (st.phase == Phase::kTransfer && shared_cores) {
+        if (st.phase == Phase::kTransfer && shared_cores && !posted) {
           // Once every message is posted at both ends, each end copies it:
           // work, like the collectives.
           bool posted = true;
@@ -191,7 +225,8 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         } else if (st.phase == Phase::kTransfer) {
           bool complete = true;
           for (const size_t key : st.waiting)
-            complete = complete && messages[key].posted() && messages[key].done() <= now + epsilon;
+            complete = complete && messages[key].posted() &&
+                       (shared_cores || messages[key].done() <= now + epsilon);
           if (complete) st.phase = Phase::kStart, st.waiting.clear(), moved = true;
         }
         if (st.phase == Phase::kBarrier) {
@@ -211,6 +246,31 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         st.op = instruction.op;
         st.waits_after = 0;
         moved = true;
+        double receive_copies = 0;  // shared cores: the receiving end's copy
+        if (posted) {
+          const std::vector<size_t> needs =
+              posted_needs(instruction, s, p, v, messages, st.sent, st.last_gradient_sent);
+          std::vector<size_t> pending;
+          for (const size_t key : needs) {
+            const Message& message = messages[key];
+            if (!message.posted() || (!shared_cores && message.done() > now + epsilon))
+              pending.push_back(key);
+          }
+          if (!pending.empty()) {
+            // Back to this instruction once its transfers are done.
+            --st.next;
+            st.waiting = std::move(pending), st.phase = Phase::kTransfer;
+            continue;
+          }
+          // A compute op's first need, if any, is the message it received.
+          const int vs = instruction.chunk * p + s;
+          const bool receives = instruction.op == OpCode::Forward
+                                    ? vs > 0
+                                    : (instruction.op == OpCode::Backward ||
+                                       instruction.op == OpCode::BackwardInput) &&
+                                          vs < p * v - 1;
+          if (shared_cores && receives) receive_copies = messages[needs[0]].seconds;
+        }
         switch (instruction.op) {
           case OpCode::Forward:
           case OpCode::Backward:
@@ -233,6 +293,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
                  : instruction.op == OpCode::BackwardWeight ? 0
                                                             : in.backward_group_waits) /
                 v;
+            st.collectives_after += receive_copies, st.transfer_work += receive_copies;
             break;
           }
           case OpCode::ReduceGradients:
@@ -244,15 +305,25 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           case OpCode::LoadMicroBatch:
             break;  // no time: stays at kStart for the next instruction
           default:
-            const Ends posted = ends(instruction, s, p, messages);
-            for (int e = 0; e < posted.count; ++e) {
-              const auto& [key, sending] = posted.end[e];
+            const Ends posted_ends = ends(instruction, s, p, messages);
+            for (int e = 0; e < posted_ends.count; ++e) {
+              const auto& [key, sending] = posted_ends.end[e];
               Message& message = messages[key];
               (sending ? message.sent : message.received) = now;
               if (sending) message.seconds = in.p2p_seconds;
-              st.waiting.push_back(key);
+              if (!posted) {
+                st.waiting.push_back(key);
+                continue;
+              }
+              if (!sending) continue;
+              st.sent.push_back(key);
+              if (instruction.op == OpCode::SendGradient)
+                st.last_gradient_sent[instruction.chunk] = static_cast<int64_t>(key);
+              if (shared_cores)  // the sending end's copy, at once
+                st.phase = Phase::kCollective, st.remaining = in.p2p_seconds,
+                st.transfer_work += in.p2p_seconds;
             }
-            st.phase = Phase::kTransfer;
+            if (!posted) st.phase = Phase::kTransfer;
             break;
         }
       }
@@ -276,7 +347,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       if (st.phase == Phase::kGroupWait) next = std::min(next, st.wait_until);
       if (st.phase == Phase::kTransfer)
         for (const size_t key : st.waiting)
-          if (messages[key].posted()) next = std::min(next, messages[key].done());
+          // (One already done may wait beside one not yet posted.)
+          if (messages[key].posted() && messages[key].done() > now)
+            next = std::min(next, messages[key].done());
     }
     if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
     const double elapsed = next - now;

@@ -13,14 +13,24 @@
 // micro-batch, W after its B. Every stream ends with ReduceGradients then
 // OptimizerStep, whose micro_batch is -1 (they act on the whole step).
 //
-// Communication model of the verifier: sends and receives are rendezvous (a
-// send completes only when the neighbour's matching receive is posted, and the
-// reverse), never buffered, and the messages from one rank to another match in the order
-// they are posted (whatever chunks they link). A combined op (SendActivationRecvGradient,
-// SendGradientRecvActivation) posts its send and its receive at once and completes
-// when both halves have matched, possibly with two different instructions of the
-// neighbour. This is the strictest model the runtime's non-blocking pairs or
-// grouped NCCL calls satisfy, so a schedule that passes it cannot deadlock there.
+// Communication models (PipelineSchedule::transfers, schema::Transfers). In
+// both, the messages from one rank to another match in the order they are
+// posted (whatever chunks they link), as NCCL matches them.
+// - Rendezvous (1F1B, GPipe): a send completes only when the neighbour's
+//   matching receive is posted, and the reverse, never buffered. A combined op
+//   (SendActivationRecvGradient, SendGradientRecvActivation) posts its send
+//   and its receive at once and completes when both halves have matched,
+//   possibly with two different instructions of the neighbour. The strictest
+//   model the runtime's non-blocking pairs or grouped NCCL calls satisfy.
+// - Posted (interleaved, ZB-H1: the streams schedule_from_orders writes):
+//   every Send / Recv only posts its transfer. A Forward waits for its
+//   activation's receive to have matched, a Backward / BackwardInput for its
+//   output gradient's and for the chunk's previous input-gradient send (it
+//   writes that buffer again), ReduceGradients for all the rank's sends. No
+//   transfer then waits for compute at either end: what the placement below
+//   assumes, so a stream plays out as placed.
+// A schedule that passes the verifier under its model cannot deadlock in
+// the runtime.
 #pragma once
 
 #include <optional>
@@ -49,6 +59,7 @@ struct PipelineSchedule {
   int num_micro_batches = 1;
   std::vector<InstructionStream> stages;  // indexed by pipeline rank
   int virtual_stages = 1;                 // model chunks per pipeline rank
+  schema::Transfers transfers = schema::Transfers::Rendezvous;
 };
 
 // Megatron's non-interleaved 1F1B: stage s runs min(p - s - 1, m) warm-up
@@ -70,12 +81,13 @@ PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches);
 // plain sends and receives placed by schedule_from_orders (below).
 PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages);
 
-// ZB-H1 (Qi et al.): backward split into BackwardInput and BackwardWeight; each
-// rank runs, whenever free, a BackwardInput whose gradient has arrived, else a
-// Forward whose input has arrived while fewer than min(p, m) micro-batches are
-// in flight (forwarded, W not done: 1F1B's peak, that of its rank 0), else a
-// deferred BackwardWeight, which so fills the bubble. Played out with F, B, W
-// of one time unit each; one chunk per rank.
+// ZB-H1 (Qi et al.), the paper's order: backward split into BackwardInput
+// (B) and BackwardWeight (W). Rank r runs 1F1B's min(p - r - 1, m) warm-up
+// forwards, then F, B and W per step, except that its first r steps leave
+// their W out; those r weight gradients run last, in the cool-down where
+// 1F1B idles. Every rank keeps at most min(p, m) micro-batches in flight
+// (forwarded, W not done: 1F1B's peak, that of its rank 0), and the bubble is
+// (p - 1)(F + B - W) where W <= min(F, B). One chunk per rank.
 PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches);
 
 // Dispatches on kind. Throws std::invalid_argument for num_stages or
@@ -110,7 +122,8 @@ double peak_in_flight_bytes(const PipelineSchedule& schedule, int pipeline_rank,
 // data-holding chunks' forwards, and puts each transfer on both ends at the
 // moment its producer finishes, as one global sequence of events. The streams
 // are that sequence's projections, so sends and receives always meet in the
-// order posted: no deadlock under rendezvous. Throws std::logic_error if the
+// order posted. Its transfers are Posted (a stream waits only for the data it
+// consumes, as the placement assumed). Throws std::logic_error if the
 // orders cannot be played out (a data dependency cycle).
 PipelineSchedule schedule_from_orders(schema::ScheduleKind kind, int num_stages,
                                       int num_micro_batches, int virtual_stages,

@@ -141,17 +141,23 @@ TEST(ScheduleKindsTest, InterleavedRefusesWhatMegatronRefuses) {
 
 TEST(ScheduleKindsTest, ZeroBubbleDefersWeightGradients) {
   const PipelineSchedule schedule = generate_zero_bubble_h1(4, 8);
-  // Rank 0 waits longest for gradients: some W runs after a later micro-batch's B.
-  const auto& stream = schedule.stages[0];
-  auto position = [&](OpCode op, int mb) {
-    return std::find_if(stream.begin(), stream.end(),
-                        [&](const auto& i) { return i.op == op && i.micro_batch == mb; }) -
-           stream.begin();
-  };
-  bool deferred = false;
-  for (int mb = 0; mb + 1 < 8; ++mb)
-    deferred |= position(OpCode::BackwardWeight, mb) > position(OpCode::BackwardInput, mb + 1);
-  EXPECT_TRUE(deferred) << describe(stream);
+  // Rank r runs micro-batch k's W after the B of micro-batch k + r (the
+  // paper's order): rank 0 at once, the last rank 3 B's later.
+  for (int r = 0; r < 4; ++r) {
+    const auto& stream = schedule.stages[r];
+    auto position = [&](OpCode op, int mb) {
+      return std::find_if(stream.begin(), stream.end(),
+                          [&](const auto& i) { return i.op == op && i.micro_batch == mb; }) -
+             stream.begin();
+    };
+    for (int mb = 0; mb + r < 8; ++mb) {
+      EXPECT_GT(position(OpCode::BackwardWeight, mb), position(OpCode::BackwardInput, mb + r))
+          << "rank " << r << ": " << describe(stream);
+      if (mb + r + 1 < 8)
+        EXPECT_LT(position(OpCode::BackwardWeight, mb), position(OpCode::BackwardInput, mb + r + 1))
+            << "rank " << r << ": " << describe(stream);
+    }
+  }
   for (int r = 0; r < 4; ++r) EXPECT_LE(max_in_flight(schedule, r)[0], 4);
   // Bytes: the deferred W's state counts from BackwardInput to BackwardWeight.
   // The last rank forwards ahead while its W's wait: its peak holds deferred
@@ -174,17 +180,33 @@ std::string problem_of(const PipelineSchedule& schedule) {
 }
 
 TEST(ScheduleKindsVerifierTest, BrokenChunkedStreamsAreCaught) {
-  // Rank 0 receives chunk 1's micro-batches in the wrong order: its receive of
-  // micro-batch 1 meets rank 1's send of micro-batch 0.
+  // Rank 0 posts chunk 1's receives in the wrong order (both before the
+  // forward needing the first): its receive of micro-batch 1 meets rank 1's
+  // send of micro-batch 0.
   PipelineSchedule wrong_order = generate_interleaved(2, 2, 2);
-  std::swap(*find(wrong_order, 0, OpCode::RecvActivation, 0, 1),
-            *find(wrong_order, 0, OpCode::RecvActivation, 1, 1));
+  {
+    InstructionStream& stream = wrong_order.stages[0];
+    auto first = std::find(stream.begin(), stream.end(),
+                           PipelineInstruction{OpCode::RecvActivation, 0, -1, 1});
+    auto second = std::find(stream.begin(), stream.end(),
+                            PipelineInstruction{OpCode::RecvActivation, 1, -1, 1});
+    ASSERT_LT(first, second);
+    std::rotate(first, second, second + 1);
+  }
   EXPECT_NE(problem_of(wrong_order)
-                .find("stage 0 instruction 6 RecvActivation(1, chunk 1): messages matched out of "
-                      "order: its activation of micro-batch 1 (chunk 0 to chunk 1) meets stage 1 "
-                      "SendActivation(0)'s activation of micro-batch 0 (chunk 0 to chunk 1)"),
+                .find("stage 0 instruction 6 RecvActivation(1, chunk 1): messages matched out "
+                      "of order: its activation of micro-batch 1 (chunk 0 to chunk 1) meets "
+                      "stage 1 instruction 3 SendActivation(0)'s activation of micro-batch 0"),
             std::string::npos)
       << problem_of(wrong_order);
+  // A forward whose receive comes after it.
+  PipelineSchedule receive_late = generate_interleaved(2, 2, 2);
+  std::swap(*find(receive_late, 0, OpCode::RecvActivation, 0, 1),
+            *find(receive_late, 0, OpCode::RecvActivation, 1, 1));
+  EXPECT_NE(problem_of(receive_late)
+                .find("Forward(0, chunk 1): forward before its activation's receive was posted"),
+            std::string::npos)
+      << problem_of(receive_late);
 
   // A receive naming the wrong chunk: chunk 0 of rank 1 already has it.
   PipelineSchedule wrong_chunk = generate_interleaved(2, 2, 2);

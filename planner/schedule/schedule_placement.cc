@@ -1,8 +1,8 @@
 // schedule_placement.cc: interleaved 1F1B and ZB-H1. Each rank's compute order
-// (fixed, or chosen by a policy as ranks become free) is played out in unit
-// time; every transfer becomes one event on both ends at the moment its
-// producer finishes, and the streams are projections of that one global
-// sequence, so their sends and receives meet in order under rendezvous.
+// is played out in unit time; every transfer becomes one event on both ends
+// at the moment its producer finishes, and the streams are projections of
+// that one global sequence, so their sends and receives meet in order. The
+// streams' transfers are posted (schedule.h): none waits for compute.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -27,7 +27,6 @@ struct RankProgress {
   // arrived (-1: not yet), and whether F, B (input gradient) and W ran.
   std::vector<std::vector<int>> activation_at, gradient_at;
   std::vector<std::vector<char>> forwarded, input_done, weight_done;
-  int in_flight = 0;  // forwarded, W not done (all chunks)
   int busy_until = 0;
   size_t next = 0;  // position in a fixed compute order
 };
@@ -54,7 +53,6 @@ class Placement {
     for (int mb = 0; mb < m; ++mb) ranks_[0].activation_at[0][mb] = 0;
   }
 
-  const RankProgress& rank(int r) const { return ranks_[r]; }
   int last_virtual_stage() const { return p_ * v_ - 1; }
 
   // Whether op (micro-batch, chunk) of rank r may start at time `now`.
@@ -89,17 +87,13 @@ class Placement {
     const int vs = c * p_ + r;
     if (op.op == OpCode::Forward) {
       rp.forwarded[c][mb] = 1;
-      rp.in_flight++;
       if (vs < last_virtual_stage()) transfer(end, vs, vs + 1, mb, true);
     } else {
       if (op.op != OpCode::BackwardWeight) {
         rp.input_done[c][mb] = 1;
         if (vs > 0) transfer(end, vs, vs - 1, mb, false);
       }
-      if (op.op != OpCode::BackwardInput) {
-        rp.weight_done[c][mb] = 1;
-        rp.in_flight--;
-      }
+      if (op.op != OpCode::BackwardInput) rp.weight_done[c][mb] = 1;
     }
   }
 
@@ -147,7 +141,8 @@ class Placement {
     std::vector<Event> ordered(events_.size());
     for (const Event& e : events_) ordered[slot_start[2 * e.time + e.kind]++] = e;
     events_.swap(ordered);
-    PipelineSchedule schedule{kind_, p_, m_, std::vector<InstructionStream>(p_), v_};
+    PipelineSchedule schedule{
+        kind_, p_, m_, std::vector<InstructionStream>(p_), v_, schema::Transfers::Posted};
     for (const Event& e : events_) {
       InstructionStream& own = schedule.stages[e.rank];
       if (e.kind == 1) {
@@ -318,30 +313,27 @@ PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int
 PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches) {
   const int p = num_stages, m = num_micro_batches;
   check_shape("ZB-H1", p, m, 1);
-  const int cap = in_flight_bound(ScheduleKind::ZeroBubbleH1, p, m, 1, 0);
-  Placement placement(ScheduleKind::ZeroBubbleH1, p, m, 1);
-  // Micro-batches go through each kind of op in ascending order.
-  std::vector<int> next_f(p, 0), next_b(p, 0), next_w(p, 0);
-  return placement.run(
-      [&](int r, int now) -> std::optional<PipelineInstruction> {
-        const PipelineInstruction b{OpCode::BackwardInput, next_b[r], -1, 0};
-        if (next_b[r] < m && placement.ready(r, b, now)) {
-          ++next_b[r];
-          return b;
-        }
-        const PipelineInstruction f{OpCode::Forward, next_f[r], -1, 0};
-        if (next_f[r] < m && placement.rank(r).in_flight < cap && placement.ready(r, f, now)) {
-          ++next_f[r];
-          return f;
-        }
-        const PipelineInstruction w{OpCode::BackwardWeight, next_w[r], -1, 0};
-        if (next_w[r] < m && placement.ready(r, w, now)) {
-          ++next_w[r];
-          return w;
-        }
-        return std::nullopt;
-      },
-      3 * m);
+  std::vector<InstructionStream> orders(p);
+  for (int rank = 0; rank < p; ++rank) {
+    InstructionStream& order = orders[rank];
+    int weights_done = 0;
+    const auto forward = [&](int mb) { order.push_back({OpCode::Forward, mb, -1, 0}); };
+    const auto input = [&](int mb) { order.push_back({OpCode::BackwardInput, mb, -1, 0}); };
+    const auto weight = [&] { order.push_back({OpCode::BackwardWeight, weights_done++, -1, 0}); };
+    const int warmup = std::min(p - rank - 1, m);
+    for (int mb = 0; mb < warmup; ++mb) forward(mb);
+    for (int k = 0; k < m - warmup; ++k) {
+      forward(warmup + k);
+      input(k);
+      if (k >= rank) weight();  // rank r's first r weight gradients wait for the cool-down
+    }
+    for (int mb = m - warmup; mb < m; ++mb) {
+      input(mb);
+      weight();
+    }
+    while (weights_done < m) weight();
+  }
+  return schedule_from_orders(ScheduleKind::ZeroBubbleH1, p, m, 1, orders);
 }
 
 int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, int virtual_stages,

@@ -1,6 +1,7 @@
 // schedule_verify.cc: the verifier that runs all pipeline ranks' streams
-// together under rendezvous communication (every chunk of every rank), and the
-// in-flight counts the memory model shares with it.
+// together (every chunk of every rank) under the schedule's communication
+// model, rendezvous or posted (schedule.h), and the in-flight counts the
+// memory model shares with it.
 #include <algorithm>
 #include <string>
 
@@ -23,6 +24,7 @@ struct Transfer {
   int chunk;                  // this rank's chunk
   int peer_rank, peer_chunk;  // the other end
   bool matched = false;
+  size_t instruction = 0;  // the index of the instruction that posted it
 };
 
 // Per chunk of a rank, per micro-batch.
@@ -34,6 +36,8 @@ struct ChunkState {
 struct RankState {
   size_t position = 0;  // index of the current instruction
   bool posted = false;  // preconditions checked and transfers posted
+  // Rendezvous: the current instruction's transfers. Posted: every transfer
+  // posted and not yet matched, in posting order.
   std::vector<Transfer> transfers;
   std::vector<ChunkState> chunks;
   int in_flight = 0;
@@ -53,6 +57,7 @@ class ScheduleSimulator {
       : schedule_(schedule),
         p_(static_cast<int>(schedule.stages.size())),
         v_(std::max(schedule.virtual_stages, 1)),
+        posted_(schedule.transfers == schema::Transfers::Posted),
         ranks_(schedule.stages.size()) {
     const size_t m = static_cast<size_t>(std::max(schedule.num_micro_batches, 0));
     for (RankState& state : ranks_) {
@@ -104,6 +109,7 @@ class ScheduleSimulator {
 
   // Runs stage s as far as it can; true if it made any progress.
   bool advance(int s) {
+    if (posted_) return advance_posted(s);
     bool progress = false;
     while (!finished(s) && !problem_) {
       RankState& state = ranks_[s];
@@ -127,6 +133,59 @@ class ScheduleSimulator {
     return progress;
   }
 
+  // Posted transfers: every Send / Recv posts and moves on; what consumes a
+  // transfer waits for it (waits_for_transfer).
+  bool advance_posted(int s) {
+    bool progress = false;
+    RankState& state = ranks_[s];
+    while (!finished(s) && !problem_) {
+      match_open(s);
+      if (problem_ || waits_for_transfer(s)) break;
+      const size_t open = state.transfers.size();
+      if (!post(s)) break;
+      for (size_t i = open; i < state.transfers.size(); ++i)
+        if (state.transfers[i].peer_rank != s) match_open(state.transfers[i].peer_rank);
+      state.position++;
+      state.posted = false;
+      progress = true;
+    }
+    return progress;
+  }
+
+  // Matches rank s's open transfers with its neighbours', each link's in
+  // posting order, and forgets the matched ones.
+  void match_open(int s) {
+    RankState& state = ranks_[s];
+    for (size_t i = 0; i < state.transfers.size() && !problem_; ++i)
+      if (!state.transfers[i].matched && !waits_behind(state, i)) try_match(s, state.transfers[i]);
+    for (const int r : {s, (s + 1) % p_, (s + p_ - 1) % p_}) {
+      std::vector<Transfer>& open = ranks_[r].transfers;
+      open.erase(
+          std::remove_if(open.begin(), open.end(), [](const Transfer& t) { return t.matched; }),
+          open.end());
+    }
+  }
+
+  // Whether rank s's current instruction must wait for a posted transfer: a
+  // compute op for the receive bringing its input, a backward for the
+  // chunk's last input-gradient send, ReduceGradients for every send. A
+  // consumer whose receive was never posted is left to post() to refuse.
+  bool waits_for_transfer(int s) const {
+    const PipelineInstruction& ins = current(s);
+    for (const Transfer& t : ranks_[s].transfers) {
+      if (ins.op == OpCode::ReduceGradients && t.is_send) return true;
+      if (t.chunk != ins.chunk) continue;
+      const bool backward = ins.op == OpCode::Backward || ins.op == OpCode::BackwardInput;
+      if (ins.op == OpCode::Forward && !t.is_send && t.channel == Channel::Activation &&
+          t.micro_batch == ins.micro_batch)
+        return true;
+      if (backward && t.channel == Channel::Gradient &&
+          (t.is_send || t.micro_batch == ins.micro_batch))
+        return true;
+    }
+    return false;
+  }
+
   // Messages between two ranks match in the order posted: transfer i waits
   // while an earlier one of the same instruction goes the same way.
   static bool waits_behind(const RankState& state, size_t i) {
@@ -142,11 +201,23 @@ class ScheduleSimulator {
   // neighbour's current instruction posted the other way between the two.
   void try_match(int s, Transfer& transfer) {
     const int n = transfer.peer_rank;
-    if (finished(n) || (!ranks_[n].posted && !post(n))) return;
+    if (!posted_ && (finished(n) || (!ranks_[n].posted && !post(n)))) return;
     for (Transfer& other : ranks_[n].transfers) {
       if (other.matched || other.is_send == transfer.is_send || other.peer_rank != s) continue;
       if (other.channel != transfer.channel || other.micro_batch != transfer.micro_batch ||
           other.chunk != transfer.peer_chunk || other.peer_chunk != transfer.chunk) {
+        if (posted_) {  // name the instructions that posted them, long past perhaps
+          const auto posted_by = [this](int rank, const Transfer& t) {
+            return "stage " + std::to_string(rank) + " instruction " +
+                   std::to_string(t.instruction) + " " +
+                   format_instruction(schedule_.stages[rank][t.instruction]);
+          };
+          if (!problem_)
+            problem_ = posted_by(s, transfer) + ": messages matched out of order: its " +
+                       describe(transfer) + " meets " + posted_by(n, other) + "'s " +
+                       describe(other);
+          return;
+        }
         report(s, "messages matched out of order: its " + describe(transfer) + " meets stage " +
                       std::to_string(n) + " " + format_instruction(current(n)) + "'s " +
                       describe(other));
@@ -181,6 +252,8 @@ class ScheduleSimulator {
     if (!step_level && !in_range(mb))
       return fail("micro_batch out of range 0.." + std::to_string(schedule_.num_micro_batches - 1));
     if (combined && !in_range(ins.peer_micro_batch)) return fail("peer_micro_batch out of range");
+    if (combined && posted_)
+      return fail("a combined send-and-receive in a schedule whose transfers are Posted");
     const int vs = ins.chunk * p_ + s;
     const bool to_previous = ins.op == OpCode::RecvActivation || ins.op == OpCode::SendGradient ||
                              ins.op == OpCode::SendGradientRecvActivation;
@@ -197,7 +270,7 @@ class ScheduleSimulator {
       const bool towards_next = (channel == Channel::Activation) == is_send;
       const int peer = towards_next ? vs + 1 : vs - 1;
       state.transfers.push_back(
-          {channel, is_send, micro_batch, ins.chunk, peer % p_, peer / p_, false});
+          {channel, is_send, micro_batch, ins.chunk, peer % p_, peer / p_, false, state.position});
     };
     const bool input_gradient = ins.op == OpCode::Backward || ins.op == OpCode::BackwardInput;
     const bool weight_gradient = ins.op == OpCode::Backward || ins.op == OpCode::BackwardWeight;
@@ -211,7 +284,8 @@ class ScheduleSimulator {
       if (!chunk.forwarded[mb]) return fail("backward before its forward");
       if (chunk.input_done[mb]) return fail("micro-batch backwarded more than once");
       if (has_next && !chunk.gradient_received[mb])
-        return fail("backward before its gradient was received");
+        return fail(posted_ ? "backward before its gradient's receive was posted"
+                            : "backward before its gradient was received");
       chunk.input_done[mb]++;
     }
     if (ins.op == OpCode::BackwardWeight) {
@@ -233,7 +307,8 @@ class ScheduleSimulator {
         if (chunk.forwarded[mb]) return fail("micro-batch forwarded more than once");
         if (loads_data && !chunk.loaded[mb]) return fail("forward before its LoadMicroBatch");
         if (vs > 0 && !chunk.activation_received[mb])
-          return fail("forward before its activation was received");
+          return fail(posted_ ? "forward before its activation's receive was posted"
+                              : "forward before its activation was received");
         chunk.forwarded[mb]++;
         const int bound = bounds_[s];
         if (++state.in_flight > bound)
@@ -300,12 +375,22 @@ class ScheduleSimulator {
         continue;
       }
       blocked += "\n  " + where(s) + " (blocked)";
+      if (posted_) continue;
       for (const Transfer& transfer : ranks_[s].transfers)
         if (!transfer.matched && finished(transfer.peer_rank) && !unmatched)
           unmatched = "unmatched " + std::string(transfer.is_send ? "send" : "receive") + ": " +
                       where(s) + " waits on stage " + std::to_string(transfer.peer_rank) +
                       ", which has finished its stream";
     }
+    for (int s = 0; s < p_ && posted_ && !unmatched; ++s)
+      for (const Transfer& transfer : ranks_[s].transfers)
+        if (!transfer.matched && finished(transfer.peer_rank)) {
+          unmatched = "unmatched " + std::string(transfer.is_send ? "send" : "receive") +
+                      " of stage " + std::to_string(s) + ": the " + describe(transfer) +
+                      " with stage " + std::to_string(transfer.peer_rank) +
+                      ", which has finished its stream";
+          break;
+        }
     if (unmatched) return *unmatched + blocked;
     if (blocked.find("(blocked)") != std::string::npos) return "deadlock:" + blocked;
     for (int s = 0; s < p_; ++s) {
@@ -331,6 +416,7 @@ class ScheduleSimulator {
 
   const PipelineSchedule& schedule_;
   int p_, v_;
+  bool posted_;
   std::vector<RankState> ranks_;
   std::vector<int> bounds_;  // in_flight_bound per rank
   std::optional<std::string> problem_;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -107,13 +108,26 @@ class Communicator {
 // chunks' transfers between the same ranks never match each other. Between
 // two ranks, messages of one tag match in the order they are posted (NCCL,
 // which has no tags, matches all of them so).
+//
+// Posted transfers (plan.fbs Transfers.Posted), one half each: post_send and
+// post_receive start it and return at once; wait(id) returns once it is
+// done: a send's buffer may be written again, a receive's data is in its
+// buffer (on a device: for the work queued after the call). Every posted
+// transfer is waited on exactly once; receives of one peer and tag are
+// matched in the order posted, whatever order they are waited on.
 class PeerToPeer {
  public:
   static constexpr int kMaxPeerTags = 4096;
+  using Posted = uint64_t;
   virtual ~PeerToPeer() = default;
   virtual void send_receive(const void* send, size_t send_count, int send_to, void* receive,
                             size_t receive_count, int receive_from, kernels::DType dtype,
                             int tag = 0) = 0;
+  virtual Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
+                           int tag = 0) = 0;
+  virtual Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
+                              int tag = 0) = 0;
+  virtual void wait(Posted transfer) = 0;
 };
 
 }  // namespace paraplan

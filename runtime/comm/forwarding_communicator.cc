@@ -62,4 +62,35 @@ void ForwardingPeerToPeer::send_receive(const void* send, size_t send_count, int
   });
 }
 
+PeerToPeer::Posted ForwardingPeerToPeer::post_send(const void* data, size_t count, int to,
+                                                   kernels::DType dtype, int tag) {
+  Posted id = 0;
+  const TransferCall call{"pipeline send (posted)", count, elements_unit(dtype), to, -1};
+  intercept(call, [&] { id = inner_->post_send(data, count, to, dtype, tag); });
+  posted_.emplace_back(id,
+                       TransferCall{"pipeline wait for a posted send", count, call.unit, to, -1});
+  return id;
+}
+
+PeerToPeer::Posted ForwardingPeerToPeer::post_receive(void* data, size_t count, int from,
+                                                      kernels::DType dtype, int tag) {
+  Posted id = 0;
+  const TransferCall call{"pipeline receive (posted)", count, elements_unit(dtype), -1, from};
+  intercept(call, [&] { id = inner_->post_receive(data, count, from, dtype, tag); });
+  posted_.emplace_back(
+      id, TransferCall{"pipeline wait for a posted receive", count, call.unit, -1, from});
+  return id;
+}
+
+void ForwardingPeerToPeer::wait(Posted transfer) {
+  TransferCall call{"pipeline wait for a posted transfer", 0, "", -1, -1};
+  for (auto it = posted_.begin(); it != posted_.end(); ++it)
+    if (it->first == transfer) {
+      call = it->second;
+      posted_.erase(it);
+      break;
+    }
+  intercept(call, [&] { inner_->wait(transfer); });
+}
+
 }  // namespace paraplan

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "runtime/comm/communicator.h"
 
@@ -94,6 +96,13 @@ class ForwardingPeerToPeer : public PeerToPeer {
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,
                     size_t receive_count, int receive_from, kernels::DType dtype,
                     int tag = 0) override;
+  Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
+                   int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
+                      int tag = 0) override;
+  // Intercepted as the transfer it waits for ("pipeline wait for a posted
+  // send", its count and peer).
+  void wait(Posted transfer) override;
 
  protected:
   virtual void intercept(const TransferCall& call, ForwardedCall forward) {
@@ -103,6 +112,7 @@ class ForwardingPeerToPeer : public PeerToPeer {
 
  private:
   std::unique_ptr<PeerToPeer> inner_;
+  std::vector<std::pair<Posted, TransferCall>> posted_;  // what each wait waits for
 };
 
 }  // namespace paraplan

@@ -47,6 +47,15 @@ class NoPeers final : public PeerToPeer {
                     int = 0) override {
     throw std::logic_error("a one-rank job has no pipeline neighbours to talk to");
   }
+  Posted post_send(const void*, size_t, int, kernels::DType, int = 0) override {
+    throw std::logic_error("a one-rank job has no pipeline neighbours to send to");
+  }
+  Posted post_receive(void*, size_t, int, kernels::DType, int = 0) override {
+    throw std::logic_error("a one-rank job has no pipeline neighbours to receive from");
+  }
+  void wait(Posted) override {
+    throw std::logic_error("a one-rank job has no pipeline transfers to wait for");
+  }
 };
 
 }  // namespace paraplan

@@ -1,5 +1,5 @@
 // mpi_communicator.cc: MpiCommunicator (deterministic collectives over host
-// buffers) and MpiPeerToPeer (pipeline transfers).
+// buffers). MpiPeerToPeer: mpi_peer_to_peer.cc.
 #include "runtime/comm/mpi_communicator.h"
 
 #include <algorithm>
@@ -17,52 +17,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/comm/mpi_wait.h"
+
 namespace paraplan {
 namespace {
 
-constexpr int kPeerTag = 7;  // pipeline transfers use kPeerTag + their tag (MpiPeerToPeer)
-
-// How a rank waits for MPI. Open MPI's blocking calls poll without pause, so
-// a rank waiting for a stalled peer holds a core (or, oversubscribed, a share
-// of one) for as long as the stall lasts. Here the operations are started
-// non-blocking and polled (MPI progresses only inside MPI calls): for the
-// first kSpinFor, where healthy waits end, yielding the core between polls
-// (a rank that shares its core with others lets them compute; alone on its
-// core it polls back to back), then sleeping between polls for 1/64 of the
-// time waited so far, at most kLongestNap. A late message costs at most about
-// 1.6% more than the wait itself, and a rank that waits seconds polls a
-// thousand times a second instead of spinning. The same kSpinFor where ranks
-// outnumber cores: there a sleeping rank wakes late to each of a
-// tensor-parallel step's many short waits, and polling 0.25 ms instead of 2
-// made tp4 on 2 cores 13% slower (6 alternating pairs; pp2 x dp2 and dp4
-// within 2%, pp4 within 3% either way in two sets of pairs).
-constexpr auto kSpinFor = std::chrono::microseconds(2000);
-constexpr auto kLongestNap = std::chrono::microseconds(1000);
-
-// Calls test(&done) until done or an error; returns MPI's status code.
-template <typename Test>
-int wait_patiently(Test test) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  while (true) {
-    int done = 0;
-    const int status = test(&done);
-    if (status != MPI_SUCCESS || done) return status;
-    const Clock::duration waited = Clock::now() - start;
-    if (waited > kSpinFor)
-      std::this_thread::sleep_for(std::min<Clock::duration>(kLongestNap, waited / 64));
-    else
-      std::this_thread::yield();
-  }
-}
-
-// The status of a non-blocking call that was started with `started` (its
-// error, if it failed to start), waited for patiently.
-int complete(int started, MPI_Request* request) {
-  if (started != MPI_SUCCESS) return started;
-  return wait_patiently(
-      [request](int* done) { return MPI_Test(request, done, MPI_STATUS_IGNORE); });
-}
 // all_reduce and reduce_scatter stage at most this many elements per all-to-all.
 constexpr size_t kStagingElements = size_t{1} << 24;
 
@@ -87,12 +46,6 @@ MPI_Datatype mpi_type_of<double>() {
 template <>
 MPI_Datatype mpi_type_of<uint16_t>() {  // bf16 bits
   return MPI_UINT16_T;
-}
-
-// The MPI type an element of dtype travels as: bf16 as its 16 bits, so counts
-// stay in elements (a byte count would overflow MPI's int twice as soon).
-MPI_Datatype mpi_element_type(kernels::DType dtype) {
-  return dtype == kernels::DType::kBFloat16 ? MPI_UINT16_T : MPI_FLOAT;
 }
 
 // out[i] = blocks[0][i] op blocks[1][i] op ... op blocks[n-1][i], always in that
@@ -409,131 +362,5 @@ void MpiCommunicator::barrier() {
 }
 
 // ---------------------------------------------------------------- MpiPeerToPeer
-
-MpiPeerToPeer::MpiPeerToPeer(MPI_Comm comm) : comm_(comm) {
-  PARAPLAN_MPI_CHECK("peers", "set_errhandler", MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-  PARAPLAN_MPI_CHECK("peers", "comm_rank", MPI_Comm_rank(comm_, &rank_));
-  PARAPLAN_MPI_CHECK("peers", "comm_size", MPI_Comm_size(comm_, &size_));
-}
-
-std::unique_ptr<MpiPeerToPeer> MpiPeerToPeer::over_world() {
-  MPI_Comm peers = MPI_COMM_NULL;
-  PARAPLAN_MPI_CHECK("world", "comm_dup (peers)", MPI_Comm_dup(MPI_COMM_WORLD, &peers));
-  return std::make_unique<MpiPeerToPeer>(peers);
-}
-
-MpiPeerToPeer::~MpiPeerToPeer() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-}
-
-void MpiPeerToPeer::set_max_elements_per_message(size_t elements) {
-  if (elements < 1 || elements > static_cast<size_t>(INT_MAX))
-    throw std::invalid_argument("peers: max elements per message " + std::to_string(elements) +
-                                " must be in 1..INT_MAX");
-  max_elements_per_message_ = elements;
-}
-
-void MpiPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
-                                 size_t receive_count, int receive_from, kernels::DType dtype,
-                                 int tag) {
-  if (tag < 0 || tag >= kMaxPeerTags)
-    throw std::invalid_argument("send_receive: tag " + std::to_string(tag) + "; valid: 0.." +
-                                std::to_string(kMaxPeerTags - 1));
-  for (const int peer : {send_to, receive_from}) {
-    if (peer < -1 || peer >= size_)
-      throw std::invalid_argument("send_receive: peer " + std::to_string(peer) +
-                                  " is not a world rank; valid: -1 (none) or 0.." +
-                                  std::to_string(size_ - 1));
-  }
-  const size_t element_bytes = kernels::dtype_bytes(dtype);
-  const MPI_Datatype type = mpi_element_type(dtype);
-  const char* unit = elements_unit(dtype);
-  const char* send_bytes = static_cast<const char*>(send);
-  char* receive_bytes = static_cast<char*>(receive);
-  // Always at least one message, even of 0 elements, so a count the two sides
-  // disagree on is reported instead of leaving one side waiting.
-  const auto messages = [&](size_t count) {
-    return std::max<size_t>(1, (count + max_elements_per_message_ - 1) / max_elements_per_message_);
-  };
-  const std::string transfer = "send_receive (send " + std::to_string(send_count) + " " + unit +
-                               " to world rank " + std::to_string(send_to) + ", receive " +
-                               std::to_string(receive_count) + " " + unit + " from world rank " +
-                               std::to_string(receive_from) +
-                               (tag > 0 ? ", tag " + std::to_string(tag) : std::string()) + ")";
-  // Sends are posted first and complete in the background, so two neighbours
-  // that send to each other both have their sends in flight before either
-  // waits for its receive.
-  std::vector<MPI_Request> sends;
-  if (send_to >= 0) {
-    for (size_t k = 0, n = messages(send_count); k < n; ++k) {
-      const size_t offset = k * max_elements_per_message_;
-      const size_t length = std::min(max_elements_per_message_, send_count - offset);
-      sends.emplace_back();
-      PARAPLAN_MPI_CHECK("peers", transfer + " isend",
-                         MPI_Isend(send_bytes + offset * element_bytes, static_cast<int>(length),
-                                   type, send_to, kPeerTag + tag, comm_, &sends.back()));
-    }
-  }
-  // Each receive first matches its message (MPI_Improbe) and checks its length,
-  // then receives it (MPI_Imrecv) into the buffer. A message of another length
-  // is received into a scratch buffer and reported: a plain MPI_Irecv would
-  // truncate it, and Open MPI 4.1 can hang on a truncated receive when MPI was
-  // initialised with threads.
-  std::string mismatch;
-  if (receive_from >= 0) {
-    for (size_t k = 0, n = messages(receive_count); k < n && mismatch.empty(); ++k) {
-      const size_t offset = k * max_elements_per_message_;
-      const size_t length = std::min(max_elements_per_message_, receive_count - offset);
-      MPI_Message message = MPI_MESSAGE_NULL;
-      MPI_Status status;
-      PARAPLAN_MPI_CHECK("peers", transfer + " mprobe", wait_patiently([&](int* matched) {
-                           return MPI_Improbe(receive_from, kPeerTag + tag, comm_, matched,
-                                              &message, &status);
-                         }));
-      MPI_Count bytes = 0;
-      PARAPLAN_MPI_CHECK("peers", transfer + " get_elements",
-                         MPI_Get_elements_x(&status, MPI_BYTE, &bytes));
-      if (static_cast<size_t>(bytes) == length * element_bytes) {
-        MPI_Request request = MPI_REQUEST_NULL;
-        PARAPLAN_MPI_CHECK("peers", transfer + " mrecv",
-                           complete(MPI_Imrecv(receive_bytes + offset * element_bytes,
-                                               static_cast<int>(length), type, &message, &request),
-                                    &request));
-        continue;
-      }
-      if (bytes > INT_MAX)
-        throw std::runtime_error("MPI " + transfer + " on group 'peers': expected " +
-                                 std::to_string(length) + " " + unit + " from world rank " +
-                                 std::to_string(receive_from) + " but the message has " +
-                                 std::to_string(static_cast<long long>(bytes)) + " bytes");
-      std::vector<char> scratch(static_cast<size_t>(bytes));
-      PARAPLAN_MPI_CHECK("peers", transfer + " mrecv",
-                         MPI_Mrecv(scratch.data(), static_cast<int>(bytes), MPI_BYTE, &message,
-                                   MPI_STATUS_IGNORE));
-      mismatch = "expected " + std::to_string(length) + " " + unit + " from world rank " +
-                 std::to_string(receive_from) + " but received " +
-                 std::to_string(static_cast<size_t>(bytes) / element_bytes) +
-                 (bytes % element_bytes ? " and a part" : "") +
-                 "; both sides must agree on the count";
-    }
-  }
-  if (!sends.empty()) {
-    std::vector<MPI_Status> statuses(sends.size());
-    const int status = wait_patiently([&](int* done) {
-      return MPI_Testall(static_cast<int>(sends.size()), sends.data(), done, statuses.data());
-    });
-    if (status == MPI_ERR_IN_STATUS) {
-      for (const MPI_Status& each : statuses) {
-        if (each.MPI_ERROR != MPI_SUCCESS && each.MPI_ERROR != MPI_ERR_PENDING)
-          throw_mpi_error("peers", transfer + " waitall", each.MPI_ERROR);
-      }
-    }
-    PARAPLAN_MPI_CHECK("peers", transfer + " waitall", status);
-  }
-  if (!mismatch.empty())
-    throw std::runtime_error("MPI " + transfer + " on group 'peers': " + mismatch);
-}
 
 }  // namespace paraplan

@@ -144,15 +144,48 @@ class MpiPeerToPeer : public PeerToPeer {
                     size_t receive_count, int receive_from, kernels::DType dtype,
                     int tag = 0) override;
 
+  // A posted send is its MPI_Isend-s, waited on by wait(). A posted receive
+  // is matched and received (checked as above) when it is waited on, after
+  // every receive posted before it from the same peer and tag: MPI moves a
+  // send's data once its receive is matched, so the sender's wait may last
+  // until then.
+  Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
+                   int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
+                      int tag = 0) override;
+  void wait(Posted transfer) override;
+
   // Elements of the transfer's dtype per message at most (default INT_MAX);
   // larger transfers go as several messages. Tests make it small. Must match on
   // both sides.
   void set_max_elements_per_message(size_t elements);
 
  private:
+  struct Pending {
+    Posted id = 0;
+    bool send = false;
+    std::vector<MPI_Request> requests;  // a send's
+    void* data = nullptr;               // a receive's
+    size_t count = 0;
+    int peer = -1, tag = 0;
+    kernels::DType dtype = kernels::DType::kFloat32;
+    bool received = false;  // a receive matched early, by a later one's wait
+  };
+  void check_peer(int peer, int tag, const char* operation) const;
+  std::string describe(bool send, size_t count, int peer, kernels::DType dtype, int tag) const;
+  std::vector<MPI_Request> start_sends(const void* data, size_t count, int to, kernels::DType dtype,
+                                       int tag, const std::string& transfer);
+  // Receives; returns what was wrong with the message's length ("" if nothing).
+  std::string receive_messages(void* data, size_t count, int from, kernels::DType dtype, int tag,
+                               const std::string& transfer);
+  void wait_sends(std::vector<MPI_Request>& requests, const std::string& transfer);
+  void finish(Pending& pending);
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   size_t max_elements_per_message_ = 2147483647;  // INT_MAX
+  std::vector<Pending> pending_;                  // posted, not yet waited on, in posting order
+  Posted next_id_ = 1;
 };
 
 }  // namespace paraplan

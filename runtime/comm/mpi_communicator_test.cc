@@ -278,6 +278,31 @@ TEST(MpiPeerToPeer, MessagesOfDifferentTagsNeverMatchEachOther) {
                std::invalid_argument);
 }
 
+TEST(MpiPeerToPeer, PostedTransfersMatchInPostingOrderWhateverOrderTheyAreWaitedOn) {
+  // Every rank posts two large receives from its previous rank and two
+  // sends to its next (in pieces), then waits: the second receive first,
+  // the sends last. Nothing waits for anything before all are posted.
+  auto peers = make_peers();
+  peers->set_max_elements_per_message(100'000);
+  const int n = world_size(), me = world_rank();
+  const int next = (me + 1) % n, previous = (me + n - 1) % n;
+  const size_t count = 300'001;
+  const std::vector<float> first = message_from(me, count), second = message_from(me + n, count);
+  std::vector<float> got_first(count), got_second(count);
+  const auto f32 = kernels::DType::kFloat32;
+  const PeerToPeer::Posted r1 = peers->post_receive(got_first.data(), count, previous, f32, 5);
+  const PeerToPeer::Posted r2 = peers->post_receive(got_second.data(), count, previous, f32, 5);
+  const PeerToPeer::Posted s1 = peers->post_send(first.data(), count, next, f32, 5);
+  const PeerToPeer::Posted s2 = peers->post_send(second.data(), count, next, f32, 5);
+  peers->wait(r2);
+  peers->wait(r1);
+  peers->wait(s2);
+  peers->wait(s1);
+  EXPECT_EQ(got_first, message_from(previous, count));
+  EXPECT_EQ(got_second, message_from(previous + n, count));
+  EXPECT_THROW(peers->wait(s1), std::logic_error);  // waited on already
+}
+
 TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto peers = make_peers();

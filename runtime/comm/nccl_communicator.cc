@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
@@ -451,6 +452,85 @@ void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_
                               receive_on_host ? receive_count : 0,
                               receive_on_host ? receive_from : -1, dtype, tag);
   }
+}
+
+PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t count, int peer,
+                                        kernels::DType dtype, int tag) {
+  const bool sending = send != nullptr;
+  const char* operation = sending ? "post_send" : "post_receive";
+  if (peer < 0 || peer >= world_.size())
+    throw std::invalid_argument(std::string(operation) + ": peer " + std::to_string(peer) +
+                                " is not a world rank; valid: 0.." +
+                                std::to_string(world_.size() - 1));
+  PostedTransfer posted{next_id_++, nullptr, 0};
+  if (memory_of(sending ? send : receive, "peers", operation) == Memory::kHost) {
+    posted.host_id = sending ? host_peers_->post_send(send, count, peer, dtype, tag)
+                             : host_peers_->post_receive(receive, count, peer, dtype, tag);
+    posted_.push_back(posted);
+    return posted.id;
+  }
+  const std::string& group = world_.name();
+  world_.enqueue(
+      {sending ? "pipeline send (posted)" : "pipeline receive (posted)", count,
+       elements_unit(dtype), &world_.where_, sending ? peer : -1, sending ? -1 : peer},
+      [&] {
+        ncclComm_t comm = world_.comm_;
+        const ncclDataType_t type = nccl_type_of(dtype);
+        if (sending)
+          PARAPLAN_NCCL_CHECK(group, operation, comm,
+                              ncclSend(send, count, type, peer, comm, world_.comm_stream_));
+        else
+          PARAPLAN_NCCL_CHECK(group, operation, comm,
+                              ncclRecv(receive, count, type, peer, comm, world_.comm_stream_));
+      },
+      NcclCommunicator::Completion::kDeferred);
+  if (spare_events_.empty()) {
+    cudaEvent_t event = nullptr;
+    PARAPLAN_COMM_CUDA_CHECK(group, operation,
+                             cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    spare_events_.push_back(event);
+  }
+  posted.done = spare_events_.back();
+  spare_events_.pop_back();
+  PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaEventRecord(posted.done, world_.comm_stream_));
+  posted_.push_back(posted);
+  return posted.id;
+}
+
+PeerToPeer::Posted NcclPeerToPeer::post_send(const void* data, size_t count, int to,
+                                             kernels::DType dtype, int tag) {
+  if (data == nullptr) throw std::invalid_argument("post_send: no buffer");
+  return post(data, nullptr, count, to, dtype, tag);
+}
+
+PeerToPeer::Posted NcclPeerToPeer::post_receive(void* data, size_t count, int from,
+                                                kernels::DType dtype, int tag) {
+  if (data == nullptr) throw std::invalid_argument("post_receive: no buffer");
+  return post(nullptr, data, count, from, dtype, tag);
+}
+
+void NcclPeerToPeer::wait(Posted transfer) {
+  const auto it = std::find_if(posted_.begin(), posted_.end(),
+                               [transfer](const PostedTransfer& p) { return p.id == transfer; });
+  if (it == posted_.end())
+    throw std::logic_error("peers: wait on transfer " + std::to_string(transfer) +
+                           ", which is not posted (or was waited on already)");
+  const PostedTransfer posted = *it;
+  posted_.erase(it);
+  if (posted.done == nullptr) {
+    host_peers_->wait(posted.host_id);
+    return;
+  }
+  // The event's state is taken now, so it may be recorded again at once.
+  PARAPLAN_COMM_CUDA_CHECK(world_.name(), "wait (posted transfer)",
+                           cudaStreamWaitEvent(world_.compute_stream_, posted.done, 0));
+  spare_events_.push_back(posted.done);
+}
+
+NcclPeerToPeer::~NcclPeerToPeer() {
+  for (const PostedTransfer& posted : posted_)
+    if (posted.done != nullptr) cudaEventDestroy(posted.done);
+  for (CUevent_st* event : spare_events_) cudaEventDestroy(event);
 }
 
 }  // namespace paraplan

@@ -142,9 +142,33 @@ class NcclPeerToPeer final : public PeerToPeer {
                     size_t receive_count, int receive_from, kernels::DType dtype,
                     int tag = 0) override;
 
+  // Posted halves on device buffers: the ncclSend / ncclRecv is queued on
+  // the communication stream after the compute queued so far (which wrote a
+  // send's data, and last read a receive's buffer) and the host returns; the
+  // compute stream does not wait. wait() makes the compute queued after it
+  // wait for the transfer (an event, no host synchronization). Host buffers
+  // go to host_peers.
+  Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
+                   int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
+                      int tag = 0) override;
+  void wait(Posted transfer) override;
+  ~NcclPeerToPeer() override;
+
  private:
+  struct PostedTransfer {
+    Posted id = 0;
+    CUevent_st* done = nullptr;  // on the communication stream; null: on the host
+    Posted host_id = 0;
+  };
+  Posted post(const void* send, void* receive, size_t count, int peer, kernels::DType dtype,
+              int tag);
+
   NcclCommunicator& world_;
   std::unique_ptr<PeerToPeer> host_peers_;
+  std::vector<PostedTransfer> posted_;  // not yet waited on
+  std::vector<CUevent_st*> spare_events_;
+  Posted next_id_ = 1;
 };
 
 }  // namespace paraplan

@@ -2,6 +2,7 @@
 // host staging -> host communicator -> device), and the staging memory.
 #include "runtime/comm/staged_communicator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -160,6 +161,49 @@ void StagedPeerToPeer::send_receive(const void* send, size_t send_count, int sen
   host_peers_->send_receive(host_send, send_count, send_to, host_receive, receive_count,
                             receive_from, dtype, tag);
   if (receive_bytes > 0) ops_.copy_from_host(receive, host_receive, receive_bytes);
+}
+
+std::vector<char> StagedPeerToPeer::take_buffer(size_t bytes) {
+  std::vector<char> buffer;
+  if (!spare_.empty()) {
+    buffer = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  buffer.resize(bytes);  // a reused buffer of this size allocates nothing
+  return buffer;
+}
+
+PeerToPeer::Posted StagedPeerToPeer::post_send(const void* data, size_t count, int to,
+                                               kernels::DType dtype, int tag) {
+  const size_t bytes = bytes_of(count, kernels::dtype_bytes(dtype), "post_send");
+  PostedTransfer posted{0, take_buffer(bytes), nullptr};
+  if (bytes > 0) ops_.copy_to_host(posted.host.data(), data, bytes);
+  posted.id = host_peers_->post_send(posted.host.data(), count, to, dtype, tag);
+  posted_.push_back(std::move(posted));
+  return posted_.back().id;
+}
+
+PeerToPeer::Posted StagedPeerToPeer::post_receive(void* data, size_t count, int from,
+                                                  kernels::DType dtype, int tag) {
+  const size_t bytes = bytes_of(count, kernels::dtype_bytes(dtype), "post_receive");
+  PostedTransfer posted{0, take_buffer(bytes), data};
+  posted.id = host_peers_->post_receive(posted.host.data(), count, from, dtype, tag);
+  posted_.push_back(std::move(posted));
+  return posted_.back().id;
+}
+
+void StagedPeerToPeer::wait(Posted transfer) {
+  const auto it = std::find_if(posted_.begin(), posted_.end(),
+                               [transfer](const PostedTransfer& p) { return p.id == transfer; });
+  if (it == posted_.end())
+    throw std::logic_error("peers: wait on transfer " + std::to_string(transfer) +
+                           ", which is not posted (or was waited on already)");
+  PostedTransfer posted = std::move(*it);
+  posted_.erase(it);
+  host_peers_->wait(transfer);
+  if (posted.device != nullptr && !posted.host.empty())
+    ops_.copy_from_host(posted.device, posted.host.data(), posted.host.size());
+  spare_.push_back(std::move(posted.host));
 }
 
 }  // namespace paraplan

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
@@ -99,10 +100,28 @@ class StagedPeerToPeer final : public PeerToPeer {
                     size_t receive_count, int receive_from, kernels::DType dtype,
                     int tag = 0) override;
 
+  // Posted halves each stage through a host buffer of their own, kept until
+  // waited on: a send is copied out before it is posted, a receive copied in
+  // when waited on.
+  Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
+                   int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
+                      int tag = 0) override;
+  void wait(Posted transfer) override;
+
  private:
+  struct PostedTransfer {
+    Posted id = 0;
+    std::vector<char> host;  // the staged message
+    void* device = nullptr;  // a receive's destination; null for a send
+  };
+  std::vector<char> take_buffer(size_t bytes);
+
   std::unique_ptr<PeerToPeer> host_peers_;
   kernels::Ops& ops_;
   std::shared_ptr<HostStaging> staging_;
+  std::vector<PostedTransfer> posted_;    // not yet waited on; id: the host peers'
+  std::vector<std::vector<char>> spare_;  // staging buffers of finished transfers
 };
 
 }  // namespace paraplan

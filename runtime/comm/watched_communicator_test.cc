@@ -91,6 +91,17 @@ class RecordingPeers final : public PeerToPeer {
                     DType dtype, int = 0) override {
     calls_->push_back({"send_receive", send, receive, send_count, dtype});
   }
+  Posted post_send(const void* data, size_t count, int, DType dtype, int = 0) override {
+    calls_->push_back({"post_send", data, nullptr, count, dtype});
+    return 40 + calls_->size();
+  }
+  Posted post_receive(void* data, size_t count, int, DType dtype, int = 0) override {
+    calls_->push_back({"post_receive", nullptr, data, count, dtype});
+    return 40 + calls_->size();
+  }
+  void wait(Posted transfer) override {
+    calls_->push_back({"wait " + std::to_string(transfer), nullptr, nullptr, 0, DType::kFloat32});
+  }
 
  private:
   std::vector<Call>* calls_;
@@ -141,6 +152,17 @@ TEST(WatchedCommunicator, ForwardsEveryCallWithItsDtype) {
   EXPECT_EQ(
       transfers,
       (std::vector<Call>{{"send_receive", bits.data(), bits.data() + 8, 7, DType::kBFloat16}}));
+  // Posted halves keep their ids through the wrapper.
+  transfers.clear();
+  const PeerToPeer::Posted send = peers.post_send(bits.data(), 5, 1, DType::kBFloat16, 3);
+  const PeerToPeer::Posted receive = peers.post_receive(bits.data() + 8, 6, 1, DType::kBFloat16);
+  peers.wait(receive);
+  peers.wait(send);
+  EXPECT_EQ(transfers,
+            (std::vector<Call>{{"post_send", bits.data(), nullptr, 5, DType::kBFloat16},
+                               {"post_receive", nullptr, bits.data() + 8, 6, DType::kBFloat16},
+                               {"wait 42", nullptr, nullptr, 0, DType::kFloat32},
+                               {"wait 41", nullptr, nullptr, 0, DType::kFloat32}}));
 }
 
 TEST(TimedCommunicator, ForwardsEveryCallWithItsDtypeAndCountsItsTime) {

@@ -78,7 +78,8 @@ inline Reference whole_model(const TransformerConfig& config, const SampleSource
 // Runs one step of this rank's stream over v chunks and checks it against the
 // whole model.
 inline void expect_whole_model_step(const std::vector<schema::Instruction>& stream, int v,
-                                    const std::string& what) {
+                                    const std::string& what,
+                                    schema::Transfers transfers = schema::Transfers::Rendezvous) {
   const int p = world_size(), r = world_rank(), S = p * v;
   const TransformerConfig config = executor_config(2 * S);
   const SyntheticSamples data(config.vocab_size, config.seq_len, 11);
@@ -86,6 +87,7 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
 
   test_plans::PlanSpec spec = test_plans::make_plan_spec(p, 1, 1, 2 * S, kMicroBatches);
   spec.schedule[r].instructions = stream;
+  spec.transfers = transfers;
   const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
   const schema::StageSchedule& schedule =
       *schema::GetPlan(bytes.data())->schedule()->stages()->Get(r);
@@ -93,7 +95,7 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
   MemoryTracker memory(*ops);
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
-      ScheduleExecutor::buffers_needed(schedule, v);
+      ScheduleExecutor::buffers_needed(schedule, v, transfers);
   std::vector<std::unique_ptr<ParameterLayout>> layouts;
   std::vector<ModelStageOptions> chunks;
   for (int c = 0; c < v; ++c) {
@@ -120,7 +122,8 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
                                           .pipeline_rank = r,
                                           .pipeline_size = p,
                                           .first_stage_rank = 0,
-                                          .last_stage_rank = p - 1});
+                                          .last_stage_rank = p - 1,
+                                          .transfers = transfers});
   // What each reported offset's range held when reported.
   std::vector<std::pair<size_t, std::vector<float>>> reported;
   ExecutorHooks hooks;

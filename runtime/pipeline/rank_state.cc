@@ -142,7 +142,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
   const int chunks = plan.schedule()->virtual_stages();
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
-      ScheduleExecutor::buffers_needed(schedule, chunks);
+      ScheduleExecutor::buffers_needed(schedule, chunks, plan.schedule()->transfers());
   ModelStageOptions stage_options{.micro_batch_size = training.micro_batch_size(),
                                   .num_slots = buffers[0].slots,
                                   .recompute = model.recompute,
@@ -177,7 +177,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                     .pipeline_size = mesh.pipeline_size,
                     .first_stage_rank = world_rank_of(mesh, 0, mesh.data_rank, mesh.tensor_rank),
                     .last_stage_rank = world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank,
-                                                     mesh.tensor_rank)};
+                                                     mesh.tensor_rank),
+                    .transfers = plan.schedule()->transfers()};
   rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
                                                      training.num_micro_batches(), mesh.data_rank,
                                                      rank.pipeline);

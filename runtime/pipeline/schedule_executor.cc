@@ -13,7 +13,7 @@ namespace paraplan {
 using schema::OpCode;
 
 std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
-    const schema::StageSchedule& schedule, int num_chunks) {
+    const schema::StageSchedule& schedule, int num_chunks, schema::Transfers transfers) {
   // Per chunk: the micro-batches holding a slot (from the first instruction
   // writing into it, a load, a received activation or the forward, to the
   // Backward or BackwardWeight), and those forwarded and not yet backwarded
@@ -78,6 +78,9 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
         break;
       case OpCode::RecvGradient:
         receive_gradient(chunk);
+        // A posted receive may land while the input gradient, which shares
+        // the single buffer, is still going out.
+        chunk.per_slot |= transfers == schema::Transfers::Posted;
         break;
       case OpCode::SendActivationRecvGradient:
         receive_gradient(chunk);
@@ -145,11 +148,14 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   for (const schema::Instruction* instruction : *schedule.instructions())
     instructions_.push_back(*instruction);
   const int v = stage.num_chunks();
-  const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v);
+  const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v, pipeline.transfers);
   for (int c = 0; c < v; ++c) {
     Chunk chunk;
     chunk.stage = &stage.chunk(c);
     chunk.received.assign(chunk.stage->num_slots(), -1);
+    chunk.activation_receive.assign(chunk.stage->num_slots(), 0);
+    chunk.gradient_receive.assign(chunk.stage->num_slots(), 0);
+    chunk.activation_send.assign(chunk.stage->num_slots(), 0);
     chunk.output_gradient_per_slot = buffers[c].output_gradient_per_slot;
     chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
     chunk.previous_rank = previous_virtual_stage_rank(pipeline, c);
@@ -181,6 +187,7 @@ double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample
     std::fill(chunk.received.begin(), chunk.received.end(), -1);
     chunk.input_gradient_of = -1;
   }
+  sends_in_flight_.clear();  // the last step's ReduceGradients waited for them
   for (size_t i = 0; i < instructions_.size(); ++i) {
     if (observer == nullptr) {
       execute(i, data, first_sample, loss_scale, hooks);
@@ -219,6 +226,26 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
   const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
   const int micro_batch = instruction.micro_batch();
   const bool finishes_gradients = index == chunk.last_backward;
+  if (pipeline_.transfers == schema::Transfers::Posted) {
+    switch (instruction.op()) {
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+        post(chunk, instruction);
+        return;
+      case OpCode::Forward:
+      case OpCode::Backward:
+      case OpCode::BackwardInput:
+        wait_before(chunk, instruction);
+        break;
+      case OpCode::ReduceGradients:
+        wait_for_sends();
+        break;
+      default:
+        break;
+    }
+  }
   switch (instruction.op()) {
     case OpCode::LoadMicroBatch: {
       const int64_t sample =
@@ -339,6 +366,85 @@ void ScheduleExecutor::transfer(const Chunk& chunk, const void* send, void* rece
   pipeline_.peers->send_receive(send, send ? elements : 0, send ? peer : -1, receive,
                                 receive ? elements : 0, receive ? peer : -1, chunk.stage->dtype(),
                                 with_next ? chunk.next_tag : chunk.previous_tag);
+}
+
+void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction) {
+  PeerToPeer* peers = pipeline_.peers;
+  const bool to_next =
+      instruction.op() == OpCode::SendActivation || instruction.op() == OpCode::RecvGradient;
+  const int peer = to_next ? chunk.next_rank : chunk.previous_rank;
+  const int tag = to_next ? chunk.next_tag : chunk.previous_tag;
+  if (peers == nullptr || peer < 0)
+    throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
+  ModelStage& stage = *chunk.stage;
+  const size_t elements = stage.activation_elements();
+  const int mb = instruction.micro_batch(), slot = slot_of(chunk, mb);
+  const auto refuse_if_pending = [&](PeerToPeer::Posted pending, const char* what) {
+    if (pending != 0)
+      refuse(instruction, std::string("posts over slot ") + std::to_string(slot) + "'s " + what +
+                              ", not yet waited on");
+  };
+  switch (instruction.op()) {
+    case OpCode::SendActivation: {
+      PeerToPeer::Posted& send = chunk.activation_send[slot];
+      refuse_if_pending(send, "activation send");
+      send = peers->post_send(stage.output(slot), elements, peer, stage.dtype(), tag);
+      sends_in_flight_.push_back(send);
+      break;
+    }
+    case OpCode::RecvActivation:
+      refuse_if_pending(chunk.activation_receive[slot], "activation receive");
+      chunk.activation_receive[slot] =
+          peers->post_receive(stage.input(slot), elements, peer, stage.dtype(), tag);
+      break;
+    case OpCode::SendGradient:
+      send_input_gradient(chunk, instruction);
+      chunk.input_gradient_send =
+          peers->post_send(stage.input_gradient(), elements, peer, stage.dtype(), tag);
+      sends_in_flight_.push_back(chunk.input_gradient_send);
+      break;
+    case OpCode::RecvGradient:
+      refuse_if_pending(chunk.gradient_receive[slot], "output-gradient receive");
+      receive_output_gradient(chunk, instruction, mb);
+      chunk.gradient_receive[slot] =
+          peers->post_receive(stage.output_gradient(slot), elements, peer, stage.dtype(), tag);
+      break;
+    default:
+      break;
+  }
+}
+
+void ScheduleExecutor::wait_before(Chunk& chunk, const schema::Instruction& instruction) {
+  const int slot = slot_of(chunk, instruction.micro_batch());
+  const auto wait_send = [this](PeerToPeer::Posted& send) {
+    if (send == 0) return;
+    pipeline_.peers->wait(send);
+    sends_in_flight_.erase(std::find(sends_in_flight_.begin(), sends_in_flight_.end(), send));
+    send = 0;
+  };
+  if (instruction.op() == OpCode::Forward) {
+    if (chunk.activation_receive[slot] != 0) pipeline_.peers->wait(chunk.activation_receive[slot]);
+    chunk.activation_receive[slot] = 0;
+    wait_send(chunk.activation_send[slot]);  // the forward writes that output again
+    return;
+  }
+  if (chunk.gradient_receive[slot] != 0) pipeline_.peers->wait(chunk.gradient_receive[slot]);
+  chunk.gradient_receive[slot] = 0;
+  wait_send(chunk.input_gradient_send);  // the backward writes the input gradient again
+}
+
+void ScheduleExecutor::wait_for_sends() {
+  for (const Chunk& chunk : chunks_)
+    for (size_t slot = 0; slot < chunk.activation_receive.size(); ++slot)
+      if (chunk.activation_receive[slot] != 0 || chunk.gradient_receive[slot] != 0)
+        throw std::runtime_error("schedule: ReduceGradients while a receive into slot " +
+                                 std::to_string(slot) + " is still posted: nothing used it");
+  for (const PeerToPeer::Posted send : sends_in_flight_) pipeline_.peers->wait(send);
+  sends_in_flight_.clear();
+  for (Chunk& chunk : chunks_) {
+    std::fill(chunk.activation_send.begin(), chunk.activation_send.end(), 0);
+    chunk.input_gradient_send = 0;
+  }
 }
 
 }  // namespace paraplan

@@ -36,6 +36,8 @@ struct PipelinePeers {
   int pipeline_rank = 0, pipeline_size = 1;
   int first_stage_rank = -1;  // the last rank: the world rank of pipeline rank 0
   int last_stage_rank = -1;   // the first rank: the world rank of pipeline rank p - 1
+  // How the stream's Send / Recv instructions behave (plan.fbs Transfers).
+  schema::Transfers transfers = schema::Transfers::Rendezvous;
 };
 
 // World ranks of chunk c's neighbour virtual stages (of num_chunks per rank):
@@ -80,7 +82,9 @@ class ScheduleExecutor {
   // or the BackwardWeight after a BackwardInput; and whether each slot needs
   // its own received output gradient (the stream receives one while another
   // waits for its backward, or while the chunk's input gradient waits to be
-  // sent). Throws if a chunk's slots are not taken in micro-batch order or
+  // sent; always with Posted transfers, whose receives land while the input
+  // gradient may still be going out). Throws if a chunk's slots are not taken
+  // in micro-batch order or
   // its backwards are not first-in first-out, or a BackwardWeight does not
   // follow its BackwardInput in that order.
   struct ChunkBuffers {
@@ -88,8 +92,9 @@ class ScheduleExecutor {
     bool output_gradient_per_slot = false;
     bool operator==(const ChunkBuffers&) const = default;
   };
-  static std::vector<ChunkBuffers> buffers_needed(const schema::StageSchedule& schedule,
-                                                  int num_chunks = 1);
+  static std::vector<ChunkBuffers> buffers_needed(
+      const schema::StageSchedule& schedule, int num_chunks = 1,
+      schema::Transfers transfers = schema::Transfers::Rendezvous);
 
   // stage: the rank's model (its chunks: ModelStage::chunk).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
@@ -117,6 +122,11 @@ class ScheduleExecutor {
     // last Backward or BackwardWeight), and whether it has run this step.
     size_t last_backward = 0;
     bool finished = false;
+    // Posted transfers not yet waited on (0: none): per slot the receive of
+    // its input activation and of its output gradient; the input-gradient send.
+    // Per slot also its output's send, which the slot's next forward overwrites.
+    std::vector<PeerToPeer::Posted> activation_receive, gradient_receive, activation_send;
+    PeerToPeer::Posted input_gradient_send = 0;
   };
   static int slot_of(const Chunk& chunk, int micro_batch) {
     return micro_batch % chunk.stage->num_slots();
@@ -137,6 +147,11 @@ class ScheduleExecutor {
   // One paired transfer with the chunk's next (with_next) or previous
   // neighbour; a null buffer skips that half.
   void transfer(const Chunk& chunk, const void* send, void* receive, bool with_next);
+  // Posted transfers: starts the instruction's half; waits for what a
+  // compute op is about to read or overwrite; all sends before the reduction.
+  void post(Chunk& chunk, const schema::Instruction& instruction);
+  void wait_before(Chunk& chunk, const schema::Instruction& instruction);
+  void wait_for_sends();
 
   std::vector<schema::Instruction> instructions_;
   ModelStage& stage_;
@@ -146,6 +161,7 @@ class ScheduleExecutor {
   int data_parallel_rank_;
   PipelinePeers pipeline_;
   bool first_forward_done_ = false;                  // this step
+  std::vector<PeerToPeer::Posted> sends_in_flight_;  // posted, not waited on
   std::vector<int32_t> host_tokens_, host_targets_;  // staging, reused every step
 };
 

@@ -1,0 +1,187 @@
+// schedule_bubble_test.cc: the bubble of every generated schedule kind,
+// played out in time (pipeline_simulation.h) with no communication time,
+// against the published formulas and against the dependency bound of the
+// schedule's own compute order (what it would take if no transfer ever
+// waited on compute). PARAPLAN_PRINT_BUBBLES=1 prints the grid as a table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "planner/schedule/pipeline_simulation.h"
+
+namespace paraplan {
+namespace {
+
+using schema::OpCode;
+using schema::ScheduleKind;
+
+struct Times {
+  double forward = 1, backward = 2;  // per micro-batch, all of a rank's chunks
+  double weight_fraction = 0;        // the share of backward a BackwardWeight does
+};
+
+double duration(const PipelineInstruction& in, const Times& t, int v) {
+  switch (in.op) {
+    case OpCode::Forward:
+      return t.forward / v;
+    case OpCode::Backward:
+      return t.backward / v;
+    case OpCode::BackwardInput:
+      return t.backward * (1 - t.weight_fraction) / v;
+    case OpCode::BackwardWeight:
+      return t.backward * t.weight_fraction / v;
+    default:
+      return -1;  // not compute
+  }
+}
+
+double played_out(const PipelineSchedule& schedule, const Times& t) {
+  std::vector<SimulatedStageInput> stages(schedule.num_stages);
+  for (SimulatedStageInput& stage : stages) {
+    stage.forward_work = t.forward;
+    stage.backward_work = t.backward;
+    stage.weight_fraction = t.weight_fraction;
+  }
+  return simulate_step(schedule, stages, 1, 0).step_seconds;
+}
+
+// Every rank runs its compute ops in its stream's order, each as soon as the
+// rank is free and its input (the previous virtual stage's forward, the
+// next one's input gradient) is done: the step's dependency bound.
+double dependency_bound(const PipelineSchedule& schedule, const Times& t) {
+  const int p = schedule.num_stages, v = schedule.virtual_stages;
+  const int last = p * v - 1;
+  std::map<std::tuple<int, int, int>, double> done;  // (forward?, vs, mb) -> end
+  std::vector<size_t> next(p, 0);
+  std::vector<double> free_at(p, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < p; ++r) {
+      const InstructionStream& stream = schedule.stages[r];
+      for (; next[r] < stream.size(); ++next[r]) {
+        const PipelineInstruction& in = stream[next[r]];
+        const double d = duration(in, t, v);
+        if (d < 0) continue;
+        const int vs = in.chunk * p + r, mb = in.micro_batch;
+        double ready = free_at[r];
+        if (in.op == OpCode::Forward && vs > 0) {
+          auto it = done.find({1, vs - 1, mb});
+          if (it == done.end()) break;
+          ready = std::max(ready, it->second);
+        }
+        const bool input = in.op == OpCode::Backward || in.op == OpCode::BackwardInput;
+        if (input && vs < last) {
+          auto it = done.find({0, vs + 1, mb});
+          if (it == done.end()) break;
+          ready = std::max(ready, it->second);
+        }
+        free_at[r] = ready + d;
+        if (in.op == OpCode::Forward) done[{1, vs, mb}] = free_at[r];
+        if (input) done[{0, vs, mb}] = free_at[r];
+        moved = true;
+      }
+    }
+  }
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+struct Case {
+  ScheduleKind kind;
+  int p, m, v;
+  Times t;
+};
+
+std::string name(const Case& c) {
+  char text[160];
+  std::snprintf(text, sizeof text, "%s p=%d m=%d v=%d F=%g B=%g W/B=%g",
+                schema::EnumNameScheduleKind(c.kind), c.p, c.m, c.v, c.t.forward, c.t.backward,
+                c.t.weight_fraction);
+  return text;
+}
+
+const int kStages[] = {2, 3, 4, 5, 7, 8, 16, 32};
+
+std::vector<Times> full_backward_times() {
+  std::vector<Times> times;
+  for (double ratio : {1.0, 1.6, 2.0, 3.0}) times.push_back({1, ratio, 0});
+  return times;
+}
+
+bool printing() {
+  return std::getenv("PARAPLAN_PRINT_BUBBLES") != nullptr;
+}
+
+TEST(ScheduleBubbleTest, OneForwardOneBackwardAndGPipeReachTheirFormula) {
+  for (ScheduleKind kind : {ScheduleKind::OneForwardOneBackward, ScheduleKind::GPipe})
+    for (int p : kStages)
+      for (int m : {p, 2 * p, 4 * p, 8 * p})
+        for (const Times& t : full_backward_times()) {
+          const Case c{kind, p, m, 1, t};
+          const PipelineSchedule schedule = generate_schedule(kind, p, m);
+          const double bubble = played_out(schedule, t) - m * (t.forward + t.backward);
+          EXPECT_NEAR(bubble, (p - 1) * (t.forward + t.backward), 1e-9) << name(c);
+        }
+}
+
+// Megatron-core's bubble (p - 1)(F + B) / v where p divides m; otherwise the
+// dependency bound of its own order, whose excess over the formula is printed.
+TEST(ScheduleBubbleTest, InterleavedReachesMegatronsBubbleAndItsOwnBound) {
+  double worst_excess = 0;
+  std::string worst;
+  for (int v : {2, 3, 4})
+    for (int p : kStages)
+      for (int m : {p, 2 * p, 4 * p, 8 * p, 2 * p + 1})
+        for (const Times& t : full_backward_times()) {
+          if (p * m * v > 32 * 256 * 2 && t.backward != 2) continue;  // the big ones once
+          const Case c{ScheduleKind::Interleaved1F1B, p, m, v, t};
+          const PipelineSchedule schedule = generate_schedule(c.kind, p, m, v);
+          const double step = played_out(schedule, t);
+          EXPECT_NEAR(step, dependency_bound(schedule, t), 1e-9) << name(c);
+          const double bubble = step - m * (t.forward + t.backward);
+          const double ideal = (p - 1) * (t.forward + t.backward) / v;
+          if (m % p == 0) {
+            EXPECT_NEAR(bubble, ideal, 1e-9) << name(c);
+          } else if (bubble - ideal > worst_excess) {
+            worst_excess = bubble - ideal, worst = name(c);
+          }
+        }
+  if (printing())
+    std::printf("interleaved, p not dividing m: worst excess %.3f over the formula (%s)\n",
+                worst_excess, worst.c_str());
+}
+
+// The paper's ZB-H1: exactly p - 1 at F = B_in = W, at most
+// (p - 1)(F + B_in - W) where W <= min(F, B_in), never worse than 1F1B, and
+// played out at its own order's bound.
+TEST(ScheduleBubbleTest, ZeroBubbleH1ReachesThePapersBubble) {
+  double worst_share = 0;  // of 1F1B's bubble
+  for (int p : kStages)
+    for (int m : {1, p / 2 + 1, p, 2 * p, 4 * p, 8 * p})
+      for (double ratio : {1.0, 1.6, 2.0, 3.0})
+        for (double weight : {0.25, 0.5}) {
+          const Times t{1, ratio, weight};
+          const Case c{ScheduleKind::ZeroBubbleH1, p, m, 1, t};
+          const PipelineSchedule schedule = generate_schedule(c.kind, p, m);
+          ASSERT_EQ(verify_schedule(schedule), std::nullopt) << name(c);
+          const double step = played_out(schedule, t);
+          EXPECT_NEAR(step, dependency_bound(schedule, t), 1e-9) << name(c);
+          const double bubble = step - m * (t.forward + t.backward);
+          const double input = t.backward * (1 - weight), w = t.backward * weight;
+          const double one_f_one_b = (p - 1) * (t.forward + t.backward);
+          EXPECT_LE(bubble, one_f_one_b + 1e-9) << name(c);
+          if (m < p) continue;
+          if (w <= std::min(t.forward, input) + 1e-12)
+            EXPECT_LE(bubble, (p - 1) * (t.forward + input - w) + 1e-9) << name(c);
+          if (ratio == 2.0 && weight == 0.5) EXPECT_NEAR(bubble, p - 1, 1e-9) << name(c);
+          if (p > 1) worst_share = std::max(worst_share, bubble / one_f_one_b);
+        }
+  if (printing()) std::printf("ZB-H1: bubble at most %.3f of 1F1B's\n", worst_share);
+}
+
+}  // namespace
+}  // namespace paraplan
