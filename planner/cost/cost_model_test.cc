@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/schedule/schedule.h"
+
 namespace paraplan {
 namespace {
 
@@ -148,6 +150,25 @@ TEST(CostModelTest, InFlightMicroBatches) {
   EXPECT_EQ(in_flight_micro_batches(ScheduleKind::OneForwardOneBackward, 3, 4, 8), 1);
   EXPECT_EQ(in_flight_micro_batches(ScheduleKind::OneForwardOneBackward, 0, 4, 2), 2);
   EXPECT_EQ(in_flight_micro_batches(ScheduleKind::GPipe, 3, 4, 8), 8);
+}
+
+// Interleaved: every rank's per-chunk peaks of its whole stream, summed, the
+// largest over the ranks (the model takes m = 2p's where p divides m).
+TEST(CostModelTest, InterleavedSlots) {
+  for (int v : {2, 3, 4})
+    for (int p : {2, 3, 4, 5, 7, 8, 16, 32})
+      for (int m : {p, 2 * p, 3 * p, 4 * p, 8 * p, 2 * p + 1}) {
+        const PipelineSchedule schedule =
+            generate_schedule(schema::ScheduleKind::Interleaved1F1B, p, m, v);
+        int slots = 0;
+        for (int rank = 0; rank < p; ++rank) {
+          int rank_slots = 0;
+          for (int most : max_in_flight(schedule, rank)) rank_slots += most;
+          slots = std::max(slots, rank_slots);
+        }
+        EXPECT_EQ(in_flight_micro_batches(schema::ScheduleKind::Interleaved1F1B, 0, p, m, v), slots)
+            << "p=" << p << " m=" << m << " v=" << v;
+      }
 }
 
 TEST(CostModelTest, StageMemoryBreakdown) {

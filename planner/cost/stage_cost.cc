@@ -426,8 +426,17 @@ double bubble_slots(const PlanSetting& setting) {
 double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
                                double backward_ratio, double weight_of_backward) {
   if (p < 2) return 0;
-  // Ratios rounded to 1/20: settings differ in them a little, and the cache
-  // serves them all.
+  // The closed forms schedule_bubble_test proves exact (F 1, B/F 0.5..5):
+  // Megatron's (p - 1)(F + B) / v where p divides m, and the paper's
+  // (p - 1)(F + B_in - W) for ZB-H1 where W <= min(F, B_in), m >= p.
+  if (kind == schema::ScheduleKind::Interleaved1F1B && m >= p && m % p == 0)
+    return (p - 1.0) / std::max(v, 1);
+  const double input = backward_ratio * (1 - weight_of_backward);
+  const double weight = backward_ratio * weight_of_backward;
+  if (kind == schema::ScheduleKind::ZeroBubbleH1 && m >= p && weight <= std::min(1.0, input))
+    return (p - 1) * (1 + input - weight) / (1 + backward_ratio);
+  // Otherwise played out. Ratios rounded to 1/20: settings differ in them a
+  // little, and the cache serves them all.
   const int backward_q = static_cast<int>(std::lround(backward_ratio * 20));
   const int weight_q = static_cast<int>(std::lround(weight_of_backward * 20));
   const auto key = std::make_tuple(static_cast<int>(kind), p, m, v, backward_q, weight_q);

@@ -42,10 +42,11 @@
 //   not this bound), (p - 1) / v for interleaved 1F1B (whose slot carries its
 //   2 (v - 1) extra sends per micro-batch), (p - 1)(1 - 2 w) for ZB-H1 with w
 //   the weight gradients' share of the slot (Qi et al.: (p - 1)(F + B - W)
-//   against 1F1B's (p - 1)(F + B + W)) are their ideals; the model takes
-//   instead the bubble of their generated streams played out for identical
-//   stages (played_out_bubble_slots: rendezvous transfers may wait on a
-//   neighbour's compute), so the step stays (m + bubble) x slowest slot +
+//   against 1F1B's (p - 1)(F + B + W)) are their ideals, which their posted
+//   streams reach where p divides m (interleaved) and W <= min(F, B_in)
+//   (ZB-H1); elsewhere the model takes the bubble of the generated streams
+//   played out for identical stages (played_out_bubble_slots), so the step
+//   stays (m + bubble) x slowest slot +
 //   tail, which every solver minimises alike. is_train = false:
 //   forward only, no tail. Each stage's bubble is what is left of the step
 //   after m of its slots and its tail: the time it waits for the others.
@@ -228,10 +229,11 @@ double bubble_slots(const PlanSetting& setting);
 // The bubble in slots of a kind's generated streams (schedule.h) played out
 // (pipeline_simulation.h) for p identical stages, forward 1 and backward
 // `backward_ratio` of which a weight_of_backward share is W, without
-// communication: step / slot - m. Sends and receives meet under rendezvous,
-// so a transfer may wait on a neighbour's compute: this is what the streams
-// really give, at least the ideal (Megatron's (p - 1) / v, Qi et al.'s
-// (p - 1)(F + B - W)). Cached.
+// communication: step / slot - m, what the streams really give. Where
+// schedule_bubble_test proves the ideal exact (Megatron's (p - 1) / v when p
+// divides m; Qi et al.'s (p - 1)(F + B_in - W) when W <= min(F, B_in) and
+// m >= p), that closed form; else played out once per shape and ratios
+// (rounded to 1/20) and cached.
 double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
                                double backward_ratio, double weight_of_backward);
 double pipeline_bubble_ratio(const PlanSetting& setting);
