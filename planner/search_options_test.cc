@@ -338,6 +338,38 @@ TEST(SearchOptionsTest, BadInputNamesTheField) {
   }
 }
 
+TEST(SearchOptionsTest, AStageLeftWithoutBlocksIsNamedWithWhatWouldHelp) {
+  // A narrow GPT-2 with its 50304-token head: the head alone outweighs two
+  // of the four blocks, so two 1F1B stages leave the head's without one.
+  const JobConfig config = parse_job_config("", "narrow.toml",
+                                            {{"model.num_layers", "4"},
+                                             {"model.d_model", "64"},
+                                             {"model.num_heads", "4"},
+                                             {"model.seq_len", "64"},
+                                             {"model.vocab_size", "50304"},
+                                             {"model.ffn_size", "3072"},
+                                             {"model.dtype", "bfloat16"},
+                                             {"cluster.preset", "h100-sxm"},
+                                             {"cluster.devices_per_node", "1"},
+                                             {"training.global_batch_size", "4"},
+                                             {"training.micro_batch_size", "1"},
+                                             {"training.total_steps", "10"},
+                                             {"planner.world_size", "2"},
+                                             {"planner.pipeline_nstages", "2"},
+                                             {"planner.pipeline_scheduler", "1f1b"}});
+  try {
+    plan_job(config);
+    FAIL() << "planned";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("every pipeline stage needs a block; the best partition gives pipeline "
+                        "stage 1 none (the embedding or head alone outweighs a stage of blocks): "
+                        "fewer pipeline stages, or more layers"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(SearchOptionsTest, InfeasibleJobsNameTheBindingConstraint) {
   // GPT-3 175B on one node of 8 A100s cannot fit any way.
   const JobConfig config = parse_job_config("", "gpt3.toml",

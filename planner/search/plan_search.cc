@@ -260,14 +260,21 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       std::string reason = solved.reason;
       if (status == PartitionStatus::Found) {
         const int chunks = item.setting.schedule.virtual_stages;
-        for (int layers : solved.partition.num_layers)
-          if (layers < chunks) {
-            status = PartitionStatus::NoValidBoundaries;
-            reason = "interleaved with " + str(chunks) +
-                     " chunks per rank needs as many layers on every rank; the best partition "
-                     "gives one " +
-                     str(layers);
-          }
+        const std::vector<int>& layers = solved.partition.num_layers;
+        for (size_t s = 0; s < layers.size() && status == PartitionStatus::Found; ++s) {
+          if (layers[s] >= chunks) continue;
+          status = PartitionStatus::NoValidBoundaries;
+          // The embedding or the head alone outweighs what a stage of blocks does.
+          reason = chunks > 1 ? "interleaved with " + str(chunks) +
+                                    " chunks per rank needs as many blocks on every rank; the "
+                                    "best partition gives pipeline stage " +
+                                    str(static_cast<int>(s)) + " " + str(layers[s])
+                              : "every pipeline stage needs a block; the best partition gives "
+                                "pipeline stage " +
+                                    str(static_cast<int>(s)) +
+                                    " none (the embedding or head alone outweighs a stage of "
+                                    "blocks): fewer pipeline stages, or more layers";
+        }
       }
       if (status == PartitionStatus::Found)
         candidate =
