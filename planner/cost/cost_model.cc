@@ -233,84 +233,104 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                              const RecomputeCounts& counts, bool has_embedding, bool has_head,
                              int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
                              int num_micro_batches) {
-  const int t = shape.tensor_parallel;
-  const int zero_shards =
-      options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
-  const StageLayout layout{0, counts.layers(), has_embedding, has_head, {}};
-  const ModelStateMemory state =
-      model_state_memory(static_cast<double>(stage_parameters(
-                             model, layout, t, options.ignore_small_tensor_threshold)),
-                         element_bytes(model.dtype), options.opt_resident_coef,
-                         options.opt_transient_coef, zero_shards);
+  return stage_memory(options,
+                      stage_memory_terms(model, options, has_embedding, has_head, pipeline_rank,
+                                         shape, micro_batch_size, num_micro_batches),
+                      counts);
+}
 
-  // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
+StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptions& options,
+                                    bool has_embedding, bool has_head, int pipeline_rank,
+                                    const ParallelShape& shape, int micro_batch_size,
+                                    int num_micro_batches) {
+  StageMemoryTerms terms;
+  const int t = shape.tensor_parallel;
+  terms.zero_shards =
+      options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
+  const int64_t replicate_below = options.ignore_small_tensor_threshold;
+  terms.block_parameters = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
+  terms.end_parameters =
+      stage_parameters(model, {0, 0, has_embedding, has_head, {}}, t, replicate_below);
+  const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
-  const int64_t kept_none =
-      block_activation_bytes(model, micro_batch_size, RecomputeMode::None, t, sp);
-  const int64_t kept_selective =
-      block_activation_bytes(model, micro_batch_size, RecomputeMode::Selective, t, sp);
-  const int64_t kept_full =
-      block_activation_bytes(model, micro_batch_size, RecomputeMode::Full, t, sp);
+  for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
+    terms.kept[static_cast<int>(mode)] =
+        block_activation_bytes(model, micro_batch_size, mode, t, sp);
+  // Interleaved: in flight counts chunks, each a 1 / v share of the blocks
+  // with its own ends (embedding, head or output: counted for every chunk).
+  const bool interleaved = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B;
+  terms.chunks = interleaved ? std::max(options.pipeline_virtual_stages, 1) : 1;
+  const int64_t local_rows =
+      int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
+  const bool zero_bubble = options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1;
+  if (zero_bubble && options.is_train) {
+    // A micro-batch waiting for its W also keeps what backward_input copied
+    // for it: each block's share, the embedding's input gradient, and with
+    // sequence parallelism the head's gathered final-norm output.
+    terms.deferred_per_block = block_deferred_weight_bytes(model, micro_batch_size, t);
+    if (has_embedding) terms.deferred_ends += e * local_rows * model.d_model;
+    if (has_head && sp)
+      terms.deferred_ends += e * int64_t{model.seq_len} * micro_batch_size * model.d_model;
+  }
+  // Posted transfers (interleaved, ZB-H1): a stage receiving output
+  // gradients receives each in-flight micro-batch's into a buffer of its own.
+  if (options.is_train && (terms.chunks > 1 || (zero_bubble && !has_head)))
+    terms.per_chunk_extra += e * local_rows * model.d_model;
+  terms.per_chunk_extra += embedding_activation_bytes(model, micro_batch_size);
+  terms.per_chunk_extra += has_head ? head_activation_bytes(model, micro_batch_size, t, sp)
+                                    : stage_output_activation_bytes(model, micro_batch_size, t, sp);
+  terms.in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
+                                            shape.pipeline_stages, num_micro_batches, terms.chunks);
+  for (const int layers : {1, 0}) {
+    std::vector<int64_t> outputs =
+        op_output_bytes(model, {0, layers, has_embedding, has_head, {}}, micro_batch_size, t, sp);
+    std::sort(outputs.begin(), outputs.end(), std::greater<>());
+    (layers > 0 ? terms.largest_two_with_blocks : terms.largest_two_without) = static_cast<double>(
+        (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0));
+  }
+  terms.workspace =
+      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
+  return terms;
+}
+
+MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
+                             const RecomputeCounts& counts) {
+  const int layers = counts.layers();
+  const ModelStateMemory state = model_state_memory(
+      static_cast<double>(layers * terms.block_parameters + terms.end_parameters),
+      terms.element_bytes, options.opt_resident_coef, options.opt_transient_coef,
+      terms.zero_shards);
+  // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
+  const int64_t kept_none = terms.kept[0], kept_selective = terms.kept[1],
+                kept_full = terms.kept[2];
   int64_t per_micro_batch =
       counts.none * kept_none + counts.selective * kept_selective + counts.full * kept_full;
   // Backward of a recomputed layer rebuilds what it dropped, one layer at a time.
   const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
                                         : counts.selective > 0 ? kept_none - kept_selective
                                                                : 0;
-  // Interleaved: in flight counts chunks, each a 1 / v share of the blocks
-  // with its own ends (embedding, head or output: counted for every chunk).
-  const int chunks = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B
-                         ? std::max(options.pipeline_virtual_stages, 1)
-                         : 1;
-  const int64_t e = element_bytes(model.dtype);
-  const int64_t local_rows =
-      int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
-  if (options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1 && options.is_train) {
-    // A micro-batch waiting for its W also keeps what backward_input copied
-    // for it: each block's share, the embedding's input gradient, and with
-    // sequence parallelism the head's gathered final-norm output.
-    per_micro_batch += counts.layers() * block_deferred_weight_bytes(model, micro_batch_size, t);
-    if (has_embedding) per_micro_batch += e * local_rows * model.d_model;
-    if (has_head && sp)
-      per_micro_batch += e * int64_t{model.seq_len} * micro_batch_size * model.d_model;
-  }
-  per_micro_batch = (per_micro_batch + chunks - 1) / chunks;
-  // Interleaved: a chunk without the head receives its output gradient into
-  // a buffer of its own per in-flight micro-batch.
-  if (chunks > 1 && options.is_train) per_micro_batch += e * local_rows * model.d_model;
-  per_micro_batch += embedding_activation_bytes(model, micro_batch_size);
-  if (has_head) {
-    per_micro_batch += head_activation_bytes(model, micro_batch_size, t, sp);
-  } else {
-    per_micro_batch += stage_output_activation_bytes(model, micro_batch_size, t, sp);
-  }
-  const int in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
-                                                shape.pipeline_stages, num_micro_batches, chunks);
-
-  std::vector<int64_t> outputs = op_output_bytes(model, layout, micro_batch_size, t, sp);
-  std::sort(outputs.begin(), outputs.end(), std::greater<>());
-  const double largest_two =
-      (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0);
+  per_micro_batch += layers * terms.deferred_per_block + terms.deferred_ends;
+  const int chunks = terms.chunks;
+  per_micro_batch = (per_micro_batch + chunks - 1) / chunks + terms.per_chunk_extra;
+  const double largest_two = layers > 0 ? terms.largest_two_with_blocks : terms.largest_two_without;
 
   const int g = options.memory_granularity;
   MemoryBreakdown memory;
   memory.weights = round_up(state.weights, g);
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
-  const double workspace =
-      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
   // Interleaved: every chunk's stage keeps its own gradient scratch.
   memory.transient =
-      round_up(std::max(options.transient_mem_coef * largest_two, workspace * chunks), g);
+      round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks), g);
   if (options.is_train) {
     // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
     // buffer beside the full gradients: 1 / zero_shards more.
-    const double shard = options.zero_stage == 1 ? state.gradients / zero_shards : 0;
+    const double shard = options.zero_stage == 1 ? state.gradients / terms.zero_shards : 0;
     memory.gradients = round_up(state.gradients + shard, g);
     memory.optimizer_state = round_up(state.optimizer_state, g);
     memory.optimizer_transient = round_up(state.optimizer_transient, g);
-    memory.activations =
-        round_up(static_cast<double>(in_flight * per_micro_batch + recompute_working_set * chunks),
-                 g);  // interleaved: each chunk's stage has its own recompute scratch
+    memory.activations = round_up(
+        static_cast<double>(terms.in_flight * per_micro_batch + recompute_working_set * chunks),
+        g);  // interleaved: each chunk's stage has its own recompute scratch
   }
   return memory;
 }

@@ -166,6 +166,29 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                              int pipeline_rank, const ParallelShape& shape, int micro_batch_size,
                              int num_micro_batches);
 
+// What stage_memory needs of a stage that does not depend on how many blocks
+// it holds or how they recompute: worked out once per stage shape (the
+// search asks for the memory of thousands of partitions of each), after
+// which stage_memory is a few multiplications.
+struct StageMemoryTerms {
+  int64_t element_bytes = 4;
+  int zero_shards = 1, chunks = 1;
+  int64_t block_parameters = 0, end_parameters = 0;  // per block; embedding and head
+  int64_t kept[3] = {0, 0, 0};                       // a block's activations per RecomputeMode
+  // ZB-H1: per block and for the ends, what a micro-batch waiting for its W keeps.
+  int64_t deferred_per_block = 0, deferred_ends = 0;
+  int64_t per_chunk_extra = 0;  // per micro-batch and chunk, after the 1 / chunks share
+  int64_t in_flight = 1;
+  double largest_two_with_blocks = 0, largest_two_without = 0;  // op outputs
+  double workspace = 0;
+};
+StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptions& options,
+                                    bool has_embedding, bool has_head, int pipeline_rank,
+                                    const ParallelShape& shape, int micro_batch_size,
+                                    int num_micro_batches);
+MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
+                             const RecomputeCounts& counts);
+
 // A plan's headline figures (stage_cost.h's combine_stage_estimates).
 struct StepPrediction {
   double step_seconds = 0;

@@ -70,6 +70,20 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   element_bytes_ = element_bytes(model.dtype);
   zero_shards_ =
       setting.zero_stage == 1 ? std::max(shape.data_parallel / setting.zero_ngroups, 1) : 1;
+  // Memory terms: the first, a middle and the last stage's shapes (one when
+  // p is 1), then each rank's micro-batches in flight.
+  const auto terms_of = [&](bool first, bool last) {
+    return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b,
+                              setting.num_micro_batches);
+  };
+  const StageMemoryTerms first_terms = terms_of(true, p == 1);
+  const StageMemoryTerms middle_terms = p > 2 ? terms_of(false, false) : first_terms;
+  const StageMemoryTerms last_terms = p > 1 ? terms_of(false, true) : first_terms;
+  for (int r = 0; r < p; ++r) {
+    memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
+    memory_terms_.back().in_flight = in_flight_micro_batches(
+        options_.pipeline_scheduler, r, p, setting.num_micro_batches, memory_terms_.back().chunks);
+  }
 
   // Compute: the profile's measured times, else the analytic model of the
   // operations each part runs (compute_model.h).
@@ -347,10 +361,7 @@ std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
 }
 
 MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts& counts) const {
-  const int p = setting_.shape.pipeline_stages;
-  return stage_memory(config_->model, options_, counts, pipeline_rank == 0, pipeline_rank == p - 1,
-                      pipeline_rank, setting_.shape, setting_.micro_batch_size,
-                      setting_.num_micro_batches);
+  return stage_memory(options_, memory_terms_.at(pipeline_rank), counts);
 }
 
 void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,

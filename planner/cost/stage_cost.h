@@ -188,13 +188,14 @@ class StageCostModel {
               .head = 2 * per_loss_call + (train ? per_call : 0)};
     }
   };
-  TensorParallelParts tensor_parallel_;       // the calls' transfers
-  TensorParallelParts tensor_parallel_wait_;  // waiting for the group's last member
-  std::vector<double> p2p_seconds_;           // per pipeline rank
-  double interleave_send_ = 0;                // interleaved's extra sends per micro-batch
-  double block_weight_gradient_ = 0;          // a block's W (its weight-gradient GEMMs)
-  std::vector<double> tail_intercept_;        // per pipeline rank: tail at 0 layers
-  std::vector<bool> reduction_crosses_[2];    // per rank: [0] ZeRO group, [1] all DP ranks
+  TensorParallelParts tensor_parallel_;         // the calls' transfers
+  TensorParallelParts tensor_parallel_wait_;    // waiting for the group's last member
+  std::vector<double> p2p_seconds_;             // per pipeline rank
+  std::vector<StageMemoryTerms> memory_terms_;  // per pipeline rank
+  double interleave_send_ = 0;                  // interleaved's extra sends per micro-batch
+  double block_weight_gradient_ = 0;            // a block's W (its weight-gradient GEMMs)
+  std::vector<double> tail_intercept_;          // per pipeline rank: tail at 0 layers
+  std::vector<bool> reduction_crosses_[2];      // per rank: [0] ZeRO group, [1] all DP ranks
   double optimizer_seconds_per_parameter_ = 0;
   // Measured intra-node collectives (empty: the analytic ring).
   std::optional<CollectiveEntry> data_parallel_all_reduce_, zero_reduce_scatter_, zero_all_reduce_,
