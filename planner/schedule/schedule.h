@@ -81,6 +81,12 @@ PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches);
 // plain sends and receives placed by schedule_from_orders (below).
 PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages);
 
+// Interleaved 1F1B where p does not divide m: Megatron-core's warm-up can
+// leave a dependency cycle, so every rank warms up by the fewest extra
+// forwards that leave none (0 where p divides m); and whether `extra` does.
+int interleaved_extra_warmup_forwards(int p, int m, int v);
+bool interleaved_warmup_runs(int p, int m, int v, int extra);
+
 // ZB-H1 (Qi et al.), the paper's order: backward split into BackwardInput
 // (B) and BackwardWeight (W). Rank r runs 1F1B's min(p - r - 1, m) warm-up
 // forwards, then F, B and W per step, except that its first r steps leave

@@ -139,6 +139,26 @@ TEST(ScheduleKindsTest, InterleavedRefusesWhatMegatronRefuses) {
   EXPECT_THROW(generate_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2), std::invalid_argument);
 }
 
+// The fewest extra warm-up forwards: the count runs, every smaller one
+// leaves a cycle (more need not run either: p 4, m 9, v 2 runs with none,
+// not with 4).
+TEST(ScheduleKindsTest, InterleavedExtraWarmupIsTheFewestThatRuns) {
+  int shapes_needing_extra = 0;
+  for (int v : {2, 3, 4})
+    for (int p : {2, 3, 4, 5, 7, 8})
+      for (int m = p; m <= 4 * p + 3; ++m) {
+        const int extra = interleaved_extra_warmup_forwards(p, m, v);
+        shapes_needing_extra += extra > 0;
+        EXPECT_TRUE(interleaved_warmup_runs(p, m, v, extra)) << p << " " << m << " " << v;
+        for (int e = 0; e < extra; ++e)
+          ASSERT_FALSE(interleaved_warmup_runs(p, m, v, e))
+              << "p=" << p << " m=" << m << " v=" << v << " runs with " << e << " < " << extra;
+      }
+  EXPECT_GT(shapes_needing_extra, 0);  // the grid holds shapes that need some
+  EXPECT_TRUE(interleaved_warmup_runs(4, 9, 2, 0));
+  EXPECT_FALSE(interleaved_warmup_runs(4, 9, 2, 4));
+}
+
 TEST(ScheduleKindsTest, ZeroBubbleDefersWeightGradients) {
   const PipelineSchedule schedule = generate_zero_bubble_h1(4, 8);
   // Rank r runs micro-batch k's W after the B of micro-batch k + r (the
