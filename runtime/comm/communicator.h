@@ -22,10 +22,13 @@
 //   are shorthand for DType::kFloat32.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -129,5 +132,19 @@ class PeerToPeer {
                               int tag = 0) = 0;
   virtual void wait(Posted transfer) = 0;
 };
+
+// The entry of an implementation's posted transfers (each with an `id`)
+// that `transfer` names; throws if there is none (never posted, or waited
+// on already).
+template <typename Entry>
+typename std::vector<Entry>::iterator find_posted(std::vector<Entry>& posted,
+                                                  PeerToPeer::Posted transfer) {
+  const auto it = std::find_if(posted.begin(), posted.end(),
+                               [transfer](const Entry& entry) { return entry.id == transfer; });
+  if (it == posted.end())
+    throw std::logic_error("peers: wait on transfer " + std::to_string(transfer) +
+                           ", which is not posted (or was waited on already)");
+  return it;
+}
 
 }  // namespace paraplan

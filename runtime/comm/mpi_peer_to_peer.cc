@@ -209,11 +209,7 @@ void MpiPeerToPeer::finish(Pending& pending) {
 }
 
 void MpiPeerToPeer::wait(Posted transfer) {
-  const auto it = std::find_if(pending_.begin(), pending_.end(),
-                               [transfer](const Pending& p) { return p.id == transfer; });
-  if (it == pending_.end())
-    throw std::logic_error("peers: wait on transfer " + std::to_string(transfer) +
-                           ", which is not posted (or was waited on already)");
+  const auto it = find_posted(pending_, transfer);
   // A receive is matched after those posted before it from its peer and tag.
   if (!it->send) {
     for (auto earlier = pending_.begin(); earlier != it; ++earlier) {

@@ -510,11 +510,7 @@ PeerToPeer::Posted NcclPeerToPeer::post_receive(void* data, size_t count, int fr
 }
 
 void NcclPeerToPeer::wait(Posted transfer) {
-  const auto it = std::find_if(posted_.begin(), posted_.end(),
-                               [transfer](const PostedTransfer& p) { return p.id == transfer; });
-  if (it == posted_.end())
-    throw std::logic_error("peers: wait on transfer " + std::to_string(transfer) +
-                           ", which is not posted (or was waited on already)");
+  const auto it = find_posted(posted_, transfer);
   const PostedTransfer posted = *it;
   posted_.erase(it);
   if (posted.done == nullptr) {

@@ -193,11 +193,7 @@ PeerToPeer::Posted StagedPeerToPeer::post_receive(void* data, size_t count, int 
 }
 
 void StagedPeerToPeer::wait(Posted transfer) {
-  const auto it = std::find_if(posted_.begin(), posted_.end(),
-                               [transfer](const PostedTransfer& p) { return p.id == transfer; });
-  if (it == posted_.end())
-    throw std::logic_error("peers: wait on transfer " + std::to_string(transfer) +
-                           ", which is not posted (or was waited on already)");
+  const auto it = find_posted(posted_, transfer);
   PostedTransfer posted = std::move(*it);
   posted_.erase(it);
   host_peers_->wait(transfer);
