@@ -83,7 +83,9 @@ PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int
 
 // Interleaved 1F1B where p does not divide m: Megatron-core's warm-up can
 // leave a dependency cycle, so every rank warms up by the fewest extra
-// forwards that leave none (0 where p divides m); and whether `extra` does.
+// forwards that leave none (0 where p divides m); and whether `extra` does,
+// checked on the orders built in full (the reference the search, which
+// works them out op by op, is tested against).
 int interleaved_extra_warmup_forwards(int p, int m, int v);
 bool interleaved_warmup_runs(int p, int m, int v, int extra);
 
