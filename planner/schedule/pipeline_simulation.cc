@@ -90,27 +90,28 @@ Ends ends(const PipelineInstruction& in, int rank, int num_stages, const Message
 // before it starts. A Forward its activation, a Backward / BackwardInput its
 // output gradient and its chunk's last input-gradient send (it writes that
 // buffer again), ReduceGradients every send of the stage.
-std::vector<size_t> posted_needs(const PipelineInstruction& in, int rank, int num_stages,
-                                 int virtual_stages, const MessageTable& table,
-                                 const std::vector<size_t>& sent,
-                                 const std::vector<int64_t>& last_gradient_sent) {
+// Appends them to `needs` (cleared first); returns whether the first is the
+// message the op received (its copy, on shared cores, is the op's work).
+bool posted_needs(const PipelineInstruction& in, int rank, int num_stages, int virtual_stages,
+                  const MessageTable& table, const std::vector<size_t>& sent,
+                  const std::vector<int64_t>& last_gradient_sent, std::vector<size_t>& needs) {
   const int s = in.chunk * num_stages + rank, last = num_stages * virtual_stages - 1;
+  needs.clear();
   switch (in.op) {
     case OpCode::Forward:
-      if (s > 0) return {table.index(false, in.micro_batch, s - 1)};
-      return {};
+      if (s > 0) needs.push_back(table.index(false, in.micro_batch, s - 1));
+      return s > 0;
     case OpCode::Backward:
-    case OpCode::BackwardInput: {
-      std::vector<size_t> needs;
+    case OpCode::BackwardInput:
       if (s < last) needs.push_back(table.index(true, in.micro_batch, s + 1));
       if (last_gradient_sent[in.chunk] >= 0)
         needs.push_back(static_cast<size_t>(last_gradient_sent[in.chunk]));
-      return needs;
-    }
+      return s < last;
     case OpCode::ReduceGradients:
-      return sent;
+      needs = sent;
+      return false;
     default:
-      return {};
+      return false;
   }
 }
 
@@ -197,6 +198,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   for (StageState& st : state) st.last_gradient_sent.assign(v, -1);
   MessageTable messages(m, p * v);
   const bool posted = schedule.transfers == schema::Transfers::Posted;
+  std::vector<size_t> needs, pending;  // posted transfers: scratch, reused per instruction
   double now = 0;
   const double epsilon = 1e-12;
   const bool shared_cores = cores > 0;
@@ -248,9 +250,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         moved = true;
         double receive_copies = 0;  // shared cores: the receiving end's copy
         if (posted) {
-          const std::vector<size_t> needs =
-              posted_needs(instruction, s, p, v, messages, st.sent, st.last_gradient_sent);
-          std::vector<size_t> pending;
+          const bool receives =
+              posted_needs(instruction, s, p, v, messages, st.sent, st.last_gradient_sent, needs);
+          pending.clear();
           for (const size_t key : needs) {
             const Message& message = messages[key];
             if (!message.posted() || (!shared_cores && message.done() > now + epsilon))
@@ -259,16 +261,9 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           if (!pending.empty()) {
             // Back to this instruction once its transfers are done.
             --st.next;
-            st.waiting = std::move(pending), st.phase = Phase::kTransfer;
+            st.waiting.assign(pending.begin(), pending.end()), st.phase = Phase::kTransfer;
             continue;
           }
-          // A compute op's first need, if any, is the message it received.
-          const int vs = instruction.chunk * p + s;
-          const bool receives = instruction.op == OpCode::Forward
-                                    ? vs > 0
-                                    : (instruction.op == OpCode::Backward ||
-                                       instruction.op == OpCode::BackwardInput) &&
-                                          vs < p * v - 1;
           if (shared_cores && receives) receive_copies = messages[needs[0]].seconds;
         }
         switch (instruction.op) {

@@ -4,10 +4,8 @@
 // that one global sequence, so their sends and receives meet in order. The
 // streams' transfers are posted (schedule.h): none waits for compute.
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -97,11 +95,11 @@ class Placement {
     }
   }
 
-  // Runs time forward, asking `pick` for each free rank's next op (nullopt:
-  // nothing ready), until every rank has done `ops_per_rank` compute ops.
-  PipelineSchedule run(const std::function<std::optional<PipelineInstruction>(int, int)>& pick,
-                       int ops_per_rank) {
-    std::vector<int> done(p_, 0);
+  // Runs time forward, starting each free rank's next op of its compute
+  // order as soon as it is ready, until every order is done.
+  PipelineSchedule run(const std::vector<InstructionStream>& orders) {
+    const int ops_per_rank = static_cast<int>(orders[0].size());
+    std::vector<size_t> next(p_, 0);
     int finished = 0;
     for (int now = 0; finished < p_; ++now) {
       if (now > 8 * (ops_per_rank + p_ * v_) + 16)
@@ -109,11 +107,11 @@ class Placement {
                                " p=" + std::to_string(p_) + " m=" + std::to_string(m_) + " v=" +
                                std::to_string(v_) + ": the compute orders cannot be played out");
       for (int r = 0; r < p_; ++r) {
-        if (done[r] == ops_per_rank || ranks_[r].busy_until > now) continue;
-        const std::optional<PipelineInstruction> op = pick(r, now);
-        if (!op) continue;
-        start(r, *op, now);
-        if (++done[r] == ops_per_rank) ++finished;
+        if (next[r] == orders[r].size() || ranks_[r].busy_until > now) continue;
+        const PipelineInstruction& op = orders[r][next[r]];
+        if (!ready(r, op, now)) continue;
+        start(r, op, now);
+        if (++next[r] == orders[r].size()) ++finished;
       }
     }
     return project();
@@ -357,15 +355,7 @@ PipelineSchedule schedule_from_orders(ScheduleKind kind, int num_stages, int num
     if (order.size() != ops)
       throw std::invalid_argument("schedule_from_orders: every rank needs as many compute ops");
   Placement placement(kind, num_stages, num_micro_batches, virtual_stages);
-  std::vector<size_t> next(num_stages, 0);
-  return placement.run(
-      [&](int r, int now) -> std::optional<PipelineInstruction> {
-        const PipelineInstruction& op = compute_orders[r][next[r]];
-        if (!placement.ready(r, op, now)) return std::nullopt;
-        ++next[r];
-        return op;
-      },
-      static_cast<int>(ops));
+  return placement.run(compute_orders);
 }
 
 PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages) {
