@@ -298,6 +298,8 @@ const char* schedule_kind_name(schema::ScheduleKind kind) {
       return "interleaved";
     case schema::ScheduleKind::ZeroBubbleH1:
       return "zb-h1";
+    case schema::ScheduleKind::ZeroBubbleV:
+      return "zb-v";
   }
   return "unknown";
 }

@@ -26,7 +26,8 @@ namespace paraplan {
 //    ZeroBubbleH1 schedules, Mesh.sequence_parallel.
 // 4: Training.data (datasets, blend weights, shuffle and its seed).
 // 5: Schedule.transfers (Posted: sends and receives that never wait).
-inline constexpr uint32_t kPlanSchemaVersion = 5;
+// 6: the ZeroBubbleV schedule kind (two chunks per rank in a V).
+inline constexpr uint32_t kPlanSchemaVersion = 6;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
 // The device memory a plan's ranks may allocate: device_memory_bytes less

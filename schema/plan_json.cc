@@ -472,8 +472,11 @@ void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
   out << "schedule: " << schedule_kind_name(schedule->kind());
   if (schedule->virtual_stages() > 1)
     out << ", " << schedule->virtual_stages()
-        << " model chunks per pipeline rank (stage s above is chunk s / p of rank s % p; the "
-           "times and memory of a rank, all its chunks together, are on its chunk 0 row)";
+        << " model chunks per pipeline rank (stage s above is "
+        << (schedule->kind() == schema::ScheduleKind::ZeroBubbleV
+                ? "chunk 0 of rank s for s < p, else chunk 1 of rank 2p - 1 - s"
+                : "chunk s / p of rank s % p")
+        << "; the times and memory of a rank, all its chunks together, are on its chunk 0 row)";
   if (schedule->transfers() == schema::Transfers::Posted)
     out << "; transfers posted (sends and receives never wait; compute waits for its input)";
   out << "; instructions per stage:";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "schema/model_limits.h"
+#include "schema/pipeline_layout.h"
 #include "schema/plan_validate_internal.h"
 
 namespace paraplan::plan_validation {
@@ -61,16 +62,17 @@ struct MicroBatchEvents {
 class StageStreamChecker {
  public:
   // needs_load: per chunk, whether it holds the embedding or the head.
-  StageStreamChecker(int32_t stage, int32_t num_stages, int32_t virtual_stages,
-                     int32_t num_micro_batches, std::vector<bool> needs_load, Violations& v)
-      : stage_(stage),
-        num_stages_(num_stages),
-        virtual_stages_(virtual_stages),
+  StageStreamChecker(int32_t stage, const PipelineLayout& layout, int32_t num_micro_batches,
+                     std::vector<bool> needs_load, Violations& v)
+      : layout_(layout),
+        stage_(stage),
+        num_stages_(layout.ranks()),
+        virtual_stages_(layout.chunks()),
         num_micro_batches_(num_micro_batches),
         needs_load_(std::move(needs_load)),
         v_(v),
         field_("schedule.stages[" + std::to_string(stage) + "]"),
-        events_(virtual_stages, std::vector<MicroBatchEvents>(num_micro_batches)) {}
+        events_(layout.chunks(), std::vector<MicroBatchEvents>(num_micro_batches)) {}
 
   void check(const flatbuffers::Vector<const schema::Instruction*>& instructions) {
     for (int64_t pos = 0; pos < instructions.size(); ++pos) record(pos, *instructions.Get(pos));
@@ -114,8 +116,8 @@ class StageStreamChecker {
       return;
     }
     const int32_t chunk = ins.chunk();
-    // Position in model order: chunk c of rank r is virtual stage c x p + r.
-    const int64_t virtual_stage = int64_t{chunk} * num_stages_ + stage_;
+    // Position in model order (pipeline_layout.h).
+    const int64_t virtual_stage = layout_.virtual_stage(stage_, chunk);
     const int64_t last_virtual_stage = int64_t{num_stages_} * virtual_stages_ - 1;
     const int32_t mb = ins.micro_batch(), peer = ins.peer_micro_batch();
     const bool combined =
@@ -245,7 +247,7 @@ class StageStreamChecker {
     const std::string stage =
         (virtual_stages_ > 1 ? "chunk " + std::to_string(c) + " of stage " : "stage ") +
         std::to_string(stage_);
-    const int64_t virtual_stage = int64_t{c} * num_stages_ + stage_;
+    const int64_t virtual_stage = layout_.virtual_stage(stage_, c);
     const bool has_previous = virtual_stage > 0;
     const bool has_next = virtual_stage < int64_t{num_stages_} * virtual_stages_ - 1;
     const bool needs_load = needs_load_[c];
@@ -337,6 +339,7 @@ class StageStreamChecker {
     }
   }
 
+  const PipelineLayout layout_;
   const int32_t stage_, num_stages_, virtual_stages_, num_micro_batches_;
   const std::vector<bool> needs_load_;
   Violations& v_;
@@ -345,6 +348,32 @@ class StageStreamChecker {
   std::vector<int64_t> reduce_at_, step_at_;
   int listed_problems_ = 0, hidden_problems_ = 0;
 };
+
+// A link between two chunks of one rank (ZB-V's turn) is a local copy: its
+// Send must be directly followed by its Recv (plan.fbs Transfers).
+void check_local_hand_offs(const flatbuffers::Vector<const schema::Instruction*>& instructions,
+                           int32_t rank, const PipelineLayout& layout, const std::string& field,
+                           Violations& v) {
+  for (uint32_t i = 0; i < instructions.size(); ++i) {
+    const schema::Instruction& send = *instructions.Get(i);
+    const bool activation = send.op() == OpCode::SendActivation;
+    if (!activation && send.op() != OpCode::SendGradient) continue;
+    if (send.chunk() >= layout.chunks()) continue;  // reported by the stream check
+    const int vs = layout.virtual_stage(rank, send.chunk()), to = activation ? vs + 1 : vs - 1;
+    if (to < 0 || to > layout.last_virtual_stage() || layout.rank_of(to) != rank) continue;
+    const OpCode receive = activation ? OpCode::RecvActivation : OpCode::RecvGradient;
+    const bool followed = i + 1 < instructions.size() && instructions.Get(i + 1)->op() == receive &&
+                          instructions.Get(i + 1)->chunk() == layout.chunk_of(to) &&
+                          instructions.Get(i + 1)->micro_batch() == send.micro_batch();
+    if (!followed)
+      v.add(field + ".instructions[" + std::to_string(i) + "]",
+            std::string(opcode_name(send.op())) + " of micro-batch " +
+                std::to_string(send.micro_batch()) + " goes to chunk " +
+                std::to_string(layout.chunk_of(to)) +
+                " of the same rank, a local copy: the next instruction must be its " +
+                opcode_name(receive) + " (chunk " + std::to_string(layout.chunk_of(to)) + ")");
+  }
+}
 
 }  // namespace
 
@@ -366,7 +395,8 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
   const std::string kind_name = schedule_kind_name(kind);
   if (kind_name == "unknown") {
     v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(kind)) +
-                               "; valid are 1f1b (0), gpipe (1), interleaved (2) and zb-h1 (3)");
+                               "; valid are 1f1b (0), gpipe (1), interleaved (2), zb-h1 (3) "
+                               "and zb-v (4)");
   }
   const schema::Transfers transfers = schedule->transfers();
   if (transfers != schema::Transfers::Rendezvous && transfers != schema::Transfers::Posted) {
@@ -396,7 +426,12 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     v.add("schedule.virtual_stages", number(virtual_stages) + "; valid are 1.." +
                                          std::to_string(kMaxVirtualStages) +
                                          " model chunks per pipeline rank");
-  } else if (virtual_stages > 1 && kind != schema::ScheduleKind::Interleaved1F1B) {
+  } else if (kind == schema::ScheduleKind::ZeroBubbleV && virtual_stages != 2) {
+    v.add("schedule.virtual_stages", number(virtual_stages) +
+                                         " with schedule.kind zb-v, which runs two model chunks "
+                                         "per pipeline rank in a V; it must be 2");
+  } else if (virtual_stages > 1 && kind != schema::ScheduleKind::Interleaved1F1B &&
+             kind != schema::ScheduleKind::ZeroBubbleV) {
     v.add("schedule.virtual_stages",
           number(virtual_stages) + " with schedule.kind " + kind_name +
               ", which runs one model chunk per pipeline rank; it must be 1, or the kind "
@@ -455,15 +490,17 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
                 "; each needs at least a forward and a backward");
       continue;
     }
+    const PipelineLayout layout = PipelineLayout::of(kind, num_stages, chunks);
     std::vector<bool> needs_load(chunks);
     for (int32_t c = 0; c < chunks; ++c) {
-      const int32_t virtual_stage = c * num_stages + i;
+      const int32_t virtual_stage = layout.virtual_stage(i, c);
       needs_load[c] = stages_match ? stages->Get(virtual_stage)->has_embedding() ||
                                          stages->Get(virtual_stage)->has_head()
                                    : virtual_stage == 0 || virtual_stage == num_stages * chunks - 1;
     }
-    StageStreamChecker(i, num_stages, chunks, num_micro_batches, std::move(needs_load), v)
+    StageStreamChecker(i, layout, num_micro_batches, std::move(needs_load), v)
         .check(*stage_schedule.instructions());
+    if (layout.v_shape()) check_local_hand_offs(*stage_schedule.instructions(), i, layout, f, v);
   }
 }
 

@@ -25,7 +25,7 @@ struct Message {
 };
 
 // A step's messages in one flat table: the activation (or gradient) of a
-// micro-batch sent by a virtual stage (chunk c of rank r is c x p + r), at
+// micro-batch sent by a virtual stage (pipeline_layout.h), at
 // ((gradient x m) + micro-batch) x (p x v) + sender. Looking one up costs an
 // index, not a tree walk: the simulation looks up every message at every
 // event of its stage.
@@ -56,8 +56,9 @@ struct Ends {
   std::pair<size_t, bool> end[2];
 };
 
-Ends ends(const PipelineInstruction& in, int rank, int num_stages, const MessageTable& table) {
-  const int s = in.chunk * num_stages + rank;
+Ends ends(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
+          const MessageTable& table) {
+  const int s = layout.virtual_stage(rank, in.chunk);
   const auto activation = [&](int micro_batch, int sender) {
     return table.index(false, micro_batch, sender);
   };
@@ -92,10 +93,10 @@ Ends ends(const PipelineInstruction& in, int rank, int num_stages, const Message
 // buffer again), ReduceGradients every send of the stage.
 // Appends them to `needs` (cleared first); returns whether the first is the
 // message the op received (its copy, on shared cores, is the op's work).
-bool posted_needs(const PipelineInstruction& in, int rank, int num_stages, int virtual_stages,
+bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
                   const MessageTable& table, const std::vector<size_t>& sent,
                   const std::vector<int64_t>& last_gradient_sent, std::vector<size_t>& needs) {
-  const int s = in.chunk * num_stages + rank, last = num_stages * virtual_stages - 1;
+  const int s = layout.virtual_stage(rank, in.chunk), last = layout.last_virtual_stage();
   needs.clear();
   switch (in.op) {
     case OpCode::Forward:
@@ -137,6 +138,16 @@ struct StageState {
 
 bool working(const StageState& st) {
   return st.phase == Phase::kCompute || st.phase == Phase::kCollective;
+}
+
+// Whether a send goes to another chunk of its own rank (ZB-V's turn): a local
+// copy, no link time.
+bool local_send(const PipelineInstruction& in, int rank, const PipelineLayout& layout) {
+  const int s = layout.virtual_stage(rank, in.chunk);
+  const int to = in.op == OpCode::SendActivation ? s + 1
+                 : in.op == OpCode::SendGradient ? s - 1
+                                                 : -1;
+  return to >= 0 && to <= layout.last_virtual_stage() && layout.rank_of(to) == rank;
 }
 
 // Each stage's speed (of a dedicated core's) at a moment. On devices of
@@ -197,6 +208,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   std::vector<StageState> state(p);
   for (StageState& st : state) st.last_gradient_sent.assign(v, -1);
   MessageTable messages(m, p * v);
+  const PipelineLayout layout = PipelineLayout::of(schedule.kind, p, v);
   const bool posted = schedule.transfers == schema::Transfers::Posted;
   std::vector<size_t> needs, pending;  // posted transfers: scratch, reused per instruction
   double now = 0;
@@ -251,7 +263,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
         double receive_copies = 0;  // shared cores: the receiving end's copy
         if (posted) {
           const bool receives =
-              posted_needs(instruction, s, p, v, messages, st.sent, st.last_gradient_sent, needs);
+              posted_needs(instruction, s, layout, messages, st.sent, st.last_gradient_sent, needs);
           pending.clear();
           for (const size_t key : needs) {
             const Message& message = messages[key];
@@ -300,12 +312,13 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
           case OpCode::LoadMicroBatch:
             break;  // no time: stays at kStart for the next instruction
           default:
-            const Ends posted_ends = ends(instruction, s, p, messages);
+            const Ends posted_ends = ends(instruction, s, layout, messages);
+            const double link_seconds = local_send(instruction, s, layout) ? 0 : in.p2p_seconds;
             for (int e = 0; e < posted_ends.count; ++e) {
               const auto& [key, sending] = posted_ends.end[e];
               Message& message = messages[key];
               (sending ? message.sent : message.received) = now;
-              if (sending) message.seconds = in.p2p_seconds;
+              if (sending) message.seconds = link_seconds;
               if (!posted) {
                 st.waiting.push_back(key);
                 continue;
@@ -315,8 +328,8 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
               if (instruction.op == OpCode::SendGradient)
                 st.last_gradient_sent[instruction.chunk] = static_cast<int64_t>(key);
               if (shared_cores)  // the sending end's copy, at once
-                st.phase = Phase::kCollective, st.remaining = in.p2p_seconds,
-                st.transfer_work += in.p2p_seconds;
+                st.phase = Phase::kCollective, st.remaining = link_seconds,
+                st.transfer_work += link_seconds;
             }
             if (!posted) st.phase = Phase::kTransfer;
             break;
@@ -385,9 +398,10 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       stage.transfer_seconds = st.transfer_work;
     } else {
       for (const PipelineInstruction& instruction : schedule.stages[s]) {
-        const Ends posted = ends(instruction, s, p, messages);
+        const Ends posted = ends(instruction, s, layout, messages);
+        const bool local = local_send(instruction, s, layout);
         for (int e = 0; e < posted.count; ++e)
-          stage.transfer_seconds += posted.end[e].second ? in.p2p_seconds : 0;
+          stage.transfer_seconds += posted.end[e].second && !local ? in.p2p_seconds : 0;
       }
     }
     // (The group waits are waiting.)

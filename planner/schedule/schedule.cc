@@ -123,6 +123,12 @@ PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, in
                                    int virtual_stages) {
   if (kind == schema::ScheduleKind::Interleaved1F1B)
     return generate_interleaved(num_stages, num_micro_batches, virtual_stages);
+  if (kind == schema::ScheduleKind::ZeroBubbleV) {
+    if (virtual_stages != 2)
+      throw std::invalid_argument("zb-v runs two model chunks per pipeline rank (virtual_stages " +
+                                  std::to_string(virtual_stages) + " must be 2)");
+    return generate_zero_bubble_v(num_stages, num_micro_batches);
+  }
   if (virtual_stages != 1)
     throw std::invalid_argument(std::string(schema::EnumNameScheduleKind(kind)) +
                                 " runs one model chunk per pipeline rank (virtual_stages " +

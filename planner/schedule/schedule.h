@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "plan_generated.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
@@ -60,6 +61,8 @@ struct PipelineSchedule {
   std::vector<InstructionStream> stages;  // indexed by pipeline rank
   int virtual_stages = 1;                 // model chunks per pipeline rank
   schema::Transfers transfers = schema::Transfers::Rendezvous;
+
+  PipelineLayout layout() const { return PipelineLayout::of(kind, num_stages, virtual_stages); }
 };
 
 // Megatron's non-interleaved 1F1B: stage s runs min(p - s - 1, m) warm-up
@@ -98,16 +101,30 @@ bool interleaved_warmup_runs(int p, int m, int v, int extra);
 // (p - 1)(F + B - W) where W <= min(F, B). One chunk per rank.
 PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches);
 
+// ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory"): two
+// chunks per rank in a V (chunk 0 of rank r is virtual stage r, chunk 1 is
+// 2p - 1 - r: pipeline_layout.h), split backward. Rank r idles r forwards,
+// runs 2(p - r) - 1 forwards of chunk 0, r pairs of chunk 1 then chunk 0
+// forwards, then p - r of chunk 1's F, B, W; the steady state is chunk 0's
+// F, B, W then chunk 1's; the cool-down runs the backwards left, chunk 0
+// then 1, and the weight gradients they defer. At F = B = W and m >= 2p every
+// rank computes without a gap from its first op to its last (the step's only
+// idle time is rank r's r-forward start), holding at most 2p chunk
+// micro-batches in flight: 1F1B's activation memory. Rank p - 1 hands chunk
+// 0's output to its own chunk 1 (a local Send then Recv). p >= 1, m >= 1.
+PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches);
+
 // Dispatches on kind. Throws std::invalid_argument for num_stages or
 // num_micro_batches < 1, virtual_stages < 1, or virtual_stages != 1 for a kind
-// other than Interleaved1F1B.
+// other than Interleaved1F1B (ZeroBubbleV: 2).
 PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                                    int virtual_stages = 1);
 
 // The bound the verifier holds every rank to: micro-batches in flight on the
 // rank at once, all chunks together (forwarded, their Backward or
 // BackwardWeight not yet done). 1F1B: min(p - r, m); GPipe: m; interleaved:
-// min(warm-up + 1, m v); ZB-H1: min(p, m).
+// min(warm-up + 1, m v); ZB-H1: min(p, m); ZB-V: min(2p, 2m) chunk
+// micro-batches, each half a stage's.
 int in_flight_bound(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                     int virtual_stages, int pipeline_rank);
 

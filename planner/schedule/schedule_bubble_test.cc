@@ -53,9 +53,13 @@ double played_out(const PipelineSchedule& schedule, const Times& t) {
 // Every rank runs its compute ops in its stream's order, each as soon as the
 // rank is free and its input (the previous virtual stage's forward, the
 // next one's input gradient) is done: the step's dependency bound.
-double dependency_bound(const PipelineSchedule& schedule, const Times& t) {
+// Per rank, optionally, when its first compute op starts and its last ends.
+double dependency_bound(const PipelineSchedule& schedule, const Times& t,
+                        std::vector<double>* first_start = nullptr) {
   const int p = schedule.num_stages, v = schedule.virtual_stages;
-  const int last = p * v - 1;
+  const PipelineLayout layout = schedule.layout();
+  const int last = layout.last_virtual_stage();
+  if (first_start) first_start->assign(p, -1);
   std::map<std::tuple<int, int, int>, double> done;  // (forward?, vs, mb) -> end
   std::vector<size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
@@ -67,7 +71,7 @@ double dependency_bound(const PipelineSchedule& schedule, const Times& t) {
         const PipelineInstruction& in = stream[next[r]];
         const double d = duration(in, t, v);
         if (d < 0) continue;
-        const int vs = in.chunk * p + r, mb = in.micro_batch;
+        const int vs = layout.virtual_stage(r, in.chunk), mb = in.micro_batch;
         double ready = free_at[r];
         if (in.op == OpCode::Forward && vs > 0) {
           auto it = done.find({1, vs - 1, mb});
@@ -80,6 +84,7 @@ double dependency_bound(const PipelineSchedule& schedule, const Times& t) {
           if (it == done.end()) break;
           ready = std::max(ready, it->second);
         }
+        if (first_start && (*first_start)[r] < 0) (*first_start)[r] = ready;
         free_at[r] = ready + d;
         if (in.op == OpCode::Forward) done[{1, vs, mb}] = free_at[r];
         if (input) done[{0, vs, mb}] = free_at[r];
@@ -87,6 +92,8 @@ double dependency_bound(const PipelineSchedule& schedule, const Times& t) {
       }
     }
   }
+  if (first_start)  // then the end of each rank's last op
+    first_start->insert(first_start->end(), free_at.begin(), free_at.end());
   return *std::max_element(free_at.begin(), free_at.end());
 }
 
@@ -181,6 +188,49 @@ TEST(ScheduleBubbleTest, ZeroBubbleH1ReachesThePapersBubble) {
           if (p > 1) worst_share = std::max(worst_share, bubble / one_f_one_b);
         }
   if (printing()) std::printf("ZB-H1: bubble at most %.3f of 1F1B's\n", worst_share);
+}
+
+// ZB-V at F = B_in = W (per chunk) and m >= 2p: every rank computes without
+// a gap from its first op to its last, so the step's only idle time is rank
+// r's start behind r chunk forwards, (p - 1) F / 2 with F a whole rank's
+// forward; never more micro-batch activations alive than 1F1B's; at every
+// ratio played out at its own order's bound and below ZB-H1's and 1F1B's.
+TEST(ScheduleBubbleTest, ZeroBubbleVComputesWithoutGapsInOneForwardOneBackwardsMemory) {
+  double worst_share = 0;  // of ZB-H1's bubble
+  for (int p : kStages)
+    for (int m : {1, p, 2 * p, 4 * p, 8 * p})
+      for (double ratio : {1.0, 1.6, 2.0, 3.0})
+        for (double weight : {0.25, 0.5}) {
+          const Times t{1, ratio, weight};
+          const Case c{ScheduleKind::ZeroBubbleV, p, m, 2, t};
+          const PipelineSchedule schedule = generate_schedule(c.kind, p, m, 2);
+          ASSERT_EQ(verify_schedule(schedule), std::nullopt) << name(c);
+          std::vector<double> span;
+          const double step = played_out(schedule, t);
+          EXPECT_NEAR(step, dependency_bound(schedule, t, &span), 1e-9) << name(c);
+          const double work = m * (t.forward + t.backward);
+          const double bubble = step - work;
+          const double h1 =
+              played_out(generate_schedule(ScheduleKind::ZeroBubbleH1, p, m), t) - work;
+          const double one_f_one_b = (p - 1) * (t.forward + t.backward);
+          EXPECT_LE(bubble, one_f_one_b + 1e-9) << name(c);
+          if (m >= 2 * p) {
+            EXPECT_LE(bubble, h1 + 1e-9) << name(c);
+            worst_share = std::max(worst_share, bubble / h1);
+          }
+          if (m >= 2 * p && ratio == 2.0 && weight == 0.5) {  // F = B_in = W per chunk
+            for (int r = 0; r < p; ++r)
+              EXPECT_NEAR(span[p + r] - span[r], work, 1e-9) << name(c) << " rank " << r;
+            EXPECT_NEAR(bubble, (p - 1) * t.forward / 2, 1e-9) << name(c);
+          }
+          // Activations alive from a chunk's forward to its weight gradient,
+          // each chunk half a stage's; 1F1B's peak is min(p, m) stages' worth.
+          for (int r = 0; r < p; ++r)
+            EXPECT_LE(peak_in_flight_bytes(schedule, r, {0.5, 0.5}, {0.5, 0.5}),
+                      std::min(p, m) + 1e-9)
+                << name(c) << " rank " << r;
+        }
+  if (printing()) std::printf("ZB-V: bubble at most %.3f of ZB-H1's (m >= 2p)\n", worst_share);
 }
 
 }  // namespace

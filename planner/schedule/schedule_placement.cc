@@ -1,4 +1,4 @@
-// schedule_placement.cc: interleaved 1F1B and ZB-H1. Each rank's compute order
+// schedule_placement.cc: interleaved 1F1B, ZB-H1 and ZB-V. Each rank's compute order
 // is played out in unit time; every transfer becomes one event on both ends
 // at the moment its producer finishes, and the streams are projections of
 // that one global sequence, so their sends and receives meet in order. The
@@ -40,7 +40,8 @@ struct Event {
 
 class Placement {
  public:
-  Placement(ScheduleKind kind, int p, int m, int v) : kind_(kind), p_(p), m_(m), v_(v), ranks_(p) {
+  Placement(ScheduleKind kind, int p, int m, int v)
+      : kind_(kind), p_(p), m_(m), v_(v), layout_(PipelineLayout::of(kind, p, v)), ranks_(p) {
     for (RankProgress& r : ranks_) {
       for (auto* table : {&r.activation_at, &r.gradient_at})
         table->assign(v, std::vector<int>(m, -1));
@@ -57,7 +58,7 @@ class Placement {
   bool ready(int r, const PipelineInstruction& op, int now) const {
     const RankProgress& rp = ranks_[r];
     const int c = op.chunk, mb = op.micro_batch;
-    const bool last = c * p_ + r == last_virtual_stage();
+    const bool last = layout_.virtual_stage(r, c) == last_virtual_stage();
     auto arrived = [now](int at) { return at >= 0 && at <= now; };
     switch (op.op) {
       case OpCode::Forward:
@@ -82,7 +83,7 @@ class Placement {
     const int end = now + duration;
     rp.busy_until = end;
     events_.push_back({now, 1, sequence_++, r, c, mb, op.op, -1, -1});
-    const int vs = c * p_ + r;
+    const int vs = layout_.virtual_stage(r, c);
     if (op.op == OpCode::Forward) {
       rp.forwarded[c][mb] = 1;
       if (vs < last_virtual_stage()) transfer(end, vs, vs + 1, mb, true);
@@ -119,8 +120,9 @@ class Placement {
 
  private:
   void transfer(int time, int from_vs, int to_vs, int mb, bool activation) {
-    const int from_rank = from_vs % p_, to_rank = to_vs % p_, to_chunk = to_vs / p_;
-    events_.push_back({time, 0, sequence_++, from_rank, from_vs / p_, mb,
+    const int from_rank = layout_.rank_of(from_vs), to_rank = layout_.rank_of(to_vs);
+    const int to_chunk = layout_.chunk_of(to_vs);
+    events_.push_back({time, 0, sequence_++, from_rank, layout_.chunk_of(from_vs), mb,
                        activation ? OpCode::SendActivation : OpCode::SendGradient, to_rank,
                        to_chunk});
     auto& at = activation ? ranks_[to_rank].activation_at : ranks_[to_rank].gradient_at;
@@ -144,12 +146,14 @@ class Placement {
     for (const Event& e : events_) {
       InstructionStream& own = schedule.stages[e.rank];
       if (e.kind == 1) {
-        const int vs = e.chunk * p_ + e.rank;
+        const int vs = layout_.virtual_stage(e.rank, e.chunk);
         if (e.op == OpCode::Forward && (vs == 0 || vs == last_virtual_stage()))
           own.push_back({OpCode::LoadMicroBatch, e.micro_batch, -1, e.chunk});
         own.push_back({e.op, e.micro_batch, -1, e.chunk});
         continue;
       }
+      // A hand-off between two chunks of one rank lands right after its
+      // send: the local copy plan.fbs asks for.
       own.push_back({e.op, e.micro_batch, -1, e.chunk});
       const OpCode receive =
           e.op == OpCode::SendActivation ? OpCode::RecvActivation : OpCode::RecvGradient;
@@ -164,6 +168,7 @@ class Placement {
 
   ScheduleKind kind_;
   int p_, m_, v_;
+  PipelineLayout layout_;
   std::vector<RankProgress> ranks_;
   std::vector<Event> events_;
   int sequence_ = 0;
@@ -400,6 +405,43 @@ PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches) 
   return schedule_from_orders(ScheduleKind::ZeroBubbleH1, p, m, 1, orders);
 }
 
+PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches) {
+  const int p = num_stages, m = num_micro_batches;
+  check_shape("ZB-V", p, m, 1);
+  if (p < 2)
+    throw std::invalid_argument("ZB-V needs at least 2 pipeline stages (got " + std::to_string(p) +
+                                "); with one, use 1F1B");
+  // Written for at least 2p - 1 micro-batches, the ops of those past m left out.
+  const int planned = std::max(2 * p - 1, m);
+  std::vector<InstructionStream> orders(p);
+  for (int rank = 0; rank < p; ++rank) {
+    InstructionStream& order = orders[rank];
+    int forwarded[2] = {0, 0}, input_done[2] = {0, 0}, weight_done[2] = {0, 0};
+    const auto add = [&](OpCode op, int chunk, int* counter) {
+      const int mb = counter[chunk]++;
+      if (mb < m) order.push_back({op, mb, -1, chunk});
+    };
+    const auto forward = [&](int chunk) { add(OpCode::Forward, chunk, forwarded); };
+    const auto input = [&](int chunk) { add(OpCode::BackwardInput, chunk, input_done); };
+    const auto weight = [&](int chunk) { add(OpCode::BackwardWeight, chunk, weight_done); };
+    for (int i = 0; i < 2 * (p - rank) - 1; ++i) forward(0);
+    for (int i = 0; i < rank; ++i) forward(1), forward(0);
+    for (int i = 0; i < p - rank; ++i) forward(1), input(1), weight(1);
+    while (forwarded[1] < forwarded[0] || forwarded[0] < planned) {
+      if (forwarded[0] < planned) forward(0);
+      input(0), weight(0);
+      forward(1), input(1), weight(1);
+    }
+    // Cool-down: the backwards left, each chunk 0 one before chunk 1's; the
+    // last p - rank of chunk 0 each followed by a deferred weight gradient.
+    for (int i = 0; i < rank; ++i) input(0), input(1);
+    for (int i = 0; i < p - rank; ++i) input(0), weight(0);
+    while (weight_done[1] < planned) weight(1);
+    while (weight_done[0] < planned) weight(0);
+  }
+  return schedule_from_orders(ScheduleKind::ZeroBubbleV, p, m, 2, orders);
+}
+
 int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, int virtual_stages,
                     int pipeline_rank) {
   const int p = num_stages, m = num_micro_batches, v = virtual_stages;
@@ -412,6 +454,8 @@ int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, in
           interleaved_warmup(p, m, v, pipeline_rank, interleaved_extra_warmup(p, m, v)) + 1, m * v);
     case ScheduleKind::ZeroBubbleH1:
       return std::min(p, m);
+    case ScheduleKind::ZeroBubbleV:
+      return 2 * std::min(p, m);
     default:
       return std::min(p - pipeline_rank, m);
   }

@@ -57,6 +57,7 @@ class ScheduleSimulator {
       : schedule_(schedule),
         p_(static_cast<int>(schedule.stages.size())),
         v_(std::max(schedule.virtual_stages, 1)),
+        layout_(PipelineLayout::of(schedule.kind, p_, v_)),
         posted_(schedule.transfers == schema::Transfers::Posted),
         ranks_(schedule.stages.size()) {
     const size_t m = static_cast<size_t>(std::max(schedule.num_micro_batches, 0));
@@ -254,7 +255,7 @@ class ScheduleSimulator {
     if (combined && !in_range(ins.peer_micro_batch)) return fail("peer_micro_batch out of range");
     if (combined && posted_)
       return fail("a combined send-and-receive in a schedule whose transfers are Posted");
-    const int vs = ins.chunk * p_ + s;
+    const int vs = layout_.virtual_stage(s, ins.chunk);
     const bool to_previous = ins.op == OpCode::RecvActivation || ins.op == OpCode::SendGradient ||
                              ins.op == OpCode::SendGradientRecvActivation;
     const bool to_next = ins.op == OpCode::SendActivation || ins.op == OpCode::RecvGradient ||
@@ -269,8 +270,8 @@ class ScheduleSimulator {
     auto post_transfer = [&](Channel channel, bool is_send, int micro_batch) {
       const bool towards_next = (channel == Channel::Activation) == is_send;
       const int peer = towards_next ? vs + 1 : vs - 1;
-      state.transfers.push_back(
-          {channel, is_send, micro_batch, ins.chunk, peer % p_, peer / p_, false, state.position});
+      state.transfers.push_back({channel, is_send, micro_batch, ins.chunk, layout_.rank_of(peer),
+                                 layout_.chunk_of(peer), false, state.position});
     };
     const bool input_gradient = ins.op == OpCode::Backward || ins.op == OpCode::BackwardInput;
     const bool weight_gradient = ins.op == OpCode::Backward || ins.op == OpCode::BackwardWeight;
@@ -416,6 +417,7 @@ class ScheduleSimulator {
 
   const PipelineSchedule& schedule_;
   int p_, v_;
+  PipelineLayout layout_;
   bool posted_;
   std::vector<RankState> ranks_;
   std::vector<int> bounds_;  // in_flight_bound per rank

@@ -1,0 +1,48 @@
+// pipeline_layout.h: which virtual stage (model chunk, in model order) each
+// chunk of each pipeline rank holds, the one mapping the planner, the plan
+// checks and the runtime share.
+//
+// Megatron's interleaving (and v = 1) puts chunk c of rank r at virtual stage
+// c p + r: chunk c of the last rank feeds chunk c + 1 of rank 0. ZB-V's V
+// (ScheduleKind ZeroBubbleV) runs odd chunks backwards: chunk 1 of rank r is
+// virtual stage 2p - 1 - r, so rank 0 holds the embedding and the head and the
+// last rank's two chunks are neighbours (a hand-off on one rank: plan.fbs).
+#pragma once
+
+#include "plan_generated.h"
+
+namespace paraplan {
+
+class PipelineLayout {
+ public:
+  PipelineLayout() = default;
+  PipelineLayout(int ranks, int chunks, bool v_shape)
+      : ranks_(ranks), chunks_(chunks), v_shape_(v_shape) {}
+  // The layout a schedule kind runs: ZeroBubbleV's V, else round robin.
+  static PipelineLayout of(schema::ScheduleKind kind, int ranks, int chunks) {
+    return {ranks, chunks, kind == schema::ScheduleKind::ZeroBubbleV};
+  }
+
+  int ranks() const { return ranks_; }
+  int chunks() const { return chunks_; }
+  bool v_shape() const { return v_shape_; }
+  int num_virtual_stages() const { return ranks_ * chunks_; }
+  int last_virtual_stage() const { return ranks_ * chunks_ - 1; }
+
+  int virtual_stage(int rank, int chunk) const {
+    return chunk * ranks_ + (reversed(chunk) ? ranks_ - 1 - rank : rank);
+  }
+  int rank_of(int virtual_stage) const {
+    const int chunk = virtual_stage / ranks_, position = virtual_stage % ranks_;
+    return reversed(chunk) ? ranks_ - 1 - position : position;
+  }
+  int chunk_of(int virtual_stage) const { return virtual_stage / ranks_; }
+
+ private:
+  bool reversed(int chunk) const { return v_shape_ && chunk % 2 == 1; }
+
+  int ranks_ = 1, chunks_ = 1;
+  bool v_shape_ = false;
+};
+
+}  // namespace paraplan
