@@ -1,12 +1,11 @@
 // schedule_equivalence_test.cc: every pipeline schedule the planner generates
 // (1F1B, GPipe, interleaved 1F1B with two chunks per rank, ZB-H1 with split
-// backward) trained under mpirun with `paraplan launch ... train` gives the
-// single-rank losses, combined with tensor and data parallelism and ZeRO-1,
-// for GPT-2 (tied embeddings: with chunks, the embedding on rank 0's first
-// chunk and the head on the last rank's last one) and Llama; and bitwise
-// 1F1B's weights and optimizer moments on the same pipeline width (GPipe and
-// ZB-H1: only the order of independent work differs; interleaved: also the
-// gradient norm's order of addition, which rounds to the same factor here).
+// backward, ZB-V's two chunks in a V) trained under mpirun with `paraplan launch ... train` gives
+// the single-rank losses, combined with tensor and data parallelism and ZeRO-1, for GPT-2 (tied
+// embeddings: with chunks, the embedding on rank 0's first chunk and the head on the last rank's
+// last one) and Llama; and bitwise 1F1B's weights and optimizer moments on the same pipeline width
+// (GPipe and ZB-H1: only the order of independent work differs; interleaved: also the gradient
+// norm's order of addition, which rounds to the same factor here).
 //
 // The plans are written here (schema/plan_test_builder.h) around the
 // planner's own schedules (planner/schedule/schedule.h, checked by its verifier), so
@@ -192,6 +191,31 @@ TEST_F(ScheduleEquivalence, SchedulesCombineWithSequenceParallelism) {
                              .tensor = 2,
                              .architecture = "llama",
                              .sequence_parallel = true});
+}
+
+// ZB-V's V: rank 0 holds the embedding and the tied head (their gradients
+// summed on the rank), the last rank hands its chunk 0's output to its own
+// chunk 1.
+TEST_F(ScheduleEquivalence, ZeroBubbleVGivesTheSingleRankLosses) {
+  const auto zbv = [](std::string name) {
+    return ScheduleCase{.name = std::move(name),
+                        .kind = ScheduleKind::ZeroBubbleV,
+                        .pipeline = 2,
+                        .virtual_stages = 2};
+  };
+  expect_single_rank_losses(zbv("zbv_pp2"));
+  ScheduleCase pp4 = zbv("zbv_pp4");
+  pp4.pipeline = 4;
+  expect_single_rank_losses(pp4);
+  ScheduleCase zero = zbv("zbv_pp2_dp2_zero1");
+  zero.data = 2, zero.zero_stage = 1;
+  expect_single_rank_losses(zero);
+  ScheduleCase sequence = zbv("zbv_pp2_tp2_sp");
+  sequence.tensor = 2, sequence.sequence_parallel = true;
+  expect_single_rank_losses(sequence);
+  ScheduleCase llama = zbv("llama_zbv_pp2_tp2");
+  llama.tensor = 2, llama.architecture = "llama";
+  expect_single_rank_losses(llama);
 }
 
 TEST_F(ScheduleEquivalence, LlamaUnderInterleavedAndZeroBubble) {

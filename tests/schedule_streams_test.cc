@@ -1,5 +1,5 @@
 // schedule_streams_test.cc: the planner's streams of every schedule kind
-// (1F1B, GPipe, interleaved 1F1B with two chunks per rank, ZB-H1) run by the
+// (1F1B, GPipe, interleaved 1F1B with two chunks per rank, ZB-H1, ZB-V) run by the
 // executor on every pipeline rank under mpirun (2 and 4 ranks): one step
 // gives bitwise the whole model's gradients and loss, and each offset
 // reported final keeps its gradients (runtime/pipeline/executor_test_support.h).
@@ -22,7 +22,7 @@ void expect_schedule_step(schema::ScheduleKind kind, int virtual_stages, const s
   for (const PipelineInstruction& ins : schedule.stages[world_rank()])
     stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
                         ins.peer_micro_batch);
-  expect_whole_model_step(stream, virtual_stages, what, schedule.transfers);
+  expect_whole_model_step(stream, virtual_stages, what, schedule.transfers, kind);
 }
 
 TEST(ScheduleStreams, EveryKindGivesTheWholeModelsGradientsBitwise) {
@@ -30,6 +30,7 @@ TEST(ScheduleStreams, EveryKindGivesTheWholeModelsGradientsBitwise) {
   expect_schedule_step(schema::ScheduleKind::GPipe, 1, "gpipe");
   expect_schedule_step(schema::ScheduleKind::Interleaved1F1B, 2, "interleaved v2");
   expect_schedule_step(schema::ScheduleKind::ZeroBubbleH1, 1, "zb-h1");
+  expect_schedule_step(schema::ScheduleKind::ZeroBubbleV, 2, "zb-v");
 }
 
 }  // namespace

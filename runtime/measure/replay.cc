@@ -240,7 +240,7 @@ std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Comm
 // Every rank's pipeline transfers, split into transfer and wait per rank.
 std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRecord>& mine,
                                                    Communicator& world, const MeshCoordinates& mesh,
-                                                   int virtual_stages) {
+                                                   int virtual_stages, bool v_shape) {
   constexpr size_t kFields = 7;
   std::vector<double> flat;
   for (const TransferRecord& r : mine)
@@ -255,7 +255,7 @@ std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRec
                              static_cast<int>(f[3]), f[4], static_cast<int>(f[5]), f[6]});
     }
   return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size,
-                                  virtual_stages);
+                                  virtual_stages, v_shape);
 }
 
 std::vector<RankMeasurement> gather_measurements(const RankMeasurement& mine, Communicator& world) {
@@ -383,7 +383,7 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     mine.memory_peak[c] = static_cast<double>(rank.memory->peak(static_cast<MemoryCategory>(c)));
   mine.memory_peak_total = static_cast<double>(rank.memory->peak_total());
   const std::vector<TransferAndWait> transfer_waits =
-      gather_transfer_waits(timer.transfers(), world, mesh, virtual_stages);
+      gather_transfer_waits(timer.transfers(), world, mesh, virtual_stages, rank.pipeline.v_shape);
   std::vector<RankMeasurement> ranks = gather_measurements(mine, world);
   for (size_t r = 0; r < transfer_waits.size(); ++r) ranks[r].pipeline = transfer_waits[r];
   std::vector<TimelineSpan> spans;

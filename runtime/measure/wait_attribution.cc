@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "plan_generated.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
@@ -75,9 +76,10 @@ std::pair<Message, int> other_end(Message message) {
 
 std::vector<TransferAndWait> split_pipeline_transfers(
     const std::vector<std::vector<TransferRecord>>& ranks, int pipeline_parallel, int data_parallel,
-    int tensor_parallel, int virtual_stages) {
+    int tensor_parallel, int virtual_stages, bool v_shape) {
   const int stage_ranks = data_parallel * tensor_parallel;
-  const int virtual_count = pipeline_parallel * virtual_stages;
+  const PipelineLayout layout(pipeline_parallel, virtual_stages, v_shape);
+  const int virtual_count = layout.num_virtual_stages();
   // Per rank: (step, chunk, message, micro-batch) -> the work of the
   // instruction carrying it.
   using Key = std::tuple<int, int, Message, int>;
@@ -95,13 +97,13 @@ std::vector<TransferAndWait> split_pipeline_transfers(
       for (const auto& [message, micro_batch] : halves(record)) {
         // The neighbour virtual stage holding the other end, and its rank.
         const auto [end, direction] = other_end(message);
-        const int peer_virtual = record.chunk * pipeline_parallel + stage + direction;
+        const int peer_virtual = layout.virtual_stage(stage, record.chunk) + direction;
         if (peer_virtual < 0 || peer_virtual >= virtual_count) continue;
-        const int peer_stage = peer_virtual % pipeline_parallel;
+        const int peer_stage = layout.rank_of(peer_virtual);
         const size_t peer = r + static_cast<size_t>((peer_stage - stage) * stage_ranks);
         if (peer >= ranks.size()) continue;
         const auto found =
-            carriers[peer].find({record.step, peer_virtual / pipeline_parallel, end, micro_batch});
+            carriers[peer].find({record.step, layout.chunk_of(peer_virtual), end, micro_batch});
         if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
       }
       transfer = std::clamp(transfer, 0.0, record.seconds);

@@ -49,10 +49,10 @@ struct TransferRecord {
 // Every rank's transfers (ranks in world order, mesh as plan.fbs lays it out:
 // tensor-parallel innermost, then data-parallel, then pipeline) split into
 // transfer and wait per rank. With virtual_stages chunks per rank, a chunk's
-// neighbours are the virtual stages beside it (chunk c of the last rank and
-// chunk c + 1 of the first are neighbours).
+// neighbours are the virtual stages beside it in the schedule's layout
+// (schema/pipeline_layout.h; v_shape for ZB-V's V).
 std::vector<TransferAndWait> split_pipeline_transfers(
     const std::vector<std::vector<TransferRecord>>& ranks, int pipeline_parallel, int data_parallel,
-    int tensor_parallel, int virtual_stages = 1);
+    int tensor_parallel, int virtual_stages = 1, bool v_shape = false);
 
 }  // namespace paraplan

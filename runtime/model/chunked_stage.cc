@@ -50,14 +50,14 @@ ChunkedLayout::ChunkedLayout(std::vector<std::unique_ptr<ParameterLayout>> chunk
     : ParameterLayout(chunks.at(0)->config(), combined_spec(chunks), chunks[0]->tensor_rank(),
                       chunks[0]->tensor_size()),
       chunks_(std::move(chunks)) {
+  // A name twice only as a tied embedding and the head's copy of it (ZB-V's
+  // first rank holds both); the optimizer sums their gradients.
   std::set<std::string> names;
   for (const auto& chunk : chunks_) {
     for (const ParameterTensor& tensor : chunk->tensors())
-      if (!names.insert(tensor.name).second)
+      if (!names.insert(tensor.name).second && !tensor.tied_copy)
         throw std::invalid_argument("chunked layout: two model chunks of one rank hold " +
-                                    tensor.name +
-                                    " (a tied embedding and its head on one rank: plan several "
-                                    "chunks per rank with two or more pipeline ranks)");
+                                    tensor.name);
     offsets_.push_back(append(*chunk));
   }
 }

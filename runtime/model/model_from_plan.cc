@@ -5,6 +5,7 @@
 
 #include "runtime/model/architecture.h"
 #include "runtime/model/chunked_stage.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
@@ -66,8 +67,11 @@ std::vector<StageModelSpec> chunk_models_from_plan(const LoadedPlan& loaded, int
   const int chunks = plan.schedule() ? plan.schedule()->virtual_stages() : 1;
   const int p = plan.mesh()->pipeline_parallel();
   std::vector<StageModelSpec> models;
+  const PipelineLayout layout = PipelineLayout::of(
+      plan.schedule() ? plan.schedule()->kind() : schema::ScheduleKind::OneForwardOneBackward, p,
+      chunks);
   for (int c = 0; c < chunks; ++c)
-    models.push_back(stage_model_from_plan(loaded, c * p + pipeline_rank));
+    models.push_back(stage_model_from_plan(loaded, layout.virtual_stage(pipeline_rank, c)));
   return models;
 }
 

@@ -41,13 +41,18 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
     owned_.push_back(OwnedRange{0, n, 0});
   }
   // The tied tensor (the embedding of the first and the last stage) is
-  // summed over the embedding group before its buckets reduce. Untied models
-  // hold none: then neither end of the group sums anything.
-  const ParameterTensor* tied = groups.embedding ? layout_.tied_tensor() : nullptr;
-  if (tied) {
-    held_begin_ = tied->offset;
-    held_end_ = tied->offset + tied->size;
-  }
+  // summed over the embedding group before its buckets reduce; where this
+  // rank holds the head's copy too, with that copy here. Untied models hold
+  // none: then neither end of the group sums anything.
+  const ParameterTensor* tied = layout_.tied_tensor();
+  for (const ParameterTensor& tensor : layout_.tensors())
+    if (tied && tensor.tied_copy && &tensor != tied && tensor.name == tied->name) {
+      held_ = {{tied->offset, tied->offset + tied->size},
+               {tensor.offset, tensor.offset + tensor.size}};
+      tied_pair_here_ = true;
+    }
+  if (tied && !tied_pair_here_ && groups.embedding)
+    held_ = {{tied->offset, tied->offset + tied->size}};
   if (sharded_) {
     gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
                                       MemoryCategory::kGradients);
@@ -122,17 +127,25 @@ void DistributedOptimizer::gradients_final_from(size_t offset) {
   for (size_t i = buckets_.size(); i-- > 0;) {
     const GradientBucket& bucket = buckets_[i];
     if (bucket.begin < offset) break;
-    const bool holds_embedding = bucket.begin < held_end_ && held_begin_ < bucket.end;
+    bool holds_embedding = false;
+    for (const HeldRange& held : held_)
+      holds_embedding |= bucket.begin < held.end && held.begin < bucket.end;
     if (!started_[i] && !holds_embedding) start_bucket(i);
   }
 }
 
 void DistributedOptimizer::reduce_gradients() {
-  if (held_end_ > held_begin_) {
-    // The first stage's embedding and the last stage's tied head are one
-    // parameter: both receive the sum of both gradients.
-    groups_.embedding->all_reduce(kernels::element_at(stage_.gradients(), held_begin_, dtype_),
-                                  held_end_ - held_begin_, dtype_, ReduceOp::kSum);
+  // The embedding and the tied head are one parameter: both copies receive
+  // the sum of both gradients.
+  if (tied_pair_here_) {
+    void* owner = kernels::element_at(stage_.gradients(), held_[0].begin, dtype_);
+    void* copy = kernels::element_at(stage_.gradients(), held_[1].begin, dtype_);
+    const size_t n = held_[0].end - held_[0].begin;
+    ops_.accumulate(owner, copy, n);
+    ops_.copy(copy, owner, n * kernels::dtype_bytes(dtype_));
+  } else if (!held_.empty()) {
+    groups_.embedding->all_reduce(kernels::element_at(stage_.gradients(), held_[0].begin, dtype_),
+                                  held_[0].end - held_[0].begin, dtype_, ReduceOp::kSum);
   }
   for (size_t i = buckets_.size(); i-- > 0;)
     if (!started_[i]) start_bucket(i);

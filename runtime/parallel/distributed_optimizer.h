@@ -133,9 +133,16 @@ class DistributedOptimizer {
   AdamWSettings settings_;
   bool sharded_;
   std::vector<GradientBucket> buckets_;
-  std::vector<OwnedRange> owned_;         // per bucket under ZeRO-1, else one
-  std::vector<bool> started_;             // per bucket, this step
-  size_t held_begin_ = 0, held_end_ = 0;  // the tied tensor's range, summed first
+  std::vector<OwnedRange> owned_;  // per bucket under ZeRO-1, else one
+  std::vector<bool> started_;      // per bucket, this step
+  // The tied embedding's ranges, summed before their buckets reduce: the
+  // owner (summed over the embedding group), and its copy where this rank
+  // holds both (ZB-V's first rank: summed here).
+  struct HeldRange {
+    size_t begin = 0, end = 0;
+  };
+  std::vector<HeldRange> held_;
+  bool tied_pair_here_ = false;
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   double* squares_ = nullptr;  // the gradient norm's sum of squares, on the device

@@ -77,10 +77,12 @@ inline Reference whole_model(const TransformerConfig& config, const SampleSource
 
 // Runs one step of this rank's stream over v chunks and checks it against the
 // whole model.
-inline void expect_whole_model_step(const std::vector<schema::Instruction>& stream, int v,
-                                    const std::string& what,
-                                    schema::Transfers transfers = schema::Transfers::Rendezvous) {
+inline void expect_whole_model_step(
+    const std::vector<schema::Instruction>& stream, int v, const std::string& what,
+    schema::Transfers transfers = schema::Transfers::Rendezvous,
+    schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward) {
   const int p = world_size(), r = world_rank(), S = p * v;
+  const PipelineLayout pipeline = PipelineLayout::of(kind, p, v);
   const TransformerConfig config = executor_config(2 * S);
   const SyntheticSamples data(config.vocab_size, config.seq_len, 11);
   const Reference reference = whole_model(config, data);
@@ -99,7 +101,7 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
   std::vector<std::unique_ptr<ParameterLayout>> layouts;
   std::vector<ModelStageOptions> chunks;
   for (int c = 0; c < v; ++c) {
-    const int s = c * p + r;
+    const int s = pipeline.virtual_stage(r, c);
     layouts.push_back(make_parameter_layout(config, {2 * s, 2, s == 0, s == S - 1}));
     // Full recompute on one chunk: its activations must live until its W.
     chunks.push_back(
@@ -123,7 +125,9 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
                                           .pipeline_size = p,
                                           .first_stage_rank = 0,
                                           .last_stage_rank = p - 1,
-                                          .transfers = transfers});
+                                          .own_rank = r,
+                                          .transfers = transfers,
+                                          .v_shape = pipeline.v_shape()});
   // What each reported offset's range held when reported.
   std::vector<std::pair<size_t, std::vector<float>>> reported;
   ExecutorHooks hooks;
@@ -141,7 +145,7 @@ inline void expect_whole_model_step(const std::vector<schema::Instruction>& stre
     EXPECT_TRUE(bitwise_equal(mine, reference.gradients.at(tensor.name)))
         << what << ": " << tensor.name << " on rank " << r;
   }
-  if (r == (S - 1) % p) {
+  if (r == pipeline.rank_of(S - 1)) {
     EXPECT_EQ(loss_sum, reference.loss_sum) << what;
   } else {
     EXPECT_EQ(loss_sum, 0.0) << what;

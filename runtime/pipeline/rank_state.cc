@@ -169,16 +169,18 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                     .weight_decay = optimizer_plan.weight_decay(),
                     .grad_clip = optimizer_plan.grad_clip()},
       zero_stage, training.gradient_bucket_elements());
-  rank.pipeline =
-      PipelinePeers{.peers = rank.groups.peers.get(),
-                    .previous_stage_rank = rank.groups.previous_stage_rank,
-                    .next_stage_rank = rank.groups.next_stage_rank,
-                    .pipeline_rank = mesh.pipeline_rank,
-                    .pipeline_size = mesh.pipeline_size,
-                    .first_stage_rank = world_rank_of(mesh, 0, mesh.data_rank, mesh.tensor_rank),
-                    .last_stage_rank = world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank,
-                                                     mesh.tensor_rank),
-                    .transfers = plan.schedule()->transfers()};
+  rank.pipeline = PipelinePeers{
+      .peers = rank.groups.peers.get(),
+      .previous_stage_rank = rank.groups.previous_stage_rank,
+      .next_stage_rank = rank.groups.next_stage_rank,
+      .pipeline_rank = mesh.pipeline_rank,
+      .pipeline_size = mesh.pipeline_size,
+      .first_stage_rank = world_rank_of(mesh, 0, mesh.data_rank, mesh.tensor_rank),
+      .last_stage_rank =
+          world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank, mesh.tensor_rank),
+      .own_rank = session.world_rank(),
+      .transfers = plan.schedule()->transfers(),
+      .v_shape = PipelineLayout::of(plan.schedule()->kind(), mesh.pipeline_size, chunks).v_shape()};
   rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
                                                      training.num_micro_batches(), mesh.data_rank,
                                                      rank.pipeline);

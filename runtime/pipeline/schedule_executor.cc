@@ -116,24 +116,44 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
   return buffers;
 }
 
-int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks) {
-  const int p = pipeline.pipeline_size, r = pipeline.pipeline_rank;
-  if (chunk * p + r + 1 >= p * num_chunks) return -1;  // the last virtual stage
-  return r + 1 < p ? pipeline.next_stage_rank : pipeline.first_stage_rank;
-}
+namespace {
 
-int previous_virtual_stage_rank(const PipelinePeers& pipeline, int chunk) {
+// The world rank of pipeline rank `to`, a neighbour of this one or itself.
+int world_rank_of(const PipelinePeers& pipeline, int to) {
   const int r = pipeline.pipeline_rank;
-  if (chunk * pipeline.pipeline_size + r == 0) return -1;  // the first virtual stage
-  return r > 0 ? pipeline.previous_stage_rank : pipeline.last_stage_rank;
+  if (to == r) return pipeline.own_rank;
+  if (to == r + 1) return pipeline.next_stage_rank;
+  if (to == r - 1) return pipeline.previous_stage_rank;
+  if (to == 0) return pipeline.first_stage_rank;
+  if (to == pipeline.pipeline_size - 1) return pipeline.last_stage_rank;
+  throw std::logic_error("pipeline rank " + std::to_string(to) + " is no neighbour of rank " +
+                         std::to_string(r));
 }
 
-int next_link_tag(const PipelinePeers& pipeline, int chunk) {
-  return (chunk * pipeline.pipeline_size + pipeline.pipeline_rank) % PeerToPeer::kMaxPeerTags;
+}  // namespace
+
+int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks) {
+  const PipelineLayout layout = pipeline.layout(num_chunks);
+  const int vs = layout.virtual_stage(pipeline.pipeline_rank, chunk);
+  if (vs == layout.last_virtual_stage()) return -1;
+  return world_rank_of(pipeline, layout.rank_of(vs + 1));
 }
 
-int previous_link_tag(const PipelinePeers& pipeline, int chunk) {
-  return (chunk * pipeline.pipeline_size + pipeline.pipeline_rank + PeerToPeer::kMaxPeerTags - 1) %
+int previous_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks) {
+  const PipelineLayout layout = pipeline.layout(num_chunks);
+  const int vs = layout.virtual_stage(pipeline.pipeline_rank, chunk);
+  if (vs == 0) return -1;
+  return world_rank_of(pipeline, layout.rank_of(vs - 1));
+}
+
+int next_link_tag(const PipelinePeers& pipeline, int chunk, int num_chunks) {
+  return pipeline.layout(num_chunks).virtual_stage(pipeline.pipeline_rank, chunk) %
+         PeerToPeer::kMaxPeerTags;
+}
+
+int previous_link_tag(const PipelinePeers& pipeline, int chunk, int num_chunks) {
+  return (pipeline.layout(num_chunks).virtual_stage(pipeline.pipeline_rank, chunk) +
+          PeerToPeer::kMaxPeerTags - 1) %
          PeerToPeer::kMaxPeerTags;
 }
 
@@ -158,9 +178,15 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
     chunk.activation_send.assign(chunk.stage->num_slots(), 0);
     chunk.output_gradient_per_slot = buffers[c].output_gradient_per_slot;
     chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
-    chunk.previous_rank = previous_virtual_stage_rank(pipeline, c);
-    chunk.next_tag = next_link_tag(pipeline, c);
-    chunk.previous_tag = previous_link_tag(pipeline, c);
+    chunk.previous_rank = previous_virtual_stage_rank(pipeline, c, v);
+    chunk.next_tag = next_link_tag(pipeline, c, v);
+    chunk.previous_tag = previous_link_tag(pipeline, c, v);
+    const PipelineLayout layout = pipeline.layout(v);
+    const int vs = layout.virtual_stage(pipeline.pipeline_rank, c);
+    if (chunk.next_rank >= 0 && layout.rank_of(vs + 1) == pipeline.pipeline_rank)
+      chunk.next_local = layout.chunk_of(vs + 1);
+    if (chunk.previous_rank >= 0 && layout.rank_of(vs - 1) == pipeline.pipeline_rank)
+      chunk.previous_local = layout.chunk_of(vs - 1);
     chunks_.push_back(chunk);
   }
   for (size_t i = 0; i < instructions_.size(); ++i) {
@@ -226,6 +252,15 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
   const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
   const int micro_batch = instruction.micro_batch();
   const bool finishes_gradients = index == chunk.last_backward;
+  if (instruction.op() == OpCode::SendActivation || instruction.op() == OpCode::RecvActivation ||
+      instruction.op() == OpCode::SendGradient || instruction.op() == OpCode::RecvGradient) {
+    const bool to_next =
+        instruction.op() == OpCode::SendActivation || instruction.op() == OpCode::RecvGradient;
+    if ((to_next ? chunk.next_local : chunk.previous_local) >= 0) {
+      hand_off(chunk, instruction);
+      return;
+    }
+  }
   if (pipeline_.transfers == schema::Transfers::Posted) {
     switch (instruction.op()) {
       case OpCode::SendActivation:
@@ -431,6 +466,32 @@ void ScheduleExecutor::wait_before(Chunk& chunk, const schema::Instruction& inst
   if (chunk.gradient_receive[slot] != 0) pipeline_.peers->wait(chunk.gradient_receive[slot]);
   chunk.gradient_receive[slot] = 0;
   wait_send(chunk.input_gradient_send);  // the backward writes the input gradient again
+}
+
+void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruction) {
+  ModelStage& stage = *chunk.stage;
+  const int mb = instruction.micro_batch(), slot = slot_of(chunk, mb);
+  const size_t bytes = stage.activation_elements() * kernels::dtype_bytes(stage.dtype());
+  switch (instruction.op()) {
+    case OpCode::SendActivation:
+      break;  // its Recv, next, copies the output
+    case OpCode::RecvActivation: {
+      const Chunk& from = chunks_[chunk.previous_local];
+      ops_.copy(stage.input(slot), from.stage->output(slot_of(from, mb)), bytes);
+      break;
+    }
+    case OpCode::SendGradient:
+      send_input_gradient(chunk, instruction);
+      break;
+    case OpCode::RecvGradient: {
+      receive_output_gradient(chunk, instruction, mb);
+      const Chunk& from = chunks_[chunk.next_local];
+      ops_.copy(stage.output_gradient(slot), from.stage->input_gradient(), bytes);
+      break;
+    }
+    default:
+      break;
+  }
 }
 
 void ScheduleExecutor::wait_for_sends() {

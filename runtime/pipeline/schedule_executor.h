@@ -20,15 +20,17 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/data/sample_source.h"
 #include "runtime/model/model_stage.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
 // Where a rank's transfers go: world ranks of its pipeline neighbours. With
-// several model chunks per rank (virtual stages, plan.fbs), virtual stage
-// s = chunk * p + pipeline rank; its neighbours are virtual stages s - 1 and
-// s + 1: chunk c of the last rank feeds chunk c + 1 of the first, so the
-// first and last ranks also talk to each other (first_stage_rank,
-// last_stage_rank).
+// several model chunks per rank (virtual stages, schema/pipeline_layout.h),
+// chunk c's neighbours are the virtual stages before and after its own:
+// round robin, chunk c of the last rank feeds chunk c + 1 of the first, so
+// the first and last ranks also talk to each other (first_stage_rank,
+// last_stage_rank); in ZB-V's V the last rank's chunk 0 feeds its own chunk
+// 1, a local hand-off (own_rank).
 struct PipelinePeers {
   PeerToPeer* peers = nullptr;
   int previous_stage_rank = -1;
@@ -36,20 +38,27 @@ struct PipelinePeers {
   int pipeline_rank = 0, pipeline_size = 1;
   int first_stage_rank = -1;  // the last rank: the world rank of pipeline rank 0
   int last_stage_rank = -1;   // the first rank: the world rank of pipeline rank p - 1
+  int own_rank = -1;          // this rank's world rank
   // How the stream's Send / Recv instructions behave (plan.fbs Transfers).
   schema::Transfers transfers = schema::Transfers::Rendezvous;
+  // Which virtual stage each chunk is; v_shape as the schedule kind says.
+  bool v_shape = false;
+
+  PipelineLayout layout(int num_chunks) const {
+    return PipelineLayout(pipeline_size, num_chunks, v_shape);
+  }
 };
 
 // World ranks of chunk c's neighbour virtual stages (of num_chunks per rank):
 // the next one (activations go there) and the previous one (gradients go
-// there); -1 for none.
+// there); -1 for none, own_rank for a chunk of this rank.
 int next_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks);
-int previous_virtual_stage_rank(const PipelinePeers& pipeline, int chunk);
+int previous_virtual_stage_rank(const PipelinePeers& pipeline, int chunk, int num_chunks);
 // The PeerToPeer tag of the link from chunk c's virtual stage to the next
 // one and from the previous one (each link its own, so chunks' messages
 // between two ranks stay apart).
-int next_link_tag(const PipelinePeers& pipeline, int chunk);
-int previous_link_tag(const PipelinePeers& pipeline, int chunk);
+int next_link_tag(const PipelinePeers& pipeline, int chunk, int num_chunks);
+int previous_link_tag(const PipelinePeers& pipeline, int chunk, int num_chunks);
 
 struct ExecutorHooks {
   std::function<void()> reduce_gradients;
@@ -113,6 +122,9 @@ class ScheduleExecutor {
     ModelStage* stage = nullptr;
     int next_rank = -1, previous_rank = -1;  // world ranks of its neighbour virtual stages
     int next_tag = 0, previous_tag = 0;      // the links' PeerToPeer tags
+    // The chunks of this rank at the other end of a local hand-off (-1: the
+    // neighbour is on another rank, or none).
+    int next_local = -1, previous_local = -1;
     // Per slot, the micro-batch whose received output gradient waits for its
     // backward (-1: none); the micro-batch whose input gradient waits to be sent.
     std::vector<int> received;
@@ -152,6 +164,9 @@ class ScheduleExecutor {
   void post(Chunk& chunk, const schema::Instruction& instruction);
   void wait_before(Chunk& chunk, const schema::Instruction& instruction);
   void wait_for_sends();
+  // A Send / Recv between two chunks of this rank: the Recv copies what its
+  // Send, the instruction before, left in the sending chunk's buffer.
+  void hand_off(Chunk& chunk, const schema::Instruction& instruction);
 
   std::vector<schema::Instruction> instructions_;
   ModelStage& stage_;

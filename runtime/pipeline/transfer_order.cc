@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "schema/pipeline_layout.h"
+
 namespace paraplan {
 
 namespace {
@@ -40,20 +42,24 @@ struct Links {
   std::map<std::pair<int, int>, std::vector<Message>> sent, received;
 };
 
-void post(Links& links, int p, int rank, int virtual_stages, int index,
+// A link between two chunks of one rank (ZB-V's turn) is a local copy, no
+// message: left out.
+void post(Links& links, const PipelineLayout& layout, int rank, int index,
           const schema::Instruction& instruction) {
-  const int stage = instruction.chunk() * p + rank, last = p * virtual_stages - 1;
-  const int next = (rank + 1) % p, previous = (rank + p - 1) % p;
+  const int stage = layout.virtual_stage(rank, instruction.chunk());
+  const int last = layout.last_virtual_stage();
   const auto send = [&](bool activation, int micro_batch) {
     if (activation ? stage == last : stage == 0) return;  // the ends send nothing that way
-    links.sent[{rank, activation ? next : previous}].push_back(
-        {activation, stage, micro_batch, index, instruction.op()});
+    const int to = layout.rank_of(activation ? stage + 1 : stage - 1);
+    if (to == rank) return;
+    links.sent[{rank, to}].push_back({activation, stage, micro_batch, index, instruction.op()});
   };
   const auto receive = [&](bool activation, int micro_batch) {
     if (activation ? stage == 0 : stage == last) return;
-    const int from = activation ? previous : next;
+    const int sender = activation ? stage - 1 : stage + 1, from = layout.rank_of(sender);
+    if (from == rank) return;
     links.received[{from, rank}].push_back(
-        {activation, activation ? stage - 1 : stage + 1, micro_batch, index, instruction.op()});
+        {activation, sender, micro_batch, index, instruction.op()});
   };
   const int m = instruction.micro_batch(), peer = instruction.peer_micro_batch();
   switch (instruction.op()) {
@@ -86,11 +92,12 @@ void post(Links& links, int p, int rank, int virtual_stages, int index,
 
 void check_transfer_order(const schema::Schedule& schedule, const std::string& plan_name) {
   const int p = static_cast<int>(schedule.stages()->size());
+  const PipelineLayout layout = PipelineLayout::of(schedule.kind(), p, schedule.virtual_stages());
   Links links;
   for (int rank = 0; rank < p; ++rank) {
     const auto* stream = schedule.stages()->Get(rank)->instructions();
     for (int i = 0; stream && i < static_cast<int>(stream->size()); ++i)
-      post(links, p, rank, schedule.virtual_stages(), i, *stream->Get(i));
+      post(links, layout, rank, i, *stream->Get(i));
   }
   const auto refuse = [&](const std::string& problem) {
     throw std::invalid_argument(plan_name + ": schedule: " + problem +

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/pipeline/schedule_executor.h"
 
@@ -31,31 +32,43 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
       const int64_t sample =
           static_cast<int64_t>(step) * training.global_batch_size() +
           static_cast<int64_t>(mesh.data_rank * micro_batches + micro_batch) * batch;
-      // Through this rank's chunks in model order (virtual stages c * p + rank):
-      // every rank takes the micro-batches in the same order, so the
-      // transfers meet.
+      // Through this rank's chunks in their order (each before the next in
+      // model order): every rank takes the micro-batches in the same order,
+      // so the transfers meet. A neighbour chunk on this rank (ZB-V's turn)
+      // gets the output by a copy.
+      const PipelineLayout layout = rank.pipeline.layout(chunks);
       for (int c = 0; c < chunks; ++c) {
         ModelStage& chunk = stage.chunk(c);
+        const int vs = layout.virtual_stage(mesh.pipeline_rank, c);
         if (chunk.has_embedding() || chunk.has_head()) {
           data.load(sample, batch, inputs.data(), targets.data());
           rank.ops->copy_from_host_async(chunk.tokens(0), inputs.data(), tokens * sizeof(int32_t));
           rank.ops->copy_from_host_async(chunk.targets(0), targets.data(),
                                          tokens * sizeof(int32_t));
         }
-        if (!chunk.has_embedding())
+        const bool local_input =
+            !chunk.has_embedding() && layout.rank_of(vs - 1) == mesh.pipeline_rank;
+        if (local_input) {
+          const ModelStage& from = stage.chunk(layout.chunk_of(vs - 1));
+          rank.ops->copy(chunk.input(0), from.output(0),
+                         activations * kernels::dtype_bytes(stage.dtype()));
+        } else if (!chunk.has_embedding()) {
           rank.groups.peers->send_receive(nullptr, 0, -1, chunk.input(0), activations,
-                                          previous_virtual_stage_rank(rank.pipeline, c),
-                                          stage.dtype(), previous_link_tag(rank.pipeline, c));
+                                          previous_virtual_stage_rank(rank.pipeline, c, chunks),
+                                          stage.dtype(),
+                                          previous_link_tag(rank.pipeline, c, chunks));
+        }
         chunk.forward(0, 1.0f, /*training=*/false);
-        if (!chunk.has_head())
+        if (!chunk.has_head() && layout.rank_of(vs + 1) != mesh.pipeline_rank)
           rank.groups.peers->send_receive(
               chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
-              nullptr, 0, -1, stage.dtype(), next_link_tag(rank.pipeline, c));
+              nullptr, 0, -1, stage.dtype(), next_link_tag(rank.pipeline, c, chunks));
       }
     }
   }
-  // The forwards' losses, summed on the device.
-  const double stage_loss = stage.chunk(chunks - 1).take_loss_sum();
+  // The forwards' losses, summed on the device (on the chunk with the head).
+  double stage_loss = 0;
+  for (int c = 0; c < chunks; ++c) stage_loss += stage.chunk(c).take_loss_sum();
   // A bad target the loss kernels found here is this data's, not the next
   // training step's (the CUDA backend reports it late).
   rank.ops->check_deferred_errors();
