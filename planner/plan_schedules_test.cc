@@ -7,6 +7,7 @@
 #include "planner/planner.h"
 #include "planner/schedule/schedule.h"
 #include "schema/plan_io.h"
+#include "schema/plan_test_builder.h"
 
 namespace paraplan {
 namespace {
@@ -93,12 +94,88 @@ TEST(PlanSchedulesTest, ZeroBubblePlanSplitsBackward) {
   EXPECT_EQ(whole, 0);
 }
 
+TEST(PlanSchedulesTest, ZeroBubbleVPlanHoldsItsChunksInAV) {
+  const PlanOutcome outcome = plan_with("zb-v");
+  EXPECT_EQ(problems_of(outcome.plan), "");
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  ASSERT_EQ(plan.schedule()->kind(), ScheduleKind::ZeroBubbleV);
+  ASSERT_EQ(plan.schedule()->virtual_stages(), 2);
+  EXPECT_EQ(plan.schedule()->transfers(), schema::Transfers::Posted);
+  ASSERT_EQ(plan.stages()->size(), 4u);
+  // Rank 0's chunks are virtual stages 0 and 3 (the embedding and the head),
+  // rank 1's are 1 and 2; each chunk takes half of its rank's blocks.
+  const int per_rank[2] = {
+      plan.stages()->Get(0)->num_layers() + plan.stages()->Get(3)->num_layers(),
+      plan.stages()->Get(1)->num_layers() + plan.stages()->Get(2)->num_layers()};
+  EXPECT_EQ(per_rank[0] + per_rank[1], 8);
+  EXPECT_EQ(plan.stages()->Get(0)->num_layers(), (per_rank[0] + 1) / 2);
+  EXPECT_EQ(plan.stages()->Get(1)->num_layers(), (per_rank[1] + 1) / 2);
+  EXPECT_TRUE(plan.stages()->Get(3)->has_head());
+  // The streams are the generator's; the last rank hands chunk 0's output to
+  // its own chunk 1 as a send directly followed by its receive.
+  const PipelineSchedule expected = generate_zero_bubble_v(2, plan.training()->num_micro_batches());
+  int hand_offs = 0;
+  for (int r = 0; r < 2; ++r) {
+    const auto* stream = plan.schedule()->stages()->Get(r)->instructions();
+    ASSERT_EQ(stream->size(), expected.stages[r].size());
+    for (size_t i = 0; i < stream->size(); ++i) {
+      EXPECT_EQ(stream->Get(i)->op(), expected.stages[r][i].op);
+      EXPECT_EQ(stream->Get(i)->chunk(), expected.stages[r][i].chunk);
+      EXPECT_EQ(stream->Get(i)->micro_batch(), expected.stages[r][i].micro_batch);
+      if (r == 1 && stream->Get(i)->op() == schema::OpCode::SendActivation &&
+          stream->Get(i)->chunk() == 0) {
+        ASSERT_LT(i + 1, stream->size());
+        EXPECT_EQ(stream->Get(i + 1)->op(), schema::OpCode::RecvActivation);
+        EXPECT_EQ(stream->Get(i + 1)->chunk(), 1);
+        ++hand_offs;
+      }
+    }
+  }
+  EXPECT_EQ(hand_offs, plan.training()->num_micro_batches());
+}
+
+// A hand-edited V plan whose hand-off is not followed by its receive, or
+// whose kind runs another chunk count, is refused by field.
+TEST(PlanSchedulesTest, ZeroBubbleVPlanChecksItsHandOffs) {
+  const int m = 4;
+  const auto problems = [&](int virtual_stages, bool swap) {
+    test_plans::PlanSpec spec =
+        test_plans::make_chunked_plan_spec(2, 2, 8, m, ScheduleKind::ZeroBubbleV, true);
+    spec.virtual_stages = virtual_stages;
+    const PipelineSchedule schedule = generate_zero_bubble_v(2, m);
+    spec.transfers = schedule.transfers;
+    spec.schedule.clear();
+    for (int r = 0; r < 2; ++r) {
+      std::vector<schema::Instruction> stream;
+      for (const PipelineInstruction& ins : schedule.stages[r])
+        stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
+                            ins.peer_micro_batch);
+      for (size_t i = 0; swap && r == 1 && i + 2 < stream.size(); ++i)
+        if (stream[i].op() == schema::OpCode::SendActivation && stream[i].chunk() == 0) {
+          std::swap(stream[i + 1], stream[i + 2]);  // something between send and receive
+          break;
+        }
+      spec.schedule.push_back({r, true, stream});
+    }
+    return problems_of(test_plans::build_plan(spec));
+  };
+  EXPECT_EQ(problems(2, false), "");
+  const std::string swapped = problems(2, true);
+  EXPECT_NE(swapped.find("schedule.stages[1].instructions["), std::string::npos) << swapped;
+  EXPECT_NE(swapped.find("goes to chunk 1 of the same rank, a local copy: the next instruction "
+                         "must be its recv_activation (chunk 1)"),
+            std::string::npos)
+      << swapped;
+  EXPECT_NE(problems(3, false).find("schedule.virtual_stages: 3 with schedule.kind zb-v"),
+            std::string::npos);
+}
+
 TEST(PlanSchedulesTest, AutoComparesTheKindsInTheReport) {
   const PlanOutcome outcome = plan_with("auto");
   EXPECT_EQ(problems_of(outcome.plan), "");
   const std::string& report = outcome.report;
   EXPECT_NE(report.find(" won; the best plan of each schedule kind:"), std::string::npos) << report;
-  for (const char* kind : {"1f1b", "gpipe", "zb-h1", "interleaved v="})
+  for (const char* kind : {"1f1b", "gpipe", "zb-h1", "zb-v", "interleaved v="})
     EXPECT_NE(report.find(kind), std::string::npos) << kind << "\n" << report;
   // The written plan is the winner the report names.
   const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());

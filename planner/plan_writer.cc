@@ -30,9 +30,10 @@ PipelineSchedule candidate_schedule(const JobConfig&, const PlanCandidate& candi
 }
 
 std::vector<StageLayout> virtual_stage_layouts(const std::vector<StageLayout>& ranks,
-                                               int virtual_stages) {
+                                               int virtual_stages, schema::ScheduleKind kind) {
   const int p = static_cast<int>(ranks.size()), v = std::max(virtual_stages, 1);
   if (v == 1) return ranks;
+  const PipelineLayout pipeline = PipelineLayout::of(kind, p, v);
   // Chunk c of rank r takes the next share of the rank's layers (and their
   // recompute modes, in order); the earlier chunks take the remainder.
   std::vector<StageLayout> out(static_cast<size_t>(p) * v);
@@ -41,7 +42,7 @@ std::vector<StageLayout> virtual_stage_layouts(const std::vector<StageLayout>& r
     int taken = 0;
     for (int c = 0; c < v; ++c) {
       const int n = rank.num_layers / v + (c < rank.num_layers % v ? 1 : 0);
-      StageLayout& chunk = out[static_cast<size_t>(c) * p + r];
+      StageLayout& chunk = out[pipeline.virtual_stage(r, c)];
       chunk.num_layers = n;
       chunk.recompute.assign(rank.recompute.begin() + taken, rank.recompute.begin() + taken + n);
       taken += n;
@@ -159,8 +160,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
                          setting.layout.devices_per_node, setting.shape.sequence_parallel);
 
   std::vector<fb::Offset<schema::Stage>> stages;
-  const std::vector<StageLayout> virtual_stages =
-      virtual_stage_layouts(candidate.stages, setting.schedule.virtual_stages);
+  const std::vector<StageLayout> virtual_stages = virtual_stage_layouts(
+      candidate.stages, setting.schedule.virtual_stages, setting.schedule.kind);
   for (size_t s = 0; s < virtual_stages.size(); ++s) {
     const StageLayout& stage = virtual_stages[s];
     stages.push_back(schema::CreateStageDirect(builder, static_cast<int32_t>(s), stage.first_layer,

@@ -29,11 +29,13 @@ inline constexpr const char* kPlannerVersion = "0.2.0";
 PipelineSchedule candidate_schedule(const JobConfig& config, const PlanCandidate& candidate);
 
 // The plan's stages from a candidate's per-rank layouts: with v > 1 chunks
-// per rank, pipeline_parallel x v virtual stages in model order, virtual stage
-// c x p + r taking chunk c's share of rank r's layers (sizes differ by at most
-// one), the embedding on the first and the head on the last.
-std::vector<StageLayout> virtual_stage_layouts(const std::vector<StageLayout>& ranks,
-                                               int virtual_stages);
+// per rank, pipeline_parallel x v virtual stages in model order, the virtual
+// stage of chunk c of rank r (the kind's layout, schema/pipeline_layout.h)
+// taking chunk c's share of rank r's layers (sizes differ by at most one),
+// the embedding on the first and the head on the last.
+std::vector<StageLayout> virtual_stage_layouts(
+    const std::vector<StageLayout>& ranks, int virtual_stages,
+    schema::ScheduleKind kind = schema::ScheduleKind::Interleaved1F1B);
 
 class MeasuredProfile;
 

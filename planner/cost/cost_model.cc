@@ -256,13 +256,16 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
     terms.kept[static_cast<int>(mode)] =
         block_activation_bytes(model, micro_batch_size, mode, t, sp);
-  // Interleaved: in flight counts chunks, each a 1 / v share of the blocks
-  // with its own ends (embedding, head or output: counted for every chunk).
-  const bool interleaved = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B;
-  terms.chunks = interleaved ? std::max(options.pipeline_virtual_stages, 1) : 1;
+  // Interleaved and ZB-V: in flight counts chunks, each a 1 / v share of
+  // the blocks with its own ends (embedding, head or output: counted for
+  // every chunk).
+  const bool chunked = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B ||
+                       options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV;
+  terms.chunks = chunked ? std::max(options.pipeline_virtual_stages, 1) : 1;
   const int64_t local_rows =
       int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
-  const bool zero_bubble = options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1;
+  const bool zero_bubble = options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1 ||
+                           options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV;
   if (zero_bubble && options.is_train) {
     // A micro-batch waiting for its W also keeps what backward_input copied
     // for it: each block's share, the embedding's input gradient, and with
@@ -272,7 +275,7 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
     if (has_head && sp)
       terms.deferred_ends += e * int64_t{model.seq_len} * micro_batch_size * model.d_model;
   }
-  // Posted transfers (interleaved, ZB-H1): a stage receiving output
+  // Posted transfers (interleaved, ZB-H1, ZB-V): a stage receiving output
   // gradients receives each in-flight micro-batch's into a buffer of its own.
   if (options.is_train && (terms.chunks > 1 || (zero_bubble && !has_head)))
     terms.per_chunk_extra += e * local_rows * model.d_model;

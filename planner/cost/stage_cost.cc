@@ -76,9 +76,12 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b,
                               setting.num_micro_batches);
   };
-  const StageMemoryTerms first_terms = terms_of(true, p == 1);
-  const StageMemoryTerms middle_terms = p > 2 ? terms_of(false, false) : first_terms;
-  const StageMemoryTerms last_terms = p > 1 ? terms_of(false, true) : first_terms;
+  // (ZB-V: the first holds the head too, the last is a middle one.)
+  const bool v_shape = setting.schedule.kind == schema::ScheduleKind::ZeroBubbleV;
+  const StageMemoryTerms first_terms = terms_of(true, p == 1 || v_shape);
+  const StageMemoryTerms middle_terms =
+      p > 2 || (v_shape && p > 1) ? terms_of(false, false) : first_terms;
+  const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
   for (int r = 0; r < p; ++r) {
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
     memory_terms_.back().in_flight = in_flight_micro_batches(
@@ -212,21 +215,23 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   }
   // Interleaved: each rank's other chunks send an activation and a gradient
   // more per micro-batch (the wrap from the last rank to rank 0 included).
-  if (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B && p > 1)
+  const schema::ScheduleKind kind = setting.schedule.kind;
+  const bool chunked =
+      kind == schema::ScheduleKind::Interleaved1F1B || kind == schema::ScheduleKind::ZeroBubbleV;
+  const bool split_backward =
+      kind == schema::ScheduleKind::ZeroBubbleH1 || kind == schema::ScheduleKind::ZeroBubbleV;
+  if (chunked && p > 1)
     interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
   else
     interleave_send_ = 0;
-  if (train && setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1) {
+  if (train && split_backward) {
     const double block_slot =
         block_forward_ + block_backward_[0] + tensor_parallel_.block + tensor_parallel_wait_.block;
     setting_.schedule.weight_fraction = block_slot > 0 ? block_weight_gradient_ / block_slot : 0;
     setting_.schedule.weight_of_backward =
         block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
   }
-  const schema::ScheduleKind kind = setting.schedule.kind;
-  if (train && p > 1 &&
-      (kind == schema::ScheduleKind::ZeroBubbleH1 ||
-       kind == schema::ScheduleKind::Interleaved1F1B) &&
+  if (train && p > 1 && (split_backward || chunked) &&
       (kind != schema::ScheduleKind::Interleaved1F1B || setting.num_micro_batches >= p))
     setting_.schedule.bubble_slots = played_out_bubble_slots(
         kind, p, setting.num_micro_batches, std::max(setting.schedule.virtual_stages, 1),
@@ -292,7 +297,7 @@ double exposed_reduction_seconds(double seconds, int buckets, double backward_se
 double StageCostModel::plain_backward_seconds(int pipeline_rank, int num_layers) const {
   double seconds = num_layers * block_backward_[0];
   if (pipeline_rank == 0) seconds += embedding_backward_;
-  if (pipeline_rank == num_stages() - 1) seconds += head_backward_;
+  if (pipeline_rank == head_rank()) seconds += head_backward_;
   return seconds;
 }
 
@@ -366,7 +371,7 @@ MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts&
 
 void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
                                StageEstimate& stage) const {
-  const bool first = pipeline_rank == 0, last = pipeline_rank == num_stages() - 1;
+  const bool first = pipeline_rank == 0, last = pipeline_rank == head_rank();
   stage.forward_seconds = counts.layers() * block_forward_;
   stage.backward_seconds = counts.none * block_backward_[0] +
                            counts.selective * block_backward_[1] + counts.full * block_backward_[2];
@@ -390,8 +395,7 @@ double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& co
 }
 
 double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
-  const StageLayout layout{
-      0, num_layers, pipeline_rank == 0, pipeline_rank == num_stages() - 1, {}};
+  const StageLayout layout{0, num_layers, pipeline_rank == 0, pipeline_rank == head_rank(), {}};
   const double parameters =
       static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
                                            options_.ignore_small_tensor_threshold));
@@ -408,7 +412,7 @@ StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts&
   stage.memory = memory(pipeline_rank, counts);
   fill_time(pipeline_rank, counts, stage);
   const StageLayout layout{
-      0, counts.layers(), pipeline_rank == 0, pipeline_rank == num_stages() - 1, {}};
+      0, counts.layers(), pipeline_rank == 0, pipeline_rank == head_rank(), {}};
   const double parameters =
       static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
                                            options_.ignore_small_tensor_threshold));
@@ -429,6 +433,11 @@ double bubble_slots(const PlanSetting& setting) {
     case schema::ScheduleKind::ZeroBubbleH1:
       if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
       return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction);
+    case schema::ScheduleKind::ZeroBubbleV:
+      // Before the split of backward is known: ZB-H1's at half the slot
+      // (each chunk is half a stage); the played-out figure replaces it.
+      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
+      return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction) / 2;
     default:
       return p - 1;
   }
@@ -446,6 +455,11 @@ double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
   const double weight = backward_ratio * weight_of_backward;
   if (kind == schema::ScheduleKind::ZeroBubbleH1 && m >= p && weight <= std::min(1.0, input))
     return (p - 1) * (1 + input - weight) / (1 + backward_ratio);
+  // The steady state adds no bubble (schedule_bubble_test): ZB-V's is the
+  // same for every m >= 2p, interleaved's for every m >= 2p of one m mod p;
+  // the shortest such schedule plays it out.
+  if (kind == schema::ScheduleKind::ZeroBubbleV && m > 2 * p) m = 2 * p;
+  if (kind == schema::ScheduleKind::Interleaved1F1B && m >= 2 * p) m = 2 * p + m % p;
   // Otherwise played out. Ratios rounded to 1/20: settings differ in them a
   // little, and the cache serves them all.
   const int backward_q = static_cast<int>(std::lround(backward_ratio * 20));
@@ -484,7 +498,7 @@ std::string schedule_choice_name(const ScheduleChoice& choice) {
   std::string name = schedule_kind_name(choice.kind);
   if (choice.kind == schema::ScheduleKind::Interleaved1F1B)
     name += " v=" + std::to_string(choice.virtual_stages);
-  return name;
+  return name;  // (zb-v: always 2 chunks)
 }
 
 std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
@@ -501,9 +515,17 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
       if (v >= 2 && config.model.num_layers >= p * v)
         choices.push_back({ScheduleKind::Interleaved1F1B, v, 0});
   };
+  // ZB-V: two chunks on every rank, its layers split between them (the
+  // partition gives each rank a count, not a range of the model).
+  auto zero_bubble_v = [&] {
+    if (p < 2 || boundaries_restricted || config.model.num_layers < 2 * p) return;
+    choices.push_back({ScheduleKind::ZeroBubbleV, 2, 0});
+  };
   if (!options.pipeline_scheduler_auto) {
     if (options.pipeline_scheduler == ScheduleKind::Interleaved1F1B)
       interleaved();
+    else if (options.pipeline_scheduler == ScheduleKind::ZeroBubbleV)
+      zero_bubble_v();
     else
       choices.push_back({options.pipeline_scheduler, 1, 0});
     return choices;
@@ -513,6 +535,7 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
   choices.push_back({ScheduleKind::GPipe, 1, 0});
   choices.push_back({ScheduleKind::ZeroBubbleH1, 1, 0});
   interleaved();
+  zero_bubble_v();
   return choices;
 }
 

@@ -142,6 +142,11 @@ class StageCostModel {
   const PlanSetting& setting() const { return setting_; }
   const JobConfig& config() const { return *config_; }
   int num_stages() const { return setting_.shape.pipeline_stages; }
+  // The pipeline rank holding the head: the last, or under ZB-V's V the
+  // first (beside the embedding).
+  int head_rank() const {
+    return setting_.schedule.kind == schema::ScheduleKind::ZeroBubbleV ? 0 : num_stages() - 1;
+  }
 
   StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
   // Only the memory (cheaper; equal to estimate().memory).

@@ -104,7 +104,8 @@ const std::vector<FieldSpec>& field_table() {
             {"1f1b", ScheduleKind::OneForwardOneBackward},
             {"gpipe", ScheduleKind::GPipe},
             {"interleaved", ScheduleKind::Interleaved1F1B},
-            {"zb-h1", ScheduleKind::ZeroBubbleH1}});
+            {"zb-h1", ScheduleKind::ZeroBubbleH1},
+            {"zb-v", ScheduleKind::ZeroBubbleV}});
     pipeline_scheduler.choices.push_back("auto");
     pipeline_scheduler.set = [set = pipeline_scheduler.set](JobConfig& c, const FieldValue& v) {
       c.planner.pipeline_scheduler_auto = std::get<std::string>(v) == "auto";

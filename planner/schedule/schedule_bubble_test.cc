@@ -162,6 +162,26 @@ TEST(ScheduleBubbleTest, InterleavedReachesMegatronsBubbleAndItsOwnBound) {
                 worst_excess, worst.c_str());
 }
 
+// Where p does not divide m, the bubble depends on m mod p alone from m = 2p
+// on: the planner plays out m = 2p + m mod p for every longer m.
+TEST(ScheduleBubbleTest, InterleavedBubbleIsTheSameForEveryLongerStepOfOneRemainder) {
+  for (int v : {2, 3})
+    for (int p : {3, 4, 5, 8})
+      for (double backward : {1.0, 3.0})
+        for (int r = 1; r < p; ++r) {
+          const Times t{1, backward, 0};
+          double shortest = 0;
+          for (int k : {2, 3, 5}) {
+            const int m = k * p + r;
+            const Case c{ScheduleKind::Interleaved1F1B, p, m, v, t};
+            const double bubble =
+                played_out(generate_schedule(c.kind, p, m, v), t) - m * (t.forward + t.backward);
+            if (k == 2) shortest = bubble;
+            EXPECT_NEAR(bubble, shortest, 1e-9) << name(c);
+          }
+        }
+}
+
 // The paper's ZB-H1: exactly p - 1 at F = B_in = W, at most
 // (p - 1)(F + B_in - W) where W <= min(F, B_in), never worse than 1F1B, and
 // played out at its own order's bound.
@@ -217,6 +237,16 @@ TEST(ScheduleBubbleTest, ZeroBubbleVComputesWithoutGapsInOneForwardOneBackwardsM
           if (m >= 2 * p) {
             EXPECT_LE(bubble, h1 + 1e-9) << name(c);
             worst_share = std::max(worst_share, bubble / h1);
+            // The steady state adds no bubble: m = 2p's is every longer m's
+            // (the planner plays out m = 2p alone).
+            const PipelineSchedule shortest = generate_schedule(c.kind, p, 2 * p, 2);
+            EXPECT_NEAR(bubble, played_out(shortest, t) - 2 * p * (t.forward + t.backward), 1e-9)
+                << name(c);
+            if (m == 2 * p && p <= 8) {  // and between the multiples of p
+              const PipelineSchedule odd = generate_schedule(c.kind, p, 2 * p + 1, 2);
+              EXPECT_NEAR(bubble, played_out(odd, t) - (2 * p + 1) * (t.forward + t.backward), 1e-9)
+                  << name(c) << " m + 1";
+            }
           }
           if (m >= 2 * p && ratio == 2.0 && weight == 0.5) {  // F = B_in = W per chunk
             for (int r = 0; r < p; ++r)

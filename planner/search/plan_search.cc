@@ -45,6 +45,33 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
+// Calls each(i) for every i below count on `threads` threads, indices handed
+// out in order; the first exception stops the others and is rethrown here.
+template <typename Each>
+void for_each_on_threads(int threads, size_t count, Each&& each) {
+  std::atomic<size_t> next{0};
+  const auto run = [&] {
+    for (size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) each(i);
+  };
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(count)));
+  if (threads == 1) return run();
+  std::mutex mutex;
+  std::exception_ptr failure;
+  const auto guarded = [&] {
+    try {
+      run();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure) failure = std::current_exception();
+      next.store(count);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(guarded);
+  for (std::thread& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
 std::tuple<int, int, bool, int, int, int, int, int, int> setting_key(const PlanSetting& s) {
   return {s.shape.pipeline_stages,
           s.shape.tensor_parallel,
@@ -209,8 +236,12 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       }
     }
   }
-  for (PendingSetting& item : pending)
-    item.lower_bound = partition_step_lower_bound(StageCostModel(config, item.setting, profile));
+  // Each bound builds the setting's cost model, which plays out its schedule
+  // the first time a shape is seen: on every thread.
+  for_each_on_threads(options.nproc, pending.size(), [&](size_t i) {
+    pending[i].lower_bound =
+        partition_step_lower_bound(StageCostModel(config, pending[i].setting, profile));
+  });
   std::stable_sort(pending.begin(), pending.end(),
                    [](const PendingSetting& a, const PendingSetting& b) {
                      return a.lower_bound < b.lower_bound;
@@ -225,7 +256,6 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
   // Workers share the ranked list and its k-th step, the pruning bound.
   const size_t topk = static_cast<size_t>(options.topk);
   std::mutex mutex;
-  std::atomic<size_t> next{0};
   double kth_step = kInfinity;
   constexpr int kKinds = static_cast<int>(schema::ScheduleKind::MAX) + 1;
   std::vector<std::optional<PlanCandidate>> kind_best(kKinds);
@@ -233,10 +263,8 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
     const auto& best = kind_best[static_cast<int>(setting.schedule.kind)];
     return std::max(kth_step, best ? best->estimate.prediction.step_seconds : kInfinity);
   };
-  auto worker = [&]() {
-    while (true) {
-      const size_t index = next.fetch_add(1);
-      if (index >= pending.size()) return;
+  auto solve = [&](size_t index) {
+    {
       const PendingSetting& item = pending[index];
       double bound;
       {
@@ -249,7 +277,7 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
                                              seconds_text(item.lower_bound) +
                                              " s cannot beat the top-" + str(options.topk) +
                                              " bound " + seconds_text(bound) + " s"});
-          continue;
+          return;
         }
       }
       const StageCostModel costs(config, item.setting, profile);
@@ -265,15 +293,16 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
           if (layers[s] >= chunks) continue;
           status = PartitionStatus::NoValidBoundaries;
           // The embedding or the head alone outweighs what a stage of blocks does.
-          reason = chunks > 1 ? "interleaved with " + str(chunks) +
-                                    " chunks per rank needs as many blocks on every rank; the "
-                                    "best partition gives pipeline stage " +
-                                    str(static_cast<int>(s)) + " " + str(layers[s])
-                              : "every pipeline stage needs a block; the best partition gives "
-                                "pipeline stage " +
-                                    str(static_cast<int>(s)) +
-                                    " none (the embedding or head alone outweighs a stage of "
-                                    "blocks): fewer pipeline stages, or more layers";
+          reason = chunks > 1
+                       ? schedule_choice_name(item.setting.schedule) + " with " + str(chunks) +
+                             " chunks per rank needs as many blocks on every rank; the "
+                             "best partition gives pipeline stage " +
+                             str(static_cast<int>(s)) + " " + str(layers[s])
+                       : "every pipeline stage needs a block; the best partition gives "
+                         "pipeline stage " +
+                             str(static_cast<int>(s)) +
+                             " none (the embedding or head alone outweighs a stage of "
+                             "blocks): fewer pipeline stages, or more layers";
         }
       }
       if (status == PartitionStatus::Found)
@@ -315,26 +344,7 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       }
     }
   };
-  const int threads = std::max(1, std::min<int>(options.nproc, static_cast<int>(pending.size())));
-  if (threads <= 1) {
-    worker();
-  } else {
-    // A worker's exception stops the others and is rethrown here.
-    std::exception_ptr failure;
-    auto guarded = [&]() {
-      try {
-        worker();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();
-        next.store(pending.size());
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int i = 0; i < threads; ++i) pool.emplace_back(guarded);
-    for (std::thread& thread : pool) thread.join();
-    if (failure) std::rethrow_exception(failure);
-  }
+  for_each_on_threads(options.nproc, pending.size(), solve);
   for (auto& best : kind_best)
     if (best) result.best_per_schedule.push_back(std::move(*best));
   // Rejections in a fixed order whatever the thread timing.
