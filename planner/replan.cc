@@ -111,7 +111,8 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
                                                   : first_reason);
   // The most nodes can force an odd mesh (pp 127 x dp 3 on 381 nodes): the
   // plan's own pipeline and tensor degrees with the next data-parallel degree
-  // down that divides the batch, on fewer nodes, may be faster.
+  // down that divides the batch, on fewer nodes, may be faster. Searched with
+  // that mesh fixed: only its micro-batching, ZeRO, schedule and recompute.
   const schema::Mesh& mesh = *plan.mesh();
   const int64_t batch = plan.training()->global_batch_size();
   const int64_t replica = int64_t{mesh.pipeline_parallel()} * mesh.tensor_parallel();
@@ -122,7 +123,11 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
     if (nodes >= fallback.num_nodes) continue;
     if (nodes < min_nodes) break;
     try {
-      PlanOutcome smaller = replan_for_nodes(plan, plan_path, nodes);
+      JobConfig job = job_for_nodes(plan, plan_path, nodes);
+      job.planner.pipeline_nstages = mesh.pipeline_parallel();
+      job.planner.tensor_parallel_degree = mesh.tensor_parallel();
+      job.planner.data_parallel_degree = static_cast<int>(dp);
+      PlanOutcome smaller = plan_job(job);
       if (predicted_step(smaller) < predicted_step(fallback.outcome)) {
         fallback.outcome = std::move(smaller);
         fallback.num_nodes = nodes;
