@@ -35,6 +35,7 @@ struct ScheduleCase {
   int pipeline = 1, virtual_stages = 1, data = 1, tensor = 1, zero_stage = 0;
   std::string architecture = "gpt2";
   bool sequence_parallel = false;
+  int eval_interval = 1000;  // (past the run: no evaluation)
 };
 
 // The case's plan: the test model (8 layers, so pp 4 x 2 chunks holds one
@@ -53,7 +54,7 @@ std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
   spec.micro_batch_size = kMicroBatchSize, spec.num_micro_batches = m;
   spec.global_batch_size = kGlobalBatch;
   spec.learning_rate = 3e-3f, spec.warmup_steps = 2, spec.total_steps = 20, spec.seed = 5;
-  spec.eval_interval = 1000, spec.eval_batches = 1;
+  spec.eval_interval = c.eval_interval, spec.eval_batches = 2;
   spec.data_parallel = c.data, spec.tensor_parallel = c.tensor;
   spec.sequence_parallel = c.sequence_parallel;
   spec.num_nodes = 1, spec.devices_per_node = c.pipeline * c.data * c.tensor;
@@ -77,7 +78,7 @@ std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
 class ScheduleEquivalence : public ParallelTraining {
  protected:
   struct Run {
-    std::vector<double> losses;
+    std::vector<double> losses, validation_losses;
     std::map<std::string, std::string> checkpoint;
   };
 
@@ -91,7 +92,14 @@ class ScheduleEquivalence : public ParallelTraining {
     write_file(plan_file, std::string(bytes.begin(), bytes.end()));
     const std::string checkpoints = *directory_ / (c.name + "_checkpoints");
     Run result;
-    result.losses = train_plan_file(plan_file, c.name, "--checkpoint-dir " + checkpoints);
+    // The training tokens serve as validation data too: what matters is
+    // that every plan evaluates the same samples.
+    result.losses =
+        train_plan_file(plan_file, c.name,
+                        "--checkpoint-dir " + checkpoints + " --val-data " +
+                            std::string(*directory_ / "data/train.bin"));
+    for (const auto& line : read_json_lines(*directory_ / (c.name + ".jsonl")))
+      if (line.contains("val_loss")) result.validation_losses.push_back(line["val_loss"]);
     if (result.losses.size() == static_cast<size_t>(kSteps))
       result.checkpoint = last_checkpoint(checkpoints);
     return runs.emplace(c.name, result).first->second;
@@ -216,6 +224,16 @@ TEST_F(ScheduleEquivalence, ZeroBubbleVGivesTheSingleRankLosses) {
   ScheduleCase llama = zbv("llama_zbv_pp2_tp2");
   llama.tensor = 2, llama.architecture = "llama";
   expect_single_rank_losses(llama);
+  // Evaluation runs the V too: rank 0's two chunks, the last rank's hand-off.
+  ScheduleCase evaluated = zbv("zbv_pp4_eval");
+  evaluated.pipeline = 4, evaluated.eval_interval = 2;
+  const Run& single = run({.name = "single_gpt2_eval", .eval_interval = 2});
+  const Run& mine = run(evaluated);
+  ASSERT_EQ(single.validation_losses.size(), 3u);  // steps 2, 4 and the last
+  ASSERT_EQ(mine.validation_losses.size(), single.validation_losses.size());
+  for (size_t i = 0; i < mine.validation_losses.size(); ++i)
+    EXPECT_NEAR(mine.validation_losses[i], single.validation_losses[i], kLossTolerance)
+        << "evaluation " << i + 1;
 }
 
 TEST_F(ScheduleEquivalence, LlamaUnderInterleavedAndZeroBubble) {
