@@ -185,34 +185,39 @@ bool is_this_host(const std::string& host) {
 namespace {
 
 // An MCA parameter as mpirun would see it: --mca NAME VALUE among the
-// arguments (the last wins), else OMPI_MCA_NAME; "" when neither.
+// arguments (the last wins), else OMPI_MCA_NAME in the environment mpirun
+// runs with; "" when neither.
 std::string mca_parameter(const std::vector<std::string>& mpirun_arguments,
+                          const std::vector<std::string>& environment,
                           const std::vector<std::string>& names) {
   std::string value;
   for (size_t i = 0; i + 2 < mpirun_arguments.size(); ++i)
     if ((mpirun_arguments[i] == "--mca" || mpirun_arguments[i] == "-mca") &&
         std::find(names.begin(), names.end(), mpirun_arguments[i + 1]) != names.end())
       value = mpirun_arguments[i + 2];
-  if (value.empty())
-    for (const std::string& name : names)
-      if (const char* variable = std::getenv(("OMPI_MCA_" + name).c_str())) {
-        value = variable;
-        break;
-      }
+  for (const std::string& name : names) {
+    if (!value.empty()) break;
+    const std::string prefix = "OMPI_MCA_" + name + "=";
+    for (const std::string& entry : environment)
+      if (entry.rfind(prefix, 0) == 0) value = entry.substr(prefix.size());
+  }
   return value;
 }
 
 }  // namespace
 
-std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments) {
-  std::string agent = mca_parameter(mpirun_arguments, {"plm_rsh_agent", "orte_rsh_agent"});
+std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments,
+                                      const std::vector<std::string>& environment) {
+  std::string agent =
+      mca_parameter(mpirun_arguments, environment, {"plm_rsh_agent", "orte_rsh_agent"});
   agent = agent.substr(0, agent.find(':'));  // "ssh : rsh": the first that exists; ssh here
   std::vector<std::string> words;
   std::istringstream split(agent);
   for (std::string word; split >> word;) words.push_back(word);
   if (words.empty()) words.push_back("ssh");
   // plm_rsh_args: Open MPI puts them after the agent (e.g. "-F cluster_ssh_config").
-  std::istringstream arguments(mca_parameter(mpirun_arguments, {"plm_rsh_args", "orte_rsh_args"}));
+  std::istringstream arguments(
+      mca_parameter(mpirun_arguments, environment, {"plm_rsh_args", "orte_rsh_args"}));
   for (std::string word; arguments >> word;) words.push_back(word);
   return words;
 }

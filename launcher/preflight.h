@@ -45,9 +45,12 @@ HostFindings findings_from_json(const std::string& host, const nlohmann::json& a
 bool is_this_host(const std::string& host);
 
 // How mpirun reaches other hosts: plm_rsh_agent from the mpirun arguments or
-// OMPI_MCA_plm_rsh_agent, else ssh, then plm_rsh_args (from either) as Open
-// MPI appends them; split into words.
-std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments);
+// OMPI_MCA_plm_rsh_agent in the environment mpirun runs with (NAME=VALUE
+// entries: launch_environment, so `--env` counts as it does for mpirun),
+// else ssh, then plm_rsh_args (from either) as Open MPI appends them; split
+// into words.
+std::vector<std::string> remote_shell(const std::vector<std::string>& mpirun_arguments,
+                                      const std::vector<std::string>& environment);
 
 struct PreflightRequest {
   std::vector<HostEntry> hosts;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "launcher/launch.h"
 #include "runtime/testing/test_temp_dir.h"
 
 namespace paraplan {
@@ -97,20 +98,33 @@ TEST(Preflight, EveryProblemIsOneLineNamingTheHostAndTheFix) {
 }
 
 TEST(Preflight, AsksHostsThroughMpirunsRemoteShell) {
-  unsetenv("OMPI_MCA_plm_rsh_agent");
-  EXPECT_EQ(remote_shell({}), (std::vector<std::string>{"ssh"}));
-  setenv("OMPI_MCA_plm_rsh_agent", "ssh -F /tmp/bed/ssh_config : rsh", 1);
-  EXPECT_EQ(remote_shell({}), (std::vector<std::string>{"ssh", "-F", "/tmp/bed/ssh_config"}));
-  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh -p 2222"}),
+  EXPECT_EQ(remote_shell({}, {"PATH=/usr/bin"}), (std::vector<std::string>{"ssh"}));
+  const std::vector<std::string> agent = {
+      "OMPI_MCA_plm_rsh_agent=ssh -F /tmp/bed/ssh_config : rsh"};
+  EXPECT_EQ(remote_shell({}, agent),
+            (std::vector<std::string>{"ssh", "-F", "/tmp/bed/ssh_config"}));
+  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh -p 2222"}, agent),
             (std::vector<std::string>{"/usr/bin/ssh", "-p", "2222"}));
-  unsetenv("OMPI_MCA_plm_rsh_agent");
   // Open MPI's documented way to give ssh its options, in either form.
-  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_args", "-F cluster_ssh_config"}),
+  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_args", "-F cluster_ssh_config"}, {}),
             (std::vector<std::string>{"ssh", "-F", "cluster_ssh_config"}));
-  setenv("OMPI_MCA_plm_rsh_args", "-F /etc/cluster/ssh_config -o User=train", 1);
-  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh"}),
+  EXPECT_EQ(remote_shell({"--mca", "plm_rsh_agent", "/usr/bin/ssh"},
+                         {"OMPI_MCA_plm_rsh_args=-F /etc/cluster/ssh_config -o User=train"}),
             (std::vector<std::string>{"/usr/bin/ssh", "-F", "/etc/cluster/ssh_config", "-o",
                                       "User=train"}));
+}
+
+// `paraplan launch --env OMPI_MCA_plm_rsh_args=...` reaches mpirun's own
+// environment, so it reaches every ssh the launcher makes too.
+TEST(Preflight, RemoteShellFollowsWhatEnvGivesMpirun) {
+  unsetenv("OMPI_MCA_plm_rsh_args");
+  LaunchOptions options;
+  options.pass_environment = {"OMPI_MCA_plm_rsh_args=-F cluster_ssh_config"};
+  EXPECT_EQ(remote_shell({}, launch_environment(options)),
+            (std::vector<std::string>{"ssh", "-F", "cluster_ssh_config"}));
+  setenv("OMPI_MCA_plm_rsh_args", "-p 2222", 1);  // this shell's, as mpirun inherits it
+  EXPECT_EQ(remote_shell({}, launch_environment(LaunchOptions{})),
+            (std::vector<std::string>{"ssh", "-p", "2222"}));
   unsetenv("OMPI_MCA_plm_rsh_args");
 }
 

@@ -93,7 +93,7 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   request.binary = options.paraplan_binary.empty() ? this_executable() : options.paraplan_binary;
   request.files = files_every_rank_reads(options);
   request.count_gpus = command_wants_gpus(options.command);
-  request.remote_shell = remote_shell(options.mpirun_arguments);
+  request.remote_shell = remote_shell(options.mpirun_arguments, launch_environment(options));
   request.timeout_seconds = 20;
   std::vector<std::pair<std::string, std::string>> unhealthy;
   const std::vector<HostFindings> findings = run_preflight(request);
