@@ -53,7 +53,7 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
     for (const schema::KeyValue* option : *plan.header()->creation_options())
       recorded[option->key() ? option->key()->str() : ""] =
           option->value() ? option->value()->str() : "";
-  for (const auto& [key, value] : job_config_options(config)) {
+  for (const auto& [key, value] : recorded_job_options(config)) {
     if (key == "planner.load_plan_path" || key == "planner.save_plan_path") continue;
     const auto it = recorded.find(key);
     if (it == recorded.end()) {

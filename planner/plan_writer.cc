@@ -129,7 +129,7 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   const PlanSetting& setting = candidate.setting;
 
   std::vector<fb::Offset<schema::KeyValue>> options;
-  for (const auto& [key, value] : job_config_options(config))
+  for (const auto& [key, value] : recorded_job_options(config))
     options.push_back(schema::CreateKeyValueDirect(builder, key.c_str(), value.c_str()));
   const std::string task_name = config.task_name();
   auto header = schema::CreateHeaderDirect(builder, kPlanSchemaVersion, task_name.c_str(),

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "planner/planner_test_jobs.h"
 #include "schema/plan_io.h"
 #include "schema/plan_test_builder.h"
@@ -45,6 +47,23 @@ TEST(Replan, TheSameNodesGiveTheSamePlan) {
             again.plan().training()->micro_batch_size());
   EXPECT_DOUBLE_EQ(original.plan().predictions()->step_seconds(),
                    again.plan().predictions()->step_seconds());
+}
+
+// A relative profile_dir or partition_constraints_path meant the directory
+// `paraplan plan` ran in: the plan records them absolute, so a re-plan from
+// another directory (the launcher's restart) reads the same files.
+TEST(Replan, RelativePlannerPathsAreRecordedAbsolute) {
+  const JobConfig job = test_jobs::eight_device_job({{"planner.profile_dir", "prof/../measured"}});
+  const LoadedPlan original = planned(job);
+  std::string recorded;
+  for (const schema::KeyValue* option : *original.plan().header()->creation_options())
+    if (option->key()->str() == "planner.profile_dir") recorded = option->value()->str();
+  const std::string expected = (std::filesystem::current_path() / "measured").string();
+  EXPECT_EQ(recorded, expected);
+  EXPECT_EQ(job_for_nodes(original.plan(), "job.pplan", 1).planner.profile_dir, expected);
+  // Reusing the plan from the same directory finds no difference in it.
+  for (const auto& [key, value] : recorded_job_options(job))
+    if (key == "planner.profile_dir") EXPECT_EQ(value, expected);
 }
 
 TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {

@@ -268,8 +268,15 @@ bool option_applies_to(schema::Architecture architecture, const std::string& dot
 bool option_default_is_derived(const std::string& dotted_key);
 
 // Every option as dotted key = value, resolved values, in schema order
-// ("planner.pipeline_nstages" = "auto"). Written into the plan header.
+// ("planner.pipeline_nstages" = "auto").
 std::vector<std::pair<std::string, std::string>> job_config_options(const JobConfig& config);
+
+// What the plan header records: job_config_options with the files the
+// planner reads (planner.profile_dir, ~ expanded, and
+// planner.partition_constraints_path) made absolute, as `paraplan plan`
+// resolved them in its working directory, so that planning the job again
+// from another directory (a restart on fewer nodes) reads the same files.
+std::vector<std::pair<std::string, std::string>> recorded_job_options(const JobConfig& config);
 
 // Names of the cluster presets ("cpu", "a100-80g", "h100-sxm", "h200").
 std::vector<std::string> cluster_preset_names();

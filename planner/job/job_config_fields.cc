@@ -6,6 +6,8 @@
 // dumping the options all walk this one table, so a new option is one line here.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -289,6 +291,20 @@ std::vector<std::pair<std::string, std::string>> job_config_options(const JobCon
   std::vector<std::pair<std::string, std::string>> options;
   for (const job_fields::FieldSpec& spec : job_fields::field_table())
     options.emplace_back(spec.dotted(), spec.get(config));
+  return options;
+}
+
+std::vector<std::pair<std::string, std::string>> recorded_job_options(const JobConfig& config) {
+  std::vector<std::pair<std::string, std::string>> options = job_config_options(config);
+  for (auto& [key, value] : options) {
+    if (value.empty() ||
+        (key != "planner.profile_dir" && key != "planner.partition_constraints_path"))
+      continue;
+    std::string path = value;
+    if (path.rfind("~/", 0) == 0)
+      if (const char* home = std::getenv("HOME")) path = home + path.substr(1);
+    value = std::filesystem::absolute(path).lexically_normal().string();
+  }
   return options;
 }
 
