@@ -261,6 +261,35 @@ TEST_F(Replay, SequenceParallelMemoryIsNeverAbovePrediction) {
   EXPECT_LT(measured_activations[1], measured_activations[0]);
 }
 
+TEST_F(Replay, ZeroBubbleVModelStateIsWhatThePlannerPredicts) {
+  // ZB-V on pp 2: rank 0 holds the embedding and the tied head in two
+  // chunks, so the head's copy of the embedding too (its weights, gradients
+  // and moments counted); the last rank neither. Both ranks' weights are the
+  // prediction exactly, and nothing measured is above its prediction.
+  const std::string plan_file =
+      plan("zbv", 2,
+           "pipeline_nstages = 2\ntensor_parallel_degree = 1\ndata_parallel_degree = 1\n"
+           "micro_batch_size = 4\npipeline_scheduler = \"zb-v\"\n",
+           "--model.num_layers 4");
+  const std::string report_file = *directory_ / "zbv.json";
+  const CommandResult replayed =
+      run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " + report_file);
+  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+  const json report = json::parse(read_file(report_file));
+  ASSERT_EQ(report["stages"].size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    const json& memory = report["stages"][s]["memory_bytes"];
+    for (const char* part : {"weights", "gradients", "optimizer_state"})
+      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << part << " stage " << s;
+    EXPECT_LE(memory["total"]["measured"].get<double>(), memory["total"]["predicted"].get<double>())
+        << "stage " << s;
+  }
+  // wte 256 x 32 twice, wpe 16 x 32, 2 blocks of 12704, the final norm's 64.
+  EXPECT_EQ(report["stages"][0]["memory_bytes"]["weights"]["measured"].get<double>(),
+            4.0 * (2 * 8192 + 512 + 2 * 12704 + 64));
+  EXPECT_TRUE(report["memory_within_prediction"].get<bool>());
+}
+
 TEST_F(Replay, APlanForAnotherWorldIsRefusedBeforeAllocation) {
   const std::string plan_file = plan(
       "dp4", 4, "pipeline_nstages = 1\ntensor_parallel_degree = 1\ndata_parallel_degree = 4\n");

@@ -27,6 +27,16 @@ int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int
   return total;
 }
 
+int64_t rank_parameters(const ModelConfig& model, const StageLayout& stage, bool separate_ends,
+                        int tensor_parallel, int64_t replicate_below) {
+  if (!separate_ends || !stage.has_embedding || !stage.has_head)
+    return stage_parameters(model, stage, tensor_parallel, replicate_below);
+  StageLayout first = stage;
+  first.has_head = false;
+  return stage_parameters(model, first, tensor_parallel, replicate_below) +
+         stage_parameters(model, {0, 0, false, true, {}}, tensor_parallel, replicate_below);
+}
+
 int64_t model_parameters(const ModelConfig& model) {
   StageLayout whole{0, model.num_layers, true, true, {}};
   return stage_parameters(model, whole);
@@ -249,8 +259,10 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
       options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
   const int64_t replicate_below = options.ignore_small_tensor_threshold;
   terms.block_parameters = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
-  terms.end_parameters =
-      stage_parameters(model, {0, 0, has_embedding, has_head, {}}, t, replicate_below);
+  terms.end_parameters = rank_parameters(
+      model, {0, 0, has_embedding, has_head, {}},
+      options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV && shape.pipeline_stages > 1,
+      t, replicate_below);
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})

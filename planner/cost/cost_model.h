@@ -59,6 +59,11 @@ int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage,
                          int tensor_parallel = 1, int64_t replicate_below = 1);
 // The whole model, tied head counted once.
 int64_t model_parameters(const ModelConfig& model);
+// A pipeline rank's parameters, its ends in separate chunks where
+// separate_ends (ZB-V's first rank holds the embedding and the head in two
+// chunks: a tied head is then a copy of its own, as on another rank).
+int64_t rank_parameters(const ModelConfig& model, const StageLayout& stage, bool separate_ends,
+                        int tensor_parallel = 1, int64_t replicate_below = 1);
 
 // Forward FLOPs of one micro-batch (micro_batch_size sequences of seq_len
 // tokens): multiply-adds count 2, causal attention over the full s x s (the

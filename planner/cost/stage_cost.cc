@@ -396,9 +396,9 @@ double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& co
 
 double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
   const StageLayout layout{0, num_layers, pipeline_rank == 0, pipeline_rank == head_rank(), {}};
-  const double parameters =
-      static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
-                                           options_.ignore_small_tensor_threshold));
+  const double parameters = static_cast<double>(
+      rank_parameters(config_->model, layout, separate_ends(), setting_.shape.tensor_parallel,
+                      options_.ignore_small_tensor_threshold));
   StageEstimate stage;
   stage.gradient_reduction_seconds = gradient_reduction(
       pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, num_layers),
@@ -413,9 +413,9 @@ StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts&
   fill_time(pipeline_rank, counts, stage);
   const StageLayout layout{
       0, counts.layers(), pipeline_rank == 0, pipeline_rank == head_rank(), {}};
-  const double parameters =
-      static_cast<double>(stage_parameters(config_->model, layout, setting_.shape.tensor_parallel,
-                                           options_.ignore_small_tensor_threshold));
+  const double parameters = static_cast<double>(
+      rank_parameters(config_->model, layout, separate_ends(), setting_.shape.tensor_parallel,
+                      options_.ignore_small_tensor_threshold));
   stage.gradient_reduction_seconds = gradient_reduction(
       pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, counts.layers()),
       &stage.hidden_reduction_seconds);

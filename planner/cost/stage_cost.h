@@ -147,6 +147,10 @@ class StageCostModel {
   int head_rank() const {
     return setting_.schedule.kind == schema::ScheduleKind::ZeroBubbleV ? 0 : num_stages() - 1;
   }
+  // Whether the head rank holds the embedding and the head in two chunks.
+  bool separate_ends() const {
+    return setting_.schedule.kind == schema::ScheduleKind::ZeroBubbleV && num_stages() > 1;
+  }
 
   StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
   // Only the memory (cheaper; equal to estimate().memory).
