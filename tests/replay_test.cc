@@ -66,6 +66,15 @@ class Replay : public ::testing::Test {
     return plan_file;
   }
 
+  // Replays the plan (one measured step after one warm-up) and returns its report.
+  static json replay_report(const std::string& plan_file, const std::string& name) {
+    const std::string report_file = *directory_ / (name + ".json");
+    const CommandResult replayed = run("launch --plan " + plan_file +
+                                       " -- replay --steps 1 --warmup 1 --report " + report_file);
+    EXPECT_EQ(replayed.exit_code, 0) << replayed.output;
+    return replayed.exit_code == 0 ? json::parse(read_file(report_file)) : json::object();
+  }
+
   static TemporaryDirectory* directory_;
 };
 
@@ -79,11 +88,7 @@ TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
                                      "data_parallel_degree = 2\nmicro_batch_size = 4\n"
                                      "zero_stage = 1\nopt_resident_coef = 6\n",
                                      "--model.dtype bfloat16");
-  const std::string report_file = *directory_ / "bf16-zero1.json";
-  const CommandResult replayed =
-      run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " + report_file);
-  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
-  const json report = json::parse(read_file(report_file));
+  const json report = replay_report(plan_file, "bf16-zero1");
   ASSERT_EQ(report["stages"].size(), 1u);
   const json& memory = report["stages"][0]["memory_bytes"];
   for (const char* part : {"weights", "gradients", "optimizer_state"})
@@ -271,11 +276,7 @@ TEST_F(Replay, ZeroBubbleVModelStateIsWhatThePlannerPredicts) {
            "pipeline_nstages = 2\ntensor_parallel_degree = 1\ndata_parallel_degree = 1\n"
            "micro_batch_size = 4\npipeline_scheduler = \"zb-v\"\n",
            "--model.num_layers 4");
-  const std::string report_file = *directory_ / "zbv.json";
-  const CommandResult replayed =
-      run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " + report_file);
-  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
-  const json report = json::parse(read_file(report_file));
+  const json report = replay_report(plan_file, "zbv");
   ASSERT_EQ(report["stages"].size(), 2u);
   for (size_t s = 0; s < 2; ++s) {
     const json& memory = report["stages"][s]["memory_bytes"];

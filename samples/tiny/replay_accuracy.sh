@@ -27,16 +27,7 @@
 # auto lets the planner choose) the pipeline schedule of every plan.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${SKIP_BUILD:-}" ] && [ -z "${PARAPLAN:-}" ]; then
-  bash scripts/install_dependencies.sh
-  bash scripts/build.sh
-fi
-paraplan=${PARAPLAN:-build/launcher/paraplan}
-out=${OUT:-out/replay-accuracy}
-mkdir -p "$out"
-if [ "$(id -u)" -eq 0 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+source samples/tiny/bench_env.sh out/replay-accuracy
 job=samples/tiny/replay_job.toml
 steps=${STEPS:-5}
 rounds=${ROUNDS:-3}

@@ -15,16 +15,7 @@
 # (default "1f1b gpipe interleaved zb-h1 zb-v").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${SKIP_BUILD:-}" ] && [ -z "${PARAPLAN:-}" ]; then
-  bash scripts/install_dependencies.sh
-  bash scripts/build.sh
-fi
-paraplan=${PARAPLAN:-build/launcher/paraplan}
-out=${OUT:-out/schedule-bubbles}
-mkdir -p "$out"
-if [ "$(id -u)" -eq 0 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+source samples/tiny/bench_env.sh out/schedule-bubbles
 job=samples/tiny/replay_job.toml
 steps=${STEPS:-5}
 reports=()
