@@ -13,6 +13,7 @@
 // layers' placement; the run validates them as any plan.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -94,10 +95,9 @@ class ScheduleEquivalence : public ParallelTraining {
     Run result;
     // The training tokens serve as validation data too: what matters is
     // that every plan evaluates the same samples.
-    result.losses =
-        train_plan_file(plan_file, c.name,
-                        "--checkpoint-dir " + checkpoints + " --val-data " +
-                            std::string(*directory_ / "data/train.bin"));
+    result.losses = train_plan_file(plan_file, c.name,
+                                    "--checkpoint-dir " + checkpoints + " --val-data " +
+                                        std::string(*directory_ / "data/train.bin"));
     for (const auto& line : read_json_lines(*directory_ / (c.name + ".jsonl")))
       if (line.contains("val_loss")) result.validation_losses.push_back(line["val_loss"]);
     if (result.losses.size() == static_cast<size_t>(kSteps))
@@ -234,6 +234,38 @@ TEST_F(ScheduleEquivalence, ZeroBubbleVGivesTheSingleRankLosses) {
   for (size_t i = 0; i < mine.validation_losses.size(); ++i)
     EXPECT_NEAR(mine.validation_losses[i], single.validation_losses[i], kLossTolerance)
         << "evaluation " << i + 1;
+}
+
+// A checkpoint crosses between ZB-V and one rank both ways: ZB-V saves the
+// tied embedding once (rank 0's head copy left out) and loads it into both
+// copies. Two more steps from each step-5 checkpoint, under the other plan,
+// give the losses of the single rank going on from its own.
+TEST_F(ScheduleEquivalence, ZeroBubbleVCheckpointsResumeUnderOtherPlans) {
+  const ScheduleCase zbv{
+      .name = "zbv_pp4", .kind = ScheduleKind::ZeroBubbleV, .pipeline = 4, .virtual_stages = 2};
+  const ScheduleCase single{.name = "single_gpt2"};
+  ASSERT_EQ(run(zbv).losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(run(single).losses.size(), static_cast<size_t>(kSteps));
+  // Resumes a copy of `from`'s checkpoints under `under`'s plan to step kSteps + 2.
+  const auto resumed = [&](const ScheduleCase& from, const ScheduleCase& under) {
+    const std::string name = from.name + "_then_" + under.name;
+    const std::string checkpoints = *directory_ / (name + "_checkpoints");
+    std::filesystem::remove_all(checkpoints);
+    std::filesystem::copy(*directory_ / (from.name + "_checkpoints"), checkpoints,
+                          std::filesystem::copy_options::recursive);
+    return train_plan_file(*directory_ / (under.name + ".pplan"), name,
+                           "--checkpoint-dir " + checkpoints + " --resume", nullptr, "",
+                           kSteps + 2);
+  };
+  const std::vector<double> reference = resumed(single, single);
+  ASSERT_EQ(reference.size(), 2u);
+  for (const auto& [from, under] : {std::pair{zbv, single}, std::pair{single, zbv}}) {
+    const std::vector<double> losses = resumed(from, under);
+    ASSERT_EQ(losses.size(), reference.size()) << from.name << " -> " << under.name;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], reference[i], kLossTolerance)
+          << from.name << " -> " << under.name << " step " << kSteps + 1 + i;
+  }
 }
 
 TEST_F(ScheduleEquivalence, LlamaUnderInterleavedAndZeroBubble) {
