@@ -152,9 +152,20 @@ TEST(SearchOptionsTest, PipelineOptions) {
   gpipe.push_back({"planner.pipeline_scheduler", "gpipe"});
   EXPECT_GT(best(search(gpipe)).estimate.stages[1].memory.activations,
             best(search(two_stages)).estimate.stages[1].memory.activations);
-  // max_pipeline_bubble_ratio = 0 leaves only plans without a pipeline.
-  for (const PlanCandidate& plan : search({{"planner.max_pipeline_bubble_ratio", "0"}}).ranked)
+  // max_pipeline_bubble_ratio = 0 leaves only plans without a pipeline; each
+  // refusal states the formula of its kind's value (ZB-V: interleaved's at v 2).
+  const SearchResult no_bubble = search({{"planner.max_pipeline_bubble_ratio", "0"}});
+  for (const PlanCandidate& plan : no_bubble.ranked)
     EXPECT_EQ(plan.setting.shape.pipeline_stages, 1);
+  int v_shaped = 0;
+  for (const SettingRejection& rejection : no_bubble.rejections)
+    if (rejection.setting.schedule.kind == schema::ScheduleKind::ZeroBubbleV) {
+      EXPECT_NE(rejection.reason.find("= ((p - 1) / v) / (m + (p - 1) / v) exceeds"),
+                std::string::npos)
+          << rejection.reason;
+      ++v_shaped;
+    }
+  EXPECT_GT(v_shaped, 0);
   // max_pipeline_unbalance_ratio: every ranked pipeline is at least that balanced.
   for (const char* ratio : {"0.5", "0.9"})
     for (const PlanCandidate& plan :

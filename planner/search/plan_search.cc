@@ -213,7 +213,8 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
           setting.schedule = choice;
           ++result.statistics.settings;
           result.settings.push_back(setting);
-          // ZB-H1's bubble is counted as 1F1B's here (its W share is not known yet).
+          // ZB-H1's bubble is counted as 1F1B's here and ZB-V's as interleaved's
+          // at v = 2 (their W share is not known yet).
           const double bubble = pipeline_bubble_ratio(setting);
           if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
             SettingRejection rejection;
@@ -221,7 +222,7 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
             rejection.kind = RejectionKind::Bubble;
             char text[200];
             std::snprintf(text, sizeof(text),
-                          choice.kind == schema::ScheduleKind::Interleaved1F1B
+                          choice.virtual_stages > 1
                               ? "bubble ratio %.3f = ((p - 1) / v) / (m + (p - 1) / v) exceeds "
                                 "max_pipeline_bubble_ratio = %g"
                               : "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
