@@ -37,6 +37,14 @@ class PipelineLayout {
     return reversed(chunk) ? ranks_ - 1 - position : position;
   }
   int chunk_of(int virtual_stage) const { return virtual_stage / ranks_; }
+  // The chunk of this rank holding the virtual stage after (towards_next) or
+  // before chunk `chunk`'s, or -1 where that is on another rank or none: a
+  // link within the rank (ZB-V's turn on the last rank) is a local copy.
+  int local_neighbour(int rank, int chunk, bool towards_next) const {
+    const int to = virtual_stage(rank, chunk) + (towards_next ? 1 : -1);
+    if (to < 0 || to > last_virtual_stage() || rank_of(to) != rank) return -1;
+    return chunk_of(to);
+  }
 
  private:
   bool reversed(int chunk) const { return v_shape_ && chunk % 2 == 1; }

@@ -359,19 +359,18 @@ void check_local_hand_offs(const flatbuffers::Vector<const schema::Instruction*>
     const bool activation = send.op() == OpCode::SendActivation;
     if (!activation && send.op() != OpCode::SendGradient) continue;
     if (send.chunk() >= layout.chunks()) continue;  // reported by the stream check
-    const int vs = layout.virtual_stage(rank, send.chunk()), to = activation ? vs + 1 : vs - 1;
-    if (to < 0 || to > layout.last_virtual_stage() || layout.rank_of(to) != rank) continue;
+    const int to = layout.local_neighbour(rank, send.chunk(), activation);
+    if (to < 0) continue;
     const OpCode receive = activation ? OpCode::RecvActivation : OpCode::RecvGradient;
     const bool followed = i + 1 < instructions.size() && instructions.Get(i + 1)->op() == receive &&
-                          instructions.Get(i + 1)->chunk() == layout.chunk_of(to) &&
+                          instructions.Get(i + 1)->chunk() == to &&
                           instructions.Get(i + 1)->micro_batch() == send.micro_batch();
     if (!followed)
       v.add(field + ".instructions[" + std::to_string(i) + "]",
             std::string(opcode_name(send.op())) + " of micro-batch " +
-                std::to_string(send.micro_batch()) + " goes to chunk " +
-                std::to_string(layout.chunk_of(to)) +
+                std::to_string(send.micro_batch()) + " goes to chunk " + std::to_string(to) +
                 " of the same rank, a local copy: the next instruction must be its " +
-                opcode_name(receive) + " (chunk " + std::to_string(layout.chunk_of(to)) + ")");
+                opcode_name(receive) + " (chunk " + std::to_string(to) + ")");
   }
 }
 

@@ -143,11 +143,9 @@ bool working(const StageState& st) {
 // Whether a send goes to another chunk of its own rank (ZB-V's turn): a local
 // copy, no link time.
 bool local_send(const PipelineInstruction& in, int rank, const PipelineLayout& layout) {
-  const int s = layout.virtual_stage(rank, in.chunk);
-  const int to = in.op == OpCode::SendActivation ? s + 1
-                 : in.op == OpCode::SendGradient ? s - 1
-                                                 : -1;
-  return to >= 0 && to <= layout.last_virtual_stage() && layout.rank_of(to) == rank;
+  const bool activation = in.op == OpCode::SendActivation;
+  return (activation || in.op == OpCode::SendGradient) &&
+         layout.local_neighbour(rank, in.chunk, activation) >= 0;
 }
 
 // Each stage's speed (of a dedicated core's) at a moment. On devices of

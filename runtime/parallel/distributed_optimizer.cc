@@ -45,14 +45,11 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
   // rank holds the head's copy too, with that copy here. Untied models hold
   // none: then neither end of the group sums anything.
   const ParameterTensor* tied = layout_.tied_tensor();
+  if (tied && groups.embedding) held_ = {{tied->offset, tied->offset + tied->size}};
   for (const ParameterTensor& tensor : layout_.tensors())
-    if (tied && tensor.tied_copy && &tensor != tied && tensor.name == tied->name) {
+    if (tied && tensor.tied_copy && &tensor != tied && tensor.name == tied->name)
       held_ = {{tied->offset, tied->offset + tied->size},
                {tensor.offset, tensor.offset + tensor.size}};
-      tied_pair_here_ = true;
-    }
-  if (tied && !tied_pair_here_ && groups.embedding)
-    held_ = {{tied->offset, tied->offset + tied->size}};
   if (sharded_) {
     gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
                                       MemoryCategory::kGradients);
@@ -137,7 +134,7 @@ void DistributedOptimizer::gradients_final_from(size_t offset) {
 void DistributedOptimizer::reduce_gradients() {
   // The embedding and the tied head are one parameter: both copies receive
   // the sum of both gradients.
-  if (tied_pair_here_) {
+  if (held_.size() == 2) {  // both on this rank
     void* owner = kernels::element_at(stage_.gradients(), held_[0].begin, dtype_);
     void* copy = kernels::element_at(stage_.gradients(), held_[1].begin, dtype_);
     const size_t n = held_[0].end - held_[0].begin;

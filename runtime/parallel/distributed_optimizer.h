@@ -141,8 +141,7 @@ class DistributedOptimizer {
   struct HeldRange {
     size_t begin = 0, end = 0;
   };
-  std::vector<HeldRange> held_;
-  bool tied_pair_here_ = false;
+  std::vector<HeldRange> held_;  // one (the owner), or two (the owner, the copy)
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   double* squares_ = nullptr;  // the gradient norm's sum of squares, on the device

@@ -181,12 +181,8 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
     chunk.previous_rank = previous_virtual_stage_rank(pipeline, c, v);
     chunk.next_tag = next_link_tag(pipeline, c, v);
     chunk.previous_tag = previous_link_tag(pipeline, c, v);
-    const PipelineLayout layout = pipeline.layout(v);
-    const int vs = layout.virtual_stage(pipeline.pipeline_rank, c);
-    if (chunk.next_rank >= 0 && layout.rank_of(vs + 1) == pipeline.pipeline_rank)
-      chunk.next_local = layout.chunk_of(vs + 1);
-    if (chunk.previous_rank >= 0 && layout.rank_of(vs - 1) == pipeline.pipeline_rank)
-      chunk.previous_local = layout.chunk_of(vs - 1);
+    chunk.next_local = pipeline.layout(v).local_neighbour(pipeline.pipeline_rank, c, true);
+    chunk.previous_local = pipeline.layout(v).local_neighbour(pipeline.pipeline_rank, c, false);
     chunks_.push_back(chunk);
   }
   for (size_t i = 0; i < instructions_.size(); ++i) {

@@ -39,17 +39,15 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
       const PipelineLayout layout = rank.pipeline.layout(chunks);
       for (int c = 0; c < chunks; ++c) {
         ModelStage& chunk = stage.chunk(c);
-        const int vs = layout.virtual_stage(mesh.pipeline_rank, c);
         if (chunk.has_embedding() || chunk.has_head()) {
           data.load(sample, batch, inputs.data(), targets.data());
           rank.ops->copy_from_host_async(chunk.tokens(0), inputs.data(), tokens * sizeof(int32_t));
           rank.ops->copy_from_host_async(chunk.targets(0), targets.data(),
                                          tokens * sizeof(int32_t));
         }
-        const bool local_input =
-            !chunk.has_embedding() && layout.rank_of(vs - 1) == mesh.pipeline_rank;
-        if (local_input) {
-          const ModelStage& from = stage.chunk(layout.chunk_of(vs - 1));
+        const int local_input = layout.local_neighbour(mesh.pipeline_rank, c, false);
+        if (local_input >= 0) {
+          const ModelStage& from = stage.chunk(local_input);
           rank.ops->copy(chunk.input(0), from.output(0),
                          activations * kernels::dtype_bytes(stage.dtype()));
         } else if (!chunk.has_embedding()) {
@@ -59,7 +57,7 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
                                           previous_link_tag(rank.pipeline, c, chunks));
         }
         chunk.forward(0, 1.0f, /*training=*/false);
-        if (!chunk.has_head() && layout.rank_of(vs + 1) != mesh.pipeline_rank)
+        if (!chunk.has_head() && layout.local_neighbour(mesh.pipeline_rank, c, true) < 0)
           rank.groups.peers->send_receive(
               chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
               nullptr, 0, -1, stage.dtype(), next_link_tag(rank.pipeline, c, chunks));
