@@ -45,6 +45,9 @@ class ForwardingOps : public Ops {
   std::string device_name() const override { return inner_->device_name(); }
   std::string device_identity() const override { return inner_->device_identity(); }
   void* stream() const override { return inner_->stream(); }
+  void* create_mark() override { return inner_->create_mark(); }
+  void record_mark(void* mark) override { inner_->record_mark(mark); }
+  void destroy_mark(void* mark) override { inner_->destroy_mark(mark); }
   void* allocate_host(size_t bytes) override { return inner_->allocate_host(bytes); }
   void deallocate_host(void* pointer) override { inner_->deallocate_host(pointer); }
   void token_embedding_forward(void* out, const int32_t* tokens, const void* wte, int num_tokens,

@@ -123,6 +123,13 @@ class Ops {
   // The stream the ops are ordered on (a cudaStream_t for CUDA, null for the
   // CPU), so a device communicator can order its work after theirs.
   virtual void* stream() const { return nullptr; }
+  // Marks: a point in the ops' stream that another stream (a communicator's)
+  // can wait for without the host waiting (a cudaEvent_t for CUDA).
+  // record_mark(m) moves m to the work queued so far; a mark never recorded
+  // is reached at once. Null on the CPU, whose ops finish before returning.
+  virtual void* create_mark() { return nullptr; }
+  virtual void record_mark(void* /*mark*/) {}
+  virtual void destroy_mark(void* /*mark*/) {}
   // Host memory for staging transfers: page-locked for CUDA, so copies between
   // it and the device run at full speed and asynchronously.
   virtual void* allocate_host(size_t bytes) = 0;

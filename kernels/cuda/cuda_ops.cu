@@ -234,6 +234,17 @@ class CudaOps final : public Ops {
   }
 
   void* stream() const override { return stream_; }
+  void* create_mark() override {
+    cudaEvent_t event = nullptr;
+    PARAPLAN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+  }
+  void record_mark(void* mark) override {
+    PARAPLAN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(mark), stream_));
+  }
+  void destroy_mark(void* mark) override {
+    if (mark != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(mark));
+  }
 
   void* allocate_host(size_t bytes) override {
     void* pointer = nullptr;

@@ -118,6 +118,9 @@ class Communicator {
 // buffer (on a device: for the work queued after the call). Every posted
 // transfer is waited on exactly once; receives of one peer and tag are
 // matched in the order posted, whatever order they are waited on.
+// A receive into device memory may start writing its buffer once the work
+// queued before `buffer_free` (an Ops mark: the last work that read the
+// buffer) is done; null: once all the work queued so far is done.
 class PeerToPeer {
  public:
   static constexpr int kMaxPeerTags = 4096;
@@ -128,8 +131,8 @@ class PeerToPeer {
                             int tag = 0) = 0;
   virtual Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                            int tag = 0) = 0;
-  virtual Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
-                              int tag = 0) = 0;
+  virtual Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
+                              void* buffer_free = nullptr) = 0;
   virtual void wait(Posted transfer) = 0;
 };
 

@@ -73,10 +73,11 @@ PeerToPeer::Posted ForwardingPeerToPeer::post_send(const void* data, size_t coun
 }
 
 PeerToPeer::Posted ForwardingPeerToPeer::post_receive(void* data, size_t count, int from,
-                                                      kernels::DType dtype, int tag) {
+                                                      kernels::DType dtype, int tag,
+                                                      void* buffer_free) {
   Posted id = 0;
   const TransferCall call{"pipeline receive (posted)", count, elements_unit(dtype), -1, from};
-  intercept(call, [&] { id = inner_->post_receive(data, count, from, dtype, tag); });
+  intercept(call, [&] { id = inner_->post_receive(data, count, from, dtype, tag, buffer_free); });
   posted_.emplace_back(
       id, TransferCall{"pipeline wait for a posted receive", count, call.unit, -1, from});
   return id;

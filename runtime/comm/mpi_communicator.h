@@ -151,8 +151,8 @@ class MpiPeerToPeer : public PeerToPeer {
   // until then.
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
-  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
-                      int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
+                      void* buffer_free = nullptr) override;
   void wait(Posted transfer) override;
 
   // Elements of the transfer's dtype per message at most (default INT_MAX);

@@ -187,8 +187,11 @@ PeerToPeer::Posted MpiPeerToPeer::post_send(const void* data, size_t count, int 
   return pending_.back().id;
 }
 
+// Host memory, written when the receive is matched at its wait: buffer_free
+// (a device mark) does not apply.
 PeerToPeer::Posted MpiPeerToPeer::post_receive(void* data, size_t count, int from,
-                                               kernels::DType dtype, int tag) {
+                                               kernels::DType dtype, int tag,
+                                               void* /*buffer_free*/) {
   check_peer(from, tag, "post_receive");
   if (from < 0) throw std::invalid_argument("post_receive: no peer (-1)");
   pending_.push_back(Pending{next_id_++, false, {}, data, count, from, tag, dtype});

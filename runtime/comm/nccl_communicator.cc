@@ -211,7 +211,8 @@ void NcclCommunicator::retire_finished() {
 }
 
 void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
-                               const std::function<void()>& launch, Completion completion) {
+                               const std::function<void()>& launch, Completion completion,
+                               CUevent_st* after) {
   const char* operation = operation_name.operation;  // a string only on the error path
   const std::string& group = name();
   try {
@@ -221,10 +222,13 @@ void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
     if (earlier != ncclSuccess)
       throw_nccl_error(group, operation, "an earlier operation (ncclCommGetAsyncError)", earlier,
                        comm_);
-    // The operation reads what the compute stream wrote before this call.
-    PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaEventRecord(compute_ready_, compute_stream_));
-    PARAPLAN_COMM_CUDA_CHECK(group, operation,
-                             cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+    // The operation reads what the compute stream wrote before this call (or
+    // writes a buffer that compute last read before `after`).
+    if (after == nullptr) {
+      PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaEventRecord(compute_ready_, compute_stream_));
+      after = compute_ready_;
+    }
+    PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaStreamWaitEvent(comm_stream_, after, 0));
     launch();
     if (spare_events_.empty()) {
       cudaEvent_t event = nullptr;
@@ -402,9 +406,46 @@ void NcclCommunicator::wait_pending() {
 
 // ---------------------------------------------------------------- NcclPeerToPeer
 
-NcclPeerToPeer::NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers)
+NcclPeerToPeer::NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers,
+                               const PipelineRing& ring)
     : world_(world), host_peers_(std::move(host_peers)) {
   if (!host_peers_) throw std::invalid_argument("NcclPeerToPeer: the host peers are null");
+  make_links(ring);
+}
+
+void NcclPeerToPeer::make_links(const PipelineRing& ring) {
+  // Edge e joins pipeline ranks e and e + 1 (mod p); a ring of 2 has one.
+  // Three rounds in which no rank is in two edges: even edges, odd edges and
+  // the wrap-around edge of an odd ring. Each round is two world-wide splits
+  // (one per direction); then only a link's two ranks make its NCCL
+  // communicator, so the pairs of a round start at once.
+  const int p = ring.size;  // the same on every rank: all make the same splits
+  if (p < 2) return;
+  const int edges = p == 2 ? 1 : p;
+  const auto round_of = [p](int edge) { return p % 2 == 1 && edge == p - 1 ? 2 : edge % 2; };
+  const int down_edge = ring.index < edges ? ring.index : -1;  // to pipeline rank index + 1
+  const int up_edge = ring.index > 0 || p > 2 ? (ring.index + p - 1) % p : -1;
+  const int me = world_.rank();
+  for (int round = 0; round < 3; ++round) {
+    int edge = -1, neighbour = -1;
+    bool lower = false;  // this rank is the edge's pipeline rank e (not e + 1)
+    if (down_edge >= 0 && round_of(down_edge) == round) {
+      edge = down_edge, neighbour = ring.next, lower = true;
+    } else if (up_edge >= 0 && round_of(up_edge) == round) {
+      edge = up_edge, neighbour = ring.previous;
+    }
+    for (const bool downward : {true, false}) {
+      const bool sends = downward == lower;
+      const int color = edge < 0 ? MpiCommunicator::kNotInGroup : ring.ring * p + edge;
+      std::string name = "pipeline link " + std::to_string(sends ? me : neighbour) + "->" +
+                         std::to_string(sends ? neighbour : me);
+      std::unique_ptr<MpiCommunicator> pair =
+          world_.host_group().split(color, sends ? 0 : 1, std::move(name));
+      if (!pair) continue;
+      (sends ? send_links_ : receive_links_)[neighbour] =
+          std::make_unique<NcclCommunicator>(std::move(pair), world_.compute_stream_);
+    }
+  }
 }
 
 void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,
@@ -455,7 +496,7 @@ void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_
 }
 
 PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t count, int peer,
-                                        kernels::DType dtype, int tag) {
+                                        kernels::DType dtype, int tag, void* buffer_free) {
   const bool sending = send != nullptr;
   const char* operation = sending ? "post_send" : "post_receive";
   if (peer < 0 || peer >= world_.size())
@@ -469,21 +510,28 @@ PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t 
     posted_.push_back(posted);
     return posted.id;
   }
-  const std::string& group = world_.name();
-  world_.enqueue(
+  // The link of that direction (the sender is its rank 0); a peer outside
+  // the ring goes over the world communicator, behind its other work.
+  auto& links = sending ? send_links_ : receive_links_;
+  const auto found = links.find(peer);
+  NcclCommunicator& lane = found != links.end() ? *found->second : world_;
+  const int lane_peer = found != links.end() ? (sending ? 1 : 0) : peer;
+  const std::string& group = lane.name();
+  lane.enqueue(
       {sending ? "pipeline send (posted)" : "pipeline receive (posted)", count,
-       elements_unit(dtype), &world_.where_, sending ? peer : -1, sending ? -1 : peer},
+       elements_unit(dtype), &lane.where_, sending ? peer : -1, sending ? -1 : peer},
       [&] {
-        ncclComm_t comm = world_.comm_;
+        ncclComm_t comm = lane.comm_;
         const ncclDataType_t type = nccl_type_of(dtype);
         if (sending)
           PARAPLAN_NCCL_CHECK(group, operation, comm,
-                              ncclSend(send, count, type, peer, comm, world_.comm_stream_));
+                              ncclSend(send, count, type, lane_peer, comm, lane.comm_stream_));
         else
           PARAPLAN_NCCL_CHECK(group, operation, comm,
-                              ncclRecv(receive, count, type, peer, comm, world_.comm_stream_));
+                              ncclRecv(receive, count, type, lane_peer, comm, lane.comm_stream_));
       },
-      NcclCommunicator::Completion::kDeferred);
+      NcclCommunicator::Completion::kDeferred,
+      sending ? nullptr : static_cast<CUevent_st*>(buffer_free));
   if (spare_events_.empty()) {
     cudaEvent_t event = nullptr;
     PARAPLAN_COMM_CUDA_CHECK(group, operation,
@@ -492,7 +540,7 @@ PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t 
   }
   posted.done = spare_events_.back();
   spare_events_.pop_back();
-  PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaEventRecord(posted.done, world_.comm_stream_));
+  PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaEventRecord(posted.done, lane.comm_stream_));
   posted_.push_back(posted);
   return posted.id;
 }
@@ -500,13 +548,13 @@ PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t 
 PeerToPeer::Posted NcclPeerToPeer::post_send(const void* data, size_t count, int to,
                                              kernels::DType dtype, int tag) {
   if (data == nullptr) throw std::invalid_argument("post_send: no buffer");
-  return post(data, nullptr, count, to, dtype, tag);
+  return post(data, nullptr, count, to, dtype, tag, nullptr);
 }
 
 PeerToPeer::Posted NcclPeerToPeer::post_receive(void* data, size_t count, int from,
-                                                kernels::DType dtype, int tag) {
+                                                kernels::DType dtype, int tag, void* buffer_free) {
   if (data == nullptr) throw std::invalid_argument("post_receive: no buffer");
-  return post(nullptr, data, count, from, dtype, tag);
+  return post(nullptr, data, count, from, dtype, tag, buffer_free);
 }
 
 void NcclPeerToPeer::wait(Posted transfer) {

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,10 +103,11 @@ class NcclCommunicator final : public Communicator {
   void all_gather_on(const void* send, void* receive, size_t chunk_count, kernels::DType dtype,
                      Completion completion);
   // Queues `launch` (NCCL calls on comm_stream_) after the compute stream's
-  // work so far, records its done event and registers it with the watchdog as
-  // `name`; kComputeWaits also makes the compute stream wait for it.
+  // work so far (or, given `after`, only after that event of it), records its
+  // done event and registers it with the watchdog as `name`; kComputeWaits
+  // also makes the compute stream wait for it.
   void enqueue(const Watchdog::OperationName& operation_name, const std::function<void()>& launch,
-               Completion completion);
+               Completion completion, CUevent_st* after = nullptr);
   // Hands the events of finished operations back and closes their watchdog entries.
   void retire_finished();
   // Frees what was created; never throws (destructor, failed constructor).
@@ -128,15 +130,35 @@ class NcclCommunicator final : public Communicator {
   bool failed_ = false;  // an operation threw: the destructor aborts instead of waiting
 };
 
-// Pipeline transfers on the NCCL world communicator: ncclSend and ncclRecv in
-// one ncclGroupStart/End (a -1 peer skips that half), ordered with the compute
-// stream like a blocking collective. Host buffers (a checkpoint's tensors) go
-// over host_peers (MpiPeerToPeer); each half is routed by its own buffer, so
-// both sides of a transfer must pass the same kind of memory.
+// This rank's place in the ring of its pipeline's ranks (pipeline rank r
+// next to r + 1 and r - 1, mod p), for the per-link communicators.
+struct PipelineRing {
+  int index = 0, size = 1;       // pipeline rank and size
+  int ring = 0;                  // which pipeline (its data and tensor coordinates)
+  int next = -1, previous = -1;  // world ranks of pipeline ranks index + 1, index - 1 (mod size)
+};
+
+// Pipeline transfers over NCCL.
+// - Paired (send_receive): on the world communicator, ncclSend and ncclRecv in
+//   one ncclGroupStart/End (a -1 peer skips that half), ordered with the
+//   compute stream like a blocking collective.
+// - Posted halves: each direction between two ring neighbours has its own
+//   two-rank communicator and stream (a link), so a link's transfers wait for
+//   no other link's. A send starts after the compute queued before it (which
+//   wrote its data); a receive only after its buffer_free mark (the last
+//   compute that read its buffer), so it lands while later compute runs. An
+//   NCCL transfer occupies its stream until the peer's half arrives: on one
+//   shared stream, a receive waited behind every send posted before it.
+// Host buffers (a checkpoint's tensors) go over host_peers (MpiPeerToPeer);
+// each half is routed by its own buffer, so both sides of a transfer must pass
+// the same kind of memory.
 class NcclPeerToPeer final : public PeerToPeer {
  public:
   // world must outlive this (ProcessGroups destroys peers before world).
-  NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers);
+  // Collective over world: every rank makes the links of its ring (at most
+  // four: to and from each neighbour) in the same order of splits.
+  NcclPeerToPeer(NcclCommunicator& world, std::unique_ptr<PeerToPeer> host_peers,
+                 const PipelineRing& ring = {});
 
   void send_receive(const void* send, size_t send_count, int send_to, void* receive,
                     size_t receive_count, int receive_from, kernels::DType dtype,
@@ -150,8 +172,8 @@ class NcclPeerToPeer final : public PeerToPeer {
   // go to host_peers.
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
-  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
-                      int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
+                      void* buffer_free = nullptr) override;
   void wait(Posted transfer) override;
   ~NcclPeerToPeer() override;
 
@@ -162,10 +184,14 @@ class NcclPeerToPeer final : public PeerToPeer {
     Posted host_id = 0;
   };
   Posted post(const void* send, void* receive, size_t count, int peer, kernels::DType dtype,
-              int tag);
+              int tag, void* buffer_free);
+  void make_links(const PipelineRing& ring);
 
   NcclCommunicator& world_;
   std::unique_ptr<PeerToPeer> host_peers_;
+  // Two-rank communicators (the sender is rank 0) by the peer's world rank:
+  // what this rank sends to it, what it receives from it.
+  std::map<int, std::unique_ptr<NcclCommunicator>> send_links_, receive_links_;
   std::vector<PostedTransfer> posted_;  // not yet waited on
   std::vector<CUevent_st*> spare_events_;
   Posted next_id_ = 1;

@@ -183,8 +183,11 @@ PeerToPeer::Posted StagedPeerToPeer::post_send(const void* data, size_t count, i
   return posted_.back().id;
 }
 
+// buffer_free is not needed: the copy into `data` is queued at the wait, after
+// every op queued before it.
 PeerToPeer::Posted StagedPeerToPeer::post_receive(void* data, size_t count, int from,
-                                                  kernels::DType dtype, int tag) {
+                                                  kernels::DType dtype, int tag,
+                                                  void* /*buffer_free*/) {
   const size_t bytes = bytes_of(count, kernels::dtype_bytes(dtype), "post_receive");
   PostedTransfer posted{0, take_buffer(bytes), data};
   posted.id = host_peers_->post_receive(posted.host.data(), count, from, dtype, tag);

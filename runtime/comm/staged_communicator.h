@@ -105,8 +105,8 @@ class StagedPeerToPeer final : public PeerToPeer {
   // when waited on.
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
-  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype,
-                      int tag = 0) override;
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
+                      void* buffer_free = nullptr) override;
   void wait(Posted transfer) override;
 
  private:

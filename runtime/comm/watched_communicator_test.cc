@@ -95,8 +95,10 @@ class RecordingPeers final : public PeerToPeer {
     calls_->push_back({"post_send", data, nullptr, count, dtype});
     return 40 + calls_->size();
   }
-  Posted post_receive(void* data, size_t count, int, DType dtype, int = 0) override {
-    calls_->push_back({"post_receive", nullptr, data, count, dtype});
+  // Records buffer_free where a send's buffer would be.
+  Posted post_receive(void* data, size_t count, int, DType dtype, int = 0,
+                      void* buffer_free = nullptr) override {
+    calls_->push_back({"post_receive", buffer_free, data, count, dtype});
     return 40 + calls_->size();
   }
   void wait(Posted transfer) override {
@@ -155,12 +157,14 @@ TEST(WatchedCommunicator, ForwardsEveryCallWithItsDtype) {
   // Posted halves keep their ids through the wrapper.
   transfers.clear();
   const PeerToPeer::Posted send = peers.post_send(bits.data(), 5, 1, DType::kBFloat16, 3);
-  const PeerToPeer::Posted receive = peers.post_receive(bits.data() + 8, 6, 1, DType::kBFloat16);
+  int mark = 0;  // stands for an Ops mark: the wrapper passes it on
+  const PeerToPeer::Posted receive =
+      peers.post_receive(bits.data() + 8, 6, 1, DType::kBFloat16, 0, &mark);
   peers.wait(receive);
   peers.wait(send);
   EXPECT_EQ(transfers,
             (std::vector<Call>{{"post_send", bits.data(), nullptr, 5, DType::kBFloat16},
-                               {"post_receive", nullptr, bits.data() + 8, 6, DType::kBFloat16},
+                               {"post_receive", &mark, bits.data() + 8, 6, DType::kBFloat16},
                                {"wait 42", nullptr, nullptr, 0, DType::kFloat32},
                                {"wait 41", nullptr, nullptr, 0, DType::kFloat32}}));
 }

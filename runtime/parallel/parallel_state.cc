@@ -117,9 +117,19 @@ void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops) {
     group.release();
     group = std::make_unique<NcclCommunicator>(std::unique_ptr<MpiCommunicator>(mpi), ops.stream());
   });
-  if (groups.peers)
+  if (groups.peers) {
+    const MeshCoordinates& mesh = groups.mesh;
+    PipelineRing ring;
+    ring.index = mesh.pipeline_rank;
+    ring.size = mesh.pipeline_size;
+    ring.ring = mesh.data_rank * mesh.tensor_size + mesh.tensor_rank;
+    const int p = mesh.pipeline_size;
+    ring.next = world_rank_of(mesh, (mesh.pipeline_rank + 1) % p, mesh.data_rank, mesh.tensor_rank);
+    ring.previous =
+        world_rank_of(mesh, (mesh.pipeline_rank + p - 1) % p, mesh.data_rank, mesh.tensor_rank);
     groups.peers = std::make_unique<NcclPeerToPeer>(static_cast<NcclCommunicator&>(*groups.world),
-                                                    std::move(groups.peers));
+                                                    std::move(groups.peers), ring);
+  }
 }
 #endif
 

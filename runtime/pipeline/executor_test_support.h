@@ -10,12 +10,15 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/forwarding_ops.h"
+#include "runtime/comm/forwarding_communicator.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/chunked_stage.h"
@@ -75,8 +78,79 @@ inline Reference whole_model(const TransformerConfig& config, const SampleSource
   return reference;
 }
 
+// Where the step is: the index of the instruction running (-1 before the
+// first), kept by an observer.
+struct StepPosition final : InstructionObserver {
+  int instruction = -1;
+  void before(const schema::Instruction&) override { ++instruction; }
+  void after(const schema::Instruction&) override {}
+};
+
+// Ops whose marks are test handles remembering the instruction that last
+// recorded them (-1: before the step's first).
+class MarkingOps final : public kernels::ForwardingOps {
+ public:
+  MarkingOps(std::unique_ptr<kernels::Ops> inner, const StepPosition* position)
+      : ForwardingOps(std::move(inner)), position_(position) {}
+  void* create_mark() override { return &marks_.emplace_back(-2); }
+  void record_mark(void* mark) override { *static_cast<int*>(mark) = position_->instruction; }
+  void destroy_mark(void*) override {}
+
+ private:
+  const StepPosition* position_;
+  std::deque<int> marks_;  // stable addresses
+};
+
+// Peers that note each posted receive's instruction and buffer_free mark.
+class ReceiveNotingPeers final : public ForwardingPeerToPeer {
+ public:
+  struct Receive {
+    int instruction;
+    bool marked;      // given a buffer_free mark
+    int mark_points;  // where the mark stood when posted (MarkingOps)
+  };
+  ReceiveNotingPeers(std::unique_ptr<PeerToPeer> inner, const StepPosition* position)
+      : ForwardingPeerToPeer(std::move(inner)), position_(position) {}
+  Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag,
+                      void* buffer_free) override {
+    receives.push_back({position_->instruction, buffer_free != nullptr,
+                        buffer_free ? *static_cast<const int*>(buffer_free) : -2});
+    return ForwardingPeerToPeer::post_receive(data, count, from, dtype, tag, buffer_free);
+  }
+  std::vector<Receive> receives;
+
+ private:
+  const StepPosition* position_;
+};
+
+// A posted receive into a slot may start once the slot's last compute is done,
+// and should wait for nothing after it: its mark was last recorded by the
+// latest compute instruction of the same chunk and slot before the receive
+// (-1, the step's start, for none).
+inline void expect_receives_wait_for_their_slot(
+    const std::vector<schema::Instruction>& stream, const std::vector<int>& slots,
+    const std::vector<ReceiveNotingPeers::Receive>& receives, const std::string& what) {
+  const auto computes = [](schema::OpCode op) {
+    return op == schema::OpCode::Forward || op == schema::OpCode::Backward ||
+           op == schema::OpCode::BackwardInput || op == schema::OpCode::BackwardWeight;
+  };
+  for (const ReceiveNotingPeers::Receive& receive : receives) {
+    ASSERT_TRUE(receive.marked) << what;
+    const schema::Instruction& posting = stream[receive.instruction];
+    const int c = posting.chunk(), slot = posting.micro_batch() % slots[c];
+    int expected = -1;
+    for (int i = 0; i < receive.instruction; ++i)
+      if (computes(stream[i].op()) && stream[i].chunk() == c &&
+          stream[i].micro_batch() % slots[c] == slot)
+        expected = i;
+    EXPECT_EQ(receive.mark_points, expected)
+        << what << ": the receive at instruction " << receive.instruction << " (chunk " << c
+        << ", micro-batch " << posting.micro_batch() << ")";
+  }
+}
+
 // Runs one step of this rank's stream over v chunks and checks it against the
-// whole model.
+// whole model; with posted transfers, also what each receive waits for.
 inline void expect_whole_model_step(
     const std::vector<schema::Instruction>& stream, int v, const std::string& what,
     schema::Transfers transfers = schema::Transfers::Rendezvous,
@@ -94,7 +168,9 @@ inline void expect_whole_model_step(
   const schema::StageSchedule& schedule =
       *schema::GetPlan(bytes.data())->schedule()->stages()->Get(r);
 
-  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
+  StepPosition position;
+  std::unique_ptr<kernels::Ops> ops =
+      std::make_unique<MarkingOps>(kernels::make_cpu_ops(1), &position);
   MemoryTracker memory(*ops);
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
       ScheduleExecutor::buffers_needed(schedule, v, transfers);
@@ -116,7 +192,7 @@ inline void expect_whole_model_step(
   layout.initialize(values.data(), 3);
   stage.load_parameters(values.data(), values.size());
 
-  std::unique_ptr<MpiPeerToPeer> peers = MpiPeerToPeer::over_world();
+  auto peers = std::make_unique<ReceiveNotingPeers>(MpiPeerToPeer::over_world(), &position);
   ScheduleExecutor executor(schedule, stage, *ops, kMicroBatches, 0,
                             PipelinePeers{.peers = peers.get(),
                                           .previous_stage_rank = r > 0 ? r - 1 : -1,
@@ -136,7 +212,13 @@ inline void expect_whole_model_step(
     stage.read_gradients(now.data(), now.size());
     reported.emplace_back(offset, std::vector<float>(now.begin() + offset, now.end()));
   };
-  const double loss_sum = executor.run_step(data, 0, kLossScale, hooks);
+  const double loss_sum = executor.run_step(data, 0, kLossScale, hooks, &position);
+  if (transfers == schema::Transfers::Posted) {
+    std::vector<int> slots;
+    for (const ScheduleExecutor::ChunkBuffers& chunk : buffers) slots.push_back(chunk.slots);
+    EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
+    expect_receives_wait_for_their_slot(stream, slots, peers->receives, what);
+  }
 
   stage.read_gradients(values.data(), values.size());
   for (const ParameterTensor& tensor : layout.tensors()) {

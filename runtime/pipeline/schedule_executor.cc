@@ -176,6 +176,9 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
     chunk.activation_receive.assign(chunk.stage->num_slots(), 0);
     chunk.gradient_receive.assign(chunk.stage->num_slots(), 0);
     chunk.activation_send.assign(chunk.stage->num_slots(), 0);
+    if (pipeline.transfers == schema::Transfers::Posted)
+      for (int slot = 0; slot < chunk.stage->num_slots(); ++slot)
+        chunk.slot_free.push_back(ops.create_mark());
     chunk.output_gradient_per_slot = buffers[c].output_gradient_per_slot;
     chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
     chunk.previous_rank = previous_virtual_stage_rank(pipeline, c, v);
@@ -201,6 +204,11 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   host_targets_.resize(tokens);
 }
 
+ScheduleExecutor::~ScheduleExecutor() {
+  for (Chunk& chunk : chunks_)
+    for (void* mark : chunk.slot_free) ops_.destroy_mark(mark);
+}
+
 double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
                                   const ExecutorHooks& hooks, InstructionObserver* observer) {
   first_forward_done_ = false;
@@ -208,6 +216,9 @@ double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample
     chunk.finished = false;
     std::fill(chunk.received.begin(), chunk.received.end(), -1);
     chunk.input_gradient_of = -1;
+    // Whatever ran between steps (evaluation, a checkpoint) is before every
+    // receive of this one.
+    for (void* mark : chunk.slot_free) ops_.record_mark(mark);
   }
   sends_in_flight_.clear();  // the last step's ReduceGradients waited for them
   for (size_t i = 0; i < instructions_.size(); ++i) {
@@ -351,6 +362,11 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       if (hooks.optimizer_step) hooks.optimizer_step();
       break;
   }
+  const bool reads_slot =
+      instruction.op() == OpCode::Forward || instruction.op() == OpCode::Backward ||
+      instruction.op() == OpCode::BackwardInput || instruction.op() == OpCode::BackwardWeight;
+  if (reads_slot && !chunk.slot_free.empty())
+    ops_.record_mark(chunk.slot_free[slot_of(chunk, micro_batch)]);
 }
 
 void ScheduleExecutor::refuse(const schema::Instruction& instruction, const std::string& problem) {
@@ -425,8 +441,8 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
     }
     case OpCode::RecvActivation:
       refuse_if_pending(chunk.activation_receive[slot], "activation receive");
-      chunk.activation_receive[slot] =
-          peers->post_receive(stage.input(slot), elements, peer, stage.dtype(), tag);
+      chunk.activation_receive[slot] = peers->post_receive(
+          stage.input(slot), elements, peer, stage.dtype(), tag, chunk.slot_free[slot]);
       break;
     case OpCode::SendGradient:
       send_input_gradient(chunk, instruction);
@@ -437,8 +453,8 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
     case OpCode::RecvGradient:
       refuse_if_pending(chunk.gradient_receive[slot], "output-gradient receive");
       receive_output_gradient(chunk, instruction, mb);
-      chunk.gradient_receive[slot] =
-          peers->post_receive(stage.output_gradient(slot), elements, peer, stage.dtype(), tag);
+      chunk.gradient_receive[slot] = peers->post_receive(
+          stage.output_gradient(slot), elements, peer, stage.dtype(), tag, chunk.slot_free[slot]);
       break;
     default:
       break;

@@ -108,6 +108,9 @@ class ScheduleExecutor {
   // stage: the rank's model (its chunks: ModelStage::chunk).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
                    int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
+  ~ScheduleExecutor();
+  ScheduleExecutor(const ScheduleExecutor&) = delete;
+  ScheduleExecutor& operator=(const ScheduleExecutor&) = delete;
 
   // Runs one optimizer step's instructions. Micro-batch j of this replica
   // reads samples first_sample + (data_parallel_rank * m + j) * B, ..., so the
@@ -139,6 +142,10 @@ class ScheduleExecutor {
     // Per slot also its output's send, which the slot's next forward overwrites.
     std::vector<PeerToPeer::Posted> activation_receive, gradient_receive, activation_send;
     PeerToPeer::Posted input_gradient_send = 0;
+    // Per slot, an Ops mark after the last compute that read its buffers (the
+    // input activation, the output gradient): a posted receive into the slot
+    // waits for that, not for all the compute queued before it.
+    std::vector<void*> slot_free;
   };
   static int slot_of(const Chunk& chunk, int micro_batch) {
     return micro_batch % chunk.stage->num_slots();
