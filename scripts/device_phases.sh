@@ -84,7 +84,18 @@ phase_facts() {
   for library in libcudart libcublas libcublasLt libnccl libmpi libopenblas; do
     path=$(awk -v lib="$library.so" 'index($1, lib) == 1 && $3 ~ /^\// {print $3; exit}' \
       "$probe/ldd.txt")
-    [ -n "$path" ] && path=$(realpath "$path" 2>/dev/null || echo "$path")
+    # cuBLAS is opened on first use (kernels/cuda/cublas_library.h), not
+    # linked: the one the library path gives.
+    if [ -z "$path" ] && [[ $library == libcublas* ]]; then
+      local folder
+      for folder in ${LD_LIBRARY_PATH//:/ }; do
+        path=$(ls "$folder/$library".so.[0-9]* 2>/dev/null | head -1)
+        [ -n "$path" ] && break
+      done
+      [ -n "$path" ] && path="$(realpath "$path" 2>/dev/null || echo "$path") (opened on first use)"
+    elif [ -n "$path" ]; then
+      path=$(realpath "$path" 2>/dev/null || echo "$path")
+    fi
     fact "$library" "${path:-not linked}"
   done
   missing=$(grep -c "not found" "$probe/ldd.txt")

@@ -7,11 +7,12 @@
 // synchronize). Internal to kernels/cuda.
 #pragma once
 
-#include <cublas_api.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
+
+#include "kernels/cuda/cublas_library.h"
 
 namespace paraplan::kernels::cuda {
 
@@ -29,7 +30,7 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw_cuda_error("cuBLAS", cublasGetStatusString(status), call, file, line);
+    throw_cuda_error("cuBLAS", cublas_library().cublasGetStatusString(status), call, file, line);
   }
 }
 

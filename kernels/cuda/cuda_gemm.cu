@@ -28,10 +28,10 @@ struct LtMatmul::Configuration {
   Configuration(const Configuration&) = delete;
   Configuration& operator=(const Configuration&) = delete;
   ~Configuration() {
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
+    if (c != nullptr) cublas_library().cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublas_library().cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublas_library().cublasLtMatrixLayoutDestroy(a);
+    if (operation != nullptr) cublas_library().cublasLtMatmulDescDestroy(operation);
   }
 };
 
@@ -61,71 +61,73 @@ LtMatmul::LtMatmul(cudaDataType_t data_type, cublasComputeType_t compute_type,
       workspace_(workspace),
       workspace_bytes_(workspace_bytes),
       stream_(stream) {
-  PARAPLAN_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtCreate(&lt_));
 }
 
 LtMatmul::~LtMatmul() {
   cache_.clear();  // descriptors before the handle
-  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (lt_ != nullptr) cublas_library().cublasLtDestroy(lt_);
 }
 
 std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) const {
   auto config = std::make_unique<Configuration>();
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&config->operation, compute_type_, CUDA_R_32F));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+  PARAPLAN_CUBLAS_CHECK(
+      cublas_library().cublasLtMatmulDescCreate(&config->operation, compute_type_, CUDA_R_32F));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
       config->operation, CUBLASLT_MATMUL_DESC_TRANSA, &key.transa, sizeof(key.transa)));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
       config->operation, CUBLASLT_MATMUL_DESC_TRANSB, &key.transb, sizeof(key.transb)));
   if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
         config->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue, sizeof(key.epilogue)));
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(config->operation,
-                                                         CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                         &key.bias_type, sizeof(key.bias_type)));
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
+        config->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &key.bias_type,
+        sizeof(key.bias_type)));
   }
   // Stored shapes (before op): A is m x k or k x m, B is k x n or n x k.
   const bool ta = key.transa != CUBLAS_OP_N, tb = key.transb != CUBLAS_OP_N;
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&config->a, data_type_, ta ? key.k : key.m,
-                                                   ta ? key.m : key.k, key.lda));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&config->b, data_type_, tb ? key.n : key.k,
-                                                   tb ? key.k : key.n, key.ldb));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&config->c, data_type_, key.m, key.n, key.ldd));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatrixLayoutCreate(
+      &config->a, data_type_, ta ? key.k : key.m, ta ? key.m : key.k, key.lda));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatrixLayoutCreate(
+      &config->b, data_type_, tb ? key.n : key.k, tb ? key.k : key.n, key.ldb));
+  PARAPLAN_CUBLAS_CHECK(
+      cublas_library().cublasLtMatrixLayoutCreate(&config->c, data_type_, key.m, key.n, key.ldd));
 
   cublasLtMatmulPreference_t preference = nullptr;
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceCreate(&preference));
   // The preference is needed only for the heuristic: destroyed on every path.
   struct PreferenceGuard {
     cublasLtMatmulPreference_t preference;
-    ~PreferenceGuard() { cublasLtMatmulPreferenceDestroy(preference); }
+    ~PreferenceGuard() { cublas_library().cublasLtMatmulPreferenceDestroy(preference); }
   } guard{preference};
   const uint64_t workspace_bytes = workspace_bytes_;
-  PARAPLAN_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes)));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+      sizeof(workspace_bytes)));
   if (fp32_partials_only_) {
     // Split-K only with fp32 partials: in-place and output-type reductions
     // add partial sums in bf16, rounding more than once.
     const uint32_t reductions =
         CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof(reductions)));
   }
   // The default assumes 256-byte aligned operands; parameters inside the
   // stage's one buffer may be only element-aligned.
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof(key.align_a)));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(key.align_b)));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof(key.align_d)));
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof(key.align_d)));
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
   // Not checked: "not supported" is an answer here, not an error.
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(lt_, config->operation, config->a, config->b, config->c,
-                                     config->c, preference, 1, &heuristic, &found);
+  const cublasStatus_t status = cublas_library().cublasLtMatmulAlgoGetHeuristic(
+      lt_, config->operation, config->a, config->b, config->c, config->c, preference, 1, &heuristic,
+      &found);
   config->supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (config->supported) config->algorithm = heuristic.algo;
   return config;
@@ -152,12 +154,12 @@ bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, in
   Configuration& config = *found->second;
   if (!config.supported) return false;
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-    PARAPLAN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
         config.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float alpha = 1.0f;
-  PARAPLAN_CUBLAS_CHECK(cublasLtMatmul(lt_, config.operation, &alpha, a, config.a, b, config.b,
-                                       &beta, d, config.c, d, config.c, &config.algorithm,
-                                       workspace_, workspace_bytes_, stream_));
+  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmul(
+      lt_, config.operation, &alpha, a, config.a, b, config.b, &beta, d, config.c, d, config.c,
+      &config.algorithm, workspace_, workspace_bytes_, stream_));
   return true;
 }
 

@@ -103,17 +103,20 @@ class CudaOps final : public Ops {
       data_type_ = bf16 ? CUDA_R_16BF : CUDA_R_32F;
       // TF32 concerns fp32 inputs only; bf16 inputs run on tensor cores with fp32 accumulation.
       compute_type_ = !bf16 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      PARAPLAN_CUBLAS_CHECK(cublasCreate(&cublas_));
-      PARAPLAN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+      PARAPLAN_CUBLAS_CHECK(cublas_library().cublasCreate(&cublas_));
+      PARAPLAN_CUBLAS_CHECK(cublas_library().cublasSetStream(cublas_, stream_));
       PARAPLAN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-      PARAPLAN_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_, kWorkspaceBytes));
-      PARAPLAN_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
+      PARAPLAN_CUBLAS_CHECK(
+          cublas_library().cublasSetWorkspace(cublas_, workspace_, kWorkspaceBytes));
+      PARAPLAN_CUBLAS_CHECK(
+          cublas_library().cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
       // Strict mode must not let CUBLAS_COMPUTE_32F drop to TF32 via the math
       // mode; bf16 outputs must not be reduced in bf16 (one rounding per output).
       const int math_mode =
           (!bf16 && allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
-      PARAPLAN_CUBLAS_CHECK(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
+      PARAPLAN_CUBLAS_CHECK(
+          cublas_library().cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
       lt_matmul_ = std::make_unique<LtMatmul>(data_type_, compute_type_, bf16, workspace_,
                                               kWorkspaceBytes, stream_);
       uploads_ = std::make_unique<PinnedUploads>(stream_);
@@ -509,9 +512,9 @@ class CudaOps final : public Ops {
             int lda, const void* b, int ldb, void* d, int ldd, float beta) {
     if (lt_matmul_->run(transa, transb, m, n, k, a, lda, b, ldb, d, ldd, beta)) return;
     const float alpha = 1.0f;
-    PARAPLAN_CUBLAS_CHECK(cublasGemmEx(cublas_, transa, transb, m, n, k, &alpha, a, data_type_, lda,
-                                       b, data_type_, ldb, &beta, d, data_type_, ldd, compute_type_,
-                                       CUBLAS_GEMM_DEFAULT));
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasGemmEx(
+        cublas_, transa, transb, m, n, k, &alpha, a, data_type_, lda, b, data_type_, ldb, &beta, d,
+        data_type_, ldd, compute_type_, CUBLAS_GEMM_DEFAULT));
   }
 
   // Frees everything; safe on a partly constructed object; never throws.
@@ -522,7 +525,7 @@ class CudaOps final : public Ops {
     lt_matmul_.reset();
     if (target_errors_ != nullptr) cudaFree(target_errors_);
     if (sum_partials_ != nullptr) cudaFree(sum_partials_);
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_ != nullptr) cublas_library().cublasDestroy(cublas_);
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     target_errors_ = nullptr;

@@ -1,0 +1,78 @@
+// cublas_library.cc: the dlopen of cuBLAS and cuBLASLt (cublas_library.h).
+#include "kernels/cuda/cublas_library.h"
+
+#include <dlfcn.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace paraplan::kernels::cuda {
+
+namespace {
+
+#define PARAPLAN_STRINGIZE_EXPANDED(x) PARAPLAN_STRINGIZE(x)
+#define PARAPLAN_STRINGIZE(x) #x
+
+// By soname (LD_LIBRARY_PATH, the loader's cache), else from the toolkit
+// this build was configured with.
+void* open_library(const std::string& name) {
+  if (void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+  const std::string first_error = dlerror();
+  const std::string fallback = std::string(PARAPLAN_CUDA_LIBRARY_DIR) + "/" + name;
+  if (void* handle = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+  throw std::runtime_error("the CUDA backend could not load " + name + " (" + first_error +
+                           "; nor " + fallback + "): install CUDA's cuBLAS " +
+                           PARAPLAN_CUBLAS_MAJOR + " or add the folder holding " + name +
+                           " to LD_LIBRARY_PATH");
+}
+
+template <typename Function>
+void resolve(void* library, const char* library_name, const char* symbol, Function& function) {
+  function = reinterpret_cast<Function>(dlsym(library, symbol));
+  if (function == nullptr)
+    throw std::runtime_error(std::string("the CUDA backend found no ") + symbol + " in " +
+                             library_name + ": it needs cuBLAS " + PARAPLAN_CUBLAS_MAJOR +
+                             ", the version it was built with");
+}
+
+CublasLibrary load() {
+  const std::string lt_name = std::string("libcublasLt.so.") + PARAPLAN_CUBLAS_MAJOR;
+  const std::string blas_name = std::string("libcublas.so.") + PARAPLAN_CUBLAS_MAJOR;
+  // Lt first: cuBLAS depends on it. Never closed: kept for the process.
+  void* lt = open_library(lt_name);
+  void* blas = open_library(blas_name);
+  CublasLibrary library{};
+#define PARAPLAN_RESOLVE(handle, name, member) \
+  resolve(handle, name.c_str(), PARAPLAN_STRINGIZE_EXPANDED(member), library.member)
+  PARAPLAN_RESOLVE(blas, blas_name, cublasCreate);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasDestroy);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasSetStream);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasSetWorkspace);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasSetAtomicsMode);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasSetMathMode);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasGemmEx);
+  PARAPLAN_RESOLVE(blas, blas_name, cublasGetStatusString);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtCreate);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtDestroy);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulDescCreate);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulDescDestroy);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulDescSetAttribute);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatrixLayoutCreate);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatrixLayoutDestroy);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulPreferenceCreate);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulPreferenceDestroy);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulPreferenceSetAttribute);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmulAlgoGetHeuristic);
+  PARAPLAN_RESOLVE(lt, lt_name, cublasLtMatmul);
+#undef PARAPLAN_RESOLVE
+  return library;
+}
+
+}  // namespace
+
+const CublasLibrary& cublas_library() {
+  static const CublasLibrary library = load();  // a failed load throws again next time
+  return library;
+}
+
+}  // namespace paraplan::kernels::cuda
