@@ -46,6 +46,13 @@ std::string memory_limit_note(const JobConfig& config) {
   return note.str();
 }
 
+SearchResult search_job(const JobConfig& job) {
+  validate_job_config(job);
+  const ProfileLoad profile = load_profile(job);
+  const MeasuredProfile* profile_pointer = profile.profile ? &*profile.profile : nullptr;
+  return search_plans(with_measured_hardware(job, profile_pointer), profile_pointer);
+}
+
 PlanOutcome plan_job(const JobConfig& job) {
   validate_job_config(job);
   const ProfileLoad profile = load_profile(job);

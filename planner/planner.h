@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "planner/job/job_config.h"
+#include "planner/search/plan_search.h"
 
 namespace paraplan {
 
@@ -28,6 +29,11 @@ struct PlanOutcome {
 };
 
 PlanOutcome plan_job(const JobConfig& config);
+
+// plan_job's search (the job validated, its profile loaded and its measured
+// hardware applied) without writing, checking or reporting a plan: what a
+// what-if needs of a job (replan.h). Throws as plan_job does.
+SearchResult search_job(const JobConfig& config);
 
 // A note for the report when planner.opt_resident_coef does not describe the
 // optimizer state paraplan's runtime keeps for model.dtype: fp32 moments (2x

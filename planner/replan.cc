@@ -1,4 +1,4 @@
-// replan.cc: job_for_nodes and replan_for_nodes (replan.h).
+// replan.cc: a saved plan's job planned again for other node counts (replan.h).
 #include "planner/replan.h"
 
 #include <algorithm>
@@ -27,8 +27,34 @@ const std::set<std::string>& mesh_options() {
   return keys;
 }
 
-double predicted_step(const PlanOutcome& outcome) {
-  return load_plan_from_bytes("replanned", outcome.plan).plan().predictions()->step_seconds();
+PlanDecisions decisions_of_best(const PlanCandidate& best) {
+  const PlanSetting& setting = best.setting;
+  return {setting.shape.pipeline_stages,
+          setting.shape.data_parallel,
+          setting.shape.tensor_parallel,
+          setting.layout.num_nodes,
+          setting.layout.devices_per_node,
+          setting.micro_batch_size,
+          setting.num_micro_batches,
+          setting.zero_stage,
+          best.estimate.prediction.step_seconds};
+}
+
+// One count of nodes tried: the whole plan, or only the search's decisions.
+struct Attempt {
+  PlanOutcome outcome;
+  PlanDecisions decisions;
+};
+Attempt attempt(const JobConfig& job, FallbackDepth depth) {
+  Attempt tried;
+  if (depth == FallbackDepth::kDecisionsOnly) {
+    tried.decisions = decisions_of_best(search_job(job).ranked.front());
+    return tried;
+  }
+  tried.outcome = plan_job(job);
+  // plan_job checked the plan already: read it without a second check.
+  tried.decisions = paraplan::decisions_of(*schema::GetPlan(tried.outcome.plan.data()));
+  return tried;
 }
 
 }  // namespace
@@ -86,14 +112,30 @@ PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_p
   return plan_job(job_for_nodes(plan, plan_path, num_nodes));
 }
 
+PlanDecisions decisions_of(const schema::Plan& plan) {
+  const schema::Mesh& mesh = *plan.mesh();
+  const schema::Training& training = *plan.training();
+  return {mesh.pipeline_parallel(),
+          mesh.data_parallel(),
+          mesh.tensor_parallel(),
+          mesh.num_nodes(),
+          mesh.devices_per_node(),
+          training.micro_batch_size(),
+          training.num_micro_batches(),
+          plan.zero() ? plan.zero()->stage() : 0,
+          plan.predictions()->step_seconds()};
+}
+
 FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
-                                 int nodes_left, int min_nodes) {
+                                 int nodes_left, int min_nodes, FallbackDepth depth) {
   min_nodes = std::max(min_nodes, 1);
   FallbackPlan fallback;
   std::string first_reason;
   for (int nodes = nodes_left; nodes >= min_nodes && fallback.num_nodes == 0; --nodes) {
     try {
-      fallback.outcome = replan_for_nodes(plan, plan_path, nodes);
+      Attempt tried = attempt(job_for_nodes(plan, plan_path, nodes), depth);
+      fallback.outcome = std::move(tried.outcome);
+      fallback.decisions = tried.decisions;
       fallback.num_nodes = fallback.most_nodes_that_fit = nodes;
     } catch (const std::runtime_error& error) {
       const std::string reason = error.what();
@@ -127,9 +169,10 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
       job.planner.pipeline_nstages = mesh.pipeline_parallel();
       job.planner.tensor_parallel_degree = mesh.tensor_parallel();
       job.planner.data_parallel_degree = static_cast<int>(dp);
-      PlanOutcome smaller = plan_job(job);
-      if (predicted_step(smaller) < predicted_step(fallback.outcome)) {
-        fallback.outcome = std::move(smaller);
+      Attempt smaller = attempt(job, depth);
+      if (smaller.decisions.step_seconds < fallback.decisions.step_seconds) {
+        fallback.outcome = std::move(smaller.outcome);
+        fallback.decisions = smaller.decisions;
         fallback.num_nodes = nodes;
       }
     } catch (const std::runtime_error&) {  // the most nodes' plan stands
@@ -139,19 +182,14 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
   return fallback;
 }
 
-std::string plan_summary(const schema::Plan& plan) {
-  const schema::Mesh& mesh = *plan.mesh();
-  const schema::Training& training = *plan.training();
+std::string plan_summary(const PlanDecisions& plan) {
   char step[64];
-  std::snprintf(step, sizeof(step), "%.4g s", plan.predictions()->step_seconds());
-  const int zero = plan.zero() ? plan.zero()->stage() : 0;
-  return "pp " + std::to_string(mesh.pipeline_parallel()) + " x dp " +
-         std::to_string(mesh.data_parallel()) + " x tp " + std::to_string(mesh.tensor_parallel()) +
-         " on " + std::to_string(mesh.num_nodes()) +
-         (mesh.num_nodes() == 1 ? " node x " : " nodes x ") +
-         std::to_string(mesh.devices_per_node()) + " devices, micro-batch " +
-         std::to_string(training.micro_batch_size()) + " x " +
-         std::to_string(training.num_micro_batches()) + (zero > 0 ? ", ZeRO-1" : "") +
+  std::snprintf(step, sizeof(step), "%.4g s", plan.step_seconds);
+  return "pp " + std::to_string(plan.pipeline) + " x dp " + std::to_string(plan.data) + " x tp " +
+         std::to_string(plan.tensor) + " on " + std::to_string(plan.num_nodes) +
+         (plan.num_nodes == 1 ? " node x " : " nodes x ") + std::to_string(plan.devices_per_node) +
+         " devices, micro-batch " + std::to_string(plan.micro_batch_size) + " x " +
+         std::to_string(plan.num_micro_batches) + (plan.zero_stage > 0 ? ", ZeRO-1" : "") +
          ", predicted step " + step;
 }
 
@@ -161,14 +199,13 @@ std::string what_if_lost_nodes(const schema::Plan& plan, const std::string& plan
                            " of " + std::to_string(nodes) + " were lost: ";
   if (lost >= nodes) return head + "no node would be left\n";
   try {
-    const FallbackPlan found = plan_for_nodes_left(plan, plan_path, nodes - lost);
-    const LoadedPlan fallback = load_plan_from_bytes(plan_path + " (fallback)", found.outcome.plan);
+    const FallbackPlan found =
+        plan_for_nodes_left(plan, plan_path, nodes - lost, 1, FallbackDepth::kDecisionsOnly);
     char slowdown[64];
-    std::snprintf(
-        slowdown, sizeof(slowdown), "%.2fx",
-        fallback.plan().predictions()->step_seconds() / plan.predictions()->step_seconds());
+    std::snprintf(slowdown, sizeof(slowdown), "%.2fx",
+                  found.decisions.step_seconds / plan.predictions()->step_seconds());
     std::string text =
-        head + plan_summary(fallback.plan()) + ", " + slowdown + " this plan's step\n";
+        head + plan_summary(found.decisions) + ", " + slowdown + " this plan's step\n";
     const int left = nodes - lost;
     if (found.num_nodes < left) {
       text += "  it uses " + std::to_string(found.num_nodes) + " of the " + std::to_string(left) +

@@ -31,23 +31,42 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
 // plan fits the devices left.
 PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes);
 
+// What a plan decided, for a restart's or a what-if's line.
+struct PlanDecisions {
+  int pipeline = 1, data = 1, tensor = 1;
+  int num_nodes = 1, devices_per_node = 1;
+  int micro_batch_size = 1, num_micro_batches = 1;
+  int zero_stage = 0;
+  double step_seconds = 0;  // predicted
+};
+PlanDecisions decisions_of(const schema::Plan& plan);
+
 // The plan for the most nodes, from nodes_left down to min_nodes, that the
 // job fits: a lost node can leave a device count no mesh divides (1016 GPUs
 // for a global batch of 1536), where one node fewer fits.
 struct FallbackPlan {
-  PlanOutcome outcome;
+  PlanOutcome outcome;  // empty with FallbackDepth::kDecisionsOnly
+  PlanDecisions decisions;
   int num_nodes = 0;
   int most_nodes_that_fit = 0;           // > num_nodes when fewer nodes plan a faster step
   std::vector<std::string> passed_over;  // "127 nodes: no mesh fits ..." per count tried
 };
+// kWholePlan writes and checks each plan tried (a restart runs it);
+// kDecisionsOnly only searches (a what-if prints it): about half the time
+// for a 1T GPT, whose plans hold 200k instructions.
+enum class FallbackDepth { kWholePlan, kDecisionsOnly };
 // Throws naming nodes_left's reason when no count from nodes_left to
 // min_nodes fits.
 FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
-                                 int nodes_left, int min_nodes = 1);
+                                 int nodes_left, int min_nodes = 1,
+                                 FallbackDepth depth = FallbackDepth::kWholePlan);
 
 // "pp 2 x dp 1 x tp 2 on 2 nodes x 2 devices, micro-batch 3 x 4, ZeRO-1,
 // predicted step 1.25 s": the decisions a restart or a what-if names.
-std::string plan_summary(const schema::Plan& plan);
+std::string plan_summary(const PlanDecisions& decisions);
+inline std::string plan_summary(const schema::Plan& plan) {
+  return plan_summary(decisions_of(plan));
+}
 
 // `paraplan plan --what-if-lost-nodes N`: the plan this job would fall back to
 // on N fewer nodes, and its predicted slowdown; or why there is none.

@@ -152,5 +152,28 @@ TEST(Replan, APlanWithoutRecordedOptionsIsRefusedByName) {
   }
 }
 
+TEST(Replan, AWhatIfDecidesAsTheWholePlanWould) {
+  // The what-if searches only; a restart writes the plan. Same counts tried,
+  // same decisions, the same predicted step; the what-if holds no plan.
+  const LoadedPlan original =
+      planned(test_jobs::eight_device_job({{"model.num_layers", "2"},
+                                           {"training.global_batch_size", "24"},
+                                           {"planner.world_size", "6"},
+                                           {"cluster.devices_per_node", "1"},
+                                           {"cluster.num_nodes", "6"}}));
+  for (const int nodes_left : {5, 3}) {
+    const FallbackPlan whole = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left);
+    const FallbackPlan decided = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left, 1,
+                                                     FallbackDepth::kDecisionsOnly);
+    const LoadedPlan written = load_plan_from_bytes("fallback.pplan", whole.outcome.plan);
+    EXPECT_EQ(plan_summary(decided.decisions), plan_summary(written.plan())) << nodes_left;
+    EXPECT_EQ(plan_summary(whole.decisions), plan_summary(written.plan())) << nodes_left;
+    EXPECT_EQ(decided.decisions.step_seconds, written.plan().predictions()->step_seconds());
+    EXPECT_EQ(decided.num_nodes, whole.num_nodes);
+    EXPECT_EQ(decided.passed_over, whole.passed_over);
+    EXPECT_TRUE(decided.outcome.plan.empty());
+  }
+}
+
 }  // namespace
 }  // namespace paraplan
