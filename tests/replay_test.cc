@@ -283,7 +283,7 @@ TEST_F(Replay, ZeroBubbleVModelStateIsWhatThePlannerPredicts) {
     for (const char* part : {"weights", "gradients", "optimizer_state"})
       EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << part << " stage " << s;
     EXPECT_LE(memory["total"]["measured"].get<double>(), memory["total"]["predicted"].get<double>())
-        << "stage " << s;
+        << "stage " << s << ": " << memory.dump();
   }
   // wte 256 x 32 twice, wpe 16 x 32, 2 blocks of 12704, the final norm's 64.
   EXPECT_EQ(report["stages"][0]["memory_bytes"]["weights"]["measured"].get<double>(),

@@ -189,6 +189,52 @@ int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages)
 
 }  // namespace
 
+namespace {
+
+// ZB-H1 and ZB-V, per rank of the generated stream, chunks summed: the
+// slots the runtime allocates and the most micro-batches waiting for their
+// W. From m = 2p on every rank's counts are those of m = 2p (warm-up and
+// cool-down are then whole; CostModelTest.ZeroBubbleCounts checks it).
+struct ZeroBubbleCounts {
+  int slots = 0, weight_pending = 0;
+};
+ZeroBubbleCounts zero_bubble_counts(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
+                                    int num_micro_batches) {
+  const int p = num_stages;
+  if (p < 2 && kind == schema::ScheduleKind::ZeroBubbleV)  // no such schedule: all of them
+    return {2 * num_micro_batches, 2 * num_micro_batches};
+  const int m = std::min(num_micro_batches, 2 * p);
+  static std::mutex mutex;
+  static std::map<std::tuple<schema::ScheduleKind, int, int>, std::vector<ZeroBubbleCounts>> cache;
+  const auto key = std::make_tuple(kind, p, m);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = cache.find(key);
+    if (found != cache.end()) return found->second.at(pipeline_rank);
+  }
+  const PipelineSchedule schedule =
+      generate_schedule(kind, p, m, kind == schema::ScheduleKind::ZeroBubbleV ? 2 : 1);
+  std::vector<ZeroBubbleCounts> counts(p);
+  for (int rank = 0; rank < p; ++rank) {
+    for (int most : max_slots_held(schedule, rank)) counts[rank].slots += most;
+    for (int most : max_weight_pending(schedule, rank)) counts[rank].weight_pending += most;
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, counts).first->second.at(pipeline_rank);
+}
+
+bool splits_backward(schema::ScheduleKind kind) {
+  return kind == schema::ScheduleKind::ZeroBubbleH1 || kind == schema::ScheduleKind::ZeroBubbleV;
+}
+
+}  // namespace
+
+int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
+                                 int num_micro_batches) {
+  if (!splits_backward(kind)) return 0;
+  return zero_bubble_counts(kind, pipeline_rank, num_stages, num_micro_batches).weight_pending;
+}
+
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                             int num_micro_batches, int virtual_stages) {
   if (kind == schema::ScheduleKind::Interleaved1F1B &&
@@ -196,6 +242,9 @@ int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int nu
     return num_micro_batches * std::max(virtual_stages, 1);  // no such schedule: all of them
   if (kind == schema::ScheduleKind::Interleaved1F1B)
     return interleaved_slots(num_stages, num_micro_batches, std::max(virtual_stages, 1));
+  // The runtime's slots, held from the load or receipt to the W.
+  if (splits_backward(kind))
+    return zero_bubble_counts(kind, pipeline_rank, num_stages, num_micro_batches).slots;
   return in_flight_bound(kind, num_stages, num_micro_batches,
                          kind == schema::ScheduleKind::Interleaved1F1B ? virtual_stages : 1,
                          pipeline_rank);
@@ -296,6 +345,9 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
                                     : stage_output_activation_bytes(model, micro_batch_size, t, sp);
   terms.in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
                                             shape.pipeline_stages, num_micro_batches, terms.chunks);
+  if (zero_bubble && options.is_train)
+    terms.weight_pending = weight_pending_micro_batches(options.pipeline_scheduler, pipeline_rank,
+                                                        shape.pipeline_stages, num_micro_batches);
   for (const int layers : {1, 0}) {
     std::vector<int64_t> outputs =
         op_output_bytes(model, {0, layers, has_embedding, has_head, {}}, micro_batch_size, t, sp);
@@ -324,9 +376,13 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   const int64_t recompute_working_set = counts.full > 0        ? kept_none - kept_full
                                         : counts.selective > 0 ? kept_none - kept_selective
                                                                : 0;
-  per_micro_batch += layers * terms.deferred_per_block + terms.deferred_ends;
   const int chunks = terms.chunks;
   per_micro_batch = (per_micro_batch + chunks - 1) / chunks + terms.per_chunk_extra;
+  // Only the micro-batches waiting for their W keep the deferred copies:
+  // each at most the larger chunk's blocks and the ends (ZB-V's chunks may
+  // wait for unequal numbers, the ends' chunk for the most).
+  const int64_t deferred =
+      (layers + chunks - 1) / chunks * terms.deferred_per_block + terms.deferred_ends;
   const double largest_two = layers > 0 ? terms.largest_two_with_blocks : terms.largest_two_without;
 
   const int g = options.memory_granularity;
@@ -344,7 +400,8 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
     memory.optimizer_state = round_up(state.optimizer_state, g);
     memory.optimizer_transient = round_up(state.optimizer_transient, g);
     memory.activations = round_up(
-        static_cast<double>(terms.in_flight * per_micro_batch + recompute_working_set * chunks),
+        static_cast<double>(terms.in_flight * per_micro_batch + terms.weight_pending * deferred +
+                            recompute_working_set * chunks),
         g);  // interleaved: each chunk's stage has its own recompute scratch
   }
   return memory;

@@ -149,11 +149,20 @@ struct ParallelShape {
 };
 
 // Micro-batches whose activations stage pipeline_rank holds at once: min(p - s, m)
-// under 1F1B, all m under GPipe, min(p, m) under ZB-H1, and under interleaved
-// 1F1B the chunks' worth in_flight_bound allows (schedule.h: the verifier's
-// bound, so the memory model and the streams agree).
+// under 1F1B, all m under GPipe, under interleaved 1F1B the chunks' worth
+// in_flight_bound allows (schedule.h: the verifier's bound, so the memory
+// model and the streams agree), under ZB-H1 and ZB-V the slots the runtime
+// holds on that rank (max_slots_held of the generated stream, chunks summed).
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                             int num_micro_batches, int virtual_stages = 1);
+
+// ZB-H1 and ZB-V: the most micro-batches (ZB-V: chunk micro-batches, summed
+// over the rank's chunks) waiting for their weight gradient at once on
+// stage pipeline_rank, from the generated stream: what its pool of deferred
+// weight-gradient copies grows to (runtime/model/decoder_stage.h). 0 for
+// the kinds without a split backward.
+int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
+                                 int num_micro_batches);
 
 // Memory of one device of stage pipeline_rank. Uses the planner options
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
@@ -180,10 +189,12 @@ struct StageMemoryTerms {
   int zero_shards = 1, chunks = 1;
   int64_t block_parameters = 0, end_parameters = 0;  // per block; embedding and head
   int64_t kept[3] = {0, 0, 0};                       // a block's activations per RecomputeMode
-  // ZB-H1: per block and for the ends, what a micro-batch waiting for its W keeps.
+  // ZB-H1, ZB-V: per block and for the ends, what a micro-batch waiting for
+  // its W keeps (weight_pending of them at most, in_flight counting their slots).
   int64_t deferred_per_block = 0, deferred_ends = 0;
   int64_t per_chunk_extra = 0;  // per micro-batch and chunk, after the 1 / chunks share
   int64_t in_flight = 1;
+  int64_t weight_pending = 0;
   double largest_two_with_blocks = 0, largest_two_without = 0;  // op outputs
   double workspace = 0;
 };

@@ -171,6 +171,58 @@ TEST(CostModelTest, InterleavedSlots) {
       }
 }
 
+// ZB-H1 and ZB-V: every rank's slots (as the runtime holds them) and most
+// micro-batches waiting for their W, per chunk summed, from the whole
+// stream (the model takes m = 2p's from 2p on).
+TEST(CostModelTest, ZeroBubbleCounts) {
+  for (const auto kind : {schema::ScheduleKind::ZeroBubbleH1, schema::ScheduleKind::ZeroBubbleV})
+    for (int p : {1, 2, 3, 4, 5, 7, 8, 16})
+      for (int m : {p, 2 * p - 1, 2 * p, 2 * p + 1, 3 * p, 4 * p + 3, 8 * p}) {
+        const int v = kind == schema::ScheduleKind::ZeroBubbleV ? 2 : 1;
+        if (kind == schema::ScheduleKind::ZeroBubbleV && (m < p || p < 2)) continue;
+        const PipelineSchedule schedule = generate_schedule(kind, p, m, v);
+        for (int rank = 0; rank < p; ++rank) {
+          int pending = 0, slots = 0;
+          for (int most : max_weight_pending(schedule, rank)) pending += most;
+          for (int most : max_slots_held(schedule, rank)) slots += most;
+          EXPECT_EQ(in_flight_micro_batches(kind, rank, p, m, v), slots)
+              << schema::EnumNameScheduleKind(kind) << " p=" << p << " m=" << m << " rank=" << rank;
+          EXPECT_EQ(weight_pending_micro_batches(kind, rank, p, m), pending)
+              << schema::EnumNameScheduleKind(kind) << " p=" << p << " m=" << m << " rank=" << rank;
+        }
+      }
+  EXPECT_EQ(weight_pending_micro_batches(schema::ScheduleKind::OneForwardOneBackward, 0, 4, 8), 0);
+}
+
+// A ZB-H1 stage keeps the deferred copies only for the micro-batches waiting
+// for their W, not for every micro-batch holding a slot.
+TEST(CostModelTest, DeferredWeightCopiesOnlyForTheWaitingMicroBatches) {
+  const ModelConfig model = tiny();
+  PlannerOptions options;
+  options.pipeline_scheduler = schema::ScheduleKind::ZeroBubbleH1;
+  const StageLayout middle{1, 1, false, false, {RecomputeMode::None}};
+  const ParallelShape shape{4, 1, 1};
+  options.memory_granularity = 1;
+  for (int rank : {1, 2}) {
+    const StageMemoryTerms terms =
+        stage_memory_terms(model, options, false, false, rank, shape, 2, 8);
+    ASSERT_GT(terms.deferred_per_block, 0);
+    // Slots are held from the load or receipt until W.
+    EXPECT_EQ(terms.in_flight,
+              in_flight_micro_batches(schema::ScheduleKind::ZeroBubbleH1, rank, 4, 8));
+    EXPECT_GE(terms.in_flight, 4);
+    EXPECT_EQ(terms.weight_pending,
+              weight_pending_micro_batches(schema::ScheduleKind::ZeroBubbleH1, rank, 4, 8));
+    EXPECT_LT(terms.weight_pending, terms.in_flight);
+    // The activations: the slots' worth plus weight_pending copies.
+    const MemoryBreakdown zb = stage_memory(model, options, middle, rank, shape, 2, 8);
+    EXPECT_EQ(static_cast<int64_t>(zb.activations),
+              terms.in_flight * (terms.kept[0] + terms.per_chunk_extra) +
+                  terms.weight_pending * terms.deferred_per_block)
+        << rank;
+  }
+}
+
 TEST(CostModelTest, StageMemoryBreakdown) {
   const ModelConfig model = tiny();  // float32
   PlannerOptions options;            // AutoDist defaults: resident 2, transient 0, coef 2

@@ -86,6 +86,9 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
     memory_terms_.back().in_flight = in_flight_micro_batches(
         options_.pipeline_scheduler, r, p, setting.num_micro_batches, memory_terms_.back().chunks);
+    if (train)
+      memory_terms_.back().weight_pending = weight_pending_micro_batches(
+          options_.pipeline_scheduler, r, p, setting.num_micro_batches);
   }
 
   // Compute: the profile's measured times, else the analytic model of the

@@ -52,8 +52,10 @@
 //   after m of its slots and its tail: the time it waits for the others.
 // - Memory per schedule (cost_model.h's in_flight_micro_batches): 1F1B
 //   min(p - s, m) micro-batches, GPipe m, interleaved in_flight_bound
-//   (schedule.h) chunks' worth, ZB-H1 min(p, m) (a deferred W's state counted
-//   as the whole micro-batch's activations: an upper bound).
+//   (schedule.h) chunks' worth; ZB-H1 and ZB-V each rank's slots as the
+//   runtime holds them (from the load or receipt to the W) plus the deferred
+//   W's copies for the most micro-batches waiting for their W at once
+//   (weight_pending_micro_batches), both from the generated stream.
 #pragma once
 
 #include <cstdint>

@@ -132,6 +132,18 @@ int in_flight_bound(schema::ScheduleKind kind, int num_stages, int num_micro_bat
 // stream (forwarded, Backward / BackwardWeight not yet done).
 std::vector<int> max_in_flight(const PipelineSchedule& schedule, int pipeline_rank);
 
+// Per chunk of `pipeline_rank`: the most micro-batches holding an activation
+// slot at once, as the runtime allocates them (runtime/pipeline/
+// schedule_executor.h buffers_needed): from the first instruction writing
+// into it (a load, a received activation, the forward) to the Backward, or
+// the BackwardWeight after a BackwardInput.
+std::vector<int> max_slots_held(const PipelineSchedule& schedule, int pipeline_rank);
+
+// Per chunk of `pipeline_rank`: the most micro-batches at once through
+// BackwardInput and not yet through BackwardWeight (0 without a split
+// backward): how many deferred weight gradients' copies a chunk keeps.
+std::vector<int> max_weight_pending(const PipelineSchedule& schedule, int pipeline_rank);
+
 // The peak, over the rank's stream, of the memory its micro-batches keep: per
 // chunk c, activation_bytes[c] from Forward to Backward / BackwardInput and
 // weight_pending_bytes[c] from BackwardInput to BackwardWeight (what the

@@ -3,6 +3,7 @@
 // model, rendezvous or posted (schedule.h), and the in-flight counts the
 // memory model shares with it.
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "planner/schedule/schedule.h"
@@ -466,6 +467,43 @@ std::vector<int> max_in_flight(const PipelineSchedule& schedule, int pipeline_ra
                  [&](const std::vector<int>& activations, const std::vector<int>& pending) {
                    for (size_t c = 0; c < peak.size(); ++c)
                      peak[c] = std::max(peak[c], activations[c] + pending[c]);
+                 });
+  return peak;
+}
+
+std::vector<int> max_slots_held(const PipelineSchedule& schedule, int pipeline_rank) {
+  const int v = std::max(schedule.virtual_stages, 1);
+  std::vector<std::set<int>> held(v);
+  std::vector<int> peak(v, 0);
+  for (const PipelineInstruction& ins : schedule.stages.at(pipeline_rank)) {
+    if (ins.chunk < 0 || ins.chunk >= v) continue;
+    std::set<int>& chunk = held[ins.chunk];
+    switch (ins.op) {
+      case OpCode::LoadMicroBatch:
+      case OpCode::RecvActivation:
+      case OpCode::Forward:
+        chunk.insert(ins.micro_batch);
+        break;
+      case OpCode::SendGradientRecvActivation:
+        chunk.insert(ins.peer_micro_batch);
+        break;
+      case OpCode::Backward:
+      case OpCode::BackwardWeight:
+        chunk.erase(ins.micro_batch);
+        break;
+      default:
+        break;
+    }
+    peak[ins.chunk] = std::max(peak[ins.chunk], static_cast<int>(chunk.size()));
+  }
+  return peak;
+}
+
+std::vector<int> max_weight_pending(const PipelineSchedule& schedule, int pipeline_rank) {
+  std::vector<int> peak(std::max(schedule.virtual_stages, 1), 0);
+  walk_in_flight(schedule, pipeline_rank,
+                 [&](const std::vector<int>&, const std::vector<int>& pending) {
+                   for (size_t c = 0; c < peak.size(); ++c) peak[c] = std::max(peak[c], pending[c]);
                  });
   return peak;
 }
