@@ -110,15 +110,18 @@ TEST(Replan, ValuesWhoseDefaultsComeFromOtherOptionsAreKept) {
   EXPECT_EQ(again.model.architecture, schema::Architecture::Llama);
 }
 
+// Two blocks (at most 4 stages), 8 heads, a batch of 24, one device per
+// node: 6 devices fit (dp 6), 5 fit no (pp, dp, tp), 4 do.
+LoadedPlan six_one_device_nodes() {
+  return planned(test_jobs::eight_device_job({{"model.num_layers", "2"},
+                                              {"training.global_batch_size", "24"},
+                                              {"planner.world_size", "6"},
+                                              {"cluster.devices_per_node", "1"},
+                                              {"cluster.num_nodes", "6"}}));
+}
+
 TEST(Replan, NodesLeftThatFitNoMeshGiveWayToTheMostThatDo) {
-  // Two blocks (at most 4 stages), 8 heads, a batch of 24, one device per
-  // node: 6 devices fit (dp 6), 5 fit no (pp, dp, tp), 4 do.
-  const LoadedPlan original =
-      planned(test_jobs::eight_device_job({{"model.num_layers", "2"},
-                                           {"training.global_batch_size", "24"},
-                                           {"planner.world_size", "6"},
-                                           {"cluster.devices_per_node", "1"},
-                                           {"cluster.num_nodes", "6"}}));
+  const LoadedPlan original = six_one_device_nodes();
   const FallbackPlan fallback = plan_for_nodes_left(original.plan(), "job.pplan", 5);
   EXPECT_EQ(fallback.num_nodes, 4);
   ASSERT_EQ(fallback.passed_over.size(), 1u);
@@ -155,12 +158,7 @@ TEST(Replan, APlanWithoutRecordedOptionsIsRefusedByName) {
 TEST(Replan, AWhatIfDecidesAsTheWholePlanWould) {
   // The what-if searches only; a restart writes the plan. Same counts tried,
   // same decisions, the same predicted step; the what-if holds no plan.
-  const LoadedPlan original =
-      planned(test_jobs::eight_device_job({{"model.num_layers", "2"},
-                                           {"training.global_batch_size", "24"},
-                                           {"planner.world_size", "6"},
-                                           {"cluster.devices_per_node", "1"},
-                                           {"cluster.num_nodes", "6"}}));
+  const LoadedPlan original = six_one_device_nodes();
   for (const int nodes_left : {5, 3}) {
     const FallbackPlan whole = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left);
     const FallbackPlan decided = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left, 1,
