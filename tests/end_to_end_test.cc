@@ -123,6 +123,35 @@ TEST_F(EndToEnd, ASecondRunInTheSameCheckpointDirectoryIsRefused) {
   EXPECT_EQ(run(train_arguments(2, "shared", "third.jsonl")).exit_code, 0);
 }
 
+TEST_F(EndToEnd, ARunWhoseDirectoryWasTakenStopsBeforePublishing) {
+  // Where flock does not reach across hosts, a run restarted elsewhere takes
+  // the directory as if it were free and writes its own line into the lock
+  // file. The first run, checkpointing every step, stops at its next
+  // checkpoint without publishing it.
+  tokenize_and_plan();
+  CommandResult first_result;
+  std::thread first([&] {
+    first_result = run(train_arguments(1000000, "taken", "first.jsonl") + " --checkpoint-every 1");
+  });
+  const std::filesystem::path directory = dir_ / "taken";
+  for (int i = 0; i < 1200 && !std::filesystem::exists(directory / "latest"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_TRUE(std::filesystem::exists(directory / "latest"));
+  write_file(directory / ".paraplan-lock",
+             "paraplan train of plan other.pplan, pid 7 on host node2, since now, run 42\n");
+  first.join();
+  expect_clear_error(first_result, {"--checkpoint-dir " + path("taken") +
+                                        " was taken by another run (paraplan train of plan "
+                                        "other.pplan, pid 7 on host node2",
+                                    "publishes no checkpoint there and stops"});
+  // What it published before stays whole: latest names a complete step.
+  const std::string latest = read_file(directory / "latest");
+  const std::string step = latest.substr(0, latest.find('\n'));
+  EXPECT_TRUE(std::filesystem::exists(directory / step / "model.safetensors")) << step;
+  EXPECT_EQ(read_file(directory / ".paraplan-lock"),
+            "paraplan train of plan other.pplan, pid 7 on host node2, since now, run 42\n");
+}
+
 TEST_F(EndToEnd, LossEqualsAnIndependentGpt2Reference) {
   // tests/gpt2_reference.py recomputes the validation loss in float64 NumPy
   // from the saved Hugging Face checkpoint: the same number means paraplan

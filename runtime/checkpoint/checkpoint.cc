@@ -208,7 +208,8 @@ void publish_directory(const fs::path& from, const fs::path& to) {
 
 std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
                             const float* params, const float* first_moment,
-                            const float* second_moment, const TrainState& state) {
+                            const float* second_moment, const TrainState& state,
+                            const std::function<void()>& before_publish) {
   if (state.step < 0 || state.step > kMaxTrainStep || state.next_train_sample < 0 ||
       state.next_train_sample > kMaxTrainSample)
     throw std::runtime_error(
@@ -252,6 +253,7 @@ std::string save_checkpoint(const std::string& dir, const ParameterLayout& layou
   write_file_atomically(temp.path / kStateFile, train_state.dump(2) + "\n");
   fsync_directory(temp.path);
 
+  if (before_publish) before_publish();
   publish_directory(temp.path, final_dir);
   temp.armed = false;
   fsync_directory(dir);

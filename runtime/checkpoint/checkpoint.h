@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "runtime/model/model_config.h"
@@ -43,9 +44,13 @@ struct TrainState {
 // floats. Linear weights are written transposed to Hugging Face's Conv1D
 // [in, out]; a tied head is not written apart from transformer.wte.weight, and
 // a name the layout holds twice is written once. Returns the step directory.
+// before_publish runs once the step directory is written aside, just before
+// it and 'latest' are published; it may throw, and then nothing is published
+// and the aside directory goes (the writer's fence, checkpoint_lock.h).
 std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
                             const float* params, const float* first_moment,
-                            const float* second_moment, const TrainState& state);
+                            const float* second_moment, const TrainState& state,
+                            const std::function<void()>& before_publish = {});
 
 // A step directory as it is, or DIR/<the step named in DIR/latest>. Throws
 // std::runtime_error naming the path if it is neither or 'latest' is stale.

@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -33,14 +35,28 @@ std::string now_text() {
   return text;
 }
 
-// What the holder wrote into the lock file (at most a line's worth).
+// The lock file's text (at most a line's worth), as it is.
+std::string lock_text(int fd) {
+  char text[1024];
+  const ssize_t got = ::pread(fd, text, sizeof text, 0);
+  return got > 0 ? std::string(text, static_cast<size_t>(got)) : std::string();
+}
+
+// What the holder wrote into the lock file, for a message.
 std::string holder_of(int fd) {
-  char text[512];
-  const ssize_t got = ::pread(fd, text, sizeof text - 1, 0);
-  if (got <= 0) return "a run that did not say who it is";
-  std::string holder(text, static_cast<size_t>(got));
+  std::string holder = lock_text(fd);
   while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+  if (holder.empty()) return "a run that did not say who it is";
   return printable_text(holder, 400);
+}
+
+// 64 random bits as hex: two runs never write the same line.
+std::string run_id() {
+  std::random_device random;
+  const uint64_t id = (uint64_t{random()} << 32) ^ random();
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+  return text;
 }
 
 std::string seconds_text(double seconds) {
@@ -53,7 +69,7 @@ std::string seconds_text(double seconds) {
 
 CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& holder,
                                      double wait_seconds)
-    : path_((std::filesystem::path(dir) / kLockFile).string()) {
+    : dir_(dir), path_((std::filesystem::path(dir) / kLockFile).string()) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error)
@@ -88,14 +104,30 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir, const std::string& 
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  const std::string text = holder + ", pid " + std::to_string(::getpid()) + " on host " + host +
-                           ", since " + now_text() + "\n";
+  line_ = holder + ", pid " + std::to_string(::getpid()) + " on host " + host + ", since " +
+          now_text() + ", run " + run_id() + "\n";
   // The previous holder's words go; a reader sees the whole line or none of it
   // only when it raced a starting run, and then the lock decides, not the text.
   if (::ftruncate(fd_, 0) != 0 ||
-      ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-    // The lock holds without its description.
+      ::pwrite(fd_, line_.data(), line_.size(), 0) != static_cast<ssize_t>(line_.size())) {
+    line_.clear();  // the lock holds without its description, and without the fence
   }
+}
+
+void CheckpointDirLock::check_still_held() const {
+  if (fd_ < 0 || line_.empty()) return;
+  // By path: a lock file made anew is another file than the one held.
+  const int now = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const std::string text = now >= 0 ? lock_text(now) : std::string();
+  const std::string other = now >= 0 ? holder_of(now) : "its lock file " + path_ + " was removed";
+  if (now >= 0) ::close(now);
+  if (text == line_) return;
+  std::string ours = line_;
+  ours.pop_back();
+  throw std::runtime_error("--checkpoint-dir " + dir_ + " was taken by another run (" + other +
+                           ") while this one (" + printable_text(ours, 400) +
+                           ") ran: its lock did not reach across hosts. This run publishes no "
+                           "checkpoint there and stops; the directory stays the other run's");
 }
 
 CheckpointDirLock::~CheckpointDirLock() {

@@ -7,6 +7,14 @@
 // exclusive flock on DIR/.paraplan-lock for its whole life, and writes into
 // the file who it is. The kernel drops the lock when the process ends, however
 // it ends, so a crashed run never leaves the directory locked.
+//
+// A fence besides the lock: flock need not reach across hosts (NFS without
+// lock support, some FUSE filesystems), so a run restarted on other hosts
+// may take the directory while the failed attempt's writer, cut off from
+// the launcher, still runs. Every holder's line is its own (a random run
+// id in it); before publishing a checkpoint the writer checks that the file
+// still holds its line (check_still_held), and stops if another run wrote
+// there since.
 #pragma once
 
 #include <string>
@@ -30,8 +38,13 @@ class CheckpointDirLock {
 
   const std::string& path() const { return path_; }
 
+  // Throws std::runtime_error naming the directory and the run that took
+  // it, when the lock file no longer holds this run's line.
+  void check_still_held() const;
+
  private:
-  std::string path_;
+  std::string dir_, path_;
+  std::string line_;  // what this run wrote into the lock file
   int fd_ = -1;
 };
 

@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "runtime/testing/test_temp_dir.h"
 
@@ -34,6 +36,49 @@ TEST(CheckpointDirLockTest, ASecondWriterIsRefusedNamingTheFirst) {
   EXPECT_TRUE(contains(refused, "give this run another directory, or stop that run"));
   first.reset();
   EXPECT_NO_THROW(CheckpointDirLock third(checkpoints, "paraplan train, plan c.pplan"));
+}
+
+// Where flock does not reach across hosts, a run on another host takes the
+// directory as if it were free and writes its own line: the first run's
+// writer sees that before publishing and stops.
+TEST(CheckpointDirLockTest, ARunThatTookTheDirectoryFencesOutTheFirstWriter) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";
+  CheckpointDirLock first(checkpoints, "paraplan train of plan a.pplan");
+  EXPECT_NO_THROW(first.check_still_held());
+  {
+    // What the other host's run writes (its flock saw no holder).
+    std::ofstream other(first.path(), std::ios::trunc);
+    other << "paraplan train of plan b.pplan, pid 7 on host node2, since now, run 0123\n";
+  }
+  const std::string fenced = error_of([&] { first.check_still_held(); });
+  EXPECT_TRUE(contains(fenced, "--checkpoint-dir " + checkpoints +
+                                   " was taken by another run (paraplan train of plan b.pplan, "
+                                   "pid 7 on host node2"))
+      << fenced;
+  EXPECT_TRUE(contains(
+      fenced, "while this one (paraplan train of plan a.pplan, pid " + std::to_string(getpid())))
+      << fenced;
+  EXPECT_TRUE(contains(fenced, "publishes no checkpoint there and stops")) << fenced;
+  // A lock file removed and made anew is not the one held either.
+  std::filesystem::remove(first.path());
+  EXPECT_TRUE(contains(error_of([&] { first.check_still_held(); }), "was removed"));
+}
+
+// Every holder's line is its own, even the same program's twice in a row.
+TEST(CheckpointDirLockTest, EachHolderWritesALineOfItsOwn) {
+  TempDir dir;
+  const std::string checkpoints = dir / "checkpoints";
+  const auto line_of = [&] {
+    CheckpointDirLock held(checkpoints, "paraplan train");
+    std::ifstream in(held.path());
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  const std::string once = line_of(), again = line_of();
+  EXPECT_TRUE(contains(once, ", run "));
+  EXPECT_NE(once, again);
 }
 
 // A child process that takes the lock as `holder`, then holds it until

@@ -328,6 +328,28 @@ TEST(CheckpointTest, LatestMovesOnlyAfterTheStepDirectoryIsComplete) {
             (std::vector<std::string>{"latest", "step_00000002", "step_00000003"}));
 }
 
+TEST(CheckpointTest, AWriterFencedOutPublishesNothing) {
+  // before_publish throws (the directory was taken by another run): step 3
+  // is not published, latest stays, and nothing is left aside.
+  TempDir dir;
+  const GptLayout layout = full_layout(small_config());
+  const Buffers saved(layout);
+  save_checkpoint(dir / "ckpt", layout, saved.params.data(), saved.first.data(),
+                  saved.second.data(), TrainState{.step = 2});
+  int asked = 0;
+  EXPECT_EQ(error_of([&] {
+              save_checkpoint(dir / "ckpt", layout, saved.params.data(), saved.first.data(),
+                              saved.second.data(), TrainState{.step = 3}, [&] {
+                                ++asked;
+                                throw std::runtime_error("fenced out");
+                              });
+            }),
+            "fenced out");
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(read_bytes(dir.path() / "ckpt/latest"), "step_00000002\n");
+  EXPECT_EQ(entries(dir.path() / "ckpt"), (std::vector<std::string>{"latest", "step_00000002"}));
+}
+
 TEST(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
   TempDir dir;
   const GptLayout layout = full_layout(small_config());

@@ -39,7 +39,8 @@ void slice(const ParameterLayout& whole, const std::vector<float>& source,
 
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
                                         ModelStage& stage, DistributedOptimizer& optimizer,
-                                        ProcessGroups& groups, const TrainState& state) {
+                                        ProcessGroups& groups, const TrainState& state,
+                                        const std::function<void()>& before_publish) {
   const ParameterLayout& layout = stage.layout();
   const size_t n = layout.num_elements();
   std::vector<float> params, first, second;
@@ -76,7 +77,7 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
       }
     }
     written = save_checkpoint(dir, whole, whole_params.data(), whole_first.data(),
-                              whole_second.data(), state);
+                              whole_second.data(), state, before_publish);
   }
   // Nobody goes on (or exits) before the checkpoint is complete.
   groups.world->barrier();

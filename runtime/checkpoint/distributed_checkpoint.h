@@ -23,9 +23,11 @@ namespace paraplan {
 
 // Collective over the world. Returns the step directory written. Parameters
 // are the optimizer's fp32 master weights (the stage's own under fp32).
+// World rank 0 writes, and runs before_publish as save_checkpoint says.
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
                                         ModelStage& stage, DistributedOptimizer& optimizer,
-                                        ProcessGroups& groups, const TrainState& state);
+                                        ProcessGroups& groups, const TrainState& state,
+                                        const std::function<void()>& before_publish = {});
 
 // Every rank loads its own slice; not collective.
 TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,

@@ -224,10 +224,14 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
     if (!options.checkpoint_dir.empty() &&
         (last || checkpoint_due_by_time ||
          (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
+      // Rank 0 publishes only while the directory is still this run's.
       const std::string written = save_distributed_checkpoint(
           options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups,
           TrainState{
-              .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed});
+              .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed},
+          [&checkpoint_lock] {
+            if (checkpoint_lock) checkpoint_lock->check_still_held();
+          });
       if (leader) std::cout << "checkpoint: " << written << std::endl;
       last_checkpoint = std::chrono::steady_clock::now();
     }
