@@ -174,12 +174,12 @@ int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages)
     const auto found = cache.find(key);
     if (found != cache.end()) return found->second;
   }
-  const PipelineSchedule schedule = generate_schedule(
+  const std::shared_ptr<const PipelineSchedule> schedule = shared_schedule(
       schema::ScheduleKind::Interleaved1F1B, num_stages, num_micro_batches, virtual_stages);
   int slots = 0;
   for (int rank = 0; rank < num_stages; ++rank) {
     int rank_slots = 0;
-    for (int most : max_in_flight(schedule, rank)) rank_slots += most;
+    for (int most : max_in_flight(*schedule, rank)) rank_slots += most;
     slots = std::max(slots, rank_slots);
   }
   const std::lock_guard<std::mutex> lock(mutex);
@@ -191,48 +191,51 @@ int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages)
 
 namespace {
 
-// ZB-H1 and ZB-V, per rank of the generated stream, chunks summed: the
-// slots the runtime allocates and the most micro-batches waiting for their
-// W. From m = 2p on every rank's counts are those of m = 2p (warm-up and
-// cool-down are then whole; CostModelTest.ZeroBubbleCounts checks it).
-struct ZeroBubbleCounts {
-  int slots = 0, weight_pending = 0;
-};
-ZeroBubbleCounts zero_bubble_counts(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
-                                    int num_micro_batches) {
-  const int p = num_stages;
-  if (p < 2 && kind == schema::ScheduleKind::ZeroBubbleV)  // no such schedule: all of them
-    return {2 * num_micro_batches, 2 * num_micro_batches};
-  const int m = std::min(num_micro_batches, 2 * p);
-  static std::mutex mutex;
-  static std::map<std::tuple<schema::ScheduleKind, int, int>, std::vector<ZeroBubbleCounts>> cache;
-  const auto key = std::make_tuple(kind, p, m);
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto found = cache.find(key);
-    if (found != cache.end()) return found->second.at(pipeline_rank);
-  }
-  const PipelineSchedule schedule =
-      generate_schedule(kind, p, m, kind == schema::ScheduleKind::ZeroBubbleV ? 2 : 1);
-  std::vector<ZeroBubbleCounts> counts(p);
-  for (int rank = 0; rank < p; ++rank) {
-    for (int most : max_slots_held(schedule, rank)) counts[rank].slots += most;
-    for (int most : max_weight_pending(schedule, rank)) counts[rank].weight_pending += most;
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  return cache.emplace(key, counts).first->second.at(pipeline_rank);
-}
-
 bool splits_backward(schema::ScheduleKind kind) {
   return kind == schema::ScheduleKind::ZeroBubbleH1 || kind == schema::ScheduleKind::ZeroBubbleV;
 }
 
 }  // namespace
 
+const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kind, int num_stages,
+                                                        int num_micro_batches) {
+  const int p = num_stages;
+  // From m = 2p on every rank's counts are those of m = 2p (warm-up and
+  // cool-down are then whole; CostModelTest.ZeroBubbleCounts checks it).
+  const int m = std::min(num_micro_batches, 2 * p);
+  static std::mutex mutex;
+  // Entries are never erased, so references to them stay valid.
+  static std::map<std::tuple<schema::ScheduleKind, int, int>, std::vector<ZeroBubbleCounts>> cache;
+  const auto key = std::make_tuple(kind, p, m);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = cache.find(key);
+    if (found != cache.end()) return found->second;
+  }
+  std::vector<ZeroBubbleCounts> counts(std::max(p, 1));
+  if (kind == schema::ScheduleKind::ZeroBubbleH1 && m >= p) {
+    // The paper's order as generated: every rank holds p slots, rank r
+    // defers r weight gradients to the cool-down (the grid test holds it
+    // to the stream).
+    for (int rank = 0; rank < p; ++rank) counts[rank] = {p, rank + 1};
+  } else if (p < 2 && kind == schema::ScheduleKind::ZeroBubbleV) {
+    counts[0] = {2 * num_micro_batches, 2 * num_micro_batches};  // no such schedule: all of them
+  } else {
+    const std::shared_ptr<const PipelineSchedule> schedule =
+        shared_schedule(kind, p, m, kind == schema::ScheduleKind::ZeroBubbleV ? 2 : 1);
+    for (int rank = 0; rank < p; ++rank) {
+      for (int most : max_slots_held(*schedule, rank)) counts[rank].slots += most;
+      for (int most : max_weight_pending(*schedule, rank)) counts[rank].weight_pending += most;
+    }
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, std::move(counts)).first->second;
+}
+
 int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                                  int num_micro_batches) {
   if (!splits_backward(kind)) return 0;
-  return zero_bubble_counts(kind, pipeline_rank, num_stages, num_micro_batches).weight_pending;
+  return zero_bubble_counts(kind, num_stages, num_micro_batches).at(pipeline_rank).weight_pending;
 }
 
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
@@ -244,7 +247,7 @@ int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int nu
     return interleaved_slots(num_stages, num_micro_batches, std::max(virtual_stages, 1));
   // The runtime's slots, held from the load or receipt to the W.
   if (splits_backward(kind))
-    return zero_bubble_counts(kind, pipeline_rank, num_stages, num_micro_batches).slots;
+    return zero_bubble_counts(kind, num_stages, num_micro_batches).at(pipeline_rank).slots;
   return in_flight_bound(kind, num_stages, num_micro_batches,
                          kind == schema::ScheduleKind::Interleaved1F1B ? virtual_stages : 1,
                          pipeline_rank);

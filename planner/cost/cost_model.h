@@ -164,6 +164,15 @@ int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int nu
 int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                                  int num_micro_batches);
 
+// Both ZB counts of every rank at once (ranks in order; the search takes a
+// setting's p ranks in one look-up): slots (in_flight_micro_batches) and
+// weight_pending (weight_pending_micro_batches).
+struct ZeroBubbleCounts {
+  int slots = 0, weight_pending = 0;
+};
+const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kind, int num_stages,
+                                                        int num_micro_batches);
+
 // Memory of one device of stage pipeline_rank. Uses the planner options
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
 // zero_ngroups (ZeRO-1 shards optimizer state over data_parallel / zero_ngroups

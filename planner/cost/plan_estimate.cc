@@ -61,8 +61,8 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
   for (SimulatedStageInput& input : inputs)
     input.weight_fraction = setting.schedule.weight_of_backward;
   const SimulatedStep step =
-      simulate_step(generate_schedule(setting.schedule.kind, p, setting.num_micro_batches,
-                                      setting.schedule.virtual_stages),
+      simulate_step(*shared_schedule(setting.schedule.kind, p, setting.num_micro_batches,
+                                     setting.schedule.virtual_stages),
                     inputs, setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
   // Compute as a dedicated core does it (replay counts a rank's compute by
   // the CPU time it got); the rest of the step is waiting.

@@ -82,13 +82,20 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const StageMemoryTerms middle_terms =
       p > 2 || (v_shape && p > 1) ? terms_of(false, false) : first_terms;
   const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
+  const bool zero_bubble = setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1 || v_shape;
+  const std::vector<ZeroBubbleCounts>* zero_bubble_ranks =
+      zero_bubble ? &zero_bubble_counts(setting.schedule.kind, p, setting.num_micro_batches)
+                  : nullptr;
   for (int r = 0; r < p; ++r) {
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
-    memory_terms_.back().in_flight = in_flight_micro_batches(
-        options_.pipeline_scheduler, r, p, setting.num_micro_batches, memory_terms_.back().chunks);
-    if (train)
-      memory_terms_.back().weight_pending = weight_pending_micro_batches(
-          options_.pipeline_scheduler, r, p, setting.num_micro_batches);
+    StageMemoryTerms& terms = memory_terms_.back();
+    if (zero_bubble_ranks != nullptr) {
+      terms.in_flight = (*zero_bubble_ranks)[r].slots;
+      terms.weight_pending = train ? (*zero_bubble_ranks)[r].weight_pending : 0;
+    } else {
+      terms.in_flight = in_flight_micro_batches(options_.pipeline_scheduler, r, p,
+                                                setting.num_micro_batches, terms.chunks);
+    }
   }
 
   // Compute: the profile's measured times, else the analytic model of the
@@ -481,7 +488,7 @@ double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
     stage.backward_work = backward;
     stage.weight_fraction = weight_q / 20.0;
   }
-  const double step = simulate_step(generate_schedule(kind, p, m, v), stages, 1, 0).step_seconds;
+  const double step = simulate_step(*shared_schedule(kind, p, m, v), stages, 1, 0).step_seconds;
   const double slots = std::max(0.0, step / (1 + backward) - m);
   std::lock_guard<std::mutex> lock(mutex);
   known[key] = slots;

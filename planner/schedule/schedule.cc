@@ -3,7 +3,11 @@
 // the verifier: schedule_verify.cc.)
 #include "planner/schedule/schedule.h"
 
+#include <deque>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 namespace paraplan {
 
@@ -141,6 +145,28 @@ PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, in
     default:
       return generate_one_forward_one_backward(num_stages, num_micro_batches);
   }
+}
+
+std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
+                                                        int num_micro_batches, int virtual_stages) {
+  using Key = std::tuple<schema::ScheduleKind, int, int, int>;
+  static std::mutex mutex;
+  static std::deque<std::pair<Key, std::shared_ptr<const PipelineSchedule>>> kept;  // oldest first
+  const Key key{kind, num_stages, num_micro_batches, virtual_stages};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& [shape, schedule] : kept)
+      if (shape == key) return schedule;
+  }
+  // Generated outside the lock; two threads may both make one, the first kept.
+  auto schedule = std::make_shared<const PipelineSchedule>(
+      generate_schedule(kind, num_stages, num_micro_batches, virtual_stages));
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [shape, kept_schedule] : kept)
+    if (shape == key) return kept_schedule;
+  kept.emplace_back(key, schedule);
+  if (kept.size() > static_cast<size_t>(kSharedSchedules)) kept.pop_front();
+  return schedule;
 }
 
 std::string format_instruction(const PipelineInstruction& instruction) {

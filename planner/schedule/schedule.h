@@ -33,6 +33,7 @@
 // the runtime.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -119,6 +120,15 @@ PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches);
 // other than Interleaved1F1B (ZeroBubbleV: 2).
 PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                                    int virtual_stages = 1);
+
+// generate_schedule's result, shared: the cost model plays out and counts
+// the same few shapes for thousands of settings (each bubble ratio, each
+// ZB count). The last kSharedSchedules shapes asked for are kept (a 1T
+// GPT's can hold 300k instructions each); safe from many threads.
+inline constexpr int kSharedSchedules = 16;
+std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
+                                                        int num_micro_batches,
+                                                        int virtual_stages = 1);
 
 // The bound the verifier holds every rank to: micro-batches in flight on the
 // rank at once, all chunks together (forwarded, their Backward or
