@@ -137,8 +137,10 @@ TEST_F(EndToEnd, ARunWhoseDirectoryWasTakenStopsBeforePublishing) {
   for (int i = 0; i < 1200 && !std::filesystem::exists(directory / "latest"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   ASSERT_TRUE(std::filesystem::exists(directory / "latest"));
-  write_file(directory / ".paraplan-lock",
+  // Written aside and renamed over: the first run never reads it half-written.
+  write_file(directory / "lock.tmp",
              "paraplan train of plan other.pplan, pid 7 on host node2, since now, run 42\n");
+  std::filesystem::rename(directory / "lock.tmp", directory / ".paraplan-lock");
   first.join();
   expect_clear_error(first_result, {"--checkpoint-dir " + path("taken") +
                                         " was taken by another run (paraplan train of plan "

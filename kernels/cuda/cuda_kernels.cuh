@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/cuda/cuda_bf16.cuh"
 #include "kernels/dtype.h"
@@ -47,14 +48,19 @@ class DeviceScratch {
   ~DeviceScratch();
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
-  // At least `bytes` bytes, 256-byte aligned.
+  // At least `bytes` bytes, 256-byte aligned. Growing keeps the old buffer
+  // until destruction instead of freeing it: cudaFree waits for the whole
+  // device, and a pipeline receive posted ahead on a link stream may be
+  // waiting there for a peer that waits for this rank (a deadlock).
   void* get(size_t bytes);
-  size_t capacity() const { return bytes_; }
+  size_t capacity() const { return bytes_ + retired_bytes_; }
 
  private:
   cudaStream_t stream_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  std::vector<void*> retired_;  // earlier, smaller buffers: freed with this
+  size_t retired_bytes_ = 0;
 };
 
 // The Ops object itself (cuda_ops.cu); make_cuda_ops (cuda_device.cu) picks

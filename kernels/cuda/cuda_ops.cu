@@ -57,19 +57,22 @@ namespace paraplan::kernels::cuda {
 // ---- DeviceScratch --------------------------------------------------------------------------
 
 DeviceScratch::~DeviceScratch() {
-  if (data_ != nullptr) cudaFree(data_);  // no throwing from a destructor
+  // No throwing from a destructor.
+  for (void* retired : retired_) cudaFree(retired);
+  if (data_ != nullptr) cudaFree(data_);
 }
 
 void* DeviceScratch::get(size_t bytes) {
   if (bytes <= bytes_ && data_ != nullptr) return data_;
   const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  void* grown = nullptr;
+  PARAPLAN_CUDA_CHECK(cudaMalloc(&grown, rounded));
+  // Work queued before may still use the old buffer: kept, never freed mid-run.
   if (data_ != nullptr) {
-    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    PARAPLAN_CUDA_CHECK(cudaFree(data_));
-    data_ = nullptr;
-    bytes_ = 0;
+    retired_.push_back(data_);
+    retired_bytes_ += bytes_;
   }
-  PARAPLAN_CUDA_CHECK(cudaMalloc(&data_, rounded));
+  data_ = grown;
   bytes_ = rounded;
   return data_;
 }

@@ -442,8 +442,8 @@ void NcclPeerToPeer::make_links(const PipelineRing& ring) {
       std::unique_ptr<MpiCommunicator> pair =
           world_.host_group().split(color, sends ? 0 : 1, std::move(name));
       if (!pair) continue;
-      (sends ? send_links_ : receive_links_)[neighbour] =
-          std::make_unique<NcclCommunicator>(std::move(pair), world_.compute_stream_);
+      links_.push_back(std::make_unique<NcclCommunicator>(std::move(pair), world_.compute_stream_));
+      (sends ? send_links_ : receive_links_)[neighbour] = links_.back().get();
     }
   }
 }
@@ -575,6 +575,9 @@ NcclPeerToPeer::~NcclPeerToPeer() {
   for (const PostedTransfer& posted : posted_)
     if (posted.done != nullptr) cudaEventDestroy(posted.done);
   for (CUevent_st* event : spare_events_) cudaEventDestroy(event);
+  send_links_.clear();
+  receive_links_.clear();
+  while (!links_.empty()) links_.pop_back();  // the last made first, on every rank
 }
 
 }  // namespace paraplan

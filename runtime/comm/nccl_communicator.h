@@ -189,9 +189,13 @@ class NcclPeerToPeer final : public PeerToPeer {
 
   NcclCommunicator& world_;
   std::unique_ptr<PeerToPeer> host_peers_;
-  // Two-rank communicators (the sender is rank 0) by the peer's world rank:
-  // what this rank sends to it, what it receives from it.
-  std::map<int, std::unique_ptr<NcclCommunicator>> send_links_, receive_links_;
+  // Two-rank communicators (the sender is rank 0) in the order made, which
+  // is every rank's; destroyed in reverse (ncclCommDestroy may talk to the
+  // peer: every rank then ends the same link first, no pair waits for
+  // another). By the peer's world rank: what this rank sends to it, what it
+  // receives from it.
+  std::vector<std::unique_ptr<NcclCommunicator>> links_;
+  std::map<int, NcclCommunicator*> send_links_, receive_links_;
   std::vector<PostedTransfer> posted_;  // not yet waited on
   std::vector<CUevent_st*> spare_events_;
   Posted next_id_ = 1;

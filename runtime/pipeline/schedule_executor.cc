@@ -176,9 +176,6 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
     chunk.activation_receive.assign(chunk.stage->num_slots(), 0);
     chunk.gradient_receive.assign(chunk.stage->num_slots(), 0);
     chunk.activation_send.assign(chunk.stage->num_slots(), 0);
-    if (pipeline.transfers == schema::Transfers::Posted)
-      for (int slot = 0; slot < chunk.stage->num_slots(); ++slot)
-        chunk.slot_free.push_back(ops.create_mark());
     chunk.output_gradient_per_slot = buffers[c].output_gradient_per_slot;
     chunk.next_rank = next_virtual_stage_rank(pipeline, c, v);
     chunk.previous_rank = previous_virtual_stage_rank(pipeline, c, v);
@@ -202,6 +199,11 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
       static_cast<size_t>(stage.micro_batch_size()) * stage.layout().config().seq_len;
   host_tokens_.resize(tokens);
   host_targets_.resize(tokens);
+  // Last, after every check that may throw: the destructor frees them.
+  if (pipeline.transfers == schema::Transfers::Posted)
+    for (Chunk& chunk : chunks_)
+      for (int slot = 0; slot < chunk.stage->num_slots(); ++slot)
+        chunk.slot_free.push_back(ops.create_mark());
 }
 
 ScheduleExecutor::~ScheduleExecutor() {
