@@ -88,7 +88,7 @@ phase_facts() {
     # linked: the one the library path gives.
     if [ -z "$path" ] && [[ $library == libcublas* ]]; then
       local folder
-      for folder in ${LD_LIBRARY_PATH//:/ }; do
+      for folder in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
         path=$(ls "$folder/$library".so.[0-9]* 2>/dev/null | head -1)
         [ -n "$path" ] && break
       done
