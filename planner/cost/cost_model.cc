@@ -189,13 +189,9 @@ int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages)
 
 }  // namespace
 
-namespace {
-
 bool splits_backward(schema::ScheduleKind kind) {
   return kind == schema::ScheduleKind::ZeroBubbleH1 || kind == schema::ScheduleKind::ZeroBubbleV;
 }
-
-}  // namespace
 
 const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kind, int num_stages,
                                                         int num_micro_batches) {
@@ -328,8 +324,7 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   terms.chunks = chunked ? std::max(options.pipeline_virtual_stages, 1) : 1;
   const int64_t local_rows =
       int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
-  const bool zero_bubble = options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleH1 ||
-                           options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV;
+  const bool zero_bubble = splits_backward(options.pipeline_scheduler);
   if (zero_bubble && options.is_train) {
     // A micro-batch waiting for its W also keeps what backward_input copied
     // for it: each block's share, the embedding's input gradient, and with

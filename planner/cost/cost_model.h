@@ -164,6 +164,10 @@ int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int nu
 int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                                  int num_micro_batches);
 
+// ZB-H1 and ZB-V: the backward split into BackwardInput and a deferred
+// BackwardWeight.
+bool splits_backward(schema::ScheduleKind kind);
+
 // Both ZB counts of every rank at once (ranks in order; the search takes a
 // setting's p ranks in one look-up): slots (in_flight_micro_batches) and
 // weight_pending (weight_pending_micro_batches).

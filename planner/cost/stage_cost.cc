@@ -82,10 +82,10 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const StageMemoryTerms middle_terms =
       p > 2 || (v_shape && p > 1) ? terms_of(false, false) : first_terms;
   const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
-  const bool zero_bubble = setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1 || v_shape;
   const std::vector<ZeroBubbleCounts>* zero_bubble_ranks =
-      zero_bubble ? &zero_bubble_counts(setting.schedule.kind, p, setting.num_micro_batches)
-                  : nullptr;
+      splits_backward(setting.schedule.kind)
+          ? &zero_bubble_counts(setting.schedule.kind, p, setting.num_micro_batches)
+          : nullptr;
   for (int r = 0; r < p; ++r) {
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
     StageMemoryTerms& terms = memory_terms_.back();
@@ -228,8 +228,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const schema::ScheduleKind kind = setting.schedule.kind;
   const bool chunked =
       kind == schema::ScheduleKind::Interleaved1F1B || kind == schema::ScheduleKind::ZeroBubbleV;
-  const bool split_backward =
-      kind == schema::ScheduleKind::ZeroBubbleH1 || kind == schema::ScheduleKind::ZeroBubbleV;
+  const bool split_backward = splits_backward(kind);
   if (chunked && p > 1)
     interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
   else
