@@ -158,7 +158,7 @@ int64_t block_deferred_weight_bytes(const ModelConfig& model, int micro_batch_si
 // micro-batches each chunk holds at once in its stream, summed over the
 // chunks (their peaks need not coincide, but each chunk keeps its own
 // buffers); the largest over the ranks, as the runtime also holds a slot from
-// the activation's receipt, before its forward. Generated once per shape;
+// the activation's receipt, before its forward. Counted once per shape;
 // the search asks from many threads.
 int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages) {
   static std::mutex mutex;
@@ -174,12 +174,14 @@ int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages)
     const auto found = cache.find(key);
     if (found != cache.end()) return found->second;
   }
-  const std::shared_ptr<const PipelineSchedule> schedule = shared_schedule(
-      schema::ScheduleKind::Interleaved1F1B, num_stages, num_micro_batches, virtual_stages);
+  // The compute orders alone: placing the transfers would not change them.
+  const PipelineSchedule compute_only{
+      schema::ScheduleKind::Interleaved1F1B, num_stages, num_micro_batches,
+      interleaved_compute_orders(num_stages, num_micro_batches, virtual_stages), virtual_stages};
   int slots = 0;
   for (int rank = 0; rank < num_stages; ++rank) {
     int rank_slots = 0;
-    for (int most : max_in_flight(*schedule, rank)) rank_slots += most;
+    for (int most : max_in_flight(compute_only, rank)) rank_slots += most;
     slots = std::max(slots, rank_slots);
   }
   const std::lock_guard<std::mutex> lock(mutex);

@@ -4,6 +4,7 @@
 #include "planner/schedule/schedule.h"
 
 #include <deque>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <tuple>
@@ -150,23 +151,35 @@ PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, in
 std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
                                                         int num_micro_batches, int virtual_stages) {
   using Key = std::tuple<schema::ScheduleKind, int, int, int>;
+  using Shared = std::shared_future<std::shared_ptr<const PipelineSchedule>>;
   static std::mutex mutex;
-  static std::deque<std::pair<Key, std::shared_ptr<const PipelineSchedule>>> kept;  // oldest first
+  static std::deque<std::pair<Key, Shared>> kept;  // oldest first
   const Key key{kind, num_stages, num_micro_batches, virtual_stages};
+  std::promise<std::shared_ptr<const PipelineSchedule>> made;
+  Shared schedule;
+  bool make = false;
   {
     const std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& [shape, schedule] : kept)
-      if (shape == key) return schedule;
+    for (const auto& [shape, kept_schedule] : kept)
+      if (shape == key) schedule = kept_schedule;
+    // Made outside the lock, once: the search's threads ask for the same
+    // shapes at about the same time, and the later ones wait for the first.
+    if (!schedule.valid()) {
+      make = true;
+      schedule = made.get_future().share();
+      kept.emplace_back(key, schedule);
+      if (kept.size() > static_cast<size_t>(kSharedSchedules)) kept.pop_front();
+    }
   }
-  // Generated outside the lock; two threads may both make one, the first kept.
-  auto schedule = std::make_shared<const PipelineSchedule>(
-      generate_schedule(kind, num_stages, num_micro_batches, virtual_stages));
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& [shape, kept_schedule] : kept)
-    if (shape == key) return kept_schedule;
-  kept.emplace_back(key, schedule);
-  if (kept.size() > static_cast<size_t>(kSharedSchedules)) kept.pop_front();
-  return schedule;
+  if (make) {
+    try {
+      made.set_value(std::make_shared<const PipelineSchedule>(
+          generate_schedule(kind, num_stages, num_micro_batches, virtual_stages)));
+    } catch (...) {
+      made.set_exception(std::current_exception());  // the same shape fails the same way
+    }
+  }
+  return schedule.get();
 }
 
 std::string format_instruction(const PipelineInstruction& instruction) {

@@ -93,6 +93,13 @@ PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int
 int interleaved_extra_warmup_forwards(int p, int m, int v);
 bool interleaved_warmup_runs(int p, int m, int v, int extra);
 
+// Interleaved 1F1B's compute orders, the extra warm-up included: each rank's
+// Forwards and Backwards in the order generate_interleaved's streams run
+// them, without the transfers. What a rank keeps in flight (max_in_flight)
+// follows from its order alone, so the memory model reads it here instead of
+// placing every transfer. Same requirements as generate_interleaved.
+std::vector<InstructionStream> interleaved_compute_orders(int p, int m, int v);
+
 // ZB-H1 (Qi et al.), the paper's order: backward split into BackwardInput
 // (B) and BackwardWeight (W). Rank r runs 1F1B's min(p - r - 1, m) warm-up
 // forwards, then F, B and W per step, except that its first r steps leave

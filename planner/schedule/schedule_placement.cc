@@ -363,8 +363,7 @@ PipelineSchedule schedule_from_orders(ScheduleKind kind, int num_stages, int num
   return placement.run(compute_orders);
 }
 
-PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages) {
-  const int p = num_stages, m = num_micro_batches, v = virtual_stages;
+std::vector<InstructionStream> interleaved_compute_orders(int p, int m, int v) {
   check_shape("interleaved 1F1B", p, m, v);
   if (p < 2)
     throw std::invalid_argument("interleaved 1F1B needs at least 2 pipeline stages (got " +
@@ -374,9 +373,13 @@ PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int
         "interleaved 1F1B needs num_micro_batches >= pipeline stages (got " + std::to_string(m) +
         " < " + std::to_string(p) +
         "): Megatron-core runs groups of p micro-batches per model chunk");
-  const std::vector<InstructionStream> orders =
-      interleaved_orders(p, m, v, interleaved_extra_warmup(p, m, v));
-  return schedule_from_orders(ScheduleKind::Interleaved1F1B, p, m, v, orders);
+  return interleaved_orders(p, m, v, interleaved_extra_warmup(p, m, v));
+}
+
+PipelineSchedule generate_interleaved(int num_stages, int num_micro_batches, int virtual_stages) {
+  const int p = num_stages, m = num_micro_batches, v = virtual_stages;
+  return schedule_from_orders(ScheduleKind::Interleaved1F1B, p, m, v,
+                              interleaved_compute_orders(p, m, v));
 }
 
 PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches) {
