@@ -58,6 +58,11 @@ for package in libopenmpi3 openmpi-bin; do
     [ -f "$file" ] && is_elf "$file" && mpi_files+=("$file")
   done < <(dpkg -L "$package")
 done
+# Libraries paraplan opens itself (dlopen) rather than links, which ldd does
+# not list: OpenBLAS (kernels/cpu/openblas_library.h) and CBC
+# (planner/search/cbc_library.h); ldd lists what they need.
+opened=("$(pkg-config --variable=libdir openblas)/libopenblas.so.0"
+  "$(sed -n 's/^PARAPLAN_CBC_SOLVER_LIBRARY:FILEPATH=//p' "$build_dir/CMakeCache.txt")")
 declare -A packages=([libopenmpi3]=1 [openmpi-bin]=1 [openmpi-common]=1)
 unowned=()
 while read -r library; do
@@ -67,8 +72,11 @@ while read -r library; do
   else
     unowned+=("$library")
   fi
-done < <(for file in "${executables[@]}" "${mpi_files[@]}"; do ldd "$file" 2>/dev/null; done |
-  awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)
+done < <({
+  for file in "${executables[@]}" "${mpi_files[@]}" "${opened[@]}"; do ldd "$file" 2>/dev/null; done |
+    awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+  printf '%s\n' "${opened[@]}"
+} | sort -u)
 
 # The base system of any Linux image, in newer versions than Debian 12's: a
 # bundled copy first on LD_LIBRARY_PATH would shadow them for every program

@@ -84,9 +84,10 @@ phase_facts() {
   for library in libcudart libcublas libcublasLt libnccl libmpi libopenblas; do
     path=$(awk -v lib="$library.so" 'index($1, lib) == 1 && $3 ~ /^\// {print $3; exit}' \
       "$probe/ldd.txt")
-    # cuBLAS is opened on first use (kernels/cuda/cublas_library.h), not
-    # linked: the one the library path gives.
-    if [ -z "$path" ] && [[ $library == libcublas* ]]; then
+    # cuBLAS and OpenBLAS are opened on first use (kernels/cuda/
+    # cublas_library.h, kernels/cpu/openblas_library.h), not linked: the
+    # one the library path gives.
+    if [ -z "$path" ] && [[ $library == libcublas* || $library == libopenblas ]]; then
       local folder
       for folder in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
         path=$(ls "$folder/$library".so.[0-9]* 2>/dev/null | head -1)

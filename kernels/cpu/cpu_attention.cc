@@ -24,8 +24,6 @@
 // Deterministic: the tile size depends on T alone and every loop runs in a
 // fixed order, so the bits do not depend on the batch size or on other heads;
 // for a fixed OpenBLAS thread count the result is bitwise reproducible.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -33,6 +31,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/openblas_library.h"
 
 namespace paraplan::kernels::cpu {
 
@@ -116,9 +115,9 @@ void attention_forward(float* out, float* logsumexp, const float* qkv, int batch
         for (int col0 = 0; col0 < row0 + rows; col0 += tile) {
           const int cols = std::min(tile, T - col0);
           // S = Q[block] K[chunk]^T * scale.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, attention_scale,
-                      query_block, stride, head.key + static_cast<size_t>(col0) * stride, stride,
-                      0.0f, scores, cols);
+          openblas_library().cblas_sgemm(
+              CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, attention_scale, query_block,
+              stride, head.key + static_cast<size_t>(col0) * stride, stride, 0.0f, scores, cols);
           for (int i = 0; i < rows; i++) {
             float* p = scores + static_cast<size_t>(i) * cols;
             const int visible = visible_keys(row0 + i, col0, cols);
@@ -139,9 +138,10 @@ void attention_forward(float* out, float* logsumexp, const float* qkv, int batch
             row_max[i] = new_max;
           }
           // out[block] (+)= P V[chunk]; the first chunk overwrites.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.0f, scores, cols,
-                      head.value + static_cast<size_t>(col0) * stride, stride,
-                      col0 == 0 ? 0.0f : 1.0f, out_block, C);
+          openblas_library().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols,
+                                         1.0f, scores, cols,
+                                         head.value + static_cast<size_t>(col0) * stride, stride,
+                                         col0 == 0 ? 0.0f : 1.0f, out_block, C);
         }
         for (int i = 0; i < rows; i++) {
           float* out_row = out_block + static_cast<size_t>(i) * C;
@@ -190,10 +190,12 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
           const int cols = std::min(tile, T - col0);
           const size_t chunk = static_cast<size_t>(col0) * stride;
           // P = exp(Q K^T * scale - logsumexp), masked; dP = dOut V^T.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, attention_scale,
-                      query_block, stride, head.key + chunk, stride, 0.0f, probabilities, cols);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, dout_block, C,
-                      head.value + chunk, stride, 0.0f, dscores, cols);
+          openblas_library().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D,
+                                         attention_scale, query_block, stride, head.key + chunk,
+                                         stride, 0.0f, probabilities, cols);
+          openblas_library().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D,
+                                         1.0f, dout_block, C, head.value + chunk, stride, 0.0f,
+                                         dscores, cols);
           for (int i = 0; i < rows; i++) {
             const int t = row0 + i;
             float* p = probabilities + static_cast<size_t>(i) * cols;
@@ -213,13 +215,16 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
           // it) of the group's first query head; a block's dQ its first chunk.
           const float kv_beta = overwrite && h % group_size == 0 && row0 == col0 ? 0.0f : 1.0f;
           const float q_beta = overwrite && col0 == 0 ? 0.0f : 1.0f;
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, probabilities,
-                      cols, dout_block, C, kv_beta, dvalue + chunk, stride);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, attention_scale,
-                      dscores, cols, head.key + chunk, stride, q_beta,
-                      dquery + static_cast<size_t>(row0) * stride, stride);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, attention_scale,
-                      dscores, cols, query_block, stride, kv_beta, dkey + chunk, stride);
+          openblas_library().cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows,
+                                         1.0f, probabilities, cols, dout_block, C, kv_beta,
+                                         dvalue + chunk, stride);
+          openblas_library().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols,
+                                         attention_scale, dscores, cols, head.key + chunk, stride,
+                                         q_beta, dquery + static_cast<size_t>(row0) * stride,
+                                         stride);
+          openblas_library().cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows,
+                                         attention_scale, dscores, cols, query_block, stride,
+                                         kv_beta, dkey + chunk, stride);
         }
       }
     }

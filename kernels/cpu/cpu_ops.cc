@@ -20,8 +20,6 @@
 // overwrite the input gradients that GradientWrite::kOverwrite asks for (the
 // sgemm with beta = 0, the elementwise loops from 0 instead of the old value,
 // so the result is what accumulating into zeros gives).
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +32,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "kernels/cpu/openblas_library.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
@@ -264,8 +263,9 @@ class CpuOps final : public Ops {
     }
     if (in_features <= 0) return;
     // out[rows, out_features] += inp[rows, in_features] @ weight[out_features, in_features]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out_features, in_features, 1.0f, inp,
-                in_features, weight, in_features, 1.0f, out, out_features);
+    cpu::openblas_library().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out_features,
+                                        in_features, 1.0f, inp, in_features, weight, in_features,
+                                        1.0f, out, out_features);
   }
 
   void linear_backward(void* dinp_storage, void* dweight_storage, void* dbias_storage,
@@ -286,14 +286,15 @@ class CpuOps final : public Ops {
     if (rows <= 0 || out_features <= 0) return;
     if (dinp != nullptr && in_features > 0) {
       // dinp[rows, in_features] (+)= dout[rows, out_features] @ weight[out_features, in_features]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in_features, out_features, 1.0f,
-                  dout, out_features, weight, in_features, overwrite ? 0.0f : 1.0f, dinp,
-                  in_features);
+      cpu::openblas_library().cblas_sgemm(
+          CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in_features, out_features, 1.0f, dout,
+          out_features, weight, in_features, overwrite ? 0.0f : 1.0f, dinp, in_features);
     }
     if (dweight != nullptr && in_features > 0) {
       // dweight[out_features, in_features] += dout^T @ inp[rows, in_features]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_features, in_features, rows, 1.0f,
-                  dout, out_features, inp, in_features, 1.0f, dweight, in_features);
+      cpu::openblas_library().cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_features,
+                                          in_features, rows, 1.0f, dout, out_features, inp,
+                                          in_features, 1.0f, dweight, in_features);
     }
     if (dbias != nullptr) {
       // Column sums, rows in order; the inner loop is contiguous.
@@ -499,9 +500,11 @@ std::unique_ptr<Ops> make_cpu_ops(int num_threads, DType storage) {
         std::to_string(num_threads));
   }
   // A process-wide OpenBLAS setting, not one per Ops object.
-  if (num_threads > 0) openblas_set_num_threads(num_threads);
+  if (num_threads > 0) cpu::openblas_library().openblas_set_num_threads(num_threads);
   // The optimizer's passes use as many threads as the GEMMs.
-  const int threads = num_threads > 0 ? num_threads : std::max(1, openblas_get_num_threads());
+  const int threads = num_threads > 0
+                          ? num_threads
+                          : std::max(1, cpu::openblas_library().openblas_get_num_threads());
   if (storage == DType::kBFloat16) return cpu::make_bfloat16_ops(threads);
   return std::make_unique<CpuOps>(threads);
 }

@@ -6,7 +6,6 @@
 // thread count, bitwise determinism of a small forward + backward pass, and
 // the OpenBLAS thread count of make_cpu_ops(num_threads).
 // Gradients are checked against finite differences in cpu_ops_gradcheck_test.cc.
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/openblas_library.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
@@ -474,7 +474,7 @@ TEST_F(CpuOpsTest, SumOfSquares) {
 // dtypes, on a buffer of many tasks and blocks with a ragged end. The sum is
 // checked against a long double sum too (its order is fixed, not arbitrary).
 TEST(CpuOptimizerThreads, AdamWAndSumOfSquaresAreBitwiseTheSameForEveryThreadCount) {
-  const int before = openblas_get_num_threads();
+  const int before = cpu::openblas_library().openblas_get_num_threads();
   const size_t n = (size_t{1} << 20) + 4099;
   const std::vector<float> start = pseudo_random(n, 41), grads = pseudo_random(n, 42);
   for (DType storage : {DType::kFloat32, DType::kBFloat16}) {
@@ -517,7 +517,7 @@ TEST(CpuOptimizerThreads, AdamWAndSumOfSquaresAreBitwiseTheSameForEveryThreadCou
       EXPECT_EQ(params, first_params);
     }
   }
-  openblas_set_num_threads(before);  // the setting is process-wide
+  cpu::openblas_library().openblas_set_num_threads(before);  // the setting is process-wide
 }
 
 // ---- determinism ---------------------------------------------------------------------------
@@ -611,19 +611,19 @@ TEST_F(CpuOpsTest, ForwardBackwardIsBitwiseDeterministic) {
 }
 
 TEST_F(CpuOpsTest, MakeCpuOpsSetsTheOpenBlasThreadCount) {
-  const int before = openblas_get_num_threads();
+  const int before = cpu::openblas_library().openblas_get_num_threads();
   EXPECT_THROW(make_cpu_ops(-1), std::invalid_argument);
   auto single = make_cpu_ops(1);
-  EXPECT_EQ(openblas_get_num_threads(), 1);
+  EXPECT_EQ(cpu::openblas_library().openblas_get_num_threads(), 1);
   make_cpu_ops(0);  // 0 leaves the setting alone
-  EXPECT_EQ(openblas_get_num_threads(), 1);
+  EXPECT_EQ(cpu::openblas_library().openblas_get_num_threads(), 1);
   const std::vector<float> first = run_tiny_model(*single);
   const std::vector<float> second = run_tiny_model(*make_cpu_ops(1));
   ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
   make_cpu_ops(2);
-  EXPECT_EQ(openblas_get_num_threads(), 2);
-  openblas_set_num_threads(before);  // the setting is process-wide
+  EXPECT_EQ(cpu::openblas_library().openblas_get_num_threads(), 2);
+  cpu::openblas_library().openblas_set_num_threads(before);  // the setting is process-wide
 }
 
 }  // namespace

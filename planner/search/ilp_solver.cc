@@ -2,8 +2,6 @@
 // interface (formulation in ilp_solver.h).
 #include "planner/search/ilp_solver.h"
 
-#include <Cbc_C_Interface.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +9,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+
+#include "planner/search/cbc_library.h"
 
 namespace paraplan {
 namespace {
@@ -28,7 +28,7 @@ struct Column {
 };
 
 struct ModelDeleter {
-  void operator()(Cbc_Model* model) const { Cbc_deleteModel(model); }
+  void operator()(Cbc_Model* model) const { cbc_library().Cbc_deleteModel(model); }
 };
 
 }  // namespace
@@ -101,18 +101,19 @@ PartitionResult solve_partition_ilp(const PartitionProblem& problem) {
   const double tail_scale = scale;
   const int n = static_cast<int>(columns.size());
   const int T = n, U = n + 1, Tmin = n + 2;
-  std::unique_ptr<Cbc_Model, ModelDeleter> model(Cbc_newModel());
-  Cbc_setLogLevel(model.get(), 0);
+  std::unique_ptr<Cbc_Model, ModelDeleter> model(cbc_library().Cbc_newModel());
+  cbc_library().Cbc_setLogLevel(model.get(), 0);
   const double slots_per_tau = costs.setting().num_micro_batches + bubble_slots(costs.setting());
-  for (int c = 0; c < n; ++c) Cbc_addCol(model.get(), "", 0, 1, 0, 1, 0, nullptr, nullptr);
-  Cbc_addCol(model.get(), "T", 0, 1e30, slots_per_tau, 0, 0, nullptr, nullptr);
-  Cbc_addCol(model.get(), "U", 0, 1e30, 1, 0, 0, nullptr, nullptr);
-  Cbc_addCol(model.get(), "Tmin", 0, 1e30, 0, 0, 0, nullptr, nullptr);
+  for (int c = 0; c < n; ++c)
+    cbc_library().Cbc_addCol(model.get(), "", 0, 1, 0, 1, 0, nullptr, nullptr);
+  cbc_library().Cbc_addCol(model.get(), "T", 0, 1e30, slots_per_tau, 0, 0, nullptr, nullptr);
+  cbc_library().Cbc_addCol(model.get(), "U", 0, 1e30, 1, 0, 0, nullptr, nullptr);
+  cbc_library().Cbc_addCol(model.get(), "Tmin", 0, 1e30, 0, 0, 0, nullptr, nullptr);
   int rows = 0;
   auto add_row = [&](const std::vector<int>& cols, const std::vector<double>& coefs, char sense,
                      double rhs) {
-    Cbc_addRow(model.get(), "", static_cast<int>(cols.size()), cols.data(), coefs.data(), sense,
-               rhs);
+    cbc_library().Cbc_addRow(model.get(), "", static_cast<int>(cols.size()), cols.data(),
+                             coefs.data(), sense, rhs);
     ++rows;
   };
   for (int s = 0; s < p; ++s) {
@@ -144,8 +145,8 @@ PartitionResult solve_partition_ilp(const PartitionProblem& problem) {
   }
   if (problem.min_unbalance_ratio > 0)
     add_row({Tmin, T}, {1, -problem.min_unbalance_ratio}, 'G', 0);
-  Cbc_setAllowableGap(model.get(), 0);
-  Cbc_setAllowableFractionGap(model.get(), 0);
+  cbc_library().Cbc_setAllowableGap(model.get(), 0);
+  cbc_library().Cbc_setAllowableFractionGap(model.get(), 0);
   // The solver checks Tmin >= r T within its tolerance; the model's check is
   // exact, so a solution violating it is cut off and the ILP solved again.
   for (int round = 0;; ++round) {
@@ -154,14 +155,14 @@ PartitionResult solve_partition_ilp(const PartitionProblem& problem) {
       // CBC's driver keeps global state: one solve at a time (nproc threads share it).
       static std::mutex cbc_mutex;
       std::lock_guard<std::mutex> lock(cbc_mutex);
-      Cbc_solve(model.get());
+      cbc_library().Cbc_solve(model.get());
     }
-    if (!Cbc_isProvenOptimal(model.get())) {
-      if (Cbc_isProvenInfeasible(model.get())) return infeasible();
+    if (!cbc_library().Cbc_isProvenOptimal(model.get())) {
+      if (cbc_library().Cbc_isProvenInfeasible(model.get())) return infeasible();
       throw std::runtime_error("CBC did not prove the partition ILP optimal (status " +
-                               std::to_string(Cbc_status(model.get())) + ")");
+                               std::to_string(cbc_library().Cbc_status(model.get())) + ")");
     }
-    const double* solution = Cbc_getColSolution(model.get());
+    const double* solution = cbc_library().Cbc_getColSolution(model.get());
     std::vector<int> chosen(p, -1);
     for (int c = 0; c < n; ++c)
       if (solution[c] > 0.5) chosen[columns[c].stage] = c;
