@@ -128,6 +128,39 @@ TEST(PlanSchedulesTest, ZeroBubbleVPlanHoldsItsChunksInAV) {
   EXPECT_EQ(hand_offs, plan.training()->num_micro_batches());
 }
 
+// DualPipe-V: ZB-V's V and hand-offs in DualPipe-V's order (m = 8 >= 2p).
+TEST(PlanSchedulesTest, DualPipeVPlanRunsTheVInItsOwnOrder) {
+  const PlanOutcome outcome = plan_with("dualpipe-v");
+  EXPECT_EQ(problems_of(outcome.plan), "");
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  ASSERT_EQ(plan.schedule()->kind(), ScheduleKind::DualPipeV);
+  ASSERT_EQ(plan.schedule()->virtual_stages(), 2);
+  EXPECT_EQ(plan.header()->schema_version(), 7u);
+  ASSERT_EQ(plan.stages()->size(), 4u);
+  EXPECT_TRUE(plan.stages()->Get(0)->has_embedding());
+  EXPECT_TRUE(plan.stages()->Get(3)->has_head());
+  const int m = plan.training()->num_micro_batches();
+  ASSERT_GE(m, 4);
+  expect_generators_streams(plan, generate_dualpipe_v(2, m));
+  EXPECT_NE(generate_dualpipe_v(2, m).stages, generate_zero_bubble_v(2, m).stages);
+  // Fewer micro-batches than 2p: the planner says what DualPipe-V needs.
+  std::string refused;
+  try {
+    plan_job(parse_job_config(kJob, "job.toml",
+                              {{"planner.pipeline_nstages", "4"},
+                               {"planner.data_parallel_degree", "1"},
+                               {"planner.tensor_parallel_degree", "1"},
+                               {"training.micro_batch_size", "4"},
+                               {"planner.pipeline_scheduler", "dualpipe-v"}}));
+  } catch (const std::exception& error) {
+    refused = error.what();
+  }
+  EXPECT_NE(refused.find("[planner] pipeline_scheduler = 'dualpipe-v' runs at least 2 x pp = 8 "
+                         "micro-batches; this setting has 4"),
+            std::string::npos)
+      << refused;
+}
+
 // A hand-edited V plan whose hand-off is not followed by its receive, or
 // whose kind runs another chunk count, is refused by field.
 TEST(PlanSchedulesTest, ZeroBubbleVPlanChecksItsHandOffs) {

@@ -4,23 +4,29 @@
 //
 // Megatron's interleaving (and v = 1) puts chunk c of rank r at virtual stage
 // c p + r: chunk c of the last rank feeds chunk c + 1 of rank 0. ZB-V's V
-// (ScheduleKind ZeroBubbleV) runs odd chunks backwards: chunk 1 of rank r is
-// virtual stage 2p - 1 - r, so rank 0 holds the embedding and the head and the
-// last rank's two chunks are neighbours (a hand-off on one rank: plan.fbs).
+// (ScheduleKind ZeroBubbleV, and DualPipeV's, in another order) runs odd
+// chunks backwards: chunk 1 of rank r is virtual stage 2p - 1 - r, so rank 0
+// holds the embedding and the head and the last rank's two chunks are
+// neighbours (a hand-off on one rank: plan.fbs).
 #pragma once
 
 #include "plan_generated.h"
 
 namespace paraplan {
 
+// Whether a schedule kind runs two chunks per rank in a V (ZB-V, DualPipe-V).
+inline bool v_shaped(schema::ScheduleKind kind) {
+  return kind == schema::ScheduleKind::ZeroBubbleV || kind == schema::ScheduleKind::DualPipeV;
+}
+
 class PipelineLayout {
  public:
   PipelineLayout() = default;
   PipelineLayout(int ranks, int chunks, bool v_shape)
       : ranks_(ranks), chunks_(chunks), v_shape_(v_shape) {}
-  // The layout a schedule kind runs: ZeroBubbleV's V, else round robin.
+  // The layout a schedule kind runs: a V (v_shaped), else round robin.
   static PipelineLayout of(schema::ScheduleKind kind, int ranks, int chunks) {
-    return {ranks, chunks, kind == schema::ScheduleKind::ZeroBubbleV};
+    return {ranks, chunks, v_shaped(kind)};
   }
 
   int ranks() const { return ranks_; }

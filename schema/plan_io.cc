@@ -300,6 +300,8 @@ const char* schedule_kind_name(schema::ScheduleKind kind) {
       return "zb-h1";
     case schema::ScheduleKind::ZeroBubbleV:
       return "zb-v";
+    case schema::ScheduleKind::DualPipeV:
+      return "dualpipe-v";
   }
   return "unknown";
 }

@@ -27,7 +27,8 @@ namespace paraplan {
 // 4: Training.data (datasets, blend weights, shuffle and its seed).
 // 5: Schedule.transfers (Posted: sends and receives that never wait).
 // 6: the ZeroBubbleV schedule kind (two chunks per rank in a V).
-inline constexpr uint32_t kPlanSchemaVersion = 6;
+// 7: the DualPipeV schedule kind (ZB-V's V in DualPipe-V's order).
+inline constexpr uint32_t kPlanSchemaVersion = 7;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
 // The device memory a plan's ranks may allocate: device_memory_bytes less

@@ -272,11 +272,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v7.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v7.pplan")),
-                       "'" + path("v7.pplan") +
-                           "' was written with plan schema version 7; this paraplan reads "
-                           "versions 1 to 6"));
+  write_raw(path("v8.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v8.pplan")),
+                       "'" + path("v8.pplan") +
+                           "' was written with plan schema version 8; this paraplan reads "
+                           "versions 1 to 7"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
@@ -373,7 +373,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["data"]["shuffle"], true);
   EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
-  EXPECT_EQ(j["header"]["schema_version"], 6);
+  EXPECT_EQ(j["header"]["schema_version"], 7);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -452,7 +452,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v6, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v7, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(

@@ -14,6 +14,7 @@
 
 #include "common/printable_text.h"
 #include "schema/number_text.h"
+#include "schema/pipeline_layout.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -473,7 +474,7 @@ void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
   if (schedule->virtual_stages() > 1)
     out << ", " << schedule->virtual_stages()
         << " model chunks per pipeline rank (stage s above is "
-        << (schedule->kind() == schema::ScheduleKind::ZeroBubbleV
+        << (v_shaped(schedule->kind())
                 ? "chunk 0 of rank s for s < p, else chunk 1 of rank 2p - 1 - s"
                 : "chunk s / p of rank s % p")
         << "; the times and memory of a rank, all its chunks together, are on its chunk 0 row)";

@@ -394,8 +394,8 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
   const std::string kind_name = schedule_kind_name(kind);
   if (kind_name == "unknown") {
     v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(kind)) +
-                               "; valid are 1f1b (0), gpipe (1), interleaved (2), zb-h1 (3) "
-                               "and zb-v (4)");
+                               "; valid are 1f1b (0), gpipe (1), interleaved (2), zb-h1 (3), "
+                               "zb-v (4) and dualpipe-v (5)");
   }
   const schema::Transfers transfers = schedule->transfers();
   if (transfers != schema::Transfers::Rendezvous && transfers != schema::Transfers::Posted) {
@@ -425,12 +425,12 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     v.add("schedule.virtual_stages", number(virtual_stages) + "; valid are 1.." +
                                          std::to_string(kMaxVirtualStages) +
                                          " model chunks per pipeline rank");
-  } else if (kind == schema::ScheduleKind::ZeroBubbleV && virtual_stages != 2) {
-    v.add("schedule.virtual_stages", number(virtual_stages) +
-                                         " with schedule.kind zb-v, which runs two model chunks "
-                                         "per pipeline rank in a V; it must be 2");
+  } else if (v_shaped(kind) && virtual_stages != 2) {
+    v.add("schedule.virtual_stages", number(virtual_stages) + " with schedule.kind " + kind_name +
+                                         ", which runs two model chunks per pipeline rank in a "
+                                         "V; it must be 2");
   } else if (virtual_stages > 1 && kind != schema::ScheduleKind::Interleaved1F1B &&
-             kind != schema::ScheduleKind::ZeroBubbleV) {
+             !v_shaped(kind)) {
     v.add("schedule.virtual_stages",
           number(virtual_stages) + " with schedule.kind " + kind_name +
               ", which runs one model chunk per pipeline rank; it must be 1, or the kind "

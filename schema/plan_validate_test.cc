@@ -180,8 +180,8 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 7; },
-       {"header.schema_version: 7", "reads versions 1 to 6"}},
+       [](PlanSpec& s) { s.schema_version = 8; },
+       {"header.schema_version: 8", "reads versions 1 to 7"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;
@@ -385,8 +385,8 @@ const std::vector<ViolationCase>& violation_cases() {
        [](PlanSpec& s) { s.schedule[1].has_instructions = false; },
        {"schedule.stages[1].instructions: missing"}},
       {"UnknownScheduleKind",
-       [](PlanSpec& s) { s.schedule_kind = ScheduleKind(5); },
-       {"schedule.kind: unknown value 5", "zb-v (4)"}},
+       [](PlanSpec& s) { s.schedule_kind = ScheduleKind(6); },
+       {"schedule.kind: unknown value 6", "dualpipe-v (5)"}},
       // Schema v5: posted transfers.
       {"UnknownTransfers",
        [](PlanSpec& s) { s.transfers = schema::Transfers(2); },

@@ -236,6 +236,28 @@ TEST_F(ScheduleEquivalence, ZeroBubbleVGivesTheSingleRankLosses) {
         << "evaluation " << i + 1;
 }
 
+// DualPipe-V runs ZB-V's V in its own order, whole backwards beside deferred
+// weight gradients: pp 2 and 4 (m 8), with data parallelism and ZeRO-1
+// (m 4 = 2p), and Llama with tensor parallelism.
+TEST_F(ScheduleEquivalence, DualPipeVGivesTheSingleRankLosses) {
+  const auto dualpipe = [](std::string name) {
+    return ScheduleCase{.name = std::move(name),
+                        .kind = ScheduleKind::DualPipeV,
+                        .pipeline = 2,
+                        .virtual_stages = 2};
+  };
+  expect_single_rank_losses(dualpipe("dualpipev_pp2"));
+  ScheduleCase pp4 = dualpipe("dualpipev_pp4");
+  pp4.pipeline = 4;
+  expect_single_rank_losses(pp4);
+  ScheduleCase zero = dualpipe("dualpipev_pp2_dp2_zero1");
+  zero.data = 2, zero.zero_stage = 1;
+  expect_single_rank_losses(zero);
+  ScheduleCase llama = dualpipe("llama_dualpipev_pp2_tp2");
+  llama.tensor = 2, llama.architecture = "llama";
+  expect_single_rank_losses(llama);
+}
+
 // A checkpoint crosses between ZB-V and one rank both ways: ZB-V saves the
 // tied embedding once (rank 0's head copy left out) and loads it into both
 // copies. Two more steps from each step-5 checkpoint, under the other plan,

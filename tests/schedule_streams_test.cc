@@ -1,5 +1,6 @@
 // schedule_streams_test.cc: the planner's streams of every schedule kind
-// (1F1B, GPipe, interleaved 1F1B with two chunks per rank, ZB-H1, ZB-V) run by the
+// (1F1B, GPipe, interleaved 1F1B with two chunks per rank, ZB-H1, ZB-V,
+// DualPipe-V where the ranks are few enough for its 2p micro-batches) run by the
 // executor on every pipeline rank under mpirun (2 and 4 ranks): one step
 // gives bitwise the whole model's gradients and loss, and each offset
 // reported final keeps its gradients (runtime/pipeline/executor_test_support.h).
@@ -31,6 +32,8 @@ TEST(ScheduleStreams, EveryKindGivesTheWholeModelsGradientsBitwise) {
   expect_schedule_step(schema::ScheduleKind::Interleaved1F1B, 2, "interleaved v2");
   expect_schedule_step(schema::ScheduleKind::ZeroBubbleH1, 1, "zb-h1");
   expect_schedule_step(schema::ScheduleKind::ZeroBubbleV, 2, "zb-v");
+  if (kMicroBatches >= 2 * world_size())  // DualPipe-V runs 2p micro-batches or more
+    expect_schedule_step(schema::ScheduleKind::DualPipeV, 2, "dualpipe-v");
 }
 
 }  // namespace

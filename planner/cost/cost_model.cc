@@ -12,6 +12,7 @@
 
 #include "planner/cost/transformer_ops.h"
 #include "planner/schedule/schedule.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
@@ -192,7 +193,7 @@ int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages)
 }  // namespace
 
 bool splits_backward(schema::ScheduleKind kind) {
-  return kind == schema::ScheduleKind::ZeroBubbleH1 || kind == schema::ScheduleKind::ZeroBubbleV;
+  return kind == schema::ScheduleKind::ZeroBubbleH1 || v_shaped(kind);
 }
 
 const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kind, int num_stages,
@@ -216,11 +217,13 @@ const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kin
     // defers r weight gradients to the cool-down (the grid test holds it
     // to the stream).
     for (int rank = 0; rank < p; ++rank) counts[rank] = {p, rank + 1};
-  } else if (p < 2 && kind == schema::ScheduleKind::ZeroBubbleV) {
-    counts[0] = {2 * num_micro_batches, 2 * num_micro_batches};  // no such schedule: all of them
+  } else if (v_shaped(kind) &&
+             (p < 2 || (kind == schema::ScheduleKind::DualPipeV && num_micro_batches < 2 * p))) {
+    for (ZeroBubbleCounts& rank : counts)  // no such schedule: all of them
+      rank = {2 * num_micro_batches, 2 * num_micro_batches};
   } else {
     const std::shared_ptr<const PipelineSchedule> schedule =
-        shared_schedule(kind, p, m, kind == schema::ScheduleKind::ZeroBubbleV ? 2 : 1);
+        shared_schedule(kind, p, m, v_shaped(kind) ? 2 : 1);
     for (int rank = 0; rank < p; ++rank) {
       for (int most : max_slots_held(*schedule, rank)) counts[rank].slots += most;
       for (int most : max_weight_pending(*schedule, rank)) counts[rank].weight_pending += most;
@@ -311,18 +314,17 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   terms.block_parameters = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
   terms.end_parameters = rank_parameters(
       model, {0, 0, has_embedding, has_head, {}},
-      options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV && shape.pipeline_stages > 1,
-      t, replicate_below);
+      v_shaped(options.pipeline_scheduler) && shape.pipeline_stages > 1, t, replicate_below);
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
     terms.kept[static_cast<int>(mode)] =
         block_activation_bytes(model, micro_batch_size, mode, t, sp);
-  // Interleaved and ZB-V: in flight counts chunks, each a 1 / v share of
-  // the blocks with its own ends (embedding, head or output: counted for
+  // Interleaved and the V kinds: in flight counts chunks, each a 1 / v share
+  // of the blocks with its own ends (embedding, head or output: counted for
   // every chunk).
   const bool chunked = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B ||
-                       options.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV;
+                       v_shaped(options.pipeline_scheduler);
   terms.chunks = chunked ? std::max(options.pipeline_virtual_stages, 1) : 1;
   const int64_t local_rows =
       int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);

@@ -171,15 +171,17 @@ TEST(CostModelTest, InterleavedSlots) {
       }
 }
 
-// ZB-H1 and ZB-V: every rank's slots (as the runtime holds them) and most
-// micro-batches waiting for their W, per chunk summed, from the whole
-// stream (the model takes m = 2p's from 2p on).
+// ZB-H1, ZB-V and DualPipe-V: every rank's slots (as the runtime holds them)
+// and most micro-batches waiting for their W, per chunk summed, from the
+// whole stream (the model takes m = 2p's from 2p on).
 TEST(CostModelTest, ZeroBubbleCounts) {
-  for (const auto kind : {schema::ScheduleKind::ZeroBubbleH1, schema::ScheduleKind::ZeroBubbleV})
+  for (const auto kind : {schema::ScheduleKind::ZeroBubbleH1, schema::ScheduleKind::ZeroBubbleV,
+                          schema::ScheduleKind::DualPipeV})
     for (int p : {1, 2, 3, 4, 5, 7, 8, 16})
       for (int m : {p, 2 * p - 1, 2 * p, 2 * p + 1, 3 * p, 4 * p + 3, 8 * p}) {
-        const int v = kind == schema::ScheduleKind::ZeroBubbleV ? 2 : 1;
-        if (kind == schema::ScheduleKind::ZeroBubbleV && (m < p || p < 2)) continue;
+        const int v = v_shaped(kind) ? 2 : 1;
+        if (v_shaped(kind) && (m < p || p < 2)) continue;
+        if (kind == schema::ScheduleKind::DualPipeV && m < 2 * p) continue;
         const PipelineSchedule schedule = generate_schedule(kind, p, m, v);
         for (int rank = 0; rank < p; ++rank) {
           int pending = 0, slots = 0;

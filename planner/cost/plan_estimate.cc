@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "planner/schedule/pipeline_simulation.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
@@ -44,7 +45,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
     // The sends pipeline_p2p_seconds counts: one per neighbour, interleaved's 2 (v - 1) more.
     const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0) +
                       (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B ||
-                               setting.schedule.kind == schema::ScheduleKind::ZeroBubbleV
+                               v_shaped(setting.schedule.kind)
                            ? 2 * (setting.schedule.virtual_stages - 1)
                            : 0);
     inputs.push_back({.forward_work = stage.forward_seconds * share,

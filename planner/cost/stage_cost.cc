@@ -76,8 +76,8 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b,
                               setting.num_micro_batches);
   };
-  // (ZB-V: the first holds the head too, the last is a middle one.)
-  const bool v_shape = setting.schedule.kind == schema::ScheduleKind::ZeroBubbleV;
+  // (The V kinds: the first holds the head too, the last is a middle one.)
+  const bool v_shape = v_shaped(setting.schedule.kind);
   const StageMemoryTerms first_terms = terms_of(true, p == 1 || v_shape);
   const StageMemoryTerms middle_terms =
       p > 2 || (v_shape && p > 1) ? terms_of(false, false) : first_terms;
@@ -226,8 +226,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   // Interleaved: each rank's other chunks send an activation and a gradient
   // more per micro-batch (the wrap from the last rank to rank 0 included).
   const schema::ScheduleKind kind = setting.schedule.kind;
-  const bool chunked =
-      kind == schema::ScheduleKind::Interleaved1F1B || kind == schema::ScheduleKind::ZeroBubbleV;
+  const bool chunked = kind == schema::ScheduleKind::Interleaved1F1B || v_shaped(kind);
   const bool split_backward = splits_backward(kind);
   if (chunked && p > 1)
     interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
@@ -443,6 +442,7 @@ double bubble_slots(const PlanSetting& setting) {
       if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
       return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction);
     case schema::ScheduleKind::ZeroBubbleV:
+    case schema::ScheduleKind::DualPipeV:
       // Before the split of backward is known: ZB-H1's at half the slot
       // (each chunk is half a stage); the played-out figure replaces it.
       if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
@@ -464,10 +464,11 @@ double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
   const double weight = backward_ratio * weight_of_backward;
   if (kind == schema::ScheduleKind::ZeroBubbleH1 && m >= p && weight <= std::min(1.0, input))
     return (p - 1) * (1 + input - weight) / (1 + backward_ratio);
-  // The steady state adds no bubble (schedule_bubble_test): ZB-V's is the
-  // same for every m >= 2p, interleaved's for every m >= 2p of one m mod p;
+  // The steady state adds no bubble (schedule_bubble_test): ZB-V's and
+  // DualPipe-V's is the same for every m >= 2p, interleaved's for every
+  // m >= 2p of one m mod p;
   // the shortest such schedule plays it out.
-  if (kind == schema::ScheduleKind::ZeroBubbleV && m > 2 * p) m = 2 * p;
+  if (v_shaped(kind) && m > 2 * p) m = 2 * p;
   if (kind == schema::ScheduleKind::Interleaved1F1B && m >= 2 * p) m = 2 * p + m % p;
   // Otherwise played out. Ratios rounded to 1/20: settings differ in them a
   // little, and the cache serves them all.
@@ -524,17 +525,19 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
       if (v >= 2 && config.model.num_layers >= p * v)
         choices.push_back({ScheduleKind::Interleaved1F1B, v, 0});
   };
-  // ZB-V: two chunks on every rank, its layers split between them (the
-  // partition gives each rank a count, not a range of the model).
-  auto zero_bubble_v = [&] {
+  // ZB-V and DualPipe-V: two chunks on every rank, its layers split between
+  // them (the partition gives each rank a count, not a range of the model);
+  // DualPipe-V runs 2p micro-batches or more.
+  auto v_shape = [&](ScheduleKind kind) {
     if (p < 2 || boundaries_restricted || config.model.num_layers < 2 * p) return;
-    choices.push_back({ScheduleKind::ZeroBubbleV, 2, 0});
+    if (kind == ScheduleKind::DualPipeV && m < 2 * p) return;
+    choices.push_back({kind, 2, 0});
   };
   if (!options.pipeline_scheduler_auto) {
     if (options.pipeline_scheduler == ScheduleKind::Interleaved1F1B)
       interleaved();
-    else if (options.pipeline_scheduler == ScheduleKind::ZeroBubbleV)
-      zero_bubble_v();
+    else if (v_shaped(options.pipeline_scheduler))
+      v_shape(options.pipeline_scheduler);
     else
       choices.push_back({options.pipeline_scheduler, 1, 0});
     return choices;
@@ -544,8 +547,33 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
   choices.push_back({ScheduleKind::GPipe, 1, 0});
   choices.push_back({ScheduleKind::ZeroBubbleH1, 1, 0});
   interleaved();
-  zero_bubble_v();
+  v_shape(ScheduleKind::ZeroBubbleV);
+  v_shape(ScheduleKind::DualPipeV);
   return choices;
+}
+
+std::string why_no_schedule_choice(const JobConfig& config, const PlanSetting& setting,
+                                   bool boundaries_restricted) {
+  const PlannerOptions& options = config.planner;
+  if (options.pipeline_scheduler_auto ||
+      !schedule_choices(config, setting, boundaries_restricted).empty())
+    return "";
+  const schema::ScheduleKind kind = options.pipeline_scheduler;
+  const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
+  const int v = v_shaped(kind) ? 2 : std::max(options.pipeline_virtual_stages, 2);
+  const std::string name =
+      std::string("[planner] pipeline_scheduler = '") + schedule_kind_name(kind) + "'";
+  const auto text = [](int64_t value) { return std::to_string(value); };
+  if (p < 2) return name + " needs at least 2 pipeline stages";
+  if (boundaries_restricted)
+    return name + " places its model chunks itself, which pivots or pinned layers do not allow";
+  if (config.model.num_layers < p * v)
+    return name + " needs " + text(v) + " x pp = " + text(p * v) +
+           " blocks or more; the model has " + text(config.model.num_layers);
+  if (kind == schema::ScheduleKind::DualPipeV)
+    return name + " runs at least 2 x pp = " + text(2 * p) + " micro-batches; this setting has " +
+           text(m);
+  return name + " runs at least pp = " + text(p) + " micro-batches; this setting has " + text(m);
 }
 
 }  // namespace paraplan

@@ -67,6 +67,7 @@
 #include "planner/cost/cost_model.h"
 #include "planner/cost/profile.h"
 #include "planner/job/job_config.h"
+#include "schema/pipeline_layout.h"
 
 namespace paraplan {
 
@@ -146,13 +147,9 @@ class StageCostModel {
   int num_stages() const { return setting_.shape.pipeline_stages; }
   // The pipeline rank holding the head: the last, or under ZB-V's V the
   // first (beside the embedding).
-  int head_rank() const {
-    return setting_.schedule.kind == schema::ScheduleKind::ZeroBubbleV ? 0 : num_stages() - 1;
-  }
+  int head_rank() const { return v_shaped(setting_.schedule.kind) ? 0 : num_stages() - 1; }
   // Whether the head rank holds the embedding and the head in two chunks.
-  bool separate_ends() const {
-    return setting_.schedule.kind == schema::ScheduleKind::ZeroBubbleV && num_stages() > 1;
-  }
+  bool separate_ends() const { return v_shaped(setting_.schedule.kind) && num_stages() > 1; }
 
   StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
   // Only the memory (cheaper; equal to estimate().memory).
@@ -253,8 +250,16 @@ double pipeline_bubble_ratio(const PlanSetting& setting);
 // The schedules a setting may run: the fixed [planner] pipeline_scheduler
 // (with pipeline_virtual_stages, or 2..4 chunks, for interleaved), or with
 // 'auto' every kind (one rank: 1F1B only). Interleaved needs p >= 2, m >= p,
-// at least v layers per rank and no pivots or pinned layers.
+// at least v layers per rank and no pivots or pinned layers; ZB-V and
+// DualPipe-V p >= 2, 2 layers per rank and no pivots or pinned layers, and
+// DualPipe-V m >= 2p.
 std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
                                              bool boundaries_restricted);
+
+// Why schedule_choices offers a fixed pipeline_scheduler none for this
+// setting, as the search's rejection says it ("'dualpipe-v' runs at least
+// 2 x p = 8 micro-batches; this setting has 4"); empty where it offers one.
+std::string why_no_schedule_choice(const JobConfig& config, const PlanSetting& setting,
+                                   bool boundaries_restricted);
 
 }  // namespace paraplan

@@ -107,7 +107,8 @@ const std::vector<FieldSpec>& field_table() {
             {"gpipe", ScheduleKind::GPipe},
             {"interleaved", ScheduleKind::Interleaved1F1B},
             {"zb-h1", ScheduleKind::ZeroBubbleH1},
-            {"zb-v", ScheduleKind::ZeroBubbleV}});
+            {"zb-v", ScheduleKind::ZeroBubbleV},
+            {"dualpipe-v", ScheduleKind::DualPipeV}});
     pipeline_scheduler.choices.push_back("auto");
     pipeline_scheduler.set = [set = pipeline_scheduler.set](JobConfig& c, const FieldValue& v) {
       c.planner.pipeline_scheduler_auto = std::get<std::string>(v) == "auto";

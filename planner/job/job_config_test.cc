@@ -236,7 +236,8 @@ TEST(JobConfigTest, PipelineSchedulerKindsAndAuto) {
                                    {"gpipe", schema::ScheduleKind::GPipe},
                                    {"interleaved", schema::ScheduleKind::Interleaved1F1B},
                                    {"zb-h1", schema::ScheduleKind::ZeroBubbleH1},
-                                   {"zb-v", schema::ScheduleKind::ZeroBubbleV}}) {
+                                   {"zb-v", schema::ScheduleKind::ZeroBubbleV},
+                                   {"dualpipe-v", schema::ScheduleKind::DualPipeV}}) {
     const JobConfig config =
         parse_job_config(with(std::string("[planner]\npipeline_scheduler = \"") + name + "\"\n"));
     EXPECT_FALSE(config.planner.pipeline_scheduler_auto) << name;
@@ -258,6 +259,11 @@ TEST(JobConfigTest, PipelineSchedulerKindsAndAuto) {
                 .find("[planner] pipeline_virtual_stages = 3 with pipeline_scheduler = 'zb-v', "
                       "which runs two model chunks per rank in a V: leave it 0, or set 2"),
             std::string::npos);
+  EXPECT_NE(parse_error(with("[planner]\npipeline_scheduler = \"dualpipe-v\"\n"
+                             "pipeline_virtual_stages = 4\n"))
+                .find("[planner] pipeline_virtual_stages = 4 with pipeline_scheduler = "
+                      "'dualpipe-v', which runs two model chunks per rank in a V"),
+            std::string::npos);
   EXPECT_NE(parse_error(with("[planner]\npipeline_virtual_stages = -1\n"))
                 .find("[planner] pipeline_virtual_stages = -1 is invalid; valid values: 0 "
                       "(search) or 1..256"),
@@ -274,7 +280,7 @@ TEST(JobConfigTest, BadChoicesListTheValidValues) {
             std::string::npos);
   EXPECT_NE(parse_error(with("[planner]\npipeline_scheduler = \"zb\"\n"))
                 .find("[planner] pipeline_scheduler = 'zb' is not valid; valid values: 1f1b, "
-                      "gpipe, interleaved, zb-h1, zb-v, auto"),
+                      "gpipe, interleaved, zb-h1, zb-v, dualpipe-v, auto"),
             std::string::npos);
   EXPECT_NE(parse_error(with("[planner]\nsolver = \"greedy\"\n")).find("valid values: dp, ilp"),
             std::string::npos);

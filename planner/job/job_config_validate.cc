@@ -9,6 +9,8 @@
 #include "planner/job/job_config.h"
 #include "planner/job/job_config_internal.h"
 #include "schema/model_limits.h"
+#include "schema/pipeline_layout.h"
+#include "schema/plan_io.h"
 
 namespace paraplan {
 namespace {
@@ -191,19 +193,18 @@ void validate_job_config(const JobConfig& c) {
              " is invalid; valid values: 0 (search) "
              "or 1.." +
              std::to_string(kMaxVirtualStages) + " model chunks per pipeline rank");
-  const bool zero_bubble_v =
-      !p.pipeline_scheduler_auto && p.pipeline_scheduler == schema::ScheduleKind::ZeroBubbleV;
-  if (zero_bubble_v && p.pipeline_virtual_stages != 0 && p.pipeline_virtual_stages != 2)
+  const bool v_shape = !p.pipeline_scheduler_auto && v_shaped(p.pipeline_scheduler);
+  if (v_shape && p.pipeline_virtual_stages != 0 && p.pipeline_virtual_stages != 2)
     fail(c, "[planner] pipeline_virtual_stages",
-         "= " + std::to_string(p.pipeline_virtual_stages) +
-             " with pipeline_scheduler = 'zb-v', which runs two model chunks per rank in a V: "
-             "leave it 0, or set 2");
-  else if (p.pipeline_virtual_stages > 1 && !p.pipeline_scheduler_auto && !zero_bubble_v &&
+         "= " + std::to_string(p.pipeline_virtual_stages) + " with pipeline_scheduler = '" +
+             schedule_kind_name(p.pipeline_scheduler) +
+             "', which runs two model chunks per rank in a V: leave it 0, or set 2");
+  else if (p.pipeline_virtual_stages > 1 && !p.pipeline_scheduler_auto && !v_shape &&
            p.pipeline_scheduler != schema::ScheduleKind::Interleaved1F1B)
     fail(c, "[planner] pipeline_virtual_stages",
          "= " + std::to_string(p.pipeline_virtual_stages) +
              " needs pipeline_scheduler = 'interleaved' or 'auto' (the other schedules run one "
-             "model chunk per rank; zb-v two)");
+             "model chunk per rank; zb-v and dualpipe-v two)");
   require_at_least(c, "planner", "mesh_row", p.mesh_row, 1, "nodes");
   require_at_least(c, "planner", "mesh_col", p.mesh_col, 1, "devices per node");
   require_at_least(c, "planner", "world_size", p.world_size, 1);

@@ -1,5 +1,6 @@
 // schedule.cc: 1F1B and GPipe instruction streams, the dispatch over schedule
-// kinds, and instruction text. (Interleaved and ZB-H1: schedule_placement.cc;
+// kinds, and instruction text. (Interleaved, ZB-H1, ZB-V, DualPipe-V:
+// schedule_placement.cc;
 // the verifier: schedule_verify.cc.)
 #include "planner/schedule/schedule.h"
 
@@ -9,6 +10,8 @@
 #include <stdexcept>
 #include <tuple>
 #include <utility>
+
+#include "schema/plan_io.h"
 
 namespace paraplan {
 
@@ -128,10 +131,13 @@ PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, in
                                    int virtual_stages) {
   if (kind == schema::ScheduleKind::Interleaved1F1B)
     return generate_interleaved(num_stages, num_micro_batches, virtual_stages);
-  if (kind == schema::ScheduleKind::ZeroBubbleV) {
+  if (v_shaped(kind)) {
     if (virtual_stages != 2)
-      throw std::invalid_argument("zb-v runs two model chunks per pipeline rank (virtual_stages " +
+      throw std::invalid_argument(std::string(schedule_kind_name(kind)) +
+                                  " runs two model chunks per pipeline rank (virtual_stages " +
                                   std::to_string(virtual_stages) + " must be 2)");
+    if (kind == schema::ScheduleKind::DualPipeV)
+      return generate_dualpipe_v(num_stages, num_micro_batches);
     return generate_zero_bubble_v(num_stages, num_micro_batches);
   }
   if (virtual_stages != 1)

@@ -1,5 +1,6 @@
 // schedule.h: per-pipeline-rank instruction streams (1F1B, GPipe, interleaved
-// 1F1B, ZB-H1) and the verifier that simulates all ranks together.
+// 1F1B, ZB-H1, ZB-V, DualPipe-V) and the verifier that simulates all ranks
+// together.
 //
 // Op semantics are those of schema::OpCode (plan.fbs). With virtual_stages = v
 // model chunks per rank, virtual stage s (model order, 0 <= s < p x v) is chunk
@@ -22,7 +23,8 @@
 //   and its receive at once and completes when both halves have matched,
 //   possibly with two different instructions of the neighbour. The strictest
 //   model the runtime's non-blocking pairs or grouped NCCL calls satisfy.
-// - Posted (interleaved, ZB-H1: the streams schedule_from_orders writes):
+// - Posted (interleaved, ZB-H1, ZB-V, DualPipe-V: the streams
+//   schedule_from_orders writes):
 //   every Send / Recv only posts its transfer. A Forward waits for its
 //   activation's receive to have matched, a Backward / BackwardInput for its
 //   output gradient's and for the chunk's previous input-gradient send (it
@@ -122,9 +124,23 @@ PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches);
 // 0's output to its own chunk 1 (a local Send then Recv). p >= 1, m >= 1.
 PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches);
 
+// DualPipe-V (DeepSeek's DualPipe "cut in half", deepseek-ai/DualPipe
+// dualpipev.py): ZB-V's V, in DualPipe's order. Rank r runs 2(p - r - 1)
+// forwards of chunk 0, r + 1 pairs of chunk 0 then 1 forwards, p - r - 1 of
+// chunk 1's B (W deferred), a deferred W and chunk 1's F; the steady state
+// pairs a forward with a whole backward (F0 B1, F1 B0: DualPipe overlaps
+// each pair's communication, here they run in turn); the cool-down defers
+// the second half's weight gradients into its gaps. A whole backward is a
+// BackwardInput with its BackwardWeight right after; deferred ones run
+// oldest first. At F = B_in = W its bubble is ZB-V's; it holds one chunk
+// micro-batch more (2p + 1) and at most p weight gradients waiting (ZB-V:
+// up to 2p - 1). p >= 2, m >= 2p (as dualpipev.py asks), else
+// std::invalid_argument saying so.
+PipelineSchedule generate_dualpipe_v(int num_stages, int num_micro_batches);
+
 // Dispatches on kind. Throws std::invalid_argument for num_stages or
 // num_micro_batches < 1, virtual_stages < 1, or virtual_stages != 1 for a kind
-// other than Interleaved1F1B (ZeroBubbleV: 2).
+// other than Interleaved1F1B (ZeroBubbleV, DualPipeV: 2).
 PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                                    int virtual_stages = 1);
 

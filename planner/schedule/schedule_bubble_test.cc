@@ -263,5 +263,53 @@ TEST(ScheduleBubbleTest, ZeroBubbleVComputesWithoutGapsInOneForwardOneBackwardsM
   if (printing()) std::printf("ZB-V: bubble at most %.3f of ZB-H1's (m >= 2p)\n", worst_share);
 }
 
+// DualPipe-V (dualpipev.py's order on ZB-V's V), m >= 2p: played out at its
+// own order's bound; at F = B_in = W its bubble is ZB-V's, (p - 1) F / 2 (the
+// pairing of a forward with a backward exists to overlap their
+// communication, not to fill more of the bubble); below 1F1B's at every
+// ratio; the same for every m >= 2p (the planner plays out m = 2p); at most
+// 2p + 1 chunk micro-batches alive at once, DualPipe's PP + 1, one more than
+// ZB-V, and at most p weight gradients waiting (ZB-V: up to 2p - 1).
+TEST(ScheduleBubbleTest, DualPipeVHasZeroBubbleVsBubbleAtEqualTimesAndOneMoreInFlight) {
+  double least = 1e300, most = 0;  // its bubble over ZB-V's
+  for (int p : kStages)
+    for (int m : {2 * p, 2 * p + 1, 4 * p, 8 * p})
+      for (double ratio : {1.0, 1.6, 2.0, 3.0})
+        for (double weight : {0.25, 0.5}) {
+          const Times t{1, ratio, weight};
+          const Case c{ScheduleKind::DualPipeV, p, m, 2, t};
+          const PipelineSchedule schedule = generate_schedule(c.kind, p, m, 2);
+          ASSERT_EQ(verify_schedule(schedule), std::nullopt) << name(c);
+          const double step = played_out(schedule, t);
+          EXPECT_NEAR(step, dependency_bound(schedule, t), 1e-9) << name(c);
+          const double work = m * (t.forward + t.backward);
+          const double bubble = step - work;
+          EXPECT_LE(bubble, (p - 1) * (t.forward + t.backward) + 1e-9) << name(c);
+          const double shortest = played_out(generate_schedule(c.kind, p, 2 * p, 2), t) -
+                                  2 * p * (t.forward + t.backward);
+          EXPECT_NEAR(bubble, shortest, 1e-9) << name(c);
+          const double zero_bubble_v =
+              played_out(generate_schedule(ScheduleKind::ZeroBubbleV, p, m, 2), t) - work;
+          if (ratio == 2.0 && weight == 0.5) {  // F = B_in = W per chunk
+            EXPECT_NEAR(bubble, (p - 1) * t.forward / 2, 1e-9) << name(c);
+            EXPECT_NEAR(bubble, zero_bubble_v, 1e-9) << name(c);
+          }
+          least = std::min(least, bubble / zero_bubble_v);
+          most = std::max(most, bubble / zero_bubble_v);
+          if (ratio != 2.0 || weight != 0.5 || m > 4 * p) continue;
+          double alive = 0;
+          int waiting = 0;
+          for (int r = 0; r < p; ++r) {
+            alive = std::max(alive, peak_in_flight_bytes(schedule, r, {1, 1}, {1, 1}));
+            int rank_waiting = 0;
+            for (int most_waiting : max_weight_pending(schedule, r)) rank_waiting += most_waiting;
+            waiting = std::max(waiting, rank_waiting);
+          }
+          EXPECT_EQ(alive, 2 * p + 1) << name(c);
+          EXPECT_EQ(waiting, p) << name(c);
+        }
+  if (printing()) std::printf("DualPipe-V: bubble %.3f to %.3f of ZB-V's (m >= 2p)\n", least, most);
+}
+
 }  // namespace
 }  // namespace paraplan

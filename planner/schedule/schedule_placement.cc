@@ -4,11 +4,13 @@
 // that one global sequence, so their sends and receives meet in order. The
 // streams' transfers are posted (schedule.h): none waits for compute.
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "planner/schedule/schedule.h"
 
@@ -445,6 +447,56 @@ PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches) {
   return schedule_from_orders(ScheduleKind::ZeroBubbleV, p, m, 2, orders);
 }
 
+PipelineSchedule generate_dualpipe_v(int num_stages, int num_micro_batches) {
+  const int p = num_stages, m = num_micro_batches;
+  check_shape("DualPipe-V", p, m, 1);
+  if (p < 2 || m < 2 * p)
+    throw std::invalid_argument(
+        "DualPipe-V needs at least 2 pipeline stages and "
+        "num_micro_batches >= 2 x stages (got " +
+        std::to_string(p) + " stages, " + std::to_string(m) +
+        " micro-batches); with fewer, use zb-v or 1f1b");
+  std::vector<InstructionStream> orders(p);
+  for (int rank = 0; rank < p; ++rank) {
+    InstructionStream& order = orders[rank];
+    int forwarded[2] = {0, 0}, backwarded[2] = {0, 0};
+    std::deque<std::pair<int, int>> deferred;  // (micro-batch, chunk), oldest first
+    const auto forward = [&](int chunk) {
+      order.push_back({OpCode::Forward, forwarded[chunk]++, -1, chunk});
+    };
+    // A backward; its weight gradient deferred, or right after it.
+    const auto backward = [&](int chunk, bool defer) {
+      const int mb = backwarded[chunk]++;
+      order.push_back({OpCode::BackwardInput, mb, -1, chunk});
+      if (defer)
+        deferred.emplace_back(mb, chunk);
+      else
+        order.push_back({OpCode::BackwardWeight, mb, -1, chunk});
+    };
+    const auto weight = [&] {
+      order.push_back(
+          {OpCode::BackwardWeight, deferred.front().first, -1, deferred.front().second});
+      deferred.pop_front();
+    };
+    const int down = p - rank - 1;  // ranks after this one
+    for (int i = 0; i < 2 * down; ++i) forward(0);
+    for (int i = 0; i <= rank; ++i) forward(0), forward(1);
+    for (int i = 0; i < down; ++i) backward(1, true), weight(), forward(1);
+    for (int i = 0; i < m - 2 * p + rank + 1; ++i)
+      forward(0), backward(1, false), forward(1), backward(0, false);
+    for (int i = 0; i < down; ++i) backward(1, false), forward(1), backward(0, false);
+    // The second half of these backwards defers its weight gradients: odd
+    // ranks from chunk 1's, even ranks from chunk 0's.
+    for (int i = 0, half = (rank + 1) / 2; i <= rank; ++i) {
+      backward(1, i > half || (i == half && rank % 2 == 1));
+      backward(0, i >= half);
+    }
+    for (int i = 0; i < down; ++i) weight(), backward(0, true);
+    while (!deferred.empty()) weight();
+  }
+  return schedule_from_orders(ScheduleKind::DualPipeV, p, m, 2, orders);
+}
+
 int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, int virtual_stages,
                     int pipeline_rank) {
   const int p = num_stages, m = num_micro_batches, v = virtual_stages;
@@ -459,6 +511,8 @@ int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, in
       return std::min(p, m);
     case ScheduleKind::ZeroBubbleV:
       return 2 * std::min(p, m);
+    case ScheduleKind::DualPipeV:
+      return std::min(2 * p + 1, 2 * m);
     default:
       return std::min(p - pipeline_rank, m);
   }

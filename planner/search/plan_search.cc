@@ -207,8 +207,16 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       const int m = global / (dp * b);
       for (const auto& [zero, groups] : zero_settings) {
         const PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
-        for (const ScheduleChoice& choice : schedule_choices(
-                 config, base, space.boundaries_restricted || !space.pinned_layers.empty())) {
+        const bool restricted = space.boundaries_restricted || !space.pinned_layers.empty();
+        if (std::string why = why_no_schedule_choice(config, base, restricted); !why.empty()) {
+          SettingRejection rejection;
+          rejection.setting = base;
+          rejection.kind = RejectionKind::Schedule;
+          rejection.reason = std::move(why);
+          result.rejections.push_back(rejection);
+          continue;
+        }
+        for (const ScheduleChoice& choice : schedule_choices(config, base, restricted)) {
           PlanSetting setting = base;
           setting.schedule = choice;
           ++result.statistics.settings;
@@ -382,7 +390,7 @@ std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
   // The most memory-friendly rejected setting explains the binding constraint:
   // smallest micro-batch, then most model parallelism, then ZeRO.
   const SettingRejection* closest = nullptr;
-  int counts[6] = {0, 0, 0, 0, 0, 0};
+  int counts[7] = {};  // per RejectionKind
   for (const SettingRejection& rejection : result.rejections) {
     ++counts[static_cast<int>(rejection.kind)];
     if (rejection.kind != RejectionKind::DoesNotFit) continue;

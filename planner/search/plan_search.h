@@ -29,6 +29,7 @@ enum class RejectionKind {
   NoValidBoundaries,  // pivots / pins leave no partition
   ZeroGroups,         // zero_ngroups does not divide dp
   MicroBatch,         // the fixed micro-batching does not divide the batch
+  Schedule,           // the fixed pipeline_scheduler cannot run the setting
 };
 
 struct SettingRejection {

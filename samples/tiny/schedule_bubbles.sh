@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # samples/tiny/schedule_bubbles.sh: every pipeline schedule kind replayed on
 # 4 CPU ranks (pp 4, the tiny job of replay_job.toml with 8 layers so every
-# kind, interleaved v=2 and ZB-V included, fits), the bubble measured beside
-# the one the plan predicts. Per kind: a fresh profile of this machine with 4
+# kind, interleaved v=2, ZB-V and DualPipe-V included, fits), the bubble
+# measured beside the one the plan predicts. Per kind: a fresh profile of this machine with 4
 # processes, the plan with that profile and the schedule fixed, and its
 # replay through `paraplan launch`; the table gives the step and each
 # stage's waiting (the bubble, and waiting for a slower stage or a core)
@@ -12,7 +12,7 @@
 #
 # Environment: SKIP_BUILD=1 uses an existing build/; PARAPLAN=path another
 # binary; STEPS (default 5) measured steps after 2 warm-up; KINDS to pick
-# (default "1f1b gpipe interleaved zb-h1 zb-v").
+# (default "1f1b gpipe interleaved zb-h1 zb-v dualpipe-v").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source samples/tiny/bench_env.sh out/schedule-bubbles
@@ -20,7 +20,7 @@ job=samples/tiny/replay_job.toml
 steps=${STEPS:-5}
 reports=()
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $paraplan"
-for kind in ${KINDS:-1f1b gpipe interleaved zb-h1 zb-v}; do
+for kind in ${KINDS:-1f1b gpipe interleaved zb-h1 zb-v dualpipe-v}; do
   chunks=0
   [ "$kind" = interleaved ] && chunks=2
   args=(--model.num_layers 8 --planner.world_size 4 --planner.pipeline_nstages 4
