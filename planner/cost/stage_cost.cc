@@ -481,14 +481,10 @@ double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = known.find(key); it != known.end()) return it->second;
   }
+  // Played out as simulate_step would (schedule_bubble_test holds them equal).
   const double backward = backward_q / 20.0;
-  std::vector<SimulatedStageInput> stages(p);
-  for (SimulatedStageInput& stage : stages) {
-    stage.forward_work = 1;
-    stage.backward_work = backward;
-    stage.weight_fraction = weight_q / 20.0;
-  }
-  const double step = simulate_step(*shared_schedule(kind, p, m, v), stages, 1, 0).step_seconds;
+  const double step =
+      dependency_bound_step(*shared_schedule(kind, p, m, v), 1, backward, weight_q / 20.0);
   const double slots = std::max(0.0, step / (1 + backward) - m);
   std::lock_guard<std::mutex> lock(mutex);
   known[key] = slots;

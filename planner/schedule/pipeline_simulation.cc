@@ -412,4 +412,78 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
   return step;
 }
 
+double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
+                             double weight_fraction) {
+  using schema::OpCode;
+  const int p = schedule.num_stages, m = schedule.num_micro_batches;
+  const int v = std::max(schedule.virtual_stages, 1);
+  const PipelineLayout layout = schedule.layout();
+  const int last = layout.last_virtual_stage();
+  const auto duration = [&](OpCode op) {
+    switch (op) {
+      case OpCode::Forward:
+        return forward / v;
+      case OpCode::Backward:
+        return backward / v;
+      case OpCode::BackwardInput:
+        return backward * (1 - weight_fraction) / v;
+      case OpCode::BackwardWeight:
+        return backward * weight_fraction / v;
+      default:
+        return -1.0;  // not compute
+    }
+  };
+  // When each (virtual stage, micro-batch)'s Forward and input gradient end; -1: not yet.
+  std::vector<double> forward_end(static_cast<size_t>(last + 1) * m, -1),
+      input_end(forward_end.size(), -1);
+  std::vector<size_t> next(p, 0);
+  std::vector<double> free_at(p, 0);
+  // Ranks to advance: each runs its ops until one's input is not done yet;
+  // finishing an op wakes the rank that waits for it.
+  std::vector<int> waking(p);
+  std::vector<char> awake(p, 1);
+  for (int r = 0; r < p; ++r) waking[r] = p - 1 - r;
+  const auto wake = [&](int rank) {
+    if (!awake[rank]) awake[rank] = 1, waking.push_back(rank);
+  };
+  while (!waking.empty()) {
+    const int r = waking.back();
+    waking.pop_back();
+    awake[r] = 0;
+    const InstructionStream& stream = schedule.stages[r];
+    for (; next[r] < stream.size(); ++next[r]) {
+      const PipelineInstruction& in = stream[next[r]];
+      const double d = duration(in.op);
+      if (d < 0) continue;
+      const int vs = layout.virtual_stage(r, in.chunk);
+      const size_t at = static_cast<size_t>(vs) * m + in.micro_batch;
+      const bool input = in.op == OpCode::Backward || in.op == OpCode::BackwardInput;
+      double ready = free_at[r];
+      if (in.op == OpCode::Forward && vs > 0) {
+        if (forward_end[at - m] < 0) break;
+        ready = std::max(ready, forward_end[at - m]);
+      }
+      if (input && vs < last) {
+        if (input_end[at + m] < 0) break;
+        ready = std::max(ready, input_end[at + m]);
+      }
+      free_at[r] = ready + d;
+      if (in.op == OpCode::Forward) {
+        forward_end[at] = free_at[r];
+        if (vs < last) wake(layout.rank_of(vs + 1));
+      }
+      if (input) {
+        input_end[at] = free_at[r];
+        if (vs > 0) wake(layout.rank_of(vs - 1));
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r)
+    if (next[r] < schedule.stages[r].size())
+      throw std::logic_error("dependency_bound_step: rank " + std::to_string(r) +
+                             "'s compute waits for an input that never comes (instruction " +
+                             std::to_string(next[r]) + ")");
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
 }  // namespace paraplan

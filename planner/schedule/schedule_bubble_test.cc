@@ -52,7 +52,9 @@ double played_out(const PipelineSchedule& schedule, const Times& t) {
 
 // Every rank runs its compute ops in its stream's order, each as soon as the
 // rank is free and its input (the previous virtual stage's forward, the
-// next one's input gradient) is done: the step's dependency bound.
+// next one's input gradient) is done: the step's dependency bound, worked out
+// here by sweeping the ranks until none moves, and checked against the
+// library's event-driven dependency_bound_step, which the cost model uses.
 // Per rank, optionally, when its first compute op starts and its last ends.
 double dependency_bound(const PipelineSchedule& schedule, const Times& t,
                         std::vector<double>* first_start = nullptr) {
@@ -94,7 +96,10 @@ double dependency_bound(const PipelineSchedule& schedule, const Times& t,
   }
   if (first_start)  // then the end of each rank's last op
     first_start->insert(first_start->end(), free_at.begin(), free_at.end());
-  return *std::max_element(free_at.begin(), free_at.end());
+  const double bound = *std::max_element(free_at.begin(), free_at.end());
+  EXPECT_NEAR(dependency_bound_step(schedule, t.forward, t.backward, t.weight_fraction), bound,
+              1e-9);
+  return bound;
 }
 
 struct Case {
