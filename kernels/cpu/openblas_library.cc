@@ -1,45 +1,27 @@
 // openblas_library.cc: the dlopen of OpenBLAS (openblas_library.h).
 #include "kernels/cpu/openblas_library.h"
 
-#include <dlfcn.h>
-
-#include <stdexcept>
-#include <string>
+#include "common/shared_library.h"
 
 namespace paraplan::kernels::cpu {
 
 namespace {
 
 constexpr const char* kSoname = "libopenblas.so.0";
-
-// By soname (LD_LIBRARY_PATH, the loader's cache: Debian's alternatives
-// link), else from the folder this build was configured with.
-void* open_library() {
-  if (void* handle = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL)) return handle;
-  const std::string first_error = dlerror();
-  const std::string fallback = std::string(PARAPLAN_OPENBLAS_LIBRARY_DIR) + "/" + kSoname;
-  if (void* handle = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
-  throw std::runtime_error(std::string("the CPU backend could not load ") + kSoname + " (" +
-                           first_error + "; nor " + fallback +
-                           "): install OpenBLAS (Debian: libopenblas0-pthread) or add the "
-                           "folder holding " +
-                           kSoname + " to LD_LIBRARY_PATH");
-}
-
-template <typename Function>
-void resolve(void* library, const char* symbol, Function& function) {
-  function = reinterpret_cast<Function>(dlsym(library, symbol));
-  if (function == nullptr)
-    throw std::runtime_error(std::string("the CPU backend found no ") + symbol + " in " + kSoname +
-                             ": it needs OpenBLAS (another BLAS under that name lacks it)");
-}
+constexpr const char* kWho = "the CPU backend";
 
 OpenblasLibrary load() {
-  void* handle = open_library();  // never closed: kept for the process
+  void* handle = open_shared_library(
+      kSoname, PARAPLAN_OPENBLAS_LIBRARY_DIR, kWho,
+      std::string("install OpenBLAS (Debian: libopenblas0-pthread) or add the folder holding ") +
+          kSoname + " to LD_LIBRARY_PATH");
+  const char* why = "it needs OpenBLAS (another BLAS under that name lacks it)";
   OpenblasLibrary library{};
-  resolve(handle, "cblas_sgemm", library.cblas_sgemm);
-  resolve(handle, "openblas_set_num_threads", library.openblas_set_num_threads);
-  resolve(handle, "openblas_get_num_threads", library.openblas_get_num_threads);
+  resolve_shared_function(handle, kSoname, "cblas_sgemm", library.cblas_sgemm, kWho, why);
+  resolve_shared_function(handle, kSoname, "openblas_set_num_threads",
+                          library.openblas_set_num_threads, kWho, why);
+  resolve_shared_function(handle, kSoname, "openblas_get_num_threads",
+                          library.openblas_get_num_threads, kWho, why);
   return library;
 }
 

@@ -4,21 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "common/shared_library.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels::cpu {
 namespace {
-
-bool process_has_mapped(const std::string& library) {
-  std::ifstream maps("/proc/self/maps");
-  std::stringstream text;
-  text << maps.rdbuf();
-  return text.str().find(library) != std::string::npos;
-}
 
 // ctest runs each test in its own process: nothing has made CPU ops here.
 TEST(OpenblasLibrary, IsOpenedWhenACpuBackendIsMade) {

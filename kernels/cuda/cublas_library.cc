@@ -1,10 +1,9 @@
 // cublas_library.cc: the dlopen of cuBLAS and cuBLASLt (cublas_library.h).
 #include "kernels/cuda/cublas_library.h"
 
-#include <dlfcn.h>
-
-#include <stdexcept>
 #include <string>
+
+#include "common/shared_library.h"
 
 namespace paraplan::kernels::cuda {
 
@@ -13,26 +12,19 @@ namespace {
 #define PARAPLAN_STRINGIZE_EXPANDED(x) PARAPLAN_STRINGIZE(x)
 #define PARAPLAN_STRINGIZE(x) #x
 
-// By soname (LD_LIBRARY_PATH, the loader's cache), else from the toolkit
-// this build was configured with.
+constexpr const char* kWho = "the CUDA backend";
+
 void* open_library(const std::string& name) {
-  if (void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
-  const std::string first_error = dlerror();
-  const std::string fallback = std::string(PARAPLAN_CUDA_LIBRARY_DIR) + "/" + name;
-  if (void* handle = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
-  throw std::runtime_error("the CUDA backend could not load " + name + " (" + first_error +
-                           "; nor " + fallback + "): install CUDA's cuBLAS " +
-                           PARAPLAN_CUBLAS_MAJOR + " or add the folder holding " + name +
-                           " to LD_LIBRARY_PATH");
+  return open_shared_library(name, PARAPLAN_CUDA_LIBRARY_DIR, kWho,
+                             std::string("install CUDA's cuBLAS ") + PARAPLAN_CUBLAS_MAJOR +
+                                 " or add the folder holding " + name + " to LD_LIBRARY_PATH");
 }
 
 template <typename Function>
 void resolve(void* library, const char* library_name, const char* symbol, Function& function) {
-  function = reinterpret_cast<Function>(dlsym(library, symbol));
-  if (function == nullptr)
-    throw std::runtime_error(std::string("the CUDA backend found no ") + symbol + " in " +
-                             library_name + ": it needs cuBLAS " + PARAPLAN_CUBLAS_MAJOR +
-                             ", the version it was built with");
+  resolve_shared_function(
+      library, library_name, symbol, function, kWho,
+      std::string("it needs cuBLAS ") + PARAPLAN_CUBLAS_MAJOR + ", the version it was built with");
 }
 
 CublasLibrary load() {

@@ -5,19 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "common/shared_library.h"
 
 namespace paraplan::kernels::cuda {
 namespace {
-
-bool process_has_mapped(const std::string& library) {
-  std::ifstream maps("/proc/self/maps");
-  std::stringstream text;
-  text << maps.rdbuf();
-  return text.str().find(library) != std::string::npos;
-}
 
 // ctest runs each test in its own process: nothing has made CUDA ops here.
 TEST(CublasLibrary, IsOpenedOnFirstUseWithEveryFunction) {

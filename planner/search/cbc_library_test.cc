@@ -2,21 +2,13 @@
 // opened by the first ILP solve, not at start-up, and the ILP still solves.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "common/shared_library.h"
 #include "planner/search/plan_search.h"
 
 namespace paraplan {
 namespace {
-
-bool process_has_mapped(const std::string& library) {
-  std::ifstream maps("/proc/self/maps");
-  std::stringstream text;
-  text << maps.rdbuf();
-  return text.str().find(library) != std::string::npos;
-}
 
 // ctest runs each test in its own process: nothing has solved an ILP here.
 TEST(CbcLibrary, IsOpenedByTheFirstIlpSolve) {

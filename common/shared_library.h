@@ -1,0 +1,48 @@
+// shared_library.h: a library opened (dlopen) on first use rather than
+// linked, where linking costs every process (cuBLAS's static start-up,
+// OpenBLAS's spinning threads): cuBLAS in kernels/cuda, OpenBLAS in
+// kernels/cpu, CBC in planner/search. Opened by soname (LD_LIBRARY_PATH, the
+// loader's cache), else from the folder the build found it in, and never
+// closed; each failure is one line naming the library and the fix. And, for
+// the tests that check a library is not loaded at start-up, whether this
+// process has it mapped. Users link ${CMAKE_DL_LIBS}.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace paraplan {
+
+// who: what needs it ("the CPU backend"); fix: what to do when it is missing.
+inline void* open_shared_library(const std::string& soname, const std::string& build_folder,
+                                 const std::string& who, const std::string& fix) {
+  if (void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+  const std::string first_error = dlerror();
+  const std::string fallback = build_folder + "/" + soname;
+  if (void* handle = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+  throw std::runtime_error(who + " could not load " + soname + " (" + first_error + "; nor " +
+                           fallback + "): " + fix);
+}
+
+// Sets function to the library's symbol; throws naming it and `why` if absent.
+template <typename Function>
+void resolve_shared_function(void* library, const std::string& soname, const char* symbol,
+                             Function& function, const std::string& who, const std::string& why) {
+  function = reinterpret_cast<Function>(dlsym(library, symbol));
+  if (function == nullptr)
+    throw std::runtime_error(who + " found no " + symbol + " in " + soname + ": " + why);
+}
+
+// Whether a library whose path contains `name` is mapped into this process.
+inline bool process_has_mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  return text.str().find(name) != std::string::npos;
+}
+
+}  // namespace paraplan
