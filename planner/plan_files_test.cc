@@ -97,6 +97,42 @@ TEST(PlanFilesTest, SequenceParallelPlansAreReusedWithIt) {
       << error_of(eight_device_job(load));
 }
 
+// A V plan (ZB-V, DualPipe-V) is folded back to its ranks by the V, not
+// round robin: reloaded, it re-estimates to the plan as saved, with an odd
+// layer count so the ranks' chunks differ. A batch too small for the
+// plan's schedule is refused saying why.
+TEST(PlanFilesTest, VPlansAreReusedByTheirLayout) {
+  for (const char* kind : {"zb-v", "dualpipe-v"}) {
+    const std::string path = testing::TempDir() + kind + ".pplan";
+    std::vector<ConfigOverride> v_plan = {{"model.num_layers", "11"},
+                                          {"planner.pipeline_nstages", "2"},
+                                          {"planner.data_parallel_degree", "4"},
+                                          {"planner.tensor_parallel_degree", "1"},
+                                          {"training.micro_batch_size", "1"},
+                                          {"planner.pipeline_scheduler", kind}};
+    std::vector<ConfigOverride> save = v_plan, load = v_plan;
+    save.push_back({"planner.save_plan_path", path});
+    load.push_back({"planner.load_plan_path", path});
+    const PlanOutcome saved = plan_job(eight_device_job(save));
+    const schema::Plan& plan = *schema::GetPlan(saved.plan.data());
+    ASSERT_EQ(plan.schedule()->virtual_stages(), 2) << kind;
+    // Rank 0 holds stages 0 and 3, rank 1 stages 1 and 2: unequal chunks.
+    EXPECT_NE(plan.stages()->Get(2)->num_layers(), plan.stages()->Get(3)->num_layers()) << kind;
+    const PlanOutcome loaded = plan_job(eight_device_job(load));
+    EXPECT_TRUE(loaded.reused) << kind;
+    EXPECT_EQ(loaded.plan, saved.plan) << kind;
+  }
+  const std::string refused = error_of(
+      eight_device_job({{"model.num_layers", "11"},
+                        {"training.global_batch_size", "8"},
+                        {"planner.load_plan_path", testing::TempDir() + "dualpipe-v.pplan"}}));
+  EXPECT_NE(refused.find("the plan's schedule cannot run the job now: [planner] "
+                         "pipeline_scheduler = 'dualpipe-v' runs at least 2 x pp = 4 "
+                         "micro-batches; this setting has 2"),
+            std::string::npos)
+      << refused;
+}
+
 TEST(PlanFilesTest, LoadedPlansAreReestimatedAndDifferencesNamed) {
   const std::string path = testing::TempDir() + "reestimated.pplan";
   const PlanOutcome saved = plan_job(eight_device_job({{"planner.save_plan_path", path}}));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <vector>
 
 #include "planner/cost/profile.h"
@@ -223,8 +224,9 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
                          "fail max_pipeline_bubble_ratio",
                          "have no valid stage boundaries",
                          "have zero_ngroups not dividing dp",
-                         "cannot split the global batch"};
-  for (int kind = 0; kind < 6; ++kind) {
+                         "cannot split the global batch",
+                         "cannot run the fixed pipeline_scheduler"};
+  for (int kind = 0; kind < static_cast<int>(std::size(names)); ++kind) {
     int count = 0;
     const SettingRejection* example = nullptr;
     for (const SettingRejection& rejection : result.rejections)

@@ -9,7 +9,9 @@
 
 #include "planner/cost/model_counts.h"
 #include "planner/cost/plan_estimate.h"
+#include "planner/cost/stage_cost.h"
 #include "planner/job/device_layout.h"
+#include "schema/pipeline_layout.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -129,6 +131,8 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
                " is not a multiple of the plan's micro-batch size x data-parallel degree = " +
                str(per_step));
   setting.num_micro_batches = static_cast<int>(global / per_step);
+  if (const std::string why = why_no_schedule_choice(effective, setting, false); !why.empty())
+    refuse(config, differences, "the plan's schedule cannot run the job now: " + why);
   for (const schema::Stage* stage : *plan.stages()) {
     StageLayout layout_of_stage;
     layout_of_stage.first_layer = stage->first_layer();
@@ -140,13 +144,15 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
       layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
     candidate.stages.push_back(std::move(layout_of_stage));
   }
-  // Virtual stages back to one layout per rank (the cost model's unit): rank
-  // r's chunks are stages r, r + p, ...
+  // Virtual stages back to one layout per rank (the cost model's unit), each
+  // rank's chunks in chunk order (pipeline_layout.h: round robin, or a V).
   if (chunks > 1) {
     const size_t p = static_cast<size_t>(mesh.pipeline_parallel());
+    const PipelineLayout pipeline =
+        PipelineLayout::of(plan.schedule()->kind(), static_cast<int>(p), chunks);
     std::vector<StageLayout> ranks(p);
     for (size_t s = 0; s < candidate.stages.size(); ++s) {
-      StageLayout& rank = ranks[s % p];
+      StageLayout& rank = ranks[pipeline.rank_of(static_cast<int>(s))];
       const StageLayout& chunk = candidate.stages[s];
       if (s < p) rank.first_layer = chunk.first_layer;
       rank.num_layers += chunk.num_layers;

@@ -61,8 +61,8 @@ done
 # Libraries paraplan opens itself (dlopen) rather than links, which ldd does
 # not list: OpenBLAS (kernels/cpu/openblas_library.h) and CBC
 # (planner/search/cbc_library.h); ldd lists what they need.
-opened=("$(pkg-config --variable=libdir openblas)/libopenblas.so.0"
-  "$(sed -n 's/^PARAPLAN_CBC_SOLVER_LIBRARY:FILEPATH=//p' "$build_dir/CMakeCache.txt")")
+opened=("$(realpath "$(pkg-config --variable=libdir openblas)/libopenblas.so.0")"
+  "$(realpath "$(sed -n 's/^PARAPLAN_CBC_SOLVER_LIBRARY:FILEPATH=//p' "$build_dir/CMakeCache.txt")")")
 declare -A packages=([libopenmpi3]=1 [openmpi-bin]=1 [openmpi-common]=1)
 unowned=()
 while read -r library; do

@@ -481,7 +481,8 @@ double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = known.find(key); it != known.end()) return it->second;
   }
-  // Played out as simulate_step would (schedule_bubble_test holds them equal).
+  // Played out as simulate_step would, in linear time (schedule_bubble_test
+  // holds them equal).
   const double backward = backward_q / 20.0;
   const double step =
       dependency_bound_step(*shared_schedule(kind, p, m, v), 1, backward, weight_q / 20.0);

@@ -145,8 +145,8 @@ class StageCostModel {
   const PlanSetting& setting() const { return setting_; }
   const JobConfig& config() const { return *config_; }
   int num_stages() const { return setting_.shape.pipeline_stages; }
-  // The pipeline rank holding the head: the last, or under ZB-V's V the
-  // first (beside the embedding).
+  // The pipeline rank holding the head: the last, or under a V (ZB-V,
+  // DualPipe-V) the first (beside the embedding).
   int head_rank() const { return v_shaped(setting_.schedule.kind) ? 0 : num_stages() - 1; }
   // Whether the head rank holds the embedding and the head in two chunks.
   bool separate_ends() const { return v_shaped(setting_.schedule.kind) && num_stages() > 1; }

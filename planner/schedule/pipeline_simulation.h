@@ -69,15 +69,17 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
                             const std::vector<SimulatedStageInput>& stages, int ranks_per_stage,
                             double cores);
 
-// The step if every rank ran its stream's compute ops in order, each as soon
-// as the rank is free and its input is done (the previous virtual stage's
-// Forward of the micro-batch; the next one's Backward or BackwardInput), with
-// no communication time: forward and backward per micro-batch and rank (a
-// chunk's op does 1 / v), weight_fraction of backward in a BackwardWeight. A
-// Posted schedule plays out (simulate_step, devices of their own) at exactly
-// this, which schedule_bubble_test checks for every kind; linear in the ops,
-// so the cost model plays its bubbles out here. Throws std::logic_error if
-// the compute orders cannot all run (a dependency cycle).
+// simulate_step's step for a Posted schedule on devices of their own with no
+// communication time and no collectives, in time linear in the ops: every
+// rank runs its stream in order, a compute op as soon as the rank is free and
+// the messages it needs are posted at both ends (its activation; a backward
+// its output gradient and its chunk's last input-gradient send, whose buffer
+// it writes again), a Send or Recv posting its end when the stream reaches
+// it. forward and backward per micro-batch and rank (a chunk's op does
+// 1 / v), weight_fraction of backward in a BackwardWeight. The cost model's
+// bubbles (PipelineSimulation.DependencyBoundStepIsSimulateStepsStep holds
+// them equal). Throws std::invalid_argument for rendezvous transfers,
+// std::logic_error if the streams cannot all run.
 double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
                              double weight_fraction);
 

@@ -157,7 +157,7 @@ std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kin
 // rank at once, all chunks together (forwarded, their Backward or
 // BackwardWeight not yet done). 1F1B: min(p - r, m); GPipe: m; interleaved:
 // min(warm-up + 1, m v); ZB-H1: min(p, m); ZB-V: min(2p, 2m) chunk
-// micro-batches, each half a stage's.
+// micro-batches, each half a stage's; DualPipe-V: min(2p + 1, 2m).
 int in_flight_bound(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                     int virtual_stages, int pipeline_rank);
 

@@ -221,8 +221,8 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
           setting.schedule = choice;
           ++result.statistics.settings;
           result.settings.push_back(setting);
-          // ZB-H1's bubble is counted as 1F1B's here and ZB-V's as interleaved's
-          // at v = 2 (their W share is not known yet).
+          // ZB-H1's bubble is counted as 1F1B's here and the V kinds' as
+          // interleaved's at v = 2 (their W share is not known yet).
           const double bubble = pipeline_bubble_ratio(setting);
           if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
             SettingRejection rejection;
