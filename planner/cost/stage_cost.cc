@@ -508,44 +508,64 @@ std::string schedule_choice_name(const ScheduleChoice& choice) {
   return name;  // (zb-v: always 2 chunks)
 }
 
+namespace {
+
+// Why `kind` with v chunks per rank cannot run the setting ("" if it can):
+// the chunked kinds need p >= 2, the layout to themselves (no pivots or
+// pinned layers), v layers per rank and interleaved m >= p (Megatron-core's
+// groups of p), DualPipe-V m >= 2p. The one rule schedule_choices and
+// why_no_schedule_choice both read.
+std::string cannot_run(const JobConfig& config, const PlanSetting& setting,
+                       bool boundaries_restricted, schema::ScheduleKind kind, int v) {
+  const bool interleaved = kind == schema::ScheduleKind::Interleaved1F1B;
+  if (!interleaved && !v_shaped(kind)) return "";
+  const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
+  const auto text = [](int64_t value) { return std::to_string(value); };
+  if (p < 2) return "needs at least 2 pipeline stages";
+  if (boundaries_restricted)
+    return "places its model chunks itself, which pivots or pinned layers do not allow";
+  if (v < 2) return "runs 2 model chunks per rank or more";
+  if (config.model.num_layers < p * v)
+    return "needs " + text(v) + " x pp = " + text(p * v) + " blocks or more; the model has " +
+           text(config.model.num_layers);
+  if (interleaved && m < p)
+    return "runs at least pp = " + text(p) + " micro-batches; this setting has " + text(m);
+  if (kind == schema::ScheduleKind::DualPipeV && m < 2 * p)
+    return "runs at least 2 x pp = " + text(2 * p) + " micro-batches; this setting has " + text(m);
+  return "";
+}
+
+// The chunk counts a kind is tried with: interleaved pipeline_virtual_stages,
+// or 2, 3 and 4; the V kinds 2; the others 1.
+std::vector<int> chunk_counts(const PlannerOptions& options, schema::ScheduleKind kind) {
+  if (v_shaped(kind)) return {2};
+  if (kind != schema::ScheduleKind::Interleaved1F1B) return {1};
+  if (options.pipeline_virtual_stages > 0) return {options.pipeline_virtual_stages};
+  return {2, 3, 4};
+}
+
+}  // namespace
+
 std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const PlanSetting& setting,
                                              bool boundaries_restricted) {
   using schema::ScheduleKind;
   const PlannerOptions& options = config.planner;
-  const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
   std::vector<ScheduleChoice> choices;
-  auto interleaved = [&] {
-    if (p < 2 || m < p || boundaries_restricted) return;
-    std::vector<int> chunks = {2, 3, 4};
-    if (options.pipeline_virtual_stages > 0) chunks = {options.pipeline_virtual_stages};
-    for (int v : chunks)
-      if (v >= 2 && config.model.num_layers >= p * v)
-        choices.push_back({ScheduleKind::Interleaved1F1B, v, 0});
-  };
-  // ZB-V and DualPipe-V: two chunks on every rank, its layers split between
-  // them (the partition gives each rank a count, not a range of the model);
-  // DualPipe-V runs 2p micro-batches or more.
-  auto v_shape = [&](ScheduleKind kind) {
-    if (p < 2 || boundaries_restricted || config.model.num_layers < 2 * p) return;
-    if (kind == ScheduleKind::DualPipeV && m < 2 * p) return;
-    choices.push_back({kind, 2, 0});
+  const auto add = [&](ScheduleKind kind) {
+    for (int v : chunk_counts(options, kind))
+      if (cannot_run(config, setting, boundaries_restricted, kind, v).empty())
+        choices.push_back({kind, v, 0});
   };
   if (!options.pipeline_scheduler_auto) {
-    if (options.pipeline_scheduler == ScheduleKind::Interleaved1F1B)
-      interleaved();
-    else if (v_shaped(options.pipeline_scheduler))
-      v_shape(options.pipeline_scheduler);
-    else
-      choices.push_back({options.pipeline_scheduler, 1, 0});
+    add(options.pipeline_scheduler);
     return choices;
   }
-  choices.push_back({ScheduleKind::OneForwardOneBackward, 1, 0});
-  if (p < 2 || !options.is_train) return choices;
-  choices.push_back({ScheduleKind::GPipe, 1, 0});
-  choices.push_back({ScheduleKind::ZeroBubbleH1, 1, 0});
-  interleaved();
-  v_shape(ScheduleKind::ZeroBubbleV);
-  v_shape(ScheduleKind::DualPipeV);
+  add(ScheduleKind::OneForwardOneBackward);
+  if (setting.shape.pipeline_stages < 2 || !options.is_train) return choices;
+  for (ScheduleKind kind :
+       {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::Interleaved1F1B,
+        ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV})
+    add(kind);
   return choices;
 }
 
@@ -556,21 +576,11 @@ std::string why_no_schedule_choice(const JobConfig& config, const PlanSetting& s
       !schedule_choices(config, setting, boundaries_restricted).empty())
     return "";
   const schema::ScheduleKind kind = options.pipeline_scheduler;
-  const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
-  const int v = v_shaped(kind) ? 2 : std::max(options.pipeline_virtual_stages, 2);
-  const std::string name =
-      std::string("[planner] pipeline_scheduler = '") + schedule_kind_name(kind) + "'";
-  const auto text = [](int64_t value) { return std::to_string(value); };
-  if (p < 2) return name + " needs at least 2 pipeline stages";
-  if (boundaries_restricted)
-    return name + " places its model chunks itself, which pivots or pinned layers do not allow";
-  if (config.model.num_layers < p * v)
-    return name + " needs " + text(v) + " x pp = " + text(p * v) +
-           " blocks or more; the model has " + text(config.model.num_layers);
-  if (kind == schema::ScheduleKind::DualPipeV)
-    return name + " runs at least 2 x pp = " + text(2 * p) + " micro-batches; this setting has " +
-           text(m);
-  return name + " runs at least pp = " + text(p) + " micro-batches; this setting has " + text(m);
+  // The smallest chunk count tried says the least demanding reason.
+  const std::vector<int> counts = chunk_counts(options, kind);
+  return std::string("[planner] pipeline_scheduler = '") + schedule_kind_name(kind) + "' " +
+         cannot_run(config, setting, boundaries_restricted, kind,
+                    *std::min_element(counts.begin(), counts.end()));
 }
 
 }  // namespace paraplan

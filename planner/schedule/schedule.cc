@@ -7,6 +7,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -161,9 +162,9 @@ std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kin
   static std::mutex mutex;
   static std::deque<std::pair<Key, Shared>> kept;  // oldest first
   const Key key{kind, num_stages, num_micro_batches, virtual_stages};
-  std::promise<std::shared_ptr<const PipelineSchedule>> made;
+  // Set only by the thread that makes the shape (a promise allocates).
+  std::optional<std::promise<std::shared_ptr<const PipelineSchedule>>> made;
   Shared schedule;
-  bool make = false;
   {
     const std::lock_guard<std::mutex> lock(mutex);
     for (const auto& [shape, kept_schedule] : kept)
@@ -171,18 +172,17 @@ std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kin
     // Made outside the lock, once: the search's threads ask for the same
     // shapes at about the same time, and the later ones wait for the first.
     if (!schedule.valid()) {
-      make = true;
-      schedule = made.get_future().share();
+      schedule = made.emplace().get_future().share();
       kept.emplace_back(key, schedule);
       if (kept.size() > static_cast<size_t>(kSharedSchedules)) kept.pop_front();
     }
   }
-  if (make) {
+  if (made) {
     try {
-      made.set_value(std::make_shared<const PipelineSchedule>(
+      made->set_value(std::make_shared<const PipelineSchedule>(
           generate_schedule(kind, num_stages, num_micro_batches, virtual_stages)));
     } catch (...) {
-      made.set_exception(std::current_exception());  // the same shape fails the same way
+      made->set_exception(std::current_exception());  // the same shape fails the same way
     }
   }
   return schedule.get();
