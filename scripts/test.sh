@@ -7,6 +7,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_dependencies.sh
+# The run command configures without the tests (build.sh --run); so must
+# every CUDA setting, or a newcomer's first command stops at a CMake error
+# (a CMake line naming a test target outside BUILD_TESTING). Configure only:
+# seconds, and that slip shows at configure time.
+mkdir -p build-without-tests
+for cuda in OFF ON; do
+  if ! cmake -S . -B "build-without-tests/cuda-$cuda" -G Ninja -DBUILD_TESTING=OFF \
+      -DPARAPLAN_CUDA="$cuda" -DCMAKE_CUDA_ARCHITECTURES=90 >"build-without-tests/cuda-$cuda.log" 2>&1; then
+    cat "build-without-tests/cuda-$cuda.log"
+    echo "test.sh: configuring with BUILD_TESTING=OFF and PARAPLAN_CUDA=$cuda failed (above)" >&2
+    exit 1
+  fi
+done
 # The CUDA code is compiled (it has no GPU to run on here) for one
 # architecture, the one the GPU bundle builds: the default two compile every
 # kernel twice.
