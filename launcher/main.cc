@@ -97,7 +97,11 @@ void run_plan(const PlanArguments& args, const std::vector<std::string>& extras)
 void run_inspect(const InspectArguments& args) {
   const LoadedPlan loaded = load_plan(args.plan);
   if (args.json)
-    std::cout << plan_to_json(loaded.plan()).dump(2) << std::endl;
+    // The plan's strings were checked as UTF-8 when it loaded; replace keeps
+    // anything else from ever surfacing as the JSON library's exception.
+    std::cout << plan_to_json(loaded.plan()).dump(2, ' ', false,
+                                                  nlohmann::json::error_handler_t::replace)
+              << std::endl;
   else
     std::cout << plan_to_table(loaded.plan());
 }

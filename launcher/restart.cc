@@ -183,6 +183,27 @@ RestartDecision decide_restart(const RestartInput& input) {
   return decision;
 }
 
+HostDevices devices_per_host(const std::vector<HostEntry>& hosts) {
+  HostDevices devices;
+  if (hosts.empty()) return devices;
+  const auto fewest = std::min_element(
+      hosts.begin(), hosts.end(),
+      [](const HostEntry& a, const HostEntry& b) { return a.slots < b.slots; });
+  devices.devices_per_node = fewest->slots;
+  const bool uniform = std::all_of(hosts.begin(), hosts.end(), [&](const HostEntry& host) {
+    return host.slots == fewest->slots;
+  });
+  if (!uniform) {
+    std::string each;
+    for (const HostEntry& host : hosts)
+      each += (each.empty() ? "" : ", ") + host.name + " " + std::to_string(host.slots);
+    devices.line = "the hosts left have different slots (" + each + "): planning " +
+                   std::to_string(fewest->slots) + " device(s) on each, as many as " +
+                   fewest->name + " has";
+  }
+  return devices;
+}
+
 int run_launch_with_restarts(const LaunchOptions& options) {
   const std::string checkpoint_dir = command_flag_value(options.command, "--checkpoint-dir");
   if (checkpoint_dir.empty() || options.command.empty() || options.command.front() != "train")
@@ -240,12 +261,17 @@ int run_launch_with_restarts(const LaunchOptions& options) {
     // The plan for the hosts left: the same when their count did not change.
     const std::string tag = "restart-" + std::to_string(restarts);
     const LoadedPlan current = load_plan(attempt.plan_path);
-    const int nodes = current.plan().mesh()->num_nodes();
-    if (!hosts.empty() && static_cast<int>(decision.hosts.size()) != nodes) {
+    const schema::Mesh& mesh = *current.plan().mesh();
+    const HostDevices devices = devices_per_host(decision.hosts);
+    if (!devices.line.empty()) say(devices.line);
+    for (HostEntry& host : decision.hosts) host.slots = devices.devices_per_node;
+    if (!hosts.empty() && (static_cast<int>(decision.hosts.size()) != mesh.num_nodes() ||
+                           devices.devices_per_node != mesh.devices_per_node())) {
       FallbackPlan fallback;
       try {
         fallback = plan_for_nodes_left(current.plan(), attempt.plan_path,
-                                       static_cast<int>(decision.hosts.size()), options.min_nodes);
+                                       static_cast<int>(decision.hosts.size()),
+                                       devices.devices_per_node, options.min_nodes);
       } catch (const std::exception& error) {
         say("not restarting: no plan fits the " + std::to_string(decision.hosts.size()) +
             " host(s) left: " + first_line(error.what()));

@@ -44,6 +44,16 @@ struct RestartDecision {
 // Pure: the lines and the hosts to carry on with, from a failed attempt.
 RestartDecision decide_restart(const RestartInput& input);
 
+// The devices per node a re-plan for `hosts` uses: their slots when every
+// host has as many (what launch requires of a plan's nodes); else the fewest,
+// which every host can run, with `line` saying so. The plan then comes from
+// the hosts, never from the options that made the first mesh.
+struct HostDevices {
+  int devices_per_node = 0;
+  std::string line;  // empty when the hosts agree
+};
+HostDevices devices_per_host(const std::vector<HostEntry>& hosts);
+
 // run_launch with --max-restarts > 0.
 int run_launch_with_restarts(const LaunchOptions& options);
 

@@ -124,5 +124,19 @@ TEST(RestartDecision, RestartsNeedACheckpointDirectoryToResumeFrom) {
   }
 }
 
+TEST(RestartDevices, AReplanTakesTheDevicesPerNodeFromTheHostsLeft) {
+  // Equal slots: that many devices per node, nothing to say.
+  HostDevices devices = devices_per_host({{"node1", 2, 1}, {"node3", 2, 3}});
+  EXPECT_EQ(devices.devices_per_node, 2);
+  EXPECT_EQ(devices.line, "");
+  // Different slots: the fewest, which every host can run, said once.
+  devices = devices_per_host({{"node1", 4, 1}, {"node3", 2, 3}});
+  EXPECT_EQ(devices.devices_per_node, 2);
+  EXPECT_EQ(devices.line,
+            "the hosts left have different slots (node1 4, node3 2): planning 2 device(s) on "
+            "each, as many as node3 has");
+  EXPECT_EQ(devices_per_host({}).devices_per_node, 0);
+}
+
 }  // namespace
 }  // namespace paraplan

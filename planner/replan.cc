@@ -15,6 +15,7 @@ namespace {
 // Options that fix the mesh for the old device count; left to the search.
 const std::set<std::string>& mesh_options() {
   static const std::set<std::string> keys = {"cluster.num_nodes",
+                                             "cluster.devices_per_node",
                                              "planner.world_size",
                                              "planner.nproc",
                                              "planner.mesh_row",
@@ -59,16 +60,18 @@ Attempt attempt(const JobConfig& job, FallbackDepth depth) {
 
 }  // namespace
 
-JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes) {
+JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes,
+                        int devices_per_node) {
   const auto* recorded = plan.header() ? plan.header()->creation_options() : nullptr;
   if (recorded == nullptr || recorded->size() == 0)
     throw std::runtime_error(plan_path +
                              ": the plan records no job options (header.creation_options), so "
                              "it cannot be planned again for other nodes; plan the job again "
                              "with this paraplan");
-  if (num_nodes < 1)
+  if (devices_per_node == 0) devices_per_node = plan.mesh()->devices_per_node();
+  if (num_nodes < 1 || devices_per_node < 1)
     throw std::runtime_error(plan_path + ": cannot plan for " + std::to_string(num_nodes) +
-                             " nodes");
+                             " nodes of " + std::to_string(devices_per_node) + " devices");
   const schema::Architecture architecture =
       plan.model() ? plan.model()->architecture() : schema::Architecture::Gpt2;
   // Options are recorded resolved, whether the job set them or not. Those at
@@ -89,7 +92,11 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
       continue;
     overrides.push_back({key, value});
   }
+  // The devices are the hosts', not the recorded options': a mesh made by
+  // mesh_row x mesh_col or world_size alone left [cluster] devices_per_node
+  // at its default, which the old mesh never used.
   overrides.push_back({"cluster.num_nodes", std::to_string(num_nodes)});
+  overrides.push_back({"cluster.devices_per_node", std::to_string(devices_per_node)});
   JobConfig config =
       parse_job_config("", plan_path + " (the options it was planned with)", overrides);
   // The data as the plan resolved it (absolute paths), not as the job file
@@ -108,8 +115,8 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
 }
 
 PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path,
-                             int num_nodes) {
-  return plan_job(job_for_nodes(plan, plan_path, num_nodes));
+                             int num_nodes, int devices_per_node) {
+  return plan_job(job_for_nodes(plan, plan_path, num_nodes, devices_per_node));
 }
 
 PlanDecisions decisions_of(const schema::Plan& plan) {
@@ -127,13 +134,15 @@ PlanDecisions decisions_of(const schema::Plan& plan) {
 }
 
 FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
-                                 int nodes_left, int min_nodes, FallbackDepth depth) {
+                                 int nodes_left, int devices_per_node, int min_nodes,
+                                 FallbackDepth depth) {
   min_nodes = std::max(min_nodes, 1);
+  if (devices_per_node == 0) devices_per_node = plan.mesh()->devices_per_node();
   FallbackPlan fallback;
   std::string first_reason;
   for (int nodes = nodes_left; nodes >= min_nodes && fallback.num_nodes == 0; --nodes) {
     try {
-      Attempt tried = attempt(job_for_nodes(plan, plan_path, nodes), depth);
+      Attempt tried = attempt(job_for_nodes(plan, plan_path, nodes, devices_per_node), depth);
       fallback.outcome = std::move(tried.outcome);
       fallback.decisions = tried.decisions;
       fallback.num_nodes = fallback.most_nodes_that_fit = nodes;
@@ -160,12 +169,12 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
   const int64_t replica = int64_t{mesh.pipeline_parallel()} * mesh.tensor_parallel();
   for (int64_t dp = mesh.data_parallel() - 1; dp >= 1; --dp) {
     const int64_t devices = replica * dp;
-    if (batch % dp != 0 || devices % mesh.devices_per_node() != 0) continue;
-    const int nodes = static_cast<int>(devices / mesh.devices_per_node());
+    if (batch % dp != 0 || devices % devices_per_node != 0) continue;
+    const int nodes = static_cast<int>(devices / devices_per_node);
     if (nodes >= fallback.num_nodes) continue;
     if (nodes < min_nodes) break;
     try {
-      JobConfig job = job_for_nodes(plan, plan_path, nodes);
+      JobConfig job = job_for_nodes(plan, plan_path, nodes, devices_per_node);
       job.planner.pipeline_nstages = mesh.pipeline_parallel();
       job.planner.tensor_parallel_degree = mesh.tensor_parallel();
       job.planner.data_parallel_degree = static_cast<int>(dp);
@@ -200,7 +209,8 @@ std::string what_if_lost_nodes(const schema::Plan& plan, const std::string& plan
   if (lost >= nodes) return head + "no node would be left\n";
   try {
     const FallbackPlan found =
-        plan_for_nodes_left(plan, plan_path, nodes - lost, 1, FallbackDepth::kDecisionsOnly);
+        plan_for_nodes_left(plan, plan_path, nodes - lost, plan.mesh()->devices_per_node(), 1,
+                            FallbackDepth::kDecisionsOnly);
     char slowdown[64];
     std::snprintf(slowdown, sizeof(slowdown), "%.2fx",
                   found.decisions.step_seconds / plan.predictions()->step_seconds());

@@ -5,10 +5,13 @@
 //
 // Kept from the plan: the model, the training options (global batch, seed,
 // optimizer, learning-rate schedule, steps), the data and its order (the
-// plan's absolute paths, shuffle and seed), the cluster's devices and every
-// planner option but those that fix the mesh. Searched again: the pipeline,
-// data and tensor degrees (the recorded ones were chosen for the old device
-// count), and with them stages, micro-batching, recomputation and ZeRO.
+// plan's absolute paths, shuffle and seed), the cluster's figures (memory,
+// bandwidths) and every planner option but those that fix the mesh. Given
+// by the caller: the nodes and the devices on each (the hosts left and their
+// slots), whatever made the original mesh (mesh_row x mesh_col, [cluster],
+// a preset, world_size alone). Searched again: the pipeline, data and tensor
+// degrees (the recorded ones were chosen for the old device count), and with
+// them stages, micro-batching, recomputation and ZeRO.
 #pragma once
 
 #include <string>
@@ -23,13 +26,16 @@ struct Plan;
 }
 
 // The job of `plan` (read from plan_path, named in messages) on num_nodes
-// nodes. Throws naming the plan when it recorded no options (plans written
+// nodes of devices_per_node devices each (0: the plan's own devices per
+// node). Throws naming the plan when it recorded no options (plans written
 // before creation_options existed) or the options no longer parse.
-JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes);
+JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes,
+                        int devices_per_node = 0);
 
 // plan_job(job_for_nodes(...)): throws the planner's own message when no
 // plan fits the devices left.
-PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes);
+PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes,
+                             int devices_per_node = 0);
 
 // What a plan decided, for a restart's or a what-if's line.
 struct PlanDecisions {
@@ -55,10 +61,10 @@ struct FallbackPlan {
 // kDecisionsOnly only searches (a what-if prints it): about half the time
 // for a 1T GPT, whose plans hold 200k instructions.
 enum class FallbackDepth { kWholePlan, kDecisionsOnly };
-// Throws naming nodes_left's reason when no count from nodes_left to
-// min_nodes fits.
+// Each node has devices_per_node devices (0: the plan's own). Throws naming
+// nodes_left's reason when no count from nodes_left to min_nodes fits.
 FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
-                                 int nodes_left, int min_nodes = 1,
+                                 int nodes_left, int devices_per_node = 0, int min_nodes = 1,
                                  FallbackDepth depth = FallbackDepth::kWholePlan);
 
 // "pp 2 x dp 1 x tp 2 on 2 nodes x 2 devices, micro-batch 3 x 4, ZeRO-1,

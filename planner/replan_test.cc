@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "planner/planner_test_jobs.h"
@@ -62,8 +63,9 @@ TEST(Replan, RelativePlannerPathsAreRecordedAbsolute) {
   EXPECT_EQ(recorded, expected);
   EXPECT_EQ(job_for_nodes(original.plan(), "job.pplan", 1).planner.profile_dir, expected);
   // Reusing the plan from the same directory finds no difference in it.
-  for (const auto& [key, value] : recorded_job_options(job))
+  for (const auto& [key, value] : recorded_job_options(job)) {
     if (key == "planner.profile_dir") EXPECT_EQ(value, expected);
+  }
 }
 
 TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {
@@ -132,13 +134,60 @@ TEST(Replan, NodesLeftThatFitNoMeshGiveWayToTheMostThatDo) {
       << fallback.passed_over[0];
   // With --min-nodes 5 nothing is left to try: the planner's own reason.
   try {
-    plan_for_nodes_left(original.plan(), "job.pplan", 5, 5);
+    plan_for_nodes_left(original.plan(), "job.pplan", 5, 0, 5);
     FAIL() << "no error";
   } catch (const std::runtime_error& error) {
     EXPECT_NE(std::string(error.what()).find("no (pipeline, data, tensor) parallel mesh fits"),
               std::string::npos)
         << error.what();
   }
+}
+
+// However the original mesh was made, a re-plan is for the nodes and the
+// devices per node it is given (the hosts left and their slots), and the
+// what-if names the plan a restart would run. Each way made 2 nodes; one is
+// lost.
+TEST(Replan, EveryWayOfMakingTheMeshReplansOnTheDevicesLeft) {
+  struct Way {
+    const char* name;
+    std::vector<ConfigOverride> options;
+    int devices_per_node;  // what the plan's mesh (and so each host) has
+  };
+  const std::vector<Way> ways = {
+      {"mesh_row x mesh_col",
+       {{"planner.mesh_row", "2"}, {"planner.mesh_col", "2"}, {"planner.world_size", "4"},
+        {"planner.pipeline_nstages", "2"}, {"planner.tensor_parallel_degree", "2"}},
+       2},
+      {"[cluster]",
+       {{"cluster.num_nodes", "2"}, {"cluster.devices_per_node", "2"}, {"planner.world_size", "4"}},
+       2},
+      {"a preset", {{"cluster.preset", "h100-sxm"}, {"planner.world_size", "16"}}, 8},
+      {"world_size alone", {{"planner.world_size", "16"}}, 8},
+  };
+  for (const Way& way : ways) {
+    const LoadedPlan original = planned(test_jobs::eight_device_job(way.options));
+    ASSERT_EQ(original.plan().mesh()->num_nodes(), 2) << way.name;
+    ASSERT_EQ(original.plan().mesh()->devices_per_node(), way.devices_per_node) << way.name;
+    const FallbackPlan fallback =
+        plan_for_nodes_left(original.plan(), "job.pplan", 1, way.devices_per_node);
+    const LoadedPlan replanned = load_plan_from_bytes("lost.pplan", fallback.outcome.plan);
+    const schema::Mesh& mesh = *replanned.plan().mesh();
+    EXPECT_EQ(mesh.num_nodes(), 1) << way.name;
+    EXPECT_EQ(mesh.devices_per_node(), way.devices_per_node) << way.name;
+    EXPECT_EQ(mesh.pipeline_parallel() * mesh.data_parallel() * mesh.tensor_parallel(),
+              way.devices_per_node)
+        << way.name;
+    const std::string what_if = what_if_lost_nodes(original.plan(), "job.pplan", 1);
+    EXPECT_NE(what_if.find(plan_summary(replanned.plan())), std::string::npos)
+        << way.name << ": " << what_if;
+    std::printf("[ figures  ] %s: %s -> %s\n", way.name, plan_summary(original.plan()).c_str(),
+                plan_summary(replanned.plan()).c_str());
+  }
+  // Hosts with other slots than the plan's nodes had: planned for theirs.
+  const LoadedPlan original = planned(test_jobs::eight_device_job(ways[0].options));
+  const LoadedPlan wider = load_plan_from_bytes(
+      "wider.pplan", plan_for_nodes_left(original.plan(), "job.pplan", 1, 4).outcome.plan);
+  EXPECT_EQ(wider.plan().mesh()->devices_per_node(), 4);
 }
 
 TEST(Replan, APlanWithoutRecordedOptionsIsRefusedByName) {
@@ -161,7 +210,7 @@ TEST(Replan, AWhatIfDecidesAsTheWholePlanWould) {
   const LoadedPlan original = six_one_device_nodes();
   for (const int nodes_left : {5, 3}) {
     const FallbackPlan whole = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left);
-    const FallbackPlan decided = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left, 1,
+    const FallbackPlan decided = plan_for_nodes_left(original.plan(), "job.pplan", nodes_left, 0, 1,
                                                      FallbackDepth::kDecisionsOnly);
     const LoadedPlan written = load_plan_from_bytes("fallback.pplan", whole.outcome.plan);
     EXPECT_EQ(plan_summary(decided.decisions), plan_summary(written.plan())) << nodes_left;

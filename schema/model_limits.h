@@ -33,6 +33,19 @@ inline constexpr int64_t kMaxPipelineStages = 256;
 // Model chunks per pipeline rank: Instruction.chunk is a ubyte.
 inline constexpr int32_t kMaxVirtualStages = 256;
 
+// Counts that multiply a run's work, each bounded where a plan or job file
+// sets it (the job validator, the plan validator) and where `train` takes it,
+// so that a typo is refused by name instead of running for hours.
+// Steps (total_steps, warmup_steps, eval_interval, --steps,
+// --checkpoint-every): the training loop and train_state.json count steps in
+// an int.
+inline constexpr int64_t kMaxSteps = 2147483646;
+// Global batches per evaluation: 65,536 x GPT-2's 512 sequences of 1024 is
+// 34 billion tokens, a whole FineWeb-sized validation pass. The runtime reads
+// at most one pass of the validation data whatever is asked
+// (runtime/train/evaluation.h).
+inline constexpr int64_t kMaxEvalBatches = 65536;
+
 // A model's sizes, as wide integers so that any value a file holds can be judged.
 struct ModelShape {
   int64_t vocab_size = 0, seq_len = 0, num_layers = 0, d_model = 0, num_heads = 0, ffn_size = 0;

@@ -135,8 +135,13 @@ void check_optimizer(const schema::Optimizer& opt, Violations& v) {
           number(opt.grad_clip()) + "; must be a finite number >= 0 (0 disables clipping)");
   }
   require_non_negative(v, f + "warmup_steps", opt.warmup_steps());
-  if (opt.total_steps() < 1) {
-    v.add(f + "total_steps", number(opt.total_steps()) + "; must be at least 1");
+  if (opt.total_steps() < 1 || opt.total_steps() > kMaxSteps) {
+    v.add(f + "total_steps", number(opt.total_steps()) + "; must be in 1.." + number(kMaxSteps) +
+                                 " (steps are counted in an int)");
+  }
+  if (opt.warmup_steps() > kMaxSteps) {
+    v.add(f + "warmup_steps", number(opt.warmup_steps()) + "; must be at most " +
+                                  number(kMaxSteps) + " (steps are counted in an int)");
   }
   if (std::string(lr_decay_style_name(opt.decay_style())) == "unknown") {
     v.add(f + "decay_style", "unknown value " +
@@ -173,7 +178,17 @@ void check_training(const schema::Training& training, const schema::Model* model
       v.add(problem.field, problem.problem);
   }
   require_non_negative(v, "training.eval_interval", training.eval_interval());
+  if (training.eval_interval() > kMaxSteps) {
+    v.add("training.eval_interval", number(training.eval_interval()) + "; must be at most " +
+                                        number(kMaxSteps) + " steps (0 disables evaluation)");
+  }
   require_non_negative(v, "training.eval_batches", training.eval_batches());
+  if (training.eval_batches() > kMaxEvalBatches) {
+    v.add("training.eval_batches",
+          number(training.eval_batches()) + "; must be at most " + number(kMaxEvalBatches) +
+              " global batches per evaluation (and evaluation reads at most one pass of the "
+              "validation data)");
+  }
   if (training.optimizer() == nullptr) {
     v.add("training.optimizer", "missing; the plan must give the AdamW hyper-parameters");
   } else {
@@ -434,6 +449,14 @@ void check_strings(const schema::Plan& plan, Violations& v) {
         check_utf8(options->Get(i)->value(), f + ".value", v);
       }
     }
+  }
+  const schema::Data* data = plan.training() ? plan.training()->data() : nullptr;
+  if (data != nullptr) {
+    if (data->train() != nullptr)
+      for (flatbuffers::uoffset_t i = 0; i < data->train()->size(); ++i)
+        check_utf8(data->train()->Get(i)->paths(),
+                   "training.data.train[" + std::to_string(i) + "].paths", v);
+    check_utf8(data->validation(), "training.data.validation", v);
   }
   if (const schema::Predictions* predictions = plan.predictions()) {
     check_utf8(predictions->time_model(), "predictions.time_model", v);

@@ -249,6 +249,12 @@ const std::vector<ViolationCase>& violation_cases() {
       {"EvalBatchesNegative",
        [](PlanSpec& s) { s.eval_batches = -1; },
        {"training.eval_batches: -1"}},
+      {"EvalBatchesAboveTheBound",
+       [](PlanSpec& s) { s.eval_batches = 65537; },
+       {"training.eval_batches: 65537; must be at most 65536 global batches per evaluation"}},
+      {"EvalIntervalAboveTheBound",
+       [](PlanSpec& s) { s.eval_interval = 2147483647; },
+       {"training.eval_interval: 2147483647; must be at most 2147483646 steps"}},
       {"LearningRateNegative",
        [](PlanSpec& s) { s.learning_rate = -0.1f; },
        {"training.optimizer.learning_rate: -0.1"}},
@@ -274,7 +280,10 @@ const std::vector<ViolationCase>& violation_cases() {
        {"training.optimizer.warmup_steps: -5"}},
       {"TotalStepsZero",
        [](PlanSpec& s) { s.total_steps = 0; },
-       {"training.optimizer.total_steps: 0; must be at least 1"}},
+       {"training.optimizer.total_steps: 0; must be in 1..2147483646"}},
+      {"TotalStepsAboveTheBound",
+       [](PlanSpec& s) { s.total_steps = 2147483647; },
+       {"training.optimizer.total_steps: 2147483647; must be in 1..2147483646"}},
       {"UnknownDecayStyle",
        [](PlanSpec& s) { s.decay_style = schema::LrDecayStyle(8); },
        {"training.optimizer.decay_style: unknown value 8"}},
@@ -548,6 +557,19 @@ const std::vector<ViolationCase>& violation_cases() {
       {"CreationOptionOverlongUtf8",
        [](PlanSpec& s) { s.creation_options[1].second = "\xc0\xaf"; },
        {"header.creation_options[1].value: byte 0xc0 at offset 0 is not valid UTF-8"}},
+      {"DataPathNotUtf8",
+       [](PlanSpec& s) {
+         s.has_data = true;
+         s.data_train = {{"/data/a.bin", 1.0}, {"/data/\xff.bin", 1.0}};
+       },
+       {"training.data.train[1].paths: byte 0xff at offset 6 is not valid UTF-8"}},
+      {"ValidationPathNotUtf8",
+       [](PlanSpec& s) {
+         s.has_data = true;
+         s.data_train = {{"/data/a.bin", 1.0}};
+         s.data_validation = "/data/v\xfe.bin";
+       },
+       {"training.data.validation: byte 0xfe at offset 7 is not valid UTF-8"}},
       {"ClusterNameSurrogate",
        [](PlanSpec& s) { s.cluster_name = "gpu\xed\xa0\x80"; },
        {"predictions.cluster.name: byte 0xa0 at offset 4 is not valid UTF-8"}},

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ class HostileInput : public CommandTest {
     return "train --plan " + path(plan) + " --data " + path("data/train.bin") + " " + extra;
   }
   // A valid one-rank plan for the tiny model and data, edited by `edit`.
-  void write_plan_file(const std::string& name, void (*edit)(PlanSpec&)) const {
+  void write_plan_file(const std::string& name, const std::function<void(PlanSpec&)>& edit) const {
     PlanSpec spec = make_plan_spec(1, 1, 1, 2, 2);
     spec.vocab_size = 256;
     spec.seq_len = 16;
@@ -197,12 +198,40 @@ TEST_F(HostileInput, AbsurdSizesAreRefusedBeforeAllocating) {
                       "memory.total"});
 }
 
+// Issue 46, 2: counts that multiply the work are refused by name at load and
+// on the command line (the job file's are planner_test's).
+TEST_F(HostileInput, CountsThatMultiplyWorkAreBoundedByName) {
+  for (const int32_t batches : {65537, 1000000, 16777216, 2147483647}) {
+    write_plan_file("evals.pplan", [batches](PlanSpec& s) { s.eval_batches = batches; });
+    expect_clear_error(bounded(train("evals.pplan", "--steps 1")),
+                       {"evals.pplan: invalid plan:", "training.eval_batches: " +
+                                                          std::to_string(batches) +
+                                                          "; must be at most 65536"});
+  }
+  write_plan_file("ok.pplan", [](PlanSpec&) {});
+  expect_clear_error(bounded(train("ok.pplan", "--steps 0")),
+                     {"--steps: 0 is invalid; give 1..2147483646"});
+  expect_clear_error(bounded(train("ok.pplan", "--checkpoint-every -3")),
+                     {"--checkpoint-every: -3 is invalid; give 0..2147483646"});
+  expect_clear_error(bounded(train("ok.pplan", "--checkpoint-every-seconds inf")),
+                     {"--checkpoint-every-seconds: must be a finite number >= 0"});
+}
+
 // Issue 14, 7: `inspect --json` printed nlohmann's type_error.316 without the file.
 TEST_F(HostileInput, PlanStringsThatAreNotUtf8AreNamed) {
   write_plan_file("latin1.pplan", [](PlanSpec& s) { s.task_name = "caf\xe9"; });
   expect_clear_error(bounded("inspect --json " + path("latin1.pplan")),
                      {"latin1.pplan: invalid plan:",
                       "header.task_name: byte 0xe9 at offset 3 is not valid UTF-8"});
+  // Issue 46, 3: a data path's byte 0xFF (the FlatBuffers verifier accepts it).
+  write_plan_file("data_path.pplan", [](PlanSpec& s) {
+    s.has_data = true;
+    s.data_train = {{"/data/tr\xffin.bin", 1.0}};
+  });
+  for (const char* flags : {"inspect --json ", "inspect "})
+    expect_clear_error(bounded(flags + path("data_path.pplan")),
+                       {"data_path.pplan: invalid plan:",
+                        "training.data.train[0].paths: byte 0xff at offset 8 is not valid UTF-8"});
   const CommandResult result = bounded("plan --config " + path("job.toml") + " --output " +
                                        path("p.pplan") + " --job.name \"$(printf 'caf\\351')\"");
   expect_clear_error(result, {"[job] name: byte 0xe9 at offset 3 is not valid UTF-8"});

@@ -151,12 +151,20 @@ class MultiHost : public ParallelTraining {
       GTEST_SKIP() << "not inside the test bed; run `tests/testbed.sh run -- multihost_test`";
   }
 
+  // How a plan's 2 nodes x 2 devices are made: the job's [cluster], or the
+  // AutoDist way, mesh_row x mesh_col on the command line ([cluster] left at
+  // its 8 devices per node, which a re-plan must not take).
+  enum class MeshWay { kCluster, kMeshRowCol };
+
   // The case planned for 2 hosts x 2 devices.
-  static std::string plan_for_two_hosts(const PlanCase& plan) {
+  static std::string plan_for_two_hosts(const PlanCase& plan, MeshWay way = MeshWay::kCluster) {
     const std::string job = *directory_ / (plan.name + ".toml");
     const std::string plan_file = *directory_ / (plan.name + ".pplan");
-    write_file(job, job_toml(plan) + "\n[cluster]\ndevices_per_node = 2\n");
-    const CommandResult planned = run("plan --config " + job + " --output " + plan_file);
+    const bool cluster = way == MeshWay::kCluster;
+    write_file(job, job_toml(plan) + (cluster ? "\n[cluster]\ndevices_per_node = 2\n" : ""));
+    const CommandResult planned =
+        run("plan --config " + job + " --output " + plan_file +
+            (cluster ? "" : " --planner.mesh_row 2 --planner.mesh_col 2"));
     EXPECT_EQ(planned.exit_code, 0) << planned.output;
     EXPECT_NE(planned.output.find("on 2 nodes x 2 devices"), std::string::npos) << planned.output;
     return plan_file;
@@ -414,9 +422,10 @@ class MultiHostRestart : public MultiHost {
   // `stopped` SIGSTOPs itself at step 45 (PARAPLAN_STOP_RANK_AT_STEP, first
   // attempt only), so the test's fault lands before the end.
   static std::unique_ptr<Background> start(const std::string& name, const std::string& flags,
-                                           int stopped, std::string& log) {
+                                           int stopped, std::string& log,
+                                           MeshWay way = MeshWay::kCluster) {
     const std::string plan_file = plan_for_two_hosts(
-        {.name = name, .data = 2, .tensor = 2, .micro_batch_size = 3, .zero_stage = 1});
+        {.name = name, .data = 2, .tensor = 2, .micro_batch_size = 3, .zero_stage = 1}, way);
     const std::string checkpoints = *directory_ / (name + "_checkpoints");
     log = *directory_ / (name + ".jsonl");
     auto job = std::make_unique<Background>(
@@ -444,9 +453,11 @@ class MultiHostRestart : public MultiHost {
   }
 };
 
+// Planned the AutoDist way (mesh_row x mesh_col): the re-plan is for the one
+// host left and its 2 slots, not [cluster]'s default 8 devices per node.
 TEST_F(MultiHostRestart, ALostHostIsDroppedAndTheJobCarriesOnWithTheSameLosses) {
   std::string log;
-  const auto job = start("restart_lost", "--max-restarts 1", 2, log);
+  const auto job = start("restart_lost", "--max-restarts 1", 2, log, MeshWay::kMeshRowCol);
   const auto killed = Clock::now();
   run_command(bed("kill node2"));  // its ranks die, and then the host drops off the network
   run_command(bed("cut node2"));

@@ -292,6 +292,29 @@ TEST(JobConfigTest, BadChoicesListTheValidValues) {
             std::string::npos);
 }
 
+// Each count that multiplies a run's work is bounded by name
+// (schema/model_limits.h); the issue's values are refused, the bounds pass.
+TEST(JobConfigTest, CountsThatMultiplyWorkAreBounded) {
+  for (const char* batches : {"65537", "1000000", "16777216", "2147483647"})
+    EXPECT_NE(parse_error(kMinimal, {{"training.eval_batches", batches}})
+                  .find(std::string("[training] eval_batches = ") + batches +
+                        " is invalid; it must be <= 65536 (global batches per evaluation; "
+                        "evaluation reads at most one pass of the validation data)"),
+              std::string::npos)
+        << batches;
+  EXPECT_EQ(parse_error(kMinimal, {{"training.eval_batches", "65536"}}), "");
+  EXPECT_NE(parse_error(kMinimal, {{"training.eval_interval", "2147483647"}})
+                .find("[training] eval_interval = 2147483647 is invalid; it must be <= "
+                      "2147483646 (steps are counted in an int"),
+            std::string::npos);
+  EXPECT_NE(parse_error(kMinimal, {{"training.total_steps", "2147483647"}})
+                .find("[training] total_steps = 2147483647 is invalid; it must be <= 2147483646"),
+            std::string::npos);
+  EXPECT_NE(parse_error(kMinimal, {{"planner.update_freq", "16385"}})
+                .find("[planner] update_freq = 16385 is invalid; at most 16384 micro-batches"),
+            std::string::npos);
+}
+
 TEST(JobConfigTest, ImpossibleSizesAreRejected) {
   const std::string base = R"(
 [training]

@@ -36,6 +36,15 @@ void require_at_least(const JobConfig& config, const char* section, const char* 
            (meaning ? std::string(" (") + meaning + ")" : std::string()));
 }
 
+// A count that multiplies the run's work (model_limits.h), bounded by name.
+void require_at_most(const JobConfig& config, const char* section, const char* key, int64_t value,
+                     int64_t maximum, const char* why) {
+  if (value <= maximum) return;
+  fail(config, std::string("[") + section + "] " + key,
+       "= " + std::to_string(value) + " is invalid; it must be <= " + std::to_string(maximum) +
+           " (" + why + ")");
+}
+
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 void require_range(const JobConfig& config, const char* section, const char* key, double value,
@@ -146,8 +155,15 @@ void validate_job_config(const JobConfig& c) {
     fail(c, "[training] warmup_steps",
          std::string("(") + std::to_string(t.warmup_steps) + ") must not exceed total_steps (" +
              std::to_string(t.total_steps) + ")");
+  require_at_most(c, "training", "total_steps", t.total_steps, kMaxSteps,
+                  "steps are counted in an int");
   require_at_least(c, "training", "eval_interval", t.eval_interval, 0, "0 disables evaluation");
+  require_at_most(c, "training", "eval_interval", t.eval_interval, kMaxSteps,
+                  "steps are counted in an int; 0 disables evaluation");
   require_at_least(c, "training", "eval_batches", t.eval_batches, 1);
+  require_at_most(c, "training", "eval_batches", t.eval_batches, kMaxEvalBatches,
+                  "global batches per evaluation; evaluation reads at most one pass of the "
+                  "validation data");
   require_at_least(c, "training", "gradient_bucket_size", t.gradient_bucket_size, int64_t{0},
                    "elements per gradient bucket; 0 reduces all gradients after backward");
 

@@ -13,12 +13,12 @@ namespace paraplan {
 
 namespace {
 
-// The validation loss over eval_batches global batches of the validation data,
+// The validation loss over `batches` global batches of the validation data,
 // the same samples under every plan: split over data-parallel ranks and
 // micro-batches as training splits a step, each micro-batch forwarded through
 // the pipeline. Returns the mean loss per token (the same on every rank).
 double evaluate_unchecked(RankState& rank, const SampleSource& data,
-                          const schema::Training& training) {
+                          const schema::Training& training, int batches) {
   rank.optimizer->wait_for_parameters();
   ModelStage& stage = *rank.stage;
   const MeshCoordinates& mesh = rank.groups.mesh;
@@ -27,7 +27,7 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
   const size_t activations = stage.activation_elements();
   const int chunks = stage.num_chunks();
   std::vector<int32_t> inputs(tokens), targets(tokens);
-  for (int step = 0; step < std::max(1, training.eval_batches()); ++step) {
+  for (int step = 0; step < batches; ++step) {
     for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
       const int64_t sample =
           static_cast<int64_t>(step) * training.global_batch_size() +
@@ -71,17 +71,35 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
   // training step's (the CUDA backend reports it late).
   rank.ops->check_deferred_errors();
   const double loss_sum = job_loss_sum(rank, stage_loss);
-  const double total_tokens = static_cast<double>(std::max(1, training.eval_batches())) *
+  const double total_tokens = static_cast<double>(batches) *
                               training.global_batch_size() * stage.layout().config().seq_len;
   return loss_sum / total_tokens;
 }
 
 }  // namespace
 
+int evaluation_batches(const schema::Training& training, int64_t samples_per_pass) {
+  const int64_t whole_batches = samples_per_pass / std::max(1, training.global_batch_size());
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(training.eval_batches(), whole_batches)));
+}
+
+std::string evaluation_batches_note(const schema::Training& training, int64_t samples_per_pass,
+                                    const std::string& data_name) {
+  const int batches = evaluation_batches(training, samples_per_pass);
+  if (batches >= training.eval_batches()) return "";
+  return "evaluation: training.eval_batches = " + std::to_string(training.eval_batches()) +
+         " asks for more than one pass over " + data_name + " (" +
+         std::to_string(samples_per_pass) + " samples = " +
+         std::to_string(samples_per_pass / std::max(1, training.global_batch_size())) +
+         " global batches of " + std::to_string(training.global_batch_size()) +
+         "): each evaluation reads " + std::to_string(batches) + " batch(es), one pass";
+}
+
 double evaluate(RankState& rank, const SampleSource& data, const schema::Training& training,
-                const std::string& data_name) {
+                int batches, const std::string& data_name) {
   try {
-    return evaluate_unchecked(rank, data, training);
+    return evaluate_unchecked(rank, data, training, batches);
   } catch (const std::out_of_range& error) {
     throw std::runtime_error(data_name + ": " + error.what() +
                              " (evaluation; every token must be below the model's vocab_size)");

@@ -23,6 +23,7 @@
 #include "runtime/train/step_logger.h"
 #include "runtime/train/training_data.h"
 #include "runtime/train/training_step.h"
+#include "schema/model_limits.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -77,10 +78,15 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const int last_step = options.steps >= 0 ? options.steps : training.optimizer()->total_steps();
   if (options.resume && options.checkpoint_dir.empty())
     throw std::runtime_error("--resume needs --checkpoint-dir (the directory to resume from)");
-  if (options.checkpoint_every < 0)
-    throw std::runtime_error("--checkpoint-every: must be >= 0 (0 saves only at the end)");
-  if (!(options.checkpoint_every_seconds >= 0))
-    throw std::runtime_error("--checkpoint-every-seconds: must be >= 0 (0: off)");
+  if (options.steps != -1 && (options.steps < 1 || options.steps > kMaxSteps))
+    throw std::runtime_error("--steps: " + std::to_string(options.steps) + " is invalid; give 1.." +
+                             std::to_string(kMaxSteps) + " (the step to train until)");
+  if (options.checkpoint_every < 0 || options.checkpoint_every > kMaxSteps)
+    throw std::runtime_error("--checkpoint-every: " + std::to_string(options.checkpoint_every) +
+                             " is invalid; give 0.." + std::to_string(kMaxSteps) +
+                             " (0 saves only at the end)");
+  if (!(options.checkpoint_every_seconds >= 0) || !std::isfinite(options.checkpoint_every_seconds))
+    throw std::runtime_error("--checkpoint-every-seconds: must be a finite number >= 0 (0: off)");
   if (options.resume && !options.init_from.empty())
     throw std::runtime_error(
         "--init-from and --resume exclude each other: --resume continues a "
@@ -136,6 +142,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
   const uint64_t capacity = cluster ? allocatable_device_memory_bytes(*cluster) : 0;
   const int eval_interval = training.eval_interval();
+  const int eval_batches =
+      data.validation ? evaluation_batches(training, data.validation->samples_per_epoch()) : 0;
 
   if (leader)
     std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
@@ -146,6 +154,11 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
               << config.seq_len << " = " << tokens_per_step << " tokens/step, steps " << state.step
               << " -> " << last_step << std::endl
               << "data: " << describe(*data.train) << std::endl;
+  if (leader && data.validation) {
+    const std::string note = evaluation_batches_note(
+        training, data.validation->samples_per_epoch(), data.validation_name);
+    if (!note.empty()) std::cout << note << std::endl;
+  }
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
@@ -215,7 +228,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
                                "); lower training.learning_rate or check the data");
     const bool last = step + 1 == last_step;
     if (data.validation && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
-      metrics.validation_loss = evaluate(rank, *data.validation, training, data.validation_name);
+      metrics.validation_loss =
+          evaluate(rank, *data.validation, training, eval_batches, data.validation_name);
       summary.final_validation_loss = metrics.validation_loss;
     }
     if (leader) logger.log(metrics);

@@ -206,7 +206,7 @@ TEST(TrainingStep, EvaluationNamesTheValidationDataOfABadTarget) {
   DeferringRank small;
   const SyntheticSamples bad(2 * DeferringRank::spec().vocab_size, DeferringRank::spec().seq_len);
   const std::string error = error_of([&] {
-    evaluate(*small.rank, bad, *small.loaded.plan().training(), "--val-data data/val.bin");
+    evaluate(*small.rank, bad, *small.loaded.plan().training(), 1, "--val-data data/val.bin");
   });
   EXPECT_EQ(error.rfind("--val-data data/val.bin: ", 0), 0u) << error;
   EXPECT_NE(error.find("is outside the vocabulary"), std::string::npos) << error;
