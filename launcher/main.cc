@@ -163,6 +163,9 @@ int main(int argc, char** argv) {
                             "also save once S seconds have passed since the last save");
   train_command->add_flag("--resume", train_options.resume,
                           "continue from the latest checkpoint in --checkpoint-dir");
+  train_command->add_flag("--accept-data-order-change", train_options.accept_data_order_change,
+                          "resume even though the data order (files, blend, shuffle, seed) "
+                          "differs from the checkpoint's");
   train_command->add_option("--init-from", train_options.init_from,
                             "start from these weights (a checkpoint, or a Hugging Face model "
                             "directory) with fresh optimizer state");

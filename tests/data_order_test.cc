@@ -5,6 +5,7 @@
 // shuffle really changes the order.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -52,7 +53,7 @@ class DataOrder : public ParallelTraining {
   // plan names the data) to step `steps`; returns the log's losses.
   static std::vector<double> train_blend(const PlanCase& plan, bool shuffle, int steps,
                                          const std::string& extra = "",
-                                         CommandResult* out = nullptr) {
+                                         CommandResult* out = nullptr, bool must_succeed = true) {
     const std::string job = *directory_ / (plan.name + ".toml");
     const std::string plan_file = *directory_ / (plan.name + ".pplan");
     const std::string log = *directory_ / (plan.name + ".jsonl");
@@ -62,7 +63,7 @@ class DataOrder : public ParallelTraining {
     const CommandResult trained = run_command(
         std::string(PARAPLAN_BINARY) + " launch --plan " + plan_file + " -- train --steps " +
         std::to_string(steps) + " --log-json " + log + " " + extra);
-    EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    if (must_succeed) EXPECT_EQ(trained.exit_code, 0) << trained.output;
     if (out) *out = trained;
     std::vector<double> losses;
     for (const auto& line : read_json_lines(log)) losses.push_back(line["loss"].get<double>());
@@ -132,6 +133,52 @@ TEST_F(DataOrder, AGlobOnTheCommandLineReplacesThePlansData) {
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.output.find("fineweb_*.bin"), std::string::npos) << missing.output;
   EXPECT_NE(missing.output.find("matches no file"), std::string::npos) << missing.output;
+}
+
+// Issue 46, 4: train_state.json records the data order; a resume in another
+// order (shuffle toggled, another set of files) is refused naming the change,
+// and continues only when the user accepts it by name.
+TEST_F(DataOrder, AResumeInAnotherOrderIsRefusedUnlessAccepted) {
+  const std::string checkpoints = *directory_ / "order_checkpoints";
+  const std::string resume = "--resume --checkpoint-dir " + checkpoints;
+  EXPECT_EQ(train_blend({.name = "order_saved"}, true, 2, "--checkpoint-dir " + checkpoints).size(),
+            2u);
+  const std::string state = read_file(checkpoints + "/step_00000002/train_state.json");
+  EXPECT_NE(state.find("\"data_order\""), std::string::npos) << state;
+  EXPECT_NE(state.find("a_000002.bin"), std::string::npos) << state;
+
+  CommandResult toggled;
+  train_blend({.name = "order_unshuffled"}, false, 3, resume, &toggled, false);
+  EXPECT_NE(toggled.exit_code, 0);
+  EXPECT_NE(toggled.output.find("train_state.json: data_order: this run reads its training data "
+                                "in another order than the run that wrote the checkpoint "
+                                "(shuffle true -> false)"),
+            std::string::npos)
+      << toggled.output;
+  EXPECT_NE(toggled.output.find("--accept-data-order-change"), std::string::npos);
+
+  CommandResult other_files;
+  train_blend({.name = "order_saved"}, true, 3,
+              resume + " --data '" + *directory_ / "shards" + "/a_*.bin'", &other_files, false);
+  EXPECT_NE(other_files.exit_code, 0);
+  EXPECT_NE(other_files.output.find("2 dataset(s) -> 1"), std::string::npos)
+      << other_files.output;
+  std::printf("[ figures  ] refused: %s\n",
+              other_files.output.substr(other_files.output.find("paraplan: error:")).c_str());
+
+  // The same order resumes silently; another order with the flag goes on, said once.
+  CommandResult same;
+  train_blend({.name = "order_saved"}, true, 3, resume, &same);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(same.output.find("data order"), std::string::npos) << same.output;
+  CommandResult accepted;
+  train_blend({.name = "order_unshuffled"}, false, 4, resume + " --accept-data-order-change",
+              &accepted);
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.output;
+  EXPECT_NE(accepted.output.find("data order: changed from the checkpoint's (shuffle true -> "
+                                 "false); continuing at sample"),
+            std::string::npos)
+      << accepted.output;
 }
 
 }  // namespace

@@ -250,6 +250,7 @@ std::string save_checkpoint(const std::string& dir, const ParameterLayout& layou
   train_state["step"] = state.step;
   train_state["next_train_sample"] = state.next_train_sample;
   train_state["seed"] = state.seed;
+  if (state.data_order) train_state["data_order"] = data_order_to_json(*state.data_order);
   write_file_atomically(temp.path / kStateFile, train_state.dump(2) + "\n");
   fsync_directory(temp.path);
 
@@ -310,7 +311,16 @@ TrainState parse_train_state(const std::string& text, const std::string& path) {
   if (seed == json.end() || !seed->is_number_unsigned())
     throw std::runtime_error(path + ": field 'seed' must be a non-negative integer");
   state.seed = seed->get<uint64_t>();
+  const auto data_order = json.find("data_order");
+  if (data_order != json.end() && !data_order->is_null())
+    state.data_order = data_order_from_json(*data_order, path);
   return state;
+}
+
+TrainState read_train_state(const std::string& path) {
+  const fs::path state_path = fs::path(resolve_checkpoint(path)) / kStateFile;
+  return parse_train_state(read_text(state_path, "training state", kCheckpointJsonFile),
+                           state_path.string());
 }
 
 TransformerConfig read_checkpoint_config(const std::string& path) {

@@ -6,7 +6,7 @@
 //   DIR/step_00000100/config.json            transformers' config: from_pretrained loads the
 //   directory DIR/step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>,
 //   exp_avg_sq.<name> DIR/step_00000100/train_state.json       step, next_train_sample, seed,
-//   format_version
+//   format_version, data_order (data_order_record.h)
 //
 // Tensors are whole (not per rank), so a run resumes under any plan. A step
 // directory is written under a temporary name and renamed into place, then
@@ -17,8 +17,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "runtime/checkpoint/data_order_record.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/parameter_layout.h"
 
@@ -36,6 +38,9 @@ struct TrainState {
   int64_t step = 0;               // optimizer steps completed
   int64_t next_train_sample = 0;  // global index of the next training sample
   uint64_t seed = 0;
+  // The order next_train_sample counts in; absent in checkpoints written
+  // before it was recorded.
+  std::optional<DataOrderRecord> data_order = std::nullopt;
 };
 
 // Writes DIR/step_<8-digit step>/ (creating DIR if needed; replacing a step
@@ -63,6 +68,9 @@ std::string resolve_checkpoint(const std::string& path);
 // nullptr to skip the optimizer state (e.g. for sampling).
 TrainState load_checkpoint(const std::string& path, const ParameterLayout& layout, float* params,
                            float* first_moment, float* second_moment);
+
+// train_state.json of the checkpoint at `path`, without its tensors.
+TrainState read_train_state(const std::string& path);
 
 // The model configuration in config.json of the checkpoint at `path`.
 TransformerConfig read_checkpoint_config(const std::string& path);

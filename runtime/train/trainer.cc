@@ -64,6 +64,35 @@ int injected_fault_step(const char* variable, int world_rank) {
   return rank == world_rank ? step : -1;
 }
 
+// A resume continues from the checkpoint's next_train_sample, which counts
+// samples in the order it was trained in: refused when this run's order
+// differs, unless the user accepts it (then said once).
+void check_data_order(const std::string& checkpoint, const DataOrderRecord& now, bool accept,
+                      bool leader) {
+  const TrainState saved = read_train_state(checkpoint);
+  const std::string state_file = checkpoint + "/train_state.json";
+  if (!saved.data_order) {
+    if (leader)
+      std::cout << "data order: " << state_file
+                << " records none (written before paraplan recorded it); not compared"
+                << std::endl;
+    return;
+  }
+  const std::string changes = data_order_changes(*saved.data_order, now);
+  if (changes.empty()) return;
+  if (!accept)
+    throw std::runtime_error(
+        state_file + ": data_order: this run reads its training data in another order than "
+                     "the run that wrote the checkpoint (" +
+        changes + "), so resuming at sample " + std::to_string(saved.next_train_sample) +
+        " would skip and repeat samples; resume with the same [data] and --data, or pass "
+        "--accept-data-order-change to continue in the new order");
+  if (leader)
+    std::cout << "data order: changed from the checkpoint's (" << changes
+              << "); continuing at sample " << saved.next_train_sample
+              << " in the new order (--accept-data-order-change)" << std::endl;
+}
+
 TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session) {
   // ---- validate everything before allocating anything -----------------------
   const LoadedPlan loaded = load_plan(options.plan_path);
@@ -107,7 +136,11 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   // failed attempt's writer), so all resume from the same step.
   if (options.resume) session.barrier();
   std::string resume_from, init_from;
-  if (options.resume) resume_from = resolve_checkpoint(options.checkpoint_dir);
+  if (options.resume) {
+    resume_from = resolve_checkpoint(options.checkpoint_dir);
+    check_data_order(resume_from, data.train_order, options.accept_data_order_change,
+                     session.world_rank() == 0);
+  }
   if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);
 
   // ---- build ------------------------------------------------------------------
@@ -241,8 +274,10 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
       // Rank 0 publishes only while the directory is still this run's.
       const std::string written = save_distributed_checkpoint(
           options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups,
-          TrainState{
-              .step = step + 1, .next_train_sample = state.next_train_sample, .seed = state.seed},
+          TrainState{.step = step + 1,
+                     .next_train_sample = state.next_train_sample,
+                     .seed = state.seed,
+                     .data_order = data.train_order},
           [&checkpoint_lock] {
             if (checkpoint_lock) checkpoint_lock->check_still_held();
           });

@@ -26,6 +26,10 @@ struct TrainOptions {
   // bounds the work a failure loses whatever a step costs. 0: off.
   double checkpoint_every_seconds = 0;
   bool resume = false;  // continue from checkpoint_dir's latest checkpoint
+  // Resume even though the data order differs from the checkpoint's
+  // (train_state.json's data_order): its next_train_sample then counts in
+  // the new order. Without it such a resume is refused.
+  bool accept_data_order_change = false;
   // Start from these weights (a checkpoint, or a Hugging Face model directory:
   // model.safetensors + config.json) at step 0 with fresh optimizer state.
   std::string init_from;

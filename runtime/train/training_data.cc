@@ -3,6 +3,7 @@
 #include "runtime/train/training_data.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -18,6 +19,27 @@ std::string with_thousands(int64_t value) {
     text += digits[i];
   }
   return text;
+}
+
+// The order as checkpoints record it: each dataset's files made absolute, so
+// the same files named from another directory are the same order.
+DataOrderRecord order_record(const DataLoader& loader, const std::vector<DataSource>& sources) {
+  DataOrderRecord record{.datasets = {}, .shuffle = loader.order().shuffle,
+                         .seed = loader.order().seed};
+  for (size_t d = 0; d < loader.num_datasets(); ++d) {
+    const TokenDataset& dataset = loader.dataset(d);
+    DataOrderRecord::Dataset entry;
+    entry.weight = sources[d].weight;
+    for (size_t s = 0; s < dataset.num_shards(); ++s) {
+      std::error_code error;
+      const std::filesystem::path file = dataset.shard(s).path();
+      const std::filesystem::path absolute = std::filesystem::weakly_canonical(file, error);
+      entry.files.push_back(error ? file.string() : absolute.string());
+      entry.tokens.push_back(dataset.shard(s).num_tokens());
+    }
+    record.datasets.push_back(std::move(entry));
+  }
+  return record;
 }
 
 }  // namespace
@@ -45,6 +67,7 @@ TrainingData open_training_data(const std::string& data_flag, const std::string&
   }
   data.train = std::make_unique<DataLoader>(sources, seq_len, vocab_size, order,
                                             data_flag.empty() ? "[data] train" : "--data");
+  data.train_order = order_record(*data.train, sources);
 
   std::string validation = val_data_flag;
   data.validation_name = "--val-data " + val_data_flag;

@@ -5,12 +5,14 @@
 //   validation data  --val-data when given, else [data] validation; optional;
 //   order            [data] shuffle and seed; a plan without [data] (written
 //                    before schema version 4) reads its data in file order.
+//                    Recorded in every checkpoint (data_order_record.h).
 // Everything is opened and checked here, before the run allocates.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "runtime/checkpoint/data_order_record.h"
 #include "runtime/data/data_loader.h"
 #include "schema/plan_io.h"
 
@@ -19,6 +21,7 @@ namespace paraplan {
 struct TrainingData {
   std::unique_ptr<DataLoader> train;
   std::string train_name;  // how errors name it: "--data fineweb_*.bin", "[data] train"
+  DataOrderRecord train_order;  // what checkpoints record, and a resume compares
   std::unique_ptr<DataLoader> validation;  // null when there is none
   std::string validation_name;
 };

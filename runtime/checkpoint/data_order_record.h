@@ -1,0 +1,38 @@
+// data_order_record.h: the training data's order as a checkpoint records it
+// (train_state.json's "data_order"): the datasets (each one's files, their
+// tokens, its weight in the blend), whether samples are shuffled and the
+// seed. Samples are addressed by global index (runtime/data/data_loader.h),
+// so a run resumed from `next_train_sample` continues the same samples only
+// when all of these are the same; a resume under another order is refused
+// (runtime/train/trainer.cc) unless the user accepts it by name.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace paraplan {
+
+struct DataOrderRecord {
+  struct Dataset {
+    std::vector<std::string> files;  // absolute paths, in the dataset's order
+    std::vector<int64_t> tokens;     // per file
+    double weight = 1.0;             // in the blend, as given (not normalized)
+    bool operator==(const Dataset&) const = default;
+  };
+  std::vector<Dataset> datasets;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool operator==(const DataOrderRecord&) const = default;
+};
+
+nlohmann::ordered_json data_order_to_json(const DataOrderRecord& record);
+// Throws std::runtime_error naming `path` and the field for anything else.
+DataOrderRecord data_order_from_json(const nlohmann::json& json, const std::string& path);
+
+// What changed from `saved` to `now`, each change as "seed 1337 -> 42",
+// joined by "; "; empty when the orders are the same.
+std::string data_order_changes(const DataOrderRecord& saved, const DataOrderRecord& now);
+
+}  // namespace paraplan
