@@ -99,9 +99,9 @@ void run_inspect(const InspectArguments& args) {
   if (args.json)
     // The plan's strings were checked as UTF-8 when it loaded; replace keeps
     // anything else from ever surfacing as the JSON library's exception.
-    std::cout << plan_to_json(loaded.plan()).dump(2, ' ', false,
-                                                  nlohmann::json::error_handler_t::replace)
-              << std::endl;
+    std::cout
+        << plan_to_json(loaded.plan()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+        << std::endl;
   else
     std::cout << plan_to_table(loaded.plan());
 }

@@ -186,9 +186,9 @@ RestartDecision decide_restart(const RestartInput& input) {
 HostDevices devices_per_host(const std::vector<HostEntry>& hosts) {
   HostDevices devices;
   if (hosts.empty()) return devices;
-  const auto fewest = std::min_element(
-      hosts.begin(), hosts.end(),
-      [](const HostEntry& a, const HostEntry& b) { return a.slots < b.slots; });
+  const auto fewest =
+      std::min_element(hosts.begin(), hosts.end(),
+                       [](const HostEntry& a, const HostEntry& b) { return a.slots < b.slots; });
   devices.devices_per_node = fewest->slots;
   const bool uniform = std::all_of(hosts.begin(), hosts.end(), [&](const HostEntry& host) {
     return host.slots == fewest->slots;

@@ -114,8 +114,8 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
   return config;
 }
 
-PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path,
-                             int num_nodes, int devices_per_node) {
+PlanOutcome replan_for_nodes(const schema::Plan& plan, const std::string& plan_path, int num_nodes,
+                             int devices_per_node) {
   return plan_job(job_for_nodes(plan, plan_path, num_nodes, devices_per_node));
 }
 

@@ -64,7 +64,9 @@ TEST(Replan, RelativePlannerPathsAreRecordedAbsolute) {
   EXPECT_EQ(job_for_nodes(original.plan(), "job.pplan", 1).planner.profile_dir, expected);
   // Reusing the plan from the same directory finds no difference in it.
   for (const auto& [key, value] : recorded_job_options(job)) {
-    if (key == "planner.profile_dir") EXPECT_EQ(value, expected);
+    if (key == "planner.profile_dir") {
+      EXPECT_EQ(value, expected);
+    }
   }
 }
 
@@ -155,8 +157,11 @@ TEST(Replan, EveryWayOfMakingTheMeshReplansOnTheDevicesLeft) {
   };
   const std::vector<Way> ways = {
       {"mesh_row x mesh_col",
-       {{"planner.mesh_row", "2"}, {"planner.mesh_col", "2"}, {"planner.world_size", "4"},
-        {"planner.pipeline_nstages", "2"}, {"planner.tensor_parallel_degree", "2"}},
+       {{"planner.mesh_row", "2"},
+        {"planner.mesh_col", "2"},
+        {"planner.world_size", "4"},
+        {"planner.pipeline_nstages", "2"},
+        {"planner.tensor_parallel_degree", "2"}},
        2},
       {"[cluster]",
        {{"cluster.num_nodes", "2"}, {"cluster.devices_per_node", "2"}, {"planner.world_size", "4"}},

@@ -63,7 +63,9 @@ class DataOrder : public ParallelTraining {
     const CommandResult trained = run_command(
         std::string(PARAPLAN_BINARY) + " launch --plan " + plan_file + " -- train --steps " +
         std::to_string(steps) + " --log-json " + log + " " + extra);
-    if (must_succeed) EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    if (must_succeed) {
+      EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    }
     if (out) *out = trained;
     std::vector<double> losses;
     for (const auto& line : read_json_lines(log)) losses.push_back(line["loss"].get<double>());
@@ -161,8 +163,7 @@ TEST_F(DataOrder, AResumeInAnotherOrderIsRefusedUnlessAccepted) {
   train_blend({.name = "order_saved"}, true, 3,
               resume + " --data '" + *directory_ / "shards" + "/a_*.bin'", &other_files, false);
   EXPECT_NE(other_files.exit_code, 0);
-  EXPECT_NE(other_files.output.find("2 dataset(s) -> 1"), std::string::npos)
-      << other_files.output;
+  EXPECT_NE(other_files.output.find("2 dataset(s) -> 1"), std::string::npos) << other_files.output;
   std::printf("[ figures  ] refused: %s\n",
               other_files.output.substr(other_files.output.find("paraplan: error:")).c_str());
 

@@ -203,10 +203,10 @@ TEST_F(HostileInput, AbsurdSizesAreRefusedBeforeAllocating) {
 TEST_F(HostileInput, CountsThatMultiplyWorkAreBoundedByName) {
   for (const int32_t batches : {65537, 1000000, 16777216, 2147483647}) {
     write_plan_file("evals.pplan", [batches](PlanSpec& s) { s.eval_batches = batches; });
-    expect_clear_error(bounded(train("evals.pplan", "--steps 1")),
-                       {"evals.pplan: invalid plan:", "training.eval_batches: " +
-                                                          std::to_string(batches) +
-                                                          "; must be at most 65536"});
+    expect_clear_error(
+        bounded(train("evals.pplan", "--steps 1")),
+        {"evals.pplan: invalid plan:",
+         "training.eval_batches: " + std::to_string(batches) + "; must be at most 65536"});
   }
   write_plan_file("ok.pplan", [](PlanSpec&) {});
   expect_clear_error(bounded(train("ok.pplan", "--steps 0")),

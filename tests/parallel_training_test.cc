@@ -340,6 +340,28 @@ TEST_F(ParallelTraining, AFailingRankEndsTheWholeJob) {
   EXPECT_LT(seconds, 60.0);
 }
 
+// Issue 46, 7: with communicators that block on destroy as NCCL's do
+// (PARAPLAN_TEST_NCCL_TEARDOWN, nccl_like_teardown.h) and no collective
+// timeout, a rank that fails with its peers waiting still ends the job within
+// seconds, with its own error: it ends the job before unwinding through them.
+TEST_F(ParallelTraining, AFailingRankEndsTheJobBeforeItsCommunicatorsCouldWait) {
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult result;
+  train({.name = "dp2_tp2_failing_nccl_like", .data = 2, .tensor = 2, .micro_batch_size = 3},
+        "--collective-timeout 0", &result,
+        "PARAPLAN_TEST_NCCL_TEARDOWN=1 PARAPLAN_FAIL_RANK_AT_STEP=1:2 timeout 60");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.exit_code, 124) << "timed out: the failing rank waited in its teardown";
+  EXPECT_NE(result.output.find("[rank 1] injected failure at step 2"), std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("timeout:"), std::string::npos) << result.output;
+  std::printf("[ figures  ] failing rank with NCCL-like teardown: the job ended in %.1f s\n",
+              seconds);
+  EXPECT_LT(seconds, 30.0);
+}
+
 TEST_F(ParallelTraining, ResumeUnderAnotherPlanContinuesTheSameRun) {
   // 3 steps under pp2 x tp2, then steps 4-5 under dp4 with ZeRO-1: the
   // checkpoint holds whole tensors, so the run goes on as if uninterrupted.

@@ -22,7 +22,8 @@ constexpr size_t kMaxRecordedFiles = 1 << 20;
 std::string files_text(const DataOrderRecord::Dataset& dataset) {
   if (dataset.files.empty()) return "no files";
   std::string text = printable_text(dataset.files.front());
-  if (dataset.files.size() > 1) text += " and " + std::to_string(dataset.files.size() - 1) + " more";
+  if (dataset.files.size() > 1)
+    text += " and " + std::to_string(dataset.files.size() - 1) + " more";
   return text;
 }
 

@@ -11,10 +11,11 @@ namespace paraplan {
 namespace {
 
 DataOrderRecord blend() {
-  return {.datasets = {{.files = {"/d/a_1.bin", "/d/a_2.bin"}, .tokens = {1000, 900}, .weight = 0.7},
-                       {.files = {"/d/b_1.bin"}, .tokens = {500}, .weight = 0.3}},
-          .shuffle = true,
-          .seed = 1337};
+  return {
+      .datasets = {{.files = {"/d/a_1.bin", "/d/a_2.bin"}, .tokens = {1000, 900}, .weight = 0.7},
+                   {.files = {"/d/b_1.bin"}, .tokens = {500}, .weight = 0.3}},
+      .shuffle = true,
+      .seed = 1337};
 }
 
 TEST(DataOrderRecord, SurvivesTrainStateJson) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -161,6 +162,10 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> host_group,
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Destroyed while an exception unwinds: this rank failed, and its peers may
+  // wait for transfers it will never post; waiting for its stream or
+  // ncclCommDestroy would wait for them for good. Abort instead.
+  if (std::uncaught_exceptions() > 0) failed_ = true;
   release();
 }
 
@@ -244,11 +249,28 @@ void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
       PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaStreamWaitEvent(compute_stream_, done, 0));
     // The probe runs on the watchdog's thread: selecting the device first keeps
     // that thread from creating a context on device 0.
+    // It also reads NCCL's asynchronous error (thread-safe, as NCCL documents
+    // for this use): a peer's failure reported while the host waits ends the
+    // job with NCCL's own text, not at the timeout. The process then ends
+    // (Watchdog's handler); the communicator is not aborted from this
+    // thread, which would race the main thread's use of it.
     const int device = device_;
-    in_flight_.back().watchdog_ticket = Watchdog::instance().begin(operation_name, [done, device] {
-      cudaSetDevice(device);
-      return cudaEventQuery(done) == cudaSuccess;
-    });
+    ncclComm_t comm = comm_;
+    const std::string* where = &where_;
+    in_flight_.back().watchdog_ticket =
+        Watchdog::instance().begin(operation_name, [done, device, comm, where] {
+          cudaSetDevice(device);
+          ncclResult_t error = ncclSuccess;
+          if (ncclCommGetAsyncError(comm, &error) == ncclSuccess && error != ncclSuccess &&
+              error != ncclInProgress) {
+            const char* detail = ncclGetLastError(comm);
+            throw std::runtime_error(
+                std::string("NCCL reported ") + ncclGetErrorString(error) + *where +
+                (detail != nullptr && detail[0] != '\0' ? " (" + std::string(detail) + ")"
+                                                        : std::string()));
+          }
+          return cudaEventQuery(done) == cudaSuccess;
+        });
   } catch (...) {
     failed_ = true;
     throw;
@@ -444,8 +466,36 @@ void NcclPeerToPeer::make_links(const PipelineRing& ring) {
       if (!pair) continue;
       links_.push_back(std::make_unique<NcclCommunicator>(std::move(pair), world_.compute_stream_));
       (sends ? send_links_ : receive_links_)[neighbour] = links_.back().get();
+      warm(*links_.back(), sends);
     }
   }
+}
+
+void NcclPeerToPeer::warm(NcclCommunicator& link, bool sends) {
+  // A link's first transfer sets up its connection and holds the host until
+  // the peer's first operation on it; in the middle of a step that stalled
+  // the pipeline. Here both ranks are making the link (no rank is in two
+  // links of a round), so one element each way costs a round trip once.
+  const std::string& group = link.name();
+  const char* operation = "warming the link";
+  Watchdog::Guard guard({operation, 1, "floats", &link.where_});
+  void* scratch = nullptr;
+  PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaMalloc(&scratch, sizeof(float)));
+  try {
+    PARAPLAN_COMM_CUDA_CHECK(group, operation,
+                             cudaMemsetAsync(scratch, 0, sizeof(float), link.comm_stream_));
+    // The sender is the link's rank 0.
+    PARAPLAN_NCCL_CHECK(group, operation, link.comm_,
+                        sends
+                            ? ncclSend(scratch, 1, ncclFloat32, 1, link.comm_, link.comm_stream_)
+                            : ncclRecv(scratch, 1, ncclFloat32, 0, link.comm_, link.comm_stream_));
+    PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaStreamSynchronize(link.comm_stream_));
+  } catch (...) {
+    link.failed_ = true;
+    cudaFree(scratch);
+    throw;
+  }
+  PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaFree(scratch));
 }
 
 void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,

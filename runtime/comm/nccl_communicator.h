@@ -186,6 +186,9 @@ class NcclPeerToPeer final : public PeerToPeer {
   Posted post(const void* send, void* receive, size_t count, int peer, kernels::DType dtype,
               int tag, void* buffer_free);
   void make_links(const PipelineRing& ring);
+  // One element over a new link (sends: this rank is its sender), so its
+  // connection is set up now and not at the first transfer of a step.
+  static void warm(NcclCommunicator& link, bool sends);
 
   NcclCommunicator& world_;
   std::unique_ptr<PeerToPeer> host_peers_;

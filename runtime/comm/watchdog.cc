@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 
@@ -160,9 +161,22 @@ std::string Watchdog::expired_message(Clock::time_point now) {
   for (size_t slot = 0; slot < slots_.size(); ++slot) {
     Operation& operation = slots_[slot];
     if (!operation.open) continue;
-    if (operation.done && operation.done()) {
-      retire(slot, now);
-      continue;
+    if (operation.done) {
+      // A probe that throws has found the operation failed (NCCL's
+      // asynchronous error): that ends the job now, in the probe's words.
+      bool done = false;
+      try {
+        done = operation.done();
+      } catch (const std::exception& error) {
+        std::ostringstream message;
+        message << "error: " << operation.name.format() << " failed (world rank " << world_rank_
+                << "): " << error.what();
+        return message.str();
+      }
+      if (done) {
+        retire(slot, now);
+        continue;
+      }
     }
     if (timeout_seconds_ > 0 && now - operation.started > limit) {
       std::ostringstream message;

@@ -108,7 +108,10 @@ class Watchdog {
 
   // Registers an operation that starts now. With `done`, the watchdog thread
   // polls it and retires the operation once it returns true; finish() may
-  // still be called. Returns 0 (and registers nothing) when disabled.
+  // still be called. A `done` that throws std::exception has found the
+  // operation failed (NCCL's asynchronous error): the expiry handler gets
+  // "error: <operation> failed (world rank R): <what>" at once, whatever
+  // the timeout. Returns 0 (and registers nothing) when disabled.
   uint64_t begin(const OperationName& name, std::function<bool()> done = {});
   void finish(uint64_t ticket);
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,25 @@ TEST(WatchdogTest, DisabledRegistersNothing) {
   EXPECT_EQ(watchdog.begin({"all_reduce", 8}), 0u);
   watchdog.finish(0);  // harmless
   EXPECT_THROW(watchdog.set_timeout(-1, 0), std::invalid_argument);
+}
+
+// NCCL's asynchronous error, read by the operation's probe while the host
+// waits: the job ends at once with NCCL's own text, long before the timeout.
+TEST(WatchdogTest, AProbeThatFindsAnErrorEndsTheJobInItsWords) {
+  RecordingWatchdog recording(600);
+  const std::string where = " on group 'data' (rank 1 of 2)";
+  std::atomic<bool> broken{false};
+  recording.watchdog.begin({"all_reduce", 512, "floats", &where}, [&broken]() -> bool {
+    if (broken) throw std::runtime_error("NCCL: unhandled system error (remote peer closed)");
+    return false;
+  });
+  EXPECT_EQ(recording.expired(100ms), "");
+  const auto start = std::chrono::steady_clock::now();
+  broken = true;
+  EXPECT_EQ(recording.expired(2000ms),
+            "error: all_reduce of 512 floats on group 'data' (rank 1 of 2) failed (world rank 3): "
+            "NCCL: unhandled system error (remote peer closed)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
 }
 
 TEST(WatchdogTest, AnExpiredOperationIsNamedInFull) {

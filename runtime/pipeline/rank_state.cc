@@ -2,6 +2,8 @@
 #include "runtime/pipeline/rank_state.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -107,6 +109,17 @@ std::vector<ModelStageOptions> chunk_options(
 }
 
 }  // namespace
+
+RankState::~RankState() {
+  if (optimizer == nullptr || ops == nullptr || std::uncaught_exceptions() > 0) return;
+  try {
+    optimizer->wait_for_parameters();
+    ops->synchronize();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "paraplan: warning: waiting for the last parameter all-gathers: %s\n",
+                 error.what());
+  }
+}
 
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
   const schema::Mesh& mesh = *loaded.plan().mesh();

@@ -27,6 +27,15 @@
 namespace paraplan {
 
 struct RankState {
+  RankState() = default;
+  RankState(RankState&&) = default;
+  RankState& operator=(RankState&&) = default;
+  // Waits for the last step's parameter all-gathers (ZeRO-1 starts them
+  // after the optimizer step; on NCCL they write into the parameters until
+  // they finish) before the parameters are freed. Not while an exception
+  // unwinds: the job is ending, and a peer may never finish its half.
+  ~RankState();
+
   std::unique_ptr<kernels::Ops> ops;  // the backend, wrapped by sync_counter
   // Counts the host synchronizations of everything built on ops (the step
   // log and replay report them per step); points into ops.

@@ -71,8 +71,8 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
   // training step's (the CUDA backend reports it late).
   rank.ops->check_deferred_errors();
   const double loss_sum = job_loss_sum(rank, stage_loss);
-  const double total_tokens = static_cast<double>(batches) *
-                              training.global_batch_size() * stage.layout().config().seq_len;
+  const double total_tokens =
+      static_cast<double>(batches) * training.global_batch_size() * stage.layout().config().seq_len;
   return loss_sum / total_tokens;
 }
 

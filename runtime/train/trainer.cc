@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/checkpoint_lock.h"
 #include "runtime/checkpoint/distributed_checkpoint.h"
 #include "runtime/comm/mpi_session.h"
+#include "runtime/comm/nccl_like_teardown.h"
 #include "runtime/measure/memory_report.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
@@ -74,16 +75,16 @@ void check_data_order(const std::string& checkpoint, const DataOrderRecord& now,
   if (!saved.data_order) {
     if (leader)
       std::cout << "data order: " << state_file
-                << " records none (written before paraplan recorded it); not compared"
-                << std::endl;
+                << " records none (written before paraplan recorded it); not compared" << std::endl;
     return;
   }
   const std::string changes = data_order_changes(*saved.data_order, now);
   if (changes.empty()) return;
   if (!accept)
     throw std::runtime_error(
-        state_file + ": data_order: this run reads its training data in another order than "
-                     "the run that wrote the checkpoint (" +
+        state_file +
+        ": data_order: this run reads its training data in another order than "
+        "the run that wrote the checkpoint (" +
         changes + "), so resuming at sample " + std::to_string(saved.next_train_sample) +
         " would skip and repeat samples; resume with the same [data] and --data, or pass "
         "--accept-data-order-change to continue in the new order");
@@ -93,18 +94,27 @@ void check_data_order(const std::string& checkpoint, const DataOrderRecord& now,
               << " in the new order (--accept-data-order-change)" << std::endl;
 }
 
-TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session) {
-  // ---- validate everything before allocating anything -----------------------
-  const LoadedPlan loaded = load_plan(options.plan_path);
-  const schema::Plan& plan = loaded.plan();
-  const MeshCoordinates mesh = place_this_rank(loaded, session);
-  const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
-  const schema::Training& training = *plan.training();
-  const TransformerConfig& config = model.config;
+// What a run needs besides its rank state, validated before anything is
+// allocated: the plan, this rank's place and model, the data, the last step,
+// the checkpoint directory's lock and what to start from.
+struct RunInputs {
+  LoadedPlan loaded;
+  MeshCoordinates mesh{};
+  StageModelSpec model{};
+  TrainingData data{};
+  int last_step = 0;
+  std::unique_ptr<CheckpointDirLock> checkpoint_lock{};  // rank 0 with --checkpoint-dir
+  std::string resume_from{}, init_from{};                // resolved step directories
+};
 
-  const TrainingData data = open_training_data(options.data_path, options.validation_data_path,
-                                               training, config.seq_len, config.vocab_size);
-  const int last_step = options.steps >= 0 ? options.steps : training.optimizer()->total_steps();
+RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
+  RunInputs run{.loaded = load_plan(options.plan_path)};
+  run.mesh = place_this_rank(run.loaded, session);
+  run.model = stage_model_from_plan(run.loaded, run.mesh.pipeline_rank);
+  const schema::Training& training = *run.loaded.plan().training();
+  run.data = open_training_data(options.data_path, options.validation_data_path, training,
+                                run.model.config.seq_len, run.model.config.vocab_size);
+  run.last_step = options.steps >= 0 ? options.steps : training.optimizer()->total_steps();
   if (options.resume && options.checkpoint_dir.empty())
     throw std::runtime_error("--resume needs --checkpoint-dir (the directory to resume from)");
   if (options.steps != -1 && (options.steps < 1 || options.steps > kMaxSteps))
@@ -123,48 +133,79 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
         "weights");
   // One run writes into a checkpoint directory at a time (rank 0 writes
   // every checkpoint, so it holds the lock); refused here, before anything.
-  std::unique_ptr<CheckpointDirLock> checkpoint_lock;
   if (!options.checkpoint_dir.empty() && session.world_rank() == 0) {
     // Set by `launch --max-restarts` for a restarted attempt: how long the
     // failed attempt's rank 0 may still hold the directory.
     const char* wait = std::getenv("PARAPLAN_CHECKPOINT_LOCK_WAIT");
-    checkpoint_lock = std::make_unique<CheckpointDirLock>(
+    run.checkpoint_lock = std::make_unique<CheckpointDirLock>(
         options.checkpoint_dir, "paraplan train of plan " + options.plan_path,
         wait != nullptr ? std::atof(wait) : 0.0);
   }
   // Every rank reads DIR/latest once rank 0 holds DIR (after any wait for a
   // failed attempt's writer), so all resume from the same step.
   if (options.resume) session.barrier();
-  std::string resume_from, init_from;
   if (options.resume) {
-    resume_from = resolve_checkpoint(options.checkpoint_dir);
-    check_data_order(resume_from, data.train_order, options.accept_data_order_change,
+    run.resume_from = resolve_checkpoint(options.checkpoint_dir);
+    check_data_order(run.resume_from, run.data.train_order, options.accept_data_order_change,
                      session.world_rank() == 0);
   }
-  if (!options.init_from.empty()) init_from = resolve_checkpoint(options.init_from);
+  if (!options.init_from.empty()) run.init_from = resolve_checkpoint(options.init_from);
+  return run;
+}
 
-  // ---- build ------------------------------------------------------------------
-  RankState rank = build_rank_state(
-      loaded, model, mesh, session,
-      RankBuildOptions{.backend = options.backend,
-                       .transport = options.transport,
-                       .wrap_groups = {},
-                       .wrap_ops = {},
-                       .collective_timeout_seconds = options.collective_timeout_seconds});
-  ModelStage& stage = *rank.stage;
-  const bool leader = session.world_rank() == 0;
-
+// The weights a run starts from (resumed, --init-from, or initialized) and
+// the step and sample it starts at.
+TrainState starting_state(const RunInputs& run, RankState& rank, bool leader) {
+  const schema::Training& training = *run.loaded.plan().training();
   TrainState state{.step = 0, .next_train_sample = 0, .seed = training.seed()};
-  if (!resume_from.empty()) {
-    state = load_distributed_checkpoint(resume_from, stage, *rank.optimizer);
+  if (!run.resume_from.empty()) {
+    state = load_distributed_checkpoint(run.resume_from, *rank.stage, *rank.optimizer);
     if (leader)
-      std::cout << "resumed from " << resume_from << " at step " << state.step << std::endl;
-  } else if (!init_from.empty()) {
-    load_distributed_weights(init_from, stage, *rank.optimizer);
-    if (leader) std::cout << "weights from " << init_from << std::endl;
+      std::cout << "resumed from " << run.resume_from << " at step " << state.step << std::endl;
+  } else if (!run.init_from.empty()) {
+    load_distributed_weights(run.init_from, *rank.stage, *rank.optimizer);
+    if (leader) std::cout << "weights from " << run.init_from << std::endl;
   } else {
     initialize_parameters(rank, training.seed());
   }
+  return state;
+}
+
+// The run's first lines: the model, the mesh, the batch and the steps; the
+// data; and a cut of eval_batches to one pass, if any.
+void print_run(const RunInputs& run, const RankState& rank, int world_size, int64_t first_step) {
+  const schema::Training& training = *run.loaded.plan().training();
+  const TransformerConfig& config = run.model.config;
+  const MeshCoordinates& mesh = run.mesh;
+  std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
+            << ", " << parameter_count(config) << " parameters, backend "
+            << kernels::backend_name(rank.ops->backend()) << ", " << world_size << " rank(s) (pp "
+            << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp " << mesh.tensor_size
+            << "), global batch " << training.global_batch_size() << " x seq " << config.seq_len
+            << " = " << int64_t{training.global_batch_size()} * config.seq_len
+            << " tokens/step, steps " << first_step << " -> " << run.last_step << std::endl
+            << "data: " << describe(*run.data.train) << std::endl;
+  if (run.data.validation) {
+    const std::string note = evaluation_batches_note(
+        training, run.data.validation->samples_per_epoch(), run.data.validation_name);
+    if (!note.empty()) std::cout << note << std::endl;
+  }
+}
+
+// The run on a built rank state: its starting weights, the steps with
+// evaluation, logging and checkpoints, and the memory report.
+TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& options,
+                         MpiSession& session) {
+  const LoadedPlan& loaded = run.loaded;
+  const schema::Plan& plan = loaded.plan();
+  const schema::Training& training = *plan.training();
+  const TransformerConfig& config = run.model.config;
+  const TrainingData& data = run.data;
+  const int last_step = run.last_step;
+  const std::unique_ptr<CheckpointDirLock>& checkpoint_lock = run.checkpoint_lock;
+  ModelStage& stage = *rank.stage;
+  const bool leader = session.world_rank() == 0;
+  TrainState state = starting_state(run, rank, leader);
 
   const LrSchedule lr_schedule = lr_schedule_of(*training.optimizer());
   const int64_t tokens_per_step =
@@ -178,20 +219,7 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const int eval_batches =
       data.validation ? evaluation_batches(training, data.validation->samples_per_epoch()) : 0;
 
-  if (leader)
-    std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
-              << ", " << parameter_count(config) << " parameters, backend "
-              << kernels::backend_name(rank.ops->backend()) << ", " << session.world_size()
-              << " rank(s) (pp " << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp "
-              << mesh.tensor_size << "), global batch " << training.global_batch_size() << " x seq "
-              << config.seq_len << " = " << tokens_per_step << " tokens/step, steps " << state.step
-              << " -> " << last_step << std::endl
-              << "data: " << describe(*data.train) << std::endl;
-  if (leader && data.validation) {
-    const std::string note = evaluation_batches_note(
-        training, data.validation->samples_per_epoch(), data.validation_name);
-    if (!note.empty()) std::cout << note << std::endl;
-  }
+  if (leader) print_run(run, rank, session.world_size(), state.step);
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
@@ -291,6 +319,35 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
   const std::string report = memory_report(loaded, *rank.memory, rank.groups);
   if (leader) std::cout << report;
   return summary;
+}
+
+TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session) {
+  RunInputs run = validate_run(options, session);
+  RankBuildOptions build{.backend = options.backend,
+                         .transport = options.transport,
+                         .wrap_groups = {},
+                         .wrap_ops = {},
+                         .collective_timeout_seconds = options.collective_timeout_seconds};
+  if (const char* emulate = std::getenv("PARAPLAN_TEST_NCCL_TEARDOWN");
+      emulate != nullptr && std::string(emulate) == "1")
+    build.wrap_groups = [](ProcessGroups& groups, kernels::Ops&) {
+      for (std::unique_ptr<Communicator>* group :
+           {&groups.world, &groups.tensor, &groups.data, &groups.zero, &groups.zero_replicas,
+            &groups.embedding})
+        if (*group) *group = std::make_unique<NcclLikeTeardownCommunicator>(std::move(*group));
+    };
+  RankState rank = build_rank_state(run.loaded, run.model, run.mesh, session, build);
+  try {
+    return train_steps(run, rank, options, session);
+  } catch (const std::exception& error) {
+    // The job ends here, while `rank` lives: unwinding would destroy its
+    // communicators, and NCCL's destroy (and the stream synchronization
+    // before it) waits for peers that wait for this rank, so the job would
+    // end only at the peers' collective timeout, with their error instead of
+    // this one (nccl_like_teardown.h).
+    if (session.world_size() > 1) MpiSession::abort_job(error.what());
+    throw;
+  }
 }
 
 }  // namespace

@@ -24,8 +24,8 @@ std::string with_thousands(int64_t value) {
 // The order as checkpoints record it: each dataset's files made absolute, so
 // the same files named from another directory are the same order.
 DataOrderRecord order_record(const DataLoader& loader, const std::vector<DataSource>& sources) {
-  DataOrderRecord record{.datasets = {}, .shuffle = loader.order().shuffle,
-                         .seed = loader.order().seed};
+  DataOrderRecord record{
+      .datasets = {}, .shuffle = loader.order().shuffle, .seed = loader.order().seed};
   for (size_t d = 0; d < loader.num_datasets(); ++d) {
     const TokenDataset& dataset = loader.dataset(d);
     DataOrderRecord::Dataset entry;

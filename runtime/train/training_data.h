@@ -20,7 +20,7 @@ namespace paraplan {
 
 struct TrainingData {
   std::unique_ptr<DataLoader> train;
-  std::string train_name;  // how errors name it: "--data fineweb_*.bin", "[data] train"
+  std::string train_name;       // how errors name it: "--data fineweb_*.bin", "[data] train"
   DataOrderRecord train_order;  // what checkpoints record, and a resume compares
   std::unique_ptr<DataLoader> validation;  // null when there is none
   std::string validation_name;
