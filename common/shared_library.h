@@ -37,6 +37,22 @@ void resolve_shared_function(void* library, const std::string& soname, const cha
     throw std::runtime_error(who + " found no " + symbol + " in " + soname + ": " + why);
 }
 
+// library.member = the symbol `member` names, macro-expanded first (cuBLAS's
+// names are macros for their _v2 symbols); throws as resolve_shared_function.
+#define PARAPLAN_SHARED_SYMBOL_TEXT(x) #x
+#define PARAPLAN_SHARED_SYMBOL(x) PARAPLAN_SHARED_SYMBOL_TEXT(x)
+#define PARAPLAN_RESOLVE_SHARED(handle, soname, library, member, who, why)            \
+  ::paraplan::resolve_shared_function(handle, soname, PARAPLAN_SHARED_SYMBOL(member), \
+                                      (library).member, who, why)
+
+// The table of functions `Load` opens and resolves, made on first use and
+// kept for the process; a failed load throws, and throws again at the next.
+template <typename Library, Library (*Load)()>
+const Library& loaded_once() {
+  static const Library library = Load();
+  return library;
+}
+
 // Whether a library whose path contains `name` is mapped into this process.
 inline bool process_has_mapped(const std::string& name) {
   std::ifstream maps("/proc/self/maps");

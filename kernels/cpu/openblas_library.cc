@@ -17,19 +17,16 @@ OpenblasLibrary load() {
           kSoname + " to LD_LIBRARY_PATH");
   const char* why = "it needs OpenBLAS (another BLAS under that name lacks it)";
   OpenblasLibrary library{};
-  resolve_shared_function(handle, kSoname, "cblas_sgemm", library.cblas_sgemm, kWho, why);
-  resolve_shared_function(handle, kSoname, "openblas_set_num_threads",
-                          library.openblas_set_num_threads, kWho, why);
-  resolve_shared_function(handle, kSoname, "openblas_get_num_threads",
-                          library.openblas_get_num_threads, kWho, why);
+  PARAPLAN_RESOLVE_SHARED(handle, kSoname, library, cblas_sgemm, kWho, why);
+  PARAPLAN_RESOLVE_SHARED(handle, kSoname, library, openblas_set_num_threads, kWho, why);
+  PARAPLAN_RESOLVE_SHARED(handle, kSoname, library, openblas_get_num_threads, kWho, why);
   return library;
 }
 
 }  // namespace
 
 const OpenblasLibrary& openblas_library() {
-  static const OpenblasLibrary library = load();  // a failed load throws again next time
-  return library;
+  return loaded_once<OpenblasLibrary, load>();
 }
 
 }  // namespace paraplan::kernels::cpu

@@ -9,22 +9,12 @@ namespace paraplan::kernels::cuda {
 
 namespace {
 
-#define PARAPLAN_STRINGIZE_EXPANDED(x) PARAPLAN_STRINGIZE(x)
-#define PARAPLAN_STRINGIZE(x) #x
-
 constexpr const char* kWho = "the CUDA backend";
 
 void* open_library(const std::string& name) {
   return open_shared_library(name, PARAPLAN_CUDA_LIBRARY_DIR, kWho,
                              std::string("install CUDA's cuBLAS ") + PARAPLAN_CUBLAS_MAJOR +
                                  " or add the folder holding " + name + " to LD_LIBRARY_PATH");
-}
-
-template <typename Function>
-void resolve(void* library, const char* library_name, const char* symbol, Function& function) {
-  resolve_shared_function(
-      library, library_name, symbol, function, kWho,
-      std::string("it needs cuBLAS ") + PARAPLAN_CUBLAS_MAJOR + ", the version it was built with");
 }
 
 CublasLibrary load() {
@@ -34,8 +24,10 @@ CublasLibrary load() {
   void* lt = open_library(lt_name);
   void* blas = open_library(blas_name);
   CublasLibrary library{};
+  const std::string why =
+      std::string("it needs cuBLAS ") + PARAPLAN_CUBLAS_MAJOR + ", the version it was built with";
 #define PARAPLAN_RESOLVE(handle, name, member) \
-  resolve(handle, name.c_str(), PARAPLAN_STRINGIZE_EXPANDED(member), library.member)
+  PARAPLAN_RESOLVE_SHARED(handle, name, library, member, kWho, why)
   PARAPLAN_RESOLVE(blas, blas_name, cublasCreate);
   PARAPLAN_RESOLVE(blas, blas_name, cublasDestroy);
   PARAPLAN_RESOLVE(blas, blas_name, cublasSetStream);
@@ -63,8 +55,7 @@ CublasLibrary load() {
 }  // namespace
 
 const CublasLibrary& cublas_library() {
-  static const CublasLibrary library = load();  // a failed load throws again next time
-  return library;
+  return loaded_once<CublasLibrary, load>();
 }
 
 }  // namespace paraplan::kernels::cuda

@@ -7,9 +7,6 @@ namespace paraplan {
 
 namespace {
 
-#define PARAPLAN_STRINGIZE_EXPANDED(x) PARAPLAN_STRINGIZE(x)
-#define PARAPLAN_STRINGIZE(x) #x
-
 // The soname this build found, e.g. libCbcSolver.so.3.
 constexpr const char* kSoname = PARAPLAN_CBC_SONAME;
 constexpr const char* kWho = "planner.solver = 'ilp'";
@@ -20,9 +17,9 @@ CbcLibrary load() {
                                                  "folder holding ") +
                                          kSoname + " to LD_LIBRARY_PATH, or use solver = 'dp'");
   CbcLibrary library{};
-#define PARAPLAN_RESOLVE(member)                                                                \
-  resolve_shared_function(handle, kSoname, PARAPLAN_STRINGIZE_EXPANDED(member), library.member, \
-                          kWho, "it needs the CBC this build was made with")
+  const char* why = "it needs the CBC this build was made with";
+#define PARAPLAN_RESOLVE(member) \
+  PARAPLAN_RESOLVE_SHARED(handle, kSoname, library, member, kWho, why)
   PARAPLAN_RESOLVE(Cbc_newModel);
   PARAPLAN_RESOLVE(Cbc_deleteModel);
   PARAPLAN_RESOLVE(Cbc_setLogLevel);
@@ -42,8 +39,7 @@ CbcLibrary load() {
 }  // namespace
 
 const CbcLibrary& cbc_library() {
-  static const CbcLibrary library = load();  // a failed load throws again next time
-  return library;
+  return loaded_once<CbcLibrary, load>();
 }
 
 }  // namespace paraplan

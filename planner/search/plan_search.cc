@@ -1,4 +1,4 @@
-// search.cc: settings enumeration, bound-ordered pruning, threads and top-k of
+// plan_search.cc: settings enumeration, bound-ordered pruning, threads and top-k of
 // the plan search (see plan_search.h).
 #include "planner/search/plan_search.h"
 
