@@ -28,9 +28,12 @@
 
 namespace paraplan::testing {
 
-inline constexpr int kMicroBatches = 4;
+inline constexpr int kMicroBatches = 4;  // unless a case needs more (DualPipe-V: 2p)
 inline constexpr int kBatch = 2;
-inline constexpr float kLossScale = 1.0f / (kMicroBatches * kBatch * 8);
+// The mean over a step's tokens (the executor config's 8 per sequence).
+inline float loss_scale(int micro_batches) {
+  return 1.0f / static_cast<float>(micro_batches * kBatch * 8);
+}
 
 inline TransformerConfig executor_config(int layers) {
   TransformerConfig config;
@@ -52,7 +55,8 @@ struct Reference {
   double loss_sum = 0;
 };
 
-inline Reference whole_model(const TransformerConfig& config, const SampleSource& data) {
+inline Reference whole_model(const TransformerConfig& config, const SampleSource& data,
+                             int micro_batches) {
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
   MemoryTracker memory(*ops);
   auto layout = make_parameter_layout(config, {0, config.num_layers, true, true});
@@ -64,9 +68,9 @@ inline Reference whole_model(const TransformerConfig& config, const SampleSource
   std::vector<float> values(layout->num_elements());
   layout->initialize(values.data(), 3);
   stage->load_parameters(values.data(), values.size());
-  for (int mb = 0; mb < kMicroBatches; ++mb) {
+  for (int mb = 0; mb < micro_batches; ++mb) {
     data.load(mb * kBatch, kBatch, stage->tokens(0), stage->targets(0));
-    stage->forward(0, kLossScale);
+    stage->forward(0, loss_scale(micro_batches));
     stage->backward(0);
   }
   Reference reference;
@@ -149,19 +153,21 @@ inline void expect_receives_wait_for_their_slot(
   }
 }
 
-// Runs one step of this rank's stream over v chunks and checks it against the
-// whole model; with posted transfers, also what each receive waits for.
+// Runs one step of this rank's stream over v chunks and micro_batches
+// micro-batches and checks it against the whole model; with posted
+// transfers, also what each receive waits for.
 inline void expect_whole_model_step(
     const std::vector<schema::Instruction>& stream, int v, const std::string& what,
     schema::Transfers transfers = schema::Transfers::Rendezvous,
-    schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward) {
+    schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward,
+    int micro_batches = kMicroBatches) {
   const int p = world_size(), r = world_rank(), S = p * v;
   const PipelineLayout pipeline = PipelineLayout::of(kind, p, v);
   const TransformerConfig config = executor_config(2 * S);
   const SyntheticSamples data(config.vocab_size, config.seq_len, 11);
-  const Reference reference = whole_model(config, data);
+  const Reference reference = whole_model(config, data, micro_batches);
 
-  test_plans::PlanSpec spec = test_plans::make_plan_spec(p, 1, 1, 2 * S, kMicroBatches);
+  test_plans::PlanSpec spec = test_plans::make_plan_spec(p, 1, 1, 2 * S, micro_batches);
   spec.schedule[r].instructions = stream;
   spec.transfers = transfers;
   const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
@@ -193,7 +199,7 @@ inline void expect_whole_model_step(
   stage.load_parameters(values.data(), values.size());
 
   auto peers = std::make_unique<ReceiveNotingPeers>(MpiPeerToPeer::over_world(), &position);
-  ScheduleExecutor executor(schedule, stage, *ops, kMicroBatches, 0,
+  ScheduleExecutor executor(schedule, stage, *ops, micro_batches, 0,
                             PipelinePeers{.peers = peers.get(),
                                           .previous_stage_rank = r > 0 ? r - 1 : -1,
                                           .next_stage_rank = r + 1 < p ? r + 1 : -1,
@@ -212,7 +218,7 @@ inline void expect_whole_model_step(
     stage.read_gradients(now.data(), now.size());
     reported.emplace_back(offset, std::vector<float>(now.begin() + offset, now.end()));
   };
-  const double loss_sum = executor.run_step(data, 0, kLossScale, hooks, &position);
+  const double loss_sum = executor.run_step(data, 0, loss_scale(micro_batches), hooks, &position);
   if (transfers == schema::Transfers::Posted) {
     std::vector<int> slots;
     for (const ScheduleExecutor::ChunkBuffers& chunk : buffers) slots.push_back(chunk.slots);
