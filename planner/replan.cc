@@ -71,7 +71,8 @@ JobConfig job_for_nodes(const schema::Plan& plan, const std::string& plan_path, 
   if (devices_per_node == 0) devices_per_node = plan.mesh()->devices_per_node();
   if (num_nodes < 1 || devices_per_node < 1)
     throw std::runtime_error(plan_path + ": cannot plan for " + std::to_string(num_nodes) +
-                             " nodes of " + std::to_string(devices_per_node) + " devices");
+                             " nodes of " + std::to_string(devices_per_node) +
+                             " devices; a plan needs at least 1 node of at least 1 device");
   const schema::Architecture architecture =
       plan.model() ? plan.model()->architecture() : schema::Architecture::Gpt2;
   // Options are recorded resolved, whether the job set them or not. Those at

@@ -214,7 +214,19 @@ TEST_F(HostileInput, CountsThatMultiplyWorkAreBoundedByName) {
   expect_clear_error(bounded(train("ok.pplan", "--checkpoint-every -3")),
                      {"--checkpoint-every: -3 is invalid; give 0..2147483646"});
   expect_clear_error(bounded(train("ok.pplan", "--checkpoint-every-seconds inf")),
-                     {"--checkpoint-every-seconds: must be a finite number >= 0"});
+                     {"--checkpoint-every-seconds: inf is invalid; must be a finite number >= 0"});
+}
+
+// Issue 46, 4 (review): checkpoints record the data's file names, so a
+// token file whose name is not UTF-8 is refused before anything runs.
+TEST_F(HostileInput, ATokenFileNameThatIsNotUtf8IsRefused) {
+  const std::filesystem::path odd = dir_ / "data" / "tr\xffin.bin";
+  std::filesystem::copy_file(dir_ / "data" / "train.bin", odd,
+                             std::filesystem::copy_options::overwrite_existing);
+  write_plan_file("names.pplan", [](PlanSpec&) {});
+  expect_clear_error(bounded("train --plan " + path("names.pplan") + " --data '" + odd.string() +
+                             "' --steps 1"),
+                     {"--data: ", "the file name's byte 0xff at offset", "is not valid UTF-8"});
 }
 
 // Issue 14, 7: `inspect --json` printed nlohmann's type_error.316 without the file.

@@ -14,93 +14,112 @@
 namespace paraplan {
 namespace {
 
-// Far above any real job (a blend of 64k datasets, a million shards each is
-// refused), low enough that a hostile train_state.json stays cheap to read.
-constexpr size_t kMaxRecordedDatasets = 65536;
-constexpr size_t kMaxRecordedFiles = 1 << 20;
+// Far above any real blend, low enough that a hostile file stays cheap.
+constexpr size_t kMaxRecordedDatasets = 4096;
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
 
 std::string files_text(const DataOrderRecord::Dataset& dataset) {
-  if (dataset.files.empty()) return "no files";
-  std::string text = printable_text(dataset.files.front());
-  if (dataset.files.size() > 1)
-    text += " and " + std::to_string(dataset.files.size() - 1) + " more";
+  if (dataset.files == 0) return "no files";
+  std::string text = printable_text(dataset.first_file);
+  if (dataset.files > 1) text += " and " + std::to_string(dataset.files - 1) + " more";
   return text;
 }
 
-std::string weight_text(double weight) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", weight);
-  return text;
-}
-
-int64_t total_tokens(const DataOrderRecord::Dataset& dataset) {
-  int64_t total = 0;
-  for (const int64_t tokens : dataset.tokens) total += tokens;
+double weight_total(const DataOrderRecord& record) {
+  double total = 0;
+  for (const DataOrderRecord::Dataset& dataset : record.datasets) total += dataset.weight;
   return total;
 }
 
-const nlohmann::json& array_field(const nlohmann::json& json, const char* key,
-                                  const std::string& path, size_t most) {
-  const auto found = json.find(key);
-  if (found == json.end() || !found->is_array())
-    throw std::runtime_error(path + ": data_order." + key + " must be an array");
-  if (found->size() > most)
-    throw std::runtime_error(path + ": data_order." + key + " holds " +
-                             std::to_string(found->size()) + " entries; at most " +
-                             std::to_string(most));
-  return *found;
+// The same share of the blend, up to the last bits of the division.
+bool same_share(double a, double a_total, double b, double b_total) {
+  return std::fabs(a / a_total - b / b_total) <= 1e-12;
+}
+
+// Field `key` of dataset `d`: an integer in [0, maximum].
+int64_t dataset_integer(const nlohmann::json& entry, const char* key, const std::string& where,
+                        const std::string& path) {
+  return json_integer(entry, key, path + ": " + where, std::nullopt, 0, INT64_MAX);
 }
 
 }  // namespace
+
+DataOrderRecord::Dataset dataset_record(const std::vector<std::string>& files,
+                                        const std::vector<int64_t>& tokens, double weight) {
+  DataOrderRecord::Dataset dataset;
+  dataset.files = static_cast<int64_t>(files.size());
+  dataset.first_file = files.empty() ? "" : files.front();
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
+  for (const std::string& file : files) {
+    for (const char c : file) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    hash = (hash ^ 0u) * 1099511628211ull;  // the separator: "a" + "bc" is not "ab" + "c"
+  }
+  char digest[17];
+  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(hash));
+  dataset.files_digest = digest;
+  for (const int64_t count : tokens) dataset.tokens += count;
+  dataset.weight = weight;
+  return dataset;
+}
 
 nlohmann::ordered_json data_order_to_json(const DataOrderRecord& record) {
   nlohmann::ordered_json json;
   json["shuffle"] = record.shuffle;
   json["seed"] = record.seed;
   json["datasets"] = nlohmann::ordered_json::array();
-  for (const DataOrderRecord::Dataset& dataset : record.datasets) {
-    nlohmann::ordered_json entry;
-    entry["weight"] = dataset.weight;
-    entry["files"] = dataset.files;
-    entry["tokens"] = dataset.tokens;
-    json["datasets"].push_back(entry);
-  }
+  for (const DataOrderRecord::Dataset& dataset : record.datasets)
+    json["datasets"].push_back({{"weight", dataset.weight},
+                                {"files", dataset.files},
+                                {"first_file", dataset.first_file},
+                                {"files_digest", dataset.files_digest},
+                                {"tokens", dataset.tokens}});
   return json;
 }
 
 DataOrderRecord data_order_from_json(const nlohmann::json& json, const std::string& path) {
-  if (!json.is_object()) throw std::runtime_error(path + ": data_order must be an object");
+  if (!json.is_object())
+    throw std::runtime_error(path + ": data_order: " + json_value_text(json) +
+                             "; must be an object (shuffle, seed, datasets)");
   DataOrderRecord record;
   const auto shuffle = json.find("shuffle");
   if (shuffle == json.end() || !shuffle->is_boolean())
-    throw std::runtime_error(path + ": data_order.shuffle must be true or false");
+    throw std::runtime_error(path + ": data_order.shuffle: " +
+                             (shuffle == json.end() ? "missing" : json_value_text(*shuffle)) +
+                             "; must be true or false");
   record.shuffle = shuffle->get<bool>();
   const auto seed = json.find("seed");
   if (seed == json.end() || !seed->is_number_unsigned())
-    throw std::runtime_error(path + ": data_order.seed must be a non-negative integer");
+    throw std::runtime_error(
+        path + ": data_order.seed: " + (seed == json.end() ? "missing" : json_value_text(*seed)) +
+        "; must be an integer >= 0");
   record.seed = seed->get<uint64_t>();
-  for (const nlohmann::json& entry : array_field(json, "datasets", path, kMaxRecordedDatasets)) {
+  const auto datasets = json.find("datasets");
+  if (datasets == json.end() || !datasets->is_array() || datasets->empty() ||
+      datasets->size() > kMaxRecordedDatasets)
+    throw std::runtime_error(path + ": data_order.datasets: " +
+                             (datasets == json.end() ? "missing" : json_value_text(*datasets)) +
+                             "; must be an array of 1 to " + std::to_string(kMaxRecordedDatasets) +
+                             " datasets");
+  for (size_t d = 0; d < datasets->size(); ++d) {
+    const nlohmann::json& entry = (*datasets)[d];
+    const std::string where = "data_order.datasets[" + std::to_string(d) + "]";
     if (!entry.is_object())
-      throw std::runtime_error(path + ": data_order.datasets holds " + json_value_text(entry) +
-                               ", expected an object");
+      throw std::runtime_error(path + ": " + where + ": " + json_value_text(entry) +
+                               "; must be an object");
     DataOrderRecord::Dataset dataset;
-    dataset.weight = json_number(entry, "weight", path, 1.0);
+    dataset.weight = json_number(entry, "weight", path + ": " + where, 1.0);
     if (!(dataset.weight > 0) || !std::isfinite(dataset.weight))
-      throw std::runtime_error(path + ": a data_order weight must be positive and finite");
-    const nlohmann::json& files = array_field(entry, "files", path, kMaxRecordedFiles);
-    const nlohmann::json& tokens = array_field(entry, "tokens", path, kMaxRecordedFiles);
-    if (files.size() != tokens.size())
-      throw std::runtime_error(path + ": data_order: " + std::to_string(files.size()) +
-                               " files but " + std::to_string(tokens.size()) + " token counts");
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (!files[i].is_string() || !tokens[i].is_number_unsigned())
-        throw std::runtime_error(path + ": data_order: a file must be a string, its tokens a " +
-                                 "non-negative integer");
-      if (tokens[i].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        throw std::runtime_error(path + ": data_order: a token count is out of range");
-      dataset.files.push_back(files[i].get<std::string>());
-      dataset.tokens.push_back(static_cast<int64_t>(tokens[i].get<uint64_t>()));
-    }
+      throw std::runtime_error(path + ": " + where + ".weight: " + number_text(dataset.weight) +
+                               "; must be a positive finite number");
+    dataset.files = dataset_integer(entry, "files", where, path);
+    dataset.tokens = dataset_integer(entry, "tokens", where, path);
+    dataset.first_file = json_string_or(entry, "first_file", "");
+    dataset.files_digest = json_string_or(entry, "files_digest", "");
     record.datasets.push_back(std::move(dataset));
   }
   return record;
@@ -116,19 +135,34 @@ std::string data_order_changes(const DataOrderRecord& saved, const DataOrderReco
   if (saved.datasets.size() != now.datasets.size())
     changes.push_back(std::to_string(saved.datasets.size()) + " dataset(s) -> " +
                       std::to_string(now.datasets.size()));
+  const double saved_total = weight_total(saved), now_total = weight_total(now);
   for (size_t d = 0; d < std::min(saved.datasets.size(), now.datasets.size()); ++d) {
     const DataOrderRecord::Dataset &before = saved.datasets[d], &after = now.datasets[d];
     const std::string which = saved.datasets.size() > 1 ? "dataset " + std::to_string(d) + " " : "";
-    if (before.files != after.files)
+    if (before.files != after.files || before.first_file != after.first_file)
       changes.push_back(which + "files " + files_text(before) + " (" +
-                        std::to_string(before.files.size()) + ") -> " + files_text(after) + " (" +
-                        std::to_string(after.files.size()) + ")");
+                        std::to_string(before.files) + ") -> " + files_text(after) + " (" +
+                        std::to_string(after.files) + ")");
+    else if (before.files_digest != after.files_digest)
+      changes.push_back(which + "files: " + std::to_string(after.files) + " from " +
+                        files_text(after) + ", but other paths than before");
     else if (before.tokens != after.tokens)
-      changes.push_back(which + "tokens " + std::to_string(total_tokens(before)) + " -> " +
-                        std::to_string(total_tokens(after)) + " (the files changed)");
-    if (before.weight != after.weight)
-      changes.push_back(which + "weight " + weight_text(before.weight) + " -> " +
-                        weight_text(after.weight));
+      changes.push_back(which + "tokens " + std::to_string(before.tokens) + " -> " +
+                        std::to_string(after.tokens) + " (the files changed)");
+  }
+  // The blend: each dataset's share of the draws (1, 1 is 2, 2).
+  bool same_blend = saved.datasets.size() == now.datasets.size();
+  std::string weights_before, weights_after;
+  for (size_t d = 0; d < saved.datasets.size() && same_blend; ++d) {
+    same_blend =
+        same_share(saved.datasets[d].weight, saved_total, now.datasets[d].weight, now_total);
+  }
+  if (!same_blend && saved.datasets.size() == now.datasets.size()) {
+    for (size_t d = 0; d < saved.datasets.size(); ++d) {
+      weights_before += (d ? ", " : "") + number_text(saved.datasets[d].weight);
+      weights_after += (d ? ", " : "") + number_text(now.datasets[d].weight);
+    }
+    changes.push_back("weights " + weights_before + " -> " + weights_after);
   }
   std::string text;
   for (const std::string& change : changes) text += (text.empty() ? "" : "; ") + change;

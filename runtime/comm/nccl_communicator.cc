@@ -256,18 +256,17 @@ void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
     // thread, which would race the main thread's use of it.
     const int device = device_;
     ncclComm_t comm = comm_;
-    const std::string* where = &where_;
     in_flight_.back().watchdog_ticket =
-        Watchdog::instance().begin(operation_name, [done, device, comm, where] {
+        Watchdog::instance().begin(operation_name, [done, device, comm] {
           cudaSetDevice(device);
           ncclResult_t error = ncclSuccess;
           if (ncclCommGetAsyncError(comm, &error) == ncclSuccess && error != ncclSuccess &&
               error != ncclInProgress) {
             const char* detail = ncclGetLastError(comm);
-            throw std::runtime_error(
-                std::string("NCCL reported ") + ncclGetErrorString(error) + *where +
-                (detail != nullptr && detail[0] != '\0' ? " (" + std::string(detail) + ")"
-                                                        : std::string()));
+            throw std::runtime_error(std::string("NCCL reported ") + ncclGetErrorString(error) +
+                                     (detail != nullptr && detail[0] != '\0'
+                                          ? " (" + std::string(detail) + ")"
+                                          : std::string()));
           }
           return cudaEventQuery(done) == cudaSuccess;
         });

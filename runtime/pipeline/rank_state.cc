@@ -145,9 +145,11 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   rank.ops = std::move(counter);
   rank.memory = std::make_unique<MemoryTracker>(*rank.ops, options.memory_capacity_bytes);
   const int zero_stage = plan.zero()->stage(), zero_groups = plan.zero()->num_groups();
+  // Before the groups: NCCL's initialisation and the links' first exchange
+  // are watched too.
+  Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
   rank.groups = build_process_groups(mesh_plan, zero_groups, session, *rank.ops, options.transport);
   if (options.wrap_groups) options.wrap_groups(rank.groups, *rank.ops);
-  Watchdog::instance().set_timeout(options.collective_timeout_seconds, session.world_rank());
   // Watched for the timeout, and for the launcher's heartbeat, which reports
   // the operations each rank has entered on each group.
   if (options.collective_timeout_seconds > 0 || Heartbeat::active())

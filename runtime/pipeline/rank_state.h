@@ -28,8 +28,10 @@ namespace paraplan {
 
 struct RankState {
   RankState() = default;
+  // Moved only as build_rank_state returns it: the optimizer keeps a
+  // reference to `groups`, which a move elsewhere would leave behind.
   RankState(RankState&&) = default;
-  RankState& operator=(RankState&&) = default;
+  RankState& operator=(RankState&&) = delete;
   // Waits for the last step's parameter all-gathers (ZeRO-1 starts them
   // after the optimizer step; on NCCL they write into the parameters until
   // they finish) before the parameters are freed. Not while an exception

@@ -125,7 +125,9 @@ RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
                              " is invalid; give 0.." + std::to_string(kMaxSteps) +
                              " (0 saves only at the end)");
   if (!(options.checkpoint_every_seconds >= 0) || !std::isfinite(options.checkpoint_every_seconds))
-    throw std::runtime_error("--checkpoint-every-seconds: must be a finite number >= 0 (0: off)");
+    throw std::runtime_error(
+        "--checkpoint-every-seconds: " + std::to_string(options.checkpoint_every_seconds) +
+        " is invalid; must be a finite number >= 0 (0: off)");
   if (options.resume && !options.init_from.empty())
     throw std::runtime_error(
         "--init-from and --resume exclude each other: --resume continues a "

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/printable_text.h"
+
 namespace paraplan {
 
 namespace {
@@ -21,23 +23,27 @@ std::string with_thousands(int64_t value) {
   return text;
 }
 
-// The order as checkpoints record it: each dataset's files made absolute, so
-// the same files named from another directory are the same order.
-DataOrderRecord order_record(const DataLoader& loader, const std::vector<DataSource>& sources) {
+// The order as checkpoints record it: each dataset's files made absolute
+// (lexically: hosts may reach the same files through other links), so the
+// same files named from another directory are the same order. A file name
+// that is not UTF-8 is refused here: train_state.json could not hold it.
+DataOrderRecord order_record(const DataLoader& loader, const std::vector<DataSource>& sources,
+                             const std::string& what) {
   DataOrderRecord record{
       .datasets = {}, .shuffle = loader.order().shuffle, .seed = loader.order().seed};
   for (size_t d = 0; d < loader.num_datasets(); ++d) {
     const TokenDataset& dataset = loader.dataset(d);
-    DataOrderRecord::Dataset entry;
-    entry.weight = sources[d].weight;
+    std::vector<std::string> files;
+    std::vector<int64_t> tokens;
     for (size_t s = 0; s < dataset.num_shards(); ++s) {
-      std::error_code error;
-      const std::filesystem::path file = dataset.shard(s).path();
-      const std::filesystem::path absolute = std::filesystem::weakly_canonical(file, error);
-      entry.files.push_back(error ? file.string() : absolute.string());
-      entry.tokens.push_back(dataset.shard(s).num_tokens());
+      const std::string& file = dataset.shard(s).path();
+      if (const std::string problem = utf8_problem(file); !problem.empty())
+        throw std::runtime_error(what + ": " + printable_text(file) + ": the file name's " +
+                                 problem + "; rename it to UTF-8 (checkpoints record it)");
+      files.push_back(std::filesystem::absolute(file).lexically_normal().string());
+      tokens.push_back(dataset.shard(s).num_tokens());
     }
-    record.datasets.push_back(std::move(entry));
+    record.datasets.push_back(dataset_record(files, tokens, sources[d].weight));
   }
   return record;
 }
@@ -67,7 +73,8 @@ TrainingData open_training_data(const std::string& data_flag, const std::string&
   }
   data.train = std::make_unique<DataLoader>(sources, seq_len, vocab_size, order,
                                             data_flag.empty() ? "[data] train" : "--data");
-  data.train_order = order_record(*data.train, sources);
+  data.train_order =
+      order_record(*data.train, sources, data_flag.empty() ? "[data] train" : "--data");
 
   std::string validation = val_data_flag;
   data.validation_name = "--val-data " + val_data_flag;
