@@ -107,7 +107,6 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
 
   JobConfig effective = config;  // the plan's schedule and ZeRO decisions stand
   effective.planner.pipeline_scheduler = plan.schedule()->kind();
-  effective.planner.pipeline_scheduler_auto = false;
   const int chunks = std::max(plan.schedule()->virtual_stages(), 1);
   effective.planner.pipeline_virtual_stages = chunks;
   PlanCandidate& candidate = reused.candidate;

@@ -11,12 +11,14 @@
 #pragma once
 
 #include "plan_generated.h"
+#include "schema/schedule_kinds.h"
 
 namespace paraplan {
 
-// Whether a schedule kind runs two chunks per rank in a V (ZB-V, DualPipe-V).
+// Whether a schedule kind runs two chunks per rank in a V (its row in
+// schedule_kinds.h; false for a value outside the enum).
 inline bool v_shaped(schema::ScheduleKind kind) {
-  return kind == schema::ScheduleKind::ZeroBubbleV || kind == schema::ScheduleKind::DualPipeV;
+  return is_schedule_kind(kind) && schedule_kind_traits(kind).v_shaped();
 }
 
 class PipelineLayout {

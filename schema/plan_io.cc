@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "common/bounded_file.h"
+#include "schema/schedule_kinds.h"
 
 namespace paraplan {
 namespace {
@@ -289,21 +290,7 @@ const char* lr_decay_style_name(schema::LrDecayStyle style) {
 }
 
 const char* schedule_kind_name(schema::ScheduleKind kind) {
-  switch (kind) {
-    case schema::ScheduleKind::OneForwardOneBackward:
-      return "1f1b";
-    case schema::ScheduleKind::GPipe:
-      return "gpipe";
-    case schema::ScheduleKind::Interleaved1F1B:
-      return "interleaved";
-    case schema::ScheduleKind::ZeroBubbleH1:
-      return "zb-h1";
-    case schema::ScheduleKind::ZeroBubbleV:
-      return "zb-v";
-    case schema::ScheduleKind::DualPipeV:
-      return "dualpipe-v";
-  }
-  return "unknown";
+  return is_schedule_kind(kind) ? schedule_kind_traits(kind).name : "unknown";
 }
 
 }  // namespace paraplan

@@ -11,6 +11,7 @@
 #include "schema/model_limits.h"
 #include "schema/pipeline_layout.h"
 #include "schema/plan_validate_internal.h"
+#include "schema/schedule_kinds.h"
 
 namespace paraplan::plan_validation {
 namespace {
@@ -429,8 +430,8 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     v.add("schedule.virtual_stages", number(virtual_stages) + " with schedule.kind " + kind_name +
                                          ", which runs two model chunks per pipeline rank in a "
                                          "V; it must be 2");
-  } else if (virtual_stages > 1 && kind != schema::ScheduleKind::Interleaved1F1B &&
-             !v_shaped(kind)) {
+  } else if (virtual_stages > 1 &&
+             (!is_schedule_kind(kind) || schedule_kind_traits(kind).chunks == ChunkRule::kOne)) {
     v.add("schedule.virtual_stages",
           number(virtual_stages) + " with schedule.kind " + kind_name +
               ", which runs one model chunk per pipeline rank; it must be 1, or the kind "

@@ -12,6 +12,7 @@
 
 #include "planner/cost/transformer_ops.h"
 #include "planner/schedule/schedule.h"
+#include "planner/schedule/schedule_kinds.h"
 #include "schema/pipeline_layout.h"
 
 namespace paraplan {
@@ -155,103 +156,21 @@ int64_t block_deferred_weight_bytes(const ModelConfig& model, int micro_batch_si
   return static_cast<int64_t>(elements) * element_bytes(model.dtype);
 }
 
-// Interleaved 1F1B: what the runtime allocates on a rank, the most
-// micro-batches each chunk holds at once in its stream, summed over the
-// chunks (their peaks need not coincide, but each chunk keeps its own
-// buffers); the largest over the ranks, as the runtime also holds a slot from
-// the activation's receipt, before its forward. Counted once per shape;
-// the search asks from many threads.
-int interleaved_slots(int num_stages, int num_micro_batches, int virtual_stages) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int, int>, int> cache;
-  // Where p divides m, the peaks are those of m = 2p from m = 2p on (every
-  // chunk's warm-up is done by then; CostModelTest.InterleavedSlots checks
-  // it against the whole stream): a short stream to generate, one entry.
-  const int p = num_stages;
-  if (num_micro_batches % p == 0 && num_micro_batches > 2 * p) num_micro_batches = 2 * p;
-  const auto key = std::make_tuple(num_stages, num_micro_batches, virtual_stages);
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto found = cache.find(key);
-    if (found != cache.end()) return found->second;
-  }
-  // The compute orders alone: placing the transfers would not change them.
-  const PipelineSchedule compute_only{
-      schema::ScheduleKind::Interleaved1F1B, num_stages, num_micro_batches,
-      interleaved_compute_orders(num_stages, num_micro_batches, virtual_stages), virtual_stages};
-  int slots = 0;
-  for (int rank = 0; rank < num_stages; ++rank) {
-    int rank_slots = 0;
-    for (int most : max_in_flight(compute_only, rank)) rank_slots += most;
-    slots = std::max(slots, rank_slots);
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  cache.emplace(key, slots);
-  return slots;
-}
-
 }  // namespace
 
 bool splits_backward(schema::ScheduleKind kind) {
-  return kind == schema::ScheduleKind::ZeroBubbleH1 || v_shaped(kind);
-}
-
-const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kind, int num_stages,
-                                                        int num_micro_batches) {
-  const int p = num_stages;
-  // From m = 2p on every rank's counts are those of m = 2p (warm-up and
-  // cool-down are then whole; CostModelTest.ZeroBubbleCounts checks it).
-  const int m = std::min(num_micro_batches, 2 * p);
-  static std::mutex mutex;
-  // Entries are never erased, so references to them stay valid.
-  static std::map<std::tuple<schema::ScheduleKind, int, int>, std::vector<ZeroBubbleCounts>> cache;
-  const auto key = std::make_tuple(kind, p, m);
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto found = cache.find(key);
-    if (found != cache.end()) return found->second;
-  }
-  std::vector<ZeroBubbleCounts> counts(std::max(p, 1));
-  if (kind == schema::ScheduleKind::ZeroBubbleH1 && m >= p) {
-    // The paper's order as generated: every rank holds p slots, rank r
-    // defers r weight gradients to the cool-down (the grid test holds it
-    // to the stream).
-    for (int rank = 0; rank < p; ++rank) counts[rank] = {p, rank + 1};
-  } else if (v_shaped(kind) &&
-             (p < 2 || (kind == schema::ScheduleKind::DualPipeV && num_micro_batches < 2 * p))) {
-    for (ZeroBubbleCounts& rank : counts)  // no such schedule: all of them
-      rank = {2 * num_micro_batches, 2 * num_micro_batches};
-  } else {
-    const std::shared_ptr<const PipelineSchedule> schedule =
-        shared_schedule(kind, p, m, v_shaped(kind) ? 2 : 1);
-    for (int rank = 0; rank < p; ++rank) {
-      for (int most : max_slots_held(*schedule, rank)) counts[rank].slots += most;
-      for (int most : max_weight_pending(*schedule, rank)) counts[rank].weight_pending += most;
-    }
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  return cache.emplace(key, std::move(counts)).first->second;
+  return schedule_kind_traits(kind).splits_backward;
 }
 
 int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                                  int num_micro_batches) {
-  if (!splits_backward(kind)) return 0;
-  return zero_bubble_counts(kind, num_stages, num_micro_batches).at(pipeline_rank).weight_pending;
+  return schedule_kind_row(kind).weight_pending(num_stages, num_micro_batches, pipeline_rank);
 }
 
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                             int num_micro_batches, int virtual_stages) {
-  if (kind == schema::ScheduleKind::Interleaved1F1B &&
-      (num_stages < 2 || num_micro_batches < num_stages))
-    return num_micro_batches * std::max(virtual_stages, 1);  // no such schedule: all of them
-  if (kind == schema::ScheduleKind::Interleaved1F1B)
-    return interleaved_slots(num_stages, num_micro_batches, std::max(virtual_stages, 1));
-  // The runtime's slots, held from the load or receipt to the W.
-  if (splits_backward(kind))
-    return zero_bubble_counts(kind, num_stages, num_micro_batches).at(pipeline_rank).slots;
-  return in_flight_bound(kind, num_stages, num_micro_batches,
-                         kind == schema::ScheduleKind::Interleaved1F1B ? virtual_stages : 1,
-                         pipeline_rank);
+  return schedule_kind_row(kind).slots_held(num_stages, num_micro_batches, virtual_stages,
+                                            pipeline_rank);
 }
 
 namespace {
@@ -307,14 +226,17 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
                                     const ParallelShape& shape, int micro_batch_size,
                                     int num_micro_batches) {
   StageMemoryTerms terms;
+  // The setting's kind (StageCostModel fixes it); unset, the one that runs
+  // every setting.
+  const schema::ScheduleKind kind = options.pipeline_scheduler.value_or(default_schedule_kind());
   const int t = shape.tensor_parallel;
   terms.zero_shards =
       options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
   const int64_t replicate_below = options.ignore_small_tensor_threshold;
   terms.block_parameters = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
-  terms.end_parameters = rank_parameters(
-      model, {0, 0, has_embedding, has_head, {}},
-      v_shaped(options.pipeline_scheduler) && shape.pipeline_stages > 1, t, replicate_below);
+  terms.end_parameters =
+      rank_parameters(model, {0, 0, has_embedding, has_head, {}},
+                      v_shaped(kind) && shape.pipeline_stages > 1, t, replicate_below);
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
@@ -323,12 +245,11 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   // Interleaved and the V kinds: in flight counts chunks, each a 1 / v share
   // of the blocks with its own ends (embedding, head or output: counted for
   // every chunk).
-  const bool chunked = options.pipeline_scheduler == schema::ScheduleKind::Interleaved1F1B ||
-                       v_shaped(options.pipeline_scheduler);
+  const bool chunked = schedule_kind_traits(kind).chunked();
   terms.chunks = chunked ? std::max(options.pipeline_virtual_stages, 1) : 1;
   const int64_t local_rows =
       int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
-  const bool zero_bubble = splits_backward(options.pipeline_scheduler);
+  const bool zero_bubble = splits_backward(kind);
   if (zero_bubble && options.is_train) {
     // A micro-batch waiting for its W also keeps what backward_input copied
     // for it: each block's share, the embedding's input gradient, and with
@@ -345,11 +266,11 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   terms.per_chunk_extra += embedding_activation_bytes(model, micro_batch_size);
   terms.per_chunk_extra += has_head ? head_activation_bytes(model, micro_batch_size, t, sp)
                                     : stage_output_activation_bytes(model, micro_batch_size, t, sp);
-  terms.in_flight = in_flight_micro_batches(options.pipeline_scheduler, pipeline_rank,
-                                            shape.pipeline_stages, num_micro_batches, terms.chunks);
+  terms.in_flight = in_flight_micro_batches(kind, pipeline_rank, shape.pipeline_stages,
+                                            num_micro_batches, terms.chunks);
   if (zero_bubble && options.is_train)
-    terms.weight_pending = weight_pending_micro_batches(options.pipeline_scheduler, pipeline_rank,
-                                                        shape.pipeline_stages, num_micro_batches);
+    terms.weight_pending =
+        weight_pending_micro_batches(kind, pipeline_rank, shape.pipeline_stages, num_micro_batches);
   for (const int layers : {1, 0}) {
     std::vector<int64_t> outputs =
         op_output_bytes(model, {0, layers, has_embedding, has_head, {}}, micro_batch_size, t, sp);

@@ -43,6 +43,7 @@
 
 #include "planner/cost/model_counts.h"
 #include "planner/job/job_config.h"
+#include "planner/schedule/schedule_kinds.h"
 
 namespace paraplan {
 
@@ -148,34 +149,26 @@ struct ParallelShape {
   int sequence_shards() const { return sequence_parallel ? tensor_parallel : 1; }
 };
 
-// Micro-batches whose activations stage pipeline_rank holds at once: min(p - s, m)
-// under 1F1B, all m under GPipe, under interleaved 1F1B the chunks' worth
-// in_flight_bound allows (schedule.h: the verifier's bound, so the memory
-// model and the streams agree), under ZB-H1 and ZB-V the slots the runtime
+// Micro-batches whose activations stage pipeline_rank holds at once: the
+// kind's slots_held (planner/schedule/schedule_kinds.h): min(p - s, m) under
+// 1F1B, all m under GPipe, under interleaved 1F1B each chunk's peak in its
+// stream (summed), under the split-backward kinds the slots the runtime
 // holds on that rank (max_slots_held of the generated stream, chunks summed).
 int in_flight_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                             int num_micro_batches, int virtual_stages = 1);
 
-// ZB-H1 and ZB-V: the most micro-batches (ZB-V: chunk micro-batches, summed
-// over the rank's chunks) waiting for their weight gradient at once on
+// The split-backward kinds: the most micro-batches (the V kinds: chunk
+// micro-batches, summed over the rank's chunks) waiting for their weight
+// gradient at once on
 // stage pipeline_rank, from the generated stream: what its pool of deferred
 // weight-gradient copies grows to (runtime/model/decoder_stage.h). 0 for
 // the kinds without a split backward.
 int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, int num_stages,
                                  int num_micro_batches);
 
-// ZB-H1 and ZB-V: the backward split into BackwardInput and a deferred
-// BackwardWeight.
+// Whether the kind splits the backward into BackwardInput and a deferred
+// BackwardWeight (its row in schema/schedule_kinds.h).
 bool splits_backward(schema::ScheduleKind kind);
-
-// Both ZB counts of every rank at once (ranks in order; the search takes a
-// setting's p ranks in one look-up): slots (in_flight_micro_batches) and
-// weight_pending (weight_pending_micro_batches).
-struct ZeroBubbleCounts {
-  int slots = 0, weight_pending = 0;
-};
-const std::vector<ZeroBubbleCounts>& zero_bubble_counts(schema::ScheduleKind kind, int num_stages,
-                                                        int num_micro_batches);
 
 // Memory of one device of stage pipeline_rank. Uses the planner options
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,

@@ -8,6 +8,7 @@
 
 #include "planner/schedule/pipeline_simulation.h"
 #include "schema/pipeline_layout.h"
+#include "schema/schedule_kinds.h"
 
 namespace paraplan {
 
@@ -44,8 +45,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
     const StageEstimate& stage = plan.stages[s];
     // The sends pipeline_p2p_seconds counts: one per neighbour, interleaved's 2 (v - 1) more.
     const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0) +
-                      (setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B ||
-                               v_shaped(setting.schedule.kind)
+                      (schedule_kind_traits(setting.schedule.kind).chunked()
                            ? 2 * (setting.schedule.virtual_stages - 1)
                            : 0);
     inputs.push_back({.forward_work = stage.forward_seconds * share,

@@ -60,7 +60,6 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   options_.zero_stage = setting.zero_stage;
   options_.zero_ngroups = setting.zero_ngroups;
   options_.pipeline_scheduler = setting.schedule.kind;
-  options_.pipeline_scheduler_auto = false;
   options_.pipeline_virtual_stages = std::max(setting.schedule.virtual_stages, 1);
   if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;
   const ModelConfig& model = config.model;
@@ -93,7 +92,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
       terms.in_flight = (*zero_bubble_ranks)[r].slots;
       terms.weight_pending = train ? (*zero_bubble_ranks)[r].weight_pending : 0;
     } else {
-      terms.in_flight = in_flight_micro_batches(options_.pipeline_scheduler, r, p,
+      terms.in_flight = in_flight_micro_batches(setting.schedule.kind, r, p,
                                                 setting.num_micro_batches, terms.chunks);
     }
   }
@@ -226,8 +225,9 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   // Interleaved: each rank's other chunks send an activation and a gradient
   // more per micro-batch (the wrap from the last rank to rank 0 included).
   const schema::ScheduleKind kind = setting.schedule.kind;
-  const bool chunked = kind == schema::ScheduleKind::Interleaved1F1B || v_shaped(kind);
-  const bool split_backward = splits_backward(kind);
+  const ScheduleKindRow& row = schedule_kind_row(kind);
+  const bool chunked = row.traits.chunked();
+  const bool split_backward = row.traits.splits_backward;
   if (chunked && p > 1)
     interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
   else
@@ -240,7 +240,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
         block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
   }
   if (train && p > 1 && (split_backward || chunked) &&
-      (kind != schema::ScheduleKind::Interleaved1F1B || setting.num_micro_batches >= p))
+      setting.num_micro_batches >= row.fewest_micro_batches_per_stage * p)
     setting_.schedule.bubble_slots = played_out_bubble_slots(
         kind, p, setting.num_micro_batches, std::max(setting.schedule.virtual_stages, 1),
         block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
@@ -432,24 +432,13 @@ StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts&
 }
 
 double bubble_slots(const PlanSetting& setting) {
-  const int p = setting.shape.pipeline_stages;
   const ScheduleChoice& schedule = setting.schedule;
-  switch (schedule.kind) {
-    case schema::ScheduleKind::Interleaved1F1B:
-      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
-      return static_cast<double>(p - 1) / std::max(schedule.virtual_stages, 1);
-    case schema::ScheduleKind::ZeroBubbleH1:
-      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
-      return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction);
-    case schema::ScheduleKind::ZeroBubbleV:
-    case schema::ScheduleKind::DualPipeV:
-      // Before the split of backward is known: ZB-H1's at half the slot
-      // (each chunk is half a stage); the played-out figure replaces it.
-      if (schedule.bubble_slots >= 0) return schedule.bubble_slots;
-      return (p - 1) * std::max(0.0, 1 - 2 * schedule.weight_fraction) / 2;
-    default:
-      return p - 1;
-  }
+  const ScheduleKindRow& row = schedule_kind_row(schedule.kind);
+  // The played-out figure where a model has set it (the kinds it plays out).
+  if ((row.traits.chunked() || row.traits.splits_backward) && schedule.bubble_slots >= 0)
+    return schedule.bubble_slots;
+  return row.closed_form_bubble(setting.shape.pipeline_stages, schedule.virtual_stages,
+                                schedule.weight_fraction);
 }
 
 double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
@@ -458,18 +447,15 @@ double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
   // The closed forms schedule_bubble_test proves exact (F 1, B/F 0.5..5):
   // Megatron's (p - 1)(F + B) / v where p divides m, and the paper's
   // (p - 1)(F + B_in - W) for ZB-H1 where W <= min(F, B_in), m >= p.
-  if (kind == schema::ScheduleKind::Interleaved1F1B && m >= p && m % p == 0)
-    return (p - 1.0) / std::max(v, 1);
+  const ScheduleKindRow& row = schedule_kind_row(kind);
   const double input = backward_ratio * (1 - weight_of_backward);
   const double weight = backward_ratio * weight_of_backward;
-  if (kind == schema::ScheduleKind::ZeroBubbleH1 && m >= p && weight <= std::min(1.0, input))
-    return (p - 1) * (1 + input - weight) / (1 + backward_ratio);
+  const double exact = row.exact_bubble(p, m, v, backward_ratio, input, weight);
+  if (exact >= 0) return exact;
   // The steady state adds no bubble (schedule_bubble_test): ZB-V's and
   // DualPipe-V's is the same for every m >= 2p, interleaved's for every
-  // m >= 2p of one m mod p;
-  // the shortest such schedule plays it out.
-  if (v_shaped(kind) && m > 2 * p) m = 2 * p;
-  if (kind == schema::ScheduleKind::Interleaved1F1B && m >= 2 * p) m = 2 * p + m % p;
+  // m >= 2p of one m mod p; the shortest such schedule plays it out.
+  m = row.bubble_micro_batches(p, m);
   // Otherwise played out. Ratios rounded to 1/20: settings differ in them a
   // little, and the cache serves them all.
   const int backward_q = static_cast<int>(std::lround(backward_ratio * 20));
@@ -502,10 +488,10 @@ double step_seconds(const PlanSetting& setting, double slowest_slot, double slow
 }
 
 std::string schedule_choice_name(const ScheduleChoice& choice) {
-  std::string name = schedule_kind_name(choice.kind);
-  if (choice.kind == schema::ScheduleKind::Interleaved1F1B)
-    name += " v=" + std::to_string(choice.virtual_stages);
-  return name;  // (zb-v: always 2 chunks)
+  const ScheduleKindTraits& traits = schedule_kind_traits(choice.kind);
+  std::string name = traits.name;
+  if (traits.chunks == ChunkRule::kChosen) name += " v=" + std::to_string(choice.virtual_stages);
+  return name;  // (the V kinds: always 2 chunks)
 }
 
 namespace {
@@ -517,8 +503,8 @@ namespace {
 // why_no_schedule_choice both read.
 std::string cannot_run(const JobConfig& config, const PlanSetting& setting,
                        bool boundaries_restricted, schema::ScheduleKind kind, int v) {
-  const bool interleaved = kind == schema::ScheduleKind::Interleaved1F1B;
-  if (!interleaved && !v_shaped(kind)) return "";
+  const ScheduleKindRow& row = schedule_kind_row(kind);
+  if (!row.traits.chunked()) return "";
   const int p = setting.shape.pipeline_stages, m = setting.num_micro_batches;
   const auto text = [](int64_t value) { return std::to_string(value); };
   if (p < 2) return "needs at least 2 pipeline stages";
@@ -528,20 +514,26 @@ std::string cannot_run(const JobConfig& config, const PlanSetting& setting,
   if (config.model.num_layers < p * v)
     return "needs " + text(v) + " x pp = " + text(p * v) + " blocks or more; the model has " +
            text(config.model.num_layers);
-  if (interleaved && m < p)
-    return "runs at least pp = " + text(p) + " micro-batches; this setting has " + text(m);
-  if (kind == schema::ScheduleKind::DualPipeV && m < 2 * p)
-    return "runs at least 2 x pp = " + text(2 * p) + " micro-batches; this setting has " + text(m);
+  const int fewest = row.fewest_micro_batches_per_stage;
+  if (m < fewest * p)
+    return "runs at least " + (fewest > 1 ? text(fewest) + " x " : std::string()) +
+           "pp = " + text(fewest * p) + " micro-batches; this setting has " + text(m);
   return "";
 }
 
 // The chunk counts a kind is tried with: interleaved pipeline_virtual_stages,
 // or 2, 3 and 4; the V kinds 2; the others 1.
 std::vector<int> chunk_counts(const PlannerOptions& options, schema::ScheduleKind kind) {
-  if (v_shaped(kind)) return {2};
-  if (kind != schema::ScheduleKind::Interleaved1F1B) return {1};
-  if (options.pipeline_virtual_stages > 0) return {options.pipeline_virtual_stages};
-  return {2, 3, 4};
+  switch (schedule_kind_traits(kind).chunks) {
+    case ChunkRule::kOne:
+      return {1};
+    case ChunkRule::kTwoInAV:
+      return {2};
+    case ChunkRule::kChosen:
+      if (options.pipeline_virtual_stages > 0) return {options.pipeline_virtual_stages};
+      return {2, 3, 4};
+  }
+  return {1};
 }
 
 }  // namespace
@@ -556,26 +548,24 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
       if (cannot_run(config, setting, boundaries_restricted, kind, v).empty())
         choices.push_back({kind, v, 0});
   };
-  if (!options.pipeline_scheduler_auto) {
-    add(options.pipeline_scheduler);
+  if (options.pipeline_scheduler) {
+    add(*options.pipeline_scheduler);
     return choices;
   }
-  add(ScheduleKind::OneForwardOneBackward);
-  if (setting.shape.pipeline_stages < 2 || !options.is_train) return choices;
-  for (ScheduleKind kind :
-       {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::Interleaved1F1B,
-        ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV})
-    add(kind);
+  // One stage, or no backward: only the kind that runs every setting.
+  const bool every_kind = setting.shape.pipeline_stages >= 2 && options.is_train;
+  for (const ScheduleKindRow& row : schedule_catalogue())
+    if (every_kind || row.runs_every_setting) add(row.traits.kind);
   return choices;
 }
 
 std::string why_no_schedule_choice(const JobConfig& config, const PlanSetting& setting,
                                    bool boundaries_restricted) {
   const PlannerOptions& options = config.planner;
-  if (options.pipeline_scheduler_auto ||
+  if (!options.pipeline_scheduler ||
       !schedule_choices(config, setting, boundaries_restricted).empty())
     return "";
-  const schema::ScheduleKind kind = options.pipeline_scheduler;
+  const schema::ScheduleKind kind = *options.pipeline_scheduler;
   // The smallest chunk count tried says the least demanding reason.
   const std::vector<int> counts = chunk_counts(options, kind);
   return std::string("[planner] pipeline_scheduler = '") + schedule_kind_name(kind) + "' " +

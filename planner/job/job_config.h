@@ -165,10 +165,9 @@ struct PlannerOptions {
   int zero_ngroups = 1;
   std::string pipeline_pivots;
   int pipeline_nstages = 0;  // 0 = 'auto'
-  // 'auto' (pipeline_scheduler_auto): the search picks the kind, and the
-  // virtual stages, per setting; else pipeline_scheduler is the fixed kind.
-  schema::ScheduleKind pipeline_scheduler = schema::ScheduleKind::OneForwardOneBackward;
-  bool pipeline_scheduler_auto = true;
+  // The fixed kind; unset = 'auto': the search picks the kind, and the
+  // virtual stages, per setting (schema/schedule_kinds.h names them).
+  std::optional<schema::ScheduleKind> pipeline_scheduler;
   int pipeline_virtual_stages = 0;  // interleaved's model chunks per rank; 0 = search
   // Megatron's sequence parallelism with tensor_parallel > 1: true, false,
   // or unset = 'auto' (the search tries both).

@@ -17,6 +17,7 @@
 #include "planner/job/cluster_presets.h"
 #include "planner/job/job_config.h"
 #include "planner/job/job_config_internal.h"
+#include "schema/schedule_kinds.h"
 
 namespace paraplan {
 namespace job_fields {
@@ -98,32 +99,14 @@ const std::vector<FieldSpec>& field_table() {
   static const std::vector<FieldSpec> table = [] {
     std::vector<std::pair<std::string, std::string>> presets;
     for (const std::string& name : cluster_preset_names()) presets.emplace_back(name, name);
-    // 'auto' or a fixed kind: two members behind one key.
-    FieldSpec pipeline_scheduler = make_choice(
-        "planner", "pipeline_scheduler",
-        +[](JobConfig & c) -> auto& { return c.planner.pipeline_scheduler; },
-        std::vector<std::pair<std::string, ScheduleKind>>{
-            {"1f1b", ScheduleKind::OneForwardOneBackward},
-            {"gpipe", ScheduleKind::GPipe},
-            {"interleaved", ScheduleKind::Interleaved1F1B},
-            {"zb-h1", ScheduleKind::ZeroBubbleH1},
-            {"zb-v", ScheduleKind::ZeroBubbleV},
-            {"dualpipe-v", ScheduleKind::DualPipeV}});
-    pipeline_scheduler.choices.push_back("auto");
-    pipeline_scheduler.set = [set = pipeline_scheduler.set](JobConfig& c, const FieldValue& v) {
-      c.planner.pipeline_scheduler_auto = std::get<std::string>(v) == "auto";
-      if (c.planner.pipeline_scheduler_auto)
-        c.planner.pipeline_scheduler = ScheduleKind::OneForwardOneBackward;
-      else
-        set(c, v);
-    };
-    pipeline_scheduler.get = [get = pipeline_scheduler.get](const JobConfig& c) {
-      return c.planner.pipeline_scheduler_auto ? std::string("auto") : get(c);
-    };
-    pipeline_scheduler.copy = [](JobConfig& to, const JobConfig& from) {
-      to.planner.pipeline_scheduler = from.planner.pipeline_scheduler;
-      to.planner.pipeline_scheduler_auto = from.planner.pipeline_scheduler_auto;
-    };
+    // Every kind by its catalogue name, or 'auto' (unset).
+    FieldSpec pipeline_scheduler = PARAPLAN_CHOICE(planner, pipeline_scheduler, [] {
+      std::vector<std::pair<std::string, std::optional<ScheduleKind>>> kinds;
+      for (const ScheduleKindTraits& row : every_schedule_kind())
+        kinds.emplace_back(row.name, row.kind);
+      kinds.emplace_back("auto", std::nullopt);
+      return kinds;
+    }());
     FieldSpec pipeline_nstages;
     pipeline_nstages.section = "planner";
     pipeline_nstages.key = "pipeline_nstages";

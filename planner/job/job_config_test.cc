@@ -69,8 +69,8 @@ TEST(JobConfigTest, PlannerDefaultsAreAutoDists) {
   EXPECT_EQ(p.zero_stage, 0);
   EXPECT_EQ(p.zero_ngroups, 1);
   EXPECT_EQ(p.pipeline_pivots, "");
-  EXPECT_EQ(p.pipeline_nstages, 0);  // 'auto'
-  EXPECT_EQ(p.pipeline_scheduler, schema::ScheduleKind::OneForwardOneBackward);
+  EXPECT_EQ(p.pipeline_nstages, 0);                // 'auto'
+  EXPECT_FALSE(p.pipeline_scheduler.has_value());  // 'auto'
   EXPECT_DOUBLE_EQ(p.max_pipeline_bubble_ratio, 0.2);
   EXPECT_DOUBLE_EQ(p.max_pipeline_unbalance_ratio, 0.5);
   EXPECT_EQ(p.mesh_row, 1);
@@ -230,7 +230,7 @@ TEST(JobConfigTest, WrongTypesNameFieldAndLocation) {
 
 TEST(JobConfigTest, PipelineSchedulerKindsAndAuto) {
   const JobConfig automatic = parse_job_config(kMinimal);
-  EXPECT_TRUE(automatic.planner.pipeline_scheduler_auto);
+  EXPECT_FALSE(automatic.planner.pipeline_scheduler.has_value());
   EXPECT_EQ(automatic.planner.pipeline_virtual_stages, 0);
   for (const auto& [name, kind] : {std::pair{"1f1b", schema::ScheduleKind::OneForwardOneBackward},
                                    {"gpipe", schema::ScheduleKind::GPipe},
@@ -240,7 +240,6 @@ TEST(JobConfigTest, PipelineSchedulerKindsAndAuto) {
                                    {"dualpipe-v", schema::ScheduleKind::DualPipeV}}) {
     const JobConfig config =
         parse_job_config(with(std::string("[planner]\npipeline_scheduler = \"") + name + "\"\n"));
-    EXPECT_FALSE(config.planner.pipeline_scheduler_auto) << name;
     EXPECT_EQ(config.planner.pipeline_scheduler, kind) << name;
     std::map<std::string, std::string> by_key;
     for (const auto& [key, value] : job_config_options(config)) by_key[key] = value;

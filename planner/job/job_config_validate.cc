@@ -11,6 +11,7 @@
 #include "schema/model_limits.h"
 #include "schema/pipeline_layout.h"
 #include "schema/plan_io.h"
+#include "schema/schedule_kinds.h"
 
 namespace paraplan {
 namespace {
@@ -209,14 +210,14 @@ void validate_job_config(const JobConfig& c) {
              " is invalid; valid values: 0 (search) "
              "or 1.." +
              std::to_string(kMaxVirtualStages) + " model chunks per pipeline rank");
-  const bool v_shape = !p.pipeline_scheduler_auto && v_shaped(p.pipeline_scheduler);
+  const bool v_shape = p.pipeline_scheduler && v_shaped(*p.pipeline_scheduler);
   if (v_shape && p.pipeline_virtual_stages != 0 && p.pipeline_virtual_stages != 2)
     fail(c, "[planner] pipeline_virtual_stages",
          "= " + std::to_string(p.pipeline_virtual_stages) + " with pipeline_scheduler = '" +
-             schedule_kind_name(p.pipeline_scheduler) +
+             schedule_kind_name(*p.pipeline_scheduler) +
              "', which runs two model chunks per rank in a V: leave it 0, or set 2");
-  else if (p.pipeline_virtual_stages > 1 && !p.pipeline_scheduler_auto && !v_shape &&
-           p.pipeline_scheduler != schema::ScheduleKind::Interleaved1F1B)
+  else if (p.pipeline_virtual_stages > 1 && p.pipeline_scheduler &&
+           schedule_kind_traits(*p.pipeline_scheduler).chunks == ChunkRule::kOne)
     fail(c, "[planner] pipeline_virtual_stages",
          "= " + std::to_string(p.pipeline_virtual_stages) +
              " needs pipeline_scheduler = 'interleaved' or 'auto' (the other schedules run one "

@@ -82,9 +82,16 @@ Ends ends(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
       return {
           2,
           {{gradient(in.micro_batch, s), true}, {activation(in.peer_micro_batch, s - 1), false}}};
-    default:
+    case OpCode::LoadMicroBatch:
+    case OpCode::Forward:
+    case OpCode::Backward:
+    case OpCode::ReduceGradients:
+    case OpCode::OptimizerStep:
+    case OpCode::BackwardInput:
+    case OpCode::BackwardWeight:
       return {};
   }
+  return {};  // an op outside the enum: refused where plans are read
 }
 
 // Posted transfers: the messages an instruction of stage s must find done
@@ -111,9 +118,18 @@ bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout&
     case OpCode::ReduceGradients:
       needs = sent;
       return false;
-    default:
+    case OpCode::LoadMicroBatch:
+    case OpCode::SendActivation:
+    case OpCode::RecvActivation:
+    case OpCode::SendGradient:
+    case OpCode::RecvGradient:
+    case OpCode::SendActivationRecvGradient:
+    case OpCode::SendGradientRecvActivation:
+    case OpCode::OptimizerStep:
+    case OpCode::BackwardWeight:
       return false;
   }
+  return false;  // an op outside the enum: refused where plans are read
 }
 
 enum class Phase { kStart, kCompute, kCollective, kGroupWait, kTransfer, kBarrier, kDone };
@@ -309,7 +325,12 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
             break;
           case OpCode::LoadMicroBatch:
             break;  // no time: stays at kStart for the next instruction
-          default:
+          case OpCode::SendActivation:
+          case OpCode::RecvActivation:
+          case OpCode::SendGradient:
+          case OpCode::RecvGradient:
+          case OpCode::SendActivationRecvGradient:
+          case OpCode::SendGradientRecvActivation:
             const Ends posted_ends = ends(instruction, s, layout, messages);
             const double link_seconds = local_send(instruction, s, layout) ? 0 : in.p2p_seconds;
             for (int e = 0; e < posted_ends.count; ++e) {
@@ -430,9 +451,18 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
         return backward * (1 - weight_fraction) / v;
       case OpCode::BackwardWeight:
         return backward * weight_fraction / v;
-      default:
+      case OpCode::LoadMicroBatch:
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+      case OpCode::ReduceGradients:
+      case OpCode::OptimizerStep:
         return -1.0;  // not compute
     }
+    return -1.0;  // an op outside the enum: not compute
   };
   // When each message's ends were posted (-1: not yet), as simulate_step's
   // MessageTable: the activation or gradient of a micro-batch by its sender.

@@ -128,33 +128,6 @@ PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches) {
   return schedule;
 }
 
-PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
-                                   int virtual_stages) {
-  if (kind == schema::ScheduleKind::Interleaved1F1B)
-    return generate_interleaved(num_stages, num_micro_batches, virtual_stages);
-  if (v_shaped(kind)) {
-    if (virtual_stages != 2)
-      throw std::invalid_argument(std::string(schedule_kind_name(kind)) +
-                                  " runs two model chunks per pipeline rank (virtual_stages " +
-                                  std::to_string(virtual_stages) + " must be 2)");
-    if (kind == schema::ScheduleKind::DualPipeV)
-      return generate_dualpipe_v(num_stages, num_micro_batches);
-    return generate_zero_bubble_v(num_stages, num_micro_batches);
-  }
-  if (virtual_stages != 1)
-    throw std::invalid_argument(std::string(schema::EnumNameScheduleKind(kind)) +
-                                " runs one model chunk per pipeline rank (virtual_stages " +
-                                std::to_string(virtual_stages) + " needs Interleaved1F1B)");
-  switch (kind) {
-    case schema::ScheduleKind::GPipe:
-      return generate_gpipe(num_stages, num_micro_batches);
-    case schema::ScheduleKind::ZeroBubbleH1:
-      return generate_zero_bubble_h1(num_stages, num_micro_batches);
-    default:
-      return generate_one_forward_one_backward(num_stages, num_micro_batches);
-  }
-}
-
 std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
                                                         int num_micro_batches, int virtual_stages) {
   using Key = std::tuple<schema::ScheduleKind, int, int, int>;

@@ -138,9 +138,9 @@ PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches);
 // std::invalid_argument saying so.
 PipelineSchedule generate_dualpipe_v(int num_stages, int num_micro_batches);
 
-// Dispatches on kind. Throws std::invalid_argument for num_stages or
-// num_micro_batches < 1, virtual_stages < 1, or virtual_stages != 1 for a kind
-// other than Interleaved1F1B (ZeroBubbleV, DualPipeV: 2).
+// The kind's generator (its row in schedule_kinds.h). Throws
+// std::invalid_argument for num_stages or num_micro_batches < 1,
+// virtual_stages < 1, or virtual_stages outside the kind's chunk rule.
 PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                                    int virtual_stages = 1);
 
@@ -155,11 +155,15 @@ std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kin
 
 // The bound the verifier holds every rank to: micro-batches in flight on the
 // rank at once, all chunks together (forwarded, their Backward or
-// BackwardWeight not yet done). 1F1B: min(p - r, m); GPipe: m; interleaved:
-// min(warm-up + 1, m v); ZB-H1: min(p, m); ZB-V: min(2p, 2m) chunk
-// micro-batches, each half a stage's; DualPipe-V: min(2p + 1, 2m).
+// BackwardWeight not yet done): the kind's row (schedule_kinds.h). 1F1B:
+// min(p - r, m); GPipe: m; interleaved: min(warm-up + 1, m v); ZB-H1:
+// min(p, m); ZB-V: min(2p, 2m) chunk micro-batches, each half a stage's;
+// DualPipe-V: min(2p + 1, 2m).
 int in_flight_bound(schema::ScheduleKind kind, int num_stages, int num_micro_batches,
                     int virtual_stages, int pipeline_rank);
+// Interleaved 1F1B's bound on rank pipeline_rank: its warm-up forwards + 1
+// (m v where no such schedule runs: p < 2 or m < p).
+int interleaved_in_flight_bound(int p, int m, int v, int pipeline_rank);
 
 // Per chunk of `pipeline_rank`: the most micro-batches in flight at once in its
 // stream (forwarded, Backward / BackwardWeight not yet done).

@@ -71,9 +71,18 @@ class Placement {
                (last ? true : arrived(rp.gradient_at[c][mb]));
       case OpCode::BackwardWeight:
         return rp.input_done[c][mb] && !rp.weight_done[c][mb];
-      default:
+      case OpCode::LoadMicroBatch:
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+      case OpCode::ReduceGradients:
+      case OpCode::OptimizerStep:
         return false;
     }
+    return false;  // an op outside the enum: refused where plans are read
   }
 
   // Starts op on rank r at `now`: records it, and the transfer its result
@@ -497,25 +506,10 @@ PipelineSchedule generate_dualpipe_v(int num_stages, int num_micro_batches) {
   return schedule_from_orders(ScheduleKind::DualPipeV, p, m, 2, orders);
 }
 
-int in_flight_bound(ScheduleKind kind, int num_stages, int num_micro_batches, int virtual_stages,
-                    int pipeline_rank) {
-  const int p = num_stages, m = num_micro_batches, v = virtual_stages;
-  switch (kind) {
-    case ScheduleKind::GPipe:
-      return m;
-    case ScheduleKind::Interleaved1F1B:
-      if (p < 2 || m < p || v < 1) return m * std::max(v, 1);  // no such schedule
-      return std::min(
-          interleaved_warmup(p, m, v, pipeline_rank, interleaved_extra_warmup(p, m, v)) + 1, m * v);
-    case ScheduleKind::ZeroBubbleH1:
-      return std::min(p, m);
-    case ScheduleKind::ZeroBubbleV:
-      return 2 * std::min(p, m);
-    case ScheduleKind::DualPipeV:
-      return std::min(2 * p + 1, 2 * m);
-    default:
-      return std::min(p - pipeline_rank, m);
-  }
+int interleaved_in_flight_bound(int p, int m, int v, int pipeline_rank) {
+  if (p < 2 || m < p || v < 1) return m * std::max(v, 1);  // no such schedule
+  return std::min(interleaved_warmup(p, m, v, pipeline_rank, interleaved_extra_warmup(p, m, v)) + 1,
+                  m * v);
 }
 
 }  // namespace paraplan

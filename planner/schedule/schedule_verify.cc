@@ -334,7 +334,15 @@ class ScheduleSimulator {
         if (!state.reduced) return fail("OptimizerStep before ReduceGradients");
         state.stepped = true;
         break;
-      default:
+      case OpCode::Backward:
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+      case OpCode::BackwardInput:
+      case OpCode::BackwardWeight:
         break;
     }
     const bool sends_activation =
@@ -448,7 +456,15 @@ void walk_in_flight(const PipelineSchedule& schedule, int pipeline_rank, Visit v
       case OpCode::BackwardWeight:
         weight_pending[ins.chunk]--;
         break;
-      default:
+      case OpCode::LoadMicroBatch:
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+      case OpCode::ReduceGradients:
+      case OpCode::OptimizerStep:
         continue;
     }
     visit(activations, weight_pending);
@@ -491,7 +507,13 @@ std::vector<int> max_slots_held(const PipelineSchedule& schedule, int pipeline_r
       case OpCode::BackwardWeight:
         chunk.erase(ins.micro_batch);
         break;
-      default:
+      case OpCode::SendActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::ReduceGradients:
+      case OpCode::OptimizerStep:
+      case OpCode::BackwardInput:
         break;
     }
     peak[ins.chunk] = std::max(peak[ins.chunk], static_cast<int>(chunk.size()));

@@ -17,6 +17,7 @@
 
 #include "planner/cost/plan_estimate.h"
 #include "planner/cost/profile.h"
+#include "planner/schedule/schedule_kinds.h"
 #include "planner/search/ilp_solver.h"
 
 namespace paraplan {
@@ -34,7 +35,7 @@ std::string setting_name(const PlanSetting& setting) {
          (setting.shape.sequence_parallel ? " (sequence parallel)" : "") + ", micro-batch " +
          str(setting.micro_batch_size) + " x " + str(setting.num_micro_batches) + ", ZeRO " +
          str(setting.zero_stage) +
-         (setting.schedule.kind == schema::ScheduleKind::OneForwardOneBackward
+         (schedule_kind_row(setting.schedule.kind).runs_every_setting
               ? ""
               : ", " + schedule_choice_name(setting.schedule));
 }
@@ -114,9 +115,12 @@ RejectionKind rejection_kind(PartitionStatus status) {
       return RejectionKind::Unbalanced;
     case PartitionStatus::NoValidBoundaries:
       return RejectionKind::NoValidBoundaries;
-    default:
+    case PartitionStatus::Found:  // not a rejection; asked only of the others
+    case PartitionStatus::Pruned:
+    case PartitionStatus::DoesNotFit:
       return RejectionKind::DoesNotFit;
   }
+  return RejectionKind::DoesNotFit;
 }
 
 }  // namespace

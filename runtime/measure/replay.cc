@@ -114,7 +114,13 @@ class InstructionTimer final : public InstructionObserver {
         break;
       case OpCode::ReduceGradients:
         break;  // its collectives are the gradient reduction
-      default:  // the pipeline transfers: a CPU rank's work is its CPU time
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:  // the pipeline transfers: a CPU rank's work is its
+                                                // CPU time
         transfers_.push_back({static_cast<int>(instruction.op()), instruction.micro_batch(),
                               instruction.peer_micro_batch(), step_, span, instruction.chunk(),
                               count_cpu_time_ ? std::clamp(cpu, 0.0, span) : span});

@@ -52,9 +52,16 @@ std::vector<std::pair<Message, int>> halves(const TransferRecord& record) {
     case OpCode::SendGradientRecvActivation:
       return {{Message::kSendGradient, record.micro_batch},
               {Message::kReceiveActivation, record.peer_micro_batch}};
-    default:
+    case OpCode::LoadMicroBatch:
+    case OpCode::Forward:
+    case OpCode::Backward:
+    case OpCode::ReduceGradients:
+    case OpCode::OptimizerStep:
+    case OpCode::BackwardInput:
+    case OpCode::BackwardWeight:
       return {};
   }
+  return {};  // a record of no op: no halves
 }
 
 // The other end of a message, and which neighbour holds it (+1 next stage).

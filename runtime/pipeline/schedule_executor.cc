@@ -106,7 +106,9 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
         chunk.weight_pending.pop_front();
         release(chunk, mb, c);
         break;
-      default:
+      case OpCode::SendActivation:
+      case OpCode::ReduceGradients:
+      case OpCode::OptimizerStep:
         break;
     }
   }
@@ -286,7 +288,11 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       case OpCode::ReduceGradients:
         wait_for_sends();
         break;
-      default:
+      case OpCode::LoadMicroBatch:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+      case OpCode::OptimizerStep:
+      case OpCode::BackwardWeight:
         break;
     }
   }
@@ -458,7 +464,15 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
       chunk.gradient_receive[slot] = peers->post_receive(
           stage.output_gradient(slot), elements, peer, stage.dtype(), tag, chunk.slot_free[slot]);
       break;
-    default:
+    case OpCode::LoadMicroBatch:
+    case OpCode::Forward:
+    case OpCode::Backward:
+    case OpCode::SendActivationRecvGradient:
+    case OpCode::SendGradientRecvActivation:
+    case OpCode::ReduceGradients:
+    case OpCode::OptimizerStep:
+    case OpCode::BackwardInput:
+    case OpCode::BackwardWeight:
       break;
   }
 }
@@ -503,7 +517,15 @@ void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruc
       ops_.copy(stage.output_gradient(slot), from.stage->input_gradient(), bytes);
       break;
     }
-    default:
+    case OpCode::LoadMicroBatch:
+    case OpCode::Forward:
+    case OpCode::Backward:
+    case OpCode::SendActivationRecvGradient:
+    case OpCode::SendGradientRecvActivation:
+    case OpCode::ReduceGradients:
+    case OpCode::OptimizerStep:
+    case OpCode::BackwardInput:
+    case OpCode::BackwardWeight:
       break;
   }
 }

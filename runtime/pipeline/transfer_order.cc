@@ -83,7 +83,13 @@ void post(Links& links, const PipelineLayout& layout, int rank, int index,
       send(false, m);
       receive(true, peer);
       break;
-    default:
+    case OpCode::LoadMicroBatch:
+    case OpCode::Forward:
+    case OpCode::Backward:
+    case OpCode::ReduceGradients:
+    case OpCode::OptimizerStep:
+    case OpCode::BackwardInput:
+    case OpCode::BackwardWeight:
       break;
   }
 }
