@@ -106,212 +106,268 @@ void run_inspect(const InspectArguments& args) {
     std::cout << plan_to_table(loaded.plan());
 }
 
+// Every subcommand's arguments and its parser, filled by the add_*_command
+// functions below and read once the command line is parsed.
+struct CommandLine {
+  TokenizeArguments tokenize;
+  CLI::App* tokenize_command = nullptr;
+  PlanArguments plan;
+  CLI::App* plan_command = nullptr;
+  InspectArguments inspect;
+  CLI::App* inspect_command = nullptr;
+  TrainOptions train_options;
+  CLI::App* train_command = nullptr;
+  ReplayOptions replay_options;
+  CLI::App* replay_command = nullptr;
+  ProfileArguments profile;
+  CLI::App* profile_command = nullptr;
+  AutotuneOptions autotune;
+  CLI::App* autotune_command = nullptr;
+  LaunchOptions launch_options;
+  CLI::App* launch_command = nullptr;
+  std::vector<std::string> preflight_files;
+  bool preflight_gpus = false;
+  CLI::App* preflight_command = nullptr;
+  SampleOptions sample_options;
+  CLI::App* sample_command = nullptr;
+};
+
+void add_tokenize_command(CLI::App& app, CommandLine& c) {
+  c.tokenize_command =
+      app.add_subcommand("tokenize", "byte-level tokens (vocab 256) -> train.bin, val.bin");
+  c.tokenize_command->add_option("--input", c.tokenize.inputs, "text files or directories")
+      ->required();
+  c.tokenize_command->add_option("--output", c.tokenize.output, "output directory")
+      ->capture_default_str();
+  c.tokenize_command
+      ->add_option("--val-fraction", c.tokenize.val_fraction,
+                   "share of the corpus (its end) held out for validation")
+      ->capture_default_str();
+  c.tokenize_command
+      ->add_option("--vocab-size", c.tokenize.vocab_size,
+                   "the model's vocabulary: above 65536 the files hold uint32 tokens (llm.c's "
+                   "Llama 3 format)")
+      ->capture_default_str();
+}
+
+void add_plan_command(CLI::App& app, CommandLine& c) {
+  c.plan_command =
+      app.add_subcommand("plan", "job.toml -> plan file; override any key as --section.key value");
+  c.plan_command->add_option("--config", c.plan.config, "job.toml")->required();
+  c.plan_command->add_option("--output", c.plan.output, "the plan file to write (.pplan)");
+  c.plan_command
+      ->add_option("--what-if-lost-nodes", c.plan.what_if_lost_nodes,
+                   "also print the plan this job falls back to on N fewer nodes")
+      ->check(CLI::PositiveNumber);
+  c.plan_command->allow_extras();
+}
+
+void add_inspect_command(CLI::App& app, CommandLine& c) {
+  c.inspect_command = app.add_subcommand("inspect", "print a plan as a table or JSON");
+  c.inspect_command->add_option("plan", c.inspect.plan, "plan file")->required();
+  c.inspect_command->add_flag("--json", c.inspect.json, "every field as JSON");
+}
+
+void add_train_command(CLI::App& app, CommandLine& c) {
+  c.train_command = app.add_subcommand("train", "train as the plan says");
+  c.train_command->add_option("--plan", c.train_options.plan_path, "plan file")->required();
+  c.train_command->add_option("--data", c.train_options.data_path,
+                              "training tokens: a file, a quoted glob ('train_*.bin') or a "
+                              "comma-separated list (default: the job's [data] train)");
+  c.train_command->add_option("--val-data", c.train_options.validation_data_path,
+                              "validation tokens, as --data (default: the job's [data] "
+                              "validation)");
+  c.train_command->add_option("--steps", c.train_options.steps,
+                              "train until this step (default: the plan's total_steps)");
+  c.train_command->add_option("--checkpoint-dir", c.train_options.checkpoint_dir,
+                              "where checkpoints go (and --resume reads)");
+  c.train_command->add_option("--checkpoint-every", c.train_options.checkpoint_every,
+                              "save every K steps (and always at the end)");
+  c.train_command->add_option("--checkpoint-every-seconds",
+                              c.train_options.checkpoint_every_seconds,
+                              "also save once S seconds have passed since the last save");
+  c.train_command->add_flag("--resume", c.train_options.resume,
+                            "continue from the latest checkpoint in --checkpoint-dir");
+  c.train_command->add_flag("--accept-data-order-change", c.train_options.accept_data_order_change,
+                            "resume even though the data order (files, blend, shuffle, seed) "
+                            "differs from the checkpoint's");
+  c.train_command->add_option("--init-from", c.train_options.init_from,
+                              "start from these weights (a checkpoint, or a Hugging Face model "
+                              "directory) with fresh optimizer state");
+  c.train_command->add_option("--log-json", c.train_options.log_json, "one JSON object per step");
+  c.train_command->add_option("--backend", c.train_options.backend, "cpu or cuda")
+      ->capture_default_str();
+  add_communication_options(*c.train_command, c.train_options.collective_timeout_seconds,
+                            c.train_options.transport);
+}
+
+void add_replay_command(CLI::App& app, CommandLine& c) {
+  c.replay_command = app.add_subcommand(
+      "replay", "run a plan on synthetic tokens; measured against predicted, per stage");
+  c.replay_command->add_option("--plan", c.replay_options.plan_path, "plan file")->required();
+  c.replay_command->add_option("--steps", c.replay_options.steps, "measured steps")
+      ->capture_default_str();
+  c.replay_command->add_option("--warmup", c.replay_options.warmup, "steps run first, not measured")
+      ->capture_default_str();
+  c.replay_command->add_option("--backend", c.replay_options.backend, "cpu or cuda")
+      ->capture_default_str();
+  add_communication_options(*c.replay_command, c.replay_options.collective_timeout_seconds,
+                            c.replay_options.transport);
+  c.replay_command->add_option("--report", c.replay_options.report_path,
+                               "write the report as JSON");
+  c.replay_command->add_option("--trace", c.replay_options.trace_path,
+                               "write a Chrome trace (opens in Perfetto), one track per rank");
+  c.replay_command->add_option("--timeline", c.replay_options.timeline_path,
+                               "write the pipeline timeline as SVG");
+  c.replay_command->add_flag("!--no-memory-limit", c.replay_options.enforce_device_memory,
+                             "do not hold ranks to the plan's device memory");
+}
+
+void add_profile_command(CLI::App& app, CommandLine& c) {
+  c.profile_command = app.add_subcommand(
+      "profile", "measure this device for a job's shapes -> <profile_dir>/profile.json");
+  c.profile_command->add_option("--config", c.profile.config, "job.toml")->required();
+  c.profile_command->add_option("--backend", c.profile.backend, "cpu or cuda")
+      ->capture_default_str();
+  c.profile_command->add_option("--profile-dir", c.profile.profile_dir,
+                                "where profile.json goes (default: [planner] profile_dir)");
+  c.profile_command
+      ->add_option("--repetitions", c.profile.repetitions, "timed runs per measurement")
+      ->capture_default_str();
+  c.profile_command
+      ->add_option("--min-window", c.profile.minimum_window_seconds,
+                   "seconds each measurement runs at least")
+      ->capture_default_str();
+  c.profile_command
+      ->add_option("--transport", c.profile.transport,
+                   "the collectives' transport, as the job's (auto, mpi, nccl, staged)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl", "staged"}))
+      ->capture_default_str();
+  c.profile_command->add_option("--mpirun", c.profile.mpirun, "the mpirun to use")
+      ->capture_default_str();
+  c.profile_command->allow_extras();
+}
+
+void add_autotune_command(CLI::App& app, CommandLine& c) {
+  c.autotune_command = app.add_subcommand(
+      "autotune", "replay the planner's best settings, keep the fastest measured plan");
+  c.autotune_command->add_option("--config", c.autotune.config, "job.toml")->required();
+  c.autotune_command->add_option("--output", c.autotune.output,
+                                 "the best plan (default: planner.save_plan_path)");
+  c.autotune_command->add_option("--work-dir", c.autotune.work_dir, "plans, logs and reports")
+      ->capture_default_str();
+  c.autotune_command->add_option("--backend", c.autotune.backend, "cpu or cuda")
+      ->capture_default_str();
+  c.autotune_command->add_option("--report", c.autotune.report, "write the summary as JSON");
+  c.autotune_command->add_option("--steps", c.autotune.steps, "measured steps per experiment")
+      ->capture_default_str();
+  c.autotune_command->add_option("--warmup", c.autotune.warmup, "warm-up steps per experiment")
+      ->capture_default_str();
+  c.autotune_command
+      ->add_option("--max-meshes", c.autotune.max_meshes,
+                   "meshes (pp x dp x tp) tuned, best predicted first")
+      ->capture_default_str();
+  c.autotune_command
+      ->add_option("--plateau", c.autotune.plateau,
+                   "stop growing the micro-batch below this relative gain")
+      ->capture_default_str();
+  c.autotune_command
+      ->add_option("--experiment-timeout", c.autotune.experiment_timeout,
+                   "seconds before an experiment is killed")
+      ->capture_default_str();
+  c.autotune_command->add_option("--mpirun", c.autotune.mpirun, "the mpirun to use")
+      ->capture_default_str();
+  c.autotune_command->allow_extras();
+}
+
+void add_launch_command(CLI::App& app, CommandLine& c) {
+  c.launch_command = app.add_subcommand(
+      "launch", "start a plan's ranks with mpirun: paraplan launch --plan P -- train ...");
+  c.launch_command->add_option("--plan", c.launch_options.plan_path, "plan file")->required();
+  c.launch_command->add_option("--hostfile", c.launch_options.hostfile,
+                               "'host slots=N' lines; without it, this machine");
+  c.launch_command->add_flag("--dry-run", c.launch_options.dry_run,
+                             "print the command, run nothing");
+  c.launch_command->add_option("--mpirun", c.launch_options.mpirun, "the mpirun to use")
+      ->capture_default_str();
+  c.launch_command
+      ->add_option("--mpirun-arg", c.launch_options.mpirun_arguments,
+                   "an argument given to mpirun as it is (repeat: --mpirun-arg --mca "
+                   "--mpirun-arg btl ...)")
+      ->allow_extra_args(false);
+  c.launch_command
+      ->add_option("--network-interface", c.launch_options.network_interface,
+                   "the network of a multi-host job, for Open MPI and NCCL alike: auto (the "
+                   "subnet that carries every host's address), none, interface names "
+                   "(eth0,ib0) or a subnet (10.0.0.0/16)")
+      ->capture_default_str();
+  c.launch_command
+      ->add_option("--env", c.launch_options.pass_environment,
+                   "pass this variable to every rank too: NAME (its value here) or NAME=VALUE")
+      ->allow_extra_args(false);
+  c.launch_command
+      ->add_option("--max-restarts", c.launch_options.max_restarts,
+                   "after a lost or silent rank, re-plan onto the hosts that answer and resume "
+                   "from the latest checkpoint, at most N times")
+      ->check(CLI::NonNegativeNumber);
+  c.launch_command
+      ->add_option("--min-nodes", c.launch_options.min_nodes, "never restart on fewer hosts")
+      ->check(CLI::PositiveNumber);
+  c.launch_command
+      ->add_option("--heartbeat-timeout", c.launch_options.heartbeat_timeout_seconds,
+                   "seconds without a heartbeat after which a rank counts as lost (stopped, "
+                   "hung or cut off) and the job ends")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+void add_preflight_command(CLI::App& app, CommandLine& c) {
+  c.preflight_command = app.add_subcommand(
+      "preflight", "what this host offers a job, as JSON (launch runs it on every host over ssh)");
+  c.preflight_command->add_option("--file", c.preflight_files, "a file the job reads here")
+      ->allow_extra_args(false);
+  c.preflight_command->add_flag("--count-gpus", c.preflight_gpus, "count the CUDA devices");
+}
+
+void add_sample_command(CLI::App& app, CommandLine& c) {
+  c.sample_command = app.add_subcommand("sample", "generate text from a checkpoint");
+  c.sample_command
+      ->add_option("--checkpoint", c.sample_options.checkpoint,
+                   "checkpoint directory (or one of its step directories)")
+      ->required();
+  c.sample_command->add_option("--prompt", c.sample_options.prompt, "text to continue")->required();
+  c.sample_command->add_option("--tokens", c.sample_options.tokens, "bytes to generate")
+      ->capture_default_str();
+  c.sample_command
+      ->add_option("--temperature", c.sample_options.temperature,
+                   "softmax temperature; 0 is greedy")
+      ->capture_default_str();
+  c.sample_command
+      ->add_option("--top-k", c.sample_options.top_k, "sample among the k most likely; 0 for all")
+      ->capture_default_str();
+  c.sample_command->add_option("--seed", c.sample_options.seed, "sampling seed")
+      ->capture_default_str();
+  c.sample_command->add_option("--backend", c.sample_options.backend, "cpu or cuda")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"paraplan: plans and runs distributed training of transformer language models"};
   app.require_subcommand(1);
 
-  TokenizeArguments tokenize;
-  CLI::App* tokenize_command =
-      app.add_subcommand("tokenize", "byte-level tokens (vocab 256) -> train.bin, val.bin");
-  tokenize_command->add_option("--input", tokenize.inputs, "text files or directories")->required();
-  tokenize_command->add_option("--output", tokenize.output, "output directory")
-      ->capture_default_str();
-  tokenize_command
-      ->add_option("--val-fraction", tokenize.val_fraction,
-                   "share of the corpus (its end) held out for validation")
-      ->capture_default_str();
-  tokenize_command
-      ->add_option("--vocab-size", tokenize.vocab_size,
-                   "the model's vocabulary: above 65536 the files hold uint32 tokens (llm.c's "
-                   "Llama 3 format)")
-      ->capture_default_str();
-
-  PlanArguments plan;
-  CLI::App* plan_command =
-      app.add_subcommand("plan", "job.toml -> plan file; override any key as --section.key value");
-  plan_command->add_option("--config", plan.config, "job.toml")->required();
-  plan_command->add_option("--output", plan.output, "the plan file to write (.pplan)");
-  plan_command
-      ->add_option("--what-if-lost-nodes", plan.what_if_lost_nodes,
-                   "also print the plan this job falls back to on N fewer nodes")
-      ->check(CLI::PositiveNumber);
-  plan_command->allow_extras();
-
-  InspectArguments inspect;
-  CLI::App* inspect_command = app.add_subcommand("inspect", "print a plan as a table or JSON");
-  inspect_command->add_option("plan", inspect.plan, "plan file")->required();
-  inspect_command->add_flag("--json", inspect.json, "every field as JSON");
-
-  TrainOptions train_options;
-  CLI::App* train_command = app.add_subcommand("train", "train as the plan says");
-  train_command->add_option("--plan", train_options.plan_path, "plan file")->required();
-  train_command->add_option("--data", train_options.data_path,
-                            "training tokens: a file, a quoted glob ('train_*.bin') or a "
-                            "comma-separated list (default: the job's [data] train)");
-  train_command->add_option("--val-data", train_options.validation_data_path,
-                            "validation tokens, as --data (default: the job's [data] "
-                            "validation)");
-  train_command->add_option("--steps", train_options.steps,
-                            "train until this step (default: the plan's total_steps)");
-  train_command->add_option("--checkpoint-dir", train_options.checkpoint_dir,
-                            "where checkpoints go (and --resume reads)");
-  train_command->add_option("--checkpoint-every", train_options.checkpoint_every,
-                            "save every K steps (and always at the end)");
-  train_command->add_option("--checkpoint-every-seconds", train_options.checkpoint_every_seconds,
-                            "also save once S seconds have passed since the last save");
-  train_command->add_flag("--resume", train_options.resume,
-                          "continue from the latest checkpoint in --checkpoint-dir");
-  train_command->add_flag("--accept-data-order-change", train_options.accept_data_order_change,
-                          "resume even though the data order (files, blend, shuffle, seed) "
-                          "differs from the checkpoint's");
-  train_command->add_option("--init-from", train_options.init_from,
-                            "start from these weights (a checkpoint, or a Hugging Face model "
-                            "directory) with fresh optimizer state");
-  train_command->add_option("--log-json", train_options.log_json, "one JSON object per step");
-  train_command->add_option("--backend", train_options.backend, "cpu or cuda")
-      ->capture_default_str();
-  add_communication_options(*train_command, train_options.collective_timeout_seconds,
-                            train_options.transport);
-
-  ReplayOptions replay_options;
-  CLI::App* replay_command = app.add_subcommand(
-      "replay", "run a plan on synthetic tokens; measured against predicted, per stage");
-  replay_command->add_option("--plan", replay_options.plan_path, "plan file")->required();
-  replay_command->add_option("--steps", replay_options.steps, "measured steps")
-      ->capture_default_str();
-  replay_command->add_option("--warmup", replay_options.warmup, "steps run first, not measured")
-      ->capture_default_str();
-  replay_command->add_option("--backend", replay_options.backend, "cpu or cuda")
-      ->capture_default_str();
-  add_communication_options(*replay_command, replay_options.collective_timeout_seconds,
-                            replay_options.transport);
-  replay_command->add_option("--report", replay_options.report_path, "write the report as JSON");
-  replay_command->add_option("--trace", replay_options.trace_path,
-                             "write a Chrome trace (opens in Perfetto), one track per rank");
-  replay_command->add_option("--timeline", replay_options.timeline_path,
-                             "write the pipeline timeline as SVG");
-  replay_command->add_flag("!--no-memory-limit", replay_options.enforce_device_memory,
-                           "do not hold ranks to the plan's device memory");
-
-  ProfileArguments profile;
-  CLI::App* profile_command = app.add_subcommand(
-      "profile", "measure this device for a job's shapes -> <profile_dir>/profile.json");
-  profile_command->add_option("--config", profile.config, "job.toml")->required();
-  profile_command->add_option("--backend", profile.backend, "cpu or cuda")->capture_default_str();
-  profile_command->add_option("--profile-dir", profile.profile_dir,
-                              "where profile.json goes (default: [planner] profile_dir)");
-  profile_command->add_option("--repetitions", profile.repetitions, "timed runs per measurement")
-      ->capture_default_str();
-  profile_command
-      ->add_option("--min-window", profile.minimum_window_seconds,
-                   "seconds each measurement runs at least")
-      ->capture_default_str();
-  profile_command
-      ->add_option("--transport", profile.transport,
-                   "the collectives' transport, as the job's (auto, mpi, nccl, staged)")
-      ->check(CLI::IsMember({"auto", "mpi", "nccl", "staged"}))
-      ->capture_default_str();
-  profile_command->add_option("--mpirun", profile.mpirun, "the mpirun to use")
-      ->capture_default_str();
-  profile_command->allow_extras();
-
-  AutotuneOptions autotune;
-  CLI::App* autotune_command = app.add_subcommand(
-      "autotune", "replay the planner's best settings, keep the fastest measured plan");
-  autotune_command->add_option("--config", autotune.config, "job.toml")->required();
-  autotune_command->add_option("--output", autotune.output,
-                               "the best plan (default: planner.save_plan_path)");
-  autotune_command->add_option("--work-dir", autotune.work_dir, "plans, logs and reports")
-      ->capture_default_str();
-  autotune_command->add_option("--backend", autotune.backend, "cpu or cuda")->capture_default_str();
-  autotune_command->add_option("--report", autotune.report, "write the summary as JSON");
-  autotune_command->add_option("--steps", autotune.steps, "measured steps per experiment")
-      ->capture_default_str();
-  autotune_command->add_option("--warmup", autotune.warmup, "warm-up steps per experiment")
-      ->capture_default_str();
-  autotune_command
-      ->add_option("--max-meshes", autotune.max_meshes,
-                   "meshes (pp x dp x tp) tuned, best predicted first")
-      ->capture_default_str();
-  autotune_command
-      ->add_option("--plateau", autotune.plateau,
-                   "stop growing the micro-batch below this relative gain")
-      ->capture_default_str();
-  autotune_command
-      ->add_option("--experiment-timeout", autotune.experiment_timeout,
-                   "seconds before an experiment is killed")
-      ->capture_default_str();
-  autotune_command->add_option("--mpirun", autotune.mpirun, "the mpirun to use")
-      ->capture_default_str();
-  autotune_command->allow_extras();
-
-  LaunchOptions launch_options;
-  CLI::App* launch_command = app.add_subcommand(
-      "launch", "start a plan's ranks with mpirun: paraplan launch --plan P -- train ...");
-  launch_command->add_option("--plan", launch_options.plan_path, "plan file")->required();
-  launch_command->add_option("--hostfile", launch_options.hostfile,
-                             "'host slots=N' lines; without it, this machine");
-  launch_command->add_flag("--dry-run", launch_options.dry_run, "print the command, run nothing");
-  launch_command->add_option("--mpirun", launch_options.mpirun, "the mpirun to use")
-      ->capture_default_str();
-  launch_command
-      ->add_option("--mpirun-arg", launch_options.mpirun_arguments,
-                   "an argument given to mpirun as it is (repeat: --mpirun-arg --mca "
-                   "--mpirun-arg btl ...)")
-      ->allow_extra_args(false);
-  launch_command
-      ->add_option("--network-interface", launch_options.network_interface,
-                   "the network of a multi-host job, for Open MPI and NCCL alike: auto (the "
-                   "subnet that carries every host's address), none, interface names "
-                   "(eth0,ib0) or a subnet (10.0.0.0/16)")
-      ->capture_default_str();
-  launch_command
-      ->add_option("--env", launch_options.pass_environment,
-                   "pass this variable to every rank too: NAME (its value here) or NAME=VALUE")
-      ->allow_extra_args(false);
-  launch_command
-      ->add_option("--max-restarts", launch_options.max_restarts,
-                   "after a lost or silent rank, re-plan onto the hosts that answer and resume "
-                   "from the latest checkpoint, at most N times")
-      ->check(CLI::NonNegativeNumber);
-  launch_command
-      ->add_option("--min-nodes", launch_options.min_nodes, "never restart on fewer hosts")
-      ->check(CLI::PositiveNumber);
-  launch_command
-      ->add_option("--heartbeat-timeout", launch_options.heartbeat_timeout_seconds,
-                   "seconds without a heartbeat after which a rank counts as lost (stopped, "
-                   "hung or cut off) and the job ends")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-
-  std::vector<std::string> preflight_files;
-  bool preflight_gpus = false;
-  CLI::App* preflight_command = app.add_subcommand(
-      "preflight", "what this host offers a job, as JSON (launch runs it on every host over ssh)");
-  preflight_command->add_option("--file", preflight_files, "a file the job reads here")
-      ->allow_extra_args(false);
-  preflight_command->add_flag("--count-gpus", preflight_gpus, "count the CUDA devices");
-
-  SampleOptions sample_options;
-  CLI::App* sample_command = app.add_subcommand("sample", "generate text from a checkpoint");
-  sample_command
-      ->add_option("--checkpoint", sample_options.checkpoint,
-                   "checkpoint directory (or one of its step directories)")
-      ->required();
-  sample_command->add_option("--prompt", sample_options.prompt, "text to continue")->required();
-  sample_command->add_option("--tokens", sample_options.tokens, "bytes to generate")
-      ->capture_default_str();
-  sample_command
-      ->add_option("--temperature", sample_options.temperature, "softmax temperature; 0 is greedy")
-      ->capture_default_str();
-  sample_command
-      ->add_option("--top-k", sample_options.top_k, "sample among the k most likely; 0 for all")
-      ->capture_default_str();
-  sample_command->add_option("--seed", sample_options.seed, "sampling seed")->capture_default_str();
-  sample_command->add_option("--backend", sample_options.backend, "cpu or cuda")
-      ->capture_default_str();
+  CommandLine c;
+  add_tokenize_command(app, c);
+  add_plan_command(app, c);
+  add_inspect_command(app, c);
+  add_train_command(app, c);
+  add_replay_command(app, c);
+  add_profile_command(app, c);
+  add_autotune_command(app, c);
+  add_launch_command(app, c);
+  add_preflight_command(app, c);
+  add_sample_command(app, c);
 
   // Everything after `--` belongs to the ranks (launch) and is not parsed here.
   std::vector<std::string> after_separator;
@@ -323,24 +379,25 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (tokenize_command->parsed()) run_tokenize(tokenize);
-    if (plan_command->parsed()) run_plan(plan, plan_command->remaining());
-    if (inspect_command->parsed()) run_inspect(inspect);
-    if (train_command->parsed()) train(train_options);
-    if (replay_command->parsed()) replay(replay_options);
-    if (profile_command->parsed())
-      run_profile(profile, profile_command->remaining(),
+    if (c.tokenize_command->parsed()) run_tokenize(c.tokenize);
+    if (c.plan_command->parsed()) run_plan(c.plan, c.plan_command->remaining());
+    if (c.inspect_command->parsed()) run_inspect(c.inspect);
+    if (c.train_command->parsed()) train(c.train_options);
+    if (c.replay_command->parsed()) replay(c.replay_options);
+    if (c.profile_command->parsed())
+      run_profile(c.profile, c.profile_command->remaining(),
                   std::vector<std::string>(argv + 1, argv + argc));
-    if (autotune_command->parsed()) return run_autotune(autotune, autotune_command->remaining());
-    if (launch_command->parsed()) {
-      launch_options.command = after_separator;
-      return run_launch(launch_options);
+    if (c.autotune_command->parsed())
+      return run_autotune(c.autotune, c.autotune_command->remaining());
+    if (c.launch_command->parsed()) {
+      c.launch_options.command = after_separator;
+      return run_launch(c.launch_options);
     }
-    if (preflight_command->parsed())
-      std::cout << this_host_findings(preflight_files, preflight_gpus).dump() << std::endl;
-    if (sample_command->parsed()) {
-      const std::string text = sample_text(sample_options);
-      std::cout << sample_options.prompt << text << std::endl;
+    if (c.preflight_command->parsed())
+      std::cout << this_host_findings(c.preflight_files, c.preflight_gpus).dump() << std::endl;
+    if (c.sample_command->parsed()) {
+      const std::string text = sample_text(c.sample_options);
+      std::cout << c.sample_options.prompt << text << std::endl;
     }
   } catch (const std::exception& error) {
     std::cerr << "paraplan: error: " << error.what() << std::endl;
