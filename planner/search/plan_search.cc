@@ -159,65 +159,100 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
   return candidate;
 }
 
-SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfile* profile) {
-  const auto start = std::chrono::steady_clock::now();
-  SearchResult result;
-  result.space = resolve_search_space(config);
-  const SearchSpace& space = result.space;
-  const PlannerOptions& options = config.planner;
-  const int global = config.training.global_batch_size;
+namespace {
 
-  // Every setting, with the cheap filters applied.
+void reject(SearchResult& result, const PlanSetting& setting, RejectionKind kind,
+            std::string reason) {
+  SettingRejection rejection;
+  rejection.setting = setting;
+  rejection.kind = kind;
+  rejection.reason = std::move(reason);
+  result.rejections.push_back(std::move(rejection));
+}
+
+// The ZeRO settings (stage, groups) a mesh of data-parallel degree dp tries;
+// a zero_ngroups that does not divide dp is rejected.
+std::vector<std::pair<int, int>> zero_settings(const JobConfig& config, const SearchSpace& space,
+                                               const ParallelShape& shape, SearchResult& result) {
+  const int dp = shape.data_parallel;
+  std::vector<std::pair<int, int>> settings;  // (stage, groups)
+  for (int zero : space.zero_stages) {
+    if (zero == 0) {
+      settings.push_back({0, 1});
+    } else if (dp % space.zero_ngroups != 0) {
+      PlanSetting setting;
+      setting.shape = shape;
+      setting.layout = space.layout;
+      setting.zero_stage = 1;
+      reject(
+          result, setting, RejectionKind::ZeroGroups,
+          "[planner] zero_ngroups = " + str(space.zero_ngroups) + " does not divide dp " + str(dp));
+    } else if (dp > 1 || config.was_set("planner.zero_stage")) {
+      settings.push_back({1, space.zero_ngroups});
+    }
+  }
+  return settings;
+}
+
+// Why the global batch splits into no micro-batch size on a mesh of dp.
+std::string no_micro_batch_reason(const JobConfig& config, const SearchSpace& space, int dp) {
+  return "[training] global_batch_size (" + str(config.training.global_batch_size) +
+         ") must equal " +
+         (space.fixed_micro_batch_size > 0
+              ? space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) + ")"
+              : std::string("micro_batch_size")) +
+         " x " +
+         (space.fixed_num_micro_batches > 0
+              ? "[planner] update_freq (" + str(space.fixed_num_micro_batches) + ")"
+              : std::string("the micro-batch count")) +
+         " x data-parallel degree (" + str(dp) + ")";
+}
+
+// Why a pipeline of this setting's bubble ratio is filtered out ("" when it
+// is not): max_pipeline_bubble_ratio, unless the pipeline degree is fixed.
+std::string bubble_filter_reason(const JobConfig& config, const SearchSpace& space,
+                                 const PlanSetting& setting) {
+  const PlannerOptions& options = config.planner;
+  // ZB-H1's bubble is counted as 1F1B's here and the V kinds' as
+  // interleaved's at v = 2 (their W share is not known yet).
+  const double bubble = pipeline_bubble_ratio(setting);
+  if (space.pipeline_fixed || setting.shape.pipeline_stages <= 1 ||
+      bubble <= options.max_pipeline_bubble_ratio)
+    return "";
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                setting.schedule.virtual_stages > 1
+                    ? "bubble ratio %.3f = ((p - 1) / v) / (m + (p - 1) / v) exceeds "
+                      "max_pipeline_bubble_ratio = %g"
+                    : "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
+                      "max_pipeline_bubble_ratio = %g",
+                bubble, options.max_pipeline_bubble_ratio);
+  return text;
+}
+
+// Every setting of the space, with the cheap filters applied: what they
+// reject goes to result.rejections, the rest are counted and returned.
+std::vector<PendingSetting> enumerate_settings(const JobConfig& config, const SearchSpace& space,
+                                               SearchResult& result) {
   std::vector<PendingSetting> pending;
   for (const ParallelShape& shape : space.meshes) {
-    const int dp = shape.data_parallel, p = shape.pipeline_stages;
-    std::vector<std::pair<int, int>> zero_settings;  // (stage, groups)
-    for (int zero : space.zero_stages) {
-      if (zero == 0) {
-        zero_settings.push_back({0, 1});
-      } else if (dp % space.zero_ngroups != 0) {
-        SettingRejection rejection;
-        rejection.setting.shape = shape;
-        rejection.setting.layout = space.layout;
-        rejection.setting.zero_stage = 1;
-        rejection.kind = RejectionKind::ZeroGroups;
-        rejection.reason = "[planner] zero_ngroups = " + str(space.zero_ngroups) +
-                           " does not divide dp " + str(dp);
-        result.rejections.push_back(rejection);
-      } else if (dp > 1 || config.was_set("planner.zero_stage")) {
-        zero_settings.push_back({1, space.zero_ngroups});
-      }
-    }
+    const int dp = shape.data_parallel;
+    const std::vector<std::pair<int, int>> zeros = zero_settings(config, space, shape, result);
     const std::vector<int> sizes = micro_batch_sizes(space, config, dp);
     if (sizes.empty()) {
-      SettingRejection rejection;
-      rejection.setting.shape = shape;
-      rejection.setting.layout = space.layout;
-      rejection.kind = RejectionKind::MicroBatch;
-      rejection.reason =
-          "[training] global_batch_size (" + str(global) + ") must equal " +
-          (space.fixed_micro_batch_size > 0
-               ? space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) + ")"
-               : std::string("micro_batch_size")) +
-          " x " +
-          (space.fixed_num_micro_batches > 0
-               ? "[planner] update_freq (" + str(space.fixed_num_micro_batches) + ")"
-               : std::string("the micro-batch count")) +
-          " x data-parallel degree (" + str(dp) + ")";
-      result.rejections.push_back(rejection);
+      PlanSetting setting;
+      setting.shape = shape;
+      setting.layout = space.layout;
+      reject(result, setting, RejectionKind::MicroBatch, no_micro_batch_reason(config, space, dp));
       continue;
     }
     for (int b : sizes) {
-      const int m = global / (dp * b);
-      for (const auto& [zero, groups] : zero_settings) {
+      const int m = config.training.global_batch_size / (dp * b);
+      for (const auto& [zero, groups] : zeros) {
         const PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
         const bool restricted = space.boundaries_restricted || !space.pinned_layers.empty();
         if (std::string why = why_no_schedule_choice(config, base, restricted); !why.empty()) {
-          SettingRejection rejection;
-          rejection.setting = base;
-          rejection.kind = RejectionKind::Schedule;
-          rejection.reason = std::move(why);
-          result.rejections.push_back(rejection);
+          reject(result, base, RejectionKind::Schedule, std::move(why));
           continue;
         }
         for (const ScheduleChoice& choice : schedule_choices(config, base, restricted)) {
@@ -225,23 +260,8 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
           setting.schedule = choice;
           ++result.statistics.settings;
           result.settings.push_back(setting);
-          // ZB-H1's bubble is counted as 1F1B's here and the V kinds' as
-          // interleaved's at v = 2 (their W share is not known yet).
-          const double bubble = pipeline_bubble_ratio(setting);
-          if (!space.pipeline_fixed && p > 1 && bubble > options.max_pipeline_bubble_ratio) {
-            SettingRejection rejection;
-            rejection.setting = setting;
-            rejection.kind = RejectionKind::Bubble;
-            char text[200];
-            std::snprintf(text, sizeof(text),
-                          choice.virtual_stages > 1
-                              ? "bubble ratio %.3f = ((p - 1) / v) / (m + (p - 1) / v) exceeds "
-                                "max_pipeline_bubble_ratio = %g"
-                              : "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
-                                "max_pipeline_bubble_ratio = %g",
-                          bubble, options.max_pipeline_bubble_ratio);
-            rejection.reason = text;
-            result.rejections.push_back(rejection);
+          if (std::string why = bubble_filter_reason(config, space, setting); !why.empty()) {
+            reject(result, setting, RejectionKind::Bubble, std::move(why));
             continue;
           }
           pending.push_back({setting, 0});
@@ -249,6 +269,145 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
       }
     }
   }
+  return pending;
+}
+
+// Why a found partition cannot run ("" when it can): a chunked schedule's
+// every rank needs a block per chunk, any pipeline stage one block.
+std::string empty_stage_reason(const PlanSetting& setting, const StagePartition& partition) {
+  const int chunks = setting.schedule.virtual_stages;
+  const std::vector<int>& layers = partition.num_layers;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    if (layers[s] >= chunks) continue;
+    // The embedding or the head alone outweighs what a stage of blocks does.
+    return chunks > 1 ? schedule_choice_name(setting.schedule) + " with " + str(chunks) +
+                            " chunks per rank needs as many blocks on every rank; the best "
+                            "partition gives pipeline stage " +
+                            str(static_cast<int>(s)) + " " + str(layers[s])
+                      : "every pipeline stage needs a block; the best partition gives pipeline "
+                        "stage " +
+                            str(static_cast<int>(s)) +
+                            " none (the embedding or head alone outweighs a stage of blocks): "
+                            "fewer pipeline stages, or more layers";
+  }
+  return "";
+}
+
+// The pending settings solved on options.nproc threads, best bound first:
+// each setting is skipped when its lower bound cannot beat the top-k (or its
+// kind's best), else its stage partition is solved and the result ranked,
+// counted, or rejected. Threads share the ranked list and its k-th step.
+class SettingSolver {
+ public:
+  SettingSolver(const JobConfig& config, const MeasuredProfile* profile, SearchResult& result)
+      : config_(config),
+        profile_(profile),
+        result_(result),
+        kind_best_(static_cast<int>(schema::ScheduleKind::MAX) + 1) {}
+
+  void solve_all(const std::vector<PendingSetting>& pending) {
+    for_each_on_threads(config_.planner.nproc, pending.size(),
+                        [&](size_t index) { solve(pending[index]); });
+    for (auto& best : kind_best_)
+      if (best) result_.best_per_schedule.push_back(std::move(*best));
+  }
+
+  // [planner] verbose's lines, keyed by setting.
+  std::vector<std::pair<PlanSetting, std::string>> log;
+
+ private:
+  double bound_of(const PlanSetting& setting) const {
+    const auto& best = kind_best_[static_cast<int>(setting.schedule.kind)];
+    return std::max(kth_step_, best ? best->estimate.prediction.step_seconds : kInfinity);
+  }
+
+  void solve(const PendingSetting& item) {
+    const PlannerOptions& options = config_.planner;
+    double bound;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      bound = bound_of(item.setting);
+      if (item.lower_bound >= bound) {
+        ++result_.statistics.skipped_by_bound;
+        if (options.verbose)
+          log.push_back({item.setting, "skipped: step lower bound " +
+                                           seconds_text(item.lower_bound) +
+                                           " s cannot beat the top-" + str(options.topk) +
+                                           " bound " + seconds_text(bound) + " s"});
+        return;
+      }
+    }
+    const StageCostModel costs(config_, item.setting, profile_);
+    const PartitionResult solved =
+        solve_setting(config_, make_problem(config_, result_.space, costs, bound));
+    PlanCandidate candidate;
+    PartitionStatus status = solved.status;
+    std::string reason = solved.reason;
+    if (status == PartitionStatus::Found) {
+      reason = empty_stage_reason(item.setting, solved.partition);
+      if (!reason.empty()) status = PartitionStatus::NoValidBoundaries;
+    }
+    if (status == PartitionStatus::Found)
+      candidate = make_candidate(config_, item.setting, result_.space.layer_recompute,
+                                 solved.partition, profile_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++result_.statistics.solved;
+    result_.statistics.slots_evaluated += solved.slots_evaluated;
+    if (options.verbose)
+      log.push_back({item.setting, verbose_line(status, candidate, reason, bound)});
+    if (status == PartitionStatus::Found) {
+      rank(std::move(candidate));
+    } else if (status == PartitionStatus::Pruned) {
+      ++result_.statistics.pruned_in_search;
+    } else {
+      reject(result_, item.setting, rejection_kind(status), reason);
+    }
+  }
+
+  std::string verbose_line(PartitionStatus status, const PlanCandidate& candidate,
+                           const std::string& reason, double bound) const {
+    if (status == PartitionStatus::Found) {
+      std::string line = "best partition: step " +
+                         seconds_text(candidate.estimate.prediction.step_seconds) +
+                         " s, blocks per stage";
+      for (const StageLayout& stage : candidate.stages) line += " " + str(stage.num_layers);
+      return line;
+    }
+    if (status == PartitionStatus::Pruned)
+      return "stopped: no partition beats the top-" + str(config_.planner.topk) + " bound " +
+             seconds_text(bound) + " s";
+    return "rejected: " + reason;
+  }
+
+  // Under mutex_: the candidate into its kind's best and the top-k.
+  void rank(PlanCandidate candidate) {
+    auto& best = kind_best_[static_cast<int>(candidate.setting.schedule.kind)];
+    if (!best || ranks_before(candidate, *best)) best = candidate;
+    auto& ranked = result_.ranked;
+    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), candidate, ranks_before),
+                  std::move(candidate));
+    const size_t topk = static_cast<size_t>(config_.planner.topk);
+    if (ranked.size() > topk) ranked.pop_back();
+    if (ranked.size() == topk) kth_step_ = ranked.back().estimate.prediction.step_seconds;
+  }
+
+  const JobConfig& config_;
+  const MeasuredProfile* profile_;
+  SearchResult& result_;
+  std::mutex mutex_;
+  double kth_step_ = kInfinity;
+  std::vector<std::optional<PlanCandidate>> kind_best_;
+};
+
+}  // namespace
+
+SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfile* profile) {
+  const auto start = std::chrono::steady_clock::now();
+  SearchResult result;
+  result.space = resolve_search_space(config);
+  const PlannerOptions& options = config.planner;
+  std::vector<PendingSetting> pending = enumerate_settings(config, result.space, result);
+
   // Each bound builds the setting's cost model, which plays out its schedule
   // the first time a shape is seen: on every thread.
   for_each_on_threads(options.nproc, pending.size(), [&](size_t i) {
@@ -261,105 +420,12 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
                    });
 
   // [planner] verbose: lines keyed by setting so the order does not depend on threads.
-  std::vector<std::pair<PlanSetting, std::string>> log;
-  const bool verbose = options.verbose;
-  for (const SettingRejection& rejection : result.rejections)
-    if (verbose) log.push_back({rejection.setting, "rejected: " + rejection.reason});
+  SettingSolver solver(config, profile, result);
+  if (options.verbose)
+    for (const SettingRejection& rejection : result.rejections)
+      solver.log.push_back({rejection.setting, "rejected: " + rejection.reason});
+  solver.solve_all(pending);
 
-  // Workers share the ranked list and its k-th step, the pruning bound.
-  const size_t topk = static_cast<size_t>(options.topk);
-  std::mutex mutex;
-  double kth_step = kInfinity;
-  constexpr int kKinds = static_cast<int>(schema::ScheduleKind::MAX) + 1;
-  std::vector<std::optional<PlanCandidate>> kind_best(kKinds);
-  auto kind_bound = [&](const PlanSetting& setting) {
-    const auto& best = kind_best[static_cast<int>(setting.schedule.kind)];
-    return std::max(kth_step, best ? best->estimate.prediction.step_seconds : kInfinity);
-  };
-  auto solve = [&](size_t index) {
-    {
-      const PendingSetting& item = pending[index];
-      double bound;
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        bound = kind_bound(item.setting);
-        if (item.lower_bound >= bound) {
-          ++result.statistics.skipped_by_bound;
-          if (verbose)
-            log.push_back({item.setting, "skipped: step lower bound " +
-                                             seconds_text(item.lower_bound) +
-                                             " s cannot beat the top-" + str(options.topk) +
-                                             " bound " + seconds_text(bound) + " s"});
-          return;
-        }
-      }
-      const StageCostModel costs(config, item.setting, profile);
-      const PartitionResult solved =
-          solve_setting(config, make_problem(config, space, costs, bound));
-      PlanCandidate candidate;
-      PartitionStatus status = solved.status;
-      std::string reason = solved.reason;
-      if (status == PartitionStatus::Found) {
-        const int chunks = item.setting.schedule.virtual_stages;
-        const std::vector<int>& layers = solved.partition.num_layers;
-        for (size_t s = 0; s < layers.size() && status == PartitionStatus::Found; ++s) {
-          if (layers[s] >= chunks) continue;
-          status = PartitionStatus::NoValidBoundaries;
-          // The embedding or the head alone outweighs what a stage of blocks does.
-          reason = chunks > 1
-                       ? schedule_choice_name(item.setting.schedule) + " with " + str(chunks) +
-                             " chunks per rank needs as many blocks on every rank; the "
-                             "best partition gives pipeline stage " +
-                             str(static_cast<int>(s)) + " " + str(layers[s])
-                       : "every pipeline stage needs a block; the best partition gives "
-                         "pipeline stage " +
-                             str(static_cast<int>(s)) +
-                             " none (the embedding or head alone outweighs a stage of "
-                             "blocks): fewer pipeline stages, or more layers";
-        }
-      }
-      if (status == PartitionStatus::Found)
-        candidate =
-            make_candidate(config, item.setting, space.layer_recompute, solved.partition, profile);
-      std::lock_guard<std::mutex> lock(mutex);
-      ++result.statistics.solved;
-      result.statistics.slots_evaluated += solved.slots_evaluated;
-      if (verbose) {
-        std::string line;
-        if (status == PartitionStatus::Found) {
-          line = "best partition: step " +
-                 seconds_text(candidate.estimate.prediction.step_seconds) + " s, blocks per stage";
-          for (const StageLayout& stage : candidate.stages) line += " " + str(stage.num_layers);
-        } else if (status == PartitionStatus::Pruned) {
-          line = "stopped: no partition beats the top-" + str(options.topk) + " bound " +
-                 seconds_text(bound) + " s";
-        } else {
-          line = "rejected: " + reason;
-        }
-        log.push_back({item.setting, line});
-      }
-      if (status == PartitionStatus::Found) {
-        auto& best = kind_best[static_cast<int>(item.setting.schedule.kind)];
-        if (!best || ranks_before(candidate, *best)) best = candidate;
-        auto& ranked = result.ranked;
-        ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), candidate, ranks_before),
-                      std::move(candidate));
-        if (ranked.size() > topk) ranked.pop_back();
-        if (ranked.size() == topk) kth_step = ranked.back().estimate.prediction.step_seconds;
-      } else if (status == PartitionStatus::Pruned) {
-        ++result.statistics.pruned_in_search;
-      } else {
-        SettingRejection rejection;
-        rejection.setting = item.setting;
-        rejection.kind = rejection_kind(status);
-        rejection.reason = reason;
-        result.rejections.push_back(rejection);
-      }
-    }
-  };
-  for_each_on_threads(options.nproc, pending.size(), solve);
-  for (auto& best : kind_best)
-    if (best) result.best_per_schedule.push_back(std::move(*best));
   // Rejections in a fixed order whatever the thread timing.
   std::stable_sort(result.rejections.begin(), result.rejections.end(),
                    [](const SettingRejection& a, const SettingRejection& b) {
@@ -371,11 +437,11 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
                      };
                      return key(a) < key(b);
                    });
-  if (verbose) {
-    std::stable_sort(log.begin(), log.end(), [](const auto& a, const auto& b) {
+  if (options.verbose) {
+    std::stable_sort(solver.log.begin(), solver.log.end(), [](const auto& a, const auto& b) {
       return setting_key(a.first) < setting_key(b.first);
     });
-    for (const auto& [setting, line] : log)
+    for (const auto& [setting, line] : solver.log)
       result.log.push_back(setting_name(setting) + ": " + line);
   }
   result.statistics.seconds =
