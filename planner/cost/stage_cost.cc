@@ -62,28 +62,44 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   options_.pipeline_scheduler = setting.schedule.kind;
   options_.pipeline_virtual_stages = std::max(setting.schedule.virtual_stages, 1);
   if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;
-  const ModelConfig& model = config.model;
-  const ParallelShape& shape = setting.shape;
-  const int t = shape.tensor_parallel, b = setting.micro_batch_size, p = shape.pipeline_stages;
-  const bool train = options_.is_train;
-  element_bytes_ = element_bytes(model.dtype);
+  element_bytes_ = element_bytes(config.model.dtype);
   zero_shards_ =
-      setting.zero_stage == 1 ? std::max(shape.data_parallel / setting.zero_ngroups, 1) : 1;
+      setting.zero_stage == 1 ? std::max(setting.shape.data_parallel / setting.zero_ngroups, 1) : 1;
+  set_memory_terms();
+  const DeviceModel device = device_model(config.cluster, config.model.dtype);
+  // Times in the units of the step: with the node's ranks sharing its cores,
+  // what a dedicated core's second takes with every rank busy.
+  const double busy = busy_wall_factor(config, setting);
+  const TensorGroupPace* pace = set_compute_times(profile, busy, device);
+  set_tensor_parallel(profile, busy, pace);
+  if (!options_.is_train) {
+    for (double& seconds : block_backward_) seconds = 0;
+    head_backward_ = embedding_backward_ = 0;
+  }
+  set_pipeline(profile, busy);
+  set_data_parallel(profile, busy, device);
+}
+
+void StageCostModel::set_memory_terms() {
+  const ModelConfig& model = config_->model;
+  const ParallelShape& shape = setting_.shape;
+  const int b = setting_.micro_batch_size, p = shape.pipeline_stages;
+  const bool train = options_.is_train;
   // Memory terms: the first, a middle and the last stage's shapes (one when
   // p is 1), then each rank's micro-batches in flight.
   const auto terms_of = [&](bool first, bool last) {
     return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b,
-                              setting.num_micro_batches);
+                              setting_.num_micro_batches);
   };
   // (The V kinds: the first holds the head too, the last is a middle one.)
-  const bool v_shape = v_shaped(setting.schedule.kind);
+  const bool v_shape = v_shaped(setting_.schedule.kind);
   const StageMemoryTerms first_terms = terms_of(true, p == 1 || v_shape);
   const StageMemoryTerms middle_terms =
       p > 2 || (v_shape && p > 1) ? terms_of(false, false) : first_terms;
   const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
   const std::vector<ZeroBubbleCounts>* zero_bubble_ranks =
-      splits_backward(setting.schedule.kind)
-          ? &zero_bubble_counts(setting.schedule.kind, p, setting.num_micro_batches)
+      splits_backward(setting_.schedule.kind)
+          ? &zero_bubble_counts(setting_.schedule.kind, p, setting_.num_micro_batches)
           : nullptr;
   for (int r = 0; r < p; ++r) {
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
@@ -92,17 +108,20 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
       terms.in_flight = (*zero_bubble_ranks)[r].slots;
       terms.weight_pending = train ? (*zero_bubble_ranks)[r].weight_pending : 0;
     } else {
-      terms.in_flight = in_flight_micro_batches(setting.schedule.kind, r, p,
-                                                setting.num_micro_batches, terms.chunks);
+      terms.in_flight = in_flight_micro_batches(setting_.schedule.kind, r, p,
+                                                setting_.num_micro_batches, terms.chunks);
     }
   }
+}
 
-  // Compute: the profile's measured times, else the analytic model of the
-  // operations each part runs (compute_model.h).
-  const DeviceModel device = device_model(config.cluster, model.dtype);
-  // Times in the units of the step: with the node's ranks sharing its cores,
-  // what a dedicated core's second takes with every rank busy.
-  const double busy = busy_wall_factor(config, setting);
+// Compute: the profile's measured times, else the analytic model of the
+// operations each part runs (compute_model.h). Returns the tensor group's
+// measured pace, where it applies.
+const TensorGroupPace* StageCostModel::set_compute_times(const MeasuredProfile* profile,
+                                                         double busy, const DeviceModel& device) {
+  const ModelConfig& model = config_->model;
+  const ParallelShape& shape = setting_.shape;
+  const int t = shape.tensor_parallel, b = setting_.micro_batch_size;
   const ProfileEntry* entry = profile != nullptr ? profile->find_compute(model, t, b) : nullptr;
   std::optional<ProfiledTimes> measured;
   if (entry != nullptr) {
@@ -113,7 +132,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   // TensorGroupPace, measured where every rank has a core of its own; where
   // ranks share cores the simulation plays the waiting out instead).
   const TensorGroupPace* pace =
-      entry != nullptr && entry->tensor_group && t > 1 && ranks_have_own_cores(config, setting)
+      entry != nullptr && entry->tensor_group && t > 1 && ranks_have_own_cores(*config_, setting_)
           ? &*entry->tensor_group
           : nullptr;
   if (measured && pace) {
@@ -156,8 +175,17 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
         analytic_backward > 0 ? block_backward_[0] * weight_gradients / analytic_backward : 0;
   }
 
+  return pace;
+}
+
+void StageCostModel::set_tensor_parallel(const MeasuredProfile* profile, double busy,
+                                         const TensorGroupPace* pace) {
+  const ModelConfig& model = config_->model;
+  const ParallelShape& shape = setting_.shape;
+  const int t = shape.tensor_parallel, b = setting_.micro_batch_size;
+  const bool train = options_.is_train;
   // Tensor parallelism: always inside a node (t divides devices_per_node).
-  links_ = LinkModel::from_cluster(config.cluster);
+  links_ = LinkModel::from_cluster(config_->cluster);
   const LinkModel& links = links_;
   const double hidden_bytes =
       static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
@@ -202,11 +230,16 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     const double wait = pace->wait_per_call;
     tensor_parallel_wait_ = TensorParallelParts::all_reduce_layout(wait, wait, train);
   }
-  if (!train) {
-    for (double& seconds : block_backward_) seconds = 0;
-    head_backward_ = embedding_backward_ = 0;
-  }
+}
 
+void StageCostModel::set_pipeline(const MeasuredProfile* profile, double busy) {
+  const ModelConfig& model = config_->model;
+  const ParallelShape& shape = setting_.shape;
+  const int b = setting_.micro_batch_size, p = shape.pipeline_stages;
+  const bool train = options_.is_train;
+  const double hidden_bytes =
+      static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
+  const LinkModel& links = links_;
   // Pipeline sends: the activation forward and (training) the gradient back
   // (with sequence parallelism, each rank sends its token shard).
   const double message_bytes = hidden_bytes / shape.sequence_shards();
@@ -214,7 +247,8 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   const std::optional<CollectiveEntry> send_receive =
       measured_collective(profile, CollectiveOperation::SendReceive, p > 1 ? 2 : 1, busy);
   for (int s = 0; s + 1 < p; ++s) {
-    const bool crosses = pipeline_boundary_crosses_nodes(shape, s, setting.layout.devices_per_node);
+    const bool crosses =
+        pipeline_boundary_crosses_nodes(shape, s, setting_.layout.devices_per_node);
     const double seconds = send_receive && !crosses
                                ? send_receive->seconds(message_bytes)
                                : point_to_point_seconds(links.link(crosses), message_bytes);
@@ -224,12 +258,12 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   }
   // Interleaved: each rank's other chunks send an activation and a gradient
   // more per micro-batch (the wrap from the last rank to rank 0 included).
-  const schema::ScheduleKind kind = setting.schedule.kind;
+  const schema::ScheduleKind kind = setting_.schedule.kind;
   const ScheduleKindRow& row = schedule_kind_row(kind);
   const bool chunked = row.traits.chunked();
   const bool split_backward = row.traits.splits_backward;
   if (chunked && p > 1)
-    interleave_send_ *= (train ? 2 : 1) * (std::max(setting.schedule.virtual_stages, 1) - 1);
+    interleave_send_ *= (train ? 2 : 1) * (std::max(setting_.schedule.virtual_stages, 1) - 1);
   else
     interleave_send_ = 0;
   if (train && split_backward) {
@@ -240,24 +274,32 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
         block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
   }
   if (train && p > 1 && (split_backward || chunked) &&
-      setting.num_micro_batches >= row.fewest_micro_batches_per_stage * p)
+      setting_.num_micro_batches >= row.fewest_micro_batches_per_stage * p)
     setting_.schedule.bubble_slots = played_out_bubble_slots(
-        kind, p, setting.num_micro_batches, std::max(setting.schedule.virtual_stages, 1),
+        kind, p, setting_.num_micro_batches, std::max(setting_.schedule.virtual_stages, 1),
         block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
         setting_.schedule.weight_of_backward);
+}
 
+void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double busy,
+                                       const DeviceModel& device) {
+  const ModelConfig& model = config_->model;
+  const ParallelShape& shape = setting_.shape;
+  const int t = shape.tensor_parallel, p = shape.pipeline_stages;
+  const bool train = options_.is_train;
+  const LinkModel& links = links_;
   // Data-parallel reduction placement per stage.
-  const int group = setting.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
+  const int group = setting_.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
   for (auto& crosses : reduction_crosses_) crosses.assign(p, false);
   for (int s = 0; s < p; ++s) {
     reduction_crosses_[0][s] =
-        data_parallel_group_crosses_nodes(shape, s, group, setting.layout.devices_per_node);
+        data_parallel_group_crosses_nodes(shape, s, group, setting_.layout.devices_per_node);
     reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
-                                                                 setting.layout.devices_per_node);
+                                                                 setting_.layout.devices_per_node);
   }
   if (train) {
     const int d = shape.data_parallel;
-    if (setting.zero_stage == 1) {
+    if (setting_.zero_stage == 1) {
       zero_reduce_scatter_ =
           measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_, busy);
       zero_all_reduce_ =
@@ -275,7 +317,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   // costs its latency only).
   const int world = p * shape.data_parallel * t;
   if (train && world > 1) {
-    const bool crosses = setting.layout.num_nodes > 1;
+    const bool crosses = setting_.layout.num_nodes > 1;
     const std::optional<CollectiveEntry> norm =
         measured_collective(profile, CollectiveOperation::AllReduce, world, busy);
     norm_all_reduce_ = norm && !crosses

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "planner/cost/communication_model.h"
+#include "planner/cost/compute_model.h"
 #include "planner/cost/cost_model.h"
 #include "planner/cost/profile.h"
 #include "planner/job/job_config.h"
@@ -218,6 +219,18 @@ class StageCostModel {
   // One micro-batch's backward compute of a stage of num_layers without
   // recomputation: what the bucketed reduction hides behind.
   double plain_backward_seconds(int pipeline_rank, int num_layers) const;
+  // The constructor's parts, in order: each stage's memory terms; the
+  // compute times (measured or analytic; returns the tensor group's
+  // measured pace where it applies); the tensor-parallel transfers; the
+  // pipeline's sends and the schedule's figures; the data-parallel
+  // reduction, the gradient norm and the optimizer.
+  void set_memory_terms();
+  const TensorGroupPace* set_compute_times(const MeasuredProfile* profile, double busy,
+                                           const DeviceModel& device);
+  void set_tensor_parallel(const MeasuredProfile* profile, double busy,
+                           const TensorGroupPace* pace);
+  void set_pipeline(const MeasuredProfile* profile, double busy);
+  void set_data_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
   // The four per-micro-batch time parts, summed the same way by every caller.
   void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
 };
