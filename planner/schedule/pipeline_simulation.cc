@@ -212,182 +212,225 @@ class StageRates {
 
 }  // namespace
 
-SimulatedStep simulate_step(const PipelineSchedule& schedule,
-                            const std::vector<SimulatedStageInput>& inputs, int ranks_per_stage,
-                            double cores) {
-  const int p = schedule.num_stages, m = schedule.num_micro_batches;
-  const int v = std::max(schedule.virtual_stages, 1);
-  if (static_cast<int>(inputs.size()) != p || static_cast<int>(schedule.stages.size()) != p)
-    throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
-  std::vector<StageState> state(p);
-  for (StageState& st : state) st.last_gradient_sent.assign(v, -1);
-  MessageTable messages(m, p * v);
-  const PipelineLayout layout = PipelineLayout::of(schedule.kind, p, v);
-  const bool posted = schedule.transfers == schema::Transfers::Posted;
-  std::vector<size_t> needs, pending;  // posted transfers: scratch, reused per instruction
-  double now = 0;
-  const double epsilon = 1e-12;
-  const bool shared_cores = cores > 0;
-  StageRates stage_rates(p, ranks_per_stage, cores);
+namespace {
 
-  // Starts instructions (and finishes those taking no time) until every stage
-  // is busy, blocked or done.
-  auto start_instructions = [&] {
+// One step played out event by event: each stage's state, the messages
+// between them, and the clock. simulate_step's machinery, its parts named.
+class StepSimulation {
+ public:
+  StepSimulation(const PipelineSchedule& schedule, const std::vector<SimulatedStageInput>& inputs,
+                 int ranks_per_stage, double cores)
+      : schedule_(schedule),
+        inputs_(inputs),
+        p_(schedule.num_stages),
+        m_(schedule.num_micro_batches),
+        v_(std::max(schedule.virtual_stages, 1)),
+        state_(p_),
+        messages_(m_, p_ * v_),
+        layout_(PipelineLayout::of(schedule.kind, p_, v_)),
+        posted_(schedule.transfers == schema::Transfers::Posted),
+        shared_cores_(cores > 0),
+        stage_rates_(p_, ranks_per_stage, cores) {
+    for (StageState& st : state_) st.last_gradient_sent.assign(v_, -1);
+  }
+
+  SimulatedStep run() {
+    for (int guard = 0;; ++guard) {
+      if (guard > 100 * (m_ + p_) * p_ + 1000)
+        throw std::logic_error("simulate_step: the schedule does not finish");
+      start_instructions();
+      bool done = true;
+      for (const StageState& st : state_) done = done && st.phase == Phase::kDone;
+      if (done) break;
+      const std::vector<double>& rates = stage_rates_.update(state_);
+      const double next = next_event(rates);
+      if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
+      advance_to(next, rates);
+    }
+    return result();
+  }
+
+ private:
+  // Starts instructions (and finishes those taking no time) until every
+  // stage is busy, blocked or done.
+  void start_instructions() {
     bool moved = true;
     while (moved) {
       moved = false;
-      for (int s = 0; s < p; ++s) {
-        StageState& st = state[s];
-        const SimulatedStageInput& in = inputs[s];
-        if (st.phase == Phase::kTransfer && shared_cores && !posted) {
-          // Once every message is posted at both ends, each end copies it:
-          // work, like the collectives.
-          bool posted = true;
-          double copies = 0;
-          for (const size_t key : st.waiting)
-            posted = posted && messages[key].posted(), copies += messages[key].seconds;
-          if (posted) {
-            st.phase = Phase::kCollective, st.remaining = copies, st.transfer_work += copies;
-            st.waiting.clear(), moved = true;
-          }
-        } else if (st.phase == Phase::kTransfer) {
-          bool complete = true;
-          for (const size_t key : st.waiting)
-            complete = complete && messages[key].posted() &&
-                       (shared_cores || messages[key].done() <= now + epsilon);
-          if (complete) st.phase = Phase::kStart, st.waiting.clear(), moved = true;
-        }
-        if (st.phase == Phase::kBarrier) {
-          bool all = true;
-          for (const StageState& other : state)
-            all = all && (other.phase == Phase::kBarrier || other.op == OpCode::OptimizerStep);
-          if (!all) continue;
-          st.phase = Phase::kCompute, st.remaining = in.optimizer_work, st.collectives_after = 0;
-          st.compute_started = now, moved = true;
-        }
-        if (st.phase != Phase::kStart) continue;
-        if (st.next == schedule.stages[s].size()) {
-          st.phase = Phase::kDone, st.finished = now;
-          continue;
-        }
-        const PipelineInstruction& instruction = schedule.stages[s][st.next++];
-        st.op = instruction.op;
-        st.waits_after = 0;
-        moved = true;
-        double receive_copies = 0;  // shared cores: the receiving end's copy
-        if (posted) {
-          const bool receives =
-              posted_needs(instruction, s, layout, messages, st.sent, st.last_gradient_sent, needs);
-          pending.clear();
-          for (const size_t key : needs) {
-            const Message& message = messages[key];
-            if (!message.posted() || (!shared_cores && message.done() > now + epsilon))
-              pending.push_back(key);
-          }
-          if (!pending.empty()) {
-            // Back to this instruction once its transfers are done.
-            --st.next;
-            st.waiting.assign(pending.begin(), pending.end()), st.phase = Phase::kTransfer;
-            continue;
-          }
-          if (shared_cores && receives) receive_copies = messages[needs[0]].seconds;
-        }
-        switch (instruction.op) {
-          case OpCode::Forward:
-          case OpCode::Backward:
-          case OpCode::BackwardInput:
-          case OpCode::BackwardWeight: {
-            const bool forward = instruction.op == OpCode::Forward;
-            const double share = instruction.op == OpCode::BackwardInput    ? 1 - in.weight_fraction
-                                 : instruction.op == OpCode::BackwardWeight ? in.weight_fraction
-                                                                            : 1.0;
-            st.phase = Phase::kCompute, st.compute_started = now;
-            st.remaining = (forward ? in.forward_work : in.backward_work) * share / v;
-            // The tensor-parallel all-reduces go with the input gradient.
-            st.collectives_after =
-                (forward                                    ? in.forward_collectives
-                 : instruction.op == OpCode::BackwardWeight ? 0
-                                                            : in.backward_collectives) /
-                v;
-            st.waits_after =
-                (forward                                    ? in.forward_group_waits
-                 : instruction.op == OpCode::BackwardWeight ? 0
-                                                            : in.backward_group_waits) /
-                v;
-            st.collectives_after += receive_copies, st.transfer_work += receive_copies;
-            break;
-          }
-          case OpCode::ReduceGradients:
-            st.phase = Phase::kCollective, st.remaining = in.reduction_work;
-            break;
-          case OpCode::OptimizerStep:
-            st.phase = Phase::kBarrier;
-            break;
-          case OpCode::LoadMicroBatch:
-            break;  // no time: stays at kStart for the next instruction
-          case OpCode::SendActivation:
-          case OpCode::RecvActivation:
-          case OpCode::SendGradient:
-          case OpCode::RecvGradient:
-          case OpCode::SendActivationRecvGradient:
-          case OpCode::SendGradientRecvActivation:
-            const Ends posted_ends = ends(instruction, s, layout, messages);
-            const double link_seconds = local_send(instruction, s, layout) ? 0 : in.p2p_seconds;
-            for (int e = 0; e < posted_ends.count; ++e) {
-              const auto& [key, sending] = posted_ends.end[e];
-              Message& message = messages[key];
-              (sending ? message.sent : message.received) = now;
-              if (sending) message.seconds = link_seconds;
-              if (!posted) {
-                st.waiting.push_back(key);
-                continue;
-              }
-              if (!sending) continue;
-              st.sent.push_back(key);
-              if (instruction.op == OpCode::SendGradient)
-                st.last_gradient_sent[instruction.chunk] = static_cast<int64_t>(key);
-              if (shared_cores)  // the sending end's copy, at once
-                st.phase = Phase::kCollective, st.remaining = link_seconds,
-                st.transfer_work += link_seconds;
-            }
-            if (!posted) st.phase = Phase::kTransfer;
-            break;
-        }
+      for (int s = 0; s < p_; ++s) {
+        moved |= unblock(s);
+        if (state_[s].phase != Phase::kStart) continue;
+        moved |= start_next(s);
       }
     }
-  };
+  }
 
-  for (int guard = 0;; ++guard) {
-    if (guard > 100 * (m + p) * p + 1000)
-      throw std::logic_error("simulate_step: the schedule does not finish");
-    start_instructions();
-    bool done = true;
-    for (const StageState& st : state) done = done && st.phase == Phase::kDone;
-    if (done) break;
-    const std::vector<double>& rates = stage_rates.update(state);
+  // A stage waiting for its transfers or the optimizer's barrier goes on
+  // once they are done; true if it moved.
+  bool unblock(int s) {
+    StageState& st = state_[s];
+    const SimulatedStageInput& in = inputs_[s];
+    bool moved = false;
+    if (st.phase == Phase::kTransfer && shared_cores_ && !posted_) {
+      // Once every message is posted at both ends, each end copies it:
+      // work, like the collectives.
+      bool all_posted = true;
+      double copies = 0;
+      for (const size_t key : st.waiting)
+        all_posted = all_posted && messages_[key].posted(), copies += messages_[key].seconds;
+      if (all_posted) {
+        st.phase = Phase::kCollective, st.remaining = copies, st.transfer_work += copies;
+        st.waiting.clear(), moved = true;
+      }
+    } else if (st.phase == Phase::kTransfer) {
+      bool complete = true;
+      for (const size_t key : st.waiting)
+        complete = complete && messages_[key].posted() &&
+                   (shared_cores_ || messages_[key].done() <= now_ + kEpsilon);
+      if (complete) st.phase = Phase::kStart, st.waiting.clear(), moved = true;
+    }
+    if (st.phase == Phase::kBarrier) {
+      bool all = true;
+      for (const StageState& other : state_)
+        all = all && (other.phase == Phase::kBarrier || other.op == OpCode::OptimizerStep);
+      if (!all) return moved;
+      st.phase = Phase::kCompute, st.remaining = in.optimizer_work, st.collectives_after = 0;
+      st.compute_started = now_, moved = true;
+    }
+    return moved;
+  }
+
+  // Stage s (at kStart) takes its next instruction; true if it moved.
+  bool start_next(int s) {
+    StageState& st = state_[s];
+    const SimulatedStageInput& in = inputs_[s];
+    if (st.next == schedule_.stages[s].size()) {
+      st.phase = Phase::kDone, st.finished = now_;
+      return false;
+    }
+    const PipelineInstruction& instruction = schedule_.stages[s][st.next++];
+    st.op = instruction.op;
+    st.waits_after = 0;
+    double receive_copies = 0;  // shared cores: the receiving end's copy
+    if (posted_) {
+      const bool receives =
+          posted_needs(instruction, s, layout_, messages_, st.sent, st.last_gradient_sent, needs_);
+      pending_.clear();
+      for (const size_t key : needs_) {
+        const Message& message = messages_[key];
+        if (!message.posted() || (!shared_cores_ && message.done() > now_ + kEpsilon))
+          pending_.push_back(key);
+      }
+      if (!pending_.empty()) {
+        // Back to this instruction once its transfers are done.
+        --st.next;
+        st.waiting.assign(pending_.begin(), pending_.end()), st.phase = Phase::kTransfer;
+        return true;
+      }
+      if (shared_cores_ && receives) receive_copies = messages_[needs_[0]].seconds;
+    }
+    switch (instruction.op) {
+      case OpCode::Forward:
+      case OpCode::Backward:
+      case OpCode::BackwardInput:
+      case OpCode::BackwardWeight:
+        start_compute(st, in, instruction.op, receive_copies);
+        break;
+      case OpCode::ReduceGradients:
+        st.phase = Phase::kCollective, st.remaining = in.reduction_work;
+        break;
+      case OpCode::OptimizerStep:
+        st.phase = Phase::kBarrier;
+        break;
+      case OpCode::LoadMicroBatch:
+        break;  // no time: stays at kStart for the next instruction
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+        post_transfers(s, instruction);
+        break;
+    }
+    return true;
+  }
+
+  void start_compute(StageState& st, const SimulatedStageInput& in, OpCode op,
+                     double receive_copies) {
+    const bool forward = op == OpCode::Forward;
+    const double share = op == OpCode::BackwardInput    ? 1 - in.weight_fraction
+                         : op == OpCode::BackwardWeight ? in.weight_fraction
+                                                        : 1.0;
+    st.phase = Phase::kCompute, st.compute_started = now_;
+    st.remaining = (forward ? in.forward_work : in.backward_work) * share / v_;
+    // The tensor-parallel all-reduces go with the input gradient.
+    st.collectives_after = (forward                        ? in.forward_collectives
+                            : op == OpCode::BackwardWeight ? 0
+                                                           : in.backward_collectives) /
+                           v_;
+    st.waits_after = (forward                        ? in.forward_group_waits
+                      : op == OpCode::BackwardWeight ? 0
+                                                     : in.backward_group_waits) /
+                     v_;
+    st.collectives_after += receive_copies, st.transfer_work += receive_copies;
+  }
+
+  // A transfer instruction's ends: rendezvous ones wait for their peers,
+  // posted sends go at once (with shared cores, the sender's copy is work).
+  void post_transfers(int s, const PipelineInstruction& instruction) {
+    StageState& st = state_[s];
+    const Ends transfer_ends = ends(instruction, s, layout_, messages_);
+    const double link_seconds = local_send(instruction, s, layout_) ? 0 : inputs_[s].p2p_seconds;
+    for (int e = 0; e < transfer_ends.count; ++e) {
+      const auto& [key, sending] = transfer_ends.end[e];
+      Message& message = messages_[key];
+      (sending ? message.sent : message.received) = now_;
+      if (sending) message.seconds = link_seconds;
+      if (!posted_) {
+        st.waiting.push_back(key);
+        continue;
+      }
+      if (!sending) continue;
+      st.sent.push_back(key);
+      if (instruction.op == OpCode::SendGradient)
+        st.last_gradient_sent[instruction.chunk] = static_cast<int64_t>(key);
+      if (shared_cores_)  // the sending end's copy, at once
+        st.phase = Phase::kCollective, st.remaining = link_seconds,
+        st.transfer_work += link_seconds;
+    }
+    if (!posted_) st.phase = Phase::kTransfer;
+  }
+
+  // When the next stage finishes its work, wait or transfer.
+  double next_event(const std::vector<double>& rates) {
     double next = kInfinity;
-    for (int s = 0; s < p; ++s) {
-      const StageState& st = state[s];
+    for (int s = 0; s < p_; ++s) {
+      const StageState& st = state_[s];
       const double rate = rates[s];
-      if (st.phase == Phase::kCompute) next = std::min(next, now + st.remaining / rate);
-      if (st.phase == Phase::kCollective) next = std::min(next, now + st.remaining / rate);
+      if (st.phase == Phase::kCompute) next = std::min(next, now_ + st.remaining / rate);
+      if (st.phase == Phase::kCollective) next = std::min(next, now_ + st.remaining / rate);
       if (st.phase == Phase::kGroupWait) next = std::min(next, st.wait_until);
       if (st.phase == Phase::kTransfer)
         for (const size_t key : st.waiting)
           // (One already done may wait beside one not yet posted.)
-          if (messages[key].posted() && messages[key].done() > now)
-            next = std::min(next, messages[key].done());
+          if (messages_[key].posted() && messages_[key].done() > now_)
+            next = std::min(next, messages_[key].done());
     }
-    if (next == kInfinity) throw std::logic_error("simulate_step: every stage is blocked");
-    const double elapsed = next - now;
-    now = next;
-    for (int s = 0; s < p; ++s) {
-      StageState& st = state[s];
+    return next;
+  }
+
+  // The clock to `next`: work done at each stage's rate, phases ended.
+  void advance_to(double next, const std::vector<double>& rates) {
+    const double elapsed = next - now_;
+    now_ = next;
+    for (int s = 0; s < p_; ++s) {
+      StageState& st = state_[s];
       const double rate = rates[s];
       if (st.phase == Phase::kCompute) {
         st.remaining -= elapsed * rate;
-        if (st.remaining > epsilon * std::max(1.0, now)) continue;
-        const double wall = now - st.compute_started;
+        if (st.remaining > kEpsilon * std::max(1.0, now_)) continue;
+        const double wall = now_ - st.compute_started;
         (st.op == OpCode::Forward         ? st.forward
          : st.op == OpCode::OptimizerStep ? st.optimizer
                                           : st.backward) += wall;
@@ -395,149 +438,69 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
       } else if (st.phase == Phase::kCollective) {
         st.remaining -= elapsed * rate;
       }
-      if (st.phase == Phase::kCollective && st.remaining <= epsilon * std::max(1.0, now)) {
+      if (st.phase == Phase::kCollective && st.remaining <= kEpsilon * std::max(1.0, now_)) {
         st.phase = st.waits_after > 0 ? Phase::kGroupWait : Phase::kStart;
-        st.wait_until = now + st.waits_after, st.waits_after = 0;
-      } else if (st.phase == Phase::kGroupWait && st.wait_until <= now + epsilon) {
+        st.wait_until = now_ + st.waits_after, st.waits_after = 0;
+      } else if (st.phase == Phase::kGroupWait && st.wait_until <= now_ + kEpsilon) {
         st.phase = Phase::kStart;
       }
     }
   }
 
-  SimulatedStep step;
-  for (const StageState& st : state) step.step_seconds = std::max(step.step_seconds, st.finished);
-  for (int s = 0; s < p; ++s) {
-    const StageState& st = state[s];
-    const SimulatedStageInput& in = inputs[s];
-    SimulatedStage stage;
-    stage.forward_wall = st.forward / m;
-    stage.backward_wall = st.backward / m;
-    stage.optimizer_wall = st.optimizer;
-    if (shared_cores) {
-      stage.transfer_seconds = st.transfer_work;
-    } else {
-      for (const PipelineInstruction& instruction : schedule.stages[s]) {
-        const Ends posted = ends(instruction, s, layout, messages);
-        const bool local = local_send(instruction, s, layout);
-        for (int e = 0; e < posted.count; ++e)
-          stage.transfer_seconds += posted.end[e].second && !local ? in.p2p_seconds : 0;
+  SimulatedStep result() {
+    SimulatedStep step;
+    for (const StageState& st : state_)
+      step.step_seconds = std::max(step.step_seconds, st.finished);
+    for (int s = 0; s < p_; ++s) {
+      const StageState& st = state_[s];
+      const SimulatedStageInput& in = inputs_[s];
+      SimulatedStage stage;
+      stage.forward_wall = st.forward / m_;
+      stage.backward_wall = st.backward / m_;
+      stage.optimizer_wall = st.optimizer;
+      if (shared_cores_) {
+        stage.transfer_seconds = st.transfer_work;
+      } else {
+        for (const PipelineInstruction& instruction : schedule_.stages[s]) {
+          const Ends transfer_ends = ends(instruction, s, layout_, messages_);
+          const bool local = local_send(instruction, s, layout_);
+          for (int e = 0; e < transfer_ends.count; ++e)
+            stage.transfer_seconds += transfer_ends.end[e].second && !local ? in.p2p_seconds : 0;
+        }
       }
+      // (The group waits are waiting.)
+      const double busy = m_ * (in.forward_work + in.backward_work + in.forward_collectives +
+                                in.backward_collectives) +
+                          stage.transfer_seconds + in.reduction_work + in.optimizer_work;
+      stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
+      step.stages.push_back(stage);
     }
-    // (The group waits are waiting.)
-    const double busy = m * (in.forward_work + in.backward_work + in.forward_collectives +
-                             in.backward_collectives) +
-                        stage.transfer_seconds + in.reduction_work + in.optimizer_work;
-    stage.waiting_seconds = std::max(0.0, step.step_seconds - busy);
-    step.stages.push_back(stage);
+    return step;
   }
-  return step;
-}
 
-double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
-                             double weight_fraction) {
-  if (schedule.transfers != schema::Transfers::Posted)
-    throw std::invalid_argument("dependency_bound_step: the schedule's transfers are not posted");
-  const int p = schedule.num_stages, m = schedule.num_micro_batches;
-  const int v = std::max(schedule.virtual_stages, 1);
-  const PipelineLayout layout = schedule.layout();
-  const int stages = layout.num_virtual_stages(), last = layout.last_virtual_stage();
-  const auto duration = [&](OpCode op) {
-    switch (op) {
-      case OpCode::Forward:
-        return forward / v;
-      case OpCode::Backward:
-        return backward / v;
-      case OpCode::BackwardInput:
-        return backward * (1 - weight_fraction) / v;
-      case OpCode::BackwardWeight:
-        return backward * weight_fraction / v;
-      case OpCode::LoadMicroBatch:
-      case OpCode::SendActivation:
-      case OpCode::RecvActivation:
-      case OpCode::SendGradient:
-      case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
-      case OpCode::ReduceGradients:
-      case OpCode::OptimizerStep:
-        return -1.0;  // not compute
-    }
-    return -1.0;  // an op outside the enum: not compute
-  };
-  // When each message's ends were posted (-1: not yet), as simulate_step's
-  // MessageTable: the activation or gradient of a micro-batch by its sender.
-  struct Posts {
-    double sent = -1, received = -1;
-  };
-  std::vector<Posts> messages(2 * static_cast<size_t>(m) * stages);
-  const auto index = [&](bool gradient, int micro_batch, int sender) {
-    if (micro_batch < 0 || micro_batch >= m || sender < 0 || sender > last)
-      throw std::invalid_argument("dependency_bound_step: a transfer of micro-batch " +
-                                  std::to_string(micro_batch) + " from virtual stage " +
-                                  std::to_string(sender) + " is outside the schedule");
-    return (static_cast<size_t>(gradient) * m + micro_batch) * stages + sender;
-  };
-  // Per rank and chunk, the last input gradient sent: its next backward
-  // writes that buffer again, so waits until the peer has received it.
-  std::vector<std::vector<int64_t>> last_gradient_sent(p, std::vector<int64_t>(v, -1));
-  std::vector<size_t> next(p, 0);
-  std::vector<double> free_at(p, 0);
-  // Ranks to advance: each runs its stream until a compute op finds an input
-  // not yet posted at both ends; posting an end wakes the rank at the other.
-  std::vector<int> waking(p);
-  std::vector<char> awake(p, 1);
-  for (int r = 0; r < p; ++r) waking[r] = p - 1 - r;
-  const auto wake = [&](int rank) {
-    if (!awake[rank]) awake[rank] = 1, waking.push_back(rank);
-  };
-  while (!waking.empty()) {
-    const int r = waking.back();
-    waking.pop_back();
-    awake[r] = 0;
-    const InstructionStream& stream = schedule.stages[r];
-    for (; next[r] < stream.size(); ++next[r]) {
-      const PipelineInstruction& in = stream[next[r]];
-      const int vs = layout.virtual_stage(r, in.chunk), mb = in.micro_batch;
-      // A transfer only posts its end, when the stream reaches it.
-      if (in.op == OpCode::SendActivation || in.op == OpCode::SendGradient) {
-        const bool gradient = in.op == OpCode::SendGradient;
-        const size_t key = index(gradient, mb, vs);
-        messages[key].sent = free_at[r];
-        if (gradient) last_gradient_sent[r][in.chunk] = static_cast<int64_t>(key);
-        wake(layout.rank_of(gradient ? vs - 1 : vs + 1));
-        continue;
-      }
-      if (in.op == OpCode::RecvActivation || in.op == OpCode::RecvGradient) {
-        const bool gradient = in.op == OpCode::RecvGradient;
-        const int sender = gradient ? vs + 1 : vs - 1;
-        messages[index(gradient, mb, sender)].received = free_at[r];
-        wake(layout.rank_of(sender));
-        continue;
-      }
-      const double d = duration(in.op);
-      if (d < 0) continue;  // loads, the reduction and the step: no time here
-      double ready = free_at[r];
-      bool blocked = false;
-      const auto needs = [&](size_t key) {
-        const Posts& posts = messages[key];
-        if (posts.sent < 0 || posts.received < 0) blocked = true;
-        ready = std::max({ready, posts.sent, posts.received});
-      };
-      const bool input = in.op == OpCode::Backward || in.op == OpCode::BackwardInput;
-      if (in.op == OpCode::Forward && vs > 0) needs(index(false, mb, vs - 1));
-      if (input && vs < last) needs(index(true, mb, vs + 1));
-      if (input && last_gradient_sent[r][in.chunk] >= 0)
-        needs(static_cast<size_t>(last_gradient_sent[r][in.chunk]));
-      if (blocked) break;
-      free_at[r] = ready + d;
-    }
-  }
-  for (int r = 0; r < p; ++r)
-    if (next[r] < schedule.stages[r].size())
-      throw std::logic_error("dependency_bound_step: rank " + std::to_string(r) +
-                             "'s compute waits for a transfer that never comes (instruction " +
-                             std::to_string(next[r]) + ")");
-  return *std::max_element(free_at.begin(), free_at.end());
+  static constexpr double kEpsilon = 1e-12;
+  const PipelineSchedule& schedule_;
+  const std::vector<SimulatedStageInput>& inputs_;
+  const int p_, m_, v_;
+  std::vector<StageState> state_;
+  MessageTable messages_;
+  const PipelineLayout layout_;
+  const bool posted_;
+  const bool shared_cores_;
+  StageRates stage_rates_;
+  std::vector<size_t> needs_, pending_;  // posted transfers: scratch, reused per instruction
+  double now_ = 0;
+};
+
+}  // namespace
+
+SimulatedStep simulate_step(const PipelineSchedule& schedule,
+                            const std::vector<SimulatedStageInput>& inputs, int ranks_per_stage,
+                            double cores) {
+  if (static_cast<int>(inputs.size()) != schedule.num_stages ||
+      static_cast<int>(schedule.stages.size()) != schedule.num_stages)
+    throw std::invalid_argument("simulate_step: one input per pipeline stage needed");
+  return StepSimulation(schedule, inputs, ranks_per_stage, cores).run();
 }
 
 }  // namespace paraplan

@@ -1,0 +1,121 @@
+// dependency_bound.cc: dependency_bound_step (pipeline_simulation.h), a
+// posted schedule played out on devices of their own in time linear in its
+// ops: what the cost model's bubbles come from.
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "planner/schedule/pipeline_simulation.h"
+
+namespace paraplan {
+
+using schema::OpCode;
+
+double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
+                             double weight_fraction) {
+  if (schedule.transfers != schema::Transfers::Posted)
+    throw std::invalid_argument("dependency_bound_step: the schedule's transfers are not posted");
+  const int p = schedule.num_stages, m = schedule.num_micro_batches;
+  const int v = std::max(schedule.virtual_stages, 1);
+  const PipelineLayout layout = schedule.layout();
+  const int stages = layout.num_virtual_stages(), last = layout.last_virtual_stage();
+  const auto duration = [&](OpCode op) {
+    switch (op) {
+      case OpCode::Forward:
+        return forward / v;
+      case OpCode::Backward:
+        return backward / v;
+      case OpCode::BackwardInput:
+        return backward * (1 - weight_fraction) / v;
+      case OpCode::BackwardWeight:
+        return backward * weight_fraction / v;
+      case OpCode::LoadMicroBatch:
+      case OpCode::SendActivation:
+      case OpCode::RecvActivation:
+      case OpCode::SendGradient:
+      case OpCode::RecvGradient:
+      case OpCode::SendActivationRecvGradient:
+      case OpCode::SendGradientRecvActivation:
+      case OpCode::ReduceGradients:
+      case OpCode::OptimizerStep:
+        return -1.0;  // not compute
+    }
+    return -1.0;  // an op outside the enum: not compute
+  };
+  // When each message's ends were posted (-1: not yet), as simulate_step's
+  // MessageTable: the activation or gradient of a micro-batch by its sender.
+  struct Posts {
+    double sent = -1, received = -1;
+  };
+  std::vector<Posts> messages(2 * static_cast<size_t>(m) * stages);
+  const auto index = [&](bool gradient, int micro_batch, int sender) {
+    if (micro_batch < 0 || micro_batch >= m || sender < 0 || sender > last)
+      throw std::invalid_argument("dependency_bound_step: a transfer of micro-batch " +
+                                  std::to_string(micro_batch) + " from virtual stage " +
+                                  std::to_string(sender) + " is outside the schedule");
+    return (static_cast<size_t>(gradient) * m + micro_batch) * stages + sender;
+  };
+  // Per rank and chunk, the last input gradient sent: its next backward
+  // writes that buffer again, so waits until the peer has received it.
+  std::vector<std::vector<int64_t>> last_gradient_sent(p, std::vector<int64_t>(v, -1));
+  std::vector<size_t> next(p, 0);
+  std::vector<double> free_at(p, 0);
+  // Ranks to advance: each runs its stream until a compute op finds an input
+  // not yet posted at both ends; posting an end wakes the rank at the other.
+  std::vector<int> waking(p);
+  std::vector<char> awake(p, 1);
+  for (int r = 0; r < p; ++r) waking[r] = p - 1 - r;
+  const auto wake = [&](int rank) {
+    if (!awake[rank]) awake[rank] = 1, waking.push_back(rank);
+  };
+  while (!waking.empty()) {
+    const int r = waking.back();
+    waking.pop_back();
+    awake[r] = 0;
+    const InstructionStream& stream = schedule.stages[r];
+    for (; next[r] < stream.size(); ++next[r]) {
+      const PipelineInstruction& in = stream[next[r]];
+      const int vs = layout.virtual_stage(r, in.chunk), mb = in.micro_batch;
+      // A transfer only posts its end, when the stream reaches it.
+      if (in.op == OpCode::SendActivation || in.op == OpCode::SendGradient) {
+        const bool gradient = in.op == OpCode::SendGradient;
+        const size_t key = index(gradient, mb, vs);
+        messages[key].sent = free_at[r];
+        if (gradient) last_gradient_sent[r][in.chunk] = static_cast<int64_t>(key);
+        wake(layout.rank_of(gradient ? vs - 1 : vs + 1));
+        continue;
+      }
+      if (in.op == OpCode::RecvActivation || in.op == OpCode::RecvGradient) {
+        const bool gradient = in.op == OpCode::RecvGradient;
+        const int sender = gradient ? vs + 1 : vs - 1;
+        messages[index(gradient, mb, sender)].received = free_at[r];
+        wake(layout.rank_of(sender));
+        continue;
+      }
+      const double d = duration(in.op);
+      if (d < 0) continue;  // loads, the reduction and the step: no time here
+      double ready = free_at[r];
+      bool blocked = false;
+      const auto needs = [&](size_t key) {
+        const Posts& posts = messages[key];
+        if (posts.sent < 0 || posts.received < 0) blocked = true;
+        ready = std::max({ready, posts.sent, posts.received});
+      };
+      const bool input = in.op == OpCode::Backward || in.op == OpCode::BackwardInput;
+      if (in.op == OpCode::Forward && vs > 0) needs(index(false, mb, vs - 1));
+      if (input && vs < last) needs(index(true, mb, vs + 1));
+      if (input && last_gradient_sent[r][in.chunk] >= 0)
+        needs(static_cast<size_t>(last_gradient_sent[r][in.chunk]));
+      if (blocked) break;
+      free_at[r] = ready + d;
+    }
+  }
+  for (int r = 0; r < p; ++r)
+    if (next[r] < schedule.stages[r].size())
+      throw std::logic_error("dependency_bound_step: rank " + std::to_string(r) +
+                             "'s compute waits for a transfer that never comes (instruction " +
+                             std::to_string(next[r]) + ")");
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+}  // namespace paraplan
