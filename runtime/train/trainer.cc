@@ -194,6 +194,44 @@ void print_run(const RunInputs& run, const RankState& rank, int world_size, int6
   }
 }
 
+// The test suites' injected faults at one rank's steps (injected_fault_step):
+// a throw, a stall, a SIGSTOP. They hit the first attempt only: a run resumed
+// from a checkpoint (as `launch --max-restarts` resumes) carries on past them.
+class InjectedFaults {
+ public:
+  explicit InjectedFaults(int world_rank)
+      : failure_(injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", world_rank)),
+        stall_(injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", world_rank)),
+        stop_(injected_fault_step("PARAPLAN_STOP_RANK_AT_STEP", world_rank)) {}
+  void before(int step) const {
+    if (step == failure_)
+      throw std::runtime_error("injected failure at step " + std::to_string(step) +
+                               " (PARAPLAN_FAIL_RANK_AT_STEP)");
+    if (step == stall_) std::this_thread::sleep_for(std::chrono::hours(1));
+    if (step == stop_) raise(SIGSTOP);
+  }
+
+ private:
+  int failure_, stall_, stop_;
+};
+
+// The checkpoint of `step` (every rank takes part; rank 0 writes and
+// publishes only while the directory is still this run's).
+void save_checkpoint(const RunInputs& run, RankState& rank, const std::string& directory, int step,
+                     const TrainState& state, bool leader) {
+  const std::string written =
+      save_distributed_checkpoint(directory, run.loaded, *rank.stage, *rank.optimizer, rank.groups,
+                                  TrainState{.step = step,
+                                             .next_train_sample = state.next_train_sample,
+                                             .seed = state.seed,
+                                             .data_order = run.data.train_order},
+                                  [&run] {
+                                    if (run.checkpoint_lock)
+                                      run.checkpoint_lock->check_still_held();
+                                  });
+  if (leader) std::cout << "checkpoint: " << written << std::endl;
+}
+
 // The run on a built rank state: its starting weights, the steps with
 // evaluation, logging and checkpoints, and the memory report.
 TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& options,
@@ -204,8 +242,6 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
   const TransformerConfig& config = run.model.config;
   const TrainingData& data = run.data;
   const int last_step = run.last_step;
-  const std::unique_ptr<CheckpointDirLock>& checkpoint_lock = run.checkpoint_lock;
-  ModelStage& stage = *rank.stage;
   const bool leader = session.world_rank() == 0;
   TrainState state = starting_state(run, rank, leader);
 
@@ -225,12 +261,7 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
 
   // Only the leader writes the log; the others keep quiet.
   StepLogger logger(leader ? options.log_json : "", options.resume);
-  // Injected faults hit the first attempt only: a run resumed from a
-  // checkpoint (as `launch --max-restarts` resumes) carries on past them.
-  const int world_rank = options.resume ? -1 : session.world_rank();
-  const int failure_step = injected_fault_step("PARAPLAN_FAIL_RANK_AT_STEP", world_rank);
-  const int stall_step = injected_fault_step("PARAPLAN_STALL_RANK_AT_STEP", world_rank);
-  const int stop_step = injected_fault_step("PARAPLAN_STOP_RANK_AT_STEP", world_rank);
+  const InjectedFaults faults(options.resume ? -1 : session.world_rank());
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);
   // A step's time runs from the end of the one before (after its wait for the
@@ -240,11 +271,7 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
   auto step_start = std::chrono::steady_clock::now();
   auto last_checkpoint = step_start;
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
-    if (step + 1 == failure_step)
-      throw std::runtime_error("injected failure at step " + std::to_string(step + 1) +
-                               " (PARAPLAN_FAIL_RANK_AT_STEP)");
-    if (step + 1 == stall_step) std::this_thread::sleep_for(std::chrono::hours(1));
-    if (step + 1 == stop_step) raise(SIGSTOP);
+    faults.before(step + 1);
     StepMetrics metrics;
     metrics.learning_rate = lr_schedule.at(step);
     TrainingStep trained;
@@ -301,17 +328,7 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
     if (!options.checkpoint_dir.empty() &&
         (last || checkpoint_due_by_time ||
          (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-      // Rank 0 publishes only while the directory is still this run's.
-      const std::string written = save_distributed_checkpoint(
-          options.checkpoint_dir, loaded, stage, *rank.optimizer, rank.groups,
-          TrainState{.step = step + 1,
-                     .next_train_sample = state.next_train_sample,
-                     .seed = state.seed,
-                     .data_order = data.train_order},
-          [&checkpoint_lock] {
-            if (checkpoint_lock) checkpoint_lock->check_still_held();
-          });
-      if (leader) std::cout << "checkpoint: " << written << std::endl;
+      save_checkpoint(run, rank, options.checkpoint_dir, step + 1, state, leader);
       last_checkpoint = std::chrono::steady_clock::now();
     }
     // Evaluation, logging and checkpoints are not the next step's time.
