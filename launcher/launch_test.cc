@@ -11,7 +11,7 @@
 
 #include "runtime/testing/test_temp_dir.h"
 #include "schema/plan_io.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

@@ -10,7 +10,7 @@
 #include "planner/cost/profile.h"
 #include "planner/job/partition_constraints.h"
 #include "planner/planner.h"
-#include "planner/planner_test_jobs.h"
+#include "planner/planner_test_support.h"
 #include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 

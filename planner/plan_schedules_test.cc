@@ -7,7 +7,7 @@
 #include "planner/planner.h"
 #include "planner/schedule/schedule.h"
 #include "schema/plan_io.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

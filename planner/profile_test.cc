@@ -13,7 +13,7 @@
 
 #include "planner/cost/plan_estimate.h"
 #include "planner/planner.h"
-#include "planner/planner_test_jobs.h"
+#include "planner/planner_test_support.h"
 #include "planner/profile_report.h"
 #include "planner/search/exhaustive_solver.h"
 #include "planner/search/plan_search.h"

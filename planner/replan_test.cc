@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "planner/planner_test_jobs.h"
+#include "planner/planner_test_support.h"
 #include "schema/plan_io.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

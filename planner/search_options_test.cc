@@ -7,7 +7,7 @@
 #include "planner/cost/model_counts.h"
 #include "planner/plan_report.h"
 #include "planner/planner.h"
-#include "planner/planner_test_jobs.h"
+#include "planner/planner_test_support.h"
 #include "planner/search/plan_search.h"
 
 namespace paraplan {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

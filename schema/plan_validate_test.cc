@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 #include "schema/plan_validate_test_support.h"
 
 namespace paraplan {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "command_fixture.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace {
 
@@ -224,9 +224,9 @@ TEST_F(HostileInput, ATokenFileNameThatIsNotUtf8IsRefused) {
   std::filesystem::copy_file(dir_ / "data" / "train.bin", odd,
                              std::filesystem::copy_options::overwrite_existing);
   write_plan_file("names.pplan", [](PlanSpec&) {});
-  expect_clear_error(bounded("train --plan " + path("names.pplan") + " --data '" + odd.string() +
-                             "' --steps 1"),
-                     {"--data: ", "the file name's byte 0xff at offset", "is not valid UTF-8"});
+  expect_clear_error(
+      bounded("train --plan " + path("names.pplan") + " --data '" + odd.string() + "' --steps 1"),
+      {"--data: ", "the file name's byte 0xff at offset", "is not valid UTF-8"});
 }
 
 // Issue 14, 7: `inspect --json` printed nlohmann's type_error.316 without the file.

@@ -7,7 +7,7 @@
 // (GPipe and ZB-H1: only the order of independent work differs; interleaved: also the gradient
 // norm's order of addition, which rounds to the same factor here).
 //
-// The plans are written here (schema/plan_test_builder.h) around the
+// The plans are written here (schema/plan_test_support.h) around the
 // planner's own schedules (planner/schedule/schedule.h, checked by its verifier), so
 // each case differs from its 1F1B twin in nothing but the schedule and the
 // layers' placement; the run validates them as any plan.
@@ -20,7 +20,7 @@
 
 #include "parallel_training_fixture.h"
 #include "planner/schedule/schedule.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include "runtime/data/sample_source.h"
 #include "runtime/model/memory_tracker.h"
 #include "schema/plan_io.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

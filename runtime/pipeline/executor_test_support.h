@@ -24,7 +24,7 @@
 #include "runtime/model/chunked_stage.h"
 #include "runtime/pipeline/schedule_executor.h"
 #include "runtime/testing/mpi_test_support.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan::testing {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

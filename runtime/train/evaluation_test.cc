@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "schema/plan_io.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

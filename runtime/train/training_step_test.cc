@@ -42,7 +42,7 @@
 #include "runtime/testing/mpi_test_support.h"
 #include "runtime/testing/no_compute_ops.h"
 #include "runtime/train/evaluation.h"
-#include "schema/plan_test_builder.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {

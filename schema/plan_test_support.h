@@ -1,4 +1,4 @@
-// plan_test_builder.h: builds plan FlatBuffers for tests from a plain, editable
+// plan_test_support.h: builds plan FlatBuffers for tests from a plain, editable
 // description (PlanSpec), with hand-written GPipe and 1F1B instruction streams.
 //
 // Tests start from make_plan_spec(), which is valid by construction, change one

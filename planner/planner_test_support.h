@@ -1,4 +1,4 @@
-// planner_test_jobs.h: job fixtures shared by the planner's tests.
+// planner_test_support.h: job fixtures shared by the planner's tests.
 #pragma once
 
 #include <vector>
