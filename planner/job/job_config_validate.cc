@@ -107,10 +107,8 @@ void validate_architecture_keys(const JobConfig& c) {
   }
 }
 
-}  // namespace
-
-void validate_job_config(const JobConfig& c) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
+// [model]: sizes within their limits, the architecture's own keys.
+void validate_model(const JobConfig& c) {
   const ModelConfig& m = c.model;
   // Token files hold uint16 ids up to 65536 and uint32 ids above (llm.c's
   // Llama 3 shards); the runtime's ids are int32, the field's own range.
@@ -127,10 +125,14 @@ void validate_job_config(const JobConfig& c) {
       {m.vocab_size, m.seq_len, m.num_layers, m.d_model, m.num_heads, m.ffn_size}, kJobModelFields);
   if (!shape_problems.empty())
     fail(c, shape_problems.front().field, "= " + shape_problems.front().problem);
-  require_range(c, "model", "layernorm_epsilon", m.layernorm_epsilon, 0, false, kInf, false);
-  require_range(c, "model", "init_std", m.init_std, 0, false, kInf, false);
+  require_range(c, "model", "layernorm_epsilon", m.layernorm_epsilon, 0, false, kInfinity, false);
+  require_range(c, "model", "init_std", m.init_std, 0, false, kInfinity, false);
   validate_architecture_keys(c);
+}
 
+// [training]: the batch, the optimizer, and the counts that multiply work.
+void validate_training(const JobConfig& c) {
+  const ModelConfig& m = c.model;
   const TrainingConfig& t = c.training;
   require_at_least(c, "training", "global_batch_size", t.global_batch_size, 1,
                    "sequences per optimizer step over the whole job");
@@ -141,14 +143,14 @@ void validate_job_config(const JobConfig& c) {
     for (const FieldProblem& problem :
          micro_batch_rows_problems(size, m.seq_len, field, "[model] seq_len"))
       fail(c, problem.field, "= " + problem.problem);
-  require_range(c, "training", "learning_rate", t.learning_rate, 0, false, kInf, false);
+  require_range(c, "training", "learning_rate", t.learning_rate, 0, false, kInfinity, false);
   require_range(c, "training", "min_learning_rate", t.min_learning_rate, 0, true, t.learning_rate,
                 true);
   require_range(c, "training", "beta1", t.beta1, 0, true, 1, false);
   require_range(c, "training", "beta2", t.beta2, 0, true, 1, false);
-  require_range(c, "training", "epsilon", t.epsilon, 0, false, kInf, false);
-  require_range(c, "training", "weight_decay", t.weight_decay, 0, true, kInf, false);
-  require_range(c, "training", "grad_clip", t.grad_clip, 0, true, kInf, false);
+  require_range(c, "training", "epsilon", t.epsilon, 0, false, kInfinity, false);
+  require_range(c, "training", "weight_decay", t.weight_decay, 0, true, kInfinity, false);
+  require_range(c, "training", "grad_clip", t.grad_clip, 0, true, kInfinity, false);
   require_at_least(c, "training", "warmup_steps", t.warmup_steps, 0);
   require_at_least(c, "training", "total_steps", t.total_steps, 1,
                    "the LR schedule horizon and default step count");
@@ -167,43 +169,35 @@ void validate_job_config(const JobConfig& c) {
                   "validation data");
   require_at_least(c, "training", "gradient_bucket_size", t.gradient_bucket_size, int64_t{0},
                    "elements per gradient bucket; 0 reduces all gradients after backward");
+}
 
+// [cluster]: the devices and their figures.
+void validate_cluster(const JobConfig& c) {
   const ClusterConfig& k = c.cluster;
   require_at_least(c, "cluster", "num_nodes", k.num_nodes, 1);
   require_at_least(c, "cluster", "devices_per_node", k.devices_per_node, 1);
-  require_range(c, "cluster", "device_memory_gb", k.device_memory_gb, 0, false, kInf, false);
+  require_range(c, "cluster", "device_memory_gb", k.device_memory_gb, 0, false, kInfinity, false);
   require_range(c, "cluster", "reserved_memory_gb", k.reserved_memory_gb, 0, true,
                 k.device_memory_gb, false);
-  require_range(c, "cluster", "peak_tflops_fp32", k.peak_tflops_fp32, 0, false, kInf, false);
-  require_range(c, "cluster", "peak_tflops_bf16", k.peak_tflops_bf16, 0, false, kInf, false);
+  require_range(c, "cluster", "peak_tflops_fp32", k.peak_tflops_fp32, 0, false, kInfinity, false);
+  require_range(c, "cluster", "peak_tflops_bf16", k.peak_tflops_bf16, 0, false, kInfinity, false);
   require_range(c, "cluster", "intra_node_bandwidth_gbps", k.intra_node_bandwidth_gbps, 0, false,
-                kInf, false);
-  require_range(c, "cluster", "intra_node_latency_us", k.intra_node_latency_us, 0, true, kInf,
+                kInfinity, false);
+  require_range(c, "cluster", "intra_node_latency_us", k.intra_node_latency_us, 0, true, kInfinity,
                 false);
   require_range(c, "cluster", "inter_node_bandwidth_gbps", k.inter_node_bandwidth_gbps, 0, false,
-                kInf, false);
-  require_range(c, "cluster", "inter_node_latency_us", k.inter_node_latency_us, 0, true, kInf,
+                kInfinity, false);
+  require_range(c, "cluster", "inter_node_latency_us", k.inter_node_latency_us, 0, true, kInfinity,
                 false);
-  require_range(c, "cluster", "memory_bandwidth_gbps", k.memory_bandwidth_gbps, 0, false, kInf,
+  require_range(c, "cluster", "memory_bandwidth_gbps", k.memory_bandwidth_gbps, 0, false, kInfinity,
                 false);
   require_at_least(c, "cluster", "compute_units", k.compute_units, 1);
-  require_range(c, "cluster", "cores_per_node", k.cores_per_node, 0, true, kInf, false);
+  require_range(c, "cluster", "cores_per_node", k.cores_per_node, 0, true, kInfinity, false);
+}
 
+// [planner] pipeline_virtual_stages against the schedule kind's chunk rule.
+void validate_pipeline_options(const JobConfig& c) {
   const PlannerOptions& p = c.planner;
-  require_range(c, "planner", "memory_constraint", p.memory_constraint, 0, false, kInf, false);
-  require_at_least(c, "planner", "memory_granularity", p.memory_granularity, 1);
-  require_range(c, "planner", "transient_mem_coef", p.transient_mem_coef, 0, true, kInf, false);
-  require_range(c, "planner", "opt_resident_coef", p.opt_resident_coef, 0, true, kInf, false);
-  require_range(c, "planner", "opt_transient_coef", p.opt_transient_coef, 0, true, kInf, false);
-  if (p.zero_stage != 0 && p.zero_stage != 1)
-    fail(c, "[planner] zero_stage",
-         "= " + std::to_string(p.zero_stage) +
-             " is not supported; valid values: 0 (none), 1 (optimizer-state partitioning)");
-  require_at_least(c, "planner", "zero_ngroups", p.zero_ngroups, 1);
-  require_range(c, "planner", "max_pipeline_bubble_ratio", p.max_pipeline_bubble_ratio, 0, true, 1,
-                true);
-  require_range(c, "planner", "max_pipeline_unbalance_ratio", p.max_pipeline_unbalance_ratio, 0,
-                true, 1, true);
   if (p.pipeline_virtual_stages < 0 || p.pipeline_virtual_stages > kMaxVirtualStages)
     fail(c, "[planner] pipeline_virtual_stages",
          "= " + std::to_string(p.pipeline_virtual_stages) +
@@ -222,6 +216,29 @@ void validate_job_config(const JobConfig& c) {
          "= " + std::to_string(p.pipeline_virtual_stages) +
              " needs pipeline_scheduler = 'interleaved' or 'auto' (the other schedules run one "
              "model chunk per rank; zb-v and dualpipe-v two)");
+}
+
+// [planner]: the search's options, the mesh, and what contradicts [training].
+void validate_planner(const JobConfig& c) {
+  const PlannerOptions& p = c.planner;
+  const TrainingConfig& t = c.training;
+  require_range(c, "planner", "memory_constraint", p.memory_constraint, 0, false, kInfinity, false);
+  require_at_least(c, "planner", "memory_granularity", p.memory_granularity, 1);
+  require_range(c, "planner", "transient_mem_coef", p.transient_mem_coef, 0, true, kInfinity,
+                false);
+  require_range(c, "planner", "opt_resident_coef", p.opt_resident_coef, 0, true, kInfinity, false);
+  require_range(c, "planner", "opt_transient_coef", p.opt_transient_coef, 0, true, kInfinity,
+                false);
+  if (p.zero_stage != 0 && p.zero_stage != 1)
+    fail(c, "[planner] zero_stage",
+         "= " + std::to_string(p.zero_stage) +
+             " is not supported; valid values: 0 (none), 1 (optimizer-state partitioning)");
+  require_at_least(c, "planner", "zero_ngroups", p.zero_ngroups, 1);
+  require_range(c, "planner", "max_pipeline_bubble_ratio", p.max_pipeline_bubble_ratio, 0, true, 1,
+                true);
+  require_range(c, "planner", "max_pipeline_unbalance_ratio", p.max_pipeline_unbalance_ratio, 0,
+                true, 1, true);
+  validate_pipeline_options(c);
   require_at_least(c, "planner", "mesh_row", p.mesh_row, 1, "nodes");
   require_at_least(c, "planner", "mesh_col", p.mesh_col, 1, "devices per node");
   require_at_least(c, "planner", "world_size", p.world_size, 1);
@@ -258,6 +275,15 @@ void validate_job_config(const JobConfig& c) {
          std::string("(") + std::to_string(t.micro_batch_size) +
              ") contradicts [planner] micro_batch_size (" + std::to_string(p.micro_batch_size) +
              "); they name the same quantity, set one");
+}
+
+}  // namespace
+
+void validate_job_config(const JobConfig& c) {
+  validate_model(c);
+  validate_training(c);
+  validate_cluster(c);
+  validate_planner(c);
 }
 
 bool option_applies_to(schema::Architecture architecture, const std::string& dotted_key) {
