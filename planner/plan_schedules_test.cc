@@ -135,7 +135,7 @@ TEST(PlanSchedulesTest, DualPipeVPlanRunsTheVInItsOwnOrder) {
   const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
   ASSERT_EQ(plan.schedule()->kind(), ScheduleKind::DualPipeV);
   ASSERT_EQ(plan.schedule()->virtual_stages(), 2);
-  EXPECT_EQ(plan.header()->schema_version(), 7u);
+  EXPECT_EQ(plan.header()->schema_version(), kPlanSchemaVersion);
   ASSERT_EQ(plan.stages()->size(), 4u);
   EXPECT_TRUE(plan.stages()->Get(0)->has_embedding());
   EXPECT_TRUE(plan.stages()->Get(3)->has_head());
@@ -170,13 +170,11 @@ TEST(PlanSchedulesTest, ZeroBubbleVPlanChecksItsHandOffs) {
         test_plans::make_chunked_plan_spec(2, 2, 8, m, ScheduleKind::ZeroBubbleV, true);
     spec.virtual_stages = virtual_stages;
     const PipelineSchedule schedule = generate_zero_bubble_v(2, m);
-    spec.transfers = schedule.transfers;
     spec.schedule.clear();
     for (int r = 0; r < 2; ++r) {
       std::vector<schema::Instruction> stream;
       for (const PipelineInstruction& ins : schedule.stages[r])
-        stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
-                            ins.peer_micro_batch);
+        stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
       for (size_t i = 0; swap && r == 1 && i + 2 < stream.size(); ++i)
         if (stream[i].op() == schema::OpCode::SendActivation && stream[i].chunk() == 0) {
           std::swap(stream[i + 1], stream[i + 2]);  // something between send and receive

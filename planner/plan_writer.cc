@@ -176,14 +176,13 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
     std::vector<schema::Instruction> instructions;
     for (const PipelineInstruction& ins : plan_schedule.stages[s])
-      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
-                                ins.peer_micro_batch);
+      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
     stage_schedules.push_back(
         schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s), &instructions));
   }
   auto schedule =
       schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules,
-                                   plan_schedule.virtual_stages, plan_schedule.transfers);
+                                   plan_schedule.virtual_stages, schema::Transfers::Posted);
 
   std::vector<fb::Offset<schema::StagePrediction>> stage_predictions;
   const PlanEstimate& estimate = candidate.estimate;

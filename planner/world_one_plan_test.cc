@@ -234,7 +234,7 @@ TEST(WorldOnePlanTest, FieldsRoundTrip) {
   EXPECT_EQ(plan.schedule()->kind(), schema::ScheduleKind::GPipe);
   InstructionStream stream;
   for (const schema::Instruction* ins : *plan.schedule()->stages()->Get(0)->instructions())
-    stream.push_back({ins->op(), ins->micro_batch(), ins->peer_micro_batch()});
+    stream.push_back({ins->op(), ins->micro_batch(), ins->chunk()});
   EXPECT_EQ(stream, generate_gpipe(1, 4).stages[0]);
 
   const schema::Predictions& predictions = *plan.predictions();

@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "common/bounded_file.h"
+#include "schema/plan_lowering.h"
 #include "schema/schedule_kinds.h"
 
 namespace paraplan {
@@ -141,6 +142,8 @@ LoadedPlan load_plan_from_bytes(const std::string& name, std::vector<uint8_t> by
                              std::to_string(bytes.size()) + " bytes)");
   }
   LoadedPlan loaded(name, std::move(bytes));
+  if (has_rendezvous_transfers_to_lower(loaded.plan()))
+    loaded = LoadedPlan(name, lower_rendezvous_plan(loaded.plan()));
   const std::vector<std::string> violations = validate_plan(loaded.plan());
   if (!violations.empty()) {
     std::string message = name + ": invalid plan:";
@@ -241,10 +244,6 @@ const char* opcode_name(schema::OpCode op) {
       return "send_gradient";
     case OpCode::RecvGradient:
       return "recv_gradient";
-    case OpCode::SendActivationRecvGradient:
-      return "send_activation_recv_gradient";
-    case OpCode::SendGradientRecvActivation:
-      return "send_gradient_recv_activation";
     case OpCode::ReduceGradients:
       return "reduce_gradients";
     case OpCode::OptimizerStep:

@@ -28,7 +28,12 @@ namespace paraplan {
 // 5: Schedule.transfers (Posted: sends and receives that never wait).
 // 6: the ZeroBubbleV schedule kind (two chunks per rank in a V).
 // 7: the DualPipeV schedule kind (ZB-V's V in DualPipe-V's order).
-inline constexpr uint32_t kPlanSchemaVersion = 7;
+// 8: one transfer model: every schedule's transfers are Posted; the
+//    combined send-and-receive ops (7, 8) are retired. Older plans with
+//    Rendezvous transfers are lowered at load (plan_lowering.h).
+inline constexpr uint32_t kPlanSchemaVersion = 8;
+// The first version whose plans must have Posted transfers.
+inline constexpr uint32_t kPostedOnlyPlanSchemaVersion = 8;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;
 
 // The device memory a plan's ranks may allocate: device_memory_bytes less

@@ -272,11 +272,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v8.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v8.pplan")),
-                       "'" + path("v8.pplan") +
-                           "' was written with plan schema version 8; this paraplan reads "
-                           "versions 1 to 7"));
+  write_raw(path("v9.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v9.pplan")),
+                       "'" + path("v9.pplan") +
+                           "' was written with plan schema version 9; this paraplan reads "
+                           "versions 1 to 8"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
@@ -299,6 +299,51 @@ TEST_F(PlanFileTest, OlderSchemaVersionsReadAsTheyWereWritten) {
       for (const schema::Instruction* instruction : *stage->instructions())
         EXPECT_EQ(instruction->chunk(), 0);
   }
+}
+
+// Plans before version 8 with Rendezvous transfers (1F1B and GPipe, and
+// every plan before v5) are lowered at load: each combined op becomes its
+// send then its receive, in place, and the transfers Posted. Version 8
+// refuses Rendezvous, naming the version and what to do.
+TEST_F(PlanFileTest, RendezvousPlansBeforeVersion8AreLoweredAtLoad) {
+  const int p = 3, m = 5;
+  for (const uint32_t version : {1u, 4u, 5u, 7u}) {
+    PlanSpec spec = make_plan_spec(p, 1, 1, 6, m);
+    spec.schema_version = version;
+    spec.transfers = schema::Transfers::Rendezvous;
+    for (int s = 0; s < p; ++s)
+      spec.schedule[s].instructions =
+          test_plans::one_f_one_b_stream(s, p, m, s == 0 || s == p - 1, true);
+    const std::string file = path("rendezvous-v" + std::to_string(version) + ".pplan");
+    write_raw(file, build_plan(spec));
+    const LoadedPlan loaded = load_plan(file);
+    const schema::Plan& plan = loaded.plan();
+    EXPECT_EQ(plan.header()->schema_version(), version);
+    EXPECT_EQ(plan.schedule()->transfers(), schema::Transfers::Posted);
+    for (int s = 0; s < p; ++s) {
+      const auto& lowered = *plan.schedule()->stages()->Get(s)->instructions();
+      const std::vector<schema::Instruction> expected =
+          test_plans::one_f_one_b_stream(s, p, m, s == 0 || s == p - 1);
+      ASSERT_EQ(lowered.size(), expected.size()) << "version " << version << " stage " << s;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(lowered.Get(i)->op(), expected[i].op()) << s << ":" << i;
+        EXPECT_EQ(lowered.Get(i)->micro_batch(), expected[i].micro_batch()) << s << ":" << i;
+        EXPECT_EQ(lowered.Get(i)->peer_micro_batch(), -1) << s << ":" << i;
+      }
+    }
+    // Everything else as written.
+    EXPECT_EQ(plan.stages()->size(), static_cast<uint32_t>(p));
+    EXPECT_EQ(plan.training()->num_micro_batches(), m);
+  }
+  PlanSpec current = make_plan_spec(2, 1, 1, 4, 2);
+  current.transfers = schema::Transfers::Rendezvous;
+  write_raw(path("rendezvous-v8.pplan"), build_plan(current));
+  const std::string error = load_error(path("rendezvous-v8.pplan"));
+  EXPECT_TRUE(contains(error,
+                       "schedule.transfers: rendezvous (0), retired in plan schema "
+                       "version 8"))
+      << error;
+  EXPECT_TRUE(contains(error, "re-create the plan with 'paraplan plan'")) << error;
 }
 
 TEST_F(PlanFileTest, LoadInvalidPlanListsEveryViolationOnItsOwnLine) {
@@ -331,19 +376,12 @@ TEST(EnumNames, MatchTheJsonSpelling) {
   EXPECT_STREQ(recompute_mode_name(RecomputeMode::Selective), "selective");
   EXPECT_STREQ(recompute_mode_name(RecomputeMode::Full), "full");
   EXPECT_STREQ(recompute_mode_name(RecomputeMode(9)), "unknown");
-  const std::vector<std::string> ops = {"load_micro_batch",
-                                        "forward",
-                                        "backward",
-                                        "send_activation",
-                                        "recv_activation",
-                                        "send_gradient",
+  const std::vector<std::string> ops = {"load_micro_batch", "forward",          "backward",
+                                        "send_activation",  "recv_activation",  "send_gradient",
                                         "recv_gradient",
-                                        "send_activation_recv_gradient",
-                                        "send_gradient_recv_activation",
-                                        "reduce_gradients",
-                                        "optimizer_step",
-                                        "backward_input",
-                                        "backward_weight"};
+                                        "unknown",  // 7, 8: retired in schema version 8
+                                        "unknown",          "reduce_gradients", "optimizer_step",
+                                        "backward_input",   "backward_weight"};
   for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(opcode_name(OpCode(i)), ops[i]);
   EXPECT_STREQ(opcode_name(OpCode(13)), "unknown");
   EXPECT_STREQ(architecture_name(schema::Architecture::Gpt2), "gpt2");
@@ -373,7 +411,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["data"]["shuffle"], true);
   EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
-  EXPECT_EQ(j["header"]["schema_version"], 7);
+  EXPECT_EQ(j["header"]["schema_version"], 8);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -402,7 +440,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["zero"], (nlohmann::json{{"stage", 0}, {"num_groups", 1}}));
   EXPECT_EQ(j["schedule"]["kind"], "1f1b");
   EXPECT_EQ(j["schedule"]["virtual_stages"], 1);
-  EXPECT_EQ(j["schedule"]["transfers"], "rendezvous");
+  EXPECT_EQ(j["schedule"]["transfers"], "posted");
   ASSERT_EQ(j["schedule"]["stages"].size(), 2u);
   const nlohmann::json& stage0 = j["schedule"]["stages"][0]["instructions"];
   ASSERT_EQ(stage0.size(), spec.schedule[0].instructions.size());
@@ -410,10 +448,12 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
       stage0[0],
       (nlohmann::json{
           {"op", "load_micro_batch"}, {"chunk", 0}, {"micro_batch", 0}, {"peer_micro_batch", -1}}));
-  EXPECT_EQ(stage0[5], (nlohmann::json{{"op", "send_activation_recv_gradient"},
-                                       {"chunk", 0},
-                                       {"micro_batch", 1},
-                                       {"peer_micro_batch", 0}}));
+  EXPECT_EQ(
+      stage0[5],
+      (nlohmann::json{
+          {"op", "send_activation"}, {"chunk", 0}, {"micro_batch", 1}, {"peer_micro_batch", -1}}));
+  EXPECT_EQ(stage0[6]["op"], "recv_gradient");
+  EXPECT_EQ(stage0[6]["micro_batch"], 0);
   EXPECT_EQ(stage0.back()["op"], "optimizer_step");
   EXPECT_DOUBLE_EQ(j["predictions"]["step_seconds"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(j["predictions"]["mfu"].get<double>(), 0.42);
@@ -452,7 +492,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v7, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v8, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(

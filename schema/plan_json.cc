@@ -478,8 +478,6 @@ void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
                 ? "chunk 0 of rank s for s < p, else chunk 1 of rank 2p - 1 - s"
                 : "chunk s / p of rank s % p")
         << "; the times and memory of a rank, all its chunks together, are on its chunk 0 row)";
-  if (schedule->transfers() == schema::Transfers::Posted)
-    out << "; transfers posted (sends and receives never wait; compute waits for its input)";
   out << "; instructions per stage:";
   const char* separator = " ";
   if (schedule->stages() != nullptr) {

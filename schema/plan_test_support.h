@@ -87,7 +87,7 @@ struct PlanSpec {
   schema::ScheduleKind schedule_kind = schema::ScheduleKind::OneForwardOneBackward;
   std::vector<StageScheduleSpec> schedule;
   int32_t virtual_stages = 1;
-  schema::Transfers transfers = schema::Transfers::Rendezvous;
+  schema::Transfers transfers = schema::Transfers::Posted;
   bool sequence_parallel = false;
 
   double step_seconds = 0.5, bubble_ratio = 0.2, tokens_per_second = 2048, mfu = 0.42;
@@ -133,9 +133,11 @@ inline std::vector<Instruction> gpipe_stream(int32_t stage, int32_t num_stages,
 }
 
 // 1F1B as Megatron-LM runs it: p-s-1 warm-up forwards, then alternating forward and
-// backward using the combined send-and-receive ops, then the remaining backwards.
+// backward, then the remaining backwards. rendezvous: as plans before schema
+// version 8 wrote it, with the retired combined send-and-receive ops (7, 8).
 inline std::vector<Instruction> one_f_one_b_stream(int32_t stage, int32_t num_stages,
-                                                   int32_t num_micro_batches, bool loads) {
+                                                   int32_t num_micro_batches, bool loads,
+                                                   bool rendezvous = false) {
   const bool first = stage == 0, last = stage == num_stages - 1;
   const int32_t warmup = std::min(num_stages - stage - 1, num_micro_batches);
   const int32_t steady = num_micro_batches - warmup;
@@ -153,14 +155,21 @@ inline std::vector<Instruction> one_f_one_b_stream(int32_t stage, int32_t num_st
   for (int32_t i = 0; i < steady; ++i) {
     const int32_t forward_mb = warmup + i, backward_mb = i;
     forward(forward_mb);
-    if (!last) {
-      out.push_back(instruction(OpCode::SendActivationRecvGradient, forward_mb, backward_mb));
+    if (!last && rendezvous) {
+      out.push_back(instruction(OpCode(7), forward_mb, backward_mb));  // SendActivationRecvGradient
+    } else if (!last) {
+      out.push_back(instruction(OpCode::SendActivation, forward_mb));
+      out.push_back(instruction(OpCode::RecvGradient, backward_mb));
     }
     out.push_back(instruction(OpCode::Backward, backward_mb));
-    if (!first) {
-      out.push_back(i == steady - 1 ? instruction(OpCode::SendGradient, backward_mb)
-                                    : instruction(OpCode::SendGradientRecvActivation, backward_mb,
-                                                  forward_mb + 1));
+    if (!first && i == steady - 1) {
+      out.push_back(instruction(OpCode::SendGradient, backward_mb));
+    } else if (!first && rendezvous) {
+      out.push_back(
+          instruction(OpCode(8), backward_mb, forward_mb + 1));  // SendGradientRecvActivation
+    } else if (!first) {
+      out.push_back(instruction(OpCode::SendGradient, backward_mb));
+      out.push_back(instruction(OpCode::RecvActivation, forward_mb + 1));
     }
   }
   for (int32_t mb = steady; mb < num_micro_batches; ++mb) {

@@ -105,7 +105,8 @@ class StageStreamChecker {
     const OpCode op = ins.op();
     if (!is_known(op)) {
       instruction_problem(pos, "op: unknown value " + std::to_string(static_cast<int>(op)) +
-                                   "; valid are 0 (load_micro_batch) to 12 (backward_weight)");
+                                   "; valid are 0 (load_micro_batch) to 6 (recv_gradient) and 9 "
+                                   "(reduce_gradients) to 12 (backward_weight)");
       return;
     }
     const std::string name = opcode_name(op);
@@ -121,8 +122,6 @@ class StageStreamChecker {
     const int64_t virtual_stage = layout_.virtual_stage(stage_, chunk);
     const int64_t last_virtual_stage = int64_t{num_stages_} * virtual_stages_ - 1;
     const int32_t mb = ins.micro_batch(), peer = ins.peer_micro_batch();
-    const bool combined =
-        op == OpCode::SendActivationRecvGradient || op == OpCode::SendGradientRecvActivation;
     const bool step_level = op == OpCode::ReduceGradients || op == OpCode::OptimizerStep;
     // Step-level ops act on no micro-batch; -1 and any valid index are both accepted.
     if (step_level ? (mb != -1 && !in_range(mb)) : !in_range(mb)) {
@@ -130,20 +129,13 @@ class StageStreamChecker {
                                    " is out of range; valid are " + valid_range());
       return;
     }
-    if (combined && !in_range(peer)) {
+    if (peer != -1) {
       instruction_problem(pos, name + " peer_micro_batch " + std::to_string(peer) +
-                                   " is out of range; valid are " + valid_range());
-      return;
+                                   "; it was used by the combined send-and-receive ops, retired "
+                                   "in schema version 8, so it must be -1");
     }
-    if (!combined && peer != -1) {
-      instruction_problem(pos, name + " peer_micro_batch " + std::to_string(peer) +
-                                   "; only the combined send-and-receive ops use it, so it "
-                                   "must be -1");
-    }
-    const bool talks_to_previous = op == OpCode::RecvActivation || op == OpCode::SendGradient ||
-                                   op == OpCode::SendGradientRecvActivation;
-    const bool talks_to_next = op == OpCode::SendActivation || op == OpCode::RecvGradient ||
-                               op == OpCode::SendActivationRecvGradient;
+    const bool talks_to_previous = op == OpCode::RecvActivation || op == OpCode::SendGradient;
+    const bool talks_to_next = op == OpCode::SendActivation || op == OpCode::RecvGradient;
     if (talks_to_previous && virtual_stage == 0) {
       instruction_problem(pos,
                           name + (virtual_stages_ > 1 ? " on chunk 0 of stage 0" : " on stage 0") +
@@ -186,14 +178,6 @@ class StageStreamChecker {
         break;
       case OpCode::RecvGradient:
         events_[mb].recv_gradient.push_back(pos);
-        break;
-      case OpCode::SendActivationRecvGradient:
-        events_[mb].send_activation.push_back(pos);
-        events_[peer].recv_gradient.push_back(pos);
-        break;
-      case OpCode::SendGradientRecvActivation:
-        events_[mb].send_gradient.push_back(pos);
-        events_[peer].recv_activation.push_back(pos);
         break;
       case OpCode::ReduceGradients:
         reduce_at_.push_back(pos);
@@ -290,24 +274,20 @@ class StageStreamChecker {
       apply({&E::recv_activation, true, "never received from the previous stage",
              "received from the previous stage more than once", &E::forward, true,
              "received after its forward",
-             stage + " must recv_activation (or send_gradient_recv_activation with that "
-                     "peer_micro_batch) once before each forward"});
+             stage + " must recv_activation once before each forward"});
       apply({&E::send_gradient, true, "never sent back to the previous stage",
              "sent back to the previous stage more than once", &E::backward, false,
              "sent back before its backward",
-             stage + " must send_gradient (or send_gradient_recv_activation) once after each "
-                     "backward"});
+             stage + " must send_gradient once after each backward"});
     }
     if (has_next) {
       apply({&E::send_activation, true, "never sent to the next stage",
              "sent to the next stage more than once", &E::forward, false, "sent before its forward",
-             stage + " must send_activation (or send_activation_recv_gradient) once after each "
-                     "forward"});
+             stage + " must send_activation once after each forward"});
       apply({&E::recv_gradient, true, "never given its gradient by the next stage",
              "given its gradient by the next stage more than once", &E::backward, true,
              "given its gradient after its backward",
-             stage + " must recv_gradient (or send_activation_recv_gradient with that "
-                     "peer_micro_batch) once before each backward"});
+             stage + " must recv_gradient once before each backward"});
     }
   }
 
@@ -398,27 +378,17 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
                                "; valid are 1f1b (0), gpipe (1), interleaved (2), zb-h1 (3), "
                                "zb-v (4) and dualpipe-v (5)");
   }
+  // One transfer model since schema version 8; load_plan lowers older
+  // Rendezvous plans before validating them (plan_lowering.h).
   const schema::Transfers transfers = schedule->transfers();
-  if (transfers != schema::Transfers::Rendezvous && transfers != schema::Transfers::Posted) {
-    v.add("schedule.transfers", "unknown value " + std::to_string(static_cast<int>(transfers)) +
-                                    "; valid are rendezvous (0) and posted (1)");
-  } else if (transfers == schema::Transfers::Posted && schedule->stages() != nullptr) {
-    // A combined send-and-receive completes as a pair; posted halves cannot.
-    for (const schema::StageSchedule* stage : *schedule->stages()) {
-      if (stage->instructions() == nullptr) continue;
-      for (uint32_t i = 0; i < stage->instructions()->size(); ++i) {
-        const schema::OpCode op = stage->instructions()->Get(i)->op();
-        if (op != schema::OpCode::SendActivationRecvGradient &&
-            op != schema::OpCode::SendGradientRecvActivation)
-          continue;
-        v.add("schedule.stages[" + std::to_string(stage->stage()) + "].instructions[" +
-                  std::to_string(i) + "]",
-              std::string(schema::EnumNameOpCode(op)) +
-                  " in a schedule whose transfers are posted (1); posted streams use separate "
-                  "sends and receives, or set schedule.transfers to rendezvous (0)");
-        break;
-      }
-    }
+  if (transfers == schema::Transfers::Rendezvous) {
+    v.add("schedule.transfers",
+          "rendezvous (0), retired in plan schema version 8; plans of version 8 or later use "
+          "posted (1) transfers (older plans are lowered when loaded): re-create the plan "
+          "with 'paraplan plan'");
+  } else if (transfers != schema::Transfers::Posted) {
+    v.add("schedule.transfers",
+          "unknown value " + std::to_string(static_cast<int>(transfers)) + "; valid is posted (1)");
   }
   const int32_t virtual_stages = schedule->virtual_stages();
   const int32_t pipeline_parallel = plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel() : 0;

@@ -166,8 +166,8 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 8; },
-       {"header.schema_version: 8", "reads versions 1 to 7"}},
+       [](PlanSpec& s) { s.schema_version = 9; },
+       {"header.schema_version: 9", "reads versions 1 to 8"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;
@@ -373,13 +373,14 @@ const std::vector<ViolationCase>& violation_cases() {
       {"UnknownScheduleKind",
        [](PlanSpec& s) { s.schedule_kind = ScheduleKind(6); },
        {"schedule.kind: unknown value 6", "dualpipe-v (5)"}},
-      // Schema v5: posted transfers.
+      // Schema v5: posted transfers; v8: only posted ones.
       {"UnknownTransfers",
        [](PlanSpec& s) { s.transfers = schema::Transfers(2); },
-       {"schedule.transfers: unknown value 2", "rendezvous (0) and posted (1)"}},
-      {"CombinedOpInPostedStream",
-       [](PlanSpec& s) { s.transfers = schema::Transfers::Posted; },
-       {"SendActivationRecvGradient in a schedule whose transfers are posted (1)"}},
+       {"schedule.transfers: unknown value 2", "valid is posted (1)"}},
+      {"RendezvousTransfersRetired",
+       [](PlanSpec& s) { s.transfers = schema::Transfers::Rendezvous; },
+       {"schedule.transfers: rendezvous (0), retired in plan schema version 8",
+        "re-create the plan with 'paraplan plan'"}},
       // Schema v3: kinds and chunks that do not fit together.
       {"VirtualStagesWithOneChunkKind",
        [](PlanSpec& s) { s.virtual_stages = 2; },
@@ -418,7 +419,7 @@ const std::vector<ViolationCase>& violation_cases() {
          s.num_micro_batches = 16384;
          s.global_batch_size = 4 * 16384;
        },
-       {"schedule.stages[0].instructions: 19 instructions cannot forward and backward all "
+       {"schedule.stages[0].instructions: 22 instructions cannot forward and backward all "
         "16384 micro-batches"}},
       {"MoreMicroBatchesThanAPlanHolds",
        [](PlanSpec& s) {
@@ -436,12 +437,12 @@ const std::vector<ViolationCase>& violation_cases() {
          replace_op(s, 0, OpCode::Forward, 0, instruction(OpCode::Forward, 0, 2));
        },
        {"schedule.stages[0].instructions[1]: forward peer_micro_batch 2", "must be -1"}},
-      {"CombinedPeerOutOfRange",
+      {"RetiredCombinedOp",
        [](PlanSpec& s) {
-         replace_op(s, 0, OpCode::SendActivationRecvGradient, 1,
-                    instruction(OpCode::SendActivationRecvGradient, 1, 7));
+         replace_op(s, 0, OpCode::SendActivation, 1, instruction(OpCode(7), 1, 0));
        },
-       {"send_activation_recv_gradient peer_micro_batch 7 is out of range"}},
+       {"schedule.stages[0].instructions[5]: op: unknown value 7",
+        "6 (recv_gradient) and 9 (reduce_gradients)"}},
       {"UnknownOpcode",
        [](PlanSpec& s) { replace_op(s, 1, OpCode::Forward, 2, instruction(OpCode(42), 2)); },
        {"schedule.stages[1].instructions[", "op: unknown value 42"}},

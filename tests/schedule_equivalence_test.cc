@@ -62,15 +62,13 @@ std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
   spec.zero_stage = c.zero_stage, spec.zero_num_groups = 1;
   spec.schedule_kind = c.kind;
   const PipelineSchedule schedule = generate_schedule(c.kind, c.pipeline, m, c.virtual_stages);
-  spec.transfers = schedule.transfers;  // posted for interleaved and ZB-H1, as plans have them
   const std::optional<std::string> problem = verify_schedule(schedule);
   EXPECT_FALSE(problem.has_value()) << c.name << ": " << problem.value_or("");
   spec.schedule.clear();
   for (int r = 0; r < c.pipeline; ++r) {
     std::vector<schema::Instruction> stream;
     for (const PipelineInstruction& ins : schedule.stages[r])
-      stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch,
-                          ins.peer_micro_batch);
+      stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
     spec.schedule.push_back({r, true, stream});
   }
   return test_plans::build_plan(spec);

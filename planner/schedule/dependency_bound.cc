@@ -13,8 +13,6 @@ using schema::OpCode;
 
 double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
                              double weight_fraction) {
-  if (schedule.transfers != schema::Transfers::Posted)
-    throw std::invalid_argument("dependency_bound_step: the schedule's transfers are not posted");
   const int p = schedule.num_stages, m = schedule.num_micro_batches;
   const int v = std::max(schedule.virtual_stages, 1);
   const PipelineLayout layout = schedule.layout();
@@ -34,8 +32,6 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
       case OpCode::ReduceGradients:
       case OpCode::OptimizerStep:
         return -1.0;  // not compute

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,14 +51,14 @@ class MessageTable {
   std::vector<Message> messages_;
 };
 
-// The ends an instruction of stage s posts: (message, is the sending end).
-struct Ends {
-  int count = 0;
-  std::pair<size_t, bool> end[2];
+// The end a transfer instruction of stage s posts.
+struct End {
+  size_t message;
+  bool sending;
 };
 
-Ends ends(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
-          const MessageTable& table) {
+std::optional<End> end_of(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
+                          const MessageTable& table) {
   const int s = layout.virtual_stage(rank, in.chunk);
   const auto activation = [&](int micro_batch, int sender) {
     return table.index(false, micro_batch, sender);
@@ -67,21 +68,13 @@ Ends ends(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
   };
   switch (in.op) {
     case OpCode::SendActivation:
-      return {1, {{activation(in.micro_batch, s), true}, {}}};
+      return End{activation(in.micro_batch, s), true};
     case OpCode::RecvActivation:
-      return {1, {{activation(in.micro_batch, s - 1), false}, {}}};
+      return End{activation(in.micro_batch, s - 1), false};
     case OpCode::SendGradient:
-      return {1, {{gradient(in.micro_batch, s), true}, {}}};
+      return End{gradient(in.micro_batch, s), true};
     case OpCode::RecvGradient:
-      return {1, {{gradient(in.micro_batch, s + 1), false}, {}}};
-    case OpCode::SendActivationRecvGradient:
-      return {
-          2,
-          {{activation(in.micro_batch, s), true}, {gradient(in.peer_micro_batch, s + 1), false}}};
-    case OpCode::SendGradientRecvActivation:
-      return {
-          2,
-          {{gradient(in.micro_batch, s), true}, {activation(in.peer_micro_batch, s - 1), false}}};
+      return End{gradient(in.micro_batch, s + 1), false};
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:
     case OpCode::Backward:
@@ -89,17 +82,16 @@ Ends ends(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:
     case OpCode::BackwardWeight:
-      return {};
+      return std::nullopt;
   }
-  return {};  // an op outside the enum: refused where plans are read
+  return std::nullopt;  // an op outside the enum: refused where plans are read
 }
 
-// Posted transfers: the messages an instruction of stage s must find done
-// before it starts. A Forward its activation, a Backward / BackwardInput its
-// output gradient and its chunk's last input-gradient send (it writes that
-// buffer again), ReduceGradients every send of the stage.
-// Appends them to `needs` (cleared first); returns whether the first is the
-// message the op received (its copy, on shared cores, is the op's work).
+// The messages an instruction of stage s must find done before it starts. A Forward its activation,
+// a Backward / BackwardInput its output gradient and its chunk's last input-gradient send (it
+// writes that buffer again), ReduceGradients every send of the stage. Appends them to `needs`
+// (cleared first); returns whether the first is the message the op received (its copy, on shared
+// cores, is the op's work).
 bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
                   const MessageTable& table, const std::vector<size_t>& sent,
                   const std::vector<int64_t>& last_gradient_sent, std::vector<size_t>& needs) {
@@ -123,8 +115,6 @@ bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout&
     case OpCode::RecvActivation:
     case OpCode::SendGradient:
     case OpCode::RecvGradient:
-    case OpCode::SendActivationRecvGradient:
-    case OpCode::SendGradientRecvActivation:
     case OpCode::OptimizerStep:
     case OpCode::BackwardWeight:
       return false;
@@ -144,8 +134,8 @@ struct StageState {
   double wait_until = 0;         // kGroupWait
   double compute_started = 0;
   std::vector<size_t> waiting;  // kTransfer: message indices
-  // Posted transfers: the messages the stage sent, and per chunk the last
-  // input gradient it sent (-1: none), which its next backward overwrites.
+  // The messages the stage sent, and per chunk the last input gradient it
+  // sent (-1: none), which its next backward overwrites.
   std::vector<size_t> sent;
   std::vector<int64_t> last_gradient_sent;
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
@@ -228,7 +218,6 @@ class StepSimulation {
         state_(p_),
         messages_(m_, p_ * v_),
         layout_(PipelineLayout::of(schedule.kind, p_, v_)),
-        posted_(schedule.transfers == schema::Transfers::Posted),
         shared_cores_(cores > 0),
         stage_rates_(p_, ranks_per_stage, cores) {
     for (StageState& st : state_) st.last_gradient_sent.assign(v_, -1);
@@ -271,18 +260,7 @@ class StepSimulation {
     StageState& st = state_[s];
     const SimulatedStageInput& in = inputs_[s];
     bool moved = false;
-    if (st.phase == Phase::kTransfer && shared_cores_ && !posted_) {
-      // Once every message is posted at both ends, each end copies it:
-      // work, like the collectives.
-      bool all_posted = true;
-      double copies = 0;
-      for (const size_t key : st.waiting)
-        all_posted = all_posted && messages_[key].posted(), copies += messages_[key].seconds;
-      if (all_posted) {
-        st.phase = Phase::kCollective, st.remaining = copies, st.transfer_work += copies;
-        st.waiting.clear(), moved = true;
-      }
-    } else if (st.phase == Phase::kTransfer) {
+    if (st.phase == Phase::kTransfer) {
       bool complete = true;
       for (const size_t key : st.waiting)
         complete = complete && messages_[key].posted() &&
@@ -312,23 +290,21 @@ class StepSimulation {
     st.op = instruction.op;
     st.waits_after = 0;
     double receive_copies = 0;  // shared cores: the receiving end's copy
-    if (posted_) {
-      const bool receives =
-          posted_needs(instruction, s, layout_, messages_, st.sent, st.last_gradient_sent, needs_);
-      pending_.clear();
-      for (const size_t key : needs_) {
-        const Message& message = messages_[key];
-        if (!message.posted() || (!shared_cores_ && message.done() > now_ + kEpsilon))
-          pending_.push_back(key);
-      }
-      if (!pending_.empty()) {
-        // Back to this instruction once its transfers are done.
-        --st.next;
-        st.waiting.assign(pending_.begin(), pending_.end()), st.phase = Phase::kTransfer;
-        return true;
-      }
-      if (shared_cores_ && receives) receive_copies = messages_[needs_[0]].seconds;
+    const bool receives =
+        posted_needs(instruction, s, layout_, messages_, st.sent, st.last_gradient_sent, needs_);
+    pending_.clear();
+    for (const size_t key : needs_) {
+      const Message& message = messages_[key];
+      if (!message.posted() || (!shared_cores_ && message.done() > now_ + kEpsilon))
+        pending_.push_back(key);
     }
+    if (!pending_.empty()) {
+      // Back to this instruction once its transfers are done.
+      --st.next;
+      st.waiting.assign(pending_.begin(), pending_.end()), st.phase = Phase::kTransfer;
+      return true;
+    }
+    if (shared_cores_ && receives) receive_copies = messages_[needs_[0]].seconds;
     switch (instruction.op) {
       case OpCode::Forward:
       case OpCode::Backward:
@@ -348,9 +324,7 @@ class StepSimulation {
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
-        post_transfers(s, instruction);
+        post_transfer(s, instruction);
         break;
     }
     return true;
@@ -376,30 +350,21 @@ class StepSimulation {
     st.collectives_after += receive_copies, st.transfer_work += receive_copies;
   }
 
-  // A transfer instruction's ends: rendezvous ones wait for their peers,
-  // posted sends go at once (with shared cores, the sender's copy is work).
-  void post_transfers(int s, const PipelineInstruction& instruction) {
+  // A transfer instruction posts its end and goes on; a send goes at once
+  // (with shared cores, the sender's copy is work).
+  void post_transfer(int s, const PipelineInstruction& instruction) {
     StageState& st = state_[s];
-    const Ends transfer_ends = ends(instruction, s, layout_, messages_);
+    const std::optional<End> end = end_of(instruction, s, layout_, messages_);
     const double link_seconds = local_send(instruction, s, layout_) ? 0 : inputs_[s].p2p_seconds;
-    for (int e = 0; e < transfer_ends.count; ++e) {
-      const auto& [key, sending] = transfer_ends.end[e];
-      Message& message = messages_[key];
-      (sending ? message.sent : message.received) = now_;
-      if (sending) message.seconds = link_seconds;
-      if (!posted_) {
-        st.waiting.push_back(key);
-        continue;
-      }
-      if (!sending) continue;
-      st.sent.push_back(key);
-      if (instruction.op == OpCode::SendGradient)
-        st.last_gradient_sent[instruction.chunk] = static_cast<int64_t>(key);
-      if (shared_cores_)  // the sending end's copy, at once
-        st.phase = Phase::kCollective, st.remaining = link_seconds,
-        st.transfer_work += link_seconds;
-    }
-    if (!posted_) st.phase = Phase::kTransfer;
+    Message& message = messages_[end->message];
+    (end->sending ? message.sent : message.received) = now_;
+    if (!end->sending) return;
+    message.seconds = link_seconds;
+    st.sent.push_back(end->message);
+    if (instruction.op == OpCode::SendGradient)
+      st.last_gradient_sent[instruction.chunk] = static_cast<int64_t>(end->message);
+    if (shared_cores_)  // the sending end's copy, at once
+      st.phase = Phase::kCollective, st.remaining = link_seconds, st.transfer_work += link_seconds;
   }
 
   // When the next stage finishes its work, wait or transfer.
@@ -462,10 +427,9 @@ class StepSimulation {
         stage.transfer_seconds = st.transfer_work;
       } else {
         for (const PipelineInstruction& instruction : schedule_.stages[s]) {
-          const Ends transfer_ends = ends(instruction, s, layout_, messages_);
-          const bool local = local_send(instruction, s, layout_);
-          for (int e = 0; e < transfer_ends.count; ++e)
-            stage.transfer_seconds += transfer_ends.end[e].second && !local ? in.p2p_seconds : 0;
+          const std::optional<End> end = end_of(instruction, s, layout_, messages_);
+          if (end && end->sending && !local_send(instruction, s, layout_))
+            stage.transfer_seconds += in.p2p_seconds;
         }
       }
       // (The group waits are waiting.)
@@ -485,10 +449,9 @@ class StepSimulation {
   std::vector<StageState> state_;
   MessageTable messages_;
   const PipelineLayout layout_;
-  const bool posted_;
   const bool shared_cores_;
   StageRates stage_rates_;
-  std::vector<size_t> needs_, pending_;  // posted transfers: scratch, reused per instruction
+  std::vector<size_t> needs_, pending_;  // scratch, reused per instruction
   double now_ = 0;
 };
 

@@ -14,11 +14,14 @@
 // waits for the tensor-parallel group's last member (wall time); a node's
 // rank keeps its core (rank mod the cores: Linux does not move a busy
 // process to a core that falls idle), a core is shared by the ranks working
-// on it, and a stage goes at its slowest rank's pace. A transfer starts when both
-// ends of each of its messages have been posted (the verifier's rendezvous
-// semantics); on devices of their own it completes p2p seconds after the
-// later post, on shared cores each end then does p2p seconds of work per
-// message (its copy of it: a CPU rank's MPI transfer is its own memcpy). ReduceGradients is its
+// on it, and a stage goes at its slowest rank's pace. Transfers are posted
+// (schedule.h): a Send or Recv posts its end and goes on; a message moves
+// once both ends are posted, on devices of their own completing p2p seconds
+// after the later post; on shared cores the sender copies it when posting
+// and the receiver when its consumer starts (p2p seconds of work each: a
+// CPU rank's MPI transfer is its own memcpy). A compute op waits for the
+// messages it consumes (and a backward for its chunk's last input-gradient
+// send), ReduceGradients for every send. ReduceGradients is its
 // reduction's work; OptimizerStep waits for every stage (the gradient norm's
 // all-reduce over the world), then does its work. The step ends when the
 // last stage's optimizer step does.
@@ -69,7 +72,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
                             const std::vector<SimulatedStageInput>& stages, int ranks_per_stage,
                             double cores);
 
-// simulate_step's step for a Posted schedule on devices of their own with no
+// simulate_step's step on devices of their own with no
 // communication time and no collectives, in time linear in the ops: every
 // rank runs its stream in order, a compute op as soon as the rank is free and
 // the messages it needs are posted at both ends (its activation; a backward
@@ -78,8 +81,7 @@ SimulatedStep simulate_step(const PipelineSchedule& schedule,
 // it. forward and backward per micro-batch and rank (a chunk's op does
 // 1 / v), weight_fraction of backward in a BackwardWeight. The cost model's
 // bubbles (PipelineSimulation.DependencyBoundStepIsSimulateStepsStep holds
-// them equal). Throws std::invalid_argument for rendezvous transfers,
-// std::logic_error if the streams cannot all run.
+// them equal). Throws std::logic_error if the streams cannot all run.
 double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
                              double weight_fraction);
 

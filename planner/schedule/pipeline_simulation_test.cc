@@ -75,15 +75,17 @@ TEST(PipelineSimulation, AStageAloneComputesAtFullSpeedAndTransfersAreBothEndsCo
   // p 2, m 1, one core: the first stage's forward, then the second's forward
   // and backward, then the first's backward run alone at full speed; both
   // optimizer steps together at half. A transfer of 0.1 per message: on the
-  // shared core each end copies the message (0.1 of work each, at half speed
-  // while both copy).
+  // shared core each end copies the message (0.1 of work each): the sender
+  // as it posts the send, the receiver after the compute it fed.
   const SimulatedStep step = two_stages_one_micro_batch(1);
-  // F0 [0, 1], act 0 copied by both [1, 1.2], F0' [1.2, 2.2], B0' [2.2,
-  // 4.2], grad 0 copied by both [4.2, 4.4], B0 [4.4, 6.4], reduction [6.4,
-  // 6.9], both optimizers [6.9, 7.4].
+  // F0 [0, 1]; act 0: stage 0 copies it [1, 1.2] at half speed beside F0',
+  // which goes on alone [1.2, 2.1], then its copy [2.1, 2.2]; B0' [2.2,
+  // 4.2]; grad 0: stage 1 copies it [4.2, 4.4] beside B0, which goes on
+  // alone [4.4, 6.3] (2.1 of wall), then its copy [6.3, 6.4]; reduction
+  // [6.4, 6.9], both optimizers [6.9, 7.4].
   EXPECT_DOUBLE_EQ(step.step_seconds, 7.4);
   EXPECT_DOUBLE_EQ(step.stages[0].forward_wall, 1);
-  EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 2);
+  EXPECT_DOUBLE_EQ(step.stages[0].backward_wall, 2.1);
   EXPECT_DOUBLE_EQ(step.stages[0].optimizer_wall, 0.5);
   // Each stage copied two messages (one sent, one received).
   EXPECT_NEAR(step.stages[0].transfer_seconds, 0.2, 1e-12);

@@ -1,5 +1,6 @@
-// schedule.cc: 1F1B and GPipe instruction streams, the dispatch over schedule
-// kinds, and instruction text. (Interleaved, ZB-H1, ZB-V, DualPipe-V:
+// schedule.cc: 1F1B's and GPipe's compute orders and their lowering at the
+// consumers, the schedules shared between the search's threads, and
+// instruction text. (Interleaved, ZB-H1, ZB-V, DualPipe-V:
 // schedule_placement.cc;
 // the verifier: schedule_verify.cc.)
 #include "planner/schedule/schedule.h"
@@ -20,47 +21,6 @@ using schema::OpCode;
 
 namespace {
 
-// Appends to one stage's stream, knowing which neighbours and data the stage has.
-class StreamBuilder {
- public:
-  StreamBuilder(int pipeline_rank, int num_stages)
-      : has_previous_(pipeline_rank > 0),
-        has_next_(pipeline_rank < num_stages - 1),
-        loads_data_(pipeline_rank == 0 || pipeline_rank == num_stages - 1) {}
-
-  bool has_previous() const { return has_previous_; }
-  bool has_next() const { return has_next_; }
-
-  void add(OpCode op, int micro_batch, int peer = -1) {
-    stream_.push_back({op, micro_batch, peer});
-  }
-  void receive_activation(int micro_batch) {
-    if (has_previous_) add(OpCode::RecvActivation, micro_batch);
-  }
-  void forward(int micro_batch) {
-    if (loads_data_) add(OpCode::LoadMicroBatch, micro_batch);
-    add(OpCode::Forward, micro_batch);
-  }
-  void send_activation(int micro_batch) {
-    if (has_next_) add(OpCode::SendActivation, micro_batch);
-  }
-  void receive_gradient(int micro_batch) {
-    if (has_next_) add(OpCode::RecvGradient, micro_batch);
-  }
-  void send_gradient(int micro_batch) {
-    if (has_previous_) add(OpCode::SendGradient, micro_batch);
-  }
-  InstructionStream finish() {
-    add(OpCode::ReduceGradients, -1);
-    add(OpCode::OptimizerStep, -1);
-    return std::move(stream_);
-  }
-
- private:
-  bool has_previous_, has_next_, loads_data_;
-  InstructionStream stream_;
-};
-
 void check_sizes(int num_stages, int num_micro_batches) {
   if (num_stages < 1 || num_micro_batches < 1)
     throw std::invalid_argument("pipeline schedule: num_stages (" + std::to_string(num_stages) +
@@ -70,62 +30,83 @@ void check_sizes(int num_stages, int num_micro_batches) {
 
 }  // namespace
 
-PipelineSchedule generate_one_forward_one_backward(int num_stages, int num_micro_batches) {
+PipelineSchedule lower_at_consumers(schema::ScheduleKind kind, int num_stages,
+                                    int num_micro_batches,
+                                    const std::vector<InstructionStream>& compute_orders) {
   check_sizes(num_stages, num_micro_batches);
-  PipelineSchedule schedule{
-      schema::ScheduleKind::OneForwardOneBackward, num_stages, num_micro_batches, {}};
-  const int m = num_micro_batches;
+  if (compute_orders.size() != static_cast<size_t>(num_stages))
+    throw std::invalid_argument("lower_at_consumers: one compute order per rank needed");
+  PipelineSchedule schedule{kind, num_stages, num_micro_batches, {}, 1};
   for (int rank = 0; rank < num_stages; ++rank) {
-    StreamBuilder b(rank, num_stages);
-    const int warmup = std::min(num_stages - rank - 1, m);
-    const int steady = m - warmup;
-    for (int mb = 0; mb < warmup; ++mb) {
-      b.receive_activation(mb);
-      b.forward(mb);
-      b.send_activation(mb);
-    }
-    if (steady > 0) b.receive_activation(warmup);
-    for (int i = 0; i < steady; ++i) {
-      const int forward_mb = warmup + i, backward_mb = i;
-      b.forward(forward_mb);
-      // The last stage's gradient comes from its own loss: nothing to receive.
-      if (b.has_next()) b.add(OpCode::SendActivationRecvGradient, forward_mb, backward_mb);
-      b.add(OpCode::Backward, backward_mb);
-      if (i == steady - 1) {
-        b.send_gradient(backward_mb);
-      } else if (b.has_previous()) {
-        b.add(OpCode::SendGradientRecvActivation, backward_mb, forward_mb + 1);
+    const bool has_previous = rank > 0, has_next = rank < num_stages - 1;
+    const bool loads_data = !has_previous || !has_next;
+    InstructionStream stream;
+    const auto add = [&stream](OpCode op, int micro_batch) {
+      stream.push_back({op, micro_batch, 0});
+    };
+    for (const PipelineInstruction& compute : compute_orders[rank]) {
+      const int mb = compute.micro_batch;
+      switch (compute.op) {
+        case OpCode::Forward:
+          if (has_previous) add(OpCode::RecvActivation, mb);
+          if (loads_data) add(OpCode::LoadMicroBatch, mb);
+          add(OpCode::Forward, mb);
+          if (has_next) add(OpCode::SendActivation, mb);
+          break;
+        case OpCode::Backward:
+        case OpCode::BackwardInput:
+          // The last stage's gradient comes from its own loss.
+          if (has_next) add(OpCode::RecvGradient, mb);
+          add(compute.op, mb);
+          if (has_previous) add(OpCode::SendGradient, mb);
+          break;
+        case OpCode::BackwardWeight:
+          add(compute.op, mb);
+          break;
+        case OpCode::LoadMicroBatch:
+        case OpCode::SendActivation:
+        case OpCode::RecvActivation:
+        case OpCode::SendGradient:
+        case OpCode::RecvGradient:
+        case OpCode::ReduceGradients:
+        case OpCode::OptimizerStep:
+          throw std::invalid_argument(std::string("lower_at_consumers: ") +
+                                      schema::EnumNameOpCode(compute.op) +
+                                      " in a compute order (Forward, Backward, BackwardInput, "
+                                      "BackwardWeight only)");
       }
     }
-    for (int i = 0; i < warmup; ++i) {
-      const int backward_mb = steady + i;
-      b.receive_gradient(backward_mb);
-      b.add(OpCode::Backward, backward_mb);
-      b.send_gradient(backward_mb);
-    }
-    schedule.stages.push_back(b.finish());
+    add(OpCode::ReduceGradients, -1);
+    add(OpCode::OptimizerStep, -1);
+    schedule.stages.push_back(std::move(stream));
   }
   return schedule;
 }
 
+PipelineSchedule generate_one_forward_one_backward(int num_stages, int num_micro_batches) {
+  check_sizes(num_stages, num_micro_batches);
+  const int m = num_micro_batches;
+  std::vector<InstructionStream> orders(num_stages);
+  for (int rank = 0; rank < num_stages; ++rank) {
+    InstructionStream& order = orders[rank];
+    const int warmup = std::min(num_stages - rank - 1, m);
+    for (int mb = 0; mb < warmup; ++mb) order.push_back({OpCode::Forward, mb});
+    for (int i = 0; i < m - warmup; ++i) {
+      order.push_back({OpCode::Forward, warmup + i});
+      order.push_back({OpCode::Backward, i});
+    }
+    for (int mb = m - warmup; mb < m; ++mb) order.push_back({OpCode::Backward, mb});
+  }
+  return lower_at_consumers(schema::ScheduleKind::OneForwardOneBackward, num_stages, m, orders);
+}
+
 PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches) {
   check_sizes(num_stages, num_micro_batches);
-  PipelineSchedule schedule{schema::ScheduleKind::GPipe, num_stages, num_micro_batches, {}};
-  for (int rank = 0; rank < num_stages; ++rank) {
-    StreamBuilder b(rank, num_stages);
-    for (int mb = 0; mb < num_micro_batches; ++mb) {
-      b.receive_activation(mb);
-      b.forward(mb);
-      b.send_activation(mb);
-    }
-    for (int mb = 0; mb < num_micro_batches; ++mb) {
-      b.receive_gradient(mb);
-      b.add(OpCode::Backward, mb);
-      b.send_gradient(mb);
-    }
-    schedule.stages.push_back(b.finish());
-  }
-  return schedule;
+  InstructionStream order;
+  for (int mb = 0; mb < num_micro_batches; ++mb) order.push_back({OpCode::Forward, mb});
+  for (int mb = 0; mb < num_micro_batches; ++mb) order.push_back({OpCode::Backward, mb});
+  return lower_at_consumers(schema::ScheduleKind::GPipe, num_stages, num_micro_batches,
+                            std::vector<InstructionStream>(num_stages, order));
 }
 
 std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
@@ -168,11 +149,6 @@ std::string format_instruction(const PipelineInstruction& instruction) {
   if (step_level && instruction.micro_batch < 0) return text;
   text += '(';
   text += std::to_string(instruction.micro_batch);
-  if (instruction.op == OpCode::SendActivationRecvGradient ||
-      instruction.op == OpCode::SendGradientRecvActivation) {
-    text += ", peer ";
-    text += std::to_string(instruction.peer_micro_batch);
-  }
   if (instruction.chunk != 0) text += ", chunk " + std::to_string(instruction.chunk);
   text += ')';
   return text;

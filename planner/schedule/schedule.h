@@ -14,24 +14,17 @@
 // micro-batch, W after its B. Every stream ends with ReduceGradients then
 // OptimizerStep, whose micro_batch is -1 (they act on the whole step).
 //
-// Communication models (PipelineSchedule::transfers, schema::Transfers). In
-// both, the messages from one rank to another match in the order they are
-// posted (whatever chunks they link), as NCCL matches them.
-// - Rendezvous (1F1B, GPipe): a send completes only when the neighbour's
-//   matching receive is posted, and the reverse, never buffered. A combined op
-//   (SendActivationRecvGradient, SendGradientRecvActivation) posts its send
-//   and its receive at once and completes when both halves have matched,
-//   possibly with two different instructions of the neighbour. The strictest
-//   model the runtime's non-blocking pairs or grouped NCCL calls satisfy.
-// - Posted (interleaved, ZB-H1, ZB-V, DualPipe-V: the streams
-//   schedule_from_orders writes):
-//   every Send / Recv only posts its transfer. A Forward waits for its
-//   activation's receive to have matched, a Backward / BackwardInput for its
-//   output gradient's and for the chunk's previous input-gradient send (it
-//   writes that buffer again), ReduceGradients for all the rank's sends. No
-//   transfer then waits for compute at either end: what the placement below
-//   assumes, so a stream plays out as placed.
-// A schedule that passes the verifier under its model cannot deadlock in
+// Transfers (schema::Transfers): one model, Posted, for every kind. Each
+// kind is a compute order per rank (Forward, Backward, BackwardInput,
+// BackwardWeight) lowered to streams with plain sends and receives: 1F1B and
+// GPipe at their consumers (lower_at_consumers), the others where the
+// producer finishes in unit time (schedule_from_orders). Every Send / Recv
+// only posts its transfer. A Forward waits for its activation's receive to
+// have matched, a Backward / BackwardInput for its output gradient's and for
+// the chunk's previous input-gradient send (it writes that buffer again),
+// ReduceGradients for all the rank's sends. The messages from one rank to
+// another match in the order they are posted (whatever chunks they link), as
+// NCCL matches them. A schedule that passes the verifier cannot deadlock in
 // the runtime.
 #pragma once
 
@@ -48,8 +41,6 @@ namespace paraplan {
 struct PipelineInstruction {
   schema::OpCode op = schema::OpCode::Forward;
   int micro_batch = -1;
-  // The micro-batch received by a combined send-and-receive op; -1 otherwise.
-  int peer_micro_batch = -1;
   int chunk = 0;  // the model chunk (virtual stage of this rank) it works on
 
   bool operator==(const PipelineInstruction&) const = default;
@@ -63,17 +54,18 @@ struct PipelineSchedule {
   int num_micro_batches = 1;
   std::vector<InstructionStream> stages;  // indexed by pipeline rank
   int virtual_stages = 1;                 // model chunks per pipeline rank
-  schema::Transfers transfers = schema::Transfers::Rendezvous;
 
   PipelineLayout layout() const { return PipelineLayout::of(kind, num_stages, virtual_stages); }
 };
 
 // Megatron's non-interleaved 1F1B: stage s runs min(p - s - 1, m) warm-up
-// forwards, then one forward and one backward per step using the combined
-// send/receive pairs, then the remaining backwards.
+// forwards, then one forward and one backward per step, then the remaining
+// backwards; lowered at the consumers, so a rank holds min(p - s, m)
+// micro-batches' activations, receipt to backward.
 PipelineSchedule generate_one_forward_one_backward(int num_stages, int num_micro_batches);
 
-// GPipe: every forward, then every backward (micro-batches in ascending order).
+// GPipe: every forward, then every backward (micro-batches in ascending
+// order), lowered at the consumers.
 PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches);
 
 // Megatron-core's interleaved 1F1B over v chunks per rank. Forwards run in
@@ -190,6 +182,20 @@ double peak_in_flight_bytes(const PipelineSchedule& schedule, int pipeline_rank,
                             const std::vector<double>& activation_bytes,
                             const std::vector<double>& weight_pending_bytes);
 
+// Builds the streams of a one-chunk-per-rank schedule from each rank's
+// compute order, every transfer at its consumer: a rank's stream is its
+// order with each forward preceded by its activation's receive (and the
+// LoadMicroBatch of a stage holding data) and followed by its send, each
+// Backward / BackwardInput preceded by its output gradient's receive and
+// followed by its input gradient's send. A receive posted only when its
+// consumer is next holds no slot early: the slots are the compute order's
+// in-flight counts. Each link carries its messages in its producer's order,
+// which must be its consumer's (the verifier checks it). virtual_stages must
+// be 1: a local hand-off needs its Send and Recv adjacent.
+PipelineSchedule lower_at_consumers(schema::ScheduleKind kind, int num_stages,
+                                    int num_micro_batches,
+                                    const std::vector<InstructionStream>& compute_orders);
+
 // Builds the streams of a schedule from each rank's compute order (Forward,
 // Backward, BackwardInput, BackwardWeight with micro-batch and chunk): plays them out in
 // time (F, B, W one unit each, Backward two), adds LoadMicroBatch before the
@@ -210,8 +216,7 @@ PipelineSchedule schedule_from_orders(schema::ScheduleKind kind, int num_stages,
 // nullopt when the schedule is sound.
 std::optional<std::string> verify_schedule(const PipelineSchedule& schedule);
 
-// "SendActivationRecvGradient(3, peer 1)", "Forward(2)", "OptimizerStep";
-// with a chunk > 0: "Forward(2, chunk 1)".
+// "Forward(2)", "OptimizerStep"; with a chunk > 0: "Forward(2, chunk 1)".
 std::string format_instruction(const PipelineInstruction& instruction);
 
 }  // namespace paraplan

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "planner/schedule/pipeline_simulation.h"
+#include "planner/schedule/schedule_kinds.h"
 
 namespace paraplan {
 namespace {
@@ -342,9 +343,14 @@ TEST(ScheduleBubbleTest, DependencyBoundStepIsSimulateStepsStepAtEveryRatio) {
         }
       }
   EXPECT_GT(cases, 2000);
-  EXPECT_THROW(
-      dependency_bound_step(generate_schedule(ScheduleKind::OneForwardOneBackward, 4, 8), 1, 2, 0),
-      std::invalid_argument);
+  // 1F1B and GPipe, lowered at their consumers: (m + p - 1)(F + B).
+  for (const ScheduleKind kind : {ScheduleKind::OneForwardOneBackward, ScheduleKind::GPipe})
+    for (int p = 2; p <= 6; ++p)
+      for (int m = 1; m <= 12; ++m)
+        for (double ratio : {0.5, 2.0, 3.0})
+          EXPECT_NEAR(dependency_bound_step(generate_schedule(kind, p, m), 1, ratio, 0),
+                      (m + p - 1) * (1 + ratio), 1e-9)
+              << schedule_kind_row(kind).traits.name << " p " << p << " m " << m;
   if (printing())
     std::printf(
         "posted streams: played out at most %.2f%% over their compute orders' "

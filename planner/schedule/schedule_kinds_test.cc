@@ -206,10 +206,10 @@ TEST(ScheduleKindsVerifierTest, BrokenChunkedStreamsAreCaught) {
   PipelineSchedule wrong_order = generate_interleaved(2, 2, 2);
   {
     InstructionStream& stream = wrong_order.stages[0];
-    auto first = std::find(stream.begin(), stream.end(),
-                           PipelineInstruction{OpCode::RecvActivation, 0, -1, 1});
-    auto second = std::find(stream.begin(), stream.end(),
-                            PipelineInstruction{OpCode::RecvActivation, 1, -1, 1});
+    auto first =
+        std::find(stream.begin(), stream.end(), PipelineInstruction{OpCode::RecvActivation, 0, 1});
+    auto second =
+        std::find(stream.begin(), stream.end(), PipelineInstruction{OpCode::RecvActivation, 1, 1});
     ASSERT_LT(first, second);
     std::rotate(first, second, second + 1);
   }
@@ -247,13 +247,13 @@ TEST(ScheduleKindsVerifierTest, BrokenChunkedStreamsAreCaught) {
 
   // The last virtual stage (chunk 1 of rank 1) has nothing after it.
   PipelineSchedule no_next = generate_interleaved(2, 2, 2);
-  *find(no_next, 1, OpCode::Backward, 0, 1) = {OpCode::RecvGradient, 0, -1, 1};
+  *find(no_next, 1, OpCode::Backward, 0, 1) = {OpCode::RecvGradient, 0, 1};
   EXPECT_NE(problem_of(no_next).find("the last virtual stage has no next stage"), std::string::npos)
       << problem_of(no_next);
 
   // Chunk 0 of rank 1 holds neither end of the model.
   PipelineSchedule middle_load = generate_interleaved(2, 2, 2);
-  *find(middle_load, 1, OpCode::Forward, 0, 0) = {OpCode::LoadMicroBatch, 0, -1, 0};
+  *find(middle_load, 1, OpCode::Forward, 0, 0) = {OpCode::LoadMicroBatch, 0, 0};
   EXPECT_NE(problem_of(middle_load).find("this chunk holds neither the embedding nor the head"),
             std::string::npos)
       << problem_of(middle_load);
@@ -292,19 +292,19 @@ TEST(ScheduleKindsVerifierTest, BrokenSplitBackwardIsCaught) {
 
   PipelineSchedule twice = generate_zero_bubble_h1(2, 3);
   auto& s1 = twice.stages[1];
-  s1.insert(s1.end() - 2, {OpCode::BackwardWeight, 0, -1, 0});
+  s1.insert(s1.end() - 2, {OpCode::BackwardWeight, 0, 0});
   EXPECT_NE(problem_of(twice).find("micro-batch's BackwardWeight more than once"),
             std::string::npos)
       << problem_of(twice);
 }
 
 TEST(ScheduleKindsVerifierTest, InFlightAboveTheBoundIsCaught) {
-  // GPipe's streams keep all 4 micro-batches alive; labelled 1F1B, the last
-  // rank may keep only min(p - 1, m) = 1.
+  // GPipe's streams keep all 4 micro-batches alive; labelled 1F1B, rank 0
+  // may keep only min(p, m) = 2 (its sends never wait: it runs ahead).
   PipelineSchedule schedule = generate_gpipe(2, 4);
   schedule.kind = ScheduleKind::OneForwardOneBackward;
-  EXPECT_NE(problem_of(schedule).find("stage 1 instruction 5 Forward(1): 2 micro-batches in "
-                                      "flight, above the bound of 1 the memory model assumes "
+  EXPECT_NE(problem_of(schedule).find("stage 0 instruction 7 Forward(2): 3 micro-batches in "
+                                      "flight, above the bound of 2 the memory model assumes "
                                       "for OneForwardOneBackward on this stage"),
             std::string::npos)
       << problem_of(schedule);

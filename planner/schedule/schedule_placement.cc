@@ -76,8 +76,6 @@ class Placement {
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
       case OpCode::ReduceGradients:
       case OpCode::OptimizerStep:
         return false;
@@ -152,27 +150,26 @@ class Placement {
     std::vector<Event> ordered(events_.size());
     for (const Event& e : events_) ordered[slot_start[2 * e.time + e.kind]++] = e;
     events_.swap(ordered);
-    PipelineSchedule schedule{
-        kind_, p_, m_, std::vector<InstructionStream>(p_), v_, schema::Transfers::Posted};
+    PipelineSchedule schedule{kind_, p_, m_, std::vector<InstructionStream>(p_), v_};
     for (const Event& e : events_) {
       InstructionStream& own = schedule.stages[e.rank];
       if (e.kind == 1) {
         const int vs = layout_.virtual_stage(e.rank, e.chunk);
         if (e.op == OpCode::Forward && (vs == 0 || vs == last_virtual_stage()))
-          own.push_back({OpCode::LoadMicroBatch, e.micro_batch, -1, e.chunk});
-        own.push_back({e.op, e.micro_batch, -1, e.chunk});
+          own.push_back({OpCode::LoadMicroBatch, e.micro_batch, e.chunk});
+        own.push_back({e.op, e.micro_batch, e.chunk});
         continue;
       }
       // A hand-off between two chunks of one rank lands right after its
       // send: the local copy plan.fbs asks for.
-      own.push_back({e.op, e.micro_batch, -1, e.chunk});
+      own.push_back({e.op, e.micro_batch, e.chunk});
       const OpCode receive =
           e.op == OpCode::SendActivation ? OpCode::RecvActivation : OpCode::RecvGradient;
-      schedule.stages[e.to_rank].push_back({receive, e.micro_batch, -1, e.to_chunk});
+      schedule.stages[e.to_rank].push_back({receive, e.micro_batch, e.to_chunk});
     }
     for (InstructionStream& stream : schedule.stages) {
-      stream.push_back({OpCode::ReduceGradients, -1, -1, 0});
-      stream.push_back({OpCode::OptimizerStep, -1, -1, 0});
+      stream.push_back({OpCode::ReduceGradients, -1, 0});
+      stream.push_back({OpCode::OptimizerStep, -1, 0});
     }
     return schedule;
   }
@@ -335,10 +332,10 @@ std::vector<InstructionStream> interleaved_orders(int p, int m, int v, int extra
   for (int r = 0; r < p; ++r) {
     const int warmup = interleaved_warmup(p, m, v, r, extra_warmup);
     auto forward = [&](int k) {
-      orders[r].push_back({OpCode::Forward, table[k].first, -1, table[k].second});
+      orders[r].push_back({OpCode::Forward, table[k].first, table[k].second});
     };
     auto backward = [&](int k) {
-      orders[r].push_back({OpCode::Backward, table[k].first, -1, v - 1 - table[k].second});
+      orders[r].push_back({OpCode::Backward, table[k].first, v - 1 - table[k].second});
     };
     for (int k = 0; k < warmup; ++k) forward(k);
     for (int k = warmup; k < total; ++k) {
@@ -400,9 +397,9 @@ PipelineSchedule generate_zero_bubble_h1(int num_stages, int num_micro_batches) 
   for (int rank = 0; rank < p; ++rank) {
     InstructionStream& order = orders[rank];
     int weights_done = 0;
-    const auto forward = [&](int mb) { order.push_back({OpCode::Forward, mb, -1, 0}); };
-    const auto input = [&](int mb) { order.push_back({OpCode::BackwardInput, mb, -1, 0}); };
-    const auto weight = [&] { order.push_back({OpCode::BackwardWeight, weights_done++, -1, 0}); };
+    const auto forward = [&](int mb) { order.push_back({OpCode::Forward, mb, 0}); };
+    const auto input = [&](int mb) { order.push_back({OpCode::BackwardInput, mb, 0}); };
+    const auto weight = [&] { order.push_back({OpCode::BackwardWeight, weights_done++, 0}); };
     const int warmup = std::min(p - rank - 1, m);
     for (int mb = 0; mb < warmup; ++mb) forward(mb);
     for (int k = 0; k < m - warmup; ++k) {
@@ -433,7 +430,7 @@ PipelineSchedule generate_zero_bubble_v(int num_stages, int num_micro_batches) {
     int forwarded[2] = {0, 0}, input_done[2] = {0, 0}, weight_done[2] = {0, 0};
     const auto add = [&](OpCode op, int chunk, int* counter) {
       const int mb = counter[chunk]++;
-      if (mb < m) order.push_back({op, mb, -1, chunk});
+      if (mb < m) order.push_back({op, mb, chunk});
     };
     const auto forward = [&](int chunk) { add(OpCode::Forward, chunk, forwarded); };
     const auto input = [&](int chunk) { add(OpCode::BackwardInput, chunk, input_done); };
@@ -471,20 +468,19 @@ PipelineSchedule generate_dualpipe_v(int num_stages, int num_micro_batches) {
     int forwarded[2] = {0, 0}, backwarded[2] = {0, 0};
     std::deque<std::pair<int, int>> deferred;  // (micro-batch, chunk), oldest first
     const auto forward = [&](int chunk) {
-      order.push_back({OpCode::Forward, forwarded[chunk]++, -1, chunk});
+      order.push_back({OpCode::Forward, forwarded[chunk]++, chunk});
     };
     // A backward; its weight gradient deferred, or right after it.
     const auto backward = [&](int chunk, bool defer) {
       const int mb = backwarded[chunk]++;
-      order.push_back({OpCode::BackwardInput, mb, -1, chunk});
+      order.push_back({OpCode::BackwardInput, mb, chunk});
       if (defer)
         deferred.emplace_back(mb, chunk);
       else
-        order.push_back({OpCode::BackwardWeight, mb, -1, chunk});
+        order.push_back({OpCode::BackwardWeight, mb, chunk});
     };
     const auto weight = [&] {
-      order.push_back(
-          {OpCode::BackwardWeight, deferred.front().first, -1, deferred.front().second});
+      order.push_back({OpCode::BackwardWeight, deferred.front().first, deferred.front().second});
       deferred.pop_front();
     };
     const int down = p - rank - 1;  // ranks after this one

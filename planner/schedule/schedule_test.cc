@@ -13,34 +13,28 @@ using schema::OpCode;
 using schema::ScheduleKind;
 
 PipelineInstruction load(int mb) {
-  return {OpCode::LoadMicroBatch, mb, -1};
+  return {OpCode::LoadMicroBatch, mb};
 }
 PipelineInstruction forward(int mb) {
-  return {OpCode::Forward, mb, -1};
+  return {OpCode::Forward, mb};
 }
 PipelineInstruction backward(int mb) {
-  return {OpCode::Backward, mb, -1};
+  return {OpCode::Backward, mb};
 }
 PipelineInstruction send_activation(int mb) {
-  return {OpCode::SendActivation, mb, -1};
+  return {OpCode::SendActivation, mb};
 }
 PipelineInstruction recv_activation(int mb) {
-  return {OpCode::RecvActivation, mb, -1};
+  return {OpCode::RecvActivation, mb};
 }
 PipelineInstruction send_gradient(int mb) {
-  return {OpCode::SendGradient, mb, -1};
+  return {OpCode::SendGradient, mb};
 }
 PipelineInstruction recv_gradient(int mb) {
-  return {OpCode::RecvGradient, mb, -1};
+  return {OpCode::RecvGradient, mb};
 }
-PipelineInstruction send_activation_recv_gradient(int mb, int peer) {
-  return {OpCode::SendActivationRecvGradient, mb, peer};
-}
-PipelineInstruction send_gradient_recv_activation(int mb, int peer) {
-  return {OpCode::SendGradientRecvActivation, mb, peer};
-}
-const PipelineInstruction kReduce{OpCode::ReduceGradients, -1, -1};
-const PipelineInstruction kStep{OpCode::OptimizerStep, -1, -1};
+const PipelineInstruction kReduce{OpCode::ReduceGradients, -1};
+const PipelineInstruction kStep{OpCode::OptimizerStep, -1};
 
 std::string describe(const InstructionStream& stream) {
   std::string text;
@@ -80,9 +74,9 @@ TEST(ScheduleTest, OneForwardOneBackwardTwoStagesThreeMicroBatches) {
   const PipelineSchedule schedule = generate_one_forward_one_backward(2, 3);
   const InstructionStream stage0 = {
       load(0),          forward(0),  send_activation(0),  // warm-up
-      load(1),          forward(1),  send_activation_recv_gradient(1, 0),
+      load(1),          forward(1),  send_activation(1), recv_gradient(0),
       backward(0),  // steady
-      load(2),          forward(2),  send_activation_recv_gradient(2, 1),
+      load(2),          forward(2),  send_activation(2), recv_gradient(1),
       backward(1),                    //
       recv_gradient(2), backward(2),  // cool-down
       kReduce,          kStep};
@@ -90,11 +84,13 @@ TEST(ScheduleTest, OneForwardOneBackwardTwoStagesThreeMicroBatches) {
                                     load(0),
                                     forward(0),
                                     backward(0),
-                                    send_gradient_recv_activation(0, 1),
+                                    send_gradient(0),
+                                    recv_activation(1),
                                     load(1),
                                     forward(1),
                                     backward(1),
-                                    send_gradient_recv_activation(1, 2),
+                                    send_gradient(1),
+                                    recv_activation(2),
                                     load(2),
                                     forward(2),
                                     backward(2),
@@ -119,23 +115,28 @@ TEST(ScheduleTest, OneForwardOneBackwardFourStagesEightMicroBatches) {
                                     send_activation(2),
                                     load(3),
                                     forward(3),
-                                    send_activation_recv_gradient(3, 0),
+                                    send_activation(3),
+                                    recv_gradient(0),
                                     backward(0),
                                     load(4),
                                     forward(4),
-                                    send_activation_recv_gradient(4, 1),
+                                    send_activation(4),
+                                    recv_gradient(1),
                                     backward(1),
                                     load(5),
                                     forward(5),
-                                    send_activation_recv_gradient(5, 2),
+                                    send_activation(5),
+                                    recv_gradient(2),
                                     backward(2),
                                     load(6),
                                     forward(6),
-                                    send_activation_recv_gradient(6, 3),
+                                    send_activation(6),
+                                    recv_gradient(3),
                                     backward(3),
                                     load(7),
                                     forward(7),
-                                    send_activation_recv_gradient(7, 4),
+                                    send_activation(7),
+                                    recv_gradient(4),
                                     backward(4),
                                     recv_gradient(5),
                                     backward(5),
@@ -150,21 +151,24 @@ TEST(ScheduleTest, OneForwardOneBackwardFourStagesEightMicroBatches) {
   for (int mb = 0; mb < 8; ++mb) {
     for (const PipelineInstruction& ins : {load(mb), forward(mb), backward(mb)})
       stage3.push_back(ins);
-    stage3.push_back(mb < 7 ? send_gradient_recv_activation(mb, mb + 1) : send_gradient(mb));
+    stage3.push_back(send_gradient(mb));
+    if (mb < 7) stage3.push_back(recv_activation(mb + 1));
   }
   stage3.push_back(kReduce);
   stage3.push_back(kStep);
   EXPECT_EQ(schedule.stages[0], stage0) << describe(schedule.stages[0]);
   EXPECT_EQ(schedule.stages[3], stage3) << describe(schedule.stages[3]);
-  // A middle stage: 1 warm-up forward (p - s - 1 = 1 for s = 2).
-  EXPECT_EQ(count_op(schedule.stages[2], OpCode::SendActivation), 1);
-  EXPECT_EQ(count_op(schedule.stages[2], OpCode::SendActivationRecvGradient), 7);
-  EXPECT_EQ(count_op(schedule.stages[2], OpCode::SendGradientRecvActivation), 6);
+  // A middle stage: every message once per micro-batch, each receive right
+  // before its consumer.
+  for (const OpCode op :
+       {OpCode::SendActivation, OpCode::RecvActivation, OpCode::SendGradient, OpCode::RecvGradient})
+    EXPECT_EQ(count_op(schedule.stages[2], op), 8) << schema::EnumNameOpCode(op);
+  EXPECT_EQ(std::vector<int>(max_slots_held(schedule, 2)), std::vector<int>{2});
 }
 
 TEST(ScheduleTest, FewerMicroBatchesThanStagesIsAllWarmUp) {
   const PipelineSchedule schedule = generate_one_forward_one_backward(4, 2);
-  // Stage 0 warm-up = min(3, 2) = 2: no steady state, so no combined ops.
+  // Stage 0 warm-up = min(3, 2) = 2: no steady state.
   const InstructionStream stage0 = {load(0),          forward(0),  send_activation(0),
                                     load(1),          forward(1),  send_activation(1),
                                     recv_gradient(0), backward(0), recv_gradient(1),
@@ -198,17 +202,18 @@ TEST(ScheduleTest, RejectsEmptyShapes) {
   EXPECT_THROW(generate_gpipe(2, 0), std::invalid_argument);
 }
 
-TEST(ScheduleVerifierTest, SwappedSendAndReceiveDeadlocks) {
+TEST(ScheduleVerifierTest, ABackwardBeforeItsActivationIsSentDeadlocks) {
   PipelineSchedule schedule = generate_gpipe(2, 1);
   // Stage 0 now waits for a gradient before sending the activation that produces it.
-  std::swap(schedule.stages[0][2], schedule.stages[0][3]);
-  ASSERT_EQ(schedule.stages[0][2], recv_gradient(0));
+  InstructionStream& stage0 = schedule.stages[0];
+  ASSERT_EQ(stage0[2], send_activation(0));
+  stage0.erase(stage0.begin() + 2);
+  stage0.insert(stage0.begin() + 4, send_activation(0));
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
   EXPECT_NE(problem->find("deadlock"), std::string::npos) << *problem;
-  EXPECT_NE(problem->find("stage 0 instruction 2 RecvGradient(0)"), std::string::npos) << *problem;
-  EXPECT_NE(problem->find("stage 1 instruction 0 RecvActivation(0)"), std::string::npos)
-      << *problem;
+  EXPECT_NE(problem->find("stage 0 instruction 3 Backward(0)"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("stage 1 instruction 2 Forward(0)"), std::string::npos) << *problem;
 }
 
 // Replaces the first occurrence of target in stream by first then second.
@@ -220,37 +225,17 @@ void split(InstructionStream& stream, const PipelineInstruction& target,
   stream.insert(it, first);
 }
 
-TEST(ScheduleVerifierTest, SplittingCombinedOpsDeadlocksUnderRendezvous) {
-  // Both sides receive first: each waits for the other's send.
+// Posted transfers never wait: a neighbour's send and receive may come in
+// either order (under the retired rendezvous model, both sides receiving
+// first, or both sending first, deadlocked).
+TEST(ScheduleVerifierTest, SendsAndReceivesRunInEitherOrder) {
   PipelineSchedule receive_first = generate_one_forward_one_backward(2, 3);
-  split(receive_first.stages[0], send_activation_recv_gradient(1, 0), recv_gradient(0),
-        send_activation(1));
-  split(receive_first.stages[1], send_gradient_recv_activation(0, 1), recv_activation(1),
-        send_gradient(0));
-  auto problem = verify_schedule(receive_first);
-  ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("deadlock"), std::string::npos) << *problem;
-  EXPECT_NE(problem->find("stage 0 instruction 5 RecvGradient(0) (blocked)"), std::string::npos)
-      << *problem;
-  EXPECT_NE(problem->find("stage 1 instruction 4 RecvActivation(1) (blocked)"), std::string::npos)
-      << *problem;
-
-  // Both sides send first: rendezvous sends are not buffered, so this deadlocks too.
-  PipelineSchedule send_first = generate_one_forward_one_backward(2, 3);
-  split(send_first.stages[0], send_activation_recv_gradient(1, 0), send_activation(1),
-        recv_gradient(0));
-  split(send_first.stages[1], send_gradient_recv_activation(0, 1), send_gradient(0),
-        recv_activation(1));
-  problem = verify_schedule(send_first);
-  ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("deadlock"), std::string::npos) << *problem;
-
-  // One side combined, the other split either way: the combined op's two halves
-  // match the two plain ops one after the other.
-  PipelineSchedule half_split = generate_one_forward_one_backward(2, 3);
-  split(half_split.stages[1], send_gradient_recv_activation(0, 1), recv_activation(1),
-        send_gradient(0));
-  EXPECT_EQ(verify_schedule(half_split), std::nullopt) << verify_schedule(half_split).value_or("");
+  std::swap(receive_first.stages[0][5], receive_first.stages[0][6]);
+  ASSERT_EQ(receive_first.stages[0][5], recv_gradient(0));
+  std::swap(receive_first.stages[1][4], receive_first.stages[1][5]);
+  ASSERT_EQ(receive_first.stages[1][4], recv_activation(1));
+  EXPECT_EQ(verify_schedule(receive_first), std::nullopt)
+      << verify_schedule(receive_first).value_or("");
 }
 
 TEST(ScheduleVerifierTest, DroppedReceiveIsCaught) {
@@ -261,7 +246,8 @@ TEST(ScheduleVerifierTest, DroppedReceiveIsCaught) {
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
   EXPECT_NE(problem->find("stage 1 instruction 4 Forward(1)"), std::string::npos) << *problem;
-  EXPECT_NE(problem->find("before its activation was received"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("before its activation's receive was posted"), std::string::npos)
+      << *problem;
 
   PipelineSchedule no_gradient = generate_gpipe(2, 1);
   InstructionStream& stage0 = no_gradient.stages[0];
@@ -269,7 +255,8 @@ TEST(ScheduleVerifierTest, DroppedReceiveIsCaught) {
   EXPECT_NE(
       verify_schedule(no_gradient)
           .value_or("")
-          .find("stage 0 instruction 3 Backward(0): backward before its gradient was received"),
+          .find("stage 0 instruction 3 Backward(0): backward before its gradient's receive was "
+                "posted"),
       std::string::npos)
       << verify_schedule(no_gradient).value_or("");
 }
@@ -281,8 +268,8 @@ TEST(ScheduleVerifierTest, DroppedSendLeavesUnmatchedReceive) {
   stage1.erase(std::find(stage1.begin(), stage1.end(), send_gradient(0)));
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("unmatched receive: stage 0 instruction 3 RecvGradient(0) waits on "
-                          "stage 1, which has finished its stream"),
+  EXPECT_NE(problem->find("unmatched receive of stage 0: the gradient of micro-batch 0 (chunk 0 "
+                          "to chunk 0) with stage 1, which has finished its stream"),
             std::string::npos)
       << *problem;
 }
@@ -342,8 +329,7 @@ TEST(ScheduleVerifierTest, MissingStepAndMisplacedOpsAreCaught) {
 }
 
 TEST(ScheduleVerifierTest, FormatsInstructions) {
-  EXPECT_EQ(format_instruction(send_activation_recv_gradient(3, 1)),
-            "SendActivationRecvGradient(3, peer 1)");
+  EXPECT_EQ(format_instruction(send_activation(3)), "SendActivation(3)");
   EXPECT_EQ(format_instruction(forward(2)), "Forward(2)");
   EXPECT_EQ(format_instruction(kStep), "OptimizerStep");
 }

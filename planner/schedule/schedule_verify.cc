@@ -1,7 +1,6 @@
 // schedule_verify.cc: the verifier that runs all pipeline ranks' streams
-// together (every chunk of every rank) under the schedule's communication
-// model, rendezvous or posted (schedule.h), and the in-flight counts the
-// memory model shares with it.
+// together (every chunk of every rank) under the posted transfer model
+// (schedule.h), and the in-flight counts the memory model shares with it.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -36,9 +35,7 @@ struct ChunkState {
 
 struct RankState {
   size_t position = 0;  // index of the current instruction
-  bool posted = false;  // preconditions checked and transfers posted
-  // Rendezvous: the current instruction's transfers. Posted: every transfer
-  // posted and not yet matched, in posting order.
+  // Every transfer posted and not yet matched, in posting order.
   std::vector<Transfer> transfers;
   std::vector<ChunkState> chunks;
   int in_flight = 0;
@@ -59,7 +56,6 @@ class ScheduleSimulator {
         p_(static_cast<int>(schedule.stages.size())),
         v_(std::max(schedule.virtual_stages, 1)),
         layout_(PipelineLayout::of(schedule.kind, p_, v_)),
-        posted_(schedule.transfers == schema::Transfers::Posted),
         ranks_(schedule.stages.size()) {
     const size_t m = static_cast<size_t>(std::max(schedule.num_micro_batches, 0));
     for (RankState& state : ranks_) {
@@ -109,35 +105,10 @@ class ScheduleSimulator {
   }
   bool in_range(int mb) const { return mb >= 0 && mb < schedule_.num_micro_batches; }
 
-  // Runs stage s as far as it can; true if it made any progress.
+  // Runs stage s as far as it can; true if it made any progress. Every Send
+  // / Recv posts and moves on; what consumes a transfer waits for it
+  // (waits_for_transfer).
   bool advance(int s) {
-    if (posted_) return advance_posted(s);
-    bool progress = false;
-    while (!finished(s) && !problem_) {
-      RankState& state = ranks_[s];
-      if (!state.posted && !post(s)) return progress;
-      bool complete = true;
-      for (size_t i = 0; i < state.transfers.size(); ++i) {
-        Transfer& transfer = state.transfers[i];
-        if (!transfer.matched && !waits_behind(state, i)) {
-          try_match(s, transfer);
-          if (problem_) return progress;
-          progress |= transfer.matched;
-        }
-        complete &= transfer.matched;
-      }
-      if (!complete) return progress;
-      state.position++;
-      state.posted = false;
-      state.transfers.clear();
-      progress = true;
-    }
-    return progress;
-  }
-
-  // Posted transfers: every Send / Recv posts and moves on; what consumes a
-  // transfer waits for it (waits_for_transfer).
-  bool advance_posted(int s) {
     bool progress = false;
     RankState& state = ranks_[s];
     while (!finished(s) && !problem_) {
@@ -148,7 +119,6 @@ class ScheduleSimulator {
       for (size_t i = open; i < state.transfers.size(); ++i)
         if (state.transfers[i].peer_rank != s) match_open(state.transfers[i].peer_rank);
       state.position++;
-      state.posted = false;
       progress = true;
     }
     return progress;
@@ -189,7 +159,7 @@ class ScheduleSimulator {
   }
 
   // Messages between two ranks match in the order posted: transfer i waits
-  // while an earlier one of the same instruction goes the same way.
+  // while an earlier one goes the same way.
   static bool waits_behind(const RankState& state, size_t i) {
     const Transfer& t = state.transfers[i];
     for (size_t k = 0; k < i; ++k) {
@@ -200,29 +170,21 @@ class ScheduleSimulator {
   }
 
   // Matches transfer (posted by stage s) with the first unmatched transfer the
-  // neighbour's current instruction posted the other way between the two.
+  // neighbour posted the other way between the two.
   void try_match(int s, Transfer& transfer) {
     const int n = transfer.peer_rank;
-    if (!posted_ && (finished(n) || (!ranks_[n].posted && !post(n)))) return;
     for (Transfer& other : ranks_[n].transfers) {
       if (other.matched || other.is_send == transfer.is_send || other.peer_rank != s) continue;
       if (other.channel != transfer.channel || other.micro_batch != transfer.micro_batch ||
           other.chunk != transfer.peer_chunk || other.peer_chunk != transfer.chunk) {
-        if (posted_) {  // name the instructions that posted them, long past perhaps
-          const auto posted_by = [this](int rank, const Transfer& t) {
-            return "stage " + std::to_string(rank) + " instruction " +
-                   std::to_string(t.instruction) + " " +
-                   format_instruction(schedule_.stages[rank][t.instruction]);
-          };
-          if (!problem_)
-            problem_ = posted_by(s, transfer) + ": messages matched out of order: its " +
-                       describe(transfer) + " meets " + posted_by(n, other) + "'s " +
-                       describe(other);
-          return;
-        }
-        report(s, "messages matched out of order: its " + describe(transfer) + " meets stage " +
-                      std::to_string(n) + " " + format_instruction(current(n)) + "'s " +
-                      describe(other));
+        // Named by the instructions that posted them, long past perhaps.
+        const auto posted_by = [this](int rank, const Transfer& t) {
+          return "stage " + std::to_string(rank) + " instruction " + std::to_string(t.instruction) +
+                 " " + format_instruction(schedule_.stages[rank][t.instruction]);
+        };
+        if (!problem_)
+          problem_ = posted_by(s, transfer) + ": messages matched out of order: its " +
+                     describe(transfer) + " meets " + posted_by(n, other) + "'s " + describe(other);
         return;
       }
       transfer.matched = other.matched = true;
@@ -241,8 +203,6 @@ class ScheduleSimulator {
     RankState& state = ranks_[s];
     const PipelineInstruction& ins = current(s);
     const int mb = ins.micro_batch;
-    const bool combined = ins.op == OpCode::SendActivationRecvGradient ||
-                          ins.op == OpCode::SendGradientRecvActivation;
     const bool step_level = ins.op == OpCode::ReduceGradients || ins.op == OpCode::OptimizerStep;
     auto fail = [&](const std::string& problem) {
       report(s, problem);
@@ -253,14 +213,9 @@ class ScheduleSimulator {
       return fail("chunk out of range 0.." + std::to_string(v_ - 1));
     if (!step_level && !in_range(mb))
       return fail("micro_batch out of range 0.." + std::to_string(schedule_.num_micro_batches - 1));
-    if (combined && !in_range(ins.peer_micro_batch)) return fail("peer_micro_batch out of range");
-    if (combined && posted_)
-      return fail("a combined send-and-receive in a schedule whose transfers are Posted");
     const int vs = layout_.virtual_stage(s, ins.chunk);
-    const bool to_previous = ins.op == OpCode::RecvActivation || ins.op == OpCode::SendGradient ||
-                             ins.op == OpCode::SendGradientRecvActivation;
-    const bool to_next = ins.op == OpCode::SendActivation || ins.op == OpCode::RecvGradient ||
-                         ins.op == OpCode::SendActivationRecvGradient;
+    const bool to_previous = ins.op == OpCode::RecvActivation || ins.op == OpCode::SendGradient;
+    const bool to_next = ins.op == OpCode::SendActivation || ins.op == OpCode::RecvGradient;
     const std::string stage_word = v_ > 1 ? "virtual stage" : "stage";
     if (to_previous && vs == 0) return fail(stage_word + " 0 has no previous stage");
     if (to_next && vs == last_virtual_stage())
@@ -286,8 +241,7 @@ class ScheduleSimulator {
       if (!chunk.forwarded[mb]) return fail("backward before its forward");
       if (chunk.input_done[mb]) return fail("micro-batch backwarded more than once");
       if (has_next && !chunk.gradient_received[mb])
-        return fail(posted_ ? "backward before its gradient's receive was posted"
-                            : "backward before its gradient was received");
+        return fail("backward before its gradient's receive was posted");
       chunk.input_done[mb]++;
     }
     if (ins.op == OpCode::BackwardWeight) {
@@ -309,8 +263,7 @@ class ScheduleSimulator {
         if (chunk.forwarded[mb]) return fail("micro-batch forwarded more than once");
         if (loads_data && !chunk.loaded[mb]) return fail("forward before its LoadMicroBatch");
         if (vs > 0 && !chunk.activation_received[mb])
-          return fail(posted_ ? "forward before its activation's receive was posted"
-                              : "forward before its activation was received");
+          return fail("forward before its activation's receive was posted");
         chunk.forwarded[mb]++;
         const int bound = bounds_[s];
         if (++state.in_flight > bound)
@@ -339,40 +292,30 @@ class ScheduleSimulator {
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
       case OpCode::BackwardInput:
       case OpCode::BackwardWeight:
         break;
     }
-    const bool sends_activation =
-        ins.op == OpCode::SendActivation || ins.op == OpCode::SendActivationRecvGradient;
-    const bool sends_gradient =
-        ins.op == OpCode::SendGradient || ins.op == OpCode::SendGradientRecvActivation;
-    if (sends_activation) {
+    if (ins.op == OpCode::SendActivation) {
       if (!chunk.forwarded[mb]) return fail("sends an activation before its forward");
       if (chunk.activation_sent[mb]++) return fail("activation sent more than once");
       post_transfer(Channel::Activation, true, mb);
     }
-    if (sends_gradient) {
+    if (ins.op == OpCode::SendGradient) {
       if (!chunk.input_done[mb]) return fail("sends a gradient before its backward");
       if (chunk.gradient_sent[mb]++) return fail("gradient sent more than once");
       post_transfer(Channel::Gradient, true, mb);
     }
-    const int received_mb = combined ? ins.peer_micro_batch : mb;
-    if (ins.op == OpCode::RecvActivation || ins.op == OpCode::SendGradientRecvActivation) {
-      if (chunk.activation_received[received_mb])
-        return fail("activation of micro-batch " + std::to_string(received_mb) +
-                    " received more than once");
-      post_transfer(Channel::Activation, false, received_mb);
+    if (ins.op == OpCode::RecvActivation) {
+      if (chunk.activation_received[mb])
+        return fail("activation of micro-batch " + std::to_string(mb) + " received more than once");
+      post_transfer(Channel::Activation, false, mb);
     }
-    if (ins.op == OpCode::RecvGradient || ins.op == OpCode::SendActivationRecvGradient) {
-      if (chunk.gradient_received[received_mb])
-        return fail("gradient of micro-batch " + std::to_string(received_mb) +
-                    " received more than once");
-      post_transfer(Channel::Gradient, false, received_mb);
+    if (ins.op == OpCode::RecvGradient) {
+      if (chunk.gradient_received[mb])
+        return fail("gradient of micro-batch " + std::to_string(mb) + " received more than once");
+      post_transfer(Channel::Gradient, false, mb);
     }
-    state.posted = true;
     return true;
   }
 
@@ -385,14 +328,8 @@ class ScheduleSimulator {
         continue;
       }
       blocked += "\n  " + where(s) + " (blocked)";
-      if (posted_) continue;
-      for (const Transfer& transfer : ranks_[s].transfers)
-        if (!transfer.matched && finished(transfer.peer_rank) && !unmatched)
-          unmatched = "unmatched " + std::string(transfer.is_send ? "send" : "receive") + ": " +
-                      where(s) + " waits on stage " + std::to_string(transfer.peer_rank) +
-                      ", which has finished its stream";
     }
-    for (int s = 0; s < p_ && posted_ && !unmatched; ++s)
+    for (int s = 0; s < p_ && !unmatched; ++s)
       for (const Transfer& transfer : ranks_[s].transfers)
         if (!transfer.matched && finished(transfer.peer_rank)) {
           unmatched = "unmatched " + std::string(transfer.is_send ? "send" : "receive") +
@@ -427,7 +364,6 @@ class ScheduleSimulator {
   const PipelineSchedule& schedule_;
   int p_, v_;
   PipelineLayout layout_;
-  bool posted_;
   std::vector<RankState> ranks_;
   std::vector<int> bounds_;  // in_flight_bound per rank
   std::optional<std::string> problem_;
@@ -461,8 +397,6 @@ void walk_in_flight(const PipelineSchedule& schedule, int pipeline_rank, Visit v
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
       case OpCode::ReduceGradients:
       case OpCode::OptimizerStep:
         continue;
@@ -500,9 +434,6 @@ std::vector<int> max_slots_held(const PipelineSchedule& schedule, int pipeline_r
       case OpCode::Forward:
         chunk.insert(ins.micro_batch);
         break;
-      case OpCode::SendGradientRecvActivation:
-        chunk.insert(ins.peer_micro_batch);
-        break;
       case OpCode::Backward:
       case OpCode::BackwardWeight:
         chunk.erase(ins.micro_batch);
@@ -510,7 +441,6 @@ std::vector<int> max_slots_held(const PipelineSchedule& schedule, int pipeline_r
       case OpCode::SendActivation:
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
       case OpCode::ReduceGradients:
       case OpCode::OptimizerStep:
       case OpCode::BackwardInput:

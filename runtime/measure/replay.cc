@@ -33,8 +33,8 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
 
 // One timed instruction, as numbers, so the ranks can gather them.
 struct SpanRecord {
-  double op, micro_batch, peer_micro_batch, step, start, end, chunk;
-  static constexpr int kFields = 7;
+  double op, micro_batch, step, start, end, chunk;
+  static constexpr int kFields = 6;
 };
 
 // The running totals of the recording communicators: tensor-parallel groups,
@@ -117,21 +117,17 @@ class InstructionTimer final : public InstructionObserver {
       case OpCode::SendActivation:
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
-      case OpCode::RecvGradient:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:  // the pipeline transfers: a CPU rank's work is its
-                                                // CPU time
-        transfers_.push_back({static_cast<int>(instruction.op()), instruction.micro_batch(),
-                              instruction.peer_micro_batch(), step_, span, instruction.chunk(),
+      case OpCode::RecvGradient:  // the pipeline transfers: a CPU rank's work is its CPU time
+        transfers_.push_back({static_cast<int>(instruction.op()), instruction.micro_batch(), step_,
+                              span, instruction.chunk(),
                               count_cpu_time_ ? std::clamp(cpu, 0.0, span) : span});
         break;
     }
     if (keep_spans_)
       spans_.push_back({static_cast<double>(instruction.op()),
-                        static_cast<double>(instruction.micro_batch()),
-                        static_cast<double>(instruction.peer_micro_batch()),
-                        static_cast<double>(step_), seconds_between(origin_, start_),
-                        seconds_between(origin_, end), static_cast<double>(instruction.chunk())});
+                        static_cast<double>(instruction.micro_batch()), static_cast<double>(step_),
+                        seconds_between(origin_, start_), seconds_between(origin_, end),
+                        static_cast<double>(instruction.chunk())});
   }
 
  private:
@@ -151,7 +147,6 @@ class InstructionTimer final : public InstructionObserver {
 // Spans of a plan with several chunks per rank name theirs: "F3.c1".
 TimelineSpan to_timeline_span(const SpanRecord& record, int rank, int virtual_stages) {
   const int mb = static_cast<int>(record.micro_batch);
-  const int peer = static_cast<int>(record.peer_micro_batch);
   const std::string chunk =
       virtual_stages > 1 ? ".c" + std::to_string(static_cast<int>(record.chunk)) : "";
   const std::string m = std::to_string(mb) + chunk;
@@ -189,14 +184,6 @@ TimelineSpan to_timeline_span(const SpanRecord& record, int rank, int virtual_st
     case OpCode::RecvGradient:
       span.name = "recv grad " + m, span.category = "receive";
       break;
-    case OpCode::SendActivationRecvGradient:
-      span.name = "send act " + m + " / recv grad " + std::to_string(peer) + chunk;
-      span.category = "send+receive";
-      break;
-    case OpCode::SendGradientRecvActivation:
-      span.name = "send grad " + m + " / recv act " + std::to_string(peer) + chunk;
-      span.category = "send+receive";
-      break;
     case OpCode::ReduceGradients:
       span.name = "reduce grads", span.category = "reduce", span.micro_batch = -1;
       break;
@@ -230,15 +217,13 @@ std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Comm
                                        int virtual_stages) {
   std::vector<double> flat;
   for (const SpanRecord& r : mine)
-    flat.insert(flat.end(),
-                {r.op, r.micro_batch, r.peer_micro_batch, r.step, r.start, r.end, r.chunk});
+    flat.insert(flat.end(), {r.op, r.micro_batch, r.step, r.start, r.end, r.chunk});
   std::vector<TimelineSpan> spans;
   const std::vector<std::vector<double>> ranks = gather_rows(flat, world);
   for (int rank = 0; rank < world.size(); ++rank)
     for (size_t i = 0; i + SpanRecord::kFields <= ranks[rank].size(); i += SpanRecord::kFields) {
       const double* f = ranks[rank].data() + i;
-      spans.push_back(
-          to_timeline_span({f[0], f[1], f[2], f[3], f[4], f[5], f[6]}, rank, virtual_stages));
+      spans.push_back(to_timeline_span({f[0], f[1], f[2], f[3], f[4], f[5]}, rank, virtual_stages));
     }
   return spans;
 }
@@ -247,18 +232,18 @@ std::vector<TimelineSpan> gather_spans(const std::vector<SpanRecord>& mine, Comm
 std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRecord>& mine,
                                                    Communicator& world, const MeshCoordinates& mesh,
                                                    int virtual_stages, bool v_shape) {
-  constexpr size_t kFields = 7;
+  constexpr size_t kFields = 6;
   std::vector<double> flat;
   for (const TransferRecord& r : mine)
-    flat.insert(flat.end(), {double(r.op), double(r.micro_batch), double(r.peer_micro_batch),
-                             double(r.step), r.seconds, double(r.chunk), r.work});
+    flat.insert(flat.end(), {double(r.op), double(r.micro_batch), double(r.step), r.seconds,
+                             double(r.chunk), r.work});
   std::vector<std::vector<TransferRecord>> ranks(world.size());
   const std::vector<std::vector<double>> rows = gather_rows(flat, world);
   for (int rank = 0; rank < world.size(); ++rank)
     for (size_t i = 0; i + kFields <= rows[rank].size(); i += kFields) {
       const double* f = rows[rank].data() + i;
       ranks[rank].push_back({static_cast<int>(f[0]), static_cast<int>(f[1]), static_cast<int>(f[2]),
-                             static_cast<int>(f[3]), f[4], static_cast<int>(f[5]), f[6]});
+                             f[3], static_cast<int>(f[4]), f[5]});
     }
   return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size,
                                   virtual_stages, v_shape);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
@@ -35,23 +36,17 @@ using schema::OpCode;
 // received, of one micro-batch.
 enum class Message { kSendActivation, kReceiveActivation, kSendGradient, kReceiveGradient };
 
-// The halves of one instruction: (message, micro-batch).
-std::vector<std::pair<Message, int>> halves(const TransferRecord& record) {
+// What a transfer instruction carries; nullopt for any other op.
+std::optional<Message> message_of(const TransferRecord& record) {
   switch (static_cast<OpCode>(record.op)) {
     case OpCode::SendActivation:
-      return {{Message::kSendActivation, record.micro_batch}};
+      return Message::kSendActivation;
     case OpCode::RecvActivation:
-      return {{Message::kReceiveActivation, record.micro_batch}};
+      return Message::kReceiveActivation;
     case OpCode::SendGradient:
-      return {{Message::kSendGradient, record.micro_batch}};
+      return Message::kSendGradient;
     case OpCode::RecvGradient:
-      return {{Message::kReceiveGradient, record.micro_batch}};
-    case OpCode::SendActivationRecvGradient:
-      return {{Message::kSendActivation, record.micro_batch},
-              {Message::kReceiveGradient, record.peer_micro_batch}};
-    case OpCode::SendGradientRecvActivation:
-      return {{Message::kSendGradient, record.micro_batch},
-              {Message::kReceiveActivation, record.peer_micro_batch}};
+      return Message::kReceiveGradient;
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:
     case OpCode::Backward:
@@ -59,9 +54,9 @@ std::vector<std::pair<Message, int>> halves(const TransferRecord& record) {
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:
     case OpCode::BackwardWeight:
-      return {};
+      return std::nullopt;
   }
-  return {};  // a record of no op: no halves
+  return std::nullopt;  // a record of no op
 }
 
 // The other end of a message, and which neighbour holds it (+1 next stage).
@@ -93,25 +88,26 @@ std::vector<TransferAndWait> split_pipeline_transfers(
   std::vector<std::map<Key, double>> carriers(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r)
     for (const TransferRecord& record : ranks[r])
-      for (const auto& [message, micro_batch] : halves(record))
-        carriers[r][{record.step, record.chunk, message, micro_batch}] = record.work;
+      if (const std::optional<Message> message = message_of(record))
+        carriers[r][{record.step, record.chunk, *message, record.micro_batch}] = record.work;
 
   std::vector<TransferAndWait> split(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int stage = static_cast<int>(r) / stage_ranks;
     for (const TransferRecord& record : ranks[r]) {
       double transfer = record.work;
-      for (const auto& [message, micro_batch] : halves(record)) {
+      if (const std::optional<Message> message = message_of(record)) {
         // The neighbour virtual stage holding the other end, and its rank.
-        const auto [end, direction] = other_end(message);
+        const auto [end, direction] = other_end(*message);
         const int peer_virtual = layout.virtual_stage(stage, record.chunk) + direction;
-        if (peer_virtual < 0 || peer_virtual >= virtual_count) continue;
-        const int peer_stage = layout.rank_of(peer_virtual);
+        const int peer_stage =
+            peer_virtual >= 0 && peer_virtual < virtual_count ? layout.rank_of(peer_virtual) : -1;
         const size_t peer = r + static_cast<size_t>((peer_stage - stage) * stage_ranks);
-        if (peer >= ranks.size()) continue;
-        const auto found =
-            carriers[peer].find({record.step, layout.chunk_of(peer_virtual), end, micro_batch});
-        if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
+        if (peer_stage >= 0 && peer < ranks.size()) {
+          const auto found = carriers[peer].find(
+              {record.step, layout.chunk_of(peer_virtual), end, record.micro_batch});
+          if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
+        }
       }
       transfer = std::clamp(transfer, 0.0, record.seconds);
       split[r].transfer += transfer;

@@ -37,10 +37,10 @@ TransferAndWait split_collective_calls(const std::vector<double>& durations,
                                        const std::vector<bool>& synchronizing);
 
 // A pipeline transfer instruction of one rank: its opcode (schema::OpCode),
-// micro-batch, the combined ops' received micro-batch, the step, its
-// duration and its work (<= seconds; the rule above).
+// micro-batch, the step, its duration and its work (<= seconds; the rule
+// above).
 struct TransferRecord {
-  int op = 0, micro_batch = -1, peer_micro_batch = -1, step = 0;
+  int op = 0, micro_batch = -1, step = 0;
   double seconds = 0;
   int chunk = 0;  // the model chunk (virtual stage of the rank) it belongs to
   double work = 0;

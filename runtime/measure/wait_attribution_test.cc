@@ -1,6 +1,6 @@
 // wait_attribution_test.cc: waits told from transfers by hand-made durations:
 // collectives (the last arriver's work is the transfer), pipeline transfers
-// matched across neighbouring stages (plain and combined ops), a CPU rank's
+// matched across neighbouring stages, a CPU rank's
 // work its CPU time.
 #include "runtime/measure/wait_attribution.h"
 
@@ -39,10 +39,8 @@ TEST(WaitAttribution, APipelineTransferWaitsForTheNeighbourCarryingItsMessage) {
   // to post its receive (10 ms against 1 ms); later stage 1 sends the
   // gradient of 0 while stage 0 is still computing (stage 1 waits 5 ms).
   std::vector<std::vector<TransferRecord>> ranks(2);
-  ranks[0] = {{int(OpCode::SendActivation), 0, -1, 1, 0.010},
-              {int(OpCode::RecvGradient), 0, -1, 1, 0.002}};
-  ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.001},
-              {int(OpCode::SendGradient), 0, -1, 1, 0.007}};
+  ranks[0] = {{int(OpCode::SendActivation), 0, 1, 0.010}, {int(OpCode::RecvGradient), 0, 1, 0.002}};
+  ranks[1] = {{int(OpCode::RecvActivation), 0, 1, 0.001}, {int(OpCode::SendGradient), 0, 1, 0.007}};
   const std::vector<TransferAndWait> split = split_pipeline_transfers(on_devices(ranks), 2, 1, 1);
   EXPECT_DOUBLE_EQ(split[0].transfer, 0.001 + 0.002);
   EXPECT_DOUBLE_EQ(split[0].wait, 0.009);
@@ -56,10 +54,10 @@ TEST(WaitAttribution, ChunksPairWithTheirNeighbourVirtualStages) {
   // to rank 0 chunk 1 (the wrap); rank 0's chunk 0 send to rank 1 is another
   // message of the same micro-batch, matched with rank 1's chunk 0 receive.
   std::vector<std::vector<TransferRecord>> ranks(2);
-  ranks[0] = {{int(OpCode::SendActivation), 0, -1, 1, 0.004, 0},
-              {int(OpCode::RecvActivation), 0, -1, 1, 0.009, 1}};
-  ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.001, 0},
-              {int(OpCode::SendActivation), 0, -1, 1, 0.002, 0}};
+  ranks[0] = {{int(OpCode::SendActivation), 0, 1, 0.004, 0},
+              {int(OpCode::RecvActivation), 0, 1, 0.009, 1}};
+  ranks[1] = {{int(OpCode::RecvActivation), 0, 1, 0.001, 0},
+              {int(OpCode::SendActivation), 0, 1, 0.002, 0}};
   const std::vector<TransferAndWait> split =
       split_pipeline_transfers(on_devices(ranks), 2, 1, 1, 2);
   // 4 ms against its partner's 1 ms; 9 ms against the wrap's 2 ms.
@@ -69,18 +67,18 @@ TEST(WaitAttribution, ChunksPairWithTheirNeighbourVirtualStages) {
   EXPECT_DOUBLE_EQ(split[1].wait, 0);
 }
 
-TEST(WaitAttribution, CombinedTransfersMatchBothHalvesAndOnlyTheSameStepAndReplica) {
-  // pp 2 x dp 2: rank r of stage 0 pairs with rank r + 2. Stage 0's steady
-  // state sends activation 1 and receives gradient 0 in one op; stage 1's
-  // sends gradient 0 and receives activation 1. Step 2's records and the
-  // other replica's are not matched with step 1's.
+TEST(WaitAttribution, TransfersMatchOnlyTheSameStepAndReplica) {
+  // pp 2 x dp 2: rank r of stage 0 pairs with rank r + 2. Stage 0 sends
+  // activation 1, stage 1 receives it, in steps 1 and 2 on replica 0 and in
+  // step 1 on replica 1. Step 2's records and the other replica's are not
+  // matched with step 1's.
   std::vector<std::vector<TransferRecord>> ranks(4);
-  ranks[0] = {{int(OpCode::SendActivationRecvGradient), 1, 0, 1, 0.006},
-              {int(OpCode::SendActivationRecvGradient), 1, 0, 2, 0.003}};
-  ranks[1] = {{int(OpCode::SendActivationRecvGradient), 1, 0, 1, 0.0005}};
-  ranks[2] = {{int(OpCode::SendGradientRecvActivation), 0, 1, 1, 0.002},
-              {int(OpCode::SendGradientRecvActivation), 0, 1, 2, 0.004}};
-  ranks[3] = {{int(OpCode::SendGradientRecvActivation), 0, 1, 1, 0.008}};
+  ranks[0] = {{int(OpCode::SendActivation), 1, 1, 0.006},
+              {int(OpCode::SendActivation), 1, 2, 0.003}};
+  ranks[1] = {{int(OpCode::SendActivation), 1, 1, 0.0005}};
+  ranks[2] = {{int(OpCode::RecvActivation), 1, 1, 0.002},
+              {int(OpCode::RecvActivation), 1, 2, 0.004}};
+  ranks[3] = {{int(OpCode::RecvActivation), 1, 1, 0.008}};
   const std::vector<TransferAndWait> split = split_pipeline_transfers(on_devices(ranks), 2, 2, 1);
   EXPECT_DOUBLE_EQ(split[0].transfer, 0.002 + 0.003);
   EXPECT_DOUBLE_EQ(split[0].wait, 0.004);
@@ -98,8 +96,8 @@ TEST(WaitAttribution, ACpuRankCountsTheCpuTimeItGotAsTheTransfer) {
   // stage 1's receive took 3 ms, working 1 ms of them (the rest waiting for
   // stage 0 to wake and hand over the message): the transfer is 0.5 ms.
   std::vector<std::vector<TransferRecord>> ranks(2);
-  ranks[0] = {{int(OpCode::SendActivation), 0, -1, 1, 0.010, 0, 0.0005}};
-  ranks[1] = {{int(OpCode::RecvActivation), 0, -1, 1, 0.003, 0, 0.001}};
+  ranks[0] = {{int(OpCode::SendActivation), 0, 1, 0.010, 0, 0.0005}};
+  ranks[1] = {{int(OpCode::RecvActivation), 0, 1, 0.003, 0, 0.001}};
   const std::vector<TransferAndWait> split = split_pipeline_transfers(ranks, 2, 1, 1);
   EXPECT_DOUBLE_EQ(split[0].transfer, 0.0005);
   EXPECT_DOUBLE_EQ(split[0].wait, 0.0095);

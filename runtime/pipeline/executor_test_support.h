@@ -154,11 +154,10 @@ inline void expect_receives_wait_for_their_slot(
 }
 
 // Runs one step of this rank's stream over v chunks and micro_batches
-// micro-batches and checks it against the whole model; with posted
-// transfers, also what each receive waits for.
+// micro-batches and checks it against the whole model, and what each
+// receive waits for.
 inline void expect_whole_model_step(
     const std::vector<schema::Instruction>& stream, int v, const std::string& what,
-    schema::Transfers transfers = schema::Transfers::Rendezvous,
     schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward,
     int micro_batches = kMicroBatches) {
   const int p = world_size(), r = world_rank(), S = p * v;
@@ -169,7 +168,6 @@ inline void expect_whole_model_step(
 
   test_plans::PlanSpec spec = test_plans::make_plan_spec(p, 1, 1, 2 * S, micro_batches);
   spec.schedule[r].instructions = stream;
-  spec.transfers = transfers;
   const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
   const schema::StageSchedule& schedule =
       *schema::GetPlan(bytes.data())->schedule()->stages()->Get(r);
@@ -179,7 +177,7 @@ inline void expect_whole_model_step(
       std::make_unique<MarkingOps>(kernels::make_cpu_ops(1), &position);
   MemoryTracker memory(*ops);
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
-      ScheduleExecutor::buffers_needed(schedule, v, transfers);
+      ScheduleExecutor::buffers_needed(schedule, v);
   std::vector<std::unique_ptr<ParameterLayout>> layouts;
   std::vector<ModelStageOptions> chunks;
   for (int c = 0; c < v; ++c) {
@@ -208,7 +206,6 @@ inline void expect_whole_model_step(
                                           .first_stage_rank = 0,
                                           .last_stage_rank = p - 1,
                                           .own_rank = r,
-                                          .transfers = transfers,
                                           .v_shape = pipeline.v_shape()});
   // What each reported offset's range held when reported.
   std::vector<std::pair<size_t, std::vector<float>>> reported;
@@ -219,12 +216,10 @@ inline void expect_whole_model_step(
     reported.emplace_back(offset, std::vector<float>(now.begin() + offset, now.end()));
   };
   const double loss_sum = executor.run_step(data, 0, loss_scale(micro_batches), hooks, &position);
-  if (transfers == schema::Transfers::Posted) {
-    std::vector<int> slots;
-    for (const ScheduleExecutor::ChunkBuffers& chunk : buffers) slots.push_back(chunk.slots);
-    EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
-    expect_receives_wait_for_their_slot(stream, slots, peers->receives, what);
-  }
+  std::vector<int> slots;
+  for (const ScheduleExecutor::ChunkBuffers& chunk : buffers) slots.push_back(chunk.slots);
+  EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
+  expect_receives_wait_for_their_slot(stream, slots, peers->receives, what);
 
   stage.read_gradients(values.data(), values.size());
   for (const ParameterTensor& tensor : layout.tensors()) {

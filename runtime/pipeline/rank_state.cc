@@ -157,7 +157,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   const schema::StageSchedule& schedule = *plan.schedule()->stages()->Get(mesh.pipeline_rank);
   const int chunks = plan.schedule()->virtual_stages();
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
-      ScheduleExecutor::buffers_needed(schedule, chunks, plan.schedule()->transfers());
+      ScheduleExecutor::buffers_needed(schedule, chunks);
   ModelStageOptions stage_options{.micro_batch_size = training.micro_batch_size(),
                                   .num_slots = buffers[0].slots,
                                   .recompute = model.recompute,
@@ -194,7 +194,6 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
       .last_stage_rank =
           world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank, mesh.tensor_rank),
       .own_rank = session.world_rank(),
-      .transfers = plan.schedule()->transfers(),
       .v_shape = PipelineLayout::of(plan.schedule()->kind(), mesh.pipeline_size, chunks).v_shape()};
   rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
                                                      training.num_micro_batches(), mesh.data_rank,

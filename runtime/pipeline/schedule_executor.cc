@@ -13,7 +13,7 @@ namespace paraplan {
 using schema::OpCode;
 
 std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
-    const schema::StageSchedule& schedule, int num_chunks, schema::Transfers transfers) {
+    const schema::StageSchedule& schedule, int num_chunks) {
   // Per chunk: the micro-batches holding a slot (from the first instruction
   // writing into it, a load, a received activation or the forward, to the
   // Backward or BackwardWeight), and those forwarded and not yet backwarded
@@ -24,21 +24,9 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
     std::deque<int> holding, forwarded, weight_pending;
     int next_to_hold = 0;
     size_t most = 1;
-    // Received output gradients not yet backwarded; an input gradient not
-    // yet sent; whether the chunk sends input gradients at all.
-    int received = 0;
-    bool unsent = false, sends = false, per_slot = false;
+    bool per_slot = false;  // whether the chunk receives output gradients
   };
   std::vector<ChunkSlots> chunks(num_chunks);
-  for (const schema::Instruction* instruction : *schedule.instructions())
-    if ((instruction->op() == OpCode::SendGradient ||
-         instruction->op() == OpCode::SendGradientRecvActivation) &&
-        instruction->chunk() < num_chunks)
-      chunks[instruction->chunk()].sends = true;
-  const auto receive_gradient = [](ChunkSlots& chunk) {
-    chunk.per_slot |= chunk.received > 0 || chunk.unsent;
-    ++chunk.received;
-  };
   const std::string where = "schedule of stage " + std::to_string(schedule.stage()) + ": ";
   const auto refuse = [&where](const std::string& what, int micro_batch, int chunk) {
     throw std::runtime_error(where + what + " of micro-batch " + std::to_string(micro_batch) +
@@ -69,21 +57,10 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
       case OpCode::RecvActivation:
         hold(chunk, mb, c);
         break;
-      case OpCode::SendGradientRecvActivation:
-        chunk.unsent = false;
-        hold(chunk, instruction->peer_micro_batch(), c);
-        break;
-      case OpCode::SendGradient:
-        chunk.unsent = false;
-        break;
       case OpCode::RecvGradient:
-        receive_gradient(chunk);
         // A posted receive may land while the input gradient, which shares
         // the single buffer, is still going out.
-        chunk.per_slot |= transfers == schema::Transfers::Posted;
-        break;
-      case OpCode::SendActivationRecvGradient:
-        receive_gradient(chunk);
+        chunk.per_slot = true;
         break;
       case OpCode::Forward:
         hold(chunk, mb, c);
@@ -93,8 +70,6 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
       case OpCode::BackwardInput:
         if (chunk.forwarded.empty() || chunk.forwarded.front() != mb) refuse("backward", mb, c);
         chunk.forwarded.pop_front();
-        chunk.received = std::max(0, chunk.received - 1);
-        chunk.unsent = chunk.sends;
         if (instruction->op() == OpCode::BackwardInput)
           chunk.weight_pending.push_back(mb);
         else
@@ -107,6 +82,7 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
         release(chunk, mb, c);
         break;
       case OpCode::SendActivation:
+      case OpCode::SendGradient:
       case OpCode::ReduceGradients:
       case OpCode::OptimizerStep:
         break;
@@ -170,7 +146,7 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   for (const schema::Instruction* instruction : *schedule.instructions())
     instructions_.push_back(*instruction);
   const int v = stage.num_chunks();
-  const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v, pipeline.transfers);
+  const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v);
   for (int c = 0; c < v; ++c) {
     Chunk chunk;
     chunk.stage = &stage.chunk(c);
@@ -202,10 +178,9 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   host_tokens_.resize(tokens);
   host_targets_.resize(tokens);
   // Last, after every check that may throw: the destructor frees them.
-  if (pipeline.transfers == schema::Transfers::Posted)
-    for (Chunk& chunk : chunks_)
-      for (int slot = 0; slot < chunk.stage->num_slots(); ++slot)
-        chunk.slot_free.push_back(ops.create_mark());
+  for (Chunk& chunk : chunks_)
+    for (int slot = 0; slot < chunk.stage->num_slots(); ++slot)
+      chunk.slot_free.push_back(ops.create_mark());
 }
 
 ScheduleExecutor::~ScheduleExecutor() {
@@ -272,30 +247,6 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       return;
     }
   }
-  if (pipeline_.transfers == schema::Transfers::Posted) {
-    switch (instruction.op()) {
-      case OpCode::SendActivation:
-      case OpCode::RecvActivation:
-      case OpCode::SendGradient:
-      case OpCode::RecvGradient:
-        post(chunk, instruction);
-        return;
-      case OpCode::Forward:
-      case OpCode::Backward:
-      case OpCode::BackwardInput:
-        wait_before(chunk, instruction);
-        break;
-      case OpCode::ReduceGradients:
-        wait_for_sends();
-        break;
-      case OpCode::LoadMicroBatch:
-      case OpCode::SendActivationRecvGradient:
-      case OpCode::SendGradientRecvActivation:
-      case OpCode::OptimizerStep:
-      case OpCode::BackwardWeight:
-        break;
-    }
-  }
   switch (instruction.op()) {
     case OpCode::LoadMicroBatch: {
       const int64_t sample =
@@ -311,12 +262,14 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       break;
     }
     case OpCode::Forward:
+      wait_before(chunk, instruction);
       if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
       first_forward_done_ = true;
       stage.forward(slot_of(chunk, micro_batch), loss_scale);
       break;
     case OpCode::Backward:
     case OpCode::BackwardInput:
+      wait_before(chunk, instruction);
       // A chunk without the head starts from the received output gradient,
       // which must be this micro-batch's (the streams keep them in order).
       if (!stage.has_head() && chunk.received[slot_of(chunk, micro_batch)] != micro_batch)
@@ -340,30 +293,13 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
         stage.backward_weight(slot_of(chunk, micro_batch));
       break;
     case OpCode::SendActivation:
-      transfer(chunk, stage.output(slot_of(chunk, micro_batch)), nullptr, true);
-      break;
     case OpCode::RecvActivation:
-      transfer(chunk, nullptr, stage.input(slot_of(chunk, micro_batch)), false);
-      break;
     case OpCode::SendGradient:
-      send_input_gradient(chunk, instruction);
-      transfer(chunk, stage.input_gradient(), nullptr, false);
-      break;
     case OpCode::RecvGradient:
-      receive_output_gradient(chunk, instruction, micro_batch);
-      transfer(chunk, nullptr, stage.output_gradient(slot_of(chunk, micro_batch)), true);
-      break;
-    case OpCode::SendActivationRecvGradient:
-      receive_output_gradient(chunk, instruction, instruction.peer_micro_batch());
-      transfer(chunk, stage.output(slot_of(chunk, micro_batch)),
-               stage.output_gradient(slot_of(chunk, instruction.peer_micro_batch())), true);
-      break;
-    case OpCode::SendGradientRecvActivation:
-      send_input_gradient(chunk, instruction);
-      transfer(chunk, stage.input_gradient(),
-               stage.input(slot_of(chunk, instruction.peer_micro_batch())), false);
-      break;
+      post(chunk, instruction);  // a compute op waits for it (wait_before)
+      return;
     case OpCode::ReduceGradients:
+      wait_for_sends();
       if (hooks.reduce_gradients) hooks.reduce_gradients();
       break;
     case OpCode::OptimizerStep:
@@ -412,17 +348,6 @@ void ScheduleExecutor::send_input_gradient(Chunk& chunk, const schema::Instructi
   chunk.input_gradient_of = -1;
 }
 
-void ScheduleExecutor::transfer(const Chunk& chunk, const void* send, void* receive,
-                                bool with_next) {
-  const int peer = with_next ? chunk.next_rank : chunk.previous_rank;
-  if (pipeline_.peers == nullptr || peer < 0)
-    throw std::runtime_error("schedule: a transfer instruction on a stage without that neighbour");
-  const size_t elements = chunk.stage->activation_elements();
-  pipeline_.peers->send_receive(send, send ? elements : 0, send ? peer : -1, receive,
-                                receive ? elements : 0, receive ? peer : -1, chunk.stage->dtype(),
-                                with_next ? chunk.next_tag : chunk.previous_tag);
-}
-
 void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction) {
   PeerToPeer* peers = pipeline_.peers;
   const bool to_next =
@@ -467,8 +392,6 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:
     case OpCode::Backward:
-    case OpCode::SendActivationRecvGradient:
-    case OpCode::SendGradientRecvActivation:
     case OpCode::ReduceGradients:
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:
@@ -520,8 +443,6 @@ void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruc
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:
     case OpCode::Backward:
-    case OpCode::SendActivationRecvGradient:
-    case OpCode::SendGradientRecvActivation:
     case OpCode::ReduceGradients:
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:

@@ -1,7 +1,9 @@
 // schedule_executor.h: interprets one pipeline stage's instruction stream from
-// the plan. The schedules themselves (1F1B, GPipe) are built by the planner
-// (planner/schedule/schedule.cc) and checked by schema/plan_validate_schedule.cc; this
-// file only runs them.
+// the plan. The schedules themselves are built by the planner
+// (planner/schedule/) and checked by schema/plan_validate_schedule.cc; this
+// file only runs them. Transfers are posted (plan.fbs Transfers): a Send or
+// Recv starts its transfer and returns; the compute that reads or
+// overwrites its buffer waits for it.
 //
 // The runtime never decides: the order of loads, forwards, backwards,
 // transfers, the gradient reduction and the optimizer step is the plan's. The
@@ -39,8 +41,6 @@ struct PipelinePeers {
   int first_stage_rank = -1;  // the last rank: the world rank of pipeline rank 0
   int last_stage_rank = -1;   // the first rank: the world rank of pipeline rank p - 1
   int own_rank = -1;          // this rank's world rank
-  // How the stream's Send / Recv instructions behave (plan.fbs Transfers).
-  schema::Transfers transfers = schema::Transfers::Rendezvous;
   // Which virtual stage each chunk is; v_shape as the schedule kind says.
   bool v_shape = false;
 
@@ -89,10 +89,9 @@ class ScheduleExecutor {
   // most micro-batches holding one at any point, from the first instruction
   // writing into it (load, received activation, forward) to the Backward,
   // or the BackwardWeight after a BackwardInput; and whether each slot needs
-  // its own received output gradient (the stream receives one while another
-  // waits for its backward, or while the chunk's input gradient waits to be
-  // sent; always with Posted transfers, whose receives land while the input
-  // gradient may still be going out). Throws if a chunk's slots are not taken
+  // its own received output gradient (a chunk that receives them: a posted
+  // receive may land while the input gradient, in the one shared buffer
+  // otherwise, is still going out). Throws if a chunk's slots are not taken
   // in micro-batch order or
   // its backwards are not first-in first-out, or a BackwardWeight does not
   // follow its BackwardInput in that order.
@@ -101,9 +100,8 @@ class ScheduleExecutor {
     bool output_gradient_per_slot = false;
     bool operator==(const ChunkBuffers&) const = default;
   };
-  static std::vector<ChunkBuffers> buffers_needed(
-      const schema::StageSchedule& schedule, int num_chunks = 1,
-      schema::Transfers transfers = schema::Transfers::Rendezvous);
+  static std::vector<ChunkBuffers> buffers_needed(const schema::StageSchedule& schedule,
+                                                  int num_chunks = 1);
 
   // stage: the rank's model (its chunks: ModelStage::chunk).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
@@ -163,11 +161,8 @@ class ScheduleExecutor {
   static void receive_output_gradient(Chunk& chunk, const schema::Instruction& instruction,
                                       int micro_batch);
   static void send_input_gradient(Chunk& chunk, const schema::Instruction& instruction);
-  // One paired transfer with the chunk's next (with_next) or previous
-  // neighbour; a null buffer skips that half.
-  void transfer(const Chunk& chunk, const void* send, void* receive, bool with_next);
-  // Posted transfers: starts the instruction's half; waits for what a
-  // compute op is about to read or overwrite; all sends before the reduction.
+  // Starts the instruction's transfer; waits for what a compute op is about
+  // to read or overwrite; all sends before the reduction.
   void post(Chunk& chunk, const schema::Instruction& instruction);
   void wait_before(Chunk& chunk, const schema::Instruction& instruction);
   void wait_for_sends();

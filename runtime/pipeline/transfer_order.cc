@@ -61,7 +61,7 @@ void post(Links& links, const PipelineLayout& layout, int rank, int index,
     links.received[{from, rank}].push_back(
         {activation, sender, micro_batch, index, instruction.op()});
   };
-  const int m = instruction.micro_batch(), peer = instruction.peer_micro_batch();
+  const int m = instruction.micro_batch();
   switch (instruction.op()) {
     case OpCode::SendActivation:
       send(true, m);
@@ -74,14 +74,6 @@ void post(Links& links, const PipelineLayout& layout, int rank, int index,
       break;
     case OpCode::RecvGradient:
       receive(false, m);
-      break;
-    case OpCode::SendActivationRecvGradient:
-      send(true, m);
-      receive(false, peer);
-      break;
-    case OpCode::SendGradientRecvActivation:
-      send(false, m);
-      receive(true, peer);
       break;
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:

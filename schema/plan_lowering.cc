@@ -1,0 +1,58 @@
+// plan_lowering.cc: Rendezvous plans (before schema version 8) lowered to
+// Posted transfers at load (plan_lowering.h).
+#include "schema/plan_lowering.h"
+
+#include <memory>
+
+#include "schema/plan_io.h"
+
+namespace paraplan {
+
+using schema::Instruction;
+using schema::OpCode;
+
+bool has_rendezvous_transfers_to_lower(const schema::Plan& plan) {
+  return plan.header() != nullptr &&
+         plan.header()->schema_version() < kPostedOnlyPlanSchemaVersion &&
+         plan.schedule() != nullptr &&
+         plan.schedule()->transfers() == schema::Transfers::Rendezvous;
+}
+
+namespace {
+
+// One stream with each combined op split into its send and its receive;
+// every other instruction as it was (a stray peer_micro_batch stays for the
+// validator to name).
+std::vector<Instruction> lowered_stream(const std::vector<Instruction>& stream) {
+  std::vector<Instruction> lowered;
+  lowered.reserve(stream.size() + stream.size() / 2);
+  for (const Instruction& ins : stream) {
+    const int op = static_cast<int>(ins.op());
+    if (op == kRetiredSendActivationRecvGradient) {
+      lowered.emplace_back(OpCode::SendActivation, ins.chunk(), ins.micro_batch(), -1);
+      lowered.emplace_back(OpCode::RecvGradient, ins.chunk(), ins.peer_micro_batch(), -1);
+    } else if (op == kRetiredSendGradientRecvActivation) {
+      lowered.emplace_back(OpCode::SendGradient, ins.chunk(), ins.micro_batch(), -1);
+      lowered.emplace_back(OpCode::RecvActivation, ins.chunk(), ins.peer_micro_batch(), -1);
+    } else {
+      lowered.push_back(ins);
+    }
+  }
+  return lowered;
+}
+
+}  // namespace
+
+std::vector<uint8_t> lower_rendezvous_plan(const schema::Plan& plan) {
+  std::unique_ptr<schema::PlanT> object(plan.UnPack());
+  if (object->schedule) {
+    object->schedule->transfers = schema::Transfers::Posted;
+    for (std::unique_ptr<schema::StageScheduleT>& stage : object->schedule->stages)
+      if (stage) stage->instructions = lowered_stream(stage->instructions);
+  }
+  flatbuffers::FlatBufferBuilder builder;
+  schema::FinishPlanBuffer(builder, schema::Plan::Pack(builder, object.get()));
+  return {builder.GetBufferPointer(), builder.GetBufferPointer() + builder.GetSize()};
+}
+
+}  // namespace paraplan
