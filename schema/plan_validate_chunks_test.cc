@@ -91,6 +91,15 @@ TEST(ValidateChunkedPlan, ChunkedStreamsAreCheckedPerChunk) {
             "schedule.stages[0].instructions[0]: recv_activation on chunk 0 of stage 0, which "
             "has no previous stage");
 
+  // Chunk 0 of rank 1 (virtual stage 1) holds neither end: it loads nothing.
+  PlanSpec middle_load = interleaved(2, 2);
+  auto& middle = middle_load.schedule[1].instructions;
+  const size_t forward = at(middle_load, 1, OpCode::Forward, 0, 0);
+  middle.insert(middle.begin() + forward, instruction(OpCode::LoadMicroBatch, 0, -1, 0));
+  expect_only(middle_load, "schedule.stages[1].instructions[" + std::to_string(forward) +
+                               "]: load_micro_batch on chunk 0 of stage 1, which holds neither "
+                               "the embedding nor the head; only those load micro-batches");
+
   PlanSpec beyond = interleaved(2, 2);
   beyond.schedule[1].instructions[0] = instruction(OpCode::RecvActivation, 0, -1, 2);
   EXPECT_EQ(violations_of(beyond).at(0),

@@ -54,6 +54,11 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
   // Per rank and chunk, the last input gradient sent: its next backward
   // writes that buffer again, so waits until the peer has received it.
   std::vector<std::vector<int64_t>> last_gradient_sent(p, std::vector<int64_t>(v, -1));
+  // Per rank and chunk, whether received gradients get a buffer per slot;
+  // else a receive into the one buffer waits for that send too.
+  std::vector<std::vector<bool>> per_slot;
+  for (int r = 0; r < p; ++r)
+    per_slot.push_back(output_gradient_per_slot(layout, r, schedule.stages[r]));
   std::vector<size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
   // Ranks to advance: each runs its stream until a compute op finds an input
@@ -84,7 +89,13 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
       if (in.op == OpCode::RecvActivation || in.op == OpCode::RecvGradient) {
         const bool gradient = in.op == OpCode::RecvGradient;
         const int sender = gradient ? vs + 1 : vs - 1;
-        messages[index(gradient, mb, sender)].received = free_at[r];
+        double posted = free_at[r];
+        if (gradient && !per_slot[r][in.chunk] && last_gradient_sent[r][in.chunk] >= 0) {
+          const Posts& out = messages[static_cast<size_t>(last_gradient_sent[r][in.chunk])];
+          if (out.sent < 0 || out.received < 0) break;  // woken when the peer posts it
+          posted = std::max({posted, out.sent, out.received});
+        }
+        messages[index(gradient, mb, sender)].received = posted;
         wake(layout.rank_of(sender));
         continue;
       }

@@ -89,12 +89,14 @@ std::optional<End> end_of(const PipelineInstruction& in, int rank, const Pipelin
 
 // The messages an instruction of stage s must find done before it starts. A Forward its activation,
 // a Backward / BackwardInput its output gradient and its chunk's last input-gradient send (it
-// writes that buffer again), ReduceGradients every send of the stage. Appends them to `needs`
+// writes that buffer again), as does a RecvGradient into the chunk's one buffer (per_slot false:
+// stream_check.h), ReduceGradients every send of the stage. Appends them to `needs`
 // (cleared first); returns whether the first is the message the op received (its copy, on shared
 // cores, is the op's work).
 bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
                   const MessageTable& table, const std::vector<size_t>& sent,
-                  const std::vector<int64_t>& last_gradient_sent, std::vector<size_t>& needs) {
+                  const std::vector<int64_t>& last_gradient_sent, const std::vector<bool>& per_slot,
+                  std::vector<size_t>& needs) {
   const int s = layout.virtual_stage(rank, in.chunk), last = layout.last_virtual_stage();
   needs.clear();
   switch (in.op) {
@@ -110,11 +112,14 @@ bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout&
     case OpCode::ReduceGradients:
       needs = sent;
       return false;
+    case OpCode::RecvGradient:
+      if (!per_slot[in.chunk] && last_gradient_sent[in.chunk] >= 0)
+        needs.push_back(static_cast<size_t>(last_gradient_sent[in.chunk]));
+      return false;
     case OpCode::LoadMicroBatch:
     case OpCode::SendActivation:
     case OpCode::RecvActivation:
     case OpCode::SendGradient:
-    case OpCode::RecvGradient:
     case OpCode::OptimizerStep:
     case OpCode::BackwardWeight:
       return false;
@@ -138,6 +143,7 @@ struct StageState {
   // sent (-1: none), which its next backward overwrites.
   std::vector<size_t> sent;
   std::vector<int64_t> last_gradient_sent;
+  std::vector<bool> per_slot;  // per chunk: received gradients get a buffer per slot
   double forward = 0, backward = 0, optimizer = 0, finished = 0;
   double transfer_work = 0;  // shared cores: the copies of its messages
 };
@@ -220,7 +226,10 @@ class StepSimulation {
         layout_(PipelineLayout::of(schedule.kind, p_, v_)),
         shared_cores_(cores > 0),
         stage_rates_(p_, ranks_per_stage, cores) {
-    for (StageState& st : state_) st.last_gradient_sent.assign(v_, -1);
+    for (int s = 0; s < p_; ++s) {
+      state_[s].last_gradient_sent.assign(v_, -1);
+      state_[s].per_slot = output_gradient_per_slot(layout_, s, schedule.stages[s]);
+    }
   }
 
   SimulatedStep run() {
@@ -290,8 +299,8 @@ class StepSimulation {
     st.op = instruction.op;
     st.waits_after = 0;
     double receive_copies = 0;  // shared cores: the receiving end's copy
-    const bool receives =
-        posted_needs(instruction, s, layout_, messages_, st.sent, st.last_gradient_sent, needs_);
+    const bool receives = posted_needs(instruction, s, layout_, messages_, st.sent,
+                                       st.last_gradient_sent, st.per_slot, needs_);
     pending_.clear();
     for (const size_t key : needs_) {
       const Message& message = messages_[key];

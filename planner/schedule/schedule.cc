@@ -143,15 +143,7 @@ std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kin
 }
 
 std::string format_instruction(const PipelineInstruction& instruction) {
-  std::string text = schema::EnumNameOpCode(instruction.op);
-  const bool step_level =
-      instruction.op == OpCode::ReduceGradients || instruction.op == OpCode::OptimizerStep;
-  if (step_level && instruction.micro_batch < 0) return text;
-  text += '(';
-  text += std::to_string(instruction.micro_batch);
-  if (instruction.chunk != 0) text += ", chunk " + std::to_string(instruction.chunk);
-  text += ')';
-  return text;
+  return stream_op_text(instruction);
 }
 
 }  // namespace paraplan

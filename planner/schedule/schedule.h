@@ -35,18 +35,14 @@
 
 #include "plan_generated.h"
 #include "schema/pipeline_layout.h"
+#include "schema/stream_check.h"
 
 namespace paraplan {
 
-struct PipelineInstruction {
-  schema::OpCode op = schema::OpCode::Forward;
-  int micro_batch = -1;
-  int chunk = 0;  // the model chunk (virtual stage of this rank) it works on
-
-  bool operator==(const PipelineInstruction&) const = default;
-};
-
-using InstructionStream = std::vector<PipelineInstruction>;
+// An instruction (op, micro-batch, chunk) and a rank's stream: the stream
+// checker's types (schema/stream_check.h), which the verifier asks.
+using PipelineInstruction = StreamOp;
+using InstructionStream = StreamOps;
 
 struct PipelineSchedule {
   schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward;

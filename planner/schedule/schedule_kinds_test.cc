@@ -214,9 +214,11 @@ TEST(ScheduleKindsVerifierTest, BrokenChunkedStreamsAreCaught) {
     std::rotate(first, second, second + 1);
   }
   EXPECT_NE(problem_of(wrong_order)
-                .find("stage 0 instruction 6 RecvActivation(1, chunk 1): messages matched out "
-                      "of order: its activation of micro-batch 1 (chunk 0 to chunk 1) meets "
-                      "stage 1 instruction 3 SendActivation(0)'s activation of micro-batch 0"),
+                .find("messages matched out of order: pipeline rank 1's instruction 3 "
+                      "(send_activation) sends the activation of virtual stage 1, micro-batch 0 "
+                      "as its message 1 to rank 0, but pipeline rank 0's instruction 6 "
+                      "(recv_activation) receives the activation of virtual stage 1, "
+                      "micro-batch 1 there"),
             std::string::npos)
       << problem_of(wrong_order);
   // A forward whose receive comes after it.
@@ -224,20 +226,23 @@ TEST(ScheduleKindsVerifierTest, BrokenChunkedStreamsAreCaught) {
   std::swap(*find(receive_late, 0, OpCode::RecvActivation, 0, 1),
             *find(receive_late, 0, OpCode::RecvActivation, 1, 1));
   EXPECT_NE(problem_of(receive_late)
-                .find("Forward(0, chunk 1): forward before its activation's receive was posted"),
+                .find("stage 0: micro-batch 0 of chunk 1 is received after its forward"),
             std::string::npos)
       << problem_of(receive_late);
 
   // A receive naming the wrong chunk: chunk 0 of rank 1 already has it.
   PipelineSchedule wrong_chunk = generate_interleaved(2, 2, 2);
   find(wrong_chunk, 1, OpCode::RecvActivation, 0, 1)->chunk = 0;
-  EXPECT_NE(problem_of(wrong_chunk).find("activation of micro-batch 0 received more than once"),
+  EXPECT_NE(problem_of(wrong_chunk)
+                .find("stage 1: micro-batch 0 of chunk 0 is received from the previous stage "
+                      "more than once"),
             std::string::npos)
       << problem_of(wrong_chunk);
 
   PipelineSchedule out_of_range = generate_interleaved(2, 2, 2);
   find(out_of_range, 0, OpCode::Forward, 1, 1)->chunk = 2;
-  EXPECT_NE(problem_of(out_of_range).find("Forward(1, chunk 2): chunk out of range 0..1"),
+  EXPECT_NE(problem_of(out_of_range)
+                .find("Forward(1, chunk 2): forward chunk 2 is out of range; valid are 0..1"),
             std::string::npos)
       << problem_of(out_of_range);
 
@@ -248,13 +253,17 @@ TEST(ScheduleKindsVerifierTest, BrokenChunkedStreamsAreCaught) {
   // The last virtual stage (chunk 1 of rank 1) has nothing after it.
   PipelineSchedule no_next = generate_interleaved(2, 2, 2);
   *find(no_next, 1, OpCode::Backward, 0, 1) = {OpCode::RecvGradient, 0, 1};
-  EXPECT_NE(problem_of(no_next).find("the last virtual stage has no next stage"), std::string::npos)
+  EXPECT_NE(problem_of(no_next).find("RecvGradient(0, chunk 1): recv_gradient on the last chunk "
+                                     "of the last stage (1), which has no next stage"),
+            std::string::npos)
       << problem_of(no_next);
 
   // Chunk 0 of rank 1 holds neither end of the model.
   PipelineSchedule middle_load = generate_interleaved(2, 2, 2);
   *find(middle_load, 1, OpCode::Forward, 0, 0) = {OpCode::LoadMicroBatch, 0, 0};
-  EXPECT_NE(problem_of(middle_load).find("this chunk holds neither the embedding nor the head"),
+  EXPECT_NE(problem_of(middle_load)
+                .find("LoadMicroBatch(0): load_micro_batch on chunk 0 of stage 1, which holds "
+                      "neither the embedding nor the head"),
             std::string::npos)
       << problem_of(middle_load);
 }
@@ -268,8 +277,8 @@ TEST(ScheduleKindsVerifierTest, BrokenSplitBackwardIsCaught) {
   const PipelineInstruction moved = *w;
   stream.erase(w);
   stream.insert(stream.begin(), moved);
-  EXPECT_NE(problem_of(early_w).find("stage 1 instruction 0 BackwardWeight(2): BackwardWeight "
-                                     "before its BackwardInput"),
+  EXPECT_NE(problem_of(early_w).find("stage 1: micro-batch 2 is given its backward_weight "
+                                     "before its backward_input"),
             std::string::npos)
       << problem_of(early_w);
 
@@ -278,22 +287,20 @@ TEST(ScheduleKindsVerifierTest, BrokenSplitBackwardIsCaught) {
   s0.erase(std::find_if(s0.begin(), s0.end(), [](const auto& i) {
     return i.op == OpCode::BackwardWeight && i.micro_batch == 1;
   }));
-  EXPECT_NE(problem_of(no_w).find(
-                "ReduceGradients: ReduceGradients before micro-batch 1 was backwarded (its "
-                "BackwardWeight)"),
+  EXPECT_NE(problem_of(no_w).find("stage 0: micro-batch 1 is never given its backward_weight"),
             std::string::npos)
       << problem_of(no_w);
 
   PipelineSchedule mixed = generate_zero_bubble_h1(2, 3);
   find(mixed, 0, OpCode::BackwardWeight, 0, 0)->op = OpCode::Backward;
-  EXPECT_NE(problem_of(mixed).find("mixes Backward with BackwardInput/BackwardWeight"),
+  EXPECT_NE(problem_of(mixed).find("stage 0: micro-batch 0 is backwarded more than once"),
             std::string::npos)
       << problem_of(mixed);
 
   PipelineSchedule twice = generate_zero_bubble_h1(2, 3);
   auto& s1 = twice.stages[1];
   s1.insert(s1.end() - 2, {OpCode::BackwardWeight, 0, 0});
-  EXPECT_NE(problem_of(twice).find("micro-batch's BackwardWeight more than once"),
+  EXPECT_NE(problem_of(twice).find("stage 1: micro-batch 0 is given too many backward_weight"),
             std::string::npos)
       << problem_of(twice);
 }

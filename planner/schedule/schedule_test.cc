@@ -245,19 +245,18 @@ TEST(ScheduleVerifierTest, DroppedReceiveIsCaught) {
   stage1.erase(std::find(stage1.begin(), stage1.end(), recv_activation(1)));
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("stage 1 instruction 4 Forward(1)"), std::string::npos) << *problem;
-  EXPECT_NE(problem->find("before its activation's receive was posted"), std::string::npos)
+  EXPECT_NE(problem->find("stage 1: micro-batch 1 is never received from the previous stage; "
+                          "stage 1 must recv_activation once before each forward"),
+            std::string::npos)
       << *problem;
 
   PipelineSchedule no_gradient = generate_gpipe(2, 1);
   InstructionStream& stage0 = no_gradient.stages[0];
   stage0.erase(std::find(stage0.begin(), stage0.end(), recv_gradient(0)));
-  EXPECT_NE(
-      verify_schedule(no_gradient)
-          .value_or("")
-          .find("stage 0 instruction 3 Backward(0): backward before its gradient's receive was "
-                "posted"),
-      std::string::npos)
+  EXPECT_NE(verify_schedule(no_gradient)
+                .value_or("")
+                .find("stage 0: micro-batch 0 is never given its gradient by the next stage"),
+            std::string::npos)
       << verify_schedule(no_gradient).value_or("");
 }
 
@@ -268,8 +267,7 @@ TEST(ScheduleVerifierTest, DroppedSendLeavesUnmatchedReceive) {
   stage1.erase(std::find(stage1.begin(), stage1.end(), send_gradient(0)));
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("unmatched receive of stage 0: the gradient of micro-batch 0 (chunk 0 "
-                          "to chunk 0) with stage 1, which has finished its stream"),
+  EXPECT_NE(problem->find("stage 1: micro-batch 0 is never sent back to the previous stage"),
             std::string::npos)
       << *problem;
 }
@@ -279,18 +277,27 @@ TEST(ScheduleVerifierTest, DuplicatedSendIsCaught) {
   schedule.stages[0].insert(schedule.stages[0].begin() + 3, send_activation(0));
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("activation sent more than once"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("stage 0: micro-batch 0 is sent to the next stage more than once"),
+            std::string::npos)
+      << *problem;
 }
 
 TEST(ScheduleVerifierTest, MessagesOutOfOrderAreCaught) {
   PipelineSchedule schedule = generate_gpipe(2, 2);
-  // Stage 1 receives micro-batch 1's activation first.
+  // Stage 1 posts micro-batch 1's receive first, each before its forward:
+  // sound on its own, but posting order would pair it with activation 0.
   InstructionStream& stage1 = schedule.stages[1];
-  std::swap(stage1[0], stage1[3]);  // RecvActivation(0) <-> RecvActivation(1)
-  ASSERT_EQ(stage1[0], recv_activation(1));
+  stage1.erase(std::find(stage1.begin(), stage1.end(), recv_activation(1)));
+  stage1.insert(stage1.begin(), recv_activation(1));
   const auto problem = verify_schedule(schedule);
   ASSERT_TRUE(problem.has_value());
-  EXPECT_NE(problem->find("out of order"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("messages matched out of order: pipeline rank 0's instruction 2 "
+                          "(send_activation) sends the activation of virtual stage 0, micro-batch "
+                          "0 as its message 1 to rank 1, but pipeline rank 1's instruction 0 "
+                          "(recv_activation) receives the activation of virtual stage 0, "
+                          "micro-batch 1 there"),
+            std::string::npos)
+      << *problem;
 }
 
 TEST(ScheduleVerifierTest, DuplicatedBackwardIsCaught) {
@@ -307,25 +314,35 @@ TEST(ScheduleVerifierTest, DuplicatedBackwardIsCaught) {
 TEST(ScheduleVerifierTest, MissingStepAndMisplacedOpsAreCaught) {
   PipelineSchedule no_step = generate_one_forward_one_backward(1, 2);
   no_step.stages[0].pop_back();  // drop OptimizerStep
-  EXPECT_NE(verify_schedule(no_step).value_or("").find("must end with ReduceGradients then"),
-            std::string::npos);
+  EXPECT_NE(verify_schedule(no_step).value_or("").find(
+                "stage 0: 0 optimizer_step instructions; each stage needs exactly one"),
+            std::string::npos)
+      << verify_schedule(no_step).value_or("");
 
   PipelineSchedule early_reduce = generate_one_forward_one_backward(1, 2);
   InstructionStream& stream = early_reduce.stages[0];
   std::rotate(stream.begin(), stream.end() - 2, stream.end() - 1);  // ReduceGradients first
-  EXPECT_NE(verify_schedule(early_reduce).value_or("").find("ReduceGradients before micro-batch 0"),
+  EXPECT_NE(verify_schedule(early_reduce)
+                .value_or("")
+                .find("stage 0 instruction 0 ReduceGradients: reduce_gradients comes before the "
+                      "backward at instructions[6]"),
             std::string::npos)
       << verify_schedule(early_reduce).value_or("");
 
   PipelineSchedule middle_load = generate_gpipe(3, 1);
   middle_load.stages[1].insert(middle_load.stages[1].begin() + 1, load(0));
-  EXPECT_NE(verify_schedule(middle_load).value_or("").find("neither the embedding nor the head"),
-            std::string::npos);
+  EXPECT_NE(verify_schedule(middle_load)
+                .value_or("")
+                .find("stage 1 instruction 1 LoadMicroBatch(0): load_micro_batch on stage 1, "
+                      "which holds neither the embedding nor the head"),
+            std::string::npos)
+      << verify_schedule(middle_load).value_or("");
 
   PipelineSchedule no_load = generate_gpipe(1, 1);
   no_load.stages[0].erase(no_load.stages[0].begin());
-  EXPECT_NE(verify_schedule(no_load).value_or("").find("forward before its LoadMicroBatch"),
-            std::string::npos);
+  EXPECT_NE(verify_schedule(no_load).value_or("").find("stage 0: micro-batch 0 is never loaded"),
+            std::string::npos)
+      << verify_schedule(no_load).value_or("");
 }
 
 TEST(ScheduleVerifierTest, FormatsInstructions) {

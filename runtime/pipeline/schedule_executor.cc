@@ -7,6 +7,7 @@
 #include <string>
 
 #include "schema/plan_io.h"
+#include "schema/stream_check.h"
 
 namespace paraplan {
 
@@ -24,7 +25,6 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
     std::deque<int> holding, forwarded, weight_pending;
     int next_to_hold = 0;
     size_t most = 1;
-    bool per_slot = false;  // whether the chunk receives output gradients
   };
   std::vector<ChunkSlots> chunks(num_chunks);
   const std::string where = "schedule of stage " + std::to_string(schedule.stage()) + ": ";
@@ -58,9 +58,6 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
         hold(chunk, mb, c);
         break;
       case OpCode::RecvGradient:
-        // A posted receive may land while the input gradient, which shares
-        // the single buffer, is still going out.
-        chunk.per_slot = true;
         break;
       case OpCode::Forward:
         hold(chunk, mb, c);
@@ -88,9 +85,14 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
         break;
     }
   }
+  // The stream checker's rule (schema/stream_check.h), which the planner's
+  // verifier plays out too.
+  const PipelineLayout layout(1, num_chunks, false);  // the rule reads only the stream
+  const std::vector<bool> per_slot =
+      output_gradient_per_slot(layout, 0, stream_ops(*schedule.instructions()));
   std::vector<ChunkBuffers> buffers;
-  for (const ChunkSlots& chunk : chunks)
-    buffers.push_back({static_cast<int>(chunk.most), chunk.per_slot});
+  for (int c = 0; c < num_chunks; ++c)
+    buffers.push_back({static_cast<int>(chunks[c].most), per_slot[c]});
   return buffers;
 }
 
@@ -385,6 +387,8 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
       break;
     case OpCode::RecvGradient:
       refuse_if_pending(chunk.gradient_receive[slot], "output-gradient receive");
+      // Into the chunk's one buffer: once the input gradient in it is out.
+      if (!chunk.output_gradient_per_slot) wait_for_send(chunk.input_gradient_send);
       receive_output_gradient(chunk, instruction, mb);
       chunk.gradient_receive[slot] = peers->post_receive(
           stage.output_gradient(slot), elements, peer, stage.dtype(), tag, chunk.slot_free[slot]);
@@ -400,23 +404,24 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
   }
 }
 
+void ScheduleExecutor::wait_for_send(PeerToPeer::Posted& send) {
+  if (send == 0) return;
+  pipeline_.peers->wait(send);
+  sends_in_flight_.erase(std::find(sends_in_flight_.begin(), sends_in_flight_.end(), send));
+  send = 0;
+}
+
 void ScheduleExecutor::wait_before(Chunk& chunk, const schema::Instruction& instruction) {
   const int slot = slot_of(chunk, instruction.micro_batch());
-  const auto wait_send = [this](PeerToPeer::Posted& send) {
-    if (send == 0) return;
-    pipeline_.peers->wait(send);
-    sends_in_flight_.erase(std::find(sends_in_flight_.begin(), sends_in_flight_.end(), send));
-    send = 0;
-  };
   if (instruction.op() == OpCode::Forward) {
     if (chunk.activation_receive[slot] != 0) pipeline_.peers->wait(chunk.activation_receive[slot]);
     chunk.activation_receive[slot] = 0;
-    wait_send(chunk.activation_send[slot]);  // the forward writes that output again
+    wait_for_send(chunk.activation_send[slot]);  // the forward writes that output again
     return;
   }
   if (chunk.gradient_receive[slot] != 0) pipeline_.peers->wait(chunk.gradient_receive[slot]);
   chunk.gradient_receive[slot] = 0;
-  wait_send(chunk.input_gradient_send);  // the backward writes the input gradient again
+  wait_for_send(chunk.input_gradient_send);  // the backward writes the input gradient again
 }
 
 void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruction) {
@@ -435,6 +440,7 @@ void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruc
       send_input_gradient(chunk, instruction);
       break;
     case OpCode::RecvGradient: {
+      if (!chunk.output_gradient_per_slot) wait_for_send(chunk.input_gradient_send);
       receive_output_gradient(chunk, instruction, mb);
       const Chunk& from = chunks_[chunk.next_local];
       ops_.copy(stage.output_gradient(slot), from.stage->input_gradient(), bytes);

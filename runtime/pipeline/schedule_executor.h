@@ -89,9 +89,9 @@ class ScheduleExecutor {
   // most micro-batches holding one at any point, from the first instruction
   // writing into it (load, received activation, forward) to the Backward,
   // or the BackwardWeight after a BackwardInput; and whether each slot needs
-  // its own received output gradient (a chunk that receives them: a posted
-  // receive may land while the input gradient, in the one shared buffer
-  // otherwise, is still going out). Throws if a chunk's slots are not taken
+  // its own received output gradient (schema/stream_check.h's rule: a
+  // receive not at its consumer may land while the input gradient, in the
+  // one shared buffer otherwise, is in use). Throws if a chunk's slots are not taken
   // in micro-batch order or
   // its backwards are not first-in first-out, or a BackwardWeight does not
   // follow its BackwardInput in that order.
@@ -162,10 +162,12 @@ class ScheduleExecutor {
                                       int micro_batch);
   static void send_input_gradient(Chunk& chunk, const schema::Instruction& instruction);
   // Starts the instruction's transfer; waits for what a compute op is about
-  // to read or overwrite; all sends before the reduction.
+  // to read or overwrite (or a gradient's receive into the chunk's one
+  // buffer); all sends before the reduction.
   void post(Chunk& chunk, const schema::Instruction& instruction);
   void wait_before(Chunk& chunk, const schema::Instruction& instruction);
   void wait_for_sends();
+  void wait_for_send(PeerToPeer::Posted& send);  // and forgets it
   // A Send / Recv between two chunks of this rank: the Recv copies what its
   // Send, the instruction before, left in the sending chunk's buffer.
   void hand_off(Chunk& chunk, const schema::Instruction& instruction);

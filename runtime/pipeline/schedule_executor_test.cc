@@ -109,16 +109,15 @@ TEST(ScheduleExecutor, SlotsLastUntilTheWeightGradient) {
   const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
   const auto* stages = schema::GetPlan(bytes.data())->schedule()->stages();
   // Rank 0 of 1F1B holds p micro-batches at once (min(p, m)), one more while
-  // a W waits; the sequential streams forward all m first. A chunk that
-  // receives output gradients keeps one per slot (a posted receive may land
-  // while the input gradient, in the buffer they would share, goes out):
-  // every chunk but the last virtual stage's.
+  // a W waits; the sequential streams forward all m first. Both receive each
+  // gradient right before its backward: one buffer serves it and the input
+  // gradient (stream_check.h).
   EXPECT_EQ(ScheduleExecutor::buffers_needed(*stages->Get(0), 1),
-            (std::vector<Buffers>{{std::min(p + 1, kMicroBatches), p > 1}}));
+            (std::vector<Buffers>{{std::min(p + 1, kMicroBatches), false}}));
   EXPECT_EQ(ScheduleExecutor::buffers_needed(*stages->Get(1), 2),
-            (std::vector<Buffers>{{kMicroBatches, true}, {kMicroBatches, p > 2}}));
+            (std::vector<Buffers>{{kMicroBatches, false}, {kMicroBatches, false}}));
   // A middle stage receiving micro-batch 1's gradient before sending 0's
-  // input gradient: per slot too.
+  // input gradient, not at its backward, needs a received gradient per slot.
   spec.schedule[1].instructions = {
       instruction(OpCode::RecvActivation, 0), instruction(OpCode::Forward, 0),
       instruction(OpCode::RecvActivation, 1), instruction(OpCode::Forward, 1),
