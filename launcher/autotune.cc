@@ -219,20 +219,150 @@ Trial* grow_until_plateau(Tuner& tuner, const ParallelShape& mesh, int zero,
   return best;
 }
 
-}  // namespace
-
-int run_autotune(const AutotuneOptions& options, const std::vector<std::string>& extras) {
-  const auto start = std::chrono::steady_clock::now();
+// The extras as config overrides; throws on anything else.
+std::vector<ConfigOverride> autotune_overrides(const std::vector<std::string>& extras) {
   std::vector<std::string> unknown;
-  const std::vector<ConfigOverride> overrides = parse_override_arguments(extras, &unknown);
+  std::vector<ConfigOverride> overrides = parse_override_arguments(extras, &unknown);
   if (!unknown.empty())
     throw std::runtime_error("autotune: unexpected argument '" + unknown.front() +
                              "'; overrides take the form --section.key value");
+  return overrides;
+}
+
+void check_limits(const AutotuneOptions& options) {
   if (options.steps < 1 || options.warmup < 0 || options.max_meshes < 1 || options.plateau < 0 ||
       options.experiment_timeout <= 0)
     throw std::runtime_error(
         "autotune: --steps >= 1, --warmup >= 0, --max-meshes >= 1, --plateau >= 0 and "
         "--experiment-timeout > 0 are required");
+}
+
+// The first max_meshes distinct meshes of the ranked plans, in rank order.
+std::vector<ParallelShape> meshes_to_tune(const std::vector<PlanCandidate>& ranked,
+                                          int max_meshes) {
+  std::vector<ParallelShape> meshes;
+  for (const PlanCandidate& candidate : ranked) {
+    const ParallelShape& shape = candidate.setting.shape;
+    const bool seen = std::any_of(meshes.begin(), meshes.end(), [&](const ParallelShape& m) {
+      return m.pipeline_stages == shape.pipeline_stages && m.data_parallel == shape.data_parallel &&
+             m.tensor_parallel == shape.tensor_parallel;
+    });
+    if (!seen && static_cast<int>(meshes.size()) < max_meshes) meshes.push_back(shape);
+  }
+  return meshes;
+}
+
+// Steps 2 and 3 for one mesh: ZeRO-0's micro-batches, then ZeRO-1's where
+// they can beat them.
+void tune_mesh(Tuner& tuner, const ParallelShape& mesh, const SearchSpace& space,
+               const JobConfig& config, double plateau) {
+  std::vector<int> sizes = micro_batch_sizes(space, config, mesh.data_parallel);
+  std::sort(sizes.begin(), sizes.end());
+  // 2. ZeRO-0 first: binary search for the largest that runs, then grow to a plateau.
+  auto accepted = [&](int zero, int smallest) {
+    std::vector<int> fits;
+    for (int b : sizes)
+      if (b >= smallest && tuner.fits_model(mesh, zero, b, nullptr)) fits.push_back(b);
+    return fits;
+  };
+  const std::vector<int>& zero_stages = space.zero_stages;
+  const bool try_zero0 = std::find(zero_stages.begin(), zero_stages.end(), 0) != zero_stages.end();
+  Trial* best0 = nullptr;
+  bool memory_bound = true;
+  if (try_zero0) {
+    const std::vector<int> fits = accepted(0, 0);
+    const int largest = largest_that_runs(tuner, mesh, 0, fits);
+    best0 = grow_until_plateau(tuner, mesh, 0, fits, largest, plateau);
+    memory_bound = largest < 0 || fits[largest] != sizes.back();
+  }
+  // 3. ZeRO-1 only where it can beat the best so far.
+  const bool zero1_allowed =
+      mesh.data_parallel > 1 &&
+      std::find(zero_stages.begin(), zero_stages.end(), 1) != zero_stages.end();
+  if (!zero1_allowed) return;
+  double predicted1 = 0;
+  const bool faster = best0 && tuner.fits_model(mesh, 1, best0->micro_batch, &predicted1) &&
+                      predicted1 < best0->predicted_seconds;
+  if (try_zero0 && !memory_bound && !faster) {
+    tuner.notes().push_back(mesh_name(mesh) +
+                            " ZeRO-1 skipped: ZeRO-0 ran the largest micro-batch and the cost "
+                            "model does not predict ZeRO-1 faster");
+    return;
+  }
+  const std::vector<int> fits = accepted(1, best0 ? best0->micro_batch : 0);
+  const int largest = largest_that_runs(tuner, mesh, 1, fits);
+  grow_until_plateau(tuner, mesh, 1, fits, largest, plateau);
+}
+
+// The summary table's line for the run-th experiment.
+std::string table_row(int run, const Trial& t) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%3d | %-18s | %4d | %11d | %11.4f | %10s | %6s | %s%s%s\n", run,
+                mesh_name(t.mesh).c_str(), t.zero, t.micro_batch, t.predicted_seconds,
+                t.runs() ? std::to_string(t.measured_seconds).substr(0, 6).c_str() : "-",
+                t.runs() ? (std::to_string(static_cast<int>(std::lround(
+                                100 * (t.measured_seconds / t.predicted_seconds - 1)))) +
+                            "%")
+                               .c_str()
+                         : "-",
+                experiment_status_name(t.outcome->status), t.runs() ? "" : ": ",
+                t.runs() ? "" : t.outcome->message.c_str());
+  return line;
+}
+
+json experiment_json(const Trial& t) {
+  return {{"mesh", mesh_name(t.mesh)},
+          {"zero_stage", t.zero},
+          {"micro_batch_size", t.micro_batch},
+          {"predicted_step_seconds", t.predicted_seconds},
+          {"measured_step_seconds", t.runs() ? json(t.measured_seconds) : json()},
+          {"status", experiment_status_name(t.outcome->status)},
+          {"message", t.outcome->message},
+          {"plan", t.plan_path}};
+}
+
+// The experiments run, as printed and for the report, and the fastest.
+struct ExperimentTable {
+  const Trial* best = nullptr;
+  int run = 0, failed = 0;
+  json experiments = json::array();
+};
+
+ExperimentTable print_experiment_table(const Tuner& tuner) {
+  ExperimentTable table;
+  std::cout << "\n  # | mesh               | ZeRO | micro-batch | predicted s | measured s |"
+               "  error | status\n";
+  for (const Trial* t : tuner.experiments()) {
+    ++table.run;
+    if (!t->runs()) ++table.failed;
+    if (t->runs() && (!table.best || t->measured_seconds < table.best->measured_seconds))
+      table.best = t;
+    std::cout << table_row(table.run, *t);
+    table.experiments.push_back(experiment_json(*t));
+  }
+  return table;
+}
+
+// Writes the best measured plan to output and says how it did.
+void write_best_plan(const Trial& best, const JobConfig& config, const std::string& output) {
+  const LoadedPlan chosen = load_plan(best.plan_path);
+  write_plan(output, chosen.bytes().data(), chosen.bytes().size());
+  const double tokens =
+      static_cast<double>(config.training.global_batch_size) * config.model.seq_len;
+  std::printf(
+      "best: %s, ZeRO-%d, micro-batch %d: measured %.4f s/step (%.0f tokens/s) against "
+      "predicted %.4f s (%+.1f%%)\nbest plan written to %s\n",
+      mesh_name(best.mesh).c_str(), best.zero, best.micro_batch, best.measured_seconds,
+      tokens / best.measured_seconds, best.predicted_seconds,
+      100 * (best.measured_seconds / best.predicted_seconds - 1), output.c_str());
+}
+
+}  // namespace
+
+int run_autotune(const AutotuneOptions& options, const std::vector<std::string>& extras) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<ConfigOverride> overrides = autotune_overrides(extras);
+  check_limits(options);
   const JobConfig config = load_job_config(options.config, overrides);
   const std::string output =
       options.output.empty() ? config.planner.save_plan_path : options.output;
@@ -244,118 +374,34 @@ int run_autotune(const AutotuneOptions& options, const std::vector<std::string>&
   // 1. Rank by the cost model (the memory model has pruned what cannot fit).
   const ProfileLoad profile = load_profile(config);
   const SearchResult search = search_plans(config, profile.profile ? &*profile.profile : nullptr);
-  std::vector<ParallelShape> meshes;
-  for (const PlanCandidate& candidate : search.ranked) {
-    const ParallelShape& shape = candidate.setting.shape;
-    const bool seen = std::any_of(meshes.begin(), meshes.end(), [&](const ParallelShape& m) {
-      return m.pipeline_stages == shape.pipeline_stages && m.data_parallel == shape.data_parallel &&
-             m.tensor_parallel == shape.tensor_parallel;
-    });
-    if (!seen && static_cast<int>(meshes.size()) < options.max_meshes) meshes.push_back(shape);
-  }
+  const std::vector<ParallelShape> meshes = meshes_to_tune(search.ranked, options.max_meshes);
   std::cout << "paraplan autotune: " << options.config << "; " << search.ranked.size()
             << " ranked plans, tuning " << meshes.size() << " mesh(es) in predicted order; "
             << "time model: "
             << (profile.profile ? "profile " + profile.path : std::string("analytic roofline"))
             << std::endl;
-
   Tuner tuner(options, overrides);
-  for (const ParallelShape& mesh : meshes) {
-    std::vector<int> sizes = micro_batch_sizes(search.space, config, mesh.data_parallel);
-    std::sort(sizes.begin(), sizes.end());
-    // 2. ZeRO-0 first: binary search for the largest that runs, then grow to a plateau.
-    auto accepted = [&](int zero, int smallest) {
-      std::vector<int> fits;
-      for (int b : sizes)
-        if (b >= smallest && tuner.fits_model(mesh, zero, b, nullptr)) fits.push_back(b);
-      return fits;
-    };
-    const std::vector<int>& zero_stages = search.space.zero_stages;
-    const bool try_zero0 =
-        std::find(zero_stages.begin(), zero_stages.end(), 0) != zero_stages.end();
-    Trial* best0 = nullptr;
-    bool memory_bound = true;
-    if (try_zero0) {
-      const std::vector<int> fits = accepted(0, 0);
-      const int largest = largest_that_runs(tuner, mesh, 0, fits);
-      best0 = grow_until_plateau(tuner, mesh, 0, fits, largest, options.plateau);
-      memory_bound = largest < 0 || fits[largest] != sizes.back();
-    }
-    // 3. ZeRO-1 only where it can beat the best so far.
-    const bool zero1_allowed =
-        mesh.data_parallel > 1 &&
-        std::find(zero_stages.begin(), zero_stages.end(), 1) != zero_stages.end();
-    if (!zero1_allowed) continue;
-    double predicted1 = 0;
-    const bool faster = best0 && tuner.fits_model(mesh, 1, best0->micro_batch, &predicted1) &&
-                        predicted1 < best0->predicted_seconds;
-    if (try_zero0 && !memory_bound && !faster) {
-      tuner.notes().push_back(mesh_name(mesh) +
-                              " ZeRO-1 skipped: ZeRO-0 ran the largest micro-batch and the cost "
-                              "model does not predict ZeRO-1 faster");
-      continue;
-    }
-    const std::vector<int> fits = accepted(1, best0 ? best0->micro_batch : 0);
-    const int largest = largest_that_runs(tuner, mesh, 1, fits);
-    grow_until_plateau(tuner, mesh, 1, fits, largest, options.plateau);
-  }
+  for (const ParallelShape& mesh : meshes)
+    tune_mesh(tuner, mesh, search.space, config, options.plateau);
 
   // The summary: every setting tried, the best measured.
-  const Trial* best = nullptr;
-  int run = 0, failed = 0;
-  std::cout << "\n  # | mesh               | ZeRO | micro-batch | predicted s | measured s |"
-               "  error | status\n";
-  json experiments = json::array();
-  for (Trial* t : tuner.experiments()) {
-    ++run;
-    if (!t->runs()) ++failed;
-    if (t->runs() && (!best || t->measured_seconds < best->measured_seconds)) best = t;
-    char line[256];
-    std::snprintf(line, sizeof line, "%3d | %-18s | %4d | %11d | %11.4f | %10s | %6s | %s%s%s\n",
-                  run, mesh_name(t->mesh).c_str(), t->zero, t->micro_batch, t->predicted_seconds,
-                  t->runs() ? std::to_string(t->measured_seconds).substr(0, 6).c_str() : "-",
-                  t->runs() ? (std::to_string(static_cast<int>(std::lround(
-                                   100 * (t->measured_seconds / t->predicted_seconds - 1)))) +
-                               "%")
-                                  .c_str()
-                            : "-",
-                  experiment_status_name(t->outcome->status), t->runs() ? "" : ": ",
-                  t->runs() ? "" : t->outcome->message.c_str());
-    std::cout << line;
-    experiments.push_back(
-        {{"mesh", mesh_name(t->mesh)},
-         {"zero_stage", t->zero},
-         {"micro_batch_size", t->micro_batch},
-         {"predicted_step_seconds", t->predicted_seconds},
-         {"measured_step_seconds", t->runs() ? json(t->measured_seconds) : json()},
-         {"status", experiment_status_name(t->outcome->status)},
-         {"message", t->outcome->message},
-         {"plan", t->plan_path}});
-  }
+  const ExperimentTable table = print_experiment_table(tuner);
   for (const std::string& note : tuner.notes()) std::cout << "  note: " << note << "\n";
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("experiments: %d run (%d failed) in %.1f s\n", run, failed, seconds);
-  if (!best)
+  std::printf("experiments: %d run (%d failed) in %.1f s\n", table.run, table.failed, seconds);
+  if (!table.best)
     throw std::runtime_error("autotune: no experiment ran; see the logs in " + options.work_dir);
-  const LoadedPlan chosen = load_plan(best->plan_path);
-  write_plan(output, chosen.bytes().data(), chosen.bytes().size());
-  const double tokens =
-      static_cast<double>(config.training.global_batch_size) * config.model.seq_len;
-  std::printf(
-      "best: %s, ZeRO-%d, micro-batch %d: measured %.4f s/step (%.0f tokens/s) against "
-      "predicted %.4f s (%+.1f%%)\nbest plan written to %s\n",
-      mesh_name(best->mesh).c_str(), best->zero, best->micro_batch, best->measured_seconds,
-      tokens / best->measured_seconds, best->predicted_seconds,
-      100 * (best->measured_seconds / best->predicted_seconds - 1), output.c_str());
+  write_best_plan(*table.best, config, output);
   if (!options.report.empty())
-    write_file_atomically(options.report,
-                          json{{"experiments", experiments},
-                               {"seconds", seconds},
-                               {"best", experiments.size() ? json(best->plan_path) : json()},
-                               {"output", output}}
-                                  .dump(2) +
-                              "\n");
+    write_file_atomically(
+        options.report,
+        json{{"experiments", table.experiments},
+             {"seconds", seconds},
+             {"best", table.experiments.size() ? json(table.best->plan_path) : json()},
+             {"output", output}}
+                .dump(2) +
+            "\n");
   return 0;
 }
 

@@ -51,10 +51,10 @@ std::vector<Entry> merge_by_processes(const std::vector<Entry>& list,
   return merged;
 }
 
-}  // namespace
-
-void run_profile(const ProfileArguments& arguments, const std::vector<std::string>& extras,
-                 const std::vector<std::string>& self_arguments) {
+// The extras as config overrides, with --profile-dir; throws on anything
+// else and on a repetition count below 1.
+std::vector<ConfigOverride> profile_overrides(const ProfileArguments& arguments,
+                                              const std::vector<std::string>& extras) {
   std::vector<std::string> unknown;
   std::vector<ConfigOverride> overrides = parse_override_arguments(extras, &unknown);
   if (!unknown.empty())
@@ -65,48 +65,58 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
   if (arguments.repetitions < 1)
     throw std::runtime_error("--repetitions: " + std::to_string(arguments.repetitions) +
                              "; must be >= 1");
-  const JobConfig config = load_job_config(arguments.config, overrides);
-  const SearchSpace space = resolve_search_space(config);
-  const int processes = config.planner.parallel_profile ? space.layout.devices_per_node : 1;
+  return overrides;
+}
 
-  // Parallel profiling: one process per local device, started here by mpirun.
-  if (processes > 1 && !MpiSession::launched_by_mpirun()) {
-    exec_command(local_mpirun_command(processes, self_arguments, arguments.mpirun));
-    return;
-  }
-  MpiSession session;
-  const bool leader = session.world_rank() == 0;
-
-  // The shapes the planner considers: every TP degree of its meshes, every
-  // micro-batch size of every data-parallel degree.
+// The shapes the planner considers: every TP degree of its meshes, every
+// micro-batch size of every data-parallel degree.
+struct ProfiledShapes {
   std::set<int> tensor_parallel, micro_batches;
+};
+
+ProfiledShapes shapes_to_profile(const SearchSpace& space, const JobConfig& config) {
+  ProfiledShapes shapes;
   for (const ParallelShape& mesh : space.meshes) {
-    tensor_parallel.insert(mesh.tensor_parallel);
-    for (int b : micro_batch_sizes(space, config, mesh.data_parallel)) micro_batches.insert(b);
+    shapes.tensor_parallel.insert(mesh.tensor_parallel);
+    for (int b : micro_batch_sizes(space, config, mesh.data_parallel))
+      shapes.micro_batches.insert(b);
   }
-  const ProfileLoad stored = load_profile(config);  // validates a file that exists
-  const std::string& device = config.cluster.preset;
-  // Other devices' sections are kept as they are; this device's is read with
-  // the format's reader and rewritten with its writer.
+  return shapes;
+}
+
+// What profile.json holds: every device's section (other devices' are kept as
+// they are), and this device's entries to build on, read with the format's
+// reader (none under re_profile or when another backend measured them).
+struct StoredProfile {
   json devices = json::object();
   DeviceProfile previous;
+};
+
+StoredProfile read_stored_profile(const ProfileLoad& stored, const JobConfig& config,
+                                  const std::string& backend) {
+  StoredProfile result;
   if (stored.file_found) {
     const std::string text = read_bounded_file(stored.path, kProfileFile);
     const json existing = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (existing.is_object() && existing.contains("devices") && existing["devices"].is_object() &&
         existing.value("version", 1) == kProfileFormatVersion) {
-      devices = existing["devices"];
-      const ProfileDocument document = parse_profile_document(text, stored.path, device);
-      if (document.device && !config.planner.re_profile) previous = *document.device;
+      result.devices = existing["devices"];
+      const ProfileDocument document =
+          parse_profile_document(text, stored.path, config.cluster.preset);
+      if (document.device && !config.planner.re_profile) result.previous = *document.device;
     }
   }
-  if (previous.measured_on && previous.measured_on->backend != arguments.backend)
-    previous = DeviceProfile{};  // another backend's numbers: measure all again
+  if (result.previous.measured_on && result.previous.measured_on->backend != backend)
+    result.previous = DeviceProfile{};  // another backend's numbers: measure all again
+  return result;
+}
 
+ProfileRequest profile_request(const ProfileArguments& arguments, const JobConfig& config,
+                               const ProfiledShapes& shapes) {
   ProfileRequest request;
   request.model = shapes_of(config.model);
-  request.tensor_parallel.assign(tensor_parallel.begin(), tensor_parallel.end());
-  request.micro_batch_sizes.assign(micro_batches.begin(), micro_batches.end());
+  request.tensor_parallel.assign(shapes.tensor_parallel.begin(), shapes.tensor_parallel.end());
+  request.micro_batch_sizes.assign(shapes.micro_batches.begin(), shapes.micro_batches.end());
   request.backend = arguments.backend;
   request.dtype = config.model.dtype == schema::DType::BFloat16 ? kernels::DType::kBFloat16
                                                                 : kernels::DType::kFloat32;
@@ -116,42 +126,39 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
   request.transport = arguments.transport;
   request.largest_collective_bytes = static_cast<uint64_t>(config.training.gradient_bucket_size) *
                                      (request.dtype == kernels::DType::kBFloat16 ? 2 : 4);
-  // This model's entries of this process count stay and are not measured
-  // again; everything else in the section stays as well.
+  return request;
+}
+
+// This model's entries of this process count stay and are not measured
+// again (everything else in the section stays as well). Returns how many.
+size_t keep_measured(const DeviceProfile& previous, const ModelConfig& model, int processes,
+                     ProfileRequest& request) {
   size_t kept = 0;
   for (const ProfileEntry& entry : previous.compute)
-    if (same_model(entry, config.model) && entry.processes == session.world_size()) {
+    if (same_model(entry, model) && entry.processes == processes) {
       ++kept;
       request.already_measured.emplace_back(entry.tensor_parallel, entry.micro_batch_size);
     }
-  if (leader)
-    std::cout << "paraplan profile: device '" << device << "', backend " << arguments.backend
-              << ", " << session.world_size() << " process(es) at once; "
-              << request.tensor_parallel.size() << " tp degree(s) x "
-              << request.micro_batch_sizes.size() << " micro-batch size(s), " << kept
-              << " shape(s) kept from " << stored.path << std::endl;
+  return kept;
+}
 
-  const DeviceProfile measured = measure_device_profile(request, session);
-  if (!leader) return;
-
+// The previous section with the new measurements: compute entries added, the
+// rest replaced where measured with as many processes.
+DeviceProfile merged_profile(const DeviceProfile& previous, const DeviceProfile& measured,
+                             int world) {
   DeviceProfile merged = previous;
   merged.version = kProfileFormatVersion;
   merged.measured_on = measured.measured_on;
   merged.compute.insert(merged.compute.end(), measured.compute.begin(), measured.compute.end());
-  const int world = session.world_size();
   merged.optimizer = merge_by_processes(previous.optimizer, measured.optimizer, world);
   merged.collectives = merge_by_processes(previous.collectives, measured.collectives, world);
   merged.gemm = merge_by_processes(previous.gemm, measured.gemm, world);
   merged.hardware = merge_by_processes(previous.hardware, measured.hardware, world);
-  devices[device] = device_profile_json(merged);
-  std::filesystem::create_directories(std::filesystem::path(stored.path).parent_path());
-  write_file_atomically(stored.path, profile_document_text(devices));
+  return merged;
+}
 
-  // The peak the plans use: on the `cpu` preset this machine's, measured here.
-  const MeasuredProfile written(stored.path, device, merged,
-                                {config.planner.parallel_profile, processes});
-  const double peak =
-      with_measured_hardware(config, &written).cluster.peak_flops(config.model.dtype);
+// What was measured, each GEMM against `peak` (the one the plans use).
+void print_measurements(const DeviceProfile& measured, double peak, const std::string& device) {
   for (const HardwareEntry& hardware : measured.hardware)
     std::cout << "  peak: " << hardware.peak_flops_float32 / 1e9 << " GFLOP/s float32, "
               << hardware.peak_flops_bfloat16 / 1e9 << " GFLOP/s bfloat16, memory "
@@ -168,6 +175,52 @@ void run_profile(const ProfileArguments& arguments, const std::vector<std::strin
               << 1e-9 / std::max(1e-30, collective.seconds_per_byte) << " GB/s" << std::endl;
   std::cout << "  optimizer: " << measured.optimizer[0].seconds_per_parameter * 1e9
             << " ns per parameter" << std::endl;
+}
+
+}  // namespace
+
+void run_profile(const ProfileArguments& arguments, const std::vector<std::string>& extras,
+                 const std::vector<std::string>& self_arguments) {
+  const std::vector<ConfigOverride> overrides = profile_overrides(arguments, extras);
+  const JobConfig config = load_job_config(arguments.config, overrides);
+  const SearchSpace space = resolve_search_space(config);
+  const int processes = config.planner.parallel_profile ? space.layout.devices_per_node : 1;
+
+  // Parallel profiling: one process per local device, started here by mpirun.
+  if (processes > 1 && !MpiSession::launched_by_mpirun()) {
+    exec_command(local_mpirun_command(processes, self_arguments, arguments.mpirun));
+    return;
+  }
+  MpiSession session;
+  const bool leader = session.world_rank() == 0;
+
+  const ProfiledShapes shapes = shapes_to_profile(space, config);
+  const ProfileLoad stored = load_profile(config);  // validates a file that exists
+  const std::string& device = config.cluster.preset;
+  StoredProfile file = read_stored_profile(stored, config, arguments.backend);
+  ProfileRequest request = profile_request(arguments, config, shapes);
+  const size_t kept = keep_measured(file.previous, config.model, session.world_size(), request);
+  if (leader)
+    std::cout << "paraplan profile: device '" << device << "', backend " << arguments.backend
+              << ", " << session.world_size() << " process(es) at once; "
+              << request.tensor_parallel.size() << " tp degree(s) x "
+              << request.micro_batch_sizes.size() << " micro-batch size(s), " << kept
+              << " shape(s) kept from " << stored.path << std::endl;
+
+  const DeviceProfile measured = measure_device_profile(request, session);
+  if (!leader) return;
+
+  const DeviceProfile merged = merged_profile(file.previous, measured, session.world_size());
+  file.devices[device] = device_profile_json(merged);
+  std::filesystem::create_directories(std::filesystem::path(stored.path).parent_path());
+  write_file_atomically(stored.path, profile_document_text(file.devices));
+
+  // The peak the plans use: on the `cpu` preset this machine's, measured here.
+  const MeasuredProfile written(stored.path, device, merged,
+                                {config.planner.parallel_profile, processes});
+  const double peak =
+      with_measured_hardware(config, &written).cluster.peak_flops(config.model.dtype);
+  print_measurements(measured, peak, device);
   std::cout << "profile written to " << stored.path << " (device '" << device << "', "
             << merged.compute.size() << " compute entries)" << std::endl;
 }

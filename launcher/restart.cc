@@ -122,6 +122,159 @@ void say(const std::string& line) {
   std::cout << "paraplan launch: " << line << std::endl;
 }
 
+// Where the train command keeps its checkpoints, and what was there before.
+struct CheckpointPlace {
+  std::string directory;  // absolute
+  std::string log_json;   // absolute, or "" without --log-json
+  bool resumes = false;   // the command had --resume
+  std::string latest_at_launch;
+};
+
+// Checks the options a restart needs and creates the checkpoint directory.
+CheckpointPlace checkpoint_place(const LaunchOptions& options) {
+  const std::string checkpoint_dir = command_flag_value(options.command, "--checkpoint-dir");
+  if (checkpoint_dir.empty() || options.command.empty() || options.command.front() != "train")
+    throw std::runtime_error(
+        "launch: --max-restarts needs a train command with --checkpoint-dir DIR (a restart "
+        "resumes from DIR's latest checkpoint; add --checkpoint-every K to bound what is redone)");
+  if (options.min_nodes < 1)
+    throw std::runtime_error("launch: --min-nodes must be at least 1, got " +
+                             std::to_string(options.min_nodes));
+  CheckpointPlace place;
+  place.directory = with_absolute_paths({"--checkpoint-dir", checkpoint_dir})[1];
+  place.log_json = command_flag_value(options.command, "--log-json");
+  if (!place.log_json.empty())
+    place.log_json = with_absolute_paths({"--log-json", place.log_json})[1];
+  fs::create_directories(place.directory);
+  // A checkpoint already there belongs to this job only when the command
+  // resumes from it; else a restart resumes only from one this job wrote.
+  place.resumes = std::find(options.command.begin(), options.command.end(), "--resume") !=
+                  options.command.end();
+  place.latest_at_launch = read_latest(place.directory);
+  return place;
+}
+
+// What the restarts cost so far, for the summary at the end.
+struct RestartCosts {
+  int restarts = 0;
+  long steps_redone = 0;
+  double seconds_lost = 0;
+};
+
+// The decision after a failed attempt, its lines said.
+RestartDecision decide_and_say(const LaunchOptions& options, const LaunchOptions& attempt,
+                               const std::vector<HostEntry>& hosts, int restarts, int status,
+                               const std::optional<JobFailure>& failure) {
+  RestartInput input;
+  input.failure = failure;
+  input.exit_status = status;
+  input.hosts = hosts;
+  input.restarts_used = restarts;
+  input.max_restarts = options.max_restarts;
+  input.min_nodes = options.min_nodes;
+  if (!hosts.empty() && restarts < options.max_restarts)  // else nothing to decide
+    input.unhealthy = unhealthy_hosts(attempt, hosts);
+  RestartDecision decision = decide_restart(input);
+  for (const std::string& line : decision.lines) say(line);
+  return decision;
+}
+
+// Plans the job again for hosts_left (written to plan_path), leaving out the
+// hosts the best plan does not use. False, said why, when no plan fits.
+bool replan_for_hosts_left(const LoadedPlan& current, const LaunchOptions& options,
+                           const std::string& plan_path, int devices_per_node,
+                           std::vector<HostEntry>& hosts_left, LaunchOptions& attempt) {
+  FallbackPlan fallback;
+  try {
+    fallback =
+        plan_for_nodes_left(current.plan(), attempt.plan_path, static_cast<int>(hosts_left.size()),
+                            devices_per_node, options.min_nodes);
+  } catch (const std::exception& error) {
+    say("not restarting: no plan fits the " + std::to_string(hosts_left.size()) +
+        " host(s) left: " + first_line(error.what()));
+    return false;
+  }
+  write_plan(plan_path, fallback.outcome.plan.data(), fallback.outcome.plan.size());
+  const LoadedPlan replanned = load_plan(plan_path);
+  if (fallback.num_nodes < static_cast<int>(hosts_left.size())) {
+    std::string left_out;
+    for (size_t i = static_cast<size_t>(fallback.num_nodes); i < hosts_left.size(); ++i)
+      left_out += (left_out.empty() ? "" : ", ") + hosts_left[i].name;
+    say("leaving out " + left_out + ": the best plan uses " + std::to_string(fallback.num_nodes) +
+        " of the " + std::to_string(hosts_left.size()) + " hosts left");
+    hosts_left.resize(static_cast<size_t>(fallback.num_nodes));
+  }
+  say("re-planned for " + std::to_string(fallback.num_nodes) + " node(s): " +
+      plan_summary(replanned.plan()) + " (was " + plan_summary(current.plan()) + "), " + plan_path);
+  attempt.plan_path = plan_path;
+  return true;
+}
+
+// Moves the attempt onto the hosts the decision keeps: the plan for them (the
+// same when their count did not change) and their hostfile. False when no
+// plan fits them.
+bool move_to_hosts_left(const LaunchOptions& options, const std::string& directory, int restarts,
+                        RestartDecision& decision, std::vector<HostEntry>& hosts,
+                        LaunchOptions& attempt) {
+  const std::string tag = "restart-" + std::to_string(restarts);
+  const LoadedPlan current = load_plan(attempt.plan_path);
+  const schema::Mesh& mesh = *current.plan().mesh();
+  const HostDevices devices = devices_per_host(decision.hosts);
+  if (!devices.line.empty()) say(devices.line);
+  for (HostEntry& host : decision.hosts) host.slots = devices.devices_per_node;
+  if (!hosts.empty() && (static_cast<int>(decision.hosts.size()) != mesh.num_nodes() ||
+                         devices.devices_per_node != mesh.devices_per_node())) {
+    const std::string plan_path = (fs::path(directory) / (tag + ".pplan")).string();
+    if (!replan_for_hosts_left(current, options, plan_path, devices.devices_per_node,
+                               decision.hosts, attempt))
+      return false;
+  }
+  if (!hosts.empty()) {
+    hosts = decision.hosts;
+    attempt.hostfile = (fs::path(directory) / (tag + ".hosts")).string();
+    write_hostfile(attempt.hostfile, hosts);
+  }
+  return true;
+}
+
+// Points the attempt's command at the latest checkpoint, or at step 0 when
+// there is none, and counts what the failure cost.
+void resume_from_latest(const LaunchOptions& options, const CheckpointPlace& place,
+                        Clock::time_point started, Clock::time_point failed_at, RestartCosts& costs,
+                        LaunchOptions& attempt) {
+  const std::string& directory = place.directory;
+  std::vector<std::string> command = without_flag(attempt.command, "--plan", true);
+  command = without_flag(command, "--resume", false);
+  const bool ours = place.resumes || read_latest(directory) != place.latest_at_launch;
+  const long resumed = ours ? latest_checkpoint_step(directory) : -1;
+  const long reached = last_logged_step(place.log_json);
+  const long redone = reached > resumed ? reached - std::max(resumed, 0L) : 0;
+  costs.steps_redone += redone;
+  const std::string restart =
+      "restart " + std::to_string(costs.restarts) + " of " + std::to_string(options.max_restarts);
+  if (resumed >= 0) {
+    // --init-from starts a run; a resumed one continues it (train refuses both).
+    command = without_flag(command, "--init-from", true);
+    command.push_back("--resume");
+    const auto written = fs::last_write_time(fs::path(directory) / "latest");
+    // The work between the checkpoint and the failure; the restart's own
+    // time is added by the caller.
+    const double since_checkpoint =
+        std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count() -
+        std::chrono::duration<double>(Clock::now() - failed_at).count();
+    costs.seconds_lost += std::max(since_checkpoint, 0.0);
+    say(restart + ": resuming from step " + std::to_string(resumed) + " (" + directory +
+        "/latest)" +
+        (redone > 0 ? ", redoing steps " + std::to_string(resumed + 1) + "-" +
+                          std::to_string(reached) + " (" + std::to_string(redone) + ")"
+                    : ""));
+  } else {
+    costs.seconds_lost += std::chrono::duration<double>(failed_at - started).count();
+    say(restart + ": no checkpoint in " + directory + " yet: starting again from step 0");
+  }
+  attempt.command = command;
+}
+
 }  // namespace
 
 RestartDecision decide_restart(const RestartInput& input) {
@@ -205,132 +358,36 @@ HostDevices devices_per_host(const std::vector<HostEntry>& hosts) {
 }
 
 int run_launch_with_restarts(const LaunchOptions& options) {
-  const std::string checkpoint_dir = command_flag_value(options.command, "--checkpoint-dir");
-  if (checkpoint_dir.empty() || options.command.empty() || options.command.front() != "train")
-    throw std::runtime_error(
-        "launch: --max-restarts needs a train command with --checkpoint-dir DIR (a restart "
-        "resumes from DIR's latest checkpoint; add --checkpoint-every K to bound what is redone)");
-  if (options.min_nodes < 1)
-    throw std::runtime_error("launch: --min-nodes must be at least 1, got " +
-                             std::to_string(options.min_nodes));
-  const std::string directory = with_absolute_paths({"--checkpoint-dir", checkpoint_dir})[1];
-  std::string log_json = command_flag_value(options.command, "--log-json");
-  if (!log_json.empty()) log_json = with_absolute_paths({"--log-json", log_json})[1];
-  fs::create_directories(directory);
-  // A checkpoint already there belongs to this job only when the command
-  // resumes from it; else a restart resumes only from one this job wrote.
-  const bool resumes = std::find(options.command.begin(), options.command.end(), "--resume") !=
-                       options.command.end();
-  const std::string latest_at_launch = read_latest(directory);
-
+  const CheckpointPlace place = checkpoint_place(options);
   LaunchOptions attempt = options;
   attempt.max_restarts = 0;
   std::vector<HostEntry> hosts;
   if (!options.hostfile.empty()) hosts = parse_hostfile(options.hostfile);
-  int restarts = 0;
-  long steps_redone = 0;
-  double seconds_lost = 0;
+  RestartCosts costs;
   while (true) {
     std::optional<JobFailure> failure;
     const Clock::time_point started = Clock::now();
     const int status = run_launch_once(attempt, &failure);
     const Clock::time_point failed_at = Clock::now();
     if (status == 0) {
-      if (restarts > 0)
-        say("finished after " + std::to_string(restarts) + " restart(s): " +
-            std::to_string(steps_redone) + " step(s) redone, about " + seconds_text(seconds_lost) +
+      if (costs.restarts > 0)
+        say("finished after " + std::to_string(costs.restarts) +
+            " restart(s): " + std::to_string(costs.steps_redone) + " step(s) redone, about " +
+            seconds_text(costs.seconds_lost) +
             " of wall time lost (work since the checkpoints resumed from, and the restarts)");
       return 0;
     }
     if (supervision_interrupted()) return status;
 
-    RestartInput input;
-    input.failure = failure;
-    input.exit_status = status;
-    input.hosts = hosts;
-    input.restarts_used = restarts;
-    input.max_restarts = options.max_restarts;
-    input.min_nodes = options.min_nodes;
-    if (!hosts.empty() && restarts < options.max_restarts)  // else nothing to decide
-      input.unhealthy = unhealthy_hosts(attempt, hosts);
-    RestartDecision decision = decide_restart(input);
-    for (const std::string& line : decision.lines) say(line);
+    RestartDecision decision =
+        decide_and_say(options, attempt, hosts, costs.restarts, status, failure);
     if (!decision.restart || supervision_interrupted()) return status;
-    ++restarts;
-
-    // The plan for the hosts left: the same when their count did not change.
-    const std::string tag = "restart-" + std::to_string(restarts);
-    const LoadedPlan current = load_plan(attempt.plan_path);
-    const schema::Mesh& mesh = *current.plan().mesh();
-    const HostDevices devices = devices_per_host(decision.hosts);
-    if (!devices.line.empty()) say(devices.line);
-    for (HostEntry& host : decision.hosts) host.slots = devices.devices_per_node;
-    if (!hosts.empty() && (static_cast<int>(decision.hosts.size()) != mesh.num_nodes() ||
-                           devices.devices_per_node != mesh.devices_per_node())) {
-      FallbackPlan fallback;
-      try {
-        fallback = plan_for_nodes_left(current.plan(), attempt.plan_path,
-                                       static_cast<int>(decision.hosts.size()),
-                                       devices.devices_per_node, options.min_nodes);
-      } catch (const std::exception& error) {
-        say("not restarting: no plan fits the " + std::to_string(decision.hosts.size()) +
-            " host(s) left: " + first_line(error.what()));
-        return status;
-      }
-      const std::string plan_path = (fs::path(directory) / (tag + ".pplan")).string();
-      write_plan(plan_path, fallback.outcome.plan.data(), fallback.outcome.plan.size());
-      const LoadedPlan replanned = load_plan(plan_path);
-      if (fallback.num_nodes < static_cast<int>(decision.hosts.size())) {
-        std::string left_out;
-        for (size_t i = static_cast<size_t>(fallback.num_nodes); i < decision.hosts.size(); ++i)
-          left_out += (left_out.empty() ? "" : ", ") + decision.hosts[i].name;
-        say("leaving out " + left_out + ": the best plan uses " +
-            std::to_string(fallback.num_nodes) + " of the " +
-            std::to_string(decision.hosts.size()) + " hosts left");
-        decision.hosts.resize(static_cast<size_t>(fallback.num_nodes));
-      }
-      say("re-planned for " + std::to_string(fallback.num_nodes) +
-          " node(s): " + plan_summary(replanned.plan()) + " (was " + plan_summary(current.plan()) +
-          "), " + plan_path);
-      attempt.plan_path = plan_path;
-    }
-    if (!hosts.empty()) {
-      hosts = decision.hosts;
-      attempt.hostfile = (fs::path(directory) / (tag + ".hosts")).string();
-      write_hostfile(attempt.hostfile, hosts);
-    }
+    ++costs.restarts;
+    if (!move_to_hosts_left(options, place.directory, costs.restarts, decision, hosts, attempt))
+      return status;
     if (supervision_interrupted()) return status;  // Ctrl-C while deciding
 
-    // Resume from the latest checkpoint, or start again when there is none.
-    std::vector<std::string> command = without_flag(attempt.command, "--plan", true);
-    command = without_flag(command, "--resume", false);
-    const bool ours = resumes || read_latest(directory) != latest_at_launch;
-    const long resumed = ours ? latest_checkpoint_step(directory) : -1;
-    const long reached = last_logged_step(log_json);
-    const long redone = reached > resumed ? reached - std::max(resumed, 0L) : 0;
-    steps_redone += redone;
-    if (resumed >= 0) {
-      // --init-from starts a run; a resumed one continues it (train refuses both).
-      command = without_flag(command, "--init-from", true);
-      command.push_back("--resume");
-      const auto written = fs::last_write_time(fs::path(directory) / "latest");
-      // The work between the checkpoint and the failure; the restart's own
-      // time is added below.
-      const double since_checkpoint =
-          std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count() -
-          std::chrono::duration<double>(Clock::now() - failed_at).count();
-      seconds_lost += std::max(since_checkpoint, 0.0);
-      say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +
-          ": resuming from step " + std::to_string(resumed) + " (" + directory + "/latest)" +
-          (redone > 0 ? ", redoing steps " + std::to_string(resumed + 1) + "-" +
-                            std::to_string(reached) + " (" + std::to_string(redone) + ")"
-                      : ""));
-    } else {
-      seconds_lost += std::chrono::duration<double>(failed_at - started).count();
-      say("restart " + std::to_string(restarts) + " of " + std::to_string(options.max_restarts) +
-          ": no checkpoint in " + directory + " yet: starting again from step 0");
-    }
-    attempt.command = command;
+    resume_from_latest(options, place, started, failed_at, costs, attempt);
     // A failed attempt's rank 0 on a host cut off the network runs on until it
     // stops hearing the launcher (the heartbeat timeout), holding DIR's lock:
     // the new rank 0 waits for it rather than writing beside it.
@@ -338,7 +395,7 @@ int run_launch_with_restarts(const LaunchOptions& options) {
     attempt.pass_environment.push_back(
         "PARAPLAN_CHECKPOINT_LOCK_WAIT=" +
         std::to_string(static_cast<int>(3 * options.heartbeat_timeout_seconds + 10)));
-    seconds_lost += std::chrono::duration<double>(Clock::now() - failed_at).count();
+    costs.seconds_lost += std::chrono::duration<double>(Clock::now() - failed_at).count();
   }
 }
 

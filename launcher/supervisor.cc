@@ -132,6 +132,186 @@ pid_t start_child(const std::vector<std::string>& arguments,
   return child;
 }
 
+// One run of the job, advanced one poll at a time: the ranks' connections,
+// what JobWatch makes of them, and mpirun with what it leaves behind.
+class JobKeeper {
+ public:
+  JobKeeper(const SupervisorOptions& options, int listen_fd, const std::string& token, pid_t mpirun,
+            std::optional<JobFailure>& last_failure)
+      : options_(options),
+        listen_fd_(listen_fd),
+        token_(token),
+        mpirun_(mpirun),
+        last_failure_(last_failure),
+        watch_(options.mesh, options.heartbeat_timeout),
+        welcome_(protocol::encode_welcome({static_cast<int>(watch_.interval().count()),
+                                           static_cast<int>(options.heartbeat_timeout.count())})),
+        beat_(protocol::encode_launcher_beat()),
+        next_beat_(Clock::now()) {}
+
+  // One turn: the launcher's exit status once the job has ended, else nullopt.
+  std::optional<int> step() {
+    const Clock::time_point now = Clock::now();
+    if (received_signal != 0 && !ending_) {
+      std::cerr << "paraplan launch: " << strsignal(received_signal) << "; ending the job"
+                << std::endl;
+      end_job(now);
+    }
+    serve_connections(now);
+    drop_closed_and_silent(now);
+    beat_and_diagnose(now);
+    reap_children(now);
+    if (ending_ && now >= kill_at_) kill_what_is_left();
+    if (!mpirun_running_ && now - mpirun_ended_at_ >= kDrainAfterExit) return after_mpirun(now);
+    return std::nullopt;
+  }
+
+ private:
+  void end_job(Clock::time_point now) {
+    ending_ = true;
+    for (const auto& client : clients_)
+      if (client->rank >= 0) send_text(client->fd, protocol::encode_stop());
+    if (mpirun_running_) kill(-mpirun_, SIGTERM);
+    kill_at_ = now + options_.exit_grace;
+  }
+
+  // New connections and the messages of those there.
+  void serve_connections(Clock::time_point now) {
+    std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}};
+    for (const auto& client : clients_) fds.push_back({client->fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 50) <= 0) return;
+    if (fds[0].revents & POLLIN) accept_connections(now);
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_messages(*clients_[i - 1]);
+  }
+
+  void accept_connections(Clock::time_point now) {
+    while (true) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      auto client = std::make_unique<Client>();
+      client->fd = fd;
+      client->accepted = now;
+      clients_.push_back(std::move(client));
+    }
+  }
+
+  static void close_client(Client& client) {
+    close(client.fd);
+    client.fd = -1;
+  }
+
+  // Closes the client when its connection ended, it speaks no protocol, or it
+  // is not one of this job's ranks.
+  void read_messages(Client& client) {
+    const long read = client.received.read_from(client.fd);
+    if (read == 0 || (read < 0 && errno != EAGAIN && errno != EINTR) ||
+        client.received.pending() > LineBuffer::kMaximumLine) {
+      if (client.rank >= 0) watch_.disconnected(client.rank, Clock::now());
+      close_client(client);
+      return;
+    }
+    while (const std::optional<std::string> line = client.received.next_line()) {
+      const auto message = protocol::parse_rank_message(*line);
+      if (!message) continue;
+      if (client.rank >= 0) {
+        watch_.receive(client.rank, *message, Clock::now());
+      } else if (message->type == protocol::RankMessage::Type::kHello &&
+                 message->hello.token == token_ && watch_.check_in(message->hello, Clock::now())) {
+        client.rank = message->hello.rank;
+        send_text(client.fd, welcome_);
+      } else {  // not one of this job's ranks
+        close_client(client);
+        return;
+      }
+    }
+  }
+
+  void drop_closed_and_silent(Clock::time_point now) {
+    std::erase_if(clients_, [&](const std::unique_ptr<Client>& client) {
+      if (client->fd >= 0 && client->rank < 0 && now - client->accepted > kHelloWithin)
+        close_client(*client);
+      return client->fd < 0;
+    });
+  }
+
+  // Beats, the placement once every rank checked in, and a failure.
+  void beat_and_diagnose(Clock::time_point now) {
+    if (now >= next_beat_) {
+      for (const auto& client : clients_)
+        if (client->rank >= 0) send_text(client->fd, beat_);
+      next_beat_ = now + watch_.interval();
+    }
+    if (!placement_said_) {
+      if (const std::optional<std::string> placement = watch_.placement()) {
+        std::cout << "paraplan launch: " << *placement << std::endl;
+        placement_said_ = true;
+      }
+    }
+    if (!ending_ && mpirun_running_) {
+      if (std::optional<JobFailure> failure = watch_.diagnose(now)) {
+        print_failure(failure->message);
+        last_failure_ = std::move(failure);
+        end_job(now);
+      }
+    }
+  }
+
+  // mpirun, and the orphans re-parented here (reaped as they end).
+  void reap_children(Clock::time_point now) {
+    for (int status = 0;;) {
+      const pid_t ended = waitpid(-1, &status, WNOHANG);
+      if (ended <= 0) break;
+      if (ended == mpirun_) {
+        mpirun_running_ = false;
+        mpirun_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        mpirun_ended_at_ = now;
+      }
+    }
+  }
+
+  void kill_what_is_left() {
+    for (const pid_t pid : descendants_of(getpid()))
+      if (pid != mpirun_ || mpirun_running_) kill(pid, SIGKILL);
+    if (mpirun_running_) kill(-mpirun_, SIGKILL);
+  }
+
+  // Once mpirun has gone and its last messages are read: the exit status, or
+  // nullopt while what is left of the job has its grace.
+  std::optional<int> after_mpirun(Clock::time_point now) {
+    if (!placement_said_) {  // a job shorter than the first beat
+      if (const std::optional<std::string> placement = watch_.placement())
+        std::cout << "paraplan launch: " << *placement << std::endl;
+      placement_said_ = true;
+    }
+    if (!ending_ && mpirun_status_ == 0) return 0;
+    if (!ending_) {
+      // mpirun ended the job itself (a rank it saw fail, a daemon it lost):
+      // say what the ranks said, and end what is left of it here.
+      last_failure_ = watch_.diagnose(now);
+      if (last_failure_) print_failure(last_failure_->message);
+      end_job(now);
+      failure_status_ = last_failure_ ? 1 : mpirun_status_;
+    }
+    // Ranks told to stop and mpirun gone: wait out the rest of the grace for
+    // anything still here, then the kill in step() has ended it.
+    if (descendants_of(getpid()).empty() || now >= kill_at_) return failure_status_;
+    return std::nullopt;
+  }
+
+  const SupervisorOptions& options_;
+  const int listen_fd_;
+  const std::string& token_;
+  const pid_t mpirun_;
+  std::optional<JobFailure>& last_failure_;
+  JobWatch watch_;
+  const std::string welcome_, beat_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  bool placement_said_ = false, ending_ = false, mpirun_running_ = true;
+  int mpirun_status_ = 0, failure_status_ = 1;
+  Clock::time_point next_beat_, kill_at_{}, mpirun_ended_at_{};
+};
+
 }  // namespace
 
 Supervisor::Supervisor(SupervisorOptions options)
@@ -178,137 +358,9 @@ int Supervisor::run(const std::vector<std::string>& arguments,
   std::signal(SIGPIPE, SIG_IGN);
   for (const int number : {SIGINT, SIGTERM, SIGHUP}) std::signal(number, remember_signal);
   const pid_t mpirun = start_child(arguments, environment);
-
-  JobWatch watch(options_.mesh, options_.heartbeat_timeout);
-  const std::string welcome =
-      protocol::encode_welcome({static_cast<int>(watch.interval().count()),
-                                static_cast<int>(options_.heartbeat_timeout.count())});
-  const std::string beat = protocol::encode_launcher_beat();
-  std::vector<std::unique_ptr<Client>> clients;
-  bool placement_said = false, ending = false, mpirun_running = true;
-  int mpirun_status = 0, failure_status = 1;
-  Clock::time_point next_beat = Clock::now(), kill_at{}, mpirun_ended_at{};
-
-  const auto end_job = [&](Clock::time_point now) {
-    ending = true;
-    for (const auto& client : clients)
-      if (client->rank >= 0) send_text(client->fd, protocol::encode_stop());
-    if (mpirun_running) kill(-mpirun, SIGTERM);
-    kill_at = now + options_.exit_grace;
-  };
-
-  while (true) {
-    const Clock::time_point now = Clock::now();
-    if (received_signal != 0 && !ending) {
-      std::cerr << "paraplan launch: " << strsignal(received_signal) << "; ending the job"
-                << std::endl;
-      end_job(now);
-    }
-    // ---- connections and messages
-    std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}};
-    for (const auto& client : clients) fds.push_back({client->fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), 50) > 0) {
-      if (fds[0].revents & POLLIN) {
-        while (true) {
-          const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
-          auto client = std::make_unique<Client>();
-          client->fd = fd;
-          client->accepted = now;
-          clients.push_back(std::move(client));
-        }
-      }
-      for (size_t i = 1; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        Client& client = *clients[i - 1];
-        const long read = client.received.read_from(client.fd);
-        if (read == 0 || (read < 0 && errno != EAGAIN && errno != EINTR) ||
-            client.received.pending() > LineBuffer::kMaximumLine) {
-          if (client.rank >= 0) watch.disconnected(client.rank, Clock::now());
-          close(client.fd);
-          client.fd = -1;
-          continue;
-        }
-        while (const std::optional<std::string> line = client.received.next_line()) {
-          const auto message = protocol::parse_rank_message(*line);
-          if (!message) continue;
-          if (client.rank >= 0) {
-            watch.receive(client.rank, *message, Clock::now());
-          } else if (message->type == protocol::RankMessage::Type::kHello &&
-                     message->hello.token == token_ &&
-                     watch.check_in(message->hello, Clock::now())) {
-            client.rank = message->hello.rank;
-            send_text(client.fd, welcome);
-          } else {  // not one of this job's ranks
-            close(client.fd);
-            client.fd = -1;
-            break;
-          }
-        }
-      }
-    }
-    std::erase_if(clients, [&](const std::unique_ptr<Client>& client) {
-      if (client->fd >= 0 && client->rank < 0 && now - client->accepted > kHelloWithin) {
-        close(client->fd);
-        client->fd = -1;
-      }
-      return client->fd < 0;
-    });
-    // ---- beats, placement, failures
-    if (now >= next_beat) {
-      for (const auto& client : clients)
-        if (client->rank >= 0) send_text(client->fd, beat);
-      next_beat = now + watch.interval();
-    }
-    if (!placement_said) {
-      if (const std::optional<std::string> placement = watch.placement()) {
-        std::cout << "paraplan launch: " << *placement << std::endl;
-        placement_said = true;
-      }
-    }
-    if (!ending && mpirun_running) {
-      if (std::optional<JobFailure> failure = watch.diagnose(now)) {
-        print_failure(failure->message);
-        last_failure_ = std::move(failure);
-        end_job(now);
-      }
-    }
-    // ---- mpirun and what it left
-    // mpirun, and the orphans re-parented here (reaped as they end).
-    for (int status = 0;;) {
-      const pid_t ended = waitpid(-1, &status, WNOHANG);
-      if (ended <= 0) break;
-      if (ended == mpirun) {
-        mpirun_running = false;
-        mpirun_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        mpirun_ended_at = now;
-      }
-    }
-    if (ending && now >= kill_at) {
-      for (const pid_t pid : descendants_of(getpid()))
-        if (pid != mpirun || mpirun_running) kill(pid, SIGKILL);
-      if (mpirun_running) kill(-mpirun, SIGKILL);
-    }
-    if (!mpirun_running && now - mpirun_ended_at >= kDrainAfterExit) {
-      if (!placement_said) {  // a job shorter than the first beat
-        if (const std::optional<std::string> placement = watch.placement())
-          std::cout << "paraplan launch: " << *placement << std::endl;
-        placement_said = true;
-      }
-      if (!ending && mpirun_status == 0) return 0;
-      if (!ending) {
-        // mpirun ended the job itself (a rank it saw fail, a daemon it lost):
-        // say what the ranks said, and end what is left of it here.
-        last_failure_ = watch.diagnose(now);
-        if (last_failure_) print_failure(last_failure_->message);
-        end_job(now);
-        failure_status = last_failure_ ? 1 : mpirun_status;
-      }
-      // Ranks told to stop and mpirun gone: wait out the rest of the grace for
-      // anything still here, then the kill above has ended it.
-      if (descendants_of(getpid()).empty() || now >= kill_at) return failure_status;
-    }
-  }
+  JobKeeper job(options_, listen_fd_, token_, mpirun, last_failure_);
+  while (true)
+    if (const std::optional<int> status = job.step()) return *status;
 }
 
 }  // namespace paraplan

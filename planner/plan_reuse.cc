@@ -40,16 +40,10 @@ std::string printf_string(const char* format, double value) {
   throw std::runtime_error(message + "\nPlan again without load_plan_path.");
 }
 
-}  // namespace
-
-ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
-  validate_job_config(config);
-  const LoadedPlan loaded = load_plan(config.planner.load_plan_path);
-  const schema::Plan& plan = loaded.plan();
-  ReusedPlan reused;
-  std::vector<std::string>& differences = reused.differences;
-
-  // Every option the plan recorded against the current value of the same key.
+// Every option the plan recorded against the current value of the same key;
+// a plan that recorded none, against its model table.
+void name_option_differences(const JobConfig& config, const schema::Plan& plan,
+                             std::vector<std::string>& differences) {
   std::map<std::string, std::string> recorded;
   if (plan.header()->creation_options() != nullptr)
     for (const schema::KeyValue* option : *plan.header()->creation_options())
@@ -78,13 +72,12 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
       if (planned != current)
         differences.push_back(std::string(name) + ": plan " + str(planned) + ", now " +
                               str(current));
-  if (model.num_layers() != now.num_layers)
-    refuse(config, differences,
-           "the plan's stages hold " + str(model.num_layers()) + " blocks, the model now has " +
-               str(now.num_layers));
+}
 
-  // Decisions from the plan.
-  const schema::Mesh& mesh = *plan.mesh();
+// The job's device layout, refused unless the plan's mesh still fits it.
+DeviceLayout check_plan_mesh(const JobConfig& config, const schema::Mesh& mesh,
+                             std::vector<std::string>& differences) {
+  const ModelConfig& now = config.model;
   const DeviceLayout layout = resolve_device_layout(config);
   const int world = mesh.pipeline_parallel() * mesh.data_parallel() * mesh.tensor_parallel();
   if (world != layout.world_size())
@@ -104,13 +97,17 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
       refuse(config, differences,
              "the plan's tensor-parallel degree " + str(tp) + " does not divide " + name + " " +
                  str(size));
+  return layout;
+}
 
-  JobConfig effective = config;  // the plan's schedule and ZeRO decisions stand
-  effective.planner.pipeline_scheduler = plan.schedule()->kind();
-  const int chunks = std::max(plan.schedule()->virtual_stages(), 1);
-  effective.planner.pipeline_virtual_stages = chunks;
-  PlanCandidate& candidate = reused.candidate;
-  PlanSetting& setting = candidate.setting;
+// The plan's mesh, micro-batching, ZeRO and schedule as a setting, with the
+// micro-batch count the job's batch now needs.
+PlanSetting setting_of_plan(const JobConfig& config, const schema::Plan& plan,
+                            const DeviceLayout& layout, int chunks,
+                            const std::vector<std::string>& differences) {
+  const schema::Mesh& mesh = *plan.mesh();
+  const int tp = mesh.tensor_parallel();
+  PlanSetting setting;
   setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp, mesh.sequence_parallel()};
   if (mesh.sequence_parallel() && config.model.seq_len % tp != 0)
     refuse(config, differences,
@@ -130,8 +127,13 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
                " is not a multiple of the plan's micro-batch size x data-parallel degree = " +
                str(per_step));
   setting.num_micro_batches = static_cast<int>(global / per_step);
-  if (const std::string why = why_no_schedule_choice(effective, setting, false); !why.empty())
-    refuse(config, differences, "the plan's schedule cannot run the job now: " + why);
+  return setting;
+}
+
+// The plan's stages as the cost model takes them: one layout per rank, each
+// rank's chunks in chunk order (pipeline_layout.h: round robin, or a V).
+std::vector<StageLayout> rank_layouts_of(const schema::Plan& plan, int chunks) {
+  std::vector<StageLayout> stages;
   for (const schema::Stage* stage : *plan.stages()) {
     StageLayout layout_of_stage;
     layout_of_stage.first_layer = stage->first_layer();
@@ -141,40 +143,68 @@ ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
     // A stage of no layers may omit its (empty) recompute list.
     if (stage->recompute() != nullptr)
       layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
-    candidate.stages.push_back(std::move(layout_of_stage));
+    stages.push_back(std::move(layout_of_stage));
   }
-  // Virtual stages back to one layout per rank (the cost model's unit), each
-  // rank's chunks in chunk order (pipeline_layout.h: round robin, or a V).
-  if (chunks > 1) {
-    const size_t p = static_cast<size_t>(mesh.pipeline_parallel());
-    const PipelineLayout pipeline =
-        PipelineLayout::of(plan.schedule()->kind(), static_cast<int>(p), chunks);
-    std::vector<StageLayout> ranks(p);
-    for (size_t s = 0; s < candidate.stages.size(); ++s) {
-      StageLayout& rank = ranks[pipeline.rank_of(static_cast<int>(s))];
-      const StageLayout& chunk = candidate.stages[s];
-      if (s < p) rank.first_layer = chunk.first_layer;
-      rank.num_layers += chunk.num_layers;
-      rank.recompute.insert(rank.recompute.end(), chunk.recompute.begin(), chunk.recompute.end());
-    }
-    for (size_t r = 0; r < p; ++r) ranks[r].has_embedding = r == 0, ranks[r].has_head = r + 1 == p;
-    candidate.stages = std::move(ranks);
+  if (chunks <= 1) return stages;
+  const size_t p = static_cast<size_t>(plan.mesh()->pipeline_parallel());
+  const PipelineLayout pipeline =
+      PipelineLayout::of(plan.schedule()->kind(), static_cast<int>(p), chunks);
+  std::vector<StageLayout> ranks(p);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    StageLayout& rank = ranks[pipeline.rank_of(static_cast<int>(s))];
+    const StageLayout& chunk = stages[s];
+    if (s < p) rank.first_layer = chunk.first_layer;
+    rank.num_layers += chunk.num_layers;
+    rank.recompute.insert(rank.recompute.end(), chunk.recompute.begin(), chunk.recompute.end());
   }
-  candidate.estimate = evaluate_plan(effective, setting, candidate.stages, profile);
-  reused.loaded_step_seconds = plan.predictions() ? plan.predictions()->step_seconds() : 0;
+  for (size_t r = 0; r < p; ++r) ranks[r].has_embedding = r == 0, ranks[r].has_head = r + 1 == p;
+  return ranks;
+}
 
-  // The memory estimate must still hold.
-  if (config.planner.consider_mem) {
-    const double limit = config.planner.memory_constraint * kBytesPerGigabyte;
-    for (size_t s = 0; s < candidate.estimate.stages.size(); ++s) {
-      const double need = static_cast<double>(candidate.estimate.stages[s].memory.total());
-      if (need > limit)
-        refuse(config, differences,
-               "stage " + str(static_cast<int64_t>(s)) + " now needs " +
-                   printf_string("%.2f", need / kBytesPerGigabyte) + " GB; memory_constraint is " +
-                   printf_string("%g", config.planner.memory_constraint) + " GB");
-    }
+// The memory estimate must still hold.
+void check_memory(const JobConfig& config, const PlanEstimate& estimate,
+                  const std::vector<std::string>& differences) {
+  if (!config.planner.consider_mem) return;
+  const double limit = config.planner.memory_constraint * kBytesPerGigabyte;
+  for (size_t s = 0; s < estimate.stages.size(); ++s) {
+    const double need = static_cast<double>(estimate.stages[s].memory.total());
+    if (need > limit)
+      refuse(config, differences,
+             "stage " + str(static_cast<int64_t>(s)) + " now needs " +
+                 printf_string("%.2f", need / kBytesPerGigabyte) + " GB; memory_constraint is " +
+                 printf_string("%g", config.planner.memory_constraint) + " GB");
   }
+}
+
+}  // namespace
+
+ReusedPlan reuse_plan(const JobConfig& config, const MeasuredProfile* profile) {
+  validate_job_config(config);
+  const LoadedPlan loaded = load_plan(config.planner.load_plan_path);
+  const schema::Plan& plan = loaded.plan();
+  ReusedPlan reused;
+  std::vector<std::string>& differences = reused.differences;
+  name_option_differences(config, plan, differences);
+  if (plan.model()->num_layers() != config.model.num_layers)
+    refuse(config, differences,
+           "the plan's stages hold " + str(plan.model()->num_layers()) +
+               " blocks, the model now has " + str(config.model.num_layers));
+
+  // Decisions from the plan.
+  const DeviceLayout layout = check_plan_mesh(config, *plan.mesh(), differences);
+  JobConfig effective = config;  // the plan's schedule and ZeRO decisions stand
+  effective.planner.pipeline_scheduler = plan.schedule()->kind();
+  const int chunks = std::max(plan.schedule()->virtual_stages(), 1);
+  effective.planner.pipeline_virtual_stages = chunks;
+  PlanCandidate& candidate = reused.candidate;
+  candidate.setting = setting_of_plan(config, plan, layout, chunks, differences);
+  if (const std::string why = why_no_schedule_choice(effective, candidate.setting, false);
+      !why.empty())
+    refuse(config, differences, "the plan's schedule cannot run the job now: " + why);
+  candidate.stages = rank_layouts_of(plan, chunks);
+  candidate.estimate = evaluate_plan(effective, candidate.setting, candidate.stages, profile);
+  reused.loaded_step_seconds = plan.predictions() ? plan.predictions()->step_seconds() : 0;
+  check_memory(config, candidate.estimate, differences);
   reused.unchanged = differences.empty() &&
                      candidate.estimate.prediction.step_seconds == reused.loaded_step_seconds;
   reused.plan = reused.unchanged ? loaded.bytes() : serialize_plan(effective, candidate, profile);

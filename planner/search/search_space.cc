@@ -51,6 +51,170 @@ const char* mode_name(RecomputeMode mode) {
                                             : "none";
 }
 
+// Fixed degrees must fit the world and the model.
+void check_fixed_degrees(const JobConfig& config, const DeviceLayout& layout) {
+  const PlannerOptions& p = config.planner;
+  const int world = layout.world_size();
+  const int global = config.training.global_batch_size;
+  const int fixed_pp = p.pipeline_nstages, fixed_tp = p.tensor_parallel_degree,
+            fixed_dp = p.data_parallel_degree;
+  for (const auto& [name, degree] : {std::pair<const char*, int>{"pipeline_nstages", fixed_pp},
+                                     {"tensor_parallel_degree", fixed_tp},
+                                     {"data_parallel_degree", fixed_dp}})
+    if (degree > 0 && world % degree != 0)
+      fail(config, std::string("[planner] ") + name + " = " + str(degree) +
+                       " does not divide the world size " + str(world) + "; choose a divisor of " +
+                       str(world));
+  const int64_t fixed_product =
+      int64_t{std::max(fixed_pp, 1)} * std::max(fixed_tp, 1) * std::max(fixed_dp, 1);
+  if (world % fixed_product != 0 ||
+      (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 && fixed_product != world))
+    fail(config, "[planner] pipeline_nstages x tensor_parallel_degree x data_parallel_degree = " +
+                     str(fixed_product) + " does not " +
+                     (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 ? "equal" : "divide") +
+                     " the world size " + str(world));
+  if (fixed_tp > 0) {
+    const std::string problem = tensor_parallel_problem(config, fixed_tp, layout.devices_per_node);
+    if (!problem.empty())
+      fail(config, "[planner] tensor_parallel_degree = " + str(fixed_tp) + " " + problem);
+  }
+  if (fixed_pp > int64_t{config.model.num_layers} + 2)
+    fail(config,
+         "[planner] pipeline_nstages = " + str(fixed_pp) +
+             " exceeds [model] num_layers + 2 = " + str(int64_t{config.model.num_layers} + 2) +
+             " (every stage but the first and last must hold a block)");
+  if (fixed_dp > 0 && global % fixed_dp != 0)
+    fail(config, "[training] global_batch_size = " + str(global) +
+                     " is not divisible by [planner] data_parallel_degree = " + str(fixed_dp));
+}
+
+// Micro-batching and ZeRO: the values fixed by the job, else the choices.
+void resolve_batching_and_zero(const JobConfig& config, SearchSpace& space) {
+  const PlannerOptions& p = config.planner;
+  if (config.was_set("training.micro_batch_size")) {
+    space.fixed_micro_batch_size = config.training.micro_batch_size;
+    space.micro_batch_field = "[training] micro_batch_size";
+  } else if (config.was_set("planner.micro_batch_size")) {
+    space.fixed_micro_batch_size = p.micro_batch_size;
+    space.micro_batch_field = "[planner] micro_batch_size";
+  }
+  if (config.was_set("planner.update_freq")) space.fixed_num_micro_batches = p.update_freq;
+  space.zero_ngroups_fixed = config.was_set("planner.zero_ngroups");
+  space.zero_ngroups = p.zero_ngroups;
+  if (config.was_set("planner.zero_stage")) {
+    space.zero_stages = {p.zero_stage};
+  } else {
+    space.zero_stages = {0, 1};
+  }
+  const int fixed_dp = p.data_parallel_degree;
+  if (fixed_dp > 0 && space.zero_ngroups_fixed && fixed_dp % p.zero_ngroups != 0)
+    fail(config, "[planner] zero_ngroups = " + str(p.zero_ngroups) +
+                     " does not divide [planner] data_parallel_degree = " + str(fixed_dp) +
+                     "; the data-parallel ranks are split into equal ZeRO groups");
+}
+
+// Per-layer recompute and stage boundaries, then the constraints file; the
+// tensor-parallel degrees the file allows (empty: any).
+std::vector<int> resolve_layer_rules(const JobConfig& config, SearchSpace& space) {
+  const PlannerOptions& p = config.planner;
+  const ModelConfig& model = config.model;
+  for (schema::RecomputeMode lowest : recompute_modes_from_modules(
+           p.recompute_modules, model.num_layers, config.source, model.architecture))
+    space.layer_recompute.push_back({lowest, schema::RecomputeMode::Full});
+  space.boundary_allowed = pipeline_boundaries_from_pivots(p.pipeline_pivots, model.num_layers,
+                                                           config.source, model.architecture);
+  space.boundaries_restricted =
+      !p.pipeline_pivots.empty() && !split_module_list(p.pipeline_pivots).empty();
+  std::vector<int> allowed_tensor_parallel;
+  if (!p.partition_constraints_path.empty())
+    apply_partition_constraints(config, load_partition_constraints(config), space,
+                                allowed_tensor_parallel);
+  return allowed_tensor_parallel;
+}
+
+// The meshes with tensor-parallel degree tp, or why there are none.
+void add_meshes_of_tensor_parallel(const JobConfig& config, int tp, SearchSpace& space) {
+  const int world = space.layout.world_size();
+  const int global = config.training.global_batch_size;
+  const int fixed_pp = config.planner.pipeline_nstages,
+            fixed_dp = config.planner.data_parallel_degree;
+  for (int pp = 1; pp <= world / tp; ++pp) {
+    if ((world / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
+    const int dp = world / tp / pp;
+    if (fixed_dp > 0 && dp != fixed_dp) continue;
+    if (pp > int64_t{config.model.num_layers} + 2 || pp > kMaxPipelineStages) {
+      space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2 or " +
+                               str(kMaxPipelineStages));
+      continue;
+    }
+    if (global % dp != 0) {
+      space.excluded.push_back("pp " + str(pp) + " x tp " + str(tp) + " (dp " + str(dp) +
+                               "): dp does not divide global_batch_size " + str(global));
+      continue;
+    }
+    for (bool sequence_parallel : sequence_parallel_choices(config, tp, space.excluded))
+      space.meshes.push_back({pp, dp, tp, sequence_parallel});
+  }
+}
+
+void add_meshes(const JobConfig& config, const std::vector<int>& allowed_tensor_parallel,
+                SearchSpace& space) {
+  const int world = space.layout.world_size();
+  const int fixed_tp = config.planner.tensor_parallel_degree;
+  for (int tp = 1; tp <= space.layout.devices_per_node; ++tp) {
+    if (world % tp != 0 || (fixed_tp > 0 && tp != fixed_tp)) continue;
+    const std::string problem = tensor_parallel_problem(config, tp, space.layout.devices_per_node);
+    if (!problem.empty()) {
+      space.excluded.push_back("tp " + str(tp) + ": " + problem);
+      continue;
+    }
+    if (!allowed_tensor_parallel.empty() &&
+        std::find(allowed_tensor_parallel.begin(), allowed_tensor_parallel.end(), tp) ==
+            allowed_tensor_parallel.end()) {
+      space.excluded.push_back("tp " + str(tp) + ": not allowed by " +
+                               config.planner.partition_constraints_path);
+      continue;
+    }
+    add_meshes_of_tensor_parallel(config, tp, space);
+  }
+}
+
+// A fixed micro-batching every mesh rejects is one clear error, not a search result.
+void check_some_micro_batching(const JobConfig& config, const SearchSpace& space) {
+  bool any_micro_batch = false;
+  for (const ParallelShape& shape : space.meshes)
+    any_micro_batch |= !micro_batch_sizes(space, config, shape.data_parallel).empty();
+  if (space.meshes.empty() || any_micro_batch) return;
+  const int global = config.training.global_batch_size;
+  const int dp = space.meshes.front().data_parallel;
+  if (space.fixed_micro_batch_size > 0 &&
+      global % (int64_t{space.fixed_micro_batch_size} * dp) == 0 &&
+      global / dp / space.fixed_micro_batch_size > kMaxMicroBatches)
+    fail(config, "[training] global_batch_size = " + str(global) + " with " +
+                     space.micro_batch_field + " = " + str(space.fixed_micro_batch_size) +
+                     " and data-parallel degree " + str(dp) + " makes " +
+                     str(global / dp / space.fixed_micro_batch_size) +
+                     " micro-batches per step, more than the " + str(kMaxMicroBatches) +
+                     " a plan may hold; raise the micro-batch size");
+  if (space.fixed_micro_batch_size > 0 &&
+      global % (int64_t{space.fixed_micro_batch_size} * dp) != 0)
+    fail(config, "[training] global_batch_size (" + str(global) + ") must be divisible by " +
+                     space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) +
+                     ") x data-parallel degree (" + str(dp) + "); choose a divisor of " +
+                     str(global / dp));
+  if (space.fixed_num_micro_batches > 0 &&
+      global % (int64_t{space.fixed_num_micro_batches} * dp) != 0)
+    fail(config, "[training] global_batch_size (" + str(global) +
+                     ") must be divisible by [planner] update_freq (" +
+                     str(space.fixed_num_micro_batches) + ") x data-parallel degree (" + str(dp) +
+                     ")");
+  fail(config, space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) +
+                   ") x [planner] update_freq (" + str(space.fixed_num_micro_batches) +
+                   ") x data-parallel degree (" + str(dp) +
+                   ") must equal [training] global_batch_size (" + str(global) +
+                   "); set at most two of them");
+}
+
 }  // namespace
 
 std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
@@ -75,152 +239,19 @@ std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
 
 SearchSpace resolve_search_space(const JobConfig& config) {
   validate_job_config(config);
-  const PlannerOptions& p = config.planner;
-  const ModelConfig& model = config.model;
   SearchSpace space;
   space.layout = resolve_device_layout(config);
-  const int world = space.layout.world_size();
-  const int global = config.training.global_batch_size;
-
-  // Fixed degrees must fit the world and the model.
-  const int fixed_pp = p.pipeline_nstages, fixed_tp = p.tensor_parallel_degree,
-            fixed_dp = p.data_parallel_degree;
-  space.pipeline_fixed = fixed_pp > 0;
-  for (const auto& [name, degree] : {std::pair<const char*, int>{"pipeline_nstages", fixed_pp},
-                                     {"tensor_parallel_degree", fixed_tp},
-                                     {"data_parallel_degree", fixed_dp}})
-    if (degree > 0 && world % degree != 0)
-      fail(config, std::string("[planner] ") + name + " = " + str(degree) +
-                       " does not divide the world size " + str(world) + "; choose a divisor of " +
-                       str(world));
-  const int64_t fixed_product =
-      int64_t{std::max(fixed_pp, 1)} * std::max(fixed_tp, 1) * std::max(fixed_dp, 1);
-  if (world % fixed_product != 0 ||
-      (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 && fixed_product != world))
-    fail(config, "[planner] pipeline_nstages x tensor_parallel_degree x data_parallel_degree = " +
-                     str(fixed_product) + " does not " +
-                     (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 ? "equal" : "divide") +
-                     " the world size " + str(world));
-  if (fixed_tp > 0) {
-    const std::string problem =
-        tensor_parallel_problem(config, fixed_tp, space.layout.devices_per_node);
-    if (!problem.empty())
-      fail(config, "[planner] tensor_parallel_degree = " + str(fixed_tp) + " " + problem);
-  }
-  if (fixed_pp > int64_t{model.num_layers} + 2)
-    fail(config, "[planner] pipeline_nstages = " + str(fixed_pp) +
-                     " exceeds [model] num_layers + 2 = " + str(int64_t{model.num_layers} + 2) +
-                     " (every stage but the first and last must hold a block)");
-  if (fixed_dp > 0 && global % fixed_dp != 0)
-    fail(config, "[training] global_batch_size = " + str(global) +
-                     " is not divisible by [planner] data_parallel_degree = " + str(fixed_dp));
-
-  // Micro-batching.
-  if (config.was_set("training.micro_batch_size")) {
-    space.fixed_micro_batch_size = config.training.micro_batch_size;
-    space.micro_batch_field = "[training] micro_batch_size";
-  } else if (config.was_set("planner.micro_batch_size")) {
-    space.fixed_micro_batch_size = p.micro_batch_size;
-    space.micro_batch_field = "[planner] micro_batch_size";
-  }
-  if (config.was_set("planner.update_freq")) space.fixed_num_micro_batches = p.update_freq;
-  // ZeRO.
-  space.zero_ngroups_fixed = config.was_set("planner.zero_ngroups");
-  space.zero_ngroups = p.zero_ngroups;
-  if (config.was_set("planner.zero_stage")) {
-    space.zero_stages = {p.zero_stage};
-  } else {
-    space.zero_stages = {0, 1};
-  }
-  if (fixed_dp > 0 && space.zero_ngroups_fixed && fixed_dp % p.zero_ngroups != 0)
-    fail(config, "[planner] zero_ngroups = " + str(p.zero_ngroups) +
-                     " does not divide [planner] data_parallel_degree = " + str(fixed_dp) +
-                     "; the data-parallel ranks are split into equal ZeRO groups");
-
-  // Per-layer recompute and stage boundaries, then the constraints file.
-  for (schema::RecomputeMode lowest : recompute_modes_from_modules(
-           p.recompute_modules, model.num_layers, config.source, model.architecture))
-    space.layer_recompute.push_back({lowest, schema::RecomputeMode::Full});
-  space.boundary_allowed = pipeline_boundaries_from_pivots(p.pipeline_pivots, model.num_layers,
-                                                           config.source, model.architecture);
-  space.boundaries_restricted =
-      !p.pipeline_pivots.empty() && !split_module_list(p.pipeline_pivots).empty();
-  std::vector<int> allowed_tensor_parallel;
-  if (!p.partition_constraints_path.empty())
-    apply_partition_constraints(config, load_partition_constraints(config), space,
-                                allowed_tensor_parallel);
-
-  // Meshes.
-  for (int tp = 1; tp <= space.layout.devices_per_node; ++tp) {
-    if (world % tp != 0 || (fixed_tp > 0 && tp != fixed_tp)) continue;
-    const std::string problem = tensor_parallel_problem(config, tp, space.layout.devices_per_node);
-    if (!problem.empty()) {
-      space.excluded.push_back("tp " + str(tp) + ": " + problem);
-      continue;
-    }
-    if (!allowed_tensor_parallel.empty() &&
-        std::find(allowed_tensor_parallel.begin(), allowed_tensor_parallel.end(), tp) ==
-            allowed_tensor_parallel.end()) {
-      space.excluded.push_back("tp " + str(tp) + ": not allowed by " +
-                               p.partition_constraints_path);
-      continue;
-    }
-    for (int pp = 1; pp <= world / tp; ++pp) {
-      if ((world / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
-      const int dp = world / tp / pp;
-      if (fixed_dp > 0 && dp != fixed_dp) continue;
-      if (pp > int64_t{model.num_layers} + 2 || pp > kMaxPipelineStages) {
-        space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2 or " +
-                                 str(kMaxPipelineStages));
-        continue;
-      }
-      if (global % dp != 0) {
-        space.excluded.push_back("pp " + str(pp) + " x tp " + str(tp) + " (dp " + str(dp) +
-                                 "): dp does not divide global_batch_size " + str(global));
-        continue;
-      }
-      for (bool sequence_parallel : sequence_parallel_choices(config, tp, space.excluded))
-        space.meshes.push_back({pp, dp, tp, sequence_parallel});
-    }
-  }
-  // A fixed micro-batching every mesh rejects is one clear error, not a search result.
-  bool any_micro_batch = false;
-  for (const ParallelShape& shape : space.meshes)
-    any_micro_batch |= !micro_batch_sizes(space, config, shape.data_parallel).empty();
-  if (!space.meshes.empty() && !any_micro_batch) {
-    const int dp = space.meshes.front().data_parallel;
-    if (space.fixed_micro_batch_size > 0 &&
-        global % (int64_t{space.fixed_micro_batch_size} * dp) == 0 &&
-        global / dp / space.fixed_micro_batch_size > kMaxMicroBatches)
-      fail(config, "[training] global_batch_size = " + str(global) + " with " +
-                       space.micro_batch_field + " = " + str(space.fixed_micro_batch_size) +
-                       " and data-parallel degree " + str(dp) + " makes " +
-                       str(global / dp / space.fixed_micro_batch_size) +
-                       " micro-batches per step, more than the " + str(kMaxMicroBatches) +
-                       " a plan may hold; raise the micro-batch size");
-    if (space.fixed_micro_batch_size > 0 &&
-        global % (int64_t{space.fixed_micro_batch_size} * dp) != 0)
-      fail(config, "[training] global_batch_size (" + str(global) + ") must be divisible by " +
-                       space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) +
-                       ") x data-parallel degree (" + str(dp) + "); choose a divisor of " +
-                       str(global / dp));
-    if (space.fixed_num_micro_batches > 0 &&
-        global % (int64_t{space.fixed_num_micro_batches} * dp) != 0)
-      fail(config, "[training] global_batch_size (" + str(global) +
-                       ") must be divisible by [planner] update_freq (" +
-                       str(space.fixed_num_micro_batches) + ") x data-parallel degree (" + str(dp) +
-                       ")");
-    fail(config, space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) +
-                     ") x [planner] update_freq (" + str(space.fixed_num_micro_batches) +
-                     ") x data-parallel degree (" + str(dp) +
-                     ") must equal [training] global_batch_size (" + str(global) +
-                     "); set at most two of them");
-  }
+  space.pipeline_fixed = config.planner.pipeline_nstages > 0;
+  check_fixed_degrees(config, space.layout);
+  resolve_batching_and_zero(config, space);
+  const std::vector<int> allowed_tensor_parallel = resolve_layer_rules(config, space);
+  add_meshes(config, allowed_tensor_parallel, space);
+  check_some_micro_batching(config, space);
   if (space.meshes.empty()) {
     std::string reasons;
     for (const std::string& reason : space.excluded) reasons += "\n  " + reason;
-    fail(config, "no (pipeline, data, tensor) parallel mesh fits the world size " + str(world) +
-                     " with these options:" + reasons);
+    fail(config, "no (pipeline, data, tensor) parallel mesh fits the world size " +
+                     str(space.layout.world_size()) + " with these options:" + reasons);
   }
   return space;
 }

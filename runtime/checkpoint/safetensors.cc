@@ -103,6 +103,145 @@ void pread_all(int fd, void* out, size_t size, uint64_t offset, const std::strin
   }
 }
 
+[[noreturn]] void fail_file(const std::string& path, const std::string& problem) {
+  throw std::runtime_error(path + ": " + problem);
+}
+
+// The header's JSON text, its length checked against the file's size and
+// the limit before anything is allocated.
+std::string read_header_text(int fd, uint64_t file_bytes, const std::string& path) {
+  if (file_bytes < 8)
+    fail_file(path, "file is " + std::to_string(file_bytes) +
+                        " bytes, too short for the 8-byte safetensors header length");
+  uint64_t header_bytes = 0;
+  pread_all(fd, &header_bytes, 8, 0, path);
+  if (header_bytes > file_bytes - 8)
+    fail_file(path, "header length " + std::to_string(header_bytes) + " runs past the end of the " +
+                        std::to_string(file_bytes) +
+                        "-byte file (truncated, or not a safetensors file?)");
+  if (header_bytes > kMaxHeaderBytes)
+    fail_file(path, "header length " + std::to_string(header_bytes) + " exceeds the " +
+                        std::to_string(kMaxHeaderBytes) + "-byte limit safetensors allows");
+  std::string text(header_bytes, '\0');
+  pread_all(fd, text.data(), header_bytes, 8, path);
+  return text;
+}
+
+nlohmann::json parse_header(const std::string& text, const std::string& path) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    fail_file(path, std::string("header is not valid JSON: ") + error.what());
+  }
+  if (!json.is_object()) fail_file(path, "header is not a JSON object of tensors");
+  return json;
+}
+
+void read_metadata(const nlohmann::json& value, const std::string& path,
+                   std::map<std::string, std::string>& metadata) {
+  if (!value.is_object()) fail_file(path, "__metadata__ is not a JSON object");
+  for (auto meta = value.begin(); meta != value.end(); ++meta) {
+    if (!meta.value().is_string())
+      fail_file(path, "__metadata__ must map strings to strings; '" + printable_text(meta.key()) +
+                          "' holds " + json_value_text(meta.value()));
+    metadata[meta.key()] = meta.value().get<std::string>();
+  }
+}
+
+// An entry's "dtype", which must be one safetensors knows.
+const DtypeInfo& dtype_of_entry(const nlohmann::json& value, const std::string& where,
+                                const std::string& path) {
+  const auto dtype = value.find("dtype");
+  if (dtype == value.end() || !dtype->is_string())
+    fail_file(path, where + "missing string field 'dtype'");
+  const DtypeInfo* found = nullptr;
+  std::string known;
+  for (const DtypeInfo& candidate : kDtypes) {
+    if (dtype->get<std::string>() == candidate.name) found = &candidate;
+    known += (known.empty() ? "" : ", ") + std::string(candidate.name);
+  }
+  if (!found)
+    fail_file(path, where + "unknown dtype '" + printable_text(dtype->get<std::string>()) +
+                        "' (known: " + known + ")");
+  return *found;
+}
+
+// One tensor's header entry, its data range checked against the data's
+// size and its shape.
+SafetensorsTensor parse_tensor_entry(const std::string& name, const nlohmann::json& value,
+                                     uint64_t data_bytes, const std::string& path) {
+  const std::string where = "tensor '" + printable_text(name) + "': ";
+  if (!value.is_object()) fail_file(path, where + "entry is not a JSON object");
+  SafetensorsTensor tensor;
+  tensor.name = name;
+  const DtypeInfo& found = dtype_of_entry(value, where, path);
+  tensor.dtype = found.dtype;
+  const auto shape = value.find("shape");
+  if (shape == value.end() || !shape->is_array())
+    fail_file(path, where + "missing array field 'shape'");
+  for (const nlohmann::json& dim : *shape) {
+    if (!dim.is_number_unsigned())
+      fail_file(path, where + "shape holds " + json_value_text(dim) +
+                          "; it must be a list of non-negative integers");
+    tensor.shape.push_back(dim.get<int64_t>());
+  }
+  const auto offsets = value.find("data_offsets");
+  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned())
+    fail_file(path, where + "data_offsets must be [begin, end] non-negative integers");
+  tensor.begin = (*offsets)[0].get<uint64_t>();
+  tensor.end = (*offsets)[1].get<uint64_t>();
+  const std::string range =
+      "[" + std::to_string(tensor.begin) + ", " + std::to_string(tensor.end) + "]";
+  if (tensor.end < tensor.begin)
+    fail_file(path, where + "data_offsets " + range + " end before they begin");
+  if (tensor.end > data_bytes)
+    fail_file(path, where + "data_offsets " + range + " run past the " +
+                        std::to_string(data_bytes) +
+                        " bytes of data after the header (truncated?)");
+  const int64_t elements = checked_elements(tensor.shape);
+  uint64_t needed = 0;  // elements x dtype size, refused when it overflows
+  const bool impossible =
+      elements < 0 || __builtin_mul_overflow(static_cast<uint64_t>(elements), found.bytes, &needed);
+  if (impossible || needed != tensor.end - tensor.begin)
+    fail_file(path, where + "data_offsets " + range + " hold " +
+                        std::to_string(tensor.end - tensor.begin) + " bytes but shape " +
+                        shape_string(tensor.shape) + " of " + found.name + " needs " +
+                        (impossible ? std::string("an impossible size") : std::to_string(needed)));
+  return tensor;
+}
+
+// The tensors must tile the data exactly: sorted by offset, each starts
+// where the previous ended and the last ends at the end of the file.
+void check_tensors_tile_data(const std::vector<SafetensorsTensor>& tensors, uint64_t data_bytes,
+                             const std::string& path) {
+  std::vector<const SafetensorsTensor*> by_offset;
+  for (const SafetensorsTensor& tensor : tensors) by_offset.push_back(&tensor);
+  std::stable_sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t position = 0;
+  const SafetensorsTensor* previous = nullptr;
+  for (const SafetensorsTensor* tensor : by_offset) {
+    if (tensor->begin < position)
+      fail_file(path, "tensors '" + printable_text(previous->name) + "' [" +
+                          std::to_string(previous->begin) + ", " + std::to_string(previous->end) +
+                          "] and '" + printable_text(tensor->name) + "' [" +
+                          std::to_string(tensor->begin) + ", " + std::to_string(tensor->end) +
+                          "] overlap");
+    if (tensor->begin > position)
+      fail_file(path, "tensor '" + printable_text(tensor->name) + "' starts at data offset " +
+                          std::to_string(tensor->begin) + " but the data before it ends at " +
+                          std::to_string(position) + "; safetensors data must be contiguous");
+    position = tensor->end;
+    previous = tensor;
+  }
+  if (position != data_bytes)
+    fail_file(path, "the tensors end at data offset " + std::to_string(position) + " but " +
+                        std::to_string(data_bytes) + " bytes follow the header (extra data?)");
+}
+
 }  // namespace
 
 const char* dtype_name(Dtype dtype) {
@@ -221,120 +360,23 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
-  auto fail = [&](const std::string& problem) { throw std::runtime_error(path + ": " + problem); };
   // Only a regular file is opened: a named pipe would block, a device never end.
   constexpr FileKind kSafetensorsFile{"safetensors file", std::numeric_limits<uint64_t>::max()};
   RegularFile opened(path, kSafetensorsFile);
   const uint64_t file_bytes = opened.size();
   file.fd_ = opened.release();
-  if (file_bytes < 8)
-    fail("file is " + std::to_string(file_bytes) +
-         " bytes, too short for the 8-byte safetensors header length");
-  uint64_t header_bytes = 0;
-  pread_all(file.fd_, &header_bytes, 8, 0, path);
-  if (header_bytes > file_bytes - 8)
-    fail("header length " + std::to_string(header_bytes) + " runs past the end of the " +
-         std::to_string(file_bytes) + "-byte file (truncated, or not a safetensors file?)");
-  if (header_bytes > kMaxHeaderBytes)
-    fail("header length " + std::to_string(header_bytes) + " exceeds the " +
-         std::to_string(kMaxHeaderBytes) + "-byte limit safetensors allows");
-  std::string text(header_bytes, '\0');
-  pread_all(file.fd_, text.data(), header_bytes, 8, path);
-  file.data_start_ = 8 + header_bytes;
+  const std::string text = read_header_text(file.fd_, file_bytes, path);
+  file.data_start_ = 8 + text.size();
   const uint64_t data_bytes = file_bytes - file.data_start_;
 
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    fail(std::string("header is not valid JSON: ") + error.what());
-  }
-  if (!json.is_object()) fail("header is not a JSON object of tensors");
-
+  const nlohmann::json json = parse_header(text, path);
   for (auto item = json.begin(); item != json.end(); ++item) {
-    const std::string& name = item.key();
-    const nlohmann::json& value = item.value();
-    if (name == "__metadata__") {
-      if (!value.is_object()) fail("__metadata__ is not a JSON object");
-      for (auto meta = value.begin(); meta != value.end(); ++meta) {
-        if (!meta.value().is_string())
-          fail("__metadata__ must map strings to strings; '" + printable_text(meta.key()) +
-               "' holds " + json_value_text(meta.value()));
-        file.metadata_[meta.key()] = meta.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = "tensor '" + printable_text(name) + "': ";
-    if (!value.is_object()) fail(where + "entry is not a JSON object");
-    SafetensorsTensor tensor;
-    tensor.name = name;
-    const auto dtype = value.find("dtype");
-    if (dtype == value.end() || !dtype->is_string()) fail(where + "missing string field 'dtype'");
-    const DtypeInfo* found = nullptr;
-    std::string known;
-    for (const DtypeInfo& candidate : kDtypes) {
-      if (dtype->get<std::string>() == candidate.name) found = &candidate;
-      known += (known.empty() ? "" : ", ") + std::string(candidate.name);
-    }
-    if (!found)
-      fail(where + "unknown dtype '" + printable_text(dtype->get<std::string>()) +
-           "' (known: " + known + ")");
-    tensor.dtype = found->dtype;
-    const auto shape = value.find("shape");
-    if (shape == value.end() || !shape->is_array()) fail(where + "missing array field 'shape'");
-    for (const nlohmann::json& dim : *shape) {
-      if (!dim.is_number_unsigned())
-        fail(where + "shape holds " + json_value_text(dim) +
-             "; it must be a list of non-negative integers");
-      tensor.shape.push_back(dim.get<int64_t>());
-    }
-    const auto offsets = value.find("data_offsets");
-    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
-        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned())
-      fail(where + "data_offsets must be [begin, end] non-negative integers");
-    tensor.begin = (*offsets)[0].get<uint64_t>();
-    tensor.end = (*offsets)[1].get<uint64_t>();
-    const std::string range =
-        "[" + std::to_string(tensor.begin) + ", " + std::to_string(tensor.end) + "]";
-    if (tensor.end < tensor.begin) fail(where + "data_offsets " + range + " end before they begin");
-    if (tensor.end > data_bytes)
-      fail(where + "data_offsets " + range + " run past the " + std::to_string(data_bytes) +
-           " bytes of data after the header (truncated?)");
-    const int64_t elements = checked_elements(tensor.shape);
-    uint64_t needed = 0;  // elements x dtype size, refused when it overflows
-    const bool impossible = elements < 0 || __builtin_mul_overflow(static_cast<uint64_t>(elements),
-                                                                   found->bytes, &needed);
-    if (impossible || needed != tensor.end - tensor.begin)
-      fail(where + "data_offsets " + range + " hold " + std::to_string(tensor.end - tensor.begin) +
-           " bytes but shape " + shape_string(tensor.shape) + " of " + found->name + " needs " +
-           (impossible ? std::string("an impossible size") : std::to_string(needed)));
-    file.tensors_.push_back(std::move(tensor));
+    if (item.key() == "__metadata__")
+      read_metadata(item.value(), path, file.metadata_);
+    else
+      file.tensors_.push_back(parse_tensor_entry(item.key(), item.value(), data_bytes, path));
   }
-
-  // The tensors must tile the data exactly: sorted by offset, each starts
-  // where the previous ended and the last ends at the end of the file.
-  std::vector<const SafetensorsTensor*> by_offset;
-  for (const SafetensorsTensor& tensor : file.tensors_) by_offset.push_back(&tensor);
-  std::stable_sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  uint64_t position = 0;
-  const SafetensorsTensor* previous = nullptr;
-  for (const SafetensorsTensor* tensor : by_offset) {
-    if (tensor->begin < position)
-      fail("tensors '" + printable_text(previous->name) + "' [" + std::to_string(previous->begin) +
-           ", " + std::to_string(previous->end) + "] and '" + printable_text(tensor->name) + "' [" +
-           std::to_string(tensor->begin) + ", " + std::to_string(tensor->end) + "] overlap");
-    if (tensor->begin > position)
-      fail("tensor '" + printable_text(tensor->name) + "' starts at data offset " +
-           std::to_string(tensor->begin) + " but the data before it ends at " +
-           std::to_string(position) + "; safetensors data must be contiguous");
-    position = tensor->end;
-    previous = tensor;
-  }
-  if (position != data_bytes)
-    fail("the tensors end at data offset " + std::to_string(position) + " but " +
-         std::to_string(data_bytes) + " bytes follow the header (extra data?)");
+  check_tensors_tile_data(file.tensors_, data_bytes, path);
 
   // Header order, as the file was written.
   std::sort(

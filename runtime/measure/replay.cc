@@ -260,75 +260,71 @@ std::vector<RankMeasurement> gather_measurements(const RankMeasurement& mine, Co
   return ranks;
 }
 
-nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& session) {
-  // ---- validate everything before allocating anything -----------------------
+void check_replay_options(const ReplayOptions& options) {
   if (options.steps < 1)
     throw std::runtime_error("--steps: " + std::to_string(options.steps) +
                              "; replay measures at least 1 step");
   if (options.warmup < 0)
     throw std::runtime_error("--warmup: " + std::to_string(options.warmup) + "; must be >= 0");
-  const LoadedPlan loaded = load_plan(options.plan_path);
-  const schema::Plan& plan = loaded.plan();
-  const MeshCoordinates mesh = place_this_rank(loaded, session);
-  const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
-  const schema::Training& training = *plan.training();
-  const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
+}
 
-  // ---- build, with every communicator recorded --------------------------------
+// The recording communicators the build wraps around the rank's groups, and
+// the totals they add to while `recording` (the measured steps) is on. The
+// recorders point into this: it stays where it was made.
+struct RecordedGroups {
   CollectiveTotals totals;
-  bool recording = false;  // during the measured steps
-  std::vector<RecordingCommunicator*> reduction_groups;
-  RecordingCommunicator *tensor_group = nullptr, *world_group = nullptr;
+  bool recording = false;
+  std::vector<RecordingCommunicator*> reduction;
+  RecordingCommunicator *tensor = nullptr, *world = nullptr;
+};
+
+RankBuildOptions recording_build_options(const ReplayOptions& options,
+                                         const schema::Cluster* cluster, RecordedGroups& recorded) {
   RankBuildOptions build;
   build.backend = options.backend;
   build.collective_timeout_seconds = options.collective_timeout_seconds;
   build.transport = options.transport;
   if (options.enforce_device_memory && cluster)
     build.memory_capacity_bytes = allocatable_device_memory_bytes(*cluster);
-  build.wrap_groups = [&](ProcessGroups& groups, kernels::Ops& ops) {
+  build.wrap_groups = [&recorded](ProcessGroups& groups, kernels::Ops& ops) {
     kernels::Ops* device = ops.backend() == kernels::Backend::kCpu ? nullptr : &ops;
-    tensor_group =
-        record_communicator(groups.tensor, {&totals.tensor, &totals.cpu, &recording, device});
-    world_group =
-        record_communicator(groups.world, {&totals.world, &totals.cpu, &recording, device});
+    CollectiveTotals& totals = recorded.totals;
+    recorded.tensor = record_communicator(
+        groups.tensor, {&totals.tensor, &totals.cpu, &recorded.recording, device});
+    recorded.world = record_communicator(groups.world,
+                                         {&totals.world, &totals.cpu, &recorded.recording, device});
     for (std::unique_ptr<Communicator>* group :
          {&groups.data, &groups.zero, &groups.zero_replicas, &groups.embedding})
-      if (RecordingCommunicator* recorder =
-              record_communicator(*group, {&totals.reduction, &totals.cpu, &recording, device}))
-        reduction_groups.push_back(recorder);
+      if (RecordingCommunicator* recorder = record_communicator(
+              *group, {&totals.reduction, &totals.cpu, &recorded.recording, device}))
+        recorded.reduction.push_back(recorder);
   };
+  return build;
+}
 
-  RankState rank = build_rank_state(loaded, model, mesh, session, build);
-  initialize_parameters(rank, training.seed());
+// What the steps measured beyond the timer's per-instruction numbers.
+struct ReplaySteps {
+  double job_step_seconds = 0;
+  std::vector<double> each_step_seconds, each_step_loss;
+  // A warm-up step's, counted without the timer's per-instruction synchronizations.
+  uint64_t step_synchronizations = 0, step_bytes_zeroed = 0;
+};
+
+// The warm-up and measured steps; the measured ones run under the timer,
+// with the communicators recording.
+ReplaySteps run_replay_steps(const ReplayOptions& options, RankState& rank,
+                             const SyntheticSamples& samples, const schema::Training& training,
+                             int seq_len, InstructionTimer& timer, bool& recording) {
   Communicator& world = *rank.groups.world;
-  const bool leader = session.world_rank() == 0;
-  if (leader)
-    std::cout << "paraplan replay: " << options.plan_path << ", " << session.world_size()
-              << " rank(s), backend " << kernels::backend_name(rank.ops->backend()) << ", "
-              << options.warmup << " warm-up + " << options.steps << " measured steps" << std::endl;
-
-  // ---- run ---------------------------------------------------------------------
-  const SyntheticSamples samples(model.config.vocab_size, model.config.seq_len, training.seed());
   const float loss_scale =
-      1.0f /
-      static_cast<float>(static_cast<int64_t>(training.global_batch_size()) * model.config.seq_len);
+      1.0f / static_cast<float>(static_cast<int64_t>(training.global_batch_size()) * seq_len);
   const float learning_rate = training.optimizer()->learning_rate();
-  const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
-  world.barrier();  // a common time origin for the trace
-  const int virtual_stages = plan.schedule()->virtual_stages();
-  InstructionTimer timer(Clock::now(), &totals, keep_spans,
-                         rank.ops->backend() == kernels::Backend::kCpu, virtual_stages);
   int optimizer_step = 0;
   const ExecutorHooks hooks = optimizer_hooks(
       *rank.optimizer, [&] { rank.optimizer->step(learning_rate, optimizer_step); });
-  double job_step_seconds = 0;
-  std::vector<double> each_step_seconds, each_step_loss;
+  ReplaySteps run;
   const bool profile_range = rank.ops->backend() == kernels::Backend::kCuda;
-  const double tokens_per_step =
-      static_cast<double>(training.global_batch_size()) * model.config.seq_len;
-  // Warm-up steps run as training runs them, without the per-instruction
-  // synchronizations of the timer: the last one's count is the step's own.
-  uint64_t step_synchronizations = 0, step_bytes_zeroed = 0;
+  const double tokens_per_step = static_cast<double>(training.global_batch_size()) * seq_len;
   for (int step = 0; step < options.warmup + options.steps; ++step) {
     const bool measured = step >= options.warmup;
     optimizer_step = step + 1;
@@ -347,8 +343,8 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
         rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
                                 loss_scale, hooks, measured ? &timer : nullptr);
     if (!measured) {
-      step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
-      step_bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;
+      run.step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
+      run.step_bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;
     }
     rank.ops->synchronize();
     double seconds = seconds_between(start, Clock::now());
@@ -356,20 +352,30 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
     if (profile_range && step + 1 == options.warmup + options.steps)
       kernels::cuda_profiler_range(false);
     // Outside the timed span, as training counts it.
-    each_step_loss.push_back(job_loss_sum(rank, loss_sum) / tokens_per_step);
+    run.each_step_loss.push_back(job_loss_sum(rank, loss_sum) / tokens_per_step);
     if (!measured) continue;
     timer.measurement().step_seconds += seconds;
     world.all_reduce(&seconds, 1, ReduceOp::kMax);  // the job's step is its slowest rank's
-    job_step_seconds += seconds / options.steps;
-    each_step_seconds.push_back(seconds);
+    run.job_step_seconds += seconds / options.steps;
+    run.each_step_seconds.push_back(seconds);
   }
+  return run;
+}
 
-  // ---- attribute waits, gather and report --------------------------------------------
+// Every rank's measurement: this rank's collectives and memory peaks added
+// to its timer's, gathered, each with its pipeline transfers split into
+// transfer and wait.
+std::vector<RankMeasurement> gather_rank_measurements(InstructionTimer& timer,
+                                                      const RecordedGroups& recorded,
+                                                      const RankState& rank,
+                                                      const MeshCoordinates& mesh,
+                                                      int virtual_stages) {
+  Communicator& world = *rank.groups.world;
   RankMeasurement& mine = timer.measurement();
-  if (tensor_group) mine.tensor = tensor_group->split_recorded_calls();
-  for (RecordingCommunicator* group : reduction_groups)
+  if (recorded.tensor) mine.tensor = recorded.tensor->split_recorded_calls();
+  for (RecordingCommunicator* group : recorded.reduction)
     mine.reduction += group->split_recorded_calls();
-  if (world_group) mine.world = world_group->split_recorded_calls();
+  if (recorded.world) mine.world = recorded.world->split_recorded_calls();
   for (int c = 0; c < kNumMemoryCategories; ++c)
     mine.memory_peak[c] = static_cast<double>(rank.memory->peak(static_cast<MemoryCategory>(c)));
   mine.memory_peak_total = static_cast<double>(rank.memory->peak_total());
@@ -377,51 +383,100 @@ nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& ses
       gather_transfer_waits(timer.transfers(), world, mesh, virtual_stages, rank.pipeline.v_shape);
   std::vector<RankMeasurement> ranks = gather_measurements(mine, world);
   for (size_t r = 0; r < transfer_waits.size(); ++r) ranks[r].pipeline = transfer_waits[r];
-  std::vector<TimelineSpan> spans;
-  if (keep_spans) spans = gather_spans(timer.spans(), world, virtual_stages);
-  if (!leader) return {};
+  return ranks;
+}
 
+// The trace and the timeline of every rank's spans, one track a rank.
+void write_span_files(const ReplayOptions& options, const std::vector<TimelineSpan>& spans,
+                      const MeshCoordinates& mesh, int world_size) {
+  std::vector<TimelineTrack> tracks;
+  for (int r = 0; r < world_size; ++r) {
+    const MeshCoordinates at =
+        mesh_coordinates(r, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+    tracks.push_back(
+        {r, "rank " + std::to_string(r) + " (stage " + std::to_string(at.pipeline_rank) + ", dp " +
+                std::to_string(at.data_rank) + ", tp " + std::to_string(at.tensor_rank) + ")"});
+  }
+  if (!options.trace_path.empty()) {
+    write_file_atomically(options.trace_path, chrome_trace_json(spans, tracks));
+    std::cout << "trace: " << options.trace_path << " (open in https://ui.perfetto.dev)"
+              << std::endl;
+  }
+  if (!options.timeline_path.empty()) {
+    write_file_atomically(options.timeline_path,
+                          timeline_svg(spans, tracks, "replay of " + options.plan_path));
+    std::cout << "timeline: " << options.timeline_path << std::endl;
+  }
+}
+
+// The leader's report: printed, and written where asked.
+nlohmann::json report_replay(const ReplayOptions& options, const schema::Plan& plan,
+                             const char* backend, const ReplaySteps& steps,
+                             const std::vector<RankMeasurement>& ranks) {
   const ReplayRun run{.plan_path = options.plan_path,
-                      .backend = kernels::backend_name(rank.ops->backend()),
+                      .backend = backend,
                       .steps = options.steps,
                       .warmup = options.warmup,
-                      .job_step_seconds = job_step_seconds,
-                      .each_step_seconds = each_step_seconds,
-                      .each_step_loss = each_step_loss};
+                      .job_step_seconds = steps.job_step_seconds,
+                      .each_step_seconds = steps.each_step_seconds,
+                      .each_step_loss = steps.each_step_loss};
   nlohmann::json report = replay_report(plan, run, ranks);
   if (options.warmup > 0) {
-    report["host_synchronizations_per_step"] = step_synchronizations;
-    report["bytes_zeroed_per_step"] = step_bytes_zeroed;  // rank 0's, a warm-up step's
+    report["host_synchronizations_per_step"] = steps.step_synchronizations;
+    report["bytes_zeroed_per_step"] = steps.step_bytes_zeroed;  // rank 0's, a warm-up step's
   }
   std::cout << replay_table(report);
   if (options.warmup > 0)
     std::cout << "host synchronizations per step (rank 0, an untimed warm-up step): "
-              << step_synchronizations << std::endl;
+              << steps.step_synchronizations << std::endl;
   if (!options.report_path.empty()) {
     write_file_atomically(options.report_path, report.dump(2) + "\n");
     std::cout << "report: " << options.report_path << std::endl;
   }
-  if (keep_spans) {
-    std::vector<TimelineTrack> tracks;
-    for (int r = 0; r < session.world_size(); ++r) {
-      const MeshCoordinates at =
-          mesh_coordinates(r, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
-      tracks.push_back({r, "rank " + std::to_string(r) + " (stage " +
-                               std::to_string(at.pipeline_rank) + ", dp " +
-                               std::to_string(at.data_rank) + ", tp " +
-                               std::to_string(at.tensor_rank) + ")"});
-    }
-    if (!options.trace_path.empty()) {
-      write_file_atomically(options.trace_path, chrome_trace_json(spans, tracks));
-      std::cout << "trace: " << options.trace_path << " (open in https://ui.perfetto.dev)"
-                << std::endl;
-    }
-    if (!options.timeline_path.empty()) {
-      write_file_atomically(options.timeline_path,
-                            timeline_svg(spans, tracks, "replay of " + options.plan_path));
-      std::cout << "timeline: " << options.timeline_path << std::endl;
-    }
-  }
+  return report;
+}
+
+nlohmann::json replay_on_this_rank(const ReplayOptions& options, MpiSession& session) {
+  // ---- validate everything before allocating anything -----------------------
+  check_replay_options(options);
+  const LoadedPlan loaded = load_plan(options.plan_path);
+  const schema::Plan& plan = loaded.plan();
+  const MeshCoordinates mesh = place_this_rank(loaded, session);
+  const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
+  const schema::Training& training = *plan.training();
+  const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
+
+  // ---- build, with every communicator recorded --------------------------------
+  RecordedGroups recorded;
+  RankState rank = build_rank_state(loaded, model, mesh, session,
+                                    recording_build_options(options, cluster, recorded));
+  initialize_parameters(rank, training.seed());
+  Communicator& world = *rank.groups.world;
+  const bool leader = session.world_rank() == 0;
+  if (leader)
+    std::cout << "paraplan replay: " << options.plan_path << ", " << session.world_size()
+              << " rank(s), backend " << kernels::backend_name(rank.ops->backend()) << ", "
+              << options.warmup << " warm-up + " << options.steps << " measured steps" << std::endl;
+
+  // ---- run ---------------------------------------------------------------------
+  const SyntheticSamples samples(model.config.vocab_size, model.config.seq_len, training.seed());
+  const bool keep_spans = !options.trace_path.empty() || !options.timeline_path.empty();
+  world.barrier();  // a common time origin for the trace
+  const int virtual_stages = plan.schedule()->virtual_stages();
+  InstructionTimer timer(Clock::now(), &recorded.totals, keep_spans,
+                         rank.ops->backend() == kernels::Backend::kCpu, virtual_stages);
+  const ReplaySteps steps = run_replay_steps(options, rank, samples, training, model.config.seq_len,
+                                             timer, recorded.recording);
+
+  // ---- attribute waits, gather and report --------------------------------------------
+  const std::vector<RankMeasurement> ranks =
+      gather_rank_measurements(timer, recorded, rank, mesh, virtual_stages);
+  std::vector<TimelineSpan> spans;
+  if (keep_spans) spans = gather_spans(timer.spans(), world, virtual_stages);
+  if (!leader) return {};
+  nlohmann::json report =
+      report_replay(options, plan, kernels::backend_name(rank.ops->backend()), steps, ranks);
+  if (keep_spans) write_span_files(options, spans, mesh, session.world_size());
   return report;
 }
 

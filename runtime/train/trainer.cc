@@ -232,30 +232,109 @@ void save_checkpoint(const RunInputs& run, RankState& rank, const std::string& d
   if (leader) std::cout << "checkpoint: " << written << std::endl;
 }
 
+// The figures every step of a run uses.
+struct StepConstants {
+  LrSchedule lr_schedule;
+  int64_t tokens_per_step = 0;
+  float loss_scale = 0;
+  double flops_per_token = 0, peak_flops = 0;
+  uint64_t capacity = 0;  // the device's allocatable memory, 0 unknown
+  int eval_interval = 0, eval_batches = 0;
+};
+
+StepConstants step_constants_of(const RunInputs& run) {
+  const schema::Plan& plan = run.loaded.plan();
+  const schema::Training& training = *plan.training();
+  const TransformerConfig& config = run.model.config;
+  StepConstants constants;
+  constants.lr_schedule = lr_schedule_of(*training.optimizer());
+  constants.tokens_per_step = static_cast<int64_t>(training.global_batch_size()) * config.seq_len;
+  constants.loss_scale = 1.0f / static_cast<float>(constants.tokens_per_step);
+  constants.flops_per_token = training_flops_per_token(config);
+  const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
+  constants.peak_flops = cluster ? cluster->peak_flops() : 0.0;
+  constants.capacity = cluster ? allocatable_device_memory_bytes(*cluster) : 0;
+  constants.eval_interval = training.eval_interval();
+  constants.eval_batches =
+      run.data.validation ? evaluation_batches(training, run.data.validation->samples_per_epoch())
+                          : 0;
+  return constants;
+}
+
+using SteadyClock = std::chrono::steady_clock;
+
+// A step trained and timed: its metrics but the validation loss, and whether
+// a checkpoint is due by time (every rank agrees).
+struct TimedStep {
+  StepMetrics metrics;
+  bool checkpoint_due_by_time = false;
+};
+
+// Step `step` + 1, from the state's next sample; the state moves past its batch.
+TimedStep train_one_step(const RunInputs& run, RankState& rank, const StepConstants& constants,
+                         TrainState& state, int step, SteadyClock::time_point step_start,
+                         SteadyClock::time_point last_checkpoint, double checkpoint_every_seconds,
+                         int world_size) {
+  const schema::Training& training = *run.loaded.plan().training();
+  const TrainingData& data = run.data;
+  TimedStep timed;
+  StepMetrics& metrics = timed.metrics;
+  metrics.learning_rate = constants.lr_schedule.at(step);
+  TrainingStep trained;
+  try {
+    trained = run_training_step(rank, *data.train, state.next_train_sample, constants.loss_scale,
+                                metrics.learning_rate, step + 1);
+  } catch (const std::out_of_range& error) {  // a bad target: the data's, named
+    throw std::runtime_error(data.train_name + ": step " + std::to_string(step + 1) + ": " +
+                             error.what());
+  }
+  metrics.grad_norm = trained.grad_norm;
+  const double loss_sum = job_loss_sum(rank, trained.loss_sum);
+  const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
+  rank.ops->synchronize();
+  metrics.bytes_zeroed = trained.bytes_zeroed;
+  metrics.host_synchronizations = trained.host_synchronizations +
+                                  (rank.sync_counter->synchronizations() - synchronizations_before);
+  state.next_train_sample += training.global_batch_size();
+  const auto step_end = SteadyClock::now();
+  const double seconds = std::chrono::duration<double>(step_end - step_start).count();
+
+  metrics.step = step + 1;
+  metrics.loss = loss_sum / static_cast<double>(constants.tokens_per_step);
+  metrics.step_seconds = seconds;
+  // Per device, as torchtitan reports it.
+  metrics.tokens_per_second = constants.tokens_per_step / seconds / world_size;
+  metrics.tflops = constants.flops_per_token * metrics.tokens_per_second / 1e12;
+  metrics.mfu = constants.peak_flops > 0
+                    ? constants.flops_per_token * metrics.tokens_per_second / constants.peak_flops
+                    : 0;
+  // One all-reduce for both: the peak memory, and the longest any rank saw
+  // since the last checkpoint (so every rank agrees whether one is due).
+  double maxima[2] = {static_cast<double>(rank.memory->peak_total()),
+                      std::chrono::duration<double>(SteadyClock::now() - last_checkpoint).count()};
+  rank.groups.world->all_reduce(maxima, 2, ReduceOp::kMax);
+  const double peak = maxima[0];
+  timed.checkpoint_due_by_time =
+      checkpoint_every_seconds > 0 && maxima[1] >= checkpoint_every_seconds;
+  metrics.peak_memory_bytes = static_cast<uint64_t>(peak);
+  metrics.memory_capacity_bytes = constants.capacity;
+  if (!std::isfinite(metrics.loss))
+    throw std::runtime_error("step " + std::to_string(step + 1) + ": the loss is not finite (" +
+                             std::to_string(metrics.loss) +
+                             "); lower training.learning_rate or check the data");
+  return timed;
+}
+
 // The run on a built rank state: its starting weights, the steps with
 // evaluation, logging and checkpoints, and the memory report.
 TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& options,
                          MpiSession& session) {
-  const LoadedPlan& loaded = run.loaded;
-  const schema::Plan& plan = loaded.plan();
-  const schema::Training& training = *plan.training();
-  const TransformerConfig& config = run.model.config;
+  const schema::Training& training = *run.loaded.plan().training();
   const TrainingData& data = run.data;
   const int last_step = run.last_step;
   const bool leader = session.world_rank() == 0;
   TrainState state = starting_state(run, rank, leader);
-
-  const LrSchedule lr_schedule = lr_schedule_of(*training.optimizer());
-  const int64_t tokens_per_step =
-      static_cast<int64_t>(training.global_batch_size()) * config.seq_len;
-  const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
-  const double flops_per_token = training_flops_per_token(config);
-  const schema::Cluster* cluster = plan.predictions() ? plan.predictions()->cluster() : nullptr;
-  const double peak_flops = cluster ? cluster->peak_flops() : 0.0;
-  const uint64_t capacity = cluster ? allocatable_device_memory_bytes(*cluster) : 0;
-  const int eval_interval = training.eval_interval();
-  const int eval_batches =
-      data.validation ? evaluation_batches(training, data.validation->samples_per_epoch()) : 0;
+  const StepConstants constants = step_constants_of(run);
 
   if (leader) print_run(run, rank, session.world_size(), state.step);
 
@@ -268,74 +347,34 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
   // device) to its own end, so work still in flight at a step's end (ZeRO-1's
   // parameter all-gathers, which the next forward waits for) is in the next
   // interval rather than in none.
-  auto step_start = std::chrono::steady_clock::now();
+  auto step_start = SteadyClock::now();
   auto last_checkpoint = step_start;
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
     faults.before(step + 1);
-    StepMetrics metrics;
-    metrics.learning_rate = lr_schedule.at(step);
-    TrainingStep trained;
-    try {
-      trained = run_training_step(rank, *data.train, state.next_train_sample, loss_scale,
-                                  metrics.learning_rate, step + 1);
-    } catch (const std::out_of_range& error) {  // a bad target: the data's, named
-      throw std::runtime_error(data.train_name + ": step " + std::to_string(step + 1) + ": " +
-                               error.what());
-    }
-    metrics.grad_norm = trained.grad_norm;
-    const double loss_sum = job_loss_sum(rank, trained.loss_sum);
-    const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
-    rank.ops->synchronize();
-    metrics.bytes_zeroed = trained.bytes_zeroed;
-    metrics.host_synchronizations =
-        trained.host_synchronizations +
-        (rank.sync_counter->synchronizations() - synchronizations_before);
-    state.next_train_sample += training.global_batch_size();
-    const auto step_end = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(step_end - step_start).count();
-
-    metrics.step = step + 1;
-    metrics.loss = loss_sum / static_cast<double>(tokens_per_step);
-    metrics.step_seconds = seconds;
-    // Per device, as torchtitan reports it.
-    metrics.tokens_per_second = tokens_per_step / seconds / session.world_size();
-    metrics.tflops = flops_per_token * metrics.tokens_per_second / 1e12;
-    metrics.mfu = peak_flops > 0 ? flops_per_token * metrics.tokens_per_second / peak_flops : 0;
-    // One all-reduce for both: the peak memory, and the longest any rank saw
-    // since the last checkpoint (so every rank agrees whether one is due).
-    double maxima[2] = {
-        static_cast<double>(rank.memory->peak_total()),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count()};
-    rank.groups.world->all_reduce(maxima, 2, ReduceOp::kMax);
-    const double peak = maxima[0];
-    const bool checkpoint_due_by_time =
-        options.checkpoint_every_seconds > 0 && maxima[1] >= options.checkpoint_every_seconds;
-    metrics.peak_memory_bytes = static_cast<uint64_t>(peak);
-    metrics.memory_capacity_bytes = capacity;
-    if (!std::isfinite(metrics.loss))
-      throw std::runtime_error("step " + std::to_string(step + 1) + ": the loss is not finite (" +
-                               std::to_string(metrics.loss) +
-                               "); lower training.learning_rate or check the data");
+    TimedStep timed = train_one_step(run, rank, constants, state, step, step_start, last_checkpoint,
+                                     options.checkpoint_every_seconds, session.world_size());
+    StepMetrics& metrics = timed.metrics;
     const bool last = step + 1 == last_step;
-    if (data.validation && (last || (eval_interval > 0 && (step + 1) % eval_interval == 0))) {
+    if (data.validation &&
+        (last || (constants.eval_interval > 0 && (step + 1) % constants.eval_interval == 0))) {
       metrics.validation_loss =
-          evaluate(rank, *data.validation, training, eval_batches, data.validation_name);
+          evaluate(rank, *data.validation, training, constants.eval_batches, data.validation_name);
       summary.final_validation_loss = metrics.validation_loss;
     }
     if (leader) logger.log(metrics);
     summary.losses.push_back(metrics.loss);
     summary.host_synchronizations.push_back(metrics.host_synchronizations);
     if (!options.checkpoint_dir.empty() &&
-        (last || checkpoint_due_by_time ||
+        (last || timed.checkpoint_due_by_time ||
          (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       save_checkpoint(run, rank, options.checkpoint_dir, step + 1, state, leader);
-      last_checkpoint = std::chrono::steady_clock::now();
+      last_checkpoint = SteadyClock::now();
     }
     // Evaluation, logging and checkpoints are not the next step's time.
-    step_start = std::chrono::steady_clock::now();
+    step_start = SteadyClock::now();
   }
   summary.last_step = last_step;
-  const std::string report = memory_report(loaded, *rank.memory, rank.groups);
+  const std::string report = memory_report(run.loaded, *rank.memory, rank.groups);
   if (leader) std::cout << report;
   return summary;
 }
