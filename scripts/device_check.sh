@@ -21,7 +21,11 @@
 #   breakdown  a step's kernels by ncu (GEMMs / attention / the rest / host gaps), and
 #              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes
 # After every phase the summary table (scripts/device_summary.py) is rewritten,
-# so a call stopped at any point returns what it finished.
+# so a call stopped at any point returns what it finished. The table gives each
+# phase (and each run of bench and breakdown, each sanitizer run) a state: ok,
+# failed, flaky, timeout, absent, none ran or not run (scripts/README.md); the
+# check exits 0 only when its verdict is ok: every phase asked for is ok (in a
+# rehearsal the GPU's tools and PyTorch may be absent).
 #
 # Options and environment:
 #   --seconds N      the whole check's deadline (default 470 on a GPU, 300 rehearsing)
@@ -103,13 +107,17 @@ mkdir -p "$out"
 rm -f "$out"/*.tar.gz "$out/summary.txt"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# What the summary holds the check to: which phases, on a GPU or rehearsed.
+printf 'mode: %s\nphases: %s\n' "$([ "$rehearse" = 1 ] && echo rehearsal || echo device)" \
+  "$phases" >"$work/check.txt"
 start=$(date +%s)
 deadline=$((start + seconds))
 export PARAPLAN_TEST_DUMP_DIR="$work/tests/dumps"
 
 # run_phase NAME CAP: the phase's function under the smaller of its cap and the
 # time left (less 10 s for the summary), its files packed into OUT at once.
-status=0
+# progress.txt gets one line: NAME ended|timeout|skipped SECONDS exit RC ...;
+# the phase's state is the summary's (phase_state).
 run_phase() {
   local name=$1 cap=$2 left limit begin rc
   left=$((deadline - $(date +%s) - 10))
@@ -125,19 +133,23 @@ run_phase() {
   timeout --kill-after=5 "$limit" bash -c "source scripts/device_phases.sh && phase_$name" \
     >"$work/$name/phase.log" 2>&1
   rc=$?
-  local took=$(($(date +%s) - begin)) state=ok
-  [ "$rc" = 0 ] || state=failed
-  [ "$name" = tests ] && [ "$rc" = 3 ] && state=flaky
-  [ "$rc" = 124 ] || [ "$rc" = 137 ] && state=timeout
-  [ "$state" = ok ] || [ "$state" = flaky ] || status=1
-  echo "$name $state $took exit $rc (limit $limit s)" >>"$work/progress.txt"
+  local took=$(($(date +%s) - begin)) outcome=ended
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then outcome=timeout; fi
+  echo "$name $outcome $took exit $rc (limit $limit s)" >>"$work/progress.txt"
   tar -C "$work" -czf "$out/$name.tar.gz" "$name" 2>/dev/null
   write_summary
-  echo "== $name: $state in ${took} s" >&2
+  echo "== $name: $(phase_state "$name") in ${took} s" >&2
 }
 write_summary() {
   "$python" scripts/device_summary.py "$work" >"$out/summary.txt" 2>&1 ||
     python3 scripts/device_summary.py "$work" >"$out/summary.txt" 2>&1
+}
+# A phase's state as the table gives it ("  NAME  STATE  SECONDS s ..."), or "unknown".
+phase_state() {
+  local state
+  state=$(sed -n "s/^  $1  *\([a-z][a-z ]*[a-z]\)  *[0-9-][0-9]* s .*/\1/p" "$out/summary.txt" |
+    head -1)
+  echo "${state:-unknown (see summary.txt)}"
 }
 
 export build paraplan python work rehearse
@@ -153,5 +165,8 @@ for phase in $phases; do
 done
 write_summary
 cat "$out/summary.txt"
+# ok only when the summary's verdict is: every phase asked for ran and passed.
+status=1
+grep -q '^verdict: ok' "$out/summary.txt" && status=0
 echo "device_check.sh: exit $status after $(($(date +%s) - start)) s; results in $out"
 exit "$status"

@@ -3,7 +3,11 @@
 # (prepare_references, run by device_bundle.sh and by a rehearsal). Sourced,
 # never run. Each phase_* runs in its own bash under the phase's time limit and
 # writes only into "$work/<phase>/"; the variables it reads (build, paraplan,
-# python, work, rehearse) are exported by device_check.sh.
+# python, work, rehearse) are exported by device_check.sh. A phase's exit
+# status says whether its own commands ended well (0) or not; the state the
+# table gives it (ok, failed, flaky, absent, none ran, ...) is device_states.py's,
+# read from the files the phase left (its logs and records), never from the
+# status alone.
 
 # The device the checks run on: cuda, or cpu when rehearsing.
 device_backend() { if [ "$rehearse" = 1 ]; then echo cpu; else echo cuda; fi; }
@@ -144,47 +148,75 @@ phase_facts() {
 }
 
 # ---- b: tests ---------------------------------------------------------------------------------
+# Returns 0 when ctest passed, 3 when every failure passed on its rerun
+# (flaky), else ctest's status. device_states.py decides the state from the
+# logs: a rerun that skips is a failure, a run where nothing passed is none ran.
 phase_tests() {
-  local dir=$work/tests regex='Cuda|cuda|Nccl' rc
+  local dir=$work/tests regex='Cuda|cuda|Nccl' rc rerun_rc
   mkdir -p "$dir/dumps"
   # Passing tests' output whole (ctest keeps 1 KB by default): their
-  # "[ compare ]" lines are the measured errors of every tolerance.
-  ctest --test-dir "$build" -R "$regex" --timeout 60 -j 4 --output-on-failure \
+  # "[ compare ]" lines are the measured errors of every tolerance, and a
+  # GTEST_SKIP (reported as passed) is told apart there. A regex that matches
+  # nothing is an error, not a pass (--no-tests=error).
+  ctest --test-dir "$build" -R "$regex" --no-tests=error --timeout 60 -j 4 --output-on-failure \
     --test-output-size-passed 1048576 --test-output-size-failed 4194304 \
     --output-junit "$dir/junit.xml" >"$dir/tests.log" 2>&1
   rc=$?
   tail -3 "$dir/tests.log"
   [ "$rc" = 0 ] && return 0
+  # No test ran (none matched, or ctest stopped first): nothing to rerun.
+  grep -q 'Test *#[0-9]*:' "$dir/tests.log" || return "$rc"
   # Once more, each kernel's fault reported at its own launch.
-  CUDA_LAUNCH_BLOCKING=1 ctest --test-dir "$build" --rerun-failed --timeout 60 \
-    --output-on-failure --output-junit "$dir/junit-rerun.xml" >"$dir/rerun.log" 2>&1 &&
-    return 3 # every failure passed alone: flaky (the summary quotes the first run)
+  CUDA_LAUNCH_BLOCKING=1 ctest --test-dir "$build" --rerun-failed --no-tests=error --timeout 60 \
+    --output-on-failure --test-output-size-passed 1048576 --output-junit "$dir/junit-rerun.xml" \
+    >"$dir/rerun.log" 2>&1
+  rerun_rc=$?
   tail -3 "$dir/rerun.log"
+  # Flaky only when every failure passed alone: one that skips on its rerun
+  # (ctest's Skipped, or a GTEST_SKIP that ctest counts as passed) proved nothing.
+  if [ "$rerun_rc" = 0 ] && ! grep -q '\*\*\*Skipped\|\*\*\*Not Run' "$dir/rerun.log" &&
+    ! grep -q '\[  PASSED  \] 0 tests' "$dir/junit-rerun.xml" 2>/dev/null; then
+    return 3 # the summary quotes the first run
+  fi
   return "$rc"
 }
 
 # ---- c: compute-sanitizer ---------------------------------------------------------------------
-# sanitize NAME TOOL LIMIT COMMAND...: one process under the tool, its report in NAME.log.
+# Memcheck's errors change the exit status only with --error-exitcode; racecheck's
+# hazards may not: device_states.py also reads each report's summary lines
+# ("ERROR SUMMARY: N errors", "RACECHECK SUMMARY: N hazards displayed").
+sanitizer_error_exit=86
+# sanitize NAME TOOL LIMIT COMMAND...: one process under the tool, its report in
+# NAME.log, the program's output in NAME.out, one line in results.txt:
+# "NAME: exit RC ..." or "NAME: absent WHY".
 sanitize() {
   local name=$1 tool=$2 limit=$3 dir=$work/sanitizer
   shift 3
+  if [ ! -x "$1" ]; then
+    echo "$name: absent (no $1)" | tee -a "$dir/results.txt"
+    return
+  fi
+  rm -f "$dir/$name.log"
   timeout --kill-after=5 "$limit" compute-sanitizer --tool "$tool" --print-limit 20 \
-    --log-file "$dir/$name.log" "$@" >"$dir/$name.out" 2>&1
-  local rc=$? finished=""
+    --error-exitcode "$sanitizer_error_exit" --log-file "$dir/$name.log" "$@" \
+    >"$dir/$name.out" 2>&1
+  local rc=$? finished="" summaries
   # A test program stopped at its limit says how far it got.
   grep -q '^\[==========\]' "$dir/$name.out" && finished=", $(grep -c \
     '^\[       OK \]\|^\[  FAILED  \] [A-Z]' "$dir/$name.out") test(s) finished"
+  summaries=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$dir/$name.log" 2>/dev/null |
+    sed 's/^=* *//' | paste -sd ';' - | sed 's/;/; /g')
   echo "$name: exit $rc$([ "$rc" = 124 ] && echo " (limit ${limit} s)")$finished" \
-    "($(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$dir/$name.log" | tail -1 |
-      sed 's/^=* *//'))" | tee -a "$dir/results.txt"
+    "(${summaries:-no summary line})" | tee -a "$dir/results.txt"
 }
 phase_sanitizer() {
   local dir=$work/sanitizer references
   if [ "$rehearse" = 1 ] || ! command -v compute-sanitizer >/dev/null; then
-    echo "compute-sanitizer not run: $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' ||
+    echo "compute-sanitizer absent: $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' ||
       echo 'not on PATH')" | tee "$dir/results.txt"
     return 0
   fi
+  : >"$dir/results.txt"
   references=$(reference_dir)
   sanitize memcheck_ops memcheck 60 "$build/kernels/cuda_ops_test"
   sanitize memcheck_step memcheck 40 "$paraplan" train --plan "$references/sanitized_step.pplan" \
@@ -196,7 +228,9 @@ phase_sanitizer() {
     --gtest_filter='CudaAttentionTensorCore.MatchesCpuInBfloat16:Storage/CudaAttention.MatchesCpu/bfloat16'
   sanitize racecheck_norms_losses racecheck 45 "$build/kernels/cuda_ops_test" \
     --gtest_filter='*orm*:*oss*:*Softmax*:-*ttention*'
-  ! grep -q 'exit [^0]' "$dir/results.txt"
+  # Any run that did not exit 0, lacks its summary or counted an error or hazard.
+  ! grep -q ': exit [^0]\|no summary line\|[1-9][0-9]* \(error\|hazard\|warning\)' \
+    "$dir/results.txt"
 }
 
 # ---- d: losses on the device against the CPU backend -------------------------------------------
@@ -220,6 +254,9 @@ phase_losses() {
 }
 
 # ---- e: throughput against PyTorch --------------------------------------------------------------
+# Each run's record in runs.txt, one line each: "NAME exit RC batches B..." or
+# "NAME absent WHY" (device_states.py gives each its own state; bench.sh
+# exits 0 even when a run fails, so the state is read from the JSON it left).
 phase_bench() {
   local dir=$work/bench batches=${BATCHES:-8} first steps=10 warmup=3 backend=cuda plan_args=""
   first=${batches%% *}
@@ -227,49 +264,78 @@ phase_bench() {
     steps=2 warmup=1 backend=cpu batches=2 first=2
     plan_args="--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.seq_len 64"
   fi
-  local bench="bash samples/gpt2_124m/bench.sh"
+  local bench="bash samples/gpt2_124m/bench.sh" mode limit mode_batches b missing=0
   export OUT=$dir PARAPLAN=$paraplan PYTHON=$python STEPS=$steps WARMUP=$warmup BACKEND=$backend
   export PLAN_ARGS=$plan_args
-  MODES=paraplan BATCHES=$batches timeout 60 $bench >"$dir/paraplan.log" 2>&1
-  MODES=eager BATCHES=$batches timeout 40 $bench >"$dir/eager.log" 2>&1
-  MODES=compile BATCHES=$first timeout 100 $bench >"$dir/compile.log" 2>&1
+  : >"$dir/runs.txt"
+  for mode in paraplan eager compile; do
+    mode_batches=$batches
+    case $mode in
+      paraplan) limit=60 ;;
+      eager) limit=40 ;;
+      compile) limit=100 mode_batches=$first ;;
+    esac
+    MODES=$mode BATCHES=$mode_batches timeout "$limit" $bench >"$dir/$mode.log" 2>&1
+    echo "$mode exit $? batches $mode_batches" >>"$dir/runs.txt"
+  done
+  for b in $batches; do [ -f "$dir/b$b.paraplan.json" ] || missing=1; done
   tail -4 "$dir/compile.log"
-  [ -f "$dir/b$first.paraplan.json" ]
+  cat "$dir/runs.txt"
+  [ "$missing" = 0 ] && ! grep -qv ' exit 0 ' "$dir/runs.txt"
 }
 
 # ---- f: where the step's time goes; attention against PyTorch's SDPA ----------------------------
+# Records as the bench's, in runs.txt: ncu, attention (paraplan's), torch_attention.
 phase_breakdown() {
-  local dir=$work/breakdown plan batch=${BATCHES:-8}
+  local dir=$work/breakdown plan batch=${BATCHES:-8} rc
   batch=${batch%% *}
   local shape=(--batch "$batch" --seq 1024 --heads 12 --head-dim 64 --dtype bfloat16)
   [ "$rehearse" = 1 ] && shape=(--batch 1 --seq 64 --heads 2 --head-dim 16 --dtype bfloat16)
+  record() { echo "$*" | tee -a "$dir/runs.txt"; }
+  : >"$dir/runs.txt"
   if [ "$rehearse" = 1 ] || ! command -v ncu >/dev/null; then
-    echo "ncu not run: $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' || echo 'not on PATH')" |
-      tee "$dir/ncu.txt"
+    echo "ncu not run: $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' || echo 'not on PATH')" \
+      >"$dir/ncu.txt"
+    record "ncu absent $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' || echo 'not on PATH')"
   else
     plan=$work/bench/b$batch.pplan
+    rc=0
     if [ ! -f "$plan" ]; then
       plan=$dir/b$batch.pplan
       "$paraplan" plan --config samples/gpt2_124m/job.toml --output "$plan" \
         --training.micro_batch_size "$batch" --training.global_batch_size "$batch" \
         >"$dir/plan.log" 2>&1
+      rc=$?
     fi
     echo "$batch" >"$dir/batch.txt"
-    # Only the measured step: replay brackets it with cudaProfilerStart/Stop.
-    # --clock-control none: the card's own clocks, as the replay ran (ncu's
-    # default locks them to base and made the kernels sum past the step).
-    timeout 45 ncu --profile-from-start off --clock-control none \
-      --metrics gpu__time_duration.sum --csv \
-      --print-units base --print-kernel-base function --log-file "$dir/ncu.csv" \
-      "$paraplan" replay --plan "$plan" --steps 1 --warmup 1 --backend cuda \
-      >"$dir/ncu_replay.log" 2>&1
-    echo "ncu: exit $?, $(grep -c gpu__time_duration "$dir/ncu.csv" 2>/dev/null) kernels" |
-      tee "$dir/ncu.txt"
+    if [ "$rc" != 0 ]; then
+      echo "ncu not run: paraplan plan failed (exit $rc, see plan.log)" >"$dir/ncu.txt"
+      record "ncu failed paraplan plan exited $rc (see plan.log)"
+    else
+      # Only the measured step: replay brackets it with cudaProfilerStart/Stop.
+      # --clock-control none: the card's own clocks, as the replay ran (ncu's
+      # default locks them to base and made the kernels sum past the step).
+      timeout 45 ncu --profile-from-start off --clock-control none \
+        --metrics gpu__time_duration.sum --csv \
+        --print-units base --print-kernel-base function --log-file "$dir/ncu.csv" \
+        "$paraplan" replay --plan "$plan" --steps 1 --warmup 1 --backend cuda \
+        >"$dir/ncu_replay.log" 2>&1
+      rc=$?
+      echo "ncu: exit $rc, $(grep -c gpu__time_duration "$dir/ncu.csv" 2>/dev/null) kernels" \
+        >"$dir/ncu.txt"
+      record "ncu exit $rc"
+    fi
   fi
-  timeout 20 "$build/kernels/attention_bench" --backend "$(device_backend)" "${shape[@]}" \
-    --iterations 10 --warmup 2 --json "$dir/attention_paraplan.json" >"$dir/attention_paraplan.log" 2>&1
-  echo "paraplan attention: exit $?"
+  if [ -x "$build/kernels/attention_bench" ]; then
+    timeout 20 "$build/kernels/attention_bench" --backend "$(device_backend)" "${shape[@]}" \
+      --iterations 10 --warmup 2 --json "$dir/attention_paraplan.json" \
+      >"$dir/attention_paraplan.log" 2>&1
+    record "attention exit $?"
+  else
+    record "attention absent no $build/kernels/attention_bench"
+  fi
   timeout 40 "$python" scripts/device_attention_torch.py "${shape[@]}" --iterations 10 \
     --warmup 2 --json "$dir/attention_torch.json" >"$dir/attention_torch.log" 2>&1
-  echo "torch attention: exit $?"
+  record "torch_attention exit $?"
+  ! grep -q ' exit [^0]\|^[a-z_]* failed ' "$dir/runs.txt"
 }

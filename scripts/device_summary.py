@@ -11,12 +11,34 @@ torch.compile with each step's loss, and the replay's components measured
 against predicted; the kernels' time by kind with the host gaps; paraplan's
 attention against PyTorch's SDPA backends. A phase that did not run says so.
 
+First, each phase's state and the verdict, read from the phases' files and
+progress.txt (never from an exit status alone):
+  ok        it ran and passed
+  failed    it ran and something failed: a test (also one that failed and then
+            skipped on its rerun), a sanitizer error or hazard, a run's non-zero
+            exit, a missing figure, a non-finite loss
+  flaky     tests only: every failure passed on its rerun
+  timeout   it ran past its limit
+  absent    what it needs is missing: the tool (compute-sanitizer, ncu), the
+            binary, PyTorch, or a GPU that PyTorch sees
+  none ran  nothing to judge: no test matched, every test skipped (on a GPU, a
+            test skipped for want of a visible GPU), a gtest filter ran nothing
+  not run   the check ended, or its deadline came, before it
+The sanitizer's runs and the bench's and breakdown's measurements (paraplan's
+replay, torch eager, torch.compile; ncu, paraplan's attention, PyTorch's
+attention) get their own states under their phase, which is ok only when they
+all are. The verdict (the line "verdict: ok" or "verdict: not ok ...", which
+device_check.sh's exit status follows) is ok only when every phase asked for
+(check.txt) is ok; in a rehearsal (no GPU) the sanitizer, ncu and PyTorch may
+be absent.
+
 Standard library only. Usage:
   device_summary.py WORK_DIR
   device_summary.py --compare-losses DIR CASE...   (the losses phase: writes
       DIR/losses.json, prints one line per case, exits 1 on a mismatch)
 """
-import csv
+# The phases' states and the verdict are judged in device_states.py; the files
+# the phases leave are read in device_readers.py.
 import glob
 import json
 import math
@@ -25,38 +47,15 @@ import re
 import sys
 import xml.etree.ElementTree as ElementTree
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_readers import (NO_GPU, fmt, load_json, load_jsonl, ncu_kernels, read,  # noqa: E402
+                            test_body, test_outcomes)
+from device_states import states_section  # noqa: E402
+
 # bf16 on both sides, different summation orders: |device - cpu| per step.
 # Measured on an H100 (2026-11-27), 5 steps with the loss falling 10.9 -> 6.0:
 # GPT-2 widths 4.4e-4, the grouped-KV Llama 3.2e-4; about 10x that allowed.
 LOSS_TOLERANCE = 5e-3
-
-
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def load_jsonl(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return None
-
-
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def fmt(value, spec):
-    return "-" if value is None else format(value, spec)
 
 
 # ---- the losses phase's comparison ----------------------------------------------------------------
@@ -100,19 +99,6 @@ def losses_lines(results):
 
 # ---- sections -------------------------------------------------------------------------------------
 
-def progress(work):
-    text = read(os.path.join(work, "progress.txt"))
-    if not text:
-        return ["phases: none finished"]
-    lines = ["phases (state, seconds):"]
-    for line in text.splitlines():
-        parts = line.split(" ", 3)
-        if len(parts) >= 3:
-            lines.append("  %-10s %-8s %5s s  %s" % (parts[0], parts[1], parts[2],
-                                                    parts[3] if len(parts) > 3 else ""))
-    return lines
-
-
 def facts(work):
     text = read(os.path.join(work, "facts", "facts.txt"))
     if text is None:
@@ -120,40 +106,18 @@ def facts(work):
     return ["facts:"] + ["  " + line for line in text.splitlines()]
 
 
-# "12/75 Test #261: Storage/CudaOps.GeluMatchesCpu/float32  # GetParam() = ... ....***Skipped   0.15 sec"
-CTEST_LINE = re.compile(r"Test +#\d+: (.+?)(?:  # GetParam\(\).*?)? \.*\s*(\*\*\*)?(Passed|Failed|"
-                        r"Skipped|Timeout|Not Run|Exception: [\w ]+?|SegFault|Subprocess aborted)"
-                        r"\s+[\d.]+ sec")
+# A comparison a test printed: "[ compare ] WHAT: max rel err E (tolerance T)".
 COMPARE_LINE = re.compile(r"\[ compare \] (.*?): max rel err ([0-9.eE+-]+|nan|inf) "
                           r"\(tolerance ([0-9.eE+-]+)\)")
 
 
-def ctest_results(path):
-    text = read(path)
-    if text is None:
-        return None
-    return {name: state for name, _, state in CTEST_LINE.findall(text)}, text
-
-
-# What ctest printed for one test (--output-on-failure): the lines after its
-# result line, up to the next test's; the error-looking ones first, at most 6.
+# The error-looking lines of what ctest printed for one test first, at most 6.
 ERROR_WORDS = re.compile(r"error|fail|abort|what\(\)|fault|refused|timed? ?out|signal|"
                          r"not found|cannot|exception", re.IGNORECASE)
-NEXT_TEST = re.compile(r"^\s*(?:Start +\d+:|\d+/\d+ Test +#\d+:)")
 
 
 def failure_excerpt(text, name, most=6):
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines)
-                  if CTEST_LINE.search(line) and CTEST_LINE.search(line).group(1) == name), None)
-    if start is None:
-        return []
-    body = []
-    for line in lines[start + 1:]:
-        if NEXT_TEST.match(line):
-            break
-        if line.strip():
-            body.append(line.rstrip()[:160])
+    body = test_body(text, name)
     errors = [line for line in body if ERROR_WORDS.search(line)]
     return (errors or body[-most:])[:most]
 
@@ -179,27 +143,32 @@ def comparisons(work):
 
 
 def tests(work):
-    first = ctest_results(os.path.join(work, "tests", "tests.log"))
+    first = test_outcomes(work, "tests.log", "junit.xml")
     if first is None:
         return ["tests: not run"]
-    states, text = first
+    states, text, outputs = first
     if not states:
-        return ["tests: no test results in tests.log (the run did not get far)",
+        return ["tests: no test results in tests.log (%s)" % (
+            "no test matched" if "No tests were found" in text else "the run did not get far"),
                 "  " + text.strip().splitlines()[-1] if text.strip() else ""]
     counts = {}
     for state in states.values():
         key = "crashed" if state.startswith("Exception") or state in (
             "SegFault", "Subprocess aborted") else state.lower()
         counts[key] = counts.get(key, 0) + 1
-    lines = ["tests: %d run: %s" % (len(states), ", ".join(
-        "%d %s" % (n, k) for k, n in sorted(counts.items())))]
-    rerun = ctest_results(os.path.join(work, "tests", "rerun.log"))
-    rerun_states, rerun_text = rerun if rerun else ({}, "")
+    no_gpu = sum(1 for name, state in states.items()
+                 if state == "Skipped" and NO_GPU.search(outputs.get(name, "")))
+    lines = ["tests: %d run: %s%s" % (len(states), ", ".join(
+        "%d %s" % (n, k) for k, n in sorted(counts.items())),
+        " (%d skipped for want of a visible GPU)" % no_gpu if no_gpu else "")]
+    rerun = test_outcomes(work, "rerun.log", "junit-rerun.xml")
+    rerun_states, rerun_text, _ = rerun if rerun else ({}, "", {})
     for name, state in sorted(states.items()):
         if state in ("Passed", "Skipped"):
             continue
         again = rerun_states.get(name)
-        flaky = again in ("Passed", "Skipped")
+        # Flaky only when it passed alone: a rerun that skips proved nothing.
+        flaky = again == "Passed"
         lines.append("  %-9s %s%s" % ("flaky" if flaky else state.lower(), name,
                                       "  (rerun with CUDA_LAUNCH_BLOCKING=1: %s)" % again.lower()
                                       if again else ""))
@@ -306,28 +275,6 @@ def kernel_kind(name):
     return "the rest"
 
 
-UNITS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
-         "second": 1.0, "s": 1.0}
-
-
-def ncu_kernels(path):
-    """(kernel name, seconds) of every gpu__time_duration row of an ncu --csv log."""
-    text = read(path)
-    if not text:
-        return []
-    rows = [line for line in text.splitlines() if line.startswith('"')]
-    kernels = []
-    for row in csv.DictReader(rows):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        try:
-            value = float((row.get("Metric Value") or "").replace(",", ""))
-        except ValueError:
-            continue
-        kernels.append((row.get("Kernel Name", "?"), value * UNITS.get(row.get("Metric Unit"), 1e-9)))
-    return kernels
-
-
 def breakdown(work):
     folder = os.path.join(work, "breakdown")
     if not os.path.isdir(folder):
@@ -400,7 +347,7 @@ def main(argv):
     work = argv[1]
     print("=" * 78)
     print("device check summary")
-    for section in (progress(work), facts(work), tests(work), sanitizer(work), losses(work),
+    for section in (states_section(work), facts(work), tests(work), sanitizer(work), losses(work),
                     bench(work), breakdown(work)):
         print("-" * 78)
         print("\n".join(line for line in section if line is not None))

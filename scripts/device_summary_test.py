@@ -4,6 +4,8 @@ kinds only a GPU window produces (ncu's CSV, failing and crashing ctest lines,
 a rerun, measured comparisons in JUnit, device losses that drift or go NaN),
 so a parsing slip shows here and not in the window; and, given a rehearsal's
 work folder (--rehearsal DIR), that every section of its table has figures.
+Each phase's state and the verdict: device_states_test.py (from fixtures) and
+device_phases_test.py (from the phase functions run with made-up tools).
 
 Usage: device_summary_test.py [--rehearsal OUT_DIR]  (OUT_DIR: the rehearsal's
 results folder, whose *.tar.gz archives are unpacked and summarized again)
@@ -18,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_summary  # noqa: E402
+from device_test_fixtures import NCCL_CRASH_LOG, NCU_CSV, write  # noqa: E402
 
 if __name__ == "__main__" and len(sys.argv) >= 3 and sys.argv[1] == "--rehearsal":
     os.environ["PARAPLAN_REHEARSAL_OUT"] = sys.argv[2]
@@ -45,19 +48,6 @@ outside
  </testcase>
 </testsuite>
 """
-# ncu --csv --print-units base: one row per kernel and metric.
-NCU_CSV = """==PROF== Connected to process 1234
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
-"0","1234","paraplan","h","nvjet_tst_128x128_64x4_h_bz_TNT","1","7","(384, 1, 1)","(66, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","2,000,000"
-"1","1234","paraplan","h","attention_forward_tensor_core_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1,000,000"
-"2","1234","paraplan","h","layernorm_forward_kernel","1","7","(256, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","500"
-"""
-
-
-def write(path, text):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
 
 
 class MadeUpWindow(unittest.TestCase):
@@ -77,24 +67,27 @@ class MadeUpWindow(unittest.TestCase):
         self.assertIn("comparisons measured: 2", text)
         self.assertIn(" 2.00  Storage/CudaAttention.Forward/bfloat16: attention output", text)
 
-    def test_a_failure_that_passes_alone_is_flaky_and_quoted(self):
-        write(os.path.join(self.work, "tests", "tests.log"), """\
-      Start  4: NcclCommunicator.ranks_2
- 1/2 Test  #4: NcclCommunicator.ranks_2 ........................***Failed    0.40 sec
-[rank 1] runtime/comm/x.cc:12: failure
-mpiexec noticed that process rank 1 exited on signal 11
-      Start  5: NcclCommunicator.ranks_1
- 2/2 Test  #5: NcclCommunicator.ranks_1 ........................***Skipped   0.40 sec
-NCCL tests skipped: no CUDA device is visible
-""")
+    def test_a_failure_that_skips_on_its_rerun_is_failed_and_quoted(self):
+        # The 2-rank NCCL test on one GPU: its rerun skips, which proves nothing
+        # (this was counted flaky, and the check passed).
+        write(os.path.join(self.work, "tests", "tests.log"), NCCL_CRASH_LOG)
         write(os.path.join(self.work, "tests", "rerun.log"),
               "1/1 Test  #4: NcclCommunicator.ranks_2 .......***Skipped   0.40 sec\n")
         text = "\n".join(device_summary.tests(self.work))
-        self.assertIn("flaky     NcclCommunicator.ranks_2  (rerun with CUDA_LAUNCH_BLOCKING=1: "
+        self.assertIn("failed    NcclCommunicator.ranks_2  (rerun with CUDA_LAUNCH_BLOCKING=1: "
                       "skipped)", text)
         self.assertIn("      | [rank 1] runtime/comm/x.cc:12: failure", text)
         self.assertIn("      | mpiexec noticed that process rank 1 exited on signal 11", text)
         self.assertNotIn("NCCL tests skipped", text)
+
+    def test_a_failure_that_passes_alone_is_flaky_and_quoted(self):
+        write(os.path.join(self.work, "tests", "tests.log"), NCCL_CRASH_LOG)
+        write(os.path.join(self.work, "tests", "rerun.log"),
+              "1/1 Test  #4: NcclCommunicator.ranks_2 .......   Passed    0.40 sec\n")
+        text = "\n".join(device_summary.tests(self.work))
+        self.assertIn("flaky     NcclCommunicator.ranks_2  (rerun with CUDA_LAUNCH_BLOCKING=1: "
+                      "passed)", text)
+        self.assertIn("      | [rank 1] runtime/comm/x.cc:12: failure", text)
 
     def test_ncu_kernels_by_kind_and_host_gaps(self):
         write(os.path.join(self.work, "breakdown", "ncu.csv"), NCU_CSV)
@@ -151,8 +144,13 @@ class Rehearsal(unittest.TestCase):
 
     def test_each_section_has_figures(self):
         text = self.summary
-        for phase in ("facts", "tests", "sanitizer", "losses", "bench", "breakdown"):
+        for phase in ("facts", "tests", "losses", "bench", "breakdown"):
             self.assertRegex(text, r"\n  %s +ok " % phase)
+        # No GPU: compute-sanitizer is absent, and a rehearsal may lack it.
+        self.assertRegex(text, r"\n  sanitizer +absent ")
+        self.assertRegex(text, r"\n      paraplan replay +ok ")
+        self.assertRegex(text, r"\n      paraplan attention +ok ")
+        self.assertRegex(text, r"\nverdict: ok")
         self.assertIn("ldd_missing: 0", text)
         self.assertRegex(text, r"tests: \d+ run: ")
         self.assertRegex(text, r"gpt2 +ok +max \|diff\| 0\.00e\+00")

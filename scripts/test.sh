@@ -31,9 +31,12 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 # The GPU window's check, rehearsed on the CPU backend (small shapes, the
 # tools a GPU needs reported as absent), so a slip in the script or its
-# summary cannot cost a window; then its table is checked for figures.
+# summary cannot cost a window; then its table is checked for figures, and
+# each phase's states (ok only for what ran and passed) on made-up windows.
 bash scripts/device_check.sh --rehearse --seconds 300
 PARAPLAN_REHEARSAL_OUT=out/device-rehearsal python3 scripts/device_summary_test.py
+python3 scripts/device_states_test.py
+python3 scripts/device_phases_test.py
 
 # The sanitized build: the unit tests of the readers of files a user gives
 # (common's bounded reader, the plan and model limits in schema, token

@@ -1,0 +1,312 @@
+"""device_states.py: each phase's state and the verdict of scripts/device_check.sh,
+and the summary table's first section that gives them (states_section).
+
+Judged from the files each phase left in the check's work folder and from
+progress.txt, never from an exit status alone: judge_<phase> gives a phase's
+state and its measurements' states (the sanitizer's runs, the bench's and
+breakdown's measurements; a phase takes the worst of them), phase_states one
+row per phase asked for (check.txt), verdict the line device_check.sh's exit
+status follows. The states (ok, failed, flaky, timeout, absent, none ran, not
+run) are described in device_summary.py's docstring and scripts/README.md.
+Standard library only.
+"""
+import math
+import os
+import re
+
+from device_readers import (GTEST_NONE_PASSED, NO_GPU, fmt, last_line, load_json, ncu_kernels,
+                            read, records, test_outcomes)
+
+# Worst first: a phase with several measurements takes the worst state among them.
+SEVERITY = ("failed", "timeout", "not run", "none ran", "absent", "flaky", "ok")
+# What a rehearsal (no GPU) may find absent: a phase, or a phase's measurement.
+REHEARSAL_MAY_LACK = {"sanitizer", "bench/eager", "bench/compile", "breakdown/ncu",
+                      "breakdown/torch_attention"}
+TIMED_OUT = (124, 137)
+
+
+def worst(states):
+    return min(states, key=SEVERITY.index) if states else "ok"
+
+
+def judge_facts(work):
+    if read(os.path.join(work, "facts", "facts.txt")) is None:
+        return "failed", "no facts.txt", []
+    return "ok", "", []
+
+
+def judge_tests(work, rehearsal):
+    first = test_outcomes(work, "tests.log", "junit.xml")
+    if first is None:
+        return "failed", "no tests.log", []
+    states, text, outputs = first
+    if "No tests were found" in text and not states:
+        return "none ran", "no test matched", []
+    if not states:
+        return "failed", "no test results in tests.log", []
+    rerun = test_outcomes(work, "rerun.log", "junit-rerun.xml")
+    rerun_states = rerun[0] if rerun else {}
+    failures = [name for name, state in states.items() if state not in ("Passed", "Skipped")]
+    failed = [name for name in failures if rerun_states.get(name) != "Passed"]
+    if failed:
+        skipped = sum(1 for name in failed if rerun_states.get(name) == "Skipped")
+        return "failed", "%d failed%s" % (len(failed), " (%d of them skipped on the rerun)" % skipped
+                                           if skipped else ""), []
+    if failures:
+        return "flaky", "%d failed and passed on the rerun" % len(failures), []
+    passed = sum(1 for state in states.values() if state == "Passed")
+    no_gpu = sum(1 for name, state in states.items()
+                 if state == "Skipped" and NO_GPU.search(outputs.get(name, "")))
+    if not passed:
+        return "none ran", "all %d skipped" % len(states), []
+    if no_gpu and not rehearsal:
+        return "none ran", "%d skipped for want of a visible GPU" % no_gpu, []
+    return "ok", "%d passed, %d skipped" % (passed, len(states) - passed), []
+
+
+# "ERROR SUMMARY: 3 errors", "RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)"
+SANITIZER_SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards?)")
+
+
+def judge_sanitizer(work):
+    folder = os.path.join(work, "sanitizer")
+    text = read(os.path.join(folder, "results.txt"))
+    if text is None:
+        return "failed", "no results.txt", []
+    absent = re.match(r"compute-sanitizer (?:absent|not run): (.*)", text.strip())
+    if absent:
+        return "absent", "compute-sanitizer: " + absent.group(1), []
+    subs = []
+    for line in text.splitlines():
+        match = re.match(r"(\w+): (?:exit (\d+)|absent (.*))", line)
+        if not match:
+            continue
+        name, rc, why = match.group(1), match.group(2), match.group(3)
+        if rc is None:
+            subs.append((name, "absent", why.strip("()")))
+            continue
+        rc = int(rc)
+        report = (read(os.path.join(folder, name + ".log")) or "")
+        output = read(os.path.join(folder, name + ".out")) or ""
+        counts = [int(n) for n in SANITIZER_SUMMARY.findall(report)]
+        if any(counts):
+            state, note = "failed", "; ".join(
+                re.sub(r"^=* *", "", l) for l in report.splitlines() if "SUMMARY:" in l)
+        elif rc in TIMED_OUT:
+            state, note = "timeout", line.split(": ", 1)[1]
+        elif not counts:
+            state, note = "failed", "exit %d, no summary line (the tool did not finish)" % rc
+        elif rc != 0:
+            state, note = "failed", "exit %d%s" % (rc, ": " + last_line(
+                os.path.join(folder, name + ".out")) if output else "")
+        elif GTEST_NONE_PASSED.search(output):
+            state, note = "none ran", "no test passed under the tool" + (
+                " (no CUDA device visible)" if NO_GPU.search(output) else "")
+        else:
+            state, note = "ok", "0 errors"
+        subs.append((name, state, note))
+    if not subs:
+        return "failed", "no run recorded", []
+    return worst([state for _, state, _ in subs]), "", subs
+
+
+def judge_losses(work):
+    results = load_json(os.path.join(work, "losses", "losses.json"))
+    if results is None:
+        return "failed", "no comparison written", []
+    bad = ["%s %s" % (case, r.get("verdict")) for case, r in results.items()
+           if r.get("verdict") != "ok"]
+    if bad or not results:
+        return "failed", ", ".join(bad) or "no case compared", []
+    return "ok", "", []
+
+
+BENCH_RUNS = (("paraplan", "tokens_per_second_measured", "each_step_loss"),
+              ("eager", "tokens_per_second", "losses"),
+              ("compile", "tokens_per_second", "losses"))
+# How the table names a measurement (a sanitizer run by its own name).
+LABELS = {"paraplan": "paraplan replay", "eager": "torch eager", "compile": "torch.compile",
+          "ncu": "ncu", "attention": "paraplan attention", "torch_attention": "torch attention"}
+NO_TORCH = re.compile(r"No module named '?torch|torch is not importable|no CUDA device visible|"
+                      r"has no torch\.nn\.attention")
+
+
+def finite(values):
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values or [])
+
+
+def judge_bench(work):
+    folder = os.path.join(work, "bench")
+    found = records(os.path.join(folder, "runs.txt"))
+    subs = []
+    for mode, key, losses_key in BENCH_RUNS:
+        record = found.get(mode)
+        if record is None:
+            subs.append((mode, "not run", "no record (the phase ended first)"))
+            continue
+        kind, rc, rest = record
+        if kind != "exit":
+            subs.append((mode, kind, rest))
+            continue
+        batches = re.findall(r"\d+", rest.split("batches", 1)[1]) if "batches" in rest else []
+        figures, missing, whys = [], [], []
+        for b in batches:
+            result = load_json(os.path.join(folder, "b%s.%s.json" % (b, mode))) or {}
+            if result.get(key) is None:
+                missing.append(b)
+                # bench.sh names the run's log; its last line says why.
+                why = last_line(os.path.join(folder, "b%s.%s.log" % (
+                    b, "replay" if mode == "paraplan" else mode)))
+                if mode == "paraplan" and not why:
+                    why = last_line(os.path.join(folder, "b%s.plan.log" % b))
+                whys.append(why)
+            elif not finite(result.get(losses_key)):
+                whys.append("B=%s: a non-finite loss" % b)
+            else:
+                figures.append("B=%s %s tokens/s" % (b, fmt(result[key], ",.0f")))
+        if rc in TIMED_OUT:
+            state, note = "timeout", "ran past its limit"
+        elif not batches:
+            state, note = "failed", "no micro-batch recorded"
+        elif missing and mode != "paraplan" and all(NO_TORCH.search(w) for w in whys):
+            state, note = "absent", whys[0]
+        elif missing or whys:
+            state, note = "failed", "%s%s" % ("no figures for B=%s: " % ",".join(missing)
+                                              if missing else "", whys[0] if whys else "")
+        elif rc != 0:
+            state, note = "failed", "exit %d" % rc
+        else:
+            state, note = "ok", ", ".join(figures)
+        subs.append((mode, state, note))
+    return worst([state for _, state, _ in subs]), "", subs
+
+
+def judge_breakdown(work):
+    folder = os.path.join(work, "breakdown")
+    found = records(os.path.join(folder, "runs.txt"))
+    subs = []
+    for name in ("ncu", "attention", "torch_attention"):
+        record = found.get(name)
+        if record is None:
+            subs.append((name, "not run", "no record (the phase ended first)"))
+            continue
+        kind, rc, rest = record
+        if kind != "exit":
+            subs.append((name, kind, rest))
+            continue
+        state, note = "ok", ""
+        if rc in TIMED_OUT:
+            state, note = "timeout", "ran past its limit"
+        elif name == "ncu":
+            kernels = ncu_kernels(os.path.join(folder, "ncu.csv"))
+            if rc != 0 or not kernels:
+                state, note = "failed", "exit %d, %d kernels: %s" % (
+                    rc, len(kernels), last_line(os.path.join(folder, "ncu_replay.log")))
+            else:
+                note = "%d kernels" % len(kernels)
+        elif name == "attention":
+            result = load_json(os.path.join(folder, "attention_paraplan.json")) or {}
+            if rc != 0 or result.get("forward_backward_ms") is None:
+                state, note = "failed", "exit %d: %s" % (
+                    rc, last_line(os.path.join(folder, "attention_paraplan.log")))
+            elif result.get("output_nan_count"):
+                state, note = "failed", "%d NaN outputs" % result["output_nan_count"]
+            else:
+                note = "fwd+bwd %s ms" % fmt(result["forward_backward_ms"], ".3f")
+        else:
+            result = load_json(os.path.join(folder, "attention_torch.json")) or {}
+            measured = [backend for backend, figures in (result.get("backends") or {}).items()
+                        if figures.get("forward_backward_ms") is not None]
+            if rc != 0 or not result:
+                state, note = "failed", "exit %d: %s" % (
+                    rc, last_line(os.path.join(folder, "attention_torch.log")))
+            elif "unavailable" in result:
+                state = "absent" if NO_TORCH.search(result["unavailable"]) else "failed"
+                note = result["unavailable"][:100]
+            elif not measured:
+                state, note = "failed", "no SDPA backend measured"
+            else:
+                note = "measured: " + ", ".join(measured)
+        subs.append((name, state, note))
+    return worst([state for _, state, _ in subs]), "", subs
+
+
+def check_file(work):
+    text = read(os.path.join(work, "check.txt")) or ""
+    mode = re.search(r"^mode: *(\S+)", text, re.MULTILINE)
+    phases = re.search(r"^phases: *(.*)$", text, re.MULTILINE)
+    return (mode.group(1) if mode else "device",
+            phases.group(1).split() if phases else None)
+
+
+def phase_states(work):
+    """[(phase, state, seconds, note, [(measurement, state, note)])] for each
+    phase asked for (check.txt; else each in progress.txt), and whether this
+    was a rehearsal."""
+    mode, asked = check_file(work)
+    rehearsal = mode == "rehearsal"
+    progress_lines = {}
+    for line in (read(os.path.join(work, "progress.txt")) or "").splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3:
+            progress_lines[parts[0]] = (parts[1], parts[2], parts[3] if len(parts) > 3 else "")
+    names = asked if asked is not None else list(progress_lines)
+    names += [name for name in progress_lines if name not in names]
+    judges = {"facts": lambda: judge_facts(work), "tests": lambda: judge_tests(work, rehearsal),
+              "sanitizer": lambda: judge_sanitizer(work), "losses": lambda: judge_losses(work),
+              "bench": lambda: judge_bench(work), "breakdown": lambda: judge_breakdown(work)}
+    rows = []
+    for name in names:
+        if name not in progress_lines:
+            rows.append((name, "not run", "-", "did not finish (the check ended first)", []))
+            continue
+        outcome, seconds, rest = progress_lines[name]
+        if outcome == "skipped":
+            rows.append((name, "not run", seconds, rest, []))
+            continue
+        rc = re.search(r"exit (\d+)", rest)
+        rc = int(rc.group(1)) if rc else None
+        state, note, subs = judges[name]() if name in judges else ("failed", "unknown phase", [])
+        if rehearsal and subs:
+            # What a rehearsal cannot have (no GPU) does not hold its phase back.
+            state = worst([s for sub, s, _ in subs
+                           if not (s == "absent" and "%s/%s" % (name, sub) in REHEARSAL_MAY_LACK)])
+        if outcome == "timeout" or rc in TIMED_OUT:
+            state, note = "timeout", "ran past the phase's limit" + ("; " + note if note else "")
+        elif state == "ok" and rc not in (0, None):
+            # Its files look fine but the phase said otherwise.
+            state, note = "failed", "the phase exited %d" % rc
+        rows.append((name, state, seconds, rest + (": " + note if note else ""), subs))
+    return rows, rehearsal
+
+
+def verdict(rows, rehearsal):
+    """("ok" or "not ok", what held it back or what a rehearsal lacked)."""
+    if not rows:
+        return "not ok", "no phase ran"
+    bad, lacked = [], []
+    for name, state, _, _, subs in rows:
+        if state == "ok":
+            lacked += [LABELS.get(sub, sub) for sub, s, _ in subs if s == "absent"]
+        elif rehearsal and state == "absent" and name in REHEARSAL_MAY_LACK:
+            lacked.append(name)
+        else:
+            bad.append("%s %s" % (name, state))
+    if bad:
+        return "not ok", ", ".join(bad)
+    return "ok", ("a rehearsal; absent as expected without a GPU: " + ", ".join(lacked)
+                  if lacked else "")
+
+
+def states_section(work):
+    rows, rehearsal = phase_states(work)
+    lines = ["phases (state, seconds; %s):" % ("a rehearsal on the CPU" if rehearsal else
+                                               "on the device")] if rows else \
+        ["phases: none finished"]
+    for name, state, seconds, note, subs in rows:
+        lines.append("  %-10s %-9s %5s s  %s" % (name, state, seconds, note))
+        for sub, sub_state, sub_note in subs:
+            lines.append("      %-20s %-9s %s" % (LABELS.get(sub, sub), sub_state, sub_note))
+    result, why = verdict(rows, rehearsal)
+    lines.append("verdict: %s%s" % (result, " (%s)" % why if why else ""))
+    return lines
