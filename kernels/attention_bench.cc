@@ -247,7 +247,16 @@ std::string json_number(double value) {
   return text;
 }
 
-int run(const Options& o) {
+// One shape's figures: the median times, their FLOP rates and the outputs'
+// checksums.
+struct BenchResult {
+  double forward_ms = 0, backward_ms = 0, forward_backward_ms = 0;
+  double forward_tflops = 0, backward_tflops = 0, forward_backward_tflops = 0;
+  Checksum out_sum, dqkv_sum;
+  std::string device;
+};
+
+BenchResult measure(const Options& o) {
   std::unique_ptr<Ops> ops = o.backend == "cpu"
                                  ? paraplan::kernels::make_cpu_ops(0, o.dtype)
                                  : paraplan::kernels::make_cuda_ops(o.device, o.dtype);
@@ -269,89 +278,90 @@ int run(const Options& o) {
     ops->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, B, T, H, K, D,
                             paraplan::kernels::GradientWrite::kOverwrite);
   };
-
   for (int i = 0; i < o.warmup; ++i) {
     forward();
     backward();
   }
   ops->synchronize();
-  const double forward_ms = median_ms(*ops, o, forward);
-  const double forward_backward_ms = median_ms(*ops, o, [&] {
+  BenchResult r;
+  r.forward_ms = median_ms(*ops, o, forward);
+  r.forward_backward_ms = median_ms(*ops, o, [&] {
     forward();
     backward();
   });
-  const double backward_ms = forward_backward_ms - forward_ms;
-
+  r.backward_ms = r.forward_backward_ms - r.forward_ms;
   forward();
   backward();
-  const Checksum out_sum = checksum(*ops, out, out_n);
-  const Checksum dqkv_sum = checksum(*ops, dqkv, qkv_n);
+  r.out_sum = checksum(*ops, out, out_n);
+  r.dqkv_sum = checksum(*ops, dqkv, qkv_n);
 
   // The header's FLOP counts.
   const double forward_flops = 2.0 * B * H * static_cast<double>(T) * T * D;
-  const double forward_tflops = forward_flops / (forward_ms * 1e-3) / 1e12;
+  r.forward_tflops = forward_flops / (r.forward_ms * 1e-3) / 1e12;
   // NaN (JSON null) when noise makes the difference of the two medians <= 0.
-  const double backward_tflops =
-      backward_ms > 0 ? 2.5 * forward_flops / (backward_ms * 1e-3) / 1e12 : std::nan("");
-  const double forward_backward_tflops = 3.5 * forward_flops / (forward_backward_ms * 1e-3) / 1e12;
-  const std::string impl = implementation(o);
-  const std::string device = ops->device_name();
+  r.backward_tflops =
+      r.backward_ms > 0 ? 2.5 * forward_flops / (r.backward_ms * 1e-3) / 1e12 : std::nan("");
+  r.forward_backward_tflops = 3.5 * forward_flops / (r.forward_backward_ms * 1e-3) / 1e12;
+  r.device = ops->device_name();
+  for (void* buffer :
+       {qkv, dout, out, dqkv, static_cast<void*>(logsumexp), static_cast<void*>(scratch)})
+    ops->deallocate(buffer);
+  return r;
+}
 
+// The figures as --json asks: 0, or 1 with a message when it cannot be written.
+int write_json(const Options& o, const BenchResult& r, const std::string& impl) {
+  std::string text = "{\n";
+  auto field = [&](const char* key, const std::string& value, bool last = false) {
+    text += std::string("  \"") + key + "\": " + value + (last ? "\n" : ",\n");
+  };
+  field("backend", json_string(o.backend));
+  field("dtype", json_string(dtype_name(o.dtype)));
+  field("device", json_string(r.device));
+  field("batch", std::to_string(o.batch));
+  field("seq", std::to_string(o.seq));
+  field("heads", std::to_string(o.heads));
+  field("kv_heads", std::to_string(o.kv_heads));
+  field("head_dim", std::to_string(o.head_dim));
+  field("iterations", std::to_string(o.iterations));
+  field("warmup", std::to_string(o.warmup));
+  field("repeats", std::to_string(o.repeats));
+  field("forward_ms", json_number(r.forward_ms));
+  field("backward_ms", json_number(r.backward_ms));
+  field("forward_backward_ms", json_number(r.forward_backward_ms));
+  field("forward_tflops", json_number(r.forward_tflops));
+  field("backward_tflops", json_number(r.backward_tflops));
+  field("forward_backward_tflops", json_number(r.forward_backward_tflops));
+  field("flop_formula",
+        json_string("forward = 2*B*H*T*T*D (4*B*H*T*T*D halved for causal); backward = "
+                    "2.5 x forward; forward_backward = 3.5 x forward"));
+  field("output_abs_sum", json_number(r.out_sum.abs_sum));
+  field("output_nan_count", std::to_string(r.out_sum.nan_count));
+  field("dqkv_abs_sum", json_number(r.dqkv_sum.abs_sum));
+  field("dqkv_nan_count", std::to_string(r.dqkv_sum.nan_count));
+  field("implementation", json_string(impl), /*last=*/true);
+  text += "}\n";
+  std::FILE* file = std::fopen(o.json.c_str(), "w");
+  if (file == nullptr || std::fputs(text.c_str(), file) < 0 || std::fclose(file) != 0) {
+    std::fprintf(stderr, "attention_bench: cannot write --json %s: %s\n", o.json.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+int run(const Options& o) {
+  const BenchResult r = measure(o);
+  const std::string impl = implementation(o);
   std::printf(
       "attention_bench %s %s (%s) B=%d T=%d H=%d Hkv=%d D=%d: forward %.4f ms (%.2f TFLOP/s), "
       "backward %.4f ms (%.2f TFLOP/s), forward+backward %.4f ms (%.2f TFLOP/s); "
       "sum|out| %.6g nan %ld, sum|dqkv| %.6g nan %ld; %s; median of %d x %d iterations\n",
-      o.backend.c_str(), dtype_name(o.dtype), device.c_str(), B, T, H, K, D, forward_ms,
-      forward_tflops, backward_ms, backward_tflops, forward_backward_ms, forward_backward_tflops,
-      out_sum.abs_sum, out_sum.nan_count, dqkv_sum.abs_sum, dqkv_sum.nan_count, impl.c_str(),
-      o.repeats, o.iterations);
-
-  ops->deallocate(qkv);
-  ops->deallocate(dout);
-  ops->deallocate(out);
-  ops->deallocate(dqkv);
-  ops->deallocate(logsumexp);
-  ops->deallocate(scratch);
-
-  if (!o.json.empty()) {
-    std::string text = "{\n";
-    auto field = [&](const char* key, const std::string& value, bool last = false) {
-      text += std::string("  \"") + key + "\": " + value + (last ? "\n" : ",\n");
-    };
-    field("backend", json_string(o.backend));
-    field("dtype", json_string(dtype_name(o.dtype)));
-    field("device", json_string(device));
-    field("batch", std::to_string(B));
-    field("seq", std::to_string(T));
-    field("heads", std::to_string(H));
-    field("kv_heads", std::to_string(K));
-    field("head_dim", std::to_string(D));
-    field("iterations", std::to_string(o.iterations));
-    field("warmup", std::to_string(o.warmup));
-    field("repeats", std::to_string(o.repeats));
-    field("forward_ms", json_number(forward_ms));
-    field("backward_ms", json_number(backward_ms));
-    field("forward_backward_ms", json_number(forward_backward_ms));
-    field("forward_tflops", json_number(forward_tflops));
-    field("backward_tflops", json_number(backward_tflops));
-    field("forward_backward_tflops", json_number(forward_backward_tflops));
-    field("flop_formula",
-          json_string("forward = 2*B*H*T*T*D (4*B*H*T*T*D halved for causal); backward = "
-                      "2.5 x forward; forward_backward = 3.5 x forward"));
-    field("output_abs_sum", json_number(out_sum.abs_sum));
-    field("output_nan_count", std::to_string(out_sum.nan_count));
-    field("dqkv_abs_sum", json_number(dqkv_sum.abs_sum));
-    field("dqkv_nan_count", std::to_string(dqkv_sum.nan_count));
-    field("implementation", json_string(impl), /*last=*/true);
-    text += "}\n";
-    std::FILE* file = std::fopen(o.json.c_str(), "w");
-    if (file == nullptr || std::fputs(text.c_str(), file) < 0 || std::fclose(file) != 0) {
-      std::fprintf(stderr, "attention_bench: cannot write --json %s: %s\n", o.json.c_str(),
-                   std::strerror(errno));
-      return 1;
-    }
-  }
-  return 0;
+      o.backend.c_str(), dtype_name(o.dtype), r.device.c_str(), o.batch, o.seq, o.heads, o.kv_heads,
+      o.head_dim, r.forward_ms, r.forward_tflops, r.backward_ms, r.backward_tflops,
+      r.forward_backward_ms, r.forward_backward_tflops, r.out_sum.abs_sum, r.out_sum.nan_count,
+      r.dqkv_sum.abs_sum, r.dqkv_sum.nan_count, impl.c_str(), o.repeats, o.iterations);
+  return o.json.empty() ? 0 : write_json(o, r, impl);
 }
 
 }  // namespace

@@ -68,22 +68,29 @@ int32_t virtual_stages_of(const schema::Plan& plan) {
              : 1;
 }
 
-void check_schedule(const schema::Plan& plan, Violations& v) {
-  const schema::Schedule* schedule = plan.schedule();
-  if (schedule == nullptr) {
-    v.add("schedule", "missing; the plan must give every stage its instruction stream");
-    return;
+namespace {
+
+// "1f1b (0), gpipe (1), ... and dualpipe-v (5)": every kind, from the catalogue.
+std::string valid_kinds() {
+  const std::vector<ScheduleKindTraits>& kinds = every_schedule_kind();
+  std::string text;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (i > 0) text += i + 1 == kinds.size() ? " and " : ", ";
+    text +=
+        std::string(kinds[i].name) + " (" + std::to_string(static_cast<int>(kinds[i].kind)) + ")";
   }
-  const schema::ScheduleKind kind = schedule->kind();
-  const std::string kind_name = schedule_kind_name(kind);
-  if (kind_name == "unknown") {
+  return text;
+}
+
+void check_kind_and_transfers(const schema::Schedule& schedule, Violations& v) {
+  const schema::ScheduleKind kind = schedule.kind();
+  if (std::string(schedule_kind_name(kind)) == "unknown") {
     v.add("schedule.kind", "unknown value " + std::to_string(static_cast<int>(kind)) +
-                               "; valid are 1f1b (0), gpipe (1), interleaved (2), zb-h1 (3), "
-                               "zb-v (4) and dualpipe-v (5)");
+                               "; valid are " + valid_kinds());
   }
   // One transfer model since schema version 8; load_plan lowers older
   // Rendezvous plans before validating them (plan_lowering.h).
-  const schema::Transfers transfers = schedule->transfers();
+  const schema::Transfers transfers = schedule.transfers();
   if (transfers == schema::Transfers::Rendezvous) {
     v.add("schedule.transfers",
           "rendezvous (0), retired in plan schema version 8; plans of version 8 or later use "
@@ -93,7 +100,14 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     v.add("schedule.transfers",
           "unknown value " + std::to_string(static_cast<int>(transfers)) + "; valid is posted (1)");
   }
-  const int32_t virtual_stages = schedule->virtual_stages();
+}
+
+// The chunks per rank against the kind's chunk rule and the pipeline.
+void check_virtual_stages(const schema::Plan& plan, const schema::Schedule& schedule,
+                          Violations& v) {
+  const schema::ScheduleKind kind = schedule.kind();
+  const std::string kind_name = schedule_kind_name(kind);
+  const int32_t virtual_stages = schedule.virtual_stages();
   const int32_t pipeline_parallel = plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel() : 0;
   if (virtual_stages < 1 || virtual_stages > kMaxVirtualStages) {
     v.add("schedule.virtual_stages", number(virtual_stages) + "; valid are 1.." +
@@ -115,8 +129,15 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
               " with mesh.pipeline_parallel 1; interleaving needs at least 2 pipeline ranks, so "
               "it must be 1");
   }
+}
+
+// One stream per pipeline rank, each checked on its own.
+void check_stage_streams(const schema::Plan& plan, const schema::Schedule& schedule,
+                         Violations& v) {
+  const schema::ScheduleKind kind = schedule.kind();
+  const int32_t pipeline_parallel = plan.mesh() != nullptr ? plan.mesh()->pipeline_parallel() : 0;
   const int32_t chunks = virtual_stages_of(plan);
-  const auto* stage_schedules = schedule->stages();
+  const auto* stage_schedules = schedule.stages();
   if (stage_schedules == nullptr) {
     v.add("schedule.stages", "missing; the plan must give every stage its instruction stream");
     return;
@@ -173,6 +194,19 @@ void check_schedule(const schema::Plan& plan, Violations& v) {
     }
     check_stage_stream(stage_schedule, layout, num_micro_batches, std::move(needs_load), f, v);
   }
+}
+
+}  // namespace
+
+void check_schedule(const schema::Plan& plan, Violations& v) {
+  const schema::Schedule* schedule = plan.schedule();
+  if (schedule == nullptr) {
+    v.add("schedule", "missing; the plan must give every stage its instruction stream");
+    return;
+  }
+  check_kind_and_transfers(*schedule, v);
+  check_virtual_stages(plan, *schedule, v);
+  check_stage_streams(plan, *schedule, v);
 }
 
 }  // namespace paraplan::plan_validation

@@ -11,45 +11,68 @@ namespace paraplan {
 
 using schema::OpCode;
 
+namespace {
+
+// A compute op's time (a chunk's op does 1 / v of the rank's); -1 for the
+// others.
+double compute_seconds(OpCode op, double forward, double backward, double weight_fraction, int v) {
+  switch (op) {
+    case OpCode::Forward:
+      return forward / v;
+    case OpCode::Backward:
+      return backward / v;
+    case OpCode::BackwardInput:
+      return backward * (1 - weight_fraction) / v;
+    case OpCode::BackwardWeight:
+      return backward * weight_fraction / v;
+    case OpCode::LoadMicroBatch:
+    case OpCode::SendActivation:
+    case OpCode::RecvActivation:
+    case OpCode::SendGradient:
+    case OpCode::RecvGradient:
+    case OpCode::ReduceGradients:
+    case OpCode::OptimizerStep:
+      return -1.0;  // not compute
+  }
+  return -1.0;  // an op outside the enum: not compute
+}
+
+// When each message's ends were posted (-1: not yet), as simulate_step's
+// MessageTable: the activation or gradient of a micro-batch by its sender.
+struct Posts {
+  double sent = -1, received = -1;
+};
+class PostTable {
+ public:
+  PostTable(int micro_batches, int virtual_stages)
+      : m_(micro_batches),
+        stages_(virtual_stages),
+        posts_(2 * static_cast<size_t>(micro_batches) * virtual_stages) {}
+  size_t index(bool gradient, int micro_batch, int sender) const {
+    if (micro_batch < 0 || micro_batch >= m_ || sender < 0 || sender >= stages_)
+      throw std::invalid_argument("dependency_bound_step: a transfer of micro-batch " +
+                                  std::to_string(micro_batch) + " from virtual stage " +
+                                  std::to_string(sender) + " is outside the schedule");
+    return (static_cast<size_t>(gradient) * m_ + micro_batch) * stages_ + sender;
+  }
+  Posts& operator[](size_t index) { return posts_[index]; }
+
+ private:
+  int m_, stages_;
+  std::vector<Posts> posts_;
+};
+
+}  // namespace
+
 double dependency_bound_step(const PipelineSchedule& schedule, double forward, double backward,
                              double weight_fraction) {
   const int p = schedule.num_stages, m = schedule.num_micro_batches;
   const int v = std::max(schedule.virtual_stages, 1);
   const PipelineLayout layout = schedule.layout();
-  const int stages = layout.num_virtual_stages(), last = layout.last_virtual_stage();
-  const auto duration = [&](OpCode op) {
-    switch (op) {
-      case OpCode::Forward:
-        return forward / v;
-      case OpCode::Backward:
-        return backward / v;
-      case OpCode::BackwardInput:
-        return backward * (1 - weight_fraction) / v;
-      case OpCode::BackwardWeight:
-        return backward * weight_fraction / v;
-      case OpCode::LoadMicroBatch:
-      case OpCode::SendActivation:
-      case OpCode::RecvActivation:
-      case OpCode::SendGradient:
-      case OpCode::RecvGradient:
-      case OpCode::ReduceGradients:
-      case OpCode::OptimizerStep:
-        return -1.0;  // not compute
-    }
-    return -1.0;  // an op outside the enum: not compute
-  };
-  // When each message's ends were posted (-1: not yet), as simulate_step's
-  // MessageTable: the activation or gradient of a micro-batch by its sender.
-  struct Posts {
-    double sent = -1, received = -1;
-  };
-  std::vector<Posts> messages(2 * static_cast<size_t>(m) * stages);
+  const int last = layout.last_virtual_stage();
+  PostTable messages(m, layout.num_virtual_stages());
   const auto index = [&](bool gradient, int micro_batch, int sender) {
-    if (micro_batch < 0 || micro_batch >= m || sender < 0 || sender > last)
-      throw std::invalid_argument("dependency_bound_step: a transfer of micro-batch " +
-                                  std::to_string(micro_batch) + " from virtual stage " +
-                                  std::to_string(sender) + " is outside the schedule");
-    return (static_cast<size_t>(gradient) * m + micro_batch) * stages + sender;
+    return messages.index(gradient, micro_batch, sender);
   };
   // Per rank and chunk, the last input gradient sent: its next backward
   // writes that buffer again, so waits until the peer has received it.
@@ -99,7 +122,7 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
         wake(layout.rank_of(sender));
         continue;
       }
-      const double d = duration(in.op);
+      const double d = compute_seconds(in.op, forward, backward, weight_fraction, v);
       if (d < 0) continue;  // loads, the reduction and the step: no time here
       double ready = free_at[r];
       bool blocked = false;
