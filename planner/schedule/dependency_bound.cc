@@ -101,17 +101,18 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
       const PipelineInstruction& in = stream[next[r]];
       const int vs = layout.virtual_stage(r, in.chunk), mb = in.micro_batch;
       // A transfer only posts its end, when the stream reaches it.
-      if (in.op == OpCode::SendActivation || in.op == OpCode::SendGradient) {
-        const bool gradient = in.op == OpCode::SendGradient;
+      const std::optional<StreamMessage> message = message_of(layout, r, in);
+      if (message && message->is_send) {
+        const bool gradient = !message->activation;
         const size_t key = index(gradient, mb, vs);
         messages[key].sent = free_at[r];
         if (gradient) last_gradient_sent[r][in.chunk] = static_cast<int64_t>(key);
-        wake(layout.rank_of(gradient ? vs - 1 : vs + 1));
+        wake(layout.rank_of(message->to_virtual_stage));
         continue;
       }
-      if (in.op == OpCode::RecvActivation || in.op == OpCode::RecvGradient) {
-        const bool gradient = in.op == OpCode::RecvGradient;
-        const int sender = gradient ? vs + 1 : vs - 1;
+      if (message) {
+        const bool gradient = !message->activation;
+        const int sender = message->from_virtual_stage;
         double posted = free_at[r];
         if (gradient && !per_slot[r][in.chunk] && last_gradient_sent[r][in.chunk] >= 0) {
           const Posts& out = messages[static_cast<size_t>(last_gradient_sent[r][in.chunk])];

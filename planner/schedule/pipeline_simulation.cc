@@ -59,32 +59,10 @@ struct End {
 
 std::optional<End> end_of(const PipelineInstruction& in, int rank, const PipelineLayout& layout,
                           const MessageTable& table) {
-  const int s = layout.virtual_stage(rank, in.chunk);
-  const auto activation = [&](int micro_batch, int sender) {
-    return table.index(false, micro_batch, sender);
-  };
-  const auto gradient = [&](int micro_batch, int sender) {
-    return table.index(true, micro_batch, sender);
-  };
-  switch (in.op) {
-    case OpCode::SendActivation:
-      return End{activation(in.micro_batch, s), true};
-    case OpCode::RecvActivation:
-      return End{activation(in.micro_batch, s - 1), false};
-    case OpCode::SendGradient:
-      return End{gradient(in.micro_batch, s), true};
-    case OpCode::RecvGradient:
-      return End{gradient(in.micro_batch, s + 1), false};
-    case OpCode::LoadMicroBatch:
-    case OpCode::Forward:
-    case OpCode::Backward:
-    case OpCode::ReduceGradients:
-    case OpCode::OptimizerStep:
-    case OpCode::BackwardInput:
-    case OpCode::BackwardWeight:
-      return std::nullopt;
-  }
-  return std::nullopt;  // an op outside the enum: refused where plans are read
+  const std::optional<StreamMessage> message = message_of(layout, rank, in);
+  if (!message) return std::nullopt;
+  return End{table.index(!message->activation, message->micro_batch, message->from_virtual_stage),
+             message->is_send};
 }
 
 // The messages an instruction of stage s must find done before it starts. A Forward its activation,

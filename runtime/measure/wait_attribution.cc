@@ -10,6 +10,7 @@
 
 #include "plan_generated.h"
 #include "schema/pipeline_layout.h"
+#include "schema/stream_check.h"
 
 namespace paraplan {
 
@@ -30,48 +31,13 @@ TransferAndWait split_collective_calls(const std::vector<double>& durations,
 
 namespace {
 
-using schema::OpCode;
-
-// What a transfer instruction moves: an activation or a gradient, sent or
-// received, of one micro-batch.
-enum class Message { kSendActivation, kReceiveActivation, kSendGradient, kReceiveGradient };
-
-// What a transfer instruction carries; nullopt for any other op.
-std::optional<Message> message_of(const TransferRecord& record) {
-  switch (static_cast<OpCode>(record.op)) {
-    case OpCode::SendActivation:
-      return Message::kSendActivation;
-    case OpCode::RecvActivation:
-      return Message::kReceiveActivation;
-    case OpCode::SendGradient:
-      return Message::kSendGradient;
-    case OpCode::RecvGradient:
-      return Message::kReceiveGradient;
-    case OpCode::LoadMicroBatch:
-    case OpCode::Forward:
-    case OpCode::Backward:
-    case OpCode::ReduceGradients:
-    case OpCode::OptimizerStep:
-    case OpCode::BackwardInput:
-    case OpCode::BackwardWeight:
-      return std::nullopt;
-  }
-  return std::nullopt;  // a record of no op
-}
-
-// The other end of a message, and which neighbour holds it (+1 next stage).
-std::pair<Message, int> other_end(Message message) {
-  switch (message) {
-    case Message::kSendActivation:
-      return {Message::kReceiveActivation, +1};
-    case Message::kReceiveActivation:
-      return {Message::kSendActivation, -1};
-    case Message::kSendGradient:
-      return {Message::kReceiveGradient, -1};
-    case Message::kReceiveGradient:
-      return {Message::kSendGradient, +1};
-  }
-  return {message, 0};
+// What a transfer record moves (schema/stream_check.h); nullopt for any
+// other op, or a record outside the layout.
+std::optional<StreamMessage> message_of(const PipelineLayout& layout, int stage,
+                                        const TransferRecord& record) {
+  if (record.chunk < 0 || record.chunk >= layout.chunks()) return std::nullopt;
+  return paraplan::message_of(
+      layout, stage, {static_cast<schema::OpCode>(record.op), record.micro_batch, record.chunk});
 }
 
 }  // namespace
@@ -81,31 +47,32 @@ std::vector<TransferAndWait> split_pipeline_transfers(
     int tensor_parallel, int virtual_stages, bool v_shape) {
   const int stage_ranks = data_parallel * tensor_parallel;
   const PipelineLayout layout(pipeline_parallel, virtual_stages, v_shape);
-  const int virtual_count = layout.num_virtual_stages();
-  // Per rank: (step, chunk, message, micro-batch) -> the work of the
-  // instruction carrying it.
-  using Key = std::tuple<int, int, Message, int>;
+  // Per rank: (step, activation, producer, micro-batch, sending end) -> the
+  // work of the instruction carrying that end: the same message's two ends
+  // differ only in the last.
+  using Key = std::tuple<int, bool, int, int, bool>;
+  const auto key = [](const TransferRecord& record, const StreamMessage& message, bool sending) {
+    return Key{record.step, message.activation, message.from_virtual_stage, message.micro_batch,
+               sending};
+  };
   std::vector<std::map<Key, double>> carriers(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r)
     for (const TransferRecord& record : ranks[r])
-      if (const std::optional<Message> message = message_of(record))
-        carriers[r][{record.step, record.chunk, *message, record.micro_batch}] = record.work;
+      if (const auto message = message_of(layout, static_cast<int>(r) / stage_ranks, record))
+        carriers[r][key(record, *message, message->is_send)] = record.work;
 
   std::vector<TransferAndWait> split(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int stage = static_cast<int>(r) / stage_ranks;
     for (const TransferRecord& record : ranks[r]) {
       double transfer = record.work;
-      if (const std::optional<Message> message = message_of(record)) {
-        // The neighbour virtual stage holding the other end, and its rank.
-        const auto [end, direction] = other_end(*message);
-        const int peer_virtual = layout.virtual_stage(stage, record.chunk) + direction;
-        const int peer_stage =
-            peer_virtual >= 0 && peer_virtual < virtual_count ? layout.rank_of(peer_virtual) : -1;
+      if (const auto message = message_of(layout, stage, record)) {
+        // The rank holding the other end: the same replica of the peer stage.
+        const int peer_stage = layout.rank_of(message->is_send ? message->to_virtual_stage
+                                                               : message->from_virtual_stage);
         const size_t peer = r + static_cast<size_t>((peer_stage - stage) * stage_ranks);
-        if (peer_stage >= 0 && peer < ranks.size()) {
-          const auto found = carriers[peer].find(
-              {record.step, layout.chunk_of(peer_virtual), end, record.micro_batch});
+        if (peer < ranks.size()) {
+          const auto found = carriers[peer].find(key(record, *message, !message->is_send));
           if (found != carriers[peer].end()) transfer = std::min(transfer, found->second);
         }
       }
