@@ -5,6 +5,8 @@
 #include <iterator>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "planner/job/job_config.h"
 #include "planner/job/job_config_internal.h"
@@ -70,6 +72,17 @@ constexpr const char* kLlamaKeys[] = {"num_kv_heads",
 constexpr const char* kGpt2Keys[] = {"layernorm_epsilon"};
 
 // The keys that belong to one architecture, and Llama's shape rules.
+// "'zb-v' and 'dualpipe-v'": the kinds of one chunk rule, from the catalogue.
+std::string kinds_with(ChunkRule rule) {
+  std::vector<std::string> names;
+  for (const ScheduleKindTraits& kind : every_schedule_kind())
+    if (kind.chunks == rule) names.push_back("'" + std::string(kind.name) + "'");
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return text;
+}
+
 void validate_architecture_keys(const JobConfig& c) {
   const ModelConfig& m = c.model;
   if (m.architecture != schema::Architecture::Llama) {
@@ -214,8 +227,9 @@ void validate_pipeline_options(const JobConfig& c) {
            schedule_kind_traits(*p.pipeline_scheduler).chunks == ChunkRule::kOne)
     fail(c, "[planner] pipeline_virtual_stages",
          "= " + std::to_string(p.pipeline_virtual_stages) +
-             " needs pipeline_scheduler = 'interleaved' or 'auto' (the other schedules run one "
-             "model chunk per rank; zb-v and dualpipe-v two)");
+             " needs pipeline_scheduler = " + kinds_with(ChunkRule::kChosen) +
+             " or 'auto' (the other schedules run one model chunk per rank; " +
+             kinds_with(ChunkRule::kTwoInAV) + " two)");
 }
 
 // [planner]: the search's options, the mesh, and what contradicts [training].
