@@ -8,6 +8,10 @@
 #   bash scripts/device_bundle.sh        # builds build-device/, writes .device/
 #   run(carry=[".device"], command="source scripts/device_env.sh && ...")
 #
+# LLMC_BUILD=DIR (the OUT_DIR of scripts/llmc_build.sh) also packs llm.c's
+# train_gpt2cu (and its USE_CUDNN=0 fallback, train_gpt2cu_kernels) with
+# llmc_build.txt into .device/llmc/, where the device check's bench runs it.
+#
 # Left out on purpose: glibc, libstdc++, zlib and the rest of the base system
 # (every Linux image has newer ones; see base_system below), and CUDA's
 # own libraries (cuBLAS, NCCL: hundreds of MB; the GPU machine has them, and
@@ -19,6 +23,10 @@ build_dir=$source_dir/build-device
 bundle_dir=$source_dir/.device
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+if [ -n "${LLMC_BUILD:-}" ] && [ ! -x "$LLMC_BUILD/train_gpt2cu" ]; then
+  echo "device_bundle.sh: LLMC_BUILD=$LLMC_BUILD has no train_gpt2cu (scripts/llmc_build.sh)" >&2
+  exit 1
+fi
 
 echo "== build for sm_${PARAPLAN_CUDA_ARCHITECTURES:-90} in $build_dir"
 # The tests' mpiexec is a link inside the build folder, which device_env.sh
@@ -135,6 +143,15 @@ printf 'source_dir=%s\nbuild_dir=%s\nmpiexec=%s\n' "$source_dir" "$build_dir" \
   "$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")" \
   >"$work/stage/paths"
 
+# llm.c, the peer the bench measures beside paraplan (never its source).
+if [ -n "${LLMC_BUILD:-}" ]; then
+  mkdir -p "$work/stage/llmc"
+  for file in train_gpt2cu train_gpt2cu_kernels llmc_build.txt; do
+    [ -f "$LLMC_BUILD/$file" ] && cp "$LLMC_BUILD/$file" "$work/stage/llmc/"
+  done
+  echo "== llm.c from $LLMC_BUILD: $(sed -n 's/^commit: //p' "$LLMC_BUILD/llmc_build.txt" |
+    cut -c1-10), attention: $(sed -n 's/^attention: //p' "$LLMC_BUILD/llmc_build.txt")"
+fi
 mkdir -p "$bundle_dir"
 rm -f "$bundle_dir/bundle.tar.xz"
 tar -C "$work/stage" -cf - . | xz -T0 -6 >"$bundle_dir/bundle.tar.xz"

@@ -17,7 +17,8 @@
 #   losses     GPT-2 124M's and a grouped-KV Llama's widths (2 layers, seq 1024, vocab
 #              50,304, bf16, 5 steps) on the GPU against the CPU backend's losses
 #   bench      GPT-2 124M bf16 throughput: paraplan replay (per component, measured
-#              against predicted), PyTorch eager, torch.compile; each step's loss
+#              against predicted), PyTorch eager, torch.compile, llm.c where bundled
+#              (scripts/llmc_build.sh); each step's loss; MFU by llm.c's formula
 #   breakdown  a step's kernels by ncu (GEMMs / attention / the rest / host gaps), and
 #              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes
 # After every phase the summary table (scripts/device_summary.py) is rewritten,
@@ -32,7 +33,12 @@
 #   --phases "..."   which phases, in which order
 #   OUT              results folder (the device tool's; else out/device or out/device-rehearsal)
 #   PARAPLAN_BUILD   build folder (build-device on a GPU, from the bundle; build rehearsing)
-#   BATCHES          bench micro-batch sizes (default "8"; compile runs at the first only)
+#   BATCHES          bench micro-batch sizes (default "8"; compile runs at the first only,
+#                    COMPILE_BATCHES names others)
+#   GLOBAL_BATCH     bench sequences per optimizer step, each micro-batch accumulated to it
+#                    (default: the micro-batch, one per step)
+#   LLMC             llm.c's train_gpt2cu (default .device/llmc/, bundled by device_bundle.sh)
+#   BENCH_SECONDS    the bench phase's cap (default 150)
 # At most 8 files come back from the device tool: OUT holds summary.txt and one
 # archive per phase.
 set -uo pipefail
@@ -68,6 +74,10 @@ for phase in $phases; do
 done
 if [ -n "$seconds" ] && ! [[ $seconds =~ ^[0-9]+$ ]]; then
   echo "device_check.sh: --seconds must be a whole number of seconds, got '$seconds'" >&2
+  exit 2
+fi
+if ! [[ ${BENCH_SECONDS:-150} =~ ^[0-9]+$ ]]; then
+  echo "device_check.sh: BENCH_SECONDS must be a whole number of seconds, got '$BENCH_SECONDS'" >&2
   exit 2
 fi
 
@@ -159,7 +169,7 @@ for phase in $phases; do
     tests) run_phase tests 150 ;;
     sanitizer) run_phase sanitizer 160 ;;
     losses) run_phase losses 70 ;;
-    bench) run_phase bench 150 ;;
+    bench) run_phase bench "${BENCH_SECONDS:-150}" ;;
     breakdown) run_phase breakdown 75 ;;
   esac
 done

@@ -253,10 +253,16 @@ phase_losses() {
   python3 scripts/device_summary.py --compare-losses "$dir" $loss_cases
 }
 
-# ---- e: throughput against PyTorch --------------------------------------------------------------
+# ---- e: throughput against PyTorch and llm.c ----------------------------------------------------
 # Each run's record in runs.txt, one line each: "NAME exit RC batches B..." or
 # "NAME absent WHY" (device_states.py gives each its own state; bench.sh
 # exits 0 even when a run fails, so the state is read from the JSON it left).
+# GLOBAL_BATCH: sequences per optimizer step for every system (each micro-batch
+# of BATCHES accumulated to it); COMPILE_BATCHES: torch.compile's micro-batches
+# (default the first); LLMC: llm.c's train_gpt2cu (default the bundle's,
+# .device/llmc/train_gpt2cu, from LLMC_BUILD=... scripts/device_bundle.sh).
+# Each run's cap grows with its number of micro-batches; BENCH_SECONDS raises
+# the phase's (device_check.sh).
 phase_bench() {
   local dir=$work/bench batches=${BATCHES:-8} first steps=10 warmup=3 backend=cuda plan_args=""
   first=${batches%% *}
@@ -264,24 +270,32 @@ phase_bench() {
     steps=2 warmup=1 backend=cpu batches=2 first=2
     plan_args="--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.seq_len 64"
   fi
-  local bench="bash samples/gpt2_124m/bench.sh" mode limit mode_batches b missing=0
+  local bench="bash samples/gpt2_124m/bench.sh" mode limit extra mode_batches b missing=0 llmc
+  llmc=${LLMC:-$PWD/.device/llmc/train_gpt2cu}
   export OUT=$dir PARAPLAN=$paraplan PYTHON=$python STEPS=$steps WARMUP=$warmup BACKEND=$backend
-  export PLAN_ARGS=$plan_args
+  export PLAN_ARGS=$plan_args LLMC_DATA=$work/llmc_data
   : >"$dir/runs.txt"
-  for mode in paraplan eager compile; do
+  for mode in paraplan llmc eager compile; do
     mode_batches=$batches
     case $mode in
-      paraplan) limit=60 ;;
-      eager) limit=40 ;;
-      compile) limit=100 mode_batches=$first ;;
+      paraplan) limit=60 extra=30 ;;
+      eager) limit=40 extra=20 ;;
+      compile) limit=100 extra=60 mode_batches=${COMPILE_BATCHES:-$first} ;;
+      llmc) limit=60 extra=30 ;;
     esac
-    MODES=$mode BATCHES=$mode_batches timeout "$limit" $bench >"$dir/$mode.log" 2>&1
+    if [ "$mode" = llmc ] && { [ "$rehearse" = 1 ] || [ ! -x "$llmc" ]; }; then
+      echo "llmc absent $([ "$rehearse" = 1 ] && echo 'no GPU (rehearsal)' || echo "no $llmc" \
+        "(LLMC_BUILD=DIR bash scripts/device_bundle.sh bundles it)")" >>"$dir/runs.txt"
+      continue
+    fi
+    limit=$((limit + extra * ($(wc -w <<<"$mode_batches") - 1)))
+    MODES=$mode BATCHES=$mode_batches LLMC=$llmc timeout "$limit" $bench >"$dir/$mode.log" 2>&1
     echo "$mode exit $? batches $mode_batches" >>"$dir/runs.txt"
   done
   for b in $batches; do [ -f "$dir/b$b.paraplan.json" ] || missing=1; done
   tail -4 "$dir/compile.log"
   cat "$dir/runs.txt"
-  [ "$missing" = 0 ] && ! grep -qv ' exit 0 ' "$dir/runs.txt"
+  [ "$missing" = 0 ] && ! grep -v ' exit 0 \|^llmc absent ' "$dir/runs.txt" | grep -q .
 }
 
 # ---- f: where the step's time goes; attention against PyTorch's SDPA ----------------------------

@@ -185,14 +185,16 @@ esac
         write(os.path.join(self.work, "check.txt"), "mode: device\nphases: bench\n")
         env = dict(os.environ, work=self.work, build=self.build, rehearse="0", BATCHES="8",
                    paraplan=os.path.join(self.build, "launcher", "paraplan"),
-                   python=os.path.join(self.bin, "python"))
+                   python=os.path.join(self.bin, "python"),
+                   LLMC=os.path.join(self.root, "no-llmc", "train_gpt2cu"))
         rc = subprocess.run(["bash", "-c", "source scripts/device_phases.sh && phase_bench"],
                             cwd=REPO, env=env, capture_output=True, text=True).returncode
         write(os.path.join(self.work, "progress.txt"), "bench ended 1 exit %d (limit 150 s)\n" % rc)
         rows, rehearsal = device_states.phase_states(self.work)
         self.assertEqual(rc, 0)
         self.assertEqual({sub: state for sub, state, _ in rows[0][4]},
-                         {"paraplan": "ok", "eager": "absent", "compile": "absent"})
+                         {"paraplan": "ok", "eager": "absent", "compile": "absent",
+                          "llmc": "absent"})
         self.assertEqual((rows[0][1], device_states.verdict(rows, rehearsal)[0]),
                          ("absent", "not ok"))
 

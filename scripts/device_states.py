@@ -22,6 +22,10 @@ SEVERITY = ("failed", "timeout", "not run", "none ran", "absent", "flaky", "ok")
 # What a rehearsal (no GPU) may find absent: a phase, or a phase's measurement.
 REHEARSAL_MAY_LACK = {"sanitizer", "bench/eager", "bench/compile", "breakdown/ncu",
                       "breakdown/torch_attention"}
+# What may be absent anywhere without holding its phase back: llm.c runs only
+# where its binary was bundled (scripts/llmc_build.sh, device_bundle.sh); when
+# it runs, it fails or passes like any measurement.
+OPTIONAL = {"bench/llmc"}
 TIMED_OUT = (124, 137)
 
 
@@ -123,10 +127,12 @@ def judge_losses(work):
 
 BENCH_RUNS = (("paraplan", "tokens_per_second_measured", "each_step_loss"),
               ("eager", "tokens_per_second", "losses"),
-              ("compile", "tokens_per_second", "losses"))
+              ("compile", "tokens_per_second", "losses"),
+              ("llmc", "tokens_per_second", "losses"))
 # How the table names a measurement (a sanitizer run by its own name).
 LABELS = {"paraplan": "paraplan replay", "eager": "torch eager", "compile": "torch.compile",
-          "ncu": "ncu", "attention": "paraplan attention", "torch_attention": "torch attention"}
+          "llmc": "llm.c", "ncu": "ncu", "attention": "paraplan attention",
+          "torch_attention": "torch attention"}
 NO_TORCH = re.compile(r"No module named '?torch|torch is not importable|no CUDA device visible|"
                       r"has no torch\.nn\.attention")
 
@@ -164,6 +170,8 @@ def judge_bench(work):
                 whys.append("B=%s: a non-finite loss" % b)
             else:
                 figures.append("B=%s %s tokens/s" % (b, fmt(result[key], ",.0f")))
+                if mode == "llmc" and result.get("attention") and len(figures) == 1:
+                    figures[0] += " (attention: %s)" % result["attention"]
         if rc in TIMED_OUT:
             state, note = "timeout", "ran past its limit"
         elif not batches:
@@ -267,10 +275,12 @@ def phase_states(work):
         rc = re.search(r"exit (\d+)", rest)
         rc = int(rc.group(1)) if rc else None
         state, note, subs = judges[name]() if name in judges else ("failed", "unknown phase", [])
-        if rehearsal and subs:
-            # What a rehearsal cannot have (no GPU) does not hold its phase back.
+        if subs:
+            # What a rehearsal cannot have (no GPU), and an optional peer, do not
+            # hold their phase back.
+            may_lack = OPTIONAL | (REHEARSAL_MAY_LACK if rehearsal else set())
             state = worst([s for sub, s, _ in subs
-                           if not (s == "absent" and "%s/%s" % (name, sub) in REHEARSAL_MAY_LACK)])
+                           if not (s == "absent" and "%s/%s" % (name, sub) in may_lack)])
         if outcome == "timeout" or rc in TIMED_OUT:
             state, note = "timeout", "ran past the phase's limit" + ("; " + note if note else "")
         elif state == "ok" and rc not in (0, None):
@@ -294,8 +304,10 @@ def verdict(rows, rehearsal):
             bad.append("%s %s" % (name, state))
     if bad:
         return "not ok", ", ".join(bad)
-    return "ok", ("a rehearsal; absent as expected without a GPU: " + ", ".join(lacked)
-                  if lacked else "")
+    if not lacked:
+        return "ok", ""
+    return "ok", ("a rehearsal; absent as expected without a GPU: " if rehearsal else
+                  "absent, optional: ") + ", ".join(lacked)
 
 
 def states_section(work):

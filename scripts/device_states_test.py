@@ -213,20 +213,24 @@ class States(unittest.TestCase):
 
     OURS = {"tokens_per_second_measured": 300000.0, "each_step_loss": [10.9, 10.8]}
     TORCH = {"tokens_per_second": 250000.0, "losses": [10.9, 10.8]}
-    ALL_RAN = ["paraplan exit 0 batches 8", "eager exit 0 batches 8", "compile exit 0 batches 8"]
+    ALL_RAN = ["paraplan exit 0 batches 8", "eager exit 0 batches 8", "compile exit 0 batches 8",
+               "llmc absent no .device/llmc/train_gpt2cu"]
 
     def test_bench_every_run_with_figures_is_ok(self):
         self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": self.OURS, "b8.eager.json": self.TORCH,
                                         "b8.compile.json": self.TORCH})
-        self.assertEqual(set(self.sub_states("bench").values()), {"ok"})
+        self.assertEqual(self.sub_states("bench"), {"paraplan": "ok", "eager": "ok", "compile": "ok",
+                                                    "llmc": "absent"})
+        self.assertEqual(self.state("bench"), "ok")
         self.assertEqual(self.verdict(), "ok")
+        self.assertIn("verdict: ok (absent, optional: llm.c)", self.table())
 
     def test_bench_a_failed_compile_fails_the_bench(self):
         # bench.sh exits 0 when a run fails: the missing figure decides.
         self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": self.OURS, "b8.eager.json": self.TORCH},
                          logs={"b8.compile.log": "torch._dynamo.exc.BackendCompilerFailed: x\n"})
         self.assertEqual(self.sub_states("bench"), {"paraplan": "ok", "eager": "ok",
-                                                    "compile": "failed"})
+                                                    "compile": "failed", "llmc": "absent"})
         self.assertEqual(self.state("bench"), "failed")
         self.assertIn("BackendCompilerFailed", self.table())
         self.assertEqual(self.verdict(), "not ok")
@@ -236,7 +240,7 @@ class States(unittest.TestCase):
         self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": self.OURS},
                          logs={"b8.eager.log": no_torch, "b8.compile.log": no_torch})
         self.assertEqual(self.sub_states("bench"), {"paraplan": "ok", "eager": "absent",
-                                                    "compile": "absent"})
+                                                    "compile": "absent", "llmc": "absent"})
         self.assertEqual(self.state("bench"), "absent")
         self.assertEqual(self.verdict(), "not ok")
         self.check("bench", "rehearsal")
@@ -253,7 +257,7 @@ class States(unittest.TestCase):
         self.bench_phase(["paraplan exit 0 batches 8", "eager exit 124 batches 8"],
                          {"b8.paraplan.json": self.OURS})
         self.assertEqual(self.sub_states("bench"), {"paraplan": "ok", "eager": "timeout",
-                                                    "compile": "not run"})
+                                                    "compile": "not run", "llmc": "not run"})
         self.assertEqual(self.state("bench"), "timeout")
 
     # -- breakdown

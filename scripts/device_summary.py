@@ -235,9 +235,10 @@ def bench(work):
             fmt(compiled.get("tokens_per_second"), ",.0f"),
             fmt(None if compiled.get("mfu") is None else 100 * compiled["mfu"], ".1f"),
             fmt(ratio, ".2f")))
-        details.append("  B=%d losses: paraplan %s | eager %s | compile %s" % (
+        llmc = load_json(os.path.join(folder, "b%d.llmc.json" % b)) or {}
+        details.append("  B=%d losses: paraplan %s | eager %s | compile %s | llm.c %s" % (
             b, losses_text(ours.get("each_step_loss")), losses_text(eager.get("losses")),
-            losses_text(compiled.get("losses"))))
+            losses_text(compiled.get("losses")), losses_text(llmc.get("losses"))))
         for stage in ours.get("stages", []):
             parts = []
             for key, value in (stage.get("per_step") or {}).items():
@@ -253,10 +254,11 @@ def bench(work):
                 b, 1e3 * step.get("measured", 0), 1e3 * step.get("predicted", 0),
                 100 * (step.get("measured", 0) / step["predicted"] - 1)
                 if step.get("predicted") else 0))
-    for mode in ("paraplan", "eager", "compile"):
+    lines += peers(folder, batches)
+    for mode in ("paraplan", "eager", "compile", "llmc"):
         log = read(os.path.join(folder, mode + ".log")) or ""
         for line in log.splitlines():
-            if re.match(r"(paraplan \w+|pytorch \w+) failed for", line):
+            if re.match(r"(paraplan \w+|pytorch \w+|llm\.c) (failed|not run) for", line):
                 # The run's own last line says why (no CUDA, out of memory, ...).
                 run_log = re.search(r"see (\S+)", line)
                 why = (read(os.path.join(folder, os.path.basename(run_log.group(1))))
@@ -264,6 +266,63 @@ def bench(work):
                 details.append("  %s%s" % (line.split(": see")[0],
                                            ": " + why[-1][:100] if why else ""))
     return lines + details
+
+
+# MFU beside the peers, counted as llm.c counts it (train_gpt2.cu gpt2_estimate_mfu):
+# 6N + 6LCT FLOPs per token, N = 124,475,904 parameters of GPT-2 124M with the
+# vocabulary padded to 50,304, L 12, C 768, T 1024: 803.5 MFLOP; H100 SXM dense bf16.
+LLMC_FLOPS_PER_TOKEN = 6 * 124475904 + 6 * 12 * 768 * 1024
+BF16_PEAK = 989e12
+PEERS = (("paraplan", "paraplan"), ("compile", "torch.compile"), ("llmc", "llm.c"))
+
+
+def peer_figures(folder, b, mode):
+    """(tokens/s, peak memory GiB, global batch) of one run's JSON, or Nones."""
+    result = load_json(os.path.join(folder, "b%d.%s.json" % (b, mode))) or {}
+    if mode == "paraplan":
+        memory = (result.get("peak_memory_bytes") or {}).get("measured")
+        micro = result.get("micro_batch_size")
+        return (result.get("tokens_per_second_measured"), None if memory is None else memory / 2**30,
+                micro * result["num_micro_batches"] if micro and result.get("num_micro_batches")
+                else None)
+    return (result.get("tokens_per_second"), result.get("peak_memory_gib"),
+            result.get("global_batch_size") or result.get("batch_size"))
+
+
+def peers(folder, batches):
+    """paraplan, torch.compile and llm.c at each micro-batch: tokens/s, MFU by
+    llm.c's formula, peak memory; each one's best micro-batch; llm.c's attention."""
+    figures = {(b, mode): peer_figures(folder, b, mode) for b in batches for mode, _ in PEERS}
+    globals_seen = sorted({g for _, _, g in figures.values() if g})
+    lines = ["beside the peers: tokens/s, MFU by llm.c's formula (6N + 6LCT = %.1f MFLOP/token, "
+             "%.0f TFLOP/s), peak GiB; global batch %s sequences:" % (
+                 LLMC_FLOPS_PER_TOKEN / 1e6, BF16_PEAK / 1e12,
+                 "/".join(str(g) for g in globals_seen) or "-"),
+             "  %5s" % "micro" + "".join(" %26s" % label for _, label in PEERS)]
+    for b in batches:
+        cells = []
+        for mode, _ in PEERS:
+            tps, memory, _ = figures[(b, mode)]
+            mfu = None if tps is None else 100 * tps * LLMC_FLOPS_PER_TOKEN / BF16_PEAK
+            cells.append(" %12s %6s %5s" % (fmt(tps, ",.0f"), "-" if mfu is None else
+                                            "%.1f%%" % mfu, fmt(memory, ".1f")))
+        lines.append("  %5d%s" % (b, "".join(cells)))
+    best = []
+    for mode, label in PEERS:
+        runs = [(figures[(b, mode)][0], b) for b in batches if figures[(b, mode)][0]]
+        if runs:
+            tps, b = max(runs)
+            best.append("%s B=%d %s" % (label, b, fmt(tps, ",.0f")))
+    lines.append("  best: " + (", ".join(best) if best else "none measured"))
+    llmc = [load_json(os.path.join(folder, "b%d.llmc.json" % b)) for b in batches]
+    llmc = [r for r in llmc if r]
+    if llmc:
+        lines.append("  llm.c: attention %s, commit %s, %s micro-batch(es) a step at B=%d; "
+                     "memory %s" % (llmc[0].get("attention"), str(llmc[0].get("commit"))[:10],
+                                    llmc[0].get("grad_accum_steps"), llmc[0].get("batch_size"),
+                                    llmc[0].get("peak_memory_source")))
+    lines.append("  memory: paraplan's tracked peak, torch's max allocated, llm.c's process use")
+    return lines
 
 
 def kernel_kind(name):

@@ -37,6 +37,8 @@ bash scripts/device_check.sh --rehearse --seconds 300
 PARAPLAN_REHEARSAL_OUT=out/device-rehearsal python3 scripts/device_summary_test.py
 python3 scripts/device_states_test.py
 python3 scripts/device_phases_test.py
+# llm.c beside paraplan: its token shards, its output's parser, its state (no GPU, no llm.c).
+python3 scripts/llmc_test.py
 
 # The sanitized build: the unit tests of the readers of files a user gives
 # (common's bounded reader, the plan and model limits in schema, token
