@@ -4,8 +4,10 @@ command-line flags both baselines take, and the timed training loop.
 
 A step is what paraplan's replay times: forward, backward, grad-norm
 clipping at 1.0 and an AdamW update (betas 0.9/0.95, eps 1e-8, weight decay
-0.1 on matrices and embeddings), one micro-batch per step, synthetic uniform
-random tokens. fp32 parameters with TF32 matmuls allowed (as paraplan's
+0.1 on matrices and embeddings), over --global-batch-size sequences in
+micro-batches of --batch-size whose gradients add up (each micro-batch's loss
+divided by their count; one micro-batch per step by default), synthetic
+uniform random tokens. fp32 parameters with TF32 matmuls allowed (as paraplan's
 default); --bf16 adds bf16 autocast. --mode compile wraps the model in
 torch.compile. The first --warmup steps are not timed. MFU is the model's
 FLOPs per token (the planner's count, given by the caller) times tokens/s over
@@ -23,7 +25,10 @@ import torch
 def parser(description, seq_len, vocab):
     """The flags every baseline takes; the caller adds its model's shapes."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch")
+    p.add_argument("--global-batch-size", type=int, default=0,
+                   help="sequences per optimizer step, a multiple of --batch-size (default: "
+                   "--batch-size, no accumulation)")
     p.add_argument("--seq-len", type=int, default=seq_len)
     p.add_argument("--vocab", type=int, default=vocab)
     p.add_argument("--steps", type=int, default=20, help="timed steps")
@@ -61,6 +66,10 @@ def run(args, make_model, flops_per_token, draw_vocab=None):
     torch.manual_seed(args.seed)
     allow_tf32(torch)
     device = torch.device("cuda")
+    global_batch = args.global_batch_size or args.batch_size
+    if global_batch % args.batch_size:
+        sys.exit("--global-batch-size must be a multiple of --batch-size")
+    accumulate = global_batch // args.batch_size
     model = make_model().to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -69,18 +78,21 @@ def run(args, make_model, flops_per_token, draw_vocab=None):
                                   lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     step_model = torch.compile(model) if args.mode == "compile" else model
     data = torch.randint(0, draw_vocab or args.vocab,
-                         (args.steps + args.warmup, args.batch_size, args.seq_len + 1),
-                         device=device)
+                         (args.steps + args.warmup, accumulate, args.batch_size,
+                          args.seq_len + 1), device=device)
 
     def step(i):
-        tokens, targets = data[i, :, :-1], data[i, :, 1:]
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
-            loss = step_model(tokens, targets)
-        loss.backward()
+        total = torch.zeros((), device=device)
+        for j in range(accumulate):
+            tokens, targets = data[i, j, :, :-1], data[i, j, :, 1:]
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
+                loss = step_model(tokens, targets) / accumulate
+            loss.backward()
+            total += loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss
+        return total
 
     for i in range(args.warmup):
         step(i)
@@ -94,15 +106,17 @@ def run(args, make_model, flops_per_token, draw_vocab=None):
     elapsed = time.perf_counter() - start
     losses = [value.item() for value in losses]
 
-    tokens_per_second = args.batch_size * args.seq_len * args.steps / elapsed
+    tokens_per_second = global_batch * args.seq_len * args.steps / elapsed
     peak = (args.peak_tflops or (989.0 if args.bf16 else 494.5)) * 1e12
     result = {
         "mode": args.mode, "attention": args.attention, "precision": "bf16" if args.bf16 else "tf32",
-        "batch_size": args.batch_size, "steps": args.steps, "step_seconds": elapsed / args.steps,
+        "batch_size": args.batch_size, "global_batch_size": global_batch,
+        "grad_accum_steps": accumulate, "steps": args.steps, "step_seconds": elapsed / args.steps,
         "tokens_per_second": tokens_per_second, "mfu": flops_per_token * tokens_per_second / peak,
         "last_loss": losses[-1], "losses": losses, "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
     }
-    print(f"torch {args.mode:7s} B={args.batch_size:<3d} {result['precision']}: "
+    batches = f"B={args.batch_size:<3d} " + (f"G={global_batch:<3d} " if accumulate > 1 else "")
+    print(f"torch {args.mode:7s} {batches}{result['precision']}: "
           f"{elapsed / args.steps * 1e3:8.2f} ms/step  {tokens_per_second:12,.0f} tokens/s  "
           f"MFU {100 * result['mfu']:5.1f}%  loss {result['last_loss']:.4f}  "
           f"memory {result['peak_memory_gib']:.1f} GiB")

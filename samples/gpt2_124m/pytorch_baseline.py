@@ -6,20 +6,13 @@ Same model as samples/gpt2_124m/job.toml (learned positions, pre-LayerNorm
 blocks, tanh GELU, tied embeddings, biases everywhere but the head); the
 step, optimizer, precision and timing are samples/pytorch_bench.py's.
 
---global-batch-size G (a multiple of --batch-size B) accumulates G/B
-micro-batches' gradients before each clip and AdamW update (run_accumulated,
-the same step otherwise; tokens/s counts G sequences a step); without it, one
-micro-batch per step, samples/pytorch_bench.py's loop unchanged.
-
 MFU uses the planner's convention (planner/cost/model_counts.h): model FLOPs per
 token = 6 * (L * (4 C^2 + 2 F C) + C V) + 12 L T C (matmul weights forward and
 backward, plus the causal attention core over the full T x T).
 """
-import json
 import math
 import os
 import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -88,85 +81,17 @@ def flops_per_token(layers, d_model, ffn, vocab, seq_len):
     return 6 * matmul_weights + 12 * layers * seq_len * d_model
 
 
-def run_accumulated(args, make_model, flops_per_token, draw_vocab):
-    """pytorch_bench.run's timed loop with args.global_batch_size sequences a
-    step, in micro-batches of args.batch_size whose gradients add up (each
-    micro-batch's loss divided by their count) before one clip and update."""
-    if not torch.cuda.is_available():
-        sys.exit("no CUDA device visible")
-    torch.manual_seed(args.seed)
-    pytorch_bench.allow_tf32(torch)
-    device = torch.device("cuda")
-    model = make_model().to(device)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    step_model = torch.compile(model) if args.mode == "compile" else model
-    accumulate = args.global_batch_size // args.batch_size
-    data = torch.randint(0, draw_vocab, (args.steps + args.warmup, accumulate, args.batch_size,
-                                         args.seq_len + 1), device=device)
-
-    def step(i):
-        total = torch.zeros((), device=device)
-        for j in range(accumulate):
-            tokens, targets = data[i, j, :, :-1], data[i, j, :, 1:]
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
-                loss = step_model(tokens, targets) / accumulate
-            loss.backward()
-            total += loss.detach()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return total
-
-    for i in range(args.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    losses = [step(i) for i in range(args.warmup, args.warmup + args.steps)]
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    losses = [value.item() for value in losses]
-    tokens_per_second = args.global_batch_size * args.seq_len * args.steps / elapsed
-    peak = (args.peak_tflops or (989.0 if args.bf16 else 494.5)) * 1e12
-    result = {
-        "mode": args.mode, "attention": args.attention, "precision": "bf16" if args.bf16 else "tf32",
-        "batch_size": args.batch_size, "global_batch_size": args.global_batch_size,
-        "grad_accum_steps": accumulate, "steps": args.steps, "step_seconds": elapsed / args.steps,
-        "tokens_per_second": tokens_per_second, "mfu": flops_per_token * tokens_per_second / peak,
-        "last_loss": losses[-1], "losses": losses,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-    }
-    print(f"torch {args.mode:7s} B={args.batch_size:<3d} G={args.global_batch_size:<3d} "
-          f"{result['precision']}: {elapsed / args.steps * 1e3:8.2f} ms/step  "
-          f"{tokens_per_second:12,.0f} tokens/s  MFU {100 * result['mfu']:5.1f}%  "
-          f"loss {result['last_loss']:.4f}  memory {result['peak_memory_gib']:.1f} GiB")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
-
-
 def main():
     parser = pytorch_bench.parser(__doc__.split("\n\n")[0], seq_len=1024, vocab=50304)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--ffn", type=int, default=0, help="default 4 * d_model")
-    parser.add_argument("--global-batch-size", type=int, default=0,
-                        help="sequences per optimizer step, a multiple of --batch-size "
-                        "(default: --batch-size, no accumulation)")
     args = parser.parse_args()
-    if args.global_batch_size % args.batch_size:
-        parser.error("--global-batch-size must be a multiple of --batch-size")
     ffn = args.ffn or 4 * args.d_model
     # Synthetic tokens from the GPT-2 vocabulary (the last 47 padding ids are never drawn).
-    run = pytorch_bench.run
-    if args.global_batch_size not in (0, args.batch_size):
-        run = run_accumulated
-    run(args,
+    pytorch_bench.run(
+        args,
         lambda: GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads, ffn,
                     args.attention),
         flops_per_token(args.layers, args.d_model, ffn, args.vocab, args.seq_len),
