@@ -219,13 +219,18 @@ std::string what_if_lost_nodes(const schema::Plan& plan, const std::string& plan
         head + plan_summary(found.decisions) + ", " + slowdown + " this plan's step\n";
     const int left = nodes - lost;
     if (found.num_nodes < left) {
-      text += "  it uses " + std::to_string(found.num_nodes) + " of the " + std::to_string(left) +
-              " nodes left:";
-      if (!found.passed_over.empty())
-        text += " " + std::to_string(found.passed_over.size()) + " larger count(s) fit no plan (" +
+      text += "  it uses ";
+      text += std::to_string(found.num_nodes) + " of the " + std::to_string(left) + " nodes left:";
+      // Appended in parts: GCC 12 warns (-Wrestrict, falsely) on " " + a temporary.
+      if (!found.passed_over.empty()) {
+        text += ' ';
+        text += std::to_string(found.passed_over.size()) + " larger count(s) fit no plan (" +
                 found.passed_over.front() + ");";
-      if (found.most_nodes_that_fit > found.num_nodes)
-        text += " " + std::to_string(found.most_nodes_that_fit) + " nodes plan a slower step";
+      }
+      if (found.most_nodes_that_fit > found.num_nodes) {
+        text += ' ';
+        text += std::to_string(found.most_nodes_that_fit) + " nodes plan a slower step";
+      }
       text += "\n";
     }
     return text;

@@ -27,7 +27,7 @@ std::string gigabytes(double bytes) {
 }
 
 // head: the rank holding the head (the last; ZB-V's first).
-std::string stage_name(int s, int p, int head) {
+std::string stage_name(int s, int head) {
   std::string name = "stage " + std::to_string(s);
   if (s == 0 && s == head) return name + " (embedding and head)";
   if (s == 0) return name + " (embedding)";
@@ -158,9 +158,9 @@ std::string Solver::explain_does_not_fit() {
   for (int s = 0; s < num_stages_; ++s) {
     const RecomputeChoice choice = choose(s, 0, least_layers_[s]);
     if (!choice.fits)
-      return stage_name(s, num_stages_, costs_.head_rank()) + " needs " +
-             gigabytes(choice.memory.total()) + " with " + std::to_string(least_layers_[s]) +
-             " blocks" + at + " with " + most_recompute_name(choice.counts) + limit_text;
+      return stage_name(s, costs_.head_rank()) + " needs " + gigabytes(choice.memory.total()) +
+             " with " + std::to_string(least_layers_[s]) + " blocks" + at + " with " +
+             most_recompute_name(choice.counts) + limit_text;
   }
   // Otherwise the blocks do not fit in total: name the stage of an even split
   // furthest over the limit.
@@ -178,7 +178,7 @@ std::string Solver::explain_does_not_fit() {
       worst_choice = choice;
     }
   }
-  return stage_name(worst, num_stages_, costs_.head_rank()) + " needs " +
+  return stage_name(worst, costs_.head_rank()) + " needs " +
          gigabytes(worst_choice.memory.total()) + " with " +
          std::to_string(worst_choice.counts.layers()) + " of the " + std::to_string(num_layers_) +
          " blocks" + at + " with " + most_recompute_name(worst_choice.counts) + limit_text;
