@@ -52,15 +52,13 @@ struct StreamMessage {
 // op that moves none, or a transfer past the pipeline's ends.
 std::optional<StreamMessage> message_of(const PipelineLayout& layout, int rank, const StreamOp& op);
 
-// Per chunk of `rank`: whether each of its slots needs a received output
-// gradient of its own: the chunk posts a RecvGradient not directly followed
-// by the Backward / BackwardInput it feeds, so a receive may land while the
-// input gradient, in the buffer they would share, is in use. Otherwise
-// (1F1B, GPipe: receives at their consumers) one buffer serves both, and
-// each RecvGradient first waits for the chunk's last input-gradient send to
-// be received, as the backward after it would (plan.fbs Transfers).
-std::vector<bool> output_gradient_per_slot(const PipelineLayout& layout, int rank,
-                                           const StreamOps& stream);
+// Per chunk of a rank's stream (num_chunks of them): whether each of its slots needs a received
+// output gradient of its own: the chunk posts a RecvGradient not directly followed by the Backward
+// / BackwardInput it feeds, so a receive may land while the input gradient, in the buffer they
+// would share, is in use. Otherwise (1F1B, GPipe: receives at their consumers) one buffer serves
+// both, and each RecvGradient first waits for the chunk's last input-gradient send to be received,
+// as the backward after it would (plan.fbs Transfers).
+std::vector<bool> output_gradient_per_slot(int num_chunks, const StreamOps& stream);
 
 // A problem of one stream: at an instruction (its index), or of the stream
 // as a whole (instruction -1).

@@ -54,19 +54,17 @@ std::optional<StreamMessage> message_of(const PipelineLayout& layout, int rank,
   return message;
 }
 
-std::vector<bool> output_gradient_per_slot(const PipelineLayout& layout, int rank,
-                                           const StreamOps& stream) {
-  std::vector<bool> per_slot(layout.chunks(), false);
+std::vector<bool> output_gradient_per_slot(int num_chunks, const StreamOps& stream) {
+  std::vector<bool> per_slot(num_chunks, false);
   for (size_t i = 0; i < stream.size(); ++i) {
     const StreamOp& op = stream[i];
-    if (op.op != OpCode::RecvGradient || op.chunk < 0 || op.chunk >= layout.chunks()) continue;
+    if (op.op != OpCode::RecvGradient || op.chunk < 0 || op.chunk >= num_chunks) continue;
     const bool at_consumer =
         i + 1 < stream.size() && stream[i + 1].chunk == op.chunk &&
         stream[i + 1].micro_batch == op.micro_batch &&
         (stream[i + 1].op == OpCode::Backward || stream[i + 1].op == OpCode::BackwardInput);
     if (!at_consumer) per_slot[op.chunk] = true;
   }
-  (void)rank;  // the rule reads the stream alone
   return per_slot;
 }
 
@@ -148,6 +146,7 @@ namespace {
 struct LinkPlace {
   int link = -1;
   int64_t position = 0;
+  bool is_send = false;  // the end this rank posts
 };
 
 // What each instruction of each rank posts or waits for, worked out once.
@@ -174,7 +173,7 @@ PlayPlan plan_play(const PipelineLayout& layout, const std::vector<StreamOps>& s
     // its last input-gradient send; all its sends.
     std::map<std::tuple<bool, int, int>, LinkPlace> receives;
     std::vector<LinkPlace> last_gradient_send(layout.chunks()), sends;
-    const std::vector<bool> per_slot = output_gradient_per_slot(layout, rank, stream);
+    const std::vector<bool> per_slot = output_gradient_per_slot(layout.chunks(), stream);
     for (size_t i = 0; i < stream.size(); ++i) {
       const StreamOp& op = stream[i];
       const std::optional<StreamMessage> message = message_of(layout, rank, op);
@@ -186,7 +185,8 @@ PlayPlan plan_play(const PipelineLayout& layout, const std::vector<StreamOps>& s
       if (message && !message->local) {
         const auto [id, inserted] = link_ids.emplace(link_of(layout, rank, *message), play.links);
         if (inserted) ++play.links, sent.push_back(0), received.push_back(0);
-        LinkPlace place{id->second, message->is_send ? sent[id->second]++ : received[id->second]++};
+        LinkPlace place{id->second, message->is_send ? sent[id->second]++ : received[id->second]++,
+                        message->is_send};
         play.posts[rank][i] = place;
         if (!message->is_send) {
           receives[{message->activation, message->from_virtual_stage, message->micro_batch}] =
@@ -235,10 +235,7 @@ std::optional<std::string> check_streams_finish(const PipelineLayout& layout,
       size_t& at = position[rank];
       while (at < streams[rank].size() && ready(play.waits[rank][at])) {
         const LinkPlace& posts = play.posts[rank][at];
-        if (posts.link >= 0) {
-          const std::optional<StreamMessage> message = message_of(layout, rank, streams[rank][at]);
-          ++(message->is_send ? sent : received)[posts.link];
-        }
+        if (posts.link >= 0) ++(posts.is_send ? sent : received)[posts.link];
         ++at, progress = true;
       }
     }

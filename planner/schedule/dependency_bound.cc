@@ -71,17 +71,13 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
   const PipelineLayout layout = schedule.layout();
   const int last = layout.last_virtual_stage();
   PostTable messages(m, layout.num_virtual_stages());
-  const auto index = [&](bool gradient, int micro_batch, int sender) {
-    return messages.index(gradient, micro_batch, sender);
-  };
   // Per rank and chunk, the last input gradient sent: its next backward
   // writes that buffer again, so waits until the peer has received it.
   std::vector<std::vector<int64_t>> last_gradient_sent(p, std::vector<int64_t>(v, -1));
   // Per rank and chunk, whether received gradients get a buffer per slot;
   // else a receive into the one buffer waits for that send too.
   std::vector<std::vector<bool>> per_slot;
-  for (int r = 0; r < p; ++r)
-    per_slot.push_back(output_gradient_per_slot(layout, r, schedule.stages[r]));
+  for (int r = 0; r < p; ++r) per_slot.push_back(output_gradient_per_slot(v, schedule.stages[r]));
   std::vector<size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
   // Ranks to advance: each runs its stream until a compute op finds an input
@@ -104,7 +100,7 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
       const std::optional<StreamMessage> message = message_of(layout, r, in);
       if (message && message->is_send) {
         const bool gradient = !message->activation;
-        const size_t key = index(gradient, mb, vs);
+        const size_t key = messages.index(gradient, mb, vs);
         messages[key].sent = free_at[r];
         if (gradient) last_gradient_sent[r][in.chunk] = static_cast<int64_t>(key);
         wake(layout.rank_of(message->to_virtual_stage));
@@ -119,7 +115,7 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
           if (out.sent < 0 || out.received < 0) break;  // woken when the peer posts it
           posted = std::max({posted, out.sent, out.received});
         }
-        messages[index(gradient, mb, sender)].received = posted;
+        messages[messages.index(gradient, mb, sender)].received = posted;
         wake(layout.rank_of(sender));
         continue;
       }
@@ -133,8 +129,8 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
         ready = std::max({ready, posts.sent, posts.received});
       };
       const bool input = in.op == OpCode::Backward || in.op == OpCode::BackwardInput;
-      if (in.op == OpCode::Forward && vs > 0) needs(index(false, mb, vs - 1));
-      if (input && vs < last) needs(index(true, mb, vs + 1));
+      if (in.op == OpCode::Forward && vs > 0) needs(messages.index(false, mb, vs - 1));
+      if (input && vs < last) needs(messages.index(true, mb, vs + 1));
       if (input && last_gradient_sent[r][in.chunk] >= 0)
         needs(static_cast<size_t>(last_gradient_sent[r][in.chunk]));
       if (blocked) break;

@@ -206,7 +206,7 @@ class StepSimulation {
         stage_rates_(p_, ranks_per_stage, cores) {
     for (int s = 0; s < p_; ++s) {
       state_[s].last_gradient_sent.assign(v_, -1);
-      state_[s].per_slot = output_gradient_per_slot(layout_, s, schedule.stages[s]);
+      state_[s].per_slot = output_gradient_per_slot(v_, schedule.stages[s]);
     }
   }
 

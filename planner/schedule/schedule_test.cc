@@ -216,15 +216,6 @@ TEST(ScheduleVerifierTest, ABackwardBeforeItsActivationIsSentDeadlocks) {
   EXPECT_NE(problem->find("stage 1 instruction 2 Forward(0)"), std::string::npos) << *problem;
 }
 
-// Replaces the first occurrence of target in stream by first then second.
-void split(InstructionStream& stream, const PipelineInstruction& target,
-           const PipelineInstruction& first, const PipelineInstruction& second) {
-  auto it = std::find(stream.begin(), stream.end(), target);
-  ASSERT_NE(it, stream.end()) << format_instruction(target);
-  *it = second;
-  stream.insert(it, first);
-}
-
 // Posted transfers never wait: a neighbour's send and receive may come in
 // either order (under the retired rendezvous model, both sides receiving
 // first, or both sending first, deadlocked).

@@ -33,11 +33,11 @@ namespace {
 
 // What a transfer record moves (schema/stream_check.h); nullopt for any
 // other op, or a record outside the layout.
-std::optional<StreamMessage> message_of(const PipelineLayout& layout, int stage,
-                                        const TransferRecord& record) {
+std::optional<StreamMessage> record_message(const PipelineLayout& layout, int stage,
+                                            const TransferRecord& record) {
   if (record.chunk < 0 || record.chunk >= layout.chunks()) return std::nullopt;
-  return paraplan::message_of(
-      layout, stage, {static_cast<schema::OpCode>(record.op), record.micro_batch, record.chunk});
+  return message_of(layout, stage,
+                    {static_cast<schema::OpCode>(record.op), record.micro_batch, record.chunk});
 }
 
 }  // namespace
@@ -58,7 +58,7 @@ std::vector<TransferAndWait> split_pipeline_transfers(
   std::vector<std::map<Key, double>> carriers(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r)
     for (const TransferRecord& record : ranks[r])
-      if (const auto message = message_of(layout, static_cast<int>(r) / stage_ranks, record))
+      if (const auto message = record_message(layout, static_cast<int>(r) / stage_ranks, record))
         carriers[r][key(record, *message, message->is_send)] = record.work;
 
   std::vector<TransferAndWait> split(ranks.size());
@@ -66,7 +66,7 @@ std::vector<TransferAndWait> split_pipeline_transfers(
     const int stage = static_cast<int>(r) / stage_ranks;
     for (const TransferRecord& record : ranks[r]) {
       double transfer = record.work;
-      if (const auto message = message_of(layout, stage, record)) {
+      if (const auto message = record_message(layout, stage, record)) {
         // The rank holding the other end: the same replica of the peer stage.
         const int peer_stage = layout.rank_of(message->is_send ? message->to_virtual_stage
                                                                : message->from_virtual_stage);

@@ -87,9 +87,8 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
   }
   // The stream checker's rule (schema/stream_check.h), which the planner's
   // verifier plays out too.
-  const PipelineLayout layout(1, num_chunks, false);  // the rule reads only the stream
   const std::vector<bool> per_slot =
-      output_gradient_per_slot(layout, 0, stream_ops(*schedule.instructions()));
+      output_gradient_per_slot(num_chunks, stream_ops(*schedule.instructions()));
   std::vector<ChunkBuffers> buffers;
   for (int c = 0; c < num_chunks; ++c)
     buffers.push_back({static_cast<int>(chunks[c].most), per_slot[c]});
