@@ -16,6 +16,7 @@
 #include "common/printable_text.h"
 #include "schema/model_limits.h"
 #include "schema/plan_validate_internal.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 namespace plan_validation {
@@ -364,10 +365,8 @@ void check_stages(const schema::Plan& plan, Violations& v) {
 }
 
 void check_zero(const schema::Zero& zero, const schema::Mesh* mesh, Violations& v) {
-  if (zero.stage() != 0 && zero.stage() != 1) {
-    v.add("zero.stage",
-          number(zero.stage()) +
-              "; valid are 0 (off) and 1 (optimizer state sharded over data parallel)");
+  if (zero.stage() < 0 || zero.stage() > kHighestRunnableZeroStage) {
+    v.add("zero.stage", number(zero.stage()) + "; valid are " + runnable_zero_stages_text());
   }
   if (zero.num_groups() < 1) {
     v.add("zero.num_groups", number(zero.num_groups()) + "; must be at least 1");

@@ -352,7 +352,10 @@ const std::vector<ViolationCase>& violation_cases() {
        [](PlanSpec& s) { s.stages[1].has_head = false; },
        {"stages[1].has_head: false"}},
       // zero
-      {"ZeroStageTwo", [](PlanSpec& s) { s.zero_stage = 2; }, {"zero.stage: 2", "0 (off)"}},
+      {"ZeroStageThree",
+       [](PlanSpec& s) { s.zero_stage = 3; },
+       {"zero.stage: 3", "2 (gradients too)"}},
+      {"ZeroStageNegative", [](PlanSpec& s) { s.zero_stage = -1; }, {"zero.stage: -1", "0 (off)"}},
       {"ZeroGroupsZero", [](PlanSpec& s) { s.zero_num_groups = 0; }, {"zero.num_groups: 0"}},
       {"ZeroGroupsNotDividingDataParallel",
        [](PlanSpec& s) {

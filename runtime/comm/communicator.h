@@ -85,6 +85,12 @@ class Communicator {
     all_gather(send, receive, chunk_count, dtype);
   }
   virtual void wait_pending() {}
+  // A mark of the operations started so far, and a wait for those started
+  // before a mark only (wait_pending's guarantee, for them): a pool of
+  // buffers takes back its oldest while newer ones still reduce. The
+  // default waits for everything.
+  virtual uint64_t started_mark() { return 0; }
+  virtual void wait_started_before(uint64_t /*mark*/) { wait_pending(); }
 
   // fp32 shorthand. (Implementations add `using Communicator::all_reduce;` and
   // so on, so that their overrides do not hide these.)

@@ -48,6 +48,9 @@ void ForwardingCommunicator::start_all_gather(const void* send, void* receive, s
 void ForwardingCommunicator::wait_pending() {
   intercept({"wait for pending operations", 0, ""}, [&] { inner_->wait_pending(); });
 }
+void ForwardingCommunicator::wait_started_before(uint64_t mark) {
+  intercept({"wait for pending operations", 0, ""}, [&] { inner_->wait_started_before(mark); });
+}
 
 void ForwardingPeerToPeer::send_receive(const void* send, size_t send_count, int send_to,
                                         void* receive, size_t receive_count, int receive_from,

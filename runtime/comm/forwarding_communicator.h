@@ -67,6 +67,8 @@ class ForwardingCommunicator : public Communicator {
   void start_all_gather(const void* send, void* receive, size_t chunk_count,
                         kernels::DType dtype) override;
   void wait_pending() override;
+  uint64_t started_mark() override { return inner_->started_mark(); }
+  void wait_started_before(uint64_t mark) override;
 
   Communicator& inner() { return *inner_; }
 

@@ -243,7 +243,7 @@ void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
     }
     CUevent_st* done = spare_events_.back();
     spare_events_.pop_back();
-    in_flight_.push_back(InFlight{done, 0});
+    in_flight_.push_back(InFlight{done, 0, started_++});
     PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaEventRecord(done, comm_stream_));
     if (completion == Completion::kComputeWaits)
       PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaStreamWaitEvent(compute_stream_, done, 0));
@@ -415,6 +415,18 @@ void NcclCommunicator::barrier() {
   PARAPLAN_COMM_CUDA_CHECK(group, "barrier", cudaStreamSynchronize(comm_stream_));
   retire_finished();
   host_group_->barrier();
+}
+
+void NcclCommunicator::wait_started_before(uint64_t mark) {
+  retire_finished();
+  // The comm stream runs in order: the last one started before the mark
+  // finishing means the earlier ones did.
+  const InFlight* last = nullptr;
+  for (const InFlight& operation : in_flight_)
+    if (operation.sequence < mark) last = &operation;
+  if (last != nullptr)
+    PARAPLAN_COMM_CUDA_CHECK(name(), "wait_started_before",
+                             cudaStreamWaitEvent(compute_stream_, last->done, 0));
 }
 
 void NcclCommunicator::wait_pending() {

@@ -87,6 +87,8 @@ class NcclCommunicator final : public Communicator {
   void start_all_gather(const void* send, void* receive, size_t chunk_count,
                         kernels::DType dtype) override;
   void wait_pending() override;
+  uint64_t started_mark() override { return started_; }
+  void wait_started_before(uint64_t mark) override;
 
   MpiCommunicator& host_group() { return *host_group_; }
 
@@ -116,6 +118,7 @@ class NcclCommunicator final : public Communicator {
   struct InFlight {
     CUevent_st* done;
     uint64_t watchdog_ticket;
+    uint64_t sequence;  // started_ when it was queued: 0, 1, ...
   };
 
   std::unique_ptr<MpiCommunicator> host_group_;
@@ -126,6 +129,7 @@ class NcclCommunicator final : public Communicator {
   CUstream_st* comm_stream_ = nullptr;
   CUevent_st* compute_ready_ = nullptr;  // re-recorded before every operation
   std::deque<InFlight> in_flight_;       // oldest first
+  uint64_t started_ = 0;                 // operations queued so far
   std::vector<CUevent_st*> spare_events_;
   bool failed_ = false;  // an operation threw: the destructor aborts instead of waiting
 };

@@ -335,8 +335,7 @@ ReplaySteps run_replay_steps(const ReplayOptions& options, RankState& rank,
     const Clock::time_point start = Clock::now();
     const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
     const uint64_t zeroed_before = rank.sync_counter->bytes_zeroed();
-    rank.ops->zero_bytes(rank.stage->gradients(),
-                         rank.ops->storage_bytes(rank.stage->buffer_elements()));
+    rank.optimizer->zero_gradients();
     // ncu --profile-from-start off: the measured steps' kernels only.
     if (profile_range && step == options.warmup) kernels::cuda_profiler_range(true);
     const double loss_sum =

@@ -77,9 +77,28 @@ ChunkedStage::ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, Memor
     chunk.sequence_parallel = options.sequence_parallel;
     chunk.buffer_elements = 0;
     chunk.parameters = kernels::element_at(parameters(), layout.chunk_offset(c), dtype());
-    chunk.gradients = kernels::element_at(gradients(), layout.chunk_offset(c), dtype());
+    chunk.gradients = options.gradients_elsewhere
+                          ? nullptr
+                          : kernels::element_at(gradients(), layout.chunk_offset(c), dtype());
+    chunk.gradients_elsewhere = options.gradients_elsewhere;
     chunks_.push_back(make_model_stage(layout.chunk(c), ops, memory, chunk));
   }
+}
+
+std::vector<GradientUnit> ChunkedStage::gradient_units() const {
+  std::vector<GradientUnit> units;
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    for (GradientUnit unit : chunks_[c]->gradient_units()) {
+      unit.begin += chunk_offset(static_cast<int>(c));
+      units.push_back(unit);
+    }
+  return units;
+}
+
+void ChunkedStage::use_gradient_storage(GradientStorage* storage, size_t base) {
+  ModelStage::use_gradient_storage(storage, base);
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    chunks_[c]->use_gradient_storage(storage, base + chunk_offset(static_cast<int>(c)));
 }
 
 namespace {

@@ -48,6 +48,10 @@ class ChunkedStage final : public ModelStage {
   ModelStage& chunk(int c) override { return *chunks_[c]; }
   size_t chunk_offset(int c) const override { return chunked_layout_.chunk_offset(c); }
 
+  // Each chunk's units at its offset; each chunk addresses its range.
+  std::vector<GradientUnit> gradient_units() const override;
+  void use_gradient_storage(GradientStorage* storage, size_t base = 0) override;
+
   // Per chunk only (chunk(c)): these throw std::logic_error.
   void* input(int slot) override;
   const void* output(int slot) const override;

@@ -91,6 +91,23 @@ class DecoderStage : public ModelStage {
     }
   }
 
+  // The embedding (from 0), each block, and the final norm with the head:
+  // what run_backward reports final, one by one. A tied head on the
+  // embedding's stage writes the embedding's gradient first.
+  std::vector<GradientUnit> gradient_units() const override {
+    const StageSpec& stage = decoder_layout_.stage();
+    std::vector<GradientUnit> units{GradientUnit{}};
+    for (int layer = 0; layer < stage.num_layers; ++layer)
+      if (decoder_layout_.block_start(layer) > units.back().begin)
+        units.push_back({decoder_layout_.block_start(layer), false});
+    if (stage.has_head && decoder_layout_.final_norm_weight() > units.back().begin)
+      units.push_back({decoder_layout_.final_norm_weight(), false});
+    if (stage.has_head && stage.has_embedding &&
+        decoder_layout_.head_weight() < decoder_layout_.final_norm_weight())
+      units.front().written_early = true;  // the head's weight is the embedding
+    return units;
+  }
+
   void backward(int slot_index,
                 const std::function<void(size_t)>& gradients_final_from = {}) override {
     run_backward(slot_index, gradients_final_from);
@@ -124,8 +141,9 @@ class DecoderStage : public ModelStage {
     for (const DeferredStep& step : deferred.steps) {
       if (step.kind == DeferredStep::kLinear) {
         // No input gradient: the write mode does not apply.
-        ops_.linear_backward(nullptr, step.dweight, step.dbias, step.dout, step.inp, nullptr,
-                             step.rows, step.in_features, step.out_features,
+        ops_.linear_backward(nullptr, grad(step.dweight),
+                             step.dbias == kNoBias ? nullptr : grad(step.dbias), step.dout,
+                             step.inp, nullptr, step.rows, step.in_features, step.out_features,
                              kernels::GradientWrite::kAccumulate);
       } else if (step.kind == DeferredStep::kEmbedding) {
         embedding_backward(slot_index, step.dout);
@@ -154,7 +172,7 @@ class DecoderStage : public ModelStage {
       // backward adds into residual_gradient_, zeroed first, as the norms
       // accumulate their input gradient.
       const void* final_norm = column_parallel_input(slot.final_norm);
-      linear_backward(norm_gradient_, grad(decoder_layout_.head_weight()), nullptr, slot.logits,
+      linear_backward(norm_gradient_, decoder_layout_.head_weight(), kNoBias, slot.logits,
                       final_norm, param(decoder_layout_.head_weight()), BT, C, V, kOverwrite,
                       /*dout_kept=*/true);
       const void* final_norm_gradient = column_parallel_input_gradient();
@@ -234,12 +252,15 @@ class DecoderStage : public ModelStage {
   // own) and, in a recomputed block or gathered by sequence parallelism, inp
   // (shared scratch). What a recorded step reads otherwise lives in the slot
   // until backward_weight.
-  void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+  // dweight, dbias: the gradients' offsets (kNoBias: none), resolved by
+  // grad() when the op is queued: a deferred one in backward_weight, as the
+  // storage of a unit may move once it was released (ZeRO-2).
+  void linear_backward(void* dinp, size_t dweight, size_t dbias, const void* dout, const void* inp,
                        const void* weight, int rows, int in_features, int out_features,
                        kernels::GradientWrite dinp_write, bool dout_kept = false) {
     if (deferring_ == nullptr) {
-      ops_.linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features,
-                           dinp_write);
+      ops_.linear_backward(dinp, grad(dweight), dbias == kNoBias ? nullptr : grad(dbias), dout, inp,
+                           weight, rows, in_features, out_features, dinp_write);
       return;
     }
     ops_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, rows, in_features, out_features,
@@ -263,6 +284,8 @@ class DecoderStage : public ModelStage {
   // gradient scratch and norm_gradient_): written, not added to, so nothing
   // is zeroed first.
   static constexpr kernels::GradientWrite kOverwrite = kernels::GradientWrite::kOverwrite;
+  // A gradient offset for a tensor that is not there (a bias-free linear or norm).
+  static constexpr size_t kNoBias = static_cast<size_t>(-1);
 
   // B * T, the rows of the tensors between a column- and a row-parallel linear.
   int rows() const { return batch_ * decoder_layout_.config().seq_len; }
@@ -376,7 +399,6 @@ class DecoderStage : public ModelStage {
   // weight gradient at weight_offset (and the bias's at bias_offset, or
   // kNoBias). With sequence parallelism each rank's gradient covers only its
   // tokens: computed into scratch, summed over the group, then added.
-  static constexpr size_t kNoBias = static_cast<size_t>(-1);
   template <typename Backward>
   void norm_weight_gradients(size_t weight_offset, size_t bias_offset, Backward backward) {
     const bool has_bias = bias_offset != kNoBias;
@@ -485,9 +507,8 @@ class DecoderStage : public ModelStage {
   // embedding's, or the point from which gradients are final.
   struct DeferredStep {
     enum Kind { kLinear, kEmbedding, kFinalFrom } kind = kFinalFrom;
-    void* dweight = nullptr;
-    void* dbias = nullptr;
-    const void* dout = nullptr;  // kEmbedding: the stage input's gradient
+    size_t dweight = 0, dbias = kNoBias;  // gradient offsets
+    const void* dout = nullptr;           // kEmbedding: the stage input's gradient
     const void* inp = nullptr;
     int rows = 0, in_features = 0, out_features = 0;
     size_t final_from = 0;

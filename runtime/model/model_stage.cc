@@ -25,17 +25,22 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     throw std::invalid_argument("model stage: one recompute mode per layer is required");
   if (batch_ < 1 || num_slots_ < 1)
     throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
-  if ((options.parameters == nullptr) != (options.gradients == nullptr))
+  const bool external_gradients = options.gradients != nullptr || options.gradients_elsewhere;
+  if (options.parameters != nullptr && !external_gradients)
     throw std::invalid_argument("model stage: external parameters need external gradients");
+  if (options.parameters == nullptr && options.gradients != nullptr)
+    throw std::invalid_argument("model stage: external gradients need external parameters");
   if (options.parameters != nullptr) {
     // A chunk: the rank's buffers, allocated and zeroed by its owner.
     parameters_ = options.parameters;
     gradients_ = options.gradients;
   } else {
     parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
-    gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
     zero(parameters_, buffer_elements_);
-    zero(gradients_, buffer_elements_);
+    if (!options.gradients_elsewhere) {
+      gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
+      zero(gradients_, buffer_elements_);
+    }
   }
   const size_t tokens = static_cast<size_t>(batch_) * layout.config().seq_len;
   slot_tokens_.resize(num_slots_);
@@ -101,6 +106,8 @@ void ModelStage::read_parameters(float* host, size_t count) {
 }
 
 void ModelStage::read_gradients(float* host, size_t count) {
+  if (gradients_ == nullptr)
+    throw std::logic_error("model stage: read_gradients: the gradients live elsewhere (ZeRO-2)");
   read_widened(ops_, gradients_, host, std::min(count, buffer_elements_));
 }
 

@@ -23,6 +23,7 @@
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/model/gradient_storage.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/parameter_layout.h"
@@ -54,6 +55,9 @@ struct ModelStageOptions {
   // null: the stage allocates its own.
   void* parameters = nullptr;
   void* gradients = nullptr;
+  // No gradient buffer: the gradients live in a GradientStorage installed
+  // before the first backward (ZeRO-2); gradients() is null.
+  bool gradients_elsewhere = false;
 };
 
 class ModelStage {
@@ -69,9 +73,20 @@ class ModelStage {
   int num_slots() const { return num_slots_; }
   kernels::DType dtype() const { return dtype_; }
 
-  // Parameter and gradient buffers: buffer_elements() of dtype(), backend memory.
+  // Parameter and gradient buffers: buffer_elements() of dtype(), backend
+  // memory (gradients: null with options.gradients_elsewhere).
   void* parameters() { return parameters_; }
   void* gradients() { return gradients_; }
+  // Where gradients go from now on (ZeRO-2): this stage's offset o is the
+  // storage's base + o. A chunked stage passes each chunk its range.
+  virtual void use_gradient_storage(GradientStorage* storage, size_t base = 0) {
+    gradient_storage_ = storage;
+    gradient_base_ = base;
+  }
+  // The units backward finishes the gradients in, in buffer order, the
+  // first at 0 (offsets into this stage's buffer): the whole buffer as one,
+  // unless the architecture says better.
+  virtual std::vector<GradientUnit> gradient_units() const { return {GradientUnit{}}; }
   size_t buffer_elements() const { return buffer_elements_; }
   // Sets the first `count` parameters from fp32 host values (rounded to
   // dtype()), and reads them back widened: for initialization, checkpoints
@@ -164,7 +179,10 @@ class ModelStage {
   const void* param(size_t offset) const {
     return kernels::element_at(parameters_, offset, dtype_);
   }
-  void* grad(size_t offset) { return kernels::element_at(gradients_, offset, dtype_); }
+  void* grad(size_t offset) {
+    return gradient_storage_ != nullptr ? gradient_storage_->gradient(gradient_base_ + offset)
+                                        : kernels::element_at(gradients_, offset, dtype_);
+  }
   // The slot's per-token losses [B * T] (last stage).
   float* losses(int slot) { return slot_tokens_[slot].losses; }
 
@@ -186,6 +204,8 @@ class ModelStage {
   std::vector<void*> allocations_;
   void* parameters_ = nullptr;
   void* gradients_ = nullptr;
+  GradientStorage* gradient_storage_ = nullptr;
+  size_t gradient_base_ = 0;
   std::vector<SlotTokens> slot_tokens_;
   double* loss_accumulator_ = nullptr;  // last stage: one double of backend memory
 };

@@ -1,4 +1,5 @@
-// distributed_optimizer.cc: DP / ZeRO-1 gradient reduction, clipping, AdamW.
+// distributed_optimizer.cc: DP / ZeRO-1 / ZeRO-2 gradient reduction,
+// clipping, AdamW.
 #include "runtime/parallel/distributed_optimizer.h"
 
 #include <algorithm>
@@ -10,6 +11,9 @@ size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage
                                              int zero_group_size) {
   if (zero_stage == 0 || zero_group_size <= 1) return num_elements;
   const size_t unit = shard_unit_elements(zero_group_size);  // aligned shards
+  // ZeRO-2 pads each unit: the last one's all-gather writes at most unit - 1
+  // elements past the end (sharded_gradients.h).
+  if (shards_gradients(zero_stage)) return num_elements + unit - 1;
   return (num_elements + unit - 1) / unit * unit;
 }
 
@@ -23,16 +27,21 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
       memory_(memory),
       groups_(groups),
       settings_(settings),
-      sharded_(zero_stage == 1),
+      sharded_(shards_optimizer_state(zero_stage)),
       dtype_(stage.dtype()) {
   const size_t n = layout_.num_elements();
   const int z = sharded_ ? groups.zero->size() : 1;
-  const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
-  if (stage.buffer_elements() < padded)
+  if (stage.buffer_elements() < buffer_elements(n, zero_stage, z))
     throw std::invalid_argument("DistributedOptimizer: stage buffers are not padded for ZeRO");
-  buckets_ = plan_gradient_buckets(padded, bucket_elements, z);
+  find_tied_ranges();
+  if (shards_gradients(zero_stage)) {
+    make_sharded_gradients();
+  } else {
+    const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
+    buckets_ = plan_gradient_buckets(padded, bucket_elements, z);
+    shard_elements_ = sharded_ ? padded / z : n;
+  }
   started_.assign(buckets_.size(), false);
-  shard_elements_ = sharded_ ? padded / z : n;
   if (sharded_) {
     for (const GradientBucket& bucket : buckets_) owned_.push_back(owned(bucket));
   } else {
@@ -40,19 +49,10 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
     // run exactly as without buckets, which stay bitwise invisible.
     owned_.push_back(OwnedRange{0, n, 0});
   }
-  // The tied tensor (the embedding of the first and the last stage) is
-  // summed over the embedding group before its buckets reduce; where this
-  // rank holds the head's copy too, with that copy here. Untied models hold
-  // none: then neither end of the group sums anything.
-  const ParameterTensor* tied = layout_.tied_tensor();
-  if (tied && groups.embedding) held_ = {{tied->offset, tied->offset + tied->size}};
-  for (const ParameterTensor& tensor : layout_.tensors())
-    if (tied && tensor.tied_copy && &tensor != tied && tensor.name == tied->name)
-      held_ = {{tied->offset, tied->offset + tied->size},
-               {tensor.offset, tensor.offset + tensor.size}};
   if (sharded_) {
-    gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
-                                      MemoryCategory::kGradients);
+    if (!sharded_gradients_)
+      gradient_shard_ = memory.allocate(ops.storage_bytes(std::max<size_t>(shard_elements_, 1)),
+                                        MemoryCategory::kGradients);
     // Replicas of a shard sit in the other ZeRO groups; the first counts it.
     counts_replicas_ = groups.zero_replicas->rank() == 0;
   } else {
@@ -71,11 +71,52 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
   }
 }
 
+void DistributedOptimizer::find_tied_ranges() {
+  // The tied tensor (the embedding of the first and the last stage) is
+  // summed over the embedding group before its buckets reduce; where this
+  // rank holds the head's copy too, with that copy here. Untied models hold
+  // none: then neither end of the group sums anything.
+  const ParameterTensor* tied = layout_.tied_tensor();
+  if (tied && groups_.embedding) held_ = {{tied->offset, tied->offset + tied->size}};
+  for (const ParameterTensor& tensor : layout_.tensors())
+    if (tied && tensor.tied_copy && &tensor != tied && tensor.name == tied->name)
+      held_ = {{tied->offset, tied->offset + tied->size},
+               {tensor.offset, tensor.offset + tensor.size}};
+}
+
+void DistributedOptimizer::make_sharded_gradients() {
+  // Units written over the whole backward, or holding a tied tensor summed
+  // with another stage's, stay whole for the step.
+  const std::vector<GradientUnit> units = stage_.gradient_units();
+  std::vector<bool> resident(units.size());
+  for (size_t i = 0; i < units.size(); ++i) {
+    const size_t end = i + 1 < units.size() ? units[i + 1].begin : layout_.num_elements();
+    resident[i] = units[i].written_early;
+    for (const HeldRange& held : held_)
+      resident[i] = resident[i] || (units[i].begin < held.end && held.begin < end);
+  }
+  sharded_gradients_ = std::make_unique<ShardedGradients>(units, layout_.num_elements(), resident,
+                                                          ops_, memory_, *groups_.zero);
+  buckets_ = sharded_gradients_->buckets();
+  shard_elements_ = sharded_gradients_->shard_elements();
+  gradient_shard_ = sharded_gradients_->shard();
+  stage_.use_gradient_storage(sharded_gradients_.get());
+}
+
 DistributedOptimizer::~DistributedOptimizer() {
+  // The last step's all-gathers write into the stage's parameters, which
+  // the stage frees after this: they finish first (on NCCL the stream
+  // waits; nothing blocks the host). A failing communicator has thrown
+  // already; its error is the one that ends the job.
+  try {
+    wait_for_parameters();
+  } catch (...) {
+  }
+  if (sharded_gradients_) stage_.use_gradient_storage(nullptr);
   memory_.release(squares_);
   memory_.release(first_moment_);
   memory_.release(second_moment_);
-  if (gradient_shard_) memory_.release(gradient_shard_);
+  if (gradient_shard_ && !sharded_gradients_) memory_.release(gradient_shard_);
   if (master_) memory_.release(master_);
 }
 
@@ -97,8 +138,10 @@ DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucke
   const size_t n = layout_.num_elements();
   OwnedRange range;
   const size_t first = bucket.begin + bucket.chunk * groups_.zero->rank();
-  range.begin = std::min(n, first);
-  range.end = std::min(n, first + bucket.chunk);
+  // ZeRO-2's units are padded one by one: the last owner's chunk may reach
+  // past its unit.
+  range.end = std::min({n, bucket.end, first + bucket.chunk});
+  range.begin = std::min(first, range.end);
   range.shard_offset = bucket.shard_offset;
   return range;
 }
@@ -117,7 +160,19 @@ void DistributedOptimizer::start_bucket(size_t index) {
   }
 }
 
+void DistributedOptimizer::zero_gradients() {
+  if (sharded_gradients_)
+    sharded_gradients_->zero();
+  else
+    ops_.zero_bytes(stage_.gradients(), ops_.storage_bytes(stage_.buffer_elements()));
+}
+
+void DistributedOptimizer::gradient_unit_done(size_t offset) {
+  if (sharded_gradients_) sharded_gradients_->unit_done(offset);
+}
+
 void DistributedOptimizer::gradients_final_from(size_t offset) {
+  if (sharded_gradients_) return;  // reduced unit by unit (gradient_unit_done)
   // From the end of the buffer down, as backward finishes them. Buckets with
   // the tied embedding wait for its sum across the pipeline (reduce_gradients),
   // so the order of additions does not depend on the bucketing.
@@ -131,18 +186,29 @@ void DistributedOptimizer::gradients_final_from(size_t offset) {
   }
 }
 
+void* DistributedOptimizer::gradient_at(size_t offset) {
+  return sharded_gradients_ ? sharded_gradients_->gradient(offset)
+                            : kernels::element_at(stage_.gradients(), offset, dtype_);
+}
+
 void DistributedOptimizer::reduce_gradients() {
   // The embedding and the tied head are one parameter: both copies receive
   // the sum of both gradients.
   if (held_.size() == 2) {  // both on this rank
-    void* owner = kernels::element_at(stage_.gradients(), held_[0].begin, dtype_);
-    void* copy = kernels::element_at(stage_.gradients(), held_[1].begin, dtype_);
+    void* owner = gradient_at(held_[0].begin);
+    void* copy = gradient_at(held_[1].begin);
     const size_t n = held_[0].end - held_[0].begin;
     ops_.accumulate(owner, copy, n);
     ops_.copy(copy, owner, n * kernels::dtype_bytes(dtype_));
   } else if (!held_.empty()) {
-    groups_.embedding->all_reduce(kernels::element_at(stage_.gradients(), held_[0].begin, dtype_),
-                                  held_[0].end - held_[0].begin, dtype_, ReduceOp::kSum);
+    groups_.embedding->all_reduce(gradient_at(held_[0].begin), held_[0].end - held_[0].begin,
+                                  dtype_, ReduceOp::kSum);
+  }
+  if (sharded_gradients_) {
+    sharded_gradients_->finish();
+    if (groups_.zero_replicas->size() > 1)
+      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, dtype_, ReduceOp::kSum);
+    return;
   }
   for (size_t i = buckets_.size(); i-- > 0;)
     if (!started_[i]) start_bucket(i);

@@ -1,5 +1,5 @@
 // distributed_optimizer.h: the optimizer step of one rank: data-parallel
-// gradient reduction, ZeRO-1, global-norm clipping and AdamW.
+// gradient reduction, ZeRO-1 and ZeRO-2, global-norm clipping and AdamW.
 //
 // Per step:
 //   gradients_final_from(offset)
@@ -25,6 +25,13 @@
 //                       (wait_for_parameters()), so they overlap what comes
 //                       between: data loading and, on later pipeline stages,
 //                       the wait for the first activation.
+// ZeRO-2 (zero_stage 2): the stage has no gradient buffer; its gradients
+// live in a ShardedGradients (sharded_gradients.h) whose units are the
+// buckets: each backward reduce-scatters every unit as it finishes it
+// (gradient_unit_done, told by every Backward / BackwardWeight), adding its
+// chunk into the shard; reduce_gradients() then sums the tied embedding,
+// reduce-scatters the resident units, waits, and all-reduces the shard over
+// the zero_ngroups groups; the step and the all-gathers are ZeRO-1's.
 // Weight decay applies to matrices and embeddings only (the layout's flag).
 //
 // Mixed precision (bf16 storage): gradients are reduced in bf16 (over MPI
@@ -39,6 +46,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -48,6 +56,8 @@
 #include "runtime/model/parameter_layout.h"
 #include "runtime/parallel/gradient_buckets.h"
 #include "runtime/parallel/parallel_state.h"
+#include "runtime/parallel/sharded_gradients.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 
@@ -62,7 +72,8 @@ struct AdamWSettings {
 class DistributedOptimizer {
  public:
   // Buffer elements a stage needs so that ZeRO-1 shards it evenly, each
-  // shard 16-byte aligned (shard_unit_elements: 8 x the group size).
+  // shard 16-byte aligned (shard_unit_elements: 8 x the group size), or
+  // that ZeRO-2's last unit gathers into.
   static size_t buffer_elements(size_t num_elements, int zero_stage, int zero_group_size);
 
   // bucket_elements: the gradient bucket size (0: one bucket, reduced after
@@ -74,9 +85,15 @@ class DistributedOptimizer {
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
+  // Start of a step: the gradients zeroed (the stage's buffer, or under
+  // ZeRO-2 the shard and the resident units).
+  void zero_gradients();
   // Backward of the step's last micro-batch no longer writes the gradients at
   // buffer offsets >= offset: start the reduction of the buckets above it.
   void gradients_final_from(size_t offset);
+  // ZeRO-2: any backward has written the last gradient of the unit starting
+  // at offset: reduce-scatter it now (sharded_gradients.h). Else a no-op.
+  void gradient_unit_done(size_t offset);
   void reduce_gradients();
   // Returns the gradient norm before clipping (the same on every rank).
   // Raises the backend's deferred errors (a bad loss target) before it
@@ -110,6 +127,12 @@ class DistributedOptimizer {
     size_t shard_offset = 0;  // where it sits in the rank's shard buffers
   };
   OwnedRange owned(const GradientBucket& bucket) const;
+  void find_tied_ranges();
+  // ZeRO-2: the stage's gradients move into a ShardedGradients, whose units
+  // are the buckets.
+  void make_sharded_gradients();
+  // The gradient at a buffer offset (the stage's buffer, or ZeRO-2's unit).
+  void* gradient_at(size_t offset);
   void start_bucket(size_t index);
   // Adds the squares of the gradient elements of range this rank counts to
   // squares_; gradients holds them at range.shard_offset (or the whole buffer).
@@ -150,8 +173,9 @@ class DistributedOptimizer {
   kernels::DType dtype_;            // the stage's storage dtype
   float* master_ = nullptr;         // bf16 storage: fp32 master weights of shard_elements_
   bool master_valid_ = false;       // set by load_parameters, else by the first step
-  void* gradient_shard_ = nullptr;  // ZeRO-1: this rank's summed gradients (storage)
-  bool counts_replicas_;            // this data-parallel replica counts in the norm
+  void* gradient_shard_ = nullptr;  // ZeRO-1/2: this rank's summed gradients (storage)
+  std::unique_ptr<ShardedGradients> sharded_gradients_;  // ZeRO-2
+  bool counts_replicas_;  // this data-parallel replica counts in the norm
 };
 
 }  // namespace paraplan

@@ -72,10 +72,13 @@ void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, i
                       const kernels::Ops& ops) {
   const double parameters = static_cast<double>(layout.num_elements());
   const double storage = static_cast<double>(ops.storage_bytes(1));
-  const double least = parameters * 2 * storage;
+  // ZeRO-2 holds no whole gradients: the weights alone then.
+  const bool whole_gradients = !shards_gradients(loaded.plan().zero()->stage());
+  const double least = parameters * (whole_gradients ? 2 : 1) * storage;
   const std::string what = loaded.path() + ": pipeline stage " + std::to_string(stage_index) +
                            " holds " + std::to_string(layout.num_elements()) +
-                           " parameters on this rank, whose weights and gradients alone";
+                           " parameters on this rank, whose weights" +
+                           (whole_gradients ? " and gradients" : "") + " alone";
   const schema::Predictions* predictions = loaded.plan().predictions();
   if (predictions != nullptr && predictions->stages() != nullptr &&
       stage_index < static_cast<int>(predictions->stages()->size())) {
@@ -163,7 +166,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                                   .recompute = model.recompute,
                                   .tensor_group = rank.groups.tensor.get(),
                                   .sequence_parallel = mesh_plan.sequence_parallel(),
-                                  .output_gradient_per_slot = buffers[0].output_gradient_per_slot};
+                                  .output_gradient_per_slot = buffers[0].output_gradient_per_slot,
+                                  .gradients_elsewhere = shards_gradients(zero_stage)};
   rank.layout =
       rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
   check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
@@ -209,6 +213,7 @@ ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
   hooks.gradients_final_from = [&optimizer](size_t offset) {
     optimizer.gradients_final_from(offset);
   };
+  hooks.gradient_unit_done = [&optimizer](size_t offset) { optimizer.gradient_unit_done(offset); };
   hooks.before_first_forward = [&optimizer] { optimizer.wait_for_parameters(); };
   return hooks;
 }

@@ -229,6 +229,17 @@ std::function<void(size_t)> ScheduleExecutor::final_from_hook(int c, const Execu
   return [&hooks, base](size_t offset) { hooks.gradients_final_from(base + offset); };
 }
 
+std::function<void(size_t)> ScheduleExecutor::backward_hook(int c, bool finishes,
+                                                            const ExecutorHooks& hooks) {
+  std::function<void(size_t)> final_from = finishes ? final_from_hook(c, hooks) : nullptr;
+  if (!hooks.gradient_unit_done) return final_from;
+  const size_t base = stage_.chunk_offset(c);
+  return [&hooks, base, final_from = std::move(final_from)](size_t offset) {
+    hooks.gradient_unit_done(base + offset);
+    if (final_from) final_from(offset);
+  };
+}
+
 void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t first_sample,
                                float loss_scale, const ExecutorHooks& hooks) {
   const schema::Instruction& instruction = instructions_[index];
@@ -281,17 +292,13 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       if (!stage.has_embedding()) chunk.input_gradient_of = micro_batch;
       if (instruction.op() == OpCode::BackwardInput)
         stage.backward_input(slot_of(chunk, micro_batch));
-      else if (finishes_gradients)
-        stage.backward(slot_of(chunk, micro_batch), final_from_hook(c, hooks));
       else
-        stage.backward(slot_of(chunk, micro_batch));
+        stage.backward(slot_of(chunk, micro_batch), backward_hook(c, finishes_gradients, hooks));
       chunk.received[slot_of(chunk, micro_batch)] = -1;
       break;
     case OpCode::BackwardWeight:
-      if (finishes_gradients)
-        stage.backward_weight(slot_of(chunk, micro_batch), final_from_hook(c, hooks));
-      else
-        stage.backward_weight(slot_of(chunk, micro_batch));
+      stage.backward_weight(slot_of(chunk, micro_batch),
+                            backward_hook(c, finishes_gradients, hooks));
       break;
     case OpCode::SendActivation:
     case OpCode::RecvActivation:

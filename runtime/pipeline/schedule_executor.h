@@ -68,6 +68,10 @@ struct ExecutorHooks {
   // step (ModelStage::backward; offsets into the rank's buffer, falling):
   // starts the data-parallel reduction of finished gradient buckets.
   std::function<void(size_t)> gradients_final_from;
+  // Told, as every Backward / BackwardWeight passes it, the rank-buffer
+  // offset where a gradient unit begins (ModelStage::gradient_units) whose
+  // last gradient of this micro-batch it wrote: ZeRO-2 reduces it now.
+  std::function<void(size_t)> gradient_unit_done;
   // Before the step's first forward: waits for parameters still being
   // gathered from the previous step (ZeRO-1).
   std::function<void()> before_first_forward;
@@ -154,6 +158,9 @@ class ScheduleExecutor {
   // offsets within the chunk, shifted to the rank's buffer, and only once
   // every chunk after it in the buffer is finished too (the offsets fall).
   std::function<void(size_t)> final_from_hook(int c, const ExecutorHooks& hooks);
+  // What a backward of chunk c tells: hooks.gradient_unit_done for every
+  // one, and for the step's last (finishes) final_from_hook's too.
+  std::function<void(size_t)> backward_hook(int c, bool finishes, const ExecutorHooks& hooks);
   [[noreturn]] static void refuse(const schema::Instruction& instruction,
                                   const std::string& problem);
   // Bookkeeping of the slots' received gradients and the chunk's one input

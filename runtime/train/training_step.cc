@@ -7,8 +7,7 @@ TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_
                                float loss_scale, double learning_rate, int step) {
   const uint64_t synchronizations_before = rank.sync_counter->synchronizations();
   const uint64_t zeroed_before = rank.sync_counter->bytes_zeroed();
-  ModelStage& stage = *rank.stage;
-  rank.ops->zero_bytes(stage.gradients(), rank.ops->storage_bytes(stage.buffer_elements()));
+  rank.optimizer->zero_gradients();
   TrainingStep result;
   const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
     result.grad_norm = rank.optimizer->step(static_cast<float>(learning_rate), step);

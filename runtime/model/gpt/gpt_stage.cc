@@ -105,11 +105,11 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
-  linear_backward(fch_gelu_gradient_, grad(w.mlp_down_weight), grad(w.mlp_down_bias),
+  linear_backward(fch_gelu_gradient_, w.mlp_down_weight, w.mlp_down_bias,
                   row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F, C,
                   kOverwrite);
   ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF, kOverwrite);
-  linear_backward(norm_gradient_, grad(w.mlp_up_weight), grad(w.mlp_up_bias), fch_gradient_,
+  linear_backward(norm_gradient_, w.mlp_up_weight, w.mlp_up_bias, fch_gradient_,
                   column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F, kOverwrite);
   // Each rank held a partial input gradient.
   const void* ln2_gradient = column_parallel_input_gradient();
@@ -119,13 +119,13 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   });
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
-  linear_backward(atty_gradient_, grad(w.attn_proj_weight), grad(w.attn_proj_bias),
+  linear_backward(atty_gradient_, w.attn_proj_weight, w.attn_proj_bias,
                   row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C,
                   kOverwrite);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
                           a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
                           layout_.local_heads(), config.head_dim(), kOverwrite);
-  linear_backward(norm_gradient_, grad(w.qkv_weight), grad(w.qkv_bias), qkv_gradient_,
+  linear_backward(norm_gradient_, w.qkv_weight, w.qkv_bias, qkv_gradient_,
                   column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A, kOverwrite);
   const void* ln1_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.ln1_weight, w.ln1_bias, [&](void* dweight, void* dbias) {

@@ -109,10 +109,10 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual + down(swiglu(gate_up(norm(residual)))).
-  linear_backward(hidden_gradient_, grad(w.down), nullptr, row_parallel_output_gradient(), a.hidden,
+  linear_backward(hidden_gradient_, w.down, kNoBias, row_parallel_output_gradient(), a.hidden,
                   param(w.down), BT, F, C, kOverwrite);
   ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F, kOverwrite);
-  linear_backward(norm_gradient_, grad(w.gate_up), nullptr, gate_up_gradient_,
+  linear_backward(norm_gradient_, w.gate_up, kNoBias, gate_up_gradient_,
                   column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F, kOverwrite);
   // Each rank held a partial input gradient.
   const void* mlp_norm_gradient = column_parallel_input_gradient();
@@ -122,16 +122,15 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   });
 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
-  linear_backward(attention_gradient_, grad(w.attention_out), nullptr,
-                  row_parallel_output_gradient(), a.attention, param(w.attention_out), BT, A, C,
-                  kOverwrite);
+  linear_backward(attention_gradient_, w.attention_out, kNoBias, row_parallel_output_gradient(),
+                  a.attention, param(w.attention_out), BT, A, C, kOverwrite);
   ops_.attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv,
                           a.attention, a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
                           layout_.local_kv_heads(), layout_.head_dim(), kOverwrite);
   // d(rotated q, k) -> d(q, k), in place.
   ops_.rope_backward(qkv_gradient_, rotary_cos_, rotary_sin_, batch_, config.seq_len,
                      layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
-  linear_backward(norm_gradient_, grad(w.qkv), nullptr, qkv_gradient_,
+  linear_backward(norm_gradient_, w.qkv, kNoBias, qkv_gradient_,
                   column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q, kOverwrite);
   const void* attention_norm_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.attention_norm, kNoBias, [&](void* dweight, void*) {

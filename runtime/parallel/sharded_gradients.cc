@@ -1,0 +1,199 @@
+// sharded_gradients.cc: ZeRO-2's per-unit gradient slots and shard.
+#include "runtime/parallel/sharded_gradients.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace paraplan {
+namespace {
+
+// Unit i's [begin, end), the units' lengths > 0 (empty ones dropped).
+std::vector<std::pair<size_t, size_t>> unit_ranges(const std::vector<GradientUnit>& units,
+                                                   size_t num_elements) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const size_t end = i + 1 < units.size() ? units[i + 1].begin : num_elements;
+    if (units[i].begin > end || (i == 0 && units[i].begin != 0))
+      throw std::invalid_argument("sharded gradients: units must rise from 0 within the buffer");
+    ranges.emplace_back(units[i].begin, end);
+  }
+  return ranges;
+}
+
+size_t round_up(size_t n, size_t unit) {
+  return (n + unit - 1) / unit * unit;
+}
+
+}  // namespace
+
+size_t ShardedGradients::buffer_elements(const std::vector<GradientUnit>& units,
+                                         size_t num_elements, int group_size) {
+  const size_t unit = shard_unit_elements(group_size);
+  size_t elements = num_elements;
+  for (const auto& [begin, end] : unit_ranges(units, num_elements))
+    elements = std::max(elements, begin + round_up(end - begin, unit));
+  return elements;
+}
+
+ShardedGradients::ShardedGradients(const std::vector<GradientUnit>& units, size_t num_elements,
+                                   const std::vector<bool>& resident, kernels::Ops& ops,
+                                   MemoryTracker& memory, Communicator& group)
+    : ops_(ops), memory_(memory), group_(group), dtype_(ops.storage_dtype()) {
+  if (resident.size() != units.size())
+    throw std::invalid_argument("sharded gradients: one resident flag per unit");
+  const size_t z = static_cast<size_t>(group.size()), unit = shard_unit_elements(group.size());
+  const auto ranges = unit_ranges(units, num_elements);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto [begin, end] = ranges[i];
+    if (begin == end) continue;
+    GradientBucket bucket;
+    bucket.begin = begin;
+    bucket.end = end;
+    bucket.chunk = round_up(end - begin, unit) / z;
+    bucket.shard_offset = shard_elements_;
+    shard_elements_ += bucket.chunk;
+    buckets_.push_back(bucket);
+    resident_.push_back(resident[i]);
+  }
+  auto allocate = [&](size_t elements) {
+    void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
+                                     MemoryCategory::kGradients);
+    allocations_.push_back(pointer);
+    return pointer;
+  };
+  shard_ = allocate(shard_elements_);
+  resident_storage_.assign(buckets_.size(), nullptr);
+  slot_of_.assign(buckets_.size(), -1);
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    if (resident_[u])
+      resident_storage_[u] = allocate(padded(u));
+    else
+      slot_elements_ = std::max(slot_elements_, padded(u));
+  }
+  // Two slots: one written while the previous one's reduce-scatter runs.
+  if (slot_elements_ > 0)
+    for (int i = 0; i < 2; ++i) add_slot();
+  zero();
+}
+
+ShardedGradients::~ShardedGradients() {
+  for (void* pointer : allocations_) memory_.release(pointer);
+}
+
+ShardedGradients::Slot& ShardedGradients::add_slot() {
+  Slot slot;
+  for (void** buffer : {&slot.unit, &slot.receive}) {
+    const size_t elements = buffer == &slot.unit ? slot_elements_ : slot_elements_ / group_.size();
+    *buffer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
+                               MemoryCategory::kGradients);
+    allocations_.push_back(*buffer);
+  }
+  slots_.push_back(slot);
+  return slots_.back();
+}
+
+size_t ShardedGradients::unit_index(size_t offset) const {
+  // The last unit beginning at or before offset.
+  const auto it =
+      std::upper_bound(buckets_.begin(), buckets_.end(), offset,
+                       [](size_t at, const GradientBucket& bucket) { return at < bucket.begin; });
+  if (it == buckets_.begin() || offset >= std::prev(it)->end)
+    throw std::out_of_range("sharded gradients: offset " + std::to_string(offset) +
+                            " is in no unit");
+  return static_cast<size_t>(std::prev(it) - buckets_.begin());
+}
+
+void* ShardedGradients::gradient(size_t offset) {
+  const size_t u = unit_index(offset);
+  const size_t within = offset - buckets_[u].begin;
+  if (resident_[u]) return kernels::element_at(resident_storage_[u], within, dtype_);
+  if (slot_of_[u] < 0) acquire(u);
+  return kernels::element_at(slots_[slot_of_[u]].unit, within, dtype_);
+}
+
+ShardedGradients::Slot& ShardedGradients::acquire(size_t unit) {
+  auto free_slot = [&] {
+    return std::find_if(slots_.begin(), slots_.end(),
+                        [](const Slot& slot) { return slot.holds < 0 && !slot.reducing; });
+  };
+  auto it = free_slot();
+  if (it == slots_.end()) {
+    // The oldest reduction's slot, once it (and what started before it) is done.
+    const Slot* oldest = nullptr;
+    for (const Slot& slot : slots_)
+      if (slot.reducing && (!oldest || slot.order < oldest->order)) oldest = &slot;
+    if (oldest != nullptr) {
+      complete_reductions(oldest->done_mark);
+      it = free_slot();
+    }
+  }
+  // Every slot written and none reducing: a split backward keeps units from
+  // their B to their W; the pool grows to what it keeps at once.
+  Slot& slot = it != slots_.end() ? *it : add_slot();
+  slot.holds = static_cast<int>(unit);
+  slot_of_[unit] = static_cast<int>(&slot - slots_.data());
+  // The padding too: the reduce-scatter sums the padded unit.
+  ops_.zero_bytes(slot.unit, ops_.storage_bytes(padded(unit)));
+  return slot;
+}
+
+void ShardedGradients::unit_done(size_t unit_begin) {
+  const size_t u = unit_index(unit_begin);
+  if (buckets_[u].begin != unit_begin)
+    throw std::logic_error("sharded gradients: " + std::to_string(unit_begin) +
+                           " is not where a unit begins");
+  if (resident_[u] || slot_of_[u] < 0) return;
+  start_reduce_scatter(slots_[slot_of_[u]]);
+}
+
+void ShardedGradients::start_reduce_scatter(Slot& slot) {
+  const size_t u = static_cast<size_t>(slot.holds);
+  group_.start_reduce_scatter(slot.unit, slot.receive, buckets_[u].chunk, dtype_);
+  slot.reducing = true;
+  slot.done_mark = group_.started_mark();
+  slot.order = reductions_started_++;
+  slot_of_[u] = -1;
+}
+
+void ShardedGradients::complete_reductions(uint64_t mark) {
+  if (mark == kEverything)
+    group_.wait_pending();
+  else
+    group_.wait_started_before(mark);
+  // Oldest first: the shard's additions in the order backward produced them.
+  for (;;) {
+    Slot* oldest = nullptr;
+    for (Slot& slot : slots_)
+      if (slot.reducing && (mark == kEverything || slot.done_mark <= mark) &&
+          (!oldest || slot.order < oldest->order))
+        oldest = &slot;
+    if (oldest == nullptr) return;
+    const GradientBucket& bucket = buckets_[oldest->holds];
+    ops_.accumulate(kernels::element_at(shard_, bucket.shard_offset, dtype_), oldest->receive,
+                    bucket.chunk);
+    oldest->reducing = false;
+    oldest->holds = -1;
+  }
+}
+
+void ShardedGradients::zero() {
+  ops_.zero_bytes(shard_, ops_.storage_bytes(shard_elements_));
+  for (size_t u = 0; u < buckets_.size(); ++u)
+    if (resident_storage_[u] != nullptr)
+      ops_.zero_bytes(resident_storage_[u], ops_.storage_bytes(padded(u)));
+}
+
+void ShardedGradients::finish() {
+  for (Slot& slot : slots_)
+    if (slot.holds >= 0 && !slot.reducing) start_reduce_scatter(slot);
+  // A resident unit is reduced once a step: its chunk is the shard's.
+  for (size_t u = 0; u < buckets_.size(); ++u)
+    if (resident_[u])
+      group_.start_reduce_scatter(resident_storage_[u],
+                                  kernels::element_at(shard_, buckets_[u].shard_offset, dtype_),
+                                  buckets_[u].chunk, dtype_);
+  complete_reductions(kEverything);
+}
+
+}  // namespace paraplan

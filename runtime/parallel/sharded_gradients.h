@@ -1,0 +1,118 @@
+// sharded_gradients.h: ZeRO-2's gradient storage of one rank: no whole
+// gradient buffer; each unit backward finishes (gradient_storage.h: the
+// embedding, a block, the final norm and head) lives in a slot of a small
+// pool only while backward writes it, and is reduce-scattered within the
+// ZeRO group as soon as it is finished, every micro-batch, its chunk added
+// into this rank's gradient shard (DeepSpeed's ZeRO-2 with gradient
+// accumulation; Rajbhandari et al. 2020, P_os+g).
+//
+// Units and ownership: unit u of L elements is padded to P = L rounded up to
+// shard_unit_elements(z) (z: the group size); rank r owns its r-th chunk of
+// P / z elements, clipped to the unit, kept at shard_offset in the shard
+// (the units' chunks in buffer order). So each unit is one reduce-scatter,
+// and after the optimizer step one all-gather into the parameters (in place:
+// a unit's padding spills into the next unit's parameters, which the next
+// unit's all-gather, queued after it on the same group, then writes; the
+// stage's buffer is padded for the last unit's spill).
+//
+// Memory: the shard (storage dtype, like every gradient in paraplan: the
+// mixed-precision rule of distributed_optimizer.h), resident units whole,
+// and the pool: two slots of the largest other unit (one written while the
+// previous one's reduce-scatter runs: taking a slot back waits for its own
+// reduce-scatter only, started a unit earlier) with their receive chunks. A resident
+// unit is written over the whole backward or summed with another stage's
+// (the tied embedding): it accumulates all the step's micro-batches and is
+// reduce-scattered once by finish(). Schedules that split backward keep
+// each unit from its B to its W, so the pool grows there to what they keep
+// at once (at most every unit: ZeRO-1's gradient memory).
+//
+// Numerics: every element is summed over the group in rank order per
+// micro-batch, and over micro-batches in the shard in backward order, so a
+// ZeRO-2 step equals the ZeRO-1 step up to the order of the additions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/model/gradient_storage.h"
+#include "runtime/model/memory_tracker.h"
+#include "runtime/parallel/gradient_buckets.h"
+
+namespace paraplan {
+
+class ShardedGradients final : public GradientStorage {
+ public:
+  // units: the stage's (ModelStage::gradient_units), in buffer order from 0;
+  // num_elements: the layout's; resident[i]: unit i stays whole for the
+  // step (written early, or holding a tied tensor). group: the ZeRO group.
+  ShardedGradients(const std::vector<GradientUnit>& units, size_t num_elements,
+                   const std::vector<bool>& resident, kernels::Ops& ops, MemoryTracker& memory,
+                   Communicator& group);
+  ~ShardedGradients() override;
+  ShardedGradients(const ShardedGradients&) = delete;
+  ShardedGradients& operator=(const ShardedGradients&) = delete;
+
+  // The buffer elements the stage's parameters need: the last unit's
+  // all-gather writes its padding past the layout's end.
+  static size_t buffer_elements(const std::vector<GradientUnit>& units, size_t num_elements,
+                                int group_size);
+
+  void* gradient(size_t offset) override;
+  // Backward has written the last gradient of the unit starting at offset
+  // for this micro-batch: reduce-scatter it (not a resident one) and give
+  // its slot back once that is done. No-op for a unit not written.
+  void unit_done(size_t unit_begin);
+  // Start of a step: the shard and the resident units zeroed.
+  void zero();
+  // End of a step's backwards: every written unit reduce-scattered (resident
+  // ones now: the caller has summed the tied ones), all of it waited for
+  // and added into the shard.
+  void finish();
+
+  // The units as buckets (begin, end, chunk, shard_offset): what this rank
+  // owns of each and where in the shard.
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  void* shard() { return shard_; }
+  size_t shard_elements() const { return shard_elements_; }
+  // The pool's slots now (2, more under split backward).
+  size_t num_slots() const { return slots_.size(); }
+
+ private:
+  struct Slot {
+    void* unit = nullptr;     // padded unit elements
+    void* receive = nullptr;  // its reduce-scatter chunk
+    int holds = -1;           // the unit written into it, or -1
+    bool reducing = false;    // its reduce-scatter started, not yet added
+    uint64_t done_mark = 0;   // the group's started_mark() just after it
+    uint64_t order = 0;       // reductions started before it on this rank
+  };
+  static constexpr uint64_t kEverything = UINT64_MAX;
+  size_t unit_index(size_t offset) const;
+  size_t padded(size_t unit) const { return buckets_[unit].chunk * group_.size(); }
+  Slot& acquire(size_t unit);
+  Slot& add_slot();
+  void start_reduce_scatter(Slot& slot);
+  // Waits for the reduce-scatters started before `mark` (every one: the
+  // group's started_mark()) and adds their chunks to the shard, oldest first.
+  void complete_reductions(uint64_t mark);
+
+  kernels::Ops& ops_;
+  MemoryTracker& memory_;
+  Communicator& group_;
+  kernels::DType dtype_;
+  std::vector<GradientBucket> buckets_;  // one per unit
+  std::vector<bool> resident_;
+  std::vector<void*> resident_storage_;  // per unit: whole (resident), else null
+  std::vector<int> slot_of_;             // per unit: its slot while written, else -1
+  std::vector<Slot> slots_;
+  uint64_t reductions_started_ = 0;
+  size_t slot_elements_ = 0;  // the largest non-resident unit, padded
+  void* shard_ = nullptr;
+  size_t shard_elements_ = 0;
+  std::vector<void*> allocations_;
+};
+
+}  // namespace paraplan
