@@ -146,7 +146,9 @@ json schedule_to_json(const schema::Schedule& schedule) {
                                   {"peer_micro_batch", ins->peer_micro_batch()}});
         }
       }
-      stages.push_back({{"stage", stage->stage()}, {"instructions", instructions}});
+      stages.push_back({{"stage", stage->stage()},
+                        {"keep_parameters_gathered", stage->keep_parameters_gathered()},
+                        {"instructions", instructions}});
     }
   }
   return {

@@ -33,6 +33,7 @@ struct StageScheduleSpec {
   int32_t stage = 0;
   bool has_instructions = true;
   std::vector<Instruction> instructions;
+  bool keep_parameters_gathered = false;
 };
 
 struct StagePredictionSpec {
@@ -357,7 +358,8 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
     std::vector<fb::Offset<schema::StageSchedule>> list;
     for (const StageScheduleSpec& stage : spec.schedule) {
       list.push_back(schema::CreateStageScheduleDirect(
-          fbb, stage.stage, stage.has_instructions ? &stage.instructions : nullptr));
+          fbb, stage.stage, stage.has_instructions ? &stage.instructions : nullptr,
+          stage.keep_parameters_gathered));
     }
     schedule = schema::CreateScheduleDirect(fbb, spec.schedule_kind, &list, spec.virtual_stages,
                                             spec.transfers);

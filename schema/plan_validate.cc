@@ -365,8 +365,8 @@ void check_stages(const schema::Plan& plan, Violations& v) {
 }
 
 void check_zero(const schema::Zero& zero, const schema::Mesh* mesh, Violations& v) {
-  if (zero.stage() < 0 || zero.stage() > kHighestRunnableZeroStage) {
-    v.add("zero.stage", number(zero.stage()) + "; valid are " + runnable_zero_stages_text());
+  if (zero.stage() < 0 || zero.stage() > kHighestZeroStage) {
+    v.add("zero.stage", number(zero.stage()) + "; valid are " + zero_stages_text());
   }
   if (zero.num_groups() < 1) {
     v.add("zero.num_groups", number(zero.num_groups()) + "; must be at least 1");

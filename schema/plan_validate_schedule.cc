@@ -12,6 +12,7 @@
 #include "schema/plan_validate_internal.h"
 #include "schema/schedule_kinds.h"
 #include "schema/stream_check.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan::plan_validation {
 namespace {
@@ -159,6 +160,12 @@ void check_stage_streams(const schema::Plan& plan, const schema::Schedule& sched
   for (int32_t i = 0; i < count; ++i) {
     const schema::StageSchedule& stage_schedule = *stage_schedules->Get(i);
     const std::string f = "schedule.stages[" + std::to_string(i) + "]";
+    if (stage_schedule.keep_parameters_gathered() &&
+        (plan.zero() == nullptr || !shards_parameters(plan.zero()->stage())))
+      v.add(f + ".keep_parameters_gathered",
+            "true, but zero.stage is " +
+                (plan.zero() != nullptr ? number(plan.zero()->stage()) : std::string("missing")) +
+                "; only ZeRO-3 gathers parameters (set it false, or zero.stage 3)");
     if (stage_schedule.stage() != i) {
       v.add(f + ".stage", number(stage_schedule.stage()) +
                               "; stage schedules are listed in order, so it must be " +

@@ -97,7 +97,7 @@ TEST(ValidatePlan, CollectsEveryViolationInFieldProblemFixForm) {
   PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
   spec.vocab_size = 0;
   spec.beta1 = 2.0f;
-  spec.zero_stage = 3;
+  spec.zero_stage = 5;
   spec.stages[1].has_embedding = true;
   spec.schedule[0].instructions.erase(
       spec.schedule[0].instructions.begin() +
@@ -105,7 +105,7 @@ TEST(ValidatePlan, CollectsEveryViolationInFieldProblemFixForm) {
   const std::vector<std::string> violations = violations_of(spec);
   EXPECT_TRUE(has_violation(violations, {"model.vocab_size: 0"})) << joined(violations);
   EXPECT_TRUE(has_violation(violations, {"training.optimizer.beta1: 2"})) << joined(violations);
-  EXPECT_TRUE(has_violation(violations, {"zero.stage: 3"})) << joined(violations);
+  EXPECT_TRUE(has_violation(violations, {"zero.stage: 5"})) << joined(violations);
   EXPECT_TRUE(has_violation(violations, {"stages[1].has_embedding: true"})) << joined(violations);
   EXPECT_TRUE(has_violation(violations, {"schedule.stages[0]: micro-batch 2 is never forwarded"}))
       << joined(violations);
@@ -352,10 +352,16 @@ const std::vector<ViolationCase>& violation_cases() {
        [](PlanSpec& s) { s.stages[1].has_head = false; },
        {"stages[1].has_head: false"}},
       // zero
-      {"ZeroStageThree",
-       [](PlanSpec& s) { s.zero_stage = 3; },
-       {"zero.stage: 3", "2 (gradients too)"}},
+      {"ZeroStageFour",
+       [](PlanSpec& s) { s.zero_stage = 4; },
+       {"zero.stage: 4", "3 (parameters too)"}},
       {"ZeroStageNegative", [](PlanSpec& s) { s.zero_stage = -1; }, {"zero.stage: -1", "0 (off)"}},
+      {"KeepGatheredWithoutZeroThree",
+       [](PlanSpec& s) {
+         s.zero_stage = 2;
+         s.schedule[0].keep_parameters_gathered = true;
+       },
+       {"schedule.stages[0].keep_parameters_gathered: true", "only ZeRO-3"}},
       {"ZeroGroupsZero", [](PlanSpec& s) { s.zero_num_groups = 0; }, {"zero.num_groups: 0"}},
       {"ZeroGroupsNotDividingDataParallel",
        [](PlanSpec& s) {

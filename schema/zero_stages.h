@@ -6,22 +6,26 @@
 // 1: the optimizer state (fp32 master weights and moments);
 // 2: the gradients too, reduce-scattered as backward produces them;
 // 3: the parameters too, gathered layer by layer ahead of use.
-// Stage 3 is part of the format and of the planner's memory model (its
-// table of model-state bytes), but no runtime runs it yet: plans refuse it.
+// The runtime runs all four; the planner searches 0-2 (kHighestRunnableZeroStage):
+// ZeRO-3's plans are written by hand (or tests) until its cost model lands.
 #pragma once
 
 #include <string>
 
 namespace paraplan {
 
+// The highest stage a plan may name: the runtime runs all four.
 inline constexpr int kHighestZeroStage = 3;
-// The highest stage paraplan's runtime executes; plans and jobs name at most this.
+// The highest stage the planner searches and a job may ask it for.
 inline constexpr int kHighestRunnableZeroStage = 2;
 
-// "0 (off), 1 (optimizer state sharded), 2 (gradients too)": the valid values
-// for a message.
+// The valid values of a job's [planner] zero_stage, for a message.
 inline std::string runnable_zero_stages_text() {
   return "0 (off), 1 (optimizer state sharded over data parallel), 2 (gradients too)";
+}
+// The valid values of a plan's zero.stage, for a message.
+inline std::string zero_stages_text() {
+  return runnable_zero_stages_text() + ", 3 (parameters too)";
 }
 
 // Shards the optimizer state (and, from 1 up, everything of the stages below).

@@ -35,6 +35,7 @@ struct ScheduleCase {
   bool sequence_parallel = false;
   int eval_interval = 1000;  // (past the run: no evaluation)
   schema::DType dtype = schema::DType::Float32;
+  bool keep_parameters_gathered = false;  // ZeRO-3, every pipeline rank
 };
 
 // The case's plan: the test model (8 layers, so pp 4 x 2 chunks holds one
@@ -68,7 +69,7 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
     std::vector<schema::Instruction> stream;
     for (const PipelineInstruction& ins : schedule.stages[r])
       stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
-    spec.schedule.push_back({r, true, stream});
+    spec.schedule.push_back({r, true, stream, c.keep_parameters_gathered});
   }
   return test_plans::build_plan(spec);
 }

@@ -76,7 +76,10 @@ ChunkedStage::ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, Memor
     chunk.tensor_group = options.tensor_group;
     chunk.sequence_parallel = options.sequence_parallel;
     chunk.buffer_elements = 0;
-    chunk.parameters = kernels::element_at(parameters(), layout.chunk_offset(c), dtype());
+    chunk.parameters = options.parameters_elsewhere
+                           ? nullptr
+                           : kernels::element_at(parameters(), layout.chunk_offset(c), dtype());
+    chunk.parameters_elsewhere = options.parameters_elsewhere;
     chunk.gradients = options.gradients_elsewhere
                           ? nullptr
                           : kernels::element_at(gradients(), layout.chunk_offset(c), dtype());
@@ -99,6 +102,12 @@ void ChunkedStage::use_gradient_storage(GradientStorage* storage, size_t base) {
   ModelStage::use_gradient_storage(storage, base);
   for (size_t c = 0; c < chunks_.size(); ++c)
     chunks_[c]->use_gradient_storage(storage, base + chunk_offset(static_cast<int>(c)));
+}
+
+void ChunkedStage::use_parameter_storage(ParameterStorage* storage, size_t base) {
+  ModelStage::use_parameter_storage(storage, base);
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    chunks_[c]->use_parameter_storage(storage, base + chunk_offset(static_cast<int>(c)));
 }
 
 namespace {

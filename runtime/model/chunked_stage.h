@@ -51,6 +51,7 @@ class ChunkedStage final : public ModelStage {
   // Each chunk's units at its offset; each chunk addresses its range.
   std::vector<GradientUnit> gradient_units() const override;
   void use_gradient_storage(GradientStorage* storage, size_t base = 0) override;
+  void use_parameter_storage(ParameterStorage* storage, size_t base = 0) override;
 
   // Per chunk only (chunk(c)): these throw std::logic_error.
   void* input(int slot) override;

@@ -72,11 +72,16 @@ class DecoderStage : public ModelStage {
   void run_forward(int slot_index, float loss_scale, bool training) override {
     const StageSpec& stage = decoder_layout_.stage();
     Slot& slot = slots_[slot_index];
-    if (stage.has_embedding) embedding_forward(slot_index, slot.input);
+    if (stage.has_embedding) {
+      embedding_forward(slot_index, slot.input);
+      parameters_used(0);
+    }
     // Forward writes every buffer; under recompute some of them are shared
     // scratch that backward refills, so no state is lost by overwriting it.
-    for (int layer = 0; layer < stage.num_layers; ++layer)
+    for (int layer = 0; layer < stage.num_layers; ++layer) {
       block_forward(layer, block_input(slot, layer), slot.blocks[layer]);
+      parameters_used(decoder_layout_.block_start(layer));
+    }
     if (stage.has_head) {
       const int BT = rows(), C = decoder_layout_.config().d_model,
                 V = decoder_layout_.local_vocab();
@@ -88,6 +93,7 @@ class DecoderStage : public ModelStage {
       tensor_parallel_.vocab_parallel_cross_entropy(
           losses(slot_index), training ? slot.logits : nullptr, slot.logits, targets(slot_index),
           BT, V, decoder_layout_.vocab_start(), loss_scale);
+      parameters_used(decoder_layout_.final_norm_weight());
     }
   }
 
@@ -178,6 +184,7 @@ class DecoderStage : public ModelStage {
       const void* final_norm_gradient = column_parallel_input_gradient();
       zero(residual_gradient_, local_rows_ * C);
       final_norm_backward(slot, output(slot_index), final_norm_gradient);
+      parameters_used(decoder_layout_.final_norm_weight());
       // A tied head on a stage with the embedding is the embedding (offset 0).
       gradients_final(decoder_layout_.final_norm_weight(), gradients_final_from);
     }
@@ -203,6 +210,7 @@ class DecoderStage : public ModelStage {
       }
       recomputed_layer_ = recompute_[layer] != RecomputeMode::None;
       block_backward(layer, input, acts);
+      parameters_used(decoder_layout_.block_start(layer));
       gradients_final(decoder_layout_.block_start(layer), gradients_final_from);
     }
     recomputed_layer_ = false;

@@ -28,15 +28,18 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
   const bool external_gradients = options.gradients != nullptr || options.gradients_elsewhere;
   if (options.parameters != nullptr && !external_gradients)
     throw std::invalid_argument("model stage: external parameters need external gradients");
-  if (options.parameters == nullptr && options.gradients != nullptr)
+  if (options.parameters == nullptr && options.gradients != nullptr &&
+      !options.parameters_elsewhere)
     throw std::invalid_argument("model stage: external gradients need external parameters");
-  if (options.parameters != nullptr) {
+  if (options.parameters != nullptr || options.gradients != nullptr) {
     // A chunk: the rank's buffers, allocated and zeroed by its owner.
     parameters_ = options.parameters;
     gradients_ = options.gradients;
   } else {
-    parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
-    zero(parameters_, buffer_elements_);
+    if (!options.parameters_elsewhere) {
+      parameters_ = allocate_storage(buffer_elements_, MemoryCategory::kWeights);
+      zero(parameters_, buffer_elements_);
+    }
     if (!options.gradients_elsewhere) {
       gradients_ = allocate_storage(buffer_elements_, MemoryCategory::kGradients);
       zero(gradients_, buffer_elements_);
@@ -86,6 +89,8 @@ float* ModelStage::allocate_floats(size_t count, MemoryCategory category) {
 }
 
 void ModelStage::load_parameters(const float* host, size_t count) {
+  if (parameters_ == nullptr)
+    throw std::logic_error("model stage: load_parameters: the parameters live elsewhere (ZeRO-3)");
   if (count > buffer_elements_)
     throw std::invalid_argument("model stage: load_parameters: more values than parameters");
   std::vector<char> converted(ops_.storage_bytes(count));
@@ -102,6 +107,8 @@ void read_widened(kernels::Ops& ops, const void* source, float* host, size_t cou
 }  // namespace
 
 void ModelStage::read_parameters(float* host, size_t count) {
+  if (parameters_ == nullptr)
+    throw std::logic_error("model stage: read_parameters: the parameters live elsewhere (ZeRO-3)");
   read_widened(ops_, parameters_, host, std::min(count, buffer_elements_));
 }
 

@@ -58,6 +58,9 @@ struct ModelStageOptions {
   // No gradient buffer: the gradients live in a GradientStorage installed
   // before the first backward (ZeRO-2); gradients() is null.
   bool gradients_elsewhere = false;
+  // No parameter buffer: the parameters live in a ParameterStorage
+  // installed before the first forward (ZeRO-3); parameters() is null.
+  bool parameters_elsewhere = false;
 };
 
 class ModelStage {
@@ -82,6 +85,11 @@ class ModelStage {
   virtual void use_gradient_storage(GradientStorage* storage, size_t base = 0) {
     gradient_storage_ = storage;
     gradient_base_ = base;
+  }
+  // Where parameters come from from now on (ZeRO-3), as use_gradient_storage.
+  virtual void use_parameter_storage(ParameterStorage* storage, size_t base = 0) {
+    parameter_storage_ = storage;
+    parameter_base_ = base;
   }
   // The units backward finishes the gradients in, in buffer order, the
   // first at 0 (offsets into this stage's buffer): the whole buffer as one,
@@ -177,7 +185,13 @@ class ModelStage {
   void zero(void* storage, size_t count) { ops_.zero_bytes(storage, ops_.storage_bytes(count)); }
   // Parameter and gradient tensors at a layout offset.
   const void* param(size_t offset) const {
-    return kernels::element_at(parameters_, offset, dtype_);
+    return parameter_storage_ != nullptr ? parameter_storage_->parameter(parameter_base_ + offset)
+                                         : kernels::element_at(parameters_, offset, dtype_);
+  }
+  // A forward or backward has queued its last read of the unit beginning at
+  // offset (gradient_units): ZeRO-3 may free its gathered parameters.
+  void parameters_used(size_t unit_begin) {
+    if (parameter_storage_ != nullptr) parameter_storage_->unit_used(parameter_base_ + unit_begin);
   }
   void* grad(size_t offset) {
     return gradient_storage_ != nullptr ? gradient_storage_->gradient(gradient_base_ + offset)
@@ -206,6 +220,8 @@ class ModelStage {
   void* gradients_ = nullptr;
   GradientStorage* gradient_storage_ = nullptr;
   size_t gradient_base_ = 0;
+  ParameterStorage* parameter_storage_ = nullptr;
+  size_t parameter_base_ = 0;
   std::vector<SlotTokens> slot_tokens_;
   double* loss_accumulator_ = nullptr;  // last stage: one double of backend memory
 };

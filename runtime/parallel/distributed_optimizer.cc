@@ -20,7 +20,7 @@ size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage
 DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
                                            MemoryTracker& memory, ProcessGroups& groups,
                                            const AdamWSettings& settings, int zero_stage,
-                                           size_t bucket_elements)
+                                           size_t bucket_elements, bool keep_parameters_gathered)
     : stage_(stage),
       layout_(stage.layout()),
       ops_(ops),
@@ -35,7 +35,7 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
     throw std::invalid_argument("DistributedOptimizer: stage buffers are not padded for ZeRO");
   find_tied_ranges();
   if (shards_gradients(zero_stage)) {
-    make_sharded_gradients();
+    make_sharded_gradients(shards_parameters(zero_stage), keep_parameters_gathered);
   } else {
     const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
     buckets_ = plan_gradient_buckets(padded, bucket_elements, z);
@@ -84,7 +84,7 @@ void DistributedOptimizer::find_tied_ranges() {
                {tensor.offset, tensor.offset + tensor.size}};
 }
 
-void DistributedOptimizer::make_sharded_gradients() {
+void DistributedOptimizer::make_sharded_gradients(bool shard_parameters, bool keep_gathered) {
   // Units written over the whole backward, or holding a tied tensor summed
   // with another stage's, stay whole for the step.
   const std::vector<GradientUnit> units = stage_.gradient_units();
@@ -101,6 +101,16 @@ void DistributedOptimizer::make_sharded_gradients() {
   shard_elements_ = sharded_gradients_->shard_elements();
   gradient_shard_ = sharded_gradients_->shard();
   stage_.use_gradient_storage(sharded_gradients_.get());
+  if (!shard_parameters) return;
+  // ZeRO-3: the parameters too, the same units resident.
+  sharded_parameters_ = std::make_unique<ShardedParameters>(
+      units, layout_.num_elements(), resident, keep_gathered, ops_, memory_, *groups_.zero);
+  stage_.use_parameter_storage(sharded_parameters_.get());
+}
+
+void* DistributedOptimizer::owned_parameters(size_t bucket, size_t offset, size_t shard_at) {
+  return sharded_parameters_ ? sharded_parameters_->owned(bucket, offset, shard_at)
+                             : kernels::element_at(stage_.parameters(), offset, dtype_);
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -113,6 +123,7 @@ DistributedOptimizer::~DistributedOptimizer() {
   } catch (...) {
   }
   if (sharded_gradients_) stage_.use_gradient_storage(nullptr);
+  if (sharded_parameters_) stage_.use_parameter_storage(nullptr);
   memory_.release(squares_);
   memory_.release(first_moment_);
   memory_.release(second_moment_);
@@ -127,10 +138,10 @@ float* DistributedOptimizer::master_at(size_t at) const {
 void DistributedOptimizer::initialize_master() {
   if (!master_ || master_valid_) return;
   wait_for_parameters();
-  for (const OwnedRange& range : owned_)
-    ops_.convert_to_float(master_at(range.shard_offset),
-                          kernels::element_at(stage_.parameters(), range.begin, dtype_),
-                          range.end - range.begin);
+  for (size_t i = 0; i < owned_.size(); ++i)
+    ops_.convert_to_float(master_at(owned_[i].shard_offset),
+                          owned_parameters(i, owned_[i].begin, owned_[i].shard_offset),
+                          owned_[i].end - owned_[i].begin);
   master_valid_ = true;
 }
 
@@ -281,21 +292,26 @@ double DistributedOptimizer::step(float learning_rate, int step) {
   }
   void* parameters = stage_.parameters();
   initialize_master();
-  for (const OwnedRange& range : owned_) {
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const OwnedRange& range = owned_[i];
     for (const ParameterTensor& tensor : layout_.tensors()) {
       const size_t from = std::max(range.begin, tensor.offset);
       const size_t to = std::min(range.end, tensor.offset + tensor.size);
       if (from >= to) continue;
       const size_t at = from - range.begin + range.shard_offset;
       hyperparameters.weight_decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
-      void* params = kernels::element_at(parameters, from, dtype_);
+      void* params = owned_parameters(i, from, at);
       // fp32 storage: the parameters are the master weights.
       float* master = master_ ? master_at(at) : static_cast<float*>(params);
       ops_.adamw(master, params, kernels::element_at(gradients, at, dtype_), first_moment_ + at,
                  second_moment_ + at, to - from, hyperparameters);
     }
   }
-  if (sharded_) {
+  if (sharded_parameters_) {
+    // ZeRO-3: each unit is gathered when it is read next.
+    sharded_parameters_->parameters_updated();
+    parameters_pending_ = true;
+  } else if (sharded_) {
     // In buffer order, the order the next forward needs them.
     const int rank = groups_.zero->rank();
     for (const GradientBucket& bucket : buckets_)
@@ -309,7 +325,10 @@ double DistributedOptimizer::step(float learning_rate, int step) {
 
 void DistributedOptimizer::wait_for_parameters() {
   if (!parameters_pending_) return;
-  groups_.zero->wait_pending();
+  if (sharded_parameters_)
+    sharded_parameters_->wait_for_resident();
+  else
+    groups_.zero->wait_pending();
   parameters_pending_ = false;
 }
 
@@ -354,13 +373,19 @@ void DistributedOptimizer::gather_parameters(std::vector<float>& whole) {
   } else {
     wait_for_parameters();
     whole.resize(layout_.num_elements());
-    stage_.read_parameters(whole.data(), whole.size());
+    if (sharded_parameters_)
+      sharded_parameters_->read_whole(whole);
+    else
+      stage_.read_parameters(whole.data(), whole.size());
   }
 }
 
 void DistributedOptimizer::load_parameters(const float* whole) {
   wait_for_parameters();
-  stage_.load_parameters(whole, layout_.num_elements());
+  if (sharded_parameters_)
+    sharded_parameters_->load_whole(whole);
+  else
+    stage_.load_parameters(whole, layout_.num_elements());
   if (master_) load_owned(whole, master_);
   master_valid_ = true;
 }

@@ -1,5 +1,5 @@
 // distributed_optimizer.h: the optimizer step of one rank: data-parallel
-// gradient reduction, ZeRO-1 and ZeRO-2, global-norm clipping and AdamW.
+// gradient reduction, ZeRO 1-3, global-norm clipping and AdamW.
 //
 // Per step:
 //   gradients_final_from(offset)
@@ -32,6 +32,11 @@
 // chunk into the shard; reduce_gradients() then sums the tied embedding,
 // reduce-scatters the resident units, waits, and all-reduces the shard over
 // the zero_ngroups groups; the step and the all-gathers are ZeRO-1's.
+// ZeRO-3 (zero_stage 3): the stage has no parameter buffer either; its
+// parameters live in a ShardedParameters (sharded_parameters.h) over the
+// same units: AdamW writes this rank's chunks there, and each unit is
+// gathered when the stage next reads it, so step() starts no all-gather
+// but the resident units'.
 // Weight decay applies to matrices and embeddings only (the layout's flag).
 //
 // Mixed precision (bf16 storage): gradients are reduced in bf16 (over MPI
@@ -57,6 +62,7 @@
 #include "runtime/parallel/gradient_buckets.h"
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/parallel/sharded_gradients.h"
+#include "runtime/parallel/sharded_parameters.h"
 #include "schema/zero_stages.h"
 
 namespace paraplan {
@@ -77,10 +83,11 @@ class DistributedOptimizer {
   static size_t buffer_elements(size_t num_elements, int zero_stage, int zero_group_size);
 
   // bucket_elements: the gradient bucket size (0: one bucket, reduced after
-  // backward).
+  // backward). keep_parameters_gathered (ZeRO-3): units stay gathered for
+  // the step once read.
   DistributedOptimizer(ModelStage& stage, kernels::Ops& ops, MemoryTracker& memory,
                        ProcessGroups& groups, const AdamWSettings& settings, int zero_stage,
-                       size_t bucket_elements = 0);
+                       size_t bucket_elements = 0, bool keep_parameters_gathered = false);
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -129,8 +136,12 @@ class DistributedOptimizer {
   OwnedRange owned(const GradientBucket& bucket) const;
   void find_tied_ranges();
   // ZeRO-2: the stage's gradients move into a ShardedGradients, whose units
-  // are the buckets.
-  void make_sharded_gradients();
+  // are the buckets; ZeRO-3 (shard_parameters): its parameters into a
+  // ShardedParameters over the same units.
+  void make_sharded_gradients(bool shard_parameters, bool keep_gathered);
+  // Where this rank's part of bucket `bucket` at buffer `offset` (shard
+  // offset `shard_at`) is stored: the stage's buffer, or ZeRO-3's shard.
+  void* owned_parameters(size_t bucket, size_t offset, size_t shard_at);
   // The gradient at a buffer offset (the stage's buffer, or ZeRO-2's unit).
   void* gradient_at(size_t offset);
   void start_bucket(size_t index);
@@ -174,7 +185,8 @@ class DistributedOptimizer {
   float* master_ = nullptr;         // bf16 storage: fp32 master weights of shard_elements_
   bool master_valid_ = false;       // set by load_parameters, else by the first step
   void* gradient_shard_ = nullptr;  // ZeRO-1/2: this rank's summed gradients (storage)
-  std::unique_ptr<ShardedGradients> sharded_gradients_;  // ZeRO-2
+  std::unique_ptr<ShardedGradients> sharded_gradients_;    // ZeRO-2 and 3
+  std::unique_ptr<ShardedParameters> sharded_parameters_;  // ZeRO-3
   bool counts_replicas_;  // this data-parallel replica counts in the norm
 };
 

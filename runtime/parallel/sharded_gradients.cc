@@ -8,31 +8,37 @@
 namespace paraplan {
 namespace {
 
-// Unit i's [begin, end), the units' lengths > 0 (empty ones dropped).
-std::vector<std::pair<size_t, size_t>> unit_ranges(const std::vector<GradientUnit>& units,
-                                                   size_t num_elements) {
-  std::vector<std::pair<size_t, size_t>> ranges;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const size_t end = i + 1 < units.size() ? units[i + 1].begin : num_elements;
-    if (units[i].begin > end || (i == 0 && units[i].begin != 0))
-      throw std::invalid_argument("sharded gradients: units must rise from 0 within the buffer");
-    ranges.emplace_back(units[i].begin, end);
-  }
-  return ranges;
-}
-
 size_t round_up(size_t n, size_t unit) {
   return (n + unit - 1) / unit * unit;
 }
 
 }  // namespace
 
+std::vector<GradientBucket> unit_buckets(const std::vector<GradientUnit>& units,
+                                         size_t num_elements, int group_size) {
+  const size_t z = static_cast<size_t>(group_size), unit = shard_unit_elements(group_size);
+  std::vector<GradientBucket> buckets;
+  size_t shard_offset = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    GradientBucket bucket;
+    bucket.begin = units[i].begin;
+    bucket.end = i + 1 < units.size() ? units[i + 1].begin : num_elements;
+    if (bucket.begin >= bucket.end || (i == 0 && bucket.begin != 0))
+      throw std::invalid_argument(
+          "sharded units: units must rise strictly from 0 within the buffer");
+    bucket.chunk = round_up(bucket.end - bucket.begin, unit) / z;
+    bucket.shard_offset = shard_offset;
+    shard_offset += bucket.chunk;
+    buckets.push_back(bucket);
+  }
+  return buckets;
+}
+
 size_t ShardedGradients::buffer_elements(const std::vector<GradientUnit>& units,
                                          size_t num_elements, int group_size) {
-  const size_t unit = shard_unit_elements(group_size);
   size_t elements = num_elements;
-  for (const auto& [begin, end] : unit_ranges(units, num_elements))
-    elements = std::max(elements, begin + round_up(end - begin, unit));
+  for (const GradientBucket& bucket : unit_buckets(units, num_elements, group_size))
+    elements = std::max(elements, bucket.begin + bucket.chunk * group_size);
   return elements;
 }
 
@@ -42,20 +48,9 @@ ShardedGradients::ShardedGradients(const std::vector<GradientUnit>& units, size_
     : ops_(ops), memory_(memory), group_(group), dtype_(ops.storage_dtype()) {
   if (resident.size() != units.size())
     throw std::invalid_argument("sharded gradients: one resident flag per unit");
-  const size_t z = static_cast<size_t>(group.size()), unit = shard_unit_elements(group.size());
-  const auto ranges = unit_ranges(units, num_elements);
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    const auto [begin, end] = ranges[i];
-    if (begin == end) continue;
-    GradientBucket bucket;
-    bucket.begin = begin;
-    bucket.end = end;
-    bucket.chunk = round_up(end - begin, unit) / z;
-    bucket.shard_offset = shard_elements_;
-    shard_elements_ += bucket.chunk;
-    buckets_.push_back(bucket);
-    resident_.push_back(resident[i]);
-  }
+  buckets_ = unit_buckets(units, num_elements, group.size());
+  resident_ = resident;
+  for (const GradientBucket& bucket : buckets_) shard_elements_ += bucket.chunk;
   auto allocate = [&](size_t elements) {
     void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
                                      MemoryCategory::kGradients);

@@ -43,6 +43,13 @@
 
 namespace paraplan {
 
+// The units as buckets of a ZeRO group of group_size: each padded to a
+// multiple of shard_unit_elements(group_size), chunk = padded / group_size,
+// the chunks' shard offsets in unit order. Throws std::invalid_argument
+// unless the units rise strictly from 0 within num_elements.
+std::vector<GradientBucket> unit_buckets(const std::vector<GradientUnit>& units,
+                                         size_t num_elements, int group_size);
+
 class ShardedGradients final : public GradientStorage {
  public:
   // units: the stage's (ModelStage::gradient_units), in buffer order from 0;

@@ -167,7 +167,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                                   .tensor_group = rank.groups.tensor.get(),
                                   .sequence_parallel = mesh_plan.sequence_parallel(),
                                   .output_gradient_per_slot = buffers[0].output_gradient_per_slot,
-                                  .gradients_elsewhere = shards_gradients(zero_stage)};
+                                  .gradients_elsewhere = shards_gradients(zero_stage),
+                                  .parameters_elsewhere = shards_parameters(zero_stage)};
   rank.layout =
       rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
   check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
@@ -187,7 +188,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                     .epsilon = optimizer_plan.epsilon(),
                     .weight_decay = optimizer_plan.weight_decay(),
                     .grad_clip = optimizer_plan.grad_clip()},
-      zero_stage, training.gradient_bucket_elements());
+      zero_stage, training.gradient_bucket_elements(), schedule.keep_parameters_gathered());
   rank.pipeline = PipelinePeers{
       .peers = rank.groups.peers.get(),
       .previous_stage_rank = rank.groups.previous_stage_rank,

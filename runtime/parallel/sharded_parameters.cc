@@ -1,0 +1,203 @@
+// sharded_parameters.cc: ZeRO-3's parameter shard, gathered units and prefetch.
+#include "runtime/parallel/sharded_parameters.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/parallel/sharded_gradients.h"
+
+namespace paraplan {
+
+ShardedParameters::ShardedParameters(const std::vector<GradientUnit>& units, size_t num_elements,
+                                     const std::vector<bool>& resident, bool keep_gathered,
+                                     kernels::Ops& ops, MemoryTracker& memory, Communicator& group)
+    : ops_(ops),
+      memory_(memory),
+      group_(group),
+      dtype_(ops.storage_dtype()),
+      keep_gathered_(keep_gathered),
+      buckets_(unit_buckets(units, num_elements, group.size())),
+      resident_(resident) {
+  if (resident.size() != units.size())
+    throw std::invalid_argument("sharded parameters: one resident flag per unit");
+  auto allocate = [&](size_t elements) {
+    void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
+                                     MemoryCategory::kWeights);
+    ops_.zero_bytes(pointer, ops_.storage_bytes(elements));
+    allocations_.push_back(pointer);
+    return pointer;
+  };
+  size_t shard_elements = 0;
+  for (const GradientBucket& bucket : buckets_) shard_elements += bucket.chunk;
+  shard_ = allocate(shard_elements);
+  resident_storage_.assign(buckets_.size(), nullptr);
+  slot_of_.assign(buckets_.size(), -1);
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    if (resident_[u])
+      resident_storage_[u] = allocate(padded(u));
+    else
+      slot_elements_ = std::max(slot_elements_, padded(u));
+  }
+  // Two slots: the unit read and the next one gathering.
+  for (int i = 0; i < 2 && slot_elements_ > 0; ++i) {
+    slots_.push_back(Slot{allocate(slot_elements_)});
+  }
+}
+
+ShardedParameters::~ShardedParameters() {
+  for (void* pointer : allocations_) memory_.release(pointer);
+}
+
+size_t ShardedParameters::unit_index(size_t offset) const {
+  const auto it =
+      std::upper_bound(buckets_.begin(), buckets_.end(), offset,
+                       [](size_t at, const GradientBucket& bucket) { return at < bucket.begin; });
+  if (it == buckets_.begin() || offset >= std::prev(it)->end)
+    throw std::out_of_range("sharded parameters: offset " + std::to_string(offset) +
+                            " is in no unit");
+  return static_cast<size_t>(std::prev(it) - buckets_.begin());
+}
+
+const void* ShardedParameters::chunk_of(size_t unit) const {
+  return kernels::element_at(shard_, buckets_[unit].shard_offset, dtype_);
+}
+
+ShardedParameters::Slot* ShardedParameters::start_gather(size_t unit, bool grow) {
+  auto it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.holds < 0; });
+  if (it == slots_.end()) {
+    if (!grow) return nullptr;
+    void* pointer = memory_.allocate(ops_.storage_bytes(slot_elements_), MemoryCategory::kWeights);
+    allocations_.push_back(pointer);
+    slots_.push_back(Slot{pointer});
+    it = std::prev(slots_.end());
+  }
+  Slot& slot = *it;
+  slot.holds = static_cast<int>(unit);
+  slot.in_use = false;
+  slot_of_[unit] = static_cast<int>(it - slots_.begin());
+  group_.start_all_gather(chunk_of(unit), slot.unit, buckets_[unit].chunk, dtype_);
+  slot.done_mark = group_.started_mark();
+  ++gathers_;
+  return &slot;
+}
+
+const void* ShardedParameters::parameter(size_t offset) {
+  const size_t u = unit_index(offset);
+  const size_t within = offset - buckets_[u].begin;
+  if (resident_[u]) {
+    wait_for_resident();
+    return kernels::element_at(resident_storage_[u], within, dtype_);
+  }
+  if (slot_of_[u] < 0) start_gather(u, /*grow=*/true);
+  Slot& slot = slots_[slot_of_[u]];
+  if (!slot.in_use) {
+    group_.wait_started_before(slot.done_mark);
+    slot.in_use = true;
+    order_.push_back(u);
+    prefetch_after(u);
+  }
+  return kernels::element_at(slot.unit, within, dtype_);
+}
+
+void ShardedParameters::prefetch_after(size_t unit) {
+  // Follow the previous step's order from where the reads are; a read out
+  // of that order finds its place again further on, or stops the prefetch.
+  const auto from = previous_order_.begin() + static_cast<std::ptrdiff_t>(cursor_);
+  const auto found = std::find(from, previous_order_.end(), unit);
+  if (found == previous_order_.end()) return;
+  cursor_ = static_cast<size_t>(found - previous_order_.begin()) + 1;
+  if (cursor_ >= previous_order_.size()) return;
+  const size_t next = previous_order_[cursor_];
+  if (!resident_[next] && slot_of_[next] < 0) start_gather(next, /*grow=*/false);
+}
+
+void ShardedParameters::unit_used(size_t unit_begin) {
+  const size_t u = unit_index(unit_begin);
+  if (buckets_[u].begin != unit_begin)
+    throw std::logic_error("sharded parameters: " + std::to_string(unit_begin) +
+                           " is not where a unit begins");
+  if (resident_[u] || keep_gathered_ || slot_of_[u] < 0) return;
+  Slot& slot = slots_[slot_of_[u]];
+  slot.holds = -1;
+  slot.in_use = false;
+  slot_of_[u] = -1;
+}
+
+void* ShardedParameters::owned(size_t unit, size_t offset, size_t shard_at) {
+  if (resident_[unit])
+    return kernels::element_at(resident_storage_[unit], offset - buckets_[unit].begin, dtype_);
+  return kernels::element_at(shard_, shard_at, dtype_);
+}
+
+void ShardedParameters::parameters_updated() {
+  for (Slot& slot : slots_) slot.holds = -1, slot.in_use = false;
+  std::fill(slot_of_.begin(), slot_of_.end(), -1);
+  previous_order_ = std::move(order_);
+  order_.clear();
+  cursor_ = 0;
+  gathers_ = 0;
+  const int rank = group_.rank();
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    if (!resident_[u]) continue;
+    const GradientBucket& bucket = buckets_[u];
+    group_.start_all_gather(kernels::element_at(resident_storage_[u], bucket.chunk * rank, dtype_),
+                            resident_storage_[u], bucket.chunk, dtype_);
+    resident_pending_ = true;
+  }
+}
+
+void ShardedParameters::wait_for_resident() {
+  if (!resident_pending_) return;
+  group_.wait_pending();
+  resident_pending_ = false;
+}
+
+void ShardedParameters::load_whole(const float* whole) {
+  wait_for_resident();
+  const int rank = group_.rank();
+  std::vector<char> converted;
+  auto store = [&](void* device, const float* values, size_t count) {
+    converted.resize(ops_.storage_bytes(count));
+    kernels::host_from_float(converted.data(), values, dtype_, count);
+    ops_.copy_from_host(device, converted.data(), converted.size());
+  };
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    const GradientBucket& bucket = buckets_[u];
+    if (resident_[u]) {
+      store(resident_storage_[u], whole + bucket.begin, bucket.end - bucket.begin);
+      continue;
+    }
+    const size_t first = std::min(bucket.end, bucket.begin + bucket.chunk * rank);
+    const size_t last = std::min(bucket.end, first + bucket.chunk);
+    void* chunk = kernels::element_at(shard_, bucket.shard_offset, dtype_);
+    ops_.zero_bytes(chunk, ops_.storage_bytes(bucket.chunk));  // the padding
+    if (first < last) store(chunk, whole + first, last - first);
+  }
+  // What was gathered holds the old values.
+  for (Slot& slot : slots_) slot.holds = -1, slot.in_use = false;
+  std::fill(slot_of_.begin(), slot_of_.end(), -1);
+}
+
+void ShardedParameters::read_whole(std::vector<float>& whole) {
+  wait_for_resident();
+  whole.assign(buckets_.empty() ? 0 : buckets_.back().end, 0.0f);
+  void* gathered = memory_.allocate(ops_.storage_bytes(std::max<size_t>(slot_elements_, 1)),
+                                    MemoryCategory::kWorkspace);
+  std::vector<char> raw;
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    const GradientBucket& bucket = buckets_[u];
+    const void* source = resident_storage_[u];
+    if (!resident_[u]) {
+      group_.all_gather(chunk_of(u), gathered, bucket.chunk, dtype_);
+      source = gathered;
+    }
+    const size_t count = bucket.end - bucket.begin;
+    raw.resize(ops_.storage_bytes(count));
+    ops_.copy_to_host(raw.data(), source, raw.size());
+    kernels::host_to_float(whole.data() + bucket.begin, raw.data(), dtype_, count);
+  }
+  memory_.release(gathered);
+}
+
+}  // namespace paraplan

@@ -1,0 +1,113 @@
+// zero_three_test.cc: ZeRO-3 (parameters sharded too, each unit gathered
+// when a forward or backward first reads it and freed after, or kept
+// gathered for the step: runtime/parallel/sharded_parameters.h) trained
+// under mpirun gives the single-rank losses: over 2 and 4 data-parallel
+// ranks, with tensor and sequence parallelism, under every pipeline
+// schedule kind (recomputation and split backward read the parameters
+// again), for GPT-2 and Llama, fp32 and bf16; and its checkpoints resume
+// under a ZeRO-1 plan of another mesh and back with the straight run's
+// losses. Tolerances as zero_two_test.cc's: the sums are ZeRO-2's.
+#include <gtest/gtest.h>
+
+#include "schedule_plan_fixture.h"
+
+namespace paraplan::testing {
+namespace {
+
+using schema::ScheduleKind;
+
+constexpr double kBfloat16Tolerance = 1e-3;
+
+class ZeroThree : public SchedulePlanTraining {
+ protected:
+  // The peak memory a run logs (rank 0's), in bytes.
+  static double logged_peak_memory(const std::string& name) {
+    double peak = 0;
+    for (const auto& line : read_json_lines(*directory_ / (name + ".jsonl")))
+      peak = std::max(peak, line["memory_bytes"].get<double>());
+    return peak;
+  }
+};
+
+ScheduleCase zero_three(std::string name, ScheduleKind kind, int pipeline, int virtual_stages,
+                        int data, bool keep_gathered = false) {
+  return ScheduleCase{.name = std::move(name),
+                      .kind = kind,
+                      .pipeline = pipeline,
+                      .virtual_stages = virtual_stages,
+                      .data = data,
+                      .zero_stage = 3,
+                      .keep_parameters_gathered = keep_gathered};
+}
+
+TEST_F(ZeroThree, DataParallelGivesTheSingleRankLosses) {
+  const ScheduleKind one_f1b = ScheduleKind::OneForwardOneBackward;
+  expect_single_rank_losses(zero_three("zero3_dp2", one_f1b, 1, 1, 2));
+  expect_single_rank_losses(zero_three("zero3_dp4", one_f1b, 1, 1, 4));
+  expect_single_rank_losses(zero_three("zero3_dp2_kept", one_f1b, 1, 1, 2, true));
+  ScheduleCase tensor = zero_three("zero3_dp2_tp2_sp", one_f1b, 1, 1, 2);
+  tensor.tensor = 2, tensor.sequence_parallel = true;
+  expect_single_rank_losses(tensor);
+}
+
+// Against ZeRO-2 on the same 4 ranks, the parameters are what the rank
+// keeps of them: its shard (110400 / 4 of the 8-block model's 110400
+// fp32 parameters), the embedding's unit whole (8704: the tied head reads
+// it at both ends of the step) and two gathered blocks (2 x 12704), in
+// place of the whole buffer (110400 + 31 elements of ZeRO-2's padding).
+TEST_F(ZeroThree, ParametersTakeTheShardAndTwoGatheredBlocks) {
+  const ScheduleCase zero3 = zero_three("zero3_dp4", ScheduleKind::OneForwardOneBackward, 1, 1, 4);
+  ScheduleCase zero2 = zero3;
+  zero2.name = "zero2_dp4", zero2.zero_stage = 2;
+  ASSERT_EQ(run(zero3).losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(run(zero2).losses.size(), static_cast<size_t>(kSteps));
+  const double saved = logged_peak_memory(zero2.name) - logged_peak_memory(zero3.name);
+  std::cout << "ZeRO-3 against ZeRO-2, dp 4: peak memory " << saved << " bytes less" << std::endl;
+  EXPECT_EQ(saved, 4.0 * ((110400 + 31) - (110400 / 4 + 8704 + 2 * 12704)));
+}
+
+TEST_F(ZeroThree, EverySchedulePipelinedGivesTheSingleRankLosses) {
+  expect_single_rank_losses(
+      zero_three("zero3_1f1b_pp2_dp2", ScheduleKind::OneForwardOneBackward, 2, 1, 2));
+  expect_single_rank_losses(zero_three("zero3_gpipe_pp2_dp2_kept", ScheduleKind::GPipe, 2, 1, 2,
+                                       /*keep_gathered=*/true));
+  expect_single_rank_losses(
+      zero_three("zero3_interleaved_pp2_v2_dp2", ScheduleKind::Interleaved1F1B, 2, 2, 2));
+  expect_single_rank_losses(zero_three("zero3_zbh1_pp2_dp2", ScheduleKind::ZeroBubbleH1, 2, 1, 2));
+  expect_single_rank_losses(zero_three("zero3_zbv_pp2_dp2", ScheduleKind::ZeroBubbleV, 2, 2, 2));
+  expect_single_rank_losses(
+      zero_three("zero3_dualpipev_pp2_dp2", ScheduleKind::DualPipeV, 2, 2, 2));
+}
+
+TEST_F(ZeroThree, LlamaAndBfloat16GiveTheSingleRankLosses) {
+  ScheduleCase llama = zero_three("llama_zero3_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
+  llama.architecture = "llama";
+  expect_single_rank_losses(llama);
+  ScheduleCase piped = zero_three("llama_zero3_zbh1_pp2_dp2", ScheduleKind::ZeroBubbleH1, 2, 1, 2);
+  piped.architecture = "llama";
+  expect_single_rank_losses(piped);
+  ScheduleCase bf16 = zero_three("bf16_zero3_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
+  bf16.dtype = schema::DType::BFloat16;
+  expect_single_rank_losses(bf16, kBfloat16Tolerance);
+}
+
+TEST_F(ZeroThree, CheckpointsResumeUnderZeroOnePlansOfOtherMeshes) {
+  const ScheduleCase zero3 = zero_three("zero3_dp4", ScheduleKind::OneForwardOneBackward, 1, 1, 4);
+  ScheduleCase zero1 =
+      zero_three("zero1_1f1b_pp2_dp2", ScheduleKind::OneForwardOneBackward, 2, 1, 2);
+  zero1.zero_stage = 1;
+  ASSERT_EQ(run(zero3).losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(run(zero1).losses.size(), static_cast<size_t>(kSteps));
+  const std::vector<double> reference = resumed(zero1, zero1);
+  ASSERT_EQ(reference.size(), 2u);
+  for (const auto& [from, under] : {std::pair{zero3, zero1}, std::pair{zero1, zero3}}) {
+    const std::vector<double> losses = resumed(from, under);
+    ASSERT_EQ(losses.size(), reference.size()) << from.name << " -> " << under.name;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], reference[i], kLossTolerance)
+          << from.name << " -> " << under.name << " step " << kSteps + 1 + i;
+  }
+}
+
+}  // namespace
+}  // namespace paraplan::testing
