@@ -36,6 +36,7 @@ struct ScheduleCase {
   int eval_interval = 1000;  // (past the run: no evaluation)
   schema::DType dtype = schema::DType::Float32;
   bool keep_parameters_gathered = false;  // ZeRO-3, every pipeline rank
+  int zero_groups = 1;                    // zero.num_groups
 };
 
 // The case's plan: the test model (8 layers, so pp 4 x 2 chunks holds one
@@ -58,7 +59,7 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
   spec.data_parallel = c.data, spec.tensor_parallel = c.tensor;
   spec.sequence_parallel = c.sequence_parallel;
   spec.num_nodes = 1, spec.devices_per_node = c.pipeline * c.data * c.tensor;
-  spec.zero_stage = c.zero_stage, spec.zero_num_groups = 1;
+  spec.zero_stage = c.zero_stage, spec.zero_num_groups = c.zero_groups;
   spec.dtype = c.dtype;
   spec.schedule_kind = c.kind;
   const PipelineSchedule schedule = generate_schedule(c.kind, c.pipeline, m, c.virtual_stages);

@@ -45,6 +45,9 @@ TEST_F(ZeroThree, DataParallelGivesTheSingleRankLosses) {
   expect_single_rank_losses(zero_three("zero3_dp2", one_f1b, 1, 1, 2));
   expect_single_rank_losses(zero_three("zero3_dp4", one_f1b, 1, 1, 4));
   expect_single_rank_losses(zero_three("zero3_dp2_kept", one_f1b, 1, 1, 2, true));
+  ScheduleCase groups = zero_three("zero3_dp4_g2", one_f1b, 1, 1, 4);
+  groups.zero_groups = 2;
+  expect_single_rank_losses(groups);
   ScheduleCase tensor = zero_three("zero3_dp2_tp2_sp", one_f1b, 1, 1, 2);
   tensor.tensor = 2, tensor.sequence_parallel = true;
   expect_single_rank_losses(tensor);

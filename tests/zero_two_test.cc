@@ -41,6 +41,10 @@ ScheduleCase zero_two(std::string name, ScheduleKind kind, int pipeline, int vir
 TEST_F(ZeroTwo, DataParallelGivesTheSingleRankLosses) {
   expect_single_rank_losses(zero_two("zero2_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2));
   expect_single_rank_losses(zero_two("zero2_dp4", ScheduleKind::OneForwardOneBackward, 1, 1, 4));
+  // Two ZeRO groups of 2: each shard summed over the groups too.
+  ScheduleCase groups = zero_two("zero2_dp4_g2", ScheduleKind::OneForwardOneBackward, 1, 1, 4);
+  groups.zero_groups = 2;
+  expect_single_rank_losses(groups);
   ScheduleCase tensor = zero_two("zero2_dp2_tp2_sp", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
   tensor.tensor = 2, tensor.sequence_parallel = true;
   expect_single_rank_losses(tensor);
