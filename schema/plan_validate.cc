@@ -183,8 +183,12 @@ void check_training(const schema::Training& training, const schema::Model* model
     v.add("training.eval_interval", number(training.eval_interval()) + "; must be at most " +
                                         number(kMaxSteps) + " steps (0 disables evaluation)");
   }
-  require_non_negative(v, "training.eval_batches", training.eval_batches());
-  if (training.eval_batches() > kMaxEvalBatches) {
+  // The runtime reads at least one batch per evaluation: a 0 here would be
+  // read as 1 without a word, so it is refused as the job file refuses it.
+  if (training.eval_batches() < 1) {
+    v.add("training.eval_batches", number(training.eval_batches()) + "; must be in 1.." +
+                                       number(kMaxEvalBatches) + " global batches per evaluation");
+  } else if (training.eval_batches() > kMaxEvalBatches) {
     v.add("training.eval_batches",
           number(training.eval_batches()) + "; must be at most " + number(kMaxEvalBatches) +
               " global batches per evaluation (and evaluation reads at most one pass of the "

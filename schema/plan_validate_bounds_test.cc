@@ -66,6 +66,9 @@ const std::vector<ViolationCase>& bound_cases() {
       {"EvalBatchesAboveTheBound",
        [](PlanSpec& s) { s.eval_batches = 65537; },
        {"training.eval_batches: 65537; must be at most 65536 global batches per evaluation"}},
+      {"EvalBatchesZero",  // the runtime would read 1 without a word
+       [](PlanSpec& s) { s.eval_batches = 0; },
+       {"training.eval_batches: 0; must be in 1..65536 global batches per evaluation"}},
       {"EvalIntervalAboveTheBound",
        [](PlanSpec& s) { s.eval_interval = 2147483647; },
        {"training.eval_interval: 2147483647; must be at most 2147483646 steps"}},

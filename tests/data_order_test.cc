@@ -42,27 +42,51 @@ class DataOrder : public ParallelTraining {
     }
   }
 
+  // How a job's [data] orders the blend: shuffled or not, a's weight (b's
+  // is the rest), and [data] seed when not 0 (else training.seed, 5).
+  struct Order {
+    bool shuffle = true;
+    const char* weight_a = "0.7";
+    const char* weight_b = "0.3";
+    int seed = 0;
+  };
+
   // The job of `plan` with [data]: a_*.bin and b_*.bin blended 0.7/0.3.
-  static std::string blended_job(const PlanCase& plan, bool shuffle) {
+  static std::string blended_job(const PlanCase& plan, const Order& order) {
     return job_toml(plan) + "\n[data]\ntrain = [{path = \"" + *directory_ / "shards" +
-           "/a_*.bin\", weight = 0.7}, {path = \"" + *directory_ / "shards" +
-           "/b_*.bin\", weight = 0.3}]\nshuffle = " + (shuffle ? "true" : "false") + "\n";
+           "/a_*.bin\", weight = " + order.weight_a + "}, {path = \"" + *directory_ / "shards" +
+           "/b_*.bin\", weight = " + order.weight_b +
+           "}]\nshuffle = " + (order.shuffle ? "true" : "false") + "\n" +
+           (order.seed != 0 ? "seed = " + std::to_string(order.seed) + "\n" : "");
   }
 
   // Plans the job and trains it under `paraplan launch` without --data (the
   // plan names the data) to step `steps`; returns the log's losses.
+  // `launch` (options for launch itself, an environment to start it in)
+  // takes the job's data in `order`.
+  struct Launch {
+    Order order;
+    std::string options, environment;
+  };
   static std::vector<double> train_blend(const PlanCase& plan, bool shuffle, int steps,
+                                         const std::string& extra = "",
+                                         CommandResult* out = nullptr, bool must_succeed = true) {
+    return train_blend(plan, Launch{.order = {.shuffle = shuffle}}, steps, extra, out,
+                       must_succeed);
+  }
+  static std::vector<double> train_blend(const PlanCase& plan, const Launch& launch, int steps,
                                          const std::string& extra = "",
                                          CommandResult* out = nullptr, bool must_succeed = true) {
     const std::string job = *directory_ / (plan.name + ".toml");
     const std::string plan_file = *directory_ / (plan.name + ".pplan");
     const std::string log = *directory_ / (plan.name + ".jsonl");
-    write_file(job, blended_job(plan, shuffle));
+    write_file(job, blended_job(plan, launch.order));
     const CommandResult planned = run("plan --config " + job + " --output " + plan_file);
     EXPECT_EQ(planned.exit_code, 0) << planned.output;
-    const CommandResult trained = run_command(
-        std::string(PARAPLAN_BINARY) + " launch --plan " + plan_file + " -- train --steps " +
-        std::to_string(steps) + " --log-json " + log + " " + extra);
+    const CommandResult trained =
+        run_command(launch.environment + " " + PARAPLAN_BINARY + " launch --plan " + plan_file +
+                    " " + launch.options + " -- train --steps " + std::to_string(steps) +
+                    " --log-json " + log + " " + extra);
     if (must_succeed) {
       EXPECT_EQ(trained.exit_code, 0) << trained.output;
     }
@@ -138,7 +162,7 @@ TEST_F(DataOrder, AGlobOnTheCommandLineReplacesThePlansData) {
 }
 
 // Issue 46, 4: train_state.json records the data order; a resume in another
-// order (shuffle toggled, another set of files) is refused naming the change,
+// order (shuffle toggled, other files, another seed or blend) is refused naming the change,
 // and continues only when the user accepts it by name.
 TEST_F(DataOrder, AResumeInAnotherOrderIsRefusedUnlessAccepted) {
   const std::string checkpoints = *directory_ / "order_checkpoints";
@@ -165,8 +189,31 @@ TEST_F(DataOrder, AResumeInAnotherOrderIsRefusedUnlessAccepted) {
               resume + " --data '" + *directory_ / "shards" + "/a_*.bin'", &other_files, false);
   EXPECT_NE(other_files.exit_code, 0);
   EXPECT_NE(other_files.output.find("2 dataset(s) -> 1"), std::string::npos) << other_files.output;
-  std::printf("[ figures  ] refused: %s\n",
-              other_files.output.substr(other_files.output.find("paraplan: error:")).c_str());
+  const size_t error_at = other_files.output.find("paraplan: error:");
+  ASSERT_NE(error_at, std::string::npos) << other_files.output;
+  std::printf("[ figures  ] refused: %s\n", other_files.output.substr(error_at).c_str());
+
+  // Another seed, another blend: each refused naming the change, whole line.
+  const std::string state_file = checkpoints + "/step_00000002/train_state.json";
+  const auto refusal = [&](const std::string& change) {
+    return "paraplan: error: " + state_file +
+           ": data_order: this run reads its training data in another order than the run that "
+           "wrote the checkpoint (" +
+           change +
+           "), so resuming at sample 24 would skip and repeat samples; resume with the same "
+           "[data] and --data, or pass --accept-data-order-change to continue in the new order";
+  };
+  CommandResult reseeded;
+  train_blend({.name = "order_reseeded"}, Launch{.order = {.seed = 6}}, 3, resume, &reseeded,
+              false);
+  EXPECT_NE(reseeded.exit_code, 0);
+  EXPECT_NE(reseeded.output.find(refusal("seed 5 -> 6")), std::string::npos) << reseeded.output;
+  CommandResult reweighted;
+  train_blend({.name = "order_reweighted"}, Launch{.order = {.weight_a = "0.5", .weight_b = "0.5"}},
+              3, resume, &reweighted, false);
+  EXPECT_NE(reweighted.exit_code, 0);
+  EXPECT_NE(reweighted.output.find(refusal("weights 0.7, 0.3 -> 0.5, 0.5")), std::string::npos)
+      << reweighted.output;
 
   // The same order resumes silently; another order with the flag goes on, said once.
   CommandResult same;
@@ -181,6 +228,49 @@ TEST_F(DataOrder, AResumeInAnotherOrderIsRefusedUnlessAccepted) {
                                  "false); continuing at sample"),
             std::string::npos)
       << accepted.output;
+}
+
+// Issue 46, 4: `launch --max-restarts` resumes under the plan's own [data]
+// (a re-plan for fewer hosts keeps it: planner/replan_test.cc), so the
+// elastic restart never trips the order check, and the interrupted run's
+// losses are the uninterrupted one's. Rank 1 stops (SIGSTOP) before step 3,
+// after the checkpoint of step 2; the heartbeat timeout ends the attempt.
+TEST_F(DataOrder, AnElasticRestartKeepsTheOrderAndTheLosses) {
+  constexpr int kRestartSteps = 4;
+  const std::vector<double> straight =
+      train_blend({.name = "restart_straight"}, true, kRestartSteps);
+  ASSERT_EQ(straight.size(), static_cast<size_t>(kRestartSteps));
+  const std::string checkpoints = *directory_ / "restart_checkpoints";
+  CommandResult restarted;
+  train_blend({.name = "restart_elastic", .data = 2, .micro_batch_size = 6},
+              Launch{.options = "--max-restarts 1 --heartbeat-timeout 4",
+                     .environment = "PARAPLAN_STOP_RANK_AT_STEP=1:3"},
+              kRestartSteps, "--checkpoint-dir " + checkpoints + " --checkpoint-every 1",
+              &restarted);
+  EXPECT_EQ(restarted.exit_code, 0) << restarted.output;
+  for (size_t at = restarted.output.find("paraplan launch: "); at != std::string::npos;
+       at = restarted.output.find("paraplan launch: ", at + 1))
+    std::printf("[ figures  ] %s\n",
+                restarted.output.substr(at, restarted.output.find('\n', at) - at).c_str());
+  EXPECT_NE(restarted.output.find("paraplan launch: restart 1 of 1: resuming from step 2 (" +
+                                  checkpoints + "/latest)"),
+            std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("paraplan launch: finished after 1 restart(s)"),
+            std::string::npos)
+      << restarted.output;
+  EXPECT_EQ(restarted.output.find("data_order"), std::string::npos) << restarted.output;
+  EXPECT_EQ(restarted.output.find("data order"), std::string::npos) << restarted.output;
+  // The log holds each step once: 1-2 from the first attempt, 3-4 resumed.
+  std::vector<double> losses(kRestartSteps, -1);
+  for (const nlohmann::json& line : read_json_lines(*directory_ / "restart_elastic.jsonl")) {
+    const int step = line["step"].get<int>();
+    ASSERT_GE(step, 1);
+    ASSERT_LE(step, kRestartSteps);
+    losses[step - 1] = line["loss"].get<double>();
+  }
+  for (int i = 0; i < kRestartSteps; ++i)
+    EXPECT_NEAR(losses[i], straight[i], kLossTolerance) << "restarted run, step " << i + 1;
 }
 
 }  // namespace

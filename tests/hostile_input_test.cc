@@ -217,6 +217,53 @@ TEST_F(HostileInput, CountsThatMultiplyWorkAreBoundedByName) {
                      {"--checkpoint-every-seconds: inf is invalid; must be a finite number >= 0"});
 }
 
+// Issue 46, 2: eval_batches at its bound (65536) on the tiny validation set
+// of a few dozen batches, evaluated every step: each evaluation reads one
+// pass, the run says so once and ends in seconds (a wrap-around evaluation
+// ran for hours).
+TEST_F(HostileInput, EvaluationReadsAtMostOnePassOfTheValidationData) {
+  write_plan_file("evals.pplan", [](PlanSpec& s) {
+    s.eval_batches = 65536;
+    s.eval_interval = 1;
+  });
+  const std::string val = path("data/val.bin");
+  const CommandResult result = bounded(
+      train("evals.pplan", "--steps 2 --val-data " + val + " --log-json " + path("evals.jsonl")));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  // val.bin: a 1024-byte header, uint16 tokens; samples of 16 + 1 tokens.
+  const int64_t samples = ((static_cast<int64_t>(fs::file_size(val)) - 1024) / 2 - 1) / 16;
+  const int64_t global_batch = make_plan_spec(1, 1, 1, 2, 2).global_batch_size;
+  const int64_t batches = samples / global_batch;
+  ASSERT_GT(batches, 1);
+  const std::string note =
+      "evaluation: training.eval_batches = 65536 asks for more than one pass over --val-data " +
+      val + " (" + std::to_string(samples) + " samples = " + std::to_string(batches) +
+      " global batches of " + std::to_string(global_batch) + "): each evaluation reads " +
+      std::to_string(batches) + " batch(es), one pass\n";
+  const size_t at = result.output.find(note);
+  EXPECT_NE(at, std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find(note, at + 1), std::string::npos) << "said more than once";
+  const std::vector<nlohmann::json> log = read_json_lines(dir_ / "evals.jsonl");
+  ASSERT_EQ(log.size(), 2u);
+  for (const nlohmann::json& step : log) EXPECT_TRUE(step.contains("val_loss")) << step.dump();
+
+  // Less than one global batch of validation data: one batch, said to wrap.
+  write_file(dir_ / "short.txt", "just a few bytes of validation text here\n");
+  ASSERT_EQ(bounded("tokenize --val-fraction 0 --input " + path("short.txt") + " --output " +
+                    path("short"))
+                .exit_code,
+            0);
+  const CommandResult short_run =
+      bounded(train("evals.pplan", "--steps 1 --val-data " + path("short/train.bin")));
+  ASSERT_EQ(short_run.exit_code, 0) << short_run.output;
+  EXPECT_NE(short_run.output.find("evaluation: --val-data " + path("short/train.bin") +
+                                  " holds 2 samples, fewer than one global batch of " +
+                                  std::to_string(global_batch) +
+                                  ": each evaluation reads 1 batch, which wraps around them"),
+            std::string::npos)
+      << short_run.output;
+}
+
 // Issue 46, 4 (review): checkpoints record the data's file names, so a
 // token file whose name is not UTF-8 is refused before anything runs.
 TEST_F(HostileInput, ATokenFileNameThatIsNotUtf8IsRefused) {

@@ -41,10 +41,34 @@ bool same_share(double a, double a_total, double b, double b_total) {
   return std::fabs(a / a_total - b / b_total) <= 1e-12;
 }
 
-// Field `key` of dataset `d`: an integer in [0, maximum].
+// Every field of a dataset's entry is required: paraplan writes them all, and
+// a field read as a default would compare equal to an order it is not.
+void refuse_field(const std::string& path, const std::string& field, const nlohmann::json* value,
+                  const char* valid) {
+  throw std::runtime_error(path + ": " + field + ": " +
+                           (value == nullptr ? std::string("missing") : json_value_text(*value)) +
+                           "; must be " + valid);
+}
+
+// Field `key` of a dataset's entry: an integer >= 0.
 int64_t dataset_integer(const nlohmann::json& entry, const char* key, const std::string& where,
                         const std::string& path) {
-  return json_integer(entry, key, path + ": " + where, std::nullopt, 0, INT64_MAX);
+  const auto found = entry.find(key);
+  if (found == entry.end() || !found->is_number_integer() ||
+      (!found->is_number_unsigned() && found->get<int64_t>() < 0) ||
+      (found->is_number_unsigned() && found->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+    refuse_field(path, where + "." + key, found == entry.end() ? nullptr : &*found,
+                 "an integer in 0..9223372036854775807");
+  return found->get<int64_t>();
+}
+
+// Field `key` of a dataset's entry: a string (first_file, files_digest).
+std::string dataset_string(const nlohmann::json& entry, const char* key, const std::string& where,
+                           const std::string& path, const char* valid) {
+  const auto found = entry.find(key);
+  if (found == entry.end() || !found->is_string())
+    refuse_field(path, where + "." + key, found == entry.end() ? nullptr : &*found, valid);
+  return found->get<std::string>();
 }
 
 }  // namespace
@@ -112,14 +136,20 @@ DataOrderRecord data_order_from_json(const nlohmann::json& json, const std::stri
       throw std::runtime_error(path + ": " + where + ": " + json_value_text(entry) +
                                "; must be an object");
     DataOrderRecord::Dataset dataset;
-    dataset.weight = json_number(entry, "weight", path + ": " + where, 1.0);
+    const auto weight = entry.find("weight");
+    if (weight == entry.end() || !weight->is_number())
+      refuse_field(path, where + ".weight", weight == entry.end() ? nullptr : &*weight,
+                   "a positive finite number");
+    dataset.weight = weight->get<double>();
     if (!(dataset.weight > 0) || !std::isfinite(dataset.weight))
       throw std::runtime_error(path + ": " + where + ".weight: " + number_text(dataset.weight) +
                                "; must be a positive finite number");
     dataset.files = dataset_integer(entry, "files", where, path);
     dataset.tokens = dataset_integer(entry, "tokens", where, path);
-    dataset.first_file = json_string_or(entry, "first_file", "");
-    dataset.files_digest = json_string_or(entry, "files_digest", "");
+    dataset.first_file =
+        dataset_string(entry, "first_file", where, path, "the path of the dataset's first file");
+    dataset.files_digest = dataset_string(entry, "files_digest", where, path,
+                                          "16 hex digits (FNV-1a 64 of the dataset's paths)");
     record.datasets.push_back(std::move(dataset));
   }
   return record;

@@ -96,8 +96,29 @@ TEST(DataOrderRecord, AHostileRecordIsRefusedByField) {
             "ts.json: data_order.datasets: an array; must be an array of 1 to 4096 datasets");
   EXPECT_EQ(error(R"({"shuffle": true, "seed": 2, "datasets": [{"weight": -1}]})"),
             "ts.json: data_order.datasets[0].weight: -1; must be a positive finite number");
-  EXPECT_EQ(error(R"({"shuffle": true, "seed": 2, "datasets": [{"files": 1}]})"),
-            "ts.json: data_order.datasets[0]: missing field 'tokens'");
+  // Every field of a dataset is required: one read as a default could match
+  // an order it is not.
+  const std::string whole =
+      R"("weight": 1, "files": 1, "first_file": "/d/a.bin", "files_digest": "0123456789abcdef")";
+  const auto with_dataset = [&](const std::string& dataset) {
+    return error(R"({"shuffle": true, "seed": 2, "datasets": [)" + dataset + "]}");
+  };
+  EXPECT_EQ(with_dataset(R"({"files": 1})"),
+            "ts.json: data_order.datasets[0].weight: missing; must be a positive finite number");
+  EXPECT_EQ(with_dataset("{" + whole + "}"),
+            "ts.json: data_order.datasets[0].tokens: missing; must be an integer in "
+            "0..9223372036854775807");
+  EXPECT_EQ(with_dataset("{" + whole + R"(, "tokens": -5})"),
+            "ts.json: data_order.datasets[0].tokens: -5; must be an integer in "
+            "0..9223372036854775807");
+  EXPECT_EQ(with_dataset(R"({"weight": 1, "files": 1, "tokens": 9, "files_digest": "00"})"),
+            "ts.json: data_order.datasets[0].first_file: missing; must be the path of the "
+            "dataset's first file");
+  EXPECT_EQ(with_dataset(R"({"weight": 1, "files": 1, "tokens": 9, "first_file": "/a",
+                             "files_digest": 7})"),
+            "ts.json: data_order.datasets[0].files_digest: 7; must be 16 hex digits (FNV-1a 64 "
+            "of the dataset's paths)");
+  EXPECT_EQ(with_dataset("{" + whole + R"(, "tokens": 9})"), "no error");
 }
 
 }  // namespace

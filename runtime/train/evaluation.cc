@@ -86,14 +86,21 @@ int evaluation_batches(const schema::Training& training, int64_t samples_per_pas
 
 std::string evaluation_batches_note(const schema::Training& training, int64_t samples_per_pass,
                                     const std::string& data_name) {
+  const int64_t global_batch = std::max(1, training.global_batch_size());
+  const std::string samples = std::to_string(samples_per_pass) + " samples";
+  // Less than one global batch: the one batch read wraps around the data,
+  // the least an evaluation can read without changing the batch's split.
+  if (samples_per_pass < global_batch)
+    return "evaluation: " + data_name + " holds " + samples + ", fewer than one global batch of " +
+           std::to_string(global_batch) +
+           ": each evaluation reads 1 batch, which wraps around them";
   const int batches = evaluation_batches(training, samples_per_pass);
   if (batches >= training.eval_batches()) return "";
   return "evaluation: training.eval_batches = " + std::to_string(training.eval_batches()) +
-         " asks for more than one pass over " + data_name + " (" +
-         std::to_string(samples_per_pass) + " samples = " +
-         std::to_string(samples_per_pass / std::max(1, training.global_batch_size())) +
-         " global batches of " + std::to_string(training.global_batch_size()) +
-         "): each evaluation reads " + std::to_string(batches) + " batch(es), one pass";
+         " asks for more than one pass over " + data_name + " (" + samples + " = " +
+         std::to_string(samples_per_pass / global_batch) + " global batches of " +
+         std::to_string(global_batch) + "): each evaluation reads " + std::to_string(batches) +
+         " batch(es), one pass";
 }
 
 double evaluate(RankState& rank, const SampleSource& data, const schema::Training& training,

@@ -21,7 +21,8 @@ namespace paraplan {
 int evaluation_batches(const schema::Training& training, int64_t samples_per_pass);
 
 // The line `train` prints once when evaluation_batches cut eval_batches
-// down; empty when it did not.
+// down, or when the data holds less than one global batch (the one batch
+// read wraps around it); empty otherwise.
 std::string evaluation_batches_note(const schema::Training& training, int64_t samples_per_pass,
                                     const std::string& data_name);
 

@@ -1,6 +1,7 @@
 // evaluation_test.cc: how many global batches an evaluation reads
 // (evaluation.h): eval_batches, at most one pass over the validation data,
-// at least one batch; and the line that says when eval_batches was cut.
+// at least one batch; and the line that says when eval_batches was cut or
+// the data holds less than one batch.
 #include "runtime/train/evaluation.h"
 
 #include <gtest/gtest.h>
@@ -36,6 +37,14 @@ TEST(Evaluation, SaysOnceWhenEvalBatchesAskedForMoreThanOnePass) {
             "--val-data data/val.bin (183 samples = 22 global batches of 8): each evaluation "
             "reads 22 batch(es), one pass");
   EXPECT_EQ(evaluation_batches_note(*plan_asking_for(22).plan().training(), 183, "val"), "");
+  // Less than one global batch: said whatever eval_batches asks, 1 included.
+  for (const int32_t asked : {1, 65536})
+    EXPECT_EQ(
+        evaluation_batches_note(*plan_asking_for(asked).plan().training(), 5, "[data] validation"),
+        "evaluation: [data] validation holds 5 samples, fewer than one global batch of 8: "
+        "each evaluation reads 1 batch, which wraps around them")
+        << asked;
+  EXPECT_EQ(evaluation_batches_note(*plan_asking_for(1).plan().training(), 8, "val"), "");
 }
 
 }  // namespace
