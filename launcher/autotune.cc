@@ -252,46 +252,59 @@ std::vector<ParallelShape> meshes_to_tune(const std::vector<PlanCandidate>& rank
   return meshes;
 }
 
-// Steps 2 and 3 for one mesh: ZeRO-0's micro-batches, then ZeRO-1's where
-// they can beat them.
+// Steps 2 and 3 for one mesh: the lowest ZeRO stage's micro-batches, then
+// each higher stage's only where it can beat the best of the stages below:
+// they were memory-bound (their largest fitting micro-batch is not the
+// largest candidate, or none fit), or the cost model predicts the higher
+// stage faster than the best measured so far. Each skip is a note saying why.
 void tune_mesh(Tuner& tuner, const ParallelShape& mesh, const SearchSpace& space,
                const JobConfig& config, double plateau) {
   std::vector<int> sizes = micro_batch_sizes(space, config, mesh.data_parallel);
   std::sort(sizes.begin(), sizes.end());
-  // 2. ZeRO-0 first: binary search for the largest that runs, then grow to a plateau.
+  // The candidates at least `smallest` the memory model accepts for a stage.
   auto accepted = [&](int zero, int smallest) {
     std::vector<int> fits;
     for (int b : sizes)
       if (b >= smallest && tuner.fits_model(mesh, zero, b, nullptr)) fits.push_back(b);
     return fits;
   };
-  const std::vector<int>& zero_stages = space.zero_stages;
-  const bool try_zero0 = std::find(zero_stages.begin(), zero_stages.end(), 0) != zero_stages.end();
-  Trial* best0 = nullptr;
-  bool memory_bound = true;
-  if (try_zero0) {
-    const std::vector<int> fits = accepted(0, 0);
-    const int largest = largest_that_runs(tuner, mesh, 0, fits);
-    best0 = grow_until_plateau(tuner, mesh, 0, fits, largest, plateau);
+  std::vector<int> stages = space.zero_stages;
+  std::sort(stages.begin(), stages.end());
+  Trial* best = nullptr;        // the fastest of the stages tried so far
+  bool memory_bound = false;    // a stage tried so far could not run the largest size
+  bool tried_any = false;
+  for (int zero : stages) {
+    const std::string name = mesh_name(mesh) + " ZeRO-" + std::to_string(zero);
+    if (zero > 0 && mesh.data_parallel == 1) {
+      tuner.notes().push_back(name + " skipped: one data-parallel rank has nothing to shard");
+      continue;
+    }
+    if (tried_any && !memory_bound) {
+      double predicted = 0;
+      const bool faster = best && tuner.fits_model(mesh, zero, best->micro_batch, &predicted) &&
+                          predicted < best->predicted_seconds;
+      if (!faster) {
+        tuner.notes().push_back(name +
+                                " skipped: the stages below ran the largest micro-batch and the "
+                                "cost model does not predict it faster");
+        continue;
+      }
+    }
+    const std::vector<int> fits = accepted(zero, best ? best->micro_batch : 0);
+    if (fits.empty()) {
+      tuner.notes().push_back(name + " pruned: the memory model accepts no micro-batch size" +
+                              (best ? " above the best so far" : ""));
+      memory_bound = true;
+      tried_any = true;
+      continue;
+    }
+    const int largest = largest_that_runs(tuner, mesh, zero, fits);
+    Trial* stage_best = grow_until_plateau(tuner, mesh, zero, fits, largest, plateau);
+    if (stage_best && (!best || stage_best->measured_seconds < best->measured_seconds))
+      best = stage_best;
     memory_bound = largest < 0 || fits[largest] != sizes.back();
+    tried_any = true;
   }
-  // 3. ZeRO-1 only where it can beat the best so far.
-  const bool zero1_allowed =
-      mesh.data_parallel > 1 &&
-      std::find(zero_stages.begin(), zero_stages.end(), 1) != zero_stages.end();
-  if (!zero1_allowed) return;
-  double predicted1 = 0;
-  const bool faster = best0 && tuner.fits_model(mesh, 1, best0->micro_batch, &predicted1) &&
-                      predicted1 < best0->predicted_seconds;
-  if (try_zero0 && !memory_bound && !faster) {
-    tuner.notes().push_back(mesh_name(mesh) +
-                            " ZeRO-1 skipped: ZeRO-0 ran the largest micro-batch and the cost "
-                            "model does not predict ZeRO-1 faster");
-    return;
-  }
-  const std::vector<int> fits = accepted(1, best0 ? best0->micro_batch : 0);
-  const int largest = largest_that_runs(tuner, mesh, 1, fits);
-  grow_until_plateau(tuner, mesh, 1, fits, largest, plateau);
 }
 
 // The summary table's line for the run-th experiment.
@@ -399,6 +412,7 @@ int run_autotune(const AutotuneOptions& options, const std::vector<std::string>&
         json{{"experiments", table.experiments},
              {"seconds", seconds},
              {"best", table.experiments.size() ? json(table.best->plan_path) : json()},
+             {"notes", tuner.notes()},
              {"output", output}}
                 .dump(2) +
             "\n");

@@ -8,9 +8,11 @@
 //    smallest micro-batch size and the largest the memory model accepts finds
 //    the largest that really runs; then sizes are measured from the smallest
 //    up, stopping at a plateau (a gain below `plateau`, 5% by default).
-// 3. ZeRO: ZeRO-1 is explored for a mesh only where it can beat the best so
-//    far: ZeRO-0 was memory-bound (a larger micro-batch did not fit), or the
-//    cost model predicts ZeRO-1 faster than the best ZeRO-0 result.
+// 3. ZeRO, progressively (0, 1, 2 as the search space holds them): a higher
+//    stage is explored for a mesh only where it can beat the best of the
+//    stages below: they were memory-bound (a larger micro-batch did not fit),
+//    or the cost model predicts the higher stage faster than the best result
+//    so far. Every skipped stage gets a note saying why.
 // Each experiment is `paraplan launch ... -- replay` in its own processes
 // with a time limit; an out-of-memory, crash or timeout is recorded and tuning
 // goes on. The fastest measured plan is written to --output (or [planner]

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <limits>
+#include <tuple>
 #include <vector>
 
+#include "planner/cost/plan_estimate.h"
 #include "planner/cost/profile.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 namespace {
@@ -52,6 +56,18 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows) {
     text += line + "\n";
   }
   return text;
+}
+
+// "0", "1/1", "2/4": the ZeRO stage and, where it shards, its groups.
+std::string zero_text(const PlanSetting& s) {
+  return shards_optimizer_state(s.zero_stage)
+             ? std::to_string(s.zero_stage) + "/" + std::to_string(s.zero_ngroups)
+             : std::to_string(s.zero_stage);
+}
+
+std::string mesh_text(const PlanSetting& s) {
+  return std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
+         " x " + std::to_string(s.shape.tensor_parallel);
 }
 
 const StageEstimate& slowest_stage(const PlanEstimate& estimate) {
@@ -137,9 +153,7 @@ std::string schedule_comparison(const SearchResult& result) {
     const PlanSetting& s = c.setting;
     const double step = c.estimate.prediction.step_seconds;
     rows.push_back(
-        {schedule_choice_name(s.schedule),
-         std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
-             " x " + std::to_string(s.shape.tensor_parallel),
+        {schedule_choice_name(s.schedule), mesh_text(s),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
          duration(step), percent(c.estimate.prediction.bubble_ratio),
          gigabytes(static_cast<double>(c.estimate.peak_memory)),
@@ -148,6 +162,108 @@ std::string schedule_comparison(const SearchResult& result) {
              : printf_string("+%.1f%%", (step / best_step - 1) * 100)});
   }
   return text + render_table(rows);
+}
+
+namespace {
+
+// The rejected setting that best says why a ZeRO stage has no plan: one that
+// did not fit memory, the most memory-friendly (smallest micro-batch, most
+// model parallelism), as explain_no_plan picks; else any.
+const SettingRejection* closest_rejection(const SearchResult& result, int zero_stage) {
+  const SettingRejection* closest = nullptr;
+  const auto key = [](const SettingRejection& r) {
+    const PlanSetting& s = r.setting;
+    return std::make_tuple(r.kind != RejectionKind::DoesNotFit, s.micro_batch_size,
+                           -s.shape.pipeline_stages * s.shape.tensor_parallel,
+                           -s.shape.pipeline_stages);
+  };
+  for (const SettingRejection& rejection : result.rejections)
+    if (rejection.setting.zero_stage == zero_stage &&
+        (closest == nullptr || key(rejection) < key(*closest)))
+      closest = &rejection;
+  return closest;
+}
+
+// Why no plan of ZeRO stage k made it: nothing fitted, or every setting
+// failed a filter.
+std::string why_none(const SearchResult& result, int k) {
+  const std::string head = "ZeRO " + std::to_string(k) + ": ";
+  const SettingRejection* closest = closest_rejection(result, k);
+  if (closest == nullptr) return head + "no setting (no mesh with data parallelism to shard)\n";
+  const PlanSetting& s = closest->setting;
+  return head +
+         (closest->kind == RejectionKind::DoesNotFit ? "no plan fits memory"
+                                                     : "no plan passes the filters") +
+         ", e.g. pp " + std::to_string(s.shape.pipeline_stages) + " x dp " +
+         std::to_string(s.shape.data_parallel) + " x tp " +
+         std::to_string(s.shape.tensor_parallel) + " micro-batch " +
+         std::to_string(s.micro_batch_size) +
+         (closest->reason.empty() ? "" : ": " + closest->reason) + "\n";
+}
+
+// Why the winner beat `other`, the best plan of another ZeRO stage: the
+// winner's own plan (mesh, micro-batching, stages) under that stage either
+// does not fit memory or runs slower.
+std::string why_winner_beat(const JobConfig& config, const SearchResult& result,
+                            const PlanCandidate& other, const MeasuredProfile* profile) {
+  const PlanCandidate& winner = result.ranked.front();
+  const int k = other.setting.zero_stage;
+  const std::string head = "ZeRO " + std::to_string(k) + ": ";
+  const std::string its_best = "its best plan is " + why_slower(other, winner);
+  PlanCandidate same = winner;
+  same.setting.zero_stage = k;
+  same.setting.zero_ngroups = shards_optimizer_state(k) ? result.space.zero_ngroups : 1;
+  const int dp = same.setting.shape.data_parallel;
+  if (shards_optimizer_state(k) && (dp <= 1 || dp % same.setting.zero_ngroups != 0))
+    return head + "shards nothing on the winner's mesh (dp " + std::to_string(dp) + "); " +
+           its_best + "\n";
+  same.estimate = evaluate_plan(config, same.setting, same.stages, profile);
+  const double limit = config.planner.consider_mem
+                           ? plan_memory_limit_gb(config) * kBytesPerGigabyte
+                           : std::numeric_limits<double>::infinity();
+  if (static_cast<double>(same.estimate.peak_memory) > limit)
+    return head + "does not fit memory: the winner's plan needs " +
+           gigabytes(static_cast<double>(same.estimate.peak_memory)) + " GB per rank under ZeRO " +
+           std::to_string(k) + " (limit " + memory_limit_text(config) + "); " + its_best + "\n";
+  if (same.estimate.prediction.step_seconds <= winner.estimate.prediction.step_seconds)
+    return head + "the winner's plan runs as fast under ZeRO " + std::to_string(k) +
+           "; the lower stage ranks first\n";
+  return head + "slower: the winner's plan under ZeRO " + std::to_string(k) + " runs " +
+         why_slower(same, winner) + "\n";
+}
+
+}  // namespace
+
+std::string zero_stage_comparison(const JobConfig& config, const SearchResult& result,
+                                  const MeasuredProfile* profile) {
+  if (result.ranked.empty() || result.space.zero_stages.size() < 2) return "";
+  const PlanCandidate& best = result.ranked.front();
+  const double best_step = best.estimate.prediction.step_seconds;
+  std::string text = "ZeRO: stage " + std::to_string(best.setting.zero_stage) +
+                     " won; the best plan of each ZeRO stage searched:\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"ZeRO", "mesh pp x dp x tp", "micro-batch", "step", "peak GB per rank", "vs best"}};
+  std::string reasons;
+  for (int k : result.space.zero_stages) {
+    const auto found =
+        std::find_if(result.best_per_zero_stage.begin(), result.best_per_zero_stage.end(),
+                     [k](const PlanCandidate& c) { return c.setting.zero_stage == k; });
+    if (found == result.best_per_zero_stage.end()) {
+      rows.push_back({std::to_string(k), "-", "-", "-", "-", "none"});
+      reasons += why_none(result, k);
+      continue;
+    }
+    const PlanSetting& s = found->setting;
+    const double step = found->estimate.prediction.step_seconds;
+    const bool won = k == best.setting.zero_stage;
+    rows.push_back(
+        {zero_text(s), mesh_text(s),
+         std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
+         duration(step), gigabytes(static_cast<double>(found->estimate.peak_memory)),
+         won ? "best" : printf_string("+%.1f%%", (step / best_step - 1) * 100)});
+    if (!won) reasons += why_winner_beat(config, result, *found, profile);
+  }
+  return text + render_table(rows) + reasons;
 }
 
 std::string format_search_report(const JobConfig& config, const SearchResult& result,
@@ -208,8 +324,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
              " x " + std::to_string(s.shape.tensor_parallel) +
              (s.shape.sequence_parallel ? " sp" : ""),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
-         s.zero_stage == 1 ? "1/" + std::to_string(s.zero_ngroups) : "0",
-         schedule_choice_name(s.schedule), recompute_summary(c),
+         zero_text(s), schedule_choice_name(s.schedule), recompute_summary(c),
          duration(c.estimate.prediction.step_seconds),
          printf_string("%.0f", c.estimate.prediction.tokens_per_second),
          percent(c.estimate.prediction.mfu), memory,
@@ -217,6 +332,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
   }
   text += render_table(rows);
   text += schedule_comparison(result);
+  text += zero_stage_comparison(config, result, profile);
   for (const std::string& line : result.log) text += "  " + line + "\n";
   // Rejected settings, counted by reason, with one example each.
   const char* names[] = {"do not fit memory",

@@ -25,6 +25,14 @@ std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best
 // Empty with fewer than two kinds.
 std::string schedule_comparison(const SearchResult& result);
 
+// The best plan of each ZeRO stage the search tried (mesh, micro-batch,
+// step, peak memory per rank, against the winner), then a line per other
+// stage saying why the winner beat it: the winner's own plan does not fit
+// memory under that stage, or runs slower there (the largest causes), or
+// no plan of that stage fitted. Empty with fewer than two stages searched.
+std::string zero_stage_comparison(const JobConfig& config, const SearchResult& result,
+                                  const MeasuredProfile* profile);
+
 // "none", "selective x12", "full x4, selective x8".
 std::string recompute_summary(const PlanCandidate& candidate);
 

@@ -12,6 +12,7 @@
 #include "planner/cost/model_counts.h"
 #include "planner/cost/profile.h"
 #include "schema/plan_io.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 
@@ -168,8 +169,9 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
                                                stage.num_layers, stage.has_embedding,
                                                stage.has_head, &stage.recompute));
   }
-  auto zero = schema::CreateZero(builder, setting.zero_stage,
-                                 setting.zero_stage == 1 ? setting.zero_ngroups : 1);
+  auto zero =
+      schema::CreateZero(builder, setting.zero_stage,
+                         shards_optimizer_state(setting.zero_stage) ? setting.zero_ngroups : 1);
 
   const PipelineSchedule plan_schedule = candidate_schedule(config, candidate);
   std::vector<fb::Offset<schema::StageSchedule>> stage_schedules;

@@ -2,7 +2,7 @@
 // estimate) serialized as a plan file (schema/plan.fbs), whichever solver found it.
 //
 // Field conventions beyond plan.fbs: Mesh.num_nodes x devices_per_node are the
-// job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 and 1 without it;
+// job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 and 2 and 1 without;
 // StagePrediction.communication_seconds is the stage's communication per step:
 // m x (tensor-parallel all-reduces + point-to-point sends) + the gradient
 // reduction; StageMemory.optimizer_state holds the resident state plus the

@@ -199,7 +199,8 @@ std::string plan_summary(const PlanDecisions& plan) {
          std::to_string(plan.tensor) + " on " + std::to_string(plan.num_nodes) +
          (plan.num_nodes == 1 ? " node x " : " nodes x ") + std::to_string(plan.devices_per_node) +
          " devices, micro-batch " + std::to_string(plan.micro_batch_size) + " x " +
-         std::to_string(plan.num_micro_batches) + (plan.zero_stage > 0 ? ", ZeRO-1" : "") +
+         std::to_string(plan.num_micro_batches) +
+         (plan.zero_stage > 0 ? ", ZeRO-" + std::to_string(plan.zero_stage) : "") +
          ", predicted step " + step;
 }
 

@@ -100,6 +100,37 @@ TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
   EXPECT_TRUE(report["memory_within_prediction"].get<bool>());
 }
 
+// ZeRO-1 against ZeRO-2 on 8 blocks over 2 ranks, bf16: weights, gradients
+// and optimizer state measured equal the planner's prediction for each, and
+// ZeRO-2's gradients are what sharded_gradients.h says, counted by hand.
+TEST_F(Replay, ZeroTwoModelStateIsWhatThePlannerPredicts) {
+  std::map<int, double> gradients;
+  for (int zero : {1, 2}) {
+    const std::string name = "bf16-zero" + std::to_string(zero) + "-8-blocks";
+    const std::string plan_file = plan(name, 2,
+                                       "data_parallel_degree = 2\nmicro_batch_size = 4\n"
+                                       "zero_stage = " +
+                                           std::to_string(zero) + "\nopt_resident_coef = 6\n",
+                                       "--model.dtype bfloat16 --model.num_layers 8");
+    const json report = replay_report(plan_file, name);
+    ASSERT_EQ(report["stages"].size(), 1u) << name;
+    const json& memory = report["stages"][0]["memory_bytes"];
+    for (const char* part : {"weights", "gradients", "optimizer_state"})
+      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
+    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
+    gradients[zero] = memory["gradients"]["measured"].get<double>();
+  }
+  // 110400 parameters: wte 256x32 + wpe 16x32 = 8704, 8 blocks of 12704, the
+  // final norm's 64 (every unit a multiple of 16 = 8 x 2 ranks: no padding).
+  // ZeRO-1: the whole bf16 gradients and the shard, 2 x 110400 x 1.5.
+  EXPECT_EQ(gradients[1], 2.0 * 110400 * 3 / 2);
+  // ZeRO-2: the shard (110400 / 2), the embedding unit whole (the tied head
+  // writes it first), two slots of a block with their receive halves.
+  EXPECT_EQ(gradients[2], 2.0 * (110400 / 2 + 8704 + 2 * (12704 + 12704 / 2)));
+  std::printf("[ figures  ] gradients per rank: ZeRO-1 %.0f bytes, ZeRO-2 %.0f bytes\n",
+              gradients[1], gradients[2]);
+}
+
 TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
   const std::string plan_file =
       plan("pp2-tp2", 4,
@@ -434,6 +465,37 @@ TEST_F(Replay, AutotuneRecordsAnOutOfMemoryExperimentAndKeepsTheFastest) {
   EXPECT_EQ(status[4], "measured") << tuned.output;
   const json chosen = json::parse(run("inspect --json " + best).output);
   EXPECT_LE(chosen["training"]["micro_batch_size"].get<int>(), 4);
+}
+
+// The ZeRO stages explored progressively: on the same 1.3 MB device ZeRO-0
+// cannot run micro-batch 8, so ZeRO-1 is tried from its best size up; ZeRO-2
+// is tried where ZeRO-1 was memory-bound too or predicted faster, else a
+// note says why not. The table and the report name every stage's fate.
+TEST_F(Replay, AutotuneExploresZeroStagesProgressively) {
+  const std::string job = *directory_ / "tuned-zero.toml";
+  write_file(job, job_toml(2,
+                           "pipeline_nstages = 1\ntensor_parallel_degree = 1\n"
+                           "consider_mem = false\n"));
+  const std::string summary = *directory_ / "autotune-zero.json";
+  const CommandResult tuned =
+      run("autotune --config " + job + " --output " + *directory_ / "best-zero.pplan" +
+          " --work-dir " + *directory_ / "autotune-zero" + " --report " + summary +
+          " --steps 1 --warmup 0 --cluster.device_memory_gb 0.0013");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  const json report = json::parse(read_file(summary));
+  std::map<int, std::map<int, std::string>> status;  // stage -> micro-batch -> status
+  for (const json& experiment : report["experiments"])
+    status[experiment["zero_stage"].get<int>()][experiment["micro_batch_size"].get<int>()] =
+        experiment["status"];
+  EXPECT_EQ(status[0][8], "out of memory") << tuned.output;
+  EXPECT_EQ(status[0][4], "measured") << tuned.output;
+  EXPECT_FALSE(status[1].empty()) << "ZeRO-0 was memory-bound: ZeRO-1 must be tried\n"
+                                  << tuned.output;
+  bool zero2_noted = false;
+  for (const json& note : report["notes"])
+    zero2_noted |= note.get<std::string>().find("ZeRO-2 skipped") != std::string::npos ||
+                   note.get<std::string>().find("ZeRO-2 pruned") != std::string::npos;
+  EXPECT_TRUE(!status[2].empty() || zero2_noted) << tuned.output;
 }
 
 }  // namespace

@@ -130,12 +130,13 @@ int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_
 }
 
 ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
-                                    double opt_transient_coef, int zero_shards) {
+                                    double opt_transient_coef, const ZeroSharding& sharding) {
+  const double whole = parameters * element_bytes;
   ModelStateMemory memory;
-  memory.weights = parameters * element_bytes;
-  memory.gradients = memory.weights;
-  memory.optimizer_state = opt_resident_coef * memory.weights / std::max(zero_shards, 1);
-  memory.optimizer_transient = opt_transient_coef * memory.weights;
+  memory.weights = whole / std::max(sharding.weights_divisor, 1);
+  memory.gradients = whole / std::max(sharding.gradients_divisor, 1);
+  memory.optimizer_state = opt_resident_coef * whole / std::max(sharding.optimizer_divisor, 1);
+  memory.optimizer_transient = opt_transient_coef * whole;
   return memory;
 }
 
@@ -197,7 +198,8 @@ std::vector<int64_t> op_output_bytes(const ModelConfig& model, const StageLayout
 
 uint64_t round_up(double bytes, int granularity) {
   const uint64_t whole = static_cast<uint64_t>(std::ceil(bytes));
-  const uint64_t g = static_cast<uint64_t>(std::max(granularity, 1));
+  if (granularity <= 1) return whole;  // (the default; spares the search a division)
+  const uint64_t g = static_cast<uint64_t>(granularity);
   return (whole + g - 1) / g * g;
 }
 
@@ -230,13 +232,19 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   // every setting.
   const schema::ScheduleKind kind = options.pipeline_scheduler.value_or(default_schedule_kind());
   const int t = shape.tensor_parallel;
-  terms.zero_shards =
-      options.zero_stage == 1 ? std::max(shape.data_parallel / options.zero_ngroups, 1) : 1;
+  const int zero_group =
+      zero_group_size(options.zero_stage, shape.data_parallel, options.zero_ngroups);
+  terms.zero_stage = options.zero_stage;
+  terms.sharding = zero_sharding(options.zero_stage, zero_group);
   const int64_t replicate_below = options.ignore_small_tensor_threshold;
+  const bool separate_ends = v_shaped(kind) && shape.pipeline_stages > 1;
   terms.block_parameters = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
-  terms.end_parameters =
-      rank_parameters(model, {0, 0, has_embedding, has_head, {}},
-                      v_shaped(kind) && shape.pipeline_stages > 1, t, replicate_below);
+  terms.end_parameters = rank_parameters(model, {0, 0, has_embedding, has_head, {}}, separate_ends,
+                                         t, replicate_below);
+  if (shards_gradients(options.zero_stage))
+    terms.zero_two = zero_two_gradients(
+        zero_two_ends(model, has_embedding, has_head, separate_ends, t, replicate_below),
+        terms.block_parameters, zero_group, splits_backward(kind));
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
@@ -288,8 +296,7 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   const int layers = counts.layers();
   const ModelStateMemory state = model_state_memory(
       static_cast<double>(layers * terms.block_parameters + terms.end_parameters),
-      terms.element_bytes, options.opt_resident_coef, options.opt_transient_coef,
-      terms.zero_shards);
+      terms.element_bytes, options.opt_resident_coef, options.opt_transient_coef, terms.sharding);
   // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
   const int64_t kept_none = terms.kept[0], kept_selective = terms.kept[1],
                 kept_full = terms.kept[2];
@@ -310,17 +317,35 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
 
   const int g = options.memory_granularity;
   MemoryBreakdown memory;
-  memory.weights = round_up(state.weights, g);
+  const bool zero_two = shards_gradients(terms.zero_stage);
+  const double e = static_cast<double>(terms.element_bytes);
+  // ZeRO-2: the parameter buffer's spill past the last unit.
+  memory.weights =
+      round_up(zero_two ? state.weights + e * static_cast<double>(terms.zero_two.parameter_spill())
+                        : state.weights,
+               g);
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   // Interleaved: every chunk's stage keeps its own gradient scratch.
   memory.transient =
       round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks), g);
   if (options.is_train) {
-    // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a shard
-    // buffer beside the full gradients: 1 / zero_shards more.
-    const double shard = options.zero_stage == 1 ? state.gradients / terms.zero_shards : 0;
-    memory.gradients = round_up(state.gradients + shard, g);
-    memory.optimizer_state = round_up(state.optimizer_state, g);
+    if (zero_two) {
+      // ZeRO-2 (zero_memory.h): resident units, the pool and the shard; the
+      // optimizer state is the shard's (its units padded).
+      memory.gradients = round_up(e * static_cast<double>(terms.zero_two.elements(layers)), g);
+      memory.optimizer_state =
+          round_up(options.opt_resident_coef * e *
+                       static_cast<double>(terms.zero_two.shard_elements(layers)),
+                   g);
+    } else {
+      // ZeRO-1 (runtime/parallel/distributed_optimizer.h) reduce-scatters into a
+      // shard buffer beside the full gradients: 1 / its group more.
+      const double shard = shards_optimizer_state(terms.zero_stage)
+                               ? state.gradients / terms.sharding.optimizer_divisor
+                               : 0;
+      memory.gradients = round_up(state.gradients + shard, g);
+      memory.optimizer_state = round_up(state.optimizer_state, g);
+    }
     memory.optimizer_transient = round_up(state.optimizer_transient, g);
     memory.activations = round_up(
         static_cast<double>(terms.in_flight * per_micro_batch + terms.weight_pending * deferred +

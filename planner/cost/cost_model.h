@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "planner/cost/model_counts.h"
+#include "planner/cost/zero_memory.h"
 #include "planner/job/job_config.h"
 #include "planner/schedule/schedule_kinds.h"
 
@@ -115,16 +116,19 @@ int64_t embedding_activation_bytes(const ModelConfig& model, int micro_batch_siz
 int64_t stage_output_activation_bytes(const ModelConfig& model, int micro_batch_size,
                                       int tensor_parallel = 1, bool sequence_parallel = false);
 
-// Weights, gradients and optimizer state for a parameter count, in bytes:
-// weights = gradients = parameters * element_bytes; optimizer_state =
-// opt_resident_coef * weights / zero_shards; optimizer_transient =
-// opt_transient_coef * weights.
+// Weights, gradients and optimizer state for a parameter count, in bytes,
+// each divided as the ZeRO stage's sharding says (zero_memory.h): weights =
+// parameters * element_bytes / weights_divisor, gradients the same over
+// gradients_divisor, optimizer_state = opt_resident_coef * parameters *
+// element_bytes / optimizer_divisor; optimizer_transient =
+// opt_transient_coef * parameters * element_bytes. The idealized model
+// state (the ZeRO paper's); stage_memory adds what the runtime's buffers add.
 struct ModelStateMemory {
   double weights = 0, gradients = 0, optimizer_state = 0, optimizer_transient = 0;
   double total() const { return weights + gradients + optimizer_state + optimizer_transient; }
 };
 ModelStateMemory model_state_memory(double parameters, int element_bytes, double opt_resident_coef,
-                                    double opt_transient_coef, int zero_shards);
+                                    double opt_transient_coef, const ZeroSharding& sharding);
 
 struct MemoryBreakdown {
   uint64_t weights = 0;
@@ -173,7 +177,9 @@ bool splits_backward(schema::ScheduleKind kind);
 // Memory of one device of stage pipeline_rank. Uses the planner options
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
 // zero_ngroups (ZeRO-1 shards optimizer state over data_parallel / zero_ngroups
-// ranks), memory_granularity (each component rounded up to a multiple), is_train
+// ranks and keeps a gradient shard beside the whole gradients; ZeRO-2 keeps
+// only resident units, a pool and the shard: zero_memory.h),
+// memory_granularity (each component rounded up to a multiple), is_train
 // (false: no gradients, optimizer state or kept activations), pipeline_scheduler and
 // pipeline_virtual_stages.
 MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& options,
@@ -192,7 +198,9 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
 // which stage_memory is a few multiplications.
 struct StageMemoryTerms {
   int64_t element_bytes = 4;
-  int zero_shards = 1, chunks = 1;
+  int zero_stage = 0, chunks = 1;
+  ZeroSharding sharding;                             // what the ZeRO stage divides, over its group
+  ZeroTwoGradients zero_two;                         // ZeRO-2's gradient storage (shards_gradients)
   int64_t block_parameters = 0, end_parameters = 0;  // per block; embedding and head
   int64_t kept[3] = {0, 0, 0};                       // a block's activations per RecomputeMode
   // ZB-H1, ZB-V: per block and for the ends, what a micro-batch waiting for

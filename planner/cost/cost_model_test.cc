@@ -72,16 +72,16 @@ TEST(CostModelTest, ZeroPaperModelStateNumbers) {
   // ZeRO (Rajbhandari et al.): 7.5B parameters, mixed-precision Adam K = 12,
   // 2 + 2 + K = 16 bytes per parameter = 120 GB; partitioning the optimizer state
   // over Nd = 64 gives 2 + 2 + 12/64 bytes per parameter = 31.4 GB.
-  const ModelStateMemory replicated = model_state_memory(7.5e9, 2, 6, 0, 1);
+  const ModelStateMemory replicated = model_state_memory(7.5e9, 2, 6, 0, zero_sharding(0, 64));
   EXPECT_DOUBLE_EQ(replicated.weights, 15e9);
   EXPECT_DOUBLE_EQ(replicated.gradients, 15e9);
   EXPECT_DOUBLE_EQ(replicated.optimizer_state, 90e9);
   EXPECT_DOUBLE_EQ(replicated.total(), 120e9);
-  const ModelStateMemory sharded = model_state_memory(7.5e9, 2, 6, 0, 64);
+  const ModelStateMemory sharded = model_state_memory(7.5e9, 2, 6, 0, zero_sharding(1, 64));
   EXPECT_DOUBLE_EQ(sharded.total(), 31.40625e9);
   EXPECT_NEAR(sharded.total() / 1e9, 31.4, 0.01);
   // opt_transient_coef adds a multiple of the weights, unsharded.
-  EXPECT_DOUBLE_EQ(model_state_memory(1e9, 2, 6, 2, 64).optimizer_transient, 4e9);
+  EXPECT_DOUBLE_EQ(model_state_memory(1e9, 2, 6, 2, zero_sharding(2, 64)).optimizer_transient, 4e9);
 }
 
 TEST(CostModelTest, Gpt3PerLayerActivationsFollowKorthikantiWithFusedAttention) {

@@ -11,6 +11,7 @@
 #include "planner/cost/compute_model.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/cost/profile.h"
+#include "planner/cost/stage_collectives.h"
 #include "planner/cost/transformer_ops.h"
 #include "planner/schedule/pipeline_simulation.h"
 #include "schema/plan_io.h"
@@ -23,27 +24,8 @@ namespace {
 
 constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
 
-using RingSeconds = double (*)(const Link&, int, double);
-
-// A collective over `ranks` ranks of a `bytes` buffer: the measured entry when
-// the group stays inside a node and the profile has one, else the analytic ring.
-double collective_seconds(const std::optional<CollectiveEntry>& measured, RingSeconds ring,
-                          const LinkModel& links, bool crosses_nodes, int ranks, double bytes) {
-  if (ranks <= 1) return 0;
-  if (measured && !crosses_nodes) return measured->seconds(bytes);
-  return ring(links.link(crosses_nodes), ranks, bytes);
-}
-
-// busy: what a CPU-clock second (a dedicated core's) takes with every rank
-// of the node busy (busy_wall_factor).
-std::optional<CollectiveEntry> measured_collective(const MeasuredProfile* profile,
-                                                   CollectiveOperation operation, int ranks,
-                                                   double busy) {
-  if (profile == nullptr || ranks <= 1) return std::nullopt;
-  const CollectiveEntry* entry = profile->find_collective(operation, ranks);
-  if (entry == nullptr) return std::nullopt;
-  return entry->clock == ProfileClock::kCpu ? entry->scaled(busy) : *entry;
-}
+using stage_collectives::collective_seconds;
+using stage_collectives::measured_collective;
 
 void scale_times(ProfiledTimes& times, double factor) {
   for (double* seconds : {&times.block_forward, &times.block_backward,
@@ -64,7 +46,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;
   element_bytes_ = element_bytes(config.model.dtype);
   zero_shards_ =
-      setting.zero_stage == 1 ? std::max(setting.shape.data_parallel / setting.zero_ngroups, 1) : 1;
+      zero_group_size(setting.zero_stage, setting.shape.data_parallel, setting.zero_ngroups);
   set_memory_terms();
   const DeviceModel device = device_model(config.cluster, config.model.dtype);
   // Times in the units of the step: with the node's ranks sharing its cores,
@@ -281,140 +263,6 @@ void StageCostModel::set_pipeline(const MeasuredProfile* profile, double busy) {
         setting_.schedule.weight_of_backward);
 }
 
-void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double busy,
-                                       const DeviceModel& device) {
-  const ModelConfig& model = config_->model;
-  const ParallelShape& shape = setting_.shape;
-  const int t = shape.tensor_parallel, p = shape.pipeline_stages;
-  const bool train = options_.is_train;
-  const LinkModel& links = links_;
-  // Data-parallel reduction placement per stage.
-  const int group = setting_.zero_stage == 1 ? zero_shards_ : shape.data_parallel;
-  for (auto& crosses : reduction_crosses_) crosses.assign(p, false);
-  for (int s = 0; s < p; ++s) {
-    reduction_crosses_[0][s] =
-        data_parallel_group_crosses_nodes(shape, s, group, setting_.layout.devices_per_node);
-    reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
-                                                                 setting_.layout.devices_per_node);
-  }
-  if (train) {
-    const int d = shape.data_parallel;
-    if (setting_.zero_stage == 1) {
-      zero_reduce_scatter_ =
-          measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_, busy);
-      zero_all_reduce_ =
-          measured_collective(profile, CollectiveOperation::AllReduce, d / zero_shards_, busy);
-      zero_all_gather_ =
-          measured_collective(profile, CollectiveOperation::AllGather, zero_shards_, busy);
-    } else {
-      data_parallel_all_reduce_ =
-          measured_collective(profile, CollectiveOperation::AllReduce, d, busy);
-    }
-  }
-
-  // The gradient norm's all-reduce of one double over the world: measured
-  // inside a node, else a tree's 2 log2(n) latencies (a message this small
-  // costs its latency only).
-  const int world = p * shape.data_parallel * t;
-  if (train && world > 1) {
-    const bool crosses = setting_.layout.num_nodes > 1;
-    const std::optional<CollectiveEntry> norm =
-        measured_collective(profile, CollectiveOperation::AllReduce, world, busy);
-    norm_all_reduce_ = norm && !crosses
-                           ? norm->seconds(sizeof(double))
-                           : 2 * std::ceil(std::log2(world)) * links.link(crosses).latency_seconds;
-  }
-
-  // The optimizer step on this rank's shard of the stage's parameters.
-  const OptimizerEntry* optimizer = profile != nullptr ? profile->find_optimizer() : nullptr;
-  if (!train)
-    optimizer_seconds_per_parameter_ = 0;
-  else if (optimizer != nullptr)
-    optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter *
-                                       (optimizer->clock == ProfileClock::kCpu ? busy : 1) /
-                                       zero_shards_;
-  else
-    optimizer_seconds_per_parameter_ =
-        optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
-}
-
-double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
-  if (buckets <= 1) return seconds;
-  const double k = buckets;
-  return std::max(seconds / k, seconds - backward_seconds * (k - 1) / k);
-}
-
-double StageCostModel::plain_backward_seconds(int pipeline_rank, int num_layers) const {
-  double seconds = num_layers * block_backward_[0];
-  if (pipeline_rank == 0) seconds += embedding_backward_;
-  if (pipeline_rank == head_rank()) seconds += head_backward_;
-  return seconds;
-}
-
-double StageCostModel::gradient_reduction(int pipeline_rank, double parameters,
-                                          double backward_seconds, double* hidden) const {
-  *hidden = 0;
-  if (!options_.is_train) return 0;
-  const int d = setting_.shape.data_parallel;
-  const double bytes = parameters * element_bytes_;
-  const bool group_crosses = reduction_crosses_[0][pipeline_rank];
-  const bool all_cross = reduction_crosses_[1][pipeline_rank];
-  // The part reduced bucket by bucket during backward.
-  const double bucketed =
-      setting_.zero_stage != 1
-          ? collective_seconds(data_parallel_all_reduce_, ring_all_reduce_seconds, links_,
-                               all_cross, d, bytes)
-          : collective_seconds(zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
-                               group_crosses, zero_shards_, bytes);
-  const int64_t bucket_size = config_->training.gradient_bucket_size;
-  const int buckets =
-      config_->cluster.overlap_communication && bucket_size > 0
-          ? static_cast<int>(std::ceil(parameters / static_cast<double>(bucket_size)))
-          : 1;
-  const double exposed = exposed_reduction_seconds(bucketed, buckets, backward_seconds);
-  *hidden = bucketed - exposed;
-  if (setting_.zero_stage != 1) return exposed + norm_all_reduce_;
-  // ZeRO-1: then all-reduce each shard across the groups, and all-gather the
-  // updated weights inside the group.
-  const int z = zero_shards_, groups = d / z;
-  return exposed + norm_all_reduce_ +
-         collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
-                            bytes / z) +
-         collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
-                            bytes);
-}
-
-std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
-  std::vector<ChargedCollective> charged;
-  charged.reserve(8);  // (also keeps GCC 12's -Wstringop-overflow from a false alarm here)
-  auto add = [&](CollectiveOperation operation, int ranks, bool inter_node) {
-    const ChargedCollective item{operation, ranks, inter_node};
-    if (ranks > 1 && std::find(charged.begin(), charged.end(), item) == charged.end())
-      charged.push_back(item);
-  };
-  const ParallelShape& shape = setting_.shape;
-  const int p = shape.pipeline_stages, d = shape.data_parallel, z = zero_shards_;
-  add(CollectiveOperation::AllReduce, shape.tensor_parallel, false);
-  if (shape.sequence_parallel) {
-    add(CollectiveOperation::AllGather, shape.tensor_parallel, false);
-    add(CollectiveOperation::ReduceScatter, shape.tensor_parallel, false);
-  }
-  for (int s = 0; s + 1 < p; ++s)
-    add(CollectiveOperation::SendReceive, 2,
-        pipeline_boundary_crosses_nodes(shape, s, setting_.layout.devices_per_node));
-  if (!options_.is_train) return charged;
-  for (int s = 0; s < p; ++s) {
-    if (setting_.zero_stage != 1) {
-      add(CollectiveOperation::AllReduce, d, reduction_crosses_[1][s]);
-      continue;
-    }
-    add(CollectiveOperation::ReduceScatter, z, reduction_crosses_[0][s]);
-    add(CollectiveOperation::AllReduce, d / z, reduction_crosses_[1][s]);
-    add(CollectiveOperation::AllGather, z, reduction_crosses_[0][s]);
-  }
-  return charged;
-}
-
 MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts& counts) const {
   return stage_memory(options_, memory_terms_.at(pipeline_rank), counts);
 }
@@ -444,32 +292,11 @@ double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& co
   return stage.slot_seconds();
 }
 
-double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
-  const StageLayout layout{0, num_layers, pipeline_rank == 0, pipeline_rank == head_rank(), {}};
-  const double parameters = static_cast<double>(
-      rank_parameters(config_->model, layout, separate_ends(), setting_.shape.tensor_parallel,
-                      options_.ignore_small_tensor_threshold));
-  StageEstimate stage;
-  stage.gradient_reduction_seconds = gradient_reduction(
-      pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, num_layers),
-      &stage.hidden_reduction_seconds);
-  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
-  return stage.tail_seconds();
-}
-
 StageEstimate StageCostModel::estimate(int pipeline_rank, const RecomputeCounts& counts) const {
   StageEstimate stage;
   stage.memory = memory(pipeline_rank, counts);
   fill_time(pipeline_rank, counts, stage);
-  const StageLayout layout{
-      0, counts.layers(), pipeline_rank == 0, pipeline_rank == head_rank(), {}};
-  const double parameters = static_cast<double>(
-      rank_parameters(config_->model, layout, separate_ends(), setting_.shape.tensor_parallel,
-                      options_.ignore_small_tensor_threshold));
-  stage.gradient_reduction_seconds = gradient_reduction(
-      pipeline_rank, parameters, plain_backward_seconds(pipeline_rank, counts.layers()),
-      &stage.hidden_reduction_seconds);
-  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+  fill_tail(pipeline_rank, counts.layers(), stage);
   return stage;
 }
 

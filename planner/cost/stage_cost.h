@@ -8,7 +8,7 @@
 //   solver (dynamic program, ILP, exhaustive oracle) and the plan writer use, so
 //   their predictions agree to the bit.
 // - Memory: cost_model.h's stage_memory (weights, gradients, opt_resident_coef,
-//   opt_transient_coef, ZeRO-1 over data_parallel / zero_ngroups ranks, the
+//   opt_transient_coef, ZeRO-1 and 2 over data_parallel / zero_ngroups ranks, the
 //   in-flight micro-batches of its schedule position, transient_mem_coef).
 // - Time per micro-batch ("slot"): compute (the analytic model of
 //   compute_model.h over transformer_ops.h's operations of one device of the
@@ -21,9 +21,14 @@
 //   (TensorGroupPace: ranks on cores of their own), the block's compute is scaled by its ratios
 //   and each of those calls also waits the measured wait per call for the group's last member
 //   (counted in the slot, and in the stage's bubble, as replay counts it: waiting).
-// - Per step ("tail"): the data-parallel gradient reduction (ring all-reduce, or
-//   under ZeRO-1 reduce-scatter in the group + all-reduce across groups +
-//   all-gather of the updated weights, and the gradient norm's one-double
+// - Per step ("tail", stage_reduction.cc): the data-parallel gradient
+//   reduction (ring all-reduce, or under ZeRO-1 reduce-scatter in the group +
+//   all-reduce across groups + all-gather of the updated weights; under
+//   ZeRO-2 each micro-batch's reduce-scatter of its streamed units, one per
+//   unit (zero_memory.h), of which the first m - 1 count where they exceed a
+//   micro-batch's backward (overlap_communication; else whole) and the last
+//   as ZeRO-1's, the resident units' once, then ZeRO-1's all-reduce and
+//   all-gather; and the gradient norm's one-double
 //   all-reduce over the world) and the optimizer step on the stage's
 //   shard (its bytes at the device's memory bandwidth, compute_model.h, or the
 //   profile's measured seconds per parameter). Where the cluster overlaps communication
@@ -212,10 +217,27 @@ class StageCostModel {
   int element_bytes_ = 4;
   int zero_shards_ = 1;
   double norm_all_reduce_ = 0;  // the gradient norm's all-reduce over the world, per step
+  // ZeRO-2, per pipeline rank: the reduce-scatter seconds of one block's
+  // unit, of the streamed and of the resident end units (zero_memory.h),
+  // and the elements the streamed ones reduce.
+  struct ZeroTwoTail {
+    double block_scatter = 0, streamed_ends_scatter = 0, resident_scatter = 0;
+    double block_elements = 0, streamed_end_elements = 0;
+  };
+  std::vector<ZeroTwoTail> zero_two_tail_;
   // The stage's reduction: exposed seconds, and the hidden part in *hidden.
   // backward_seconds: one micro-batch's backward compute without recomputation.
-  double gradient_reduction(int pipeline_rank, double parameters, double backward_seconds,
-                            double* hidden) const;
+  double gradient_reduction(int pipeline_rank, int num_layers, double parameters,
+                            double backward_seconds, double* hidden) const;
+  // ZeRO-2's reduce-scatters of a step (exposed seconds; the hidden part in
+  // *hidden): m of the streamed units, the resident units' once.
+  double zero_two_scatters(int pipeline_rank, int num_layers, double backward_seconds,
+                           double* hidden) const;
+  // The buckets a reduction of `elements` runs in: gradient_bucket_size's,
+  // where the cluster overlaps communication, else 1.
+  int reduction_buckets(double elements) const;
+  // The tail's parts of a stage of num_layers blocks (estimate, tail_seconds).
+  void fill_tail(int pipeline_rank, int num_layers, StageEstimate& stage) const;
   // One micro-batch's backward compute of a stage of num_layers without
   // recomputation: what the bucketed reduction hides behind.
   double plain_backward_seconds(int pipeline_rank, int num_layers) const;
@@ -231,6 +253,7 @@ class StageCostModel {
                            const TensorGroupPace* pace);
   void set_pipeline(const MeasuredProfile* profile, double busy);
   void set_data_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
+  void set_zero_two_scatters();  // (stage_reduction.cc, as the tail)
   // The four per-micro-batch time parts, summed the same way by every caller.
   void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
 };

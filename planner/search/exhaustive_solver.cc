@@ -10,6 +10,7 @@
 #include "planner/cost/model_counts.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/search/search_space.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 namespace {
@@ -95,10 +96,11 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
       if (space.fixed_micro_batch_size > 0 && b != space.fixed_micro_batch_size) continue;
       if (space.fixed_num_micro_batches > 0 && m != space.fixed_num_micro_batches) continue;
       for (int zero : space.zero_stages) {
-        if (zero == 1 &&
+        const bool sharded = shards_optimizer_state(zero);
+        if (sharded &&
             (dp % space.zero_ngroups != 0 || (dp == 1 && !config.was_set("planner.zero_stage"))))
           continue;
-        const PlanSetting base{shape, space.layout, b, m, zero, zero == 1 ? space.zero_ngroups : 1,
+        const PlanSetting base{shape, space.layout, b, m, zero, sharded ? space.zero_ngroups : 1,
                                {}};
         for (const ScheduleChoice& choice : schedule_choices(
                  config, base, space.boundaries_restricted || !space.pinned_layers.empty())) {

@@ -19,6 +19,7 @@
 #include "planner/cost/profile.h"
 #include "planner/schedule/schedule_kinds.h"
 #include "planner/search/ilp_solver.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 namespace {
@@ -171,24 +172,27 @@ void reject(SearchResult& result, const PlanSetting& setting, RejectionKind kind
 }
 
 // The ZeRO settings (stage, groups) a mesh of data-parallel degree dp tries;
-// a zero_ngroups that does not divide dp is rejected.
+// a zero_ngroups that does not divide dp is rejected (once per mesh).
 std::vector<std::pair<int, int>> zero_settings(const JobConfig& config, const SearchSpace& space,
                                                const ParallelShape& shape, SearchResult& result) {
   const int dp = shape.data_parallel;
   std::vector<std::pair<int, int>> settings;  // (stage, groups)
+  bool rejected = false;
   for (int zero : space.zero_stages) {
-    if (zero == 0) {
-      settings.push_back({0, 1});
+    if (!shards_optimizer_state(zero)) {
+      settings.push_back({zero, 1});
     } else if (dp % space.zero_ngroups != 0) {
+      if (rejected) continue;
+      rejected = true;
       PlanSetting setting;
       setting.shape = shape;
       setting.layout = space.layout;
-      setting.zero_stage = 1;
+      setting.zero_stage = zero;
       reject(
           result, setting, RejectionKind::ZeroGroups,
           "[planner] zero_ngroups = " + str(space.zero_ngroups) + " does not divide dp " + str(dp));
     } else if (dp > 1 || config.was_set("planner.zero_stage")) {
-      settings.push_back({1, space.zero_ngroups});
+      settings.push_back({zero, space.zero_ngroups});
     }
   }
   return settings;
@@ -303,22 +307,30 @@ class SettingSolver {
       : config_(config),
         profile_(profile),
         result_(result),
-        kind_best_(static_cast<int>(schema::ScheduleKind::MAX) + 1) {}
+        kind_best_(static_cast<int>(schema::ScheduleKind::MAX) + 1),
+        zero_best_(kHighestZeroStage + 1) {}
 
   void solve_all(const std::vector<PendingSetting>& pending) {
     for_each_on_threads(config_.planner.nproc, pending.size(),
                         [&](size_t index) { solve(pending[index]); });
     for (auto& best : kind_best_)
       if (best) result_.best_per_schedule.push_back(std::move(*best));
+    for (auto& best : zero_best_)
+      if (best) result_.best_per_zero_stage.push_back(std::move(*best));
   }
 
   // [planner] verbose's lines, keyed by setting.
   std::vector<std::pair<PlanSetting, std::string>> log;
 
  private:
+  // A setting is skipped only when it can beat neither the top-k, nor its
+  // schedule kind's best, nor its ZeRO stage's best.
   double bound_of(const PlanSetting& setting) const {
-    const auto& best = kind_best_[static_cast<int>(setting.schedule.kind)];
-    return std::max(kth_step_, best ? best->estimate.prediction.step_seconds : kInfinity);
+    const auto step_of = [](const std::optional<PlanCandidate>& best) {
+      return best ? best->estimate.prediction.step_seconds : kInfinity;
+    };
+    return std::max({kth_step_, step_of(kind_best_[static_cast<int>(setting.schedule.kind)]),
+                     step_of(zero_best_[setting.zero_stage])});
   }
 
   void solve(const PendingSetting& item) {
@@ -379,10 +391,12 @@ class SettingSolver {
     return "rejected: " + reason;
   }
 
-  // Under mutex_: the candidate into its kind's best and the top-k.
+  // Under mutex_: the candidate into its kind's and its ZeRO stage's best and
+  // the top-k.
   void rank(PlanCandidate candidate) {
-    auto& best = kind_best_[static_cast<int>(candidate.setting.schedule.kind)];
-    if (!best || ranks_before(candidate, *best)) best = candidate;
+    for (auto* best : {&kind_best_[static_cast<int>(candidate.setting.schedule.kind)],
+                       &zero_best_[candidate.setting.zero_stage]})
+      if (!*best || ranks_before(candidate, **best)) *best = candidate;
     auto& ranked = result_.ranked;
     ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), candidate, ranks_before),
                   std::move(candidate));
@@ -397,6 +411,7 @@ class SettingSolver {
   std::mutex mutex_;
   double kth_step_ = kInfinity;
   std::vector<std::optional<PlanCandidate>> kind_best_;
+  std::vector<std::optional<PlanCandidate>> zero_best_;  // per ZeRO stage
 };
 
 }  // namespace

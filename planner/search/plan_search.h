@@ -54,6 +54,10 @@ struct SearchResult {
   // ScheduleKind order: the report's comparison of the kinds. The search
   // skips a setting only when it can beat neither the top-k nor its kind's best.
   std::vector<PlanCandidate> best_per_schedule;
+  // The best plan of each ZeRO stage searched, in stage order (the report's
+  // comparison of the stages); skipped likewise only when a setting can beat
+  // neither the top-k nor its stage's best.
+  std::vector<PlanCandidate> best_per_zero_stage;
   // Every setting enumerated (statistics.settings of them), in enumeration order.
   std::vector<PlanSetting> settings;
   std::vector<SettingRejection> rejections;
@@ -81,8 +85,8 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
                              const std::vector<RecomputeRange>& layer_recompute,
                              const StagePartition& partition, const MeasuredProfile* profile);
 
-// Orders candidates: faster first, then fewer stages, less TP, no ZeRO, larger
-// micro-batches, no sequence parallelism.
+// Orders candidates: faster first, then fewer stages, less TP, the lower ZeRO
+// stage, larger micro-batches, no sequence parallelism.
 bool ranks_before(const PlanCandidate& a, const PlanCandidate& b);
 
 }  // namespace paraplan

@@ -10,6 +10,7 @@
 #include "planner/cost/model_counts.h"
 #include "planner/job/module_names.h"
 #include "schema/model_limits.h"
+#include "schema/zero_stages.h"
 
 namespace paraplan {
 
@@ -104,7 +105,9 @@ void resolve_batching_and_zero(const JobConfig& config, SearchSpace& space) {
   if (config.was_set("planner.zero_stage")) {
     space.zero_stages = {p.zero_stage};
   } else {
-    space.zero_stages = {0, 1};
+    space.zero_stages.clear();
+    for (int stage = 0; stage <= kHighestRunnableZeroStage; ++stage)
+      space.zero_stages.push_back(stage);
   }
   const int fixed_dp = p.data_parallel_degree;
   if (fixed_dp > 0 && space.zero_ngroups_fixed && fixed_dp % p.zero_ngroups != 0)

@@ -1,0 +1,231 @@
+// stage_reduction.cc: a stage's tail (stage_cost.h): the data-parallel
+// gradient reduction (all-reduce; ZeRO-1's reduce-scatter, cross-group
+// all-reduce and all-gather; ZeRO-2's reduce-scatters per unit and
+// micro-batch), the gradient norm's all-reduce and the optimizer step.
+#include <algorithm>
+#include <cmath>
+
+#include "planner/cost/compute_model.h"
+#include "planner/cost/stage_collectives.h"
+#include "planner/cost/stage_cost.h"
+
+namespace paraplan {
+
+using stage_collectives::collective_seconds;
+using stage_collectives::measured_collective;
+
+void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double busy,
+                                       const DeviceModel& device) {
+  const ModelConfig& model = config_->model;
+  const ParallelShape& shape = setting_.shape;
+  const int t = shape.tensor_parallel, p = shape.pipeline_stages;
+  const bool train = options_.is_train;
+  const bool sharded = shards_optimizer_state(setting_.zero_stage);
+  const LinkModel& links = links_;
+  // Data-parallel reduction placement per stage.
+  const int group = sharded ? zero_shards_ : shape.data_parallel;
+  for (auto& crosses : reduction_crosses_) crosses.assign(p, false);
+  for (int s = 0; s < p; ++s) {
+    reduction_crosses_[0][s] =
+        data_parallel_group_crosses_nodes(shape, s, group, setting_.layout.devices_per_node);
+    reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
+                                                                 setting_.layout.devices_per_node);
+  }
+  if (train) {
+    const int d = shape.data_parallel;
+    if (sharded) {
+      zero_reduce_scatter_ =
+          measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_, busy);
+      zero_all_reduce_ =
+          measured_collective(profile, CollectiveOperation::AllReduce, d / zero_shards_, busy);
+      zero_all_gather_ =
+          measured_collective(profile, CollectiveOperation::AllGather, zero_shards_, busy);
+    } else {
+      data_parallel_all_reduce_ =
+          measured_collective(profile, CollectiveOperation::AllReduce, d, busy);
+    }
+    if (shards_gradients(setting_.zero_stage)) set_zero_two_scatters();
+  }
+
+  // The gradient norm's all-reduce of one double over the world: measured
+  // inside a node, else a tree's 2 log2(n) latencies (a message this small
+  // costs its latency only).
+  const int world = p * shape.data_parallel * t;
+  if (train && world > 1) {
+    const bool crosses = setting_.layout.num_nodes > 1;
+    const std::optional<CollectiveEntry> norm =
+        measured_collective(profile, CollectiveOperation::AllReduce, world, busy);
+    norm_all_reduce_ = norm && !crosses
+                           ? norm->seconds(sizeof(double))
+                           : 2 * std::ceil(std::log2(world)) * links.link(crosses).latency_seconds;
+  }
+
+  // The optimizer step on this rank's shard of the stage's parameters.
+  const OptimizerEntry* optimizer = profile != nullptr ? profile->find_optimizer() : nullptr;
+  if (!train)
+    optimizer_seconds_per_parameter_ = 0;
+  else if (optimizer != nullptr)
+    optimizer_seconds_per_parameter_ = optimizer->seconds_per_parameter *
+                                       (optimizer->clock == ProfileClock::kCpu ? busy : 1) /
+                                       zero_shards_;
+  else
+    optimizer_seconds_per_parameter_ =
+        optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
+}
+
+void StageCostModel::set_zero_two_scatters() {
+  const ModelConfig& model = config_->model;
+  const int t = setting_.shape.tensor_parallel, z = zero_shards_;
+  const int64_t replicate_below = options_.ignore_small_tensor_threshold;
+  const int64_t block = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
+  zero_two_tail_.assign(num_stages(), {});
+  for (int s = 0; s < num_stages(); ++s) {
+    // Each unit is one reduce-scatter of its padded elements in the group.
+    const auto scatter = [&](int64_t elements) {
+      return collective_seconds(
+          zero_reduce_scatter_, ring_reduce_scatter_seconds, links_, reduction_crosses_[0][s], z,
+          static_cast<double>(padded_to_shard_unit(elements, z)) * element_bytes_);
+    };
+    ZeroTwoTail& tail = zero_two_tail_[s];
+    tail.block_scatter = scatter(block);
+    tail.block_elements = static_cast<double>(block);
+    const ZeroTwoEnds ends =
+        zero_two_ends(model, s == 0, s == head_rank(), separate_ends(), t, replicate_below);
+    for (int i = 0; i < ends.count; ++i) {
+      if (ends.resident[i]) {
+        tail.resident_scatter += scatter(ends.elements[i]);
+      } else {
+        tail.streamed_ends_scatter += scatter(ends.elements[i]);
+        tail.streamed_end_elements += static_cast<double>(ends.elements[i]);
+      }
+    }
+  }
+}
+
+double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
+  if (buckets <= 1) return seconds;
+  const double k = buckets;
+  return std::max(seconds / k, seconds - backward_seconds * (k - 1) / k);
+}
+
+double StageCostModel::plain_backward_seconds(int pipeline_rank, int num_layers) const {
+  double seconds = num_layers * block_backward_[0];
+  if (pipeline_rank == 0) seconds += embedding_backward_;
+  if (pipeline_rank == head_rank()) seconds += head_backward_;
+  return seconds;
+}
+
+int StageCostModel::reduction_buckets(double elements) const {
+  const int64_t bucket_size = config_->training.gradient_bucket_size;
+  return config_->cluster.overlap_communication && bucket_size > 0
+             ? static_cast<int>(std::ceil(elements / static_cast<double>(bucket_size)))
+             : 1;
+}
+
+double StageCostModel::zero_two_scatters(int pipeline_rank, int num_layers, double backward_seconds,
+                                         double* hidden) const {
+  const ZeroTwoTail& tail = zero_two_tail_[pipeline_rank];
+  // One micro-batch's reduce-scatters of the streamed units, and their elements.
+  const double streamed = num_layers * tail.block_scatter + tail.streamed_ends_scatter;
+  const double elements = num_layers * tail.block_elements + tail.streamed_end_elements;
+  // The first m - 1 micro-batches' run beside the next ones' compute where the
+  // cluster overlaps communication: only what exceeds a micro-batch's backward
+  // counts. (What the ends' reduce-scatters exceed the ends' own backward by
+  // counts at any block count, which keeps the tail from falling as blocks
+  // are added: the search's bounds rely on it.)
+  double excess = streamed;
+  if (config_->cluster.overlap_communication)
+    excess = std::max({0.0, tail.streamed_ends_scatter - plain_backward_seconds(pipeline_rank, 0),
+                       streamed - backward_seconds});
+  const int earlier = setting_.num_micro_batches - 1;
+  // The last micro-batch's as ZeRO-1's reduce-scatter: bucket by bucket
+  // behind the step's last backward.
+  const double last =
+      exposed_reduction_seconds(streamed, reduction_buckets(elements), backward_seconds);
+  *hidden = earlier * (streamed - excess) + (streamed - last);
+  // The resident units once, at the step's end (the tied ones after their sum).
+  return earlier * excess + last + tail.resident_scatter;
+}
+
+double StageCostModel::gradient_reduction(int pipeline_rank, int num_layers, double parameters,
+                                          double backward_seconds, double* hidden) const {
+  *hidden = 0;
+  if (!options_.is_train) return 0;
+  const int d = setting_.shape.data_parallel;
+  const double bytes = parameters * element_bytes_;
+  const bool group_crosses = reduction_crosses_[0][pipeline_rank];
+  const bool all_cross = reduction_crosses_[1][pipeline_rank];
+  double exposed = 0;
+  if (shards_gradients(setting_.zero_stage)) {
+    exposed = zero_two_scatters(pipeline_rank, num_layers, backward_seconds, hidden);
+  } else {
+    // The part reduced bucket by bucket during backward.
+    const double bucketed =
+        !shards_optimizer_state(setting_.zero_stage)
+            ? collective_seconds(data_parallel_all_reduce_, ring_all_reduce_seconds, links_,
+                                 all_cross, d, bytes)
+            : collective_seconds(zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
+                                 group_crosses, zero_shards_, bytes);
+    exposed = exposed_reduction_seconds(bucketed, reduction_buckets(parameters), backward_seconds);
+    *hidden = bucketed - exposed;
+  }
+  if (!shards_optimizer_state(setting_.zero_stage)) return exposed + norm_all_reduce_;
+  // ZeRO-1 and 2: then all-reduce each shard across the groups, and all-gather
+  // the updated weights inside the group.
+  const int z = zero_shards_, groups = d / z;
+  return exposed + norm_all_reduce_ +
+         collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
+                            bytes / z) +
+         collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
+                            bytes);
+}
+
+void StageCostModel::fill_tail(int pipeline_rank, int num_layers, StageEstimate& stage) const {
+  const StageLayout layout{0, num_layers, pipeline_rank == 0, pipeline_rank == head_rank(), {}};
+  const double parameters = static_cast<double>(
+      rank_parameters(config_->model, layout, separate_ends(), setting_.shape.tensor_parallel,
+                      options_.ignore_small_tensor_threshold));
+  stage.gradient_reduction_seconds = gradient_reduction(
+      pipeline_rank, num_layers, parameters, plain_backward_seconds(pipeline_rank, num_layers),
+      &stage.hidden_reduction_seconds);
+  stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+}
+
+double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {
+  StageEstimate stage;
+  fill_tail(pipeline_rank, num_layers, stage);
+  return stage.tail_seconds();
+}
+
+std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
+  std::vector<ChargedCollective> charged;
+  charged.reserve(8);  // (also keeps GCC 12's -Wstringop-overflow from a false alarm here)
+  auto add = [&](CollectiveOperation operation, int ranks, bool inter_node) {
+    const ChargedCollective item{operation, ranks, inter_node};
+    if (ranks > 1 && std::find(charged.begin(), charged.end(), item) == charged.end())
+      charged.push_back(item);
+  };
+  const ParallelShape& shape = setting_.shape;
+  const int p = shape.pipeline_stages, d = shape.data_parallel, z = zero_shards_;
+  add(CollectiveOperation::AllReduce, shape.tensor_parallel, false);
+  if (shape.sequence_parallel) {
+    add(CollectiveOperation::AllGather, shape.tensor_parallel, false);
+    add(CollectiveOperation::ReduceScatter, shape.tensor_parallel, false);
+  }
+  for (int s = 0; s + 1 < p; ++s)
+    add(CollectiveOperation::SendReceive, 2,
+        pipeline_boundary_crosses_nodes(shape, s, setting_.layout.devices_per_node));
+  if (!options_.is_train) return charged;
+  for (int s = 0; s < p; ++s) {
+    if (!shards_optimizer_state(setting_.zero_stage)) {
+      add(CollectiveOperation::AllReduce, d, reduction_crosses_[1][s]);
+      continue;
+    }
+    add(CollectiveOperation::ReduceScatter, z, reduction_crosses_[0][s]);
+    add(CollectiveOperation::AllReduce, d / z, reduction_crosses_[1][s]);
+    add(CollectiveOperation::AllGather, z, reduction_crosses_[0][s]);
+  }
+  return charged;
+}
+
+}  // namespace paraplan

@@ -1,0 +1,106 @@
+// zero_memory.h: what a ZeRO stage (schema/zero_stages.h) divides of the
+// model state, in one place, and ZeRO-2's gradient storage as the runtime
+// allocates it.
+//
+// - zero_sharding(stage, group): which of weights, gradients and optimizer
+//   state a stage divides by its group. model_state_memory (cost_model.h)
+//   applies it; the ZeRO paper's idealized table (zero_paper_model_state_bytes)
+//   and the planner's stage memory (stage_memory) both go through it, so the
+//   table cannot drift from the model.
+// - ZeRO-2 (runtime/parallel/sharded_gradients.h): a rank's gradients live
+//   in units backward finishes one at a time: the embedding (token and
+//   position embeddings), each block, and the final norm with the head.
+//   A unit holding a tied tensor (the tied embedding, or a head's copy of
+//   it) or written over the whole backward (the embedding of a stage whose
+//   tied head writes it first) is resident: whole for the step. The others
+//   share a pool of two slots, each the largest of them padded to a
+//   multiple of 8 x z elements (shard_unit_elements) plus its reduce-scatter
+//   receive chunk (1 / z of that). Schedules that split backward keep units
+//   from their B to their W, and the pool grows to the units held at once:
+//   at most every streamed unit, the bound taken here (a slot each, of the
+//   largest unit's size: never below the runtime's; above it where fewer
+//   are held at once, as replays of an untied first stage show). Every
+//   unit's chunk (padded / z) sits in the rank's gradient shard. The stage's
+//   parameter buffer is 8 x z - 1 elements longer (the last unit's
+//   all-gather spills its padding).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "planner/job/job_config.h"
+#include "schema/zero_stages.h"
+
+namespace paraplan {
+
+// The divisors of the model state's parts under a ZeRO stage over a group
+// of `group` ranks: 1 where the stage keeps the part whole.
+struct ZeroSharding {
+  int weights_divisor = 1, gradients_divisor = 1, optimizer_divisor = 1;
+  bool operator==(const ZeroSharding&) const = default;
+};
+ZeroSharding zero_sharding(int zero_stage, int group);
+
+// The ZeRO group of a setting: data_parallel / zero_ngroups ranks where the
+// stage shards anything, else 1.
+int zero_group_size(int zero_stage, int data_parallel, int zero_ngroups);
+
+// The runtime's shard alignment (runtime/parallel/gradient_buckets.h): each
+// shard 16-byte aligned, 8 x the group size elements (1 without a group).
+inline int64_t shard_unit_elements(int group) {
+  return group > 1 ? int64_t{8} * group : 1;
+}
+inline int64_t padded_to_shard_unit(int64_t elements, int group) {
+  const int64_t unit = shard_unit_elements(group);
+  return (elements + unit - 1) / unit * unit;
+}
+
+// The end units (embedding, head) of a pipeline rank under ZeRO-2, per
+// device of the tensor-parallel group: at most two.
+struct ZeroTwoEnds {
+  int count = 0;
+  int64_t elements[2] = {0, 0};
+  bool resident[2] = {false, false};
+};
+// separate_ends: the rank holds the embedding and the head in two chunks (the
+// V kinds' first rank), so a tied head is a copy of its own.
+ZeroTwoEnds zero_two_ends(const ModelConfig& model, bool has_embedding, bool has_head,
+                          bool separate_ends, int tensor_parallel, int64_t replicate_below);
+
+// A rank's ZeRO-2 gradient storage, in elements, for any number of blocks.
+struct ZeroTwoGradients {
+  int group = 1;                 // z
+  bool split_backward = false;   // a slot per streamed unit
+  int64_t block_padded = 0;      // a block's unit, padded
+  int64_t resident_padded = 0;   // the resident end units, padded, summed
+  int64_t streamed_largest = 0;  // the largest streamed end unit, padded (0: none)
+  int streamed_ends = 0;         // streamed end units
+  int64_t ends_padded = 0;       // every end unit, padded, summed
+  // The pool's slots with `blocks` blocks: 2, or under split backward one
+  // per streamed unit (at least 2: an upper bound); 0 when nothing streams.
+  int64_t pool_slots(int blocks) const;
+  // One slot: the largest streamed unit, padded, and its receive chunk.
+  int64_t slot_elements(int blocks) const;
+  // The rank's gradient shard: every unit's chunk.
+  int64_t shard_elements(int blocks) const { return (blocks * block_padded + ends_padded) / group; }
+  // Everything: resident units, the pool and the shard.
+  int64_t elements(int blocks) const {
+    return resident_padded + pool_slots(blocks) * slot_elements(blocks) + shard_elements(blocks);
+  }
+  // What the parameter buffer holds beyond the parameters.
+  int64_t parameter_spill() const { return group > 1 ? shard_unit_elements(group) - 1 : 0; }
+};
+ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
+                                    bool split_backward);
+
+// The ZeRO paper's per-device model-state bytes (Rajbhandari et al. 2020,
+// section 5 and Table 1): mixed-precision Adam with 2-byte weights and
+// gradients and K bytes of optimizer state per parameter (K = 12: fp32
+// master weights, momentum and variance), over data_parallel ranks.
+// Stage 0: (2 + 2 + K) psi; 1: 2 psi + 2 psi + K psi / Nd; 2: 2 psi +
+// (2 + K) psi / Nd; 3: (2 + 2 + K) psi / Nd. model_state_memory with
+// zero_sharding(stage, Nd).
+double zero_paper_model_state_bytes(double parameters, int zero_stage, int data_parallel,
+                                    double optimizer_bytes_per_parameter = 12);
+
+}  // namespace paraplan
