@@ -120,7 +120,8 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
     request.binary = binary;
     request.files = files_every_rank_reads(options);
     request.count_gpus = command_wants_gpus(options.command);
-    request.remote_shell = remote_shell(options.mpirun_arguments, launch_environment(options));
+    request.environment = launch_environment(options);
+    request.remote_shell = remote_shell(options.mpirun_arguments, request.environment);
     findings = run_preflight(request);
     problems = preflight_problems(findings, request, paraplan_version(), this_build_id());
     std::vector<HostNetwork> networks;

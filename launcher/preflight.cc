@@ -109,6 +109,12 @@ std::string failure_of(const std::string& host, const ProcessOutput& output,
     return "cannot reach it over " + request.remote_shell.front() + detail +
            "; passwordless ssh from this host must work (`ssh " + host +
            " true`), or set mpirun's agent (OMPI_MCA_plm_rsh_agent)";
+  // The environment's wrapper (run_preflight) says so when it cannot start
+  // the agent itself: not the remote paraplan missing.
+  if (output.exit_code == 127 && !request.environment.empty() &&
+      said.rfind("/usr/bin/env: ", 0) == 0)
+    return "cannot start the remote shell " + request.remote_shell.front() + detail +
+           " on this host; install it, or set mpirun's agent (OMPI_MCA_plm_rsh_agent)";
   if (output.exit_code == 127)
     return request.binary + " is not there" + detail +
            "; install paraplan at the same path on every host (or share its directory)";
@@ -243,6 +249,12 @@ std::vector<HostFindings> run_preflight(const PreflightRequest& request) {
       command.insert(command.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
     command.push_back(host);
     command.push_back(shell_quote_command(remote_command));  // ssh hands it to a shell
+    if (!request.environment.empty()) {  // as mpirun starts its agent: in its environment
+      std::vector<std::string> in_environment = {"/usr/bin/env", "-i"};
+      in_environment.insert(in_environment.end(), request.environment.begin(),
+                            request.environment.end());
+      command.insert(command.begin(), in_environment.begin(), in_environment.end());
+    }
     commands.push_back(command);
     remote.push_back(i);
   }

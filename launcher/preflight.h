@@ -58,6 +58,11 @@ struct PreflightRequest {
   std::vector<std::string> files;  // absolute paths every host must read
   bool count_gpus = false;         // --backend cuda: a device per slot
   std::vector<std::string> remote_shell = {"ssh"};
+  // NAME=VALUE entries the remote shell runs with: mpirun's environment
+  // (launch_environment), so what `--env` gives mpirun's ssh (SSH_AUTH_SOCK,
+  // a PATH that finds the agent, ...) reaches the preflight's too. Empty:
+  // this process's environment.
+  std::vector<std::string> environment;
   double timeout_seconds = 30;
 };
 

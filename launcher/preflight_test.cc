@@ -128,6 +128,44 @@ TEST(Preflight, RemoteShellFollowsWhatEnvGivesMpirun) {
   unsetenv("OMPI_MCA_plm_rsh_args");
 }
 
+// `--env SSH_AUTH_SOCK=...` (or any variable the agent needs) reaches
+// mpirun's ssh through its environment: the preflight's ssh runs in the same
+// one, not in this process's.
+TEST(Preflight, TheRemoteShellRunsInTheEnvironmentGivenToMpirun) {
+  testing::TempDir directory;
+  const std::string agent = (directory.path() / "fake_ssh").string();
+  std::ofstream(agent) << "#!/bin/sh\n"
+                          "[ \"$FAKE_SSH_AGENT_SOCK\" = granted ] || "
+                          "{ echo 'Permission denied (publickey).' >&2; exit 255; }\n"
+                          "shift; exec sh -c \"$*\"\n";
+  const std::string binary = (directory.path() / "paraplan").string();
+  std::ofstream(binary) << "#!/bin/sh\n"
+                           "echo '{\"hostname\":\"far\",\"version\":\"0.1.0\",\"build_id\":"
+                           "\"abc\",\"cores\":2,\"cuda_devices\":-1,\"files\":[],"
+                           "\"interfaces\":[]}'\n";
+  chmod(agent.c_str(), 0755);
+  chmod(binary.c_str(), 0755);
+  unsetenv("FAKE_SSH_AGENT_SOCK");
+  PreflightRequest request;
+  request.binary = binary;
+  request.remote_shell = {agent};
+  request.hosts = {{"far", 2, 1}};
+  EXPECT_NE(run_preflight(request)[0].failure.find("Permission denied (publickey)"),
+            std::string::npos);
+  LaunchOptions options;
+  options.pass_environment = {"FAKE_SSH_AGENT_SOCK=granted"};
+  request.environment = launch_environment(options);
+  const HostFindings answered = run_preflight(request)[0];
+  EXPECT_EQ(answered.failure, "");
+  EXPECT_EQ(answered.hostname, "far");
+  // An agent that cannot be started is this host's problem, not the binary's.
+  request.remote_shell = {"/nonexistent/ssh"};
+  EXPECT_EQ(run_preflight(request)[0].failure.rfind(
+                "cannot start the remote shell /nonexistent/ssh (/usr/bin/env: ", 0),
+            0u)
+      << run_preflight(request)[0].failure;
+}
+
 // A remote shell whose hosts answer, cannot be reached, or lack the binary;
 // the answering host runs a paraplan of another build.
 TEST(Preflight, RunsEveryHostAtOnceAndClassifiesWhatWentWrong) {

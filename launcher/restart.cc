@@ -93,7 +93,8 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   request.binary = options.paraplan_binary.empty() ? this_executable() : options.paraplan_binary;
   request.files = files_every_rank_reads(options);
   request.count_gpus = command_wants_gpus(options.command);
-  request.remote_shell = remote_shell(options.mpirun_arguments, launch_environment(options));
+  request.environment = launch_environment(options);
+  request.remote_shell = remote_shell(options.mpirun_arguments, request.environment);
   request.timeout_seconds = 20;
   std::vector<std::pair<std::string, std::string>> unhealthy;
   const std::vector<HostFindings> findings = run_preflight(request);
@@ -182,18 +183,18 @@ RestartDecision decide_and_say(const LaunchOptions& options, const LaunchOptions
 // Plans the job again for hosts_left (written to plan_path), leaving out the
 // hosts the best plan does not use. False, said why, when no plan fits.
 bool replan_for_hosts_left(const LoadedPlan& current, const LaunchOptions& options,
-                           const std::string& plan_path, int devices_per_node,
+                           const std::string& plan_path, const HostDevices& devices,
                            std::vector<HostEntry>& hosts_left, LaunchOptions& attempt) {
   FallbackPlan fallback;
   try {
     fallback =
         plan_for_nodes_left(current.plan(), attempt.plan_path, static_cast<int>(hosts_left.size()),
-                            devices_per_node, options.min_nodes);
+                            devices.devices_per_node, options.min_nodes);
   } catch (const std::exception& error) {
-    say("not restarting: no plan fits the " + std::to_string(hosts_left.size()) +
-        " host(s) left: " + first_line(error.what()));
+    say(no_plan_fits_line(hosts_left.size(), devices, error.what()));
     return false;
   }
+  if (!devices.line.empty()) say(devices.line);
   write_plan(plan_path, fallback.outcome.plan.data(), fallback.outcome.plan.size());
   const LoadedPlan replanned = load_plan(plan_path);
   if (fallback.num_nodes < static_cast<int>(hosts_left.size())) {
@@ -220,14 +221,14 @@ bool move_to_hosts_left(const LaunchOptions& options, const std::string& directo
   const LoadedPlan current = load_plan(attempt.plan_path);
   const schema::Mesh& mesh = *current.plan().mesh();
   const HostDevices devices = devices_per_host(decision.hosts);
-  if (!devices.line.empty()) say(devices.line);
   for (HostEntry& host : decision.hosts) host.slots = devices.devices_per_node;
   if (!hosts.empty() && (static_cast<int>(decision.hosts.size()) != mesh.num_nodes() ||
                          devices.devices_per_node != mesh.devices_per_node())) {
     const std::string plan_path = (fs::path(directory) / (tag + ".pplan")).string();
-    if (!replan_for_hosts_left(current, options, plan_path, devices.devices_per_node,
-                               decision.hosts, attempt))
+    if (!replan_for_hosts_left(current, options, plan_path, devices, decision.hosts, attempt))
       return false;
+  } else if (!devices.line.empty()) {
+    say(devices.line);
   }
   if (!hosts.empty()) {
     hosts = decision.hosts;
@@ -347,14 +348,23 @@ HostDevices devices_per_host(const std::vector<HostEntry>& hosts) {
     return host.slots == fewest->slots;
   });
   if (!uniform) {
-    std::string each;
     for (const HostEntry& host : hosts)
-      each += (each.empty() ? "" : ", ") + host.name + " " + std::to_string(host.slots);
-    devices.line = "the hosts left have different slots (" + each + "): planning " +
+      devices.slots +=
+          (devices.slots.empty() ? "" : ", ") + host.name + " " + std::to_string(host.slots);
+    devices.line = "the hosts left have different slots (" + devices.slots + "): planning " +
                    std::to_string(fewest->slots) + " device(s) on each, as many as " +
                    fewest->name + " has";
   }
   return devices;
+}
+
+std::string no_plan_fits_line(size_t hosts_left, const HostDevices& devices,
+                              const std::string& reason) {
+  std::string each = std::to_string(devices.devices_per_node) + " device(s) each";
+  if (!devices.slots.empty())
+    each += ", the fewest slots of any: their slots differ (" + devices.slots + ")";
+  return "not restarting: no plan fits the " + std::to_string(hosts_left) + " host(s) left (" +
+         each + "): " + first_line(reason);
 }
 
 int run_launch_with_restarts(const LaunchOptions& options) {

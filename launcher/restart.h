@@ -47,12 +47,20 @@ RestartDecision decide_restart(const RestartInput& input);
 // The devices per node a re-plan for `hosts` uses: their slots when every
 // host has as many (what launch requires of a plan's nodes); else the fewest,
 // which every host can run, with `line` saying so. The plan then comes from
-// the hosts, never from the options that made the first mesh.
+// the hosts, never from the options that made the first mesh (mesh_row x
+// mesh_col, [cluster], a preset or world_size alone).
 struct HostDevices {
   int devices_per_node = 0;
-  std::string line;  // empty when the hosts agree
+  std::string slots;  // "node1 4, node3 2" when the hosts differ, else empty
+  std::string line;   // empty when the hosts agree
 };
 HostDevices devices_per_host(const std::vector<HostEntry>& hosts);
+
+// The line that refuses a restart when no plan fits the hosts left: one line,
+// naming the hosts' devices (and their slots when they differ) and the
+// planner's first reason line.
+std::string no_plan_fits_line(size_t hosts_left, const HostDevices& devices,
+                              const std::string& reason);
 
 // run_launch with --max-restarts > 0.
 int run_launch_with_restarts(const LaunchOptions& options);

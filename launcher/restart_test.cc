@@ -138,5 +138,23 @@ TEST(RestartDevices, AReplanTakesTheDevicesPerNodeFromTheHostsLeft) {
   EXPECT_EQ(devices_per_host({}).devices_per_node, 0);
 }
 
+// No plan for the hosts left: one line with their devices, and their slots
+// when they differ, before the planner's first line.
+TEST(RestartDevices, NoPlanForTheHostsLeftIsOneLineNamingTheirSlots) {
+  const std::string reason =
+      "job.pplan (the options it was planned with): no (pipeline, data, "
+      "tensor) parallel mesh fits the world size 3\nsecond line";
+  EXPECT_EQ(no_plan_fits_line(1, devices_per_host({{"node1", 3, 1}}), reason),
+            "not restarting: no plan fits the 1 host(s) left (3 device(s) each): job.pplan (the "
+            "options it was planned with): no (pipeline, data, tensor) parallel mesh fits the "
+            "world size 3");
+  EXPECT_EQ(no_plan_fits_line(2, devices_per_host({{"node1", 5, 1}, {"node3", 3, 3}}),
+                              "job.pplan (the options it was planned with): no (pipeline, data, "
+                              "tensor) parallel mesh fits the world size 6"),
+            "not restarting: no plan fits the 2 host(s) left (3 device(s) each, the fewest slots "
+            "of any: their slots differ (node1 5, node3 3)): job.pplan (the options it was "
+            "planned with): no (pipeline, data, tensor) parallel mesh fits the world size 6");
+}
+
 }  // namespace
 }  // namespace paraplan

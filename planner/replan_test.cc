@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "planner/planner_test_support.h"
 #include "schema/plan_io.h"
@@ -68,6 +69,32 @@ TEST(Replan, RelativePlannerPathsAreRecordedAbsolute) {
       EXPECT_EQ(value, expected);
     }
   }
+}
+
+// A constraints file named relative to where `paraplan plan` ran is the file
+// a re-plan from another directory reads (it would fail to read it else),
+// and it still narrows the search there.
+TEST(Replan, ARelativeConstraintsFileIsReadAgainFromAnotherDirectory) {
+  const std::filesystem::path made_in = std::filesystem::path(::testing::TempDir()) / "plan_here";
+  std::filesystem::create_directories(made_in);
+  std::ofstream(made_in / "constraints.toml")
+      << "[[constraint]]\nmodule = \"transformer.h\"\ntensor_parallel = [1]\n";
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(made_in);
+  const LoadedPlan original = planned(
+      test_jobs::eight_device_job({{"planner.partition_constraints_path", "constraints.toml"}}));
+  std::filesystem::current_path(made_in.parent_path());  // the launcher runs elsewhere
+  PlanOutcome again;
+  try {
+    again = replan_for_nodes(original.plan(), "job.pplan", 1);
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << error.what();
+  }
+  std::filesystem::current_path(before);
+  EXPECT_EQ(job_for_nodes(original.plan(), "job.pplan", 1).planner.partition_constraints_path,
+            (made_in / "constraints.toml").string());
+  ASSERT_FALSE(again.plan.empty());
+  EXPECT_EQ(load_plan_from_bytes("again.pplan", again.plan).plan().mesh()->tensor_parallel(), 1);
 }
 
 TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {
@@ -187,12 +214,14 @@ TEST(Replan, EveryWayOfMakingTheMeshReplansOnTheDevicesLeft) {
         << way.name << ": " << what_if;
     std::printf("[ figures  ] %s: %s -> %s\n", way.name, plan_summary(original.plan()).c_str(),
                 plan_summary(replanned.plan()).c_str());
+    // Hosts with other slots than the plan's nodes had (more, or fewer than
+    // a preset's 8): planned for theirs, whatever the options said.
+    const int other = way.devices_per_node == 2 ? 4 : 2;
+    const LoadedPlan resized = load_plan_from_bytes(
+        "resized.pplan", plan_for_nodes_left(original.plan(), "job.pplan", 2, other).outcome.plan);
+    EXPECT_EQ(resized.plan().mesh()->num_nodes(), 2) << way.name;
+    EXPECT_EQ(resized.plan().mesh()->devices_per_node(), other) << way.name;
   }
-  // Hosts with other slots than the plan's nodes had: planned for theirs.
-  const LoadedPlan original = planned(test_jobs::eight_device_job(ways[0].options));
-  const LoadedPlan wider = load_plan_from_bytes(
-      "wider.pplan", plan_for_nodes_left(original.plan(), "job.pplan", 1, 4).outcome.plan);
-  EXPECT_EQ(wider.plan().mesh()->devices_per_node(), 4);
 }
 
 TEST(Replan, APlanWithoutRecordedOptionsIsRefusedByName) {
