@@ -215,6 +215,11 @@ TEST_F(HostileInput, CountsThatMultiplyWorkAreBoundedByName) {
                      {"--checkpoint-every: -3 is invalid; give 0..2147483646"});
   expect_clear_error(bounded(train("ok.pplan", "--checkpoint-every-seconds inf")),
                      {"--checkpoint-every-seconds: inf is invalid; must be a finite number >= 0"});
+  // Replay counts warm-up and measured steps together in an int (it once
+  // wrapped around and reported a measurement of nothing).
+  expect_clear_error(
+      bounded("replay --plan " + path("ok.pplan") + " --steps 2147483646 --warmup 1"),
+      {"--steps 2147483646 with --warmup 1: at most 2147483646 steps in all"});
 }
 
 // Issue 46, 2: eval_batches at its bound (65536) on the tiny validation set

@@ -18,6 +18,7 @@
 #include "runtime/measure/wait_attribution.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
+#include "schema/model_limits.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -266,6 +267,11 @@ void check_replay_options(const ReplayOptions& options) {
                              "; replay measures at least 1 step");
   if (options.warmup < 0)
     throw std::runtime_error("--warmup: " + std::to_string(options.warmup) + "; must be >= 0");
+  // The steps are counted in an int, warm-up and measured together.
+  if (int64_t{options.warmup} + options.steps > kMaxSteps)
+    throw std::runtime_error("--steps " + std::to_string(options.steps) + " with --warmup " +
+                             std::to_string(options.warmup) + ": at most " +
+                             std::to_string(kMaxSteps) + " steps in all");
 }
 
 // The recording communicators the build wraps around the rank's groups, and
