@@ -72,14 +72,22 @@ void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, i
                       const kernels::Ops& ops) {
   const double parameters = static_cast<double>(layout.num_elements());
   const double storage = static_cast<double>(ops.storage_bytes(1));
-  // ZeRO-2 holds no whole gradients: the weights alone then.
-  const bool whole_gradients = !shards_gradients(loaded.plan().zero()->stage());
-  const double least = parameters * (whole_gradients ? 2 : 1) * storage;
+  // ZeRO-2 holds no whole gradients, ZeRO-3 only its share of the weights
+  // too: what the rank holds of them at least.
+  const schema::Plan& plan = loaded.plan();
+  const int zero_stage = plan.zero()->stage();
+  const bool whole_gradients = !shards_gradients(zero_stage);
+  const double weights_share =
+      shards_parameters(zero_stage)
+          ? 1.0 / std::max(1, plan.mesh()->data_parallel() / plan.zero()->num_groups())
+          : 1.0;
+  const double least = parameters * (weights_share + (whole_gradients ? 1 : 0)) * storage;
   const std::string what = loaded.path() + ": pipeline stage " + std::to_string(stage_index) +
                            " holds " + std::to_string(layout.num_elements()) +
                            " parameters on this rank, whose weights" +
+                           (weights_share < 1 ? " (its ZeRO-3 share)" : "") +
                            (whole_gradients ? " and gradients" : "") + " alone";
-  const schema::Predictions* predictions = loaded.plan().predictions();
+  const schema::Predictions* predictions = plan.predictions();
   if (predictions != nullptr && predictions->stages() != nullptr &&
       stage_index < static_cast<int>(predictions->stages()->size())) {
     const schema::StageMemory* predicted = predictions->stages()->Get(stage_index)->memory();
