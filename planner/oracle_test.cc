@@ -55,7 +55,7 @@ JobConfig random_job(std::mt19937& rng) {
       {"planner.topk", pick(rng, {"1", "3"})},
       {"planner.nproc", pick(rng, {"1", "2"})},
   };
-  if (rng() % 3 == 0) o.push_back({"planner.zero_stage", pick(rng, {"0", "1"})});
+  if (rng() % 3 == 0) o.push_back({"planner.zero_stage", pick(rng, {"0", "1", "3"})});
   if (rng() % 3 == 0) o.push_back({"planner.zero_ngroups", pick(rng, {"1", "2"})});
   if (rng() % 4 == 0) o.push_back({"planner.pipeline_nstages", pick(rng, {"1", "2", "3"})});
   if (rng() % 5 == 0) o.push_back({"planner.tensor_parallel_degree", pick(rng, {"1", "2"})});
@@ -93,7 +93,7 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   std::mt19937 rng(20240611);
   int compared = 0, feasible = 0, multi_stage = 0, recomputing = 0;
   int tensor_parallel = 0, sequence_parallel = 0;  // best plans with tp > 1, of which SP
-  int interleaved = 0, zero_bubble = 0, zero_two = 0;
+  int interleaved = 0, zero_bubble = 0, zero_two = 0, zero_three = 0;
   for (int trial = 0; trial < 400; ++trial) {
     JobConfig config;
     try {
@@ -116,6 +116,7 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     interleaved += oracle.best->setting.schedule.kind == schema::ScheduleKind::Interleaved1F1B;
     zero_bubble += oracle.best->setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1;
     zero_two += oracle.best->setting.zero_stage == 2;
+    zero_three += oracle.best->setting.zero_stage == 3;
     EXPECT_EQ(searched.ranked.front().setting.schedule.kind, oracle.best->setting.schedule.kind);
     for (const StageLayout& stage : oracle.best->stages)
       if (count_recompute(stage).none != stage.num_layers) {
@@ -145,8 +146,8 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
            compared, feasible, multi_stage, recomputing, interleaved, zero_bubble);
   printf(
       "[ figures  ] oracle jobs: %d feasible, %d best plans with tp > 1, %d of them sequence "
-      "parallel, %d with ZeRO-2\n",
-      feasible, tensor_parallel, sequence_parallel, zero_two);
+      "parallel, %d with ZeRO-2, %d with ZeRO-3\n",
+      feasible, tensor_parallel, sequence_parallel, zero_two, zero_three);
   // The generator must exercise both outcomes.
   EXPECT_GT(compared, 300);
   EXPECT_GT(feasible, 100);
@@ -157,7 +158,8 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   // Schedule kind and virtual stages are part of what both search.
   EXPECT_GT(interleaved, 5);
   EXPECT_GT(zero_bubble, 5);
-  EXPECT_GT(zero_two, 0);  // ZeRO-2 is part of what both search
+  EXPECT_GT(zero_two, 0);  // ZeRO-2 and 3 are part of what both search
+  EXPECT_GT(zero_three, 0);
 }
 
 TEST(OracleTest, IlpAgreesWithDynamicProgram) {

@@ -58,11 +58,25 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows) {
   return text;
 }
 
-// "0", "1/1", "2/4": the ZeRO stage and, where it shards, its groups.
-std::string zero_text(const PlanSetting& s) {
-  return shards_optimizer_state(s.zero_stage)
-             ? std::to_string(s.zero_stage) + "/" + std::to_string(s.zero_ngroups)
-             : std::to_string(s.zero_stage);
+// The pipeline ranks of a ZeRO-3 plan keeping their parameters gathered.
+int ranks_keeping_gathered(const PlanCandidate& c) {
+  int keeping = 0;
+  for (const StageLayout& stage : c.stages) keeping += stage.keep_parameters_gathered ? 1 : 0;
+  return keeping;
+}
+
+// "0", "1/1", "2/4": the ZeRO stage and, where it shards, its groups; under
+// ZeRO-3 whether the ranks keep their parameters gathered ("3/1 kept",
+// "3/1 freed", "3/1 kept 2 of 4").
+std::string zero_text(const PlanCandidate& c) {
+  const PlanSetting& s = c.setting;
+  if (!shards_optimizer_state(s.zero_stage)) return std::to_string(s.zero_stage);
+  std::string text = std::to_string(s.zero_stage) + "/" + std::to_string(s.zero_ngroups);
+  if (!shards_parameters(s.zero_stage)) return text;
+  const int keeping = ranks_keeping_gathered(c), ranks = static_cast<int>(c.stages.size());
+  if (keeping == 0) return text + " freed";
+  if (keeping == ranks) return text + " kept";
+  return text + " kept " + std::to_string(keeping) + " of " + std::to_string(ranks);
 }
 
 std::string mesh_text(const PlanSetting& s) {
@@ -117,10 +131,14 @@ std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best
            stage.pipeline_p2p_seconds;
   };
   const double comm = m * tp_and_p2p(slow), best_comm = bm * tp_and_p2p(best_slow);
-  const std::string detail =
+  const double gathers = m * slow.parameter_gather_seconds,
+               best_gathers = bm * best_slow.parameter_gather_seconds;
+  std::string detail =
       compute - best_compute >= comm - best_comm
           ? "compute incl. recompute " + duration(compute) + " vs " + duration(best_compute)
           : "TP + p2p " + duration(comm) + " vs " + duration(best_comm);
+  if (gathers - best_gathers > std::max(compute - best_compute, comm - best_comm))
+    detail = "ZeRO-3 parameter gathers " + duration(gathers) + " vs " + duration(best_gathers);
   std::vector<Cause> causes = {
       {work - best_work,
        "slowest stage busy " + duration(work) + " vs " + duration(best_work) + " (" + detail + ")"},
@@ -217,10 +235,19 @@ std::string why_winner_beat(const JobConfig& config, const SearchResult& result,
   if (shards_optimizer_state(k) && (dp <= 1 || dp % same.setting.zero_ngroups != 0))
     return head + "shards nothing on the winner's mesh (dp " + std::to_string(dp) + "); " +
            its_best + "\n";
-  same.estimate = evaluate_plan(config, same.setting, same.stages, profile);
   const double limit = config.planner.consider_mem
                            ? plan_memory_limit_gb(config) * kBytesPerGigabyte
                            : std::numeric_limits<double>::infinity();
+  // ZeRO-3: each rank keeps its parameters gathered where that fits, as the
+  // search would have it; the other stages gather nothing.
+  for (StageLayout& stage : same.stages) stage.keep_parameters_gathered = shards_parameters(k);
+  same.estimate = evaluate_plan(config, same.setting, same.stages, profile);
+  if (shards_parameters(k)) {
+    for (size_t r = 0; r < same.stages.size(); ++r)
+      if (static_cast<double>(same.estimate.stages[r].memory.total()) > limit)
+        same.stages[r].keep_parameters_gathered = false;
+    same.estimate = evaluate_plan(config, same.setting, same.stages, profile);
+  }
   if (static_cast<double>(same.estimate.peak_memory) > limit)
     return head + "does not fit memory: the winner's plan needs " +
            gigabytes(static_cast<double>(same.estimate.peak_memory)) + " GB per rank under ZeRO " +
@@ -230,6 +257,36 @@ std::string why_winner_beat(const JobConfig& config, const SearchResult& result,
            "; the lower stage ranks first\n";
   return head + "slower: the winner's plan under ZeRO " + std::to_string(k) + " runs " +
          why_slower(same, winner) + "\n";
+}
+
+// "0-3, 5": the pipeline ranks whose keep_parameters_gathered is `kept`.
+std::string ranks_text(const PlanCandidate& c, bool kept) {
+  std::string text;
+  const int p = static_cast<int>(c.stages.size());
+  for (int r = 0; r < p; ++r) {
+    if (c.stages[r].keep_parameters_gathered != kept) continue;
+    int last = r;
+    while (last + 1 < p && c.stages[last + 1].keep_parameters_gathered == kept) ++last;
+    text += (text.empty() ? "" : ", ") + std::to_string(r) +
+            (last > r ? "-" + std::to_string(last) : std::string());
+    r = last;
+  }
+  return text;
+}
+
+// Which pipeline ranks of the best ZeRO-3 plan keep their parameters
+// gathered (a slot per unit, one all-gather per unit and step) and which
+// free them after each read (two slots, an all-gather per read).
+std::string kept_gathered_line(const PlanCandidate& c) {
+  const std::string head = "ZeRO 3's best plan ";
+  const int keeping = ranks_keeping_gathered(c);
+  if (keeping == static_cast<int>(c.stages.size()))
+    return head + "keeps the parameters gathered on every pipeline rank\n";
+  const std::string not_kept = " (keeping them gathered does not fit, or is not faster)\n";
+  if (keeping == 0)
+    return head + "frees the parameters after each read on every pipeline rank" + not_kept;
+  return head + "keeps the parameters gathered on pipeline ranks " + ranks_text(c, true) +
+         " and frees them after each read on " + ranks_text(c, false) + not_kept;
 }
 
 }  // namespace
@@ -257,11 +314,12 @@ std::string zero_stage_comparison(const JobConfig& config, const SearchResult& r
     const double step = found->estimate.prediction.step_seconds;
     const bool won = k == best.setting.zero_stage;
     rows.push_back(
-        {zero_text(s), mesh_text(s),
+        {zero_text(*found), mesh_text(s),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
          duration(step), gigabytes(static_cast<double>(found->estimate.peak_memory)),
          won ? "best" : printf_string("+%.1f%%", (step / best_step - 1) * 100)});
     if (!won) reasons += why_winner_beat(config, result, *found, profile);
+    if (shards_parameters(k)) reasons += kept_gathered_line(*found);
   }
   return text + render_table(rows) + reasons;
 }
@@ -324,7 +382,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
              " x " + std::to_string(s.shape.tensor_parallel) +
              (s.shape.sequence_parallel ? " sp" : ""),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
-         zero_text(s), schedule_choice_name(s.schedule), recompute_summary(c),
+         zero_text(c), schedule_choice_name(s.schedule), recompute_summary(c),
          duration(c.estimate.prediction.step_seconds),
          printf_string("%.0f", c.estimate.prediction.tokens_per_second),
          percent(c.estimate.prediction.mfu), memory,

@@ -145,7 +145,17 @@ std::vector<StageLayout> rank_layouts_of(const schema::Plan& plan, int chunks) {
       layout_of_stage.recompute.assign(stage->recompute()->begin(), stage->recompute()->end());
     stages.push_back(std::move(layout_of_stage));
   }
-  if (chunks <= 1) return stages;
+  // ZeRO-3's choice per pipeline rank (the schedule's stages are the ranks).
+  const auto keep_gathered = [&plan](size_t rank) {
+    const auto* schedules = plan.schedule()->stages();
+    return schedules != nullptr && rank < schedules->size() &&
+           schedules->Get(static_cast<flatbuffers::uoffset_t>(rank))->keep_parameters_gathered();
+  };
+  if (chunks <= 1) {
+    for (size_t r = 0; r < stages.size(); ++r)
+      stages[r].keep_parameters_gathered = keep_gathered(r);
+    return stages;
+  }
   const size_t p = static_cast<size_t>(plan.mesh()->pipeline_parallel());
   const PipelineLayout pipeline =
       PipelineLayout::of(plan.schedule()->kind(), static_cast<int>(p), chunks);
@@ -157,7 +167,10 @@ std::vector<StageLayout> rank_layouts_of(const schema::Plan& plan, int chunks) {
     rank.num_layers += chunk.num_layers;
     rank.recompute.insert(rank.recompute.end(), chunk.recompute.begin(), chunk.recompute.end());
   }
-  for (size_t r = 0; r < p; ++r) ranks[r].has_embedding = r == 0, ranks[r].has_head = r + 1 == p;
+  for (size_t r = 0; r < p; ++r) {
+    ranks[r].has_embedding = r == 0, ranks[r].has_head = r + 1 == p;
+    ranks[r].keep_parameters_gathered = keep_gathered(r);
+  }
   return ranks;
 }
 

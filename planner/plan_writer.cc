@@ -120,13 +120,79 @@ std::string time_model_description(const JobConfig& config, const PlanCandidate&
          overlap_description(config, candidate);
 }
 
+// The schedule: every pipeline rank's stream and, under ZeRO-3, whether it
+// keeps its parameters gathered.
+flatbuffers::Offset<schema::Schedule> schedule_table(flatbuffers::FlatBufferBuilder& builder,
+                                                     const JobConfig& config,
+                                                     const PlanCandidate& candidate) {
+  namespace fb = flatbuffers;
+  const PlanSetting& setting = candidate.setting;
+  const PipelineSchedule plan_schedule = candidate_schedule(config, candidate);
+  std::vector<fb::Offset<schema::StageSchedule>> stage_schedules;
+  for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
+    std::vector<schema::Instruction> instructions;
+    for (const PipelineInstruction& ins : plan_schedule.stages[s])
+      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
+    // ZeRO-3: whether this pipeline rank keeps its parameters gathered.
+    const bool keep_gathered =
+        shards_parameters(setting.zero_stage) && candidate.stages.at(s).keep_parameters_gathered;
+    stage_schedules.push_back(schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s),
+                                                                &instructions, keep_gathered));
+  }
+  return schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules,
+                                      plan_schedule.virtual_stages, schema::Transfers::Posted);
+}
+
+// The predictions: per stage, its times and memory, and the step's.
+flatbuffers::Offset<schema::Predictions> predictions_table(flatbuffers::FlatBufferBuilder& builder,
+                                                           const JobConfig& config,
+                                                           const PlanCandidate& candidate,
+                                                           const MeasuredProfile* profile) {
+  namespace fb = flatbuffers;
+  const ModelConfig& model = config.model;
+  const ClusterConfig& cluster = config.cluster;
+  const PlanSetting& setting = candidate.setting;
+  std::vector<fb::Offset<schema::StagePrediction>> stage_predictions;
+  const PlanEstimate& estimate = candidate.estimate;
+  for (size_t s = 0; s < estimate.stages.size(); ++s) {
+    const StageEstimate& stage = estimate.stages[s];
+    const MemoryBreakdown& m = stage.memory;
+    auto memory = schema::CreateStageMemory(builder, m.weights, m.gradients,
+                                            m.optimizer_state + m.optimizer_transient,
+                                            m.activations, m.transient, m.total());
+    // ZeRO-3's gathers run on the ZeRO group, where replay counts the
+    // gradient reduction: the step's (every micro-batch's) go there, so the
+    // parts still add up to the step.
+    const double zero_group = stage.gradient_reduction_seconds +
+                              setting.num_micro_batches * stage.parameter_gather_seconds;
+    const double communication =
+        setting.num_micro_batches * (stage.tensor_parallel_seconds + stage.pipeline_p2p_seconds) +
+        zero_group;
+    stage_predictions.push_back(schema::CreateStagePrediction(
+        builder, static_cast<int32_t>(s), stage.forward_seconds, stage.backward_seconds,
+        communication, memory, stage.tensor_parallel_seconds, stage.pipeline_p2p_seconds,
+        zero_group, stage.optimizer_seconds, stage.bubble_seconds));
+  }
+  auto cluster_table = schema::CreateClusterDirect(
+      builder, cluster.preset.c_str(), setting.layout.num_nodes, setting.layout.devices_per_node,
+      static_cast<uint64_t>(cluster.device_memory_gb * kBytesPerGigabyte),
+      cluster.peak_flops(model.dtype), cluster.intra_node_bandwidth_gbps * 1e9,
+      cluster.intra_node_latency_us * 1e-6, cluster.inter_node_bandwidth_gbps * 1e9,
+      cluster.inter_node_latency_us * 1e-6, cluster.memory_bandwidth_gbps * 1e9,
+      cluster.compute_units, static_cast<uint64_t>(cluster.reserved_memory_gb * kBytesPerGigabyte));
+  const StepPrediction& prediction = estimate.prediction;
+  return schema::CreatePredictionsDirect(
+      builder, prediction.step_seconds, prediction.bubble_ratio, prediction.tokens_per_second,
+      prediction.mfu, &stage_predictions, cluster_table,
+      time_model_description(config, candidate, profile).c_str());
+}
+
 std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate& candidate,
                                     const MeasuredProfile* profile) {
   namespace fb = flatbuffers;
   fb::FlatBufferBuilder builder(64 * 1024);
   const ModelConfig& model = config.model;
   const TrainingConfig& training = config.training;
-  const ClusterConfig& cluster = config.cluster;
   const PlanSetting& setting = candidate.setting;
 
   std::vector<fb::Offset<schema::KeyValue>> options;
@@ -173,47 +239,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       schema::CreateZero(builder, setting.zero_stage,
                          shards_optimizer_state(setting.zero_stage) ? setting.zero_ngroups : 1);
 
-  const PipelineSchedule plan_schedule = candidate_schedule(config, candidate);
-  std::vector<fb::Offset<schema::StageSchedule>> stage_schedules;
-  for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
-    std::vector<schema::Instruction> instructions;
-    for (const PipelineInstruction& ins : plan_schedule.stages[s])
-      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
-    stage_schedules.push_back(
-        schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s), &instructions));
-  }
-  auto schedule =
-      schema::CreateScheduleDirect(builder, plan_schedule.kind, &stage_schedules,
-                                   plan_schedule.virtual_stages, schema::Transfers::Posted);
-
-  std::vector<fb::Offset<schema::StagePrediction>> stage_predictions;
-  const PlanEstimate& estimate = candidate.estimate;
-  for (size_t s = 0; s < estimate.stages.size(); ++s) {
-    const StageEstimate& stage = estimate.stages[s];
-    const MemoryBreakdown& m = stage.memory;
-    auto memory = schema::CreateStageMemory(builder, m.weights, m.gradients,
-                                            m.optimizer_state + m.optimizer_transient,
-                                            m.activations, m.transient, m.total());
-    const double communication =
-        setting.num_micro_batches * (stage.tensor_parallel_seconds + stage.pipeline_p2p_seconds) +
-        stage.gradient_reduction_seconds;
-    stage_predictions.push_back(schema::CreateStagePrediction(
-        builder, static_cast<int32_t>(s), stage.forward_seconds, stage.backward_seconds,
-        communication, memory, stage.tensor_parallel_seconds, stage.pipeline_p2p_seconds,
-        stage.gradient_reduction_seconds, stage.optimizer_seconds, stage.bubble_seconds));
-  }
-  auto cluster_table = schema::CreateClusterDirect(
-      builder, cluster.preset.c_str(), setting.layout.num_nodes, setting.layout.devices_per_node,
-      static_cast<uint64_t>(cluster.device_memory_gb * kBytesPerGigabyte),
-      cluster.peak_flops(model.dtype), cluster.intra_node_bandwidth_gbps * 1e9,
-      cluster.intra_node_latency_us * 1e-6, cluster.inter_node_bandwidth_gbps * 1e9,
-      cluster.inter_node_latency_us * 1e-6, cluster.memory_bandwidth_gbps * 1e9,
-      cluster.compute_units, static_cast<uint64_t>(cluster.reserved_memory_gb * kBytesPerGigabyte));
-  const StepPrediction& prediction = estimate.prediction;
-  auto predictions = schema::CreatePredictionsDirect(
-      builder, prediction.step_seconds, prediction.bubble_ratio, prediction.tokens_per_second,
-      prediction.mfu, &stage_predictions, cluster_table,
-      time_model_description(config, candidate, profile).c_str());
+  auto schedule = schedule_table(builder, config, candidate);
+  auto predictions = predictions_table(builder, config, candidate, profile);
 
   auto stages_vector = builder.CreateVector(stages);
   auto root = schema::CreatePlan(builder, header, model_table, training_table, mesh, stages_vector,

@@ -2,10 +2,13 @@
 // estimate) serialized as a plan file (schema/plan.fbs), whichever solver found it.
 //
 // Field conventions beyond plan.fbs: Mesh.num_nodes x devices_per_node are the
-// job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 and 2 and 1 without;
+// job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 to 3 and 1 without;
 // StagePrediction.communication_seconds is the stage's communication per step:
 // m x (tensor-parallel all-reduces + point-to-point sends) + the gradient
-// reduction; StageMemory.optimizer_state holds the resident state plus the
+// reduction; under ZeRO-3 gradient_reduction_seconds holds the step's
+// parameter all-gathers too (replay measures both on the ZeRO group), and
+// StageSchedule.keep_parameters_gathered is each pipeline rank's choice
+// (StageLayout); StageMemory.optimizer_state holds the resident state plus the
 // optimizer step's transient; Predictions.cluster is the [cluster] spec with the
 // job's nodes and devices per node and the peak FLOP/s of the model's dtype.
 #pragma once

@@ -124,6 +124,24 @@ TEST(Replan, FewerNodesGetAMeshThatFitsThemAndKeepTheTraining) {
             original.plan().predictions()->step_seconds());
 }
 
+// A job that fixed its ZeRO stage is planned again with it: the restart of
+// a ZeRO-2 run goes on sharding its gradients, on the data-parallel ranks
+// left.
+TEST(Replan, AFixedZeroStageIsKeptOnTheNodesLeft) {
+  JobConfig job = test_jobs::eight_device_job({{"planner.world_size", "8"},
+                                               {"cluster.devices_per_node", "4"},
+                                               {"cluster.num_nodes", "2"},
+                                               {"planner.data_parallel_degree", "8"},
+                                               {"planner.zero_stage", "2"}});
+  const LoadedPlan original = planned(job);
+  ASSERT_EQ(original.plan().zero()->stage(), 2);
+  const LoadedPlan replanned =
+      load_plan_from_bytes("lost.pplan", replan_for_nodes(original.plan(), "job.pplan", 1).plan);
+  EXPECT_EQ(replanned.plan().mesh()->num_nodes(), 1);
+  EXPECT_EQ(replanned.plan().mesh()->data_parallel(), 4);
+  EXPECT_EQ(replanned.plan().zero()->stage(), 2);
+}
+
 TEST(Replan, ValuesWhoseDefaultsComeFromOtherOptionsAreKept) {
   // Each equals JobConfig{}'s value, but not what the job's own defaults
   // would give: a tied Llama, a schedule decaying to 0, an H100 with no

@@ -1,9 +1,11 @@
 // zero_stage_test.cc: ZeRO stages in the search: ZeRO-2 wins where only it
-// fits, not where a lower stage fits as fast; zero_stage = 2 is planned and
-// written with its groups, 3 refused (not planned yet); the report's best
-// plan per stage.
+// fits, not where a lower stage fits as fast; ZeRO-3 wins where only it
+// fits, each rank keeping its parameters gathered where that fits; stages
+// 2 and 3 are planned and written with their groups (3 with each rank's
+// keep_parameters_gathered); the report's best plan per stage.
 #include <gtest/gtest.h>
 
+#include "planner/cost/plan_estimate.h"
 #include "planner/plan_report.h"
 #include "planner/planner.h"
 #include "planner/planner_test_support.h"
@@ -47,7 +49,7 @@ TEST(ZeroStageTest, ZeroTwoWinsWhereOnlyItFits) {
   const JobConfig config = eight_device_job(
       fixed_setting({{"planner.memory_constraint", std::to_string((zero_one + zero_two) / 2)}}));
   const SearchResult result = search_plans(config);
-  EXPECT_EQ(result.space.zero_stages, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(result.space.zero_stages, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(result.ranked.front().setting.zero_stage, 2);
   EXPECT_EQ(best_of_stage(result, 1), nullptr);
   EXPECT_EQ(best_of_stage(result, 0), nullptr);
@@ -89,19 +91,125 @@ TEST(ZeroStageTest, StageTwoIsPlannedAndWrittenWithItsGroups) {
   EXPECT_EQ(plan.zero()->stage(), 2);
   EXPECT_EQ(plan.zero()->num_groups(), 2);
   EXPECT_TRUE(validate_plan(plan).empty());
-  // Stage 3 is refused, naming the field and the values that run.
-  try {
-    plan_job(eight_device_job({{"planner.zero_stage", "3"}}));
-    ADD_FAILURE() << "zero_stage = 3 was planned";
-  } catch (const std::runtime_error& error) {
-    EXPECT_NE(
-        std::string(error.what())
-            .find("[planner] zero_stage = 3 is not supported (ZeRO stage 3 is not planned yet); "
-                  "valid values: " +
-                  runnable_zero_stages_text()),
-        std::string::npos)
-        << error.what();
+}
+
+// A candidate with every rank's keep_parameters_gathered set to `keep`,
+// estimated again.
+PlanCandidate with_keep(const JobConfig& config, PlanCandidate candidate, bool keep) {
+  for (StageLayout& stage : candidate.stages) stage.keep_parameters_gathered = keep;
+  candidate.estimate = evaluate_plan(config, candidate.setting, candidate.stages);
+  return candidate;
+}
+
+double gigabytes(uint64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 30);
+}
+
+TEST(ZeroStageTest, ZeroThreeWinsWhereOnlyItFits) {
+  // ZeRO-3 freeing its parameters holds the least: its shard, the resident
+  // embedding and two slots (kept, a slot per block: more than ZeRO-2).
+  const JobConfig roomy = eight_device_job(
+      fixed_setting({{"planner.zero_stage", "3"}, {"planner.consider_mem", "false"}}));
+  const PlanCandidate kept = search_plans(roomy).ranked.front();
+  const double freed = gigabytes(with_keep(roomy, kept, false).estimate.peak_memory);
+  const double zero_two = peak_gb(2);
+  ASSERT_LT(freed, zero_two);
+  ASSERT_GT(gigabytes(kept.estimate.peak_memory), zero_two);
+  const JobConfig config = eight_device_job(
+      fixed_setting({{"planner.memory_constraint", std::to_string((freed + zero_two) / 2)}}));
+  const SearchResult result = search_plans(config);
+  const PlanCandidate& winner = result.ranked.front();
+  EXPECT_EQ(winner.setting.zero_stage, 3);
+  EXPECT_FALSE(winner.stages.front().keep_parameters_gathered);
+  for (int lower : {0, 1, 2}) EXPECT_EQ(best_of_stage(result, lower), nullptr) << lower;
+  const std::string report = format_search_report(config, result, nullptr);
+  EXPECT_NE(report.find("ZeRO: stage 3 won; the best plan of each ZeRO stage searched:\n"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("3/1 freed"), std::string::npos) << report;
+  EXPECT_NE(report.find("ZeRO 2: no plan fits memory, e.g. pp 1 x dp 8 x tp 1 micro-batch 1: "),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("ZeRO 3's best plan frees the parameters after each read on every "
+                        "pipeline rank"),
+            std::string::npos)
+      << report;
+}
+
+// Two pipeline ranks, ZeRO-3 fixed: with room each keeps its parameters
+// gathered (fewer gathers); with a limit between the two ranks' kept
+// memory, the first (more micro-batches in flight) frees them and the last
+// keeps them, and the plan file says so rank by rank.
+TEST(ZeroStageTest, KeepsParametersGatheredWhereItFits) {
+  const std::vector<ConfigOverride> setting = {
+      {"planner.pipeline_nstages", "2"},       {"planner.pipeline_scheduler", "1f1b"},
+      {"planner.tensor_parallel_degree", "1"}, {"training.micro_batch_size", "1"},
+      {"planner.recompute_modules", "ROOT"},   {"planner.zero_stage", "3"}};
+  std::vector<ConfigOverride> roomy_setting = setting;
+  roomy_setting.push_back({"planner.consider_mem", "false"});
+  const JobConfig roomy = eight_device_job(roomy_setting);
+  const PlanCandidate kept = search_plans(roomy).ranked.front();
+  ASSERT_EQ(kept.stages.size(), 2u);
+  for (const StageLayout& stage : kept.stages) EXPECT_TRUE(stage.keep_parameters_gathered);
+  const PlanCandidate freed = with_keep(roomy, kept, false);
+  EXPECT_LT(kept.estimate.prediction.step_seconds, freed.estimate.prediction.step_seconds);
+  const uint64_t first = kept.estimate.stages[0].memory.total();
+  const uint64_t last = kept.estimate.stages[1].memory.total();
+  ASSERT_GT(first, last);
+  ASSERT_LT(freed.estimate.stages[0].memory.total(), last);
+
+  std::vector<ConfigOverride> tight_setting = setting;
+  tight_setting.push_back(
+      {"planner.memory_constraint", std::to_string(gigabytes((first + last) / 2))});
+  const JobConfig tight = eight_device_job(tight_setting);
+  const PlanCandidate mixed = search_plans(tight).ranked.front();
+  ASSERT_EQ(mixed.stages.size(), 2u);
+  EXPECT_FALSE(mixed.stages[0].keep_parameters_gathered);
+  EXPECT_TRUE(mixed.stages[1].keep_parameters_gathered);
+  // Where a rank frees them, keeping them with its recompute would not fit.
+  const double limit = tight.planner.memory_constraint * (1 << 30);
+  PlanCandidate keep_first = mixed;
+  keep_first.stages[0].keep_parameters_gathered = true;
+  keep_first.estimate = evaluate_plan(tight, keep_first.setting, keep_first.stages);
+  EXPECT_GT(static_cast<double>(keep_first.estimate.stages[0].memory.total()), limit);
+  EXPECT_NE(format_search_report(tight, search_plans(tight), nullptr).find("3/1 kept 1 of 2"),
+            std::string::npos);
+
+  // Written rank by rank, and read back with the plan: re-estimated for a
+  // faster link, each rank's choice stands.
+  const std::string path = testing::TempDir() + "zero3-mixed.pplan";
+  std::vector<ConfigOverride> save = tight_setting, load = tight_setting;
+  save.push_back({"planner.save_plan_path", path});
+  load.push_back({"planner.load_plan_path", path});
+  load.push_back({"cluster.intra_node_bandwidth_gbps", "50"});
+  const PlanOutcome saved = plan_job(eight_device_job(save));
+  const PlanOutcome loaded = plan_job(eight_device_job(load));
+  EXPECT_TRUE(loaded.reused);
+  EXPECT_NE(loaded.plan, saved.plan);
+  for (const PlanOutcome* outcome : {&saved, &loaded}) {
+    const schema::Plan& plan = *schema::GetPlan(outcome->plan.data());
+    EXPECT_EQ(plan.zero()->stage(), 3);
+    EXPECT_EQ(plan.zero()->num_groups(), 1);
+    ASSERT_EQ(plan.schedule()->stages()->size(), 2u);
+    EXPECT_FALSE(plan.schedule()->stages()->Get(0)->keep_parameters_gathered());
+    EXPECT_TRUE(plan.schedule()->stages()->Get(1)->keep_parameters_gathered());
+    EXPECT_TRUE(validate_plan(plan).empty());
   }
+  // The reused plan's memory is the kept / freed split's, as searched.
+  EXPECT_EQ(
+      schema::GetPlan(loaded.plan.data())->predictions()->stages()->Get(1)->memory()->weights(),
+      mixed.estimate.stages[1].memory.weights);
+}
+
+TEST(ZeroStageTest, StageThreeIsPlannedWithItsGroups) {
+  // A job may fix stage 3; groups as for 1 and 2.
+  const PlanOutcome outcome = plan_job(eight_device_job({{"planner.zero_stage", "3"},
+                                                         {"planner.zero_ngroups", "2"},
+                                                         {"planner.data_parallel_degree", "4"}}));
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  EXPECT_EQ(plan.zero()->stage(), 3);
+  EXPECT_EQ(plan.zero()->num_groups(), 2);
+  EXPECT_TRUE(validate_plan(plan).empty());
 }
 
 }  // namespace

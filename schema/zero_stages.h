@@ -6,26 +6,22 @@
 // 1: the optimizer state (fp32 master weights and moments);
 // 2: the gradients too, reduce-scattered as backward produces them;
 // 3: the parameters too, gathered layer by layer ahead of use.
-// The runtime runs all four; the planner searches 0-2 (kHighestRunnableZeroStage):
-// ZeRO-3's plans are written by hand (or tests) until its cost model lands.
+// The runtime runs all four and the planner plans all four, so one bound
+// serves the plan validator, the job's [planner] zero_stage and the search.
 #pragma once
 
 #include <string>
 
 namespace paraplan {
 
-// The highest stage a plan may name: the runtime runs all four.
+// The highest stage a plan may name and a job may ask the planner for.
 inline constexpr int kHighestZeroStage = 3;
-// The highest stage the planner searches and a job may ask it for.
-inline constexpr int kHighestRunnableZeroStage = 2;
 
-// The valid values of a job's [planner] zero_stage, for a message.
-inline std::string runnable_zero_stages_text() {
-  return "0 (off), 1 (optimizer state sharded over data parallel), 2 (gradients too)";
-}
-// The valid values of a plan's zero.stage, for a message.
+// The valid values of a plan's zero.stage and a job's [planner] zero_stage,
+// for a message.
 inline std::string zero_stages_text() {
-  return runnable_zero_stages_text() + ", 3 (parameters too)";
+  return "0 (off), 1 (optimizer state sharded over data parallel), 2 (gradients too), "
+         "3 (parameters too)";
 }
 
 // Shards the optimizer state (and, from 1 up, everything of the stages below).

@@ -131,6 +131,58 @@ TEST_F(Replay, ZeroTwoModelStateIsWhatThePlannerPredicts) {
               gradients[1], gradients[2]);
 }
 
+// ZeRO-3 on the same 8 blocks over 2 ranks, bf16: weights, gradients and
+// optimizer state measured equal the prediction, with the parameters kept
+// gathered (the planner's choice where it fits) and freed after each read
+// (a memory limit that keeping them exceeds even with every block
+// recomputed), and the weights are what sharded_parameters.h says, counted
+// by hand.
+TEST_F(Replay, ZeroThreeModelStateIsWhatThePlannerPredicts) {
+  const std::string lines =
+      "data_parallel_degree = 2\nmicro_batch_size = 4\nzero_stage = 3\nopt_resident_coef = 6\n";
+  const std::string model = "--model.dtype bfloat16 --model.num_layers 8";
+  const auto inspect = [](const std::string& plan_file) {
+    const CommandResult inspected = run("inspect " + plan_file + " --json");
+    EXPECT_EQ(inspected.exit_code, 0) << inspected.output;
+    return inspected.exit_code == 0 ? json::parse(inspected.output) : json::object();
+  };
+  // The shard (110400 / 2), the embedding whole (resident: the tied head
+  // writes it first), and slots of a block (the largest streamed unit): one
+  // per streamed unit kept (8 blocks and the final norm), else two.
+  const double kept_weights = 2.0 * (110400 / 2 + 8704 + 9 * 12704);
+  const double freed_weights = 2.0 * (110400 / 2 + 8704 + 2 * 12704);
+  // The least a rank keeping them needs: every block recomputed (planned only).
+  const json least = inspect(plan("bf16-zero3-least", 2, lines + "recompute_modules = \"ROOT\"\n",
+                                  model + " --planner.consider_mem false"));
+  ASSERT_TRUE(least["schedule"]["stages"][0]["keep_parameters_gathered"].get<bool>());
+  char limit[96];
+  std::snprintf(limit, sizeof limit, " --planner.memory_constraint %.9f",
+                (least["predictions"]["stages"][0]["memory"]["total"].get<double>() -
+                 (kept_weights - freed_weights) / 2) /
+                    (1 << 30));
+  for (const bool kept : {true, false}) {
+    const std::string name = kept ? "bf16-zero3-kept" : "bf16-zero3-freed";
+    const std::string plan_file = plan(name, 2, lines, model + (kept ? "" : limit));
+    const json plan_json = inspect(plan_file);
+    EXPECT_EQ(plan_json["zero"]["stage"], 3);
+    EXPECT_EQ(plan_json["schedule"]["stages"][0]["keep_parameters_gathered"], kept) << name;
+    const json report = replay_report(plan_file, name);
+    ASSERT_EQ(report["stages"].size(), 1u) << name;
+    const json& memory = report["stages"][0]["memory_bytes"];
+    for (const char* part : {"weights", "gradients", "optimizer_state"})
+      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
+    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
+    EXPECT_EQ(memory["weights"]["measured"].get<double>(), kept ? kept_weights : freed_weights)
+        << name;
+    // ZeRO-2's gradients (the ZeRO-2 test's 204,032 bytes) and optimizer state.
+    EXPECT_EQ(memory["gradients"]["measured"].get<double>(),
+              2.0 * (110400 / 2 + 8704 + 2 * (12704 + 12704 / 2)));
+    EXPECT_EQ(memory["optimizer_state"]["measured"].get<double>(), 12.0 * 110400 / 2);
+  }
+  std::printf("[ figures  ] ZeRO-3 weights per rank: kept %.0f bytes, freed %.0f bytes\n",
+              kept_weights, freed_weights);
+}
+
 TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {
   const std::string plan_file =
       plan("pp2-tp2", 4,

@@ -71,6 +71,7 @@ double block_backward_flops(const ModelConfig& model, int micro_batch_size,
 
 RecomputeCounts count_recompute(const StageLayout& stage) {
   RecomputeCounts counts;
+  counts.keep_parameters_gathered = stage.keep_parameters_gathered;
   for (int i = 0; i < stage.num_layers; ++i) {
     const RecomputeMode mode =
         i < static_cast<int>(stage.recompute.size()) ? stage.recompute[i] : RecomputeMode::None;
@@ -319,19 +320,27 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   MemoryBreakdown memory;
   const bool zero_two = shards_gradients(terms.zero_stage);
   const double e = static_cast<double>(terms.element_bytes);
-  // ZeRO-2: the parameter buffer's spill past the last unit.
-  memory.weights =
-      round_up(zero_two ? state.weights + e * static_cast<double>(terms.zero_two.parameter_spill())
-                        : state.weights,
-               g);
+  if (shards_parameters(terms.zero_stage)) {
+    // ZeRO-3 (zero_memory.h): the shard, resident units and gathered slots;
+    // no parameter buffer, so no spill.
+    memory.weights = round_up(e * static_cast<double>(zero_three_parameter_elements(
+                                      terms.zero_two, layers, counts.keep_parameters_gathered)),
+                              g);
+  } else {
+    // ZeRO-2: the parameter buffer's spill past the last unit.
+    memory.weights = round_up(
+        zero_two ? state.weights + e * static_cast<double>(terms.zero_two.parameter_spill())
+                 : state.weights,
+        g);
+  }
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   // Interleaved: every chunk's stage keeps its own gradient scratch.
   memory.transient =
       round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks), g);
   if (options.is_train) {
     if (zero_two) {
-      // ZeRO-2 (zero_memory.h): resident units, the pool and the shard; the
-      // optimizer state is the shard's (its units padded).
+      // ZeRO-2 and 3 (zero_memory.h): resident units, the pool and the shard;
+      // the optimizer state is the shard's (its units padded).
       memory.gradients = round_up(e * static_cast<double>(terms.zero_two.elements(layers)), g);
       memory.optimizer_state =
           round_up(options.opt_resident_coef * e *

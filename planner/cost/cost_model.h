@@ -55,6 +55,10 @@ struct StageLayout {
   bool has_embedding = false;
   bool has_head = false;
   std::vector<schema::RecomputeMode> recompute;  // one per layer of the stage
+  // ZeRO-3, per pipeline rank: the rank keeps its parameters gathered across
+  // its micro-batches (StageSchedule.keep_parameters_gathered); false under
+  // the other stages.
+  bool keep_parameters_gathered = false;
 };
 
 int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage,
@@ -81,8 +85,11 @@ double block_backward_flops(const ModelConfig& model, int micro_batch_size,
 
 // How many of a stage's layers use each recompute mode. Blocks are identical in
 // cost, so a stage's memory and time depend on these counts, not on the order.
+// With them the rank's other choice that trades memory for time: ZeRO-3's
+// keeping its parameters gathered (StageLayout's), ignored by the other stages.
 struct RecomputeCounts {
   int none = 0, selective = 0, full = 0;
+  bool keep_parameters_gathered = false;
   int layers() const { return none + selective + full; }
   bool operator==(const RecomputeCounts&) const = default;
 };
@@ -178,7 +185,9 @@ bool splits_backward(schema::ScheduleKind kind);
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
 // zero_ngroups (ZeRO-1 shards optimizer state over data_parallel / zero_ngroups
 // ranks and keeps a gradient shard beside the whole gradients; ZeRO-2 keeps
-// only resident units, a pool and the shard: zero_memory.h),
+// only resident units, a pool and the shard; ZeRO-3 its parameters too, as
+// a shard, resident units and gathered slots, more of them where counts
+// keep the parameters gathered: zero_memory.h),
 // memory_granularity (each component rounded up to a multiple), is_train
 // (false: no gradients, optimizer state or kept activations), pipeline_scheduler and
 // pipeline_virtual_stages.

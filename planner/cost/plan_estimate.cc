@@ -48,10 +48,14 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
                       (schedule_kind_traits(setting.schedule.kind).chunked()
                            ? 2 * (setting.schedule.virtual_stages - 1)
                            : 0);
+    // (ZeRO-3's gathers of a rank freeing its parameters: collective work of
+    // the passes that read them, as the tensor-parallel calls are.)
+    const double collectives =
+        (stage.tensor_parallel_seconds + stage.parameter_gather_seconds) * share / 2;
     inputs.push_back({.forward_work = stage.forward_seconds * share,
                       .backward_work = stage.backward_seconds * share,
-                      .forward_collectives = stage.tensor_parallel_seconds * share / 2,
-                      .backward_collectives = stage.tensor_parallel_seconds * share / 2,
+                      .forward_collectives = collectives,
+                      .backward_collectives = collectives,
                       // Wall time: not the cores' work.
                       .forward_group_waits = stage.tensor_parallel_wait_seconds / 2,
                       .backward_group_waits = stage.tensor_parallel_wait_seconds / 2,
@@ -72,6 +76,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
     stage.forward_seconds = inputs[s].forward_work;
     stage.backward_seconds = inputs[s].backward_work;
     stage.tensor_parallel_seconds *= share;
+    stage.parameter_gather_seconds *= share;
     stage.pipeline_p2p_seconds = step.stages[s].transfer_seconds / setting.num_micro_batches;
     stage.gradient_reduction_seconds *= share;
     stage.optimizer_seconds = inputs[s].optimizer_work;

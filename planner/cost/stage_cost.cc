@@ -284,6 +284,7 @@ void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
     stage.backward_seconds += head_backward_;
   }
   stage.pipeline_p2p_seconds = p2p_seconds_[pipeline_rank] + interleave_send_;
+  stage.parameter_gather_seconds = slot_gather_seconds(pipeline_rank, counts);
 }
 
 double StageCostModel::slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const {

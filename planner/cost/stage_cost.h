@@ -8,7 +8,7 @@
 //   solver (dynamic program, ILP, exhaustive oracle) and the plan writer use, so
 //   their predictions agree to the bit.
 // - Memory: cost_model.h's stage_memory (weights, gradients, opt_resident_coef,
-//   opt_transient_coef, ZeRO-1 and 2 over data_parallel / zero_ngroups ranks, the
+//   opt_transient_coef, ZeRO-1, 2 and 3 over data_parallel / zero_ngroups ranks, the
 //   in-flight micro-batches of its schedule position, transient_mem_coef).
 // - Time per micro-batch ("slot"): compute (the analytic model of
 //   compute_model.h over transformer_ops.h's operations of one device of the
@@ -28,7 +28,8 @@
 //   unit (zero_memory.h), of which the first m - 1 count where they exceed a
 //   micro-batch's backward (overlap_communication; else whole) and the last
 //   as ZeRO-1's, the resident units' once, then ZeRO-1's all-reduce and
-//   all-gather; and the gradient norm's one-double
+//   all-gather; under ZeRO-3 ZeRO-2's reduce-scatters and all-reduce, and
+//   all-gathers of the resident units only; and the gradient norm's one-double
 //   all-reduce over the world) and the optimizer step on the stage's
 //   shard (its bytes at the device's memory bandwidth, compute_model.h, or the
 //   profile's measured seconds per parameter). Where the cluster overlaps communication
@@ -37,6 +38,22 @@
 //   them, and only its exposed part counts (exposed_reduction_seconds); the
 //   cross-group all-reduce and the all-gather stay exposed (what they overlap
 //   depends on the other stages, so the model does not count on it).
+// - ZeRO-3's parameter all-gathers (stage_reduction.cc): one per streamed
+//   unit (zero_memory.h) and pass that reads it (a forward reads every
+//   unit; a backward every unit but the embedding, whose backward reads no
+//   parameter; recomputation reads inside the backward's gather). Each is
+//   prefetched one unit ahead beside the compute: what exceeds the compute
+//   of the streamed unit read before it counts (its plain backward in a
+//   backward pass: recomputation would hide more; there behind the
+//   reduce-scatter queued before it on the same group, beyond what that
+//   alone exceeds), the first of each pass (each chunk's) whole, all of it
+//   without overlap_communication. The first forward's gathers are the
+//   tail's (every rank makes them); a rank
+//   freeing its parameters (not RecomputeCounts' keep_parameters_gathered)
+//   adds to its slot the backward's and (m - 1) / m of the forward's, so
+//   the step counts m forwards' and backwards' gathers. A pass's figure
+//   never falls below that of no blocks (the ends'), so slots and tails
+//   still grow with the blocks, as the search's bounds need.
 // - Collectives: every group inside a node costs the profile's measured
 //   latency + bytes x seconds_per_byte for its operation and group size when the
 //   profile has one, else the analytic ring over the intra-node link; groups
@@ -63,6 +80,7 @@
 //   (weight_pending_micro_batches), both from the generated stream.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -134,9 +152,12 @@ struct StageEstimate {
   // x the slot's other parts and the tail. Set by combine_stage_estimates,
   // which knows the step.
   double bubble_seconds = 0;
+  // ZeRO-3 freeing its parameters, per micro-batch: the exposed all-gathers
+  // beyond the first forward's (those are in the tail's gradient_reduction).
+  double parameter_gather_seconds = 0;
   double slot_seconds() const {
     return forward_seconds + backward_seconds + tensor_parallel_seconds +
-           tensor_parallel_wait_seconds + pipeline_p2p_seconds;
+           tensor_parallel_wait_seconds + pipeline_p2p_seconds + parameter_gather_seconds;
   }
   double tail_seconds() const { return gradient_reduction_seconds + optimizer_seconds; }
 };
@@ -163,6 +184,10 @@ class StageCostModel {
   // Only the slot, and only the tail (equal to estimate()'s).
   double slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const;
   double tail_seconds(int pipeline_rank, int num_layers) const;
+  // ZeRO-3: whether a rank of num_layers blocks gathers any unit, so that
+  // keeping them gathered (RecomputeCounts) is a choice; false under the
+  // other stages.
+  bool gathers_parameters(int pipeline_rank, int num_layers) const;
 
   // memory_constraint in bytes; +inf when consider_mem is false.
   double memory_limit_bytes() const { return memory_limit_; }
@@ -225,6 +250,31 @@ class StageCostModel {
     double block_elements = 0, streamed_end_elements = 0;
   };
   std::vector<ZeroTwoTail> zero_two_tail_;
+  // ZeRO-3: the exposed gathers of a forward or backward pass as a function
+  // of the rank's blocks, linear from one block on (each block more exposes
+  // the same), and never below the figure of no blocks.
+  struct GatherPass {
+    double ends = 0, one = 0, per_block = 0;
+    double other_chunks = 0;  // from a block per chunk on: the other chunks' first gathers
+    double seconds(int blocks, int chunks) const {
+      if (blocks <= 0) return ends;
+      return std::max(ends, one + (blocks - 1) * per_block + (blocks >= chunks ? other_chunks : 0));
+    }
+  };
+  // ZeRO-3, per pipeline rank: the all-gather seconds of one block's unit, of
+  // the streamed embedding and head units (0: not streamed here), of the
+  // resident units after the optimizer step, and the two passes' figures.
+  struct ZeroThreeGathers {
+    double block = 0, embedding = 0, head = 0, resident = 0;
+    GatherPass forward, backward;
+  };
+  std::vector<ZeroThreeGathers> zero_three_gathers_;
+  GatherPass gather_pass(int pipeline_rank, bool backward) const;
+  // ZeRO-3: the exposed gathers of one forward (or backward) pass of a rank
+  // of num_layers blocks, and those a rank freeing its parameters adds to
+  // its slot.
+  double gather_pass_seconds(int pipeline_rank, int num_layers, bool backward) const;
+  double slot_gather_seconds(int pipeline_rank, const RecomputeCounts& counts) const;
   // The stage's reduction: exposed seconds, and the hidden part in *hidden.
   // backward_seconds: one micro-batch's backward compute without recomputation.
   double gradient_reduction(int pipeline_rank, int num_layers, double parameters,
@@ -253,7 +303,8 @@ class StageCostModel {
                            const TensorGroupPace* pace);
   void set_pipeline(const MeasuredProfile* profile, double busy);
   void set_data_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
-  void set_zero_two_scatters();  // (stage_reduction.cc, as the tail)
+  void set_zero_two_scatters();   // (stage_reduction.cc, as the tail)
+  void set_zero_three_gathers();  // (stage_reduction.cc)
   // The four per-micro-batch time parts, summed the same way by every caller.
   void fill_time(int pipeline_rank, const RecomputeCounts& counts, StageEstimate& stage) const;
 };

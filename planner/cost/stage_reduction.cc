@@ -1,7 +1,9 @@
 // stage_reduction.cc: a stage's tail (stage_cost.h): the data-parallel
 // gradient reduction (all-reduce; ZeRO-1's reduce-scatter, cross-group
 // all-reduce and all-gather; ZeRO-2's reduce-scatters per unit and
-// micro-batch), the gradient norm's all-reduce and the optimizer step.
+// micro-batch; ZeRO-3's, with the resident units' all-gathers), the gradient
+// norm's all-reduce and the optimizer step; and ZeRO-3's parameter
+// all-gathers, in the tail (the first forward's) and the slot (the rest).
 #include <algorithm>
 #include <cmath>
 
@@ -45,6 +47,13 @@ void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double bu
           measured_collective(profile, CollectiveOperation::AllReduce, d, busy);
     }
     if (shards_gradients(setting_.zero_stage)) set_zero_two_scatters();
+  }
+  if (shards_parameters(setting_.zero_stage)) {
+    // Forward gathers the parameters whether or not the plan trains.
+    if (!train)
+      zero_all_gather_ =
+          measured_collective(profile, CollectiveOperation::AllGather, zero_shards_, busy);
+    set_zero_three_gathers();
   }
 
   // The gradient norm's all-reduce of one double over the world: measured
@@ -100,6 +109,112 @@ void StageCostModel::set_zero_two_scatters() {
       }
     }
   }
+}
+
+void StageCostModel::set_zero_three_gathers() {
+  const ModelConfig& model = config_->model;
+  const int t = setting_.shape.tensor_parallel, z = zero_shards_;
+  const int64_t replicate_below = options_.ignore_small_tensor_threshold;
+  const int64_t block = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
+  zero_three_gathers_.assign(num_stages(), {});
+  for (int s = 0; s < num_stages(); ++s) {
+    // Each unit is one all-gather of its padded elements in the group.
+    const auto gather = [&](int64_t elements) {
+      return collective_seconds(
+          zero_all_gather_, ring_all_gather_seconds, links_, reduction_crosses_[0][s], z,
+          static_cast<double>(padded_to_shard_unit(elements, z)) * element_bytes_);
+    };
+    ZeroThreeGathers& gathers = zero_three_gathers_[s];
+    gathers.block = gather(block);
+    const bool has_embedding = s == 0;
+    const ZeroTwoEnds ends =
+        zero_two_ends(model, has_embedding, s == head_rank(), separate_ends(), t, replicate_below);
+    for (int i = 0; i < ends.count; ++i) {
+      const double seconds = gather(ends.elements[i]);
+      if (ends.resident[i])
+        gathers.resident += seconds;  // once, after the optimizer step
+      else if (has_embedding && i == 0)
+        gathers.embedding = seconds;
+      else
+        gathers.head = seconds;
+    }
+    gathers.forward = gather_pass(s, false);
+    gathers.backward = gather_pass(s, true);
+  }
+}
+
+bool StageCostModel::gathers_parameters(int pipeline_rank, int num_layers) const {
+  return shards_parameters(setting_.zero_stage) &&
+         (num_layers > 0 || memory_terms_.at(pipeline_rank).zero_two.streamed_ends > 0);
+}
+
+namespace {
+
+// What a gather of `gather` seconds exposes behind `hiding` seconds of
+// compute (< 0: nothing runs beside it) with `ahead` seconds queued before
+// it on the group: beyond what `ahead` alone exceeds the compute by.
+double exposed_gather(double gather, double hiding, double ahead, bool overlap) {
+  if (!overlap || hiding < 0) return gather;
+  return std::max(0.0, ahead + gather - hiding) - std::max(0.0, ahead - hiding);
+}
+
+}  // namespace
+
+StageCostModel::GatherPass StageCostModel::gather_pass(int pipeline_rank, bool backward) const {
+  const ZeroThreeGathers& gathers = zero_three_gathers_[pipeline_rank];
+  const bool overlap = config_->cluster.overlap_communication;
+  const int chunks = std::max(setting_.schedule.virtual_stages, 1);
+  // A split backward's B reads the weights; its W (a share of the backward)
+  // reads none and hides nothing.
+  const double reading =
+      splits_backward(setting_.schedule.kind) ? 1 - setting_.schedule.weight_of_backward : 1.0;
+  const double block_compute = backward ? block_backward_[0] * reading : block_forward_;
+  // The units in the order the pass reads them (a backward reads no
+  // embedding), each behind the compute of the streamed unit read before.
+  const auto pass = [&](int blocks) {
+    double exposed = 0, before = -1;
+    const auto read = [&](double gather, double compute) {
+      if (gather <= 0) return;
+      exposed += exposed_gather(gather, before, 0, overlap);
+      before = compute;
+    };
+    if (!backward) read(gathers.embedding, embedding_forward_);
+    if (backward) read(gathers.head, head_backward_ * reading);
+    if (blocks > 0) read(gathers.block, block_compute);
+    if (!backward) read(gathers.head, head_forward_);
+    return exposed;
+  };
+  GatherPass figures;
+  figures.ends = pass(0);
+  figures.one = pass(1);
+  // In a backward a block's gather queues on the ZeRO group behind the
+  // reduce-scatter of the block finished before (one communicator, one
+  // stream): it adds what the two exceed the compute by, beyond what the
+  // reduce-scatter alone exceeds it by (ZeRO-2's tail counts that).
+  const double scatter =
+      backward && !zero_two_tail_.empty() ? zero_two_tail_[pipeline_rank].block_scatter : 0;
+  figures.per_block =
+      gathers.block > 0 ? exposed_gather(gathers.block, block_compute, scatter, overlap) : 0;
+  // The rank's other chunks start passes of their own, their first block
+  // gathered with nothing to hide behind.
+  if (overlap && chunks > 1)
+    figures.other_chunks = (chunks - 1) * std::min(gathers.block, block_compute);
+  return figures;
+}
+
+double StageCostModel::gather_pass_seconds(int pipeline_rank, int num_layers, bool backward) const {
+  const ZeroThreeGathers& gathers = zero_three_gathers_[pipeline_rank];
+  const int chunks = std::max(setting_.schedule.virtual_stages, 1);
+  return (backward ? gathers.backward : gathers.forward).seconds(num_layers, chunks);
+}
+
+double StageCostModel::slot_gather_seconds(int pipeline_rank, const RecomputeCounts& counts) const {
+  if (!shards_parameters(setting_.zero_stage) || counts.keep_parameters_gathered) return 0;
+  // Freed: every backward's gathers and every forward's but the first
+  // micro-batch's, which the tail counts for every rank alike.
+  const int layers = counts.layers(), m = setting_.num_micro_batches;
+  const double backward = options_.is_train ? gather_pass_seconds(pipeline_rank, layers, true) : 0;
+  return backward + gather_pass_seconds(pipeline_rank, layers, false) * (m - 1) / m;
 }
 
 double exposed_reduction_seconds(double seconds, int buckets, double backward_seconds) {
@@ -171,13 +286,17 @@ double StageCostModel::gradient_reduction(int pipeline_rank, int num_layers, dou
   }
   if (!shards_optimizer_state(setting_.zero_stage)) return exposed + norm_all_reduce_;
   // ZeRO-1 and 2: then all-reduce each shard across the groups, and all-gather
-  // the updated weights inside the group.
+  // the updated weights inside the group; ZeRO-3 gathers only the resident
+  // units (the others are gathered as the next step reads them).
   const int z = zero_shards_, groups = d / z;
+  const double gathered = shards_parameters(setting_.zero_stage)
+                              ? zero_three_gathers_[pipeline_rank].resident
+                              : collective_seconds(zero_all_gather_, ring_all_gather_seconds,
+                                                   links_, group_crosses, z, bytes);
   return exposed + norm_all_reduce_ +
          collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
                             bytes / z) +
-         collective_seconds(zero_all_gather_, ring_all_gather_seconds, links_, group_crosses, z,
-                            bytes);
+         gathered;
 }
 
 void StageCostModel::fill_tail(int pipeline_rank, int num_layers, StageEstimate& stage) const {
@@ -189,6 +308,9 @@ void StageCostModel::fill_tail(int pipeline_rank, int num_layers, StageEstimate&
       pipeline_rank, num_layers, parameters, plain_backward_seconds(pipeline_rank, num_layers),
       &stage.hidden_reduction_seconds);
   stage.optimizer_seconds = parameters * optimizer_seconds_per_parameter_;
+  // ZeRO-3: the first forward's gathers, which every rank makes, kept or not.
+  if (shards_parameters(setting_.zero_stage))
+    stage.gradient_reduction_seconds += gather_pass_seconds(pipeline_rank, num_layers, false);
 }
 
 double StageCostModel::tail_seconds(int pipeline_rank, int num_layers) const {

@@ -1,5 +1,6 @@
-// zero_memory.cc: ZeRO's sharding rule, ZeRO-2's gradient units and the
-// ZeRO paper's model-state bytes (see zero_memory.h).
+// zero_memory.cc: ZeRO's sharding rule, ZeRO-2's gradient units, ZeRO-3's
+// parameter storage over them and the ZeRO paper's model-state bytes (see
+// zero_memory.h).
 #include "planner/cost/zero_memory.h"
 
 #include "planner/cost/cost_model.h"
@@ -61,7 +62,7 @@ ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_eleme
 }
 
 int64_t ZeroTwoGradients::slot_elements(int blocks) const {
-  const int64_t largest = std::max(blocks > 0 ? block_padded : 0, streamed_largest);
+  const int64_t largest = largest_streamed(blocks);
   return largest + largest / group;
 }
 
@@ -69,6 +70,21 @@ int64_t ZeroTwoGradients::pool_slots(int blocks) const {
   const int64_t streamed = int64_t{blocks > 0 ? blocks : 0} + streamed_ends;
   if (streamed == 0 || slot_elements(blocks) == 0) return 0;
   return split_backward ? std::max<int64_t>(2, streamed) : 2;
+}
+
+int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks, bool keep_gathered) {
+  const int64_t streamed = int64_t{blocks > 0 ? blocks : 0} + units.streamed_ends;
+  if (streamed == 0 || units.largest_streamed(blocks) == 0) return 0;
+  // Kept: every streamed unit stays in a slot of its own from its first read
+  // to the step's end; freed: the one read and the one prefetched.
+  return keep_gathered ? std::max<int64_t>(2, streamed) : 2;
+}
+
+int64_t zero_three_parameter_elements(const ZeroTwoGradients& units, int blocks,
+                                      bool keep_gathered) {
+  return units.resident_padded +
+         zero_three_gathered_slots(units, blocks, keep_gathered) * units.largest_streamed(blocks) +
+         units.shard_elements(blocks);
 }
 
 double zero_paper_model_state_bytes(double parameters, int zero_stage, int data_parallel,

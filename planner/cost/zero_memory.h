@@ -23,6 +23,15 @@
 //   unit's chunk (padded / z) sits in the rank's gradient shard. The stage's
 //   parameter buffer is 8 x z - 1 elements longer (the last unit's
 //   all-gather spills its padding).
+// - ZeRO-3 (runtime/parallel/sharded_parameters.h): the parameters over the
+//   same units, resident ones alike, with no parameter buffer (so no
+//   spill): every unit's chunk in the shard, the resident units whole, and
+//   gathered slots of the largest streamed unit, padded: two (the unit read
+//   and the next one prefetched), or, where the rank keeps its parameters
+//   gathered across its micro-batches, one per streamed unit (the first
+//   forward reads every one and none is freed before the step ends). The
+//   storage starts with two slots, so never fewer. Gradients and optimizer
+//   state are ZeRO-2's.
 #pragma once
 
 #include <algorithm>
@@ -79,6 +88,10 @@ struct ZeroTwoGradients {
   // The pool's slots with `blocks` blocks: 2, or under split backward one
   // per streamed unit (at least 2: an upper bound); 0 when nothing streams.
   int64_t pool_slots(int blocks) const;
+  // The largest streamed unit with `blocks` blocks, padded (0: none streams).
+  int64_t largest_streamed(int blocks) const {
+    return std::max(blocks > 0 ? block_padded : 0, streamed_largest);
+  }
   // One slot: the largest streamed unit, padded, and its receive chunk.
   int64_t slot_elements(int blocks) const;
   // The rank's gradient shard: every unit's chunk.
@@ -92,6 +105,15 @@ struct ZeroTwoGradients {
 };
 ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
                                     bool split_backward);
+
+// ZeRO-3's gathered slots of a rank of `blocks` blocks over ZeRO-2's units:
+// 2, or with keep_gathered one per streamed unit (at least 2); 0 when
+// nothing streams. Each holds largest_streamed(blocks) elements.
+int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks, bool keep_gathered);
+// ZeRO-3's parameter storage of such a rank, in elements: the shard, the
+// resident units whole and the gathered slots.
+int64_t zero_three_parameter_elements(const ZeroTwoGradients& units, int blocks,
+                                      bool keep_gathered);
 
 // The ZeRO paper's per-device model-state bytes (Rajbhandari et al. 2020,
 // section 5 and Table 1): mixed-precision Adam with 2-byte weights and

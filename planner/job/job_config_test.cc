@@ -287,19 +287,18 @@ TEST(JobConfigTest, BadChoicesListTheValidValues) {
   EXPECT_NE(parse_error(with("[training]\ndecay_style = \"step\"\n"))
                 .find("valid values: cosine, linear, constant"),
             std::string::npos);
-  // Stage 3 is part of the format but the planner has no cost model for it:
-  // refused, naming the field, the valid values (schema/zero_stages.h) and
-  // that it is not planned yet.
+  // Every stage of the format is planned (schema/zero_stages.h): 3 is
+  // accepted, what lies beyond is refused naming the field and the values.
+  EXPECT_EQ(parse_job_config(with("[planner]\nzero_stage = 3\n")).planner.zero_stage, 3);
   EXPECT_NE(
-      parse_error(with("[planner]\nzero_stage = 3\n"))
-          .find("[planner] zero_stage = 3 is not supported (ZeRO stage 3 is not planned yet); "
-                "valid values: " +
-                runnable_zero_stages_text()),
+      parse_error(with("[planner]\nzero_stage = 4\n"))
+          .find("[planner] zero_stage = 4 is not supported; valid values: " + zero_stages_text()),
       std::string::npos)
-      << parse_error(with("[planner]\nzero_stage = 3\n"));
+      << parse_error(with("[planner]\nzero_stage = 4\n"));
   EXPECT_NE(parse_error(with("[planner]\nzero_stage = -1\n"))
                 .find("[planner] zero_stage = -1 is not supported; valid values: 0 (off), 1 "
-                      "(optimizer state sharded over data parallel), 2 (gradients too)"),
+                      "(optimizer state sharded over data parallel), 2 (gradients too), 3 "
+                      "(parameters too)"),
             std::string::npos)
       << parse_error(with("[planner]\nzero_stage = -1\n"));
 }

@@ -244,13 +244,10 @@ void validate_planner(const JobConfig& c) {
   require_range(c, "planner", "opt_resident_coef", p.opt_resident_coef, 0, true, kInfinity, false);
   require_range(c, "planner", "opt_transient_coef", p.opt_transient_coef, 0, true, kInfinity,
                 false);
-  if (p.zero_stage < 0 || p.zero_stage > kHighestRunnableZeroStage)
+  if (p.zero_stage < 0 || p.zero_stage > kHighestZeroStage)
     fail(c, "[planner] zero_stage",
-         "= " + std::to_string(p.zero_stage) + " is not supported" +
-             (p.zero_stage > 0 && p.zero_stage <= kHighestZeroStage
-                  ? " (ZeRO stage " + std::to_string(p.zero_stage) + " is not planned yet)"
-                  : std::string()) +
-             "; valid values: " + runnable_zero_stages_text());
+         "= " + std::to_string(p.zero_stage) +
+             " is not supported; valid values: " + zero_stages_text());
   require_at_least(c, "planner", "zero_ngroups", p.zero_ngroups, 1);
   require_range(c, "planner", "max_pipeline_bubble_ratio", p.max_pipeline_bubble_ratio, 0, true, 1,
                 true);

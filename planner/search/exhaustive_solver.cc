@@ -46,6 +46,7 @@ struct StageBest {
   bool fits = false;
   StageEstimate estimate;
   std::vector<RecomputeMode> modes;
+  bool keep_gathered = false;  // ZeRO-3
 };
 
 // The fastest fitting recompute of blocks [first, first + count) on stage s, by
@@ -54,6 +55,8 @@ StageBest best_stage(const StageCostModel& costs, const std::vector<RecomputeRan
                      int first, int count) {
   StageBest best;
   std::vector<RecomputeMode> modes(count);
+  // ZeRO-3: with the parameters freed and kept gathered.
+  const bool keeping_is_a_choice = costs.gathers_parameters(s, count);
   std::function<void(int)> visit = [&](int k) {
     if (k == count) {
       RecomputeCounts counts;
@@ -61,12 +64,17 @@ StageBest best_stage(const StageCostModel& costs, const std::vector<RecomputeRan
         (mode == RecomputeMode::Full        ? counts.full
          : mode == RecomputeMode::Selective ? counts.selective
                                             : counts.none)++;
-      const StageEstimate estimate = costs.estimate(s, counts);
-      if (!costs.fits(estimate.memory)) return;
-      if (!best.fits || estimate.slot_seconds() < best.estimate.slot_seconds()) {
-        best.fits = true;
-        best.estimate = estimate;
-        best.modes = modes;
+      for (const bool keep : {false, true}) {
+        if (keep && !keeping_is_a_choice) break;
+        counts.keep_parameters_gathered = keep;
+        const StageEstimate estimate = costs.estimate(s, counts);
+        if (!costs.fits(estimate.memory)) continue;
+        if (!best.fits || estimate.slot_seconds() < best.estimate.slot_seconds()) {
+          best.fits = true;
+          best.estimate = estimate;
+          best.modes = modes;
+          best.keep_gathered = keep;
+        }
       }
       return;
     }
@@ -131,7 +139,8 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
                            .first;
                 if (!it->second.fits) return;
                 estimates.push_back(it->second.estimate);
-                layouts.push_back({start, counts[k], k == 0, k == p - 1, it->second.modes});
+                layouts.push_back({start, counts[k], k == 0, k == p - 1, it->second.modes,
+                                   it->second.keep_gathered});
                 start += counts[k];
               }
               double slowest = 0, fastest = std::numeric_limits<double>::infinity();

@@ -154,6 +154,7 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
         layer_recompute.begin() + layout.first_layer + layout.num_layers);
     layout.recompute = assign_recompute(ranges, partition.recompute[s].to_selective,
                                         partition.recompute[s].to_full);
+    layout.keep_parameters_gathered = partition.recompute[s].counts.keep_parameters_gathered;
     candidate.stages.push_back(std::move(layout));
   }
   candidate.estimate = evaluate_plan(config, setting, candidate.stages, profile);

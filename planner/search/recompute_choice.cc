@@ -29,12 +29,16 @@ RecomputeClassCounts count_classes(const std::vector<RecomputeRange>& layers, in
   return classes;
 }
 
-RecomputeChoice choose_recompute(const StageCostModel& model, int pipeline_rank,
-                                 const RecomputeClassCounts& classes) {
+namespace {
+
+// The fastest fitting (x, y) with the rank's parameters kept gathered or not.
+RecomputeChoice choose_with(const StageCostModel& model, int pipeline_rank,
+                            const RecomputeClassCounts& classes, bool keep_gathered) {
   const auto& c = classes.count;
   const int can_select = c[N][S] + c[N][F];  // candidates for x
   auto counts_of = [&](int x, int y) {
     RecomputeCounts counts;
+    counts.keep_parameters_gathered = keep_gathered;
     counts.full = c[F][F] + y;
     counts.selective = c[S][S] + c[S][F] + x - y;
     counts.none = c[N][N] + c[N][S] + c[N][F] - x;
@@ -47,7 +51,21 @@ RecomputeChoice choose_recompute(const StageCostModel& model, int pipeline_rank,
   };
 
   RecomputeChoice best;
-  for (int y = 0; y <= c[S][F] + c[N][F]; ++y) {
+  // The walk below skips every y at which even every x upgrade does not
+  // fit: start at the least y that fits, found by bisection from y = 1 on
+  // (from there memory falls with y; the first full recompute also brings
+  // its rebuild scratch, which can outweigh what it saves: y = 0 alone).
+  int first_y = 0;
+  if (!fits(can_select, 0)) first_y = 1;
+  for (int high = c[S][F] + c[N][F]; first_y > 0 && first_y < high;) {
+    const int mid = first_y + (high - first_y) / 2;
+    if (fits(can_select, mid)) {
+      high = mid;
+    } else {
+      first_y = mid + 1;
+    }
+  }
+  for (int y = first_y; y <= c[S][F] + c[N][F]; ++y) {
     const int least_x = std::max(0, y - c[S][F]);  // y needs min(x, NF) >= y - SF
     if (least_x > can_select) break;
     if (best.fits && model.slot_seconds(pipeline_rank, counts_of(least_x, y)) >= best.slot_seconds)
@@ -80,28 +98,66 @@ RecomputeChoice choose_recompute(const StageCostModel& model, int pipeline_rank,
   return best;
 }
 
+}  // namespace
+
+RecomputeChoice choose_recompute(const StageCostModel& model, int pipeline_rank,
+                                 const RecomputeClassCounts& classes) {
+  RecomputeChoice freed = choose_with(model, pipeline_rank, classes, false);
+  if (!model.gathers_parameters(pipeline_rank, classes.layers())) return freed;
+  // ZeRO-3: keeping the parameters gathered takes a slot per unit and saves
+  // gathers that do not depend on the recompute, so where it fits with the
+  // recompute chosen freeing them it is the fastest kept choice too (every
+  // kept choice that fits also fits freed).
+  if (freed.fits) {
+    RecomputeChoice kept = freed;
+    kept.counts.keep_parameters_gathered = true;
+    kept.memory = model.memory(pipeline_rank, kept.counts);
+    if (model.fits(kept.memory)) {
+      kept.slot_seconds = model.slot_seconds(pipeline_rank, kept.counts);
+      return kept;
+    }
+  }
+  // Otherwise kept needs more recompute, if any fits (the most recompute
+  // holds the least): the faster of the two.
+  const auto& c = classes.count;
+  RecomputeCounts most;
+  most.keep_parameters_gathered = true;
+  most.full = c[F][F] + c[S][F] + c[N][F];
+  most.selective = c[S][S] + c[N][S];
+  most.none = c[N][N];
+  if (!model.fits(model.memory(pipeline_rank, most))) return freed;
+  RecomputeChoice kept = choose_with(model, pipeline_rank, classes, true);
+  return kept.fits && (!freed.fits || kept.slot_seconds < freed.slot_seconds) ? kept : freed;
+}
+
 std::vector<RecomputeChoice> fitting_recompute_options(const StageCostModel& model,
                                                        int pipeline_rank,
                                                        const RecomputeClassCounts& classes) {
   const auto& c = classes.count;
   const int can_select = c[N][S] + c[N][F];
   std::vector<RecomputeChoice> options;
-  for (int y = 0; y <= c[S][F] + c[N][F]; ++y) {
-    const int least_x = std::max(0, y - c[S][F]);
-    if (least_x > can_select) break;
-    for (int x = least_x; x <= can_select; ++x) {
-      RecomputeChoice choice;
-      choice.to_selective = x;
-      choice.to_full = y;
-      choice.counts.full = c[F][F] + y;
-      choice.counts.selective = c[S][S] + c[S][F] + x - y;
-      choice.counts.none = c[N][N] + c[N][S] + c[N][F] - x;
-      choice.memory = model.memory(pipeline_rank, choice.counts);
-      if (!model.fits(choice.memory)) continue;
-      choice.fits = true;
-      choice.slot_seconds = model.slot_seconds(pipeline_rank, choice.counts);
-      options.push_back(choice);
-      break;  // the least fitting x at this y
+  // ZeRO-3: each (x, y) freeing the parameters or keeping them gathered.
+  const bool keeping_is_a_choice = model.gathers_parameters(pipeline_rank, classes.layers());
+  for (const bool keep : {false, true}) {
+    if (keep && !keeping_is_a_choice) break;
+    for (int y = 0; y <= c[S][F] + c[N][F]; ++y) {
+      const int least_x = std::max(0, y - c[S][F]);
+      if (least_x > can_select) break;
+      for (int x = least_x; x <= can_select; ++x) {
+        RecomputeChoice choice;
+        choice.to_selective = x;
+        choice.to_full = y;
+        choice.counts.keep_parameters_gathered = keep;
+        choice.counts.full = c[F][F] + y;
+        choice.counts.selective = c[S][S] + c[S][F] + x - y;
+        choice.counts.none = c[N][N] + c[N][S] + c[N][F] - x;
+        choice.memory = model.memory(pipeline_rank, choice.counts);
+        if (!model.fits(choice.memory)) continue;
+        choice.fits = true;
+        choice.slot_seconds = model.slot_seconds(pipeline_rank, choice.counts);
+        options.push_back(choice);
+        break;  // the least fitting x at this y
+      }
     }
   }
   return options;

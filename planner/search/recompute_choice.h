@@ -15,6 +15,10 @@
 // choose_recompute() searches (x, y) exactly: memory is non-increasing in each,
 // time increasing, so for each y the least fitting x is found by bisection and
 // the walk over y stops once even the least x is slower than the best so far.
+// Under ZeRO-3 a rank also chooses whether to keep its parameters gathered
+// (RecomputeCounts::keep_parameters_gathered): more memory, fewer gathers,
+// the same saving at any (x, y). Kept where it fits with the recompute that
+// freeing them would take, else the faster of the two searches.
 #pragma once
 
 #include <vector>
@@ -53,7 +57,8 @@ RecomputeChoice choose_recompute(const StageCostModel& model, int pipeline_rank,
                                  const RecomputeClassCounts& classes);
 
 // Every assignment that fits and is not dominated: for each y, the least x that
-// fits (more x at the same y only costs time). Empty when nothing fits. The ILP
+// fits (more x at the same y only costs time), under ZeRO-3 with the
+// parameters freed and kept gathered. Empty when nothing fits. The ILP
 // offers these to its solver as the stage's recompute options.
 std::vector<RecomputeChoice> fitting_recompute_options(const StageCostModel& model,
                                                        int pipeline_rank,

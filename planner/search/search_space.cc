@@ -106,8 +106,7 @@ void resolve_batching_and_zero(const JobConfig& config, SearchSpace& space) {
     space.zero_stages = {p.zero_stage};
   } else {
     space.zero_stages.clear();
-    for (int stage = 0; stage <= kHighestRunnableZeroStage; ++stage)
-      space.zero_stages.push_back(stage);
+    for (int stage = 0; stage <= kHighestZeroStage; ++stage) space.zero_stages.push_back(stage);
   }
   const int fixed_dp = p.data_parallel_degree;
   if (fixed_dp > 0 && space.zero_ngroups_fixed && fixed_dp % p.zero_ngroups != 0)

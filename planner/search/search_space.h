@@ -10,7 +10,7 @@
 // Sequence parallelism (tp > 1 only, seq_len divisible by tp): sequence_parallel
 // true or false fixes it, 'auto' tries both; each is a mesh of its own.
 // ZeRO: zero_stage fixed when set, else every stage the runtime runs
-// (schema/zero_stages.h: 0, 1, 2; the sharding ones only where dp > 1);
+// (schema/zero_stages.h: 0 to 3; the sharding ones only where dp > 1);
 // zero_ngroups as set (it must divide dp), else 1.
 // Micro-batches: a fixed micro_batch_size or update_freq fixes it; otherwise
 // every b with b x dp dividing global_batch_size.

@@ -488,7 +488,8 @@ PartitionResult solve_partition(const PartitionProblem& problem) {
 double partition_step_lower_bound(const StageCostModel& costs) {
   const int p = costs.num_stages();
   const int L = costs.config().model.num_layers;
-  const RecomputeCounts none{}, one{1, 0, 0};
+  // (ZeRO-3: parameters kept gathered, the faster slot.)
+  const RecomputeCounts none{0, 0, 0, true}, one{1, 0, 0, true};
   // Sum of all slots with no recompute: the blocks plus each stage's fixed part.
   double total = L * (costs.slot_seconds(0, one) - costs.slot_seconds(0, none));
   for (int s = 0; s < p; ++s) total += costs.slot_seconds(s, none);
