@@ -138,6 +138,23 @@ class SchedulePlanTraining : public ParallelTraining {
                            kSteps + 2);
   }
 
+  // Checkpoints hold whole tensors whatever the plan: `sharded`'s step-5
+  // checkpoint goes on under `other`'s plan and back, two more steps each,
+  // with the losses of `other`'s run going on from its own.
+  static void expect_checkpoints_cross(const ScheduleCase& sharded, const ScheduleCase& other) {
+    ASSERT_EQ(run(sharded).losses.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(run(other).losses.size(), static_cast<size_t>(kSteps));
+    const std::vector<double> reference = resumed(other, other);
+    ASSERT_EQ(reference.size(), 2u);
+    for (const auto& [from, under] : {std::pair{sharded, other}, std::pair{other, sharded}}) {
+      const std::vector<double> losses = resumed(from, under);
+      ASSERT_EQ(losses.size(), reference.size()) << from.name << " -> " << under.name;
+      for (size_t i = 0; i < losses.size(); ++i)
+        EXPECT_NEAR(losses[i], reference[i], kLossTolerance)
+            << from.name << " -> " << under.name << " step " << kSteps + 1 + i;
+    }
+  }
+
   static void expect_same_weights(const ScheduleCase& a, const ScheduleCase& b) {
     expect_same_files(a.name, run(a).checkpoint, b.name, run(b).checkpoint);
   }

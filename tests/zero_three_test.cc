@@ -99,17 +99,7 @@ TEST_F(ZeroThree, CheckpointsResumeUnderZeroOnePlansOfOtherMeshes) {
   ScheduleCase zero1 =
       zero_three("zero1_1f1b_pp2_dp2", ScheduleKind::OneForwardOneBackward, 2, 1, 2);
   zero1.zero_stage = 1;
-  ASSERT_EQ(run(zero3).losses.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(run(zero1).losses.size(), static_cast<size_t>(kSteps));
-  const std::vector<double> reference = resumed(zero1, zero1);
-  ASSERT_EQ(reference.size(), 2u);
-  for (const auto& [from, under] : {std::pair{zero3, zero1}, std::pair{zero1, zero3}}) {
-    const std::vector<double> losses = resumed(from, under);
-    ASSERT_EQ(losses.size(), reference.size()) << from.name << " -> " << under.name;
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], reference[i], kLossTolerance)
-          << from.name << " -> " << under.name << " step " << kSteps + 1 + i;
-  }
+  expect_checkpoints_cross(zero3, zero1);
 }
 
 }  // namespace

@@ -88,15 +88,19 @@ ShardedGradients::Slot& ShardedGradients::add_slot() {
   return slots_.back();
 }
 
-size_t ShardedGradients::unit_index(size_t offset) const {
+size_t unit_holding(const std::vector<GradientBucket>& units, size_t offset, const char* who) {
   // The last unit beginning at or before offset.
   const auto it =
-      std::upper_bound(buckets_.begin(), buckets_.end(), offset,
+      std::upper_bound(units.begin(), units.end(), offset,
                        [](size_t at, const GradientBucket& bucket) { return at < bucket.begin; });
-  if (it == buckets_.begin() || offset >= std::prev(it)->end)
-    throw std::out_of_range("sharded gradients: offset " + std::to_string(offset) +
+  if (it == units.begin() || offset >= std::prev(it)->end)
+    throw std::out_of_range(std::string(who) + ": offset " + std::to_string(offset) +
                             " is in no unit");
-  return static_cast<size_t>(std::prev(it) - buckets_.begin());
+  return static_cast<size_t>(std::prev(it) - units.begin());
+}
+
+size_t ShardedGradients::unit_index(size_t offset) const {
+  return unit_holding(buckets_, offset, "sharded gradients");
 }
 
 void* ShardedGradients::gradient(size_t offset) {

@@ -49,6 +49,9 @@ namespace paraplan {
 // unless the units rise strictly from 0 within num_elements.
 std::vector<GradientBucket> unit_buckets(const std::vector<GradientUnit>& units,
                                          size_t num_elements, int group_size);
+// The index of the unit (bucket) holding buffer element `offset`; throws
+// std::out_of_range naming `who` when none does.
+size_t unit_holding(const std::vector<GradientBucket>& units, size_t offset, const char* who);
 
 class ShardedGradients final : public GradientStorage {
  public:

@@ -50,13 +50,7 @@ ShardedParameters::~ShardedParameters() {
 }
 
 size_t ShardedParameters::unit_index(size_t offset) const {
-  const auto it =
-      std::upper_bound(buckets_.begin(), buckets_.end(), offset,
-                       [](size_t at, const GradientBucket& bucket) { return at < bucket.begin; });
-  if (it == buckets_.begin() || offset >= std::prev(it)->end)
-    throw std::out_of_range("sharded parameters: offset " + std::to_string(offset) +
-                            " is in no unit");
-  return static_cast<size_t>(std::prev(it) - buckets_.begin());
+  return unit_holding(buckets_, offset, "sharded parameters");
 }
 
 const void* ShardedParameters::chunk_of(size_t unit) const {
