@@ -270,8 +270,8 @@ void tune_mesh(Tuner& tuner, const ParallelShape& mesh, const SearchSpace& space
   };
   std::vector<int> stages = space.zero_stages;
   std::sort(stages.begin(), stages.end());
-  Trial* best = nullptr;        // the fastest of the stages tried so far
-  bool memory_bound = false;    // a stage tried so far could not run the largest size
+  Trial* best = nullptr;      // the fastest of the stages tried so far
+  bool memory_bound = false;  // a stage tried so far could not run the largest size
   bool tried_any = false;
   for (int zero : stages) {
     const std::string name = mesh_name(mesh) + " ZeRO-" + std::to_string(zero);

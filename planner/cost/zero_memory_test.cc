@@ -11,6 +11,7 @@
 #include "planner/cost/cost_model.h"
 #include "planner/cost/model_counts.h"
 #include "planner/cost/stage_cost.h"
+#include "planner/cost/zero_test_support.h"
 #include "planner/job/job_config_test_support.h"
 
 namespace paraplan {
@@ -36,33 +37,14 @@ TEST(ZeroMemoryTest, PaperTableOneFromTheShardingRule) {
   EXPECT_EQ(zero_sharding(3, 64), (ZeroSharding{64, 64, 64}));
 }
 
-ModelConfig small_model(bool tied) {
-  ModelConfig model;  // GPT-2 layout, float32
-  model.vocab_size = 1000;
-  model.seq_len = 32;
-  model.num_layers = 6;
-  model.d_model = 64;
-  model.num_heads = 4;
-  model.ffn_size = 256;
-  model.tied_embeddings = tied;
-  return model;
-}
+using zero_test::pad;
+using zero_test::small_model;
 
-// Padded to the runtime's shard unit, 8 x z elements.
-int64_t pad(int64_t elements, int64_t z) {
-  return (elements + 8 * z - 1) / (8 * z) * (8 * z);
-}
-
-// The ZeRO-2 gradient bytes of a stage by hand: resident units whole
-// (padded), `slots` pool slots of the largest streamed unit with its receive
-// chunk, and every unit's chunk in the shard.
+// The ZeRO-2 gradient bytes of a stage by hand: `slots` pool slots with
+// their receive chunks.
 int64_t by_hand(const std::vector<int64_t>& resident, const std::vector<int64_t>& streamed,
                 int64_t slots, int64_t z, int64_t element_bytes) {
-  int64_t elements = 0, largest = 0, shard = 0;
-  for (int64_t unit : resident) elements += pad(unit, z), shard += pad(unit, z) / z;
-  for (int64_t unit : streamed)
-    largest = std::max(largest, pad(unit, z)), shard += pad(unit, z) / z;
-  return element_bytes * (elements + slots * (largest + largest / z) + shard);
+  return zero_test::unit_storage_bytes(resident, streamed, slots, z, element_bytes, true);
 }
 
 struct ZeroTwoCase {
@@ -177,11 +159,12 @@ TEST(ZeroMemoryTest, ZeroTwoReduceScattersEveryMicroBatch) {
   EXPECT_NEAR(zero_two - zero_one, 96 * 12 * unit - whole, 1e-9);
   const JobConfig overlapped = gpt3_175b();
   for (int layers : {0, 1, 6, 12})
-    for (int rank : {0, 3, 7})
-      if (layers > 0 || rank != 3)  // (a middle stage holds a block)
-        EXPECT_GE(StageCostModel(overlapped, two).tail_seconds(rank, layers),
-                  StageCostModel(overlapped, one).tail_seconds(rank, layers))
-            << rank << " " << layers;
+    for (int rank : {0, 3, 7}) {
+      if (layers == 0 && rank == 3) continue;  // a middle stage holds a block
+      EXPECT_GE(StageCostModel(overlapped, two).tail_seconds(rank, layers),
+                StageCostModel(overlapped, one).tail_seconds(rank, layers))
+          << rank << " " << layers;
+    }
 }
 
 }  // namespace

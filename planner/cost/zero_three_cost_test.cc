@@ -11,6 +11,7 @@
 #include "planner/cost/model_counts.h"
 #include "planner/cost/stage_cost.h"
 #include "planner/cost/zero_memory.h"
+#include "planner/cost/zero_test_support.h"
 #include "planner/job/job_config_test_support.h"
 
 namespace paraplan {
@@ -18,42 +19,19 @@ namespace {
 
 using schema::RecomputeMode;
 
-ModelConfig small_model(bool tied, int layers) {
-  ModelConfig model;  // GPT-2 layout, float32
-  model.vocab_size = 1000;
-  model.seq_len = 32;
-  model.num_layers = layers;
-  model.d_model = 64;
-  model.num_heads = 4;
-  model.ffn_size = 256;
-  model.tied_embeddings = tied;
-  return model;
-}
+using zero_test::pad;
+using zero_test::small_model;
 
-int64_t pad(int64_t elements, int64_t z) {
-  return (elements + 8 * z - 1) / (8 * z) * (8 * z);
-}
-
-// The ZeRO-3 parameter bytes of a rank by hand: resident units whole
-// (padded), `slots` gathered slots of the largest streamed unit, and every
-// unit's chunk in the shard.
+// The ZeRO-3 parameter bytes of a rank by hand: `slots` gathered slots.
 int64_t weights_by_hand(const std::vector<int64_t>& resident, const std::vector<int64_t>& streamed,
                         int64_t slots, int64_t z, int64_t element_bytes) {
-  int64_t elements = 0, largest = 0, shard = 0;
-  for (int64_t unit : resident) elements += pad(unit, z), shard += pad(unit, z) / z;
-  for (int64_t unit : streamed)
-    largest = std::max(largest, pad(unit, z)), shard += pad(unit, z) / z;
-  return element_bytes * (elements + slots * largest + shard);
+  return zero_test::unit_storage_bytes(resident, streamed, slots, z, element_bytes, false);
 }
 
-// ZeRO-2's gradient bytes by hand (zero_memory_test.cc): ZeRO-3 keeps them.
+// ZeRO-2's gradient bytes by hand (two pool slots): ZeRO-3 keeps them.
 int64_t gradients_by_hand(const std::vector<int64_t>& resident,
                           const std::vector<int64_t>& streamed, int64_t z, int64_t element_bytes) {
-  int64_t elements = 0, largest = 0, shard = 0;
-  for (int64_t unit : resident) elements += pad(unit, z), shard += pad(unit, z) / z;
-  for (int64_t unit : streamed)
-    largest = std::max(largest, pad(unit, z)), shard += pad(unit, z) / z;
-  return element_bytes * (elements + 2 * (largest + largest / z) + shard);
+  return zero_test::unit_storage_bytes(resident, streamed, 2, z, element_bytes, true);
 }
 
 PlannerOptions zero_three_options(int zero_ngroups) {

@@ -34,6 +34,17 @@ std::vector<GradientBucket> unit_buckets(const std::vector<GradientUnit>& units,
   return buckets;
 }
 
+ShardedUnitSizes sharded_unit_sizes(const std::vector<GradientBucket>& units,
+                                    const std::vector<bool>& resident, int group_size) {
+  ShardedUnitSizes sizes;
+  for (size_t u = 0; u < units.size(); ++u) {
+    sizes.shard_elements += units[u].chunk;
+    if (!resident[u])
+      sizes.slot_elements = std::max(sizes.slot_elements, units[u].chunk * group_size);
+  }
+  return sizes;
+}
+
 size_t ShardedGradients::buffer_elements(const std::vector<GradientUnit>& units,
                                          size_t num_elements, int group_size) {
   size_t elements = num_elements;
@@ -50,7 +61,9 @@ ShardedGradients::ShardedGradients(const std::vector<GradientUnit>& units, size_
     throw std::invalid_argument("sharded gradients: one resident flag per unit");
   buckets_ = unit_buckets(units, num_elements, group.size());
   resident_ = resident;
-  for (const GradientBucket& bucket : buckets_) shard_elements_ += bucket.chunk;
+  const ShardedUnitSizes sizes = sharded_unit_sizes(buckets_, resident_, group.size());
+  shard_elements_ = sizes.shard_elements;
+  slot_elements_ = sizes.slot_elements;
   auto allocate = [&](size_t elements) {
     void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
                                      MemoryCategory::kGradients);
@@ -60,12 +73,8 @@ ShardedGradients::ShardedGradients(const std::vector<GradientUnit>& units, size_
   shard_ = allocate(shard_elements_);
   resident_storage_.assign(buckets_.size(), nullptr);
   slot_of_.assign(buckets_.size(), -1);
-  for (size_t u = 0; u < buckets_.size(); ++u) {
-    if (resident_[u])
-      resident_storage_[u] = allocate(padded(u));
-    else
-      slot_elements_ = std::max(slot_elements_, padded(u));
-  }
+  for (size_t u = 0; u < buckets_.size(); ++u)
+    if (resident_[u]) resident_storage_[u] = allocate(padded(u));
   // Two slots: one written while the previous one's reduce-scatter runs.
   if (slot_elements_ > 0)
     for (int i = 0; i < 2; ++i) add_slot();

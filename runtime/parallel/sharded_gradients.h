@@ -49,6 +49,13 @@ namespace paraplan {
 // unless the units rise strictly from 0 within num_elements.
 std::vector<GradientBucket> unit_buckets(const std::vector<GradientUnit>& units,
                                          size_t num_elements, int group_size);
+// What a rank stores of sharded units besides the resident ones: its shard
+// (every unit's chunk) and, per pool slot, the largest other unit, padded.
+struct ShardedUnitSizes {
+  size_t shard_elements = 0, slot_elements = 0;
+};
+ShardedUnitSizes sharded_unit_sizes(const std::vector<GradientBucket>& units,
+                                    const std::vector<bool>& resident, int group_size);
 // The index of the unit (bucket) holding buffer element `offset`; throws
 // std::out_of_range naming `who` when none does.
 size_t unit_holding(const std::vector<GradientBucket>& units, size_t offset, const char* who);

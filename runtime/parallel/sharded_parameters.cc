@@ -28,17 +28,13 @@ ShardedParameters::ShardedParameters(const std::vector<GradientUnit>& units, siz
     allocations_.push_back(pointer);
     return pointer;
   };
-  size_t shard_elements = 0;
-  for (const GradientBucket& bucket : buckets_) shard_elements += bucket.chunk;
-  shard_ = allocate(shard_elements);
+  const ShardedUnitSizes sizes = sharded_unit_sizes(buckets_, resident_, group.size());
+  slot_elements_ = sizes.slot_elements;
+  shard_ = allocate(sizes.shard_elements);
   resident_storage_.assign(buckets_.size(), nullptr);
   slot_of_.assign(buckets_.size(), -1);
-  for (size_t u = 0; u < buckets_.size(); ++u) {
-    if (resident_[u])
-      resident_storage_[u] = allocate(padded(u));
-    else
-      slot_elements_ = std::max(slot_elements_, padded(u));
-  }
+  for (size_t u = 0; u < buckets_.size(); ++u)
+    if (resident_[u]) resident_storage_[u] = allocate(padded(u));
   // Two slots: the unit read and the next one gathering.
   for (int i = 0; i < 2 && slot_elements_ > 0; ++i) {
     slots_.push_back(Slot{allocate(slot_elements_)});

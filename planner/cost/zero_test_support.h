@@ -1,0 +1,47 @@
+// zero_test_support.h: what the ZeRO memory tests (zero_memory_test.cc,
+// zero_three_cost_test.cc) work out by hand from the runtime's units: a
+// small GPT-2, the runtime's shard padding, and the bytes of a rank's
+// sharded units.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "planner/job/job_config.h"
+
+namespace paraplan::zero_test {
+
+inline ModelConfig small_model(bool tied, int layers = 6) {
+  ModelConfig model;  // GPT-2 layout, float32
+  model.vocab_size = 1000;
+  model.seq_len = 32;
+  model.num_layers = layers;
+  model.d_model = 64;
+  model.num_heads = 4;
+  model.ffn_size = 256;
+  model.tied_embeddings = tied;
+  return model;
+}
+
+// Padded to the runtime's shard unit, 8 x z elements.
+inline int64_t pad(int64_t elements, int64_t z) {
+  return (elements + 8 * z - 1) / (8 * z) * (8 * z);
+}
+
+// A rank's bytes of sharded units (runtime/parallel/sharded_gradients.h and
+// sharded_parameters.h): resident units whole (padded), `slots` slots of the
+// largest streamed unit (each with its 1/z reduce-scatter receive chunk for
+// gradients), and every unit's chunk in the shard.
+inline int64_t unit_storage_bytes(const std::vector<int64_t>& resident,
+                                  const std::vector<int64_t>& streamed, int64_t slots, int64_t z,
+                                  int64_t element_bytes, bool receive_chunks) {
+  int64_t elements = 0, largest = 0, shard = 0;
+  for (int64_t unit : resident) elements += pad(unit, z), shard += pad(unit, z) / z;
+  for (int64_t unit : streamed)
+    largest = std::max(largest, pad(unit, z)), shard += pad(unit, z) / z;
+  const int64_t slot = largest + (receive_chunks ? largest / z : 0);
+  return element_bytes * (elements + slots * slot + shard);
+}
+
+}  // namespace paraplan::zero_test
