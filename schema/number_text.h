@@ -38,6 +38,14 @@ inline std::optional<int64_t> checked_product(int64_t a, int64_t b, int64_t c) {
   return abc;
 }
 
+// a x b x c x d, or nullopt when it overflows int64.
+inline std::optional<int64_t> checked_product(int64_t a, int64_t b, int64_t c, int64_t d) {
+  const std::optional<int64_t> abc = checked_product(a, b, c);
+  int64_t abcd = 0;
+  if (!abc || __builtin_mul_overflow(*abc, d, &abcd)) return std::nullopt;
+  return abcd;
+}
+
 // The product, or "more than 9223372036854775807".
 inline std::string product_text(std::optional<int64_t> product) {
   return product ? std::to_string(*product)

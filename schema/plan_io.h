@@ -31,7 +31,10 @@ namespace paraplan {
 // 8: one transfer model: every schedule's transfers are Posted; the
 //    combined send-and-receive ops (7, 8) are retired. Older plans with
 //    Rendezvous transfers are lowered at load (plan_lowering.h).
-inline constexpr uint32_t kPlanSchemaVersion = 8;
+// 9: ZeRO stages 2 and 3 (StageSchedule.keep_parameters_gathered), context
+//    parallelism (Mesh.context_parallel), document masking
+//    (Data.document_separator).
+inline constexpr uint32_t kPlanSchemaVersion = 9;
 // The first version whose plans must have Posted transfers.
 inline constexpr uint32_t kPostedOnlyPlanSchemaVersion = 8;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;

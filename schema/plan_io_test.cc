@@ -272,11 +272,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v9.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v9.pplan")),
-                       "'" + path("v9.pplan") +
-                           "' was written with plan schema version 9; this paraplan reads "
-                           "versions 1 to 8"));
+  write_raw(path("v10.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v10.pplan")),
+                       "'" + path("v10.pplan") +
+                           "' was written with plan schema version 10; this paraplan reads "
+                           "versions 1 to 9"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
@@ -411,7 +411,8 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["data"]["shuffle"], true);
   EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
-  EXPECT_EQ(j["header"]["schema_version"], 8);
+  EXPECT_EQ(j["training"]["data"]["document_separator"], -1);
+  EXPECT_EQ(j["header"]["schema_version"], 9);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -429,6 +430,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["optimizer"]["total_steps"], 1000);
   EXPECT_EQ(j["mesh"], (nlohmann::json{{"pipeline_parallel", 2},
                                        {"data_parallel", 2},
+                                       {"context_parallel", 1},
                                        {"tensor_parallel", 2},
                                        {"num_nodes", 2},
                                        {"devices_per_node", 4},
@@ -492,7 +494,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v8, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v9, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(

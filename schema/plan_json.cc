@@ -94,7 +94,8 @@ json data_to_json(const schema::Data& data) {
   return {{"train", train},
           {"validation", data.validation() ? data.validation()->str() : ""},
           {"shuffle", data.shuffle()},
-          {"seed", data.seed()}};
+          {"seed", data.seed()},
+          {"document_separator", data.document_separator()}};
 }
 
 json training_to_json(const schema::Training& training) {
@@ -113,6 +114,7 @@ json training_to_json(const schema::Training& training) {
 json mesh_to_json(const schema::Mesh& mesh) {
   return {{"pipeline_parallel", mesh.pipeline_parallel()},
           {"data_parallel", mesh.data_parallel()},
+          {"context_parallel", mesh.context_parallel()},
           {"tensor_parallel", mesh.tensor_parallel()},
           {"num_nodes", mesh.num_nodes()},
           {"devices_per_node", mesh.devices_per_node()},
@@ -368,6 +370,9 @@ void training_lines(const schema::Plan& plan, std::ostringstream& out) {
         << "; "
         << (data->shuffle() ? "shuffled (seed " + std::to_string(data->seed()) + ")"
                             : std::string("file order"))
+        << (data->document_separator() >= 0 ? "; documents masked, each ended by token " +
+                                                  std::to_string(data->document_separator())
+                                            : std::string())
         << "\n";
   }
   const schema::Optimizer* opt = training->optimizer();
@@ -388,10 +393,13 @@ void mesh_and_zero_lines(const schema::Plan& plan, std::ostringstream& out) {
   if (mesh == nullptr) {
     out << "mesh: missing\n";
   } else {
-    out << "mesh: pp " << mesh->pipeline_parallel() << " x dp " << mesh->data_parallel() << " x tp "
-        << mesh->tensor_parallel() << " = "
-        << schema_text::product_text(schema_text::checked_product(
-               mesh->pipeline_parallel(), mesh->data_parallel(), mesh->tensor_parallel()))
+    out << "mesh: pp " << mesh->pipeline_parallel() << " x dp " << mesh->data_parallel()
+        << (mesh->context_parallel() != 1 ? " x cp " + std::to_string(mesh->context_parallel())
+                                          : "")
+        << " x tp " << mesh->tensor_parallel() << " = "
+        << schema_text::product_text(
+               schema_text::checked_product(mesh->pipeline_parallel(), mesh->data_parallel(),
+                                            mesh->context_parallel(), mesh->tensor_parallel()))
         << " ranks on " << mesh->num_nodes() << " nodes x " << mesh->devices_per_node()
         << " devices" << (mesh->sequence_parallel() ? ", sequence parallel" : "") << "\n";
   }
@@ -404,8 +412,10 @@ void mesh_and_zero_lines(const schema::Plan& plan, std::ostringstream& out) {
     out << "zero: stage " << zero->stage() << ", " << zero->num_groups()
         << (zero->num_groups() == 1 ? " group" : " groups");
     if (mesh != nullptr && zero->num_groups() > 0) {
-      out << " (optimizer state sharded over " << mesh->data_parallel() / zero->num_groups()
-          << " data-parallel ranks)";
+      out << " (optimizer state sharded over "
+          << int64_t{mesh->data_parallel()} * mesh->context_parallel() / zero->num_groups()
+          << (mesh->context_parallel() > 1 ? " data x context-parallel ranks)"
+                                           : " data-parallel ranks)");
     }
     out << "\n";
   }

@@ -90,6 +90,8 @@ struct PlanSpec {
   int32_t virtual_stages = 1;
   schema::Transfers transfers = schema::Transfers::Posted;
   bool sequence_parallel = false;
+  int32_t context_parallel = 1;
+  int32_t document_separator = -1;  // written with has_data
 
   double step_seconds = 0.5, bubble_ratio = 0.2, tokens_per_second = 2048, mfu = 0.42;
   std::vector<StagePredictionSpec> stage_predictions;
@@ -330,7 +332,7 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
       for (const auto& [paths, weight] : spec.data_train)
         sources.push_back(schema::CreateDataSourceDirect(fbb, paths.c_str(), weight));
       data = schema::CreateDataDirect(fbb, &sources, spec.data_validation.c_str(),
-                                      spec.data_shuffle, spec.data_seed);
+                                      spec.data_shuffle, spec.data_seed, spec.document_separator);
     }
     training = schema::CreateTraining(
         fbb, spec.global_batch_size, spec.micro_batch_size, spec.num_micro_batches, optimizer,
@@ -339,7 +341,8 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
   fb::Offset<schema::Mesh> mesh;
   if (spec.has_mesh) {
     mesh = schema::CreateMesh(fbb, spec.pipeline_parallel, spec.data_parallel, spec.tensor_parallel,
-                              spec.num_nodes, spec.devices_per_node, spec.sequence_parallel);
+                              spec.num_nodes, spec.devices_per_node, spec.sequence_parallel,
+                              spec.context_parallel);
   }
   fb::Offset<fb::Vector<fb::Offset<schema::Stage>>> stages;
   if (spec.has_stages) {

@@ -151,7 +151,13 @@ void check_optimizer(const schema::Optimizer& opt, Violations& v) {
   }
 }
 
-void check_data(const schema::Data& data, Violations& v) {
+void check_data(const schema::Data& data, const schema::Model* model, Violations& v) {
+  const int32_t separator = data.document_separator();
+  if (separator < -1 ||
+      (model != nullptr && model->vocab_size() > 0 && separator >= model->vocab_size()))
+    v.add("training.data.document_separator",
+          number(separator) + "; must be -1 (no document masking) or a token id in [0, " +
+              number(model != nullptr ? model->vocab_size() : 0) + "), the vocabulary");
   if (data.train() == nullptr) return;
   for (flatbuffers::uoffset_t i = 0; i < data.train()->size(); ++i) {
     const schema::DataSource* source = data.train()->Get(i);
@@ -199,17 +205,32 @@ void check_training(const schema::Training& training, const schema::Model* model
   } else {
     check_optimizer(*training.optimizer(), v);
   }
-  if (training.data() != nullptr) check_data(*training.data(), v);
+  if (training.data() != nullptr) check_data(*training.data(), model, v);
+}
+
+// Each rank of a context-parallel group holds two of the 2 cp equal chunks
+// of every sequence (plan.fbs, Mesh.context_parallel).
+void check_context_parallel(const schema::Mesh& mesh, const schema::Model& model, Violations& v) {
+  const int32_t cp = mesh.context_parallel();
+  if (cp <= 1 || model.seq_len() <= 0) return;
+  if (model.seq_len() % (int64_t{2} * cp) != 0)
+    v.add("mesh.context_parallel",
+          number(cp) + ", but 2 x context_parallel = " + number(int64_t{2} * cp) +
+              " does not divide model.seq_len " + number(model.seq_len()) +
+              "; each context-parallel rank holds 2 of the 2 x context_parallel equal chunks of "
+              "every sequence");
 }
 
 bool mesh_degrees_valid(const schema::Mesh& mesh) {
   return mesh.pipeline_parallel() >= 1 && mesh.data_parallel() >= 1 &&
-         mesh.tensor_parallel() >= 1 && mesh.num_nodes() >= 1 && mesh.devices_per_node() >= 1;
+         mesh.context_parallel() >= 1 && mesh.tensor_parallel() >= 1 && mesh.num_nodes() >= 1 &&
+         mesh.devices_per_node() >= 1;
 }
 
 void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations& v) {
   for (const auto& [name, degree] : {std::pair{"pipeline_parallel", mesh.pipeline_parallel()},
                                      {"data_parallel", mesh.data_parallel()},
+                                     {"context_parallel", mesh.context_parallel()},
                                      {"tensor_parallel", mesh.tensor_parallel()},
                                      {"num_nodes", mesh.num_nodes()},
                                      {"devices_per_node", mesh.devices_per_node()}}) {
@@ -228,11 +249,15 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
           "group, so it needs tensor_parallel > 1 (or set it false)");
   if (!mesh_degrees_valid(mesh)) return;
   const std::optional<int64_t> ranks =
-      checked_product(mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel());
+      checked_product(mesh.pipeline_parallel(), mesh.data_parallel(), mesh.context_parallel(),
+                      mesh.tensor_parallel());
   const int64_t devices = int64_t{mesh.num_nodes()} * mesh.devices_per_node();
   if (ranks != devices) {
+    const std::string context = mesh.context_parallel() > 1
+                                    ? " x context_parallel " + number(mesh.context_parallel())
+                                    : std::string();
     v.add("mesh", "pipeline_parallel " + number(mesh.pipeline_parallel()) + " x data_parallel " +
-                      number(mesh.data_parallel()) + " x tensor_parallel " +
+                      number(mesh.data_parallel()) + context + " x tensor_parallel " +
                       number(mesh.tensor_parallel()) + " = " + product_text(ranks) +
                       " ranks, but num_nodes " + number(mesh.num_nodes()) + " x devices_per_node " +
                       number(mesh.devices_per_node()) + " = " + number(devices) +
@@ -251,10 +276,14 @@ void check_mesh(const schema::Mesh& mesh, const schema::Model* model, Violations
     v.add("mesh.tensor_parallel", number(tp) + " does not divide model.num_kv_heads " +
                                       number(kv_heads) +
                                       "; each tensor-parallel rank holds whole KV heads");
-  if (mesh.sequence_parallel() && tp > 1 && model->seq_len() > 0 && model->seq_len() % tp != 0)
+  check_context_parallel(mesh, *model, v);
+  const int32_t cp = mesh.context_parallel();
+  if (mesh.sequence_parallel() && tp > 1 && model->seq_len() > 0 &&
+      (cp == 1 || model->seq_len() % (2 * cp) == 0) && (model->seq_len() / cp) % tp != 0)
     v.add("mesh.sequence_parallel",
-          "true, but tensor_parallel " + number(tp) + " does not divide model.seq_len " +
-              number(model->seq_len()) +
+          "true, but tensor_parallel " + number(tp) + " does not divide " +
+              (cp > 1 ? "model.seq_len / context_parallel " + number(model->seq_len() / cp)
+                      : "model.seq_len " + number(model->seq_len())) +
               "; each tensor-parallel rank holds seq_len / tensor_parallel tokens of every "
               "micro-batch (or set it false)");
   for (const auto& [name, size] : {std::pair{"num_heads", model->num_heads()},
@@ -374,10 +403,14 @@ void check_zero(const schema::Zero& zero, const schema::Mesh* mesh, Violations& 
   }
   if (zero.num_groups() < 1) {
     v.add("zero.num_groups", number(zero.num_groups()) + "; must be at least 1");
-  } else if (mesh != nullptr && mesh->data_parallel() >= 1 &&
-             mesh->data_parallel() % zero.num_groups() != 0) {
-    v.add("zero.num_groups", number(zero.num_groups()) + " does not divide mesh.data_parallel " +
-                                 number(mesh->data_parallel()) +
+  } else if (mesh != nullptr && mesh->data_parallel() >= 1 && mesh->context_parallel() >= 1 &&
+             int64_t{mesh->data_parallel()} * mesh->context_parallel() % zero.num_groups() != 0) {
+    const std::string ranks =
+        mesh->context_parallel() > 1
+            ? "mesh.data_parallel x context_parallel " +
+                  number(int64_t{mesh->data_parallel()} * mesh->context_parallel())
+            : "mesh.data_parallel " + number(mesh->data_parallel());
+    v.add("zero.num_groups", number(zero.num_groups()) + " does not divide " + ranks +
                                  "; the data-parallel ranks are split into equal groups");
   }
 }

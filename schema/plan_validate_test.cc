@@ -61,6 +61,20 @@ TEST(ValidatePlan, AcceptsSequenceParallelWithTensorParallel) {
   }
 }
 
+TEST(ValidatePlan, AcceptsContextParallelWithEveryOtherDimension) {
+  // pp 2 x dp 2 x cp 2 x tp 2 on 2 nodes of 8, sequence parallel, ZeRO over
+  // the 4 data x context ranks in 2 groups, documents masked.
+  PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
+  spec.context_parallel = 2;
+  spec.devices_per_node = 8;
+  spec.sequence_parallel = true;
+  spec.zero_stage = 3;
+  spec.zero_num_groups = 2;
+  spec.has_data = true;
+  spec.document_separator = 0;
+  EXPECT_TRUE(violations_of(spec).empty()) << joined(violations_of(spec));
+}
+
 TEST(ValidatePlan, AcceptsPlanWithoutPredictions) {
   PlanSpec spec = make_plan_spec(2, 1, 1, 4, 2);
   spec.has_predictions = false;
@@ -166,8 +180,8 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 9; },
-       {"header.schema_version: 9", "reads versions 1 to 8"}},
+       [](PlanSpec& s) { s.schema_version = 10; },
+       {"header.schema_version: 10", "reads versions 1 to 9"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;
@@ -419,6 +433,50 @@ const std::vector<ViolationCase>& violation_cases() {
          s.seq_len = 63;
        },
        {"mesh.sequence_parallel: true, but tensor_parallel 2 does not divide model.seq_len 63"}},
+      {"ContextParallelZero",
+       [](PlanSpec& s) { s.context_parallel = 0; },
+       {"mesh.context_parallel: 0; must be at least 1"}},
+      {"ContextParallelRanksNotDevices",
+       [](PlanSpec& s) { s.context_parallel = 2; },
+       {"mesh: pipeline_parallel 2 x data_parallel 2 x context_parallel 2 x tensor_parallel 2 = "
+        "16 ranks, but num_nodes 2 x devices_per_node 4 = 8 devices"}},
+      {"ContextParallelChunksNotDividingSequence",
+       [](PlanSpec& s) {
+         s.context_parallel = 2;
+         s.data_parallel = 1;
+         s.global_batch_size = s.micro_batch_size * s.num_micro_batches;
+         s.seq_len = 66;
+       },
+       {"mesh.context_parallel: 2, but 2 x context_parallel = 4 does not divide model.seq_len 66"}},
+      {"ContextParallelSequenceShardNotDividingTensorRanks",
+       [](PlanSpec& s) {
+         s.context_parallel = 2;
+         s.data_parallel = 1;
+         s.global_batch_size = s.micro_batch_size * s.num_micro_batches;
+         s.sequence_parallel = true;
+         s.seq_len = 12;
+         s.tensor_parallel = 4;
+         s.devices_per_node = 8;
+         s.num_nodes = 2;
+       },
+       {"mesh.sequence_parallel: true, but tensor_parallel 4 does not divide "
+        "model.seq_len / context_parallel 6"}},
+      {"ZeroGroupsNotDividingDataTimesContextRanks",
+       [](PlanSpec& s) {
+         s.context_parallel = 2;
+         s.data_parallel = 1;
+         s.global_batch_size = s.micro_batch_size * s.num_micro_batches;
+         s.zero_stage = 1;
+         s.zero_num_groups = 4;
+       },
+       {"zero.num_groups: 4 does not divide mesh.data_parallel x context_parallel 2"}},
+      {"DocumentSeparatorOutsideVocabulary",
+       [](PlanSpec& s) {
+         s.has_data = true;
+         s.document_separator = s.vocab_size;
+       },
+       {"training.data.document_separator: ",
+        "must be -1 (no document masking) or a token id in [0, "}},
       {"ChunkBeyondVirtualStages",
        [](PlanSpec& s) { s.schedule[0].instructions[1] = instruction(OpCode::Forward, 0, -1, 1); },
        {"schedule.stages[0].instructions[1]: forward chunk 1 is out of range; valid are 0..0 "
