@@ -136,6 +136,25 @@ class ForwardingOps : public Ops {
     inner_->attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
                                num_kv_heads, head_dim, write);
   }
+  void attention_block_forward(float* out_accumulator, float* logsumexp, const void* q,
+                               const void* kv, const int32_t* q_positions,
+                               const int32_t* kv_positions, const int32_t* documents,
+                               const AttentionBlockShape& shape, bool first) override {
+    inner_->attention_block_forward(out_accumulator, logsumexp, q, kv, q_positions, kv_positions,
+                                    documents, shape, first);
+  }
+  void attention_block_backward(float* dq_accumulator, float* dkv_accumulator, const void* dout,
+                                const void* out, const float* logsumexp, const void* q,
+                                const void* kv, const int32_t* q_positions,
+                                const int32_t* kv_positions, const int32_t* documents,
+                                const AttentionBlockShape& shape) override {
+    inner_->attention_block_backward(dq_accumulator, dkv_accumulator, dout, out, logsumexp, q, kv,
+                                     q_positions, kv_positions, documents, shape);
+  }
+  void copy_rows(void* destination, size_t destination_stride, const void* source,
+                 size_t source_stride, size_t rows, size_t row_bytes) override {
+    inner_->copy_rows(destination, destination_stride, source, source_stride, rows, row_bytes);
+  }
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int rows, int vocab,
                              float loss_scale) override {

@@ -250,6 +250,59 @@ class Ops {
                                   int num_heads, int num_kv_heads, int head_dim,
                                   GradientWrite write) = 0;
 
+  // ---- attention by blocks (context parallelism, document masking) ------------------------
+  // Attention of a rank's queries against one block of keys and values at a
+  // time, the mask given by token positions within the sequence (and by
+  // documents): query i sees key j when kv_positions[j] <= q_positions[i]
+  // and, with documents (non-null), documents[b, kv_positions[j]] ==
+  // documents[b, q_positions[i]]. Positions ([q_len], [kv_len], int32, backend
+  // memory) are the same for every sequence of the batch; documents is
+  // [batch, seq_len] int32 (each position's document number). The
+  // context-parallel ring (runtime/model/context_parallel.h) runs these over
+  // the blocks of the ring; with one block of the whole sequence they are
+  // attention_forward / attention_backward with a document mask.
+  // Layout: q rows [batch, q_len] of q_row_stride elements with the H query
+  // heads at 0 (head h at h * D); kv rows [batch, kv_len] of kv_row_stride
+  // elements with the Hkv key heads at 0 and the Hkv value heads at
+  // kv_value_offset (a qkv tensor: q = qkv, kv = qkv + H * D, value offset
+  // Hkv * D; a packed key/value block: stride 2 Hkv D). Query head h uses KV
+  // head h / (H / Hkv).
+  struct AttentionBlockShape {
+    int batch = 0, q_len = 0, kv_len = 0;
+    int seq_len = 0;  // the whole sequence's length: the documents' row length
+    int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    int q_row_stride = 0, kv_row_stride = 0, kv_value_offset = 0;
+  };
+  // Folds one block into a running result: out_accumulator [batch, q_len,
+  // H * D] (fp32) holds each row's softmax-weighted values over the keys seen
+  // so far and logsumexp [batch, H, q_len] (fp32) their log-sum-exp. first:
+  // the block's own result overwrites both (they may hold anything); else
+  // the two are combined by their log-sum-exp, (out, lse) <- (out e^(lse -
+  // lse') + out_b e^(lse_b - lse'), lse') with lse' = log(e^lse + e^lse_b);
+  // a row that sees no key of the block is left as it was (a row that has
+  // seen no key at all holds 0 and -inf). Scores scaled by 1 / sqrt(D).
+  virtual void attention_block_forward(float* out_accumulator, float* logsumexp, const void* q,
+                                       const void* kv, const int32_t* q_positions,
+                                       const int32_t* kv_positions, const int32_t* documents,
+                                       const AttentionBlockShape& shape, bool first) = 0;
+  // The backward of one block given the whole result: out [batch, q_len,
+  // H * D] (storage, the output rounded as stored) with its gradient dout
+  // (storage, same layout) and logsumexp [batch, H, q_len] over all blocks;
+  // the probabilities are recomputed as exp(s - logsumexp). Accumulates (+=,
+  // fp32) dq_accumulator [batch, q_len, H * D] and dkv_accumulator [batch,
+  // kv_len, 2 Hkv D] (packed: dK at 0, dV at Hkv D; a KV head's gradients sum
+  // over the query heads of its group).
+  virtual void attention_block_backward(float* dq_accumulator, float* dkv_accumulator,
+                                        const void* dout, const void* out, const float* logsumexp,
+                                        const void* q, const void* kv, const int32_t* q_positions,
+                                        const int32_t* kv_positions, const int32_t* documents,
+                                        const AttentionBlockShape& shape) = 0;
+  // rows rows of row_bytes bytes from source (rows source_stride bytes apart)
+  // to destination (rows destination_stride bytes apart): the gather of a
+  // qkv tensor's key/value heads into a packed block, and back.
+  virtual void copy_rows(void* destination, size_t destination_stride, const void* source,
+                         size_t source_stride, size_t rows, size_t row_bytes) = 0;
+
   // ---- loss ------------------------------------------------------------------------------
   // Fused softmax + cross-entropy over logits [rows, V]: losses[i] = -log
   // softmax(logits[i])[targets[i]] and dlogits[i, :] = (softmax(logits[i]) - onehot(targets[i])) *

@@ -133,10 +133,13 @@ std::string JobWatch::describe(int rank_number) const {
 
 std::string JobWatch::placement_of(int rank_number) const {
   const MeshCoordinates at =
-      mesh_coordinates(rank_number, mesh_.pipeline, mesh_.data, mesh_.tensor);
+      mesh_coordinates(rank_number, mesh_.pipeline, mesh_.data, mesh_.tensor, mesh_.context);
   std::string text = "pipeline stage " + std::to_string(at.pipeline_rank) + " of " +
                      std::to_string(at.pipeline_size) + ", data rank " +
                      std::to_string(at.data_rank) + " of " + std::to_string(at.data_size) +
+                     (at.context_size > 1 ? ", context rank " + std::to_string(at.context_rank) +
+                                                " of " + std::to_string(at.context_size)
+                                          : std::string()) +
                      ", tensor rank " + std::to_string(at.tensor_rank) + " of " +
                      std::to_string(at.tensor_size);
   std::string groups;
@@ -149,7 +152,8 @@ std::string JobWatch::placement_of(int rank_number) const {
     for (int t = 0; t < at.tensor_size; ++t)
       tensor.push_back(world_rank_of(at, at.pipeline_rank, at.data_rank, t));
     for (int d = 0; d < at.data_size; ++d)
-      data.push_back(world_rank_of(at, at.pipeline_rank, d, at.tensor_rank));
+      for (int c = 0; c < at.context_size; ++c)
+        data.push_back(world_rank_of(at, at.pipeline_rank, d, c, at.tensor_rank));
     if (tensor.size() > 1) append_item(groups, ", ", "tensor " + members_text(tensor));
     if (data.size() > 1) append_item(groups, ", ", "data " + members_text(data));
   }

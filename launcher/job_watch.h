@@ -17,8 +17,8 @@
 namespace paraplan {
 
 struct MeshShape {
-  int pipeline = 1, data = 1, tensor = 1;
-  int world() const { return pipeline * data * tensor; }
+  int pipeline = 1, data = 1, tensor = 1, context = 1;
+  int world() const { return pipeline * data * context * tensor; }
 };
 
 // Why a job must end, as JobWatch decides it: what failure() says, and the

@@ -327,8 +327,8 @@ std::vector<std::string> build_launch_command(const LaunchOptions& options,
 
   const LoadedPlan loaded = load_plan(options.plan_path);
   const schema::Mesh* mesh = loaded.plan().mesh();  // present: load_plan validated the plan
-  const long long ranks =
-      1LL * mesh->pipeline_parallel() * mesh->data_parallel() * mesh->tensor_parallel();
+  const long long ranks = 1LL * mesh->pipeline_parallel() * mesh->data_parallel() *
+                          mesh->context_parallel() * mesh->tensor_parallel();
   if (!options.hostfile.empty()) {
     check_hosts_match_mesh(parse_hostfile(options.hostfile), options.hostfile, mesh->num_nodes(),
                            mesh->devices_per_node());

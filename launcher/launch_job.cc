@@ -165,7 +165,8 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
   }
 
   SupervisorOptions supervision;
-  supervision.mesh = {mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel()};
+  supervision.mesh = {mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel(),
+                      mesh.context_parallel()};
   supervision.heartbeat_timeout =
       std::chrono::milliseconds(static_cast<long long>(options.heartbeat_timeout_seconds * 1000));
   supervision.listen_address = listen_address;

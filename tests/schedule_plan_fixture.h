@@ -37,6 +37,9 @@ struct ScheduleCase {
   schema::DType dtype = schema::DType::Float32;
   bool keep_parameters_gathered = false;  // ZeRO-3, every pipeline rank
   int zero_groups = 1;                    // zero.num_groups
+  int context = 1;                        // mesh.context_parallel
+  int seq_len = 16;
+  int document_separator = -1;  // training.data.document_separator
 };
 
 // The case's plan: the test model (8 layers, so pp 4 x 2 chunks holds one
@@ -48,7 +51,7 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
       c.pipeline, c.virtual_stages, kLayers, m, c.kind, /*split=*/false);
   const bool llama = c.architecture == "llama";
   spec.architecture = llama ? schema::Architecture::Llama : schema::Architecture::Gpt2;
-  spec.vocab_size = 256, spec.seq_len = 16, spec.d_model = 32, spec.num_heads = 4;
+  spec.vocab_size = 256, spec.seq_len = c.seq_len, spec.d_model = 32, spec.num_heads = 4;
   spec.ffn_size = llama ? 64 : 128;
   spec.num_kv_heads = llama ? 2 : 0;
   spec.tied_embeddings = true;
@@ -58,7 +61,12 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
   spec.eval_interval = c.eval_interval, spec.eval_batches = 2;
   spec.data_parallel = c.data, spec.tensor_parallel = c.tensor;
   spec.sequence_parallel = c.sequence_parallel;
-  spec.num_nodes = 1, spec.devices_per_node = c.pipeline * c.data * c.tensor;
+  spec.context_parallel = c.context;
+  spec.num_nodes = 1, spec.devices_per_node = c.pipeline * c.data * c.context * c.tensor;
+  if (c.document_separator >= 0) {
+    spec.has_data = true;  // no datasets: --data names them
+    spec.document_separator = c.document_separator;
+  }
   spec.zero_stage = c.zero_stage, spec.zero_num_groups = c.zero_groups;
   spec.dtype = c.dtype;
   spec.schedule_kind = c.kind;
@@ -109,9 +117,15 @@ class SchedulePlanTraining : public ParallelTraining {
   static double expect_single_rank_losses(const ScheduleCase& c,
                                           double tolerance = kLossTolerance) {
     const bool bf16 = c.dtype == schema::DType::BFloat16;
-    const Run& single = run({.name = "single_" + c.architecture + (bf16 ? "_bf16" : ""),
-                             .architecture = c.architecture,
-                             .dtype = c.dtype});
+    const std::string sequence = c.seq_len == 16 ? "" : "_seq" + std::to_string(c.seq_len);
+    const std::string documents =
+        c.document_separator < 0 ? "" : "_documents" + std::to_string(c.document_separator);
+    const Run& single =
+        run({.name = "single_" + c.architecture + (bf16 ? "_bf16" : "") + sequence + documents,
+             .architecture = c.architecture,
+             .dtype = c.dtype,
+             .seq_len = c.seq_len,
+             .document_separator = c.document_separator});
     const Run& mine = run(c);
     EXPECT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
     EXPECT_EQ(mine.losses.size(), single.losses.size()) << c.name;

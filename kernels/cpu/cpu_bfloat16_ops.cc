@@ -277,6 +277,35 @@ class CpuBfloat16Ops final : public Ops {
     narrow(dqkv, dqkv32, qkv_n);
   }
 
+  // ---- attention by blocks: storage inputs widened, fp32 accumulators as they are ------------
+  // q and kv are strided views (into one qkv tensor, possibly both): the span
+  // from the first row to the last row's last element read is widened, and the
+  // fp32 op reads the copies with the same strides.
+  void attention_block_forward(float* out_accumulator, float* logsumexp, const void* q,
+                               const void* kv, const int32_t* q_positions,
+                               const int32_t* kv_positions, const int32_t* documents,
+                               const AttentionBlockShape& shape, bool first) override {
+    fp32_->attention_block_forward(out_accumulator, logsumexp, widen(1, q, query_span(shape)),
+                                   widen(2, kv, key_value_span(shape)), q_positions, kv_positions,
+                                   documents, shape, first);
+  }
+  void attention_block_backward(float* dq_accumulator, float* dkv_accumulator, const void* dout,
+                                const void* out, const float* logsumexp, const void* q,
+                                const void* kv, const int32_t* q_positions,
+                                const int32_t* kv_positions, const int32_t* documents,
+                                const AttentionBlockShape& shape) override {
+    const size_t n = static_cast<size_t>(std::max(shape.batch, 0)) * std::max(shape.q_len, 0) *
+                     std::max(shape.num_heads, 0) * std::max(shape.head_dim, 0);
+    fp32_->attention_block_backward(dq_accumulator, dkv_accumulator, widen(3, dout, n),
+                                    widen(4, out, n), logsumexp, widen(1, q, query_span(shape)),
+                                    widen(2, kv, key_value_span(shape)), q_positions, kv_positions,
+                                    documents, shape);
+  }
+  void copy_rows(void* destination, size_t destination_stride, const void* source,
+                 size_t source_stride, size_t rows, size_t row_bytes) override {
+    fp32_->copy_rows(destination, destination_stride, source, source_stride, rows, row_bytes);
+  }
+
   // ---- loss: fp32 statistics from widened logits; dlogits rounded once
   // ---------------------------
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
@@ -346,6 +375,18 @@ class CpuBfloat16Ops final : public Ops {
   static size_t qkv_elements(int batch, int seq_len, int num_heads, int num_kv_heads,
                              int head_dim) {
     return static_cast<size_t>(batch) * seq_len * (num_heads + 2 * num_kv_heads) * head_dim;
+  }
+  // Elements from a strided view's first row to the last element it reads:
+  // rows of `stride` elements, each read up to `width`.
+  static size_t strided_span(int rows, int stride, int width) {
+    return rows <= 0 || width <= 0 ? 0 : static_cast<size_t>(rows - 1) * stride + width;
+  }
+  static size_t query_span(const AttentionBlockShape& s) {
+    return strided_span(s.batch * s.q_len, s.q_row_stride, s.num_heads * s.head_dim);
+  }
+  static size_t key_value_span(const AttentionBlockShape& s) {
+    return strided_span(s.batch * s.kv_len, s.kv_row_stride,
+                        std::max(s.kv_value_offset, 0) + s.num_kv_heads * s.head_dim);
   }
   // fp32 scratch buffer `index` with room for n floats.
   float* scratch(int index, size_t n) {

@@ -179,6 +179,17 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const float* out, const float* logsumexp, int batch, int seq_len,
                         int num_heads, int num_kv_heads, int head_dim, GradientWrite write);
 
+// cpu_attention_block.cc
+void attention_block_forward(float* out_accumulator, float* logsumexp, const float* q,
+                             const float* kv, const int32_t* q_positions,
+                             const int32_t* kv_positions, const int32_t* documents,
+                             const Ops::AttentionBlockShape& shape, bool first);
+void attention_block_backward(float* dq_accumulator, float* dkv_accumulator, const float* dout,
+                              const float* out, const float* logsumexp, const float* q,
+                              const float* kv, const int32_t* q_positions,
+                              const int32_t* kv_positions, const int32_t* documents,
+                              const Ops::AttentionBlockShape& shape);
+
 // cpu_llama_ops.cc
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int rows,
                      int channels, float epsilon);

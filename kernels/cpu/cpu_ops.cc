@@ -5,7 +5,8 @@
 // backend's own threads (cpu_optimizer.cc); everything else is plain
 // single-threaded C++ in the style of llm.c's train_gpt2.c, written so that
 // GCC vectorizes the inner loops.
-// Attention lives in cpu_attention.cc, cross-entropy in cpu_loss.cc, RMS
+// Attention lives in cpu_attention.cc (by blocks, for context parallelism and
+// document masks: cpu_attention_block.cc), cross-entropy in cpu_loss.cc, RMS
 // norm, SwiGLU and the rotary embedding in cpu_llama_ops.cc, shared helpers in
 // cpu_kernels.h.
 // Shape letters used throughout (documented once here):
@@ -424,6 +425,37 @@ class CpuOps final : public Ops {
     const float* out = static_cast<const float*>(out_storage);
     cpu::attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
                             num_kv_heads, head_dim, write);
+  }
+
+  // ---- attention by blocks (cpu_attention_block.cc) ------------------------------------------
+
+  void attention_block_forward(float* out_accumulator, float* logsumexp, const void* q,
+                               const void* kv, const int32_t* q_positions,
+                               const int32_t* kv_positions, const int32_t* documents,
+                               const AttentionBlockShape& shape, bool first) override {
+    cpu::attention_block_forward(out_accumulator, logsumexp, static_cast<const float*>(q),
+                                 static_cast<const float*>(kv), q_positions, kv_positions,
+                                 documents, shape, first);
+  }
+
+  void attention_block_backward(float* dq_accumulator, float* dkv_accumulator, const void* dout,
+                                const void* out, const float* logsumexp, const void* q,
+                                const void* kv, const int32_t* q_positions,
+                                const int32_t* kv_positions, const int32_t* documents,
+                                const AttentionBlockShape& shape) override {
+    cpu::attention_block_backward(dq_accumulator, dkv_accumulator, static_cast<const float*>(dout),
+                                  static_cast<const float*>(out), logsumexp,
+                                  static_cast<const float*>(q), static_cast<const float*>(kv),
+                                  q_positions, kv_positions, documents, shape);
+  }
+
+  void copy_rows(void* destination, size_t destination_stride, const void* source,
+                 size_t source_stride, size_t rows, size_t row_bytes) override {
+    if (row_bytes == 0) return;
+    for (size_t r = 0; r < rows; r++) {
+      std::memcpy(static_cast<char*>(destination) + r * destination_stride,
+                  static_cast<const char*>(source) + r * source_stride, row_bytes);
+    }
   }
 
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------

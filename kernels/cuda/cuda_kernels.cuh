@@ -156,6 +156,23 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
                         int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
                         GradientWrite write, cudaStream_t stream);
 
+// ---- cuda_attention_block.cu, cuda_attention_block_backward.cu -------------------------------
+// Attention by blocks (context parallelism, document masks): fp32
+// accumulators, storage q, kv, dout, out; head_dim <= 128
+// (std::invalid_argument beyond). The backward's row terms go to `scratch`.
+
+void attention_block_forward(DType storage, float* out_accumulator, float* logsumexp, const void* q,
+                             const void* kv, const int32_t* q_positions,
+                             const int32_t* kv_positions, const int32_t* documents,
+                             const Ops::AttentionBlockShape& shape, bool first,
+                             cudaStream_t stream);
+void attention_block_backward(DType storage, float* dq_accumulator, float* dkv_accumulator,
+                              const void* dout, const void* out, const float* logsumexp,
+                              const void* q, const void* kv, const int32_t* q_positions,
+                              const int32_t* kv_positions, const int32_t* documents,
+                              const Ops::AttentionBlockShape& shape, DeviceScratch& scratch,
+                              cudaStream_t stream);
+
 // ---- cuda_loss.cu -------------------------------------------------------------------------------
 // Storage logits and dlogits, fp32 losses and row statistics. target_error is
 // one device word holding ~0ull; a kernel that meets a target out of range

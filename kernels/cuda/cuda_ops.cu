@@ -448,6 +448,33 @@ class CudaOps final : public Ops {
                              stream_);
   }
 
+  // ---- attention by blocks (cuda_attention_block*.cu) -----------------------------------------
+
+  void attention_block_forward(float* out_accumulator, float* logsumexp, const void* q,
+                               const void* kv, const int32_t* q_positions,
+                               const int32_t* kv_positions, const int32_t* documents,
+                               const AttentionBlockShape& shape, bool first) override {
+    cuda::attention_block_forward(storage_, out_accumulator, logsumexp, q, kv, q_positions,
+                                  kv_positions, documents, shape, first, stream_);
+  }
+
+  void attention_block_backward(float* dq_accumulator, float* dkv_accumulator, const void* dout,
+                                const void* out, const float* logsumexp, const void* q,
+                                const void* kv, const int32_t* q_positions,
+                                const int32_t* kv_positions, const int32_t* documents,
+                                const AttentionBlockShape& shape) override {
+    cuda::attention_block_backward(storage_, dq_accumulator, dkv_accumulator, dout, out, logsumexp,
+                                   q, kv, q_positions, kv_positions, documents, shape, *scratch_,
+                                   stream_);
+  }
+
+  void copy_rows(void* destination, size_t destination_stride, const void* source,
+                 size_t source_stride, size_t rows, size_t row_bytes) override {
+    if (rows == 0 || row_bytes == 0) return;
+    PARAPLAN_CUDA_CHECK(cudaMemcpy2DAsync(destination, destination_stride, source, source_stride,
+                                          row_bytes, rows, cudaMemcpyDefault, stream_));
+  }
+
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------
 
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,

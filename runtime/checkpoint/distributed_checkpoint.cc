@@ -52,7 +52,7 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   std::string written;
   const MeshCoordinates& mesh = groups.mesh;
   if (groups.world_rank != 0) {
-    if (mesh.data_rank == 0)
+    if (mesh.gradient_rank() == 0)  // one replica of each pipeline and tensor rank
       for (const std::vector<float>* buffer : {&params, &first, &second})
         groups.peers->send_receive(buffer->data(), n, 0, nullptr, 0, -1, kernels::DType::kFloat32);
   } else {
@@ -64,9 +64,9 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
     place(layout, first, whole, whole_first);
     place(layout, second, whole, whole_second);
     for (int rank = 1; rank < groups.world_size; ++rank) {
-      const MeshCoordinates source =
-          mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
-      if (source.data_rank != 0) continue;
+      const MeshCoordinates source = mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size,
+                                                      mesh.tensor_size, mesh.context_size);
+      if (source.gradient_rank() != 0) continue;
       const std::unique_ptr<ParameterLayout> remote =
           rank_layout_from_plan(plan, source.pipeline_rank, source.tensor_rank, mesh.tensor_size);
       std::vector<float> buffer(remote->num_elements());

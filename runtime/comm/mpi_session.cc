@@ -18,8 +18,9 @@ std::string plural_ranks(long long count) {
   return std::to_string(count) + (count == 1 ? " rank" : " ranks");
 }
 
-std::string mesh_text(int pipeline_size, int data_size, int tensor_size) {
-  return "(pp " + std::to_string(pipeline_size) + " x dp " + std::to_string(data_size) + " x tp " +
+std::string mesh_text(int pipeline_size, int data_size, int tensor_size, int context_size) {
+  return "(pp " + std::to_string(pipeline_size) + " x dp " + std::to_string(data_size) +
+         (context_size > 1 ? " x cp " + std::to_string(context_size) : "") + " x tp " +
          std::to_string(tensor_size) + ")";
 }
 
@@ -81,11 +82,12 @@ void MpiSession::barrier() const {
   if (uses_mpi_) PARAPLAN_MPI_CHECK("world", "barrier", MPI_Barrier(MPI_COMM_WORLD));
 }
 
-void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor_size) const {
-  const long long needed = 1LL * pipeline_size * data_size * tensor_size;
+void MpiSession::require_world_size(int pipeline_size, int data_size, int tensor_size,
+                                    int context_size) const {
+  const long long needed = 1LL * pipeline_size * data_size * context_size * tensor_size;
   if (needed == world_size_) return;
   const std::string plan = "the plan needs " + plural_ranks(needed) + " " +
-                           mesh_text(pipeline_size, data_size, tensor_size);
+                           mesh_text(pipeline_size, data_size, tensor_size, context_size);
   if (uses_mpi_)
     throw std::runtime_error(plan + " but mpirun started " + std::to_string(world_size_));
   throw std::runtime_error(plan +

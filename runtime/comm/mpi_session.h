@@ -40,7 +40,8 @@ class MpiSession {
   // Throws unless this job has pipeline_size x data_size x tensor_size ranks:
   // "the plan needs 8 ranks (pp 2 x dp 2 x tp 2) but mpirun started 4", or,
   // without mpirun, a hint to start the job with `paraplan launch`.
-  void require_world_size(int pipeline_size, int data_size, int tensor_size) const;
+  void require_world_size(int pipeline_size, int data_size, int tensor_size,
+                          int context_size = 1) const;
 
   // Every rank waits here for the others (nothing without MPI).
   void barrier() const;

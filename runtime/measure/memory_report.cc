@@ -27,8 +27,8 @@ std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
       "   peak | predicted | measured/predicted\n";
   char line[256];
   for (int rank = 0; rank < groups.world_size; ++rank) {
-    const MeshCoordinates at =
-        mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+    const MeshCoordinates at = mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size,
+                                                mesh.tensor_size, mesh.context_size);
     const double* row = rows.data() + static_cast<size_t>(rank) * kColumns;
     double stage_total = 0;
     // Validated plans give every stage its memory (plan_validate.cc); a missing

@@ -246,7 +246,8 @@ std::vector<TransferAndWait> gather_transfer_waits(const std::vector<TransferRec
       ranks[rank].push_back({static_cast<int>(f[0]), static_cast<int>(f[1]), static_cast<int>(f[2]),
                              f[3], static_cast<int>(f[4]), f[5]});
     }
-  return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.data_size, mesh.tensor_size,
+  // A stage's ranks: its data x context x tensor ranks, consecutive.
+  return split_pipeline_transfers(ranks, mesh.pipeline_size, mesh.gradient_size(), mesh.tensor_size,
                                   virtual_stages, v_shape);
 }
 
@@ -396,11 +397,13 @@ void write_span_files(const ReplayOptions& options, const std::vector<TimelineSp
                       const MeshCoordinates& mesh, int world_size) {
   std::vector<TimelineTrack> tracks;
   for (int r = 0; r < world_size; ++r) {
-    const MeshCoordinates at =
-        mesh_coordinates(r, mesh.pipeline_size, mesh.data_size, mesh.tensor_size);
+    const MeshCoordinates at = mesh_coordinates(r, mesh.pipeline_size, mesh.data_size,
+                                                mesh.tensor_size, mesh.context_size);
     tracks.push_back(
         {r, "rank " + std::to_string(r) + " (stage " + std::to_string(at.pipeline_rank) + ", dp " +
-                std::to_string(at.data_rank) + ", tp " + std::to_string(at.tensor_rank) + ")"});
+                std::to_string(at.data_rank) +
+                (mesh.context_size > 1 ? ", cp " + std::to_string(at.context_rank) : "") + ", tp " +
+                std::to_string(at.tensor_rank) + ")"});
   }
   if (!options.trace_path.empty()) {
     write_file_atomically(options.trace_path, chrome_trace_json(spans, tracks));

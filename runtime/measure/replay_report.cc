@@ -76,8 +76,9 @@ StageParts measured_parts(const std::vector<RankMeasurement>& ranks, const schem
                           int stage, double steps, double job_step) {
   StageParts parts;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    const MeshCoordinates at = mesh_coordinates(static_cast<int>(r), mesh.pipeline_parallel(),
-                                                mesh.data_parallel(), mesh.tensor_parallel());
+    const MeshCoordinates at =
+        mesh_coordinates(static_cast<int>(r), mesh.pipeline_parallel(), mesh.data_parallel(),
+                         mesh.tensor_parallel(), mesh.context_parallel());
     if (at.pipeline_rank != stage) continue;
     const RankMeasurement& m = ranks[r];
     ++parts.ranks;
@@ -154,6 +155,7 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
                  {"mesh",
                   {{"pipeline_parallel", mesh.pipeline_parallel()},
                    {"data_parallel", mesh.data_parallel()},
+                   {"context_parallel", mesh.context_parallel()},
                    {"tensor_parallel", mesh.tensor_parallel()}}},
                  {"micro_batch_size", training.micro_batch_size()},
                  {"num_micro_batches", m},

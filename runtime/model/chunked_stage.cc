@@ -2,6 +2,7 @@
 // buffer.
 #include "runtime/model/chunked_stage.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -23,10 +24,12 @@ StageSpec combined_spec(const std::vector<std::unique_ptr<ParameterLayout>>& chu
   return spec;
 }
 
-// A pipeline message: a micro-batch's [B*T, C], or this rank's 1/t of its
-// rows with sequence parallelism (as every chunk's DecoderStage).
+// A pipeline message: a micro-batch's [B*T, C] (T / cp of each sequence with
+// context parallelism), or this rank's 1/t of its rows with sequence
+// parallelism (as every chunk's DecoderStage).
 size_t activation_elements_of(const ChunkedLayout& layout, const ModelStageOptions& options) {
-  size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len;
+  size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len /
+                static_cast<size_t>(std::max(options.context.size, 1));
   const int t = options.tensor_group != nullptr ? options.tensor_group->size() : 1;
   if (options.sequence_parallel && t > 1) rows /= static_cast<size_t>(t);
   return rows * layout.config().d_model;
@@ -75,6 +78,9 @@ ChunkedStage::ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, Memor
     chunk.micro_batch_size = options.micro_batch_size;
     chunk.tensor_group = options.tensor_group;
     chunk.sequence_parallel = options.sequence_parallel;
+    chunk.context = options.context;
+    chunk.context_ring = options.context_ring;
+    chunk.document_separator = options.document_separator;
     chunk.buffer_elements = 0;
     chunk.parameters = options.parameters_elsewhere
                            ? nullptr

@@ -40,10 +40,18 @@
 // g without it and the sequence-parallel gather and reduce-scatter with it;
 // a norm's weight gradient goes through norm_weight_gradients, which sums the
 // ranks' partial gradients over the group with it.
+//
+// Context parallelism (context_shard.h) changes which tokens a rank holds:
+// T / cp of every sequence (rows() = B * T / cp), at the positions
+// position_runs() gives; attention goes through attention_forward /
+// attention_backward, which run the ring (context_attention.h), as they do
+// for document masking.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -72,6 +80,7 @@ class DecoderStage : public ModelStage {
   void run_forward(int slot_index, float loss_scale, bool training) override {
     const StageSpec& stage = decoder_layout_.stage();
     Slot& slot = slots_[slot_index];
+    current_slot_ = slot_index;
     if (stage.has_embedding) {
       embedding_forward(slot_index, slot.input);
       parameters_used(0);
@@ -168,6 +177,7 @@ class DecoderStage : public ModelStage {
   void run_backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
     const StageSpec& stage = decoder_layout_.stage();
     Slot& slot = slots_[slot_index];
+    current_slot_ = slot_index;
     recomputed_layer_ = false;
     if (stage.has_head) {
       const int BT = rows(), C = decoder_layout_.config().d_model,
@@ -247,11 +257,13 @@ class DecoderStage : public ModelStage {
         decoder_layout_(layout),
         output_gradient_per_slot_(options.output_gradient_per_slot),
         tensor_parallel_(options.tensor_group, ops, memory,
-                         layout.stage().has_head ? static_cast<size_t>(options.micro_batch_size) *
-                                                       layout.config().seq_len
-                                                 : 0,
+                         layout.stage().has_head
+                             ? static_cast<size_t>(options.micro_batch_size) *
+                                   layout.config().seq_len / options.context.size
+                             : 0,
                          options.sequence_parallel),
-        local_rows_(local_rows(layout, options)) {}
+        local_rows_(local_rows(layout, options)),
+        context_ring_(options.context_ring) {}
 
   // A linear layer's backward (kernels/ops.h): dinp now, written as
   // dinp_write says; dweight and dbias (accumulated) now, or inside
@@ -295,13 +307,15 @@ class DecoderStage : public ModelStage {
   // A gradient offset for a tensor that is not there (a bias-free linear or norm).
   static constexpr size_t kNoBias = static_cast<size_t>(-1);
 
-  // B * T, the rows of the tensors between a column- and a row-parallel linear.
-  int rows() const { return batch_ * decoder_layout_.config().seq_len; }
+  // B * T (T / cp with context parallelism), the rows of the tensors between
+  // a column- and a row-parallel linear.
+  int rows() const { return batch_ * sequence_length(); }
   // The rows of the norm and residual regions: B * T, or this rank's B*T / t
-  // with sequence parallelism.
+  // with sequence parallelism (T / cp for T with context parallelism).
   int local_rows() const { return static_cast<int>(local_rows_); }
   static size_t local_rows(const DecoderLayout& layout, const ModelStageOptions& options) {
-    const size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len;
+    const size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len /
+                        std::max(options.context.size, 1);
     const int t = layout.tensor_size();
     if (!options.sequence_parallel || t == 1) return rows;
     if (rows % t != 0)
@@ -351,6 +365,48 @@ class DecoderStage : public ModelStage {
       norm_shard_gradient_ = allocate_storage(local * C, MemoryCategory::kWorkspace);
       norm_weight_gradient_ = allocate_storage(2 * C, MemoryCategory::kWorkspace);
     }
+  }
+
+  // ---- attention and positions, with or without context parallelism ----------------------
+  // The architecture's constructor: the ring's buffers for this tensor
+  // rank's heads, when the plan has context parallelism or document masking.
+  void make_context_attention(int heads, int kv_heads, int head_dim) {
+    if (context_.size == 1 && document_separator_ < 0) return;
+    context_attention_ = std::make_unique<ContextAttention>(context_, context_ring_, ops_, memory_,
+                                                            batch_, heads, kv_heads, head_dim);
+  }
+  // Attention of the micro-batch in flight (kernels/ops.h's layouts).
+  void attention_forward(void* out, float* logsumexp, const void* qkv, int heads, int kv_heads,
+                         int head_dim) {
+    if (context_attention_) {
+      context_attention_->forward(out, logsumexp, qkv, documents(current_slot_));
+      return;
+    }
+    ops_.attention_forward(out, logsumexp, qkv, batch_, sequence_length(), heads, kv_heads,
+                           head_dim);
+  }
+  // dqkv overwritten (scratch: B * H * T floats for the one-rank kernel).
+  void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
+                          const void* out, const float* logsumexp, int heads, int kv_heads,
+                          int head_dim) {
+    if (context_attention_) {
+      context_attention_->backward(dqkv, dout, qkv, out, logsumexp, documents(current_slot_));
+      return;
+    }
+    ops_.attention_backward(dqkv, scratch, dout, qkv, out, logsumexp, batch_, sequence_length(),
+                            heads, kv_heads, head_dim, kOverwrite);
+  }
+  // Calls apply(b, run) for each sequence b of the micro-batch and each run
+  // of its tokens' positions (context_shard.h), or once with b = -1 and the
+  // whole sequence when the rank holds it all (one call for the batch).
+  template <typename Apply>
+  void for_position_runs(Apply apply) const {
+    if (context_.size == 1) {
+      apply(-1, PositionRun{0, 0, context_.seq_len});
+      return;
+    }
+    for (int b = 0; b < batch_; ++b)
+      for (const PositionRun& run : context_.runs()) apply(b, run);
   }
 
   // ---- the tensor-parallel regions, with or without sequence parallelism ----------------
@@ -496,6 +552,9 @@ class DecoderStage : public ModelStage {
   std::vector<Slot> slots_;
   Activations recompute_scratch_;
   size_t local_rows_;
+  ContextRing context_ring_;
+  std::unique_ptr<ContextAttention> context_attention_;
+  int current_slot_ = 0;  // the micro-batch a forward or backward works on
   // Gradient scratch shared by all layers and slots: d(residual stream)
   // [local, C], flowing backward through the blocks, and the partial gradient
   // of a column-parallel linear's input [BT, C].

@@ -88,12 +88,14 @@ std::unique_ptr<ParameterLayout> rank_layout_from_plan(const LoadedPlan& loaded,
 
 StageModelSpec single_process_model_from_plan(const LoadedPlan& loaded) {
   const schema::Mesh& mesh = *loaded.plan().mesh();
-  const int world = mesh.pipeline_parallel() * mesh.data_parallel() * mesh.tensor_parallel();
+  const int world = mesh.pipeline_parallel() * mesh.data_parallel() * mesh.context_parallel() *
+                    mesh.tensor_parallel();
   if (world != 1)
     throw std::runtime_error(
         loaded.path() + ": mesh: the plan needs " + std::to_string(world) + " ranks (pp " +
         std::to_string(mesh.pipeline_parallel()) + " x dp " + std::to_string(mesh.data_parallel()) +
-        " x tp " + std::to_string(mesh.tensor_parallel()) +
+        " x cp " + std::to_string(mesh.context_parallel()) + " x tp " +
+        std::to_string(mesh.tensor_parallel()) +
         ") but this run has 1; plan for world_size 1 or run the plan on that many ranks");
   return stage_model_from_plan(loaded, 0);
 }

@@ -15,6 +15,8 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
       batch_(options.micro_batch_size),
       num_slots_(options.num_slots),
       recompute_(options.recompute),
+      context_(options.context),
+      document_separator_(options.document_separator),
       layout_(layout),
       buffer_elements_(std::max(options.buffer_elements, layout.num_elements())),
       activation_elements_(activation_elements) {
@@ -25,6 +27,8 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     throw std::invalid_argument("model stage: one recompute mode per layer is required");
   if (batch_ < 1 || num_slots_ < 1)
     throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
+  context_.seq_len = layout.config().seq_len;
+  context_.check();
   const bool external_gradients = options.gradients != nullptr || options.gradients_elsewhere;
   if (options.parameters != nullptr && !external_gradients)
     throw std::invalid_argument("model stage: external parameters need external gradients");
@@ -45,7 +49,8 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
       zero(gradients_, buffer_elements_);
     }
   }
-  const size_t tokens = static_cast<size_t>(batch_) * layout.config().seq_len;
+  const size_t tokens = static_cast<size_t>(batch_) * sequence_length();
+  const size_t whole = static_cast<size_t>(batch_) * context_.seq_len;
   slot_tokens_.resize(num_slots_);
   for (SlotTokens& slot : slot_tokens_) {
     slot.tokens = static_cast<int32_t*>(
@@ -56,6 +61,11 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     allocations_.push_back(slot.targets);
     if (layout.stage().has_head)
       slot.losses = allocate_floats(tokens, MemoryCategory::kActivations);
+    if (document_separator_ >= 0) {
+      slot.documents = static_cast<int32_t*>(
+          memory_.allocate(whole * sizeof(int32_t), MemoryCategory::kActivations));
+      allocations_.push_back(slot.documents);
+    }
   }
   if (layout.stage().has_head) {
     loss_accumulator_ =
@@ -65,11 +75,35 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
   }
 }
 
+void ModelStage::load_micro_batch(int slot, const int32_t* tokens, const int32_t* targets) {
+  const size_t local = static_cast<size_t>(batch_) * sequence_length();
+  const size_t whole = static_cast<size_t>(batch_) * context_.seq_len;
+  SlotTokens& destination = slot_tokens_[slot];
+  // Staged through pinned memory on a device: the host does not wait, and
+  // the arrays are free again at once.
+  if (context_.size == 1) {
+    ops_.copy_from_host_async(destination.tokens, tokens, local * sizeof(int32_t));
+    ops_.copy_from_host_async(destination.targets, targets, local * sizeof(int32_t));
+  } else {
+    host_local_.resize(local);
+    context_.take_local(tokens, host_local_.data(), batch_);
+    ops_.copy_from_host_async(destination.tokens, host_local_.data(), local * sizeof(int32_t));
+    context_.take_local(targets, host_local_.data(), batch_);
+    ops_.copy_from_host_async(destination.targets, host_local_.data(), local * sizeof(int32_t));
+  }
+  if (destination.documents != nullptr) {
+    host_documents_.resize(whole);
+    document_numbers(tokens, host_documents_.data(), batch_, context_.seq_len, document_separator_);
+    ops_.copy_from_host_async(destination.documents, host_documents_.data(),
+                              whole * sizeof(int32_t));
+  }
+}
+
 void ModelStage::forward(int slot, float loss_scale, bool training) {
   run_forward(slot, loss_scale, training);
   if (has_head())
     ops_.accumulate_sum(loss_accumulator_, slot_tokens_[slot].losses,
-                        static_cast<size_t>(batch_) * layout_.config().seq_len);
+                        static_cast<size_t>(batch_) * sequence_length());
 }
 
 ModelStage::~ModelStage() {

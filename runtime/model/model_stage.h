@@ -23,6 +23,8 @@
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/model/context_attention.h"
+#include "runtime/model/context_shard.h"
 #include "runtime/model/gradient_storage.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_config.h"
@@ -61,6 +63,14 @@ struct ModelStageOptions {
   // No parameter buffer: the parameters live in a ParameterStorage
   // installed before the first forward (ZeRO-3); parameters() is null.
   bool parameters_elsewhere = false;
+  // Context parallelism (context_shard.h): this rank's place in its
+  // context-parallel group (seq_len is taken from the layout), and the ring
+  // its attention passes key/value blocks around (context_attention.h).
+  ContextShard context = {};
+  ContextRing context_ring = {};
+  // Document masking (plan.fbs, Data.document_separator): >= 0, attention
+  // stays within the documents this token ends.
+  int32_t document_separator = -1;
 };
 
 class ModelStage {
@@ -103,10 +113,21 @@ class ModelStage {
   void read_parameters(float* host, size_t count);
   void read_gradients(float* host, size_t count);
 
-  // Where a micro-batch's tokens and targets go ([B, T] each, backend memory);
-  // the first stage reads tokens, the last stage reads targets.
+  // Tokens of each sequence this rank holds: seq_len, or seq_len / cp with
+  // context parallelism (context_shard.h).
+  int sequence_length() const { return context_.local_length(); }
+  const ContextShard& context() const { return context_; }
+  // Puts a micro-batch of whole sequences (host [B, seq_len] tokens and
+  // targets) into a slot: this rank's tokens of them, and with document
+  // masking their documents. Queued (the host arrays are free on return).
+  void load_micro_batch(int slot, const int32_t* tokens, const int32_t* targets);
+  // A slot's tokens and targets ([B, sequence_length()] each, backend
+  // memory); the first stage reads tokens, the last stage reads targets.
   int32_t* tokens(int slot) { return slot_tokens_[slot].tokens; }
   int32_t* targets(int slot) { return slot_tokens_[slot].targets; }
+  // With document masking, a slot's document numbers [B, seq_len] of the
+  // whole sequences (backend memory); null without.
+  const int32_t* documents(int slot) const { return slot_tokens_[slot].documents; }
   // Elements of dtype() one pipeline transfer moves: an activation [B, T, C]
   // or its gradient (with sequence parallelism, this rank's [B*T/t, C] shard).
   size_t activation_elements() const { return activation_elements_; }
@@ -205,12 +226,15 @@ class ModelStage {
   kernels::DType dtype_;
   int batch_, num_slots_;
   std::vector<RecomputeMode> recompute_;
+  ContextShard context_;
+  int32_t document_separator_;
 
  private:
   struct SlotTokens {
     int32_t* tokens = nullptr;
     int32_t* targets = nullptr;
     float* losses = nullptr;
+    int32_t* documents = nullptr;
   };
   const ParameterLayout& layout_;
   size_t buffer_elements_;
@@ -223,7 +247,8 @@ class ModelStage {
   ParameterStorage* parameter_storage_ = nullptr;
   size_t parameter_base_ = 0;
   std::vector<SlotTokens> slot_tokens_;
-  double* loss_accumulator_ = nullptr;  // last stage: one double of backend memory
+  std::vector<int32_t> host_local_, host_documents_;  // load_micro_batch's
+  double* loss_accumulator_ = nullptr;                // last stage: one double of backend memory
 };
 
 }  // namespace paraplan

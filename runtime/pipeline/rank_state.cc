@@ -59,7 +59,7 @@ ProcessGroups build_process_groups(const schema::Mesh& mesh, int zero_groups,
   if (session.world_rank() == 0)
     std::cout << "paraplan: transport: " << transport.reason << std::endl;
   return make_process_groups(transport.transport, mesh.pipeline_parallel(), mesh.data_parallel(),
-                             mesh.tensor_parallel(), zero_groups, ops);
+                             mesh.tensor_parallel(), zero_groups, ops, mesh.context_parallel());
 }
 
 // Refuses, before the stage allocates anything, a model this rank cannot
@@ -79,7 +79,8 @@ void check_stage_fits(const LoadedPlan& loaded, const ParameterLayout& layout, i
   const bool whole_gradients = !shards_gradients(zero_stage);
   const double weights_share =
       shards_parameters(zero_stage)
-          ? 1.0 / std::max(1, plan.mesh()->data_parallel() / plan.zero()->num_groups())
+          ? 1.0 / std::max(1, plan.mesh()->data_parallel() * plan.mesh()->context_parallel() /
+                                  plan.zero()->num_groups())
           : 1.0;
   const double least = parameters * (weights_share + (whole_gradients ? 1 : 0)) * storage;
   const std::string what = loaded.path() + ": pipeline stage " + std::to_string(stage_index) +
@@ -134,10 +135,10 @@ RankState::~RankState() {
 
 MeshCoordinates place_this_rank(const LoadedPlan& loaded, const MpiSession& session) {
   const schema::Mesh& mesh = *loaded.plan().mesh();
-  session.require_world_size(mesh.pipeline_parallel(), mesh.data_parallel(),
-                             mesh.tensor_parallel());
+  session.require_world_size(mesh.pipeline_parallel(), mesh.data_parallel(), mesh.tensor_parallel(),
+                             mesh.context_parallel());
   return mesh_coordinates(session.world_rank(), mesh.pipeline_parallel(), mesh.data_parallel(),
-                          mesh.tensor_parallel());
+                          mesh.tensor_parallel(), mesh.context_parallel());
 }
 
 RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model,
@@ -169,14 +170,21 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
   const int chunks = plan.schedule()->virtual_stages();
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
       ScheduleExecutor::buffers_needed(schedule, chunks);
-  ModelStageOptions stage_options{.micro_batch_size = training.micro_batch_size(),
-                                  .num_slots = buffers[0].slots,
-                                  .recompute = model.recompute,
-                                  .tensor_group = rank.groups.tensor.get(),
-                                  .sequence_parallel = mesh_plan.sequence_parallel(),
-                                  .output_gradient_per_slot = buffers[0].output_gradient_per_slot,
-                                  .gradients_elsewhere = shards_gradients(zero_stage),
-                                  .parameters_elsewhere = shards_parameters(zero_stage)};
+  ModelStageOptions stage_options{
+      .micro_batch_size = training.micro_batch_size(),
+      .num_slots = buffers[0].slots,
+      .recompute = model.recompute,
+      .tensor_group = rank.groups.tensor.get(),
+      .sequence_parallel = mesh_plan.sequence_parallel(),
+      .output_gradient_per_slot = buffers[0].output_gradient_per_slot,
+      .gradients_elsewhere = shards_gradients(zero_stage),
+      .parameters_elsewhere = shards_parameters(zero_stage),
+      .context = {.rank = mesh.context_rank, .size = mesh.context_size},
+      .context_ring = {.peers = rank.groups.context_peers,
+                       .next_rank = rank.groups.next_context_rank,
+                       .previous_rank = rank.groups.previous_context_rank},
+      .document_separator =
+          training.data() != nullptr ? training.data()->document_separator() : -1};
   rank.layout =
       rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
   check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);

@@ -247,7 +247,6 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
   Chunk& chunk = chunks_[c];
   ModelStage& stage = *chunk.stage;
   const int batch = stage.micro_batch_size();
-  const size_t token_bytes = host_tokens_.size() * sizeof(int32_t);
   const int micro_batch = instruction.micro_batch();
   const bool finishes_gradients = index == chunk.last_backward;
   if (instruction.op() == OpCode::SendActivation || instruction.op() == OpCode::RecvActivation ||
@@ -265,12 +264,9 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
           first_sample +
           static_cast<int64_t>(data_parallel_rank_ * num_micro_batches_ + micro_batch) * batch;
       data.load(sample, batch, host_tokens_.data(), host_targets_.data());
-      // Staged through pinned memory on a device: the host does not wait, and
-      // the vectors are free again at once.
-      ops_.copy_from_host_async(stage.tokens(slot_of(chunk, micro_batch)), host_tokens_.data(),
-                                token_bytes);
-      ops_.copy_from_host_async(stage.targets(slot_of(chunk, micro_batch)), host_targets_.data(),
-                                token_bytes);
+      // This rank's tokens of the whole sequences (context parallelism), queued.
+      stage.load_micro_batch(slot_of(chunk, micro_batch), host_tokens_.data(),
+                             host_targets_.data());
       break;
     }
     case OpCode::Forward:

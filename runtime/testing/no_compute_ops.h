@@ -47,6 +47,13 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void attention_forward(void*, float*, const void*, int, int, int, int, int) override {}
   void attention_backward(void*, float*, const void*, const void*, const void*, const float*, int,
                           int, int, int, int, kernels::GradientWrite) override {}
+  void attention_block_forward(float*, float*, const void*, const void*, const int32_t*,
+                               const int32_t*, const int32_t*, const AttentionBlockShape&,
+                               bool) override {}
+  void attention_block_backward(float*, float*, const void*, const void*, const float*, const void*,
+                                const void*, const int32_t*, const int32_t*, const int32_t*,
+                                const AttentionBlockShape&) override {}
+  void copy_rows(void*, size_t, const void*, size_t, size_t, size_t) override {}
   void softmax_cross_entropy(float*, void*, const void*, const int32_t*, int, int, float) override {
   }
   void cross_entropy_shard_stats(float*, float*, const void*, const int32_t*, int, int,

@@ -41,9 +41,7 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
         ModelStage& chunk = stage.chunk(c);
         if (chunk.has_embedding() || chunk.has_head()) {
           data.load(sample, batch, inputs.data(), targets.data());
-          rank.ops->copy_from_host_async(chunk.tokens(0), inputs.data(), tokens * sizeof(int32_t));
-          rank.ops->copy_from_host_async(chunk.targets(0), targets.data(),
-                                         tokens * sizeof(int32_t));
+          chunk.load_micro_batch(0, inputs.data(), targets.data());
         }
         const int local_input = layout.local_neighbour(mesh.pipeline_rank, c, false);
         if (local_input >= 0) {

@@ -182,10 +182,12 @@ void print_run(const RunInputs& run, const RankState& rank, int world_size, int6
   std::cout << "paraplan train: " << config.num_layers << " layers, d_model " << config.d_model
             << ", " << parameter_count(config) << " parameters, backend "
             << kernels::backend_name(rank.ops->backend()) << ", " << world_size << " rank(s) (pp "
-            << mesh.pipeline_size << " x dp " << mesh.data_size << " x tp " << mesh.tensor_size
-            << "), global batch " << training.global_batch_size() << " x seq " << config.seq_len
-            << " = " << int64_t{training.global_batch_size()} * config.seq_len
-            << " tokens/step, steps " << first_step << " -> " << run.last_step << std::endl
+            << mesh.pipeline_size << " x dp " << mesh.data_size
+            << (mesh.context_size > 1 ? " x cp " + std::to_string(mesh.context_size) : "")
+            << " x tp " << mesh.tensor_size << "), global batch " << training.global_batch_size()
+            << " x seq " << config.seq_len << " = "
+            << int64_t{training.global_batch_size()} * config.seq_len << " tokens/step, steps "
+            << first_step << " -> " << run.last_step << std::endl
             << "data: " << describe(*run.data.train) << std::endl;
   if (run.data.validation) {
     const std::string note = evaluation_batches_note(

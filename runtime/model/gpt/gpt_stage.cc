@@ -57,17 +57,18 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   fch_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   fch_gelu_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   attention_scratch_ = allocate_floats(BT * layout.local_heads(), MemoryCategory::kWorkspace);
+  make_context_attention(layout.local_heads(), layout.local_heads(), layout.config().head_dim());
 }
 
 void GptStage::attention_core_forward(const Acts& a) {
-  ops_.attention_forward(a.atty, a.logsumexp, a.qkv, batch_, layout_.config().seq_len,
-                         layout_.local_heads(), layout_.local_heads(), layout_.config().head_dim());
+  attention_forward(a.atty, a.logsumexp, a.qkv, layout_.local_heads(), layout_.local_heads(),
+                    layout_.config().head_dim());
 }
 
 void GptStage::block_forward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
-  const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
+  const int BT = rows(), C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width(), local = local_rows();
   const size_t local_C = static_cast<size_t>(local) * C;
   // Row-parallel biases: added by one tensor rank, before g's all-reduce.
@@ -99,7 +100,7 @@ void GptStage::block_forward(int local_layer, const void* input, const Acts& a) 
 void GptStage::block_backward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const BlockOffsets& w = layout_.block(local_layer);
-  const int BT = batch_ * config.seq_len, C = config.d_model, F = layout_.local_ffn(),
+  const int BT = rows(), C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width(), local = local_rows();
   const size_t BTF = static_cast<size_t>(BT) * F;
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
@@ -122,9 +123,8 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   linear_backward(atty_gradient_, w.attn_proj_weight, w.attn_proj_bias,
                   row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C,
                   kOverwrite);
-  ops_.attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty,
-                          a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
-                          layout_.local_heads(), config.head_dim(), kOverwrite);
+  attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty, a.logsumexp,
+                     layout_.local_heads(), layout_.local_heads(), config.head_dim());
   linear_backward(norm_gradient_, w.qkv_weight, w.qkv_bias, qkv_gradient_,
                   column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A, kOverwrite);
   const void* ln1_gradient = column_parallel_input_gradient();
@@ -135,10 +135,17 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
 }
 
 void GptStage::embedding_forward(int slot, void* out) {
-  const TransformerConfig& config = layout_.config();
+  const int C = layout_.config().d_model, T = sequence_length();
   vocab_parallel_embedding(slot, out, layout_.token_embedding(), [&](void* embedded) {
-    ops_.position_embedding_forward(embedded, param(layout_.position_embedding()), batch_,
-                                    config.seq_len, config.d_model);
+    // The learned positions of the tokens this rank holds.
+    for_position_runs([&](int b, const PositionRun& run) {
+      const size_t row = b < 0 ? 0 : static_cast<size_t>(b) * T + run.local_offset;
+      ops_.position_embedding_forward(
+          kernels::element_at(embedded, row * C, dtype_),
+          kernels::element_at(param(layout_.position_embedding()),
+                              static_cast<size_t>(run.position) * C, dtype_),
+          b < 0 ? batch_ : 1, run.length, C);
+    });
   });
 }
 
@@ -151,8 +158,14 @@ void GptStage::embedding_backward(int slot, const void* input_gradient) {
   ops_.token_embedding_backward(grad(layout_.token_embedding()), output_gradient, tokens(slot),
                                 rows(), layout_.vocab_start(), layout_.local_vocab(),
                                 config.d_model);
-  ops_.position_embedding_backward(grad(layout_.position_embedding()), output_gradient, batch_,
-                                   config.seq_len, config.d_model);
+  const int C = config.d_model, T = sequence_length();
+  for_position_runs([&](int b, const PositionRun& run) {
+    const size_t row = b < 0 ? 0 : static_cast<size_t>(b) * T + run.local_offset;
+    ops_.position_embedding_backward(
+        kernels::element_at(grad(layout_.position_embedding()),
+                            static_cast<size_t>(run.position) * C, dtype_),
+        kernels::element_at(output_gradient, row * C, dtype_), b < 0 ? batch_ : 1, run.length, C);
+  });
 }
 
 void GptStage::final_norm_forward(Slot& slot, const void* x) {

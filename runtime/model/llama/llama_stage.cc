@@ -64,17 +64,18 @@ LlamaStage::LlamaStage(const LlamaLayout& layout, kernels::Ops& ops, MemoryTrack
   gate_up_gradient_ = allocate_storage(BT * 2 * F, MemoryCategory::kWorkspace);
   hidden_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   attention_scratch_ = allocate_floats(BT * layout.local_heads(), MemoryCategory::kWorkspace);
+  make_context_attention(layout.local_heads(), layout.local_kv_heads(), layout.head_dim());
 }
 
 void LlamaStage::attention_core_forward(const Acts& a) {
-  ops_.attention_forward(a.attention, a.logsumexp, a.qkv, batch_, layout_.config().seq_len,
-                         layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
+  attention_forward(a.attention, a.logsumexp, a.qkv, layout_.local_heads(),
+                    layout_.local_kv_heads(), layout_.head_dim());
 }
 
 void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const LlamaBlockOffsets& w = layout_.block(local_layer);
-  const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
+  const int BT = rows(), C = config.d_model, Q = layout_.local_qkv_width(),
             A = layout_.local_attention_width(), F = layout_.local_ffn(), local = local_rows();
   const size_t local_C = static_cast<size_t>(local) * C;
   ops_.rmsnorm_forward(a.attention_norm, a.attention_rstd, input, param(w.attention_norm), local, C,
@@ -83,8 +84,7 @@ void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a
   // attention | row-parallel o | g (or the sequence reduce-scatter)
   ops_.linear_forward(a.qkv, column_parallel_input(a.attention_norm), param(w.qkv), nullptr, BT, C,
                       Q);
-  ops_.rope_forward(a.qkv, rotary_cos_, rotary_sin_, batch_, config.seq_len, layout_.local_heads(),
-                    layout_.local_kv_heads(), layout_.head_dim());
+  rotate(a.qkv, /*backward=*/false);
   attention_core_forward(a);
   ops_.linear_forward(row_parallel_output(a.residual), a.attention, param(w.attention_out), nullptr,
                       BT, A, C);
@@ -104,7 +104,7 @@ void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a
 void LlamaStage::block_backward(int local_layer, const void* input, const Acts& a) {
   const TransformerConfig& config = layout_.config();
   const LlamaBlockOffsets& w = layout_.block(local_layer);
-  const int BT = batch_ * config.seq_len, C = config.d_model, Q = layout_.local_qkv_width(),
+  const int BT = rows(), C = config.d_model, Q = layout_.local_qkv_width(),
             A = layout_.local_attention_width(), F = layout_.local_ffn(), local = local_rows();
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
@@ -124,18 +124,36 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
   linear_backward(attention_gradient_, w.attention_out, kNoBias, row_parallel_output_gradient(),
                   a.attention, param(w.attention_out), BT, A, C, kOverwrite);
-  ops_.attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv,
-                          a.attention, a.logsumexp, batch_, config.seq_len, layout_.local_heads(),
-                          layout_.local_kv_heads(), layout_.head_dim(), kOverwrite);
+  attention_backward(qkv_gradient_, attention_scratch_, attention_gradient_, a.qkv, a.attention,
+                     a.logsumexp, layout_.local_heads(), layout_.local_kv_heads(),
+                     layout_.head_dim());
   // d(rotated q, k) -> d(q, k), in place.
-  ops_.rope_backward(qkv_gradient_, rotary_cos_, rotary_sin_, batch_, config.seq_len,
-                     layout_.local_heads(), layout_.local_kv_heads(), layout_.head_dim());
+  rotate(qkv_gradient_, /*backward=*/true);
   linear_backward(norm_gradient_, w.qkv, kNoBias, qkv_gradient_,
                   column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q, kOverwrite);
   const void* attention_norm_gradient = column_parallel_input_gradient();
   norm_weight_gradients(w.attention_norm, kNoBias, [&](void* dweight, void*) {
     ops_.rmsnorm_backward(dresidual, dweight, attention_norm_gradient, input,
                           param(w.attention_norm), a.attention_rstd, local, C);
+  });
+}
+
+void LlamaStage::rotate(void* qkv, bool backward) {
+  // Each token at its true position in the sequence (context parallelism:
+  // this rank's runs of it).
+  const int T = sequence_length(), H = layout_.local_heads(), Hkv = layout_.local_kv_heads(),
+            D = layout_.head_dim();
+  const size_t row_width = static_cast<size_t>(layout_.local_qkv_width()), half = D / 2;
+  for_position_runs([&](int b, const PositionRun& run) {
+    void* rows = kernels::element_at(
+        qkv, (b < 0 ? 0 : static_cast<size_t>(b) * T + run.local_offset) * row_width, dtype_);
+    const float* cos = rotary_cos_ + static_cast<size_t>(run.position) * half;
+    const float* sin = rotary_sin_ + static_cast<size_t>(run.position) * half;
+    const int batch = b < 0 ? batch_ : 1;
+    if (backward)
+      ops_.rope_backward(rows, cos, sin, batch, run.length, H, Hkv, D);
+    else
+      ops_.rope_forward(rows, cos, sin, batch, run.length, H, Hkv, D);
   });
 }
 

@@ -61,6 +61,9 @@ class LlamaStage final : public DecoderStage<LlamaBlockActivations> {
   void embedding_backward(int slot, const void* input_gradient) override;
   void final_norm_forward(Slot& slot, const void* x) override;
   void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) override;
+  // The rotary embedding of qkv's query and key heads in place (forward), or
+  // its inverse on their gradient (backward), at the tokens' positions.
+  void rotate(void* qkv, bool backward);
 
   const LlamaLayout& layout_;
   // The rotary tables [T, D/2] (fp32, backend memory).
