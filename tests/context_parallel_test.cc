@@ -15,6 +15,11 @@
 // bf16 rounds the activations in other places (1e-3, as ZeRO-2/3's bf16).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/ops.h"
 #include "schedule_plan_fixture.h"
 
 namespace paraplan::testing {
@@ -114,6 +119,39 @@ TEST_F(ContextParallel, CheckpointsCrossToAPlanWithoutContextParallelism) {
   ScheduleCase other = context("gpt2_dp2_zero1", 1);
   other.data = 2, other.zero_stage = 1;
   expect_checkpoints_cross(sharded, other);
+}
+
+// ---- on the CUDA backend (skipped without a GPU) -------------------------------------
+// Two ranks on one GPU pass the ring's blocks through pinned host memory (the
+// staged transport: NCCL refuses two ranks on one device); strict fp32 GEMMs
+// (PARAPLAN_CUDA_TF32=0). Against the CPU backend's run of the same plan,
+// within parallel_training_test.cc's CUDA tolerance (1e-4: other blockings
+// inside kernels; a wrong block or mask moves the loss by 1e-3 or more).
+constexpr double kCudaLossTolerance = 1e-4;
+
+TEST_F(ContextParallel, CudaRanksSharingOneGpuGiveTheCpuLosses) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: the ring's CUDA kernels need a GPU";
+  ScheduleCase gpt2 = context("gpt2_cp2", 2);
+  ScheduleCase llama_documents = context("llama_cp2_documents", 2, "llama");
+  llama_documents.document_separator = kSpace;
+  ScheduleCase llama_cp4 = context("llama_cp4", 4, "llama");
+  for (const ScheduleCase& c : {gpt2, llama_documents, llama_cp4}) {
+    const std::vector<double>& cpu = run(c).losses;
+    CommandResult result;
+    const std::vector<double> cuda =
+        train_plan_file(*directory_ / (c.name + ".pplan"), c.name + "_cuda",
+                        "--backend cuda --transport auto", &result, "PARAPLAN_CUDA_TF32=0");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    ASSERT_EQ(cuda.size(), cpu.size()) << c.name << "\n" << result.output;
+    double largest = 0;
+    for (size_t i = 0; i < cuda.size(); ++i) {
+      EXPECT_NEAR(cuda[i], cpu[i], kCudaLossTolerance) << c.name << " step " << i + 1;
+      largest = std::max(largest, std::fabs(cuda[i] - cpu[i]));
+    }
+    std::printf("[ figures  ] %s on CUDA: largest loss difference from the CPU run %.3g\n",
+                c.name.c_str(), largest);
+  }
 }
 
 }  // namespace
