@@ -348,6 +348,14 @@ phase_breakdown() {
   else
     record "attention absent no $build/kernels/attention_bench"
   fi
+  # Context parallelism's ring blocks per rank against the whole sequence:
+  # Llama 3 8B's attention at 32k over cp 4.
+  if [ -x "$build/kernels/attention_block_bench" ]; then
+    timeout 40 "$build/kernels/attention_block_bench" --backend "$(device_backend)" \
+      --seq 32768 --heads 32 --kv-heads 8 --head-dim 128 --context 4 --iterations 2 \
+      --repeats 3 >"$dir/ring_attention.log" 2>&1
+    record "ring_attention exit $?"
+  fi
   timeout 40 "$python" scripts/device_attention_torch.py "${shape[@]}" --iterations 10 \
     --warmup 2 --json "$dir/attention_torch.json" >"$dir/attention_torch.log" 2>&1
   record "torch_attention exit $?"

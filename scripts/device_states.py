@@ -132,7 +132,7 @@ BENCH_RUNS = (("paraplan", "tokens_per_second_measured", "each_step_loss"),
 # How the table names a measurement (a sanitizer run by its own name).
 LABELS = {"paraplan": "paraplan replay", "eager": "torch eager", "compile": "torch.compile",
           "llmc": "llm.c", "ncu": "ncu", "attention": "paraplan attention",
-          "torch_attention": "torch attention"}
+          "torch_attention": "torch attention", "ring_attention": "ring attention (cp)"}
 NO_TORCH = re.compile(r"No module named '?torch|torch is not importable|no CUDA device visible|"
                       r"has no torch\.nn\.attention")
 
@@ -236,7 +236,29 @@ def judge_breakdown(work):
             else:
                 note = "measured: " + ", ".join(measured)
         subs.append((name, state, note))
+    ring = judge_ring_attention(folder, found.get("ring_attention"))
+    if ring is not None:
+        subs.append(ring)
     return worst([state for _, state, _ in subs]), "", subs
+
+
+def judge_ring_attention(folder, record):
+    """The context-parallel ring's blocks against the whole sequence
+    (attention_block_bench): judged where a bundle ran it, else None (bundles
+    before it have no record)."""
+    if record is None:
+        return None
+    kind, rc, rest = record
+    if kind != "exit":
+        return ("ring_attention", kind, rest)
+    lines = (read(os.path.join(folder, "ring_attention.log")) or "").strip().splitlines()
+    line = lines[-1] if lines else ""
+    if rc in TIMED_OUT:
+        return ("ring_attention", "timeout", "ran past its limit")
+    figures = re.search(r"speed-up [0-9.]+x of [0-9]+; work overhead [0-9.]+x", line)
+    if rc != 0 or not figures:
+        return ("ring_attention", "failed", "exit %d: %s" % (rc, line[:100]))
+    return ("ring_attention", "ok", figures.group(0))
 
 
 def check_file(work):

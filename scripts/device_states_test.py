@@ -283,6 +283,23 @@ class States(unittest.TestCase):
         self.assertEqual(set(self.sub_states("breakdown").values()), {"ok"})
         self.assertEqual(self.verdict(), "ok")
 
+    def test_breakdown_ring_attention_is_judged_where_it_ran(self):
+        line = ("attention_block_bench cuda bfloat16 (H100) B=1 T=32768 H=32 Hkv=8 D=128 cp=4: "
+                "whole sequence forward+backward 40.1 ms; one rank's ring blocks 10.9 ms (rank 0) "
+                "and 10.9 ms (rank 3); speed-up 3.68x of 4; work overhead 1.09x\n")
+        self.breakdown_phase(self.ALL_MEASURED + ["ring_attention exit 0"])
+        self.file("breakdown/ring_attention.log", line)
+        self.assertEqual(self.sub_states("breakdown")["ring_attention"], "ok")
+        self.assertIn("speed-up 3.68x of 4", self.table())
+        self.assertEqual(self.verdict(), "ok")
+        # Crashed before its line: failed; never run (an older bundle): no row.
+        self.breakdown_phase(self.ALL_MEASURED + ["ring_attention exit 1"])
+        self.file("breakdown/ring_attention.log", "attention_block_bench: error: out of memory\n")
+        self.assertEqual(self.sub_states("breakdown")["ring_attention"], "failed")
+        self.assertEqual(self.verdict(), "not ok")
+        self.breakdown_phase(self.ALL_MEASURED)
+        self.assertNotIn("ring_attention", self.sub_states("breakdown"))
+
     def test_breakdown_a_failed_ncu_fails(self):
         self.breakdown_phase(["ncu exit 1"] + self.ALL_MEASURED[1:], ncu=False)
         self.file("breakdown/ncu_replay.log", "==ERROR== ERR_NVGPUCTRPERM\n")
