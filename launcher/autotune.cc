@@ -39,11 +39,6 @@ struct Trial {
   bool runs() const { return outcome && outcome->status == ExperimentStatus::kMeasured; }
 };
 
-std::string mesh_name(const ParallelShape& mesh) {
-  return "pp" + std::to_string(mesh.pipeline_stages) + " x dp" +
-         std::to_string(mesh.data_parallel) + " x tp" + std::to_string(mesh.tensor_parallel);
-}
-
 class Tuner {
  public:
   Tuner(const AutotuneOptions& options, std::vector<ConfigOverride> overrides)

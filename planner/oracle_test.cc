@@ -77,6 +77,13 @@ JobConfig random_job(std::mt19937& rng) {
     o.push_back({"planner.sequence_parallel", sequence_parallel == 0 ? "true" : "false"});
   o.push_back({"model.ffn_size", std::to_string(4 * heads * head_dim)});
   o.push_back({"training.total_steps", "10"});
+  // Context parallelism, searched where each rank's chunks hold an attention
+  // tile: some jobs get a sequence long enough for cp 2 and 4 (derived from
+  // the draws above, so the generator's sequence stays as it was), some a
+  // fixed cp of 2.
+  const int context = (layers * 5 + heads * 3 + world) % 7;
+  if (context == 0 || context == 3) o.push_back({"model.seq_len", "1024"});
+  if (context == 5) o.push_back({"planner.context_parallel_degree", "2"});
   JobConfig config = parse_job_config("", "random.toml", o);
   // A memory limit around what the job needs, so that it binds often.
   StageLayout whole{0, layers, true, true, {}};
@@ -93,7 +100,7 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   std::mt19937 rng(20240611);
   int compared = 0, feasible = 0, multi_stage = 0, recomputing = 0;
   int tensor_parallel = 0, sequence_parallel = 0;  // best plans with tp > 1, of which SP
-  int interleaved = 0, zero_bubble = 0, zero_two = 0, zero_three = 0;
+  int interleaved = 0, zero_bubble = 0, zero_two = 0, zero_three = 0, context_parallel = 0;
   for (int trial = 0; trial < 400; ++trial) {
     JobConfig config;
     try {
@@ -117,6 +124,7 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
     zero_bubble += oracle.best->setting.schedule.kind == schema::ScheduleKind::ZeroBubbleH1;
     zero_two += oracle.best->setting.zero_stage == 2;
     zero_three += oracle.best->setting.zero_stage == 3;
+    context_parallel += oracle.best->setting.shape.context_parallel > 1;
     EXPECT_EQ(searched.ranked.front().setting.schedule.kind, oracle.best->setting.schedule.kind);
     for (const StageLayout& stage : oracle.best->stages)
       if (count_recompute(stage).none != stage.num_layers) {
@@ -146,8 +154,8 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
            compared, feasible, multi_stage, recomputing, interleaved, zero_bubble);
   printf(
       "[ figures  ] oracle jobs: %d feasible, %d best plans with tp > 1, %d of them sequence "
-      "parallel, %d with ZeRO-2, %d with ZeRO-3\n",
-      feasible, tensor_parallel, sequence_parallel, zero_two, zero_three);
+      "parallel, %d with ZeRO-2, %d with ZeRO-3, %d with context parallelism\n",
+      feasible, tensor_parallel, sequence_parallel, zero_two, zero_three, context_parallel);
   // The generator must exercise both outcomes.
   EXPECT_GT(compared, 300);
   EXPECT_GT(feasible, 100);
@@ -160,6 +168,7 @@ TEST(OracleTest, SearchMatchesExhaustiveOptimum) {
   EXPECT_GT(zero_bubble, 5);
   EXPECT_GT(zero_two, 0);  // ZeRO-2 and 3 are part of what both search
   EXPECT_GT(zero_three, 0);
+  EXPECT_GT(context_parallel, 0);  // and context parallelism
 }
 
 TEST(OracleTest, IlpAgreesWithDynamicProgram) {

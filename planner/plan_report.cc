@@ -79,10 +79,22 @@ std::string zero_text(const PlanCandidate& c) {
   return text + " kept " + std::to_string(keeping) + " of " + std::to_string(ranks);
 }
 
+}  // namespace
+
 std::string mesh_text(const PlanSetting& s) {
   return std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
-         " x " + std::to_string(s.shape.tensor_parallel);
+         " x " + std::to_string(s.shape.tensor_parallel) +
+         (s.shape.context_parallel > 1 ? " cp" + std::to_string(s.shape.context_parallel) : "");
 }
+
+std::string mesh_words(const ParallelShape& shape) {
+  return "pp " + std::to_string(shape.pipeline_stages) + " x dp " +
+         std::to_string(shape.data_parallel) +
+         (shape.context_parallel > 1 ? " x cp " + std::to_string(shape.context_parallel) : "") +
+         " x tp " + std::to_string(shape.tensor_parallel);
+}
+
+namespace {
 
 const StageEstimate& slowest_stage(const PlanEstimate& estimate) {
   size_t slowest = 0;
@@ -128,15 +140,18 @@ std::string why_slower(const PlanCandidate& candidate, const PlanCandidate& best
                best_compute = bm * (best_slow.forward_seconds + best_slow.backward_seconds);
   const auto tp_and_p2p = [](const StageEstimate& stage) {
     return stage.tensor_parallel_seconds + stage.tensor_parallel_wait_seconds +
-           stage.pipeline_p2p_seconds;
+           stage.context_parallel_seconds + stage.pipeline_p2p_seconds;
   };
   const double comm = m * tp_and_p2p(slow), best_comm = bm * tp_and_p2p(best_slow);
+  const bool ring =
+      candidate.setting.shape.context_parallel > 1 || best.setting.shape.context_parallel > 1;
   const double gathers = m * slow.parameter_gather_seconds,
                best_gathers = bm * best_slow.parameter_gather_seconds;
   std::string detail =
       compute - best_compute >= comm - best_comm
           ? "compute incl. recompute " + duration(compute) + " vs " + duration(best_compute)
-          : "TP + p2p " + duration(comm) + " vs " + duration(best_comm);
+          : (ring ? "TP + CP ring + p2p " : "TP + p2p ") + duration(comm) + " vs " +
+                duration(best_comm);
   if (gathers - best_gathers > std::max(compute - best_compute, comm - best_comm))
     detail = "ZeRO-3 parameter gathers " + duration(gathers) + " vs " + duration(best_gathers);
   std::vector<Cause> causes = {
@@ -212,10 +227,7 @@ std::string why_none(const SearchResult& result, int k) {
   return head +
          (closest->kind == RejectionKind::DoesNotFit ? "no plan fits memory"
                                                      : "no plan passes the filters") +
-         ", e.g. pp " + std::to_string(s.shape.pipeline_stages) + " x dp " +
-         std::to_string(s.shape.data_parallel) + " x tp " +
-         std::to_string(s.shape.tensor_parallel) + " micro-batch " +
-         std::to_string(s.micro_batch_size) +
+         ", e.g. " + mesh_words(s.shape) + " micro-batch " + std::to_string(s.micro_batch_size) +
          (closest->reason.empty() ? "" : ": " + closest->reason) + "\n";
 }
 
@@ -231,7 +243,7 @@ std::string why_winner_beat(const JobConfig& config, const SearchResult& result,
   PlanCandidate same = winner;
   same.setting.zero_stage = k;
   same.setting.zero_ngroups = shards_optimizer_state(k) ? result.space.zero_ngroups : 1;
-  const int dp = same.setting.shape.data_parallel;
+  const int dp = same.setting.shape.gradient_replicas();
   if (shards_optimizer_state(k) && (dp <= 1 || dp % same.setting.zero_ngroups != 0))
     return head + "shards nothing on the winner's mesh (dp " + std::to_string(dp) + "); " +
            its_best + "\n";
@@ -380,7 +392,8 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
         {std::to_string(i + 1),
          std::to_string(s.shape.pipeline_stages) + " x " + std::to_string(s.shape.data_parallel) +
              " x " + std::to_string(s.shape.tensor_parallel) +
-             (s.shape.sequence_parallel ? " sp" : ""),
+             (s.shape.sequence_parallel ? " sp" : "") +
+             (s.shape.context_parallel > 1 ? " cp" + std::to_string(s.shape.context_parallel) : ""),
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches),
          zero_text(c), schedule_choice_name(s.schedule), recompute_summary(c),
          duration(c.estimate.prediction.step_seconds),
@@ -391,6 +404,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
   text += render_table(rows);
   text += schedule_comparison(result);
   text += zero_stage_comparison(config, result, profile);
+  text += context_parallel_comparison(result);
   for (const std::string& line : result.log) text += "  " + line + "\n";
   // Rejected settings, counted by reason, with one example each.
   const char* names[] = {"do not fit memory",
@@ -410,11 +424,8 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
       }
     if (count == 0) continue;
     const PlanSetting& s = example->setting;
-    text += std::to_string(count) + " setting(s) " + names[kind] + ", e.g. pp " +
-            std::to_string(s.shape.pipeline_stages) + " x dp " +
-            std::to_string(s.shape.data_parallel) + " x tp " +
-            std::to_string(s.shape.tensor_parallel) + " micro-batch " +
-            std::to_string(s.micro_batch_size) +
+    text += std::to_string(count) + " setting(s) " + names[kind] + ", e.g. " + mesh_words(s.shape) +
+            " micro-batch " + std::to_string(s.micro_batch_size) +
             (example->reason.empty() ? "" : ": " + example->reason) + "\n";
   }
   return text;

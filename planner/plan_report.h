@@ -33,7 +33,18 @@ std::string schedule_comparison(const SearchResult& result);
 std::string zero_stage_comparison(const JobConfig& config, const SearchResult& result,
                                   const MeasuredProfile* profile);
 
+// Where the search tried meshes with context parallelism and without: which
+// won, and the best plan of the other (mesh, micro-batch, step, peak memory
+// per rank, why it lost), or why none of it fits (the most memory-friendly
+// setting's reason). Empty otherwise (plan_report_context_parallel.cc).
+std::string context_parallel_comparison(const SearchResult& result);
+
 // "none", "selective x12", "full x4, selective x8".
 std::string recompute_summary(const PlanCandidate& candidate);
+
+// The report's mesh texts: "2 x 4 x 8" ("2 x 4 x 8 cp2" with context
+// parallelism), and "pp 2 x dp 4 x tp 8" ("pp 2 x dp 4 x cp 2 x tp 8").
+std::string mesh_text(const PlanSetting& setting);
+std::string mesh_words(const ParallelShape& shape);
 
 }  // namespace paraplan

@@ -2,6 +2,7 @@
 // name the differences and re-estimate (see plan_reuse.h).
 #include "planner/plan_reuse.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -49,11 +50,15 @@ void name_option_differences(const JobConfig& config, const schema::Plan& plan,
     for (const schema::KeyValue* option : *plan.header()->creation_options())
       recorded[option->key() ? option->key()->str() : ""] =
           option->value() ? option->value()->str() : "";
+  // An option newer than the plan, at its default, is what the plan ran with.
+  std::map<std::string, std::string> defaults;
+  for (const auto& [key, value] : job_config_options(JobConfig{})) defaults[key] = value;
   for (const auto& [key, value] : recorded_job_options(config)) {
     if (key == "planner.load_plan_path" || key == "planner.save_plan_path") continue;
     const auto it = recorded.find(key);
     if (it == recorded.end()) {
-      if (!recorded.empty()) differences.push_back(key + ": not in the plan, now " + value);
+      if (!recorded.empty() && defaults[key] != value)
+        differences.push_back(key + ": not in the plan, now " + value);
     } else if (it->second != value) {
       differences.push_back(key + ": plan " + it->second + ", now " + value);
     }
@@ -79,7 +84,8 @@ DeviceLayout check_plan_mesh(const JobConfig& config, const schema::Mesh& mesh,
                              std::vector<std::string>& differences) {
   const ModelConfig& now = config.model;
   const DeviceLayout layout = resolve_device_layout(config);
-  const int world = mesh.pipeline_parallel() * mesh.data_parallel() * mesh.tensor_parallel();
+  const int world = mesh.pipeline_parallel() * mesh.data_parallel() *
+                    std::max(mesh.context_parallel(), 1) * mesh.tensor_parallel();
   if (world != layout.world_size())
     refuse(config, differences,
            "the plan uses " + str(world) + " devices, the job now has " + str(layout.world_size()));
@@ -106,13 +112,21 @@ PlanSetting setting_of_plan(const JobConfig& config, const schema::Plan& plan,
                             const DeviceLayout& layout, int chunks,
                             const std::vector<std::string>& differences) {
   const schema::Mesh& mesh = *plan.mesh();
-  const int tp = mesh.tensor_parallel();
+  const int tp = mesh.tensor_parallel(), cp = std::max(mesh.context_parallel(), 1);
   PlanSetting setting;
-  setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp, mesh.sequence_parallel()};
-  if (mesh.sequence_parallel() && config.model.seq_len % tp != 0)
+  setting.shape = {mesh.pipeline_parallel(), mesh.data_parallel(), tp, mesh.sequence_parallel(),
+                   cp};
+  const int seq_len = config.model.seq_len;
+  if (cp > 1 && seq_len % (2 * cp) != 0)
+    refuse(config, differences,
+           "the plan's context parallelism " + str(cp) + " needs 2 x " + str(cp) +
+               " to divide seq_len " + str(seq_len));
+  if (mesh.sequence_parallel() && (seq_len / cp) % tp != 0)
     refuse(config, differences,
            "the plan's sequence parallelism needs its tensor-parallel degree " + str(tp) +
-               " to divide seq_len " + str(config.model.seq_len));
+               " to divide seq_len " +
+               (cp > 1 ? "/ context parallelism " + str(cp) + " = " : std::string()) +
+               str(seq_len / cp));
   setting.layout = layout;
   setting.micro_batch_size = plan.training()->micro_batch_size();
   setting.num_micro_batches = plan.training()->num_micro_batches();

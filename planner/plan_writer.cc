@@ -63,7 +63,7 @@ namespace {
 
 // How the data-parallel reduction is counted: overlapped in buckets or not.
 std::string overlap_description(const JobConfig& config, const PlanCandidate& candidate) {
-  if (candidate.setting.shape.data_parallel <= 1 || !config.training.gradient_bucket_size)
+  if (candidate.setting.shape.gradient_replicas() <= 1 || !config.training.gradient_bucket_size)
     return "";
   if (!config.cluster.overlap_communication)
     return "; gradient reduction not overlapped (cluster.overlap_communication = false)";
@@ -94,14 +94,17 @@ std::string compute_model_description(const JobConfig& config, const PlanCandida
     text += ", measured " + provenance->date + " on " + provenance->description;
   text += ")";
   const PlanSetting& setting = candidate.setting;
-  if (!profile->lookup(config.model, setting.shape.tensor_parallel, setting.micro_batch_size))
+  if (setting.shape.context_parallel > 1)
+    text += "; compute: " + std::string(analytic) + ", the profile measures no context parallelism";
+  else if (!profile->lookup(config.model, setting.shape.tensor_parallel, setting.micro_batch_size))
     text += "; compute: " + std::string(analytic) + ", no entry for tp " +
             std::to_string(setting.shape.tensor_parallel) + " x micro-batch " +
             std::to_string(setting.micro_batch_size);
   return text;
 }
 
-// [data] as the plan records it (Training.data).
+// [data] as the plan records it (Training.data; no datasets: `train --data`
+// names them), with document masking's separator (-1 without: not written).
 flatbuffers::Offset<schema::Data> data_table(flatbuffers::FlatBufferBuilder& builder,
                                              const DataConfig& data) {
   std::vector<flatbuffers::Offset<schema::DataSource>> sources;
@@ -109,7 +112,19 @@ flatbuffers::Offset<schema::Data> data_table(flatbuffers::FlatBufferBuilder& bui
     sources.push_back(schema::CreateDataSourceDirect(
         builder, absolute_data_list(source.path).c_str(), source.weight));
   const std::string validation = absolute_data_list(data.validation);
-  return schema::CreateDataDirect(builder, &sources, validation.c_str(), data.shuffle, data.seed);
+  return schema::CreateDataDirect(builder, &sources, validation.c_str(), data.shuffle, data.seed,
+                                  data.document_mask ? data.document_separator : -1);
+}
+
+}  // namespace
+
+namespace {
+
+// Where the context-parallel ring's exposed transfers are (none without cp).
+std::string context_parallel_description(const PlanCandidate& candidate) {
+  if (candidate.setting.shape.context_parallel <= 1) return "";
+  return "; context parallel " + std::to_string(candidate.setting.shape.context_parallel) +
+         ": the ring's exposed key/value transfers in tensor_parallel_seconds";
 }
 
 }  // namespace
@@ -117,7 +132,7 @@ flatbuffers::Offset<schema::Data> data_table(flatbuffers::FlatBufferBuilder& bui
 std::string time_model_description(const JobConfig& config, const PlanCandidate& candidate,
                                    const MeasuredProfile* profile) {
   return compute_model_description(config, candidate, profile) +
-         overlap_description(config, candidate);
+         overlap_description(config, candidate) + context_parallel_description(candidate);
 }
 
 // The schedule: every pipeline rank's stream and, under ZeRO-3, whether it
@@ -165,13 +180,15 @@ flatbuffers::Offset<schema::Predictions> predictions_table(flatbuffers::FlatBuff
     // parts still add up to the step.
     const double zero_group = stage.gradient_reduction_seconds +
                               setting.num_micro_batches * stage.parameter_gather_seconds;
+    // The context-parallel ring's exposed transfers are collectives inside
+    // the micro-batch's blocks, as the tensor-parallel ones: counted with them.
+    const double in_blocks = stage.tensor_parallel_seconds + stage.context_parallel_seconds;
     const double communication =
-        setting.num_micro_batches * (stage.tensor_parallel_seconds + stage.pipeline_p2p_seconds) +
-        zero_group;
+        setting.num_micro_batches * (in_blocks + stage.pipeline_p2p_seconds) + zero_group;
     stage_predictions.push_back(schema::CreateStagePrediction(
         builder, static_cast<int32_t>(s), stage.forward_seconds, stage.backward_seconds,
-        communication, memory, stage.tensor_parallel_seconds, stage.pipeline_p2p_seconds,
-        zero_group, stage.optimizer_seconds, stage.bubble_seconds));
+        communication, memory, in_blocks, stage.pipeline_p2p_seconds, zero_group,
+        stage.optimizer_seconds, stage.bubble_seconds));
   }
   auto cluster_table = schema::CreateClusterDirect(
       builder, cluster.preset.c_str(), setting.layout.num_nodes, setting.layout.devices_per_node,
@@ -221,10 +238,10 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       optimizer, training.seed, training.eval_interval, training.eval_batches,
       static_cast<uint64_t>(training.gradient_bucket_size), data_table(builder, config.data));
 
-  auto mesh =
-      schema::CreateMesh(builder, setting.shape.pipeline_stages, setting.shape.data_parallel,
-                         setting.shape.tensor_parallel, setting.layout.num_nodes,
-                         setting.layout.devices_per_node, setting.shape.sequence_parallel);
+  auto mesh = schema::CreateMesh(builder, setting.shape.pipeline_stages,
+                                 setting.shape.data_parallel, setting.shape.tensor_parallel,
+                                 setting.layout.num_nodes, setting.layout.devices_per_node,
+                                 setting.shape.sequence_parallel, setting.shape.context_parallel);
 
   std::vector<fb::Offset<schema::Stage>> stages;
   const std::vector<StageLayout> virtual_stages = virtual_stage_layouts(

@@ -83,6 +83,9 @@ ComputeCoverage compute_coverage(const ModelConfig& model, const MeasuredProfile
                                  std::set<int>& processes_used) {
   ComputeCoverage coverage;
   for (const PlanSetting& setting : settings) {
+    // (Context parallelism's settings are costed analytically: a profile
+    // measures blocks of whole sequences.)
+    if (setting.shape.context_parallel > 1) continue;
     const std::pair<int, int> shape{setting.shape.tensor_parallel, setting.micro_batch_size};
     coverage.considered.insert(shape);
     const ProfileEntry* entry = profile.find_compute(model, shape.first, shape.second);

@@ -38,7 +38,8 @@ PlanDecisions decisions_of_best(const PlanCandidate& best) {
           setting.micro_batch_size,
           setting.num_micro_batches,
           setting.zero_stage,
-          best.estimate.prediction.step_seconds};
+          best.estimate.prediction.step_seconds,
+          setting.shape.context_parallel};
 }
 
 // One count of nodes tried: the whole plan, or only the search's decisions.
@@ -131,7 +132,8 @@ PlanDecisions decisions_of(const schema::Plan& plan) {
           training.micro_batch_size(),
           training.num_micro_batches(),
           plan.zero() ? plan.zero()->stage() : 0,
-          plan.predictions()->step_seconds()};
+          plan.predictions()->step_seconds(),
+          std::max(mesh.context_parallel(), 1)};
 }
 
 FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& plan_path,
@@ -165,9 +167,11 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
   // plan's own pipeline and tensor degrees with the next data-parallel degree
   // down that divides the batch, on fewer nodes, may be faster. Searched with
   // that mesh fixed: only its micro-batching, ZeRO, schedule and recompute.
+  // (The context-parallel degree stays the plan's too.)
   const schema::Mesh& mesh = *plan.mesh();
   const int64_t batch = plan.training()->global_batch_size();
-  const int64_t replica = int64_t{mesh.pipeline_parallel()} * mesh.tensor_parallel();
+  const int cp = std::max(mesh.context_parallel(), 1);
+  const int64_t replica = int64_t{mesh.pipeline_parallel()} * cp * mesh.tensor_parallel();
   for (int64_t dp = mesh.data_parallel() - 1; dp >= 1; --dp) {
     const int64_t devices = replica * dp;
     if (batch % dp != 0 || devices % devices_per_node != 0) continue;
@@ -179,6 +183,7 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
       job.planner.pipeline_nstages = mesh.pipeline_parallel();
       job.planner.tensor_parallel_degree = mesh.tensor_parallel();
       job.planner.data_parallel_degree = static_cast<int>(dp);
+      job.planner.context_parallel_degree = cp;
       Attempt smaller = attempt(job, depth);
       if (smaller.decisions.step_seconds < fallback.decisions.step_seconds) {
         fallback.outcome = std::move(smaller.outcome);
@@ -195,7 +200,8 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
 std::string plan_summary(const PlanDecisions& plan) {
   char step[64];
   std::snprintf(step, sizeof(step), "%.4g s", plan.step_seconds);
-  return "pp " + std::to_string(plan.pipeline) + " x dp " + std::to_string(plan.data) + " x tp " +
+  return "pp " + std::to_string(plan.pipeline) + " x dp " + std::to_string(plan.data) +
+         (plan.context > 1 ? " x cp " + std::to_string(plan.context) : std::string()) + " x tp " +
          std::to_string(plan.tensor) + " on " + std::to_string(plan.num_nodes) +
          (plan.num_nodes == 1 ? " node x " : " nodes x ") + std::to_string(plan.devices_per_node) +
          " devices, micro-batch " + std::to_string(plan.micro_batch_size) + " x " +

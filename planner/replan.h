@@ -11,7 +11,9 @@
 // slots), whatever made the original mesh (mesh_row x mesh_col, [cluster],
 // a preset, world_size alone). Searched again: the pipeline, data and tensor
 // degrees (the recorded ones were chosen for the old device count), and with
-// them stages, micro-batching, recomputation and ZeRO.
+// them stages, micro-batching, recomputation and ZeRO; the context-parallel
+// degree too unless the job fixed it (context_parallel_degree, kept: it is
+// the job's sequence split, not the device count's).
 #pragma once
 
 #include <string>
@@ -44,6 +46,7 @@ struct PlanDecisions {
   int micro_batch_size = 1, num_micro_batches = 1;
   int zero_stage = 0;
   double step_seconds = 0;  // predicted
+  int context = 1;          // context parallelism
 };
 PlanDecisions decisions_of(const schema::Plan& plan);
 
@@ -68,7 +71,8 @@ FallbackPlan plan_for_nodes_left(const schema::Plan& plan, const std::string& pl
                                  FallbackDepth depth = FallbackDepth::kWholePlan);
 
 // "pp 2 x dp 1 x tp 2 on 2 nodes x 2 devices, micro-batch 3 x 4, ZeRO-1,
-// predicted step 1.25 s": the decisions a restart or a what-if names.
+// predicted step 1.25 s" (" x cp 2" before tp with context parallelism): the
+// decisions a restart or a what-if names.
 std::string plan_summary(const PlanDecisions& decisions);
 inline std::string plan_summary(const schema::Plan& plan) {
   return plan_summary(decisions_of(plan));

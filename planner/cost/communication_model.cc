@@ -43,17 +43,17 @@ bool pipeline_boundary_crosses_nodes(const ParallelShape& shape, int pipeline_ra
   // Stage s holds the contiguous ranks [s * dp * tp, (s + 1) * dp * tp); a peer
   // pair (r, r + dp * tp) crosses a node boundary exactly when the two stages'
   // ranges together do (see the planner README).
-  const int64_t stage_ranks = int64_t{shape.data_parallel} * shape.tensor_parallel;
+  const int64_t stage_ranks = shape.stage_ranks();
   return rank_range_crosses_nodes(pipeline_rank * stage_ranks, 2 * stage_ranks, devices_per_node);
 }
 
 bool data_parallel_group_crosses_nodes(const ParallelShape& shape, int pipeline_rank,
                                        int group_size, int devices_per_node) {
   const int64_t t = shape.tensor_parallel;
-  const int64_t stage_first = pipeline_rank * int64_t{shape.data_parallel} * t;
-  // Groups of group_size consecutive data-parallel ranks; any group crossing
-  // sets the pace of the collective they run together.
-  for (int64_t group = 0; group < shape.data_parallel / group_size; ++group)
+  const int64_t stage_first = pipeline_rank * int64_t{shape.stage_ranks()};
+  // Groups of group_size consecutive data- x context-parallel ranks; any
+  // group crossing sets the pace of the collective they run together.
+  for (int64_t group = 0; group < shape.gradient_replicas() / group_size; ++group)
     if (rank_range_crosses_nodes(stage_first + group * group_size * t, group_size * t,
                                  devices_per_node))
       return true;

@@ -8,8 +8,10 @@
 //   B/n bytes; reduce-scatter and all-gather (n-1) steps of B/n bytes. n = 1 is free.
 // - A group uses the inter-node link when its ranks span more than one node (the
 //   ring's slowest hop sets its pace), else the intra-node link.
-// - Ranks are laid out as plan.fbs says: tensor-parallel innermost, then data
-//   parallel, then pipeline; node k holds ranks [k * devices_per_node, (k+1) * ...).
+// - Ranks are laid out as plan.fbs says: tensor-parallel innermost, then
+//   context parallel, data parallel, then pipeline; node k holds ranks
+//   [k * devices_per_node, (k+1) * ...). (A context-parallel group's ring:
+//   context_parallel_cost.h.)
 #pragma once
 
 #include <cstdint>
@@ -42,13 +44,14 @@ double ring_all_gather_seconds(const Link& link, int ranks, double bytes);
 bool rank_range_crosses_nodes(int64_t first_rank, int64_t count, int devices_per_node);
 
 // Whether pipeline stages pipeline_rank and pipeline_rank + 1 sit on different
-// nodes for some of their peer pairs (rank r of one sends to r + dp * tp).
+// nodes for some of their peer pairs (rank r of one sends to r + dp * cp * tp).
 bool pipeline_boundary_crosses_nodes(const ParallelShape& shape, int pipeline_rank,
                                      int devices_per_node);
 
-// Whether the data-parallel ranks of stage pipeline_rank span nodes, taken in
-// groups of group_size consecutive data-parallel ranks (ZeRO groups) or all of
-// them (group_size = data_parallel).
+// Whether the data-parallel ranks of stage pipeline_rank (with context
+// parallelism the data x context-parallel ranks, which hold the same
+// parameters) span nodes, taken in groups of group_size consecutive ones
+// (ZeRO groups) or all of them (group_size = gradient_replicas()).
 bool data_parallel_group_crosses_nodes(const ParallelShape& shape, int pipeline_rank,
                                        int group_size, int devices_per_node);
 

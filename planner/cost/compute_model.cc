@@ -80,15 +80,17 @@ double gemm_seconds(const Gemm& gemm, const DeviceModel& device) {
 
 double attention_seconds(const AttentionCore& attention, bool backward, const DeviceModel& device) {
   if (attention.batch_heads <= 0) return 0;
-  // Query and key tiles of 128: the diagonal tiles are computed whole.
-  const double tiles = ceil_div(attention.seq_len, 128);
+  // Query and key tiles of 128: the diagonal tiles are computed whole (a
+  // context-parallel rank's balanced chunks have the same share of them).
+  const double tiles = ceil_div(attention.seq_len, kAttentionTile);
   const double causal = (1 + 1 / tiles) / 2;
   const double flops = (backward ? attention.backward_flops() : attention.forward_flops()) * causal;
   const double bytes = backward ? attention.backward_bytes(device.element_bytes)
                                 : attention.forward_bytes(device.element_bytes);
+  // (Context parallelism: a kernel per ring step.)
   return std::max(flops / (device.peak_flops * device.attention_efficiency),
                   memory_seconds(bytes, device)) +
-         device.kernel_overhead_seconds;
+         device.kernel_overhead_seconds * attention.query_shards;
 }
 
 double operations_seconds(const Operations& operations, bool backward, const DeviceModel& device) {

@@ -13,7 +13,8 @@
 //   takes the longer of the two (a roofline: small GEMMs are memory-bound).
 // - The fused attention core computes only the tiles on or below the
 //   diagonal: forward FLOPs x (1 + 1/tiles) / 2, at peak x
-//   attention_efficiency, or its bytes at the memory rate if longer.
+//   attention_efficiency, or its bytes at the memory rate if longer; under
+//   context parallelism the rank's share, a kernel per ring step.
 // - Memory-bound operations (norms, activations, residuals, lookups, the
 //   loss) move their bytes at bandwidth x memory_efficiency.
 // - Every kernel (each GEMM, attention core and memory-bound operation) adds
@@ -36,6 +37,9 @@
 #include "planner/job/job_config.h"
 
 namespace paraplan {
+
+// The fused attention core's query and key tiles (tokens).
+inline constexpr int kAttentionTile = 128;
 
 struct DeviceModel {
   std::string preset{};

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "planner/cost/context_parallel_cost.h"
 #include "planner/cost/transformer_ops.h"
 #include "planner/schedule/schedule.h"
 #include "planner/schedule/schedule_kinds.h"
@@ -18,6 +19,14 @@
 namespace paraplan {
 
 using schema::RecomputeMode;
+
+std::string mesh_name(const ParallelShape& shape) {
+  const auto text = [](int value) { return std::to_string(value); };
+  return "pp " + text(shape.pipeline_stages) + " x dp " + text(shape.data_parallel) +
+         (shape.context_parallel > 1 ? " x cp " + text(shape.context_parallel) : std::string()) +
+         " x tp " + text(shape.tensor_parallel) +
+         (shape.sequence_parallel ? " (sequence parallel)" : "");
+}
 
 int64_t stage_parameters(const ModelConfig& model, const StageLayout& stage, int tensor_parallel,
                          int64_t replicate_below) {
@@ -224,27 +233,31 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                       counts);
 }
 
-StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptions& options,
+StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const PlannerOptions& options,
                                     bool has_embedding, bool has_head, int pipeline_rank,
                                     const ParallelShape& shape, int micro_batch_size,
-                                    int num_micro_batches) {
+                                    int num_micro_batches, bool document_mask) {
   StageMemoryTerms terms;
   // The setting's kind (StageCostModel fixes it); unset, the one that runs
   // every setting.
   const schema::ScheduleKind kind = options.pipeline_scheduler.value_or(default_schedule_kind());
   const int t = shape.tensor_parallel;
+  // Parameters are the whole model's; every activation is per token of the
+  // rank's share of each sequence (context parallelism).
+  const ModelConfig model = context_parallel_tokens(whole_model, shape.context_parallel);
   const int zero_group =
-      zero_group_size(options.zero_stage, shape.data_parallel, options.zero_ngroups);
+      zero_group_size(options.zero_stage, shape.gradient_replicas(), options.zero_ngroups);
   terms.zero_stage = options.zero_stage;
   terms.sharding = zero_sharding(options.zero_stage, zero_group);
   const int64_t replicate_below = options.ignore_small_tensor_threshold;
   const bool separate_ends = v_shaped(kind) && shape.pipeline_stages > 1;
-  terms.block_parameters = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
-  terms.end_parameters = rank_parameters(model, {0, 0, has_embedding, has_head, {}}, separate_ends,
-                                         t, replicate_below);
+  terms.block_parameters =
+      stage_parameters(whole_model, {0, 1, false, false, {}}, t, replicate_below);
+  terms.end_parameters = rank_parameters(whole_model, {0, 0, has_embedding, has_head, {}},
+                                         separate_ends, t, replicate_below);
   if (shards_gradients(options.zero_stage))
     terms.zero_two = zero_two_gradients(
-        zero_two_ends(model, has_embedding, has_head, separate_ends, t, replicate_below),
+        zero_two_ends(whole_model, has_embedding, has_head, separate_ends, t, replicate_below),
         terms.block_parameters, zero_group, splits_backward(kind));
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
@@ -273,6 +286,7 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   if (options.is_train && (terms.chunks > 1 || (zero_bubble && !has_head)))
     terms.per_chunk_extra += e * local_rows * model.d_model;
   terms.per_chunk_extra += embedding_activation_bytes(model, micro_batch_size);
+  if (document_mask) terms.per_chunk_extra += document_table_bytes(whole_model, micro_batch_size);
   terms.per_chunk_extra += has_head ? head_activation_bytes(model, micro_batch_size, t, sp)
                                     : stage_output_activation_bytes(model, micro_batch_size, t, sp);
   terms.in_flight = in_flight_micro_batches(kind, pipeline_rank, shape.pipeline_stages,
@@ -289,6 +303,8 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
   }
   terms.workspace =
       static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
+  terms.ring_workspace = static_cast<double>(context_parallel_workspace_bytes(
+      whole_model, micro_batch_size, t, shape.context_parallel, document_mask));
   return terms;
 }
 
@@ -336,7 +352,9 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   // Interleaved: every chunk's stage keeps its own gradient scratch.
   memory.transient =
-      round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks), g);
+      round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks) +
+                   terms.ring_workspace * chunks,
+               g);
   if (options.is_train) {
     if (zero_two) {
       // ZeRO-2 and 3 (zero_memory.h): resident units, the pool and the shard;

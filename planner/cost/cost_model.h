@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "planner/cost/model_counts.h"
@@ -156,9 +157,23 @@ struct ParallelShape {
   // Megatron's sequence parallelism over the tensor group (tensor_parallel > 1):
   // the norm and residual regions and the pipeline messages are token shards.
   bool sequence_parallel = false;
+  // Context parallelism (plan.fbs Mesh.context_parallel): each rank of a
+  // group holds seq_len / cp tokens of every sequence, two load-balanced
+  // chunks, and attention passes key/value blocks around the group's ring
+  // (context_parallel_cost.h). Ranks: tp innermost, then cp, dp, pp.
+  int context_parallel = 1;
   // The divisor of the replicated activations: t with sequence parallelism, else 1.
   int sequence_shards() const { return sequence_parallel ? tensor_parallel : 1; }
+  // The ranks of a stage that hold the same parameters: the gradient is
+  // reduced, and ZeRO shards, over the data- x context-parallel ranks.
+  int gradient_replicas() const { return data_parallel * context_parallel; }
+  // The ranks of one pipeline stage.
+  int stage_ranks() const { return data_parallel * context_parallel * tensor_parallel; }
 };
+
+// "pp 2 x dp 4 x tp 8", with " x cp 2" before tp where context parallel and
+// " (sequence parallel)" where so: a mesh as the search and its messages name it.
+std::string mesh_name(const ParallelShape& shape);
 
 // Micro-batches whose activations stage pipeline_rank holds at once: the
 // kind's slots_held (planner/schedule/schedule_kinds.h): min(p - s, m) under
@@ -181,7 +196,9 @@ int weight_pending_micro_batches(schema::ScheduleKind kind, int pipeline_rank, i
 // BackwardWeight (its row in schema/schedule_kinds.h).
 bool splits_backward(schema::ScheduleKind kind);
 
-// Memory of one device of stage pipeline_rank. Uses the planner options
+// Memory of one device of stage pipeline_rank (with context parallelism its
+// seq_len / cp tokens of every sequence, plus the ring's workspace:
+// context_parallel_cost.h). Uses the planner options
 // opt_resident_coef, opt_transient_coef, transient_mem_coef, zero_stage,
 // zero_ngroups (ZeRO-1 shards optimizer state over data_parallel / zero_ngroups
 // ranks and keeps a gradient shard beside the whole gradients; ZeRO-2 keeps
@@ -220,11 +237,17 @@ struct StageMemoryTerms {
   int64_t weight_pending = 0;
   double largest_two_with_blocks = 0, largest_two_without = 0;  // op outputs
   double workspace = 0;
+  // Context parallelism's ring buffers (context_parallel_cost.h; document
+  // masking's too), beside the transient peak: the stage allocates them once
+  // for its blocks.
+  double ring_workspace = 0;
 };
+// document_mask: each in-flight micro-batch's documents table, and the ring's
+// workspace even without a ring (context_parallel_cost.h).
 StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptions& options,
                                     bool has_embedding, bool has_head, int pipeline_rank,
                                     const ParallelShape& shape, int micro_batch_size,
-                                    int num_micro_batches);
+                                    int num_micro_batches, bool document_mask = false);
 MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
                              const RecomputeCounts& counts);
 

@@ -50,8 +50,9 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
                            : 0);
     // (ZeRO-3's gathers of a rank freeing its parameters: collective work of
     // the passes that read them, as the tensor-parallel calls are.)
-    const double collectives =
-        (stage.tensor_parallel_seconds + stage.parameter_gather_seconds) * share / 2;
+    const double collectives = (stage.tensor_parallel_seconds + stage.context_parallel_seconds +
+                                stage.parameter_gather_seconds) *
+                               share / 2;
     inputs.push_back({.forward_work = stage.forward_seconds * share,
                       .backward_work = stage.backward_seconds * share,
                       .forward_collectives = collectives,
@@ -68,7 +69,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
   const SimulatedStep step =
       simulate_step(*shared_schedule(setting.schedule.kind, p, setting.num_micro_batches,
                                      setting.schedule.virtual_stages),
-                    inputs, setting.shape.data_parallel * setting.shape.tensor_parallel, cores);
+                    inputs, setting.shape.stage_ranks(), cores);
   // Compute as a dedicated core does it (replay counts a rank's compute by
   // the CPU time it got); the rest of the step is waiting.
   for (int s = 0; s < p; ++s) {
@@ -76,6 +77,7 @@ void simulate_schedule(const JobConfig& config, const PlanSetting& setting, Plan
     stage.forward_seconds = inputs[s].forward_work;
     stage.backward_seconds = inputs[s].backward_work;
     stage.tensor_parallel_seconds *= share;
+    stage.context_parallel_seconds *= share;
     stage.parameter_gather_seconds *= share;
     stage.pipeline_p2p_seconds = step.stages[s].transfer_seconds / setting.num_micro_batches;
     stage.gradient_reduction_seconds *= share;
@@ -114,7 +116,7 @@ PlanEstimate combine_stage_estimates(const JobConfig& config, const PlanSetting&
   if (ranks_share_cores(config, setting)) simulate_schedule(config, setting, plan);
   prediction.bubble_ratio = pipeline_bubble_ratio(setting);
   const int global = config.training.global_batch_size;
-  const int devices = p * setting.shape.data_parallel * setting.shape.tensor_parallel;
+  const int devices = p * setting.shape.stage_ranks();
   if (prediction.step_seconds > 0) {
     prediction.tokens_per_second =
         static_cast<double>(global) * config.model.seq_len / prediction.step_seconds;

@@ -5,6 +5,7 @@
 
 #include "planner/cost/stage_cost.h"
 #include "planner/schedule/pipeline_simulation.h"
+#include "planner/schedule/schedule_kinds.h"
 
 namespace paraplan {
 namespace {
@@ -80,6 +81,43 @@ TEST(ScheduleTimeTest, HandCheckedSteps) {
   // With more micro-batches too (the paper's order): p = 4, m = 8, 8 x 3 + 3
   // = 27 against 1F1B's 33.
   EXPECT_DOUBLE_EQ(simulated(ScheduleKind::ZeroBubbleH1, 4, 8, 1, 1.0), 27.0);
+}
+
+// The bound the search takes for settings it may skip without playing
+// their streams out (bubble_slots_lower_bound) is at most the played-out
+// bubble of every kind, and equal to it where the published figures are
+// exact at F = B_in = W (ZB-H1 p - 1, ZB-V (p - 1) F / 2).
+TEST(ScheduleTimeTest, TheBubblesLowerBoundIsOne) {
+  int cases = 0;
+  for (const ScheduleKindRow& row : schedule_catalogue())
+    for (int v : {1, 2, 3, 4}) {
+      const ChunkRule chunks = row.traits.chunks;
+      if ((chunks == ChunkRule::kOne && v != 1) || (chunks == ChunkRule::kTwoInAV && v != 2) ||
+          (chunks == ChunkRule::kChosen && v == 1))
+        continue;
+      for (int p : {2, 3, 4, 5, 8, 12, 16, 24})
+        for (int m : {p, p + 1, 2 * p, 2 * p + 1, 3 * p + 2, 4 * p}) {
+          if (m <
+              std::max(row.fewest_micro_batches_per_stage, chunks == ChunkRule::kChosen ? 1 : 0) *
+                  p)
+            continue;
+          for (double ratio : {1.0, 1.5, 2.0, 2.5, 3.0})
+            for (double weight : {0.0, 0.25, 0.5, 0.6}) {
+              if (!row.traits.splits_backward && weight > 0) continue;
+              const double played =
+                  played_out_bubble_slots(row.traits.kind, p, m, v, ratio, weight);
+              const double bound =
+                  bubble_slots_lower_bound(row.traits.kind, p, m, v, ratio, weight);
+              EXPECT_LE(bound, played + 1e-9)
+                  << row.traits.name << " p " << p << " m " << m << " v " << v << " B/F " << ratio
+                  << " W/B " << weight;
+              ++cases;
+            }
+        }
+    }
+  EXPECT_GT(cases, 1500);
+  EXPECT_NEAR(bubble_slots_lower_bound(ScheduleKind::ZeroBubbleV, 8, 16, 2, 2.0, 0.5),
+              played_out_bubble_slots(ScheduleKind::ZeroBubbleV, 8, 16, 2, 2.0, 0.5), 1e-9);
 }
 
 }  // namespace

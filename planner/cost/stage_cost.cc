@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "planner/cost/compute_model.h"
+#include "planner/cost/context_parallel_cost.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/cost/profile.h"
 #include "planner/cost/stage_collectives.h"
@@ -37,7 +38,7 @@ void scale_times(ProfiledTimes& times, double factor) {
 }  // namespace
 
 StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setting,
-                               const MeasuredProfile* profile)
+                               const MeasuredProfile* profile, BubbleEstimate bubble)
     : config_(&config), setting_(setting), options_(config.planner) {
   options_.zero_stage = setting.zero_stage;
   options_.zero_ngroups = setting.zero_ngroups;
@@ -46,32 +47,46 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
   if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;
   element_bytes_ = element_bytes(config.model.dtype);
   zero_shards_ =
-      zero_group_size(setting.zero_stage, setting.shape.data_parallel, setting.zero_ngroups);
-  set_memory_terms();
+      zero_group_size(setting.zero_stage, setting.shape.gradient_replicas(), setting.zero_ngroups);
   const DeviceModel device = device_model(config.cluster, config.model.dtype);
   // Times in the units of the step: with the node's ranks sharing its cores,
   // what a dedicated core's second takes with every rank busy.
   const double busy = busy_wall_factor(config, setting);
   const TensorGroupPace* pace = set_compute_times(profile, busy, device);
   set_tensor_parallel(profile, busy, pace);
+  set_context_parallel(profile, busy, device);
   if (!options_.is_train) {
     for (double& seconds : block_backward_) seconds = 0;
     head_backward_ = embedding_backward_ = 0;
   }
-  set_pipeline(profile, busy);
+  set_pipeline(profile, busy, bubble);
   set_data_parallel(profile, busy, device);
 }
 
-void StageCostModel::set_memory_terms() {
+const std::vector<StageMemoryTerms>& StageCostModel::memory_terms() const {
+  std::call_once(memory_terms_once_, [this] { set_in_flight(); });
+  return memory_terms_;
+}
+
+const std::vector<StageMemoryTerms>& StageCostModel::shape_terms() const {
+  std::call_once(shape_terms_once_, [this] { set_shape_terms(); });
+  return memory_terms_;
+}
+
+// Memory terms: the first, a middle and the last stage's shapes (one when p
+// is 1), a copy per rank; their micro-batches in flight come next
+// (set_in_flight), worked out for a setting's shape the first time it is
+// seen: a stage's model state needs none (model_state_bytes).
+void StageCostModel::set_shape_terms() const {
   const ModelConfig& model = config_->model;
   const ParallelShape& shape = setting_.shape;
   const int b = setting_.micro_batch_size, p = shape.pipeline_stages;
-  const bool train = options_.is_train;
-  // Memory terms: the first, a middle and the last stage's shapes (one when
-  // p is 1), then each rank's micro-batches in flight.
+  // (In flight at 2 p micro-batches, a shape every kind runs, quick to count
+  // and shared by many settings; set_in_flight counts the setting's.)
+  const int counted = 2 * p;
   const auto terms_of = [&](bool first, bool last) {
-    return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b,
-                              setting_.num_micro_batches);
+    return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b, counted,
+                              config_->data.document_mask);
   };
   // (The V kinds: the first holds the head too, the last is a middle one.)
   const bool v_shape = v_shaped(setting_.schedule.kind);
@@ -79,21 +94,34 @@ void StageCostModel::set_memory_terms() {
   const StageMemoryTerms middle_terms =
       p > 2 || (v_shape && p > 1) ? terms_of(false, false) : first_terms;
   const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
-  const std::vector<ZeroBubbleCounts>* zero_bubble_ranks =
-      splits_backward(setting_.schedule.kind)
-          ? &zero_bubble_counts(setting_.schedule.kind, p, setting_.num_micro_batches)
-          : nullptr;
-  for (int r = 0; r < p; ++r) {
+  for (int r = 0; r < p; ++r)
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
-    StageMemoryTerms& terms = memory_terms_.back();
+}
+
+void StageCostModel::set_in_flight() const {
+  shape_terms();
+  const int p = setting_.shape.pipeline_stages, m = setting_.num_micro_batches;
+  const std::vector<ZeroBubbleCounts>* zero_bubble_ranks =
+      splits_backward(setting_.schedule.kind) ? &zero_bubble_counts(setting_.schedule.kind, p, m)
+                                              : nullptr;
+  for (int r = 0; r < p; ++r) {
+    StageMemoryTerms& terms = memory_terms_[r];
     if (zero_bubble_ranks != nullptr) {
       terms.in_flight = (*zero_bubble_ranks)[r].slots;
-      terms.weight_pending = train ? (*zero_bubble_ranks)[r].weight_pending : 0;
+      terms.weight_pending = options_.is_train ? (*zero_bubble_ranks)[r].weight_pending : 0;
     } else {
-      terms.in_flight = in_flight_micro_batches(setting_.schedule.kind, r, p,
-                                                setting_.num_micro_batches, terms.chunks);
+      terms.in_flight = in_flight_micro_batches(setting_.schedule.kind, r, p, m, terms.chunks);
+      terms.weight_pending = 0;
     }
   }
+}
+
+double StageCostModel::model_state_bytes(int pipeline_rank, int num_layers) const {
+  RecomputeCounts counts;
+  counts.full = num_layers;  // (ZeRO-3: its parameters freed, the least)
+  const MemoryBreakdown memory = stage_memory(options_, shape_terms().at(pipeline_rank), counts);
+  return static_cast<double>(memory.weights + memory.gradients + memory.optimizer_state +
+                             memory.optimizer_transient);
 }
 
 // Compute: the profile's measured times, else the analytic model of the
@@ -103,8 +131,10 @@ const TensorGroupPace* StageCostModel::set_compute_times(const MeasuredProfile* 
                                                          double busy, const DeviceModel& device) {
   const ModelConfig& model = config_->model;
   const ParallelShape& shape = setting_.shape;
-  const int t = shape.tensor_parallel, b = setting_.micro_batch_size;
-  const ProfileEntry* entry = profile != nullptr ? profile->find_compute(model, t, b) : nullptr;
+  const int t = shape.tensor_parallel, b = setting_.micro_batch_size, cp = shape.context_parallel;
+  // (A profile measures blocks without context parallelism: analytic with it.)
+  const ProfileEntry* entry =
+      profile != nullptr && cp == 1 ? profile->find_compute(model, t, b) : nullptr;
   std::optional<ProfiledTimes> measured;
   if (entry != nullptr) {
     measured = entry->times;
@@ -132,8 +162,9 @@ const TensorGroupPace* StageCostModel::set_compute_times(const MeasuredProfile* 
     head_backward_ = measured->head_backward;
   } else {
     const bool sp = shape.sequence_parallel && t > 1;
-    const PassOperations block = block_ops(model, b, t, sp), head = head_ops(model, b, t, sp),
-                         embedding = embedding_ops(model, b, t);
+    const PassOperations block = block_ops(model, b, t, sp, cp),
+                         head = head_ops(model, b, t, sp, cp),
+                         embedding = embedding_ops(model, b, t, cp);
     block_forward_ = operations_seconds(block.forward, false, device);
     block_backward_[0] = operations_seconds(block.backward, true, device);
     block_backward_[1] =
@@ -148,7 +179,7 @@ const TensorGroupPace* StageCostModel::set_compute_times(const MeasuredProfile* 
   // transformer_ops.h) as a share of the block's backward, analytic even
   // under a profile (which measures the backward whole).
   {
-    const PassOperations block = block_ops(model, b, t);
+    const PassOperations block = block_ops(model, b, t, false, cp);
     double weight_gradients = 0;
     for (size_t i = 1; i < block.backward.gemms.size(); i += 2)
       weight_gradients += gemm_seconds(block.backward.gemms[i], device);
@@ -169,15 +200,15 @@ void StageCostModel::set_tensor_parallel(const MeasuredProfile* profile, double 
   // Tensor parallelism: always inside a node (t divides devices_per_node).
   links_ = LinkModel::from_cluster(config_->cluster);
   const LinkModel& links = links_;
-  const double hidden_bytes =
-      static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
+  // The rank's tokens: seq_len / cp of every sequence.
+  const double tokens = static_cast<double>(b) * model.seq_len / shape.context_parallel;
+  const double hidden_bytes = tokens * model.d_model * element_bytes_;
   const std::optional<CollectiveEntry> tensor_parallel_all_reduce =
       measured_collective(profile, CollectiveOperation::AllReduce, t, busy);
   const double all_reduce = collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds,
                                                links, false, t, hidden_bytes);
-  const double loss_reduce =
-      collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds, links, false, t,
-                         4.0 * b * model.seq_len);  // fp32 per token
+  const double loss_reduce = collective_seconds(tensor_parallel_all_reduce, ring_all_reduce_seconds,
+                                                links, false, t, 4.0 * tokens);  // fp32 per token
   tensor_parallel_ = TensorParallelParts::all_reduce_layout(all_reduce, loss_reduce, train);
   if (shape.sequence_parallel && t > 1) {
     // Sequence parallelism (runtime/model/decoder_stage.h): each all-reduce
@@ -214,13 +245,37 @@ void StageCostModel::set_tensor_parallel(const MeasuredProfile* profile, double 
   }
 }
 
-void StageCostModel::set_pipeline(const MeasuredProfile* profile, double busy) {
+// The context-parallel ring (context_parallel_cost.h): its transfers over
+// the group's link (measured where the group stays in a node and the profile
+// has point-to-point transfers), against the block attention.
+void StageCostModel::set_context_parallel(const MeasuredProfile* profile, double busy,
+                                          const DeviceModel& device) {
+  const ParallelShape& shape = setting_.shape;
+  if (shape.context_parallel <= 1) return;
+  const bool crosses =
+      context_parallel_group_crosses_nodes(shape, setting_.layout.devices_per_node);
+  const std::optional<CollectiveEntry> measured =
+      crosses ? std::nullopt
+              : measured_collective(profile, CollectiveOperation::SendReceive, 2, busy);
+  const Link& link = links_.link(crosses);
+  const ContextParallelRing ring = context_parallel_ring(
+      config_->model, shape, setting_.micro_batch_size, device, [&](double bytes) {
+        return measured ? measured->seconds(bytes) : point_to_point_seconds(link, bytes);
+      });
+  const bool train = options_.is_train;
+  context_parallel_.block =
+      ring.forward_exposed_seconds() + (train ? ring.backward_exposed_seconds() : 0);
+  context_parallel_.recompute = train ? ring.forward_exposed_seconds() : 0;
+}
+
+void StageCostModel::set_pipeline(const MeasuredProfile* profile, double busy,
+                                  BubbleEstimate bubble) {
   const ModelConfig& model = config_->model;
   const ParallelShape& shape = setting_.shape;
   const int b = setting_.micro_batch_size, p = shape.pipeline_stages;
   const bool train = options_.is_train;
-  const double hidden_bytes =
-      static_cast<double>(b) * model.seq_len * model.d_model * element_bytes_;
+  const double hidden_bytes = static_cast<double>(b) * model.seq_len / shape.context_parallel *
+                              model.d_model * element_bytes_;
   const LinkModel& links = links_;
   // Pipeline sends: the activation forward and (training) the gradient back
   // (with sequence parallelism, each rank sends its token shard).
@@ -249,22 +304,40 @@ void StageCostModel::set_pipeline(const MeasuredProfile* profile, double busy) {
   else
     interleave_send_ = 0;
   if (train && split_backward) {
-    const double block_slot =
-        block_forward_ + block_backward_[0] + tensor_parallel_.block + tensor_parallel_wait_.block;
+    const double block_slot = block_forward_ + block_backward_[0] + tensor_parallel_.block +
+                              tensor_parallel_wait_.block + context_parallel_.block;
     setting_.schedule.weight_fraction = block_slot > 0 ? block_weight_gradient_ / block_slot : 0;
     setting_.schedule.weight_of_backward =
         block_backward_[0] > 0 ? block_weight_gradient_ / block_backward_[0] : 0;
   }
   if (train && p > 1 && (split_backward || chunked) &&
-      setting_.num_micro_batches >= row.fewest_micro_batches_per_stage * p)
-    setting_.schedule.bubble_slots = played_out_bubble_slots(
-        kind, p, setting_.num_micro_batches, std::max(setting_.schedule.virtual_stages, 1),
-        block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
-        setting_.schedule.weight_of_backward);
+      setting_.num_micro_batches >= row.fewest_micro_batches_per_stage * p) {
+    if (bubble == BubbleEstimate::kLowerBound)
+      setting_.schedule.bubble_slots = bubble_slots_lower_bound(
+          kind, p, setting_.num_micro_batches, std::max(setting_.schedule.virtual_stages, 1),
+          block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
+          setting_.schedule.weight_of_backward);
+    else
+      bubble_to_play_ = true;
+  }
+}
+
+void StageCostModel::play_out_bubble() const {
+  if (!bubble_to_play_) return;
+  setting_.schedule.bubble_slots =
+      played_out_bubble_slots(setting_.schedule.kind, num_stages(), setting_.num_micro_batches,
+                              std::max(setting_.schedule.virtual_stages, 1),
+                              block_forward_ > 0 ? block_backward_[0] / block_forward_ : 2,
+                              setting_.schedule.weight_of_backward);
+}
+
+const PlanSetting& StageCostModel::setting() const {
+  std::call_once(bubble_once_, [this] { play_out_bubble(); });
+  return setting_;
 }
 
 MemoryBreakdown StageCostModel::memory(int pipeline_rank, const RecomputeCounts& counts) const {
-  return stage_memory(options_, memory_terms_.at(pipeline_rank), counts);
+  return stage_memory(options_, memory_terms().at(pipeline_rank), counts);
 }
 
 void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
@@ -275,6 +348,7 @@ void StageCostModel::fill_time(int pipeline_rank, const RecomputeCounts& counts,
                            counts.selective * block_backward_[1] + counts.full * block_backward_[2];
   stage.tensor_parallel_seconds = tensor_parallel_.of(counts, first, last);
   stage.tensor_parallel_wait_seconds = tensor_parallel_wait_.of(counts, first, last);
+  stage.context_parallel_seconds = context_parallel_.of(counts);
   if (first) {
     stage.forward_seconds += embedding_forward_;
     stage.backward_seconds += embedding_backward_;
@@ -311,16 +385,34 @@ double bubble_slots(const PlanSetting& setting) {
                                 schedule.weight_fraction);
 }
 
-double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
-                               double backward_ratio, double weight_of_backward) {
+double exact_bubble_slots(schema::ScheduleKind kind, int p, int m, int v, double backward_ratio,
+                          double weight_of_backward) {
   if (p < 2) return 0;
   // The closed forms schedule_bubble_test proves exact (F 1, B/F 0.5..5):
   // Megatron's (p - 1)(F + B) / v where p divides m, and the paper's
   // (p - 1)(F + B_in - W) for ZB-H1 where W <= min(F, B_in), m >= p.
-  const ScheduleKindRow& row = schedule_kind_row(kind);
   const double input = backward_ratio * (1 - weight_of_backward);
   const double weight = backward_ratio * weight_of_backward;
-  const double exact = row.exact_bubble(p, m, v, backward_ratio, input, weight);
+  return schedule_kind_row(kind).exact_bubble(p, m, v, backward_ratio, input, weight);
+}
+
+double bubble_slots_lower_bound(schema::ScheduleKind kind, int p, int m, int v,
+                                double backward_ratio, double weight_of_backward) {
+  if (p < 2) return 0;
+  const double exact = exact_bubble_slots(kind, p, m, v, backward_ratio, weight_of_backward);
+  if (exact >= 0) return exact;
+  // Rank p - 1's first forward (of its first chunk) waits for p - 1 chunk
+  // forwards of F / v each; it then computes m (F + B). In slots of F + B,
+  // with the ratio no smaller than played_out_bubble_slots rounds it to.
+  const double rounded = std::lround(backward_ratio * 20) / 20.0;
+  return (p - 1) / (std::max(v, 1) * (1 + std::max(backward_ratio, rounded)));
+}
+
+double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
+                               double backward_ratio, double weight_of_backward) {
+  if (p < 2) return 0;
+  const ScheduleKindRow& row = schedule_kind_row(kind);
+  const double exact = exact_bubble_slots(kind, p, m, v, backward_ratio, weight_of_backward);
   if (exact >= 0) return exact;
   // The steady state adds no bubble (schedule_bubble_test): ZB-V's and
   // DualPipe-V's is the same for every m >= 2p, interleaved's for every

@@ -16,8 +16,12 @@
 //   tensor-parallel degree and micro-batch size), the Megatron tensor-parallel all-reduces (2 per
 //   block forward, 2 backward, 2 more for a fully recomputed block; 1 for the vocabulary-parallel
 //   embedding forward, 1 for the head's input gradient plus two small cross-entropy reductions),
-//   and the point-to-point sends the stage initiates (activation to the next stage, gradient to the
-//   previous one). Where the profile measured a block's pace in its real tensor-parallel group
+//   the point-to-point sends the stage initiates (activation to the next stage, gradient to the
+//   previous one), and with context parallelism the ring's exposed transfers
+//   (context_parallel_cost.h; every other part then runs on the rank's seq_len / cp tokens, and
+//   the data-parallel parts below span the data x context-parallel ranks; the
+//   compute is analytic, a profile measuring no context parallelism). Where the
+//   profile measured a block's pace in its real tensor-parallel group
 //   (TensorGroupPace: ranks on cores of their own), the block's compute is scaled by its ratios
 //   and each of those calls also waits the measured wait per call for the group's last member
 //   (counted in the slot, and in the stage's bubble, as replay counts it: waiting).
@@ -83,6 +87,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -143,6 +148,9 @@ struct StageEstimate {
   // Per micro-batch: waiting at those calls for the group's last member
   // (measured TensorGroupPace; 0 without one).
   double tensor_parallel_wait_seconds = 0;
+  // Per micro-batch: the context-parallel ring's transfers its block
+  // attention does not hide (context_parallel_cost.h; 0 without cp).
+  double context_parallel_seconds = 0;
   double pipeline_p2p_seconds = 0;        // sends this stage initiates, per micro-batch
   double gradient_reduction_seconds = 0;  // per step, the exposed part
   double hidden_reduction_seconds = 0;    // per step, overlapped with backward
@@ -157,19 +165,32 @@ struct StageEstimate {
   double parameter_gather_seconds = 0;
   double slot_seconds() const {
     return forward_seconds + backward_seconds + tensor_parallel_seconds +
-           tensor_parallel_wait_seconds + pipeline_p2p_seconds + parameter_gather_seconds;
+           tensor_parallel_wait_seconds + context_parallel_seconds + pipeline_p2p_seconds +
+           parameter_gather_seconds;
   }
   double tail_seconds() const { return gradient_reduction_seconds + optimizer_seconds; }
 };
+
+// How a model takes the bubble of the kinds whose streams are played out
+// (played_out_bubble_slots): played out, or bubble_slots_lower_bound, which
+// spares working the streams out (the search's bounds of settings it may
+// skip; context_parallel_cost.h's settings bring shapes of their own).
+enum class BubbleEstimate { kPlayedOut, kLowerBound };
 
 class StageCostModel {
  public:
   // profile may be null (analytic time model); the model keeps copies of the
   // entries it uses. config must outlive the model.
   StageCostModel(const JobConfig& config, const PlanSetting& setting,
-                 const MeasuredProfile* profile = nullptr);
+                 const MeasuredProfile* profile = nullptr,
+                 BubbleEstimate bubble = BubbleEstimate::kPlayedOut);
 
-  const PlanSetting& setting() const { return setting_; }
+  // The setting with the schedule's figures (its played-out bubble worked
+  // out on first use: a setting found not to fit needs none).
+  const PlanSetting& setting() const;
+  // The same before the bubble is played out (bubble_slots may be unset):
+  // for what needs only the mesh, micro-batching, ZeRO and schedule kind.
+  const PlanSetting& setting_before_bubble() const { return setting_; }
   const JobConfig& config() const { return *config_; }
   int num_stages() const { return setting_.shape.pipeline_stages; }
   // The pipeline rank holding the head: the last, or under a V (ZB-V,
@@ -181,6 +202,11 @@ class StageCostModel {
   StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
   // Only the memory (cheaper; equal to estimate().memory).
   MemoryBreakdown memory(int pipeline_rank, const RecomputeCounts& counts) const;
+  // Its model state alone (weights, gradients, optimizer state and its
+  // transient) with num_layers blocks, the least of ZeRO-3's two ways: what
+  // no recompute choice changes, worked out without the micro-batches in
+  // flight.
+  double model_state_bytes(int pipeline_rank, int num_layers) const;
   // Only the slot, and only the tail (equal to estimate()'s).
   double slot_seconds(int pipeline_rank, const RecomputeCounts& counts) const;
   double tail_seconds(int pipeline_rank, int num_layers) const;
@@ -200,7 +226,10 @@ class StageCostModel {
 
  private:
   const JobConfig* config_;
-  PlanSetting setting_;
+  mutable PlanSetting setting_;  // (its bubble_slots set on first use, setting())
+  mutable std::once_flag bubble_once_;
+  bool bubble_to_play_ = false;  // played_out_bubble_slots due on first use
+  void play_out_bubble() const;
   PlannerOptions options_;  // the job's options with this setting's ZeRO choice
   LinkModel links_;
   double memory_limit_ = std::numeric_limits<double>::infinity();
@@ -227,14 +256,31 @@ class StageCostModel {
               .head = 2 * per_loss_call + (train ? per_call : 0)};
     }
   };
-  TensorParallelParts tensor_parallel_;         // the calls' transfers
-  TensorParallelParts tensor_parallel_wait_;    // waiting for the group's last member
-  std::vector<double> p2p_seconds_;             // per pipeline rank
-  std::vector<StageMemoryTerms> memory_terms_;  // per pipeline rank
-  double interleave_send_ = 0;                  // interleaved's extra sends per micro-batch
-  double block_weight_gradient_ = 0;            // a block's W (its weight-gradient GEMMs)
-  std::vector<double> tail_intercept_;          // per pipeline rank: tail at 0 layers
-  std::vector<bool> reduction_crosses_[2];      // per rank: [0] ZeRO group, [1] all DP ranks
+  // Per micro-batch, the context-parallel ring's exposed seconds: a block's
+  // forward and backward, and the forward again where it recomputes.
+  struct ContextParallelParts {
+    double block = 0, recompute = 0;
+    double of(const RecomputeCounts& counts) const {
+      return counts.layers() * block + (counts.selective + counts.full) * recompute;
+    }
+  };
+  ContextParallelParts context_parallel_;
+  TensorParallelParts tensor_parallel_;       // the calls' transfers
+  TensorParallelParts tensor_parallel_wait_;  // waiting for the group's last member
+  std::vector<double> p2p_seconds_;           // per pipeline rank
+  // Per pipeline rank, worked out on first use: a bound on the step needs
+  // none, a stage's model state no micro-batches in flight (shape_terms()),
+  // whose counts take long for some schedules' shapes (memory_terms()).
+  mutable std::vector<StageMemoryTerms> memory_terms_;
+  mutable std::once_flag shape_terms_once_, memory_terms_once_;
+  const std::vector<StageMemoryTerms>& shape_terms() const;
+  const std::vector<StageMemoryTerms>& memory_terms() const;
+  void set_shape_terms() const;
+  void set_in_flight() const;
+  double interleave_send_ = 0;              // interleaved's extra sends per micro-batch
+  double block_weight_gradient_ = 0;        // a block's W (its weight-gradient GEMMs)
+  std::vector<double> tail_intercept_;      // per pipeline rank: tail at 0 layers
+  std::vector<bool> reduction_crosses_[2];  // per rank: [0] ZeRO group, [1] all DP ranks
   double optimizer_seconds_per_parameter_ = 0;
   // Measured intra-node collectives (empty: the analytic ring).
   std::optional<CollectiveEntry> data_parallel_all_reduce_, zero_reduce_scatter_, zero_all_reduce_,
@@ -291,17 +337,17 @@ class StageCostModel {
   // One micro-batch's backward compute of a stage of num_layers without
   // recomputation: what the bucketed reduction hides behind.
   double plain_backward_seconds(int pipeline_rank, int num_layers) const;
-  // The constructor's parts, in order: each stage's memory terms; the
-  // compute times (measured or analytic; returns the tensor group's
-  // measured pace where it applies); the tensor-parallel transfers; the
+  // The constructor's parts, in order: the compute times (measured or
+  // analytic; returns the tensor group's measured pace where it applies);
+  // the tensor-parallel transfers; the context-parallel ring; the
   // pipeline's sends and the schedule's figures; the data-parallel
   // reduction, the gradient norm and the optimizer.
-  void set_memory_terms();
   const TensorGroupPace* set_compute_times(const MeasuredProfile* profile, double busy,
                                            const DeviceModel& device);
   void set_tensor_parallel(const MeasuredProfile* profile, double busy,
                            const TensorGroupPace* pace);
-  void set_pipeline(const MeasuredProfile* profile, double busy);
+  void set_context_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
+  void set_pipeline(const MeasuredProfile* profile, double busy, BubbleEstimate bubble);
   void set_data_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
   void set_zero_two_scatters();   // (stage_reduction.cc, as the tail)
   void set_zero_three_gathers();  // (stage_reduction.cc)
@@ -332,6 +378,16 @@ double bubble_slots(const PlanSetting& setting);
 // (rounded to 1/20) and cached.
 double played_out_bubble_slots(schema::ScheduleKind kind, int p, int m, int v,
                                double backward_ratio, double weight_of_backward);
+// The closed form where it is exact (played_out_bubble_slots takes it
+// there), else -1: the streams must be played out.
+double exact_bubble_slots(schema::ScheduleKind kind, int p, int m, int v, double backward_ratio,
+                          double weight_of_backward);
+// At most played_out_bubble_slots, without playing out: the exact closed
+// form, else the pipeline's start (the last rank waits for p - 1 chunk
+// forwards before its first: (p - 1) / (v (1 + B / F)) slots;
+// schedule_time_test holds it below the played-out figure on a grid).
+double bubble_slots_lower_bound(schema::ScheduleKind kind, int p, int m, int v,
+                                double backward_ratio, double weight_of_backward);
 double pipeline_bubble_ratio(const PlanSetting& setting);
 
 // The schedules a setting may run: the fixed [planner] pipeline_scheduler

@@ -20,21 +20,23 @@ void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double bu
                                        const DeviceModel& device) {
   const ModelConfig& model = config_->model;
   const ParallelShape& shape = setting_.shape;
-  const int t = shape.tensor_parallel, p = shape.pipeline_stages;
+  const int p = shape.pipeline_stages;
   const bool train = options_.is_train;
   const bool sharded = shards_optimizer_state(setting_.zero_stage);
   const LinkModel& links = links_;
-  // Data-parallel reduction placement per stage.
-  const int group = sharded ? zero_shards_ : shape.data_parallel;
+  // Data-parallel reduction placement per stage: over the data- x
+  // context-parallel ranks that hold the same parameters.
+  const int replicas = shape.gradient_replicas();
+  const int group = sharded ? zero_shards_ : replicas;
   for (auto& crosses : reduction_crosses_) crosses.assign(p, false);
   for (int s = 0; s < p; ++s) {
     reduction_crosses_[0][s] =
         data_parallel_group_crosses_nodes(shape, s, group, setting_.layout.devices_per_node);
-    reduction_crosses_[1][s] = data_parallel_group_crosses_nodes(shape, s, shape.data_parallel,
-                                                                 setting_.layout.devices_per_node);
+    reduction_crosses_[1][s] =
+        data_parallel_group_crosses_nodes(shape, s, replicas, setting_.layout.devices_per_node);
   }
   if (train) {
-    const int d = shape.data_parallel;
+    const int d = replicas;
     if (sharded) {
       zero_reduce_scatter_ =
           measured_collective(profile, CollectiveOperation::ReduceScatter, zero_shards_, busy);
@@ -59,7 +61,7 @@ void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double bu
   // The gradient norm's all-reduce of one double over the world: measured
   // inside a node, else a tree's 2 log2(n) latencies (a message this small
   // costs its latency only).
-  const int world = p * shape.data_parallel * t;
+  const int world = p * shape.stage_ranks();
   if (train && world > 1) {
     const bool crosses = setting_.layout.num_nodes > 1;
     const std::optional<CollectiveEntry> norm =
@@ -145,7 +147,7 @@ void StageCostModel::set_zero_three_gathers() {
 
 bool StageCostModel::gathers_parameters(int pipeline_rank, int num_layers) const {
   return shards_parameters(setting_.zero_stage) &&
-         (num_layers > 0 || memory_terms_.at(pipeline_rank).zero_two.streamed_ends > 0);
+         (num_layers > 0 || memory_terms().at(pipeline_rank).zero_two.streamed_ends > 0);
 }
 
 namespace {
@@ -266,7 +268,7 @@ double StageCostModel::gradient_reduction(int pipeline_rank, int num_layers, dou
                                           double backward_seconds, double* hidden) const {
   *hidden = 0;
   if (!options_.is_train) return 0;
-  const int d = setting_.shape.data_parallel;
+  const int d = setting_.shape.gradient_replicas();
   const double bytes = parameters * element_bytes_;
   const bool group_crosses = reduction_crosses_[0][pipeline_rank];
   const bool all_cross = reduction_crosses_[1][pipeline_rank];
@@ -328,7 +330,7 @@ std::vector<ChargedCollective> StageCostModel::charged_collectives() const {
       charged.push_back(item);
   };
   const ParallelShape& shape = setting_.shape;
-  const int p = shape.pipeline_stages, d = shape.data_parallel, z = zero_shards_;
+  const int p = shape.pipeline_stages, d = shape.gradient_replicas(), z = zero_shards_;
   add(CollectiveOperation::AllReduce, shape.tensor_parallel, false);
   if (shape.sequence_parallel) {
     add(CollectiveOperation::AllGather, shape.tensor_parallel, false);

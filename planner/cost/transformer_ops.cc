@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "planner/cost/context_parallel_cost.h"
+
 namespace paraplan {
 
 namespace {
@@ -190,19 +192,28 @@ PassOperations shard_sequence_region(PassOperations ops, int tensor_parallel) {
 }  // namespace
 
 PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                         bool sequence_parallel) {
-  PassOperations ops = architecture_ops(model).block(model, micro_batch_size, tensor_parallel);
+                         bool sequence_parallel, int context_parallel) {
+  const ModelConfig local = context_parallel_tokens(model, context_parallel);
+  PassOperations ops = architecture_ops(local).block(local, micro_batch_size, tensor_parallel);
+  // The rank's queries attend to every block of keys around the ring.
+  for (Operations* pass : {&ops.forward, &ops.backward}) {
+    pass->attention.seq_len = model.seq_len;
+    pass->attention.query_shards = context_parallel;
+  }
   return sequence_parallel ? shard_sequence_region(std::move(ops), tensor_parallel) : ops;
 }
 
 // Every device of the group writes the whole [tokens, d_model] embedding output.
-PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
-  return architecture_ops(model).embedding(model, micro_batch_size, tensor_parallel);
+PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                             int context_parallel) {
+  const ModelConfig local = context_parallel_tokens(model, context_parallel);
+  return architecture_ops(local).embedding(local, micro_batch_size, tensor_parallel);
 }
 
 PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                        bool sequence_parallel) {
-  PassOperations ops = architecture_ops(model).head(model, micro_batch_size, tensor_parallel);
+                        bool sequence_parallel, int context_parallel) {
+  const ModelConfig local = context_parallel_tokens(model, context_parallel);
+  PassOperations ops = architecture_ops(local).head(local, micro_batch_size, tensor_parallel);
   return sequence_parallel ? shard_sequence_region(std::move(ops), tensor_parallel) : ops;
 }
 

@@ -11,8 +11,9 @@
 //   gradient [m x n] x [n x k] and its weight gradient [k x m] x [m x n]
 //   (derived here, the same for every architecture).
 // - The attention core (QK^T, softmax, scores x V, fused as flash attention)
-//   is listed apart: FLOPs over the full s x s (the MFU convention) and the
-//   bytes it moves; its time model knows about the causal mask.
+//   is listed apart: FLOPs over the full s x s (the MFU convention; a
+//   context-parallel rank's 1 / cp of it) and the bytes it moves; its time
+//   model knows about the causal mask.
 // - A memory-bound operation (norms, activations, residual adds, the
 //   embedding gather, the loss) is the bytes it reads and writes; backward
 //   moves what the architecture lists for it.
@@ -47,15 +48,26 @@ struct MemoryOperation {
 // The fused attention core of one micro-batch on one device.
 struct AttentionCore {
   double batch_heads = 0;  // micro-batch x heads on this device
-  double seq_len = 0;
+  double seq_len = 0;      // the keys: the whole sequence
   double head_dim = 0;
-  double forward_flops() const { return 4 * batch_heads * seq_len * seq_len * head_dim; }
+  // Context parallelism (context_parallel_cost.h): the rank's queries are
+  // seq_len / query_shards tokens, balanced so that it computes 1 /
+  // query_shards of the causal attention, in query_shards ring steps (a
+  // kernel each).
+  double query_shards = 1;
+  double forward_flops() const {
+    return 4 * batch_heads * seq_len * seq_len * head_dim / query_shards;
+  }
   // Backward recomputes the scores and forms four products: 2.5 x forward
   // as executed (counted as 2 x forward in MFU's model FLOPs).
   double backward_flops() const { return 2.5 * forward_flops(); }
-  // Bytes the forward reads (q, k, v) and writes (output, logsumexp) once.
+  // Bytes the forward reads (q, and k, v of every block) and writes (output,
+  // logsumexp) once, and across ring steps the fp32 output it accumulates.
   double forward_bytes(int element_bytes) const {
-    return batch_heads * seq_len * (4 * head_dim * element_bytes + 4);
+    const double queries = seq_len / query_shards;
+    return batch_heads *
+           (queries * (2 * head_dim * element_bytes + 4) + seq_len * 2 * head_dim * element_bytes +
+            (query_shards - 1) * queries * head_dim * 8);
   }
   double backward_bytes(int element_bytes) const { return 2.5 * forward_bytes(element_bytes); }
 };
@@ -77,11 +89,15 @@ struct PassOperations {
 // norm, logits, loss) of micro_batch_size sequences on one device of a
 // tensor_parallel group.
 // sequence_parallel: the norm and residual operations move 1/t of their bytes.
+// context_parallel: the device holds seq_len / cp tokens of each sequence
+// (context_parallel_cost.h): every operation runs on those, the attention
+// core's queries too against the whole sequence's keys.
 PassOperations block_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                         bool sequence_parallel = false);
-PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel);
+                         bool sequence_parallel = false, int context_parallel = 1);
+PassOperations embedding_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
+                             int context_parallel = 1);
 PassOperations head_ops(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                        bool sequence_parallel = false);
+                        bool sequence_parallel = false, int context_parallel = 1);
 
 // The backward GEMMs of forward GEMMs: input and weight gradients of each.
 std::vector<Gemm> backward_gemms(const std::vector<Gemm>& forward);

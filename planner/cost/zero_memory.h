@@ -51,7 +51,8 @@ struct ZeroSharding {
 ZeroSharding zero_sharding(int zero_stage, int group);
 
 // The ZeRO group of a setting: data_parallel / zero_ngroups ranks where the
-// stage shards anything, else 1.
+// stage shards anything, else 1. (With context parallelism data_parallel is
+// the data x context-parallel ranks: ParallelShape::gradient_replicas.)
 int zero_group_size(int zero_stage, int data_parallel, int zero_ngroups);
 
 // The runtime's shard alignment (runtime/parallel/gradient_buckets.h): each

@@ -35,7 +35,7 @@ DeviceLayout resolve_device_layout(const JobConfig& config) {
     world_source = "[cluster] num_nodes x devices_per_node";
   } else {
     world = int64_t{std::max(p.pipeline_nstages, 1)} * std::max(p.tensor_parallel_degree, 1) *
-            std::max(p.data_parallel_degree, 1);
+            std::max(p.data_parallel_degree, 1) * std::max(p.context_parallel_degree, 1);
     world_source = "the fixed degrees";
   }
   if (world > (1 << 24)) fail(config, world_source + " = " + str(world) + " is too large");

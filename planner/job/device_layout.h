@@ -5,7 +5,7 @@
 //   world_size = [planner] world_size if set; else mesh_row x mesh_col if either
 //   is set; else [cluster] num_nodes x devices_per_node if num_nodes is set; else
 //   the product of the fixed degrees (pipeline_nstages, tensor_parallel_degree,
-//   data_parallel_degree; unset ones count 1).
+//   data_parallel_degree, context_parallel_degree; unset ones count 1).
 //   devices per node = mesh_col if mesh_row or mesh_col is set; else the world
 //   when it fits in one cluster node; else [cluster] devices_per_node (which must
 //   divide the world). nodes = world / devices per node.

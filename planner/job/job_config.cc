@@ -253,6 +253,9 @@ void resolve_defaults(JobConfig& config) {
   if (!config.was_set("training.min_learning_rate"))
     config.training.min_learning_rate = config.training.learning_rate / 10;
   if (!config.was_set("data.seed")) config.data.seed = config.training.seed;
+  if (!config.was_set("data.document_separator"))
+    config.data.document_separator =
+        config.data.document_mask ? default_document_separator(model.vocab_size) : -1;
   JobConfig explicit_values;
   explicit_values.cluster = config.cluster;
   config.cluster = cluster_preset(config.cluster.preset);
@@ -268,7 +271,14 @@ bool option_default_is_derived(const std::string& dotted_key) {
   // What resolve_defaults fills in from other options when a job leaves it unset.
   return dotted_key.rfind("cluster.", 0) == 0 || dotted_key == "model.ffn_size" ||
          dotted_key == "model.tied_embeddings" || dotted_key == "model.num_kv_heads" ||
-         dotted_key == "training.min_learning_rate" || dotted_key == "data.seed";
+         dotted_key == "training.min_learning_rate" || dotted_key == "data.seed" ||
+         dotted_key == "data.document_separator";
+}
+
+int default_document_separator(int vocab_size) {
+  if (vocab_size >= 50257 && vocab_size <= 50304) return 50256;  // GPT-2's <|endoftext|>
+  if (vocab_size == 128256) return 128001;                       // Llama 3's <|end_of_text|>
+  return -1;
 }
 
 std::string JobConfig::task_name() const {

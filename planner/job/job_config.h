@@ -11,7 +11,8 @@
 //   line:column.
 // - [planner] accepts every AutoDist option under its own name with its own
 //   default (see planner/README.md for the mapping), plus the torchtitan-style
-//   tensor_parallel_degree and data_parallel_degree (0 = let the planner choose).
+//   tensor_parallel_degree, data_parallel_degree and context_parallel_degree
+//   (0 = let the planner choose).
 // - Derived defaults are resolved from what was set: ffn_size = 4 * d_model,
 //   min_learning_rate = learning_rate / 10, cluster fields from the preset. An
 //   explicit value always wins; JobConfig::was_set() tells which keys were given.
@@ -107,7 +108,18 @@ struct DataConfig {
   std::string validation;  // empty: --val-data names it, or none
   bool shuffle = true;     // a seeded permutation of each dataset per epoch
   uint64_t seed = 0;       // default: [training] seed
+  // Document masking (Data.document_separator): attention stays within the
+  // documents of a sequence, each ended by document_separator. Its default
+  // with document_mask: the end-of-text token of the vocabulary's tokenizer
+  // (default_document_separator); -1 without masking.
+  bool document_mask = false;
+  int document_separator = -1;
 };
+
+// The end-of-text token of the tokenizers whose vocabularies paraplan knows:
+// 50256 (GPT-2's <|endoftext|>) for vocab_size 50257..50304 (GPT-2's, padded),
+// 128001 (Llama 3's <|end_of_text|>) for 128256; -1 for any other.
+int default_document_separator(int vocab_size);
 
 // Sizes are in the units users read on spec sheets: GB (2^30 bytes, as AutoDist's
 // memory_constraint), TFLOP/s (10^12), GB/s (10^9 bytes/s, per direction),
@@ -191,8 +203,9 @@ struct PlannerOptions {
   bool is_train = true;
   bool verbose = false;
   int64_t ignore_small_tensor_threshold = 1;
-  int tensor_parallel_degree = 0;  // 0 = auto
-  int data_parallel_degree = 0;    // 0 = auto
+  int tensor_parallel_degree = 0;   // 0 = auto
+  int data_parallel_degree = 0;     // 0 = auto
+  int context_parallel_degree = 0;  // 0 = auto (plan.fbs Mesh.context_parallel)
 };
 
 struct JobConfig {
@@ -262,7 +275,8 @@ bool option_applies_to(schema::Architecture architecture, const std::string& dot
 // True for an option whose default comes from others (the cluster preset's
 // figures, ffn_size from d_model, tied_embeddings from the architecture,
 // num_kv_heads from num_heads, min_learning_rate from learning_rate, data.seed
-// from training.seed): its resolved value says what the job ran with even
+// from training.seed, data.document_separator from document_mask and
+// vocab_size): its resolved value says what the job ran with even
 // when it equals JobConfig{}'s.
 bool option_default_is_derived(const std::string& dotted_key);
 

@@ -168,6 +168,8 @@ std::vector<FieldSpec> training_fields() {
       PARAPLAN_FIELD(data, validation),
       PARAPLAN_FIELD(data, shuffle),
       PARAPLAN_FIELD(data, seed),
+      PARAPLAN_FIELD(data, document_mask),
+      PARAPLAN_FIELD(data, document_separator),
   };
 }
 
@@ -278,6 +280,7 @@ std::vector<FieldSpec> planner_fields() {
       PARAPLAN_FIELD(planner, ignore_small_tensor_threshold),
       PARAPLAN_FIELD(planner, tensor_parallel_degree),
       PARAPLAN_FIELD(planner, data_parallel_degree),
+      PARAPLAN_FIELD(planner, context_parallel_degree),
   };
 }
 

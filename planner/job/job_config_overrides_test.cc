@@ -91,7 +91,8 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  EXPECT_EQ(options.size(), 90u);  // 86 + [data] train, validation, shuffle, seed
+  // 87 + [data] train, validation, shuffle, seed, document_mask, document_separator
+  EXPECT_EQ(options.size(), 93u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",
@@ -126,7 +127,8 @@ TEST(JobConfigTest, OptionsListEveryKey) {
                           "verbose",
                           "ignore_small_tensor_threshold",
                           "tensor_parallel_degree",
-                          "data_parallel_degree"})
+                          "data_parallel_degree",
+                          "context_parallel_degree"})
     EXPECT_EQ(by_key.count(std::string("planner.") + key), 1u) << key;
   EXPECT_EQ(by_key["planner.pipeline_nstages"], "auto");
   EXPECT_EQ(by_key["planner.pipeline_scheduler"], "auto");
@@ -140,6 +142,9 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   EXPECT_EQ(by_key["cluster.compute_units"], "1");
   EXPECT_EQ(by_key["cluster.cores_per_node"], "0");
   EXPECT_EQ(by_key["training.seed"], "1337");
+  EXPECT_EQ(by_key["planner.context_parallel_degree"], "0");
+  EXPECT_EQ(by_key["data.document_mask"], "false");
+  EXPECT_EQ(by_key["data.document_separator"], "-1");
 }
 
 }  // namespace

@@ -209,6 +209,57 @@ void validate_cluster(const JobConfig& c) {
   require_range(c, "cluster", "cores_per_node", k.cores_per_node, 0, true, kInfinity, false);
 }
 
+// [data]: document masking's separator, a token of the vocabulary.
+void validate_data(const JobConfig& c) {
+  const DataConfig& d = c.data;
+  const int vocab = c.model.vocab_size;
+  const std::string vocabulary = "[0, " + std::to_string(vocab) + "), the vocabulary";
+  if (!d.document_mask) {
+    if (d.document_separator >= 0)
+      fail(c, "[data] document_separator",
+           "= " + std::to_string(d.document_separator) +
+               " is set, but document_mask = false; set document_mask = true to keep attention "
+               "within the documents it ends, or remove document_separator");
+    return;
+  }
+  if (!c.was_set("data.document_separator") && d.document_separator < 0)
+    fail(c, "[data] document_separator",
+         "is required with document_mask = true for vocab_size " + std::to_string(vocab) +
+             " (the default is known only for GPT-2's 50257..50304, 50256, and Llama 3's "
+             "128256, 128001): set it to the tokenizer's end-of-text token id");
+  if (d.document_separator < 0 || d.document_separator >= vocab)
+    fail(c, "[data] document_separator",
+         "= " + std::to_string(d.document_separator) + " is not a token id; valid: " + vocabulary);
+}
+
+// "1, 2, 4, 8, ..., 4096": the context-parallel degrees seq_len allows (2 cp
+// dividing it), at most 12 named.
+std::string context_parallel_degrees(int seq_len) {
+  std::string text;
+  int named = 0;
+  for (int cp = 1; 2 * int64_t{cp} <= seq_len; ++cp) {
+    if (seq_len % (2 * cp) != 0) continue;
+    if (++named > 12) return text + ", ...";
+    text += (text.empty() ? "" : ", ") + std::to_string(cp);
+  }
+  return text.empty() ? "none (seq_len is odd: only 1)" : text;
+}
+
+// [planner] context_parallel_degree: each rank of a group holds 2 of the
+// 2 cp equal chunks of every sequence (plan.fbs Mesh.context_parallel).
+void validate_context_parallel(const JobConfig& c) {
+  const int cp = c.planner.context_parallel_degree, seq_len = c.model.seq_len;
+  require_at_least(c, "planner", "context_parallel_degree", cp, 0, "0 lets the planner choose");
+  if (cp <= 1 || seq_len % (2 * int64_t{cp}) == 0) return;
+  fail(c, "[planner] context_parallel_degree",
+       "= " + std::to_string(cp) + " is invalid: 2 x " + std::to_string(cp) + " = " +
+           std::to_string(2 * int64_t{cp}) +
+           " does not divide [model] seq_len = " + std::to_string(seq_len) +
+           " (each context-parallel rank holds 2 of the 2 x context_parallel_degree equal "
+           "chunks of every sequence); valid: 0 (the planner chooses) or " +
+           context_parallel_degrees(seq_len));
+}
+
 // [planner] pipeline_virtual_stages against the schedule kind's chunk rule.
 void validate_pipeline_options(const JobConfig& c) {
   const PlannerOptions& p = c.planner;
@@ -279,6 +330,7 @@ void validate_planner(const JobConfig& c) {
                    "0 lets the planner choose");
   require_at_least(c, "planner", "data_parallel_degree", p.data_parallel_degree, 0,
                    "0 lets the planner choose");
+  validate_context_parallel(c);
   if (p.sequence_parallel == true && p.tensor_parallel_degree == 1)
     fail(c, "[planner] sequence_parallel",
          "= true contradicts [planner] tensor_parallel_degree = 1; sequence parallelism shards "
@@ -297,6 +349,7 @@ void validate_planner(const JobConfig& c) {
 void validate_job_config(const JobConfig& c) {
   validate_model(c);
   validate_training(c);
+  validate_data(c);
   validate_cluster(c);
   validate_planner(c);
 }

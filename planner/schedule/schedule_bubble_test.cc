@@ -203,12 +203,36 @@ TEST(ScheduleBubbleTest, ZeroBubbleH1ReachesThePapersBubble) {
           const double one_f_one_b = (p - 1) * (t.forward + t.backward);
           EXPECT_LE(bubble, one_f_one_b + 1e-9) << name(c);
           if (m < p) continue;
-          if (w <= std::min(t.forward, input) + 1e-12)
+          if (w <= std::min(t.forward, input) + 1e-12) {
             EXPECT_LE(bubble, (p - 1) * (t.forward + input - w) + 1e-9) << name(c);
-          if (ratio == 2.0 && weight == 0.5) EXPECT_NEAR(bubble, p - 1, 1e-9) << name(c);
+          }
+          if (ratio == 2.0 && weight == 0.5) {
+            EXPECT_NEAR(bubble, p - 1, 1e-9) << name(c);
+          }
           if (p > 1) worst_share = std::max(worst_share, bubble / one_f_one_b);
         }
   if (printing()) std::printf("ZB-H1: bubble at most %.3f of 1F1B's\n", worst_share);
+}
+
+// Its bubble, where no closed form is exact too (W > min(F, B_in): short
+// steps, context parallelism's), is the same for every m >= 2p: the planner
+// plays out m = 2p for every longer step (zero_bubble_h1_bubble_micro_batches).
+TEST(ScheduleBubbleTest, ZeroBubbleH1BubbleIsTheSameForEveryLongerStep) {
+  for (int p : {2, 3, 4, 6, 8, 12, 16, 24, 32})
+    for (double ratio : {1.5, 2.0, 2.2, 3.0})
+      for (double weight : {0.25, 0.45, 0.5, 0.55, 0.6}) {
+        const Times t{1, ratio, weight};
+        double shortest = 0;
+        for (int m : {2 * p, 2 * p + 1, 3 * p, 4 * p + 3, 8 * p}) {
+          const Case c{ScheduleKind::ZeroBubbleH1, p, m, 1, t};
+          const double bubble =
+              played_out(generate_schedule(c.kind, p, m), t) - m * (t.forward + t.backward);
+          if (m == 2 * p) shortest = bubble;
+          EXPECT_NEAR(bubble, shortest, 1e-9) << name(c);
+        }
+        EXPECT_EQ(schedule_kind_row(ScheduleKind::ZeroBubbleH1).bubble_micro_batches(p, 8 * p),
+                  2 * p);
+      }
 }
 
 // ZB-V at F = B_in = W (per chunk) and m >= 2p: every rank computes without

@@ -133,6 +133,12 @@ double zero_bubble_h1_exact_bubble(int p, int m, int, double backward_ratio, dou
   return -1;
 }
 
+// Where W > min(F, B_in) the played-out bubble is the same for every
+// m >= 2p (schedule_bubble_test): the planner plays out m = 2p.
+int zero_bubble_h1_bubble_micro_batches(int p, int m) {
+  return m > 2 * p ? 2 * p : m;
+}
+
 // The V kinds: two chunks per rank; before the backward's split is known,
 // ZB-H1's bubble at half the slot (each chunk is half a stage).
 double v_bubble(int p, int, double weight_fraction) {
@@ -215,7 +221,7 @@ ScheduleKindRow make_row(ScheduleKind kind) {
               .weight_pending = zero_bubble_h1_pending,
               .closed_form_bubble = zero_bubble_h1_bubble,
               .exact_bubble = zero_bubble_h1_exact_bubble,
-              .bubble_micro_batches = same_micro_batches};
+              .bubble_micro_batches = zero_bubble_h1_bubble_micro_batches};
     case ScheduleKind::ZeroBubbleV:
       return {.traits = traits,
               .fewest_micro_batches_per_stage = 0,

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "planner/cost/context_parallel_cost.h"
 #include "planner/cost/model_counts.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/search/search_space.h"
@@ -17,7 +18,7 @@ namespace {
 
 using schema::RecomputeMode;
 
-// Meshes, enumerated here on their own: (pp, dp, tp) multiplying to the world.
+// Meshes, enumerated here on their own: (pp, dp, cp, tp) multiplying to the world.
 std::vector<ParallelShape> all_meshes(const JobConfig& config, const DeviceLayout& layout) {
   const ModelConfig& m = config.model;
   const PlannerOptions& p = config.planner;
@@ -25,20 +26,27 @@ std::vector<ParallelShape> all_meshes(const JobConfig& config, const DeviceLayou
   const int world = layout.world_size();
   for (int pp = 1; pp <= world; ++pp)
     for (int dp = 1; dp <= world; ++dp)
-      for (int tp = 1; tp <= world; ++tp) {
-        if (pp * dp * tp != world) continue;
-        if (p.pipeline_nstages > 0 && pp != p.pipeline_nstages) continue;
-        if (p.data_parallel_degree > 0 && dp != p.data_parallel_degree) continue;
-        if (p.tensor_parallel_degree > 0 && tp != p.tensor_parallel_degree) continue;
-        if (layout.devices_per_node % tp || m.num_heads % tp || kv_heads(m) % tp ||
-            m.d_model % tp || m.ffn_size % tp || m.vocab_size % tp)
-          continue;
-        if (pp > m.num_layers + 2 || config.training.global_batch_size % dp) continue;
-        // Sequence parallelism: with tp > 1 where seq_len divides, as asked.
-        const std::optional<bool> asked = p.sequence_parallel;
-        if (asked != true || tp == 1) meshes.push_back({pp, dp, tp, false});
-        if (asked != false && tp > 1 && m.seq_len % tp == 0) meshes.push_back({pp, dp, tp, true});
-      }
+      for (int cp = 1; cp <= world; ++cp)
+        for (int tp = 1; tp <= world; ++tp) {
+          if (pp * dp * cp * tp != world) continue;
+          if (p.pipeline_nstages > 0 && pp != p.pipeline_nstages) continue;
+          if (p.data_parallel_degree > 0 && dp != p.data_parallel_degree) continue;
+          if (p.context_parallel_degree > 0 && cp != p.context_parallel_degree) continue;
+          if (p.tensor_parallel_degree > 0 && tp != p.tensor_parallel_degree) continue;
+          if (layout.devices_per_node % tp || m.num_heads % tp || kv_heads(m) % tp ||
+              m.d_model % tp || m.ffn_size % tp || m.vocab_size % tp)
+            continue;
+          if (pp > m.num_layers + 2 || config.training.global_batch_size % dp) continue;
+          // (Context parallelism: 2 cp dividing seq_len, in chunks of an
+          // attention tile or more unless fixed.)
+          if (cp > 1 && m.seq_len % (2 * cp)) continue;
+          if (p.context_parallel_degree == 0 && !context_parallel_searchable(m, cp)) continue;
+          // Sequence parallelism: with tp > 1 where seq_len / cp divides, as asked.
+          const std::optional<bool> asked = p.sequence_parallel;
+          if (asked != true || tp == 1) meshes.push_back({pp, dp, tp, false, cp});
+          if (asked != false && tp > 1 && (m.seq_len / cp) % tp == 0)
+            meshes.push_back({pp, dp, tp, true, cp});
+        }
   return meshes;
 }
 
@@ -105,8 +113,9 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
       if (space.fixed_num_micro_batches > 0 && m != space.fixed_num_micro_batches) continue;
       for (int zero : space.zero_stages) {
         const bool sharded = shards_optimizer_state(zero);
-        if (sharded &&
-            (dp % space.zero_ngroups != 0 || (dp == 1 && !config.was_set("planner.zero_stage"))))
+        const int replicas = shape.gradient_replicas();
+        if (sharded && (replicas % space.zero_ngroups != 0 ||
+                        (replicas == 1 && !config.was_set("planner.zero_stage"))))
           continue;
         const PlanSetting base{shape, space.layout, b, m, zero, sharded ? space.zero_ngroups : 1,
                                {}};

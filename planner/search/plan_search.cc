@@ -31,11 +31,8 @@ std::string str(int64_t value) {
 }
 
 std::string setting_name(const PlanSetting& setting) {
-  return "pp " + str(setting.shape.pipeline_stages) + " x dp " + str(setting.shape.data_parallel) +
-         " x tp " + str(setting.shape.tensor_parallel) +
-         (setting.shape.sequence_parallel ? " (sequence parallel)" : "") + ", micro-batch " +
-         str(setting.micro_batch_size) + " x " + str(setting.num_micro_batches) + ", ZeRO " +
-         str(setting.zero_stage) +
+  return mesh_name(setting.shape) + ", micro-batch " + str(setting.micro_batch_size) + " x " +
+         str(setting.num_micro_batches) + ", ZeRO " + str(setting.zero_stage) +
          (schedule_kind_row(setting.schedule.kind).runs_every_setting
               ? ""
               : ", " + schedule_choice_name(setting.schedule));
@@ -74,10 +71,11 @@ void for_each_on_threads(int threads, size_t count, Each&& each) {
   if (failure) std::rethrow_exception(failure);
 }
 
-std::tuple<int, int, bool, int, int, int, int, int, int> setting_key(const PlanSetting& s) {
+std::tuple<int, int, bool, int, int, int, int, int, int, int> setting_key(const PlanSetting& s) {
   return {s.shape.pipeline_stages,
           s.shape.tensor_parallel,
           s.shape.sequence_parallel,
+          s.shape.context_parallel,
           s.shape.data_parallel,
           -s.micro_batch_size,
           s.zero_stage,
@@ -101,6 +99,7 @@ PartitionProblem make_problem(const JobConfig& config, const SearchSpace& space,
   if (costs.num_stages() > 1)
     problem.min_unbalance_ratio = config.planner.max_pipeline_unbalance_ratio;
   problem.prune_at_or_above = prune;
+  problem.prune_before_fit = costs.setting_before_bubble().shape.context_parallel > 1;
   return problem;
 }
 
@@ -130,8 +129,8 @@ bool ranks_before(const PlanCandidate& a, const PlanCandidate& b) {
   const auto key = [](const PlanCandidate& c) {
     const PlanSetting& s = c.setting;
     return std::make_tuple(c.estimate.prediction.step_seconds, s.shape.pipeline_stages,
-                           s.shape.tensor_parallel, s.zero_stage, -s.micro_batch_size,
-                           s.zero_ngroups, s.shape.sequence_parallel,
+                           s.shape.tensor_parallel, s.shape.context_parallel, s.zero_stage,
+                           -s.micro_batch_size, s.zero_ngroups, s.shape.sequence_parallel,
                            static_cast<int>(s.schedule.kind), s.schedule.virtual_stages);
   };
   return key(a) < key(b);
@@ -172,11 +171,12 @@ void reject(SearchResult& result, const PlanSetting& setting, RejectionKind kind
   result.rejections.push_back(std::move(rejection));
 }
 
-// The ZeRO settings (stage, groups) a mesh of data-parallel degree dp tries;
-// a zero_ngroups that does not divide dp is rejected (once per mesh).
+// The ZeRO settings (stage, groups) a mesh tries over its dp x cp ranks
+// holding the same parameters; a zero_ngroups that does not divide them is
+// rejected (once per mesh).
 std::vector<std::pair<int, int>> zero_settings(const JobConfig& config, const SearchSpace& space,
                                                const ParallelShape& shape, SearchResult& result) {
-  const int dp = shape.data_parallel;
+  const int dp = shape.gradient_replicas();
   std::vector<std::pair<int, int>> settings;  // (stage, groups)
   bool rejected = false;
   for (int zero : space.zero_stages) {
@@ -189,9 +189,9 @@ std::vector<std::pair<int, int>> zero_settings(const JobConfig& config, const Se
       setting.shape = shape;
       setting.layout = space.layout;
       setting.zero_stage = zero;
-      reject(
-          result, setting, RejectionKind::ZeroGroups,
-          "[planner] zero_ngroups = " + str(space.zero_ngroups) + " does not divide dp " + str(dp));
+      reject(result, setting, RejectionKind::ZeroGroups,
+             "[planner] zero_ngroups = " + str(space.zero_ngroups) + " does not divide dp " +
+                 (shape.context_parallel > 1 ? "x cp " : "") + str(dp));
     } else if (dp > 1 || config.was_set("planner.zero_stage")) {
       settings.push_back({zero, space.zero_ngroups});
     }
@@ -238,6 +238,7 @@ std::string bubble_filter_reason(const JobConfig& config, const SearchSpace& spa
 // Every setting of the space, with the cheap filters applied: what they
 // reject goes to result.rejections, the rest are counted and returned.
 std::vector<PendingSetting> enumerate_settings(const JobConfig& config, const SearchSpace& space,
+                                               const MeasuredProfile* profile,
                                                SearchResult& result) {
   std::vector<PendingSetting> pending;
   for (const ParallelShape& shape : space.meshes) {
@@ -252,6 +253,7 @@ std::vector<PendingSetting> enumerate_settings(const JobConfig& config, const Se
       continue;
     }
     for (int b : sizes) {
+      if (context_parallel_dominated(space, config, shape, b, profile != nullptr)) continue;
       const int m = config.training.global_batch_size / (dp * b);
       for (const auto& [zero, groups] : zeros) {
         const PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
@@ -309,7 +311,8 @@ class SettingSolver {
         profile_(profile),
         result_(result),
         kind_best_(static_cast<int>(schema::ScheduleKind::MAX) + 1),
-        zero_best_(kHighestZeroStage + 1) {}
+        zero_best_(kHighestZeroStage + 1),
+        context_classes_(has_both_context_classes(result.space)) {}
 
   void solve_all(const std::vector<PendingSetting>& pending) {
     for_each_on_threads(config_.planner.nproc, pending.size(),
@@ -318,20 +321,33 @@ class SettingSolver {
       if (best) result_.best_per_schedule.push_back(std::move(*best));
     for (auto& best : zero_best_)
       if (best) result_.best_per_zero_stage.push_back(std::move(*best));
+    result_.best_without_context_parallel = std::move(best_without_context_);
   }
 
   // [planner] verbose's lines, keyed by setting.
   std::vector<std::pair<PlanSetting, std::string>> log;
 
  private:
+  // Whether the space has meshes with context parallelism and without: then
+  // the best plan without it is kept (the report's comparison).
+  static bool has_both_context_classes(const SearchSpace& space) {
+    bool with = false, without = false;
+    for (const ParallelShape& shape : space.meshes)
+      (shape.context_parallel > 1 ? with : without) = true;
+    return with && without;
+  }
   // A setting is skipped only when it can beat neither the top-k, nor its
-  // schedule kind's best, nor its ZeRO stage's best.
+  // schedule kind's best, nor its ZeRO stage's best, nor, without context
+  // parallelism, the best plan without it. (The best plan with it is the
+  // first in the top-k, where one is: the report names no other.)
   double bound_of(const PlanSetting& setting) const {
     const auto step_of = [](const std::optional<PlanCandidate>& best) {
       return best ? best->estimate.prediction.step_seconds : kInfinity;
     };
+    const bool without_context = context_classes_ && setting.shape.context_parallel == 1;
     return std::max({kth_step_, step_of(kind_best_[static_cast<int>(setting.schedule.kind)]),
-                     step_of(zero_best_[setting.zero_stage])});
+                     step_of(zero_best_[setting.zero_stage]),
+                     without_context ? step_of(best_without_context_) : 0.0});
   }
 
   void solve(const PendingSetting& item) {
@@ -392,12 +408,15 @@ class SettingSolver {
     return "rejected: " + reason;
   }
 
-  // Under mutex_: the candidate into its kind's and its ZeRO stage's best and
-  // the top-k.
+  // Under mutex_: the candidate into its kind's, its ZeRO stage's and its
+  // best without context parallelism and the top-k.
   void rank(PlanCandidate candidate) {
     for (auto* best : {&kind_best_[static_cast<int>(candidate.setting.schedule.kind)],
                        &zero_best_[candidate.setting.zero_stage]})
       if (!*best || ranks_before(candidate, **best)) *best = candidate;
+    if (context_classes_ && candidate.setting.shape.context_parallel == 1 &&
+        (!best_without_context_ || ranks_before(candidate, *best_without_context_)))
+      best_without_context_ = candidate;
     auto& ranked = result_.ranked;
     ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), candidate, ranks_before),
                   std::move(candidate));
@@ -413,6 +432,8 @@ class SettingSolver {
   double kth_step_ = kInfinity;
   std::vector<std::optional<PlanCandidate>> kind_best_;
   std::vector<std::optional<PlanCandidate>> zero_best_;  // per ZeRO stage
+  const bool context_classes_;
+  std::optional<PlanCandidate> best_without_context_;
 };
 
 }  // namespace
@@ -422,16 +443,28 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
   SearchResult result;
   result.space = resolve_search_space(config);
   const PlannerOptions& options = config.planner;
-  std::vector<PendingSetting> pending = enumerate_settings(config, result.space, result);
+  std::vector<PendingSetting> pending = enumerate_settings(config, result.space, profile, result);
 
   // Each bound builds the setting's cost model, which plays out its schedule
-  // the first time a shape is seen: on every thread.
+  // the first time a shape is seen: on every thread. Context parallelism's
+  // settings bring many shapes of their own (more micro-batches), most of
+  // them skipped: their bound takes the bubble's lower bound where it would
+  // be played out (bubble_slots_lower_bound).
   for_each_on_threads(options.nproc, pending.size(), [&](size_t i) {
-    pending[i].lower_bound =
-        partition_step_lower_bound(StageCostModel(config, pending[i].setting, profile));
+    const PlanSetting& setting = pending[i].setting;
+    pending[i].lower_bound = partition_step_lower_bound(
+        StageCostModel(config, setting, profile,
+                       setting.shape.context_parallel > 1 ? BubbleEstimate::kLowerBound
+                                                          : BubbleEstimate::kPlayedOut));
   });
+  // Settings without context parallelism first: where they win (short
+  // sequences) the top-k bound they set skips most of the others, whose
+  // bounds count no bubble.
   std::stable_sort(pending.begin(), pending.end(),
                    [](const PendingSetting& a, const PendingSetting& b) {
+                     const bool a_ring = a.setting.shape.context_parallel > 1,
+                                b_ring = b.setting.shape.context_parallel > 1;
+                     if (a_ring != b_ring) return b_ring;
                      return a.lower_bound < b.lower_bound;
                    });
 
@@ -449,7 +482,8 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
                        const PlanSetting& s = r.setting;
                        return std::make_tuple(static_cast<int>(r.kind), s.shape.pipeline_stages,
                                               s.shape.tensor_parallel, s.micro_batch_size,
-                                              s.zero_stage, s.shape.sequence_parallel);
+                                              s.zero_stage, s.shape.sequence_parallel,
+                                              s.shape.context_parallel);
                      };
                      return key(a) < key(b);
                    });
@@ -483,7 +517,7 @@ std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
     const auto key = [](const SettingRejection& r) {
       const PlanSetting& s = r.setting;
       return std::make_tuple(s.micro_batch_size, -s.shape.pipeline_stages * s.shape.tensor_parallel,
-                             -s.zero_stage, -s.shape.pipeline_stages);
+                             -s.zero_stage, -s.shape.pipeline_stages, -s.shape.context_parallel);
     };
     if (closest == nullptr || key(rejection) < key(*closest)) closest = &rejection;
   }

@@ -11,6 +11,7 @@
 // settings and the bound; the result does not depend on nproc.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct SearchResult {
   // comparison of the stages); skipped likewise only when a setting can beat
   // neither the top-k nor its stage's best.
   std::vector<PlanCandidate> best_per_zero_stage;
+  // Where the space has meshes with context parallelism (cp > 1) and
+  // without: the best plan without it (the report's comparison), kept
+  // alike. (The best with it is the first such plan in ranked, if any is.)
+  std::optional<PlanCandidate> best_without_context_parallel;
   // Every setting enumerated (statistics.settings of them), in enumeration order.
   std::vector<PlanSetting> settings;
   std::vector<SettingRejection> rejections;
@@ -85,8 +90,8 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
                              const std::vector<RecomputeRange>& layer_recompute,
                              const StagePartition& partition, const MeasuredProfile* profile);
 
-// Orders candidates: faster first, then fewer stages, less TP, the lower ZeRO
-// stage, larger micro-batches, no sequence parallelism.
+// Orders candidates: faster first, then fewer stages, less TP, less context
+// parallelism, the lower ZeRO stage, larger micro-batches, no sequence parallelism.
 bool ranks_before(const PlanCandidate& a, const PlanCandidate& b);
 
 }  // namespace paraplan

@@ -4,9 +4,11 @@
 #include "planner/search/search_space.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 
+#include "planner/cost/context_parallel_cost.h"
 #include "planner/cost/model_counts.h"
 #include "planner/job/module_names.h"
 #include "schema/model_limits.h"
@@ -58,22 +60,34 @@ void check_fixed_degrees(const JobConfig& config, const DeviceLayout& layout) {
   const int world = layout.world_size();
   const int global = config.training.global_batch_size;
   const int fixed_pp = p.pipeline_nstages, fixed_tp = p.tensor_parallel_degree,
-            fixed_dp = p.data_parallel_degree;
+            fixed_dp = p.data_parallel_degree, fixed_cp = p.context_parallel_degree;
   for (const auto& [name, degree] : {std::pair<const char*, int>{"pipeline_nstages", fixed_pp},
                                      {"tensor_parallel_degree", fixed_tp},
-                                     {"data_parallel_degree", fixed_dp}})
+                                     {"data_parallel_degree", fixed_dp},
+                                     {"context_parallel_degree", fixed_cp}})
     if (degree > 0 && world % degree != 0)
       fail(config, std::string("[planner] ") + name + " = " + str(degree) +
                        " does not divide the world size " + str(world) + "; choose a divisor of " +
                        str(world));
-  const int64_t fixed_product =
-      int64_t{std::max(fixed_pp, 1)} * std::max(fixed_tp, 1) * std::max(fixed_dp, 1);
-  if (world % fixed_product != 0 ||
-      (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 && fixed_product != world))
-    fail(config, "[planner] pipeline_nstages x tensor_parallel_degree x data_parallel_degree = " +
-                     str(fixed_product) + " does not " +
-                     (fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0 ? "equal" : "divide") +
-                     " the world size " + str(world));
+  const int64_t fixed_product = int64_t{std::max(fixed_pp, 1)} * std::max(fixed_tp, 1) *
+                                std::max(fixed_dp, 1) * std::max(fixed_cp, 1);
+  // (An unset context_parallel_degree takes what the others leave; fixed,
+  // the four must multiply to the world.)
+  // pp, tp and dp fixed: they make the mesh (an unset context_parallel_degree
+  // is 1 there; the message names the cp that would fill the world).
+  const bool mesh_fixed = fixed_pp > 0 && fixed_tp > 0 && fixed_dp > 0;
+  if (world % fixed_product != 0 || (mesh_fixed && fixed_product != world)) {
+    const int64_t rest = world % fixed_product == 0 ? world / fixed_product : 0;
+    const bool rest_is_context =
+        mesh_fixed && fixed_cp == 0 && rest > 1 && config.model.seq_len % (2 * rest) == 0;
+    fail(config, "[planner] pipeline_nstages x tensor_parallel_degree x data_parallel_degree" +
+                     std::string(fixed_cp > 0 ? " x context_parallel_degree" : "") + " = " +
+                     str(fixed_product) + " does not " + (mesh_fixed ? "equal" : "divide") +
+                     " the world size " + str(world) +
+                     (rest_is_context ? "; set [planner] context_parallel_degree = " + str(rest) +
+                                            " to split the sequences over the rest"
+                                      : std::string()));
+  }
   if (fixed_tp > 0) {
     const std::string problem = tensor_parallel_problem(config, fixed_tp, layout.devices_per_node);
     if (!problem.empty())
@@ -108,10 +122,14 @@ void resolve_batching_and_zero(const JobConfig& config, SearchSpace& space) {
     space.zero_stages.clear();
     for (int stage = 0; stage <= kHighestZeroStage; ++stage) space.zero_stages.push_back(stage);
   }
-  const int fixed_dp = p.data_parallel_degree;
-  if (fixed_dp > 0 && space.zero_ngroups_fixed && fixed_dp % p.zero_ngroups != 0)
+  // ZeRO groups split the data- x context-parallel ranks (an unset
+  // context_parallel_degree counts 1 here).
+  const int fixed_dp = p.data_parallel_degree, fixed_cp = std::max(p.context_parallel_degree, 1);
+  if (fixed_dp > 0 && space.zero_ngroups_fixed &&
+      int64_t{fixed_dp} * fixed_cp % p.zero_ngroups != 0)
     fail(config, "[planner] zero_ngroups = " + str(p.zero_ngroups) +
                      " does not divide [planner] data_parallel_degree = " + str(fixed_dp) +
+                     (fixed_cp > 1 ? " x context_parallel_degree = " + str(fixed_cp) : "") +
                      "; the data-parallel ranks are split into equal ZeRO groups");
 }
 
@@ -134,6 +152,21 @@ std::vector<int> resolve_layer_rules(const JobConfig& config, SearchSpace& space
   return allowed_tensor_parallel;
 }
 
+// The context-parallel degrees of a mesh whose pp x tp leaves `ranks`
+// ranks per tensor-parallel rank: the fixed one, else every cp dividing them
+// with 2 cp dividing seq_len into chunks of an attention tile or more
+// (context_parallel_cost.h).
+std::vector<int> context_parallel_choices(const JobConfig& config, int ranks) {
+  const int fixed = config.planner.context_parallel_degree;
+  std::vector<int> choices;
+  for (int cp = 1; cp <= ranks; ++cp) {
+    if (ranks % cp != 0 || (fixed > 0 && cp != fixed)) continue;
+    if (fixed == 0 && !context_parallel_searchable(config.model, cp)) continue;
+    choices.push_back(cp);
+  }
+  return choices;
+}
+
 // The meshes with tensor-parallel degree tp, or why there are none.
 void add_meshes_of_tensor_parallel(const JobConfig& config, int tp, SearchSpace& space) {
   const int world = space.layout.world_size();
@@ -142,20 +175,25 @@ void add_meshes_of_tensor_parallel(const JobConfig& config, int tp, SearchSpace&
             fixed_dp = config.planner.data_parallel_degree;
   for (int pp = 1; pp <= world / tp; ++pp) {
     if ((world / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
-    const int dp = world / tp / pp;
-    if (fixed_dp > 0 && dp != fixed_dp) continue;
-    if (pp > int64_t{config.model.num_layers} + 2 || pp > kMaxPipelineStages) {
-      space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2 or " +
-                               str(kMaxPipelineStages));
-      continue;
+    for (int cp : context_parallel_choices(config, world / tp / pp)) {
+      const int dp = world / tp / pp / cp;
+      if (fixed_dp > 0 && dp != fixed_dp) continue;
+      if (pp > int64_t{config.model.num_layers} + 2 || pp > kMaxPipelineStages) {
+        space.excluded.push_back("pp " + str(pp) + ": more stages than num_layers + 2 or " +
+                                 str(kMaxPipelineStages));
+        break;
+      }
+      const std::string mesh = "pp " + str(pp) + (cp > 1 ? " x cp " + str(cp) : "") + " x tp " +
+                               str(tp) + " (dp " + str(dp) + ")";
+      if (global % dp != 0) {
+        // (Context parallelism's meshes named only where the job fixes it.)
+        if (cp == 1 || config.planner.context_parallel_degree > 0)
+          space.excluded.push_back(mesh + ": dp does not divide global_batch_size " + str(global));
+        continue;
+      }
+      for (bool sequence_parallel : sequence_parallel_choices(config, tp, cp, space.excluded))
+        space.meshes.push_back({pp, dp, tp, sequence_parallel, cp});
     }
-    if (global % dp != 0) {
-      space.excluded.push_back("pp " + str(pp) + " x tp " + str(tp) + " (dp " + str(dp) +
-                               "): dp does not divide global_batch_size " + str(global));
-      continue;
-    }
-    for (bool sequence_parallel : sequence_parallel_choices(config, tp, space.excluded))
-      space.meshes.push_back({pp, dp, tp, sequence_parallel});
   }
 }
 
@@ -219,16 +257,22 @@ void check_some_micro_batching(const JobConfig& config, const SearchSpace& space
 
 }  // namespace
 
-std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
+std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp, int cp,
                                             std::vector<std::string>& excluded) {
   const std::optional<bool> asked = config.planner.sequence_parallel;
   if (tp == 1 || asked == false) return {false};
-  if (config.model.seq_len % tp != 0) {
+  // Each rank shards its seq_len / cp tokens of every sequence.
+  const int tokens = config.model.seq_len / cp;
+  if (tokens % tp != 0) {
     if (asked == true) {
-      const std::string reason = "tp " + std::to_string(tp) +
-                                 ": [planner] sequence_parallel = true, but tp does not divide "
-                                 "seq_len " +
-                                 std::to_string(config.model.seq_len);
+      const std::string reason =
+          "tp " + std::to_string(tp) +
+          (cp > 1 ? " with cp " + std::to_string(cp) +
+                        ": [planner] sequence_parallel = true, but tp does not divide seq_len / "
+                        "cp = " +
+                        std::to_string(tokens)
+                  : ": [planner] sequence_parallel = true, but tp does not divide seq_len " +
+                        std::to_string(tokens));
       if (std::find(excluded.begin(), excluded.end(), reason) == excluded.end())
         excluded.push_back(reason);
       return {};
@@ -275,6 +319,27 @@ std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& co
     sizes.push_back(b);
   }
   return sizes;
+}
+
+bool context_parallel_dominated(const SearchSpace& space, const JobConfig& config,
+                                const ParallelShape& shape, int micro_batch_size,
+                                bool measured_profile) {
+  const int cp = shape.context_parallel;
+  const int g = std::gcd(micro_batch_size, cp);
+  if (cp <= 1 || g <= 1 || (measured_profile && g == cp)) return false;
+  ParallelShape shorter = shape;
+  shorter.data_parallel *= g;
+  shorter.context_parallel /= g;
+  const auto same = [&](const ParallelShape& mesh) {
+    return mesh.pipeline_stages == shorter.pipeline_stages &&
+           mesh.data_parallel == shorter.data_parallel &&
+           mesh.tensor_parallel == shorter.tensor_parallel &&
+           mesh.sequence_parallel == shorter.sequence_parallel &&
+           mesh.context_parallel == shorter.context_parallel;
+  };
+  if (std::none_of(space.meshes.begin(), space.meshes.end(), same)) return false;
+  const std::vector<int> sizes = micro_batch_sizes(space, config, shorter.data_parallel);
+  return std::find(sizes.begin(), sizes.end(), micro_batch_size / g) != sizes.end();
 }
 
 void apply_partition_constraints(const JobConfig& config, const PartitionConstraints& constraints,

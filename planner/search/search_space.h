@@ -3,15 +3,16 @@
 // per-layer recompute intervals and stage boundaries the options allow.
 //
 // World size and devices: job/device_layout.h.
-// Meshes: every (pp, dp, tp) with pp x dp x tp = world where tp divides the
+// Meshes: every (pp, dp, cp, tp) with pp x dp x cp x tp = world where tp divides the
 // devices per node, num_heads, d_model, ffn_size and vocab_size (the runtime
 // splits the vocabulary), pp <= num_layers + 2 (only the first and last stage may
-// hold no block), dp divides global_batch_size; fixed degrees are respected.
-// Sequence parallelism (tp > 1 only, seq_len divisible by tp): sequence_parallel
+// hold no block), dp divides global_batch_size, 2 cp divides seq_len (context
+// parallelism: cost/context_parallel_cost.h); fixed degrees are respected.
+// Sequence parallelism (tp > 1 only, seq_len / cp divisible by tp): sequence_parallel
 // true or false fixes it, 'auto' tries both; each is a mesh of its own.
 // ZeRO: zero_stage fixed when set, else every stage the runtime runs
-// (schema/zero_stages.h: 0 to 3; the sharding ones only where dp > 1);
-// zero_ngroups as set (it must divide dp), else 1.
+// (schema/zero_stages.h: 0 to 3; the sharding ones only where dp x cp > 1);
+// zero_ngroups as set (it must divide dp x cp), else 1.
 // Micro-batches: a fixed micro_batch_size or update_freq fixes it; otherwise
 // every b with b x dp dividing global_batch_size.
 // Every inconsistency is a std::runtime_error naming the file and the field.
@@ -30,7 +31,7 @@ namespace paraplan {
 
 struct SearchSpace {
   DeviceLayout layout;
-  std::vector<ParallelShape> meshes;  // ordered by (pp, tp)
+  std::vector<ParallelShape> meshes;  // ordered by (tp, pp, cp)
   // Per layer: the recompute modes the search may choose.
   std::vector<RecomputeRange> layer_recompute;
   // Positions 0..num_layers: may a stage end (the next begin) before layer j?
@@ -63,10 +64,22 @@ void apply_partition_constraints(const JobConfig& config, const PartitionConstra
 std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& config,
                                    int data_parallel);
 
-// The sequence-parallel settings a mesh of tensor-parallel degree tp may use
-// (the rule above); a tp whose seq_len forbids the one asked for is noted in
-// excluded (and gets none).
-std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp,
+// Whether micro-batch size b on `shape`, a mesh with context parallelism, is
+// left out of the search: where g = gcd(b, cp) > 1 and the space has the mesh
+// with dp x g and cp / g (same pp, tp, sequence parallelism) and micro-batch
+// b / g there, that setting runs the same tokens per rank per micro-batch
+// (the same GEMMs, the same attention FLOPs, activations, collectives and
+// micro-batch count) with a shorter ring of the same blocks: the cost
+// model's step and memory are never worse there, so the search skips b. Not
+// where a measured profile costs the other mesh (cp / g = 1) and not this one.
+bool context_parallel_dominated(const SearchSpace& space, const JobConfig& config,
+                                const ParallelShape& shape, int micro_batch_size,
+                                bool measured_profile);
+
+// The sequence-parallel settings a mesh of tensor-parallel degree tp and
+// context-parallel degree cp may use (the rule above); a tp whose seq_len / cp
+// forbids the one asked for is noted in excluded (and gets none).
+std::vector<bool> sequence_parallel_choices(const JobConfig& config, int tp, int cp,
                                             std::vector<std::string>& excluded);
 
 }  // namespace paraplan

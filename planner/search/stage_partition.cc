@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <queue>
 
 namespace paraplan {
@@ -51,15 +52,14 @@ class Solver {
         costs_(*problem.costs),
         layers_(*problem.layers),
         num_layers_(static_cast<int>(layers_.size())),
-        num_stages_(costs_.num_stages()),
-        slots_per_tau_(costs_.setting().num_micro_batches + bubble_slots(costs_.setting())) {
+        num_stages_(costs_.num_stages()) {
     least_layers_.assign(num_stages_, 1);
     if (num_stages_ == 1) {
       least_layers_[0] = num_layers_;
     } else {
       least_layers_[0] = least_layers_[num_stages_ - 1] = 0;
       // Interleaved: every chunk of every rank holds a layer.
-      const int chunks = costs_.setting().schedule.virtual_stages;
+      const int chunks = costs_.setting_before_bubble().schedule.virtual_stages;
       if (chunks > 1)
         for (int& least : least_layers_) least = std::max(least, chunks);
     }
@@ -72,7 +72,21 @@ class Solver {
   const StageCostModel& costs_;
   const std::vector<RecomputeRange>& layers_;
   const int num_layers_, num_stages_;
-  const double slots_per_tau_;
+  // m + the bubble's slots, the step's multiple of tau: asked once a
+  // partition may fit (a setting that does not fit plays no bubble out).
+  double slots_per_tau_ = -1;
+  double slots_per_tau() {
+    if (slots_per_tau_ < 0)
+      slots_per_tau_ = costs_.setting().num_micro_batches + bubble_slots(costs_.setting());
+    return slots_per_tau_;
+  }
+  // Whether a slowest slot of tau and a tail of `tail` cannot beat `bound`:
+  // first by m slots alone (no bubble played out), then with the bubble.
+  bool cannot_beat(double tau, double tail, double bound) {
+    if (bound == kInfinity) return false;
+    const int m = costs_.setting_before_bubble().num_micro_batches;
+    return m * tau + tail >= bound || slots_per_tau() * tau + tail >= bound;
+  }
   std::vector<int> least_layers_;
   long long evaluated_ = 0;
 
@@ -87,6 +101,13 @@ class Solver {
   StagePartition build(const std::vector<int>& counts);
 
   // ---- uniform path ----
+  int most_layers_by_state(int s) const;
+  long long layers_by_state() const;
+  bool model_state_leaves_room() const;
+  std::string does_not_fit_by_state();
+  // A refusal before any partition is tried: the model states, the
+  // setting's own bound (prune_before_fit), a stage's least blocks.
+  std::optional<PartitionResult> uniform_refusal();
   std::vector<std::vector<double>> uniform_slots_;  // [s][n], NaN = not yet computed
   double uniform_slot(int s, int n) {
     double& slot = uniform_slots_[s][n];
@@ -150,7 +171,7 @@ StagePartition Solver::build(const std::vector<int>& counts) {
 }
 
 std::string Solver::explain_does_not_fit() {
-  const PlanSetting& setting = costs_.setting();
+  const PlanSetting& setting = costs_.setting_before_bubble();
   const double limit = costs_.memory_limit_bytes();
   const std::string at = " at micro-batch " + std::to_string(setting.micro_batch_size);
   const std::string limit_text = "; the limit is " + memory_limit_text(costs_.config());
@@ -244,11 +265,68 @@ Solver::Bounds Solver::uniform_check(double tau, double ratio) {
   return bounds;
 }
 
+// The most blocks stage s can hold by its model state alone (weights,
+// gradients, optimizer state: what no recompute choice changes, and the
+// least of ZeRO-3's two ways), at least least_layers_[s] - 1: a bound above
+// the blocks any fitting choice holds.
+int Solver::most_layers_by_state(int s) const {
+  const auto state_fits = [&](int n) {
+    return costs_.model_state_bytes(s, n) <= costs_.memory_limit_bytes();
+  };
+  int low = least_layers_[s] - 1, high = num_layers_;  // the last n that fits, or low
+  while (low < high) {
+    const int mid = low + (high - low + 1) / 2;
+    if (state_fits(mid)) {
+      low = mid;
+    } else {
+      high = mid - 1;
+    }
+  }
+  return low;
+}
+
+// The blocks the stages' model states alone leave room for: the first, the
+// last and the middle ranks' (whose model states are alike).
+long long Solver::layers_by_state() const {
+  const int p = num_stages_;
+  long long most = most_layers_by_state(0);
+  if (p > 1) most += most_layers_by_state(p - 1);
+  if (p > 2) most += static_cast<long long>(p - 2) * most_layers_by_state(1);
+  return most;
+}
+
+bool Solver::model_state_leaves_room() const {
+  return layers_by_state() >= num_layers_;
+}
+
+// Why the model states leave too little room: explain_does_not_fit's
+// numbers, except for settings whose rejection nothing explains
+// (prune_before_fit), which spare the micro-batches' activations.
+std::string Solver::does_not_fit_by_state() {
+  if (!problem_.prune_before_fit) return explain_does_not_fit();
+  return "the model state alone (weights, gradients, optimizer state) leaves room for " +
+         std::to_string(std::max(layers_by_state(), 0LL)) + " of the " +
+         std::to_string(num_layers_) + " blocks; the limit is " +
+         memory_limit_text(costs_.config());
+}
+
+std::optional<PartitionResult> Solver::uniform_refusal() {
+  // The model states first: no micro-batch's activations need counting.
+  if (!model_state_leaves_room()) return finish(2, {}, does_not_fit_by_state());
+  // prune_before_fit: the setting's own bound with its bubble played out
+  // (the search's counted a lower bound of it), before the activations.
+  if (problem_.prune_before_fit && problem_.prune_at_or_above < kInfinity &&
+      partition_step_lower_bound(costs_) >= problem_.prune_at_or_above)
+    return finish(1, {}, "cannot beat the plans already found");
+  for (int s = 0; s < num_stages_; ++s)
+    if (std::isinf(uniform_slot(s, least_layers_[s]))) return finish(2, {}, explain_does_not_fit());
+  return std::nullopt;
+}
+
 PartitionResult Solver::solve_uniform() {
   const int p = num_stages_, L = num_layers_;
   uniform_slots_.assign(p, std::vector<double>(L + 1, std::nan("")));
-  for (int s = 0; s < p; ++s)
-    if (std::isinf(uniform_slot(s, least_layers_[s]))) return finish(2, {}, explain_does_not_fit());
+  if (std::optional<PartitionResult> refused = uniform_refusal()) return std::move(*refused);
 
   // Candidate taus: every stage's slot sequence merged in increasing order.
   using Item = std::tuple<double, int, int>;  // slot, stage, layers
@@ -268,10 +346,18 @@ PartitionResult Solver::solve_uniform() {
     if (n < L && !std::isinf(value)) heap.push({uniform_slot(s, n + 1), s, n + 1});
     return std::get<0>(item);
   };
+  // (prune_before_fit: the least tau grows with every pop, and no partition
+  // has a tail below every stage's tail at its least blocks.)
+  double least_tail = 0;
+  if (problem_.prune_before_fit)
+    for (int s = 0; s < p; ++s) least_tail = std::max(least_tail, tail(s, least_layers_[s]));
+  const double bound = problem_.prune_at_or_above;
   for (long long k = 0; k < need; ++k) {
     if (heap.empty() || std::isinf(std::get<0>(heap.top())))
       return finish(2, {}, explain_does_not_fit());
     tau0 = std::max(tau0, pop());
+    if (problem_.prune_before_fit && cannot_beat(tau0, least_tail, bound))
+      return finish(1, {}, "cannot beat the plans already found");
   }
 
   const double ratio = problem_.min_unbalance_ratio;
@@ -284,15 +370,14 @@ PartitionResult Solver::solve_uniform() {
       tau_limit = std::min(tau_limit, uniform_slot(s, unbounded.most[s]) / ratio);
 
   double best_step = kInfinity;
-  double bound = problem_.prune_at_or_above;
   std::vector<int> best_counts;
   double tau = tau0;
   while (true) {
-    if (slots_per_tau_ * tau + least_tail_any >= std::min(best_step, bound) || tau > tau_limit)
+    if (slots_per_tau() * tau + least_tail_any >= std::min(best_step, bound) || tau > tau_limit)
       break;
     const Bounds bounds = uniform_check(tau, ratio);
-    if (bounds.feasible && slots_per_tau_ * tau + bounds.least_tail < best_step) {
-      best_step = slots_per_tau_ * tau + bounds.least_tail;
+    if (bounds.feasible && slots_per_tau() * tau + bounds.least_tail < best_step) {
+      best_step = slots_per_tau() * tau + bounds.least_tail;
       // Fill the least counts up to the tail bound, last stage first.
       std::vector<int> counts(bounds.least);
       int remaining = L;
@@ -317,7 +402,7 @@ PartitionResult Solver::solve_uniform() {
     tau = next;
   }
   if (best_counts.empty()) {
-    if (bound < kInfinity && slots_per_tau_ * tau0 + least_tail_any >= bound)
+    if (bound < kInfinity && slots_per_tau() * tau0 + least_tail_any >= bound)
       return finish(1, {}, "cannot beat the plans already found");
     if (ratio > 0) {
       char text[160];
@@ -447,17 +532,17 @@ PartitionResult Solver::solve_general() {
   double best_step = kInfinity;
   std::vector<int> best_counts;
   for (double tau : candidates) {
-    if (slots_per_tau_ * tau + least_tail_any >= std::min(best_step, problem_.prune_at_or_above))
+    if (slots_per_tau() * tau + least_tail_any >= std::min(best_step, problem_.prune_at_or_above))
       break;
     std::vector<int> counts;
     const double least_tail = general_least_tail(ratio * tau, tau, &counts);
-    if (!std::isinf(least_tail) && slots_per_tau_ * tau + least_tail < best_step) {
-      best_step = slots_per_tau_ * tau + least_tail;
+    if (!std::isinf(least_tail) && slots_per_tau() * tau + least_tail < best_step) {
+      best_step = slots_per_tau() * tau + least_tail;
       best_counts = counts;
     }
   }
   if (best_counts.empty()) {
-    if (slots_per_tau_ * tau0 + least_tail_any >= problem_.prune_at_or_above)
+    if (slots_per_tau() * tau0 + least_tail_any >= problem_.prune_at_or_above)
       return finish(1, {}, "cannot beat the plans already found");
     char text[160];
     std::snprintf(text, sizeof(text),

@@ -18,7 +18,9 @@
 //    pins): a stage's cost depends on its layer count only; feasibility of tau is
 //    "sum of per-stage maxima >= L", so the least feasible tau is the K-th
 //    smallest of the stages' merged slot sequences, and G(tau) is a K'-th smallest
-//    of their tail sequences: O(L log p) per tau, slots computed lazily.
+//    of their tail sequences: O(L log p) per tau, slots computed lazily. First,
+//    the stages' model states alone (what no recompute changes) must leave
+//    room for the L blocks, checked without the micro-batches in flight.
 //  - General path (forced recompute on some blocks, pivots, pins): the same walk
 //    with an O(p L^2) dynamic program over (stage, boundary) per tau.
 #pragma once
@@ -44,6 +46,11 @@ struct PartitionProblem {
   double min_unbalance_ratio = 0;  // fastest slot >= ratio x slowest slot
   // Stop without a result when no step below this exists (top-k pruning).
   double prune_at_or_above = std::numeric_limits<double>::infinity();
+  // May stop so (Pruned) before finding whether any partition fits memory,
+  // as soon as the least slowest slot found so far cannot win: for settings
+  // whose rejection nothing explains (the search sets it for context
+  // parallelism's, whose report names only the plans without it that fail).
+  bool prune_before_fit = false;
   bool force_general_path = false;  // tests compare both paths
 };
 

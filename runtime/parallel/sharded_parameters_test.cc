@@ -75,8 +75,9 @@ TEST(ShardedParameters, ReadsGatherWholeUnitsFreedAfterUseAndFollowTheRecordedOr
       expect_unit(read_unit(*f.ops, f.parameters, u), whole, u);
       // The first pooled read: on demand alone, then with the next one
       // already gathering (the recorded order).
-      if (u == 1 && f.parameters.gathers() <= 2)
+      if (u == 1 && f.parameters.gathers() <= 2) {
         EXPECT_EQ(f.parameters.gathers(), step == 0 ? 1u : 2u) << "step " << step;
+      }
       f.parameters.unit_used(kUnits[u].begin);
     }
     // Each read of a pooled unit gathers it (6 reads; the first step on
