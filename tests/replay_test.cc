@@ -300,6 +300,50 @@ TEST_F(Replay, LlamaMemoryIsNeverAbovePredictionInAnyRecomputeMode) {
   }
 }
 
+TEST_F(Replay, ContextParallelMemoryIsNeverAbovePrediction) {
+  // A 256-token sequence over 2 and 4 context ranks (GPT-2 and Llama, with
+  // and without documents masked): each rank holds seq_len / cp of every
+  // sequence, so its measured activations fall with cp (below half from 1 to
+  // 2, the ring's workspace aside), and stay at or below the prediction with
+  // the ring's workspace counted; the weights are exactly the plan's.
+  std::map<std::string, double> activations;
+  for (const std::string architecture : {"gpt2", "llama"})
+    for (const int cp : {1, 2, 4})
+      for (const bool documents : {false, true}) {
+        if (documents && cp != 2) continue;
+        const std::string name =
+            "cp" + std::to_string(cp) + "-" + architecture + (documents ? "-documents" : "");
+        std::string overrides =
+            "--model.seq_len 256 --model.num_layers 4 --training.global_batch_size 4";
+        if (architecture == "llama")
+          overrides += " --model.architecture llama --model.num_kv_heads 2 --model.ffn_size 64";
+        if (documents) overrides += " --data.document_mask true --data.document_separator 32";
+        const std::string plan_file =
+            plan(name, cp,
+                 "pipeline_nstages = 1\ntensor_parallel_degree = 1\ndata_parallel_degree = 1\n"
+                 "micro_batch_size = 4\ncontext_parallel_degree = " +
+                     std::to_string(cp) + "\n",
+                 overrides);
+        const json report = replay_report(plan_file, name);
+        ASSERT_EQ(report["stages"].size(), 1u) << name;
+        const json& memory = report["stages"][0]["memory_bytes"];
+        const double measured = memory["activations"]["measured"].get<double>(),
+                     predicted = memory["activations"]["predicted"].get<double>();
+        std::printf(
+            "[ figures  ] %s: activations measured %.0f, predicted %.0f bytes; "
+            "workspace measured %.0f\n",
+            name.c_str(), measured, predicted, memory["workspace"]["measured"].get<double>());
+        EXPECT_EQ(memory["weights"]["measured"], memory["weights"]["predicted"]) << name;
+        EXPECT_LE(measured, predicted) << name;
+        EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
+        activations[name] = measured;
+      }
+  for (const std::string architecture : {"gpt2", "llama"}) {
+    EXPECT_LT(activations["cp2-" + architecture], 0.5 * activations["cp1-" + architecture] * 1.05);
+    EXPECT_LT(activations["cp4-" + architecture], 0.5 * activations["cp2-" + architecture] * 1.05);
+  }
+}
+
 TEST_F(Replay, SequenceParallelMemoryIsNeverAbovePrediction) {
   // Sequence parallelism on pp2 x tp2 (GPT-2 and Llama, no recompute and
   // full): the norm and residual regions and the pipeline messages are token
