@@ -108,6 +108,9 @@ class ForwardingOps : public Ops {
   void accumulate(void* dx, const void* dout, size_t n) override {
     inner_->accumulate(dx, dout, n);
   }
+  void accumulate_into_float(float* x, const void* y, size_t n) override {
+    inner_->accumulate_into_float(x, y, n);
+  }
   void scale(void* x, float factor, size_t n) override { inner_->scale(x, factor, n); }
   void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
     inner_->swiglu_forward(out, gate_up, rows, hidden);
@@ -181,9 +184,18 @@ class ForwardingOps : public Ops {
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
     inner_->adamw(master, params, grads, first_moment, second_moment, n, hyperparameters);
   }
+  void adamw_float_gradients(float* master, void* params, const float* grads, float* first_moment,
+                             float* second_moment, size_t n,
+                             const AdamWStep& hyperparameters) override {
+    inner_->adamw_float_gradients(master, params, grads, first_moment, second_moment, n,
+                                  hyperparameters);
+  }
   double sum_of_squares(const void* x, size_t n) override { return inner_->sum_of_squares(x, n); }
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
     inner_->accumulate_sum_of_squares(accumulator, x, n);
+  }
+  void accumulate_float_sum_of_squares(double* accumulator, const float* x, size_t n) override {
+    inner_->accumulate_float_sum_of_squares(accumulator, x, n);
   }
   void accumulate_sum(double* accumulator, const float* x, size_t n) override {
     inner_->accumulate_sum(accumulator, x, n);

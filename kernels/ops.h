@@ -200,6 +200,11 @@ class Ops {
   virtual void residual_forward(void* out, const void* a, const void* b, size_t n) = 0;
   // dx += dout (the residual backward for both operands, one call each).
   virtual void accumulate(void* dx, const void* dout, size_t n) = 0;
+  // x (fp32) += y (storage), widened: sums of storage tensors kept in fp32
+  // (ZeRO-2's gradient shard adds each micro-batch's reduced chunk so, as
+  // Megatron's main_grad does, instead of rounding every partial sum to
+  // bf16). One fp32 addition per element; with fp32 storage, accumulate's.
+  virtual void accumulate_into_float(float* x, const void* y, size_t n) = 0;
   // x *= factor.
   virtual void scale(void* x, float factor, size_t n) = 0;
   // SwiGLU (Llama's MLP activation): out[r, i] = silu(gate_up[r, i]) *
@@ -346,6 +351,11 @@ class Ops {
   // it may be master itself (then the master weights are the params).
   virtual void adamw(float* master, void* params, const void* grads, float* first_moment,
                      float* second_moment, size_t n, const AdamWStep& hyperparameters) = 0;
+  // adamw with fp32 gradients whatever the storage dtype (ZeRO-2 and 3 keep
+  // the rank's gradient shard in fp32); with fp32 storage it is adamw.
+  virtual void adamw_float_gradients(float* master, void* params, const float* grads,
+                                     float* first_moment, float* second_moment, size_t n,
+                                     const AdamWStep& hyperparameters) = 0;
   // Sum of squares of the storage tensor x, accumulated in double in a fixed
   // order (waits for the device).
   virtual double sum_of_squares(const void* x, size_t n) = 0;
@@ -354,6 +364,10 @@ class Ops {
   // several tensors' sums this way gives bitwise what adding their
   // sum_of_squares on the host would.
   virtual void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) = 0;
+  // The same over fp32 values whatever the storage dtype (the fp32 gradient
+  // shard of ZeRO-2 and 3), in the same order; with fp32 storage it is
+  // accumulate_sum_of_squares.
+  virtual void accumulate_float_sum_of_squares(double* accumulator, const float* x, size_t n) = 0;
   // *accumulator += x[0] + x[1] + ... + x[n-1] (fp32 values, summed in double
   // in that order on the CPU, in a fixed order on the device), queued.
   virtual void accumulate_sum(double* accumulator, const float* x, size_t n) = 0;

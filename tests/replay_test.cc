@@ -124,9 +124,10 @@ TEST_F(Replay, ZeroTwoModelStateIsWhatThePlannerPredicts) {
   // final norm's 64 (every unit a multiple of 16 = 8 x 2 ranks: no padding).
   // ZeRO-1: the whole bf16 gradients and the shard, 2 x 110400 x 1.5.
   EXPECT_EQ(gradients[1], 2.0 * 110400 * 3 / 2);
-  // ZeRO-2: the shard (110400 / 2), the embedding unit whole (the tied head
-  // writes it first), two slots of a block with their receive halves.
-  EXPECT_EQ(gradients[2], 2.0 * (110400 / 2 + 8704 + 2 * (12704 + 12704 / 2)));
+  // ZeRO-2: the fp32 shard (110400 / 2), the embedding unit whole (the tied
+  // head writes it first) with its receive half, two slots of a block with
+  // theirs.
+  EXPECT_EQ(gradients[2], 4.0 * (110400 / 2) + 2.0 * (8704 + 8704 / 2 + 2 * (12704 + 12704 / 2)));
   std::printf("[ figures  ] gradients per rank: ZeRO-1 %.0f bytes, ZeRO-2 %.0f bytes\n",
               gradients[1], gradients[2]);
 }
@@ -174,9 +175,9 @@ TEST_F(Replay, ZeroThreeModelStateIsWhatThePlannerPredicts) {
     EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
     EXPECT_EQ(memory["weights"]["measured"].get<double>(), kept ? kept_weights : freed_weights)
         << name;
-    // ZeRO-2's gradients (the ZeRO-2 test's 204,032 bytes) and optimizer state.
+    // ZeRO-2's gradients (the ZeRO-2 test's 323,136 bytes) and optimizer state.
     EXPECT_EQ(memory["gradients"]["measured"].get<double>(),
-              2.0 * (110400 / 2 + 8704 + 2 * (12704 + 12704 / 2)));
+              4.0 * (110400 / 2) + 2.0 * (8704 + 8704 / 2 + 2 * (12704 + 12704 / 2)));
     EXPECT_EQ(memory["optimizer_state"]["measured"].get<double>(), 12.0 * 110400 / 2);
   }
   std::printf("[ figures  ] ZeRO-3 weights per rank: kept %.0f bytes, freed %.0f bytes\n",

@@ -206,6 +206,9 @@ class CpuBfloat16Ops final : public Ops {
   void accumulate(void* dx, const void* dout, size_t n) override {
     add_into(bits(dx), bits(dout), n);
   }
+  void accumulate_into_float(float* x, const void* y, size_t n) override {
+    for (size_t i = 0; i < n; i++) x[i] += float_from_bfloat16(bits(y)[i]);
+  }
   void scale(void* x, float factor, size_t n) override {
     for (size_t i = 0; i < n; i++)
       bits(x)[i] = bfloat16_from_float(float_from_bfloat16(bits(x)[i]) * factor);
@@ -346,11 +349,20 @@ class CpuBfloat16Ops final : public Ops {
   // -------------------------
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
-    cpu::adamw(pool_, DType::kBFloat16, master, params, grads, first_moment, second_moment, n,
-               hyperparameters);
+    cpu::adamw(pool_, DType::kBFloat16, DType::kBFloat16, master, params, grads, first_moment,
+               second_moment, n, hyperparameters);
+  }
+  void adamw_float_gradients(float* master, void* params, const float* grads, float* first_moment,
+                             float* second_moment, size_t n,
+                             const AdamWStep& hyperparameters) override {
+    cpu::adamw(pool_, DType::kBFloat16, DType::kFloat32, master, params, grads, first_moment,
+               second_moment, n, hyperparameters);
   }
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
     *accumulator += sum_of_squares(x, n);
+  }
+  void accumulate_float_sum_of_squares(double* accumulator, const float* x, size_t n) override {
+    *accumulator += cpu::sum_of_squares(pool_, block_sums_, DType::kFloat32, x, n);
   }
   void accumulate_sum(double* accumulator, const float* x, size_t n) override {
     fp32_->accumulate_sum(accumulator, x, n);  // fp32 values whatever the storage

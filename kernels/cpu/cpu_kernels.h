@@ -218,9 +218,11 @@ class CpuThreadPool;
 
 // Ops::adamw and Ops::sum_of_squares for storage tensors of either dtype, on
 // pool's threads, bitwise the same for every thread count (cpu_optimizer.cc).
-// block_sums is scratch the caller keeps between calls.
-void adamw(CpuThreadPool& pool, DType storage, float* master, void* params, const void* grads,
-           float* first_moment, float* second_moment, size_t n, const AdamWStep& hyperparameters);
+// block_sums is scratch the caller keeps between calls. adamw's gradients
+// are of the storage dtype or fp32 (Ops::adamw_float_gradients).
+void adamw(CpuThreadPool& pool, DType storage, DType gradients, float* master, void* params,
+           const void* grads, float* first_moment, float* second_moment, size_t n,
+           const AdamWStep& hyperparameters);
 double sum_of_squares(CpuThreadPool& pool, std::vector<double>& block_sums, DType storage,
                       const void* x, size_t n);
 

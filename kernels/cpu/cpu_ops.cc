@@ -368,6 +368,7 @@ class CpuOps final : public Ops {
     const float* dout = static_cast<const float*>(dout_storage);
     for (size_t i = 0; i < n; i++) dx[i] += dout[i];
   }
+  void accumulate_into_float(float* x, const void* y, size_t n) override { accumulate(x, y, n); }
 
   void scale(void* x_storage, float factor, size_t n) override {
     float* x = static_cast<float*>(x_storage);
@@ -496,13 +497,21 @@ class CpuOps final : public Ops {
 
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
-    cpu::adamw(pool_, DType::kFloat32, master, params, grads, first_moment, second_moment, n,
-               hyperparameters);
+    cpu::adamw(pool_, DType::kFloat32, DType::kFloat32, master, params, grads, first_moment,
+               second_moment, n, hyperparameters);
+  }
+  void adamw_float_gradients(float* master, void* params, const float* grads, float* first_moment,
+                             float* second_moment, size_t n,
+                             const AdamWStep& hyperparameters) override {
+    adamw(master, params, grads, first_moment, second_moment, n, hyperparameters);
   }
 
   // The host is the device: accumulating is adding at once.
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
     *accumulator += sum_of_squares(x, n);
+  }
+  void accumulate_float_sum_of_squares(double* accumulator, const float* x, size_t n) override {
+    accumulate_sum_of_squares(accumulator, x, n);
   }
   void accumulate_sum(double* accumulator, const float* x, size_t n) override {
     double sum = 0.0;

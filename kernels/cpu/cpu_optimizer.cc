@@ -1,5 +1,6 @@
 // cpu_optimizer.cc: the CPU backend's AdamW step and sum of squares (the
-// gradient norm), for both storage dtypes: vectorizable loops over tasks of a
+// gradient norm), for both storage dtypes (and fp32 gradients under bf16
+// storage: ZeRO-2's fp32 gradient shard): vectorizable loops over tasks of a
 // fixed size, run on the backend's thread pool (cpu_threads.h).
 //
 // Bitwise the same for every thread count: AdamW is elementwise (each element
@@ -44,13 +45,14 @@ struct AdamwConstants {
   float beta1_correction, beta2_correction, decay_factor;
 };
 
-// Elements [begin, end): master weights updated; params (storage) rewritten
-// from them unless they are the master weights themselves.
-template <DType kStorage>
+// Elements [begin, end): master weights updated from gradients of
+// kGradients; params (kStorage) rewritten from them unless they are the
+// master weights themselves.
+template <DType kStorage, DType kGradients>
 void adamw_range(float* master, void* params, const void* grads, float* first_moment,
                  float* second_moment, size_t begin, size_t end, const AdamwConstants& c) {
   for (size_t i = begin; i < end; i++) {
-    float grad = load<kStorage>(grads, i) * c.gradient_scale;
+    float grad = load<kGradients>(grads, i) * c.gradient_scale;
     float m = c.beta1 * first_moment[i] + (1.0f - c.beta1) * grad;
     float v = c.beta2 * second_moment[i] + (1.0f - c.beta2) * grad * grad;
     first_moment[i] = m;
@@ -91,13 +93,14 @@ double block_sum_of_squares(const void* x, size_t begin, size_t end) {
   return sum;
 }
 
-template <DType kStorage>
+template <DType kStorage, DType kGradients>
 void adamw_tasks(CpuThreadPool& pool, float* master, void* params, const void* grads,
                  float* first_moment, float* second_moment, size_t n, const AdamwConstants& c) {
   pool.run(tasks_for(n, kAdamwTask), [&](size_t task) {
     const size_t begin = task * kAdamwTask;
     const size_t end = std::min(n, begin + kAdamwTask);
-    adamw_range<kStorage>(master, params, grads, first_moment, second_moment, begin, end, c);
+    adamw_range<kStorage, kGradients>(master, params, grads, first_moment, second_moment, begin,
+                                      end, c);
   });
 }
 
@@ -119,8 +122,9 @@ double sum_of_squares_tasks(CpuThreadPool& pool, std::vector<double>& block_sums
 
 }  // namespace
 
-void adamw(CpuThreadPool& pool, DType storage, float* master, void* params, const void* grads,
-           float* first_moment, float* second_moment, size_t n, const AdamWStep& hyperparameters) {
+void adamw(CpuThreadPool& pool, DType storage, DType gradients, float* master, void* params,
+           const void* grads, float* first_moment, float* second_moment, size_t n,
+           const AdamWStep& hyperparameters) {
   const AdamwConstants c{
       .learning_rate = hyperparameters.learning_rate,
       .epsilon = hyperparameters.epsilon,
@@ -130,10 +134,16 @@ void adamw(CpuThreadPool& pool, DType storage, float* master, void* params, cons
       .beta1_correction = adamw_bias_correction(hyperparameters.beta1, hyperparameters.step),
       .beta2_correction = adamw_bias_correction(hyperparameters.beta2, hyperparameters.step),
       .decay_factor = 1.0f - hyperparameters.learning_rate * hyperparameters.weight_decay};
-  if (storage == DType::kBFloat16)
-    adamw_tasks<DType::kBFloat16>(pool, master, params, grads, first_moment, second_moment, n, c);
+  // fp32 storage has fp32 gradients only: the same loop either way.
+  if (storage == DType::kFloat32)
+    adamw_tasks<DType::kFloat32, DType::kFloat32>(pool, master, params, grads, first_moment,
+                                                  second_moment, n, c);
+  else if (gradients == DType::kFloat32)
+    adamw_tasks<DType::kBFloat16, DType::kFloat32>(pool, master, params, grads, first_moment,
+                                                   second_moment, n, c);
   else
-    adamw_tasks<DType::kFloat32>(pool, master, params, grads, first_moment, second_moment, n, c);
+    adamw_tasks<DType::kBFloat16, DType::kBFloat16>(pool, master, params, grads, first_moment,
+                                                    second_moment, n, c);
 }
 
 double sum_of_squares(CpuThreadPool& pool, std::vector<double>& block_sums, DType storage,

@@ -1,12 +1,16 @@
 // cpu_optimizer_test.cc: the CPU backend's optimizer ops (kernels/ops.h):
 // AdamW against a hand computation, a zero gradient, the gradient scale as a
 // pre-scaled gradient bitwise, sum_of_squares, and both bitwise the same for
-// every thread count.
+// every thread count; the fp32-gradient ops of ZeRO-2's fp32 shard
+// (accumulate_into_float, adamw_float_gradients,
+// accumulate_float_sum_of_squares) for both storage dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops_test_support.h"
@@ -97,6 +101,108 @@ TEST_F(CpuOpsTest, SumOfSquares) {
   std::vector<float> large(1001, 1.0f);
   large[0] = 1e4f;
   EXPECT_EQ(ops->sum_of_squares(large.data(), large.size()), 100001000.0);
+}
+
+// ---- fp32 gradients (ZeRO-2's shard) -----------------------------------------------------------
+
+class FloatGradientOps : public ::testing::TestWithParam<DType> {
+ protected:
+  DType storage() const { return GetParam(); }
+  std::unique_ptr<Ops> ops = make_cpu_ops(1, GetParam());
+  // Host storage tensors of values (rounded to the storage dtype), and back.
+  std::vector<char> stored(const std::vector<float>& values) const {
+    std::vector<char> out(values.size() * dtype_bytes(storage()));
+    host_from_float(out.data(), values.data(), storage(), values.size());
+    return out;
+  }
+  std::vector<float> widened(const std::vector<char>& values) const {
+    std::vector<float> out(values.size() / dtype_bytes(storage()));
+    host_to_float(out.data(), values.data(), storage(), out.size());
+    return out;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Storage, FloatGradientOps,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// x += widen(y), one fp32 addition per element: 256 + 1 stays 257 (bf16
+// holds 256 or 258 only), and the values are fp32's sums bitwise.
+TEST_P(FloatGradientOps, AccumulateIntoFloatAddsWidenedValuesInFp32) {
+  const size_t n = 1029;  // not a multiple of any vector width
+  std::vector<float> x = pseudo_random(n, 7), y_values = pseudo_random(n, 8);
+  x[3] = 256.0f, y_values[3] = 1.0f;
+  const std::vector<char> y = stored(y_values);
+  y_values = widened(y);
+  std::vector<float> expected = x;
+  for (size_t i = 0; i < n; ++i) expected[i] += y_values[i];
+  ops->accumulate_into_float(x.data(), y.data(), n);
+  EXPECT_EQ(x, expected);
+  EXPECT_EQ(x[3], 257.0f);
+}
+
+// AdamW from fp32 gradients is fp32 AdamW on the master weights, with the
+// storage params their rounding: bitwise adamw given the same values as
+// storage gradients where they are representable, and moved by the fp32
+// values where they are not (bf16).
+TEST_P(FloatGradientOps, AdamWFloatGradientsIsAdamWOnFp32Values) {
+  const size_t n = (size_t{1} << 17) + 11;  // several tasks and a ragged end
+  const std::vector<float> start = pseudo_random(n, 21), grads = pseudo_random(n, 22);
+  const std::vector<float> representable = widened(stored(grads));
+  AdamWStep hyperparameters{.learning_rate = 1e-2f, .beta2 = 0.95f, .weight_decay = 0.1f};
+  struct Run {
+    std::vector<float> master, m, v;
+    std::vector<char> params;
+  };
+  auto run = [&](Ops& ops, const std::vector<float>& fp32_grads, const void* storage_grads) {
+    Run r{start, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), stored(start)};
+    for (hyperparameters.step = 1; hyperparameters.step <= 2; ++hyperparameters.step) {
+      hyperparameters.gradient_scale = 0.75f;
+      if (storage_grads)
+        ops.adamw(r.master.data(), r.params.data(), storage_grads, r.m.data(), r.v.data(), n,
+                  hyperparameters);
+      else
+        ops.adamw_float_gradients(r.master.data(), r.params.data(), fp32_grads.data(), r.m.data(),
+                                  r.v.data(), n, hyperparameters);
+    }
+    return r;
+  };
+  const std::vector<char> storage_grads = stored(grads);
+  const Run from_float = run(*ops, representable, nullptr);
+  const Run from_storage = run(*ops, {}, storage_grads.data());
+  EXPECT_EQ(from_float.master, from_storage.master);
+  EXPECT_EQ(from_float.m, from_storage.m);
+  EXPECT_EQ(from_float.v, from_storage.v);
+  EXPECT_EQ(from_float.params, from_storage.params);
+  // The fp32 values themselves: fp32 AdamW's master weights, rounded into params.
+  auto fp32 = make_cpu_ops(1, DType::kFloat32);
+  const Run exact = run(*ops, grads, nullptr);
+  Run reference{start, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), {}};
+  for (hyperparameters.step = 1; hyperparameters.step <= 2; ++hyperparameters.step)
+    fp32->adamw(reference.master.data(), reference.master.data(), grads.data(), reference.m.data(),
+                reference.v.data(), n, hyperparameters);
+  EXPECT_EQ(exact.master, reference.master);
+  EXPECT_EQ(exact.m, reference.m);
+  EXPECT_EQ(exact.params, stored(reference.master));
+  if (storage() == DType::kBFloat16) {
+    EXPECT_NE(exact.master, from_float.master);  // the values bf16 would round do move it
+  }
+}
+
+// The sum of squares of fp32 values, in sum_of_squares' order: bitwise the
+// fp32 backend's, whatever the storage; 1 + 2^-12 keeps its low bits, which
+// bf16 storage would round away.
+TEST_P(FloatGradientOps, FloatSumOfSquaresSumsFp32ValuesAsTheFp32Backend) {
+  const size_t n = (size_t{1} << 16) + 4099;
+  std::vector<float> x = pseudo_random(n, 31);
+  x[0] = 1.0f + 1.0f / 4096;
+  auto fp32 = make_cpu_ops(1, DType::kFloat32);
+  const double expected = fp32->sum_of_squares(x.data(), n);
+  double accumulator = 0.5;
+  ops->accumulate_float_sum_of_squares(&accumulator, x.data(), n);
+  EXPECT_EQ(accumulator, 0.5 + expected);
+  double single = 0;
+  ops->accumulate_float_sum_of_squares(&single, x.data(), 1);
+  EXPECT_EQ(single, double{x[0]} * x[0]);
 }
 
 // The optimizer's passes run on the backend's threads (make_cpu_ops'

@@ -12,15 +12,17 @@
 // 16-byte aligned, with a scalar tail for the last n % pack elements;
 // otherwise scalar. Each element's result depends only on its own inputs, so
 // the vector and scalar paths agree bitwise.
-// AdamW reads storage gradients and fp32 master weights and moments, and
-// writes the master weights and their rounding into the storage params (with
-// fp32 storage, params may be the master weights themselves).
+// AdamW reads storage (or fp32: ZeRO-2's gradient shard) gradients and fp32
+// master weights and moments, and writes the master weights and their
+// rounding into the storage params (with fp32 storage, params may be the
+// master weights themselves).
 // sum_of_squares is two-pass with a fixed grid: per-block double partials (a
 // fixed tree inside each block), then one block sums the partials in order,
 // so the result is bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_elementwise.cuh"
@@ -138,6 +140,23 @@ struct AddFloat {
   }
 };
 
+// x (fp32) += y (storage), widened.
+template <typename T>
+struct AddIntoFloat {
+  static constexpr int kPackSize = kPack<T>;
+  float* x;
+  const T* y;
+  __device__ void scalar(size_t i) const { x[i] = x[i] + widen(y[i]); }
+  __device__ void vector(size_t v) const {
+    float a[kPackSize], b[kPackSize];
+    load_floats(a, x + v * kPackSize);
+    load_pack(b, y, v);
+#pragma unroll
+    for (int k = 0; k < kPackSize; k++) a[k] = a[k] + b[k];
+    store_floats(x + v * kPackSize, a);
+  }
+};
+
 template <typename T>
 struct Scale {
   static constexpr int kPackSize = kPack<T>;
@@ -181,12 +200,13 @@ struct ToFloat {
   }
 };
 
-template <typename T>
+// T: the storage type of params; G: the gradients' (T, or float).
+template <typename T, typename G>
 struct AdamW {
   static constexpr int kPackSize = kPack<T>;
   float* master;
   T* params;  // with float storage, possibly master itself
-  const T* grads;
+  const G* grads;
   float* first_moment;
   float* second_moment;
   float gradient_scale, learning_rate, beta1, beta2, epsilon, decay_factor, beta1_correction,
@@ -216,7 +236,10 @@ struct AdamW {
     load_floats(p, master + first);
     load_floats(m, first_moment + first);
     load_floats(v, second_moment + first);
-    load_pack(g, grads, pack);
+    if constexpr (std::is_same_v<G, T>)
+      load_pack(g, grads, pack);
+    else
+      load_floats(g, grads + first);  // fp32 gradients beside bf16 params
 #pragma unroll
     for (int k = 0; k < kPackSize; k++) update(p[k], g[k], m[k], v[k]);
     store_floats(master + first, p);
@@ -334,6 +357,14 @@ void accumulate_float(DType storage, void* x, const float* y, size_t n, cudaStre
   });
 }
 
+void accumulate_into_float(DType storage, float* x, const void* y, size_t n, cudaStream_t stream) {
+  with_storage(storage, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_elementwise(AddIntoFloat<T>{x, static_cast<const T*>(y)}, n,
+                       is_aligned16(x) && is_aligned16(y), stream);
+  });
+}
+
 void scale(DType storage, void* x, float factor, size_t n, cudaStream_t stream) {
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -380,29 +411,38 @@ void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaS
                      is_aligned16(out) && is_aligned16(in), stream);
 }
 
-void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
-           float* second_moment, size_t n, const AdamWStep& hyperparameters, cudaStream_t stream) {
+void adamw(DType storage, DType gradients, float* master, void* params, const void* grads,
+           float* first_moment, float* second_moment, size_t n, const AdamWStep& hyperparameters,
+           cudaStream_t stream) {
   const float learning_rate = hyperparameters.learning_rate;
   const float beta1_correction = adamw_bias_correction(hyperparameters.beta1, hyperparameters.step);
   const float beta2_correction = adamw_bias_correction(hyperparameters.beta2, hyperparameters.step);
   const bool vectorized = is_aligned16(master) && is_aligned16(params) && is_aligned16(grads) &&
                           is_aligned16(first_moment) && is_aligned16(second_moment);
-  with_storage(storage, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const AdamW<T> op{master,
-                      static_cast<T*>(params),
-                      static_cast<const T*>(grads),
-                      first_moment,
-                      second_moment,
-                      hyperparameters.gradient_scale,
-                      learning_rate,
-                      hyperparameters.beta1,
-                      hyperparameters.beta2,
-                      hyperparameters.epsilon,
-                      1.0f - learning_rate * hyperparameters.weight_decay,
-                      beta1_correction,
-                      beta2_correction};
+  auto run = [&](auto storage_tag, auto gradient_tag) {
+    using T = typename decltype(storage_tag)::type;
+    using G = typename decltype(gradient_tag)::type;
+    const AdamW<T, G> op{master,
+                         static_cast<T*>(params),
+                         static_cast<const G*>(grads),
+                         first_moment,
+                         second_moment,
+                         hyperparameters.gradient_scale,
+                         learning_rate,
+                         hyperparameters.beta1,
+                         hyperparameters.beta2,
+                         hyperparameters.epsilon,
+                         1.0f - learning_rate * hyperparameters.weight_decay,
+                         beta1_correction,
+                         beta2_correction};
     launch_elementwise(op, n, vectorized, stream);
+  };
+  // fp32 storage has fp32 gradients only: the same kernel either way.
+  with_storage(storage, [&](auto tag) {
+    if (gradients == DType::kFloat32)
+      run(tag, StorageTag<float>{});
+    else
+      run(tag, tag);
   });
 }
 

@@ -81,14 +81,18 @@ void residual_forward(DType storage, void* out, const void* a, const void* b, si
 void accumulate(DType storage, void* dx, const void* dout, size_t n, cudaStream_t stream);
 // x (storage) += y (fp32), rounded once: the fused bias gradient's accumulation.
 void accumulate_float(DType storage, void* x, const float* y, size_t n, cudaStream_t stream);
+// x (fp32) += y (storage), widened: Ops::accumulate_into_float.
+void accumulate_into_float(DType storage, float* x, const void* y, size_t n, cudaStream_t stream);
 void scale(DType storage, void* x, float factor, size_t n, cudaStream_t stream);
 // out[r, :] = row[:] for r < rows (the bias a GEMM with beta = 1 then adds to).
 void broadcast_rows(DType storage, void* out, const void* row, int rows, int cols,
                     cudaStream_t stream);
 void convert_from_float(DType storage, void* out, const float* in, size_t n, cudaStream_t stream);
 void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaStream_t stream);
-void adamw(DType storage, float* master, void* params, const void* grads, float* first_moment,
-           float* second_moment, size_t n, const AdamWStep& hyperparameters, cudaStream_t stream);
+// grads of `gradients`: the storage dtype, or fp32 (Ops::adamw_float_gradients).
+void adamw(DType storage, DType gradients, float* master, void* params, const void* grads,
+           float* first_moment, float* second_moment, size_t n, const AdamWStep& hyperparameters,
+           cudaStream_t stream);
 // Blocks of the first pass of the sums below; partials holds kSumOfSquaresBlocks
 // doubles. Each adds its total to *accumulator (one device double), queued:
 // per-block double partials (a fixed tree inside each block), then one block

@@ -407,6 +407,9 @@ class CudaOps final : public Ops {
   void accumulate(void* dx, const void* dout, size_t n) override {
     cuda::accumulate(storage_, dx, dout, n, stream_);
   }
+  void accumulate_into_float(float* x, const void* y, size_t n) override {
+    cuda::accumulate_into_float(storage_, x, y, n, stream_);
+  }
   void scale(void* x, float factor, size_t n) override {
     cuda::scale(storage_, x, factor, n, stream_);
   }
@@ -512,8 +515,14 @@ class CudaOps final : public Ops {
 
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
-    cuda::adamw(storage_, master, params, grads, first_moment, second_moment, n, hyperparameters,
-                stream_);
+    cuda::adamw(storage_, storage_, master, params, grads, first_moment, second_moment, n,
+                hyperparameters, stream_);
+  }
+  void adamw_float_gradients(float* master, void* params, const float* grads, float* first_moment,
+                             float* second_moment, size_t n,
+                             const AdamWStep& hyperparameters) override {
+    cuda::adamw(storage_, DType::kFloat32, master, params, grads, first_moment, second_moment, n,
+                hyperparameters, stream_);
   }
 
   double sum_of_squares(const void* x, size_t n) override {
@@ -529,6 +538,9 @@ class CudaOps final : public Ops {
 
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
     cuda::accumulate_sum_of_squares(storage_, accumulator, x, n, sum_partials_, stream_);
+  }
+  void accumulate_float_sum_of_squares(double* accumulator, const float* x, size_t n) override {
+    cuda::accumulate_sum_of_squares(DType::kFloat32, accumulator, x, n, sum_partials_, stream_);
   }
 
   void accumulate_sum(double* accumulator, const float* x, size_t n) override {

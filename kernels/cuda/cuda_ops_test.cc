@@ -4,7 +4,8 @@
 // outputs are compared within the tolerances of cuda_test_support.h (bitwise
 // where both backends compute the same IEEE operations in the same order and
 // round once), fp32 GEMMs in TF32 (the default) and strict fp32 modes; the
-// fp32 <-> storage conversions against kernels/dtype.h, bitwise; plus
+// fp32 <-> storage conversions against kernels/dtype.h, bitwise; the ops
+// of ZeRO-2's fp32 gradient shard (fp32 gradients beside storage params); plus
 // determinism (two runs, bitwise) for the ops whose CUDA versions reduce
 // across threads; input gradients overwritten (GradientWrite::kOverwrite)
 // into NaN equal to the same gradients accumulated into zeros. Attention and the losses are in
@@ -410,7 +411,9 @@ TEST_P(CudaOps, ResidualAccumulateScaleMatchCpuBitwise) {
 
 // Three AdamW steps from the same state: master, params, first and second moments.
 // params_are_master (fp32 only): params is the master buffer itself.
-Tensors adamw_run(Ops& ops, size_t n, bool unaligned, bool params_are_master) {
+// float_gradients: fp32 gradients (adamw_float_gradients), else storage ones.
+Tensors adamw_run(Ops& ops, size_t n, bool unaligned, bool params_are_master,
+                  bool float_gradients = false) {
   Buffers buffers(ops);
   float* master = buffers.upload(random_floats(n, 70), unaligned);
   void* params = params_are_master ? static_cast<void*>(master)
@@ -418,7 +421,9 @@ Tensors adamw_run(Ops& ops, size_t n, bool unaligned, bool params_are_master) {
   float* m = buffers.upload(random_floats(n, 71, 0.01f));
   float* v = buffers.upload(random_floats(n, 72, 0.001f, 0.001f));
   for (int step = 1; step <= 3; step++) {
-    const void* grads = buffers.upload_storage(random_floats(n, 73 + step));
+    const std::vector<float> values = random_floats(n, 73 + step);
+    const float* float_grads = float_gradients ? buffers.upload(values) : nullptr;
+    const void* grads = float_gradients ? nullptr : buffers.upload_storage(values);
     // Steps 2 and 3 carry a clip factor, which AdamW applies as it reads.
     const AdamWStep hyperparameters{.learning_rate = 1e-3f,
                                     .beta1 = 0.9f,
@@ -427,7 +432,10 @@ Tensors adamw_run(Ops& ops, size_t n, bool unaligned, bool params_are_master) {
                                     .weight_decay = 0.1f,
                                     .step = step,
                                     .gradient_scale = step == 1 ? 1.0f : 0.37f};
-    ops.adamw(master, params, grads, m, v, n, hyperparameters);
+    if (float_gradients)
+      ops.adamw_float_gradients(master, params, float_grads, m, v, n, hyperparameters);
+    else
+      ops.adamw(master, params, grads, m, v, n, hyperparameters);
   }
   return Tensors{buffers.download(master, n), buffers.download_storage(params, n),
                  buffers.download(m, n), buffers.download(v, n)};
@@ -460,6 +468,50 @@ TEST_P(CudaOps, AdamWAndSumOfSquaresMatchCpu) {
       const double expected = cpu->sum_of_squares(cpu_buffers.upload_storage(x, unaligned), n);
       const double actual = cuda->sum_of_squares(cuda_buffers.upload_storage(x, unaligned), n);
       EXPECT_NEAR(actual, expected, kDoubleTolerance * expected) << "n " << n;
+    }
+  }
+}
+
+// ZeRO-2's fp32 gradient shard: accumulate_into_float (one fp32 addition
+// per element) bitwise the CPU's, AdamW from fp32 gradients against the CPU
+// as adamw is (fp32 storage: bitwise adamw), the sum of fp32 squares as the
+// storage sum is (fp32 storage: bitwise it).
+TEST_P(CudaOps, FloatGradientOpsMatchCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
+  for (bool unaligned : {false, true}) {
+    const std::string what = " unaligned " + std::to_string(unaligned);
+    const size_t n = 4099;
+    auto accumulate = [&](Ops& ops) {
+      Buffers buffers(ops);
+      float* x = buffers.upload(random_floats(n, 60, 300.0f), unaligned);
+      ops.accumulate_into_float(x, buffers.upload_storage(random_floats(n, 61), unaligned), n);
+      return buffers.download(x, n);
+    };
+    expect_equal(accumulate(*cuda), accumulate(*cpu), "accumulate_into_float" + what);
+    const size_t m = 10007;
+    const Tensors actual = adamw_run(*cuda, m, unaligned, false, true);
+    const std::vector<double> tolerances = {
+        kStrictTolerance, storage_tolerance(dtype(), kStrictTolerance), kStrictTolerance};
+    expect_all_close(actual, adamw_run(*cpu, m, unaligned, false, true), tolerances,
+                     "adamw fp32 gradients" + what);
+    expect_equal(actual[1], round_to(dtype(), actual[0]), "adamw fp32 gradients params" + what);
+    if (!bf16())
+      expect_all_equal(actual, adamw_run(*cuda, m, unaligned, false, false),
+                       "fp32 storage: adamw_float_gradients is adamw" + what);
+  }
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{1000003}}) {
+    for (bool unaligned : {false, true}) {
+      const std::vector<float> x = random_floats(n, 81, 3.0f);
+      Buffers cpu_buffers(*cpu), cuda_buffers(*cuda);
+      double expected = 0;
+      cpu->accumulate_float_sum_of_squares(&expected, cpu_buffers.upload(x, unaligned), n);
+      double* accumulator = cuda_buffers.upload(std::vector<double>{0.0});
+      cuda->accumulate_float_sum_of_squares(accumulator, cuda_buffers.upload(x, unaligned), n);
+      const double actual = cuda_buffers.download(accumulator, 1)[0];
+      EXPECT_NEAR(actual, expected, kDoubleTolerance * expected) << "n " << n;
+      if (!bf16()) {
+        EXPECT_EQ(actual, cuda->sum_of_squares(cuda_buffers.upload_storage(x, unaligned), n));
+      }
     }
   }
 }

@@ -357,9 +357,9 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
                g);
   if (options.is_train) {
     if (zero_two) {
-      // ZeRO-2 and 3 (zero_memory.h): resident units, the pool and the shard;
-      // the optimizer state is the shard's (its units padded).
-      memory.gradients = round_up(e * static_cast<double>(terms.zero_two.elements(layers)), g);
+      // ZeRO-2 and 3 (zero_memory.h): resident units, the pool and the fp32
+      // shard; the optimizer state is the shard's (its units padded).
+      memory.gradients = round_up(static_cast<double>(terms.zero_two.bytes(layers, e)), g);
       memory.optimizer_state =
           round_up(options.opt_resident_coef * e *
                        static_cast<double>(terms.zero_two.shard_elements(layers)),

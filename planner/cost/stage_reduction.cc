@@ -295,9 +295,11 @@ double StageCostModel::gradient_reduction(int pipeline_rank, int num_layers, dou
                               ? zero_three_gathers_[pipeline_rank].resident
                               : collective_seconds(zero_all_gather_, ring_all_gather_seconds,
                                                    links_, group_crosses, z, bytes);
+  // ZeRO-2 and 3 all-reduce their fp32 shard (runtime/parallel/sharded_gradients.h).
+  const double shard_bytes = (shards_gradients(setting_.zero_stage) ? parameters * 4 : bytes) / z;
   return exposed + norm_all_reduce_ +
          collective_seconds(zero_all_reduce_, ring_all_reduce_seconds, links_, all_cross, groups,
-                            bytes / z) +
+                            shard_bytes) +
          gathered;
 }
 

@@ -20,9 +20,11 @@
 //   at most every streamed unit, the bound taken here (a slot each, of the
 //   largest unit's size: never below the runtime's; above it where fewer
 //   are held at once, as replays of an untied first stage show). Every
-//   unit's chunk (padded / z) sits in the rank's gradient shard. The stage's
-//   parameter buffer is 8 x z - 1 elements longer (the last unit's
-//   all-gather spills its padding).
+//   unit's chunk (padded / z) sits in the rank's gradient shard, fp32
+//   whatever the storage dtype (micro-batches are summed there in fp32);
+//   under a narrower dtype each resident unit also has a receive chunk
+//   (padded / z) in it for its reduce-scatter. The stage's parameter buffer is 8 x z - 1 elements
+//   longer (the last unit's all-gather spills its padding).
 // - ZeRO-3 (runtime/parallel/sharded_parameters.h): the parameters over the
 //   same units, resident ones alike, with no parameter buffer (so no
 //   spill): every unit's chunk in the shard, the resident units whole, and
@@ -97,9 +99,15 @@ struct ZeroTwoGradients {
   int64_t slot_elements(int blocks) const;
   // The rank's gradient shard: every unit's chunk.
   int64_t shard_elements(int blocks) const { return (blocks * block_padded + ends_padded) / group; }
-  // Everything: resident units, the pool and the shard.
-  int64_t elements(int blocks) const {
-    return resident_padded + pool_slots(blocks) * slot_elements(blocks) + shard_elements(blocks);
+  // Everything, in bytes for a storage dtype of element_bytes: resident
+  // units, the pool and, under a dtype narrower than fp32, the resident
+  // units' reduce-scatter receive chunks, all in that dtype; the shard in
+  // fp32 whatever the dtype (the runtime sums micro-batches there in fp32).
+  int64_t bytes(int blocks, int64_t element_bytes) const {
+    const int64_t receive = element_bytes < 4 ? resident_padded / group : 0;
+    return element_bytes *
+               (resident_padded + pool_slots(blocks) * slot_elements(blocks) + receive) +
+           4 * shard_elements(blocks);
   }
   // What the parameter buffer holds beyond the parameters.
   int64_t parameter_spill() const { return group > 1 ? shard_unit_elements(group) - 1 : 0; }

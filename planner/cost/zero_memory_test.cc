@@ -141,8 +141,9 @@ TEST(ZeroMemoryTest, SplitBackwardKeepsASlotPerUnit) {
 }
 
 // The tail: ZeRO-1's reduction plus, per micro-batch but the last, the
-// streamed units' reduce-scatters (one per unit, padded), where nothing
-// overlaps; with overlap never less than ZeRO-1's.
+// streamed units' reduce-scatters (one per unit, padded), and the fp32
+// shard's all-reduce across groups, where nothing overlaps; with overlap
+// never less than ZeRO-1's.
 TEST(ZeroMemoryTest, ZeroTwoReduceScattersEveryMicroBatch) {
   using job_config_test::gpt3_175b;
   const JobConfig serial = gpt3_175b({{"cluster.overlap_communication", "false"}});
@@ -156,7 +157,10 @@ TEST(ZeroMemoryTest, ZeroTwoReduceScattersEveryMicroBatch) {
   const int64_t block = block_parameters(serial.model, 8);
   const double unit = ring_reduce_scatter_seconds(ib, 4, 2.0 * pad(block, 4));
   const double whole = ring_reduce_scatter_seconds(ib, 4, 2.0 * 12 * block);
-  EXPECT_NEAR(zero_two - zero_one, 96 * 12 * unit - whole, 1e-9);
+  // And the shard's all-reduce across the 4 groups moves fp32 (ZeRO-1: bf16).
+  const double across = ring_all_reduce_seconds(ib, 4, 4.0 * 12 * block / 4) -
+                        ring_all_reduce_seconds(ib, 4, 2.0 * 12 * block / 4);
+  EXPECT_NEAR(zero_two - zero_one, 96 * 12 * unit - whole + across, 1e-9);
   const JobConfig overlapped = gpt3_175b();
   for (int layers : {0, 1, 6, 12})
     for (int rank : {0, 3, 7}) {

@@ -31,17 +31,21 @@ inline int64_t pad(int64_t elements, int64_t z) {
 
 // A rank's bytes of sharded units (runtime/parallel/sharded_gradients.h and
 // sharded_parameters.h): resident units whole (padded), `slots` slots of the
-// largest streamed unit (each with its 1/z reduce-scatter receive chunk for
-// gradients), and every unit's chunk in the shard.
+// largest streamed unit, and every unit's chunk in the shard. gradients:
+// each slot with its 1/z reduce-scatter receive chunk, the shard in fp32
+// whatever the dtype, and under a narrower dtype each resident unit's
+// receive chunk (padded / z) in it.
 inline int64_t unit_storage_bytes(const std::vector<int64_t>& resident,
                                   const std::vector<int64_t>& streamed, int64_t slots, int64_t z,
-                                  int64_t element_bytes, bool receive_chunks) {
-  int64_t elements = 0, largest = 0, shard = 0;
-  for (int64_t unit : resident) elements += pad(unit, z), shard += pad(unit, z) / z;
+                                  int64_t element_bytes, bool gradients) {
+  int64_t elements = 0, largest = 0, shard = 0, resident_chunks = 0;
+  for (int64_t unit : resident) elements += pad(unit, z), resident_chunks += pad(unit, z) / z;
   for (int64_t unit : streamed)
     largest = std::max(largest, pad(unit, z)), shard += pad(unit, z) / z;
-  const int64_t slot = largest + (receive_chunks ? largest / z : 0);
-  return element_bytes * (elements + slots * slot + shard);
+  shard += resident_chunks;
+  if (!gradients) return element_bytes * (elements + slots * largest + shard);
+  const int64_t receive = element_bytes < 4 ? resident_chunks : 0;
+  return element_bytes * (elements + slots * (largest + largest / z) + receive) + 4 * shard;
 }
 
 }  // namespace paraplan::zero_test

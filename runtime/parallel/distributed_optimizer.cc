@@ -28,7 +28,8 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
       groups_(groups),
       settings_(settings),
       sharded_(shards_optimizer_state(zero_stage)),
-      dtype_(stage.dtype()) {
+      dtype_(stage.dtype()),
+      gradient_dtype_(shards_gradients(zero_stage) ? kernels::DType::kFloat32 : stage.dtype()) {
   const size_t n = layout_.num_elements();
   const int z = sharded_ ? groups.zero->size() : 1;
   if (stage.buffer_elements() < buffer_elements(n, zero_stage, z))
@@ -217,8 +218,10 @@ void DistributedOptimizer::reduce_gradients() {
   }
   if (sharded_gradients_) {
     sharded_gradients_->finish();
+    // The fp32 shard summed in fp32: no rounding to the storage dtype here.
     if (groups_.zero_replicas->size() > 1)
-      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, dtype_, ReduceOp::kSum);
+      groups_.zero_replicas->all_reduce(gradient_shard_, shard_elements_, gradient_dtype_,
+                                        ReduceOp::kSum);
     return;
   }
   for (size_t i = buckets_.size(); i-- > 0;)
@@ -240,11 +243,14 @@ void DistributedOptimizer::accumulate_counted_squares(const void* gradients,
   // every run adds to one device accumulator, read once per step.
   size_t run_begin = 0, run_end = 0;
   auto flush = [&] {
-    if (run_begin < run_end)
-      ops_.accumulate_sum_of_squares(
-          squares_,
-          kernels::element_at(gradients, run_begin - range.begin + range.shard_offset, dtype_),
-          run_end - run_begin);
+    if (run_begin >= run_end) return;
+    const void* at = kernels::element_at(gradients, run_begin - range.begin + range.shard_offset,
+                                         gradient_dtype_);
+    if (sharded_gradients_)  // ZeRO-2 and 3: the fp32 shard
+      ops_.accumulate_float_sum_of_squares(squares_, static_cast<const float*>(at),
+                                           run_end - run_begin);
+    else
+      ops_.accumulate_sum_of_squares(squares_, at, run_end - run_begin);
   };
   for (const ParameterTensor& tensor : layout_.tensors()) {
     // Counted once: tensor-parallel replicas by tensor rank 0, the tied copy
@@ -264,8 +270,8 @@ void DistributedOptimizer::accumulate_counted_squares(const void* gradients,
 }
 
 double DistributedOptimizer::step(float learning_rate, int step) {
-  // This rank's gradients: its shard under ZeRO-1, else the whole buffer;
-  // either is indexed by OwnedRange::shard_offset.
+  // This rank's gradients: its shard under ZeRO-1 to 3 (fp32 under 2 and 3),
+  // else the whole buffer; either is indexed by OwnedRange::shard_offset.
   void* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
   for (const OwnedRange& range : owned_) accumulate_counted_squares(gradients, range);
   // The step's one wait for the device here: the norm decides the clip.
@@ -303,8 +309,14 @@ double DistributedOptimizer::step(float learning_rate, int step) {
       void* params = owned_parameters(i, from, at);
       // fp32 storage: the parameters are the master weights.
       float* master = master_ ? master_at(at) : static_cast<float*>(params);
-      ops_.adamw(master, params, kernels::element_at(gradients, at, dtype_), first_moment_ + at,
-                 second_moment_ + at, to - from, hyperparameters);
+      const void* grads = kernels::element_at(gradients, at, gradient_dtype_);
+      if (sharded_gradients_)  // ZeRO-2 and 3: the fp32 shard
+        ops_.adamw_float_gradients(master, params, static_cast<const float*>(grads),
+                                   first_moment_ + at, second_moment_ + at, to - from,
+                                   hyperparameters);
+      else
+        ops_.adamw(master, params, grads, first_moment_ + at, second_moment_ + at, to - from,
+                   hyperparameters);
     }
   }
   if (sharded_parameters_) {

@@ -29,7 +29,7 @@
 // live in a ShardedGradients (sharded_gradients.h) whose units are the
 // buckets: each backward reduce-scatters every unit as it finishes it
 // (gradient_unit_done, told by every Backward / BackwardWeight), adding its
-// chunk into the shard; reduce_gradients() then sums the tied embedding,
+// chunk into the fp32 shard; reduce_gradients() then sums the tied embedding,
 // reduce-scatters the resident units, waits, and all-reduces the shard over
 // the zero_ngroups groups; the step and the all-gathers are ZeRO-1's.
 // ZeRO-3 (zero_stage 3): the stage has no parameter buffer either; its
@@ -41,13 +41,18 @@
 //
 // Mixed precision (bf16 storage): gradients are reduced in bf16 (over MPI
 // and staged: sums computed in fp32 and rounded once; NCCL rounds on its own
-// way; communicator.h), and accumulated over micro-batches in bf16 (one
-// rounding per backward, as llm.c; Megatron's fp32 main_grad is not
-// offered); the update runs on fp32
-// master weights, which this class owns with the moments and shards like them
-// under ZeRO-1, and rewrites the stage's bf16 parameters from them, so the
-// optimizer state is 12 bytes per parameter (master, two moments). With fp32
-// storage the stage's parameters are the master weights.
+// way; communicator.h). ZeRO-0 and 1 accumulate them over micro-batches in
+// bf16 (one rounding per backward, as llm.c); ZeRO-2 and 3 add each
+// micro-batch's reduced chunks into the rank's fp32 gradient shard
+// (sharded_gradients.h; Megatron's fp32 main_grad, for the shard; a
+// resident unit still sums its micro-batches in bf16, as backward writes
+// it), so there AdamW and the norm read fp32 gradients
+// (Ops::adamw_float_gradients, accumulate_float_sum_of_squares) and the
+// shard's all-reduce across the zero_ngroups groups moves fp32. The update
+// runs on fp32 master weights, which this class owns with the moments and
+// shards like them under ZeRO-1, and rewrites the stage's bf16 parameters
+// from them, so the optimizer state is 12 bytes per parameter (master, two
+// moments). With fp32 storage the stage's parameters are the master weights.
 #pragma once
 
 #include <cstddef>
@@ -111,6 +116,8 @@ class DistributedOptimizer {
   void wait_for_parameters();
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  // ZeRO-2 and 3's gradient storage (null below): where backward's units go.
+  ShardedGradients* sharded_gradients() { return sharded_gradients_.get(); }
 
   // The moments of all this rank's parameters, whole (ZeRO shards gathered),
   // in host memory: for checkpoints. Collective over the ZeRO group.
@@ -184,7 +191,10 @@ class DistributedOptimizer {
   kernels::DType dtype_;            // the stage's storage dtype
   float* master_ = nullptr;         // bf16 storage: fp32 master weights of shard_elements_
   bool master_valid_ = false;       // set by load_parameters, else by the first step
-  void* gradient_shard_ = nullptr;  // ZeRO-1/2: this rank's summed gradients (storage)
+  void* gradient_shard_ = nullptr;  // ZeRO-1-3: this rank's summed gradients (below)
+  // gradient_shard_'s elements: the storage dtype under ZeRO-1, fp32 under
+  // ZeRO-2 and 3 (ShardedGradients::shard); the whole buffer's without ZeRO.
+  kernels::DType gradient_dtype_;
   std::unique_ptr<ShardedGradients> sharded_gradients_;    // ZeRO-2 and 3
   std::unique_ptr<ShardedParameters> sharded_parameters_;  // ZeRO-3
   bool counts_replicas_;  // this data-parallel replica counts in the norm

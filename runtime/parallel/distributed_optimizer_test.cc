@@ -1,14 +1,17 @@
 // distributed_optimizer_test.cc: the gradient norm DistributedOptimizer::step
 // returns, under mpirun, for every mesh of the world size (pipeline, data and
-// tensor parallel, ZeRO-1 with small buckets), against the norm of the whole
-// model's gradient computed on the host element by element: each sharded
-// tensor's parts once, a tensor-parallel replica once, the tied embedding
-// once, data-parallel replicas once.
+// tensor parallel, ZeRO-1 with small buckets, ZeRO-2 and 3 unit by unit),
+// fp32 and bf16, against the norm of the whole model's gradient computed on
+// the host element by element: each sharded tensor's parts once, a
+// tensor-parallel replica once, the tied embedding once, data-parallel
+// replicas once. And ZeRO-2 and 3's fp32 gradient shard updates the bf16
+// master weights exactly as ZeRO-1's bf16 shard where the sums are exact.
 #include "runtime/parallel/distributed_optimizer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -53,50 +56,130 @@ double counted_squares(const GptLayout& layout, const std::vector<float>& values
   return sum;
 }
 
+// One mesh's stage and optimizer; bucket_elements 1000: under ZeRO-1 each
+// rank owns many ranges, cut mid-tensor.
+struct MeshStage {
+  MeshStage(const Mesh& mesh, kernels::Ops& ops, const TransformerConfig& config)
+      : groups(make_process_groups(Transport::kMpi, mesh.pipeline, mesh.data, mesh.tensor, 1, ops)),
+        layers(config.num_layers / mesh.pipeline),
+        layout(config,
+               StageSpec{groups.mesh.pipeline_rank * layers, layers, groups.mesh.pipeline_rank == 0,
+                         groups.mesh.pipeline_rank == mesh.pipeline - 1},
+               groups.mesh.tensor_rank, mesh.tensor),
+        memory(ops),
+        buffer(DistributedOptimizer::buffer_elements(layout.num_elements(), mesh.zero_stage,
+                                                     mesh.data)),
+        stage(layout, ops, memory,
+              ModelStageOptions{.recompute = std::vector<RecomputeMode>(layers),
+                                .tensor_group = mesh.tensor > 1 ? groups.tensor.get() : nullptr,
+                                .buffer_elements = buffer,
+                                .gradients_elsewhere = shards_gradients(mesh.zero_stage),
+                                .parameters_elsewhere = shards_parameters(mesh.zero_stage)}),
+        optimizer(stage, ops, memory, groups, AdamWSettings{}, mesh.zero_stage, 1000) {}
+  ProcessGroups groups;
+  int layers;
+  GptLayout layout;
+  MemoryTracker memory;
+  size_t buffer;
+  GptStage stage;
+  DistributedOptimizer optimizer;
+};
+
+// values (fp32, one per buffer element) as the stage's gradients, rounded to
+// the storage dtype: the whole buffer, or under ZeRO-2 and 3 unit by unit,
+// each reduce-scattered as it is written.
+void write_gradients(kernels::Ops& ops, MeshStage& s, const std::vector<float>& values) {
+  const kernels::DType dtype = ops.storage_dtype();
+  ShardedGradients* sharded = s.optimizer.sharded_gradients();
+  if (sharded == nullptr) {
+    std::vector<char> stored(ops.storage_bytes(values.size()));
+    kernels::host_from_float(stored.data(), values.data(), dtype, values.size());
+    ops.copy_from_host(s.stage.gradients(), stored.data(), stored.size());
+    return;
+  }
+  for (const GradientBucket& unit : sharded->buckets()) {
+    const size_t n = unit.end - unit.begin;
+    std::vector<char> stored(ops.storage_bytes(n));
+    kernels::host_from_float(stored.data(), values.data() + unit.begin, dtype, n);
+    ops.copy_from_host(sharded->gradient(unit.begin), stored.data(), stored.size());
+    s.optimizer.gradient_unit_done(unit.begin);
+  }
+}
+
+// bf16: the values rounded first, so every sum over replicas (of equal
+// values, a power-of-two count of them) stays exact and the norm's double sum
+// sees exactly what is stored, in either dtype.
 TEST(DistributedOptimizer, GradientNormCountsEachElementOfTheModelOnce) {
   const int world = testing::world_size();
   std::vector<Mesh> meshes;
   for (int pipeline : {1, 2})
     for (int tensor : {1, 2})
-      for (int zero_stage : {0, 1}) {
+      for (int zero_stage : {0, 1, 2, 3}) {
         if (world % (pipeline * tensor) != 0) continue;
         meshes.push_back({pipeline, world / (pipeline * tensor), tensor, zero_stage});
       }
-  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kFloat32);
   TransformerConfig config;
   config.num_layers = 4;
-  for (const Mesh& mesh : meshes) {
-    SCOPED_TRACE("pp " + std::to_string(mesh.pipeline) + " dp " + std::to_string(mesh.data) +
-                 " tp " + std::to_string(mesh.tensor) + " zero " + std::to_string(mesh.zero_stage));
-    ProcessGroups groups =
-        make_process_groups(Transport::kMpi, mesh.pipeline, mesh.data, mesh.tensor, 1, *ops);
-    const MeshCoordinates& coordinates = groups.mesh;
-    const int layers = config.num_layers / mesh.pipeline;
-    const StageSpec spec{coordinates.pipeline_rank * layers, layers, coordinates.pipeline_rank == 0,
-                         coordinates.pipeline_rank == mesh.pipeline - 1};
-    const GptLayout layout(config, spec, coordinates.tensor_rank, mesh.tensor);
-    MemoryTracker memory(*ops);
-    const size_t buffer =
-        DistributedOptimizer::buffer_elements(layout.num_elements(), mesh.zero_stage, mesh.data);
-    GptStage stage(
-        layout, *ops, memory,
-        ModelStageOptions{.recompute = std::vector<RecomputeMode>(layers),
-                          .tensor_group = mesh.tensor > 1 ? groups.tensor.get() : nullptr,
-                          .buffer_elements = buffer});
-    // Small buckets: under ZeRO-1 each rank owns many ranges, cut mid-tensor.
-    DistributedOptimizer optimizer(stage, *ops, memory, groups, AdamWSettings{}, mesh.zero_stage,
-                                   1000);
-    const std::vector<float> values = fill(layout, coordinates.pipeline_rank, buffer);
-    ops->copy_from_host(stage.gradients(), values.data(), values.size() * sizeof(float));
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, dtype);
+    for (const Mesh& mesh : meshes) {
+      SCOPED_TRACE(std::string(kernels::dtype_name(dtype)) + " pp " +
+                   std::to_string(mesh.pipeline) + " dp " + std::to_string(mesh.data) + " tp " +
+                   std::to_string(mesh.tensor) + " zero " + std::to_string(mesh.zero_stage));
+      MeshStage s(mesh, *ops, config);
+      std::vector<float> values = fill(s.layout, s.groups.mesh.pipeline_rank, s.buffer);
+      if (dtype == kernels::DType::kBFloat16)
+        for (float& value : values) value = kernels::round_to_bfloat16(value);
+      write_gradients(*ops, s, values);
 
-    double expected = coordinates.data_rank == 0 ? counted_squares(layout, values) : 0.0;
-    MPI_Allreduce(MPI_IN_PLACE, &expected, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    expected = mesh.data * std::sqrt(expected);
-    optimizer.reduce_gradients();
-    const double norm = optimizer.step(1e-3f, 1);
-    EXPECT_GT(expected, 1.0);  // clipping at 1.0 is active
-    EXPECT_NEAR(norm, expected, expected * 1e-12);
-    optimizer.wait_for_parameters();
+      double expected = s.groups.mesh.data_rank == 0 ? counted_squares(s.layout, values) : 0.0;
+      MPI_Allreduce(MPI_IN_PLACE, &expected, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      expected = mesh.data * std::sqrt(expected);
+      s.optimizer.reduce_gradients();
+      const double norm = s.optimizer.step(1e-3f, 1);
+      EXPECT_GT(expected, 1.0);  // clipping at 1.0 is active
+      EXPECT_NEAR(norm, expected, expected * 1e-12);
+      s.optimizer.wait_for_parameters();
+    }
+  }
+}
+
+// bf16 storage, every rank data-parallel: ZeRO-2 and 3 read fp32 gradients
+// from their shard (Ops::adamw_float_gradients), ZeRO-1 bf16 ones from its;
+// where every sum is exact both hold the same values, so two steps give
+// bitwise the same master weights and moments (clipped: the norm is above 1).
+TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
+  const int world = testing::world_size();
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kBFloat16);
+  TransformerConfig config;
+  config.num_layers = 2;
+  std::vector<float> reference_weights, reference_first, reference_second;
+  for (int zero_stage : {1, 2, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(zero_stage));
+    MeshStage s({1, world, 1, zero_stage}, *ops, config);
+    const size_t n = s.layout.num_elements();
+    std::vector<float> weights(n);
+    for (size_t i = 0; i < n; ++i)
+      weights[i] = kernels::round_to_bfloat16(0.001f * static_cast<float>(i % 97) - 0.05f);
+    s.optimizer.load_parameters(weights.data());
+    std::vector<float> values = fill(s.layout, 0, s.buffer);
+    for (float& value : values) value = kernels::round_to_bfloat16(value);
+    for (int step = 1; step <= 2; ++step) {
+      s.optimizer.zero_gradients();
+      write_gradients(*ops, s, values);
+      s.optimizer.reduce_gradients();
+      EXPECT_GT(s.optimizer.step(1e-2f, step), 1.0);
+    }
+    std::vector<float> first, second;
+    s.optimizer.gather_parameters(weights);
+    s.optimizer.gather_moments(first, second);
+    if (zero_stage == 1) {
+      reference_weights = weights, reference_first = first, reference_second = second;
+      continue;
+    }
+    EXPECT_EQ(weights, reference_weights);
+    EXPECT_EQ(first, reference_first);
+    EXPECT_EQ(second, reference_second);
   }
 }
 

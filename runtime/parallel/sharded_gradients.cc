@@ -64,17 +64,27 @@ ShardedGradients::ShardedGradients(const std::vector<GradientUnit>& units, size_
   const ShardedUnitSizes sizes = sharded_unit_sizes(buckets_, resident_, group.size());
   shard_elements_ = sizes.shard_elements;
   slot_elements_ = sizes.slot_elements;
-  auto allocate = [&](size_t elements) {
-    void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
-                                     MemoryCategory::kGradients);
+  const size_t storage_bytes = kernels::dtype_bytes(dtype_);
+  auto allocate = [&](size_t elements, size_t element_bytes) {
+    void* pointer =
+        memory_.allocate(std::max<size_t>(elements, 1) * element_bytes, MemoryCategory::kGradients);
     allocations_.push_back(pointer);
     return pointer;
   };
-  shard_ = allocate(shard_elements_);
+  // fp32 whatever the storage: the sum over micro-batches rounds once per
+  // addition in fp32, not in bf16 (sharded_gradients.h).
+  shard_ = static_cast<float*>(allocate(shard_elements_, sizeof(float)));
   resident_storage_.assign(buckets_.size(), nullptr);
+  resident_receive_.assign(buckets_.size(), nullptr);
   slot_of_.assign(buckets_.size(), -1);
-  for (size_t u = 0; u < buckets_.size(); ++u)
-    if (resident_[u]) resident_storage_[u] = allocate(padded(u));
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    if (!resident_[u]) continue;
+    resident_storage_[u] = allocate(padded(u), storage_bytes);
+    // The reduce-scatter moves the storage dtype; under fp32 it lands in the
+    // shard itself.
+    if (dtype_ != kernels::DType::kFloat32)
+      resident_receive_[u] = allocate(buckets_[u].chunk, storage_bytes);
+  }
   // Two slots: one written while the previous one's reduce-scatter runs.
   if (slot_elements_ > 0)
     for (int i = 0; i < 2; ++i) add_slot();
@@ -178,15 +188,14 @@ void ShardedGradients::complete_reductions(uint64_t mark) {
         oldest = &slot;
     if (oldest == nullptr) return;
     const GradientBucket& bucket = buckets_[oldest->holds];
-    ops_.accumulate(kernels::element_at(shard_, bucket.shard_offset, dtype_), oldest->receive,
-                    bucket.chunk);
+    ops_.accumulate_into_float(shard_ + bucket.shard_offset, oldest->receive, bucket.chunk);
     oldest->reducing = false;
     oldest->holds = -1;
   }
 }
 
 void ShardedGradients::zero() {
-  ops_.zero_bytes(shard_, ops_.storage_bytes(shard_elements_));
+  ops_.zero_bytes(shard_, shard_elements_ * sizeof(float));
   for (size_t u = 0; u < buckets_.size(); ++u)
     if (resident_storage_[u] != nullptr)
       ops_.zero_bytes(resident_storage_[u], ops_.storage_bytes(padded(u)));
@@ -195,13 +204,19 @@ void ShardedGradients::zero() {
 void ShardedGradients::finish() {
   for (Slot& slot : slots_)
     if (slot.holds >= 0 && !slot.reducing) start_reduce_scatter(slot);
-  // A resident unit is reduced once a step: its chunk is the shard's.
+  // A resident unit is reduced once a step: its chunk is the shard's (under
+  // fp32 storage received there, else widened into it once received).
   for (size_t u = 0; u < buckets_.size(); ++u)
     if (resident_[u])
-      group_.start_reduce_scatter(resident_storage_[u],
-                                  kernels::element_at(shard_, buckets_[u].shard_offset, dtype_),
-                                  buckets_[u].chunk, dtype_);
+      group_.start_reduce_scatter(
+          resident_storage_[u],
+          resident_receive_[u] ? resident_receive_[u] : shard_ + buckets_[u].shard_offset,
+          buckets_[u].chunk, dtype_);
   complete_reductions(kEverything);
+  for (size_t u = 0; u < buckets_.size(); ++u)
+    if (resident_receive_[u])
+      ops_.accumulate_into_float(shard_ + buckets_[u].shard_offset, resident_receive_[u],
+                                 buckets_[u].chunk);
 }
 
 }  // namespace paraplan

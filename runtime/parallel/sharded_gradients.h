@@ -3,7 +3,7 @@
 // embedding, a block, the final norm and head) lives in a slot of a small
 // pool only while backward writes it, and is reduce-scattered within the
 // ZeRO group as soon as it is finished, every micro-batch, its chunk added
-// into this rank's gradient shard (DeepSpeed's ZeRO-2 with gradient
+// into this rank's fp32 gradient shard (DeepSpeed's ZeRO-2 with gradient
 // accumulation; Rajbhandari et al. 2020, P_os+g).
 //
 // Units and ownership: unit u of L elements is padded to P = L rounded up to
@@ -15,20 +15,33 @@
 // unit's all-gather, queued after it on the same group, then writes; the
 // stage's buffer is padded for the last unit's spill).
 //
-// Memory: the shard (storage dtype, like every gradient in paraplan: the
-// mixed-precision rule of distributed_optimizer.h), resident units whole,
-// and the pool: two slots of the largest other unit (one written while the
-// previous one's reduce-scatter runs: taking a slot back waits for its own
-// reduce-scatter only, started a unit earlier) with their receive chunks. A resident
-// unit is written over the whole backward or summed with another stage's
-// (the tied embedding): it accumulates all the step's micro-batches and is
-// reduce-scattered once by finish(). Schedules that split backward keep
-// each unit from its B to its W, so the pool grows there to what they keep
-// at once (at most every unit: ZeRO-1's gradient memory).
+// Memory: the shard, fp32 whatever the storage dtype (below); resident
+// units whole and the pool, in the storage dtype: two slots of the largest
+// other unit (one written while the previous one's reduce-scatter runs:
+// taking a slot back waits for its own reduce-scatter only, started a unit
+// earlier) with their receive chunks. A resident unit is written over the
+// whole backward or summed with another stage's (the tied embedding): it
+// accumulates all the step's micro-batches and is reduce-scattered once by
+// finish(), straight into the shard under fp32 storage, else into a receive
+// chunk of its own that is then added into the shard. Schedules that split
+// backward keep each unit from its B to its W, so the pool grows there to
+// what they keep at once (at most every unit: ZeRO-1's gradient memory).
+// So a rank holds 4 bytes per shard element, and under bf16 storage 2 per
+// resident unit chunk besides the units and slots.
 //
 // Numerics: every element is summed over the group in rank order per
-// micro-batch, and over micro-batches in the shard in backward order, so a
-// ZeRO-2 step equals the ZeRO-1 step up to the order of the additions.
+// micro-batch (in the storage dtype: the reduce-scatter moves what backward
+// wrote, its volume ZeRO-1's), and over micro-batches in the fp32 shard in
+// backward order (Ops::accumulate_into_float), as DeepSpeed and Megatron's
+// distributed optimizer accumulate gradients in fp32: under bf16 storage
+// the sum over micro-batches is no longer rounded to bf16 at every
+// addition (zero_two_test.cc's model, dp2 in 4 micro-batches of 2: at
+// step 1 the gradient norm's difference from one unaccumulated micro-batch
+// fell from 9.1e-4 to 1.4e-4). A resident unit is written by backward, so
+// it still sums its micro-batches in the storage dtype; its reduced chunk
+// lands in the shard. Under fp32 storage
+// the shard is what it was, and a ZeRO-2 step equals the ZeRO-1 step up to
+// the order of the additions.
 #pragma once
 
 #include <cstddef>
@@ -50,7 +63,8 @@ namespace paraplan {
 std::vector<GradientBucket> unit_buckets(const std::vector<GradientUnit>& units,
                                          size_t num_elements, int group_size);
 // What a rank stores of sharded units besides the resident ones: its shard
-// (every unit's chunk) and, per pool slot, the largest other unit, padded.
+// (every unit's chunk; fp32) and, per pool slot, the largest other unit,
+// padded (storage dtype).
 struct ShardedUnitSizes {
   size_t shard_elements = 0, slot_elements = 0;
 };
@@ -92,7 +106,8 @@ class ShardedGradients final : public GradientStorage {
   // The units as buckets (begin, end, chunk, shard_offset): what this rank
   // owns of each and where in the shard.
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
-  void* shard() { return shard_; }
+  // The rank's summed gradients, fp32 whatever the storage dtype.
+  float* shard() { return shard_; }
   size_t shard_elements() const { return shard_elements_; }
   // The pool's slots now (2, more under split backward).
   size_t num_slots() const { return slots_.size(); }
@@ -124,10 +139,13 @@ class ShardedGradients final : public GradientStorage {
   std::vector<bool> resident_;
   std::vector<void*> resident_storage_;  // per unit: whole (resident), else null
   std::vector<int> slot_of_;             // per unit: its slot while written, else -1
+  // Per unit: a resident unit's reduce-scatter chunk under a storage dtype
+  // other than fp32 (added into the shard after), else null.
+  std::vector<void*> resident_receive_;
   std::vector<Slot> slots_;
   uint64_t reductions_started_ = 0;
   size_t slot_elements_ = 0;  // the largest non-resident unit, padded
-  void* shard_ = nullptr;
+  float* shard_ = nullptr;
   size_t shard_elements_ = 0;
   std::vector<void*> allocations_;
 };

@@ -3,12 +3,14 @@
 // and released as finished give each rank the exact sum over ranks and
 // micro-batches of the chunks it owns; the memory is the shard, the resident
 // units and two pool slots, counted by hand; a split backward (every unit
-// written before any is finished) grows the pool and still sums right.
+// written before any is finished) grows the pool and still sums right;
+// under bf16 storage the shard is fp32 and holds sums bf16 cannot.
 #include "runtime/parallel/sharded_gradients.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -33,14 +35,24 @@ float value(int rank, int micro_batch, size_t element) {
   return static_cast<float>((rank + 1) * 100 + micro_batch * 10 + static_cast<int>(element % 7));
 }
 
-// What one rank's backward of a micro-batch adds to the unit: its values.
-void add_unit(kernels::Ops& ops, ShardedGradients& gradients, size_t u, int rank, int micro_batch) {
+// What one rank's backward of a micro-batch adds to the unit: the values
+// added(element), each sum rounded to the storage dtype as the backward ops
+// round it.
+template <typename Added>
+void add_unit(kernels::Ops& ops, ShardedGradients& gradients, size_t u, Added added) {
+  const kernels::DType dtype = ops.storage_dtype();
   const size_t begin = kUnits[u].begin, n = unit_end(u) - begin;
-  float* at = static_cast<float*>(gradients.gradient(begin));
+  void* at = gradients.gradient(begin);
+  std::vector<char> stored(ops.storage_bytes(n));
   std::vector<float> host(n);
-  ops.copy_to_host(host.data(), at, n * sizeof(float));
-  for (size_t i = 0; i < n; ++i) host[i] += value(rank, micro_batch, begin + i);
-  ops.copy_from_host(at, host.data(), n * sizeof(float));
+  ops.copy_to_host(stored.data(), at, stored.size());
+  kernels::host_to_float(host.data(), stored.data(), dtype, n);
+  for (size_t i = 0; i < n; ++i) host[i] += added(begin + i);
+  kernels::host_from_float(stored.data(), host.data(), dtype, n);
+  ops.copy_from_host(at, stored.data(), stored.size());
+}
+void add_unit(kernels::Ops& ops, ShardedGradients& gradients, size_t u, int rank, int micro_batch) {
+  add_unit(ops, gradients, u, [&](size_t element) { return value(rank, micro_batch, element); });
 }
 
 // The shard each rank should hold: per unit its chunk of the padded unit,
@@ -155,6 +167,59 @@ TEST(ShardedGradients, ReusingASlotWaitsForItsOwnReductionOnly) {
   EXPECT_EQ(group.waits, std::vector<int>({1}));
   gradients.finish();
   EXPECT_EQ(group.waits, std::vector<int>({1, -1}));
+}
+
+// bf16 storage: each micro-batch's chunk is reduced in bf16 and added into
+// the fp32 shard. Micro-batch 0 sums to 256 or 512 over the ranks and
+// micro-batch 1 to 1, each exact in bf16; their sums 257 and 513 are not
+// (a bf16 shard would hold 256 and 512). The resident unit sums its
+// micro-batches as backward wrote them, in bf16, then lands in the shard.
+// Memory: the fp32 shard, the bf16 resident unit with its receive chunk
+// and two bf16 slots with theirs.
+TEST(ShardedGradients, Bfloat16MicroBatchesSumInAnFp32Shard) {
+  const int world = testing::world_size(), rank = testing::world_rank();
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kBFloat16);
+  ProcessGroups groups = make_process_groups(Transport::kMpi, 1, world, 1, 1, *ops);
+  MemoryTracker memory{*ops};
+  ShardedGradients gradients{kUnits, kElements, {true, false, false, false},
+                             *ops,   memory,    *groups.zero};
+  const size_t unit = shard_unit_elements(world), z = static_cast<size_t>(world);
+  auto padded = [&](size_t u) { return (unit_end(u) - kUnits[u].begin + unit - 1) / unit * unit; };
+  size_t shard = 0;
+  for (size_t u = 0; u < kUnits.size(); ++u) shard += padded(u) / z;
+  const size_t slot = std::max({padded(1), padded(2), padded(3)});
+  EXPECT_EQ(memory.current(MemoryCategory::kGradients),
+            4 * shard + 2 * (padded(0) + padded(0) / z + 2 * (slot + slot / z)));
+  auto contribution = [&](int r, int micro_batch, size_t element) {
+    if (micro_batch == 0) return 256.0f / static_cast<float>(world) * (1 + element % 2);
+    return r == 0 ? 1.0f : 0.0f;
+  };
+  gradients.zero();
+  for (int m = 0; m < 2; ++m)
+    for (size_t u = kUnits.size(); u-- > 0;) {
+      add_unit(*ops, gradients, u, [&](size_t element) { return contribution(rank, m, element); });
+      gradients.unit_done(kUnits[u].begin);
+    }
+  gradients.finish();
+  std::vector<float> held(gradients.shard_elements());
+  ops->copy_to_host(held.data(), gradients.shard(), held.size() * sizeof(float));
+  for (size_t u = 0; u < kUnits.size(); ++u) {
+    const GradientBucket& bucket = gradients.buckets()[u];
+    for (size_t i = 0; i < bucket.chunk; ++i) {
+      const size_t element = bucket.begin + rank * bucket.chunk + i;
+      float expected = 0;
+      if (element < bucket.end && u == 0) {
+        // Each rank's two micro-batches summed in bf16, then over the ranks.
+        for (int r = 0; r < world; ++r)
+          expected +=
+              kernels::round_to_bfloat16(contribution(r, 0, element) + contribution(r, 1, element));
+        expected = kernels::round_to_bfloat16(expected);
+      } else if (element < bucket.end) {
+        expected = 256.0f * (1 + element % 2) + 1;
+      }
+      ASSERT_EQ(held[bucket.shard_offset + i], expected) << "unit " << u << " element " << element;
+    }
+  }
 }
 
 TEST(ShardedGradients, RefusesOffsetsOutsideAndUnitsNotRisingFromZero) {

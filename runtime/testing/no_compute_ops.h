@@ -38,6 +38,7 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void gelu_backward(void*, const void*, const void*, size_t, kernels::GradientWrite) override {}
   void residual_forward(void*, const void*, const void*, size_t) override {}
   void accumulate(void*, const void*, size_t) override {}
+  void accumulate_into_float(float*, const void*, size_t) override {}
   void scale(void*, float, size_t) override {}
   void swiglu_forward(void*, const void*, int, int) override {}
   void swiglu_backward(void*, const void*, const void*, int, int, kernels::GradientWrite) override {
@@ -63,7 +64,10 @@ class NoComputeOps final : public kernels::ForwardingOps {
                                   const float*, const float*, int, int, int, float) override {}
   void adamw(float*, void*, const void*, float*, float*, size_t,
              const kernels::AdamWStep&) override {}
+  void adamw_float_gradients(float*, void*, const float*, float*, float*, size_t,
+                             const kernels::AdamWStep&) override {}
   void accumulate_sum_of_squares(double*, const void*, size_t) override {}
+  void accumulate_float_sum_of_squares(double*, const float*, size_t) override {}
   void accumulate_sum(double*, const float*, size_t) override {}
 };
 
