@@ -104,6 +104,26 @@ __device__ __forceinline__ HeadPointers group_head_pointers(int g, int T, int H,
   return head_pointers(b, kv_head * (H / Hkv) + g, T, H, Hkv, D);
 }
 
+// The backward's rows' D_t (kernels/ops.h), for the fused and the block
+// attention (cuda_attention_block_backward.cu, T = q_len):
+// row_dot[row] = sum_d dout[b, t, h, d] * out[b, t, h, d] for row = (b * H + h) * T + t:
+// one warp per row, lanes over d, then the butterfly.
+template <typename Storage>
+__global__ void attention_row_dot_kernel(float* row_dot, const Storage* dout, const Storage* out,
+                                         int T, int H, int D, size_t rows) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together
+  const size_t t = row % T, bh = row / T, h = bh % H, b = bh / H;
+  const size_t offset = (b * T + t) * H * D + h * D;
+  float sum = 0.0f;
+  for (int d = lane; d < D; d += 32) {
+    sum = fmaf(widen(dout[offset + d]), widen(out[offset + d]), sum);
+  }
+  sum = warp_sum(sum);
+  if (lane == 0) row_dot[row] = sum;
+}
+
 #endif  // __CUDACC__
 
 // ---- host side ---------------------------------------------------------------------------------

@@ -22,24 +22,6 @@ namespace {
 
 using namespace attention;
 
-// row_dot[row] = sum_d dout[b, t, h, d] * out[b, t, h, d] for row = (b * H + h) * T + t:
-// one warp per row, lanes over d, then the butterfly.
-template <typename Storage>
-__global__ void attention_row_dot_kernel(float* row_dot, const Storage* dout, const Storage* out,
-                                         int T, int H, int D, size_t rows) {
-  const size_t row = static_cast<size_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;  // whole warps leave together
-  const size_t t = row % T, bh = row / T, h = bh % H, b = bh / H;
-  const size_t offset = (b * T + t) * H * D + h * D;
-  float sum = 0.0f;
-  for (int d = lane; d < D; d += 32) {
-    sum = fmaf(widen(dout[offset + d]), widen(out[offset + d]), sum);
-  }
-  sum = warp_sum(sum);
-  if (lane == 0) row_dot[row] = sum;
-}
-
 template <int kDPad>
 constexpr size_t backward_dkdv_shared_bytes() {
   // K, V tiles; Q, dOut sub-tiles; P^T and dS^T; logsumexp and row_dot of the sub-tile.

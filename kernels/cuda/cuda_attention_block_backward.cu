@@ -34,23 +34,6 @@ namespace {
 using namespace attention;
 using namespace attention_block;
 
-// row_dot[(b * H + h) * q_len + i] = sum_d dout[b, i, h, d] * out[b, i, h, d]:
-// one warp per row, lanes over d, then the butterfly.
-template <typename Storage>
-__global__ void block_row_dot_kernel(float* row_dot, const Storage* dout, const Storage* out,
-                                     int q_len, int H, int D, size_t rows) {
-  const size_t row = static_cast<size_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;  // whole warps leave together
-  const size_t i = row % q_len, bh = row / q_len, h = bh % H, b = bh / H;
-  const size_t offset = (b * q_len + i) * H * D + h * D;
-  float sum = 0.0f;
-  for (int d = lane; d < D; d += 32)
-    sum = fmaf(widen(dout[offset + d]), widen(out[offset + d]), sum);
-  sum = warp_sum(sum);
-  if (lane == 0) row_dot[row] = sum;
-}
-
 // The tensors of one backward call.
 template <typename Storage>
 struct BackwardTensors {
@@ -303,7 +286,7 @@ void attention_block_backward(DType storage, float* dq_accumulator, float* dkv_a
                                            q_positions,
                                            kv_positions,
                                            documents};
-    block_row_dot_kernel<Storage><<<ceil_div(rows, kWarps), kThreads, 0, stream>>>(
+    attention_row_dot_kernel<Storage><<<ceil_div(rows, kWarps), kThreads, 0, stream>>>(
         row_dot, tensors.dout, static_cast<const Storage*>(out), shape.q_len, shape.num_heads, D,
         rows);
     PARAPLAN_CUDA_CHECK_LAUNCH();
