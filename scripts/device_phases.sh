@@ -349,11 +349,13 @@ phase_breakdown() {
     record "attention absent no $build/kernels/attention_bench"
   fi
   # Context parallelism's ring blocks per rank against the whole sequence:
-  # Llama 3 8B's attention at 32k over cp 4.
+  # Llama 3 8B's attention at 32k over cp 4 (a rehearsal: a small shape).
+  local ring_shape=(--seq 32768 --heads 32 --kv-heads 8 --head-dim 128)
+  [ "$rehearse" = 1 ] && ring_shape=(--seq 256 --heads 2 --kv-heads 1 --head-dim 16)
   if [ -x "$build/kernels/attention_block_bench" ]; then
     timeout 40 "$build/kernels/attention_block_bench" --backend "$(device_backend)" \
-      --seq 32768 --heads 32 --kv-heads 8 --head-dim 128 --context 4 --iterations 2 \
-      --repeats 3 >"$dir/ring_attention.log" 2>&1
+      "${ring_shape[@]}" --context 4 --iterations 2 --repeats 3 \
+      >"$dir/ring_attention.log" 2>&1
     record "ring_attention exit $?"
   fi
   timeout 40 "$python" scripts/device_attention_torch.py "${shape[@]}" --iterations 10 \
