@@ -174,7 +174,7 @@ TEST(PlanSchedulesTest, ZeroBubbleVPlanChecksItsHandOffs) {
     for (int r = 0; r < 2; ++r) {
       std::vector<schema::Instruction> stream;
       for (const PipelineInstruction& ins : schedule.stages[r])
-        stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
+        stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), 0, ins.micro_batch, -1);
       for (size_t i = 0; swap && r == 1 && i + 2 < stream.size(); ++i)
         if (stream[i].op() == schema::OpCode::SendActivation && stream[i].chunk() == 0) {
           std::swap(stream[i + 1], stream[i + 2]);  // something between send and receive

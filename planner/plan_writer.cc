@@ -13,6 +13,7 @@
 #include "planner/cost/profile.h"
 #include "schema/plan_io.h"
 #include "schema/zero_stages.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 
@@ -143,14 +144,27 @@ flatbuffers::Offset<schema::Schedule> schedule_table(flatbuffers::FlatBufferBuil
   namespace fb = flatbuffers;
   const PlanSetting& setting = candidate.setting;
   const PipelineSchedule plan_schedule = candidate_schedule(config, candidate);
+  const std::vector<StageLayout> virtual_stages = virtual_stage_layouts(
+      candidate.stages, setting.schedule.virtual_stages, setting.schedule.kind);
+  const PipelineLayout pipeline =
+      PipelineLayout::of(setting.schedule.kind, static_cast<int>(plan_schedule.stages.size()),
+                         std::max(setting.schedule.virtual_stages, 1));
   std::vector<fb::Offset<schema::StageSchedule>> stage_schedules;
   for (size_t s = 0; s < plan_schedule.stages.size(); ++s) {
     std::vector<schema::Instruction> instructions;
     for (const PipelineInstruction& ins : plan_schedule.stages[s])
-      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
+      instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), 0, ins.micro_batch, -1);
     // ZeRO-3: whether this pipeline rank keeps its parameters gathered.
     const bool keep_gathered =
         shards_parameters(setting.zero_stage) && candidate.stages.at(s).keep_parameters_gathered;
+    // ZeRO-2 and 3: the unit ops that gather, release and reduce-scatter.
+    std::vector<ChunkUnits> units;
+    for (int c = 0; c < pipeline.chunks(); ++c) {
+      const StageLayout& chunk = virtual_stages.at(pipeline.virtual_stage(static_cast<int>(s), c));
+      units.push_back(chunk_units(chunk.has_embedding, chunk.has_head, chunk.num_layers,
+                                  config.model.tied_embeddings));
+    }
+    instructions = add_zero_unit_ops(instructions, units, setting.zero_stage, keep_gathered);
     stage_schedules.push_back(schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s),
                                                                 &instructions, keep_gathered));
   }
@@ -174,7 +188,7 @@ flatbuffers::Offset<schema::Predictions> predictions_table(flatbuffers::FlatBuff
     const MemoryBreakdown& m = stage.memory;
     auto memory = schema::CreateStageMemory(builder, m.weights, m.gradients,
                                             m.optimizer_state + m.optimizer_transient,
-                                            m.activations, m.transient, m.total());
+                                            m.activations, m.transient, m.total(), m.gathered);
     // ZeRO-3's gathers run on the ZeRO group, where replay counts the
     // gradient reduction: the step's (every micro-batch's) go there, so the
     // parts still add up to the step.

@@ -252,6 +252,12 @@ const char* opcode_name(schema::OpCode op) {
       return "backward_input";
     case OpCode::BackwardWeight:
       return "backward_weight";
+    case OpCode::GatherParameters:
+      return "gather_parameters";
+    case OpCode::ReleaseParameters:
+      return "release_parameters";
+    case OpCode::ReduceScatterGradients:
+      return "reduce_scatter_gradients";
   }
   return "unknown";
 }

@@ -34,7 +34,13 @@ namespace paraplan {
 // 9: ZeRO stages 2 and 3 (StageSchedule.keep_parameters_gathered), context
 //    parallelism (Mesh.context_parallel), document masking
 //    (Data.document_separator).
-inline constexpr uint32_t kPlanSchemaVersion = 9;
+// 10: ZeRO's unit ops in the streams (GatherParameters, ReleaseParameters,
+//    ReduceScatterGradients; Instruction.unit) and ZeRO-3's gathered
+//    working set as its own memory part (StageMemory.gathered). ZeRO-2 and
+//    3 streams of older plans get the unit ops at load (zero_units.h).
+inline constexpr uint32_t kPlanSchemaVersion = 10;
+// The first version whose ZeRO-2 and 3 streams list their unit ops.
+inline constexpr uint32_t kZeroUnitOpsPlanSchemaVersion = 10;
 // The first version whose plans must have Posted transfers.
 inline constexpr uint32_t kPostedOnlyPlanSchemaVersion = 8;
 inline constexpr uint32_t kOldestReadablePlanSchemaVersion = 1;

@@ -272,11 +272,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v10.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v10.pplan")),
-                       "'" + path("v10.pplan") +
-                           "' was written with plan schema version 10; this paraplan reads "
-                           "versions 1 to 9"));
+  write_raw(path("v11.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v11.pplan")),
+                       "'" + path("v11.pplan") +
+                           "' was written with plan schema version 11; this paraplan reads "
+                           "versions 1 to 10"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
@@ -376,14 +376,14 @@ TEST(EnumNames, MatchTheJsonSpelling) {
   EXPECT_STREQ(recompute_mode_name(RecomputeMode::Selective), "selective");
   EXPECT_STREQ(recompute_mode_name(RecomputeMode::Full), "full");
   EXPECT_STREQ(recompute_mode_name(RecomputeMode(9)), "unknown");
-  const std::vector<std::string> ops = {"load_micro_batch", "forward",          "backward",
-                                        "send_activation",  "recv_activation",  "send_gradient",
-                                        "recv_gradient",
-                                        "unknown",  // 7, 8: retired in schema version 8
-                                        "unknown",          "reduce_gradients", "optimizer_step",
-                                        "backward_input",   "backward_weight"};
+  const std::vector<std::string> ops = {
+      "load_micro_batch", "forward",           "backward",           "send_activation",
+      "recv_activation",  "send_gradient",     "recv_gradient",
+      "unknown",  // 7, 8: retired in schema version 8
+      "unknown",          "reduce_gradients",  "optimizer_step",     "backward_input",
+      "backward_weight",  "gather_parameters", "release_parameters", "reduce_scatter_gradients"};
   for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(opcode_name(OpCode(i)), ops[i]);
-  EXPECT_STREQ(opcode_name(OpCode(13)), "unknown");
+  EXPECT_STREQ(opcode_name(OpCode(16)), "unknown");
   EXPECT_STREQ(architecture_name(schema::Architecture::Gpt2), "gpt2");
   EXPECT_STREQ(architecture_name(schema::Architecture::Llama), "llama");
   EXPECT_STREQ(dtype_name(schema::DType::Float32), "float32");
@@ -412,7 +412,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
   EXPECT_EQ(j["training"]["data"]["document_separator"], -1);
-  EXPECT_EQ(j["header"]["schema_version"], 9);
+  EXPECT_EQ(j["header"]["schema_version"], 10);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -486,6 +486,25 @@ std::string stage_row(const std::string& table, int stage) {
   return "";
 }
 
+// ZeRO-3's unit ops, counted per stage, 4 micro-batches in 1F1B: the first
+// stage's forwards read its untied embedding and 4 blocks (5 units), its
+// backwards the blocks (4) and finish all 5; the last stage's forwards and
+// backwards read its 4 blocks and head (5). A unit one compute ends with and
+// the next starts with stays gathered between them: 20 + 16 - 3 (F then B,
+// three times) and 20 + 20 - 7 (F then B four times, B then F three).
+TEST(PlanToTable, CountsEachStagesZeroUnitOps) {
+  PlanSpec spec = make_plan_spec(2, 2, 1, 8, 4);
+  spec.zero_stage = 3;
+  spec.tied_embeddings = false;
+  const std::vector<uint8_t> bytes = build_plan(spec);
+  const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
+  EXPECT_TRUE(contains(table,
+                       "ZeRO unit ops per step: stage 0: 33 gathers, 33 releases (one unit ahead), "
+                       "20 reduce-scatters, stage 1: 33 gathers, 33 releases (one unit ahead), "
+                       "20 reduce-scatters\n"))
+      << table;
+}
+
 TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   PlanSpec spec = make_plan_spec(2, 2, 2, 8, 4);
   spec.stages[0].recompute = {RecomputeMode::Full, RecomputeMode::Full, RecomputeMode::None,
@@ -494,7 +513,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v9, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v10, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(

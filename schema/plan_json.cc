@@ -16,6 +16,7 @@
 #include "schema/number_text.h"
 #include "schema/pipeline_layout.h"
 #include "schema/plan_io.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 namespace {
@@ -142,10 +143,12 @@ json schedule_to_json(const schema::Schedule& schedule) {
         for (const schema::Instruction* ins : *stage->instructions()) {
           // The chunk (virtual stage) too: without it an interleaved
           // plan's streams cannot be rebuilt from the JSON.
-          instructions.push_back({{"op", opcode_name(ins->op())},
-                                  {"chunk", ins->chunk()},
-                                  {"micro_batch", ins->micro_batch()},
-                                  {"peer_micro_batch", ins->peer_micro_batch()}});
+          json entry = {{"op", opcode_name(ins->op())},
+                        {"chunk", ins->chunk()},
+                        {"micro_batch", ins->micro_batch()},
+                        {"peer_micro_batch", ins->peer_micro_batch()}};
+          if (is_zero_unit_op(ins->op())) entry["unit"] = ins->unit();
+          instructions.push_back(std::move(entry));
         }
       }
       stages.push_back({{"stage", stage->stage()},
@@ -164,6 +167,7 @@ json memory_to_json(const schema::StageMemory& memory) {
   return {{"weights", memory.weights()},
           {"gradients", memory.gradients()},
           {"optimizer_state", memory.optimizer_state()},
+          {"gathered", memory.gathered()},
           {"activations", memory.activations()},
           {"transient", memory.transient()},
           {"total", memory.total()}};
@@ -429,8 +433,9 @@ void stage_table(const schema::Plan& plan, std::ostringstream& out) {
   const auto* predicted = plan.predictions() ? plan.predictions()->stages() : nullptr;
   TextTable table(
       {"stage", "layers", "holds", "recompute", "fwd ms", "bwd ms", "comm ms", "wait ms", "weights",
-       "grads", "optimizer", "activations", "transient", "total"},
-      {true, false, false, false, true, true, true, true, true, true, true, true, true, true});
+       "grads", "optimizer", "gathered", "activations", "transient", "total"},
+      {true, false, false, false, true, true, true, true, true, true, true, true, true, true,
+       true});
   for (size_t i = 0; i < plan.stages()->size(); ++i) {
     const schema::Stage& stage = *plan.stages()->Get(i);
     std::vector<std::string> row = {std::to_string(stage.index()), layer_range(stage), holds(stage),
@@ -442,9 +447,9 @@ void stage_table(const schema::Plan& plan, std::ostringstream& out) {
     row.push_back(p ? format_ms(p->communication_seconds()) : "-");
     row.push_back(p ? format_ms(p->bubble_seconds()) : "-");
     const schema::StageMemory* m = p ? p->memory() : nullptr;
-    for (uint64_t bytes :
-         {m ? m->weights() : 0, m ? m->gradients() : 0, m ? m->optimizer_state() : 0,
-          m ? m->activations() : 0, m ? m->transient() : 0, m ? m->total() : 0}) {
+    for (uint64_t bytes : {m ? m->weights() : 0, m ? m->gradients() : 0,
+                           m ? m->optimizer_state() : 0, m ? m->gathered() : 0,
+                           m ? m->activations() : 0, m ? m->transient() : 0, m ? m->total() : 0}) {
       row.push_back(m ? format_bytes(bytes) : "-");
     }
     table.add_row(std::move(row));
@@ -476,6 +481,31 @@ void predictions_lines(const schema::Plan& plan, std::ostringstream& out) {
   }
 }
 
+// ZeRO-2 and 3: how many unit ops each stage's stream holds (zero_units.h),
+// and whether it keeps its parameters gathered.
+void zero_unit_ops_line(const schema::Schedule& schedule, std::ostringstream& out) {
+  if (schedule.stages() == nullptr) return;
+  std::string line;
+  for (const schema::StageSchedule* stage : *schedule.stages()) {
+    if (stage->instructions() == nullptr) continue;
+    int gathers = 0, releases = 0, scatters = 0;
+    for (const schema::Instruction* ins : *stage->instructions()) {
+      gathers += ins->op() == schema::OpCode::GatherParameters;
+      releases += ins->op() == schema::OpCode::ReleaseParameters;
+      scatters += ins->op() == schema::OpCode::ReduceScatterGradients;
+    }
+    if (gathers + releases + scatters == 0) continue;
+    line += (line.empty() ? " stage " : ", stage ") + std::to_string(stage->stage()) + ": " +
+            (gathers > 0
+                 ? std::to_string(gathers) + " gathers, " + std::to_string(releases) + " releases" +
+                       (stage->keep_parameters_gathered() ? " (kept for the step), "
+                                                          : " (one unit ahead), ")
+                 : std::string()) +
+            std::to_string(scatters) + " reduce-scatters";
+  }
+  if (!line.empty()) out << "ZeRO unit ops per step:" << line << "\n";
+}
+
 void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
   const schema::Schedule* schedule = plan.schedule();
   if (schedule == nullptr) {
@@ -500,6 +530,7 @@ void schedule_line(const schema::Plan& plan, std::ostringstream& out) {
     }
   }
   out << "\n";
+  zero_unit_ops_line(*schedule, out);
 }
 
 }  // namespace

@@ -29,11 +29,11 @@ std::vector<Instruction> lowered_stream(const std::vector<Instruction>& stream) 
   for (const Instruction& ins : stream) {
     const int op = static_cast<int>(ins.op());
     if (op == kRetiredSendActivationRecvGradient) {
-      lowered.emplace_back(OpCode::SendActivation, ins.chunk(), ins.micro_batch(), -1);
-      lowered.emplace_back(OpCode::RecvGradient, ins.chunk(), ins.peer_micro_batch(), -1);
+      lowered.emplace_back(OpCode::SendActivation, ins.chunk(), 0, ins.micro_batch(), -1);
+      lowered.emplace_back(OpCode::RecvGradient, ins.chunk(), 0, ins.peer_micro_batch(), -1);
     } else if (op == kRetiredSendGradientRecvActivation) {
-      lowered.emplace_back(OpCode::SendGradient, ins.chunk(), ins.micro_batch(), -1);
-      lowered.emplace_back(OpCode::RecvActivation, ins.chunk(), ins.peer_micro_batch(), -1);
+      lowered.emplace_back(OpCode::SendGradient, ins.chunk(), 0, ins.micro_batch(), -1);
+      lowered.emplace_back(OpCode::RecvActivation, ins.chunk(), 0, ins.peer_micro_batch(), -1);
     } else {
       lowered.push_back(ins);
     }

@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "schema/pipeline_layout.h"
 #include "schema/plan_io.h"
+#include "schema/zero_units.h"
 
 namespace paraplan::test_plans {
 
@@ -50,6 +52,9 @@ struct PlanSpec {
   bool has_predictions = true;
 
   uint32_t schema_version = kPlanSchemaVersion;
+  // ZeRO-2 and 3 streams without unit ops get them, as the planner writes
+  // them (schema/zero_units.h); false writes the streams as given.
+  bool add_zero_unit_ops = true;
   std::string task_name = "unit-test";
   std::string planner_version = "0.1.0-test";
   std::vector<std::pair<std::string, std::string>> creation_options = {
@@ -100,7 +105,7 @@ struct PlanSpec {
 
 inline Instruction instruction(OpCode op, int32_t micro_batch, int32_t peer_micro_batch = -1,
                                uint8_t chunk = 0) {
-  return Instruction(op, chunk, micro_batch, peer_micro_batch);
+  return Instruction(op, chunk, 0, micro_batch, peer_micro_batch);
 }
 
 // Index of the first instruction (op, micro_batch) in a stream; throws if absent so a
@@ -299,6 +304,33 @@ inline PlanSpec make_chunked_plan_spec(int32_t pp, int32_t chunks, int32_t layer
   return spec;
 }
 
+// A stage's stream as build_plan writes it: with the unit ops ZeRO-2 and 3
+// need (add_zero_unit_ops), where the spec asks for them and its stages and
+// schedule say which units each chunk holds; else as given.
+inline std::vector<Instruction> with_zero_unit_ops(const PlanSpec& spec,
+                                                   const StageScheduleSpec& stage) {
+  const bool has_ops = std::any_of(stage.instructions.begin(), stage.instructions.end(),
+                                   [](const Instruction& i) { return is_zero_unit_op(i.op()); });
+  const int chunks = spec.virtual_stages;
+  if (!spec.add_zero_unit_ops || has_ops || spec.zero_stage < 2 || spec.zero_stage > 3 ||
+      chunks < 1 || spec.pipeline_parallel < 1 || stage.stage < 0 ||
+      stage.stage >= spec.pipeline_parallel ||
+      spec.stages.size() != static_cast<size_t>(spec.pipeline_parallel) * chunks)
+    return stage.instructions;
+  const PipelineLayout layout =
+      PipelineLayout::of(spec.schedule_kind, spec.pipeline_parallel, chunks);
+  std::vector<ChunkUnits> units;
+  for (int c = 0; c < chunks; ++c) {
+    const StageSpec& chunk = spec.stages[layout.virtual_stage(stage.stage, c)];
+    units.push_back(
+        chunk_units(chunk.has_embedding, chunk.has_head, chunk.num_layers, spec.tied_embeddings));
+  }
+  for (const Instruction& i : stage.instructions)
+    if (i.chunk() >= units.size()) return stage.instructions;
+  return add_zero_unit_ops(stage.instructions, units, spec.zero_stage,
+                           stage.keep_parameters_gathered);
+}
+
 inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
   namespace fb = flatbuffers;
   fb::FlatBufferBuilder fbb;
@@ -360,8 +392,9 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
   if (spec.has_schedule) {
     std::vector<fb::Offset<schema::StageSchedule>> list;
     for (const StageScheduleSpec& stage : spec.schedule) {
+      const std::vector<Instruction> instructions = with_zero_unit_ops(spec, stage);
       list.push_back(schema::CreateStageScheduleDirect(
-          fbb, stage.stage, stage.has_instructions ? &stage.instructions : nullptr,
+          fbb, stage.stage, stage.has_instructions ? &instructions : nullptr,
           stage.keep_parameters_gathered));
     }
     schedule = schema::CreateScheduleDirect(fbb, spec.schedule_kind, &list, spec.virtual_stages,

@@ -13,6 +13,7 @@
 #include "schema/schedule_kinds.h"
 #include "schema/stream_check.h"
 #include "schema/zero_stages.h"
+#include "schema/zero_units.h"
 
 namespace paraplan::plan_validation {
 namespace {
@@ -132,6 +133,30 @@ void check_virtual_stages(const schema::Plan& plan, const schema::Schedule& sche
   }
 }
 
+// ZeRO's unit ops in one rank's stream (zero_units.h): required under ZeRO-2
+// and 3 from schema version 10 (older plans get them at load).
+void check_zero_unit_ops(const schema::Plan& plan, const schema::StageSchedule& stage_schedule,
+                         int rank, const std::string& field, Violations& v) {
+  const int zero_stage = plan.zero() != nullptr ? plan.zero()->stage() : 0;
+  const auto& instructions = *stage_schedule.instructions();
+  const bool has_ops = has_zero_unit_ops(instructions);
+  const uint32_t version = plan.header() != nullptr ? plan.header()->schema_version() : 0;
+  if (!has_ops && (!shards_gradients(zero_stage) || version < kZeroUnitOpsPlanSchemaVersion))
+    return;
+  if (!has_ops) {
+    v.add(field + ".instructions",
+          "no reduce_scatter_gradients or gather_parameters under zero.stage " +
+              std::to_string(zero_stage) +
+              "; from schema version 10 a ZeRO-2 or ZeRO-3 stream lists its unit ops "
+              "(plan.fbs, schema/zero_units.h)");
+    return;
+  }
+  if (plan.model() == nullptr || plan.mesh() == nullptr) return;  // reported on their fields
+  const std::string problem =
+      zero_unit_ops_problem(stream_instructions(instructions), rank_units(plan, rank), zero_stage);
+  if (!problem.empty()) v.add(field + ".instructions", problem);
+}
+
 // One stream per pipeline rank, each checked on its own.
 void check_stage_streams(const schema::Plan& plan, const schema::Schedule& schedule,
                          Violations& v) {
@@ -200,6 +225,7 @@ void check_stage_streams(const schema::Plan& plan, const schema::Schedule& sched
                                    : virtual_stage == 0 || virtual_stage == num_stages * chunks - 1;
     }
     check_stage_stream(stage_schedule, layout, num_micro_batches, std::move(needs_load), f, v);
+    if (stages_match) check_zero_unit_ops(plan, stage_schedule, i, f, v);
   }
 }
 

@@ -4,6 +4,7 @@
 // their bounds: plan_validate_bounds_test.cc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -180,8 +181,8 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 10; },
-       {"header.schema_version: 10", "reads versions 1 to 9"}},
+       [](PlanSpec& s) { s.schema_version = 11; },
+       {"header.schema_version: 11", "reads versions 1 to 10"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;
@@ -376,6 +377,35 @@ const std::vector<ViolationCase>& violation_cases() {
          s.schedule[0].keep_parameters_gathered = true;
        },
        {"schedule.stages[0].keep_parameters_gathered: true", "only ZeRO-3"}},
+      {"ZeroTwoStreamWithoutItsUnitOps",
+       [](PlanSpec& s) {
+         s.zero_stage = 2;
+         s.add_zero_unit_ops = false;
+       },
+       {"schedule.stages[0].instructions: no reduce_scatter_gradients", "schema version 10"}},
+      {"GatherUnderZeroTwo",
+       [](PlanSpec& s) {
+         s.zero_stage = 2;
+         s.schedule[1].instructions.insert(
+             s.schedule[1].instructions.begin(),
+             schema::Instruction(OpCode::GatherParameters, 0, 1, 0, -1));
+       },
+       {"schedule.stages[1].instructions: instruction 0: gather_parameters under zero.stage 2",
+        "only ZeRO-3 gathers parameters"}},
+      {"ZeroThreeReadOfAReleasedUnit",
+       [](PlanSpec& s) {
+         s.zero_stage = 3;
+         auto& stream = s.schedule[1].instructions;
+         s.schedule[1].instructions = test_plans::with_zero_unit_ops(s, s.schedule[1]);
+         s.add_zero_unit_ops = false;
+         // Drop the first gather: the stage's first forward reads its unit 0 ungathered.
+         stream.erase(std::find_if(stream.begin(), stream.end(), [](const schema::Instruction& i) {
+           return i.op() == OpCode::GatherParameters;
+         }));
+       },
+       {"schedule.stages[1].instructions: instruction",
+        "reads unit 0 of chunk 0, which no "
+        "gather_parameters"}},
       {"ZeroGroupsZero", [](PlanSpec& s) { s.zero_num_groups = 0; }, {"zero.num_groups: 0"}},
       {"ZeroGroupsNotDividingDataParallel",
        [](PlanSpec& s) {

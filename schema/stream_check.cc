@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "schema/plan_io.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 namespace {
@@ -98,9 +99,11 @@ class StreamChecker {
     if (!is_known(op)) {
       instruction_problem(pos, "op: unknown value " + std::to_string(static_cast<int>(op)) +
                                    "; valid are 0 (load_micro_batch) to 6 (recv_gradient) and 9 "
-                                   "(reduce_gradients) to 12 (backward_weight)");
+                                   "(reduce_gradients) to 15 (reduce_scatter_gradients)");
       return;
     }
+    // ZeRO's unit ops move no micro-batch: zero_units.h checks them.
+    if (is_zero_unit_op(op)) return;
     const std::string name = opcode_name(op);
     if (ins.chunk < 0 || ins.chunk >= virtual_stages_) {
       instruction_problem(
@@ -179,6 +182,10 @@ class StreamChecker {
         break;
       case OpCode::OptimizerStep:
         step_at_.push_back(pos);
+        break;
+      case OpCode::GatherParameters:
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
         break;
     }
   }

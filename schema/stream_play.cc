@@ -35,6 +35,9 @@ std::optional<StreamMessage> message_of(const PipelineLayout& layout, int rank,
     case OpCode::Forward:
     case OpCode::Backward:
     case OpCode::ReduceGradients:
+    case OpCode::GatherParameters:
+    case OpCode::ReleaseParameters:
+    case OpCode::ReduceScatterGradients:
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:
     case OpCode::BackwardWeight:

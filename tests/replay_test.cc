@@ -147,11 +147,12 @@ TEST_F(Replay, ZeroThreeModelStateIsWhatThePlannerPredicts) {
     EXPECT_EQ(inspected.exit_code, 0) << inspected.output;
     return inspected.exit_code == 0 ? json::parse(inspected.output) : json::object();
   };
-  // The shard (110400 / 2), the embedding whole (resident: the tied head
-  // writes it first), and slots of a block (the largest streamed unit): one
-  // per streamed unit kept (8 blocks and the final norm), else two.
-  const double kept_weights = 2.0 * (110400 / 2 + 8704 + 9 * 12704);
-  const double freed_weights = 2.0 * (110400 / 2 + 8704 + 2 * 12704);
+  // Weights: the shard (110400 / 2) and the embedding whole (resident: the
+  // tied head writes it first). Gathered: slots of a block (the largest
+  // streamed unit), one per streamed unit kept (8 blocks and the final
+  // norm), else two.
+  const double weights = 2.0 * (110400 / 2 + 8704);
+  const double kept_gathered = 2.0 * 9 * 12704, freed_gathered = 2.0 * 2 * 12704;
   // The least a rank keeping them needs: every block recomputed (planned only).
   const json least = inspect(plan("bf16-zero3-least", 2, lines + "recompute_modules = \"ROOT\"\n",
                                   model + " --planner.consider_mem false"));
@@ -159,7 +160,7 @@ TEST_F(Replay, ZeroThreeModelStateIsWhatThePlannerPredicts) {
   char limit[96];
   std::snprintf(limit, sizeof limit, " --planner.memory_constraint %.9f",
                 (least["predictions"]["stages"][0]["memory"]["total"].get<double>() -
-                 (kept_weights - freed_weights) / 2) /
+                 (kept_gathered - freed_gathered) / 2) /
                     (1 << 30));
   for (const bool kept : {true, false}) {
     const std::string name = kept ? "bf16-zero3-kept" : "bf16-zero3-freed";
@@ -170,18 +171,22 @@ TEST_F(Replay, ZeroThreeModelStateIsWhatThePlannerPredicts) {
     const json report = replay_report(plan_file, name);
     ASSERT_EQ(report["stages"].size(), 1u) << name;
     const json& memory = report["stages"][0]["memory_bytes"];
-    for (const char* part : {"weights", "gradients", "optimizer_state"})
+    for (const char* part : {"weights", "gradients", "optimizer_state", "gathered"})
       EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
     EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
-    EXPECT_EQ(memory["weights"]["measured"].get<double>(), kept ? kept_weights : freed_weights)
+    EXPECT_EQ(memory["weights"]["measured"].get<double>(), weights) << name;
+    EXPECT_EQ(memory["gathered"]["measured"].get<double>(), kept ? kept_gathered : freed_gathered)
+        << name;
+    EXPECT_EQ(plan_json["predictions"]["stages"][0]["memory"]["gathered"].get<double>(),
+              kept ? kept_gathered : freed_gathered)
         << name;
     // ZeRO-2's gradients (the ZeRO-2 test's 323,136 bytes) and optimizer state.
     EXPECT_EQ(memory["gradients"]["measured"].get<double>(),
               4.0 * (110400 / 2) + 2.0 * (8704 + 8704 / 2 + 2 * (12704 + 12704 / 2)));
     EXPECT_EQ(memory["optimizer_state"]["measured"].get<double>(), 12.0 * 110400 / 2);
   }
-  std::printf("[ figures  ] ZeRO-3 weights per rank: kept %.0f bytes, freed %.0f bytes\n",
-              kept_weights, freed_weights);
+  std::printf("[ figures  ] ZeRO-3 per rank: weights %.0f bytes, gathered kept %.0f, freed %.0f\n",
+              weights, kept_gathered, freed_gathered);
 }
 
 TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {

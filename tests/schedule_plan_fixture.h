@@ -40,6 +40,9 @@ struct ScheduleCase {
   int context = 1;                        // mesh.context_parallel
   int seq_len = 16;
   int document_separator = -1;  // training.data.document_separator
+  // 0: the current schema version; an older one writes the streams without
+  // ZeRO's unit ops (the runtime adds them, schema/zero_units.h).
+  uint32_t schema_version = 0;
 };
 
 // The case's plan: the test model (8 layers, so pp 4 x 2 chunks holds one
@@ -68,6 +71,7 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
     spec.document_separator = c.document_separator;
   }
   spec.zero_stage = c.zero_stage, spec.zero_num_groups = c.zero_groups;
+  if (c.schema_version != 0) spec.schema_version = c.schema_version, spec.add_zero_unit_ops = false;
   spec.dtype = c.dtype;
   spec.schedule_kind = c.kind;
   const PipelineSchedule schedule = generate_schedule(c.kind, c.pipeline, m, c.virtual_stages);
@@ -77,7 +81,7 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
   for (int r = 0; r < c.pipeline; ++r) {
     std::vector<schema::Instruction> stream;
     for (const PipelineInstruction& ins : schedule.stages[r])
-      stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
+      stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), 0, ins.micro_batch, -1);
     spec.schedule.push_back({r, true, stream, c.keep_parameters_gathered});
   }
   return test_plans::build_plan(spec);

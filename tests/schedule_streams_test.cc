@@ -24,7 +24,7 @@ void expect_schedule_step(schema::ScheduleKind kind, int virtual_stages, const s
   ASSERT_FALSE(verify_schedule(schedule).has_value()) << what;
   std::vector<schema::Instruction> stream;
   for (const PipelineInstruction& ins : schedule.stages[world_rank()])
-    stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), ins.micro_batch, -1);
+    stream.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), 0, ins.micro_batch, -1);
   expect_whole_model_step(stream, virtual_stages, what, kind, micro_batches);
 }
 
@@ -54,7 +54,7 @@ TEST(ScheduleStreams, TheMemoryModelsSlotsAreWhatTheRuntimeAllocates) {
         for (int r = 0; r < p; ++r) {
           spec.schedule[r].instructions.clear();
           for (const PipelineInstruction& ins : schedule.stages[r])
-            spec.schedule[r].instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk),
+            spec.schedule[r].instructions.emplace_back(ins.op, static_cast<uint8_t>(ins.chunk), 0,
                                                        ins.micro_batch, -1);
         }
         const std::vector<uint8_t> bytes = test_plans::build_plan(spec);

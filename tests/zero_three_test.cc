@@ -1,6 +1,6 @@
 // zero_three_test.cc: ZeRO-3 (parameters sharded too, each unit gathered
-// when a forward or backward first reads it and freed after, or kept
-// gathered for the step: runtime/parallel/sharded_parameters.h) trained
+// and freed where the plan's stream says: one unit ahead of the reads, or
+// kept gathered for the step: schema/zero_units.h) trained
 // under mpirun gives the single-rank losses: over 2 and 4 data-parallel
 // ranks, with tensor and sequence parallelism, under every pipeline
 // schedule kind (recomputation and split backward read the parameters
@@ -95,6 +95,20 @@ TEST_F(ZeroThree, LlamaAndBfloat16GiveTheSingleRankLosses) {
   ScheduleCase bf16 = zero_three("bf16_zero3_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
   bf16.dtype = schema::DType::BFloat16;
   expect_single_rank_losses(bf16, kBfloat16Tolerance);
+}
+
+// A ZeRO-3 plan written before the streams listed their unit ops (schema
+// version 9) gets them at load, as the planner writes them now: the same
+// losses, bitwise, kept gathered or not.
+TEST_F(ZeroThree, APlanWrittenBeforeItsUnitOpsTrainsExactlyAsOneWithThem) {
+  for (const bool kept : {false, true}) {
+    const ScheduleCase now = zero_three(kept ? "zero3_zbh1_kept_v10" : "zero3_zbh1_v10",
+                                        ScheduleKind::ZeroBubbleH1, 2, 1, 2, kept);
+    ScheduleCase before = now;
+    before.name = kept ? "zero3_zbh1_kept_v9" : "zero3_zbh1_v9", before.schema_version = 9;
+    ASSERT_EQ(run(now).losses.size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(run(before).losses, run(now).losses) << before.name;
+  }
 }
 
 TEST_F(ZeroThree, CheckpointsResumeUnderZeroOnePlansOfOtherMeshes) {

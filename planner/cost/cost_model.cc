@@ -337,11 +337,13 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   const bool zero_two = shards_gradients(terms.zero_stage);
   const double e = static_cast<double>(terms.element_bytes);
   if (shards_parameters(terms.zero_stage)) {
-    // ZeRO-3 (zero_memory.h): the shard, resident units and gathered slots;
-    // no parameter buffer, so no spill.
-    memory.weights = round_up(e * static_cast<double>(zero_three_parameter_elements(
-                                      terms.zero_two, layers, counts.keep_parameters_gathered)),
-                              g);
+    // ZeRO-3 (zero_memory.h): the shard and resident units, and the
+    // gathered slots apart; no parameter buffer, so no spill.
+    memory.weights =
+        round_up(e * static_cast<double>(zero_three_owned_elements(terms.zero_two, layers)), g);
+    memory.gathered = round_up(e * static_cast<double>(zero_three_gathered_elements(
+                                       terms.zero_two, layers, counts.keep_parameters_gathered)),
+                               g);
   } else {
     // ZeRO-2: the parameter buffer's spill past the last unit.
     memory.weights = round_up(

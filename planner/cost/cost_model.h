@@ -143,10 +143,12 @@ struct MemoryBreakdown {
   uint64_t gradients = 0;
   uint64_t optimizer_state = 0;      // resident, divided over the ZeRO shards
   uint64_t optimizer_transient = 0;  // during the step only
+  uint64_t gathered = 0;             // ZeRO-3's gathered slots (weights: the rest)
   uint64_t activations = 0;          // in-flight micro-batches plus the recompute working set
   uint64_t transient = 0;            // transient_mem_coef * (largest + second largest op output)
   uint64_t total() const {
-    return weights + gradients + optimizer_state + optimizer_transient + activations + transient;
+    return weights + gradients + optimizer_state + optimizer_transient + gathered + activations +
+           transient;
   }
 };
 

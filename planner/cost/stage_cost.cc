@@ -121,7 +121,7 @@ double StageCostModel::model_state_bytes(int pipeline_rank, int num_layers) cons
   counts.full = num_layers;  // (ZeRO-3: its parameters freed, the least)
   const MemoryBreakdown memory = stage_memory(options_, shape_terms().at(pipeline_rank), counts);
   return static_cast<double>(memory.weights + memory.gradients + memory.optimizer_state +
-                             memory.optimizer_transient);
+                             memory.optimizer_transient + memory.gathered);
 }
 
 // Compute: the profile's measured times, else the analytic model of the

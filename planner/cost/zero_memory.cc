@@ -80,11 +80,13 @@ int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks, boo
   return keep_gathered ? std::max<int64_t>(2, streamed) : 2;
 }
 
-int64_t zero_three_parameter_elements(const ZeroTwoGradients& units, int blocks,
-                                      bool keep_gathered) {
-  return units.resident_padded +
-         zero_three_gathered_slots(units, blocks, keep_gathered) * units.largest_streamed(blocks) +
-         units.shard_elements(blocks);
+int64_t zero_three_owned_elements(const ZeroTwoGradients& units, int blocks) {
+  return units.resident_padded + units.shard_elements(blocks);
+}
+
+int64_t zero_three_gathered_elements(const ZeroTwoGradients& units, int blocks,
+                                     bool keep_gathered) {
+  return zero_three_gathered_slots(units, blocks, keep_gathered) * units.largest_streamed(blocks);
 }
 
 double zero_paper_model_state_bytes(double parameters, int zero_stage, int data_parallel,

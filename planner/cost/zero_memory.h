@@ -119,10 +119,11 @@ ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_eleme
 // 2, or with keep_gathered one per streamed unit (at least 2); 0 when
 // nothing streams. Each holds largest_streamed(blocks) elements.
 int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks, bool keep_gathered);
-// ZeRO-3's parameter storage of such a rank, in elements: the shard, the
-// resident units whole and the gathered slots.
-int64_t zero_three_parameter_elements(const ZeroTwoGradients& units, int blocks,
-                                      bool keep_gathered);
+// ZeRO-3's parameter storage of such a rank, in elements: what it owns (the
+// shard and the resident units whole: StageMemory.weights) and its gathered
+// working set (the slots: StageMemory.gathered).
+int64_t zero_three_owned_elements(const ZeroTwoGradients& units, int blocks);
+int64_t zero_three_gathered_elements(const ZeroTwoGradients& units, int blocks, bool keep_gathered);
 
 // The ZeRO paper's per-device model-state bytes (Rajbhandari et al. 2020,
 // section 5 and Table 1): mixed-precision Adam with 2-byte weights and

@@ -22,7 +22,12 @@ using schema::RecomputeMode;
 using zero_test::pad;
 using zero_test::small_model;
 
-// The ZeRO-3 parameter bytes of a rank by hand: `slots` gathered slots.
+// The ZeRO-3 parameter bytes of a rank by hand (weights and the gathered
+// working set together): `slots` gathered slots.
+int64_t parameter_bytes(const MemoryBreakdown& memory) {
+  return static_cast<int64_t>(memory.weights + memory.gathered);
+}
+
 int64_t weights_by_hand(const std::vector<int64_t>& resident, const std::vector<int64_t>& streamed,
                         int64_t slots, int64_t z, int64_t element_bytes) {
   return zero_test::unit_storage_bytes(resident, streamed, slots, z, element_bytes, false);
@@ -62,8 +67,11 @@ TEST(ZeroThreeCostTest, SingleStageTiedKeptAndFreed) {
       stage_memory(model, options, layout(0, 6, true, true, false), 0, shape, 2, 4);
   const MemoryBreakdown kept =
       stage_memory(model, options, layout(0, 6, true, true, true), 0, shape, 2, 4);
-  EXPECT_EQ(static_cast<int64_t>(freed.weights), weights_by_hand({embedding}, streamed, 2, z, e));
-  EXPECT_EQ(static_cast<int64_t>(kept.weights), weights_by_hand({embedding}, streamed, 7, z, e));
+  EXPECT_EQ(parameter_bytes(freed), weights_by_hand({embedding}, streamed, 2, z, e));
+  EXPECT_EQ(parameter_bytes(kept), weights_by_hand({embedding}, streamed, 7, z, e));
+  // The gathered working set: slots of the largest streamed unit, a block.
+  EXPECT_EQ(static_cast<int64_t>(freed.gathered), e * 2 * pad(block, z));
+  EXPECT_EQ(static_cast<int64_t>(kept.gathered), e * 7 * pad(block, z));
   // Gradients and optimizer state are ZeRO-2's, whichever way.
   for (const MemoryBreakdown& memory : {freed, kept}) {
     EXPECT_EQ(static_cast<int64_t>(memory.gradients),
@@ -78,8 +86,9 @@ TEST(ZeroThreeCostTest, SingleStageTiedKeptAndFreed) {
       stage_memory(model, two, layout(0, 6, true, true, false), 0, shape, 2, 4);
   EXPECT_EQ(zero_two.gradients, freed.gradients);
   EXPECT_EQ(static_cast<int64_t>(zero_two.weights), e * (embedding + 6 * block + norm + 8 * z - 1));
-  EXPECT_LT(freed.weights, zero_two.weights);
-  EXPECT_LT(freed.weights, kept.weights);
+  EXPECT_LT(freed.weights + freed.gathered, zero_two.weights);
+  EXPECT_EQ(freed.weights, kept.weights);
+  EXPECT_LT(freed.gathered, kept.gathered);
 }
 
 // Every unit here is a multiple of 8 z (no padding), so the shard is the
@@ -94,8 +103,9 @@ TEST(ZeroThreeCostTest, ShardIsTheShardingRulesWeights) {
   const double parameters = static_cast<double>(embedding + 6 * block + norm);
   const ModelStateMemory rule = model_state_memory(parameters, e, 2, 0, zero_sharding(3, z));
   EXPECT_DOUBLE_EQ(rule.weights, e * parameters / z);
-  // The rest: the resident embedding whole and two slots of a block.
-  EXPECT_DOUBLE_EQ(static_cast<double>(freed.weights) - e * (embedding + 2 * block), rule.weights);
+  // Besides: the resident embedding whole, and gathered two slots of a block.
+  EXPECT_DOUBLE_EQ(static_cast<double>(freed.weights) - e * embedding, rule.weights);
+  EXPECT_DOUBLE_EQ(static_cast<double>(freed.gathered), e * 2 * block);
   EXPECT_DOUBLE_EQ(static_cast<double>(freed.optimizer_state), rule.optimizer_state);
   // And the paper's idealized figure for stage 3, 16 psi / Nd, from the same rule.
   EXPECT_DOUBLE_EQ(zero_paper_model_state_bytes(7.5e9, 3, 64), 16 * 7.5e9 / 64);
@@ -110,7 +120,7 @@ TEST(ZeroThreeCostTest, PipelineStagesFirstMiddleLast) {
   const int64_t head = 2 * 64 + 1000 * 64;  // the final norm and the tied copy: resident
   const std::vector<int64_t> three = {block, block, block};
   const auto weights = [&](const StageLayout& stage, int rank) {
-    return static_cast<int64_t>(stage_memory(model, options, stage, rank, shape, 1, 6).weights);
+    return parameter_bytes(stage_memory(model, options, stage, rank, shape, 1, 6));
   };
   for (const bool keep : {false, true}) {
     const int64_t slots = keep ? 3 : 2;  // a slot per streamed block, or two
@@ -137,14 +147,12 @@ TEST(ZeroThreeCostTest, UntiedEmbeddingIsTheLargestSlot) {
   const int64_t z = 4, e = 2;
   const int64_t embedding = 1000 * 64 + 32 * 64, block = block_parameters(model);
   const int64_t head = 2 * 64 + 1000 * 64;
-  EXPECT_EQ(
-      static_cast<int64_t>(
-          stage_memory(model, options, layout(0, 3, true, false, false), 0, shape, 1, 8).weights),
-      weights_by_hand({}, {embedding, block, block, block}, 2, z, e));
-  EXPECT_EQ(
-      static_cast<int64_t>(
-          stage_memory(model, options, layout(3, 3, false, true, true), 1, shape, 1, 8).weights),
-      weights_by_hand({}, {block, block, block, head}, 4, z, e));
+  EXPECT_EQ(parameter_bytes(
+                stage_memory(model, options, layout(0, 3, true, false, false), 0, shape, 1, 8)),
+            weights_by_hand({}, {embedding, block, block, block}, 2, z, e));
+  EXPECT_EQ(parameter_bytes(
+                stage_memory(model, options, layout(3, 3, false, true, true), 1, shape, 1, 8)),
+            weights_by_hand({}, {block, block, block, head}, 4, z, e));
 }
 
 // Without overlap every gather is exposed: a rank freeing its parameters

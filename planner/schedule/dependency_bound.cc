@@ -31,6 +31,9 @@ double compute_seconds(OpCode op, double forward, double backward, double weight
     case OpCode::SendGradient:
     case OpCode::RecvGradient:
     case OpCode::ReduceGradients:
+    case OpCode::GatherParameters:
+    case OpCode::ReleaseParameters:
+    case OpCode::ReduceScatterGradients:
     case OpCode::OptimizerStep:
       return -1.0;  // not compute
   }

@@ -98,6 +98,9 @@ bool posted_needs(const PipelineInstruction& in, int rank, const PipelineLayout&
     case OpCode::SendActivation:
     case OpCode::RecvActivation:
     case OpCode::SendGradient:
+    case OpCode::GatherParameters:
+    case OpCode::ReleaseParameters:
+    case OpCode::ReduceScatterGradients:
     case OpCode::OptimizerStep:
     case OpCode::BackwardWeight:
       return false;
@@ -306,6 +309,9 @@ class StepSimulation {
         st.phase = Phase::kBarrier;
         break;
       case OpCode::LoadMicroBatch:
+      case OpCode::GatherParameters:  // (not in the streams the planner simulates)
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
         break;  // no time: stays at kStart for the next instruction
       case OpCode::SendActivation:
       case OpCode::RecvActivation:

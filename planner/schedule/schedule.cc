@@ -69,6 +69,9 @@ PipelineSchedule lower_at_consumers(schema::ScheduleKind kind, int num_stages,
         case OpCode::SendGradient:
         case OpCode::RecvGradient:
         case OpCode::ReduceGradients:
+        case OpCode::GatherParameters:
+        case OpCode::ReleaseParameters:
+        case OpCode::ReduceScatterGradients:
         case OpCode::OptimizerStep:
           throw std::invalid_argument(std::string("lower_at_consumers: ") +
                                       schema::EnumNameOpCode(compute.op) +

@@ -77,6 +77,9 @@ class Placement {
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
       case OpCode::ReduceGradients:
+      case OpCode::GatherParameters:
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
       case OpCode::OptimizerStep:
         return false;
     }

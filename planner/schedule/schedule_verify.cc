@@ -65,6 +65,9 @@ void walk_in_flight(const PipelineSchedule& schedule, int pipeline_rank, Visit v
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
       case OpCode::ReduceGradients:
+      case OpCode::GatherParameters:
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
       case OpCode::OptimizerStep:
         continue;
     }
@@ -136,6 +139,9 @@ std::vector<int> max_slots_held(const PipelineSchedule& schedule, int pipeline_r
       case OpCode::SendGradient:
       case OpCode::RecvGradient:
       case OpCode::ReduceGradients:
+      case OpCode::GatherParameters:
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
       case OpCode::OptimizerStep:
       case OpCode::BackwardInput:
         break;

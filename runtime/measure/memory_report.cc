@@ -23,7 +23,8 @@ std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
   const double mib = 1024.0 * 1024.0;
   std::string out =
       "memory (MiB, peak per category; predicted = the plan's estimate for the stage)\n"
-      "rank | stage | dp | tp | weights | gradients | optimizer | activations | workspace |"
+      "rank | stage | dp | tp | weights | gradients | optimizer | gathered | activations | "
+      "workspace |"
       "   peak | predicted | measured/predicted\n";
   char line[256];
   for (int rank = 0; rank < groups.world_size; ++rank) {
@@ -40,10 +41,10 @@ std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
     if (stage_memory != nullptr) stage_total = static_cast<double>(stage_memory->total());
     std::snprintf(
         line, sizeof line,
-        "%4d | %5d | %2d | %2d | %7.2f | %9.2f | %9.2f | %11.2f | %9.2f | %6.2f | "
+        "%4d | %5d | %2d | %2d | %7.2f | %9.2f | %9.2f | %8.2f | %11.2f | %9.2f | %6.2f | "
         "%9.2f | %s\n",
         rank, at.pipeline_rank, at.data_rank, at.tensor_rank, row[0] / mib, row[1] / mib,
-        row[2] / mib, row[3] / mib, row[4] / mib, row[kNumMemoryCategories] / mib,
+        row[2] / mib, row[3] / mib, row[4] / mib, row[5] / mib, row[kNumMemoryCategories] / mib,
         stage_total / mib,
         stage_total > 0
             ? (std::to_string(row[kNumMemoryCategories] / stage_total).substr(0, 5)).c_str()

@@ -114,7 +114,10 @@ class InstructionTimer final : public InstructionObserver {
         m.core_wait_seconds += wall - compute;
         break;
       case OpCode::ReduceGradients:
-        break;  // its collectives are the gradient reduction
+      case OpCode::GatherParameters:
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
+        break;  // their collectives (the ZeRO group's) are the gradient reduction
       case OpCode::SendActivation:
       case OpCode::RecvActivation:
       case OpCode::SendGradient:
@@ -190,6 +193,15 @@ TimelineSpan to_timeline_span(const SpanRecord& record, int rank, int virtual_st
       break;
     case OpCode::OptimizerStep:
       span.name = "optimizer", span.category = "optimizer", span.micro_batch = -1;
+      break;
+    case OpCode::GatherParameters:
+      span.name = "gather " + m, span.category = "zero";
+      break;
+    case OpCode::ReleaseParameters:
+      span.name = "release " + m, span.category = "zero";
+      break;
+    case OpCode::ReduceScatterGradients:
+      span.name = "reduce-scatter " + m, span.category = "zero";
       break;
   }
   return span;

@@ -190,9 +190,10 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
     json memory_report = json::object();
     const schema::StageMemory* pm = p ? p->memory() : nullptr;
     const double predicted_memory[] = {
-        pm ? double(pm->weights()) : 0, pm ? double(pm->gradients()) : 0,
-        pm ? double(pm->optimizer_state()) : 0, pm ? double(pm->activations()) : 0,
-        pm ? double(pm->transient()) : 0};
+        pm ? double(pm->weights()) : 0,         pm ? double(pm->gradients()) : 0,
+        pm ? double(pm->optimizer_state()) : 0, pm ? double(pm->gathered()) : 0,
+        pm ? double(pm->activations()) : 0,     pm ? double(pm->transient()) : 0};
+    static_assert(sizeof predicted_memory / sizeof predicted_memory[0] == kNumMemoryCategories);
     for (int c = 0; c < kNumMemoryCategories; ++c)
       memory_report[memory_category_name(static_cast<MemoryCategory>(c))] =
           compare(predicted_memory[c], measured.memory[c]);
@@ -304,7 +305,7 @@ std::string replay_table(const json& report) {
       add_row(out, "", labels[i], stage["per_step"][kParts[i]], milliseconds);
     const json& memory = stage["memory_bytes"];
     for (const char* category :
-         {"weights", "gradients", "optimizer_state", "activations", "workspace"})
+         {"weights", "gradients", "optimizer_state", "gathered", "activations", "workspace"})
       add_row(out, "", std::string("memory: ") + category, memory[category], mebibytes);
     add_row(out, "", "memory: peak", memory["total"], mebibytes);
   }

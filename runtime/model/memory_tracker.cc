@@ -17,6 +17,8 @@ const char* memory_category_name(MemoryCategory category) {
       return "gradients";
     case MemoryCategory::kOptimizerState:
       return "optimizer_state";
+    case MemoryCategory::kGathered:
+      return "gathered";
     case MemoryCategory::kActivations:
       return "activations";
     case MemoryCategory::kWorkspace:

@@ -17,8 +17,18 @@
 
 namespace paraplan {
 
-enum class MemoryCategory { kWeights, kGradients, kOptimizerState, kActivations, kWorkspace };
-inline constexpr int kNumMemoryCategories = 5;
+// kGathered: ZeRO-3's gathered working set (parallel/sharded_parameters.h),
+// the slots a unit's whole parameters are all-gathered into; kWeights holds
+// the rank's own shard and the units it keeps whole.
+enum class MemoryCategory {
+  kWeights,
+  kGradients,
+  kOptimizerState,
+  kGathered,
+  kActivations,
+  kWorkspace
+};
+inline constexpr int kNumMemoryCategories = 6;
 const char* memory_category_name(MemoryCategory category);
 
 // Thrown when an allocation would take a rank past its device's capacity.

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "schema/plan_io.h"
 
 namespace paraplan {
 
@@ -20,7 +23,7 @@ size_t DistributedOptimizer::buffer_elements(size_t num_elements, int zero_stage
 DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
                                            MemoryTracker& memory, ProcessGroups& groups,
                                            const AdamWSettings& settings, int zero_stage,
-                                           size_t bucket_elements, bool keep_parameters_gathered)
+                                           size_t bucket_elements)
     : stage_(stage),
       layout_(stage.layout()),
       ops_(ops),
@@ -36,7 +39,7 @@ DistributedOptimizer::DistributedOptimizer(ModelStage& stage, kernels::Ops& ops,
     throw std::invalid_argument("DistributedOptimizer: stage buffers are not padded for ZeRO");
   find_tied_ranges();
   if (shards_gradients(zero_stage)) {
-    make_sharded_gradients(shards_parameters(zero_stage), keep_parameters_gathered);
+    make_sharded_gradients(shards_parameters(zero_stage));
   } else {
     const size_t padded = buffer_elements(n, sharded_ ? 1 : 0, z);
     buckets_ = plan_gradient_buckets(padded, bucket_elements, z);
@@ -85,7 +88,7 @@ void DistributedOptimizer::find_tied_ranges() {
                {tensor.offset, tensor.offset + tensor.size}};
 }
 
-void DistributedOptimizer::make_sharded_gradients(bool shard_parameters, bool keep_gathered) {
+void DistributedOptimizer::make_sharded_gradients(bool shard_parameters) {
   // Units written over the whole backward, or holding a tied tensor summed
   // with another stage's, stay whole for the step.
   const std::vector<GradientUnit> units = stage_.gradient_units();
@@ -102,11 +105,108 @@ void DistributedOptimizer::make_sharded_gradients(bool shard_parameters, bool ke
   shard_elements_ = sharded_gradients_->shard_elements();
   gradient_shard_ = sharded_gradients_->shard();
   stage_.use_gradient_storage(sharded_gradients_.get());
+  resident_ = resident;
+  // Each chunk's first unit (the units are the chunks' in buffer order).
+  for (int c = 0; c < stage_.num_chunks(); ++c)
+    chunk_first_unit_.push_back(unit_holding(buckets_, stage_.chunk_offset(c), "optimizer"));
   if (!shard_parameters) return;
   // ZeRO-3: the parameters too, the same units resident.
-  sharded_parameters_ = std::make_unique<ShardedParameters>(
-      units, layout_.num_elements(), resident, keep_gathered, ops_, memory_, *groups_.zero);
+  sharded_parameters_ = std::make_unique<ShardedParameters>(units, layout_.num_elements(), resident,
+                                                            ops_, memory_, *groups_.zero);
   stage_.use_parameter_storage(sharded_parameters_.get());
+}
+
+size_t DistributedOptimizer::unit_index(int chunk, int unit) const {
+  const size_t first = chunk_first_unit_.at(static_cast<size_t>(chunk));
+  const size_t end = static_cast<size_t>(chunk) + 1 < chunk_first_unit_.size()
+                         ? chunk_first_unit_[chunk + 1]
+                         : buckets_.size();
+  if (unit < 0 || first + static_cast<size_t>(unit) >= end)
+    throw std::runtime_error("ZeRO unit op: unit " + std::to_string(unit) + " of chunk " +
+                             std::to_string(chunk) + ", which has " + std::to_string(end - first) +
+                             " units on this rank");
+  return first + static_cast<size_t>(unit);
+}
+
+std::pair<int, int> DistributedOptimizer::unit_of(size_t offset) const {
+  const size_t index = unit_holding(buckets_, offset, "optimizer");
+  const auto after = std::upper_bound(chunk_first_unit_.begin(), chunk_first_unit_.end(), index);
+  const int chunk = static_cast<int>(after - chunk_first_unit_.begin()) - 1;
+  return {chunk, static_cast<int>(index - chunk_first_unit_[chunk])};
+}
+
+void DistributedOptimizer::run_unit_op(schema::OpCode op, int chunk, int unit) {
+  const size_t index = unit_index(chunk, unit);
+  switch (op) {
+    case schema::OpCode::GatherParameters:
+    case schema::OpCode::ReleaseParameters:
+      if (!sharded_parameters_)
+        throw std::runtime_error(std::string("ZeRO unit op ") + opcode_name(op) +
+                                 " on a rank whose parameters are not sharded (ZeRO-3)");
+      if (op == schema::OpCode::GatherParameters)
+        sharded_parameters_->gather(index);
+      else
+        sharded_parameters_->release(index);
+      return;
+    case schema::OpCode::ReduceScatterGradients:
+      if (!sharded_gradients_)
+        throw std::runtime_error(
+            "ZeRO unit op reduce_scatter_gradients on a rank whose "
+            "gradients are not sharded (ZeRO-2, 3)");
+      sharded_gradients_->unit_done(buckets_[index].begin);
+      return;
+    case schema::OpCode::LoadMicroBatch:
+    case schema::OpCode::Forward:
+    case schema::OpCode::Backward:
+    case schema::OpCode::SendActivation:
+    case schema::OpCode::RecvActivation:
+    case schema::OpCode::SendGradient:
+    case schema::OpCode::RecvGradient:
+    case schema::OpCode::ReduceGradients:
+    case schema::OpCode::OptimizerStep:
+    case schema::OpCode::BackwardInput:
+    case schema::OpCode::BackwardWeight:
+      break;
+  }
+  throw std::logic_error(std::string("run_unit_op: ") + opcode_name(op) + " is no unit op");
+}
+
+void DistributedOptimizer::watch_unit_reads(std::function<void(int, int)> read) {
+  if (!sharded_parameters_) return;
+  sharded_parameters_->set_planned(static_cast<bool>(read));
+  if (!read) {
+    sharded_parameters_->set_unit_used_listener(nullptr);
+    return;
+  }
+  sharded_parameters_->set_unit_used_listener([this, read = std::move(read)](size_t index) {
+    const auto after = std::upper_bound(chunk_first_unit_.begin(), chunk_first_unit_.end(), index);
+    const size_t chunk = static_cast<size_t>(after - chunk_first_unit_.begin()) - 1;
+    read(static_cast<int>(chunk), static_cast<int>(index - chunk_first_unit_[chunk]));
+  });
+}
+
+void DistributedOptimizer::check_units(const std::vector<ChunkUnits>& plan_units) const {
+  if (!sharded_gradients_) return;
+  const auto refuse = [](const std::string& what) {
+    throw std::runtime_error("ZeRO units: " + what +
+                             "; the runtime's stage and schema/zero_units.h disagree");
+  };
+  if (plan_units.size() != chunk_first_unit_.size())
+    refuse(std::to_string(plan_units.size()) + " chunks in the plan, " +
+           std::to_string(chunk_first_unit_.size()) + " on this rank");
+  for (size_t c = 0; c < plan_units.size(); ++c) {
+    const size_t first = chunk_first_unit_[c];
+    const size_t end =
+        c + 1 < chunk_first_unit_.size() ? chunk_first_unit_[c + 1] : buckets_.size();
+    if (end - first != static_cast<size_t>(plan_units[c].count()))
+      refuse("chunk " + std::to_string(c) + " has " + std::to_string(end - first) +
+             " units, the plan " + std::to_string(plan_units[c].count()));
+    for (size_t u = 0; u < end - first; ++u)
+      if (resident_[first + u] != plan_units[c].resident[u])
+        refuse("unit " + std::to_string(u) + " of chunk " + std::to_string(c) +
+               (resident_[first + u] ? " is resident here, not in the plan"
+                                     : " is resident in the plan, not here"));
+  }
 }
 
 void* DistributedOptimizer::owned_parameters(size_t bucket, size_t offset, size_t shard_at) {
@@ -179,12 +279,8 @@ void DistributedOptimizer::zero_gradients() {
     ops_.zero_bytes(stage_.gradients(), ops_.storage_bytes(stage_.buffer_elements()));
 }
 
-void DistributedOptimizer::gradient_unit_done(size_t offset) {
-  if (sharded_gradients_) sharded_gradients_->unit_done(offset);
-}
-
 void DistributedOptimizer::gradients_final_from(size_t offset) {
-  if (sharded_gradients_) return;  // reduced unit by unit (gradient_unit_done)
+  if (sharded_gradients_) return;  // reduced unit by unit (the stream's unit ops)
   // From the end of the buffer down, as backward finishes them. Buckets with
   // the tied embedding wait for its sum across the pipeline (reduce_gradients),
   // so the order of additions does not depend on the bucketing.

@@ -28,15 +28,16 @@
 // ZeRO-2 (zero_stage 2): the stage has no gradient buffer; its gradients
 // live in a ShardedGradients (sharded_gradients.h) whose units are the
 // buckets: each backward reduce-scatters every unit as it finishes it
-// (gradient_unit_done, told by every Backward / BackwardWeight), adding its
+// (the stream's ReduceScatterGradients: run_unit_op), adding its
 // chunk into the fp32 shard; reduce_gradients() then sums the tied embedding,
 // reduce-scatters the resident units, waits, and all-reduces the shard over
 // the zero_ngroups groups; the step and the all-gathers are ZeRO-1's.
 // ZeRO-3 (zero_stage 3): the stage has no parameter buffer either; its
 // parameters live in a ShardedParameters (sharded_parameters.h) over the
 // same units: AdamW writes this rank's chunks there, and each unit is
-// gathered when the stage next reads it, so step() starts no all-gather
-// but the resident units'.
+// gathered and released where the stream says (GatherParameters,
+// ReleaseParameters: run_unit_op), so step() starts no all-gather but the
+// resident units'.
 // Weight decay applies to matrices and embeddings only (the layout's flag).
 //
 // Mixed precision (bf16 storage): gradients are reduced in bf16 (over MPI
@@ -56,7 +57,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -69,6 +72,7 @@
 #include "runtime/parallel/sharded_gradients.h"
 #include "runtime/parallel/sharded_parameters.h"
 #include "schema/zero_stages.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 
@@ -88,11 +92,10 @@ class DistributedOptimizer {
   static size_t buffer_elements(size_t num_elements, int zero_stage, int zero_group_size);
 
   // bucket_elements: the gradient bucket size (0: one bucket, reduced after
-  // backward). keep_parameters_gathered (ZeRO-3): units stay gathered for
-  // the step once read.
+  // backward).
   DistributedOptimizer(ModelStage& stage, kernels::Ops& ops, MemoryTracker& memory,
                        ProcessGroups& groups, const AdamWSettings& settings, int zero_stage,
-                       size_t bucket_elements = 0, bool keep_parameters_gathered = false);
+                       size_t bucket_elements = 0);
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -103,9 +106,20 @@ class DistributedOptimizer {
   // Backward of the step's last micro-batch no longer writes the gradients at
   // buffer offsets >= offset: start the reduction of the buckets above it.
   void gradients_final_from(size_t offset);
-  // ZeRO-2: any backward has written the last gradient of the unit starting
-  // at offset: reduce-scatter it now (sharded_gradients.h). Else a no-op.
-  void gradient_unit_done(size_t offset);
+  // ZeRO-2 and 3's unit ops (plan.fbs, schema/zero_units.h) on unit `unit`
+  // of model chunk `chunk`: the gather or release of its parameters
+  // (ZeRO-3), the reduce-scatter of its gradients. Throws on a unit that
+  // does not exist, an op this stage does not shard for, or a gather of a
+  // gathered unit (a release of one not gathered).
+  void run_unit_op(schema::OpCode op, int chunk, int unit);
+  // The (chunk, unit) holding a rank-buffer offset.
+  std::pair<int, int> unit_of(size_t offset) const;
+  // ZeRO-3: told each (chunk, unit) the stage has read for the last time in
+  // a forward or backward, and reads must then find their units gathered;
+  // null: neither (evaluation gathers on demand). A no-op below ZeRO-3.
+  void watch_unit_reads(std::function<void(int, int)> read);
+  // Throws unless this rank's units are the plan's, chunk by chunk.
+  void check_units(const std::vector<ChunkUnits>& plan_units) const;
   void reduce_gradients();
   // Returns the gradient norm before clipping (the same on every rank).
   // Raises the backend's deferred errors (a bad loss target) before it
@@ -145,7 +159,8 @@ class DistributedOptimizer {
   // ZeRO-2: the stage's gradients move into a ShardedGradients, whose units
   // are the buckets; ZeRO-3 (shard_parameters): its parameters into a
   // ShardedParameters over the same units.
-  void make_sharded_gradients(bool shard_parameters, bool keep_gathered);
+  void make_sharded_gradients(bool shard_parameters);
+  size_t unit_index(int chunk, int unit) const;
   // Where this rank's part of bucket `bucket` at buffer `offset` (shard
   // offset `shard_at`) is stored: the stage's buffer, or ZeRO-3's shard.
   void* owned_parameters(size_t bucket, size_t offset, size_t shard_at);
@@ -197,6 +212,8 @@ class DistributedOptimizer {
   kernels::DType gradient_dtype_;
   std::unique_ptr<ShardedGradients> sharded_gradients_;    // ZeRO-2 and 3
   std::unique_ptr<ShardedParameters> sharded_parameters_;  // ZeRO-3
+  std::vector<bool> resident_;                             // ZeRO-2 and 3: per unit
+  std::vector<size_t> chunk_first_unit_;                   // ZeRO-2 and 3: per model chunk
   bool counts_replicas_;  // this data-parallel replica counts in the norm
 };
 

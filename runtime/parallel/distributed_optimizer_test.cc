@@ -102,7 +102,7 @@ void write_gradients(kernels::Ops& ops, MeshStage& s, const std::vector<float>& 
     std::vector<char> stored(ops.storage_bytes(n));
     kernels::host_from_float(stored.data(), values.data() + unit.begin, dtype, n);
     ops.copy_from_host(sharded->gradient(unit.begin), stored.data(), stored.size());
-    s.optimizer.gradient_unit_done(unit.begin);
+    sharded->unit_done(unit.begin);
   }
 }
 

@@ -1,4 +1,4 @@
-// sharded_parameters.cc: ZeRO-3's parameter shard, gathered units and prefetch.
+// sharded_parameters.cc: ZeRO-3's parameter shard and its gathered units.
 #include "runtime/parallel/sharded_parameters.h"
 
 #include <algorithm>
@@ -10,34 +10,32 @@
 namespace paraplan {
 
 ShardedParameters::ShardedParameters(const std::vector<GradientUnit>& units, size_t num_elements,
-                                     const std::vector<bool>& resident, bool keep_gathered,
-                                     kernels::Ops& ops, MemoryTracker& memory, Communicator& group)
+                                     const std::vector<bool>& resident, kernels::Ops& ops,
+                                     MemoryTracker& memory, Communicator& group)
     : ops_(ops),
       memory_(memory),
       group_(group),
       dtype_(ops.storage_dtype()),
-      keep_gathered_(keep_gathered),
       buckets_(unit_buckets(units, num_elements, group.size())),
       resident_(resident) {
   if (resident.size() != units.size())
     throw std::invalid_argument("sharded parameters: one resident flag per unit");
-  auto allocate = [&](size_t elements) {
-    void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)),
-                                     MemoryCategory::kWeights);
+  auto allocate = [&](size_t elements, MemoryCategory category) {
+    void* pointer = memory_.allocate(ops_.storage_bytes(std::max<size_t>(elements, 1)), category);
     ops_.zero_bytes(pointer, ops_.storage_bytes(elements));
     allocations_.push_back(pointer);
     return pointer;
   };
   const ShardedUnitSizes sizes = sharded_unit_sizes(buckets_, resident_, group.size());
   slot_elements_ = sizes.slot_elements;
-  shard_ = allocate(sizes.shard_elements);
+  shard_ = allocate(sizes.shard_elements, MemoryCategory::kWeights);
   resident_storage_.assign(buckets_.size(), nullptr);
   slot_of_.assign(buckets_.size(), -1);
   for (size_t u = 0; u < buckets_.size(); ++u)
-    if (resident_[u]) resident_storage_[u] = allocate(padded(u));
+    if (resident_[u]) resident_storage_[u] = allocate(padded(u), MemoryCategory::kWeights);
   // Two slots: the unit read and the next one gathering.
   for (int i = 0; i < 2 && slot_elements_ > 0; ++i) {
-    slots_.push_back(Slot{allocate(slot_elements_)});
+    slots_.push_back(Slot{allocate(slot_elements_, MemoryCategory::kGathered)});
   }
 }
 
@@ -53,23 +51,47 @@ const void* ShardedParameters::chunk_of(size_t unit) const {
   return kernels::element_at(shard_, buckets_[unit].shard_offset, dtype_);
 }
 
-ShardedParameters::Slot* ShardedParameters::start_gather(size_t unit, bool grow) {
+ShardedParameters::Slot& ShardedParameters::start_gather(size_t unit) {
   auto it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.holds < 0; });
   if (it == slots_.end()) {
-    if (!grow) return nullptr;
-    void* pointer = memory_.allocate(ops_.storage_bytes(slot_elements_), MemoryCategory::kWeights);
+    void* pointer = memory_.allocate(ops_.storage_bytes(slot_elements_), MemoryCategory::kGathered);
     allocations_.push_back(pointer);
     slots_.push_back(Slot{pointer});
     it = std::prev(slots_.end());
   }
   Slot& slot = *it;
   slot.holds = static_cast<int>(unit);
-  slot.in_use = false;
+  slot.waited = false;
+  slot.on_demand = false;
   slot_of_[unit] = static_cast<int>(it - slots_.begin());
   group_.start_all_gather(chunk_of(unit), slot.unit, buckets_[unit].chunk, dtype_);
   slot.done_mark = group_.started_mark();
   ++gathers_;
-  return &slot;
+  return slot;
+}
+
+void ShardedParameters::free_slot(size_t unit) {
+  Slot& slot = slots_[slot_of_[unit]];
+  slot.holds = -1;
+  slot.waited = false;
+  slot.on_demand = false;
+  slot_of_[unit] = -1;
+}
+
+void ShardedParameters::gather(size_t unit) {
+  if (unit >= buckets_.size() || resident_[unit] || slot_of_[unit] >= 0)
+    throw std::logic_error("sharded parameters: gather of unit " + std::to_string(unit) +
+                           (unit >= buckets_.size() ? ", which does not exist"
+                            : resident_[unit]       ? ", which is resident"
+                                                    : ", which is gathered already"));
+  start_gather(unit);
+}
+
+void ShardedParameters::release(size_t unit) {
+  if (unit >= buckets_.size() || slot_of_[unit] < 0)
+    throw std::logic_error("sharded parameters: release of unit " + std::to_string(unit) +
+                           ", which is not gathered");
+  free_slot(unit);
 }
 
 const void* ShardedParameters::parameter(size_t offset) {
@@ -79,27 +101,20 @@ const void* ShardedParameters::parameter(size_t offset) {
     wait_for_resident();
     return kernels::element_at(resident_storage_[u], within, dtype_);
   }
-  if (slot_of_[u] < 0) start_gather(u, /*grow=*/true);
+  if (slot_of_[u] < 0) {
+    if (planned_)
+      throw std::runtime_error(
+          "ZeRO-3: the plan's stream reads parameter unit " + std::to_string(u) +
+          " of this rank (buffer offset " + std::to_string(offset) +
+          ") where no gather_parameters has gathered it (schema/zero_units.h)");
+    start_gather(u).on_demand = true;
+  }
   Slot& slot = slots_[slot_of_[u]];
-  if (!slot.in_use) {
+  if (!slot.waited) {
     group_.wait_started_before(slot.done_mark);
-    slot.in_use = true;
-    order_.push_back(u);
-    prefetch_after(u);
+    slot.waited = true;
   }
   return kernels::element_at(slot.unit, within, dtype_);
-}
-
-void ShardedParameters::prefetch_after(size_t unit) {
-  // Follow the previous step's order from where the reads are; a read out
-  // of that order finds its place again further on, or stops the prefetch.
-  const auto from = previous_order_.begin() + static_cast<std::ptrdiff_t>(cursor_);
-  const auto found = std::find(from, previous_order_.end(), unit);
-  if (found == previous_order_.end()) return;
-  cursor_ = static_cast<size_t>(found - previous_order_.begin()) + 1;
-  if (cursor_ >= previous_order_.size()) return;
-  const size_t next = previous_order_[cursor_];
-  if (!resident_[next] && slot_of_[next] < 0) start_gather(next, /*grow=*/false);
 }
 
 void ShardedParameters::unit_used(size_t unit_begin) {
@@ -107,11 +122,8 @@ void ShardedParameters::unit_used(size_t unit_begin) {
   if (buckets_[u].begin != unit_begin)
     throw std::logic_error("sharded parameters: " + std::to_string(unit_begin) +
                            " is not where a unit begins");
-  if (resident_[u] || keep_gathered_ || slot_of_[u] < 0) return;
-  Slot& slot = slots_[slot_of_[u]];
-  slot.holds = -1;
-  slot.in_use = false;
-  slot_of_[u] = -1;
+  if (!resident_[u] && slot_of_[u] >= 0 && slots_[slot_of_[u]].on_demand) free_slot(u);
+  if (unit_used_listener_) unit_used_listener_(u);
 }
 
 void* ShardedParameters::owned(size_t unit, size_t offset, size_t shard_at) {
@@ -121,11 +133,8 @@ void* ShardedParameters::owned(size_t unit, size_t offset, size_t shard_at) {
 }
 
 void ShardedParameters::parameters_updated() {
-  for (Slot& slot : slots_) slot.holds = -1, slot.in_use = false;
+  for (Slot& slot : slots_) slot.holds = -1, slot.waited = false, slot.on_demand = false;
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
-  previous_order_ = std::move(order_);
-  order_.clear();
-  cursor_ = 0;
   gathers_ = 0;
   const int rank = group_.rank();
   for (size_t u = 0; u < buckets_.size(); ++u) {
@@ -165,7 +174,7 @@ void ShardedParameters::load_whole(const float* whole) {
     if (first < last) store(chunk, whole + first, last - first);
   }
   // What was gathered holds the old values.
-  for (Slot& slot : slots_) slot.holds = -1, slot.in_use = false;
+  for (Slot& slot : slots_) slot.holds = -1, slot.waited = false, slot.on_demand = false;
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
 }
 

@@ -1,10 +1,11 @@
 // sharded_parameters_test.cc: ZeRO-3's parameter storage under mpirun (1, 2
-// and 4 ranks in one ZeRO group): each rank keeps its chunks, a unit read is
-// gathered whole (bitwise the values loaded), freed once used; the next step
-// follows the recorded order with one unit gathered ahead; kept units are
-// gathered once a step; what the optimizer writes through owned() is what
-// the next read gathers; and the memory is the shard, the resident units and
-// two slots, counted by hand.
+// and 4 ranks in one ZeRO group): each rank keeps its chunks; a unit the
+// stream gathers reads whole (bitwise the values loaded) until the stream
+// releases it, one unit gathered ahead in two slots; a planned read of a
+// unit not gathered throws, an unplanned one (evaluation) gathers on demand
+// and frees it once used; what the optimizer writes through owned() is what
+// the next gather reads; the memory is the shard and the resident units
+// (weights) and two slots (gathered), counted by hand.
 #include "runtime/parallel/sharded_parameters.h"
 
 #include <gtest/gtest.h>
@@ -47,16 +48,15 @@ void expect_unit(const std::vector<float>& read, const std::vector<float>& whole
 }
 
 struct Fixture {
-  explicit Fixture(bool keep_gathered = false)
-      : parameters(kUnits, kElements, {true, false, false, false}, keep_gathered, *ops, memory,
-                   *groups.zero) {}
+  Fixture()
+      : parameters(kUnits, kElements, {true, false, false, false}, *ops, memory, *groups.zero) {}
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kFloat32);
   ProcessGroups groups = make_process_groups(Transport::kMpi, 1, testing::world_size(), 1, 1, *ops);
   MemoryTracker memory{*ops};
   ShardedParameters parameters;
 };
 
-TEST(ShardedParameters, ReadsGatherWholeUnitsFreedAfterUseAndFollowTheRecordedOrder) {
+TEST(ShardedParameters, GatheredUnitsReadWholeUntilReleasedOneGatheredAhead) {
   Fixture f;
   const int world = testing::world_size();
   const size_t unit = shard_unit_elements(world), z = static_cast<size_t>(world);
@@ -64,40 +64,53 @@ TEST(ShardedParameters, ReadsGatherWholeUnitsFreedAfterUseAndFollowTheRecordedOr
   size_t shard = 0;
   for (size_t u = 0; u < kUnits.size(); ++u) shard += padded(u) / z;
   const size_t slot = std::max({padded(1), padded(2), padded(3)});
-  EXPECT_EQ(f.memory.current(MemoryCategory::kWeights),
-            (shard + padded(0) + 2 * slot) * sizeof(float));
+  EXPECT_EQ(f.memory.current(MemoryCategory::kWeights), (shard + padded(0)) * sizeof(float));
+  EXPECT_EQ(f.memory.current(MemoryCategory::kGathered), 2 * slot * sizeof(float));
   const std::vector<float> whole = whole_values(0.5f);
   f.parameters.load_whole(whole.data());
-  // A forward: every unit read in order, each used, then a backward in reverse.
-  const std::vector<size_t> order{0, 1, 2, 3, 3, 2, 1};
+  std::vector<size_t> used;
+  f.parameters.set_unit_used_listener([&used](size_t u) { used.push_back(u); });
+  f.parameters.set_planned(true);
+  // A forward as zero_units.h writes it: unit 0 is resident; gather 1 ahead,
+  // then each read's successor once its predecessor is released.
   for (int step = 0; step < 2; ++step) {
-    for (size_t u : order) {
+    used.clear();
+    f.parameters.gather(1);
+    f.parameters.gather(2);
+    for (size_t u = 0; u < kUnits.size(); ++u) {
       expect_unit(read_unit(*f.ops, f.parameters, u), whole, u);
-      // The first pooled read: on demand alone, then with the next one
-      // already gathering (the recorded order).
-      if (u == 1 && f.parameters.gathers() <= 2) {
-        EXPECT_EQ(f.parameters.gathers(), step == 0 ? 1u : 2u) << "step " << step;
-      }
       f.parameters.unit_used(kUnits[u].begin);
+      if (u >= 1) f.parameters.release(u);
+      if (u == 1) f.parameters.gather(3);
     }
-    // Each read of a pooled unit gathers it (6 reads; the first step on
-    // demand, the second ahead of the read); the pool never grows.
-    EXPECT_EQ(f.parameters.gathers(), 6u) << "step " << step;
-    EXPECT_EQ(f.parameters.num_slots(), 2u);
+    EXPECT_EQ(used, (std::vector<size_t>{0, 1, 2, 3}));
+    EXPECT_EQ(f.parameters.gathers(), 3u) << "step " << step;
+    EXPECT_EQ(f.parameters.num_slots(), 2u);  // one read, one ahead: the pool never grows
+    // Released: a planned read throws; so do a second gather and a release of
+    // a unit not gathered.
+    EXPECT_THROW(f.parameters.parameter(kUnits[2].begin), std::runtime_error);
+    f.parameters.gather(2);
+    EXPECT_THROW(f.parameters.gather(2), std::logic_error);
+    EXPECT_THROW(f.parameters.gather(0), std::logic_error);  // resident
+    f.parameters.release(2);
+    EXPECT_THROW(f.parameters.release(2), std::logic_error);
     f.parameters.parameters_updated();
   }
 }
 
-TEST(ShardedParameters, KeptUnitsAreGatheredOnceAStep) {
-  Fixture f(/*keep_gathered=*/true);
+TEST(ShardedParameters, ReadsOutsideAStreamGatherOnDemandAndFreeOnceUsed) {
+  Fixture f;
   const std::vector<float> whole = whole_values(2.0f);
   f.parameters.load_whole(whole.data());
   for (size_t u : {0, 1, 2, 3, 3, 2, 1}) {
     expect_unit(read_unit(*f.ops, f.parameters, u), whole, u);
     f.parameters.unit_used(kUnits[u].begin);
   }
-  EXPECT_EQ(f.parameters.gathers(), 3u);
-  EXPECT_EQ(f.parameters.num_slots(), 3u);  // every pooled unit at once
+  EXPECT_EQ(f.parameters.gathers(), 6u);    // every pooled read
+  EXPECT_EQ(f.parameters.num_slots(), 2u);  // each freed after its use
+  // Three held at once grow the pool.
+  for (size_t u : {1, 2, 3}) f.parameters.gather(u);
+  EXPECT_EQ(f.parameters.num_slots(), 3u);
 }
 
 TEST(ShardedParameters, WhatTheOptimizerWritesIsWhatTheNextReadGathers) {

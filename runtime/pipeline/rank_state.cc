@@ -15,6 +15,7 @@
 #include "runtime/comm/watched_communicator.h"
 #include "runtime/model/chunked_stage.h"
 #include "runtime/pipeline/transfer_order.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 
@@ -204,7 +205,9 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                     .epsilon = optimizer_plan.epsilon(),
                     .weight_decay = optimizer_plan.weight_decay(),
                     .grad_clip = optimizer_plan.grad_clip()},
-      zero_stage, training.gradient_bucket_elements(), schedule.keep_parameters_gathered());
+      zero_stage, training.gradient_bucket_elements());
+  const std::vector<ChunkUnits> units = rank_units(plan, mesh.pipeline_rank);
+  rank.optimizer->check_units(units);
   rank.pipeline = PipelinePeers{
       .peers = rank.groups.peers.get(),
       .previous_stage_rank = rank.groups.previous_stage_rank,
@@ -216,9 +219,15 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
           world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank, mesh.tensor_rank),
       .own_rank = session.world_rank(),
       .v_shape = PipelineLayout::of(plan.schedule()->kind(), mesh.pipeline_size, chunks).v_shape()};
+  // A ZeRO-2 or 3 plan written before its streams listed their unit ops
+  // (schema version 10) gets them here, as the planner writes them now.
+  std::vector<schema::Instruction> stream;
+  if (shards_gradients(zero_stage) && !has_zero_unit_ops(*schedule.instructions()))
+    stream = add_zero_unit_ops(stream_instructions(*schedule.instructions()), units, zero_stage,
+                               schedule.keep_parameters_gathered());
   rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
                                                      training.num_micro_batches(), mesh.data_rank,
-                                                     rank.pipeline);
+                                                     rank.pipeline, std::move(stream));
   return rank;
 }
 
@@ -230,8 +239,15 @@ ExecutorHooks optimizer_hooks(DistributedOptimizer& optimizer,
   hooks.gradients_final_from = [&optimizer](size_t offset) {
     optimizer.gradients_final_from(offset);
   };
-  hooks.gradient_unit_done = [&optimizer](size_t offset) { optimizer.gradient_unit_done(offset); };
   hooks.before_first_forward = [&optimizer] { optimizer.wait_for_parameters(); };
+  if (optimizer.sharded_gradients() == nullptr) return hooks;  // no unit ops below ZeRO-2
+  hooks.run_zero_unit_op = [&optimizer](const schema::Instruction& op) {
+    optimizer.run_unit_op(op.op(), op.chunk(), op.unit());
+  };
+  hooks.zero_unit_of = [&optimizer](size_t offset) { return optimizer.unit_of(offset); };
+  hooks.watch_zero_unit_reads = [&optimizer](std::function<void(int, int)> read) {
+    optimizer.watch_unit_reads(std::move(read));
+  };
   return hooks;
 }
 

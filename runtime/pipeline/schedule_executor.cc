@@ -8,6 +8,7 @@
 
 #include "schema/plan_io.h"
 #include "schema/stream_check.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 
@@ -81,6 +82,9 @@ std::vector<ScheduleExecutor::ChunkBuffers> ScheduleExecutor::buffers_needed(
       case OpCode::SendActivation:
       case OpCode::SendGradient:
       case OpCode::ReduceGradients:
+      case OpCode::GatherParameters:
+      case OpCode::ReleaseParameters:
+      case OpCode::ReduceScatterGradients:
       case OpCode::OptimizerStep:
         break;
     }
@@ -138,14 +142,22 @@ int previous_link_tag(const PipelinePeers& pipeline, int chunk, int num_chunks) 
 
 ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage,
                                    kernels::Ops& ops, int num_micro_batches, int data_parallel_rank,
-                                   PipelinePeers pipeline)
-    : stage_(stage),
+                                   PipelinePeers pipeline, std::vector<schema::Instruction> stream)
+    : instructions_(std::move(stream)),
+      stage_(stage),
       ops_(ops),
       num_micro_batches_(num_micro_batches),
       data_parallel_rank_(data_parallel_rank),
       pipeline_(pipeline) {
-  for (const schema::Instruction* instruction : *schedule.instructions())
-    instructions_.push_back(*instruction);
+  if (instructions_.empty())
+    for (const schema::Instruction* instruction : *schedule.instructions())
+      instructions_.push_back(*instruction);
+  // Unit ops right after a compute (only unit ops between) belong to it.
+  belongs_to_compute_.assign(instructions_.size(), false);
+  for (size_t i = 1; i < instructions_.size(); ++i)
+    belongs_to_compute_[i] =
+        is_zero_unit_op(instructions_[i].op()) &&
+        (is_compute_op(instructions_[i - 1].op()) || belongs_to_compute_[i - 1]);
   const int v = stage.num_chunks();
   const std::vector<ChunkBuffers> buffers = buffers_needed(schedule, v);
   for (int c = 0; c < v; ++c) {
@@ -201,6 +213,16 @@ double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample
     for (void* mark : chunk.slot_free) ops_.record_mark(mark);
   }
   sends_in_flight_.clear();  // the last step's ReduceGradients waited for them
+  // ZeRO-3: the compute's last reads reach the unit ops' program while the
+  // stream runs (and only then: evaluation reads on demand).
+  struct WatchReads {
+    const ExecutorHooks& hooks;
+    ~WatchReads() {
+      if (hooks.watch_zero_unit_reads) hooks.watch_zero_unit_reads(nullptr);
+    }
+  } watch{hooks};
+  if (hooks.watch_zero_unit_reads)
+    hooks.watch_zero_unit_reads([this](int chunk, int unit) { program_.read(chunk, unit); });
   for (size_t i = 0; i < instructions_.size(); ++i) {
     if (observer == nullptr) {
       execute(i, data, first_sample, loss_scale, hooks);
@@ -232,12 +254,29 @@ std::function<void(size_t)> ScheduleExecutor::final_from_hook(int c, const Execu
 std::function<void(size_t)> ScheduleExecutor::backward_hook(int c, bool finishes,
                                                             const ExecutorHooks& hooks) {
   std::function<void(size_t)> final_from = finishes ? final_from_hook(c, hooks) : nullptr;
-  if (!hooks.gradient_unit_done) return final_from;
+  if (!hooks.zero_unit_of) return final_from;
   const size_t base = stage_.chunk_offset(c);
-  return [&hooks, base, final_from = std::move(final_from)](size_t offset) {
-    hooks.gradient_unit_done(base + offset);
+  return [this, &hooks, base, final_from = std::move(final_from)](size_t offset) {
+    const auto [chunk, unit] = hooks.zero_unit_of(base + offset);
+    program_.finished(chunk, unit);
     if (final_from) final_from(offset);
   };
+}
+
+void ScheduleExecutor::run_compute(size_t index, const ExecutorHooks& hooks,
+                                   const std::function<void()>& compute) {
+  std::vector<schema::Instruction> ops;
+  for (size_t i = index + 1; i < instructions_.size() && belongs_to_compute_[i]; ++i)
+    ops.push_back(instructions_[i]);
+  if (ops.empty()) {
+    compute();
+    return;
+  }
+  if (!hooks.run_zero_unit_op)
+    refuse(instructions_[index], "has ZeRO unit ops after it, but this rank runs no ZeRO-2 or 3");
+  program_.begin(instructions_[index], std::move(ops), hooks.run_zero_unit_op);
+  compute();
+  program_.end();
 }
 
 void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t first_sample,
@@ -273,7 +312,7 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       wait_before(chunk, instruction);
       if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
       first_forward_done_ = true;
-      stage.forward(slot_of(chunk, micro_batch), loss_scale);
+      run_compute(index, hooks, [&] { stage.forward(slot_of(chunk, micro_batch), loss_scale); });
       break;
     case OpCode::Backward:
     case OpCode::BackwardInput:
@@ -286,16 +325,28 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
         refuse(instruction, "before the input gradient of micro-batch " +
                                 std::to_string(chunk.input_gradient_of) + " was sent");
       if (!stage.has_embedding()) chunk.input_gradient_of = micro_batch;
-      if (instruction.op() == OpCode::BackwardInput)
-        stage.backward_input(slot_of(chunk, micro_batch));
-      else
-        stage.backward(slot_of(chunk, micro_batch), backward_hook(c, finishes_gradients, hooks));
+      run_compute(index, hooks, [&] {
+        if (instruction.op() == OpCode::BackwardInput)
+          stage.backward_input(slot_of(chunk, micro_batch));
+        else
+          stage.backward(slot_of(chunk, micro_batch), backward_hook(c, finishes_gradients, hooks));
+      });
       chunk.received[slot_of(chunk, micro_batch)] = -1;
       break;
     case OpCode::BackwardWeight:
-      stage.backward_weight(slot_of(chunk, micro_batch),
-                            backward_hook(c, finishes_gradients, hooks));
+      run_compute(index, hooks, [&] {
+        stage.backward_weight(slot_of(chunk, micro_batch),
+                              backward_hook(c, finishes_gradients, hooks));
+      });
       break;
+    case OpCode::GatherParameters:
+    case OpCode::ReleaseParameters:
+    case OpCode::ReduceScatterGradients:
+      // Those belonging to a compute ran with it; the others run as reached.
+      if (belongs_to_compute_[index]) return;
+      if (!hooks.run_zero_unit_op) refuse(instruction, "on a rank that runs no ZeRO-2 or 3");
+      hooks.run_zero_unit_op(instruction);
+      return;
     case OpCode::SendActivation:
     case OpCode::RecvActivation:
     case OpCode::SendGradient:
@@ -399,6 +450,9 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
     case OpCode::Forward:
     case OpCode::Backward:
     case OpCode::ReduceGradients:
+    case OpCode::GatherParameters:
+    case OpCode::ReleaseParameters:
+    case OpCode::ReduceScatterGradients:
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:
     case OpCode::BackwardWeight:
@@ -452,6 +506,9 @@ void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruc
     case OpCode::Forward:
     case OpCode::Backward:
     case OpCode::ReduceGradients:
+    case OpCode::GatherParameters:
+    case OpCode::ReleaseParameters:
+    case OpCode::ReduceScatterGradients:
     case OpCode::OptimizerStep:
     case OpCode::BackwardInput:
     case OpCode::BackwardWeight:

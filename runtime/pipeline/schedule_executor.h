@@ -16,12 +16,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan_generated.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/data/sample_source.h"
 #include "runtime/model/model_stage.h"
+#include "runtime/pipeline/zero_unit_program.h"
 #include "schema/pipeline_layout.h"
 
 namespace paraplan {
@@ -68,10 +70,15 @@ struct ExecutorHooks {
   // step (ModelStage::backward; offsets into the rank's buffer, falling):
   // starts the data-parallel reduction of finished gradient buckets.
   std::function<void(size_t)> gradients_final_from;
-  // Told, as every Backward / BackwardWeight passes it, the rank-buffer
-  // offset where a gradient unit begins (ModelStage::gradient_units) whose
-  // last gradient of this micro-batch it wrote: ZeRO-2 reduces it now.
-  std::function<void(size_t)> gradient_unit_done;
+  // ZeRO-2 and 3 (plan.fbs's unit ops; unset below): runs a
+  // GatherParameters, ReleaseParameters or ReduceScatterGradients; names the
+  // (chunk, unit) whose gradients begin at a rank-buffer offset a backward
+  // reports finished; and, while a step's stream runs, installs what is
+  // told each (chunk, unit) a compute has read for the last time (null
+  // uninstalls it; ZeRO-3's reads need their units gathered while installed).
+  std::function<void(const schema::Instruction&)> run_zero_unit_op;
+  std::function<std::pair<int, int>(size_t)> zero_unit_of;
+  std::function<void(std::function<void(int, int)>)> watch_zero_unit_reads;
   // Before the step's first forward: waits for parameters still being
   // gathered from the previous step (ZeRO-1).
   std::function<void()> before_first_forward;
@@ -107,9 +114,12 @@ class ScheduleExecutor {
   static std::vector<ChunkBuffers> buffers_needed(const schema::StageSchedule& schedule,
                                                   int num_chunks = 1);
 
-  // stage: the rank's model (its chunks: ModelStage::chunk).
+  // stage: the rank's model (its chunks: ModelStage::chunk). stream: the
+  // instructions to run when not the schedule's own (a ZeRO-2 or 3 plan
+  // written before its unit ops, given them: schema/zero_units.h).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
-                   int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
+                   int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {},
+                   std::vector<schema::Instruction> stream = {});
   ~ScheduleExecutor();
   ScheduleExecutor(const ScheduleExecutor&) = delete;
   ScheduleExecutor& operator=(const ScheduleExecutor&) = delete;
@@ -158,9 +168,12 @@ class ScheduleExecutor {
   // offsets within the chunk, shifted to the rank's buffer, and only once
   // every chunk after it in the buffer is finished too (the offsets fall).
   std::function<void(size_t)> final_from_hook(int c, const ExecutorHooks& hooks);
-  // What a backward of chunk c tells: hooks.gradient_unit_done for every
-  // one, and for the step's last (finishes) final_from_hook's too.
+  // What a backward of chunk c tells: the unit ops' program which units it
+  // finished, and for the step's last (finishes) final_from_hook's too.
   std::function<void(size_t)> backward_hook(int c, bool finishes, const ExecutorHooks& hooks);
+  // A compute instruction with the unit ops that belong to it (those after
+  // it): `compute` runs between the program's begin and end.
+  void run_compute(size_t index, const ExecutorHooks& hooks, const std::function<void()>& compute);
   [[noreturn]] static void refuse(const schema::Instruction& instruction,
                                   const std::string& problem);
   // Bookkeeping of the slots' received gradients and the chunk's one input
@@ -180,6 +193,10 @@ class ScheduleExecutor {
   void hand_off(Chunk& chunk, const schema::Instruction& instruction);
 
   std::vector<schema::Instruction> instructions_;
+  // Per instruction: a unit op belonging to the compute before it (run by
+  // program_, not when the loop reaches it).
+  std::vector<bool> belongs_to_compute_;
+  ZeroUnitProgram program_;
   ModelStage& stage_;
   std::vector<Chunk> chunks_;
   kernels::Ops& ops_;

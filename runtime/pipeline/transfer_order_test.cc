@@ -57,8 +57,8 @@ TEST(TransferOrder, MicroBatchesRelabelledOnOneSideAreRefused) {
   for (Instruction& instruction : spec.schedule[1].instructions) {
     const int m = instruction.micro_batch();
     if (m == 0 || m == 1)
-      instruction =
-          Instruction(instruction.op(), instruction.chunk(), 1 - m, instruction.peer_micro_batch());
+      instruction = Instruction(instruction.op(), instruction.chunk(), instruction.unit(), 1 - m,
+                                instruction.peer_micro_batch());
   }
   const std::string error = refusal(spec);
   EXPECT_NE(error.find("edited.pplan: schedule: pipeline rank 0's instruction 2 (send_activation) "
