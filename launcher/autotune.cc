@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "common/atomic_file.h"
+#include "launcher/autotune_parameters.h"
 #include "launcher/autotune_trial.h"
 #include "launcher/launch.h"
 #include "planner/cost/profile.h"
@@ -28,9 +29,14 @@ namespace {
 
 using nlohmann::json;
 
+// The experiments the trial parameters' grid may add around the best setting.
+constexpr int kMaxGridRuns = 4;
+
 struct Trial {
   ParallelShape mesh;
   int zero = 0, micro_batch = 0;
+  std::vector<int64_t> values;  // the trial parameters' (Tuner::parameters() order)
+  TrialContext context;         // what the plan says the parameters' rules need
   std::string plan_path;
   double predicted_seconds = 0, predicted_peak_bytes = 0;
   std::string pruned;  // the memory model's reason, when it was not run
@@ -39,29 +45,44 @@ struct Trial {
   bool runs() const { return outcome && outcome->status == ExperimentStatus::kMeasured; }
 };
 
+// A value of every trial parameter and what the grid did with it.
+struct GridEntry {
+  TrialCombination combination;
+  const Trial* trial = nullptr;  // the experiment, where one was planned
+};
+
 class Tuner {
  public:
-  Tuner(const AutotuneOptions& options, std::vector<ConfigOverride> overrides)
-      : options_(options), overrides_(std::move(overrides)) {}
+  Tuner(const AutotuneOptions& options, std::vector<ConfigOverride> overrides,
+        const JobConfig& config)
+      : options_(options),
+        overrides_(std::move(overrides)),
+        config_(config),
+        parameters_(trial_parameters(config)) {
+    for (const TrialParameter& p : parameters_) job_values_.push_back(p.job_value);
+  }
 
-  // Plans (cheap) and, unless the memory model refuses it, replays one setting.
-  // The setting planned (once; cheap), its plan file written.
-  Trial& planned(const ParallelShape& mesh, int zero, int micro_batch) {
+  // The setting planned (once; cheap), its plan file written; the trial
+  // parameters at the job's values unless given.
+  Trial& planned(const ParallelShape& mesh, int zero, int micro_batch,
+                 const std::vector<int64_t>* values = nullptr) {
+    if (!values) values = &job_values_;
     const auto key = std::make_tuple(mesh.pipeline_stages, mesh.data_parallel, mesh.tensor_parallel,
-                                     zero, micro_batch);
+                                     zero, micro_batch, *values);
     auto found = trials_.find(key);
     if (found != trials_.end()) return *found->second;
     order_.push_back(std::make_unique<Trial>());
     Trial& t = *order_.back();
     trials_[key] = &t;
-    t.mesh = mesh, t.zero = zero, t.micro_batch = micro_batch;
+    t.mesh = mesh, t.zero = zero, t.micro_batch = micro_batch, t.values = *values;
     plan(t);
     return t;
   }
 
   // Planned and, unless the memory model refuses it, replayed (once).
-  Trial& trial(const ParallelShape& mesh, int zero, int micro_batch) {
-    Trial& t = planned(mesh, zero, micro_batch);
+  Trial& trial(const ParallelShape& mesh, int zero, int micro_batch,
+               const std::vector<int64_t>* values = nullptr) {
+    Trial& t = planned(mesh, zero, micro_batch, values);
     if (t.pruned.empty() && !t.outcome) measure(t);
     return t;
   }
@@ -75,20 +96,30 @@ class Tuner {
 
   // A trial already run, else null (nothing is run).
   Trial* find(const ParallelShape& mesh, int zero, int micro_batch) {
-    auto found = trials_.find(std::make_tuple(mesh.pipeline_stages, mesh.data_parallel,
-                                              mesh.tensor_parallel, zero, micro_batch));
+    auto found =
+        trials_.find(std::make_tuple(mesh.pipeline_stages, mesh.data_parallel, mesh.tensor_parallel,
+                                     zero, micro_batch, job_values_));
     return found == trials_.end() || !found->second->outcome ? nullptr : found->second;
   }
 
   // The experiments run, in the order they ran.
   const std::vector<Trial*>& experiments() const { return run_order_; }
   std::vector<std::string>& notes() { return notes_; }
+  const std::vector<TrialParameter>& parameters() const { return parameters_; }
+  // The trial parameters' grid: the base setting, then the combinations around it.
+  std::vector<GridEntry>& grid() { return grid_; }
+  const std::vector<GridEntry>& grid() const { return grid_; }
 
  private:
   std::string stem(const Trial& t) const {
-    return options_.work_dir + "/pp" + std::to_string(t.mesh.pipeline_stages) + "-dp" +
-           std::to_string(t.mesh.data_parallel) + "-tp" + std::to_string(t.mesh.tensor_parallel) +
-           "-zero" + std::to_string(t.zero) + "-mb" + std::to_string(t.micro_batch);
+    std::string name = options_.work_dir + "/pp" + std::to_string(t.mesh.pipeline_stages) + "-dp" +
+                       std::to_string(t.mesh.data_parallel) + "-tp" +
+                       std::to_string(t.mesh.tensor_parallel) + "-zero" + std::to_string(t.zero) +
+                       "-mb" + std::to_string(t.micro_batch);
+    for (size_t i = 0; i < parameters_.size(); ++i)
+      if (t.values[i] != job_values_[i])
+        name += "-" + parameters_[i].column + std::to_string(t.values[i]);
+    return name;
   }
 
   void plan(Trial& t) {
@@ -100,11 +131,15 @@ class Tuner {
     fixed.push_back({"training.micro_batch_size", std::to_string(t.micro_batch)});
     fixed.push_back({"planner.load_plan_path", ""});
     fixed.push_back({"planner.save_plan_path", ""});
+    for (size_t i = 0; i < parameters_.size(); ++i)
+      if (t.values[i] != job_values_[i])
+        fixed.push_back({parameters_[i].key, std::to_string(t.values[i])});
     try {
       const PlanOutcome outcome = plan_job(load_job_config(options_.config, fixed));
       t.plan_path = stem(t) + ".pplan";
       write_plan(t.plan_path, outcome.plan.data(), outcome.plan.size());
       const LoadedPlan loaded = load_plan(t.plan_path);
+      t.context = plan_context(loaded.plan(), config_);
       const schema::Predictions* p = loaded.plan().predictions();
       t.predicted_seconds = p ? p->step_seconds() : 0;
       if (p && p->stages())
@@ -149,8 +184,10 @@ class Tuner {
       t.measured_seconds = r["step_seconds_measured"].get<double>();
       t.measured_peak_bytes = r["peak_memory_bytes"]["measured"].get<double>();
     }
-    std::printf("  %-18s ZeRO-%d micro-batch %3d: %s", mesh_name(t.mesh).c_str(), t.zero,
-                t.micro_batch, experiment_status_name(t.outcome->status));
+    const std::string values =
+        t.values == job_values_ ? "" : " " + describe_values(parameters_, t.values);
+    std::printf("  %-18s ZeRO-%d micro-batch %3d%s: %s", mesh_name(t.mesh).c_str(), t.zero,
+                t.micro_batch, values.c_str(), experiment_status_name(t.outcome->status));
     if (t.runs())
       std::printf(" %.4f s/step (predicted %.4f)", t.measured_seconds, t.predicted_seconds);
     else
@@ -161,10 +198,14 @@ class Tuner {
 
   const AutotuneOptions& options_;
   std::vector<ConfigOverride> overrides_;
-  std::map<std::tuple<int, int, int, int, int>, Trial*> trials_;
+  const JobConfig& config_;
+  std::vector<TrialParameter> parameters_;
+  std::vector<int64_t> job_values_;
+  std::map<std::tuple<int, int, int, int, int, std::vector<int64_t>>, Trial*> trials_;
   std::vector<std::unique_ptr<Trial>> order_;
   std::vector<Trial*> run_order_;
   std::vector<std::string> notes_;
+  std::vector<GridEntry> grid_;
 };
 
 // The largest candidate that runs, by binary search (the largest the memory
@@ -302,26 +343,139 @@ void tune_mesh(Tuner& tuner, const ParallelShape& mesh, const SearchSpace& space
   }
 }
 
+// The fastest measured of trials, or null.
+const Trial* fastest(const std::vector<Trial*>& trials) {
+  const Trial* best = nullptr;
+  for (const Trial* t : trials)
+    if (t->runs() && (!best || t->measured_seconds < best->measured_seconds)) best = t;
+  return best;
+}
+
+std::string setting_name(const Trial& t) {
+  return mesh_name(t.mesh) + ", ZeRO-" + std::to_string(t.zero) + ", micro-batch " +
+         std::to_string(t.micro_batch);
+}
+
+// Step 4: the trial parameters' grid around the best measured setting, at
+// most kMaxGridRuns more experiments, each measured as the others; a
+// parameter that does not apply there, and each value a pruning rule skips,
+// says why. The base setting is the grid's first entry.
+void tune_parameters(Tuner& tuner) {
+  const Trial* best = fastest(tuner.experiments());
+  if (!best) return;
+  for (const TrialParameter& parameter : tuner.parameters())
+    if (const std::string why = not_applicable(parameter, best->context); !why.empty())
+      tuner.notes().push_back(setting_name(*best) + ": " + why);
+  const std::vector<TrialCombination> grid =
+      trial_grid(tuner.parameters(), best->context, kMaxGridRuns);
+  if (grid.empty()) return;
+  tuner.grid().push_back({{best->values, ""}, best});
+  for (const TrialCombination& combination : grid) {
+    const Trial* t = nullptr;
+    if (combination.skipped.empty())
+      t = &tuner.trial(best->mesh, best->zero, best->micro_batch, &combination.values);
+    tuner.grid().push_back({combination, t});
+  }
+}
+
+// The experiment's number in the table (1 first), 0 when it did not run.
+int run_number(const Tuner& tuner, const Trial* t) {
+  const auto& run = tuner.experiments();
+  const auto found = std::find(run.begin(), run.end(), t);
+  return found == run.end() ? 0 : static_cast<int>(found - run.begin()) + 1;
+}
+
+// What became of a grid entry: "#5 measured 0.0123 s/step", "skipped: why".
+std::string grid_fate(const Tuner& tuner, const GridEntry& entry) {
+  if (!entry.combination.skipped.empty()) return "skipped: " + entry.combination.skipped;
+  const Trial& t = *entry.trial;
+  if (!t.outcome) return "pruned: " + t.pruned;
+  char seconds[64] = "";
+  if (t.runs()) std::snprintf(seconds, sizeof seconds, " %.4f s/step", t.measured_seconds);
+  return "#" + std::to_string(run_number(tuner, &t)) + " " +
+         experiment_status_name(t.outcome->status) + seconds +
+         (t.runs() ? "" : " (" + t.outcome->message + ")");
+}
+
+void print_grid(const Tuner& tuner) {
+  const std::vector<GridEntry>& grid = tuner.grid();
+  if (grid.empty()) return;
+  const Trial& base = *grid.front().trial;
+  std::printf("trial parameters around #%d (%s; the largest stage holds %lld gradient elements):\n",
+              run_number(tuner, &base), setting_name(base).c_str(),
+              static_cast<long long>(base.context.stage_gradient_elements));
+  for (const GridEntry& entry : grid)
+    std::printf("  %s%s: %s\n",
+                describe_values(tuner.parameters(), entry.combination.values).c_str(),
+                &entry == &grid.front() ? " (the job's)" : "", grid_fate(tuner, entry).c_str());
+}
+
+json grid_json(const Tuner& tuner) {
+  json combinations = json::array();
+  for (const GridEntry& entry : tuner.grid()) {
+    json values = json::object();
+    for (size_t i = 0; i < tuner.parameters().size(); ++i)
+      values[tuner.parameters()[i].key] = entry.combination.values[i];
+    const Trial* t = entry.trial;
+    const int run = run_number(tuner, t);
+    combinations.push_back(
+        {{"parameters", values},
+         {"base", &entry == &tuner.grid().front()},
+         {"status", !entry.combination.skipped.empty() ? "skipped"
+                    : t->outcome                       ? experiment_status_name(t->outcome->status)
+                                                       : "pruned"},
+         {"reason", !entry.combination.skipped.empty() ? entry.combination.skipped
+                    : t->outcome                       ? t->outcome->message
+                                                       : t->pruned},
+         {"experiment", run ? json(run) : json()},
+         {"measured_step_seconds", t && t->runs() ? json(t->measured_seconds) : json()}});
+  }
+  json grid = {{"combinations", combinations}};
+  if (!tuner.grid().empty()) {
+    const Trial& base = *tuner.grid().front().trial;
+    grid["around"] = run_number(tuner, &base);
+    grid["stage_gradient_elements"] = base.context.stage_gradient_elements;
+  }
+  return grid;
+}
+
+// The trial parameters' cells of a table row: the value, "-" where it does not apply.
+std::string parameter_cells(const std::vector<TrialParameter>& parameters, const Trial& t) {
+  std::string cells;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    char cell[40];
+    const bool applies = not_applicable(parameters[i], t.context).empty();
+    std::snprintf(cell, sizeof cell, " %10s |",
+                  applies ? std::to_string(t.values[i]).c_str() : "-");
+    cells += cell;
+  }
+  return cells;
+}
+
 // The summary table's line for the run-th experiment.
-std::string table_row(int run, const Trial& t) {
-  char line[256];
-  std::snprintf(line, sizeof line, "%3d | %-18s | %4d | %11d | %11.4f | %10s | %6s | %s%s%s\n", run,
-                mesh_name(t.mesh).c_str(), t.zero, t.micro_batch, t.predicted_seconds,
-                t.runs() ? std::to_string(t.measured_seconds).substr(0, 6).c_str() : "-",
-                t.runs() ? (std::to_string(static_cast<int>(std::lround(
-                                100 * (t.measured_seconds / t.predicted_seconds - 1)))) +
-                            "%")
-                               .c_str()
-                         : "-",
-                experiment_status_name(t.outcome->status), t.runs() ? "" : ": ",
-                t.runs() ? "" : t.outcome->message.c_str());
+std::string table_row(int run, const Trial& t, const std::vector<TrialParameter>& parameters) {
+  char line[512];
+  std::snprintf(
+      line, sizeof line, "%3d | %-18s | %4d | %11d |%s %11.4f | %10s | %6s | %s%s%s\n", run,
+      mesh_name(t.mesh).c_str(), t.zero, t.micro_batch, parameter_cells(parameters, t).c_str(),
+      t.predicted_seconds, t.runs() ? std::to_string(t.measured_seconds).substr(0, 6).c_str() : "-",
+      t.runs() ? (std::to_string(static_cast<int>(
+                      std::lround(100 * (t.measured_seconds / t.predicted_seconds - 1)))) +
+                  "%")
+                     .c_str()
+               : "-",
+      experiment_status_name(t.outcome->status), t.runs() ? "" : ": ",
+      t.runs() ? "" : t.outcome->message.c_str());
   return line;
 }
 
-json experiment_json(const Trial& t) {
+json experiment_json(const Trial& t, const std::vector<TrialParameter>& parameters) {
+  json values = json::object();
+  for (size_t i = 0; i < parameters.size(); ++i) values[parameters[i].key] = t.values[i];
   return {{"mesh", mesh_name(t.mesh)},
           {"zero_stage", t.zero},
           {"micro_batch_size", t.micro_batch},
+          {"parameters", values},
           {"predicted_step_seconds", t.predicted_seconds},
           {"measured_step_seconds", t.runs() ? json(t.measured_seconds) : json()},
           {"status", experiment_status_name(t.outcome->status)},
@@ -338,30 +492,33 @@ struct ExperimentTable {
 
 ExperimentTable print_experiment_table(const Tuner& tuner) {
   ExperimentTable table;
-  std::cout << "\n  # | mesh               | ZeRO | micro-batch | predicted s | measured s |"
-               "  error | status\n";
+  std::cout << "\n  # | mesh               | ZeRO | micro-batch |";
+  for (const TrialParameter& p : tuner.parameters()) std::printf(" %10s |", p.column.c_str());
+  std::cout << " predicted s | measured s |  error | status\n";
   for (const Trial* t : tuner.experiments()) {
     ++table.run;
     if (!t->runs()) ++table.failed;
-    if (t->runs() && (!table.best || t->measured_seconds < table.best->measured_seconds))
-      table.best = t;
-    std::cout << table_row(table.run, *t);
-    table.experiments.push_back(experiment_json(*t));
+    std::cout << table_row(table.run, *t, tuner.parameters());
+    table.experiments.push_back(experiment_json(*t, tuner.parameters()));
   }
+  table.best = fastest(tuner.experiments());
+  for (const TrialParameter& p : tuner.parameters())
+    std::cout << "  " << p.column << ": " << p.meaning << "; - where it does not apply\n";
   return table;
 }
 
 // Writes the best measured plan to output and says how it did.
-void write_best_plan(const Trial& best, const JobConfig& config, const std::string& output) {
+void write_best_plan(const Trial& best, const Tuner& tuner, const JobConfig& config,
+                     const std::string& output) {
   const LoadedPlan chosen = load_plan(best.plan_path);
   write_plan(output, chosen.bytes().data(), chosen.bytes().size());
   const double tokens =
       static_cast<double>(config.training.global_batch_size) * config.model.seq_len;
   std::printf(
-      "best: %s, ZeRO-%d, micro-batch %d: measured %.4f s/step (%.0f tokens/s) against "
+      "best: %s, %s: measured %.4f s/step (%.0f tokens/s) against "
       "predicted %.4f s (%+.1f%%)\nbest plan written to %s\n",
-      mesh_name(best.mesh).c_str(), best.zero, best.micro_batch, best.measured_seconds,
-      tokens / best.measured_seconds, best.predicted_seconds,
+      setting_name(best).c_str(), describe_values(tuner.parameters(), best.values).c_str(),
+      best.measured_seconds, tokens / best.measured_seconds, best.predicted_seconds,
       100 * (best.measured_seconds / best.predicted_seconds - 1), output.c_str());
 }
 
@@ -388,19 +545,21 @@ int run_autotune(const AutotuneOptions& options, const std::vector<std::string>&
             << "time model: "
             << (profile.profile ? "profile " + profile.path : std::string("analytic roofline"))
             << std::endl;
-  Tuner tuner(options, overrides);
+  Tuner tuner(options, overrides, config);
   for (const ParallelShape& mesh : meshes)
     tune_mesh(tuner, mesh, search.space, config, options.plateau);
+  tune_parameters(tuner);
 
   // The summary: every setting tried, the best measured.
   const ExperimentTable table = print_experiment_table(tuner);
   for (const std::string& note : tuner.notes()) std::cout << "  note: " << note << "\n";
+  print_grid(tuner);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("experiments: %d run (%d failed) in %.1f s\n", table.run, table.failed, seconds);
   if (!table.best)
     throw std::runtime_error("autotune: no experiment ran; see the logs in " + options.work_dir);
-  write_best_plan(*table.best, config, output);
+  write_best_plan(*table.best, tuner, config, output);
   if (!options.report.empty())
     write_file_atomically(
         options.report,
@@ -408,6 +567,7 @@ int run_autotune(const AutotuneOptions& options, const std::vector<std::string>&
              {"seconds", seconds},
              {"best", table.experiments.size() ? json(table.best->plan_path) : json()},
              {"notes", tuner.notes()},
+             {"trial_parameters", grid_json(tuner)},
              {"output", output}}
                 .dump(2) +
             "\n");

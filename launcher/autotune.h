@@ -13,10 +13,15 @@
 //    stages below: they were memory-bound (a larger micro-batch did not fit),
 //    or the cost model predicts the higher stage faster than the best result
 //    so far. Every skipped stage gets a note saying why.
+// 4. Trial parameters (autotune_parameters.h): around the best measured
+//    setting, a grid of at most 4 more experiments over the communication
+//    bucket sizes (and whatever other job keys are listed there), values
+//    known to be bad or equivalent skipped before running, with the reason.
 // Each experiment is `paraplan launch ... -- replay` in its own processes
 // with a time limit; an out-of-memory, crash or timeout is recorded and tuning
 // goes on. The fastest measured plan is written to --output (or [planner]
-// save_plan_path) and a summary table is printed.
+// save_plan_path) and a summary table is printed, with every trial
+// parameter's value and the grid's values tried and skipped.
 #pragma once
 
 #include <string>
