@@ -4,9 +4,11 @@
 //
 // - A host killed and gone, or cut off, is dropped and the job re-planned for
 //   the host left and its slots, however the first mesh was made (mesh_row x
-//   mesh_col, [cluster], a preset, world_size alone): the launcher's decision
-//   is the plan `paraplan plan --what-if-lost-nodes 1` named, and the job
-//   resumes from its checkpoint.
+//   mesh_col, [cluster], a preset, world_size alone) and whichever ZeRO stage
+//   the job fixed (1, 2, 3: kept): the launcher's decision, and the plan file
+//   it writes, is the plan `paraplan plan --what-if-lost-nodes 1` named, and
+//   the job resumes from its checkpoint (under ZeRO-3 one the sharded
+//   parameters were gathered for).
 // - One rank killed restarts on the same hosts; a second failure with the
 //   restarts used ends the job, leaving the checkpoints whole.
 // Each run's losses, the redone steps as the resumed run logs them, are the
@@ -109,17 +111,18 @@ class MultiHostRestart : public MultiHostBed {
         what.c_str(), losses.size(), largest, before, fault_after);
   }
 
-  // A dp 2 x tp 2 + ZeRO-1 job (or, planned with a preset or world_size
-  // alone, whatever the planner picks for 16 devices) across both hosts with
-  // checkpoints, under --max-restarts; returns once the checkpoint of
-  // run.fault_after is written.
+  // A dp 2 x tp 2 + ZeRO-1 job (or ZeRO-zero_stage; or, planned with a
+  // preset or world_size alone, whatever the planner picks for 16 devices)
+  // across both hosts with checkpoints, under --max-restarts; returns once the
+  // checkpoint of run.fault_after is written.
   static std::unique_ptr<Background> start(const std::string& name, const std::string& flags,
                                            int stopped, std::string& log,
                                            MeshWay way = MeshWay::kCluster,
                                            const RunLength& run = RunLength{},
-                                           TwoHostPlan* planned_out = nullptr) {
+                                           TwoHostPlan* planned_out = nullptr, int zero_stage = 1) {
     const TwoHostPlan planned = plan_two_hosts(
-        {.name = name, .data = 2, .tensor = 2, .micro_batch_size = 3, .zero_stage = 1}, way);
+        {.name = name, .data = 2, .tensor = 2, .micro_batch_size = 3, .zero_stage = zero_stage},
+        way);
     if (planned_out != nullptr) *planned_out = planned;
     const std::string checkpoints = *directory_ / (name + "_checkpoints");
     log = *directory_ / (name + ".jsonl");
@@ -151,6 +154,38 @@ class MultiHostRestart : public MultiHostBed {
     return lines;
   }
 
+  // The launcher's line deciding the re-plan, "" if none.
+  static std::string replan_line(const std::string& output) {
+    const std::string head = "paraplan launch: re-planned for ";
+    const size_t at = output.find(head);
+    return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
+  }
+
+  // The plan file a restart wrote, as `paraplan inspect` shows it: the mesh,
+  // micro-batching and ZeRO stage of the what-if's "pp 1 x dp 2 x tp 1 on 1
+  // node x 2 devices, micro-batch 3 x 2, ZeRO-3, predicted step ...".
+  static void expect_plan_file_as_the_what_if_said(const std::string& plan_file,
+                                                   const TwoHostPlan& planned) {
+    const CommandResult inspected = run("inspect " + plan_file);
+    ASSERT_EQ(inspected.exit_code, 0) << inspected.output;
+    const std::string& what_if = planned.what_if;
+    const auto contains = [&](const std::string& text) {
+      EXPECT_NE(inspected.output.find(text), std::string::npos)
+          << "missing: " << text << "\nwhat-if: " << what_if << "\n"
+          << inspected.output;
+    };
+    contains("mesh: " + what_if.substr(0, what_if.find(" on ")) + " = ");
+    contains(" ranks on 1 nodes x " + std::to_string(planned.devices_per_node) + " devices");
+    const size_t micro = what_if.find("micro-batch ") + 12;
+    contains("= micro-batch " + what_if.substr(micro, what_if.find(',', micro) - micro) +
+             " micro-batches");
+    const size_t zero = what_if.find(", ZeRO-");
+    contains(zero == std::string::npos
+                 ? "zero: off (stage 0)"
+                 : "zero: stage " +
+                       what_if.substr(zero + 7, what_if.find(',', zero + 7) - zero - 7) + ", ");
+  }
+
   // The launcher's decision after losing node2: the plan the what-if named,
   // on the one host left and its slots, written beside the checkpoints.
   static void expect_replanned_as_the_what_if_said(const Background& job,
@@ -159,20 +194,31 @@ class MultiHostRestart : public MultiHostBed {
     ASSERT_FALSE(planned.what_if.empty());
     const std::string decision =
         "paraplan launch: re-planned for 1 node(s): " + planned.what_if + " (was pp ";
+    const std::string plan_file = *directory_ / (name + "_checkpoints/restart-1.pplan");
     expect_line(job, decision);
     expect_line(job, "on 1 node x " + std::to_string(planned.devices_per_node) + " devices");
-    expect_line(job, "), " + *directory_ / (name + "_checkpoints/restart-1.pplan") + "\n");
+    expect_line(job, "), " + plan_file + "\n");
     expect_line(job, "paraplan launch: placement: node1 ranks 0-" +
                          std::to_string(planned.devices_per_node - 1) + "; every tensor group");
+    expect_plan_file_as_the_what_if_said(plan_file, planned);
+  }
+
+  // The step the restart resumed from, as the launcher says it; -1 if none.
+  static int resumed_step(const std::string& output) {
+    const std::string head = "paraplan launch: restart 1 of 1: resuming from step ";
+    const size_t at = output.find(head);
+    return at == std::string::npos ? -1 : std::atoi(output.c_str() + at + head.size());
   }
 
   // node2's ranks killed after a checkpoint, then the host gone from the
-  // network: dropped, re-planned for node1, resumed, the same losses.
+  // network: dropped, re-planned for node1, resumed, the same losses. A job
+  // whose [planner] fixed the ZeRO stage (zero_stage; the ways but a preset
+  // and world_size alone) keeps it: the what-if, the new plan and the old.
   static void expect_a_lost_host_replanned(const std::string& name, MeshWay way,
-                                           const RunLength& run, int stopped) {
+                                           const RunLength& run, int stopped, int zero_stage = 1) {
     std::string log;
     TwoHostPlan planned;
-    const auto job = start(name, "--max-restarts 1", stopped, log, way, run, &planned);
+    const auto job = start(name, "--max-restarts 1", stopped, log, way, run, &planned, zero_stage);
     const auto killed = Clock::now();
     run_command(bed("kill node2"));  // its ranks die, and then the host drops off the network
     run_command(bed("cut node2"));
@@ -187,7 +233,20 @@ class MultiHostRestart : public MultiHostBed {
     expect_line(*job, "paraplan launch: dropping host node2");
     expect_line(*job, "it fails the preflight now: cannot reach it over ssh");
     expect_replanned_as_the_what_if_said(*job, planned, name);
-    expect_line(*job, "paraplan launch: restart 1 of 1: resuming from step ");
+    if (way == MeshWay::kCluster || way == MeshWay::kMeshRowCol) {
+      const std::string zero = ", ZeRO-" + std::to_string(zero_stage) + ", ";
+      EXPECT_NE(planned.what_if.find(zero), std::string::npos) << planned.what_if;
+      const std::string decision = replan_line(job->output());
+      size_t times = 0;  // the new plan's and the old one's (was ...)
+      for (size_t at = decision.find(zero); at != std::string::npos;
+           at = decision.find(zero, at + 1))
+        ++times;
+      EXPECT_EQ(times, 2u) << decision;
+    }
+    // The last checkpoint the first attempt wrote: at run.fault_after or later.
+    const int resumed = resumed_step(job->output());
+    EXPECT_GE(resumed, run.fault_after) << job->output();
+    EXPECT_LT(resumed, run.steps) << job->output();
     expect_line(*job, "paraplan launch: finished after 1 restart(s): ");
     expect_reference_losses(log, run.steps, name, run.fault_after);
   }
@@ -197,6 +256,18 @@ class MultiHostRestart : public MultiHostBed {
 // host left and its 2 slots, not [cluster]'s default 8 devices per node.
 TEST_F(MultiHostRestart, ALostHostIsDroppedAndTheJobCarriesOnWithTheSameLosses) {
   expect_a_lost_host_replanned("restart_lost", MeshWay::kMeshRowCol, RunLength{}, 2);
+}
+
+// [cluster] devices_per_node = 2 and ZeRO-3: the first attempt's checkpoints
+// gather the parameters dp 2 x tp 2 sharded; the re-plan for the host left
+// keeps ZeRO-3 (dp 2 x tp 1) and resumes from them.
+TEST_F(MultiHostRestart, AZero3JobLosingAHostIsReplannedAsZero3AndResumesFromItsShardedCheckpoint) {
+  expect_a_lost_host_replanned("restart_zero3", MeshWay::kCluster, RunLength{}, 2, 3);
+}
+
+// The same with ZeRO-2: gradients sharded, parameters whole.
+TEST_F(MultiHostRestart, AZero2JobLosingAHostIsReplannedAsZero2) {
+  expect_a_lost_host_replanned("restart_zero2", MeshWay::kCluster, RunLength{}, 2, 2);
 }
 
 // A preset's 8 devices per node, world_size 16: 16 ranks on hosts of 8
