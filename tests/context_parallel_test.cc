@@ -136,22 +136,8 @@ TEST_F(ContextParallel, CudaRanksSharingOneGpuGiveTheCpuLosses) {
   ScheduleCase llama_documents = context("llama_cp2_documents", 2, "llama");
   llama_documents.document_separator = kSpace;
   ScheduleCase llama_cp4 = context("llama_cp4", 4, "llama");
-  for (const ScheduleCase& c : {gpt2, llama_documents, llama_cp4}) {
-    const std::vector<double>& cpu = run(c).losses;
-    CommandResult result;
-    const std::vector<double> cuda =
-        train_plan_file(*directory_ / (c.name + ".pplan"), c.name + "_cuda",
-                        "--backend cuda --transport auto", &result, "PARAPLAN_CUDA_TF32=0");
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    ASSERT_EQ(cuda.size(), cpu.size()) << c.name << "\n" << result.output;
-    double largest = 0;
-    for (size_t i = 0; i < cuda.size(); ++i) {
-      EXPECT_NEAR(cuda[i], cpu[i], kCudaLossTolerance) << c.name << " step " << i + 1;
-      largest = std::max(largest, std::fabs(cuda[i] - cpu[i]));
-    }
-    std::printf("[ figures  ] %s on CUDA: largest loss difference from the CPU run %.3g\n",
-                c.name.c_str(), largest);
-  }
+  for (const ScheduleCase& c : {gpt2, llama_documents, llama_cp4})
+    expect_cuda_losses(c, kCudaLossTolerance);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -171,6 +173,26 @@ class SchedulePlanTraining : public ParallelTraining {
         EXPECT_NEAR(losses[i], reference[i], kLossTolerance)
             << from.name << " -> " << under.name << " step " << kSteps + 1 + i;
     }
+  }
+
+  // On a GPU: the case trained by its ranks sharing it (CUDA backend, the
+  // staged transport, TF32 off) gives its CPU run's losses within tolerance;
+  // the largest difference printed for the closing note.
+  static void expect_cuda_losses(const ScheduleCase& c, double tolerance) {
+    const std::vector<double>& cpu = run(c).losses;
+    CommandResult result;
+    const std::vector<double> cuda =
+        train_plan_file(*directory_ / (c.name + ".pplan"), c.name + "_cuda",
+                        "--backend cuda --transport auto", &result, "PARAPLAN_CUDA_TF32=0");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    ASSERT_EQ(cuda.size(), cpu.size()) << c.name << "\n" << result.output;
+    double largest = 0;
+    for (size_t i = 0; i < cuda.size(); ++i) {
+      EXPECT_NEAR(cuda[i], cpu[i], tolerance) << c.name << " step " << i + 1;
+      largest = std::max(largest, std::fabs(cuda[i] - cpu[i]));
+    }
+    std::printf("[ figures  ] %s on CUDA: largest loss difference from the CPU run %.3g\n",
+                c.name.c_str(), largest);
   }
 
   static void expect_same_weights(const ScheduleCase& a, const ScheduleCase& b) {

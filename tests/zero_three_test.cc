@@ -12,6 +12,7 @@
 // there).
 #include <gtest/gtest.h>
 
+#include "kernels/ops.h"
 #include "schedule_plan_fixture.h"
 
 namespace paraplan::testing {
@@ -20,6 +21,8 @@ namespace {
 using schema::ScheduleKind;
 
 constexpr double kBfloat16Tolerance = 1e-3;
+// fp32 on CUDA against the CPU (context_parallel_test.cc's bound).
+constexpr double kCudaLossTolerance = 1e-4;
 
 class ZeroThree : public SchedulePlanTraining {
  protected:
@@ -109,6 +112,23 @@ TEST_F(ZeroThree, APlanWrittenBeforeItsUnitOpsTrainsExactlyAsOneWithThem) {
     ASSERT_EQ(run(now).losses.size(), static_cast<size_t>(kSteps));
     EXPECT_EQ(run(before).losses, run(now).losses) << before.name;
   }
+}
+
+// On a GPU (the device check's tests phase): ZeRO-2 and ZeRO-3 plans, fp32
+// and bf16, trained by ranks sharing the GPU through the staged transport
+// give the CPU's losses: the unit ops' gathers, releases and reduce-scatters
+// and the fp32 gradient shard's CUDA ops.
+TEST_F(ZeroThree, CudaRanksSharingOneGpuGiveTheCpuLosses) {
+  if (kernels::cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: ZeRO's CUDA ops need a GPU";
+  const ScheduleCase zero3 = zero_three("zero3_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
+  ScheduleCase zero2 = zero3;
+  zero2.name = "zero2_dp2", zero2.zero_stage = 2;
+  const ScheduleCase piped = zero_three("zero3_zbh1_pp2_dp2", ScheduleKind::ZeroBubbleH1, 2, 1, 2);
+  ScheduleCase bf16 = zero3;
+  bf16.name = "bf16_zero3_dp2", bf16.dtype = schema::DType::BFloat16;
+  for (const ScheduleCase& c : {zero3, zero2, piped}) expect_cuda_losses(c, kCudaLossTolerance);
+  expect_cuda_losses(bf16, kBfloat16Tolerance);
 }
 
 TEST_F(ZeroThree, CheckpointsResumeUnderZeroOnePlansOfOtherMeshes) {
