@@ -27,7 +27,8 @@ bool is_compute_op(OpCode op) {
 }
 
 ChunkUnits chunk_units(bool has_embedding, bool has_head, int num_layers, bool tied_embeddings) {
-  ChunkUnits units{.has_embedding = has_embedding, .has_head = has_head, .num_layers = num_layers};
+  ChunkUnits units;
+  units.has_embedding = has_embedding, units.has_head = has_head, units.num_layers = num_layers;
   if (has_embedding) units.resident.push_back(tied_embeddings);
   units.resident.insert(units.resident.end(), static_cast<size_t>(std::max(num_layers, 0)), false);
   if (has_head) units.resident.push_back(tied_embeddings && !has_embedding);

@@ -48,28 +48,29 @@ std::vector<Instruction> one_rank_stream(bool split_backward = false) {
 std::string text(const std::vector<Instruction>& stream) {
   std::string out;
   for (const Instruction& ins : stream) {
-    std::string word;
+    char letter = 0;
+    int number = ins.unit();
     switch (ins.op()) {
       case OpCode::Forward:
-        word = "F" + std::to_string(ins.micro_batch());
+        letter = 'F', number = ins.micro_batch();
         break;
       case OpCode::Backward:
-        word = "B" + std::to_string(ins.micro_batch());
+        letter = 'B', number = ins.micro_batch();
         break;
       case OpCode::BackwardInput:
-        word = "I" + std::to_string(ins.micro_batch());
+        letter = 'I', number = ins.micro_batch();
         break;
       case OpCode::BackwardWeight:
-        word = "W" + std::to_string(ins.micro_batch());
+        letter = 'W', number = ins.micro_batch();
         break;
       case OpCode::GatherParameters:
-        word = "g" + std::to_string(ins.unit());
+        letter = 'g';
         break;
       case OpCode::ReleaseParameters:
-        word = "r" + std::to_string(ins.unit());
+        letter = 'r';
         break;
       case OpCode::ReduceScatterGradients:
-        word = "s" + std::to_string(ins.unit());
+        letter = 's';
         break;
       case OpCode::LoadMicroBatch:
       case OpCode::SendActivation:
@@ -80,7 +81,9 @@ std::string text(const std::vector<Instruction>& stream) {
       case OpCode::OptimizerStep:
         continue;
     }
-    out += (out.empty() ? "" : " ") + word;
+    if (!out.empty()) out += ' ';
+    out += letter;
+    out.append(std::to_string(number));
   }
   return out;
 }

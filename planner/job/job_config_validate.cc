@@ -77,7 +77,7 @@ constexpr const char* kGpt2Keys[] = {"layernorm_epsilon"};
 std::string kinds_with(ChunkRule rule) {
   std::vector<std::string> names;
   for (const ScheduleKindTraits& kind : every_schedule_kind())
-    if (kind.chunks == rule) names.push_back("'" + std::string(kind.name) + "'");
+    if (kind.chunks == rule) names.push_back(std::string("'").append(kind.name).append("'"));
   std::string text;
   for (size_t i = 0; i < names.size(); ++i)
     text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];

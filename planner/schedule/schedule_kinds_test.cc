@@ -173,9 +173,10 @@ TEST(ScheduleKindsTest, ZeroBubbleDefersWeightGradients) {
     for (int mb = 0; mb + r < 8; ++mb) {
       EXPECT_GT(position(OpCode::BackwardWeight, mb), position(OpCode::BackwardInput, mb + r))
           << "rank " << r << ": " << describe(stream);
-      if (mb + r + 1 < 8)
+      if (mb + r + 1 < 8) {
         EXPECT_LT(position(OpCode::BackwardWeight, mb), position(OpCode::BackwardInput, mb + r + 1))
             << "rank " << r << ": " << describe(stream);
+      }
     }
   }
   for (int r = 0; r < 4; ++r) EXPECT_LE(max_in_flight(schedule, r)[0], 4);

@@ -395,17 +395,23 @@ class SettingSolver {
 
   std::string verbose_line(PartitionStatus status, const PlanCandidate& candidate,
                            const std::string& reason, double bound) const {
+    // Appended piece by piece: GCC 12's -Wrestrict misreads "literal" + string&&.
+    std::string line;
     if (status == PartitionStatus::Found) {
-      std::string line = "best partition: step " +
-                         seconds_text(candidate.estimate.prediction.step_seconds) +
-                         " s, blocks per stage";
-      for (const StageLayout& stage : candidate.stages) line += " " + str(stage.num_layers);
+      line.append("best partition: step ")
+          .append(seconds_text(candidate.estimate.prediction.step_seconds))
+          .append(" s, blocks per stage");
+      for (const StageLayout& stage : candidate.stages)
+        line.append(" ").append(str(stage.num_layers));
       return line;
     }
     if (status == PartitionStatus::Pruned)
-      return "stopped: no partition beats the top-" + str(config_.planner.topk) + " bound " +
-             seconds_text(bound) + " s";
-    return "rejected: " + reason;
+      return line.append("stopped: no partition beats the top-")
+          .append(str(config_.planner.topk))
+          .append(" bound ")
+          .append(seconds_text(bound))
+          .append(" s");
+    return line.append("rejected: ").append(reason);
   }
 
   // Under mutex_: the candidate into its kind's, its ZeRO stage's and its
@@ -532,8 +538,13 @@ std::string explain_no_plan(const JobConfig& config, const SearchResult& result,
   for (const SettingRejection& rejection : result.rejections) {
     if (rejection.kind == RejectionKind::DoesNotFit) continue;
     if (counts[static_cast<int>(rejection.kind)] < 0) continue;  // named already
-    message += " " + str(counts[static_cast<int>(rejection.kind)]) + " setting(s) like " +
-               setting_name(rejection.setting) + ": " + rejection.reason + ".";
+    message.append(" ")
+        .append(str(counts[static_cast<int>(rejection.kind)]))
+        .append(" setting(s) like ")
+        .append(setting_name(rejection.setting))
+        .append(": ")
+        .append(rejection.reason)
+        .append(".");
     counts[static_cast<int>(rejection.kind)] = -1;
   }
   return message;

@@ -265,16 +265,16 @@ std::function<void(size_t)> ScheduleExecutor::backward_hook(int c, bool finishes
 
 void ScheduleExecutor::run_compute(size_t index, const ExecutorHooks& hooks,
                                    const std::function<void()>& compute) {
-  std::vector<schema::Instruction> ops;
-  for (size_t i = index + 1; i < instructions_.size() && belongs_to_compute_[i]; ++i)
-    ops.push_back(instructions_[i]);
-  if (ops.empty()) {
+  size_t end = index + 1;
+  while (end < instructions_.size() && belongs_to_compute_[end]) ++end;
+  if (end == index + 1) {
     compute();
     return;
   }
   if (!hooks.run_zero_unit_op)
     refuse(instructions_[index], "has ZeRO unit ops after it, but this rank runs no ZeRO-2 or 3");
-  program_.begin(instructions_[index], std::move(ops), hooks.run_zero_unit_op);
+  program_.begin(instructions_[index], &instructions_[index + 1], end - index - 1,
+                 hooks.run_zero_unit_op);
   compute();
   program_.end();
 }

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -24,9 +23,11 @@ class ZeroUnitProgram {
  public:
   using Run = std::function<void(const schema::Instruction&)>;
 
-  // The ops of `compute` (a copy), run through `run`: those that may run
-  // now do.
-  void begin(const schema::Instruction& compute, std::vector<schema::Instruction> ops, Run run);
+  // The `count` ops of `compute` from `first` (copied into storage reused
+  // every step), run through `run` (which outlives the compute): those that
+  // may run now do.
+  void begin(const schema::Instruction& compute, const schema::Instruction* first, size_t count,
+             const Run& run);
   // The compute has read unit `unit` of `chunk` for the last time / finished
   // its gradients. Ignored between computes.
   void read(int chunk, int unit);
@@ -37,13 +38,15 @@ class ZeroUnitProgram {
 
  private:
   void advance(bool at_end);
+  static bool holds(const std::vector<std::pair<int, int>>& keys, std::pair<int, int> key);
 
   bool active_ = false;
   int chunk_ = 0;
   std::vector<schema::Instruction> ops_;
   size_t next_ = 0;
-  Run run_;
-  std::set<std::pair<int, int>> read_, finished_;
+  const Run* run_ = nullptr;
+  // This compute's last reads and finished units (cleared, not freed, per compute).
+  std::vector<std::pair<int, int>> read_, finished_;
 };
 
 }  // namespace paraplan
