@@ -11,31 +11,19 @@
 
 #include "planner/cost/plan_estimate.h"
 #include "planner/cost/profile.h"
+#include "planner/plan_report_text.h"
 #include "schema/zero_stages.h"
 
 namespace paraplan {
 namespace {
 
-constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
-
-std::string printf_string(const char* format, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), format, value);
-  return text;
-}
-
-// "812 ms", "3.42 s".
-std::string duration(double seconds) {
-  if (seconds < 1) return printf_string("%.3g ms", seconds * 1e3);
-  return printf_string("%.3g s", seconds);
-}
+using report_text::duration;
+using report_text::gigabytes;
+using report_text::kBytesPerGigabyte;
+using report_text::printf_string;
 
 std::string percent(double ratio) {
   return printf_string("%.1f%%", ratio * 100);
-}
-
-std::string gigabytes(double bytes) {
-  return printf_string("%.2f", bytes / kBytesPerGigabyte);
 }
 
 // Columns padded to their widest cell.

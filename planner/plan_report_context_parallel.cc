@@ -9,25 +9,13 @@
 #include <vector>
 
 #include "planner/plan_report.h"
+#include "planner/plan_report_text.h"
 
 namespace paraplan {
 namespace {
 
-constexpr double kBytesPerGigabyte = 1024.0 * 1024.0 * 1024.0;
-
-std::string printf_string(const char* format, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), format, value);
-  return text;
-}
-
-std::string gigabytes(uint64_t bytes) {
-  return printf_string("%.2f GB", static_cast<double>(bytes) / kBytesPerGigabyte);
-}
-
-std::string seconds(double value) {
-  return value < 1 ? printf_string("%.3g ms", value * 1e3) : printf_string("%.3g s", value);
-}
+using report_text::duration;
+using report_text::gigabytes;
 
 // "cp 4" or "no cp".
 std::string context_text(const PlanSetting& setting) {
@@ -40,8 +28,8 @@ std::string plan_text(const PlanCandidate& c) {
   const PlanSetting& s = c.setting;
   return mesh_words(s.shape) + (s.shape.sequence_parallel ? " sp" : "") + ", micro-batch " +
          std::to_string(s.micro_batch_size) + " x " + std::to_string(s.num_micro_batches) +
-         ", step " + seconds(c.estimate.prediction.step_seconds) + ", " +
-         gigabytes(c.estimate.peak_memory) + " per rank";
+         ", step " + duration(c.estimate.prediction.step_seconds) + ", " +
+         gigabytes(static_cast<double>(c.estimate.peak_memory)) + " GB per rank";
 }
 
 // The rejected setting without context parallelism that best says why none

@@ -128,11 +128,14 @@ size_t DistributedOptimizer::unit_index(int chunk, int unit) const {
   return first + static_cast<size_t>(unit);
 }
 
-std::pair<int, int> DistributedOptimizer::unit_of(size_t offset) const {
-  const size_t index = unit_holding(buckets_, offset, "optimizer");
+std::pair<int, int> DistributedOptimizer::chunk_unit(size_t index) const {
   const auto after = std::upper_bound(chunk_first_unit_.begin(), chunk_first_unit_.end(), index);
   const int chunk = static_cast<int>(after - chunk_first_unit_.begin()) - 1;
   return {chunk, static_cast<int>(index - chunk_first_unit_[chunk])};
+}
+
+std::pair<int, int> DistributedOptimizer::unit_of(size_t offset) const {
+  return chunk_unit(unit_holding(buckets_, offset, "optimizer"));
 }
 
 void DistributedOptimizer::run_unit_op(schema::OpCode op, int chunk, int unit) {
@@ -179,9 +182,8 @@ void DistributedOptimizer::watch_unit_reads(std::function<void(int, int)> read) 
     return;
   }
   sharded_parameters_->set_unit_used_listener([this, read = std::move(read)](size_t index) {
-    const auto after = std::upper_bound(chunk_first_unit_.begin(), chunk_first_unit_.end(), index);
-    const size_t chunk = static_cast<size_t>(after - chunk_first_unit_.begin()) - 1;
-    read(static_cast<int>(chunk), static_cast<int>(index - chunk_first_unit_[chunk]));
+    const auto [chunk, unit] = chunk_unit(index);
+    read(chunk, unit);
   });
 }
 

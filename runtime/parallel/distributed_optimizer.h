@@ -161,6 +161,7 @@ class DistributedOptimizer {
   // ShardedParameters over the same units.
   void make_sharded_gradients(bool shard_parameters);
   size_t unit_index(int chunk, int unit) const;
+  std::pair<int, int> chunk_unit(size_t index) const;  // unit_index's inverse
   // Where this rank's part of bucket `bucket` at buffer `offset` (shard
   // offset `shard_at`) is stored: the stage's buffer, or ZeRO-3's shard.
   void* owned_parameters(size_t bucket, size_t offset, size_t shard_at);
