@@ -1,7 +1,9 @@
 // cuda_llama_ops_test.cc: the CUDA backend's RMS norm, SwiGLU and rotary
 // embedding against the CPU backend in the same storage dtype (fp32 and bf16;
 // tolerances of cuda_test_support.h), on the 16-byte and scalar paths, the
-// RMS norm's weight gradient bitwise run to run, and SwiGLU's backward
+// RMS norm's one-pass backward at shapes that reach each of its paths, bitwise
+// run to run and accumulating onto nonzero gradients what it adds to zeros (the
+// layer norm's are in cuda_norm_test.cc), and SwiGLU's backward
 // overwriting its gradient equal to accumulating it into zeros. Grouped-query attention is in
 // cuda_attention_test.cc. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_test_support.h"
@@ -23,17 +26,26 @@ using namespace cuda_test_support;
 class CudaLlamaOps : public StorageTest {};
 INSTANTIATE_TEST_SUITE_P(Storage, CudaLlamaOps, kStorageDtypes, storage_test_name);
 
-// out, rstd, dinp, dweight (the gradients start nonzero: backward accumulates).
-Tensors rmsnorm_run(Ops& ops, int rows, int channels, bool unaligned) {
+// The gradients' starting values, dinp and dweight: nonzero (backward
+// accumulates), or zeros.
+Tensors rmsnorm_starts(int rows, int channels, bool zeros) {
   const size_t n = static_cast<size_t>(rows) * channels;
+  if (zeros) return {std::vector<float>(n, 0.0f), std::vector<float>(channels, 0.0f)};
+  return {random_floats(n, 3, 0.1f), random_floats(channels, 4, 0.1f)};
+}
+
+// out, rstd, dinp, dweight, the gradients from rmsnorm_starts.
+Tensors rmsnorm_run(Ops& ops, int rows, int channels, bool unaligned, bool zero_starts = false) {
+  const size_t n = static_cast<size_t>(rows) * channels;
+  const Tensors starts = rmsnorm_starts(rows, channels, zero_starts);
   Buffers buffers(ops);
   const void* inp = buffers.upload_storage(random_floats(n, 1, 2.0f), unaligned);
   const void* weight = buffers.upload_storage(random_floats(channels, 2, 0.5f, 1.0f), unaligned);
   void* out = buffers.allocate_storage(n);
   float* rstd = buffers.allocate_floats(rows);
   ops.rmsnorm_forward(out, rstd, inp, weight, rows, channels, 1e-5f);
-  void* dinp = buffers.upload_storage(random_floats(n, 3, 0.1f), unaligned);
-  void* dweight = buffers.upload_storage(random_floats(channels, 4, 0.1f), unaligned);
+  void* dinp = buffers.upload_storage(starts[0], unaligned);
+  void* dweight = buffers.upload_storage(starts[1], unaligned);
   ops.rmsnorm_backward(dinp, dweight, buffers.upload_storage(random_floats(n, 5), unaligned), inp,
                        weight, rstd, rows, channels);
   return {buffers.download_storage(out, n), buffers.download(rstd, rows),
@@ -47,18 +59,60 @@ TEST_P(CudaLlamaOps, RmsNormMatchesCpu) {
   const std::vector<double> tolerances = {
       storage, kStrictTolerance, storage,
       storage_tolerance(dtype(), kStrictTolerance, kBf16SumTolerance)};
-  for (auto [rows, channels, unaligned] : {std::tuple{19, 64, false}, std::tuple{300, 64, false},
-                                           std::tuple{300, 37, false}, std::tuple{19, 64, true}}) {
+  // The one-pass backward's paths (cuda_layernorm.cu), on 132 SMs (264
+  // blocks): 4097 rows are 16 per block and a last block of 1; 5000 rows 19
+  // per block (a round of 16, then 3) and a last block of 3; 100 rows one per
+  // block; channels 100: bf16 scalar, fp32 fewer packs than lanes; 8192: 32
+  // KiB of shared column sums; 16400: the sums in the scratch; unaligned: the
+  // scalar path.
+  for (auto [rows, channels, unaligned] :
+       {std::tuple{19, 64, false}, std::tuple{300, 64, false}, std::tuple{300, 37, false},
+        std::tuple{19, 64, true}, std::tuple{4097, 768, false}, std::tuple{5000, 768, false},
+        std::tuple{100, 768, false}, std::tuple{1, 100, false}, std::tuple{300, 100, false},
+        std::tuple{300, 768, true}, std::tuple{64, 8192, false}, std::tuple{16, 16400, false}}) {
     expect_all_close(rmsnorm_run(*cuda, rows, channels, unaligned),
                      rmsnorm_run(*cpu, rows, channels, unaligned), tolerances,
                      "rmsnorm " + std::to_string(rows) + "x" + std::to_string(channels));
   }
 }
 
+// Two calls give the same bits, with a call at another shape in between (the
+// scratch then holds its partial sums); shared-memory and scratch column sums.
 TEST_P(CudaLlamaOps, RmsNormBackwardIsBitwiseRunToRun) {
   std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
-  expect_all_equal(rmsnorm_run(*cuda, 1000, 96, false), rmsnorm_run(*cuda, 1000, 96, false),
-                   "rmsnorm 1000x96 run to run");
+  for (auto [rows, channels] :
+       {std::pair{1000, 96}, std::pair{5000, 768}, std::pair{300, 100}, std::pair{16, 16400}}) {
+    const Tensors first = rmsnorm_run(*cuda, rows, channels, false);
+    rmsnorm_run(*cuda, 4097, 100, false);
+    expect_all_equal(
+        rmsnorm_run(*cuda, rows, channels, false), first,
+        "rmsnorm " + std::to_string(rows) + "x" + std::to_string(channels) + " run to run");
+  }
+}
+
+// Onto nonzero gradients the backward adds what it gives from zeros: fp32
+// dweight bitwise start + (the result from zeros) (one rounding of the same
+// sum); dinp within the strict tolerance (its update may fuse into an FMA);
+// bf16 within about 2 ulp (the result from zeros is itself rounded).
+TEST_P(CudaLlamaOps, RmsNormBackwardAccumulates) {
+  std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
+  for (auto [rows, channels, unaligned] :
+       {std::tuple{5000, 768, false}, std::tuple{300, 100, false}, std::tuple{300, 768, true},
+        std::tuple{16, 16400, false}}) {
+    const std::string what = "rmsnorm accumulates " + std::to_string(rows) + "x" +
+                             std::to_string(channels) + (unaligned ? " unaligned" : "");
+    const Tensors from_zeros = rmsnorm_run(*cuda, rows, channels, unaligned, true);
+    const Tensors accumulated = rmsnorm_run(*cuda, rows, channels, unaligned);
+    const Tensors starts = rmsnorm_starts(rows, channels, false);
+    Tensors expected;  // dinp, dweight: the starts as stored plus the results from zeros
+    for (size_t t = 0; t < 2; t++) {
+      expected.push_back(round_to(dtype(), starts[t]));
+      for (size_t i = 0; i < expected[t].size(); i++) expected[t][i] += from_zeros[t + 2][i];
+    }
+    expect_all_close(Tensors{accumulated[2], accumulated[3]}, expected,
+                     storage_tolerance(dtype(), kStrictTolerance, kBf16SumTolerance), what);
+    if (!bf16()) expect_equal(accumulated[3], expected[1], what + " dweight");
+  }
 }
 
 // out, then dgate_up (starting nonzero).

@@ -227,7 +227,8 @@ TEST_P(CudaOps, LayerNormMatchesCpu) {
   const double storage = storage_tolerance(dtype(), kStrictTolerance);
   const std::vector<double> tolerances = {storage, kStrictTolerance, kStrictTolerance, storage};
   // 64 channels take the 16-byte path (4 floats or 8 bf16), 37 the scalar one;
-  // 300 rows make 10 chunks.
+  // 300 rows are one or two per block of the backward (cuda_norm_test.cc has
+  // the shapes that reach its other paths).
   for (auto [rows, channels, unaligned] : {std::tuple{19, 64, false}, std::tuple{300, 64, false},
                                            std::tuple{300, 37, false}, std::tuple{19, 64, true}}) {
     expect_all_close(layernorm_run(*cuda, rows, channels, unaligned),
