@@ -111,6 +111,9 @@ class ForwardingOps : public Ops {
   void accumulate_into_float(float* x, const void* y, size_t n) override {
     inner_->accumulate_into_float(x, y, n);
   }
+  void accumulate_float32(float* x, const float* y, size_t n) override {
+    inner_->accumulate_float32(x, y, n);
+  }
   void scale(void* x, float factor, size_t n) override { inner_->scale(x, factor, n); }
   void swiglu_forward(void* out, const void* gate_up, int rows, int hidden) override {
     inner_->swiglu_forward(out, gate_up, rows, hidden);

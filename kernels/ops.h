@@ -205,6 +205,9 @@ class Ops {
   // Megatron's main_grad does, instead of rounding every partial sum to
   // bf16). One fp32 addition per element; with fp32 storage, accumulate's.
   virtual void accumulate_into_float(float* x, const void* y, size_t n) = 0;
+  // x (fp32) += y (fp32), whatever the storage dtype: fp32 partial sums
+  // combined without rounding (the context-parallel ring's dK/dV shares).
+  virtual void accumulate_float32(float* x, const float* y, size_t n) = 0;
   // x *= factor.
   virtual void scale(void* x, float factor, size_t n) = 0;
   // SwiGLU (Llama's MLP activation): out[r, i] = silu(gate_up[r, i]) *

@@ -209,6 +209,9 @@ class CpuBfloat16Ops final : public Ops {
   void accumulate_into_float(float* x, const void* y, size_t n) override {
     for (size_t i = 0; i < n; i++) x[i] += float_from_bfloat16(bits(y)[i]);
   }
+  void accumulate_float32(float* x, const float* y, size_t n) override {
+    fp32_->accumulate_float32(x, y, n);
+  }
   void scale(void* x, float factor, size_t n) override {
     for (size_t i = 0; i < n; i++)
       bits(x)[i] = bfloat16_from_float(float_from_bfloat16(bits(x)[i]) * factor);

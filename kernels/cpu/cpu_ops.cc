@@ -369,6 +369,7 @@ class CpuOps final : public Ops {
     for (size_t i = 0; i < n; i++) dx[i] += dout[i];
   }
   void accumulate_into_float(float* x, const void* y, size_t n) override { accumulate(x, y, n); }
+  void accumulate_float32(float* x, const float* y, size_t n) override { accumulate(x, y, n); }
 
   void scale(void* x_storage, float factor, size_t n) override {
     float* x = static_cast<float*>(x_storage);

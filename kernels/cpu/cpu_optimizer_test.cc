@@ -3,7 +3,8 @@
 // pre-scaled gradient bitwise, sum_of_squares, and both bitwise the same for
 // every thread count; the fp32-gradient ops of ZeRO-2's fp32 shard
 // (accumulate_into_float, adamw_float_gradients,
-// accumulate_float_sum_of_squares) for both storage dtypes.
+// accumulate_float_sum_of_squares) and the context-parallel ring's fp32
+// sums (accumulate_float32) for both storage dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -138,6 +139,19 @@ TEST_P(FloatGradientOps, AccumulateIntoFloatAddsWidenedValuesInFp32) {
   ops->accumulate_into_float(x.data(), y.data(), n);
   EXPECT_EQ(x, expected);
   EXPECT_EQ(x[3], 257.0f);
+}
+
+// x += y, both fp32 whatever the storage: fp32's sums bitwise, y unrounded
+// (1 + 2^-20 is no bf16 value: rounded, 0.5 + y would be 1.5).
+TEST_P(FloatGradientOps, AccumulateFloat32AddsFp32ValuesUnrounded) {
+  const size_t n = 1029;
+  std::vector<float> x = pseudo_random(n, 9), y = pseudo_random(n, 10);
+  x[3] = 0.5f, y[3] = 1.0f + 0x1p-20f;
+  std::vector<float> expected = x;
+  for (size_t i = 0; i < n; ++i) expected[i] += y[i];
+  ops->accumulate_float32(x.data(), y.data(), n);
+  EXPECT_EQ(x, expected);
+  EXPECT_EQ(x[3], 1.5f + 0x1p-20f);
 }
 
 // AdamW from fp32 gradients is fp32 AdamW on the master weights, with the

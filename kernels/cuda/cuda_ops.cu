@@ -410,6 +410,10 @@ class CudaOps final : public Ops {
   void accumulate_into_float(float* x, const void* y, size_t n) override {
     cuda::accumulate_into_float(storage_, x, y, n, stream_);
   }
+  void accumulate_float32(float* x, const float* y, size_t n) override {
+    // fp32 "storage" widens nothing: one fp32 addition per element.
+    cuda::accumulate_into_float(DType::kFloat32, x, y, n, stream_);
+  }
   void scale(void* x, float factor, size_t n) override {
     cuda::scale(storage_, x, factor, n, stream_);
   }

@@ -36,9 +36,12 @@ double ContextParallelRing::forward_exposed_seconds() const {
 
 double ContextParallelRing::backward_exposed_seconds() const {
   if (ranks <= 1) return 0;
-  const double both = kv_transfer_seconds + dkv_transfer_seconds;
-  return (ranks - 1) * std::max(0.0, both - backward_step_seconds) +
-         std::max(0.0, dkv_transfer_seconds - backward_step_seconds);
+  // Each accumulator travels while the receiving rank computes its share, one
+  // step behind the K/V blocks; the last one (to the owner) behind nothing.
+  const double kv = kv_transfer_seconds, dkv = dkv_transfer_seconds;
+  const double step = backward_step_seconds;
+  return std::max(0.0, kv - step) + (ranks - 2) * std::max(0.0, kv + dkv - step) +
+         std::max(0.0, dkv - step) + dkv;
 }
 
 ContextParallelRing context_parallel_ring(const ModelConfig& model, const ParallelShape& shape,
@@ -81,9 +84,10 @@ int64_t context_parallel_workspace_bytes(const ModelConfig& model, int micro_bat
   const int64_t rows = int64_t{micro_batch_size} * (model.seq_len / context_parallel);
   const int64_t attention = rows * (model.num_heads / tensor_parallel) * head_dim(model);
   const int64_t blocks = context_parallel > 1 ? 2 : 1;
-  // Positions, the fp32 accumulator and its storage copy, and per block in
-  // flight the packed block and its fp32 dK/dV.
-  return 4 * int64_t{model.seq_len} + attention * (4 + e) + blocks * kv * (e + 4);
+  const int64_t share = context_parallel > 1 ? 4 * kv : 0;
+  // Positions, the fp32 accumulator and its storage copy, per block in
+  // flight the packed block and its fp32 dK/dV, and a ring's fp32 share.
+  return 4 * int64_t{model.seq_len} + attention * (4 + e) + blocks * kv * (e + 4) + share;
 }
 
 int64_t document_table_bytes(const ModelConfig& model, int micro_batch_size) {

@@ -17,10 +17,16 @@
 //   the packed K/V block it holds (B (T / cp) 2 Hkv_local D elements of the
 //   storage dtype) beside that step's block attention: exposed max(0,
 //   transfer - block forward), cp - 1 times.
-// - Backward: cp steps; each passes the fp32 dK/dV accumulator on
-//   (B (T / cp) 2 Hkv_local D floats), the first cp - 1 the K/V block too,
-//   beside that step's block backward: exposed max(0, transfers - block
-//   backward) per step.
+// - Backward: cp steps; the K/V blocks travel as forward, and each block's
+//   fp32 dK/dV accumulator (B (T / cp) 2 Hkv_local D floats) one step
+//   behind: a rank computes its share of the block it holds while that
+//   block's accumulator comes from the previous rank, then adds the share
+//   and passes it on. Step 0 hides the next K/V block, steps 1 to cp - 2
+//   the next block and the arriving accumulator (one link: their sum),
+//   step cp - 1 the accumulator alone: exposed max(0, K - b) + (cp - 2)
+//   max(0, K + dKV - b) + max(0, dKV - b), b a step's block backward. The
+//   owner's complete accumulator, passed on after the last step, has no
+//   compute to hide behind: exposed whole (dKV).
 // - Recomputation (selective: the attention core; full: the block) runs the
 //   forward ring again inside the backward.
 // - A ring step is a point-to-point transfer (each rank sends to the next
@@ -31,8 +37,9 @@
 //   memory; runtime/model/context_attention.h allocates it where cp > 1 or
 //   documents are masked): the tokens' positions (T int32), the fp32
 //   accumulator of the output and then of dq (B (T / cp) H_local D floats)
-//   with its storage-dtype copy, and per K/V block in flight (two with a
-//   ring, one without) the packed block (storage) and its fp32 dK/dV.
+//   with its storage-dtype copy, per K/V block in flight (two with a ring,
+//   one without) the packed block (storage) and its fp32 dK/dV, and with a
+//   ring a step's fp32 dK/dV share (the size of a block's dK/dV).
 //   Document masking (Data.document_separator), with or without cp: each
 //   in-flight micro-batch's documents table [B, T] int32.
 // The plan records the ring's exposed seconds in

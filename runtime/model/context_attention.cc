@@ -51,6 +51,7 @@ ContextAttention::ContextAttention(const ContextShard& shard, const ContextRing&
     kv_blocks_[i] = allocate(ops_.storage_bytes(kv_elements()));
     dkv_blocks_[i] = static_cast<float*>(allocate(kv_elements() * sizeof(float)));
   }
+  if (shard_.size > 1) dkv_share_ = static_cast<float*>(allocate(kv_elements() * sizeof(float)));
 }
 
 ContextAttention::~ContextAttention() {
@@ -166,12 +167,16 @@ void ContextAttention::backward(void* dqkv, const void* dout, const void* qkv, c
       kv_sent = send(block, dtype, kKeyValueTag);
       kv_received = receive(kv_blocks_[(step + 1) % 2], dtype, kKeyValueTag);
     }
-    // dkv_blocks_[step % 2]: the shares of the ranks before this one in the ring.
-    float* dkv = dkv_blocks_[step % 2];
-    ring_.peers->wait(dkv_received);
-    ops_.attention_block_backward(accumulator_, dkv, dout, out, logsumexp, qkv, block,
+    // This rank's share of the block's dK/dV, summed from zero while the
+    // shares of the ranks before it in the ring (into dkv_blocks_[step % 2])
+    // are still on their way; then added to them.
+    ops_.zero_bytes(dkv_share_, kv_elements() * sizeof(float));
+    ops_.attention_block_backward(accumulator_, dkv_share_, dout, out, logsumexp, qkv, block,
                                   positions_of(r), positions_of((r - step + n) % n), documents,
                                   packed_shape());
+    float* dkv = dkv_blocks_[step % 2];
+    ring_.peers->wait(dkv_received);
+    ops_.accumulate_float32(dkv, dkv_share_, kv_elements());
     ring_.peers->wait(dkv_sent);
     dkv_sent = send(dkv, fp32, kKeyValueGradientTag);
     // After the last step: the own block's, from the rank before, complete.

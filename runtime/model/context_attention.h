@@ -9,10 +9,18 @@
 // KV heads travel: packed [B, T/cp, 2 Hkv D]); each block's partial result
 // is folded into the running one by its log-sum-exp
 // (Ops::attention_block_forward). Backward: the key/value blocks travel the
-// same way, with each block's fp32 dK/dV accumulator behind them: a rank
-// adds its queries' share to the accumulator of the block it holds and
-// passes it on, so after cp steps every block's gradient has summed all
-// ranks' shares (in ring order: deterministic) and is back with its owner.
+// same way, with each block's fp32 dK/dV accumulator one step behind them.
+// As in ring-flash-attention, a rank computes its queries' share of the
+// block it holds into a zeroed fp32 buffer of its own while the accumulator
+// of that block (the shares of the ranks before it) is still in flight, then
+// waits for the accumulator, adds its share (Ops::accumulate_float32) and
+// passes it on: each transfer of an accumulator is hidden behind the next
+// rank's block backward, as the K/V blocks' are. After cp steps every
+// block's gradient is back with its owner, summed in ring order from the
+// owner o: dKV(o) = ((s(o) + s(o+1)) + s(o+2)) + ... + s(o-1) (ranks mod
+// cp), each rank's share s summed from zero by the block kernel:
+// deterministic, the same for any timing. Only the last transfer, of the
+// owner's complete accumulator, has no compute left to hide behind.
 // With cp = 1 (document masking alone) the ring is one block and no transfer.
 //
 // Summation order differs from the one-rank attention (the blocks' partial
@@ -76,6 +84,7 @@ class ContextAttention {
   float* accumulator_ = nullptr;     // [B, T/cp, H D] fp32: forward's out, backward's dq
   void* kv_blocks_[2] = {};          // packed K/V blocks in flight (storage)
   float* dkv_blocks_[2] = {};        // their fp32 dK/dV accumulators
+  float* dkv_share_ = nullptr;       // with a ring: one step's fp32 dK/dV share
   void* storage_scratch_ = nullptr;  // [B, T/cp, H D]: dq rounded to storage
 };
 

@@ -1,10 +1,12 @@
 // context_attention_test.cc: the context-parallel ring (context_attention.h)
-// over the world as the context group (ctest: 2 and 4 ranks) against the
-// one-rank attention over the whole sequence, at T = 4096 with a small
-// width, grouped-query heads, fp32: each rank's output, log-sum-exp and
-// input gradients are the whole sequence's at its tokens' positions; and
-// with documents masked, the ring equals the one-rank masked attention
-// (which the kernels' tests hold against attention run per document).
+// over the world as the context group (ctest: 2 and 4 ranks), and over the
+// first 3 ranks of 4 (an odd ring: the dK/dV accumulators end in the other
+// buffer), against the one-rank attention over the whole sequence, at
+// T = 4096 (4092 for 3) with a small width, grouped-query heads, fp32: each
+// rank's output, log-sum-exp and input gradients are the whole sequence's
+// at its tokens' positions; and with documents masked, the ring equals the
+// one-rank masked attention (which the kernels' tests hold against
+// attention run per document).
 #include "runtime/model/context_attention.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +25,7 @@ namespace {
 using testing::world_rank;
 using testing::world_size;
 
-constexpr int kBatch = 1, kSeq = 4096, kHeads = 4, kKvHeads = 2, kHeadDim = 8;
+constexpr int kBatch = 1, kHeads = 4, kKvHeads = 2, kHeadDim = 8;
 constexpr int kWidth = (kHeads + 2 * kKvHeads) * kHeadDim, kAttention = kHeads * kHeadDim;
 // Summation order only (blocks combined by log-sum-exp; dK/dV summed over
 // the ring): measured up to 1.25e-6 relative (dqkv, 4 ranks).
@@ -89,38 +91,38 @@ std::vector<float> local_logsumexp(const ContextShard& shard, const std::vector<
   return local;
 }
 
-class ContextRingAttention : public ::testing::TestWithParam<bool> {};
-
-TEST_P(ContextRingAttention, EqualsTheWholeSequenceAtEachRanksPositions) {
-  if (world_size() < 2) GTEST_SKIP() << "needs a context group of 2 or more";
-  const bool with_documents = GetParam();
-  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
+// The ring of world ranks [0, n) against the whole sequence of seq_len
+// tokens on each of them alone (the other world ranks take no part but in
+// the peers' communicator, which every rank creates).
+void expect_ring_equals_whole_sequence(int n, int seq_len, bool with_documents) {
   std::unique_ptr<MpiPeerToPeer> peers = MpiPeerToPeer::over_world();
-  const int n = world_size(), r = world_rank();
-  const ContextShard shard{.rank = r, .size = n, .seq_len = kSeq};
+  const int r = world_rank();
+  if (r >= n) return;
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
+  const ContextShard shard{.rank = r, .size = n, .seq_len = seq_len};
   const ContextRing ring{
       .peers = peers.get(), .next_rank = (r + 1) % n, .previous_rank = (r + n - 1) % n};
-  const std::vector<float> qkv = values(static_cast<size_t>(kBatch) * kSeq * kWidth, 1);
-  const std::vector<float> dout = values(static_cast<size_t>(kBatch) * kSeq * kAttention, 2);
+  const std::vector<float> qkv = values(static_cast<size_t>(kBatch) * seq_len * kWidth, 1);
+  const std::vector<float> dout = values(static_cast<size_t>(kBatch) * seq_len * kAttention, 2);
   // Documents of 1 to 700 tokens, ended by token 7 of a made-up sequence.
-  std::vector<int32_t> tokens(static_cast<size_t>(kBatch) * kSeq), documents(tokens.size());
+  std::vector<int32_t> tokens(static_cast<size_t>(kBatch) * seq_len), documents(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 7919 % 701 == 0) ? 7 : 1;
-  document_numbers(tokens.data(), documents.data(), kBatch, kSeq, 7);
+  document_numbers(tokens.data(), documents.data(), kBatch, seq_len, 7);
   const std::vector<int32_t>* masked = with_documents ? &documents : nullptr;
 
   // The reference: the whole sequence on this rank alone.
   Result whole;
   if (with_documents) {
-    whole = run_ring(*ops, ContextShard{.seq_len = kSeq}, ContextRing{}, qkv, dout, masked);
+    whole = run_ring(*ops, ContextShard{.seq_len = seq_len}, ContextRing{}, qkv, dout, masked);
   } else {
-    whole.out.resize(static_cast<size_t>(kBatch) * kSeq * kAttention);
-    whole.logsumexp.resize(static_cast<size_t>(kBatch) * kHeads * kSeq);
+    whole.out.resize(static_cast<size_t>(kBatch) * seq_len * kAttention);
+    whole.logsumexp.resize(static_cast<size_t>(kBatch) * kHeads * seq_len);
     whole.dqkv.resize(qkv.size());
     std::vector<float> scratch(whole.logsumexp.size());
-    ops->attention_forward(whole.out.data(), whole.logsumexp.data(), qkv.data(), kBatch, kSeq,
+    ops->attention_forward(whole.out.data(), whole.logsumexp.data(), qkv.data(), kBatch, seq_len,
                            kHeads, kKvHeads, kHeadDim);
     ops->attention_backward(whole.dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                            whole.out.data(), whole.logsumexp.data(), kBatch, kSeq, kHeads,
+                            whole.out.data(), whole.logsumexp.data(), kBatch, seq_len, kHeads,
                             kKvHeads, kHeadDim, kernels::GradientWrite::kOverwrite);
   }
   const Result ringed = run_ring(*ops, shard, ring, local_rows(shard, qkv, kWidth),
@@ -134,6 +136,18 @@ TEST_P(ContextRingAttention, EqualsTheWholeSequenceAtEachRanksPositions) {
   EXPECT_LT(out, kTolerance);
   EXPECT_LT(logsumexp, kTolerance);
   EXPECT_LT(dqkv, kTolerance);
+}
+
+class ContextRingAttention : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ContextRingAttention, EqualsTheWholeSequenceAtEachRanksPositions) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a context group of 2 or more";
+  expect_ring_equals_whole_sequence(world_size(), 4096, GetParam());
+}
+
+TEST_P(ContextRingAttention, ARingOfThreeEqualsTheWholeSequence) {
+  if (world_size() < 3) GTEST_SKIP() << "needs 3 ranks or more";
+  expect_ring_equals_whole_sequence(3, 4092, GetParam());  // 6 chunks of 682
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, ContextRingAttention, ::testing::Values(false, true),

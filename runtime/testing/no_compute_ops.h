@@ -39,6 +39,7 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void residual_forward(void*, const void*, const void*, size_t) override {}
   void accumulate(void*, const void*, size_t) override {}
   void accumulate_into_float(float*, const void*, size_t) override {}
+  void accumulate_float32(float*, const float*, size_t) override {}
   void scale(void*, float, size_t) override {}
   void swiglu_forward(void*, const void*, int, int) override {}
   void swiglu_backward(void*, const void*, const void*, int, int, kernels::GradientWrite) override {
