@@ -185,7 +185,7 @@ class Tuner {
       t.measured_peak_bytes = r["peak_memory_bytes"]["measured"].get<double>();
     }
     const std::string values =
-        t.values == job_values_ ? "" : " " + describe_values(parameters_, t.values);
+        t.values == job_values_ ? "" : " " + describe_values(parameters_, t.values, &t.context);
     std::printf("  %-18s ZeRO-%d micro-batch %3d%s: %s", mesh_name(t.mesh).c_str(), t.zero,
                 t.micro_batch, values.c_str(), experiment_status_name(t.outcome->status));
     if (t.runs())
@@ -405,9 +405,10 @@ void print_grid(const Tuner& tuner) {
               run_number(tuner, &base), setting_name(base).c_str(),
               static_cast<long long>(base.context.stage_gradient_elements));
   for (const GridEntry& entry : grid)
-    std::printf("  %s%s: %s\n",
-                describe_values(tuner.parameters(), entry.combination.values).c_str(),
-                &entry == &grid.front() ? " (the job's)" : "", grid_fate(tuner, entry).c_str());
+    std::printf(
+        "  %s%s: %s\n",
+        describe_values(tuner.parameters(), entry.combination.values, &base.context).c_str(),
+        &entry == &grid.front() ? " (the job's)" : "", grid_fate(tuner, entry).c_str());
 }
 
 json grid_json(const Tuner& tuner) {
@@ -517,7 +518,8 @@ void write_best_plan(const Trial& best, const Tuner& tuner, const JobConfig& con
   std::printf(
       "best: %s, %s: measured %.4f s/step (%.0f tokens/s) against "
       "predicted %.4f s (%+.1f%%)\nbest plan written to %s\n",
-      setting_name(best).c_str(), describe_values(tuner.parameters(), best.values).c_str(),
+      setting_name(best).c_str(),
+      describe_values(tuner.parameters(), best.values, &best.context).c_str(),
       best.measured_seconds, tokens / best.measured_seconds, best.predicted_seconds,
       100 * (best.measured_seconds / best.predicted_seconds - 1), output.c_str());
 }

@@ -80,8 +80,50 @@ TrialParameter gradient_bucket_parameter(int64_t job_value) {
   return parameter;
 }
 
+std::vector<TrialValue> zero_unit_candidates(int64_t job_value, const TrialContext& context) {
+  const int64_t chunk = context.chunk_layers;
+  // A size at least the largest chunk's layers is one unit per chunk.
+  const auto canonical = [&](int64_t v) { return chunk > 0 && v >= chunk ? chunk : v; };
+  std::vector<TrialValue> values{{job_value, ""}};
+  std::map<int64_t, int64_t> first_of;  // canonical size -> the first candidate with it
+  // The base plan's own size: the job's, or the planner's choice for it.
+  first_of[canonical(job_value > 0 ? job_value : context.zero_layers_per_unit)] = job_value;
+  for (int64_t v : {1, 2, 4}) {
+    if (v == job_value) continue;
+    TrialValue candidate{v, ""};
+    const auto earlier = first_of.find(canonical(v));
+    if (earlier != first_of.end()) {
+      candidate.skipped = earlier->second == job_value && job_value == 0
+                              ? "the planner's own choice for this setting (" +
+                                    std::to_string(context.zero_layers_per_unit) + ")"
+                              : "same as " + std::to_string(earlier->second) +
+                                    ": one unit per chunk (the " + "largest chunk holds " +
+                                    std::to_string(chunk) + " layers)";
+    } else {
+      first_of[canonical(v)] = v;
+    }
+    values.push_back(candidate);
+  }
+  return values;
+}
+
+TrialParameter zero_unit_parameter(int64_t job_value) {
+  TrialParameter parameter;
+  parameter.key = "planner.zero_layers_per_unit";
+  parameter.column = "unit";
+  parameter.meaning =
+      "[planner] zero_layers_per_unit: layers per ZeRO-2/3 unit gathered and reduce-scattered "
+      "as one (0: the planner's choice)";
+  parameter.zero_stages = {2, 3};
+  parameter.needs_gradient_group = true;
+  parameter.job_value = job_value;
+  parameter.candidates = zero_unit_candidates;
+  return parameter;
+}
+
 std::vector<TrialParameter> trial_parameters(const JobConfig& config) {
-  return {gradient_bucket_parameter(config.training.gradient_bucket_size)};
+  return {gradient_bucket_parameter(config.training.gradient_bucket_size),
+          zero_unit_parameter(config.planner.zero_layers_per_unit)};
 }
 
 std::vector<TrialCombination> trial_grid(const std::vector<TrialParameter>& parameters,
@@ -124,17 +166,21 @@ std::vector<TrialCombination> trial_grid(const std::vector<TrialParameter>& para
 }
 
 std::string describe_values(const std::vector<TrialParameter>& parameters,
-                            const std::vector<int64_t>& values) {
+                            const std::vector<int64_t>& values, const TrialContext* context) {
   std::string text;
   for (size_t i = 0; i < parameters.size() && i < values.size(); ++i)
-    text += (text.empty() ? "" : ", ") + parameters[i].column + "=" + std::to_string(values[i]);
+    if (context == nullptr || not_applicable(parameters[i], *context).empty())
+      text += (text.empty() ? "" : ", ") + parameters[i].column + "=" + std::to_string(values[i]);
   return text;
 }
 
 TrialContext plan_context(const schema::Plan& plan, const JobConfig& config) {
   TrialContext context;
   const schema::Mesh* mesh = plan.mesh();
-  if (plan.zero()) context.zero_stage = plan.zero()->stage();
+  if (plan.zero()) {
+    context.zero_stage = plan.zero()->stage();
+    context.zero_layers_per_unit = plan.zero()->layers_per_unit();
+  }
   if (!mesh || !plan.stages()) return context;
   context.gradient_replicas = mesh->data_parallel() * mesh->context_parallel();
   const int ranks = std::max(mesh->pipeline_parallel(), 1);
@@ -147,6 +193,7 @@ TrialContext plan_context(const schema::Plan& plan, const JobConfig& config) {
   for (const schema::Stage* stage : *plan.stages()) {
     const StageLayout chunk{
         stage->first_layer(), stage->num_layers(), stage->has_embedding(), stage->has_head(), {}};
+    context.chunk_layers = std::max(context.chunk_layers, stage->num_layers());
     const int rank = layout.rank_of(stage->index());
     if (rank >= 0 && rank < ranks)
       per_rank[rank] += stage_parameters(config.model, chunk, mesh->tensor_parallel(),

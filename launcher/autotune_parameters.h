@@ -26,6 +26,10 @@ struct TrialContext {
   // Gradient elements of the pipeline rank holding the most (all its chunks);
   // 0 when not known (then no rule depends on it).
   int64_t stage_gradient_elements = 0;
+  // ZeRO-2 and 3: the plan's layers per unit, and the most layers a model
+  // chunk holds (0 when not known).
+  int zero_layers_per_unit = 1;
+  int chunk_layers = 0;
 };
 
 // One candidate value: measured, or skipped before running with why.
@@ -60,8 +64,17 @@ inline constexpr int64_t kMaxGradientBuckets = 64;
 std::vector<TrialValue> gradient_bucket_candidates(int64_t job_value, const TrialContext& context);
 TrialParameter gradient_bucket_parameter(int64_t job_value);
 
-// Every trial parameter, with the job's values. A new one (a ZeRO-3 gather
-// bucket) is one more entry here.
+// [planner] zero_layers_per_unit (ZeRO-2 and 3's units: layers gathered and
+// reduce-scattered as one; 0: the planner's choice), under ZeRO-2 and 3
+// only, where a gradient has a data-parallel group. Candidates: the job's
+// value, then 1, 2 and 4 layers. Pruned: the size the base plan runs (the
+// planner's choice where the job leaves it), a size at least the largest
+// chunk's layers where a smaller one is too (both one unit per chunk),
+// duplicates.
+std::vector<TrialValue> zero_unit_candidates(int64_t job_value, const TrialContext& context);
+TrialParameter zero_unit_parameter(int64_t job_value);
+
+// Every trial parameter, with the job's values. A new one is one more entry here.
 std::vector<TrialParameter> trial_parameters(const JobConfig& config);
 
 // One point of the grid: a value per parameter (in list order).
@@ -77,12 +90,15 @@ struct TrialCombination {
 std::vector<TrialCombination> trial_grid(const std::vector<TrialParameter>& parameters,
                                          const TrialContext& context, int max_runs);
 
-// "bucket=8768": each parameter's column and value, joined by ", ".
+// "bucket=8768": each parameter's column and value, joined by ", ", those
+// that do not apply to context (where given) left out.
 std::string describe_values(const std::vector<TrialParameter>& parameters,
-                            const std::vector<int64_t>& values);
+                            const std::vector<int64_t>& values,
+                            const TrialContext* context = nullptr);
 
-// A plan's context: its ZeRO stage, gradient group and the largest pipeline
-// rank's gradient elements (model counts of the chunks each rank holds).
+// A plan's context: its ZeRO stage and units, gradient group, the largest
+// pipeline rank's gradient elements (model counts of the chunks each rank
+// holds) and the largest chunk's layers.
 TrialContext plan_context(const schema::Plan& plan, const JobConfig& config);
 
 }  // namespace paraplan

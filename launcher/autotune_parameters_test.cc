@@ -65,6 +65,29 @@ TEST(TrialParameters, WithoutTheStageSizeOnlyDuplicatesArePruned) {
   EXPECT_EQ(values_of(gradient_bucket_candidates(0, {0, 2, 0})), std::vector<int64_t>{0});
 }
 
+TEST(TrialParameters, ZeroUnitsSkipThePlannersOwnChoiceAndWholeChunkDuplicates) {
+  // The planner chose units of 2 (job value 0): 2 is the base plan's, and on
+  // chunks of 3 layers a unit of 4 is one unit per chunk, as 3 would be.
+  TrialContext context{3, 2, kTinyElements};
+  context.zero_layers_per_unit = 2, context.chunk_layers = 3;
+  const std::vector<TrialValue> values = zero_unit_candidates(0, context);
+  ASSERT_EQ(values_of(values), (std::vector<int64_t>{0, 1, 2, 4}));
+  EXPECT_EQ(values[1].skipped, "");
+  EXPECT_EQ(values[2].skipped, "the planner's own choice for this setting (2)");
+  EXPECT_EQ(values[3].skipped, "");
+  // Chunks of 2 layers: 4 is a unit per chunk, as the job's 2 already is.
+  context.chunk_layers = 2;
+  const std::vector<TrialValue> fixed = zero_unit_candidates(2, context);
+  ASSERT_EQ(values_of(fixed), (std::vector<int64_t>{2, 1, 4}));
+  EXPECT_EQ(fixed[1].skipped, "");
+  EXPECT_EQ(fixed[2].skipped, "same as 2: one unit per chunk (the largest chunk holds 2 layers)");
+  // Only under ZeRO-2 and 3.
+  const TrialParameter unit = zero_unit_parameter(0);
+  EXPECT_EQ(unit.key, "planner.zero_layers_per_unit");
+  EXPECT_NE(not_applicable(unit, {1, 2, kTinyElements}), "");
+  EXPECT_EQ(not_applicable(unit, {2, 2, kTinyElements}), "");
+}
+
 TEST(TrialParameters, TheBucketAppliesToZeroZeroAndOneWithADataParallelReduction) {
   const TrialParameter bucket = gradient_bucket_parameter(40'000'000);
   EXPECT_EQ(bucket.key, "training.gradient_bucket_size");

@@ -117,7 +117,8 @@ zero_stage = 0
       << grid.dump(2);
 
   // The table: a bucket column with each size measured, and the grid's lines.
-  EXPECT_EQ(lines_with(output, {"micro-batch |     bucket | predicted s"}).size(), 1u) << output;
+  EXPECT_EQ(lines_with(output, {"micro-batch |     bucket |       unit | predicted s"}).size(), 1u)
+      << output;
   for (const std::string size : {"40000000", "8544", "2136"})
     EXPECT_EQ(
         lines_with(output, {"|           4 | " + std::string(10 - size.size(), ' ') + size + " |",

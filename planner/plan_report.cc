@@ -55,16 +55,22 @@ int ranks_keeping_gathered(const PlanCandidate& c) {
 
 // "0", "1/1", "2/4": the ZeRO stage and, where it shards, its groups; under
 // ZeRO-3 whether the ranks keep their parameters gathered ("3/1 kept",
-// "3/1 freed", "3/1 kept 2 of 4").
+// "3/1 freed", "3/1 kept 2 of 4"); units of several layers last ("2/1,
+// 4 layers/unit").
 std::string zero_text(const PlanCandidate& c) {
   const PlanSetting& s = c.setting;
   if (!shards_optimizer_state(s.zero_stage)) return std::to_string(s.zero_stage);
   std::string text = std::to_string(s.zero_stage) + "/" + std::to_string(s.zero_ngroups);
-  if (!shards_parameters(s.zero_stage)) return text;
-  const int keeping = ranks_keeping_gathered(c), ranks = static_cast<int>(c.stages.size());
-  if (keeping == 0) return text + " freed";
-  if (keeping == ranks) return text + " kept";
-  return text + " kept " + std::to_string(keeping) + " of " + std::to_string(ranks);
+  if (shards_parameters(s.zero_stage)) {
+    const int keeping = ranks_keeping_gathered(c), ranks = static_cast<int>(c.stages.size());
+    text += keeping == 0 ? " freed"
+            : keeping == ranks
+                ? " kept"
+                : " kept " + std::to_string(keeping) + " of " + std::to_string(ranks);
+  }
+  if (shards_gradients(s.zero_stage) && s.zero_layers_per_unit > 1)
+    text += ", " + std::to_string(s.zero_layers_per_unit) + " layers/unit";
+  return text;
 }
 
 }  // namespace
@@ -231,6 +237,8 @@ std::string why_winner_beat(const JobConfig& config, const SearchResult& result,
   PlanCandidate same = winner;
   same.setting.zero_stage = k;
   same.setting.zero_ngroups = shards_optimizer_state(k) ? result.space.zero_ngroups : 1;
+  same.setting.zero_layers_per_unit =
+      shards_gradients(k) ? std::max(winner.setting.zero_layers_per_unit, 1) : 1;
   const int dp = same.setting.shape.gradient_replicas();
   if (shards_optimizer_state(k) && (dp <= 1 || dp % same.setting.zero_ngroups != 0))
     return head + "shards nothing on the winner's mesh (dp " + std::to_string(dp) + "); " +
@@ -289,12 +297,45 @@ std::string kept_gathered_line(const PlanCandidate& c) {
          " and frees them after each read on " + ranks_text(c, false) + not_kept;
 }
 
+// Why the best plan's ZeRO-2/3 units hold the layers they do: what their
+// collectives expose per block against units of one layer, and what the
+// plan would take with those.
+std::string zero_unit_line(const JobConfig& config, const PlanCandidate& best,
+                           const MeasuredProfile* profile) {
+  const PlanSetting& s = best.setting;
+  if (!shards_gradients(s.zero_stage)) return "";
+  const int k = std::max(s.zero_layers_per_unit, 1);
+  const bool fixed = config.planner.zero_layers_per_unit > 0;
+  const StageCostModel costs(config, s, profile);
+  const std::string one_exposes = duration(costs.zero_unit_seconds_per_block(1)) + " per block";
+  if (k == 1 && fixed) return "ZeRO units: one layer each ([planner] zero_layers_per_unit)\n";
+  if (k == 1 && costs.zero_unit_seconds_per_block(1) <= 0)
+    return "ZeRO units: one layer each; their gathers and reduce-scatters hide behind the "
+           "compute\n";
+  if (k == 1)
+    return "ZeRO units: one layer each; larger ones would not cut what their gathers and "
+           "reduce-scatters expose (" +
+           one_exposes + ")\n";
+  PlanCandidate one = best;
+  one.setting.zero_layers_per_unit = 1;
+  one.estimate = evaluate_plan(config, one.setting, one.stages, profile);
+  return "ZeRO units: " + std::to_string(k) + " layers each" +
+         (fixed ? " ([planner] zero_layers_per_unit)" : "") +
+         ": their gathers and reduce-scatters expose " +
+         duration(costs.zero_unit_seconds_per_block(k)) + " per block against " + one_exposes +
+         " with one layer each; step " + duration(best.estimate.prediction.step_seconds) +
+         " against " + duration(one.estimate.prediction.step_seconds) + ", peak " +
+         gigabytes(static_cast<double>(best.estimate.peak_memory)) + " against " +
+         gigabytes(static_cast<double>(one.estimate.peak_memory)) + " GB per rank\n";
+}
+
 }  // namespace
 
 std::string zero_stage_comparison(const JobConfig& config, const SearchResult& result,
                                   const MeasuredProfile* profile) {
-  if (result.ranked.empty() || result.space.zero_stages.size() < 2) return "";
+  if (result.ranked.empty()) return "";
   const PlanCandidate& best = result.ranked.front();
+  if (result.space.zero_stages.size() < 2) return zero_unit_line(config, best, profile);
   const double best_step = best.estimate.prediction.step_seconds;
   std::string text = "ZeRO: stage " + std::to_string(best.setting.zero_stage) +
                      " won; the best plan of each ZeRO stage searched:\n";
@@ -321,7 +362,7 @@ std::string zero_stage_comparison(const JobConfig& config, const SearchResult& r
     if (!won) reasons += why_winner_beat(config, result, *found, profile);
     if (shards_parameters(k)) reasons += kept_gathered_line(*found);
   }
-  return text + render_table(rows) + reasons;
+  return text + render_table(rows) + reasons + zero_unit_line(config, best, profile);
 }
 
 std::string format_search_report(const JobConfig& config, const SearchResult& result,

@@ -29,7 +29,9 @@ std::string schedule_comparison(const SearchResult& result);
 // step, peak memory per rank, against the winner), then a line per other
 // stage saying why the winner beat it: the winner's own plan does not fit
 // memory under that stage, or runs slower there (the largest causes), or
-// no plan of that stage fitted. Empty with fewer than two stages searched.
+// no plan of that stage fitted (with fewer than two stages searched, none
+// of this); then, where the winner shards gradients (ZeRO-2, 3), why its
+// units hold the layers they do.
 std::string zero_stage_comparison(const JobConfig& config, const SearchResult& result,
                                   const MeasuredProfile* profile);
 

@@ -132,6 +132,7 @@ PlanSetting setting_of_plan(const JobConfig& config, const schema::Plan& plan,
   setting.num_micro_batches = plan.training()->num_micro_batches();
   setting.zero_stage = plan.zero()->stage();
   setting.zero_ngroups = plan.zero()->num_groups();
+  setting.zero_layers_per_unit = plan.zero()->layers_per_unit();
   setting.schedule = {plan.schedule()->kind(), chunks, 0};
   const int global = config.training.global_batch_size;
   const int64_t per_step = int64_t{setting.micro_batch_size} * mesh.data_parallel();

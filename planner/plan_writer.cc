@@ -162,7 +162,7 @@ flatbuffers::Offset<schema::Schedule> schedule_table(flatbuffers::FlatBufferBuil
     for (int c = 0; c < pipeline.chunks(); ++c) {
       const StageLayout& chunk = virtual_stages.at(pipeline.virtual_stage(static_cast<int>(s), c));
       units.push_back(chunk_units(chunk.has_embedding, chunk.has_head, chunk.num_layers,
-                                  config.model.tied_embeddings));
+                                  config.model.tied_embeddings, setting.zero_layers_per_unit));
     }
     instructions = add_zero_unit_ops(instructions, units, setting.zero_stage, keep_gathered);
     stage_schedules.push_back(schema::CreateStageScheduleDirect(builder, static_cast<int32_t>(s),
@@ -268,7 +268,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
   }
   auto zero =
       schema::CreateZero(builder, setting.zero_stage,
-                         shards_optimizer_state(setting.zero_stage) ? setting.zero_ngroups : 1);
+                         shards_optimizer_state(setting.zero_stage) ? setting.zero_ngroups : 1,
+                         shards_gradients(setting.zero_stage) ? setting.zero_layers_per_unit : 1);
 
   auto schedule = schedule_table(builder, config, candidate);
   auto predictions = predictions_table(builder, config, candidate, profile);

@@ -3,6 +3,7 @@
 //
 // Field conventions beyond plan.fbs: Mesh.num_nodes x devices_per_node are the
 // job's devices; Zero.num_groups is zero_ngroups under ZeRO-1 to 3 and 1 without;
+// Zero.layers_per_unit the setting's under ZeRO-2 and 3 and 1 below;
 // StagePrediction.communication_seconds is the stage's communication per step:
 // m x (tensor-parallel all-reduces + point-to-point sends) + the gradient
 // reduction; under ZeRO-3 gradient_reduction_seconds holds the step's

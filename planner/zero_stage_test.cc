@@ -19,12 +19,13 @@ namespace {
 using test_jobs::eight_device_job;
 
 // One mesh and micro-batching (pp 1 x dp 8 x tp 1, 1 x 2), every block fully
-// recomputed: the ZeRO stage is all the search chooses.
+// recomputed, units of one block: the ZeRO stage is all the search chooses.
 std::vector<ConfigOverride> fixed_setting(std::vector<ConfigOverride> more = {}) {
   std::vector<ConfigOverride> overrides = {{"planner.pipeline_nstages", "1"},
                                            {"planner.tensor_parallel_degree", "1"},
                                            {"training.micro_batch_size", "1"},
-                                           {"planner.recompute_modules", "ROOT"}};
+                                           {"planner.recompute_modules", "ROOT"},
+                                           {"planner.zero_layers_per_unit", "1"}};
   overrides.insert(overrides.end(), more.begin(), more.end());
   return overrides;
 }
@@ -209,6 +210,60 @@ TEST(ZeroStageTest, StageThreeIsPlannedWithItsGroups) {
   const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
   EXPECT_EQ(plan.zero()->stage(), 3);
   EXPECT_EQ(plan.zero()->num_groups(), 2);
+  EXPECT_TRUE(validate_plan(plan).empty());
+}
+
+// Units of several layers: on tiny CPU blocks (d_model 32, 16 tokens: the
+// replay tests' model) a collective costs mostly its latency, so the
+// search's larger unit (StageCostModel::larger_zero_unit) beats one layer
+// per unit and is written; the report says what it saves against one
+// layer each. (The 8-device job's blocks, 8x wider, keep one layer each.)
+TEST(ZeroStageTest, LargerUnitsWinWhereCollectivesCostTheirLatency) {
+  const JobConfig config = eight_device_job({{"planner.zero_stage", "3"},
+                                             {"planner.world_size", "2"},
+                                             {"model.d_model", "32"},
+                                             {"model.num_heads", "4"},
+                                             {"model.seq_len", "16"},
+                                             {"model.vocab_size", "256"},
+                                             {"planner.pipeline_nstages", "1"},
+                                             {"training.micro_batch_size", "4"}});
+  const SearchResult result = search_plans(config);
+  const PlanCandidate& best = result.ranked.front();
+  const int k = best.setting.zero_layers_per_unit;
+  const StageCostModel costs(config, best.setting, nullptr);
+  std::printf("[ figures  ] units of %d layers: %.3g s per block exposed, one layer: %.3g s\n", k,
+              costs.zero_unit_seconds_per_block(k), costs.zero_unit_seconds_per_block(1));
+  ASSERT_GT(k, 1);
+  EXPECT_LT(costs.zero_unit_seconds_per_block(k), 0.99 * costs.zero_unit_seconds_per_block(1));
+  PlanCandidate one = best;
+  one.setting.zero_layers_per_unit = 1;
+  one.estimate = evaluate_plan(config, one.setting, one.stages);
+  EXPECT_LT(best.estimate.prediction.step_seconds, one.estimate.prediction.step_seconds);
+  EXPECT_GT(best.estimate.peak_memory, one.estimate.peak_memory);
+  const std::string report = format_search_report(config, result, nullptr);
+  EXPECT_NE(report.find("ZeRO units: " + std::to_string(k) + " layers each: their gathers"),
+            std::string::npos)
+      << report;
+  const PlanOutcome outcome = plan_job(config);
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  EXPECT_EQ(plan.zero()->layers_per_unit(), k);
+  EXPECT_TRUE(validate_plan(plan).empty());
+}
+
+// [planner] zero_layers_per_unit fixes the unit, whatever the cost model
+// prefers, and the report says it was set.
+TEST(ZeroStageTest, AFixedUnitSizeIsWhatThePlanWrites) {
+  const JobConfig config =
+      eight_device_job({{"planner.zero_stage", "2"}, {"planner.zero_layers_per_unit", "3"}});
+  const SearchResult result = search_plans(config);
+  for (const PlanCandidate& candidate : result.ranked)
+    EXPECT_EQ(candidate.setting.zero_layers_per_unit, 3);
+  EXPECT_NE(format_search_report(config, result, nullptr)
+                .find("ZeRO units: 3 layers each ([planner] zero_layers_per_unit)"),
+            std::string::npos);
+  const PlanOutcome outcome = plan_job(config);
+  const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
+  EXPECT_EQ(plan.zero()->layers_per_unit(), 3);
   EXPECT_TRUE(validate_plan(plan).empty());
 }
 

@@ -38,7 +38,8 @@ namespace paraplan {
 //    ReduceScatterGradients; Instruction.unit) and ZeRO-3's gathered
 //    working set as its own memory part (StageMemory.gathered). ZeRO-2 and
 //    3 streams of older plans get the unit ops at load (zero_units.h).
-inline constexpr uint32_t kPlanSchemaVersion = 10;
+// 11: ZeRO units of several layers (Zero.layers_per_unit).
+inline constexpr uint32_t kPlanSchemaVersion = 11;
 // The first version whose ZeRO-2 and 3 streams list their unit ops.
 inline constexpr uint32_t kZeroUnitOpsPlanSchemaVersion = 10;
 // The first version whose plans must have Posted transfers.

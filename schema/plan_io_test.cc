@@ -272,11 +272,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v11.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v11.pplan")),
-                       "'" + path("v11.pplan") +
-                           "' was written with plan schema version 11; this paraplan reads "
-                           "versions 1 to 10"));
+  write_raw(path("v12.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v12.pplan")),
+                       "'" + path("v12.pplan") +
+                           "' was written with plan schema version 12; this paraplan reads "
+                           "versions 1 to 11"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));
@@ -412,7 +412,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
   EXPECT_EQ(j["training"]["data"]["document_separator"], -1);
-  EXPECT_EQ(j["header"]["schema_version"], 10);
+  EXPECT_EQ(j["header"]["schema_version"], 11);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -439,7 +439,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["stages"][1]["first_layer"], 4);
   EXPECT_EQ(j["stages"][1]["has_head"], true);
   EXPECT_EQ(j["stages"][1]["recompute"], (nlohmann::json{"none", "none", "none", "full"}));
-  EXPECT_EQ(j["zero"], (nlohmann::json{{"stage", 0}, {"num_groups", 1}}));
+  EXPECT_EQ(j["zero"], (nlohmann::json{{"stage", 0}, {"num_groups", 1}, {"layers_per_unit", 1}}));
   EXPECT_EQ(j["schedule"]["kind"], "1f1b");
   EXPECT_EQ(j["schedule"]["virtual_stages"], 1);
   EXPECT_EQ(j["schedule"]["transfers"], "posted");
@@ -513,7 +513,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v10, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v11, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(

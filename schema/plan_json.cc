@@ -421,6 +421,8 @@ void mesh_and_zero_lines(const schema::Plan& plan, std::ostringstream& out) {
           << (mesh->context_parallel() > 1 ? " data x context-parallel ranks)"
                                            : " data-parallel ranks)");
     }
+    if (zero->layers_per_unit() > 1)
+      out << ", " << zero->layers_per_unit() << " layers per gathered unit";
     out << "\n";
   }
 }
@@ -541,16 +543,18 @@ json plan_to_json(const schema::Plan& plan) {
     stages = json::array();
     for (const schema::Stage* stage : *plan.stages()) stages.push_back(stage_to_json(*stage));
   }
-  return {{"header", or_null(plan.header(), &header_to_json)},
-          {"model", or_null(plan.model(), &model_to_json)},
-          {"training", or_null(plan.training(), &training_to_json)},
-          {"mesh", or_null(plan.mesh(), &mesh_to_json)},
-          {"stages", stages},
-          {"zero", plan.zero() == nullptr ? json(nullptr)
-                                          : json{{"stage", plan.zero()->stage()},
-                                                 {"num_groups", plan.zero()->num_groups()}}},
-          {"schedule", or_null(plan.schedule(), &schedule_to_json)},
-          {"predictions", or_null(plan.predictions(), &predictions_to_json)}};
+  return {
+      {"header", or_null(plan.header(), &header_to_json)},
+      {"model", or_null(plan.model(), &model_to_json)},
+      {"training", or_null(plan.training(), &training_to_json)},
+      {"mesh", or_null(plan.mesh(), &mesh_to_json)},
+      {"stages", stages},
+      {"zero", plan.zero() == nullptr ? json(nullptr)
+                                      : json{{"stage", plan.zero()->stage()},
+                                             {"num_groups", plan.zero()->num_groups()},
+                                             {"layers_per_unit", plan.zero()->layers_per_unit()}}},
+      {"schedule", or_null(plan.schedule(), &schedule_to_json)},
+      {"predictions", or_null(plan.predictions(), &predictions_to_json)}};
 }
 
 std::string plan_to_table(const schema::Plan& plan) {

@@ -88,7 +88,7 @@ struct PlanSpec {
   int32_t num_nodes = 1, devices_per_node = 1;
 
   std::vector<StageSpec> stages;
-  int32_t zero_stage = 0, zero_num_groups = 1;
+  int32_t zero_stage = 0, zero_num_groups = 1, zero_layers_per_unit = 1;
 
   schema::ScheduleKind schedule_kind = schema::ScheduleKind::OneForwardOneBackward;
   std::vector<StageScheduleSpec> schedule;
@@ -322,8 +322,8 @@ inline std::vector<Instruction> with_zero_unit_ops(const PlanSpec& spec,
   std::vector<ChunkUnits> units;
   for (int c = 0; c < chunks; ++c) {
     const StageSpec& chunk = spec.stages[layout.virtual_stage(stage.stage, c)];
-    units.push_back(
-        chunk_units(chunk.has_embedding, chunk.has_head, chunk.num_layers, spec.tied_embeddings));
+    units.push_back(chunk_units(chunk.has_embedding, chunk.has_head, chunk.num_layers,
+                                spec.tied_embeddings, std::max(spec.zero_layers_per_unit, 1)));
   }
   for (const Instruction& i : stage.instructions)
     if (i.chunk() >= units.size()) return stage.instructions;
@@ -387,7 +387,9 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
     stages = fbb.CreateVector(list);
   }
   fb::Offset<schema::Zero> zero;
-  if (spec.has_zero) zero = schema::CreateZero(fbb, spec.zero_stage, spec.zero_num_groups);
+  if (spec.has_zero)
+    zero =
+        schema::CreateZero(fbb, spec.zero_stage, spec.zero_num_groups, spec.zero_layers_per_unit);
   fb::Offset<schema::Schedule> schedule;
   if (spec.has_schedule) {
     std::vector<fb::Offset<schema::StageSchedule>> list;

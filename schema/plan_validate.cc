@@ -397,9 +397,21 @@ void check_stages(const schema::Plan& plan, Violations& v) {
   }
 }
 
-void check_zero(const schema::Zero& zero, const schema::Mesh* mesh, Violations& v) {
+void check_zero(const schema::Zero& zero, const schema::Mesh* mesh, const schema::Model* model,
+                Violations& v) {
   if (zero.stage() < 0 || zero.stage() > kHighestZeroStage) {
     v.add("zero.stage", number(zero.stage()) + "; valid are " + zero_stages_text());
+  }
+  if (zero.layers_per_unit() < 1) {
+    v.add("zero.layers_per_unit", number(zero.layers_per_unit()) + "; must be at least 1");
+  } else if (zero.layers_per_unit() > 1 && !shards_gradients(zero.stage())) {
+    v.add("zero.layers_per_unit",
+          number(zero.layers_per_unit()) + " under zero.stage " + number(zero.stage()) +
+              "; units of several layers are ZeRO-2 and 3's (1 below them)");
+  } else if (model != nullptr && model->num_layers() >= 1 &&
+             zero.layers_per_unit() > model->num_layers()) {
+    v.add("zero.layers_per_unit", number(zero.layers_per_unit()) + " exceeds model.num_layers " +
+                                      number(model->num_layers()) + "; at most that");
   }
   if (zero.num_groups() < 1) {
     v.add("zero.num_groups", number(zero.num_groups()) + "; must be at least 1");
@@ -528,7 +540,7 @@ std::vector<std::string> validate_plan(const schema::Plan& plan) {
   if (plan.zero() == nullptr) {
     v.add("zero", "missing; the plan must give the ZeRO stage (0 for off) and num_groups");
   } else {
-    check_zero(*plan.zero(), plan.mesh(), v);
+    check_zero(*plan.zero(), plan.mesh(), plan.model(), v);
   }
   check_schedule(plan, v);
   if (plan.predictions() != nullptr) check_predictions(*plan.predictions(), plan, v);

@@ -181,8 +181,8 @@ const std::vector<ViolationCase>& violation_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 11; },
-       {"header.schema_version: 11", "reads versions 1 to 10"}},
+       [](PlanSpec& s) { s.schema_version = 12; },
+       {"header.schema_version: 12", "reads versions 1 to 11"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;
@@ -407,6 +407,21 @@ const std::vector<ViolationCase>& violation_cases() {
         "reads unit 0 of chunk 0, which no "
         "gather_parameters"}},
       {"ZeroGroupsZero", [](PlanSpec& s) { s.zero_num_groups = 0; }, {"zero.num_groups: 0"}},
+      {"ZeroLayersPerUnitZero",
+       [](PlanSpec& s) {
+         s.zero_stage = 2;
+         s.zero_layers_per_unit = 0;
+       },
+       {"zero.layers_per_unit: 0; must be at least 1"}},
+      {"ZeroLayersPerUnitBelowZeroTwo",
+       [](PlanSpec& s) { s.zero_layers_per_unit = 2; },
+       {"zero.layers_per_unit: 2 under zero.stage 0; units of several layers are ZeRO-2 and 3's"}},
+      {"ZeroLayersPerUnitAboveTheLayers",
+       [](PlanSpec& s) {
+         s.zero_stage = 3;
+         s.zero_layers_per_unit = 9;
+       },
+       {"zero.layers_per_unit: 9 exceeds model.num_layers 8; at most that"}},
       {"ZeroGroupsNotDividingDataParallel",
        [](PlanSpec& s) {
          s.zero_stage = 1;

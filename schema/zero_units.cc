@@ -26,11 +26,14 @@ bool is_compute_op(OpCode op) {
          op == OpCode::BackwardWeight;
 }
 
-ChunkUnits chunk_units(bool has_embedding, bool has_head, int num_layers, bool tied_embeddings) {
+ChunkUnits chunk_units(bool has_embedding, bool has_head, int num_layers, bool tied_embeddings,
+                       int layers_per_unit) {
   ChunkUnits units;
-  units.has_embedding = has_embedding, units.has_head = has_head, units.num_layers = num_layers;
+  units.has_embedding = has_embedding, units.has_head = has_head;
+  units.num_layers = std::max(num_layers, 0);
+  units.layers_per_unit = std::max(layers_per_unit, 1);
   if (has_embedding) units.resident.push_back(tied_embeddings);
-  units.resident.insert(units.resident.end(), static_cast<size_t>(std::max(num_layers, 0)), false);
+  units.resident.insert(units.resident.end(), static_cast<size_t>(units.layer_units()), false);
   if (has_head) units.resident.push_back(tied_embeddings && !has_embedding);
   return units;
 }
@@ -43,7 +46,8 @@ std::vector<ChunkUnits> rank_units(const schema::Plan& plan, int rank) {
   for (int c = 0; c < chunks; ++c) {
     const schema::Stage& stage = *plan.stages()->Get(layout.virtual_stage(rank, c));
     units.push_back(chunk_units(stage.has_embedding(), stage.has_head(), stage.num_layers(),
-                                plan.model()->tied_embeddings()));
+                                plan.model()->tied_embeddings(),
+                                plan.zero() != nullptr ? plan.zero()->layers_per_unit() : 1));
   }
   return units;
 }
@@ -52,7 +56,7 @@ std::vector<UnitEvent> compute_unit_events(const ChunkUnits& units, OpCode compu
   const int first_layer = units.has_embedding ? 1 : 0;
   std::vector<int> backward_order;  // the head's unit, then the layers' in reverse
   if (units.has_head) backward_order.push_back(units.count() - 1);
-  for (int l = units.num_layers - 1; l >= 0; --l) backward_order.push_back(first_layer + l);
+  for (int l = units.layer_units() - 1; l >= 0; --l) backward_order.push_back(first_layer + l);
   std::vector<UnitEvent> events;
   switch (compute) {
     case OpCode::Forward:

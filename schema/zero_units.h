@@ -6,7 +6,9 @@
 // own units against these, and plans before v10 get them at load.
 //
 // A model chunk's units, in model order: the embedding (on a chunk holding
-// it), one per layer, the final norm with the head (on a chunk holding it).
+// it), its layers in groups of the plan's Zero.layers_per_unit (the last
+// group holding what is left), the final norm with the head (on a chunk
+// holding it).
 // A unit holding a tied embedding is resident: kept whole, never named by a
 // unit op (ReduceGradients reduces it): the embedding's unit when embeddings
 // are tied (the head writes its gradient first on the same chunk, or the
@@ -16,9 +18,9 @@
 // What each compute does to the units (the order the runtime's stages keep):
 // Forward reads every unit in model order. Backward reads the head's unit
 // and the layers' in reverse, finishing each one's gradients right after
-// reading it, then finishes the embedding's (its backward reads no
-// parameter). BackwardInput reads as Backward and finishes nothing;
-// BackwardWeight reads nothing and finishes as Backward.
+// reading it (a group of layers: after its first layer's backward), then
+// finishes the embedding's (its backward reads no parameter). BackwardInput reads as Backward and
+// finishes nothing; BackwardWeight reads nothing and finishes as Backward.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +39,18 @@ bool is_compute_op(schema::OpCode op);
 struct ChunkUnits {
   bool has_embedding = false, has_head = false;
   int num_layers = 0;
+  int layers_per_unit = 1;
   std::vector<bool> resident;  // one per unit
   int count() const { return static_cast<int>(resident.size()); }
+  // The layer units (groups of layers_per_unit layers).
+  int layer_units() const { return (num_layers + layers_per_unit - 1) / layers_per_unit; }
+  // The unit holding layer `layer` of the chunk (0 <= layer < num_layers).
+  int unit_of_layer(int layer) const { return (has_embedding ? 1 : 0) + layer / layers_per_unit; }
   bool operator==(const ChunkUnits&) const = default;
 };
-ChunkUnits chunk_units(bool has_embedding, bool has_head, int num_layers, bool tied_embeddings);
+// layers_per_unit >= 1 (Zero.layers_per_unit; validated).
+ChunkUnits chunk_units(bool has_embedding, bool has_head, int num_layers, bool tied_embeddings,
+                       int layers_per_unit = 1);
 // The units of each chunk of pipeline rank `rank` of a plan whose stages,
 // mesh, schedule and model the validator accepted.
 std::vector<ChunkUnits> rank_units(const schema::Plan& plan, int rank);

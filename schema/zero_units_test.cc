@@ -114,6 +114,30 @@ TEST(ZeroUnits, ATiedEmbeddingsUnitsAreResidentWhereverTheyAre) {
   EXPECT_EQ(chunk_units(false, false, 3, false).count(), 3);
 }
 
+TEST(ZeroUnits, LayersGroupIntoUnitsOfLayersPerUnitTheLastHoldingWhatIsLeft) {
+  // 5 layers in units of 2: the embedding, layers 0-1, 2-3, 4, the head.
+  const ChunkUnits units = chunk_units(true, true, 5, false, 2);
+  EXPECT_EQ(units.count(), 5);
+  EXPECT_EQ(units.layer_units(), 3);
+  EXPECT_EQ(units.unit_of_layer(0), 1);
+  EXPECT_EQ(units.unit_of_layer(1), 1);
+  EXPECT_EQ(units.unit_of_layer(4), 3);
+  // A unit larger than the chunk holds all its layers.
+  EXPECT_EQ(chunk_units(false, false, 3, false, 8).count(), 1);
+  // Backward reads the head, then the layer units in reverse, each finished
+  // right after; then finishes the embedding.
+  std::string events;
+  for (const UnitEvent& e : compute_unit_events(units, OpCode::Backward))
+    events.append(e.read ? "r" : "f").append(std::to_string(e.unit)).append(" ");
+  EXPECT_EQ(events, "r4 f4 r3 f3 r2 f2 r1 f1 f0 ");
+  // ZeRO-3 over them: one unit ahead, as with a unit per layer.
+  const std::vector<ChunkUnits> chunks{units};
+  const std::vector<Instruction> stream = add_zero_unit_ops(one_rank_stream(), chunks, 3, false);
+  EXPECT_EQ(zero_unit_ops_problem(stream, chunks, 3), "");
+  EXPECT_EQ(most_gathered(stream), 2u);
+  EXPECT_EQ(text(stream).substr(0, 26), "g0 F0 g1 r0 g2 r1 g3 r2 g4");
+}
+
 TEST(ZeroUnits, ZeroThreeGathersOneUnitAheadAndReleasesAfterTheRead) {
   const std::vector<ChunkUnits> units{chunk_units(true, true, 2, false)};  // units 0..3
   const std::vector<Instruction> stream = add_zero_unit_ops(one_rank_stream(), units, 3, false);

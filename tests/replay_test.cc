@@ -16,72 +16,13 @@
 #include <string>
 #include <thread>
 
-#include "command_runner.h"
 #include "kernels/ops.h"
+#include "replay_test_support.h"
 
 namespace {
 
 using namespace paraplan::testing;
 using nlohmann::json;
-
-std::string job_toml(int world, const std::string& planner_lines) {
-  return R"([job]
-name = "replay-test"
-
-[model]
-vocab_size = 256
-seq_len = 16
-num_layers = 2
-d_model = 32
-num_heads = 4
-
-[training]
-global_batch_size = 16
-learning_rate = 3e-3
-total_steps = 20
-seed = 5
-
-[planner]
-world_size = )" +
-         std::to_string(world) + "\n" + planner_lines;
-}
-
-class Replay : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    directory_ = new TemporaryDirectory("replay");
-  }
-  static void TearDownTestSuite() { delete directory_; }
-
-  // Writes the job and plans it; returns the plan path.
-  static std::string plan(const std::string& name, int world, const std::string& planner_lines,
-                          const std::string& overrides = "") {
-    const std::string job = *directory_ / (name + ".toml");
-    write_file(job, job_toml(world, planner_lines));
-    const std::string plan_file = *directory_ / (name + ".pplan");
-    const CommandResult planned =
-        run("plan --config " + job + " --output " + plan_file + " " + overrides);
-    EXPECT_EQ(planned.exit_code, 0) << planned.output;
-    return plan_file;
-  }
-
-  // Replays the plan (one measured step after one warm-up) and returns its report.
-  static json replay_report(const std::string& plan_file, const std::string& name,
-                            const std::string& flags = "") {
-    const std::string report_file = *directory_ / (name + ".json");
-    const CommandResult replayed =
-        run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " +
-            report_file + (flags.empty() ? "" : " " + flags));
-    EXPECT_EQ(replayed.exit_code, 0) << replayed.output;
-    return replayed.exit_code == 0 ? json::parse(read_file(report_file)) : json::object();
-  }
-
-  static TemporaryDirectory* directory_;
-};
-
-TemporaryDirectory* Replay::directory_ = nullptr;
 
 TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
   // bf16 mixed precision under ZeRO-1 over 2 ranks: bf16 weights and
@@ -101,122 +42,6 @@ TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
   EXPECT_EQ(memory["weights"]["measured"].get<double>(), 2.0 * 34176);
   EXPECT_EQ(memory["optimizer_state"]["measured"].get<double>(), 12.0 * 34176 / 2);
   EXPECT_TRUE(report["memory_within_prediction"].get<bool>());
-}
-
-// ZeRO-1 against ZeRO-2 on 8 blocks over 2 ranks, bf16: weights, gradients
-// and optimizer state measured equal the planner's prediction for each, and
-// ZeRO-2's gradients are what sharded_gradients.h says, counted by hand.
-TEST_F(Replay, ZeroTwoModelStateIsWhatThePlannerPredicts) {
-  std::map<int, double> gradients;
-  for (int zero : {1, 2}) {
-    const std::string name = "bf16-zero" + std::to_string(zero) + "-8-blocks";
-    const std::string plan_file = plan(name, 2,
-                                       "data_parallel_degree = 2\nmicro_batch_size = 4\n"
-                                       "zero_stage = " +
-                                           std::to_string(zero) + "\nopt_resident_coef = 6\n",
-                                       "--model.dtype bfloat16 --model.num_layers 8");
-    const json report = replay_report(plan_file, name);
-    ASSERT_EQ(report["stages"].size(), 1u) << name;
-    const json& memory = report["stages"][0]["memory_bytes"];
-    for (const char* part : {"weights", "gradients", "optimizer_state"})
-      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
-    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
-    gradients[zero] = memory["gradients"]["measured"].get<double>();
-  }
-  // 110400 parameters: wte 256x32 + wpe 16x32 = 8704, 8 blocks of 12704, the
-  // final norm's 64 (every unit a multiple of 16 = 8 x 2 ranks: no padding).
-  // ZeRO-1: the whole bf16 gradients and the shard, 2 x 110400 x 1.5.
-  EXPECT_EQ(gradients[1], 2.0 * 110400 * 3 / 2);
-  // ZeRO-2: the fp32 shard (110400 / 2), the embedding unit whole (the tied
-  // head writes it first) with its receive half, two slots of a block with
-  // theirs.
-  EXPECT_EQ(gradients[2], 4.0 * (110400 / 2) + 2.0 * (8704 + 8704 / 2 + 2 * (12704 + 12704 / 2)));
-  std::printf("[ figures  ] gradients per rank: ZeRO-1 %.0f bytes, ZeRO-2 %.0f bytes\n",
-              gradients[1], gradients[2]);
-}
-
-// ZeRO-3 on the same 8 blocks over 2 ranks, bf16: weights, gradients and
-// optimizer state measured equal the prediction, with the parameters kept
-// gathered (the planner's choice where it fits) and freed after each read
-// (a memory limit that keeping them exceeds even with every block
-// recomputed), and the weights are what sharded_parameters.h says, counted
-// by hand.
-TEST_F(Replay, ZeroThreeModelStateIsWhatThePlannerPredicts) {
-  const std::string lines =
-      "data_parallel_degree = 2\nmicro_batch_size = 4\nzero_stage = 3\nopt_resident_coef = 6\n";
-  const std::string model = "--model.dtype bfloat16 --model.num_layers 8";
-  const auto inspect = [](const std::string& plan_file) {
-    const CommandResult inspected = run("inspect " + plan_file + " --json");
-    EXPECT_EQ(inspected.exit_code, 0) << inspected.output;
-    return inspected.exit_code == 0 ? json::parse(inspected.output) : json::object();
-  };
-  // Weights: the shard (110400 / 2) and the embedding whole (resident: the
-  // tied head writes it first). Gathered: slots of a block (the largest
-  // streamed unit), one per streamed unit kept (8 blocks and the final
-  // norm), else two.
-  const double weights = 2.0 * (110400 / 2 + 8704);
-  const double kept_gathered = 2.0 * 9 * 12704, freed_gathered = 2.0 * 2 * 12704;
-  // The least a rank keeping them needs: every block recomputed (planned only).
-  const json least = inspect(plan("bf16-zero3-least", 2, lines + "recompute_modules = \"ROOT\"\n",
-                                  model + " --planner.consider_mem false"));
-  ASSERT_TRUE(least["schedule"]["stages"][0]["keep_parameters_gathered"].get<bool>());
-  char limit[96];
-  std::snprintf(limit, sizeof limit, " --planner.memory_constraint %.9f",
-                (least["predictions"]["stages"][0]["memory"]["total"].get<double>() -
-                 (kept_gathered - freed_gathered) / 2) /
-                    (1 << 30));
-  for (const bool kept : {true, false}) {
-    const std::string name = kept ? "bf16-zero3-kept" : "bf16-zero3-freed";
-    const std::string plan_file = plan(name, 2, lines, model + (kept ? "" : limit));
-    const json plan_json = inspect(plan_file);
-    EXPECT_EQ(plan_json["zero"]["stage"], 3);
-    EXPECT_EQ(plan_json["schedule"]["stages"][0]["keep_parameters_gathered"], kept) << name;
-    const json report = replay_report(plan_file, name);
-    ASSERT_EQ(report["stages"].size(), 1u) << name;
-    const json& memory = report["stages"][0]["memory_bytes"];
-    for (const char* part : {"weights", "gradients", "optimizer_state", "gathered"})
-      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
-    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name;
-    EXPECT_EQ(memory["weights"]["measured"].get<double>(), weights) << name;
-    EXPECT_EQ(memory["gathered"]["measured"].get<double>(), kept ? kept_gathered : freed_gathered)
-        << name;
-    EXPECT_EQ(plan_json["predictions"]["stages"][0]["memory"]["gathered"].get<double>(),
-              kept ? kept_gathered : freed_gathered)
-        << name;
-    // ZeRO-2's gradients (the ZeRO-2 test's 323,136 bytes) and optimizer state.
-    EXPECT_EQ(memory["gradients"]["measured"].get<double>(),
-              4.0 * (110400 / 2) + 2.0 * (8704 + 8704 / 2 + 2 * (12704 + 12704 / 2)));
-    EXPECT_EQ(memory["optimizer_state"]["measured"].get<double>(), 12.0 * 110400 / 2);
-  }
-  std::printf("[ figures  ] ZeRO-3 per rank: weights %.0f bytes, gathered kept %.0f, freed %.0f\n",
-              weights, kept_gathered, freed_gathered);
-}
-
-// On a GPU (the device check's tests phase): ZeRO-1, 2 and 3 plans of the
-// same bf16 model replayed by 2 ranks sharing the GPU through the staged
-// transport. Weights, gradients, optimizer state and the gathered working
-// set are what the plan says, as on the CPU; the peak, the backend's own
-// memory (cuBLAS workspace) included, never above the prediction.
-TEST_F(Replay, CudaZeroStagesMemoryIsWhatThePlannerPredicts) {
-  if (paraplan::kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device visible: ZeRO's memory on a GPU needs one";
-  for (int zero : {1, 2, 3}) {
-    const std::string name = "cuda-bf16-zero" + std::to_string(zero);
-    const std::string plan_file = plan(
-        name, 2,
-        "data_parallel_degree = 2\nmicro_batch_size = 4\nopt_resident_coef = 6\nzero_stage = " +
-            std::to_string(zero) + "\n",
-        "--model.dtype bfloat16 --model.num_layers 8");
-    const json report = replay_report(plan_file, name, "--backend cuda --transport auto");
-    ASSERT_EQ(report["stages"].size(), 1u) << name;
-    const json& memory = report["stages"][0]["memory_bytes"];
-    for (const char* part : {"weights", "gradients", "optimizer_state", "gathered"})
-      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
-    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name << "\n" << memory;
-    std::printf("[ figures  ] %s on CUDA: peak %.0f bytes measured, %.0f predicted\n", name.c_str(),
-                memory["total"]["measured"].get<double>(),
-                memory["total"]["predicted"].get<double>());
-  }
 }
 
 TEST_F(Replay, PipelineAndTensorParallelReportEveryStageAndRank) {

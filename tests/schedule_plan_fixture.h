@@ -39,6 +39,7 @@ struct ScheduleCase {
   schema::DType dtype = schema::DType::Float32;
   bool keep_parameters_gathered = false;  // ZeRO-3, every pipeline rank
   int zero_groups = 1;                    // zero.num_groups
+  int zero_layers_per_unit = 1;           // zero.layers_per_unit (ZeRO-2, 3)
   int context = 1;                        // mesh.context_parallel
   int seq_len = 16;
   int document_separator = -1;  // training.data.document_separator
@@ -73,6 +74,7 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
     spec.document_separator = c.document_separator;
   }
   spec.zero_stage = c.zero_stage, spec.zero_num_groups = c.zero_groups;
+  spec.zero_layers_per_unit = c.zero_layers_per_unit;
   if (c.schema_version != 0) spec.schema_version = c.schema_version, spec.add_zero_unit_ops = false;
   spec.dtype = c.dtype;
   spec.schedule_kind = c.kind;

@@ -88,6 +88,27 @@ TEST_F(ZeroThree, EverySchedulePipelinedGivesTheSingleRankLosses) {
       zero_three("zero3_dualpipev_pp2_dp2", ScheduleKind::DualPipeV, 2, 2, 2));
 }
 
+// Units of several layers (zero.layers_per_unit; the 8-block model's
+// stages hold 4 blocks each under pp 2): gathered, released and
+// reduce-scattered as one, with the last unit holding what is left.
+TEST_F(ZeroThree, UnitsOfSeveralLayersGiveTheSingleRankLosses) {
+  ScheduleCase two = zero_three("zero3_units2_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
+  two.zero_layers_per_unit = 2;
+  expect_single_rank_losses(two);
+  ScheduleCase three = zero_three("zero3_units3_zbh1_pp2_dp2", ScheduleKind::ZeroBubbleH1, 2, 1, 2);
+  three.zero_layers_per_unit = 3;
+  expect_single_rank_losses(three);
+  ScheduleCase interleaved =
+      zero_three("zero3_units3_interleaved_pp2_v2_dp2_kept", ScheduleKind::Interleaved1F1B, 2, 2, 2,
+                 /*keep_gathered=*/true);
+  interleaved.zero_layers_per_unit = 3;
+  expect_single_rank_losses(interleaved);
+  ScheduleCase zero2 = two;
+  zero2.name = "zero2_units3_1f1b_pp2_dp2", zero2.zero_stage = 2, zero2.pipeline = 2;
+  zero2.zero_layers_per_unit = 3;
+  expect_single_rank_losses(zero2);
+}
+
 TEST_F(ZeroThree, LlamaAndBfloat16GiveTheSingleRankLosses) {
   ScheduleCase llama = zero_three("llama_zero3_dp2", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
   llama.architecture = "llama";

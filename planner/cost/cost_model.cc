@@ -258,7 +258,7 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const Planne
   if (shards_gradients(options.zero_stage))
     terms.zero_two = zero_two_gradients(
         zero_two_ends(whole_model, has_embedding, has_head, separate_ends, t, replicate_below),
-        terms.block_parameters, zero_group, splits_backward(kind));
+        terms.block_parameters, zero_group, splits_backward(kind), options.zero_layers_per_unit);
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})

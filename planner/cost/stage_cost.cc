@@ -42,6 +42,7 @@ StageCostModel::StageCostModel(const JobConfig& config, const PlanSetting& setti
     : config_(&config), setting_(setting), options_(config.planner) {
   options_.zero_stage = setting.zero_stage;
   options_.zero_ngroups = setting.zero_ngroups;
+  options_.zero_layers_per_unit = setting.zero_layers_per_unit;
   options_.pipeline_scheduler = setting.schedule.kind;
   options_.pipeline_virtual_stages = std::max(setting.schedule.virtual_stages, 1);
   if (options_.consider_mem) memory_limit_ = plan_memory_limit_gb(config) * kBytesPerGigabyte;

@@ -121,6 +121,10 @@ struct ScheduleChoice {
 // "1f1b", "zb-h1", "interleaved v=2".
 std::string schedule_choice_name(const ScheduleChoice& choice);
 
+// ZeRO-2 and 3's unit a setting of zero_stage starts from: [planner]
+// zero_layers_per_unit where set, else one block (1 below ZeRO-2).
+int fixed_zero_unit(const JobConfig& config, int zero_stage);
+
 // The plan-wide choices a stage's cost depends on.
 struct PlanSetting {
   ParallelShape shape;
@@ -130,6 +134,8 @@ struct PlanSetting {
   int zero_stage = 0;
   int zero_ngroups = 1;
   ScheduleChoice schedule;
+  // ZeRO-2 and 3: the layers each gathered and reduce-scattered unit holds.
+  int zero_layers_per_unit = 1;
 };
 
 // A collective the time model charges for some stage of a setting.
@@ -214,6 +220,16 @@ class StageCostModel {
   // keeping them gathered (RecomputeCounts) is a choice; false under the
   // other stages.
   bool gathers_parameters(int pipeline_rank, int num_layers) const;
+  // ZeRO-2 and 3: the unit of 2, 4 or 8 blocks (at most max_blocks) whose
+  // collectives expose the least per block (first pipeline rank, one
+  // micro-batch's forward and backward), where that saves a block over a
+  // hundredth of its compute against units of one block; else 1.
+  int larger_zero_unit(int max_blocks) const;
+  // What a unit of k blocks exposes per block in one micro-batch's forward
+  // and backward (first pipeline rank): its gathers (ZeRO-3) behind k
+  // blocks' compute, and its reduce-scatter beyond the backward it runs
+  // beside; 0 below ZeRO-2.
+  double zero_unit_seconds_per_block(int k) const;
 
   // memory_constraint in bytes; +inf when consider_mem is false.
   double memory_limit_bytes() const { return memory_limit_; }
@@ -307,7 +323,8 @@ class StageCostModel {
       return std::max(ends, one + (blocks - 1) * per_block + (blocks >= chunks ? other_chunks : 0));
     }
   };
-  // ZeRO-3, per pipeline rank: the all-gather seconds of one block's unit, of
+  // ZeRO-3, per pipeline rank: the all-gather seconds of one unit (of
+  // zero_layers_per_unit blocks), of
   // the streamed embedding and head units (0: not streamed here), of the
   // resident units after the optimizer step, and the two passes' figures.
   struct ZeroThreeGathers {
@@ -349,6 +366,8 @@ class StageCostModel {
   void set_context_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
   void set_pipeline(const MeasuredProfile* profile, double busy, BubbleEstimate bubble);
   void set_data_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
+  double unit_scatter_seconds(int pipeline_rank, int64_t elements) const;
+  double unit_gather_seconds(int pipeline_rank, int64_t elements) const;
   void set_zero_two_scatters();   // (stage_reduction.cc, as the tail)
   void set_zero_three_gathers();  // (stage_reduction.cc)
   // The four per-micro-batch time parts, summed the same way by every caller.
@@ -404,5 +423,11 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
 // 2 x p = 8 micro-batches; this setting has 4"); empty where it offers one.
 std::string why_no_schedule_choice(const JobConfig& config, const PlanSetting& setting,
                                    bool boundaries_restricted);
+
+// The larger ZeRO units the search re-costs a setting's plan with
+// (with_larger_zero_units): none where [planner] zero_layers_per_unit is set
+// or below ZeRO-2, else costs.larger_zero_unit at up to a pipeline stage's
+// share of the layers, where that is larger than one block.
+std::vector<int> zero_unit_choices(const JobConfig& config, const StageCostModel& costs);
 
 }  // namespace paraplan

@@ -84,21 +84,98 @@ void StageCostModel::set_data_parallel(const MeasuredProfile* profile, double bu
         optimizer_seconds_per_parameter(device, model.dtype) / zero_shards_;
 }
 
+namespace {
+
+// What a gather of `gather` seconds exposes behind `hiding` seconds of
+// compute (< 0: nothing runs beside it) with `ahead` seconds queued before
+// it on the group: beyond what `ahead` alone exceeds the compute by.
+double exposed_gather(double gather, double hiding, double ahead, bool overlap) {
+  if (!overlap || hiding < 0) return gather;
+  return std::max(0.0, ahead + gather - hiding) - std::max(0.0, ahead - hiding);
+}
+
+}  // namespace
+
+// Each unit is one reduce-scatter (all-gather) of its padded elements in the group.
+double StageCostModel::unit_scatter_seconds(int pipeline_rank, int64_t elements) const {
+  const int z = zero_shards_;
+  return collective_seconds(
+      zero_reduce_scatter_, ring_reduce_scatter_seconds, links_,
+      reduction_crosses_[0][pipeline_rank], z,
+      static_cast<double>(padded_to_shard_unit(elements, z)) * element_bytes_);
+}
+
+double StageCostModel::unit_gather_seconds(int pipeline_rank, int64_t elements) const {
+  const int z = zero_shards_;
+  return collective_seconds(
+      zero_all_gather_, ring_all_gather_seconds, links_, reduction_crosses_[0][pipeline_rank], z,
+      static_cast<double>(padded_to_shard_unit(elements, z)) * element_bytes_);
+}
+
+int fixed_zero_unit(const JobConfig& config, int zero_stage) {
+  const int fixed = config.planner.zero_layers_per_unit;
+  return shards_gradients(zero_stage) && fixed > 0 ? fixed : 1;
+}
+
+std::vector<int> zero_unit_choices(const JobConfig& config, const StageCostModel& costs) {
+  // (Not costs.setting(): the bubble is not needed here, so not played out.)
+  const PlanSetting& setting = costs.setting_before_bubble();
+  if (!shards_gradients(setting.zero_stage) || config.planner.zero_layers_per_unit > 0) return {};
+  const int p = setting.shape.pipeline_stages;
+  const int units = costs.larger_zero_unit((config.model.num_layers + p - 1) / p);
+  if (units <= 1) return {};
+  return {units};
+}
+
+double StageCostModel::zero_unit_seconds_per_block(int k) const {
+  if (!shards_gradients(setting_.zero_stage)) return 0;
+  k = std::max(k, 1);
+  const int64_t block =
+      stage_parameters(config_->model, {0, 1, false, false, {}}, setting_.shape.tensor_parallel,
+                       options_.ignore_small_tensor_threshold);
+  const bool overlap = config_->cluster.overlap_communication;
+  const bool gathers = shards_parameters(setting_.zero_stage);
+  const double reading =
+      splits_backward(setting_.schedule.kind) ? 1 - setting_.schedule.weight_of_backward : 1.0;
+  const double scatter = unit_scatter_seconds(0, block * k);
+  const double backward = block_backward_[0] * k;
+  double exposed = overlap ? std::max(0.0, scatter - backward) : scatter;
+  if (gathers) {
+    const double gather = unit_gather_seconds(0, block * k);
+    exposed += exposed_gather(gather, block_forward_ * k, 0, overlap) +
+               exposed_gather(gather, backward * reading, scatter, overlap);
+  }
+  return exposed / k;
+}
+
+int StageCostModel::larger_zero_unit(int max_blocks) const {
+  if (!shards_gradients(setting_.zero_stage) || max_blocks < 2) return 1;
+  const auto per_block = [&](int k) { return zero_unit_seconds_per_block(k); };
+  // A larger unit costs gathered memory, a longer first gather and another
+  // partition solve: only one that saves a block a hundredth of its compute.
+  const double one = per_block(1);
+  const double worth = one - 0.01 * (block_forward_ + block_backward_[0]);
+  int best = 1;
+  double best_seconds = one;
+  for (int k = 2; k <= std::min(max_blocks, kLargestZeroUnit); k *= 2) {
+    const double seconds = per_block(k);
+    if (seconds < best_seconds && seconds < worth) best = k, best_seconds = seconds;
+  }
+  return best;
+}
+
 void StageCostModel::set_zero_two_scatters() {
   const ModelConfig& model = config_->model;
-  const int t = setting_.shape.tensor_parallel, z = zero_shards_;
+  const int t = setting_.shape.tensor_parallel;
   const int64_t replicate_below = options_.ignore_small_tensor_threshold;
   const int64_t block = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
+  const int units = std::max(setting_.zero_layers_per_unit, 1);
   zero_two_tail_.assign(num_stages(), {});
   for (int s = 0; s < num_stages(); ++s) {
-    // Each unit is one reduce-scatter of its padded elements in the group.
-    const auto scatter = [&](int64_t elements) {
-      return collective_seconds(
-          zero_reduce_scatter_, ring_reduce_scatter_seconds, links_, reduction_crosses_[0][s], z,
-          static_cast<double>(padded_to_shard_unit(elements, z)) * element_bytes_);
-    };
+    const auto scatter = [&](int64_t elements) { return unit_scatter_seconds(s, elements); };
+    // A block's share of its unit's reduce-scatter (a unit of k blocks is one).
     ZeroTwoTail& tail = zero_two_tail_[s];
-    tail.block_scatter = scatter(block);
+    tail.block_scatter = scatter(block * units) / static_cast<double>(units);
     tail.block_elements = static_cast<double>(block);
     const ZeroTwoEnds ends =
         zero_two_ends(model, s == 0, s == head_rank(), separate_ends(), t, replicate_below);
@@ -115,19 +192,14 @@ void StageCostModel::set_zero_two_scatters() {
 
 void StageCostModel::set_zero_three_gathers() {
   const ModelConfig& model = config_->model;
-  const int t = setting_.shape.tensor_parallel, z = zero_shards_;
+  const int t = setting_.shape.tensor_parallel;
   const int64_t replicate_below = options_.ignore_small_tensor_threshold;
   const int64_t block = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
   zero_three_gathers_.assign(num_stages(), {});
   for (int s = 0; s < num_stages(); ++s) {
-    // Each unit is one all-gather of its padded elements in the group.
-    const auto gather = [&](int64_t elements) {
-      return collective_seconds(
-          zero_all_gather_, ring_all_gather_seconds, links_, reduction_crosses_[0][s], z,
-          static_cast<double>(padded_to_shard_unit(elements, z)) * element_bytes_);
-    };
+    const auto gather = [&](int64_t elements) { return unit_gather_seconds(s, elements); };
     ZeroThreeGathers& gathers = zero_three_gathers_[s];
-    gathers.block = gather(block);
+    gathers.block = gather(block * std::max(setting_.zero_layers_per_unit, 1));
     const bool has_embedding = s == 0;
     const ZeroTwoEnds ends =
         zero_two_ends(model, has_embedding, s == head_rank(), separate_ends(), t, replicate_below);
@@ -150,18 +222,6 @@ bool StageCostModel::gathers_parameters(int pipeline_rank, int num_layers) const
          (num_layers > 0 || memory_terms().at(pipeline_rank).zero_two.streamed_ends > 0);
 }
 
-namespace {
-
-// What a gather of `gather` seconds exposes behind `hiding` seconds of
-// compute (< 0: nothing runs beside it) with `ahead` seconds queued before
-// it on the group: beyond what `ahead` alone exceeds the compute by.
-double exposed_gather(double gather, double hiding, double ahead, bool overlap) {
-  if (!overlap || hiding < 0) return gather;
-  return std::max(0.0, ahead + gather - hiding) - std::max(0.0, ahead - hiding);
-}
-
-}  // namespace
-
 StageCostModel::GatherPass StageCostModel::gather_pass(int pipeline_rank, bool backward) const {
   const ZeroThreeGathers& gathers = zero_three_gathers_[pipeline_rank];
   const bool overlap = config_->cluster.overlap_communication;
@@ -170,7 +230,9 @@ StageCostModel::GatherPass StageCostModel::gather_pass(int pipeline_rank, bool b
   // reads none and hides nothing.
   const double reading =
       splits_backward(setting_.schedule.kind) ? 1 - setting_.schedule.weight_of_backward : 1.0;
-  const double block_compute = backward ? block_backward_[0] * reading : block_forward_;
+  // A unit of k blocks: one gather behind k blocks' compute.
+  const int k = std::max(setting_.zero_layers_per_unit, 1);
+  const double block_compute = (backward ? block_backward_[0] * reading : block_forward_) * k;
   // The units in the order the pass reads them (a backward reads no
   // embedding), each behind the compute of the streamed unit read before.
   const auto pass = [&](int blocks) {
@@ -193,10 +255,11 @@ StageCostModel::GatherPass StageCostModel::gather_pass(int pipeline_rank, bool b
   // reduce-scatter of the block finished before (one communicator, one
   // stream): it adds what the two exceed the compute by, beyond what the
   // reduce-scatter alone exceeds it by (ZeRO-2's tail counts that).
+  // Per block: a unit's exposure over its k blocks.
   const double scatter =
-      backward && !zero_two_tail_.empty() ? zero_two_tail_[pipeline_rank].block_scatter : 0;
+      backward && !zero_two_tail_.empty() ? zero_two_tail_[pipeline_rank].block_scatter * k : 0;
   figures.per_block =
-      gathers.block > 0 ? exposed_gather(gathers.block, block_compute, scatter, overlap) : 0;
+      gathers.block > 0 ? exposed_gather(gathers.block, block_compute, scatter, overlap) / k : 0;
   // The rank's other chunks start passes of their own, their first block
   // gathered with nothing to hide behind.
   if (overlap && chunks > 1)

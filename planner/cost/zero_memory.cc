@@ -43,11 +43,14 @@ ZeroTwoEnds zero_two_ends(const ModelConfig& model, bool has_embedding, bool has
 }
 
 ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
-                                    bool split_backward) {
+                                    bool split_backward, int layers_per_unit) {
   ZeroTwoGradients gradients;
   gradients.group = std::max(group, 1);
   gradients.split_backward = split_backward;
-  gradients.block_padded = padded_to_shard_unit(block_elements, gradients.group);
+  gradients.layers_per_unit = std::max(layers_per_unit, 1);
+  gradients.block_elements = block_elements;
+  gradients.unit_padded =
+      padded_to_shard_unit(block_elements * gradients.layers_per_unit, gradients.group);
   for (int i = 0; i < ends.count; ++i) {
     const int64_t padded = padded_to_shard_unit(ends.elements[i], gradients.group);
     gradients.ends_padded += padded;
@@ -61,32 +64,18 @@ ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_eleme
   return gradients;
 }
 
-int64_t ZeroTwoGradients::slot_elements(int blocks) const {
-  const int64_t largest = largest_streamed(blocks);
-  return largest + largest / group;
+int64_t ZeroTwoGradients::largest_grouped(int blocks) const {
+  const int64_t largest_unit = blocks >= layers_per_unit
+                                   ? unit_padded
+                                   : padded_to_shard_unit(block_elements * blocks, group);
+  return std::max(largest_unit, streamed_largest);
 }
 
-int64_t ZeroTwoGradients::pool_slots(int blocks) const {
-  const int64_t streamed = int64_t{blocks > 0 ? blocks : 0} + streamed_ends;
-  if (streamed == 0 || slot_elements(blocks) == 0) return 0;
-  return split_backward ? std::max<int64_t>(2, streamed) : 2;
-}
-
-int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks, bool keep_gathered) {
-  const int64_t streamed = int64_t{blocks > 0 ? blocks : 0} + units.streamed_ends;
-  if (streamed == 0 || units.largest_streamed(blocks) == 0) return 0;
-  // Kept: every streamed unit stays in a slot of its own from its first read
-  // to the step's end; freed: the one read and the one prefetched.
-  return keep_gathered ? std::max<int64_t>(2, streamed) : 2;
-}
-
-int64_t zero_three_owned_elements(const ZeroTwoGradients& units, int blocks) {
-  return units.resident_padded + units.shard_elements(blocks);
-}
-
-int64_t zero_three_gathered_elements(const ZeroTwoGradients& units, int blocks,
-                                     bool keep_gathered) {
-  return zero_three_gathered_slots(units, blocks, keep_gathered) * units.largest_streamed(blocks);
+int64_t ZeroTwoGradients::shard_grouped(int blocks) const {
+  const int64_t full = blocks > 0 ? blocks / layers_per_unit : 0;
+  const int left = blocks > 0 ? blocks % layers_per_unit : 0;
+  const int64_t left_padded = left > 0 ? padded_to_shard_unit(block_elements * left, group) : 0;
+  return (full * unit_padded + left_padded + ends_padded) / group;
 }
 
 double zero_paper_model_state_bytes(double parameters, int zero_stage, int data_parallel,

@@ -79,26 +79,53 @@ struct ZeroTwoEnds {
 ZeroTwoEnds zero_two_ends(const ModelConfig& model, bool has_embedding, bool has_head,
                           bool separate_ends, int tensor_parallel, int64_t replicate_below);
 
-// A rank's ZeRO-2 gradient storage, in elements, for any number of blocks.
+// The largest unit the search tries where [planner] zero_layers_per_unit
+// is unset (StageCostModel::larger_zero_unit), in blocks.
+inline constexpr int kLargestZeroUnit = 8;
+
+// A rank's ZeRO-2 gradient storage, in elements, for any number of blocks,
+// its blocks in units of layers_per_unit (the last unit what is left).
 struct ZeroTwoGradients {
   int group = 1;                 // z
   bool split_backward = false;   // a slot per streamed unit
-  int64_t block_padded = 0;      // a block's unit, padded
+  int layers_per_unit = 1;       // Zero.layers_per_unit
+  int64_t block_elements = 0;    // one block's parameters
+  int64_t unit_padded = 0;       // a unit of layers_per_unit blocks, padded
   int64_t resident_padded = 0;   // the resident end units, padded, summed
   int64_t streamed_largest = 0;  // the largest streamed end unit, padded (0: none)
   int streamed_ends = 0;         // streamed end units
   int64_t ends_padded = 0;       // every end unit, padded, summed
+  // The units `blocks` blocks make. (These run in the search's innermost
+  // loop: units of one block take the plain product.)
+  int64_t block_units(int blocks) const {
+    if (blocks <= 0) return 0;
+    return layers_per_unit == 1 ? blocks
+                                : (int64_t{blocks} + layers_per_unit - 1) / layers_per_unit;
+  }
   // The pool's slots with `blocks` blocks: 2, or under split backward one
   // per streamed unit (at least 2: an upper bound); 0 when nothing streams.
-  int64_t pool_slots(int blocks) const;
+  int64_t pool_slots(int blocks) const {
+    const int64_t streamed = block_units(blocks) + streamed_ends;
+    if (streamed == 0 || slot_elements(blocks) == 0) return 0;
+    return split_backward ? std::max<int64_t>(2, streamed) : 2;
+  }
   // The largest streamed unit with `blocks` blocks, padded (0: none streams).
   int64_t largest_streamed(int blocks) const {
-    return std::max(blocks > 0 ? block_padded : 0, streamed_largest);
+    if (layers_per_unit == 1 || blocks <= 0)
+      return std::max(blocks > 0 ? unit_padded : 0, streamed_largest);
+    return largest_grouped(blocks);
   }
   // One slot: the largest streamed unit, padded, and its receive chunk.
-  int64_t slot_elements(int blocks) const;
+  int64_t slot_elements(int blocks) const {
+    const int64_t largest = largest_streamed(blocks);
+    return largest + largest / group;
+  }
   // The rank's gradient shard: every unit's chunk.
-  int64_t shard_elements(int blocks) const { return (blocks * block_padded + ends_padded) / group; }
+  int64_t shard_elements(int blocks) const {
+    if (layers_per_unit == 1)
+      return (int64_t{std::max(blocks, 0)} * unit_padded + ends_padded) / group;
+    return shard_grouped(blocks);
+  }
   // Everything, in bytes for a storage dtype of element_bytes: resident
   // units, the pool and, under a dtype narrower than fp32, the resident
   // units' reduce-scatter receive chunks, all in that dtype; the shard in
@@ -111,19 +138,35 @@ struct ZeroTwoGradients {
   }
   // What the parameter buffer holds beyond the parameters.
   int64_t parameter_spill() const { return group > 1 ? shard_unit_elements(group) - 1 : 0; }
+
+ private:
+  int64_t largest_grouped(int blocks) const;
+  int64_t shard_grouped(int blocks) const;
 };
 ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
-                                    bool split_backward);
+                                    bool split_backward, int layers_per_unit = 1);
 
 // ZeRO-3's gathered slots of a rank of `blocks` blocks over ZeRO-2's units:
 // 2, or with keep_gathered one per streamed unit (at least 2); 0 when
 // nothing streams. Each holds largest_streamed(blocks) elements.
-int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks, bool keep_gathered);
+inline int64_t zero_three_gathered_slots(const ZeroTwoGradients& units, int blocks,
+                                         bool keep_gathered) {
+  const int64_t streamed = units.block_units(blocks) + units.streamed_ends;
+  if (streamed == 0 || units.largest_streamed(blocks) == 0) return 0;
+  // Kept: every streamed unit stays in a slot of its own from its first read
+  // to the step's end; freed: the one read and the one prefetched.
+  return keep_gathered ? std::max<int64_t>(2, streamed) : 2;
+}
 // ZeRO-3's parameter storage of such a rank, in elements: what it owns (the
 // shard and the resident units whole: StageMemory.weights) and its gathered
 // working set (the slots: StageMemory.gathered).
-int64_t zero_three_owned_elements(const ZeroTwoGradients& units, int blocks);
-int64_t zero_three_gathered_elements(const ZeroTwoGradients& units, int blocks, bool keep_gathered);
+inline int64_t zero_three_owned_elements(const ZeroTwoGradients& units, int blocks) {
+  return units.resident_padded + units.shard_elements(blocks);
+}
+inline int64_t zero_three_gathered_elements(const ZeroTwoGradients& units, int blocks,
+                                            bool keep_gathered) {
+  return zero_three_gathered_slots(units, blocks, keep_gathered) * units.largest_streamed(blocks);
+}
 
 // The ZeRO paper's per-device model-state bytes (Rajbhandari et al. 2020,
 // section 5 and Table 1): mixed-precision Adam with 2-byte weights and

@@ -86,6 +86,38 @@ TEST(ZeroMemoryTest, SingleStageTiedEmbeddingIsResident) {
   EXPECT_LT(memory.gradients, zero_one.gradients);
 }
 
+// Units of several layers (Zero.layers_per_unit): 6 blocks in units of 4
+// are a unit of 4 blocks and one of 2, each padded once; the pool's slots
+// and ZeRO-3's gathered slots hold the largest; the shard every unit's chunk.
+TEST(ZeroMemoryTest, UnitsOfSeveralLayersArePaddedOnceAndSlotTheLargest) {
+  const ModelConfig model = small_model(true);
+  ZeroTwoCase c = zero_two_case(1, 8, 2);  // z = 4
+  c.options.zero_layers_per_unit = 4;
+  const int64_t z = 4, e = 4;
+  const int64_t embedding = 1000 * 64 + 32 * 64, block = block_parameters(model), head = 2 * 64;
+  const StageLayout stage{0, 6, true, true, std::vector<RecomputeMode>(6, RecomputeMode::None)};
+  const MemoryBreakdown memory = stage_memory(model, c.options, stage, 0, c.shape, 2, 4);
+  EXPECT_EQ(static_cast<int64_t>(memory.gradients),
+            by_hand({embedding}, {4 * block, 2 * block, head}, 2, z, e));
+  const int64_t shard =
+      (pad(embedding, z) + pad(4 * block, z) + pad(2 * block, z) + pad(head, z)) / z;
+  EXPECT_EQ(static_cast<int64_t>(memory.optimizer_state), 2 * e * shard);
+  // ZeRO-3: the shard and the resident embedding; two slots of the largest
+  // unit freed, one per streamed unit (3) kept.
+  c.options.zero_stage = 3;
+  const MemoryBreakdown freed = stage_memory(model, c.options, stage, 0, c.shape, 2, 4);
+  EXPECT_EQ(static_cast<int64_t>(freed.weights), e * (pad(embedding, z) + shard));
+  EXPECT_EQ(static_cast<int64_t>(freed.gathered), e * 2 * pad(4 * block, z));
+  StageLayout kept = stage;
+  kept.keep_parameters_gathered = true;
+  EXPECT_EQ(static_cast<int64_t>(stage_memory(model, c.options, kept, 0, c.shape, 2, 4).gathered),
+            e * 3 * pad(4 * block, z));
+  // A unit larger than the stage holds it all: one unit of 6 blocks.
+  c.options.zero_layers_per_unit = 8;
+  EXPECT_EQ(static_cast<int64_t>(stage_memory(model, c.options, stage, 0, c.shape, 2, 4).gathered),
+            e * 2 * pad(6 * block, z));
+}
+
 TEST(ZeroMemoryTest, PipelineStagesWithTiedEmbeddings) {
   const ModelConfig model = small_model(true);
   const ZeroTwoCase c = zero_two_case(3, 16, 2);  // z = 8

@@ -175,6 +175,10 @@ struct PlannerOptions {
   std::string recompute_modules;
   int zero_stage = 0;
   int zero_ngroups = 1;
+  // ZeRO-2 and 3's units: layers gathered and reduce-scattered as one
+  // (plan.fbs, Zero.layers_per_unit); 0 = the search tries one layer and the
+  // larger unit its cost model prefers (StageCostModel::larger_zero_unit).
+  int zero_layers_per_unit = 0;
   std::string pipeline_pivots;
   int pipeline_nstages = 0;  // 0 = 'auto'
   // The fixed kind; unset = 'auto': the search picks the kind, and the

@@ -251,6 +251,7 @@ std::vector<FieldSpec> planner_fields() {
       PARAPLAN_FIELD(planner, recompute_modules),
       PARAPLAN_FIELD(planner, zero_stage),
       PARAPLAN_FIELD(planner, zero_ngroups),
+      PARAPLAN_FIELD(planner, zero_layers_per_unit),
       PARAPLAN_FIELD(planner, pipeline_pivots),
       pipeline_nstages,
       pipeline_scheduler,

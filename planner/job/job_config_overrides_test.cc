@@ -92,7 +92,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
   // 87 + [data] train, validation, shuffle, seed, document_mask, document_separator
-  EXPECT_EQ(options.size(), 93u);
+  EXPECT_EQ(options.size(), 94u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",
@@ -103,6 +103,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
                           "recompute_modules",
                           "zero_stage",
                           "zero_ngroups",
+                          "zero_layers_per_unit",
                           "pipeline_pivots",
                           "pipeline_nstages",
                           "pipeline_scheduler",

@@ -467,6 +467,19 @@ TEST(JobConfigTest, SequenceParallelIsTrueFalseOrAuto) {
       << parse_error(with("[planner]\nsequence_parallel = 2\n"));
 }
 
+TEST(JobConfigTest, ZeroLayersPerUnitIsBoundedAndNeedsZeroTwo) {
+  EXPECT_EQ(
+      parse_job_config(with("[planner]\nzero_layers_per_unit = 2\n")).planner.zero_layers_per_unit,
+      2);
+  const std::string too_many = parse_error(with("[planner]\nzero_layers_per_unit = 100\n"));
+  EXPECT_NE(too_many.find("[planner] zero_layers_per_unit"), std::string::npos) << too_many;
+  const std::string below =
+      parse_error(with("[planner]\nzero_stage = 1\nzero_layers_per_unit = 2\n"));
+  EXPECT_NE(below.find("[planner] zero_layers_per_unit = 2 needs zero_stage 2 or 3"),
+            std::string::npos)
+      << below;
+}
+
 TEST(JobConfigTest, LoadsFilesAndNamesThem) {
   const std::string path =
       ::testing::TempDir() + "job_config_test_" + std::to_string(::getpid()) + ".toml";

@@ -300,6 +300,12 @@ void validate_planner(const JobConfig& c) {
          "= " + std::to_string(p.zero_stage) +
              " is not supported; valid values: " + zero_stages_text());
   require_at_least(c, "planner", "zero_ngroups", p.zero_ngroups, 1);
+  require_range(c, "planner", "zero_layers_per_unit", p.zero_layers_per_unit, 0, true,
+                std::max(c.model.num_layers, 1), true);
+  if (p.zero_layers_per_unit > 1 && c.was_set("planner.zero_stage") && p.zero_stage < 2)
+    fail(c, "[planner] zero_layers_per_unit",
+         "= " + std::to_string(p.zero_layers_per_unit) + " needs zero_stage 2 or 3 (units of " +
+             "several layers are ZeRO-2 and 3's); zero_stage is " + std::to_string(p.zero_stage));
   require_range(c, "planner", "max_pipeline_bubble_ratio", p.max_pipeline_bubble_ratio, 0, true, 1,
                 true);
   require_range(c, "planner", "max_pipeline_unbalance_ratio", p.max_pipeline_unbalance_ratio, 0,

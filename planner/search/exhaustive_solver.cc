@@ -10,6 +10,7 @@
 #include "planner/cost/context_parallel_cost.h"
 #include "planner/cost/model_counts.h"
 #include "planner/cost/plan_estimate.h"
+#include "planner/search/plan_search.h"
 #include "planner/search/search_space.h"
 #include "schema/zero_stages.h"
 
@@ -126,8 +127,10 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
           if (!space.pipeline_fixed && p > 1 &&
               pipeline_bubble_ratio(candidate_setting) > options.max_pipeline_bubble_ratio)
             continue;
+          candidate_setting.zero_layers_per_unit = fixed_zero_unit(config, zero);
           const StageCostModel costs(config, candidate_setting, profile);
           const PlanSetting& setting = costs.setting();
+          std::optional<PlanCandidate> setting_best;
           const int chunks = choice.virtual_stages;
           std::map<std::tuple<int, int, int>, StageBest> cache;
           // Every split: counts[s] blocks on stage s.
@@ -162,9 +165,9 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
                 if (counts[k] < chunks) return;  // a chunk per virtual stage needs a layer
               ++result.plans_evaluated;
               PlanEstimate estimate = combine_stage_estimates(config, setting, estimates);
-              if (!result.best || estimate.prediction.step_seconds <
-                                      result.best->estimate.prediction.step_seconds) {
-                result.best = PlanCandidate{setting, layouts, std::move(estimate)};
+              if (!setting_best || estimate.prediction.step_seconds <
+                                       setting_best->estimate.prediction.step_seconds) {
+                setting_best = PlanCandidate{setting, layouts, std::move(estimate)};
               }
               return;
             }
@@ -183,6 +186,14 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
             }
           };
           split(0, 0);
+          // ZeRO-2 and 3: the setting's best re-costed with the larger unit, as
+          // the search does (with_larger_zero_units).
+          if (!setting_best) continue;
+          PlanCandidate best = with_larger_zero_units(config, std::move(*setting_best),
+                                                      zero_unit_choices(config, costs), profile);
+          if (!result.best ||
+              best.estimate.prediction.step_seconds < result.best->estimate.prediction.step_seconds)
+            result.best = std::move(best);
         }
       }
     }

@@ -131,7 +131,8 @@ bool ranks_before(const PlanCandidate& a, const PlanCandidate& b) {
     return std::make_tuple(c.estimate.prediction.step_seconds, s.shape.pipeline_stages,
                            s.shape.tensor_parallel, s.shape.context_parallel, s.zero_stage,
                            -s.micro_batch_size, s.zero_ngroups, s.shape.sequence_parallel,
-                           static_cast<int>(s.schedule.kind), s.schedule.virtual_stages);
+                           static_cast<int>(s.schedule.kind), s.schedule.virtual_stages,
+                           s.zero_layers_per_unit);
   };
   return key(a) < key(b);
 }
@@ -157,6 +158,23 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
     candidate.stages.push_back(std::move(layout));
   }
   candidate.estimate = evaluate_plan(config, setting, candidate.stages, profile);
+  return candidate;
+}
+
+PlanCandidate with_larger_zero_units(const JobConfig& config, PlanCandidate candidate,
+                                     const std::vector<int>& larger_units,
+                                     const MeasuredProfile* profile) {
+  const double limit = config.planner.consider_mem
+                           ? plan_memory_limit_gb(config) * 1024.0 * 1024.0 * 1024.0
+                           : std::numeric_limits<double>::infinity();
+  for (int units : larger_units) {
+    PlanCandidate larger = candidate;
+    larger.setting.zero_layers_per_unit = units;
+    larger.estimate = evaluate_plan(config, larger.setting, larger.stages, profile);
+    if (static_cast<double>(larger.estimate.peak_memory) <= limit &&
+        larger.estimate.prediction.step_seconds < candidate.estimate.prediction.step_seconds)
+      candidate = std::move(larger);
+  }
   return candidate;
 }
 
@@ -256,7 +274,8 @@ std::vector<PendingSetting> enumerate_settings(const JobConfig& config, const Se
       if (context_parallel_dominated(space, config, shape, b, profile != nullptr)) continue;
       const int m = config.training.global_batch_size / (dp * b);
       for (const auto& [zero, groups] : zeros) {
-        const PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
+        PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
+        base.zero_layers_per_unit = fixed_zero_unit(config, zero);
         const bool restricted = space.boundaries_restricted || !space.pinned_layers.empty();
         if (std::string why = why_no_schedule_choice(config, base, restricted); !why.empty()) {
           reject(result, base, RejectionKind::Schedule, std::move(why));
@@ -367,30 +386,49 @@ class SettingSolver {
       }
     }
     const StageCostModel costs(config_, item.setting, profile_);
-    const PartitionResult solved =
-        solve_setting(config_, make_problem(config_, result_.space, costs, bound));
-    PlanCandidate candidate;
-    PartitionStatus status = solved.status;
-    std::string reason = solved.reason;
-    if (status == PartitionStatus::Found) {
-      reason = empty_stage_reason(item.setting, solved.partition);
-      if (!reason.empty()) status = PartitionStatus::NoValidBoundaries;
-    }
-    if (status == PartitionStatus::Found)
-      candidate = make_candidate(config_, item.setting, result_.space.layer_recompute,
-                                 solved.partition, profile_);
+    Solved solved = solve_with(costs, bound);
+    // ZeRO-2 and 3: the plan with the larger unit its cost model prefers.
+    if (solved.status == PartitionStatus::Found)
+      solved.candidate = with_larger_zero_units(config_, std::move(solved.candidate),
+                                                zero_unit_choices(config_, costs), profile_);
     std::lock_guard<std::mutex> lock(mutex_);
     ++result_.statistics.solved;
     result_.statistics.slots_evaluated += solved.slots_evaluated;
     if (options.verbose)
-      log.push_back({item.setting, verbose_line(status, candidate, reason, bound)});
-    if (status == PartitionStatus::Found) {
-      rank(std::move(candidate));
-    } else if (status == PartitionStatus::Pruned) {
+      log.push_back(
+          {item.setting, verbose_line(solved.status, solved.candidate, solved.reason, bound)});
+    if (solved.status == PartitionStatus::Found) {
+      rank(std::move(solved.candidate));
+    } else if (solved.status == PartitionStatus::Pruned) {
       ++result_.statistics.pruned_in_search;
     } else {
-      reject(result_, item.setting, rejection_kind(status), reason);
+      reject(result_, item.setting, rejection_kind(solved.status), solved.reason);
     }
+  }
+
+  // One setting's partition solved, and the plan it makes.
+  struct Solved {
+    PartitionStatus status = PartitionStatus::DoesNotFit;
+    std::string reason;
+    PlanCandidate candidate;
+    long long slots_evaluated = 0;
+  };
+  Solved solve_with(const StageCostModel& costs, double bound) const {
+    Solved solved;
+    const PlanSetting setting = costs.setting_before_bubble();
+    const PartitionResult partition =
+        solve_setting(config_, make_problem(config_, result_.space, costs, bound));
+    solved.status = partition.status;
+    solved.reason = partition.reason;
+    solved.slots_evaluated = partition.slots_evaluated;
+    if (solved.status == PartitionStatus::Found) {
+      solved.reason = empty_stage_reason(setting, partition.partition);
+      if (!solved.reason.empty()) solved.status = PartitionStatus::NoValidBoundaries;
+    }
+    if (solved.status == PartitionStatus::Found)
+      solved.candidate = make_candidate(config_, setting, result_.space.layer_recompute,
+                                        partition.partition, profile_);
+    return solved;
   }
 
   std::string verbose_line(PartitionStatus status, const PlanCandidate& candidate,

@@ -90,6 +90,7 @@ ChunkedStage::ChunkedStage(const ChunkedLayout& layout, kernels::Ops& ops, Memor
                           ? nullptr
                           : kernels::element_at(gradients(), layout.chunk_offset(c), dtype());
     chunk.gradients_elsewhere = options.gradients_elsewhere;
+    chunk.layers_per_zero_unit = options.layers_per_zero_unit;
     chunks_.push_back(make_model_stage(layout.chunk(c), ops, memory, chunk));
   }
 }

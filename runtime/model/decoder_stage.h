@@ -89,7 +89,8 @@ class DecoderStage : public ModelStage {
     // scratch that backward refills, so no state is lost by overwriting it.
     for (int layer = 0; layer < stage.num_layers; ++layer) {
       block_forward(layer, block_input(slot, layer), slot.blocks[layer]);
-      parameters_used(decoder_layout_.block_start(layer));
+      if (ends_zero_unit_forward(layer, stage.num_layers))
+        parameters_used(decoder_layout_.block_start(zero_unit_first_layer(layer)));
     }
     if (stage.has_head) {
       const int BT = rows(), C = decoder_layout_.config().d_model,
@@ -106,14 +107,16 @@ class DecoderStage : public ModelStage {
     }
   }
 
-  // The embedding (from 0), each block, and the final norm with the head:
-  // what run_backward reports final, one by one. A tied head on the
-  // embedding's stage writes the embedding's gradient first.
+  // The embedding (from 0), each group of layers_per_zero_unit blocks, and
+  // the final norm with the head: what run_backward reports final, one by
+  // one. A tied head on the embedding's stage writes the embedding's
+  // gradient first.
   std::vector<GradientUnit> gradient_units() const override {
     const StageSpec& stage = decoder_layout_.stage();
     std::vector<GradientUnit> units{GradientUnit{}};
     for (int layer = 0; layer < stage.num_layers; ++layer)
-      if (decoder_layout_.block_start(layer) > units.back().begin)
+      if (zero_unit_first_layer(layer) == layer &&
+          decoder_layout_.block_start(layer) > units.back().begin)
         units.push_back({decoder_layout_.block_start(layer), false});
     if (stage.has_head && decoder_layout_.final_norm_weight() > units.back().begin)
       units.push_back({decoder_layout_.final_norm_weight(), false});
@@ -220,8 +223,10 @@ class DecoderStage : public ModelStage {
       }
       recomputed_layer_ = recompute_[layer] != RecomputeMode::None;
       block_backward(layer, input, acts);
-      parameters_used(decoder_layout_.block_start(layer));
-      gradients_final(decoder_layout_.block_start(layer), gradients_final_from);
+      if (zero_unit_first_layer(layer) == layer) {
+        parameters_used(decoder_layout_.block_start(layer));
+        gradients_final(decoder_layout_.block_start(layer), gradients_final_from);
+      }
     }
     recomputed_layer_ = false;
     if (stage.has_embedding) {

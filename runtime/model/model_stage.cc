@@ -17,6 +17,7 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
       recompute_(options.recompute),
       context_(options.context),
       document_separator_(options.document_separator),
+      layers_per_zero_unit_(options.layers_per_zero_unit),
       layout_(layout),
       buffer_elements_(std::max(options.buffer_elements, layout.num_elements())),
       activation_elements_(activation_elements) {
@@ -25,6 +26,8 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     throw std::invalid_argument("model stage: a tensor-parallel layout needs its tensor group");
   if (static_cast<int>(recompute_.size()) != layout.stage().num_layers)
     throw std::invalid_argument("model stage: one recompute mode per layer is required");
+  if (layers_per_zero_unit_ < 1)
+    throw std::invalid_argument("model stage: layers_per_zero_unit must be at least 1");
   if (batch_ < 1 || num_slots_ < 1)
     throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
   context_.seq_len = layout.config().seq_len;

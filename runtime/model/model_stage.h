@@ -63,6 +63,10 @@ struct ModelStageOptions {
   // No parameter buffer: the parameters live in a ParameterStorage
   // installed before the first forward (ZeRO-3); parameters() is null.
   bool parameters_elsewhere = false;
+  // ZeRO-2 and 3's units (plan.fbs, Zero.layers_per_unit): the stage's
+  // layers in groups of this many, each gathered, released and
+  // reduce-scattered as one, so a group is reported used and final once.
+  int layers_per_zero_unit = 1;
   // Context parallelism (context_shard.h): this rank's place in its
   // context-parallel group (seq_len is taken from the layout), and the ring
   // its attention passes key/value blocks around (context_attention.h).
@@ -214,6 +218,13 @@ class ModelStage {
   void parameters_used(size_t unit_begin) {
     if (parameter_storage_ != nullptr) parameter_storage_->unit_used(parameter_base_ + unit_begin);
   }
+  // ZeRO units of several layers (layers_per_zero_unit): the unit's first
+  // layer, and whether a forward's read of `layer` is the unit's last (a
+  // backward's is at the first layer, walking down).
+  int zero_unit_first_layer(int layer) const { return layer - layer % layers_per_zero_unit_; }
+  bool ends_zero_unit_forward(int layer, int num_layers) const {
+    return (layer + 1) % layers_per_zero_unit_ == 0 || layer + 1 == num_layers;
+  }
   void* grad(size_t offset) {
     return gradient_storage_ != nullptr ? gradient_storage_->gradient(gradient_base_ + offset)
                                         : kernels::element_at(gradients_, offset, dtype_);
@@ -228,6 +239,7 @@ class ModelStage {
   std::vector<RecomputeMode> recompute_;
   ContextShard context_;
   int32_t document_separator_;
+  int layers_per_zero_unit_;
 
  private:
   struct SlotTokens {

@@ -180,6 +180,7 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
       .output_gradient_per_slot = buffers[0].output_gradient_per_slot,
       .gradients_elsewhere = shards_gradients(zero_stage),
       .parameters_elsewhere = shards_parameters(zero_stage),
+      .layers_per_zero_unit = plan.zero()->layers_per_unit(),
       .context = {.rank = mesh.context_rank, .size = mesh.context_size},
       .context_ring = {.peers = rank.groups.context_peers,
                        .next_rank = rank.groups.next_context_rank,

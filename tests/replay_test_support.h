@@ -1,0 +1,72 @@
+// replay_test_support.h: the replay tests' job (a small GPT-2 planned for a
+// world of ranks with extra [planner] lines) and their fixture: plan a job,
+// replay its plan under mpirun and read the report.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "command_runner.h"
+
+namespace paraplan::testing {
+
+inline std::string job_toml(int world, const std::string& planner_lines) {
+  return R"([job]
+name = "replay-test"
+
+[model]
+vocab_size = 256
+seq_len = 16
+num_layers = 2
+d_model = 32
+num_heads = 4
+
+[training]
+global_batch_size = 16
+learning_rate = 3e-3
+total_steps = 20
+seed = 5
+
+[planner]
+world_size = )" +
+         std::to_string(world) + "\n" + planner_lines;
+}
+
+class Replay : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    directory_ = new TemporaryDirectory("replay");
+  }
+  static void TearDownTestSuite() { delete directory_; }
+
+  // Writes the job and plans it; returns the plan path.
+  static std::string plan(const std::string& name, int world, const std::string& planner_lines,
+                          const std::string& overrides = "") {
+    const std::string job = *directory_ / (name + ".toml");
+    write_file(job, job_toml(world, planner_lines));
+    const std::string plan_file = *directory_ / (name + ".pplan");
+    const CommandResult planned =
+        run("plan --config " + job + " --output " + plan_file + " " + overrides);
+    EXPECT_EQ(planned.exit_code, 0) << planned.output;
+    return plan_file;
+  }
+
+  // Replays the plan (one measured step after one warm-up) and returns its report.
+  static nlohmann::json replay_report(const std::string& plan_file, const std::string& name,
+                                      const std::string& flags = "") {
+    const std::string report_file = *directory_ / (name + ".json");
+    const CommandResult replayed =
+        run("launch --plan " + plan_file + " -- replay --steps 1 --warmup 1 --report " +
+            report_file + (flags.empty() ? "" : " " + flags));
+    EXPECT_EQ(replayed.exit_code, 0) << replayed.output;
+    return replayed.exit_code == 0 ? nlohmann::json::parse(read_file(report_file))
+                                   : nlohmann::json::object();
+  }
+
+  static inline TemporaryDirectory* directory_ = nullptr;
+};
+
+}  // namespace paraplan::testing
