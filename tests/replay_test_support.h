@@ -66,6 +66,30 @@ class Replay : public ::testing::Test {
                                    : nlohmann::json::object();
   }
 
+  // The plan as `paraplan inspect --json` prints it.
+  static nlohmann::json inspect_json(const std::string& plan_file) {
+    const CommandResult inspected = run("inspect " + plan_file + " --json");
+    EXPECT_EQ(inspected.exit_code, 0) << inspected.output;
+    return inspected.exit_code == 0 ? nlohmann::json::parse(inspected.output)
+                                    : nlohmann::json::object();
+  }
+
+  // Replays a one-stage plan and returns its report's memory_bytes, having
+  // checked each model-state part and the gathered working set measured as
+  // predicted and the peak within the prediction.
+  static nlohmann::json model_state_as_predicted(const std::string& plan_file,
+                                                 const std::string& name,
+                                                 const std::string& flags = "") {
+    const nlohmann::json report = replay_report(plan_file, name, flags);
+    EXPECT_EQ(report.value("stages", nlohmann::json::array()).size(), 1u) << name;
+    if (report.value("stages", nlohmann::json::array()).size() != 1) return {};
+    const nlohmann::json& memory = report["stages"][0]["memory_bytes"];
+    for (const char* part : {"weights", "gradients", "optimizer_state", "gathered"})
+      EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << name << " " << part;
+    EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << name << "\n" << memory;
+    return memory;
+  }
+
   static inline TemporaryDirectory* directory_ = nullptr;
 };
 

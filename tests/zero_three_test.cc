@@ -158,6 +158,13 @@ TEST_F(ZeroThree, CheckpointsResumeUnderZeroOnePlansOfOtherMeshes) {
       zero_three("zero1_1f1b_pp2_dp2", ScheduleKind::OneForwardOneBackward, 2, 1, 2);
   zero1.zero_stage = 1;
   expect_checkpoints_cross(zero3, zero1);
+  // Units of several layers shard differently; the checkpoint is the whole
+  // model's all the same.
+  // (Another name for the ZeRO-1 run: its resumed runs' logs are by name.)
+  ScheduleCase units = zero3;
+  units.name = "zero3_units3_dp4", units.zero_layers_per_unit = 3;
+  zero1.name = "zero1_1f1b_pp2_dp2_again";
+  expect_checkpoints_cross(units, zero1);
 }
 
 }  // namespace
