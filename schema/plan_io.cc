@@ -144,11 +144,19 @@ LoadedPlan load_plan_from_bytes(const std::string& name, std::vector<uint8_t> by
   LoadedPlan loaded(name, std::move(bytes));
   if (has_rendezvous_transfers_to_lower(loaded.plan()))
     loaded = LoadedPlan(name, lower_rendezvous_plan(loaded.plan()));
-  const std::vector<std::string> violations = validate_plan(loaded.plan());
-  if (!violations.empty()) {
+  const auto refuse_if_invalid = [&name](const schema::Plan& plan) {
+    const std::vector<std::string> violations = validate_plan(plan);
+    if (violations.empty()) return;
     std::string message = name + ": invalid plan:";
     for (const std::string& violation : violations) message += "\n  " + violation;
     throw std::runtime_error(message);
+  };
+  refuse_if_invalid(loaded.plan());
+  // Its unit ops need the stages and schedule the validator accepted; the
+  // ops written are checked as any plan's.
+  if (has_zero_unit_ops_to_add(loaded.plan())) {
+    loaded = LoadedPlan(name, add_plan_zero_unit_ops(loaded.plan()));
+    refuse_if_invalid(loaded.plan());
   }
   return loaded;
 }

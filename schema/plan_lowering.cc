@@ -1,10 +1,13 @@
 // plan_lowering.cc: Rendezvous plans (before schema version 8) lowered to
-// Posted transfers at load (plan_lowering.h).
+// Posted transfers, and ZeRO-2/3 plans before version 10 given their unit
+// ops, at load (plan_lowering.h).
 #include "schema/plan_lowering.h"
 
 #include <memory>
 
 #include "schema/plan_io.h"
+#include "schema/zero_stages.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 
@@ -50,6 +53,27 @@ std::vector<uint8_t> lower_rendezvous_plan(const schema::Plan& plan) {
     for (std::unique_ptr<schema::StageScheduleT>& stage : object->schedule->stages)
       if (stage) stage->instructions = lowered_stream(stage->instructions);
   }
+  flatbuffers::FlatBufferBuilder builder;
+  schema::FinishPlanBuffer(builder, schema::Plan::Pack(builder, object.get()));
+  return {builder.GetBufferPointer(), builder.GetBufferPointer() + builder.GetSize()};
+}
+
+bool has_zero_unit_ops_to_add(const schema::Plan& plan) {
+  if (plan.header() == nullptr || plan.zero() == nullptr || plan.schedule() == nullptr ||
+      plan.header()->schema_version() >= kZeroUnitOpsPlanSchemaVersion ||
+      !shards_gradients(plan.zero()->stage()))
+    return false;
+  for (const schema::StageSchedule* stage : *plan.schedule()->stages())
+    if (has_zero_unit_ops(*stage->instructions())) return false;
+  return true;
+}
+
+std::vector<uint8_t> add_plan_zero_unit_ops(const schema::Plan& plan) {
+  std::unique_ptr<schema::PlanT> object(plan.UnPack());
+  const int zero_stage = plan.zero()->stage();
+  for (std::unique_ptr<schema::StageScheduleT>& stage : object->schedule->stages)
+    stage->instructions = add_zero_unit_ops(stage->instructions, rank_units(plan, stage->stage),
+                                            zero_stage, stage->keep_parameters_gathered);
   flatbuffers::FlatBufferBuilder builder;
   schema::FinishPlanBuffer(builder, schema::Plan::Pack(builder, object.get()));
   return {builder.GetBufferPointer(), builder.GetBufferPointer() + builder.GetSize()};

@@ -1,6 +1,9 @@
-// plan_lowering.h: plans written before schema version 8 with Rendezvous
-// transfers (1F1B and GPipe, and every plan before v5), lowered at load to
-// the one transfer model since v8, Posted (plan.fbs, Transfers).
+// plan_lowering.h: older plans lowered at load to what the planner writes
+// now, so every reader (the runtime, inspect, the verifier) sees one form:
+// plans before schema version 8 with Rendezvous transfers (1F1B and GPipe,
+// and every plan before v5) to the one transfer model since v8, Posted
+// (plan.fbs, Transfers); and ZeRO-2 and 3 plans before version 10 to
+// streams with their unit ops (below).
 //
 // Lowered, not refused: the two combined ops (SendActivationRecvGradient,
 // SendGradientRecvActivation, retired values 7 and 8) become their send then
@@ -31,5 +34,17 @@ bool has_rendezvous_transfers_to_lower(const schema::Plan& plan);
 // it was, the header's schema version included). Call only where
 // has_rendezvous_transfers_to_lower.
 std::vector<uint8_t> lower_rendezvous_plan(const schema::Plan& plan);
+
+// Whether a plan the validator accepted is one add_plan_zero_unit_ops
+// rewrites: ZeRO-2 or 3 written before kZeroUnitOpsPlanSchemaVersion, its
+// streams without unit ops.
+bool has_zero_unit_ops_to_add(const schema::Plan& plan);
+
+// The plan's bytes with each pipeline rank's stream given the unit ops the
+// planner writes now (zero_units.h's add_zero_unit_ops over rank_units, the
+// rank's own keep_parameters_gathered); every other field as it was, the
+// schema version included. The same arithmetic, bitwise: the runtime ran
+// these ops for such plans before they were written in them.
+std::vector<uint8_t> add_plan_zero_unit_ops(const schema::Plan& plan);
 
 }  // namespace paraplan

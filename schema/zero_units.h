@@ -3,7 +3,8 @@
 // GatherParameters, ReleaseParameters, ReduceScatterGradients), in one
 // place: the planner writes the ops (add_zero_unit_ops), the validator
 // checks them (zero_unit_ops_problem), the runtime runs them and checks its
-// own units against these, and plans before v10 get them at load.
+// own units against these, and plans before v10 get them at load
+// (plan_lowering.h).
 //
 // A model chunk's units, in model order: the embedding (on a chunk holding
 // it), its layers in groups of the plan's Zero.layers_per_unit (the last

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "schema/plan_io.h"
+#include "schema/plan_test_support.h"
 
 namespace paraplan {
 namespace {
@@ -136,6 +137,28 @@ TEST(ZeroUnits, LayersGroupIntoUnitsOfLayersPerUnitTheLastHoldingWhatIsLeft) {
   EXPECT_EQ(zero_unit_ops_problem(stream, chunks, 3), "");
   EXPECT_EQ(most_gathered(stream), 2u);
   EXPECT_EQ(text(stream).substr(0, 26), "g0 F0 g1 r0 g2 r1 g3 r2 g4");
+}
+
+// A ZeRO-3 plan written before its streams listed their unit ops (schema
+// version 9) gets them at load (plan_lowering.h), as the planner writes them
+// now, each rank its own: every reader sees the same stream.
+TEST(ZeroUnits, APlanBeforeVersionTenGetsItsUnitOpsAtLoad) {
+  test_plans::PlanSpec spec = test_plans::make_plan_spec(2, 2, 1, 4, 4);
+  spec.zero_stage = 3;
+  spec.schema_version = 9;
+  spec.add_zero_unit_ops = false;
+  spec.schedule[1].keep_parameters_gathered = true;
+  const LoadedPlan loaded = load_plan_from_bytes("v9.pplan", test_plans::build_plan(spec));
+  const schema::Plan& plan = loaded.plan();
+  EXPECT_EQ(plan.header()->schema_version(), 9u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<Instruction> written =
+        add_zero_unit_ops(spec.schedule[rank].instructions, rank_units(plan, rank), 3, rank == 1);
+    EXPECT_EQ(text(stream_instructions(*plan.schedule()->stages()->Get(rank)->instructions())),
+              text(written))
+        << "rank " << rank;
+    EXPECT_TRUE(has_zero_unit_ops(*plan.schedule()->stages()->Get(rank)->instructions()));
+  }
 }
 
 TEST(ZeroUnits, ZeroThreeGathersOneUnitAheadAndReleasesAfterTheRead) {

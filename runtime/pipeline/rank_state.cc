@@ -220,15 +220,11 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
           world_rank_of(mesh, mesh.pipeline_size - 1, mesh.data_rank, mesh.tensor_rank),
       .own_rank = session.world_rank(),
       .v_shape = PipelineLayout::of(plan.schedule()->kind(), mesh.pipeline_size, chunks).v_shape()};
-  // A ZeRO-2 or 3 plan written before its streams listed their unit ops
-  // (schema version 10) gets them here, as the planner writes them now.
-  std::vector<schema::Instruction> stream;
-  if (shards_gradients(zero_stage) && !has_zero_unit_ops(*schedule.instructions()))
-    stream = add_zero_unit_ops(stream_instructions(*schedule.instructions()), units, zero_stage,
-                               schedule.keep_parameters_gathered());
+  // (A ZeRO-2 or 3 plan written before its streams listed their unit ops
+  // got them at load: schema/plan_lowering.h.)
   rank.executor = std::make_unique<ScheduleExecutor>(schedule, *rank.stage, *rank.ops,
                                                      training.num_micro_batches(), mesh.data_rank,
-                                                     rank.pipeline, std::move(stream));
+                                                     rank.pipeline);
   return rank;
 }
 

@@ -142,16 +142,13 @@ int previous_link_tag(const PipelinePeers& pipeline, int chunk, int num_chunks) 
 
 ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage,
                                    kernels::Ops& ops, int num_micro_batches, int data_parallel_rank,
-                                   PipelinePeers pipeline, std::vector<schema::Instruction> stream)
-    : instructions_(std::move(stream)),
+                                   PipelinePeers pipeline)
+    : instructions_(stream_instructions(*schedule.instructions())),
       stage_(stage),
       ops_(ops),
       num_micro_batches_(num_micro_batches),
       data_parallel_rank_(data_parallel_rank),
       pipeline_(pipeline) {
-  if (instructions_.empty())
-    for (const schema::Instruction* instruction : *schedule.instructions())
-      instructions_.push_back(*instruction);
   // Unit ops right after a compute (only unit ops between) belong to it.
   belongs_to_compute_.assign(instructions_.size(), false);
   for (size_t i = 1; i < instructions_.size(); ++i)

@@ -114,12 +114,9 @@ class ScheduleExecutor {
   static std::vector<ChunkBuffers> buffers_needed(const schema::StageSchedule& schedule,
                                                   int num_chunks = 1);
 
-  // stage: the rank's model (its chunks: ModelStage::chunk). stream: the
-  // instructions to run when not the schedule's own (a ZeRO-2 or 3 plan
-  // written before its unit ops, given them: schema/zero_units.h).
+  // stage: the rank's model (its chunks: ModelStage::chunk).
   ScheduleExecutor(const schema::StageSchedule& schedule, ModelStage& stage, kernels::Ops& ops,
-                   int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {},
-                   std::vector<schema::Instruction> stream = {});
+                   int num_micro_batches, int data_parallel_rank, PipelinePeers pipeline = {});
   ~ScheduleExecutor();
   ScheduleExecutor(const ScheduleExecutor&) = delete;
   ScheduleExecutor& operator=(const ScheduleExecutor&) = delete;
