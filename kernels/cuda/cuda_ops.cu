@@ -39,8 +39,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -53,29 +51,6 @@
 #include "kernels/ops.h"
 
 namespace paraplan::kernels::cuda {
-
-// ---- DeviceScratch --------------------------------------------------------------------------
-
-DeviceScratch::~DeviceScratch() {
-  // No throwing from a destructor.
-  for (void* retired : retired_) cudaFree(retired);
-  if (data_ != nullptr) cudaFree(data_);
-}
-
-void* DeviceScratch::get(size_t bytes) {
-  if (bytes <= bytes_ && data_ != nullptr) return data_;
-  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  void* grown = nullptr;
-  PARAPLAN_CUDA_CHECK(cudaMalloc(&grown, rounded));
-  // Work queued before may still use the old buffer: kept, never freed mid-run.
-  if (data_ != nullptr) {
-    retired_.push_back(data_);
-    retired_bytes_ += bytes_;
-  }
-  data_ = grown;
-  bytes_ = rounded;
-  return data_;
-}
 
 namespace {
 

@@ -39,7 +39,9 @@
 // reduce_row_parallel_output / row_parallel_output_gradient, which are f and
 // g without it and the sequence-parallel gather and reduce-scatter with it;
 // a norm's weight gradient goes through norm_weight_gradients, which sums the
-// ranks' partial gradients over the group with it.
+// ranks' partial gradients over the group with it (these helpers, the rows
+// and the gradient scratch: the base DecoderStageRegions,
+// decoder_stage_regions.h).
 //
 // Context parallelism (context_shard.h) changes which tokens a rank holds:
 // T / cp of every sequence (rows() = B * T / cp), at the positions
@@ -48,7 +50,6 @@
 // for document masking.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -58,13 +59,14 @@
 #include <vector>
 
 #include "runtime/model/decoder_layout.h"
+#include "runtime/model/decoder_stage_regions.h"
 #include "runtime/model/model_stage.h"
 #include "runtime/model/tensor_parallel.h"
 
 namespace paraplan {
 
 template <typename Activations>
-class DecoderStage : public ModelStage {
+class DecoderStage : public DecoderStageRegions {
  public:
   void* input(int slot) override { return slots_[slot].input; }
   const void* output(int slot) const override {
@@ -257,17 +259,8 @@ class DecoderStage : public ModelStage {
 
   DecoderStage(const DecoderLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
                const ModelStageOptions& options)
-      : ModelStage(layout, ops, memory, options,
-                   local_rows(layout, options) * layout.config().d_model),
-        decoder_layout_(layout),
+      : DecoderStageRegions(layout, ops, memory, options),
         output_gradient_per_slot_(options.output_gradient_per_slot),
-        tensor_parallel_(options.tensor_group, ops, memory,
-                         layout.stage().has_head
-                             ? static_cast<size_t>(options.micro_batch_size) *
-                                   layout.config().seq_len / options.context.size
-                             : 0,
-                         options.sequence_parallel),
-        local_rows_(local_rows(layout, options)),
         context_ring_(options.context_ring) {}
 
   // A linear layer's backward (kernels/ops.h): dinp now, written as
@@ -309,26 +302,6 @@ class DecoderStage : public ModelStage {
   // gradient scratch and norm_gradient_): written, not added to, so nothing
   // is zeroed first.
   static constexpr kernels::GradientWrite kOverwrite = kernels::GradientWrite::kOverwrite;
-  // A gradient offset for a tensor that is not there (a bias-free linear or norm).
-  static constexpr size_t kNoBias = static_cast<size_t>(-1);
-
-  // B * T (T / cp with context parallelism), the rows of the tensors between
-  // a column- and a row-parallel linear.
-  int rows() const { return batch_ * sequence_length(); }
-  // The rows of the norm and residual regions: B * T, or this rank's B*T / t
-  // with sequence parallelism (T / cp for T with context parallelism).
-  int local_rows() const { return static_cast<int>(local_rows_); }
-  static size_t local_rows(const DecoderLayout& layout, const ModelStageOptions& options) {
-    const size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len /
-                        std::max(options.context.size, 1);
-    const int t = layout.tensor_size();
-    if (!options.sequence_parallel || t == 1) return rows;
-    if (rows % t != 0)
-      throw std::invalid_argument(
-          "model stage: sequence parallelism needs micro_batch_size x seq_len divisible by the "
-          "tensor-parallel size");
-    return rows / t;
-  }
 
   // The recompute scratch, every slot's buffers (with the final norm's mean
   // when final_norm_mean) and the residual and norm gradients.
@@ -414,100 +387,6 @@ class DecoderStage : public ModelStage {
       for (const PositionRun& run : context_.runs()) apply(b, run);
   }
 
-  // ---- the tensor-parallel regions, with or without sequence parallelism ----------------
-  // The input [BT, C] of a column-parallel linear from a norm's output
-  // [local, C]: that output (f is the identity), or every rank's shard
-  // gathered into sequence_full_.
-  const void* column_parallel_input(const void* norm_output) {
-    if (!tensor_parallel_.sequence_parallel()) return norm_output;
-    tensor_parallel_.gather_from_sequence_parallel_region(norm_output, sequence_full_,
-                                                          local_rows_ * d_model());
-    return sequence_full_;
-  }
-  // Backward: norm_gradient_ [BT, C] holds this rank's partial gradient of
-  // that input; returns the norm output's gradient [local, C]: norm_gradient_
-  // all-reduced (f's backward), or this rank's shard of the sum.
-  const void* column_parallel_input_gradient() {
-    if (!tensor_parallel_.sequence_parallel()) {
-      tensor_parallel_.f_backward(norm_gradient_, static_cast<size_t>(rows()) * d_model());
-      return norm_gradient_;
-    }
-    tensor_parallel_.gather_from_sequence_parallel_region_backward(
-        norm_gradient_, norm_shard_gradient_, local_rows_ * d_model());
-    return norm_shard_gradient_;
-  }
-  // Where a row-parallel linear (or the vocab-parallel embedding) writes its
-  // partial output [BT, C] for `out` [local, C]: out itself, summed in place
-  // by g, or sequence_full_, reduce-scattered into out.
-  void* row_parallel_output(void* out) {
-    return tensor_parallel_.sequence_parallel() ? sequence_full_ : out;
-  }
-  void reduce_row_parallel_output(void* out) {
-    if (!tensor_parallel_.sequence_parallel()) {
-      tensor_parallel_.g_forward(out, static_cast<size_t>(rows()) * d_model());
-      return;
-    }
-    tensor_parallel_.reduce_scatter_to_sequence_parallel_region(sequence_full_, out,
-                                                                local_rows_ * d_model());
-  }
-  // Backward: the gradient [BT, C] of that output from residual_gradient_
-  // [local, C]: residual_gradient_ itself (g's backward is the identity), or
-  // every rank's shard gathered into sequence_full_.
-  const void* row_parallel_output_gradient() {
-    return row_parallel_output_gradient(residual_gradient_);
-  }
-  // The same for another [local, C] gradient (the embedding's, kept for
-  // backward_weight).
-  const void* row_parallel_output_gradient(const void* gradient) {
-    if (!tensor_parallel_.sequence_parallel()) return gradient;
-    tensor_parallel_.reduce_scatter_to_sequence_parallel_region_backward(gradient, sequence_full_,
-                                                                         local_rows_ * d_model());
-    return sequence_full_;
-  }
-  // Runs a norm's backward, backward(d_weight, d_bias), accumulating the
-  // weight gradient at weight_offset (and the bias's at bias_offset, or
-  // kNoBias). With sequence parallelism each rank's gradient covers only its
-  // tokens: computed into scratch, summed over the group, then added.
-  template <typename Backward>
-  void norm_weight_gradients(size_t weight_offset, size_t bias_offset, Backward backward) {
-    const bool has_bias = bias_offset != kNoBias;
-    if (!tensor_parallel_.sequence_parallel()) {
-      backward(grad(weight_offset), has_bias ? grad(bias_offset) : nullptr);
-      return;
-    }
-    const size_t C = d_model();
-    zero(norm_weight_gradient_, has_bias ? 2 * C : C);
-    void* bias_gradient = kernels::element_at(norm_weight_gradient_, C, dtype_);
-    backward(norm_weight_gradient_, has_bias ? bias_gradient : nullptr);
-    tensor_parallel_.all_reduce_sequence_parallel_gradients(norm_weight_gradient_,
-                                                            has_bias ? 2 * C : C);
-    ops_.residual_forward(grad(weight_offset), grad(weight_offset), norm_weight_gradient_, C);
-    if (has_bias) ops_.residual_forward(grad(bias_offset), grad(bias_offset), bias_gradient, C);
-  }
-  size_t d_model() const { return decoder_layout_.config().d_model; }
-  // The vocab-parallel embedding of tokens(slot) into the stage input out
-  // [local, C]: each rank looks up its vocabulary rows (zeros elsewhere),
-  // summed over the group (all-reduce, or with sequence parallelism a
-  // reduce-scatter into the token shard). add_positions(x [BT, C]), when
-  // set, adds what every token gets (GPT-2's positions): after the sum, or
-  // with sequence parallelism before it by tensor rank 0 only (like a
-  // row-parallel bias), which gives bitwise the same sum.
-  void vocab_parallel_embedding(int slot, void* out, size_t table_offset,
-                                const std::function<void(void*)>& add_positions = {}) {
-    const int C = static_cast<int>(d_model());
-    if (!tensor_parallel_.sequence_parallel()) {
-      tensor_parallel_.vocab_parallel_embedding_forward(out, tokens(slot), param(table_offset),
-                                                        rows(), decoder_layout_.vocab_start(),
-                                                        decoder_layout_.local_vocab(), C);
-      if (add_positions) add_positions(out);
-      return;
-    }
-    ops_.token_embedding_forward(sequence_full_, tokens(slot), param(table_offset), rows(),
-                                 decoder_layout_.vocab_start(), decoder_layout_.local_vocab(), C);
-    if (add_positions && tensor_parallel_.adds_row_parallel_bias()) add_positions(sequence_full_);
-    reduce_row_parallel_output(out);
-  }
-
   // For allocate_block: a field of a block's activations, allocated when the
   // block keeps it (`keep`) or when allocating the scratch itself (shared
   // null), else the shared scratch's.
@@ -551,27 +430,12 @@ class DecoderStage : public ModelStage {
   virtual void final_norm_forward(Slot& slot, const void* x) = 0;
   virtual void final_norm_backward(Slot& slot, const void* x, const void* norm_gradient) = 0;
 
-  const DecoderLayout& decoder_layout_;
   const bool output_gradient_per_slot_;
-  TensorParallel tensor_parallel_;
   std::vector<Slot> slots_;
   Activations recompute_scratch_;
-  size_t local_rows_;
   ContextRing context_ring_;
   std::unique_ptr<ContextAttention> context_attention_;
   int current_slot_ = 0;  // the micro-batch a forward or backward works on
-  // Gradient scratch shared by all layers and slots: d(residual stream)
-  // [local, C], flowing backward through the blocks, and the partial gradient
-  // of a column-parallel linear's input [BT, C].
-  void* residual_gradient_ = nullptr;
-  void* norm_gradient_ = nullptr;
-  // Sequence parallelism only (workspace): the gathered input of a
-  // column-parallel linear, the partial output of a row-parallel one, or a
-  // gathered gradient [BT, C]; a norm's output gradient shard [local, C]; a
-  // norm's weight and bias gradients before their sum over the group [2C].
-  void* sequence_full_ = nullptr;
-  void* norm_shard_gradient_ = nullptr;
-  void* norm_weight_gradient_ = nullptr;
 
  private:
   // What backward_weight does for a slot, recorded by backward_input in
