@@ -366,6 +366,11 @@ class StageCostModel {
   void set_context_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
   void set_pipeline(const MeasuredProfile* profile, double busy, BubbleEstimate bubble);
   void set_data_parallel(const MeasuredProfile* profile, double busy, const DeviceModel& device);
+  // One block's parameters on a tensor rank (ZeRO's block units); the share
+  // of a block's backward that reads its weights (all, or a split
+  // backward's B).
+  int64_t zero_block_parameters() const;
+  double weight_reading_share() const;
   double unit_scatter_seconds(int pipeline_rank, int64_t elements) const;
   double unit_gather_seconds(int pipeline_rank, int64_t elements) const;
   void set_zero_two_scatters();   // (stage_reduction.cc, as the tail)
@@ -424,10 +429,10 @@ std::vector<ScheduleChoice> schedule_choices(const JobConfig& config, const Plan
 std::string why_no_schedule_choice(const JobConfig& config, const PlanSetting& setting,
                                    bool boundaries_restricted);
 
-// The larger ZeRO units the search re-costs a setting's plan with
-// (with_larger_zero_units): none where [planner] zero_layers_per_unit is set
-// or below ZeRO-2, else costs.larger_zero_unit at up to a pipeline stage's
-// share of the layers, where that is larger than one block.
-std::vector<int> zero_unit_choices(const JobConfig& config, const StageCostModel& costs);
+// The larger ZeRO unit the search re-costs a setting's plan with
+// (with_larger_zero_units): 1 (none) where [planner] zero_layers_per_unit is
+// set or below ZeRO-2, else costs.larger_zero_unit at up to a pipeline
+// stage's share of the layers.
+int zero_unit_to_try(const JobConfig& config, const StageCostModel& costs);
 
 }  // namespace paraplan

@@ -117,26 +117,30 @@ int fixed_zero_unit(const JobConfig& config, int zero_stage) {
   return shards_gradients(zero_stage) && fixed > 0 ? fixed : 1;
 }
 
-std::vector<int> zero_unit_choices(const JobConfig& config, const StageCostModel& costs) {
+int zero_unit_to_try(const JobConfig& config, const StageCostModel& costs) {
   // (Not costs.setting(): the bubble is not needed here, so not played out.)
   const PlanSetting& setting = costs.setting_before_bubble();
-  if (!shards_gradients(setting.zero_stage) || config.planner.zero_layers_per_unit > 0) return {};
+  if (!shards_gradients(setting.zero_stage) || config.planner.zero_layers_per_unit > 0) return 1;
   const int p = setting.shape.pipeline_stages;
-  const int units = costs.larger_zero_unit((config.model.num_layers + p - 1) / p);
-  if (units <= 1) return {};
-  return {units};
+  return costs.larger_zero_unit((config.model.num_layers + p - 1) / p);
+}
+
+int64_t StageCostModel::zero_block_parameters() const {
+  return stage_parameters(config_->model, {0, 1, false, false, {}}, setting_.shape.tensor_parallel,
+                          options_.ignore_small_tensor_threshold);
+}
+
+double StageCostModel::weight_reading_share() const {
+  return splits_backward(setting_.schedule.kind) ? 1 - setting_.schedule.weight_of_backward : 1.0;
 }
 
 double StageCostModel::zero_unit_seconds_per_block(int k) const {
   if (!shards_gradients(setting_.zero_stage)) return 0;
   k = std::max(k, 1);
-  const int64_t block =
-      stage_parameters(config_->model, {0, 1, false, false, {}}, setting_.shape.tensor_parallel,
-                       options_.ignore_small_tensor_threshold);
+  const int64_t block = zero_block_parameters();
   const bool overlap = config_->cluster.overlap_communication;
   const bool gathers = shards_parameters(setting_.zero_stage);
-  const double reading =
-      splits_backward(setting_.schedule.kind) ? 1 - setting_.schedule.weight_of_backward : 1.0;
+  const double reading = weight_reading_share();
   const double scatter = unit_scatter_seconds(0, block * k);
   const double backward = block_backward_[0] * k;
   double exposed = overlap ? std::max(0.0, scatter - backward) : scatter;
@@ -150,15 +154,14 @@ double StageCostModel::zero_unit_seconds_per_block(int k) const {
 
 int StageCostModel::larger_zero_unit(int max_blocks) const {
   if (!shards_gradients(setting_.zero_stage) || max_blocks < 2) return 1;
-  const auto per_block = [&](int k) { return zero_unit_seconds_per_block(k); };
-  // A larger unit costs gathered memory, a longer first gather and another
-  // partition solve: only one that saves a block a hundredth of its compute.
-  const double one = per_block(1);
+  // A larger unit costs gathered memory and a longer first gather: only one
+  // that saves a block a hundredth of its compute.
+  const double one = zero_unit_seconds_per_block(1);
   const double worth = one - 0.01 * (block_forward_ + block_backward_[0]);
   int best = 1;
   double best_seconds = one;
   for (int k = 2; k <= std::min(max_blocks, kLargestZeroUnit); k *= 2) {
-    const double seconds = per_block(k);
+    const double seconds = zero_unit_seconds_per_block(k);
     if (seconds < best_seconds && seconds < worth) best = k, best_seconds = seconds;
   }
   return best;
@@ -168,7 +171,7 @@ void StageCostModel::set_zero_two_scatters() {
   const ModelConfig& model = config_->model;
   const int t = setting_.shape.tensor_parallel;
   const int64_t replicate_below = options_.ignore_small_tensor_threshold;
-  const int64_t block = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
+  const int64_t block = zero_block_parameters();
   const int units = std::max(setting_.zero_layers_per_unit, 1);
   zero_two_tail_.assign(num_stages(), {});
   for (int s = 0; s < num_stages(); ++s) {
@@ -194,7 +197,7 @@ void StageCostModel::set_zero_three_gathers() {
   const ModelConfig& model = config_->model;
   const int t = setting_.shape.tensor_parallel;
   const int64_t replicate_below = options_.ignore_small_tensor_threshold;
-  const int64_t block = stage_parameters(model, {0, 1, false, false, {}}, t, replicate_below);
+  const int64_t block = zero_block_parameters();
   zero_three_gathers_.assign(num_stages(), {});
   for (int s = 0; s < num_stages(); ++s) {
     const auto gather = [&](int64_t elements) { return unit_gather_seconds(s, elements); };
@@ -228,8 +231,7 @@ StageCostModel::GatherPass StageCostModel::gather_pass(int pipeline_rank, bool b
   const int chunks = std::max(setting_.schedule.virtual_stages, 1);
   // A split backward's B reads the weights; its W (a share of the backward)
   // reads none and hides nothing.
-  const double reading =
-      splits_backward(setting_.schedule.kind) ? 1 - setting_.schedule.weight_of_backward : 1.0;
+  const double reading = weight_reading_share();
   // A unit of k blocks: one gather behind k blocks' compute.
   const int k = std::max(setting_.zero_layers_per_unit, 1);
   const double block_compute = (backward ? block_backward_[0] * reading : block_forward_) * k;

@@ -49,8 +49,7 @@ ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_eleme
   gradients.split_backward = split_backward;
   gradients.layers_per_unit = std::max(layers_per_unit, 1);
   gradients.block_elements = block_elements;
-  gradients.unit_padded =
-      padded_to_shard_unit(block_elements * gradients.layers_per_unit, gradients.group);
+  gradients.unit_padded = gradients.padded_blocks(gradients.layers_per_unit);
   for (int i = 0; i < ends.count; ++i) {
     const int64_t padded = padded_to_shard_unit(ends.elements[i], gradients.group);
     gradients.ends_padded += padded;
@@ -62,20 +61,6 @@ ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_eleme
     }
   }
   return gradients;
-}
-
-int64_t ZeroTwoGradients::largest_grouped(int blocks) const {
-  const int64_t largest_unit = blocks >= layers_per_unit
-                                   ? unit_padded
-                                   : padded_to_shard_unit(block_elements * blocks, group);
-  return std::max(largest_unit, streamed_largest);
-}
-
-int64_t ZeroTwoGradients::shard_grouped(int blocks) const {
-  const int64_t full = blocks > 0 ? blocks / layers_per_unit : 0;
-  const int left = blocks > 0 ? blocks % layers_per_unit : 0;
-  const int64_t left_padded = left > 0 ? padded_to_shard_unit(block_elements * left, group) : 0;
-  return (full * unit_padded + left_padded + ends_padded) / group;
 }
 
 double zero_paper_model_state_bytes(double parameters, int zero_stage, int data_parallel,

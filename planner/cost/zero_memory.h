@@ -95,13 +95,11 @@ struct ZeroTwoGradients {
   int64_t streamed_largest = 0;  // the largest streamed end unit, padded (0: none)
   int streamed_ends = 0;         // streamed end units
   int64_t ends_padded = 0;       // every end unit, padded, summed
-  // The units `blocks` blocks make. (These run in the search's innermost
-  // loop: units of one block take the plain product.)
+  // The units `blocks` blocks make, and n blocks' unit padded.
   int64_t block_units(int blocks) const {
-    if (blocks <= 0) return 0;
-    return layers_per_unit == 1 ? blocks
-                                : (int64_t{blocks} + layers_per_unit - 1) / layers_per_unit;
+    return blocks > 0 ? (int64_t{blocks} + layers_per_unit - 1) / layers_per_unit : 0;
   }
+  int64_t padded_blocks(int n) const { return padded_to_shard_unit(block_elements * n, group); }
   // The pool's slots with `blocks` blocks: 2, or under split backward one
   // per streamed unit (at least 2: an upper bound); 0 when nothing streams.
   int64_t pool_slots(int blocks) const {
@@ -111,9 +109,10 @@ struct ZeroTwoGradients {
   }
   // The largest streamed unit with `blocks` blocks, padded (0: none streams).
   int64_t largest_streamed(int blocks) const {
-    if (layers_per_unit == 1 || blocks <= 0)
-      return std::max(blocks > 0 ? unit_padded : 0, streamed_largest);
-    return largest_grouped(blocks);
+    const int64_t largest_blocks = blocks <= 0                 ? 0
+                                   : blocks >= layers_per_unit ? unit_padded
+                                                               : padded_blocks(blocks);
+    return std::max(largest_blocks, streamed_largest);
   }
   // One slot: the largest streamed unit, padded, and its receive chunk.
   int64_t slot_elements(int blocks) const {
@@ -122,9 +121,10 @@ struct ZeroTwoGradients {
   }
   // The rank's gradient shard: every unit's chunk.
   int64_t shard_elements(int blocks) const {
-    if (layers_per_unit == 1)
-      return (int64_t{std::max(blocks, 0)} * unit_padded + ends_padded) / group;
-    return shard_grouped(blocks);
+    const int n = std::max(blocks, 0), left = n % layers_per_unit;
+    return (n / layers_per_unit * unit_padded + (left > 0 ? padded_blocks(left) : 0) +
+            ends_padded) /
+           group;
   }
   // Everything, in bytes for a storage dtype of element_bytes: resident
   // units, the pool and, under a dtype narrower than fp32, the resident
@@ -138,10 +138,6 @@ struct ZeroTwoGradients {
   }
   // What the parameter buffer holds beyond the parameters.
   int64_t parameter_spill() const { return group > 1 ? shard_unit_elements(group) - 1 : 0; }
-
- private:
-  int64_t largest_grouped(int blocks) const;
-  int64_t shard_grouped(int blocks) const;
 };
 ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
                                     bool split_backward, int layers_per_unit = 1);

@@ -190,7 +190,7 @@ ExhaustiveResult exhaustive_best_plan(const JobConfig& config, const MeasuredPro
           // the search does (with_larger_zero_units).
           if (!setting_best) continue;
           PlanCandidate best = with_larger_zero_units(config, std::move(*setting_best),
-                                                      zero_unit_choices(config, costs), profile);
+                                                      zero_unit_to_try(config, costs), profile);
           if (!result.best ||
               best.estimate.prediction.step_seconds < result.best->estimate.prediction.step_seconds)
             result.best = std::move(best);

@@ -162,20 +162,18 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
 }
 
 PlanCandidate with_larger_zero_units(const JobConfig& config, PlanCandidate candidate,
-                                     const std::vector<int>& larger_units,
-                                     const MeasuredProfile* profile) {
+                                     int larger_unit, const MeasuredProfile* profile) {
+  if (larger_unit <= candidate.setting.zero_layers_per_unit) return candidate;
   const double limit = config.planner.consider_mem
                            ? plan_memory_limit_gb(config) * 1024.0 * 1024.0 * 1024.0
                            : std::numeric_limits<double>::infinity();
-  for (int units : larger_units) {
-    PlanCandidate larger = candidate;
-    larger.setting.zero_layers_per_unit = units;
-    larger.estimate = evaluate_plan(config, larger.setting, larger.stages, profile);
-    if (static_cast<double>(larger.estimate.peak_memory) <= limit &&
-        larger.estimate.prediction.step_seconds < candidate.estimate.prediction.step_seconds)
-      candidate = std::move(larger);
-  }
-  return candidate;
+  PlanCandidate larger = candidate;
+  larger.setting.zero_layers_per_unit = larger_unit;
+  larger.estimate = evaluate_plan(config, larger.setting, larger.stages, profile);
+  const bool better =
+      static_cast<double>(larger.estimate.peak_memory) <= limit &&
+      larger.estimate.prediction.step_seconds < candidate.estimate.prediction.step_seconds;
+  return better ? larger : candidate;
 }
 
 namespace {
@@ -390,7 +388,7 @@ class SettingSolver {
     // ZeRO-2 and 3: the plan with the larger unit its cost model prefers.
     if (solved.status == PartitionStatus::Found)
       solved.candidate = with_larger_zero_units(config_, std::move(solved.candidate),
-                                                zero_unit_choices(config_, costs), profile_);
+                                                zero_unit_to_try(config_, costs), profile_);
     std::lock_guard<std::mutex> lock(mutex_);
     ++result_.statistics.solved;
     result_.statistics.slots_evaluated += solved.slots_evaluated;

@@ -91,14 +91,13 @@ PlanCandidate make_candidate(const JobConfig& config, const PlanSetting& setting
                              const StagePartition& partition, const MeasuredProfile* profile);
 
 // ZeRO-2 and 3's units: `candidate`, a setting's best plan with its own
-// units, re-costed with each of `larger_units` (zero_unit_choices: the
+// units, re-costed with `larger_unit` layers per unit (zero_unit_to_try: the
 // larger unit its cost model prefers, where [planner] zero_layers_per_unit
-// is unset); the fastest that fits memory (consider_mem), `candidate` on a
-// tie. One estimate each, no partition solve: the stages and recomputation
-// stay the ones found for the setting's own units.
+// is unset; 1: none); that plan where it fits memory (consider_mem) and is
+// faster, else `candidate`. One estimate, no partition solve: the stages
+// and recomputation stay the ones found for the setting's own units.
 PlanCandidate with_larger_zero_units(const JobConfig& config, PlanCandidate candidate,
-                                     const std::vector<int>& larger_units,
-                                     const MeasuredProfile* profile);
+                                     int larger_unit, const MeasuredProfile* profile);
 
 // Orders candidates: faster first, then fewer stages, less TP, less context
 // parallelism, the lower ZeRO stage, larger micro-batches, no sequence parallelism.
