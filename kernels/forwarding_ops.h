@@ -95,6 +95,16 @@ class ForwardingOps : public Ops {
     inner_->linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
                             out_features, dinp_write);
   }
+  void linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
+                           const void* bias, int rows, int in_features, int out_features) override {
+    inner_->linear_gelu_forward(pre_gelu, out, inp, weight, bias, rows, in_features, out_features);
+  }
+  void linear_backward_gelu(void* dpre_gelu, const void* dout, const void* weight,
+                            const void* pre_gelu, int rows, int in_features,
+                            int out_features) override {
+    inner_->linear_backward_gelu(dpre_gelu, dout, weight, pre_gelu, rows, in_features,
+                                 out_features);
+  }
   void gelu_forward(void* out, const void* inp, size_t n) override {
     inner_->gelu_forward(out, inp, n);
   }
@@ -192,6 +202,10 @@ class ForwardingOps : public Ops {
                              const AdamWStep& hyperparameters) override {
     inner_->adamw_float_gradients(master, params, grads, first_moment, second_moment, n,
                                   hyperparameters);
+  }
+  void adamw_runs(const std::vector<AdamWRun>& runs, bool float_gradients,
+                  const AdamWStep& hyperparameters, const GradientClip& clip) override {
+    inner_->adamw_runs(runs, float_gradients, hyperparameters, clip);
   }
   double sum_of_squares(const void* x, size_t n) override { return inner_->sum_of_squares(x, n); }
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {

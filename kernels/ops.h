@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -77,6 +78,32 @@ struct AdamWStep {
 // 1 - beta^step, computed in double and rounded to float: every backend's
 // AdamW divides by these same floats.
 float adamw_bias_correction(float beta, int step);
+
+// One run of parameters for Ops::adamw_runs: n elements at each pointer, as
+// Ops::adamw takes them, with the run's own weight decay.
+struct AdamWRun {
+  float* master = nullptr;
+  void* params = nullptr;       // storage; with fp32 storage possibly master itself
+  const void* grads = nullptr;  // storage dtype, or fp32 (adamw_runs' float_gradients)
+  float* first_moment = nullptr;
+  float* second_moment = nullptr;
+  size_t n = 0;
+  float weight_decay = 0;
+};
+
+// Global-norm clipping as Ops::adamw_runs applies it: where max_norm > 0 and
+// clip_scale (below) of *sum_of_squares is under 1, every gradient is
+// multiplied by it. sum_of_squares is one double of backend memory (the
+// device on CUDA, where the backend reads it itself: no host round trip).
+struct GradientClip {
+  const double* sum_of_squares = nullptr;  // null: no clipping
+  float max_norm = 0;                      // 0: no clipping
+};
+
+// torch's clip_grad_norm_ factor, max_norm / (sqrt(sum_of_squares) + 1e-6),
+// in double, rounded to float; 1 where it is not below 1 or max_norm is 0.
+// The CUDA kernel computes the same expression on the device.
+float clip_scale(double sum_of_squares, float max_norm);
 
 class Ops {
  public:
@@ -189,6 +216,24 @@ class Ops {
   virtual void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int rows, int in_features,
                                int out_features, GradientWrite dinp_write) = 0;
+
+  // A linear layer followed by GELU (GPT-2's MLP up-projection): pre_gelu =
+  // inp @ weight^T + bias (bias may be null), out = gelu(pre_gelu), both
+  // [rows, out_features]: what linear_forward then gelu_forward give. The
+  // CUDA backend computes both in the GEMM's epilogue (cuBLASLt
+  // GELU_AUX_BIAS: one pass over the output instead of three), its GELU from
+  // the unrounded sum.
+  virtual void linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
+                                   const void* bias, int rows, int in_features, int out_features);
+  // The input gradient of a linear layer whose input was gelu(pre_gelu),
+  // carried through the GELU: dpre_gelu = gelu'(pre_gelu) * (dout @ weight),
+  // overwritten, [rows, in_features]: what linear_backward's dinp (written
+  // into dpre_gelu) then gelu_backward in place give. The CUDA backend
+  // applies gelu' in the GEMM's epilogue (cuBLASLt DGELU). The layer's
+  // weight and bias gradients are linear_backward's, with dinp null.
+  virtual void linear_backward_gelu(void* dpre_gelu, const void* dout, const void* weight,
+                                    const void* pre_gelu, int rows, int in_features,
+                                    int out_features);
 
   // ---- elementwise -----------------------------------------------------------------------
   // GELU, tanh approximation (as GPT-2).
@@ -359,6 +404,15 @@ class Ops {
   virtual void adamw_float_gradients(float* master, void* params, const float* grads,
                                      float* first_moment, float* second_moment, size_t n,
                                      const AdamWStep& hyperparameters) = 0;
+  // AdamW over every run in one pass (one launch on CUDA), each run as adamw
+  // (or adamw_float_gradients, with float_gradients) with the run's weight
+  // decay instead of hyperparameters.weight_decay, and the gradients scaled
+  // by clip's factor where clipping applies, else by
+  // hyperparameters.gradient_scale: bitwise what those per-run calls give.
+  // A backend that reports errors late (CUDA: a bad loss target) changes
+  // nothing while one is pending; check_deferred_errors() then reports it.
+  virtual void adamw_runs(const std::vector<AdamWRun>& runs, bool float_gradients,
+                          const AdamWStep& hyperparameters, const GradientClip& clip) = 0;
   // Sum of squares of the storage tensor x, accumulated in double in a fixed
   // order (waits for the device).
   virtual double sum_of_squares(const void* x, size_t n) = 0;

@@ -361,6 +361,11 @@ class CpuBfloat16Ops final : public Ops {
     cpu::adamw(pool_, DType::kBFloat16, DType::kFloat32, master, params, grads, first_moment,
                second_moment, n, hyperparameters);
   }
+  void adamw_runs(const std::vector<AdamWRun>& runs, bool float_gradients,
+                  const AdamWStep& hyperparameters, const GradientClip& clip) override {
+    cpu::adamw_runs(pool_, DType::kBFloat16, float_gradients ? DType::kFloat32 : DType::kBFloat16,
+                    runs, hyperparameters, clip);
+  }
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
     *accumulator += sum_of_squares(x, n);
   }

@@ -223,6 +223,10 @@ class CpuThreadPool;
 void adamw(CpuThreadPool& pool, DType storage, DType gradients, float* master, void* params,
            const void* grads, float* first_moment, float* second_moment, size_t n,
            const AdamWStep& hyperparameters);
+// Ops::adamw_runs: adamw run by run.
+void adamw_runs(CpuThreadPool& pool, DType storage, DType gradients,
+                const std::vector<AdamWRun>& runs, const AdamWStep& hyperparameters,
+                const GradientClip& clip);
 double sum_of_squares(CpuThreadPool& pool, std::vector<double>& block_sums, DType storage,
                       const void* x, size_t n);
 

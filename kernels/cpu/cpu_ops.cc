@@ -506,6 +506,10 @@ class CpuOps final : public Ops {
                              const AdamWStep& hyperparameters) override {
     adamw(master, params, grads, first_moment, second_moment, n, hyperparameters);
   }
+  void adamw_runs(const std::vector<AdamWRun>& runs, bool /*float_gradients: fp32 either way*/,
+                  const AdamWStep& hyperparameters, const GradientClip& clip) override {
+    cpu::adamw_runs(pool_, DType::kFloat32, DType::kFloat32, runs, hyperparameters, clip);
+  }
 
   // The host is the device: accumulating is adding at once.
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {

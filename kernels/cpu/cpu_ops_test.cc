@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -222,6 +223,44 @@ TEST_F(CpuOpsTest, GeluKnownValues) {
   const std::vector<float> dout = {1.0f, 0.0f, 0.0f};
   ops->gelu_backward(dinp.data(), inp.data(), dout.data(), 3, GradientWrite::kAccumulate);
   EXPECT_NEAR(dinp[0], 1.5f, kTolerance);
+}
+
+// The MLP's linear + GELU ops (the CPU runs them as their two ops; the CUDA
+// backend fuses them): bitwise the ops one by one, the backward's GELU run
+// in place over the input gradient, in both storage dtypes.
+TEST(CpuGeluGemm, IsTheTwoOpsBitwiseInBothDtypes) {
+  const int rows = 5, in = 6, hidden = 8, out = 3;
+  auto values = [](size_t n, float step) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = std::sin(step * static_cast<float>(i + 1)) * 1.5f;
+    return v;
+  };
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    std::unique_ptr<Ops> ops = make_cpu_ops(1, dtype);
+    const size_t e = dtype_bytes(dtype);
+    auto stored = [&](const std::vector<float>& v) {
+      std::vector<unsigned char> bytes(v.size() * e);
+      host_from_float(bytes.data(), v.data(), dtype, v.size());
+      return bytes;
+    };
+    const auto inp = stored(values(rows * in, 0.3f)), up = stored(values(hidden * in, 0.7f));
+    const auto bias = stored(values(hidden, 1.1f)), down = stored(values(out * hidden, 0.9f));
+    const auto dout = stored(values(rows * out, 0.5f));
+    const size_t n = static_cast<size_t>(rows) * hidden;
+    std::vector<unsigned char> pre(n * e), gelu(n * e), dpre(n * e, 0xff);
+    ops->linear_gelu_forward(pre.data(), gelu.data(), inp.data(), up.data(), bias.data(), rows, in,
+                             hidden);
+    ops->linear_backward_gelu(dpre.data(), dout.data(), down.data(), pre.data(), rows, hidden, out);
+    std::vector<unsigned char> pre2(n * e), gelu2(n * e), dgelu(n * e), dpre2(n * e);
+    ops->linear_forward(pre2.data(), inp.data(), up.data(), bias.data(), rows, in, hidden);
+    ops->gelu_forward(gelu2.data(), pre2.data(), n);
+    ops->linear_backward(dgelu.data(), nullptr, nullptr, dout.data(), nullptr, down.data(), rows,
+                         hidden, out, GradientWrite::kOverwrite);
+    ops->gelu_backward(dpre2.data(), pre2.data(), dgelu.data(), n, GradientWrite::kOverwrite);
+    EXPECT_EQ(pre, pre2) << dtype_name(dtype);
+    EXPECT_EQ(gelu, gelu2) << dtype_name(dtype);
+    EXPECT_EQ(dpre, dpre2) << dtype_name(dtype);
+  }
 }
 
 TEST_F(CpuOpsTest, ResidualAccumulateScale) {

@@ -146,6 +146,22 @@ void adamw(CpuThreadPool& pool, DType storage, DType gradients, float* master, v
                                                     second_moment, n, c);
 }
 
+void adamw_runs(CpuThreadPool& pool, DType storage, DType gradients,
+                const std::vector<AdamWRun>& runs, const AdamWStep& hyperparameters,
+                const GradientClip& clip) {
+  AdamWStep run_step = hyperparameters;
+  // The host is the device: the sum of squares is read where it lies.
+  if (clip.sum_of_squares != nullptr && clip.max_norm > 0) {
+    const float scale = clip_scale(*clip.sum_of_squares, clip.max_norm);
+    if (scale < 1.0f) run_step.gradient_scale = scale;
+  }
+  for (const AdamWRun& run : runs) {
+    run_step.weight_decay = run.weight_decay;
+    adamw(pool, storage, gradients, run.master, run.params, run.grads, run.first_moment,
+          run.second_moment, run.n, run_step);
+  }
+}
+
 double sum_of_squares(CpuThreadPool& pool, std::vector<double>& block_sums, DType storage,
                       const void* x, size_t n) {
   return storage == DType::kBFloat16

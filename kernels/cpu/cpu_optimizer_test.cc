@@ -4,7 +4,8 @@
 // every thread count; the fp32-gradient ops of ZeRO-2's fp32 shard
 // (accumulate_into_float, adamw_float_gradients,
 // accumulate_float_sum_of_squares) and the context-parallel ring's fp32
-// sums (accumulate_float32) for both storage dtypes.
+// sums (accumulate_float32) for both storage dtypes; adamw_runs bitwise the
+// run-by-run adamw calls, and clip_scale.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "kernels/cpu/cpu_ops_test_support.h"
 #include "kernels/cpu/openblas_library.h"
 #include "kernels/ops.h"
+#include "kernels/testing/adamw_runs_case.h"
 
 namespace paraplan::kernels {
 namespace {
@@ -223,6 +225,30 @@ TEST_P(FloatGradientOps, FloatSumOfSquaresSumsFp32ValuesAsTheFp32Backend) {
 // num_threads): the same bits for 1, 2, 3 and 8 threads, for both storage
 // dtypes, on a buffer of many tasks and blocks with a ragged end. The sum is
 // checked against a long double sum too (its order is fixed, not arbitrary).
+TEST(CpuOptimizer, ClipScaleIsTorchsClipGradNormFactor) {
+  EXPECT_EQ(clip_scale(100.0, 1.0f), static_cast<float>(1.0 / (10.0 + 1e-6)));
+  EXPECT_EQ(clip_scale(0.25, 1.0f), 1.0f);  // norm 0.5 is under max_norm: no clip
+  EXPECT_EQ(clip_scale(4.0, 2.0f), static_cast<float>(2.0 / (2.0 + 1e-6)));  // just below 1
+  EXPECT_EQ(clip_scale(1e6, 0.0f), 1.0f);  // max_norm 0: clipping off
+}
+
+// Run lists as the distributed optimizer makes them, both dtypes, storage
+// and fp32 gradients: one adamw_runs per step is the per-run adamw calls.
+TEST(CpuOptimizer, AdamWRunsIsAdamWRunByRunBitwise) {
+  namespace cases = adamw_runs_testing;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    std::unique_ptr<Ops> ops = make_cpu_ops(2, dtype);
+    for (bool float_gradients : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (float_gradients ? " fp32 gradients" : ""));
+      const cases::Result fused = cases::run_case(*ops, true, float_gradients);
+      EXPECT_TRUE(cases::same_bits(fused, cases::run_case(*ops, false, float_gradients)));
+      const cases::Changed changed = cases::changed_master_weights(fused);
+      EXPECT_EQ(changed.in_runs, cases::run_elements());
+      EXPECT_EQ(changed.in_gaps, 0u);
+    }
+  }
+}
+
 TEST(CpuOptimizerThreads, AdamWAndSumOfSquaresAreBitwiseTheSameForEveryThreadCount) {
   const int before = cpu::openblas_library().openblas_get_num_threads();
   const size_t n = (size_t{1} << 20) + 4099;

@@ -7,9 +7,12 @@
 // checked, so a typo fails whatever the dtype.) And the attention kernels:
 // by default bf16 storage runs the tensor-core flash attention where it
 // applies (head_dim 64 or 128, cuda_attention_tensor_core.cu);
-// PARAPLAN_CUDA_ATTENTION=fma forces the fp32 FMA kernels everywhere. Both
-// variables are read once, when the Ops object is made. The op set itself is
-// in cuda_ops.cu.
+// PARAPLAN_CUDA_ATTENTION=fma forces the fp32 FMA kernels everywhere. And
+// GPT-2's MLP GELU: by default in the GEMMs' epilogues (cuBLASLt GELU_AUX_BIAS
+// and DGELU); PARAPLAN_CUDA_GELU_EPILOGUE=0 runs the GELU kernels instead (the
+// before of a before/after, or a cuBLASLt that misbehaves). The variables
+// are read once, when the Ops object is made. The op set itself is in
+// cuda_ops.cu.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +52,18 @@ bool tensor_core_attention_allowed() {
                            "applies, the default) or fma (the fp32 FMA kernels everywhere)");
 }
 
+// PARAPLAN_CUDA_GELU_EPILOGUE: unset, 1, on -> in the GEMMs; 0, off -> GELU kernels.
+bool gelu_epilogue_allowed() {
+  const char* value = std::getenv("PARAPLAN_CUDA_GELU_EPILOGUE");
+  if (value == nullptr) return true;
+  const std::string text(value);
+  if (text.empty() || text == "1" || text == "on") return true;
+  if (text == "0" || text == "off") return false;
+  throw std::runtime_error("PARAPLAN_CUDA_GELU_EPILOGUE='" + text +
+                           "' is not understood; use 1 (GELU in the GEMMs' epilogues, the "
+                           "default) or 0 (the GELU kernels)");
+}
+
 }  // namespace
 
 int cuda_device_count() {
@@ -78,8 +93,10 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
     throw std::runtime_error("--backend cuda: device index " + std::to_string(device) +
                              " is negative");
   }
-  return cuda::create_cuda_ops(device % count, tf32_allowed(), storage,
-                               tensor_core_attention_allowed());
+  return cuda::create_cuda_ops(device % count, storage,
+                               {.allow_tf32 = tf32_allowed(),
+                                .tensor_core_attention = tensor_core_attention_allowed(),
+                                .gelu_epilogue = gelu_epilogue_allowed()});
 }
 
 }  // namespace paraplan::kernels

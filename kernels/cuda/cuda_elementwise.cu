@@ -1,7 +1,7 @@
 // cuda_elementwise.cu: the CUDA backend's elementwise ops (GELU forward and
 // backward, residual, accumulate, scale, the bias broadcast of the linear
-// fallback, the fp32 <-> storage conversions), AdamW over fp32 master weights,
-// and the double-precision sum of squares, for fp32 and bf16 storage.
+// fallback, the fp32 <-> storage conversions) and the double-precision sum of
+// squares, for fp32 and bf16 storage (AdamW: cuda_optimizer.cu).
 //
 // Every kernel widens its storage inputs to fp32, computes in fp32 and rounds
 // each storage output once when it stores it (accumulations too: dx += y
@@ -12,10 +12,6 @@
 // 16-byte aligned, with a scalar tail for the last n % pack elements;
 // otherwise scalar. Each element's result depends only on its own inputs, so
 // the vector and scalar paths agree bitwise.
-// AdamW reads storage (or fp32: ZeRO-2's gradient shard) gradients and fp32
-// master weights and moments, and writes the master weights and their
-// rounding into the storage params (with fp32 storage, params may be the
-// master weights themselves).
 // sum_of_squares is two-pass with a fixed grid: per-block double partials (a
 // fixed tree inside each block), then one block sums the partials in order,
 // so the result is bitwise reproducible.
@@ -200,55 +196,6 @@ struct ToFloat {
   }
 };
 
-// T: the storage type of params; G: the gradients' (T, or float).
-template <typename T, typename G>
-struct AdamW {
-  static constexpr int kPackSize = kPack<T>;
-  float* master;
-  T* params;  // with float storage, possibly master itself
-  const G* grads;
-  float* first_moment;
-  float* second_moment;
-  float gradient_scale, learning_rate, beta1, beta2, epsilon, decay_factor, beta1_correction,
-      beta2_correction;
-
-  // The CPU backend's formula, operation for operation.
-  __device__ __forceinline__ void update(float& param, float grad, float& m, float& v) const {
-    grad *= gradient_scale;
-    m = beta1 * m + (1.0f - beta1) * grad;
-    v = beta2 * v + (1.0f - beta2) * grad * grad;
-    const float m_hat = m / beta1_correction;
-    const float v_hat = v / beta2_correction;
-    param = param * decay_factor - learning_rate * m_hat / (sqrtf(v_hat) + epsilon);
-  }
-  // Every read comes before every write, so params == master is fine.
-  __device__ void scalar(size_t i) const {
-    float param = master[i], m = first_moment[i], v = second_moment[i];
-    update(param, widen(grads[i]), m, v);
-    master[i] = param;
-    first_moment[i] = m;
-    second_moment[i] = v;
-    params[i] = narrow<T>(param);
-  }
-  __device__ void vector(size_t pack) const {
-    const size_t first = pack * kPackSize;
-    float p[kPackSize], m[kPackSize], v[kPackSize], g[kPackSize];
-    load_floats(p, master + first);
-    load_floats(m, first_moment + first);
-    load_floats(v, second_moment + first);
-    if constexpr (std::is_same_v<G, T>)
-      load_pack(g, grads, pack);
-    else
-      load_floats(g, grads + first);  // fp32 gradients beside bf16 params
-#pragma unroll
-    for (int k = 0; k < kPackSize; k++) update(p[k], g[k], m[k], v[k]);
-    store_floats(master + first, p);
-    store_floats(first_moment + first, m);
-    store_floats(second_moment + first, v);
-    store_pack(params, pack, p);
-  }
-};
-
 template <typename T>
 __global__ void broadcast_rows_kernel(T* out, const T* row, int rows, int cols) {
   const size_t total = static_cast<size_t>(rows) * cols;
@@ -409,41 +356,6 @@ void convert_to_float(DType storage, float* out, const void* in, size_t n, cudaS
   }
   launch_elementwise(ToFloat<bf16>{out, static_cast<const bf16*>(in)}, n,
                      is_aligned16(out) && is_aligned16(in), stream);
-}
-
-void adamw(DType storage, DType gradients, float* master, void* params, const void* grads,
-           float* first_moment, float* second_moment, size_t n, const AdamWStep& hyperparameters,
-           cudaStream_t stream) {
-  const float learning_rate = hyperparameters.learning_rate;
-  const float beta1_correction = adamw_bias_correction(hyperparameters.beta1, hyperparameters.step);
-  const float beta2_correction = adamw_bias_correction(hyperparameters.beta2, hyperparameters.step);
-  const bool vectorized = is_aligned16(master) && is_aligned16(params) && is_aligned16(grads) &&
-                          is_aligned16(first_moment) && is_aligned16(second_moment);
-  auto run = [&](auto storage_tag, auto gradient_tag) {
-    using T = typename decltype(storage_tag)::type;
-    using G = typename decltype(gradient_tag)::type;
-    const AdamW<T, G> op{master,
-                         static_cast<T*>(params),
-                         static_cast<const G*>(grads),
-                         first_moment,
-                         second_moment,
-                         hyperparameters.gradient_scale,
-                         learning_rate,
-                         hyperparameters.beta1,
-                         hyperparameters.beta2,
-                         hyperparameters.epsilon,
-                         1.0f - learning_rate * hyperparameters.weight_decay,
-                         beta1_correction,
-                         beta2_correction};
-    launch_elementwise(op, n, vectorized, stream);
-  };
-  // fp32 storage has fp32 gradients only: the same kernel either way.
-  with_storage(storage, [&](auto tag) {
-    if (gradients == DType::kFloat32)
-      run(tag, StorageTag<float>{});
-    else
-      run(tag, tag);
-  });
 }
 
 namespace {

@@ -16,6 +16,13 @@ uint32_t alignment_of(const void* pointer) {
   return static_cast<uint32_t>(std::min<uintptr_t>(256, address & (~address + 1)));
 }
 
+// The GELU epilogues, which write (GELU_AUX, GELU_AUX_BIAS) or read (DGELU)
+// a matrix of D's shape beside D: the pre-activation.
+bool uses_aux(uint32_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
+
 }  // namespace
 
 // One configuration's descriptors, destroyed with it, and its algorithm.
@@ -84,6 +91,12 @@ std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) con
         config->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &key.bias_type,
         sizeof(key.bias_type)));
   }
+  if (uses_aux(key.epilogue)) {
+    // The pre-activation has D's layout (its pointer is set per call).
+    const int64_t aux_ld = key.ldd;
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
+        config->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+  }
   // Stored shapes (before op): A is m x k or k x m, B is k x n or n x k.
   const bool ta = key.transa != CUBLAS_OP_N, tb = key.transb != CUBLAS_OP_N;
   PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatrixLayoutCreate(
@@ -135,7 +148,8 @@ std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) con
 
 bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                    const void* a, int lda, const void* b, int ldb, void* d, int ldd, float beta,
-                   cublasLtEpilogue_t epilogue, const void* bias, cudaDataType_t bias_type) {
+                   cublasLtEpilogue_t epilogue, const void* bias, cudaDataType_t bias_type,
+                   const void* aux) {
   const Key key{transa,
                 transb,
                 m,
@@ -156,6 +170,9 @@ bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, in
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
         config.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (uses_aux(key.epilogue))
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
+        config.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   const float alpha = 1.0f;
   PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmul(
       lt_, config.operation, &alpha, a, config.a, b, config.b, &beta, d, config.c, d, config.c,

@@ -37,12 +37,15 @@ class LtMatmul {
   // D[m, n] = op(A)[m, k] * op(B)[k, n] + beta * D (column-major), with an
   // optional epilogue (bias: the vector added to D's rows; BGRADB: where the
   // column sums of op(B) over k go) whose vector has element type bias_type.
-  // Returns false, having run nothing, when cuBLASLt has no algorithm for the
-  // configuration.
+  // The GELU epilogues take aux, a matrix of D's type and layout (ld ldd,
+  // 16-byte aligned): GELU_AUX(_BIAS) writes the pre-activation there and
+  // GELU of it into D; DGELU reads it and writes gelu'(aux) * product into
+  // D (beta 0). Returns false, having run nothing, when cuBLASLt has no
+  // algorithm for the configuration.
   bool run(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
            int lda, const void* b, int ldb, void* d, int ldd, float beta,
            cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT, const void* bias = nullptr,
-           cudaDataType_t bias_type = CUDA_R_32F);
+           cudaDataType_t bias_type = CUDA_R_32F, const void* aux = nullptr);
 
   // Configurations seen so far (each built once).
   size_t cached_configurations() const { return cache_.size(); }

@@ -63,11 +63,16 @@ class DeviceScratch {
   size_t retired_bytes_ = 0;
 };
 
-// The Ops object itself (cuda_ops.cu); make_cuda_ops (cuda_device.cu) picks
-// the device, the TF32 setting (which applies to fp32 storage only) and
-// whether attention may use the bf16 tensor-core kernels (PARAPLAN_CUDA_ATTENTION).
-std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage,
-                                     bool tensor_core_attention);
+// The CUDA Ops' switches, read from the environment by make_cuda_ops
+// (cuda_device.cu) when the object is made.
+struct CudaOpsSettings {
+  bool allow_tf32 = true;             // PARAPLAN_CUDA_TF32 (fp32 storage only)
+  bool tensor_core_attention = true;  // PARAPLAN_CUDA_ATTENTION: bf16 tensor-core kernels
+  bool gelu_epilogue = true;          // PARAPLAN_CUDA_GELU_EPILOGUE: GELU in the GEMMs
+};
+
+// The Ops object itself (cuda_ops.cu), on the device make_cuda_ops picked.
+std::unique_ptr<Ops> create_cuda_ops(int device, DType storage, const CudaOpsSettings& settings);
 
 // ---- cuda_elementwise.cu ----------------------------------------------------------------------
 // Storage tensors (void*) hold elements of `storage` (float or bf16); float* tensors are fp32.
@@ -97,7 +102,7 @@ void adamw(DType storage, DType gradients, float* master, void* params, const vo
 // doubles. Each adds its total to *accumulator (one device double), queued:
 // per-block double partials (a fixed tree inside each block), then one block
 // sums them in order, so the result is bitwise reproducible.
-constexpr int kSumOfSquaresBlocks = 256;
+constexpr int kSumOfSquaresBlocks = 1024;  // ~8 blocks of 256 threads per H100 SM
 void accumulate_sum_of_squares(DType storage, double* accumulator, const void* x, size_t n,
                                double* partials, cudaStream_t stream);
 // fp32 values summed in double.
@@ -182,7 +187,14 @@ void attention_block_backward(DType storage, float* dq_accumulator, float* dkv_a
 // one device word holding ~0ull; a kernel that meets a target out of range
 // stores there min((row << 32) | target bits) over the bad rows, without
 // waiting; CudaOps::check_deferred_errors reads it, resets it and throws
-// std::out_of_range as the CPU backend would have.
+// std::out_of_range as the CPU backend would have. CudaOps keeps two such
+// words: the fused cross-entropy's, and the vocab-parallel statistics' (a
+// negative target); adamw_runs (cuda_optimizer.cuh) reads both.
+inline constexpr int kFusedLossError = 0, kShardStatsError = 1;
+inline constexpr unsigned long long kNoTargetError = ~0ull;
+// Throws the std::out_of_range the CPU backend would have for the two words
+// read back (at least one set); vocab: the fused loss's vocabulary size.
+[[noreturn]] void throw_target_error(const unsigned long long errors[2], int vocab);
 
 void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,

@@ -24,6 +24,10 @@
 // std::out_of_range with the CPU backend's message.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
 
@@ -268,6 +272,18 @@ void cross_entropy_shard_finish(DType storage, float* losses, void* dlogits, con
         target_logit, vocab_local, vocab_start, loss_scale, vectorized_write);
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
+}
+
+void throw_target_error(const unsigned long long errors[2], int vocab) {
+  const bool fused = errors[kFusedLossError] != kNoTargetError;
+  const unsigned long long error = errors[fused ? kFusedLossError : kShardStatsError];
+  const int row = static_cast<int>(error >> 32);
+  const int target = static_cast<int>(static_cast<uint32_t>(error & 0xffffffffull));
+  throw std::out_of_range(
+      std::string(fused ? "softmax_cross_entropy" : "cross_entropy_shard_stats") + ": target " +
+      std::to_string(target) + " in row " + std::to_string(row) +
+      (fused ? " is outside the vocabulary [0, " + std::to_string(vocab) + ")"
+             : std::string(" is negative")));
 }
 
 }  // namespace paraplan::kernels::cuda

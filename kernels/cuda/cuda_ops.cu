@@ -24,10 +24,10 @@
 // type combination), the GEMM falls back to cublasGemmEx and the bias to a
 // broadcast (forward; the GEMM then adds with beta = 1, one rounding) or a
 // column-sum kernel (backward, fp32 sums, one rounding).
-// GELU is not fused into the forward GEMM (CUBLASLT_EPILOGUE_GELU_AUX_BIAS):
-// the op set has no linear + GELU op, and the epilogue would apply cuBLAS's
-// GELU to the unrounded fp32 pre-activation, not the gelu op's formula to the
-// stored one, so its bits would differ from linear_forward then gelu_forward.
+// linear_gelu_forward and linear_backward_gelu run GELU in the epilogue
+// (GELU_AUX_BIAS, DGELU) on the fp32 sum before it is rounded, so their bits
+// differ from the two-op path (CPU: tolerances), which they fall back to
+// where cuBLASLt has no algorithm or PARAPLAN_CUDA_GELU_EPILOGUE=0.
 //
 // Determinism: cuBLAS runs with atomics disallowed and an explicit workspace;
 // cuBLASLt's reduction schemes (none, in-place with ordering counters, or
@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_gemm.cuh"
 #include "kernels/cuda/cuda_kernels.cuh"
+#include "kernels/cuda/cuda_optimizer.cuh"
 #include "kernels/cuda/cuda_upload.cuh"
 #include "kernels/ops.h"
 
@@ -57,19 +58,15 @@ namespace {
 // cuBLASLt workspace (llm.c's size; enough for every split-K configuration).
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-// The two deferred target errors (cuda_loss.cu): the fused cross-entropy's,
-// and the vocab-parallel statistics' (a negative target).
-constexpr int kFusedLossError = 0, kShardStatsError = 1;
-constexpr unsigned long long kNoTargetError = ~0ull;
-
 }  // namespace
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(int device, bool allow_tf32, DType storage, bool tensor_core_attention)
+  CudaOps(int device, DType storage, const CudaOpsSettings& settings)
       : device_(device),
         storage_(storage),
-        tensor_core_attention_(tensor_core_attention),
+        tensor_core_attention_(settings.tensor_core_attention),
+        gelu_epilogue_(settings.gelu_epilogue),
         scratch_(nullptr) {
     try {
       PARAPLAN_CUDA_CHECK(cudaSetDevice(device_));
@@ -80,7 +77,8 @@ class CudaOps final : public Ops {
       const bool bf16 = storage_ == DType::kBFloat16;
       data_type_ = bf16 ? CUDA_R_16BF : CUDA_R_32F;
       // TF32 concerns fp32 inputs only; bf16 inputs run on tensor cores with fp32 accumulation.
-      compute_type_ = !bf16 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      compute_type_ =
+          !bf16 && settings.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       PARAPLAN_CUBLAS_CHECK(cublas_library().cublasCreate(&cublas_));
       PARAPLAN_CUBLAS_CHECK(cublas_library().cublasSetStream(cublas_, stream_));
       PARAPLAN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
@@ -91,13 +89,14 @@ class CudaOps final : public Ops {
       // Strict mode must not let CUBLAS_COMPUTE_32F drop to TF32 via the math
       // mode; bf16 outputs must not be reduced in bf16 (one rounding per output).
       const int math_mode =
-          (!bf16 && allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+          (!bf16 && settings.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
       PARAPLAN_CUBLAS_CHECK(
           cublas_library().cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
       lt_matmul_ = std::make_unique<LtMatmul>(data_type_, compute_type_, bf16, workspace_,
                                               kWorkspaceBytes, stream_);
       uploads_ = std::make_unique<PinnedUploads>(stream_);
+      adamw_runs_ = std::make_unique<AdamWRunTable>();
       // The partials of the fixed-order sums, and one more double: the
       // accumulator of sum_of_squares.
       PARAPLAN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumOfSquaresBlocks + 1) * sizeof(double)));
@@ -176,20 +175,12 @@ class CudaOps final : public Ops {
     PARAPLAN_CUDA_CHECK(
         cudaMemsetAsync(target_errors_, 0xff, 2 * sizeof(unsigned long long), stream_));
     PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const bool fused = errors[kFusedLossError] != kNoTargetError;
-    const unsigned long long error = errors[fused ? kFusedLossError : kShardStatsError];
-    const int row = static_cast<int>(error >> 32);
-    const int target = static_cast<int>(static_cast<uint32_t>(error & 0xffffffffull));
-    throw std::out_of_range(
-        std::string(fused ? "softmax_cross_entropy" : "cross_entropy_shard_stats") + ": target " +
-        std::to_string(target) + " in row " + std::to_string(row) +
-        (fused ? " is outside the vocabulary [0, " + std::to_string(loss_vocab_) + ")"
-               : std::string(" is negative")));
+    throw_target_error(errors, loss_vocab_);
   }
 
   size_t internal_bytes() const override {
     return kWorkspaceBytes + scratch_->capacity() + (kSumOfSquaresBlocks + 1) * sizeof(double) +
-           2 * sizeof(unsigned long long);
+           2 * sizeof(unsigned long long) + adamw_runs_->device_bytes();
   }
 
   void convert_from_float(void* out, const float* in, size_t n) override {
@@ -326,6 +317,32 @@ class CudaOps final : public Ops {
     }
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
          in_features, out, out_features, beta);
+  }
+
+  // The GELU epilogues need the pre-activation 16-byte aligned and its
+  // leading dimension (the features) a multiple of 8.
+  void linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
+                           const void* bias, int rows, int in_features, int out_features) override {
+    if (gelu_epilogue_ && rows > 0 && in_features > 0 && out_features % 8 == 0 &&
+        is_aligned16(pre_gelu) && (bias == nullptr || is_aligned16(bias)) &&
+        lt_matmul_->run(
+            CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
+            in_features, out, out_features, 0.0f,
+            bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
+            data_type_, pre_gelu))
+      return;
+    Ops::linear_gelu_forward(pre_gelu, out, inp, weight, bias, rows, in_features, out_features);
+  }
+  void linear_backward_gelu(void* dpre_gelu, const void* dout, const void* weight,
+                            const void* pre_gelu, int rows, int in_features,
+                            int out_features) override {
+    if (gelu_epilogue_ && rows > 0 && out_features > 0 && in_features % 8 == 0 &&
+        is_aligned16(pre_gelu) &&
+        lt_matmul_->run(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight,
+                        in_features, dout, out_features, dpre_gelu, in_features, 0.0f,
+                        CUBLASLT_EPILOGUE_DGELU, nullptr, data_type_, pre_gelu))
+      return;
+    Ops::linear_backward_gelu(dpre_gelu, dout, weight, pre_gelu, rows, in_features, out_features);
   }
 
   void linear_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -504,6 +521,13 @@ class CudaOps final : public Ops {
                 hyperparameters, stream_);
   }
 
+  void adamw_runs(const std::vector<AdamWRun>& runs, bool float_gradients,
+                  const AdamWStep& hyperparameters, const GradientClip& clip) override {
+    adamw_runs_->set(runs, *uploads_);
+    cuda::adamw_runs(storage_, float_gradients ? DType::kFloat32 : storage_, *adamw_runs_,
+                     hyperparameters, clip, target_errors_, stream_);
+  }
+
   double sum_of_squares(const void* x, size_t n) override {
     double* accumulator = sum_partials_ + kSumOfSquaresBlocks;
     PARAPLAN_CUDA_CHECK(cudaMemsetAsync(accumulator, 0, sizeof(double), stream_));
@@ -542,6 +566,7 @@ class CudaOps final : public Ops {
   void release() noexcept {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     scratch_.reset();
+    adamw_runs_.reset();
     uploads_.reset();
     lt_matmul_.reset();
     if (target_errors_ != nullptr) cudaFree(target_errors_);
@@ -560,6 +585,7 @@ class CudaOps final : public Ops {
   DType storage_;
   // bf16 attention on the tensor-core kernels where they apply (PARAPLAN_CUDA_ATTENTION).
   bool tensor_core_attention_;
+  bool gelu_epilogue_;  // GELU in the GEMMs' epilogues (PARAPLAN_CUDA_GELU_EPILOGUE)
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceScratch> scratch_;
   cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype
@@ -567,15 +593,15 @@ class CudaOps final : public Ops {
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<LtMatmul> lt_matmul_;  // the cached cuBLASLt configurations
   std::unique_ptr<PinnedUploads> uploads_;
+  std::unique_ptr<AdamWRunTable> adamw_runs_;  // the optimizer's runs, on the device
   void* workspace_ = nullptr;
   double* sum_partials_ = nullptr;
   unsigned long long* target_errors_ = nullptr;  // kFusedLossError, kShardStatsError
   int loss_vocab_ = 0;                           // the fused loss's last vocabulary size
 };
 
-std::unique_ptr<Ops> create_cuda_ops(int device, bool allow_tf32, DType storage,
-                                     bool tensor_core_attention) {
-  return std::make_unique<CudaOps>(device, allow_tf32, storage, tensor_core_attention);
+std::unique_ptr<Ops> create_cuda_ops(int device, DType storage, const CudaOpsSettings& settings) {
+  return std::make_unique<CudaOps>(device, storage, settings);
 }
 
 }  // namespace paraplan::kernels::cuda

@@ -122,8 +122,10 @@ int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, in
   // The device accumulators read once per step: the gradient norm's sum of
   // squares (every stage) and the losses' sum (the head's), a double each.
   const int64_t accumulators = has_head ? 16 : 8;
-  if (!is_llama(model))  // residual, norm, qkv, atty, fch, fch_gelu gradients
-    return e * sb * (2 * C + 3 * A + A + 2 * F / t) + row_terms + cross_entropy + accumulators +
+  // residual, norm, qkv, atty and fch gradients (the GELU output's gradient
+  // is never stored: Ops::linear_backward_gelu carries it through)
+  if (!is_llama(model))
+    return e * sb * (2 * C + 3 * A + A + F / t) + row_terms + cross_entropy + accumulators +
            sequence;
   const int64_t qkv = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
   const int64_t rotary_tables = int64_t{4} * model.seq_len * head_dim(model);  // fp32 cos, sin

@@ -360,6 +360,7 @@ ReplaySteps run_replay_steps(const ReplayOptions& options, RankState& rank,
     const double loss_sum =
         rank.executor->run_step(samples, static_cast<int64_t>(step) * training.global_batch_size(),
                                 loss_scale, hooks, measured ? &timer : nullptr);
+    rank.optimizer->finish_step();
     if (!measured) {
       run.step_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
       run.step_bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;

@@ -367,56 +367,27 @@ void DistributedOptimizer::accumulate_counted_squares(const void* gradients,
   flush();
 }
 
-double DistributedOptimizer::step(float learning_rate, int step) {
+void DistributedOptimizer::step(float learning_rate, int step) {
   // This rank's gradients: its shard under ZeRO-1 to 3 (fp32 under 2 and 3),
   // else the whole buffer; either is indexed by OwnedRange::shard_offset.
   void* gradients = sharded_ ? gradient_shard_ : stage_.gradients();
-  for (const OwnedRange& range : owned_) accumulate_counted_squares(gradients, range);
-  // The step's one wait for the device here: the norm decides the clip.
-  double squares = 0;
-  ops_.copy_to_host(&squares, squares_, sizeof(double));
   ops_.zero_bytes(squares_, sizeof(double));
-  // A bad target the loss kernels found (the CUDA backend reports it late)
-  // stops the step here, before AdamW changes anything, as the CPU backend
-  // stops at the loss itself; the device has just drained, so the read is
-  // all this costs.
-  ops_.check_deferred_errors();
-  groups_.world->all_reduce(&squares, 1, ReduceOp::kSum);
-  const double norm = std::sqrt(squares);
-  kernels::AdamWStep hyperparameters{.learning_rate = learning_rate,
-                                     .beta1 = settings_.beta1,
-                                     .beta2 = settings_.beta2,
-                                     .epsilon = settings_.epsilon,
-                                     .step = step};
-  // torch's clip_grad_norm_ rule, the same factor on every rank; AdamW applies
-  // it as it reads each gradient (no pass of its own over the gradients).
-  if (settings_.grad_clip > 0) {
-    const double factor = settings_.grad_clip / (norm + 1e-6);
-    if (factor < 1.0) hyperparameters.gradient_scale = static_cast<float>(factor);
-  }
-  void* parameters = stage_.parameters();
+  for (const OwnedRange& range : owned_) accumulate_counted_squares(gradients, range);
+  // Summed where it lies (the device under NCCL): nothing here waits for the
+  // device, and every rank derives the same clip factor from the same sum.
+  groups_.world->all_reduce(squares_, 1, ReduceOp::kSum);
   initialize_master();
-  for (size_t i = 0; i < owned_.size(); ++i) {
-    const OwnedRange& range = owned_[i];
-    for (const ParameterTensor& tensor : layout_.tensors()) {
-      const size_t from = std::max(range.begin, tensor.offset);
-      const size_t to = std::min(range.end, tensor.offset + tensor.size);
-      if (from >= to) continue;
-      const size_t at = from - range.begin + range.shard_offset;
-      hyperparameters.weight_decay = tensor.weight_decay ? settings_.weight_decay : 0.0f;
-      void* params = owned_parameters(i, from, at);
-      // fp32 storage: the parameters are the master weights.
-      float* master = master_ ? master_at(at) : static_cast<float*>(params);
-      const void* grads = kernels::element_at(gradients, at, gradient_dtype_);
-      if (sharded_gradients_)  // ZeRO-2 and 3: the fp32 shard
-        ops_.adamw_float_gradients(master, params, static_cast<const float*>(grads),
-                                   first_moment_ + at, second_moment_ + at, to - from,
-                                   hyperparameters);
-      else
-        ops_.adamw(master, params, grads, first_moment_ + at, second_moment_ + at, to - from,
-                   hyperparameters);
-    }
-  }
+  collect_adamw_runs(gradients);
+  // torch's clip_grad_norm_ rule, the factor applied as AdamW reads each
+  // gradient (no pass of its own over the gradients); while the backend
+  // holds a deferred error (a bad loss target) AdamW changes nothing.
+  const kernels::AdamWStep hyperparameters{.learning_rate = learning_rate,
+                                           .beta1 = settings_.beta1,
+                                           .beta2 = settings_.beta2,
+                                           .epsilon = settings_.epsilon,
+                                           .step = step};
+  ops_.adamw_runs(adamw_runs_, sharded_gradients_ != nullptr, hyperparameters,
+                  {.sum_of_squares = squares_, .max_norm = settings_.grad_clip});
   if (sharded_parameters_) {
     // ZeRO-3: each unit is gathered when it is read next.
     sharded_parameters_->parameters_updated();
@@ -424,13 +395,65 @@ double DistributedOptimizer::step(float learning_rate, int step) {
   } else if (sharded_) {
     // In buffer order, the order the next forward needs them.
     const int rank = groups_.zero->rank();
+    void* parameters = stage_.parameters();
     for (const GradientBucket& bucket : buckets_)
       groups_.zero->start_all_gather(
           kernels::element_at(parameters, bucket.begin + bucket.chunk * rank, dtype_),
           kernels::element_at(parameters, bucket.begin, dtype_), bucket.chunk, dtype_);
     parameters_pending_ = true;
   }
-  return norm;
+}
+
+double DistributedOptimizer::finish_step() {
+  double squares = 0;
+  ops_.copy_to_host(&squares, squares_, sizeof(double));
+  // A bad target the loss kernels found (the CUDA backend reports it late)
+  // ends the step here; step()'s AdamW saw it pending and changed nothing.
+  ops_.check_deferred_errors();
+  return std::sqrt(squares);
+}
+
+void DistributedOptimizer::collect_adamw_runs(void* gradients) {
+  adamw_runs_.clear();
+  const size_t gradient_bytes = kernels::dtype_bytes(gradient_dtype_);
+  const size_t param_bytes = kernels::dtype_bytes(dtype_);
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const OwnedRange& range = owned_[i];
+    for (const ParameterTensor& tensor : layout_.tensors()) {
+      const size_t from = std::max(range.begin, tensor.offset);
+      const size_t to = std::min(range.end, tensor.offset + tensor.size);
+      if (from >= to) continue;
+      const size_t at = from - range.begin + range.shard_offset;
+      void* params = owned_parameters(i, from, at);
+      kernels::AdamWRun run{// fp32 storage: the parameters are the master weights.
+                            .master = master_ ? master_at(at) : static_cast<float*>(params),
+                            .params = params,
+                            .grads = kernels::element_at(gradients, at, gradient_dtype_),
+                            .first_moment = first_moment_ + at,
+                            .second_moment = second_moment_ + at,
+                            .n = to - from,
+                            .weight_decay = tensor.weight_decay ? settings_.weight_decay : 0.0f};
+      // Neighbours with the same decay that continue each other in all five
+      // buffers are one run (AdamW is elementwise: the same bits).
+      if (!adamw_runs_.empty()) {
+        kernels::AdamWRun& last = adamw_runs_.back();
+        const auto follows = [&](const void* next, const void* previous, size_t bytes) {
+          return static_cast<const char*>(next) ==
+                 static_cast<const char*>(previous) + last.n * bytes;
+        };
+        if (last.weight_decay == run.weight_decay &&
+            follows(run.master, last.master, sizeof(float)) &&
+            follows(run.params, last.params, param_bytes) &&
+            follows(run.grads, last.grads, gradient_bytes) &&
+            follows(run.first_moment, last.first_moment, sizeof(float)) &&
+            follows(run.second_moment, last.second_moment, sizeof(float))) {
+          last.n += run.n;
+          continue;
+        }
+      }
+      adamw_runs_.push_back(run);
+    }
+  }
 }
 
 void DistributedOptimizer::wait_for_parameters() {

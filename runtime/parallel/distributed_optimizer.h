@@ -15,16 +15,20 @@
 //                       sum), then waits for all of them; under ZeRO-1 also the
 //                       all-reduce of the shard across the zero_ngroups groups,
 //                       so each rank holds the summed gradient of its shard;
-//   step()              the global L2 norm over every parameter of the model,
-//                       each counted once (tensor-parallel replicas, data-parallel
-//                       replicas and the last stage's tied copy excluded), clip,
-//                       AdamW on this rank's part with fp32 moments sized to that
-//                       part, and under ZeRO-1 the start of the all-gathers of
-//                       the updated parameters within the ZeRO group, bucket by
-//                       bucket, which the next step's first forward waits for
-//                       (wait_for_parameters()), so they overlap what comes
-//                       between: data loading and, on later pipeline stages,
-//                       the wait for the first activation.
+//   step()              queued, the host waiting for nothing: the global L2
+//                       norm over every parameter of the model, each counted
+//                       once (tensor-parallel replicas, data-parallel replicas
+//                       and the last stage's tied copy excluded), clip, AdamW
+//                       on this rank's part in one Ops::adamw_runs with fp32
+//                       moments sized to that part, and under ZeRO-1 the start
+//                       of the all-gathers of the updated parameters within
+//                       the ZeRO group, bucket by bucket, which the next
+//                       step's first forward waits for (wait_for_parameters()),
+//                       so they overlap what comes between: data loading and,
+//                       on later pipeline stages, the wait for the first
+//                       activation;
+//   finish_step()       after the step's loss read: the norm, and the
+//                       backend's deferred errors.
 // ZeRO-2 (zero_stage 2): the stage has no gradient buffer; its gradients
 // live in a ShardedGradients (sharded_gradients.h) whose units are the
 // buckets: each backward reduce-scatters every unit as it finishes it
@@ -121,10 +125,15 @@ class DistributedOptimizer {
   // Throws unless this rank's units are the plan's, chunk by chunk.
   void check_units(const std::vector<ChunkUnits>& plan_units) const;
   void reduce_gradients();
-  // Returns the gradient norm before clipping (the same on every rank).
-  // Raises the backend's deferred errors (a bad loss target) before it
-  // changes anything: the norm's read has waited for the device already.
-  double step(float learning_rate, int step);
+  // Queues the step; the host waits for nothing (on NCCL the norm's sum is
+  // all-reduced on the device, and the backend computes the clip factor
+  // from it there): one Ops::adamw_runs over every run this rank owns.
+  void step(float learning_rate, int step);
+  // After step(), where the host waits anyway (the step's loss read has
+  // drained the device): returns the gradient norm before clipping (the
+  // same on every rank) and raises the backend's deferred errors (a bad
+  // loss target: step()'s AdamW saw it pending and changed nothing).
+  double finish_step();
   // Waits for the parameter all-gathers step() started (ZeRO-1); a no-op when
   // none is pending. Call before anything reads the parameters.
   void wait_for_parameters();
@@ -171,6 +180,9 @@ class DistributedOptimizer {
   // Adds the squares of the gradient elements of range this rank counts to
   // squares_; gradients holds them at range.shard_offset (or the whole buffer).
   void accumulate_counted_squares(const void* gradients, const OwnedRange& range);
+  // adamw_runs_ = this rank's owned tensors as AdamW runs (contiguous
+  // neighbours of one weight decay merged); gradients as in step().
+  void collect_adamw_runs(void* gradients);
   // The fp32 master weights of an owned element (at = its shard offset).
   float* master_at(size_t at) const;
   // Parameters set on the stage directly (not through load_parameters): the
@@ -202,6 +214,7 @@ class DistributedOptimizer {
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
   double* squares_ = nullptr;  // the gradient norm's sum of squares, on the device
+  std::vector<kernels::AdamWRun> adamw_runs_;  // step()'s, kept to reuse its memory
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;
   kernels::DType dtype_;            // the stage's storage dtype

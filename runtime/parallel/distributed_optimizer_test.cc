@@ -5,7 +5,9 @@
 // the host element by element: each sharded tensor's parts once, a
 // tensor-parallel replica once, the tied embedding once, data-parallel
 // replicas once. And ZeRO-2 and 3's fp32 gradient shard updates the bf16
-// master weights exactly as ZeRO-1's bf16 shard where the sums are exact.
+// master weights exactly as ZeRO-1's bf16 shard where the sums are exact;
+// step() is one Ops::adamw_runs, every element once over the ZeRO group, and
+// waits for nothing (finish_step() reads the norm).
 #include "runtime/parallel/distributed_optimizer.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/forwarding_ops.h"
 #include "kernels/ops.h"
+#include "kernels/sync_counting_ops.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/gpt/gpt_stage.h"
 #include "runtime/model/memory_tracker.h"
@@ -136,7 +140,8 @@ TEST(DistributedOptimizer, GradientNormCountsEachElementOfTheModelOnce) {
       MPI_Allreduce(MPI_IN_PLACE, &expected, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       expected = mesh.data * std::sqrt(expected);
       s.optimizer.reduce_gradients();
-      const double norm = s.optimizer.step(1e-3f, 1);
+      s.optimizer.step(1e-3f, 1);
+      const double norm = s.optimizer.finish_step();
       EXPECT_GT(expected, 1.0);  // clipping at 1.0 is active
       EXPECT_NEAR(norm, expected, expected * 1e-12);
       s.optimizer.wait_for_parameters();
@@ -168,7 +173,8 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
       s.optimizer.zero_gradients();
       write_gradients(*ops, s, values);
       s.optimizer.reduce_gradients();
-      EXPECT_GT(s.optimizer.step(1e-2f, step), 1.0);
+      s.optimizer.step(1e-2f, step);
+      EXPECT_GT(s.optimizer.finish_step(), 1.0);
     }
     std::vector<float> first, second;
     s.optimizer.gather_parameters(weights);
@@ -180,6 +186,48 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
     EXPECT_EQ(weights, reference_weights);
     EXPECT_EQ(first, reference_first);
     EXPECT_EQ(second, reference_second);
+  }
+}
+
+// Counts the adamw_runs calls and the elements they update; forwards all.
+class AdamWRunCountingOps final : public kernels::ForwardingOps {
+ public:
+  using ForwardingOps::ForwardingOps;
+  void adamw_runs(const std::vector<kernels::AdamWRun>& runs, bool float_gradients,
+                  const kernels::AdamWStep& hyperparameters,
+                  const kernels::GradientClip& clip) override {
+    ++calls;
+    for (const kernels::AdamWRun& run : runs) elements += run.n;
+    ForwardingOps::adamw_runs(runs, float_gradients, hyperparameters, clip);
+  }
+  int calls = 0;
+  size_t elements = 0;
+};
+
+TEST(DistributedOptimizer, StepIsOneAdamWLaunchAndWaitsForNothing) {
+  const int world = testing::world_size();
+  TransformerConfig config;
+  config.num_layers = 2;
+  for (int zero_stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(zero_stage));
+    auto counting_syncs = std::make_unique<kernels::SyncCountingOps>(
+        kernels::make_cpu_ops(1, kernels::DType::kBFloat16));
+    kernels::SyncCountingOps* syncs = counting_syncs.get();
+    AdamWRunCountingOps ops(std::move(counting_syncs));
+    MeshStage s({1, world, 1, zero_stage}, ops, config);
+    write_gradients(ops, s, fill(s.layout, 0, s.buffer));
+    s.optimizer.reduce_gradients();
+    const uint64_t before = syncs->synchronizations();
+    s.optimizer.step(1e-3f, 1);
+    EXPECT_EQ(syncs->synchronizations(), before) << "step() waited for the device";
+    EXPECT_EQ(ops.calls, 1);
+    // Every parameter is updated once: by each rank without ZeRO, by one
+    // rank of the group with it.
+    unsigned long long updated = ops.elements;
+    MPI_Allreduce(MPI_IN_PLACE, &updated, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(updated, s.layout.num_elements() * (zero_stage == 0 ? world : 1));
+    EXPECT_GT(s.optimizer.finish_step(), 0.0);
+    s.optimizer.wait_for_parameters();
   }
 }
 

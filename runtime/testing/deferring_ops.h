@@ -3,7 +3,8 @@
 // CPU backend) is kept and thrown by the next check_deferred_errors(), and
 // the op carries on as the CUDA kernels do (the row's loss left as it was).
 // So a CPU test sees what a GPU run would do between the bad target and its
-// report (an optimizer step, say). Test code only.
+// report (an optimizer step, say): adamw_runs changes nothing meanwhile, as
+// the CUDA kernel does. Test code only.
 #pragma once
 
 #include <memory>
@@ -34,6 +35,12 @@ class DeferringOps final : public kernels::ForwardingOps {
       ForwardingOps::cross_entropy_shard_stats(row_max, target_logit, logits, targets, rows,
                                                vocab_local, vocab_start);
     });
+  }
+  // As the CUDA kernel does: no update while an error waits to be reported.
+  void adamw_runs(const std::vector<kernels::AdamWRun>& runs, bool float_gradients,
+                  const kernels::AdamWStep& hyperparameters,
+                  const kernels::GradientClip& clip) override {
+    if (!error_) ForwardingOps::adamw_runs(runs, float_gradients, hyperparameters, clip);
   }
   void check_deferred_errors() override {
     ForwardingOps::check_deferred_errors();

@@ -34,6 +34,9 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void linear_forward(void*, const void*, const void*, const void*, int, int, int) override {}
   void linear_backward(void*, void*, void*, const void*, const void*, const void*, int, int, int,
                        kernels::GradientWrite) override {}
+  void linear_gelu_forward(void*, void*, const void*, const void*, const void*, int, int,
+                           int) override {}
+  void linear_backward_gelu(void*, const void*, const void*, const void*, int, int, int) override {}
   void gelu_forward(void*, const void*, size_t) override {}
   void gelu_backward(void*, const void*, const void*, size_t, kernels::GradientWrite) override {}
   void residual_forward(void*, const void*, const void*, size_t) override {}
@@ -67,6 +70,8 @@ class NoComputeOps final : public kernels::ForwardingOps {
              const kernels::AdamWStep&) override {}
   void adamw_float_gradients(float*, void*, const float*, float*, float*, size_t,
                              const kernels::AdamWStep&) override {}
+  void adamw_runs(const std::vector<kernels::AdamWRun>&, bool, const kernels::AdamWStep&,
+                  const kernels::GradientClip&) override {}
   void accumulate_sum_of_squares(double*, const void*, size_t) override {}
   void accumulate_float_sum_of_squares(double*, const float*, size_t) override {}
   void accumulate_sum(double*, const float*, size_t) override {}

@@ -9,12 +9,12 @@ TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_
   const uint64_t zeroed_before = rank.sync_counter->bytes_zeroed();
   rank.optimizer->zero_gradients();
   TrainingStep result;
-  const ExecutorHooks hooks = optimizer_hooks(*rank.optimizer, [&] {
-    result.grad_norm = rank.optimizer->step(static_cast<float>(learning_rate), step);
-  });
-  // Bad targets are checked inside the optimizer step, before the update
-  // (DistributedOptimizer::step).
+  const ExecutorHooks hooks = optimizer_hooks(
+      *rank.optimizer, [&] { rank.optimizer->step(static_cast<float>(learning_rate), step); });
   result.loss_sum = rank.executor->run_step(data, first_sample, loss_scale, hooks);
+  // The loss read has drained the device: the norm's read waits for nothing,
+  // and a bad target found late is raised here (the update skipped it).
+  result.grad_norm = rank.optimizer->finish_step();
   rank.memory->sample_backend();
   result.host_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
   result.bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;

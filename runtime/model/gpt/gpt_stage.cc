@@ -2,11 +2,11 @@
 //
 // Shapes: B micro-batch size, T sequence length, C d_model, and this rank's
 // tensor-parallel shares: A = C/t attention width, H heads, F ffn, V vocab. The gradient
-// scratch of a block (fch_gelu_gradient_, fch_gradient_, atty_gradient_, qkv_gradient_,
-// norm_gradient_) starts a new gradient at each use, so the op that produces it overwrites it
-// (GradientWrite::kOverwrite: nothing is zeroed); residual_gradient_ carries d(residual stream)
-// backward in place: each residual branch's norm backward adds its input gradient into it
-// (llm.c's scheme), and the weight gradients accumulate over micro-batches.
+// scratch of a block (fch_gradient_, atty_gradient_, qkv_gradient_, norm_gradient_) starts a new
+// gradient at each use, so the op that produces it overwrites it (GradientWrite::kOverwrite:
+// nothing is zeroed); residual_gradient_ carries d(residual stream) backward in place: each
+// residual branch's norm backward adds its input gradient into it (llm.c's scheme), and the weight
+// gradients accumulate over micro-batches.
 #include "runtime/model/gpt/gpt_stage.h"
 
 namespace paraplan {
@@ -55,7 +55,6 @@ GptStage::GptStage(const GptLayout& layout, kernels::Ops& ops, MemoryTracker& me
   qkv_gradient_ = allocate_storage(BT * 3 * A, MemoryCategory::kWorkspace);
   atty_gradient_ = allocate_storage(BT * A, MemoryCategory::kWorkspace);
   fch_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
-  fch_gelu_gradient_ = allocate_storage(BT * F, MemoryCategory::kWorkspace);
   attention_scratch_ = allocate_floats(BT * layout.local_heads(), MemoryCategory::kWorkspace);
   make_context_attention(layout.local_heads(), layout.local_heads(), layout.config().head_dim());
 }
@@ -88,9 +87,8 @@ void GptStage::block_forward(int local_layer, const void* input, const Acts& a) 
   ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(w.ln2_weight),
                          param(w.ln2_bias), local, C, config.norm_epsilon);
   // f | column-parallel up | GELU | row-parallel down | g
-  ops_.linear_forward(a.fch, column_parallel_input(a.ln2), param(w.mlp_up_weight),
-                      param(w.mlp_up_bias), BT, C, F);
-  ops_.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(BT) * F);
+  ops_.linear_gelu_forward(a.fch, a.fch_gelu, column_parallel_input(a.ln2), param(w.mlp_up_weight),
+                           param(w.mlp_up_bias), BT, C, F);
   ops_.linear_forward(row_parallel_output(a.output), a.fch_gelu, param(w.mlp_down_weight),
                       adds_row_bias ? param(w.mlp_down_bias) : nullptr, BT, F, C);
   reduce_row_parallel_output(a.output);
@@ -102,14 +100,16 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = rows(), C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width(), local = local_rows();
-  const size_t BTF = static_cast<size_t>(BT) * F;
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
-  linear_backward(fch_gelu_gradient_, w.mlp_down_weight, w.mlp_down_bias,
-                  row_parallel_output_gradient(), a.fch_gelu, param(w.mlp_down_weight), BT, F, C,
-                  kOverwrite);
-  ops_.gelu_backward(fch_gradient_, a.fch, fch_gelu_gradient_, BTF, kOverwrite);
+  // The down-projection's input gradient goes through GELU at once (one
+  // pass, no tensor for the GELU output's gradient); its weight and bias
+  // gradients as any linear layer's.
+  ops_.linear_backward_gelu(fch_gradient_, row_parallel_output_gradient(), param(w.mlp_down_weight),
+                            a.fch, BT, F, C);
+  linear_backward(nullptr, w.mlp_down_weight, w.mlp_down_bias, row_parallel_output_gradient(),
+                  a.fch_gelu, param(w.mlp_down_weight), BT, F, C, kOverwrite);
   linear_backward(norm_gradient_, w.mlp_up_weight, w.mlp_up_bias, fch_gradient_,
                   column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F, kOverwrite);
   // Each rank held a partial input gradient.

@@ -70,7 +70,6 @@ class GptStage final : public DecoderStage<GptBlockActivations> {
   void* qkv_gradient_ = nullptr;        // [BT, 3C]
   void* atty_gradient_ = nullptr;       // [BT, A]
   void* fch_gradient_ = nullptr;        // [BT, F]
-  void* fch_gelu_gradient_ = nullptr;   // [BT, F]
   float* attention_scratch_ = nullptr;  // [B, H, T]: attention_backward's row terms
 };
 
