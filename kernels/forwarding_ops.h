@@ -95,6 +95,12 @@ class ForwardingOps : public Ops {
     inner_->linear_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
                             out_features, dinp_write);
   }
+  void linear_residual_forward(void* out, const void* inp, const void* weight, const void* bias,
+                               const void* residual, int rows, int in_features,
+                               int out_features) override {
+    inner_->linear_residual_forward(out, inp, weight, bias, residual, rows, in_features,
+                                    out_features);
+  }
   void linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
                            const void* bias, int rows, int in_features, int out_features) override {
     inner_->linear_gelu_forward(pre_gelu, out, inp, weight, bias, rows, in_features, out_features);

@@ -19,6 +19,13 @@ float adamw_bias_correction(float beta, int step) {
   return static_cast<float>(1.0 - std::pow(double{beta}, step));
 }
 
+void Ops::linear_residual_forward(void* out, const void* inp, const void* weight, const void* bias,
+                                  const void* residual, int rows, int in_features,
+                                  int out_features) {
+  linear_forward(out, inp, weight, bias, rows, in_features, out_features);
+  residual_forward(out, out, residual, static_cast<size_t>(rows) * out_features);
+}
+
 void Ops::linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
                               const void* bias, int rows, int in_features, int out_features) {
   linear_forward(pre_gelu, inp, weight, bias, rows, in_features, out_features);

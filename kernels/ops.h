@@ -217,6 +217,15 @@ class Ops {
                                const void* inp, const void* weight, int rows, int in_features,
                                int out_features, GradientWrite dinp_write) = 0;
 
+  // A linear layer whose output joins the residual stream (an attention or
+  // MLP output projection): out = residual + (inp @ weight^T + bias), bias
+  // may be null, [rows, out_features]; out overlaps neither inp nor
+  // residual. What linear_forward then residual_forward give; the CUDA
+  // backend adds the residual as the GEMM's C operand (one pass, one
+  // rounding, instead of a second pass over three tensors).
+  virtual void linear_residual_forward(void* out, const void* inp, const void* weight,
+                                       const void* bias, const void* residual, int rows,
+                                       int in_features, int out_features);
   // A linear layer followed by GELU (GPT-2's MLP up-projection): pre_gelu =
   // inp @ weight^T + bias (bias may be null), out = gelu(pre_gelu), both
   // [rows, out_features]: what linear_forward then gelu_forward give. The

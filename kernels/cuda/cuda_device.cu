@@ -8,11 +8,12 @@
 // by default bf16 storage runs the tensor-core flash attention where it
 // applies (head_dim 64 or 128, cuda_attention_tensor_core.cu);
 // PARAPLAN_CUDA_ATTENTION=fma forces the fp32 FMA kernels everywhere. And
-// GPT-2's MLP GELU: by default in the GEMMs' epilogues (cuBLASLt GELU_AUX_BIAS
-// and DGELU); PARAPLAN_CUDA_GELU_EPILOGUE=0 runs the GELU kernels instead (the
-// before of a before/after, or a cuBLASLt that misbehaves). The variables
-// are read once, when the Ops object is made. The op set itself is in
-// cuda_ops.cu.
+// the fused linear layers: by default GPT-2's MLP GELU and every residual
+// add of an output projection run inside the GEMMs (cuBLASLt GELU_AUX_BIAS,
+// DGELU, the C operand); PARAPLAN_CUDA_FUSED_GEMMS=0 runs them as kernels
+// of their own (the before of a before/after, or a cuBLASLt that
+// misbehaves). The variables are read once, when the Ops object is made.
+// The op set itself is in cuda_ops.cu.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
 #include "kernels/ops.h"
 
@@ -52,16 +54,16 @@ bool tensor_core_attention_allowed() {
                            "applies, the default) or fma (the fp32 FMA kernels everywhere)");
 }
 
-// PARAPLAN_CUDA_GELU_EPILOGUE: unset, 1, on -> in the GEMMs; 0, off -> GELU kernels.
-bool gelu_epilogue_allowed() {
-  const char* value = std::getenv("PARAPLAN_CUDA_GELU_EPILOGUE");
+// PARAPLAN_CUDA_FUSED_GEMMS: unset, 1, on -> fused; 0, off -> kernels of their own.
+bool fused_gemms_allowed() {
+  const char* value = std::getenv("PARAPLAN_CUDA_FUSED_GEMMS");
   if (value == nullptr) return true;
   const std::string text(value);
   if (text.empty() || text == "1" || text == "on") return true;
   if (text == "0" || text == "off") return false;
-  throw std::runtime_error("PARAPLAN_CUDA_GELU_EPILOGUE='" + text +
-                           "' is not understood; use 1 (GELU in the GEMMs' epilogues, the "
-                           "default) or 0 (the GELU kernels)");
+  throw std::runtime_error("PARAPLAN_CUDA_FUSED_GEMMS='" + text +
+                           "' is not understood; use 1 (GELU and residual adds inside the GEMMs, "
+                           "the default) or 0 (as kernels of their own)");
 }
 
 }  // namespace
@@ -78,6 +80,22 @@ int cuda_device_count() {
 void cuda_profiler_range(bool collect) {
   if ((collect ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) cudaGetLastError();
 }
+
+namespace cuda {
+
+std::string cuda_device_name(int device) {
+  cudaDeviceProp properties{};
+  PARAPLAN_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
+}
+
+std::string cuda_device_bus_id(int device) {
+  char bus_id[64] = {};
+  PARAPLAN_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device));
+  return bus_id;
+}
+
+}  // namespace cuda
 
 std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
   int count = 0;
@@ -96,7 +114,7 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
   return cuda::create_cuda_ops(device % count, storage,
                                {.allow_tf32 = tf32_allowed(),
                                 .tensor_core_attention = tensor_core_attention_allowed(),
-                                .gelu_epilogue = gelu_epilogue_allowed()});
+                                .fused_gemms = fused_gemms_allowed()});
 }
 
 }  // namespace paraplan::kernels

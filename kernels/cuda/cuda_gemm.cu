@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_gemm.cuh"
+#include "kernels/cuda/cuda_kernels.cuh"
 
 namespace paraplan::kernels::cuda {
 
@@ -46,15 +47,15 @@ bool LtMatmul::Key::operator==(const Key& o) const {
   return transa == o.transa && transb == o.transb && m == o.m && n == o.n && k == o.k &&
          lda == o.lda && ldb == o.ldb && ldd == o.ldd && epilogue == o.epilogue &&
          bias_type == o.bias_type && align_a == o.align_a && align_b == o.align_b &&
-         align_d == o.align_d;
+         align_c == o.align_c && align_d == o.align_d;
 }
 
 size_t LtMatmul::KeyHash::operator()(const Key& key) const {
   size_t hash = 1469598103934665603ull;
-  for (int64_t field :
-       {int64_t{key.transa}, int64_t{key.transb}, int64_t{key.m}, int64_t{key.n}, int64_t{key.k},
-        int64_t{key.lda}, int64_t{key.ldb}, int64_t{key.ldd}, int64_t{key.epilogue},
-        int64_t{key.bias_type}, int64_t{key.align_a}, int64_t{key.align_b}, int64_t{key.align_d}})
+  for (int64_t field : {int64_t{key.transa}, int64_t{key.transb}, int64_t{key.m}, int64_t{key.n},
+                        int64_t{key.k}, int64_t{key.lda}, int64_t{key.ldb}, int64_t{key.ldd},
+                        int64_t{key.epilogue}, int64_t{key.bias_type}, int64_t{key.align_a},
+                        int64_t{key.align_b}, int64_t{key.align_c}, int64_t{key.align_d}})
     hash = (hash ^ static_cast<size_t>(field)) * 1099511628211ull;
   return hash;
 }
@@ -132,7 +133,7 @@ std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) con
   PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(key.align_b)));
   PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof(key.align_d)));
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(key.align_c)));
   PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof(key.align_d)));
   cublasLtMatmulHeuristicResult_t heuristic = {};
@@ -149,7 +150,8 @@ std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) con
 bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                    const void* a, int lda, const void* b, int ldb, void* d, int ldd, float beta,
                    cublasLtEpilogue_t epilogue, const void* bias, cudaDataType_t bias_type,
-                   const void* aux) {
+                   const void* aux, const void* c) {
+  if (c == nullptr) c = d;
   const Key key{transa,
                 transb,
                 m,
@@ -162,6 +164,7 @@ bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, in
                 epilogue == CUBLASLT_EPILOGUE_DEFAULT ? 0 : static_cast<int32_t>(bias_type),
                 alignment_of(a),
                 alignment_of(b),
+                alignment_of(c),
                 alignment_of(d)};
   auto found = cache_.find(key);
   if (found == cache_.end()) found = cache_.emplace(key, configure(key)).first;
@@ -175,9 +178,42 @@ bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, in
         config.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   const float alpha = 1.0f;
   PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmul(
-      lt_, config.operation, &alpha, a, config.a, b, config.b, &beta, d, config.c, d, config.c,
+      lt_, config.operation, &alpha, a, config.a, b, config.b, &beta, c, config.c, d, config.c,
       &config.algorithm, workspace_, workspace_bytes_, stream_));
   return true;
+}
+
+// Row-major [rows, features] tensors are column-major [features, rows]: the
+// forward is D[out, rows] = W^T[out, in] X[in, rows], the input gradient
+// D[in, rows] = W[in, out] dY[out, rows] (linear_forward's and
+// linear_backward's GEMMs in cuda_ops.cu).
+bool LtMatmul::linear_residual(void* out, const void* inp, const void* weight, const void* bias,
+                               const void* residual, int rows, int in_features, int out_features) {
+  if (rows <= 0 || in_features <= 0 || out_features <= 0) return false;
+  if (bias != nullptr && !is_aligned16(bias)) return false;
+  return run(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
+             in_features, out, out_features, 1.0f,
+             bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, data_type_,
+             nullptr, residual);
+}
+
+bool LtMatmul::linear_gelu(void* pre_gelu, void* out, const void* inp, const void* weight,
+                           const void* bias, int rows, int in_features, int out_features) {
+  if (rows <= 0 || in_features <= 0 || out_features <= 0 || out_features % 8 != 0) return false;
+  if (!is_aligned16(pre_gelu) || (bias != nullptr && !is_aligned16(bias))) return false;
+  return run(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
+             in_features, out, out_features, 0.0f,
+             bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
+             data_type_, pre_gelu);
+}
+
+bool LtMatmul::linear_dgelu(void* dpre_gelu, const void* dout, const void* weight,
+                            const void* pre_gelu, int rows, int in_features, int out_features) {
+  if (rows <= 0 || in_features <= 0 || out_features <= 0 || in_features % 8 != 0) return false;
+  if (!is_aligned16(pre_gelu)) return false;
+  return run(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight, in_features, dout,
+             out_features, dpre_gelu, in_features, 0.0f, CUBLASLT_EPILOGUE_DGELU, nullptr,
+             data_type_, pre_gelu);
 }
 
 }  // namespace paraplan::kernels::cuda

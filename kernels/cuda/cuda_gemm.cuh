@@ -42,10 +42,24 @@ class LtMatmul {
   // GELU of it into D; DGELU reads it and writes gelu'(aux) * product into
   // D (beta 0). Returns false, having run nothing, when cuBLASLt has no
   // algorithm for the configuration.
+  // c: the C operand where it is not D (same layout; beta applies to it).
   bool run(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
            int lda, const void* b, int ldb, void* d, int ldd, float beta,
            cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT, const void* bias = nullptr,
-           cudaDataType_t bias_type = CUDA_R_32F, const void* aux = nullptr);
+           cudaDataType_t bias_type = CUDA_R_32F, const void* aux = nullptr,
+           const void* c = nullptr);
+
+  // Ops' fused linear layers on row-major storage tensors (kernels/ops.h:
+  // linear_residual_forward, linear_gelu_forward, linear_backward_gelu),
+  // bias of the storage type. Each returns false, having run nothing, where
+  // its epilogue does not apply: a bias or pre-activation not 16-byte
+  // aligned, GELU features not a multiple of 8, no cuBLASLt algorithm.
+  bool linear_residual(void* out, const void* inp, const void* weight, const void* bias,
+                       const void* residual, int rows, int in_features, int out_features);
+  bool linear_gelu(void* pre_gelu, void* out, const void* inp, const void* weight, const void* bias,
+                   int rows, int in_features, int out_features);
+  bool linear_dgelu(void* dpre_gelu, const void* dout, const void* weight, const void* pre_gelu,
+                    int rows, int in_features, int out_features);
 
   // Configurations seen so far (each built once).
   size_t cached_configurations() const { return cache_.size(); }
@@ -55,7 +69,7 @@ class LtMatmul {
     int32_t transa, transb, m, n, k, lda, ldb, ldd;
     uint32_t epilogue;
     int32_t bias_type;
-    uint32_t align_a, align_b, align_d;
+    uint32_t align_a, align_b, align_c, align_d;
     bool operator==(const Key& other) const;
   };
   struct KeyHash {

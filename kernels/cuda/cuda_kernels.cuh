@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_bf16.cuh"
@@ -68,8 +69,12 @@ class DeviceScratch {
 struct CudaOpsSettings {
   bool allow_tf32 = true;             // PARAPLAN_CUDA_TF32 (fp32 storage only)
   bool tensor_core_attention = true;  // PARAPLAN_CUDA_ATTENTION: bf16 tensor-core kernels
-  bool gelu_epilogue = true;          // PARAPLAN_CUDA_GELU_EPILOGUE: GELU in the GEMMs
+  bool fused_gemms = true;            // PARAPLAN_CUDA_FUSED_GEMMS: GELU, residuals in the GEMMs
 };
+
+// The device's name and PCI bus id (cuda_device.cu).
+std::string cuda_device_name(int device);
+std::string cuda_device_bus_id(int device);
 
 // The Ops object itself (cuda_ops.cu), on the device make_cuda_ops picked.
 std::unique_ptr<Ops> create_cuda_ops(int device, DType storage, const CudaOpsSettings& settings);

@@ -24,10 +24,11 @@
 // type combination), the GEMM falls back to cublasGemmEx and the bias to a
 // broadcast (forward; the GEMM then adds with beta = 1, one rounding) or a
 // column-sum kernel (backward, fp32 sums, one rounding).
-// linear_gelu_forward and linear_backward_gelu run GELU in the epilogue
-// (GELU_AUX_BIAS, DGELU) on the fp32 sum before it is rounded, so their bits
-// differ from the two-op path (CPU: tolerances), which they fall back to
-// where cuBLASLt has no algorithm or PARAPLAN_CUDA_GELU_EPILOGUE=0.
+// linear_gelu_forward, linear_backward_gelu and linear_residual_forward run
+// GELU (GELU_AUX_BIAS, DGELU) or the residual (the C operand) in the GEMM, on
+// the fp32 sum before it is rounded, so their bits differ from the two-op
+// path (CPU: tolerances), which they fall back to where cuBLASLt has no
+// algorithm or PARAPLAN_CUDA_FUSED_GEMMS=0.
 //
 // Determinism: cuBLAS runs with atomics disallowed and an explicit workspace;
 // cuBLASLt's reduction schemes (none, in-place with ordering counters, or
@@ -66,7 +67,7 @@ class CudaOps final : public Ops {
       : device_(device),
         storage_(storage),
         tensor_core_attention_(settings.tensor_core_attention),
-        gelu_epilogue_(settings.gelu_epilogue),
+        fused_gemms_(settings.fused_gemms),
         scratch_(nullptr) {
     try {
       PARAPLAN_CUDA_CHECK(cudaSetDevice(device_));
@@ -186,24 +187,14 @@ class CudaOps final : public Ops {
   void convert_from_float(void* out, const float* in, size_t n) override {
     cuda::convert_from_float(storage_, out, in, n, stream_);
   }
-
   void convert_to_float(float* out, const void* in, size_t n) override {
     cuda::convert_to_float(storage_, out, in, n, stream_);
   }
 
   // ---- device -----------------------------------------------------------------
 
-  std::string device_name() const override {
-    cudaDeviceProp properties{};
-    PARAPLAN_CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
-    return properties.name;
-  }
-
-  std::string device_identity() const override {
-    char bus_id[64] = {};
-    PARAPLAN_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
-    return bus_id;
-  }
+  std::string device_name() const override { return cuda_device_name(device_); }
+  std::string device_identity() const override { return cuda_device_bus_id(device_); }
 
   void* stream() const override { return stream_; }
   void* create_mark() override {
@@ -319,28 +310,27 @@ class CudaOps final : public Ops {
          in_features, out, out_features, beta);
   }
 
-  // The GELU epilogues need the pre-activation 16-byte aligned and its
-  // leading dimension (the features) a multiple of 8.
+  // The fused linear layers (cuda_gemm.cuh), else the ops one by one.
+  void linear_residual_forward(void* out, const void* inp, const void* weight, const void* bias,
+                               const void* residual, int rows, int in_features,
+                               int out_features) override {
+    if (fused_gemms_ && lt_matmul_->linear_residual(out, inp, weight, bias, residual, rows,
+                                                    in_features, out_features))
+      return;
+    Ops::linear_residual_forward(out, inp, weight, bias, residual, rows, in_features, out_features);
+  }
   void linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
                            const void* bias, int rows, int in_features, int out_features) override {
-    if (gelu_epilogue_ && rows > 0 && in_features > 0 && out_features % 8 == 0 &&
-        is_aligned16(pre_gelu) && (bias == nullptr || is_aligned16(bias)) &&
-        lt_matmul_->run(
-            CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
-            in_features, out, out_features, 0.0f,
-            bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
-            data_type_, pre_gelu))
+    if (fused_gemms_ &&
+        lt_matmul_->linear_gelu(pre_gelu, out, inp, weight, bias, rows, in_features, out_features))
       return;
     Ops::linear_gelu_forward(pre_gelu, out, inp, weight, bias, rows, in_features, out_features);
   }
   void linear_backward_gelu(void* dpre_gelu, const void* dout, const void* weight,
                             const void* pre_gelu, int rows, int in_features,
                             int out_features) override {
-    if (gelu_epilogue_ && rows > 0 && out_features > 0 && in_features % 8 == 0 &&
-        is_aligned16(pre_gelu) &&
-        lt_matmul_->run(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight,
-                        in_features, dout, out_features, dpre_gelu, in_features, 0.0f,
-                        CUBLASLT_EPILOGUE_DGELU, nullptr, data_type_, pre_gelu))
+    if (fused_gemms_ && lt_matmul_->linear_dgelu(dpre_gelu, dout, weight, pre_gelu, rows,
+                                                 in_features, out_features))
       return;
     Ops::linear_backward_gelu(dpre_gelu, dout, weight, pre_gelu, rows, in_features, out_features);
   }
@@ -585,7 +575,7 @@ class CudaOps final : public Ops {
   DType storage_;
   // bf16 attention on the tensor-core kernels where they apply (PARAPLAN_CUDA_ATTENTION).
   bool tensor_core_attention_;
-  bool gelu_epilogue_;  // GELU in the GEMMs' epilogues (PARAPLAN_CUDA_GELU_EPILOGUE)
+  bool fused_gemms_;  // GELU and residuals in the GEMMs (PARAPLAN_CUDA_FUSED_GEMMS)
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceScratch> scratch_;
   cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype

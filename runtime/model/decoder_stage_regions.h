@@ -96,6 +96,22 @@ class DecoderStageRegions : public ModelStage {
     tensor_parallel_.reduce_scatter_to_sequence_parallel_region(sequence_full_, out,
                                                                 local_rows_ * d_model());
   }
+  // A row-parallel linear whose output joins the residual stream: out =
+  // residual + inp @ weight^T (+ bias), [local, C]. Without tensor
+  // parallelism one op (the CUDA backend adds the residual in the GEMM);
+  // with it the partial products are summed (g, or its reduce-scatter)
+  // before the residual is added.
+  void row_parallel_residual(void* out, const void* inp, const void* weight, const void* bias,
+                             const void* residual, int in_features) {
+    const int C = static_cast<int>(d_model());
+    if (tensor_parallel_.size() == 1) {
+      ops_.linear_residual_forward(out, inp, weight, bias, residual, rows(), in_features, C);
+      return;
+    }
+    ops_.linear_forward(row_parallel_output(out), inp, weight, bias, rows(), in_features, C);
+    reduce_row_parallel_output(out);
+    ops_.residual_forward(out, out, residual, local_rows_ * C);
+  }
   // Backward: the gradient [BT, C] of that output from residual_gradient_
   // [local, C]: residual_gradient_ itself (g's backward is the identity), or
   // every rank's shard gathered into sequence_full_.

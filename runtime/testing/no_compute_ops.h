@@ -34,6 +34,8 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void linear_forward(void*, const void*, const void*, const void*, int, int, int) override {}
   void linear_backward(void*, void*, void*, const void*, const void*, const void*, int, int, int,
                        kernels::GradientWrite) override {}
+  void linear_residual_forward(void*, const void*, const void*, const void*, const void*, int, int,
+                               int) override {}
   void linear_gelu_forward(void*, void*, const void*, const void*, const void*, int, int,
                            int) override {}
   void linear_backward_gelu(void*, const void*, const void*, const void*, int, int, int) override {}

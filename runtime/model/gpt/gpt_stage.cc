@@ -69,7 +69,6 @@ void GptStage::block_forward(int local_layer, const void* input, const Acts& a) 
   const BlockOffsets& w = layout_.block(local_layer);
   const int BT = rows(), C = config.d_model, F = layout_.local_ffn(),
             A = layout_.local_attention_width(), local = local_rows();
-  const size_t local_C = static_cast<size_t>(local) * C;
   // Row-parallel biases: added by one tensor rank, before g's all-reduce.
   const bool adds_row_bias = tensor_parallel_.adds_row_parallel_bias();
   ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, param(w.ln1_weight),
@@ -79,20 +78,15 @@ void GptStage::block_forward(int local_layer, const void* input, const Acts& a) 
   ops_.linear_forward(a.qkv, column_parallel_input(a.ln1), param(w.qkv_weight), param(w.qkv_bias),
                       BT, C, 3 * A);
   attention_core_forward(a);
-  // residual2 holds the projection first, then input + projection.
-  ops_.linear_forward(row_parallel_output(a.residual2), a.atty, param(w.attn_proj_weight),
-                      adds_row_bias ? param(w.attn_proj_bias) : nullptr, BT, A, C);
-  reduce_row_parallel_output(a.residual2);
-  ops_.residual_forward(a.residual2, a.residual2, input, local_C);
+  row_parallel_residual(a.residual2, a.atty, param(w.attn_proj_weight),
+                        adds_row_bias ? param(w.attn_proj_bias) : nullptr, input, A);
   ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(w.ln2_weight),
                          param(w.ln2_bias), local, C, config.norm_epsilon);
   // f | column-parallel up | GELU | row-parallel down | g
   ops_.linear_gelu_forward(a.fch, a.fch_gelu, column_parallel_input(a.ln2), param(w.mlp_up_weight),
                            param(w.mlp_up_bias), BT, C, F);
-  ops_.linear_forward(row_parallel_output(a.output), a.fch_gelu, param(w.mlp_down_weight),
-                      adds_row_bias ? param(w.mlp_down_bias) : nullptr, BT, F, C);
-  reduce_row_parallel_output(a.output);
-  ops_.residual_forward(a.output, a.output, a.residual2, local_C);
+  row_parallel_residual(a.output, a.fch_gelu, param(w.mlp_down_weight),
+                        adds_row_bias ? param(w.mlp_down_bias) : nullptr, a.residual2, F);
 }
 
 void GptStage::block_backward(int local_layer, const void* input, const Acts& a) {

@@ -77,7 +77,6 @@ void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a
   const LlamaBlockOffsets& w = layout_.block(local_layer);
   const int BT = rows(), C = config.d_model, Q = layout_.local_qkv_width(),
             A = layout_.local_attention_width(), F = layout_.local_ffn(), local = local_rows();
-  const size_t local_C = static_cast<size_t>(local) * C;
   ops_.rmsnorm_forward(a.attention_norm, a.attention_rstd, input, param(w.attention_norm), local, C,
                        config.norm_epsilon);
   // f (identity forward, or the sequence gather) | column-parallel q, k, v | rotary |
@@ -86,19 +85,14 @@ void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a
                       Q);
   rotate(a.qkv, /*backward=*/false);
   attention_core_forward(a);
-  ops_.linear_forward(row_parallel_output(a.residual), a.attention, param(w.attention_out), nullptr,
-                      BT, A, C);
-  reduce_row_parallel_output(a.residual);
-  ops_.residual_forward(a.residual, a.residual, input, local_C);
+  row_parallel_residual(a.residual, a.attention, param(w.attention_out), nullptr, input, A);
   ops_.rmsnorm_forward(a.mlp_norm, a.mlp_rstd, a.residual, param(w.mlp_norm), local, C,
                        config.norm_epsilon);
   // f | column-parallel gate and up | SwiGLU | row-parallel down | g
   ops_.linear_forward(a.gate_up, column_parallel_input(a.mlp_norm), param(w.gate_up), nullptr, BT,
                       C, 2 * F);
   ops_.swiglu_forward(a.hidden, a.gate_up, BT, F);
-  ops_.linear_forward(row_parallel_output(a.output), a.hidden, param(w.down), nullptr, BT, F, C);
-  reduce_row_parallel_output(a.output);
-  ops_.residual_forward(a.output, a.output, a.residual, local_C);
+  row_parallel_residual(a.output, a.hidden, param(w.down), nullptr, a.residual, F);
 }
 
 void LlamaStage::block_backward(int local_layer, const void* input, const Acts& a) {
