@@ -26,11 +26,10 @@ int64_t integer_variable(const EnvironmentLookup& lookup, const char* name, int6
   char* end = nullptr;
   const long long value = std::strtoll(text, &end, 0);
   if (errno != 0 || end == text || *end != '\0' || value < least || value > most)
-    throw std::invalid_argument(std::string(name) + "='" + text +
-                                "' in the environment is not valid: " + valid +
-                                " (the planner sizes NCCL's buffers from it; unset it for "
-                                "NCCL's default " +
-                                std::to_string(fallback) + ")");
+    throw std::invalid_argument(
+        std::string(name) + "='" + text + "' in the environment is not valid: " + valid +
+        " (the planner sizes NCCL's buffers from it; unset it for NCCL's default" +
+        (fallback > 0 ? " " + std::to_string(fallback) : std::string()) + ")");
   return value;
 }
 
