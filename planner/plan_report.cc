@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "planner/cost/communicator_memory.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/cost/profile.h"
 #include "planner/plan_report_text.h"
@@ -365,6 +366,37 @@ std::string zero_stage_comparison(const JobConfig& config, const SearchResult& r
   return text + render_table(rows) + reasons + zero_unit_line(config, best, profile);
 }
 
+namespace {
+
+// NCCL's buffers the best plan counts (in its peak): per rank of the
+// peak stage, and each communicator of its first rank that has any.
+std::string communicator_buffers_line(const JobConfig& config, const PlanCandidate& best) {
+  const std::vector<StageEstimate>& stages = best.estimate.stages;
+  const int s = best.estimate.peak_memory_stage;
+  if (s < 0 || s >= static_cast<int>(stages.size()) || stages[s].memory.communicator_buffers == 0)
+    return "";
+  const PlanSetting& setting = best.setting;
+  schema::CommunicatorMesh mesh;
+  mesh.pipeline = setting.shape.pipeline_stages;
+  mesh.data = setting.shape.data_parallel;
+  mesh.context = setting.shape.context_parallel;
+  mesh.tensor = setting.shape.tensor_parallel;
+  mesh.zero_groups =
+      setting.shape.gradient_replicas() % setting.zero_ngroups == 0 ? setting.zero_ngroups : 1;
+  std::string parts;
+  for (const CommunicatorBuffers& buffers : communicator_buffers(
+           nccl_device_defaults(config.cluster.preset), nccl_settings_from_environment(),
+           setting.layout, mesh, s * mesh.data * mesh.context * mesh.tensor))
+    if (buffers.bytes > 0)
+      parts += (parts.empty() ? "" : ", ") + buffers.name + " (" + std::to_string(buffers.size) +
+               ") " + printf_string("%.0f", static_cast<double>(buffers.bytes) / 1048576) + " MiB";
+  return "NCCL communicator buffers (counted in the peak): " +
+         gigabytes(static_cast<double>(stages[s].memory.communicator_buffers)) +
+         " GB per rank of stage " + std::to_string(s) + ": " + parts + "\n";
+}
+
+}  // namespace
+
 std::string format_search_report(const JobConfig& config, const SearchResult& result,
                                  const MeasuredProfile* profile,
                                  const std::vector<std::string>& profile_lines) {
@@ -431,6 +463,7 @@ std::string format_search_report(const JobConfig& config, const SearchResult& re
          i == 0 ? "best" : why_slower(c, result.ranked.front())});
   }
   text += render_table(rows);
+  if (!result.ranked.empty()) text += communicator_buffers_line(config, result.ranked.front());
   text += schedule_comparison(result);
   text += zero_stage_comparison(config, result, profile);
   text += context_parallel_comparison(result);

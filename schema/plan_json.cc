@@ -170,6 +170,7 @@ json memory_to_json(const schema::StageMemory& memory) {
           {"gathered", memory.gathered()},
           {"activations", memory.activations()},
           {"transient", memory.transient()},
+          {"communicator_buffers", memory.communicator_buffers()},
           {"total", memory.total()}};
 }
 
@@ -435,8 +436,8 @@ void stage_table(const schema::Plan& plan, std::ostringstream& out) {
   const auto* predicted = plan.predictions() ? plan.predictions()->stages() : nullptr;
   TextTable table(
       {"stage", "layers", "holds", "recompute", "fwd ms", "bwd ms", "comm ms", "wait ms", "weights",
-       "grads", "optimizer", "gathered", "activations", "transient", "total"},
-      {true, false, false, false, true, true, true, true, true, true, true, true, true, true,
+       "grads", "optimizer", "gathered", "activations", "transient", "nccl", "total"},
+      {true, false, false, false, true, true, true, true, true, true, true, true, true, true, true,
        true});
   for (size_t i = 0; i < plan.stages()->size(); ++i) {
     const schema::Stage& stage = *plan.stages()->Get(i);
@@ -449,9 +450,10 @@ void stage_table(const schema::Plan& plan, std::ostringstream& out) {
     row.push_back(p ? format_ms(p->communication_seconds()) : "-");
     row.push_back(p ? format_ms(p->bubble_seconds()) : "-");
     const schema::StageMemory* m = p ? p->memory() : nullptr;
-    for (uint64_t bytes : {m ? m->weights() : 0, m ? m->gradients() : 0,
-                           m ? m->optimizer_state() : 0, m ? m->gathered() : 0,
-                           m ? m->activations() : 0, m ? m->transient() : 0, m ? m->total() : 0}) {
+    for (uint64_t bytes :
+         {m ? m->weights() : 0, m ? m->gradients() : 0, m ? m->optimizer_state() : 0,
+          m ? m->gathered() : 0, m ? m->activations() : 0, m ? m->transient() : 0,
+          m ? m->communicator_buffers() : 0, m ? m->total() : 0}) {
       row.push_back(m ? format_bytes(bytes) : "-");
     }
     table.add_row(std::move(row));

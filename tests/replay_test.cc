@@ -37,6 +37,9 @@ TEST_F(Replay, Bfloat16ModelStateIsWhatThePlannerPredicts) {
   const json& memory = report["stages"][0]["memory_bytes"];
   for (const char* part : {"weights", "gradients", "optimizer_state"})
     EXPECT_EQ(memory[part]["measured"], memory[part]["predicted"]) << part;
+  // MPI on the CPU: no NCCL buffers, predicted or measured.
+  EXPECT_EQ(memory["communicator_buffers"]["predicted"].get<double>(), 0.0);
+  EXPECT_EQ(memory["communicator_buffers"]["measured"].get<double>(), 0.0);
   // 2 bytes per weight: wte 256x32, wpe 16x32, 2 blocks of 12704 and the
   // final norm's 64 are 34176 parameters (even, so no ZeRO padding).
   EXPECT_EQ(memory["weights"]["measured"].get<double>(), 2.0 * 34176);

@@ -357,6 +357,7 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
       round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks) +
                    terms.ring_workspace * chunks,
                g);
+  memory.communicator_buffers = round_up(static_cast<double>(terms.communicator_buffers), g);
   if (options.is_train) {
     if (zero_two) {
       // ZeRO-2 and 3 (zero_memory.h): resident units, the pool and the fp32

@@ -146,9 +146,12 @@ struct MemoryBreakdown {
   uint64_t gathered = 0;             // ZeRO-3's gathered slots (weights: the rest)
   uint64_t activations = 0;          // in-flight micro-batches plus the recompute working set
   uint64_t transient = 0;            // transient_mem_coef * (largest + second largest op output)
+  // NCCL's own buffers of the rank's communicators (communicator_memory.h):
+  // a constant of the mesh on GPU clusters, 0 on the CPU backend (MPI).
+  uint64_t communicator_buffers = 0;
   uint64_t total() const {
     return weights + gradients + optimizer_state + optimizer_transient + gathered + activations +
-           transient;
+           transient + communicator_buffers;
   }
 };
 
@@ -243,6 +246,9 @@ struct StageMemoryTerms {
   // masking's too), beside the transient peak: the stage allocates them once
   // for its blocks.
   double ring_workspace = 0;
+  // NCCL's buffers of the stage's communicators (communicator_memory.h): set
+  // by StageCostModel from the cluster, once per setting; 0 here.
+  int64_t communicator_buffers = 0;
 };
 // document_mask: each in-flight micro-batch's documents table, and the ring's
 // workspace even without a ring (context_parallel_cost.h).

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "planner/cost/communicator_memory.h"
 #include "planner/cost/compute_model.h"
 #include "planner/cost/context_parallel_cost.h"
 #include "planner/cost/plan_estimate.h"
@@ -97,6 +98,22 @@ void StageCostModel::set_shape_terms() const {
   const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
   for (int r = 0; r < p; ++r)
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
+  // NCCL's buffers: a constant of the mesh per pipeline rank (the first and
+  // last hold the embedding group; a ring of 2 has half the links).
+  const NcclDeviceDefaults device = nccl_device_defaults(config_->cluster.preset);
+  if (!device.uses_nccl) return;
+  const NcclSettings nccl = nccl_settings_from_environment();
+  schema::CommunicatorMesh mesh;
+  mesh.pipeline = p;
+  mesh.data = shape.data_parallel;
+  mesh.context = shape.context_parallel;
+  mesh.tensor = shape.tensor_parallel;
+  // The runtime makes the ZeRO groups from the plan's num_groups.
+  mesh.zero_groups =
+      shape.gradient_replicas() % setting_.zero_ngroups == 0 ? setting_.zero_ngroups : 1;
+  for (int r = 0; r < p; ++r)
+    memory_terms_[r].communicator_buffers =
+        stage_communicator_buffer_bytes(device, nccl, setting_.layout, mesh, r);
 }
 
 void StageCostModel::set_in_flight() const {
@@ -121,8 +138,10 @@ double StageCostModel::model_state_bytes(int pipeline_rank, int num_layers) cons
   RecomputeCounts counts;
   counts.full = num_layers;  // (ZeRO-3: its parameters freed, the least)
   const MemoryBreakdown memory = stage_memory(options_, shape_terms().at(pipeline_rank), counts);
+  // (NCCL's buffers too: no choice changes them either.)
   return static_cast<double>(memory.weights + memory.gradients + memory.optimizer_state +
-                             memory.optimizer_transient + memory.gathered);
+                             memory.optimizer_transient + memory.gathered +
+                             memory.communicator_buffers);
 }
 
 // Compute: the profile's measured times, else the analytic model of the

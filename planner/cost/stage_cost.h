@@ -209,7 +209,8 @@ class StageCostModel {
   // Only the memory (cheaper; equal to estimate().memory).
   MemoryBreakdown memory(int pipeline_rank, const RecomputeCounts& counts) const;
   // Its model state alone (weights, gradients, optimizer state and its
-  // transient) with num_layers blocks, the least of ZeRO-3's two ways: what
+  // transient; NCCL's buffers, a constant of the mesh) with num_layers
+  // blocks, the least of ZeRO-3's two ways: what
   // no recompute choice changes, worked out without the micro-batches in
   // flight.
   double model_state_bytes(int pipeline_rank, int num_layers) const;

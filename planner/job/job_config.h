@@ -130,8 +130,9 @@ struct ClusterConfig {
   int devices_per_node = 8;
   double device_memory_gb = 8;  // what a process can allocate on the device
   // Device memory the plan leaves alone: what a process holds outside the
-  // runtime's own allocations (the CUDA context, NCCL's buffers, the cuBLAS
-  // workspace, allocator slack). The GPU presets reserve 2 GB; the cpu preset
+  // runtime's own allocations (the CUDA context, the cuBLAS workspace,
+  // allocator slack; NCCL's communicator buffers are a category of their own,
+  // planner/cost/communicator_memory.h). The GPU presets reserve 2 GB; the cpu preset
   // none. The planner's limit is min(memory_constraint, device_memory_gb -
   // reserved_memory_gb), and the runtime refuses a stage beyond that too.
   double reserved_memory_gb = 0;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -85,6 +86,14 @@ inline Memory memory_of(const void* pointer, const std::string& group,
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged
              ? Memory::kDevice
              : Memory::kHost;
+}
+
+// Free memory on the current device (cudaMemGetInfo): the communicators
+// measure what NCCL takes as the drop across its initialisation.
+inline int64_t free_device_bytes(const std::string& group, const std::string& operation) {
+  size_t free = 0, total = 0;
+  PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
 }
 
 inline ncclDataType_t nccl_type_of(kernels::DType dtype) {

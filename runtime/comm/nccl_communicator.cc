@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -84,8 +85,11 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> host_group,
         group, "broadcast of the NCCL unique id",
         MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, host_group_->handle()));
     ncclComm_t comm = nullptr;
+    const int64_t free_before = nccl_check::free_device_bytes(group, "init");
     PARAPLAN_NCCL_CHECK(group, "init", nullptr, ncclCommInitRank(&comm, size(), id, rank()));
     comm_ = comm;
+    device_bytes_ =
+        std::max<int64_t>(0, free_before - nccl_check::free_device_bytes(group, "init"));
   } catch (...) {
     failed_ = true;
     release();

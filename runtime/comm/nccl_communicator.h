@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -91,6 +92,12 @@ class NcclCommunicator final : public Communicator {
   void wait_started_before(uint64_t mark) override;
 
   MpiCommunicator& host_group() { return *host_group_; }
+  // The device memory NCCL took for this communicator: free device memory
+  // (cudaMemGetInfo) before ncclCommInitRank less after it, plus, for a
+  // pipeline link, the same around its warm exchange (NCCL connects on first
+  // use). The whole device's: exact while this process is the GPU's only
+  // user and allocates nothing else meanwhile, as at start-up.
+  int64_t device_bytes() const { return device_bytes_; }
 
  private:
   friend class NcclPeerToPeer;
@@ -132,6 +139,7 @@ class NcclCommunicator final : public Communicator {
   uint64_t started_ = 0;                 // operations queued so far
   std::vector<CUevent_st*> spare_events_;
   bool failed_ = false;  // an operation threw: the destructor aborts instead of waiting
+  int64_t device_bytes_ = 0;
 };
 
 // This rank's place in the ring of its pipeline's ranks (pipeline rank r
@@ -180,6 +188,9 @@ class NcclPeerToPeer final : public PeerToPeer {
                       void* buffer_free = nullptr) override;
   void wait(Posted transfer) override;
   ~NcclPeerToPeer() override;
+
+  // Each link's name and device_bytes(), in the order made.
+  std::vector<std::pair<std::string, int64_t>> link_device_bytes() const;
 
  private:
   struct PostedTransfer {

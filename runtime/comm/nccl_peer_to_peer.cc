@@ -5,10 +5,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/comm/nccl_check.h"
 #include "runtime/comm/nccl_communicator.h"
@@ -76,6 +79,8 @@ void NcclPeerToPeer::warm(NcclCommunicator& link, bool sends) {
   const std::string& group = link.name();
   const char* operation = "warming the link";
   Watchdog::Guard guard({operation, 1, "floats", &link.where_});
+  // What the connection takes (NCCL allocates it on this first use).
+  const int64_t free_before = nccl_check::free_device_bytes(group, operation);
   void* scratch = nullptr;
   PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaMalloc(&scratch, sizeof(float)));
   try {
@@ -93,6 +98,15 @@ void NcclPeerToPeer::warm(NcclCommunicator& link, bool sends) {
     throw;
   }
   PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaFree(scratch));
+  link.device_bytes_ +=
+      std::max<int64_t>(0, free_before - nccl_check::free_device_bytes(group, operation));
+}
+
+std::vector<std::pair<std::string, int64_t>> NcclPeerToPeer::link_device_bytes() const {
+  std::vector<std::pair<std::string, int64_t>> bytes;
+  for (const std::unique_ptr<NcclCommunicator>& link : links_)
+    bytes.emplace_back(link->name(), link->device_bytes());
+  return bytes;
 }
 
 void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_to, void* receive,

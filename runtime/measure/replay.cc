@@ -398,6 +398,7 @@ std::vector<RankMeasurement> gather_rank_measurements(InstructionTimer& timer,
   for (int c = 0; c < kNumMemoryCategories; ++c)
     mine.memory_peak[c] = static_cast<double>(rank.memory->peak(static_cast<MemoryCategory>(c)));
   mine.memory_peak_total = static_cast<double>(rank.memory->peak_total());
+  mine.communicator_buffers = static_cast<double>(rank.groups.communicator_device_bytes_total());
   const std::vector<TransferAndWait> transfer_waits =
       gather_transfer_waits(timer.transfers(), world, mesh, virtual_stages, rank.pipeline.v_shape);
   std::vector<RankMeasurement> ranks = gather_measurements(mine, world);

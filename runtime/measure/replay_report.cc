@@ -21,7 +21,8 @@ void RankMeasurement::to_array(double* out) const {
   static_assert(sizeof fields / sizeof fields[0] == kScalars);
   std::copy(std::begin(fields), std::end(fields), out);
   std::copy(std::begin(memory_peak), std::end(memory_peak), out + kScalars);
-  out[kFields - 1] = memory_peak_total;
+  out[kFields - 2] = memory_peak_total;
+  out[kFields - 1] = communicator_buffers;
 }
 
 RankMeasurement RankMeasurement::from_array(const double* in) {
@@ -33,7 +34,8 @@ RankMeasurement RankMeasurement::from_array(const double* in) {
       &m.world.wait,      &m.pipeline.transfer,  &m.pipeline.wait,    &m.core_wait_seconds};
   for (int i = 0; i < kScalars; ++i) *fields[i] = in[i];
   std::copy(in + kScalars, in + kScalars + kNumMemoryCategories, m.memory_peak);
-  m.memory_peak_total = in[kFields - 1];
+  m.memory_peak_total = in[kFields - 2];
+  m.communicator_buffers = in[kFields - 1];
   return m;
 }
 
@@ -68,7 +70,9 @@ struct StageParts {
   // tensor_parallel, pipeline_p2p, gradient_reduction, world, end_of_step, core
   double waits[6] = {};
   double forward_count = 0, backward_count = 0;
+  // The tracker's categories, then the peak with NCCL's buffers.
   double memory[kNumMemoryCategories + 1] = {};
+  double communicator_buffers = 0;
   int ranks = 0;
 };
 
@@ -109,7 +113,8 @@ StageParts measured_parts(const std::vector<RankMeasurement>& ranks, const schem
     for (int c = 0; c < kNumMemoryCategories; ++c)
       parts.memory[c] = std::max(parts.memory[c], m.memory_peak[c]);
     parts.memory[kNumMemoryCategories] =
-        std::max(parts.memory[kNumMemoryCategories], m.memory_peak_total);
+        std::max(parts.memory[kNumMemoryCategories], m.memory_peak_total + m.communicator_buffers);
+    parts.communicator_buffers = std::max(parts.communicator_buffers, m.communicator_buffers);
   }
   const double n = std::max(1, parts.ranks);
   for (double& value : parts.part) value /= n;
@@ -197,6 +202,8 @@ json replay_report(const schema::Plan& plan, const ReplayRun& run,
     for (int c = 0; c < kNumMemoryCategories; ++c)
       memory_report[memory_category_name(static_cast<MemoryCategory>(c))] =
           compare(predicted_memory[c], measured.memory[c]);
+    memory_report["communicator_buffers"] =
+        compare(pm ? double(pm->communicator_buffers()) : 0, measured.communicator_buffers);
     const double total_predicted = pm ? double(pm->total()) : 0;
     memory_report["total"] = compare(total_predicted, measured.memory[kNumMemoryCategories]);
     if (pm && measured.memory[kNumMemoryCategories] > total_predicted) memory_within = false;
@@ -304,8 +311,8 @@ std::string replay_table(const json& report) {
     for (int i = 0; i < kNumParts; ++i)
       add_row(out, "", labels[i], stage["per_step"][kParts[i]], milliseconds);
     const json& memory = stage["memory_bytes"];
-    for (const char* category :
-         {"weights", "gradients", "optimizer_state", "gathered", "activations", "workspace"})
+    for (const char* category : {"weights", "gradients", "optimizer_state", "gathered",
+                                 "activations", "workspace", "communicator_buffers"})
       add_row(out, "", std::string("memory: ") + category, memory[category], mebibytes);
     add_row(out, "", "memory: peak", memory["total"], mebibytes);
   }

@@ -51,10 +51,13 @@ struct RankMeasurement {
   TransferAndWait world;      // the world (the gradient norm)
   TransferAndWait pipeline;   // pipeline transfer instructions (filled on rank 0)
   double memory_peak[kNumMemoryCategories] = {};
-  double memory_peak_total = 0;
+  double memory_peak_total = 0;  // the tracker's (without NCCL's buffers)
+  // NCCL's buffers as its communicators were made (ProcessGroups::
+  // communicator_device_bytes); 0 on MPI and staged groups.
+  double communicator_buffers = 0;
 
   static constexpr int kScalars = 16;
-  static constexpr int kFields = kScalars + kNumMemoryCategories + 1;
+  static constexpr int kFields = kScalars + kNumMemoryCategories + 2;
   void to_array(double* out) const;
   static RankMeasurement from_array(const double* in);
 };

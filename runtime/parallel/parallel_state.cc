@@ -9,6 +9,7 @@
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/staged_communicator.h"
 #include "runtime/comm/watched_communicator.h"
+#include "schema/rank_communicators.h"
 #ifdef PARAPLAN_HAVE_NCCL
 #include "runtime/comm/nccl_communicator.h"
 #endif
@@ -113,10 +114,34 @@ void stage_through_host(ProcessGroups& groups, kernels::Ops& ops) {
 }
 
 #ifdef PARAPLAN_HAVE_NCCL
+// The NCCL communicators made are the ones schema::rank_communicators names
+// (the planner counts their buffers from it): same count, names in order.
+// parallel_state_test ties the MPI groups to it; this ties the links, which
+// only the NCCL path makes.
+void check_against_rank_communicators(const ProcessGroups& groups, int zero_groups) {
+  const MeshCoordinates& mesh = groups.mesh;
+  schema::CommunicatorMesh shape;
+  shape.pipeline = mesh.pipeline_size, shape.data = mesh.data_size;
+  shape.context = mesh.context_size, shape.tensor = mesh.tensor_size;
+  shape.zero_groups = zero_groups;
+  std::vector<std::string> named;
+  for (const schema::RankCommunicator& made : schema::rank_communicators(shape, groups.world_rank))
+    named.push_back(made.name);
+  std::vector<std::string> made;
+  for (const auto& [name, bytes] : groups.communicator_device_bytes) made.push_back(name);
+  if (made != named)
+    throw std::logic_error("make_process_groups: rank " + std::to_string(groups.world_rank) +
+                           " made " + std::to_string(made.size()) +
+                           " NCCL communicators, but schema::rank_communicators names " +
+                           std::to_string(named.size()) +
+                           " (the planner's memory model counts "
+                           "those; keep the two in step)");
+}
+
 // Device buffers over NCCL: each MPI group becomes an NCCL communicator over
 // the same members (for_each_group's fixed order lines up the collective NCCL
 // initialisations), the peers go over NCCL's world.
-void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops) {
+void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops, int zero_groups) {
   if (ops.backend() != kernels::Backend::kCuda)
     throw std::invalid_argument(
         std::string("NCCL moves CUDA device buffers, but the ops are the ") +
@@ -127,7 +152,10 @@ void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops) {
       throw std::logic_error("move_device_buffers_with_nccl: group '" + group->name() +
                              "' is not an MpiCommunicator (wrap groups after the transport)");
     group.release();
-    group = std::make_unique<NcclCommunicator>(std::unique_ptr<MpiCommunicator>(mpi), ops.stream());
+    auto nccl =
+        std::make_unique<NcclCommunicator>(std::unique_ptr<MpiCommunicator>(mpi), ops.stream());
+    groups.communicator_device_bytes.emplace_back(nccl->name(), nccl->device_bytes());
+    group = std::move(nccl);
   });
   if (groups.peers) {
     const MeshCoordinates& mesh = groups.mesh;
@@ -139,8 +167,10 @@ void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops) {
     ring.next = world_rank_of(mesh, (mesh.pipeline_rank + 1) % p, mesh.data_rank, mesh.tensor_rank);
     ring.previous =
         world_rank_of(mesh, (mesh.pipeline_rank + p - 1) % p, mesh.data_rank, mesh.tensor_rank);
-    groups.peers = std::make_unique<NcclPeerToPeer>(static_cast<NcclCommunicator&>(*groups.world),
-                                                    std::move(groups.peers), ring);
+    auto peers = std::make_unique<NcclPeerToPeer>(static_cast<NcclCommunicator&>(*groups.world),
+                                                  std::move(groups.peers), ring);
+    for (auto& link : peers->link_device_bytes()) groups.communicator_device_bytes.push_back(link);
+    groups.peers = std::move(peers);
   }
   // The context ring's links of its own (NcclPeerToPeer links ring
   // neighbours only), made by every rank when the mesh has a context ring.
@@ -153,9 +183,12 @@ void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops) {
                 mesh.tensor_rank;
     ring.next = groups.next_context_rank;
     ring.previous = groups.previous_context_rank;
-    groups.context_ring_peers = std::make_unique<NcclPeerToPeer>(
-        static_cast<NcclCommunicator&>(*groups.world), MpiPeerToPeer::over_world(), ring);
+    auto peers = std::make_unique<NcclPeerToPeer>(static_cast<NcclCommunicator&>(*groups.world),
+                                                  MpiPeerToPeer::over_world(), ring);
+    for (auto& link : peers->link_device_bytes()) groups.communicator_device_bytes.push_back(link);
+    groups.context_ring_peers = std::move(peers);
   }
+  check_against_rank_communicators(groups, zero_groups);
 }
 #endif
 
@@ -201,6 +234,12 @@ int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank,
          tensor_rank;
 }
 
+int64_t ProcessGroups::communicator_device_bytes_total() const {
+  int64_t total = 0;
+  for (const auto& [name, bytes] : communicator_device_bytes) total += bytes;
+  return total;
+}
+
 void for_each_group(ProcessGroups& groups,
                     const std::function<void(std::unique_ptr<Communicator>&)>& wrap) {
   for (std::unique_ptr<Communicator>* group :
@@ -222,7 +261,7 @@ ProcessGroups make_process_groups(Transport transport, int pipeline_size, int da
       break;
     case Transport::kNccl:
 #ifdef PARAPLAN_HAVE_NCCL
-      move_device_buffers_with_nccl(groups, ops);
+      move_device_buffers_with_nccl(groups, ops, zero_groups);
       break;
 #else
       throw std::logic_error(

@@ -3,10 +3,12 @@
 // into the groups every transport uses.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -67,6 +69,13 @@ struct ProcessGroups {
   int next_context_rank = -1, previous_context_rank = -1;
   PeerToPeer* context_peers = nullptr;
   std::unique_ptr<PeerToPeer> context_ring_peers;
+  // NCCL only: the device memory each NCCL communicator took, by name, in
+  // the order made (NcclCommunicator::device_bytes: its initialisation; a
+  // link's with its warm exchange). Empty on MPI and staged groups, which
+  // hold no device buffers of their own. The memory report sets it beside
+  // the plan's communicator_buffers.
+  std::vector<std::pair<std::string, int64_t>> communicator_device_bytes;
+  int64_t communicator_device_bytes_total() const;
 };
 
 // Every group of this rank for a mesh of pipeline_size x data_size x
