@@ -383,10 +383,11 @@ std::string communicator_buffers_line(const JobConfig& config, const PlanCandida
   mesh.tensor = setting.shape.tensor_parallel;
   mesh.zero_groups =
       setting.shape.gradient_replicas() % setting.zero_ngroups == 0 ? setting.zero_ngroups : 1;
+  mesh.zero_stage = setting.zero_stage;
   std::string parts;
-  for (const CommunicatorBuffers& buffers : communicator_buffers(
-           nccl_device_defaults(config.cluster.preset), nccl_settings_from_environment(),
-           setting.layout, mesh, s * mesh.data * mesh.context * mesh.tensor))
+  for (const CommunicatorBuffers& buffers :
+       communicator_buffers(nccl_device_defaults(config.cluster.preset), config.cluster.nccl,
+                            setting.layout, mesh, s * mesh.data * mesh.context * mesh.tensor))
     if (buffers.bytes > 0)
       parts += (parts.empty() ? "" : ", ") + buffers.name + " (" + std::to_string(buffers.size) +
                ") " + printf_string("%.0f", static_cast<double>(buffers.bytes) / 1048576) + " MiB";

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "schema/zero_stages.h"
+
 namespace paraplan::schema {
 namespace {
 
@@ -112,15 +114,19 @@ std::vector<RankCommunicator> rank_communicators(const CommunicatorMesh& mesh, i
   members.clear();
   for (int h = 0; h < gradient_size; ++h) members.push_back(data_group_rank(h));
   made.push_back(group("data", members));
+  const bool sharded = shards_optimizer_state(mesh.zero_stage);
+  made.back().device_collectives = !sharded;
   const int zero_size = gradient_size / mesh.zero_groups;
   members.clear();
   for (int h = g / zero_size * zero_size; h < (g / zero_size + 1) * zero_size; ++h)
     members.push_back(data_group_rank(h));
   made.push_back(group("zero", members));
+  made.back().device_collectives = sharded;
   members.clear();
   for (int k = 0; k < mesh.zero_groups; ++k)
     members.push_back(data_group_rank(k * zero_size + g % zero_size));
   made.push_back(group("zero_replicas", members));
+  made.back().device_collectives = sharded;
   if (pp > 1 && (at.p == 0 || at.p == pp - 1))
     made.push_back(group("embedding", {rank_of(mesh, 0, at.d, at.c, at.t),
                                        rank_of(mesh, pp - 1, at.d, at.c, at.t)}));

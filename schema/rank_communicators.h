@@ -4,8 +4,8 @@
 // with their members as world ranks. The one statement of that rule: the
 // planner's memory model counts NCCL's buffers per communicator from it
 // (planner/cost/communicator_memory.h), and the runtime's groups are checked
-// against it (parallel_state_test under mpirun; the NCCL path's link count at
-// start-up).
+// against it (parallel_state_test under mpirun; a warning from the NCCL
+// path at start-up where its links differ).
 #pragma once
 
 #include <string>
@@ -18,6 +18,7 @@ namespace paraplan::schema {
 struct CommunicatorMesh {
   int pipeline = 1, data = 1, context = 1, tensor = 1;
   int zero_groups = 1;
+  int zero_stage = 0;  // which of data and zero reduces the gradients
   int world_size() const { return pipeline * data * context * tensor; }
 };
 
@@ -35,6 +36,11 @@ struct RankCommunicator {
   std::vector<int> members;
   int size = 1;
   bool sends = false;  // a link: this rank is its sender (rank 0)
+  // A group: whether the step runs collectives on device buffers over it
+  // (the runtime's DistributedOptimizer: the data group without ZeRO, the
+  // zero and zero_replicas groups with it; tensor and embedding always).
+  // NCCL connects a group, and allocates its buffers, on its first one.
+  bool device_collectives = true;
 };
 
 // Every communicator world_rank makes, in the order the runtime makes them:

@@ -23,7 +23,23 @@ namespace {
 
 using namespace cuda_test_support;
 
-class CudaFusedGemm : public StorageTest {};
+class CudaFusedGemm : public StorageTest {
+ protected:
+  // check(cuda, tolerance, mode) once per GEMM mode of the dtype: fp32 with
+  // TF32 and strict GEMMs, bf16 one (its GEMMs accumulate in fp32 either
+  // way), each with the tolerance of a linear layer against the CPU.
+  template <typename Check>
+  void for_each_gemm_mode(Check check) {
+    const std::vector<bool> modes =
+        bf16() ? std::vector<bool>{true} : std::vector<bool>{true, false};
+    for (bool tf32 : modes) {
+      std::unique_ptr<Ops> cuda = make_cuda(tf32, dtype());
+      const double tolerance =
+          bf16() ? kBf16SumTolerance : (tf32 ? kTf32Tolerance : kStrictTolerance);
+      check(*cuda, tolerance, std::string(bf16() ? "bf16" : (tf32 ? "tf32" : "fp32")));
+    }
+  }
+};
 INSTANTIATE_TEST_SUITE_P(Storage, CudaFusedGemm, kStorageDtypes, storage_test_name);
 
 // An MLP's up-projection (in -> hidden, GELU) and the down-projection's
@@ -76,16 +92,11 @@ std::string name_of(const GeluGemmCase& c) {
 
 TEST_P(CudaFusedGemm, GeluMatchesTheCpuOpByOp) {
   std::unique_ptr<Ops> cpu = make_cpu(dtype());
-  const std::vector<bool> modes = bf16() ? std::vector<bool>{true} : std::vector<bool>{true, false};
-  for (bool tf32 : modes) {
-    std::unique_ptr<Ops> cuda = make_cuda(tf32, dtype());
-    const double tolerance =
-        bf16() ? kBf16SumTolerance : (tf32 ? kTf32Tolerance : kStrictTolerance);
-    for (const GeluGemmCase& c : kCases) {
-      expect_all_close(gelu_gemm_run(*cuda, c, true), gelu_gemm_run(*cpu, c, false), tolerance,
-                       std::string(bf16() ? "bf16" : (tf32 ? "tf32" : "fp32")) + " " + name_of(c));
-    }
-  }
+  for_each_gemm_mode([&](Ops& cuda, double tolerance, const std::string& mode) {
+    for (const GeluGemmCase& c : kCases)
+      expect_all_close(gelu_gemm_run(cuda, c, true), gelu_gemm_run(*cpu, c, false), tolerance,
+                       mode + " " + name_of(c));
+  });
 }
 
 TEST_P(CudaFusedGemm, GeluWithoutTheEpilogueIsTheOpByOpPathBitwise) {
@@ -126,18 +137,13 @@ std::vector<float> residual_run(Ops& ops, const GeluGemmCase& c, bool fused,
 
 TEST_P(CudaFusedGemm, ResidualMatchesTheCpuOpByOp) {
   std::unique_ptr<Ops> cpu = make_cpu(dtype());
-  const std::vector<bool> modes = bf16() ? std::vector<bool>{true} : std::vector<bool>{true, false};
-  for (bool tf32 : modes) {
-    std::unique_ptr<Ops> cuda = make_cuda(tf32, dtype());
-    // One rounding of (product + bias + residual) against two: a bf16 ulp
-    // more at most, within the GEMM tolerances.
-    const double tolerance =
-        bf16() ? kBf16SumTolerance : (tf32 ? kTf32Tolerance : kStrictTolerance);
+  // One rounding of (product + bias + residual) against two: a bf16 ulp
+  // more at most, within the GEMM tolerances.
+  for_each_gemm_mode([&](Ops& cuda, double tolerance, const std::string& mode) {
     for (const GeluGemmCase& c : kCases)
-      expect_close(
-          residual_run(*cuda, c, true), residual_run(*cpu, c, false), tolerance,
-          std::string(bf16() ? "bf16" : (tf32 ? "tf32" : "fp32")) + " residual " + name_of(c));
-  }
+      expect_close(residual_run(cuda, c, true), residual_run(*cpu, c, false), tolerance,
+                   mode + " residual " + name_of(c));
+  });
 }
 
 TEST_P(CudaFusedGemm, ResidualWithoutTheEpilogueIsTheOpByOpPathBitwise) {

@@ -1,11 +1,11 @@
-// communicator_memory.cc: NCCL's buffers per communicator and per rank, and
-// the NCCL_* variables that size them (communicator_memory.h states the
-// formula and its assumptions).
+// communicator_memory.cc: NCCL's buffers per communicator and per rank
+// (communicator_memory.h states the formula and its assumptions; the NCCL_*
+// variables are read with the job: planner/job/nccl_settings.h).
 #include "planner/cost/communicator_memory.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -15,23 +15,6 @@ namespace {
 
 constexpr int kMaxChannels = 64;  // NCCL's MAXCHANNELS
 constexpr int kSteps = 8;         // NCCL_STEPS: slots of a connection's buffer
-
-// An integer NCCL reads with strtoll (base 0, as NCCL_PARAM does), within
-// [least, most]; unset or empty: fallback.
-int64_t integer_variable(const EnvironmentLookup& lookup, const char* name, int64_t fallback,
-                         int64_t least, int64_t most, const char* valid) {
-  const char* text = lookup(name);
-  if (text == nullptr || text[0] == '\0') return fallback;
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text, &end, 0);
-  if (errno != 0 || end == text || *end != '\0' || value < least || value > most)
-    throw std::invalid_argument(
-        std::string(name) + "='" + text + "' in the environment is not valid: " + valid +
-        " (the planner sizes NCCL's buffers from it; unset it for NCCL's default" +
-        (fallback > 0 ? " " + std::to_string(fallback) : std::string()) + ")");
-  return value;
-}
 
 int power_of_two_up(int n) {
   int p = 1;
@@ -86,49 +69,6 @@ int64_t link_bytes(const NcclDeviceDefaults& device, const NcclSettings& setting
 
 }  // namespace
 
-NcclSettings nccl_settings(const EnvironmentLookup& lookup) {
-  NcclSettings s;
-  const int64_t most_bytes = int64_t{1} << 40;
-  const char* bytes = "a size in bytes, an integer from 1";
-  s.simple_buffer_bytes =
-      integer_variable(lookup, "NCCL_BUFFSIZE", s.simple_buffer_bytes, 1, most_bytes, bytes);
-  s.ll_buffer_bytes =
-      integer_variable(lookup, "NCCL_LL_BUFFSIZE", s.ll_buffer_bytes, 1, most_bytes, bytes);
-  s.ll128_buffer_bytes =
-      integer_variable(lookup, "NCCL_LL128_BUFFSIZE", s.ll128_buffer_bytes, 1, most_bytes, bytes);
-  s.p2p_net_chunk_bytes = integer_variable(lookup, "NCCL_P2P_NET_CHUNKSIZE", s.p2p_net_chunk_bytes,
-                                           1, most_bytes, bytes);
-  s.nvls_chunk_bytes =
-      integer_variable(lookup, "NCCL_NVLS_CHUNKSIZE", s.nvls_chunk_bytes, 1, most_bytes, bytes);
-  // NCCL clamps channel counts above 64 to 64 (and a maximum below 1 to 1).
-  const char* channels = "a channel count, an integer from 0 (NCCL uses at most 64)";
-  s.min_channels = static_cast<int>(std::min<int64_t>(
-      kMaxChannels, integer_variable(lookup, "NCCL_MIN_NCHANNELS", 0, 0, 1 << 20, channels)));
-  s.max_channels = static_cast<int>(std::clamp<int64_t>(
-      integer_variable(lookup, "NCCL_MAX_NCHANNELS", kMaxChannels, 0, 1 << 20, channels), 1,
-      kMaxChannels));
-  s.min_p2p_channels = static_cast<int>(std::clamp<int64_t>(
-      integer_variable(lookup, "NCCL_MIN_P2P_NCHANNELS", 1, 0, 1 << 20, channels), 1,
-      kMaxChannels));
-  s.max_p2p_channels = static_cast<int>(std::clamp<int64_t>(
-      integer_variable(lookup, "NCCL_MAX_P2P_NCHANNELS", kMaxChannels, 0, 1 << 20, channels), 1,
-      kMaxChannels));
-  s.net_channels_per_peer =
-      static_cast<int>(integer_variable(lookup, "NCCL_NCHANNELS_PER_NET_PEER", 2, 1, kMaxChannels,
-                                        "channels per network peer, an integer from 1 to 64"));
-  s.nvls_channels = static_cast<int>(integer_variable(
-      lookup, "NCCL_NVLS_NCHANNELS", 0, 1, kMaxChannels, "NVLS channels, an integer from 1 to 64"));
-  s.nvls_enable = static_cast<int>(integer_variable(lookup, "NCCL_NVLS_ENABLE", 2, 0, 2,
-                                                    "0 (off), 1 (on) or 2 (where supported)"));
-  s.runtime_connect = integer_variable(lookup, "NCCL_RUNTIME_CONNECT", 1, 0, 1,
-                                       "0 (connect at init) or 1 (on first use)") != 0;
-  return s;
-}
-
-NcclSettings nccl_settings_from_environment() {
-  return nccl_settings([](const char* name) { return std::getenv(name); });
-}
-
 NcclDeviceDefaults nccl_device_defaults(const std::string& preset) {
   NcclDeviceDefaults device;
   if (preset == "h100-sxm" || preset == "h200") {
@@ -158,7 +98,9 @@ std::vector<CommunicatorBuffers> communicator_buffers(const NcclDeviceDefaults& 
           }
           break;
         case schema::CommunicatorKind::kCollective:
-          buffers.bytes = group_bytes(device, settings, layout, made.members, world_rank);
+          // A group the step never reduces over is never connected.
+          if (made.device_collectives || !settings.runtime_connect)
+            buffers.bytes = group_bytes(device, settings, layout, made.members, world_rank);
           break;
         case schema::CommunicatorKind::kLink:
           buffers.bytes = link_bytes(device, settings, layout, made);
@@ -170,16 +112,58 @@ std::vector<CommunicatorBuffers> communicator_buffers(const NcclDeviceDefaults& 
   return out;
 }
 
-int64_t stage_communicator_buffer_bytes(const NcclDeviceDefaults& device,
-                                        const NcclSettings& settings, const DeviceLayout& layout,
-                                        const schema::CommunicatorMesh& mesh, int pipeline_rank) {
-  if (!device.uses_nccl) return 0;
-  const int first_rank = pipeline_rank * mesh.data * mesh.context * mesh.tensor;
-  int64_t bytes = 0;
-  for (const CommunicatorBuffers& buffers :
-       communicator_buffers(device, settings, layout, mesh, first_rank))
-    bytes += buffers.bytes;
-  return bytes;
+std::vector<int64_t> stage_communicator_buffer_bytes(const NcclDeviceDefaults& device,
+                                                     const NcclSettings& settings,
+                                                     const DeviceLayout& layout,
+                                                     const schema::CommunicatorMesh& mesh) {
+  if (!device.uses_nccl) return std::vector<int64_t>(mesh.pipeline, 0);
+  // The search asks this for every setting, but thousands of settings share
+  // a few hundred meshes: each mesh's answer is worked out once (listing a
+  // rank's communicators and their members costs microseconds per pipeline
+  // rank, which tripled the 1T search's time before this).
+  const std::vector<int64_t> key = {device.ring_channels_in_node,
+                                    device.ring_channels_across_nodes,
+                                    device.p2p_channels_per_peer,
+                                    device.nvls_channels,
+                                    settings.ll_buffer_bytes,
+                                    settings.ll128_buffer_bytes,
+                                    settings.simple_buffer_bytes,
+                                    settings.min_channels,
+                                    settings.max_channels,
+                                    settings.min_p2p_channels,
+                                    settings.max_p2p_channels,
+                                    settings.net_channels_per_peer,
+                                    settings.p2p_net_chunk_bytes,
+                                    settings.nvls_enable,
+                                    settings.nvls_channels,
+                                    settings.nvls_chunk_bytes,
+                                    settings.runtime_connect ? 1 : 0,
+                                    layout.num_nodes,
+                                    layout.devices_per_node,
+                                    mesh.pipeline,
+                                    mesh.data,
+                                    mesh.context,
+                                    mesh.tensor,
+                                    mesh.zero_groups,
+                                    mesh.zero_stage};
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, std::vector<int64_t>> answers;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = answers.find(key);
+    if (found != answers.end()) return found->second;
+  }
+  std::vector<int64_t> per_stage(mesh.pipeline, 0);
+  for (int stage = 0; stage < mesh.pipeline; ++stage) {
+    // The other ranks of a stage make communicators of the same sizes.
+    const int first_rank = stage * mesh.data * mesh.context * mesh.tensor;
+    for (const CommunicatorBuffers& buffers :
+         communicator_buffers(device, settings, layout, mesh, first_rank))
+      per_stage[stage] += buffers.bytes;
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  answers.emplace(key, per_stage);
+  return per_stage;
 }
 
 }  // namespace paraplan

@@ -5,9 +5,9 @@
 //
 // What it counts, per communicator of this rank (NCCL 2.22 and later, whose
 // connections are made on first use, NCCL_RUNTIME_CONNECT=1):
-// - a process group of n > 1 ranks that runs collectives (tensor, data, zero,
-//   zero_replicas, embedding): its ring, one receive connection per channel,
-//   each holding the three protocols' buffers (LL + LL128 + SIMPLE):
+// - a process group of n > 1 ranks that runs collectives (tensor, embedding,
+//   and data without ZeRO or zero and zero_replicas with it): its ring, one receive connection per
+//   channel, each holding the three protocols' buffers (LL + LL128 + SIMPLE):
 //     C x (NCCL_LL_BUFFSIZE + NCCL_LL128_BUFFSIZE + NCCL_BUFFSIZE),
 //   defaults 524,288 + 4,915,200 + 4,194,304 = 9,633,792 bytes per channel
 //   (src/init.cc's DEFAULT_*BUFFSIZE), C the device's ring channels
@@ -30,9 +30,10 @@
 //   so its sum is the same.
 // Assumptions, stated because NCCL decides them at run time from the
 // topology: the channel counts per device kind (NcclDeviceDefaults); ranks
-// placed on nodes in order (world rank / devices per node); every group that
-// exists runs a device collective (an upper bound where one does not: under
-// ZeRO the data group beside zero); tree connections (NCCL_ALGO=Tree, or
+// placed on nodes in order (world rank / devices per node); a group the step
+// does not reduce over (the data group under ZeRO, zero and zero_replicas
+// without it: RankCommunicator::device_collectives) is never connected, so
+// holds nothing (unless NCCL_RUNTIME_CONNECT=0); tree connections (NCCL_ALGO=Tree, or
 // NCCL_RUNTIME_CONNECT=0) and NCCL's fixed per-communicator structures (a
 // few MiB) are not counted. The CPU backend moves host buffers over MPI: 0.
 #pragma once
@@ -44,40 +45,10 @@
 
 #include "planner/job/device_layout.h"
 #include "planner/job/job_config.h"
+#include "planner/job/nccl_settings.h"
 #include "schema/rank_communicators.h"
 
 namespace paraplan {
-
-// NCCL's settings that size its buffers; the members are NCCL's defaults.
-struct NcclSettings {
-  int64_t ll_buffer_bytes = 524288;      // NCCL_LL_BUFFSIZE: 8 lines x 512 threads x 8 steps x 16 B
-  int64_t ll128_buffer_bytes = 4915200;  // NCCL_LL128_BUFFSIZE: 120 x 640 threads x 8 steps x 8 B
-  int64_t simple_buffer_bytes = 4194304;    // NCCL_BUFFSIZE: 4 MiB
-  int min_channels = 0, max_channels = 64;  // NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS
-  int min_p2p_channels = 1,
-      max_p2p_channels = 64;             // NCCL_MIN_P2P_NCHANNELS, NCCL_MAX_P2P_NCHANNELS
-  int net_channels_per_peer = 2;         // NCCL_NCHANNELS_PER_NET_PEER
-  int64_t p2p_net_chunk_bytes = 131072;  // NCCL_P2P_NET_CHUNKSIZE
-  int nvls_enable = 2;                   // NCCL_NVLS_ENABLE: 0 off; 1, 2 where supported
-  int nvls_channels = 0;                 // NCCL_NVLS_NCHANNELS; 0: the device's
-  int64_t nvls_chunk_bytes = 131072;     // NCCL_NVLS_CHUNKSIZE
-  bool runtime_connect = true;           // NCCL_RUNTIME_CONNECT
-  // One connection's buffers: every protocol's.
-  int64_t connection_bytes() const {
-    return ll_buffer_bytes + ll128_buffer_bytes + simple_buffer_bytes;
-  }
-};
-
-// A variable's value, or null when unset (std::getenv's contract).
-using EnvironmentLookup = std::function<const char*(const char*)>;
-
-// The settings from the variables lookup gives (an empty value is unset, as
-// NCCL takes it). A value NCCL would not read as a number, or out of its
-// range, throws std::invalid_argument naming the variable and what is valid.
-NcclSettings nccl_settings(const EnvironmentLookup& lookup);
-// The same from this process's environment: the job inherits the planning
-// shell's NCCL_* variables (paraplan launch passes the environment on).
-NcclSettings nccl_settings_from_environment();
 
 // What NCCL's topology search picks on a device kind, which the planner cannot
 // run: the cluster presets' figures (NCCL's logs on 8-GPU HGX/DGX nodes).
@@ -105,10 +76,12 @@ std::vector<CommunicatorBuffers> communicator_buffers(const NcclDeviceDefaults& 
                                                       const DeviceLayout& layout,
                                                       const schema::CommunicatorMesh& mesh,
                                                       int world_rank);
-// Their sum for the first rank of pipeline rank pipeline_rank (the other
-// ranks of a stage make communicators of the same sizes); 0 without NCCL.
-int64_t stage_communicator_buffer_bytes(const NcclDeviceDefaults& device,
-                                        const NcclSettings& settings, const DeviceLayout& layout,
-                                        const schema::CommunicatorMesh& mesh, int pipeline_rank);
+// Their sum per pipeline rank (for its first rank: the other ranks of a
+// stage make communicators of the same sizes); zeros without NCCL.
+// Remembered per question: the search asks for the same meshes many times.
+std::vector<int64_t> stage_communicator_buffer_bytes(const NcclDeviceDefaults& device,
+                                                     const NcclSettings& settings,
+                                                     const DeviceLayout& layout,
+                                                     const schema::CommunicatorMesh& mesh);
 
 }  // namespace paraplan

@@ -24,10 +24,12 @@ EnvironmentLookup variables(std::map<std::string, std::string> values) {
   };
 }
 
-schema::CommunicatorMesh mesh_of(int pp, int dp, int tp, int cp = 1, int zero_groups = 1) {
+schema::CommunicatorMesh mesh_of(int pp, int dp, int tp, int cp = 1, int zero_groups = 1,
+                                 int zero_stage = 0) {
   schema::CommunicatorMesh mesh;
   mesh.pipeline = pp, mesh.data = dp, mesh.tensor = tp, mesh.context = cp;
   mesh.zero_groups = zero_groups;
+  mesh.zero_stage = zero_stage;
   return mesh;
 }
 
@@ -69,10 +71,9 @@ TEST(CommunicatorMemory, TensorParallelEightOnOneH100Node) {
                                         nccl_settings(variables({})), {1, 8}, mesh_of(1, 1, 8), 0)),
             24 * kConnection);
   // The CPU backend: MPI, no NCCL.
-  EXPECT_EQ(
-      stage_communicator_buffer_bytes(nccl_device_defaults("cpu"), nccl_settings(variables({})),
-                                      {1, 8}, mesh_of(1, 1, 8), 0),
-      0);
+  EXPECT_EQ(stage_communicator_buffer_bytes(nccl_device_defaults("cpu"),
+                                            nccl_settings(variables({})), {1, 8}, mesh_of(1, 1, 8)),
+            std::vector<int64_t>{0});
 }
 
 TEST(CommunicatorMemory, VariablesOverrideTheDefaults) {
@@ -147,22 +148,36 @@ TEST(CommunicatorMemory, PipelineLinksOnTheReceivingRank) {
 
 TEST(CommunicatorMemory, SeventyBillionOnSixtyFourH100s) {
   // tp 8 x dp 2 x pp 4, ZeRO-1: stage 0's first rank (rank 0). Its tensor
-  // group is its node; data and zero (ranks 0 and 8) and embedding (0 and 48)
-  // span two nodes (16 channels, no NVLS); its ring neighbours 16 and 48 are
-  // on other nodes.
-  const auto all = communicator_buffers(nccl_device_defaults("h100-sxm"),
-                                        nccl_settings(variables({})), {8, 8}, mesh_of(4, 2, 8), 0);
+  // group is its node; zero (ranks 0 and 8) and embedding (0 and 48) span
+  // two nodes (16 channels, no NVLS); the data group (the same ranks) is
+  // never reduced over under ZeRO, so never connected; its ring neighbours
+  // 16 and 48 are on other nodes.
+  const NcclSettings defaults = nccl_settings(variables({}));
+  const auto all = communicator_buffers(nccl_device_defaults("h100-sxm"), defaults, {8, 8},
+                                        mesh_of(4, 2, 8, 1, 1, 1), 0);
   EXPECT_EQ(bytes_of(all, "tensor"), 576716800);
-  EXPECT_EQ(bytes_of(all, "data"), 16 * kConnection);  // 154,140,672
-  EXPECT_EQ(bytes_of(all, "zero"), 16 * kConnection);
+  EXPECT_EQ(bytes_of(all, "data"), 0);
+  EXPECT_EQ(bytes_of(all, "zero"), 16 * kConnection);  // 154,140,672
   EXPECT_EQ(bytes_of(all, "zero_replicas"), 0);
   EXPECT_EQ(bytes_of(all, "embedding"), 16 * kConnection);
-  EXPECT_EQ(sum_of(all), 576716800 + 3 * 16 * kConnection + 2 * 2 * 8 * 131072);  // 1,043,333,120
+  EXPECT_EQ(sum_of(all), 576716800 + 2 * 16 * kConnection + 2 * 2 * 8 * 131072);  // 889,192,448
+  // Without ZeRO the data group carries the reduction and zero is idle.
+  const auto plain =
+      communicator_buffers(nccl_device_defaults("h100-sxm"), defaults, {8, 8}, mesh_of(4, 2, 8), 0);
+  EXPECT_EQ(bytes_of(plain, "data"), 16 * kConnection);
+  EXPECT_EQ(bytes_of(plain, "zero"), 0);
+  EXPECT_EQ(sum_of(plain), sum_of(all));
+  // NCCL_RUNTIME_CONNECT=0 connects every group at init: both count.
+  const auto at_init = communicator_buffers(
+      nccl_device_defaults("h100-sxm"), nccl_settings(variables({{"NCCL_RUNTIME_CONNECT", "0"}})),
+      {8, 8}, mesh_of(4, 2, 8, 1, 1, 1), 0);
+  EXPECT_EQ(bytes_of(at_init, "data"), 16 * kConnection);
   // A middle stage's rank: no embedding group.
-  EXPECT_EQ(
-      stage_communicator_buffer_bytes(nccl_device_defaults("h100-sxm"),
-                                      nccl_settings(variables({})), {8, 8}, mesh_of(4, 2, 8), 1),
-      576716800 + 2 * 16 * kConnection + 2 * 2 * 8 * 131072);
+  const std::vector<int64_t> stages = stage_communicator_buffer_bytes(
+      nccl_device_defaults("h100-sxm"), defaults, {8, 8}, mesh_of(4, 2, 8, 1, 1, 1));
+  ASSERT_EQ(stages.size(), 4u);
+  EXPECT_EQ(stages[0], sum_of(all));
+  EXPECT_EQ(stages[1], 576716800 + 16 * kConnection + 2 * 2 * 8 * 131072);
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ void StageCostModel::set_shape_terms() const {
   // last hold the embedding group; a ring of 2 has half the links).
   const NcclDeviceDefaults device = nccl_device_defaults(config_->cluster.preset);
   if (!device.uses_nccl) return;
-  const NcclSettings nccl = nccl_settings_from_environment();
+  const NcclSettings& nccl = config_->cluster.nccl;
   schema::CommunicatorMesh mesh;
   mesh.pipeline = p;
   mesh.data = shape.data_parallel;
@@ -111,9 +111,10 @@ void StageCostModel::set_shape_terms() const {
   // The runtime makes the ZeRO groups from the plan's num_groups.
   mesh.zero_groups =
       shape.gradient_replicas() % setting_.zero_ngroups == 0 ? setting_.zero_ngroups : 1;
-  for (int r = 0; r < p; ++r)
-    memory_terms_[r].communicator_buffers =
-        stage_communicator_buffer_bytes(device, nccl, setting_.layout, mesh, r);
+  mesh.zero_stage = setting_.zero_stage;
+  const std::vector<int64_t> buffers =
+      stage_communicator_buffer_bytes(device, nccl, setting_.layout, mesh);
+  for (int r = 0; r < p; ++r) memory_terms_[r].communicator_buffers = buffers[r];
 }
 
 void StageCostModel::set_in_flight() const {

@@ -13,6 +13,7 @@
 #include "common/printable_text.h"
 #include "planner/job/cluster_presets.h"
 #include "planner/job/job_config_internal.h"
+#include "planner/job/nccl_settings.h"
 #include "schema/model_limits.h"
 
 namespace paraplan {
@@ -259,6 +260,7 @@ void resolve_defaults(JobConfig& config) {
   JobConfig explicit_values;
   explicit_values.cluster = config.cluster;
   config.cluster = cluster_preset(config.cluster.preset);
+  config.cluster.nccl = explicit_values.cluster.nccl;  // the environment's, not a preset's
   // Re-apply the explicitly set cluster fields on top of the preset.
   for (const FieldSpec& spec : field_table())
     if (spec.section == "cluster" && spec.key != "preset" && config.was_set(spec.dotted()))
@@ -358,6 +360,8 @@ JobConfig parse_job_config(std::string_view toml_text, const std::string& source
       config.set_keys.insert(spec.dotted());
     }
   }
+  // NCCL's buffer sizes as this environment sets them, read once per job.
+  config.cluster.nccl = nccl_settings_from_environment();
   resolve_defaults(config);
   validate_job_config(config);
   return config;

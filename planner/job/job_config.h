@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "plan_generated.h"
+#include "planner/job/nccl_settings.h"
 
 namespace paraplan {
 
@@ -126,6 +127,9 @@ int default_document_separator(int vocab_size);
 // microseconds.
 struct ClusterConfig {
   std::string preset = "cpu";
+  // NCCL_* variables that size NCCL's buffers (nccl_settings.h), read from
+  // the environment when the job is parsed; NCCL's defaults otherwise.
+  NcclSettings nccl;
   int num_nodes = 1;
   int devices_per_node = 8;
   double device_memory_gb = 8;  // what a process can allocate on the device

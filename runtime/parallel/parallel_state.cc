@@ -2,6 +2,7 @@
 // tensor rank) and the process groups of the mesh for every transport.
 #include "runtime/parallel/parallel_state.h"
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -129,13 +130,15 @@ void check_against_rank_communicators(const ProcessGroups& groups, int zero_grou
     named.push_back(made.name);
   std::vector<std::string> made;
   for (const auto& [name, bytes] : groups.communicator_device_bytes) made.push_back(name);
+  // Training is right either way; only the memory prediction would miss
+  // communicators, so a difference is reported, not fatal (the links' rule
+  // has not run on two GPUs yet).
   if (made != named)
-    throw std::logic_error("make_process_groups: rank " + std::to_string(groups.world_rank) +
-                           " made " + std::to_string(made.size()) +
-                           " NCCL communicators, but schema::rank_communicators names " +
-                           std::to_string(named.size()) +
-                           " (the planner's memory model counts "
-                           "those; keep the two in step)");
+    std::fprintf(stderr,
+                 "paraplan: warning: rank %d made %zu NCCL communicators, but "
+                 "schema::rank_communicators names %zu: the plan's predicted NCCL buffers do "
+                 "not cover them all (keep the two in step)\n",
+                 groups.world_rank, made.size(), named.size());
 }
 
 // Device buffers over NCCL: each MPI group becomes an NCCL communicator over
