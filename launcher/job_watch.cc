@@ -253,6 +253,16 @@ JobFailure JobWatch::report(JobFailure::Kind kind, const std::string& headline,
   return failure;
 }
 
+void JobWatch::keep_whole_hosts(std::map<std::string, std::vector<int>>& lost_by_host) const {
+  std::map<std::string, size_t> ranks_by_host;
+  for (const Rank& rank : ranks_)
+    if (rank.checked_in) ++ranks_by_host[rank.hello.host];
+  std::map<std::string, std::vector<int>> whole;
+  for (const auto& [host, lost] : lost_by_host)
+    if (lost.size() == ranks_by_host[host]) whole.emplace(host, lost);
+  if (!whole.empty()) lost_by_host = std::move(whole);
+}
+
 std::optional<std::string> JobWatch::failure(Clock::time_point now) const {
   const std::optional<JobFailure> found = diagnose(now);
   if (!found) return std::nullopt;
@@ -287,7 +297,10 @@ std::optional<JobFailure> JobWatch::diagnose(Clock::time_point now) const {
   // crashed, host down) are at fault, before any ended by a signal they
   // reported (mpirun ends the rest of a job that lost a daemon with
   // SIGTERM). Those lost within `settle` of the first are named together
-  // (every rank of a host that died).
+  // (every rank of a host that died), but where a whole host is among them
+  // only the whole hosts: on a loaded machine a rank mpirun then ends may
+  // be gone before its SIGTERM report arrives, and a host that died takes
+  // every rank it had.
   for (const bool signalled : {false, true}) {
     std::optional<Clock::time_point> first_lost;
     for (const Rank& rank : ranks_)
@@ -297,14 +310,17 @@ std::optional<JobFailure> JobWatch::diagnose(Clock::time_point now) const {
     if (!first_lost) continue;
     if (now - *first_lost < settle_) return std::nullopt;
     std::map<std::string, std::vector<int>> lost_by_host;
-    std::vector<int> culprits;
     for (int number = 0; number < static_cast<int>(ranks_.size()); ++number) {
       const Rank& rank = ranks_[static_cast<size_t>(number)];
       if (!rank.lost || (rank.signal != 0) != signalled || rank.lost_at - *first_lost > settle_)
         continue;
       lost_by_host[rank.hello.host].push_back(number);
-      culprits.push_back(number);
     }
+    keep_whole_hosts(lost_by_host);
+    std::vector<int> culprits;
+    for (const auto& [host, lost] : lost_by_host)
+      culprits.insert(culprits.end(), lost.begin(), lost.end());
+    std::sort(culprits.begin(), culprits.end());
     std::string hosts;
     for (const auto& [host, lost] : lost_by_host)
       append_item(hosts, "; ", ranks_on_host(lost, host));

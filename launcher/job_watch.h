@@ -97,6 +97,9 @@ class JobWatch {
   std::vector<std::string> waiting_for(const std::vector<int>& culprits) const;
   JobFailure report(JobFailure::Kind kind, const std::string& headline,
                     const std::vector<int>& culprits) const;
+  // Where some hosts lost every rank they had, drops the others from
+  // lost_by_host (host -> its lost ranks); else leaves it as it is.
+  void keep_whole_hosts(std::map<std::string, std::vector<int>>& lost_by_host) const;
 
   MeshShape mesh_;
   std::chrono::milliseconds timeout_, settle_, interval_;

@@ -133,6 +133,22 @@ TEST_F(JobWatchTest, RanksEndedBySigtermAfterALostHostAreNotBlamed) {
   EXPECT_EQ(failure->find("node1"), std::string::npos) << *failure;
 }
 
+// The same, where node1's rank 0 is gone before its SIGTERM report reaches
+// the launcher (a loaded machine): node2 lost every rank it had, node1 one
+// of its two, so only node2 is named.
+TEST_F(JobWatchTest, AHostThatLostEveryRankIsNamedBeforeARankGoneUnheard) {
+  const auto died = start_ + 2s;
+  watch_.disconnected(2, died);
+  watch_.disconnected(3, died + 10ms);
+  watch_.disconnected(0, died + 80ms);
+  const std::optional<std::string> failure = watch_.failure(died + 500ms);
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->substr(0, failure->find('\n')),
+            "lost ranks 2-3 on host node2: the process ended without finishing (killed, crashed, "
+            "or its host went down); ending the job");
+  EXPECT_EQ(failure->find("rank 0 on node1"), std::string::npos) << *failure;
+}
+
 TEST_F(JobWatchTest, RanksEndedBySigtermAloneAreNamedSo) {
   RankMessage sigterm;
   sigterm.type = RankMessage::Type::kSignal;
