@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "schema/plan_test_support.h"
+#include "schema/text_test_support.h"
 
 namespace paraplan {
 namespace {
@@ -19,14 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using schema::RecomputeMode;
 using test_plans::build_plan;
+using test_plans::contains;
 using test_plans::make_plan_spec;
 using test_plans::PlanSpec;
-
-// Passes when text contains fragment; on failure shows both.
-::testing::AssertionResult contains(const std::string& text, const std::string& fragment) {
-  if (text.find(fragment) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "missing [" << fragment << "] in:\n" << text;
-}
 
 class PlanFileTest : public ::testing::Test {
  protected:
