@@ -45,7 +45,7 @@
 #   LLAMA_BATCHES    the llama phase's micro-batch sizes (default "2 4"; torch.compile at the
 #                    first only, LLAMA_COMPILE_BATCHES names others)
 #   LLAMA_GLOBAL_BATCH  its sequences per optimizer step, for every run (default 8)
-#   LLAMA_SECONDS    the llama phase's cap (default 150)
+#   LLAMA_SECONDS    the llama phase's cap (default 190)
 # At most 8 files come back from the device tool: OUT holds summary.txt and one
 # archive per phase.
 set -uo pipefail
@@ -84,7 +84,7 @@ if [ -n "$seconds" ] && ! [[ $seconds =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 for cap in BENCH_SECONDS LLAMA_SECONDS; do
-  if ! [[ ${!cap:-150} =~ ^[0-9]+$ ]]; then
+  if ! [[ ${!cap:-0} =~ ^[0-9]+$ ]]; then
     echo "device_check.sh: $cap must be a whole number of seconds, got '${!cap}'" >&2
     exit 2
   fi
@@ -179,7 +179,7 @@ for phase in $phases; do
     sanitizer) run_phase sanitizer 160 ;;
     losses) run_phase losses 70 ;;
     bench) run_phase bench "${BENCH_SECONDS:-150}" ;;
-    llama) run_phase llama "${LLAMA_SECONDS:-150}" ;;
+    llama) run_phase llama "${LLAMA_SECONDS:-190}" ;;
     breakdown) run_phase breakdown 75 ;;
   esac
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """device_phases_test.py: the phase functions of device_phases.sh (tests,
-sanitizer, breakdown, bench) run as device_check.sh runs them, with made-up
+sanitizer, breakdown, bench, llama) run as device_check.sh runs them, with made-up
 ctest, compute-sanitizer, ncu, paraplan and python, and the state and verdict
 device_states.py gives what each left.
 
