@@ -47,7 +47,8 @@
 #   LLAMA_GLOBAL_BATCH  its sequences per optimizer step, for every run (default 8)
 #   LLAMA_SECONDS    the llama phase's cap (default 190)
 # At most 8 files come back from the device tool: OUT holds summary.txt and one
-# archive per phase.
+# archive per phase (seven phases: eight files, the limit; an eighth phase needs
+# its files in another phase's archive).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
