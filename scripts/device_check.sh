@@ -19,6 +19,9 @@
 #   bench      GPT-2 124M bf16 throughput: paraplan replay (per component, measured
 #              against predicted), PyTorch eager, torch.compile, llm.c where bundled
 #              (scripts/llmc_build.sh); each step's loss; MFU by llm.c's formula
+#   llama      the Llama-3.2-1B shape (samples/llama_1b) bf16: paraplan replay at two
+#              micro-batches against torch.compile at one global batch, tokens/s and MFU
+#              by the planner's count; each replay's step and peak memory against the plan's
 #   breakdown  a step's kernels by ncu (GEMMs / attention / the rest / host gaps), and
 #              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes
 # After every phase the summary table (scripts/device_summary.py) is rewritten,
@@ -39,14 +42,19 @@
 #                    (default: the micro-batch, one per step)
 #   LLMC             llm.c's train_gpt2cu (default .device/llmc/, bundled by device_bundle.sh)
 #   BENCH_SECONDS    the bench phase's cap (default 150)
+#   LLAMA_BATCHES    the llama phase's micro-batch sizes (default "2 4"; torch.compile at the
+#                    first only, LLAMA_COMPILE_BATCHES names others)
+#   LLAMA_GLOBAL_BATCH  its sequences per optimizer step, for every run (default 8)
+#   LLAMA_SECONDS    the llama phase's cap (default 190)
 # At most 8 files come back from the device tool: OUT holds summary.txt and one
-# archive per phase.
+# archive per phase (seven phases: eight files, the limit; an eighth phase needs
+# its files in another phase's archive).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
 rehearse=0 seconds="" prepare_dir=""
-phases="facts tests sanitizer losses bench breakdown"
+phases="facts tests sanitizer losses bench llama breakdown"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rehearse) rehearse=1 ;;
@@ -56,18 +64,18 @@ while [ $# -gt 0 ]; do
     -h | --help) usage; exit 0 ;;
     *)
       echo "device_check.sh: unknown argument '$1'; use --rehearse, --seconds N, --phases" \
-        "\"facts tests sanitizer losses bench breakdown\", or --prepare DIR" >&2
+        "\"facts tests sanitizer losses bench llama breakdown\", or --prepare DIR" >&2
       exit 2
       ;;
   esac
   shift
 done
 for phase in $phases; do
-  case " facts tests sanitizer losses bench breakdown " in
+  case " facts tests sanitizer losses bench llama breakdown " in
     *" $phase "*) ;;
     *)
       echo "device_check.sh: --phases: unknown phase '$phase'; the phases are facts tests" \
-        "sanitizer losses bench breakdown" >&2
+        "sanitizer losses bench llama breakdown" >&2
       exit 2
       ;;
   esac
@@ -76,10 +84,12 @@ if [ -n "$seconds" ] && ! [[ $seconds =~ ^[0-9]+$ ]]; then
   echo "device_check.sh: --seconds must be a whole number of seconds, got '$seconds'" >&2
   exit 2
 fi
-if ! [[ ${BENCH_SECONDS:-150} =~ ^[0-9]+$ ]]; then
-  echo "device_check.sh: BENCH_SECONDS must be a whole number of seconds, got '$BENCH_SECONDS'" >&2
-  exit 2
-fi
+for cap in BENCH_SECONDS LLAMA_SECONDS; do
+  if ! [[ ${!cap:-0} =~ ^[0-9]+$ ]]; then
+    echo "device_check.sh: $cap must be a whole number of seconds, got '${!cap}'" >&2
+    exit 2
+  fi
+done
 
 # shellcheck source=scripts/device_phases.sh
 source scripts/device_phases.sh
@@ -170,6 +180,7 @@ for phase in $phases; do
     sanitizer) run_phase sanitizer 160 ;;
     losses) run_phase losses 70 ;;
     bench) run_phase bench "${BENCH_SECONDS:-150}" ;;
+    llama) run_phase llama "${LLAMA_SECONDS:-190}" ;;
     breakdown) run_phase breakdown 75 ;;
   esac
 done

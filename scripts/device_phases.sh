@@ -298,6 +298,51 @@ phase_bench() {
   [ "$missing" = 0 ] && ! grep -v ' exit 0 \|^llmc absent ' "$dir/runs.txt" | grep -q .
 }
 
+# ---- e2: the Llama-3.2-1B shape against torch.compile; the planner's step and peak --------------
+# samples/llama_1b/bench.sh (16 layers, d_model 2048, 32 query / 8 KV heads,
+# ffn 8192, vocab 128,256, seq 2048) with MODES "paraplan compile": paraplan's
+# replay at each micro-batch of LLAMA_BATCHES (default "2 4"), torch.compile of
+# samples/llama_1b/pytorch_baseline.py at LLAMA_COMPILE_BATCHES (default the
+# first), every run at LLAMA_GLOBAL_BATCH sequences a step (default 8). Records
+# as the bench's, in runs.txt: "NAME exit RC batches B..." or "NAME absent WHY".
+# A rehearsal narrows the job to a tiny Llama on the CPU backend and, as the
+# bench does, still runs torch.compile (absent there: no GPU).
+phase_llama() {
+  local dir=$work/llama batches=${LLAMA_BATCHES:-"2 4"} steps=5 warmup=2 backend=cuda plan_args=""
+  local first compile_batches
+  first=${batches%% *}
+  compile_batches=${LLAMA_COMPILE_BATCHES:-$first}
+  if [ "$rehearse" = 1 ]; then
+    steps=2 warmup=1 backend=cpu batches=2 compile_batches=2
+    plan_args="--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.num_kv_heads 2
+      --model.ffn_size 128 --model.seq_len 64 --model.vocab_size 512"
+  fi
+  local mode limit extra mode_batches b missing=0
+  export OUT=$dir PARAPLAN=$paraplan PYTHON=$python STEPS=$steps WARMUP=$warmup BACKEND=$backend
+  export PLAN_ARGS=$plan_args GLOBAL_BATCH=${LLAMA_GLOBAL_BATCH:-8}
+  : >"$dir/runs.txt"
+  for mode in paraplan compile; do
+    mode_batches=$batches
+    # A replay of the 1.24B parameters spends most of its time before the
+    # first step: the host draws every initial weight on one thread
+    # (ParameterLayout::initialize, 26 ns a parameter measured here: about
+    # 30 s); then 7 steps of about 0.3 s. torch.compile's first compile of the
+    # model takes most of its cap.
+    case $mode in
+      paraplan) limit=50 extra=40 ;;
+      compile) limit=100 extra=60 mode_batches=$compile_batches ;;
+    esac
+    limit=$((limit + extra * ($(wc -w <<<"$mode_batches") - 1)))
+    MODES=$mode BATCHES=$mode_batches timeout "$limit" bash samples/llama_1b/bench.sh \
+      >"$dir/$mode.log" 2>&1
+    echo "$mode exit $? batches $mode_batches" >>"$dir/runs.txt"
+  done
+  for b in $batches; do [ -f "$dir/b$b.paraplan.json" ] || missing=1; done
+  tail -4 "$dir/paraplan.log"
+  cat "$dir/runs.txt"
+  [ "$missing" = 0 ] && ! grep -v ' exit 0 ' "$dir/runs.txt" | grep -q .
+}
+
 # ---- f: where the step's time goes; attention against PyTorch's SDPA ----------------------------
 # Records as the bench's, in runs.txt: ncu, attention (paraplan's), torch_attention.
 phase_breakdown() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """device_phases_test.py: the phase functions of device_phases.sh (tests,
-sanitizer, breakdown, bench) run as device_check.sh runs them, with made-up
+sanitizer, breakdown, bench, llama) run as device_check.sh runs them, with made-up
 ctest, compute-sanitizer, ncu, paraplan and python, and the state and verdict
 device_states.py gives what each left.
 
@@ -197,6 +197,76 @@ esac
                           "llmc": "absent"})
         self.assertEqual((rows[0][1], device_states.verdict(rows, rehearsal)[0]),
                          ("absent", "not ok"))
+
+    def test_llama_asks_each_run_for_the_llama_at_one_global_batch(self):
+        # paraplan logs what it is asked and reports figures; torch.compile too.
+        self.tool(os.path.join(self.build, "launcher", "paraplan"), """
+echo "$*" >>"%s/paraplan.args"
+cmd=$1; shift
+while [ $# -gt 0 ]; do case $1 in --output) touch "$2" ;; --report) echo \\
+  '{"tokens_per_second_measured": 1000, "each_step_loss": [10.9, 10.8],
+    "step_seconds": {"measured": 0.30, "predicted": 0.27},
+    "peak_memory_bytes": {"measured": 3e10, "predicted": 3.1e10}}' >"$2" ;; esac; shift; done
+""" % self.root)
+        self.tool("python", """case "$1" in
+  -) exec python3 "$@" ;;
+esac
+echo "$*" >>"%s/python.args"
+while [ $# -gt 0 ]; do [ "$1" = --json ] && echo \\
+  '{"tokens_per_second": 900, "losses": [10.9, 10.8]}' >"$2"; shift; done
+""" % self.root)
+        os.makedirs(os.path.join(self.work, "llama"))
+        write(os.path.join(self.work, "check.txt"), "mode: device\nphases: llama\n")
+        env = dict(os.environ, work=self.work, build=self.build, rehearse="0",
+                   paraplan=os.path.join(self.build, "launcher", "paraplan"),
+                   python=os.path.join(self.bin, "python"), BATCHES="8", GLOBAL_BATCH="16")
+        result = subprocess.run(["bash", "-c", "source scripts/device_phases.sh && phase_llama"],
+                                cwd=REPO, env=env, capture_output=True, text=True)
+        write(os.path.join(self.work, "progress.txt"),
+              "llama ended 1 exit %d (limit 150 s)\n" % result.returncode)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        with open(os.path.join(self.work, "llama", "runs.txt")) as f:
+            self.assertEqual(f.read(), "paraplan exit 0 batches 2 4\ncompile exit 0 batches 2\n")
+        with open(os.path.join(self.root, "paraplan.args")) as f:
+            calls = f.read().splitlines()
+        # The bench's BATCHES and GLOBAL_BATCH do not reach the llama's runs.
+        self.assertEqual(len(calls), 4)
+        for call, b in zip(calls[::2], (2, 4)):
+            self.assertIn("plan --config samples/llama_1b/job.toml", call)
+            self.assertIn("--training.micro_batch_size %d --training.global_batch_size 8" % b, call)
+            self.assertNotIn("--model.num_layers", call)
+        self.assertIn("--steps 5 --warmup 2 --backend cuda", calls[1])
+        with open(os.path.join(self.root, "python.args")) as f:
+            calls = f.read().splitlines()
+        self.assertEqual(len(calls), 1)
+        self.assertRegex(calls[0], r"^samples/llama_1b/pytorch_baseline.py --batch-size 2 "
+                         r"--steps 5 --warmup 2 --mode compile .*--bf16 +--global-batch-size 8$")
+        rows, rehearsal = device_states.phase_states(self.work)
+        self.assertEqual({sub: (state, note) for sub, state, note in rows[0][4]}, {
+            "paraplan": ("ok", "B=2 1,000 tokens/s (step off: +11.1%, peak +3.3%), "
+                               "B=4 1,000 tokens/s (step off: +11.1%, peak +3.3%)"),
+            "compile": ("ok", "B=2 900 tokens/s")})
+        self.assertEqual(device_states.verdict(rows, rehearsal), ("ok", ""))
+
+    def test_llama_rehearsed_is_a_tiny_llama_on_the_cpu(self):
+        self.tool(os.path.join(self.build, "launcher", "paraplan"), """
+echo "$*" >>"%s/paraplan.args"
+""" % self.root)
+        os.makedirs(os.path.join(self.work, "llama"))
+        env = dict(os.environ, work=self.work, build=self.build, rehearse="1",
+                   paraplan=os.path.join(self.build, "launcher", "paraplan"),
+                   python=self.tool("python", 'exec python3 "$@"\n'), LLAMA_BATCHES="2 4 8")
+        subprocess.run(["bash", "-c", "source scripts/device_phases.sh && phase_llama"],
+                       cwd=REPO, env=env, capture_output=True, text=True)
+        with open(os.path.join(self.root, "paraplan.args")) as f:
+            plan, replay = f.read().splitlines()
+        self.assertTrue(plan.endswith(
+            "--training.micro_batch_size 2 --training.global_batch_size 8 --model.dtype bfloat16 "
+            "--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.num_kv_heads 2 "
+            "--model.ffn_size 128 --model.seq_len 64 --model.vocab_size 512"), plan)
+        self.assertIn("--steps 2 --warmup 1 --backend cpu", replay)
+        with open(os.path.join(self.work, "llama", "runs.txt")) as f:
+            self.assertEqual(f.read(), "paraplan exit 0 batches 2\ncompile exit 0 batches 2\n")
 
 
 if __name__ == "__main__":

@@ -211,7 +211,9 @@ class States(unittest.TestCase):
             self.file("bench/" + name, text)
         self.progress("bench", rc)
 
-    OURS = {"tokens_per_second_measured": 300000.0, "each_step_loss": [10.9, 10.8]}
+    OURS = {"tokens_per_second_measured": 300000.0, "each_step_loss": [10.9, 10.8],
+            "step_seconds": {"predicted": 0.100, "measured": 0.102, "error": 0.02},
+            "peak_memory_bytes": {"predicted": 10.4e9, "measured": 10.0e9, "error": -0.04}}
     TORCH = {"tokens_per_second": 250000.0, "losses": [10.9, 10.8]}
     ALL_RAN = ["paraplan exit 0 batches 8", "eager exit 0 batches 8", "compile exit 0 batches 8",
                "llmc absent no .device/llmc/train_gpt2cu"]
@@ -259,6 +261,141 @@ class States(unittest.TestCase):
         self.assertEqual(self.sub_states("bench"), {"paraplan": "ok", "eager": "timeout",
                                                     "compile": "not run", "llmc": "not run"})
         self.assertEqual(self.state("bench"), "timeout")
+
+    def test_bench_a_replay_off_the_plan_is_a_finding_not_a_failure(self):
+        slow = dict(self.OURS, step_seconds={"predicted": 0.100, "measured": 0.1073})
+        self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": slow, "b8.eager.json": self.TORCH,
+                                        "b8.compile.json": self.TORCH})
+        self.assertEqual(self.state("bench"), "ok")
+        self.assertIn("B=8 300,000 tokens/s (step off: +7.3%, peak +4.0%)", self.table())
+        self.assertIn("planner off its bounds (findings, not failures; step within 5%, peak never "
+                      "below and at most 10% above): bench B=8 step off: +7.3%", self.table())
+
+    # -- llama: paraplan's replay of the Llama-3.2-1B shape against torch.compile
+
+    def llama_phase(self, runs, jsons, logs=None, rc=0, mode="device"):
+        self.check("llama", mode)
+        self.file("llama/runs.txt", "".join(line + "\n" for line in runs))
+        for name, value in jsons.items():
+            self.file("llama/" + name, json.dumps(value))
+        for name, text in (logs or {}).items():
+            self.file("llama/" + name, text)
+        self.progress("llama", rc)
+
+    LLAMA = {"tokens_per_second_measured": 60000.0, "each_step_loss": [11.9, 11.8],
+             "mfu": {"predicted": 0.5, "measured": 0.49},
+             "step_seconds": {"predicted": 0.270, "measured": 0.2754, "error": 0.02},
+             "peak_memory_bytes": {"predicted": 30.0e9, "measured": 29.0e9, "error": -0.033},
+             "micro_batch_size": 2, "num_micro_batches": 4}
+    LLAMA_COMPILE = {"tokens_per_second": 55000.0, "losses": [11.9, 11.8], "mfu": 0.45,
+                     "peak_memory_gib": 31.0, "global_batch_size": 8}
+    LLAMA_RAN = ["paraplan exit 0 batches 2 4", "compile exit 0 batches 2"]
+
+    def llama_jsons(self, **replace):
+        jsons = {"b2.paraplan.json": self.LLAMA, "b4.paraplan.json": dict(
+            self.LLAMA, micro_batch_size=4, num_micro_batches=2), "b2.compile.json":
+            self.LLAMA_COMPILE}
+        jsons.update(replace)
+        return {name: value for name, value in jsons.items() if value is not None}
+
+    def test_llama_every_run_with_figures_is_ok(self):
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons())
+        self.assertEqual(self.sub_states("llama"), {"paraplan": "ok", "compile": "ok"})
+        self.assertEqual(self.state("llama"), "ok")
+        self.assertEqual(self.verdict(), "ok")
+        self.assertIn("B=2 60,000 tokens/s (step +2.0%, peak +3.4%), B=4 60,000", self.table())
+        self.assertNotIn("off its bounds", self.table())
+        text = "\n".join(device_summary.llama(self.work))
+        self.assertIn("global batch 8 sequences", text)
+        self.assertRegex(text, r"\n +2 +60,000 +49\.0 +27\.0 +55,000 +45\.0 +31\.0 +1\.09\n")
+        self.assertRegex(text, r"\n +4 +60,000 +49\.0 +27\.0 +- +- +- +-\n")
+        text = "\n".join(device_summary.replay_accuracy(self.work))
+        self.assertRegex(text, r"Llama-3.2-1B shape +B=2 +step +275\.40 ms measured +270\.00 "
+                         r"predicted +x1\.020 +within 5%")
+        self.assertRegex(text, r"peak +27\.01 GiB measured +27\.94 predicted +within 10% above")
+
+    def test_llama_a_failed_compile_fails_the_phase(self):
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b2.compile.json": None}),
+                         logs={"b2.compile.log": "torch.OutOfMemoryError: CUDA out of memory\n",
+                               "compile.log": "pytorch compile failed for B=2: see "
+                                              "x/b2.compile.log\n"})
+        self.assertEqual(self.sub_states("llama"), {"paraplan": "ok", "compile": "failed"})
+        self.assertEqual(self.state("llama"), "failed")
+        self.assertIn("no figures for B=2: torch.OutOfMemoryError", self.table())
+        self.assertEqual(self.verdict(), "not ok")
+        self.assertIn("pytorch compile failed for B=2: torch.OutOfMemoryError",
+                      "\n".join(device_summary.llama(self.work)))
+
+    def test_llama_a_compile_that_left_nothing_or_never_ran_is_not_ok(self):
+        # Exit 0 and no JSON, no word why: failed; no record at all: not run.
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b2.compile.json": None}))
+        self.assertEqual(self.sub_states("llama")["compile"], "failed")
+        self.llama_phase(self.LLAMA_RAN[:1], self.llama_jsons(**{"b2.compile.json": None}))
+        self.assertEqual(self.sub_states("llama")["compile"], "not run")
+        self.assertEqual(self.verdict(), "not ok")
+
+    def test_llama_without_pytorch_is_absent_on_a_device_and_allowed_in_a_rehearsal(self):
+        no_gpu = "no CUDA device visible\n"
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b2.compile.json": None}),
+                         logs={"b2.compile.log": no_gpu})
+        self.assertEqual(self.sub_states("llama")["compile"], "absent")
+        self.assertEqual(self.verdict(), "not ok")
+        self.check("llama", "rehearsal")
+        self.assertEqual(self.state("llama"), "ok")
+        self.assertEqual(self.verdict(), "ok")
+
+    def test_llama_a_missing_replay_json_fails(self):
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b4.paraplan.json": None}),
+                         logs={"b4.replay.log": "paraplan: out of device memory: 80.1 GiB\n"})
+        self.assertEqual(self.sub_states("llama")["paraplan"], "failed")
+        self.assertIn("no figures for B=4: paraplan: out of device memory", self.table())
+        self.assertEqual(self.verdict(), "not ok")
+        # In a rehearsal too: paraplan runs on the CPU backend there.
+        self.check("llama", "rehearsal")
+        self.assertEqual(self.state("llama"), "failed")
+        text = "\n".join(device_summary.replay_accuracy(self.work))
+        self.assertIn("B=2 ", text)
+        self.assertNotIn("B=4 ", text)
+
+    def test_llama_a_replay_off_by_more_than_5_percent_is_a_finding(self):
+        slow = dict(self.LLAMA, step_seconds={"predicted": 0.270, "measured": 0.2897})
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b4.paraplan.json": slow}))
+        self.assertEqual(self.state("llama"), "ok")
+        self.assertEqual(self.verdict(), "ok")
+        self.assertIn("B=4 60,000 tokens/s (step off: +7.3%, peak +3.4%)", self.table())
+        self.assertIn("findings, not failures; step within 5%, peak never below and at most "
+                      "10% above): llama B=4 step off: +7.3%", self.table())
+        text = "\n".join(device_summary.replay_accuracy(self.work))
+        self.assertRegex(text, r"B=4 +step +289\.70 ms measured +270\.00 predicted +x1\.073 +"
+                         r"off: \+7\.3%")
+
+    def test_llama_memory_predicted_below_measured_or_too_far_above_is_a_finding(self):
+        below = dict(self.LLAMA, peak_memory_bytes={"predicted": 28.0e9, "measured": 29.0e9})
+        above = dict(self.LLAMA, peak_memory_bytes={"predicted": 33.0e9, "measured": 29.0e9})
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b2.paraplan.json": below,
+                                                             "b4.paraplan.json": above}))
+        self.assertEqual(self.state("llama"), "ok")
+        self.assertIn("llama B=2 peak below: -3.4%; llama B=4 peak over: +13.8%", self.table())
+        text = "\n".join(device_summary.replay_accuracy(self.work))
+        self.assertRegex(text, r"peak +27\.01 GiB measured +26\.08 predicted +below: -3\.4%")
+        self.assertRegex(text, r"peak +27\.01 GiB measured +30\.73 predicted +over: \+13\.8%")
+
+    def test_llama_a_report_without_the_figures_says_absent(self):
+        bare = {"tokens_per_second_measured": 60000.0, "each_step_loss": [11.9, 11.8],
+                "step_seconds_measured": 0.2754}
+        self.llama_phase(self.LLAMA_RAN, self.llama_jsons(**{"b2.paraplan.json": bare}))
+        self.assertEqual(self.state("llama"), "ok")
+        self.assertIn("B=2 60,000 tokens/s (step absent, peak absent)", self.table())
+        text = "\n".join(device_summary.replay_accuracy(self.work))
+        self.assertRegex(text, r"B=2 +step +275\.40 ms measured +- predicted +x- +absent \(no "
+                         r"predicted step_seconds in the report\)")
+        self.assertRegex(text, r"peak +- MiB measured +- predicted +absent \(no measured "
+                         r"peak_memory_bytes in the report\)")
+
+    def test_llama_timed_out_is_timeout(self):
+        self.llama_phase(["paraplan exit 124 batches 2 4"], {}, rc=124)
+        self.progress("llama", 124, outcome="timeout")
+        self.assertEqual(self.state("llama"), "timeout")
 
     # -- breakdown
 

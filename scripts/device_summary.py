@@ -2,14 +2,18 @@
 """device_summary.py: the one summary table of scripts/device_check.sh.
 
 Reads whatever the phases left in the check's work folder (one sub-folder per
-phase: facts, tests, sanitizer, losses, bench, breakdown, and progress.txt)
-and prints: each phase's state and time; the machine's facts; the tests
-passed, failed, timed out and crashed by name (with the rerun under
+phase: facts, tests, sanitizer, losses, bench, llama, breakdown, and
+progress.txt) and prints: each phase's state and time; the machine's facts;
+the tests passed, failed, timed out and crashed by name (with the rerun under
 CUDA_LAUNCH_BLOCKING) and the largest measured comparison errors; sanitizer
-errors; device against CPU losses; tokens/s and MFU against PyTorch eager and
-torch.compile with each step's loss, and the replay's components measured
-against predicted; the kernels' time by kind with the host gaps; paraplan's
-attention against PyTorch's SDPA backends. A phase that did not run says so.
+errors; device against CPU losses; GPT-2's tokens/s and MFU against PyTorch
+eager and torch.compile with each step's loss, and the replay's components
+measured against predicted; the Llama-3.2-1B shape's tokens/s and MFU against
+torch.compile; every replay's step and peak memory against its plan's (the
+step within 5%, the peak never below the measured and at most 10% above: off
+is a finding, shown, not a failure); the kernels' time by kind with the host
+gaps; paraplan's attention against PyTorch's SDPA backends. A phase that did
+not run says so.
 
 First, each phase's state and the verdict, read from the phases' files and
 progress.txt (never from an exit status alone):
@@ -24,13 +28,14 @@ progress.txt (never from an exit status alone):
   none ran  nothing to judge: no test matched, every test skipped (on a GPU, a
             test skipped for want of a visible GPU), a gtest filter ran nothing
   not run   the check ended, or its deadline came, before it
-The sanitizer's runs and the bench's and breakdown's measurements (paraplan's
-replay, torch eager, torch.compile; ncu, paraplan's attention, PyTorch's
-attention) get their own states under their phase, which is ok only when they
-all are. The verdict (the line "verdict: ok" or "verdict: not ok ...", which
+The sanitizer's runs and the bench's, llama's and breakdown's measurements
+(paraplan's replay, torch eager, torch.compile; ncu, paraplan's attention,
+PyTorch's attention) get their own states under their phase, which is ok only
+when they all are. The verdict (the line "verdict: ok" or "verdict: not ok ...", which
 device_check.sh's exit status follows) is ok only when every phase asked for
 (check.txt) is ok; in a rehearsal (no GPU) the sanitizer, ncu and PyTorch may
-be absent.
+be absent. A replay whose step or peak is off the plan's bounds is listed under
+the verdict ("planner off its bounds"): a finding, not a failure.
 
 Standard library only. Usage:
   device_summary.py WORK_DIR
@@ -50,7 +55,7 @@ import xml.etree.ElementTree as ElementTree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from device_readers import (NO_GPU, fmt, load_json, load_jsonl, ncu_kernels, read,  # noqa: E402
                             test_body, test_outcomes)
-from device_states import states_section  # noqa: E402
+from device_states import peak_accuracy, states_section, step_accuracy  # noqa: E402
 
 # bf16 on both sides, different summation orders: |device - cpu| per step.
 # Measured on an H100 (2026-11-27), 5 steps with the loss falling 10.9 -> 6.0:
@@ -211,9 +216,7 @@ def losses_text(values):
 
 def bench(work):
     folder = os.path.join(work, "bench")
-    paths = glob.glob(os.path.join(folder, "b*.pplan"))
-    batches = sorted({int(re.search(r"b(\d+)\.", os.path.basename(p)).group(1))
-                      for p in paths + glob.glob(os.path.join(folder, "b*.json"))})
+    batches = micro_batches(folder)
     if not batches:
         return ["benchmark: not run"]
     lines = ["GPT-2 124M throughput (tokens/s, MFU %, x = paraplan / torch.compile):",
@@ -248,24 +251,98 @@ def bench(work):
             if parts:
                 details.append("  B=%d stage %s ms measured/predicted: %s" % (
                     b, stage.get("stage"), ", ".join(parts)))
-        step = ours.get("step_seconds") or {}
-        if step:
-            details.append("  B=%d step %.2f ms measured, %.2f ms predicted (%+.0f%%)" % (
-                b, 1e3 * step.get("measured", 0), 1e3 * step.get("predicted", 0),
-                100 * (step.get("measured", 0) / step["predicted"] - 1)
-                if step.get("predicted") else 0))
     lines += peers(folder, batches)
-    for mode in ("paraplan", "eager", "compile", "llmc"):
+    return lines + details + failed_runs(folder, ("paraplan", "eager", "compile", "llmc"))
+
+
+def failed_runs(folder, modes):
+    """bench.sh's "X failed for B=..." lines from each mode's log, with the
+    run's own last line (no CUDA, out of memory, ...)."""
+    lines = []
+    for mode in modes:
         log = read(os.path.join(folder, mode + ".log")) or ""
         for line in log.splitlines():
             if re.match(r"(paraplan \w+|pytorch \w+|llm\.c) (failed|not run) for", line):
-                # The run's own last line says why (no CUDA, out of memory, ...).
                 run_log = re.search(r"see (\S+)", line)
                 why = (read(os.path.join(folder, os.path.basename(run_log.group(1))))
                        or "").strip().splitlines() if run_log else []
-                details.append("  %s%s" % (line.split(": see")[0],
-                                           ": " + why[-1][:100] if why else ""))
-    return lines + details
+                lines.append("  %s%s" % (line.split(": see")[0],
+                                         ": " + why[-1][:100] if why else ""))
+    return lines
+
+
+def micro_batches(folder):
+    """The micro-batch sizes a bench.sh run left plans or JSON for."""
+    paths = glob.glob(os.path.join(folder, "b*.pplan")) + glob.glob(os.path.join(folder, "b*.json"))
+    return sorted({int(re.search(r"b(\d+)\.", os.path.basename(p)).group(1)) for p in paths})
+
+
+def percent(fraction):
+    return None if fraction is None else 100 * fraction
+
+
+def llama(work):
+    """The Llama-3.2-1B shape: paraplan's replay against torch.compile at one
+    global batch, tokens/s and MFU (both by the planner's count of model FLOPs
+    per token, planner/cost/model_counts.h, against the 989 TFLOP/s bf16 peak)."""
+    folder = os.path.join(work, "llama")
+    batches = micro_batches(folder)
+    if not batches:
+        return ["Llama-3.2-1B shape: not run"]
+    globals_seen = sorted({g for b in batches for g in (
+        peer_figures(folder, b, "paraplan")[2], peer_figures(folder, b, "compile")[2]) if g})
+    lines = ["Llama-3.2-1B shape (samples/llama_1b), global batch %s sequences: tokens/s, MFU %% "
+             "(the planner's FLOPs per token, 989 TFLOP/s), peak GiB, x = paraplan / "
+             "torch.compile:" % ("/".join(str(g) for g in globals_seen) or "-"),
+             "  %5s %12s %6s %7s %14s %6s %7s %6s" % ("micro", "paraplan", "MFU", "GiB",
+                                                     "torch.compile", "MFU", "GiB", "x")]
+    details = []
+    for b in batches:
+        ours = load_json(os.path.join(folder, "b%d.paraplan.json" % b)) or {}
+        compiled = load_json(os.path.join(folder, "b%d.compile.json" % b)) or {}
+        tps, memory, _ = peer_figures(folder, b, "paraplan")
+        compiled_tps, compiled_memory, _ = peer_figures(folder, b, "compile")
+        lines.append("  %5d %12s %6s %7s %14s %6s %7s %6s" % (
+            b, fmt(tps, ",.0f"), fmt(percent((ours.get("mfu") or {}).get("measured")), ".1f"),
+            fmt(memory, ".1f"), fmt(compiled_tps, ",.0f"), fmt(percent(compiled.get("mfu")), ".1f"),
+            fmt(compiled_memory, ".1f"),
+            fmt(tps / compiled_tps if tps and compiled_tps else None, ".2f")))
+        details.append("  B=%d losses: paraplan %s | compile %s" % (
+            b, losses_text(ours.get("each_step_loss")), losses_text(compiled.get("losses"))))
+    lines.append("  memory: paraplan's tracked peak, torch's max allocated")
+    return lines + details + failed_runs(folder, ("paraplan", "compile"))
+
+
+def replay_accuracy(work):
+    """Each replay of the bench and llama phases against its plan: the step
+    (within 5%) and the peak memory (never below the measured, at most 10%
+    above). A figure the report lacks is absent, never made up."""
+    lines = []
+    for phase, model in (("bench", "GPT-2 124M"), ("llama", "Llama-3.2-1B shape")):
+        folder = os.path.join(work, phase)
+        for b in micro_batches(folder):
+            report = load_json(os.path.join(folder, "b%d.paraplan.json" % b))
+            if report is None:
+                lines.append("  %-18s B=%-3d no replay report (b%d.paraplan.json)" % (model, b, b))
+                continue
+            measured, predicted, _, verdict = step_accuracy(report)
+            ratio = measured / predicted if measured and predicted else None
+            lines.append("  %-18s B=%-3d step %9s ms measured %9s predicted  x%-6s %s" % (
+                model, b, fmt(None if measured is None else 1e3 * measured, ".2f"),
+                fmt(None if predicted is None else 1e3 * predicted, ".2f"), fmt(ratio, ".3f"),
+                verdict))
+            measured, predicted, _, verdict = peak_accuracy(report)
+            # GiB on a GPU; a rehearsal's tiny model in MiB.
+            unit, scale = ("GiB", 2**30) if max(measured or 0, predicted or 0) >= 2**30 else \
+                ("MiB", 2**20)
+            lines.append("  %-18s %5s peak %9s %s measured %8s predicted  %s" % (
+                "", "", fmt(None if measured is None else measured / scale, ".2f"), unit,
+                fmt(None if predicted is None else predicted / scale, ".2f"), verdict))
+    if not lines:
+        return ["the planner against the replays: no replay ran"]
+    return ["the planner against the replays (x = measured / predicted step; within 5% is the "
+            "bound; peak: the replay's memory tracker's high-water, predicted never below and "
+            "at most 10% above; off is a finding, not a failure):"] + lines
 
 
 # MFU beside the peers, counted as llm.c counts it (train_gpt2.cu gpt2_estimate_mfu):
@@ -407,7 +484,7 @@ def main(argv):
     print("=" * 78)
     print("device check summary")
     for section in (states_section(work), facts(work), tests(work), sanitizer(work), losses(work),
-                    bench(work), breakdown(work)):
+                    bench(work), llama(work), replay_accuracy(work), breakdown(work)):
         print("-" * 78)
         print("\n".join(line for line in section if line is not None))
     print("=" * 78)

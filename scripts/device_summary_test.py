@@ -124,8 +124,47 @@ class MadeUpWindow(unittest.TestCase):
 
     def test_a_phase_not_run_says_so(self):
         for section in (device_summary.tests, device_summary.sanitizer, device_summary.losses,
-                        device_summary.bench, device_summary.breakdown):
+                        device_summary.bench, device_summary.llama, device_summary.breakdown):
             self.assertIn("not run", "\n".join(section(self.work)))
+        self.assertIn("no replay ran", "\n".join(device_summary.replay_accuracy(self.work)))
+
+    def test_replays_of_both_models_against_their_plans(self):
+        # The GPT-2 bench's replay within bounds; the Llama's at two micro-batches,
+        # one off in step and one predicting less memory than measured; one that failed.
+        def replay(b, measured_ms, predicted_ms, measured_gib, predicted_gib, tps):
+            return json.dumps({"tokens_per_second_measured": tps, "each_step_loss": [11.0, 10.9],
+                               "micro_batch_size": b, "num_micro_batches": 8 // b,
+                               "mfu": {"measured": 0.45},
+                               "step_seconds": {"measured": measured_ms / 1e3,
+                                                "predicted": predicted_ms / 1e3},
+                               "peak_memory_bytes": {"measured": measured_gib * 2**30,
+                                                     "predicted": predicted_gib * 2**30}})
+        write(os.path.join(self.work, "bench", "b8.paraplan.json"),
+              replay(8, 101.0, 100.0, 10.0, 10.5, 80000))
+        write(os.path.join(self.work, "llama", "b2.paraplan.json"),
+              replay(2, 290.0, 270.0, 30.0, 31.0, 56500))
+        write(os.path.join(self.work, "llama", "b4.paraplan.json"),
+              replay(4, 272.0, 270.0, 36.0, 35.0, 60200))
+        write(os.path.join(self.work, "llama", "b8.pplan"), "")
+        write(os.path.join(self.work, "llama", "b8.replay.log"), "out of device memory\n")
+        write(os.path.join(self.work, "llama", "paraplan.log"),
+              "paraplan replay failed for B=8: see out/b8.replay.log\n")
+        write(os.path.join(self.work, "llama", "b2.compile.json"), json.dumps(
+            {"tokens_per_second": 50000.0, "mfu": 0.41, "peak_memory_gib": 40.2,
+             "global_batch_size": 8, "losses": [11.0, 10.9]}))
+        text = "\n".join(device_summary.replay_accuracy(self.work))
+        self.assertRegex(text, r"GPT-2 124M +B=8 +step +101\.00 ms measured +100\.00 predicted "
+                         r"+x1\.010 +within 5%\n +peak +10\.00 GiB measured +10\.50 predicted "
+                         r"+within 10% above")
+        self.assertRegex(text, r"Llama-3.2-1B shape +B=2 +step +290\.00 ms measured +270\.00 "
+                         r"predicted +x1\.074 +off: \+7\.4%")
+        self.assertRegex(text, r"peak +36\.00 GiB measured +35\.00 predicted +below: -2\.8%")
+        self.assertIn("B=8   no replay report (b8.paraplan.json)", text)
+        text = "\n".join(device_summary.llama(self.work))
+        self.assertRegex(text, r"\n +2 +56,500 +45\.0 +30\.0 +50,000 +41\.0 +40\.2 +1\.13\n")
+        self.assertRegex(text, r"\n +8 +- +- +- +- +- +- +-\n")
+        self.assertIn("B=2 losses: paraplan 11.000 10.900 | compile 11.000 10.900", text)
+        self.assertIn("paraplan replay failed for B=8: out of device memory", text)
 
 
 @unittest.skipUnless(os.environ.get("PARAPLAN_REHEARSAL_OUT"), "no rehearsal given")
@@ -136,7 +175,7 @@ class Rehearsal(unittest.TestCase):
     def setUpClass(cls):
         cls.work = tempfile.mkdtemp()
         out = os.environ["PARAPLAN_REHEARSAL_OUT"]
-        for name in ("facts", "tests", "sanitizer", "losses", "bench", "breakdown"):
+        for name in ("facts", "tests", "sanitizer", "losses", "bench", "llama", "breakdown"):
             with tarfile.open(os.path.join(out, name + ".tar.gz")) as archive:
                 archive.extractall(cls.work)
         with open(os.path.join(out, "summary.txt")) as f:
@@ -144,7 +183,7 @@ class Rehearsal(unittest.TestCase):
 
     def test_each_section_has_figures(self):
         text = self.summary
-        for phase in ("facts", "tests", "losses", "bench", "breakdown"):
+        for phase in ("facts", "tests", "losses", "bench", "llama", "breakdown"):
             self.assertRegex(text, r"\n  %s +ok " % phase)
         # No GPU: compute-sanitizer is absent, and a rehearsal may lack it.
         self.assertRegex(text, r"\n  sanitizer +absent ")
@@ -158,6 +197,16 @@ class Rehearsal(unittest.TestCase):
         self.assertRegex(text, r"\n +2 +[\d,]+ +[\d.]+ ")  # the bench row of micro-batch 2
         self.assertRegex(text, r"B=2 losses: paraplan \d+\.\d{3} \d+\.\d{3} \d+\.\d{3}")
         self.assertRegex(text, r"paraplan +fwd +\d+\.\d{3} +bwd +\d+\.\d{3}")
+        # The Llama's replay on the CPU backend (torch.compile absent: no GPU), and every
+        # replay's step and peak against its plan's, with figures (a rehearsal's are far off).
+        self.assertRegex(text, r"Llama-3.2-1B shape \(samples/llama_1b\), global batch 8 ")
+        self.assertRegex(text, r"\n +2 +[\d,]+ +[\d.]+ +[\d.]+ +- +- +- +-\n")
+        self.assertRegex(text, r"\n      torch.compile +absent ")
+        self.assertRegex(text, r"GPT-2 124M +B=2 +step +[\d.]+ ms measured +[\d.]+ predicted "
+                         r"+x[\d.]+ ")
+        self.assertRegex(text, r"Llama-3.2-1B shape +B=2 +step +[\d.]+ ms measured +[\d.]+ "
+                         r"predicted +x[\d.]+ ")
+        self.assertRegex(text, r"\n +peak +[\d.]+ MiB measured +[\d.]+ predicted ")
 
     def test_the_summary_is_what_the_archives_give(self):
         again = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__),
