@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/cost/compute_model.h"
 #include "planner/cost/cost_model.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/cost/stage_cost.h"
@@ -177,16 +178,55 @@ double published_step_seconds(const Published& p) {
   }
 }
 
-// What of a plan's step the published run took: all of it, except where the
-// run overlapped communication that paraplan's runtime leaves exposed (M24's
-// tensor-parallel all-reduces and its ZeRO-1 reduce-scatter and all-gather:
-// --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather).
+// One micro-batch's passes of the slowest stage that paraplan's CUDA backend
+// runs inside other kernels (transformer_ops.h: fused_on_gpu; GELU, the bias
+// gradients and residual adds in GEMM epilogues, the loss's reread from L2)
+// or not at all (the residual stream's gradient: the norms' backward adds
+// into it, where autograd sums the two branches' gradients at each residual,
+// reading two and writing one), and the published runs' Megatron ran as
+// kernels of their own: their time with the preset's figures, a block's
+// forward again where it recomputes.
+double unfused_passes_seconds(const JobConfig& config, const PlanCandidate& plan) {
+  DeviceModel fused = device_model(config.cluster, config.model.dtype), unfused = fused;
+  unfused.fuses_on_gpu = false;
+  const int b = plan.setting.micro_batch_size, t = plan.setting.shape.tensor_parallel;
+  const bool sp = plan.setting.shape.sequence_parallel;
+  const double hidden = static_cast<double>(b) * config.model.seq_len * config.model.d_model *
+                        fused.element_bytes / (sp ? t : 1);
+  const double gradient_sums =
+      2 * (memory_seconds(3 * hidden, fused) + fused.kernel_overhead_seconds);
+  const auto extra = [&](const PassOperations& ops, int forwards) {
+    return forwards * (operations_seconds(ops.forward, false, unfused) -
+                       operations_seconds(ops.forward, false, fused)) +
+           operations_seconds(ops.backward, true, unfused) -
+           operations_seconds(ops.backward, true, fused);
+  };
+  const PassOperations block = block_ops(config.model, b, t, sp, 1);
+  double slowest = 0;
+  for (const StageLayout& stage : plan.stages) {
+    double seconds = 0;
+    for (const schema::RecomputeMode mode : stage.recompute)
+      seconds += extra(block, mode == schema::RecomputeMode::Full ? 2 : 1) + gradient_sums;
+    if (stage.has_head) seconds += extra(head_ops(config.model, b, t, sp, 1), 1);
+    slowest = std::max(slowest, seconds);
+  }
+  return slowest;
+}
+
+// What of a plan's step the published run took: all of it, and the passes
+// Megatron ran that paraplan fuses (1F1B: m + p - 1 slots of the slowest
+// stage), except where the run overlapped communication that paraplan's
+// runtime leaves exposed (M24's tensor-parallel all-reduces and its ZeRO-1
+// reduce-scatter and all-gather: --tp-comm-overlap, --overlap-grad-reduce,
+// --overlap-param-gather).
 double comparable_step_seconds(const Published& p, const PlanCandidate& plan) {
   const PlanEstimate& estimate = plan.estimate;
-  if (p.source != Source::M24) return estimate.prediction.step_seconds;
+  const int slots = plan.setting.num_micro_batches + plan.setting.shape.pipeline_stages - 1;
+  const double step =
+      estimate.prediction.step_seconds + slots * unfused_passes_seconds(job_of(p), plan);
+  if (p.source != Source::M24) return step;
   const StageEstimate& stage = estimate.stages.front();  // pp 1
-  return estimate.prediction.step_seconds -
-         plan.setting.num_micro_batches * stage.tensor_parallel_seconds -
+  return step - plan.setting.num_micro_batches * stage.tensor_parallel_seconds -
          stage.gradient_reduction_seconds;
 }
 

@@ -35,7 +35,8 @@ DeviceModel calibrated(const std::string& preset) {
             .k_overhead = 64,
             .attention_efficiency = 0.125,
             .memory_efficiency = 0.85,
-            .kernel_overhead_seconds = 4e-6};
+            .kernel_overhead_seconds = 4e-6,
+            .fuses_on_gpu = true};
   // CPU: the peak is the machine's measured GEMM rate (paraplan profile) and
   // the bandwidth its measured streaming rate, so no further efficiency;
   // OpenBLAS's register tiles are small enough that quantization is noise.
@@ -97,7 +98,8 @@ double operations_seconds(const Operations& operations, bool backward, const Dev
   double seconds = 0;
   for (const Gemm& gemm : operations.gemms) seconds += gemm_seconds(gemm, device);
   for (const MemoryOperation& operation : operations.memory)
-    seconds += memory_seconds(operation.bytes, device) + device.kernel_overhead_seconds;
+    if (!(operation.fused_on_gpu && device.fuses_on_gpu))
+      seconds += memory_seconds(operation.bytes, device) + device.kernel_overhead_seconds;
   if (operations.has_attention)
     seconds += attention_seconds(operations.attention, backward, device);
   return seconds;

@@ -16,7 +16,11 @@
 //   attention_efficiency, or its bytes at the memory rate if longer; under
 //   context parallelism the rank's share, a kernel per ring step.
 // - Memory-bound operations (norms, activations, residuals, lookups, the
-//   loss) move their bytes at bandwidth x memory_efficiency.
+//   loss) move their bytes at bandwidth x memory_efficiency, except those a
+//   GPU runs inside another kernel (GELU, the residual adds without tensor
+//   parallelism and the bias gradients in GEMM epilogues, the loss's second
+//   read of its logits from L2): their bytes hide under that kernel's, and
+//   they launch no kernel of their own.
 // - Every kernel (each GEMM, attention core and memory-bound operation) adds
 //   kernel_overhead_seconds (launch and tail).
 // - The optimizer step (gradient norm, AdamW, the storage copy of the
@@ -53,6 +57,9 @@ struct DeviceModel {
   double memory_efficiency = 1;     // of bandwidth, streaming kernels
   double kernel_overhead_seconds = 0;
   int element_bytes = 4;
+  // The memory operations marked fused_on_gpu cost nothing: the GPUs'
+  // backend runs them inside other kernels, the CPU's as passes.
+  bool fuses_on_gpu = false;
 };
 
 // The model of one device of cluster for dtype: the cluster's figures and its

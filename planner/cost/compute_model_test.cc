@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "planner/cost/cost_model.h"
 #include "planner/cost/transformer_ops.h"
 
@@ -77,6 +79,50 @@ TEST(ComputeModelTest, AttentionCountsTheCausalTilesAndMemoryOpsTheirBytes) {
   list.gemms = {{"g", 512, 256, 4096}};
   EXPECT_DOUBLE_EQ(operations_seconds(list, false, device),
                    4e6 / 0.5e12 + 2e-6 + gemm_seconds(list.gemms[0], device));
+}
+
+// The CUDA backend's fused passes (GELU and the bias gradients in cuBLASLt
+// epilogues, the residual as the projection GEMM's C operand without tensor
+// parallelism, the loss's reread from L2) cost a GPU nothing and the CPU
+// their bytes; the residual stream's gradient is added by the norms'
+// backward on both, so it is no pass of its own.
+TEST(ComputeModelTest, AGpuRunsTheFusedPassesInsideOtherKernels) {
+  DeviceModel gpu = round_device(), cpu = round_device();
+  gpu.fuses_on_gpu = true;
+  ModelConfig model;
+  model.seq_len = 1024, model.d_model = 768, model.num_heads = 12, model.ffn_size = 3072;
+  model.vocab_size = 50304, model.dtype = schema::DType::BFloat16;
+  const double T = 8 * 1024, hidden = T * 768 * 2, ffn = T * 3072 * 2;
+  const PassOperations block = block_ops(model, 8, 1);
+  // Forward: GELU (2 ffn) and both residual adds (3 hidden each).
+  EXPECT_NEAR(
+      operations_seconds(block.forward, false, cpu) - operations_seconds(block.forward, false, gpu),
+      (2 * ffn + 6 * hidden) / 0.5e12 + 3e-6, 1e-12);
+  // Backward: GELU (4 ffn) and the bias gradients (T x (3C + C + F + C)).
+  EXPECT_NEAR(
+      operations_seconds(block.backward, true, cpu) - operations_seconds(block.backward, true, gpu),
+      (4 * ffn + T * (3 * 768 + 768 + 3072 + 768) * 2) / 0.5e12 + 2e-6, 1e-12);
+  for (const MemoryOperation& pass : block.backward.memory)
+    EXPECT_EQ(std::string(pass.name).find("residual"), std::string::npos) << pass.name;
+  // With tensor parallelism the residual adds follow the all-reduce: passes;
+  // GELU is fused still, over half the MLP (2 x ffn / 2).
+  const PassOperations split = block_ops(model, 8, 2);
+  EXPECT_NEAR(
+      operations_seconds(split.forward, false, cpu) - operations_seconds(split.forward, false, gpu),
+      ffn / 0.5e12 + 1e-6, 1e-12);
+  // The fused loss reads its logits from memory once on a GPU, twice on the
+  // CPU (and writes their gradient on both).
+  const double logits = T * 50304 * 2;
+  const PassOperations head = head_ops(model, 8, 1);
+  EXPECT_NEAR(
+      operations_seconds(head.forward, false, cpu) - operations_seconds(head.forward, false, gpu),
+      logits / 0.5e12 + 1e-6, 1e-12);
+  // The GPU presets fuse; the CPU's does not.
+  ClusterConfig h100, host;
+  h100.preset = "h100-sxm";
+  host.preset = "cpu";
+  EXPECT_TRUE(device_model(h100, schema::DType::BFloat16).fuses_on_gpu);
+  EXPECT_FALSE(device_model(host, schema::DType::Float32).fuses_on_gpu);
 }
 
 TEST(ComputeModelTest, TheOptimizerStreamsItsBytesPerParameter) {

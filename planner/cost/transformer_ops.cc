@@ -41,21 +41,27 @@ PassOperations gpt2_block(const ModelConfig& model, int micro_batch_size, int te
                            .head_dim = C / model.num_heads};
   ops.backward.attention = ops.forward.attention;
   // LayerNorm reads its input and writes its output; a residual add reads two
-  // and writes one; GELU reads and writes the MLP activation.
+  // and writes one; GELU reads and writes the MLP activation (in the up
+  // GEMM's epilogue where fused, as the residual adds are in the row-parallel
+  // GEMMs' without tensor parallelism: DecoderStageRegions::row_parallel_residual).
+  const bool residual_in_gemm = tensor_parallel == 1;
   ops.forward.memory = {{"layernorm 1", 2 * hidden},
-                        {"residual 1", 3 * hidden},
+                        {"residual 1", 3 * hidden, residual_in_gemm},
                         {"layernorm 2", 2 * hidden},
-                        {"gelu", 2 * ffn},
-                        {"residual 2", 3 * hidden}};
+                        {"gelu", 2 * ffn, true},
+                        {"residual 2", 3 * hidden, residual_in_gemm}};
   ops.backward.gemms = backward_gemms(ops.forward.gemms);
   // Backward: a norm reads the output gradient and its input and accumulates
-  // the input gradient (read and write); GELU likewise over the MLP
-  // activation; each residual accumulates one gradient into another; the
-  // biases sum their output gradients over the tokens.
+  // the input gradient into the residual stream's (read and write: the
+  // residual adds need no pass of their own); GELU likewise over the MLP
+  // activation (in the down GEMM's input-gradient epilogue where fused); the
+  // biases sum their output gradients over the tokens (in the weight-gradient
+  // GEMMs' epilogues where fused).
   const double bias_gradients = T * (3 * C / t + C + F / t + C) * e;
-  ops.backward.memory = {{"layernorm 1", 4 * hidden}, {"layernorm 2", 4 * hidden},
-                         {"gelu", 4 * ffn},           {"residual 1", 3 * hidden},
-                         {"residual 2", 3 * hidden},  {"bias gradients", bias_gradients}};
+  ops.backward.memory = {{"layernorm 1", 4 * hidden},
+                         {"layernorm 2", 4 * hidden},
+                         {"gelu", 4 * ffn, true},
+                         {"bias gradients", bias_gradients, true}};
   return ops;
 }
 
@@ -81,9 +87,17 @@ PassOperations decoder_head(const ModelConfig& model, int micro_batch_size, int 
   const double hidden = T * model.d_model * e, logits = T * model.vocab_size / t * e;
   PassOperations ops;
   ops.forward.gemms = {{"logits", T, model.vocab_size / t, static_cast<double>(model.d_model)}};
-  // The fused cross-entropy reads the logits twice (row maximum, then the
-  // exponentials) and writes their gradient in place.
-  ops.forward.memory = {{"final norm", 2 * hidden}, {"cross-entropy", 3 * logits}};
+  // The fused cross-entropy reads the logits twice (the row's online maximum
+  // and sum, then the exponentials) and writes their gradient in place; on a
+  // GPU the second read finds the row in L2 (kernels/cuda/cuda_loss.cu). The
+  // vocabulary-parallel one reads its shard three times (maximum, sum of
+  // exponentials, gradient: a collective between each) and writes once.
+  if (tensor_parallel == 1)
+    ops.forward.memory = {{"final norm", 2 * hidden},
+                          {"cross-entropy", 2 * logits},
+                          {"cross-entropy reread", logits, true}};
+  else
+    ops.forward.memory = {{"final norm", 2 * hidden}, {"cross-entropy", 4 * logits}};
   ops.backward.gemms = backward_gemms(ops.forward.gemms);
   ops.backward.memory = {{"final norm", 4 * hidden}};
   return ops;
@@ -112,15 +126,22 @@ PassOperations llama_block(const ModelConfig& model, int micro_batch_size, int t
   ops.backward.attention = ops.forward.attention;
   // RMSNorm reads its input and writes its output; the rotation reads and
   // writes q and k; SwiGLU reads gate and up and writes their product.
-  ops.forward.memory = {{"rmsnorm 1", 2 * hidden},  {"rotary", 2 * rotated},
-                        {"residual 1", 3 * hidden}, {"rmsnorm 2", 2 * hidden},
-                        {"swiglu", 3 * ffn},        {"residual 2", 3 * hidden}};
+  // The residual adds as GPT-2's.
+  const bool residual_in_gemm = tensor_parallel == 1;
+  ops.forward.memory = {{"rmsnorm 1", 2 * hidden},
+                        {"rotary", 2 * rotated},
+                        {"residual 1", 3 * hidden, residual_in_gemm},
+                        {"rmsnorm 2", 2 * hidden},
+                        {"swiglu", 3 * ffn},
+                        {"residual 2", 3 * hidden, residual_in_gemm}};
   ops.backward.gemms = backward_gemms(ops.forward.gemms);
   // SwiGLU's backward reads the output gradient, gate and up and writes both
-  // of their gradients; the rotation turns the q and k gradients back in place.
-  ops.backward.memory = {{"rmsnorm 1", 4 * hidden},  {"rmsnorm 2", 4 * hidden},
-                         {"swiglu", 5 * ffn},        {"rotary", 2 * rotated},
-                         {"residual 1", 3 * hidden}, {"residual 2", 3 * hidden}};
+  // of their gradients; the rotation turns the q and k gradients back in
+  // place; the norms accumulate into the residual stream's gradient (GPT-2's).
+  ops.backward.memory = {{"rmsnorm 1", 4 * hidden},
+                         {"rmsnorm 2", 4 * hidden},
+                         {"swiglu", 5 * ffn},
+                         {"rotary", 2 * rotated}};
   return ops;
 }
 
@@ -172,9 +193,8 @@ const ArchitectureOps& architecture_ops(const ModelConfig& model) {
       return gpt2;
     case schema::Architecture::Llama:
       return llama;
-    default:
-      unknown_architecture(model);
   }
+  unknown_architecture(model);
 }
 
 // Sequence parallelism: the norms and residual adds run on the rank's 1/t of

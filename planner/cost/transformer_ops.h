@@ -16,7 +16,8 @@
 //   model knows about the causal mask.
 // - A memory-bound operation (norms, activations, residual adds, the
 //   embedding gather, the loss) is the bytes it reads and writes; backward
-//   moves what the architecture lists for it.
+//   moves what the architecture lists for it. One the CUDA backend folds into
+//   a neighbouring kernel is marked so; the device model decides its cost.
 // - Tensor parallelism is Megatron's: the column-parallel GEMMs' n and the
 //   row-parallel GEMMs' k are split t ways, as are the attention heads, the
 //   MLP activation and the vocabulary; norms and residuals are replicated,
@@ -43,6 +44,11 @@ struct Gemm {
 struct MemoryOperation {
   const char* name = "";
   double bytes = 0;
+  // Done inside a neighbouring kernel by the GPUs' backend (a cuBLASLt
+  // epilogue: GELU, DGELU, BGRADB, the residual as the C operand; the
+  // cross-entropy's second read of a row, from L2): free on a device whose
+  // DeviceModel::fuses_on_gpu says so, a pass of its own on the CPU.
+  bool fused_on_gpu = false;
 };
 
 // The fused attention core of one micro-batch on one device.
