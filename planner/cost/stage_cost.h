@@ -310,7 +310,7 @@ class StageCostModel {
   // and the elements the streamed ones reduce.
   struct ZeroTwoTail {
     double block_scatter = 0, streamed_ends_scatter = 0, resident_scatter = 0;
-    double block_elements = 0, streamed_end_elements = 0;
+    int streamed_ends = 0;  // the ends reduce-scattered as units of their own
   };
   std::vector<ZeroTwoTail> zero_two_tail_;
   // ZeRO-3: the exposed gathers of a forward or backward pass as a function

@@ -179,7 +179,6 @@ void StageCostModel::set_zero_two_scatters() {
     // A block's share of its unit's reduce-scatter (a unit of k blocks is one).
     ZeroTwoTail& tail = zero_two_tail_[s];
     tail.block_scatter = scatter(block * units) / static_cast<double>(units);
-    tail.block_elements = static_cast<double>(block);
     const ZeroTwoEnds ends =
         zero_two_ends(model, s == 0, s == head_rank(), separate_ends(), t, replicate_below);
     for (int i = 0; i < ends.count; ++i) {
@@ -187,7 +186,7 @@ void StageCostModel::set_zero_two_scatters() {
         tail.resident_scatter += scatter(ends.elements[i]);
       } else {
         tail.streamed_ends_scatter += scatter(ends.elements[i]);
-        tail.streamed_end_elements += static_cast<double>(ends.elements[i]);
+        ++tail.streamed_ends;
       }
     }
   }
@@ -307,9 +306,8 @@ int StageCostModel::reduction_buckets(double elements) const {
 double StageCostModel::zero_two_scatters(int pipeline_rank, int num_layers, double backward_seconds,
                                          double* hidden) const {
   const ZeroTwoTail& tail = zero_two_tail_[pipeline_rank];
-  // One micro-batch's reduce-scatters of the streamed units, and their elements.
+  // One micro-batch's reduce-scatters of the streamed units.
   const double streamed = num_layers * tail.block_scatter + tail.streamed_ends_scatter;
-  const double elements = num_layers * tail.block_elements + tail.streamed_end_elements;
   // The first m - 1 micro-batches' run beside the next ones' compute where the
   // cluster overlaps communication: only what exceeds a micro-batch's backward
   // counts. (What the ends' reduce-scatters exceed the ends' own backward by
@@ -320,10 +318,14 @@ double StageCostModel::zero_two_scatters(int pipeline_rank, int num_layers, doub
     excess = std::max({0.0, tail.streamed_ends_scatter - plain_backward_seconds(pipeline_rank, 0),
                        streamed - backward_seconds});
   const int earlier = setting_.num_micro_batches - 1;
-  // The last micro-batch's as ZeRO-1's reduce-scatter: bucket by bucket
-  // behind the step's last backward.
-  const double last =
-      exposed_reduction_seconds(streamed, reduction_buckets(elements), backward_seconds);
+  // The last micro-batch's behind the step's last backward, as ZeRO-1's
+  // reduce-scatter, but unit by unit: the runtime reduce-scatters each unit
+  // as its backward ends (runtime/parallel/sharded_gradients.h), so the
+  // buckets are the units, not [training] gradient_bucket_size.
+  const int k = std::max(setting_.zero_layers_per_unit, 1);
+  const int units = (num_layers + k - 1) / k + tail.streamed_ends;
+  const double last = exposed_reduction_seconds(
+      streamed, config_->cluster.overlap_communication ? units : 1, backward_seconds);
   *hidden = earlier * (streamed - excess) + (streamed - last);
   // The resident units once, at the step's end (the tied ones after their sum).
   return earlier * excess + last + tail.resident_scatter;
