@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -30,23 +29,27 @@ int ring_channels(const NcclDeviceDefaults& device, const NcclSettings& settings
                   std::max(settings.min_channels, std::min(settings.max_channels, found)));
 }
 
-// A collective group's ring (and NVLS) buffers on this rank.
-int64_t group_bytes(const NcclDeviceDefaults& device, const NcclSettings& settings,
-                    const DeviceLayout& layout, const std::vector<int>& members, int world_rank) {
-  if (members.size() < 2) return 0;  // NCCL connects no peer in a group of one
-  const int node = world_rank / layout.devices_per_node;
-  std::set<int> nodes;
-  int in_my_node = 0;
-  for (const int member : members) {
-    nodes.insert(member / layout.devices_per_node);
-    if (member / layout.devices_per_node == node) ++in_my_node;
-  }
-  int64_t bytes = ring_channels(device, settings, nodes.size() > 1) * settings.connection_bytes();
+// A collective group's ring (and NVLS) buffers on this rank, from whether
+// the group spans nodes and how many of its members share this rank's node.
+int64_t collective_bytes(const NcclDeviceDefaults& device, const NcclSettings& settings,
+                         bool across_nodes, int in_my_node) {
+  int64_t bytes = ring_channels(device, settings, across_nodes) * settings.connection_bytes();
   if (device.nvls_channels > 0 && settings.nvls_enable != 0 && in_my_node >= 2) {
     const int channels = settings.nvls_channels > 0 ? settings.nvls_channels : device.nvls_channels;
     bytes += int64_t{channels} * 2 * settings.nvls_chunk_bytes * kSteps * in_my_node;
   }
   return bytes;
+}
+
+// The same for a group of members (world_rank among them).
+int64_t group_bytes(const NcclDeviceDefaults& device, const NcclSettings& settings,
+                    const DeviceLayout& layout, const std::vector<int>& members, int world_rank) {
+  if (members.size() < 2) return 0;  // NCCL connects no peer in a group of one
+  const int node = world_rank / layout.devices_per_node;
+  int in_my_node = 0;
+  for (const int member : members) in_my_node += member / layout.devices_per_node == node;
+  return collective_bytes(device, settings, in_my_node < static_cast<int>(members.size()),
+                          in_my_node);
 }
 
 // A link's buffers on this rank: the receiver's connections.
@@ -91,10 +94,12 @@ std::vector<CommunicatorBuffers> communicator_buffers(const NcclDeviceDefaults& 
       switch (made.kind) {
         case schema::CommunicatorKind::kWorld:
           if (!settings.runtime_connect && made.size > 1) {
-            // Every rank: its node's ranks, and whether it spans nodes.
-            std::vector<int> members;
-            for (int r = 0; r < made.size; ++r) members.push_back(r);
-            buffers.bytes = group_bytes(device, settings, layout, members, world_rank);
+            // Every rank: its node's ranks, and whether it spans nodes
+            // (worked out, not listed: the search asks for thousands).
+            const int node_first = world_rank / layout.devices_per_node * layout.devices_per_node;
+            const int in_my_node =
+                std::min(made.size, node_first + layout.devices_per_node) - node_first;
+            buffers.bytes = collective_bytes(device, settings, in_my_node < made.size, in_my_node);
           }
           break;
         case schema::CommunicatorKind::kCollective:
@@ -154,11 +159,19 @@ std::vector<int64_t> stage_communicator_buffer_bytes(const NcclDeviceDefaults& d
     if (found != answers.end()) return found->second;
   }
   std::vector<int64_t> per_stage(mesh.pipeline, 0);
+  const int stage_ranks = mesh.data * mesh.context * mesh.tensor;
+  // Where a stage fills whole nodes, a middle stage's communicators are the
+  // previous stage's moved by whole nodes: the same bytes. (The first and
+  // last stages also join the embedding group.)
+  const bool middles_alike = stage_ranks % layout.devices_per_node == 0;
   for (int stage = 0; stage < mesh.pipeline; ++stage) {
+    if (middles_alike && stage > 1 && stage < mesh.pipeline - 1) {
+      per_stage[stage] = per_stage[1];
+      continue;
+    }
     // The other ranks of a stage make communicators of the same sizes.
-    const int first_rank = stage * mesh.data * mesh.context * mesh.tensor;
     for (const CommunicatorBuffers& buffers :
-         communicator_buffers(device, settings, layout, mesh, first_rank))
+         communicator_buffers(device, settings, layout, mesh, stage * stage_ranks))
       per_stage[stage] += buffers.bytes;
   }
   const std::lock_guard<std::mutex> lock(mutex);

@@ -146,6 +146,35 @@ TEST(CommunicatorMemory, PipelineLinksOnTheReceivingRank) {
             2 * int64_t{2} * 8 * 131072);
 }
 
+// stage_communicator_buffer_bytes works out each stage's first rank once per
+// mesh, and copies the middle stages where stages fill whole nodes: every
+// stage as its rank's communicators, on a grid of meshes and node sizes.
+TEST(CommunicatorMemory, StageBytesAreEachStageFirstRanks) {
+  const NcclDeviceDefaults h100 = nccl_device_defaults("h100-sxm");
+  for (const bool runtime_connect : {true, false}) {
+    const NcclSettings settings =
+        nccl_settings(variables({{"NCCL_RUNTIME_CONNECT", runtime_connect ? "1" : "0"}}));
+    for (const int devices_per_node : {2, 4, 8})
+      for (const int pp : {1, 2, 3, 5})
+        for (const int dp : {1, 2, 3})
+          for (const int tp : {1, 2, 4})
+            for (const int zero_stage : {0, 1, 3}) {
+              const schema::CommunicatorMesh mesh = mesh_of(pp, dp, tp, 1, 1, zero_stage);
+              const int world = mesh.world_size();
+              const DeviceLayout layout{(world + devices_per_node - 1) / devices_per_node,
+                                        devices_per_node};
+              const std::vector<int64_t> stages =
+                  stage_communicator_buffer_bytes(h100, settings, layout, mesh);
+              ASSERT_EQ(stages.size(), static_cast<size_t>(pp));
+              for (int s = 0; s < pp; ++s)
+                EXPECT_EQ(stages[s],
+                          sum_of(communicator_buffers(h100, settings, layout, mesh, s * dp * tp)))
+                    << "pp " << pp << " dp " << dp << " tp " << tp << " node " << devices_per_node
+                    << " stage " << s;
+            }
+  }
+}
+
 TEST(CommunicatorMemory, SeventyBillionOnSixtyFourH100s) {
   // tp 8 x dp 2 x pp 4, ZeRO-1: stage 0's first rank (rank 0). Its tensor
   // group is its node; zero (ranks 0 and 8) and embedding (0 and 48) span
