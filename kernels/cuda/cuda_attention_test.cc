@@ -392,6 +392,21 @@ TEST_P(CudaLoss, SoftmaxCrossEntropyMatchesCpu) {
   }
 }
 
+// GPT-2's vocabulary over more rows than the grid has blocks (the fused op
+// keeps half the L2's worth of rows in flight: ~250 bf16 rows of 50,304 on an
+// H100, a block per SM in fp32), so every block takes several rows in turn.
+TEST_P(CudaLoss, SoftmaxCrossEntropyOverMoreRowsThanBlocksMatchesCpu) {
+  std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda(true, dtype());
+  const int rows = 600, vocab = 50304;
+  const std::vector<float> logits = random_floats(static_cast<size_t>(rows) * vocab, 62, 4.0f);
+  const std::vector<int32_t> targets = random_ints(rows, 63, 0, vocab);
+  const Tensors actual = cross_entropy_run(*cuda, logits, targets, vocab, false);
+  expect_all_close(actual, cross_entropy_run(*cpu, logits, targets, vocab, false),
+                   cross_entropy_tolerances(dtype()), "cross-entropy, 600 rows of 50,304");
+  expect_equal(actual[2], actual[1], "cross-entropy dlogits in place vs out of place, 600 rows");
+  expect_equal(actual[3], actual[0], "cross-entropy evaluation vs training losses, 600 rows");
+}
+
 TEST_P(CudaLoss, CrossEntropyRejectsTargetsOutOfRange) {
   std::unique_ptr<Ops> cuda = make_cuda(true, dtype());
   Buffers buffers(*cuda);

@@ -1,6 +1,7 @@
 // cuda_device_scratch.cu: DeviceScratch (cuda_kernels.cuh), the device
 // scratch an Ops object owns for the kernels that need memory the op set does
-// not pass: grown on demand, earlier buffers kept until it is destroyed.
+// not pass: grown on demand, earlier buffers kept until it is destroyed. And
+// device_limits, what launches size their grids by.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +31,25 @@ void* DeviceScratch::get(size_t bytes) {
   data_ = grown;
   bytes_ = rounded;
   return data_;
+}
+
+const DeviceLimits& device_limits() {
+  thread_local int cached_device = -1;
+  thread_local DeviceLimits cached{};
+  int device = 0;
+  PARAPLAN_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    int multiprocessors = 0, shared_optin = 0, l2_bytes = 0;
+    PARAPLAN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    PARAPLAN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    PARAPLAN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    cached = {std::max(multiprocessors, 1), static_cast<size_t>(shared_optin),
+              static_cast<size_t>(l2_bytes)};
+    cached_device = device;
+  }
+  return cached;
 }
 
 }  // namespace paraplan::kernels::cuda

@@ -64,6 +64,15 @@ class DeviceScratch {
   size_t retired_bytes_ = 0;
 };
 
+// What launches size their grids by, of the current device (cached per host
+// thread and device; cuda_device_scratch.cu).
+struct DeviceLimits {
+  int multiprocessors = 1;
+  size_t shared_optin = 0;  // the most shared memory a block may opt in to
+  size_t l2_bytes = 0;
+};
+const DeviceLimits& device_limits();
+
 // The CUDA Ops' switches, read from the environment by make_cuda_ops
 // (cuda_device.cu) when the object is made.
 struct CudaOpsSettings {

@@ -356,29 +356,6 @@ __global__ void __launch_bounds__(kFinalThreads)
 
 // ---- backward: launches ------------------------------------------------------------------------
 
-// What the launches below need of the current device (cached per host thread and device).
-struct DeviceLimits {
-  int multiprocessors;
-  size_t shared_optin;  // the most shared memory a block may opt in to
-};
-
-const DeviceLimits& device_limits() {
-  thread_local int cached_device = -1;
-  thread_local DeviceLimits cached{1, 0};
-  int device = 0;
-  PARAPLAN_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    int multiprocessors = 0, shared_optin = 0;
-    PARAPLAN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    PARAPLAN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cached = {std::max(multiprocessors, 1), static_cast<size_t>(shared_optin)};
-    cached_device = device;
-  }
-  return cached;
-}
-
 int multiprocessor_count() {
   return device_limits().multiprocessors;
 }
