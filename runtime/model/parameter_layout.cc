@@ -2,7 +2,11 @@
 // counter-based initialisation.
 #include "runtime/model/parameter_layout.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "common/splitmix64.h"
 
@@ -99,24 +103,56 @@ float counter_normal(uint64_t seed, uint64_t key, uint64_t index) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-void ParameterLayout::initialize(float* params, uint64_t seed) const {
-  for (const ParameterTensor& tensor : tensors_) {
-    float* out = params + tensor.offset;
-    switch (tensor.init) {
-      case InitKind::kZeros:
-        for (size_t i = 0; i < tensor.size; ++i) out[i] = 0.0f;
-        break;
-      case InitKind::kOnes:
-        for (size_t i = 0; i < tensor.size; ++i) out[i] = 1.0f;
-        break;
-      case InitKind::kNormal: {
-        const uint64_t key = name_key(tensor.name);
-        for (size_t i = 0; i < tensor.size; ++i)
-          out[i] = tensor.init_std * counter_normal(seed, key, tensor.global_index(i));
-        break;
-      }
+namespace {
+
+// Elements [begin, end) of one tensor.
+struct InitPiece {
+  const ParameterTensor* tensor;
+  size_t begin, end;
+};
+
+void initialize_piece(const InitPiece& piece, float* params, uint64_t seed) {
+  const ParameterTensor& tensor = *piece.tensor;
+  float* out = params + tensor.offset;
+  switch (tensor.init) {
+    case InitKind::kZeros:
+      for (size_t i = piece.begin; i < piece.end; ++i) out[i] = 0.0f;
+      break;
+    case InitKind::kOnes:
+      for (size_t i = piece.begin; i < piece.end; ++i) out[i] = 1.0f;
+      break;
+    case InitKind::kNormal: {
+      const uint64_t key = name_key(tensor.name);
+      for (size_t i = piece.begin; i < piece.end; ++i)
+        out[i] = tensor.init_std * counter_normal(seed, key, tensor.global_index(i));
+      break;
     }
   }
+}
+
+}  // namespace
+
+void ParameterLayout::initialize(float* params, uint64_t seed) const {
+  // Every element is a function of (seed, tensor name, global index) alone,
+  // so the work is cut into fixed pieces spread over the host's cores: the
+  // same bits whoever computes them. (On one thread a Llama 3.2 1B's 1.24B
+  // weights took ~30 s before the first step.)
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<InitPiece> pieces;
+  for (const ParameterTensor& tensor : tensors_)
+    for (size_t begin = 0; begin < tensor.size; begin += kPiece)
+      pieces.push_back({&tensor, begin, std::min(begin + kPiece, tensor.size)});
+  const size_t threads =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pieces.size());
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t p = next++; p < pieces.size(); p = next++)
+      initialize_piece(pieces[p], params, seed);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
 }
 
 size_t ParameterLayout::append(const ParameterLayout& other) {

@@ -61,6 +61,26 @@ TEST(GptLayout, EveryStageInitialisesExactlyItsSliceOfTheWholeModel) {
                                             1);
 }
 
+// Initialisation is spread over threads in pieces of 2^20 elements: tensors
+// of several pieces (the 2.1M-element token embedding whole, one piece per
+// rank at tp 2) hold the same bits cut either way, and every normal element
+// is drawn (a skipped piece would leave it zero).
+TEST(GptLayout, TensorsOfSeveralInitialisationPiecesAreDrawnWhole) {
+  TransformerConfig config;
+  config.vocab_size = 8200;
+  config.d_model = 256;
+  config.num_heads = 4;
+  config.ffn_size = 1024;
+  config.num_layers = 1;
+  layout_test::expect_shards_tile_the_model(config, 2);
+  const GptLayout whole(config, StageSpec{0, 1, true, true});
+  std::vector<float> params(whole.num_elements());
+  whole.initialize(params.data(), 3);
+  const ParameterTensor* embedding = whole.find("transformer.wte.weight");
+  ASSERT_GT(embedding->size, size_t{2} << 20);
+  for (size_t i = 0; i < embedding->size; ++i) ASSERT_NE(params[embedding->offset + i], 0.0f) << i;
+}
+
 TEST(GptLayout, TensorParallelShardsTileTheWholeModelExactly) {
   TransformerConfig config;  // d_model 128, 4 heads, ffn 512, vocab 256
   for (int tensor_size : {2, 4}) layout_test::expect_shards_tile_the_model(config, tensor_size);
