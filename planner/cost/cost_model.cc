@@ -73,9 +73,10 @@ double block_backward_flops(const ModelConfig& model, int micro_batch_size,
       return backward + block_forward_flops(model, micro_batch_size);
     case RecomputeMode::Selective:
       return backward + attention_core_forward_flops(model, micro_batch_size);
-    default:
+    case RecomputeMode::None:
       return backward;
   }
+  return backward;
 }
 
 RecomputeCounts count_recompute(const StageLayout& stage) {

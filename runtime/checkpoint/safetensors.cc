@@ -419,10 +419,22 @@ void SafetensorsFile::read(const std::string& name, float* out,
         out[i] = info.dtype == Dtype::kBF16 ? bf16_to_float(half[i]) : f16_to_float(half[i]);
       return;
     }
-    default:
-      throw std::runtime_error(path_ + ": tensor '" + name + "' is " + dtype_name(info.dtype) +
-                               ", which cannot be read as float (F32, BF16 or F16 can)");
+    case Dtype::kBool:
+    case Dtype::kU8:
+    case Dtype::kI8:
+    case Dtype::kF8E4M3:
+    case Dtype::kF8E5M2:
+    case Dtype::kI16:
+    case Dtype::kU16:
+    case Dtype::kI32:
+    case Dtype::kU32:
+    case Dtype::kI64:
+    case Dtype::kU64:
+    case Dtype::kF64:
+      break;
   }
+  throw std::runtime_error(path_ + ": tensor '" + name + "' is " + dtype_name(info.dtype) +
+                           ", which cannot be read as float (F32, BF16 or F16 can)");
 }
 
 }  // namespace paraplan

@@ -2,6 +2,7 @@
 #include "runtime/model/model_from_plan.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "runtime/model/architecture.h"
 #include "runtime/model/chunked_stage.h"
@@ -21,11 +22,13 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
     case schema::Architecture::Llama:
       architecture = Architecture::kLlama;
       break;
-    default:
-      throw std::runtime_error(loaded.path() + ": model.architecture '" +
-                               schema::EnumNameArchitecture(model.architecture()) +
-                               "' is not supported by this runtime; valid: gpt2, llama");
   }
+  // A value from a newer plan format than this runtime knows.
+  if (model.architecture() != schema::Architecture::Gpt2 &&
+      model.architecture() != schema::Architecture::Llama)
+    throw std::runtime_error(loaded.path() + ": model.architecture " +
+                             std::to_string(static_cast<int>(model.architecture())) +
+                             " is not supported by this runtime; valid: gpt2, llama");
   result.config = validated_transformer_config(
       TransformerConfigValues{
           .architecture = architecture,
