@@ -59,6 +59,26 @@ TEST_F(ZeroThree, DataParallelGivesTheSingleRankLosses) {
   expect_single_rank_losses(tensor);
 }
 
+// Evaluation between steps reads the parameters outside the step's stream:
+// each unit gathered on demand with the next one's gather started ahead
+// (sharded_parameters.h). Its validation losses are the single rank's, over
+// dp 2 and with a pipeline of 2.
+TEST_F(ZeroThree, EvaluationGivesTheSingleRankValidationLosses) {
+  const Run& single = run({.name = "single_gpt2_eval", .eval_interval = 2});
+  ASSERT_EQ(single.validation_losses.size(), 3u);  // steps 2, 4 and the last
+  ScheduleCase data = zero_three("zero3_dp2_eval", ScheduleKind::OneForwardOneBackward, 1, 1, 2);
+  ScheduleCase pipelined =
+      zero_three("zero3_pp2_dp2_eval", ScheduleKind::OneForwardOneBackward, 2, 1, 2);
+  for (ScheduleCase* c : {&data, &pipelined}) {
+    c->eval_interval = 2;
+    const Run& mine = run(*c);
+    ASSERT_EQ(mine.validation_losses.size(), single.validation_losses.size()) << c->name;
+    for (size_t i = 0; i < mine.validation_losses.size(); ++i)
+      EXPECT_NEAR(mine.validation_losses[i], single.validation_losses[i], kLossTolerance)
+          << c->name << " evaluation " << i + 1;
+  }
+}
+
 // Against ZeRO-2 on the same 4 ranks, the parameters are what the rank
 // keeps of them: its shard (110400 / 4 of the 8-block model's 110400
 // fp32 parameters), the embedding's unit whole (8704: the tied head reads

@@ -109,12 +109,35 @@ const void* ShardedParameters::parameter(size_t offset) {
           ") where no gather_parameters has gathered it (schema/zero_units.h)");
     start_gather(u).on_demand = true;
   }
+  // (Before taking the slot: a prefetch may grow the pool.)
+  if (!slots_[slot_of_[u]].waited && slots_[slot_of_[u]].on_demand) prefetch_after(u);
   Slot& slot = slots_[slot_of_[u]];
   if (!slot.waited) {
     group_.wait_started_before(slot.done_mark);
     slot.waited = true;
   }
   return kernels::element_at(slot.unit, within, dtype_);
+}
+
+void ShardedParameters::prefetch_after(size_t unit) {
+  const bool going_up = static_cast<long>(unit) > last_on_demand_;
+  last_on_demand_ = static_cast<long>(unit);
+  if (!going_up) return;
+  size_t next = unit + 1;
+  while (next < buckets_.size() && resident_[next]) ++next;
+  if (next < buckets_.size() && slot_of_[next] < 0) start_gather(next).on_demand = true;
+}
+
+void ShardedParameters::set_planned(bool planned) {
+  planned_ = planned;
+  if (!planned) return;
+  last_on_demand_ = -1;
+  for (size_t u = 0; u < buckets_.size(); ++u) {
+    if (slot_of_[u] < 0 || !slots_[slot_of_[u]].on_demand) continue;
+    // An untaken prefetch: its all-gather done before its slot takes another.
+    if (!slots_[slot_of_[u]].waited) group_.wait_started_before(slots_[slot_of_[u]].done_mark);
+    free_slot(u);
+  }
 }
 
 void ShardedParameters::unit_used(size_t unit_begin) {
@@ -133,7 +156,10 @@ void* ShardedParameters::owned(size_t unit, size_t offset, size_t shard_at) {
 }
 
 void ShardedParameters::parameters_updated() {
+  for (const Slot& slot : slots_)  // (an untaken prefetch's all-gather may still run)
+    if (slot.holds >= 0 && !slot.waited) group_.wait_started_before(slot.done_mark);
   for (Slot& slot : slots_) slot.holds = -1, slot.waited = false, slot.on_demand = false;
+  last_on_demand_ = -1;
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
   gathers_ = 0;
   const int rank = group_.rank();

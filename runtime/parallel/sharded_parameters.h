@@ -13,8 +13,12 @@
 // While a step's stream runs (set_planned), a read of a unit the stream has
 // not gathered is the plan's error and throws; outside one (evaluation,
 // sampling) a read gathers the unit on demand and the stage's unit_used
-// frees it. Every unit_used is told to the listener (the executor runs the
-// releases waiting for it).
+// frees it. Such reads come as a forward's, unit after unit: the first read
+// of a unit past the one read before also starts the next pooled unit's
+// gather (a prefetch, freed by its own unit_used), so its all-gather runs
+// beside this unit's compute. A step's stream starting (set_planned(true))
+// frees a prefetch no read took. Every unit_used is told to the listener
+// (the executor runs the releases waiting for it).
 //
 // The optimizer updates the rank's chunks in the shard (owned()) and then
 // calls parameters_updated(): gathered slots are stale, resident units are
@@ -60,7 +64,7 @@ class ShardedParameters final : public ParameterStorage {
   // unit is not gathered.
   void release(size_t unit);
   // Whether reads must find their unit gathered (a step's stream runs).
-  void set_planned(bool planned) { planned_ = planned; }
+  void set_planned(bool planned);
   // Told the unit index of every unit_used.
   void set_unit_used_listener(std::function<void(size_t)> listener) {
     unit_used_listener_ = std::move(listener);
@@ -101,6 +105,9 @@ class ShardedParameters final : public ParameterStorage {
   // A slot for unit u (the pool grown if none is free), its gather started.
   Slot& start_gather(size_t unit);
   void free_slot(size_t unit);
+  // Outside a stream, on the first read of unit u: the next pooled unit's
+  // gather started, if a forward is going up the buffer and it is not held.
+  void prefetch_after(size_t unit);
   const void* chunk_of(size_t unit) const;
 
   kernels::Ops& ops_;
@@ -108,6 +115,9 @@ class ShardedParameters final : public ParameterStorage {
   Communicator& group_;
   kernels::DType dtype_;
   bool planned_ = false;
+  // The unit the last read outside a stream was of (the prefetch follows
+  // reads that go up the buffer); -1 after a step's stream.
+  long last_on_demand_ = -1;
   std::function<void(size_t)> unit_used_listener_;
   std::vector<GradientBucket> buckets_;
   std::vector<bool> resident_;

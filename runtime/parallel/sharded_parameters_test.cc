@@ -3,8 +3,8 @@
 // stream gathers reads whole (bitwise the values loaded) until the stream
 // releases it, one unit gathered ahead in two slots; a planned read of a
 // unit not gathered throws, an unplanned one (evaluation) gathers on demand
-// and frees it once used; what the optimizer writes through owned() is what
-// the next gather reads; the memory is the shard and the resident units
+// (the next unit ahead, going up the buffer) and frees it once used; what the optimizer writes
+// through owned() is what the next gather reads; the memory is the shard and the resident units
 // (weights) and two slots (gathered), counted by hand.
 #include "runtime/parallel/sharded_parameters.h"
 
@@ -111,6 +111,47 @@ TEST(ShardedParameters, ReadsOutsideAStreamGatherOnDemandAndFreeOnceUsed) {
   // Three held at once grow the pool.
   for (size_t u : {1, 2, 3}) f.parameters.gather(u);
   EXPECT_EQ(f.parameters.num_slots(), 3u);
+}
+
+// A forward's reads outside a stream (evaluation, sampling) go up the
+// buffer: the first read of each pooled unit starts the next one's gather, so
+// each all-gather runs beside the unit before; reads going down (or of the
+// same unit again) start none. A step's stream starting drops a prefetch no
+// read took, and what was read on demand.
+TEST(ShardedParameters, ReadsGoingUpTheBufferGatherTheNextUnitAhead) {
+  Fixture f;
+  const std::vector<float> whole = whole_values(3.0f);
+  f.parameters.load_whole(whole.data());
+  expect_unit(read_unit(*f.ops, f.parameters, 0), whole, 0);  // resident: no gather
+  f.parameters.unit_used(kUnits[0].begin);
+  EXPECT_EQ(f.parameters.gathers(), 0u);
+  expect_unit(read_unit(*f.ops, f.parameters, 1), whole, 1);
+  EXPECT_EQ(f.parameters.gathers(), 2u);  // 1, and 2 ahead
+  f.parameters.unit_used(kUnits[1].begin);
+  expect_unit(read_unit(*f.ops, f.parameters, 2), whole, 2);
+  EXPECT_EQ(f.parameters.gathers(), 3u);  // 2 was there; 3 ahead
+  f.parameters.unit_used(kUnits[2].begin);
+  expect_unit(read_unit(*f.ops, f.parameters, 3), whole, 3);
+  f.parameters.unit_used(kUnits[3].begin);
+  EXPECT_EQ(f.parameters.gathers(), 3u);  // the last unit: nothing ahead
+  EXPECT_EQ(f.parameters.num_slots(), 2u);
+  // Going down: one gather a read.
+  for (size_t u : {2, 1}) {
+    expect_unit(read_unit(*f.ops, f.parameters, u), whole, u);
+    f.parameters.unit_used(kUnits[u].begin);
+  }
+  EXPECT_EQ(f.parameters.gathers(), 5u);
+  // A new forward: unit 1 read (2 gathering ahead), then a step begins. Both
+  // are dropped: the stream gathers them itself, and a read it did not
+  // gather is its error.
+  f.parameters.parameters_updated();
+  expect_unit(read_unit(*f.ops, f.parameters, 1), whole, 1);
+  f.parameters.set_planned(true);
+  EXPECT_THROW(f.parameters.parameter(kUnits[1].begin), std::runtime_error);
+  f.parameters.gather(2);
+  expect_unit(read_unit(*f.ops, f.parameters, 2), whole, 2);
+  f.parameters.release(2);
+  EXPECT_EQ(f.parameters.num_slots(), 2u);
 }
 
 TEST(ShardedParameters, WhatTheOptimizerWritesIsWhatTheNextReadGathers) {
