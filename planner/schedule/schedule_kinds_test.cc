@@ -141,12 +141,13 @@ TEST(ScheduleKindsTest, InterleavedRefusesWhatMegatronRefuses) {
 
 // The fewest extra warm-up forwards: the count runs, every smaller one
 // leaves a cycle (more need not run either: p 4, m 9, v 2 runs with none,
-// not with 4).
+// not with 4). From m = 3p on the count is found from 2p + m mod p's (the
+// period rule in schedule_placement.cc): the grid reaches 6p to hold it.
 TEST(ScheduleKindsTest, InterleavedExtraWarmupIsTheFewestThatRuns) {
   int shapes_needing_extra = 0;
   for (int v : {2, 3, 4})
-    for (int p : {2, 3, 4, 5, 7, 8})
-      for (int m = p; m <= 4 * p + 3; ++m) {
+    for (int p : {2, 3, 4, 5, 7, 8, 11})
+      for (int m = p; m <= 6 * p + 3; ++m) {
         const int extra = interleaved_extra_warmup_forwards(p, m, v);
         shapes_needing_extra += extra > 0;
         EXPECT_TRUE(interleaved_warmup_runs(p, m, v, extra)) << p << " " << m << " " << v;
