@@ -270,7 +270,7 @@ phase_bench() {
     steps=2 warmup=1 backend=cpu batches=2 first=2
     plan_args="--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.seq_len 64"
   fi
-  local bench="bash samples/gpt2_124m/bench.sh" mode limit extra mode_batches b missing=0 llmc
+  local bench="bash samples/gpt2_124m/bench.sh" mode limit extra mode_batches llmc
   llmc=${LLMC:-$PWD/.device/llmc/train_gpt2cu}
   export OUT=$dir PARAPLAN=$paraplan PYTHON=$python STEPS=$steps WARMUP=$warmup BACKEND=$backend
   export PLAN_ARGS=$plan_args LLMC_DATA=$work/llmc_data
@@ -288,14 +288,30 @@ phase_bench() {
         "(LLMC_BUILD=DIR bash scripts/device_bundle.sh bundles it)")" >>"$dir/runs.txt"
       continue
     fi
-    limit=$((limit + extra * ($(wc -w <<<"$mode_batches") - 1)))
-    MODES=$mode BATCHES=$mode_batches LLMC=$llmc timeout "$limit" $bench >"$dir/$mode.log" 2>&1
-    echo "$mode exit $? batches $mode_batches" >>"$dir/runs.txt"
+    LLMC=$llmc bench_run "$dir" "$mode" "$mode_batches" "$limit" "$extra" $bench
   done
-  for b in $batches; do [ -f "$dir/b$b.paraplan.json" ] || missing=1; done
   tail -4 "$dir/compile.log"
+  bench_runs_ok "$dir" "$batches" '^llmc absent '
+}
+
+# bench_run DIR MODE BATCHES LIMIT EXTRA COMMAND...: one mode of a bench script
+# (MODES, BATCHES) under LIMIT seconds plus EXTRA per micro-batch size past the
+# first, its log in DIR/MODE.log and its record in DIR/runs.txt.
+bench_run() {
+  local dir=$1 mode=$2 batches=$3 limit=$4 extra=$5
+  shift 5
+  limit=$((limit + extra * ($(wc -w <<<"$batches") - 1)))
+  MODES=$mode BATCHES=$batches timeout "$limit" "$@" >"$dir/$mode.log" 2>&1
+  echo "$mode exit $? batches $batches" >>"$dir/runs.txt"
+}
+
+# bench_runs_ok DIR BATCHES ALLOWED: every paraplan micro-batch left its JSON
+# and every run exited 0 (or its record matches the grep pattern ALLOWED).
+bench_runs_ok() {
+  local dir=$1 b
   cat "$dir/runs.txt"
-  [ "$missing" = 0 ] && ! grep -v ' exit 0 \|^llmc absent ' "$dir/runs.txt" | grep -q .
+  for b in $2; do [ -f "$dir/b$b.paraplan.json" ] || return 1; done
+  ! grep -v " exit 0 \\|$3" "$dir/runs.txt" | grep -q .
 }
 
 # ---- e2: the Llama-3.2-1B shape against torch.compile; the planner's step and peak --------------
@@ -317,30 +333,18 @@ phase_llama() {
     plan_args="--model.num_layers 2 --model.d_model 64 --model.num_heads 4 --model.num_kv_heads 2
       --model.ffn_size 128 --model.seq_len 64 --model.vocab_size 512"
   fi
-  local mode limit extra mode_batches b missing=0
   export OUT=$dir PARAPLAN=$paraplan PYTHON=$python STEPS=$steps WARMUP=$warmup BACKEND=$backend
   export PLAN_ARGS=$plan_args GLOBAL_BATCH=${LLAMA_GLOBAL_BATCH:-8}
   : >"$dir/runs.txt"
-  for mode in paraplan compile; do
-    mode_batches=$batches
-    # A replay of the 1.24B parameters spends most of its time before the
-    # first step: the host draws every initial weight on one thread
-    # (ParameterLayout::initialize, 26 ns a parameter measured here: about
-    # 30 s); then 7 steps of about 0.3 s. torch.compile's first compile of the
-    # model takes most of its cap.
-    case $mode in
-      paraplan) limit=50 extra=40 ;;
-      compile) limit=100 extra=60 mode_batches=$compile_batches ;;
-    esac
-    limit=$((limit + extra * ($(wc -w <<<"$mode_batches") - 1)))
-    MODES=$mode BATCHES=$mode_batches timeout "$limit" bash samples/llama_1b/bench.sh \
-      >"$dir/$mode.log" 2>&1
-    echo "$mode exit $? batches $mode_batches" >>"$dir/runs.txt"
-  done
-  for b in $batches; do [ -f "$dir/b$b.paraplan.json" ] || missing=1; done
+  # A replay of the 1.24B parameters spends a good part of its cap before the
+  # first step: the host draws every initial weight (ParameterLayout::
+  # initialize: 26 ns a parameter on one thread, ~30 s; now spread over the
+  # host's cores); then 7 steps of about 0.3 s. torch.compile's first compile
+  # of the model takes most of its cap.
+  bench_run "$dir" paraplan "$batches" 50 40 bash samples/llama_1b/bench.sh
+  bench_run "$dir" compile "$compile_batches" 100 60 bash samples/llama_1b/bench.sh
   tail -4 "$dir/paraplan.log"
-  cat "$dir/runs.txt"
-  [ "$missing" = 0 ] && ! grep -v ' exit 0 ' "$dir/runs.txt" | grep -q .
+  bench_runs_ok "$dir" "$batches" '^$'  # (no record may be absent)
 }
 
 # ---- f: where the step's time goes; attention against PyTorch's SDPA ----------------------------

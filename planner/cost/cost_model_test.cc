@@ -86,29 +86,35 @@ TEST(CostModelTest, ZeroPaperModelStateNumbers) {
 
 TEST(CostModelTest, Gpt3PerLayerActivationsFollowKorthikantiWithFusedAttention) {
   const ModelConfig model = gpt3_175b();
-  const int64_t sbh = 2048LL * 12288, asb = 96LL * 2048;  // b = 1
+  const int64_t sbh = 2048LL * 12288, asb = 96LL * 2048, sb = 2048;  // b = 1
   // Korthikanti's 34 + 5as/h loses the 5as/h (s x s) term: the fused attention
-  // stores no scores. What stays is 34 sbh plus the fp32 logsumexp, 4 asb.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 34 * sbh + 4 * asb);
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 856424448LL);
-  // Tensor parallel t = 8: 10 + 24/8 = 13 sbh, and the heads' logsumexp split 8 ways.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None, 8), 13 * sbh + 4 * asb / 8);
+  // stores no scores; and its two 1-byte dropout masks (2 sbh): paraplan has
+  // no dropout. What stays is 32 sbh, the two LayerNorms' fp32 mean and rstd
+  // (16 sb) and the fp32 logsumexp, 4 asb.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 32 * sbh + 16 * sb + 4 * asb);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 806125568LL);
+  // Tensor parallel t = 8: 8 + 24/8 sbh, and the heads' logsumexp split 8 ways.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None, 8),
+            8 * sbh + 16 * sb + 24 * sbh / 8 + 4 * asb / 8);
   // Selective drops the attention output (2 sbh / t) and logsumexp; full keeps
   // the 2sbh block input.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 32 * sbh);
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective, 8), 10 * sbh + 22 * sbh / 8);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 30 * sbh + 16 * sb);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective, 8),
+            8 * sbh + 16 * sb + 22 * sbh / 8);
   EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Full), 2 * sbh);
   // Linear in the micro-batch size.
-  EXPECT_EQ(block_activation_bytes(model, 4, RecomputeMode::None), 4 * (34 * sbh + 4 * asb));
+  EXPECT_EQ(block_activation_bytes(model, 4, RecomputeMode::None),
+            4 * (32 * sbh + 16 * sb + 4 * asb));
 }
 
 TEST(CostModelTest, Float32DoublesTheTwoByteActivationTerms) {
   ModelConfig model = gpt3_175b();
   model.dtype = schema::DType::Float32;
-  const int64_t sbh = 2048LL * 12288, asb = 96LL * 2048;
-  // 32 two-byte sbh terms become 64, the 2 mask bytes stay; logsumexp is fp32 either way.
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 66 * sbh + 4 * asb);
-  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 62 * sbh);
+  const int64_t sbh = 2048LL * 12288, asb = 96LL * 2048, sb = 2048;
+  // 32 two-byte sbh terms become 64; the norms' statistics and logsumexp are
+  // fp32 either way.
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::None), 64 * sbh + 16 * sb + 4 * asb);
+  EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Selective), 60 * sbh + 16 * sb);
   EXPECT_EQ(block_activation_bytes(model, 1, RecomputeMode::Full), 4 * sbh);
 }
 

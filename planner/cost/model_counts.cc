@@ -92,10 +92,13 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
   const int64_t attention_output = sbh * e / t + 4 * int64_t{model.num_heads} * sb / t;
   int64_t bytes = 0;
   if (!is_llama(model)) {
-    // Korthikanti et al.: replicated, two LayerNorm inputs and the attention
-    // and MLP inputs (4 tensors) plus two 1-byte dropout masks; split, Q, K,
-    // V, the c_fc and GELU outputs (11 h-widths of tensors).
-    bytes = sbh * (4 * e + 2) / r + sbh * 11 * e / t;
+    // What GptStage::allocate_block keeps (Korthikanti et al.'s 34 sbh
+    // without dropout, whose two 1-byte masks paraplan has no use for):
+    // replicated, both LayerNorm outputs, the attention residual and the
+    // block output (4 tensors) and the two norms' fp32 mean and rstd; split,
+    // q, k, v (3C), the c_fc and GELU outputs (2F: 8 h-widths at F = 4h).
+    bytes = (4 * e * sbh + 2 * norm_statistics_bytes_per_token(model) * sb) / r +
+            e * sb * (3 * int64_t{model.d_model} + 2 * int64_t{model.ffn_size}) / t;
   } else {
     // Replicated: the block input, both RMSNorm outputs and the attention
     // residual (4 tensors) and the two fp32 rstd rows; split: q, k, v

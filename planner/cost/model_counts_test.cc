@@ -129,8 +129,9 @@ TEST(ModelCounts, SequenceParallelismDividesTheReplicatedActivationsByT) {
   EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Selective, 2, true),
             (4 * e * sb * h + 8 * sb) / 2 + e * sb * (qkv + 3 * F) / 2);
   EXPECT_EQ(block_activation_bytes(model, 2, RecomputeMode::Full, 2, true), e * sb * h / 2);
-  // GPT-2 (Korthikanti's 34 sbh + 5 a s^2 b, flash attention, 16-bit): sbh (10 + 24) / t
-  // with sequence parallelism instead of sbh (10 + 24 / t).
+  // GPT-2 (Korthikanti's 34 sbh + 5 a s^2 b, flash attention, no dropout
+  // masks, 16-bit): (8 sbh + 16 sb) / t + 24 sbh / t with sequence
+  // parallelism instead of 8 sbh + 16 sb + 24 sbh / t.
   ModelConfig gpt;
   gpt.seq_len = 2048;
   gpt.d_model = 12288;
@@ -140,9 +141,11 @@ TEST(ModelCounts, SequenceParallelismDividesTheReplicatedActivationsByT) {
   gpt.num_layers = 96;
   gpt.dtype = schema::DType::BFloat16;
   const int64_t sbh = int64_t{2048} * 12288, logsumexp = 4 * int64_t{96} * 2048 / 8;
+  const int64_t statistics = 16 * int64_t{2048};  // two LayerNorms' fp32 mean and rstd
   EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8),
-            sbh * 10 + sbh * 24 / 8 + logsumexp);
-  EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8, true), sbh * 34 / 8 + logsumexp);
+            sbh * 8 + statistics + sbh * 24 / 8 + logsumexp);
+  EXPECT_EQ(block_activation_bytes(gpt, 1, RecomputeMode::None, 8, true),
+            (sbh * 8 + statistics) / 8 + sbh * 24 / 8 + logsumexp);
   // The stage-level terms: the sent output and the head's norm tensors too.
   EXPECT_EQ(stage_output_activation_bytes(gpt, 1, 8, true), 2 * sbh / 8);
   EXPECT_EQ(head_activation_bytes(gpt, 1, 8, true) - head_activation_bytes(gpt, 1, 8),
