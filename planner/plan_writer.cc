@@ -188,7 +188,7 @@ flatbuffers::Offset<schema::Predictions> predictions_table(flatbuffers::FlatBuff
     const MemoryBreakdown& m = stage.memory;
     auto memory = schema::CreateStageMemory(
         builder, m.weights, m.gradients, m.optimizer_state + m.optimizer_transient, m.activations,
-        m.transient, m.total(), m.gathered, m.communicator_buffers);
+        m.transient, m.total(), m.gathered, m.communicator_buffers, m.transient_reserve);
     // ZeRO-3's gathers run on the ZeRO group, where replay counts the
     // gradient reduction: the step's (every micro-batch's) go there, so the
     // parts still add up to the step.

@@ -171,6 +171,7 @@ json memory_to_json(const schema::StageMemory& memory) {
           {"activations", memory.activations()},
           {"transient", memory.transient()},
           {"communicator_buffers", memory.communicator_buffers()},
+          {"transient_reserve", memory.transient_reserve()},
           {"total", memory.total()}};
 }
 

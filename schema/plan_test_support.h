@@ -42,6 +42,7 @@ struct StagePredictionSpec {
   int32_t stage = 0;
   double forward_seconds = 0, backward_seconds = 0, communication_seconds = 0;
   uint64_t weights = 0, gradients = 0, optimizer_state = 0, activations = 0, transient = 0;
+  uint64_t transient_reserve = 0;
   bool has_memory = true;  // false drops the breakdown, to test that it is reported missing
 };
 
@@ -410,7 +411,8 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
           p.weights + p.gradients + p.optimizer_state + p.activations + p.transient;
       const auto memory =
           p.has_memory ? schema::CreateStageMemory(fbb, p.weights, p.gradients, p.optimizer_state,
-                                                   p.activations, p.transient, total)
+                                                   p.activations, p.transient, total, 0, 0,
+                                                   p.transient_reserve)
                        : fb::Offset<schema::StageMemory>();
       list.push_back(schema::CreateStagePrediction(
           fbb, p.stage, p.forward_seconds, p.backward_seconds, p.communication_seconds, memory));

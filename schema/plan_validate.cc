@@ -475,6 +475,11 @@ void check_predictions(const schema::Predictions& predictions, const schema::Pla
       v.add(f + ".memory",
             "missing; every stage's prediction needs its memory breakdown (weights, gradients, "
             "optimizer_state, activations, transient, total)");
+    } else if (stage.memory()->transient_reserve() > stage.memory()->transient()) {
+      // Replay measures against the plan's memory less the reserve.
+      v.add(f + ".memory.transient_reserve",
+            number(stage.memory()->transient_reserve()) + "; must be at most transient (" +
+                number(stage.memory()->transient()) + "), of which it is a part");
     }
   }
 }

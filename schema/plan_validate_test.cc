@@ -383,6 +383,13 @@ const std::vector<ViolationCase>& violation_cases() {
        [](PlanSpec& s) { s.stage_predictions[1].has_memory = false; },
        {"predictions.stages[1].memory: missing; every stage's prediction needs its memory "
         "breakdown"}},
+      // Replay measures against the memory less the reserve, a part of transient.
+      {"PredictionTransientReserveAboveTransient",
+       [](PlanSpec& s) {
+         s.stage_predictions[0].transient = 100;
+         s.stage_predictions[0].transient_reserve = 101;
+       },
+       {"predictions.stages[0].memory.transient_reserve: 101; must be at most transient (100)"}},
   };
   return cases;
 }

@@ -302,8 +302,8 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const Planne
     (layers > 0 ? terms.largest_two_with_blocks : terms.largest_two_without) = static_cast<double>(
         (outputs.size() > 0 ? outputs[0] : 0) + (outputs.size() > 1 ? outputs[1] : 0));
   }
-  terms.workspace =
-      static_cast<double>(stage_workspace_bytes(model, micro_batch_size, t, has_head, sp));
+  terms.workspace = static_cast<double>(
+      stage_workspace_bytes(model, micro_batch_size, t, has_head, sp, whole_model.seq_len));
   terms.ring_workspace = static_cast<double>(context_parallel_workspace_bytes(
       whole_model, micro_batch_size, t, shape.context_parallel, document_mask));
   return terms;
@@ -354,10 +354,12 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   }
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   // Interleaved: every chunk's stage keeps its own gradient scratch.
+  const double workspace = terms.workspace * chunks + terms.ring_workspace * chunks;
   memory.transient =
       round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks) +
                    terms.ring_workspace * chunks,
                g);
+  memory.transient_reserve = memory.transient - std::min(memory.transient, round_up(workspace, g));
   memory.communicator_buffers = round_up(static_cast<double>(terms.communicator_buffers), g);
   if (options.is_train) {
     if (zero_two) {

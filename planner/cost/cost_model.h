@@ -146,6 +146,10 @@ struct MemoryBreakdown {
   uint64_t gathered = 0;             // ZeRO-3's gathered slots (weights: the rest)
   uint64_t activations = 0;          // in-flight micro-batches plus the recompute working set
   uint64_t transient = 0;            // transient_mem_coef * (largest + second largest op output)
+  // Of transient, what exceeds the workspace the runtime preallocates: the
+  // plan fits with it, the runtime never allocates it (total() - reserve is
+  // what replay measures against).
+  uint64_t transient_reserve = 0;
   // NCCL's own buffers of the rank's communicators (communicator_memory.h):
   // a constant of the mesh on GPU clusters, 0 on the CPU backend (MPI).
   uint64_t communicator_buffers = 0;

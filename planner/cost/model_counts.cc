@@ -111,7 +111,7 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
 }
 
 int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                              bool has_head, bool sequence_parallel) {
+                              bool has_head, bool sequence_parallel, int whole_seq_len) {
   const int64_t e = element_bytes(model.dtype), t = tensor_parallel;
   const int64_t sb = int64_t{model.seq_len} * micro_batch_size;
   const int64_t C = model.d_model, F = model.ffn_size, A = C / t;
@@ -131,7 +131,8 @@ int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, in
     return e * sb * (2 * C + 3 * A + A + F / t) + row_terms + cross_entropy + accumulators +
            sequence;
   const int64_t qkv = (int64_t{model.num_heads} + 2 * kv_heads(model)) * head_dim(model) / t;
-  const int64_t rotary_tables = int64_t{4} * model.seq_len * head_dim(model);  // fp32 cos, sin
+  const int64_t positions = whole_seq_len > 0 ? whole_seq_len : model.seq_len;
+  const int64_t rotary_tables = int64_t{4} * positions * head_dim(model);  // fp32 cos, sin
   // residual, norm, qkv, attention, gate|up and SwiGLU-output gradients
   return e * sb * (2 * C + qkv + A + 3 * F / t) + row_terms + rotary_tables + cross_entropy +
          accumulators + sequence;

@@ -80,9 +80,12 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
 // and the device accumulators of the gradient norm and (head) the losses.
 // Sequence parallelism shards the residual gradient and adds the gathered
 // [tokens, C] buffer, a norm gradient shard and the norms' weight-gradient
-// scratch (runtime/model/decoder_stage.h).
+// scratch (runtime/model/decoder_stage.h). Llama's rotary tables cover
+// whole_seq_len positions (0: model.seq_len): a context-parallel rank, whose
+// model is its token share, keeps every position's (its chunks are early and
+// late).
 int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
-                              bool has_head, bool sequence_parallel = false);
+                              bool has_head, bool sequence_parallel = false, int whole_seq_len = 0);
 
 // The sizes of the op outputs one block's forward writes, per device (with
 // sequence parallelism the norms' outputs are token shards).

@@ -43,7 +43,8 @@ std::string memory_report(const LoadedPlan& loaded, const MemoryTracker& memory,
             ? predicted->Get(at.pipeline_rank)->memory()
             : nullptr;
     if (stage_memory != nullptr) {
-      stage_total = static_cast<double>(stage_memory->total());
+      // What the runtime allocates: less the transient reserve (plan.fbs).
+      stage_total = static_cast<double>(stage_memory->total() - stage_memory->transient_reserve());
       stage_nccl = static_cast<double>(stage_memory->communicator_buffers());
     }
     std::snprintf(
