@@ -20,7 +20,8 @@
 #              against predicted), PyTorch eager, torch.compile, llm.c where bundled
 #              (scripts/llmc_build.sh); each step's loss; MFU by llm.c's formula
 #   breakdown  a step's kernels by ncu (GEMMs / attention / the rest / host gaps), and
-#              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes
+#              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes,
+#              and cuDNN's SDPA against paraplan's own kernels (GPT-2's, Llama's head dim)
 # After every phase the summary table (scripts/device_summary.py) is rewritten,
 # so a call stopped at any point returns what it finished. The table gives each
 # phase (and each run of bench and breakdown, each sanitizer run) a state: ok,
