@@ -355,7 +355,7 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   // Interleaved: every chunk's stage keeps its own gradient scratch.
   memory.transient =
       round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks) +
-                   terms.ring_workspace * chunks,
+                   terms.ring_workspace * chunks + static_cast<double>(terms.attention_workspace),
                g);
   memory.communicator_buffers = round_up(static_cast<double>(terms.communicator_buffers), g);
   if (options.is_train) {
