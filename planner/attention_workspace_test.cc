@@ -43,7 +43,7 @@ MemoryBreakdown memory(const JobConfig& job) {
 TEST(AttentionWorkspace, ABf16GpuPlanCountsCudnnsWorkspaceOnce) {
   const MemoryBreakdown bf16 = memory(gpt2("h100-sxm", "bfloat16"));
   const MemoryBreakdown cpu = memory(gpt2("cpu", "bfloat16"));
-  // About 218 MiB: the 16-bit dP of B 8 x H 12 x 1024 x 1024 and the rest.
+  // About 217 MiB: the 16-bit dP of B 8 x H 12 x 1024 x 1024 and the rest.
   const int64_t workspace = cudnn_sdpa_workspace_bytes(8, 1024, 12, 64, true);
   // Transient is the op-output peak (or the gradient scratch) plus the
   // workspace, once for the stage's 4 blocks; nothing else moves.

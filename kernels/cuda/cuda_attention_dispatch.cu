@@ -9,9 +9,11 @@
 // shape's graphs built once and kept). Its workspace is the Ops object's
 // DeviceScratch, which grows to the largest shape's once and then is reused:
 // nothing is allocated in the steady state. A call whose tensors are not
-// 16-byte aligned (Ops::allocate's always are) runs on the own kernels; since
-// both families keep the same logsumexp, a forward and a backward may come
-// from different families and still be correct.
+// 16-byte aligned (Ops::allocate's always are) runs on the own kernels, and
+// so does, under auto, a shape whose graphs cuDNN cannot build (one line;
+// under cudnn that throws); since both families keep the same logsumexp, a
+// forward and a backward may come from different families and still be
+// correct.
 // cuDNN writes (never adds) dQ, dK, dV. GradientWrite::kOverwrite (what the
 // runtime's stages ask) writes them straight into dqkv; kAccumulate has them
 // written into scratch and then added into dqkv, which rounds twice in bf16
@@ -20,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -53,8 +56,18 @@ bool AttentionDispatch::on_cudnn(const AttentionShapeKey& key,
   for (const void* tensor : tensors) {
     if (!is_aligned16(tensor)) return false;
   }
-  if (!cudnn_) cudnn_ = make_cudnn_attention(stream_, log_attention_notice);
-  return cudnn_->prepare(key);
+  if (!cudnn_) cudnn_ = make_cudnn_attention(stream_);
+  const std::string& why_not = cudnn_->prepare(key);
+  if (why_not.empty()) return true;
+  // A shape cuDNN cannot build: an error when cuDNN was required, else the
+  // own kernels, said once.
+  if (chooser_.setting() == AttentionSetting::kCudnn) {
+    throw std::runtime_error("PARAPLAN_CUDA_ATTENTION=cudnn: cuDNN's SDPA cannot run " +
+                             describe(key) + ": " + why_not);
+  }
+  log_attention_notice("attention: " + describe(key) +
+                       " on paraplan's kernels: cuDNN's SDPA cannot run it (" + why_not + ")");
+  return false;
 }
 
 void AttentionDispatch::forward(void* out, float* logsumexp, const void* qkv, int batch,

@@ -197,7 +197,9 @@ class AttentionDispatch {
 
  private:
   // Whether this call runs on cuDNN: the chooser says so for its shape, every
-  // tensor is 16-byte aligned and cuDNN builds the shape's graphs.
+  // tensor is 16-byte aligned and cuDNN builds the shape's graphs (if it
+  // cannot: std::runtime_error under PARAPLAN_CUDA_ATTENTION=cudnn, else one
+  // line and the own kernels).
   bool on_cudnn(const AttentionShapeKey& key, std::initializer_list<const void*> tensors);
 
   DType storage_;

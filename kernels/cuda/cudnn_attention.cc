@@ -20,7 +20,7 @@
 // Every frontend and cuDNN call is checked (PARAPLAN_CUDNN_CHECK,
 // PARAPLAN_CUDNN_FE_CHECK) and throws std::runtime_error naming the call, the
 // shape and cuDNN's message; a graph cuDNN cannot build is not an error
-// (prepare returns false and the shape stays on paraplan's kernels).
+// here (prepare says why; the dispatch decides: cuda_attention_dispatch.cu).
 #include "kernels/cuda/cudnn_attention.h"
 
 #include <cudnn_frontend.h>
@@ -157,17 +157,16 @@ std::shared_ptr<Graph> backward_graph(const Layout& l, float scale) {
   return graph;
 }
 
-// One shape's graphs and their workspaces.
+// One shape's graphs and their workspaces; why_not: "" when usable.
 struct ShapeGraphs {
-  bool usable = false;
+  std::string why_not;
   std::shared_ptr<Graph> forward, backward;
   size_t forward_workspace = 0, backward_workspace = 0;
 };
 
 class FrontendAttention final : public CudnnAttention {
  public:
-  FrontendAttention(cudaStream_t stream, AttentionChooser::Notice notice)
-      : notice_(std::move(notice)) {
+  explicit FrontendAttention(cudaStream_t stream) {
     PARAPLAN_CUDNN_CHECK(fe::detail::create_handle(&handle_));
     try {
       PARAPLAN_CUDNN_CHECK(fe::detail::set_stream(handle_, stream));
@@ -183,24 +182,20 @@ class FrontendAttention final : public CudnnAttention {
   FrontendAttention(const FrontendAttention&) = delete;
   FrontendAttention& operator=(const FrontendAttention&) = delete;
 
-  bool prepare(const AttentionShapeKey& key) override {
+  const std::string& prepare(const AttentionShapeKey& key) override {
     const auto found = graphs_.find(key);
-    if (found != graphs_.end()) return found->second.usable;
+    if (found != graphs_.end()) return found->second.why_not;
     ShapeGraphs& graphs = graphs_[key];
-    std::string why;
     try {
-      why = build_graphs(key, graphs);
+      graphs.why_not = build_graphs(key, graphs);
     } catch (const std::exception& error) {  // the frontend throws for some unsupported graphs
-      why = error.what();
+      graphs.why_not = error.what();
     }
-    graphs.usable = why.empty();
-    if (!graphs.usable) {
+    if (!graphs.why_not.empty()) {
       graphs.forward.reset();
       graphs.backward.reset();
-      notice_("attention: " + describe(key) +
-              " on paraplan's kernels: cuDNN's SDPA cannot run it (" + why + ")");
     }
-    return graphs.usable;
+    return graphs.why_not;
   }
 
   size_t forward_workspace_bytes(const AttentionShapeKey& key) const override {
@@ -265,25 +260,23 @@ class FrontendAttention final : public CudnnAttention {
 
   const ShapeGraphs& prepared(const AttentionShapeKey& key) const {
     const auto found = graphs_.find(key);
-    if (found == graphs_.end() || !found->second.usable)
+    if (found == graphs_.end() || !found->second.why_not.empty())
       throw std::logic_error("cuDNN attention: " + describe(key) +
                              " used before CudnnAttention::prepare accepted it");
     return found->second;
   }
 
   cudnnHandle_t handle_ = nullptr;
-  AttentionChooser::Notice notice_;
   std::unordered_map<AttentionShapeKey, ShapeGraphs, AttentionShapeKeyHash> graphs_;
 };
 
 }  // namespace
 
-std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t stream,
-                                                     AttentionChooser::Notice notice) {
+std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t stream) {
   const CudnnAvailability& availability = cudnn_availability();
   if (!availability.available)
     throw std::runtime_error("cuDNN's SDPA is not available: " + availability.description);
-  return std::make_unique<FrontendAttention>(stream, std::move(notice));
+  return std::make_unique<FrontendAttention>(stream);
 }
 
 }  // namespace paraplan::kernels::cuda

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "kernels/cuda/attention_choice.h"
 
@@ -29,10 +30,9 @@ class CudnnAttention {
   virtual ~CudnnAttention() = default;
 
   // Builds the shape's forward and backward graphs, once: whether cuDNN runs
-  // this shape on this device. false (the shape then stays on paraplan's
-  // kernels, said once in one line through the notice given at creation)
-  // when cuDNN cannot build either graph.
-  virtual bool prepare(const AttentionShapeKey& key) = 0;
+  // this shape on this device. "" when it does, else why not (cuDNN could
+  // not build a graph: the frontend's message), the same on every call.
+  virtual const std::string& prepare(const AttentionShapeKey& key) = 0;
   // The workspace each graph takes (prepare(key) first).
   virtual size_t forward_workspace_bytes(const AttentionShapeKey& key) const = 0;
   virtual size_t backward_workspace_bytes(const AttentionShapeKey& key) const = 0;
@@ -48,7 +48,6 @@ class CudnnAttention {
 
 // A cuDNN handle bound to stream and an empty graph cache. Throws
 // std::runtime_error when cuDNN is not available or not built in.
-std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t stream,
-                                                     AttentionChooser::Notice notice);
+std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t stream);
 
 }  // namespace paraplan::kernels::cuda

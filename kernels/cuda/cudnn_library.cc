@@ -128,7 +128,7 @@ CudnnAvailability load() {
 }  // namespace
 
 #if !PARAPLAN_HAVE_CUDNN_FRONTEND
-std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t, AttentionChooser::Notice) {
+std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t) {
   throw std::runtime_error("cuDNN's SDPA is not available: " + load().description);
 }
 #endif
