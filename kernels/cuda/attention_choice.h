@@ -14,10 +14,15 @@
 //   fma    paraplan's fp32 FMA kernels only (no tensor cores, no cuDNN)
 //   cudnn  cuDNN for the shapes it serves, own kernels for the rest; making
 //          the Ops object throws when cuDNN cannot be loaded
-// "Whichever is faster per shape" is, for now, this rule: the shapes cuDNN
-// serves are the ones where the bench measured it ahead (attention_bench
-// --attention compare; kernels/README.md). A measured per-shape table from a
-// GPU window can replace cudnn_sdpa_supports' rule without changing callers.
+// "Whichever is faster per shape" is, until a GPU window times paraplan's
+// cuDNN path against its own (attention_bench --attention compare, which the
+// device check's breakdown runs), this rule: cuDNN for every shape it serves,
+// since PyTorch's cuDNN SDPA was measured well ahead of paraplan's kernels at
+// GPT-2's shape (samples/gpt2_124m/README.md: 0.093 / 0.305 ms forward /
+// backward against 0.130 / 0.814 at B 16, T 1024, H 12, D 64; PyTorch's
+// backward need not be the deterministic one used here). A measured
+// per-shape table can replace cudnn_sdpa_supports' rule without changing
+// its callers.
 //
 // Forward and backward of a shape get the same answer (the choice depends on
 // the setting, the shape and whether cuDNN loaded, never on the call), and
