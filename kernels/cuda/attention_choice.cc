@@ -56,8 +56,9 @@ std::string describe(const AttentionShapeKey& key) {
 }
 
 bool cudnn_sdpa_supports(const AttentionShapeKey& key) {
+  // cuDNN's backward refuses s_q = s_kv = 1 ("not supported", its validation).
   return key.storage == DType::kBFloat16 && (key.head_dim == 64 || key.head_dim == 128) &&
-         key.batch > 0 && key.seq_len > 0 && key.heads > 0 && key.kv_heads > 0 &&
+         key.batch > 0 && key.seq_len > 1 && key.heads > 0 && key.kv_heads > 0 &&
          key.heads % key.kv_heads == 0;
 }
 

@@ -63,7 +63,8 @@ std::string describe(const AttentionShapeKey& key);  // "B=8 T=1024 H=12 Hkv=12 
 
 // The shapes paraplan runs on cuDNN's SDPA: bf16 storage (fp32 stays on the
 // own kernels: cuDNN's SDPA takes 16-bit inputs), head_dim 64 or 128 (GPT-2's
-// and Llama's, the ones tested), Hkv dividing H, every size positive.
+// and Llama's, the ones tested), Hkv dividing H, every size positive and more
+// than one token (cuDNN's backward refuses T = 1).
 bool cudnn_sdpa_supports(const AttentionShapeKey& key);
 
 enum class AttentionKernels { kCudnn, kOwn };

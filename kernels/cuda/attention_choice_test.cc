@@ -80,6 +80,11 @@ TEST(AttentionChoice, CudnnServesBf16WithHeadDim64Or128) {
   shape = kGpt2;
   shape.batch = 0;
   EXPECT_FALSE(cudnn_sdpa_supports(shape));
+  shape = kGpt2;
+  shape.seq_len = 1;  // cuDNN's backward refuses one token
+  EXPECT_FALSE(cudnn_sdpa_supports(shape));
+  shape.seq_len = 2;
+  EXPECT_TRUE(cudnn_sdpa_supports(shape));
 }
 
 // A chooser whose probe and notices are counted.

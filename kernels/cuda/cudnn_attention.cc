@@ -106,8 +106,11 @@ void mark_output(const std::shared_ptr<TensorAttributes>& tensor, int64_t uid,
   tensor->set_output(true).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride));
 }
 
-std::shared_ptr<Graph> new_graph() {
+// sm_version > 0: the target GPU without a device (validate_cudnn_attention_graphs);
+// 0: the current device's. Set before any node: a node copies the context.
+std::shared_ptr<Graph> new_graph(int sm_version) {
   auto graph = std::make_shared<Graph>();
+  if (sm_version > 0) graph->set_sm_version(sm_version);
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -119,8 +122,8 @@ fe::error_t build(Graph& graph, cudnnHandle_t handle) {
   return graph.build(handle, {fe::HeurMode_t::A});
 }
 
-std::shared_ptr<Graph> forward_graph(const Layout& l, float scale) {
-  std::shared_ptr<Graph> graph = new_graph();
+std::shared_ptr<Graph> forward_graph(const Layout& l, float scale, int sm_version = 0) {
+  std::shared_ptr<Graph> graph = new_graph(sm_version);
   auto q = input(*graph, "Q", kQ, {l.B, l.H, l.T, l.D}, l.qkv_stride());
   auto k = input(*graph, "K", kK, {l.B, l.G, l.T, l.D}, l.qkv_stride());
   auto v = input(*graph, "V", kV, {l.B, l.G, l.T, l.D}, l.qkv_stride());
@@ -136,8 +139,8 @@ std::shared_ptr<Graph> forward_graph(const Layout& l, float scale) {
   return graph;
 }
 
-std::shared_ptr<Graph> backward_graph(const Layout& l, float scale) {
-  std::shared_ptr<Graph> graph = new_graph();
+std::shared_ptr<Graph> backward_graph(const Layout& l, float scale, int sm_version = 0) {
+  std::shared_ptr<Graph> graph = new_graph(sm_version);
   auto q = input(*graph, "Q", kQ, {l.B, l.H, l.T, l.D}, l.qkv_stride());
   auto k = input(*graph, "K", kK, {l.B, l.G, l.T, l.D}, l.qkv_stride());
   auto v = input(*graph, "V", kV, {l.B, l.G, l.T, l.D}, l.qkv_stride());
@@ -271,6 +274,25 @@ class FrontendAttention final : public CudnnAttention {
 };
 
 }  // namespace
+
+std::string validate_cudnn_attention_graphs(const AttentionShapeKey& key, int sm_version) {
+  const CudnnAvailability& availability = cudnn_availability();
+  if (!availability.available) return "cuDNN is not available: " + availability.description;
+  if (!cudnn_sdpa_supports(key)) return "the shape is not one paraplan runs on cuDNN";
+  try {
+    const Layout layout(key);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(key.head_dim));
+    for (const auto& [name, graph] :
+         {std::pair{"forward", forward_graph(layout, scale, sm_version)},
+          std::pair{"backward", backward_graph(layout, scale, sm_version)}}) {
+      if (fe::error_t error = graph->validate(); error.is_bad())
+        return std::string(name) + ": " + error.get_message();
+    }
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
 
 std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t stream) {
   const CudnnAvailability& availability = cudnn_availability();

@@ -46,6 +46,13 @@ class CudnnAttention {
                         const void* out, const float* logsumexp, void* workspace) = 0;
 };
 
+// The shape's forward and backward graphs built and validated by the
+// frontend for a GPU of sm_version (90: Hopper) without a device or a handle
+// (shape inference, strides, the SDPA node's support checks; not the
+// engines' heuristics): "" or why not. What the CUDA build can check where
+// no GPU is (cudnn_attention_test.cc); needs libcudnn loadable.
+std::string validate_cudnn_attention_graphs(const AttentionShapeKey& key, int sm_version);
+
 // A cuDNN handle bound to stream and an empty graph cache. Throws
 // std::runtime_error when cuDNN is not available or not built in.
 std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t stream);

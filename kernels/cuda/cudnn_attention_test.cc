@@ -60,7 +60,8 @@ std::string describe(const Shape& s) {
 }
 
 // GPT-2's head dim and Llama's, multi-head and grouped (H / Hkv = 4), T from
-// one token through partial tiles to GPT-2's 1024.
+// one token (which cuDNN does not take: PARAPLAN_CUDA_ATTENTION=cudnn runs
+// it on the own kernels) through partial tiles to GPT-2's 1024.
 std::vector<Shape> shapes() {
   std::vector<Shape> list;
   for (const int d : {64, 128}) {
@@ -225,6 +226,23 @@ TEST(CudaCudnnLibrary, LoadsOrSaysWhyInOneLine) {
   std::string again;
   EXPECT_EQ(cuda_cudnn_available(&again), available);
   EXPECT_EQ(again, description);
+}
+
+// The graphs paraplan builds, validated by the frontend for an H100 (sm_90)
+// without a GPU: layouts, strides, grouped heads and the deterministic
+// backward's options are accepted, at GPT-2's and Llama's shapes.
+TEST(CudaCudnnLibrary, GraphsValidateForHopperWithoutAGpu) {
+  std::string why;
+  if (!cuda_cudnn_available(&why)) GTEST_SKIP() << "cuDNN's SDPA is not available: " << why;
+  for (const Shape& s : shapes()) {
+    const cuda::AttentionShapeKey key{s.batch,    s.seq_len,  s.heads,
+                                      s.kv_heads, s.head_dim, DType::kBFloat16};
+    // T = 1 stays on the own kernels: cuDNN's backward refuses it.
+    const std::string expected = s.seq_len > 1 ? "" : "the shape is not one paraplan runs on cuDNN";
+    EXPECT_EQ(cuda::validate_cudnn_attention_graphs(key, 90), expected) << describe(s);
+  }
+  // fp32 is not taken to cuDNN.
+  EXPECT_NE(cuda::validate_cudnn_attention_graphs({1, 64, 2, 2, 64, DType::kFloat32}, 90), "");
 }
 
 // PARAPLAN_CUDNN_LIBRARY naming a file that does not load: reported (with

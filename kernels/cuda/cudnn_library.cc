@@ -131,6 +131,10 @@ CudnnAvailability load() {
 std::unique_ptr<CudnnAttention> make_cudnn_attention(cudaStream_t) {
   throw std::runtime_error("cuDNN's SDPA is not available: " + load().description);
 }
+
+std::string validate_cudnn_attention_graphs(const AttentionShapeKey&, int) {
+  return "cuDNN is not available: " + load().description;
+}
 #endif
 
 void log_attention_notice(const std::string& line) {
