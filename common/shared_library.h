@@ -1,9 +1,10 @@
 // shared_library.h: a library opened (dlopen) on first use rather than
 // linked, where linking costs every process (cuBLAS's static start-up,
-// OpenBLAS's spinning threads): cuBLAS in kernels/cuda, OpenBLAS in
+// OpenBLAS's spinning threads): cuBLAS and cuDNN in kernels/cuda, OpenBLAS in
 // kernels/cpu, CBC in planner/search. Opened by soname (LD_LIBRARY_PATH, the
 // loader's cache), else from the folder the build found it in, and never
-// closed; each failure is one line naming the library and the fix. And, for
+// closed; each failure is one line naming the library and the fix (or, for
+// cuDNN, which the CUDA backend can do without, reported, not thrown). And, for
 // the tests that check a library is not loaded at start-up, whether this
 // process has it mapped. Users link ${CMAKE_DL_LIBS}.
 #pragma once
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace paraplan {
 
@@ -26,6 +28,24 @@ inline void* open_shared_library(const std::string& soname, const std::string& b
   if (void* handle = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
   throw std::runtime_error(who + " could not load " + soname + " (" + first_error + "; nor " +
                            fallback + "): " + fix);
+}
+
+// For a library whose absence is not an error (cuDNN: the CUDA backend
+// falls back to its own kernels): soname from the library path, else from
+// each folder in turn. nullptr when none loads, with every attempt's
+// message in *error; never throws.
+inline void* try_open_shared_library(const std::string& soname,
+                                     const std::vector<std::string>& folders, std::string* error) {
+  std::string messages;
+  for (size_t i = 0; i <= folders.size(); ++i) {
+    const std::string path = i == 0 ? soname : folders[i - 1] + "/" + soname;
+    if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+    const char* message = dlerror();
+    if (i > 0) messages += "; ";
+    messages += message != nullptr ? message : path + ": not loaded";
+  }
+  if (error != nullptr) *error = messages;
+  return nullptr;
 }
 
 // Sets function to the library's symbol; throws naming it and `why` if absent.

@@ -24,6 +24,13 @@
 //
 // After timing, one untimed forward + backward gives the
 // checksums: sum |out| and sum |dqkv| in double, and their NaN counts.
+//
+// --attention (CUDA) sets PARAPLAN_CUDA_ATTENTION for the run (auto, own,
+// fma, cudnn: kernels/cuda/attention_choice.h); --attention compare times the
+// same shape twice, on paraplan's own kernels and on cuDNN's SDPA, prints
+// both lines and their ratios (cuDNN / own, below 1: cuDNN faster), and with
+// --json writes {"own": {...}, "cudnn": {...} or null, "cudnn_unavailable":
+// why}; without cuDNN it times the own kernels and says why in one line.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -50,10 +57,12 @@ constexpr const char* kUsage =
     "                       [--batch B] [--seq T] [--heads H] [--kv-heads K] [--head-dim D]\n"
     "                       [--iterations N] [--warmup W] [--repeats R] [--seed S]\n"
     "                       [--device I] [--json FILE]\n"
+    "                       [--attention auto|own|fma|cudnn|compare]\n"
     "Times Ops::attention_forward and attention_backward (causal, GPT-2's qkv layout).\n"
     "Defaults: GPT-2 124M's attention: --backend cuda --dtype bfloat16 --batch 8 --seq 1024\n"
     "--heads 12 --kv-heads (= heads) --head-dim 64 --iterations 20 --warmup 5 --repeats 5.\n"
-    "The CUDA attention kernels follow PARAPLAN_CUDA_ATTENTION (auto | fma).\n";
+    "The CUDA attention kernels follow PARAPLAN_CUDA_ATTENTION (auto | own | fma | cudnn),\n"
+    "which --attention sets; --attention compare times own and cudnn at the same shape.\n";
 
 struct Options {
   std::string backend = "cuda";
@@ -62,6 +71,7 @@ struct Options {
   int iterations = 20, warmup = 5, repeats = 5, device = 0;
   unsigned seed = 1234;
   std::string json;
+  std::string attention;  // empty: PARAPLAN_CUDA_ATTENTION as the environment has it
 };
 
 // A command-line mistake: main prints it with the usage and exits 2.
@@ -130,14 +140,27 @@ Options parse(int argc, char** argv) {
       o.seed = static_cast<unsigned>(parse_int(flag, value, 0));
     } else if (flag == "--device") {
       o.device = parse_int(flag, value, 0);
+    } else if (flag == "--attention") {
+      if (value != "auto" && value != "own" && value != "fma" && value != "cudnn" &&
+          value != "compare") {
+        throw UsageError("--attention: '" + value +
+                         "' is not one of auto, own, fma, cudnn, compare");
+      }
+      o.attention = value;
     } else if (flag == "--json") {
       if (value.empty()) throw UsageError("--json: needs a file name");
       o.json = value;
     } else {
       throw UsageError(flag +
                        ": unknown flag (valid: --backend --dtype --batch --seq --heads --kv-heads "
-                       "--head-dim --iterations --warmup --repeats --seed --device --json)");
+                       "--head-dim --iterations --warmup --repeats --seed --device --json "
+                       "--attention)");
     }
+  }
+  if (!o.attention.empty() && o.backend != "cuda") {
+    throw UsageError(
+        "--attention: chooses among the CUDA backend's attention kernels; use it "
+        "with --backend cuda");
   }
   if (o.kv_heads == 0) o.kv_heads = o.heads;
   if (o.heads % o.kv_heads != 0) {
@@ -148,10 +171,11 @@ Options parse(int argc, char** argv) {
 }
 
 // Which attention kernels the backend runs for these options, as
-// kernels/cuda/cuda_device.cu and cuda_attention.cu choose them: bf16 tensor
-// cores for bf16 storage with head_dim 64 or 128 (Ops::allocate's buffers are
-// 16-byte aligned) unless PARAPLAN_CUDA_ATTENTION=fma, the fp32 FMA kernels
-// otherwise. make_cuda_ops has already refused any other value of the variable.
+// kernels/cuda/attention_choice.h and cuda_attention.cu choose them under
+// PARAPLAN_CUDA_ATTENTION (make_cuda_ops has refused any other value):
+// cuDNN's SDPA for bf16 with head_dim 64 or 128 under auto (where it loads)
+// and cudnn; otherwise bf16 tensor cores for those shapes (Ops::allocate's
+// buffers are 16-byte aligned) unless fma, the fp32 FMA kernels for the rest.
 std::string implementation(const Options& o) {
   if (o.backend == "cpu") {
     return o.dtype == DType::kBFloat16
@@ -159,14 +183,21 @@ std::string implementation(const Options& o) {
                : "cpu fused sgemm flash attention (fp32)";
   }
   const char* variable = std::getenv("PARAPLAN_CUDA_ATTENTION");
-  const bool fma_forced = variable != nullptr && std::string(variable) == "fma";
-  if (fma_forced) return "cuda fp32 FMA flash attention (PARAPLAN_CUDA_ATTENTION=fma)";
+  const std::string setting = variable == nullptr || *variable == '\0' ? "auto" : variable;
+  if (setting == "fma") return "cuda fp32 FMA flash attention (PARAPLAN_CUDA_ATTENTION=fma)";
   if (o.dtype != DType::kBFloat16) return "cuda fp32 FMA flash attention (fp32 storage)";
   if (o.head_dim != 64 && o.head_dim != 128) {
     return "cuda fp32 FMA flash attention (head_dim " + std::to_string(o.head_dim) +
            " is not 64 or 128)";
   }
-  return "cuda bf16 tensor-core flash attention (mma.sync m16n8k16, default)";
+  std::string why;
+  if (setting == "cudnn" || (setting == "auto" && paraplan::kernels::cuda_cudnn_available(&why))) {
+    paraplan::kernels::cuda_cudnn_available(&why);
+    return "cuda cuDNN SDPA, deterministic backward (PARAPLAN_CUDA_ATTENTION=" + setting + "; " +
+           why + ")";
+  }
+  return "cuda bf16 tensor-core flash attention (mma.sync m16n8k16; PARAPLAN_CUDA_ATTENTION=" +
+         setting + (setting == "auto" ? "; cuDNN unavailable: " + why : std::string()) + ")";
 }
 
 // A storage tensor of n elements, uniform in [-scale, scale), from seed.
@@ -309,11 +340,12 @@ BenchResult measure(const Options& o) {
   return r;
 }
 
-// The figures as --json asks: 0, or 1 with a message when it cannot be written.
-int write_json(const Options& o, const BenchResult& r, const std::string& impl) {
+// One run's figures as a JSON object, its lines indented by `indent`.
+std::string json_object(const Options& o, const BenchResult& r, const std::string& impl,
+                        const std::string& indent) {
   std::string text = "{\n";
   auto field = [&](const char* key, const std::string& value, bool last = false) {
-    text += std::string("  \"") + key + "\": " + value + (last ? "\n" : ",\n");
+    text += indent + "  \"" + key + "\": " + value + (last ? "\n" : ",\n");
   };
   field("backend", json_string(o.backend));
   field("dtype", json_string(dtype_name(o.dtype)));
@@ -340,7 +372,11 @@ int write_json(const Options& o, const BenchResult& r, const std::string& impl) 
   field("dqkv_abs_sum", json_number(r.dqkv_sum.abs_sum));
   field("dqkv_nan_count", std::to_string(r.dqkv_sum.nan_count));
   field("implementation", json_string(impl), /*last=*/true);
-  text += "}\n";
+  return text + indent + "}";
+}
+
+// text into --json's file: 0, or 1 with a message when it cannot be written.
+int write_json(const Options& o, const std::string& text) {
   std::FILE* file = std::fopen(o.json.c_str(), "w");
   if (file == nullptr || std::fputs(text.c_str(), file) < 0 || std::fclose(file) != 0) {
     std::fprintf(stderr, "attention_bench: cannot write --json %s: %s\n", o.json.c_str(),
@@ -350,9 +386,12 @@ int write_json(const Options& o, const BenchResult& r, const std::string& impl) 
   return 0;
 }
 
-int run(const Options& o) {
+// One run at o's shape under o.attention (set for the process when given):
+// the figures, printed in one line; impl receives what ran.
+BenchResult run_one(const Options& o, std::string& impl) {
+  if (!o.attention.empty()) setenv("PARAPLAN_CUDA_ATTENTION", o.attention.c_str(), 1);
   const BenchResult r = measure(o);
-  const std::string impl = implementation(o);
+  impl = implementation(o);
   std::printf(
       "attention_bench %s %s (%s) B=%d T=%d H=%d Hkv=%d D=%d: forward %.4f ms (%.2f TFLOP/s), "
       "backward %.4f ms (%.2f TFLOP/s), forward+backward %.4f ms (%.2f TFLOP/s); "
@@ -361,7 +400,48 @@ int run(const Options& o) {
       o.head_dim, r.forward_ms, r.forward_tflops, r.backward_ms, r.backward_tflops,
       r.forward_backward_ms, r.forward_backward_tflops, r.out_sum.abs_sum, r.out_sum.nan_count,
       r.dqkv_sum.abs_sum, r.dqkv_sum.nan_count, impl.c_str(), o.repeats, o.iterations);
-  return o.json.empty() ? 0 : write_json(o, r, impl);
+  std::fflush(stdout);
+  return r;
+}
+
+// --attention compare: own, then cuDNN, at the same shape and seeds.
+int compare(const Options& o) {
+  Options own = o, cudnn = o;
+  own.attention = "own";
+  cudnn.attention = "cudnn";
+  std::string own_impl, cudnn_impl, unavailable;
+  const BenchResult mine = run_one(own, own_impl);
+  BenchResult theirs;
+  try {
+    theirs = run_one(cudnn, cudnn_impl);
+  } catch (const std::exception& error) {
+    unavailable = error.what();
+  }
+  if (!unavailable.empty()) {
+    std::printf("attention_bench compare: cuDNN unavailable (%s); own kernels only\n",
+                unavailable.c_str());
+  } else {
+    std::printf(
+        "attention_bench compare B=%d T=%d H=%d Hkv=%d D=%d: cudnn/own forward %.3f, backward "
+        "%.3f, forward+backward %.3f; faster forward+backward: %s\n",
+        o.batch, o.seq, o.heads, o.kv_heads, o.head_dim, theirs.forward_ms / mine.forward_ms,
+        theirs.backward_ms / mine.backward_ms,
+        theirs.forward_backward_ms / mine.forward_backward_ms,
+        theirs.forward_backward_ms < mine.forward_backward_ms ? "cudnn" : "own");
+  }
+  if (o.json.empty()) return 0;
+  std::string text = "{\n  \"own\": " + json_object(own, mine, own_impl, "  ") + ",\n  \"cudnn\": ";
+  text += unavailable.empty() ? json_object(cudnn, theirs, cudnn_impl, "  ") : "null";
+  text += ",\n  \"cudnn_unavailable\": " +
+          (unavailable.empty() ? std::string("null") : json_string(unavailable)) + "\n}\n";
+  return write_json(o, text);
+}
+
+int run(const Options& o) {
+  if (o.attention == "compare") return compare(o);
+  std::string impl;
+  const BenchResult r = run_one(o, impl);
+  return o.json.empty() ? 0 : write_json(o, json_object(o, r, impl, "") + "\n");
 }
 
 }  // namespace

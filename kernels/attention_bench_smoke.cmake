@@ -4,7 +4,8 @@
 #     1, and checks that each run exits 0 and writes its JSON with the shape
 #     echoed, finite positive times and TFLOP/s, a positive output checksum
 #     and no NaN in out or dqkv.
-#   CHECK=bad_flag: an unknown --dtype exits 2 naming the flag and its values.
+#   CHECK=bad_flag: an unknown --dtype exits 2 naming the flag and its values;
+#     so do an unknown --attention and --attention with --backend cpu.
 # BENCH: the program; WORK_DIR: a folder for its JSON.
 cmake_minimum_required(VERSION 3.25)
 
@@ -76,6 +77,18 @@ elseif(CHECK STREQUAL "bad_flag")
   message("${out}${err}")
   if(NOT status EQUAL 2 OR NOT err MATCHES "--dtype: 'float16' is not one of float32, bfloat16")
     message(FATAL_ERROR "--dtype float16 exited with '${status}', expected 2 and the message")
+  endif()
+  execute_process(COMMAND "${BENCH}" --backend cuda --attention fastest RESULT_VARIABLE status
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT status EQUAL 2 OR NOT err MATCHES "--attention: 'fastest' is not one of auto, own, fma, cudnn, compare")
+    message(FATAL_ERROR "--attention fastest exited with '${status}', expected 2 and the message")
+  endif()
+  execute_process(COMMAND "${BENCH}" --backend cpu --attention compare RESULT_VARIABLE status
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT status EQUAL 2 OR NOT err MATCHES "--attention: chooses among the CUDA backend's")
+    message(FATAL_ERROR "--attention with --backend cpu exited with '${status}', expected 2")
   endif()
 else()
   message(FATAL_ERROR "CHECK must be cpu_smoke or bad_flag, not '${CHECK}'")

@@ -458,6 +458,12 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage = DType::kFloat32);
 // Number of CUDA devices visible (0 when CUDA is not compiled in).
 int cuda_device_count();
 
+// Whether the CUDA backend can run attention on cuDNN's SDPA in this process:
+// built with the cuDNN frontend's headers and libcudnn.so.9 loaded (tried
+// once, at the first call or the first attention that asks); *description
+// receives what loaded ("cuDNN 9.19.0 (path)") or why not. Never throws.
+bool cuda_cudnn_available(std::string* description = nullptr);
+
 // Starts (true) or stops (false) the CUDA profiler's collection
 // (cudaProfilerStart/Stop), so `ncu --profile-from-start off` measures only
 // the kernels in between (replay's measured steps). Without a profiler

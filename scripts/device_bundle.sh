@@ -14,8 +14,8 @@
 #
 # Left out on purpose: glibc, libstdc++, zlib and the rest of the base system
 # (every Linux image has newer ones; see base_system below), and CUDA's
-# own libraries (cuBLAS, NCCL: hundreds of MB; the GPU machine has them, and
-# device_env.sh finds them). PARAPLAN_CUDA_ARCHITECTURES overrides 90.
+# own libraries (cuBLAS, NCCL, cuDNN: hundreds of MB; the GPU machine has
+# them, and device_env.sh finds them). PARAPLAN_CUDA_ARCHITECTURES overrides 90.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_dir=$PWD
@@ -33,13 +33,21 @@ echo "== build for sm_${PARAPLAN_CUDA_ARCHITECTURES:-90} in $build_dir"
 # points at the bundle's Open MPI: a GPU machine's own mpiexec (another MPI,
 # or none) is never picked up. -lineinfo: compute-sanitizer's reports name
 # source lines.
+# cuDNN's SDPA is compiled in (the frontend's headers from PyPI; libcudnn
+# itself is the GPU machine's, opened at run time, like cuBLAS).
+bash scripts/fetch_cudnn_frontend.sh
 mkdir -p "$build_dir"
 ln -sfn "$(command -v mpiexec)" "$build_dir/mpiexec"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARAPLAN_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_FLAGS=-lineinfo \
-  -DMPIEXEC_EXECUTABLE="$build_dir/mpiexec" >/dev/null
+  -DMPIEXEC_EXECUTABLE="$build_dir/mpiexec" >"$work/configure.log"
 grep -q '^CMAKE_CUDA_COMPILER:.*nvcc' "$build_dir/CMakeCache.txt" || {
   echo "device_bundle.sh: $build_dir was configured without CUDA (is nvcc on PATH?)" >&2
+  exit 1
+}
+grep -q 'paraplan: cuDNN SDPA ON' "$work/configure.log" || {
+  grep 'cuDNN SDPA' "$work/configure.log" >&2
+  echo "device_bundle.sh: $build_dir was configured without cuDNN's SDPA (above)" >&2
   exit 1
 }
 cmake --build "$build_dir" -j "$(nproc)"

@@ -23,7 +23,8 @@
 #              micro-batches against torch.compile at one global batch, tokens/s and MFU
 #              by the planner's count; each replay's step and peak memory against the plan's
 #   breakdown  a step's kernels by ncu (GEMMs / attention / the rest / host gaps), and
-#              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes
+#              paraplan's attention against PyTorch's SDPA backends at GPT-2's shapes,
+#              and cuDNN's SDPA against paraplan's own kernels (GPT-2's, Llama's head dim)
 # After every phase the summary table (scripts/device_summary.py) is rewritten,
 # so a call stopped at any point returns what it finished. The table gives each
 # phase (and each run of bench and breakdown, each sanitizer run) a state: ok,

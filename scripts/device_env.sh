@@ -6,9 +6,10 @@
 # It unpacks .device/bundle.tar.xz (once), puts the bundled Open MPI first on
 # PATH and LD_LIBRARY_PATH (OPAL_PREFIX relocates it), finds the machine's own
 # cuBLAS and NCCL (CUDA's directories, then the Python wheels of PyTorch's
-# environment), and links the absolute paths the build was configured with
-# (the source and build folders, mpiexec) to where they are here, so the test
-# programs and CTest run unchanged. Returns non-zero, saying why, on failure.
+# environment) and cuDNN where there is one, and links the absolute paths the
+# build was configured with (the source and build folders, mpiexec) to where
+# they are here, so the test programs and CTest run unchanged. Returns
+# non-zero, saying why, on failure.
 
 device_env_main() {
   local root bundle
@@ -75,6 +76,24 @@ device_env_main() {
     esac
   done
 
+  # cuDNN (for attention; kernels/cuda/cudnn_library.h) where the machine has
+  # it, the same way; without it attention runs on paraplan's own kernels.
+  local cudnn_folder=""
+  for candidate in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+    $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' 2>/dev/null) \
+    /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$candidate/libcudnn.so.9" ]; then
+      cudnn_folder=$candidate
+      break
+    fi
+  done
+  if [ -n "$cudnn_folder" ]; then
+    case ":$library_path:" in
+      *":$cudnn_folder:"*) ;;
+      *) library_path="$library_path:$cudnn_folder" ;;
+    esac
+  fi
+
   # What the machine had, for programs that should not see the bundle (PyTorch).
   export PARAPLAN_SYSTEM_LD_LIBRARY_PATH="${PARAPLAN_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}"
   export LD_LIBRARY_PATH="$library_path${PARAPLAN_SYSTEM_LD_LIBRARY_PATH:+:$PARAPLAN_SYSTEM_LD_LIBRARY_PATH}"
@@ -83,7 +102,9 @@ device_env_main() {
   # One node: shared memory between ranks, no InfiniBand/UCX probing.
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local cudnn_note="cuDNN from $cudnn_folder"
+  [ -n "$cudnn_folder" ] || cudnn_note="no cuDNN (attention on paraplan's own kernels)"
   echo "device_env.sh: $("$bundle/root/usr/bin/ompi_info" --version 2>/dev/null | head -1) from" \
-    "the bundle; cuBLAS and NCCL from$cuda_folders" >&2
+    "the bundle; cuBLAS and NCCL from$cuda_folders; $cudnn_note" >&2
 }
 device_env_main

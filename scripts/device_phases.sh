@@ -85,13 +85,14 @@ phase_facts() {
   fi
   ldd "$paraplan" >"$probe/ldd.txt" 2>&1
   local library path missing
-  for library in libcudart libcublas libcublasLt libnccl libmpi libopenblas; do
+  for library in libcudart libcublas libcublasLt libnccl libmpi libopenblas libcudnn; do
     path=$(awk -v lib="$library.so" 'index($1, lib) == 1 && $3 ~ /^\// {print $3; exit}' \
       "$probe/ldd.txt")
-    # cuBLAS and OpenBLAS are opened on first use (kernels/cuda/
-    # cublas_library.h, kernels/cpu/openblas_library.h), not linked: the
-    # one the library path gives.
-    if [ -z "$path" ] && [[ $library == libcublas* || $library == libopenblas ]]; then
+    # cuBLAS, cuDNN and OpenBLAS are opened on first use (kernels/cuda/
+    # cublas_library.h, cudnn_library.h, kernels/cpu/openblas_library.h),
+    # not linked: the one the library path gives.
+    if [ -z "$path" ] && [[ $library == libcublas* || $library == libopenblas ||
+      $library == libcudnn ]]; then
       local folder
       for folder in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
         path=$(ls "$folder/$library".so.[0-9]* 2>/dev/null | head -1)
@@ -218,7 +219,13 @@ phase_sanitizer() {
   fi
   : >"$dir/results.txt"
   references=$(reference_dir)
-  sanitize memcheck_ops memcheck 60 "$build/kernels/cuda_ops_test"
+  # cuDNN's tests are left out: the CPU references at GPT-2's width, the
+  # graphs' build and a re-executed child (the fallback's) do not fit 60 s
+  # under memcheck; the own kernels' are all there.
+  sanitize memcheck_ops memcheck 60 "$build/kernels/cuda_ops_test" --gtest_filter='-*Cudnn*'
+  # cuDNN's SDPA over paraplan's strided layouts, one small test.
+  sanitize memcheck_cudnn memcheck 40 "$build/kernels/cuda_ops_test" \
+    --gtest_filter='CudaCudnnAttention.OverwriteEqualsAccumulateIntoZeros'
   sanitize memcheck_step memcheck 40 "$paraplan" train --plan "$references/sanitized_step.pplan" \
     --data "$references/data/train.bin" --steps 1 --backend cuda
   # racecheck tracks every shared-memory access. On an H100 (2026-11-27):
@@ -396,6 +403,24 @@ phase_breakdown() {
     record "attention exit $?"
   else
     record "attention absent no $build/kernels/attention_bench"
+  fi
+  # cuDNN's SDPA against paraplan's own kernels at GPT-2's shape and at
+  # Llama's head dim 128 (grouped KV heads), each timed both ways in one run
+  # (attention_bench --attention compare; kernels/cuda/attention_choice.h).
+  # Files only (attention_compare_*.log, .json), not a record of runs.txt.
+  if [ -x "$build/kernels/attention_bench" ] && [ "$rehearse" != 1 ]; then
+    local compare_name compare_shape
+    for compare_name in gpt2 llama; do
+      compare_shape=("${shape[@]}")
+      [ "$compare_name" = llama ] &&
+        compare_shape=(--batch 2 --seq 4096 --heads 32 --kv-heads 8 --head-dim 128 --dtype bfloat16)
+      timeout 40 "$build/kernels/attention_bench" --backend cuda "${compare_shape[@]}" \
+        --attention compare --iterations 10 --warmup 2 \
+        --json "$dir/attention_compare_$compare_name.json" \
+        >"$dir/attention_compare_$compare_name.log" 2>&1
+      echo "attention compare $compare_name: exit $? ($(tail -1 \
+        "$dir/attention_compare_$compare_name.log"))"
+    done
   fi
   # Context parallelism's ring blocks per rank against the whole sequence:
   # Llama 3 8B's attention at 32k over cp 4 (a rehearsal: a small shape).

@@ -22,7 +22,10 @@ for cuda in OFF ON; do
 done
 # The CUDA code is compiled (it has no GPU to run on here) for one
 # architecture, the one the GPU bundle builds: the default two compile every
-# kernel twice.
+# kernel twice. cuDNN's SDPA with it, from the frontend's headers on PyPI;
+# where PyPI cannot be reached the build goes on without it (CMake says so).
+bash scripts/fetch_cudnn_frontend.sh ||
+  echo "test.sh: no cuDNN frontend headers: cuDNN's SDPA is not compiled in this build" >&2
 bash scripts/build.sh -DPARAPLAN_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${PARAPLAN_CUDA_ARCHITECTURES:-90}"
 # Multi-rank tests start mpirun; as root Open MPI needs explicit consent.

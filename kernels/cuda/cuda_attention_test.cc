@@ -126,7 +126,8 @@ Tensors attention_run(Ops& ops, const AttentionShape& s, const Tensors* forward 
 }
 
 // The FMA kernels in both storage dtypes (forced: by default bf16 with
-// head_dim 64 or 128 runs the tensor-core kernels, tested below).
+// head_dim 64 or 128 runs cuDNN's SDPA, cudnn_attention_test.cc, or the
+// tensor-core kernels, tested below).
 TEST_P(CudaAttention, MatchesCpu) {
   std::unique_ptr<Ops> cpu = make_cpu(dtype()), cuda = make_cuda_attention("fma", dtype());
   const AttentionShape shapes[] = {
@@ -159,6 +160,8 @@ TEST_P(CudaAttention, MatchesCpu) {
 }
 
 TEST_P(CudaAttention, DeterministicBatchIndependentAndTf32Independent) {
+  // Paraplan's kernels (by default bf16 at D = 64 runs on cuDNN: cudnn_attention_test.cc).
+  const ScopedEnvironment own("PARAPLAN_CUDA_ATTENTION", "own");
   std::unique_ptr<Ops> cuda = make_cuda(true, dtype()), strict = make_cuda(false, dtype());
   for (const AttentionShape& s : {AttentionShape{4, 128, 4, 32}, AttentionShape{3, 130, 2, 64}}) {
     const Tensors first = attention_run(*cuda, s);
@@ -256,7 +259,7 @@ void expect_tensor_core_close(const Tensors& actual, const Tensors& expected,
 
 TEST_F(CudaAttentionTensorCore, MatchesCpuInBfloat16) {
   std::unique_ptr<Ops> cpu = make_cpu(DType::kBFloat16),
-                       cuda = make_cuda_attention(nullptr, DType::kBFloat16);
+                       cuda = make_cuda_attention("own", DType::kBFloat16);
   std::vector<AttentionShape> shapes = tensor_core_shapes();
   // Scores up to ~25: the online rescaling across key tiles matters.
   shapes.push_back({2, 200, 3, 64, 4.0f});
@@ -271,18 +274,18 @@ TEST_F(CudaAttentionTensorCore, MatchesCpuInBfloat16) {
 }
 
 TEST_F(CudaAttentionTensorCore, BitwiseRunToRun) {
-  std::unique_ptr<Ops> cuda = make_cuda_attention(nullptr, DType::kBFloat16);
+  std::unique_ptr<Ops> cuda = make_cuda_attention("own", DType::kBFloat16);
   for (const AttentionShape& s : tensor_core_shapes()) {
     const Tensors first = attention_run(*cuda, s);
     expect_all_equal(attention_run(*cuda, s), first, "tensor-core run to run " + describe(s));
   }
 }
 
-// PARAPLAN_CUDA_ATTENTION=fma (the FMA kernels) and the default (tensor
+// PARAPLAN_CUDA_ATTENTION=fma (the FMA kernels) and own (tensor
 // cores) agree within the tensor-core tolerances (the FMA kernels are the
 // fp32 computation rounded once, as the CPU's), and the switch takes effect.
 TEST_F(CudaAttentionTensorCore, FmaSwitchAgreesWithTensorCores) {
-  std::unique_ptr<Ops> tensor_cores = make_cuda_attention(nullptr, DType::kBFloat16),
+  std::unique_ptr<Ops> tensor_cores = make_cuda_attention("own", DType::kBFloat16),
                        fma = make_cuda_attention("fma", DType::kBFloat16);
   for (const AttentionShape& s : tensor_core_shapes()) {
     const Tensors default_result = attention_run(*tensor_cores, s);
@@ -335,7 +338,7 @@ TEST_P(CudaAttention, OverwriteEqualsAccumulateIntoZeros) {
 
 // The tensor-core kernels (bf16, head_dim 64 and 128, grouped KV heads).
 TEST_F(CudaAttentionTensorCore, OverwriteEqualsAccumulateIntoZeros) {
-  std::unique_ptr<Ops> cuda = make_cuda_attention(nullptr, DType::kBFloat16);
+  std::unique_ptr<Ops> cuda = make_cuda_attention("own", DType::kBFloat16);
   for (const AttentionShape& s : tensor_core_shapes()) {
     expect_overwrite_equals_accumulate(*cuda, s, "tensor-core");
   }

@@ -4,10 +4,12 @@
 // (fp32 or bf16), and picks the precision of fp32 GEMMs: TF32 tensor-core
 // math by default (PyTorch's allow_tf32 for matmuls), PARAPLAN_CUDA_TF32=0 for
 // strict fp32. (bf16 GEMMs always accumulate in fp32; the variable is still
-// checked, so a typo fails whatever the dtype.) And the attention kernels:
-// by default bf16 storage runs the tensor-core flash attention where it
-// applies (head_dim 64 or 128, cuda_attention_tensor_core.cu);
-// PARAPLAN_CUDA_ATTENTION=fma forces the fp32 FMA kernels everywhere. And
+// checked, so a typo fails whatever the dtype.) And the attention kernels,
+// PARAPLAN_CUDA_ATTENTION (attention_choice.h): by default (auto) bf16
+// storage with head_dim 64 or 128 runs on cuDNN's SDPA where libcudnn loads,
+// else on paraplan's tensor-core flash attention
+// (cuda_attention_tensor_core.cu); own keeps paraplan's kernels, fma forces
+// the fp32 FMA kernels everywhere, cudnn requires cuDNN. And
 // the fused linear layers: by default GPT-2's MLP GELU and every residual
 // add of an output projection run inside the GEMMs (cuBLASLt GELU_AUX_BIAS,
 // DGELU, the C operand); PARAPLAN_CUDA_FUSED_GEMMS=0 runs them as kernels
@@ -21,8 +23,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/attention_choice.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
+#include "kernels/cuda/cudnn_library.h"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels {
@@ -39,19 +43,6 @@ bool tf32_allowed() {
   throw std::runtime_error("PARAPLAN_CUDA_TF32='" + text +
                            "' is not understood; use 1 (TF32 GEMMs, the default) or 0 (strict "
                            "fp32 GEMMs)");
-}
-
-// PARAPLAN_CUDA_ATTENTION: unset, empty or auto -> tensor cores for bf16
-// where they apply; fma -> the FMA kernels for everything.
-bool tensor_core_attention_allowed() {
-  const char* value = std::getenv("PARAPLAN_CUDA_ATTENTION");
-  if (value == nullptr) return true;
-  const std::string text(value);
-  if (text.empty() || text == "auto") return true;
-  if (text == "fma") return false;
-  throw std::runtime_error("PARAPLAN_CUDA_ATTENTION='" + text +
-                           "' is not understood; use auto (bf16 tensor-core attention where it "
-                           "applies, the default) or fma (the fp32 FMA kernels everywhere)");
 }
 
 // PARAPLAN_CUDA_FUSED_GEMMS: unset, 1, on -> fused; 0, off -> kernels of their own.
@@ -75,6 +66,12 @@ int cuda_device_count() {
     return 0;
   }
   return count;
+}
+
+bool cuda_cudnn_available(std::string* description) {
+  const cuda::CudnnAvailability& availability = cuda::cudnn_availability();
+  if (description != nullptr) *description = availability.description;
+  return availability.available;
 }
 
 void cuda_profiler_range(bool collect) {
@@ -111,10 +108,11 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
     throw std::runtime_error("--backend cuda: device index " + std::to_string(device) +
                              " is negative");
   }
-  return cuda::create_cuda_ops(device % count, storage,
-                               {.allow_tf32 = tf32_allowed(),
-                                .tensor_core_attention = tensor_core_attention_allowed(),
-                                .fused_gemms = fused_gemms_allowed()});
+  return cuda::create_cuda_ops(
+      device % count, storage,
+      {.allow_tf32 = tf32_allowed(),
+       .attention = cuda::parse_attention_setting(std::getenv("PARAPLAN_CUDA_ATTENTION")),
+       .fused_gemms = fused_gemms_allowed()});
 }
 
 }  // namespace paraplan::kernels

@@ -18,10 +18,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention_choice.h"
 #include "kernels/cuda/cuda_bf16.cuh"
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
@@ -76,9 +78,10 @@ const DeviceLimits& device_limits();
 // The CUDA Ops' switches, read from the environment by make_cuda_ops
 // (cuda_device.cu) when the object is made.
 struct CudaOpsSettings {
-  bool allow_tf32 = true;             // PARAPLAN_CUDA_TF32 (fp32 storage only)
-  bool tensor_core_attention = true;  // PARAPLAN_CUDA_ATTENTION: bf16 tensor-core kernels
-  bool fused_gemms = true;            // PARAPLAN_CUDA_FUSED_GEMMS: GELU, residuals in the GEMMs
+  bool allow_tf32 = true;  // PARAPLAN_CUDA_TF32 (fp32 storage only)
+  // PARAPLAN_CUDA_ATTENTION: cuDNN's SDPA or paraplan's kernels (attention_choice.h)
+  AttentionSetting attention = AttentionSetting::kAuto;
+  bool fused_gemms = true;  // PARAPLAN_CUDA_FUSED_GEMMS: GELU, residuals in the GEMMs
 };
 
 // The device's name and PCI bus id (cuda_device.cu).
@@ -178,6 +181,47 @@ void attention_backward(DType storage, bool tensor_cores, void* dqkv, float* scr
                         const void* dout, const void* qkv, const void* out, const float* logsumexp,
                         int batch, int seq_len, int num_heads, int num_kv_heads, int head_dim,
                         GradientWrite write, cudaStream_t stream);
+
+// ---- cuda_attention_dispatch.cu ---------------------------------------------------------------
+// One Ops object's fused attention: per call, cuDNN's SDPA or the kernels
+// above, as its AttentionChooser says (attention_choice.h); the same
+// semantics as the launchers above.
+
+class CudnnAttention;  // cudnn_attention.h
+
+class AttentionDispatch {
+ public:
+  // scratch: the Ops object's, which holds cuDNN's workspace.
+  AttentionDispatch(DType storage, AttentionSetting setting, cudaStream_t stream,
+                    DeviceScratch& scratch);
+  ~AttentionDispatch();
+  AttentionDispatch(const AttentionDispatch&) = delete;
+  AttentionDispatch& operator=(const AttentionDispatch&) = delete;
+
+  void forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len, int heads,
+               int kv_heads, int head_dim);
+  void backward(void* dqkv, float* scratch, const void* dout, const void* qkv, const void* out,
+                const float* logsumexp, int batch, int seq_len, int heads, int kv_heads,
+                int head_dim, GradientWrite write);
+
+ private:
+  // Whether this call runs on cuDNN: the chooser says so for its shape, every
+  // tensor is 16-byte aligned and cuDNN builds the shape's graphs (if it
+  // cannot: std::runtime_error under PARAPLAN_CUDA_ATTENTION=cudnn, else one
+  // line and the own kernels).
+  bool on_cudnn(const AttentionShapeKey& key, std::initializer_list<const void*> tensors);
+
+  DType storage_;
+  cudaStream_t stream_;
+  DeviceScratch& scratch_;
+  AttentionChooser chooser_;
+  std::unique_ptr<CudnnAttention> cudnn_;  // made when a shape first runs on cuDNN
+};
+
+// Says a line about the attention kernels once per process per distinct
+// line (spdlog, info): that cuDNN is missing, or cannot run a shape
+// (cudnn_library.cc).
+void log_attention_notice(const std::string& line);
 
 // ---- cuda_attention_block.cu, cuda_attention_block_backward.cu -------------------------------
 // Attention by blocks (context parallelism, document masks): fp32

@@ -64,17 +64,15 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 class CudaOps final : public Ops {
  public:
   CudaOps(int device, DType storage, const CudaOpsSettings& settings)
-      : device_(device),
-        storage_(storage),
-        tensor_core_attention_(settings.tensor_core_attention),
-        fused_gemms_(settings.fused_gemms),
-        scratch_(nullptr) {
+      : device_(device), storage_(storage), fused_gemms_(settings.fused_gemms), scratch_(nullptr) {
     try {
       PARAPLAN_CUDA_CHECK(cudaSetDevice(device_));
       // A blocking stream: it still orders against the legacy default stream
       // that other code (a communicator's plain cudaMemcpy) may use.
       PARAPLAN_CUDA_CHECK(cudaStreamCreate(&stream_));
       scratch_ = std::make_unique<DeviceScratch>(stream_);
+      attention_ =
+          std::make_unique<AttentionDispatch>(storage_, settings.attention, stream_, *scratch_);
       const bool bf16 = storage_ == DType::kBFloat16;
       data_type_ = bf16 ? CUDA_R_16BF : CUDA_R_32F;
       // TF32 concerns fp32 inputs only; bf16 inputs run on tensor cores with fp32 accumulation.
@@ -420,21 +418,19 @@ class CudaOps final : public Ops {
                stream_);
   }
 
-  // ---- attention (cuda_attention*.cu: FMA kernels, bf16 tensor-core kernels) ----------------
+  // ---- attention (cuda_attention_dispatch.cu: cuDNN's SDPA or cuda_attention*.cu) ------------
 
   void attention_forward(void* out, float* logsumexp, const void* qkv, int batch, int seq_len,
                          int num_heads, int num_kv_heads, int head_dim) override {
-    cuda::attention_forward(storage_, tensor_core_attention_, out, logsumexp, qkv, batch, seq_len,
-                            num_heads, num_kv_heads, head_dim, stream_);
+    attention_->forward(out, logsumexp, qkv, batch, seq_len, num_heads, num_kv_heads, head_dim);
   }
 
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int batch, int seq_len,
                           int num_heads, int num_kv_heads, int head_dim,
                           GradientWrite write) override {
-    cuda::attention_backward(storage_, tensor_core_attention_, dqkv, scratch, dout, qkv, out,
-                             logsumexp, batch, seq_len, num_heads, num_kv_heads, head_dim, write,
-                             stream_);
+    attention_->backward(dqkv, scratch, dout, qkv, out, logsumexp, batch, seq_len, num_heads,
+                         num_kv_heads, head_dim, write);
   }
 
   // ---- attention by blocks (cuda_attention_block*.cu) -----------------------------------------
@@ -555,6 +551,7 @@ class CudaOps final : public Ops {
   // Frees everything; safe on a partly constructed object; never throws.
   void release() noexcept {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    attention_.reset();  // cuDNN's handle and graphs, before the stream
     scratch_.reset();
     adamw_runs_.reset();
     uploads_.reset();
@@ -573,11 +570,11 @@ class CudaOps final : public Ops {
 
   int device_;
   DType storage_;
-  // bf16 attention on the tensor-core kernels where they apply (PARAPLAN_CUDA_ATTENTION).
-  bool tensor_core_attention_;
   bool fused_gemms_;  // GELU and residuals in the GEMMs (PARAPLAN_CUDA_FUSED_GEMMS)
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceScratch> scratch_;
+  // cuDNN's SDPA or the own kernels, per shape (PARAPLAN_CUDA_ATTENTION).
+  std::unique_ptr<AttentionDispatch> attention_;
   cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
   cublasHandle_t cublas_ = nullptr;

@@ -101,8 +101,10 @@ inline std::unique_ptr<Ops> make_cuda(bool tf32, DType storage = DType::kFloat32
 }
 
 // The CUDA backend (TF32 GEMMs) with PARAPLAN_CUDA_ATTENTION = attention:
-// nullptr leaves it unset (the default: bf16 tensor-core attention where it
-// applies), "fma" forces the FMA attention kernels.
+// nullptr leaves it unset (the default, auto: cuDNN's SDPA for bf16 with
+// head_dim 64 or 128 where it loads, else the own kernels), "own" paraplan's
+// kernels (bf16 tensor cores where they apply), "fma" the FMA attention
+// kernels, "cudnn" cuDNN's SDPA (throws without it).
 inline std::unique_ptr<Ops> make_cuda_attention(const char* attention, DType storage) {
   const ScopedEnvironment mode("PARAPLAN_CUDA_ATTENTION", attention);
   return make_cuda(true, storage);

@@ -1,6 +1,7 @@
 // cuda_unavailable.cc: the CUDA entry points of ops.h when paraplan was built
 // without nvcc. Asking for CUDA then fails with a clear message.
 #include <stdexcept>
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -11,6 +12,11 @@ int cuda_device_count() {
 }
 
 void cuda_profiler_range(bool) {}
+
+bool cuda_cudnn_available(std::string* description) {
+  if (description != nullptr) *description = "this paraplan was built without CUDA";
+  return false;
+}
 
 std::unique_ptr<Ops> make_cuda_ops(int, DType) {
   throw std::runtime_error(

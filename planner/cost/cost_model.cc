@@ -353,11 +353,14 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
         g);
   }
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
-  // Interleaved: every chunk's stage keeps its own gradient scratch.
-  const double workspace = terms.workspace * chunks + terms.ring_workspace * chunks;
+  // Interleaved: every chunk's stage keeps its own gradient scratch. What the
+  // runtime allocates of it: the scratch, the ring's and cuDNN's workspace.
+  const double attention_workspace = static_cast<double>(terms.attention_workspace);
+  const double workspace =
+      terms.workspace * chunks + terms.ring_workspace * chunks + attention_workspace;
   memory.transient =
       round_up(std::max(options.transient_mem_coef * largest_two, terms.workspace * chunks) +
-                   terms.ring_workspace * chunks,
+                   terms.ring_workspace * chunks + attention_workspace,
                g);
   memory.transient_reserve = memory.transient - std::min(memory.transient, round_up(workspace, g));
   memory.communicator_buffers = round_up(static_cast<double>(terms.communicator_buffers), g);

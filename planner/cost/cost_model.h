@@ -35,7 +35,10 @@
 //   tensors) divide by t, as the runtime's stages hold token shards:
 //   Korthikanti's 34*sbh/t (16-bit) instead of sbh*(10 + 24/t).
 // - Transient: transient_mem_coef x (largest + second largest op output), or
-//   the gradient scratch the runtime's stage keeps (model_counts.h) if larger.
+//   the gradient scratch the runtime's stage keeps (model_counts.h) if larger;
+//   plus, on a GPU preset in bf16, cuDNN's SDPA workspace, which the CUDA Ops
+//   keep once the first attention ran on cuDNN (model_counts.h
+//   cudnn_attention_workspace_bytes).
 #pragma once
 
 #include <cstdint>
@@ -253,6 +256,10 @@ struct StageMemoryTerms {
   // NCCL's buffers of the stage's communicators (communicator_memory.h): set
   // by StageCostModel from the cluster, once per setting; 0 here.
   int64_t communicator_buffers = 0;
+  // cuDNN's SDPA workspace (model_counts.h cudnn_attention_workspace_bytes),
+  // beside the transient peak, once per rank: set by StageCostModel from the
+  // cluster (a GPU preset); 0 here.
+  int64_t attention_workspace = 0;
 };
 // document_mask: each in-flight micro-batch's documents table, and the ring's
 // workspace even without a ring (context_parallel_cost.h).

@@ -2,6 +2,10 @@
 // (conventions in model_counts.h and cost_model.h).
 #include "planner/cost/model_counts.h"
 
+#include <algorithm>
+
+#include "common/attention_workspace.h"
+
 namespace paraplan {
 
 using schema::RecomputeMode;
@@ -136,6 +140,17 @@ int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, in
   // residual, norm, qkv, attention, gate|up and SwiGLU-output gradients
   return e * sb * (2 * C + qkv + A + 3 * F / t) + row_terms + rotary_tables + cross_entropy +
          accumulators + sequence;
+}
+
+int64_t cudnn_attention_workspace_bytes(const ModelConfig& model, const std::string& cluster_preset,
+                                        int micro_batch_size, int tensor_parallel,
+                                        int context_parallel, bool document_mask, bool is_train) {
+  const int d = head_dim(model);
+  if (cluster_preset == "cpu" || model.dtype != schema::DType::BFloat16 || (d != 64 && d != 128) ||
+      context_parallel > 1 || document_mask)
+    return 0;
+  const int64_t local_heads = std::max<int64_t>(1, int64_t{model.num_heads} / tensor_parallel);
+  return cudnn_sdpa_workspace_bytes(micro_batch_size, model.seq_len, local_heads, d, is_train);
 }
 
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

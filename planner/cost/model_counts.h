@@ -87,6 +87,20 @@ int64_t block_activation_bytes(const ModelConfig& model, int micro_batch_size,
 int64_t stage_workspace_bytes(const ModelConfig& model, int micro_batch_size, int tensor_parallel,
                               bool has_head, bool sequence_parallel = false, int whole_seq_len = 0);
 
+// The workspace of cuDNN's SDPA on one device of a stage
+// (common/attention_workspace.h has the formula and its source), counted
+// where the CUDA backend's default runs the plan's attention on cuDNN: a GPU
+// cluster preset (not "cpu"), bf16, head_dim 64 or 128, and the one-rank
+// fused attention (no context parallelism, no document mask: those run the
+// ring's block kernels). The largest shape's, held once per rank whatever
+// the number of blocks or micro-batches; is_train adds the backward's.
+// 0 otherwise, so CPU plans are unchanged. It over-counts a run whose
+// libcudnn is missing or that sets PARAPLAN_CUDA_ATTENTION=own (the plan
+// cannot know), which is the safe side.
+int64_t cudnn_attention_workspace_bytes(const ModelConfig& model, const std::string& cluster_preset,
+                                        int micro_batch_size, int tensor_parallel,
+                                        int context_parallel, bool document_mask, bool is_train);
+
 // The sizes of the op outputs one block's forward writes, per device (with
 // sequence parallelism the norms' outputs are token shards).
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

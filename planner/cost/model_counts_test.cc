@@ -3,14 +3,16 @@
 // and 70B and Llama 3.2 1B (tied embeddings); training FLOPs per token
 // against Megatron-LM's num_floating_point_operations (the formula the Llama 3
 // paper's MFU and torchtitan's count agree with); Llama's activation bytes per
-// recompute mode tensor by tensor; and tensor-parallel shards that tile the
-// whole model.
+// recompute mode tensor by tensor; tensor-parallel shards that tile the
+// whole model; and cuDNN's attention workspace, counted only where the CUDA
+// backend runs attention on cuDNN.
 #include "planner/cost/model_counts.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "common/attention_workspace.h"
 #include "planner/cost/cost_model.h"
 
 namespace paraplan {
@@ -154,6 +156,42 @@ TEST(ModelCounts, SequenceParallelismDividesTheReplicatedActivationsByT) {
   // gradient shard and the norms' weight-gradient scratch.
   EXPECT_EQ(stage_workspace_bytes(gpt, 1, 8, false, true) - stage_workspace_bytes(gpt, 1, 8, false),
             2 * 2 * sbh / 8 + 2 * 2 * 12288);
+}
+
+// cuDNN's SDPA workspace: the formula's figure for a GPU preset in bf16 with
+// head_dim 64 or 128 and the one-rank attention; 0 wherever the runtime
+// would not run cuDNN (the cpu preset, fp32, other head dims, the ring's
+// block attention), so those plans do not change.
+TEST(ModelCounts, CudnnAttentionWorkspaceOnlyWhereCudnnRuns) {
+  ModelConfig gpt2;
+  gpt2.num_layers = 12, gpt2.d_model = 768, gpt2.num_heads = 12, gpt2.ffn_size = 3072;
+  gpt2.vocab_size = 50257, gpt2.seq_len = 1024, gpt2.dtype = schema::DType::BFloat16;
+  const auto bytes = [](const ModelConfig& model, const char* preset, int tp = 1, int cp = 1,
+                        bool documents = false, bool train = true) {
+    return cudnn_attention_workspace_bytes(model, preset, 8, tp, cp, documents, train);
+  };
+  EXPECT_EQ(bytes(gpt2, "h100-sxm"), cudnn_sdpa_workspace_bytes(8, 1024, 12, 64, true));
+  EXPECT_EQ(bytes(gpt2, "h200"), bytes(gpt2, "a100-80g"));
+  // About 217 MiB at GPT-2 124M's micro-batch of 8: the 16-bit dP dominates.
+  EXPECT_GT(bytes(gpt2, "h100-sxm"), int64_t{200} << 20);
+  EXPECT_LT(bytes(gpt2, "h100-sxm"), int64_t{230} << 20);
+  EXPECT_EQ(bytes(gpt2, "h100-sxm", 2), cudnn_sdpa_workspace_bytes(8, 1024, 6, 64, true));
+  EXPECT_EQ(bytes(gpt2, "h100-sxm", 1, 1, false, false),
+            cudnn_sdpa_workspace_bytes(8, 1024, 12, 64, false));
+  EXPECT_EQ(bytes(gpt2, "cpu"), 0);
+  EXPECT_EQ(bytes(gpt2, "h100-sxm", 1, 2), 0);        // context parallelism: the ring
+  EXPECT_EQ(bytes(gpt2, "h100-sxm", 1, 1, true), 0);  // document mask: the block kernels
+  ModelConfig fp32 = gpt2;
+  fp32.dtype = schema::DType::Float32;
+  EXPECT_EQ(bytes(fp32, "h100-sxm"), 0);
+  ModelConfig narrow = gpt2;
+  narrow.d_model = 384;  // head_dim 32
+  EXPECT_EQ(bytes(narrow, "h100-sxm"), 0);
+  // Llama 3 8B's head_dim 128, grouped KV heads: the query heads count.
+  ModelConfig llama8b = llama3_8b();
+  llama8b.dtype = schema::DType::BFloat16;
+  EXPECT_EQ(cudnn_attention_workspace_bytes(llama8b, "h100-sxm", 1, 8, 1, false, true),
+            cudnn_sdpa_workspace_bytes(1, 8192, 4, 128, true));
 }
 
 }  // namespace

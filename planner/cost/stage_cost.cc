@@ -98,6 +98,12 @@ void StageCostModel::set_shape_terms() const {
   const StageMemoryTerms last_terms = p > 1 && !v_shape ? terms_of(false, true) : middle_terms;
   for (int r = 0; r < p; ++r)
     memory_terms_.push_back(r == 0 ? first_terms : r == p - 1 ? last_terms : middle_terms);
+  // cuDNN's attention workspace: the same on every stage that holds blocks
+  // (a stage of only the ends runs no attention, but none is planned so).
+  const int64_t attention_workspace = cudnn_attention_workspace_bytes(
+      model, config_->cluster.preset, b, shape.tensor_parallel, shape.context_parallel,
+      config_->data.document_mask, options_.is_train);
+  for (StageMemoryTerms& terms : memory_terms_) terms.attention_workspace = attention_workspace;
   // NCCL's buffers: a constant of the mesh per pipeline rank (the first and
   // last hold the embedding group; a ring of 2 has half the links).
   const NcclDeviceDefaults device = nccl_device_defaults(config_->cluster.preset);

@@ -1,7 +1,8 @@
 // model_stage_cuda_test.cc: one whole training step of a tiny stage of every
 // architecture (GPT-2: 2 layers, d_model 64, 4 heads, seq 32, vocab 96;
 // Llama: d_model 128, 2 query heads of 64 over 1 KV head, so bf16 attention
-// takes the tensor-core kernels with a group of 2) on the CUDA backend
+// takes cuDNN's SDPA where libcudnn loads, else the tensor-core kernels,
+// with a group of 2) on the CUDA backend
 // against the CPU backend: the same parameters and tokens give the same loss
 // and the same gradients, tensor by tensor, within tolerance (compared, printed
 // and on failure dumped by kernels/testing/tensor_compare.h), in TF32 and in
