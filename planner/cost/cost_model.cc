@@ -309,12 +309,10 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const Planne
   return terms;
 }
 
-MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
-                             const RecomputeCounts& counts) {
+uint64_t stage_activation_bytes(const PlannerOptions& options, const StageMemoryTerms& terms,
+                                const RecomputeCounts& counts) {
+  if (!options.is_train) return 0;
   const int layers = counts.layers();
-  const ModelStateMemory state = model_state_memory(
-      static_cast<double>(layers * terms.block_parameters + terms.end_parameters),
-      terms.element_bytes, options.opt_resident_coef, options.opt_transient_coef, terms.sharding);
   // Integer sums are exact (far below 2^63), so any layer order gives the same bytes.
   const int64_t kept_none = terms.kept[0], kept_selective = terms.kept[1],
                 kept_full = terms.kept[2];
@@ -331,6 +329,20 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   // wait for unequal numbers, the ends' chunk for the most).
   const int64_t deferred =
       (layers + chunks - 1) / chunks * terms.deferred_per_block + terms.deferred_ends;
+  // Interleaved: each chunk's stage has its own recompute scratch.
+  return round_up(
+      static_cast<double>(terms.in_flight * per_micro_batch + terms.weight_pending * deferred +
+                          recompute_working_set * chunks),
+      options.memory_granularity);
+}
+
+MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
+                             const RecomputeCounts& counts) {
+  const int layers = counts.layers();
+  const ModelStateMemory state = model_state_memory(
+      static_cast<double>(layers * terms.block_parameters + terms.end_parameters),
+      terms.element_bytes, options.opt_resident_coef, options.opt_transient_coef, terms.sharding);
+  const int chunks = terms.chunks;
   const double largest_two = layers > 0 ? terms.largest_two_with_blocks : terms.largest_two_without;
 
   const int g = options.memory_granularity;
@@ -383,11 +395,8 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
       memory.optimizer_state = round_up(state.optimizer_state, g);
     }
     memory.optimizer_transient = round_up(state.optimizer_transient, g);
-    memory.activations = round_up(
-        static_cast<double>(terms.in_flight * per_micro_batch + terms.weight_pending * deferred +
-                            recompute_working_set * chunks),
-        g);  // interleaved: each chunk's stage has its own recompute scratch
   }
+  memory.activations = stage_activation_bytes(options, terms, counts);
   return memory;
 }
 

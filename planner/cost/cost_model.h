@@ -269,6 +269,10 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
                                     int num_micro_batches, bool document_mask = false);
 MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
                              const RecomputeCounts& counts);
+// Its activations alone: the only part that changes with how a stage of a
+// given block count recomputes (the recompute search asks for it most).
+uint64_t stage_activation_bytes(const PlannerOptions& options, const StageMemoryTerms& terms,
+                                const RecomputeCounts& counts);
 
 // A plan's headline figures (stage_cost.h's combine_stage_estimates).
 struct StepPrediction {

@@ -208,6 +208,19 @@ class StageCostModel {
   StageEstimate estimate(int pipeline_rank, const RecomputeCounts& counts) const;
   // Only the memory (cheaper; equal to estimate().memory).
   MemoryBreakdown memory(int pipeline_rank, const RecomputeCounts& counts) const;
+  // Only its activations (equal to memory().activations): all that changes
+  // between recompute choices of one block count. The recompute search asks
+  // for thousands per rank, so it takes the rank's terms once.
+  struct RankActivations {
+    const PlannerOptions* options;
+    const StageMemoryTerms* terms;
+    uint64_t operator()(const RecomputeCounts& counts) const {
+      return stage_activation_bytes(*options, *terms, counts);
+    }
+  };
+  RankActivations activations_of(int pipeline_rank) const {
+    return {&options_, &memory_terms().at(pipeline_rank)};
+  }
   // Its model state alone (weights, gradients, optimizer state and its
   // transient; NCCL's buffers, a constant of the mesh) with num_layers
   // blocks, the least of ZeRO-3's two ways: what
@@ -234,8 +247,9 @@ class StageCostModel {
 
   // memory_constraint in bytes; +inf when consider_mem is false.
   double memory_limit_bytes() const { return memory_limit_; }
-  bool fits(const MemoryBreakdown& memory) const {
-    return static_cast<double>(memory.total()) <= memory_limit_;
+  bool fits(const MemoryBreakdown& memory) const { return fits(memory.total()); }
+  bool fits(uint64_t total_bytes) const {
+    return static_cast<double>(total_bytes) <= memory_limit_;
   }
 
   // The collectives some stage is charged for (not for hot loops: the report).

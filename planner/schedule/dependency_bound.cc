@@ -91,6 +91,31 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
   const auto wake = [&](int rank) {
     if (!awake[rank]) awake[rank] = 1, waking.push_back(rank);
   };
+  // Posts the end a Send or Recv stands for, when rank r's stream reaches
+  // it; false where a receive must wait (woken when the peer posts it).
+  // Loads, the reduction and the step take no time here.
+  const auto post_transfer = [&](const PipelineInstruction& in, int r, int vs, int mb) {
+    const std::optional<StreamMessage> message = message_of(layout, r, in);
+    if (!message) return true;
+    const bool gradient = !message->activation;
+    if (message->is_send) {
+      const size_t key = messages.index(gradient, mb, vs);
+      messages[key].sent = free_at[r];
+      if (gradient) last_gradient_sent[r][in.chunk] = static_cast<int64_t>(key);
+      wake(layout.rank_of(message->to_virtual_stage));
+      return true;
+    }
+    const int sender = message->from_virtual_stage;
+    double posted = free_at[r];
+    if (gradient && !per_slot[r][in.chunk] && last_gradient_sent[r][in.chunk] >= 0) {
+      const Posts& out = messages[static_cast<size_t>(last_gradient_sent[r][in.chunk])];
+      if (out.sent < 0 || out.received < 0) return false;
+      posted = std::max({posted, out.sent, out.received});
+    }
+    messages[messages.index(gradient, mb, sender)].received = posted;
+    wake(layout.rank_of(sender));
+    return true;
+  };
   while (!waking.empty()) {
     const int r = waking.back();
     waking.pop_back();
@@ -99,31 +124,11 @@ double dependency_bound_step(const PipelineSchedule& schedule, double forward, d
     for (; next[r] < stream.size(); ++next[r]) {
       const PipelineInstruction& in = stream[next[r]];
       const int vs = layout.virtual_stage(r, in.chunk), mb = in.micro_batch;
-      // A transfer only posts its end, when the stream reaches it.
-      const std::optional<StreamMessage> message = message_of(layout, r, in);
-      if (message && message->is_send) {
-        const bool gradient = !message->activation;
-        const size_t key = messages.index(gradient, mb, vs);
-        messages[key].sent = free_at[r];
-        if (gradient) last_gradient_sent[r][in.chunk] = static_cast<int64_t>(key);
-        wake(layout.rank_of(message->to_virtual_stage));
-        continue;
-      }
-      if (message) {
-        const bool gradient = !message->activation;
-        const int sender = message->from_virtual_stage;
-        double posted = free_at[r];
-        if (gradient && !per_slot[r][in.chunk] && last_gradient_sent[r][in.chunk] >= 0) {
-          const Posts& out = messages[static_cast<size_t>(last_gradient_sent[r][in.chunk])];
-          if (out.sent < 0 || out.received < 0) break;  // woken when the peer posts it
-          posted = std::max({posted, out.sent, out.received});
-        }
-        messages[messages.index(gradient, mb, sender)].received = posted;
-        wake(layout.rank_of(sender));
-        continue;
-      }
       const double d = compute_seconds(in.op, forward, backward, weight_fraction, v);
-      if (d < 0) continue;  // loads, the reduction and the step: no time here
+      if (d < 0) {
+        if (!post_transfer(in, r, vs, mb)) break;
+        continue;
+      }
       double ready = free_at[r];
       bool blocked = false;
       const auto needs = [&](size_t key) {

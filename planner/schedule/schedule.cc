@@ -5,8 +5,8 @@
 // the verifier: schedule_verify.cc.)
 #include "planner/schedule/schedule.h"
 
-#include <deque>
 #include <future>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -112,35 +112,75 @@ PipelineSchedule generate_gpipe(int num_stages, int num_micro_batches) {
                             std::vector<InstructionStream>(num_stages, order));
 }
 
+namespace {
+
+size_t instruction_count(const PipelineSchedule& schedule) {
+  size_t count = 0;
+  for (const InstructionStream& stream : schedule.stages) count += stream.size();
+  return count;
+}
+
+}  // namespace
+
 std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
                                                         int num_micro_batches, int virtual_stages) {
   using Key = std::tuple<schema::ScheduleKind, int, int, int>;
   using Shared = std::shared_future<std::shared_ptr<const PipelineSchedule>>;
+  struct Kept {
+    Key key;
+    Shared schedule;
+    size_t instructions = 0;  // 0 while it is being made
+  };
   static std::mutex mutex;
-  static std::deque<std::pair<Key, Shared>> kept;  // oldest first
+  static std::list<Kept> kept;  // least recently asked for first
+  static size_t kept_instructions = 0;
   const Key key{kind, num_stages, num_micro_batches, virtual_stages};
   // Set only by the thread that makes the shape (a promise allocates).
   std::optional<std::promise<std::shared_ptr<const PipelineSchedule>>> made;
   Shared schedule;
   {
     const std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& [shape, kept_schedule] : kept)
-      if (shape == key) schedule = kept_schedule;
+    for (auto it = kept.begin(); it != kept.end(); ++it)
+      if (it->key == key) {
+        schedule = it->schedule;
+        kept.splice(kept.end(), kept, it);
+        break;
+      }
     // Made outside the lock, once: the search's threads ask for the same
     // shapes at about the same time, and the later ones wait for the first.
     if (!schedule.valid()) {
       schedule = made.emplace().get_future().share();
-      kept.emplace_back(key, schedule);
-      if (kept.size() > static_cast<size_t>(kSharedSchedules)) kept.pop_front();
+      kept.push_back({key, schedule});
     }
   }
-  if (made) {
-    try {
-      made->set_value(std::make_shared<const PipelineSchedule>(
-          generate_schedule(kind, num_stages, num_micro_batches, virtual_stages)));
-    } catch (...) {
-      made->set_exception(std::current_exception());  // the same shape fails the same way
+  if (!made) return schedule.get();
+  size_t instructions = 0;
+  try {
+    auto generated = std::make_shared<const PipelineSchedule>(
+        generate_schedule(kind, num_stages, num_micro_batches, virtual_stages));
+    instructions = std::max<size_t>(instruction_count(*generated), 1);
+    made->set_value(std::move(generated));
+  } catch (...) {
+    made->set_exception(std::current_exception());  // the same shape fails the same way
+    instructions = 1;
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (Kept& entry : kept)
+    if (entry.key == key && entry.instructions == 0) {
+      entry.instructions = instructions;
+      kept_instructions += instructions;
+      break;
     }
+  // Over the budget: the least recent shapes go, down to the one just made
+  // (the shapes still being made cost nothing yet and stay).
+  for (auto it = kept.begin();
+       kept_instructions > kSharedScheduleInstructions && it != kept.end() && it->key != key;) {
+    if (it->instructions == 0) {
+      ++it;
+      continue;
+    }
+    kept_instructions -= it->instructions;
+    it = kept.erase(it);
   }
   return schedule.get();
 }

@@ -134,9 +134,12 @@ PipelineSchedule generate_schedule(schema::ScheduleKind kind, int num_stages, in
 
 // generate_schedule's result, shared: the cost model plays out and counts
 // the same few shapes for thousands of settings (each bubble ratio, each
-// ZB count). The last kSharedSchedules shapes asked for are kept (a 1T
-// GPT's can hold 300k instructions each); safe from many threads.
-inline constexpr int kSharedSchedules = 16;
+// ZB count), in the order of their bounds, so a shape comes back after
+// others. The shapes asked for most recently are kept up to
+// kSharedScheduleInstructions in all (12 bytes each: about 50 MB; the 1T
+// GPT's search asks for 63 shapes, up to 300k instructions each, and keeps
+// them all; with only its last 16 it generated 151); safe from many threads.
+inline constexpr size_t kSharedScheduleInstructions = size_t{1} << 22;
 std::shared_ptr<const PipelineSchedule> shared_schedule(schema::ScheduleKind kind, int num_stages,
                                                         int num_micro_batches,
                                                         int virtual_stages = 1);

@@ -342,5 +342,18 @@ TEST(ScheduleVerifierTest, FormatsInstructions) {
   EXPECT_EQ(format_instruction(kStep), "OptimizerStep");
 }
 
+// The search asks for a shape again after dozens of others (its settings go
+// in the order of their bounds): the shape is still the one made first, and
+// equal to a freshly generated one.
+TEST(ScheduleTest, SharedSchedulesOutliveManyOtherShapes) {
+  const auto first = shared_schedule(schema::ScheduleKind::Interleaved1F1B, 4, 9, 2);
+  for (int p = 2; p < 40; ++p) shared_schedule(schema::ScheduleKind::OneForwardOneBackward, p, p);
+  const auto again = shared_schedule(schema::ScheduleKind::Interleaved1F1B, 4, 9, 2);
+  EXPECT_EQ(first.get(), again.get());
+  const PipelineSchedule fresh = generate_schedule(schema::ScheduleKind::Interleaved1F1B, 4, 9, 2);
+  ASSERT_EQ(again->stages.size(), fresh.stages.size());
+  for (size_t r = 0; r < fresh.stages.size(); ++r) EXPECT_EQ(again->stages[r], fresh.stages[r]);
+}
+
 }  // namespace
 }  // namespace paraplan

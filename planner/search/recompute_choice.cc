@@ -46,8 +46,13 @@ RecomputeChoice choose_with(const StageCostModel& model, int pipeline_rank,
   };
   // Largest y possible with x upgrades: [S, F] layers plus the [N, F] ones x moved.
   auto max_full = [&](int x) { return c[S][F] + std::min(x, c[N][F]); };
+  // The stage's block count is fixed here, so only its activations change
+  // with (x, y): the rest of its memory is worked out once.
+  const MemoryBreakdown at_none = model.memory(pipeline_rank, counts_of(0, 0));
+  const uint64_t all_but_activations = at_none.total() - at_none.activations;
+  const StageCostModel::RankActivations activations = model.activations_of(pipeline_rank);
   auto fits = [&](int x, int y) {
-    return model.fits(model.memory(pipeline_rank, counts_of(x, y)));
+    return model.fits(all_but_activations + activations(counts_of(x, y)));
   };
 
   RecomputeChoice best;
@@ -93,7 +98,8 @@ RecomputeChoice choose_with(const StageCostModel& model, int pipeline_rank,
     best.to_full = max_full(can_select);
   }
   best.counts = counts_of(best.to_selective, best.to_full);
-  best.memory = model.memory(pipeline_rank, best.counts);
+  best.memory = at_none;
+  best.memory.activations = activations(best.counts);
   best.slot_seconds = model.slot_seconds(pipeline_rank, best.counts);
   return best;
 }

@@ -46,5 +46,32 @@ TEST(StageCostTest, RecomputeChoiceIsTheFastestThatFits) {
   EXPECT_GT(choose_recompute(StageCostModel(tight, setting), 0, free_blocks).counts.full, 0);
 }
 
+// The search prices (x, y) by the activations alone and rebuilds the
+// choice's memory from them: equal to the whole breakdown counted afresh,
+// for every schedule kind's in-flight counts and every rank.
+TEST(StageCostTest, RecomputeChoiceMemoryIsTheWholeBreakdown) {
+  JobConfig config = gpt3_175b();
+  config.planner.memory_constraint = 30;
+  RecomputeClassCounts blocks;
+  blocks.add({RecomputeMode::None, RecomputeMode::Full}, 10);
+  blocks.add({RecomputeMode::Selective, RecomputeMode::Full}, 2);
+  for (const schema::ScheduleKind kind :
+       {schema::ScheduleKind::OneForwardOneBackward, schema::ScheduleKind::Interleaved1F1B,
+        schema::ScheduleKind::ZeroBubbleV}) {
+    PlanSetting setting{{8, 16, 8}, {128, 8}, 1, 96, 1, 1, {}};
+    setting.schedule.kind = kind;
+    setting.schedule.virtual_stages = kind == schema::ScheduleKind::OneForwardOneBackward ? 1 : 2;
+    const StageCostModel costs(config, setting);
+    for (int rank = 0; rank < 8; ++rank) {
+      const RecomputeChoice choice = choose_recompute(costs, rank, blocks);
+      const MemoryBreakdown recounted = costs.memory(rank, choice.counts);
+      EXPECT_EQ(choice.memory.total(), recounted.total()) << rank;
+      EXPECT_EQ(choice.memory.activations, recounted.activations) << rank;
+      EXPECT_GT(recounted.activations, 0u);
+      EXPECT_EQ(costs.activations_of(rank)(choice.counts), recounted.activations);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace paraplan
