@@ -137,6 +137,33 @@ TEST_F(Replay, ZeroUnitsOfSeveralLayersAreWhatThePlannerPredicts) {
   }
 }
 
+// A rank of two model chunks (ZB-V, pp 2 x dp 2) with 6 blocks in units of
+// 2: each chunk makes its own units, 2 + 2, so its split backward holds 4
+// streamed units' slots, not the 3 that ceil(6 / 2) counts (which had
+// predicted the last rank's gradients 76,224 bytes below the measured
+// 457,344). Rank 1 (no resident unit) measures what the plan says; rank 0
+// (the embedding's and the head's) no more than it says.
+TEST_F(Replay, ZeroTwoUnitsAreCountedPerModelChunk) {
+  const std::string name = "bf16-zero2-zbv-units-of-2";
+  const std::string plan_file =
+      plan(name, 4,
+           "pipeline_nstages = 2\ndata_parallel_degree = 2\npipeline_scheduler = \"zb-v\"\n"
+           "micro_batch_size = 2\nzero_stage = 2\nzero_layers_per_unit = 2\n"
+           "opt_resident_coef = 6\n",
+           "--model.dtype bfloat16 --model.num_layers 12");
+  const json report = replay_report(plan_file, name);
+  ASSERT_EQ(report.value("stages", json::array()).size(), 2u) << report;
+  EXPECT_TRUE(report["memory_within_prediction"].get<bool>()) << report;
+  for (int rank = 0; rank < 2; ++rank) {
+    const json& gradients = report["stages"][rank]["memory_bytes"]["gradients"];
+    EXPECT_LE(gradients["measured"].get<double>(), gradients["predicted"].get<double>()) << rank;
+  }
+  const json& last = report["stages"][1]["memory_bytes"]["gradients"];
+  EXPECT_EQ(last["measured"], last["predicted"]);
+  std::printf("[ figures  ] ZB-V, ZeRO-2 units of 2: last rank's gradients %.0f bytes\n",
+              last["measured"].get<double>());
+}
+
 // On a GPU (the device check's tests phase): ZeRO-1, 2 and 3 plans of the
 // same bf16 model replayed by 2 ranks sharing the GPU through the staged
 // transport. Weights, gradients, optimizer state and the gathered working

@@ -256,20 +256,21 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const Planne
       stage_parameters(whole_model, {0, 1, false, false, {}}, t, replicate_below);
   terms.end_parameters = rank_parameters(whole_model, {0, 0, has_embedding, has_head, {}},
                                          separate_ends, t, replicate_below);
+  // Interleaved and the V kinds: in flight counts chunks, each a 1 / v share
+  // of the blocks with its own ends (embedding, head or output: counted for
+  // every chunk); ZeRO's units are each chunk's own.
+  const bool chunked = schedule_kind_traits(kind).chunked();
+  terms.chunks = chunked ? std::max(options.pipeline_virtual_stages, 1) : 1;
   if (shards_gradients(options.zero_stage))
     terms.zero_two = zero_two_gradients(
         zero_two_ends(whole_model, has_embedding, has_head, separate_ends, t, replicate_below),
-        terms.block_parameters, zero_group, splits_backward(kind), options.zero_layers_per_unit);
+        terms.block_parameters, zero_group, splits_backward(kind), options.zero_layers_per_unit,
+        terms.chunks);
   const int64_t e = terms.element_bytes = element_bytes(model.dtype);
   const bool sp = shape.sequence_parallel && t > 1;
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
     terms.kept[static_cast<int>(mode)] =
         block_activation_bytes(model, micro_batch_size, mode, t, sp);
-  // Interleaved and the V kinds: in flight counts chunks, each a 1 / v share
-  // of the blocks with its own ends (embedding, head or output: counted for
-  // every chunk).
-  const bool chunked = schedule_kind_traits(kind).chunked();
-  terms.chunks = chunked ? std::max(options.pipeline_virtual_stages, 1) : 1;
   const int64_t local_rows =
       int64_t{model.seq_len} * micro_batch_size / (sp ? static_cast<int64_t>(t) : 1);
   const bool zero_bubble = splits_backward(kind);

@@ -322,10 +322,12 @@ double StageCostModel::zero_two_scatters(int pipeline_rank, int num_layers, doub
   // reduce-scatter, but unit by unit: the runtime reduce-scatters each unit
   // as its backward ends (runtime/parallel/sharded_gradients.h), so the
   // buckets are the units, not [training] gradient_bucket_size.
-  const int k = std::max(setting_.zero_layers_per_unit, 1);
-  const int units = (num_layers + k - 1) / k + tail.streamed_ends;
+  // (Each model chunk makes its own units: zero_memory.h.)
+  const int64_t units =
+      memory_terms().at(pipeline_rank).zero_two.block_units(num_layers) + tail.streamed_ends;
   const double last = exposed_reduction_seconds(
-      streamed, config_->cluster.overlap_communication ? units : 1, backward_seconds);
+      streamed, config_->cluster.overlap_communication ? static_cast<int>(units) : 1,
+      backward_seconds);
   *hidden = earlier * (streamed - excess) + (streamed - last);
   // The resident units once, at the step's end (the tied ones after their sum).
   return earlier * excess + last + tail.resident_scatter;

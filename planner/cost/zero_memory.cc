@@ -43,11 +43,12 @@ ZeroTwoEnds zero_two_ends(const ModelConfig& model, bool has_embedding, bool has
 }
 
 ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
-                                    bool split_backward, int layers_per_unit) {
+                                    bool split_backward, int layers_per_unit, int chunks) {
   ZeroTwoGradients gradients;
   gradients.group = std::max(group, 1);
   gradients.split_backward = split_backward;
   gradients.layers_per_unit = std::max(layers_per_unit, 1);
+  gradients.chunks = std::max(chunks, 1);
   gradients.block_elements = block_elements;
   gradients.unit_padded = gradients.padded_blocks(gradients.layers_per_unit);
   for (int i = 0; i < ends.count; ++i) {

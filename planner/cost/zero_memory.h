@@ -84,20 +84,33 @@ ZeroTwoEnds zero_two_ends(const ModelConfig& model, bool has_embedding, bool has
 inline constexpr int kLargestZeroUnit = 8;
 
 // A rank's ZeRO-2 gradient storage, in elements, for any number of blocks,
-// its blocks in units of layers_per_unit (the last unit what is left).
+// its blocks in units of layers_per_unit (the last unit what is left). A
+// rank of several model chunks (interleaved, the V kinds) splits its blocks
+// over them as the plan writer does (the earlier chunks one more where they
+// do not divide), and each chunk makes its own units
+// (schema/zero_units.h), so a chunk's last unit may be short.
 struct ZeroTwoGradients {
   int group = 1;                 // z
   bool split_backward = false;   // a slot per streamed unit
   int layers_per_unit = 1;       // Zero.layers_per_unit
+  int chunks = 1;                // model chunks of the rank
   int64_t block_elements = 0;    // one block's parameters
   int64_t unit_padded = 0;       // a unit of layers_per_unit blocks, padded
   int64_t resident_padded = 0;   // the resident end units, padded, summed
   int64_t streamed_largest = 0;  // the largest streamed end unit, padded (0: none)
   int streamed_ends = 0;         // streamed end units
   int64_t ends_padded = 0;       // every end unit, padded, summed
+  // The blocks of chunk c of a rank of `blocks`.
+  int chunk_blocks(int blocks, int c) const {
+    const int n = std::max(blocks, 0);
+    return n / chunks + (c < n % chunks ? 1 : 0);
+  }
   // The units `blocks` blocks make, and n blocks' unit padded.
   int64_t block_units(int blocks) const {
-    return blocks > 0 ? (int64_t{blocks} + layers_per_unit - 1) / layers_per_unit : 0;
+    int64_t units = 0;
+    for (int c = 0; c < chunks; ++c)
+      units += (int64_t{chunk_blocks(blocks, c)} + layers_per_unit - 1) / layers_per_unit;
+    return units;
   }
   int64_t padded_blocks(int n) const { return padded_to_shard_unit(block_elements * n, group); }
   // The pool's slots with `blocks` blocks: 2, or under split backward one
@@ -109,9 +122,10 @@ struct ZeroTwoGradients {
   }
   // The largest streamed unit with `blocks` blocks, padded (0: none streams).
   int64_t largest_streamed(int blocks) const {
-    const int64_t largest_blocks = blocks <= 0                 ? 0
-                                   : blocks >= layers_per_unit ? unit_padded
-                                                               : padded_blocks(blocks);
+    const int most = chunk_blocks(blocks, 0);  // the first chunk holds the most
+    const int64_t largest_blocks = most <= 0                 ? 0
+                                   : most >= layers_per_unit ? unit_padded
+                                                             : padded_blocks(most);
     return std::max(largest_blocks, streamed_largest);
   }
   // One slot: the largest streamed unit, padded, and its receive chunk.
@@ -121,10 +135,12 @@ struct ZeroTwoGradients {
   }
   // The rank's gradient shard: every unit's chunk.
   int64_t shard_elements(int blocks) const {
-    const int n = std::max(blocks, 0), left = n % layers_per_unit;
-    return (n / layers_per_unit * unit_padded + (left > 0 ? padded_blocks(left) : 0) +
-            ends_padded) /
-           group;
+    int64_t padded = ends_padded;
+    for (int c = 0; c < chunks; ++c) {
+      const int n = chunk_blocks(blocks, c), left = n % layers_per_unit;
+      padded += n / layers_per_unit * unit_padded + (left > 0 ? padded_blocks(left) : 0);
+    }
+    return padded / group;
   }
   // Everything, in bytes for a storage dtype of element_bytes: resident
   // units, the pool and, under a dtype narrower than fp32, the resident
@@ -140,7 +156,7 @@ struct ZeroTwoGradients {
   int64_t parameter_spill() const { return group > 1 ? shard_unit_elements(group) - 1 : 0; }
 };
 ZeroTwoGradients zero_two_gradients(const ZeroTwoEnds& ends, int64_t block_elements, int group,
-                                    bool split_backward, int layers_per_unit = 1);
+                                    bool split_backward, int layers_per_unit = 1, int chunks = 1);
 
 // ZeRO-3's gathered slots of a rank of `blocks` blocks over ZeRO-2's units:
 // 2, or with keep_gathered one per streamed unit (at least 2); 0 when
