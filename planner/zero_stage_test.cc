@@ -2,16 +2,22 @@
 // fits, not where a lower stage fits as fast; ZeRO-3 wins where only it
 // fits, each rank keeping its parameters gathered where that fits; stages
 // 2 and 3 are planned and written with their groups (3 with each rank's
-// keep_parameters_gathered); the report's best plan per stage.
+// keep_parameters_gathered); the report's best plan per stage; each model
+// chunk of a rank makes its own ZeRO units (the memory model against
+// schema/zero_units.h).
 #include <gtest/gtest.h>
 
 #include "planner/cost/plan_estimate.h"
+#include "planner/cost/zero_memory.h"
+#include "planner/cost/zero_test_support.h"
 #include "planner/plan_report.h"
+#include "planner/plan_writer.h"
 #include "planner/planner.h"
 #include "planner/planner_test_support.h"
 #include "planner/search/plan_search.h"
 #include "schema/plan_io.h"
 #include "schema/zero_stages.h"
+#include "schema/zero_units.h"
 
 namespace paraplan {
 namespace {
@@ -265,6 +271,53 @@ TEST(ZeroStageTest, AFixedUnitSizeIsWhatThePlanWrites) {
   const schema::Plan& plan = *schema::GetPlan(outcome.plan.data());
   EXPECT_EQ(plan.zero()->layers_per_unit(), 3);
   EXPECT_TRUE(validate_plan(plan).empty());
+}
+
+// A rank of several model chunks: the units, the shard and the largest
+// unit are the runtime's, each chunk's units made from the share of the
+// blocks the plan writer gives it (an interleaved rank of 6 blocks in 2
+// chunks of 3, units of 2, holds 4 units: 2 + 1 each, not 3).
+TEST(ZeroStageTest, EveryModelChunkMakesItsOwnUnits) {
+  const int64_t block_elements = 1000;
+  int cases = 0;
+  for (const int z : {1, 4})
+    for (const int chunks : {1, 2, 3, 4})
+      for (const int per_unit : {1, 2, 3, 8})
+        for (int blocks = chunks; blocks <= 4 * chunks + 3; ++blocks) {
+          const ZeroTwoGradients gradients =
+              zero_two_gradients({}, block_elements, z, true, per_unit, chunks);
+          // The plan writer's split of one rank's blocks into its chunks.
+          std::vector<StageLayout> rank(2);
+          rank[0].num_layers = blocks;
+          rank[1].num_layers = chunks;
+          for (StageLayout& stage : rank)
+            stage.recompute.assign(stage.num_layers, schema::RecomputeMode::None);
+          const std::vector<StageLayout> virtual_stages =
+              virtual_stage_layouts(rank, chunks,
+                                    chunks > 1 ? schema::ScheduleKind::Interleaved1F1B
+                                               : schema::ScheduleKind::OneForwardOneBackward);
+          int64_t units = 0, shard = 0, largest = 0;
+          for (int c = 0; c < chunks; ++c) {
+            const int n = virtual_stages[static_cast<size_t>(c) * 2].num_layers;
+            const ChunkUnits chunk = chunk_units(false, false, n, false, per_unit);
+            units += chunk.layer_units();
+            for (int u = 0; u < chunk.layer_units(); ++u) {
+              const int64_t padded =
+                  zero_test::pad(block_elements * std::min(per_unit, n - u * per_unit), z);
+              shard += padded / z;
+              largest = std::max(largest, padded);
+            }
+          }
+          const std::string shape = "z " + std::to_string(z) + ", " + std::to_string(chunks) +
+                                    " chunks, units of " + std::to_string(per_unit) + ", " +
+                                    std::to_string(blocks) + " blocks";
+          EXPECT_EQ(gradients.block_units(blocks), units) << shape;
+          EXPECT_EQ(gradients.shard_elements(blocks), shard) << shape;
+          EXPECT_EQ(gradients.largest_streamed(blocks), largest) << shape;
+          EXPECT_EQ(gradients.pool_slots(blocks), std::max<int64_t>(2, units)) << shape;
+          ++cases;
+        }
+  EXPECT_GT(cases, 300);
 }
 
 }  // namespace

@@ -13,8 +13,6 @@
 #include "planner/cost/stage_cost.h"
 #include "planner/cost/zero_test_support.h"
 #include "planner/job/job_config_test_support.h"
-#include "planner/plan_writer.h"
-#include "schema/zero_units.h"
 
 namespace paraplan {
 namespace {
@@ -178,52 +176,6 @@ TEST(ZeroMemoryTest, SplitBackwardKeepsASlotPerUnit) {
 // streamed units' reduce-scatters (one per unit, padded), and the fp32
 // shard's all-reduce across groups, where nothing overlaps; with overlap
 // never less than ZeRO-1's.
-// A rank of several model chunks: the units, the shard and the largest
-// unit are the runtime's, each chunk's units made from the share of the
-// blocks the plan writer gives it (an interleaved rank of 6 blocks in 2
-// chunks of 3, units of 2, holds 4 units: 2 + 1 each, not 3).
-TEST(ZeroMemoryTest, EveryChunkMakesItsOwnUnits) {
-  const int64_t block_elements = 1000;
-  int cases = 0;
-  for (const int z : {1, 4})
-    for (const int chunks : {1, 2, 3, 4})
-      for (const int per_unit : {1, 2, 3, 8})
-        for (int blocks = chunks; blocks <= 4 * chunks + 3; ++blocks) {
-          const ZeroTwoGradients gradients =
-              zero_two_gradients({}, block_elements, z, true, per_unit, chunks);
-          // The plan writer's split of one rank's blocks into its chunks.
-          std::vector<StageLayout> rank(2);
-          rank[0].num_layers = blocks;
-          rank[1].num_layers = chunks;
-          for (StageLayout& stage : rank)
-            stage.recompute.assign(stage.num_layers, schema::RecomputeMode::None);
-          const std::vector<StageLayout> virtual_stages =
-              virtual_stage_layouts(rank, chunks,
-                                    chunks > 1 ? schema::ScheduleKind::Interleaved1F1B
-                                               : schema::ScheduleKind::OneForwardOneBackward);
-          int64_t units = 0, shard = 0, largest = 0;
-          for (int c = 0; c < chunks; ++c) {
-            const int n = virtual_stages[static_cast<size_t>(c) * 2].num_layers;
-            const ChunkUnits chunk = chunk_units(false, false, n, false, per_unit);
-            units += chunk.layer_units();
-            for (int u = 0; u < chunk.layer_units(); ++u) {
-              const int64_t padded = pad(block_elements * std::min(per_unit, n - u * per_unit), z);
-              shard += padded / z;
-              largest = std::max(largest, padded);
-            }
-          }
-          const std::string shape = "z " + std::to_string(z) + ", " + std::to_string(chunks) +
-                                    " chunks, units of " + std::to_string(per_unit) + ", " +
-                                    std::to_string(blocks) + " blocks";
-          EXPECT_EQ(gradients.block_units(blocks), units) << shape;
-          EXPECT_EQ(gradients.shard_elements(blocks), shard) << shape;
-          EXPECT_EQ(gradients.largest_streamed(blocks), largest) << shape;
-          EXPECT_EQ(gradients.pool_slots(blocks), std::max<int64_t>(2, units)) << shape;
-          ++cases;
-        }
-  EXPECT_GT(cases, 300);
-}
-
 TEST(ZeroMemoryTest, ZeroTwoReduceScattersEveryMicroBatch) {
   using job_config_test::gpt3_175b;
   const JobConfig serial = gpt3_175b({{"cluster.overlap_communication", "false"}});
