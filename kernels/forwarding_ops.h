@@ -178,9 +178,10 @@ class ForwardingOps : public Ops {
     inner_->copy_rows(destination, destination_stride, source, source_stride, rows, row_bytes);
   }
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
-                             const int32_t* targets, int rows, int vocab,
-                             float loss_scale) override {
-    inner_->softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale);
+                             const int32_t* targets, int rows, int vocab, float loss_scale,
+                             double* loss_sum) override {
+    inner_->softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale,
+                                  loss_sum);
   }
   void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
                                  const int32_t* targets, int rows, int vocab_local,
@@ -195,9 +196,11 @@ class ForwardingOps : public Ops {
   void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                   const int32_t* targets, const float* row_max,
                                   const float* exp_sum, const float* target_logit, int rows,
-                                  int vocab_local, int vocab_start, float loss_scale) override {
+                                  int vocab_local, int vocab_start, float loss_scale,
+                                  double* loss_sum) override {
     inner_->cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,
-                                       target_logit, rows, vocab_local, vocab_start, loss_scale);
+                                       target_logit, rows, vocab_local, vocab_start, loss_scale,
+                                       loss_sum);
   }
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {

@@ -371,10 +371,14 @@ class Ops {
   // loss_scale (overwritten, may alias logits: the probabilities are never stored separately).
   // dlogits may be null for a forward-only (evaluation) pass. A target outside
   // [0, V) is an error (std::out_of_range: at once on the CPU, from
-  // check_deferred_errors on CUDA).
+  // check_deferred_errors on CUDA). loss_sum, where not null (one double of
+  // backend memory): *loss_sum += the sum of the rows' losses, queued, as
+  // accumulate_sum(loss_sum, losses, rows) would add it (the CPU: bitwise;
+  // the CUDA backend: in a fixed order of its own, folded into the loss
+  // kernel instead of two launches more per micro-batch).
   virtual void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
-                                     const int32_t* targets, int rows, int vocab,
-                                     float loss_scale) = 0;
+                                     const int32_t* targets, int rows, int vocab, float loss_scale,
+                                     double* loss_sum) = 0;
 
   // Vocab-parallel softmax + cross-entropy (Megatron style) for tensor
   // parallelism: logits [rows, vocab_local] hold the columns [vocab_start,
@@ -393,11 +397,13 @@ class Ops {
                                             const float* row_max, int rows, int vocab_local) = 0;
   // Step 3: losses[i] = log(exp_sum[i]) + row_max[i] - target_logit[i]; dlogits (may alias
   // logits, may be null) = (exp(logit - row_max) / exp_sum - onehot) * loss_scale, where
-  // onehot is zero in every shard but the target's (overwritten, like the fused op).
+  // onehot is zero in every shard but the target's (overwritten, like the fused op);
+  // loss_sum (may be null) as the fused op's.
   virtual void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                           const int32_t* targets, const float* row_max,
                                           const float* exp_sum, const float* target_logit, int rows,
-                                          int vocab_local, int vocab_start, float loss_scale) = 0;
+                                          int vocab_local, int vocab_start, float loss_scale,
+                                          double* loss_sum) = 0;
 
   // ---- optimizer ---------------------------------------------------------------------------
   // One AdamW step (decoupled weight decay, bias-corrected moments) over n

@@ -315,12 +315,12 @@ class CpuBfloat16Ops final : public Ops {
   // ---- loss: fp32 statistics from widened logits; dlogits rounded once
   // ---------------------------
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
-                             const int32_t* targets, int rows, int vocab,
-                             float loss_scale) override {
+                             const int32_t* targets, int rows, int vocab, float loss_scale,
+                             double* loss_sum) override {
     const size_t n = static_cast<size_t>(rows) * vocab;
     float* logits32 = widen(0, logits, n);
     fp32_->softmax_cross_entropy(losses, dlogits ? logits32 : nullptr, logits32, targets, rows,
-                                 vocab, loss_scale);
+                                 vocab, loss_scale, loss_sum);
     if (dlogits) narrow(dlogits, logits32, n);
   }
   void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
@@ -339,12 +339,13 @@ class CpuBfloat16Ops final : public Ops {
   void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                   const int32_t* targets, const float* row_max,
                                   const float* exp_sum, const float* target_logit, int rows,
-                                  int vocab_local, int vocab_start, float loss_scale) override {
+                                  int vocab_local, int vocab_start, float loss_scale,
+                                  double* loss_sum) override {
     const size_t n = static_cast<size_t>(rows) * vocab_local;
     float* logits32 = widen(0, logits, n);
     fp32_->cross_entropy_shard_finish(losses, dlogits ? logits32 : nullptr, logits32, targets,
                                       row_max, exp_sum, target_logit, rows, vocab_local,
-                                      vocab_start, loss_scale);
+                                      vocab_start, loss_scale, loss_sum);
     if (dlogits) narrow(dlogits, logits32, n);
   }
 

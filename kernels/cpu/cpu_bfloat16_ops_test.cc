@@ -146,9 +146,9 @@ TEST_F(Bfloat16OpsTest, LayerNormAttentionGeluAndLoss) {
   std::vector<float> logits32 = widen(logits), losses(rows), losses32(rows);
   const std::vector<int32_t> targets = {0, 8, 3, 3, 5, 1};
   bf16->softmax_cross_entropy(losses.data(), logits.data(), logits.data(), targets.data(), rows, V,
-                              0.5f);
+                              0.5f, nullptr);
   fp32->softmax_cross_entropy(losses32.data(), logits32.data(), logits32.data(), targets.data(),
-                              rows, V, 0.5f);
+                              rows, V, 0.5f, nullptr);
   EXPECT_EQ(losses, losses32);          // from the widened logits, in fp32
   EXPECT_EQ(logits, narrow(logits32));  // the gradient, in place, rounded once
 }

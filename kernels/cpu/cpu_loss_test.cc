@@ -80,7 +80,7 @@ LossResult sharded_cross_entropy(Ops& ops, const std::vector<float>& logits,
     std::vector<float> losses(rows);
     ops.cross_entropy_shard_finish(losses.data(), dlogits, shard_logits[s].data(), targets.data(),
                                    row_max.data(), exp_sum.data(), target_logit.data(), rows, local,
-                                   start, loss_scale);
+                                   start, loss_scale, nullptr);
     if (s == 0) result.losses = losses;
     for (int r = 0; r < rows; r++) {
       std::copy_n(dlogits + static_cast<size_t>(r) * local, local,
@@ -95,7 +95,7 @@ LossResult fused_cross_entropy(Ops& ops, const std::vector<float>& logits,
   const int rows = static_cast<int>(targets.size());
   LossResult result{std::vector<float>(rows), std::vector<float>(logits.size())};
   ops.softmax_cross_entropy(result.losses.data(), result.dlogits.data(), logits.data(),
-                            targets.data(), rows, vocab, loss_scale);
+                            targets.data(), rows, vocab, loss_scale, nullptr);
   return result;
 }
 
@@ -179,7 +179,7 @@ TEST_F(CpuVocabParallelCrossEntropy, InPlaceAndForwardOnlyMatchSeparateBuffers) 
   ops->cross_entropy_shard_exp_sums(exp_sum.data(), logits.data(), row_max.data(), kRows, kVocab);
   ops->cross_entropy_shard_finish(losses.data(), nullptr, logits.data(), targets.data(),
                                   row_max.data(), exp_sum.data(), target_logit.data(), kRows,
-                                  kVocab, 0, kLossScale);
+                                  kVocab, 0, kLossScale, nullptr);
   EXPECT_EQ(losses, sharded_cross_entropy(*ops, logits, targets, kVocab, 1, kLossScale).losses);
 }
 
@@ -203,6 +203,40 @@ TEST_F(CpuVocabParallelCrossEntropy, NegativeTargetThrows) {
   EXPECT_THROW(ops->cross_entropy_shard_stats(&row_max, &target_logit, logits.data(), target.data(),
                                               1, kVocab, 0),
                std::out_of_range);
+}
+
+// The losses' sum folded into the loss ops (loss_sum, what the runtime's
+// loss accumulator takes): bitwise accumulate_sum over the rows' losses,
+// added to what the accumulator held, for the fused op and the last step of
+// the vocab-parallel one, fp32 and bf16 storage; null adds nothing.
+TEST_F(CpuVocabParallelCrossEntropy, LossSumIsAccumulateSumOfTheLosses) {
+  for (const DType storage : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(storage == DType::kFloat32 ? "fp32" : "bf16");
+    const std::unique_ptr<Ops> typed = make_cpu_ops(0, storage);
+    std::vector<uint8_t> stored(typed->storage_bytes(logits.size()));
+    typed->convert_from_float(stored.data(), logits.data(), logits.size());
+    std::vector<float> losses(kRows);
+    double folded = 1.25, expected = 1.25;  // sums add to what was there
+    typed->softmax_cross_entropy(losses.data(), nullptr, stored.data(), targets.data(), kRows,
+                                 kVocab, kLossScale, &folded);
+    typed->accumulate_sum(&expected, losses.data(), kRows);
+    EXPECT_EQ(folded, expected);
+    EXPECT_NE(folded, 1.25);
+    // The vocab-parallel step 3, over the whole vocabulary as one shard.
+    std::vector<float> row_max(kRows), target_logit(kRows), exp_sum(kRows);
+    typed->cross_entropy_shard_stats(row_max.data(), target_logit.data(), stored.data(),
+                                     targets.data(), kRows, kVocab, 0);
+    typed->cross_entropy_shard_exp_sums(exp_sum.data(), stored.data(), row_max.data(), kRows,
+                                        kVocab);
+    typed->cross_entropy_shard_finish(losses.data(), nullptr, stored.data(), targets.data(),
+                                      row_max.data(), exp_sum.data(), target_logit.data(), kRows,
+                                      kVocab, 0, kLossScale, &folded);
+    typed->accumulate_sum(&expected, losses.data(), kRows);
+    EXPECT_EQ(folded, expected);
+    typed->softmax_cross_entropy(losses.data(), nullptr, stored.data(), targets.data(), kRows,
+                                 kVocab, kLossScale, nullptr);
+    EXPECT_EQ(folded, expected);
+  }
 }
 
 }  // namespace

@@ -463,11 +463,12 @@ class CpuOps final : public Ops {
   // ---- loss (cpu_loss.cc) -------------------------------------------------------------------
 
   void softmax_cross_entropy(float* losses, void* dlogits_storage, const void* logits_storage,
-                             const int32_t* targets, int rows, int vocab,
-                             float loss_scale) override {
+                             const int32_t* targets, int rows, int vocab, float loss_scale,
+                             double* loss_sum) override {
     float* dlogits = static_cast<float*>(dlogits_storage);
     const float* logits = static_cast<const float*>(logits_storage);
     cpu::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab, loss_scale);
+    if (loss_sum != nullptr) accumulate_sum(loss_sum, losses, static_cast<size_t>(rows));
   }
 
   void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits_storage,
@@ -487,11 +488,13 @@ class CpuOps final : public Ops {
   void cross_entropy_shard_finish(float* losses, void* dlogits_storage, const void* logits_storage,
                                   const int32_t* targets, const float* row_max,
                                   const float* exp_sum, const float* target_logit, int rows,
-                                  int vocab_local, int vocab_start, float loss_scale) override {
+                                  int vocab_local, int vocab_start, float loss_scale,
+                                  double* loss_sum) override {
     float* dlogits = static_cast<float*>(dlogits_storage);
     const float* logits = static_cast<const float*>(logits_storage);
     cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, exp_sum,
                                     target_logit, rows, vocab_local, vocab_start, loss_scale);
+    if (loss_sum != nullptr) accumulate_sum(loss_sum, losses, static_cast<size_t>(rows));
   }
 
   // ---- optimizer ---------------------------------------------------------------------------

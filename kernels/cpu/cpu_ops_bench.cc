@@ -199,7 +199,7 @@ void BM_SoftmaxCrossEntropy(benchmark::State& state, Shape shape) {
   std::vector<float> losses(rows), dlogits(logits.size());
   for (auto _ : state) {
     ops->softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), rows,
-                               V, 1.0f / rows);
+                               V, 1.0f / rows, nullptr);
     benchmark::DoNotOptimize(dlogits.data());
     benchmark::ClobberMemory();
   }
@@ -222,7 +222,7 @@ void BM_CrossEntropyShardSteps(benchmark::State& state, Shape shape) {
     ops->cross_entropy_shard_exp_sums(exp_sum.data(), logits.data(), row_max.data(), rows, V);
     ops->cross_entropy_shard_finish(losses.data(), dlogits.data(), logits.data(), targets.data(),
                                     row_max.data(), exp_sum.data(), target_logit.data(), rows, V, 0,
-                                    1.0f / rows);
+                                    1.0f / rows, nullptr);
     benchmark::DoNotOptimize(dlogits.data());
     benchmark::ClobberMemory();
   }

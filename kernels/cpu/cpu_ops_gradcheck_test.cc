@@ -204,14 +204,14 @@ TEST_F(CpuGradientCheck, SoftmaxCrossEntropy) {
   // The objective is the mean loss, so loss_scale = 1 / rows.
   auto objective = [&] {
     ops->softmax_cross_entropy(losses.data(), nullptr, logits.data(), targets.data(), rows, vocab,
-                               1.0f / rows);
+                               1.0f / rows, nullptr);
     double sum = 0.0;
     for (float loss : losses) sum += loss;
     return sum / rows;
   };
   std::vector<float> dlogits(logits.size(), 123.0f);  // overwritten, not accumulated
   ops->softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), rows,
-                             vocab, 1.0f / rows);
+                             vocab, 1.0f / rows, nullptr);
   expect_gradient_matches("dlogits", logits, dlogits, objective);
 }
 

@@ -357,7 +357,7 @@ TEST_F(CpuOpsTest, CrossEntropyUniformLogitsIsLogVocab) {
   std::vector<float> losses(rows), dlogits(rows * vocab);
   const float loss_scale = 0.5f;
   ops->softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), rows,
-                             vocab, loss_scale);
+                             vocab, loss_scale, nullptr);
   for (int r = 0; r < rows; r++) {
     EXPECT_NEAR(losses[r], std::log(5.0f), kTolerance);
     for (int v = 0; v < vocab; v++) {
@@ -373,7 +373,8 @@ TEST_F(CpuOpsTest, CrossEntropyKnownValueAndStability) {
   const std::vector<float> logits = {1, 2, 3, 1000, 0, -1000};
   const std::vector<int32_t> targets = {0, 1};
   std::vector<float> losses(2);
-  ops->softmax_cross_entropy(losses.data(), nullptr, logits.data(), targets.data(), 2, 3, 1.0f);
+  ops->softmax_cross_entropy(losses.data(), nullptr, logits.data(), targets.data(), 2, 3, 1.0f,
+                             nullptr);
   EXPECT_NEAR(losses[0], 2.4076060f, kTolerance);
   EXPECT_FLOAT_EQ(losses[1], 1000.0f);
 }
@@ -385,13 +386,13 @@ TEST_F(CpuOpsTest, CrossEntropyAliasedDlogitsMatchesSeparateBuffers) {
   const std::vector<int32_t> targets = {10, 0, 5};
   std::vector<float> losses_separate(rows), dlogits(rows * vocab);
   ops->softmax_cross_entropy(losses_separate.data(), dlogits.data(), logits.data(), targets.data(),
-                             rows, vocab, 0.25f);
+                             rows, vocab, 0.25f, nullptr);
   std::vector<float> losses_forward_only(rows);
   ops->softmax_cross_entropy(losses_forward_only.data(), nullptr, logits.data(), targets.data(),
-                             rows, vocab, 0.25f);
+                             rows, vocab, 0.25f, nullptr);
   std::vector<float> in_place = logits, losses_in_place(rows);
   ops->softmax_cross_entropy(losses_in_place.data(), in_place.data(), in_place.data(),
-                             targets.data(), rows, vocab, 0.25f);
+                             targets.data(), rows, vocab, 0.25f, nullptr);
   EXPECT_EQ(losses_in_place, losses_separate);
   EXPECT_EQ(losses_forward_only, losses_separate);
   EXPECT_EQ(in_place, dlogits);
@@ -401,9 +402,9 @@ TEST_F(CpuOpsTest, CrossEntropyRejectsTargetOutsideVocabulary) {
   const std::vector<float> logits = {0, 0, 0};
   const std::vector<int32_t> targets = {3};
   float loss = 0.0f;
-  EXPECT_THROW(
-      ops->softmax_cross_entropy(&loss, nullptr, logits.data(), targets.data(), 1, 3, 1.0f),
-      std::out_of_range);
+  EXPECT_THROW(ops->softmax_cross_entropy(&loss, nullptr, logits.data(), targets.data(), 1, 3, 1.0f,
+                                          nullptr),
+               std::out_of_range);
 }
 
 // ---- determinism ---------------------------------------------------------------------------
@@ -447,7 +448,7 @@ std::vector<float> run_tiny_model(Ops& ops) {
   ops.linear_forward(logits.data(), hidden.data(), wte.data(), nullptr, rows, channels, vocab);
   float* dlogits = logits.data();  // in place, as the runtime does
   ops.softmax_cross_entropy(losses.data(), dlogits, logits.data(), targets.data(), rows, vocab,
-                            1.0f / rows);
+                            1.0f / rows, nullptr);
 
   std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
   std::vector<float> dln_weight(channels, 0.0f), dln_bias(channels, 0.0f);

@@ -361,12 +361,15 @@ Tensors cross_entropy_run(Ops& ops, const std::vector<float>& logits,
   const int32_t* device_targets = buffers.upload(targets);
   float* losses = buffers.allocate_floats(rows);
   void* dlogits = buffers.allocate_storage(logits.size());
-  ops.softmax_cross_entropy(losses, dlogits, device_logits, device_targets, rows, vocab, 0.25f);
+  ops.softmax_cross_entropy(losses, dlogits, device_logits, device_targets, rows, vocab, 0.25f,
+                            nullptr);
   Tensors result{buffers.download(losses, rows), buffers.download_storage(dlogits, logits.size())};
   void* in_place = buffers.upload_storage(logits, unaligned);
-  ops.softmax_cross_entropy(losses, in_place, in_place, device_targets, rows, vocab, 0.25f);
+  ops.softmax_cross_entropy(losses, in_place, in_place, device_targets, rows, vocab, 0.25f,
+                            nullptr);
   result.push_back(buffers.download_storage(in_place, logits.size()));
-  ops.softmax_cross_entropy(losses, nullptr, device_logits, device_targets, rows, vocab, 0.25f);
+  ops.softmax_cross_entropy(losses, nullptr, device_logits, device_targets, rows, vocab, 0.25f,
+                            nullptr);
   result.push_back(buffers.download(losses, rows));  // evaluation: the same losses
   return result;
 }
@@ -430,10 +433,10 @@ TEST_P(CudaLoss, CrossEntropyRejectsTargetsOutOfRange) {
     }
     return std::string("none");
   };
-  cuda->softmax_cross_entropy(losses, nullptr, logits, too_large, rows, vocab, 1.0f);
+  cuda->softmax_cross_entropy(losses, nullptr, logits, too_large, rows, vocab, 1.0f, nullptr);
   EXPECT_EQ(deferred_error(),
             "softmax_cross_entropy: target 8 in row 2 is outside the vocabulary [0, 8)");
-  cuda->softmax_cross_entropy(losses, nullptr, logits, negative, rows, vocab, 1.0f);
+  cuda->softmax_cross_entropy(losses, nullptr, logits, negative, rows, vocab, 1.0f, nullptr);
   EXPECT_EQ(deferred_error(),
             "softmax_cross_entropy: target -1 in row 1 is outside the vocabulary [0, 8)");
   cuda->cross_entropy_shard_stats(stats, stats + rows, logits, negative, rows, vocab, 0);
@@ -442,7 +445,7 @@ TEST_P(CudaLoss, CrossEntropyRejectsTargetsOutOfRange) {
   cuda->cross_entropy_shard_stats(stats, stats + rows, logits, too_large, rows, vocab, 0);
   EXPECT_EQ(deferred_error(), "none");
   // The record was reset: valid targets pass again.
-  cuda->softmax_cross_entropy(losses, nullptr, logits, valid, rows, vocab, 1.0f);
+  cuda->softmax_cross_entropy(losses, nullptr, logits, valid, rows, vocab, 1.0f, nullptr);
   EXPECT_EQ(deferred_error(), "none");
 }
 
@@ -489,7 +492,8 @@ Tensors sharded_cross_entropy(Ops& ops, const std::vector<float>& logits,
     const int start = start_of(s), local = start_of(s + 1) - start;
     // In place, as the model runs it.
     ops.cross_entropy_shard_finish(stats, slices[s], slices[s], device_targets, device_max,
-                                   device_sum, device_target_logit, rows, local, start, 0.25f);
+                                   device_sum, device_target_logit, rows, local, start, 0.25f,
+                                   nullptr);
     if (s == 0) result[0] = buffers.download(stats, rows);
     const std::vector<float> slice =
         buffers.download_storage(slices[s], static_cast<size_t>(rows) * local);

@@ -254,9 +254,22 @@ inline constexpr unsigned long long kNoTargetError = ~0ull;
 // read back (at least one set); vocab: the fused loss's vocabulary size.
 [[noreturn]] void throw_target_error(const unsigned long long errors[2], int vocab);
 
+// The loss ops' folded sum (Ops::softmax_cross_entropy's loss_sum): each
+// block adds its rows' losses in double, in row order; the block totals go
+// to partials (at most kSumOfSquaresBlocks blocks), and the last block to
+// finish (by the ticket, one device word that starts at 0 and is left at 0
+// for the next launch) adds them in block order to *total. total null: no
+// sum.
+struct LossSum {
+  double* total = nullptr;
+  double* partials = nullptr;
+  unsigned int* ticket = nullptr;
+};
+
 void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,
-                           unsigned long long* target_error, cudaStream_t stream);
+                           const LossSum& sum, unsigned long long* target_error,
+                           cudaStream_t stream);
 void cross_entropy_shard_stats(DType storage, float* row_max, float* target_logit,
                                const void* logits, const int32_t* targets, int rows,
                                int vocab_local, int vocab_start, unsigned long long* target_error,
@@ -267,7 +280,8 @@ void cross_entropy_shard_exp_sums(DType storage, float* exp_sum, const void* log
 void cross_entropy_shard_finish(DType storage, float* losses, void* dlogits, const void* logits,
                                 const int32_t* targets, const float* row_max, const float* exp_sum,
                                 const float* target_logit, int rows, int vocab_local,
-                                int vocab_start, float loss_scale, cudaStream_t stream);
+                                int vocab_start, float loss_scale, const LossSum& sum,
+                                cudaStream_t stream);
 
 // ---- device helpers (storage loads and stores: cuda_bf16.cuh) --------------------------------
 

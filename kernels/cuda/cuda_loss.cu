@@ -24,6 +24,10 @@
 // explicitly rounded arithmetic (__fmul_rn & co., so no FMA contraction can
 // differ between kernels): with one shard (row_max = the row's own max) they
 // reproduce the fused op bitwise.
+// With a loss sum asked for (LossSum), each block also adds its rows' losses
+// and the last block to finish adds the block totals (cuda_kernels.cuh): the
+// sum costs no launch of its own. The grids are then at most
+// kSumOfSquaresBlocks, which changes no row's bits either.
 // Targets out of range cannot throw from a kernel, and checking them at every
 // launch would make the host wait for the device twice per micro-batch: the
 // kernel records the first bad row and its target in a device word, and
@@ -139,11 +143,39 @@ __device__ void write_gradient(T* dlogit_row, const T* logit_row, int V, float s
   }
 }
 
+// Adds the block's total (thread 0's) to the launch's sum; the last block to
+// finish adds every block's, in block order, with all its threads.
+__device__ void add_to_loss_sum(const LossSum& sum, double block_total) {
+  __shared__ bool last;
+  __shared__ double warp_totals[kWarps];
+  if (threadIdx.x == 0) {
+    sum.partials[blockIdx.x] = block_total;
+    __threadfence();  // the total is visible before the ticket counts it
+    last = atomicAdd(sum.ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  double total = 0.0;
+  for (unsigned int b = threadIdx.x; b < gridDim.x; b += kThreads)
+    total += __ldcg(sum.partials + b);  // from L2: written by other blocks
+  total = warp_sum(total);
+  if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double result = 0.0;
+    for (int w = 0; w < kWarps; w++) result += warp_totals[w];
+    *sum.total += result;
+    *sum.ticket = 0;  // ready for the next launch on the stream
+  }
+}
+
+// Row r's loss (returned to thread 0; the others get 0).
 template <typename T, bool kVectorized>
-__device__ void softmax_cross_entropy_row(int r, float* losses, T* dlogits, const T* logits,
-                                          const int32_t* targets, int V, float loss_scale,
-                                          bool vectorized_write, unsigned long long* target_error,
-                                          float* shared) {
+__device__ float softmax_cross_entropy_row(int r, float* losses, T* dlogits, const T* logits,
+                                           const int32_t* targets, int V, float loss_scale,
+                                           bool vectorized_write, unsigned long long* target_error,
+                                           float* shared) {
   const T* logit_row = logits + static_cast<size_t>(r) * V;
   const int target = targets[r];
   const bool valid = target >= 0 && target < V;
@@ -153,25 +185,30 @@ __device__ void softmax_cross_entropy_row(int r, float* losses, T* dlogits, cons
   thread_online<T, kVectorized>(logit_row, V, thread_max, thread_sum);
   const float max = block_max(thread_max, shared);
   const float exp_sum = block_sum(rescaled(thread_max, thread_sum, max), shared);
+  float loss = 0.0f;
   if (threadIdx.x == 0) {
     if (!valid) record_target_error(target_error, r, target);
-    losses[r] = __fsub_rn(logf(exp_sum), __fsub_rn(target_logit, max));
+    loss = __fsub_rn(logf(exp_sum), __fsub_rn(target_logit, max));
+    losses[r] = loss;
   }
-  if (dlogits == nullptr) return;
-  write_gradient(dlogits + static_cast<size_t>(r) * V, logit_row, V, max, loss_scale / exp_sum,
-                 valid ? target : -1, loss_scale, vectorized_write);
+  if (dlogits != nullptr)
+    write_gradient(dlogits + static_cast<size_t>(r) * V, logit_row, V, max, loss_scale / exp_sum,
+                   valid ? target : -1, loss_scale, vectorized_write);
+  return loss;
 }
 
 // Rows blockIdx.x, blockIdx.x + gridDim.x, ... (the grid: rows_in_flight).
 template <typename T, bool kVectorized>
 __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
                                              const int32_t* targets, int rows, int V,
-                                             float loss_scale, bool vectorized_write,
+                                             float loss_scale, bool vectorized_write, LossSum sum,
                                              unsigned long long* target_error) {
   __shared__ float shared[kWarps];
+  double block_total = 0.0;
   for (int r = blockIdx.x; r < rows; r += gridDim.x)
-    softmax_cross_entropy_row<T, kVectorized>(r, losses, dlogits, logits, targets, V, loss_scale,
-                                              vectorized_write, target_error, shared);
+    block_total += softmax_cross_entropy_row<T, kVectorized>(
+        r, losses, dlogits, logits, targets, V, loss_scale, vectorized_write, target_error, shared);
+  if (sum.total != nullptr) add_to_loss_sum(sum, block_total);
 }
 
 template <typename T>
@@ -205,19 +242,28 @@ __global__ void shard_exp_sums_kernel(float* exp_sum, const T* logits, const flo
   if (threadIdx.x == 0) exp_sum[r] = sum;
 }
 
+// Rows blockIdx.x, blockIdx.x + gridDim.x, ...
 template <typename T>
 __global__ void shard_finish_kernel(float* losses, T* dlogits, const T* logits,
                                     const int32_t* targets, const float* row_max,
-                                    const float* exp_sum, const float* target_logit, int V,
-                                    int vocab_start, float loss_scale, bool vectorized_write) {
-  const int r = blockIdx.x;
-  const float max = row_max[r], sum = exp_sum[r];
-  if (threadIdx.x == 0) losses[r] = __fsub_rn(logf(sum), __fsub_rn(target_logit[r], max));
-  if (dlogits == nullptr) return;
-  const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
-  write_gradient(dlogits + static_cast<size_t>(r) * V, logits + static_cast<size_t>(r) * V, V, max,
-                 loss_scale / sum, local >= 0 && local < V ? local : -1, loss_scale,
-                 vectorized_write);
+                                    const float* exp_sum, const float* target_logit, int rows,
+                                    int V, int vocab_start, float loss_scale, bool vectorized_write,
+                                    LossSum loss_sum) {
+  double block_total = 0.0;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float max = row_max[r], sum = exp_sum[r];
+    if (threadIdx.x == 0) {
+      const float loss = __fsub_rn(logf(sum), __fsub_rn(target_logit[r], max));
+      losses[r] = loss;
+      block_total += loss;
+    }
+    if (dlogits == nullptr) continue;
+    const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
+    write_gradient(dlogits + static_cast<size_t>(r) * V, logits + static_cast<size_t>(r) * V, V,
+                   max, loss_scale / sum, local >= 0 && local < V ? local : -1, loss_scale,
+                   vectorized_write);
+  }
+  if (loss_sum.total != nullptr) add_to_loss_sum(loss_sum, block_total);
 }
 
 // The fused op's blocks: as many rows of row_bytes as half the L2 holds, at
@@ -227,7 +273,8 @@ int rows_in_flight(int rows, size_t row_bytes) {
   const DeviceLimits& device = device_limits();
   const size_t fit = device.l2_bytes / 2 / std::max<size_t>(row_bytes, 1);
   const size_t blocks = std::max(fit, static_cast<size_t>(device.multiprocessors));
-  return static_cast<int>(std::min(blocks, static_cast<size_t>(rows)));
+  return static_cast<int>(
+      std::min({blocks, static_cast<size_t>(rows), static_cast<size_t>(kSumOfSquaresBlocks)}));
 }
 
 // Rows of V storage elements starting at row_base take the 16-byte path.
@@ -240,7 +287,8 @@ bool vectorizable(DType storage, const void* row_base, int V) {
 
 void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const void* logits,
                            const int32_t* targets, int rows, int vocab, float loss_scale,
-                           unsigned long long* target_error, cudaStream_t stream) {
+                           const LossSum& sum, unsigned long long* target_error,
+                           cudaStream_t stream) {
   if (rows <= 0) return;
   const bool vectorized_read = vectorizable(storage, logits, vocab);
   // The write shares the read's thread mapping when dlogits aliases logits.
@@ -254,10 +302,10 @@ void softmax_cross_entropy(DType storage, float* losses, void* dlogits, const vo
     if (vectorized_read) {
       softmax_cross_entropy_kernel<T, true>
           <<<blocks, kThreads, 0, stream>>>(losses, gradient, input, targets, rows, vocab,
-                                            loss_scale, vectorized_write, target_error);
+                                            loss_scale, vectorized_write, sum, target_error);
     } else {
       softmax_cross_entropy_kernel<T, false><<<blocks, kThreads, 0, stream>>>(
-          losses, gradient, input, targets, rows, vocab, loss_scale, false, target_error);
+          losses, gradient, input, targets, rows, vocab, loss_scale, false, sum, target_error);
     }
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
@@ -299,15 +347,17 @@ void cross_entropy_shard_exp_sums(DType storage, float* exp_sum, const void* log
 void cross_entropy_shard_finish(DType storage, float* losses, void* dlogits, const void* logits,
                                 const int32_t* targets, const float* row_max, const float* exp_sum,
                                 const float* target_logit, int rows, int vocab_local,
-                                int vocab_start, float loss_scale, cudaStream_t stream) {
+                                int vocab_start, float loss_scale, const LossSum& sum,
+                                cudaStream_t stream) {
   if (rows <= 0) return;
+  const int blocks = std::min(rows, kSumOfSquaresBlocks);
   const bool vectorized_write = dlogits != nullptr && vectorizable(storage, dlogits, vocab_local) &&
                                 vectorizable(storage, logits, vocab_local);
   with_storage(storage, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    shard_finish_kernel<T><<<rows, kThreads, 0, stream>>>(
+    shard_finish_kernel<T><<<blocks, kThreads, 0, stream>>>(
         losses, static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, row_max, exp_sum,
-        target_logit, vocab_local, vocab_start, loss_scale, vectorized_write);
+        target_logit, rows, vocab_local, vocab_start, loss_scale, vectorized_write, sum);
   });
   PARAPLAN_CUDA_CHECK_LAUNCH();
 }

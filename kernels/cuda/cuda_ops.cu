@@ -102,6 +102,8 @@ class CudaOps final : public Ops {
       PARAPLAN_CUDA_CHECK(cudaMalloc(&target_errors_, 2 * sizeof(unsigned long long)));
       PARAPLAN_CUDA_CHECK(
           cudaMemsetAsync(target_errors_, 0xff, 2 * sizeof(unsigned long long), stream_));
+      PARAPLAN_CUDA_CHECK(cudaMalloc(&loss_ticket_, sizeof(unsigned int)));
+      PARAPLAN_CUDA_CHECK(cudaMemsetAsync(loss_ticket_, 0, sizeof(unsigned int), stream_));
       PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     } catch (...) {
       release();
@@ -179,7 +181,7 @@ class CudaOps final : public Ops {
 
   size_t internal_bytes() const override {
     return kWorkspaceBytes + scratch_->capacity() + (kSumOfSquaresBlocks + 1) * sizeof(double) +
-           2 * sizeof(unsigned long long) + adamw_runs_->device_bytes();
+           2 * sizeof(unsigned long long) + sizeof(unsigned int) + adamw_runs_->device_bytes();
   }
 
   void convert_from_float(void* out, const float* in, size_t n) override {
@@ -463,11 +465,11 @@ class CudaOps final : public Ops {
   // ---- loss (cuda_loss.cu) -------------------------------------------------------------------
 
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
-                             const int32_t* targets, int rows, int vocab,
-                             float loss_scale) override {
+                             const int32_t* targets, int rows, int vocab, float loss_scale,
+                             double* loss_sum) override {
     loss_vocab_ = vocab;  // for the deferred error's message
     cuda::softmax_cross_entropy(storage_, losses, dlogits, logits, targets, rows, vocab, loss_scale,
-                                target_errors_ + kFusedLossError, stream_);
+                                loss_sum_of(loss_sum), target_errors_ + kFusedLossError, stream_);
   }
 
   void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,
@@ -487,10 +489,11 @@ class CudaOps final : public Ops {
   void cross_entropy_shard_finish(float* losses, void* dlogits, const void* logits,
                                   const int32_t* targets, const float* row_max,
                                   const float* exp_sum, const float* target_logit, int rows,
-                                  int vocab_local, int vocab_start, float loss_scale) override {
+                                  int vocab_local, int vocab_start, float loss_scale,
+                                  double* loss_sum) override {
     cuda::cross_entropy_shard_finish(storage_, losses, dlogits, logits, targets, row_max, exp_sum,
                                      target_logit, rows, vocab_local, vocab_start, loss_scale,
-                                     stream_);
+                                     loss_sum_of(loss_sum), stream_);
   }
 
   // ---- optimizer ---------------------------------------------------------------------------
@@ -537,6 +540,12 @@ class CudaOps final : public Ops {
   }
 
  private:
+  // The loss kernels' folded sum into total (none where it is null), over the
+  // fixed-order sums' partials: every op is on stream_, so they are free.
+  cuda::LossSum loss_sum_of(double* total) const {
+    return total == nullptr ? cuda::LossSum{} : cuda::LossSum{total, sum_partials_, loss_ticket_};
+  }
+
   // A plain GEMM (no epilogue): cuBLASLt, else cublasGemmEx (storage-typed
   // A, B, C; fp32 alpha, beta and accumulation).
   void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
@@ -558,11 +567,13 @@ class CudaOps final : public Ops {
     lt_matmul_.reset();
     if (target_errors_ != nullptr) cudaFree(target_errors_);
     if (sum_partials_ != nullptr) cudaFree(sum_partials_);
+    if (loss_ticket_ != nullptr) cudaFree(loss_ticket_);
     if (cublas_ != nullptr) cublas_library().cublasDestroy(cublas_);
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     target_errors_ = nullptr;
     sum_partials_ = nullptr;
+    loss_ticket_ = nullptr;
     cublas_ = nullptr;
     workspace_ = nullptr;
     stream_ = nullptr;
@@ -584,6 +595,7 @@ class CudaOps final : public Ops {
   void* workspace_ = nullptr;
   double* sum_partials_ = nullptr;
   unsigned long long* target_errors_ = nullptr;  // kFusedLossError, kShardStatsError
+  unsigned int* loss_ticket_ = nullptr;          // the loss sum's (cuda::LossSum)
   int loss_vocab_ = 0;                           // the fused loss's last vocabulary size
 };
 

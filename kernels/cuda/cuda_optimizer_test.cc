@@ -56,7 +56,7 @@ TEST_P(CudaOptimizer, APendingTargetErrorLeavesEveryTensorUntilItIsReported) {
   const int32_t bad_target = 100;
   cuda->copy_from_host(targets, &bad_target, sizeof(bad_target));
   float* losses = buffers.upload(std::vector<float>(1, 0.0f));
-  cuda->softmax_cross_entropy(losses, nullptr, logits, targets, 1, 8, 1.0f);
+  cuda->softmax_cross_entropy(losses, nullptr, logits, targets, 1, 8, 1.0f, nullptr);
 
   const size_t n = 4096;
   float* master = buffers.upload(random_floats(n, 6));

@@ -104,7 +104,7 @@ class DecoderStage : public DecoderStageRegions {
                           param(decoder_layout_.head_weight()), nullptr, BT, C, V);
       tensor_parallel_.vocab_parallel_cross_entropy(
           losses(slot_index), training ? slot.logits : nullptr, slot.logits, targets(slot_index),
-          BT, V, decoder_layout_.vocab_start(), loss_scale);
+          BT, V, decoder_layout_.vocab_start(), loss_scale, loss_accumulator());
       parameters_used(decoder_layout_.final_norm_weight());
     }
   }

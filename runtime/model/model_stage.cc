@@ -104,9 +104,6 @@ void ModelStage::load_micro_batch(int slot, const int32_t* tokens, const int32_t
 
 void ModelStage::forward(int slot, float loss_scale, bool training) {
   run_forward(slot, loss_scale, training);
-  if (has_head())
-    ops_.accumulate_sum(loss_accumulator_, slot_tokens_[slot].losses,
-                        static_cast<size_t>(batch_) * sequence_length());
 }
 
 ModelStage::~ModelStage() {

@@ -195,8 +195,11 @@ class ModelStage {
   virtual const void* logits(int slot) const = 0;
 
  protected:
-  // The architecture's forward (forward() adds the losses afterwards).
+  // The architecture's forward; its loss op adds the slot's losses to
+  // loss_accumulator() (Ops::softmax_cross_entropy's loss_sum).
   virtual void run_forward(int slot, float loss_scale, bool training) = 0;
+  // Last stage: the one double of backend memory the losses are summed into.
+  double* loss_accumulator() { return loss_accumulator_; }
 
   // Allocates the parameter and gradient buffers (zeroed), each slot's tokens
   // and targets, and on the last stage each slot's per-token losses.

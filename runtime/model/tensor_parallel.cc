@@ -83,9 +83,11 @@ void TensorParallel::vocab_parallel_embedding_forward(void* out, const int32_t* 
 
 void TensorParallel::vocab_parallel_cross_entropy(float* losses, void* dlogits, const void* logits,
                                                   const int32_t* targets, int rows, int local_vocab,
-                                                  int vocab_start, float loss_scale) {
+                                                  int vocab_start, float loss_scale,
+                                                  double* loss_sum) {
   if (size() == 1) {
-    ops_.softmax_cross_entropy(losses, dlogits, logits, targets, rows, local_vocab, loss_scale);
+    ops_.softmax_cross_entropy(losses, dlogits, logits, targets, rows, local_vocab, loss_scale,
+                               loss_sum);
     return;
   }
   // Each shard's row statistics, combined across the group: the maximum, the
@@ -98,7 +100,8 @@ void TensorParallel::vocab_parallel_cross_entropy(float* losses, void* dlogits, 
   group_->all_reduce(row_exp_sum_, rows, ReduceOp::kSum);
   group_->all_reduce(row_target_logit_, rows, ReduceOp::kSum);
   ops_.cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max_, row_exp_sum_,
-                                  row_target_logit_, rows, local_vocab, vocab_start, loss_scale);
+                                  row_target_logit_, rows, local_vocab, vocab_start, loss_scale,
+                                  loss_sum);
 }
 
 }  // namespace paraplan

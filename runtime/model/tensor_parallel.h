@@ -98,11 +98,12 @@ class TensorParallel {
   // Per-row losses[rows] of softmax cross-entropy over the whole vocabulary,
   // from this rank's logits [rows, local_vocab]; when dlogits is not null,
   // the gradient of loss_scale * sum(losses) with respect to this rank's
-  // logits (dlogits may alias logits). A group of one runs the fused
-  // softmax_cross_entropy.
+  // logits (dlogits may alias logits); loss_sum (may be null) += the sum of
+  // the losses, in the loss op itself (Ops::softmax_cross_entropy). A group
+  // of one runs the fused softmax_cross_entropy.
   void vocab_parallel_cross_entropy(float* losses, void* dlogits, const void* logits,
                                     const int32_t* targets, int rows, int local_vocab,
-                                    int vocab_start, float loss_scale);
+                                    int vocab_start, float loss_scale, double* loss_sum);
 
  private:
   void require_sequence_parallel(const char* mapping) const;

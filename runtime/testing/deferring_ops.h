@@ -21,11 +21,11 @@ class DeferringOps final : public kernels::ForwardingOps {
   explicit DeferringOps(std::unique_ptr<kernels::Ops> inner) : ForwardingOps(std::move(inner)) {}
 
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
-                             const int32_t* targets, int rows, int vocab,
-                             float loss_scale) override {
+                             const int32_t* targets, int rows, int vocab, float loss_scale,
+                             double* loss_sum) override {
     defer([&] {
       ForwardingOps::softmax_cross_entropy(losses, dlogits, logits, targets, rows, vocab,
-                                           loss_scale);
+                                           loss_scale, loss_sum);
     });
   }
   void cross_entropy_shard_stats(float* row_max, float* target_logit, const void* logits,

@@ -61,13 +61,14 @@ class NoComputeOps final : public kernels::ForwardingOps {
                                 const void*, const int32_t*, const int32_t*, const int32_t*,
                                 const AttentionBlockShape&) override {}
   void copy_rows(void*, size_t, const void*, size_t, size_t, size_t) override {}
-  void softmax_cross_entropy(float*, void*, const void*, const int32_t*, int, int, float) override {
-  }
+  void softmax_cross_entropy(float*, void*, const void*, const int32_t*, int, int, float,
+                             double*) override {}
   void cross_entropy_shard_stats(float*, float*, const void*, const int32_t*, int, int,
                                  int) override {}
   void cross_entropy_shard_exp_sums(float*, const void*, const float*, int, int) override {}
   void cross_entropy_shard_finish(float*, void*, const void*, const int32_t*, const float*,
-                                  const float*, const float*, int, int, int, float) override {}
+                                  const float*, const float*, int, int, int, float,
+                                  double*) override {}
   void adamw(float*, void*, const void*, float*, float*, size_t,
              const kernels::AdamWStep&) override {}
   void adamw_float_gradients(float*, void*, const float*, float*, float*, size_t,
