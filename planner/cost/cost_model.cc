@@ -234,10 +234,25 @@ MemoryBreakdown stage_memory(const ModelConfig& model, const PlannerOptions& opt
                       counts);
 }
 
-StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const PlannerOptions& options,
+StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptions& options,
                                     bool has_embedding, bool has_head, int pipeline_rank,
                                     const ParallelShape& shape, int micro_batch_size,
                                     int num_micro_batches, bool document_mask) {
+  StageMemoryTerms terms = stage_shape_memory_terms(model, options, has_embedding, has_head, shape,
+                                                    micro_batch_size, document_mask);
+  const schema::ScheduleKind kind = options.pipeline_scheduler.value_or(default_schedule_kind());
+  terms.in_flight = in_flight_micro_batches(kind, pipeline_rank, shape.pipeline_stages,
+                                            num_micro_batches, terms.chunks);
+  if (splits_backward(kind) && options.is_train)
+    terms.weight_pending =
+        weight_pending_micro_batches(kind, pipeline_rank, shape.pipeline_stages, num_micro_batches);
+  return terms;
+}
+
+StageMemoryTerms stage_shape_memory_terms(const ModelConfig& whole_model,
+                                          const PlannerOptions& options, bool has_embedding,
+                                          bool has_head, const ParallelShape& shape,
+                                          int micro_batch_size, bool document_mask) {
   StageMemoryTerms terms;
   // The setting's kind (StageCostModel fixes it); unset, the one that runs
   // every setting.
@@ -291,11 +306,6 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& whole_model, const Planne
   if (document_mask) terms.per_chunk_extra += document_table_bytes(whole_model, micro_batch_size);
   terms.per_chunk_extra += has_head ? head_activation_bytes(model, micro_batch_size, t, sp)
                                     : stage_output_activation_bytes(model, micro_batch_size, t, sp);
-  terms.in_flight = in_flight_micro_batches(kind, pipeline_rank, shape.pipeline_stages,
-                                            num_micro_batches, terms.chunks);
-  if (zero_bubble && options.is_train)
-    terms.weight_pending =
-        weight_pending_micro_batches(kind, pipeline_rank, shape.pipeline_stages, num_micro_batches);
   for (const int layers : {1, 0}) {
     std::vector<int64_t> outputs =
         op_output_bytes(model, {0, layers, has_embedding, has_head, {}}, micro_batch_size, t, sp);

@@ -267,6 +267,13 @@ StageMemoryTerms stage_memory_terms(const ModelConfig& model, const PlannerOptio
                                     bool has_embedding, bool has_head, int pipeline_rank,
                                     const ParallelShape& shape, int micro_batch_size,
                                     int num_micro_batches, bool document_mask = false);
+// The same without the micro-batches in flight (in_flight 1, weight_pending
+// 0): what depends on the stage's shape alone, for a caller that counts
+// them itself (StageCostModel, from the schedules it caches).
+StageMemoryTerms stage_shape_memory_terms(const ModelConfig& model, const PlannerOptions& options,
+                                          bool has_embedding, bool has_head,
+                                          const ParallelShape& shape, int micro_batch_size,
+                                          bool document_mask = false);
 MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTerms& terms,
                              const RecomputeCounts& counts);
 // Its activations alone: the only part that changes with how a stage of a

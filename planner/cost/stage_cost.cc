@@ -83,12 +83,10 @@ void StageCostModel::set_shape_terms() const {
   const ModelConfig& model = config_->model;
   const ParallelShape& shape = setting_.shape;
   const int b = setting_.micro_batch_size, p = shape.pipeline_stages;
-  // (In flight at 2 p micro-batches, a shape every kind runs, quick to count
-  // and shared by many settings; set_in_flight counts the setting's.)
-  const int counted = 2 * p;
+  // (set_in_flight counts the micro-batches in flight.)
   const auto terms_of = [&](bool first, bool last) {
-    return stage_memory_terms(model, options_, first, last, first ? 0 : p - 1, shape, b, counted,
-                              config_->data.document_mask);
+    return stage_shape_memory_terms(model, options_, first, last, shape, b,
+                                    config_->data.document_mask);
   };
   // (The V kinds: the first holds the head too, the last is a middle one.)
   const bool v_shape = v_shaped(setting_.schedule.kind);

@@ -221,7 +221,7 @@ void StageCostModel::set_zero_three_gathers() {
 
 bool StageCostModel::gathers_parameters(int pipeline_rank, int num_layers) const {
   return shards_parameters(setting_.zero_stage) &&
-         (num_layers > 0 || memory_terms().at(pipeline_rank).zero_two.streamed_ends > 0);
+         (num_layers > 0 || shape_terms().at(pipeline_rank).zero_two.streamed_ends > 0);
 }
 
 StageCostModel::GatherPass StageCostModel::gather_pass(int pipeline_rank, bool backward) const {
@@ -324,7 +324,7 @@ double StageCostModel::zero_two_scatters(int pipeline_rank, int num_layers, doub
   // buckets are the units, not [training] gradient_bucket_size.
   // (Each model chunk makes its own units: zero_memory.h.)
   const int64_t units =
-      memory_terms().at(pipeline_rank).zero_two.block_units(num_layers) + tail.streamed_ends;
+      shape_terms().at(pipeline_rank).zero_two.block_units(num_layers) + tail.streamed_ends;
   const double last = exposed_reduction_seconds(
       streamed, config_->cluster.overlap_communication ? static_cast<int>(units) : 1,
       backward_seconds);

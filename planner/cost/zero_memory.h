@@ -105,12 +105,17 @@ struct ZeroTwoGradients {
     const int n = std::max(blocks, 0);
     return n / chunks + (c < n % chunks ? 1 : 0);
   }
+  // f over the chunks' block counts, summed: n % chunks chunks of one block
+  // more than the rest (the search asks millions of times: no loop).
+  template <typename PerChunk>
+  int64_t over_chunks(int blocks, PerChunk f) const {
+    const int n = std::max(blocks, 0), longer = n % chunks;
+    return longer * f(n / chunks + 1) + (chunks - longer) * f(n / chunks);
+  }
   // The units `blocks` blocks make, and n blocks' unit padded.
   int64_t block_units(int blocks) const {
-    int64_t units = 0;
-    for (int c = 0; c < chunks; ++c)
-      units += (int64_t{chunk_blocks(blocks, c)} + layers_per_unit - 1) / layers_per_unit;
-    return units;
+    return over_chunks(blocks,
+                       [&](int n) { return (int64_t{n} + layers_per_unit - 1) / layers_per_unit; });
   }
   int64_t padded_blocks(int n) const { return padded_to_shard_unit(block_elements * n, group); }
   // The pool's slots with `blocks` blocks: 2, or under split backward one
@@ -135,12 +140,11 @@ struct ZeroTwoGradients {
   }
   // The rank's gradient shard: every unit's chunk.
   int64_t shard_elements(int blocks) const {
-    int64_t padded = ends_padded;
-    for (int c = 0; c < chunks; ++c) {
-      const int n = chunk_blocks(blocks, c), left = n % layers_per_unit;
-      padded += n / layers_per_unit * unit_padded + (left > 0 ? padded_blocks(left) : 0);
-    }
-    return padded / group;
+    const int64_t padded = over_chunks(blocks, [&](int n) {
+      const int left = n % layers_per_unit;
+      return n / layers_per_unit * unit_padded + (left > 0 ? padded_blocks(left) : 0);
+    });
+    return (padded + ends_padded) / group;
   }
   // Everything, in bytes for a storage dtype of element_bytes: resident
   // units, the pool and, under a dtype narrower than fp32, the resident
