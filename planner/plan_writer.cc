@@ -11,6 +11,7 @@
 #include "common/data_list.h"
 #include "planner/cost/model_counts.h"
 #include "planner/cost/profile.h"
+#include "schema/pipeline_layout.h"
 #include "schema/plan_io.h"
 #include "schema/zero_stages.h"
 #include "schema/zero_units.h"
@@ -43,7 +44,7 @@ std::vector<StageLayout> virtual_stage_layouts(const std::vector<StageLayout>& r
     const StageLayout& rank = ranks[r];
     int taken = 0;
     for (int c = 0; c < v; ++c) {
-      const int n = rank.num_layers / v + (c < rank.num_layers % v ? 1 : 0);
+      const int n = chunk_layers(rank.num_layers, v, c);
       StageLayout& chunk = out[pipeline.virtual_stage(r, c)];
       chunk.num_layers = n;
       chunk.recompute.assign(rank.recompute.begin() + taken, rank.recompute.begin() + taken + n);

@@ -21,6 +21,13 @@ inline bool v_shaped(schema::ScheduleKind kind) {
   return is_schedule_kind(kind) && schedule_kind_traits(kind).v_shaped();
 }
 
+// The layers chunk c of a rank of rank_layers holds: an equal share, the
+// earlier chunks one more where chunks does not divide them (so rank_layers
+// % chunks chunks hold one layer more than the rest).
+inline int chunk_layers(int rank_layers, int chunks, int c) {
+  return rank_layers / chunks + (c < rank_layers % chunks ? 1 : 0);
+}
+
 class PipelineLayout {
  public:
   PipelineLayout() = default;

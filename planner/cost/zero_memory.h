@@ -40,6 +40,7 @@
 #include <cstdint>
 
 #include "planner/job/job_config.h"
+#include "schema/pipeline_layout.h"
 #include "schema/zero_stages.h"
 
 namespace paraplan {
@@ -100,13 +101,11 @@ struct ZeroTwoGradients {
   int64_t streamed_largest = 0;  // the largest streamed end unit, padded (0: none)
   int streamed_ends = 0;         // streamed end units
   int64_t ends_padded = 0;       // every end unit, padded, summed
-  // The blocks of chunk c of a rank of `blocks`.
-  int chunk_blocks(int blocks, int c) const {
-    const int n = std::max(blocks, 0);
-    return n / chunks + (c < n % chunks ? 1 : 0);
-  }
-  // f over the chunks' block counts, summed: n % chunks chunks of one block
-  // more than the rest (the search asks millions of times: no loop).
+  // The blocks of chunk c of a rank of `blocks` (schema/pipeline_layout.h).
+  int chunk_blocks(int blocks, int c) const { return chunk_layers(std::max(blocks, 0), chunks, c); }
+  // f over the chunks' block counts, summed: chunk_layers gives n % chunks
+  // chunks one block more than the rest (the search asks millions of times:
+  // no loop).
   template <typename PerChunk>
   int64_t over_chunks(int blocks, PerChunk f) const {
     const int n = std::max(blocks, 0), longer = n % chunks;
