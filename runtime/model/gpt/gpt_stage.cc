@@ -99,11 +99,13 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
   // The down-projection's input gradient goes through GELU at once (one
   // pass, no tensor for the GELU output's gradient); its weight and bias
-  // gradients as any linear layer's.
-  ops_.linear_backward_gelu(fch_gradient_, row_parallel_output_gradient(), param(w.mlp_down_weight),
-                            a.fch, BT, F, C);
-  linear_backward(nullptr, w.mlp_down_weight, w.mlp_down_bias, row_parallel_output_gradient(),
-                  a.fch_gelu, param(w.mlp_down_weight), BT, F, C, kOverwrite);
+  // gradients as any linear layer's. Both read the output gradient, gathered
+  // once with sequence parallelism (the planner counts one gather).
+  const void* mlp_output_gradient = row_parallel_output_gradient();
+  ops_.linear_backward_gelu(fch_gradient_, mlp_output_gradient, param(w.mlp_down_weight), a.fch, BT,
+                            F, C);
+  linear_backward(nullptr, w.mlp_down_weight, w.mlp_down_bias, mlp_output_gradient, a.fch_gelu,
+                  param(w.mlp_down_weight), BT, F, C, kOverwrite);
   linear_backward(norm_gradient_, w.mlp_up_weight, w.mlp_up_bias, fch_gradient_,
                   column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F, kOverwrite);
   // Each rank held a partial input gradient.
