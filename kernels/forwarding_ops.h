@@ -111,6 +111,11 @@ class ForwardingOps : public Ops {
     inner_->linear_backward_gelu(dpre_gelu, dout, weight, pre_gelu, rows, in_features,
                                  out_features);
   }
+  void linear_weight_gradients(void* dweight, void* dbias, const void* dout, const void* inp,
+                               int rows, int in_features, int out_features) override {
+    inner_->linear_weight_gradients(dweight, dbias, dout, inp, rows, in_features, out_features);
+  }
+  void join_weight_gradients() override { inner_->join_weight_gradients(); }
   void gelu_forward(void* out, const void* inp, size_t n) override {
     inner_->gelu_forward(out, inp, n);
   }

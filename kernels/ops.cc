@@ -41,6 +41,12 @@ void Ops::linear_backward_gelu(void* dpre_gelu, const void* dout, const void* we
                 GradientWrite::kOverwrite);
 }
 
+void Ops::linear_weight_gradients(void* dweight, void* dbias, const void* dout, const void* inp,
+                                  int rows, int in_features, int out_features) {
+  linear_backward(nullptr, dweight, dbias, dout, inp, nullptr, rows, in_features, out_features,
+                  GradientWrite::kAccumulate);
+}
+
 float clip_scale(double sum_of_squares, float max_norm) {
   if (max_norm <= 0) return 1.0f;
   const double factor = max_norm / (std::sqrt(sum_of_squares) + 1e-6);

@@ -244,6 +244,21 @@ class Ops {
                                     const void* pre_gelu, int rows, int in_features,
                                     int out_features);
 
+  // ---- weight gradients beside the backward ------------------------------------------
+  // A linear layer's weight and bias gradients (linear_backward with dinp
+  // null: dweight += dout^T @ inp, dbias += sum_rows dout; dbias may be
+  // null) queued where they may run beside the ops that follow: the CUDA
+  // backend puts them on a second stream, after every op queued before the
+  // call, so they fill the GPU beside memory-bound kernels. Until the next
+  // join_weight_gradients() no op may write dout or inp, or read or write
+  // dweight or dbias; after it every op sees them done, as do synchronize()
+  // and copy_to_host(). The default runs them at once (the CPU backend, whose
+  // ops finish before returning; the same bits either way).
+  virtual void linear_weight_gradients(void* dweight, void* dbias, const void* dout,
+                                       const void* inp, int rows, int in_features,
+                                       int out_features);
+  virtual void join_weight_gradients() {}
+
   // ---- elementwise -----------------------------------------------------------------------
   // GELU, tanh approximation (as GPT-2).
   virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;

@@ -14,7 +14,9 @@
 // add of an output projection run inside the GEMMs (cuBLASLt GELU_AUX_BIAS,
 // DGELU, the C operand); PARAPLAN_CUDA_FUSED_GEMMS=0 runs them as kernels
 // of their own (the before of a before/after, or a cuBLASLt that
-// misbehaves). The variables are read once, when the Ops object is made.
+// misbehaves). And the weight gradients beside the backward: on a second
+// stream by default; PARAPLAN_CUDA_OVERLAP=0 keeps them on the ops' stream.
+// The variables are read once, when the Ops object is made.
 // The op set itself is in cuda_ops.cu.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -55,6 +57,18 @@ bool fused_gemms_allowed() {
   throw std::runtime_error("PARAPLAN_CUDA_FUSED_GEMMS='" + text +
                            "' is not understood; use 1 (GELU and residual adds inside the GEMMs, "
                            "the default) or 0 (as kernels of their own)");
+}
+
+// PARAPLAN_CUDA_OVERLAP: unset, 1, on -> a second stream; 0, off -> in line.
+bool overlap_allowed() {
+  const char* value = std::getenv("PARAPLAN_CUDA_OVERLAP");
+  if (value == nullptr) return true;
+  const std::string text(value);
+  if (text.empty() || text == "1" || text == "on") return true;
+  if (text == "0" || text == "off") return false;
+  throw std::runtime_error("PARAPLAN_CUDA_OVERLAP='" + text +
+                           "' is not understood; use 1 (weight gradients on a second stream, "
+                           "the default) or 0 (on the ops' stream)");
 }
 
 }  // namespace
@@ -112,7 +126,8 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
       device % count, storage,
       {.allow_tf32 = tf32_allowed(),
        .attention = cuda::parse_attention_setting(std::getenv("PARAPLAN_CUDA_ATTENTION")),
-       .fused_gemms = fused_gemms_allowed()});
+       .fused_gemms = fused_gemms_allowed(),
+       .overlap_weight_gradients = overlap_allowed()});
 }
 
 }  // namespace paraplan::kernels

@@ -82,6 +82,8 @@ struct CudaOpsSettings {
   // PARAPLAN_CUDA_ATTENTION: cuDNN's SDPA or paraplan's kernels (attention_choice.h)
   AttentionSetting attention = AttentionSetting::kAuto;
   bool fused_gemms = true;  // PARAPLAN_CUDA_FUSED_GEMMS: GELU, residuals in the GEMMs
+  // PARAPLAN_CUDA_OVERLAP: weight gradients on a second stream (cuda_gemm_lane.cuh)
+  bool overlap_weight_gradients = true;
 };
 
 // The device's name and PCI bus id (cuda_device.cu).

@@ -1,7 +1,10 @@
 // cuda_ops.cu: the CUDA backend of the op set in kernels/ops.h: the Ops class
-// (one stream, a cuBLAS and a cuBLASLt handle bound to it, one storage dtype),
+// (one stream with its GEMM lane, cuda_gemm_lane.cuh; one storage dtype),
 // memory, dispatch to the kernels of the other .cu files, and the linear
-// layers' GEMMs.
+// layers' GEMMs. The weight gradients queued with linear_weight_gradients
+// run on a second stream, ordered by events: after everything queued before
+// them, and joined where the caller says (PARAPLAN_CUDA_OVERLAP=0 runs them
+// in line, the before of a before/after).
 //
 // Storage: fp32 or bf16, fixed when the object is made; every kernel launcher
 // takes the dtype and instantiates its kernels for float or __nv_bfloat16
@@ -47,19 +50,13 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_gemm.cuh"
+#include "kernels/cuda/cuda_gemm_lane.cuh"
 #include "kernels/cuda/cuda_kernels.cuh"
 #include "kernels/cuda/cuda_optimizer.cuh"
 #include "kernels/cuda/cuda_upload.cuh"
 #include "kernels/ops.h"
 
 namespace paraplan::kernels::cuda {
-
-namespace {
-
-// cuBLASLt workspace (llm.c's size; enough for every split-K configuration).
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
-}  // namespace
 
 class CudaOps final : public Ops {
  public:
@@ -73,27 +70,9 @@ class CudaOps final : public Ops {
       scratch_ = std::make_unique<DeviceScratch>(stream_);
       attention_ =
           std::make_unique<AttentionDispatch>(storage_, settings.attention, stream_, *scratch_);
-      const bool bf16 = storage_ == DType::kBFloat16;
-      data_type_ = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-      // TF32 concerns fp32 inputs only; bf16 inputs run on tensor cores with fp32 accumulation.
-      compute_type_ =
-          !bf16 && settings.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      PARAPLAN_CUBLAS_CHECK(cublas_library().cublasCreate(&cublas_));
-      PARAPLAN_CUBLAS_CHECK(cublas_library().cublasSetStream(cublas_, stream_));
-      PARAPLAN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-      PARAPLAN_CUBLAS_CHECK(
-          cublas_library().cublasSetWorkspace(cublas_, workspace_, kWorkspaceBytes));
-      PARAPLAN_CUBLAS_CHECK(
-          cublas_library().cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
-      // Strict mode must not let CUBLAS_COMPUTE_32F drop to TF32 via the math
-      // mode; bf16 outputs must not be reduced in bf16 (one rounding per output).
-      const int math_mode =
-          (!bf16 && settings.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
-          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
-      PARAPLAN_CUBLAS_CHECK(
-          cublas_library().cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
-      lt_matmul_ = std::make_unique<LtMatmul>(data_type_, compute_type_, bf16, workspace_,
-                                              kWorkspaceBytes, stream_);
+      lane_ = std::make_unique<GemmLane>(stream_, storage_, settings.allow_tf32, *scratch_);
+      if (settings.overlap_weight_gradients)
+        side_ = std::make_unique<WeightGradientStream>(storage_, settings.allow_tf32);
       uploads_ = std::make_unique<PinnedUploads>(stream_);
       adamw_runs_ = std::make_unique<AdamWRunTable>();
       // The partials of the fixed-order sums, and one more double: the
@@ -137,6 +116,7 @@ class CudaOps final : public Ops {
 
   void copy_to_host(void* host_destination, const void* source, size_t bytes) override {
     if (bytes == 0) return;
+    join_weight_gradients();  // ops.h: the host sees them done
     PARAPLAN_CUDA_CHECK(
         cudaMemcpyAsync(host_destination, source, bytes, cudaMemcpyDefault, stream_));
     PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -164,7 +144,10 @@ class CudaOps final : public Ops {
     PARAPLAN_CUDA_CHECK(cudaMemsetAsync(x, 0, bytes, stream_));
   }
 
-  void synchronize() override { PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    join_weight_gradients();
+    PARAPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   void check_deferred_errors() override {
     unsigned long long errors[2];
@@ -180,7 +163,8 @@ class CudaOps final : public Ops {
   }
 
   size_t internal_bytes() const override {
-    return kWorkspaceBytes + scratch_->capacity() + (kSumOfSquaresBlocks + 1) * sizeof(double) +
+    return GemmLane::workspace_bytes() + (side_ ? side_->internal_bytes() : 0) +
+           scratch_->capacity() + (kSumOfSquaresBlocks + 1) * sizeof(double) +
            2 * sizeof(unsigned long long) + sizeof(unsigned int) + adamw_runs_->device_bytes();
   }
 
@@ -295,9 +279,9 @@ class CudaOps final : public Ops {
       return;
     }
     if (bias != nullptr && is_aligned16(bias) &&
-        lt_matmul_->run(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight,
+        lane_->lt().run(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight,
                         in_features, inp, in_features, out, out_features, 0.0f,
-                        CUBLASLT_EPILOGUE_BIAS, bias, data_type_)) {
+                        CUBLASLT_EPILOGUE_BIAS, bias, lane_->data_type())) {
       return;
     }
     float beta = 0.0f;
@@ -306,15 +290,15 @@ class CudaOps final : public Ops {
       broadcast_rows(storage_, out, bias, rows, out_features, stream_);
       beta = 1.0f;
     }
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
-         in_features, out, out_features, beta);
+    lane_->gemm(CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, weight, in_features, inp,
+                in_features, out, out_features, beta);
   }
 
   // The fused linear layers (cuda_gemm.cuh), else the ops one by one.
   void linear_residual_forward(void* out, const void* inp, const void* weight, const void* bias,
                                const void* residual, int rows, int in_features,
                                int out_features) override {
-    if (fused_gemms_ && lt_matmul_->linear_residual(out, inp, weight, bias, residual, rows,
+    if (fused_gemms_ && lane_->lt().linear_residual(out, inp, weight, bias, residual, rows,
                                                     in_features, out_features))
       return;
     Ops::linear_residual_forward(out, inp, weight, bias, residual, rows, in_features, out_features);
@@ -322,14 +306,14 @@ class CudaOps final : public Ops {
   void linear_gelu_forward(void* pre_gelu, void* out, const void* inp, const void* weight,
                            const void* bias, int rows, int in_features, int out_features) override {
     if (fused_gemms_ &&
-        lt_matmul_->linear_gelu(pre_gelu, out, inp, weight, bias, rows, in_features, out_features))
+        lane_->lt().linear_gelu(pre_gelu, out, inp, weight, bias, rows, in_features, out_features))
       return;
     Ops::linear_gelu_forward(pre_gelu, out, inp, weight, bias, rows, in_features, out_features);
   }
   void linear_backward_gelu(void* dpre_gelu, const void* dout, const void* weight,
                             const void* pre_gelu, int rows, int in_features,
                             int out_features) override {
-    if (fused_gemms_ && lt_matmul_->linear_dgelu(dpre_gelu, dout, weight, pre_gelu, rows,
+    if (fused_gemms_ && lane_->lt().linear_dgelu(dpre_gelu, dout, weight, pre_gelu, rows,
                                                  in_features, out_features))
       return;
     Ops::linear_backward_gelu(dpre_gelu, dout, weight, pre_gelu, rows, in_features, out_features);
@@ -345,33 +329,24 @@ class CudaOps final : public Ops {
     }
     if (rows <= 0 || out_features <= 0) return;
     if (dinp != nullptr && in_features > 0) {
-      gemm(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight, in_features, dout,
-           out_features, dinp, in_features, overwrite ? 0.0f : 1.0f);
+      lane_->gemm(CUBLAS_OP_N, CUBLAS_OP_N, in_features, rows, out_features, weight, in_features,
+                  dout, out_features, dinp, in_features, overwrite ? 0.0f : 1.0f);
     }
-    bool dbias_done = dbias == nullptr;
-    if (dweight != nullptr && in_features > 0) {
-      bool fused = false;
-      if (!dbias_done) {
-        // The epilogue writes (not adds) the column sums of dout: into fp32 scratch.
-        float* bias_gradient =
-            static_cast<float*>(scratch_->get(static_cast<size_t>(out_features) * sizeof(float)));
-        fused = lt_matmul_->run(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp,
-                                in_features, dout, out_features, dweight, in_features, 1.0f,
-                                CUBLASLT_EPILOGUE_BGRADB, bias_gradient, CUDA_R_32F);
-        if (fused) {
-          accumulate_float(storage_, dbias, bias_gradient, static_cast<size_t>(out_features),
-                           stream_);
-          dbias_done = true;
-        }
-      }
-      if (!fused) {
-        gemm(CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, rows, inp, in_features, dout,
-             out_features, dweight, in_features, 1.0f);
-      }
+    lane_->weight_gradients(dweight, dbias, dout, inp, rows, in_features, out_features);
+  }
+
+  // On the second stream (cuda_gemm_lane.cuh), or on this one with
+  // PARAPLAN_CUDA_OVERLAP=0.
+  void linear_weight_gradients(void* dweight, void* dbias, const void* dout, const void* inp,
+                               int rows, int in_features, int out_features) override {
+    if (side_) {
+      side_->run(stream_, dweight, dbias, dout, inp, rows, in_features, out_features);
+    } else {
+      lane_->weight_gradients(dweight, dbias, dout, inp, rows, in_features, out_features);
     }
-    if (!dbias_done) {
-      column_sums_accumulate(storage_, dbias, dout, rows, out_features, *scratch_, stream_);
-    }
+  }
+  void join_weight_gradients() override {
+    if (side_) side_->join(stream_);
   }
 
   // ---- elementwise (cuda_elementwise.cu) -------------------------------------------------
@@ -546,36 +521,22 @@ class CudaOps final : public Ops {
     return total == nullptr ? cuda::LossSum{} : cuda::LossSum{total, sum_partials_, loss_ticket_};
   }
 
-  // A plain GEMM (no epilogue): cuBLASLt, else cublasGemmEx (storage-typed
-  // A, B, C; fp32 alpha, beta and accumulation).
-  void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* a,
-            int lda, const void* b, int ldb, void* d, int ldd, float beta) {
-    if (lt_matmul_->run(transa, transb, m, n, k, a, lda, b, ldb, d, ldd, beta)) return;
-    const float alpha = 1.0f;
-    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasGemmEx(
-        cublas_, transa, transb, m, n, k, &alpha, a, data_type_, lda, b, data_type_, ldb, &beta, d,
-        data_type_, ldd, compute_type_, CUBLAS_GEMM_DEFAULT));
-  }
-
   // Frees everything; safe on a partly constructed object; never throws.
   void release() noexcept {
+    side_.reset();  // waits for its stream
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     attention_.reset();  // cuDNN's handle and graphs, before the stream
     scratch_.reset();
     adamw_runs_.reset();
     uploads_.reset();
-    lt_matmul_.reset();
+    lane_.reset();
     if (target_errors_ != nullptr) cudaFree(target_errors_);
     if (sum_partials_ != nullptr) cudaFree(sum_partials_);
     if (loss_ticket_ != nullptr) cudaFree(loss_ticket_);
-    if (cublas_ != nullptr) cublas_library().cublasDestroy(cublas_);
-    if (workspace_ != nullptr) cudaFree(workspace_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     target_errors_ = nullptr;
     sum_partials_ = nullptr;
     loss_ticket_ = nullptr;
-    cublas_ = nullptr;
-    workspace_ = nullptr;
     stream_ = nullptr;
   }
 
@@ -586,13 +547,11 @@ class CudaOps final : public Ops {
   std::unique_ptr<DeviceScratch> scratch_;
   // cuDNN's SDPA or the own kernels, per shape (PARAPLAN_CUDA_ATTENTION).
   std::unique_ptr<AttentionDispatch> attention_;
-  cudaDataType_t data_type_ = CUDA_R_32F;  // of every GEMM operand: the storage dtype
-  cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
-  cublasHandle_t cublas_ = nullptr;
-  std::unique_ptr<LtMatmul> lt_matmul_;  // the cached cuBLASLt configurations
+  std::unique_ptr<GemmLane> lane_;  // this stream's GEMMs
+  // The weight gradients beside the backward (PARAPLAN_CUDA_OVERLAP); null: on stream_.
+  std::unique_ptr<WeightGradientStream> side_;
   std::unique_ptr<PinnedUploads> uploads_;
   std::unique_ptr<AdamWRunTable> adamw_runs_;  // the optimizer's runs, on the device
-  void* workspace_ = nullptr;
   double* sum_partials_ = nullptr;
   unsigned long long* target_errors_ = nullptr;  // kFusedLossError, kShardStatsError
   unsigned int* loss_ticket_ = nullptr;          // the loss sum's (cuda::LossSum)

@@ -211,6 +211,9 @@ class DecoderStage : public DecoderStageRegions {
     for (int layer = stage.num_layers - 1; layer >= 0; --layer) {
       const void* input = block_input(slot, layer);
       Activations acts = slot.blocks[layer];
+      // Recomputation rewrites the shared scratch that the later block's
+      // queued weight gradients read.
+      if (recompute_[layer] != RecomputeMode::None) ops_.join_weight_gradients();
       if (recompute_[layer] == RecomputeMode::Selective) {
         // The attention core's output from the saved inputs (shared scratch):
         // bitwise what the forward computed.
@@ -231,6 +234,11 @@ class DecoderStage : public DecoderStageRegions {
       }
     }
     recomputed_layer_ = false;
+    // Everything this backward queued is done before the stage's buffers
+    // are handed on: the input gradient sent, the next micro-batch's
+    // backward rewriting the scratch, the embedding's gradient (a tied
+    // head's) added to.
+    ops_.join_weight_gradients();
     if (stage.has_embedding) {
       if (deferring_ != nullptr) {
         // residual_gradient_ is also the gradient sent to no one here, but
@@ -263,26 +271,34 @@ class DecoderStage : public DecoderStageRegions {
         output_gradient_per_slot_(options.output_gradient_per_slot),
         context_ring_(options.context_ring) {}
 
-  // A linear layer's backward (kernels/ops.h): dinp now, written as
-  // dinp_write says; dweight and dbias (accumulated) now, or inside
-  // backward_input recorded for backward_weight, with copies of what later
-  // backwards overwrite: dout (gradient scratch, unless dout_kept: the slot's
-  // own) and, in a recomputed block or gathered by sequence parallelism, inp
-  // (shared scratch). What a recorded step reads otherwise lives in the slot
-  // until backward_weight.
+  // A linear layer's backward (kernels/ops.h) in two halves, so a block can
+  // place each where it overlaps best. The input gradient: dinp now, written
+  // as dinp_write says.
+  void linear_input_gradient(void* dinp, const void* dout, const void* weight, int rows,
+                             int in_features, int out_features, kernels::GradientWrite dinp_write) {
+    if (dinp == nullptr) return;
+    ops_.linear_backward(dinp, nullptr, nullptr, dout, nullptr, weight, rows, in_features,
+                         out_features, dinp_write);
+  }
+  // The weight and bias gradients (accumulated): queued beside the ops that
+  // follow (ops.h linear_weight_gradients: the caller joins before anything
+  // writes dout or inp), or inside backward_input recorded for
+  // backward_weight, with copies of what later backwards overwrite: dout
+  // (gradient scratch, unless dout_kept: the slot's own) and, in a
+  // recomputed block or gathered by sequence parallelism, inp (shared
+  // scratch). What a recorded step reads otherwise lives in the slot until
+  // backward_weight.
   // dweight, dbias: the gradients' offsets (kNoBias: none), resolved by
   // grad() when the op is queued: a deferred one in backward_weight, as the
   // storage of a unit may move once it was released (ZeRO-2).
-  void linear_backward(void* dinp, size_t dweight, size_t dbias, const void* dout, const void* inp,
-                       const void* weight, int rows, int in_features, int out_features,
-                       kernels::GradientWrite dinp_write, bool dout_kept = false) {
+  void linear_weight_gradients(size_t dweight, size_t dbias, const void* dout, const void* inp,
+                               int rows, int in_features, int out_features,
+                               bool dout_kept = false) {
     if (deferring_ == nullptr) {
-      ops_.linear_backward(dinp, grad(dweight), dbias == kNoBias ? nullptr : grad(dbias), dout, inp,
-                           weight, rows, in_features, out_features, dinp_write);
+      ops_.linear_weight_gradients(grad(dweight), dbias == kNoBias ? nullptr : grad(dbias), dout,
+                                   inp, rows, in_features, out_features);
       return;
     }
-    ops_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, rows, in_features, out_features,
-                         dinp_write);
     DeferredStep step;
     step.kind = DeferredStep::kLinear;
     step.dweight = dweight;
@@ -296,6 +312,14 @@ class DecoderStage : public DecoderStageRegions {
     step.in_features = in_features;
     step.out_features = out_features;
     deferring_->steps.push_back(step);
+  }
+  // Both halves: the weight gradients first, so they wait for nothing the
+  // input gradient's GEMM adds.
+  void linear_backward(void* dinp, size_t dweight, size_t dbias, const void* dout, const void* inp,
+                       const void* weight, int rows, int in_features, int out_features,
+                       kernels::GradientWrite dinp_write, bool dout_kept = false) {
+    linear_weight_gradients(dweight, dbias, dout, inp, rows, in_features, out_features, dout_kept);
+    linear_input_gradient(dinp, dout, weight, rows, in_features, out_features, dinp_write);
   }
 
   // A backward op's input gradient that starts a new gradient (every block's
@@ -465,6 +489,7 @@ class DecoderStage : public DecoderStageRegions {
       step.final_from = from;
       deferring_->steps.push_back(step);
     } else if (gradients_final_from) {
+      ops_.join_weight_gradients();  // the reduction reads them
       gradients_final_from(from);
     }
   }

@@ -66,7 +66,7 @@ class DecoderStageRegions : public ModelStage {
   // gathered into sequence_full_.
   const void* column_parallel_input(const void* norm_output) {
     if (!tensor_parallel_.sequence_parallel()) return norm_output;
-    tensor_parallel_.gather_from_sequence_parallel_region(norm_output, sequence_full_,
+    tensor_parallel_.gather_from_sequence_parallel_region(norm_output, sequence_full_for_writing(),
                                                           local_rows_ * d_model());
     return sequence_full_;
   }
@@ -86,7 +86,7 @@ class DecoderStageRegions : public ModelStage {
   // partial output [BT, C] for `out` [local, C]: out itself, summed in place
   // by g, or sequence_full_, reduce-scattered into out.
   void* row_parallel_output(void* out) {
-    return tensor_parallel_.sequence_parallel() ? sequence_full_ : out;
+    return tensor_parallel_.sequence_parallel() ? sequence_full_for_writing() : out;
   }
   void reduce_row_parallel_output(void* out) {
     if (!tensor_parallel_.sequence_parallel()) {
@@ -122,8 +122,8 @@ class DecoderStageRegions : public ModelStage {
   // backward_weight).
   const void* row_parallel_output_gradient(const void* gradient) {
     if (!tensor_parallel_.sequence_parallel()) return gradient;
-    tensor_parallel_.reduce_scatter_to_sequence_parallel_region_backward(gradient, sequence_full_,
-                                                                         local_rows_ * d_model());
+    tensor_parallel_.reduce_scatter_to_sequence_parallel_region_backward(
+        gradient, sequence_full_for_writing(), local_rows_ * d_model());
     return sequence_full_;
   }
   // Runs a norm's backward, backward(d_weight, d_bias), accumulating the
@@ -164,10 +164,19 @@ class DecoderStageRegions : public ModelStage {
       if (add_positions) add_positions(out);
       return;
     }
-    ops_.token_embedding_forward(sequence_full_, tokens(slot), param(table_offset), rows(),
-                                 decoder_layout_.vocab_start(), decoder_layout_.local_vocab(), C);
+    ops_.token_embedding_forward(sequence_full_for_writing(), tokens(slot), param(table_offset),
+                                 rows(), decoder_layout_.vocab_start(),
+                                 decoder_layout_.local_vocab(), C);
     if (add_positions && tensor_parallel_.adds_row_parallel_bias()) add_positions(sequence_full_);
     reduce_row_parallel_output(out);
+  }
+
+  // sequence_full_, about to be overwritten: weight gradients queued beside
+  // the backward (kernels/ops.h linear_weight_gradients) may still read what
+  // it holds (a gathered gradient or norm output), so they are joined first.
+  void* sequence_full_for_writing() {
+    ops_.join_weight_gradients();
+    return sequence_full_;
   }
 
   const DecoderLayout& decoder_layout_;

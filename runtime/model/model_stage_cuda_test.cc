@@ -8,7 +8,8 @@
 // and on failure dumped by kernels/testing/tensor_compare.h), in TF32 and in
 // strict fp32 GEMM mode, and in bf16 mixed precision against the CPU
 // backend's bf16 storage; and on CUDA, recomputation gives bitwise the
-// gradients of no recomputation (the runtime relies on it). Skips, visibly,
+// gradients of no recomputation (the runtime relies on it), and the weight
+// gradients on the second stream bitwise those in line. Skips, visibly,
 // without a GPU.
 #include <gtest/gtest.h>
 
@@ -64,18 +65,37 @@ TransformerConfig tiny_config(Architecture architecture) {
   return config;
 }
 
-std::unique_ptr<kernels::Ops> make_cuda(bool tf32,
-                                        kernels::DType dtype = kernels::DType::kFloat32) {
-  const char* saved = std::getenv("PARAPLAN_CUDA_TF32");
-  const std::string saved_value = saved != nullptr ? saved : "";
-  setenv("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0", 1);
-  std::unique_ptr<kernels::Ops> ops = kernels::make_cuda_ops(0, dtype);
-  if (saved != nullptr) {
-    setenv("PARAPLAN_CUDA_TF32", saved_value.c_str(), 1);
-  } else {
-    unsetenv("PARAPLAN_CUDA_TF32");
+// Sets an environment variable for its lifetime, then puts back what was there.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    const char* saved = std::getenv(name);
+    if (saved != nullptr) saved_ = saved;
+    had_ = saved != nullptr;
+    setenv(name, value, 1);
   }
-  return ops;
+  ~ScopedVariable() {
+    if (had_) {
+      setenv(name_, saved_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+  std::string saved_;
+  bool had_ = false;
+};
+
+// overlap false: the weight gradients in line (PARAPLAN_CUDA_OVERLAP=0).
+std::unique_ptr<kernels::Ops> make_cuda(bool tf32, kernels::DType dtype = kernels::DType::kFloat32,
+                                        bool overlap = true) {
+  const ScopedVariable precision("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0");
+  const ScopedVariable second_stream("PARAPLAN_CUDA_OVERLAP", overlap ? "1" : "0");
+  return kernels::make_cuda_ops(0, dtype);
 }
 
 struct StepResult {
@@ -218,6 +238,27 @@ TEST_P(StageCuda, RecomputationGivesBitwiseTheSameGradientsOnCuda) {
       expect_same_gradients(GetParam(), recomputed.gradients, none.gradients,
                             name + " gradients recompute modes " + std::to_string(int(modes[0])) +
                                 "," + std::to_string(int(modes[1])));
+    }
+  }
+}
+
+// The weight gradients on the second stream (kernels/ops.h
+// linear_weight_gradients, joined where the stage says) are bitwise the same
+// step in line, with and without recomputation (which joins before it
+// rewrites the shared scratch).
+TEST_P(StageCuda, WeightGradientsBesideTheBackwardAreBitwiseInLine) {
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> overlapped = make_cuda(true, dtype, true);
+    std::unique_ptr<kernels::Ops> in_line = make_cuda(true, dtype, false);
+    const std::string name =
+        std::string(architecture_name(GetParam())) + " " + kernels::dtype_name(dtype);
+    for (auto modes :
+         {no_recompute(), std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
+      const StepResult side = step(*overlapped, modes), line = step(*in_line, modes);
+      EXPECT_EQ(side.mean_loss, line.mean_loss);
+      expect_same_gradients(
+          GetParam(), side.gradients, line.gradients,
+          name + " second stream vs in line, recompute " + std::to_string(int(modes[0])));
     }
   }
 }

@@ -14,109 +14,17 @@
 #include "kernels/ops.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/architecture.h"
+#include "runtime/model/backward_step_test_support.h"
 #include "runtime/model/model_stage.h"
 #include "runtime/testing/mpi_test_support.h"
 
 namespace paraplan {
 namespace {
 
-constexpr int kMicroBatches = 3;
-
-TransformerConfig split_config(Architecture architecture) {
-  TransformerConfig config;
-  config.architecture = architecture;
-  config.tied_embeddings = architecture == Architecture::kGpt2;
-  config.vocab_size = 12;
-  config.seq_len = 6;
-  config.num_layers = 3;
-  config.d_model = 8;
-  config.num_heads = 2;
-  config.num_kv_heads = architecture == Architecture::kLlama ? 2 : 0;
-  config.ffn_size = 12;
-  config.init_std = 0.3f;
-  return config;
-}
-
-// What one step of the three micro-batches leaves: the gradient buffer, the
-// stage input's gradient after each micro-batch's backward (a stage without
-// the embedding) and the offsets gradients_final_from was told.
-struct StepResult {
-  std::vector<float> gradients;
-  std::vector<std::vector<float>> input_gradients;
-  std::vector<size_t> final_from;
-};
-
-StepResult run_step(const TransformerConfig& config, const StageSpec& spec,
-                    std::vector<RecomputeMode> recompute, Communicator* tensor_group, bool split) {
-  const int tensor_size = tensor_group ? tensor_group->size() : 1;
-  const int tensor_rank = tensor_group ? tensor_group->rank() : 0;
-  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
-  MemoryTracker memory(*ops);
-  std::unique_ptr<ParameterLayout> layout =
-      make_parameter_layout(config, spec, tensor_rank, tensor_size);
-  ModelStageOptions options{.micro_batch_size = 2,
-                            .num_slots = kMicroBatches,
-                            .recompute = std::move(recompute),
-                            .tensor_group = tensor_size > 1 ? tensor_group : nullptr};
-  std::unique_ptr<ModelStage> stage = make_model_stage(*layout, *ops, memory, options);
-  std::vector<float> initial(layout->num_elements());
-  layout->initialize(initial.data(), 7);
-  stage->load_parameters(initial.data(), initial.size());
-
-  const int BT = 2 * config.seq_len;
-  const size_t activation = stage->activation_elements();
-  for (int mb = 0; mb < kMicroBatches; ++mb) {
-    for (int i = 0; i < BT; ++i) {
-      stage->tokens(mb)[i] = (mb * 5 + i * 7) % config.vocab_size;
-      stage->targets(mb)[i] = (mb * 3 + i * 2 + 1) % config.vocab_size;
-    }
-    if (!spec.has_embedding) {
-      const std::vector<float> input = testing::random_values<float>(mb, activation, 1);
-      ops->copy_from_host(stage->input(mb), input.data(), activation * sizeof(float));
-    }
-    stage->forward(mb, 0.05f);
-  }
-  StepResult result;
-  const auto record = [&result](size_t offset) { result.final_from.push_back(offset); };
-  const auto backward = [&](int mb) {
-    if (!spec.has_head) {
-      const std::vector<float> gradient = testing::random_values<float>(mb, activation, 2);
-      ops->copy_from_host(stage->output_gradient(mb), gradient.data(), activation * sizeof(float));
-    }
-    const bool last = mb == kMicroBatches - 1;
-    if (split) {
-      stage->backward_input(mb);
-    } else if (last) {
-      stage->backward(mb, record);
-    } else {
-      stage->backward(mb);
-    }
-    if (!spec.has_embedding) {
-      std::vector<float> gradient(activation);
-      ops->copy_to_host(gradient.data(), stage->input_gradient(), activation * sizeof(float));
-      result.input_gradients.push_back(gradient);
-    }
-  };
-  if (split) {
-    // Bi0 Bi1 W0 Bi2 W1 W2: each W after a later micro-batch's B.
-    backward(0);
-    backward(1);
-    stage->backward_weight(0);
-    backward(2);
-    stage->backward_weight(1);
-    stage->backward_weight(2, record);
-  } else {
-    for (int mb = 0; mb < kMicroBatches; ++mb) backward(mb);
-  }
-  result.gradients.resize(layout->num_elements());
-  stage->read_gradients(result.gradients.data(), result.gradients.size());
-  return result;
-}
-
 class SplitBackward : public ::testing::TestWithParam<Architecture> {};
 
 TEST_P(SplitBackward, InputThenWeightIsBitwiseBackward) {
-  const TransformerConfig config = split_config(GetParam());
+  const TransformerConfig config = testing::small_decoder_config(GetParam());
   const std::vector<StageSpec> specs = {{0, config.num_layers, true, true}, {1, 2, false, false}};
   const std::vector<std::vector<RecomputeMode>> recomputes = {
       {RecomputeMode::None, RecomputeMode::None, RecomputeMode::None},
@@ -132,8 +40,10 @@ TEST_P(SplitBackward, InputThenWeightIsBitwiseBackward) {
     for (const StageSpec& spec : specs) {
       for (const std::vector<RecomputeMode>& recompute : recomputes) {
         std::vector<RecomputeMode> modes(recompute.begin(), recompute.begin() + spec.num_layers);
-        const StepResult whole = run_step(config, spec, modes, &group, false);
-        const StepResult split = run_step(config, spec, modes, &group, true);
+        const testing::StepResult whole =
+            testing::run_step(config, spec, modes, &group, testing::BackwardMode::kWhole);
+        const testing::StepResult split =
+            testing::run_step(config, spec, modes, &group, testing::BackwardMode::kSplit);
         const std::string where = "tensor " + std::to_string(tensor_size) + " layers from " +
                                   std::to_string(spec.first_layer) + " recompute " +
                                   std::to_string(static_cast<int>(modes[0]));
@@ -154,7 +64,7 @@ TEST_P(SplitBackward, InputThenWeightIsBitwiseBackward) {
 }
 
 TEST_P(SplitBackward, RefusesAWeightGradientWithoutItsInputGradient) {
-  const TransformerConfig config = split_config(GetParam());
+  const TransformerConfig config = testing::small_decoder_config(GetParam());
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
   MemoryTracker memory(*ops);
   std::unique_ptr<ParameterLayout> layout =

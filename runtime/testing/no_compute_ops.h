@@ -39,6 +39,7 @@ class NoComputeOps final : public kernels::ForwardingOps {
   void linear_gelu_forward(void*, void*, const void*, const void*, const void*, int, int,
                            int) override {}
   void linear_backward_gelu(void*, const void*, const void*, const void*, int, int, int) override {}
+  void linear_weight_gradients(void*, void*, const void*, const void*, int, int, int) override {}
   void gelu_forward(void*, const void*, size_t) override {}
   void gelu_backward(void*, const void*, const void*, size_t, kernels::GradientWrite) override {}
   void residual_forward(void*, const void*, const void*, size_t) override {}

@@ -98,36 +98,46 @@ void GptStage::block_backward(int local_layer, const void* input, const Acts& a)
 
   // MLP branch: output = residual2 + down(gelu(up(ln2(residual2)))).
   // The down-projection's input gradient goes through GELU at once (one
-  // pass, no tensor for the GELU output's gradient); its weight and bias
-  // gradients as any linear layer's. Both read the output gradient, gathered
-  // once with sequence parallelism (the planner counts one gather).
+  // pass, no tensor for the GELU output's gradient). Both halves read the
+  // output gradient, gathered once with sequence parallelism (the planner
+  // counts one gather).
   const void* mlp_output_gradient = row_parallel_output_gradient();
+  linear_weight_gradients(w.mlp_down_weight, w.mlp_down_bias, mlp_output_gradient, a.fch_gelu, BT,
+                          F, C);
   ops_.linear_backward_gelu(fch_gradient_, mlp_output_gradient, param(w.mlp_down_weight), a.fch, BT,
                             F, C);
-  linear_backward(nullptr, w.mlp_down_weight, w.mlp_down_bias, mlp_output_gradient, a.fch_gelu,
-                  param(w.mlp_down_weight), BT, F, C, kOverwrite);
-  linear_backward(norm_gradient_, w.mlp_up_weight, w.mlp_up_bias, fch_gradient_,
-                  column_parallel_input(a.ln2), param(w.mlp_up_weight), BT, C, F, kOverwrite);
+  linear_input_gradient(norm_gradient_, fch_gradient_, param(w.mlp_up_weight), BT, C, F,
+                        kOverwrite);
   // Each rank held a partial input gradient.
   const void* ln2_gradient = column_parallel_input_gradient();
+  // ln2's backward adds into dresidual, which the down projection's weight
+  // gradients read: they finish first. The up projection's are queued after
+  // it, so they run beside the attention branch's input gradients.
+  ops_.join_weight_gradients();
   norm_weight_gradients(w.ln2_weight, w.ln2_bias, [&](void* dweight, void* dbias) {
     ops_.layernorm_backward(dresidual, dweight, dbias, ln2_gradient, a.residual2,
                             param(w.ln2_weight), a.ln2_mean, a.ln2_rstd, local, C);
   });
+  linear_weight_gradients(w.mlp_up_weight, w.mlp_up_bias, fch_gradient_,
+                          column_parallel_input(a.ln2), BT, C, F);
 
   // Attention branch: residual2 = input + proj(attention(qkv(ln1(input)))).
-  linear_backward(atty_gradient_, w.attn_proj_weight, w.attn_proj_bias,
-                  row_parallel_output_gradient(), a.atty, param(w.attn_proj_weight), BT, A, C,
-                  kOverwrite);
+  const void* attention_output_gradient = row_parallel_output_gradient();
+  linear_backward(atty_gradient_, w.attn_proj_weight, w.attn_proj_bias, attention_output_gradient,
+                  a.atty, param(w.attn_proj_weight), BT, A, C, kOverwrite);
   attention_backward(qkv_gradient_, attention_scratch_, atty_gradient_, a.qkv, a.atty, a.logsumexp,
                      layout_.local_heads(), layout_.local_heads(), config.head_dim());
-  linear_backward(norm_gradient_, w.qkv_weight, w.qkv_bias, qkv_gradient_,
-                  column_parallel_input(a.ln1), param(w.qkv_weight), BT, C, 3 * A, kOverwrite);
+  linear_input_gradient(norm_gradient_, qkv_gradient_, param(w.qkv_weight), BT, C, 3 * A,
+                        kOverwrite);
   const void* ln1_gradient = column_parallel_input_gradient();
+  // As for ln2: the projection's weight gradients read dresidual.
+  ops_.join_weight_gradients();
   norm_weight_gradients(w.ln1_weight, w.ln1_bias, [&](void* dweight, void* dbias) {
     ops_.layernorm_backward(dresidual, dweight, dbias, ln1_gradient, input, param(w.ln1_weight),
                             a.ln1_mean, a.ln1_rstd, local, C);
   });
+  linear_weight_gradients(w.qkv_weight, w.qkv_bias, qkv_gradient_, column_parallel_input(a.ln1), BT,
+                          C, 3 * A);
 }
 
 void GptStage::embedding_forward(int slot, void* out) {

@@ -103,17 +103,24 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
   void* dresidual = residual_gradient_;  // d(block output) on entry, d(input) on exit
 
   // MLP branch: output = residual + down(swiglu(gate_up(norm(residual)))).
+  // The joins and the order of the weight gradients as in GptStage: each
+  // branch's norm backward adds into dresidual, which the row-parallel
+  // layer's weight gradients read; the column-parallel layer's are queued
+  // after it, beside the next branch.
   linear_backward(hidden_gradient_, w.down, kNoBias, row_parallel_output_gradient(), a.hidden,
                   param(w.down), BT, F, C, kOverwrite);
   ops_.swiglu_backward(gate_up_gradient_, a.gate_up, hidden_gradient_, BT, F, kOverwrite);
-  linear_backward(norm_gradient_, w.gate_up, kNoBias, gate_up_gradient_,
-                  column_parallel_input(a.mlp_norm), param(w.gate_up), BT, C, 2 * F, kOverwrite);
+  linear_input_gradient(norm_gradient_, gate_up_gradient_, param(w.gate_up), BT, C, 2 * F,
+                        kOverwrite);
   // Each rank held a partial input gradient.
   const void* mlp_norm_gradient = column_parallel_input_gradient();
+  ops_.join_weight_gradients();
   norm_weight_gradients(w.mlp_norm, kNoBias, [&](void* dweight, void*) {
     ops_.rmsnorm_backward(dresidual, dweight, mlp_norm_gradient, a.residual, param(w.mlp_norm),
                           a.mlp_rstd, local, C);
   });
+  linear_weight_gradients(w.gate_up, kNoBias, gate_up_gradient_, column_parallel_input(a.mlp_norm),
+                          BT, C, 2 * F);
 
   // Attention branch: residual = input + o(attention(rope(qkv(norm(input))))).
   linear_backward(attention_gradient_, w.attention_out, kNoBias, row_parallel_output_gradient(),
@@ -123,13 +130,15 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
                      layout_.head_dim());
   // d(rotated q, k) -> d(q, k), in place.
   rotate(qkv_gradient_, /*backward=*/true);
-  linear_backward(norm_gradient_, w.qkv, kNoBias, qkv_gradient_,
-                  column_parallel_input(a.attention_norm), param(w.qkv), BT, C, Q, kOverwrite);
+  linear_input_gradient(norm_gradient_, qkv_gradient_, param(w.qkv), BT, C, Q, kOverwrite);
   const void* attention_norm_gradient = column_parallel_input_gradient();
+  ops_.join_weight_gradients();
   norm_weight_gradients(w.attention_norm, kNoBias, [&](void* dweight, void*) {
     ops_.rmsnorm_backward(dresidual, dweight, attention_norm_gradient, input,
                           param(w.attention_norm), a.attention_rstd, local, C);
   });
+  linear_weight_gradients(w.qkv, kNoBias, qkv_gradient_, column_parallel_input(a.attention_norm),
+                          BT, C, Q);
 }
 
 void LlamaStage::rotate(void* qkv, bool backward) {
