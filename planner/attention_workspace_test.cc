@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/cost/model_counts.h"
 #include "planner/cost/plan_estimate.h"
 #include "planner/planner_test_support.h"
 
@@ -46,13 +47,17 @@ TEST(AttentionWorkspace, ABf16GpuPlanCountsCudnnsWorkspaceOnce) {
   // About 217 MiB: the 16-bit dP of B 8 x H 12 x 1024 x 1024 and the rest.
   const int64_t workspace = cudnn_sdpa_workspace_bytes(8, 1024, 12, 64, true);
   // Transient is the op-output peak (or the gradient scratch) plus the
-  // workspace, once for the stage's 4 blocks; nothing else moves.
-  EXPECT_EQ(bf16.transient, cpu.transient + static_cast<uint64_t>(workspace));
+  // workspace, once for the stage's 4 blocks, and the GEMM lanes' two
+  // workspaces (any GPU preset); nothing else moves.
+  const uint64_t gemm = static_cast<uint64_t>(gemm_workspace_bytes("h100-sxm"));
+  EXPECT_EQ(gemm, uint64_t{64} << 20);
+  EXPECT_EQ(bf16.transient, cpu.transient + static_cast<uint64_t>(workspace) + gemm);
   EXPECT_EQ(bf16.activations, cpu.activations);
   EXPECT_EQ(bf16.weights, cpu.weights);
-  // fp32 stays on paraplan's kernels: no workspace on the GPU preset either.
+  // fp32 stays on paraplan's kernels: no attention workspace on the GPU
+  // preset either, only the GEMMs'.
   EXPECT_EQ(memory(gpt2("h100-sxm", "float32")).transient,
-            memory(gpt2("cpu", "float32")).transient);
+            memory(gpt2("cpu", "float32")).transient + gemm);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "planner/cost/model_counts.h"
 #include "planner/plan_writer.h"
 #include "planner/search/exhaustive_solver.h"
 #include "planner/search/ilp_solver.h"
@@ -94,8 +95,11 @@ JobConfig random_job(std::mt19937& rng) {
   const double need =
       static_cast<double>(stage_memory(config.model, loose, whole, 0, {1, 1, 1}, 1, 1).total());
   const double scale = std::pow(10.0, std::uniform_real_distribution<double>(-1.0, 0.4)(rng));
+  // Plus what a GPU preset holds whatever the plan (the GEMM workspaces),
+  // so the limit binds on the plan's own terms there too.
+  const double fixed = static_cast<double>(gemm_workspace_bytes(config.cluster.preset));
   apply_override(config, "planner.memory_constraint",
-                 std::to_string(need * scale / (1024.0 * 1024 * 1024)));
+                 std::to_string((need * scale + fixed) / (1024.0 * 1024 * 1024)));
   return config;
 }
 

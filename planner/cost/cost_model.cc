@@ -378,7 +378,8 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   // The op outputs' peak, or the gradient scratch the stage keeps if larger.
   // Interleaved: every chunk's stage keeps its own gradient scratch. What the
   // runtime allocates of it: the scratch, the ring's and cuDNN's workspace.
-  const double attention_workspace = static_cast<double>(terms.attention_workspace);
+  const double attention_workspace =
+      static_cast<double>(terms.attention_workspace + terms.gemm_workspace);
   const double workspace =
       terms.workspace * chunks + terms.ring_workspace * chunks + attention_workspace;
   memory.transient =

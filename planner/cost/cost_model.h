@@ -38,7 +38,8 @@
 //   the gradient scratch the runtime's stage keeps (model_counts.h) if larger;
 //   plus, on a GPU preset in bf16, cuDNN's SDPA workspace, which the CUDA Ops
 //   keep once the first attention ran on cuDNN (model_counts.h
-//   cudnn_attention_workspace_bytes).
+//   cudnn_attention_workspace_bytes), and on any GPU preset the CUDA
+//   backend's two GEMM workspaces (gemm_workspace_bytes, 64 MiB).
 #pragma once
 
 #include <cstdint>
@@ -260,6 +261,9 @@ struct StageMemoryTerms {
   // beside the transient peak, once per rank: set by StageCostModel from the
   // cluster (a GPU preset); 0 here.
   int64_t attention_workspace = 0;
+  // The CUDA backend's GEMM workspaces (model_counts.h gemm_workspace_bytes),
+  // the same way.
+  int64_t gemm_workspace = 0;
 };
 // document_mask: each in-flight micro-batch's documents table, and the ring's
 // workspace even without a ring (context_parallel_cost.h).

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/attention_workspace.h"
+#include "common/gemm_workspace.h"
 
 namespace paraplan {
 
@@ -151,6 +152,10 @@ int64_t cudnn_attention_workspace_bytes(const ModelConfig& model, const std::str
     return 0;
   const int64_t local_heads = std::max<int64_t>(1, int64_t{model.num_heads} / tensor_parallel);
   return cudnn_sdpa_workspace_bytes(micro_batch_size, model.seq_len, local_heads, d, is_train);
+}
+
+int64_t gemm_workspace_bytes(const std::string& cluster_preset) {
+  return cluster_preset == "cpu" ? 0 : kGemmLanes * kGemmLaneWorkspaceBytes;
 }
 
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

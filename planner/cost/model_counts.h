@@ -101,6 +101,11 @@ int64_t cudnn_attention_workspace_bytes(const ModelConfig& model, const std::str
                                         int micro_batch_size, int tensor_parallel,
                                         int context_parallel, bool document_mask, bool is_train);
 
+// The CUDA backend's GEMM workspaces on one device (common/gemm_workspace.h:
+// one per lane, two lanes), held for the whole run: a GPU cluster preset's;
+// 0 for "cpu", so CPU plans are unchanged.
+int64_t gemm_workspace_bytes(const std::string& cluster_preset);
+
 // The sizes of the op outputs one block's forward writes, per device (with
 // sequence parallelism the norms' outputs are token shards).
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

@@ -194,5 +194,13 @@ TEST(ModelCounts, CudnnAttentionWorkspaceOnlyWhereCudnnRuns) {
             cudnn_sdpa_workspace_bytes(1, 8192, 4, 128, true));
 }
 
+// The GEMM lanes' workspaces: 2 x 32 MiB on every GPU preset, whatever the
+// dtype; none on the CPU backend.
+TEST(ModelCounts, GemmWorkspacesOnGpuPresetsOnly) {
+  EXPECT_EQ(gemm_workspace_bytes("h100-sxm"), int64_t{64} << 20);
+  EXPECT_EQ(gemm_workspace_bytes("a100-80g"), int64_t{64} << 20);
+  EXPECT_EQ(gemm_workspace_bytes("cpu"), 0);
+}
+
 }  // namespace
 }  // namespace paraplan

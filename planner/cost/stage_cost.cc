@@ -101,7 +101,11 @@ void StageCostModel::set_shape_terms() const {
   const int64_t attention_workspace = cudnn_attention_workspace_bytes(
       model, config_->cluster.preset, b, shape.tensor_parallel, shape.context_parallel,
       config_->data.document_mask, options_.is_train);
-  for (StageMemoryTerms& terms : memory_terms_) terms.attention_workspace = attention_workspace;
+  const int64_t gemm_workspace = gemm_workspace_bytes(config_->cluster.preset);
+  for (StageMemoryTerms& terms : memory_terms_) {
+    terms.attention_workspace = attention_workspace;
+    terms.gemm_workspace = gemm_workspace;
+  }
   // NCCL's buffers: a constant of the mesh per pipeline rank (the first and
   // last hold the embedding group; a ring of 2 has half the links).
   const NcclDeviceDefaults device = nccl_device_defaults(config_->cluster.preset);

@@ -190,16 +190,18 @@ TEST(StageCostTest, MemoryFromCountsEqualsTheLayerByLayerModel) {
       layout.recompute.push_back(static_cast<RecomputeMode>(rng() % 3));
     PlannerOptions options = config.planner;
     options.zero_stage = setting.zero_stage;
-    // Plus NCCL's buffers and cuDNN's attention workspace (bf16, head_dim
-    // 128 on the A100 preset), which the layer-by-layer model (no cluster)
-    // has not.
+    // Plus NCCL's buffers, cuDNN's attention workspace (bf16, head_dim 128
+    // on the A100 preset) and the GEMM lanes' workspaces, which the
+    // layer-by-layer model (no cluster) has not.
     const MemoryBreakdown memory = costs.memory(rank, count_recompute(layout));
     EXPECT_GT(memory.communicator_buffers, 0u);
     const int64_t attention_workspace = cudnn_attention_workspace_bytes(
         config.model, config.cluster.preset, setting.micro_batch_size,
         setting.shape.tensor_parallel, 1, false, true);
     EXPECT_GT(attention_workspace, 0);
-    EXPECT_EQ(memory.total() - memory.communicator_buffers - attention_workspace,
+    EXPECT_EQ(gemm_workspace_bytes(config.cluster.preset), 64 << 20);  // two 32 MiB lanes
+    EXPECT_EQ(memory.total() - memory.communicator_buffers - attention_workspace -
+                  gemm_workspace_bytes(config.cluster.preset),
               stage_memory(config.model, options, layout, rank, setting.shape,
                            setting.micro_batch_size, setting.num_micro_batches)
                   .total());
