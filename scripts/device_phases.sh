@@ -297,8 +297,26 @@ phase_bench() {
     fi
     LLMC=$llmc bench_run "$dir" "$mode" "$mode_batches" "$limit" "$extra" $bench
   done
+  bench_switches "$dir" "$first" $bench
   tail -4 "$dir/compile.log"
   bench_runs_ok "$dir" "$batches" '^llmc absent '
+}
+
+# bench_switches DIR B COMMAND...: the before of each before/after, paraplan's
+# replay again at micro-batch B with each of SWITCHES ("VAR=VALUE ...", e.g.
+# "PARAPLAN_CUDA_OVERLAP=0 PARAPLAN_CUDA_FUSED_GEMMS=0"; none by default), in
+# DIR/switch_<VAR>_<VALUE>/ with the switch in switch.txt and its record in
+# its own runs.txt (device_states.py judges each as a paraplan run).
+bench_switches() {
+  local dir=$1 b=$2 switch sub
+  shift 2
+  for switch in ${SWITCHES:-}; do
+    sub=$dir/switch_${switch//=/_}
+    mkdir -p "$sub"
+    echo "$switch" >"$sub/switch.txt"
+    OUT=$sub MODES=paraplan BATCHES=$b timeout 60 env "$switch" "$@" >"$sub/paraplan.log" 2>&1
+    echo "paraplan exit $? batches $b" >"$sub/runs.txt"
+  done
 }
 
 # bench_run DIR MODE BATCHES LIMIT EXTRA COMMAND...: one mode of a bench script

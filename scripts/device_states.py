@@ -10,6 +10,7 @@ status follows. The states (ok, failed, flaky, timeout, absent, none ran, not
 run) are described in device_summary.py's docstring and scripts/README.md.
 Standard library only.
 """
+import glob
 import math
 import os
 import re
@@ -221,7 +222,17 @@ def phase_findings(work, phase):
 
 
 def judge_bench(work):
-    return judge_runs(os.path.join(work, "bench"), BENCH_RUNS)
+    """The bench's runs, and paraplan's replay again under each of SWITCHES
+    (device_phases.sh bench_switches: switch_*/ with its own runs.txt), named
+    "paraplan VAR=VALUE"."""
+    folder = os.path.join(work, "bench")
+    _, note, subs = judge_runs(folder, BENCH_RUNS)
+    for sub in sorted(glob.glob(os.path.join(folder, "switch_*"))):
+        switch = (read(os.path.join(sub, "switch.txt")) or os.path.basename(sub)).strip()
+        _, _, switch_subs = judge_runs(sub, BENCH_RUNS[:1])
+        subs += [("paraplan " + switch, sub_state, sub_note)
+                 for _, sub_state, sub_note in switch_subs]
+    return worst([sub_state for _, sub_state, _ in subs]), note, subs
 
 
 # The llama phase's runs: paraplan's replay and torch.compile (samples/llama_1b/bench.sh).

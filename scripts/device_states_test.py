@@ -262,6 +262,25 @@ class States(unittest.TestCase):
                                                     "compile": "not run", "llmc": "not run"})
         self.assertEqual(self.state("bench"), "timeout")
 
+    def test_bench_switches_are_judged_and_compared_with_the_default(self):
+        self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": self.OURS, "b8.eager.json": self.TORCH,
+                                        "b8.compile.json": self.TORCH})
+        # device_phases.sh bench_switches: one ran, one left no figures.
+        self.file("bench/switch_PARAPLAN_CUDA_OVERLAP_0/switch.txt", "PARAPLAN_CUDA_OVERLAP=0\n")
+        self.file("bench/switch_PARAPLAN_CUDA_OVERLAP_0/runs.txt", "paraplan exit 0 batches 8\n")
+        self.file("bench/switch_PARAPLAN_CUDA_OVERLAP_0/b8.paraplan.json",
+                  json.dumps(dict(self.OURS, tokens_per_second_measured=240000.0)))
+        self.assertEqual(self.sub_states("bench")["paraplan PARAPLAN_CUDA_OVERLAP=0"], "ok")
+        self.assertEqual(self.state("bench"), "ok")
+        self.assertIn("paraplan PARAPLAN_CUDA_OVERLAP=0 ok        B=8 240,000 tokens/s",
+                      self.table())
+        self.file("bench/switch_PARAPLAN_CUDA_FUSED_GEMMS_0/switch.txt",
+                  "PARAPLAN_CUDA_FUSED_GEMMS=0\n")
+        self.file("bench/switch_PARAPLAN_CUDA_FUSED_GEMMS_0/runs.txt", "paraplan exit 1 batches 8\n")
+        self.assertEqual(self.sub_states("bench")["paraplan PARAPLAN_CUDA_FUSED_GEMMS=0"], "failed")
+        self.assertEqual(self.state("bench"), "failed")
+        self.assertEqual(self.verdict(), "not ok")
+
     def test_bench_a_replay_off_the_plan_is_a_finding_not_a_failure(self):
         slow = dict(self.OURS, step_seconds={"predicted": 0.100, "measured": 0.1073})
         self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": slow, "b8.eager.json": self.TORCH,

@@ -251,8 +251,27 @@ def bench(work):
             if parts:
                 details.append("  B=%d stage %s ms measured/predicted: %s" % (
                     b, stage.get("stage"), ", ".join(parts)))
-    lines += peers(folder, batches)
+    lines += peers(folder, batches) + switches(folder)
     return lines + details + failed_runs(folder, ("paraplan", "eager", "compile", "llmc"))
+
+
+def switches(folder):
+    """The before of each before/after: paraplan's replay under each of
+    SWITCHES (device_phases.sh bench_switches) against the default run at the
+    same micro-batch, in one call on one card."""
+    lines = []
+    for sub in sorted(glob.glob(os.path.join(folder, "switch_*"))):
+        switch = (read(os.path.join(sub, "switch.txt")) or os.path.basename(sub)).strip()
+        for b in micro_batches(sub):
+            default = (load_json(os.path.join(folder, "b%d.paraplan.json" % b)) or {}).get(
+                "tokens_per_second_measured")
+            switched = (load_json(os.path.join(sub, "b%d.paraplan.json" % b)) or {}).get(
+                "tokens_per_second_measured")
+            gain = default / switched if default and switched else None
+            lines.append("  B=%d with %s: %s tokens/s; the default %s (%sx)" % (
+                b, switch, fmt(switched, ",.0f"), fmt(default, ",.0f"), fmt(gain, ".3f")))
+    return ["before/after, paraplan's replay (the default against each switch):"] + lines \
+        if lines else []
 
 
 def failed_runs(folder, modes):

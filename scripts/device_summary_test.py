@@ -122,6 +122,20 @@ class MadeUpWindow(unittest.TestCase):
         self.assertAlmostEqual(results["a"]["max_abs_diff"], 1e-3, places=9)
         self.assertEqual(results["b"]["verdict"], "non-finite device loss")
 
+    def test_each_switch_against_the_default(self):
+        bench = os.path.join(self.work, "bench")
+        write(os.path.join(bench, "b8.paraplan.json"),
+              json.dumps({"tokens_per_second_measured": 300000.0}))
+        switch = os.path.join(bench, "switch_PARAPLAN_CUDA_OVERLAP_0")
+        write(os.path.join(switch, "switch.txt"), "PARAPLAN_CUDA_OVERLAP=0\n")
+        write(os.path.join(switch, "b8.paraplan.json"),
+              json.dumps({"tokens_per_second_measured": 240000.0}))
+        self.assertEqual(device_summary.switches(bench), [
+            "before/after, paraplan's replay (the default against each switch):",
+            "  B=8 with PARAPLAN_CUDA_OVERLAP=0: 240,000 tokens/s; the default 300,000 (1.250x)"])
+        self.assertIn("  B=8 with PARAPLAN_CUDA_OVERLAP=0: 240,000 tokens/s; the default 300,000 "
+                      "(1.250x)", device_summary.bench(self.work))
+
     def test_a_phase_not_run_says_so(self):
         for section in (device_summary.tests, device_summary.sanitizer, device_summary.losses,
                         device_summary.bench, device_summary.llama, device_summary.breakdown):
