@@ -59,7 +59,6 @@ inline StepResult run_step(const TransformerConfig& config, const StageSpec& spe
   const int tensor_rank = tensor_group ? tensor_group->rank() : 0;
   const bool split = mode == BackwardMode::kSplit;
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1);
-  kernels::Ops* direct = ops.get();  // reads past the held weight gradients
   DelayedWeightGradientOps* delayed = nullptr;
   if (mode == BackwardMode::kDelayedWeightGradients) {
     auto wrapped = std::make_unique<DelayedWeightGradientOps>(std::move(ops));
@@ -81,24 +80,25 @@ inline StepResult run_step(const TransformerConfig& config, const StageSpec& spe
 
   const int BT = 2 * config.seq_len;
   const size_t activation = stage->activation_elements();
-  for (int mb = 0; mb < kMicroBatches; ++mb) {
+  // Micro-batch `sample` of the step into slot mb.
+  const auto forward = [&](int mb, int sample) {
     for (int i = 0; i < BT; ++i) {
-      stage->tokens(mb)[i] = (mb * 5 + i * 7) % config.vocab_size;
-      stage->targets(mb)[i] = (mb * 3 + i * 2 + 1) % config.vocab_size;
+      stage->tokens(mb)[i] = (sample * 5 + i * 7) % config.vocab_size;
+      stage->targets(mb)[i] = (sample * 3 + i * 2 + 1) % config.vocab_size;
     }
     if (!spec.has_embedding) {
-      const std::vector<float> input = random_values<float>(mb, activation, 1);
+      const std::vector<float> input = random_values<float>(sample, activation, 1);
       ops->copy_from_host(stage->input(mb), input.data(), activation * sizeof(float));
     }
     stage->forward(mb, 0.05f);
-  }
+  };
+  for (int mb = 0; mb < kMicroBatches; ++mb) forward(mb, mb);
   StepResult result;
   const auto record = [&](size_t offset) {
     result.final_from.push_back(offset);
-    // What the data-parallel reduction would read now: past the decorator,
-    // which would run the held weight gradients first.
+    // What the data-parallel reduction would read now.
     std::vector<float> now(layout->num_elements());
-    direct->copy_to_host(now.data(), stage->gradients(), now.size() * sizeof(float));
+    ops->copy_to_host(now.data(), stage->gradients(), now.size() * sizeof(float));
     result.gradients_when_final.push_back(std::move(now));
   };
   const auto backward = [&](int mb) {
@@ -119,6 +119,9 @@ inline StepResult run_step(const TransformerConfig& config, const StageSpec& spe
       ops->copy_to_host(gradient.data(), stage->input_gradient(), activation * sizeof(float));
       result.input_gradients.push_back(gradient);
     }
+    // As 1F1B does: the freed slot takes the next micro-batch's forward at
+    // once (its activations, and a full recompute's shared scratch, rewritten).
+    if (!split && mb < kMicroBatches - 1) forward(mb, kMicroBatches + mb);
   };
   if (split) {
     // Bi0 Bi1 W0 Bi2 W1 W2: each W after a later micro-batch's B.

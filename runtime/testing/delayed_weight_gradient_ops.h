@@ -1,12 +1,14 @@
 // delayed_weight_gradient_ops.h: an Ops decorator that runs the weight
 // gradients queued with linear_weight_gradients (kernels/ops.h) as late as
-// the contract lets a second stream run them: held until the next
-// join_weight_gradients(), synchronize() or copy_to_host(), then run in the
-// order they were queued. A caller that writes their operands (dout, inp) or
-// reads their outputs (the gradients) before it joins computes other bits
-// than the same calls run at once, as the CPU backend runs them; so a CPU
-// test comparing the two finds a join the CUDA backend's side stream would
-// race past. Test code only.
+// a second stream could: held until the next join_weight_gradients(), then
+// run in the order they were queued. A caller that writes their operands
+// (dout, inp) or reads their outputs (the gradients) before it joins
+// computes other bits than the same calls run at once, as the CPU backend
+// runs them; so a CPU test comparing the two finds a join the CUDA
+// backend's side stream would race past. Stricter than the contract:
+// synchronize() and copy_to_host() do not run them either, so the joins
+// alone must suffice, as they must where a communicator orders itself after
+// the ops' stream by a mark (NCCL) rather than by a host wait. Test code only.
 #pragma once
 
 #include <memory>
@@ -30,14 +32,6 @@ class DelayedWeightGradientOps final : public kernels::ForwardingOps {
   void join_weight_gradients() override {
     ++joins_;
     run_held();
-  }
-  void synchronize() override {
-    run_held();
-    ForwardingOps::synchronize();
-  }
-  void copy_to_host(void* host_destination, const void* source, size_t bytes) override {
-    run_held();
-    ForwardingOps::copy_to_host(host_destination, source, bytes);
   }
 
   // Weight gradients queued and joins asked for, since construction.
