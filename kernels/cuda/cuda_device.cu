@@ -35,40 +35,28 @@ namespace paraplan::kernels {
 
 namespace {
 
-// PARAPLAN_CUDA_TF32: unset, 1, true, on -> TF32 allowed; 0, false, off -> strict fp32.
-bool tf32_allowed() {
-  const char* value = std::getenv("PARAPLAN_CUDA_TF32");
+// A switch in the environment: unset, empty, 1, true, on -> true; 0, false,
+// off -> false; anything else one error naming the variable and both values.
+bool switch_variable(const char* name, const std::string& when_on, const std::string& when_off) {
+  const char* value = std::getenv(name);
   if (value == nullptr) return true;
   const std::string text(value);
   if (text.empty() || text == "1" || text == "true" || text == "on") return true;
   if (text == "0" || text == "false" || text == "off") return false;
-  throw std::runtime_error("PARAPLAN_CUDA_TF32='" + text +
-                           "' is not understood; use 1 (TF32 GEMMs, the default) or 0 (strict "
-                           "fp32 GEMMs)");
+  throw std::runtime_error(std::string(name) + "='" + text + "' is not understood; use 1 (" +
+                           when_on + ", the default) or 0 (" + when_off + ")");
 }
 
-// PARAPLAN_CUDA_FUSED_GEMMS: unset, 1, on -> fused; 0, off -> kernels of their own.
+bool tf32_allowed() {
+  return switch_variable("PARAPLAN_CUDA_TF32", "TF32 GEMMs", "strict fp32 GEMMs");
+}
 bool fused_gemms_allowed() {
-  const char* value = std::getenv("PARAPLAN_CUDA_FUSED_GEMMS");
-  if (value == nullptr) return true;
-  const std::string text(value);
-  if (text.empty() || text == "1" || text == "on") return true;
-  if (text == "0" || text == "off") return false;
-  throw std::runtime_error("PARAPLAN_CUDA_FUSED_GEMMS='" + text +
-                           "' is not understood; use 1 (GELU and residual adds inside the GEMMs, "
-                           "the default) or 0 (as kernels of their own)");
+  return switch_variable("PARAPLAN_CUDA_FUSED_GEMMS", "GELU and residual adds inside the GEMMs",
+                         "as kernels of their own");
 }
-
-// PARAPLAN_CUDA_OVERLAP: unset, 1, on -> a second stream; 0, off -> in line.
 bool overlap_allowed() {
-  const char* value = std::getenv("PARAPLAN_CUDA_OVERLAP");
-  if (value == nullptr) return true;
-  const std::string text(value);
-  if (text.empty() || text == "1" || text == "on") return true;
-  if (text == "0" || text == "off") return false;
-  throw std::runtime_error("PARAPLAN_CUDA_OVERLAP='" + text +
-                           "' is not understood; use 1 (weight gradients on a second stream, "
-                           "the default) or 0 (on the ops' stream)");
+  return switch_variable("PARAPLAN_CUDA_OVERLAP", "weight gradients on a second stream",
+                         "on the ops' stream");
 }
 
 }  // namespace

@@ -9,11 +9,16 @@
 // weight_gradient_overlap_test.cc), under mpirun.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/model_stage.h"
 #include "runtime/testing/delayed_weight_gradient_ops.h"
@@ -138,6 +143,51 @@ inline StepResult run_step(const TransformerConfig& config, const StageSpec& spe
   stage->read_gradients(result.gradients.data(), result.gradients.size());
   if (delayed != nullptr) result.weight_gradients_queued = delayed->queued();
   return result;
+}
+
+// One case of the grid the backward tests walk.
+struct BackwardCase {
+  Communicator* tensor_group;  // 1 rank (each its own) or the world's 2
+  StageSpec spec;
+  std::vector<RecomputeMode> recompute;
+  bool sequence_parallel;
+  std::string where;  // for failure messages
+};
+
+// Under mpirun with 2 ranks: tensor parallelism 1 (each rank alone) and 2
+// (both), with and without sequence parallelism where with_sequence_parallel
+// (tensor 2 only), a whole-model stage and a middle one of 2 blocks, and
+// three recompute patterns (none; selective, full, none; all full).
+inline void for_each_backward_case(const TransformerConfig& config, bool with_sequence_parallel,
+                                   const std::function<void(const BackwardCase&)>& check) {
+  const std::vector<StageSpec> specs = {{0, config.num_layers, true, true}, {1, 2, false, false}};
+  const std::vector<std::vector<RecomputeMode>> recomputes = {
+      {RecomputeMode::None, RecomputeMode::None, RecomputeMode::None},
+      {RecomputeMode::Selective, RecomputeMode::Full, RecomputeMode::None},
+      {RecomputeMode::Full, RecomputeMode::Full, RecomputeMode::Full}};
+  for (int tensor_size : {1, 2}) {
+    MPI_Comm comm;
+    if (MPI_Comm_split(MPI_COMM_WORLD, tensor_size == 2 ? 0 : world_rank(), 0, &comm) !=
+        MPI_SUCCESS) {
+      ADD_FAILURE() << "MPI_Comm_split failed";
+      return;
+    }
+    MpiCommunicator group(comm, "tensor");
+    for (bool sequence_parallel : {false, true}) {
+      if (sequence_parallel && (tensor_size == 1 || !with_sequence_parallel)) continue;
+      for (const StageSpec& spec : specs) {
+        for (const std::vector<RecomputeMode>& recompute : recomputes) {
+          const std::vector<RecomputeMode> modes(recompute.begin(),
+                                                 recompute.begin() + spec.num_layers);
+          check({&group, spec, modes, sequence_parallel,
+                 "tensor " + std::to_string(tensor_size) +
+                     (sequence_parallel ? " sequence-parallel" : "") + " layers from " +
+                     std::to_string(spec.first_layer) + " recompute " +
+                     std::to_string(static_cast<int>(modes[0]))});
+        }
+      }
+    }
+  }
 }
 
 }  // namespace paraplan::testing

@@ -18,6 +18,7 @@
 #include "runtime/comm/forwarding_communicator.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/model/architecture.h"
+#include "runtime/model/backward_step_test_support.h"
 #include "runtime/model/model_stage.h"
 #include "runtime/testing/mpi_test_support.h"
 
@@ -37,26 +38,12 @@ class CountingCommunicator final : public ForwardingCommunicator {
   }
 };
 
-TransformerConfig calls_config(Architecture architecture) {
-  TransformerConfig config;
-  config.architecture = architecture;
-  config.tied_embeddings = false;
-  config.vocab_size = 12;
-  config.seq_len = 6;
-  config.num_layers = 3;
-  config.d_model = 8;
-  config.num_heads = 2;
-  config.num_kv_heads = architecture == Architecture::kLlama ? 2 : 0;
-  config.ffn_size = 12;
-  config.init_std = 0.3f;
-  return config;
-}
-
 class SequenceParallelCalls : public ::testing::TestWithParam<Architecture> {};
 
 TEST_P(SequenceParallelCalls, BlocksMakeThePlannersCollectives) {
   if (testing::world_size() != 2) GTEST_SKIP() << "needs exactly 2 ranks";
-  const TransformerConfig config = calls_config(GetParam());
+  TransformerConfig config = testing::small_decoder_config(GetParam());
+  config.tied_embeddings = false;
   const StageSpec middle{1, 2, false, false};
   MPI_Comm comm;
   ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);

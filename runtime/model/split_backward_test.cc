@@ -25,42 +25,23 @@ class SplitBackward : public ::testing::TestWithParam<Architecture> {};
 
 TEST_P(SplitBackward, InputThenWeightIsBitwiseBackward) {
   const TransformerConfig config = testing::small_decoder_config(GetParam());
-  const std::vector<StageSpec> specs = {{0, config.num_layers, true, true}, {1, 2, false, false}};
-  const std::vector<std::vector<RecomputeMode>> recomputes = {
-      {RecomputeMode::None, RecomputeMode::None, RecomputeMode::None},
-      {RecomputeMode::Selective, RecomputeMode::Full, RecomputeMode::None},
-      {RecomputeMode::Full, RecomputeMode::Full, RecomputeMode::Full}};
-  for (int tensor_size : {1, 2}) {
-    // Tensor parallelism 1: each rank its own group; 2: the two ranks.
-    MPI_Comm comm;
-    ASSERT_EQ(
-        MPI_Comm_split(MPI_COMM_WORLD, tensor_size == 2 ? 0 : testing::world_rank(), 0, &comm),
-        MPI_SUCCESS);
-    MpiCommunicator group(comm, "tensor");
-    for (const StageSpec& spec : specs) {
-      for (const std::vector<RecomputeMode>& recompute : recomputes) {
-        std::vector<RecomputeMode> modes(recompute.begin(), recompute.begin() + spec.num_layers);
-        const testing::StepResult whole =
-            testing::run_step(config, spec, modes, &group, testing::BackwardMode::kWhole);
-        const testing::StepResult split =
-            testing::run_step(config, spec, modes, &group, testing::BackwardMode::kSplit);
-        const std::string where = "tensor " + std::to_string(tensor_size) + " layers from " +
-                                  std::to_string(spec.first_layer) + " recompute " +
-                                  std::to_string(static_cast<int>(modes[0]));
-        EXPECT_TRUE(testing::bitwise_equal(whole.gradients, split.gradients)) << where;
-        ASSERT_EQ(whole.input_gradients.size(), split.input_gradients.size()) << where;
-        for (size_t mb = 0; mb < whole.input_gradients.size(); ++mb)
-          EXPECT_TRUE(testing::bitwise_equal(whole.input_gradients[mb], split.input_gradients[mb]))
-              << where << " micro-batch " << mb;
-        EXPECT_EQ(whole.final_from, split.final_from) << where;
-        EXPECT_FALSE(whole.final_from.empty());
-        // Something was computed: the gradients are not all zero.
-        double norm = 0;
-        for (float g : whole.gradients) norm += double{g} * g;
-        EXPECT_GT(norm, 0.0) << where;
-      }
-    }
-  }
+  testing::for_each_backward_case(config, false, [&](const testing::BackwardCase& c) {
+    const testing::StepResult whole = testing::run_step(config, c.spec, c.recompute, c.tensor_group,
+                                                        testing::BackwardMode::kWhole);
+    const testing::StepResult split = testing::run_step(config, c.spec, c.recompute, c.tensor_group,
+                                                        testing::BackwardMode::kSplit);
+    EXPECT_TRUE(testing::bitwise_equal(whole.gradients, split.gradients)) << c.where;
+    ASSERT_EQ(whole.input_gradients.size(), split.input_gradients.size()) << c.where;
+    for (size_t mb = 0; mb < whole.input_gradients.size(); ++mb)
+      EXPECT_TRUE(testing::bitwise_equal(whole.input_gradients[mb], split.input_gradients[mb]))
+          << c.where << " micro-batch " << mb;
+    EXPECT_EQ(whole.final_from, split.final_from) << c.where;
+    EXPECT_FALSE(whole.final_from.empty());
+    // Something was computed: the gradients are not all zero.
+    double norm = 0;
+    for (float g : whole.gradients) norm += double{g} * g;
+    EXPECT_GT(norm, 0.0) << c.where;
+  });
 }
 
 TEST_P(SplitBackward, RefusesAWeightGradientWithoutItsInputGradient) {
