@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "planner/cost/communication_model.h"
+#include "planner/cost/model_counts.h"
 #include "planner/cost/stage_cost.h"
 #include "planner/cost/transformer_ops.h"
 
@@ -80,10 +81,12 @@ TEST(ContextParallelCost, ARanksActivationsAreOneCpthOfTheSequences) {
                                                       {1, 8 / cp, 1, false, cp}, 1, 1);
     EXPECT_EQ(terms.ring_workspace,
               static_cast<double>(context_parallel_workspace_bytes(config.model, 1, 1, cp)));
+    // And the GEMM lanes' workspaces, as on every GPU preset.
     EXPECT_EQ(static_cast<double>(memory.transient),
               std::max(config.planner.transient_mem_coef * terms.largest_two_with_blocks,
                        terms.workspace) +
-                  terms.ring_workspace);
+                  terms.ring_workspace +
+                  static_cast<double>(gemm_workspace_bytes(config.cluster.preset)));
     // Compute: GEMMs on 1 / cp of the tokens, and 1 / cp of the causal
     // attention's FLOPs (the balanced chunks).
     const PassOperations ops = block_ops(config.model, 1, 1, false, cp);
