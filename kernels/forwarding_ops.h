@@ -116,6 +116,10 @@ class ForwardingOps : public Ops {
     inner_->linear_weight_gradients(dweight, dbias, dout, inp, rows, in_features, out_features);
   }
   void join_weight_gradients() override { inner_->join_weight_gradients(); }
+  void run_recorded(uint64_t key, const std::function<void()>& launches) override {
+    inner_->run_recorded(key, launches);
+  }
+  bool records_launches() const override { return inner_->records_launches(); }
   void gelu_forward(void* out, const void* inp, size_t n) override {
     inner_->gelu_forward(out, inp, n);
   }

@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -258,6 +259,24 @@ class Ops {
                                        const void* inp, int rows, int in_features,
                                        int out_features);
   virtual void join_weight_gradients() {}
+
+  // ---- recorded launches -------------------------------------------------------------
+  // Runs launches(), the ops of one compute step (a micro-batch's forward or
+  // backward), as the backend sees fit. The CUDA backend with
+  // PARAPLAN_CUDA_GRAPHS=1 records them into a CUDA graph the second time a
+  // key is seen (the first run fills every cache and workspace) and from then
+  // on launches that graph instead of calling launches(): one launch for
+  // hundreds of kernels. So for a key, launches() must queue the same ops on
+  // the same buffers with the same arguments every time; it must not wait for
+  // the device, copy to or from the host, or read back a value; and nothing
+  // the caller needs may happen on the host inside it, as a replay skips the
+  // host. A launches() that breaks the recording is run as it is, from then
+  // on, for its key. The default calls launches() every time.
+  virtual void run_recorded(uint64_t /*key*/, const std::function<void()>& launches) {
+    launches();
+  }
+  // Whether run_recorded may replay instead of calling launches().
+  virtual bool records_launches() const { return false; }
 
   // ---- elementwise -----------------------------------------------------------------------
   // GELU, tanh approximation (as GPT-2).

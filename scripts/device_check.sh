@@ -45,7 +45,8 @@
 #   BENCH_SECONDS    the bench phase's cap (default 150)
 #   SWITCHES         the befores of before/afters: paraplan's bench replay again at the first
 #                    micro-batch under each "VAR=VALUE" (e.g. "PARAPLAN_CUDA_OVERLAP=0
-#                    PARAPLAN_CUDA_FUSED_GEMMS=0 PARAPLAN_CUDA_ATTENTION=own"), up to 60 s each
+#                    PARAPLAN_CUDA_FUSED_GEMMS=0 PARAPLAN_CUDA_ATTENTION=own PARAPLAN_CUDA_GRAPHS=1"),
+#                    up to 60 s each
 #   LLAMA_BATCHES    the llama phase's micro-batch sizes (default "2 4"; torch.compile at the
 #                    first only, LLAMA_COMPILE_BATCHES names others)
 #   LLAMA_GLOBAL_BATCH  its sequences per optimizer step, for every run (default 8)

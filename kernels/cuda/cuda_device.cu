@@ -16,6 +16,8 @@
 // of their own (the before of a before/after, or a cuBLASLt that
 // misbehaves). And the weight gradients beside the backward: on a second
 // stream by default; PARAPLAN_CUDA_OVERLAP=0 keeps them on the ops' stream.
+// And CUDA graphs for the compute steps the runtime offers
+// (PARAPLAN_CUDA_GRAPHS=1; off by default).
 // The variables are read once, when the Ops object is made.
 // The op set itself is in cuda_ops.cu.
 #include <cuda_profiler_api.h>
@@ -35,27 +37,37 @@ namespace paraplan::kernels {
 
 namespace {
 
-// A switch in the environment: unset, empty, 1, true, on -> true; 0, false,
-// off -> false; anything else one error naming the variable and both values.
-bool switch_variable(const char* name, const std::string& when_on, const std::string& when_off) {
+// A switch in the environment: unset or empty -> by_default; 1, true, on ->
+// true; 0, false, off -> false; anything else one error naming the variable
+// and both values.
+bool switch_variable(const char* name, bool by_default, const std::string& when_on,
+                     const std::string& when_off) {
   const char* value = std::getenv(name);
-  if (value == nullptr) return true;
-  const std::string text(value);
-  if (text.empty() || text == "1" || text == "true" || text == "on") return true;
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty()) return by_default;
+  if (text == "1" || text == "true" || text == "on") return true;
   if (text == "0" || text == "false" || text == "off") return false;
   throw std::runtime_error(std::string(name) + "='" + text + "' is not understood; use 1 (" +
-                           when_on + ", the default) or 0 (" + when_off + ")");
+                           when_on + (by_default ? ", the default" : "") + ") or 0 (" + when_off +
+                           (by_default ? "" : ", the default") + ")");
 }
 
 bool tf32_allowed() {
-  return switch_variable("PARAPLAN_CUDA_TF32", "TF32 GEMMs", "strict fp32 GEMMs");
+  return switch_variable("PARAPLAN_CUDA_TF32", true, "TF32 GEMMs", "strict fp32 GEMMs");
 }
 bool fused_gemms_allowed() {
-  return switch_variable("PARAPLAN_CUDA_FUSED_GEMMS", "GELU and residual adds inside the GEMMs",
-                         "as kernels of their own");
+  return switch_variable("PARAPLAN_CUDA_FUSED_GEMMS", true,
+                         "GELU and residual adds inside the GEMMs", "as kernels of their own");
+}
+// Off unless asked for: a graph replays the pointers and arguments it was
+// recorded with, which the runtime keeps fixed only where it offers a step
+// to run_recorded (runtime/pipeline/schedule_executor.cc).
+bool graphs_asked_for() {
+  return switch_variable("PARAPLAN_CUDA_GRAPHS", false, "CUDA graphs for repeated compute steps",
+                         "plain launches");
 }
 bool overlap_allowed() {
-  return switch_variable("PARAPLAN_CUDA_OVERLAP", "weight gradients on a second stream",
+  return switch_variable("PARAPLAN_CUDA_OVERLAP", true, "weight gradients on a second stream",
                          "on the ops' stream");
 }
 
@@ -115,7 +127,8 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
       {.allow_tf32 = tf32_allowed(),
        .attention = cuda::parse_attention_setting(std::getenv("PARAPLAN_CUDA_ATTENTION")),
        .fused_gemms = fused_gemms_allowed(),
-       .overlap_weight_gradients = overlap_allowed()});
+       .overlap_weight_gradients = overlap_allowed(),
+       .launch_graphs = graphs_asked_for()});
 }
 
 }  // namespace paraplan::kernels

@@ -84,6 +84,8 @@ struct CudaOpsSettings {
   bool fused_gemms = true;  // PARAPLAN_CUDA_FUSED_GEMMS: GELU, residuals in the GEMMs
   // PARAPLAN_CUDA_OVERLAP: weight gradients on a second stream (cuda_gemm_lane.cuh)
   bool overlap_weight_gradients = true;
+  // PARAPLAN_CUDA_GRAPHS: run_recorded replays CUDA graphs (cuda_graphs.cuh)
+  bool launch_graphs = false;
 };
 
 // The device's name and PCI bus id (cuda_device.cu).

@@ -51,6 +51,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_gemm.cuh"
 #include "kernels/cuda/cuda_gemm_lane.cuh"
+#include "kernels/cuda/cuda_graphs.cuh"
 #include "kernels/cuda/cuda_kernels.cuh"
 #include "kernels/cuda/cuda_optimizer.cuh"
 #include "kernels/cuda/cuda_upload.cuh"
@@ -73,6 +74,7 @@ class CudaOps final : public Ops {
       lane_ = std::make_unique<GemmLane>(stream_, storage_, settings.allow_tf32, *scratch_);
       if (settings.overlap_weight_gradients)
         side_ = std::make_unique<WeightGradientStream>(storage_, settings.allow_tf32);
+      if (settings.launch_graphs) graphs_ = std::make_unique<LaunchGraphs>(stream_);
       uploads_ = std::make_unique<PinnedUploads>(stream_);
       adamw_runs_ = std::make_unique<AdamWRunTable>();
       // The partials of the fixed-order sums, and one more double: the
@@ -349,6 +351,16 @@ class CudaOps final : public Ops {
     if (side_) side_->join(stream_);
   }
 
+  // CUDA graphs per key (cuda_graphs.cuh) with PARAPLAN_CUDA_GRAPHS=1.
+  void run_recorded(uint64_t key, const std::function<void()>& launches) override {
+    if (graphs_) {
+      graphs_->run(key, launches);
+    } else {
+      launches();
+    }
+  }
+  bool records_launches() const override { return graphs_ != nullptr; }
+
   // ---- elementwise (cuda_elementwise.cu) -------------------------------------------------
 
   void gelu_forward(void* out, const void* inp, size_t n) override {
@@ -523,6 +535,7 @@ class CudaOps final : public Ops {
 
   // Frees everything; safe on a partly constructed object; never throws.
   void release() noexcept {
+    graphs_.reset();
     side_.reset();  // waits for its stream
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     attention_.reset();  // cuDNN's handle and graphs, before the stream
@@ -550,6 +563,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<GemmLane> lane_;  // this stream's GEMMs
   // The weight gradients beside the backward (PARAPLAN_CUDA_OVERLAP); null: on stream_.
   std::unique_ptr<WeightGradientStream> side_;
+  std::unique_ptr<LaunchGraphs> graphs_;  // PARAPLAN_CUDA_GRAPHS; null: plain launches
   std::unique_ptr<PinnedUploads> uploads_;
   std::unique_ptr<AdamWRunTable> adamw_runs_;  // the optimizer's runs, on the device
   double* sum_partials_ = nullptr;

@@ -39,6 +39,10 @@ class DecoderStageRegions : public ModelStage {
                          options.sequence_parallel),
         local_rows_(local_rows(layout, options)) {}
 
+  // The tensor group's collectives are the only ones a decoder's compute
+  // calls (the context ring's and the ZeRO storages' are ModelStage's to see).
+  bool computes_collectives() const override { return tensor_parallel_.size() > 1; }
+
   // A gradient offset for a tensor that is not there (a bias-free linear or norm).
   static constexpr size_t kNoBias = static_cast<size_t>(-1);
 

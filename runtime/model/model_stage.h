@@ -117,6 +117,16 @@ class ModelStage {
   void read_parameters(float* host, size_t count);
   void read_gradients(float* host, size_t count);
 
+  // Whether a slot's forward and backward queue the same device work on the
+  // same buffers every time, and nothing else, so the ops may record one and
+  // replay it (kernels/ops.h run_recorded): no collective inside (tensor or
+  // context parallelism), no storage that moves (ZeRO-2 and 3), no
+  // per-micro-batch documents table.
+  bool compute_replays() const {
+    return context_.size == 1 && document_separator_ < 0 && gradient_storage_ == nullptr &&
+           parameter_storage_ == nullptr && !computes_collectives();
+  }
+
   // Tokens of each sequence this rank holds: seq_len, or seq_len / cp with
   // context parallelism (context_shard.h).
   int sequence_length() const { return context_.local_length(); }
@@ -205,6 +215,10 @@ class ModelStage {
   // and targets, and on the last stage each slot's per-token losses.
   ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
              const ModelStageOptions& options, size_t activation_elements);
+
+  // Whether forward or backward calls a collective (the safe answer unless
+  // an architecture knows better).
+  virtual bool computes_collectives() const { return true; }
 
   // Backend memory for count elements of dtype() (storage) or fp32, released
   // with the stage.

@@ -9,8 +9,8 @@
 // strict fp32 GEMM mode, and in bf16 mixed precision against the CPU
 // backend's bf16 storage; and on CUDA, recomputation gives bitwise the
 // gradients of no recomputation (the runtime relies on it), and the weight
-// gradients on the second stream bitwise those in line. Skips, visibly,
-// without a GPU.
+// gradients on the second stream bitwise those in line, and CUDA graphs of
+// the forward and backward bitwise plain runs. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -90,11 +90,13 @@ class ScopedVariable {
   bool had_ = false;
 };
 
-// overlap false: the weight gradients in line (PARAPLAN_CUDA_OVERLAP=0).
+// overlap false: the weight gradients in line (PARAPLAN_CUDA_OVERLAP=0);
+// graphs: PARAPLAN_CUDA_GRAPHS=1.
 std::unique_ptr<kernels::Ops> make_cuda(bool tf32, kernels::DType dtype = kernels::DType::kFloat32,
-                                        bool overlap = true) {
+                                        bool overlap = true, bool graphs = false) {
   const ScopedVariable precision("PARAPLAN_CUDA_TF32", tf32 ? "1" : "0");
   const ScopedVariable second_stream("PARAPLAN_CUDA_OVERLAP", overlap ? "1" : "0");
+  const ScopedVariable launch_graphs("PARAPLAN_CUDA_GRAPHS", graphs ? "1" : "0");
   return kernels::make_cuda_ops(0, dtype);
 }
 
@@ -106,8 +108,11 @@ struct StepResult {
 // One forward + backward of a batch-2 micro-batch on `ops`, parameters from
 // the layout's initializer (seed 5), tokens and targets from a fixed formula;
 // everything moves through copy_from_host / copy_to_host, so it runs on any backend.
+// runs > 1: the step again and again from zeroed gradients, its forward and
+// backward through Ops::run_recorded (CUDA graphs: the third run replays);
+// the last run's result.
 StepResult training_step(Architecture architecture, kernels::Ops& ops,
-                         std::vector<RecomputeMode> recompute) {
+                         std::vector<RecomputeMode> recompute, int runs = 1) {
   const TransformerConfig config = tiny_config(architecture);
   const int batch = 2, T = config.seq_len, V = config.vocab_size;
   MemoryTracker memory(ops);
@@ -129,12 +134,14 @@ StepResult training_step(Architecture architecture, kernels::Ops& ops,
   }
   ops.copy_from_host(stage.tokens(0), tokens.data(), tokens.size() * sizeof(int32_t));
   ops.copy_from_host(stage.targets(0), targets.data(), targets.size() * sizeof(int32_t));
-  ops.zero_bytes(stage.gradients(), ops.storage_bytes(n));
   const float scale = 1.0f / (batch * T);
-  stage.forward(0, scale);
   StepResult result;
-  result.mean_loss = stage.take_loss_sum() * scale;
-  stage.backward(0);
+  for (int run = 0; run < runs; ++run) {
+    ops.zero_bytes(stage.gradients(), ops.storage_bytes(n));
+    ops.run_recorded(1, [&] { stage.forward(0, scale); });
+    result.mean_loss = stage.take_loss_sum() * scale;
+    ops.run_recorded(2, [&] { stage.backward(0); });
+  }
   result.gradients.resize(n);
   stage.read_gradients(result.gradients.data(), n);
   return result;
@@ -259,6 +266,27 @@ TEST_P(StageCuda, WeightGradientsBesideTheBackwardAreBitwiseInLine) {
       expect_same_gradients(
           GetParam(), side.gradients, line.gradients,
           name + " second stream vs in line, recompute " + std::to_string(int(modes[0])));
+    }
+  }
+}
+
+// A stage's forward and backward recorded as CUDA graphs on their second run
+// and replayed on the third (the weight gradients' stream joining the
+// graph) leave bitwise the loss and gradients of plain runs.
+TEST_P(StageCuda, ReplayedGraphsAreBitwiseThePlainSteps) {
+  for (kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> graphs = make_cuda(true, dtype, true, true);
+    std::unique_ptr<kernels::Ops> plain = make_cuda(true, dtype, true, false);
+    ASSERT_TRUE(graphs->records_launches());
+    const std::string name =
+        std::string(architecture_name(GetParam())) + " " + kernels::dtype_name(dtype);
+    for (auto modes :
+         {no_recompute(), std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
+      const StepResult replayed = training_step(GetParam(), *graphs, modes, 3);
+      const StepResult once = training_step(GetParam(), *plain, modes, 1);
+      EXPECT_EQ(replayed.mean_loss, once.mean_loss) << name;
+      expect_same_gradients(GetParam(), replayed.gradients, once.gradients,
+                            name + " graphs vs plain, recompute " + std::to_string(int(modes[0])));
     }
   }
 }

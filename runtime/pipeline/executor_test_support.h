@@ -24,6 +24,7 @@
 #include "runtime/model/chunked_stage.h"
 #include "runtime/pipeline/schedule_executor.h"
 #include "runtime/testing/mpi_test_support.h"
+#include "runtime/testing/recording_ops.h"
 #include "schema/plan_test_support.h"
 
 namespace paraplan::testing {
@@ -155,11 +156,13 @@ inline void expect_receives_wait_for_their_slot(
 
 // Runs one step of this rank's stream over v chunks and micro_batches
 // micro-batches and checks it against the whole model, and what each
-// receive waits for.
+// receive waits for. recorded: three such steps (the gradients zeroed
+// between them) through RecordingOps, so the second records the compute
+// steps the executor offers to run_recorded and the third replays them.
 inline void expect_whole_model_step(
     const std::vector<schema::Instruction>& stream, int v, const std::string& what,
     schema::ScheduleKind kind = schema::ScheduleKind::OneForwardOneBackward,
-    int micro_batches = kMicroBatches) {
+    int micro_batches = kMicroBatches, bool recorded = false) {
   const int p = world_size(), r = world_rank(), S = p * v;
   const PipelineLayout pipeline = PipelineLayout::of(kind, p, v);
   const TransformerConfig config = executor_config(2 * S);
@@ -175,6 +178,12 @@ inline void expect_whole_model_step(
   StepPosition position;
   std::unique_ptr<kernels::Ops> ops =
       std::make_unique<MarkingOps>(kernels::make_cpu_ops(1), &position);
+  RecordingOps* recording = nullptr;
+  if (recorded) {
+    auto wrapped = std::make_unique<RecordingOps>(std::move(ops));
+    recording = wrapped.get();
+    ops = std::move(wrapped);
+  }
   MemoryTracker memory(*ops);
   const std::vector<ScheduleExecutor::ChunkBuffers> buffers =
       ScheduleExecutor::buffers_needed(schedule, v);
@@ -207,44 +216,54 @@ inline void expect_whole_model_step(
                                           .last_stage_rank = p - 1,
                                           .own_rank = r,
                                           .v_shape = pipeline.v_shape()});
-  // What each reported offset's range held when reported.
-  std::vector<std::pair<size_t, std::vector<float>>> reported;
-  ExecutorHooks hooks;
-  hooks.gradients_final_from = [&](size_t offset) {
-    std::vector<float> now(layout.num_elements());
-    stage.read_gradients(now.data(), now.size());
-    reported.emplace_back(offset, std::vector<float>(now.begin() + offset, now.end()));
-  };
-  const double loss_sum = executor.run_step(data, 0, loss_scale(micro_batches), hooks, &position);
-  std::vector<int> slots;
-  for (const ScheduleExecutor::ChunkBuffers& chunk : buffers) slots.push_back(chunk.slots);
-  EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
-  expect_receives_wait_for_their_slot(stream, slots, peers->receives, what);
-
-  stage.read_gradients(values.data(), values.size());
-  for (const ParameterTensor& tensor : layout.tensors()) {
-    const std::vector<float> mine(values.begin() + tensor.offset,
-                                  values.begin() + tensor.offset + tensor.size);
-    EXPECT_TRUE(bitwise_equal(mine, reference.gradients.at(tensor.name)))
-        << what << ": " << tensor.name << " on rank " << r;
-  }
-  if (r == pipeline.rank_of(S - 1)) {
-    EXPECT_EQ(loss_sum, reference.loss_sum) << what;
-  } else {
-    EXPECT_EQ(loss_sum, 0.0) << what;
-  }
-  // Reported offsets fall to 0 and their gradients never changed afterwards;
-  // the last chunk's part was reported (not left to the end of the step).
-  ASSERT_FALSE(reported.empty()) << what;
-  EXPECT_EQ(reported.back().first, 0u) << what;
-  EXPECT_GE(reported.front().first, layout.chunk_offset(v - 1)) << what;
-  for (size_t i = 0; i < reported.size(); ++i) {
-    if (i > 0) {
-      EXPECT_LE(reported[i].first, reported[i - 1].first) << what;
+  for (int step = 0; step < (recorded ? 3 : 1); ++step) {
+    if (step > 0) {
+      ops->zero_bytes(stage.gradients(), ops->storage_bytes(values.size()));
+      position.instruction = -1;
+      peers->receives.clear();
     }
-    const std::vector<float> final_part(values.begin() + reported[i].first, values.end());
-    EXPECT_TRUE(bitwise_equal(final_part, reported[i].second))
-        << what << ": gradients from offset " << reported[i].first << " changed after reported";
+    // What each reported offset's range held when reported.
+    std::vector<std::pair<size_t, std::vector<float>>> reported;
+    ExecutorHooks hooks;
+    hooks.gradients_final_from = [&](size_t offset) {
+      std::vector<float> now(layout.num_elements());
+      stage.read_gradients(now.data(), now.size());
+      reported.emplace_back(offset, std::vector<float>(now.begin() + offset, now.end()));
+    };
+    const double loss_sum = executor.run_step(data, 0, loss_scale(micro_batches), hooks, &position);
+    std::vector<int> slots;
+    for (const ScheduleExecutor::ChunkBuffers& chunk : buffers) slots.push_back(chunk.slots);
+    EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
+    expect_receives_wait_for_their_slot(stream, slots, peers->receives, what);
+
+    stage.read_gradients(values.data(), values.size());
+    for (const ParameterTensor& tensor : layout.tensors()) {
+      const std::vector<float> mine(values.begin() + tensor.offset,
+                                    values.begin() + tensor.offset + tensor.size);
+      EXPECT_TRUE(bitwise_equal(mine, reference.gradients.at(tensor.name)))
+          << what << ": " << tensor.name << " on rank " << r;
+    }
+    if (r == pipeline.rank_of(S - 1)) {
+      EXPECT_EQ(loss_sum, reference.loss_sum) << what;
+    } else {
+      EXPECT_EQ(loss_sum, 0.0) << what;
+    }
+    // Reported offsets fall to 0 and their gradients never changed afterwards;
+    // the last chunk's part was reported (not left to the end of the step).
+    ASSERT_FALSE(reported.empty()) << what;
+    EXPECT_EQ(reported.back().first, 0u) << what;
+    EXPECT_GE(reported.front().first, layout.chunk_offset(v - 1)) << what;
+    for (size_t i = 0; i < reported.size(); ++i) {
+      if (i > 0) {
+        EXPECT_LE(reported[i].first, reported[i - 1].first) << what;
+      }
+      const std::vector<float> final_part(values.begin() + reported[i].first, values.end());
+      EXPECT_TRUE(bitwise_equal(final_part, reported[i].second))
+          << what << ": gradients from offset " << reported[i].first << " changed after reported";
+    }
+  }
+  if (recording != nullptr) {
+    EXPECT_GT(recording->replays(), 0) << what;
   }
 }
 

@@ -2,6 +2,8 @@
 #include "runtime/pipeline/schedule_executor.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -260,6 +262,26 @@ std::function<void(size_t)> ScheduleExecutor::backward_hook(int c, bool finishes
   };
 }
 
+void ScheduleExecutor::compute_step(const Chunk& chunk, const schema::Instruction& instruction,
+                                    float loss_scale, bool tells_the_host,
+                                    const std::function<void()>& launches) {
+  // A backward that reports gradients final does host work as it goes (the
+  // reduction starts), which a replay would skip.
+  if (!ops_.records_launches() || tells_the_host || !chunk.stage->compute_replays()) {
+    launches();
+    return;
+  }
+  // The op, the chunk, the slot and the loss scale (a forward's argument)
+  // name what was recorded: the same key, the same launches.
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &loss_scale, sizeof(scale_bits));
+  const uint64_t key =
+      uint64_t{static_cast<uint8_t>(instruction.op())} << 56 |
+      uint64_t{static_cast<uint8_t>(instruction.chunk())} << 48 |
+      uint64_t{static_cast<uint16_t>(slot_of(chunk, instruction.micro_batch()))} << 32 | scale_bits;
+  ops_.run_recorded(key, launches);
+}
+
 void ScheduleExecutor::run_compute(size_t index, const ExecutorHooks& hooks,
                                    const std::function<void()>& compute) {
   size_t end = index + 1;
@@ -309,7 +331,10 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       wait_before(chunk, instruction);
       if (!first_forward_done_ && hooks.before_first_forward) hooks.before_first_forward();
       first_forward_done_ = true;
-      run_compute(index, hooks, [&] { stage.forward(slot_of(chunk, micro_batch), loss_scale); });
+      run_compute(index, hooks, [&] {
+        compute_step(chunk, instruction, loss_scale, false,
+                     [&] { stage.forward(slot_of(chunk, micro_batch), loss_scale); });
+      });
       break;
     case OpCode::Backward:
     case OpCode::BackwardInput:
@@ -323,10 +348,13 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
                                 std::to_string(chunk.input_gradient_of) + " was sent");
       if (!stage.has_embedding()) chunk.input_gradient_of = micro_batch;
       run_compute(index, hooks, [&] {
-        if (instruction.op() == OpCode::BackwardInput)
+        if (instruction.op() == OpCode::BackwardInput) {
           stage.backward_input(slot_of(chunk, micro_batch));
-        else
-          stage.backward(slot_of(chunk, micro_batch), backward_hook(c, finishes_gradients, hooks));
+          return;
+        }
+        std::function<void(size_t)> hook = backward_hook(c, finishes_gradients, hooks);
+        compute_step(chunk, instruction, loss_scale, static_cast<bool>(hook),
+                     [&] { stage.backward(slot_of(chunk, micro_batch), hook); });
       });
       chunk.received[slot_of(chunk, micro_batch)] = -1;
       break;

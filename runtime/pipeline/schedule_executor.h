@@ -171,6 +171,12 @@ class ScheduleExecutor {
   // A compute instruction with the unit ops that belong to it (those after
   // it): `compute` runs between the program's begin and end.
   void run_compute(size_t index, const ExecutorHooks& hooks, const std::function<void()>& compute);
+  // A Forward's or Backward's launches, through Ops::run_recorded (which may
+  // record them once and replay them: CUDA graphs) where the chunk's stage
+  // says they replay and the step does no host work the caller needs
+  // (tells_the_host: a backward reporting gradients final); else run.
+  void compute_step(const Chunk& chunk, const schema::Instruction& instruction, float loss_scale,
+                    bool tells_the_host, const std::function<void()>& launches);
   [[noreturn]] static void refuse(const schema::Instruction& instruction,
                                   const std::string& problem);
   // Bookkeeping of the slots' received gradients and the chunk's one input

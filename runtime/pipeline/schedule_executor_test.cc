@@ -94,6 +94,19 @@ TEST(ScheduleExecutor, SplitBackwardWithDeferredWeightsGivesTheWholeModelsGradie
   expect_whole_model_step(split_one_f_one_b(r, p, kMicroBatches), 1, "1f1b split");
 }
 
+// Forward and backward offered to run_recorded, recorded on the second step
+// and replayed on the third (as CUDA graphs), and not the backward that
+// reports gradients final: each step the whole model's gradients, with
+// every report made.
+TEST(ScheduleExecutor, RecordedStepsGiveTheWholeModelsGradients) {
+  const int p = testing::world_size(), r = testing::world_rank();
+  expect_whole_model_step(test_plans::one_f_one_b_stream(r, p, kMicroBatches, r == 0 || r == p - 1),
+                          1, "1f1b recorded", schema::ScheduleKind::OneForwardOneBackward,
+                          kMicroBatches, true);
+  expect_whole_model_step(sequential_streams(p, 2, kMicroBatches, false)[r], 2, "2 chunks recorded",
+                          schema::ScheduleKind::OneForwardOneBackward, kMicroBatches, true);
+}
+
 TEST(ScheduleExecutor, TwoChunksPerRankGiveTheWholeModelsGradients) {
   const int p = testing::world_size(), r = testing::world_rank();
   expect_whole_model_step(sequential_streams(p, 2, kMicroBatches, false)[r], 2, "2 chunks");

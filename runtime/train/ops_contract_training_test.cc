@@ -1,12 +1,19 @@
-// weight_gradient_overlap_training_test.cc: whole training steps with the
-// weight gradients the stages queue beside the backward held as late as the
-// contract allows (runtime/testing/delayed_weight_gradient_ops.h) are
-// bitwise the steps that run them at once: each rank's losses, gradient
-// norms and parameters after three steps. So every consumer the executor
-// adds (the data-parallel buckets started while backward runs, ZeRO-2 and 3's
-// unit reduce-scatters and gathers, the tied embedding's sum across the
-// pipeline, pipeline sends, split backward's deferred weights, model chunks)
-// finds them joined. Under mpirun with 4 ranks.
+// ops_contract_training_test.cc: what the runtime promises the op set,
+// checked over whole training steps (three, under mpirun with 4 ranks) by
+// decorators that do on the CPU what the CUDA backend may do:
+// - Weight gradients queued beside the backward (kernels/ops.h
+//   linear_weight_gradients) held as late as the contract allows
+//   (runtime/testing/delayed_weight_gradient_ops.h) give bitwise the steps
+//   that run them at once: each rank's losses, gradient norms and
+//   parameters. So every consumer the executor adds (the data-parallel
+//   buckets started while backward runs, ZeRO-2 and 3's unit reduce-scatters
+//   and gathers, the tied embedding's sum across the pipeline, pipeline
+//   sends, split backward's deferred weights, model chunks) finds them joined.
+// - Compute steps offered to run_recorded, recorded once and replayed
+//   without their host code (runtime/testing/recording_ops.h, as CUDA graphs
+//   are), give bitwise the same steps; offered only where the stage replays
+//   (no collective inside, no ZeRO-2/3 storage) and never for the backward
+//   that reports gradients final.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,6 +27,7 @@
 #include "runtime/model/model_from_plan.h"
 #include "runtime/testing/delayed_weight_gradient_ops.h"
 #include "runtime/testing/mpi_test_support.h"
+#include "runtime/testing/recording_ops.h"
 #include "runtime/train/training_step.h"
 #include "schema/plan_test_support.h"
 
@@ -32,20 +40,32 @@ struct TrainingRun {
   std::vector<double> losses, norms;
   std::vector<unsigned char> parameters;
   int weight_gradients_queued = 0;
+  int replays = 0;
 };
 
-// kSteps steps of the plan on this rank's CPU ops, delayed or not.
-TrainingRun train(const test_plans::PlanSpec& spec, bool delayed) {
+// Which decorator the rank's CPU ops get.
+enum class Wrap { kNone, kDelayedWeightGradients, kRecordedSteps };
+
+// kSteps steps of the plan on this rank's CPU ops, wrapped as asked.
+TrainingRun train(const test_plans::PlanSpec& spec, Wrap wrap) {
   const LoadedPlan loaded = load_plan_from_bytes("overlap", test_plans::build_plan(spec));
   MpiSession session;
   const MeshCoordinates mesh = place_this_rank(loaded, session);
   const StageModelSpec model = stage_model_from_plan(loaded, mesh.pipeline_rank);
   RankBuildOptions options;
   testing::DelayedWeightGradientOps* held = nullptr;
-  if (delayed) {
+  testing::RecordingOps* recording = nullptr;
+  if (wrap == Wrap::kDelayedWeightGradients) {
     options.wrap_ops = [&held](std::unique_ptr<kernels::Ops> ops) -> std::unique_ptr<kernels::Ops> {
       auto wrapped = std::make_unique<testing::DelayedWeightGradientOps>(std::move(ops));
       held = wrapped.get();
+      return wrapped;
+    };
+  } else if (wrap == Wrap::kRecordedSteps) {
+    options.wrap_ops =
+        [&recording](std::unique_ptr<kernels::Ops> ops) -> std::unique_ptr<kernels::Ops> {
+      auto wrapped = std::make_unique<testing::RecordingOps>(std::move(ops));
+      recording = wrapped.get();
       return wrapped;
     };
   }
@@ -64,6 +84,7 @@ TrainingRun train(const test_plans::PlanSpec& spec, bool delayed) {
   if (rank.stage->parameters() != nullptr)  // ZeRO-3 keeps no parameter buffer
     rank.ops->copy_to_host(run.parameters.data(), rank.stage->parameters(), run.parameters.size());
   if (held != nullptr) run.weight_gradients_queued = held->queued();
+  if (recording != nullptr) run.replays = recording->replays();
   return run;
 }
 
@@ -86,6 +107,8 @@ struct Case {
   std::function<test_plans::PlanSpec()> spec;
   // Split backward defers every weight gradient to its W instead.
   bool queues_weight_gradients = true;
+  // Whether its stages' compute replays (no tensor group, no ZeRO-2 or 3).
+  bool replays = true;
 };
 
 std::vector<Case> cases() {
@@ -102,14 +125,16 @@ std::vector<Case> cases() {
          test_plans::PlanSpec spec = test_plans::make_plan_spec(1, 4, 1, 4, 2);
          spec.zero_stage = 2;
          return on_four_ranks(spec);
-       }},
+       },
+       true, false},
       {"dp2 tp2 sequence-parallel ZeRO-3",
        [] {
          test_plans::PlanSpec spec = test_plans::make_plan_spec(1, 2, 2, 4, 2);
          spec.sequence_parallel = true;
          spec.zero_stage = 3;
          return on_four_ranks(spec);
-       }},
+       },
+       true, false},
       {"pp4 interleaved, 2 chunks",
        [] {
          return on_four_ranks(
@@ -124,16 +149,39 @@ std::vector<Case> cases() {
   };
 }
 
-TEST(WeightGradientOverlapTraining, HeldAsLateAsAllowedIsBitwiseTheStepsRunAtOnce) {
+TEST(OpsContractTraining, WeightGradientsHeldAsLateAsAllowedAreBitwiseTheStepsRunAtOnce) {
   if (testing::world_size() != 4) GTEST_SKIP() << "needs exactly 4 ranks";
   for (const Case& c : cases()) {
     const test_plans::PlanSpec spec = c.spec();
-    const TrainingRun now = train(spec, false), late = train(spec, true);
-    if (c.queues_weight_gradients) EXPECT_GT(late.weight_gradients_queued, 0) << c.name;
+    const TrainingRun now = train(spec, Wrap::kNone);
+    const TrainingRun late = train(spec, Wrap::kDelayedWeightGradients);
+    if (c.queues_weight_gradients) {
+      EXPECT_GT(late.weight_gradients_queued, 0) << c.name;
+    }
     EXPECT_EQ(now.losses, late.losses) << c.name;
     EXPECT_EQ(now.norms, late.norms) << c.name;
     EXPECT_TRUE(now.parameters == late.parameters) << c.name << ": parameters differ";
     EXPECT_GT(now.norms.front(), 0.0) << c.name;
+  }
+}
+
+TEST(OpsContractTraining, RecordedAndReplayedStepsAreBitwiseTheStepsRunAtOnce) {
+  if (testing::world_size() != 4) GTEST_SKIP() << "needs exactly 4 ranks";
+  for (const Case& c : cases()) {
+    const test_plans::PlanSpec spec = c.spec();
+    const TrainingRun plain = train(spec, Wrap::kNone);
+    const TrainingRun replayed = train(spec, Wrap::kRecordedSteps);
+    // Steps 2 and 3 record and replay every forward and every backward but
+    // the last of each step (it reports gradients final); none where the
+    // stage does not replay.
+    if (c.replays) {
+      EXPECT_GT(replayed.replays, 0) << c.name;
+    } else {
+      EXPECT_EQ(replayed.replays, 0) << c.name;
+    }
+    EXPECT_EQ(plain.losses, replayed.losses) << c.name;
+    EXPECT_EQ(plain.norms, replayed.norms) << c.name;
+    EXPECT_TRUE(plain.parameters == replayed.parameters) << c.name << ": parameters differ";
   }
 }
 
