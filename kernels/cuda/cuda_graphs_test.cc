@@ -20,8 +20,7 @@ namespace {
 using namespace cuda_test_support;
 
 std::unique_ptr<Ops> make_cuda_graphs(bool graphs, DType storage) {
-  const ScopedEnvironment mode("PARAPLAN_CUDA_GRAPHS", graphs ? "1" : "0");
-  return make_cuda(true, storage);
+  return make_cuda_switched("PARAPLAN_CUDA_GRAPHS", graphs, storage);
 }
 
 // A layer's forward and backward, accumulating into dweight: the same launches

@@ -100,6 +100,13 @@ inline std::unique_ptr<Ops> make_cuda(bool tf32, DType storage = DType::kFloat32
   return make_cuda_ops(0, storage);
 }
 
+// The CUDA backend (TF32 GEMMs) with one of its switches (PARAPLAN_CUDA_OVERLAP,
+// PARAPLAN_CUDA_GRAPHS, ...) set to 1 or 0.
+inline std::unique_ptr<Ops> make_cuda_switched(const char* variable, bool on, DType storage) {
+  const ScopedEnvironment mode(variable, on ? "1" : "0");
+  return make_cuda(true, storage);
+}
+
 // The CUDA backend (TF32 GEMMs) with PARAPLAN_CUDA_ATTENTION = attention:
 // nullptr leaves it unset (the default, auto: cuDNN's SDPA for bf16 with
 // head_dim 64 or 128 where it loads, else the own kernels), "own" paraplan's

@@ -24,8 +24,7 @@ namespace {
 using namespace cuda_test_support;
 
 std::unique_ptr<Ops> make_cuda_overlap(bool overlap, DType storage) {
-  const ScopedEnvironment mode("PARAPLAN_CUDA_OVERLAP", overlap ? "1" : "0");
-  return make_cuda(true, storage);
+  return make_cuda_switched("PARAPLAN_CUDA_OVERLAP", overlap, storage);
 }
 
 struct WeightCase {
