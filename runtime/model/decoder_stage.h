@@ -23,6 +23,15 @@
 // order and run by W, so every gradient is accumulated in the order backward
 // accumulates it (bitwise backward when the Ws run in micro-batch order).
 //
+// Weight gradients beside the backward (kernels/ops.h
+// linear_weight_gradients; on CUDA a second stream): outside backward_input
+// each linear layer's dW and bias gradient is queued, and joined before an
+// op rewrites what it reads or reads what it writes: before each branch's
+// norm backward (the residual gradient), before sequence_full_ is rewritten,
+// before a recomputation, before the reduction hears gradients are final,
+// and at the end of each backward (weight_gradient_overlap_test.cc holds the
+// queued ones as late as that allows).
+//
 // Recompute modes per layer: none keeps everything; selective drops the
 // attention core's output (rebuilt by attention_core_forward into shared
 // scratch); full keeps only the block output and reruns block_forward into the
