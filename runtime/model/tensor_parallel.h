@@ -112,10 +112,12 @@ class TensorParallel {
   bool sequence_parallel_;
   kernels::Ops& ops_;
   MemoryTracker& memory_;
-  // The vocab-parallel cross-entropy's row statistics [cross_entropy_rows].
+  // The vocab-parallel cross-entropy's row statistics: the maxima
+  // [cross_entropy_rows], and the sums [2 x cross_entropy_rows]: a call's
+  // exponential sums for its rows, then its targets' logits right after
+  // them, so one all-reduce sums both.
   float* row_max_ = nullptr;
-  float* row_exp_sum_ = nullptr;
-  float* row_target_logit_ = nullptr;
+  float* row_sums_ = nullptr;
 };
 
 }  // namespace paraplan
