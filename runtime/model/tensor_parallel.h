@@ -12,8 +12,9 @@
 // down-projection. The embedding and the head are split by vocabulary rows:
 // vocab_parallel_embedding_forward looks up this rank's rows (zeros for other
 // tokens) and sums over the group; vocab_parallel_cross_entropy combines each
-// shard's row maximum, exponential sum and target logit (three all-reduces of
-// [B*T] floats) instead of gathering the logits.
+// shard's row maximum, exponential sum and target logit (two all-reduces:
+// the maxima [B*T], then both sums in one [2 B*T] call) instead of gathering
+// the logits.
 //
 // Sequence parallelism (Korthikanti et al. 2022, Megatron-core's names), when
 // the plan sets it: the norm and residual regions hold this rank's shard of
