@@ -272,9 +272,7 @@ class Ops {
   // the caller needs may happen on the host inside it, as a replay skips the
   // host. A launches() that breaks the recording is run as it is, from then
   // on, for its key. The default calls launches() every time.
-  virtual void run_recorded(uint64_t /*key*/, const std::function<void()>& launches) {
-    launches();
-  }
+  virtual void run_recorded(uint64_t /*key*/, const std::function<void()>& launches) { launches(); }
   // Whether run_recorded may replay instead of calling launches().
   virtual bool records_launches() const { return false; }
 
