@@ -12,12 +12,6 @@ LaunchGraphs::~LaunchGraphs() {
     if (entry.graph != nullptr) cudaGraphExecDestroy(entry.graph);
 }
 
-size_t LaunchGraphs::graphs() const {
-  size_t count = 0;
-  for (const auto& [key, entry] : entries_) count += entry.graph != nullptr;
-  return count;
-}
-
 void LaunchGraphs::run(uint64_t key, const std::function<void()>& launches) {
   Entry& entry = entries_[key];
   if (entry.graph != nullptr) {

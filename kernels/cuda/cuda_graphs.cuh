@@ -27,8 +27,6 @@ class LaunchGraphs {
   LaunchGraphs& operator=(const LaunchGraphs&) = delete;
 
   void run(uint64_t key, const std::function<void()>& launches);
-  // Keys whose launches are a graph now.
-  size_t graphs() const;
 
  private:
   struct Entry {

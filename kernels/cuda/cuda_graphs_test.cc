@@ -19,10 +19,6 @@ namespace {
 
 using namespace cuda_test_support;
 
-std::unique_ptr<Ops> make_cuda_graphs(bool graphs, DType storage) {
-  return make_cuda_switched("PARAPLAN_CUDA_GRAPHS", graphs, storage);
-}
-
 // A layer's forward and backward, accumulating into dweight: the same launches
 // on the same buffers every run. host_read: also reads a value back inside
 // (what no recorded step may do).
@@ -71,8 +67,8 @@ class CudaGraphs : public StorageTest {};
 INSTANTIATE_TEST_SUITE_P(Storage, CudaGraphs, kStorageDtypes, storage_test_name);
 
 TEST_P(CudaGraphs, ReplayedStepsAreBitwiseThePlainOnes) {
-  std::unique_ptr<Ops> graphs = make_cuda_graphs(true, dtype());
-  std::unique_ptr<Ops> plain = make_cuda_graphs(false, dtype());
+  std::unique_ptr<Ops> graphs = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", true, dtype());
+  std::unique_ptr<Ops> plain = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", false, dtype());
   EXPECT_TRUE(graphs->records_launches());
   EXPECT_FALSE(plain->records_launches());
   expect_all_equal(run_steps(*graphs, true, false), run_steps(*plain, false, false),
@@ -80,8 +76,8 @@ TEST_P(CudaGraphs, ReplayedStepsAreBitwiseThePlainOnes) {
 }
 
 TEST_P(CudaGraphs, AStepThatReadsTheHostRunsPlainly) {
-  std::unique_ptr<Ops> graphs = make_cuda_graphs(true, dtype());
-  std::unique_ptr<Ops> plain = make_cuda_graphs(false, dtype());
+  std::unique_ptr<Ops> graphs = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", true, dtype());
+  std::unique_ptr<Ops> plain = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", false, dtype());
   expect_all_equal(run_steps(*graphs, true, true), run_steps(*plain, false, true),
                    "five steps whose recording broke");
 }

@@ -539,10 +539,10 @@ class CudaOps final : public Ops {
     side_.reset();  // waits for its stream
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     attention_.reset();  // cuDNN's handle and graphs, before the stream
+    lane_.reset();       // before the scratch it was given
     scratch_.reset();
     adamw_runs_.reset();
     uploads_.reset();
-    lane_.reset();
     if (target_errors_ != nullptr) cudaFree(target_errors_);
     if (sum_partials_ != nullptr) cudaFree(sum_partials_);
     if (loss_ticket_ != nullptr) cudaFree(loss_ticket_);

@@ -23,10 +23,6 @@ namespace {
 
 using namespace cuda_test_support;
 
-std::unique_ptr<Ops> make_cuda_overlap(bool overlap, DType storage) {
-  return make_cuda_switched("PARAPLAN_CUDA_OVERLAP", overlap, storage);
-}
-
 struct WeightCase {
   int rows, in_features, out_features;
   bool bias;
@@ -76,8 +72,8 @@ class CudaWeightGradientStream : public StorageTest {};
 INSTANTIATE_TEST_SUITE_P(Storage, CudaWeightGradientStream, kStorageDtypes, storage_test_name);
 
 TEST_P(CudaWeightGradientStream, IsBitwiseTheGradientsComputedInLine) {
-  std::unique_ptr<Ops> overlapped = make_cuda_overlap(true, dtype());
-  std::unique_ptr<Ops> in_line = make_cuda_overlap(false, dtype());
+  std::unique_ptr<Ops> overlapped = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", true, dtype());
+  std::unique_ptr<Ops> in_line = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", false, dtype());
   for (const WeightCase& c : kCases) {
     const Tensors side = weight_gradients_run(*overlapped, c, Path::kSecondStream);
     expect_all_equal(side, weight_gradients_run(*in_line, c, Path::kSecondStream),
@@ -88,8 +84,8 @@ TEST_P(CudaWeightGradientStream, IsBitwiseTheGradientsComputedInLine) {
 }
 
 TEST_P(CudaWeightGradientStream, OrdersAgainstTheOpsStream) {
-  std::unique_ptr<Ops> ops = make_cuda_overlap(true, dtype());
-  std::unique_ptr<Ops> reference = make_cuda_overlap(false, dtype());
+  std::unique_ptr<Ops> ops = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", true, dtype());
+  std::unique_ptr<Ops> reference = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", false, dtype());
   // A few waves of tiles: long enough that a missing wait would likely show,
   // short under compute-sanitizer (the sanitizer phase runs this file).
   const int rows = 1024, in = 512, out = 1024;
@@ -139,8 +135,8 @@ TEST_P(CudaWeightGradientStream, OrdersAgainstTheOpsStream) {
 }
 
 TEST_P(CudaWeightGradientStream, ItsWorkspaceIsCounted) {
-  std::unique_ptr<Ops> overlapped = make_cuda_overlap(true, dtype());
-  std::unique_ptr<Ops> in_line = make_cuda_overlap(false, dtype());
+  std::unique_ptr<Ops> overlapped = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", true, dtype());
+  std::unique_ptr<Ops> in_line = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", false, dtype());
   // cuBLASLt's 32 MiB workspace, once more.
   EXPECT_GE(overlapped->internal_bytes(), in_line->internal_bytes() + (size_t{32} << 20));
 }
