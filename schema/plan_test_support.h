@@ -212,8 +212,11 @@ inline std::vector<Instruction> chunked_stream(int32_t rank, int32_t num_ranks, 
   for (int32_t c = chunks - 1; c >= 0; --c) {
     const int32_t vs = c * num_ranks + rank;
     const auto chunk = static_cast<uint8_t>(c);
+    // Every receive first, each into its slot's own buffer: received one at
+    // a time into one buffer, two ranks of two chunks wait on each other.
+    for (int32_t mb = 0; mb < num_micro_batches && vs < last; ++mb)
+      out.push_back(instruction(OpCode::RecvGradient, mb, -1, chunk));
     for (int32_t mb = 0; mb < num_micro_batches; ++mb) {
-      if (vs < last) out.push_back(instruction(OpCode::RecvGradient, mb, -1, chunk));
       out.push_back(instruction(split ? OpCode::BackwardInput : OpCode::Backward, mb, -1, chunk));
       if (vs > 0) out.push_back(instruction(OpCode::SendGradient, mb, -1, chunk));
       if (split) out.push_back(instruction(OpCode::BackwardWeight, mb, -1, chunk));
@@ -222,6 +225,26 @@ inline std::vector<Instruction> chunked_stream(int32_t rank, int32_t num_ranks, 
   out.push_back(instruction(OpCode::ReduceGradients, -1));
   out.push_back(instruction(OpCode::OptimizerStep, -1));
   return out;
+}
+
+// The stream with each RecvGradient moved to just before the Backward (or
+// BackwardInput) it feeds: received one at a time into the chunk's one
+// buffer. chunked_stream's so edited deadlocks with 2 ranks of 2 chunks.
+inline std::vector<Instruction> each_gradient_received_at_its_backward(
+    std::vector<Instruction> stream) {
+  std::vector<Instruction> receives;
+  std::erase_if(stream, [&](const Instruction& i) {
+    if (i.op() == OpCode::RecvGradient) receives.push_back(i);
+    return i.op() == OpCode::RecvGradient;
+  });
+  for (const Instruction& receive : receives) {
+    const auto consumer = std::find_if(stream.begin(), stream.end(), [&](const Instruction& i) {
+      return (i.op() == OpCode::Backward || i.op() == OpCode::BackwardInput) &&
+             i.chunk() == receive.chunk() && i.micro_batch() == receive.micro_batch();
+    });
+    stream.insert(consumer, receive);
+  }
+  return stream;
 }
 
 // `count` stages in model order over `layers` layers, split as evenly as

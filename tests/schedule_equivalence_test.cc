@@ -13,6 +13,7 @@
 // layers' placement; the run validates them as any plan.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -190,6 +191,50 @@ TEST_F(ScheduleEquivalence, LlamaUnderInterleavedAndZeroBubble) {
                              .pipeline = 2,
                              .tensor = 2,
                              .architecture = "llama"});
+}
+
+// Streams written by hand, not by the planner: GPipe's order over two chunks
+// on pp 2 x dp 2. With each chunk's gradient receives posted first, each
+// into its own buffer, they train to the single-rank losses. Under MPI each
+// 4 KiB message is above the eager limit, so it moves only once matched:
+// this hung while posted receives were matched only at their waits. With
+// each receive moved to its backward, into the chunk's one buffer, the
+// ranks would wait on each other: refused at once on every rank, naming the
+// blocked instructions.
+TEST_F(ScheduleEquivalence, HandWrittenStreamsTrainOrAreRefusedButNeverHang) {
+  const ScheduleCase c{.name = "gpipe_order_pp2_v2_dp2",
+                       .kind = ScheduleKind::Interleaved1F1B,
+                       .pipeline = 2,
+                       .virtual_stages = 2,
+                       .data = 2};
+  test_plans::PlanSpec spec = plan_spec(c);
+  const auto write_plan = [&](const std::string& name) {
+    const std::string plan_file = *directory_ / (name + ".pplan");
+    const std::vector<uint8_t> bytes = test_plans::build_plan(spec);
+    write_file(plan_file, std::string(bytes.begin(), bytes.end()));
+    return plan_file;
+  };
+  const std::vector<double> losses = train_plan_file(write_plan(c.name), c.name);
+  const std::vector<double>& expected = run({.name = "single_gpt2"}).losses;
+  ASSERT_EQ(losses.size(), expected.size());
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], expected[i], kLossTolerance) << "step " << i + 1;
+
+  for (test_plans::StageScheduleSpec& stage : spec.schedule)
+    stage.instructions = test_plans::each_gradient_received_at_its_backward(stage.instructions);
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult refused =
+      run_command(std::string(PARAPLAN_BINARY) + " launch --plan " + write_plan(c.name + "_hangs") +
+                  " -- train --data " + *directory_ / "data/train.bin" + " --steps 1");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("gpipe_order_pp2_v2_dp2_hangs.pplan: schedule: the pipeline "
+                                "stages' streams wait on each other and would hang"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("stage 0 instruction 27 RecvGradient(1, chunk 1) (blocked)"),
+            std::string::npos)
+      << refused.output;
 }
 
 }  // namespace

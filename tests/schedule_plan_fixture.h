@@ -49,9 +49,9 @@ struct ScheduleCase {
 };
 
 // The case's plan: the test model (8 layers, so pp 4 x 2 chunks holds one
-// layer per virtual stage), global batch 16 in micro-batches of 2, the
-// planner's schedule for it.
-inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
+// layer per virtual stage), global batch 16 in micro-batches of 2, streams
+// as test_plans::chunked_stream writes them.
+inline test_plans::PlanSpec plan_spec(const ScheduleCase& c) {
   const int m = kGlobalBatch / (kMicroBatchSize * c.data);
   test_plans::PlanSpec spec = test_plans::make_chunked_plan_spec(
       c.pipeline, c.virtual_stages, kLayers, m, c.kind, /*split=*/false);
@@ -78,6 +78,13 @@ inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
   if (c.schema_version != 0) spec.schema_version = c.schema_version, spec.add_zero_unit_ops = false;
   spec.dtype = c.dtype;
   spec.schedule_kind = c.kind;
+  return spec;
+}
+
+// The case's plan with the planner's schedule for it.
+inline std::vector<uint8_t> plan_bytes(const ScheduleCase& c) {
+  test_plans::PlanSpec spec = plan_spec(c);
+  const int m = spec.num_micro_batches;
   const PipelineSchedule schedule = generate_schedule(c.kind, c.pipeline, m, c.virtual_stages);
   const std::optional<std::string> problem = verify_schedule(schedule);
   EXPECT_FALSE(problem.has_value()) << c.name << ": " << problem.value_or("");

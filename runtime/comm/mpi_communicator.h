@@ -146,9 +146,13 @@ class MpiPeerToPeer : public PeerToPeer {
 
   // A posted send is its MPI_Isend-s, waited on by wait(). A posted receive
   // is matched and received (checked as above) when it is waited on, after
-  // every receive posted before it from the same peer and tag: MPI moves a
-  // send's data once its receive is matched, so the sender's wait may last
-  // until then.
+  // every receive posted before it from the same peer and tag, or earlier:
+  // while this rank waits on any transfer, each posted receive whose message
+  // has arrived lands. Above the eager limit MPI moves a send's data only
+  // once its receive is matched; so a send is done once its receive is
+  // posted and its rank waits on anything (plan.fbs Transfers, as under
+  // NCCL), not only once that rank waits on that receive, which could be
+  // behind a wait for a send of its own.
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
   Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
@@ -169,7 +173,9 @@ class MpiPeerToPeer : public PeerToPeer {
     size_t count = 0;
     int peer = -1, tag = 0;
     kernels::DType dtype = kernels::DType::kFloat32;
-    bool received = false;  // a receive matched early, by a later one's wait
+    // A receive that landed before its wait (a later one's wait, or
+    // land_arrived_receives).
+    bool received = false;
   };
   void check_peer(int peer, int tag, const char* operation) const;
   std::string describe(bool send, size_t count, int peer, kernels::DType dtype, int tag) const;
@@ -178,13 +184,20 @@ class MpiPeerToPeer : public PeerToPeer {
   // Receives; returns what was wrong with the message's length ("" if nothing).
   std::string receive_messages(void* data, size_t count, int from, kernels::DType dtype, int tag,
                                const std::string& transfer);
+  // Waits for the sends, landing arrived receives meanwhile.
   void wait_sends(std::vector<MPI_Request>& requests, const std::string& transfer);
+  // Receives each posted receive whose message has arrived, in posting order
+  // per peer and tag, but none from receiving_peer with receiving_tag (the
+  // receive under way, if any: its next message is its own); a no-op inside
+  // itself (a landing receive waiting for its message's later parts).
+  void land_arrived_receives(int receiving_peer, int receiving_tag);
   void finish(Pending& pending);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   size_t max_elements_per_message_ = 2147483647;  // INT_MAX
   std::vector<Pending> pending_;                  // posted, not yet waited on, in posting order
+  bool landing_ = false;                          // inside land_arrived_receives
   Posted next_id_ = 1;
 };
 

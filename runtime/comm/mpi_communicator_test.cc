@@ -303,6 +303,40 @@ TEST(MpiPeerToPeer, PostedTransfersMatchInPostingOrderWhateverOrderTheyAreWaited
   EXPECT_THROW(peers->wait(s1), std::logic_error);  // waited on already
 }
 
+TEST(MpiPeerToPeer, PostedReceivesLandWhileTheirRankWaitsOnItsOwnSend) {
+  // Rank 1 posts two receives from rank 0, then waits on a send of its own;
+  // rank 0 posts the receive for it only after its two sends are done. The
+  // messages are far above any eager limit, so MPI moves each only once its
+  // receive is matched: rank 1 must land the two while it waits (plan.fbs
+  // Transfers: a send is done once its receive is posted), else both wait
+  // on each other for ever. The two land in posting order.
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto peers = make_peers();
+  const int me = world_rank();
+  const size_t count = size_t{1} << 20;
+  const std::vector<float> first = message_from(10, count), second = message_from(20, count),
+                           reply = message_from(30, count);
+  std::vector<float> into_first(count), into_second(count), into_reply(count);
+  const auto f32 = kernels::DType::kFloat32;
+  if (me == 0) {
+    const auto sent_first = peers->post_send(first.data(), count, 1, f32, 3);
+    const auto sent_second = peers->post_send(second.data(), count, 1, f32, 3);
+    peers->wait(sent_first);
+    peers->wait(sent_second);
+    peers->wait(peers->post_receive(into_reply.data(), count, 1, f32, 4));
+    EXPECT_EQ(into_reply, reply);
+  }
+  if (me == 1) {
+    const auto received_first = peers->post_receive(into_first.data(), count, 0, f32, 3);
+    const auto received_second = peers->post_receive(into_second.data(), count, 0, f32, 3);
+    peers->wait(peers->post_send(reply.data(), count, 0, f32, 4));
+    peers->wait(received_second);
+    peers->wait(received_first);
+    EXPECT_EQ(into_first, first);
+    EXPECT_EQ(into_second, second);
+  }
+}
+
 TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto peers = make_peers();

@@ -5,6 +5,7 @@
 #include <climits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/comm/mpi_communicator.h"
@@ -108,8 +109,10 @@ std::string MpiPeerToPeer::receive_messages(void* data, size_t count, int from,
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
     PARAPLAN_MPI_CHECK("peers", transfer + " mprobe", wait_patiently([&](int* matched) {
-                         return MPI_Improbe(from, kPeerTag + tag, comm_, matched, &message,
-                                            &status);
+                         const int probed =
+                             MPI_Improbe(from, kPeerTag + tag, comm_, matched, &message, &status);
+                         if (probed == MPI_SUCCESS && !*matched) land_arrived_receives(from, tag);
+                         return probed;
                        }));
     MPI_Count bytes = 0;
     PARAPLAN_MPI_CHECK("peers", transfer + " get_elements",
@@ -144,7 +147,10 @@ void MpiPeerToPeer::wait_sends(std::vector<MPI_Request>& sends, const std::strin
   if (sends.empty()) return;
   std::vector<MPI_Status> statuses(sends.size());
   const int status = wait_patiently([&](int* done) {
-    return MPI_Testall(static_cast<int>(sends.size()), sends.data(), done, statuses.data());
+    const int tested =
+        MPI_Testall(static_cast<int>(sends.size()), sends.data(), done, statuses.data());
+    if (tested == MPI_SUCCESS && !*done) land_arrived_receives(-1, 0);
+    return tested;
   });
   if (status == MPI_ERR_IN_STATUS) {
     for (const MPI_Status& each : statuses) {
@@ -196,6 +202,36 @@ PeerToPeer::Posted MpiPeerToPeer::post_receive(void* data, size_t count, int fro
   if (from < 0) throw std::invalid_argument("post_receive: no peer (-1)");
   pending_.push_back(Pending{next_id_++, false, {}, data, count, from, tag, dtype});
   return pending_.back().id;
+}
+
+void MpiPeerToPeer::land_arrived_receives(int receiving_peer, int receiving_tag) {
+  if (landing_) return;  // a receive that lands waits for its message's later parts
+  landing_ = true;
+  // Per peer and tag, only the first receive not yet landed can match; none
+  // on the link being received, whose next message is that receive's.
+  std::vector<std::pair<int, int>> waiting_behind{{receiving_peer, receiving_tag}};
+  try {
+    for (Pending& pending : pending_) {
+      if (pending.send || pending.received) continue;
+      const std::pair<int, int> link{pending.peer, pending.tag};
+      if (std::find(waiting_behind.begin(), waiting_behind.end(), link) != waiting_behind.end())
+        continue;
+      int arrived = 0;
+      PARAPLAN_MPI_CHECK(
+          "peers", "iprobe",
+          MPI_Iprobe(pending.peer, kPeerTag + pending.tag, comm_, &arrived, MPI_STATUS_IGNORE));
+      if (!arrived) {
+        waiting_behind.push_back(link);
+        continue;
+      }
+      finish(pending);
+      pending.received = true;  // its own wait only forgets it
+    }
+  } catch (...) {
+    landing_ = false;
+    throw;
+  }
+  landing_ = false;
 }
 
 void MpiPeerToPeer::finish(Pending& pending) {

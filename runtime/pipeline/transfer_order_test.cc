@@ -2,7 +2,8 @@
 // posting order as by tag pass; hand-edited ones where they would not
 // (micro-batches relabelled on one side, chunks reordered between two ranks
 // of an interleaved plan) are refused naming the ranks, instructions and
-// messages.
+// messages; so are streams that pair but wait on each other, naming each
+// stage's blocked instruction.
 #include "runtime/pipeline/transfer_order.h"
 
 #include <gtest/gtest.h>
@@ -86,6 +87,31 @@ TEST(TransferOrder, ChunksReorderedBetweenTheSameTwoRanksAreRefused) {
   const std::string error = refusal(spec);
   EXPECT_NE(error.find("sends the activation of virtual stage 2, micro-batch 0 as its message 4 "
                        "to rank 1"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("Make it again with `paraplan plan`"), std::string::npos) << error;
+}
+
+TEST(TransferOrder, StreamsThatWaitOnEachOtherAreRefused) {
+  // Two ranks of two chunks each, every forward first, then each chunk's
+  // backwards in order: each RecvGradient into a chunk's one output-gradient
+  // buffer waits for the chunk's last input gradient to be received. Rank 0
+  // waits for rank 1 to take virtual stage 2's first input gradient, which
+  // rank 1 receives only after all of virtual stage 3's backwards; those
+  // wait for rank 0 to take their input gradients. It hung under MPI once
+  // messages passed the eager limit (4 ranks, dp 2).
+  test_plans::PlanSpec spec =
+      test_plans::make_chunked_plan_spec(2, 2, 8, 4, ScheduleKind::Interleaved1F1B, false);
+  EXPECT_EQ(refusal(spec), "");  // each chunk's receives posted first, into their own buffers
+  for (test_plans::StageScheduleSpec& stage : spec.schedule)
+    stage.instructions = test_plans::each_gradient_received_at_its_backward(stage.instructions);
+  const std::string error = refusal(spec);
+  EXPECT_NE(error.find("edited.pplan: schedule: the pipeline stages' streams wait on each other "
+                       "and would hang"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("stage 0 instruction 27 RecvGradient(1, chunk 1) (blocked); stage 1 "
+                       "instruction 28 Backward(2, chunk 1) (blocked)."),
             std::string::npos)
       << error;
   EXPECT_NE(error.find("Make it again with `paraplan plan`"), std::string::npos) << error;

@@ -135,6 +135,11 @@ std::vector<Case> cases() {
          return on_four_ranks(spec);
        },
        true, false},
+      {"pp2 dp2 interleaved, 2 chunks",
+       [] {
+         return on_four_ranks(
+             test_plans::make_chunked_plan_spec(2, 2, 8, 4, ScheduleKind::Interleaved1F1B, false));
+       }},
       {"pp4 interleaved, 2 chunks",
        [] {
          return on_four_ranks(
