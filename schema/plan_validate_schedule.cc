@@ -1,8 +1,9 @@
 // plan_validate_schedule.cc: the schedule part of validate_plan: the kind, its
 // transfers and chunks, one instruction stream per pipeline rank, and each
 // stream checked on its own by the stream checker (stream_check.h, question
-// 1), its problems on their fields. Whether the streams together can
-// deadlock is the planner verifier's question, not this file's.
+// 1), its problems on their fields. Whether the streams together pair and
+// finish is asked of all of them at once, by the planner's verifier and the
+// runtime (runtime/pipeline/transfer_order.h), not by this file.
 #include <algorithm>
 #include <string>
 #include <vector>

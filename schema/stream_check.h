@@ -11,7 +11,8 @@
 //      before allocating anything; the verifier too.
 //   3. check_streams_finish: all ranks' streams played together under
 //      posted transfers (plan.fbs Transfers) finish, or where they block.
-//      The planner's verifier asks it (schedule_verify.cc), after 1 and 2.
+//      The planner's verifier asks it (schedule_verify.cc), after 1 and 2,
+//      and the runtime at load (runtime/pipeline/transfer_order.cc).
 // What an instruction sends or receives (message_of) is decided here once.
 #pragma once
 
