@@ -120,6 +120,7 @@ class ForwardingOps : public Ops {
     inner_->run_recorded(key, launches);
   }
   bool records_launches() const override { return inner_->records_launches(); }
+  void forget_recorded() override { inner_->forget_recorded(); }
   void gelu_forward(void* out, const void* inp, size_t n) override {
     inner_->gelu_forward(out, inp, n);
   }

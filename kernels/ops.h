@@ -271,10 +271,16 @@ class Ops {
   // the device, copy to or from the host, or read back a value; and nothing
   // the caller needs may happen on the host inside it, as a replay skips the
   // host. A launches() that breaks the recording is run as it is, from then
-  // on, for its key. The default calls launches() every time.
+  // on, for its key. Weight gradients queued before the call are joined at
+  // its start, those queued inside it at its end. A graph keeps the buffers'
+  // addresses: a key must not outlive them (a new stage, new keys). The
+  // default calls launches() every time.
   virtual void run_recorded(uint64_t /*key*/, const std::function<void()>& launches) { launches(); }
   // Whether run_recorded may replay instead of calling launches().
   virtual bool records_launches() const { return false; }
+  // Drops every recording (the next run of each key is plain again): the
+  // buffers they used may be gone. A new schedule executor calls it.
+  virtual void forget_recorded() {}
 
   // ---- elementwise -----------------------------------------------------------------------
   // GELU, tanh approximation (as GPT-2).

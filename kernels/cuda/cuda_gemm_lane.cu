@@ -134,8 +134,8 @@ void WeightGradientStream::run(cudaStream_t main, void* dweight, void* dbias, co
   // The wait captures the event as recorded now, so one event serves every call.
   PARAPLAN_CUDA_CHECK(cudaEventRecord(main_reached_, main));
   PARAPLAN_CUDA_CHECK(cudaStreamWaitEvent(stream_, main_reached_, 0));
+  pending_ = true;  // before the launches: one that throws leaves the others joined
   lane_->weight_gradients(dweight, dbias, dout, inp, rows, in_features, out_features);
-  pending_ = true;
 }
 
 void WeightGradientStream::join(cudaStream_t main) {

@@ -8,8 +8,13 @@
 namespace paraplan::kernels::cuda {
 
 LaunchGraphs::~LaunchGraphs() {
+  forget();
+}
+
+void LaunchGraphs::forget() {
   for (auto& [key, entry] : entries_)
     if (entry.graph != nullptr) cudaGraphExecDestroy(entry.graph);
+  entries_.clear();
 }
 
 void LaunchGraphs::run(uint64_t key, const std::function<void()>& launches) {
@@ -44,6 +49,12 @@ bool LaunchGraphs::capture(Entry& entry, const std::function<void()>& launches) 
                  "runs without a graph\n",
                  error.what());
     broke = true;
+  } catch (...) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);  // the stream (and any joined) usable again
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
   }
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);

@@ -27,6 +27,8 @@ class LaunchGraphs {
   LaunchGraphs& operator=(const LaunchGraphs&) = delete;
 
   void run(uint64_t key, const std::function<void()>& launches);
+  // Drops every key's graph (one still running is freed when it ends).
+  void forget();
 
  private:
   struct Entry {

@@ -43,7 +43,9 @@ struct Step {
   }
 };
 
-Tensors run_steps(Ops& ops, bool recorded, bool host_read) {
+// Five runs of the step; calls: how often its launches ran (a replayed run
+// does not call them).
+Tensors run_steps(Ops& ops, bool recorded, bool host_read, int* calls = nullptr) {
   Buffers buffers(ops);
   Step step;
   step.inp = buffers.upload_storage(random_floats(size_t{256} * 128, 60));
@@ -53,7 +55,10 @@ Tensors run_steps(Ops& ops, bool recorded, bool host_read) {
   step.dweight = buffers.upload_storage(std::vector<float>(size_t{384} * 128, 0.0f));
   for (int run = 0; run < 5; ++run) {
     if (recorded) {
-      ops.run_recorded(7, [&] { step(ops, host_read); });
+      ops.run_recorded(7, [&] {
+        if (calls != nullptr) ++*calls;
+        step(ops, host_read);
+      });
     } else {
       step(ops, host_read);
     }
@@ -71,15 +76,26 @@ TEST_P(CudaGraphs, ReplayedStepsAreBitwiseThePlainOnes) {
   std::unique_ptr<Ops> plain = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", false, dtype());
   EXPECT_TRUE(graphs->records_launches());
   EXPECT_FALSE(plain->records_launches());
-  expect_all_equal(run_steps(*graphs, true, false), run_steps(*plain, false, false),
+  int calls = 0;
+  expect_all_equal(run_steps(*graphs, true, false, &calls), run_steps(*plain, false, false),
                    "five steps, the last three from a graph");
+  EXPECT_EQ(calls, 2);  // plain, captured; a broken capture would run all five
+  // Forgotten (a new executor), the key is plain, then captured, again.
+  graphs->forget_recorded();
+  calls = 0;
+  expect_all_equal(run_steps(*graphs, true, false, &calls), run_steps(*plain, false, false),
+                   "five steps after forget_recorded");
+  EXPECT_EQ(calls, 2);
 }
 
 TEST_P(CudaGraphs, AStepThatReadsTheHostRunsPlainly) {
   std::unique_ptr<Ops> graphs = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", true, dtype());
   std::unique_ptr<Ops> plain = make_cuda_switched("PARAPLAN_CUDA_GRAPHS", false, dtype());
-  expect_all_equal(run_steps(*graphs, true, true), run_steps(*plain, false, true),
+  int calls = 0;
+  expect_all_equal(run_steps(*graphs, true, true, &calls), run_steps(*plain, false, true),
                    "five steps whose recording broke");
+  // Plain; the broken capture and its plain rerun; three more plain runs.
+  EXPECT_EQ(calls, 6);
 }
 
 }  // namespace

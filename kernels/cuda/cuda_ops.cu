@@ -353,13 +353,24 @@ class CudaOps final : public Ops {
 
   // CUDA graphs per key (cuda_graphs.cuh) with PARAPLAN_CUDA_GRAPHS=1.
   void run_recorded(uint64_t key, const std::function<void()>& launches) override {
-    if (graphs_) {
-      graphs_->run(key, launches);
-    } else {
+    if (!graphs_) {
       launches();
+      return;
     }
+    // Weight gradients queued before are joined outside the graph: a capture
+    // may not wait on an event recorded before it, and a graph's side branch
+    // is ordered only after the graph's own work. Those queued inside join
+    // inside, so every fork is joined before the capture ends.
+    join_weight_gradients();
+    graphs_->run(key, [&] {
+      launches();
+      join_weight_gradients();
+    });
   }
   bool records_launches() const override { return graphs_ != nullptr; }
+  void forget_recorded() override {
+    if (graphs_) graphs_->forget();
+  }
 
   // ---- elementwise (cuda_elementwise.cu) -------------------------------------------------
 
@@ -505,6 +516,7 @@ class CudaOps final : public Ops {
   }
 
   double sum_of_squares(const void* x, size_t n) override {
+    join_weight_gradients();  // a norm of half-made gradients would pass unseen
     double* accumulator = sum_partials_ + kSumOfSquaresBlocks;
     PARAPLAN_CUDA_CHECK(cudaMemsetAsync(accumulator, 0, sizeof(double), stream_));
     accumulate_sum_of_squares(accumulator, x, n);
@@ -535,9 +547,10 @@ class CudaOps final : public Ops {
 
   // Frees everything; safe on a partly constructed object; never throws.
   void release() noexcept {
-    graphs_.reset();
-    side_.reset();  // waits for its stream
+    // First: a replayed graph on stream_ holds the side lane's GEMMs too.
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    graphs_.reset();
+    side_.reset();       // waits for its stream
     attention_.reset();  // cuDNN's handle and graphs, before the stream
     lane_.reset();       // before the scratch it was given
     scratch_.reset();

@@ -2,8 +2,10 @@
 // CUDA backend's second stream (cuda_gemm_lane.cuh) against the same
 // gradients computed in line (PARAPLAN_CUDA_OVERLAP=0) and against
 // linear_backward with no input gradient: bitwise, with and without a bias
-// (the BGRADB epilogue), at a shape whose bias cuBLASLt cannot take (the
-// column-sum kernel), accumulated over two micro-batches. And the ordering
+// (the BGRADB epilogue), at an odd 13-column shape with an unaligned bias
+// (cuBLASLt's epilogue or the column-sum kernel: the epilogue writes aligned
+// scratch, so which one runs is cuBLASLt's choice, the same on both lanes),
+// accumulated over two micro-batches. And the ordering
 // the contract promises: the side stream reads what the ops' stream wrote
 // before the call; after join_weight_gradients the ops' stream may rewrite
 // the operands and reads the finished gradients; synchronize and
@@ -26,7 +28,7 @@ using namespace cuda_test_support;
 struct WeightCase {
   int rows, in_features, out_features;
   bool bias;
-  bool unaligned_bias;  // no BGRADB epilogue: the column-sum kernel
+  bool unaligned_bias;  // dbias off its allocation's alignment
 };
 
 const WeightCase kCases[] = {

@@ -103,6 +103,7 @@ std::unique_ptr<kernels::Ops> make_cuda(bool tf32, kernels::DType dtype = kernel
 struct StepResult {
   double mean_loss = 0;
   std::vector<float> gradients;
+  int forward_calls = 0, backward_calls = 0;  // how often run_recorded ran each
 };
 
 // One forward + backward of a batch-2 micro-batch on `ops`, parameters from
@@ -110,7 +111,9 @@ struct StepResult {
 // everything moves through copy_from_host / copy_to_host, so it runs on any backend.
 // runs > 1: the step again and again from zeroed gradients, its forward and
 // backward through Ops::run_recorded (CUDA graphs: the third run replays);
-// the last run's result.
+// the last run's result. A new stage each call, so the recordings of the
+// last one (its freed buffers' addresses) are forgotten first, as a new
+// schedule executor does.
 StepResult training_step(Architecture architecture, kernels::Ops& ops,
                          std::vector<RecomputeMode> recompute, int runs = 1) {
   const TransformerConfig config = tiny_config(architecture);
@@ -136,11 +139,18 @@ StepResult training_step(Architecture architecture, kernels::Ops& ops,
   ops.copy_from_host(stage.targets(0), targets.data(), targets.size() * sizeof(int32_t));
   const float scale = 1.0f / (batch * T);
   StepResult result;
+  ops.forget_recorded();
   for (int run = 0; run < runs; ++run) {
     ops.zero_bytes(stage.gradients(), ops.storage_bytes(n));
-    ops.run_recorded(1, [&] { stage.forward(0, scale); });
+    ops.run_recorded(1, [&] {
+      ++result.forward_calls;
+      stage.forward(0, scale);
+    });
     result.mean_loss = stage.take_loss_sum() * scale;
-    ops.run_recorded(2, [&] { stage.backward(0); });
+    ops.run_recorded(2, [&] {
+      ++result.backward_calls;
+      stage.backward(0);
+    });
   }
   result.gradients.resize(n);
   stage.read_gradients(result.gradients.data(), n);
@@ -284,6 +294,10 @@ TEST_P(StageCuda, ReplayedGraphsAreBitwiseThePlainSteps) {
          {no_recompute(), std::vector{RecomputeMode::Full, RecomputeMode::Selective}}) {
       const StepResult replayed = training_step(GetParam(), *graphs, modes, 3);
       const StepResult once = training_step(GetParam(), *plain, modes, 1);
+      // Plain, captured, replayed: a broken capture (said on stderr) would
+      // run the steps plainly, bitwise the same, and only this would tell.
+      EXPECT_EQ(replayed.forward_calls, 2) << name;
+      EXPECT_EQ(replayed.backward_calls, 2) << name;
       EXPECT_EQ(replayed.mean_loss, once.mean_loss) << name;
       expect_same_gradients(GetParam(), replayed.gradients, once.gradients,
                             name + " graphs vs plain, recompute " + std::to_string(int(modes[0])));

@@ -206,16 +206,16 @@ inline void expect_whole_model_step(
   stage.load_parameters(values.data(), values.size());
 
   auto peers = std::make_unique<ReceiveNotingPeers>(MpiPeerToPeer::over_world(), &position);
-  ScheduleExecutor executor(schedule, stage, *ops, micro_batches, 0,
-                            PipelinePeers{.peers = peers.get(),
-                                          .previous_stage_rank = r > 0 ? r - 1 : -1,
-                                          .next_stage_rank = r + 1 < p ? r + 1 : -1,
-                                          .pipeline_rank = r,
-                                          .pipeline_size = p,
-                                          .first_stage_rank = 0,
-                                          .last_stage_rank = p - 1,
-                                          .own_rank = r,
-                                          .v_shape = pipeline.v_shape()});
+  const PipelinePeers peer_ranks{.peers = peers.get(),
+                                 .previous_stage_rank = r > 0 ? r - 1 : -1,
+                                 .next_stage_rank = r + 1 < p ? r + 1 : -1,
+                                 .pipeline_rank = r,
+                                 .pipeline_size = p,
+                                 .first_stage_rank = 0,
+                                 .last_stage_rank = p - 1,
+                                 .own_rank = r,
+                                 .v_shape = pipeline.v_shape()};
+  ScheduleExecutor executor(schedule, stage, *ops, micro_batches, 0, peer_ranks);
   for (int step = 0; step < (recorded ? 3 : 1); ++step) {
     if (step > 0) {
       ops->zero_bytes(stage.gradients(), ops->storage_bytes(values.size()));
@@ -264,6 +264,11 @@ inline void expect_whole_model_step(
   }
   if (recording != nullptr) {
     EXPECT_GT(recording->replays(), 0) << what;
+    // A graph keeps its buffers' addresses and the keys do not name the
+    // stage: another executor (over another stage) must record afresh.
+    EXPECT_GT(recording->recorded_keys(), 0u) << what;
+    ScheduleExecutor next(schedule, stage, *ops, micro_batches, 0, peer_ranks);
+    EXPECT_EQ(recording->recorded_keys(), 0u) << what;
   }
 }
 

@@ -151,6 +151,9 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
       num_micro_batches_(num_micro_batches),
       data_parallel_rank_(data_parallel_rank),
       pipeline_(pipeline) {
+  // Its keys (compute_step) say nothing of the stage: recordings of one
+  // built before on these ops would replay into its freed buffers.
+  ops_.forget_recorded();
   // Unit ops right after a compute (only unit ops between) belong to it.
   belongs_to_compute_.assign(instructions_.size(), false);
   for (size_t i = 1; i < instructions_.size(); ++i)

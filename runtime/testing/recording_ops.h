@@ -11,6 +11,7 @@
 // kernels/forwarding_ops.h.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -56,6 +57,16 @@ class RecordingOps final : public kernels::ForwardingOps {
     for (const std::function<void()>& call : entry.calls) call();
   }
 
+  void forget_recorded() override {
+    entries_.clear();
+    ForwardingOps::forget_recorded();
+  }
+
+  // Keys with a record.
+  size_t recorded_keys() const {
+    return std::count_if(entries_.begin(), entries_.end(),
+                         [](const auto& entry) { return entry.second.recorded; });
+  }
   // Compute steps replayed from a record, since construction.
   int replays() const { return replays_; }
 
