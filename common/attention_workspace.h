@@ -15,7 +15,8 @@
 // - backward: softmax_sum, fp32 [B, H, T] (rowsum(dO * O)); and, because the
 //   deterministic algorithm is asked for, the frontend forces the "dP
 //   workspace" decomposition on Hopper: dP materialised in 16 bits, [B, H,
-//   ceil64(T), ceil64(T)] (its own required_dp_workspace_bytes); the other
+//   ceil64(T), ceil128(T)] (its own required_dp_workspace_bytes on sm90:
+//   the keys padded to 128, the queries to 64); the other
 //   deterministic route (ordered dQ accumulation, chosen only under
 //   CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT) needs an fp32 dQ accumulator
 //   [B, H, T, D] instead. Both are counted, so either route fits.
@@ -37,9 +38,10 @@ inline constexpr int64_t cudnn_sdpa_workspace_bytes(int64_t batch, int64_t seq_l
                                                     int64_t head_dim, bool with_backward) {
   if (!with_backward) return kCudnnSdpaForwardSlack;
   const int64_t rows = batch * heads * seq_len;
-  const int64_t padded = (seq_len + 63) / 64 * 64;
+  const int64_t padded_queries = (seq_len + 63) / 64 * 64;
+  const int64_t padded_keys = (seq_len + 127) / 128 * 128;
   const int64_t softmax_sum = 4 * rows;
-  const int64_t dp = 2 * batch * heads * padded * padded;
+  const int64_t dp = 2 * batch * heads * padded_queries * padded_keys;
   const int64_t dq_accumulator = 4 * rows * head_dim;
   return softmax_sum + dp + dq_accumulator + kCudnnSdpaForwardSlack;
 }

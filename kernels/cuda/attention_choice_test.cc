@@ -183,10 +183,14 @@ TEST(AttentionChoice, CudnnWorkspaceFormula) {
                            + kCudnnSdpaForwardSlack;
   EXPECT_EQ(cudnn_sdpa_workspace_bytes(8, 1024, 12, 64, true), expected);
   EXPECT_EQ(cudnn_sdpa_workspace_bytes(8, 1024, 12, 64, false), kCudnnSdpaForwardSlack);
-  // T rounds up to 64 for dP: T = 1000 takes what T = 1024 does there.
+  // dP's queries round up to 64, its keys to 128 (the frontend's sm90
+  // formula): T = 1000 takes 1024 x 1024 there, T = 1030 1088 x 1152.
   EXPECT_EQ(cudnn_sdpa_workspace_bytes(1, 1000, 1, 64, true) -
                 cudnn_sdpa_workspace_bytes(1, 1000, 1, 64, false),
             4 * 1000 + 2 * 1024 * 1024 + 4 * 1000 * 64);
+  EXPECT_EQ(cudnn_sdpa_workspace_bytes(1, 1030, 1, 64, true) -
+                cudnn_sdpa_workspace_bytes(1, 1030, 1, 64, false),
+            4 * 1030 + 2 * 1088 * 1152 + 4 * 1030 * 64);
 }
 
 }  // namespace

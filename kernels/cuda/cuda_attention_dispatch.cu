@@ -56,7 +56,20 @@ bool AttentionDispatch::on_cudnn(const AttentionShapeKey& key,
   for (const void* tensor : tensors) {
     if (!is_aligned16(tensor)) return false;
   }
-  if (!cudnn_) cudnn_ = make_cudnn_attention(stream_);
+  if (cudnn_unusable_) return false;
+  if (!cudnn_) {
+    // The library loaded, but its handle may still fail (sub-libraries
+    // missing or mismatched, the driver refusing): under auto, the own
+    // kernels from then on, said once.
+    try {
+      cudnn_ = make_cudnn_attention(stream_);
+    } catch (const std::exception& error) {
+      if (chooser_.setting() == AttentionSetting::kCudnn) throw;
+      cudnn_unusable_ = true;
+      log_attention_notice(cudnn_fallback_notice(error.what()));
+      return false;
+    }
+  }
   const std::string& why_not = cudnn_->prepare(key);
   if (why_not.empty()) return true;
   // A shape cuDNN cannot build: an error when cuDNN was required, else the

@@ -47,15 +47,17 @@ bool LtMatmul::Key::operator==(const Key& o) const {
   return transa == o.transa && transb == o.transb && m == o.m && n == o.n && k == o.k &&
          lda == o.lda && ldb == o.ldb && ldd == o.ldd && epilogue == o.epilogue &&
          bias_type == o.bias_type && align_a == o.align_a && align_b == o.align_b &&
-         align_c == o.align_c && align_d == o.align_d;
+         align_c == o.align_c && align_d == o.align_d && align_bias == o.align_bias &&
+         align_aux == o.align_aux;
 }
 
 size_t LtMatmul::KeyHash::operator()(const Key& key) const {
   size_t hash = 1469598103934665603ull;
-  for (int64_t field : {int64_t{key.transa}, int64_t{key.transb}, int64_t{key.m}, int64_t{key.n},
-                        int64_t{key.k}, int64_t{key.lda}, int64_t{key.ldb}, int64_t{key.ldd},
-                        int64_t{key.epilogue}, int64_t{key.bias_type}, int64_t{key.align_a},
-                        int64_t{key.align_b}, int64_t{key.align_c}, int64_t{key.align_d}})
+  for (int64_t field :
+       {int64_t{key.transa}, int64_t{key.transb}, int64_t{key.m}, int64_t{key.n}, int64_t{key.k},
+        int64_t{key.lda}, int64_t{key.ldb}, int64_t{key.ldd}, int64_t{key.epilogue},
+        int64_t{key.bias_type}, int64_t{key.align_a}, int64_t{key.align_b}, int64_t{key.align_c},
+        int64_t{key.align_d}, int64_t{key.align_bias}, int64_t{key.align_aux}})
     hash = (hash ^ static_cast<size_t>(field)) * 1099511628211ull;
   return hash;
 }
@@ -77,7 +79,8 @@ LtMatmul::~LtMatmul() {
   if (lt_ != nullptr) cublas_library().cublasLtDestroy(lt_);
 }
 
-std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) const {
+std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key, const void* bias,
+                                                             const void* aux) const {
   auto config = std::make_unique<Configuration>();
   PARAPLAN_CUBLAS_CHECK(
       cublas_library().cublasLtMatmulDescCreate(&config->operation, compute_type_, CUDA_R_32F));
@@ -91,12 +94,16 @@ std::unique_ptr<LtMatmul::Configuration> LtMatmul::configure(const Key& key) con
     PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
         config->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &key.bias_type,
         sizeof(key.bias_type)));
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
+        config->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   if (uses_aux(key.epilogue)) {
     // The pre-activation has D's layout (its pointer is set per call).
     const int64_t aux_ld = key.ldd;
     PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
         config->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
+        config->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
   // Stored shapes (before op): A is m x k or k x m, B is k x n or n x k.
   const bool ta = key.transa != CUBLAS_OP_N, tb = key.transb != CUBLAS_OP_N;
@@ -165,9 +172,11 @@ bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, in
                 alignment_of(a),
                 alignment_of(b),
                 alignment_of(c),
-                alignment_of(d)};
+                alignment_of(d),
+                alignment_of(bias),
+                alignment_of(aux)};
   auto found = cache_.find(key);
-  if (found == cache_.end()) found = cache_.emplace(key, configure(key)).first;
+  if (found == cache_.end()) found = cache_.emplace(key, configure(key, bias, aux)).first;
   Configuration& config = *found->second;
   if (!config.supported) return false;
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)

@@ -70,6 +70,9 @@ class LtMatmul {
     uint32_t epilogue;
     int32_t bias_type;
     uint32_t align_a, align_b, align_c, align_d;
+    // The bias (or bias gradient) and the pre-activation: the heuristic
+    // reads their pointers' alignment from the descriptor.
+    uint32_t align_bias, align_aux;
     bool operator==(const Key& other) const;
   };
   struct KeyHash {
@@ -77,7 +80,9 @@ class LtMatmul {
   };
   struct Configuration;  // descriptors and the chosen algorithm
 
-  std::unique_ptr<Configuration> configure(const Key& key) const;
+  // bias, aux: the first call's, set before the heuristic is asked (the key
+  // holds their alignment; run sets each call's own).
+  std::unique_ptr<Configuration> configure(const Key& key, const void* bias, const void* aux) const;
 
   cudaDataType_t data_type_;
   cublasComputeType_t compute_type_;

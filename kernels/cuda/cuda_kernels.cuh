@@ -211,8 +211,8 @@ class AttentionDispatch {
  private:
   // Whether this call runs on cuDNN: the chooser says so for its shape, every
   // tensor is 16-byte aligned and cuDNN builds the shape's graphs (if it
-  // cannot: std::runtime_error under PARAPLAN_CUDA_ATTENTION=cudnn, else one
-  // line and the own kernels).
+  // cannot, or its handle cannot be made: std::runtime_error under
+  // PARAPLAN_CUDA_ATTENTION=cudnn, else one line and the own kernels).
   bool on_cudnn(const AttentionShapeKey& key, std::initializer_list<const void*> tensors);
 
   DType storage_;
@@ -220,6 +220,7 @@ class AttentionDispatch {
   DeviceScratch& scratch_;
   AttentionChooser chooser_;
   std::unique_ptr<CudnnAttention> cudnn_;  // made when a shape first runs on cuDNN
+  bool cudnn_unusable_ = false;            // making it failed (under auto)
 };
 
 // Says a line about the attention kernels once per process per distinct

@@ -98,7 +98,9 @@ struct RunListStep {
 __device__ float device_gradient_scale(const RunListStep& step) {
   if (step.sum_of_squares == nullptr || step.max_norm <= 0.0f) return step.gradient_scale;
   const double factor = static_cast<double>(step.max_norm) / (sqrt(*step.sum_of_squares) + 1e-6);
-  return factor < 1.0 ? static_cast<float>(factor) : step.gradient_scale;
+  // As clip_scale and the CPU: compared once rounded to float.
+  const float scale = static_cast<float>(factor);
+  return scale < 1.0f ? scale : step.gradient_scale;
 }
 
 // The run holding chunk c: the last whose first_chunk <= c.
@@ -193,7 +195,9 @@ void adamw(DType storage, DType gradients, float* master, void* params, const vo
 }
 
 AdamWRunTable::~AdamWRunTable() {
-  if (device_ != nullptr) cudaFree(device_);  // no throwing from a destructor
+  // No throwing from a destructor.
+  if (device_ != nullptr) cudaFree(device_);
+  for (DeviceAdamWRun* table : retired_) cudaFree(table);
 }
 
 void AdamWRunTable::set(const std::vector<AdamWRun>& runs, PinnedUploads& uploads) {
@@ -214,8 +218,10 @@ void AdamWRunTable::set(const std::vector<AdamWRun>& runs, PinnedUploads& upload
                     std::memcmp(table.data(), host_.data(), table.size() * sizeof(table[0])) == 0;
   if (same) return;
   if (table.size() > capacity_) {
-    // cudaFree waits for the device, so no queued kernel still reads the old table.
-    if (device_ != nullptr) PARAPLAN_CUDA_CHECK(cudaFree(device_));
+    // Kept, not freed: a queued kernel may still read it, and cudaFree would
+    // wait for the whole device, a pipeline receive waiting on a peer
+    // included (DeviceScratch keeps its old buffers for the same reason).
+    if (device_ != nullptr) retired_.push_back(device_);
     device_ = nullptr;
     capacity_ = 0;
     PARAPLAN_CUDA_CHECK(cudaMalloc(&device_, table.size() * sizeof(DeviceAdamWRun)));

@@ -47,7 +47,8 @@ class AdamWRunTable {
  private:
   std::vector<DeviceAdamWRun> host_;  // what the device holds
   DeviceAdamWRun* device_ = nullptr;
-  size_t capacity_ = 0;  // runs the device buffer holds
+  std::vector<DeviceAdamWRun*> retired_;  // outgrown tables, freed at destruction
+  size_t capacity_ = 0;                   // runs the device buffer holds
   size_t total_chunks_ = 0;
 };
 

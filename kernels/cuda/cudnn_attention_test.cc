@@ -14,9 +14,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -161,20 +163,28 @@ TEST_F(CudaCudnnAttention, BitwiseRunToRun) {
   }
 }
 
-// Batch entry 1 of a B = 3 call against the same sequence alone (B = 1):
-// the own kernels' bits do not depend on the batch (kernels/README.md); this
-// says whether cuDNN's do.
-TEST_F(CudaCudnnAttention, BatchIndependent) {
+// Batch entry 0 of a B = 3 call against the same sequence alone (B = 1):
+// the own kernels' bits do not depend on the batch (kernels/README.md);
+// cuDNN promises nothing (its heuristics may pick another engine per
+// batch), so this holds it to the tolerances and says on stdout whether its
+// bits differ: plans of other micro-batch sizes then agree within the loss
+// tolerance, not bitwise.
+TEST_F(CudaCudnnAttention, BatchEntriesAgreeWithTheSequenceAlone) {
   std::unique_ptr<Ops> cudnn = make("cudnn");
   for (const int head_dim : {64, 128}) {
     const Shape three{3, 200, 4, 2, head_dim}, one{1, 200, 4, 2, head_dim};
     const Tensors whole = run(*cudnn, three);
     // run() draws the same seeds, so B = 1's sequence is B = 3's first: compare entry 0.
     const Tensors alone = run(*cudnn, one);
-    expect_equal(alone[0], std::span<const float>(whole[0]).subspan(0, one.out()),
-                 "out of B=1 vs batch entry 0 of B=3, D=" + std::to_string(head_dim));
-    expect_equal(alone[1], std::span<const float>(whole[1]).subspan(0, one.rows()),
-                 "logsumexp of B=1 vs batch entry 0 of B=3, D=" + std::to_string(head_dim));
+    const std::span<const float> out(whole[0].data(), one.out()),
+        logsumexp(whole[1].data(), one.rows());
+    const std::string what = "of B=1 vs batch entry 0 of B=3, D=" + std::to_string(head_dim);
+    expect_close(alone[0], out, kOutTolerance, "out " + what);
+    expect_close(alone[1], logsumexp, kLogsumexpTolerance, "logsumexp " + what);
+    const bool bitwise = std::equal(out.begin(), out.end(), alone[0].begin()) &&
+                         std::equal(logsumexp.begin(), logsumexp.end(), alone[1].begin());
+    std::cout << "cuDNN SDPA, D=" << head_dim << ": batch entry 0 of B=3 "
+              << (bitwise ? "is bitwise" : "differs in bits from") << " the sequence alone\n";
   }
 }
 
