@@ -224,15 +224,30 @@ def phase_findings(work, phase):
 def judge_bench(work):
     """The bench's runs, and paraplan's replay again under each of SWITCHES
     (device_phases.sh bench_switches: switch_*/ with its own runs.txt), named
-    "paraplan VAR=VALUE"."""
+    "paraplan VAR=VALUE". A run whose CUDA graphs fell back to plain launches
+    (graph_fallbacks) failed: its figures do not measure what it switched."""
     folder = os.path.join(work, "bench")
     _, note, subs = judge_runs(folder, BENCH_RUNS)
     for sub in sorted(glob.glob(os.path.join(folder, "switch_*"))):
         switch = (read(os.path.join(sub, "switch.txt")) or os.path.basename(sub)).strip()
         _, _, switch_subs = judge_runs(sub, BENCH_RUNS[:1])
-        subs += [("paraplan " + switch, sub_state, sub_note)
-                 for _, sub_state, sub_note in switch_subs]
+        fell_back = graph_fallbacks(read(os.path.join(sub, "paraplan.log")) or "")
+        for _, sub_state, sub_note in switch_subs:
+            if fell_back:
+                sub_state = worst([sub_state, "failed"])
+                sub_note = (sub_note + "; " if sub_note else "") + fell_back
+            subs.append(("paraplan " + switch, sub_state, sub_note))
     return worst([sub_state for _, sub_state, _ in subs]), note, subs
+
+
+def graph_fallbacks(log):
+    """What a run's log says of CUDA graphs that fell back to plain launches
+    (kernels/cuda/cuda_graphs.cu: one line per key whose capture broke): how
+    many, and the first; "" when none did."""
+    lines = [line.strip() for line in log.splitlines() if "paraplan: CUDA graphs:" in line]
+    if not lines:
+        return ""
+    return "CUDA graphs fell back %d time(s): %s" % (len(lines), lines[0])
 
 
 # The llama phase's runs: paraplan's replay and torch.compile (samples/llama_1b/bench.sh).

@@ -281,6 +281,22 @@ class States(unittest.TestCase):
         self.assertEqual(self.state("bench"), "failed")
         self.assertEqual(self.verdict(), "not ok")
 
+    def test_bench_a_switch_whose_graphs_fell_back_failed(self):
+        self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": self.OURS, "b8.eager.json": self.TORCH,
+                                        "b8.compile.json": self.TORCH})
+        sub = "bench/switch_PARAPLAN_CUDA_GRAPHS_1/"
+        self.file(sub + "switch.txt", "PARAPLAN_CUDA_GRAPHS=1\n")
+        self.file(sub + "runs.txt", "paraplan exit 0 batches 8\n")
+        self.file(sub + "b8.paraplan.json", json.dumps(self.OURS))
+        self.file(sub + "paraplan.log", "step 1\n")
+        self.assertEqual(self.sub_states("bench")["paraplan PARAPLAN_CUDA_GRAPHS=1"], "ok")
+        broke = ("paraplan: CUDA graphs: capture ended with operation not permitted when stream "
+                 "is capturing; the step runs without a graph")
+        self.file(sub + "paraplan.log", "step 1\n" + broke + "\n" + broke + "\nstep 2\n")
+        self.assertEqual(self.sub_states("bench")["paraplan PARAPLAN_CUDA_GRAPHS=1"], "failed")
+        self.assertEqual(self.verdict(), "not ok")
+        self.assertIn("CUDA graphs fell back 2 time(s): " + broke, self.table())
+
     def test_bench_a_replay_off_the_plan_is_a_finding_not_a_failure(self):
         slow = dict(self.OURS, step_seconds={"predicted": 0.100, "measured": 0.1073})
         self.bench_phase(self.ALL_RAN, {"b8.paraplan.json": slow, "b8.eager.json": self.TORCH,
