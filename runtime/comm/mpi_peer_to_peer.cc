@@ -207,31 +207,29 @@ PeerToPeer::Posted MpiPeerToPeer::post_receive(void* data, size_t count, int fro
 void MpiPeerToPeer::land_arrived_receives(int receiving_peer, int receiving_tag) {
   if (landing_) return;  // a receive that lands waits for its message's later parts
   landing_ = true;
+  struct Reset {  // on every way out, a throw included
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{landing_};
   // Per peer and tag, only the first receive not yet landed can match; none
   // on the link being received, whose next message is that receive's.
   std::vector<std::pair<int, int>> waiting_behind{{receiving_peer, receiving_tag}};
-  try {
-    for (Pending& pending : pending_) {
-      if (pending.send || pending.received) continue;
-      const std::pair<int, int> link{pending.peer, pending.tag};
-      if (std::find(waiting_behind.begin(), waiting_behind.end(), link) != waiting_behind.end())
-        continue;
-      int arrived = 0;
-      PARAPLAN_MPI_CHECK(
-          "peers", "iprobe",
-          MPI_Iprobe(pending.peer, kPeerTag + pending.tag, comm_, &arrived, MPI_STATUS_IGNORE));
-      if (!arrived) {
-        waiting_behind.push_back(link);
-        continue;
-      }
-      finish(pending);
-      pending.received = true;  // its own wait only forgets it
+  for (Pending& pending : pending_) {
+    if (pending.send || pending.received) continue;
+    const std::pair<int, int> link{pending.peer, pending.tag};
+    if (std::find(waiting_behind.begin(), waiting_behind.end(), link) != waiting_behind.end())
+      continue;
+    int arrived = 0;
+    PARAPLAN_MPI_CHECK(
+        "peers", "iprobe",
+        MPI_Iprobe(pending.peer, kPeerTag + pending.tag, comm_, &arrived, MPI_STATUS_IGNORE));
+    if (!arrived) {
+      waiting_behind.push_back(link);
+      continue;
     }
-  } catch (...) {
-    landing_ = false;
-    throw;
+    finish(pending);
+    pending.received = true;  // its own wait only forgets it
   }
-  landing_ = false;
 }
 
 void MpiPeerToPeer::finish(Pending& pending) {
