@@ -230,11 +230,13 @@ std::string printf_string(const char* format, double value) {
   return text;
 }
 
-// Decimal units, as device memory is quoted.
+// GB of 2^30 bytes (MB of 2^20), the unit of the planner's report and of
+// memory_constraint (AutoDist's), so the two tables of `paraplan plan` agree.
 std::string format_bytes(uint64_t bytes) {
   const double value = static_cast<double>(bytes);
-  if (value >= 1e9) return printf_string("%.2f GB", value / 1e9);
-  return printf_string("%.1f MB", value / 1e6);
+  constexpr double kMegabyte = 1024.0 * 1024.0, kGigabyte = 1024.0 * kMegabyte;
+  if (value >= kGigabyte) return printf_string("%.2f GB", value / kGigabyte);
+  return printf_string("%.1f MB", value / kMegabyte);
 }
 
 std::string format_ms(double seconds) {

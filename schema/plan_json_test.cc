@@ -201,18 +201,20 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   EXPECT_TRUE(contains(row0, "| full x2, none x2 |"));
   EXPECT_TRUE(contains(row0, " 4.50 | "));      // forward ms
   EXPECT_TRUE(contains(row0, " 9.00 | "));      // backward ms
-  EXPECT_TRUE(contains(row0, " 100.0 MB | "));  // weights
-  EXPECT_TRUE(contains(row0, " 600.0 MB | "));  // activations, 2 micro-batches in flight
-  EXPECT_TRUE(contains(row0, " 1.06 GB"));      // total
+  EXPECT_TRUE(contains(row0, " 95.4 MB | "));   // weights: 10^8 bytes, in MB of 2^20
+  EXPECT_TRUE(contains(row0, " 572.2 MB | "));  // activations, 2 micro-batches in flight
+  EXPECT_TRUE(contains(row0, " 1014.7 MB"));    // total
   EXPECT_TRUE(contains(row1, "| 4-7 "));
   EXPECT_TRUE(contains(row1, "| head "));
   EXPECT_TRUE(contains(row1, "| none x4 "));
-  EXPECT_TRUE(contains(row1, " 764.0 MB"));
+  EXPECT_TRUE(contains(row1, " 728.6 MB"));
 
   EXPECT_TRUE(contains(table,
                        "predictions: step 0.500 s, 2048 tokens/s, MFU 42.0%, "
                        "bubble ratio 20.0%"));
-  EXPECT_TRUE(contains(table, "cluster: 'test-cluster', 2 nodes x 4 devices, 80.00 GB each"));
+  EXPECT_TRUE(contains(
+      table, "cluster: 'test-cluster', 2 nodes x 4 devices, 74.51 GB each"));  // 8 x 10^10 bytes in
+                                                                               // GB of 2^30
   EXPECT_TRUE(
       contains(table, "schedule: 1f1b; instructions per stage: stage 0: " +
                           std::to_string(spec.schedule[0].instructions.size()) +
