@@ -255,6 +255,23 @@ TEST(CudaCudnnLibrary, GraphsValidateForHopperWithoutAGpu) {
   EXPECT_NE(cuda::validate_cudnn_attention_graphs({1, 64, 2, 2, 64, DType::kFloat32}, 90), "");
 }
 
+// The frontend's libcudart is named before main, while the process has one
+// thread (cudnn_library.cc): in a fresh process, before anything loads cuDNN.
+TEST(CudaCudnnLibrary, CudartNamedBeforeTheFirstLoad) {
+  // Read first: the child process runs this test from its start.
+  const char* named = std::getenv("CUDNN_FRONTEND_CUDART_LIB_NAME");
+  const std::string cudart = named != nullptr ? named : "(unset)";
+  std::string why;
+  if (!cuda_cudnn_available(&why)) GTEST_SKIP() << "cuDNN's SDPA is not available: " << why;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::fprintf(stderr, "cudart=%s\n", cudart.c_str());
+        std::exit(named != nullptr ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "cudart=libcudart.so.[0-9]+");
+}
+
 // PARAPLAN_CUDNN_LIBRARY naming a file that does not load: reported (with
 // the path), never thrown; in a fresh process, as the load is once per process.
 TEST(CudaCudnnLibrary, AnUnloadableLibraryIsReportedNotThrown) {

@@ -41,6 +41,15 @@ namespace {
 #if PARAPLAN_HAVE_CUDNN_FRONTEND
 const std::string kSoname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
 
+// The runtime the frontend's own CUDA calls go to: ours (cudnn_library.h).
+// Set while static objects are built, before main, when the process has one
+// thread: setenv beside another thread's getenv (MPI's, the watchdog's) is
+// undefined behaviour, and the first attention call comes after MPI_Init.
+[[maybe_unused]] const bool kCudartNameSet =
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME",
+           ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(),
+           /*overwrite=*/0) == 0;
+
 // The site-packages folders of the Python environments the process names.
 std::vector<std::string> wheel_folders() {
   std::vector<std::string> patterns;
@@ -111,9 +120,6 @@ CudnnAvailability load() {
     return {false, loaded_path(handle) + " is cuDNN " + version_text(version) +
                        "; paraplan was built against cuDNN " + std::to_string(CUDNN_MAJOR)};
   }
-  // The runtime the frontend's own CUDA calls go to: ours (cudnn_library.h).
-  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME",
-         ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(), 0);
   cudnn_frontend::cudnn_dlhandle = handle;
   return {true, "cuDNN " + version_text(version) + " (" + loaded_path(handle) + ")"};
 }
