@@ -92,6 +92,19 @@ std::optional<std::string> check_link_order(const PipelineLayout& layout,
 std::optional<std::string> check_streams_finish(const PipelineLayout& layout,
                                                 const std::vector<StreamOps>& streams);
 
+// Question 3's answer as data: where each rank's stream stopped when all
+// were played together (its size where it finished); nullopt when all did.
+struct StreamStall {
+  std::vector<size_t> stopped_at;  // per pipeline rank
+};
+std::optional<StreamStall> find_stream_stall(const PipelineLayout& layout,
+                                             const std::vector<StreamOps>& streams);
+
+// One line per rank: "stage 0 instruction 3 Backward(0) (blocked)" or
+// "stage 1: finished".
+std::vector<std::string> stall_lines(const StreamStall& stall,
+                                     const std::vector<StreamOps>& streams);
+
 // "Forward(2)", "OptimizerStep"; with a chunk > 0: "Forward(2, chunk 1)".
 std::string stream_op_text(const StreamOp& op);
 

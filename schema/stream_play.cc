@@ -220,12 +220,12 @@ PlayPlan plan_play(const PipelineLayout& layout, const std::vector<StreamOps>& s
 
 }  // namespace
 
-std::optional<std::string> check_streams_finish(const PipelineLayout& layout,
-                                                const std::vector<StreamOps>& streams) {
+std::optional<StreamStall> find_stream_stall(const PipelineLayout& layout,
+                                             const std::vector<StreamOps>& streams) {
   const PlayPlan play = plan_play(layout, streams);
   const int p = static_cast<int>(streams.size());
   std::vector<int64_t> sent(play.links, 0), received(play.links, 0);
-  std::vector<size_t> position(p, 0);
+  StreamStall stall{std::vector<size_t>(p, 0)};
   // A wait is over once the other end has posted its half.
   const auto ready = [&](const std::vector<std::pair<LinkPlace, bool>>& waits) {
     for (const auto& [place, own_send] : waits)
@@ -235,7 +235,7 @@ std::optional<std::string> check_streams_finish(const PipelineLayout& layout,
   for (bool progress = true; progress;) {
     progress = false;
     for (int rank = 0; rank < p; ++rank) {
-      size_t& at = position[rank];
+      size_t& at = stall.stopped_at[rank];
       while (at < streams[rank].size() && ready(play.waits[rank][at])) {
         const LinkPlace& posts = play.posts[rank][at];
         if (posts.link >= 0) ++(posts.is_send ? sent : received)[posts.link];
@@ -243,15 +243,31 @@ std::optional<std::string> check_streams_finish(const PipelineLayout& layout,
       }
     }
   }
-  std::string blocked;
   for (int rank = 0; rank < p; ++rank)
-    blocked += position[rank] == streams[rank].size()
-                   ? "\n  stage " + std::to_string(rank) + ": finished"
-                   : "\n  stage " + std::to_string(rank) + " instruction " +
-                         std::to_string(position[rank]) + " " +
-                         stream_op_text(streams[rank][position[rank]]) + " (blocked)";
-  if (blocked.find("(blocked)") == std::string::npos) return std::nullopt;
-  return "deadlock:" + blocked;
+    if (stall.stopped_at[rank] < streams[rank].size()) return stall;
+  return std::nullopt;
+}
+
+std::vector<std::string> stall_lines(const StreamStall& stall,
+                                     const std::vector<StreamOps>& streams) {
+  std::vector<std::string> lines;
+  for (size_t rank = 0; rank < stall.stopped_at.size(); ++rank) {
+    const size_t at = stall.stopped_at[rank];
+    lines.push_back(at == streams[rank].size()
+                        ? "stage " + std::to_string(rank) + ": finished"
+                        : "stage " + std::to_string(rank) + " instruction " + std::to_string(at) +
+                              " " + stream_op_text(streams[rank][at]) + " (blocked)");
+  }
+  return lines;
+}
+
+std::optional<std::string> check_streams_finish(const PipelineLayout& layout,
+                                                const std::vector<StreamOps>& streams) {
+  const std::optional<StreamStall> stall = find_stream_stall(layout, streams);
+  if (!stall) return std::nullopt;
+  std::string text = "deadlock:";
+  for (const std::string& line : stall_lines(*stall, streams)) text += "\n  " + line;
+  return text;
 }
 
 }  // namespace paraplan

@@ -151,20 +151,11 @@ inline bool packed_rows(DType storage, const void* base, int head_dim) {
   return head_dim % pack == 0 && is_aligned16(base);
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48 KiB).
+// Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48
+// KiB), once per kernel and size (allow_dynamic_shared_memory).
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, size_t bytes) {
-  int device = 0, limit = 0;
-  PARAPLAN_CUDA_CHECK(cudaGetDevice(&device));
-  PARAPLAN_CUDA_CHECK(
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > static_cast<size_t>(limit)) {
-    throw std::invalid_argument("CUDA attention: this head_dim needs " + std::to_string(bytes) +
-                                " bytes of shared memory per block; the device offers " +
-                                std::to_string(limit));
-  }
-  PARAPLAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes, "CUDA attention");
 }
 
 // f(std::integral_constant<int, kDPad>{}) for the smallest padded head size

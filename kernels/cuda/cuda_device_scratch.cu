@@ -1,11 +1,17 @@
 // cuda_device_scratch.cu: DeviceScratch (cuda_kernels.cuh), the device
 // scratch an Ops object owns for the kernels that need memory the op set does
 // not pass: grown on demand, earlier buffers kept until it is destroyed. And
-// device_limits, what launches size their grids by.
+// device_limits, what launches size their grids by, and the dynamic shared
+// memory kernels opt in to.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
@@ -50,6 +56,25 @@ const DeviceLimits& device_limits() {
     cached_device = device;
   }
   return cached;
+}
+
+void allow_dynamic_shared_memory(const void* kernel, size_t bytes, const std::string& what) {
+  const DeviceLimits& limits = device_limits();
+  if (bytes > limits.shared_optin) {
+    throw std::invalid_argument(what + ": this head_dim needs " + std::to_string(bytes) +
+                                " bytes of shared memory per block; the device offers " +
+                                std::to_string(limits.shared_optin));
+  }
+  int device = 0;
+  PARAPLAN_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> allowed;  // the largest set so far
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& largest = allowed[{kernel, device}];
+  if (bytes <= largest) return;
+  PARAPLAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+  largest = bytes;
 }
 
 }  // namespace paraplan::kernels::cuda
