@@ -393,13 +393,17 @@ void DistributedOptimizer::step(float learning_rate, int step) {
     sharded_parameters_->parameters_updated();
     parameters_pending_ = true;
   } else if (sharded_) {
-    // In buffer order, the order the next forward needs them.
+    // From the last bucket down: under ZeRO-2 a unit's padding spills into
+    // the next unit's first elements (sharded_gradients.h), so that unit must
+    // hold its gathered values before the spill copies them from the last
+    // rank (gathered first, they would be sent stale). The next forward waits
+    // for all of them (wait_for_parameters), so the order costs nothing.
     const int rank = groups_.zero->rank();
     void* parameters = stage_.parameters();
-    for (const GradientBucket& bucket : buckets_)
+    for (auto bucket = buckets_.rbegin(); bucket != buckets_.rend(); ++bucket)
       groups_.zero->start_all_gather(
-          kernels::element_at(parameters, bucket.begin + bucket.chunk * rank, dtype_),
-          kernels::element_at(parameters, bucket.begin, dtype_), bucket.chunk, dtype_);
+          kernels::element_at(parameters, bucket->begin + bucket->chunk * rank, dtype_),
+          kernels::element_at(parameters, bucket->begin, dtype_), bucket->chunk, dtype_);
     parameters_pending_ = true;
   }
 }

@@ -143,7 +143,11 @@ TEST(DistributedOptimizer, GradientNormCountsEachElementOfTheModelOnce) {
       s.optimizer.step(1e-3f, 1);
       const double norm = s.optimizer.finish_step();
       EXPECT_GT(expected, 1.0);  // clipping at 1.0 is active
-      EXPECT_NEAR(norm, expected, expected * 1e-12);
+      // Exact where the replicas are a power of two; else their sum rounds
+      // (fp32: 2^-24 of the gradient; bf16 storage: 2^-8).
+      const bool exact = (mesh.data & (mesh.data - 1)) == 0;
+      const double tolerance = exact ? 1e-12 : dtype == kernels::DType::kFloat32 ? 1e-6 : 1e-2;
+      EXPECT_NEAR(norm, expected, expected * tolerance);
       s.optimizer.wait_for_parameters();
     }
   }
@@ -158,7 +162,7 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kBFloat16);
   TransformerConfig config;
   config.num_layers = 2;
-  std::vector<float> reference_weights, reference_first, reference_second;
+  std::vector<float> reference_weights, reference_first, reference_second, reference_stage;
   for (int zero_stage : {1, 2, 3}) {
     SCOPED_TRACE("zero " + std::to_string(zero_stage));
     MeshStage s({1, world, 1, zero_stage}, *ops, config);
@@ -179,9 +183,25 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
     std::vector<float> first, second;
     s.optimizer.gather_parameters(weights);
     s.optimizer.gather_moments(first, second);
+    // What the next forward reads: the stage's whole buffer under ZeRO-1 and
+    // 2, gathered in place (with 3 ranks ZeRO-2's units are padded, and a
+    // unit's padding spills into the next unit's parameters).
+    std::vector<float> stage_weights(zero_stage < 3 ? n : 0);
+    s.optimizer.wait_for_parameters();
+    if (zero_stage < 3) {
+      s.stage.read_parameters(stage_weights.data(), n);
+      size_t stale = 0;  // elements that are not the master weight in bf16
+      for (size_t i = 0; i < n; ++i)
+        stale += stage_weights[i] != kernels::round_to_bfloat16(weights[i]);
+      EXPECT_EQ(stale, 0u) << "of " << n;
+    }
     if (zero_stage == 1) {
       reference_weights = weights, reference_first = first, reference_second = second;
+      reference_stage = stage_weights;
       continue;
+    }
+    if (zero_stage == 2) {
+      EXPECT_EQ(stage_weights, reference_stage);
     }
     EXPECT_EQ(weights, reference_weights);
     EXPECT_EQ(first, reference_first);

@@ -11,9 +11,10 @@
 // P / z elements, clipped to the unit, kept at shard_offset in the shard
 // (the units' chunks in buffer order). So each unit is one reduce-scatter,
 // and after the optimizer step one all-gather into the parameters (in place:
-// a unit's padding spills into the next unit's parameters, which the next
-// unit's all-gather, queued after it on the same group, then writes; the
-// stage's buffer is padded for the last unit's spill).
+// a unit's padding spills into the next unit's parameters, the last rank's
+// copy of them, so the units are gathered from the last down and the spill
+// copies values already gathered; the stage's buffer is padded for the last
+// unit's spill).
 //
 // Memory: the shard, fp32 whatever the storage dtype (below); resident
 // units whole and the pool, in the storage dtype: two slots of the largest
