@@ -468,11 +468,16 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
       break;
     case OpCode::RecvGradient:
       refuse_if_pending(chunk.gradient_receive[slot], "output-gradient receive");
-      // Into the chunk's one buffer: once the input gradient in it is out.
+      // Into the chunk's one buffer (also its input gradient's): once the
+      // input gradient in it is out, and every backward that wrote or read
+      // it is done, so after all the work queued so far (the slot's mark
+      // stands after its forward, before the previous micro-batch's
+      // backward; on a device wait_for_send only orders the stream).
       if (!chunk.output_gradient_per_slot) wait_for_send(chunk.input_gradient_send);
       receive_output_gradient(chunk, instruction, mb);
-      chunk.gradient_receive[slot] = peers->post_receive(
-          stage.output_gradient(slot), elements, peer, stage.dtype(), tag, chunk.slot_free[slot]);
+      chunk.gradient_receive[slot] =
+          peers->post_receive(stage.output_gradient(slot), elements, peer, stage.dtype(), tag,
+                              chunk.output_gradient_per_slot ? chunk.slot_free[slot] : nullptr);
       break;
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:
