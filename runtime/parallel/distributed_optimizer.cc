@@ -386,6 +386,8 @@ void DistributedOptimizer::step(float learning_rate, int step) {
                                            .beta2 = settings_.beta2,
                                            .epsilon = settings_.epsilon,
                                            .step = step};
+  // ZeRO-3: AdamW writes the shard, which a prefetch no read took may still read.
+  if (sharded_parameters_) sharded_parameters_->settle_prefetches();
   ops_.adamw_runs(adamw_runs_, sharded_gradients_ != nullptr, hyperparameters,
                   {.sum_of_squares = squares_, .max_norm = settings_.grad_clip});
   if (sharded_parameters_) {

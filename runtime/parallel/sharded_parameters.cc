@@ -155,9 +155,15 @@ void* ShardedParameters::owned(size_t unit, size_t offset, size_t shard_at) {
   return kernels::element_at(shard_, shard_at, dtype_);
 }
 
-void ShardedParameters::parameters_updated() {
-  for (const Slot& slot : slots_)  // (an untaken prefetch's all-gather may still run)
+void ShardedParameters::settle_prefetches() {
+  for (Slot& slot : slots_) {
     if (slot.holds >= 0 && !slot.waited) group_.wait_started_before(slot.done_mark);
+    slot.waited = true;
+  }
+}
+
+void ShardedParameters::parameters_updated() {
+  settle_prefetches();  // (a no-op where the optimizer settled them)
   for (Slot& slot : slots_) slot.holds = -1, slot.waited = false, slot.on_demand = false;
   last_on_demand_ = -1;
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
@@ -180,6 +186,7 @@ void ShardedParameters::wait_for_resident() {
 
 void ShardedParameters::load_whole(const float* whole) {
   wait_for_resident();
+  settle_prefetches();
   const int rank = group_.rank();
   std::vector<char> converted;
   auto store = [&](void* device, const float* values, size_t count) {

@@ -20,9 +20,10 @@
 // frees a prefetch no read took. Every unit_used is told to the listener
 // (the executor runs the releases waiting for it).
 //
-// The optimizer updates the rank's chunks in the shard (owned()) and then
-// calls parameters_updated(): gathered slots are stale, resident units are
-// all-gathered again (wait_for_resident() before the next read).
+// The optimizer calls settle_prefetches(), updates the rank's chunks in the
+// shard (owned()) and then calls parameters_updated(): gathered slots are
+// stale, resident units are all-gathered again (wait_for_resident() before
+// the next read).
 //
 // Memory (MemoryCategory::kGathered for the slots, kWeights for the rest):
 // the shard, resident units whole, and two slots of the largest other unit
@@ -75,6 +76,9 @@ class ShardedParameters final : public ParameterStorage {
   // This rank's part of the element at buffer `offset` of unit `unit`, which
   // it owns (stored at `shard_at` of the shard): where the optimizer writes it.
   void* owned(size_t unit, size_t offset, size_t shard_at);
+  // Before anything writes the shard (the optimizer, load_whole): waits for
+  // the prefetches no read took, whose all-gathers may still read it.
+  void settle_prefetches();
   // After the optimizer wrote this rank's chunks: gathered units dropped,
   // resident units' all-gathers started.
   void parameters_updated();

@@ -5,7 +5,8 @@
 // unit not gathered throws, an unplanned one (evaluation) gathers on demand
 // (the next unit ahead, going up the buffer) and frees it once used; what the optimizer writes
 // through owned() is what the next gather reads; the memory is the shard and the resident units
-// (weights) and two slots (gathered), counted by hand.
+// (weights) and two slots (gathered), counted by hand; a prefetch no read
+// took is waited for before the shard is written.
 #include "runtime/parallel/sharded_parameters.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "runtime/comm/forwarding_communicator.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/testing/mpi_test_support.h"
@@ -180,6 +182,46 @@ TEST(ShardedParameters, WhatTheOptimizerWritesIsWhatTheNextReadGathers) {
   std::vector<float> read;
   f.parameters.read_whole(read);
   EXPECT_EQ(read, whole);
+}
+
+// Counts the waits for the operations started before a mark.
+class MarkWaitCountingGroup final : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  void wait_started_before(uint64_t mark) override {
+    ++waits;
+    ForwardingCommunicator::wait_started_before(mark);
+  }
+  int waits = 0;
+};
+
+// A prefetch no read took (unit 2, gathered ahead of a read of unit 1) may
+// still read the shard on a device: it is waited for before anything writes
+// the shard (the optimizer's settle_prefetches, load_whole), once.
+TEST(ShardedParameters, AnUntakenPrefetchIsWaitedForBeforeTheShardIsWritten) {
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kFloat32);
+  ProcessGroups groups = make_process_groups(Transport::kMpi, 1, testing::world_size(), 1, 1, *ops);
+  auto group = std::make_unique<MarkWaitCountingGroup>(std::move(groups.zero));
+  MemoryTracker memory{*ops};
+  ShardedParameters parameters(kUnits, kElements, {true, false, false, false}, *ops, memory,
+                               *group);
+  const std::vector<float> whole = whole_values(2.0f);
+  parameters.load_whole(whole.data());
+  for (const bool through_load : {false, true}) {
+    SCOPED_TRACE(through_load ? "load_whole" : "settle_prefetches");
+    expect_unit(read_unit(*ops, parameters, 1), whole, 1);  // unit 2 gathered ahead
+    parameters.unit_used(kUnits[1].begin);
+    const int before = group->waits;
+    if (through_load) {
+      parameters.load_whole(whole.data());
+      EXPECT_EQ(group->waits, before + 1);
+      continue;
+    }
+    parameters.settle_prefetches();
+    EXPECT_EQ(group->waits, before + 1);
+    parameters.parameters_updated();
+    EXPECT_EQ(group->waits, before + 1);  // settled once
+  }
 }
 
 }  // namespace
