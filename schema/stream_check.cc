@@ -304,12 +304,23 @@ class StreamChecker {
           count_of(step_at_.size(), "optimizer_step instruction", "optimizer_step instructions") +
           "; each stage needs exactly one, as its last instruction");
     }
-    int64_t last_backward = -1;
+    int64_t last_backward = -1, last_transfer = -1;
     for (const auto& chunk : events_)
       for (const MicroBatchEvents& e : chunk) {
         for (int64_t pos : e.backward) last_backward = std::max(last_backward, pos);
         for (int64_t pos : e.weight) last_backward = std::max(last_backward, pos);
+        for (const auto* transfers :
+             {&e.recv_activation, &e.send_activation, &e.recv_gradient, &e.send_gradient})
+          for (int64_t pos : *transfers) last_transfer = std::max(last_transfer, pos);
       }
+    // The executor waits for every transfer of the step at reduce_gradients
+    // (so the next step may write the buffers again): none may come after.
+    if (reduce_at_.size() == 1 && reduce_at_[0] < last_transfer) {
+      instruction_problem(last_transfer,
+                          "a pipeline transfer after reduce_gradients (at instructions[" +
+                              std::to_string(reduce_at_[0]) +
+                              "]); every send and receive of the step must come before it");
+    }
     if (reduce_at_.size() == 1 && reduce_at_[0] < last_backward) {
       instruction_problem(reduce_at_[0],
                           "reduce_gradients comes before the backward at "

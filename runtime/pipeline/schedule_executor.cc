@@ -496,7 +496,11 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
 void ScheduleExecutor::wait_for_send(PeerToPeer::Posted& send) {
   if (send == 0) return;
   pipeline_.peers->wait(send);
-  sends_in_flight_.erase(std::find(sends_in_flight_.begin(), sends_in_flight_.end(), send));
+  const auto in_flight = std::find(sends_in_flight_.begin(), sends_in_flight_.end(), send);
+  // (The validator refuses a send after ReduceGradients, the only way here.)
+  if (in_flight == sends_in_flight_.end())
+    throw std::logic_error("schedule: a send waited on after its step's ReduceGradients");
+  sends_in_flight_.erase(in_flight);
   send = 0;
 }
 
