@@ -66,6 +66,8 @@ ShardedParameters::Slot& ShardedParameters::start_gather(size_t unit) {
   slot_of_[unit] = static_cast<int>(it - slots_.begin());
   group_.start_all_gather(chunk_of(unit), slot.unit, buckets_[unit].chunk, dtype_);
   slot.done_mark = group_.started_mark();
+  last_gather_mark_ = slot.done_mark;
+  gathered_since_settled_ = true;
   ++gathers_;
   return slot;
 }
@@ -156,10 +158,11 @@ void* ShardedParameters::owned(size_t unit, size_t offset, size_t shard_at) {
 }
 
 void ShardedParameters::settle_prefetches() {
-  for (Slot& slot : slots_) {
-    if (slot.holds >= 0 && !slot.waited) group_.wait_started_before(slot.done_mark);
-    slot.waited = true;
-  }
+  // Every gather since the last settle, also of a slot released unread.
+  if (gathered_since_settled_) group_.wait_started_before(last_gather_mark_);
+  gathered_since_settled_ = false;
+  for (Slot& slot : slots_)
+    if (slot.holds >= 0) slot.waited = true;
 }
 
 void ShardedParameters::parameters_updated() {

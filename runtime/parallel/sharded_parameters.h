@@ -77,7 +77,9 @@ class ShardedParameters final : public ParameterStorage {
   // it owns (stored at `shard_at` of the shard): where the optimizer writes it.
   void* owned(size_t unit, size_t offset, size_t shard_at);
   // Before anything writes the shard (the optimizer, load_whole): waits for
-  // the prefetches no read took, whose all-gathers may still read it.
+  // every gather since the last settle that no read waited for (a prefetch
+  // no read took, a unit released unread), whose all-gathers may still read
+  // it.
   void settle_prefetches();
   // After the optimizer wrote this rank's chunks: gathered units dropped,
   // resident units' all-gathers started.
@@ -122,6 +124,10 @@ class ShardedParameters final : public ParameterStorage {
   // The unit the last read outside a stream was of (the prefetch follows
   // reads that go up the buffer); -1 after a step's stream.
   long last_on_demand_ = -1;
+  // The last gather's done mark, and whether one started since
+  // settle_prefetches() (a released slot's gather may still read the shard).
+  uint64_t last_gather_mark_ = 0;
+  bool gathered_since_settled_ = false;
   std::function<void(size_t)> unit_used_listener_;
   std::vector<GradientBucket> buckets_;
   std::vector<bool> resident_;

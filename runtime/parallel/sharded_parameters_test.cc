@@ -195,9 +195,10 @@ class MarkWaitCountingGroup final : public ForwardingCommunicator {
   int waits = 0;
 };
 
-// A prefetch no read took (unit 2, gathered ahead of a read of unit 1) may
-// still read the shard on a device: it is waited for before anything writes
-// the shard (the optimizer's settle_prefetches, load_whole), once.
+// A prefetch no read took (unit 2, gathered ahead of a read of unit 1), or a
+// unit released unread, may still read the shard on a device: it is waited
+// for before anything writes the shard (the optimizer's settle_prefetches,
+// load_whole), once.
 TEST(ShardedParameters, AnUntakenPrefetchIsWaitedForBeforeTheShardIsWritten) {
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, kernels::DType::kFloat32);
   ProcessGroups groups = make_process_groups(Transport::kMpi, 1, testing::world_size(), 1, 1, *ops);
@@ -222,6 +223,14 @@ TEST(ShardedParameters, AnUntakenPrefetchIsWaitedForBeforeTheShardIsWritten) {
     parameters.parameters_updated();
     EXPECT_EQ(group->waits, before + 1);  // settled once
   }
+  // A unit the stream gathered and released unread: its slot is free, its
+  // gather still waited for.
+  parameters.set_planned(true);
+  parameters.gather(2);
+  parameters.release(2);
+  const int before = group->waits;
+  parameters.settle_prefetches();
+  EXPECT_EQ(group->waits, before + 1);
 }
 
 }  // namespace
