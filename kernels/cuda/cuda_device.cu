@@ -122,13 +122,14 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
     throw std::runtime_error("--backend cuda: device index " + std::to_string(device) +
                              " is negative");
   }
-  return cuda::create_cuda_ops(
-      device % count, storage,
-      {.allow_tf32 = tf32_allowed(),
-       .attention = cuda::parse_attention_setting(std::getenv("PARAPLAN_CUDA_ATTENTION")),
-       .fused_gemms = fused_gemms_allowed(),
-       .overlap_weight_gradients = overlap_allowed(),
-       .launch_graphs = graphs_asked_for()});
+  // Field by field: the .cu files are C++17, without designated initializers.
+  cuda::CudaOpsSettings settings;
+  settings.allow_tf32 = tf32_allowed();
+  settings.attention = cuda::parse_attention_setting(std::getenv("PARAPLAN_CUDA_ATTENTION"));
+  settings.fused_gemms = fused_gemms_allowed();
+  settings.overlap_weight_gradients = overlap_allowed();
+  settings.launch_graphs = graphs_asked_for();
+  return cuda::create_cuda_ops(device % count, storage, settings);
 }
 
 }  // namespace paraplan::kernels

@@ -510,6 +510,7 @@ class CudaOps final : public Ops {
 
   void adamw_runs(const std::vector<AdamWRun>& runs, bool float_gradients,
                   const AdamWStep& hyperparameters, const GradientClip& clip) override {
+    join_weight_gradients();
     adamw_runs_->set(runs, *uploads_);
     cuda::adamw_runs(storage_, float_gradients ? DType::kFloat32 : storage_, *adamw_runs_,
                      hyperparameters, clip, target_errors_, stream_);
@@ -527,10 +528,14 @@ class CudaOps final : public Ops {
     return result;
   }
 
+  // The gradient norm and AdamW read gradients: the queued ones first (the
+  // runtime joins before its reductions; this holds for any other caller).
   void accumulate_sum_of_squares(double* accumulator, const void* x, size_t n) override {
+    join_weight_gradients();
     cuda::accumulate_sum_of_squares(storage_, accumulator, x, n, sum_partials_, stream_);
   }
   void accumulate_float_sum_of_squares(double* accumulator, const float* x, size_t n) override {
+    join_weight_gradients();
     cuda::accumulate_sum_of_squares(DType::kFloat32, accumulator, x, n, sum_partials_, stream_);
   }
 
