@@ -155,7 +155,8 @@ inline bool packed_rows(DType storage, const void* base, int head_dim) {
 // KiB), once per kernel and size (allow_dynamic_shared_memory).
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, size_t bytes) {
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes, "CUDA attention");
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes,
+                              "CUDA attention: this head_dim");
 }
 
 // f(std::integral_constant<int, kDPad>{}) for the smallest padded head size

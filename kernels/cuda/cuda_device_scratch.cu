@@ -61,7 +61,7 @@ const DeviceLimits& device_limits() {
 void allow_dynamic_shared_memory(const void* kernel, size_t bytes, const std::string& what) {
   const DeviceLimits& limits = device_limits();
   if (bytes > limits.shared_optin) {
-    throw std::invalid_argument(what + ": this head_dim needs " + std::to_string(bytes) +
+    throw std::invalid_argument(what + " needs " + std::to_string(bytes) +
                                 " bytes of shared memory per block; the device offers " +
                                 std::to_string(limits.shared_optin));
   }

@@ -78,8 +78,8 @@ const DeviceLimits& device_limits();
 // Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48
 // KiB) on the current device: cudaFuncSetAttribute once per kernel, device
 // and larger size, as attention asks at every launch. Throws
-// std::invalid_argument, "<what>: ... needs N bytes ...; the device offers
-// M", where the device offers less (cuda_device_scratch.cu).
+// std::invalid_argument, "<what> needs N bytes of shared memory per block;
+// the device offers M", where the device offers less (cuda_device_scratch.cu).
 void allow_dynamic_shared_memory(const void* kernel, size_t bytes, const std::string& what);
 
 // The CUDA Ops' switches, read from the environment by make_cuda_ops

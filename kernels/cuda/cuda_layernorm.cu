@@ -416,8 +416,8 @@ void launch_norm_backward(T* dx, float* partial_weight, float* partial_bias, con
   const size_t shared = in_shared ? sum_bytes : 0;
   auto kernel = norm_backward_kernel<T, kE, kRms>;
   if (shared > kDefaultSharedBytes) {
-    PARAPLAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(shared)));
+    allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared,
+                                "CUDA norm backward: these channels");
   }
   kernel<<<blocks, kRowThreads, shared, stream>>>(dx, partial_weight, partial_bias, dy, x, w, mean,
                                                   rstd, rows, channels, block_rows, in_shared);

@@ -77,9 +77,8 @@ class ShardedParameters final : public ParameterStorage {
   // it owns (stored at `shard_at` of the shard): where the optimizer writes it.
   void* owned(size_t unit, size_t offset, size_t shard_at);
   // Before anything writes the shard (the optimizer, load_whole): waits for
-  // every gather since the last settle that no read waited for (a prefetch
-  // no read took, a unit released unread), whose all-gathers may still read
-  // it.
+  // every gather started since the last settle (among them a prefetch no
+  // read took, a unit released unread: their all-gathers may still read it).
   void settle_prefetches();
   // After the optimizer wrote this rank's chunks: gathered units dropped,
   // resident units' all-gathers started.

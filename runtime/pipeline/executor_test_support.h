@@ -106,13 +106,18 @@ class MarkingOps final : public kernels::ForwardingOps {
   std::deque<int> marks_;  // stable addresses
 };
 
-// Peers that note each posted receive's instruction and buffer_free mark.
+// Peers that note each posted receive's instruction and buffer_free mark,
+// and each posted send's instruction and the instruction that waited on it.
 class ReceiveNotingPeers final : public ForwardingPeerToPeer {
  public:
   struct Receive {
     int instruction;
     bool marked;      // given a buffer_free mark
     int mark_points;  // where the mark stood when posted (MarkingOps)
+  };
+  struct Send {
+    int instruction;
+    int waited_at = -1;  // -1: not waited on (yet)
   };
   ReceiveNotingPeers(std::unique_ptr<PeerToPeer> inner, const StepPosition* position)
       : ForwardingPeerToPeer(std::move(inner)), position_(position) {}
@@ -122,7 +127,18 @@ class ReceiveNotingPeers final : public ForwardingPeerToPeer {
                         buffer_free ? *static_cast<const int*>(buffer_free) : -2});
     return ForwardingPeerToPeer::post_receive(data, count, from, dtype, tag, buffer_free);
   }
+  Posted post_send(const void* data, size_t count, int to, kernels::DType dtype, int tag) override {
+    const Posted id = ForwardingPeerToPeer::post_send(data, count, to, dtype, tag);
+    sends[id] = {position_->instruction};
+    return id;
+  }
+  void wait(Posted transfer) override {
+    if (const auto send = sends.find(transfer); send != sends.end())
+      send->second.waited_at = position_->instruction;
+    ForwardingPeerToPeer::wait(transfer);
+  }
   std::vector<Receive> receives;
+  std::map<Posted, Send> sends;
 
  private:
   const StepPosition* position_;
@@ -160,6 +176,29 @@ inline void expect_receives_wait_for_their_slot(
     EXPECT_EQ(receive.mark_points, expected)
         << what << ": the receive at instruction " << receive.instruction << " (chunk " << c
         << ", micro-batch " << posting.micro_batch() << ")";
+  }
+}
+
+// A slot's activation send is waited on by the slot's backward at the
+// latest: full recompute writes that output again.
+inline void expect_activation_sends_waited_by_their_backward(
+    const std::vector<schema::Instruction>& stream,
+    const std::map<PeerToPeer::Posted, ReceiveNotingPeers::Send>& sends, const std::string& what) {
+  for (const auto& [id, send] : sends) {
+    const schema::Instruction& posting = stream[send.instruction];
+    if (posting.op() != schema::OpCode::SendActivation) continue;
+    for (size_t i = send.instruction + 1; i < stream.size(); ++i) {
+      const bool backward = stream[i].op() == schema::OpCode::Backward ||
+                            stream[i].op() == schema::OpCode::BackwardInput;
+      if (!backward || stream[i].chunk() != posting.chunk() ||
+          stream[i].micro_batch() != posting.micro_batch())
+        continue;
+      EXPECT_GE(send.waited_at, 0) << what << ": the send at instruction " << send.instruction;
+      EXPECT_LE(send.waited_at, static_cast<int>(i))
+          << what << ": the send at instruction " << send.instruction
+          << " waited on after its backward at " << i;
+      break;
+    }
   }
 }
 
@@ -230,6 +269,7 @@ inline void expect_whole_model_step(
       ops->zero_bytes(stage.gradients(), ops->storage_bytes(values.size()));
       position.instruction = -1;
       peers->receives.clear();
+      peers->sends.clear();
     }
     // What each reported offset's range held when reported.
     std::vector<std::pair<size_t, std::vector<float>>> reported;
@@ -242,6 +282,7 @@ inline void expect_whole_model_step(
     const double loss_sum = executor.run_step(data, 0, loss_scale(micro_batches), hooks, &position);
     EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
     expect_receives_wait_for_their_slot(stream, buffers, peers->receives, what);
+    expect_activation_sends_waited_by_their_backward(stream, peers->sends, what);
 
     stage.read_gradients(values.data(), values.size());
     for (const ParameterTensor& tensor : layout.tensors()) {

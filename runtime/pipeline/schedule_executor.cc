@@ -518,7 +518,7 @@ void ScheduleExecutor::wait_before(Chunk& chunk, const schema::Instruction& inst
   // Full recompute writes the slot's output again (the same values, but on a
   // device under the send's read); the send is done by now in any stream
   // whose backward follows the next stage's, so this costs nothing.
-  if (instruction.op() != OpCode::BackwardWeight) wait_for_send(chunk.activation_send[slot]);
+  wait_for_send(chunk.activation_send[slot]);
 }
 
 void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruction) {
