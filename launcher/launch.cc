@@ -138,7 +138,9 @@ void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::stri
 std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,
                                                const std::vector<std::string>& also) {
   static const char* const kPrefixes[] = {"PARAPLAN_", "OMP_", "OPENBLAS_", "NCCL_"};
-  static const char* const kNames[] = {"CUDA_VISIBLE_DEVICES", "PATH", "LD_LIBRARY_PATH"};
+  // Not CUDA_VISIBLE_DEVICES: each host keeps its own (a scheduler's list
+  // per node); `--env CUDA_VISIBLE_DEVICES` forces this host's everywhere.
+  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH"};
   std::vector<std::string> names(also.begin(), also.end());
   for (const std::string& entry : environment) {
     const size_t equals = entry.find('=');

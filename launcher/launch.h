@@ -69,9 +69,9 @@ struct LaunchAdditions {
 };
 
 // Names of the variables every rank gets (-x), sorted: PATH, LD_LIBRARY_PATH,
-// PARAPLAN_*, OMP_*, OPENBLAS_*, NCCL_*, CUDA_VISIBLE_DEVICES where set, and
-// the names in `also`. Local ranks inherit the rest of mpirun's environment;
-// ranks on other hosts get only these.
+// PARAPLAN_*, OMP_*, OPENBLAS_*, NCCL_* where set, and the names in `also`.
+// Local ranks inherit the rest of mpirun's environment; ranks on other hosts
+// get only these, and keep their own CUDA_VISIBLE_DEVICES.
 std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,
                                                const std::vector<std::string>& also = {});
 

@@ -140,10 +140,10 @@ TEST_F(LaunchTest, TwoNodeCommandWithHostfile) {
   EXPECT_EQ(build_launch_command(options),
             hostfile_command(
                 "8", options.hostfile,
-                {"-x", "CUDA_VISIBLE_DEVICES", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x",
-                 "OPENBLAS_NUM_THREADS", "-x", "PARAPLAN_LOG", "/opt/paraplan/bin/paraplan",
-                 "train", "--plan", options.plan_path, "--data",
-                 (std::filesystem::current_path() / "data/train.bin").string(), "--steps", "5"}));
+                {"-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS", "-x",
+                 "PARAPLAN_LOG", "/opt/paraplan/bin/paraplan", "train", "--plan", options.plan_path,
+                 "--data", (std::filesystem::current_path() / "data/train.bin").string(), "--steps",
+                 "5"}));
 }
 
 TEST_F(LaunchTest, LocalCommandWithoutHostfile) {
@@ -213,13 +213,16 @@ TEST_F(LaunchTest, RefusesOtherCommandsAndMismatchedHosts) {
             std::string::npos);
 }
 
-TEST(LaunchEnvironment, PassesParaplanOmpOpenblasNcclAndVisibleDevices) {
+// CUDA_VISIBLE_DEVICES stays each host's own (a scheduler's per-node GPU
+// list), unless --env names it.
+TEST(LaunchEnvironment, PassesParaplanOmpOpenblasNcclButNotVisibleDevices) {
   EXPECT_EQ(passthrough_variables({"PATH=/bin", "OMP_NUM_THREADS=4", "NCCL_IB_HCA=mlx5",
                                    "PARAPLAN_X=", "CUDA_VISIBLE_DEVICES=1", "CUDA_PATH=/c",
                                    "OPENBLAS_VERBOSE=2", "OMP_NUM_THREADS=4", "LD_OMP_X=1",
                                    "=weird", "NOEQUALS"}),
-            (Strings{"CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA", "OMP_NUM_THREADS", "OPENBLAS_VERBOSE",
-                     "PARAPLAN_X", "PATH"}));
+            (Strings{"NCCL_IB_HCA", "OMP_NUM_THREADS", "OPENBLAS_VERBOSE", "PARAPLAN_X", "PATH"}));
+  EXPECT_EQ(passthrough_variables({"CUDA_VISIBLE_DEVICES=1"}, {"CUDA_VISIBLE_DEVICES"}),
+            (Strings{"CUDA_VISIBLE_DEVICES"}));
   EXPECT_EQ(passthrough_variables({"LD_LIBRARY_PATH=/opt/lib", "HOME=/root"}, {"HOME", "UCX_TLS"}),
             (Strings{"HOME", "LD_LIBRARY_PATH", "UCX_TLS"}));
 }
