@@ -8,6 +8,8 @@
 #include <climits>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "runtime/comm/mpi_communicator.h"
@@ -96,16 +98,17 @@ TransportChoice choose_transport(const std::string& requested, kernels::Backend 
 }
 
 DeviceSharing describe_device_sharing(const std::vector<RankDevice>& devices) {
-  // Ranks per (host, device), keyed in order of each device's first rank so
-  // that ties name the device of the lowest rank.
-  std::map<std::pair<std::string, std::string>, int> ranks_on;
-  std::vector<std::pair<std::string, std::string>> first_seen;
+  // Ranks per (host, node, device), keyed in order of each device's first
+  // rank so that ties name the device of the lowest rank.
+  using Key = std::tuple<std::string, int, std::string>;
+  std::map<Key, int> ranks_on;
+  std::vector<Key> first_seen;
   for (const RankDevice& device : devices) {
     if (device.identity.empty()) continue;  // the CPU backend: ranks share cores, not a device
-    const auto key = std::make_pair(device.host, device.identity);
+    const Key key{device.host, device.node, device.identity};
     if (ranks_on[key]++ == 0) first_seen.push_back(key);
   }
-  const std::pair<std::string, std::string>* busiest = nullptr;
+  const Key* busiest = nullptr;
   int shared_devices = 0;
   for (const auto& key : first_seen) {
     if (ranks_on[key] < 2) continue;
@@ -115,8 +118,8 @@ DeviceSharing describe_device_sharing(const std::vector<RankDevice>& devices) {
   DeviceSharing sharing;
   if (busiest == nullptr) return sharing;
   sharing.shared = true;
-  sharing.detail = std::to_string(ranks_on[*busiest]) + " ranks share GPU " + busiest->second +
-                   " on host " + busiest->first;
+  sharing.detail = std::to_string(ranks_on[*busiest]) + " ranks share GPU " +
+                   std::get<2>(*busiest) + " on host " + std::get<0>(*busiest);
   if (shared_devices > 1)
     sharing.detail += " (and " + std::to_string(shared_devices - 1) + " more shared " +
                       (shared_devices == 2 ? "GPU" : "GPUs") + ")";
@@ -145,12 +148,27 @@ DeviceSharing find_shared_devices(const kernels::Ops& ops) {
   PARAPLAN_MPI_CHECK("world", "allgatherv (device identities)",
                      MPI_Allgatherv(mine.data(), my_length, MPI_CHAR, all.data(), lengths.data(),
                                     offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
+  // Each rank's node: the lowest world rank of its machine (host names may
+  // repeat across machines: cloned VMs, containers given one --hostname).
+  int world_rank = 0, node = 0;
+  PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  MPI_Comm machine = MPI_COMM_NULL;
+  PARAPLAN_MPI_CHECK("world", "comm_split_type (machine)",
+                     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank,
+                                         MPI_INFO_NULL, &machine));
+  PARAPLAN_MPI_CHECK("machine", "allreduce (lowest rank)",
+                     MPI_Allreduce(&world_rank, &node, 1, MPI_INT, MPI_MIN, machine));
+  PARAPLAN_MPI_CHECK("machine", "comm_free", MPI_Comm_free(&machine));
+  std::vector<int> nodes(lengths.size());
+  PARAPLAN_MPI_CHECK("world", "allgather (nodes)",
+                     MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, MPI_COMM_WORLD));
   std::vector<RankDevice> devices;
   for (size_t rank = 0; rank < lengths.size(); ++rank) {
     const std::string record =
         all.substr(static_cast<size_t>(offsets[rank]), static_cast<size_t>(lengths[rank]));
     const size_t separator = record.find('\0');
-    devices.push_back(RankDevice{record.substr(0, separator), record.substr(separator + 1)});
+    devices.push_back(
+        RankDevice{record.substr(0, separator), record.substr(separator + 1), nodes[rank]});
   }
   return describe_device_sharing(devices);
 }

@@ -48,18 +48,21 @@ TransportChoice choose_transport(const std::string& requested, kernels::Backend 
 // True when this build has the NCCL communicator (CUDA and NCCL were found).
 bool nccl_compiled_in();
 
-// One rank's device: its host name and Ops::device_identity() ("" for the CPU).
+// One rank's device: its host name, Ops::device_identity() ("" for the CPU)
+// and its node (the lowest world rank on its machine, as MPI's shared-memory
+// split finds it): two machines may report the same host name.
 struct RankDevice {
   std::string host;
   std::string identity;
+  int node = 0;
 };
 
-// Pure: the largest set of ranks (by world rank order) on one host with the
+// Pure: the largest set of ranks (by world rank order) on one node with the
 // same non-empty identity, described as DeviceSharing; CPU ranks never share.
 DeviceSharing describe_device_sharing(const std::vector<RankDevice>& devices);
 
 // Collective over MPI_COMM_WORLD (MPI must be initialised): gathers every
-// rank's (host name, ops.device_identity()) and describes any sharing.
+// rank's (host name, ops.device_identity(), node) and describes any sharing.
 DeviceSharing find_shared_devices(const kernels::Ops& ops);
 
 }  // namespace paraplan

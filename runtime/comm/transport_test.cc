@@ -167,6 +167,15 @@ TEST(DescribeDeviceSharing, OneGpuPerRankIsNotSharing) {
       << "the same bus id on two hosts is two GPUs";
 }
 
+TEST(DescribeDeviceSharing, OneHostNameOnTwoMachinesIsTwoMachines) {
+  // Cloned VMs or containers with one --hostname: ranks 0-1 and 2-3.
+  EXPECT_FALSE(describe_device_sharing({{"vm", "0000:1b:00.0", 0},
+                                        {"vm", "0000:2c:00.0", 0},
+                                        {"vm", "0000:1b:00.0", 2},
+                                        {"vm", "0000:2c:00.0", 2}})
+                   .shared);
+}
+
 TEST(DescribeDeviceSharing, NamesTheSharedGpuAndItsHost) {
   const DeviceSharing sharing = describe_device_sharing(
       {{"x", "0000:1b:00.0"}, {"x", "0000:1b:00.0"}, {"x", "0000:1b:00.0"}, {"x", "0000:1b:00.0"}});
