@@ -137,7 +137,9 @@ void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::stri
 
 std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,
                                                const std::vector<std::string>& also) {
-  static const char* const kPrefixes[] = {"PARAPLAN_", "OMP_", "OPENBLAS_", "NCCL_"};
+  // UCX_ and FI_ (libfabric: AWS EFA's aws-ofi-nccl) steer NCCL's network
+  // plugins as NCCL_ does NCCL.
+  static const char* const kPrefixes[] = {"PARAPLAN_", "OMP_", "OPENBLAS_", "NCCL_", "UCX_", "FI_"};
   // Not CUDA_VISIBLE_DEVICES: each host keeps its own (a scheduler's list
   // per node); `--env CUDA_VISIBLE_DEVICES` forces this host's everywhere.
   static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH"};
@@ -234,7 +236,7 @@ std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long rank
 bool is_path_flag(const std::string& flag) {
   static const char* const kPathFlags[] = {"--plan",           "--data",     "--val-data",
                                            "--checkpoint-dir", "--log-json", "--report",
-                                           "--trace",          "--timeline"};
+                                           "--trace",          "--timeline", "--init-from"};
   return std::find(std::begin(kPathFlags), std::end(kPathFlags), flag) != std::end(kPathFlags);
 }
 

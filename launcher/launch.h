@@ -69,7 +69,8 @@ struct LaunchAdditions {
 };
 
 // Names of the variables every rank gets (-x), sorted: PATH, LD_LIBRARY_PATH,
-// PARAPLAN_*, OMP_*, OPENBLAS_*, NCCL_* where set, and the names in `also`.
+// PARAPLAN_*, OMP_*, OPENBLAS_*, NCCL_*, UCX_*, FI_* where set, and the
+// names in `also`.
 // Local ranks inherit the rest of mpirun's environment; ranks on other hosts
 // get only these, and keep their own CUDA_VISIBLE_DEVICES.
 std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,

@@ -241,10 +241,13 @@ TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
                      "/abs/val.bin",
                      "--checkpoint-dir",
                      "./ckpt/../checkpoints",
+                     "--init-from",
+                     "hf/gpt2",
                      "--steps",
                      "5"};
-  options.environment = Strings{"PATH=/usr/bin", "HOME=/root", "UCX_TLS=tcp", "SECRET=1",
-                                "OMPI_MCA_mca_base_env_list=FOO=bar;LD_PRELOAD"};
+  options.environment =
+      Strings{"PATH=/usr/bin", "HOME=/root",      "UCX_TLS=tcp",
+              "SECRET=1",      "FI_PROVIDER=efa", "OMPI_MCA_mca_base_env_list=FOO=bar;LD_PRELOAD"};
   options.mpirun_arguments = {"--mca", "plm_rsh_agent", "ssh -p 2222"};
   options.pass_environment = {"UCX_TLS", "MY_FLAG=on"};
   const LaunchAdditions additions{
@@ -261,6 +264,8 @@ TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
                               "--mca",
                               "plm_rsh_agent",
                               "ssh -p 2222",
+                              "-x",
+                              "FI_PROVIDER",
                               "-x",
                               "MY_FLAG",
                               "-x",
@@ -284,6 +289,8 @@ TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
                               "/abs/val.bin",
                               "--checkpoint-dir",
                               cwd + "/checkpoints",
+                              "--init-from",
+                              cwd + "/hf/gpt2",
                               "--steps",
                               "5"}));
   // --env naming a variable that is not set is refused.
@@ -295,7 +302,7 @@ TEST_F(LaunchTest, MpirunArgumentsNetworkEnvironmentAndAbsolutePaths) {
   // mpirun's environment: the variables set, the env list gone.
   EXPECT_EQ(
       launch_environment(options, additions),
-      (Strings{"PATH=/usr/bin", "HOME=/root", "UCX_TLS=tcp", "SECRET=1",
+      (Strings{"PATH=/usr/bin", "HOME=/root", "UCX_TLS=tcp", "SECRET=1", "FI_PROVIDER=efa",
                "PARAPLAN_SUPERVISOR=10.77.0.1:4000", "NCCL_SOCKET_IFNAME==eth0", "MY_FLAG=on"}));
 }
 
