@@ -135,6 +135,15 @@ void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::stri
       "cluster.devices_per_node)");
 }
 
+std::string single_machine_note(int num_nodes, int devices_per_node) {
+  if (num_nodes <= 1) return "";
+  return "hosts: the plan is for " + std::to_string(num_nodes) + " nodes x " +
+         std::to_string(devices_per_node) + " devices, and without --hostfile its " +
+         std::to_string(1LL * num_nodes * devices_per_node) +
+         " ranks all start on this machine (--oversubscribe); give --hostfile to run them "
+         "across the cluster";
+}
+
 std::vector<std::string> passthrough_variables(const std::vector<std::string>& environment,
                                                const std::vector<std::string>& also) {
   // UCX_ and FI_ (libfabric: AWS EFA's aws-ofi-nccl) steer NCCL's network

@@ -31,6 +31,10 @@ std::vector<HostEntry> parse_hostfile(const std::string& path);
 // The same over text already read; name stands for the file in messages.
 std::vector<HostEntry> parse_hostfile_text(const std::string& text, const std::string& name);
 
+// Without a hostfile every rank starts on this machine: for a plan of more
+// than one node, the line that says so ("" for one node).
+std::string single_machine_note(int num_nodes, int devices_per_node);
+
 // Throws unless there are num_nodes hosts with devices_per_node slots each:
 // "hosts: 2 hosts x 4 slots = 8 slots, but the plan needs 1 node x 4 devices; ...".
 void check_hosts_match_mesh(const std::vector<HostEntry>& hosts, const std::string& hostfile,

@@ -143,6 +143,8 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
       additions.variables.push_back("NCCL_SOCKET_IFNAME=" + network.nccl_socket_ifname);
     listen_address = launcher_address(network, networks, this_host_interfaces());
     network_line = network.reason;
+  } else {
+    network_line = single_machine_note(mesh.num_nodes(), mesh.devices_per_node());
   }
 
   if (options.dry_run) {

@@ -146,6 +146,14 @@ TEST_F(LaunchTest, TwoNodeCommandWithHostfile) {
                  "5"}));
 }
 
+TEST(LaunchHosts, APlanOfSeveralNodesWithoutHostfileSaysItRunsHere) {
+  EXPECT_EQ(single_machine_note(1, 8), "");
+  EXPECT_EQ(single_machine_note(2, 8),
+            "hosts: the plan is for 2 nodes x 8 devices, and without --hostfile its 16 ranks all "
+            "start on this machine (--oversubscribe); give --hostfile to run them across the "
+            "cluster");
+}
+
 TEST_F(LaunchTest, LocalCommandWithoutHostfile) {
   LaunchOptions options;
   options.plan_path = write_plan_file(2, 2, 1);
