@@ -69,13 +69,26 @@ MpiSession::MpiSession(Mode mode) {
   PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
   PARAPLAN_MPI_CHECK("world", "comm_size", MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
   this_world_rank = world_rank_;
+  const MachinePlace place = machine_place();
+  local_rank_ = place.local_rank;
+  local_size_ = place.local_size;
+}
+
+MachinePlace machine_place() {
+  int world_rank = 0;
+  PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
   MPI_Comm node = MPI_COMM_NULL;
   PARAPLAN_MPI_CHECK(
       "world", "comm_split_type (shared memory node)",
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
-  PARAPLAN_MPI_CHECK("node", "comm_rank", MPI_Comm_rank(node, &local_rank_));
-  PARAPLAN_MPI_CHECK("node", "comm_size", MPI_Comm_size(node, &local_size_));
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  MachinePlace place;
+  PARAPLAN_MPI_CHECK("node", "comm_rank", MPI_Comm_rank(node, &place.local_rank));
+  PARAPLAN_MPI_CHECK("node", "comm_size", MPI_Comm_size(node, &place.local_size));
+  PARAPLAN_MPI_CHECK(
+      "node", "allreduce (lowest world rank)",
+      MPI_Allreduce(&world_rank, &place.first_world_rank, 1, MPI_INT, MPI_MIN, node));
   PARAPLAN_MPI_CHECK("node", "comm_free", MPI_Comm_free(&node));
+  return place;
 }
 
 void MpiSession::barrier() const {

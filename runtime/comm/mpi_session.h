@@ -23,6 +23,15 @@ namespace paraplan {
 // this rank's heartbeat to the launcher before MPI_Init (heartbeat.h), tells
 // it of a fatal error before ending, and that the rank finished after
 // MPI_Finalize.
+// This rank's machine as MPI's shared-memory split finds it (MPI initialised;
+// collective over MPI_COMM_WORLD): its rank and count among the machine's
+// ranks, and the machine's lowest world rank, which names the machine (host
+// names may repeat across machines).
+struct MachinePlace {
+  int local_rank = 0, local_size = 1, first_world_rank = 0;
+};
+MachinePlace machine_place();
+
 class MpiSession {
  public:
   enum class Mode { kWhenLaunchedByMpirun, kAlways };

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "runtime/comm/mpi_communicator.h"
+#include "runtime/comm/mpi_session.h"
 #include "runtime/comm/staged_communicator.h"
 #ifdef PARAPLAN_HAVE_NCCL
 #include "runtime/comm/nccl_communicator.h"
@@ -148,17 +149,9 @@ DeviceSharing find_shared_devices(const kernels::Ops& ops) {
   PARAPLAN_MPI_CHECK("world", "allgatherv (device identities)",
                      MPI_Allgatherv(mine.data(), my_length, MPI_CHAR, all.data(), lengths.data(),
                                     offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
-  // Each rank's node: the lowest world rank of its machine (host names may
-  // repeat across machines: cloned VMs, containers given one --hostname).
-  int world_rank = 0, node = 0;
-  PARAPLAN_MPI_CHECK("world", "comm_rank", MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-  MPI_Comm machine = MPI_COMM_NULL;
-  PARAPLAN_MPI_CHECK("world", "comm_split_type (machine)",
-                     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank,
-                                         MPI_INFO_NULL, &machine));
-  PARAPLAN_MPI_CHECK("machine", "allreduce (lowest rank)",
-                     MPI_Allreduce(&world_rank, &node, 1, MPI_INT, MPI_MIN, machine));
-  PARAPLAN_MPI_CHECK("machine", "comm_free", MPI_Comm_free(&machine));
+  // Each rank's machine (host names may repeat across machines: cloned VMs,
+  // containers given one --hostname).
+  const int node = machine_place().first_world_rank;
   std::vector<int> nodes(lengths.size());
   PARAPLAN_MPI_CHECK("world", "allgather (nodes)",
                      MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, MPI_COMM_WORLD));
