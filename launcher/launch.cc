@@ -151,7 +151,10 @@ std::vector<std::string> passthrough_variables(const std::vector<std::string>& e
   static const char* const kPrefixes[] = {"PARAPLAN_", "OMP_", "OPENBLAS_", "NCCL_", "UCX_", "FI_"};
   // Not CUDA_VISIBLE_DEVICES: each host keeps its own (a scheduler's list
   // per node); `--env CUDA_VISIBLE_DEVICES` forces this host's everywhere.
-  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH"};
+  // The CUDA settings a user sets for the whole job (the runtime sets
+  // CUDA_DEVICE_MAX_CONNECTIONS to 32 where none is given).
+  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "CUDA_DEVICE_MAX_CONNECTIONS",
+                                       "CUDA_LAUNCH_BLOCKING"};
   std::vector<std::string> names(also.begin(), also.end());
   for (const std::string& entry : environment) {
     const size_t equals = entry.find('=');

@@ -222,13 +222,15 @@ TEST_F(LaunchTest, RefusesOtherCommandsAndMismatchedHosts) {
 }
 
 // CUDA_VISIBLE_DEVICES stays each host's own (a scheduler's per-node GPU
-// list), unless --env names it.
+// list), unless --env names it; the job-wide CUDA settings go everywhere.
 TEST(LaunchEnvironment, PassesParaplanOmpOpenblasNcclButNotVisibleDevices) {
   EXPECT_EQ(passthrough_variables({"PATH=/bin", "OMP_NUM_THREADS=4", "NCCL_IB_HCA=mlx5",
                                    "PARAPLAN_X=", "CUDA_VISIBLE_DEVICES=1", "CUDA_PATH=/c",
                                    "OPENBLAS_VERBOSE=2", "OMP_NUM_THREADS=4", "LD_OMP_X=1",
+                                   "CUDA_DEVICE_MAX_CONNECTIONS=1", "CUDA_LAUNCH_BLOCKING=1",
                                    "=weird", "NOEQUALS"}),
-            (Strings{"NCCL_IB_HCA", "OMP_NUM_THREADS", "OPENBLAS_VERBOSE", "PARAPLAN_X", "PATH"}));
+            (Strings{"CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING", "NCCL_IB_HCA",
+                     "OMP_NUM_THREADS", "OPENBLAS_VERBOSE", "PARAPLAN_X", "PATH"}));
   EXPECT_EQ(passthrough_variables({"CUDA_VISIBLE_DEVICES=1"}, {"CUDA_VISIBLE_DEVICES"}),
             (Strings{"CUDA_VISIBLE_DEVICES"}));
   EXPECT_EQ(passthrough_variables({"LD_LIBRARY_PATH=/opt/lib", "HOME=/root"}, {"HOME", "UCX_TLS"}),

@@ -18,7 +18,8 @@
 // stream by default; PARAPLAN_CUDA_OVERLAP=0 keeps them on the ops' stream.
 // And CUDA graphs for the compute steps the runtime offers
 // (PARAPLAN_CUDA_GRAPHS=1; off by default).
-// The variables are read once, when the Ops object is made.
+// The variables are read once, when the Ops object is made. And, before
+// main, CUDA_DEVICE_MAX_CONNECTIONS where the user set none (below).
 // The op set itself is in cuda_ops.cu.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -36,6 +37,17 @@
 namespace paraplan::kernels {
 
 namespace {
+
+// The device's hardware work queues: more than the streams a rank uses
+// (compute, weight gradients, and one per NCCL communicator and pipeline
+// link: ten or more). With CUDA's default of 8, streams share queues, and a
+// posted NCCL receive holds back whatever compute is queued behind it on its
+// queue: overlap lost, and a pipeline whose peer waits on that compute stalls.
+// 32 is CUDA's most. Read when the context is made, so set before main, while
+// the process has one thread (setenv beside another thread's getenv is
+// undefined behaviour); a user's own setting stands.
+[[maybe_unused]] const bool kHardwareQueuesSet =
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0) == 0;
 
 // A switch in the environment: unset or empty -> by_default; 1, true, on ->
 // true; 0, false, off -> false; anything else one error naming the variable

@@ -10,9 +10,12 @@
 // before the call; after join_weight_gradients the ops' stream may rewrite
 // the operands and reads the finished gradients; synchronize and
 // copy_to_host see them done. The second stream's workspace is counted in
-// internal_bytes. Skips, visibly, without a GPU.
+// internal_bytes. Skips, visibly, without a GPU. And the streams have
+// hardware queues of their own (CUDA_DEVICE_MAX_CONNECTIONS, set before main).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -141,6 +144,29 @@ TEST_P(CudaWeightGradientStream, ItsWorkspaceIsCounted) {
   std::unique_ptr<Ops> in_line = make_cuda_switched("PARAPLAN_CUDA_OVERLAP", false, dtype());
   // cuBLASLt's 32 MiB workspace, once more.
   EXPECT_GE(overlapped->internal_bytes(), in_line->internal_bytes() + (size_t{32} << 20));
+}
+
+// cuda_device.cu sets CUDA_DEVICE_MAX_CONNECTIONS to 32 before main where
+// the environment has none: this binary run again without it finds it set
+// before any CUDA call (no GPU needed); run with a user's 4, finds 4.
+TEST(CudaStreams, EachStreamHasAHardwareQueueOfItsOwn) {
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (const char* expected = std::getenv("PARAPLAN_TEST_CONNECTIONS_EXPECTED")) {
+    ASSERT_NE(connections, nullptr);
+    EXPECT_EQ(std::string(connections), expected);
+    return;
+  }
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const auto child = [&self](const std::string& environment) {
+    return std::system(("env " + environment + " '" + self +
+                        "' --gtest_filter=CudaStreams.EachStreamHasAHardwareQueueOfItsOwn "
+                        ">/dev/null 2>&1")
+                           .c_str());
+  };
+  EXPECT_EQ(child("-u CUDA_DEVICE_MAX_CONNECTIONS PARAPLAN_TEST_CONNECTIONS_EXPECTED=32"), 0)
+      << "a run without CUDA_DEVICE_MAX_CONNECTIONS did not find it set to 32";
+  EXPECT_EQ(child("CUDA_DEVICE_MAX_CONNECTIONS=4 PARAPLAN_TEST_CONNECTIONS_EXPECTED=4"), 0)
+      << "a run with CUDA_DEVICE_MAX_CONNECTIONS=4 did not keep it";
 }
 
 }  // namespace
