@@ -126,7 +126,11 @@ class Communicator {
 // matched in the order posted, whatever order they are waited on.
 // A receive into device memory may start writing its buffer once the work
 // queued before `buffer_free` (an Ops mark: the last work that read the
-// buffer) is done; null: once all the work queued so far is done.
+// buffer) is done; null: once all the work queued so far is done. And where
+// `after_send` names a send posted here and not yet waited on, whose buffer
+// the receive writes (a pipeline chunk's one gradient buffer), only once that
+// send has read it: on a device the receive then need not wait for compute
+// queued after the buffer's last use. The send is still waited on as usual.
 class PeerToPeer {
  public:
   static constexpr int kMaxPeerTags = 4096;
@@ -138,7 +142,7 @@ class PeerToPeer {
   virtual Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                            int tag = 0) = 0;
   virtual Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
-                              void* buffer_free = nullptr) = 0;
+                              void* buffer_free = nullptr, Posted after_send = 0) = 0;
   virtual void wait(Posted transfer) = 0;
 };
 

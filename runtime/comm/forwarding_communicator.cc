@@ -77,10 +77,12 @@ PeerToPeer::Posted ForwardingPeerToPeer::post_send(const void* data, size_t coun
 
 PeerToPeer::Posted ForwardingPeerToPeer::post_receive(void* data, size_t count, int from,
                                                       kernels::DType dtype, int tag,
-                                                      void* buffer_free) {
+                                                      void* buffer_free, Posted after_send) {
   Posted id = 0;
   const TransferCall call{"pipeline receive (posted)", count, elements_unit(dtype), -1, from};
-  intercept(call, [&] { id = inner_->post_receive(data, count, from, dtype, tag, buffer_free); });
+  intercept(call, [&] {
+    id = inner_->post_receive(data, count, from, dtype, tag, buffer_free, after_send);
+  });
   posted_.emplace_back(
       id, TransferCall{"pipeline wait for a posted receive", count, call.unit, -1, from});
   return id;

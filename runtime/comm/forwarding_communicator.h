@@ -101,7 +101,7 @@ class ForwardingPeerToPeer : public PeerToPeer {
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
   Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
-                      void* buffer_free = nullptr) override;
+                      void* buffer_free = nullptr, Posted after_send = 0) override;
   // Intercepted as the transfer it waits for ("pipeline wait for a posted
   // send", its count and peer).
   void wait(Posted transfer) override;

@@ -50,7 +50,8 @@ class NoPeers final : public PeerToPeer {
   Posted post_send(const void*, size_t, int, kernels::DType, int = 0) override {
     throw std::logic_error("a one-rank job has no pipeline neighbours to send to");
   }
-  Posted post_receive(void*, size_t, int, kernels::DType, int = 0, void* = nullptr) override {
+  Posted post_receive(void*, size_t, int, kernels::DType, int = 0, void* = nullptr,
+                      Posted = 0) override {
     throw std::logic_error("a one-rank job has no pipeline neighbours to receive from");
   }
   void wait(Posted) override {

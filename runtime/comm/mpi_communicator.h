@@ -156,7 +156,7 @@ class MpiPeerToPeer : public PeerToPeer {
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
   Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
-                      void* buffer_free = nullptr) override;
+                      void* buffer_free = nullptr, Posted after_send = 0) override;
   void wait(Posted transfer) override;
 
   // Elements of the transfer's dtype per message at most (default INT_MAX);
@@ -173,9 +173,9 @@ class MpiPeerToPeer : public PeerToPeer {
     size_t count = 0;
     int peer = -1, tag = 0;
     kernels::DType dtype = kernels::DType::kFloat32;
-    // A receive that landed before its wait (a later one's wait, or
-    // land_arrived_receives).
-    bool received = false;
+    // Done before its wait: a receive that landed (a later one's wait, or
+    // land_arrived_receives), a send finished for a receive after it.
+    bool finished = false;
   };
   void check_peer(int peer, int tag, const char* operation) const;
   std::string describe(bool send, size_t count, int peer, kernels::DType dtype, int tag) const;

@@ -337,6 +337,45 @@ TEST(MpiPeerToPeer, PostedReceivesLandWhileTheirRankWaitsOnItsOwnSend) {
   }
 }
 
+TEST(MpiPeerToPeer, AReceiveAfterASendFromItsBufferLandsOnlyOnceTheSendIsOut) {
+  // A pipeline chunk's one gradient buffer: rank 0 sends from it, then
+  // receives into it (after_send). Rank 1 replies while rank 0's send is
+  // still unread; the message is far above any eager limit, so MPI reads the
+  // send's buffer only when rank 1 matches it. The reply must land after.
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto peers = make_peers();
+  const int me = world_rank();
+  const size_t count = size_t{1} << 20;
+  const std::vector<float> gradient = message_from(40, count), reply = message_from(50, count);
+  const auto f32 = kernels::DType::kFloat32;
+  if (me == 0) {
+    std::vector<float> buffer = gradient;
+    const auto sent = peers->post_send(buffer.data(), count, 1, f32, 3);
+    const auto received = peers->post_receive(buffer.data(), count, 1, f32, 4, nullptr, sent);
+    peers->wait(received);
+    peers->wait(sent);  // still owed, and only forgotten now
+    EXPECT_EQ(buffer, reply);
+    // Only a send, not yet waited on, may be named.
+    const auto other = peers->post_receive(buffer.data(), count, 1, f32, 5);
+    EXPECT_THROW(peers->post_receive(buffer.data(), count, 1, f32, 6, nullptr, other),
+                 std::logic_error);
+    EXPECT_THROW(peers->post_receive(buffer.data(), count, 1, f32, 6, nullptr, sent),
+                 std::logic_error);
+    peers->wait(other);
+  }
+  if (me == 1) {
+    // The reply goes first and rank 0's send is matched late: without
+    // after_send the reply lands in rank 0's buffer before it is read.
+    const auto replied = peers->post_send(reply.data(), count, 0, f32, 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<float> into(count);
+    peers->wait(peers->post_receive(into.data(), count, 0, f32, 3));
+    peers->wait(replied);
+    EXPECT_EQ(into, gradient);
+    peers->wait(peers->post_send(reply.data(), count, 0, f32, 5));
+  }
+}
+
 TEST(MpiPeerToPeer, CountsTheTwoSidesDisagreeOnAreReported) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto peers = make_peers();

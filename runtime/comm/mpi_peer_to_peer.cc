@@ -193,13 +193,22 @@ PeerToPeer::Posted MpiPeerToPeer::post_send(const void* data, size_t count, int 
   return pending_.back().id;
 }
 
-// Host memory, written when the receive is matched at its wait: buffer_free
-// (a device mark) does not apply.
+// Host memory, written when the receive is matched (at its wait, or at any
+// wait before, land_arrived_receives): buffer_free (a device mark) does not
+// apply, and a send from the same buffer finishes first.
 PeerToPeer::Posted MpiPeerToPeer::post_receive(void* data, size_t count, int from,
-                                               kernels::DType dtype, int tag,
-                                               void* /*buffer_free*/) {
+                                               kernels::DType dtype, int tag, void* /*buffer_free*/,
+                                               Posted after_send) {
   check_peer(from, tag, "post_receive");
   if (from < 0) throw std::invalid_argument("post_receive: no peer (-1)");
+  if (after_send != 0) {
+    Pending& send = *find_posted(pending_, after_send);
+    if (!send.send)
+      throw std::logic_error("post_receive: transfer " + std::to_string(after_send) +
+                             " to finish first is a receive, not a send");
+    if (!send.finished) finish(send);
+    send.finished = true;  // its own wait only forgets it
+  }
   pending_.push_back(Pending{next_id_++, false, {}, data, count, from, tag, dtype});
   return pending_.back().id;
 }
@@ -215,7 +224,7 @@ void MpiPeerToPeer::land_arrived_receives(int receiving_peer, int receiving_tag)
   // on the link being received, whose next message is that receive's.
   std::vector<std::pair<int, int>> waiting_behind{{receiving_peer, receiving_tag}};
   for (Pending& pending : pending_) {
-    if (pending.send || pending.received) continue;
+    if (pending.send || pending.finished) continue;
     const std::pair<int, int> link{pending.peer, pending.tag};
     if (std::find(waiting_behind.begin(), waiting_behind.end(), link) != waiting_behind.end())
       continue;
@@ -228,7 +237,7 @@ void MpiPeerToPeer::land_arrived_receives(int receiving_peer, int receiving_tag)
       continue;
     }
     finish(pending);
-    pending.received = true;  // its own wait only forgets it
+    pending.finished = true;  // its own wait only forgets it
   }
 }
 
@@ -250,16 +259,16 @@ void MpiPeerToPeer::wait(Posted transfer) {
   // A receive is matched after those posted before it from its peer and tag.
   if (!it->send) {
     for (auto earlier = pending_.begin(); earlier != it; ++earlier) {
-      if (earlier->send || earlier->received || earlier->peer != it->peer ||
+      if (earlier->send || earlier->finished || earlier->peer != it->peer ||
           earlier->tag != it->tag)
         continue;
       finish(*earlier);
-      earlier->received = true;  // its own wait only forgets it
+      earlier->finished = true;  // its own wait only forgets it
     }
   }
   Pending pending = std::move(*it);
   pending_.erase(it);
-  if (!pending.received) finish(pending);
+  if (!pending.finished) finish(pending);
 }
 
 }  // namespace paraplan

@@ -158,7 +158,8 @@ struct PipelineRing {
 //   two-rank communicator and stream (a link), so a link's transfers wait for
 //   no other link's. A send starts after the compute queued before it (which
 //   wrote its data); a receive only after its buffer_free mark (the last
-//   compute that read its buffer), so it lands while later compute runs. An
+//   compute that read its buffer), so it lands while later compute runs;
+//   given after_send, also after that send's own completion event. An
 //   NCCL transfer occupies its stream until the peer's half arrives: on one
 //   shared stream, a receive waited behind every send posted before it.
 // Host buffers (a checkpoint's tensors) go over host_peers (MpiPeerToPeer);
@@ -185,7 +186,7 @@ class NcclPeerToPeer final : public PeerToPeer {
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
   Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
-                      void* buffer_free = nullptr) override;
+                      void* buffer_free = nullptr, Posted after_send = 0) override;
   void wait(Posted transfer) override;
   ~NcclPeerToPeer() override;
 
@@ -199,7 +200,7 @@ class NcclPeerToPeer final : public PeerToPeer {
     Posted host_id = 0;
   };
   Posted post(const void* send, void* receive, size_t count, int peer, kernels::DType dtype,
-              int tag, void* buffer_free);
+              int tag, void* buffer_free, Posted after_send);
   void make_links(const PipelineRing& ring);
   // One element over a new link (sends: this rank is its sender), so its
   // connection is set up now and not at the first transfer of a step.

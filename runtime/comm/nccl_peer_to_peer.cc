@@ -157,17 +157,23 @@ void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_
 }
 
 PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t count, int peer,
-                                        kernels::DType dtype, int tag, void* buffer_free) {
+                                        kernels::DType dtype, int tag, void* buffer_free,
+                                        Posted after_send) {
   const bool sending = send != nullptr;
   const char* operation = sending ? "post_send" : "post_receive";
   if (peer < 0 || peer >= world_.size())
     throw std::invalid_argument(std::string(operation) + ": peer " + std::to_string(peer) +
                                 " is not a world rank; valid: 0.." +
                                 std::to_string(world_.size() - 1));
+  // The send whose buffer this receive writes (it shares the receive's kind
+  // of memory: the same buffer).
+  const PostedTransfer* earlier_send =
+      after_send != 0 ? &*find_posted(posted_, after_send) : nullptr;
   PostedTransfer posted{next_id_++, nullptr, 0};
   if (memory_of(sending ? send : receive, "peers", operation) == Memory::kHost) {
     posted.host_id = sending ? host_peers_->post_send(send, count, peer, dtype, tag)
-                             : host_peers_->post_receive(receive, count, peer, dtype, tag);
+                             : host_peers_->post_receive(receive, count, peer, dtype, tag, nullptr,
+                                                         earlier_send ? earlier_send->host_id : 0);
     posted_.push_back(posted);
     return posted.id;
   }
@@ -178,6 +184,11 @@ PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t 
   NcclCommunicator& lane = found != links.end() ? *found->second : world_;
   const int lane_peer = found != links.end() ? (sending ? 1 : 0) : peer;
   const std::string& group = lane.name();
+  // On the send's own lane: the receive waits for the send, not for the
+  // compute queued after it (enqueue below adds the buffer_free wait).
+  if (earlier_send != nullptr && earlier_send->done != nullptr)
+    PARAPLAN_COMM_CUDA_CHECK(group, operation,
+                             cudaStreamWaitEvent(lane.comm_stream_, earlier_send->done, 0));
   lane.enqueue(
       {sending ? "pipeline send (posted)" : "pipeline receive (posted)", count,
        elements_unit(dtype), &lane.where_, sending ? peer : -1, sending ? -1 : peer},
@@ -209,13 +220,14 @@ PeerToPeer::Posted NcclPeerToPeer::post(const void* send, void* receive, size_t 
 PeerToPeer::Posted NcclPeerToPeer::post_send(const void* data, size_t count, int to,
                                              kernels::DType dtype, int tag) {
   if (data == nullptr) throw std::invalid_argument("post_send: no buffer");
-  return post(data, nullptr, count, to, dtype, tag, nullptr);
+  return post(data, nullptr, count, to, dtype, tag, nullptr, 0);
 }
 
 PeerToPeer::Posted NcclPeerToPeer::post_receive(void* data, size_t count, int from,
-                                                kernels::DType dtype, int tag, void* buffer_free) {
+                                                kernels::DType dtype, int tag, void* buffer_free,
+                                                Posted after_send) {
   if (data == nullptr) throw std::invalid_argument("post_receive: no buffer");
-  return post(nullptr, data, count, from, dtype, tag, buffer_free);
+  return post(nullptr, data, count, from, dtype, tag, buffer_free, after_send);
 }
 
 void NcclPeerToPeer::wait(Posted transfer) {

@@ -184,10 +184,11 @@ PeerToPeer::Posted StagedPeerToPeer::post_send(const void* data, size_t count, i
 }
 
 // buffer_free is not needed: the copy into `data` is queued at the wait, after
-// every op queued before it.
+// every op queued before it; nor after_send: a send's data was copied out
+// when it was posted.
 PeerToPeer::Posted StagedPeerToPeer::post_receive(void* data, size_t count, int from,
                                                   kernels::DType dtype, int tag,
-                                                  void* /*buffer_free*/) {
+                                                  void* /*buffer_free*/, Posted /*after_send*/) {
   const size_t bytes = bytes_of(count, kernels::dtype_bytes(dtype), "post_receive");
   PostedTransfer posted{0, take_buffer(bytes), data};
   posted.id = host_peers_->post_receive(posted.host.data(), count, from, dtype, tag);

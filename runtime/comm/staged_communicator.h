@@ -106,7 +106,7 @@ class StagedPeerToPeer final : public PeerToPeer {
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype,
                    int tag = 0) override;
   Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag = 0,
-                      void* buffer_free = nullptr) override;
+                      void* buffer_free = nullptr, Posted after_send = 0) override;
   void wait(Posted transfer) override;
 
  private:

@@ -95,10 +95,11 @@ class RecordingPeers final : public PeerToPeer {
     calls_->push_back({"post_send", data, nullptr, count, dtype});
     return 40 + calls_->size();
   }
-  // Records buffer_free where a send's buffer would be.
+  // Records buffer_free where a send's buffer would be, after_send in the name.
   Posted post_receive(void* data, size_t count, int, DType dtype, int = 0,
-                      void* buffer_free = nullptr) override {
-    calls_->push_back({"post_receive", buffer_free, data, count, dtype});
+                      void* buffer_free = nullptr, Posted after_send = 0) override {
+    calls_->push_back(
+        {"post_receive after " + std::to_string(after_send), buffer_free, data, count, dtype});
     return 40 + calls_->size();
   }
   void wait(Posted transfer) override {
@@ -159,14 +160,14 @@ TEST(WatchedCommunicator, ForwardsEveryCallWithItsDtype) {
   const PeerToPeer::Posted send = peers.post_send(bits.data(), 5, 1, DType::kBFloat16, 3);
   int mark = 0;  // stands for an Ops mark: the wrapper passes it on
   const PeerToPeer::Posted receive =
-      peers.post_receive(bits.data() + 8, 6, 1, DType::kBFloat16, 0, &mark);
+      peers.post_receive(bits.data() + 8, 6, 1, DType::kBFloat16, 0, &mark, send);
   peers.wait(receive);
   peers.wait(send);
-  EXPECT_EQ(transfers,
-            (std::vector<Call>{{"post_send", bits.data(), nullptr, 5, DType::kBFloat16},
-                               {"post_receive", &mark, bits.data() + 8, 6, DType::kBFloat16},
-                               {"wait 42", nullptr, nullptr, 0, DType::kFloat32},
-                               {"wait 41", nullptr, nullptr, 0, DType::kFloat32}}));
+  EXPECT_EQ(transfers, (std::vector<Call>{
+                           {"post_send", bits.data(), nullptr, 5, DType::kBFloat16},
+                           {"post_receive after 41", &mark, bits.data() + 8, 6, DType::kBFloat16},
+                           {"wait 42", nullptr, nullptr, 0, DType::kFloat32},
+                           {"wait 41", nullptr, nullptr, 0, DType::kFloat32}}));
 }
 
 TEST(TimedCommunicator, ForwardsEveryCallWithItsDtypeAndCountsItsTime) {

@@ -106,14 +106,16 @@ class MarkingOps final : public kernels::ForwardingOps {
   std::deque<int> marks_;  // stable addresses
 };
 
-// Peers that note each posted receive's instruction and buffer_free mark,
-// and each posted send's instruction and the instruction that waited on it.
+// Peers that note each posted receive's instruction, buffer_free mark and
+// after_send, and each posted send's instruction and the instruction that
+// waited on it.
 class ReceiveNotingPeers final : public ForwardingPeerToPeer {
  public:
   struct Receive {
     int instruction;
     bool marked;      // given a buffer_free mark
     int mark_points;  // where the mark stood when posted (MarkingOps)
+    Posted after_send;
   };
   struct Send {
     int instruction;
@@ -122,10 +124,11 @@ class ReceiveNotingPeers final : public ForwardingPeerToPeer {
   ReceiveNotingPeers(std::unique_ptr<PeerToPeer> inner, const StepPosition* position)
       : ForwardingPeerToPeer(std::move(inner)), position_(position) {}
   Posted post_receive(void* data, size_t count, int from, kernels::DType dtype, int tag,
-                      void* buffer_free) override {
+                      void* buffer_free, Posted after_send) override {
     receives.push_back({position_->instruction, buffer_free != nullptr,
-                        buffer_free ? *static_cast<const int*>(buffer_free) : -2});
-    return ForwardingPeerToPeer::post_receive(data, count, from, dtype, tag, buffer_free);
+                        buffer_free ? *static_cast<const int*>(buffer_free) : -2, after_send});
+    return ForwardingPeerToPeer::post_receive(data, count, from, dtype, tag, buffer_free,
+                                              after_send);
   }
   Posted post_send(const void* data, size_t count, int to, kernels::DType dtype, int tag) override {
     const Posted id = ForwardingPeerToPeer::post_send(data, count, to, dtype, tag);
@@ -144,17 +147,52 @@ class ReceiveNotingPeers final : public ForwardingPeerToPeer {
   const StepPosition* position_;
 };
 
+// A gradient received into a chunk's one output-gradient buffer (not per
+// slot), which every backward of the chunk and its input gradient's send
+// use, waits for the latest Backward / BackwardInput of the chunk (its mark)
+// and for the chunk's latest input-gradient send if that is still in flight
+// (after_send), and for nothing queued after them.
+inline void expect_shared_gradient_receive_waits(
+    const std::vector<schema::Instruction>& stream,
+    const std::map<PeerToPeer::Posted, ReceiveNotingPeers::Send>& sends,
+    const ReceiveNotingPeers::Receive& receive, const std::string& what) {
+  const int c = stream[receive.instruction].chunk();
+  const std::string where = what + ": the receive at instruction " +
+                            std::to_string(receive.instruction) + " into chunk " +
+                            std::to_string(c) + "'s one output-gradient buffer";
+  int last_backward = -1, last_send = -1;
+  for (int i = 0; i < receive.instruction; ++i) {
+    if (stream[i].chunk() != c) continue;
+    const schema::OpCode op = stream[i].op();
+    if (op == schema::OpCode::Backward || op == schema::OpCode::BackwardInput) last_backward = i;
+    if (op == schema::OpCode::SendGradient) last_send = i;
+  }
+  ASSERT_TRUE(receive.marked) << where;
+  EXPECT_EQ(receive.mark_points, last_backward) << where;
+  if (receive.after_send == 0) {
+    // No send in flight: none this step, or already waited on.
+    for (const auto& [id, send] : sends) {
+      if (send.instruction != last_send) continue;
+      EXPECT_TRUE(send.waited_at >= 0 && send.waited_at <= receive.instruction) << where;
+    }
+    return;
+  }
+  const auto send = sends.find(receive.after_send);
+  ASSERT_NE(send, sends.end()) << where << " waits for a send never posted";
+  EXPECT_EQ(send->second.instruction, last_send) << where;
+  EXPECT_TRUE(send->second.waited_at < 0 || send->second.waited_at > receive.instruction) << where;
+}
+
 // A posted receive into a slot may start once the slot's last compute is done,
 // and should wait for nothing after it: its mark was last recorded by the
 // latest compute instruction of the same chunk and slot before the receive
 // (-1, the step's start, for none). A gradient received into a chunk's one
-// output-gradient buffer (not per slot) waits for all the work queued before
-// it (no mark): every backward of the chunk and its input gradient's send
-// use that buffer.
+// output-gradient buffer: expect_shared_gradient_receive_waits.
 inline void expect_receives_wait_for_their_slot(
     const std::vector<schema::Instruction>& stream,
     const std::vector<ScheduleExecutor::ChunkBuffers>& buffers,
-    const std::vector<ReceiveNotingPeers::Receive>& receives, const std::string& what) {
+    const std::vector<ReceiveNotingPeers::Receive>& receives,
+    const std::map<PeerToPeer::Posted, ReceiveNotingPeers::Send>& sends, const std::string& what) {
   const auto computes = [](schema::OpCode op) {
     return op == schema::OpCode::Forward || op == schema::OpCode::Backward ||
            op == schema::OpCode::BackwardInput || op == schema::OpCode::BackwardWeight;
@@ -163,11 +201,11 @@ inline void expect_receives_wait_for_their_slot(
     const schema::Instruction& posting = stream[receive.instruction];
     const int c = posting.chunk(), slot = posting.micro_batch() % buffers[c].slots;
     if (posting.op() == schema::OpCode::RecvGradient && !buffers[c].output_gradient_per_slot) {
-      EXPECT_FALSE(receive.marked) << what << ": the receive at instruction " << receive.instruction
-                                   << " into chunk " << c << "'s one output-gradient buffer";
+      expect_shared_gradient_receive_waits(stream, sends, receive, what);
       continue;
     }
     ASSERT_TRUE(receive.marked) << what;
+    EXPECT_EQ(receive.after_send, 0u) << what;
     int expected = -1;
     for (int i = 0; i < receive.instruction; ++i)
       if (computes(stream[i].op()) && stream[i].chunk() == c &&
@@ -281,7 +319,7 @@ inline void expect_whole_model_step(
     };
     const double loss_sum = executor.run_step(data, 0, loss_scale(micro_batches), hooks, &position);
     EXPECT_FALSE(peers->receives.empty() && r > 0) << what;
-    expect_receives_wait_for_their_slot(stream, buffers, peers->receives, what);
+    expect_receives_wait_for_their_slot(stream, buffers, peers->receives, peers->sends, what);
     expect_activation_sends_waited_by_their_backward(stream, peers->sends, what);
 
     stage.read_gradients(values.data(), values.size());

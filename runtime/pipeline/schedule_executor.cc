@@ -193,14 +193,18 @@ ScheduleExecutor::ScheduleExecutor(const schema::StageSchedule& schedule, ModelS
   host_tokens_.resize(tokens);
   host_targets_.resize(tokens);
   // Last, after every check that may throw: the destructor frees them.
-  for (Chunk& chunk : chunks_)
+  for (Chunk& chunk : chunks_) {
     for (int slot = 0; slot < chunk.stage->num_slots(); ++slot)
       chunk.slot_free.push_back(ops.create_mark());
+    if (!chunk.output_gradient_per_slot) chunk.gradient_buffer_free = ops.create_mark();
+  }
 }
 
 ScheduleExecutor::~ScheduleExecutor() {
-  for (Chunk& chunk : chunks_)
+  for (Chunk& chunk : chunks_) {
     for (void* mark : chunk.slot_free) ops_.destroy_mark(mark);
+    ops_.destroy_mark(chunk.gradient_buffer_free);
+  }
 }
 
 double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample, float loss_scale,
@@ -213,6 +217,7 @@ double ScheduleExecutor::run_step(const SampleSource& data, int64_t first_sample
     // Whatever ran between steps (evaluation, a checkpoint) is before every
     // receive of this one.
     for (void* mark : chunk.slot_free) ops_.record_mark(mark);
+    if (chunk.gradient_buffer_free != nullptr) ops_.record_mark(chunk.gradient_buffer_free);
   }
   sends_in_flight_.clear();  // the last step's ReduceGradients waited for them
   // ZeRO-3: the compute's last reads reach the unit ops' program while the
@@ -394,6 +399,10 @@ void ScheduleExecutor::execute(size_t index, const SampleSource& data, int64_t f
       instruction.op() == OpCode::BackwardInput || instruction.op() == OpCode::BackwardWeight;
   if (reads_slot && !chunk.slot_free.empty())
     ops_.record_mark(chunk.slot_free[slot_of(chunk, micro_batch)]);
+  const bool uses_gradient_buffer =
+      instruction.op() == OpCode::Backward || instruction.op() == OpCode::BackwardInput;
+  if (uses_gradient_buffer && chunk.gradient_buffer_free != nullptr)
+    ops_.record_mark(chunk.gradient_buffer_free);
 }
 
 void ScheduleExecutor::refuse(const schema::Instruction& instruction, const std::string& problem) {
@@ -468,16 +477,18 @@ void ScheduleExecutor::post(Chunk& chunk, const schema::Instruction& instruction
       break;
     case OpCode::RecvGradient:
       refuse_if_pending(chunk.gradient_receive[slot], "output-gradient receive");
-      // Into the chunk's one buffer (also its input gradient's): once the
-      // input gradient in it is out, and every backward that wrote or read
-      // it is done, so after all the work queued so far (the slot's mark
-      // stands after its forward, before the previous micro-batch's
-      // backward; on a device wait_for_send only orders the stream).
-      if (!chunk.output_gradient_per_slot) wait_for_send(chunk.input_gradient_send);
       receive_output_gradient(chunk, instruction, mb);
-      chunk.gradient_receive[slot] =
-          peers->post_receive(stage.output_gradient(slot), elements, peer, stage.dtype(), tag,
-                              chunk.output_gradient_per_slot ? chunk.slot_free[slot] : nullptr);
+      if (chunk.output_gradient_per_slot) {
+        chunk.gradient_receive[slot] = peers->post_receive(
+            stage.output_gradient(slot), elements, peer, stage.dtype(), tag, chunk.slot_free[slot]);
+      } else {
+        // Into the chunk's one buffer (also its input gradient's): once every
+        // backward that wrote or read it is done and the input gradient in it
+        // is out, not after the forwards queued since.
+        chunk.gradient_receive[slot] =
+            peers->post_receive(stage.output_gradient(slot), elements, peer, stage.dtype(), tag,
+                                chunk.gradient_buffer_free, chunk.input_gradient_send);
+      }
       break;
     case OpCode::LoadMicroBatch:
     case OpCode::Forward:

@@ -155,6 +155,11 @@ class ScheduleExecutor {
     // input activation, the output gradient): a posted receive into the slot
     // waits for that, not for all the compute queued before it.
     std::vector<void*> slot_free;
+    // With one output-gradient buffer (not per slot): an Ops mark after the
+    // chunk's last Backward / BackwardInput, which read and rewrote it; a
+    // gradient received into it waits for that and for the input gradient's
+    // send out of it (PeerToPeer's after_send), not for later forwards.
+    void* gradient_buffer_free = nullptr;
   };
   static int slot_of(const Chunk& chunk, int micro_batch) {
     return micro_batch % chunk.stage->num_slots();
