@@ -484,13 +484,28 @@ void DistributedOptimizer::gather_owned(const float* owned_values, std::vector<f
     ops_.copy_to_host(whole.data(), owned_values, n * sizeof(float));
     return;
   }
-  const size_t gathered_elements = shard_elements_ * groups_.zero->size();
-  float* gathered = static_cast<float*>(memory_.allocate(
-      std::max<size_t>(gathered_elements, 1) * sizeof(float), MemoryCategory::kWorkspace));
+  // Block by block (a block: the same elements of each rank's chunk of a
+  // bucket) through one block's buffer: a whole stage in fp32 on the device
+  // (32 GB for an 8B stage) would be a checkpoint's peak, beyond the plan's.
+  const size_t z = groups_.zero->size();
+  size_t block = 1;  // elements of each rank's chunk per all-gather
   for (const GradientBucket& bucket : buckets_)
-    groups_.zero->all_gather(owned_values + bucket.shard_offset, gathered + bucket.begin,
-                             bucket.chunk);
-  ops_.copy_to_host(whole.data(), gathered, n * sizeof(float));
+    block =
+        std::max(block, std::min(bucket.chunk, std::max<size_t>(gather_block_elements_ / z, 1)));
+  float* gathered =
+      static_cast<float*>(memory_.allocate(block * z * sizeof(float), MemoryCategory::kWorkspace));
+  for (const GradientBucket& bucket : buckets_) {
+    for (size_t first = 0; first < bucket.chunk; first += block) {
+      const size_t count = std::min(block, bucket.chunk - first);
+      groups_.zero->all_gather(owned_values + bucket.shard_offset + first, gathered, count);
+      for (size_t r = 0; r < z; ++r) {  // rank r's piece, where the whole buffer has it
+        const size_t at = bucket.begin + r * bucket.chunk + first;
+        if (at >= n) break;  // padding from here on
+        ops_.copy_to_host(whole.data() + at, gathered + r * count,
+                          std::min(count, n - at) * sizeof(float));
+      }
+    }
+  }
   memory_.release(gathered);
 }
 

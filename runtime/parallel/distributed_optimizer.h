@@ -143,8 +143,16 @@ class DistributedOptimizer {
   ShardedGradients* sharded_gradients() { return sharded_gradients_.get(); }
 
   // The moments of all this rank's parameters, whole (ZeRO shards gathered),
-  // in host memory: for checkpoints. Collective over the ZeRO group.
+  // in host memory: for checkpoints. Collective over the ZeRO group. The
+  // shards are gathered through a device buffer of at most
+  // gather_block_elements() floats (or a smaller bucket's), not the whole
+  // stage: 4 bytes a parameter would be a checkpoint's peak beyond the plan.
   void gather_moments(std::vector<float>& first, std::vector<float>& second);
+  static constexpr size_t kGatherBlockElements = size_t{16} << 20;  // 64 MiB
+  size_t gather_block_elements() const { return gather_block_elements_; }
+  void set_gather_block_elements(size_t elements) {  // tests: blocks that split buckets
+    gather_block_elements_ = std::max<size_t>(elements, 1);
+  }
   // Sets the moments from whole host buffers; this rank keeps its part.
   void load_moments(const float* first, const float* second);
   // The master weights of all this rank's parameters, whole, fp32 (the
@@ -213,7 +221,8 @@ class DistributedOptimizer {
   std::vector<HeldRange> held_;  // one (the owner), or two (the owner, the copy)
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
-  double* squares_ = nullptr;  // the gradient norm's sum of squares, on the device
+  size_t gather_block_elements_ = kGatherBlockElements;
+  double* squares_ = nullptr;                  // the gradient norm's sum of squares, on the device
   std::vector<kernels::AdamWRun> adamw_runs_;  // step()'s, kept to reuse its memory
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;

@@ -184,8 +184,17 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
       EXPECT_GT(s.optimizer.finish_step(), 1.0);
     }
     std::vector<float> first, second;
+    // A checkpoint's gathers go through one block's buffer, not a whole
+    // stage in fp32; blocks of 100 elements a rank split ZeRO-1's buckets
+    // (1000 elements) and ZeRO-2/3's units (whole layers) alike.
+    s.optimizer.set_gather_block_elements(100 * world);
+    const uint64_t workspace_before = s.memory.peak(MemoryCategory::kWorkspace);
     s.optimizer.gather_parameters(weights);
     s.optimizer.gather_moments(first, second);
+    EXPECT_LE(s.memory.peak(MemoryCategory::kWorkspace),
+              std::max<uint64_t>(workspace_before, s.memory.current(MemoryCategory::kWorkspace) +
+                                                       100 * world * sizeof(float)))
+        << "a stage of " << n << " parameters";
     // What the next forward reads: the stage's whole buffer under ZeRO-1 and
     // 2, gathered in place (with 3 ranks ZeRO-2's units are padded, and a
     // unit's padding spills into the next unit's parameters).
