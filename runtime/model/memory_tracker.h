@@ -3,7 +3,8 @@
 // its measured memory beside the plan's prediction. Memory the backend
 // allocates for itself (Ops::internal_bytes: the cuBLAS workspace, kernel
 // scratch) counts as workspace, sampled at every allocation and release and
-// whenever sample_backend() is called (the trainer does once per step).
+// whenever sample_backend() is called (DistributedOptimizer::finish_step
+// does, once per step; evaluation after its batches).
 #pragma once
 
 #include <array>

@@ -416,6 +416,7 @@ double DistributedOptimizer::finish_step() {
   // A bad target the loss kernels found (the CUDA backend reports it late)
   // ends the step here; step()'s AdamW saw it pending and changed nothing.
   ops_.check_deferred_errors();
+  memory_.sample_backend();
   return std::sqrt(squares);
 }
 

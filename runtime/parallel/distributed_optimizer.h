@@ -27,8 +27,9 @@
 //                       so they overlap what comes between: data loading and,
 //                       on later pipeline stages, the wait for the first
 //                       activation;
-//   finish_step()       after the step's loss read: the norm, and the
-//                       backend's deferred errors.
+//   finish_step()       after the step's loss read: the norm, the
+//                       backend's deferred errors, and the backend's own
+//                       memory grown in the step brought to the tracker.
 // ZeRO-2 (zero_stage 2): the stage has no gradient buffer; its gradients
 // live in a ShardedGradients (sharded_gradients.h) whose units are the
 // buckets: each backward reduce-scatters every unit as it finishes it
@@ -132,7 +133,10 @@ class DistributedOptimizer {
   // After step(), where the host waits anyway (the step's loss read has
   // drained the device): returns the gradient norm before clipping (the
   // same on every rank) and raises the backend's deferred errors (a bad
-  // loss target: step()'s AdamW saw it pending and changed nothing).
+  // loss target: step()'s AdamW saw it pending and changed nothing). Then
+  // samples the backend's own memory (MemoryTracker::sample_backend: kernel
+  // scratch, cuDNN's workspace, grown inside the step), so every caller
+  // (train, replay, profile) measures the same peak.
   double finish_step();
   // Waits for the parameter all-gathers step() started (ZeRO-1); a no-op when
   // none is pending. Call before anything reads the parameters.

@@ -234,6 +234,9 @@ class AdamWRunCountingOps final : public kernels::ForwardingOps {
   }
   int calls = 0;
   size_t elements = 0;
+  // The backend's own memory (Ops::internal_bytes), as a test sets it.
+  size_t internal_bytes() const override { return backend_bytes; }
+  size_t backend_bytes = 0;
 };
 
 TEST(DistributedOptimizer, StepIsOneAdamWLaunchAndWaitsForNothing) {
@@ -258,7 +261,12 @@ TEST(DistributedOptimizer, StepIsOneAdamWLaunchAndWaitsForNothing) {
     unsigned long long updated = ops.elements;
     MPI_Allreduce(MPI_IN_PLACE, &updated, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     EXPECT_EQ(updated, s.layout.num_elements() * (zero_stage == 0 ? world : 1));
+    // Scratch the backend grew inside the step (cuDNN's workspace) is in
+    // the peak once the step finishes, for train and replay alike.
+    const uint64_t peak_before = s.memory.peak_total();
+    ops.backend_bytes = peak_before + (size_t{1} << 20);
     EXPECT_GT(s.optimizer.finish_step(), 0.0);
+    EXPECT_GE(s.memory.peak_total(), peak_before + (size_t{1} << 20));
     s.optimizer.wait_for_parameters();
   }
 }

@@ -68,6 +68,7 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
   // A bad target the loss kernels found here is this data's, not the next
   // training step's (the CUDA backend reports it late).
   rank.ops->check_deferred_errors();
+  rank.memory->sample_backend();  // scratch its forwards grew counts in the peak
   const double loss_sum = job_loss_sum(rank, stage_loss);
   const double total_tokens =
       static_cast<double>(batches) * training.global_batch_size() * stage.layout().config().seq_len;

@@ -14,8 +14,7 @@ TrainingStep run_training_step(RankState& rank, const SampleSource& data, int64_
   result.loss_sum = rank.executor->run_step(data, first_sample, loss_scale, hooks);
   // The loss read has drained the device: the norm's read waits for nothing,
   // and a bad target found late is raised here (the update skipped it).
-  result.grad_norm = rank.optimizer->finish_step();
-  rank.memory->sample_backend();
+  result.grad_norm = rank.optimizer->finish_step();  // samples the backend's memory
   result.host_synchronizations = rank.sync_counter->synchronizations() - synchronizations_before;
   result.bytes_zeroed = rank.sync_counter->bytes_zeroed() - zeroed_before;
   return result;
