@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kernel_scratch.h"
 #include "kernels/dtype.h"
 
 namespace paraplan::kernels {
@@ -62,8 +63,9 @@ enum class GradientWrite { kAccumulate, kOverwrite };
 
 // Occurrences of one token summed together before being added, in
 // token_embedding_backward's order (below): the GPU sums each segment in its
-// own block, so a run of n occurrences is n / 32 sums in parallel.
-constexpr int kTokenEmbeddingSegment = 32;
+// own block, so a run of n occurrences is n / 32 sums in parallel (the
+// scratch of their sums: common/kernel_scratch.h).
+constexpr int kTokenEmbeddingSegment = static_cast<int>(kernel_scratch::kTokenEmbeddingSegment);
 
 // One AdamW step's settings (Ops::adamw). step counts from 1.
 struct AdamWStep {
@@ -507,6 +509,10 @@ int cuda_device_count();
 // once, at the first call or the first attention that asks); *description
 // receives what loaded ("cuDNN 9.19.0 (path)") or why not. Never throws.
 bool cuda_cudnn_available(std::string* description = nullptr);
+// Whether this process's CUDA_DEVICE_MAX_CONNECTIONS is the CUDA backend's
+// default (set before main where the environment had none), not the user's:
+// `launch` then forwards none, and each rank sets its own. False without CUDA.
+bool cuda_connections_defaulted();
 
 // Starts (true) or stops (false) the CUDA profiler's collection
 // (cudaProfilerStart/Stop), so `ncu --profile-from-start off` measures only

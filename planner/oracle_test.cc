@@ -95,9 +95,13 @@ JobConfig random_job(std::mt19937& rng) {
   const double need =
       static_cast<double>(stage_memory(config.model, loose, whole, 0, {1, 1, 1}, 1, 1).total());
   const double scale = std::pow(10.0, std::uniform_real_distribution<double>(-1.0, 0.4)(rng));
-  // Plus what a GPU preset holds whatever the plan (the GEMM workspaces),
-  // so the limit binds on the plan's own terms there too.
-  const double fixed = static_cast<double>(gemm_workspace_bytes(config.cluster.preset));
+  // Plus what a GPU preset holds whatever the plan (the GEMM workspaces, and
+  // the kernels' scratch as a micro-batch of 1 on one rank takes it), so the
+  // limit binds on the plan's own terms there too.
+  const double fixed = static_cast<double>(
+      gemm_workspace_bytes(config.cluster.preset) +
+      cuda_kernel_scratch_bytes(config.model, config.cluster.preset, config.cluster.compute_units,
+                                1, 1, 1, false, config.data.document_mask, true, true));
   apply_override(config, "planner.memory_constraint",
                  std::to_string((need * scale + fixed) / (1024.0 * 1024 * 1024)));
   return config;

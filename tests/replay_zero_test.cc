@@ -168,7 +168,9 @@ TEST_F(Replay, ZeroTwoUnitsAreCountedPerModelChunk) {
 // same bf16 model replayed by 2 ranks sharing the GPU through the staged
 // transport. Weights, gradients, optimizer state and the gathered working
 // set are what the plan says, as on the CPU; the peak, the backend's own
-// memory (cuBLAS workspace) included, never above the prediction.
+// memory (cuBLAS workspace) included, never above the prediction: planned
+// for an H100, whose preset counts the GEMM workspaces and kernel scratch
+// (the cpu preset's plan has none of them).
 TEST_F(Replay, CudaZeroStagesMemoryIsWhatThePlannerPredicts) {
   if (paraplan::kernels::cuda_device_count() == 0)
     GTEST_SKIP() << "no CUDA device visible: ZeRO's memory on a GPU needs one";
@@ -178,7 +180,7 @@ TEST_F(Replay, CudaZeroStagesMemoryIsWhatThePlannerPredicts) {
         name, 2,
         "data_parallel_degree = 2\nmicro_batch_size = 4\nopt_resident_coef = 6\nzero_stage = " +
             std::to_string(zero) + "\n",
-        "--model.dtype bfloat16 --model.num_layers 8");
+        "--model.dtype bfloat16 --model.num_layers 8 --cluster.preset h100-sxm");
     const json memory =
         model_state_as_predicted(plan_file, name, "--backend cuda --transport auto");
     ASSERT_FALSE(memory.is_null()) << name;

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 
+#include "common/kernel_scratch.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.cuh"
 
@@ -38,15 +39,16 @@ constexpr int kWarpsPerBlock = kRowThreads / 32;
 // through the column sums (two per warp), blocks per SM of the backward
 // kernels, the shared memory the per-block column sums may take (LayerNorm
 // at C = 8192; wider rows keep them in the scratch), the default limit above
-// which a kernel must opt in, and the threads of column_final_kernel.
+// which a kernel must opt in, and the threads of column_final_kernel. (The
+// scratch they take: common/kernel_scratch.h, which the planner counts.)
 constexpr int kRoundRows = 2 * kWarpsPerBlock;
-constexpr int kBlocksPerSm = 2;
+constexpr int kBlocksPerSm = static_cast<int>(kernel_scratch::kBlocksPerSm);
 constexpr size_t kMaxSharedSumBytes = size_t{64} << 10;
 constexpr size_t kDefaultSharedBytes = size_t{48} << 10;
 constexpr size_t kStatsBytes = kRoundRows * sizeof(float4);
 constexpr int kFinalThreads = 256;
 // column_sums_accumulate: the fewest rows a chunk sums (partials stay small).
-constexpr int kMinChunkRows = 32;
+constexpr int kMinChunkRows = static_cast<int>(kernel_scratch::kMinChunkRows);
 
 // kRms: RMS norm, the same with the mean taken as 0 and no bias.
 template <typename T, bool kVectorized, bool kRms>

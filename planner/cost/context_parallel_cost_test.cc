@@ -81,12 +81,16 @@ TEST(ContextParallelCost, ARanksActivationsAreOneCpthOfTheSequences) {
                                                       {1, 8 / cp, 1, false, cp}, 1, 1);
     EXPECT_EQ(terms.ring_workspace,
               static_cast<double>(context_parallel_workspace_bytes(config.model, 1, 1, cp)));
-    // And the GEMM lanes' workspaces, as on every GPU preset.
+    // And the GEMM lanes' workspaces and the kernels' scratch, as on every
+    // GPU preset (here with the block attention's row terms of the ring).
+    const int64_t scratch =
+        cuda_kernel_scratch_bytes(config.model, config.cluster.preset, config.cluster.compute_units,
+                                  1, 1, cp, false, false, true, true);
     EXPECT_EQ(static_cast<double>(memory.transient),
               std::max(config.planner.transient_mem_coef * terms.largest_two_with_blocks,
                        terms.workspace) +
                   terms.ring_workspace +
-                  static_cast<double>(gemm_workspace_bytes(config.cluster.preset)));
+                  static_cast<double>(gemm_workspace_bytes(config.cluster.preset) + scratch));
     // Compute: GEMMs on 1 / cp of the tokens, and 1 / cp of the causal
     // attention's FLOPs (the balanced chunks).
     const PassOperations ops = block_ops(config.model, 1, 1, false, cp);

@@ -379,7 +379,7 @@ MemoryBreakdown stage_memory(const PlannerOptions& options, const StageMemoryTer
   // Interleaved: every chunk's stage keeps its own gradient scratch. What the
   // runtime allocates of it: the scratch, the ring's and cuDNN's workspace.
   const double attention_workspace =
-      static_cast<double>(terms.attention_workspace + terms.gemm_workspace);
+      static_cast<double>(terms.attention_workspace + terms.gemm_workspace + terms.kernel_scratch);
   const double workspace =
       terms.workspace * chunks + terms.ring_workspace * chunks + attention_workspace;
   memory.transient =

@@ -39,7 +39,8 @@
 //   plus, on a GPU preset in bf16, cuDNN's SDPA workspace, which the CUDA Ops
 //   keep once the first attention ran on cuDNN (model_counts.h
 //   cudnn_attention_workspace_bytes), and on any GPU preset the CUDA
-//   backend's two GEMM workspaces (gemm_workspace_bytes, 64 MiB).
+//   backend's two GEMM workspaces (gemm_workspace_bytes, 64 MiB) and its
+//   kernels' other scratch (cuda_kernel_scratch_bytes, a few MiB).
 #pragma once
 
 #include <cstdint>
@@ -264,6 +265,10 @@ struct StageMemoryTerms {
   // The CUDA backend's GEMM workspaces (model_counts.h gemm_workspace_bytes),
   // the same way.
   int64_t gemm_workspace = 0;
+  // The CUDA kernels' other scratch (model_counts.h
+  // cuda_kernel_scratch_bytes), the same way (the rank holding the embedding
+  // also its sort's).
+  int64_t kernel_scratch = 0;
 };
 // document_mask: each in-flight micro-batch's documents table, and the ring's
 // workspace even without a ring (context_parallel_cost.h).

@@ -6,6 +6,7 @@
 
 #include "common/attention_workspace.h"
 #include "common/gemm_workspace.h"
+#include "common/kernel_scratch.h"
 
 namespace paraplan {
 
@@ -156,6 +157,42 @@ int64_t cudnn_attention_workspace_bytes(const ModelConfig& model, const std::str
 
 int64_t gemm_workspace_bytes(const std::string& cluster_preset) {
   return cluster_preset == "cpu" ? 0 : kGemmLanes * kGemmLaneWorkspaceBytes;
+}
+
+int64_t cuda_kernel_scratch_bytes(const ModelConfig& model, const std::string& cluster_preset,
+                                  int multiprocessors, int micro_batch_size, int tensor_parallel,
+                                  int context_parallel, bool sequence_parallel, bool document_mask,
+                                  bool has_embedding, bool is_train) {
+  namespace ks = kernel_scratch;
+  if (cluster_preset == "cpu" || !is_train) return 0;
+  const int64_t t = tensor_parallel, sms = std::max(multiprocessors, 1);
+  const int64_t local_seq = model.seq_len / std::max(context_parallel, 1);
+  const int64_t rows = int64_t{micro_batch_size} * local_seq, C = model.d_model;
+  const bool biases = !is_llama(model);
+  std::vector<int64_t> main_lane;  // distinct request sizes of the Ops' scratch
+  const auto add = [](std::vector<int64_t>& requests, int64_t bytes) {
+    if (std::find(requests.begin(), requests.end(), bytes) == requests.end())
+      requests.push_back(bytes);
+  };
+  add(main_lane, ks::norm_backward_bytes(rows, C, biases, sms));
+  if (sequence_parallel && t > 1) add(main_lane, ks::norm_backward_bytes(rows / t, C, biases, sms));
+  std::vector<int64_t> side_lane;  // the weight-gradient stream's scratch
+  if (biases) {                    // c_attn, c_fc (column-parallel) and the two projections
+    for (const int64_t columns : {3 * C / t, model.ffn_size / t, C}) {
+      add(main_lane, ks::column_sums_bytes(rows, columns, sms));  // PARAPLAN_CUDA_OVERLAP=0
+      add(side_lane, ks::column_sums_bytes(rows, columns, sms));
+      add(side_lane, ks::request(columns * 4));  // the BGRADB epilogue's row
+    }
+  }
+  if (has_embedding) add(main_lane, ks::token_embedding_backward_bytes(rows, C));
+  if (context_parallel > 1 || document_mask) {
+    const int64_t heads = std::max<int64_t>(1, model.num_heads / t);
+    add(main_lane, ks::block_attention_backward_bytes(micro_batch_size, heads, local_seq));
+  }
+  int64_t bytes = 0;
+  for (const int64_t request : main_lane) bytes += request;
+  for (const int64_t request : side_lane) bytes += request;
+  return bytes;
 }
 
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

@@ -106,6 +106,19 @@ int64_t cudnn_attention_workspace_bytes(const ModelConfig& model, const std::str
 // 0 for "cpu", so CPU plans are unchanged.
 int64_t gemm_workspace_bytes(const std::string& cluster_preset);
 
+// The scratch the CUDA backend's backward kernels take besides cuDNN's
+// (common/kernel_scratch.h), on a rank of a stage training on a GPU preset
+// with `multiprocessors` SMs: the sum of the distinct requests (the scratch
+// keeps what it outgrew): the norms' partials (on token shards too under
+// sequence parallelism), GPT-2's bias column sums on both GEMM lanes and the
+// epilogue's row, the token embedding's sort where the rank holds it, and
+// the block attention's row terms under context parallelism or document
+// masking. 0 for "cpu" or inference.
+int64_t cuda_kernel_scratch_bytes(const ModelConfig& model, const std::string& cluster_preset,
+                                  int multiprocessors, int micro_batch_size, int tensor_parallel,
+                                  int context_parallel, bool sequence_parallel, bool document_mask,
+                                  bool has_embedding, bool is_train);
+
 // The sizes of the op outputs one block's forward writes, per device (with
 // sequence parallelism the norms' outputs are token shards).
 std::vector<int64_t> block_op_output_bytes(const ModelConfig& model, int micro_batch_size,

@@ -194,6 +194,42 @@ TEST(ModelCounts, CudnnAttentionWorkspaceOnlyWhereCudnnRuns) {
             cudnn_sdpa_workspace_bytes(1, 8192, 4, 128, true));
 }
 
+// The CUDA kernels' scratch besides cuDNN's (common/kernel_scratch.h), at
+// GPT-2 124M's micro-batch of 8 on an H100 (132 SMs, 8192 rows): the layer
+// norm backward's partials (256 blocks of 768 weight and bias sums), the
+// token embedding's sort (four 8192-token arrays, two of 256 segment sums
+// of 768, CUB's two arrays and its 1 MiB), the bias column sums at 2304,
+// 3072 and 768 columns (256 chunks) on each lane and the epilogue's rows.
+// Llama has no biases; context parallelism adds the block attention's row
+// terms; the first rank alone the sort; none on the cpu preset or without
+// a backward.
+TEST(ModelCounts, KernelScratchIsTheSumOfTheBackwardsRequests) {
+  ModelConfig gpt2;
+  gpt2.num_layers = 12, gpt2.d_model = 768, gpt2.num_heads = 12, gpt2.ffn_size = 3072;
+  gpt2.vocab_size = 50257, gpt2.seq_len = 1024, gpt2.dtype = schema::DType::BFloat16;
+  const int64_t norm = 2 * 256 * 768 * 4;
+  const int64_t embedding = 4 * 32768 + 2 * 256 * 768 * 4 + 2 * 32768 + (int64_t{1} << 20);
+  const int64_t columns = 256 * (2304 + 3072 + 768) * 4;
+  const int64_t epilogue = (2304 + 3072 + 768) * 4;
+  EXPECT_EQ(cuda_kernel_scratch_bytes(gpt2, "h100-sxm", 132, 8, 1, 1, false, false, true, true),
+            norm + embedding + 2 * columns + epilogue);
+  EXPECT_EQ(norm + embedding + 2 * columns + epilogue, 16'998'400);
+  EXPECT_EQ(cuda_kernel_scratch_bytes(gpt2, "h100-sxm", 132, 8, 1, 1, false, false, false, true),
+            norm + 2 * columns + epilogue);
+  EXPECT_EQ(cuda_kernel_scratch_bytes(gpt2, "cpu", 132, 8, 1, 1, false, false, true, true), 0);
+  EXPECT_EQ(cuda_kernel_scratch_bytes(gpt2, "h100-sxm", 132, 8, 1, 1, false, false, true, false),
+            0);
+  ModelConfig llama8b = llama3_8b();
+  llama8b.seq_len = 32768;
+  // cp 4: 8192 rows of 4096 (RMSNorm: weights only), 32 heads x 8192 rows.
+  const int64_t rms = 256 * 4096 * 4;
+  const int64_t array = 4 * 8192;  // one int32 per token
+  EXPECT_EQ(cuda_kernel_scratch_bytes(llama8b, "h100-sxm", 132, 1, 1, 4, false, false, false, true),
+            rms + 32 * 8192 * 4);
+  EXPECT_EQ(cuda_kernel_scratch_bytes(llama8b, "h100-sxm", 132, 1, 1, 4, false, false, true, true),
+            rms + 32 * 8192 * 4 + 4 * array + 2 * 256 * 4096 * 4 + 2 * array + (int64_t{1} << 20));
+}
+
 // The GEMM lanes' workspaces: 2 x 32 MiB on every GPU preset, whatever the
 // dtype; none on the CPU backend.
 TEST(ModelCounts, GemmWorkspacesOnGpuPresetsOnly) {

@@ -327,6 +327,7 @@ bool context_parallel_dominated(const SearchSpace& space, const JobConfig& confi
   const int cp = shape.context_parallel;
   const int g = std::gcd(micro_batch_size, cp);
   if (cp <= 1 || g <= 1 || (measured_profile && g == cp)) return false;
+  if (shape.pipeline_stages > 1 && config.planner.max_pipeline_unbalance_ratio > 0) return false;
   ParallelShape shorter = shape;
   shorter.data_parallel *= g;
   shorter.context_parallel /= g;
@@ -338,6 +339,10 @@ bool context_parallel_dominated(const SearchSpace& space, const JobConfig& confi
            mesh.context_parallel == shorter.context_parallel;
   };
   if (std::none_of(space.meshes.begin(), space.meshes.end(), same)) return false;
+  if (cudnn_attention_workspace_bytes(config.model, config.cluster.preset, micro_batch_size / g,
+                                      shape.tensor_parallel, shorter.context_parallel,
+                                      config.data.document_mask, config.planner.is_train) > 0)
+    return false;
   const std::vector<int> sizes = micro_batch_sizes(space, config, shorter.data_parallel);
   return std::find(sizes.begin(), sizes.end(), micro_batch_size / g) != sizes.end();
 }

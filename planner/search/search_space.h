@@ -71,7 +71,12 @@ std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& co
 // (the same GEMMs, the same attention FLOPs, activations, collectives and
 // micro-batch count) with a shorter ring of the same blocks: the cost
 // model's step and memory are never worse there, so the search skips b. Not
-// where a measured profile costs the other mesh (cp / g = 1) and not this one.
+// where a measured profile costs the other mesh (cp / g = 1) and not this
+// one, nor where that mesh (cp / g = 1) would run attention on cuDNN, whose
+// workspace the ring's block kernels do not take: there the ring may fit
+// where the shorter mesh does not. Nor under a pipeline whose
+// max_pipeline_unbalance_ratio binds: the ring's time per block shifts the
+// stages' ratio, so the shorter mesh may fail the ratio where this passes.
 bool context_parallel_dominated(const SearchSpace& space, const JobConfig& config,
                                 const ParallelShape& shape, int micro_batch_size,
                                 bool measured_profile);
