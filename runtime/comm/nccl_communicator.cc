@@ -170,7 +170,16 @@ void NcclCommunicator::enqueue(const Watchdog::OperationName& operation_name,
       after = compute_ready_;
     }
     PARAPLAN_COMM_CUDA_CHECK(group, operation, cudaStreamWaitEvent(comm_stream_, after, 0));
+    // The buffers NCCL connects on first use are allocated in this call.
+    const bool first_of_its_kind =
+        measured_.insert({operation_name.operation, operation_name.unit, operation_name.count})
+            .second;
+    const int64_t free_before =
+        first_of_its_kind ? nccl_check::free_device_bytes(group, operation) : 0;
     launch();
+    if (first_of_its_kind)
+      device_bytes_ +=
+          std::max<int64_t>(0, free_before - nccl_check::free_device_bytes(group, operation));
     if (spare_events_.empty()) {
       cudaEvent_t event = nullptr;
       PARAPLAN_COMM_CUDA_CHECK(group, operation,

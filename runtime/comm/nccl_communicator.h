@@ -34,7 +34,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -93,10 +95,13 @@ class NcclCommunicator final : public Communicator {
 
   MpiCommunicator& host_group() { return *host_group_; }
   // The device memory NCCL took for this communicator: free device memory
-  // (cudaMemGetInfo) before ncclCommInitRank less after it, plus, for a
-  // pipeline link, the same around its warm exchange (NCCL connects on first
-  // use). The whole device's: exact while this process is the GPU's only
-  // user and allocates nothing else meanwhile, as at start-up.
+  // (cudaMemGetInfo) before ncclCommInitRank less after it, plus the same
+  // around each operation of a kind and size not queued before (NCCL
+  // connects an algorithm's buffers in the first call that needs it:
+  // NCCL_RUNTIME_CONNECT, the default since 2.22; a pipeline link's are
+  // connected by its warm exchange). The whole device's: exact while this
+  // process is the GPU's only user and the host allocates nothing meanwhile.
+  // Read it after the first step for the whole.
   int64_t device_bytes() const { return device_bytes_; }
 
  private:
@@ -140,6 +145,9 @@ class NcclCommunicator final : public Communicator {
   std::vector<CUevent_st*> spare_events_;
   bool failed_ = false;  // an operation threw: the destructor aborts instead of waiting
   int64_t device_bytes_ = 0;
+  // The (operation, unit, count) queued so far: a new one is measured
+  // (device_bytes), at two cudaMemGetInfo calls; a step's repeats are not.
+  std::set<std::tuple<const void*, const void*, size_t>> measured_;
 };
 
 // This rank's place in the ring of its pipeline's ranks (pipeline rank r
@@ -190,8 +198,9 @@ class NcclPeerToPeer final : public PeerToPeer {
   void wait(Posted transfer) override;
   ~NcclPeerToPeer() override;
 
-  // Each link's name and device_bytes(), in the order made.
-  std::vector<std::pair<std::string, int64_t>> link_device_bytes() const;
+  // Each link's name and its device_bytes() (read when called), in the
+  // order made; valid while this lives.
+  std::vector<std::pair<std::string, std::function<int64_t()>>> link_device_bytes() const;
 
  private:
   struct PostedTransfer {

@@ -102,10 +102,13 @@ void NcclPeerToPeer::warm(NcclCommunicator& link, bool sends) {
       std::max<int64_t>(0, free_before - nccl_check::free_device_bytes(group, operation));
 }
 
-std::vector<std::pair<std::string, int64_t>> NcclPeerToPeer::link_device_bytes() const {
-  std::vector<std::pair<std::string, int64_t>> bytes;
-  for (const std::unique_ptr<NcclCommunicator>& link : links_)
-    bytes.emplace_back(link->name(), link->device_bytes());
+std::vector<std::pair<std::string, std::function<int64_t()>>> NcclPeerToPeer::link_device_bytes()
+    const {
+  std::vector<std::pair<std::string, std::function<int64_t()>>> bytes;
+  for (const std::unique_ptr<NcclCommunicator>& link : links_) {
+    const NcclCommunicator* made = link.get();
+    bytes.emplace_back(link->name(), [made] { return made->device_bytes(); });
+  }
   return bytes;
 }
 

@@ -157,7 +157,9 @@ void move_device_buffers_with_nccl(ProcessGroups& groups, kernels::Ops& ops, int
     group.release();
     auto nccl =
         std::make_unique<NcclCommunicator>(std::unique_ptr<MpiCommunicator>(mpi), ops.stream());
-    groups.communicator_device_bytes.emplace_back(nccl->name(), nccl->device_bytes());
+    const NcclCommunicator* made = nccl.get();  // owned by the group from here on
+    groups.communicator_device_bytes.emplace_back(nccl->name(),
+                                                  [made] { return made->device_bytes(); });
     group = std::move(nccl);
   });
   if (groups.peers) {
@@ -239,7 +241,7 @@ int world_rank_of(const MeshCoordinates& mesh, int pipeline_rank, int data_rank,
 
 int64_t ProcessGroups::communicator_device_bytes_total() const {
   int64_t total = 0;
-  for (const auto& [name, bytes] : communicator_device_bytes) total += bytes;
+  for (const auto& [name, bytes] : communicator_device_bytes) total += bytes();
   return total;
 }
 

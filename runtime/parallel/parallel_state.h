@@ -69,12 +69,13 @@ struct ProcessGroups {
   int next_context_rank = -1, previous_context_rank = -1;
   PeerToPeer* context_peers = nullptr;
   std::unique_ptr<PeerToPeer> context_ring_peers;
-  // NCCL only: the device memory each NCCL communicator took, by name, in
-  // the order made (NcclCommunicator::device_bytes: its initialisation; a
-  // link's with its warm exchange). Empty on MPI and staged groups, which
+  // NCCL only: the device memory each NCCL communicator has taken so far,
+  // by name, in the order made (NcclCommunicator::device_bytes, read when
+  // asked: its initialisation, a link's warm exchange, and what the first
+  // operations of each kind connected). Empty on MPI and staged groups, which
   // hold no device buffers of their own. The memory report sets it beside
   // the plan's communicator_buffers.
-  std::vector<std::pair<std::string, int64_t>> communicator_device_bytes;
+  std::vector<std::pair<std::string, std::function<int64_t()>>> communicator_device_bytes;
   int64_t communicator_device_bytes_total() const;
 };
 
