@@ -19,6 +19,7 @@
 
 #include "common/bounded_file.h"
 #include "common/data_list.h"
+#include "kernels/ops.h"
 #include "schema/plan_io.h"
 
 extern char** environ;
@@ -178,6 +179,12 @@ std::vector<std::string> base_environment(const LaunchOptions& options) {
   if (options.environment) return *options.environment;
   std::vector<std::string> variables;
   for (char** entry = environ; entry && *entry; ++entry) variables.emplace_back(*entry);
+  // The CUDA backend's own default in this process (not the user's): each
+  // rank sets its own, and a remote host's setting stands.
+  if (kernels::cuda_connections_defaulted())
+    std::erase_if(variables, [](const std::string& entry) {
+      return entry.rfind("CUDA_DEVICE_MAX_CONNECTIONS=", 0) == 0;
+    });
   return variables;
 }
 

@@ -46,8 +46,11 @@ namespace {
 // 32 is CUDA's most. Read when the context is made, so set before main, while
 // the process has one thread (setenv beside another thread's getenv is
 // undefined behaviour); a user's own setting stands.
-[[maybe_unused]] const bool kHardwareQueuesSet =
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0) == 0;
+bool default_hardware_queues() {
+  if (std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") != nullptr) return false;
+  return setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/1) == 0;
+}
+const bool kHardwareQueuesDefaulted = default_hardware_queues();
 
 // A switch in the environment: unset or empty -> by_default; 1, true, on ->
 // true; 0, false, off -> false; anything else one error naming the variable
@@ -84,6 +87,10 @@ bool overlap_allowed() {
 }
 
 }  // namespace
+
+bool cuda_connections_defaulted() {
+  return kHardwareQueuesDefaulted;
+}
 
 int cuda_device_count() {
   int count = 0;

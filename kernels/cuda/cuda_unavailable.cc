@@ -18,6 +18,10 @@ bool cuda_cudnn_available(std::string* description) {
   return false;
 }
 
+bool cuda_connections_defaulted() {
+  return false;
+}
+
 std::unique_ptr<Ops> make_cuda_ops(int, DType) {
   throw std::runtime_error(
       "backend 'cuda' requested, but this paraplan was built without CUDA (nvcc was not found "

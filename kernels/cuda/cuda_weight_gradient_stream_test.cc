@@ -154,6 +154,8 @@ TEST(CudaStreams, EachStreamHasAHardwareQueueOfItsOwn) {
   if (const char* expected = std::getenv("PARAPLAN_TEST_CONNECTIONS_EXPECTED")) {
     ASSERT_NE(connections, nullptr);
     EXPECT_EQ(std::string(connections), expected);
+    // (launch forwards the user's value, not the default.)
+    EXPECT_EQ(cuda_connections_defaulted(), std::string(expected) == "32");
     return;
   }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();

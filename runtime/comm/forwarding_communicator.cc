@@ -79,12 +79,16 @@ PeerToPeer::Posted ForwardingPeerToPeer::post_receive(void* data, size_t count, 
                                                       kernels::DType dtype, int tag,
                                                       void* buffer_free, Posted after_send) {
   Posted id = 0;
-  const TransferCall call{"pipeline receive (posted)", count, elements_unit(dtype), -1, from};
+  TransferCall call{"pipeline receive (posted)", count, elements_unit(dtype), -1, from};
+  // It may wait for that send first (MPI finishes it): a stall there is the send's.
+  if (after_send != 0)
+    for (const auto& [posted, waits_for] : posted_)
+      if (posted == after_send) call = waits_for;
   intercept(call, [&] {
     id = inner_->post_receive(data, count, from, dtype, tag, buffer_free, after_send);
   });
-  posted_.emplace_back(
-      id, TransferCall{"pipeline wait for a posted receive", count, call.unit, -1, from});
+  posted_.emplace_back(id, TransferCall{"pipeline wait for a posted receive", count,
+                                        elements_unit(dtype), -1, from});
   return id;
 }
 

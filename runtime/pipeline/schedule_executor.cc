@@ -550,8 +550,10 @@ void ScheduleExecutor::hand_off(Chunk& chunk, const schema::Instruction& instruc
     case OpCode::RecvGradient: {
       if (!chunk.output_gradient_per_slot) wait_for_send(chunk.input_gradient_send);
       receive_output_gradient(chunk, instruction, mb);
-      const Chunk& from = chunks_[chunk.next_local];
+      Chunk& from = chunks_[chunk.next_local];
       ops_.copy(stage.output_gradient(slot), from.stage->input_gradient(), bytes);
+      // The copy read `from`'s one gradient buffer: a receive into it waits for that too.
+      if (from.gradient_buffer_free != nullptr) ops_.record_mark(from.gradient_buffer_free);
       break;
     }
     case OpCode::LoadMicroBatch:
