@@ -1,5 +1,5 @@
-// plan_search.cc: settings enumeration, bound-ordered pruning, threads and top-k of
-// the plan search (see plan_search.h).
+// plan_search.cc: bound-ordered pruning, threads and top-k of the plan search
+// (see plan_search.h; the settings it tries: setting_enumeration.h).
 #include "planner/search/plan_search.h"
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include "planner/cost/profile.h"
 #include "planner/schedule/schedule_kinds.h"
 #include "planner/search/ilp_solver.h"
+#include "planner/search/setting_enumeration.h"
 #include "schema/zero_stages.h"
 
 namespace paraplan {
@@ -83,11 +84,6 @@ std::tuple<int, int, bool, int, int, int, int, int, int, int> setting_key(const 
           static_cast<int>(s.schedule.kind),
           s.schedule.virtual_stages};
 }
-
-struct PendingSetting {
-  PlanSetting setting;
-  double lower_bound = 0;
-};
 
 PartitionProblem make_problem(const JobConfig& config, const SearchSpace& space,
                               const StageCostModel& costs, double prune) {
@@ -178,124 +174,6 @@ PlanCandidate with_larger_zero_units(const JobConfig& config, PlanCandidate cand
 
 namespace {
 
-void reject(SearchResult& result, const PlanSetting& setting, RejectionKind kind,
-            std::string reason) {
-  SettingRejection rejection;
-  rejection.setting = setting;
-  rejection.kind = kind;
-  rejection.reason = std::move(reason);
-  result.rejections.push_back(std::move(rejection));
-}
-
-// The ZeRO settings (stage, groups) a mesh tries over its dp x cp ranks
-// holding the same parameters; a zero_ngroups that does not divide them is
-// rejected (once per mesh).
-std::vector<std::pair<int, int>> zero_settings(const JobConfig& config, const SearchSpace& space,
-                                               const ParallelShape& shape, SearchResult& result) {
-  const int dp = shape.gradient_replicas();
-  std::vector<std::pair<int, int>> settings;  // (stage, groups)
-  bool rejected = false;
-  for (int zero : space.zero_stages) {
-    if (!shards_optimizer_state(zero)) {
-      settings.push_back({zero, 1});
-    } else if (dp % space.zero_ngroups != 0) {
-      if (rejected) continue;
-      rejected = true;
-      PlanSetting setting;
-      setting.shape = shape;
-      setting.layout = space.layout;
-      setting.zero_stage = zero;
-      reject(result, setting, RejectionKind::ZeroGroups,
-             "[planner] zero_ngroups = " + str(space.zero_ngroups) + " does not divide dp " +
-                 (shape.context_parallel > 1 ? "x cp " : "") + str(dp));
-    } else if (dp > 1 || config.was_set("planner.zero_stage")) {
-      settings.push_back({zero, space.zero_ngroups});
-    }
-  }
-  return settings;
-}
-
-// Why the global batch splits into no micro-batch size on a mesh of dp.
-std::string no_micro_batch_reason(const JobConfig& config, const SearchSpace& space, int dp) {
-  return "[training] global_batch_size (" + str(config.training.global_batch_size) +
-         ") must equal " +
-         (space.fixed_micro_batch_size > 0
-              ? space.micro_batch_field + " (" + str(space.fixed_micro_batch_size) + ")"
-              : std::string("micro_batch_size")) +
-         " x " +
-         (space.fixed_num_micro_batches > 0
-              ? "[planner] update_freq (" + str(space.fixed_num_micro_batches) + ")"
-              : std::string("the micro-batch count")) +
-         " x data-parallel degree (" + str(dp) + ")";
-}
-
-// Why a pipeline of this setting's bubble ratio is filtered out ("" when it
-// is not): max_pipeline_bubble_ratio, unless the pipeline degree is fixed.
-std::string bubble_filter_reason(const JobConfig& config, const SearchSpace& space,
-                                 const PlanSetting& setting) {
-  const PlannerOptions& options = config.planner;
-  // ZB-H1's bubble is counted as 1F1B's here and the V kinds' as
-  // interleaved's at v = 2 (their W share is not known yet).
-  const double bubble = pipeline_bubble_ratio(setting);
-  if (space.pipeline_fixed || setting.shape.pipeline_stages <= 1 ||
-      bubble <= options.max_pipeline_bubble_ratio)
-    return "";
-  char text[200];
-  std::snprintf(text, sizeof(text),
-                setting.schedule.virtual_stages > 1
-                    ? "bubble ratio %.3f = ((p - 1) / v) / (m + (p - 1) / v) exceeds "
-                      "max_pipeline_bubble_ratio = %g"
-                    : "bubble ratio %.3f = (p - 1) / (m + p - 1) exceeds "
-                      "max_pipeline_bubble_ratio = %g",
-                bubble, options.max_pipeline_bubble_ratio);
-  return text;
-}
-
-// Every setting of the space, with the cheap filters applied: what they
-// reject goes to result.rejections, the rest are counted and returned.
-std::vector<PendingSetting> enumerate_settings(const JobConfig& config, const SearchSpace& space,
-                                               const MeasuredProfile* profile,
-                                               SearchResult& result) {
-  std::vector<PendingSetting> pending;
-  for (const ParallelShape& shape : space.meshes) {
-    const int dp = shape.data_parallel;
-    const std::vector<std::pair<int, int>> zeros = zero_settings(config, space, shape, result);
-    const std::vector<int> sizes = micro_batch_sizes(space, config, dp);
-    if (sizes.empty()) {
-      PlanSetting setting;
-      setting.shape = shape;
-      setting.layout = space.layout;
-      reject(result, setting, RejectionKind::MicroBatch, no_micro_batch_reason(config, space, dp));
-      continue;
-    }
-    for (int b : sizes) {
-      if (context_parallel_dominated(space, config, shape, b, profile != nullptr)) continue;
-      const int m = config.training.global_batch_size / (dp * b);
-      for (const auto& [zero, groups] : zeros) {
-        PlanSetting base{shape, space.layout, b, m, zero, groups, {}};
-        base.zero_layers_per_unit = fixed_zero_unit(config, zero);
-        const bool restricted = space.boundaries_restricted || !space.pinned_layers.empty();
-        if (std::string why = why_no_schedule_choice(config, base, restricted); !why.empty()) {
-          reject(result, base, RejectionKind::Schedule, std::move(why));
-          continue;
-        }
-        for (const ScheduleChoice& choice : schedule_choices(config, base, restricted)) {
-          PlanSetting setting = base;
-          setting.schedule = choice;
-          ++result.statistics.settings;
-          result.settings.push_back(setting);
-          if (std::string why = bubble_filter_reason(config, space, setting); !why.empty()) {
-            reject(result, setting, RejectionKind::Bubble, std::move(why));
-            continue;
-          }
-          pending.push_back({setting, 0});
-        }
-      }
-    }
-  }
-  return pending;
-}
-
 // Why a found partition cannot run ("" when it can): a chunked schedule's
 // every rank needs a block per chunk, any pipeline stage one block.
 std::string empty_stage_reason(const PlanSetting& setting, const StagePartition& partition) {
@@ -334,6 +212,9 @@ class SettingSolver {
   void solve_all(const std::vector<PendingSetting>& pending) {
     for_each_on_threads(config_.planner.nproc, pending.size(),
                         [&](size_t index) { solve(pending[index]); });
+  }
+  // The bests kept while solving into the result, once every setting is solved.
+  void publish() {
     for (auto& best : kind_best_)
       if (best) result_.best_per_schedule.push_back(std::move(*best));
     for (auto& best : zero_best_)
@@ -400,7 +281,7 @@ class SettingSolver {
     } else if (solved.status == PartitionStatus::Pruned) {
       ++result_.statistics.pruned_in_search;
     } else {
-      reject(result_, item.setting, rejection_kind(solved.status), solved.reason);
+      add_rejection(result_, item.setting, rejection_kind(solved.status), solved.reason);
     }
   }
 
@@ -485,20 +366,25 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
   SearchResult result;
   result.space = resolve_search_space(config);
   const PlannerOptions& options = config.planner;
-  std::vector<PendingSetting> pending = enumerate_settings(config, result.space, profile, result);
+  std::vector<PendingSetting> dominated;
+  std::vector<PendingSetting> pending =
+      enumerate_settings(config, result.space, profile, result, &dominated);
 
   // Each bound builds the setting's cost model, which plays out its schedule
   // the first time a shape is seen: on every thread. Context parallelism's
   // settings bring many shapes of their own (more micro-batches), most of
   // them skipped: their bound takes the bubble's lower bound where it would
   // be played out (bubble_slots_lower_bound).
-  for_each_on_threads(options.nproc, pending.size(), [&](size_t i) {
-    const PlanSetting& setting = pending[i].setting;
-    pending[i].lower_bound = partition_step_lower_bound(
-        StageCostModel(config, setting, profile,
-                       setting.shape.context_parallel > 1 ? BubbleEstimate::kLowerBound
-                                                          : BubbleEstimate::kPlayedOut));
-  });
+  const auto set_lower_bounds = [&](std::vector<PendingSetting>& settings) {
+    for_each_on_threads(options.nproc, settings.size(), [&](size_t i) {
+      const PlanSetting& setting = settings[i].setting;
+      settings[i].lower_bound = partition_step_lower_bound(
+          StageCostModel(config, setting, profile,
+                         setting.shape.context_parallel > 1 ? BubbleEstimate::kLowerBound
+                                                            : BubbleEstimate::kPlayedOut));
+    });
+  };
+  set_lower_bounds(pending);
   // Settings without context parallelism first: where they win (short
   // sequences) the top-k bound they set skips most of the others, whose
   // bounds count no bubble.
@@ -516,6 +402,13 @@ SearchResult search_plans_unchecked(const JobConfig& config, const MeasuredProfi
     for (const SettingRejection& rejection : result.rejections)
       solver.log.push_back({rejection.setting, "rejected: " + rejection.reason});
   solver.solve_all(pending);
+  // A setting left out as dominated by a shorter ring's is tried where
+  // max_pipeline_unbalance_ratio refused that one: the ring's time per block
+  // may pass the ratio where the shorter mesh fails it.
+  std::vector<PendingSetting> after_all = dominated_to_try(config, result.space, dominated, result);
+  set_lower_bounds(after_all);
+  solver.solve_all(after_all);
+  solver.publish();
 
   // Rejections in a fixed order whatever the thread timing.
   std::stable_sort(result.rejections.begin(), result.rejections.end(),

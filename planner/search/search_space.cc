@@ -327,7 +327,6 @@ bool context_parallel_dominated(const SearchSpace& space, const JobConfig& confi
   const int cp = shape.context_parallel;
   const int g = std::gcd(micro_batch_size, cp);
   if (cp <= 1 || g <= 1 || (measured_profile && g == cp)) return false;
-  if (shape.pipeline_stages > 1 && config.planner.max_pipeline_unbalance_ratio > 0) return false;
   ParallelShape shorter = shape;
   shorter.data_parallel *= g;
   shorter.context_parallel /= g;

@@ -74,9 +74,9 @@ std::vector<int> micro_batch_sizes(const SearchSpace& space, const JobConfig& co
 // where a measured profile costs the other mesh (cp / g = 1) and not this
 // one, nor where that mesh (cp / g = 1) would run attention on cuDNN, whose
 // workspace the ring's block kernels do not take: there the ring may fit
-// where the shorter mesh does not. Nor under a pipeline whose
-// max_pipeline_unbalance_ratio binds: the ring's time per block shifts the
-// stages' ratio, so the shorter mesh may fail the ratio where this passes.
+// where the shorter mesh does not. (max_pipeline_unbalance_ratio may refuse
+// the shorter mesh where the ring's time per block passes it: the search
+// then tries b after all, plan_search.cc.)
 bool context_parallel_dominated(const SearchSpace& space, const JobConfig& config,
                                 const ParallelShape& shape, int micro_batch_size,
                                 bool measured_profile);
