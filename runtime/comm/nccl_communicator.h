@@ -159,9 +159,11 @@ struct PipelineRing {
 };
 
 // Pipeline transfers over NCCL.
-// - Paired (send_receive): on the world communicator, ncclSend and ncclRecv in
-//   one ncclGroupStart/End (a -1 peer skips that half), ordered with the
-//   compute stream like a blocking collective.
+// - Paired (send_receive): a ring neighbour's half over its link (below),
+//   any other peer's on the world communicator, ncclSend and ncclRecv in one
+//   ncclGroupStart/End (a -1 peer skips that half); ordered with the compute
+//   stream like a blocking collective. (On the world NCCL would connect p2p
+//   buffers of its own at the first transfer, mid-run.)
 // - Posted halves: each direction between two ring neighbours has its own
 //   two-rank communicator and stream (a link), so a link's transfers wait for
 //   no other link's. A send starts after the compute queued before it (which

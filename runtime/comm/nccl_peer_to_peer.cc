@@ -1,7 +1,7 @@
-// nccl_peer_to_peer.cc: NcclPeerToPeer, pipeline transfers over NCCL: paired
-// send_receive on the world communicator, posted halves over a two-rank link
-// per direction between ring neighbours (made and warmed at start-up), host
-// buffers over the host peers.
+// nccl_peer_to_peer.cc: NcclPeerToPeer, pipeline transfers over NCCL: posted
+// halves over a two-rank link per direction between ring neighbours (made and
+// warmed at start-up), paired send_receive over those links too (the world
+// communicator for other peers), host buffers over the host peers.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -126,29 +126,44 @@ void NcclPeerToPeer::send_receive(const void* send, size_t send_count, int send_
   const bool send_on_device = send_to >= 0 && memory_of(send, "peers", transfer) == Memory::kDevice;
   const bool receive_on_device =
       receive_from >= 0 && memory_of(receive, "peers", transfer) == Memory::kDevice;
-  if (send_on_device || receive_on_device) {
-    // Queued first: the host half below may block, the device half never does.
+  // A ring neighbour's half goes over its link, connected at start-up: on the
+  // world communicator NCCL would connect p2p buffers of its own mid-run
+  // (evaluation's transfers). Each half by itself: the peer's matching half
+  // finds the same link. Queued first: the host half below may block.
+  const bool send_linked = send_on_device && send_links_.count(send_to) > 0;
+  const bool receive_linked = receive_on_device && receive_links_.count(receive_from) > 0;
+  const Posted sent =
+      send_linked ? post(send, nullptr, send_count, send_to, dtype, tag, nullptr, 0) : 0;
+  const Posted received =
+      receive_linked ? post(nullptr, receive, receive_count, receive_from, dtype, tag, nullptr, 0)
+                     : 0;
+  const bool send_on_world = send_on_device && !send_linked;
+  const bool receive_on_world = receive_on_device && !receive_linked;
+  if (send_on_world || receive_on_world) {
     world_.enqueue(
         {"pipeline send_receive",
-         (send_on_device ? send_count : 0) + (receive_on_device ? receive_count : 0),
-         elements_unit(dtype), &world_.where_, send_on_device ? send_to : -1,
-         receive_on_device ? receive_from : -1},
+         (send_on_world ? send_count : 0) + (receive_on_world ? receive_count : 0),
+         elements_unit(dtype), &world_.where_, send_on_world ? send_to : -1,
+         receive_on_world ? receive_from : -1},
         [&] {
           const std::string& group = world_.name();
           ncclComm_t comm = world_.comm_;
           cudaStream_t stream = world_.comm_stream_;
           const ncclDataType_t type = nccl_type_of(dtype);
           NcclGroup nccl_group(group, transfer, comm);
-          if (send_on_device)
+          if (send_on_world)
             PARAPLAN_NCCL_CHECK(group, transfer, comm,
                                 ncclSend(send, send_count, type, send_to, comm, stream));
-          if (receive_on_device)
+          if (receive_on_world)
             PARAPLAN_NCCL_CHECK(group, transfer, comm,
                                 ncclRecv(receive, receive_count, type, receive_from, comm, stream));
           nccl_group.end();
         },
         NcclCommunicator::Completion::kComputeWaits);
   }
+  // The compute queued after this waits for both (events, no host wait).
+  if (sent != 0) wait(sent);
+  if (received != 0) wait(received);
   const bool send_on_host = send_to >= 0 && !send_on_device;
   const bool receive_on_host = receive_from >= 0 && !receive_on_device;
   if (send_on_host || receive_on_host) {
