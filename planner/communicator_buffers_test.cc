@@ -41,10 +41,12 @@ TEST(CommunicatorMemory, AGpuPlanCountsTheBuffersAndACpuPlanDoesNot) {
   const std::vector<StageLayout> stages = {StageLayout{
       0, 32, true, true, std::vector<schema::RecomputeMode>(32, schema::RecomputeMode::Full)}};
   const MemoryBreakdown memory = evaluate_plan(gpu, setting, stages).stages.front().memory;
-  EXPECT_EQ(memory.communicator_buffers, 576716800u);
+  // The tensor group's ring and NVLS, and the world's ring (the gradient norm).
+  const uint64_t buffers = 576716800u + 308281344u;
+  EXPECT_EQ(memory.communicator_buffers, buffers);
   EXPECT_EQ(memory.total(), memory.weights + memory.gradients + memory.optimizer_state +
                                 memory.optimizer_transient + memory.gathered + memory.activations +
-                                memory.transient + 576716800u);
+                                memory.transient + buffers);
   const JobConfig cpu = test_jobs::eight_device_job();
   const PlanSetting cpu_setting{{2, 2, 2}, {1, 8}, 1, 8, 0, 1, {}};
   const PlanEstimate cpu_plan =
@@ -60,7 +62,7 @@ TEST(CommunicatorMemory, APlanThatFitOnlyWithoutTheBuffersIsNoLongerChosen) {
   ASSERT_FALSE(before.ranked.empty());
   const PlanCandidate& was = before.ranked.front();
   const MemoryBreakdown peak = was.estimate.stages.at(was.estimate.peak_memory_stage).memory;
-  ASSERT_EQ(peak.communicator_buffers, 576716800u);
+  ASSERT_EQ(peak.communicator_buffers, 576716800u + 308281344u);
   // A limit the old model's figure (without the buffers) fits by half the
   // buffers: the same plan now needs more.
   const double old_peak = static_cast<double>(peak.total() - peak.communicator_buffers);

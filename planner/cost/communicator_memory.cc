@@ -93,13 +93,20 @@ std::vector<CommunicatorBuffers> communicator_buffers(const NcclDeviceDefaults& 
     if (device.uses_nccl) {
       switch (made.kind) {
         case schema::CommunicatorKind::kWorld:
-          if (!settings.runtime_connect && made.size > 1) {
+          if (made.size > 1) {
             // Every rank: its node's ranks, and whether it spans nodes
             // (worked out, not listed: the search asks for thousands).
             const int node_first = world_rank / layout.devices_per_node * layout.devices_per_node;
             const int in_my_node =
                 std::min(made.size, node_first + layout.devices_per_node) - node_first;
-            buffers.bytes = collective_bytes(device, settings, in_my_node < made.size, in_my_node);
+            const bool across_nodes = in_my_node < made.size;
+            // The gradient norm's all-reduce of one double runs on it every
+            // step: NCCL connects a ring for it in step 1 (not NVLS, which
+            // small messages do not take).
+            buffers.bytes =
+                settings.runtime_connect
+                    ? ring_channels(device, settings, across_nodes) * settings.connection_bytes()
+                    : collective_bytes(device, settings, across_nodes, in_my_node);
           }
           break;
         case schema::CommunicatorKind::kCollective:

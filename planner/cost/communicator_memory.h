@@ -17,9 +17,10 @@
 //   this rank's node, NVLS's buffers: nvls channels (16 on sm90,
 //   NCCL_NVLS_NCHANNELS) x 2 x NCCL_NVLS_CHUNKSIZE (128 KiB) x 8 steps x the
 //   node's members (NVLS heads);
-// - the world: 0 (on NCCL it carries only paired transfers of evaluation and
-//   checkpoints, outside the steps, connected when first used); counted as a
-//   group when NCCL_RUNTIME_CONNECT=0 makes NCCL connect every ring at init;
+// - the world of n > 1 ranks: one ring (no NVLS), which the gradient norm's
+//   all-reduce of one double connects in step 1 (evaluation's and
+//   checkpoints' transfers go over the links and the host); counted as a
+//   group (NVLS too) when NCCL_RUNTIME_CONNECT=0 connects every ring at init;
 // - a two-rank ring link (pipeline, context parallelism): the receiving rank
 //   holds its connections: in a node, NCCL's p2p channels per peer (2 x the
 //   NVLinks, to a power of two, at most the p2p channels:

@@ -56,20 +56,21 @@ TEST(CommunicatorMemory, NcclDefaultsWithoutVariables) {
 }
 
 TEST(CommunicatorMemory, TensorParallelEightOnOneH100Node) {
-  // Llama 3 8B on 8 H100s at tp 8: world (no device collectives), tensor (8
-  // on the node: 32 ring channels and NVLS with 8 heads), data, zero,
-  // zero_replicas of one rank (nothing to connect).
+  // Llama 3 8B on 8 H100s at tp 8: world (the gradient norm's all-reduce:
+  // one ring of 32 channels), tensor (8 on the node: 32 ring channels and
+  // NVLS with 8 heads), data, zero, zero_replicas of one rank (nothing to
+  // connect).
   const auto all = communicator_buffers(nccl_device_defaults("h100-sxm"),
                                         nccl_settings(variables({})), {1, 8}, mesh_of(1, 1, 8), 3);
   ASSERT_EQ(all.size(), 5u);
-  EXPECT_EQ(bytes_of(all, "world"), 0);
+  EXPECT_EQ(bytes_of(all, "world"), 32 * kConnection);                      // 308,281,344
   EXPECT_EQ(bytes_of(all, "tensor"), 32 * kConnection + 8 * kNvlsPerHead);  // 576,716,800
   EXPECT_EQ(bytes_of(all, "tensor"), 576716800);
   EXPECT_EQ(bytes_of(all, "data") + bytes_of(all, "zero") + bytes_of(all, "zero_replicas"), 0);
-  // On A100s: 24 channels, no NVLS.
+  // On A100s: 24 channels, no NVLS (tensor and world).
   EXPECT_EQ(sum_of(communicator_buffers(nccl_device_defaults("a100-80g"),
                                         nccl_settings(variables({})), {1, 8}, mesh_of(1, 1, 8), 0)),
-            24 * kConnection);
+            2 * 24 * kConnection);
   // The CPU backend: MPI, no NCCL.
   EXPECT_EQ(stage_communicator_buffer_bytes(nccl_device_defaults("cpu"),
                                             nccl_settings(variables({})), {1, 8}, mesh_of(1, 1, 8)),
@@ -131,19 +132,21 @@ TEST(CommunicatorMemory, PipelineLinksOnTheReceivingRank) {
   const NcclDeviceDefaults h100 = nccl_device_defaults("h100-sxm");
   const NcclSettings settings = nccl_settings(variables({}));
   // pp 8 on one node: a middle rank receives on two links (32 p2p channels
-  // each); pp 2: on one; the embedding group joins the first and the last.
+  // each); pp 2: on one; the embedding group joins the first and the last;
+  // and every rank the world's ring (32 channels in a node, 16 across).
   const auto middle = communicator_buffers(h100, settings, {1, 8}, mesh_of(8, 1, 1), 3);
-  EXPECT_EQ(sum_of(middle), 2 * 32 * kConnection);
+  EXPECT_EQ(bytes_of(middle, "world"), 32 * kConnection);
+  EXPECT_EQ(sum_of(middle), 2 * 32 * kConnection + 32 * kConnection);
   const auto first = communicator_buffers(h100, settings, {1, 8}, mesh_of(8, 1, 1), 0);
   EXPECT_EQ(bytes_of(first, "embedding"), 32 * kConnection + 2 * kNvlsPerHead);
-  EXPECT_EQ(sum_of(first), 2 * 32 * kConnection + bytes_of(first, "embedding"));
+  EXPECT_EQ(sum_of(first), 3 * 32 * kConnection + bytes_of(first, "embedding"));
   EXPECT_EQ(
       sum_of(communicator_buffers(h100, settings, {1, 2}, mesh_of(2, 1, 1), 1)),
-      32 * kConnection +
+      2 * 32 * kConnection +
           bytes_of(communicator_buffers(h100, settings, {1, 2}, mesh_of(2, 1, 1), 1), "embedding"));
   // Across nodes: 2 channels x 8 steps x 128 KiB per receiving link.
   EXPECT_EQ(sum_of(communicator_buffers(h100, settings, {4, 1}, mesh_of(4, 1, 1), 1)),
-            2 * int64_t{2} * 8 * 131072);
+            2 * int64_t{2} * 8 * 131072 + 16 * kConnection);
 }
 
 // stage_communicator_buffer_bytes works out each stage's first rank once per
@@ -189,7 +192,9 @@ TEST(CommunicatorMemory, SeventyBillionOnSixtyFourH100s) {
   EXPECT_EQ(bytes_of(all, "zero"), 16 * kConnection);  // 154,140,672
   EXPECT_EQ(bytes_of(all, "zero_replicas"), 0);
   EXPECT_EQ(bytes_of(all, "embedding"), 16 * kConnection);
-  EXPECT_EQ(sum_of(all), 576716800 + 2 * 16 * kConnection + 2 * 2 * 8 * 131072);  // 889,192,448
+  EXPECT_EQ(bytes_of(all, "world"), 16 * kConnection);  // 64 ranks over 8 nodes
+  EXPECT_EQ(sum_of(all),
+            576716800 + 3 * 16 * kConnection + 2 * 2 * 8 * 131072);  // 1,043,333,120
   // Without ZeRO the data group carries the reduction and zero is idle.
   const auto plain =
       communicator_buffers(nccl_device_defaults("h100-sxm"), defaults, {8, 8}, mesh_of(4, 2, 8), 0);
@@ -206,7 +211,7 @@ TEST(CommunicatorMemory, SeventyBillionOnSixtyFourH100s) {
       nccl_device_defaults("h100-sxm"), defaults, {8, 8}, mesh_of(4, 2, 8, 1, 1, 1));
   ASSERT_EQ(stages.size(), 4u);
   EXPECT_EQ(stages[0], sum_of(all));
-  EXPECT_EQ(stages[1], 576716800 + 16 * kConnection + 2 * 2 * 8 * 131072);
+  EXPECT_EQ(stages[1], 576716800 + 2 * 16 * kConnection + 2 * 2 * 8 * 131072);
 }
 
 }  // namespace
