@@ -102,15 +102,19 @@ void StageCostModel::set_shape_terms() const {
       model, config_->cluster.preset, b, shape.tensor_parallel, shape.context_parallel,
       config_->data.document_mask, options_.is_train);
   const int64_t gemm_workspace = gemm_workspace_bytes(config_->cluster.preset);
+  const auto kernel_scratch = [&](bool has_embedding) {
+    return cuda_kernel_scratch_bytes(model, config_->cluster.preset, config_->cluster.compute_units,
+                                     b, shape.tensor_parallel, shape.context_parallel,
+                                     shape.sequence_parallel, config_->data.document_mask,
+                                     has_embedding, options_.is_train);
+  };
+  // Pipeline rank 0 holds the embedding under every schedule kind.
+  const int64_t first_scratch = kernel_scratch(true), other_scratch = kernel_scratch(false);
   for (int r = 0; r < p; ++r) {
     StageMemoryTerms& terms = memory_terms_[r];
     terms.attention_workspace = attention_workspace;
     terms.gemm_workspace = gemm_workspace;
-    // Pipeline rank 0 holds the embedding under every schedule kind.
-    terms.kernel_scratch = cuda_kernel_scratch_bytes(
-        model, config_->cluster.preset, config_->cluster.compute_units, b, shape.tensor_parallel,
-        shape.context_parallel, shape.sequence_parallel, config_->data.document_mask, r == 0,
-        options_.is_train);
+    terms.kernel_scratch = r == 0 ? first_scratch : other_scratch;
   }
   // NCCL's buffers: a constant of the mesh per pipeline rank (the first and
   // last hold the embedding group; a ring of 2 has half the links).

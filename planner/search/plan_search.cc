@@ -72,19 +72,6 @@ void for_each_on_threads(int threads, size_t count, Each&& each) {
   if (failure) std::rethrow_exception(failure);
 }
 
-std::tuple<int, int, bool, int, int, int, int, int, int, int> setting_key(const PlanSetting& s) {
-  return {s.shape.pipeline_stages,
-          s.shape.tensor_parallel,
-          s.shape.sequence_parallel,
-          s.shape.context_parallel,
-          s.shape.data_parallel,
-          -s.micro_batch_size,
-          s.zero_stage,
-          s.zero_ngroups,
-          static_cast<int>(s.schedule.kind),
-          s.schedule.virtual_stages};
-}
-
 PartitionProblem make_problem(const JobConfig& config, const SearchSpace& space,
                               const StageCostModel& costs, double prune) {
   PartitionProblem problem;

@@ -82,26 +82,35 @@ std::string bubble_filter_reason(const JobConfig& config, const SearchSpace& spa
   return text;
 }
 
-// The settings max_pipeline_unbalance_ratio refused, by what
-// context_parallel_dominated compares: a left-out setting's dominator
-// (dp x g, cp / g, micro-batch b / g, the rest the same) is among them when
-// the key of its shape made so is.
-// (with_schedule false: any schedule, -1.)
-using DominanceKey = std::tuple<int, int, bool, int, int, int, int, int, int, int>;
-DominanceKey dominance_key(const PlanSetting& s, int g, bool with_schedule) {
-  return {s.shape.pipeline_stages,
-          s.shape.tensor_parallel,
-          s.shape.sequence_parallel,
-          s.shape.data_parallel * g,
-          s.shape.context_parallel / g,
-          s.micro_batch_size / g,
-          s.zero_stage,
-          s.zero_ngroups,
-          with_schedule ? static_cast<int>(s.schedule.kind) : -1,
-          with_schedule ? s.schedule.virtual_stages : -1};
+// The setting context_parallel_dominated measures s against: dp x g, cp / g
+// and micro-batch b / g, g = gcd(b, cp), the rest the same.
+PlanSetting shorter_ring(PlanSetting s) {
+  const int g = std::gcd(s.micro_batch_size, s.shape.context_parallel);
+  s.shape.data_parallel *= g;
+  s.shape.context_parallel /= g;
+  s.micro_batch_size /= g;
+  return s;
+}
+
+PlanSetting any_schedule(PlanSetting s) {
+  s.schedule = {};
+  return s;
 }
 
 }  // namespace
+
+SettingKey setting_key(const PlanSetting& s) {
+  return {s.shape.pipeline_stages,
+          s.shape.tensor_parallel,
+          s.shape.sequence_parallel,
+          s.shape.context_parallel,
+          s.shape.data_parallel,
+          -s.micro_batch_size,
+          s.zero_stage,
+          s.zero_ngroups,
+          static_cast<int>(s.schedule.kind),
+          s.schedule.virtual_stages};
+}
 
 void add_rejection(SearchResult& result, const PlanSetting& setting, RejectionKind kind,
                    std::string reason) {
@@ -163,23 +172,22 @@ std::vector<PendingSetting> enumerate_settings(const JobConfig& config, const Se
 std::vector<PendingSetting> dominated_to_try(const JobConfig& config, const SearchSpace& space,
                                              const std::vector<PendingSetting>& dominated,
                                              SearchResult& result) {
-  std::set<DominanceKey> unbalanced, unbalanced_any_schedule;
+  std::set<SettingKey> unbalanced, unbalanced_any_schedule;
   for (const SettingRejection& rejection : result.rejections) {
     if (rejection.kind != RejectionKind::Unbalanced) continue;
-    unbalanced.insert(dominance_key(rejection.setting, 1, true));
-    unbalanced_any_schedule.insert(dominance_key(rejection.setting, 1, false));
+    unbalanced.insert(setting_key(rejection.setting));
+    unbalanced_any_schedule.insert(setting_key(any_schedule(rejection.setting)));
   }
   std::vector<PendingSetting> to_try;
   const bool restricted = space.boundaries_restricted || !space.pinned_layers.empty();
   for (const PendingSetting& left_out : dominated) {
     const PlanSetting& base = left_out.setting;
-    const int g = std::gcd(base.micro_batch_size, base.shape.context_parallel);
-    if (!unbalanced_any_schedule.contains(dominance_key(base, g, false))) continue;
+    if (!unbalanced_any_schedule.contains(setting_key(any_schedule(shorter_ring(base))))) continue;
     if (!why_no_schedule_choice(config, base, restricted).empty()) continue;
     for (const ScheduleChoice& choice : schedule_choices(config, base, restricted)) {
       PlanSetting setting = base;
       setting.schedule = choice;
-      if (!unbalanced.contains(dominance_key(setting, g, true))) continue;
+      if (!unbalanced.contains(setting_key(shorter_ring(setting)))) continue;
       if (!bubble_filter_reason(config, space, setting).empty()) continue;
       ++result.statistics.settings;
       result.settings.push_back(setting);

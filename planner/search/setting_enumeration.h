@@ -7,6 +7,7 @@
 // where max_pipeline_unbalance_ratio refused that shorter one.
 #pragma once
 
+#include <tuple>
 #include <vector>
 
 #include "planner/cost/profile.h"
@@ -19,6 +20,11 @@ struct PendingSetting {
   PlanSetting setting;
   double lower_bound = 0;
 };
+
+// A setting's fields in the order its report and verbose log sort them
+// (and the search compares settings by).
+using SettingKey = std::tuple<int, int, bool, int, int, int, int, int, int, int>;
+SettingKey setting_key(const PlanSetting& s);
 
 // Records that the search refused `setting`, and why.
 void add_rejection(SearchResult& result, const PlanSetting& setting, RejectionKind kind,
