@@ -6,7 +6,8 @@ checkpoints of a paraplan run, for tests/hugging_face_test.cc:
 
   make ARCH OUT_DIR SEED key=value...
       A random LlamaForCausalLM (ARCH llama) or GPT2LMHeadModel (gpt2) with
-      that config, saved by save_pretrained (model.safetensors + config.json).
+      that config, saved by save_pretrained (model.safetensors + config.json;
+      with max_shard_size=SIZE, the index and the files it names).
   loss MODEL_DIR TOKENS.bin FIRST COUNT SEQ_LEN
       Loads MODEL_DIR with from_pretrained (refusing missing or unexpected
       tensors), then prints as JSON the mean cross-entropy over samples
@@ -18,11 +19,12 @@ checkpoints of a paraplan run, for tests/hugging_face_test.cc:
       samples, torch's clip_grad_norm_, AdamW with decay on matrices and
       embeddings only), then prints the step's loss, the loss of the next
       BATCH samples with the updated weights, and the largest difference
-      between the updated weights and CHECKPOINT's model.safetensors.
+      between the updated weights and CHECKPOINT's model tensors.
 
 Every number is printed as one JSON object on the last line.
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -66,14 +68,31 @@ def load(model_dir):
     return model
 
 
-def largest_difference(model, safetensors_path):
-    """max |parameter - file tensor| over the file's tensors (a tied head is
-    the embedding's parameter, so it is compared once)."""
+def model_tensors(directory):
+    """The model's tensors by name: model.safetensors, or every file that
+    model.safetensors.index.json names (a save with several writers)."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return load_file(os.path.join(directory, "model.safetensors"))
+    with open(index) as file:
+        weight_map = json.load(file)["weight_map"]
+    tensors = {}
+    for shard in sorted(set(weight_map.values())):
+        held = load_file(os.path.join(directory, shard))
+        if sorted(held) != sorted(n for n, f in weight_map.items() if f == shard):
+            sys.exit(f"{directory}/{shard}: holds {sorted(held)}, not what {index} says")
+        tensors.update(held)
+    return tensors
+
+
+def largest_difference(model, directory):
+    """max |parameter - checkpoint tensor| over the checkpoint's tensors (a
+    tied head is the embedding's parameter, so it is compared once)."""
     state = model.state_dict()
     largest = 0.0
-    for name, tensor in load_file(safetensors_path).items():
+    for name, tensor in model_tensors(directory).items():
         if name not in state:
-            sys.exit(f"{safetensors_path}: tensor {name} is not a parameter of the model")
+            sys.exit(f"{directory}: tensor {name} is not a parameter of the model")
         largest = max(largest, float((state[name].float() - torch.from_numpy(tensor)).abs().max()))
     return largest
 
@@ -81,16 +100,19 @@ def largest_difference(model, safetensors_path):
 def make(arch, out_dir, seed, settings):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-    values = {}
+    values, save = {}, {"safe_serialization": True}
     for setting in settings:
         key, value = setting.split("=", 1)
-        values[key] = json.loads(value)
+        if key == "max_shard_size":  # save_pretrained's: shards and their index, as the hub has
+            save[key] = value
+        else:
+            values[key] = json.loads(value)
     torch.manual_seed(seed)
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**values))
     else:
         model = GPT2LMHeadModel(GPT2Config(**values))
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(out_dir, **save)
     print(json.dumps({"parameters": sum(p.numel() for p in model.parameters())}))
 
 
@@ -100,8 +122,7 @@ def loss(model_dir, tokens_path, first, count, seq_len):
     with torch.no_grad():
         value = float(mean_loss(model, inputs, targets))
     print(json.dumps({"loss": value,
-                      "max_weight_difference": largest_difference(
-                          model, model_dir + "/model.safetensors")}))
+                      "max_weight_difference": largest_difference(model, model_dir)}))
 
 
 def step(model_dir, tokens_path, batch, seq_len, lr, beta1, beta2, eps, weight_decay, clip,
@@ -124,8 +145,7 @@ def step(model_dir, tokens_path, batch, seq_len, lr, beta1, beta2, eps, weight_d
     with torch.no_grad():
         second = float(mean_loss(model, inputs, targets))
     print(json.dumps({"loss": float(first), "next_loss": second,
-                      "max_weight_difference": largest_difference(
-                          model, checkpoint + "/model.safetensors")}))
+                      "max_weight_difference": largest_difference(model, checkpoint)}))
 
 
 def main(argv):

@@ -195,6 +195,11 @@ class HuggingFace : public ::testing::Test {
 TEST_F(HuggingFace, LlamaCheckpointLoadsInTransformers) {
   paraplan_to_transformers("llama_to_hf", kLlamaModel, 32,
                            "tensor_parallel_degree = 2\nworld_size = 2\n", true);
+  // Each tensor rank wrote its share of whole tensors; transformers read the index.
+  const std::string step = *directory_ / "llama_to_hf_checkpoints/step_00000005";
+  for (const char* file : {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                           "model-00002-of-00002.safetensors", "optimizer.safetensors.index.json"})
+    EXPECT_TRUE(std::filesystem::exists(step + "/" + file)) << file;
 }
 
 TEST_F(HuggingFace, TransformersLlamaTrainsInParaplan) {
@@ -208,8 +213,17 @@ TEST_F(HuggingFace, TransformersLlamaTrainsInParaplan) {
       "num_attention_heads=4 num_key_value_heads=2 max_position_embeddings=32 "
       "rms_norm_eps=1e-5 rope_theta=500000.0 tie_word_embeddings=false "
       "'rope_scaling={\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
-      "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'",
+      "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}' "
+      // Shards and model.safetensors.index.json, as the hub ships large models.
+      "max_shard_size=100KB",
       model, 32);
+  // The export came as shards: the index and more than one file.
+  const std::filesystem::path exported = *directory_ / "hf_to_llama_hf";
+  EXPECT_TRUE(std::filesystem::exists(exported / "model.safetensors.index.json"));
+  int shards = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(exported))
+    shards += entry.path().filename().string().rfind("model-0", 0) == 0;
+  EXPECT_GT(shards, 1);
 }
 
 TEST_F(HuggingFace, Gpt2CheckpointLoadsInTransformers) {

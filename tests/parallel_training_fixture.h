@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "command_runner.h"
+#include "runtime/checkpoint/tensor_file_set.h"
 
 namespace paraplan::testing {
 
@@ -211,22 +212,36 @@ class ParallelTraining : public ::testing::Test {
     expect_same_files(a.name, files[0], b.name, files[1]);
   }
 
-  // The parameters and optimizer moments of the checkpoint at step kSteps.
+  // The parameters and optimizer moments of the checkpoint at step kSteps,
+  // each tensor's F32 bits by "model:" or "optimizer:" and its name: which
+  // files hold a tensor depends on the plan that saved it (one per writing
+  // stage and tensor rank), its values must not.
   static std::map<std::string, std::string> last_checkpoint(const std::string& checkpoints) {
-    const std::string step_dir = "/step_0000000" + std::to_string(kSteps) + "/";
-    std::map<std::string, std::string> files;
-    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-      files[file] = read_file(checkpoints + step_dir + file);
-    return files;
+    const std::string step_dir = checkpoints + "/step_0000000" + std::to_string(kSteps);
+    std::map<std::string, std::string> tensors;
+    for (const char* base : {"model", "optimizer"}) {
+      const TensorFileSet files = TensorFileSet::open(step_dir, base);
+      for (const std::string& name : files.names()) {
+        size_t elements = 1;
+        for (int64_t dim : files.shape(name)) elements *= static_cast<size_t>(dim);
+        std::string bits(elements * sizeof(float), '\0');
+        files.read(name, reinterpret_cast<float*>(bits.data()), files.shape(name));
+        tensors[std::string(base) + ":" + name] = std::move(bits);
+      }
+    }
+    return tensors;
   }
 
   static void expect_same_files(const std::string& a,
                                 const std::map<std::string, std::string>& a_files,
                                 const std::string& b,
                                 const std::map<std::string, std::string>& b_files) {
-    for (const auto& [file, bytes] : a_files) {
-      EXPECT_FALSE(bytes.empty()) << a << " " << file;
-      EXPECT_TRUE(bytes == b_files.at(file)) << a << " vs " << b << ": " << file << " differs";
+    EXPECT_EQ(a_files.size(), b_files.size()) << a << " vs " << b << ": tensor counts differ";
+    for (const auto& [tensor, bytes] : a_files) {
+      EXPECT_FALSE(bytes.empty()) << a << " " << tensor;
+      const auto other = b_files.find(tensor);
+      ASSERT_NE(other, b_files.end()) << b << " lacks " << tensor;
+      EXPECT_TRUE(bytes == other->second) << a << " vs " << b << ": " << tensor << " differs";
     }
   }
 

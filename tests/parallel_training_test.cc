@@ -26,6 +26,7 @@
 
 #include "kernels/ops.h"
 #include "parallel_training_fixture.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace {
 
@@ -373,6 +374,74 @@ TEST_F(ParallelTraining, AFailingRankEndsTheJobBeforeItsCommunicatorsCouldWait) 
   std::printf("[ figures  ] failing rank with NCCL-like teardown: the job ended in %.1f s\n",
               seconds);
   EXPECT_LT(seconds, 30.0);
+}
+
+// A checkpoint of pp 2 x tp 2 has four writers, one per stage and tensor
+// rank: each writes whole tensors (its tensor peers send it their slices) to
+// a file of its own, and the index names the file of every tensor, as
+// transformers' sharded checkpoints do. No rank holds more than its stage and
+// one whole tensor; the values are the single-rank run's.
+TEST_F(ParallelTraining, EachStageAndTensorRankWritesItsShareOfWholeTensors) {
+  const PlanCase single{.name = "shards_single", .micro_batch_size = 3};
+  const PlanCase sharded{
+      .name = "shards_pp2_tp2", .pipeline = 2, .tensor = 2, .micro_batch_size = 3};
+  std::map<std::string, std::string> tensors[2];
+  for (const PlanCase* plan : {&single, &sharded}) {
+    const std::string checkpoints = *directory_ / (plan->name + "_checkpoints");
+    ASSERT_EQ(train(*plan, "--checkpoint-dir " + checkpoints).size(), static_cast<size_t>(kSteps));
+    tensors[plan == &sharded] = last_checkpoint(checkpoints);
+  }
+  // Every tensor and moment placed right: a misplaced slice would differ by
+  // the tensor's own scale, summation order by far less. Relative to each
+  // tensor's largest value, as the second moments are ~1e-8.
+  ASSERT_EQ(tensors[0].size(), tensors[1].size());
+  double worst = 0.0;
+  std::string worst_name;
+  for (const auto& [name, bits] : tensors[0]) {
+    ASSERT_EQ(tensors[1].count(name), 1u) << name;
+    const std::string& other = tensors[1].at(name);
+    ASSERT_EQ(bits.size(), other.size()) << name;
+    const float* a = reinterpret_cast<const float*>(bits.data());
+    const float* b = reinterpret_cast<const float*>(other.data());
+    double difference = 0.0, scale = 0.0;
+    for (size_t k = 0; k < bits.size() / sizeof(float); ++k) {
+      difference = std::max(difference, std::fabs(static_cast<double>(a[k]) - b[k]));
+      scale = std::max(scale, std::fabs(static_cast<double>(a[k])));
+    }
+    if (scale > 0 && difference / scale > worst) {
+      worst = difference / scale;
+      worst_name = name;
+    }
+  }
+  std::printf(
+      "[ figures  ] pp2 x tp2 checkpoint against the single rank's: largest difference "
+      "%.3g of the tensor's largest value (%s)\n",
+      worst, worst_name.c_str());
+  EXPECT_LT(worst, 1e-2);
+
+  // The files: four of each kind, every tensor in the file the index names.
+  const std::string step = *directory_ / "shards_pp2_tp2_checkpoints/step_00000005";
+  for (const std::string base : {"model", "optimizer"}) {
+    const nlohmann::json index =
+        nlohmann::json::parse(read_file(step + "/" + base + ".safetensors.index.json"));
+    EXPECT_FALSE(std::filesystem::exists(step + "/" + base + ".safetensors"));
+    std::map<std::string, std::vector<std::string>> by_file;
+    for (const auto& [name, file] : index["weight_map"].items())
+      by_file[file.get<std::string>()].push_back(name);
+    ASSERT_EQ(by_file.size(), 4u) << base;
+    int64_t total_bytes = 0;
+    for (int k = 1; k <= 4; ++k) {
+      const std::string file = base + "-0000" + std::to_string(k) + "-of-00004.safetensors";
+      ASSERT_EQ(by_file.count(file), 1u) << file;
+      const paraplan::SafetensorsFile shard = paraplan::SafetensorsFile::open(step + "/" + file);
+      EXPECT_EQ(shard.tensors().size(), by_file[file].size()) << file;
+      for (const std::string& name : by_file[file]) {
+        EXPECT_TRUE(shard.has(name)) << file << " lacks " << name;
+        total_bytes += shard.tensor(name).num_elements() * 4;
+      }
+    }
+    if (base == "model") EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total_bytes);
+  }
 }
 
 TEST_F(ParallelTraining, ResumeUnderAnotherPlanContinuesTheSameRun) {

@@ -180,6 +180,23 @@ TEST_F(ScheduleEquivalence, ZeroBubbleVCheckpointsResumeUnderOtherPlans) {
   }
 }
 
+// Each stage's tensor ranks write whole tensors to files of their own
+// (distributed_checkpoint.h), and each rank reads back only its slice (Llama's
+// linear weights straight from the file: rows, or a segment of every row;
+// GPT-2's Conv1D weights, stored transposed, whole). A pp 2 x tp 2
+// checkpoint goes on under one rank and back with the single rank's losses.
+TEST_F(ScheduleEquivalence, TensorParallelCheckpointsCrossToOneRankAndBack) {
+  for (const std::string architecture : {"llama", "gpt2"}) {
+    const ScheduleCase sharded{.name = architecture + "_pp2_tp2_crossing",
+                               .pipeline = 2,
+                               .tensor = 2,
+                               .architecture = architecture};
+    const ScheduleCase single{.name = architecture + "_single_crossing",
+                              .architecture = architecture};
+    expect_checkpoints_cross(sharded, single);
+  }
+}
+
 TEST_F(ScheduleEquivalence, LlamaUnderInterleavedAndZeroBubble) {
   expect_single_rank_losses({.name = "llama_interleaved_pp2_v2",
                              .kind = ScheduleKind::Interleaved1F1B,

@@ -34,8 +34,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kModel = "model";
+constexpr const char* kOptimizer = "optimizer";
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kStateFile = "train_state.json";
 constexpr const char* kLatestFile = "latest";
@@ -86,28 +86,24 @@ void remove_stale_temporaries(const fs::path& dir) {
   }
 }
 
-// The shape Hugging Face stores: Conv1D weights are [in, out], the reverse of ours.
-std::vector<int64_t> hf_shape(const ParameterTensor& tensor) {
-  if (!tensor.hf_transposed) return tensor.shape;
-  return {tensor.shape[1], tensor.shape[0]};
-}
-
 // Transposes a row-major [rows, cols] matrix into [cols, rows].
 void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
 
+// A whole layout's tensors (shape == global_shape), each name once: a
+// stage's tied head copy shares the embedding's name.
 void add_tensors(SafetensorsWriter& writer, const ParameterLayout& layout, const float* buffer,
                  const std::string& prefix) {
-  std::set<std::string> written;  // a stage's tied head copy shares the embedding's name
+  std::set<std::string> written;
   for (const ParameterTensor& tensor : layout.tensors()) {
     if (!written.insert(tensor.name).second) continue;
     const float* data = buffer + tensor.offset;
     if (tensor.hf_transposed) {
-      std::vector<float> hf(tensor.size);
-      transpose(data, tensor.shape[0], tensor.shape[1], hf.data());
-      writer.add(prefix + tensor.name, hf_shape(tensor), hf.data());
+      std::vector<float> hf;
+      writer.add(prefix + tensor.name, hugging_face_shape(tensor),
+                 hugging_face_data(tensor, data, hf));
     } else {
       writer.add_view(prefix + tensor.name, tensor.shape, data);
     }
@@ -150,41 +146,14 @@ void check_config_matches(const TransformerConfig& saved, const TransformerConfi
   throw std::runtime_error(message);
 }
 
-// Reads every tensor of the layout (under `prefix`) from `file` into `buffer`,
-// transposing Conv1D weights back to [out, in].
-void read_tensors(const SafetensorsFile& file, const ParameterLayout& layout, float* buffer,
+// Reads every tensor of a whole layout (under `prefix`) from `files` into
+// `buffer`.
+void read_tensors(const TensorFileSet& files, const ParameterLayout& layout, float* buffer,
                   const std::string& prefix) {
-  for (const ParameterTensor& tensor : layout.tensors()) {
-    std::string name = prefix + tensor.name;
-    // Checkpoints from the Hugging Face hub name GPT2Model's tensors without "transformer.".
-    const std::string hub_prefix = "transformer.";
-    if (!file.has(name) && prefix.empty() && name.rfind(hub_prefix, 0) == 0 &&
-        file.has(name.substr(hub_prefix.size())))
-      name = name.substr(hub_prefix.size());
-    if (!file.has(name))
-      throw std::runtime_error(file.path() + ": missing tensor '" + name + "' (the plan's model " +
-                               "needs it; the file holds " + std::to_string(file.tensors().size()) +
-                               " tensors)");
-    float* out = buffer + tensor.offset;
-    if (tensor.hf_transposed) {
-      std::vector<float> hf(tensor.size);
-      file.read(name, hf.data(), hf_shape(tensor));
-      transpose(hf.data(), tensor.shape[1], tensor.shape[0], out);
-    } else {
-      file.read(name, out, tensor.shape);
-    }
-  }
+  std::vector<float> scratch;
+  for (const ParameterTensor& tensor : layout.tensors())
+    read_whole_tensor(files, tensor, prefix, buffer + tensor.offset, scratch);
 }
-
-// Removes a directory tree when the save it belongs to fails part-way.
-struct RemoveOnFailure {
-  fs::path path;
-  bool armed = true;
-  ~RemoveOnFailure() {
-    std::error_code ignored;
-    if (armed) fs::remove_all(path, ignored);
-  }
-};
 
 // Puts the complete directory `from` at `to`; an existing `to` (the same step
 // saved again) is swapped out atomically where the filesystem allows.
@@ -206,61 +175,114 @@ void publish_directory(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
-                            const float* params, const float* first_moment,
-                            const float* second_moment, const TrainState& state,
-                            const std::function<void()>& before_publish) {
+CheckpointDraft::CheckpointDraft(const std::string& dir, const TrainState& state)
+    : dir_(dir), state_(state) {
   if (state.step < 0 || state.step > kMaxTrainStep || state.next_train_sample < 0 ||
       state.next_train_sample > kMaxTrainSample)
     throw std::runtime_error(
         dir + ": cannot save a checkpoint for step " + std::to_string(state.step) + " at sample " +
         std::to_string(state.next_train_sample) + " (valid: steps 0 to " +
         std::to_string(kMaxTrainStep) + ", samples 0 to " + std::to_string(kMaxTrainSample) + ")");
-  if ((first_moment == nullptr) != (second_moment == nullptr))
-    throw std::runtime_error(dir + ": save both AdamW moments or neither");
   std::error_code error;
   fs::create_directories(dir, error);
   if (error || !fs::is_directory(dir))
     throw std::runtime_error(dir + ": cannot create checkpoint directory" +
                              (error ? ": " + error.message() : std::string()));
-
   remove_stale_temporaries(dir);
+  name_ = step_directory_name(state.step);
+  const fs::path temp = unique_temp_path(fs::path(dir) / name_);
+  fs::create_directory(temp);
+  temp_path_ = temp.string();
+}
 
-  const std::string name = step_directory_name(state.step);
-  const fs::path final_dir = fs::path(dir) / name;
-  RemoveOnFailure temp{unique_temp_path(final_dir)};
-  fs::create_directory(temp.path);
+CheckpointDraft::~CheckpointDraft() {
+  std::error_code ignored;
+  if (!published_) fs::remove_all(temp_path_, ignored);
+}
 
+std::string CheckpointDraft::publish(const TransformerConfig& config,
+                                     const std::function<void()>& before_publish) {
+  const fs::path temp(temp_path_);
+  write_file_atomically(temp / kConfigFile, hugging_face_config(config).dump(2) + "\n");
+  nlohmann::ordered_json train_state;
+  train_state["format_version"] = kCheckpointFormatVersion;
+  train_state["step"] = state_.step;
+  train_state["next_train_sample"] = state_.next_train_sample;
+  train_state["seed"] = state_.seed;
+  if (state_.data_order) train_state["data_order"] = data_order_to_json(*state_.data_order);
+  write_file_atomically(temp / kStateFile, train_state.dump(2) + "\n");
+  fsync_directory(temp);
+
+  if (before_publish) before_publish();
+  const fs::path final_dir = fs::path(dir_) / name_;
+  publish_directory(temp, final_dir);
+  published_ = true;
+  fsync_directory(dir_);
+  // Only now, with the step directory complete, does 'latest' move to it.
+  write_file_atomically(fs::path(dir_) / kLatestFile, name_ + "\n");
+  return final_dir.string();
+}
+
+std::string save_checkpoint(const std::string& dir, const ParameterLayout& layout,
+                            const float* params, const float* first_moment,
+                            const float* second_moment, const TrainState& state,
+                            const std::function<void()>& before_publish) {
+  if ((first_moment == nullptr) != (second_moment == nullptr))
+    throw std::runtime_error(dir + ": save both AdamW moments or neither");
+  CheckpointDraft draft(dir, state);
   SafetensorsWriter model;
   model.set_metadata("format", "pt");  // transformers refuses safetensors without it
   add_tensors(model, layout, params, "");
-  model.write((temp.path / kModelFile).string());
+  model.write((fs::path(draft.path()) / single_file_name(kModel)).string());
   if (first_moment != nullptr) {
     SafetensorsWriter optimizer;
     optimizer.set_metadata("format", "pt");
     optimizer.set_metadata("content", "AdamW moments in model.safetensors layouts");
     add_tensors(optimizer, layout, first_moment, "exp_avg.");
     add_tensors(optimizer, layout, second_moment, "exp_avg_sq.");
-    optimizer.write((temp.path / kOptimizerFile).string());
+    optimizer.write((fs::path(draft.path()) / single_file_name(kOptimizer)).string());
   }
-  write_file_atomically(temp.path / kConfigFile,
-                        hugging_face_config(layout.config()).dump(2) + "\n");
-  nlohmann::ordered_json train_state;
-  train_state["format_version"] = kCheckpointFormatVersion;
-  train_state["step"] = state.step;
-  train_state["next_train_sample"] = state.next_train_sample;
-  train_state["seed"] = state.seed;
-  if (state.data_order) train_state["data_order"] = data_order_to_json(*state.data_order);
-  write_file_atomically(temp.path / kStateFile, train_state.dump(2) + "\n");
-  fsync_directory(temp.path);
+  return draft.publish(layout.config(), before_publish);
+}
 
-  if (before_publish) before_publish();
-  publish_directory(temp.path, final_dir);
-  temp.armed = false;
-  fsync_directory(dir);
-  // Only now, with the step directory complete, does 'latest' move to it.
-  write_file_atomically(fs::path(dir) / kLatestFile, name + "\n");
-  return final_dir.string();
+std::vector<int64_t> hugging_face_shape(const ParameterTensor& tensor) {
+  if (!tensor.hf_transposed) return tensor.global_shape;
+  return {tensor.global_shape[1], tensor.global_shape[0]};
+}
+
+const float* hugging_face_data(const ParameterTensor& tensor, const float* whole,
+                               std::vector<float>& scratch) {
+  if (!tensor.hf_transposed) return whole;
+  scratch.resize(static_cast<size_t>(tensor.global_shape[0] * tensor.global_shape[1]));
+  transpose(whole, tensor.global_shape[0], tensor.global_shape[1], scratch.data());
+  return scratch.data();
+}
+
+std::string stored_tensor_name(const TensorFileSet& files, const ParameterTensor& tensor,
+                               const std::string& prefix) {
+  std::string name = prefix + tensor.name;
+  // Checkpoints from the Hugging Face hub name GPT2Model's tensors without "transformer.".
+  const std::string hub_prefix = "transformer.";
+  if (!files.has(name) && prefix.empty() && name.rfind(hub_prefix, 0) == 0 &&
+      files.has(name.substr(hub_prefix.size())))
+    name = name.substr(hub_prefix.size());
+  if (!files.has(name))
+    throw std::runtime_error(files.path() + ": missing tensor '" + name + "' (the plan's model " +
+                             "needs it; the file holds " + std::to_string(files.tensor_count()) +
+                             " tensors)");
+  return name;
+}
+
+void read_whole_tensor(const TensorFileSet& files, const ParameterTensor& tensor,
+                       const std::string& prefix, float* whole, std::vector<float>& scratch) {
+  const std::string name = stored_tensor_name(files, tensor, prefix);
+  if (!tensor.hf_transposed) {
+    files.read(name, whole, tensor.global_shape);
+    return;
+  }
+  scratch.resize(static_cast<size_t>(tensor.global_shape[0] * tensor.global_shape[1]));
+  files.read(name, scratch.data(), hugging_face_shape(tensor));
+  transpose(scratch.data(), tensor.global_shape[1], tensor.global_shape[0], whole);
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -287,9 +309,10 @@ std::string resolve_checkpoint(const std::string& path) {
                                " does not exist");
     return step_dir.string();
   }
-  if (fs::is_directory(root) && fs::exists(root / kModelFile)) return root.string();
+  if (fs::is_directory(root) && has_tensor_files(root.string(), kModel)) return root.string();
   throw std::runtime_error(path + ": not a checkpoint: neither a checkpoint directory (no '" +
-                           kLatestFile + "' file) nor a step directory (no " + kModelFile + ")");
+                           kLatestFile + "' file) nor a step directory (no " +
+                           single_file_name(kModel) + " or " + index_file_name(kModel) + ")");
 }
 
 TransformerConfig parse_checkpoint_config(const std::string& text, const std::string& path) {
@@ -327,31 +350,43 @@ TransformerConfig read_checkpoint_config(const std::string& path) {
   return parse_config(fs::path(resolve_checkpoint(path)) / kConfigFile);
 }
 
+void check_checkpoint_config(const std::string& step_dir, const TransformerConfig& config) {
+  const fs::path path = fs::path(step_dir) / kConfigFile;
+  check_config_matches(parse_config(path), config, path);
+}
+
+TensorFileSet open_model_tensors(const std::string& step_dir) {
+  return TensorFileSet::open(step_dir, kModel);
+}
+
+TensorFileSet open_optimizer_tensors(const std::string& step_dir) {
+  if (!has_tensor_files(step_dir, kOptimizer))
+    throw std::runtime_error((fs::path(step_dir) / single_file_name(kOptimizer)).string() +
+                             ": missing; the checkpoint holds no optimizer state to resume "
+                             "(it was saved without moments)");
+  return TensorFileSet::open(step_dir, kOptimizer);
+}
+
+TrainState read_step_train_state(const std::string& step_dir, bool required) {
+  // A weights-only load (sampling, --init-from) accepts a directory without
+  // training state, e.g. a Hugging Face export; resuming needs it.
+  const fs::path state_path = fs::path(step_dir) / kStateFile;
+  if (!required && !fs::exists(state_path)) return TrainState{};
+  return parse_train_state(read_text(state_path, "training state", kCheckpointJsonFile),
+                           state_path.string());
+}
+
 TrainState load_checkpoint(const std::string& path, const ParameterLayout& layout, float* params,
                            float* first_moment, float* second_moment) {
-  const fs::path step_dir = resolve_checkpoint(path);
-  check_config_matches(parse_config(step_dir / kConfigFile), layout.config(),
-                       step_dir / kConfigFile);
-
-  read_tensors(SafetensorsFile::open((step_dir / kModelFile).string()), layout, params, "");
+  const std::string step_dir = resolve_checkpoint(path);
+  check_checkpoint_config(step_dir, layout.config());
+  read_tensors(open_model_tensors(step_dir), layout, params, "");
   if (first_moment != nullptr || second_moment != nullptr) {
-    const fs::path optimizer_path = step_dir / kOptimizerFile;
-    if (!fs::exists(optimizer_path))
-      throw std::runtime_error(optimizer_path.string() +
-                               ": missing; the checkpoint holds no optimizer state to resume "
-                               "(it was saved without moments)");
-    const SafetensorsFile optimizer = SafetensorsFile::open(optimizer_path.string());
+    const TensorFileSet optimizer = open_optimizer_tensors(step_dir);
     if (first_moment != nullptr) read_tensors(optimizer, layout, first_moment, "exp_avg.");
     if (second_moment != nullptr) read_tensors(optimizer, layout, second_moment, "exp_avg_sq.");
   }
-
-  // A weights-only load (sampling) accepts a directory without training state,
-  // e.g. a Hugging Face GPT-2 export; resuming needs it.
-  const fs::path state_path = step_dir / kStateFile;
-  if (first_moment == nullptr && second_moment == nullptr && !fs::exists(state_path))
-    return TrainState{};
-  return parse_train_state(read_text(state_path, "training state", kCheckpointJsonFile),
-                           state_path.string());
+  return read_step_train_state(step_dir, first_moment != nullptr || second_moment != nullptr);
 }
 
 }  // namespace paraplan

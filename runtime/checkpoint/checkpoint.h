@@ -1,12 +1,16 @@
 // checkpoint.h: plan-independent training checkpoints. A checkpoint directory
 // holds one step directory per save plus a 'latest' file naming the newest:
 //
-//   DIR/latest                       one line: "step_00000100"
-//   DIR/step_00000100/model.safetensors      Hugging Face names and layouts
-//   DIR/step_00000100/config.json            transformers' config: from_pretrained loads the
-//   directory DIR/step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>,
-//   exp_avg_sq.<name> DIR/step_00000100/train_state.json       step, next_train_sample, seed,
-//   format_version, data_order (data_order_record.h)
+//   DIR/latest              one line: "step_00000100"
+//   DIR/step_00000100/
+//     model.safetensors     Hugging Face names and layouts (or, from a save
+//                           with several writers, model.safetensors.index.json
+//                           and the model-0000k-of-0000n.safetensors it names)
+//     config.json           transformers' config: from_pretrained loads the directory
+//     optimizer.safetensors AdamW moments exp_avg.<name>, exp_avg_sq.<name>
+//                           (or its index and files, as the model's)
+//     train_state.json      step, next_train_sample, seed, format_version,
+//                           data_order (data_order_record.h)
 //
 // Tensors are whole (not per rank), so a run resumes under any plan. A step
 // directory is written under a temporary name and renamed into place, then
@@ -19,8 +23,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/checkpoint/data_order_record.h"
+#include "runtime/checkpoint/tensor_file_set.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/parameter_layout.h"
 
@@ -41,6 +47,34 @@ struct TrainState {
   // The order next_train_sample counts in; absent in checkpoints written
   // before it was recorded.
   std::optional<DataOrderRecord> data_order = std::nullopt;
+};
+
+// A step directory being written aside (DIR/step_N.tmp-<pid>-<n>) and then
+// published: config.json, train_state.json, the rename into place and
+// 'latest'. Between the two, any number of writers (the ranks of a
+// distributed save, on a filesystem they share) put their tensor files in
+// path(). Dropped unpublished, the aside directory goes.
+class CheckpointDraft {
+ public:
+  // Validates the state's ranges, creates `dir` if needed, removes what
+  // killed saves left there and makes the aside directory.
+  CheckpointDraft(const std::string& dir, const TrainState& state);
+  ~CheckpointDraft();
+  CheckpointDraft(const CheckpointDraft&) = delete;
+  CheckpointDraft& operator=(const CheckpointDraft&) = delete;
+
+  const std::string& path() const { return temp_path_; }
+  // Writes config.json (from `config`) and train_state.json beside the
+  // tensor files, runs before_publish (which may throw: then nothing is
+  // published), renames the directory into place and points 'latest' at it.
+  // Returns the step directory.
+  std::string publish(const TransformerConfig& config,
+                      const std::function<void()>& before_publish = {});
+
+ private:
+  std::string dir_, name_, temp_path_;
+  TrainState state_;
+  bool published_ = false;
 };
 
 // Writes DIR/step_<8-digit step>/ (creating DIR if needed; replacing a step
@@ -68,6 +102,40 @@ std::string resolve_checkpoint(const std::string& path);
 // nullptr to skip the optimizer state (e.g. for sampling).
 TrainState load_checkpoint(const std::string& path, const ParameterLayout& layout, float* params,
                            float* first_moment, float* second_moment);
+
+// The shape Hugging Face stores the whole tensor in: global_shape, reversed
+// for Conv1D weights.
+std::vector<int64_t> hugging_face_shape(const ParameterTensor& tensor);
+
+// The whole tensor `whole` (global_shape, paraplan's layout) as Hugging Face
+// stores it: transposed into `scratch` for a Conv1D weight, else `whole`.
+const float* hugging_face_data(const ParameterTensor& tensor, const float* whole,
+                               std::vector<float>& scratch);
+
+// The name `files` stores the tensor under: `prefix + tensor.name`, or a
+// Hugging Face hub export's name without "transformer.". Throws naming the
+// file if it holds neither.
+std::string stored_tensor_name(const TensorFileSet& files, const ParameterTensor& tensor,
+                               const std::string& prefix);
+
+// Reads the whole tensor `prefix + tensor.name` from `files` into `whole`
+// (prod(global_shape) floats, paraplan's layout); `scratch` holds a Conv1D
+// weight before it is transposed back. A Hugging Face hub export's name
+// without "transformer." is taken too. Throws naming the file if the tensor
+// is missing or of another shape.
+void read_whole_tensor(const TensorFileSet& files, const ParameterTensor& tensor,
+                       const std::string& prefix, float* whole, std::vector<float>& scratch);
+
+// The pieces of load_checkpoint, for a reader that takes each rank's slice
+// (distributed_checkpoint.h); `step_dir` as resolve_checkpoint returns it.
+// check_checkpoint_config names every field of config.json that differs from
+// `config`. open_optimizer_tensors throws naming optimizer.safetensors when
+// the checkpoint was saved without moments. read_step_train_state returns a
+// default state for a directory without train_state.json unless required.
+void check_checkpoint_config(const std::string& step_dir, const TransformerConfig& config);
+TensorFileSet open_model_tensors(const std::string& step_dir);
+TensorFileSet open_optimizer_tensors(const std::string& step_dir);
+TrainState read_step_train_state(const std::string& step_dir, bool required);
 
 // train_state.json of the checkpoint at `path`, without its tensors.
 TrainState read_train_state(const std::string& path);

@@ -1,38 +1,228 @@
-// distributed_checkpoint.cc: gather to rank 0 on save, slice on load.
+// distributed_checkpoint.cc: every (stage, tensor rank) writes its share of
+// whole tensors on save; every rank reads its slices on load.
 #include "runtime/checkpoint/distributed_checkpoint.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <stdexcept>
 #include <vector>
 
-#include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_from_plan.h"
 
 namespace paraplan {
+namespace fs = std::filesystem;
 
 namespace {
 
-// Places a rank's local tensors into the whole-model buffers.
-// The last pipeline stage's copy of the tied embedding is the first stage's
-// tensor; the checkpoint holds it once.
-void place(const ParameterLayout& local, const std::vector<float>& source,
-           const ParameterLayout& whole, std::vector<float>& destination) {
-  for (const ParameterTensor& tensor : local.tensors()) {
-    if (tensor.tied_copy) continue;
-    const size_t base = whole.find(tensor.name)->offset;
-    for (size_t k = 0; k < tensor.size; ++k)
-      destination[base + tensor.global_index(k)] = source[tensor.offset + k];
+constexpr const char* kModel = "model";
+constexpr const char* kOptimizer = "optimizer";
+
+size_t whole_elements(const ParameterTensor& tensor) {
+  size_t elements = 1;
+  for (int64_t dim : tensor.global_shape) elements *= static_cast<size_t>(dim);
+  return elements;
+}
+
+// The tensors a stage's layout puts in the checkpoint, in layout order, each
+// name once: the last stage's copy of the tied embedding is the first
+// stage's tensor.
+std::vector<const ParameterTensor*> checkpoint_tensors(const ParameterLayout& layout) {
+  std::vector<const ParameterTensor*> tensors;
+  std::set<std::string> names;
+  for (const ParameterTensor& tensor : layout.tensors())
+    if (!tensor.tied_copy && names.insert(tensor.name).second) tensors.push_back(&tensor);
+  return tensors;
+}
+
+// The tensor rank that writes each of a stage's checkpoint tensors: the one
+// with the fewest bytes so far, so the stage's tensor ranks write about
+// equal shares. Every tensor rank of the stage works it out alike (the names
+// and whole shapes do not depend on the rank).
+std::vector<int> assign_writers(const std::vector<const ParameterTensor*>& tensors,
+                                int tensor_size) {
+  std::vector<size_t> bytes(static_cast<size_t>(tensor_size), 0);
+  std::vector<int> writer;
+  for (const ParameterTensor* tensor : tensors) {
+    const int least =
+        static_cast<int>(std::min_element(bytes.begin(), bytes.end()) - bytes.begin());
+    writer.push_back(least);
+    bytes[static_cast<size_t>(least)] += whole_elements(*tensor) * sizeof(float);
+  }
+  return writer;
+}
+
+// The job's files: one per (pipeline rank, tensor rank) that writes a
+// tensor, numbered in rank order; a single file (model.safetensors, no
+// index) when there is one.
+struct ShardFiles {
+  int file_count = 0;
+  std::vector<int> number;  // [pipeline_rank * tensor_size + tensor_rank]: 1-based, 0: none
+  std::map<std::string, std::string> model_map, optimizer_map;
+  uint64_t model_bytes = 0;
+
+  std::string name(const std::string& base, int file_number) const {
+    return file_count == 1 ? single_file_name(base)
+                           : shard_file_name(base, file_number, file_count);
+  }
+};
+
+ShardFiles shard_files(const LoadedPlan& plan, const MeshCoordinates& mesh) {
+  ShardFiles files;
+  files.number.assign(static_cast<size_t>(mesh.pipeline_size * mesh.tensor_size), 0);
+  std::vector<std::pair<int, const ParameterTensor*>> owners;  // (slot, tensor)
+  std::vector<std::unique_ptr<ParameterLayout>> layouts;
+  for (int p = 0; p < mesh.pipeline_size; ++p) {
+    layouts.push_back(rank_layout_from_plan(plan, p, 0, mesh.tensor_size));
+    const std::vector<const ParameterTensor*> tensors = checkpoint_tensors(*layouts.back());
+    const std::vector<int> writer = assign_writers(tensors, mesh.tensor_size);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      owners.emplace_back(p * mesh.tensor_size + writer[i], tensors[i]);
+  }
+  for (const auto& [slot, tensor] : owners) files.number[static_cast<size_t>(slot)] = 1;
+  for (int& number : files.number)
+    if (number != 0) number = ++files.file_count;
+  for (const auto& [slot, tensor] : owners) {
+    const int number = files.number[static_cast<size_t>(slot)];
+    files.model_map[tensor->name] = files.name(kModel, number);
+    files.optimizer_map["exp_avg." + tensor->name] = files.name(kOptimizer, number);
+    files.optimizer_map["exp_avg_sq." + tensor->name] = files.name(kOptimizer, number);
+    files.model_bytes += whole_elements(*tensor) * sizeof(float);
+  }
+  return files;
+}
+
+// Sends rank 0's text (the aside directory's path) to every rank. The
+// communicators carry floats, so the bytes travel packed four to a float:
+// MPI and NCCL copy them bit for bit.
+std::string broadcast_text(Communicator& world, const std::string& text) {
+  float length = static_cast<float>(text.size());  // a path: exact below 2^24
+  world.broadcast(&length, 1, 0);
+  std::vector<float> packed((static_cast<size_t>(length) + 3) / 4, 0.0f);
+  if (world.rank() == 0) std::memcpy(packed.data(), text.data(), text.size());
+  if (!packed.empty()) world.broadcast(packed.data(), packed.size(), 0);
+  return std::string(reinterpret_cast<const char*>(packed.data()), static_cast<size_t>(length));
+}
+
+// A stage's tensor ranks (of data rank 0) as one of them sees them: their
+// layouts and world ranks.
+struct StageWriter {
+  ProcessGroups& groups;
+  std::vector<std::unique_ptr<ParameterLayout>> peer_layouts;  // by tensor rank (own: null)
+
+  int peer_world_rank(int tensor_rank) const {
+    return world_rank_of(groups.mesh, groups.mesh.pipeline_rank, 0, 0, tensor_rank);
+  }
+};
+
+// Makes `whole` the whole tensor: this rank's slice of `local` placed by its
+// global indices, each other tensor rank's received and placed by theirs.
+void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const float* local,
+                   std::vector<float>& whole, std::vector<float>& received) {
+  whole.assign(whole_elements(tensor), 0.0f);
+  const MeshCoordinates& mesh = stage.groups.mesh;
+  for (int rank = 0; rank < mesh.tensor_size; ++rank) {
+    const ParameterTensor* part =
+        rank == mesh.tensor_rank ? &tensor : stage.peer_layouts[rank]->find(tensor.name);
+    const float* values = local + tensor.offset;
+    if (rank != mesh.tensor_rank) {
+      received.resize(part->size);
+      stage.groups.peers->send_receive(nullptr, 0, -1, received.data(), part->size,
+                                       stage.peer_world_rank(rank), kernels::DType::kFloat32);
+      values = received.data();
+    }
+    for (size_t k = 0; k < part->size; ++k) whole[part->global_index(k)] = values[k];
   }
 }
 
-// Takes a rank's local tensors out of the whole-model buffers.
-void slice(const ParameterLayout& whole, const std::vector<float>& source,
-           const ParameterLayout& local, std::vector<float>& destination) {
-  destination.assign(local.num_elements(), 0.0f);
-  for (const ParameterTensor& tensor : local.tensors()) {
-    const size_t base = whole.find(tensor.name)->offset;
-    for (size_t k = 0; k < tensor.size; ++k)
-      destination[tensor.offset + k] = source[base + tensor.global_index(k)];
+// One pass over the stage's checkpoint tensors for one array (parameters or
+// a moment): the writer of each tensor gathers it and appends it to its
+// stream, the stage's other tensor ranks send their slices; a replicated
+// tensor is written from the writer's own copy. Every tensor rank of the
+// stage runs the same passes in the same order, so the transfers pair up.
+void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& tensors,
+                const std::vector<int>& writer, const float* local, const std::string& prefix,
+                SafetensorsStream* stream) {
+  std::vector<float> whole, received, hugging_face;
+  const int own_rank = stage.groups.mesh.tensor_rank;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ParameterTensor& tensor = *tensors[i];
+    const bool sliced = tensor.shard != ShardKind::kReplicated && tensor.tensor_size > 1;
+    if (writer[i] != own_rank) {
+      if (sliced)
+        stage.groups.peers->send_receive(local + tensor.offset, tensor.size,
+                                         stage.peer_world_rank(writer[i]), nullptr, 0, -1,
+                                         kernels::DType::kFloat32);
+      continue;
+    }
+    const float* data = local + tensor.offset;
+    if (sliced) {
+      gather_tensor(stage, tensor, local, whole, received);
+      data = whole.data();
+    }
+    stream->append(prefix + tensor.name, hugging_face_data(tensor, data, hugging_face));
   }
+}
+
+// This rank's files in the aside directory `draft_path`: its share of the
+// stage's tensors (model) and of their moments (optimizer).
+void write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
+                       const ParameterLayout& layout, ProcessGroups& groups,
+                       const ShardFiles& files, const std::vector<float>& params,
+                       const std::vector<float>& first, const std::vector<float>& second) {
+  const MeshCoordinates& mesh = groups.mesh;
+  StageWriter stage{groups, {}};
+  for (int rank = 0; rank < mesh.tensor_size; ++rank)
+    stage.peer_layouts.push_back(
+        rank == mesh.tensor_rank
+            ? nullptr
+            : rank_layout_from_plan(plan, mesh.pipeline_rank, rank, mesh.tensor_size));
+  const std::vector<const ParameterTensor*> tensors = checkpoint_tensors(layout);
+  const std::vector<int> writer = assign_writers(tensors, mesh.tensor_size);
+
+  SafetensorsWriter model, optimizer;
+  model.set_metadata("format", "pt");  // transformers refuses safetensors without it
+  optimizer.set_metadata("format", "pt");
+  optimizer.set_metadata("content", "AdamW moments in model.safetensors layouts");
+  for (const char* prefix : {"", "exp_avg.", "exp_avg_sq."})
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (writer[i] == mesh.tensor_rank)
+        (*prefix ? optimizer : model)
+            .declare(prefix + tensors[i]->name, hugging_face_shape(*tensors[i]));
+
+  const int number =
+      files.number[static_cast<size_t>(mesh.pipeline_rank * mesh.tensor_size + mesh.tensor_rank)];
+  std::unique_ptr<SafetensorsStream> model_stream, optimizer_stream;
+  if (number != 0) {
+    const fs::path dir(draft_path);
+    model_stream = std::make_unique<SafetensorsStream>(
+        model.open_stream((dir / files.name(kModel, number)).string()));
+    optimizer_stream = std::make_unique<SafetensorsStream>(
+        optimizer.open_stream((dir / files.name(kOptimizer, number)).string()));
+  }
+  write_pass(stage, tensors, writer, params.data(), "", model_stream.get());
+  write_pass(stage, tensors, writer, first.data(), "exp_avg.", optimizer_stream.get());
+  write_pass(stage, tensors, writer, second.data(), "exp_avg_sq.", optimizer_stream.get());
+  if (model_stream) {
+    model_stream->commit();
+    optimizer_stream->commit();
+  }
+}
+
+// The largest whole tensor of the layout (of its Conv1D weights only, when
+// transposed_only), in bytes: what a rank holds at once beyond its own
+// arrays when it saves (any) or loads (a transposed one) a tensor.
+double largest_tensor_bytes(const ParameterLayout& layout, bool transposed_only) {
+  size_t largest = 0;
+  for (const ParameterTensor& tensor : layout.tensors())
+    if (tensor.hf_transposed || !transposed_only)
+      largest = std::max(largest, whole_elements(tensor));
+  return static_cast<double>(largest) * sizeof(float);
 }
 
 }  // namespace
@@ -42,42 +232,43 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
                                         ProcessGroups& groups, const TrainState& state,
                                         const std::function<void()>& before_publish) {
   const ParameterLayout& layout = stage.layout();
-  const size_t n = layout.num_elements();
   std::vector<float> params, first, second;
   // fp32 master weights (under bf16 storage, not the rounded stage copy), so
   // a resumed run continues exactly. Both collective over the ZeRO group.
   optimizer.gather_parameters(params);
   optimizer.gather_moments(first, second);
 
-  std::string written;
+  // Rank 0 makes the aside directory; the writers fill it; rank 0 publishes.
+  std::unique_ptr<CheckpointDraft> draft;
+  if (groups.world_rank == 0) draft = std::make_unique<CheckpointDraft>(dir, state);
+  const std::string draft_path = broadcast_text(*groups.world, draft ? draft->path() : "");
   const MeshCoordinates& mesh = groups.mesh;
-  if (groups.world_rank != 0) {
-    if (mesh.gradient_rank() == 0)  // one replica of each pipeline and tensor rank
-      for (const std::vector<float>* buffer : {&params, &first, &second})
-        groups.peers->send_receive(buffer->data(), n, 0, nullptr, 0, -1, kernels::DType::kFloat32);
-  } else {
-    const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
-    const ParameterLayout& whole = *whole_layout;
-    std::vector<float> whole_params(whole.num_elements()), whole_first(whole.num_elements()),
-        whole_second(whole.num_elements());
-    place(layout, params, whole, whole_params);
-    place(layout, first, whole, whole_first);
-    place(layout, second, whole, whole_second);
-    for (int rank = 1; rank < groups.world_size; ++rank) {
-      const MeshCoordinates source = mesh_coordinates(rank, mesh.pipeline_size, mesh.data_size,
-                                                      mesh.tensor_size, mesh.context_size);
-      if (source.gradient_rank() != 0) continue;
-      const std::unique_ptr<ParameterLayout> remote =
-          rank_layout_from_plan(plan, source.pipeline_rank, source.tensor_rank, mesh.tensor_size);
-      std::vector<float> buffer(remote->num_elements());
-      for (std::vector<float>* destination : {&whole_params, &whole_first, &whole_second}) {
-        groups.peers->send_receive(nullptr, 0, -1, buffer.data(), buffer.size(), rank,
-                                   kernels::DType::kFloat32);
-        place(*remote, buffer, whole, *destination);
-      }
+  const ShardFiles files = shard_files(plan, mesh);
+  if (mesh.gradient_rank() == 0) {  // one replica of each pipeline and tensor rank
+    std::error_code error;
+    if (!fs::is_directory(draft_path, error)) {
+      char host[256] = "?";
+      ::gethostname(host, sizeof(host) - 1);
+      throw std::runtime_error(draft_path + ": world rank 0 made this directory, but rank " +
+                               std::to_string(groups.world_rank) + " on " + host +
+                               " cannot see it; --checkpoint-dir must be on a filesystem every "
+                               "node shares");
     }
-    written = save_checkpoint(dir, whole, whole_params.data(), whole_first.data(),
-                              whole_second.data(), state, before_publish);
+    require_host_memory(largest_tensor_bytes(layout, false) * 3,
+                        dir + ": the largest tensor, whole, to write it",
+                        "save on machines with more memory");
+    write_stage_share(draft_path, plan, layout, groups, files, params, first, second);
+  }
+  // Every writer's files are complete before rank 0 indexes and publishes them.
+  groups.world->barrier();
+  std::string written;
+  if (draft) {
+    if (files.file_count > 1) {
+      write_safetensors_index(draft->path(), kModel, files.model_bytes, files.model_map);
+      write_safetensors_index(draft->path(), kOptimizer, 2 * files.model_bytes,
+                              files.optimizer_map);
+    }
+    written = draft->publish(layout.config(), before_publish);
   }
   // Nobody goes on (or exits) before the checkpoint is complete.
   groups.world->barrier();
@@ -86,36 +277,77 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
 
 namespace {
 
+// Reads this rank's slice of a sliced tensor stored in paraplan's
+// orientation straight from the file, mirroring ParameterTensor::global_index:
+// a run of whole rows per row block (kRows), or a segment of every row
+// (kColumns). Only what the rank holds is read, not the whole tensor on each
+// of the tensor ranks.
+void read_own_slice(const TensorFileSet& files, const ParameterTensor& tensor,
+                    const std::string& name, float* out) {
+  const size_t columns = tensor.shape.size() > 1 ? static_cast<size_t>(tensor.shape[1]) : 1;
+  const size_t global_columns =
+      tensor.global_shape.size() > 1 ? static_cast<size_t>(tensor.global_shape[1]) : 1;
+  const size_t rank = static_cast<size_t>(tensor.tensor_rank);
+  switch (tensor.shard) {
+    case ShardKind::kReplicated:
+      files.read(name, out, tensor.global_shape);
+      return;
+    case ShardKind::kRows: {
+      const size_t rows_per_block = static_cast<size_t>(tensor.shape[0]) / tensor.shard_blocks;
+      for (size_t block = 0; block < static_cast<size_t>(tensor.shard_blocks); ++block) {
+        const size_t global_row = (block * tensor.tensor_size + rank) * rows_per_block;
+        files.read_range(name, tensor.global_shape, global_row * global_columns,
+                         rows_per_block * columns, out + block * rows_per_block * columns);
+      }
+      return;
+    }
+    case ShardKind::kColumns:
+      for (size_t row = 0; row < static_cast<size_t>(tensor.shape[0]); ++row)
+        files.read_range(name, tensor.global_shape, row * global_columns + rank * columns, columns,
+                         out + row * columns);
+      return;
+  }
+}
+
+// Reads this rank's slice of every tensor of `layout` (under `prefix`) from
+// `files` into `local` (layout.num_elements() floats). A Conv1D weight, stored
+// transposed, is read whole first and its slice taken.
+void read_slices(const TensorFileSet& files, const ParameterLayout& layout,
+                 const std::string& prefix, std::vector<float>& local) {
+  local.assign(layout.num_elements(), 0.0f);
+  std::vector<float> whole, scratch;
+  for (const ParameterTensor& tensor : layout.tensors()) {
+    float* out = local.data() + tensor.offset;
+    if (!tensor.hf_transposed) {
+      read_own_slice(files, tensor, stored_tensor_name(files, tensor, prefix), out);
+      continue;
+    }
+    whole.resize(whole_elements(tensor));
+    read_whole_tensor(files, tensor, prefix, whole.data(), scratch);
+    for (size_t k = 0; k < tensor.size; ++k) out[k] = whole[tensor.global_index(k)];
+  }
+}
+
 // Loads the checkpoint's parameters, and its moments when with_moments, and
 // gives this rank's slices to the optimizer.
 TrainState load_slices(const std::string& path, ModelStage& stage, DistributedOptimizer& optimizer,
                        bool with_moments) {
   const ParameterLayout& layout = stage.layout();
-  const std::unique_ptr<ParameterLayout> whole_layout = make_whole_model_layout(layout.config());
-  const ParameterLayout& whole = *whole_layout;
-  // Every rank reads the whole model (and both moments when resuming), then
-  // keeps its slice.
-  const int64_t whole_arrays = with_moments ? 3 : 1;
-  require_host_memory(static_cast<double>(whole.num_elements()) * whole_arrays * sizeof(float),
-                      path + ": the whole model's weights" +
-                          std::string(with_moments ? " and AdamW moments" : "") + " (" +
-                          std::to_string(whole.num_elements()) + " parameters)",
+  const std::string step_dir = resolve_checkpoint(path);
+  check_checkpoint_config(step_dir, layout.config());
+  const TrainState state = read_step_train_state(step_dir, with_moments);
+  // Beside this rank's own arrays, at most one whole Conv1D weight and its
+  // transposing copy.
+  require_host_memory(largest_tensor_bytes(layout, true) * 2,
+                      path + ": the largest tensor, whole, to take this rank's slice of it",
                       "resume on machines with more memory");
-  std::vector<float> whole_params(whole.num_elements()), whole_first, whole_second;
-  if (with_moments) {
-    whole_first.resize(whole.num_elements());
-    whole_second.resize(whole.num_elements());
-  }
-  const TrainState state =
-      load_checkpoint(path, whole, whole_params.data(), with_moments ? whole_first.data() : nullptr,
-                      with_moments ? whole_second.data() : nullptr);
-  std::vector<float> local;
-  slice(whole, whole_params, layout, local);
+  std::vector<float> local, local_second;
+  read_slices(open_model_tensors(step_dir), layout, "", local);
   optimizer.load_parameters(local.data());
   if (with_moments) {
-    std::vector<float> local_second;
-    slice(whole, whole_first, layout, local);
-    slice(whole, whole_second, layout, local_second);
+    const TensorFileSet moments = open_optimizer_tensors(step_dir);
+    read_slices(moments, layout, "exp_avg.", local);
+    read_slices(moments, layout, "exp_avg_sq.", local_second);
     optimizer.load_moments(local.data(), local_second.data());
   }
   return state;

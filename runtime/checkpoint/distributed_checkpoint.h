@@ -2,12 +2,18 @@
 //
 // Checkpoints hold whole tensors by name (checkpoint.h), never per-rank
 // shards, so a run saved under one plan resumes under another. Saving: the
-// ZeRO-1 moment shards are gathered within each ZeRO group, then every rank of
-// data-parallel rank 0 sends its parameters and moments to world rank 0, which
-// places each element by its global index and writes the checkpoint. Loading:
-// every rank reads the whole checkpoint and keeps its own slice (each rank
-// holds the whole model in host memory for a moment: fine for the models the
-// CPU backend trains; a sharded reader is the remedy for large ones).
+// ZeRO shards are gathered within each ZeRO group; then the ranks of
+// data-parallel (and context) rank 0, one per pipeline stage and tensor rank,
+// write in parallel. Each writes its share of its stage's tensors, whole (the
+// tensor peers send it their slices, one tensor at a time), to a file of its
+// own: model-0000k-of-0000n.safetensors and optimizer-0000k-of-0000n, with
+// model.safetensors.index.json naming each tensor's file, as transformers'
+// sharded checkpoints do (a single writer writes model.safetensors). No rank
+// holds more than its stage's arrays and one whole tensor, so a 70B model's
+// checkpoint never passes through one host. Loading: every rank reads the
+// tensors its layout holds, one whole tensor at a time, and keeps its slice.
+// Every writer must see the directory: --checkpoint-dir on a filesystem the
+// nodes share (a writer that cannot see it stops naming it).
 #pragma once
 
 #include <string>
@@ -21,9 +27,11 @@
 
 namespace paraplan {
 
-// Collective over the world. Returns the step directory written. Parameters
-// are the optimizer's fp32 master weights (the stage's own under fp32).
-// World rank 0 writes, and runs before_publish as save_checkpoint says.
+// Collective over the world. Returns the step directory written (on world
+// rank 0; empty elsewhere). Parameters are the optimizer's fp32 master
+// weights (the stage's own under fp32). World rank 0 makes the directory
+// aside, indexes the files once every writer is done, and runs
+// before_publish as save_checkpoint says.
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
                                         ModelStage& stage, DistributedOptimizer& optimizer,
                                         ProcessGroups& groups, const TrainState& state,
@@ -34,7 +42,8 @@ TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stag
                                        DistributedOptimizer& optimizer);
 
 // The weights alone, from a checkpoint or a Hugging Face model directory
-// (model.safetensors + config.json), every rank its own slice; the optimizer's
+// (model.safetensors or its index and shards, + config.json), every rank its
+// own slice; the optimizer's
 // moments stay as they are (zero in a fresh run). Not collective.
 void load_distributed_weights(const std::string& path, ModelStage& stage,
                               DistributedOptimizer& optimizer);

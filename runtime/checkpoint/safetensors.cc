@@ -303,6 +303,10 @@ void SafetensorsWriter::add_view(const std::string& name, const std::vector<int6
   new_entry(name, shape, Dtype::kF32).view = data;
 }
 
+void SafetensorsWriter::declare(const std::string& name, const std::vector<int64_t>& shape) {
+  new_entry(name, shape, Dtype::kF32).streamed = true;
+}
+
 void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
   metadata_[key] = value;
 }
@@ -324,6 +328,10 @@ std::string SafetensorsWriter::header() const {
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
+  for (const Entry& entry : entries_)
+    if (entry.streamed)
+      throw std::logic_error(path + ": tensor '" + entry.name +
+                             "' was declared for a stream; write it with open_stream()");
   const std::string text = header();
   const uint64_t length = text.size();
   AtomicFileWriter writer(path);
@@ -332,6 +340,44 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (const Entry& entry : entries_)
     writer.write(entry.view ? entry.view : entry.owned.data(), entry.bytes);
   writer.commit();
+}
+
+SafetensorsStream SafetensorsWriter::open_stream(const std::string& path) const {
+  SafetensorsStream stream;
+  stream.path_ = path;
+  for (const Entry& entry : entries_) {
+    if (!entry.streamed)
+      throw std::logic_error(path + ": tensor '" + entry.name +
+                             "' was added with its data; a stream takes declared tensors only");
+    stream.pending_.emplace_back(entry.name, entry.bytes);
+  }
+  const std::string text = header();
+  const uint64_t length = text.size();
+  stream.file_ = std::make_unique<AtomicFileWriter>(path);
+  stream.file_->write(&length, sizeof(length));
+  stream.file_->write(text);
+  return stream;
+}
+
+SafetensorsStream::SafetensorsStream(SafetensorsStream&&) noexcept = default;
+SafetensorsStream& SafetensorsStream::operator=(SafetensorsStream&&) noexcept = default;
+SafetensorsStream::~SafetensorsStream() = default;
+
+void SafetensorsStream::append(const std::string& name, const float* data) {
+  if (next_ >= pending_.size() || pending_[next_].first != name)
+    throw std::logic_error(path_ + ": tensor '" + name + "' appended out of order; expected " +
+                           (next_ < pending_.size() ? "'" + pending_[next_].first + "'"
+                                                    : std::string("no more tensors")));
+  file_->write(data, pending_[next_].second);
+  ++next_;
+}
+
+void SafetensorsStream::commit() {
+  if (next_ != pending_.size())
+    throw std::logic_error(path_ + ": committed with " + std::to_string(pending_.size() - next_) +
+                           " declared tensors not appended, the first '" + pending_[next_].first +
+                           "'");
+  file_->commit();
 }
 
 // ---- reader ----
@@ -400,21 +446,33 @@ const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name) const 
 
 void SafetensorsFile::read(const std::string& name, float* out,
                            const std::vector<int64_t>& expected_shape) const {
+  read_range(name, expected_shape, 0, static_cast<size_t>(tensor(name).num_elements()), out);
+}
+
+void SafetensorsFile::read_range(const std::string& name,
+                                 const std::vector<int64_t>& expected_shape, size_t first,
+                                 size_t count, float* out) const {
   const SafetensorsTensor& info = tensor(name);
   if (info.shape != expected_shape)
     throw std::runtime_error(path_ + ": tensor '" + name + "' has shape " +
                              shape_string(info.shape) + " but " + shape_string(expected_shape) +
                              " was expected");
+  if (first > static_cast<size_t>(info.num_elements()) ||
+      count > static_cast<size_t>(info.num_elements()) - first)
+    throw std::logic_error(path_ + ": tensor '" + name + "': elements " + std::to_string(first) +
+                           " + " + std::to_string(count) + " run past its " +
+                           std::to_string(info.num_elements()));
   const std::string what = path_ + ": reading tensor '" + name + "'";
-  const size_t elements = static_cast<size_t>(info.num_elements());
+  const size_t elements = count;
+  const uint64_t start = data_start_ + info.begin + first * dtype_bytes(info.dtype);
   switch (info.dtype) {
     case Dtype::kF32:
-      pread_all(fd_, out, elements * 4, data_start_ + info.begin, what);
+      pread_all(fd_, out, elements * 4, start, what);
       return;
     case Dtype::kBF16:
     case Dtype::kF16: {
       std::vector<uint16_t> half(elements);
-      pread_all(fd_, half.data(), elements * 2, data_start_ + info.begin, what);
+      pread_all(fd_, half.data(), elements * 2, start, what);
       for (size_t i = 0; i < elements; ++i)
         out[i] = info.dtype == Dtype::kBF16 ? bf16_to_float(half[i]) : f16_to_float(half[i]);
       return;

@@ -181,6 +181,59 @@ TEST(SafetensorsTest, WriterRefusesDuplicateAndReservedNames) {
   EXPECT_TRUE(contains(error_of([&] { writer.add("y", {-1}, &value); }), "invalid shape [-1]"));
 }
 
+// A streamed file is byte for byte the file written at once, and holds one
+// tensor at a time: distributed checkpoints write whole tensors of large
+// models this way.
+TEST(SafetensorsTest, StreamedFileIsTheFileWrittenAtOnce) {
+  TempDir dir;
+  const std::vector<float> a = {1.5f, -2.0f, 3.25f}, b = {4.0f, 5.0f, 6.0f, 7.0f};
+  SafetensorsWriter whole, declared;
+  for (SafetensorsWriter* writer : {&whole, &declared}) writer->set_metadata("format", "pt");
+  whole.add("a", {3}, a.data());
+  whole.add("b", {2, 2}, b.data());
+  declared.declare("a", {3});
+  declared.declare("b", {2, 2});
+  whole.write(dir / "whole.safetensors");
+  SafetensorsStream stream = declared.open_stream(dir / "streamed.safetensors");
+  stream.append("a", a.data());
+  EXPECT_FALSE(std::filesystem::exists(dir / "streamed.safetensors"));  // not before commit
+  stream.append("b", b.data());
+  stream.commit();
+  EXPECT_EQ(read_bytes(dir / "streamed.safetensors"), read_bytes(dir / "whole.safetensors"));
+}
+
+TEST(SafetensorsTest, StreamRefusesTensorsOutOfOrderAndAnIncompleteCommit) {
+  TempDir dir;
+  const float value = 1.0f;
+  SafetensorsWriter declared;
+  declared.declare("a", {1});
+  declared.declare("b", {1});
+  const auto logic_error_of = [](auto&& statement) -> std::string {
+    try {
+      statement();
+    } catch (const std::logic_error& error) {
+      return error.what();
+    }
+    return "<no exception>";
+  };
+  EXPECT_TRUE(contains(logic_error_of([&] { declared.write(dir / "x.safetensors"); }),
+                       "declared for a stream"));
+  {
+    SafetensorsStream stream = declared.open_stream(dir / "x.safetensors");
+    EXPECT_TRUE(contains(logic_error_of([&] { stream.append("b", &value); }),
+                         "tensor 'b' appended out of order; expected 'a'"));
+    stream.append("a", &value);
+    EXPECT_TRUE(contains(logic_error_of([&] { stream.commit(); }),
+                         "1 declared tensors not appended, the first 'b'"));
+  }
+  // Dropped uncommitted: nothing is left, not even the temporary file.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  SafetensorsWriter with_data;
+  with_data.add("a", {1}, &value);
+  EXPECT_TRUE(contains(logic_error_of([&] { with_data.open_stream(dir / "y.safetensors"); }),
+                       "declared tensors only"));
+}
+
 // ---- validation errors, each naming the file and the tensor ----
 
 class SafetensorsErrorTest : public ::testing::Test {
