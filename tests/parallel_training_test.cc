@@ -440,7 +440,9 @@ TEST_F(ParallelTraining, EachStageAndTensorRankWritesItsShareOfWholeTensors) {
         total_bytes += shard.tensor(name).num_elements() * 4;
       }
     }
-    if (base == "model") EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total_bytes);
+    if (base == "model") {
+      EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total_bytes);
+    }
   }
 }
 

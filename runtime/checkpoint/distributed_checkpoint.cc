@@ -120,16 +120,16 @@ struct StageWriter {
   }
 };
 
-// Makes `whole` the whole tensor: this rank's slice of `local` placed by its
+// Makes `whole` the whole tensor: this rank's slice (`own`) placed by its
 // global indices, each other tensor rank's received and placed by theirs.
-void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const float* local,
+void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const float* own,
                    std::vector<float>& whole, std::vector<float>& received) {
   whole.assign(whole_elements(tensor), 0.0f);
   const MeshCoordinates& mesh = stage.groups.mesh;
   for (int rank = 0; rank < mesh.tensor_size; ++rank) {
     const ParameterTensor* part =
         rank == mesh.tensor_rank ? &tensor : stage.peer_layouts[rank]->find(tensor.name);
-    const float* values = local + tensor.offset;
+    const float* values = own;
     if (rank != mesh.tensor_rank) {
       received.resize(part->size);
       stage.groups.peers->send_receive(nullptr, 0, -1, received.data(), part->size,
@@ -141,28 +141,34 @@ void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const floa
 }
 
 // One pass over the stage's checkpoint tensors for one array (parameters or
-// a moment): the writer of each tensor gathers it and appends it to its
-// stream, the stage's other tensor ranks send their slices; a replicated
-// tensor is written from the writer's own copy. Every tensor rank of the
-// stage runs the same passes in the same order, so the transfers pair up.
+// a moment), a tensor at a time. The ZeRO group of each tensor rank that
+// needs the tensor (every one for a sliced tensor, the writer's for a
+// replicated one) brings this rank's slice whole to its first rank
+// (DistributedOptimizer::read_range); there the writer gathers the slices
+// of its tensor peers and appends it to its stream, the others send theirs.
+// Every rank that reads_state() runs the same passes in the same order, so
+// the transfers pair up.
 void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& tensors,
-                const std::vector<int>& writer, const float* local, const std::string& prefix,
+                const std::vector<int>& writer, DistributedOptimizer& optimizer,
+                DistributedOptimizer::StateArray array, const std::string& prefix,
                 SafetensorsStream* stream) {
-  std::vector<float> whole, received, hugging_face;
-  const int own_rank = stage.groups.mesh.tensor_rank;
+  std::vector<float> own, whole, received, hugging_face;
+  const MeshCoordinates& mesh = stage.groups.mesh;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const ParameterTensor& tensor = *tensors[i];
     const bool sliced = tensor.shard != ShardKind::kReplicated && tensor.tensor_size > 1;
-    if (writer[i] != own_rank) {
-      if (sliced)
-        stage.groups.peers->send_receive(local + tensor.offset, tensor.size,
-                                         stage.peer_world_rank(writer[i]), nullptr, 0, -1,
-                                         kernels::DType::kFloat32);
+    if (!sliced && writer[i] != mesh.tensor_rank) continue;
+    own.resize(tensor.size);
+    optimizer.read_range(array, tensor.offset, tensor.offset + tensor.size, own.data());
+    if (mesh.gradient_rank() != 0) continue;  // its part went to the group's first rank
+    if (writer[i] != mesh.tensor_rank) {
+      stage.groups.peers->send_receive(own.data(), tensor.size, stage.peer_world_rank(writer[i]),
+                                       nullptr, 0, -1, kernels::DType::kFloat32);
       continue;
     }
-    const float* data = local + tensor.offset;
+    const float* data = own.data();
     if (sliced) {
-      gather_tensor(stage, tensor, local, whole, received);
+      gather_tensor(stage, tensor, own.data(), whole, received);
       data = whole.data();
     }
     stream->append(prefix + tensor.name, hugging_face_data(tensor, data, hugging_face));
@@ -173,8 +179,7 @@ void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& t
 // stage's tensors (model) and of their moments (optimizer).
 void write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
                        const ParameterLayout& layout, ProcessGroups& groups,
-                       const ShardFiles& files, const std::vector<float>& params,
-                       const std::vector<float>& first, const std::vector<float>& second) {
+                       const ShardFiles& files, DistributedOptimizer& optimizer) {
   const MeshCoordinates& mesh = groups.mesh;
   StageWriter stage{groups, {}};
   for (int rank = 0; rank < mesh.tensor_size; ++rank)
@@ -185,29 +190,32 @@ void write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
   const std::vector<const ParameterTensor*> tensors = checkpoint_tensors(layout);
   const std::vector<int> writer = assign_writers(tensors, mesh.tensor_size);
 
-  SafetensorsWriter model, optimizer;
+  SafetensorsWriter model, moments;
   model.set_metadata("format", "pt");  // transformers refuses safetensors without it
-  optimizer.set_metadata("format", "pt");
-  optimizer.set_metadata("content", "AdamW moments in model.safetensors layouts");
+  moments.set_metadata("format", "pt");
+  moments.set_metadata("content", "AdamW moments in model.safetensors layouts");
   for (const char* prefix : {"", "exp_avg.", "exp_avg_sq."})
     for (size_t i = 0; i < tensors.size(); ++i)
       if (writer[i] == mesh.tensor_rank)
-        (*prefix ? optimizer : model)
+        (*prefix ? moments : model)
             .declare(prefix + tensors[i]->name, hugging_face_shape(*tensors[i]));
 
   const int number =
       files.number[static_cast<size_t>(mesh.pipeline_rank * mesh.tensor_size + mesh.tensor_rank)];
   std::unique_ptr<SafetensorsStream> model_stream, optimizer_stream;
-  if (number != 0) {
+  if (number != 0 && mesh.gradient_rank() == 0) {
     const fs::path dir(draft_path);
     model_stream = std::make_unique<SafetensorsStream>(
         model.open_stream((dir / files.name(kModel, number)).string()));
     optimizer_stream = std::make_unique<SafetensorsStream>(
-        optimizer.open_stream((dir / files.name(kOptimizer, number)).string()));
+        moments.open_stream((dir / files.name(kOptimizer, number)).string()));
   }
-  write_pass(stage, tensors, writer, params.data(), "", model_stream.get());
-  write_pass(stage, tensors, writer, first.data(), "exp_avg.", optimizer_stream.get());
-  write_pass(stage, tensors, writer, second.data(), "exp_avg_sq.", optimizer_stream.get());
+  using Array = DistributedOptimizer::StateArray;
+  write_pass(stage, tensors, writer, optimizer, Array::kParameters, "", model_stream.get());
+  write_pass(stage, tensors, writer, optimizer, Array::kFirstMoment, "exp_avg.",
+             optimizer_stream.get());
+  write_pass(stage, tensors, writer, optimizer, Array::kSecondMoment, "exp_avg_sq.",
+             optimizer_stream.get());
   if (model_stream) {
     model_stream->commit();
     optimizer_stream->commit();
@@ -232,19 +240,13 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
                                         ProcessGroups& groups, const TrainState& state,
                                         const std::function<void()>& before_publish) {
   const ParameterLayout& layout = stage.layout();
-  std::vector<float> params, first, second;
-  // fp32 master weights (under bf16 storage, not the rounded stage copy), so
-  // a resumed run continues exactly. Both collective over the ZeRO group.
-  optimizer.gather_parameters(params);
-  optimizer.gather_moments(first, second);
-
   // Rank 0 makes the aside directory; the writers fill it; rank 0 publishes.
   std::unique_ptr<CheckpointDraft> draft;
   if (groups.world_rank == 0) draft = std::make_unique<CheckpointDraft>(dir, state);
   const std::string draft_path = broadcast_text(*groups.world, draft ? draft->path() : "");
   const MeshCoordinates& mesh = groups.mesh;
   const ShardFiles files = shard_files(plan, mesh);
-  if (mesh.gradient_rank() == 0) {  // one replica of each pipeline and tensor rank
+  if (mesh.gradient_rank() == 0) {  // one replica of each pipeline and tensor rank writes
     std::error_code error;
     if (!fs::is_directory(draft_path, error)) {
       char host[256] = "?";
@@ -257,8 +259,12 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
     require_host_memory(largest_tensor_bytes(layout, false) * 3,
                         dir + ": the largest tensor, whole, to write it",
                         "save on machines with more memory");
-    write_stage_share(draft_path, plan, layout, groups, files, params, first, second);
   }
+  // The first ZeRO group of each stage and tensor rank brings each tensor to
+  // its first rank (fp32 master weights under bf16 storage, so a resumed run
+  // continues exactly); the replicas in other groups have nothing to add.
+  if (optimizer.reads_state())
+    write_stage_share(draft_path, plan, layout, groups, files, optimizer);
   // Every writer's files are complete before rank 0 indexes and publishes them.
   groups.world->barrier();
   std::string written;
@@ -309,46 +315,45 @@ void read_own_slice(const TensorFileSet& files, const ParameterTensor& tensor,
   }
 }
 
-// Reads this rank's slice of every tensor of `layout` (under `prefix`) from
-// `files` into `local` (layout.num_elements() floats). A Conv1D weight, stored
-// transposed, is read whole first and its slice taken.
-void read_slices(const TensorFileSet& files, const ParameterLayout& layout,
-                 const std::string& prefix, std::vector<float>& local) {
-  local.assign(layout.num_elements(), 0.0f);
-  std::vector<float> whole, scratch;
+// Gives the optimizer this rank's slice of every tensor of `layout` (under
+// `prefix`) from `files`, a tensor at a time, as `array`. A Conv1D weight,
+// stored transposed, is read whole first and its slice taken.
+void load_slices(const TensorFileSet& files, const ParameterLayout& layout,
+                 const std::string& prefix, DistributedOptimizer& optimizer,
+                 DistributedOptimizer::StateArray array) {
+  std::vector<float> own, whole, scratch;
   for (const ParameterTensor& tensor : layout.tensors()) {
-    float* out = local.data() + tensor.offset;
+    own.resize(tensor.size);
     if (!tensor.hf_transposed) {
-      read_own_slice(files, tensor, stored_tensor_name(files, tensor, prefix), out);
-      continue;
+      read_own_slice(files, tensor, stored_tensor_name(files, tensor, prefix), own.data());
+    } else {
+      whole.resize(whole_elements(tensor));
+      read_whole_tensor(files, tensor, prefix, whole.data(), scratch);
+      for (size_t k = 0; k < tensor.size; ++k) own[k] = whole[tensor.global_index(k)];
     }
-    whole.resize(whole_elements(tensor));
-    read_whole_tensor(files, tensor, prefix, whole.data(), scratch);
-    for (size_t k = 0; k < tensor.size; ++k) out[k] = whole[tensor.global_index(k)];
+    optimizer.load_range(array, tensor.offset, tensor.offset + tensor.size, own.data());
   }
 }
 
 // Loads the checkpoint's parameters, and its moments when with_moments, and
 // gives this rank's slices to the optimizer.
-TrainState load_slices(const std::string& path, ModelStage& stage, DistributedOptimizer& optimizer,
-                       bool with_moments) {
+TrainState load_checkpoint_slices(const std::string& path, ModelStage& stage,
+                                  DistributedOptimizer& optimizer, bool with_moments) {
   const ParameterLayout& layout = stage.layout();
   const std::string step_dir = resolve_checkpoint(path);
   check_checkpoint_config(step_dir, layout.config());
   const TrainState state = read_step_train_state(step_dir, with_moments);
-  // Beside this rank's own arrays, at most one whole Conv1D weight and its
+  // Beside one tensor's slice, at most one whole Conv1D weight and its
   // transposing copy.
   require_host_memory(largest_tensor_bytes(layout, true) * 2,
                       path + ": the largest tensor, whole, to take this rank's slice of it",
                       "resume on machines with more memory");
-  std::vector<float> local, local_second;
-  read_slices(open_model_tensors(step_dir), layout, "", local);
-  optimizer.load_parameters(local.data());
+  using Array = DistributedOptimizer::StateArray;
+  load_slices(open_model_tensors(step_dir), layout, "", optimizer, Array::kParameters);
   if (with_moments) {
     const TensorFileSet moments = open_optimizer_tensors(step_dir);
-    read_slices(moments, layout, "exp_avg.", local);
-    read_slices(moments, layout, "exp_avg_sq.", local_second);
-    optimizer.load_moments(local.data(), local_second.data());
+    load_slices(moments, layout, "exp_avg.", optimizer, Array::kFirstMoment);
+    load_slices(moments, layout, "exp_avg_sq.", optimizer, Array::kSecondMoment);
   }
   return state;
 }
@@ -357,12 +362,12 @@ TrainState load_slices(const std::string& path, ModelStage& stage, DistributedOp
 
 TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,
                                        DistributedOptimizer& optimizer) {
-  return load_slices(path, stage, optimizer, true);
+  return load_checkpoint_slices(path, stage, optimizer, true);
 }
 
 void load_distributed_weights(const std::string& path, ModelStage& stage,
                               DistributedOptimizer& optimizer) {
-  load_slices(path, stage, optimizer, false);
+  load_checkpoint_slices(path, stage, optimizer, false);
 }
 
 }  // namespace paraplan

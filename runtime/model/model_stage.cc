@@ -122,14 +122,15 @@ float* ModelStage::allocate_floats(size_t count, MemoryCategory category) {
   return static_cast<float*>(pointer);
 }
 
-void ModelStage::load_parameters(const float* host, size_t count) {
+void ModelStage::load_parameters(const float* host, size_t count, size_t first) {
   if (parameters_ == nullptr)
     throw std::logic_error("model stage: load_parameters: the parameters live elsewhere (ZeRO-3)");
-  if (count > buffer_elements_)
+  if (first > buffer_elements_ || count > buffer_elements_ - first)
     throw std::invalid_argument("model stage: load_parameters: more values than parameters");
   std::vector<char> converted(ops_.storage_bytes(count));
   kernels::host_from_float(converted.data(), host, dtype_, count);
-  ops_.copy_from_host(parameters_, converted.data(), converted.size());
+  ops_.copy_from_host(kernels::element_at(parameters_, first, dtype_), converted.data(),
+                      converted.size());
 }
 
 namespace {

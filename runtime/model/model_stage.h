@@ -110,10 +110,10 @@ class ModelStage {
   // unless the architecture says better.
   virtual std::vector<GradientUnit> gradient_units() const { return {GradientUnit{}}; }
   size_t buffer_elements() const { return buffer_elements_; }
-  // Sets the first `count` parameters from fp32 host values (rounded to
-  // dtype()), and reads them back widened: for initialization, checkpoints
-  // and tests.
-  void load_parameters(const float* host, size_t count);
+  // Sets `count` parameters from buffer element `first` on from fp32 host
+  // values (rounded to dtype()), and reads the first `count` back widened:
+  // for initialization, checkpoints and tests.
+  void load_parameters(const float* host, size_t count, size_t first = 0);
   void read_parameters(float* host, size_t count);
   void read_gradients(float* host, size_t count);
 

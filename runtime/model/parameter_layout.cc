@@ -108,12 +108,13 @@ namespace {
 // Elements [begin, end) of one tensor.
 struct InitPiece {
   const ParameterTensor* tensor;
+  float* values;  // the tensor's elements
   size_t begin, end;
 };
 
-void initialize_piece(const InitPiece& piece, float* params, uint64_t seed) {
+void initialize_piece(const InitPiece& piece, uint64_t seed) {
   const ParameterTensor& tensor = *piece.tensor;
-  float* out = params + tensor.offset;
+  float* out = piece.values;
   switch (tensor.init) {
     case InitKind::kZeros:
       for (size_t i = piece.begin; i < piece.end; ++i) out[i] = 0.0f;
@@ -130,29 +131,42 @@ void initialize_piece(const InitPiece& piece, float* params, uint64_t seed) {
   }
 }
 
-}  // namespace
-
-void ParameterLayout::initialize(float* params, uint64_t seed) const {
-  // Every element is a function of (seed, tensor name, global index) alone,
-  // so the work is cut into fixed pieces spread over the host's cores: the
-  // same bits whoever computes them. (On one thread a Llama 3.2 1B's 1.24B
-  // weights took ~30 s before the first step.)
-  constexpr size_t kPiece = size_t{1} << 20;
-  std::vector<InitPiece> pieces;
-  for (const ParameterTensor& tensor : tensors_)
-    for (size_t begin = 0; begin < tensor.size; begin += kPiece)
-      pieces.push_back({&tensor, begin, std::min(begin + kPiece, tensor.size)});
+// Every element is a function of (seed, tensor name, global index) alone,
+// so the work is cut into fixed pieces spread over the host's cores: the
+// same bits whoever computes them. (On one thread a Llama 3.2 1B's 1.24B
+// weights took ~30 s before the first step.)
+void initialize_pieces(const std::vector<InitPiece>& pieces, uint64_t seed) {
   const size_t threads =
       std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pieces.size());
   std::atomic<size_t> next{0};
   const auto work = [&] {
-    for (size_t p = next++; p < pieces.size(); p = next++)
-      initialize_piece(pieces[p], params, seed);
+    for (size_t p = next++; p < pieces.size(); p = next++) initialize_piece(pieces[p], seed);
   };
   std::vector<std::thread> helpers;
   for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
   work();
   for (std::thread& helper : helpers) helper.join();
+}
+
+constexpr size_t kInitPiece = size_t{1} << 20;
+
+}  // namespace
+
+void ParameterLayout::initialize(float* params, uint64_t seed) const {
+  std::vector<InitPiece> pieces;
+  for (const ParameterTensor& tensor : tensors_)
+    for (size_t begin = 0; begin < tensor.size; begin += kInitPiece)
+      pieces.push_back(
+          {&tensor, params + tensor.offset, begin, std::min(begin + kInitPiece, tensor.size)});
+  initialize_pieces(pieces, seed);
+}
+
+void ParameterLayout::initialize_tensor(const ParameterTensor& tensor, float* values,
+                                        uint64_t seed) const {
+  std::vector<InitPiece> pieces;
+  for (size_t begin = 0; begin < tensor.size; begin += kInitPiece)
+    pieces.push_back({&tensor, values, begin, std::min(begin + kInitPiece, tensor.size)});
+  initialize_pieces(pieces, seed);
 }
 
 size_t ParameterLayout::append(const ParameterLayout& other) {

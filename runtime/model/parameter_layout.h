@@ -69,6 +69,9 @@ class ParameterLayout {
   // of tensor "name" gets a value that depends only on (seed, name, k), so any
   // stage or shard generates exactly its slice of the single-rank model.
   void initialize(float* params, uint64_t seed) const;
+  // The same for one tensor of the layout, into its own `values`
+  // (tensor.size floats): a rank that sets its state a tensor at a time.
+  void initialize_tensor(const ParameterTensor& tensor, float* values, uint64_t seed) const;
 
  protected:
   ParameterLayout(const TransformerConfig& config, const StageSpec& stage, int tensor_rank,

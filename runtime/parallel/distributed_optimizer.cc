@@ -249,9 +249,14 @@ void DistributedOptimizer::initialize_master() {
 }
 
 DistributedOptimizer::OwnedRange DistributedOptimizer::owned(const GradientBucket& bucket) const {
+  return owned_by(bucket, groups_.zero->rank());
+}
+
+DistributedOptimizer::OwnedRange DistributedOptimizer::owned_by(const GradientBucket& bucket,
+                                                                int zero_rank) const {
   const size_t n = layout_.num_elements();
   OwnedRange range;
-  const size_t first = bucket.begin + bucket.chunk * groups_.zero->rank();
+  const size_t first = bucket.begin + bucket.chunk * static_cast<size_t>(zero_rank);
   // ZeRO-2's units are padded one by one: the last owner's chunk may reach
   // past its unit.
   range.end = std::min({n, bucket.end, first + bucket.chunk});
@@ -470,79 +475,6 @@ void DistributedOptimizer::wait_for_parameters() {
   else
     groups_.zero->wait_pending();
   parameters_pending_ = false;
-}
-
-void DistributedOptimizer::gather_moments(std::vector<float>& first, std::vector<float>& second) {
-  gather_owned(first_moment_, first);
-  gather_owned(second_moment_, second);
-}
-
-void DistributedOptimizer::gather_owned(const float* owned_values, std::vector<float>& whole) {
-  wait_for_parameters();  // nothing of this step's may still be in flight
-  const size_t n = layout_.num_elements();
-  whole.resize(n);
-  if (!sharded_) {
-    ops_.copy_to_host(whole.data(), owned_values, n * sizeof(float));
-    return;
-  }
-  // Block by block (a block: the same elements of each rank's chunk of a
-  // bucket) through one block's buffer: a whole stage in fp32 on the device
-  // (32 GB for an 8B stage) would be a checkpoint's peak, beyond the plan's.
-  const size_t z = groups_.zero->size();
-  size_t block = 1;  // elements of each rank's chunk per all-gather
-  for (const GradientBucket& bucket : buckets_)
-    block =
-        std::max(block, std::min(bucket.chunk, std::max<size_t>(gather_block_elements_ / z, 1)));
-  float* gathered =
-      static_cast<float*>(memory_.allocate(block * z * sizeof(float), MemoryCategory::kWorkspace));
-  for (const GradientBucket& bucket : buckets_) {
-    for (size_t first = 0; first < bucket.chunk; first += block) {
-      const size_t count = std::min(block, bucket.chunk - first);
-      groups_.zero->all_gather(owned_values + bucket.shard_offset + first, gathered, count);
-      for (size_t r = 0; r < z; ++r) {  // rank r's piece, where the whole buffer has it
-        const size_t at = bucket.begin + r * bucket.chunk + first;
-        if (at >= n) break;  // padding from here on
-        ops_.copy_to_host(whole.data() + at, gathered + r * count,
-                          std::min(count, n - at) * sizeof(float));
-      }
-    }
-  }
-  memory_.release(gathered);
-}
-
-void DistributedOptimizer::load_moments(const float* first, const float* second) {
-  load_owned(first, first_moment_);
-  load_owned(second, second_moment_);
-}
-
-void DistributedOptimizer::load_owned(const float* whole, float* owned_values) {
-  for (const OwnedRange& range : owned_)
-    ops_.copy_from_host(owned_values + range.shard_offset, whole + range.begin,
-                        (range.end - range.begin) * sizeof(float));
-}
-
-void DistributedOptimizer::gather_parameters(std::vector<float>& whole) {
-  if (master_) {
-    initialize_master();
-    gather_owned(master_, whole);
-  } else {
-    wait_for_parameters();
-    whole.resize(layout_.num_elements());
-    if (sharded_parameters_)
-      sharded_parameters_->read_whole(whole);
-    else
-      stage_.read_parameters(whole.data(), whole.size());
-  }
-}
-
-void DistributedOptimizer::load_parameters(const float* whole) {
-  wait_for_parameters();
-  if (sharded_parameters_)
-    sharded_parameters_->load_whole(whole);
-  else
-    stage_.load_parameters(whole, layout_.num_elements());
-  if (master_) load_owned(whole, master_);
-  master_valid_ = true;
 }
 
 }  // namespace paraplan

@@ -146,26 +146,33 @@ class DistributedOptimizer {
   // ZeRO-2 and 3's gradient storage (null below): where backward's units go.
   ShardedGradients* sharded_gradients() { return sharded_gradients_.get(); }
 
-  // The moments of all this rank's parameters, whole (ZeRO shards gathered),
-  // in host memory: for checkpoints. Collective over the ZeRO group. The
-  // shards are gathered through a device buffer of at most
-  // gather_block_elements() floats (or a smaller bucket's), not the whole
-  // stage: 4 bytes a parameter would be a checkpoint's peak beyond the plan.
-  void gather_moments(std::vector<float>& first, std::vector<float>& second);
-  static constexpr size_t kGatherBlockElements = size_t{16} << 20;  // 64 MiB
-  size_t gather_block_elements() const { return gather_block_elements_; }
-  void set_gather_block_elements(size_t elements) {  // tests: blocks that split buckets
-    gather_block_elements_ = std::max<size_t>(elements, 1);
-  }
-  // Sets the moments from whole host buffers; this rank keeps its part.
-  void load_moments(const float* first, const float* second);
-  // The master weights of all this rank's parameters, whole, fp32 (the
-  // stage's parameters under fp32 storage): for checkpoints. Collective over
-  // the ZeRO group.
-  void gather_parameters(std::vector<float>& whole);
-  // Sets the parameters from whole fp32 host values: the master weights this
-  // rank owns exactly, the stage's storage copy rounded.
+  // The optimizer's state to and from host memory, a range of the stage's
+  // buffer at a time (distributed_optimizer_state.cc): checkpoints and
+  // initialization hold one tensor at a time, never the stage (a ZeRO-3
+  // rank's stage is the whole model when nothing else splits it).
+  //
+  // The arrays: the fp32 master weights (the stage's own parameters under
+  // fp32 storage) and AdamW's two moments.
+  enum class StateArray { kParameters, kFirstMoment, kSecondMoment };
+  // Whether this rank takes part in read_range: the first ZeRO group (the
+  // others hold replicas of its shards), or without ZeRO sharding, data
+  // (and context) rank 0.
+  bool reads_state() const { return counts_replicas_; }
+  // Elements [begin, end) of one array in fp32, whole, into `host` on the
+  // first rank of the first ZeRO group (gradient rank 0); every rank that
+  // reads_state() calls it with the same ranges in the same order and sends
+  // the part it owns there (point to point, through host memory).
+  void read_range(StateArray array, size_t begin, size_t end, float* host);
+  // Sets elements [begin, end) of one array from fp32 host values: this rank
+  // keeps what it holds of them (its owned part; for kParameters also the
+  // stage's storage copy, or ZeRO-3's chunk and resident units). Not
+  // collective; every rank loads every range of its stage before the next
+  // step.
+  void load_range(StateArray array, size_t begin, size_t end, const float* host);
+  // Every range at once (tests and small stages): whole host arrays of
+  // layout().num_elements() floats.
   void load_parameters(const float* whole);
+  void load_moments(const float* first, const float* second);
 
  private:
   // A part of the buffer this rank updates: [begin, end), clipped to the
@@ -201,10 +208,13 @@ class DistributedOptimizer {
   // master weights start as their widened copy (Megatron's float16 optimizer
   // does the same). A no-op once they are set.
   void initialize_master();
-  // An fp32 buffer of this rank's owned elements (moments, master weights) to
-  // and from whole host buffers; gathering is collective over the ZeRO group.
-  void gather_owned(const float* owned_values, std::vector<float>& whole);
-  void load_owned(const float* whole, float* owned_values);
+  // Where rank `zero_rank` of the ZeRO group keeps bucket `bucket`'s part
+  // (owned(bucket) is this rank's).
+  OwnedRange owned_by(const GradientBucket& bucket, int zero_rank) const;
+  // This rank's owned elements [begin, end) of `array` (fp32) and the
+  // device memory they sit in: `range` is the owned range holding them,
+  // `bucket` its index.
+  float* state_at(StateArray array, size_t bucket, const OwnedRange& range, size_t begin);
 
   ModelStage& stage_;
   const ParameterLayout& layout_;
@@ -225,8 +235,7 @@ class DistributedOptimizer {
   std::vector<HeldRange> held_;  // one (the owner), or two (the owner, the copy)
   bool parameters_pending_ = false;
   size_t shard_elements_ = 0;  // this rank's part: the whole buffer, or its ZeRO chunks
-  size_t gather_block_elements_ = kGatherBlockElements;
-  double* squares_ = nullptr;                  // the gradient norm's sum of squares, on the device
+  double* squares_ = nullptr;  // the gradient norm's sum of squares, on the device
   std::vector<kernels::AdamWRun> adamw_runs_;  // step()'s, kept to reuse its memory
   float* first_moment_ = nullptr;
   float* second_moment_ = nullptr;

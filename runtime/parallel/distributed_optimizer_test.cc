@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -183,18 +184,25 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
       s.optimizer.step(1e-2f, step);
       EXPECT_GT(s.optimizer.finish_step(), 1.0);
     }
-    std::vector<float> first, second;
-    // A checkpoint's gathers go through one block's buffer, not a whole
-    // stage in fp32; blocks of 100 elements a rank split ZeRO-1's buckets
-    // (1000 elements) and ZeRO-2/3's units (whole layers) alike.
-    s.optimizer.set_gather_block_elements(100 * world);
+    // A checkpoint reads the state a range at a time, each ZeRO rank sending
+    // its part to the first: ranges of 100 elements split ZeRO-1's buckets
+    // (1000 elements) and ZeRO-2/3's units (whole layers) alike, and no
+    // device memory is taken for it.
     const uint64_t workspace_before = s.memory.peak(MemoryCategory::kWorkspace);
-    s.optimizer.gather_parameters(weights);
-    s.optimizer.gather_moments(first, second);
-    EXPECT_LE(s.memory.peak(MemoryCategory::kWorkspace),
-              std::max<uint64_t>(workspace_before, s.memory.current(MemoryCategory::kWorkspace) +
-                                                       100 * world * sizeof(float)))
-        << "a stage of " << n << " parameters";
+    using Array = DistributedOptimizer::StateArray;
+    std::vector<float> first(n), second(n);
+    for (size_t begin = 0; begin < n; begin += 100) {
+      const size_t end = std::min(n, begin + 100);
+      s.optimizer.read_range(Array::kParameters, begin, end, weights.data() + begin);
+      s.optimizer.read_range(Array::kFirstMoment, begin, end, first.data() + begin);
+      s.optimizer.read_range(Array::kSecondMoment, begin, end, second.data() + begin);
+    }
+    EXPECT_EQ(s.memory.peak(MemoryCategory::kWorkspace), workspace_before);
+    // Only the first rank receives the ranges; the others' copies go on from
+    // its (what a checkpoint would load).
+    s.groups.world->broadcast(weights.data(), n, 0);
+    s.groups.world->broadcast(first.data(), n, 0);
+    s.groups.world->broadcast(second.data(), n, 0);
     // What the next forward reads: the stage's whole buffer under ZeRO-1 and
     // 2, gathered in place (with 3 ranks ZeRO-2's units are padded, and a
     // unit's padding spills into the next unit's parameters).
@@ -218,6 +226,54 @@ TEST(DistributedOptimizer, Fp32GradientShardStepsAsZeroOneWhereSumsAreExact) {
     EXPECT_EQ(weights, reference_weights);
     EXPECT_EQ(first, reference_first);
     EXPECT_EQ(second, reference_second);
+  }
+}
+
+// A checkpoint's round trip, a range at a time: the state loaded in ranges
+// of 37 elements (across ZeRO-1's buckets, ZeRO-2/3's units and the ranks'
+// chunks, padding included) reads back bitwise in ranges of 53, and the
+// stage's storage copy holds the values rounded; ZeRO-0 as well.
+TEST(DistributedOptimizer, StateLoadsAndReadsBackARangeAtATime) {
+  const int world = testing::world_size();
+  TransformerConfig config;
+  config.num_layers = 2;
+  for (const kernels::DType dtype : {kernels::DType::kFloat32, kernels::DType::kBFloat16}) {
+    std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops(1, dtype);
+    for (int zero_stage : {0, 1, 2, 3}) {
+      SCOPED_TRACE("zero " + std::to_string(zero_stage) + ", " + kernels::dtype_name(dtype));
+      MeshStage s({1, world, 1, zero_stage}, *ops, config);
+      const size_t n = s.layout.num_elements();
+      using Array = DistributedOptimizer::StateArray;
+      std::vector<std::vector<float>> loaded(3, std::vector<float>(n));
+      for (size_t a = 0; a < 3; ++a)
+        for (size_t i = 0; i < n; ++i)
+          loaded[a][i] = 0.001f * static_cast<float>((i * (a + 3)) % 101) - 0.05f;
+      for (size_t a = 0; a < 3; ++a)
+        for (size_t begin = 0; begin < n; begin += 37)
+          s.optimizer.load_range(static_cast<Array>(a), begin, std::min(n, begin + 37),
+                                 loaded[a].data() + begin);
+      // One ZeRO group: every rank reads (sends its part); without ZeRO, rank 0.
+      EXPECT_EQ(s.optimizer.reads_state(), zero_stage > 0 || s.groups.mesh.gradient_rank() == 0);
+      for (size_t a = 0; a < 3 && s.optimizer.reads_state(); ++a) {
+        std::vector<float> read(n, -1.0f);
+        for (size_t begin = 0; begin < n; begin += 53)
+          s.optimizer.read_range(static_cast<Array>(a), begin, std::min(n, begin + 53),
+                                 read.data() + begin);
+        if (s.groups.mesh.gradient_rank() == 0) {
+          EXPECT_EQ(read, loaded[a]) << "array " << a;
+        }
+      }
+      if (zero_stage < 3) {  // the storage copy: every element, rounded
+        std::vector<float> stored(n);
+        s.stage.read_parameters(stored.data(), n);
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; ++i)
+          wrong += stored[i] != (dtype == kernels::DType::kBFloat16
+                                     ? kernels::round_to_bfloat16(loaded[0][i])
+                                     : loaded[0][i]);
+        EXPECT_EQ(wrong, 0u) << "of " << n;
+      }
+    }
   }
 }
 

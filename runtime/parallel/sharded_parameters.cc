@@ -187,31 +187,45 @@ void ShardedParameters::wait_for_resident() {
   resident_pending_ = false;
 }
 
-void ShardedParameters::load_whole(const float* whole) {
+void ShardedParameters::load_range(size_t begin, size_t end, const float* values) {
   wait_for_resident();
   settle_prefetches();
-  const int rank = group_.rank();
+  const size_t rank = static_cast<size_t>(group_.rank());
   std::vector<char> converted;
-  auto store = [&](void* device, const float* values, size_t count) {
+  auto store = [&](void* device, const float* host, size_t count) {
     converted.resize(ops_.storage_bytes(count));
-    kernels::host_from_float(converted.data(), values, dtype_, count);
+    kernels::host_from_float(converted.data(), host, dtype_, count);
     ops_.copy_from_host(device, converted.data(), converted.size());
   };
   for (size_t u = 0; u < buckets_.size(); ++u) {
     const GradientBucket& bucket = buckets_[u];
+    if (bucket.end <= begin || bucket.begin >= end) continue;
     if (resident_[u]) {
-      store(resident_storage_[u], whole + bucket.begin, bucket.end - bucket.begin);
+      const size_t lo = std::max(begin, bucket.begin), hi = std::min(end, bucket.end);
+      store(kernels::element_at(resident_storage_[u], lo - bucket.begin, dtype_),
+            values + (lo - begin), hi - lo);
       continue;
     }
-    const size_t first = std::min(bucket.end, bucket.begin + bucket.chunk * rank);
-    const size_t last = std::min(bucket.end, first + bucket.chunk);
-    void* chunk = kernels::element_at(shard_, bucket.shard_offset, dtype_);
-    ops_.zero_bytes(chunk, ops_.storage_bytes(bucket.chunk));  // the padding
-    if (first < last) store(chunk, whole + first, last - first);
+    const size_t chunk_begin = bucket.begin + bucket.chunk * rank;  // may lie past the unit
+    const size_t lo = std::max(begin, chunk_begin);
+    const size_t hi = std::min({end, bucket.end, chunk_begin + bucket.chunk});
+    if (lo < hi)
+      store(kernels::element_at(shard_, bucket.shard_offset + (lo - chunk_begin), dtype_),
+            values + (lo - begin), hi - lo);
+    // The padding: this chunk's elements past the unit's end.
+    const size_t padding_at = std::clamp(bucket.end, chunk_begin, chunk_begin + bucket.chunk);
+    if (end >= bucket.end && padding_at < chunk_begin + bucket.chunk)
+      ops_.zero_bytes(
+          kernels::element_at(shard_, bucket.shard_offset + (padding_at - chunk_begin), dtype_),
+          ops_.storage_bytes(chunk_begin + bucket.chunk - padding_at));
   }
   // What was gathered holds the old values.
   for (Slot& slot : slots_) slot.holds = -1, slot.waited = false, slot.on_demand = false;
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
+}
+
+void ShardedParameters::load_whole(const float* whole) {
+  load_range(0, buckets_.empty() ? 0 : buckets_.back().end, whole);
 }
 
 void ShardedParameters::read_whole(std::vector<float>& whole) {

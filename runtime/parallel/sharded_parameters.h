@@ -86,10 +86,14 @@ class ShardedParameters final : public ParameterStorage {
   // Waits for the resident units' all-gathers (a no-op when none is pending).
   void wait_for_resident();
 
-  // Whole fp32 values of every parameter from host memory: this rank keeps
-  // its chunks (and resident units whole). And back: the whole parameters,
-  // widened, gathered unit by unit. Both collective over the group.
+  // fp32 values of buffer elements [begin, end) from host memory: this rank
+  // keeps its chunks' part (and resident units' part whole); a chunk's
+  // padding past its unit is zeroed when the range reaches the unit's end.
+  // Not collective. load_whole: every element at once.
+  void load_range(size_t begin, size_t end, const float* values);
   void load_whole(const float* whole);
+  // The whole parameters, widened, gathered unit by unit (tests): collective
+  // over the group.
   void read_whole(std::vector<float>& whole);
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }

@@ -255,14 +255,20 @@ double job_loss_sum(RankState& rank, double stage_loss_sum) {
 }
 
 void initialize_parameters(RankState& rank, uint64_t seed) {
-  std::vector<float> params(rank.layout->num_elements());
-  rank.layout->initialize(params.data(), seed);
-  // Through the optimizer where there is one: it keeps the exact fp32 values
-  // as master weights when the stage stores bf16.
-  if (rank.optimizer)
-    rank.optimizer->load_parameters(params.data());
-  else
-    rank.stage->load_parameters(params.data(), params.size());
+  // A tensor at a time: a ZeRO-3 rank's stage (the whole model when nothing
+  // else splits it) never sits in host memory at once. Through the optimizer
+  // where there is one: it keeps the exact fp32 values as master weights
+  // when the stage stores bf16.
+  std::vector<float> values;
+  for (const ParameterTensor& tensor : rank.layout->tensors()) {
+    values.resize(tensor.size);
+    rank.layout->initialize_tensor(tensor, values.data(), seed);
+    if (rank.optimizer)
+      rank.optimizer->load_range(DistributedOptimizer::StateArray::kParameters, tensor.offset,
+                                 tensor.offset + tensor.size, values.data());
+    else
+      rank.stage->load_parameters(values.data(), tensor.size, tensor.offset);
+  }
 }
 
 }  // namespace paraplan
