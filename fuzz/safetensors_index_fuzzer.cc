@@ -18,13 +18,11 @@
 namespace {
 
 // A directory holding model-00001-of-00002 ("a", 2 floats) and
-// model-00002-of-00002 ("b", 1 float), made once per process.
-const std::string& shard_directory() {
-  static const std::string directory = [] {
+// model-00002-of-00002 ("b", 1 float), made once per process and removed
+// at its exit.
+struct ShardDirectory {
+  ShardDirectory() {
     using namespace paraplan;
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("paraplan_index_fuzz_" + std::to_string(::getpid())))
-                                 .string();
     std::filesystem::create_directories(path);
     const float a[2] = {1.0f, 2.0f}, b = 3.0f;
     SafetensorsWriter first, second;
@@ -32,9 +30,19 @@ const std::string& shard_directory() {
     second.add("b", {1}, &b);
     first.write(path + "/" + shard_file_name("model", 1, 2));
     second.write(path + "/" + shard_file_name("model", 2, 2));
-    return path;
-  }();
-  return directory;
+  }
+  ~ShardDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("paraplan_index_fuzz_" + std::to_string(::getpid())))
+                               .string();
+};
+
+const std::string& shard_directory() {
+  static const ShardDirectory directory;
+  return directory.path;
 }
 
 }  // namespace

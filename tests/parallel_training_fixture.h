@@ -232,6 +232,31 @@ class ParallelTraining : public ::testing::Test {
     return tensors;
   }
 
+  // The largest difference between two checkpoints' tensors (last_checkpoint),
+  // relative to each tensor's largest value (the second moments are ~1e-8);
+  // fails unless both hold the same tensors of the same sizes.
+  static double largest_relative_difference(const std::map<std::string, std::string>& a,
+                                            const std::map<std::string, std::string>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double worst = 0.0;
+    for (const auto& [name, bits] : a) {
+      const auto other = b.find(name);
+      if (other == b.end() || other->second.size() != bits.size()) {
+        ADD_FAILURE() << name << " is missing or of another size";
+        continue;
+      }
+      const float* x = reinterpret_cast<const float*>(bits.data());
+      const float* y = reinterpret_cast<const float*>(other->second.data());
+      double difference = 0.0, scale = 0.0;
+      for (size_t k = 0; k < bits.size() / sizeof(float); ++k) {
+        difference = std::max(difference, std::fabs(static_cast<double>(x[k]) - y[k]));
+        scale = std::max(scale, std::fabs(static_cast<double>(x[k])));
+      }
+      if (scale > 0) worst = std::max(worst, difference / scale);
+    }
+    return worst;
+  }
+
   static void expect_same_files(const std::string& a,
                                 const std::map<std::string, std::string>& a_files,
                                 const std::string& b,

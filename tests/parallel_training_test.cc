@@ -392,31 +392,12 @@ TEST_F(ParallelTraining, EachStageAndTensorRankWritesItsShareOfWholeTensors) {
     tensors[plan == &sharded] = last_checkpoint(checkpoints);
   }
   // Every tensor and moment placed right: a misplaced slice would differ by
-  // the tensor's own scale, summation order by far less. Relative to each
-  // tensor's largest value, as the second moments are ~1e-8.
-  ASSERT_EQ(tensors[0].size(), tensors[1].size());
-  double worst = 0.0;
-  std::string worst_name;
-  for (const auto& [name, bits] : tensors[0]) {
-    ASSERT_EQ(tensors[1].count(name), 1u) << name;
-    const std::string& other = tensors[1].at(name);
-    ASSERT_EQ(bits.size(), other.size()) << name;
-    const float* a = reinterpret_cast<const float*>(bits.data());
-    const float* b = reinterpret_cast<const float*>(other.data());
-    double difference = 0.0, scale = 0.0;
-    for (size_t k = 0; k < bits.size() / sizeof(float); ++k) {
-      difference = std::max(difference, std::fabs(static_cast<double>(a[k]) - b[k]));
-      scale = std::max(scale, std::fabs(static_cast<double>(a[k])));
-    }
-    if (scale > 0 && difference / scale > worst) {
-      worst = difference / scale;
-      worst_name = name;
-    }
-  }
+  // the tensor's own scale, summation order by far less.
+  const double worst = largest_relative_difference(tensors[0], tensors[1]);
   std::printf(
       "[ figures  ] pp2 x tp2 checkpoint against the single rank's: largest difference "
-      "%.3g of the tensor's largest value (%s)\n",
-      worst, worst_name.c_str());
+      "%.3g of the tensor's largest value\n",
+      worst);
   EXPECT_LT(worst, 1e-2);
 
   // The files: four of each kind, every tensor in the file the index names.
@@ -443,6 +424,41 @@ TEST_F(ParallelTraining, EachStageAndTensorRankWritesItsShareOfWholeTensors) {
     if (base == "model") {
       EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total_bytes);
     }
+  }
+}
+
+// Under ZeRO each tensor reaches the checkpoint from the ranks that own its
+// parts (DistributedOptimizer::read_range); the other ZeRO groups, holding
+// replicas, send nothing. The checkpoints hold plain data parallelism's
+// tensors: ZeRO-1 in two groups of two, ZeRO-3 over three ranks (padded
+// units, each tensor's parts on several ranks).
+TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
+  const struct {
+    PlanCase plain, zero;
+  } cases[] = {
+      {{.name = "ckpt_dp4", .data = 4, .micro_batch_size = 3},
+       {.name = "ckpt_dp4_zero1_g2",
+        .data = 4,
+        .micro_batch_size = 3,
+        .zero_stage = 1,
+        .zero_groups = 2}},
+      {{.name = "ckpt_dp3", .data = 3, .micro_batch_size = 2},
+       {.name = "ckpt_dp3_zero3", .data = 3, .micro_batch_size = 2, .zero_stage = 3}},
+  };
+  for (const auto& [plain, zero] : cases) {
+    std::map<std::string, std::string> tensors[2];
+    for (const PlanCase* plan : {&plain, &zero}) {
+      const std::string checkpoints = *directory_ / (plan->name + "_checkpoints");
+      ASSERT_EQ(train(*plan, "--checkpoint-dir " + checkpoints).size(),
+                static_cast<size_t>(kSteps));
+      tensors[plan == &zero] = last_checkpoint(checkpoints);
+    }
+    const double worst = largest_relative_difference(tensors[0], tensors[1]);
+    std::printf(
+        "[ figures  ] %s checkpoint against %s's: largest difference %.3g of the "
+        "tensor's largest value\n",
+        zero.name.c_str(), plain.name.c_str(), worst);
+    EXPECT_LT(worst, 1e-2) << zero.name;
   }
 }
 

@@ -283,60 +283,64 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
 
 namespace {
 
-// Reads this rank's slice of a sliced tensor stored in paraplan's
-// orientation straight from the file, mirroring ParameterTensor::global_index:
-// a run of whole rows per row block (kRows), or a segment of every row
-// (kColumns). Only what the rank holds is read, not the whole tensor on each
-// of the tensor ranks.
-void read_own_slice(const TensorFileSet& files, const ParameterTensor& tensor,
-                    const std::string& name, float* out) {
+// The local elements of a tensor that lie one after another in the whole
+// tensor too (ParameterTensor::global_index): a row block of a kRows slice, a
+// row's segment of a kColumns slice, all of a replicated tensor.
+size_t contiguous_run(const ParameterTensor& tensor) {
   const size_t columns = tensor.shape.size() > 1 ? static_cast<size_t>(tensor.shape[1]) : 1;
-  const size_t global_columns =
-      tensor.global_shape.size() > 1 ? static_cast<size_t>(tensor.global_shape[1]) : 1;
-  const size_t rank = static_cast<size_t>(tensor.tensor_rank);
+  if (tensor.tensor_size == 1) return std::max<size_t>(tensor.size, 1);
   switch (tensor.shard) {
     case ShardKind::kReplicated:
-      files.read(name, out, tensor.global_shape);
-      return;
-    case ShardKind::kRows: {
-      const size_t rows_per_block = static_cast<size_t>(tensor.shape[0]) / tensor.shard_blocks;
-      for (size_t block = 0; block < static_cast<size_t>(tensor.shard_blocks); ++block) {
-        const size_t global_row = (block * tensor.tensor_size + rank) * rows_per_block;
-        files.read_range(name, tensor.global_shape, global_row * global_columns,
-                         rows_per_block * columns, out + block * rows_per_block * columns);
-      }
-      return;
-    }
+      return std::max<size_t>(tensor.size, 1);
+    case ShardKind::kRows:
+      return static_cast<size_t>(tensor.shape[0]) / tensor.shard_blocks * columns;
     case ShardKind::kColumns:
-      for (size_t row = 0; row < static_cast<size_t>(tensor.shape[0]); ++row)
-        files.read_range(name, tensor.global_shape, row * global_columns + rank * columns, columns,
-                         out + row * columns);
-      return;
+      return columns;
+  }
+  return 1;
+}
+
+// Reads local elements [first, first + count) of this rank's slice of a
+// tensor stored in paraplan's orientation straight from the file, a
+// contiguous run at a time: only what the rank keeps crosses the filesystem.
+void read_slice_elements(const TensorFileSet& files, const ParameterTensor& tensor,
+                         const std::string& name, size_t first, size_t count, float* out) {
+  const size_t run = contiguous_run(tensor);
+  for (size_t k = first; k < first + count;) {
+    const size_t end = std::min(first + count, (k / run + 1) * run);
+    files.read_range(name, tensor.global_shape, tensor.global_index(k), end - k, out + (k - first));
+    k = end;
   }
 }
 
-// Gives the optimizer this rank's slice of every tensor of `layout` (under
-// `prefix`) from `files`, a tensor at a time, as `array`. A Conv1D weight,
-// stored transposed, is read whole first and its slice taken.
+// Gives the optimizer the parts it keeps (held_ranges) of this rank's slice
+// of every tensor of `layout` (under `prefix`) from `files`, a tensor at a
+// time, as `array`: a ZeRO rank reads its own part of the moments (and under
+// ZeRO-3 of the weights), not the slice dp times over. A Conv1D weight,
+// stored transposed, is read whole first and its parts taken.
 void load_slices(const TensorFileSet& files, const ParameterLayout& layout,
                  const std::string& prefix, DistributedOptimizer& optimizer,
                  DistributedOptimizer::StateArray array) {
   std::vector<float> own, whole, scratch;
   for (const ParameterTensor& tensor : layout.tensors()) {
+    const auto held = optimizer.held_ranges(array, tensor.offset, tensor.offset + tensor.size);
+    if (held.empty()) continue;
     own.resize(tensor.size);
-    if (!tensor.hf_transposed) {
-      read_own_slice(files, tensor, stored_tensor_name(files, tensor, prefix), own.data());
-    } else {
+    if (tensor.hf_transposed) {
       whole.resize(whole_elements(tensor));
       read_whole_tensor(files, tensor, prefix, whole.data(), scratch);
       for (size_t k = 0; k < tensor.size; ++k) own[k] = whole[tensor.global_index(k)];
     }
-    optimizer.load_range(array, tensor.offset, tensor.offset + tensor.size, own.data());
+    const std::string name = stored_tensor_name(files, tensor, prefix);
+    for (const auto& [begin, end] : held) {
+      float* part = own.data() + (begin - tensor.offset);
+      if (!tensor.hf_transposed)
+        read_slice_elements(files, tensor, name, begin - tensor.offset, end - begin, part);
+      optimizer.load_range(array, begin, end, part);
+    }
   }
 }
 
-// Loads the checkpoint's parameters, and its moments when with_moments, and
-// gives this rank's slices to the optimizer.
 TrainState load_checkpoint_slices(const std::string& path, ModelStage& stage,
                                   DistributedOptimizer& optimizer, bool with_moments) {
   const ParameterLayout& layout = stage.layout();

@@ -169,6 +169,11 @@ class DistributedOptimizer {
   // collective; every rank loads every range of its stage before the next
   // step.
   void load_range(StateArray array, size_t begin, size_t end, const float* host);
+  // The parts of [begin, end) load_range keeps on this rank, ascending: a
+  // loader reads only these from a checkpoint (a ZeRO-3 rank its chunks and
+  // resident units; moments the owned part; parameters stored whole, all).
+  std::vector<std::pair<size_t, size_t>> held_ranges(StateArray array, size_t begin,
+                                                     size_t end) const;
   // Every range at once (tests and small stages): whole host arrays of
   // layout().num_elements() floats.
   void load_parameters(const float* whole);

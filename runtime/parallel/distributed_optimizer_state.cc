@@ -95,6 +95,30 @@ void DistributedOptimizer::load_range(StateArray array, size_t begin, size_t end
   master_valid_ = true;
 }
 
+std::vector<std::pair<size_t, size_t>> DistributedOptimizer::held_ranges(StateArray array,
+                                                                         size_t begin,
+                                                                         size_t end) const {
+  std::vector<std::pair<size_t, size_t>> held;
+  const auto hold = [&](size_t lo, size_t hi) {
+    lo = std::max(lo, begin), hi = std::min(hi, end);
+    if (lo >= hi) return;
+    if (!held.empty() && held.back().second == lo)
+      held.back().second = hi;
+    else
+      held.emplace_back(lo, hi);
+  };
+  if (array == StateArray::kParameters && !sharded_parameters_) {
+    hold(begin, end);  // the storage copy is the whole stage
+  } else if (array == StateArray::kParameters) {
+    for (size_t b = 0; b < buckets_.size(); ++b)  // ZeRO-3: chunks, resident units whole
+      resident_[b] ? hold(buckets_[b].begin, buckets_[b].end)
+                   : hold(owned_[b].begin, owned_[b].end);
+  } else {
+    for (const OwnedRange& range : owned_) hold(range.begin, range.end);
+  }
+  return held;
+}
+
 void DistributedOptimizer::load_parameters(const float* whole) {
   load_range(StateArray::kParameters, 0, layout_.num_elements(), whole);
 }

@@ -209,15 +209,10 @@ void ShardedParameters::load_range(size_t begin, size_t end, const float* values
     const size_t chunk_begin = bucket.begin + bucket.chunk * rank;  // may lie past the unit
     const size_t lo = std::max(begin, chunk_begin);
     const size_t hi = std::min({end, bucket.end, chunk_begin + bucket.chunk});
+    // (The chunk's padding past the unit's end, zeroed when made, is never written.)
     if (lo < hi)
       store(kernels::element_at(shard_, bucket.shard_offset + (lo - chunk_begin), dtype_),
             values + (lo - begin), hi - lo);
-    // The padding: this chunk's elements past the unit's end.
-    const size_t padding_at = std::clamp(bucket.end, chunk_begin, chunk_begin + bucket.chunk);
-    if (end >= bucket.end && padding_at < chunk_begin + bucket.chunk)
-      ops_.zero_bytes(
-          kernels::element_at(shard_, bucket.shard_offset + (padding_at - chunk_begin), dtype_),
-          ops_.storage_bytes(chunk_begin + bucket.chunk - padding_at));
   }
   // What was gathered holds the old values.
   for (Slot& slot : slots_) slot.holds = -1, slot.waited = false, slot.on_demand = false;

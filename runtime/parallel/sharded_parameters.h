@@ -87,9 +87,8 @@ class ShardedParameters final : public ParameterStorage {
   void wait_for_resident();
 
   // fp32 values of buffer elements [begin, end) from host memory: this rank
-  // keeps its chunks' part (and resident units' part whole); a chunk's
-  // padding past its unit is zeroed when the range reaches the unit's end.
-  // Not collective. load_whole: every element at once.
+  // keeps its chunks' part (and resident units' part whole). Not
+  // collective. load_whole: every element at once.
   void load_range(size_t begin, size_t end, const float* values);
   void load_whole(const float* whole);
   // The whole parameters, widened, gathered unit by unit (tests): collective
