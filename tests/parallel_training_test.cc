@@ -428,24 +428,29 @@ TEST_F(ParallelTraining, EachStageAndTensorRankWritesItsShareOfWholeTensors) {
 }
 
 // Under ZeRO each tensor reaches the checkpoint from the ranks that own its
-// parts (DistributedOptimizer::read_range); the other ZeRO groups, holding
-// replicas, send nothing. The checkpoints hold plain data parallelism's
-// tensors: ZeRO-1 in two groups of two, ZeRO-3 over three ranks (padded
-// units, each tensor's parts on several ranks).
+// parts (DistributedOptimizer::read_range) and is written by one rank of the
+// first ZeRO group, each of which writes a file; the other ZeRO groups,
+// holding replicas, send nothing. The checkpoints hold plain data
+// parallelism's tensors: ZeRO-1 in two groups of two (two writers), ZeRO-3
+// over three ranks (three writers; padded units, each tensor's parts on
+// several ranks).
 TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
   const struct {
     PlanCase plain, zero;
+    int files;
   } cases[] = {
       {{.name = "ckpt_dp4", .data = 4, .micro_batch_size = 3},
        {.name = "ckpt_dp4_zero1_g2",
         .data = 4,
         .micro_batch_size = 3,
         .zero_stage = 1,
-        .zero_groups = 2}},
+        .zero_groups = 2},
+       2},
       {{.name = "ckpt_dp3", .data = 3, .micro_batch_size = 2},
-       {.name = "ckpt_dp3_zero3", .data = 3, .micro_batch_size = 2, .zero_stage = 3}},
+       {.name = "ckpt_dp3_zero3", .data = 3, .micro_batch_size = 2, .zero_stage = 3},
+       3},
   };
-  for (const auto& [plain, zero] : cases) {
+  for (const auto& [plain, zero, files] : cases) {
     std::map<std::string, std::string> tensors[2];
     for (const PlanCase* plan : {&plain, &zero}) {
       const std::string checkpoints = *directory_ / (plan->name + "_checkpoints");
@@ -459,6 +464,11 @@ TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
         "tensor's largest value\n",
         zero.name.c_str(), plain.name.c_str(), worst);
     EXPECT_LT(worst, 1e-2) << zero.name;
+    const std::string step = *directory_ / (zero.name + "_checkpoints/step_00000005/");
+    for (int k = 1; k <= files; ++k)
+      EXPECT_TRUE(std::filesystem::exists(step + "model-0000" + std::to_string(k) + "-of-0000" +
+                                          std::to_string(files) + ".safetensors"))
+          << zero.name << " file " << k;
   }
 }
 

@@ -40,13 +40,24 @@ std::vector<const ParameterTensor*> checkpoint_tensors(const ParameterLayout& la
   return tensors;
 }
 
-// The tensor rank that writes each of a stage's checkpoint tensors: the one
-// with the fewest bytes so far, so the stage's tensor ranks write about
-// equal shares. Every tensor rank of the stage works it out alike (the names
-// and whole shapes do not depend on the rank).
+// A stage's writers: each tensor rank's state readers (the first ZeRO
+// group, DistributedOptimizer::read_range), so a ZeRO-3 job with neither
+// tensor nor pipeline parallelism still writes from every rank of the group,
+// not one. Writer w is tensor rank w / readers, ZeRO rank w % readers.
+struct StageWriters {
+  int tensor_size = 1, readers = 1;
+  int count() const { return tensor_size * readers; }
+  int tensor_rank(int writer) const { return writer / readers; }
+  int reader(int writer) const { return writer % readers; }
+};
+
+// The writer of each of a stage's checkpoint tensors: the one with the
+// fewest bytes so far, so the stage's writers write about equal shares.
+// Every rank of the stage works it out alike (the names and whole shapes do
+// not depend on the rank).
 std::vector<int> assign_writers(const std::vector<const ParameterTensor*>& tensors,
-                                int tensor_size) {
-  std::vector<size_t> bytes(static_cast<size_t>(tensor_size), 0);
+                                const StageWriters& writers) {
+  std::vector<size_t> bytes(static_cast<size_t>(writers.count()), 0);
   std::vector<int> writer;
   for (const ParameterTensor* tensor : tensors) {
     const int least =
@@ -57,12 +68,12 @@ std::vector<int> assign_writers(const std::vector<const ParameterTensor*>& tenso
   return writer;
 }
 
-// The job's files: one per (pipeline rank, tensor rank) that writes a
-// tensor, numbered in rank order; a single file (model.safetensors, no
-// index) when there is one.
+// The job's files: one per writer (pipeline rank, then tensor rank, then
+// ZeRO rank) that writes a tensor, numbered in that order; a single file
+// (model.safetensors, no index) when there is one.
 struct ShardFiles {
   int file_count = 0;
-  std::vector<int> number;  // [pipeline_rank * tensor_size + tensor_rank]: 1-based, 0: none
+  std::vector<int> number;  // [pipeline_rank * writers + writer]: 1-based, 0: none
   std::map<std::string, std::string> model_map, optimizer_map;
   uint64_t model_bytes = 0;
 
@@ -72,17 +83,18 @@ struct ShardFiles {
   }
 };
 
-ShardFiles shard_files(const LoadedPlan& plan, const MeshCoordinates& mesh) {
+ShardFiles shard_files(const LoadedPlan& plan, const MeshCoordinates& mesh,
+                       const StageWriters& writers) {
   ShardFiles files;
-  files.number.assign(static_cast<size_t>(mesh.pipeline_size * mesh.tensor_size), 0);
+  files.number.assign(static_cast<size_t>(mesh.pipeline_size * writers.count()), 0);
   std::vector<std::pair<int, const ParameterTensor*>> owners;  // (slot, tensor)
   std::vector<std::unique_ptr<ParameterLayout>> layouts;
   for (int p = 0; p < mesh.pipeline_size; ++p) {
     layouts.push_back(rank_layout_from_plan(plan, p, 0, mesh.tensor_size));
     const std::vector<const ParameterTensor*> tensors = checkpoint_tensors(*layouts.back());
-    const std::vector<int> writer = assign_writers(tensors, mesh.tensor_size);
+    const std::vector<int> writer = assign_writers(tensors, writers);
     for (size_t i = 0; i < tensors.size(); ++i)
-      owners.emplace_back(p * mesh.tensor_size + writer[i], tensors[i]);
+      owners.emplace_back(p * writers.count() + writer[i], tensors[i]);
   }
   for (const auto& [slot, tensor] : owners) files.number[static_cast<size_t>(slot)] = 1;
   for (int& number : files.number)
@@ -109,19 +121,25 @@ std::string broadcast_text(Communicator& world, const std::string& text) {
   return std::string(reinterpret_cast<const char*>(packed.data()), static_cast<size_t>(length));
 }
 
-// A stage's tensor ranks (of data rank 0) as one of them sees them: their
-// layouts and world ranks.
+// A stage's state readers as one of them sees them: the tensor ranks'
+// layouts, and the world rank of tensor rank t's reader z (gradient rank z:
+// the first ZeRO group is the first gradient ranks).
 struct StageWriter {
   ProcessGroups& groups;
+  StageWriters writers;
+  int reader;  // this rank's place among its tensor rank's readers
   std::vector<std::unique_ptr<ParameterLayout>> peer_layouts;  // by tensor rank (own: null)
 
-  int peer_world_rank(int tensor_rank) const {
-    return world_rank_of(groups.mesh, groups.mesh.pipeline_rank, 0, 0, tensor_rank);
+  int world_rank(int tensor_rank, int reader_rank) const {
+    const MeshCoordinates& mesh = groups.mesh;
+    return world_rank_of(mesh, mesh.pipeline_rank, reader_rank / mesh.context_size,
+                         reader_rank % mesh.context_size, tensor_rank);
   }
 };
 
 // Makes `whole` the whole tensor: this rank's slice (`own`) placed by its
-// global indices, each other tensor rank's received and placed by theirs.
+// global indices, the same reader's of each other tensor rank received and
+// placed by theirs.
 void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const float* own,
                    std::vector<float>& whole, std::vector<float>& received) {
   whole.assign(whole_elements(tensor), 0.0f);
@@ -133,7 +151,8 @@ void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const floa
     if (rank != mesh.tensor_rank) {
       received.resize(part->size);
       stage.groups.peers->send_receive(nullptr, 0, -1, received.data(), part->size,
-                                       stage.peer_world_rank(rank), kernels::DType::kFloat32);
+                                       stage.world_rank(rank, stage.reader),
+                                       kernels::DType::kFloat32);
       values = received.data();
     }
     for (size_t k = 0; k < part->size; ++k) whole[part->global_index(k)] = values[k];
@@ -143,11 +162,11 @@ void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const floa
 // One pass over the stage's checkpoint tensors for one array (parameters or
 // a moment), a tensor at a time. The ZeRO group of each tensor rank that
 // needs the tensor (every one for a sliced tensor, the writer's for a
-// replicated one) brings this rank's slice whole to its first rank
-// (DistributedOptimizer::read_range); there the writer gathers the slices
-// of its tensor peers and appends it to its stream, the others send theirs.
-// Every rank that reads_state() runs the same passes in the same order, so
-// the transfers pair up.
+// replicated one) brings this rank's slice whole to the writer's reader
+// (DistributedOptimizer::read_range); there the writer gathers the slices of
+// its tensor peers' same reader and appends it to its stream, the others
+// send theirs. Every rank that reads_state() runs the same passes in the
+// same order, so the transfers pair up.
 void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& tensors,
                 const std::vector<int>& writer, DistributedOptimizer& optimizer,
                 DistributedOptimizer::StateArray array, const std::string& prefix,
@@ -156,14 +175,18 @@ void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& t
   const MeshCoordinates& mesh = stage.groups.mesh;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const ParameterTensor& tensor = *tensors[i];
+    const int writer_tensor_rank = stage.writers.tensor_rank(writer[i]);
+    const int writer_reader = stage.writers.reader(writer[i]);
     const bool sliced = tensor.shard != ShardKind::kReplicated && tensor.tensor_size > 1;
-    if (!sliced && writer[i] != mesh.tensor_rank) continue;
+    if (!sliced && writer_tensor_rank != mesh.tensor_rank) continue;
     own.resize(tensor.size);
-    optimizer.read_range(array, tensor.offset, tensor.offset + tensor.size, own.data());
-    if (mesh.gradient_rank() != 0) continue;  // its part went to the group's first rank
-    if (writer[i] != mesh.tensor_rank) {
-      stage.groups.peers->send_receive(own.data(), tensor.size, stage.peer_world_rank(writer[i]),
-                                       nullptr, 0, -1, kernels::DType::kFloat32);
+    optimizer.read_range(array, tensor.offset, tensor.offset + tensor.size, own.data(),
+                         writer_reader);
+    if (stage.reader != writer_reader) continue;  // its part went to that reader
+    if (writer_tensor_rank != mesh.tensor_rank) {
+      stage.groups.peers->send_receive(own.data(), tensor.size,
+                                       stage.world_rank(writer_tensor_rank, writer_reader), nullptr,
+                                       0, -1, kernels::DType::kFloat32);
       continue;
     }
     const float* data = own.data();
@@ -179,16 +202,18 @@ void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& t
 // stage's tensors (model) and of their moments (optimizer).
 void write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
                        const ParameterLayout& layout, ProcessGroups& groups,
-                       const ShardFiles& files, DistributedOptimizer& optimizer) {
+                       const StageWriters& writers, const ShardFiles& files,
+                       DistributedOptimizer& optimizer) {
   const MeshCoordinates& mesh = groups.mesh;
-  StageWriter stage{groups, {}};
+  StageWriter stage{groups, writers, optimizer.state_reader_rank(), {}};
   for (int rank = 0; rank < mesh.tensor_size; ++rank)
     stage.peer_layouts.push_back(
         rank == mesh.tensor_rank
             ? nullptr
             : rank_layout_from_plan(plan, mesh.pipeline_rank, rank, mesh.tensor_size));
   const std::vector<const ParameterTensor*> tensors = checkpoint_tensors(layout);
-  const std::vector<int> writer = assign_writers(tensors, mesh.tensor_size);
+  const std::vector<int> writer = assign_writers(tensors, writers);
+  const int own_writer = mesh.tensor_rank * writers.readers + stage.reader;
 
   SafetensorsWriter model, moments;
   model.set_metadata("format", "pt");  // transformers refuses safetensors without it
@@ -196,14 +221,14 @@ void write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
   moments.set_metadata("content", "AdamW moments in model.safetensors layouts");
   for (const char* prefix : {"", "exp_avg.", "exp_avg_sq."})
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (writer[i] == mesh.tensor_rank)
+      if (writer[i] == own_writer)
         (*prefix ? moments : model)
             .declare(prefix + tensors[i]->name, hugging_face_shape(*tensors[i]));
 
   const int number =
-      files.number[static_cast<size_t>(mesh.pipeline_rank * mesh.tensor_size + mesh.tensor_rank)];
+      files.number[static_cast<size_t>(mesh.pipeline_rank * writers.count() + own_writer)];
   std::unique_ptr<SafetensorsStream> model_stream, optimizer_stream;
-  if (number != 0 && mesh.gradient_rank() == 0) {
+  if (number != 0) {
     const fs::path dir(draft_path);
     model_stream = std::make_unique<SafetensorsStream>(
         model.open_stream((dir / files.name(kModel, number)).string()));
@@ -245,8 +270,13 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   if (groups.world_rank == 0) draft = std::make_unique<CheckpointDraft>(dir, state);
   const std::string draft_path = broadcast_text(*groups.world, draft ? draft->path() : "");
   const MeshCoordinates& mesh = groups.mesh;
-  const ShardFiles files = shard_files(plan, mesh);
-  if (mesh.gradient_rank() == 0) {  // one replica of each pipeline and tensor rank writes
+  const StageWriters writers{mesh.tensor_size, optimizer.state_readers()};
+  const ShardFiles files = shard_files(plan, mesh, writers);
+  // The first ZeRO group of each stage and tensor rank (data rank 0 without
+  // ZeRO) brings each tensor to its writer among them (fp32 master weights
+  // under bf16 storage, so a resumed run continues exactly); the replicas in
+  // other groups have nothing to add.
+  if (optimizer.reads_state()) {
     std::error_code error;
     if (!fs::is_directory(draft_path, error)) {
       char host[256] = "?";
@@ -259,12 +289,8 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
     require_host_memory(largest_tensor_bytes(layout, false) * 3,
                         dir + ": the largest tensor, whole, to write it",
                         "save on machines with more memory");
+    write_stage_share(draft_path, plan, layout, groups, writers, files, optimizer);
   }
-  // The first ZeRO group of each stage and tensor rank brings each tensor to
-  // its first rank (fp32 master weights under bf16 storage, so a resumed run
-  // continues exactly); the replicas in other groups have nothing to add.
-  if (optimizer.reads_state())
-    write_stage_share(draft_path, plan, layout, groups, files, optimizer);
   // Every writer's files are complete before rank 0 indexes and publishes them.
   groups.world->barrier();
   std::string written;

@@ -1,20 +1,26 @@
 // distributed_checkpoint.h: plan-independent checkpoints of a multi-rank job.
 //
 // Checkpoints hold whole tensors by name (checkpoint.h), never per-rank
-// shards, so a run saved under one plan resumes under another. Saving goes a
-// tensor at a time: each ZeRO rank sends its part of the tensor to the first
-// of its group (DistributedOptimizer::read_range), and the ranks of
-// data-parallel (and context) rank 0, one per pipeline stage and tensor rank,
-// write in parallel. Each writes its share of its stage's tensors, whole (its
-// tensor peers send it their slices), to a file of its own: model-0000k-of-0000n.safetensors and
-// optimizer-0000k-of-0000n, with model.safetensors.index.json naming each tensor's file, as
-// transformers' sharded checkpoints do (a single writer writes model.safetensors). No rank holds
-// more than one whole tensor, so a 70B model's checkpoint (or a ZeRO-3 stage, the whole model where
-// nothing else splits it) never sits in one host's memory. Loading: every rank reads its slice of
-// each tensor its layout holds, a tensor at a time, and keeps the part it owns
-// (DistributedOptimizer::load_range).
+// shards, so a run saved under one plan resumes under another.
+//
+// Saving goes a tensor at a time, each tensor written by one of its stage's
+// writers: a tensor rank's ZeRO rank in the first ZeRO group (data rank 0
+// without ZeRO), so a ZeRO-3 job with neither tensor nor pipeline
+// parallelism still writes from every rank of that group. Each ZeRO rank
+// sends its part of the tensor to the writer's ZeRO rank
+// (DistributedOptimizer::read_range), the writer's tensor peers send their
+// slices, and the writer streams the tensor whole into a file of its own
+// (model-0000k-of-0000n.safetensors, optimizer-0000k-of-0000n), with
+// model.safetensors.index.json naming each tensor's file as transformers'
+// sharded checkpoints do (a single writer writes model.safetensors). No rank
+// holds more than one whole tensor beside its own state, so a 70B model's
+// checkpoint never sits in one host's memory.
+//
+// Loading: every rank reads the parts of its slices it keeps
+// (DistributedOptimizer::held_ranges), a tensor at a time.
+//
 // Every writer must see the directory: --checkpoint-dir on a filesystem the
-// nodes share (a writer that cannot see it stops naming it).
+// nodes share (a writer that cannot see it stops, naming it).
 #pragma once
 
 #include <string>

@@ -158,11 +158,16 @@ class DistributedOptimizer {
   // others hold replicas of its shards), or without ZeRO sharding, data
   // (and context) rank 0.
   bool reads_state() const { return counts_replicas_; }
-  // Elements [begin, end) of one array in fp32, whole, into `host` on the
-  // first rank of the first ZeRO group (gradient rank 0); every rank that
-  // reads_state() calls it with the same ranges in the same order and sends
-  // the part it owns there (point to point, through host memory).
-  void read_range(StateArray array, size_t begin, size_t end, float* host);
+  // How many ranks read state (the first ZeRO group's size; 1 without
+  // sharding) and this one's place among them (its ZeRO rank).
+  int state_readers() const { return sharded_ ? groups_.zero->size() : 1; }
+  int state_reader_rank() const { return sharded_ ? groups_.zero->rank() : 0; }
+  // Elements [begin, end) of one array in fp32, whole, into `host` on reader
+  // `destination` (a ZeRO rank of the first group: gradient rank
+  // `destination`); every rank that reads_state() calls it with the same
+  // ranges and destinations in the same order and sends the part it owns
+  // there (point to point, through host memory).
+  void read_range(StateArray array, size_t begin, size_t end, float* host, int destination = 0);
   // Sets elements [begin, end) of one array from fp32 host values: this rank
   // keeps what it holds of them (its owned part; for kParameters also the
   // stage's storage copy, or ZeRO-3's chunk and resident units). Not

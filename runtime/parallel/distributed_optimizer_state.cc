@@ -1,8 +1,8 @@
 // distributed_optimizer_state.cc: DistributedOptimizer's state (master
 // weights, AdamW moments) to and from host memory, a range of the stage's
 // buffer at a time, for checkpoints and initialization. Reading sends each
-// ZeRO rank's owned part of the range to the group's first rank, point to
-// point: only the range crosses, and only to the rank that writes it.
+// ZeRO rank's owned part of the range to the ZeRO rank that writes it, point
+// to point: only the range crosses, and only to that rank.
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -26,13 +26,18 @@ float* DistributedOptimizer::state_at(StateArray array, size_t bucket, const Own
   throw std::logic_error("state_at: unknown array");
 }
 
-void DistributedOptimizer::read_range(StateArray array, size_t begin, size_t end, float* host) {
+void DistributedOptimizer::read_range(StateArray array, size_t begin, size_t end, float* host,
+                                      int destination) {
   if (!counts_replicas_)
     throw std::logic_error("read_range on a rank outside the first ZeRO group (reads_state())");
   if (begin > end || end > layout_.num_elements())
     throw std::logic_error("read_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
                            ") is not within the stage's " + std::to_string(layout_.num_elements()) +
                            " elements");
+  if (destination < 0 || destination >= state_readers())
+    throw std::logic_error("read_range: destination " + std::to_string(destination) +
+                           " is not a ZeRO rank of the group (0.." +
+                           std::to_string(state_readers() - 1) + ")");
   wait_for_parameters();  // nothing of this step's may still be in flight
   if (array == StateArray::kParameters) initialize_master();
   if (!sharded_) {  // every element is this rank's: one range
@@ -51,15 +56,15 @@ void DistributedOptimizer::read_range(StateArray array, size_t begin, size_t end
       const size_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
       if (lo >= hi) continue;
       const size_t count = hi - lo;
-      if (rank == own_rank && own_rank == 0) {
+      if (rank == own_rank && own_rank == destination) {
         ops_.copy_to_host(host + (lo - begin), state_at(array, b, range, lo),
                           count * sizeof(float));
       } else if (rank == own_rank) {
         piece.resize(count);
         ops_.copy_to_host(piece.data(), state_at(array, b, range, lo), count * sizeof(float));
-        groups_.peers->send_receive(piece.data(), count, members[0], nullptr, 0, -1,
+        groups_.peers->send_receive(piece.data(), count, members[destination], nullptr, 0, -1,
                                     kernels::DType::kFloat32);
-      } else if (own_rank == 0) {
+      } else if (own_rank == destination) {
         groups_.peers->send_receive(nullptr, 0, -1, host + (lo - begin), count, members[rank],
                                     kernels::DType::kFloat32);
       }
