@@ -427,17 +427,18 @@ TEST_F(ParallelTraining, EachStageAndTensorRankWritesItsShareOfWholeTensors) {
   }
 }
 
-// Under ZeRO each tensor reaches the checkpoint from the ranks that own its
-// parts (DistributedOptimizer::read_range) and is written by one rank of the
-// first ZeRO group, each of which writes a file; the other ZeRO groups,
-// holding replicas, send nothing. The checkpoints hold plain data
-// parallelism's tensors: ZeRO-1 in two groups of two (two writers), ZeRO-3
-// over three ranks (three writers; padded units, each tensor's parts on
-// several ranks).
+// Every data rank holds all the state without ZeRO, so each writes a share
+// of the checkpoint; under ZeRO each tensor reaches the checkpoint from the
+// ranks that own its parts (DistributedOptimizer::read_range) and is written
+// by one rank of the first ZeRO group, each of which writes a file; the
+// other ZeRO groups, holding replicas, send nothing. Either way the
+// checkpoint holds plain data parallelism's tensors: ZeRO-1 in two groups of
+// two (two writers), ZeRO-3 over three ranks (padded units, each tensor's
+// parts on several ranks).
 TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
   const struct {
     PlanCase plain, zero;
-    int files;
+    int plain_files, zero_files;
   } cases[] = {
       {{.name = "ckpt_dp4", .data = 4, .micro_batch_size = 3},
        {.name = "ckpt_dp4_zero1_g2",
@@ -445,18 +446,26 @@ TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
         .micro_batch_size = 3,
         .zero_stage = 1,
         .zero_groups = 2},
+       4,
        2},
       {{.name = "ckpt_dp3", .data = 3, .micro_batch_size = 2},
        {.name = "ckpt_dp3_zero3", .data = 3, .micro_batch_size = 2, .zero_stage = 3},
+       3,
        3},
   };
-  for (const auto& [plain, zero, files] : cases) {
+  for (const auto& [plain, zero, plain_files, zero_files] : cases) {
     std::map<std::string, std::string> tensors[2];
     for (const PlanCase* plan : {&plain, &zero}) {
       const std::string checkpoints = *directory_ / (plan->name + "_checkpoints");
       ASSERT_EQ(train(*plan, "--checkpoint-dir " + checkpoints).size(),
                 static_cast<size_t>(kSteps));
       tensors[plan == &zero] = last_checkpoint(checkpoints);
+      const int files = plan == &zero ? zero_files : plain_files;
+      for (int k = 1; k <= files; ++k)
+        EXPECT_TRUE(std::filesystem::exists(checkpoints + "/step_00000005/model-0000" +
+                                            std::to_string(k) + "-of-0000" + std::to_string(files) +
+                                            ".safetensors"))
+            << plan->name << " file " << k;
     }
     const double worst = largest_relative_difference(tensors[0], tensors[1]);
     std::printf(
@@ -464,11 +473,6 @@ TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
         "tensor's largest value\n",
         zero.name.c_str(), plain.name.c_str(), worst);
     EXPECT_LT(worst, 1e-2) << zero.name;
-    const std::string step = *directory_ / (zero.name + "_checkpoints/step_00000005/");
-    for (int k = 1; k <= files; ++k)
-      EXPECT_TRUE(std::filesystem::exists(step + "model-0000" + std::to_string(k) + "-of-0000" +
-                                          std::to_string(files) + ".safetensors"))
-          << zero.name << " file " << k;
   }
 }
 

@@ -41,9 +41,10 @@ std::vector<const ParameterTensor*> checkpoint_tensors(const ParameterLayout& la
 }
 
 // A stage's writers: each tensor rank's state readers (the first ZeRO
-// group, DistributedOptimizer::read_range), so a ZeRO-3 job with neither
-// tensor nor pipeline parallelism still writes from every rank of the group,
-// not one. Writer w is tensor rank w / readers, ZeRO rank w % readers.
+// group, or without ZeRO the data group: DistributedOptimizer::read_range),
+// so a job with neither tensor nor pipeline parallelism still writes from
+// every rank of that group, not one. Writer w is tensor rank w / readers,
+// reader (gradient rank) w % readers.
 struct StageWriters {
   int tensor_size = 1, readers = 1;
   int count() const { return tensor_size * readers; }
@@ -272,8 +273,8 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
   const MeshCoordinates& mesh = groups.mesh;
   const StageWriters writers{mesh.tensor_size, optimizer.state_readers()};
   const ShardFiles files = shard_files(plan, mesh, writers);
-  // The first ZeRO group of each stage and tensor rank (data rank 0 without
-  // ZeRO) brings each tensor to its writer among them (fp32 master weights
+  // The first ZeRO group of each stage and tensor rank (every data rank
+  // without ZeRO) brings each tensor to its writer among them (fp32 master weights
   // under bf16 storage, so a resumed run continues exactly); the replicas in
   // other groups have nothing to add.
   if (optimizer.reads_state()) {

@@ -4,9 +4,9 @@
 // shards, so a run saved under one plan resumes under another.
 //
 // Saving goes a tensor at a time, each tensor written by one of its stage's
-// writers: a tensor rank's ZeRO rank in the first ZeRO group (data rank 0
-// without ZeRO), so a ZeRO-3 job with neither tensor nor pipeline
-// parallelism still writes from every rank of that group. Each ZeRO rank
+// writers: a tensor rank's ZeRO rank in the first ZeRO group (without ZeRO
+// any data rank: each holds all the state), so a job with neither tensor nor
+// pipeline parallelism still writes from every rank of that group. Each ZeRO rank
 // sends its part of the tensor to the writer's ZeRO rank
 // (DistributedOptimizer::read_range), the writer's tensor peers send their
 // slices, and the writer streams the tensor whole into a file of its own

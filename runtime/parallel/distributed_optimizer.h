@@ -155,18 +155,20 @@ class DistributedOptimizer {
   // fp32 storage) and AdamW's two moments.
   enum class StateArray { kParameters, kFirstMoment, kSecondMoment };
   // Whether this rank takes part in read_range: the first ZeRO group (the
-  // others hold replicas of its shards), or without ZeRO sharding, data
-  // (and context) rank 0.
-  bool reads_state() const { return counts_replicas_; }
-  // How many ranks read state (the first ZeRO group's size; 1 without
-  // sharding) and this one's place among them (its ZeRO rank).
-  int state_readers() const { return sharded_ ? groups_.zero->size() : 1; }
-  int state_reader_rank() const { return sharded_ ? groups_.zero->rank() : 0; }
+  // others hold replicas of its shards), or without ZeRO sharding every
+  // rank of the data (x context) group, each of which holds all the state.
+  bool reads_state() const { return sharded_ ? counts_replicas_ : true; }
+  // How many ranks read state (the first ZeRO group's size, or the data
+  // group's) and this one's place among them (its ZeRO or data-group rank:
+  // its gradient rank either way).
+  int state_readers() const { return sharded_ ? groups_.zero->size() : groups_.data->size(); }
+  int state_reader_rank() const { return sharded_ ? groups_.zero->rank() : groups_.data->rank(); }
   // Elements [begin, end) of one array in fp32, whole, into `host` on reader
   // `destination` (a ZeRO rank of the first group: gradient rank
   // `destination`); every rank that reads_state() calls it with the same
   // ranges and destinations in the same order and sends the part it owns
-  // there (point to point, through host memory).
+  // there (point to point, through host memory). Without sharding the
+  // destination copies its own state and the others do nothing.
   void read_range(StateArray array, size_t begin, size_t end, float* host, int destination = 0);
   // Sets elements [begin, end) of one array from fp32 host values: this rank
   // keeps what it holds of them (its owned part; for kParameters also the

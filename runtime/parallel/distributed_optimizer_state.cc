@@ -28,7 +28,7 @@ float* DistributedOptimizer::state_at(StateArray array, size_t bucket, const Own
 
 void DistributedOptimizer::read_range(StateArray array, size_t begin, size_t end, float* host,
                                       int destination) {
-  if (!counts_replicas_)
+  if (!reads_state())
     throw std::logic_error("read_range on a rank outside the first ZeRO group (reads_state())");
   if (begin > end || end > layout_.num_elements())
     throw std::logic_error("read_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
@@ -40,8 +40,8 @@ void DistributedOptimizer::read_range(StateArray array, size_t begin, size_t end
                            std::to_string(state_readers() - 1) + ")");
   wait_for_parameters();  // nothing of this step's may still be in flight
   if (array == StateArray::kParameters) initialize_master();
-  if (!sharded_) {  // every element is this rank's: one range
-    if (begin < end)
+  if (!sharded_) {  // every element is this rank's (and every replica's): one range
+    if (begin < end && state_reader_rank() == destination)
       ops_.copy_to_host(host, state_at(array, 0, owned_[0], begin), (end - begin) * sizeof(float));
     return;
   }
