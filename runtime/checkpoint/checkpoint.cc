@@ -253,7 +253,7 @@ std::vector<int64_t> hugging_face_shape(const ParameterTensor& tensor) {
 const float* hugging_face_data(const ParameterTensor& tensor, const float* whole,
                                std::vector<float>& scratch) {
   if (!tensor.hf_transposed) return whole;
-  scratch.resize(static_cast<size_t>(tensor.global_shape[0] * tensor.global_shape[1]));
+  scratch.resize(tensor.global_size());
   transpose(whole, tensor.global_shape[0], tensor.global_shape[1], scratch.data());
   return scratch.data();
 }
@@ -280,7 +280,7 @@ void read_whole_tensor(const TensorFileSet& files, const ParameterTensor& tensor
     files.read(name, whole, tensor.global_shape);
     return;
   }
-  scratch.resize(static_cast<size_t>(tensor.global_shape[0] * tensor.global_shape[1]));
+  scratch.resize(tensor.global_size());
   files.read(name, scratch.data(), hugging_face_shape(tensor));
   transpose(scratch.data(), tensor.global_shape[1], tensor.global_shape[0], whole);
 }

@@ -23,12 +23,6 @@ namespace {
 constexpr const char* kModel = "model";
 constexpr const char* kOptimizer = "optimizer";
 
-size_t whole_elements(const ParameterTensor& tensor) {
-  size_t elements = 1;
-  for (int64_t dim : tensor.global_shape) elements *= static_cast<size_t>(dim);
-  return elements;
-}
-
 // The tensors a stage's layout puts in the checkpoint, in layout order, each
 // name once: the last stage's copy of the tied embedding is the first
 // stage's tensor.
@@ -64,7 +58,7 @@ std::vector<int> assign_writers(const std::vector<const ParameterTensor*>& tenso
     const int least =
         static_cast<int>(std::min_element(bytes.begin(), bytes.end()) - bytes.begin());
     writer.push_back(least);
-    bytes[static_cast<size_t>(least)] += whole_elements(*tensor) * sizeof(float);
+    bytes[static_cast<size_t>(least)] += tensor->global_size() * sizeof(float);
   }
   return writer;
 }
@@ -105,7 +99,7 @@ ShardFiles shard_files(const LoadedPlan& plan, const MeshCoordinates& mesh,
     files.model_map[tensor->name] = files.name(kModel, number);
     files.optimizer_map["exp_avg." + tensor->name] = files.name(kOptimizer, number);
     files.optimizer_map["exp_avg_sq." + tensor->name] = files.name(kOptimizer, number);
-    files.model_bytes += whole_elements(*tensor) * sizeof(float);
+    files.model_bytes += tensor->global_size() * sizeof(float);
   }
   return files;
 }
@@ -143,7 +137,7 @@ struct StageWriter {
 // placed by theirs.
 void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const float* own,
                    std::vector<float>& whole, std::vector<float>& received) {
-  whole.assign(whole_elements(tensor), 0.0f);
+  whole.assign(tensor.global_size(), 0.0f);
   const MeshCoordinates& mesh = stage.groups.mesh;
   for (int rank = 0; rank < mesh.tensor_size; ++rank) {
     const ParameterTensor* part =
@@ -254,8 +248,7 @@ void write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
 double largest_tensor_bytes(const ParameterLayout& layout, bool transposed_only) {
   size_t largest = 0;
   for (const ParameterTensor& tensor : layout.tensors())
-    if (tensor.hf_transposed || !transposed_only)
-      largest = std::max(largest, whole_elements(tensor));
+    if (tensor.hf_transposed || !transposed_only) largest = std::max(largest, tensor.global_size());
   return static_cast<double>(largest) * sizeof(float);
 }
 
@@ -310,29 +303,12 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
 
 namespace {
 
-// The local elements of a tensor that lie one after another in the whole
-// tensor too (ParameterTensor::global_index): a row block of a kRows slice, a
-// row's segment of a kColumns slice, all of a replicated tensor.
-size_t contiguous_run(const ParameterTensor& tensor) {
-  const size_t columns = tensor.shape.size() > 1 ? static_cast<size_t>(tensor.shape[1]) : 1;
-  if (tensor.tensor_size == 1) return std::max<size_t>(tensor.size, 1);
-  switch (tensor.shard) {
-    case ShardKind::kReplicated:
-      return std::max<size_t>(tensor.size, 1);
-    case ShardKind::kRows:
-      return static_cast<size_t>(tensor.shape[0]) / tensor.shard_blocks * columns;
-    case ShardKind::kColumns:
-      return columns;
-  }
-  return 1;
-}
-
 // Reads local elements [first, first + count) of this rank's slice of a
 // tensor stored in paraplan's orientation straight from the file, a
 // contiguous run at a time: only what the rank keeps crosses the filesystem.
 void read_slice_elements(const TensorFileSet& files, const ParameterTensor& tensor,
                          const std::string& name, size_t first, size_t count, float* out) {
-  const size_t run = contiguous_run(tensor);
+  const size_t run = tensor.contiguous_run();
   for (size_t k = first; k < first + count;) {
     const size_t end = std::min(first + count, (k / run + 1) * run);
     files.read_range(name, tensor.global_shape, tensor.global_index(k), end - k, out + (k - first));
@@ -354,7 +330,7 @@ void load_slices(const TensorFileSet& files, const ParameterLayout& layout,
     if (held.empty()) continue;
     own.resize(tensor.size);
     if (tensor.hf_transposed) {
-      whole.resize(whole_elements(tensor));
+      whole.resize(tensor.global_size());
       read_whole_tensor(files, tensor, prefix, whole.data(), scratch);
       for (size_t k = 0; k < tensor.size; ++k) own[k] = whole[tensor.global_index(k)];
     }

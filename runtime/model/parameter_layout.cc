@@ -74,6 +74,26 @@ size_t ParameterTensor::global_index(size_t k) const {
   return k;
 }
 
+size_t ParameterTensor::contiguous_run() const {
+  const size_t columns = shape.size() > 1 ? static_cast<size_t>(shape[1]) : 1;
+  if (tensor_size == 1) return std::max<size_t>(size, 1);
+  switch (shard) {
+    case ShardKind::kReplicated:
+      return std::max<size_t>(size, 1);
+    case ShardKind::kRows:  // global_index: a block's rows sit together
+      return static_cast<size_t>(shape[0]) / shard_blocks * columns;
+    case ShardKind::kColumns:
+      return columns;
+  }
+  return 1;
+}
+
+size_t ParameterTensor::global_size() const {
+  size_t elements = 1;
+  for (int64_t dim : global_shape) elements *= static_cast<size_t>(dim);
+  return elements;
+}
+
 const ParameterTensor* ParameterLayout::find(const std::string& name) const {
   for (const ParameterTensor& tensor : tensors_)
     if (tensor.name == name) return &tensor;

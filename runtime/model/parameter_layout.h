@@ -44,6 +44,12 @@ struct ParameterTensor {
 
   // Index in the whole tensor (row-major global_shape) of local element k.
   size_t global_index(size_t k) const;
+  // Local elements that lie one after another in the whole tensor too, from
+  // any multiple of it: a row block of a kRows slice, a row's segment of a
+  // kColumns slice, all of a replicated tensor (a reader copies runs).
+  size_t contiguous_run() const;
+  // Elements of the whole tensor: prod(global_shape).
+  size_t global_size() const;
 };
 
 class ParameterLayout {
