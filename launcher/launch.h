@@ -104,6 +104,9 @@ bool command_wants_gpus(const std::vector<std::string>& command);
 // The preflight asks every host for them.
 std::vector<std::string> files_every_rank_reads(const LaunchOptions& options);
 
+// train's --checkpoint-dir, made absolute; "" when the command has none.
+std::string checkpoint_directory(const LaunchOptions& options);
+
 // The full mpirun argument list (argv[0] is options.mpirun). Loads and validates
 // the plan, checks the hostfile against its mesh, and adds --plan to the
 // command when it lacks one. Throws with a message naming what is wrong.

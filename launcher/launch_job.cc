@@ -63,28 +63,43 @@ void refuse_root_without_consent(const LaunchOptions& options,
 
 }  // namespace
 
-std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
-  const std::vector<std::string> command = with_absolute_paths(options.command);
-  std::vector<std::string> files;
-  bool resume = false;
-  std::string checkpoint_dir;
+namespace {
+
+// The value of `flag` in the command (made absolute), the last given; "" when
+// absent. Takes "--flag value" and "--flag=value".
+std::vector<std::string> flag_values(const std::vector<std::string>& command,
+                                     const std::string& wanted) {
+  std::vector<std::string> values;
   for (size_t i = 0; i < command.size(); ++i) {
     const std::string& argument = command[i];
     const size_t equals = argument.find('=');
-    const std::string flag = argument.substr(0, equals);
-    const bool joined = equals != std::string::npos;
-    const std::string value =
-        joined ? argument.substr(equals + 1) : (i + 1 < command.size() ? command[i + 1] : "");
-    if (flag == "--resume") resume = true;
-    if (flag == "--plan") files.push_back(value);
-    if (flag == "--data" || flag == "--val-data")  // a list: each file or glob
-      for (const std::string& entry : data_list_entries(value)) files.push_back(entry);
-    if (flag == "--checkpoint-dir") checkpoint_dir = value;
+    if (argument.substr(0, equals) != wanted) continue;
+    values.push_back(equals != std::string::npos ? argument.substr(equals + 1)
+                                                 : (i + 1 < command.size() ? command[i + 1] : ""));
   }
-  if (std::none_of(command.begin(), command.end(), [](const std::string& argument) {
-        return argument == "--plan" || argument.rfind("--plan=", 0) == 0;
-      }))
-    files.insert(files.begin(), with_absolute_paths({"--plan", options.plan_path})[1]);
+  return values;
+}
+
+}  // namespace
+
+std::string checkpoint_directory(const LaunchOptions& options) {
+  const std::vector<std::string> values =
+      flag_values(with_absolute_paths(options.command), "--checkpoint-dir");
+  return values.empty() ? "" : values.back();
+}
+
+std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
+  const std::vector<std::string> command = with_absolute_paths(options.command);
+  std::vector<std::string> files = flag_values(command, "--plan");
+  if (files.empty()) files.push_back(with_absolute_paths({"--plan", options.plan_path})[1]);
+  for (const std::string& list : flag_values(command, "--data"))  // a list: each file or glob
+    for (const std::string& entry : data_list_entries(list)) files.push_back(entry);
+  for (const std::string& list : flag_values(command, "--val-data"))
+    for (const std::string& entry : data_list_entries(list)) files.push_back(entry);
+  const bool resume = std::any_of(command.begin(), command.end(), [](const std::string& argument) {
+    return argument.substr(0, argument.find('=')) == "--resume";
+  });
+  const std::string checkpoint_dir = checkpoint_directory(options);
   if (resume && !checkpoint_dir.empty()) files.push_back(checkpoint_dir);
   return files;
 }
@@ -113,7 +128,7 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
   LaunchAdditions additions;
   std::vector<HostFindings> findings;
   std::vector<std::string> problems;
-  std::string listen_address = "127.0.0.1", network_line;
+  std::string listen_address = "127.0.0.1", network_line, unchecked_line;
   if (!options.hostfile.empty()) {
     PreflightRequest request;
     request.hosts = parse_hostfile(options.hostfile);
@@ -122,8 +137,16 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
     request.count_gpus = command_wants_gpus(options.command);
     request.environment = launch_environment(options);
     request.remote_shell = remote_shell(options.mpirun_arguments, request.environment);
+    std::optional<SharedDirectoryMarker> marker;
+    ask_about_checkpoint_directory(options, request, marker);
     findings = run_preflight(request);
     problems = preflight_problems(findings, request, paraplan_version(), this_build_id());
+    if (marker && !marker->problem().empty())
+      problems.insert(problems.begin(), "this host: " + marker->problem());
+    if (marker && !marker->shared() && marker->problem().empty())
+      unchecked_line = "preflight: --checkpoint-dir " + checkpoint_directory(options) +
+                       " does not exist yet; launch creates it and checks that every host sees "
+                       "it\n";
     std::vector<HostNetwork> networks;
     for (const HostFindings& host : findings)
       if (host.failure.empty())
@@ -153,7 +176,7 @@ int run_launch_once(const LaunchOptions& options, std::optional<JobFailure>* fai
     additions.variables.push_back(std::string(supervision::kTokenVariable) + "=<token>");
     std::cout << shell_quote_command(build_launch_command(options, additions)) << "\n";
     if (!network_line.empty()) std::cout << network_line << "\n";
-    std::cout << describe_findings(findings);
+    std::cout << describe_findings(findings) << unchecked_line;
     for (const std::string& problem : problems)
       std::cout << "preflight: problem: " << problem << "\n";
     std::cout.flush();

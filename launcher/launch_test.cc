@@ -369,5 +369,28 @@ TEST(WithAbsolutePaths, MakesEachEntryOfADataListAbsolute) {
             (std::vector<std::string>{"train", "--log-json", cwd + "/a,b.json"}));
 }
 
+// What the preflight asks every host for: the files it reads, and the
+// checkpoint directory it must share.
+TEST(FilesEveryRankReads, ThePlanTheDataAndTheCheckpointDirectoryOnResume) {
+  const std::string cwd = std::filesystem::current_path().string();
+  LaunchOptions options;
+  options.plan_path = "job.pplan";
+  options.command = {"train", "--data", "a.bin,b_*.bin", "--val-data=v.bin", "--checkpoint-dir",
+                     "ckpt"};
+  EXPECT_EQ(files_every_rank_reads(options),
+            (std::vector<std::string>{cwd + "/job.pplan", cwd + "/a.bin", cwd + "/b_*.bin",
+                                      cwd + "/v.bin"}));
+  EXPECT_EQ(checkpoint_directory(options), cwd + "/ckpt");
+  options.command.push_back("--resume");
+  options.command.insert(options.command.begin() + 1, {"--plan", "/plans/other.pplan"});
+  EXPECT_EQ(files_every_rank_reads(options),
+            (std::vector<std::string>{"/plans/other.pplan", cwd + "/a.bin", cwd + "/b_*.bin",
+                                      cwd + "/v.bin", cwd + "/ckpt"}));
+  options.command = {"train", "--checkpoint-dir=/scratch/ckpt"};
+  EXPECT_EQ(checkpoint_directory(options), "/scratch/ckpt");
+  options.command = {"replay", "--steps", "3"};
+  EXPECT_EQ(checkpoint_directory(options), "");
+}
+
 }  // namespace
 }  // namespace paraplan

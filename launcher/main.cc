@@ -127,6 +127,7 @@ struct CommandLine {
   CLI::App* launch_command = nullptr;
   std::vector<std::string> preflight_files;
   bool preflight_gpus = false;
+  SharedDirectory preflight_shared;
   CLI::App* preflight_command = nullptr;
   SampleOptions sample_options;
   CLI::App* sample_command = nullptr;
@@ -327,6 +328,16 @@ void add_preflight_command(CLI::App& app, CommandLine& c) {
   c.preflight_command->add_option("--file", c.preflight_files, "a file the job reads here")
       ->allow_extra_args(false);
   c.preflight_command->add_flag("--count-gpus", c.preflight_gpus, "count the CUDA devices");
+  CLI::Option* shared =
+      c.preflight_command->add_option("--shared-directory", c.preflight_shared.path,
+                                      "a directory every host must see as one (--checkpoint-dir)");
+  c.preflight_command
+      ->add_option("--marker", c.preflight_shared.marker, "the file launch put in it")
+      ->needs(shared);
+  shared->needs("--marker");
+  c.preflight_command
+      ->add_option("--marker-placed-by", c.preflight_shared.placed_by, "the host launch runs on")
+      ->needs("--marker");
 }
 
 void add_sample_command(CLI::App& app, CommandLine& c) {
@@ -393,8 +404,12 @@ int main(int argc, char** argv) {
       c.launch_options.command = after_separator;
       return run_launch(c.launch_options);
     }
-    if (c.preflight_command->parsed())
-      std::cout << this_host_findings(c.preflight_files, c.preflight_gpus).dump() << std::endl;
+    if (c.preflight_command->parsed()) {
+      std::optional<SharedDirectory> shared;
+      if (!c.preflight_shared.path.empty()) shared = c.preflight_shared;
+      std::cout << this_host_findings(c.preflight_files, c.preflight_gpus, shared).dump()
+                << std::endl;
+    }
     if (c.sample_command->parsed()) {
       const std::string text = sample_text(c.sample_options);
       std::cout << c.sample_options.prompt << text << std::endl;

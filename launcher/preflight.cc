@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -85,6 +88,57 @@ int find_build_id(dl_phdr_info* info, size_t, void* data) {
   return 1;  // only the first object (the executable) is looked at
 }
 
+std::string this_hostname() {
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  return hostname;
+}
+
+// Creates a file of this host's in `directory` and removes it: "" when that
+// works, else why not.
+std::string why_unwritable(const std::string& directory, const std::string& marker) {
+  const std::string probe = directory + "/" + marker + "." + this_hostname() + "." +
+                            std::to_string(static_cast<long>(getpid()));
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return std::strerror(errno);
+  const bool written = write(fd, "1", 1) == 1;
+  const std::string reason = written ? "" : std::strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
+  return reason;
+}
+
+// What keeps this host from sharing the launcher's directory: "" when it sees
+// the marker and can create files there. A networked filesystem may show a
+// file another host made a moment late, so the marker is looked for twice a
+// second for 2 s.
+std::string shared_directory_problem(const SharedDirectory& shared) {
+  const std::string fix =
+      "; ranks on every host write their share of each checkpoint into it: put it on a "
+      "filesystem every host mounts at that path (NFS, Lustre), or give another --checkpoint-dir";
+  struct stat status {};
+  if (stat(shared.path.c_str(), &status) != 0)
+    return "--checkpoint-dir " + shared.path + " is missing here, but exists on " +
+           shared.placed_by + fix;
+  if (!S_ISDIR(status.st_mode))
+    return "--checkpoint-dir " + shared.path + " is not a directory here" + fix;
+  const std::string marker = shared.path + "/" + shared.marker;
+  bool seen = access(marker.c_str(), F_OK) == 0;
+  for (int attempt = 0; !seen && attempt < 4; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    seen = access(marker.c_str(), F_OK) == 0;
+  }
+  if (!seen)
+    return "--checkpoint-dir " + shared.path + " is not the directory " + shared.placed_by +
+           " sees at that path (the file launch put there, " + shared.marker + ", is not here)" +
+           fix;
+  const std::string unwritable = why_unwritable(shared.path, shared.marker);
+  if (!unwritable.empty())
+    return "cannot create a file in --checkpoint-dir " + shared.path + ": " + unwritable +
+           "; ranks on every host write their share of each checkpoint there";
+  return "";
+}
+
 std::string last_line(const std::string& text) {
   std::string line, last;
   std::istringstream lines(text);
@@ -134,10 +188,9 @@ std::string this_build_id() {
   return id;
 }
 
-nlohmann::json this_host_findings(const std::vector<std::string>& files, bool count_gpus) {
-  char hostname[256] = {};
-  gethostname(hostname, sizeof hostname - 1);
-  nlohmann::json answer = {{"hostname", hostname},
+nlohmann::json this_host_findings(const std::vector<std::string>& files, bool count_gpus,
+                                  const std::optional<SharedDirectory>& shared) {
+  nlohmann::json answer = {{"hostname", this_hostname()},
                            {"version", paraplan_version()},
                            {"build_id", this_build_id()},
                            {"cores", static_cast<int>(std::thread::hardware_concurrency())}};
@@ -151,7 +204,52 @@ nlohmann::json this_host_findings(const std::vector<std::string>& files, bool co
                           {"prefix", interface.prefix}});
   answer["interfaces"] = interfaces;
   answer["cuda_devices"] = count_gpus ? kernels::cuda_device_count() : -1;
+  if (shared) answer["shared_directory"] = {shared->path, shared_directory_problem(*shared)};
   return answer;
+}
+
+SharedDirectoryMarker::SharedDirectoryMarker(const std::string& directory, bool create) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::exists(directory, error)) {
+    if (!create) return;  // --dry-run makes nothing; launch checks it once it exists
+    fs::create_directories(directory, error);
+    if (error) {
+      problem_ = "cannot create --checkpoint-dir " + directory + ": " + error.message() +
+                 "; launch checks from here that every host sees it, so run launch on a host "
+                 "that mounts it";
+      return;
+    }
+  }
+  std::random_device random;
+  SharedDirectory shared{directory,
+                         ".paraplan-launch-" + this_hostname() + "-" +
+                             std::to_string(static_cast<long>(getpid())) + "-" +
+                             std::to_string(random()),
+                         this_hostname()};
+  const std::string marker = directory + "/" + shared.marker;
+  const int fd = open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    problem_ = "cannot create a file in --checkpoint-dir " + directory + ": " +
+               std::strerror(errno) +
+               "; ranks on every host write their share of each "
+               "checkpoint there";
+    return;
+  }
+  close(fd);
+  shared_ = shared;
+}
+
+SharedDirectoryMarker::~SharedDirectoryMarker() {
+  if (shared_) unlink((shared_->path + "/" + shared_->marker).c_str());
+}
+
+void ask_about_checkpoint_directory(const LaunchOptions& options, PreflightRequest& request,
+                                    std::optional<SharedDirectoryMarker>& marker) {
+  const std::string directory = checkpoint_directory(options);
+  if (directory.empty()) return;
+  marker.emplace(directory, !options.dry_run);
+  request.shared_directory = marker->shared();
 }
 
 HostFindings findings_from_json(const std::string& host, const nlohmann::json& answer) {
@@ -162,6 +260,8 @@ HostFindings findings_from_json(const std::string& host, const nlohmann::json& a
   findings.build_id = answer.at("build_id").get<std::string>();
   findings.cores = answer.at("cores").get<int>();
   findings.cuda_devices = answer.at("cuda_devices").get<int>();
+  if (answer.contains("shared_directory"))
+    findings.shared_directory_problem = answer.at("shared_directory").at(1).get<std::string>();
   for (const auto& file : answer.at("files"))
     findings.files.emplace_back(file.at(0).get<std::string>(), file.at(1).get<std::string>());
   for (const auto& interface : answer.at("interfaces")) {
@@ -236,10 +336,16 @@ std::vector<HostFindings> run_preflight(const PreflightRequest& request) {
   for (const std::string& file : request.files)
     remote_command.insert(remote_command.end(), {"--file", file});
   if (request.count_gpus) remote_command.push_back("--count-gpus");
+  if (request.shared_directory)
+    remote_command.insert(remote_command.end(),
+                          {"--shared-directory", request.shared_directory->path, "--marker",
+                           request.shared_directory->marker, "--marker-placed-by",
+                           request.shared_directory->placed_by});
   for (size_t i = 0; i < request.hosts.size(); ++i) {
     const std::string& host = request.hosts[i].name;
     if (is_this_host(host)) {
-      findings[i] = findings_from_json(host, this_host_findings(request.files, request.count_gpus));
+      findings[i] = findings_from_json(
+          host, this_host_findings(request.files, request.count_gpus, request.shared_directory));
       findings[i].this_host = true;
       continue;
     }
@@ -300,6 +406,9 @@ std::vector<std::string> host_problems(const HostFindings& host, int slots,
                        " CUDA device(s) but the hostfile gives it slots=" + std::to_string(slots) +
                        " (one rank per device); lower its slots and plan for that, or use "
                        "--backend cpu");
+  if (request.shared_directory && host.shared_directory_problem &&
+      !host.shared_directory_problem->empty())
+    problems.push_back(*host.shared_directory_problem);
   return problems;
 }
 
@@ -330,7 +439,11 @@ std::string describe_findings(const std::vector<HostFindings>& findings) {
     size_t readable = 0;
     for (const auto& file : host.files) readable += file.second.empty() ? 1 : 0;
     text += ", " + std::to_string(readable) + " of " + std::to_string(host.files.size()) +
-            " files readable; interfaces";
+            " files readable";
+    if (host.shared_directory_problem)
+      text += host.shared_directory_problem->empty() ? ", the checkpoint directory shared"
+                                                     : ", the checkpoint directory not shared";
+    text += "; interfaces";
     for (const InterfaceAddress& interface : host.interfaces)
       text += " " + interface.name + " " + ipv4_text(interface.address) + "/" +
               std::to_string(interface.prefix);

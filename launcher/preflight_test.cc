@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "launcher/launch.h"
@@ -95,6 +96,72 @@ TEST(Preflight, EveryProblemIsOneLineNamingTheHostAndTheFix) {
   findings[2].cuda_devices = 4;
   request.hosts.pop_back();
   EXPECT_TRUE(preflight_problems(findings, request, "0.1.0", "abcdef0123456789").empty());
+}
+
+// Ranks on every host write their share of a checkpoint into
+// --checkpoint-dir: each host must see the marker the launcher put there, and
+// create files of its own.
+TEST(Preflight, TheCheckpointDirectoryIsOneDirectoryEveryHostWritesIn) {
+  testing::TempDir directory;
+  const std::string checkpoints = (directory.path() / "checkpoints").string();
+  {
+    SharedDirectoryMarker unchecked(checkpoints, /*create=*/false);  // --dry-run
+    EXPECT_FALSE(unchecked.shared().has_value());
+    EXPECT_EQ(unchecked.problem(), "");
+    EXPECT_FALSE(std::filesystem::exists(checkpoints)) << "--dry-run makes nothing";
+  }
+  std::optional<SharedDirectory> shared;
+  {
+    SharedDirectoryMarker marker(checkpoints, /*create=*/true);
+    ASSERT_TRUE(marker.shared().has_value()) << marker.problem();
+    shared = marker.shared();
+    EXPECT_EQ(shared->path, checkpoints);
+    EXPECT_EQ(shared->marker.rfind(".paraplan-launch-", 0), 0u) << shared->marker;
+    EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + shared->marker));
+    const HostFindings here = findings_from_json(
+        "here", nlohmann::json::parse(this_host_findings({}, false, shared).dump()));
+    EXPECT_EQ(here.shared_directory_problem, std::optional<std::string>(""));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(checkpoints)) << "the marker and the probe are gone";
+
+  // Another host's own directory at that path: it lacks the marker.
+  shared->placed_by = "node1";
+  const std::string fix =
+      "; ranks on every host write their share of each checkpoint into it: put it on a "
+      "filesystem every host mounts at that path (NFS, Lustre), or give another --checkpoint-dir";
+  const auto problem = [](const SharedDirectory& asked) {
+    return findings_from_json("node2",
+                              nlohmann::json::parse(this_host_findings({}, false, asked).dump()))
+        .shared_directory_problem.value_or("not asked");
+  };
+  const std::string not_shared = problem(*shared);  // after 2 s of looking
+  EXPECT_EQ(not_shared, "--checkpoint-dir " + checkpoints +
+                            " is not the directory node1 sees at that path (the file "
+                            "launch put there, " +
+                            shared->marker + ", is not here)" + fix);
+  SharedDirectory missing = *shared;
+  missing.path = checkpoints + "/absent";
+  EXPECT_EQ(problem(missing),
+            "--checkpoint-dir " + missing.path + " is missing here, but exists on node1" + fix);
+  SharedDirectory file = *shared;
+  file.path = (directory.path() / "plain").string();
+  std::ofstream(file.path) << "x";
+  EXPECT_EQ(problem(file), "--checkpoint-dir " + file.path + " is not a directory here" + fix);
+
+  PreflightRequest request;
+  request.binary = "/opt/paraplan/bin/paraplan";
+  request.hosts = {{"node1", 4, 1}, {"node2", 4, 2}};
+  request.shared_directory = shared;
+  std::vector<HostFindings> findings = {good_host("node1"), good_host("node2")};
+  findings[0].shared_directory_problem = "";
+  findings[1].shared_directory_problem = not_shared;
+  EXPECT_EQ(preflight_problems(findings, request, "0.1.0", "abcdef0123456789"),
+            (std::vector<std::string>{"node2: " + *findings[1].shared_directory_problem}));
+  EXPECT_EQ(describe_findings(findings),
+            "preflight: node1: hostname node1, paraplan 0.1.0 (build abcdef012345), 8 cores, 2 "
+            "of 2 files readable, the checkpoint directory shared; interfaces\n"
+            "preflight: node2: hostname node2, paraplan 0.1.0 (build abcdef012345), 8 cores, 2 "
+            "of 2 files readable, the checkpoint directory not shared; interfaces\n");
 }
 
 TEST(Preflight, AsksHostsThroughMpirunsRemoteShell) {

@@ -96,6 +96,8 @@ std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
   request.environment = launch_environment(options);
   request.remote_shell = remote_shell(options.mpirun_arguments, request.environment);
   request.timeout_seconds = 20;
+  std::optional<SharedDirectoryMarker> marker;  // a host that lost the shared mount is unhealthy
+  ask_about_checkpoint_directory(options, request, marker);
   std::vector<std::pair<std::string, std::string>> unhealthy;
   const std::vector<HostFindings> findings = run_preflight(request);
   for (size_t i = 0; i < findings.size(); ++i) {

@@ -9,13 +9,16 @@
 //   carries at least what the plan must exchange (measured on the switch).
 // - The network is chosen despite docker0: automatically, and by name.
 // - --dry-run prints the command and every host's findings; a host that
-//   cannot be reached is refused before anything starts.
+//   cannot be reached, and a --checkpoint-dir each host has its own of (the
+//   bed's TESTBED_LOCAL_DIR), are refused before anything starts.
 // - A host killed mid-run, and a host cut off the network, end the whole job
 //   within 30 s with the launcher naming the lost ranks and their host, and
 //   nothing of the job is left on either host.
 // - Without the bed (ctest MultiHost.testbed_unavailable, no root needed):
 //   a machine that cannot build it skips with the reason, except in CI
 //   (CI=true, root), where it fails naming what is missing.
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -113,7 +116,9 @@ TEST_F(MultiHost, DataAndTensorParallelWithZeroOneAcrossHostsGiveTheSingleRankLo
 TEST_F(MultiHost, DryRunPrintsTheCommandAndWhatEveryHostOffers) {
   const std::string plan_file = plan_for_two_hosts(
       {.name = "hosts_dry_run", .pipeline = 2, .tensor = 2, .micro_batch_size = 3});
-  const CommandResult result = run_command(launch_line(plan_file, "--dry-run", "--steps 5"));
+  std::filesystem::create_directories(*directory_ / "dry_run_checkpoints");
+  const CommandResult result = run_command(launch_line(
+      plan_file, "--dry-run", "--steps 5 --checkpoint-dir " + *directory_ / "dry_run_checkpoints"));
   std::printf("[ figures  ] --dry-run on the test bed:\n%s", result.output.c_str());
   EXPECT_EQ(result.exit_code, 0) << result.output;
   for (const std::string& expected :
@@ -127,7 +132,8 @@ TEST_F(MultiHost, DryRunPrintsTheCommandAndWhatEveryHostOffers) {
         std::string("\nnetwork: 10.77.0.0/24 (auto: it carries every host's address)"),
         std::string("\npreflight: node1 (this host): hostname node1, paraplan "),
         std::string("\npreflight: node2: hostname node2, paraplan "),
-        std::string("2 of 2 files readable; interfaces eth0 10.77.0.2/24 docker0 172.17.0.1/16")})
+        std::string("2 of 2 files readable, the checkpoint directory shared; interfaces eth0 "
+                    "10.77.0.2/24 docker0 172.17.0.1/16")})
     EXPECT_NE(result.output.find(expected), std::string::npos) << expected;
 
   // A host no one can reach: one line naming it and the fix, nothing started.
@@ -143,6 +149,43 @@ TEST_F(MultiHost, DryRunPrintsTheCommandAndWhatEveryHostOffers) {
             std::string::npos)
       << refused.output;
   EXPECT_EQ(processes_on("node1"), "");
+}
+
+// Every host writes its share of a checkpoint into --checkpoint-dir, so a
+// directory each host has its own of (a node's local disk) would scatter the
+// files: refused before anything starts, naming the host and the fix.
+TEST_F(MultiHost, ACheckpointDirectoryEachHostHasItsOwnIsRefusedBeforeAnythingStarts) {
+  const char* local = std::getenv("TESTBED_LOCAL_DIR");
+  ASSERT_NE(local, nullptr) << "the bed names a node-local path";
+  const std::string checkpoints = std::string(local) + "/checkpoints";
+  const std::string plan_file = plan_for_two_hosts(
+      {.name = "hosts_local_checkpoints", .pipeline = 2, .tensor = 2, .micro_batch_size = 3});
+  const CommandResult refused = run_command(
+      launch_line(plan_file, "", "--steps 5 --checkpoint-every 1 --checkpoint-dir " + checkpoints));
+  std::printf("[ figures  ] a node-local --checkpoint-dir:\n%s", refused.output.c_str());
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("paraplan: error: launch: the preflight found 1 problem(s); "
+                                "nothing was started:\n  node2: --checkpoint-dir " +
+                                checkpoints +
+                                " is missing here, but exists on node1; ranks on every host write "
+                                "their share of each checkpoint into it: put it on a filesystem "
+                                "every host mounts at that path (NFS, Lustre)"),
+            std::string::npos)
+      << refused.output;
+  // The directory node2 has of its own, made by hand: not the same one.
+  ASSERT_EQ(run_command(on("node2", "mkdir -p " + checkpoints)).exit_code, 0);
+  const CommandResult again = run_command(
+      launch_line(plan_file, "", "--steps 5 --checkpoint-every 1 --checkpoint-dir " + checkpoints));
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.output.find("node2: --checkpoint-dir " + checkpoints +
+                              " is not the directory node1 sees at that path (the file launch put "
+                              "there, .paraplan-launch-node1-"),
+            std::string::npos)
+      << again.output;
+  // Nothing started, and the launcher's marker is gone from node1's directory.
+  EXPECT_EQ(processes_on("node1"), "");
+  EXPECT_EQ(processes_on("node2"), "");
+  EXPECT_EQ(run_command(on("node1", "ls -A " + checkpoints)).output, "");
 }
 
 TEST_F(MultiHost, AKilledHostEndsTheWholeJobNamingItsRanks) {

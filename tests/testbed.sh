@@ -26,7 +26,8 @@
 #
 # Variables set for COMMAND: TESTBED (this script), TESTBED_DIR
 # (the bed's state), TESTBED_HOSTS ("node1 node2"), TESTBED_NETWORK
-# (10.77.0.0/24), and OMPI_MCA_plm_rsh_agent ("ssh -F <dir>/ssh_config"): how
+# (10.77.0.0/24), TESTBED_LOCAL_DIR (a path every host sees a directory of
+# its own at, as a node's local disk), and OMPI_MCA_plm_rsh_agent ("ssh -F <dir>/ssh_config"): how
 # mpirun, and paraplan launch's preflight, reach the hosts with the test's key.
 set -euo pipefail
 
@@ -34,6 +35,11 @@ readonly SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BAS
 readonly PREFIX=ppbed  # namespaces are ${PREFIX}<owner pid>-<host|sw>
 readonly NETWORK_BASE=10.77.0
 readonly CONFLICTING_ADDRESS=172.17.0.1/16
+# How a process enters a host (in its network namespace, under a new UTS and
+# mount namespace): its hostname, and its own directory bound over the bed's
+# node-local path. Arguments: host, its directory, the node-local path, then
+# the command.
+readonly ENTER_HOST='hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
 
 CHILD=0  # the command run inside the bed, while it runs
 
@@ -55,7 +61,8 @@ missing_requirement() {
   ip -n "$probe" link add probebr type bridge 2>/dev/null || why="no bridge devices (ip link add type bridge)"
   [ -z "$why" ] && { ip -n "$probe" link add probe0 type veth peer name probe1 2>/dev/null ||
     why="no veth devices (ip link add type veth)"; }
-  [ -z "$why" ] && { unshare --uts true 2>/dev/null || why="'unshare --uts' is not permitted here"; }
+  [ -z "$why" ] && { unshare --uts --mount true 2>/dev/null ||
+    why="'unshare --uts --mount' is not permitted here"; }
   ip netns delete "$probe" 2>/dev/null || true
   echo "$why"
 }
@@ -118,7 +125,7 @@ remove_leftover_beds() {
 build_bed() {
   local hosts=$1 owner=$$ dir
   dir=$(state_dir "$owner")
-  rm -rf "$dir" && mkdir -p "$dir" && chmod 700 "$dir"
+  rm -rf "$dir" && mkdir -p "$dir/node-local" && chmod 700 "$dir"
   export TESTBED_DIR="$dir"
   local switch="${PREFIX}${owner}-sw"
   ip netns add "$switch"
@@ -181,8 +188,10 @@ build_bed() {
       echo "ClientAliveInterval 1"
       echo "ClientAliveCountMax 3"
     } >"$dir/$host.sshd_config"
-    ip netns exec "$namespace" unshare --uts -- sh -c 'hostname "$1" && exec "$2" -D -e -f "$3"' \
-      sh "$host" "$(command -v sshd || echo /usr/sbin/sshd)" "$dir/$host.sshd_config" \
+    mkdir -p "$dir/$host.local"
+    ip netns exec "$namespace" unshare --uts --mount -- sh -c "$ENTER_HOST" sh "$host" \
+      "$dir/$host.local" "$dir/node-local" \
+      "$(command -v sshd || echo /usr/sbin/sshd)" -D -e -f "$dir/$host.sshd_config" \
       >"$dir/$host.sshd.log" 2>&1 &
     echo $! >"$dir/$host.sshd.pid"
     disown
@@ -190,7 +199,7 @@ build_bed() {
 
   export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config"
   export TESTBED="$SCRIPT" TESTBED_HOSTS="$names"
-  export TESTBED_NETWORK="$NETWORK_BASE.0/24"
+  export TESTBED_NETWORK="$NETWORK_BASE.0/24" TESTBED_LOCAL_DIR="$dir/node-local"
   # Every sshd answers (from node1, as the launcher will reach them).
   local deadline=$((SECONDS + 20)) host
   for host in $names; do
@@ -248,7 +257,8 @@ command_exec() {
   [ "${1:-}" = "--" ] && shift
   local namespace
   namespace=$(namespace_of "$host")
-  exec ip netns exec "$namespace" unshare --uts -- sh -c 'hostname "$1" && shift && exec "$@"' sh "$host" "$@"
+  exec ip netns exec "$namespace" unshare --uts --mount -- sh -c "$ENTER_HOST" sh "$host" \
+    "$TESTBED_DIR/$host.local" "$TESTBED_DIR/node-local" "$@"
 }
 
 command_cut() {  # $1 host, $2 down|up
