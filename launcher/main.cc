@@ -187,6 +187,11 @@ void add_train_command(CLI::App& app, CommandLine& c) {
   c.train_command->add_option("--checkpoint-every-seconds",
                               c.train_options.checkpoint_every_seconds,
                               "also save once S seconds have passed since the last save");
+  c.train_command
+      ->add_option("--checkpoint-keep-latest", c.train_options.checkpoint_keep_latest,
+                   "keep only the newest K checkpoints, removing older ones after "
+                   "each save (0: keep all)")
+      ->capture_default_str();
   c.train_command->add_flag("--resume", c.train_options.resume,
                             "continue from the latest checkpoint in --checkpoint-dir");
   c.train_command->add_flag("--accept-data-order-change", c.train_options.accept_data_order_change,

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -95,6 +96,48 @@ TEST_F(EndToEnd, CheckpointsByTimeAsWellAsBySteps) {
   EXPECT_NE(negative.output.find("is invalid; must be a finite number >= 0 (0: off)"),
             std::string::npos)
       << negative.output;
+}
+
+// torchtitan's keep_latest_k: old checkpoints go after each save, and a
+// resumed run keeps counting from the step it resumed at.
+TEST_F(EndToEnd, KeepsOnlyTheNewestCheckpoints) {
+  tokenize_and_plan();
+  const CommandResult first = run(train_arguments(5, "kept", "kept.jsonl") +
+                                  " --checkpoint-every 1 --checkpoint-keep-latest 2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("checkpoint: removed step_00000001 (--checkpoint-keep-latest 2)\n"),
+            std::string::npos)
+      << first.output;
+  const auto steps_in = [&](const std::string& name) {
+    std::vector<std::string> steps;
+    for (const auto& entry : fs::directory_iterator(dir_ / name))
+      if (entry.path().filename().string().rfind("step_", 0) == 0)
+        steps.push_back(entry.path().filename());
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  };
+  EXPECT_EQ(steps_in("kept"), (std::vector<std::string>{"step_00000004", "step_00000005"}));
+  EXPECT_EQ(read_file(dir_ / "kept" / "latest"), "step_00000005\n");
+  const CommandResult resumed = run(train_arguments(7, "kept", "kept.jsonl") +
+                                    " --checkpoint-every 1 --checkpoint-keep-latest 2 --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(steps_in("kept"), (std::vector<std::string>{"step_00000006", "step_00000007"}));
+
+  const CommandResult negative =
+      run(train_arguments(2, "refused", "refused.jsonl") + " --checkpoint-keep-latest -1");
+  EXPECT_EQ(negative.exit_code, 1);
+  EXPECT_NE(negative.output.find(
+                "--checkpoint-keep-latest: -1 is invalid; give 0 (keep every checkpoint) or more"),
+            std::string::npos)
+      << negative.output;
+  const CommandResult no_directory =
+      run("train --plan " + path("job.pplan") + " --data " + path("data/train.bin") +
+          " --steps 2 --checkpoint-keep-latest 3");
+  EXPECT_EQ(no_directory.exit_code, 1);
+  EXPECT_NE(no_directory.output.find("--checkpoint-keep-latest: 3 needs --checkpoint-dir (the "
+                                     "directory to keep them in)"),
+            std::string::npos)
+      << no_directory.output;
 }
 
 TEST_F(EndToEnd, ASecondRunInTheSameCheckpointDirectoryIsRefused) {

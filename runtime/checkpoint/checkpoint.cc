@@ -46,21 +46,6 @@ std::string step_directory_name(int64_t step) {
   return name;
 }
 
-// The step of a step directory name: "step_" and 1 to 18 digits, as
-// step_directory_name writes it; nullopt for anything else.
-std::optional<int64_t> parse_step_directory_name(std::string_view name) {
-  constexpr std::string_view prefix = "step_";
-  if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
-  const std::string_view digits = name.substr(prefix.size());
-  int64_t step = 0;
-  if (digits.empty() || digits.size() > 18 ||
-      std::from_chars(digits.data(), digits.data() + digits.size(), step).ptr !=
-          digits.data() + digits.size() ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::nullopt;
-  return step;
-}
-
 // Removes what saves killed part-way left in `dir`: step_N.tmp-<pid>-<n>
 // directories and latest.tmp-<pid>-<n> files (common/atomic_file.h names
 // them) whose process is gone. A temporary of a live process, another save
@@ -174,6 +159,19 @@ void publish_directory(const fs::path& from, const fs::path& to) {
 }
 
 }  // namespace
+
+std::optional<int64_t> parse_step_directory_name(std::string_view name) {
+  constexpr std::string_view prefix = "step_";
+  if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const std::string_view digits = name.substr(prefix.size());
+  int64_t step = 0;
+  if (digits.empty() || digits.size() > 18 ||
+      std::from_chars(digits.data(), digits.data() + digits.size(), step).ptr !=
+          digits.data() + digits.size() ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return step;
+}
 
 CheckpointDraft::CheckpointDraft(const std::string& dir, const TrainState& state)
     : dir_(dir), state_(state) {

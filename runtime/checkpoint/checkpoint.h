@@ -15,14 +15,15 @@
 // Tensors are whole (not per rank), so a run resumes under any plan. A step
 // directory is written under a temporary name and renamed into place, then
 // 'latest' is replaced atomically, so a crash mid-save leaves the previous
-// checkpoint whole and 'latest' pointing at it. Old step directories are kept;
-// deleting them is the user's choice.
+// checkpoint whole and 'latest' pointing at it. Old step directories are kept
+// unless the run keeps only the newest few (checkpoint_retention.h).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/checkpoint/data_order_record.h"
@@ -48,6 +49,10 @@ struct TrainState {
   // before it was recorded.
   std::optional<DataOrderRecord> data_order = std::nullopt;
 };
+
+// The step of a step directory name: "step_" and 1 to 18 digits, as saves
+// write it (step_00000100); nullopt for anything else.
+std::optional<int64_t> parse_step_directory_name(std::string_view name);
 
 // A step directory being written aside (DIR/step_N.tmp-<pid>-<n>) and then
 // published: config.json, train_state.json, the rename into place and

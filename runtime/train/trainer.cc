@@ -13,6 +13,7 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_lock.h"
+#include "runtime/checkpoint/checkpoint_retention.h"
 #include "runtime/checkpoint/distributed_checkpoint.h"
 #include "runtime/comm/mpi_session.h"
 #include "runtime/comm/nccl_like_teardown.h"
@@ -128,6 +129,13 @@ RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
     throw std::runtime_error(
         "--checkpoint-every-seconds: " + std::to_string(options.checkpoint_every_seconds) +
         " is invalid; must be a finite number >= 0 (0: off)");
+  if (options.checkpoint_keep_latest < 0 ||
+      (options.checkpoint_keep_latest > 0 && options.checkpoint_dir.empty()))
+    throw std::runtime_error(
+        "--checkpoint-keep-latest: " + std::to_string(options.checkpoint_keep_latest) +
+        (options.checkpoint_keep_latest < 0
+             ? " is invalid; give 0 (keep every checkpoint) or more"
+             : " needs --checkpoint-dir (the directory to keep them in)"));
   if (options.resume && !options.init_from.empty())
     throw std::runtime_error(
         "--init-from and --resume exclude each other: --resume continues a "
@@ -217,21 +225,41 @@ class InjectedFaults {
   int failure_, stall_, stop_;
 };
 
+// Removes what --checkpoint-keep-latest no longer keeps (rank 0, while the
+// directory is still this run's). A failure to remove is said and the run goes
+// on: the checkpoints are whole, and ending a run for them would lose work.
+void remove_old_checkpoints_of(const RunInputs& run, const TrainOptions& options, int step) {
+  if (run.checkpoint_lock) run.checkpoint_lock->check_still_held();
+  try {
+    const std::vector<std::string> removed =
+        remove_old_checkpoints(options.checkpoint_dir, step, options.checkpoint_keep_latest);
+    if (removed.empty()) return;
+    std::string names;
+    for (const std::string& name : removed) names += (names.empty() ? "" : ", ") + name;
+    std::cout << "checkpoint: removed " << names << " (--checkpoint-keep-latest "
+              << options.checkpoint_keep_latest << ")" << std::endl;
+  } catch (const std::exception& error) {
+    std::cout << "checkpoint: warning: " << error.what() << "; it stays, and the run goes on"
+              << std::endl;
+  }
+}
+
 // The checkpoint of `step` (every rank takes part; rank 0 writes and
 // publishes only while the directory is still this run's).
-void save_checkpoint(const RunInputs& run, RankState& rank, const std::string& directory, int step,
+void save_checkpoint(const RunInputs& run, RankState& rank, const TrainOptions& options, int step,
                      const TrainState& state, bool leader) {
-  const std::string written =
-      save_distributed_checkpoint(directory, run.loaded, *rank.stage, *rank.optimizer, rank.groups,
-                                  TrainState{.step = step,
-                                             .next_train_sample = state.next_train_sample,
-                                             .seed = state.seed,
-                                             .data_order = run.data.train_order},
-                                  [&run] {
-                                    if (run.checkpoint_lock)
-                                      run.checkpoint_lock->check_still_held();
-                                  });
-  if (leader) std::cout << "checkpoint: " << written << std::endl;
+  const std::string written = save_distributed_checkpoint(
+      options.checkpoint_dir, run.loaded, *rank.stage, *rank.optimizer, rank.groups,
+      TrainState{.step = step,
+                 .next_train_sample = state.next_train_sample,
+                 .seed = state.seed,
+                 .data_order = run.data.train_order},
+      [&run] {
+        if (run.checkpoint_lock) run.checkpoint_lock->check_still_held();
+      });
+  if (!leader) return;
+  std::cout << "checkpoint: " << written << std::endl;
+  if (options.checkpoint_keep_latest > 0) remove_old_checkpoints_of(run, options, step);
 }
 
 // The figures every step of a run uses.
@@ -369,7 +397,7 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
     if (!options.checkpoint_dir.empty() &&
         (last || timed.checkpoint_due_by_time ||
          (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-      save_checkpoint(run, rank, options.checkpoint_dir, step + 1, state, leader);
+      save_checkpoint(run, rank, options, step + 1, state, leader);
       last_checkpoint = SteadyClock::now();
     }
     // Evaluation, logging and checkpoints are not the next step's time.

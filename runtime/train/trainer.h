@@ -25,6 +25,9 @@ struct TrainOptions {
   // Also save once this long has passed since the last save (or the start):
   // bounds the work a failure loses whatever a step costs. 0: off.
   double checkpoint_every_seconds = 0;
+  // Keep only the newest K step directories at or before each save
+  // (checkpoint_retention.h); 0 keeps all.
+  int checkpoint_keep_latest = 0;
   bool resume = false;  // continue from checkpoint_dir's latest checkpoint
   // Resume even though the data order differs from the checkpoint's
   // (train_state.json's data_order): its next_train_sample then counts in
