@@ -192,6 +192,9 @@ void add_train_command(CLI::App& app, CommandLine& c) {
                    "keep only the newest K checkpoints, removing older ones after "
                    "each save (0: keep all)")
       ->capture_default_str();
+  c.train_command->add_flag("--checkpoint-async", c.train_options.checkpoint_async,
+                            "write checkpoints in the background from a copy in host memory "
+                            "while training goes on (the last in line)");
   c.train_command->add_flag("--resume", c.train_options.resume,
                             "continue from the latest checkpoint in --checkpoint-dir");
   c.train_command->add_flag("--accept-data-order-change", c.train_options.accept_data_order_change,

@@ -140,6 +140,45 @@ TEST_F(EndToEnd, KeepsOnlyTheNewestCheckpoints) {
       << no_directory.output;
 }
 
+// torchtitan's async checkpointing: a checkpoint written in the background
+// holds exactly what one written in line holds, and the run's losses do not
+// change (training goes on while its files are written).
+TEST_F(EndToEnd, CheckpointsWrittenInTheBackgroundEqualThoseWrittenInLine) {
+  tokenize_and_plan();
+  ASSERT_EQ(run(train_arguments(6, "inline", "inline.jsonl") + " --checkpoint-every 2").exit_code,
+            0);
+  const CommandResult background = run(train_arguments(6, "background", "background.jsonl") +
+                                       " --checkpoint-every 2 --checkpoint-async");
+  ASSERT_EQ(background.exit_code, 0) << background.output;
+  for (const char* step : {"step_00000002", "step_00000004"})
+    EXPECT_NE(background.output.find("checkpoint: " + path("background") + "/" + step +
+                                     " (written in the background: "),
+              std::string::npos)
+        << background.output;
+  EXPECT_NE(background.output.find("checkpoint: " + path("background") +
+                                   "/step_00000006 (saved in line in "),
+            std::string::npos)
+      << "the last in line: " << background.output;
+  for (const char* step : {"step_00000002", "step_00000004", "step_00000006"})
+    for (const char* file : {"model.safetensors", "optimizer.safetensors", "train_state.json"}) {
+      const std::string a = read_file(dir_ / "inline" / step / file);
+      ASSERT_GT(a.size(), 100u) << step << "/" << file;
+      EXPECT_TRUE(a == read_file(dir_ / "background" / step / file)) << step << "/" << file;
+    }
+  const auto inline_log = read_json_lines(dir_ / "inline.jsonl");
+  const auto background_log = read_json_lines(dir_ / "background.jsonl");
+  ASSERT_EQ(background_log.size(), inline_log.size());
+  for (size_t i = 0; i < inline_log.size(); ++i)
+    EXPECT_EQ(background_log[i]["loss"].get<double>(), inline_log[i]["loss"].get<double>());
+
+  const CommandResult no_directory = run("train --plan " + path("job.pplan") + " --data " +
+                                         path("data/train.bin") + " --steps 2 --checkpoint-async");
+  EXPECT_EQ(no_directory.exit_code, 1);
+  EXPECT_NE(no_directory.output.find("--checkpoint-async needs --checkpoint-dir"),
+            std::string::npos)
+      << no_directory.output;
+}
+
 TEST_F(EndToEnd, ASecondRunInTheSameCheckpointDirectoryIsRefused) {
   tokenize_and_plan();
   CommandResult first_result;

@@ -243,6 +243,13 @@ std::string save_checkpoint(const std::string& dir, const ParameterLayout& layou
   return draft.publish(layout.config(), before_publish);
 }
 
+double largest_tensor_bytes(const ParameterLayout& layout, bool transposed_only) {
+  size_t largest = 0;
+  for (const ParameterTensor& tensor : layout.tensors())
+    if (tensor.hf_transposed || !transposed_only) largest = std::max(largest, tensor.global_size());
+  return static_cast<double>(largest) * sizeof(float);
+}
+
 std::vector<int64_t> hugging_face_shape(const ParameterTensor& tensor) {
   if (!tensor.hf_transposed) return tensor.global_shape;
   return {tensor.global_shape[1], tensor.global_shape[0]};

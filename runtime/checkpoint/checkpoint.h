@@ -108,6 +108,11 @@ std::string resolve_checkpoint(const std::string& path);
 TrainState load_checkpoint(const std::string& path, const ParameterLayout& layout, float* params,
                            float* first_moment, float* second_moment);
 
+// The largest whole tensor of the layout (of its Conv1D weights only, when
+// transposed_only), in bytes: what a rank holds at once beyond its own
+// arrays when it saves (any) or loads (a transposed one) a tensor.
+double largest_tensor_bytes(const ParameterLayout& layout, bool transposed_only);
+
 // The shape Hugging Face stores the whole tensor in: global_shape, reversed
 // for Conv1D weights.
 std::vector<int64_t> hugging_face_shape(const ParameterTensor& tensor);

@@ -23,6 +23,8 @@
 // nodes share (a writer that cannot see it stops, naming it).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -43,6 +45,55 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
                                         ModelStage& stage, DistributedOptimizer& optimizer,
                                         ProcessGroups& groups, const TrainState& state,
                                         const std::function<void()>& before_publish = {});
+
+// A save whose files are still being written on a thread of each writer
+// (`train --checkpoint-async`, torchtitan's async checkpointing): the
+// transfers are done and each writer holds a copy of its share in host
+// memory, so training goes on while the filesystem takes the bytes. The job
+// publishes it once every rank's progress is kWritten (the trainer agrees on
+// the largest progress of all ranks at each step's all-reduce).
+class PendingCheckpoint {
+ public:
+  // Ordered: the job's progress is the largest of its ranks'.
+  enum class Progress { kWritten = 0, kWriting = 1, kFailed = 2 };
+  struct Save;
+
+  ~PendingCheckpoint();  // waits for this rank's writes
+  PendingCheckpoint(const PendingCheckpoint&) = delete;
+  PendingCheckpoint& operator=(const PendingCheckpoint&) = delete;
+
+  int64_t step() const { return step_; }
+  Progress progress() const;           // this rank's files
+  const std::string& failure() const;  // why they failed, once kFailed
+  void wait();                         // until this rank's files are written or failed
+  // Collective over the world, once the job's progress is kFailed: the
+  // failure of the lowest world rank whose write failed, with its reason, the
+  // same text on every rank (so the job ends with it whichever rank ends it).
+  std::string job_failure(Communicator& world) const;
+  // Once every rank's files are written: on world rank 0, indexes them and
+  // publishes the step directory (before_publish as save_checkpoint says) and
+  // returns it; elsewhere returns "". Not collective.
+  std::string publish(const std::function<void()>& before_publish = {});
+
+ private:
+  friend std::unique_ptr<PendingCheckpoint> start_distributed_checkpoint(
+      const std::string&, const LoadedPlan&, ModelStage&, DistributedOptimizer&, ProcessGroups&,
+      const TrainState&, const std::function<void()>&);
+  PendingCheckpoint(std::unique_ptr<Save> save, int64_t step);
+
+  std::unique_ptr<Save> save_;
+  int64_t step_ = 0;
+};
+
+// Collective over the world: the transfers of save_distributed_checkpoint,
+// then each writer writes its files on a thread of its own from a copy of its
+// share (refused, naming the bytes, if that exceeds the machine's memory).
+// before_writing runs on that thread first (the tests inject a failure
+// there); what it throws fails the save as a write would.
+std::unique_ptr<PendingCheckpoint> start_distributed_checkpoint(
+    const std::string& dir, const LoadedPlan& plan, ModelStage& stage,
+    DistributedOptimizer& optimizer, ProcessGroups& groups, const TrainState& state,
+    const std::function<void()>& before_writing = {});
 
 // Every rank loads its own slice; not collective.
 TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,

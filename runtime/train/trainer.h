@@ -28,6 +28,10 @@ struct TrainOptions {
   // Keep only the newest K step directories at or before each save
   // (checkpoint_retention.h); 0 keeps all.
   int checkpoint_keep_latest = 0;
+  // Write each checkpoint but the last in the background: the transfers in
+  // line, then every writer's files from a copy of its share in host memory
+  // while training goes on (distributed_checkpoint.h: PendingCheckpoint).
+  bool checkpoint_async = false;
   bool resume = false;  // continue from checkpoint_dir's latest checkpoint
   // Resume even though the data order differs from the checkpoint's
   // (train_state.json's data_order): its next_train_sample then counts in
