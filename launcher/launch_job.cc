@@ -65,8 +65,8 @@ void refuse_root_without_consent(const LaunchOptions& options,
 
 namespace {
 
-// The value of `flag` in the command (made absolute), the last given; "" when
-// absent. Takes "--flag value" and "--flag=value".
+// Every value of `wanted` in the command, in order, as given ("--flag value"
+// or "--flag=value").
 std::vector<std::string> flag_values(const std::vector<std::string>& command,
                                      const std::string& wanted) {
   std::vector<std::string> values;

@@ -110,24 +110,30 @@ std::string why_unwritable(const std::string& directory, const std::string& mark
 
 // What keeps this host from sharing the launcher's directory: "" when it sees
 // the marker and can create files there. A networked filesystem may show a
-// file another host made a moment late, so the marker is looked for twice a
-// second for 2 s.
+// directory or file another host made a moment late, so both are looked for
+// twice a second for 2 s.
 std::string shared_directory_problem(const SharedDirectory& shared) {
   const std::string fix =
       "; ranks on every host write their share of each checkpoint into it: put it on a "
       "filesystem every host mounts at that path (NFS, Lustre), or give another --checkpoint-dir";
+  const std::string marker = shared.path + "/" + shared.marker;
   struct stat status {};
-  if (stat(shared.path.c_str(), &status) != 0)
+  int stat_error = 0;
+  bool seen = false;
+  for (int attempt = 0; attempt < 5 && !seen; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stat_error = stat(shared.path.c_str(), &status) == 0 ? 0 : errno;
+    if (stat_error == 0 && !S_ISDIR(status.st_mode)) break;  // waiting will not change that
+    seen = stat_error == 0 && access(marker.c_str(), F_OK) == 0;
+  }
+  if (stat_error == ENOENT)
     return "--checkpoint-dir " + shared.path + " is missing here, but exists on " +
            shared.placed_by + fix;
+  if (stat_error != 0)
+    return "cannot look at --checkpoint-dir " + shared.path +
+           " here: " + std::strerror(stat_error) + fix;
   if (!S_ISDIR(status.st_mode))
     return "--checkpoint-dir " + shared.path + " is not a directory here" + fix;
-  const std::string marker = shared.path + "/" + shared.marker;
-  bool seen = access(marker.c_str(), F_OK) == 0;
-  for (int attempt = 0; !seen && attempt < 4; ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    seen = access(marker.c_str(), F_OK) == 0;
-  }
   if (!seen)
     return "--checkpoint-dir " + shared.path + " is not the directory " + shared.placed_by +
            " sees at that path (the file launch put there, " + shared.marker + ", is not here)" +
@@ -135,7 +141,8 @@ std::string shared_directory_problem(const SharedDirectory& shared) {
   const std::string unwritable = why_unwritable(shared.path, shared.marker);
   if (!unwritable.empty())
     return "cannot create a file in --checkpoint-dir " + shared.path + ": " + unwritable +
-           "; ranks on every host write their share of each checkpoint there";
+           "; ranks on every host write their share of each checkpoint there: give every "
+           "host's user write access, or another --checkpoint-dir";
   return "";
 }
 
@@ -222,11 +229,13 @@ SharedDirectoryMarker::SharedDirectoryMarker(const std::string& directory, bool 
     }
   }
   std::random_device random;
+  // The hosts' messages name this one as where launch runs: a launch host
+  // outside the hostfile that lacks the shared mount is then plain to see.
   SharedDirectory shared{directory,
                          ".paraplan-launch-" + this_hostname() + "-" +
                              std::to_string(static_cast<long>(getpid())) + "-" +
                              std::to_string(random()),
-                         this_hostname()};
+                         this_hostname() + " (where launch runs)"};
   const std::string marker = directory + "/" + shared.marker;
   const int fd = open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {

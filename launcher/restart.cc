@@ -85,7 +85,8 @@ long last_logged_step(const std::string& path) {
 }
 
 // The hosts the preflight finds a problem with now (preflight.h: unreachable,
-// another build, a file they cannot read, too few GPUs), each with the first.
+// another build, a file they cannot read, too few GPUs, the checkpoint
+// directory not shared), each with the first.
 std::vector<std::pair<std::string, std::string>> unhealthy_hosts(
     const LaunchOptions& options, const std::vector<HostEntry>& hosts) {
   PreflightRequest request;

@@ -122,6 +122,12 @@ TEST_F(EndToEnd, KeepsOnlyTheNewestCheckpoints) {
                                     " --checkpoint-every 1 --checkpoint-keep-latest 2 --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(steps_in("kept"), (std::vector<std::string>{"step_00000006", "step_00000007"}));
+  // A fresh run in the same directory removes only what it saved itself.
+  const CommandResult fresh = run(train_arguments(8, "kept", "fresh.jsonl") +
+                                  " --checkpoint-every 4 --checkpoint-keep-latest 1");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_EQ(steps_in("kept"),
+            (std::vector<std::string>{"step_00000006", "step_00000007", "step_00000008"}));
 
   const CommandResult negative =
       run(train_arguments(2, "refused", "refused.jsonl") + " --checkpoint-keep-latest -1");
@@ -165,6 +171,15 @@ TEST_F(EndToEnd, CheckpointsWrittenInTheBackgroundEqualThoseWrittenInLine) {
       ASSERT_GT(a.size(), 100u) << step << "/" << file;
       EXPECT_TRUE(a == read_file(dir_ / "background" / step / file)) << step << "/" << file;
     }
+  // Training goes on while the files are written: a write held up for a
+  // second is published only after later steps.
+  const CommandResult slow = run_command(
+      "PARAPLAN_SLOW_CHECKPOINT_WRITE_AT_STEP=0:2 " + std::string(PARAPLAN_BINARY) + " " +
+      train_arguments(6, "slow", "slow.jsonl") + " --checkpoint-every 2 --checkpoint-async");
+  ASSERT_EQ(slow.exit_code, 0) << slow.output;
+  const size_t published = slow.output.find("/step_00000002 (written in the background: ");
+  ASSERT_NE(published, std::string::npos) << slow.output;
+  EXPECT_LT(slow.output.find("step:     3  loss:"), published) << slow.output;
   const auto inline_log = read_json_lines(dir_ / "inline.jsonl");
   const auto background_log = read_json_lines(dir_ / "background.jsonl");
   ASSERT_EQ(background_log.size(), inline_log.size());

@@ -164,23 +164,27 @@ TEST_F(MultiHost, ACheckpointDirectoryEachHostHasItsOwnIsRefusedBeforeAnythingSt
       launch_line(plan_file, "", "--steps 5 --checkpoint-every 1 --checkpoint-dir " + checkpoints));
   std::printf("[ figures  ] a node-local --checkpoint-dir:\n%s", refused.output.c_str());
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_NE(refused.output.find("paraplan: error: launch: the preflight found 1 problem(s); "
-                                "nothing was started:\n  node2: --checkpoint-dir " +
-                                checkpoints +
-                                " is missing here, but exists on node1; ranks on every host write "
-                                "their share of each checkpoint into it: put it on a filesystem "
-                                "every host mounts at that path (NFS, Lustre)"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.output.find("paraplan: error: launch: the preflight found 1 problem(s); "
+                          "nothing was started:\n  node2: --checkpoint-dir " +
+                          checkpoints +
+                          " is missing here, but exists on node1 (where launch runs); ranks on "
+                          "every host write "
+                          "their share of each checkpoint into it: put it on a filesystem "
+                          "every host mounts at that path (NFS, Lustre)"),
+      std::string::npos)
       << refused.output;
   // The directory node2 has of its own, made by hand: not the same one.
   ASSERT_EQ(run_command(on("node2", "mkdir -p " + checkpoints)).exit_code, 0);
   const CommandResult again = run_command(
       launch_line(plan_file, "", "--steps 5 --checkpoint-every 1 --checkpoint-dir " + checkpoints));
   EXPECT_EQ(again.exit_code, 1);
-  EXPECT_NE(again.output.find("node2: --checkpoint-dir " + checkpoints +
-                              " is not the directory node1 sees at that path (the file launch put "
-                              "there, .paraplan-launch-node1-"),
-            std::string::npos)
+  EXPECT_NE(
+      again.output.find("node2: --checkpoint-dir " + checkpoints +
+                        " is not the directory node1 (where launch runs) sees at that path (the "
+                        "file launch put "
+                        "there, .paraplan-launch-node1-"),
+      std::string::npos)
       << again.output;
   // Nothing started, and the launcher's marker is gone from node1's directory.
   EXPECT_EQ(processes_on("node1"), "");

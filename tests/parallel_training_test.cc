@@ -476,43 +476,53 @@ TEST_F(ParallelTraining, ZeroCheckpointsHoldPlainDataParallelismsTensors) {
   }
 }
 
-// --checkpoint-async under dp 2 x tp 2 with ZeRO-3: every rank writes a
-// file, each from its copy in host memory while training goes on; the files
-// equal those written in line, bit for bit. A writer that fails ends the job
-// with its reason, and nothing is published.
+// --checkpoint-async: each writer writes its file from its copy in host
+// memory while training goes on (under dp 2 x tp 2 with ZeRO-3 every rank
+// writes one; under ZeRO-1 in two groups of two the second group writes
+// none and has no thread); the files equal those written in line, bit for
+// bit. A writer that fails ends the job with its reason, and nothing is
+// published.
 TEST_F(ParallelTraining, CheckpointsWrittenInTheBackgroundEqualThoseWrittenInLine) {
-  const PlanCase plan{.name = "async_dp2_tp2_zero3",
-                      .data = 2,
-                      .tensor = 2,
-                      .micro_batch_size = 3,
-                      .zero_stage = 3};
-  const std::string in_line = *directory_ / "async_in_line_checkpoints";
-  const std::string background = *directory_ / "async_background_checkpoints";
-  const std::vector<double> expected =
-      train(plan, "--checkpoint-every 2 --checkpoint-dir " + in_line);
-  CommandResult result;
-  EXPECT_EQ(train(plan, "--checkpoint-every 2 --checkpoint-async --checkpoint-dir " + background,
-                  &result),
-            expected);
-  EXPECT_NE(result.output.find("checkpoint: " + background +
-                               "/step_00000004 (written in the background: "),
-            std::string::npos)
-      << result.output;
-  for (const char* step : {"step_00000002", "step_00000004", "step_00000005"}) {
-    int files = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(in_line + "/" + step)) {
-      const std::string name = entry.path().filename();
-      EXPECT_TRUE(read_file(entry.path()) == read_file(background + "/" + step + "/" + name))
-          << step << "/" << name;
-      ++files;
+  const PlanCase zero3{.name = "async_dp2_tp2_zero3",
+                       .data = 2,
+                       .tensor = 2,
+                       .micro_batch_size = 3,
+                       .zero_stage = 3};
+  const PlanCase replicas{.name = "async_dp4_zero1_g2",
+                          .data = 4,
+                          .micro_batch_size = 3,
+                          .zero_stage = 1,
+                          .zero_groups = 2};
+  for (const auto& [plan, shards] : {std::pair{zero3, 4}, std::pair{replicas, 2}}) {
+    const std::string in_line = *directory_ / (plan.name + "_in_line");
+    const std::string background = *directory_ / (plan.name + "_background");
+    const std::vector<double> expected =
+        train(plan, "--checkpoint-every 2 --checkpoint-dir " + in_line);
+    CommandResult result;
+    EXPECT_EQ(train(plan, "--checkpoint-every 2 --checkpoint-async --checkpoint-dir " + background,
+                    &result),
+              expected);
+    EXPECT_NE(result.output.find("checkpoint: " + background +
+                                 "/step_00000004 (written in the background: "),
+              std::string::npos)
+        << result.output;
+    for (const char* step : {"step_00000002", "step_00000004", "step_00000005"}) {
+      int files = 0;
+      for (const auto& entry : std::filesystem::directory_iterator(in_line + "/" + step)) {
+        const std::string name = entry.path().filename();
+        EXPECT_TRUE(read_file(entry.path()) == read_file(background + "/" + step + "/" + name))
+            << plan.name << " " << step << "/" << name;
+        ++files;
+      }
+      EXPECT_EQ(files, 2 * shards + 2 + 2)
+          << plan.name << " " << step
+          << ": the shards of each kind, two indexes, config.json and train_state.json";
     }
-    EXPECT_EQ(files, 4 + 4 + 2 + 2) << step
-                                    << ": four shards of each kind, two indexes, "
-                                       "config.json and train_state.json";
   }
 
   const std::string failed = *directory_ / "async_failed_checkpoints";
-  train(plan, "--checkpoint-every 2 --checkpoint-async --checkpoint-dir " + failed, &result,
+  CommandResult result;
+  train(zero3, "--checkpoint-every 2 --checkpoint-async --checkpoint-dir " + failed, &result,
         "PARAPLAN_FAIL_CHECKPOINT_WRITE_AT_STEP=3:2");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("ended the job: checkpoint of step 2 (written in the background) "

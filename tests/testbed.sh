@@ -61,8 +61,10 @@ missing_requirement() {
   ip -n "$probe" link add probebr type bridge 2>/dev/null || why="no bridge devices (ip link add type bridge)"
   [ -z "$why" ] && { ip -n "$probe" link add probe0 type veth peer name probe1 2>/dev/null ||
     why="no veth devices (ip link add type veth)"; }
-  [ -z "$why" ] && { unshare --uts --mount true 2>/dev/null ||
-    why="'unshare --uts --mount' is not permitted here"; }
+  # Each host binds its own directory over the node-local path (ENTER_HOST):
+  # some container profiles allow the namespace but not the mount.
+  [ -z "$why" ] && { unshare --uts --mount sh -c 'mount --bind /tmp /tmp' 2>/dev/null ||
+    why="'unshare --uts --mount' with 'mount --bind' is not permitted here"; }
   ip netns delete "$probe" 2>/dev/null || true
   echo "$why"
 }

@@ -27,7 +27,7 @@ std::string latest_name(const fs::path& dir) {
 }  // namespace
 
 std::vector<std::string> remove_old_checkpoints(const std::string& dir, int64_t current_step,
-                                                int keep) {
+                                                int keep, const std::set<std::string>* only) {
   if (keep < 1)
     throw std::invalid_argument("remove_old_checkpoints: keep " + std::to_string(keep) +
                                 " (at least 1)");
@@ -36,7 +36,8 @@ std::vector<std::string> remove_old_checkpoints(const std::string& dir, int64_t 
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     const std::optional<int64_t> step = parse_step_directory_name(name);
-    if (step && *step <= current_step && entry.is_directory(error)) steps.emplace_back(*step, name);
+    if (step && *step <= current_step && (!only || only->count(name)) && entry.is_directory(error))
+      steps.emplace_back(*step, name);
   }
   if (error)
     throw std::runtime_error(dir + ": cannot list the checkpoints to keep the newest " +

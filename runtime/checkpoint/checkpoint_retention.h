@@ -6,13 +6,16 @@
 //
 // Only step directories at or before the step just saved count: a directory
 // of a later step belongs to a run that went further before this one resumed
-// from an earlier checkpoint, and is left for the user to judge. Each one
-// removed is first renamed aside (step_N.tmp-<pid>-<n>), so a removal cut
-// short never leaves a partial step directory that looks like a checkpoint;
-// the next save clears what is left (checkpoint.h).
+// from an earlier checkpoint, and is left for the user to judge. A run that
+// did not resume counts only what it saved itself (the directory may hold an
+// earlier, unrelated run's). Each one removed is first renamed aside
+// (step_N.tmp-<pid>-<n>), so a removal cut short never leaves a partial step
+// directory that looks like a checkpoint; a later run's first save clears
+// what is left once this process is gone (checkpoint.h).
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,8 +23,10 @@ namespace paraplan {
 
 // Removes the step directories of `dir` at or before `current_step` beyond
 // the newest `keep` of them (keep >= 1), and returns their names, oldest
-// first. The directory 'latest' names is never removed.
+// first. With `only`, just the names it holds count. The directory 'latest'
+// names is never removed.
 std::vector<std::string> remove_old_checkpoints(const std::string& dir, int64_t current_step,
-                                                int keep);
+                                                int keep,
+                                                const std::set<std::string>* only = nullptr);
 
 }  // namespace paraplan

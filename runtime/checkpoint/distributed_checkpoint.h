@@ -52,20 +52,36 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
 // memory, so training goes on while the filesystem takes the bytes. The job
 // publishes it once every rank's progress is kWritten (the trainer agrees on
 // the largest progress of all ranks at each step's all-reduce).
+// How a save's writers write in the background.
+struct BackgroundWrite {
+  // The ranks sharing this node's memory, each holding a share about this
+  // rank's size: a writer whose node would need more than 80% of the memory
+  // available writes its share in line instead (PendingCheckpoint::in_line_note).
+  int ranks_on_node = 1;
+  // Runs on the writing thread first (the tests inject a failure or a delay
+  // there); what it throws fails the save as a write would.
+  std::function<void()> before_writing;
+};
+
 class PendingCheckpoint {
  public:
   // Ordered: the job's progress is the largest of its ranks'.
   enum class Progress { kWritten = 0, kWriting = 1, kFailed = 2 };
   struct Save;
 
-  ~PendingCheckpoint();  // waits for this rank's writes
+  // Waits for this rank's writes, except while an exception unwinds (the job
+  // is ending: the thread is left to the process's end).
+  ~PendingCheckpoint();
   PendingCheckpoint(const PendingCheckpoint&) = delete;
   PendingCheckpoint& operator=(const PendingCheckpoint&) = delete;
 
   int64_t step() const { return step_; }
   Progress progress() const;           // this rank's files
   const std::string& failure() const;  // why they failed, once kFailed
-  void wait();                         // until this rank's files are written or failed
+  // Why this rank wrote its share in line instead (too little memory to hold
+  // it); "" when it did not.
+  const std::string& in_line_note() const;
+  void wait();  // until this rank's files are written or failed
   // Collective over the world, once the job's progress is kFailed: the
   // failure of the lowest world rank whose write failed, with its reason, the
   // same text on every rank (so the job ends with it whichever rank ends it).
@@ -78,7 +94,7 @@ class PendingCheckpoint {
  private:
   friend std::unique_ptr<PendingCheckpoint> start_distributed_checkpoint(
       const std::string&, const LoadedPlan&, ModelStage&, DistributedOptimizer&, ProcessGroups&,
-      const TrainState&, const std::function<void()>&);
+      const TrainState&, const BackgroundWrite&);
   PendingCheckpoint(std::unique_ptr<Save> save, int64_t step);
 
   std::unique_ptr<Save> save_;
@@ -87,13 +103,18 @@ class PendingCheckpoint {
 
 // Collective over the world: the transfers of save_distributed_checkpoint,
 // then each writer writes its files on a thread of its own from a copy of its
-// share (refused, naming the bytes, if that exceeds the machine's memory).
-// before_writing runs on that thread first (the tests inject a failure
-// there); what it throws fails the save as a write would.
+// share (BackgroundWrite says when it writes in line instead).
 std::unique_ptr<PendingCheckpoint> start_distributed_checkpoint(
     const std::string& dir, const LoadedPlan& plan, ModelStage& stage,
     DistributedOptimizer& optimizer, ProcessGroups& groups, const TrainState& state,
-    const std::function<void()>& before_writing = {});
+    const BackgroundWrite& background = {});
+
+// Why a writer whose share is `share_bytes` writes it in line rather than
+// holding it for the background: its node's `ranks_on_node` ranks (each
+// holding about as much) would need more than 80% of `available_bytes`; ""
+// when they fit, or when the memory available is unknown (0).
+std::string background_write_refusal(double share_bytes, int ranks_on_node, double available_bytes,
+                                     int world_rank);
 
 // Every rank loads its own slice; not collective.
 TrainState load_distributed_checkpoint(const std::string& path, ModelStage& stage,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -222,12 +223,14 @@ struct ShareFiles {
 
 // This rank's files in the aside directory `draft_path`: its share of the
 // stage's tensors (model) and of their moments (optimizer), streamed into
-// them as they arrive, or, `in_background`, copied and returned for
+// them as they arrive, or, given `background` and room in memory, copied and returned for
 // write_held (null for a rank that writes no file).
 std::unique_ptr<ShareFiles> write_stage_share(const std::string& draft_path, const LoadedPlan& plan,
                                               const ParameterLayout& layout, ProcessGroups& groups,
                                               const StageWriters& writers, const ShardFiles& files,
-                                              DistributedOptimizer& optimizer, bool in_background) {
+                                              DistributedOptimizer& optimizer,
+                                              const BackgroundWrite* background,
+                                              std::string& in_line_note) {
   const MeshCoordinates& mesh = groups.mesh;
   StageWriter stage{groups, writers, optimizer.state_reader_rank(), {}};
   for (int rank = 0; rank < mesh.tensor_size; ++rank)
@@ -251,15 +254,13 @@ std::unique_ptr<ShareFiles> write_stage_share(const std::string& draft_path, con
             .declare(prefix + tensors[i]->name, hugging_face_shape(*tensors[i]));
         share_bytes += static_cast<double>(tensors[i]->global_size()) * sizeof(float);
       }
-  if (in_background)
-    require_host_memory(share_bytes,
-                        draft_path +
-                            ": this rank's share of the checkpoint, held "
-                            "while it is written in the background",
-                        "save without --checkpoint-async, or on more ranks");
 
   const int number =
       files.number[static_cast<size_t>(mesh.pipeline_rank * writers.count() + own_writer)];
+  if (background != nullptr && number != 0)
+    in_line_note = background_write_refusal(share_bytes, background->ranks_on_node,
+                                            available_memory_bytes(), groups.world_rank);
+  const bool in_background = background != nullptr && number != 0 && in_line_note.empty();
   std::unique_ptr<SafetensorsStream> model_stream, optimizer_stream;
   TensorSink model_sink, optimizer_sink;  // empty for a rank that writes nothing
   if (number != 0) {
@@ -302,16 +303,17 @@ std::unique_ptr<ShareFiles> write_stage_share(const std::string& draft_path, con
 }
 
 // The first half of a save: the aside directory (world rank 0 makes it), the
-// transfers, and this rank's files written or (in_background) held.
+// transfers, and this rank's files written or (given `background`) held.
 struct StartedSave {
   std::unique_ptr<CheckpointDraft> draft;  // world rank 0's
   ShardFiles files;
   std::unique_ptr<ShareFiles> held;  // this rank's, to write in the background
+  std::string in_line_note;          // why this rank wrote its share in line instead
 };
 
 StartedSave start_save(const std::string& dir, const LoadedPlan& plan, ModelStage& stage,
                        DistributedOptimizer& optimizer, ProcessGroups& groups,
-                       const TrainState& state, bool in_background) {
+                       const TrainState& state, const BackgroundWrite* background) {
   const ParameterLayout& layout = stage.layout();
   StartedSave save;
   if (groups.world_rank == 0) save.draft = std::make_unique<CheckpointDraft>(dir, state);
@@ -338,7 +340,7 @@ StartedSave start_save(const std::string& dir, const LoadedPlan& plan, ModelStag
                       dir + ": the largest tensor, whole, to write it",
                       "save on machines with more memory");
   save.held = write_stage_share(draft_path, plan, layout, groups, writers, save.files, optimizer,
-                                in_background);
+                                background, save.in_line_note);
   return save;
 }
 
@@ -356,11 +358,23 @@ std::string publish_save(CheckpointDraft& draft, const ShardFiles& files,
 
 }  // namespace
 
+std::string background_write_refusal(double share_bytes, int ranks_on_node, double available_bytes,
+                                     int world_rank) {
+  const int ranks = std::max(1, ranks_on_node);
+  const double node_bytes = share_bytes * ranks;
+  if (available_bytes <= 0 || node_bytes <= 0.8 * available_bytes) return "";
+  return "rank " + std::to_string(world_rank) +
+         " writes its share of this checkpoint in line: " + std::to_string(ranks) +
+         " rank(s) on this node would hold " + gibibytes_text(node_bytes) +
+         " for the background, more than 80% of the " + gibibytes_text(available_bytes) +
+         " of memory available";
+}
+
 std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan& plan,
                                         ModelStage& stage, DistributedOptimizer& optimizer,
                                         ProcessGroups& groups, const TrainState& state,
                                         const std::function<void()>& before_publish) {
-  StartedSave save = start_save(dir, plan, stage, optimizer, groups, state, false);
+  StartedSave save = start_save(dir, plan, stage, optimizer, groups, state, nullptr);
   // Every writer's files are complete before rank 0 indexes and publishes them.
   groups.world->barrier();
   std::string written;
@@ -383,6 +397,15 @@ PendingCheckpoint::PendingCheckpoint(std::unique_ptr<Save> save, int64_t step)
     : save_(std::move(save)), step_(step) {}
 
 PendingCheckpoint::~PendingCheckpoint() {
+  if (save_ && save_->writer.joinable() && std::uncaught_exceptions() > 0) {
+    // The job is ending with an error: it must not wait for the files (a
+    // writer may take minutes while its peers wait). The thread keeps what it
+    // uses; the process's end takes both, and the next save clears the
+    // aside directory.
+    save_->writer.detach();
+    static_cast<void>(save_.release());
+    return;
+  }
   wait();
 }
 
@@ -392,6 +415,10 @@ PendingCheckpoint::Progress PendingCheckpoint::progress() const {
 
 const std::string& PendingCheckpoint::failure() const {
   return save_->failure;
+}
+
+const std::string& PendingCheckpoint::in_line_note() const {
+  return save_->started.in_line_note;
 }
 
 void PendingCheckpoint::wait() {
@@ -422,15 +449,15 @@ std::string PendingCheckpoint::publish(const std::function<void()>& before_publi
 std::unique_ptr<PendingCheckpoint> start_distributed_checkpoint(
     const std::string& dir, const LoadedPlan& plan, ModelStage& stage,
     DistributedOptimizer& optimizer, ProcessGroups& groups, const TrainState& state,
-    const std::function<void()>& before_writing) {
+    const BackgroundWrite& background) {
   auto save = std::make_unique<PendingCheckpoint::Save>();
-  save->started = start_save(dir, plan, stage, optimizer, groups, state, true);
+  save->started = start_save(dir, plan, stage, optimizer, groups, state, &background);
   save->config = stage.layout().config();
   if (!save->started.held) {
     save->progress.store(static_cast<int>(PendingCheckpoint::Progress::kWritten));
   } else {
     PendingCheckpoint::Save* writing = save.get();
-    writing->writer = std::thread([writing, before_writing] {
+    writing->writer = std::thread([writing, before_writing = background.before_writing] {
       try {
         if (before_writing) before_writing();
         writing->started.held->write_held();

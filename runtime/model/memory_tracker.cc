@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <stdexcept>
 
 namespace paraplan {
@@ -84,6 +85,16 @@ double physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
                                     : 0;
+}
+
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kilobytes = 0;
+  std::string unit;
+  while (meminfo >> key >> kilobytes >> unit)
+    if (key == "MemAvailable:") return kilobytes * 1024.0;
+  return 0;
 }
 
 void require_host_memory(double bytes, const std::string& what, const std::string& remedy) {

@@ -13,7 +13,6 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_lock.h"
-#include "runtime/checkpoint/checkpoint_retention.h"
 #include "runtime/checkpoint/distributed_checkpoint.h"
 #include "runtime/comm/mpi_session.h"
 #include "runtime/comm/nccl_like_teardown.h"
@@ -22,6 +21,7 @@
 #include "runtime/pipeline/rank_state.h"
 #include "runtime/train/evaluation.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/run_checkpoints.h"
 #include "runtime/train/step_logger.h"
 #include "runtime/train/training_data.h"
 #include "runtime/train/training_step.h"
@@ -230,125 +230,6 @@ class InjectedFaults {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// The run's checkpoints, every rank taking part in each: saved in line, or
-// (--checkpoint-async) transferred in line and written in the background,
-// then published once the step's all-reduce says every rank's files are
-// written. Rank 0 publishes only while the directory is still this run's,
-// and removes what --checkpoint-keep-latest no longer keeps.
-class RunCheckpoints {
- public:
-  RunCheckpoints(const RunInputs& run, RankState& rank, const TrainOptions& options, bool leader)
-      : run_(run),
-        rank_(rank),
-        options_(options),
-        leader_(leader),
-        failing_write_(injected_fault_step("PARAPLAN_FAIL_CHECKPOINT_WRITE_AT_STEP",
-                                           rank.groups.world_rank)) {}
-
-  // This rank's background write, for the step's all-reduce of the largest:
-  // a PendingCheckpoint::Progress, kWritten (0) when there is none.
-  double progress() const { return pending_ ? static_cast<double>(pending_->progress()) : 0.0; }
-
-  // After the step's all-reduce: publishes the background save once every
-  // rank has written its files; ends the run if one failed.
-  void conclude(double job_progress) {
-    if (!pending_ || job_progress == static_cast<double>(PendingCheckpoint::Progress::kWriting))
-      return;
-    if (job_progress == static_cast<double>(PendingCheckpoint::Progress::kFailed))
-      throw std::runtime_error(pending_->job_failure(*rank_.groups.world));
-    const std::string written = pending_->publish(fence());
-    if (leader_)
-      announce(written, pending_->step(),
-               " (written in the background: " + seconds_since(pending_started_, loop_seconds_) +
-                   " in the training loop, published " + seconds_since(pending_started_) +
-                   " after it began)");
-    pending_.reset();
-  }
-
-  // The checkpoint of `step`, in line when it is the run's last (or not
-  // --checkpoint-async); a background save still being written is waited
-  // for and published first.
-  void save(int step, const TrainState& state, bool last) {
-    if (pending_) {
-      pending_->wait();
-      double job_progress = progress();
-      rank_.groups.world->all_reduce(&job_progress, 1, ReduceOp::kMax);
-      conclude(job_progress);
-    }
-    const TrainState saved{.step = step,
-                           .next_train_sample = state.next_train_sample,
-                           .seed = state.seed,
-                           .data_order = run_.data.train_order};
-    const auto started = SteadyClock::now();
-    if (options_.checkpoint_async && !last) {
-      std::function<void()> before_writing;
-      if (step == failing_write_)
-        before_writing = [step] {
-          throw std::runtime_error("injected failure writing the checkpoint of step " +
-                                   std::to_string(step) +
-                                   " (PARAPLAN_FAIL_CHECKPOINT_WRITE_AT_STEP)");
-        };
-      pending_ =
-          start_distributed_checkpoint(options_.checkpoint_dir, run_.loaded, *rank_.stage,
-                                       *rank_.optimizer, rank_.groups, saved, before_writing);
-      pending_started_ = started;
-      loop_seconds_ = std::chrono::duration<double>(SteadyClock::now() - started).count();
-      return;
-    }
-    const std::string written =
-        save_distributed_checkpoint(options_.checkpoint_dir, run_.loaded, *rank_.stage,
-                                    *rank_.optimizer, rank_.groups, saved, fence());
-    if (leader_) announce(written, step, " (saved in line in " + seconds_since(started) + ")");
-  }
-
- private:
-  // "1.23 s": `seconds`, or the time since `start` when negative.
-  static std::string seconds_since(SteadyClock::time_point start, double seconds = -1) {
-    if (seconds < 0) seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f s", seconds);
-    return text;
-  }
-
-  std::function<void()> fence() const {
-    return [this] {
-      if (run_.checkpoint_lock) run_.checkpoint_lock->check_still_held();
-    };
-  }
-
-  void announce(const std::string& written, int64_t step, const std::string& how) {
-    std::cout << "checkpoint: " << written << how << std::endl;
-    if (options_.checkpoint_keep_latest > 0) remove_old(step);
-  }
-
-  // A failure to remove is said and the run goes on: the checkpoints are
-  // whole, and ending a run for them would lose work.
-  void remove_old(int64_t step) {
-    fence()();
-    try {
-      const std::vector<std::string> removed =
-          remove_old_checkpoints(options_.checkpoint_dir, step, options_.checkpoint_keep_latest);
-      if (removed.empty()) return;
-      std::string names;
-      for (const std::string& name : removed) names += (names.empty() ? "" : ", ") + name;
-      std::cout << "checkpoint: removed " << names << " (--checkpoint-keep-latest "
-                << options_.checkpoint_keep_latest << ")" << std::endl;
-    } catch (const std::exception& error) {
-      std::cout << "checkpoint: warning: " << error.what() << "; it stays, and the run goes on"
-                << std::endl;
-    }
-  }
-
-  const RunInputs& run_;
-  RankState& rank_;
-  const TrainOptions& options_;
-  bool leader_;
-  int failing_write_;  // a test's injected write failure: its step on this rank, or -1
-  std::unique_ptr<PendingCheckpoint> pending_;
-  SteadyClock::time_point pending_started_;
-  double loop_seconds_ = 0;  // what starting pending_ took of the training loop
-};
-
 // The figures every step of a run uses.
 struct StepConstants {
   LrSchedule lr_schedule;
@@ -390,7 +271,7 @@ struct TimedStep {
 TimedStep train_one_step(const RunInputs& run, RankState& rank, const StepConstants& constants,
                          TrainState& state, int step, SteadyClock::time_point step_start,
                          SteadyClock::time_point last_checkpoint, double checkpoint_every_seconds,
-                         double checkpoint_progress, int world_size) {
+                         const RunCheckpoints& checkpoints, int world_size) {
   const schema::Training& training = *run.loaded.plan().training();
   const TrainingData& data = run.data;
   TimedStep timed;
@@ -429,7 +310,7 @@ TimedStep train_one_step(const RunInputs& run, RankState& rank, const StepConsta
   // how far the slowest writer of a background save is.
   double maxima[3] = {static_cast<double>(rank.memory->peak_total()),
                       std::chrono::duration<double>(SteadyClock::now() - last_checkpoint).count(),
-                      checkpoint_progress};
+                      checkpoints.progress()};
   rank.groups.world->all_reduce(maxima, 3, ReduceOp::kMax);
   const double peak = maxima[0];
   timed.checkpoint_due_by_time =
@@ -468,12 +349,21 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
   // interval rather than in none.
   auto step_start = SteadyClock::now();
   auto last_checkpoint = step_start;
-  RunCheckpoints checkpoints(run, rank, options, leader);
+  RunCheckpoints checkpoints({.plan = run.loaded,
+                              .train_order = run.data.train_order,
+                              .lock = run.checkpoint_lock.get(),
+                              .leader = leader,
+                              .ranks_on_node = session.local_size(),
+                              .failing_write_step = injected_fault_step(
+                                  "PARAPLAN_FAIL_CHECKPOINT_WRITE_AT_STEP", session.world_rank()),
+                              .slow_write_step = injected_fault_step(
+                                  "PARAPLAN_SLOW_CHECKPOINT_WRITE_AT_STEP", session.world_rank())},
+                             rank, options);
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
     faults.before(step + 1);
-    TimedStep timed = train_one_step(run, rank, constants, state, step, step_start, last_checkpoint,
-                                     options.checkpoint_every_seconds, checkpoints.progress(),
-                                     session.world_size());
+    TimedStep timed =
+        train_one_step(run, rank, constants, state, step, step_start, last_checkpoint,
+                       options.checkpoint_every_seconds, checkpoints, session.world_size());
     checkpoints.conclude(timed.checkpoint_progress);
     StepMetrics& metrics = timed.metrics;
     const bool last = step + 1 == last_step;
