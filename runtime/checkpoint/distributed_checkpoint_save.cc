@@ -160,9 +160,10 @@ void gather_tensor(StageWriter& stage, const ParameterTensor& tensor, const floa
 }
 
 // Where a writer's whole tensors go: its file, or (a background save) a copy
-// in memory. Called with the name, the data in Hugging Face's layout and the
-// element count.
-using TensorSink = std::function<void(const std::string&, const float*, size_t)>;
+// in memory. Called with the stored name, the tensor and its whole data in
+// paraplan's layout (the Hugging Face transposition is the sink's: on the
+// writing thread for a background save).
+using TensorSink = std::function<void(const std::string&, const ParameterTensor&, const float*)>;
 
 // One pass over the stage's checkpoint tensors for one array (parameters or
 // a moment), a tensor at a time. The ZeRO group of each tensor rank that
@@ -176,7 +177,7 @@ void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& t
                 const std::vector<int>& writer, DistributedOptimizer& optimizer,
                 DistributedOptimizer::StateArray array, const std::string& prefix,
                 const TensorSink& sink) {
-  std::vector<float> own, whole, received, hugging_face;
+  std::vector<float> own, whole, received;
   const MeshCoordinates& mesh = stage.groups.mesh;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const ParameterTensor& tensor = *tensors[i];
@@ -199,23 +200,36 @@ void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& t
       gather_tensor(stage, tensor, own.data(), whole, received);
       data = whole.data();
     }
-    sink(prefix + tensor.name, hugging_face_data(tensor, data, hugging_face), tensor.global_size());
+    sink(prefix + tensor.name, tensor, data);
   }
 }
 
 // A writer's two files: their declarations (the tensors it writes, in order)
 // and paths; with the data too when they are written in the background.
 struct ShareFiles {
+  // A tensor held for the background: its stored name, the tensor (its
+  // layout's, which outlives the save) and its whole data in paraplan's layout.
+  struct Held {
+    std::string name;
+    const ParameterTensor* tensor;
+    std::vector<float> data;
+  };
   SafetensorsWriter model, moments;
   std::string model_path, optimizer_path;
-  std::vector<std::pair<std::string, std::vector<float>>> model_data, optimizer_data;
+  std::vector<Held> model_data, optimizer_data;
 
-  // Streams the data held into both files and commits them.
+  // Streams the data held into both files, as Hugging Face lays it out, and
+  // commits them.
   void write_held() const {
+    std::vector<float> hugging_face;
     SafetensorsStream model_stream = model.open_stream(model_path);
-    for (const auto& [name, data] : model_data) model_stream.append(name, data.data());
+    for (const Held& held : model_data)
+      model_stream.append(held.name,
+                          hugging_face_data(*held.tensor, held.data.data(), hugging_face));
     SafetensorsStream optimizer_stream = moments.open_stream(optimizer_path);
-    for (const auto& [name, data] : optimizer_data) optimizer_stream.append(name, data.data());
+    for (const Held& held : optimizer_data)
+      optimizer_stream.append(held.name,
+                              hugging_face_data(*held.tensor, held.data.data(), hugging_face));
     model_stream.commit();
     optimizer_stream.commit();
   }
@@ -267,15 +281,17 @@ std::unique_ptr<ShareFiles> write_stage_share(const std::string& draft_path, con
     const fs::path dir(draft_path);
     share->model_path = (dir / files.name(kModel, number)).string();
     share->optimizer_path = (dir / files.name(kOptimizer, number)).string();
-    const auto hold = [](auto& held) {
-      return [&held](const std::string& name, const float* data, size_t count) {
-        held.emplace_back(name, std::vector<float>(data, data + count));
+    const auto hold = [](std::vector<ShareFiles::Held>& held) {
+      return [&held](const std::string& name, const ParameterTensor& tensor, const float* data) {
+        held.push_back({name, &tensor, std::vector<float>(data, data + tensor.global_size())});
       };
     };
     const auto stream_into = [](std::unique_ptr<SafetensorsStream>& stream) {
-      return [&stream](const std::string& name, const float* data, size_t) {
-        stream->append(name, data);
-      };
+      return
+          [&stream, hugging_face = std::vector<float>()](
+              const std::string& name, const ParameterTensor& tensor, const float* data) mutable {
+            stream->append(name, hugging_face_data(tensor, data, hugging_face));
+          };
     };
     if (in_background) {
       model_sink = hold(share->model_data);
