@@ -247,7 +247,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       static_cast<float>(training.min_learning_rate), static_cast<float>(training.beta1),
       static_cast<float>(training.beta2), static_cast<float>(training.epsilon),
       static_cast<float>(training.weight_decay), static_cast<float>(training.grad_clip),
-      training.warmup_steps, training.decay_style, training.total_steps);
+      training.warmup_steps, training.decay_style, training.total_steps, training.wsd_decay_steps,
+      training.wsd_decay_style);
   auto training_table = schema::CreateTraining(
       builder, training.global_batch_size, setting.micro_batch_size, setting.num_micro_batches,
       optimizer, training.seed, training.eval_interval, training.eval_batches,

@@ -298,6 +298,20 @@ const char* lr_decay_style_name(schema::LrDecayStyle style) {
       return "linear";
     case schema::LrDecayStyle::Constant:
       return "constant";
+    case schema::LrDecayStyle::WarmupStableDecay:
+      return "wsd";
+  }
+  return "unknown";
+}
+
+const char* wsd_decay_style_name(schema::WsdDecayStyle style) {
+  switch (style) {
+    case schema::WsdDecayStyle::Linear:
+      return "linear";
+    case schema::WsdDecayStyle::Cosine:
+      return "cosine";
+    case schema::WsdDecayStyle::MinusSqrt:
+      return "minus_sqrt";
   }
   return "unknown";
 }

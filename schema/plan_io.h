@@ -39,7 +39,9 @@ namespace paraplan {
 //    working set as its own memory part (StageMemory.gathered). ZeRO-2 and
 //    3 streams of older plans get the unit ops at load (zero_units.h).
 // 11: ZeRO units of several layers (Zero.layers_per_unit).
-inline constexpr uint32_t kPlanSchemaVersion = 11;
+// 12: the warmup-stable-decay LR schedule (LrDecayStyle.WarmupStableDecay,
+//    Optimizer.wsd_decay_steps and wsd_decay_style).
+inline constexpr uint32_t kPlanSchemaVersion = 12;
 // The first version whose ZeRO-2 and 3 streams list their unit ops.
 inline constexpr uint32_t kZeroUnitOpsPlanSchemaVersion = 10;
 // The first version whose plans must have Posted transfers.
@@ -90,7 +92,8 @@ const char* recompute_mode_name(schema::RecomputeMode mode);
 const char* opcode_name(schema::OpCode op);
 const char* architecture_name(schema::Architecture architecture);  // "gpt2", "llama"
 const char* dtype_name(schema::DType dtype);                       // "float32", "bfloat16"
-const char* lr_decay_style_name(schema::LrDecayStyle style);       // "cosine", "linear", "constant"
-const char* schedule_kind_name(schema::ScheduleKind kind);         // "1f1b", "gpipe"
+const char* lr_decay_style_name(schema::LrDecayStyle style);       // "cosine", ..., "wsd"
+const char* wsd_decay_style_name(schema::WsdDecayStyle style);  // "linear", "cosine", "minus_sqrt"
+const char* schedule_kind_name(schema::ScheduleKind kind);      // "1f1b", "gpipe"
 
 }  // namespace paraplan

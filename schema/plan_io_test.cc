@@ -267,11 +267,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v12.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v12.pplan")),
-                       "'" + path("v12.pplan") +
-                           "' was written with plan schema version 12; this paraplan reads "
-                           "versions 1 to 11"));
+  write_raw(path("v13.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v13.pplan")),
+                       "'" + path("v13.pplan") +
+                           "' was written with plan schema version 13; this paraplan reads "
+                           "versions 1 to 12"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));

@@ -83,7 +83,9 @@ json optimizer_to_json(const schema::Optimizer& opt) {
           {"grad_clip", float_for_json(opt.grad_clip())},
           {"warmup_steps", opt.warmup_steps()},
           {"decay_style", lr_decay_style_name(opt.decay_style())},
-          {"total_steps", opt.total_steps()}};
+          {"total_steps", opt.total_steps()},
+          {"wsd_decay_steps", opt.wsd_decay_steps()},
+          {"wsd_decay_style", wsd_decay_style_name(opt.wsd_decay_style())}};
 }
 
 json data_to_json(const schema::Data& data) {
@@ -389,8 +391,11 @@ void training_lines(const schema::Plan& plan, std::ostringstream& out) {
     return;
   }
   out << "optimizer: AdamW lr " << number(opt->learning_rate()) << " -> "
-      << number(opt->min_learning_rate()) << " (" << lr_decay_style_name(opt->decay_style())
-      << ", warmup " << opt->warmup_steps() << ", " << opt->total_steps() << " steps), betas "
+      << number(opt->min_learning_rate()) << " (" << lr_decay_style_name(opt->decay_style());
+  if (opt->decay_style() == schema::LrDecayStyle::WarmupStableDecay)
+    out << ": " << wsd_decay_style_name(opt->wsd_decay_style()) << " decay over the last "
+        << opt->wsd_decay_steps() << " steps";
+  out << ", warmup " << opt->warmup_steps() << ", " << opt->total_steps() << " steps), betas "
       << number(opt->beta1()) << "/" << number(opt->beta2()) << ", eps " << number(opt->epsilon())
       << ", weight decay " << number(opt->weight_decay()) << ", grad clip "
       << number(opt->grad_clip()) << "\n";

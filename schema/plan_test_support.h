@@ -84,6 +84,8 @@ struct PlanSpec {
   float epsilon = 1e-8f, weight_decay = 0.1f, grad_clip = 1.0f;
   int32_t warmup_steps = 10, total_steps = 1000;
   schema::LrDecayStyle decay_style = schema::LrDecayStyle::Cosine;
+  int32_t wsd_decay_steps = 0;
+  schema::WsdDecayStyle wsd_decay_style = schema::WsdDecayStyle::Linear;
 
   int32_t pipeline_parallel = 1, data_parallel = 1, tensor_parallel = 1;
   int32_t num_nodes = 1, devices_per_node = 1;
@@ -380,7 +382,8 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
     if (spec.has_optimizer) {
       optimizer = schema::CreateOptimizer(
           fbb, spec.learning_rate, spec.min_learning_rate, spec.beta1, spec.beta2, spec.epsilon,
-          spec.weight_decay, spec.grad_clip, spec.warmup_steps, spec.decay_style, spec.total_steps);
+          spec.weight_decay, spec.grad_clip, spec.warmup_steps, spec.decay_style, spec.total_steps,
+          spec.wsd_decay_steps, spec.wsd_decay_style);
     }
     fb::Offset<schema::Data> data;
     if (spec.has_data) {

@@ -147,8 +147,18 @@ void check_optimizer(const schema::Optimizer& opt, Violations& v) {
   if (std::string(lr_decay_style_name(opt.decay_style())) == "unknown") {
     v.add(f + "decay_style", "unknown value " +
                                  std::to_string(static_cast<int>(opt.decay_style())) +
-                                 "; valid are cosine (0), linear (1) and constant (2)");
+                                 "; valid are cosine (0), linear (1), constant (2) and wsd (3)");
   }
+  if (opt.decay_style() != schema::LrDecayStyle::WarmupStableDecay) return;
+  const int64_t decay_span = int64_t{opt.total_steps()} - opt.warmup_steps();
+  if (opt.wsd_decay_steps() < 1 || opt.wsd_decay_steps() > decay_span)
+    v.add(f + "wsd_decay_steps", number(opt.wsd_decay_steps()) + "; must be in 1.." +
+                                     number(std::max<int64_t>(decay_span, 1)) +
+                                     " (the steps after warm-up)");
+  if (std::string(wsd_decay_style_name(opt.wsd_decay_style())) == "unknown")
+    v.add(f + "wsd_decay_style", "unknown value " +
+                                     std::to_string(static_cast<int>(opt.wsd_decay_style())) +
+                                     "; valid are linear (0), cosine (1) and minus_sqrt (2)");
 }
 
 void check_data(const schema::Data& data, const schema::Model* model, Violations& v) {

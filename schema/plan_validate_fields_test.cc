@@ -134,6 +134,23 @@ const std::vector<ViolationCase>& field_cases() {
       {"UnknownDecayStyle",
        [](PlanSpec& s) { s.decay_style = schema::LrDecayStyle(8); },
        {"training.optimizer.decay_style: unknown value 8"}},
+      {"WarmupStableDecayWithoutDecaySteps",
+       [](PlanSpec& s) { s.decay_style = schema::LrDecayStyle::WarmupStableDecay; },
+       {"training.optimizer.wsd_decay_steps: 0; must be in 1..990 (the steps after warm-up)"}},
+      {"WarmupStableDecayLongerThanTheSteps",
+       [](PlanSpec& s) {
+         s.decay_style = schema::LrDecayStyle::WarmupStableDecay;
+         s.wsd_decay_steps = 991;
+       },
+       {"training.optimizer.wsd_decay_steps: 991; must be in 1..990"}},
+      {"UnknownWsdDecayStyle",
+       [](PlanSpec& s) {
+         s.decay_style = schema::LrDecayStyle::WarmupStableDecay;
+         s.wsd_decay_steps = 100;
+         s.wsd_decay_style = schema::WsdDecayStyle(7);
+       },
+       {"training.optimizer.wsd_decay_style: unknown value 7; valid are linear (0), cosine (1) "
+        "and minus_sqrt (2)"}},
       // mesh
       {"MeshDoesNotFillDevices",
        [](PlanSpec& s) {

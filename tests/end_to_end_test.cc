@@ -269,6 +269,24 @@ TEST_F(EndToEnd, LossEqualsAnIndependentGpt2Reference) {
   EXPECT_NEAR(std::stod(reference.output), logged, 1e-5) << reference.output;
 }
 
+// Warmup-stable-decay (Megatron's WSD): the peak rate from warm-up until the
+// last wsd_decay_steps steps, which decay linearly to the minimum.
+TEST_F(EndToEnd, WarmupStableDecayHoldsThePeakThenDecaysAtTheEnd) {
+  tokenize_and_plan(std::string(kTinyJob) + "decay_style = \"wsd\"\nwsd_decay_steps = 4\n");
+  const CommandResult inspected = run("inspect " + path("job.pplan"));
+  EXPECT_NE(inspected.output.find("optimizer: AdamW lr 0.003 -> 0.0003 (wsd: linear decay over "
+                                  "the last 4 steps, warmup 2, 10 steps)"),
+            std::string::npos)
+      << inspected.output;
+  ASSERT_EQ(run(train_arguments(10, "wsd", "wsd.jsonl")).exit_code, 0);
+  const auto lines = read_json_lines(dir_ / "wsd.jsonl");
+  ASSERT_EQ(lines.size(), 10u);
+  const double expected[] = {1.5e-3, 3e-3, 3e-3,     3e-3,    3e-3,
+                             3e-3,   3e-3, 2.325e-3, 1.65e-3, 9.75e-4};
+  for (size_t i = 0; i < lines.size(); ++i)
+    EXPECT_NEAR(lines[i]["lr"].get<double>(), expected[i], 1e-9) << "step " << i + 1;
+}
+
 TEST_F(EndToEnd, InspectPrintsEveryFieldAsJson) {
   tokenize_and_plan();
   CommandResult table = run("inspect " + path("job.pplan"));

@@ -253,6 +253,10 @@ void resolve_defaults(JobConfig& config) {
   if (!config.was_set("model.num_kv_heads")) model.num_kv_heads = model.num_heads;
   if (!config.was_set("training.min_learning_rate"))
     config.training.min_learning_rate = config.training.learning_rate / 10;
+  if (!config.was_set("training.wsd_decay_steps") &&
+      config.training.decay_style == schema::LrDecayStyle::WarmupStableDecay)
+    config.training.wsd_decay_steps =
+        std::max(1, (config.training.total_steps - config.training.warmup_steps) / 10);
   if (!config.was_set("data.seed")) config.data.seed = config.training.seed;
   if (!config.was_set("data.document_separator"))
     config.data.document_separator =
@@ -273,8 +277,8 @@ bool option_default_is_derived(const std::string& dotted_key) {
   // What resolve_defaults fills in from other options when a job leaves it unset.
   return dotted_key.rfind("cluster.", 0) == 0 || dotted_key == "model.ffn_size" ||
          dotted_key == "model.tied_embeddings" || dotted_key == "model.num_kv_heads" ||
-         dotted_key == "training.min_learning_rate" || dotted_key == "data.seed" ||
-         dotted_key == "data.document_separator";
+         dotted_key == "training.min_learning_rate" || dotted_key == "training.wsd_decay_steps" ||
+         dotted_key == "data.seed" || dotted_key == "data.document_separator";
 }
 
 int default_document_separator(int vocab_size) {

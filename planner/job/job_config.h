@@ -84,6 +84,10 @@ struct TrainingConfig {
   int warmup_steps = 0;
   int total_steps = 0;  // required: the LR horizon and the default step count
   schema::LrDecayStyle decay_style = schema::LrDecayStyle::Cosine;
+  // decay_style = "wsd" (warmup-stable-decay): the last wsd_decay_steps steps
+  // decay (default: a tenth of the steps after warm-up), in this shape.
+  int wsd_decay_steps = 0;
+  schema::WsdDecayStyle wsd_decay_style = schema::WsdDecayStyle::Linear;
   uint64_t seed = 1337;
   int eval_interval = 0;  // steps between evaluations; 0 disables evaluation
   int eval_batches = 8;

@@ -155,11 +155,18 @@ std::vector<FieldSpec> training_fields() {
       PARAPLAN_FIELD(training, grad_clip),
       PARAPLAN_FIELD(training, warmup_steps),
       PARAPLAN_FIELD(training, total_steps),
-      PARAPLAN_CHOICE(
-          training, decay_style,
-          std::vector<std::pair<std::string, LrDecayStyle>>{{"cosine", LrDecayStyle::Cosine},
-                                                            {"linear", LrDecayStyle::Linear},
-                                                            {"constant", LrDecayStyle::Constant}}),
+      PARAPLAN_CHOICE(training, decay_style,
+                      std::vector<std::pair<std::string, LrDecayStyle>>{
+                          {"cosine", LrDecayStyle::Cosine},
+                          {"linear", LrDecayStyle::Linear},
+                          {"constant", LrDecayStyle::Constant},
+                          {"wsd", LrDecayStyle::WarmupStableDecay}}),
+      PARAPLAN_FIELD(training, wsd_decay_steps),
+      PARAPLAN_CHOICE(training, wsd_decay_style,
+                      std::vector<std::pair<std::string, schema::WsdDecayStyle>>{
+                          {"linear", schema::WsdDecayStyle::Linear},
+                          {"cosine", schema::WsdDecayStyle::Cosine},
+                          {"minus_sqrt", schema::WsdDecayStyle::MinusSqrt}}),
       PARAPLAN_FIELD(training, seed),
       PARAPLAN_FIELD(training, eval_interval),
       PARAPLAN_FIELD(training, eval_batches),

@@ -92,7 +92,7 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
   // 87 + [data] train, validation, shuffle, seed, document_mask, document_separator
-  EXPECT_EQ(options.size(), 94u);
+  EXPECT_EQ(options.size(), 96u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",

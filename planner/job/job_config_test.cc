@@ -229,6 +229,40 @@ TEST(JobConfigTest, WrongTypesNameFieldAndLocation) {
             std::string::npos);
 }
 
+// Warmup-stable-decay (Megatron's --lr-decay-style WSD): its decay steps
+// default to a tenth of the steps after warm-up; its keys belong to it.
+TEST(JobConfigTest, WarmupStableDecayAndItsKeys) {
+  const TrainingConfig defaulted =
+      parse_job_config(kMinimal, "job.toml",
+                       {{"training.decay_style", "wsd"}, {"training.warmup_steps", "10"}})
+          .training;
+  EXPECT_EQ(defaulted.decay_style, schema::LrDecayStyle::WarmupStableDecay);
+  EXPECT_EQ(defaulted.wsd_decay_steps, 9);  // (100 - 10) / 10
+  EXPECT_EQ(defaulted.wsd_decay_style, schema::WsdDecayStyle::Linear);
+  const TrainingConfig given = parse_job_config(kMinimal, "job.toml",
+                                                {{"training.decay_style", "wsd"},
+                                                 {"training.wsd_decay_steps", "20"},
+                                                 {"training.wsd_decay_style", "minus_sqrt"}})
+                                   .training;
+  EXPECT_EQ(given.wsd_decay_steps, 20);
+  EXPECT_EQ(given.wsd_decay_style, schema::WsdDecayStyle::MinusSqrt);
+  EXPECT_NE(parse_error(kMinimal, {{"training.decay_style", "wsd"},
+                                   {"training.warmup_steps", "90"},
+                                   {"training.wsd_decay_steps", "20"}})
+                .find("[training] wsd_decay_steps (20) must not exceed the 10 steps after warm-up "
+                      "(total_steps - warmup_steps)"),
+            std::string::npos);
+  EXPECT_NE(parse_error(kMinimal, {{"training.wsd_decay_steps", "20"}})
+                .find("[training] wsd_decay_steps is for decay_style = \"wsd\" "
+                      "(warmup-stable-decay); this job's decay_style is \"cosine\""),
+            std::string::npos)
+      << parse_error(kMinimal, {{"training.wsd_decay_steps", "20"}});
+  EXPECT_NE(parse_error(kMinimal, {{"training.decay_style", "wsd"},
+                                   {"training.wsd_decay_style", "exponential"}})
+                .find("valid values: linear, cosine, minus_sqrt"),
+            std::string::npos);
+}
+
 TEST(JobConfigTest, PipelineSchedulerKindsAndAuto) {
   const JobConfig automatic = parse_job_config(kMinimal);
   EXPECT_FALSE(automatic.planner.pipeline_scheduler.has_value());
@@ -285,7 +319,7 @@ TEST(JobConfigTest, BadChoicesListTheValidValues) {
   EXPECT_NE(parse_error(with("[planner]\nsolver = \"greedy\"\n")).find("valid values: dp, ilp"),
             std::string::npos);
   EXPECT_NE(parse_error(with("[training]\ndecay_style = \"step\"\n"))
-                .find("valid values: cosine, linear, constant"),
+                .find("valid values: cosine, linear, constant, wsd"),
             std::string::npos);
   // Every stage of the format is planned (schema/zero_stages.h): 3 is
   // accepted, what lies beyond is refused naming the field and the values.

@@ -174,6 +174,25 @@ void validate_training(const JobConfig& c) {
              std::to_string(t.total_steps) + ")");
   require_at_most(c, "training", "total_steps", t.total_steps, kMaxSteps,
                   "steps are counted in an int");
+  if (t.decay_style == schema::LrDecayStyle::WarmupStableDecay) {
+    require_at_least(c, "training", "wsd_decay_steps", t.wsd_decay_steps, 1,
+                     "the steps that decay at the end");
+    if (t.wsd_decay_steps > t.total_steps - t.warmup_steps)
+      fail(c, "[training] wsd_decay_steps",
+           "(" + std::to_string(t.wsd_decay_steps) + ") must not exceed the " +
+               std::to_string(t.total_steps - t.warmup_steps) +
+               " steps after warm-up (total_steps - warmup_steps)");
+  } else {
+    // A plan's recorded options hold every key, these at their defaults.
+    const std::pair<const char*, bool> keys[] = {
+        {"wsd_decay_steps", t.wsd_decay_steps != 0},
+        {"wsd_decay_style", t.wsd_decay_style != schema::WsdDecayStyle::Linear}};
+    for (const auto& [key, given] : keys)
+      if (given)
+        fail(c, std::string("[training] ") + key,
+             "is for decay_style = \"wsd\" (warmup-stable-decay); this job's decay_style is \"" +
+                 std::string(lr_decay_style_name(t.decay_style)) + "\"");
+  }
   require_at_least(c, "training", "eval_interval", t.eval_interval, 0, "0 disables evaluation");
   require_at_most(c, "training", "eval_interval", t.eval_interval, kMaxSteps,
                   "steps are counted in an int; 0 disables evaluation");

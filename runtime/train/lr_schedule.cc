@@ -12,12 +12,30 @@ float LrSchedule::at(int step) const {
   if (decay == LrDecay::kConstant || step >= total_steps) {
     return decay == LrDecay::kConstant ? learning_rate : min_learning_rate;
   }
-  const int decay_steps = total_steps - warmup_steps;
-  if (decay_steps <= 0) return min_learning_rate;
-  const double progress = static_cast<double>(step - warmup_steps) / decay_steps;
-  const double coefficient = decay == LrDecay::kCosine
-                                 ? 0.5 * (1.0 + std::cos(3.141592653589793 * progress))
-                                 : 1.0 - progress;
+  constexpr double kPi = 3.141592653589793;
+  const bool stable_decay = decay == LrDecay::kWarmupStableDecay;
+  const int decaying = stable_decay ? decay_steps : total_steps - warmup_steps;
+  if (decaying <= 0) return min_learning_rate;
+  const int decay_start = total_steps - decaying;
+  if (step < decay_start) return learning_rate;  // warmup-stable-decay's stable phase
+  const double progress = static_cast<double>(step - decay_start) / decaying;
+  double coefficient = 0;
+  if (stable_decay) {
+    switch (wsd_shape) {
+      case WsdShape::kLinear:
+        coefficient = 1.0 - progress;
+        break;
+      case WsdShape::kCosine:
+        coefficient = 0.5 * (1.0 + std::cos(kPi * progress));
+        break;
+      case WsdShape::kMinusSqrt:
+        coefficient = 1.0 - std::sqrt(progress);
+        break;
+    }
+  } else {
+    coefficient =
+        decay == LrDecay::kCosine ? 0.5 * (1.0 + std::cos(kPi * progress)) : 1.0 - progress;
+  }
   return min_learning_rate + static_cast<float>(coefficient) * (learning_rate - min_learning_rate);
 }
 

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace paraplan {
 namespace {
 
@@ -44,6 +46,30 @@ TEST(LrSchedule, LinearAndConstant) {
                       .decay = LrDecay::kConstant};
   EXPECT_FLOAT_EQ(constant.at(0), 0.15f);
   EXPECT_FLOAT_EQ(constant.at(50), 0.3f);
+}
+
+// Warmup-stable-decay: the peak from warm-up to the last decay_steps steps,
+// then each shape from the peak to the minimum.
+TEST(LrSchedule, WarmupStableDecayHoldsThePeakThenDecaysAtTheEnd) {
+  LrSchedule schedule{.learning_rate = 1.0f,
+                      .min_learning_rate = 0.1f,
+                      .warmup_steps = 2,
+                      .total_steps = 12,
+                      .decay = LrDecay::kWarmupStableDecay,
+                      .decay_steps = 4,
+                      .wsd_shape = WsdShape::kLinear};
+  EXPECT_FLOAT_EQ(schedule.at(0), 0.5f);
+  for (int step = 1; step <= 8; ++step) EXPECT_FLOAT_EQ(schedule.at(step), 1.0f) << step;
+  EXPECT_NEAR(schedule.at(10), 0.55f, 1e-6);  // halfway through the decay
+  EXPECT_NEAR(schedule.at(11), 0.325f, 1e-6);
+  EXPECT_FLOAT_EQ(schedule.at(12), 0.1f);
+  schedule.wsd_shape = WsdShape::kCosine;
+  EXPECT_NEAR(schedule.at(10), 0.55f, 1e-6);
+  EXPECT_NEAR(schedule.at(9), 0.1f + 0.9f * 0.5f * (1.0f + std::cos(3.14159265f / 4)), 1e-6);
+  schedule.wsd_shape = WsdShape::kMinusSqrt;
+  EXPECT_NEAR(schedule.at(10), 0.1f + 0.9f * (1.0f - std::sqrt(0.5f)), 1e-6);
+  EXPECT_FLOAT_EQ(schedule.at(8), 1.0f);
+  EXPECT_FLOAT_EQ(schedule.at(40), 0.1f);
 }
 
 }  // namespace

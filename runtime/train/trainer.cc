@@ -48,6 +48,21 @@ LrSchedule lr_schedule_of(const schema::Optimizer& optimizer) {
     case schema::LrDecayStyle::Constant:
       schedule.decay = LrDecay::kConstant;
       break;
+    case schema::LrDecayStyle::WarmupStableDecay:
+      schedule.decay = LrDecay::kWarmupStableDecay;
+      break;
+  }
+  schedule.decay_steps = optimizer.wsd_decay_steps();
+  switch (optimizer.wsd_decay_style()) {
+    case schema::WsdDecayStyle::Linear:
+      schedule.wsd_shape = WsdShape::kLinear;
+      break;
+    case schema::WsdDecayStyle::Cosine:
+      schedule.wsd_shape = WsdShape::kCosine;
+      break;
+    case schema::WsdDecayStyle::MinusSqrt:
+      schedule.wsd_shape = WsdShape::kMinusSqrt;
+      break;
   }
   return schedule;
 }
