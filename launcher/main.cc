@@ -204,6 +204,8 @@ void add_train_command(CLI::App& app, CommandLine& c) {
                               "start from these weights (a checkpoint, or a Hugging Face model "
                               "directory) with fresh optimizer state");
   c.train_command->add_option("--log-json", c.train_options.log_json, "one JSON object per step");
+  c.train_command->add_option("--tensorboard-dir", c.train_options.tensorboard_dir,
+                              "TensorBoard event files of the step metrics, as one run");
   c.train_command->add_option("--backend", c.train_options.backend, "cpu or cuda")
       ->capture_default_str();
   add_communication_options(*c.train_command, c.train_options.collective_timeout_seconds,

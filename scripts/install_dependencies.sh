@@ -43,9 +43,10 @@ fi
 # PyTorch (above), and transformers and safetensors from PyPI, pinned to
 # versions that support torch 1.13, in a venv that sees the system packages.
 hf_venv="$(cd "$(dirname "$0")/.." && pwd)/.cache/hf-venv"
-if ! "$hf_venv/bin/python" -c "import torch, transformers, safetensors" 2>/dev/null; then
-  echo "installing transformers and safetensors into $hf_venv"
+# TensorBoard's reader checks `train --tensorboard-dir` (tests/tensorboard_test.cc).
+if ! "$hf_venv/bin/python" -c "import torch, transformers, safetensors, tensorboard" 2>/dev/null; then
+  echo "installing transformers, safetensors and tensorboard into $hf_venv"
   /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
   "$hf_venv/bin/pip" install --quiet --disable-pip-version-check \
-    transformers==4.44.2 safetensors==0.4.5
+    transformers==4.44.2 safetensors==0.4.5 tensorboard==2.14.0
 fi

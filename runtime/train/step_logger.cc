@@ -41,7 +41,24 @@ std::string format_step_line(const StepMetrics& m) {
   return text;
 }
 
-StepLogger::StepLogger(const std::string& json_path, bool append) : json_path_(json_path) {
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m) {
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"loss/train", m.loss},
+      {"optimizer/grad_norm", m.grad_norm},
+      {"optimizer/lr", m.learning_rate},
+      {"throughput/tokens_per_second", m.tokens_per_second},
+      {"throughput/tflops", m.tflops},
+      {"throughput/mfu_percent", 100 * m.mfu},
+      {"memory/peak_gib", static_cast<double>(m.peak_memory_bytes) / (1024.0 * 1024 * 1024)},
+      {"time/step_seconds", m.step_seconds}};
+  if (m.validation_loss) scalars.emplace_back("loss/validation", *m.validation_loss);
+  return scalars;
+}
+
+StepLogger::StepLogger(const std::string& json_path, bool append,
+                       const std::string& tensorboard_dir)
+    : json_path_(json_path) {
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (json_path.empty()) return;
   json_.open(json_path, append ? std::ios::app : std::ios::trunc);
   if (!json_) throw std::runtime_error("--log-json: cannot open '" + json_path + "' for writing");
@@ -49,6 +66,7 @@ StepLogger::StepLogger(const std::string& json_path, bool append) : json_path_(j
 
 void StepLogger::log(const StepMetrics& m) {
   std::cout << format_step_line(m) << std::endl;
+  if (tensorboard_) tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
   if (!json_.is_open()) return;
   nlohmann::json record = {{"step", m.step},
                            {"loss", m.loss},

@@ -1,11 +1,17 @@
-// step_logger.h: the per-step log line as torchtitan prints it, and the same
-// fields as one JSON object per line in --log-json.
+// step_logger.h: the per-step log line as torchtitan prints it, the same
+// fields as one JSON object per line in --log-json, and as TensorBoard
+// scalars in --tensorboard-dir (tensorboard_writer.h).
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/train/tensorboard_writer.h"
 
 namespace paraplan {
 
@@ -32,15 +38,22 @@ struct StepMetrics {
 //  tps: 12,345  tflops: 0.12  mfu: 1.23%"
 std::string format_step_line(const StepMetrics& metrics);
 
+// The TensorBoard scalars of a step, by tag: loss/train (and
+// loss/validation), optimizer/grad_norm and lr, throughput/tokens_per_second
+// (per device), tflops and mfu_percent, memory/peak_gib, time/step_seconds.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& metrics);
+
 class StepLogger {
  public:
   // json_path empty: no JSON. append: keep earlier lines (a resumed run).
-  StepLogger(const std::string& json_path, bool append);
+  // tensorboard_dir empty: no event file; else a new one there.
+  StepLogger(const std::string& json_path, bool append, const std::string& tensorboard_dir = "");
   void log(const StepMetrics& metrics);
 
  private:
   std::string json_path_;
   std::ofstream json_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace paraplan

@@ -354,7 +354,8 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
   if (leader) print_run(run, rank, session.world_size(), state.step);
 
   // Only the leader writes the log; the others keep quiet.
-  StepLogger logger(leader ? options.log_json : "", options.resume);
+  StepLogger logger(leader ? options.log_json : "", options.resume,
+                    leader ? options.tensorboard_dir : "");
   const InjectedFaults faults(options.resume ? -1 : session.world_rank());
   TrainSummary summary;
   summary.first_step = static_cast<int>(state.step);

@@ -41,6 +41,7 @@ struct TrainOptions {
   // model.safetensors + config.json) at step 0 with fresh optimizer state.
   std::string init_from;
   std::string log_json;                     // optional: one JSON object per step
+  std::string tensorboard_dir;              // optional: TensorBoard scalars per step
   std::string backend = "cpu";              // cpu | cuda
   double collective_timeout_seconds = 600;  // 0: wait forever (rank_state.h)
   std::string transport = "auto";           // auto | mpi | nccl | staged (transport.h)
