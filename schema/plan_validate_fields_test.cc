@@ -36,8 +36,8 @@ const std::vector<ViolationCase>& field_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 12; },
-       {"header.schema_version: 12", "reads versions 1 to 11"}},
+       [](PlanSpec& s) { s.schema_version = 13; },
+       {"header.schema_version: 13", "reads versions 1 to 12"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;

@@ -175,11 +175,17 @@ void validate_training(const JobConfig& c) {
   require_at_most(c, "training", "total_steps", t.total_steps, kMaxSteps,
                   "steps are counted in an int");
   if (t.decay_style == schema::LrDecayStyle::WarmupStableDecay) {
+    if (t.warmup_steps >= t.total_steps)
+      fail(c, "[training] warmup_steps",
+           std::string("(") + std::to_string(t.warmup_steps) +
+               ") leaves no steps for decay_style = \"wsd\" to decay; it must be below "
+               "total_steps (" +
+               std::to_string(t.total_steps) + ")");
     require_at_least(c, "training", "wsd_decay_steps", t.wsd_decay_steps, 1,
                      "the steps that decay at the end");
     if (t.wsd_decay_steps > t.total_steps - t.warmup_steps)
       fail(c, "[training] wsd_decay_steps",
-           "(" + std::to_string(t.wsd_decay_steps) + ") must not exceed the " +
+           std::string("(") + std::to_string(t.wsd_decay_steps) + ") must not exceed the " +
                std::to_string(t.total_steps - t.warmup_steps) +
                " steps after warm-up (total_steps - warmup_steps)");
   } else {

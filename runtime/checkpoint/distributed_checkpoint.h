@@ -46,12 +46,6 @@ std::string save_distributed_checkpoint(const std::string& dir, const LoadedPlan
                                         ProcessGroups& groups, const TrainState& state,
                                         const std::function<void()>& before_publish = {});
 
-// A save whose files are still being written on a thread of each writer
-// (`train --checkpoint-async`, torchtitan's async checkpointing): the
-// transfers are done and each writer holds a copy of its share in host
-// memory, so training goes on while the filesystem takes the bytes. The job
-// publishes it once every rank's progress is kWritten (the trainer agrees on
-// the largest progress of all ranks at each step's all-reduce).
 // How a save's writers write in the background.
 struct BackgroundWrite {
   // The ranks sharing this node's memory, each holding a share about this
@@ -63,6 +57,12 @@ struct BackgroundWrite {
   std::function<void()> before_writing;
 };
 
+// A save whose files are still being written on a thread of each writer
+// (`train --checkpoint-async`, torchtitan's async checkpointing): the
+// transfers are done and each writer holds a copy of its share in host
+// memory, so training goes on while the filesystem takes the bytes. The job
+// publishes it once every rank's progress is kWritten (the trainer agrees on
+// the largest progress of all ranks at each step's all-reduce).
 class PendingCheckpoint {
  public:
   // Ordered: the job's progress is the largest of its ranks'.

@@ -207,11 +207,12 @@ void write_pass(StageWriter& stage, const std::vector<const ParameterTensor*>& t
 // A writer's two files: their declarations (the tensors it writes, in order)
 // and paths; with the data too when they are written in the background.
 struct ShareFiles {
-  // A tensor held for the background: its stored name, the tensor (its
-  // layout's, which outlives the save) and its whole data in paraplan's layout.
+  // A tensor held for the background: its stored name, the tensor (a copy:
+  // a thread left to a failing process's end may outlive the stage) and its
+  // whole data in paraplan's layout.
   struct Held {
     std::string name;
-    const ParameterTensor* tensor;
+    ParameterTensor tensor;
     std::vector<float> data;
   };
   SafetensorsWriter model, moments;
@@ -225,11 +226,11 @@ struct ShareFiles {
     SafetensorsStream model_stream = model.open_stream(model_path);
     for (const Held& held : model_data)
       model_stream.append(held.name,
-                          hugging_face_data(*held.tensor, held.data.data(), hugging_face));
+                          hugging_face_data(held.tensor, held.data.data(), hugging_face));
     SafetensorsStream optimizer_stream = moments.open_stream(optimizer_path);
     for (const Held& held : optimizer_data)
       optimizer_stream.append(held.name,
-                              hugging_face_data(*held.tensor, held.data.data(), hugging_face));
+                              hugging_face_data(held.tensor, held.data.data(), hugging_face));
     model_stream.commit();
     optimizer_stream.commit();
   }
@@ -283,7 +284,7 @@ std::unique_ptr<ShareFiles> write_stage_share(const std::string& draft_path, con
     share->optimizer_path = (dir / files.name(kOptimizer, number)).string();
     const auto hold = [](std::vector<ShareFiles::Held>& held) {
       return [&held](const std::string& name, const ParameterTensor& tensor, const float* data) {
-        held.push_back({name, &tensor, std::vector<float>(data, data + tensor.global_size())});
+        held.push_back({name, tensor, std::vector<float>(data, data + tensor.global_size())});
       };
     };
     const auto stream_into = [](std::unique_ptr<SafetensorsStream>& stream) {

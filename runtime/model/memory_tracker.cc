@@ -88,13 +88,23 @@ double physical_memory_bytes() {
 }
 
 double available_memory_bytes() {
+  double available = 0;
   std::ifstream meminfo("/proc/meminfo");
-  std::string key;
+  std::string key, unit;
   double kilobytes = 0;
-  std::string unit;
   while (meminfo >> key >> kilobytes >> unit)
-    if (key == "MemAvailable:") return kilobytes * 1024.0;
-  return 0;
+    if (key == "MemAvailable:") available = kilobytes * 1024.0;
+  // A container's (cgroup v2) limit binds first: past it the job is killed
+  // whatever the machine has.
+  std::ifstream limit_file("/sys/fs/cgroup/memory.max"),
+      usage_file("/sys/fs/cgroup/memory.current");
+  std::string limit;
+  double usage = 0;
+  if (limit_file >> limit && limit != "max" && usage_file >> usage) {
+    const double room = std::max(0.0, std::stod(limit) - usage);
+    available = available > 0 ? std::min(available, room) : room;
+  }
+  return available;
 }
 
 void require_host_memory(double bytes, const std::string& what, const std::string& remedy) {

@@ -42,8 +42,9 @@ class OutOfDeviceMemory : public std::runtime_error {
 std::string gibibytes_text(double bytes);
 // This machine's physical memory in bytes (0 when unknown).
 double physical_memory_bytes();
-// The memory the kernel could give now without swapping (MemAvailable), in
-// bytes; 0 when unknown.
+// The memory this process could be given now without swapping
+// (MemAvailable, or less where a cgroup v2 limit leaves less), in bytes; 0
+// when unknown.
 double available_memory_bytes();
 // Refuses, before it is allocated, what this machine could never hold: throws
 // std::runtime_error "<what> take X GiB, more than the Y GiB of memory this

@@ -2,6 +2,7 @@
 #include "runtime/train/run_checkpoints.h"
 
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -28,7 +29,13 @@ RunCheckpoints::RunCheckpoints(RunCheckpointInputs inputs, RankState& rank,
     : inputs_(std::move(inputs)), rank_(rank), options_(options) {}
 
 RunCheckpoints::~RunCheckpoints() {
-  if (removal_.joinable()) removal_.join();
+  if (!removal_.joinable()) return;
+  // A job ending with an error must not wait for a removal (its peers wait
+  // in a collective meanwhile); the thread holds only copies.
+  if (std::uncaught_exceptions() > 0)
+    removal_.detach();
+  else
+    removal_.join();
 }
 
 double RunCheckpoints::progress() const {
@@ -89,13 +96,13 @@ std::function<void()> RunCheckpoints::fence() const {
 
 BackgroundWrite RunCheckpoints::background_write(int step) const {
   BackgroundWrite background{.ranks_on_node = inputs_.ranks_on_node, .before_writing = {}};
+  if (step == inputs_.slow_write_step)
+    background.before_writing = [] { std::this_thread::sleep_for(std::chrono::seconds(2)); };
   if (step == inputs_.failing_write_step)
     background.before_writing = [step] {
       throw std::runtime_error("injected failure writing the checkpoint of step " +
                                std::to_string(step) + " (PARAPLAN_FAIL_CHECKPOINT_WRITE_AT_STEP)");
     };
-  if (step == inputs_.slow_write_step)
-    background.before_writing = [] { std::this_thread::sleep_for(std::chrono::seconds(1)); };
   return background;
 }
 

@@ -32,8 +32,9 @@ struct RunCheckpointInputs {
   bool leader = false;                // world rank 0: says, publishes, removes
   int ranks_on_node = 1;              // sharing this node's memory (BackgroundWrite)
   // The tests' injected faults at a background write of this rank: a
-  // failure, or a 1 s delay, before writing the checkpoint of that step (-1:
-  // none). A rank that writes no file has no write to fail or delay.
+  // failure, or a 2 s delay, before writing the checkpoint of that step (-1:
+  // none; a failure wins). A rank that writes no file has no write to fail
+  // or delay.
   int failing_write_step = -1, slow_write_step = -1;
 };
 

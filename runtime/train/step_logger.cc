@@ -66,7 +66,17 @@ StepLogger::StepLogger(const std::string& json_path, bool append,
 
 void StepLogger::log(const StepMetrics& m) {
   std::cout << format_step_line(m) << std::endl;
-  if (tensorboard_) tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
+  if (tensorboard_) {
+    // Metrics are not worth a run: a failed write is said once, and the run
+    // goes on without TensorBoard.
+    try {
+      tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
+    } catch (const std::exception& error) {
+      std::cout << "tensorboard: warning: " << error.what()
+                << "; no more TensorBoard events this run" << std::endl;
+      tensorboard_.reset();
+    }
+  }
   if (!json_.is_open()) return;
   nlohmann::json record = {{"step", m.step},
                            {"loss", m.loss},
