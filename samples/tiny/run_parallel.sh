@@ -9,7 +9,7 @@ bash scripts/install_dependencies.sh --run
 bash scripts/build.sh --run
 paraplan=build/launcher/paraplan
 out=out/tiny-parallel
-rm -rf "$out/checkpoints"
+rm -rf "$out/checkpoints" "$out/tensorboard"
 mkdir -p "$out"
 # Open MPI asks for explicit consent to run as root (containers, CI).
 if [ "$(id -u)" -eq 0 ]; then
@@ -19,7 +19,11 @@ fi
 "$paraplan" plan --config samples/tiny/job.toml --output "$out/tiny-pp2-tp2.pplan" \
   --planner.world_size 4 --planner.pipeline_nstages 2 --planner.tensor_parallel_degree 2 \
   --planner.data_parallel_degree 1
+# As a cluster job would: checkpoints written in the background while training
+# goes on (the last in line), only the newest two kept, TensorBoard scalars
+# (`tensorboard --logdir out/tiny-parallel/tensorboard`).
 "$paraplan" launch --plan "$out/tiny-pp2-tp2.pplan" -- train --data "$out/data/train.bin" \
   --val-data "$out/data/val.bin" --checkpoint-dir "$out/checkpoints" --checkpoint-every 100 \
+  --checkpoint-async --checkpoint-keep-latest 2 --tensorboard-dir "$out/tensorboard" \
   --log-json "$out/train.jsonl" "$@"
 "$paraplan" sample --checkpoint "$out/checkpoints" --prompt "The " --tokens 300
