@@ -95,7 +95,11 @@ void StepLogger::log(const StepMetrics& m) {
   // can be compared bit for bit.
   json_ << record.dump() << '\n';
   json_.flush();
-  if (!json_) throw std::runtime_error("--log-json: write to '" + json_path_ + "' failed");
+  if (!json_) {  // as for TensorBoard: said once, and the run goes on
+    std::cout << "--log-json: warning: write to '" << json_path_
+              << "' failed; no more JSON lines this run" << std::endl;
+    json_.close();
+  }
 }
 
 }  // namespace paraplan

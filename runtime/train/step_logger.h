@@ -46,7 +46,9 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetric
 class StepLogger {
  public:
   // json_path empty: no JSON. append: keep earlier lines (a resumed run).
-  // tensorboard_dir empty: no event file; else a new one there.
+  // tensorboard_dir empty: no event file; else a new one there. Either that
+  // cannot be opened is an error here; a later write that fails is one
+  // warning, and the run goes on without that output.
   StepLogger(const std::string& json_path, bool append, const std::string& tensorboard_dir = "");
   void log(const StepMetrics& metrics);
 
