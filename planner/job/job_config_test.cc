@@ -257,11 +257,11 @@ TEST(JobConfigTest, WarmupStableDecayAndItsKeys) {
                       "(warmup-stable-decay); this job's decay_style is \"cosine\""),
             std::string::npos)
       << parse_error(kMinimal, {{"training.wsd_decay_steps", "20"}});
-  EXPECT_NE(parse_error(kMinimal, {{"training.decay_style", "wsd"},
-                                   {"training.warmup_steps", "100"}})
-                .find("[training] warmup_steps (100) leaves no steps for decay_style = \"wsd\" "
-                      "to decay; it must be below total_steps (100)"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error(kMinimal, {{"training.decay_style", "wsd"}, {"training.warmup_steps", "100"}})
+          .find("[training] warmup_steps (100) leaves no steps for decay_style = \"wsd\" "
+                "to decay; it must be below total_steps (100)"),
+      std::string::npos);
   EXPECT_NE(parse_error(kMinimal, {{"training.decay_style", "wsd"},
                                    {"training.wsd_decay_style", "exponential"}})
                 .find("valid values: linear, cosine, minus_sqrt"),
