@@ -110,7 +110,7 @@ TEST(ContextParallelPlanTest, AFixedDegreeIsHonouredAndWrittenAsAValidPlan) {
   EXPECT_EQ(plan.model()->seq_len() % (2 * mesh.context_parallel()), 0);
   // No datasets given: `train --data` names them; the separator is Llama 3's.
   ASSERT_NE(plan.training()->data(), nullptr);
-  EXPECT_EQ(plan.training()->data()->document_separator(), 128001);
+  EXPECT_EQ(plan.training()->data()->document_separator(), 128000);
   EXPECT_TRUE(plan.training()->data()->train() == nullptr ||
               plan.training()->data()->train()->size() == 0);
   std::map<std::string, std::string> options;
@@ -118,7 +118,7 @@ TEST(ContextParallelPlanTest, AFixedDegreeIsHonouredAndWrittenAsAValidPlan) {
     options[option->key()->str()] = option->value()->str();
   EXPECT_EQ(options["planner.context_parallel_degree"], "4");
   EXPECT_EQ(options["data.document_mask"], "true");
-  EXPECT_EQ(options["data.document_separator"], "128001");
+  EXPECT_EQ(options["data.document_separator"], "128000");
   // The ring's exposed transfers are in the stage's tensor-parallel seconds.
   EXPECT_NE(plan.predictions()->time_model()->str().find(
                 "context parallel 4: the ring's exposed key/value transfers in "
@@ -161,7 +161,7 @@ TEST(ContextParallelPlanTest, ReplanningAndReusingKeepContextParallelism) {
   const JobConfig fewer = job_for_nodes(plan, path, 1);
   EXPECT_EQ(fewer.planner.context_parallel_degree, 2);
   EXPECT_TRUE(fewer.data.document_mask);
-  EXPECT_EQ(fewer.data.document_separator, 128001);
+  EXPECT_EQ(fewer.data.document_separator, 128000);
   const PlanOutcome replanned = replan_for_nodes(plan, path, 1);
   EXPECT_EQ(schema::GetPlan(replanned.plan.data())->mesh()->context_parallel(), 2);
   EXPECT_NE(plan_summary(plan).find(" x cp 2 x tp "), std::string::npos);

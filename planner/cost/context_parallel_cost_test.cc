@@ -111,7 +111,7 @@ TEST(ContextParallelCost, DocumentMaskingKeepsEachMicroBatchsDocumentsTable) {
   const JobConfig config = llama3_8b(32768);
   JobConfig masking = config;
   apply_override(masking, "data.document_mask", "true");
-  EXPECT_EQ(masking.data.document_separator, 128001);  // Llama 3's <|end_of_text|>
+  EXPECT_EQ(masking.data.document_separator, 128000);  // Llama 3's <|begin_of_text|>
   const StageCostModel plain(config, setting_of({1, 4, 1, false, 2}, 2));
   const StageCostModel masked(masking, setting_of({1, 4, 1, false, 2}, 2));
   // [B, T] int32 of the whole sequence per micro-batch in flight (1F1B, one

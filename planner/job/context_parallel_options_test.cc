@@ -60,7 +60,7 @@ TEST(ContextParallelOptions, DocumentMaskingDefaultsToTheTokenizersEndOfText) {
   };
   EXPECT_EQ(separator("50257"), 50256);    // GPT-2's <|endoftext|>
   EXPECT_EQ(separator("50304"), 50256);    // GPT-2's, padded
-  EXPECT_EQ(separator("128256"), 128001);  // Llama 3's <|end_of_text|>
+  EXPECT_EQ(separator("128256"), 128000);  // Llama 3's <|begin_of_text|>
   EXPECT_EQ(default_document_separator(32000), -1);
   // Given, it wins.
   EXPECT_EQ(parse_job_config(kMinimal, "job.toml",
@@ -77,7 +77,8 @@ TEST(ContextParallelOptions, DocumentSeparatorsAreNamedWhereMissingOrOutsideTheV
   EXPECT_EQ(parse_error(kMinimal, {{"data.document_mask", "true"}}),
             "job.toml: [data] document_separator is required with document_mask = true for "
             "vocab_size 256 (the default is known only for GPT-2's 50257..50304, 50256, and "
-            "Llama 3's 128256, 128001): set it to the tokenizer's end-of-text token id");
+            "Llama 3's 128256, 128000): set it to the token between documents (`paraplan tokenize` "
+            "prints it)");
   EXPECT_EQ(
       parse_error(kMinimal, {{"data.document_mask", "true"}, {"data.document_separator", "256"}}),
       "job.toml: [data] document_separator = 256 is not a token id; valid: [0, 256), the "

@@ -283,7 +283,9 @@ bool option_default_is_derived(const std::string& dotted_key) {
 
 int default_document_separator(int vocab_size) {
   if (vocab_size >= 50257 && vocab_size <= 50304) return 50256;  // GPT-2's <|endoftext|>
-  if (vocab_size == 128256) return 128001;                       // Llama 3's <|end_of_text|>
+  // <|begin_of_text|>, which llm.c's Llama 3 shards and `paraplan tokenize` put
+  // between documents.
+  if (vocab_size == 128256) return 128000;
   return -1;
 }
 

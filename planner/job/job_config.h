@@ -121,9 +121,10 @@ struct DataConfig {
   int document_separator = -1;
 };
 
-// The end-of-text token of the tokenizers whose vocabularies paraplan knows:
-// 50256 (GPT-2's <|endoftext|>) for vocab_size 50257..50304 (GPT-2's, padded),
-// 128001 (Llama 3's <|end_of_text|>) for 128256; -1 for any other.
+// The token between documents in llm.c's shards (and `paraplan tokenize`'s)
+// for the vocabularies paraplan knows: 50256 (GPT-2's <|endoftext|>) for
+// vocab_size 50257..50304 (GPT-2's, padded), 128000 (Llama 3's
+// <|begin_of_text|>) for 128256; -1 for any other.
 int default_document_separator(int vocab_size);
 
 // Sizes are in the units users read on spec sheets: GB (2^30 bytes, as AutoDist's

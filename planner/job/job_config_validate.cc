@@ -251,7 +251,8 @@ void validate_data(const JobConfig& c) {
     fail(c, "[data] document_separator",
          "is required with document_mask = true for vocab_size " + std::to_string(vocab) +
              " (the default is known only for GPT-2's 50257..50304, 50256, and Llama 3's "
-             "128256, 128001): set it to the tokenizer's end-of-text token id");
+             "128256, 128000): set it to the token between documents (`paraplan tokenize` prints "
+             "it)");
   if (d.document_separator < 0 || d.document_separator >= vocab)
     fail(c, "[data] document_separator",
          "= " + std::to_string(d.document_separator) + " is not a token id; valid: " + vocabulary);
