@@ -43,6 +43,8 @@ inline constexpr FileKind kCheckpointJsonFile{"checkpoint JSON file", 1 * kMiB};
 inline constexpr FileKind kCheckpointLatestFile{"checkpoint 'latest' file", 4096};
 // Bytes become uint16 tokens counted by an int32 (runtime/data/token_file.h).
 inline constexpr FileKind kCorpusFile{"corpus file", 2047 * kMiB};
+// Hugging Face tokenizer.json or a tiktoken ranks file (Llama 3's is 9 MB).
+inline constexpr FileKind kTokenizerFile{"tokenizer file", 64 * kMiB};
 
 namespace bounded_file_detail {
 

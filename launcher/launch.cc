@@ -254,8 +254,8 @@ std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long rank
 
 bool is_path_flag(const std::string& flag) {
   static const char* const kPathFlags[] = {
-      "--plan",   "--data",  "--val-data", "--checkpoint-dir", "--log-json",
-      "--report", "--trace", "--timeline", "--init-from",      "--tensorboard-dir"};
+      "--plan",  "--data",     "--val-data",  "--checkpoint-dir",  "--log-json", "--report",
+      "--trace", "--timeline", "--init-from", "--tensorboard-dir", "--tokenizer"};
   return std::find(std::begin(kPathFlags), std::end(kPathFlags), flag) != std::end(kPathFlags);
 }
 

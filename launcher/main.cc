@@ -5,9 +5,12 @@
 // failure ends here as one line, "paraplan: error: <message>", and exit
 // status 1; usage errors print CLI11's help hint and exit 2.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +21,9 @@
 #include "planner/job/job_config.h"
 #include "planner/planner.h"
 #include "planner/replan.h"
-#include "runtime/data/tokenizer.h"
 #include "runtime/measure/replay.h"
+#include "runtime/tokenizer/bpe_tokenizer.h"
+#include "runtime/tokenizer/corpus.h"
 #include "runtime/train/sampler.h"
 #include "runtime/train/trainer.h"
 #include "schema/plan_io.h"
@@ -31,8 +35,8 @@ using namespace paraplan;
 struct TokenizeArguments {
   std::vector<std::string> inputs;
   std::string output = "data";
-  double val_fraction = 0.1;
-  int64_t vocab_size = 256;  // the model's: picks the token file format
+  std::string tokenizer;  // empty: byte-level
+  TokenizeOptions options;
 };
 
 struct PlanArguments {
@@ -63,13 +67,40 @@ void add_communication_options(CLI::App& command, double& timeout_seconds, std::
 }
 
 void run_tokenize(const TokenizeArguments& args) {
-  const TokenizeResult result =
-      tokenize_files(args.inputs, args.output, args.val_fraction, args.vocab_size);
-  std::cout << "tokenized " << result.files_read.size() << " file(s): " << result.train_tokens
-            << " train tokens -> " << result.train_path << ", " << result.val_tokens
-            << " validation tokens -> " << result.val_path
-            << (result.uint32_tokens ? " (Llama 3 format, uint32 tokens)" : "") << "\n"
-            << "unigram entropy of the training tokens: " << std::fixed << std::setprecision(3)
+  std::optional<BpeTokenizer> tokenizer;
+  TokenizeOptions options = args.options;
+  if (!args.tokenizer.empty()) {
+    if (options.vocab_size != kByteVocabSize)
+      throw std::runtime_error(
+          "tokenize: --vocab-size is for byte-level tokens; with --tokenizer "
+          "the tokenizer's vocabulary decides the format");
+    tokenizer = BpeTokenizer::from_file(args.tokenizer);
+    options.tokenizer = &*tokenizer;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const TokenizeResult result = tokenize_files(args.inputs, args.output, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "tokenized " << result.files_read.size() << " file(s)";
+  if (tokenizer)
+    std::cout << ", " << result.documents << " document(s), " << result.text_bytes
+              << " bytes of text, with " << tokenizer->description() << ", each document after "
+              << result.separator_name << " (" << result.separator_token << ")";
+  std::cout << ": " << result.train_tokens << " train tokens -> " << result.train_path << ", "
+            << result.val_tokens << " validation tokens -> " << result.val_path
+            << (result.uint32_tokens ? " (Llama 3 format, uint32 tokens)" : "") << "\n";
+  if (tokenizer)
+    std::cout << std::fixed << std::setprecision(2)
+              << static_cast<double>(result.text_bytes) /
+                     static_cast<double>(
+                         std::max<int64_t>(1, result.train_tokens + result.val_tokens))
+              << " bytes per token, " << std::setprecision(1)
+              << static_cast<double>(result.text_bytes) / 1e6 / std::max(seconds, 1e-9)
+              << " MB of text per second\n";
+  if (result.invalid_utf8_bytes > 0)
+    std::cout << "note: " << result.invalid_utf8_bytes
+              << " byte(s) were not valid UTF-8; each is encoded as its byte token\n";
+  std::cout << "unigram entropy of the training tokens: " << std::fixed << std::setprecision(3)
             << result.train_unigram_entropy
             << " nats/token (the loss of a model that ignores context)" << std::endl;
 }
@@ -134,20 +165,40 @@ struct CommandLine {
 };
 
 void add_tokenize_command(CLI::App& app, CommandLine& c) {
-  c.tokenize_command =
-      app.add_subcommand("tokenize", "byte-level tokens (vocab 256) -> train.bin, val.bin");
-  c.tokenize_command->add_option("--input", c.tokenize.inputs, "text files or directories")
+  c.tokenize_command = app.add_subcommand(
+      "tokenize", "text -> train.bin, val.bin: byte-level tokens, or a BPE tokenizer's");
+  c.tokenize_command
+      ->add_option("--input", c.tokenize.inputs,
+                   "text files, .jsonl files (a document per line) or directories")
       ->required();
   c.tokenize_command->add_option("--output", c.tokenize.output, "output directory")
       ->capture_default_str();
   c.tokenize_command
-      ->add_option("--val-fraction", c.tokenize.val_fraction,
+      ->add_option("--val-fraction", c.tokenize.options.val_fraction,
                    "share of the corpus (its end) held out for validation")
       ->capture_default_str();
   c.tokenize_command
-      ->add_option("--vocab-size", c.tokenize.vocab_size,
-                   "the model's vocabulary: above 65536 the files hold uint32 tokens (llm.c's "
-                   "Llama 3 format)")
+      ->add_option("--vocab-size", c.tokenize.options.vocab_size,
+                   "byte-level: the model's vocabulary; above 65536 the files hold uint32 "
+                   "tokens (llm.c's Llama 3 format)")
+      ->capture_default_str();
+  CLI::Option* tokenizer = c.tokenize_command->add_option(
+      "--tokenizer", c.tokenize.tokenizer,
+      "a Hugging Face tokenizer.json or a tiktoken file (gpt2.tiktoken, Llama 3's "
+      "tokenizer.model): byte-level BPE of GPT-2, Llama 3 or Qwen 2");
+  c.tokenize_command
+      ->add_option("--document-separator", c.tokenize.options.document_separator,
+                   "the special token before each document (default <|endoftext|>, or "
+                   "<|begin_of_text|> for Llama 3)")
+      ->needs(tokenizer);
+  c.tokenize_command
+      ->add_option("--text-field", c.tokenize.options.text_field,
+                   "the field of a .jsonl line holding the document")
+      ->capture_default_str();
+  c.tokenize_command
+      ->add_option("--threads", c.tokenize.options.threads,
+                   "encoding threads (0: one per hardware thread)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 }
 
@@ -203,6 +254,9 @@ void add_train_command(CLI::App& app, CommandLine& c) {
   c.train_command->add_option("--init-from", c.train_options.init_from,
                               "start from these weights (a checkpoint, or a Hugging Face model "
                               "directory) with fresh optimizer state");
+  c.train_command->add_option("--tokenizer", c.train_options.tokenizer,
+                              "kept beside each checkpoint's config.json (default: the one beside "
+                              "the checkpoint resumed from or the --init-from weights)");
   c.train_command->add_option("--log-json", c.train_options.log_json, "one JSON object per step");
   c.train_command->add_option("--tensorboard-dir", c.train_options.tensorboard_dir,
                               "TensorBoard event files of the step metrics, as one run");
@@ -357,7 +411,11 @@ void add_sample_command(CLI::App& app, CommandLine& c) {
                    "checkpoint directory (or one of its step directories)")
       ->required();
   c.sample_command->add_option("--prompt", c.sample_options.prompt, "text to continue")->required();
-  c.sample_command->add_option("--tokens", c.sample_options.tokens, "bytes to generate")
+  c.sample_command->add_option(
+      "--tokenizer", c.sample_options.tokenizer,
+      "the tokenizer.json or .tiktoken file the data was tokenized with (default: "
+      "tokenizer.json beside config.json; none for byte-level models)");
+  c.sample_command->add_option("--tokens", c.sample_options.tokens, "tokens to generate")
       ->capture_default_str();
   c.sample_command
       ->add_option("--temperature", c.sample_options.temperature,

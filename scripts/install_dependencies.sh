@@ -44,9 +44,40 @@ fi
 # versions that support torch 1.13, in a venv that sees the system packages.
 hf_venv="$(cd "$(dirname "$0")/.." && pwd)/.cache/hf-venv"
 # TensorBoard's reader checks `train --tensorboard-dir` (tests/tensorboard_test.cc).
-if ! "$hf_venv/bin/python" -c "import torch, transformers, safetensors, tensorboard" 2>/dev/null; then
-  echo "installing transformers, safetensors and tensorboard into $hf_venv"
+# tiktoken and tokenizers are the references of tests/real_tokenizers_test.cc.
+if ! "$hf_venv/bin/python" -c "import torch, transformers, safetensors, tensorboard, tiktoken" \
+  2>/dev/null; then
+  echo "installing transformers, safetensors, tensorboard and tiktoken into $hf_venv"
   /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
   "$hf_venv/bin/pip" install --quiet --disable-pip-version-check \
-    transformers==4.44.2 safetensors==0.4.5 tensorboard==2.14.0
+    transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5 tensorboard==2.14.0 \
+    tiktoken==0.14.0
+fi
+
+# GPT-2's and Llama 3's tokenizers (tests/real_tokenizers_test.cc), from the
+# PyPI packages that ship them, so no Hugging Face login is needed:
+# openai-whisper's gpt2.tiktoken and llama-models' Llama 3 tokenizer.model.
+tokenizers_dir="$(dirname "$hf_venv")/tokenizers"
+if ! (cd "$tokenizers_dir" 2>/dev/null && sha256sum --quiet -c - 2>/dev/null) <<'SUMS'
+306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930  gpt2.tiktoken
+82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55  llama3.tiktoken
+SUMS
+then
+  echo "fetching GPT-2's and Llama 3's tokenizers into $tokenizers_dir"
+  download="$(mktemp -d)"
+  "$hf_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps -d "$download" \
+    openai-whisper==20250625 llama-models==0.3.0
+  "$hf_venv/bin/python" - "$download" "$tokenizers_dir" <<'PY'
+import glob, os, sys, tarfile, zipfile
+download, out = sys.argv[1:3]
+os.makedirs(out, exist_ok=True)
+with tarfile.open(glob.glob(download + "/openai_whisper-*.tar.gz")[0]) as sdist:
+    member = next(m for m in sdist.getmembers() if m.name.endswith("whisper/assets/gpt2.tiktoken"))
+    with open(out + "/gpt2.tiktoken", "wb") as f:
+        f.write(sdist.extractfile(member).read())
+with zipfile.ZipFile(glob.glob(download + "/llama_models-*.whl")[0]) as wheel, \
+        open(out + "/llama3.tiktoken", "wb") as f:
+    f.write(wheel.read("llama_models/llama3/tokenizer.model"))
+PY
+  rm -rf "$download"
 fi

@@ -49,10 +49,10 @@ python3 scripts/llmc_test.py
 # job config, constraints, profile and hostfile too). The planner's, model's
 # and launcher's own tests run in the main build only: built sanitized they
 # would cost CI a minute and a half.
-sanitized_tests=(common_test schema_test data_test checkpoint_test)
+sanitized_tests=(common_test schema_test data_test tokenizer_test checkpoint_test)
 fuzz_targets=(plan_fuzzer job_config_fuzzer partition_constraints_fuzzer token_shard_fuzzer
               safetensors_fuzzer safetensors_index_fuzzer hf_config_fuzzer train_state_fuzzer
-              profile_fuzzer hostfile_fuzzer)
+              profile_fuzzer hostfile_fuzzer tokenizer_fuzzer)
 # -O0 compiles a third faster than -O1; the tests and the short fuzz runs
 # need no speed.
 CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug \

@@ -21,16 +21,18 @@ set(runtime_testing_allowed runtime/testing/ runtime/comm/ ${kernels_allowed})
 set(runtime_model_allowed runtime/model/ ${runtime_comm_allowed} ${schema_allowed})
 set(runtime_parallel_allowed runtime/parallel/ ${runtime_model_allowed})
 set(runtime_data_allowed runtime/data/ runtime/testing/ ${common_sets})
+set(runtime_tokenizer_allowed runtime/tokenizer/ ${runtime_data_allowed})
 set(runtime_pipeline_allowed runtime/pipeline/ ${runtime_parallel_allowed} ${runtime_data_allowed})
 set(runtime_checkpoint_allowed runtime/checkpoint/ ${runtime_parallel_allowed})
 set(runtime_measure_allowed runtime/measure/ ${runtime_pipeline_allowed})
-set(runtime_train_allowed runtime/train/ ${runtime_measure_allowed} ${runtime_checkpoint_allowed})
+set(runtime_train_allowed runtime/train/ ${runtime_measure_allowed} ${runtime_checkpoint_allowed}
+    ${runtime_tokenizer_allowed})
 set(launcher_allowed launcher/ runtime/ planner/ ${schema_allowed} ${kernels_allowed})
 set(fuzz_allowed fuzz/ ${launcher_allowed})
 
 set(folders common kernels schema planner planner/job planner/schedule planner/cost
             planner/search runtime/comm runtime/testing runtime/model runtime/parallel
-            runtime/data runtime/pipeline runtime/checkpoint runtime/measure runtime/train
+            runtime/data runtime/tokenizer runtime/pipeline runtime/checkpoint runtime/measure runtime/train
             launcher fuzz)
 set(violations "")
 set(checked 0)

@@ -10,7 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/atomic_file.h"
+#include "common/bounded_file.h"
 #include "runtime/checkpoint/checkpoint_retention.h"
+#include "runtime/tokenizer/bpe_tokenizer.h"
 
 namespace paraplan {
 namespace {
@@ -88,6 +91,20 @@ void RunCheckpoints::save(int step, const TrainState& state, bool last) {
                  seconds_text(std::chrono::duration<double>(Clock::now() - started).count()) + ")");
 }
 
+std::optional<CheckpointTokenizer> tokenizer_for_checkpoints(const std::string& given,
+                                                             const std::string& started_from,
+                                                             int64_t vocab_size,
+                                                             const std::string& plan_path) {
+  const std::string path =
+      given.empty() && !started_from.empty() ? tokenizer_file_in(started_from) : given;
+  if (path.empty()) return std::nullopt;
+  (void)load_tokenizer_for_model(path, vocab_size, plan_path);
+  const std::filesystem::path file(path);
+  return CheckpointTokenizer{
+      .name = file.extension() == ".json" ? "tokenizer.json" : file.filename().string(),
+      .bytes = read_bounded_file(path, kTokenizerFile)};
+}
+
 std::function<void()> RunCheckpoints::fence() const {
   return [lock = inputs_.lock] {
     if (lock) lock->check_still_held();
@@ -108,6 +125,15 @@ BackgroundWrite RunCheckpoints::background_write(int step) const {
 
 void RunCheckpoints::announce(const std::string& written, int64_t step, const std::string& how) {
   std::cout << "checkpoint: " << written << how << std::endl;
+  // After the publish: the checkpoint is whole without it, so a failure is
+  // said and the run goes on.
+  if (inputs_.tokenizer) try {
+      write_file_atomically(std::filesystem::path(written) / inputs_.tokenizer->name,
+                            inputs_.tokenizer->bytes);
+    } catch (const std::exception& error) {
+      std::cout << "warning: the tokenizer was not kept beside " << written << ": " << error.what()
+                << std::endl;
+    }
   published_.insert(std::filesystem::path(written).filename().string());
   if (options_.checkpoint_keep_latest > 0) remove_old(step);
 }

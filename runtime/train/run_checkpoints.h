@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,6 +26,21 @@
 namespace paraplan {
 
 // What a run's saves need besides the rank.
+// The tokenizer file kept beside each checkpoint's config.json (as a Hugging
+// Face model directory has it), so `paraplan sample` and transformers find it.
+struct CheckpointTokenizer {
+  std::string name;   // tokenizer.json, or the tiktoken file's own name
+  std::string bytes;  // the file as given
+};
+
+// train --tokenizer, else the one beside the checkpoint resumed from or the
+// --init-from weights (tokenizer_file_in), checked against the model's
+// vocabulary; nullopt when there is none. Throws naming the file.
+std::optional<CheckpointTokenizer> tokenizer_for_checkpoints(const std::string& given,
+                                                             const std::string& started_from,
+                                                             int64_t vocab_size,
+                                                             const std::string& plan_path);
+
 struct RunCheckpointInputs {
   const LoadedPlan& plan;
   DataOrderRecord train_order;        // recorded in each checkpoint
@@ -36,6 +52,7 @@ struct RunCheckpointInputs {
   // none; a failure wins). A rank that writes no file has no write to fail
   // or delay.
   int failing_write_step = -1, slow_write_step = -1;
+  std::optional<CheckpointTokenizer> tokenizer;  // rank 0's, written beside each save
 };
 
 class RunCheckpoints {

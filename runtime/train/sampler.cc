@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
+#include "runtime/tokenizer/bpe_tokenizer.h"
 
 namespace paraplan {
 
@@ -45,6 +47,25 @@ int choose_token(const float* logits, int vocab, float temperature, int top_k, d
   return order[keep - 1];
 }
 
+// The tokenizer of a model: --tokenizer, else the one beside its config.json
+// (tokenizer_file_in); none for a byte-level model. Its ids must fit the
+// model's embedding (which may be padded beyond them: GPT-2's 50,257 in
+// 50,304).
+std::optional<BpeTokenizer> tokenizer_for(const SampleOptions& options, const std::string& step_dir,
+                                          int vocab_size) {
+  const std::string path =
+      options.tokenizer.empty() ? tokenizer_file_in(step_dir) : options.tokenizer;
+  if (path.empty()) {
+    if (vocab_size == 256) return std::nullopt;  // byte-level
+    throw std::runtime_error(step_dir + "/config.json: vocab_size is " +
+                             std::to_string(vocab_size) +
+                             ", not byte-level (256), and no tokenizer is beside it; give "
+                             "--tokenizer, the tokenizer.json or .tiktoken file the training data "
+                             "was tokenized with (`train --tokenizer` keeps it with checkpoints)");
+  }
+  return load_tokenizer_for_model(path, vocab_size, step_dir + "/config.json");
+}
+
 }  // namespace
 
 std::string sample_text(const SampleOptions& options) {
@@ -53,10 +74,7 @@ std::string sample_text(const SampleOptions& options) {
     throw std::runtime_error("--prompt: must not be empty (the model continues the prompt)");
   const std::string step_dir = resolve_checkpoint(options.checkpoint);
   const TransformerConfig config = read_checkpoint_config(step_dir);
-  if (config.vocab_size != 256)
-    throw std::runtime_error(step_dir + "/config.json: vocab_size is " +
-                             std::to_string(config.vocab_size) +
-                             "; paraplan sample speaks byte-level text (vocab_size 256)");
+  const std::optional<BpeTokenizer> tokenizer = tokenizer_for(options, step_dir, config.vocab_size);
   std::unique_ptr<kernels::Ops> ops =
       options.backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
   MemoryTracker memory(*ops);
@@ -75,11 +93,17 @@ std::string sample_text(const SampleOptions& options) {
   stage->load_parameters(params.data(), params.size());
 
   std::vector<int32_t> context;
-  for (unsigned char c : options.prompt) context.push_back(c);
+  if (tokenizer)
+    tokenizer->encode(options.prompt, context);
+  else
+    for (unsigned char c : options.prompt) context.push_back(c);
   const int T = config.seq_len, V = config.vocab_size;
+  // Only the tokenizer's ids are drawn: the padding rows of the embedding
+  // were never a target.
+  const int drawn = tokenizer ? tokenizer->vocab_size() : V;
   std::vector<int32_t> window(T, 0);
   std::vector<float> logits(V);
-  std::string generated;
+  std::vector<int32_t> generated;
   for (int i = 0; i < options.tokens; ++i) {
     // The last T tokens sit at the start of the window; causal attention makes
     // the padding after them irrelevant to the position we read.
@@ -94,12 +118,14 @@ std::string sample_text(const SampleOptions& options) {
                       kernels::element_at(stage->logits(0), static_cast<size_t>(length - 1) * V,
                                           kernels::DType::kFloat32),
                       V * sizeof(float));
-    const int token = choose_token(logits.data(), V, options.temperature, options.top_k,
+    const int token = choose_token(logits.data(), drawn, options.temperature, options.top_k,
                                    counter_uniform(options.seed, i));
     context.push_back(token);
-    generated.push_back(static_cast<char>(token));
+    generated.push_back(token);
   }
-  return generated;
+  // Decoded at the end: a character may span tokens.
+  if (tokenizer) return tokenizer->decode(generated);
+  return std::string(generated.begin(), generated.end());
 }
 
 }  // namespace paraplan

@@ -1,6 +1,9 @@
-// sampler.h: `paraplan sample`: text generated from a checkpoint, one byte-level
-// token at a time, with temperature and top-k sampling from a seeded
-// counter-based RNG (the same seed gives the same text).
+// sampler.h: `paraplan sample`: text generated from a checkpoint, one token at
+// a time, with temperature and top-k sampling from a seeded counter-based RNG
+// (the same seed gives the same text). Byte-level models (vocab 256) need no
+// tokenizer; others are given the BPE tokenizer their data was tokenized with
+// (runtime/tokenizer/bpe_tokenizer.h), or find tokenizer.json beside the
+// checkpoint's config.json (a Hugging Face export's).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@ namespace paraplan {
 struct SampleOptions {
   std::string checkpoint;  // a step directory or a checkpoint dir with 'latest'
   std::string prompt;
+  std::string tokenizer;  // tokenizer.json or a tiktoken file; empty: see above
   int tokens = 200;
   float temperature = 0.8f;  // 0: greedy
   int top_k = 40;            // 0: the whole vocabulary

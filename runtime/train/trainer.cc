@@ -121,6 +121,7 @@ struct RunInputs {
   int last_step = 0;
   std::unique_ptr<CheckpointDirLock> checkpoint_lock{};  // rank 0 with --checkpoint-dir
   std::string resume_from{}, init_from{};                // resolved step directories
+  std::optional<CheckpointTokenizer> tokenizer{};        // rank 0's
 };
 
 RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
@@ -178,6 +179,14 @@ RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
                      session.world_rank() == 0);
   }
   if (!options.init_from.empty()) run.init_from = resolve_checkpoint(options.init_from);
+  if (!options.tokenizer.empty() && options.checkpoint_dir.empty())
+    throw std::runtime_error(
+        "--tokenizer needs --checkpoint-dir (it is kept beside each "
+        "checkpoint)");
+  if (!options.checkpoint_dir.empty() && session.world_rank() == 0)
+    run.tokenizer = tokenizer_for_checkpoints(
+        options.tokenizer, run.resume_from.empty() ? run.init_from : run.resume_from,
+        run.model.config.vocab_size, options.plan_path);
   return run;
 }
 
@@ -373,7 +382,8 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
                               .failing_write_step = injected_fault_step(
                                   "PARAPLAN_FAIL_CHECKPOINT_WRITE_AT_STEP", session.world_rank()),
                               .slow_write_step = injected_fault_step(
-                                  "PARAPLAN_SLOW_CHECKPOINT_WRITE_AT_STEP", session.world_rank())},
+                                  "PARAPLAN_SLOW_CHECKPOINT_WRITE_AT_STEP", session.world_rank()),
+                              .tokenizer = run.tokenizer},
                              rank, options);
   for (int step = static_cast<int>(state.step); step < last_step; ++step) {
     faults.before(step + 1);

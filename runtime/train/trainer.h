@@ -40,6 +40,10 @@ struct TrainOptions {
   // Start from these weights (a checkpoint, or a Hugging Face model directory:
   // model.safetensors + config.json) at step 0 with fresh optimizer state.
   std::string init_from;
+  // Kept beside each checkpoint's config.json: tokenizer.json or a tiktoken
+  // file (runtime/tokenizer/bpe_tokenizer.h). Empty: the one beside the
+  // checkpoint resumed from or the --init-from weights, if any.
+  std::string tokenizer;
   std::string log_json;                     // optional: one JSON object per step
   std::string tensorboard_dir;              // optional: TensorBoard scalars per step
   std::string backend = "cpu";              // cpu | cuda

@@ -1,5 +1,6 @@
-// tokenizer.cc: byte-level tokenization of text files into train/val token files.
-#include "runtime/data/tokenizer.h"
+// corpus.cc: `paraplan tokenize`: the inputs, the train/validation split, the
+// token files written, and the byte-level path.
+#include "runtime/tokenizer/corpus.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "common/bounded_file.h"
 #include "runtime/data/token_file.h"
+#include "runtime/tokenizer/corpus_internal.h"
 
 namespace paraplan {
 namespace fs = std::filesystem;
@@ -46,10 +48,6 @@ std::vector<fs::path> expand_inputs(const std::vector<std::string>& inputs) {
   return files;
 }
 
-void append_file(const fs::path& path, std::string& corpus) {
-  corpus += read_bounded_file(path.string(), kCorpusFile);
-}
-
 std::vector<uint32_t> bytes_to_tokens(const std::string& corpus, size_t begin, size_t end) {
   std::vector<uint32_t> tokens(end - begin);
   for (size_t i = begin; i < end; ++i) tokens[i - begin] = static_cast<unsigned char>(corpus[i]);
@@ -58,46 +56,31 @@ std::vector<uint32_t> bytes_to_tokens(const std::string& corpus, size_t begin, s
 
 }  // namespace
 
-TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std::string& output_dir,
-                              double val_fraction, int64_t vocab_size) {
-  if (vocab_size < kByteVocabSize)
-    throw std::runtime_error("tokenize: vocab_size " + std::to_string(vocab_size) +
-                             " cannot hold the byte-level tokens 0..255; use 256 or more");
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    throw std::runtime_error("tokenize: val_fraction " + std::to_string(val_fraction) +
-                             " is outside [0, 1); use e.g. 0.1 for a 10% validation split");
-  TokenizeResult result;
-  std::string corpus;
-  for (const fs::path& file : expand_inputs(inputs)) {
-    append_file(file, corpus);
-    result.files_read.push_back(file.string());
-  }
-  std::string inputs_named;
-  for (const std::string& input : inputs)
-    inputs_named += (inputs_named.empty() ? "" : ", ") + input;
-  if (corpus.empty())
-    throw std::runtime_error("tokenize: the corpus (" + inputs_named +
-                             ") is empty; no bytes to tokenize");
+namespace corpus {
 
-  const size_t total = corpus.size();
-  size_t split = total;
-  if (val_fraction > 0.0) {
-    const size_t val_bytes = static_cast<size_t>(
-        std::ceil(static_cast<double>(total) * val_fraction - 1e-9));  // 1e-9: 0.1 is not exact
-    if (total < 2 || val_bytes >= total)
-      throw std::runtime_error("tokenize: the corpus (" + inputs_named + ") holds " +
-                               std::to_string(total) + " bytes, too small to split " +
-                               std::to_string(val_fraction) +
-                               " of it off for validation; add text or lower val_fraction");
-    split = total - val_bytes;
-    // Start validation on a line: just after the next '\n', unless that
-    // would leave the validation split empty.
-    if (corpus[split - 1] != '\n') {
-      const size_t newline = corpus.find('\n', split);
-      if (newline != std::string::npos && newline + 1 < total) split = newline + 1;
-    }
+size_t validation_start(const std::string& text, double val_fraction,
+                        const std::string& inputs_named) {
+  const size_t total = text.size();
+  if (val_fraction == 0.0) return total;
+  const size_t val_bytes = static_cast<size_t>(
+      std::ceil(static_cast<double>(total) * val_fraction - 1e-9));  // 1e-9: 0.1 is not exact
+  if (total < 2 || val_bytes >= total)
+    throw std::runtime_error("tokenize: the corpus (" + inputs_named + ") holds " +
+                             std::to_string(total) + " bytes, too small to split " +
+                             std::to_string(val_fraction) +
+                             " of it off for validation; add text or lower val_fraction");
+  size_t split = total - val_bytes;
+  // Start validation on a line: just after the next '\n', unless that would
+  // leave the validation split empty.
+  if (text[split - 1] != '\n') {
+    const size_t newline = text.find('\n', split);
+    if (newline != std::string::npos && newline + 1 < total) split = newline + 1;
   }
+  return split;
+}
 
+void write_splits(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
+                  int64_t vocab_size, const std::string& output_dir, TokenizeResult& result) {
   std::error_code error;
   fs::create_directories(output_dir, error);
   if (error || !fs::is_directory(output_dir))
@@ -105,23 +88,59 @@ TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std:
                              (error ? ": " + error.message() : std::string()));
   result.train_path = (fs::path(output_dir) / "train.bin").string();
   result.val_path = (fs::path(output_dir) / "val.bin").string();
-  const std::vector<uint32_t> train = bytes_to_tokens(corpus, 0, split);
-  const std::vector<uint32_t> val = bytes_to_tokens(corpus, split, total);
   const TokenFormat format = token_format_for_vocab(vocab_size);
   result.uint32_tokens = format == TokenFormat::kUint32;
   write_token_file(result.train_path, train, format);
   write_token_file(result.val_path, val, format);
   result.train_tokens = static_cast<int64_t>(train.size());
   result.val_tokens = static_cast<int64_t>(val.size());
-  // -sum p log p over the training bytes: the loss of a model that ignores
+  // -sum p log p over the training tokens: the loss of a model that ignores
   // context, the first floor a training run should go below.
-  std::vector<int64_t> counts(kByteVocabSize, 0);
+  std::vector<int64_t> counts(static_cast<size_t>(vocab_size), 0);
   for (const uint32_t token : train) ++counts[token];
+  result.train_unigram_entropy = 0;
   for (const int64_t count : counts)
     if (count > 0) {
       const double p = static_cast<double>(count) / static_cast<double>(train.size());
       result.train_unigram_entropy -= p * std::log(p);
     }
+}
+
+}  // namespace corpus
+
+TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std::string& output_dir,
+                              const TokenizeOptions& options) {
+  if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
+    throw std::runtime_error("tokenize: val_fraction " + std::to_string(options.val_fraction) +
+                             " is outside [0, 1); use e.g. 0.1 for a 10% validation split");
+  const std::vector<fs::path> files = expand_inputs(inputs);
+  std::string inputs_named;
+  for (const std::string& input : inputs)
+    inputs_named += (inputs_named.empty() ? "" : ", ") + input;
+  TokenizeResult result;
+  if (options.tokenizer != nullptr) {
+    corpus::tokenize_documents(files, inputs_named, output_dir, options, result);
+    return result;
+  }
+
+  if (options.vocab_size < kByteVocabSize)
+    throw std::runtime_error("tokenize: vocab_size " + std::to_string(options.vocab_size) +
+                             " cannot hold the byte-level tokens 0..255; use 256 or more");
+  std::string text;
+  for (const fs::path& file : files) {
+    if (file.extension() == ".jsonl")
+      throw std::runtime_error(file.string() +
+                               ": a .jsonl corpus needs --tokenizer, which reads its documents; "
+                               "byte-level tokenization takes files as they are");
+    text += read_bounded_file(file.string(), kCorpusFile);
+    result.files_read.push_back(file.string());
+  }
+  if (text.empty())
+    throw std::runtime_error("tokenize: the corpus (" + inputs_named +
+                             ") is empty; no bytes to tokenize");
+  const size_t split = corpus::validation_start(text, options.val_fraction, inputs_named);
+  corpus::write_splits(bytes_to_tokens(text, 0, split), bytes_to_tokens(text, split, text.size()),
+                       options.vocab_size, output_dir, result);
   return result;
 }
 

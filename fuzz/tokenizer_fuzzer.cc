@@ -1,0 +1,38 @@
+// tokenizer_fuzzer.cc: a tokenizer file (runtime/tokenizer/bpe_tokenizer.h;
+// the first byte picks tokenizer.json or a tiktoken file, the rest is the
+// file), then the rest of the input as text: the three patterns' pieces must
+// cover it exactly, and an accepted tokenizer must decode its encoding back
+// to the same bytes, valid UTF-8 or not.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_support.h"
+#include "runtime/tokenizer/bpe_tokenizer.h"
+#include "runtime/tokenizer/pretokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace paraplan;
+  if (size == 0) return 0;
+  const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::string name = data[0] & 1 ? "tokenizer.json" : "gpt2.tiktoken";
+
+  PretokenizeResult split;
+  for (const PretokenizerPattern pattern :
+       {PretokenizerPattern::kGpt2, PretokenizerPattern::kLlama3, PretokenizerPattern::kQwen2}) {
+    pretokenize(pattern, text, split);
+    std::string joined;
+    for (const std::string_view piece : split.pieces) {
+      if (piece.empty()) fuzz::fail("an empty piece", std::string(pretokenizer_name(pattern)));
+      joined += piece;
+    }
+    if (joined != text) fuzz::fail("the pieces do not cover the text", text);
+  }
+
+  fuzz::refused_clearly(name, [&] {
+    const BpeTokenizer tokenizer = BpeTokenizer::parse(text, name);
+    if (tokenizer.decode(tokenizer.encode(text)) != text)
+      fuzz::fail("decode(encode(text)) differs from the text", text);
+  });
+  return 0;
+}

@@ -1,0 +1,100 @@
+// bpe_tokenizer.h: byte-level byte-pair encoding, the tokenizer of GPT-2,
+// Llama 3 and Qwen 2: text is split into pieces (pretokenizer.h), each
+// piece's UTF-8 bytes start as one token per byte, and adjacent tokens merge,
+// the highest-priority pair first, until no pair merges.
+//
+// Read from the files users have:
+//   - a Hugging Face tokenizer.json (model "BPE", no normalizer, pre-tokenizer
+//     ByteLevel or Split + ByteLevel with one of the three patterns, decoder
+//     ByteLevel): vocab, merges (priority = list order) and added_tokens;
+//   - a tiktoken ranks file (base64 bytes and rank per line): GPT-2's
+//     gpt2.tiktoken (50,256 ranks) or Llama 3's tokenizer.model (128,000);
+//     the count says which, and so the pattern and special tokens. A pair
+//     merges when its bytes together are a token, the lowest rank first.
+// Encoding is "ordinary" (tiktoken's encode_ordinary): text that spells a
+// special token is encoded as text; special tokens are placed by their ids.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/tokenizer/pretokenizer.h"
+
+namespace paraplan {
+
+class BpeTokenizer {
+ public:
+  // Reads `path`: a .json file as Hugging Face's format, anything else as
+  // tiktoken's. Throws std::runtime_error naming the file, the field and
+  // what is supported.
+  static BpeTokenizer from_file(const std::string& path);
+  // The same from the file's bytes; `path` names it in messages and its
+  // extension picks the format.
+  static BpeTokenizer parse(const std::string& text, const std::string& path);
+
+  // Appends the tokens of `text` to `out`; counts the bytes that are not
+  // valid UTF-8 (encoded as bytes all the same) where asked.
+  void encode(std::string_view text, std::vector<int32_t>& out,
+              int64_t* invalid_utf8_bytes = nullptr) const;
+  std::vector<int32_t> encode(std::string_view text) const;
+  // The bytes of the tokens (special tokens as their text). Throws on an id
+  // the tokenizer does not have, naming it and its position.
+  std::string decode(const int32_t* tokens, size_t count) const;
+  std::string decode(const std::vector<int32_t>& tokens) const {
+    return decode(tokens.data(), tokens.size());
+  }
+
+  // One past the largest id: the rows of the model's embedding it needs.
+  int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  // The id of a special (added) token, e.g. "<|endoftext|>".
+  std::optional<int32_t> special_token(std::string_view content) const;
+  PretokenizerPattern pattern() const { return pattern_; }
+  // "GPT-2 pattern, 50,257 tokens (tokenizer.json)".
+  std::string description() const;
+
+  // Appends the tokens of one piece (the pattern already applied).
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+
+ private:
+  friend class BpeTokenizerReader;
+  struct Merge {
+    uint32_t priority;
+    int32_t result;
+  };
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
+  }
+  const Merge* find_merge(int32_t left, int32_t right) const;
+
+  std::string source_;  // the file, for messages
+  PretokenizerPattern pattern_ = PretokenizerPattern::kGpt2;
+  bool add_prefix_space_ = false;
+  // A piece that is a token is that token without merging (tiktoken always;
+  // Hugging Face's ignore_merges, Llama 3's tokenizer.json).
+  bool whole_piece_lookup_ = false;
+  std::vector<std::string> token_bytes_;  // id -> its bytes; empty: no such id
+  std::vector<bool> is_special_;
+  std::unordered_map<std::string, int32_t> id_of_bytes_;  // ordinary tokens
+  std::unordered_map<std::string, int32_t> special_ids_;
+  int32_t byte_tokens_[256] = {};
+  std::unordered_map<uint64_t, Merge> merges_;
+};
+
+// BpeTokenizer::from_file, refused when its ids do not fit a model of
+// `vocab_size` rows (named by `model_source`, e.g. its config.json): a model
+// may pad its vocabulary (GPT-2's 50,257 in 50,304), never lack ids.
+BpeTokenizer load_tokenizer_for_model(const std::string& path, int64_t vocab_size,
+                                      const std::string& model_source);
+
+// The tokenizer file kept beside a checkpoint's or a Hugging Face model's
+// config.json in `directory`: tokenizer.json, else its one *.tiktoken file;
+// empty when there is none. Throws when there are several *.tiktoken files
+// and no tokenizer.json (naming them).
+std::string tokenizer_file_in(const std::string& directory);
+
+}  // namespace paraplan

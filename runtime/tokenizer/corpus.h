@@ -1,0 +1,82 @@
+// corpus.h: `paraplan tokenize`: text corpora into llm.c token files
+// (train.bin, val.bin), byte-level (token = byte, vocab 256) or with a BPE
+// tokenizer (bpe_tokenizer.h); and the bytes of byte-level tokens for
+// `paraplan sample`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace paraplan {
+
+class BpeTokenizer;
+
+inline constexpr int kByteVocabSize = 256;
+
+struct TokenizeOptions {
+  double val_fraction = 0.1;
+  // Byte-level: the vocabulary of the model the files are for. The tokens are
+  // bytes whatever it is, but above 65,536 the files use llm.c's Llama 3
+  // format (uint32 tokens), which such a model's other shards use. With a
+  // tokenizer, its vocabulary decides.
+  int64_t vocab_size = kByteVocabSize;
+  const BpeTokenizer* tokenizer = nullptr;  // nullptr: byte-level
+  // With a tokenizer: the special token written before each document (as
+  // llm.c's data scripts do); empty: <|endoftext|> where the tokenizer has it
+  // (GPT-2, Qwen 2), else <|begin_of_text|> (Llama 3).
+  std::string document_separator;
+  std::string text_field = "text";  // the field of a .jsonl line holding its document
+  int threads = 0;                  // encoding threads; 0: one per hardware thread
+  // A document over twice this is encoded in chunks of about this many bytes
+  // (on several threads; the tokens are the same).
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+struct TokenizeResult {
+  bool uint32_tokens = false;  // llm.c's Llama 3 format
+  std::string train_path;      // output_dir/train.bin
+  std::string val_path;        // output_dir/val.bin
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  // The unigram entropy of train.bin's tokens, in nats per token: the loss a
+  // model that ignores context reaches.
+  double train_unigram_entropy = 0;
+  std::vector<std::string> files_read;  // in the order their bytes were concatenated
+  // With a tokenizer:
+  int64_t documents = 0;           // train and validation
+  int64_t text_bytes = 0;          // the documents' UTF-8 bytes
+  int32_t separator_token = -1;    // before each document
+  std::string separator_name;      // its text
+  int64_t invalid_utf8_bytes = 0;  // encoded as bytes, as all text is
+};
+
+// Reads `inputs` (files, or directories whose regular files are read in sorted
+// name order, not recursively, skipping hidden files and files ending in .dat
+// or .u8) and writes output_dir/train.bin and output_dir/val.bin (created if
+// missing).
+//
+// Byte-level: the files' bytes are concatenated as they are; val.bin holds the
+// last `val_fraction` of them, its start moved forward to just after the next
+// '\n' so that it begins on a line (when the rest of the corpus has one).
+//
+// With a tokenizer: each text file is a document, and each line of a .jsonl
+// file (a JSON object) is one, its `text_field`; every document is encoded
+// after the separator token. val.bin holds the last documents, at least
+// `val_fraction` of the text; a corpus of one document is split in two at a
+// line, as byte-level. Encoding runs on `threads` threads; the tokens are the
+// same whatever their number.
+//
+// val_fraction 0 writes an empty val.bin. Throws std::runtime_error on a
+// missing input, an empty corpus, a corpus too small to split, a
+// val_fraction outside [0, 1), a bad .jsonl line (naming file and line), a
+// separator the tokenizer does not have, or an output directory that cannot
+// be created.
+TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std::string& output_dir,
+                              const TokenizeOptions& options = {});
+
+// The bytes of `tokens`; throws if a token is not a byte (outside 0..255).
+std::string detokenize(const int32_t* tokens, int64_t count);
+
+}  // namespace paraplan

@@ -1,0 +1,139 @@
+// real_tokenizers_test.cc: GPT-2's and Llama 3's real tokenizers, as
+// scripts/install_dependencies.sh fetches them (.cache/tokenizers: tiktoken
+// files from PyPI packages), through the `paraplan` command:
+//   - `paraplan tokenize --tokenizer` gives exactly tiktoken's and Hugging
+//     Face's tokens for five tokenizer files (tests/tokenizer_check.py);
+//   - a GPT-2-vocabulary model samples text through its tokenizer, given or
+//     found beside its checkpoint (where `train --tokenizer` keeps it, and a
+//     resumed run carries it on), drawing only the tokenizer's ids.
+// Skips where the venv or the files are missing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "command_fixture.h"
+
+namespace {
+
+using namespace paraplan::testing;
+
+const std::string kAssets = std::string(PARAPLAN_SOURCE_DIR) + "/.cache/tokenizers";
+
+class RealTokenizers : public CommandTest {
+ protected:
+  void SetUp() override {
+    CommandTest::SetUp();
+    if (!std::filesystem::exists(kAssets + "/gpt2.tiktoken") ||
+        !std::filesystem::exists(kAssets + "/llama3.tiktoken") ||
+        run_command(std::string(PARAPLAN_HF_PYTHON) + " -c 'import tiktoken, tokenizers'")
+                .exit_code != 0)
+      GTEST_SKIP() << kAssets << " or tiktoken in " << PARAPLAN_HF_PYTHON
+                   << " is missing; run scripts/install_dependencies.sh";
+  }
+
+  // The step directory DIR/latest names.
+  static std::string latest_step(const std::string& directory) {
+    std::string step = read_file(directory + "/latest");
+    step.erase(step.find_last_not_of('\n') + 1);
+    return directory + "/" + step;
+  }
+
+  std::string python(const std::string& arguments) const {
+    return std::string(PARAPLAN_HF_PYTHON) + " " + PARAPLAN_SOURCE_DIR +
+           "/tests/tokenizer_check.py " + arguments;
+  }
+};
+
+TEST_F(RealTokenizers, TokenizeGivesTiktokensAndHuggingFacesTokens) {
+  const CommandResult checked =
+      run_command(python(std::string(PARAPLAN_BINARY) + " " + kAssets + " " + path("work")));
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  const nlohmann::json results =
+      nlohmann::json::parse(checked.output.substr(checked.output.rfind("\n{") + 1));
+  for (const char* file :
+       {"gpt2.tiktoken", "llama3.tiktoken", "gpt2.json", "llama3.json", "qwen2-pattern.json"}) {
+    ASSERT_TRUE(results.contains(file)) << checked.output;
+    EXPECT_GT(results[file]["tokens"].get<int64_t>(), 1000000) << file;
+    EXPECT_GE(results[file]["validation_documents"].get<int>(), 1) << file;
+  }
+}
+
+// GPT-2's vocabulary padded to 50,304 (as llm.c pads it), small otherwise.
+const char* kGpt2VocabJob = R"([job]
+name = "bpe"
+
+[model]
+vocab_size = 50304
+seq_len = 16
+num_layers = 2
+d_model = 32
+num_heads = 4
+
+[training]
+global_batch_size = 4
+micro_batch_size = 2
+learning_rate = 3e-3
+warmup_steps = 1
+total_steps = 4
+eval_interval = 4
+eval_batches = 1
+seed = 7
+)";
+
+TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
+  const std::string gpt2 = kAssets + "/gpt2.tiktoken";
+  const CommandResult tokenized = run("tokenize --tokenizer " + gpt2 + " --input " +
+                                      path("corpus.txt") + " --output " + path("data"));
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
+  EXPECT_NE(tokenized.output.find("each document after <|endoftext|> (50256)"), std::string::npos)
+      << tokenized.output;
+  write_file(dir_ / "job.toml", kGpt2VocabJob);
+  ASSERT_EQ(run("plan --config " + path("job.toml") + " --output " + path("job.pplan")).exit_code,
+            0);
+  const std::string train = "train --plan " + path("job.pplan") + " --data " +
+                            path("data/train.bin") + " --val-data " + path("data/val.bin");
+  const CommandResult trained = run(train + " --checkpoint-dir " + path("ckpt"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+
+  const std::string sample =
+      "sample --checkpoint " + path("ckpt") + " --prompt 'line 7: the' --tokens 12 --temperature 0";
+  expect_clear_error(run(sample),
+                     {"vocab_size is 50304, not byte-level (256)", "give --tokenizer"});
+  expect_clear_error(run(sample + " --tokenizer " + kAssets + "/llama3.tiktoken"),
+                     {"128256 tokens", "more than the 50304"});
+  const CommandResult given = run(sample + " --tokenizer " + gpt2);
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_EQ(given.output.rfind("line 7: the", 0), 0u) << given.output;
+  EXPECT_GT(given.output.size(), std::string("line 7: the\n").size()) << given.output;
+
+  // A tokenizer.json beside config.json (as a Hugging Face export has) is
+  // found, and gives the same text.
+  const std::string step_dir = latest_step(path("ckpt"));
+  ASSERT_EQ(run_command(python("json " + kAssets + " " + step_dir + "/tokenizer.json")).exit_code,
+            0);
+  const CommandResult found = run(sample);
+  ASSERT_EQ(found.exit_code, 0) << found.output;
+  EXPECT_EQ(found.output, given.output);
+
+  // A resumed run keeps the tokenizer of the checkpoint it resumed from.
+  const CommandResult resumed =
+      run(train + " --checkpoint-dir " + path("ckpt") + " --resume --steps 6");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(latest_step(path("ckpt")), step_dir);
+  EXPECT_TRUE(std::filesystem::exists(latest_step(path("ckpt")) + "/tokenizer.json"));
+
+  // train --tokenizer keeps a tiktoken file by its name; sample finds it.
+  const CommandResult kept =
+      run(train + " --steps 2 --tokenizer " + gpt2 + " --checkpoint-dir " + path("kept"));
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_TRUE(std::filesystem::exists(latest_step(path("kept")) + "/gpt2.tiktoken"));
+  EXPECT_EQ(run("sample --checkpoint " + path("kept") + " --prompt 'line' --tokens 3").exit_code,
+            0);
+  expect_clear_error(run(train + " --steps 2 --tokenizer " + kAssets + "/llama3.tiktoken" +
+                         " --checkpoint-dir " + path("refused")),
+                     {"llama3.tiktoken: Llama 3 pattern, 128256 tokens", "more than the 50304"});
+}
+
+}  // namespace

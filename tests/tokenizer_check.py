@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""tokenizer_check.py: `paraplan tokenize --tokenizer` against tiktoken and
+Hugging Face's tokenizers, on GPT-2's and Llama 3's real vocabularies, for
+tests/real_tokenizers_test.cc:
+
+  tokenizer_check.py PARAPLAN ASSETS WORK
+  tokenizer_check.py json ASSETS OUT.json    (GPT-2's tokenizer.json, only)
+  tokenizer_check.py bench PARAPLAN ASSETS WORK [MB]
+      Speed: paraplan tokenize on 1 and 2 threads against tiktoken's
+      encode_ordinary (one thread) and encode_ordinary_batch (2), and Hugging
+      Face's encode_batch, on MB megabytes (default 40) of README-derived
+      text in 10 kB documents; prints MB/s each.
+
+ASSETS holds gpt2.tiktoken (openai-whisper's copy) and llama3.tiktoken
+(llama-models' Llama 3 tokenizer.model), as scripts/install_dependencies.sh
+fetches them. From their ranks this builds the tokenizer.json files Hugging
+Face publishes for such models (vocab in ByteLevel's alphabet, merges in
+priority order): GPT-2's (ByteLevel's own pattern), Llama 3's (a Split, then
+ByteLevel, ignore_merges) and one with Qwen 2's pattern over GPT-2's vocab.
+Hugging Face's encoding of each is checked against tiktoken's where both
+exist, so the files are what the models ship.
+
+WORK gets a corpus: a .jsonl of varied documents (scripts, digits, white
+space, contractions, emoji, combining marks) and a 3 MB text file (encoded in
+chunks on several threads). Each tokenizer file is given to `paraplan
+tokenize`, and train.bin + val.bin must be exactly the reference's
+[separator] + encode(document) for every document, the validation split
+starting at a document. Prints one JSON object: per file, tokens and
+paraplan's time against the reference's.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+from tokenizers import Tokenizer
+
+GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+          r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                   "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+                   "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
+                   "<|python_tag|>", "<|image|>"]
+
+
+def byte_level_alphabet():
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) +
+                 list(range(0xAE, 0x100)))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def merges_of(ranks):
+    """Each token of two bytes or more as the pair BPE reaches just below its
+    rank (how Hugging Face converts tiktoken files); tokens no merge reaches
+    are left out, as in Llama 3's tokenizer.json."""
+    merges = []
+    for token, rank in ranks.items():
+        if len(token) == 1:
+            continue
+        parts = [bytes([b]) for b in token]
+        while len(parts) > 2:
+            best = None
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best is None or r < best[0]):
+                    best = (r, i)
+            if best is None:
+                break
+            i = best[1]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        if len(parts) == 2:
+            merges.append((rank, parts))
+    merges.sort()
+    return [parts for _, parts in merges]
+
+
+def tokenizer_json(ranks, specials, pattern, ignore_merges):
+    alphabet = byte_level_alphabet()
+    text = lambda token: "".join(alphabet[b] for b in token)
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": pattern is None}
+    pre = byte_level if pattern is None else {
+        "type": "Sequence",
+        "pretokenizers": [{"type": "Split", "pattern": {"Regex": pattern},
+                           "behavior": "Isolated", "invert": False}, byte_level]}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for c, i in specials.items()],
+        "normalizer": None, "pre_tokenizer": pre, "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+                  "byte_fallback": False, "ignore_merges": ignore_merges,
+                  "vocab": {text(t): r for t, r in ranks.items()},
+                  "merges": [text(a) + " " + text(b) for a, b in merges_of(ranks)]},
+    }
+
+
+def corpus(work, source_text):
+    random.seed(20261207)
+    pieces = ["Hello", " world", "'s", "'S", "'\u017f", "'RE", "'ll", "'LL", "'ve", " ", "  ",
+              "\t", "\n", "\r\n", "\n\n", " \n ", "\u00a0", "\u3000", "123", "4567890", " 42",
+              "\u0661\u0662\u0663", "\u00b2", "\u00bd", "caf\u00e9", "cafe\u0301", "\u6771\u4eac",
+              "\U0001F642", "\U0001F44D\U0001F3FD", "!!!", "...", " ...", "\u2014", "x=y+z;",
+              "==\n", "#include <x>", "\u200b", "\u2028", "\u03a9\u03bc\u03ad\u03b3\u03b1",
+              "\u041f\u0440\u0438\u0432\u0435\u0442", "\u092e\u0928\u0941\u0937\u094d\u092f",
+              "don't", "DON'T", "I'm", "\x0b", "\x0c", "\x1c", "\u0085", "\u01c5", "$100.00",
+              "\ufeff", "\U0001D518\U0001D52B", " \t\n", "\n\t", "ab\u0300c", "\ufb01",
+              "\u0130stanbul", "<|endoftext|>"]
+    words = source_text.split(" ")
+    documents = []
+    for n in range(300):
+        parts = []
+        for _ in range(random.randint(1, 200)):
+            if random.random() < 0.5:
+                parts.append(random.choice(pieces))
+            else:
+                start = random.randrange(len(words))
+                parts.append(" ".join(words[start:start + random.randint(1, 30)]))
+        documents.append("".join(parts))
+    documents[7] = " " * 3000 + "=" * 5000 + "9" * 500  # long runs
+    with open(os.path.join(work, "docs.jsonl"), "w", encoding="utf-8") as out:
+        for document in documents:
+            out.write(json.dumps({"id": len(documents), "text": document}) + "\n")
+    big = (source_text + "".join(random.choice(pieces) for _ in range(2000)) + "\n")
+    big = big * (3_000_000 // len(big) + 1)
+    with open(os.path.join(work, "big.txt"), "w", encoding="utf-8", newline="") as out:
+        out.write(big)
+    return documents + [big]
+
+
+def read_tokens(path):
+    header = np.fromfile(path, dtype=np.int32, count=256)
+    dtype = np.uint16 if header[0] == 20240520 else np.uint32
+    tokens = np.fromfile(path, dtype=dtype, offset=1024)
+    assert len(tokens) == header[2], path
+    return tokens.tolist()
+
+
+def check(paraplan, tokenizer_file, work, documents, separator, encode):
+    out = os.path.join(work, "out-" + os.path.basename(tokenizer_file))
+    start = time.time()
+    run = subprocess.run([paraplan, "tokenize", "--tokenizer", tokenizer_file, "--input",
+                          os.path.join(work, "docs.jsonl"), "--input", os.path.join(work, "big.txt"),
+                          "--output", out, "--threads", "2"], capture_output=True, text=True)
+    seconds = time.time() - start
+    if run.returncode != 0:
+        raise SystemExit(f"{tokenizer_file}: paraplan tokenize failed:\n{run.stdout}{run.stderr}")
+    start = time.time()
+    expected = [[separator] + encode(document) for document in documents]
+    reference_seconds = time.time() - start
+    train, val = read_tokens(out + "/train.bin"), read_tokens(out + "/val.bin")
+    # The validation split: the last documents holding at least 10% of the text.
+    total = sum(len(d.encode("utf-8")) for d in documents)
+    first_val, held = len(documents), 0
+    while first_val > 1 and held < 0.1 * total:
+        first_val -= 1
+        held += len(documents[first_val].encode("utf-8"))
+    for name, got, want in (("train", train, sum(expected[:first_val], [])),
+                            ("val", val, sum(expected[first_val:], []))):
+        if got != want:
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                      min(len(got), len(want)))
+            raise SystemExit(f"{tokenizer_file}: {name}.bin differs at token {at} of "
+                             f"{len(want)} (got {len(got)}): {got[at - 3:at + 5]} against "
+                             f"{want[at - 3:at + 5]}")
+    return {"tokens": len(train) + len(val), "validation_documents": len(documents) - first_val,
+            "paraplan_seconds": round(seconds, 3), "reference_seconds": round(reference_seconds, 3),
+            "output": run.stdout}
+
+
+def bench(paraplan, assets, work, megabytes):
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"),
+              encoding="utf-8") as readme:
+        words = readme.read().split(" ")
+    random.seed(1)
+    documents = []
+    size = 0
+    while size < megabytes * 1e6:
+        start = random.randrange(len(words))
+        document = " ".join(words[start:start + 1500])
+        documents.append(document)
+        size += len(document.encode("utf-8"))
+    corpus = os.path.join(work, "bench.jsonl")
+    with open(corpus, "w", encoding="utf-8") as out:
+        for document in documents:
+            out.write(json.dumps({"text": document}) + "\n")
+    ranks = load_tiktoken_bpe(os.path.join(assets, "gpt2.tiktoken"))
+    encoding = tiktoken.Encoding("gpt2", pat_str=GPT2, mergeable_ranks=ranks, special_tokens={})
+    figures = {"megabytes": round(size / 1e6, 1)}
+    for threads in (1, 2):
+        start = time.time()
+        subprocess.run([paraplan, "tokenize", "--tokenizer", os.path.join(assets, "gpt2.tiktoken"),
+                        "--input", corpus, "--output", os.path.join(work, "bench-out"),
+                        "--threads", str(threads)], check=True, capture_output=True)
+        figures[f"paraplan_{threads}_thread_mb_s"] = round(size / 1e6 / (time.time() - start), 1)
+    start = time.time()
+    for document in documents:
+        encoding.encode_ordinary(document)
+    figures["tiktoken_1_thread_mb_s"] = round(size / 1e6 / (time.time() - start), 1)
+    start = time.time()
+    encoding.encode_ordinary_batch(documents, num_threads=2)
+    figures["tiktoken_2_threads_mb_s"] = round(size / 1e6 / (time.time() - start), 1)
+    path = os.path.join(work, "gpt2.json")
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(tokenizer_json(ranks, {"<|endoftext|>": 50256}, None, False), out)
+    hugging_face = Tokenizer.from_file(path)
+    start = time.time()
+    hugging_face.encode_batch(documents, add_special_tokens=False)
+    figures["hugging_face_batch_mb_s"] = round(size / 1e6 / (time.time() - start), 1)
+    print(json.dumps(figures))
+
+
+def main():
+    if sys.argv[1] == "bench":
+        bench(*sys.argv[2:5], float(sys.argv[5]) if len(sys.argv) > 5 else 40)
+        return
+    if sys.argv[1] == "json":
+        ranks = load_tiktoken_bpe(os.path.join(sys.argv[2], "gpt2.tiktoken"))
+        with open(sys.argv[3], "w", encoding="utf-8") as out:
+            json.dump(tokenizer_json(ranks, {"<|endoftext|>": 50256}, None, False), out)
+        return
+    paraplan, assets, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"),
+              encoding="utf-8") as readme:
+        documents = corpus(work, readme.read())
+    results = {}
+
+    gpt2_ranks = load_tiktoken_bpe(os.path.join(assets, "gpt2.tiktoken"))
+    llama_ranks = load_tiktoken_bpe(os.path.join(assets, "llama3.tiktoken"))
+    gpt2 = tiktoken.Encoding("gpt2", pat_str=GPT2, mergeable_ranks=gpt2_ranks,
+                             special_tokens={"<|endoftext|>": 50256})
+    llama_specials = {name: 128000 + i for i, name in enumerate(
+        LLAMA3_SPECIALS + [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - 12)])}
+    llama = tiktoken.Encoding("llama3", pat_str=LLAMA3, mergeable_ranks=llama_ranks,
+                              special_tokens=llama_specials)
+    qwen = tiktoken.Encoding("qwen2-pattern", pat_str=QWEN2, mergeable_ranks=gpt2_ranks,
+                             special_tokens={"<|endoftext|>": 50256})
+
+    files = [("gpt2.tiktoken", gpt2, None, 50256), ("llama3.tiktoken", llama, None, 128000)]
+    for name, encoding, pattern, ignore_merges in (
+            ("gpt2.json", gpt2, None, False), ("llama3.json", llama, LLAMA3, True),
+            ("qwen2-pattern.json", qwen, QWEN2, False)):
+        path = os.path.join(work, name)
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(tokenizer_json(encoding._mergeable_ranks, encoding._special_tokens, pattern,
+                                     ignore_merges), out, ensure_ascii=False)
+        hugging_face = Tokenizer.from_file(path)
+        encode = lambda text, t=hugging_face: t.encode(text, add_special_tokens=False).ids
+        # The file encodes as the model's tokenizer does, on text without
+        # special tokens (Hugging Face's encode finds them in the text).
+        for document in documents[:50]:
+            ordinary = document
+            for special in encoding._special_tokens:
+                ordinary = ordinary.replace(special, "")
+            if encode(ordinary) != encoding.encode_ordinary(ordinary):
+                raise SystemExit(f"{name}: Hugging Face and tiktoken disagree; the test's "
+                                 f"converter is wrong")
+        files.append((path, encoding, None, None))
+    for path, encoding, _, _ in files:
+        path = path if os.path.isabs(path) else os.path.join(assets, path)
+        separator = (encoding._special_tokens.get("<|endoftext|>") or
+                     encoding._special_tokens["<|begin_of_text|>"])
+        results[os.path.basename(path)] = check(paraplan, path, work, documents, separator,
+                                                encoding.encode_ordinary)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
