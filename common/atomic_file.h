@@ -70,6 +70,29 @@ class AtomicFileWriter {
     }
   }
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Overwrites bytes already written (a header whose count is known last).
+  void write_at(uint64_t offset, const void* data, size_t size) {
+    const char* bytes = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t written = ::pwrite(fd_, bytes, size, static_cast<off_t>(offset));
+      if (written < 0 && errno == EINTR) continue;
+      if (written <= 0) {
+        const int error = written < 0 ? errno : EIO;
+        fail(error, "cannot write " + temp_path_.string());
+      }
+      bytes += written;
+      offset += static_cast<uint64_t>(written);
+      size -= static_cast<size_t>(written);
+    }
+  }
+  // Commits under another name in the same directory (the rename stays atomic).
+  void commit_as(std::filesystem::path path) {
+    if (path.parent_path() != path_.parent_path())
+      throw std::logic_error("AtomicFileWriter::commit_as: " + path.string() + " is not beside " +
+                             path_.string());
+    path_ = std::move(path);
+    commit();
+  }
 
   void commit() {
     if (::fsync(fd_) != 0) {

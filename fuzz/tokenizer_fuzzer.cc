@@ -1,8 +1,9 @@
 // tokenizer_fuzzer.cc: a tokenizer file (runtime/tokenizer/bpe_tokenizer.h;
 // the first byte picks tokenizer.json or a tiktoken file, the rest is the
 // file), then the rest of the input as text: the three patterns' pieces must
-// cover it exactly, and an accepted tokenizer must decode its encoding back
-// to the same bytes, valid UTF-8 or not.
+// cover it exactly, its display form (to_valid_utf8) must be valid UTF-8 and
+// the text itself where the text was valid, and an accepted tokenizer must
+// decode its encoding back to the same bytes, valid UTF-8 or not.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,6 +11,7 @@
 #include "fuzz/fuzz_support.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
 #include "runtime/tokenizer/pretokenizer.h"
+#include "runtime/tokenizer/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace paraplan;
@@ -28,6 +30,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (joined != text) fuzz::fail("the pieces do not cover the text", text);
   }
+  const std::string shown = to_valid_utf8(text);
+  pretokenize(PretokenizerPattern::kGpt2, shown, split);
+  if (split.invalid_utf8_bytes != 0) fuzz::fail("to_valid_utf8 left invalid UTF-8", text);
+  pretokenize(PretokenizerPattern::kGpt2, text, split);
+  if (split.invalid_utf8_bytes == 0 && shown != text)
+    fuzz::fail("to_valid_utf8 changed valid UTF-8", text);
 
   fuzz::refused_clearly(name, [&] {
     const BpeTokenizer tokenizer = BpeTokenizer::parse(text, name);

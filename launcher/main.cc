@@ -86,8 +86,12 @@ void run_tokenize(const TokenizeArguments& args) {
     std::cout << ", " << result.documents << " document(s), " << result.text_bytes
               << " bytes of text, with " << tokenizer->description() << ", each document after "
               << result.separator_name << " (" << result.separator_token << ")";
-  std::cout << ": " << result.train_tokens << " train tokens -> " << result.train_path << ", "
-            << result.val_tokens << " validation tokens -> " << result.val_path
+  auto files = [](int count) {
+    return count > 1 ? " (" + std::to_string(count) + " files)" : std::string();
+  };
+  std::cout << ": " << result.train_tokens << " train tokens -> " << result.train_path
+            << files(result.train_files) << ", " << result.val_tokens << " validation tokens -> "
+            << result.val_path << files(result.val_files)
             << (result.uint32_tokens ? " (Llama 3 format, uint32 tokens)" : "") << "\n";
   if (tokenizer)
     std::cout << std::fixed << std::setprecision(2)
@@ -194,6 +198,13 @@ void add_tokenize_command(CLI::App& app, CommandLine& c) {
   c.tokenize_command
       ->add_option("--text-field", c.tokenize.options.text_field,
                    "the field of a .jsonl line holding the document")
+      ->capture_default_str();
+  c.tokenize_command
+      ->add_option("--shard-tokens", c.tokenize.options.shard_tokens,
+                   "with --tokenizer: shards of this many tokens (train_000000.bin, ...); 0: one "
+                   "file per split up to 2^31 - 1 tokens")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(tokenizer)
       ->capture_default_str();
   c.tokenize_command
       ->add_option("--threads", c.tokenize.options.threads,

@@ -21,6 +21,12 @@ checkpoints of a paraplan run, for tests/hugging_face_test.cc:
       BATCH samples with the updated weights, and the largest difference
       between the updated weights and CHECKPOINT's model tensors.
 
+  generate MODEL_DIR TOKENIZER_JSON PROMPT COUNT
+      Greedy continuation of PROMPT by COUNT tokens as `paraplan sample
+      --temperature 0` computes it (a full forward of the text so far per
+      token, the argmax of the last position), encoded and decoded with
+      Hugging Face's tokenizers; prints the continuation's text and ids.
+
 Every number is printed as one JSON object on the last line.
 """
 import json
@@ -148,12 +154,30 @@ def step(model_dir, tokens_path, batch, seq_len, lr, beta1, beta2, eps, weight_d
                       "max_weight_difference": largest_difference(model, checkpoint)}))
 
 
+def generate(model_dir, tokenizer_path, prompt, count):
+    from tokenizers import Tokenizer
+
+    model = load(model_dir)
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    ids = tokenizer.encode(prompt, add_special_tokens=False).ids
+    generated = []
+    with torch.no_grad():
+        for _ in range(count):
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            generated.append(int(logits[: tokenizer.get_vocab_size()].argmax()))
+            ids.append(generated[-1])
+    print(json.dumps({"text": tokenizer.decode(generated, skip_special_tokens=False),
+                      "ids": generated}))
+
+
 def main(argv):
     command = argv[1] if len(argv) > 1 else ""
     if command == "make":
         make(argv[2], argv[3], int(argv[4]), argv[5:])
     elif command == "loss":
         loss(argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6]))
+    elif command == "generate":
+        generate(argv[2], argv[3], argv[4], int(argv[5]))
     elif command == "step":
         step(argv[2], argv[3], int(argv[4]), int(argv[5]), *map(float, argv[6:12]), argv[12])
     else:

@@ -3,6 +3,8 @@
 // files from PyPI packages), through the `paraplan` command:
 //   - `paraplan tokenize --tokenizer` gives exactly tiktoken's and Hugging
 //     Face's tokens for five tokenizer files (tests/tokenizer_check.py);
+//   - `paraplan sample --temperature 0` continues a prompt as transformers
+//     does, for a GPT-2 and a Llama 3 model and their tokenizer.json;
 //   - a GPT-2-vocabulary model samples text through its tokenizer, given or
 //     found beside its checkpoint (where `train --tokenizer` keeps it, and a
 //     resumed run carries it on), drawing only the tokenizer's ids.
@@ -44,6 +46,32 @@ class RealTokenizers : public CommandTest {
     return std::string(PARAPLAN_HF_PYTHON) + " " + PARAPLAN_SOURCE_DIR +
            "/tests/tokenizer_check.py " + arguments;
   }
+
+  // A random Hugging Face model (save_pretrained) with the real tokenizer.json
+  // beside it, as a downloaded model directory has them: paraplan's greedy
+  // continuation is transformers' (fp32, a full forward per token both).
+  void expect_greedy_text_as_transformers(const std::string& arch, const std::string& tokenizer,
+                                          const std::string& config) {
+    const std::string model = path(arch);
+    const std::string hf = std::string(PARAPLAN_HF_PYTHON) + " " + PARAPLAN_SOURCE_DIR +
+                           "/tests/hugging_face_check.py ";
+    ASSERT_EQ(run_command(hf + "make " + arch + " " + model + " 5 " + config).exit_code, 0);
+    ASSERT_EQ(
+        run_command(python("json " + tokenizer + " " + kAssets + " " + model + "/tokenizer.json"))
+            .exit_code,
+        0);
+    const std::string prompt = "The quick brown fox, caf\u00e9 \u6771\u4eac 2026";
+    const CommandResult transformers =
+        run_command(hf + "generate " + model + " " + model + "/tokenizer.json '" + prompt + "' 24");
+    ASSERT_EQ(transformers.exit_code, 0) << transformers.output;
+    const nlohmann::json expected =
+        nlohmann::json::parse(transformers.output.substr(transformers.output.rfind("\n{") + 1));
+    const CommandResult sampled = run("sample --checkpoint " + model + " --prompt '" + prompt +
+                                      "' --tokens 24 --temperature 0");
+    ASSERT_EQ(sampled.exit_code, 0) << sampled.output;
+    EXPECT_EQ(sampled.output, prompt + expected["text"].get<std::string>() + "\n")
+        << "transformers' ids: " << expected["ids"].dump();
+  }
 };
 
 TEST_F(RealTokenizers, TokenizeGivesTiktokensAndHuggingFacesTokens) {
@@ -60,27 +88,12 @@ TEST_F(RealTokenizers, TokenizeGivesTiktokensAndHuggingFacesTokens) {
   }
 }
 
-// GPT-2's vocabulary padded to 50,304 (as llm.c pads it), small otherwise.
-const char* kGpt2VocabJob = R"([job]
-name = "bpe"
-
-[model]
-vocab_size = 50304
-seq_len = 16
-num_layers = 2
-d_model = 32
-num_heads = 4
-
-[training]
-global_batch_size = 4
-micro_batch_size = 2
-learning_rate = 3e-3
-warmup_steps = 1
-total_steps = 4
-eval_interval = 4
-eval_batches = 1
-seed = 7
-)";
+// The tiny job with GPT-2's vocabulary, padded to 50,304 as llm.c pads it.
+std::string gpt2_vocabulary_job() {
+  std::string job = kTinyJob;
+  const std::string bytes = "vocab_size = 256";
+  return job.replace(job.find(bytes), bytes.size(), "vocab_size = 50304");
+}
 
 TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   const std::string gpt2 = kAssets + "/gpt2.tiktoken";
@@ -89,12 +102,12 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
   EXPECT_NE(tokenized.output.find("each document after <|endoftext|> (50256)"), std::string::npos)
       << tokenized.output;
-  write_file(dir_ / "job.toml", kGpt2VocabJob);
+  write_file(dir_ / "job.toml", gpt2_vocabulary_job());
   ASSERT_EQ(run("plan --config " + path("job.toml") + " --output " + path("job.pplan")).exit_code,
             0);
   const std::string train = "train --plan " + path("job.pplan") + " --data " +
                             path("data/train.bin") + " --val-data " + path("data/val.bin");
-  const CommandResult trained = run(train + " --checkpoint-dir " + path("ckpt"));
+  const CommandResult trained = run(train + " --steps 4 --checkpoint-dir " + path("ckpt"));
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
 
   const std::string sample =
@@ -111,8 +124,9 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   // A tokenizer.json beside config.json (as a Hugging Face export has) is
   // found, and gives the same text.
   const std::string step_dir = latest_step(path("ckpt"));
-  ASSERT_EQ(run_command(python("json " + kAssets + " " + step_dir + "/tokenizer.json")).exit_code,
-            0);
+  ASSERT_EQ(
+      run_command(python("json gpt2 " + kAssets + " " + step_dir + "/tokenizer.json")).exit_code,
+      0);
   const CommandResult found = run(sample);
   ASSERT_EQ(found.exit_code, 0) << found.output;
   EXPECT_EQ(found.output, given.output);
@@ -134,6 +148,19 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   expect_clear_error(run(train + " --steps 2 --tokenizer " + kAssets + "/llama3.tiktoken" +
                          " --checkpoint-dir " + path("refused")),
                      {"llama3.tiktoken: Llama 3 pattern, 128256 tokens", "more than the 50304"});
+}
+
+TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForGpt2) {
+  expect_greedy_text_as_transformers(
+      "gpt2", "gpt2", "vocab_size=50257 n_positions=64 n_embd=32 n_layer=2 n_head=4");
+}
+
+TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForLlama3) {
+  expect_greedy_text_as_transformers(
+      "llama", "llama3",
+      "vocab_size=128256 max_position_embeddings=64 hidden_size=32 intermediate_size=64 "
+      "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 rms_norm_eps=1e-5 "
+      "rope_theta=500000.0 tie_word_embeddings=false");
 }
 
 }  // namespace

@@ -4,7 +4,7 @@ Hugging Face's tokenizers, on GPT-2's and Llama 3's real vocabularies, for
 tests/real_tokenizers_test.cc:
 
   tokenizer_check.py PARAPLAN ASSETS WORK
-  tokenizer_check.py json ASSETS OUT.json    (GPT-2's tokenizer.json, only)
+  tokenizer_check.py json gpt2|llama3 ASSETS OUT.json   (that tokenizer.json only)
   tokenizer_check.py bench PARAPLAN ASSETS WORK [MB]
       Speed: paraplan tokenize on 1 and 2 threads against tiktoken's
       encode_ordinary (one thread) and encode_ordinary_batch (2), and Hugging
@@ -25,7 +25,8 @@ space, contractions, emoji, combining marks) and a 3 MB text file (encoded in
 chunks on several threads). Each tokenizer file is given to `paraplan
 tokenize`, and train.bin + val.bin must be exactly the reference's
 [separator] + encode(document) for every document, the validation split
-starting at a document. Prints one JSON object: per file, tokens and
+starting at a document (the first ending past 90% of the input's bytes).
+Prints one JSON object: per file, tokens and
 paraplan's time against the reference's.
 """
 import json
@@ -136,14 +137,19 @@ def corpus(work, source_text):
                 parts.append(" ".join(words[start:start + random.randint(1, 30)]))
         documents.append("".join(parts))
     documents[7] = " " * 3000 + "=" * 5000 + "9" * 500  # long runs
+    ends, end = [], 0  # where each document's bytes end in the input
     with open(os.path.join(work, "docs.jsonl"), "w", encoding="utf-8") as out:
         for document in documents:
-            out.write(json.dumps({"id": len(documents), "text": document}) + "\n")
+            line = json.dumps({"id": len(documents), "text": document}) + "\n"
+            out.write(line)
+            end += len(line.encode("utf-8"))
+            ends.append(end)
     big = (source_text + "".join(random.choice(pieces) for _ in range(2000)) + "\n")
     big = big * (3_000_000 // len(big) + 1)
     with open(os.path.join(work, "big.txt"), "w", encoding="utf-8", newline="") as out:
         out.write(big)
-    return documents + [big]
+    ends.append(end + len(big.encode("utf-8")))
+    return documents + [big], ends
 
 
 def read_tokens(path):
@@ -154,7 +160,7 @@ def read_tokens(path):
     return tokens.tolist()
 
 
-def check(paraplan, tokenizer_file, work, documents, separator, encode):
+def check(paraplan, tokenizer_file, work, documents, ends, separator, encode):
     out = os.path.join(work, "out-" + os.path.basename(tokenizer_file))
     start = time.time()
     run = subprocess.run([paraplan, "tokenize", "--tokenizer", tokenizer_file, "--input",
@@ -167,12 +173,8 @@ def check(paraplan, tokenizer_file, work, documents, separator, encode):
     expected = [[separator] + encode(document) for document in documents]
     reference_seconds = time.time() - start
     train, val = read_tokens(out + "/train.bin"), read_tokens(out + "/val.bin")
-    # The validation split: the last documents holding at least 10% of the text.
-    total = sum(len(d.encode("utf-8")) for d in documents)
-    first_val, held = len(documents), 0
-    while first_val > 1 and held < 0.1 * total:
-        first_val -= 1
-        held += len(documents[first_val].encode("utf-8"))
+    # Validation: the documents (not the first) ending past 90% of the input.
+    first_val = next(i for i, end in enumerate(ends) if i > 0 and end > 0.9 * ends[-1])
     for name, got, want in (("train", train, sum(expected[:first_val], [])),
                             ("val", val, sum(expected[first_val:], []))):
         if got != want:
@@ -234,15 +236,22 @@ def main():
         bench(*sys.argv[2:5], float(sys.argv[5]) if len(sys.argv) > 5 else 40)
         return
     if sys.argv[1] == "json":
-        ranks = load_tiktoken_bpe(os.path.join(sys.argv[2], "gpt2.tiktoken"))
-        with open(sys.argv[3], "w", encoding="utf-8") as out:
-            json.dump(tokenizer_json(ranks, {"<|endoftext|>": 50256}, None, False), out)
+        which, assets, out_path = sys.argv[2:5]
+        ranks = load_tiktoken_bpe(os.path.join(assets, which + ".tiktoken"))
+        if which == "gpt2":
+            file = tokenizer_json(ranks, {"<|endoftext|>": 50256}, None, False)
+        else:
+            names = LLAMA3_SPECIALS + [f"<|reserved_special_token_{2 + i}|>" for i in range(244)]
+            file = tokenizer_json(ranks, {n: 128000 + i for i, n in enumerate(names)}, LLAMA3,
+                                  True)
+        with open(out_path, "w", encoding="utf-8") as out:
+            json.dump(file, out, ensure_ascii=False)
         return
     paraplan, assets, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"),
               encoding="utf-8") as readme:
-        documents = corpus(work, readme.read())
+        documents, ends = corpus(work, readme.read())
     results = {}
 
     gpt2_ranks = load_tiktoken_bpe(os.path.join(assets, "gpt2.tiktoken"))
@@ -280,7 +289,7 @@ def main():
         path = path if os.path.isabs(path) else os.path.join(assets, path)
         separator = (encoding._special_tokens.get("<|endoftext|>") or
                      encoding._special_tokens["<|begin_of_text|>"])
-        results[os.path.basename(path)] = check(paraplan, path, work, documents, separator,
+        results[os.path.basename(path)] = check(paraplan, path, work, documents, ends, separator,
                                                 encoding.encode_ordinary)
     print(json.dumps(results))
 

@@ -68,6 +68,61 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   write_tokens(path, tokens.data(), tokens.size(), TokenFormat::kUint16);
 }
 
+struct TokenFileWriter::Writer {
+  explicit Writer(const std::string& path) : file(path) {}
+  AtomicFileWriter file;
+};
+
+TokenFileWriter::TokenFileWriter(const std::string& path, TokenFormat format)
+    : writer_(std::make_unique<Writer>(path)), path_(path), format_(format) {
+  // A placeholder count until commit; written (not overwritten) so that the
+  // tokens follow it.
+  const std::vector<int32_t> header = header_ints();
+  writer_->file.write(header.data(), kTokenFileHeaderBytes);
+}
+
+TokenFileWriter::~TokenFileWriter() = default;
+
+std::vector<int32_t> TokenFileWriter::header_ints() const {
+  const bool wide = format_ == TokenFormat::kUint32;
+  std::vector<int32_t> header(kTokenFileHeaderInts, 0);
+  header[0] = wide ? kLlama3TokenFileMagic : kTokenFileMagic;
+  header[1] = wide ? kLlama3TokenFileVersion : kTokenFileVersion;
+  header[2] = static_cast<int32_t>(count_);
+  return header;
+}
+
+void TokenFileWriter::append(const uint32_t* tokens, size_t count) {
+  if (static_cast<int64_t>(count) > kMaxTokens - count_)
+    throw std::runtime_error(path_ + ": more than " + std::to_string(kMaxTokens) +
+                             " tokens, which the int32 header token count cannot hold; write "
+                             "shards");
+  if (format_ == TokenFormat::kUint32) {
+    writer_->file.write(tokens, count * sizeof(uint32_t));
+  } else {
+    narrow_.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (tokens[i] > 65535)
+        throw std::runtime_error(path_ + ": token " + std::to_string(tokens[i]) +
+                                 " does not fit the GPT-2 format's uint16; write the Llama 3 "
+                                 "format (uint32 tokens)");
+      narrow_[i] = static_cast<uint16_t>(tokens[i]);
+    }
+    writer_->file.write(narrow_.data(), count * sizeof(uint16_t));
+  }
+  count_ += static_cast<int64_t>(count);
+}
+
+void TokenFileWriter::commit() {
+  commit_as(path_);
+}
+
+void TokenFileWriter::commit_as(const std::string& path) {
+  const std::vector<int32_t> header = header_ints();
+  writer_->file.write_at(0, header.data(), kTokenFileHeaderBytes);
+  writer_->file.commit_as(path);
+}
+
 TokenFile::TokenFile(const std::string& path) : path_(path) {
   // Only a regular file is opened (a named pipe would block, a device never
   // end), and only one the largest shard could be (2^31 - 1 uint32 tokens).

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,38 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
                       TokenFormat format);
 // The GPT-2 format.
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// A token file written as its tokens arrive (a corpus larger than memory):
+// the header's count is filled in at the end, and the file appears under its
+// name only when committed (temporary file + rename); destroyed uncommitted,
+// it leaves nothing.
+class TokenFileWriter {
+ public:
+  // The largest count the int32 header holds.
+  static constexpr int64_t kMaxTokens = 2147483647;
+
+  TokenFileWriter(const std::string& path, TokenFormat format);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  // Throws std::runtime_error past kMaxTokens or on a token the format cannot
+  // hold (uint16: above 65535), naming the file.
+  void append(const uint32_t* tokens, size_t count);
+  int64_t count() const { return count_; }
+  // Commits under the path given, or another in the same directory.
+  void commit();
+  void commit_as(const std::string& path);
+
+ private:
+  std::vector<int32_t> header_ints() const;
+  struct Writer;
+  std::unique_ptr<Writer> writer_;
+  std::string path_;
+  TokenFormat format_;
+  int64_t count_ = 0;
+  std::vector<uint16_t> narrow_;  // reused for the GPT-2 format
+};
 
 // A token file held in memory (memory-mapped read-only, so ranks on one node
 // share the page cache), in either format. Opening validates the header and

@@ -211,6 +211,36 @@ TEST(TokenFileTest, ValidateVocabNamesTheFirstBadToken) {
                        "token 10 at position 0 is >= vocab_size 10"));
 }
 
+TEST(TokenFileWriterTest, StreamsTheSameBytesAsWriteTokenFile) {
+  TempDir dir;
+  const std::vector<uint32_t> tokens = {0, 65535, 7, 128000, 3};
+  for (const TokenFormat format : {TokenFormat::kUint16, TokenFormat::kUint32}) {
+    std::vector<uint32_t> fitting = tokens;
+    if (format == TokenFormat::kUint16) fitting[3] = 12;
+    write_token_file(dir / "whole.bin", fitting, format);
+    TokenFileWriter writer(dir / "streamed.bin", format);
+    writer.append(fitting.data(), 2);
+    writer.append(fitting.data() + 2, 0);
+    writer.append(fitting.data() + 2, 3);
+    EXPECT_EQ(writer.count(), 5);
+    EXPECT_FALSE(std::filesystem::exists(dir / "streamed.bin")) << "only once committed";
+    writer.commit_as(dir / "renamed.bin");
+    EXPECT_EQ(read_bytes(dir / "renamed.bin"), read_bytes(dir / "whole.bin"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "streamed.bin"));
+  }
+}
+
+TEST(TokenFileWriterTest, AnUncommittedWriterLeavesNothingAndTooWideTokensAreNamed) {
+  TempDir dir;
+  {
+    TokenFileWriter writer(dir / "gpt2.bin", TokenFormat::kUint16);
+    const uint32_t wide[] = {1, 70000};
+    EXPECT_TRUE(contains(error_of([&] { writer.append(wide, 2); }),
+                         "gpt2.bin: token 70000 does not fit the GPT-2 format's uint16"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 TEST(TokenFileTest, WriteIntoMissingDirectoryFails) {
   TempDir dir;
   EXPECT_TRUE(contains(error_of([&] { write_token_file(dir / "no/such/dir/t.bin", {1}); }),

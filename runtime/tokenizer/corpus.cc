@@ -58,7 +58,7 @@ std::vector<uint32_t> bytes_to_tokens(const std::string& corpus, size_t begin, s
 
 namespace corpus {
 
-size_t validation_start(const std::string& text, double val_fraction,
+size_t validation_start(std::string_view text, double val_fraction,
                         const std::string& inputs_named) {
   const size_t total = text.size();
   if (val_fraction == 0.0) return total;
@@ -79,13 +79,29 @@ size_t validation_start(const std::string& text, double val_fraction,
   return split;
 }
 
-void write_splits(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
-                  int64_t vocab_size, const std::string& output_dir, TokenizeResult& result) {
+void make_output_directory(const std::string& output_dir) {
   std::error_code error;
   fs::create_directories(output_dir, error);
   if (error || !fs::is_directory(output_dir))
     throw std::runtime_error(output_dir + ": cannot create output directory" +
                              (error ? ": " + error.message() : std::string()));
+}
+
+double unigram_entropy(const std::vector<int64_t>& counts, int64_t total) {
+  // The loss of a model that ignores context, the first floor a training run
+  // should go below.
+  double entropy = 0;
+  for (const int64_t count : counts)
+    if (count > 0) {
+      const double p = static_cast<double>(count) / static_cast<double>(total);
+      entropy -= p * std::log(p);
+    }
+  return entropy;
+}
+
+void write_splits(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
+                  int64_t vocab_size, const std::string& output_dir, TokenizeResult& result) {
+  make_output_directory(output_dir);
   result.train_path = (fs::path(output_dir) / "train.bin").string();
   result.val_path = (fs::path(output_dir) / "val.bin").string();
   const TokenFormat format = token_format_for_vocab(vocab_size);
@@ -94,16 +110,9 @@ void write_splits(const std::vector<uint32_t>& train, const std::vector<uint32_t
   write_token_file(result.val_path, val, format);
   result.train_tokens = static_cast<int64_t>(train.size());
   result.val_tokens = static_cast<int64_t>(val.size());
-  // -sum p log p over the training tokens: the loss of a model that ignores
-  // context, the first floor a training run should go below.
   std::vector<int64_t> counts(static_cast<size_t>(vocab_size), 0);
   for (const uint32_t token : train) ++counts[token];
-  result.train_unigram_entropy = 0;
-  for (const int64_t count : counts)
-    if (count > 0) {
-      const double p = static_cast<double>(count) / static_cast<double>(train.size());
-      result.train_unigram_entropy -= p * std::log(p);
-    }
+  result.train_unigram_entropy = unigram_entropy(counts, result.train_tokens);
 }
 
 }  // namespace corpus

@@ -32,12 +32,20 @@ struct TokenizeOptions {
   // A document over twice this is encoded in chunks of about this many bytes
   // (on several threads; the tokens are the same).
   size_t chunk_bytes = size_t{1} << 20;
+  // With a tokenizer: write each split as shards of this many tokens
+  // (train_000000.bin, ...; llm.c's fineweb.py writes 10^8); 0: one file per
+  // split (train.bin, val.bin) unless it outgrows the 2^31 - 1 tokens one
+  // file's header counts, which starts shards of that size.
+  int64_t shard_tokens = 0;
 };
 
 struct TokenizeResult {
   bool uint32_tokens = false;  // llm.c's Llama 3 format
-  std::string train_path;      // output_dir/train.bin
-  std::string val_path;        // output_dir/val.bin
+  // output_dir/train.bin, or output_dir/train_*.bin when sharded (a glob
+  // --data takes); the same for val.
+  std::string train_path;
+  std::string val_path;
+  int train_files = 1, val_files = 1;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
   // The unigram entropy of train.bin's tokens, in nats per token: the loss a
@@ -63,10 +71,14 @@ struct TokenizeResult {
 //
 // With a tokenizer: each text file is a document, and each line of a .jsonl
 // file (a JSON object) is one, its `text_field`; every document is encoded
-// after the separator token. val.bin holds the last documents, at least
-// `val_fraction` of the text; a corpus of one document is split in two at a
-// line, as byte-level. Encoding runs on `threads` threads; the tokens are the
-// same whatever their number.
+// after the separator token. Validation is the last documents: those ending
+// past (1 - val_fraction) of the input's bytes (a .jsonl document's bytes are
+// its line), never the first; a corpus of one document is split in two at a
+// line, as byte-level. Files are read one at a time and encoded in batches on
+// `threads` threads (the tokens are the same whatever their number), and the
+// tokens stream to disk, so a corpus need not fit in memory twice; shards
+// as `shard_tokens` says. Earlier outputs of the same names (train.bin,
+// train_NNNNNN.bin, and val's) go once the new ones are written.
 //
 // val_fraction 0 writes an empty val.bin. Throws std::runtime_error on a
 // missing input, an empty corpus, a corpus too small to split, a

@@ -1,15 +1,18 @@
-// corpus_documents.cc: a corpus tokenized with a BPE tokenizer: documents
-// read (a text file each, or a .jsonl line each), the separator token before
-// each, the later documents held out for validation, and the text encoded on
-// several threads in chunks cut where the pre-tokenizer splits anyway.
+// corpus_documents.cc: a corpus tokenized with a BPE tokenizer, streamed: one
+// input file at a time, its documents (the file, or each .jsonl line) encoded
+// in batches on several threads, in chunks cut where the pre-tokenizer splits
+// anyway, and the tokens appended to the split's token files as they come.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <deque>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
 #include "common/bounded_file.h"
-#include "common/json_fields.h"
+#include "runtime/data/token_file.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
 #include "runtime/tokenizer/corpus_internal.h"
 
@@ -19,23 +22,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A document's text and where its bytes end in the input (the offset the
+// validation split compares against).
 struct Document {
-  std::string text;
+  std::string_view text;
+  uint64_t input_end = 0;
 };
 
-// One document per line of a .jsonl file: {"text": "..."} (other fields
-// ignored); blank lines skipped.
-void read_json_lines(const fs::path& file, const std::string& field,
-                     std::vector<Document>& documents) {
-  const std::string content = read_bounded_file(file.string(), kCorpusFile);
+// The documents of one input file: the whole text file, or one per non-blank
+// line of a .jsonl file ({"text": "..."}, other fields ignored), whose text
+// is kept in `owned`.
+std::vector<Document> documents_of(const fs::path& file, const std::string& content,
+                                   uint64_t input_start, const std::string& field,
+                                   std::deque<std::string>& owned) {
+  if (file.extension() != ".jsonl") return {Document{content, input_start + content.size()}};
+  std::vector<Document> documents;
   size_t line_number = 0;
   for (size_t at = 0; at < content.size();) {
     size_t end = content.find('\n', at);
-    if (end == std::string::npos) end = content.size();
+    end = end == std::string::npos ? content.size() : end + 1;
     const std::string_view line(content.data() + at, end - at);
-    at = end + 1;
+    at = end;
     ++line_number;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) continue;
     const std::string where = file.string() + " line " + std::to_string(line_number);
     nlohmann::json object;
     try {
@@ -46,8 +55,10 @@ void read_json_lines(const fs::path& file, const std::string& field,
     if (!object.is_object() || !object.contains(field) || !object[field].is_string())
       throw std::runtime_error(where + ": expected an object whose \"" + field +
                                "\" is the document's text (--text-field names another field)");
-    documents.push_back({object[field].get<std::string>()});
+    owned.push_back(object[field].get<std::string>());
+    documents.push_back({owned.back(), input_start + end});
   }
+  return documents;
 }
 
 std::string default_separator(const BpeTokenizer& tokenizer) {
@@ -74,11 +85,95 @@ std::vector<std::string_view> chunks_of(std::string_view text, size_t target) {
   return chunks;
 }
 
-// The tokens of `documents` in order, each after `separator`.
-std::vector<uint32_t> encode_documents(const BpeTokenizer& tokenizer,
-                                       const std::vector<Document>& documents, int32_t separator,
-                                       const TokenizeOptions& options,
-                                       int64_t& invalid_utf8_bytes) {
+// One split's token files: a file of at most `shard_tokens` tokens at a
+// time, named split_NNNNNN.bin once there is more than one, else split.bin.
+class SplitWriter {
+ public:
+  SplitWriter(const std::string& output_dir, std::string split, TokenFormat format,
+              int64_t shard_tokens, std::vector<int64_t>* counts)
+      : dir_(output_dir),
+        split_(std::move(split)),
+        format_(format),
+        shard_tokens_(shard_tokens > 0 ? shard_tokens : TokenFileWriter::kMaxTokens),
+        counts_(counts) {}
+
+  void append(const int32_t* tokens, size_t count) {
+    while (count > 0) {
+      if (!current_) current_ = std::make_unique<TokenFileWriter>(name(-1), format_);
+      const size_t room = static_cast<size_t>(shard_tokens_ - current_->count());
+      const size_t now = std::min(room, count);
+      staging_.assign(tokens, tokens + now);
+      if (counts_ != nullptr)
+        for (const uint32_t token : staging_) ++(*counts_)[token];
+      current_->append(staging_.data(), now);
+      tokens_ += static_cast<int64_t>(now);
+      tokens += now;
+      count -= now;
+      if (current_->count() == shard_tokens_) commit(name(static_cast<int>(written_.size())));
+    }
+  }
+
+  // Commits what is left and removes earlier outputs of this split's names;
+  // returns the path --data takes (the file, or a glob of the shards).
+  std::string finish(int& files) {
+    if (written_.empty()) {
+      if (!current_) current_ = std::make_unique<TokenFileWriter>(name(-1), format_);
+      commit(name(-1));
+    } else if (current_ && current_->count() > 0) {
+      commit(name(static_cast<int>(written_.size())));
+    }
+    current_.reset();
+    remove_earlier_outputs();
+    files = static_cast<int>(written_.size());
+    return written_.size() == 1 ? written_[0] : (fs::path(dir_) / (split_ + "_*.bin")).string();
+  }
+
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  std::string name(int shard) const {
+    char suffix[16] = "";
+    if (shard >= 0) std::snprintf(suffix, sizeof suffix, "_%06d", shard);
+    return (fs::path(dir_) / (split_ + suffix + ".bin")).string();
+  }
+  void commit(const std::string& path) {
+    current_->commit_as(path);
+    current_.reset();
+    written_.push_back(path);
+  }
+  // split.bin or split_NNNNNN.bin.
+  bool ours(const std::string& file) const {
+    if (file == split_ + ".bin") return true;
+    const size_t digits = split_.size() + 1;
+    return file.size() == digits + 6 + 4 && file.compare(0, digits, split_ + "_") == 0 &&
+           file.compare(digits + 6, 4, ".bin") == 0 &&
+           std::all_of(file.begin() + static_cast<std::ptrdiff_t>(digits),
+                       file.begin() + static_cast<std::ptrdiff_t>(digits + 6),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  }
+  void remove_earlier_outputs() const {
+    const std::set<std::string> kept(written_.begin(), written_.end());
+    std::error_code error;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir_, error))
+      if (ours(entry.path().filename().string()) && !kept.count(entry.path().string()))
+        fs::remove(entry.path(), error);
+  }
+
+  std::string dir_, split_;
+  TokenFormat format_;
+  int64_t shard_tokens_;
+  std::vector<int64_t>* counts_;
+  std::unique_ptr<TokenFileWriter> current_;
+  std::vector<std::string> written_;
+  std::vector<uint32_t> staging_;
+  int64_t tokens_ = 0;
+};
+
+// Encodes `documents` on threads, in chunks, and appends their tokens in
+// order (each document's after the separator) to `out`.
+void encode_batch(const BpeTokenizer& tokenizer, const std::vector<Document>& documents,
+                  int32_t separator, const TokenizeOptions& options, SplitWriter& out,
+                  int64_t& invalid_utf8_bytes) {
   struct Chunk {
     std::string_view text;
     bool starts_document;
@@ -94,7 +189,7 @@ std::vector<uint32_t> encode_documents(const BpeTokenizer& tokenizer,
       first = false;
     }
   }
-  if (chunks.empty()) return {};  // no validation documents
+  if (chunks.empty()) return;
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < chunks.size(); i = next++)
@@ -108,17 +203,18 @@ std::vector<uint32_t> encode_documents(const BpeTokenizer& tokenizer,
   for (int t = 1; t < workers; ++t) pool.emplace_back(work);
   work();
   for (std::thread& thread : pool) thread.join();
-
-  size_t total = 0;
-  for (const Chunk& chunk : chunks) total += chunk.tokens.size() + (chunk.starts_document ? 1 : 0);
-  std::vector<uint32_t> tokens;
-  tokens.reserve(total);
   for (const Chunk& chunk : chunks) {
-    if (chunk.starts_document) tokens.push_back(static_cast<uint32_t>(separator));
-    tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+    if (chunk.starts_document) out.append(&separator, 1);
+    out.append(chunk.tokens.data(), chunk.tokens.size());
     invalid_utf8_bytes += chunk.invalid_utf8_bytes;
   }
-  return tokens;
+}
+
+// 0 for a file that cannot be looked at: reading it fails next, naming it.
+uint64_t input_size(const fs::path& file) {
+  std::error_code error;
+  const uint64_t size = fs::file_size(file, error);
+  return error ? 0 : size;
 }
 
 }  // namespace
@@ -135,52 +231,69 @@ void tokenize_documents(const std::vector<fs::path>& files, const std::string& i
                              "\" is not a special token of " + tokenizer.description() +
                              "; give one of its special tokens, e.g. <|endoftext|>");
   result.separator_token = *separator;
+  if (options.shard_tokens < 0 || options.shard_tokens > TokenFileWriter::kMaxTokens)
+    throw std::runtime_error("tokenize: --shard-tokens " + std::to_string(options.shard_tokens) +
+                             " is outside [0, " + std::to_string(TokenFileWriter::kMaxTokens) +
+                             "]; 0 writes one file per split");
+  make_output_directory(output_dir);
 
-  std::vector<Document> documents;
+  uint64_t input_bytes = 0;
+  for (const fs::path& file : files) input_bytes += input_size(file);
+  // A document ending past this is validation (never the first one).
+  const double validation_from = (1.0 - options.val_fraction) * static_cast<double>(input_bytes);
+  const TokenFormat format = token_format_for_vocab(tokenizer.vocab_size());
+  std::vector<int64_t> counts(static_cast<size_t>(tokenizer.vocab_size()), 0);
+  SplitWriter train(output_dir, "train", format, options.shard_tokens, &counts);
+  SplitWriter val(output_dir, "val", format, options.shard_tokens, nullptr);
+  const size_t batch_bytes = std::max<size_t>(options.chunk_bytes, 1) * 64;
+
+  uint64_t input_start = 0;
   for (const fs::path& file : files) {
-    if (file.extension() == ".jsonl")
-      read_json_lines(file, options.text_field, documents);
-    else
-      documents.push_back({read_bounded_file(file.string(), kCorpusFile)});
+    const std::string content = read_bounded_file(file.string(), kCorpusFile);
     result.files_read.push_back(file.string());
+    std::deque<std::string> owned;
+    std::vector<Document> documents =
+        documents_of(file, content, input_start, options.text_field, owned);
+    input_start += content.size();
+    std::erase_if(documents, [](const Document& d) { return d.text.empty(); });
+    // One document in all: split at a line, as byte-level.
+    const bool only = files.size() == 1 && documents.size() == 1 && options.val_fraction > 0;
+    if (only) {
+      const std::string_view whole = documents[0].text;  // in `content` or `owned`
+      const size_t split = validation_start(whole, options.val_fraction, inputs_named);
+      documents = {{whole.substr(0, split), 0}, {whole.substr(split), input_bytes}};
+    }
+    std::vector<Document> batch;
+    size_t held = 0;
+    SplitWriter* batch_split = &train;
+    auto flush = [&] {
+      encode_batch(tokenizer, batch, *separator, options, *batch_split, result.invalid_utf8_bytes);
+      batch.clear();
+      held = 0;
+    };
+    for (const Document& document : documents) {
+      const bool validation = result.documents > 0 && options.val_fraction > 0 &&
+                              static_cast<double>(document.input_end) > validation_from;
+      SplitWriter* split = validation ? &val : &train;
+      if (split != batch_split || held >= batch_bytes) flush();
+      batch_split = split;
+      batch.push_back(document);
+      held += document.text.size();
+      ++result.documents;
+      result.text_bytes += static_cast<int64_t>(document.text.size());
+    }
+    flush();
+    if (only) result.documents = 1;
   }
-  std::erase_if(documents, [](const Document& document) { return document.text.empty(); });
-  if (documents.empty())
+  if (result.documents == 0)
     throw std::runtime_error("tokenize: the corpus (" + inputs_named +
                              ") is empty; no text to tokenize");
-
-  result.documents = static_cast<int64_t>(documents.size());  // before one is split in two
-  // Validation: the last documents, at least val_fraction of the text; one
-  // document is split at a line.
-  size_t first_validation = documents.size();
-  if (options.val_fraction > 0) {
-    if (documents.size() == 1) {
-      const size_t split = validation_start(documents[0].text, options.val_fraction, inputs_named);
-      Document validation{documents[0].text.substr(split)};
-      documents[0].text.resize(split);
-      documents.push_back(std::move(validation));
-      first_validation = 1;
-    } else {
-      int64_t total = 0, held = 0;
-      for (const Document& document : documents)
-        total += static_cast<int64_t>(document.text.size());
-      while (first_validation > 1 &&
-             static_cast<double>(held) < options.val_fraction * static_cast<double>(total))
-        held += static_cast<int64_t>(documents[--first_validation].text.size());
-    }
-  }
-  for (const Document& document : documents)
-    result.text_bytes += static_cast<int64_t>(document.text.size());
-
-  const std::vector<Document> validation(
-      std::make_move_iterator(documents.begin() + first_validation),
-      std::make_move_iterator(documents.end()));
-  documents.resize(first_validation);
-  const std::vector<uint32_t> train =
-      encode_documents(tokenizer, documents, *separator, options, result.invalid_utf8_bytes);
-  const std::vector<uint32_t> val =
-      encode_documents(tokenizer, validation, *separator, options, result.invalid_utf8_bytes);
-  write_splits(train, val, tokenizer.vocab_size(), output_dir, result);
+  result.uint32_tokens = format == TokenFormat::kUint32;
+  result.train_tokens = train.tokens();
+  result.val_tokens = val.tokens();
+  result.train_path = train.finish(result.train_files);
+  result.val_path = val.finish(result.val_files);
+  result.train_unigram_entropy = unigram_entropy(counts, result.train_tokens);
 }
 
 }  // namespace paraplan::corpus

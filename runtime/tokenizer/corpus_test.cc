@@ -236,11 +236,16 @@ TEST_F(CorpusWithTokenizer, EachDocumentGoesAfterTheSeparator) {
 TEST_F(CorpusWithTokenizer, ValidationIsTheLastDocumentsOrOneDocumentSplitAtALine) {
   write_bytes(dir / "docs.jsonl",
               "{\"text\": \"the the the the\"}\n{\"text\": \"ab\"}\n{\"text\": \"abc\"}\n");
-  // 15 + 2 + 3 bytes: 20% is the last two documents (5 bytes >= 4).
+  // Lines of 28, 15 and 16 bytes: 20% of 59 is validation, so what ends past
+  // byte 47.2, the last document.
   const TokenizeResult documents =
       tokenize_files({dir / "docs.jsonl"}, dir / "out", with_tokenizer(0.2));
-  EXPECT_EQ(tokens_of(documents.val_path), (Tokens{259, 'a', 'b', 259, 'a', 'b', 'c'}));
-  EXPECT_EQ(tokens_of(documents.train_path).size(), 5u);
+  EXPECT_EQ(tokens_of(documents.val_path), (Tokens{259, 'a', 'b', 'c'}));
+  EXPECT_EQ(tokens_of(documents.train_path), (Tokens{259, 257, 258, 258, 258, 259, 'a', 'b'}));
+  // 30% (past byte 41.3): the second too.
+  const TokenizeResult more =
+      tokenize_files({dir / "docs.jsonl"}, dir / "more", with_tokenizer(0.3));
+  EXPECT_EQ(tokens_of(more.val_path), (Tokens{259, 'a', 'b', 259, 'a', 'b', 'c'}));
 
   write_bytes(dir / "one.txt", "the\nthe\nab\nab\n");
   const TokenizeResult one = tokenize_files({dir / "one.txt"}, dir / "one", with_tokenizer(0.3));
@@ -268,6 +273,29 @@ TEST_F(CorpusWithTokenizer, ThreadsAndChunksLeaveTheTokensAsTheyAre) {
   std::vector<int32_t> encoded{259};
   tokenizer->encode(text, encoded);
   EXPECT_EQ(whole, Tokens(encoded.begin(), encoded.end()));
+}
+
+TEST_F(CorpusWithTokenizer, ShardsHoldShardTokensAndReplaceEarlierOutputs) {
+  write_bytes(dir / "docs.jsonl", "{\"text\": \"the the\"}\n{\"text\": \"ab the\"}\n");
+  TokenizeOptions options = with_tokenizer();
+  options.shard_tokens = 3;
+  const TokenizeResult sharded = tokenize_files({dir / "docs.jsonl"}, dir / "out", options);
+  // 259 257 258 | 259 'a' 'b' | 258
+  EXPECT_EQ(sharded.train_files, 3);
+  EXPECT_EQ(sharded.train_path, dir / "out/train_*.bin");
+  EXPECT_EQ(tokens_of(dir / "out/train_000000.bin"), (Tokens{259, 257, 258}));
+  EXPECT_EQ(tokens_of(dir / "out/train_000001.bin"), (Tokens{259, 'a', 'b'}));
+  EXPECT_EQ(tokens_of(dir / "out/train_000002.bin"), (Tokens{258}));
+  EXPECT_EQ(sharded.val_files, 1);
+  EXPECT_EQ(tokens_of(sharded.val_path), Tokens{});
+
+  write_bytes(dir / "out/train_notes.bin", "kept: not a name tokenize writes");
+  const TokenizeResult whole = tokenize_files({dir / "docs.jsonl"}, dir / "out", with_tokenizer());
+  EXPECT_EQ(whole.train_path, dir / "out/train.bin");
+  EXPECT_EQ(tokens_of(whole.train_path).size(), 7u);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/train_000000.bin"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/train_000002.bin"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/train_notes.bin"));
 }
 
 TEST_F(CorpusWithTokenizer, BadDocumentsAndSeparatorsAreNamed) {

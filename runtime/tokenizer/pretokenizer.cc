@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/tokenizer/unicode_properties.h"
+#include "runtime/tokenizer/utf8.h"
 
 namespace paraplan {
 
@@ -21,7 +22,6 @@ constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 enum Kind : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4, kLineBreak = 8 };
-constexpr char32_t kInvalid = 0xFFFFFFFF;  // a byte outside valid UTF-8
 
 uint8_t kind_of(char32_t code_point) {
   if (code_point < 0x80) {
@@ -32,47 +32,11 @@ uint8_t kind_of(char32_t code_point) {
     if (c == ' ' || (c >= '\t' && c <= '\f')) return kSpace;
     return 0;
   }
-  if (code_point == kInvalid) return 0;
+  if (code_point == kInvalidUtf8) return 0;
   if (is_unicode_letter(code_point)) return kLetter;
   if (is_unicode_number(code_point)) return kNumber;
   if (is_unicode_white_space(code_point)) return kSpace;
   return 0;
-}
-
-bool continuation(unsigned char byte) {
-  return (byte & 0xC0) == 0x80;
-}
-
-// The code point starting at s[0] and its length in bytes; kInvalid and 1
-// where s[0] does not start valid UTF-8 (overlong forms and surrogates are
-// invalid, as Unicode says).
-char32_t decode_utf8(const unsigned char* s, size_t left, size_t& length) {
-  length = 1;
-  const unsigned char b0 = s[0];
-  if (b0 < 0x80) return b0;
-  int extra;
-  char32_t value;
-  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    extra = 1, value = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    extra = 2, value = b0 & 0x0F;
-    if (b0 == 0xE0) low = 0xA0;
-    if (b0 == 0xED) high = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    extra = 3, value = b0 & 0x07;
-    if (b0 == 0xF0) low = 0x90;
-    if (b0 == 0xF4) high = 0x8F;
-  } else {
-    return kInvalid;
-  }
-  if (left < static_cast<size_t>(extra) + 1 || s[1] < low || s[1] > high) return kInvalid;
-  for (int k = 1; k <= extra; ++k) {
-    if (!continuation(s[k])) return kInvalid;
-    value = (value << 6) | (s[k] & 0x3F);
-  }
-  length = static_cast<size_t>(extra) + 1;
-  return value;
 }
 
 // The decoded text and the pattern's alternatives over it. Positions are
@@ -180,7 +144,10 @@ void decode(std::string_view text, PretokenizeResult& result) {
   for (size_t at = 0; at < text.size();) {
     size_t length;
     const char32_t code_point = decode_utf8(bytes + at, text.size() - at, length);
-    if (code_point == kInvalid) ++result.invalid_utf8_bytes;
+    if (code_point == kInvalidUtf8) {
+      length = 1;  // a character of its own per byte
+      ++result.invalid_utf8_bytes;
+    }
     characters.offsets.push_back(static_cast<uint32_t>(at));
     characters.code_points.push_back(code_point);
     characters.kinds.push_back(kind_of(code_point));

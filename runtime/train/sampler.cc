@@ -12,6 +12,7 @@
 #include "runtime/model/architecture.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
+#include "runtime/tokenizer/utf8.h"
 
 namespace paraplan {
 
@@ -123,9 +124,10 @@ std::string sample_text(const SampleOptions& options) {
     context.push_back(token);
     generated.push_back(token);
   }
-  // Decoded at the end: a character may span tokens.
-  if (tokenizer) return tokenizer->decode(generated);
-  return std::string(generated.begin(), generated.end());
+  // Decoded at the end (a character may span tokens), and shown as Python's
+  // and Hugging Face's decoders show it: an invalid byte sequence as U+FFFD.
+  return to_valid_utf8(tokenizer ? tokenizer->decode(generated)
+                                 : std::string(generated.begin(), generated.end()));
 }
 
 }  // namespace paraplan

@@ -22,7 +22,8 @@ struct SampleOptions {
   std::string backend = "cpu";
 };
 
-// Returns the generated continuation (without the prompt).
+// Returns the generated continuation (without the prompt), each invalid UTF-8
+// sequence in it shown as U+FFFD.
 std::string sample_text(const SampleOptions& options);
 
 }  // namespace paraplan
