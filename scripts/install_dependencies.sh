@@ -58,13 +58,15 @@ fi
 # PyPI packages that ship them, so no Hugging Face login is needed:
 # openai-whisper's gpt2.tiktoken and llama-models' Llama 3 tokenizer.model.
 tokenizers_dir="$(dirname "$hf_venv")/tokenizers"
-if ! (cd "$tokenizers_dir" 2>/dev/null && sha256sum --quiet -c - 2>/dev/null) <<'SUMS'
-306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930  gpt2.tiktoken
-82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55  llama3.tiktoken
-SUMS
-then
+tokenizer_sums='306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930  gpt2.tiktoken
+82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55  llama3.tiktoken'
+tokenizers_ok() {
+  (cd "$tokenizers_dir" 2>/dev/null && echo "$tokenizer_sums" | sha256sum --quiet -c - 2>/dev/null)
+}
+if ! tokenizers_ok; then
   echo "fetching GPT-2's and Llama 3's tokenizers into $tokenizers_dir"
   download="$(mktemp -d)"
+  trap 'rm -rf "$download"' EXIT
   "$hf_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps -d "$download" \
     openai-whisper==20250625 llama-models==0.3.0
   "$hf_venv/bin/python" - "$download" "$tokenizers_dir" <<'PY'
@@ -79,5 +81,9 @@ with zipfile.ZipFile(glob.glob(download + "/llama_models-*.whl")[0]) as wheel, \
         open(out + "/llama3.tiktoken", "wb") as f:
     f.write(wheel.read("llama_models/llama3/tokenizer.model"))
 PY
-  rm -rf "$download"
+  if ! tokenizers_ok; then
+    echo "install_dependencies.sh: the tokenizer files in $tokenizers_dir do not have the" \
+      "expected sha256 (a changed package?): $tokenizer_sums" >&2
+    exit 1
+  fi
 fi

@@ -22,10 +22,11 @@ checkpoints of a paraplan run, for tests/hugging_face_test.cc:
       between the updated weights and CHECKPOINT's model tensors.
 
   generate MODEL_DIR TOKENIZER_JSON PROMPT COUNT
-      Greedy continuation of PROMPT by COUNT tokens as `paraplan sample
-      --temperature 0` computes it (a full forward of the text so far per
-      token, the argmax of the last position), encoded and decoded with
-      Hugging Face's tokenizers; prints the continuation's text and ids.
+      Greedy continuation of PROMPT (after <|endoftext|>, or Llama 3's
+      <|begin_of_text|>) by COUNT tokens as `paraplan sample --temperature 0`
+      computes it (a full forward of the text so far per token, the argmax of
+      the last position), encoded and decoded with Hugging Face's
+      tokenizers; prints the continuation's text and ids.
 
 Every number is printed as one JSON object on the last line.
 """
@@ -159,7 +160,11 @@ def generate(model_dir, tokenizer_path, prompt, count):
 
     model = load(model_dir)
     tokenizer = Tokenizer.from_file(tokenizer_path)
-    ids = tokenizer.encode(prompt, add_special_tokens=False).ids
+    # After the token that starts documents, as paraplan's data has it.
+    start = tokenizer.token_to_id("<|endoftext|>")
+    if start is None:
+        start = tokenizer.token_to_id("<|begin_of_text|>")
+    ids = [start] + tokenizer.encode(prompt, add_special_tokens=False).ids
     generated = []
     with torch.no_grad():
         for _ in range(count):

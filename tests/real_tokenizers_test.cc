@@ -138,13 +138,22 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   EXPECT_NE(latest_step(path("ckpt")), step_dir);
   EXPECT_TRUE(std::filesystem::exists(latest_step(path("ckpt")) + "/tokenizer.json"));
 
-  // train --tokenizer keeps a tiktoken file by its name; sample finds it.
+  // train --tokenizer keeps a tiktoken file as tokenizer.tiktoken; sample
+  // finds it.
   const CommandResult kept =
       run(train + " --steps 2 --tokenizer " + gpt2 + " --checkpoint-dir " + path("kept"));
   ASSERT_EQ(kept.exit_code, 0) << kept.output;
-  EXPECT_TRUE(std::filesystem::exists(latest_step(path("kept")) + "/gpt2.tiktoken"));
+  EXPECT_TRUE(std::filesystem::exists(latest_step(path("kept")) + "/tokenizer.tiktoken"));
   EXPECT_EQ(run("sample --checkpoint " + path("kept") + " --prompt 'line' --tokens 3").exit_code,
             0);
+  // A tokenizer paraplan cannot read (a WordPiece one here) is carried from
+  // --init-from weights as it is, not refused.
+  const std::string wordpiece = R"({"model": {"type": "WordPiece"}})";
+  write_file(step_dir + "/tokenizer.json", wordpiece);
+  const CommandResult carried =
+      run(train + " --steps 2 --init-from " + step_dir + " --checkpoint-dir " + path("carried"));
+  ASSERT_EQ(carried.exit_code, 0) << carried.output;
+  EXPECT_EQ(read_file(latest_step(path("carried")) + "/tokenizer.json"), wordpiece);
   expect_clear_error(run(train + " --steps 2 --tokenizer " + kAssets + "/llama3.tiktoken" +
                          " --checkpoint-dir " + path("refused")),
                      {"llama3.tiktoken: Llama 3 pattern, 128256 tokens", "more than the 50304"});

@@ -7,9 +7,17 @@
 
 namespace paraplan {
 
-const BpeTokenizer::Merge* BpeTokenizer::find_merge(int32_t left, int32_t right) const {
+std::optional<BpeTokenizer::Merge> BpeTokenizer::find_merge(int32_t left, int32_t right) const {
+  if (merge_by_rank_) {
+    thread_local std::string joined;  // no allocation per pair
+    joined.assign(token_bytes_[left]).append(token_bytes_[right]);
+    const auto found = id_of_bytes_.find(joined);
+    if (found == id_of_bytes_.end()) return std::nullopt;
+    return Merge{static_cast<uint32_t>(found->second), found->second};
+  }
   const auto found = merges_.find(pair_key(left, right));
-  return found == merges_.end() ? nullptr : &found->second;
+  if (found == merges_.end()) return std::nullopt;
+  return found->second;
 }
 
 // The merges of one piece in O(n log n): the pieces of long runs (a line of
@@ -44,7 +52,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   struct Candidate {
     uint32_t priority;
     int32_t left;
-    int32_t left_token, right_token;
+    int32_t left_token, right_token, result;
     bool operator>(const Candidate& other) const {
       return priority != other.priority ? priority > other.priority : left > other.left;
     }
@@ -53,8 +61,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   auto offer = [&](int32_t left) {
     if (left < 0 || symbols[left].next < 0) return;
     const int32_t right_token = symbols[symbols[left].next].token;
-    if (const Merge* merge = find_merge(symbols[left].token, right_token))
-      heap.push({merge->priority, left, symbols[left].token, right_token});
+    if (const std::optional<Merge> merge = find_merge(symbols[left].token, right_token))
+      heap.push({merge->priority, left, symbols[left].token, right_token, merge->result});
   };
   for (int32_t i = 0; i + 1 < count; ++i) offer(i);
   while (!heap.empty()) {
@@ -65,7 +73,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
         symbols[left.next].token != candidate.right_token)
       continue;  // stale: one of the two merged since
     const int32_t right = left.next;
-    left.token = find_merge(candidate.left_token, candidate.right_token)->result;
+    left.token = candidate.result;
     left.next = symbols[right].next;
     if (left.next >= 0) symbols[left.next].prev = candidate.left;
     symbols[right].token = -1;

@@ -1,7 +1,7 @@
-// bpe_tokenizer.h: byte-level byte-pair encoding, the tokenizer of GPT-2,
-// Llama 3 and Qwen 2: text is split into pieces (pretokenizer.h), each
-// piece's UTF-8 bytes start as one token per byte, and adjacent tokens merge,
-// the highest-priority pair first, until no pair merges.
+// bpe_tokenizer.h: byte-level byte-pair encoding, the tokenizer of GPT-2 and
+// Llama 3 (and Qwen 2's but for its NFC normalizer): text is split into pieces (pretokenizer.h),
+// each piece's UTF-8 bytes start as one token per byte, and adjacent tokens merge, the
+// highest-priority pair first, until no pair merges.
 //
 // Read from the files users have:
 //   - a Hugging Face tokenizer.json (model "BPE", no normalizer, pre-tokenizer
@@ -69,7 +69,7 @@ class BpeTokenizer {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
-  const Merge* find_merge(int32_t left, int32_t right) const;
+  std::optional<Merge> find_merge(int32_t left, int32_t right) const;
 
   std::string source_;  // the file, for messages
   PretokenizerPattern pattern_ = PretokenizerPattern::kGpt2;
@@ -82,8 +82,14 @@ class BpeTokenizer {
   std::unordered_map<std::string, int32_t> id_of_bytes_;  // ordinary tokens
   std::unordered_map<std::string, int32_t> special_ids_;
   int32_t byte_tokens_[256] = {};
-  std::unordered_map<uint64_t, Merge> merges_;
+  std::unordered_map<uint64_t, Merge> merges_;  // Hugging Face: by pair
+  bool merge_by_rank_ = false;                  // tiktoken: the joined bytes' rank, looked up
 };
+
+// The special token before each document, as llm.c's data scripts write it
+// (and `paraplan tokenize` by default): <|endoftext|> where the tokenizer has
+// it (GPT-2, Qwen 2), else <|begin_of_text|> (Llama 3); empty if neither.
+std::string default_document_separator(const BpeTokenizer& tokenizer);
 
 // BpeTokenizer::from_file, refused when its ids do not fit a model of
 // `vocab_size` rows (named by `model_source`, e.g. its config.json): a model

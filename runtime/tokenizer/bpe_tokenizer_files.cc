@@ -19,8 +19,9 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kSupported =
-    "paraplan reads byte-level BPE tokenizers: GPT-2's, Llama 3's and Qwen 2's tokenizer.json, or "
-    "tiktoken's gpt2.tiktoken and Llama 3's tokenizer.model";
+    "paraplan reads byte-level BPE tokenizers without a normalizer: GPT-2's and Llama 3's "
+    "tokenizer.json (or another with GPT-2's, Llama 3's or Qwen 2's pattern), or tiktoken's "
+    "gpt2.tiktoken and Llama 3's tokenizer.model";
 
 // Hugging Face's ByteLevel alphabet: byte b is written as the character
 // kByteChars[b] (printable Latin-1 as itself, the rest from U+0100 on).
@@ -212,20 +213,14 @@ BpeTokenizer BpeTokenizerReader::tiktoken(const std::string& path, const std::st
                              "Hugging Face tokenizer.json instead");
   }
   finish(tokenizer);
-  // A pair merges when its bytes together are a token; the lower rank first.
-  for (int32_t id = 0; id < ranks; ++id) {
-    const std::string& bytes = tokenizer.token_bytes_[id];
-    if (bytes.empty())
+  for (int32_t id = 0; id < ranks; ++id)
+    if (tokenizer.token_bytes_[id].empty())
       throw std::runtime_error(path + ": rank " + std::to_string(id) +
                                " is missing; ranks run 0 to " + std::to_string(ranks - 1));
-    for (size_t split = 1; split < bytes.size(); ++split) {
-      const auto left = tokenizer.id_of_bytes_.find(bytes.substr(0, split));
-      const auto right = tokenizer.id_of_bytes_.find(bytes.substr(split));
-      if (left != tokenizer.id_of_bytes_.end() && right != tokenizer.id_of_bytes_.end())
-        tokenizer.merges_[BpeTokenizer::pair_key(left->second, right->second)] = {
-            static_cast<uint32_t>(id), id};
-    }
-  }
+  // A pair merges when its bytes together are a token, the lower rank first:
+  // looked up as pairs come (find_merge), as tiktoken does, so that loading
+  // costs the file's size whatever its tokens' lengths.
+  tokenizer.merge_by_rank_ = true;
   return tokenizer;
 }
 
@@ -239,6 +234,12 @@ void BpeTokenizerReader::read_pre_tokenizer(BpeTokenizer& tokenizer, const json&
   auto byte_level = [&](const json& node, bool inside_sequence) {
     if (type_of(node) != "ByteLevel") return false;
     tokenizer.add_prefix_space_ = node.value("add_prefix_space", false);
+    // After a Split, Hugging Face adds the space to every piece, not once.
+    if (inside_sequence && tokenizer.add_prefix_space_)
+      throw std::runtime_error(path +
+                               ": pre_tokenizer: ByteLevel's add_prefix_space is true after a "
+                               "Split (a space before every piece), which paraplan does not do; " +
+                               kSupported);
     const bool use_regex = node.value("use_regex", true);
     if (use_regex == inside_sequence)
       throw std::runtime_error(
@@ -312,9 +313,10 @@ void BpeTokenizerReader::read_merges(BpeTokenizer& tokenizer, const json& merges
       return found->get<int32_t>();
     };
     const int32_t left_id = id_of(left), right_id = id_of(right), merged = id_of(left + right);
-    // A pair listed twice keeps its first (higher) priority.
-    tokenizer.merges_.try_emplace(BpeTokenizer::pair_key(left_id, right_id),
-                                  BpeTokenizer::Merge{static_cast<uint32_t>(i), merged});
+    // A pair listed twice takes its last place, as Hugging Face's merge map
+    // (collected from the list in order) does.
+    tokenizer.merges_.insert_or_assign(BpeTokenizer::pair_key(left_id, right_id),
+                                       BpeTokenizer::Merge{static_cast<uint32_t>(i), merged});
   }
 }
 
@@ -346,11 +348,15 @@ BpeTokenizer BpeTokenizerReader::hugging_face(const std::string& path, const std
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0)
     throw std::runtime_error(path + ": model.dropout is " + json_value_text(model["dropout"]) +
                              "; encoding would be random. Set it to null");
-  if (!root.value("normalizer", json()).is_null())
-    throw std::runtime_error(path +
-                             ": normalizer is not null; a byte-level BPE encodes the text "
-                             "as it is. " +
-                             std::string(kSupported));
+  if (const json normalizer = root.value("normalizer", json()); !normalizer.is_null())
+    throw std::runtime_error(
+        path + ": normalizer is " +
+        (normalizer.is_object() && normalizer.contains("type")
+             ? json_value_text(normalizer["type"]) +
+                   (normalizer["type"] == "NFC" ? " (Qwen 2's tokenizer.json has it)" : "")
+             : json_value_text(normalizer)) +
+        ", and paraplan does not normalize text (Unicode normalization is not implemented); " +
+        kSupported);
   const json decoder = root.value("decoder", json());
   if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
     throw std::runtime_error(path + ": decoder is not ByteLevel; " + std::string(kSupported));
@@ -394,6 +400,12 @@ BpeTokenizer BpeTokenizer::parse(const std::string& text, const std::string& pat
   if (std::filesystem::path(path).extension() == ".json")
     return BpeTokenizerReader::hugging_face(path, text);
   return BpeTokenizerReader::tiktoken(path, text);
+}
+
+std::string default_document_separator(const BpeTokenizer& tokenizer) {
+  for (const char* name : {"<|endoftext|>", "<|begin_of_text|>"})
+    if (tokenizer.special_token(name)) return name;
+  return "";
 }
 
 BpeTokenizer load_tokenizer_for_model(const std::string& path, int64_t vocab_size,

@@ -106,6 +106,10 @@ TEST(BpeTokenizer, ASplitBeforeByteLevelNamesItsPattern) {
                        "is not one paraplan matches (GPT-2's, Llama 3's or Qwen 2's)"));
   file["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
       std::string(pretokenizer_regex(PretokenizerPattern::kQwen2));
+  file["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
+  EXPECT_TRUE(contains(error_of([&] { load(dir, file); }),
+                       "ByteLevel's add_prefix_space is true after a Split"));
+  file["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = false;
   file["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true;
   EXPECT_TRUE(
       contains(error_of([&] { load(dir, file); }), "ByteLevel's use_regex is true after a Split"));
@@ -126,7 +130,8 @@ TEST(BpeTokenizer, EachUnsupportedFieldIsNamed) {
   EXPECT_TRUE(contains(refused([](json& f) {
                          f["normalizer"] = {{"type", "NFC"}};
                        }),
-                       "normalizer is not null"));
+                       "normalizer is \"NFC\" (Qwen 2's tokenizer.json has it), and paraplan "
+                       "does not normalize text"));
   EXPECT_TRUE(contains(refused([](json& f) {
                          f["pre_tokenizer"] = {{"type", "Whitespace"}};
                        }),
@@ -169,7 +174,8 @@ std::string base64(const std::string& bytes) {
 TEST(BpeTokenizer, ATiktokenFileMergesByTheRankOfTheJoinedBytes) {
   TempDir dir;
   // GPT-2's count of ranks: the 256 bytes, "bc" (256), "ab" (257), "abcd"
-  // (258), then tokens no merge reaches (0xFF and two bytes) up to 50,256.
+  // (258), then tokens no merge reaches (0xFF and two bytes, and one of 4 MiB)
+  // up to 50,256.
   std::string file;
   int rank = 0;
   auto add = [&](const std::string& bytes) {
@@ -179,8 +185,10 @@ TEST(BpeTokenizer, ATiktokenFileMergesByTheRankOfTheJoinedBytes) {
   add("bc");
   add("ab");
   add("abcd");
-  for (int x = 0, fillers = 50256 - rank; x < fillers; ++x)
+  for (int x = 0, fillers = 50256 - rank - 1; x < fillers; ++x)
     add(std::string{'\xFF', static_cast<char>(x >> 8), static_cast<char>(x & 0xFF)});
+  add(std::string(size_t{1} << 22, '\xFE'));  // 4 MiB: loading stays linear in the file
+
   write_bytes(dir / "gpt2.tiktoken", file);
   const BpeTokenizer tokenizer = BpeTokenizer::from_file(dir / "gpt2.tiktoken");
   EXPECT_EQ(tokenizer.pattern(), PretokenizerPattern::kGpt2);

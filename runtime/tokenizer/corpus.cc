@@ -16,12 +16,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Not text: llm.c-style binary dumps kept beside corpora.
+// Not text: fortune's index files, llm.c-style binary dumps and token files
+// (a tokenize output written into its input directory).
 bool skipped_in_directory(const fs::path& path) {
   const std::string name = path.filename().string();
   if (name.empty() || name[0] == '.') return true;
   const std::string ext = path.extension().string();
-  return ext == ".dat" || ext == ".u8";
+  return ext == ".dat" || ext == ".u8" || ext == ".bin";
 }
 
 std::vector<fs::path> expand_inputs(const std::vector<std::string>& inputs) {

@@ -28,7 +28,7 @@ struct TokenizeOptions {
   // (GPT-2, Qwen 2), else <|begin_of_text|> (Llama 3).
   std::string document_separator;
   std::string text_field = "text";  // the field of a .jsonl line holding its document
-  int threads = 0;                  // encoding threads; 0: one per hardware thread
+  int threads = 0;                  // encoding threads (at most 256); 0: one per hardware thread
   // A document over twice this is encoded in chunks of about this many bytes
   // (on several threads; the tokens are the same).
   size_t chunk_bytes = size_t{1} << 20;
@@ -61,8 +61,8 @@ struct TokenizeResult {
 };
 
 // Reads `inputs` (files, or directories whose regular files are read in sorted
-// name order, not recursively, skipping hidden files and files ending in .dat
-// or .u8) and writes output_dir/train.bin and output_dir/val.bin (created if
+// name order, not recursively, skipping hidden files and files ending in .dat,
+// .u8 or .bin) and writes output_dir/train.bin and output_dir/val.bin (created if
 // missing).
 //
 // Byte-level: the files' bytes are concatenated as they are; val.bin holds the

@@ -2,10 +2,14 @@
 // input file at a time, its documents (the file, or each .jsonl line) encoded
 // in batches on several threads, in chunks cut where the pre-tokenizer splits
 // anyway, and the tokens appended to the split's token files as they come.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <deque>
+#include <exception>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
@@ -61,22 +65,33 @@ std::vector<Document> documents_of(const fs::path& file, const std::string& cont
   return documents;
 }
 
-std::string default_separator(const BpeTokenizer& tokenizer) {
-  for (const char* name : {"<|endoftext|>", "<|begin_of_text|>"})
-    if (tokenizer.special_token(name)) return name;
-  return "";
+bool word_character(char c) {
+  return c > ' ' && c <= '~';
+}  // printable ASCII, not a space
+bool ascii_letter(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-// Cuts `text` into pieces of about `target` bytes where every pattern splits:
-// after a '\n' and before a printable ASCII character (no match of the three
-// patterns holds a line break and then a non-space).
+// Whether all three patterns end a piece before text[at] whatever follows,
+// so that text before and after `at` encode apart as they do together:
+//   - after a lone '\n' between printable characters ("x\nY": GPT-2's
+//     `\s+(?!\S)` would take a longer run, "\n\nY", to the end of a chunk
+//     but leave its last '\n' apart in the whole text);
+//   - before a space between ASCII letters ("a b": " b" is a piece of its own).
+bool safe_cut(std::string_view text, size_t at) {
+  if (at < 2 || at + 1 >= text.size()) return false;
+  if (text[at - 1] == '\n') return word_character(text[at - 2]) && word_character(text[at]);
+  return text[at] == ' ' && ascii_letter(text[at - 1]) && ascii_letter(text[at + 1]);
+}
+
+// Cuts `text` into pieces of about `target` bytes at safe cuts (a document
+// with none, say a single line of CJK, stays whole).
 std::vector<std::string_view> chunks_of(std::string_view text, size_t target) {
   std::vector<std::string_view> chunks;
   size_t begin = 0;
   while (text.size() - begin > 2 * target) {
     size_t cut = begin + target;
-    while (cut < text.size() && !(text[cut - 1] == '\n' && text[cut] > ' ' && text[cut] <= '~'))
-      ++cut;
+    while (cut < text.size() && !safe_cut(text, cut)) ++cut;
     if (cut >= text.size()) break;
     chunks.push_back(text.substr(begin, cut - begin));
     begin = cut;
@@ -86,7 +101,10 @@ std::vector<std::string_view> chunks_of(std::string_view text, size_t target) {
 }
 
 // One split's token files: a file of at most `shard_tokens` tokens at a
-// time, named split_NNNNNN.bin once there is more than one, else split.bin.
+// time. A shard that fills is committed under a hidden name and renamed into
+// place by finish(), with the others, so that a run failing halfway leaves
+// the earlier outputs as they were; one file that never filled is split.bin,
+// otherwise the files are split_NNNNNN.bin.
 class SplitWriter {
  public:
   SplitWriter(const std::string& output_dir, std::string split, TokenFormat format,
@@ -96,6 +114,12 @@ class SplitWriter {
         format_(format),
         shard_tokens_(shard_tokens > 0 ? shard_tokens : TokenFileWriter::kMaxTokens),
         counts_(counts) {}
+  SplitWriter(const SplitWriter&) = delete;
+  SplitWriter& operator=(const SplitWriter&) = delete;
+  ~SplitWriter() {  // not finished: the hidden shards go
+    std::error_code ignored;
+    for (const std::string& hidden : hidden_) fs::remove(hidden, ignored);
+  }
 
   void append(const int32_t* tokens, size_t count) {
     while (count > 0) {
@@ -109,23 +133,38 @@ class SplitWriter {
       tokens_ += static_cast<int64_t>(now);
       tokens += now;
       count -= now;
-      if (current_->count() == shard_tokens_) commit(name(static_cast<int>(written_.size())));
+      if (current_->count() == shard_tokens_) {
+        hidden_.push_back(hidden_name(static_cast<int>(hidden_.size())));
+        current_->commit_as(hidden_.back());
+        current_.reset();
+      }
     }
   }
 
-  // Commits what is left and removes earlier outputs of this split's names;
-  // returns the path --data takes (the file, or a glob of the shards).
+  // Puts the files in place and removes earlier outputs of this split's
+  // names; returns the path --data takes (the file, or a glob of the shards)
+  // and the number of files.
   std::string finish(int& files) {
-    if (written_.empty()) {
+    std::vector<std::string> written;
+    if (hidden_.empty()) {
       if (!current_) current_ = std::make_unique<TokenFileWriter>(name(-1), format_);
-      commit(name(-1));
-    } else if (current_ && current_->count() > 0) {
-      commit(name(static_cast<int>(written_.size())));
+      current_->commit_as(name(-1));
+      written.push_back(name(-1));
+    } else {
+      if (current_ && current_->count() > 0) {
+        hidden_.push_back(hidden_name(static_cast<int>(hidden_.size())));
+        current_->commit_as(hidden_.back());
+      }
+      for (size_t shard = 0; shard < hidden_.size(); ++shard) {
+        written.push_back(name(static_cast<int>(shard)));
+        fs::rename(hidden_[shard], written.back());
+      }
+      hidden_.clear();
     }
     current_.reset();
-    remove_earlier_outputs();
-    files = static_cast<int>(written_.size());
-    return written_.size() == 1 ? written_[0] : (fs::path(dir_) / (split_ + "_*.bin")).string();
+    remove_earlier_outputs(written);
+    files = static_cast<int>(written.size());
+    return written.size() == 1 ? written[0] : (fs::path(dir_) / (split_ + "_*.bin")).string();
   }
 
   int64_t tokens() const { return tokens_; }
@@ -136,27 +175,29 @@ class SplitWriter {
     if (shard >= 0) std::snprintf(suffix, sizeof suffix, "_%06d", shard);
     return (fs::path(dir_) / (split_ + suffix + ".bin")).string();
   }
-  void commit(const std::string& path) {
-    current_->commit_as(path);
-    current_.reset();
-    written_.push_back(path);
+  std::string hidden_name(int shard) const {
+    std::string hidden = std::string(".") + fs::path(name(shard)).filename().string();
+    hidden += ".partial-" + std::to_string(::getpid());
+    return (fs::path(dir_) / hidden).string();
   }
-  // split.bin or split_NNNNNN.bin.
+  // split.bin, or split_ and six or more digits .bin.
   bool ours(const std::string& file) const {
     if (file == split_ + ".bin") return true;
-    const size_t digits = split_.size() + 1;
-    return file.size() == digits + 6 + 4 && file.compare(0, digits, split_ + "_") == 0 &&
-           file.compare(digits + 6, 4, ".bin") == 0 &&
-           std::all_of(file.begin() + static_cast<std::ptrdiff_t>(digits),
-                       file.begin() + static_cast<std::ptrdiff_t>(digits + 6),
+    const size_t first = split_.size() + 1;
+    if (file.size() < first + 6 + 4 || file.compare(0, first, split_ + "_") != 0 ||
+        file.compare(file.size() - 4, 4, ".bin") != 0)
+      return false;
+    return std::all_of(file.begin() + static_cast<std::ptrdiff_t>(first), file.end() - 4,
                        [](char c) { return c >= '0' && c <= '9'; });
   }
-  void remove_earlier_outputs() const {
-    const std::set<std::string> kept(written_.begin(), written_.end());
+  void remove_earlier_outputs(const std::vector<std::string>& written) const {
+    std::set<std::string> kept;
+    for (const std::string& path : written) kept.insert(fs::path(path).filename().string());
     std::error_code error;
-    for (const fs::directory_entry& entry : fs::directory_iterator(dir_, error))
-      if (ours(entry.path().filename().string()) && !kept.count(entry.path().string()))
-        fs::remove(entry.path(), error);
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir_, error)) {
+      const std::string file = entry.path().filename().string();
+      if (ours(file) && !kept.count(file)) fs::remove(entry.path(), error);
+    }
   }
 
   std::string dir_, split_;
@@ -164,7 +205,7 @@ class SplitWriter {
   int64_t shard_tokens_;
   std::vector<int64_t>* counts_;
   std::unique_ptr<TokenFileWriter> current_;
-  std::vector<std::string> written_;
+  std::vector<std::string> hidden_;  // committed shards, not yet in place
   std::vector<uint32_t> staging_;
   int64_t tokens_ = 0;
 };
@@ -190,19 +231,31 @@ void encode_batch(const BpeTokenizer& tokenizer, const std::vector<Document>& do
     }
   }
   if (chunks.empty()) return;
+  // The first failure of any thread (memory, say) is rethrown here once all
+  // are joined; the others stop at their next chunk.
   std::atomic<size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
   auto work = [&] {
-    for (size_t i = next++; i < chunks.size(); i = next++)
-      tokenizer.encode(chunks[i].text, chunks[i].tokens, &chunks[i].invalid_utf8_bytes);
+    try {
+      for (size_t i = next++; i < chunks.size(); i = next++)
+        tokenizer.encode(chunks[i].text, chunks[i].tokens, &chunks[i].invalid_utf8_bytes);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = chunks.size();
+    }
   };
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int workers = std::clamp<int>(threads, 1, static_cast<int>(chunks.size()));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < workers; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
+  const int workers = std::clamp<int>(std::min(threads, 256), 1, static_cast<int>(chunks.size()));
+  {
+    std::vector<std::jthread> pool;  // joined when the block ends, also by a throw
+    for (int t = 1; t < workers; ++t) pool.emplace_back(work);
+    work();
+  }
+  if (failure) std::rethrow_exception(failure);
   for (const Chunk& chunk : chunks) {
     if (chunk.starts_document) out.append(&separator, 1);
     out.append(chunk.tokens.data(), chunk.tokens.size());
@@ -223,7 +276,7 @@ void tokenize_documents(const std::vector<fs::path>& files, const std::string& i
                         const std::string& output_dir, const TokenizeOptions& options,
                         TokenizeResult& result) {
   const BpeTokenizer& tokenizer = *options.tokenizer;
-  result.separator_name = options.document_separator.empty() ? default_separator(tokenizer)
+  result.separator_name = options.document_separator.empty() ? default_document_separator(tokenizer)
                                                              : options.document_separator;
   const std::optional<int32_t> separator = tokenizer.special_token(result.separator_name);
   if (!separator)

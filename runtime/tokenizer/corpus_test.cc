@@ -255,23 +255,32 @@ TEST_F(CorpusWithTokenizer, ValidationIsTheLastDocumentsOrOneDocumentSplitAtALin
 }
 
 TEST_F(CorpusWithTokenizer, ThreadsAndChunksLeaveTheTokensAsTheyAre) {
-  std::string text;
-  for (int line = 0; text.size() < 60000; ++line)
-    text += "the " + std::to_string(line) + "  \t the\u00a0x, '" + std::string(line % 7, ' ') +
-            (line % 5 == 0 ? "\n\n" : "\n") + (line % 3 == 0 ? " " : "");
-  write_bytes(dir / "big.txt", text);
+  // A "\n\n" token: GPT-2's pattern keeps a run's last line break apart
+  // when a word follows, so a cut after "\n\n" would change the tokens.
+  write_bytes(
+      dir / "tokenizer.json",
+      testing::tokenizer_json({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"\n", "\n"}}).dump());
+  tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::from_file(dir / "tokenizer.json"));
+  std::string lines, words;  // cut after line breaks; cut before spaces (one line)
+  for (int line = 0; lines.size() < 60000; ++line)
+    lines += "the " + std::to_string(line) + "  \t the\u00a0x, '" + std::string(line % 7, ' ') +
+             (line % 5 == 0 ? "\n\n" : "\n") + (line % 3 == 0 ? " " : "");
+  for (int word = 0; words.size() < 30000; ++word) words += word % 4 ? "the " : "a  b\t";
+  write_bytes(dir / "lines.txt", lines);
+  write_bytes(dir / "words.txt", words);
+  const std::vector<std::string> inputs = {dir / "lines.txt", dir / "words.txt"};
   TokenizeOptions options = with_tokenizer();
   options.threads = 1;
-  options.chunk_bytes = text.size();  // one chunk
-  const Tokens whole =
-      tokens_of(tokenize_files({dir / "big.txt"}, dir / "one", options).train_path);
+  options.chunk_bytes = lines.size();  // one chunk a document
+  const Tokens whole = tokens_of(tokenize_files(inputs, dir / "one", options).train_path);
   options.threads = 3;
-  options.chunk_bytes = 1000;  // about 60, cut after a line break before a letter
-  const Tokens chunked =
-      tokens_of(tokenize_files({dir / "big.txt"}, dir / "three", options).train_path);
+  options.chunk_bytes = 1000;  // about 60 and 30 chunks
+  const Tokens chunked = tokens_of(tokenize_files(inputs, dir / "three", options).train_path);
   EXPECT_EQ(chunked, whole);
-  std::vector<int32_t> encoded{259};
-  tokenizer->encode(text, encoded);
+  std::vector<int32_t> encoded{260};  // <|endoftext|> after the "\n\n" token
+  tokenizer->encode(lines, encoded);
+  encoded.push_back(260);
+  tokenizer->encode(words, encoded);
   EXPECT_EQ(whole, Tokens(encoded.begin(), encoded.end()));
 }
 
@@ -288,6 +297,16 @@ TEST_F(CorpusWithTokenizer, ShardsHoldShardTokensAndReplaceEarlierOutputs) {
   EXPECT_EQ(tokens_of(dir / "out/train_000002.bin"), (Tokens{258}));
   EXPECT_EQ(sharded.val_files, 1);
   EXPECT_EQ(tokens_of(sharded.val_path), Tokens{});
+
+  // A run that fails halfway leaves the earlier shards as they were.
+  write_bytes(dir / "bad.jsonl", "{\"text\": \"ab ab ab\"}\n{\"body\": 1}\n");
+  EXPECT_TRUE(contains(error_of([&] { tokenize_files({dir / "bad.jsonl"}, dir / "out", options); }),
+                       "bad.jsonl line 2"));
+  EXPECT_EQ(tokens_of(dir / "out/train_000000.bin"), (Tokens{259, 257, 258}));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "out"),
+                          std::filesystem::directory_iterator()),
+            4)
+      << "three shards and val.bin, no hidden shard left";
 
   write_bytes(dir / "out/train_notes.bin", "kept: not a name tokenize writes");
   const TokenizeResult whole = tokenize_files({dir / "docs.jsonl"}, dir / "out", with_tokenizer());

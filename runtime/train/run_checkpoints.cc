@@ -95,14 +95,16 @@ std::optional<CheckpointTokenizer> tokenizer_for_checkpoints(const std::string& 
                                                              const std::string& started_from,
                                                              int64_t vocab_size,
                                                              const std::string& plan_path) {
+  // A given file is checked; one carried from where the run started is kept
+  // as it is (a model's tokenizer paraplan cannot read still belongs with it).
+  if (!given.empty()) (void)load_tokenizer_for_model(given, vocab_size, plan_path);
   const std::string path =
       given.empty() && !started_from.empty() ? tokenizer_file_in(started_from) : given;
   if (path.empty()) return std::nullopt;
-  (void)load_tokenizer_for_model(path, vocab_size, plan_path);
-  const std::filesystem::path file(path);
-  return CheckpointTokenizer{
-      .name = file.extension() == ".json" ? "tokenizer.json" : file.filename().string(),
-      .bytes = read_bounded_file(path, kTokenizerFile)};
+  // Under a name of its own, so that it cannot replace a checkpoint's file.
+  const bool json = std::filesystem::path(path).extension() == ".json";
+  return CheckpointTokenizer{.name = json ? "tokenizer.json" : "tokenizer.tiktoken",
+                             .bytes = read_bounded_file(path, kTokenizerFile)};
 }
 
 std::function<void()> RunCheckpoints::fence() const {

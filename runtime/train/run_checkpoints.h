@@ -25,22 +25,23 @@
 
 namespace paraplan {
 
-// What a run's saves need besides the rank.
 // The tokenizer file kept beside each checkpoint's config.json (as a Hugging
 // Face model directory has it), so `paraplan sample` and transformers find it.
 struct CheckpointTokenizer {
-  std::string name;   // tokenizer.json, or the tiktoken file's own name
+  std::string name;   // tokenizer.json, or tokenizer.tiktoken for a tiktoken file
   std::string bytes;  // the file as given
 };
 
-// train --tokenizer, else the one beside the checkpoint resumed from or the
-// --init-from weights (tokenizer_file_in), checked against the model's
-// vocabulary; nullopt when there is none. Throws naming the file.
+// train --tokenizer (checked against the model's vocabulary; throws naming
+// the file), else the one beside the checkpoint resumed from or the
+// --init-from weights (tokenizer_file_in), kept unread; nullopt when there is
+// none.
 std::optional<CheckpointTokenizer> tokenizer_for_checkpoints(const std::string& given,
                                                              const std::string& started_from,
                                                              int64_t vocab_size,
                                                              const std::string& plan_path);
 
+// What a run's saves need besides the rank.
 struct RunCheckpointInputs {
   const LoadedPlan& plan;
   DataOrderRecord train_order;        // recorded in each checkpoint

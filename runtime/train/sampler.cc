@@ -94,10 +94,14 @@ std::string sample_text(const SampleOptions& options) {
   stage->load_parameters(params.data(), params.size());
 
   std::vector<int32_t> context;
-  if (tokenizer)
+  if (tokenizer) {
+    // The prompt starts a document, as the model saw documents in training.
+    const std::string separator = default_document_separator(*tokenizer);
+    if (!separator.empty()) context.push_back(*tokenizer->special_token(separator));
     tokenizer->encode(options.prompt, context);
-  else
+  } else {
     for (unsigned char c : options.prompt) context.push_back(c);
+  }
   const int T = config.seq_len, V = config.vocab_size;
   // Only the tokenizer's ids are drawn: the padding rows of the embedding
   // were never a target.
