@@ -189,7 +189,7 @@ void add_tokenize_command(CLI::App& app, CommandLine& c) {
   CLI::Option* tokenizer = c.tokenize_command->add_option(
       "--tokenizer", c.tokenize.tokenizer,
       "a Hugging Face tokenizer.json or a tiktoken file (gpt2.tiktoken, Llama 3's "
-      "tokenizer.model): GPT-2's or Llama 3's byte-level BPE");
+      "tokenizer.model): byte-level BPE of GPT-2, Llama 3 or Qwen 2");
   c.tokenize_command
       ->add_option("--document-separator", c.tokenize.options.document_separator,
                    "the special token before each document (default <|endoftext|>, or "

@@ -81,7 +81,7 @@ TEST_F(RealTokenizers, TokenizeGivesTiktokensAndHuggingFacesTokens) {
   const nlohmann::json results =
       nlohmann::json::parse(checked.output.substr(checked.output.rfind("\n{") + 1));
   for (const char* file :
-       {"gpt2.tiktoken", "llama3.tiktoken", "gpt2.json", "llama3.json", "qwen2-pattern.json"}) {
+       {"gpt2.tiktoken", "llama3.tiktoken", "gpt2.json", "llama3.json", "qwen2.json"}) {
     ASSERT_TRUE(results.contains(file)) << checked.output;
     EXPECT_GT(results[file]["tokens"].get<int64_t>(), 1000000) << file;
     EXPECT_GE(results[file]["validation_documents"].get<int>(), 1) << file;

@@ -16,7 +16,8 @@ ASSETS holds gpt2.tiktoken (openai-whisper's copy) and llama3.tiktoken
 fetches them. From their ranks this builds the tokenizer.json files Hugging
 Face publishes for such models (vocab in ByteLevel's alphabet, merges in
 priority order): GPT-2's (ByteLevel's own pattern), Llama 3's (a Split, then
-ByteLevel, ignore_merges) and one with Qwen 2's pattern over GPT-2's vocab.
+ByteLevel, ignore_merges) and one shaped as Qwen 2's (its NFC normalizer and
+pattern) over GPT-2's vocab.
 Hugging Face's encoding of each is checked against tiktoken's where both
 exist, so the files are what the models ship.
 
@@ -35,6 +36,7 @@ import random
 import subprocess
 import sys
 import time
+import unicodedata
 
 import numpy as np
 import tiktoken
@@ -124,7 +126,9 @@ def corpus(work, source_text):
               "\u041f\u0440\u0438\u0432\u0435\u0442", "\u092e\u0928\u0941\u0937\u094d\u092f",
               "don't", "DON'T", "I'm", "\x0b", "\x0c", "\x1c", "\u0085", "\u01c5", "$100.00",
               "\ufeff", "\U0001D518\U0001D52B", " \t\n", "\n\t", "ab\u0300c", "\ufb01",
-              "\u0130stanbul", "<|endoftext|>"]
+              "\u0130stanbul", "<|endoftext|>",
+              # for NFC: marks out of order, a singleton, an exclusion, Hangul jamo
+              "a\u0302\u0323", "\u212b", "\u0958", "\u1100\u1161\u11a8", "o\u0308\u0304"]
     words = source_text.split(" ")
     documents = []
     for n in range(300):
@@ -262,17 +266,26 @@ def main():
         LLAMA3_SPECIALS + [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - 12)])}
     llama = tiktoken.Encoding("llama3", pat_str=LLAMA3, mergeable_ranks=llama_ranks,
                               special_tokens=llama_specials)
-    qwen = tiktoken.Encoding("qwen2-pattern", pat_str=QWEN2, mergeable_ranks=gpt2_ranks,
+    qwen = tiktoken.Encoding("qwen2", pat_str=QWEN2, mergeable_ranks=gpt2_ranks,
                              special_tokens={"<|endoftext|>": 50256})
 
-    files = [("gpt2.tiktoken", gpt2, None, 50256), ("llama3.tiktoken", llama, None, 128000)]
-    for name, encoding, pattern, ignore_merges in (
-            ("gpt2.json", gpt2, None, False), ("llama3.json", llama, LLAMA3, True),
-            ("qwen2-pattern.json", qwen, QWEN2, False)):
+    # (file, its encoding as tiktoken gives it): tiktoken files as they are;
+    # tokenizer.json files built from their ranks, Qwen 2's with its NFC.
+    nfc = lambda text: unicodedata.normalize("NFC", text)
+    files = [("gpt2.tiktoken", gpt2, gpt2.encode_ordinary),
+             ("llama3.tiktoken", llama, llama.encode_ordinary)]
+    for name, encoding, pattern, ignore_merges, normalize in (
+            ("gpt2.json", gpt2, None, False, False), ("llama3.json", llama, LLAMA3, True, False),
+            ("qwen2.json", qwen, QWEN2, False, True)):
         path = os.path.join(work, name)
+        file = tokenizer_json(encoding._mergeable_ranks, encoding._special_tokens, pattern,
+                              ignore_merges)
+        if normalize:
+            file["normalizer"] = {"type": "NFC"}
         with open(path, "w", encoding="utf-8") as out:
-            json.dump(tokenizer_json(encoding._mergeable_ranks, encoding._special_tokens, pattern,
-                                     ignore_merges), out, ensure_ascii=False)
+            json.dump(file, out, ensure_ascii=False)
+        reference = (lambda text, e=encoding: e.encode_ordinary(nfc(text))) if normalize else \
+            encoding.encode_ordinary
         hugging_face = Tokenizer.from_file(path)
         encode = lambda text, t=hugging_face: t.encode(text, add_special_tokens=False).ids
         # The file encodes as the model's tokenizer does, on text without
@@ -281,16 +294,16 @@ def main():
             ordinary = document
             for special in encoding._special_tokens:
                 ordinary = ordinary.replace(special, "")
-            if encode(ordinary) != encoding.encode_ordinary(ordinary):
+            if encode(ordinary) != reference(ordinary):
                 raise SystemExit(f"{name}: Hugging Face and tiktoken disagree; the test's "
                                  f"converter is wrong")
-        files.append((path, encoding, None, None))
-    for path, encoding, _, _ in files:
+        files.append((path, encoding, reference))
+    for path, encoding, reference in files:
         path = path if os.path.isabs(path) else os.path.join(assets, path)
         separator = (encoding._special_tokens.get("<|endoftext|>") or
                      encoding._special_tokens["<|begin_of_text|>"])
         results[os.path.basename(path)] = check(paraplan, path, work, documents, ends, separator,
-                                                encoding.encode_ordinary)
+                                                reference)
     print(json.dumps(results))
 
 

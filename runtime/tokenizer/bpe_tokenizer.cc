@@ -5,6 +5,8 @@
 #include <queue>
 #include <stdexcept>
 
+#include "runtime/tokenizer/unicode_normalization.h"
+
 namespace paraplan {
 
 std::optional<BpeTokenizer::Merge> BpeTokenizer::find_merge(int32_t left, int32_t right) const {
@@ -85,10 +87,15 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 
 void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out,
                           int64_t* invalid_utf8_bytes) const {
-  std::string prefixed;
+  std::string normalized, prefixed;
+  if (nfc_) {  // Hugging Face's order: the normalizer, then the pre-tokenizer
+    normalized = to_nfc(text);
+    text = normalized;
+  }
   if (add_prefix_space_ && !text.empty() && text[0] != ' ') {
-    prefixed = " ";
-    prefixed += text;
+    prefixed.reserve(text.size() + 1);
+    prefixed.push_back(' ');
+    prefixed.append(text);
     text = prefixed;
   }
   PretokenizeResult split;

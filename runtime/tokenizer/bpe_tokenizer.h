@@ -4,7 +4,7 @@
 // highest-priority pair first, until no pair merges.
 //
 // Read from the files users have:
-//   - a Hugging Face tokenizer.json (model "BPE", no normalizer, pre-tokenizer
+//   - a Hugging Face tokenizer.json (model "BPE", no normalizer or NFC, pre-tokenizer
 //     ByteLevel or Split + ByteLevel with one of the three patterns, decoder
 //     ByteLevel): vocab, merges (priority = list order) and added_tokens;
 //   - a tiktoken ranks file (base64 bytes and rank per line): GPT-2's
@@ -74,6 +74,7 @@ class BpeTokenizer {
   std::string source_;  // the file, for messages
   PretokenizerPattern pattern_ = PretokenizerPattern::kGpt2;
   bool add_prefix_space_ = false;
+  bool nfc_ = false;  // the NFC normalizer (Qwen 2's) before the pattern
   // A piece that is a token is that token without merging (tiktoken always;
   // Hugging Face's ignore_merges, Llama 3's tokenizer.json).
   bool whole_piece_lookup_ = false;

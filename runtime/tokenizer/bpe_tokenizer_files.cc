@@ -19,9 +19,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kSupported =
-    "paraplan reads byte-level BPE tokenizers without a normalizer: GPT-2's and Llama 3's "
-    "tokenizer.json (or another with GPT-2's, Llama 3's or Qwen 2's pattern), or tiktoken's "
-    "gpt2.tiktoken and Llama 3's tokenizer.model";
+    "paraplan reads byte-level BPE tokenizers: GPT-2's, Llama 3's and Qwen 2's tokenizer.json, or "
+    "tiktoken's gpt2.tiktoken and Llama 3's tokenizer.model";
 
 // Hugging Face's ByteLevel alphabet: byte b is written as the character
 // kByteChars[b] (printable Latin-1 as itself, the rest from U+0100 on).
@@ -348,15 +347,16 @@ BpeTokenizer BpeTokenizerReader::hugging_face(const std::string& path, const std
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0)
     throw std::runtime_error(path + ": model.dropout is " + json_value_text(model["dropout"]) +
                              "; encoding would be random. Set it to null");
-  if (const json normalizer = root.value("normalizer", json()); !normalizer.is_null())
-    throw std::runtime_error(
-        path + ": normalizer is " +
-        (normalizer.is_object() && normalizer.contains("type")
-             ? json_value_text(normalizer["type"]) +
-                   (normalizer["type"] == "NFC" ? " (Qwen 2's tokenizer.json has it)" : "")
-             : json_value_text(normalizer)) +
-        ", and paraplan does not normalize text (Unicode normalization is not implemented); " +
-        kSupported);
+  // None, or Qwen 2's NFC.
+  if (const json normalizer = root.value("normalizer", json()); !normalizer.is_null()) {
+    tokenizer.nfc_ = normalizer.is_object() && normalizer.value("type", "") == "NFC";
+    if (!tokenizer.nfc_)
+      throw std::runtime_error(path + ": normalizer is " +
+                               (normalizer.is_object() && normalizer.contains("type")
+                                    ? json_value_text(normalizer["type"])
+                                    : json_value_text(normalizer)) +
+                               "; paraplan applies none or NFC (Qwen 2's). " + kSupported);
+  }
   const json decoder = root.value("decoder", json());
   if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
     throw std::runtime_error(path + ": decoder is not ByteLevel; " + std::string(kSupported));

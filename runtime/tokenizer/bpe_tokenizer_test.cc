@@ -128,10 +128,9 @@ TEST(BpeTokenizer, EachUnsupportedFieldIsNamed) {
   EXPECT_TRUE(contains(refused([](json& f) { f["model"]["byte_fallback"] = true; }),
                        "model.byte_fallback is true (a SentencePiece-style BPE"));
   EXPECT_TRUE(contains(refused([](json& f) {
-                         f["normalizer"] = {{"type", "NFC"}};
+                         f["normalizer"] = {{"type", "NFKC"}};
                        }),
-                       "normalizer is \"NFC\" (Qwen 2's tokenizer.json has it), and paraplan "
-                       "does not normalize text"));
+                       "normalizer is \"NFKC\"; paraplan applies none or NFC (Qwen 2's)"));
   EXPECT_TRUE(contains(refused([](json& f) {
                          f["pre_tokenizer"] = {{"type", "Whitespace"}};
                        }),
@@ -148,6 +147,17 @@ TEST(BpeTokenizer, EachUnsupportedFieldIsNamed) {
                        "id 97 is given twice"));
   write_bytes(dir / "bad.json", "{\"model\": ");
   EXPECT_TRUE(contains(error_of([&] { BpeTokenizer::from_file(dir / "bad.json"); }), "not JSON"));
+}
+
+TEST(BpeTokenizer, AnNfcNormalizerComposesBeforeThePattern) {
+  TempDir dir;
+  json file = tokenizer_json({});
+  const std::string decomposed = "cafe\xCC\x81";  // e + U+0301
+  EXPECT_EQ(load(dir, file).encode(decomposed).size(), 6u);
+  file["normalizer"] = {{"type", "NFC"}};
+  const BpeTokenizer nfc = load(dir, file);
+  EXPECT_EQ(nfc.encode(decomposed), nfc.encode("caf\xC3\xA9"));  // U+00E9
+  EXPECT_EQ(nfc.encode(decomposed).size(), 5u);
 }
 
 TEST(BpeTokenizer, MergesAsPairsReadAsTheirStringForm) {
