@@ -20,6 +20,12 @@ def rows(items, per_row):
 
 
 def main():
+    # Pinned: another Python's tables would change NFC silently. (Hugging
+    # Face's tokenizers normalizes with Unicode 9.0 tables; code points
+    # assigned since with a combining class or a decomposition differ.)
+    if unicodedata.unidata_version != "14.0.0":
+        sys.exit(f"unicodedata is Unicode {unicodedata.unidata_version}; run with Python 3.11 "
+                 "(Unicode 14.0.0), or review the differences and update this pin")
     classes, mappings = [], []
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF:

@@ -53,6 +53,7 @@ class BpeTokenizer {
   // The id of a special (added) token, e.g. "<|endoftext|>".
   std::optional<int32_t> special_token(std::string_view content) const;
   PretokenizerPattern pattern() const { return pattern_; }
+  bool normalizes_to_nfc() const { return nfc_; }
   // "GPT-2 pattern, 50,257 tokens (tokenizer.json)".
   std::string description() const;
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -68,15 +68,17 @@ char32_t compose(char32_t first, char32_t second) {
   if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 &&
       second > kTBase && second < kTBase + kTCount)
     return first + (second - kTBase);
-  static const std::map<std::pair<char32_t, char32_t>, char32_t> composites = [] {
-    std::map<std::pair<char32_t, char32_t>, char32_t> table;
+  // first (21 bits) and second (21 bits) as one key.
+  static const std::unordered_map<uint64_t, char32_t> composites = [] {
+    std::unordered_map<uint64_t, char32_t> table;
     for (size_t i = 0; i < kCanonicalMappingCount; ++i)
       if (kCanonicalMappings[i].composes)
-        table[{kCanonicalMappings[i].first, kCanonicalMappings[i].second}] =
+        table[uint64_t{kCanonicalMappings[i].first} << 21 | kCanonicalMappings[i].second] =
             kCanonicalMappings[i].code_point;
     return table;
   }();
-  const auto found = composites.find({first, second});
+  if (first >= kByteMark || second >= kByteMark) return 0;
+  const auto found = composites.find(uint64_t{first} << 21 | second);
   return found == composites.end() ? 0 : found->second;
 }
 
@@ -100,20 +102,19 @@ void append_utf8(char32_t c, std::string& out) {
   }
 }
 
-// Canonical ordering: each run of combining marks stably sorted by class.
+// Canonical ordering: each run of combining marks stably sorted by class
+// (insertion sort: runs are a few marks long, and it allocates nothing).
 void order_marks(std::vector<char32_t>& text) {
-  for (size_t begin = 0; begin < text.size();) {
-    if (combining_class(text[begin]) == 0) {
-      ++begin;
-      continue;
+  for (size_t at = 1; at < text.size(); ++at) {
+    const char32_t c = text[at];
+    const uint8_t c_class = combining_class(c);
+    if (c_class == 0) continue;
+    size_t to = at;
+    while (to > 0 && combining_class(text[to - 1]) > c_class) {
+      text[to] = text[to - 1];
+      --to;
     }
-    size_t end = begin;
-    while (end < text.size() && combining_class(text[end]) != 0) ++end;
-    std::stable_sort(text.begin() + static_cast<std::ptrdiff_t>(begin),
-                     text.begin() + static_cast<std::ptrdiff_t>(end), [](char32_t a, char32_t b) {
-                       return combining_class(a) < combining_class(b);
-                     });
-    begin = end;
+    text[to] = c;
   }
 }
 
@@ -140,13 +141,9 @@ void compose_all(std::vector<char32_t>& text) {
   text.resize(kept);
 }
 
-}  // namespace
-
-std::string to_nfc(std::string_view text) {
-  if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; }))
-    return std::string(text);
-  std::vector<char32_t> points;
-  points.reserve(text.size());
+// NFC of a piece of text (any bytes), appended to `out`.
+void normalize_segment(std::string_view text, std::vector<char32_t>& points, std::string& out) {
+  points.clear();
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
   for (size_t at = 0; at < text.size();) {
     size_t length;
@@ -161,9 +158,36 @@ std::string to_nfc(std::string_view text) {
   }
   order_marks(points);
   compose_all(points);
+  for (const char32_t c : points) append_utf8(c, out);
+}
+
+}  // namespace
+
+// Text splits before every ASCII character into parts NFC treats apart (an
+// ASCII character is a starter and the second of no composition), so ASCII
+// is copied and only the stretches around other bytes, from the character
+// before them, go through the algorithm.
+std::string to_nfc(std::string_view text) {
+  auto ascii = [](char c) { return (c & 0x80) == 0; };
+  if (std::all_of(text.begin(), text.end(), ascii)) return std::string(text);
   std::string out;
   out.reserve(text.size());
-  for (const char32_t c : points) append_utf8(c, out);
+  std::vector<char32_t> points;
+  for (size_t at = 0; at < text.size();) {
+    size_t other = at;
+    while (other < text.size() && ascii(text[other])) ++other;
+    if (other == text.size()) {
+      out.append(text.substr(at));
+      break;
+    }
+    // The ASCII character before may be a starter its marks compose onto.
+    const size_t begin = other > at ? other - 1 : other;
+    out.append(text.substr(at, begin - at));
+    size_t end = other;
+    while (end < text.size() && !ascii(text[end])) ++end;
+    normalize_segment(text.substr(begin, end - begin), points, out);
+    at = end;
+  }
   return out;
 }
 

@@ -26,6 +26,16 @@ TEST(Nfc, ComposesOrdersAndLeavesWhatIsAlreadyComposed) {
   EXPECT_EQ(to_nfc("\uac01"), "\uac01");
   // A leading mark composes with nothing.
   EXPECT_EQ(to_nfc("\u0301e"), "\u0301e");
+  // Leading marks are still ordered: dot below (220) first.
+  EXPECT_EQ(to_nfc("\u0301\u0302\u0323e"), "\u0323\u0301\u0302e");
+  // Two starters compose (Oriya), and a syllable does not take U+11A7 (the T
+  // base is not a trailing consonant).
+  EXPECT_EQ(to_nfc("\u0b47\u0b3e"), "\u0b4b");
+  EXPECT_EQ(to_nfc("\u1100\u1161\u11a7"), "\uac00\u11a7");
+  // A mark of a lower class first does not block: cedilla (202) then acute.
+  EXPECT_EQ(to_nfc("e\u0301\u0327"), "\u0229\u0301");
+  // Composition after an ASCII stretch and inside mixed text.
+  EXPECT_EQ(to_nfc("x = cafe\u0301; y = \u00e9"), "x = caf\u00e9; y = \u00e9");
 }
 
 TEST(Nfc, BytesThatAreNotUtf8PassThroughAndComposeWithNothing) {
