@@ -11,6 +11,7 @@
 #include "common/json_fields.h"
 #include "common/printable_text.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
+#include "runtime/tokenizer/utf8.h"
 
 namespace paraplan {
 
@@ -46,10 +47,8 @@ std::optional<std::string> byte_level_bytes(const std::string& key, char32_t& of
   std::string bytes;
   const auto* s = reinterpret_cast<const unsigned char*>(key.data());
   for (size_t i = 0; i < key.size();) {
-    // The JSON parser checked the UTF-8; only the code point is wanted here.
-    const int length = s[i] < 0x80 ? 1 : s[i] < 0xE0 ? 2 : s[i] < 0xF0 ? 3 : 4;
-    char32_t c = length == 1 ? s[i] : s[i] & (0x7F >> length);
-    for (int k = 1; k < length && i + k < key.size(); ++k) c = (c << 6) | (s[i + k] & 0x3F);
+    size_t length;  // the JSON parser checked the UTF-8
+    const char32_t c = decode_utf8(s + i, key.size() - i, length);
     i += length;
     if (c >= byte_of.size() || byte_of[c] < 0) {
       offending = c;

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/tokenizer/utf8.h"
+
 namespace paraplan::testing {
 
 // Hugging Face's ByteLevel character for byte b, as UTF-8.
@@ -18,12 +20,7 @@ inline std::string byte_level(unsigned char b) {
     code = printable ? x : next++;
   }
   std::string text;
-  if (code < 0x80) {
-    text.push_back(static_cast<char>(code));
-  } else {
-    text.push_back(static_cast<char>(0xC0 | (code >> 6)));
-    text.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-  }
+  append_utf8(static_cast<char32_t>(code), text);
   return text;
 }
 

@@ -82,26 +82,6 @@ char32_t compose(char32_t first, char32_t second) {
   return found == composites.end() ? 0 : found->second;
 }
 
-void append_utf8(char32_t c, std::string& out) {
-  if (c >= kByteMark) {
-    out.push_back(static_cast<char>(c - kByteMark));
-  } else if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
-
 // Canonical ordering: each run of combining marks stably sorted by class
 // (insertion sort: runs are a few marks long, and it allocates nothing).
 void order_marks(std::vector<char32_t>& text) {
@@ -158,7 +138,11 @@ void normalize_segment(std::string_view text, std::vector<char32_t>& points, std
   }
   order_marks(points);
   compose_all(points);
-  for (const char32_t c : points) append_utf8(c, out);
+  for (const char32_t c : points)
+    if (c >= kByteMark)
+      out.push_back(static_cast<char>(c - kByteMark));
+    else
+      append_utf8(c, out);
 }
 
 }  // namespace

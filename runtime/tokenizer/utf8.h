@@ -18,6 +18,9 @@ inline constexpr char32_t kInvalidUtf8 = 0xFFFFFFFF;
 // U+FFFD replaces.
 char32_t decode_utf8(const unsigned char* s, size_t left, size_t& length);
 
+// Appends the UTF-8 bytes of `code_point` (at most U+10FFFF).
+void append_utf8(char32_t code_point, std::string& out);
+
 // `bytes` with each maximal invalid subpart replaced by U+FFFD.
 std::string to_valid_utf8(std::string_view bytes);
 
