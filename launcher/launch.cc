@@ -254,8 +254,9 @@ std::vector<std::string> mpirun_prefix(const std::string& mpirun, long long rank
 
 bool is_path_flag(const std::string& flag) {
   static const char* const kPathFlags[] = {
-      "--plan",  "--data",     "--val-data",  "--checkpoint-dir",  "--log-json", "--report",
-      "--trace", "--timeline", "--init-from", "--tensorboard-dir", "--tokenizer"};
+      "--plan",      "--data",      "--val-data",  "--checkpoint-dir", "--log-json",
+      "--report",    "--trace",     "--timeline",  "--init-from",      "--tensorboard-dir",
+      "--tokenizer", "--hellaswag", "--checkpoint"};
   return std::find(std::begin(kPathFlags), std::end(kPathFlags), flag) != std::end(kPathFlags);
 }
 
@@ -331,9 +332,9 @@ std::vector<std::string> build_launch_command(const LaunchOptions& options,
         "launch: nothing after --; give the command every rank runs, e.g. "
         "`paraplan launch --plan job.pplan -- train --data data/train.bin`");
   const std::string& subcommand = options.command.front();
-  if (subcommand != "train" && subcommand != "replay")
+  if (subcommand != "train" && subcommand != "evaluate" && subcommand != "replay")
     throw std::runtime_error(
-        "launch: the command after -- must start with 'train' or 'replay', "
+        "launch: the command after -- must start with 'train', 'evaluate' or 'replay', "
         "got '" +
         subcommand + "'");
   const std::string named_plan = command_flag_value(options.command, "--plan");

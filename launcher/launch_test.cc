@@ -207,7 +207,8 @@ TEST_F(LaunchTest, RefusesOtherCommandsAndMismatchedHosts) {
             "--plan job.pplan -- train --data data/train.bin`");
   options.command = {"plan", "--config", "job.toml"};
   EXPECT_EQ(error_of([&] { build_launch_command(options); }),
-            "launch: the command after -- must start with 'train' or 'replay', got 'plan'");
+            "launch: the command after -- must start with 'train', 'evaluate' or 'replay', got "
+            "'plan'");
   options.command = {"train"};
   options.hostfile = write_file("hosts", "a slots=4\nb slots=4\n");
   EXPECT_EQ(error_of([&] { build_launch_command(options); }),

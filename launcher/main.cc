@@ -24,6 +24,7 @@
 #include "runtime/measure/replay.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
 #include "runtime/tokenizer/corpus.h"
+#include "runtime/train/evaluator.h"
 #include "runtime/train/sampler.h"
 #include "runtime/train/trainer.h"
 #include "schema/plan_io.h"
@@ -166,6 +167,8 @@ struct CommandLine {
   CLI::App* preflight_command = nullptr;
   SampleOptions sample_options;
   CLI::App* sample_command = nullptr;
+  EvaluateOptions evaluate_options;
+  CLI::App* evaluate_command = nullptr;
 };
 
 void add_tokenize_command(CLI::App& app, CommandLine& c) {
@@ -265,9 +268,14 @@ void add_train_command(CLI::App& app, CommandLine& c) {
   c.train_command->add_option("--init-from", c.train_options.init_from,
                               "start from these weights (a checkpoint, or a Hugging Face model "
                               "directory) with fresh optimizer state");
-  c.train_command->add_option("--tokenizer", c.train_options.tokenizer,
-                              "kept beside each checkpoint's config.json (default: the one beside "
-                              "the checkpoint resumed from or the --init-from weights)");
+  c.train_command->add_option(
+      "--tokenizer", c.train_options.tokenizer,
+      "kept beside each checkpoint's config.json, and encodes a --hellaswag "
+      ".jsonl (default: the one beside the checkpoint resumed from or the "
+      "--init-from weights)");
+  c.train_command->add_option("--hellaswag", c.train_options.hellaswag,
+                              "score HellaSwag at each evaluation: llm.c's hellaswag_val.bin, or "
+                              "hellaswag_val.jsonl (encoded with --tokenizer)");
   c.train_command->add_option("--log-json", c.train_options.log_json, "one JSON object per step");
   c.train_command->add_option("--tensorboard-dir", c.train_options.tensorboard_dir,
                               "TensorBoard event files of the step metrics, as one run");
@@ -441,6 +449,34 @@ void add_sample_command(CLI::App& app, CommandLine& c) {
       ->capture_default_str();
 }
 
+void add_evaluate_command(CLI::App& app, CommandLine& c) {
+  EvaluateOptions& options = c.evaluate_options;
+  c.evaluate_command = app.add_subcommand(
+      "evaluate", "a checkpoint's validation loss and HellaSwag accuracy under a plan");
+  c.evaluate_command->add_option("--plan", options.plan_path, "plan file")->required();
+  c.evaluate_command
+      ->add_option("--checkpoint", options.checkpoint,
+                   "checkpoint directory (or one of its step directories), or a Hugging Face "
+                   "model directory")
+      ->required();
+  c.evaluate_command->add_option("--val-data", options.validation_data_path,
+                                 "validation token files (default: the plan's [data] validation)");
+  c.evaluate_command->add_option("--eval-batches", options.eval_batches,
+                                 "global batches of validation data, at most one pass (default: "
+                                 "the plan's training.eval_batches)");
+  c.evaluate_command->add_option("--hellaswag", options.hellaswag,
+                                 "llm.c's hellaswag_val.bin, or hellaswag_val.jsonl");
+  c.evaluate_command->add_option(
+      "--tokenizer", options.tokenizer,
+      "encodes a --hellaswag .jsonl (default: the tokenizer beside the checkpoint's config.json)");
+  c.evaluate_command->add_option("--report", options.report_path,
+                                 "the figures as JSON, with each completion's mean loss");
+  c.evaluate_command->add_option("--backend", options.backend, "cpu or cuda")
+      ->capture_default_str();
+  add_communication_options(*c.evaluate_command, options.collective_timeout_seconds,
+                            options.transport);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -458,6 +494,7 @@ int main(int argc, char** argv) {
   add_launch_command(app, c);
   add_preflight_command(app, c);
   add_sample_command(app, c);
+  add_evaluate_command(app, c);
 
   // Everything after `--` belongs to the ranks (launch) and is not parsed here.
   std::vector<std::string> after_separator;
@@ -489,6 +526,7 @@ int main(int argc, char** argv) {
       std::cout << this_host_findings(c.preflight_files, c.preflight_gpus, shared).dump()
                 << std::endl;
     }
+    if (c.evaluate_command->parsed()) evaluate_checkpoint(c.evaluate_options);
     if (c.sample_command->parsed()) {
       const std::string text = sample_text(c.sample_options);
       std::cout << c.sample_options.prompt << text << std::endl;

@@ -27,6 +27,13 @@ checkpoints of a paraplan run, for tests/hugging_face_test.cc:
       computes it (a full forward of the text so far per token, the argmax of
       the last position), encoded and decoded with Hugging Face's
       tokenizers; prints the continuation's text and ids.
+  hellaswag MODEL_DIR TOKENIZER_JSON HELLASWAG.jsonl EVAL_FILE.bin
+      HellaSwag scored as llm.c's dev/data/hellaswag.py scores it: each
+      example's context and each ending (after a space) encoded, the rows
+      forwarded, each ending's mean cross-entropy over its tokens; the
+      lowest wins. Prints every ending's mean loss and the right counts (by
+      mean and by sum), and writes the tokens as llm.c's eval file
+      (dev/data/data_common.py's layout, written here from its description).
 
 Every number is printed as one JSON object on the last line.
 """
@@ -175,6 +182,63 @@ def generate(model_dir, tokenizer_path, prompt, count):
                       "ids": generated}))
 
 
+def render(tokenizer, example):
+    """llm.c's render_example: the context's tokens, then each ending's
+    (encoded with a space before it)."""
+    context = tokenizer.encode(example["ctx"], add_special_tokens=False).ids
+    endings = [tokenizer.encode(" " + e, add_special_tokens=False).ids for e in example["endings"]]
+    return context, endings
+
+
+def write_eval_file(path, examples):
+    """llm.c's eval file: 256 int32 of header (magic 20240522, version 1,
+    examples, longest example's bytes), then per example uint16 values:
+    65535, its bytes, its index, the label, the ending count, the context's
+    length and tokens, each ending's length and tokens."""
+    streams = []
+    for index, (label, context, endings) in enumerate(examples):
+        values = [65535, 0, index, label, len(endings), len(context)] + context
+        for ending in endings:
+            values += [len(ending)] + ending
+        values[1] = 2 * len(values)
+        streams.append(values)
+    header = [20240522, 1, len(examples), max(2 * len(v) for v in streams)] + [0] * 252
+    with open(path, "wb") as file:
+        file.write(np.array(header, dtype="<i4").tobytes())
+        for values in streams:
+            file.write(np.array(values, dtype="<u2").tobytes())
+
+
+def hellaswag(model_dir, tokenizer_path, jsonl, eval_file):
+    from tokenizers import Tokenizer
+
+    model = load(model_dir)
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    means, right, right_by_sum, examples = [], 0, 0, []
+    with open(jsonl) as file:
+        for line in file:
+            if not line.strip():
+                continue
+            example = json.loads(line)
+            context, endings = render(tokenizer, example)
+            label = int(example["label"])
+            examples.append((label, context, endings))
+            sums, counts = [], []
+            with torch.no_grad():
+                for ending in endings:
+                    row = torch.tensor([context + ending])
+                    logits = model(input_ids=row).logits.float()[0, :-1]
+                    losses = torch.nn.functional.cross_entropy(logits, row[0, 1:], reduction="none")
+                    sums.append(float(losses[len(context) - 1 :].double().sum()))
+                    counts.append(len(ending))
+            mean = [s / c for s, c in zip(sums, counts)]
+            means.append(mean)
+            right += int(min(range(len(mean)), key=lambda i: (mean[i], i)) == label)
+            right_by_sum += int(min(range(len(sums)), key=lambda i: (sums[i], i)) == label)
+    write_eval_file(eval_file, examples)
+    print(json.dumps({"mean_losses": means, "right": right, "right_by_sum": right_by_sum}))
+
+
 def main(argv):
     command = argv[1] if len(argv) > 1 else ""
     if command == "make":
@@ -183,6 +247,8 @@ def main(argv):
         loss(argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6]))
     elif command == "generate":
         generate(argv[2], argv[3], argv[4], int(argv[5]))
+    elif command == "hellaswag":
+        hellaswag(argv[2], argv[3], argv[4], argv[5])
     elif command == "step":
         step(argv[2], argv[3], int(argv[4]), int(argv[5]), *map(float, argv[6:12]), argv[12])
     else:

@@ -11,7 +11,11 @@
 // Skips where the venv or the files are missing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -22,6 +26,20 @@ namespace {
 using namespace paraplan::testing;
 
 const std::string kAssets = std::string(PARAPLAN_SOURCE_DIR) + "/.cache/tokenizers";
+
+// HellaSwag-format examples (rowanz/hellaswag's fields; the first is the
+// example in llm.c's dev/data/hellaswag.py).
+const char* kHellaSwag =
+    R"({"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he", "ctx": "A man is sitting on a roof. he", "split": "val", "split_type": "indomain", "label": 3, "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik's cube.", "starts pulling up roofing on a roof."], "source_id": "activitynet~v_-JhWjGDPHMY"})"
+    "\n"
+    R"({"ctx": "A woman pours coffee into a cup. She", "label": 0, "endings": ["adds milk and stirs it.", "throws the cup at the wall.", "paints the ceiling green.", "runs a marathon in the kitchen."]})"
+    "\n"
+    R"({"ctx": "The caf\u00e9 in T\u014dky\u014d opens at 7. The barista", "label": "2", "endings": ["sleeps.", "flies to the moon and back again.", "greets the first customers.", "is a cat"]})"
+    "\n"
+    R"({"ctx": "How to tie a tie: first,", "label": 1, "endings": ["eat it.", "drape it around your neck with the wide end longer.", "call 2026.", "no"]})"
+    "\n"
+    R"({"ctx": "Kids are playing soccer in a park. A boy", "label": 2, "endings": ["reads a tax form.", "welds a pipe.", "kicks the ball toward the goal.", "bakes bread."]})"
+    "\n";
 
 class RealTokenizers : public CommandTest {
  protected:
@@ -131,10 +149,23 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   ASSERT_EQ(found.exit_code, 0) << found.output;
   EXPECT_EQ(found.output, given.output);
 
-  // A resumed run keeps the tokenizer of the checkpoint it resumed from.
+  // A resumed run keeps the tokenizer of the checkpoint it resumed from, and
+  // encodes a HellaSwag .jsonl with it.
+  write_file(path("hellaswag_val.jsonl"), kHellaSwag);
   const CommandResult resumed =
-      run(train + " --checkpoint-dir " + path("ckpt") + " --resume --steps 6");
+      run(train + " --checkpoint-dir " + path("ckpt") + " --resume --steps 6 --hellaswag " +
+          path("hellaswag_val.jsonl"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("  hellaswag: "), std::string::npos) << resumed.output;
+  // Without a checkpoint directory, --tokenizer encodes it; without either,
+  // the text cannot be.
+  const std::string scored = train + " --steps 1 --hellaswag " + path("hellaswag_val.jsonl");
+  const CommandResult encoded = run(scored + " --tokenizer " + gpt2);
+  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
+  EXPECT_NE(encoded.output.find("hellaswag: 5 examples (20 rows of 16 tokens) from "),
+            std::string::npos)
+      << encoded.output;
+  expect_clear_error(run(scored), {"text needs the model's tokenizer: give --tokenizer"});
   EXPECT_NE(latest_step(path("ckpt")), step_dir);
   EXPECT_TRUE(std::filesystem::exists(latest_step(path("ckpt")) + "/tokenizer.json"));
 
@@ -170,6 +201,78 @@ TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForLlama3) {
       "vocab_size=128256 max_position_embeddings=64 hidden_size=32 intermediate_size=64 "
       "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 rms_norm_eps=1e-5 "
       "rope_theta=500000.0 tie_word_embeddings=false");
+}
+
+// `paraplan evaluate --hellaswag` scores as llm.c's dev/data/hellaswag.py
+// does (tests/hugging_face_check.py hellaswag, transformers fp32): a random
+// GPT-2 with the real tokenizer.json beside it, the .jsonl encoded by
+// paraplan, every ending's mean loss to 1e-5 and the same right counts, on
+// one rank and with tensor parallelism (the vocabulary padded to 50,304 as
+// llm.c pads it, split over 2 ranks); llm.c's eval file of the same examples
+// (written by the reference) scores the same.
+TEST_F(RealTokenizers, EvaluateScoresHellaSwagAsLlmcsReference) {
+  // Test machines often run as root, where Open MPI wants explicit consent.
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  const std::string model = path("gpt2");
+  const std::string hf =
+      std::string(PARAPLAN_HF_PYTHON) + " " + PARAPLAN_SOURCE_DIR + "/tests/hugging_face_check.py ";
+  ASSERT_EQ(run_command(hf + "make gpt2 " + model +
+                        " 5 vocab_size=50304 n_positions=64 n_embd=32 n_layer=2 n_head=4")
+                .exit_code,
+            0);
+  ASSERT_EQ(run_command(python("json gpt2 " + kAssets + " " + model + "/tokenizer.json")).exit_code,
+            0);
+  write_file(path("hellaswag_val.jsonl"), kHellaSwag);
+  const CommandResult reference =
+      run_command(hf + "hellaswag " + model + " " + model + "/tokenizer.json " +
+                  path("hellaswag_val.jsonl") + " " + path("hellaswag_val.bin"));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const nlohmann::json expected =
+      nlohmann::json::parse(reference.output.substr(reference.output.rfind("\n{") + 1));
+  const std::string job =
+      "[model]\narchitecture = \"gpt2\"\nvocab_size = 50304\nseq_len = 64\nnum_layers = 2\n"
+      "d_model = 32\nnum_heads = 4\n[training]\nglobal_batch_size = 8\nmicro_batch_size = 4\n"
+      "total_steps = 10\n[planner]\n";
+  write_file(path("one.toml"), job);
+  write_file(path("two.toml"), job + "world_size = 2\ntensor_parallel_degree = 2\n");
+  for (const char* plan : {"one", "two"})
+    ASSERT_EQ(run(std::string("plan --config ") + path(std::string(plan) + ".toml") + " --output " +
+                  path(std::string(plan) + ".pplan"))
+                  .exit_code,
+              0);
+  const struct {
+    std::string command, file;
+  } runs[] = {{"evaluate --plan " + path("one.pplan"), "hellaswag_val.jsonl"},
+              {"launch --plan " + path("two.pplan") + " -- evaluate", "hellaswag_val.jsonl"},
+              {"evaluate --plan " + path("one.pplan"), "hellaswag_val.bin"}};
+  for (const auto& [command, file] : runs) {
+    const CommandResult evaluated = run(command + " --checkpoint " + model + " --hellaswag " +
+                                        path(file) + " --report " + path("report.json"));
+    ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+    EXPECT_NE(evaluated.output.find("hellaswag: 5 examples (20 rows of 64 tokens)"),
+              std::string::npos)
+        << evaluated.output;
+    const nlohmann::json report =
+        nlohmann::json::parse(read_file(path("report.json")))["hellaswag"];
+    ASSERT_EQ(report["mean_losses"].size(), 5u) << command;
+    double largest = 0, closest = INFINITY;
+    for (size_t e = 0; e < 5; ++e) {
+      std::vector<double> means = expected["mean_losses"][e];
+      for (size_t c = 0; c < means.size(); ++c) {
+        largest =
+            std::max(largest, std::fabs(report["mean_losses"][e][c].get<double>() - means[c]));
+        for (size_t d = 0; d < c; ++d) closest = std::min(closest, std::fabs(means[c] - means[d]));
+      }
+    }
+    std::cout << "hellaswag: " << command << " " << file << ": largest |mean loss - transformers| "
+              << largest << ", closest endings " << closest << std::endl;
+    EXPECT_LT(largest, 1e-5) << command << " " << file;
+    if (closest > 1e-4) {  // else a right count may differ by rounding alone
+      EXPECT_EQ(report["right"], expected["right"]) << command << " " << file;
+      EXPECT_EQ(report["right_by_sum"], expected["right_by_sum"]) << command << " " << file;
+    }
+  }
 }
 
 }  // namespace

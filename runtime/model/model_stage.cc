@@ -161,4 +161,10 @@ double ModelStage::take_loss_sum() {
   return sum;
 }
 
+void ModelStage::read_token_losses(int slot, float* host) {
+  if (!has_head()) throw std::logic_error("model stage: read_token_losses: no head on this stage");
+  ops_.copy_to_host(host, losses(slot),
+                    static_cast<size_t>(batch_) * sequence_length() * sizeof(float));
+}
+
 }  // namespace paraplan

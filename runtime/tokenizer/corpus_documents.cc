@@ -19,6 +19,7 @@
 #include "runtime/data/token_file.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
 #include "runtime/tokenizer/corpus_internal.h"
+#include "runtime/tokenizer/json_lines.h"
 
 namespace paraplan::corpus {
 
@@ -41,27 +42,15 @@ std::vector<Document> documents_of(const fs::path& file, const std::string& cont
                                    std::deque<std::string>& owned) {
   if (file.extension() != ".jsonl") return {Document{content, input_start + content.size()}};
   std::vector<Document> documents;
-  size_t line_number = 0;
-  for (size_t at = 0; at < content.size();) {
-    size_t end = content.find('\n', at);
-    end = end == std::string::npos ? content.size() : end + 1;
-    const std::string_view line(content.data() + at, end - at);
-    at = end;
-    ++line_number;
-    if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) continue;
-    const std::string where = file.string() + " line " + std::to_string(line_number);
-    nlohmann::json object;
-    try {
-      object = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& error) {
-      throw std::runtime_error(where + ": not JSON (" + error.what() + ")");
-    }
-    if (!object.is_object() || !object.contains(field) || !object[field].is_string())
-      throw std::runtime_error(where + ": expected an object whose \"" + field +
-                               "\" is the document's text (--text-field names another field)");
-    owned.push_back(object[field].get<std::string>());
-    documents.push_back({owned.back(), input_start + end});
-  }
+  for_each_json_line(
+      content, file.string(),
+      [&](const nlohmann::json& object, const std::string& where, size_t end) {
+        if (!object.is_object() || !object.contains(field) || !object[field].is_string())
+          throw std::runtime_error(where + ": expected an object whose \"" + field +
+                                   "\" is the document's text (--text-field names another field)");
+        owned.push_back(object[field].get<std::string>());
+        documents.push_back({owned.back(), input_start + end});
+      });
   return documents;
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/train/evaluation.h"
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -13,12 +14,14 @@ namespace paraplan {
 
 namespace {
 
-// The validation loss over `batches` global batches of the validation data,
-// the same samples under every plan: split over data-parallel ranks and
-// micro-batches as training splits a step, each micro-batch forwarded through
-// the pipeline. Returns the mean loss per token (the same on every rank).
-double evaluate_unchecked(RankState& rank, const SampleSource& data,
-                          const schema::Training& training, int batches) {
+// Forwards `batches` global batches of `data`, the same samples under every
+// plan: split over data-parallel ranks and micro-batches as training splits a
+// step, each micro-batch through the pipeline. After each forward of the
+// chunk with the head, after_head (if set) gets the micro-batch's first
+// sample and the chunk (its slot 0).
+void forward_global_batches(RankState& rank, const SampleSource& data,
+                            const schema::Training& training, int batches,
+                            const std::function<void(int64_t, ModelStage&)>& after_head) {
   rank.optimizer->wait_for_parameters();
   ModelStage& stage = *rank.stage;
   const MeshCoordinates& mesh = rank.groups.mesh;
@@ -55,6 +58,7 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
                                           previous_link_tag(rank.pipeline, c, chunks));
         }
         chunk.forward(0, 1.0f, /*training=*/false);
+        if (chunk.has_head() && after_head) after_head(sample, chunk);
         if (!chunk.has_head() && layout.local_neighbour(mesh.pipeline_rank, c, true) < 0)
           rank.groups.peers->send_receive(
               chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
@@ -62,6 +66,15 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
       }
     }
   }
+}
+
+// The validation loss over `batches` global batches of the validation data:
+// the mean loss per token (the same on every rank).
+double evaluate_unchecked(RankState& rank, const SampleSource& data,
+                          const schema::Training& training, int batches) {
+  forward_global_batches(rank, data, training, batches, {});
+  ModelStage& stage = *rank.stage;
+  const int chunks = stage.num_chunks();
   // The forwards' losses, summed on the device (on the chunk with the head).
   double stage_loss = 0;
   for (int c = 0; c < chunks; ++c) stage_loss += stage.chunk(c).take_loss_sum();
@@ -75,7 +88,57 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
   return loss_sum / total_tokens;
 }
 
+// Every row's summed loss over its scored span: each head rank of tensor
+// rank 0 adds its tokens' (its micro-batches' rows; with context parallelism,
+// its positions of them), and one all-reduce over the world sums them.
+std::vector<double> row_loss_sums(RankState& rank, const MultipleChoiceRows& rows,
+                                  const schema::Training& training) {
+  const int global_batch = training.global_batch_size();
+  const int64_t batches = (rows.num_rows() + global_batch - 1) / global_batch;
+  std::vector<double> sums(static_cast<size_t>(batches * global_batch), 0.0);
+  const ContextShard& context = rank.stage->context();
+  const std::vector<int32_t> positions = context.positions_of(context.rank);
+  const int local_length = context.local_length(), batch = training.micro_batch_size();
+  const bool scores = rank.groups.mesh.tensor_rank == 0;  // every tensor rank has the losses
+  std::vector<float> losses(static_cast<size_t>(batch) * local_length);
+  forward_global_batches(rank, rows, training, static_cast<int>(batches),
+                         [&](int64_t first_sample, ModelStage& head) {
+                           if (!scores) return;
+                           head.read_token_losses(0, losses.data());
+                           for (int b = 0; b < batch; ++b) {
+                             const int64_t row = first_sample + b;
+                             if (row >= rows.num_rows()) break;
+                             const MultipleChoiceRows::Span span = rows.scored_span(row);
+                             const float* row_losses = losses.data() + int64_t{b} * local_length;
+                             double sum = 0;
+                             for (int i = 0; i < local_length; ++i)
+                               if (positions[i] >= span.begin && positions[i] < span.end)
+                                 sum += row_losses[i];
+                             sums[static_cast<size_t>(row)] += sum;
+                           }
+                         });
+  // The forwards also summed their losses on the device: not a training
+  // step's, dropped.
+  for (int c = 0; c < rank.stage->num_chunks(); ++c) rank.stage->chunk(c).take_loss_sum();
+  rank.ops->check_deferred_errors();
+  rank.memory->sample_backend();
+  rank.groups.world->all_reduce(sums.data(), sums.size(), ReduceOp::kSum);
+  return sums;
+}
+
 }  // namespace
+
+MultipleChoiceEvaluation evaluate_multiple_choice(RankState& rank, const MultipleChoiceRows& rows,
+                                                  const schema::Training& training,
+                                                  const std::string& name) {
+  try {
+    const std::vector<double> sums = row_loss_sums(rank, rows, training);
+    return MultipleChoiceEvaluation{rows.score(sums), rows.mean_losses(sums)};
+  } catch (const std::out_of_range& error) {
+    throw std::runtime_error(name + ": " + error.what() +
+                             " (every token must be below the model's vocab_size)");
+  }
+}
 
 int evaluation_batches(const schema::Training& training, int64_t samples_per_pass) {
   const int64_t whole_batches = samples_per_pass / std::max(1, training.global_batch_size());

@@ -1,13 +1,17 @@
-// evaluation.h: the validation loss of `paraplan train`: eval_batches global
-// batches of the validation data (at most one pass over it), the same samples
-// under every plan, split
-// over data-parallel ranks and micro-batches as training splits a step, each
-// micro-batch forwarded through the pipeline.
+// evaluation.h: what `paraplan train` and `paraplan evaluate` measure of a
+// model: the validation loss over eval_batches global batches of the
+// validation data (at most one pass over it), and the accuracy on a
+// multiple-choice set (HellaSwag; runtime/data/multiple_choice.h). Both read
+// the same samples under every plan, split over data-parallel ranks and
+// micro-batches as training splits a step, each micro-batch forwarded
+// through the pipeline.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "runtime/data/multiple_choice.h"
 #include "runtime/data/sample_source.h"
 #include "runtime/pipeline/rank_state.h"
 #include "schema/plan_io.h"
@@ -32,5 +36,12 @@ std::string evaluation_batches_note(const schema::Training& training, int64_t sa
 // ("--val-data FILE").
 double evaluate(RankState& rank, const SampleSource& data, const schema::Training& training,
                 int batches, const std::string& data_name);
+
+// The score on every row of `rows` (whole global batches; the rows past the
+// last are zeros, forwarded and ignored), the same on every rank. A token
+// outside the vocabulary throws std::runtime_error naming `name`.
+MultipleChoiceEvaluation evaluate_multiple_choice(RankState& rank, const MultipleChoiceRows& rows,
+                                                  const schema::Training& training,
+                                                  const std::string& name);
 
 }  // namespace paraplan

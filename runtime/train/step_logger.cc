@@ -38,6 +38,12 @@ std::string format_step_line(const StepMetrics& m) {
     std::snprintf(line, sizeof line, "  val_loss: %.4f", *m.validation_loss);
     text += line;
   }
+  if (m.hellaswag) {
+    std::snprintf(line, sizeof line, "  hellaswag: %lld/%lld = %.4f",
+                  static_cast<long long>(m.hellaswag->right_by_mean),
+                  static_cast<long long>(m.hellaswag->examples), m.hellaswag->accuracy());
+    text += line;
+  }
   return text;
 }
 
@@ -52,6 +58,10 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetric
       {"memory/peak_gib", static_cast<double>(m.peak_memory_bytes) / (1024.0 * 1024 * 1024)},
       {"time/step_seconds", m.step_seconds}};
   if (m.validation_loss) scalars.emplace_back("loss/validation", *m.validation_loss);
+  if (m.hellaswag) {
+    scalars.emplace_back("eval/hellaswag_accuracy", m.hellaswag->accuracy());
+    scalars.emplace_back("eval/hellaswag_accuracy_by_sum", m.hellaswag->accuracy_by_sum());
+  }
   return scalars;
 }
 
@@ -91,6 +101,12 @@ void StepLogger::log(const StepMetrics& m) {
                            {"host_syncs", m.host_synchronizations},
                            {"bytes_zeroed", m.bytes_zeroed}};
   if (m.validation_loss) record["val_loss"] = *m.validation_loss;
+  if (m.hellaswag) {
+    record["hellaswag_accuracy"] = m.hellaswag->accuracy();
+    record["hellaswag_accuracy_by_sum"] = m.hellaswag->accuracy_by_sum();
+    record["hellaswag_right"] = m.hellaswag->right_by_mean;
+    record["hellaswag_examples"] = m.hellaswag->examples;
+  }
   // nlohmann/json writes doubles so they read back exactly: resumed runs
   // can be compared bit for bit.
   json_ << record.dump() << '\n';

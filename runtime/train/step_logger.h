@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/data/multiple_choice.h"
 #include "runtime/train/tensorboard_writer.h"
 
 namespace paraplan {
@@ -27,6 +28,8 @@ struct StepMetrics {
   uint64_t peak_memory_bytes = 0;  // this rank's tracked peak
   uint64_t memory_capacity_bytes = 0;
   std::optional<double> validation_loss;
+  // The multiple-choice score (--hellaswag) where this step evaluated it.
+  std::optional<MultipleChoiceScore> hellaswag;
   // Times the leader's host waited for its device during the step
   // (kernels/sync_counting_ops.h): a small constant, whatever the micro-batch
   // and layer counts.
@@ -35,12 +38,14 @@ struct StepMetrics {
 };
 
 // "step:    10  loss:  4.1234  grad_norm:  0.8123  lr: 3.0e-04  memory:  0.05GiB(0.6%)
-//  tps: 12,345  tflops: 0.12  mfu: 1.23%"
+//  tps: 12,345  tflops: 0.12  mfu: 1.23%", and where evaluated
+// "  val_loss: 3.9876  hellaswag: 2967/10042 = 0.2955"
 std::string format_step_line(const StepMetrics& metrics);
 
 // The TensorBoard scalars of a step, by tag: loss/train (and
-// loss/validation), optimizer/grad_norm and lr, throughput/tokens_per_second
-// (per device), tflops and mfu_percent, memory/peak_gib, time/step_seconds.
+// loss/validation, eval/hellaswag_accuracy), optimizer/grad_norm and lr,
+// throughput/tokens_per_second (per device), tflops and mfu_percent, memory/peak_gib,
+// time/step_seconds.
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& metrics);
 
 class StepLogger {

@@ -30,5 +30,27 @@ TEST(StepLogger, AJsonLogThatFillsUpIsSaidOnceAndTheRunGoesOn) {
   EXPECT_NE(text.find("step:     2"), std::string::npos) << "the step lines go on: " << text;
 }
 
+TEST(StepLogger, ShowsTheHellaSwagScoreWhereEvaluated) {
+  StepMetrics metrics;
+  metrics.step = 7;
+  EXPECT_EQ(format_step_line(metrics).find("hellaswag"), std::string::npos);
+  metrics.validation_loss = 3.25;
+  metrics.hellaswag = MultipleChoiceScore{.examples = 8, .right_by_mean = 3, .right_by_sum = 2};
+  const std::string line = format_step_line(metrics);
+  EXPECT_NE(line.find("  val_loss: 3.2500  hellaswag: 3/8 = 0.3750"), std::string::npos) << line;
+  int found = 0;
+  for (const auto& [tag, value] : tensorboard_scalars(metrics)) {
+    if (tag == "eval/hellaswag_accuracy") {
+      EXPECT_DOUBLE_EQ(value, 0.375);
+      ++found;
+    }
+    if (tag == "eval/hellaswag_accuracy_by_sum") {
+      EXPECT_DOUBLE_EQ(value, 0.25);
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, 2);
+}
+
 }  // namespace
 }  // namespace paraplan

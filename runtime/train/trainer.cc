@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -122,6 +123,8 @@ struct RunInputs {
   std::unique_ptr<CheckpointDirLock> checkpoint_lock{};  // rank 0 with --checkpoint-dir
   std::string resume_from{}, init_from{};                // resolved step directories
   std::optional<CheckpointTokenizer> tokenizer{};        // rank 0's
+  std::unique_ptr<MultipleChoiceRows> hellaswag{};       // --hellaswag's, with its path
+  std::string hellaswag_path{};
 };
 
 RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
@@ -179,10 +182,17 @@ RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
                      session.world_rank() == 0);
   }
   if (!options.init_from.empty()) run.init_from = resolve_checkpoint(options.init_from);
-  if (!options.tokenizer.empty() && options.checkpoint_dir.empty())
+  const bool hellaswag_text = std::string_view(options.hellaswag).ends_with(".jsonl");
+  if (!options.tokenizer.empty() && options.checkpoint_dir.empty() && !hellaswag_text)
     throw std::runtime_error(
         "--tokenizer needs --checkpoint-dir (it is kept beside each "
-        "checkpoint)");
+        "checkpoint) or a --hellaswag .jsonl (it encodes the text)");
+  run.hellaswag_path = options.hellaswag;
+  if (!options.hellaswag.empty())
+    run.hellaswag =
+        open_multiple_choice_rows(options.hellaswag, options.tokenizer,
+                                  run.resume_from.empty() ? run.init_from : run.resume_from,
+                                  run.model.config.seq_len, run.model.config.vocab_size);
   if (!options.checkpoint_dir.empty() && session.world_rank() == 0)
     run.tokenizer = tokenizer_for_checkpoints(
         options.tokenizer, run.resume_from.empty() ? run.init_from : run.resume_from,
@@ -224,6 +234,7 @@ void print_run(const RunInputs& run, const RankState& rank, int world_size, int6
             << int64_t{training.global_batch_size()} * config.seq_len << " tokens/step, steps "
             << first_step << " -> " << run.last_step << std::endl
             << "data: " << describe(*run.data.train) << std::endl;
+  if (run.hellaswag) std::cout << describe(*run.hellaswag, run.hellaswag_path) << std::endl;
   if (run.data.validation) {
     const std::string note = evaluation_batches_note(
         training, run.data.validation->samples_per_epoch(), run.data.validation_name);
@@ -398,6 +409,13 @@ TrainSummary train_steps(RunInputs& run, RankState& rank, const TrainOptions& op
       metrics.validation_loss =
           evaluate(rank, *data.validation, training, constants.eval_batches, data.validation_name);
       summary.final_validation_loss = metrics.validation_loss;
+    }
+    if (run.hellaswag &&
+        (last || (constants.eval_interval > 0 && (step + 1) % constants.eval_interval == 0))) {
+      metrics.hellaswag = evaluate_multiple_choice(rank, *run.hellaswag, training,
+                                                   "--hellaswag " + options.hellaswag)
+                              .score;
+      summary.final_hellaswag = metrics.hellaswag;
     }
     if (leader) logger.log(metrics);
     summary.losses.push_back(metrics.loss);

@@ -3,13 +3,15 @@
 // Validates everything (plan, world, backend, data, checkpoint) before it
 // allocates, then steps: the stage's instruction stream over the micro-batches,
 // gradient clipping by the global norm, AdamW with the plan's LR schedule,
-// validation every eval_interval steps, checkpoints every checkpoint_every
+// validation (and --hellaswag) every eval_interval steps, checkpoints every checkpoint_every
 // steps and at the end. Logs one torchtitan-style line per step.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "runtime/data/multiple_choice.h"
 
 namespace paraplan {
 
@@ -44,6 +46,11 @@ struct TrainOptions {
   // file (runtime/tokenizer/bpe_tokenizer.h). Empty: the one beside the
   // checkpoint resumed from or the --init-from weights, if any.
   std::string tokenizer;
+  // A multiple-choice set scored at every evaluation (eval_interval and the
+  // last step): llm.c's hellaswag_val.bin, or HellaSwag's .jsonl encoded with
+  // the tokenizer (--tokenizer, else the one beside the weights started
+  // from; bytes for a byte-level model). Empty: none.
+  std::string hellaswag;
   std::string log_json;                     // optional: one JSON object per step
   std::string tensorboard_dir;              // optional: TensorBoard scalars per step
   std::string backend = "cpu";              // cpu | cuda
@@ -57,6 +64,7 @@ struct TrainSummary {
   std::vector<double> losses;                   // per step run
   std::vector<uint64_t> host_synchronizations;  // per step run, this rank's
   std::optional<double> final_validation_loss;
+  std::optional<MultipleChoiceScore> final_hellaswag;
 };
 
 TrainSummary train(const TrainOptions& options);

@@ -4,11 +4,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "common/printable_text.h"
+#include "runtime/tokenizer/hellaswag.h"
 
 namespace paraplan {
 
@@ -76,18 +79,25 @@ TrainingData open_training_data(const std::string& data_flag, const std::string&
   data.train_order =
       order_record(*data.train, sources, data_flag.empty() ? "[data] train" : "--data");
 
+  data.validation =
+      open_validation_data(val_data_flag, training, seq_len, vocab_size, &data.validation_name);
+  return data;
+}
+
+std::unique_ptr<DataLoader> open_validation_data(const std::string& val_data_flag,
+                                                 const schema::Training& training, int seq_len,
+                                                 int vocab_size, std::string* name) {
+  const schema::Data* plan_data = training.data();
   std::string validation = val_data_flag;
-  data.validation_name = "--val-data " + val_data_flag;
+  *name = "--val-data " + val_data_flag;
   if (validation.empty() && plan_data != nullptr && plan_data->validation() != nullptr) {
     validation = plan_data->validation()->str();
-    data.validation_name = "[data] validation";
+    *name = "[data] validation";
   }
   // Validation reads its samples in file order: the same ones every time.
-  if (!validation.empty())
-    data.validation =
-        std::make_unique<DataLoader>(validation, seq_len, vocab_size,
-                                     val_data_flag.empty() ? "[data] validation" : "--val-data");
-  return data;
+  if (validation.empty()) return nullptr;
+  return std::make_unique<DataLoader>(validation, seq_len, vocab_size,
+                                      val_data_flag.empty() ? "[data] validation" : "--val-data");
 }
 
 std::string describe(const DataLoader& data) {
@@ -111,6 +121,48 @@ std::string describe(const DataLoader& data) {
   else
     text << "; in file order";
   return text.str();
+}
+
+std::unique_ptr<MultipleChoiceRows> open_multiple_choice_rows(const std::string& path,
+                                                              const std::string& tokenizer_path,
+                                                              const std::string& model_dir,
+                                                              int seq_len, int vocab_size) {
+  const std::string name = "--hellaswag " + path;
+  std::optional<BpeTokenizer> tokenizer;
+  if (std::string_view(path).ends_with(".jsonl")) {
+    const std::string file = !tokenizer_path.empty() ? tokenizer_path
+                             : model_dir.empty()     ? ""
+                                                     : tokenizer_file_in(model_dir);
+    if (!file.empty())
+      tokenizer = load_tokenizer_for_model(
+          file, vocab_size, "the model (vocab_size " + std::to_string(vocab_size) + ")");
+    else if (vocab_size != 256)
+      throw std::runtime_error(name +
+                               ": text needs the model's tokenizer: give --tokenizer "
+                               "(tokenizer.json or .tiktoken), or llm.c's "
+                               "hellaswag_val.bin (tokens already)");
+  }
+  std::vector<MultipleChoiceExample> examples;
+  try {
+    examples = read_multiple_choice_set(path, tokenizer ? &*tokenizer : nullptr);
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error("--hellaswag: " + std::string(error.what()));
+  }
+  if (const std::string outside = find_token_outside(examples, vocab_size); !outside.empty())
+    throw std::runtime_error(name + ": " + outside + " is not below the model's vocab_size " +
+                             std::to_string(vocab_size) +
+                             " (tokenized for another model's vocabulary?)");
+  return std::make_unique<MultipleChoiceRows>(std::move(examples), seq_len, name);
+}
+
+std::string describe(const MultipleChoiceRows& rows, const std::string& path) {
+  std::string text = "hellaswag: " + with_thousands(rows.num_examples()) + " examples (" +
+                     with_thousands(rows.num_rows()) + " rows of " +
+                     std::to_string(rows.seq_len()) + " tokens) from " + path;
+  if (rows.truncated_examples() > 0)
+    text += "; " + with_thousands(rows.truncated_examples()) +
+            " contexts cut from the left to fit seq_len";
+  return text;
 }
 
 }  // namespace paraplan

@@ -1,0 +1,79 @@
+// hellaswag_test.cc: HellaSwag's .jsonl rendered as llm.c renders it, through
+// a tokenizer and byte-level, and its errors naming the line and the field.
+#include "runtime/tokenizer/hellaswag.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/testing/test_temp_dir.h"
+#include "runtime/tokenizer/test_tokenizer.h"
+
+namespace paraplan {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+using testing::TempDir;
+using testing::write_bytes;
+
+constexpr const char* kLine =
+    R"({"ind": 24, "activity_label": "Roof shingle removal", "ctx": "A man is on a roof. he",)"
+    R"( "split": "val", "label": 1, "endings": ["is using wrap.", "starts pulling up roofing."]})";
+
+TEST(HellaSwagTest, RendersAsLlmcWithATokenizer) {
+  TempDir dir;
+  write_bytes(dir / "tokenizer.json", testing::tokenizer_json({{" ", "i"}, {" i", "s"}}).dump());
+  const BpeTokenizer tokenizer = BpeTokenizer::from_file(dir / "tokenizer.json");
+  write_bytes(dir / "hellaswag_val.jsonl", std::string(kLine) + "\n\n" + kLine + "\n");
+  const std::vector<MultipleChoiceExample> examples =
+      read_multiple_choice_set(dir / "hellaswag_val.jsonl", &tokenizer);
+  ASSERT_EQ(examples.size(), 2u);  // the blank line skipped
+  EXPECT_EQ(examples[0].label, 1);
+  EXPECT_EQ(examples[0].context, tokenizer.encode("A man is on a roof. he"));
+  ASSERT_EQ(examples[0].completions.size(), 2u);
+  // The space before each ending: " is" is one token.
+  EXPECT_EQ(examples[0].completions[0], tokenizer.encode(" is using wrap."));
+  EXPECT_EQ(examples[0].completions[0][0], 257);
+  EXPECT_EQ(examples[0].completions[1], tokenizer.encode(" starts pulling up roofing."));
+}
+
+TEST(HellaSwagTest, RendersBytesForByteLevelModels) {
+  TempDir dir;
+  write_bytes(dir / "hs.jsonl", R"({"ctx": "ab", "endings": ["c", "de"], "label": "0"})"
+                                "\n");
+  const std::vector<MultipleChoiceExample> examples =
+      read_hellaswag_jsonl(dir / "hs.jsonl", nullptr);
+  ASSERT_EQ(examples.size(), 1u);
+  EXPECT_EQ(examples[0].label, 0);  // a string label, as the Hugging Face dataset writes it
+  EXPECT_EQ(examples[0].context, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(examples[0].completions[0], (std::vector<int32_t>{' ', 'c'}));
+  EXPECT_EQ(examples[0].completions[1], (std::vector<int32_t>{' ', 'd', 'e'}));
+}
+
+TEST(HellaSwagTest, RefusesBadLinesNamingTheLineAndField) {
+  TempDir dir;
+  const auto error_for = [&](const std::string& line) {
+    write_bytes(dir / "hs.jsonl", std::string(kLine) + "\n" + line + "\n");
+    return error_of([&] { read_hellaswag_jsonl(dir / "hs.jsonl", nullptr); });
+  };
+  EXPECT_TRUE(contains(error_for("{not json"), "hs.jsonl line 2: not JSON"));
+  EXPECT_TRUE(contains(error_for(R"({"endings": ["a", "b"], "label": 0})"),
+                       "line 2: expected an object whose \"ctx\" is the context's text"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", "b"]})"),
+                       "line 2: no \"label\" (the test split's labels are not public"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", "b"], "label": 2})"),
+                       "line 2: the label is 2; give the right completion's index, 0..1"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", 3], "label": 0})"),
+                       "line 2: \"endings\" holds 3, not a text"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": "a", "label": 0})"),
+                       "line 2: expected \"endings\", an array"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "", "endings": ["a", "b"], "label": 0})"),
+                       "line 2: the context is empty"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", "b"], "label": "x"})"),
+                       "line 2: \"label\" is \"x\""));
+  write_bytes(dir / "empty.jsonl", "\n");
+  EXPECT_TRUE(contains(error_of([&] { read_hellaswag_jsonl(dir / "empty.jsonl", nullptr); }),
+                       "empty.jsonl: no examples"));
+}
+
+}  // namespace
+}  // namespace paraplan
