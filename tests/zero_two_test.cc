@@ -11,15 +11,20 @@
 // Tolerance: fp32 plans as every other plan (kLossTolerance); ZeRO-2 adds
 // the micro-batches in another order than one rank (per micro-batch over
 // the group, then over micro-batches), which stays far inside it. bf16:
-// mixed_precision_test.cc's bound (1e-3). ZeRO-2 reduces each micro-batch's
-// units in bf16 and sums them in an fp32 shard (sharded_gradients.h), where
-// the single rank and ZeRO-1 sum their micro-batches in bf16. Largest loss
-// differences from the single-rank bf16 run (8 micro-batches of 2), 5
-// steps: bf16_zero2_dp2 5.4e-4 with a bf16 shard, 4.4e-4 with the fp32 one;
-// bf16_zero2_1f1b_pp2_dp2 4.8e-4, then 3.9e-4; bf16_zero1_dp2 8.0e-5. Past
-// the first step these are bf16 rounding paths diverging (each bf16 run is
-// about 3e-3 from the fp32 one), not the accumulation's error, and ZeRO-1
-// tracks the single rank because it rounds as it does; so the bound stays.
+// twice mixed_precision_test.cc's bound (1e-3), for the reason below. ZeRO-2 reduces each
+// micro-batch's units in bf16 and sums them in an fp32 shard (sharded_gradients.h), where the
+// single rank and ZeRO-1 sum their micro-batches in bf16. Largest loss differences from the
+// single-rank bf16 run (8 micro-batches of 2), 5 steps: bf16_zero2_dp2 5.4e-4 with a bf16
+// shard, 4.4e-4 with the fp32 one; bf16_zero2_1f1b_pp2_dp2 4.8e-4, then 3.9e-4;
+// bf16_zero1_dp2 8.0e-5. Past the first step these are bf16 rounding paths diverging (each bf16 run
+// is about 3e-3 from the fp32 one), not the accumulation's error, and ZeRO-1 tracks the single rank
+// because it rounds as it does; so the bound stays. On an AMD EPYC (OpenBLAS's Zen kernels: other
+// fp32 sums, so other bf16 roundings) the same runs drift further and back: largest differences
+// 3.0e-4 (bf16_zero2_dp2), 1.1e-3 (bf16_zero2_1f1b_pp2_dp2) and 9.1e-4
+// (bf16_zero1_dp2, which rounds as one rank does), all at step 4 and all
+// within 3e-4 again at step 5. ZeRO-1 drifting as far shows the rounding
+// path, not ZeRO-2, moves them; kBfloat16Tolerance is 2e-3 here, and the
+// fp32 cases above hold every ZeRO-2 plan to kLossTolerance.
 // The accumulation itself, measured once on this model planned by
 // `paraplan plan` (global batch 16): at step 1 (the same weights
 // everywhere) the gradient norm of bf16 ZeRO-2 dp2 in micro-batches of 2
@@ -37,7 +42,7 @@ namespace {
 
 using schema::ScheduleKind;
 
-constexpr double kBfloat16Tolerance = 1e-3;
+constexpr double kBfloat16Tolerance = 2e-3;
 
 class ZeroTwo : public SchedulePlanTraining {};
 
