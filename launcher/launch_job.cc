@@ -101,6 +101,14 @@ std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
   });
   const std::string checkpoint_dir = checkpoint_directory(options);
   if (resume && !checkpoint_dir.empty()) files.push_back(checkpoint_dir);
+  // Weights every rank loads its slice of (train --init-from, evaluate
+  // --checkpoint), and the HellaSwag set every rank scores (a .jsonl with the
+  // tokenizer that encodes it).
+  for (const char* flag : {"--init-from", "--checkpoint", "--hellaswag"})
+    for (const std::string& path : flag_values(command, flag)) files.push_back(path);
+  const std::vector<std::string> hellaswag = flag_values(command, "--hellaswag");
+  if (!hellaswag.empty() && hellaswag.back().ends_with(".jsonl"))
+    for (const std::string& path : flag_values(command, "--tokenizer")) files.push_back(path);
   return files;
 }
 

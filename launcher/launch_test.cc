@@ -387,6 +387,17 @@ TEST(FilesEveryRankReads, ThePlanTheDataAndTheCheckpointDirectoryOnResume) {
   EXPECT_EQ(files_every_rank_reads(options),
             (std::vector<std::string>{"/plans/other.pplan", cwd + "/a.bin", cwd + "/b_*.bin",
                                       cwd + "/v.bin", cwd + "/ckpt"}));
+  // What evaluate's ranks read: the weights, the HellaSwag set and, for a
+  // .jsonl, the tokenizer that encodes it.
+  options.command = {"evaluate",    "--checkpoint", "ckpt",
+                     "--hellaswag", "hs.jsonl",     "--tokenizer=/t/gpt2.tiktoken"};
+  EXPECT_EQ(files_every_rank_reads(options),
+            (std::vector<std::string>{cwd + "/job.pplan", cwd + "/ckpt", cwd + "/hs.jsonl",
+                                      "/t/gpt2.tiktoken"}));
+  options.command = {"train",  "--init-from", "/w/gpt2", "--hellaswag",
+                     "hs.bin", "--tokenizer", "t.json"};
+  EXPECT_EQ(files_every_rank_reads(options),
+            (std::vector<std::string>{cwd + "/job.pplan", "/w/gpt2", cwd + "/hs.bin"}));
   options.command = {"train", "--checkpoint-dir=/scratch/ckpt"};
   EXPECT_EQ(checkpoint_directory(options), "/scratch/ckpt");
   options.command = {"replay", "--steps", "3"};

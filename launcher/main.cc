@@ -1,5 +1,5 @@
-// main.cc: the `paraplan` command: tokenize, plan, inspect, train, replay,
-// profile, autotune, launch, preflight, sample.
+// main.cc: the `paraplan` command: tokenize, plan, inspect, train, evaluate,
+// replay, profile, autotune, launch, preflight, sample.
 //
 // Each subcommand is a thin shell over the planner or the runtime. Every
 // failure ends here as one line, "paraplan: error: <message>", and exit

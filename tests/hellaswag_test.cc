@@ -11,10 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "command_fixture.h"
-#include "runtime/data/multiple_choice.h"
 #include "schedule_plan_fixture.h"
 
 namespace paraplan::testing {
@@ -107,7 +108,11 @@ TEST_F(HellaSwagEvaluation, EveryPlanScoresAsOneRank) {
       ScheduleCase pipeline = sequence_case("gpt2_pp2_interleaved");
       pipeline.pipeline = 2, pipeline.virtual_stages = 2;
       pipeline.kind = ScheduleKind::Interleaved1F1B;
-      cases = {data, tensor, context, pipeline};
+      // ZB-V: the head's chunk on pipeline rank 0.
+      ScheduleCase v_shaped = sequence_case("gpt2_pp2_zbv");
+      v_shaped.pipeline = 2, v_shaped.virtual_stages = 2;
+      v_shaped.kind = ScheduleKind::ZeroBubbleV;
+      cases = {data, tensor, context, pipeline, v_shaped};
     } else {
       ScheduleCase both = sequence_case("llama_cp2_tp2", "llama");
       both.context = 2, both.tensor = 2;
@@ -167,9 +172,14 @@ TEST_F(HellaSwagEvaluation, RefusesBadInputClearly) {
       paraplan::testing::run(evaluate + " --hellaswag " + *directory_ / "long.jsonl"),
       {"--hellaswag " + *directory_ / "long.jsonl",
        "example 0: a completion of 71 tokens does not fit the model's seq_len 64"});
-  const std::string wide = *directory_ / "wide_vocabulary.bin";  // GPT-2's ids, say
-  write_eval_file(wide, {MultipleChoiceExample{
-                            .label = 1, .context = {46, 32}, .completions = {{11}, {300}}}});
+  // llm.c's eval file (dev/data/data_common.py) of one example with a token
+  // past the byte-level vocabulary: label 1, context {46, 32}, endings {11}
+  // and {300}.
+  const std::string wide = *directory_ / "wide_vocabulary.bin";
+  const std::vector<uint16_t> example = {65535, 24, 0, 1, 2, 2, 46, 32, 1, 11, 1, 300};
+  const int32_t header[256] = {20240522, 1, 1, 24};
+  write_file(wide, std::string(reinterpret_cast<const char*>(header), sizeof(header)) +
+                       std::string(reinterpret_cast<const char*>(example.data()), 24));
   expect_clear_error(
       paraplan::testing::run(evaluate + " --hellaswag " + wide),
       {"--hellaswag " + wide +
@@ -177,6 +187,18 @@ TEST_F(HellaSwagEvaluation, RefusesBadInputClearly) {
   expect_clear_error(paraplan::testing::run(evaluate + " --val-data " +
                                             *directory_ / "data/val.bin" + " --eval-batches -1"),
                      {"--eval-batches: -1 is invalid"});
+  // What evaluate would otherwise ignore.
+  expect_clear_error(
+      paraplan::testing::run(evaluate + " --hellaswag " + wide + " --eval-batches 3"),
+      {"--eval-batches: there is no validation data to read"});
+  expect_clear_error(
+      paraplan::testing::run(evaluate + " --hellaswag " + wide + " --tokenizer " +
+                             *directory_ / "tokenizer.json"),
+      {"--tokenizer encodes a --hellaswag .jsonl; " + wide + " holds tokens already"});
+  write_file(*directory_ / "text.txt", R"({"ctx": "a", "endings": ["b", "c"], "label": 0})");
+  expect_clear_error(paraplan::testing::run(evaluate + " --hellaswag " + *directory_ / "text.txt"),
+                     {"text.txt: 47 bytes, shorter than llm.c's eval file header",
+                      "this looks like HellaSwag's text: name it *.jsonl"});
 }
 
 }  // namespace

@@ -66,7 +66,12 @@ std::vector<uint16_t> example_stream(const MultipleChoiceExample& example, size_
                                   field(example.completions.size(), "the completion count")};
   const auto append = [&](const std::vector<int32_t>& tokens) {
     stream.push_back(field(tokens.size(), "a length"));
-    for (int32_t token : tokens) stream.push_back(field(static_cast<size_t>(token), "token"));
+    for (int32_t token : tokens) {
+      if (token < 0)
+        throw std::runtime_error(path + ": " + example_name(index) + ": token " +
+                                 std::to_string(token) + " is negative");
+      stream.push_back(field(static_cast<size_t>(token), "token"));
+    }
   };
   append(example.context);
   for (const std::vector<int32_t>& completion : example.completions) append(completion);
@@ -82,9 +87,10 @@ void check_example(const MultipleChoiceExample& example, const std::string& wher
                              ": the context is empty (the first completion token is "
                              "predicted from the context's last)");
   const size_t completions = example.completions.size();
-  if (completions < 2 || completions > 65535)
+  if (completions < 2 || completions > kMaxCompletions)
     throw std::runtime_error(where + ": " + std::to_string(completions) +
-                             " completion(s); a multiple-choice example has 2 or more");
+                             " completion(s); a multiple-choice example has 2 to " +
+                             std::to_string(kMaxCompletions));
   for (size_t c = 0; c < completions; ++c)
     if (example.completions[c].empty())
       throw std::runtime_error(where + ": completion " + std::to_string(c) + " is empty");
@@ -99,25 +105,33 @@ namespace {
 // The header's four fields, checked: magic, version, examples, longest.
 std::array<int32_t, 4> eval_file_header(const std::vector<uint8_t>& bytes,
                                         const std::string& path) {
+  // HellaSwag's own text under another name than *.jsonl, said as such.
+  const std::string text_hint = !bytes.empty() && bytes[0] == '{'
+                                    ? "; this looks like HellaSwag's text: name it *.jsonl"
+                                    : "";
   if (bytes.size() < kHeaderBytes)
     throw std::runtime_error(path + ": " + std::to_string(bytes.size()) +
-                             " bytes, shorter than llm.c's eval file header (1024 bytes)");
+                             " bytes, shorter than llm.c's eval file header (1024 bytes)" +
+                             text_hint);
   std::array<int32_t, 4> header;
   std::memcpy(header.data(), bytes.data(), sizeof(header));
   if (header[0] != kEvalFileMagic) {
     const bool shard = std::find(std::begin(kTokenFileMagics), std::end(kTokenFileMagics),
                                  header[0]) != std::end(kTokenFileMagics);
+    const std::string what = shard ? "; this is a token shard, for --data or --val-data)"
+                             : !text_hint.empty() ? text_hint + ")"
+                                                  : ", as dev/data/hellaswag.py writes it)";
     throw std::runtime_error(path + ": header[0] (magic) is " + std::to_string(header[0]) +
                              ", not " + std::to_string(kEvalFileMagic) + " (llm.c's eval file" +
-                             (shard ? "; this is a token shard, for --data or --val-data)"
-                                    : ", as dev/data/hellaswag.py writes it)"));
+                             what);
   }
   if (header[1] != kEvalFileVersion)
     throw std::runtime_error(path + ": header[1] (version) is " + std::to_string(header[1]) +
                              ", not 1");
-  if (header[2] < 1)
+  // <EXAMPLE_INDEX> is a uint16: llm.c writes and reads fewer than 2^16.
+  if (header[2] < 1 || header[2] > 65535)
     throw std::runtime_error(path + ": header[2] (examples) is " + std::to_string(header[2]) +
-                             "; an eval file holds at least one example");
+                             "; an eval file holds 1 to 65535 examples");
   return header;
 }
 

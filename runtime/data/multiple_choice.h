@@ -26,9 +26,14 @@ struct MultipleChoiceExample {
   std::vector<std::vector<int32_t>> completions;
 };
 
+// The most completions an example may have: HellaSwag's have 4, llm.c
+// assumes 4; a bound keeps a hostile file's rows (each a row of seq_len
+// tokens to forward) in proportion.
+inline constexpr size_t kMaxCompletions = 64;
+
 // Throws std::runtime_error "<where>: <field>: <what is wrong>" unless the
-// example is scorable: a non-empty context, at least two completions (at
-// most 65,535), none empty, and a label among them.
+// example is scorable: a non-empty context, 2 to kMaxCompletions
+// completions, none empty, and a label among them.
 void check_example(const MultipleChoiceExample& example, const std::string& where);
 
 // llm.c's eval file (dev/data/data_common.py write_evalfile): a header of 256

@@ -77,6 +77,10 @@ TEST(EvalFileTest, RefusesWhatDoesNotFitTheFormat) {
                        }),
                        "token 70000 does not fit llm.c's eval file"));
   EXPECT_TRUE(contains(error_of([&] {
+                         write_eval_file(dir / "a.bin", {example(0, {-3}, {{1}, {2}})});
+                       }),
+                       "example 0: token -3 is negative"));
+  EXPECT_TRUE(contains(error_of([&] {
                          write_eval_file(dir / "a.bin", {example(2, {1}, {{1}, {2}})});
                        }),
                        "the label is 2; give the right completion's index, 0..1"));
@@ -94,6 +98,9 @@ TEST(EvalFileTest, RefusesABadFileNamingTheField) {
                        "header[0] (magic) is 20240520, not 20240522 (llm.c's eval file; this is "
                        "a token shard, for --data or --val-data)"));
   EXPECT_TRUE(contains(error_for(one_example_file(20240522, 2)), "header[1] (version) is 2"));
+  // <EXAMPLE_INDEX> is a uint16: example 65536 would be numbered 0.
+  EXPECT_TRUE(contains(error_for(one_example_file(20240522, 1, 65536)),
+                       "header[2] (examples) is 65536; an eval file holds 1 to 65535 examples"));
   EXPECT_TRUE(contains(error_for(one_example_file(20240522, 1, 2)),
                        "example 1: the file ends (header[2] says 2 examples)"));
   EXPECT_TRUE(contains(error_for(one_example_file() + "xx"), "2 bytes follow the last"));

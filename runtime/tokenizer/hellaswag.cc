@@ -26,7 +26,12 @@ int label_of(const nlohmann::json& object, const std::string& where) {
                              ": no \"label\" (the test split's labels are not "
                              "public; evaluate on hellaswag_val.jsonl)");
   const nlohmann::json& label = object["label"];
-  if (label.is_number_integer()) return label.get<int>();
+  // A number narrowed only where it fits: 2^32 + 1 is not 1.
+  if (label.is_number_unsigned() && label.get<uint64_t>() <= 65535)
+    return static_cast<int>(label.get<uint64_t>());
+  if (label.is_number_integer() && !label.is_number_unsigned() && label.get<int64_t>() >= 0 &&
+      label.get<int64_t>() <= 65535)
+    return static_cast<int>(label.get<int64_t>());
   if (label.is_string()) {
     const std::string text = label.get<std::string>();
     if (!text.empty() && text.size() < 6 &&
@@ -43,6 +48,12 @@ MultipleChoiceExample render(const nlohmann::json& object, const BpeTokenizer* t
     throw std::runtime_error(where + ": expected an object whose \"ctx\" is the context's text");
   if (!object.contains("endings") || !object["endings"].is_array())
     throw std::runtime_error(where + ": expected \"endings\", an array of the endings' texts");
+  // Counted before any is encoded.
+  const size_t endings = object["endings"].size();
+  if (endings < 2 || endings > kMaxCompletions)
+    throw std::runtime_error(where + ": " + std::to_string(endings) +
+                             " endings; a multiple-choice example has 2 to " +
+                             std::to_string(kMaxCompletions));
   MultipleChoiceExample example;
   example.label = label_of(object, where);
   example.context = encode(object["ctx"].get<std::string>(), tokenizer);

@@ -70,6 +70,18 @@ TEST(HellaSwagTest, RefusesBadLinesNamingTheLineAndField) {
                        "line 2: the context is empty"));
   EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", "b"], "label": "x"})"),
                        "line 2: \"label\" is \"x\""));
+  // Not narrowed into range: 2^32 + 1 is not 1.
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", "b"], "label": 4294967297})"),
+                       "line 2: \"label\" is 4294967297"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a", "b"], "label": -1})"),
+                       "line 2: \"label\" is -1"));
+  // Counted before any ending is encoded.
+  std::string many = R"({"ctx": "a", "label": 0, "endings": [)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "\"x\"";
+  EXPECT_TRUE(contains(error_for(many + "]}"),
+                       "line 2: 65 endings; a multiple-choice example has 2 to 64"));
+  EXPECT_TRUE(contains(error_for(R"({"ctx": "a", "endings": ["a"], "label": 0})"),
+                       "line 2: 1 endings; a multiple-choice example has 2 to 64"));
   write_bytes(dir / "empty.jsonl", "\n");
   EXPECT_TRUE(contains(error_of([&] { read_hellaswag_jsonl(dir / "empty.jsonl", nullptr); }),
                        "empty.jsonl: no examples"));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string_view>
 
 #include "common/atomic_file.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -60,6 +61,16 @@ EvaluationInputs validate_evaluation(const EvaluateOptions& options, const MpiSe
             ? static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(options.eval_batches, whole)))
             : evaluation_batches(training, in.validation->samples_per_epoch());
   }
+  if (options.eval_batches > 0 && !in.validation)
+    throw std::runtime_error(
+        "--eval-batches: there is no validation data to read (give "
+        "--val-data, or [data] validation in the job file)");
+  if (!options.tokenizer.empty() && !std::string_view(options.hellaswag).ends_with(".jsonl"))
+    throw std::runtime_error(
+        "--tokenizer encodes a --hellaswag .jsonl; " +
+        (options.hellaswag.empty()
+             ? std::string("there is none")
+             : options.hellaswag + " holds tokens already (llm.c's eval file)"));
   if (!options.hellaswag.empty())
     in.hellaswag = open_multiple_choice_rows(options.hellaswag, options.tokenizer, in.weights,
                                              config.seq_len, config.vocab_size);

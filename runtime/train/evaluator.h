@@ -3,7 +3,9 @@
 // under a plan, on every rank of the job: the plan's mesh, pipeline, tensor
 // and context parallelism and micro-batching, forwards only. Any plan of the
 // model gives the same figures (evaluation.h), so a model trained under one
-// plan is measured under another, as large as the job.
+// plan is measured under another, as large as the job. The ranks are built as
+// training builds them (gradients and optimizer state allocated, unused): a
+// model evaluates under any plan it could train under.
 #pragma once
 
 #include <optional>
