@@ -161,10 +161,9 @@ double ModelStage::take_loss_sum() {
   return sum;
 }
 
-void ModelStage::read_token_losses(int slot, float* host) {
-  if (!has_head()) throw std::logic_error("model stage: read_token_losses: no head on this stage");
-  ops_.copy_to_host(host, losses(slot),
-                    static_cast<size_t>(batch_) * sequence_length() * sizeof(float));
+const float* ModelStage::token_losses(int slot) const {
+  if (!has_head()) throw std::logic_error("model stage: token_losses: no head on this stage");
+  return slot_tokens_[slot].losses;
 }
 
 }  // namespace paraplan

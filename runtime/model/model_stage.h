@@ -200,10 +200,10 @@ class ModelStage {
   // back once (one host synchronization), and the accumulator reset. 0 on
   // other stages, without synchronizing.
   double take_loss_sum();
-  // Last stage after forward(slot, ...): the slot's per-token losses
-  // [B, sequence_length()] (this rank's tokens, context_shard.h), read back
-  // into `host` (a host synchronization; for evaluation).
-  void read_token_losses(int slot, float* host);
+  // Last stage after forward(slot, ...), until the slot's next forward: its
+  // per-token losses [B, sequence_length()] (this rank's tokens,
+  // context_shard.h), fp32 in backend memory.
+  const float* token_losses(int slot) const;
   // Last stage after forward(slot, _, false): the logits [B, T, V/t] of
   // this rank's vocabulary shard.
   virtual const void* logits(int slot) const = 0;

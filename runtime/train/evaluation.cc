@@ -18,10 +18,11 @@ namespace {
 // plan: split over data-parallel ranks and micro-batches as training splits a
 // step, each micro-batch through the pipeline. After each forward of the
 // chunk with the head, after_head (if set) gets the micro-batch's first
-// sample and the chunk (its slot 0).
+// sample, its index among this rank's micro-batches of the global batch, and
+// the chunk (its slot 0).
 void forward_global_batches(RankState& rank, const SampleSource& data,
                             const schema::Training& training, int batches,
-                            const std::function<void(int64_t, ModelStage&)>& after_head) {
+                            const std::function<void(int64_t, int, ModelStage&)>& after_head) {
   rank.optimizer->wait_for_parameters();
   ModelStage& stage = *rank.stage;
   const MeshCoordinates& mesh = rank.groups.mesh;
@@ -58,7 +59,7 @@ void forward_global_batches(RankState& rank, const SampleSource& data,
                                           previous_link_tag(rank.pipeline, c, chunks));
         }
         chunk.forward(0, 1.0f, /*training=*/false);
-        if (chunk.has_head() && after_head) after_head(sample, chunk);
+        if (chunk.has_head() && after_head) after_head(sample, micro_batch, chunk);
         if (!chunk.has_head() && layout.local_neighbour(mesh.pipeline_rank, c, true) < 0)
           rank.groups.peers->send_receive(
               chunk.output(0), activations, next_virtual_stage_rank(rank.pipeline, c, chunks),
@@ -90,7 +91,9 @@ double evaluate_unchecked(RankState& rank, const SampleSource& data,
 
 // Every row's summed loss over its scored span: each head rank of tensor
 // rank 0 adds its tokens' (its micro-batches' rows; with context parallelism,
-// its positions of them), and one all-reduce over the world sums them.
+// its positions of them), and one all-reduce over the world sums them. The
+// micro-batches' losses are gathered on the device and read back once per
+// global batch (one host synchronization, not one per micro-batch).
 std::vector<double> row_loss_sums(RankState& rank, const MultipleChoiceRows& rows,
                                   const schema::Training& training) {
   const int global_batch = training.global_batch_size();
@@ -99,24 +102,46 @@ std::vector<double> row_loss_sums(RankState& rank, const MultipleChoiceRows& row
   const ContextShard& context = rank.stage->context();
   const std::vector<int32_t> positions = context.positions_of(context.rank);
   const int local_length = context.local_length(), batch = training.micro_batch_size();
+  const int micro_batches = training.num_micro_batches();
   const bool scores = rank.groups.mesh.tensor_rank == 0;  // every tensor rank has the losses
-  std::vector<float> losses(static_cast<size_t>(batch) * local_length);
-  forward_global_batches(rank, rows, training, static_cast<int>(batches),
-                         [&](int64_t first_sample, ModelStage& head) {
-                           if (!scores) return;
-                           head.read_token_losses(0, losses.data());
-                           for (int b = 0; b < batch; ++b) {
-                             const int64_t row = first_sample + b;
-                             if (row >= rows.num_rows()) break;
-                             const MultipleChoiceRows::Span span = rows.scored_span(row);
-                             const float* row_losses = losses.data() + int64_t{b} * local_length;
-                             double sum = 0;
-                             for (int i = 0; i < local_length; ++i)
-                               if (positions[i] >= span.begin && positions[i] < span.end)
-                                 sum += row_losses[i];
-                             sums[static_cast<size_t>(row)] += sum;
-                           }
-                         });
+  const size_t micro_batch_losses = static_cast<size_t>(batch) * local_length;
+  const size_t bytes = micro_batch_losses * micro_batches * sizeof(float);
+  float* gathered = nullptr;  // on the rank whose chunk has the head, at its first forward
+  std::vector<float> losses(micro_batch_losses * micro_batches);
+  std::vector<int64_t> first_samples(micro_batches);
+  const auto add_rows = [&] {
+    rank.ops->copy_to_host(losses.data(), gathered, bytes);
+    for (int m = 0; m < micro_batches; ++m)
+      for (int b = 0; b < batch; ++b) {
+        const int64_t row = first_samples[m] + b;
+        if (row >= rows.num_rows()) break;
+        const MultipleChoiceRows::Span span = rows.scored_span(row);
+        const float* row_losses =
+            losses.data() + m * micro_batch_losses + static_cast<size_t>(b) * local_length;
+        double sum = 0;
+        for (int i = 0; i < local_length; ++i)
+          if (positions[i] >= span.begin && positions[i] < span.end) sum += row_losses[i];
+        sums[static_cast<size_t>(row)] += sum;
+      }
+  };
+  try {
+    forward_global_batches(
+        rank, rows, training, static_cast<int>(batches),
+        [&](int64_t first_sample, int micro_batch, ModelStage& head) {
+          if (!scores) return;
+          if (gathered == nullptr)
+            gathered =
+                static_cast<float*>(rank.memory->allocate(bytes, MemoryCategory::kWorkspace));
+          rank.ops->copy(gathered + micro_batch * micro_batch_losses, head.token_losses(0),
+                         micro_batch_losses * sizeof(float));
+          first_samples[micro_batch] = first_sample;
+          if (micro_batch + 1 == micro_batches) add_rows();
+        });
+  } catch (...) {
+    if (gathered != nullptr) rank.memory->release(gathered);
+    throw;
+  }
+  if (gathered != nullptr) rank.memory->release(gathered);
   // The forwards also summed their losses on the device: not a training
   // step's, dropped.
   for (int c = 0; c < rank.stage->num_chunks(); ++c) rank.stage->chunk(c).take_loss_sum();
