@@ -302,6 +302,31 @@ TEST_F(EndToEnd, InspectPrintsEveryFieldAsJson) {
   EXPECT_TRUE(plan.contains("schedule"));
 }
 
+// samples/gpt2_124m/fineweb.toml is llm.c's GPT-2 124M recipe
+// (scripts/run_gpt2_124M.sh): its plan for 8 H100s holds llm.c's flags.
+TEST_F(EndToEnd, TheLlmcGpt2RecipePlansAsLlmcRunsIt) {
+  const CommandResult planned =
+      run("plan --config " + std::string(PARAPLAN_SOURCE_DIR) +
+          "/samples/gpt2_124m/fineweb.toml --output " + path("fineweb.pplan"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const nlohmann::json plan =
+      nlohmann::json::parse(run("inspect " + path("fineweb.pplan") + " --json").output);
+  const nlohmann::json &training = plan["training"], &optimizer = training["optimizer"];
+  EXPECT_EQ(plan["mesh"]["data_parallel"], 8);                         // mpirun -np 8
+  EXPECT_EQ(plan["zero"]["stage"], 1);                                 // -z 1
+  EXPECT_EQ(training["micro_batch_size"], 64);                         // -b 64
+  EXPECT_EQ(training["global_batch_size"].get<int>() * 1024, 524288);  // -d 524288
+  EXPECT_EQ(training["num_micro_batches"], 1);
+  EXPECT_DOUBLE_EQ(optimizer["learning_rate"].get<double>(), 6e-4);     // -l
+  EXPECT_DOUBLE_EQ(optimizer["min_learning_rate"].get<double>(), 0.0);  // -q 0.0
+  EXPECT_EQ(optimizer["warmup_steps"], 700);                            // -u 700
+  EXPECT_EQ(optimizer["total_steps"], 18865);
+  EXPECT_DOUBLE_EQ(optimizer["weight_decay"].get<double>(), 0.1);  // -c 0.1
+  EXPECT_EQ(training["eval_interval"], 250);                       // -v 250
+  EXPECT_EQ(training["eval_batches"], 20);
+  EXPECT_EQ(plan["stages"][0]["recompute"][0], "none");  // -r 0
+}
+
 TEST_F(EndToEnd, PlanOverridesOnTheCommandLine) {
   write_file(dir_ / "job.toml", kTinyJob);
   CommandResult planned =
