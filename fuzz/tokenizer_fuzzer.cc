@@ -4,7 +4,8 @@
 // cover it exactly, its display form (to_valid_utf8) must be valid UTF-8 and
 // the text itself where the text was valid, NFC must be idempotent, and an
 // accepted tokenizer must decode its encoding back to the same bytes (of the
-// normalized text where it normalizes), valid UTF-8 or not.
+// normalized text where it normalizes), valid UTF-8 or not, and write itself
+// as a tokenizer.json that reads back encoding the same.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -47,6 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string decoded = tokenizer.decode(tokenizer.encode(text));
     if (decoded != (tokenizer.normalizes_to_nfc() ? nfc : text))
       fuzz::fail("decode(encode(text)) is not the text (or its NFC, where it normalizes)", text);
+    // Written as a tokenizer.json (what train keeps beside checkpoints), it
+    // reads back as a tokenizer that encodes the same.
+    const std::string written = tokenizer.to_hugging_face_json();
+    try {
+      if (BpeTokenizer::parse(written, "written.json").encode(text) != tokenizer.encode(text))
+        fuzz::fail("the tokenizer.json it writes encodes otherwise", written);
+    } catch (const std::runtime_error& error) {
+      fuzz::fail("the tokenizer.json it writes is refused", error.what());
+    }
   });
   return 0;
 }

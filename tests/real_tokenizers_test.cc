@@ -169,12 +169,14 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   EXPECT_NE(latest_step(path("ckpt")), step_dir);
   EXPECT_TRUE(std::filesystem::exists(latest_step(path("ckpt")) + "/tokenizer.json"));
 
-  // train --tokenizer keeps a tiktoken file as tokenizer.tiktoken; sample
-  // finds it.
+  // train --tokenizer keeps a tiktoken file as the tokenizer.json it amounts
+  // to: Hugging Face's (tests/tokenizer_check.py converted); sample finds it.
   const CommandResult kept =
       run(train + " --steps 2 --tokenizer " + gpt2 + " --checkpoint-dir " + path("kept"));
   ASSERT_EQ(kept.exit_code, 0) << kept.output;
-  EXPECT_TRUE(std::filesystem::exists(latest_step(path("kept")) + "/tokenizer.tiktoken"));
+  const std::string converted = latest_step(path("kept")) + "/tokenizer.json";
+  const CommandResult same = run_command(python("converted gpt2 " + kAssets + " " + converted));
+  EXPECT_EQ(same.exit_code, 0) << same.output;
   EXPECT_EQ(run("sample --checkpoint " + path("kept") + " --prompt 'line' --tokens 3").exit_code,
             0);
   // A tokenizer paraplan cannot read (a WordPiece one here) is carried from
@@ -188,6 +190,31 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
   expect_clear_error(run(train + " --steps 2 --tokenizer " + kAssets + "/llama3.tiktoken" +
                          " --checkpoint-dir " + path("refused")),
                      {"llama3.tiktoken: Llama 3 pattern, 128256 tokens", "more than the 50304"});
+}
+
+// Llama 3's tokenizer.model given to train is kept as the tokenizer.json
+// Hugging Face would convert it to: the same vocabulary, merges and specials
+// (678 tokens no merge reaches left to ignore_merges), encoding as tiktoken,
+// loaded by AutoTokenizer.
+TEST_F(RealTokenizers, TrainKeepsLlama3sTiktokenFileAsItsTokenizerJson) {
+  write_file(dir_ / "llama.toml",
+             "[model]\narchitecture = \"llama\"\nvocab_size = 128256\nseq_len = 16\n"
+             "num_layers = 1\nd_model = 32\nnum_heads = 4\nnum_kv_heads = 2\nffn_size = 64\n"
+             "[training]\nglobal_batch_size = 2\nmicro_batch_size = 2\ntotal_steps = 10\n");
+  const std::string llama3 = kAssets + "/llama3.tiktoken";
+  ASSERT_EQ(run("tokenize --tokenizer " + llama3 + " --input " + path("corpus.txt") + " --output " +
+                path("data"))
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      run("plan --config " + path("llama.toml") + " --output " + path("llama.pplan")).exit_code, 0);
+  const CommandResult trained =
+      run("train --plan " + path("llama.pplan") + " --data " + path("data/train.bin") +
+          " --steps 1 --tokenizer " + llama3 + " --checkpoint-dir " + path("ckpt"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const CommandResult same = run_command(
+      python("converted llama3 " + kAssets + " " + latest_step(path("ckpt")) + "/tokenizer.json"));
+  EXPECT_EQ(same.exit_code, 0) << same.output;
 }
 
 TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForGpt2) {

@@ -5,6 +5,12 @@ tests/real_tokenizers_test.cc:
 
   tokenizer_check.py PARAPLAN ASSETS WORK
   tokenizer_check.py json gpt2|llama3 ASSETS OUT.json   (that tokenizer.json only)
+  tokenizer_check.py converted gpt2|llama3 ASSETS FILE.json
+      A tokenizer.json paraplan converted from the tiktoken file: the same
+      vocabulary, merges (in order), special tokens and pattern as this
+      script's; Hugging Face's encoding of it equals tiktoken's on pieces of
+      the README, and transformers' AutoTokenizer loads it from the
+      checkpoint directory it is in and encodes the same.
   tokenizer_check.py bench PARAPLAN ASSETS WORK [MB]
       Speed: paraplan tokenize on 1 and 2 threads against tiktoken's
       encode_ordinary (one thread) and encode_ordinary_batch (2), and Hugging
@@ -235,6 +241,49 @@ def bench(paraplan, assets, work, megabytes):
     print(json.dumps(figures))
 
 
+def converted(which, assets, path):
+    ranks = load_tiktoken_bpe(os.path.join(assets, which + ".tiktoken"))
+    if which == "gpt2":
+        specials, pattern = {"<|endoftext|>": 50256}, GPT2
+    else:
+        names = LLAMA3_SPECIALS + [f"<|reserved_special_token_{2 + i}|>" for i in range(244)]
+        specials, pattern = {n: 128000 + i for i, n in enumerate(names)}, LLAMA3
+    reference = tokenizer_json(ranks, specials, None if which == "gpt2" else LLAMA3, True)
+    with open(path, encoding="utf-8") as file:
+        mine = json.load(file)
+    merge_text = lambda m: m if isinstance(m, str) else " ".join(m)
+    checks = {
+        "vocab": mine["model"]["vocab"] == reference["model"]["vocab"],
+        "merges": [merge_text(m) for m in mine["model"]["merges"]] ==
+                  reference["model"]["merges"],
+        "added_tokens": sorted((t["id"], t["content"]) for t in mine["added_tokens"]) ==
+                        sorted((t["id"], t["content"]) for t in reference["added_tokens"]),
+        "pre_tokenizer": mine["pre_tokenizer"] == reference["pre_tokenizer"],
+    }
+    encoding = tiktoken.Encoding(which, pat_str=pattern, mergeable_ranks=ranks,
+                                 special_tokens=specials)
+    hugging_face = Tokenizer.from_file(path)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"),
+              encoding="utf-8") as readme:
+        text = readme.read()
+    samples = [text[i:i + 2000] for i in range(0, min(len(text), 60000), 2000)]
+    samples += ["caf\u00e9 \u6771\u4eac 2026\n\n  x", "\U0001F44D\U0001F3FD don't DON'T"]
+    for special in specials:  # Hugging Face's encode finds them in the text; tiktoken's does not
+        samples = [t.replace(special, "") for t in samples]
+    checks["encodes_as_tiktoken"] = all(
+        hugging_face.encode(t, add_special_tokens=False).ids == encoding.encode_ordinary(t)
+        for t in samples)
+    # transformers' AutoTokenizer loads it beside the checkpoint's config.json.
+    from transformers import AutoTokenizer
+    auto = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)))
+    checks["auto_tokenizer"] = all(
+        auto(t, add_special_tokens=False)["input_ids"] == encoding.encode_ordinary(t)
+        for t in samples[:5])
+    print(json.dumps(checks))
+    if not all(checks.values()):
+        raise SystemExit(f"{path}: differs from the reference: {checks}")
+
+
 def main():
     if sys.argv[1] == "bench":
         bench(*sys.argv[2:5], float(sys.argv[5]) if len(sys.argv) > 5 else 40)
@@ -250,6 +299,9 @@ def main():
                                   True)
         with open(out_path, "w", encoding="utf-8") as out:
             json.dump(file, out, ensure_ascii=False)
+        return
+    if sys.argv[1] == "converted":
+        converted(*sys.argv[2:5])
         return
     paraplan, assets, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)

@@ -15,11 +15,13 @@
 // special token is encoded as text; special tokens are placed by their ids.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "runtime/tokenizer/pretokenizer.h"
@@ -56,6 +58,14 @@ class BpeTokenizer {
   bool normalizes_to_nfc() const { return nfc_; }
   // "GPT-2 pattern, 50,257 tokens (tokenizer.json)".
   std::string description() const;
+  // This tokenizer as a Hugging Face tokenizer.json (what transformers'
+  // AutoTokenizer and `tokenizers` load, and this class reads back to the
+  // same tokenizer): its vocabulary in ByteLevel's alphabet, its merges (for
+  // a tiktoken file, each token as the pair BPE reaches just below its rank,
+  // as Hugging Face converts tiktoken files; tokens no merge reaches are
+  // left to ignore_merges), its pattern, normalizer and special tokens
+  // (bpe_tokenizer_export.cc).
+  std::string to_hugging_face_json() const;
 
   // Appends the tokens of one piece (the pattern already applied).
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
@@ -71,6 +81,8 @@ class BpeTokenizer {
            static_cast<uint32_t>(right);
   }
   std::optional<Merge> find_merge(int32_t left, int32_t right) const;
+  // Every merge as (left, right) ids in priority order (to_hugging_face_json).
+  std::vector<std::pair<int32_t, int32_t>> merge_pairs() const;
 
   std::string source_;  // the file, for messages
   PretokenizerPattern pattern_ = PretokenizerPattern::kGpt2;
@@ -87,6 +99,11 @@ class BpeTokenizer {
   std::unordered_map<uint64_t, Merge> merges_;  // Hugging Face: by pair
   bool merge_by_rank_ = false;                  // tiktoken: the joined bytes' rank, looked up
 };
+
+// Hugging Face's ByteLevel alphabet: byte b is written as the character
+// byte_level_characters()[b] (printable Latin-1 as itself, the rest from
+// U+0100 on).
+std::array<char32_t, 256> byte_level_characters();
 
 // The special token before each document, as llm.c's data scripts write it
 // (and `paraplan tokenize` by default): <|endoftext|> where the tokenizer has

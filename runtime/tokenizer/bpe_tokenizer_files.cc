@@ -23,18 +23,6 @@ constexpr const char* kSupported =
     "paraplan reads byte-level BPE tokenizers: GPT-2's, Llama 3's and Qwen 2's tokenizer.json, or "
     "tiktoken's gpt2.tiktoken and Llama 3's tokenizer.model";
 
-// Hugging Face's ByteLevel alphabet: byte b is written as the character
-// kByteChars[b] (printable Latin-1 as itself, the rest from U+0100 on).
-std::array<char32_t, 256> byte_level_characters() {
-  std::array<char32_t, 256> characters{};
-  char32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    characters[b] = printable ? static_cast<char32_t>(b) : next++;
-  }
-  return characters;
-}
-
 // A vocab key's bytes, or nullopt with the offending character where one is
 // not in the ByteLevel alphabet.
 std::optional<std::string> byte_level_bytes(const std::string& key, char32_t& offending) {
@@ -92,6 +80,16 @@ std::string decode_base64(std::string_view text, const std::string& where) {
 }
 
 }  // namespace
+
+std::array<char32_t, 256> byte_level_characters() {
+  std::array<char32_t, 256> characters{};
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    characters[b] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return characters;
+}
 
 // Fills a BpeTokenizer from either file format (the friend of its fields).
 class BpeTokenizerReader {

@@ -41,6 +41,26 @@ TEST(BpeTokenizer, MergesGoByPriorityNotPosition) {
   EXPECT_EQ(earlier.encode("abc"), ids({256, 'c'}));
 }
 
+TEST(BpeTokenizer, WrittenAsTokenizerJsonItReadsBackTheSame) {
+  TempDir dir;
+  json file = tokenizer_json({{"b", "c"}, {"a", "b"}, {" ", "a"}, {" a", "bc"}});
+  file["normalizer"] = {{"type", "NFC"}};
+  const BpeTokenizer original = load(dir, file);
+  write_bytes(dir / "written.json", original.to_hugging_face_json());
+  const BpeTokenizer written = BpeTokenizer::from_file(dir / "written.json");
+  EXPECT_EQ(written.vocab_size(), original.vocab_size());
+  EXPECT_EQ(written.special_token("<|endoftext|>"), original.special_token("<|endoftext|>"));
+  EXPECT_TRUE(written.normalizes_to_nfc());
+  for (const char* text : {"abc abc abcabc", " a b c", "cafe\u0301 \u6771\u4eac", "x\n\n y"})
+    EXPECT_EQ(written.encode(text), original.encode(text)) << text;
+  const json back = json::parse(original.to_hugging_face_json());
+  EXPECT_EQ(back["model"]["merges"], json::array({byte_level("b") + " " + byte_level("c"),
+                                                  byte_level("a") + " " + byte_level("b"),
+                                                  byte_level(" ") + " " + byte_level("a"),
+                                                  byte_level(" a") + " " + byte_level("bc")}));
+  EXPECT_EQ(back["added_tokens"][0]["content"], "<|endoftext|>");
+}
+
 TEST(BpeTokenizer, EqualPairsMergeLeftmostFirst) {
   TempDir dir;
   const BpeTokenizer tokenizer = load(dir, tokenizer_json({{"a", "a"}, {"aa", "a"}}));

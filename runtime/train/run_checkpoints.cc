@@ -97,7 +97,14 @@ std::optional<CheckpointTokenizer> tokenizer_for_checkpoints(const std::string& 
                                                              const std::string& plan_path) {
   // A given file is checked; one carried from where the run started is kept
   // as it is (a model's tokenizer paraplan cannot read still belongs with it).
-  if (!given.empty()) (void)load_tokenizer_for_model(given, vocab_size, plan_path);
+  // A given tiktoken file is kept as the tokenizer.json it amounts to, which
+  // transformers' AutoTokenizer loads beside the checkpoint's config.json.
+  if (!given.empty()) {
+    const BpeTokenizer tokenizer = load_tokenizer_for_model(given, vocab_size, plan_path);
+    if (std::filesystem::path(given).extension() != ".json")
+      return CheckpointTokenizer{.name = "tokenizer.json",
+                                 .bytes = tokenizer.to_hugging_face_json()};
+  }
   const std::string path =
       given.empty() && !started_from.empty() ? tokenizer_file_in(started_from) : given;
   if (path.empty()) return std::nullopt;

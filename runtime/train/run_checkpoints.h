@@ -28,8 +28,10 @@ namespace paraplan {
 // The tokenizer file kept beside each checkpoint's config.json (as a Hugging
 // Face model directory has it), so `paraplan sample` and transformers find it.
 struct CheckpointTokenizer {
-  std::string name;   // tokenizer.json, or tokenizer.tiktoken for a tiktoken file
-  std::string bytes;  // the file as given
+  // tokenizer.json (a given tiktoken file converted), or tokenizer.tiktoken
+  // for a tiktoken file carried from where the run started.
+  std::string name;
+  std::string bytes;
 };
 
 // train --tokenizer (checked against the model's vocabulary; throws naming
