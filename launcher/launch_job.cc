@@ -15,6 +15,7 @@
 #include "launcher/restart.h"
 #include "launcher/supervisor.h"
 #include "runtime/comm/supervision_protocol.h"
+#include "runtime/tokenizer/hellaswag.h"
 #include "schema/plan_io.h"
 
 namespace paraplan {
@@ -107,7 +108,7 @@ std::vector<std::string> files_every_rank_reads(const LaunchOptions& options) {
   for (const char* flag : {"--init-from", "--checkpoint", "--hellaswag"})
     for (const std::string& path : flag_values(command, flag)) files.push_back(path);
   const std::vector<std::string> hellaswag = flag_values(command, "--hellaswag");
-  if (!hellaswag.empty() && hellaswag.back().ends_with(".jsonl"))
+  if (!hellaswag.empty() && is_hellaswag_text(hellaswag.back()))
     for (const std::string& path : flag_values(command, "--tokenizer")) files.push_back(path);
   return files;
 }

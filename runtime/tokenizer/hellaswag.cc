@@ -89,7 +89,7 @@ std::vector<MultipleChoiceExample> read_hellaswag_jsonl(const std::string& path,
 
 std::vector<MultipleChoiceExample> read_multiple_choice_set(const std::string& path,
                                                             const BpeTokenizer* tokenizer) {
-  if (std::string_view(path).ends_with(".jsonl")) return read_hellaswag_jsonl(path, tokenizer);
+  if (is_hellaswag_text(path)) return read_hellaswag_jsonl(path, tokenizer);
   return read_eval_file(path);
 }
 

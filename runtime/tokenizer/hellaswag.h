@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/data/multiple_choice.h"
@@ -20,6 +21,12 @@ namespace paraplan {
 // and the field.
 std::vector<MultipleChoiceExample> read_hellaswag_jsonl(const std::string& path,
                                                         const BpeTokenizer* tokenizer);
+
+// Whether `path` names HellaSwag's text (a .jsonl, encoded with a
+// tokenizer) rather than llm.c's eval file of tokens.
+inline bool is_hellaswag_text(std::string_view path) {
+  return path.ends_with(".jsonl");
+}
 
 // A path ending in .jsonl as above, anything else as llm.c's eval file (its
 // tokens taken as they are; `tokenizer` unused).

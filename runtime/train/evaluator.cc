@@ -17,6 +17,7 @@
 #include "runtime/model/architecture.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
+#include "runtime/tokenizer/hellaswag.h"
 #include "runtime/train/evaluation.h"
 #include "runtime/train/training_data.h"
 #include "schema/plan_io.h"
@@ -65,7 +66,7 @@ EvaluationInputs validate_evaluation(const EvaluateOptions& options, const MpiSe
     throw std::runtime_error(
         "--eval-batches: there is no validation data to read (give "
         "--val-data, or [data] validation in the job file)");
-  if (!options.tokenizer.empty() && !std::string_view(options.hellaswag).ends_with(".jsonl"))
+  if (!options.tokenizer.empty() && !is_hellaswag_text(options.hellaswag))
     throw std::runtime_error(
         "--tokenizer encodes a --hellaswag .jsonl; " +
         (options.hellaswag.empty()

@@ -20,6 +20,7 @@
 #include "runtime/measure/memory_report.h"
 #include "runtime/model/model_from_plan.h"
 #include "runtime/pipeline/rank_state.h"
+#include "runtime/tokenizer/hellaswag.h"
 #include "runtime/train/evaluation.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/run_checkpoints.h"
@@ -182,7 +183,7 @@ RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
                      session.world_rank() == 0);
   }
   if (!options.init_from.empty()) run.init_from = resolve_checkpoint(options.init_from);
-  const bool hellaswag_text = std::string_view(options.hellaswag).ends_with(".jsonl");
+  const bool hellaswag_text = is_hellaswag_text(options.hellaswag);
   if (!options.tokenizer.empty() && options.checkpoint_dir.empty() && !hellaswag_text)
     throw std::runtime_error(
         "--tokenizer needs --checkpoint-dir (it is kept beside each "

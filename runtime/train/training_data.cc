@@ -129,7 +129,7 @@ std::unique_ptr<MultipleChoiceRows> open_multiple_choice_rows(const std::string&
                                                               int seq_len, int vocab_size) {
   const std::string name = "--hellaswag " + path;
   std::optional<BpeTokenizer> tokenizer;
-  if (std::string_view(path).ends_with(".jsonl")) {
+  if (is_hellaswag_text(path)) {
     const std::string file = !tokenizer_path.empty() ? tokenizer_path
                              : model_dir.empty()     ? ""
                                                      : tokenizer_file_in(model_dir);
