@@ -192,11 +192,13 @@ void add_tokenize_command(CLI::App& app, CommandLine& c) {
   CLI::Option* tokenizer = c.tokenize_command->add_option(
       "--tokenizer", c.tokenize.tokenizer,
       "a Hugging Face tokenizer.json or a tiktoken file (gpt2.tiktoken, Llama 3's "
-      "tokenizer.model): byte-level BPE of GPT-2, Llama 3 or Qwen 2");
+      "tokenizer.model): byte-level BPE of GPT-2, Llama 3 or Qwen 2, or the "
+      "SentencePiece-style BPE of Llama 2 or Mistral (tokenizer.json, or SentencePiece's "
+      "tokenizer.model)");
   c.tokenize_command
       ->add_option("--document-separator", c.tokenize.options.document_separator,
-                   "the special token before each document (default <|endoftext|>, or "
-                   "<|begin_of_text|> for Llama 3)")
+                   "the special token before each document (default <|endoftext|>, "
+                   "<|begin_of_text|> for Llama 3, <s> for Llama 2 and Mistral)")
       ->needs(tokenizer);
   c.tokenize_command
       ->add_option("--text-field", c.tokenize.options.text_field,

@@ -168,18 +168,22 @@ def generate(model_dir, tokenizer_path, prompt, count):
     model = load(model_dir)
     tokenizer = Tokenizer.from_file(tokenizer_path)
     # After the token that starts documents, as paraplan's data has it.
-    start = tokenizer.token_to_id("<|endoftext|>")
-    if start is None:
-        start = tokenizer.token_to_id("<|begin_of_text|>")
+    start = next(tokenizer.token_to_id(name) for name in ("<|endoftext|>", "<|begin_of_text|>", "<s>")
+                 if tokenizer.token_to_id(name) is not None)
     ids = [start] + tokenizer.encode(prompt, add_special_tokens=False).ids
+    prompt_ids = list(ids)
     generated = []
     with torch.no_grad():
         for _ in range(count):
             logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
             generated.append(int(logits[: tokenizer.get_vocab_size()].argmax()))
             ids.append(generated[-1])
-    print(json.dumps({"text": tokenizer.decode(generated, skip_special_tokens=False),
-                      "ids": generated}))
+    # The continuation as the whole text shows it (a SentencePiece decoder
+    # strips the space at a text's start, not a continuation's).
+    whole = tokenizer.decode(ids, skip_special_tokens=False)
+    head = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+    assert whole.startswith(head), (whole, head)
+    print(json.dumps({"text": whole[len(head):], "ids": generated}))
 
 
 def render(tokenizer, example):

@@ -1,10 +1,14 @@
-// real_tokenizers_test.cc: GPT-2's and Llama 3's real tokenizers, as
-// scripts/install_dependencies.sh fetches them (.cache/tokenizers: tiktoken
-// files from PyPI packages), through the `paraplan` command:
+// real_tokenizers_test.cc: GPT-2's, Llama 3's and Mistral's real tokenizers,
+// as scripts/install_dependencies.sh fetches them (.cache/tokenizers:
+// tiktoken files and SentencePiece models from PyPI packages), through the
+// `paraplan` command:
 //   - `paraplan tokenize --tokenizer` gives exactly tiktoken's and Hugging
-//     Face's tokens for five tokenizer files (tests/tokenizer_check.py);
+//     Face's tokens for five byte-level tokenizer files, and Hugging Face's
+//     (checked against sentencepiece's) for Mistral's two SentencePiece-style
+//     tokenizer.json forms (tests/tokenizer_check.py);
 //   - `paraplan sample --temperature 0` continues a prompt as transformers
-//     does, for a GPT-2 and a Llama 3 model and their tokenizer.json;
+//     does, for a GPT-2, a Llama 3 and a Llama-2-shaped model with Mistral
+//     7B's tokenizer, each with its tokenizer.json;
 //   - a GPT-2-vocabulary model samples text through its tokenizer, given or
 //     found beside its checkpoint (where `train --tokenizer` keeps it, and a
 //     resumed run carries it on), drawing only the tokenizer's ids.
@@ -45,12 +49,16 @@ class RealTokenizers : public CommandTest {
  protected:
   void SetUp() override {
     CommandTest::SetUp();
-    if (!std::filesystem::exists(kAssets + "/gpt2.tiktoken") ||
-        !std::filesystem::exists(kAssets + "/llama3.tiktoken") ||
-        run_command(std::string(PARAPLAN_HF_PYTHON) + " -c 'import tiktoken, tokenizers'")
-                .exit_code != 0)
-      GTEST_SKIP() << kAssets << " or tiktoken in " << PARAPLAN_HF_PYTHON
-                   << " is missing; run scripts/install_dependencies.sh";
+    for (const char* file :
+         {"gpt2.tiktoken", "llama3.tiktoken", "mistral_v1.model", "mistral_v3.model"})
+      if (!std::filesystem::exists(kAssets + "/" + file))
+        GTEST_SKIP() << kAssets << "/" << file
+                     << " is missing; run scripts/install_dependencies.sh";
+    if (run_command(std::string(PARAPLAN_HF_PYTHON) +
+                    " -c 'import tiktoken, tokenizers, sentencepiece'")
+            .exit_code != 0)
+      GTEST_SKIP() << "tiktoken or sentencepiece is missing from " << PARAPLAN_HF_PYTHON
+                   << "; run scripts/install_dependencies.sh";
   }
 
   // The step directory DIR/latest names.
@@ -99,7 +107,8 @@ TEST_F(RealTokenizers, TokenizeGivesTiktokensAndHuggingFacesTokens) {
   const nlohmann::json results =
       nlohmann::json::parse(checked.output.substr(checked.output.rfind("\n{") + 1));
   for (const char* file :
-       {"gpt2.tiktoken", "llama3.tiktoken", "gpt2.json", "llama3.json", "qwen2.json"}) {
+       {"gpt2.tiktoken", "llama3.tiktoken", "gpt2.json", "llama3.json", "qwen2.json",
+        "mistral_v1.json", "mistral_v3.json", "mistral_v1.model"}) {
     ASSERT_TRUE(results.contains(file)) << checked.output;
     EXPECT_GT(results[file]["tokens"].get<int64_t>(), 1000000) << file;
     EXPECT_GE(results[file]["validation_documents"].get<int>(), 1) << file;
@@ -217,6 +226,41 @@ TEST_F(RealTokenizers, TrainKeepsLlama3sTiktokenFileAsItsTokenizerJson) {
   EXPECT_EQ(same.exit_code, 0) << same.output;
 }
 
+// Mistral 7B's SentencePiece model given to train is kept as the
+// tokenizer.json transformers converts it to (the form Mistral's repository
+// ships): the same vocabulary, merges, specials, normalizers and decoder,
+// encoding as sentencepiece, loaded by AutoTokenizer. v0.3's model, whose
+// USER_DEFINED pieces sentencepiece matches in text before BPE, is refused
+// naming them.
+TEST_F(RealTokenizers, TrainKeepsMistralsSentencePieceModelAsItsTokenizerJson) {
+  write_file(dir_ / "llama.toml",
+             "[model]\narchitecture = \"llama\"\nvocab_size = 32000\nseq_len = 16\n"
+             "num_layers = 1\nd_model = 32\nnum_heads = 4\nnum_kv_heads = 4\nffn_size = 64\n"
+             "[training]\nglobal_batch_size = 2\nmicro_batch_size = 2\ntotal_steps = 10\n");
+  const std::string mistral = kAssets + "/mistral_v1.model";
+  const CommandResult tokenized = run("tokenize --tokenizer " + mistral + " --input " +
+                                      path("corpus.txt") + " --output " + path("data"));
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
+  EXPECT_NE(tokenized.output.find("SentencePiece-style, 32000 tokens (mistral_v1.model), each "
+                                  "document after <s> (1)"),
+            std::string::npos)
+      << tokenized.output;
+  ASSERT_EQ(
+      run("plan --config " + path("llama.toml") + " --output " + path("llama.pplan")).exit_code, 0);
+  const CommandResult trained =
+      run("train --plan " + path("llama.pplan") + " --data " + path("data/train.bin") +
+          " --steps 1 --tokenizer " + mistral + " --checkpoint-dir " + path("ckpt"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const CommandResult same = run_command(python("converted mistral_v1 " + kAssets + " " +
+                                                latest_step(path("ckpt")) + "/tokenizer.json"));
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  expect_clear_error(run("tokenize --tokenizer " + kAssets + "/mistral_v3.model --input " +
+                         path("corpus.txt") + " --output " + path("v3")),
+                     {"mistral_v3.model: piece 751 (\"[REFERENCE_DOC_19]\") is of type 4 "
+                      "(USER_DEFINED",
+                      "give the model's tokenizer.json instead"});
+}
+
 TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForGpt2) {
   expect_greedy_text_as_transformers(
       "gpt2", "gpt2", "vocab_size=50257 n_positions=64 n_embd=32 n_layer=2 n_head=4");
@@ -228,6 +272,17 @@ TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForLlama3) {
       "vocab_size=128256 max_position_embeddings=64 hidden_size=32 intermediate_size=64 "
       "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 rms_norm_eps=1e-5 "
       "rope_theta=500000.0 tie_word_embeddings=false");
+}
+
+// Llama 2's shape of model (multi-head attention, vocabulary 32,000) with
+// Mistral 7B's SentencePiece tokenizer: the prompt after <s> with its prefix
+// space, the continuation decoded as a continuation.
+TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesWithASentencePieceTokenizer) {
+  expect_greedy_text_as_transformers(
+      "llama", "mistral_v1",
+      "vocab_size=32000 max_position_embeddings=64 hidden_size=32 intermediate_size=64 "
+      "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=4 rms_norm_eps=1e-5 "
+      "rope_theta=10000.0 tie_word_embeddings=false");
 }
 
 // `paraplan evaluate --hellaswag` scores as llm.c's dev/data/hellaswag.py

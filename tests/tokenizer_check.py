@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""tokenizer_check.py: `paraplan tokenize --tokenizer` against tiktoken and
-Hugging Face's tokenizers, on GPT-2's and Llama 3's real vocabularies, for
-tests/real_tokenizers_test.cc:
+"""tokenizer_check.py: `paraplan tokenize --tokenizer` against tiktoken,
+sentencepiece and Hugging Face's tokenizers, on GPT-2's, Llama 3's and
+Mistral's real vocabularies, for tests/real_tokenizers_test.cc:
 
   tokenizer_check.py PARAPLAN ASSETS WORK
-  tokenizer_check.py json gpt2|llama3 ASSETS OUT.json   (that tokenizer.json only)
-  tokenizer_check.py converted gpt2|llama3 ASSETS FILE.json
-      A tokenizer.json paraplan converted from the tiktoken file: the same
-      vocabulary, merges (in order), special tokens and pattern as this
-      script's; Hugging Face's encoding of it equals tiktoken's on pieces of
-      the README, and transformers' AutoTokenizer loads it from the
-      checkpoint directory it is in and encodes the same.
+  tokenizer_check.py json gpt2|llama3|mistral_v1 ASSETS OUT.json
+      (that tokenizer.json only)
+  tokenizer_check.py converted gpt2|llama3|mistral_v1 ASSETS FILE.json
+      A tokenizer.json paraplan converted from the tiktoken file (or the
+      SentencePiece model): the same vocabulary, merges (in order), special
+      tokens and pattern (normalizers, decoder) as this script's
+      (transformers'); Hugging Face's encoding of it equals tiktoken's
+      (sentencepiece's) on pieces of the README, and transformers'
+      AutoTokenizer loads it from the checkpoint directory it is in and
+      encodes the same.
   tokenizer_check.py bench PARAPLAN ASSETS WORK [MB]
       Speed: paraplan tokenize on 1 and 2 threads against tiktoken's
       encode_ordinary (one thread) and encode_ordinary_batch (2), and Hugging
@@ -25,7 +28,14 @@ priority order): GPT-2's (ByteLevel's own pattern), Llama 3's (a Split, then
 ByteLevel, ignore_merges) and one shaped as Qwen 2's (its NFC normalizer and
 pattern) over GPT-2's vocab.
 Hugging Face's encoding of each is checked against tiktoken's where both
-exist, so the files are what the models ship.
+exist, so the files are what the models ship. ASSETS also holds Mistral's
+SentencePiece models (mistral-common's copies): mistral_v1.model, Mistral 7B
+v0.1's (Llama 2's kind: 32,000 pieces with byte fallback), and
+mistral_v3.model (32,768, with its control tokens). transformers converts
+them to tokenizer.json as Mistral's repositories ship it (legacy: the
+normalizers Prepend and Replace) and in its newer form (the pre-tokenizer
+Metaspace); Hugging Face's encoding is checked against sentencepiece's.
+mistral_v1.model itself is read by paraplan too, against sentencepiece.
 
 WORK gets a corpus: a .jsonl of varied documents (scripts, digits, white
 space, contractions, emoji, combining marks) and a 3 MB text file (encoded in
@@ -132,7 +142,7 @@ def corpus(work, source_text):
               "\u041f\u0440\u0438\u0432\u0435\u0442", "\u092e\u0928\u0941\u0937\u094d\u092f",
               "don't", "DON'T", "I'm", "\x0b", "\x0c", "\x1c", "\u0085", "\u01c5", "$100.00",
               "\ufeff", "\U0001D518\U0001D52B", " \t\n", "\n\t", "ab\u0300c", "\ufb01",
-              "\u0130stanbul", "<|endoftext|>",
+              "\u0130stanbul", "<|endoftext|>", "<s>", "\u2581x", "\u2581\u2581 ",
               # for NFC: marks out of order, a singleton, an exclusion, Hangul jamo
               "a\u0302\u0323", "\u212b", "\u0958", "\u1100\u1161\u11a8", "o\u0308\u0304"]
     words = source_text.split(" ")
@@ -160,6 +170,50 @@ def corpus(work, source_text):
         out.write(big)
     ends.append(end + len(big.encode("utf-8")))
     return documents + [big], ends
+
+
+# (tokenizer.json written, SentencePiece model in ASSETS, transformers' legacy form)
+SENTENCEPIECE = [("mistral_v1.json", "mistral_v1.model", True),
+                 ("mistral_v3.json", "mistral_v3.model", False)]
+
+
+def sentencepiece_json(model_path, legacy, out_path):
+    """The tokenizer.json transformers converts a SentencePiece model to:
+    legacy, as Mistral's and Llama 2's repositories ship it (the normalizers
+    Prepend and Replace), or not (the pre-tokenizer Metaspace, "first")."""
+    import warnings
+    from transformers import LlamaTokenizerFast
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = LlamaTokenizerFast(vocab_file=model_path, legacy=legacy, add_prefix_space=True,
+                                  from_slow=True)
+    fast.backend_tokenizer.save(out_path)
+
+
+def sentencepiece_files(assets, work, documents):
+    """Each SentencePiece tokenizer.json: (path, its <s>, its ordinary
+    encoding), Hugging Face's checked against sentencepiece's own."""
+    import sentencepiece
+    files = []
+    for name, model, legacy in SENTENCEPIECE:
+        path = os.path.join(work, name)
+        sentencepiece_json(os.path.join(assets, model), legacy, path)
+        hugging_face = Tokenizer.from_file(path)
+        hugging_face.encode_special_tokens = True  # "<s>" in the text is text, as in paraplan
+        encode = lambda text, t=hugging_face: t.encode(text, add_special_tokens=False).ids
+        processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(assets, model))
+        for document in documents[:50]:
+            # The newer form adds no prefix space before a space.
+            if legacy or not document.startswith((" ", "\u2581")):
+                if encode(document) != processor.encode(document):
+                    raise SystemExit(f"{name}: Hugging Face and sentencepiece disagree; the "
+                                     f"test's conversion is wrong")
+        files.append((path, hugging_face.token_to_id("<s>"), encode))
+    # SentencePiece's own file, read by paraplan (v3's has USER_DEFINED
+    # pieces, which paraplan refuses).
+    model = os.path.join(assets, "mistral_v1.model")
+    files.append((model, 1, sentencepiece.SentencePieceProcessor(model_file=model).encode))
+    return files
 
 
 def read_tokens(path):
@@ -241,7 +295,56 @@ def bench(paraplan, assets, work, megabytes):
     print(json.dumps(figures))
 
 
+def readme_samples(count):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"),
+              encoding="utf-8") as readme:
+        text = readme.read()
+    samples = [text[i:i + 2000] for i in range(0, min(len(text), 2000 * count), 2000)]
+    return samples + ["caf\u00e9 \u6771\u4eac 2026\n\n  x", "\U0001F44D\U0001F3FD don't DON'T"]
+
+
+def converted_sentencepiece(which, assets, path):
+    """paraplan's tokenizer.json of a SentencePiece model against
+    transformers' conversion of it and sentencepiece's encoding."""
+    import sentencepiece
+    from transformers import AutoTokenizer
+    model = os.path.join(assets, which + ".model")
+    import tempfile
+    reference_path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
+    sentencepiece_json(model, True, reference_path)
+    with open(reference_path, encoding="utf-8") as file:
+        reference = json.load(file)
+    with open(path, encoding="utf-8") as file:
+        mine = json.load(file)
+    pair = lambda m: tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+    checks = {
+        "vocab": mine["model"]["vocab"] == reference["model"]["vocab"],
+        "merges": [pair(m) for m in mine["model"]["merges"]] ==
+                  [pair(m) for m in reference["model"]["merges"]],
+        "added_tokens": sorted((t["id"], t["content"]) for t in mine["added_tokens"]) ==
+                        sorted((t["id"], t["content"]) for t in reference["added_tokens"]),
+        "normalizer": mine["normalizer"] == reference["normalizer"],
+        "decoder": mine["decoder"] == reference["decoder"],
+    }
+    processor = sentencepiece.SentencePieceProcessor(model_file=model)
+    hugging_face = Tokenizer.from_file(path)
+    hugging_face.encode_special_tokens = True
+    samples = readme_samples(30)
+    checks["encodes_as_sentencepiece"] = all(
+        hugging_face.encode(t, add_special_tokens=False).ids == processor.encode(t)
+        for t in samples)
+    auto = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)))
+    checks["auto_tokenizer"] = all(
+        auto(t, add_special_tokens=False)["input_ids"] == processor.encode(t) for t in samples[:5])
+    print(json.dumps(checks))
+    if not all(checks.values()):
+        raise SystemExit(f"{path}: differs from the reference: {checks}")
+
+
 def converted(which, assets, path):
+    if which.startswith("mistral"):
+        converted_sentencepiece(which, assets, path)
+        return
     ranks = load_tiktoken_bpe(os.path.join(assets, which + ".tiktoken"))
     if which == "gpt2":
         specials, pattern = {"<|endoftext|>": 50256}, GPT2
@@ -263,11 +366,7 @@ def converted(which, assets, path):
     encoding = tiktoken.Encoding(which, pat_str=pattern, mergeable_ranks=ranks,
                                  special_tokens=specials)
     hugging_face = Tokenizer.from_file(path)
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"),
-              encoding="utf-8") as readme:
-        text = readme.read()
-    samples = [text[i:i + 2000] for i in range(0, min(len(text), 60000), 2000)]
-    samples += ["caf\u00e9 \u6771\u4eac 2026\n\n  x", "\U0001F44D\U0001F3FD don't DON'T"]
+    samples = readme_samples(30)
     for special in specials:  # Hugging Face's encode finds them in the text; tiktoken's does not
         samples = [t.replace(special, "") for t in samples]
     checks["encodes_as_tiktoken"] = all(
@@ -290,6 +389,9 @@ def main():
         return
     if sys.argv[1] == "json":
         which, assets, out_path = sys.argv[2:5]
+        if which == "mistral_v1":
+            sentencepiece_json(os.path.join(assets, "mistral_v1.model"), True, out_path)
+            return
         ranks = load_tiktoken_bpe(os.path.join(assets, which + ".tiktoken"))
         if which == "gpt2":
             file = tokenizer_json(ranks, {"<|endoftext|>": 50256}, None, False)
@@ -350,10 +452,13 @@ def main():
                 raise SystemExit(f"{name}: Hugging Face and tiktoken disagree; the test's "
                                  f"converter is wrong")
         files.append((path, encoding, reference))
-    for path, encoding, reference in files:
-        path = path if os.path.isabs(path) else os.path.join(assets, path)
-        separator = (encoding._special_tokens.get("<|endoftext|>") or
-                     encoding._special_tokens["<|begin_of_text|>"])
+    # (file, the token before each document, the reference's encoding)
+    files = [(path if os.path.isabs(path) else os.path.join(assets, path),
+              encoding._special_tokens.get("<|endoftext|>") or
+              encoding._special_tokens["<|begin_of_text|>"], reference)
+             for path, encoding, reference in files]
+    files += sentencepiece_files(assets, work, documents)
+    for path, separator, reference in files:
         results[os.path.basename(path)] = check(paraplan, path, work, documents, ends, separator,
                                                 reference)
     print(json.dumps(results))

@@ -70,6 +70,7 @@ std::vector<std::pair<int32_t, int32_t>> BpeTokenizer::merge_pairs() const {
 }
 
 std::string BpeTokenizer::to_hugging_face_json() const {
+  if (metaspace_.enabled) return metaspace_hugging_face_json();
   json vocab = json::object(), added = json::array();
   for (int32_t id = 0; id < vocab_size(); ++id) {
     if (token_bytes_[id].empty()) continue;
@@ -89,7 +90,7 @@ std::string BpeTokenizer::to_hugging_face_json() const {
     merge_list.push_back(byte_level_text(token_bytes_[left]) + " " +
                          byte_level_text(token_bytes_[right]));
   // GPT-2's pattern is ByteLevel's own; the others a Split before it.
-  json pre_tokenizer = byte_level_node(true, add_prefix_space_);
+  json pre_tokenizer = byte_level_node(true, prefix_space_ != PrefixSpace::kNone);
   if (pattern_ != PretokenizerPattern::kGpt2) {
     json split = {{"type", "Split"}, {"behavior", "Isolated"}, {"invert", false}};
     split["pattern"] = {{"Regex", std::string(pretokenizer_regex(pattern_))}};

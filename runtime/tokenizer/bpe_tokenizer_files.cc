@@ -11,6 +11,7 @@
 #include "common/json_fields.h"
 #include "common/printable_text.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
+#include "runtime/tokenizer/bpe_tokenizer_reader.h"
 #include "runtime/tokenizer/utf8.h"
 
 namespace paraplan {
@@ -19,9 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kSupported =
-    "paraplan reads byte-level BPE tokenizers: GPT-2's, Llama 3's and Qwen 2's tokenizer.json, or "
-    "tiktoken's gpt2.tiktoken and Llama 3's tokenizer.model";
+constexpr const char* kSupported = kSupportedTokenizers;
 
 // A vocab key's bytes, or nullopt with the offending character where one is
 // not in the ByteLevel alphabet.
@@ -91,23 +90,9 @@ std::array<char32_t, 256> byte_level_characters() {
   return characters;
 }
 
-// Fills a BpeTokenizer from either file format (the friend of its fields).
-class BpeTokenizerReader {
- public:
-  static BpeTokenizer tiktoken(const std::string& path, const std::string& text);
-  static BpeTokenizer hugging_face(const std::string& path, const std::string& text);
-
- private:
-  static void add_token(BpeTokenizer& tokenizer, int64_t id, std::string bytes, bool special,
-                        const std::string& where);
-  static void finish(BpeTokenizer& tokenizer);
-  static void read_pre_tokenizer(BpeTokenizer& tokenizer, const json& pre, const std::string& path);
-  static void read_merges(BpeTokenizer& tokenizer, const json& merges, const json& vocab,
-                          const std::string& path);
-};
-
 void BpeTokenizerReader::add_token(BpeTokenizer& tokenizer, int64_t id_given, std::string bytes,
-                                   bool special, const std::string& where) {
+                                   TokenKind kind, const std::string& where) {
+  const bool special = kind == TokenKind::kSpecial;
   // Qwen 2 has 151,646 tokens; the bound keeps a stray id from sizing tables.
   constexpr int64_t kMaxId = (1 << 21) - 1;
   if (id_given < 0 || id_given > kMaxId)
@@ -131,7 +116,7 @@ void BpeTokenizerReader::add_token(BpeTokenizer& tokenizer, int64_t id_given, st
   tokenizer.is_special_[id] = special;
   if (special) {
     tokenizer.special_ids_[bytes] = id;
-  } else if (!tokenizer.id_of_bytes_.emplace(bytes, id).second) {
+  } else if (kind == TokenKind::kOrdinary && !tokenizer.id_of_bytes_.emplace(bytes, id).second) {
     throw std::runtime_error(where + ": token " + std::to_string(id) + " (\"" +
                              printable_text(bytes) + "\") repeats token " +
                              std::to_string(tokenizer.id_of_bytes_.at(bytes)));
@@ -175,13 +160,14 @@ BpeTokenizer BpeTokenizerReader::tiktoken(const std::string& path, const std::st
     if (rank < 0)
       throw std::runtime_error(where + ": \"" + printable_text(std::string(line)) +
                                "\" is not \"<base64 bytes> <rank>\"; " + kSupported);
-    add_token(tokenizer, rank, decode_base64(line.substr(0, space), where), false, where);
+    add_token(tokenizer, rank, decode_base64(line.substr(0, space), where), TokenKind::kOrdinary,
+              where);
   }
   const int32_t ranks = tokenizer.vocab_size();
   // The file holds the ranks only; their count says whose they are.
   if (ranks == 50256) {
     tokenizer.pattern_ = PretokenizerPattern::kGpt2;
-    add_token(tokenizer, 50256, "<|endoftext|>", true, path);
+    add_token(tokenizer, 50256, "<|endoftext|>", TokenKind::kSpecial, path);
   } else if (ranks == 128000) {
     tokenizer.pattern_ = PretokenizerPattern::kLlama3;
     // Llama 3's special tokens (llama_models' tokenizer.py).
@@ -198,10 +184,10 @@ BpeTokenizer BpeTokenizerReader::tiktoken(const std::string& path, const std::st
                                  "<|python_tag|>",
                                  "<|image|>"};
     int32_t id = 128000;
-    for (const char* name : named) add_token(tokenizer, id++, name, true, path);
+    for (const char* name : named) add_token(tokenizer, id++, name, TokenKind::kSpecial, path);
     for (int reserved = 2; id < 128256; ++reserved)
       add_token(tokenizer, id++, "<|reserved_special_token_" + std::to_string(reserved) + "|>",
-                true, path);
+                TokenKind::kSpecial, path);
   } else {
     throw std::runtime_error(path + ": a tiktoken file of " + std::to_string(ranks) +
                              " ranks, neither GPT-2's (50256) nor Llama 3's (128000), so its "
@@ -229,9 +215,11 @@ void BpeTokenizerReader::read_pre_tokenizer(BpeTokenizer& tokenizer, const json&
   };
   auto byte_level = [&](const json& node, bool inside_sequence) {
     if (type_of(node) != "ByteLevel") return false;
-    tokenizer.add_prefix_space_ = node.value("add_prefix_space", false);
+    const bool add_prefix_space = node.value("add_prefix_space", false);
+    tokenizer.prefix_space_ = add_prefix_space ? BpeTokenizer::PrefixSpace::kUnlessSpace
+                                               : BpeTokenizer::PrefixSpace::kNone;
     // After a Split, Hugging Face adds the space to every piece, not once.
-    if (inside_sequence && tokenizer.add_prefix_space_)
+    if (inside_sequence && add_prefix_space)
       throw std::runtime_error(path +
                                ": pre_tokenizer: ByteLevel's add_prefix_space is true after a "
                                "Split (a space before every piece), which paraplan does not do; " +
@@ -316,6 +304,38 @@ void BpeTokenizerReader::read_merges(BpeTokenizer& tokenizer, const json& merges
   }
 }
 
+// What both kinds of tokenizer.json share: model "BPE", without the options
+// that make its tokens other than what it says.
+void BpeTokenizerReader::read_model_options(const json& model, const std::string& path) {
+  if (!model.is_object() || model.value("type", "") != "BPE")
+    throw std::runtime_error(
+        path + ": model.type is " +
+        json_value_text(model.is_object() ? model.value("type", json()) : model) +
+        ", expected \"BPE\"; " + kSupported);
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
+      throw std::runtime_error(path + ": model." + affix + " is " + json_value_text(model[affix]) +
+                               "; a byte-pair model of GPT-2's or Llama 2's kind has none. " +
+                               kSupported);
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0)
+    throw std::runtime_error(path + ": model.dropout is " + json_value_text(model["dropout"]) +
+                             "; encoding would be random. Set it to null");
+}
+
+void BpeTokenizerReader::read_added_tokens(BpeTokenizer& tokenizer, const json& root,
+                                           const std::string& path) {
+  const json added = root.value("added_tokens", json::array());
+  for (size_t i = 0; added.is_array() && i < added.size(); ++i) {
+    const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
+    const json& token = added[i];
+    if (!token.is_object() || !token.contains("id") || !token["id"].is_number_integer() ||
+        !token.contains("content") || !token["content"].is_string())
+      throw std::runtime_error(where + " is not {\"id\": N, \"content\": \"...\"}");
+    add_token(tokenizer, token["id"].get<int64_t>(), token["content"].get<std::string>(),
+              TokenKind::kSpecial, where);
+  }
+}
+
 BpeTokenizer BpeTokenizerReader::hugging_face(const std::string& path, const std::string& text) {
   json root;
   try {
@@ -324,26 +344,18 @@ BpeTokenizer BpeTokenizerReader::hugging_face(const std::string& path, const std
     throw std::runtime_error(path + ": not JSON (" + error.what() + ")");
   }
   if (!root.is_object()) throw std::runtime_error(path + ": not a JSON object");
+  const json model = root.value("model", json());
+  read_model_options(model, path);
+  if (is_metaspace(root)) return metaspace(path, root);
   BpeTokenizer tokenizer;
   tokenizer.source_ = path;
-  const json model = root.value("model", json());
-  if (!model.is_object() || model.value("type", "") != "BPE")
-    throw std::runtime_error(
-        path + ": model.type is " +
-        json_value_text(model.is_object() ? model.value("type", json()) : model) +
-        ", expected \"BPE\"; " + kSupported);
   if (model.value("byte_fallback", false))
     throw std::runtime_error(path +
-                             ": model.byte_fallback is true (a SentencePiece-style BPE, as "
-                             "Llama 2's and Mistral's); " +
+                             ": model.byte_fallback is true in a byte-level tokenizer (every "
+                             "byte is a token already; SentencePiece-style tokenizers, Llama "
+                             "2's and Mistral's, have the normalizer Replace \" \" -> \"\u2581\" "
+                             "or the pre-tokenizer Metaspace); " +
                              std::string(kSupported));
-  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
-      throw std::runtime_error(path + ": model." + affix + " is " + json_value_text(model[affix]) +
-                               "; a byte-level BPE has none. " + kSupported);
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0)
-    throw std::runtime_error(path + ": model.dropout is " + json_value_text(model["dropout"]) +
-                             "; encoding would be random. Set it to null");
   // None, or Qwen 2's NFC.
   if (const json normalizer = root.value("normalizer", json()); !normalizer.is_null()) {
     tokenizer.nfc_ = normalizer.is_object() && normalizer.value("type", "") == "NFC";
@@ -352,7 +364,9 @@ BpeTokenizer BpeTokenizerReader::hugging_face(const std::string& path, const std
                                (normalizer.is_object() && normalizer.contains("type")
                                     ? json_value_text(normalizer["type"])
                                     : json_value_text(normalizer)) +
-                               "; paraplan applies none or NFC (Qwen 2's). " + kSupported);
+                               "; paraplan applies none or NFC (Qwen 2's) before a byte-level "
+                               "pattern. " +
+                               kSupported);
   }
   const json decoder = root.value("decoder", json());
   if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
@@ -372,18 +386,9 @@ BpeTokenizer BpeTokenizerReader::hugging_face(const std::string& path, const std
     if (!bytes)
       throw std::runtime_error(where + ": " + code_point_text(offending) +
                                " is not a character of ByteLevel's alphabet; " + kSupported);
-    add_token(tokenizer, id.get<int64_t>(), *bytes, false, where);
+    add_token(tokenizer, id.get<int64_t>(), *bytes, TokenKind::kOrdinary, where);
   }
-  const json added = root.value("added_tokens", json::array());
-  for (size_t i = 0; added.is_array() && i < added.size(); ++i) {
-    const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
-    const json& token = added[i];
-    if (!token.is_object() || !token.contains("id") || !token["id"].is_number_integer() ||
-        !token.contains("content") || !token["content"].is_string())
-      throw std::runtime_error(where + " is not {\"id\": N, \"content\": \"...\"}");
-    add_token(tokenizer, token["id"].get<int64_t>(), token["content"].get<std::string>(), true,
-              where);
-  }
+  read_added_tokens(tokenizer, root, path);
   finish(tokenizer);
   read_merges(tokenizer, model.value("merges", json()), vocab, path);
   return tokenizer;
@@ -396,11 +401,13 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
 BpeTokenizer BpeTokenizer::parse(const std::string& text, const std::string& path) {
   if (std::filesystem::path(path).extension() == ".json")
     return BpeTokenizerReader::hugging_face(path, text);
+  if (BpeTokenizerReader::is_sentencepiece_model(text))
+    return BpeTokenizerReader::sentencepiece_model(path, text);
   return BpeTokenizerReader::tiktoken(path, text);
 }
 
 std::string default_document_separator(const BpeTokenizer& tokenizer) {
-  for (const char* name : {"<|endoftext|>", "<|begin_of_text|>"})
+  for (const char* name : {"<|endoftext|>", "<|begin_of_text|>", "<s>", "<bos>"})
     if (tokenizer.special_token(name)) return name;
   return "";
 }
@@ -433,8 +440,11 @@ std::string tokenizer_file_in(const std::string& directory) {
 }
 
 std::string BpeTokenizer::description() const {
-  return std::string(pretokenizer_name(pattern_)) + " pattern, " + std::to_string(vocab_size()) +
-         " tokens (" + std::filesystem::path(source_).filename().string() + ")";
+  const std::string kind = metaspace_.enabled
+                               ? std::string("SentencePiece-style")
+                               : std::string(pretokenizer_name(pattern_)) + " pattern";
+  return kind + ", " + std::to_string(vocab_size()) + " tokens (" +
+         std::filesystem::path(source_).filename().string() + ")";
 }
 
 }  // namespace paraplan

@@ -146,7 +146,7 @@ TEST(BpeTokenizer, EachUnsupportedFieldIsNamed) {
   EXPECT_TRUE(contains(refused([](json& f) { f["model"]["type"] = "WordPiece"; }),
                        path + ": model.type is \"WordPiece\", expected \"BPE\""));
   EXPECT_TRUE(contains(refused([](json& f) { f["model"]["byte_fallback"] = true; }),
-                       "model.byte_fallback is true (a SentencePiece-style BPE"));
+                       "model.byte_fallback is true in a byte-level tokenizer"));
   EXPECT_TRUE(contains(refused([](json& f) {
                          f["normalizer"] = {{"type", "NFKC"}};
                        }),

@@ -213,8 +213,11 @@ void encode_batch(const BpeTokenizer& tokenizer, const std::vector<Document>& do
   std::vector<Chunk> chunks;
   for (const Document& document : documents) {
     bool first = true;
-    for (const std::string_view text :
-         chunks_of(document.text, std::max<size_t>(options.chunk_bytes, 1))) {
+    // A vocabulary with tokens across the cuts encodes each document whole.
+    const size_t chunk_bytes = tokenizer.cuts_safely_at_spaces()
+                                   ? std::max<size_t>(options.chunk_bytes, 1)
+                                   : document.text.size() + 1;
+    for (const std::string_view text : chunks_of(document.text, chunk_bytes)) {
       chunks.push_back({text, first, {}});
       first = false;
     }
@@ -228,7 +231,11 @@ void encode_batch(const BpeTokenizer& tokenizer, const std::vector<Document>& do
   auto work = [&] {
     try {
       for (size_t i = next++; i < chunks.size(); i = next++)
-        tokenizer.encode(chunks[i].text, chunks[i].tokens, &chunks[i].invalid_utf8_bytes);
+        if (chunks[i].starts_document)
+          tokenizer.encode(chunks[i].text, chunks[i].tokens, &chunks[i].invalid_utf8_bytes);
+        else
+          tokenizer.encode_continuation(chunks[i].text, chunks[i].tokens,
+                                        &chunks[i].invalid_utf8_bytes);
     } catch (...) {
       const std::lock_guard<std::mutex> lock(failure_mutex);
       if (!failure) failure = std::current_exception();

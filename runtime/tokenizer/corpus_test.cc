@@ -284,6 +284,37 @@ TEST_F(CorpusWithTokenizer, ThreadsAndChunksLeaveTheTokensAsTheyAre) {
   EXPECT_EQ(whole, Tokens(encoded.begin(), encoded.end()));
 }
 
+// A SentencePiece-style document cut into chunks: each chunk after the first
+// continues the text (no prefix space of its own), so the tokens are the
+// whole document's; a vocabulary with a token across a space ("b▁") is
+// encoded whole.
+TEST_F(CorpusWithTokenizer, SentencePieceChunksContinueTheirDocument) {
+  const std::string space = "\xE2\x96\x81";
+  nlohmann::json file =
+      testing::sentencepiece_json({space, "a", "b", "t", "h", "e"},
+                                  {{space, "t"}, {"h", "e"}, {space + "t", "he"}, {"a", "b"}});
+  std::string text;
+  for (int word = 0; text.size() < 30000; ++word) text += word % 5 ? "the ab " : "b a\nthe x\n";
+  write_bytes(dir / "doc.txt", text);
+  for (const bool crossing : {false, true}) {
+    if (crossing) {
+      file["model"]["merges"].push_back("b " + space);
+      file["model"]["vocab"]["b" + space] = 300;
+    }
+    write_bytes(dir / "sp.json", file.dump());
+    tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::from_file(dir / "sp.json"));
+    EXPECT_EQ(tokenizer->cuts_safely_at_spaces(), !crossing);
+    TokenizeOptions options = with_tokenizer();
+    options.threads = 2;
+    options.chunk_bytes = 1000;
+    const std::string out = dir / (crossing ? "crossing" : "plain");
+    const Tokens chunked = tokens_of(tokenize_files({dir / "doc.txt"}, out, options).train_path);
+    std::vector<int32_t> whole{1};  // <s>
+    tokenizer->encode(text, whole);
+    EXPECT_EQ(chunked, Tokens(whole.begin(), whole.end())) << (crossing ? "crossing" : "plain");
+  }
+}
+
 TEST_F(CorpusWithTokenizer, ShardsHoldShardTokensAndReplaceEarlierOutputs) {
   write_bytes(dir / "docs.jsonl", "{\"text\": \"the the\"}\n{\"text\": \"ab the\"}\n");
   TokenizeOptions options = with_tokenizer();

@@ -12,8 +12,12 @@ namespace paraplan {
 
 namespace {
 
-std::vector<int32_t> encode(std::string_view text, const BpeTokenizer* tokenizer) {
-  if (tokenizer != nullptr) return tokenizer->encode(text);
+// A context starts a text; an ending continues it (no prefix space of its own,
+// which a SentencePiece-style tokenizer would otherwise add).
+std::vector<int32_t> encode(std::string_view text, bool starts_text,
+                            const BpeTokenizer* tokenizer) {
+  if (tokenizer != nullptr)
+    return starts_text ? tokenizer->encode(text) : tokenizer->encode_continuation(text);
   return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(text.data()),
                               reinterpret_cast<const unsigned char*>(text.data()) + text.size());
 }
@@ -56,15 +60,15 @@ MultipleChoiceExample render(const nlohmann::json& object, const BpeTokenizer* t
                              std::to_string(kMaxCompletions));
   MultipleChoiceExample example;
   example.label = label_of(object, where);
-  example.context = encode(object["ctx"].get<std::string>(), tokenizer);
+  example.context = encode(object["ctx"].get<std::string>(), /*starts_text=*/true, tokenizer);
   for (const nlohmann::json& ending : object["endings"]) {
     if (!ending.is_string())
       throw std::runtime_error(where + ": \"endings\" holds " + ending.dump() + ", not a text");
     // A space before each ending, as llm.c's hellaswag.py writes it (GPT-2's
-    // tokens carry the space before a word).
+    // tokens carry the space before a word; SentencePiece's "▁" likewise).
     std::string text = " ";
     text += ending.get_ref<const std::string&>();
-    example.completions.push_back(encode(text, tokenizer));
+    example.completions.push_back(encode(text, /*starts_text=*/false, tokenizer));
   }
   check_example(example, where);
   return example;

@@ -3,8 +3,10 @@
 // already; runtime/data/multiple_choice.h), or HellaSwag's own .jsonl
 // (github.com/rowanz/hellaswag: one JSON object per line with "ctx",
 // "endings" and "label"), rendered as llm.c's dev/data/hellaswag.py renders
-// it: the context's tokens, and each ending's tokens with a space before it.
-// GPT-2's tokenizer so reproduces llm.c's hellaswag_val.bin token for token.
+// it: the context's tokens, and each ending's tokens with a space before it
+// (encoded as text continuing the context: a SentencePiece-style tokenizer's
+// "▁ending", not "▁▁ending"). GPT-2's tokenizer so reproduces llm.c's
+// hellaswag_val.bin token for token.
 #pragma once
 
 #include <string>

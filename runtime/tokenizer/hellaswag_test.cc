@@ -36,6 +36,31 @@ TEST(HellaSwagTest, RendersAsLlmcWithATokenizer) {
   EXPECT_EQ(examples[0].completions[1], tokenizer.encode(" starts pulling up roofing."));
 }
 
+// Through a SentencePiece-style tokenizer each ending continues the context:
+// "▁is", not "▁▁is", so the context's tokens and an ending's are the whole
+// text's, as lm-evaluation-harness splits them.
+TEST(HellaSwagTest, EndingsContinueTheContextWithASentencePieceTokenizer) {
+  TempDir dir;
+  const std::string space = "\xE2\x96\x81";
+  write_bytes(
+      dir / "tokenizer.json",
+      testing::sentencepiece_json({space, "i", "s", "a"}, {{space, "i"}, {space + "i", "s"}})
+          .dump());
+  const BpeTokenizer tokenizer = BpeTokenizer::from_file(dir / "tokenizer.json");
+  write_bytes(dir / "hellaswag_val.jsonl", std::string(kLine) + "\n");
+  const std::vector<MultipleChoiceExample> examples =
+      read_multiple_choice_set(dir / "hellaswag_val.jsonl", &tokenizer);
+  ASSERT_EQ(examples.size(), 1u);
+  EXPECT_EQ(examples[0].completions[0][0], 264);  // ▁is (▁ 259, i 260, s 261, a 262, ▁i 263)
+  for (const auto& [ending, tokens] :
+       {std::pair{"is using wrap.", examples[0].completions[0]},
+        std::pair{"starts pulling up roofing.", examples[0].completions[1]}}) {
+    std::vector<int32_t> joined = examples[0].context;
+    joined.insert(joined.end(), tokens.begin(), tokens.end());
+    EXPECT_EQ(joined, tokenizer.encode(std::string("A man is on a roof. he ") + ending)) << ending;
+  }
+}
+
 TEST(HellaSwagTest, RendersBytesForByteLevelModels) {
   TempDir dir;
   write_bytes(dir / "hs.jsonl", R"({"ctx": "ab", "endings": ["c", "de"], "label": "0"})"

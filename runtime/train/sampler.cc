@@ -130,7 +130,7 @@ std::string sample_text(const SampleOptions& options) {
   }
   // Decoded at the end (a character may span tokens), and shown as Python's
   // and Hugging Face's decoders show it: an invalid byte sequence as U+FFFD.
-  return to_valid_utf8(tokenizer ? tokenizer->decode(generated)
+  return to_valid_utf8(tokenizer ? tokenizer->decode_continuation(generated)
                                  : std::string(generated.begin(), generated.end()));
 }
 

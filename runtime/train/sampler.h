@@ -4,8 +4,9 @@
 // tokenizer; others are given the BPE tokenizer their data was tokenized with
 // (runtime/tokenizer/bpe_tokenizer.h), or find tokenizer.json beside the
 // checkpoint's config.json (a Hugging Face export's); the prompt then follows
-// the token that starts documents (<|endoftext|>, or Llama 3's
-// <|begin_of_text|>), as in the data the model was trained on.
+// the token that starts documents (<|endoftext|>, Llama 3's
+// <|begin_of_text|>, or Llama 2's and Mistral's <s>), as in the data the
+// model was trained on.
 #pragma once
 
 #include <cstdint>
