@@ -176,7 +176,8 @@ void add_tokenize_command(CLI::App& app, CommandLine& c) {
       "tokenize", "text -> train.bin, val.bin: byte-level tokens, or a BPE tokenizer's");
   c.tokenize_command
       ->add_option("--input", c.tokenize.inputs,
-                   "text files, .jsonl files (a document per line) or directories")
+                   "text files, .jsonl files (a document per line), .parquet files (a "
+                   "document per row, as Hugging Face datasets ship them) or directories")
       ->required();
   c.tokenize_command->add_option("--output", c.tokenize.output, "output directory")
       ->capture_default_str();
@@ -202,7 +203,8 @@ void add_tokenize_command(CLI::App& app, CommandLine& c) {
       ->needs(tokenizer);
   c.tokenize_command
       ->add_option("--text-field", c.tokenize.options.text_field,
-                   "the field of a .jsonl line holding the document")
+                   "the field of a .jsonl line (the column of a .parquet file) holding the "
+                   "document")
       ->capture_default_str();
   c.tokenize_command
       ->add_option("--shard-tokens", c.tokenize.options.shard_tokens,

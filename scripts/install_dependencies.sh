@@ -45,15 +45,17 @@ fi
 hf_venv="$(cd "$(dirname "$0")/.." && pwd)/.cache/hf-venv"
 # TensorBoard's reader checks `train --tensorboard-dir` (tests/tensorboard_test.cc).
 # tiktoken, sentencepiece and tokenizers are the references of
-# tests/real_tokenizers_test.cc (protobuf: transformers' SentencePiece converter).
+# tests/real_tokenizers_test.cc (protobuf: transformers' SentencePiece converter);
+# pyarrow writes tests/parquet_test.cc's files.
 if ! "$hf_venv/bin/python" -c \
-  "import torch, transformers, safetensors, tensorboard, tiktoken, sentencepiece, google.protobuf" \
+  "import torch, transformers, safetensors, tensorboard, tiktoken, sentencepiece, google.protobuf, pyarrow" \
   2>/dev/null; then
-  echo "installing transformers, safetensors, tensorboard, tiktoken and sentencepiece into $hf_venv"
+  echo "installing transformers, safetensors, tensorboard, tiktoken, sentencepiece and pyarrow" \
+    "into $hf_venv"
   /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
   "$hf_venv/bin/pip" install --quiet --disable-pip-version-check \
     transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5 tensorboard==2.14.0 \
-    tiktoken==0.14.0 sentencepiece==0.2.3 protobuf==7.36.2
+    tiktoken==0.14.0 sentencepiece==0.2.3 protobuf==7.36.2 pyarrow==18.1.0
 fi
 
 # GPT-2's, Llama 3's and Mistral's tokenizers (tests/real_tokenizers_test.cc),

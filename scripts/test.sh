@@ -52,7 +52,7 @@ python3 scripts/llmc_test.py
 sanitized_tests=(common_test schema_test data_test tokenizer_test checkpoint_test)
 fuzz_targets=(plan_fuzzer job_config_fuzzer partition_constraints_fuzzer token_shard_fuzzer
               safetensors_fuzzer safetensors_index_fuzzer hf_config_fuzzer train_state_fuzzer
-              profile_fuzzer hostfile_fuzzer tokenizer_fuzzer eval_set_fuzzer)
+              profile_fuzzer hostfile_fuzzer tokenizer_fuzzer eval_set_fuzzer parquet_fuzzer)
 # -O0 compiles a third faster than -O1; the tests and the short fuzz runs
 # need no speed.
 CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug \

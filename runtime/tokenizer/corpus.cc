@@ -138,9 +138,9 @@ TokenizeResult tokenize_files(const std::vector<std::string>& inputs, const std:
                              " cannot hold the byte-level tokens 0..255; use 256 or more");
   std::string text;
   for (const fs::path& file : files) {
-    if (file.extension() == ".jsonl")
-      throw std::runtime_error(file.string() +
-                               ": a .jsonl corpus needs --tokenizer, which reads its documents; "
+    if (file.extension() == ".jsonl" || file.extension() == ".parquet")
+      throw std::runtime_error(file.string() + ": a " + file.extension().string() +
+                               " corpus needs --tokenizer, which reads its documents; "
                                "byte-level tokenization takes files as they are");
     text += read_bounded_file(file.string(), kCorpusFile);
     result.files_read.push_back(file.string());

@@ -70,7 +70,10 @@ struct TokenizeResult {
 // '\n' so that it begins on a line (when the rest of the corpus has one).
 //
 // With a tokenizer: each text file is a document, and each line of a .jsonl
-// file (a JSON object) is one, its `text_field`; every document is encoded
+// file (a JSON object) is one, its `text_field`, and each row of a Parquet
+// file's `text_field` column (parquet.h; read a row group at a time, a
+// row's bytes in the input counted as the file's size over its rows); every
+// document is encoded
 // after the separator token. Validation is the last documents: those ending
 // past (1 - val_fraction) of the input's bytes (a .jsonl document's bytes are
 // its line), never the first; a corpus of one document is split in two at a

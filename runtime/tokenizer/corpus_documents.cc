@@ -1,5 +1,6 @@
 // corpus_documents.cc: a corpus tokenized with a BPE tokenizer, streamed: one
-// input file at a time, its documents (the file, or each .jsonl line) encoded
+// input file at a time (a Parquet file a row group at a time), its documents
+// (the file, each .jsonl line, or each Parquet row's text) encoded
 // in batches on several threads, in chunks cut where the pre-tokenizer splits
 // anyway, and the tokens appended to the split's token files as they come.
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -20,6 +22,7 @@
 #include "runtime/tokenizer/bpe_tokenizer.h"
 #include "runtime/tokenizer/corpus_internal.h"
 #include "runtime/tokenizer/json_lines.h"
+#include "runtime/tokenizer/parquet.h"
 
 namespace paraplan::corpus {
 
@@ -259,6 +262,42 @@ void encode_batch(const BpeTokenizer& tokenizer, const std::vector<Document>& do
   }
 }
 
+bool is_parquet(const fs::path& file) {
+  return file.extension() == ".parquet";
+}
+
+// A Parquet file's documents to `take`, a row group at a time; returns the
+// file's size. The documents end evenly over the file's bytes, by their
+// place among its rows (the input offset the validation split compares
+// against).
+uint64_t parquet_documents(const fs::path& file, const std::string& text_field,
+                           uint64_t input_start,
+                           const std::function<void(const std::vector<Document>&)>& take) {
+  const ParquetTextColumn column = ParquetTextColumn::open(file.string(), text_field);
+  const double bytes_per_row = column.rows() > 0 ? static_cast<double>(column.file_size()) /
+                                                       static_cast<double>(column.rows())
+                                                 : 0.0;
+  int64_t rows_before = 0;
+  for (int group = 0; group < column.row_groups(); ++group) {
+    std::vector<std::string> texts;
+    column.read_row_group(group, texts);
+    const double rows_per_text = texts.empty() ? 0.0
+                                               : static_cast<double>(column.rows_in_group(group)) /
+                                                     static_cast<double>(texts.size());
+    std::vector<Document> documents;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const double row_end =
+          static_cast<double>(rows_before) + static_cast<double>(i + 1) * rows_per_text;
+      documents.push_back(
+          {texts[i], input_start + std::min(column.file_size(),
+                                            static_cast<uint64_t>(row_end * bytes_per_row))});
+    }
+    take(documents);
+    rows_before += column.rows_in_group(group);
+  }
+  return column.file_size();
+}
+
 // 0 for a file that cannot be looked at: reading it fails next, naming it.
 uint64_t input_size(const fs::path& file) {
   std::error_code error;
@@ -296,10 +335,40 @@ void tokenize_documents(const std::vector<fs::path>& files, const std::string& i
   SplitWriter val(output_dir, "val", format, options.shard_tokens, nullptr);
   const size_t batch_bytes = std::max<size_t>(options.chunk_bytes, 1) * 64;
 
+  // Documents to the token files, in batches of about batch_bytes of one
+  // split, validation once a document ends past validation_from.
+  std::vector<Document> batch;
+  size_t held = 0;
+  SplitWriter* batch_split = &train;
+  auto flush = [&] {
+    encode_batch(tokenizer, batch, *separator, options, *batch_split, result.invalid_utf8_bytes);
+    batch.clear();
+    held = 0;
+  };
+  auto take = [&](const std::vector<Document>& documents) {
+    for (const Document& document : documents) {
+      if (document.text.empty()) continue;
+      const bool validation = result.documents > 0 && options.val_fraction > 0 &&
+                              static_cast<double>(document.input_end) > validation_from;
+      SplitWriter* split = validation ? &val : &train;
+      if (split != batch_split || held >= batch_bytes) flush();
+      batch_split = split;
+      batch.push_back(document);
+      held += document.text.size();
+      ++result.documents;
+      result.text_bytes += static_cast<int64_t>(document.text.size());
+    }
+    flush();  // before what the documents point into goes
+  };
+
   uint64_t input_start = 0;
   for (const fs::path& file : files) {
-    const std::string content = read_bounded_file(file.string(), kCorpusFile);
     result.files_read.push_back(file.string());
+    if (is_parquet(file)) {
+      input_start += parquet_documents(file, options.text_field, input_start, take);
+      continue;
+    }
+    const std::string content = read_bounded_file(file.string(), kCorpusFile);
     std::deque<std::string> owned;
     std::vector<Document> documents =
         documents_of(file, content, input_start, options.text_field, owned);
@@ -312,26 +381,7 @@ void tokenize_documents(const std::vector<fs::path>& files, const std::string& i
       const size_t split = validation_start(whole, options.val_fraction, inputs_named);
       documents = {{whole.substr(0, split), 0}, {whole.substr(split), input_bytes}};
     }
-    std::vector<Document> batch;
-    size_t held = 0;
-    SplitWriter* batch_split = &train;
-    auto flush = [&] {
-      encode_batch(tokenizer, batch, *separator, options, *batch_split, result.invalid_utf8_bytes);
-      batch.clear();
-      held = 0;
-    };
-    for (const Document& document : documents) {
-      const bool validation = result.documents > 0 && options.val_fraction > 0 &&
-                              static_cast<double>(document.input_end) > validation_from;
-      SplitWriter* split = validation ? &val : &train;
-      if (split != batch_split || held >= batch_bytes) flush();
-      batch_split = split;
-      batch.push_back(document);
-      held += document.text.size();
-      ++result.documents;
-      result.text_bytes += static_cast<int64_t>(document.text.size());
-    }
-    flush();
+    take(documents);
     if (only) result.documents = 1;
   }
   if (result.documents == 0)

@@ -1,0 +1,344 @@
+// parquet.cc: one text column of a Parquet file (parquet.h): the footer's
+// metadata, then a row group's pages decompressed and decoded.
+#include "runtime/tokenizer/parquet.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "common/printable_text.h"
+#include "common/shared_library.h"
+#include "runtime/tokenizer/parquet_format.h"
+#include "runtime/tokenizer/snappy.h"
+#include "runtime/tokenizer/thrift_compact.h"
+
+namespace paraplan {
+
+namespace {
+
+using Type = ThriftCompactReader::Type;
+using namespace parquet;
+
+// libzstd, opened on first use (Debian's dpkg itself needs it).
+struct Zstd {
+  size_t (*decompress)(void*, size_t, const void*, size_t) = nullptr;
+  unsigned (*is_error)(size_t) = nullptr;
+  const char* (*error_name)(size_t) = nullptr;
+};
+const Zstd& zstd() {
+  static const Zstd library = [] {
+    const std::string who = "reading a ZSTD-compressed Parquet file";
+    const std::string fix = "install libzstd1, or rewrite the file with SNAPPY";
+    void* handle = open_shared_library("libzstd.so.1", "/usr/lib", who, fix);
+    Zstd z;
+    resolve_shared_function(handle, "libzstd.so.1", "ZSTD_decompress", z.decompress, who, fix);
+    resolve_shared_function(handle, "libzstd.so.1", "ZSTD_isError", z.is_error, who, fix);
+    resolve_shared_function(handle, "libzstd.so.1", "ZSTD_getErrorName", z.error_name, who, fix);
+    return z;
+  }();
+  return library;
+}
+
+std::string uncompress(int codec, std::string_view bytes, uint64_t size, const std::string& where) {
+  if (size > kMaxPageBytes)
+    throw std::runtime_error(where + ": a page of " + std::to_string(size) +
+                             " bytes uncompressed, above paraplan's 256 MiB");
+  if (codec == kUncompressed) {
+    if (bytes.size() != size)
+      throw std::runtime_error(where + ": an uncompressed page of " + std::to_string(bytes.size()) +
+                               " bytes says it has " + std::to_string(size));
+    return std::string(bytes);
+  }
+  if (codec == kSnappy) {
+    std::string out = snappy_uncompress(bytes, size, where);
+    if (out.size() != size) throw std::runtime_error(where + ": a page's size is not its header's");
+    return out;
+  }
+  const Zstd& z = zstd();
+  std::string out(size, '\0');
+  const size_t written = z.decompress(out.data(), out.size(), bytes.data(), bytes.size());
+  if (z.is_error(written) || written != size)
+    throw std::runtime_error(
+        where + ": a ZSTD page does not decompress to its " + std::to_string(size) + " bytes" +
+        (z.is_error(written) ? std::string(" (") + z.error_name(written) + ")" : std::string()));
+  return out;
+}
+
+[[noreturn]] void hybrid_failure(const std::string& where, const std::string& what) {
+  throw std::runtime_error(where + ": RLE/bit-packed levels or indices: " + what);
+}
+
+// Parquet's RLE / bit-packed hybrid of `count` values of `width` bits.
+std::vector<uint32_t> hybrid_values(std::string_view data, int width, int64_t count,
+                                    const std::string& where) {
+  if (width < 0 || width > 32)
+    throw std::runtime_error(where + ": a bit width of " + std::to_string(width));
+  if (count > (int64_t{1} << 28))
+    hybrid_failure(where, std::to_string(count) + " values in a page, above paraplan's 2^28");
+  std::vector<uint32_t> values;
+  values.reserve(std::min<size_t>(static_cast<size_t>(count), data.size() * 8 + 8));
+  size_t at = 0;
+  auto fail = [&](const std::string& what) { hybrid_failure(where, what); };
+  auto varint = [&] {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at >= data.size()) fail("they end early");
+      const auto b = static_cast<unsigned char>(data[at++]);
+      value |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return value;
+    }
+    hybrid_failure(where, "a varint longer than 10 bytes");
+  };
+  while (static_cast<int64_t>(values.size()) < count) {
+    const uint64_t header = varint();
+    if (header & 1) {  // bit-packed: groups of 8 values, least significant bit first
+      const uint64_t groups = header >> 1;
+      if (groups > (data.size() - at) / std::max(width, 1) + 1) fail("a run past their end");
+      const uint64_t bits = groups * 8 * static_cast<uint64_t>(width);
+      if ((bits + 7) / 8 > data.size() - at) fail("a bit-packed run past their end");
+      for (uint64_t i = 0; i < groups * 8; ++i) {
+        uint64_t value = 0;
+        for (int b = 0; b < width; ++b) {
+          const uint64_t bit = i * static_cast<uint64_t>(width) + static_cast<uint64_t>(b);
+          value |= static_cast<uint64_t>(
+                       (static_cast<unsigned char>(data[at + bit / 8]) >> (bit % 8)) & 1)
+                   << b;
+        }
+        if (static_cast<int64_t>(values.size()) < count)
+          values.push_back(static_cast<uint32_t>(value));
+      }
+      at += (bits + 7) / 8;
+    } else {  // a run of one value, in ceil(width / 8) bytes
+      const uint64_t run = header >> 1;
+      const size_t bytes = static_cast<size_t>(width + 7) / 8;
+      if (bytes > data.size() - at) fail("a run's value past their end");
+      uint32_t value = 0;
+      for (size_t b = 0; b < bytes; ++b)
+        value |= static_cast<uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
+      at += bytes;
+      if (run == 0) fail("a run of length 0");
+      for (uint64_t i = 0; i < run && static_cast<int64_t>(values.size()) < count; ++i)
+        values.push_back(value);
+    }
+  }
+  return values;
+}
+
+// PLAIN BYTE_ARRAY values: a 4-byte little-endian length, then the bytes.
+void plain_strings(std::string_view data, int64_t count, std::vector<std::string>& out,
+                   uint64_t& budget, const std::string& where) {
+  size_t at = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (data.size() - at < 4) throw std::runtime_error(where + ": PLAIN values end early");
+    uint32_t length = 0;
+    for (int b = 0; b < 4; ++b)
+      length |= static_cast<uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
+    at += 4;
+    if (length > data.size() - at)
+      throw std::runtime_error(where + ": a PLAIN value of " + std::to_string(length) +
+                               " bytes runs past its page");
+    if (length > budget)
+      throw std::runtime_error(where + ": its text passes " + std::to_string(budget) +
+                               " more bytes; paraplan reads a row group's text into memory");
+    budget -= length;
+    out.emplace_back(data.substr(at, length));
+    at += length;
+  }
+}
+
+// A page's header fields paraplan reads.
+struct PageHeader {
+  int64_t type = -1, uncompressed = 0, compressed = 0;
+  int64_t values = 0, encoding = 0, level_encoding = kRle;  // v1 and v2
+  int64_t nulls = 0, definition_bytes = 0, repetition_bytes = 0;
+  bool compressed_v2 = true;
+};
+
+PageHeader read_page_header(ThriftCompactReader& reader) {
+  PageHeader page;
+  reader.read_struct([&](int64_t id, int type) {
+    if (id == 1 && type == Type::kI32)
+      page.type = reader.integer();
+    else if (id == 2 && type == Type::kI32)
+      page.uncompressed = reader.integer();
+    else if (id == 3 && type == Type::kI32)
+      page.compressed = reader.integer();
+    else if ((id == 5 || id == 7 || id == 8) && type == Type::kStruct)
+      reader.read_struct([&](int64_t field, int t) {
+        const bool v2 = id == 8;
+        if (field == 1 && t == Type::kI32)
+          page.values = reader.integer();
+        else if (!v2 && field == 2 && t == Type::kI32)
+          page.encoding = reader.integer();
+        else if (!v2 && id == 5 && field == 3 && t == Type::kI32)
+          page.level_encoding = reader.integer();
+        else if (v2 && field == 2 && t == Type::kI32)
+          page.nulls = reader.integer();
+        else if (v2 && field == 4 && t == Type::kI32)
+          page.encoding = reader.integer();
+        else if (v2 && field == 5 && t == Type::kI32)
+          page.definition_bytes = reader.integer();
+        else if (v2 && field == 6 && t == Type::kI32)
+          page.repetition_bytes = reader.integer();
+        else if (v2 && field == 7 && (t == Type::kTrue || t == Type::kFalse))
+          page.compressed_v2 = t == Type::kTrue;
+        else
+          reader.skip(t);
+      });
+    else
+      reader.skip(type);
+  });
+  if (page.uncompressed < 0 || page.compressed < 0 || page.values < 0 || page.nulls < 0 ||
+      page.definition_bytes < 0 || page.repetition_bytes < 0)
+    reader.fail("a page header with a negative size or count");
+  return page;
+}
+
+// A data page's non-null values, PLAIN or indices into the dictionary; the
+// bytes appended count against `budget`.
+void decode_values(int64_t encoding, std::string_view data, int64_t count,
+                   const std::optional<std::vector<std::string>>& dictionary,
+                   std::vector<std::string>& out, uint64_t& budget, const std::string& where) {
+  if (encoding == kPlain) {
+    plain_strings(data, count, out, budget, where);
+    return;
+  }
+  if (encoding != kPlainDictionary && encoding != kRleDictionary)
+    throw std::runtime_error(where + ": values in " + encoding_name(encoding) +
+                             "; paraplan reads PLAIN and dictionary encodings (pyarrow's "
+                             "default): rewrite the file with pyarrow");
+  if (!dictionary) throw std::runtime_error(where + ": dictionary indices but no dictionary page");
+  if (count == 0) return;
+  if (data.empty()) throw std::runtime_error(where + ": dictionary indices without a bit width");
+  const int width = static_cast<unsigned char>(data[0]);
+  for (const uint32_t index : hybrid_values(data.substr(1), width, count, where)) {
+    if (index >= dictionary->size())
+      throw std::runtime_error(where + ": dictionary index " + std::to_string(index) +
+                               " of a dictionary of " + std::to_string(dictionary->size()));
+    const std::string& value = (*dictionary)[index];
+    if (value.size() > budget)
+      throw std::runtime_error(where + ": its text passes " + std::to_string(budget) +
+                               " more bytes; paraplan reads a row group's text into memory");
+    budget -= value.size();
+    out.push_back(value);
+  }
+}
+
+// How many of an optional column's levels are 1 (a value, not a null).
+int64_t present(const std::vector<uint32_t>& levels) {
+  int64_t count = 0;
+  for (const uint32_t level : levels) count += level == 1;
+  return count;
+}
+
+}  // namespace
+
+ParquetTextColumn ParquetTextColumn::open(const std::string& path, const std::string& column) {
+  ParquetTextColumn result;
+  result.name_ = path;
+  std::error_code error;
+  result.file_size_ = std::filesystem::file_size(path, error);
+  if (error) throw std::runtime_error(path + ": cannot be read (" + error.message() + ")");
+  result.read_ = [path](uint64_t offset, uint64_t size) {
+    std::ifstream file(path, std::ios::binary);
+    std::string bytes(size, '\0');
+    file.seekg(static_cast<std::streamoff>(offset));
+    if (!file.read(bytes.data(), static_cast<std::streamsize>(size)))
+      throw std::runtime_error(path + ": cannot read " + std::to_string(size) + " bytes at " +
+                               std::to_string(offset));
+    return bytes;
+  };
+  result.read_footer(column);
+  return result;
+}
+
+ParquetTextColumn ParquetTextColumn::from_bytes(std::string bytes, const std::string& name,
+                                                const std::string& column) {
+  ParquetTextColumn result;
+  result.name_ = name;
+  result.file_size_ = bytes.size();
+  result.read_ = [held = std::make_shared<const std::string>(std::move(bytes))](
+                     uint64_t offset, uint64_t size) { return held->substr(offset, size); };
+  result.read_footer(column);
+  return result;
+}
+
+void ParquetTextColumn::read_row_group(int group, std::vector<std::string>& out,
+                                       uint64_t max_bytes) const {
+  const ColumnChunk& chunk = groups_.at(static_cast<size_t>(group));
+  const std::string where = name_ + ": row group " + std::to_string(group);
+  const std::string bytes = read_(chunk.start, chunk.size);
+  const std::string_view all(bytes);
+  std::optional<std::vector<std::string>> dictionary;
+  uint64_t budget = max_bytes;  // PLAIN values are bounded by their pages
+  size_t at = 0;
+  for (int64_t seen = 0; seen < chunk.values;) {
+    if (at >= all.size())
+      throw std::runtime_error(where + ": its pages end after " + std::to_string(seen) + " of " +
+                               std::to_string(chunk.values) + " values");
+    ThriftCompactReader reader(all.substr(at), where);
+    const PageHeader page = read_page_header(reader);
+    at += reader.position();
+    if (static_cast<uint64_t>(page.compressed) > all.size() - at)
+      throw std::runtime_error(where + ": a page of " + std::to_string(page.compressed) +
+                               " bytes runs past the column's");
+    const std::string_view body = all.substr(at, static_cast<size_t>(page.compressed));
+    at += body.size();
+    if (page.type == kDictionaryPage) {
+      if (dictionary) throw std::runtime_error(where + ": a second dictionary page");
+      if (page.encoding != kPlain && page.encoding != kPlainDictionary)
+        throw std::runtime_error(where + ": a dictionary in " + encoding_name(page.encoding));
+      if (page.values > page.uncompressed / 4 + 1)
+        throw std::runtime_error(where + ": a dictionary of more values than its bytes hold");
+      dictionary.emplace();
+      uint64_t dictionary_budget = kMaxPageBytes;  // bounded by its page
+      plain_strings(uncompress(chunk.codec, body, page.uncompressed, where), page.values,
+                    *dictionary, dictionary_budget, where);
+      continue;
+    }
+    if (page.type != kDataPage && page.type != kDataPageV2) continue;  // an index page
+    if (page.values > chunk.values - seen)
+      throw std::runtime_error(where + ": a page of " + std::to_string(page.values) +
+                               " values, more than the column's " +
+                               std::to_string(chunk.values - seen) + " left");
+    seen += page.values;
+    std::string data;
+    std::string_view values;
+    int64_t count = page.values;
+    if (page.type == kDataPage) {
+      data = uncompress(chunk.codec, body, page.uncompressed, where);
+      values = data;
+      if (optional_) {  // the levels: RLE, after their 4-byte length
+        if (page.level_encoding != kRle || values.size() < 4)
+          throw std::runtime_error(where + ": definition levels in " +
+                                   encoding_name(page.level_encoding) + "; paraplan reads RLE");
+        uint32_t length = 0;
+        for (int b = 0; b < 4; ++b)
+          length |= static_cast<uint32_t>(static_cast<unsigned char>(values[b])) << (8 * b);
+        if (length > values.size() - 4)
+          throw std::runtime_error(where + ": definition levels past their page");
+        count = present(hybrid_values(values.substr(4, length), 1, page.values, where));
+        values = values.substr(4 + length);
+      }
+    } else {  // v2: levels uncompressed before the values
+      const uint64_t levels = static_cast<uint64_t>(page.repetition_bytes + page.definition_bytes);
+      if (levels > body.size() || static_cast<uint64_t>(page.uncompressed) < levels)
+        throw std::runtime_error(where + ": a v2 page's levels run past it");
+      if (optional_)
+        count = present(hybrid_values(body.substr(static_cast<size_t>(page.repetition_bytes),
+                                                  static_cast<size_t>(page.definition_bytes)),
+                                      1, page.values, where));
+      const std::string_view rest = body.substr(static_cast<size_t>(levels));
+      const uint64_t size = static_cast<uint64_t>(page.uncompressed) - levels;
+      data = page.compressed_v2 ? uncompress(chunk.codec, rest, size, where)
+                                : uncompress(kUncompressed, rest, size, where);
+      values = data;
+    }
+    decode_values(page.encoding, values, count, dictionary, out, budget, where);
+  }
+}
+
+}  // namespace paraplan

@@ -1,0 +1,33 @@
+// parquet_format.h: the values of parquet.thrift's enums that paraplan's
+// Parquet reader reads (parquet.cc, parquet_footer.cc), and their names for
+// messages. Internal to runtime/tokenizer/.
+#pragma once
+
+#include <cstdint>
+
+namespace paraplan::parquet {
+
+// parquet.thrift's values paraplan reads.
+inline constexpr int64_t kByteArray = 6;                         // Type
+inline constexpr int64_t kRequired = 0, kOptional = 1;           // FieldRepetitionType
+inline constexpr int kUncompressed = 0, kSnappy = 1, kZstd = 6;  // CompressionCodec
+inline constexpr int64_t kPlain = 0, kPlainDictionary = 2, kRle = 3,
+                         kRleDictionary = 8;                                   // Encoding
+inline constexpr int64_t kDataPage = 0, kDictionaryPage = 2, kDataPageV2 = 3;  // PageType
+inline constexpr uint64_t kMaxPageBytes = uint64_t{1} << 28;                   // 256 MiB
+
+inline const char* codec_name(int codec) {
+  static const char* const names[] = {"UNCOMPRESSED", "SNAPPY", "GZIP", "LZO",
+                                      "BROTLI",       "LZ4",    "ZSTD", "LZ4_RAW"};
+  return codec >= 0 && codec < 8 ? names[codec] : "an unknown codec";
+}
+
+inline const char* encoding_name(int64_t encoding) {
+  static const char* const names[] = {
+      "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+      "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+      "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
+  return encoding >= 0 && encoding < 10 ? names[encoding] : "an unknown encoding";
+}
+
+}  // namespace paraplan::parquet
