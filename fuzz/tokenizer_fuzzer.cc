@@ -1,6 +1,7 @@
 // tokenizer_fuzzer.cc: a tokenizer file (runtime/tokenizer/bpe_tokenizer.h;
-// the first byte picks tokenizer.json or a tiktoken file, the rest is the
-// file), then the rest of the input as text: the three patterns' pieces must
+// the first byte picks tokenizer.json or another name, where a file starting
+// with 0x0A is a SentencePiece model and anything else a tiktoken file; the
+// rest is the file), then the rest of the input as text: the three patterns' pieces must
 // cover it exactly, its display form (to_valid_utf8) must be valid UTF-8 and
 // the text itself where the text was valid, NFC must be idempotent, and an
 // accepted tokenizer must decode its encoding back to the same bytes (of the

@@ -324,7 +324,11 @@ def converted_sentencepiece(which, assets, path):
         "added_tokens": sorted((t["id"], t["content"]) for t in mine["added_tokens"]) ==
                         sorted((t["id"], t["content"]) for t in reference["added_tokens"]),
         "normalizer": mine["normalizer"] == reference["normalizer"],
+        "pre_tokenizer": mine["pre_tokenizer"] == reference["pre_tokenizer"],
         "decoder": mine["decoder"] == reference["decoder"],
+        "model_options": all(mine["model"].get(k) == reference["model"].get(k) for k in (
+            "type", "unk_token", "fuse_unk", "byte_fallback", "dropout",
+            "continuing_subword_prefix", "end_of_word_suffix")),
     }
     processor = sentencepiece.SentencePieceProcessor(model_file=model)
     hugging_face = Tokenizer.from_file(path)

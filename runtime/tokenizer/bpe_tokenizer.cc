@@ -166,20 +166,23 @@ void BpeTokenizer::encode_metaspace(std::string_view text, bool starts_text,
 }
 
 // Each character is its token where the vocabulary has one, else its bytes'
-// <0xNN> tokens where it has them all, else the unknown token (one for a run
-// of them where the file fuses unknowns), as Hugging Face's BPE starts a
-// word. A space falls back as the "▁" it is in the file's terms, and a byte
-// that is not valid UTF-8 as its own <0xNN> token.
+// <0xNN> tokens where it has them all, else the unknown token, as Hugging
+// Face's BPE starts a word: a run of unknown characters is one unknown token
+// where the file fuses them, and an unknown token waits for the next known
+// character (byte fallbacks go before it). A space falls back as the "▁" it
+// is in the file's terms, and a byte that is not valid UTF-8 as its own
+// <0xNN> token.
 void BpeTokenizer::append_characters(std::string_view piece, std::vector<int32_t>& symbols,
                                      int64_t& invalid_utf8_bytes) const {
   const auto* bytes = reinterpret_cast<const unsigned char*>(piece.data());
-  bool last_unknown = false;
+  bool unknown_waiting = false;
   for (size_t i = 0, length = 0; i < piece.size(); i += length) {
     const char32_t c = decode_utf8(bytes + i, piece.size() - i, length);
     if (c == kInvalidUtf8) invalid_utf8_bytes += static_cast<int64_t>(length);
     if (const auto found = character_tokens_.find(c); found != character_tokens_.end()) {
+      if (unknown_waiting) symbols.push_back(unknown_token_);
+      unknown_waiting = false;
       symbols.push_back(found->second);
-      last_unknown = false;
       continue;
     }
     const std::string_view fallback = c == ' ' ? kMetaspace : piece.substr(i, length);
@@ -189,12 +192,13 @@ void BpeTokenizer::append_characters(std::string_view piece, std::vector<int32_t
     if (all_bytes) {
       for (const char byte : fallback)
         symbols.push_back(byte_fallback_tokens_[static_cast<unsigned char>(byte)]);
-      last_unknown = false;
-    } else if (!(fuse_unknown_ && last_unknown)) {  // the reader requires one of the two
-      symbols.push_back(unknown_token_);
-      last_unknown = true;
+      continue;
     }
+    // The reader requires an unknown token where the byte tokens are not all there.
+    if (unknown_waiting && !fuse_unknown_) symbols.push_back(unknown_token_);
+    unknown_waiting = true;
   }
+  if (unknown_waiting) symbols.push_back(unknown_token_);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {

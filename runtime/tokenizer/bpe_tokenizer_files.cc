@@ -399,8 +399,14 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
 }
 
 BpeTokenizer BpeTokenizer::parse(const std::string& text, const std::string& path) {
-  if (std::filesystem::path(path).extension() == ".json")
-    return BpeTokenizerReader::hugging_face(path, text);
+  if (std::filesystem::path(path).extension() == ".json") {
+    try {
+      return BpeTokenizerReader::hugging_face(path, text);
+    } catch (const nlohmann::json::exception& error) {  // a field of the wrong type
+      throw std::runtime_error(path + ": a field is not of the type it must be (" +
+                               printable_text(error.what(), 200) + ")");
+    }
+  }
   if (BpeTokenizerReader::is_sentencepiece_model(text))
     return BpeTokenizerReader::sentencepiece_model(path, text);
   return BpeTokenizerReader::tiktoken(path, text);

@@ -131,9 +131,14 @@ void BpeTokenizerReader::read_metaspace_decoder(BpeTokenizer& tokenizer, const j
   ++at;
   const bool decodes_bytes = at < list.size() && type_of(list[at]) == "ByteFallback";
   at += decodes_bytes;
-  if (byte_fallback && !decodes_bytes)
-    throw std::runtime_error(path + ": decoder has no ByteFallback though model.byte_fallback is " +
-                             "true (a <0xNN> token would decode as its name)" + expected);
+  if (byte_fallback != decodes_bytes)
+    throw std::runtime_error(
+        path +
+        (byte_fallback ? ": decoder has no ByteFallback though model.byte_fallback is "
+                         "true (a <0xNN> token would decode as its name)"
+                       : ": decoder has ByteFallback though model.byte_fallback is false "
+                         "(paraplan would decode a <0xNN> token as its name)") +
+        expected);
   const bool fused = at < list.size() && type_of(list[at]) == "Fuse";
   at += fused;
   if (at < list.size() && type_of(list[at]) == "Strip" && fused) {
@@ -192,6 +197,8 @@ void BpeTokenizerReader::read_metaspace_vocab(BpeTokenizer& tokenizer, const jso
 void BpeTokenizerReader::finish_metaspace(BpeTokenizer& tokenizer) {
   bool all_bytes = true;
   for (const int32_t token : tokenizer.byte_fallback_tokens_) all_bytes &= token >= 0;
+  // Unknown characters fuse and wait for a known one across any cut.
+  if (!all_bytes) tokenizer.cuts_safely_at_spaces_ = false;
   if (!all_bytes && tokenizer.unknown_token_ < 0)
     throw std::runtime_error(tokenizer.source_ +
                              ": model.unk_token is null and model.vocab lacks some of the 256 "

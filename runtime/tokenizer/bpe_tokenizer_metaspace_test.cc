@@ -7,6 +7,7 @@
 // tokenizers with sentencepiece and Hugging Face's tokenizers.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -134,6 +135,18 @@ TEST(SentencePieceTokenizer, WithoutByteTokensTheUnknownTokenStandsIn) {
   EXPECT_EQ(load(dir, file).encode("xyb"), Ids({259, 0, 261}));  // a run is one <unk>
   file["model"]["fuse_unk"] = false;
   EXPECT_EQ(load(dir, file).encode("xyb"), Ids({259, 0, 0, 261}));
+  // Some byte tokens: a character with all of its falls back to them, and a
+  // waiting unknown token goes after them, at the next known character (as
+  // Hugging Face's BPE orders them); such a vocabulary encodes documents whole.
+  json some_bytes = small_vocabulary();
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    if (b != 'x') some_bytes["model"]["vocab"].erase(name);
+  }
+  const BpeTokenizer partial = load(dir, some_bytes);
+  EXPECT_EQ(partial.encode("zxzb"), Ids({259, 3 + 'x', 0, 261}));
+  EXPECT_FALSE(partial.cuts_safely_at_spaces());
   file["model"]["unk_token"] = nullptr;
   EXPECT_TRUE(contains(error_of([&] { load(dir, file); }),
                        "model.unk_token is null and model.vocab lacks some of the 256 <0xNN> "
@@ -184,6 +197,10 @@ TEST(SentencePieceTokenizer, EachUnsupportedFieldIsNamed) {
                        "pre_tokenizer.prepend_scheme is \"sometimes\", expected \"first\""));
   EXPECT_TRUE(contains(refused([](json& f) { f["decoder"]["decoders"].erase(1); }),
                        "decoder has no ByteFallback though model.byte_fallback is true"));
+  EXPECT_TRUE(contains(refused([](json& f) { f["model"]["byte_fallback"] = false; }),
+                       "decoder has ByteFallback though model.byte_fallback is false"));
+  EXPECT_TRUE(contains(refused([](json& f) { f["model"]["fuse_unk"] = "yes"; }),
+                       path + ": a field is not of the type it must be"));
   EXPECT_TRUE(contains(refused([](json& f) { f["decoder"]["decoders"][3]["start"] = 2; }),
                        "decoder's Strip is"));
   EXPECT_TRUE(contains(refused([](json& f) {
@@ -271,6 +288,7 @@ TEST(SentencePieceModel, ReadsAsTheTokenizerJsonTransformersMakesOfIt) {
   }
   EXPECT_EQ(model.special_token("<s>"), 1);
   EXPECT_EQ(model.unknown_token(), 0);
+  EXPECT_EQ(json::parse(model.to_hugging_face_json())["model"]["fuse_unk"], true);
   // Kept as the tokenizer.json of the models' repositories: the same file.
   const json written = json::parse(model.to_hugging_face_json());
   const json expected = small_vocabulary();
@@ -294,6 +312,10 @@ TEST(SentencePieceModel, WhatItCannotEncodeExactlyIsNamed) {
   EXPECT_TRUE(contains(refused(small_model(2, "identity", true)),
                        "normalizer_spec.remove_extra_whitespaces is true"));
   EXPECT_TRUE(contains(refused(small_model().substr(0, 1000)), "not a SentencePiece model"));
+  Proto not_a_number;
+  not_a_number.text(1, Proto().text(1, "a").real(2, std::nanf("")).number(3, 1).bytes);
+  EXPECT_TRUE(contains(refused(not_a_number.bytes + small_model()),
+                       "a piece's score is not a finite number"));
   Proto user_defined;
   user_defined.text(1, Proto().text(1, "[DOC]").real(2, 0).number(3, 4).bytes);
   EXPECT_TRUE(contains(refused(user_defined.bytes + small_model()),

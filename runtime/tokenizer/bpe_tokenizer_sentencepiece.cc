@@ -8,6 +8,7 @@
 // pair merges into a piece when both halves are pieces, the higher score
 // first). sentencepiece's encoding is the reference (tests/tokenizer_check.py).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
@@ -93,6 +94,9 @@ class WireReader {
   const std::string& where_;
 };
 
+constexpr size_t kMaxPieces = size_t{1} << 21;  // BpeTokenizer's ids
+constexpr size_t kMaxPieceBytes = 1024;
+
 // sentencepiece_model.proto's enums and the fields paraplan reads.
 enum PieceType {
   kNormal = 1,
@@ -131,6 +135,11 @@ Piece read_piece(std::string_view data, const std::string& where) {
     else
       reader.skip(wire);
   }
+  if (!std::isfinite(piece.score)) reader.fail("a piece's score is not a finite number");
+  // sentencepiece's pieces are at most 16 characters (max_sentencepiece_length).
+  if (piece.text.size() > kMaxPieceBytes)
+    reader.fail("a piece of " + std::to_string(piece.text.size()) + " bytes, above " +
+                std::to_string(kMaxPieceBytes));
   return piece;
 }
 
@@ -140,6 +149,8 @@ ModelFile read_model_file(const std::string& text, const std::string& path) {
   while (!reader.done()) {
     const auto [field, wire] = reader.tag();
     if (field == 1 && wire == 2) {
+      if (model.pieces.size() == kMaxPieces)
+        reader.fail("more than " + std::to_string(kMaxPieces) + " pieces");
       model.pieces.push_back(read_piece(reader.bytes(), path));
     } else if (field == 2 && wire == 2) {  // TrainerSpec
       WireReader trainer(reader.bytes(), path);
@@ -262,6 +273,7 @@ BpeTokenizer BpeTokenizerReader::sentencepiece_model(const std::string& path,
   tokenizer.source_ = path;
   tokenizer.metaspace_.enabled = true;
   tokenizer.metaspace_.strip_decoded_space = model.add_dummy_prefix;
+  tokenizer.fuse_unknown_ = true;  // sentencepiece's, and transformers' fuse_unk
   tokenizer.prefix_space_ = model.add_dummy_prefix ? BpeTokenizer::PrefixSpace::kAlways
                                                    : BpeTokenizer::PrefixSpace::kNone;
   std::fill(std::begin(tokenizer.byte_fallback_tokens_), std::end(tokenizer.byte_fallback_tokens_),
@@ -271,7 +283,10 @@ BpeTokenizer BpeTokenizerReader::sentencepiece_model(const std::string& path,
     const auto id = static_cast<int32_t>(i);
     const std::string where =
         path + ": piece " + std::to_string(i) + " (\"" + printable_text(piece.text) + "\")";
-    switch (piece.type) {
+    if (piece.type < kNormal || piece.type > kByte)
+      throw std::runtime_error(where + " is of type " + std::to_string(piece.type) +
+                               ", not one of sentencepiece's (1 to 6)");
+    switch (static_cast<PieceType>(piece.type)) {
       case kNormal: {
         std::string bytes;
         for (size_t at = 0; at < piece.text.size(); ++at) {
@@ -305,12 +320,12 @@ BpeTokenizer BpeTokenizerReader::sentencepiece_model(const std::string& path,
         tokenizer.byte_fallback_tokens_[value] = id;
         break;
       }
-      default:  // the file's own enum, not paraplan's
+      case kUserDefined:
+      case kUnused:
         throw std::runtime_error(
             where + " is of type " + std::to_string(piece.type) +
             (piece.type == kUserDefined ? " (USER_DEFINED, matched in text before BPE)"
-             : piece.type == kUnused    ? " (UNUSED)"
-                                        : "") +
+                                        : " (UNUSED)") +
             ", which paraplan does not encode; give the model's tokenizer.json instead");
     }
   }

@@ -288,9 +288,9 @@ uint64_t parquet_documents(const fs::path& file, const std::string& text_field,
     for (size_t i = 0; i < texts.size(); ++i) {
       const double row_end =
           static_cast<double>(rows_before) + static_cast<double>(i + 1) * rows_per_text;
-      documents.push_back(
-          {texts[i], input_start + std::min(column.file_size(),
-                                            static_cast<uint64_t>(row_end * bytes_per_row))});
+      const double offset =
+          std::min(static_cast<double>(column.file_size()), row_end * bytes_per_row);
+      documents.push_back({texts[i], input_start + static_cast<uint64_t>(offset)});
     }
     take(documents);
     rows_before += column.rows_in_group(group);

@@ -28,9 +28,9 @@ struct Zstd {
   unsigned (*is_error)(size_t) = nullptr;
   const char* (*error_name)(size_t) = nullptr;
 };
-const Zstd& zstd() {
-  static const Zstd library = [] {
-    const std::string who = "reading a ZSTD-compressed Parquet file";
+const Zstd& zstd(const std::string& where) {
+  static const Zstd library = [&] {
+    const std::string who = where + ": a ZSTD page";
     const std::string fix = "install libzstd1, or rewrite the file with SNAPPY";
     void* handle = open_shared_library("libzstd.so.1", "/usr/lib", who, fix);
     Zstd z;
@@ -57,7 +57,7 @@ std::string uncompress(int codec, std::string_view bytes, uint64_t size, const s
     if (out.size() != size) throw std::runtime_error(where + ": a page's size is not its header's");
     return out;
   }
-  const Zstd& z = zstd();
+  const Zstd& z = zstd(where);
   std::string out(size, '\0');
   const size_t written = z.decompress(out.data(), out.size(), bytes.data(), bytes.size());
   if (z.is_error(written) || written != size)
@@ -71,15 +71,13 @@ std::string uncompress(int codec, std::string_view bytes, uint64_t size, const s
   throw std::runtime_error(where + ": RLE/bit-packed levels or indices: " + what);
 }
 
-// Parquet's RLE / bit-packed hybrid of `count` values of `width` bits.
-std::vector<uint32_t> hybrid_values(std::string_view data, int width, int64_t count,
-                                    const std::string& where) {
-  if (width < 0 || width > 32)
-    throw std::runtime_error(where + ": a bit width of " + std::to_string(width));
-  if (count > (int64_t{1} << 28))
-    hybrid_failure(where, std::to_string(count) + " values in a page, above paraplan's 2^28");
-  std::vector<uint32_t> values;
-  values.reserve(std::min<size_t>(static_cast<size_t>(count), data.size() * 8 + 8));
+// Parquet's RLE / bit-packed hybrid of `count` values of `width` bits:
+// visit(value, times) for each run (a bit-packed value is a run of one), so
+// that levels are counted and indices looked up without holding them.
+template <typename Visit>
+void for_each_hybrid(std::string_view data, int width, int64_t count, const std::string& where,
+                     Visit&& visit) {
+  if (width < 0 || width > 32) hybrid_failure(where, "a bit width of " + std::to_string(width));
   size_t at = 0;
   auto fail = [&](const std::string& what) { hybrid_failure(where, what); };
   auto varint = [&] {
@@ -92,23 +90,22 @@ std::vector<uint32_t> hybrid_values(std::string_view data, int width, int64_t co
     }
     hybrid_failure(where, "a varint longer than 10 bytes");
   };
-  while (static_cast<int64_t>(values.size()) < count) {
+  for (int64_t left = count; left > 0;) {
     const uint64_t header = varint();
     if (header & 1) {  // bit-packed: groups of 8 values, least significant bit first
       const uint64_t groups = header >> 1;
-      if (groups > (data.size() - at) / std::max(width, 1) + 1) fail("a run past their end");
+      if (groups > data.size() - at) fail("a bit-packed run past their end");
       const uint64_t bits = groups * 8 * static_cast<uint64_t>(width);
       if ((bits + 7) / 8 > data.size() - at) fail("a bit-packed run past their end");
-      for (uint64_t i = 0; i < groups * 8; ++i) {
-        uint64_t value = 0;
+      for (uint64_t i = 0; i < groups * 8 && left > 0; ++i, --left) {
+        uint32_t value = 0;
         for (int b = 0; b < width; ++b) {
           const uint64_t bit = i * static_cast<uint64_t>(width) + static_cast<uint64_t>(b);
-          value |= static_cast<uint64_t>(
+          value |= static_cast<uint32_t>(
                        (static_cast<unsigned char>(data[at + bit / 8]) >> (bit % 8)) & 1)
                    << b;
         }
-        if (static_cast<int64_t>(values.size()) < count)
-          values.push_back(static_cast<uint32_t>(value));
+        visit(value, int64_t{1});
       }
       at += (bits + 7) / 8;
     } else {  // a run of one value, in ceil(width / 8) bytes
@@ -120,11 +117,35 @@ std::vector<uint32_t> hybrid_values(std::string_view data, int width, int64_t co
         value |= static_cast<uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
       at += bytes;
       if (run == 0) fail("a run of length 0");
-      for (uint64_t i = 0; i < run && static_cast<int64_t>(values.size()) < count; ++i)
-        values.push_back(value);
+      const int64_t times = run < static_cast<uint64_t>(left) ? static_cast<int64_t>(run) : left;
+      visit(value, times);
+      left -= times;
     }
   }
+}
+
+// How many of an optional column's definition levels are 1 (a value, not a
+// null).
+int64_t present(std::string_view levels, int64_t count, const std::string& where) {
+  int64_t values = 0;
+  for_each_hybrid(levels, 1, count, where, [&](uint32_t level, int64_t times) {
+    if (level > 1) hybrid_failure(where, "a definition level of " + std::to_string(level));
+    values += level * times;
+  });
   return values;
+}
+
+// What a value costs the row group's budget: its bytes and its string.
+uint64_t cost_of(size_t bytes) {
+  return sizeof(std::string) + bytes;
+}
+
+void charge(uint64_t cost, uint64_t& budget, const std::string& where) {
+  if (cost > budget)
+    throw std::runtime_error(where +
+                             ": its text passes the bytes paraplan holds of a row group "
+                             "(it reads a group's text into memory)");
+  budget -= cost;
 }
 
 // PLAIN BYTE_ARRAY values: a 4-byte little-endian length, then the bytes.
@@ -140,10 +161,7 @@ void plain_strings(std::string_view data, int64_t count, std::vector<std::string
     if (length > data.size() - at)
       throw std::runtime_error(where + ": a PLAIN value of " + std::to_string(length) +
                                " bytes runs past its page");
-    if (length > budget)
-      throw std::runtime_error(where + ": its text passes " + std::to_string(budget) +
-                               " more bytes; paraplan reads a row group's text into memory");
-    budget -= length;
+    charge(cost_of(length), budget, where);
     out.emplace_back(data.substr(at, length));
     at += length;
   }
@@ -214,24 +232,16 @@ void decode_values(int64_t encoding, std::string_view data, int64_t count,
   if (count == 0) return;
   if (data.empty()) throw std::runtime_error(where + ": dictionary indices without a bit width");
   const int width = static_cast<unsigned char>(data[0]);
-  for (const uint32_t index : hybrid_values(data.substr(1), width, count, where)) {
+  for_each_hybrid(data.substr(1), width, count, where, [&](uint32_t index, int64_t times) {
     if (index >= dictionary->size())
       throw std::runtime_error(where + ": dictionary index " + std::to_string(index) +
                                " of a dictionary of " + std::to_string(dictionary->size()));
     const std::string& value = (*dictionary)[index];
-    if (value.size() > budget)
-      throw std::runtime_error(where + ": its text passes " + std::to_string(budget) +
-                               " more bytes; paraplan reads a row group's text into memory");
-    budget -= value.size();
-    out.push_back(value);
-  }
-}
-
-// How many of an optional column's levels are 1 (a value, not a null).
-int64_t present(const std::vector<uint32_t>& levels) {
-  int64_t count = 0;
-  for (const uint32_t level : levels) count += level == 1;
-  return count;
+    for (int64_t i = 0; i < times; ++i) {
+      charge(cost_of(value.size()), budget, where);
+      out.push_back(value);
+    }
+  });
 }
 
 }  // namespace
@@ -312,25 +322,27 @@ void ParquetTextColumn::read_row_group(int group, std::vector<std::string>& out,
       data = uncompress(chunk.codec, body, page.uncompressed, where);
       values = data;
       if (optional_) {  // the levels: RLE, after their 4-byte length
-        if (page.level_encoding != kRle || values.size() < 4)
+        if (page.level_encoding != kRle)
           throw std::runtime_error(where + ": definition levels in " +
                                    encoding_name(page.level_encoding) + "; paraplan reads RLE");
+        if (values.size() < 4)
+          throw std::runtime_error(where + ": a data page too short for its definition levels");
         uint32_t length = 0;
         for (int b = 0; b < 4; ++b)
           length |= static_cast<uint32_t>(static_cast<unsigned char>(values[b])) << (8 * b);
         if (length > values.size() - 4)
           throw std::runtime_error(where + ": definition levels past their page");
-        count = present(hybrid_values(values.substr(4, length), 1, page.values, where));
+        count = present(values.substr(4, length), page.values, where);
         values = values.substr(4 + length);
       }
     } else {  // v2: levels uncompressed before the values
-      const uint64_t levels = static_cast<uint64_t>(page.repetition_bytes + page.definition_bytes);
-      if (levels > body.size() || static_cast<uint64_t>(page.uncompressed) < levels)
+      const auto repetition = static_cast<uint64_t>(page.repetition_bytes);
+      const auto definition = static_cast<uint64_t>(page.definition_bytes);
+      if (repetition > body.size() || definition > body.size() - repetition ||
+          static_cast<uint64_t>(page.uncompressed) < repetition + definition)
         throw std::runtime_error(where + ": a v2 page's levels run past it");
-      if (optional_)
-        count = present(hybrid_values(body.substr(static_cast<size_t>(page.repetition_bytes),
-                                                  static_cast<size_t>(page.definition_bytes)),
-                                      1, page.values, where));
+      const uint64_t levels = repetition + definition;
+      if (optional_) count = present(body.substr(repetition, definition), page.values, where);
       const std::string_view rest = body.substr(static_cast<size_t>(levels));
       const uint64_t size = static_cast<uint64_t>(page.uncompressed) - levels;
       data = page.compressed_v2 ? uncompress(chunk.codec, rest, size, where)

@@ -34,10 +34,10 @@ class ParquetTextColumn {
   int64_t rows_in_group(int group) const { return groups_[group].rows; }
   uint64_t file_size() const { return file_size_; }
   // Appends the values of row group `group` (nulls left out), in row order;
-  // throws where they would pass `max_bytes` (a dictionary repeats a value
-  // without bound).
+  // throws where they would hold more than `max_bytes` (each value's bytes
+  // and its string; a dictionary repeats a value without bound).
   void read_row_group(int group, std::vector<std::string>& out,
-                      uint64_t max_bytes = uint64_t{1} << 36) const;
+                      uint64_t max_bytes = uint64_t{1} << 34) const;
 
   struct ColumnChunk {
     int64_t rows = 0;

@@ -195,6 +195,19 @@ void ParquetTextColumn::read_footer(const std::string& column) {
     else
       reader.skip(type);
   });
+  int64_t group_rows = 0;
+  for (const RowGroup& group : groups) {
+    if (group.rows < 0 || group.rows > rows_ - group_rows)
+      throw std::runtime_error(name_ + ": its row groups' rows pass its " + std::to_string(rows_));
+    group_rows += group.rows;
+  }
+  if (group_rows != rows_)
+    throw std::runtime_error(name_ + ": its row groups hold " + std::to_string(group_rows) +
+                             " rows of its " + std::to_string(rows_));
+  for (const SchemaElement& element : schema)
+    if (element.children < 0 || element.children > static_cast<int64_t>(schema.size()))
+      throw std::runtime_error(where + ": an element of " + std::to_string(element.children) +
+                               " children in a schema of " + std::to_string(schema.size()));
   std::string names;
   const int64_t index = find_top_level(schema, column, names);
   if (index < 0)

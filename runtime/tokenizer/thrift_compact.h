@@ -46,6 +46,7 @@ class ThriftCompactReader {
       const int type = static_cast<int>(header & 0x0F);
       const int64_t delta = header >> 4;
       const int64_t id = delta != 0 ? last + delta : zigzag(varint());
+      if (id < -32768 || id > 32767) fail("a field id of " + std::to_string(id) + ", not an i16");
       last = id;
       field(id, type);
     }

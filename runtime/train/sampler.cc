@@ -129,7 +129,9 @@ std::string sample_text(const SampleOptions& options) {
     generated.push_back(token);
   }
   // Decoded at the end (a character may span tokens), and shown as Python's
-  // and Hugging Face's decoders show it: an invalid byte sequence as U+FFFD.
+  // and Hugging Face's byte-level decoders show it: an invalid byte sequence
+  // as U+FFFD (one per maximal subpart; SentencePiece's ByteFallback shows
+  // one per byte token).
   return to_valid_utf8(tokenizer ? tokenizer->decode_continuation(generated)
                                  : std::string(generated.begin(), generated.end()));
 }
