@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "runtime/tokenizer/bpe_tokenizer.h"
+#include "runtime/tokenizer/tokenizer_json_writer.h"
 #include "runtime/tokenizer/utf8.h"
 
 namespace paraplan {
@@ -75,13 +76,7 @@ std::string BpeTokenizer::to_hugging_face_json() const {
   for (int32_t id = 0; id < vocab_size(); ++id) {
     if (token_bytes_[id].empty()) continue;
     if (is_special_[id])
-      added.push_back({{"id", id},
-                       {"content", token_bytes_[id]},
-                       {"single_word", false},
-                       {"lstrip", false},
-                       {"rstrip", false},
-                       {"normalized", false},
-                       {"special", true}});
+      added.push_back(tokenizer_json::special_token(id, token_bytes_[id]));
     else
       vocab[byte_level_text(token_bytes_[id])] = id;
   }
@@ -97,26 +92,18 @@ std::string BpeTokenizer::to_hugging_face_json() const {
     pre_tokenizer = {{"type", "Sequence"}};
     pre_tokenizer["pretokenizers"] = json::array({split, byte_level_node(false, false)});
   }
-  const json file = {{"version", "1.0"},
-                     {"truncation", nullptr},
-                     {"padding", nullptr},
-                     {"added_tokens", added},
-                     {"normalizer", nfc_ ? json{{"type", "NFC"}} : json(nullptr)},
-                     {"pre_tokenizer", pre_tokenizer},
-                     {"post_processor", nullptr},
-                     {"decoder", byte_level_node(true, true)},
-                     {"model",
-                      {{"type", "BPE"},
-                       {"dropout", nullptr},
-                       {"unk_token", nullptr},
-                       {"continuing_subword_prefix", ""},
-                       {"end_of_word_suffix", ""},
-                       {"fuse_unk", false},
-                       {"byte_fallback", false},
-                       {"ignore_merges", whole_piece_lookup_},
-                       {"vocab", vocab},
-                       {"merges", merge_list}}}};
-  return file.dump();
+  return tokenizer_json::file(added, nfc_ ? json{{"type", "NFC"}} : json(nullptr), pre_tokenizer,
+                              byte_level_node(true, true),
+                              {{"type", "BPE"},
+                               {"dropout", nullptr},
+                               {"unk_token", nullptr},
+                               {"continuing_subword_prefix", ""},
+                               {"end_of_word_suffix", ""},
+                               {"fuse_unk", false},
+                               {"byte_fallback", false},
+                               {"ignore_merges", whole_piece_lookup_},
+                               {"vocab", vocab},
+                               {"merges", merge_list}});
 }
 
 }  // namespace paraplan

@@ -16,6 +16,7 @@
 #include "common/printable_text.h"
 #include "runtime/tokenizer/bpe_tokenizer.h"
 #include "runtime/tokenizer/bpe_tokenizer_reader.h"
+#include "runtime/tokenizer/tokenizer_json_writer.h"
 #include "runtime/tokenizer/utf8.h"
 
 namespace paraplan {
@@ -262,14 +263,7 @@ std::string BpeTokenizer::metaspace_hugging_face_json() const {
     const bool fallback = is_fallback(id);
     byte_fallback |= fallback;
     if (in_vocab || fallback) vocab[key_of(id)] = id;
-    if (is_special_[id])
-      added.push_back({{"id", id},
-                       {"content", token_bytes_[id]},
-                       {"single_word", false},
-                       {"lstrip", false},
-                       {"rstrip", false},
-                       {"normalized", false},
-                       {"special", true}});
+    if (is_special_[id]) added.push_back(tokenizer_json::special_token(id, token_bytes_[id]));
   }
   json merge_list = json::array();
   // "left right", as tokenizers before 0.20 read them (keys hold no space).
@@ -297,27 +291,18 @@ std::string BpeTokenizer::metaspace_hugging_face_json() const {
   decoders.push_back({{"type", "Fuse"}});
   if (metaspace_.strip_decoded_space)
     decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  const json file = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", normalizer},
-      {"pre_tokenizer", pre_tokenizer},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", unknown_token_ >= 0 ? json(key_of(unknown_token_)) : json(nullptr)},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", fuse_unknown_},
-        {"byte_fallback", byte_fallback},
-        {"ignore_merges", whole_piece_lookup_},
-        {"vocab", vocab},
-        {"merges", merge_list}}}};
-  return file.dump();
+  return tokenizer_json::file(
+      added, normalizer, pre_tokenizer, {{"type", "Sequence"}, {"decoders", decoders}},
+      {{"type", "BPE"},
+       {"dropout", nullptr},
+       {"unk_token", unknown_token_ >= 0 ? json(key_of(unknown_token_)) : json(nullptr)},
+       {"continuing_subword_prefix", nullptr},
+       {"end_of_word_suffix", nullptr},
+       {"fuse_unk", fuse_unknown_},
+       {"byte_fallback", byte_fallback},
+       {"ignore_merges", whole_piece_lookup_},
+       {"vocab", vocab},
+       {"merges", merge_list}});
 }
 
 }  // namespace paraplan
