@@ -305,7 +305,7 @@ TEST(SentencePieceModel, WhatItCannotEncodeExactlyIsNamed) {
     return error_of([&] { BpeTokenizer::from_file(dir / "tokenizer.model"); });
   };
   EXPECT_TRUE(contains(refused(small_model(1)),
-                       "trainer_spec.model_type is 1 (Unigram, T5's and Gemma's kind); paraplan "
+                       "trainer_spec.model_type is 1 (Unigram, T5's and ALBERT's kind); paraplan "
                        "reads SentencePiece BPE models (2)"));
   EXPECT_TRUE(contains(refused(small_model(2, "nmt_nfkc")),
                        "normalizer_spec.name is \"nmt_nfkc\"; paraplan applies no normalization"));

@@ -19,7 +19,7 @@ namespace paraplan {
 inline constexpr const char* kSupportedTokenizers =
     "paraplan reads BPE tokenizers: byte-level (GPT-2's, Llama 3's and Qwen 2's tokenizer.json, "
     "tiktoken's gpt2.tiktoken and Llama 3's tokenizer.model) and SentencePiece-style (Llama 2's "
-    "and Mistral's tokenizer.json, as transformers converts their tokenizer.model)";
+    "and Mistral's tokenizer.json, or their SentencePiece tokenizer.model of a BPE model)";
 
 // "<0x4A>" -> 0x4A, as byte fallback names bytes; -1 for any other text.
 inline int fallback_byte_of(std::string_view key) {

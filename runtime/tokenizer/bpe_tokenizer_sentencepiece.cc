@@ -198,7 +198,7 @@ void check_model_file(const ModelFile& model, const std::string& path) {
   if (model.model_type != 2)
     throw std::runtime_error(
         path + ": trainer_spec.model_type is " + std::to_string(model.model_type) +
-        (model.model_type == 1 ? " (Unigram, T5's and Gemma's kind)" : "") +
+        (model.model_type == 1 ? " (Unigram, T5's and ALBERT's kind)" : "") +
         "; paraplan reads SentencePiece BPE models (2), Llama 2's and Mistral's");
   if (model.has_charsmap || (!model.normalizer_name.empty() && model.normalizer_name != "identity"))
     throw std::runtime_error(
