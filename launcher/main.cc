@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -79,6 +80,24 @@ void run_tokenize(const TokenizeArguments& args) {
     options.tokenizer = &*tokenizer;
   }
   const auto start = std::chrono::steady_clock::now();
+  // A line on stderr at most every 10 s: a 10B-token corpus takes most of
+  // an hour, and a silent one looks stuck.
+  auto last_line = start;
+  options.progress = [&](const TokenizeProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_line < std::chrono::seconds(10)) return;
+    last_line = now;
+    const double seconds = std::chrono::duration<double>(now - start).count();
+    const double rate = static_cast<double>(p.input_bytes_done) / seconds;
+    const double left =
+        rate > 0 ? static_cast<double>(p.input_bytes - p.input_bytes_done) / rate : 0;
+    std::cerr << "tokenize: " << p.files_done << "/" << p.files << " file(s), " << std::fixed
+              << std::setprecision(2) << static_cast<double>(p.input_bytes_done) / 1e9 << "/"
+              << static_cast<double>(p.input_bytes) / 1e9 << " GB of input, " << p.documents
+              << " documents, " << std::setprecision(1) << static_cast<double>(p.tokens) / 1e6
+              << "M tokens, " << rate / 1e6 << " MB/s, about " << std::setprecision(0)
+              << std::ceil(left / 60) << " min left" << std::endl;
+  };
   const TokenizeResult result = tokenize_files(args.inputs, args.output, options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,14 @@ namespace paraplan {
 class BpeTokenizer;
 
 inline constexpr int kByteVocabSize = 256;
+
+// Where a tokenizer's run stands (TokenizeOptions::progress).
+struct TokenizeProgress {
+  int files_done = 0, files = 0;  // whole input files
+  uint64_t input_bytes_done = 0, input_bytes = 0;
+  int64_t documents = 0;
+  int64_t tokens = 0;  // train and validation, separators included
+};
 
 struct TokenizeOptions {
   double val_fraction = 0.1;
@@ -37,6 +46,9 @@ struct TokenizeOptions {
   // split (train.bin, val.bin) unless it outgrows the 2^31 - 1 tokens one
   // file's header counts, which starts shards of that size.
   int64_t shard_tokens = 0;
+  // With a tokenizer: called after each input file and each Parquet row
+  // group, on the calling thread (`paraplan tokenize` prints it); may be empty.
+  std::function<void(const TokenizeProgress&)> progress;
 };
 
 struct TokenizeResult {

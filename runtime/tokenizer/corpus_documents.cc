@@ -362,10 +362,24 @@ void tokenize_documents(const std::vector<fs::path>& files, const std::string& i
   };
 
   uint64_t input_start = 0;
+  TokenizeProgress progress{.files = static_cast<int>(files.size()), .input_bytes = input_bytes};
+  auto report = [&](uint64_t input_done) {
+    if (!options.progress) return;
+    progress.input_bytes_done = std::min(input_done, input_bytes);
+    progress.documents = result.documents;
+    progress.tokens = train.tokens() + val.tokens();
+    options.progress(progress);
+  };
   for (const fs::path& file : files) {
     result.files_read.push_back(file.string());
     if (is_parquet(file)) {
-      input_start += parquet_documents(file, options.text_field, input_start, take);
+      auto take_and_report = [&](const std::vector<Document>& documents) {
+        take(documents);
+        if (!documents.empty()) report(documents.back().input_end);
+      };
+      input_start += parquet_documents(file, options.text_field, input_start, take_and_report);
+      ++progress.files_done;
+      report(input_start);
       continue;
     }
     const std::string content = read_bounded_file(file.string(), kCorpusFile);
@@ -383,6 +397,8 @@ void tokenize_documents(const std::vector<fs::path>& files, const std::string& i
     }
     take(documents);
     if (only) result.documents = 1;
+    ++progress.files_done;
+    report(input_start);
   }
   if (result.documents == 0)
     throw std::runtime_error("tokenize: the corpus (" + inputs_named +

@@ -315,6 +315,37 @@ TEST_F(CorpusWithTokenizer, SentencePieceChunksContinueTheirDocument) {
   }
 }
 
+// Progress after each file and each Parquet row group (pyarrow's file of 18
+// rows in groups of 4, from the fuzzer's seeds): files and bytes counted up
+// to the whole input, the last report the run's documents and tokens.
+TEST_F(CorpusWithTokenizer, ProgressIsReportedAfterEachFileAndRowGroup) {
+  write_bytes(dir / "docs.jsonl", "{\"text\": \"the the\"}\n{\"text\": \"ab the\"}\n");
+  write_bytes(dir / "one.txt", "the ab\n");
+  const std::string parquet =
+      std::string(PARAPLAN_SOURCE_DIR) + "/fuzz/corpus/parquet_fuzzer/groups_uncompressed.parquet";
+  std::vector<TokenizeProgress> reports;
+  TokenizeOptions options = with_tokenizer();
+  options.progress = [&](const TokenizeProgress& p) { reports.push_back(p); };
+  const TokenizeResult result =
+      tokenize_files({dir / "docs.jsonl", dir / "one.txt", parquet}, dir / "out", options);
+  // 2 files, then the Parquet file's 5 groups and its end.
+  ASSERT_EQ(reports.size(), 8u);
+  EXPECT_EQ(reports[0].files_done, 1);
+  EXPECT_EQ(reports[1].files_done, 2);
+  EXPECT_EQ(reports[6].files_done, 2);
+  for (size_t i = 1; i < reports.size(); ++i) {
+    EXPECT_GE(reports[i].input_bytes_done, reports[i - 1].input_bytes_done) << i;
+    EXPECT_GE(reports[i].tokens, reports[i - 1].tokens) << i;
+  }
+  const TokenizeProgress& last = reports.back();
+  EXPECT_EQ(last.files_done, 3);
+  EXPECT_EQ(last.files, 3);
+  EXPECT_EQ(last.input_bytes_done, last.input_bytes);
+  EXPECT_EQ(last.documents, result.documents);
+  EXPECT_EQ(last.tokens, result.train_tokens + result.val_tokens);
+  EXPECT_EQ(result.documents, 3 + 12);  // the Parquet file's 18 rows less 6 nulls and empties
+}
+
 TEST_F(CorpusWithTokenizer, ShardsHoldShardTokensAndReplaceEarlierOutputs) {
   write_bytes(dir / "docs.jsonl", "{\"text\": \"the the\"}\n{\"text\": \"ab the\"}\n");
   TokenizeOptions options = with_tokenizer();
