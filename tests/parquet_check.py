@@ -8,7 +8,7 @@ pyarrow writes one table (ids, and texts of every script, white space,
 empty texts and nulls, one of 300 kB) in the forms Hugging Face datasets
 and datatrove produce and their variants: SNAPPY (pyarrow's default), ZSTD,
 uncompressed, without a dictionary, data pages v2, many row groups of small
-pages, and a required column. Each, tokenized with TOKENIZER, must give the
+pages, a required column, and the DELTA encodings Spark writes. Each, tokenized with TOKENIZER, must give the
 .jsonl's tokens exactly (the nulls and empty texts are no documents), and
 with a validation fraction a validation split that starts at a document.
 It also writes the files paraplan refuses (GZIP, a nested text column, a
@@ -60,7 +60,13 @@ def main():
              "plain": {"use_dictionary": False}, "v2": {"data_page_version": "2.0"},
              "groups": {"row_group_size": 300, "data_page_size": 2048},
              "v2_zstd_groups": {"data_page_version": "2.0", "compression": "zstd",
-                                "row_group_size": 700}}
+                                "row_group_size": 700},
+             # Spark's and parquet-mr's encodings of strings.
+             "delta": {"use_dictionary": False, "column_encoding": {"text": "DELTA_BYTE_ARRAY"},
+                       "data_page_size": 4096},
+             "delta_length_v2_zstd": {"use_dictionary": False, "data_page_version": "2.0",
+                                      "compression": "zstd",
+                                      "column_encoding": {"text": "DELTA_LENGTH_BYTE_ARRAY"}}}
     for name, options in forms.items():
         pq.write_table(table, os.path.join(work, name + ".parquet"), **options)
     required = pa.table({"text": [t for t in texts if t is not None]},

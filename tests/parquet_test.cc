@@ -3,10 +3,10 @@
 // makes; the test skips without it): every form Hugging Face datasets and
 // datatrove write (SNAPPY, ZSTD, uncompressed, PLAIN and dictionary values,
 // data pages v1 and v2, many row groups, nulls, optional and required
-// columns) gives the tokens of the same documents as a .jsonl, and a
-// validation split starts at a document; what paraplan does not read (GZIP,
-// a text column inside a struct, a file cut short, a missing column, no
-// tokenizer) is refused in one line naming the file and what to do.
+// columns), and Spark's DELTA_BYTE_ARRAY and DELTA_LENGTH_BYTE_ARRAY, gives the tokens of the same
+// documents as a .jsonl, and a validation split starts at a document; what paraplan does not read
+// (GZIP, a text column inside a struct, a file cut short, a missing column, no tokenizer) is
+// refused in one line naming the file and what to do.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -45,8 +45,8 @@ TEST_F(Parquet, EveryFormGivesTheTokensOfTheSameDocumentsAsJsonl) {
   const nlohmann::json results =
       nlohmann::json::parse(checked.output.substr(checked.output.rfind("\n{") + 1));
   EXPECT_GT(results["tokens"].get<int64_t>(), 1000000);
-  for (const char* form :
-       {"snappy", "zstd", "none", "plain", "v2", "groups", "v2_zstd_groups", "required"})
+  for (const char* form : {"snappy", "zstd", "none", "plain", "v2", "groups", "v2_zstd_groups",
+                           "required", "delta", "delta_length_v2_zstd"})
     EXPECT_TRUE(results["forms"][form].get<bool>()) << form;
   EXPECT_TRUE(results["split"].get<bool>());
 

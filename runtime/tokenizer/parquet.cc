@@ -11,6 +11,7 @@
 
 #include "common/printable_text.h"
 #include "common/shared_library.h"
+#include "runtime/tokenizer/parquet_delta.h"
 #include "runtime/tokenizer/parquet_format.h"
 #include "runtime/tokenizer/snappy.h"
 #include "runtime/tokenizer/thrift_compact.h"
@@ -224,10 +225,21 @@ void decode_values(int64_t encoding, std::string_view data, int64_t count,
     plain_strings(data, count, out, budget, where);
     return;
   }
+  if (encoding == kDeltaLengthByteArray || encoding == kDeltaByteArray) {
+    const auto append = [&](std::string_view value) {
+      charge(cost_of(value.size()), budget, where);
+      out.emplace_back(value);
+    };
+    if (encoding == kDeltaLengthByteArray)
+      decode_delta_length_byte_array(data, count, where, append);
+    else
+      decode_delta_byte_array(data, count, where, append);
+    return;
+  }
   if (encoding != kPlainDictionary && encoding != kRleDictionary)
     throw std::runtime_error(where + ": values in " + encoding_name(encoding) +
-                             "; paraplan reads PLAIN and dictionary encodings (pyarrow's "
-                             "default): rewrite the file with pyarrow");
+                             "; paraplan reads PLAIN, the dictionary encodings and "
+                             "DELTA_(LENGTH_)BYTE_ARRAY: rewrite the file with pyarrow");
   if (!dictionary) throw std::runtime_error(where + ": dictionary indices but no dictionary page");
   if (count == 0) return;
   if (data.empty()) throw std::runtime_error(where + ": dictionary indices without a bit width");

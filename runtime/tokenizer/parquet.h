@@ -3,13 +3,14 @@
 // and datatrove write, so that `paraplan tokenize --input data/*.parquet`
 // reads them as they are downloaded. Read a row group at a time (a FineWeb
 // shard is about 2 GB): the footer's metadata (Thrift's compact protocol),
-// then the column's pages: data pages v1 and v2, PLAIN and dictionary
-// (PLAIN_DICTIONARY, RLE_DICTIONARY) encodings, definition levels of an
+// then the column's pages: data pages v1 and v2, PLAIN, dictionary
+// (PLAIN_DICTIONARY, RLE_DICTIONARY) and DELTA (DELTA_LENGTH_BYTE_ARRAY,
+// DELTA_BYTE_ARRAY; parquet_delta.h) encodings, definition levels of an
 // optional column (a null row is no document), codecs UNCOMPRESSED, SNAPPY
 // (snappy.h) and ZSTD (libzstd, opened on first use). Written from the
 // format's specification (github.com/apache/parquet-format); checked
 // against pyarrow (tests/parquet_check.py). Anything else (a nested or
-// repeated column, other encodings or codecs) is refused naming the file,
+// repeated column, BYTE_STREAM_SPLIT, other codecs) is refused naming the file,
 // the field and what paraplan reads.
 #pragma once
 

@@ -13,6 +13,7 @@ inline constexpr int64_t kRequired = 0, kOptional = 1;           // FieldRepetit
 inline constexpr int kUncompressed = 0, kSnappy = 1, kZstd = 6;  // CompressionCodec
 inline constexpr int64_t kPlain = 0, kPlainDictionary = 2, kRle = 3,
                          kRleDictionary = 8;                                   // Encoding
+inline constexpr int64_t kDeltaLengthByteArray = 6, kDeltaByteArray = 7;       // Encoding
 inline constexpr int64_t kDataPage = 0, kDictionaryPage = 2, kDataPageV2 = 3;  // PageType
 inline constexpr uint64_t kMaxPageBytes = uint64_t{1} << 28;                   // 256 MiB
 
