@@ -98,16 +98,8 @@ void for_each_hybrid(std::string_view data, int width, int64_t count, const std:
       if (groups > data.size() - at) fail("a bit-packed run past their end");
       const uint64_t bits = groups * 8 * static_cast<uint64_t>(width);
       if ((bits + 7) / 8 > data.size() - at) fail("a bit-packed run past their end");
-      for (uint64_t i = 0; i < groups * 8 && left > 0; ++i, --left) {
-        uint32_t value = 0;
-        for (int b = 0; b < width; ++b) {
-          const uint64_t bit = i * static_cast<uint64_t>(width) + static_cast<uint64_t>(b);
-          value |= static_cast<uint32_t>(
-                       (static_cast<unsigned char>(data[at + bit / 8]) >> (bit % 8)) & 1)
-                   << b;
-        }
-        visit(value, int64_t{1});
-      }
+      for (uint64_t i = 0; i < groups * 8 && left > 0; ++i, --left)
+        visit(static_cast<uint32_t>(unpack_bits(data.data() + at, i, width)), int64_t{1});
       at += (bits + 7) / 8;
     } else {  // a run of one value, in ceil(width / 8) bytes
       const uint64_t run = header >> 1;

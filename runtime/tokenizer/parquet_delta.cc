@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "runtime/tokenizer/parquet_format.h"
+
 namespace paraplan::parquet {
 
 namespace {
@@ -60,14 +62,7 @@ size_t delta_binary_packed(std::string_view data, int64_t count, std::vector<int
       const uint64_t bytes = per_miniblock * static_cast<uint64_t>(width) / 8;
       if (bytes > data.size() - at) delta_failure(where, "a miniblock past their end");
       for (uint64_t j = 0; j < per_miniblock && done < total; ++j, ++done) {
-        uint64_t delta = 0;
-        for (int b = 0; b < width; ++b) {
-          const uint64_t bit = j * static_cast<uint64_t>(width) + static_cast<uint64_t>(b);
-          delta |= static_cast<uint64_t>(
-                       (static_cast<unsigned char>(data[at + bit / 8]) >> (bit % 8)) & 1)
-                   << b;
-        }
-        last += min_delta + delta;
+        last += min_delta + unpack_bits(data.data() + at, j, width);
         values.push_back(static_cast<int64_t>(last));
       }
       at += bytes;  // a miniblock is whole, the last one padded

@@ -17,6 +17,19 @@ inline constexpr int64_t kDeltaLengthByteArray = 6, kDeltaByteArray = 7;       /
 inline constexpr int64_t kDataPage = 0, kDictionaryPage = 2, kDataPageV2 = 3;  // PageType
 inline constexpr uint64_t kMaxPageBytes = uint64_t{1} << 28;                   // 256 MiB
 
+// The index-th value of `width` bits (at most 64) bit-packed least
+// significant bit first from `bytes`, as Parquet packs levels, indices and
+// deltas; the caller bounds the bytes.
+inline uint64_t unpack_bits(const char* bytes, uint64_t index, int width) {
+  uint64_t value = 0;
+  for (int b = 0; b < width; ++b) {
+    const uint64_t bit = index * static_cast<uint64_t>(width) + static_cast<uint64_t>(b);
+    value |= static_cast<uint64_t>((static_cast<unsigned char>(bytes[bit / 8]) >> (bit % 8)) & 1)
+             << b;
+  }
+  return value;
+}
+
 inline const char* codec_name(int codec) {
   static const char* const names[] = {"UNCOMPRESSED", "SNAPPY", "GZIP", "LZO",
                                       "BROTLI",       "LZ4",    "ZSTD", "LZ4_RAW"};
