@@ -73,6 +73,28 @@ class RealTokenizers : public CommandTest {
            "/tests/tokenizer_check.py " + arguments;
   }
 
+  // A one-layer Llama of `vocab_size` tokenized and trained one step with
+  // `tokenizer`, checkpoints in ckpt/; returns tokenize's output.
+  std::string train_one_step_with(const std::string& tokenizer, int vocab_size, int kv_heads) {
+    write_file(dir_ / "llama.toml",
+               "[model]\narchitecture = \"llama\"\nvocab_size = " + std::to_string(vocab_size) +
+                   "\nseq_len = 16\nnum_layers = 1\nd_model = 32\nnum_heads = 4\nnum_kv_heads = " +
+                   std::to_string(kv_heads) +
+                   "\nffn_size = 64\n[training]\nglobal_batch_size = 2\nmicro_batch_size = 2\n"
+                   "total_steps = 10\n");
+    const CommandResult tokenized = run("tokenize --tokenizer " + tokenizer + " --input " +
+                                        path("corpus.txt") + " --output " + path("data"));
+    EXPECT_EQ(tokenized.exit_code, 0) << tokenized.output;
+    EXPECT_EQ(
+        run("plan --config " + path("llama.toml") + " --output " + path("llama.pplan")).exit_code,
+        0);
+    const CommandResult trained =
+        run("train --plan " + path("llama.pplan") + " --data " + path("data/train.bin") +
+            " --steps 1 --tokenizer " + tokenizer + " --checkpoint-dir " + path("ckpt"));
+    EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    return tokenized.output;
+  }
+
   // A random Hugging Face model (save_pretrained) with the real tokenizer.json
   // beside it, as a downloaded model directory has them: paraplan's greedy
   // continuation is transformers' (fp32, a full forward per token both).
@@ -206,21 +228,7 @@ TEST_F(RealTokenizers, AGpt2VocabularyModelSamplesThroughItsTokenizer) {
 // (678 tokens no merge reaches left to ignore_merges), encoding as tiktoken,
 // loaded by AutoTokenizer.
 TEST_F(RealTokenizers, TrainKeepsLlama3sTiktokenFileAsItsTokenizerJson) {
-  write_file(dir_ / "llama.toml",
-             "[model]\narchitecture = \"llama\"\nvocab_size = 128256\nseq_len = 16\n"
-             "num_layers = 1\nd_model = 32\nnum_heads = 4\nnum_kv_heads = 2\nffn_size = 64\n"
-             "[training]\nglobal_batch_size = 2\nmicro_batch_size = 2\ntotal_steps = 10\n");
-  const std::string llama3 = kAssets + "/llama3.tiktoken";
-  ASSERT_EQ(run("tokenize --tokenizer " + llama3 + " --input " + path("corpus.txt") + " --output " +
-                path("data"))
-                .exit_code,
-            0);
-  ASSERT_EQ(
-      run("plan --config " + path("llama.toml") + " --output " + path("llama.pplan")).exit_code, 0);
-  const CommandResult trained =
-      run("train --plan " + path("llama.pplan") + " --data " + path("data/train.bin") +
-          " --steps 1 --tokenizer " + llama3 + " --checkpoint-dir " + path("ckpt"));
-  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  train_one_step_with(kAssets + "/llama3.tiktoken", 128256, 2);
   const CommandResult same = run_command(
       python("converted llama3 " + kAssets + " " + latest_step(path("ckpt")) + "/tokenizer.json"));
   EXPECT_EQ(same.exit_code, 0) << same.output;
@@ -233,24 +241,11 @@ TEST_F(RealTokenizers, TrainKeepsLlama3sTiktokenFileAsItsTokenizerJson) {
 // USER_DEFINED pieces sentencepiece matches in text before BPE, is refused
 // naming them.
 TEST_F(RealTokenizers, TrainKeepsMistralsSentencePieceModelAsItsTokenizerJson) {
-  write_file(dir_ / "llama.toml",
-             "[model]\narchitecture = \"llama\"\nvocab_size = 32000\nseq_len = 16\n"
-             "num_layers = 1\nd_model = 32\nnum_heads = 4\nnum_kv_heads = 4\nffn_size = 64\n"
-             "[training]\nglobal_batch_size = 2\nmicro_batch_size = 2\ntotal_steps = 10\n");
-  const std::string mistral = kAssets + "/mistral_v1.model";
-  const CommandResult tokenized = run("tokenize --tokenizer " + mistral + " --input " +
-                                      path("corpus.txt") + " --output " + path("data"));
-  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
-  EXPECT_NE(tokenized.output.find("SentencePiece-style, 32000 tokens (mistral_v1.model), each "
-                                  "document after <s> (1)"),
+  const std::string tokenized = train_one_step_with(kAssets + "/mistral_v1.model", 32000, 4);
+  EXPECT_NE(tokenized.find("SentencePiece-style, 32000 tokens (mistral_v1.model), each "
+                           "document after <s> (1)"),
             std::string::npos)
-      << tokenized.output;
-  ASSERT_EQ(
-      run("plan --config " + path("llama.toml") + " --output " + path("llama.pplan")).exit_code, 0);
-  const CommandResult trained =
-      run("train --plan " + path("llama.pplan") + " --data " + path("data/train.bin") +
-          " --steps 1 --tokenizer " + mistral + " --checkpoint-dir " + path("ckpt"));
-  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+      << tokenized;
   const CommandResult same = run_command(python("converted mistral_v1 " + kAssets + " " +
                                                 latest_step(path("ckpt")) + "/tokenizer.json"));
   EXPECT_EQ(same.exit_code, 0) << same.output;

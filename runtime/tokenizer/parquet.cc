@@ -82,14 +82,9 @@ void for_each_hybrid(std::string_view data, int width, int64_t count, const std:
   size_t at = 0;
   auto fail = [&](const std::string& what) { hybrid_failure(where, what); };
   auto varint = [&] {
-    uint64_t value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (at >= data.size()) fail("they end early");
-      const auto b = static_cast<unsigned char>(data[at++]);
-      value |= static_cast<uint64_t>(b & 0x7F) << shift;
-      if ((b & 0x80) == 0) return value;
-    }
-    hybrid_failure(where, "a varint longer than 10 bytes");
+    const std::optional<uint64_t> value = read_varint(data, at);
+    if (!value) fail("a varint past their end, or longer than 10 bytes");
+    return *value;
   };
   for (int64_t left = count; left > 0;) {
     const uint64_t header = varint();

@@ -24,14 +24,9 @@ size_t delta_binary_packed(std::string_view data, int64_t count, std::vector<int
                            const std::string& where) {
   size_t at = 0;
   auto varint = [&] {
-    uint64_t value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (at >= data.size()) delta_failure(where, "they end early");
-      const auto b = static_cast<unsigned char>(data[at++]);
-      value |= static_cast<uint64_t>(b & 0x7F) << shift;
-      if ((b & 0x80) == 0) return value;
-    }
-    delta_failure(where, "a varint longer than 10 bytes");
+    const std::optional<uint64_t> value = read_varint(data, at);
+    if (!value) delta_failure(where, "a varint past their end, or longer than 10 bytes");
+    return *value;
   };
   auto zigzag = [&] {
     const uint64_t value = varint();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace paraplan::parquet {
 
@@ -16,6 +18,18 @@ inline constexpr int64_t kPlain = 0, kPlainDictionary = 2, kRle = 3,
 inline constexpr int64_t kDeltaLengthByteArray = 6, kDeltaByteArray = 7;       // Encoding
 inline constexpr int64_t kDataPage = 0, kDictionaryPage = 2, kDataPageV2 = 3;  // PageType
 inline constexpr uint64_t kMaxPageBytes = uint64_t{1} << 28;                   // 256 MiB
+
+// A ULEB128 varint at data[at], `at` moved past it; nullopt where the data
+// ends first or it runs past 10 bytes (the caller names the failure).
+inline std::optional<uint64_t> read_varint(std::string_view data, size_t& at) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64 && at < data.size(); shift += 7) {
+    const auto b = static_cast<unsigned char>(data[at++]);
+    value |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if ((b & 0x80) == 0) return value;
+  }
+  return std::nullopt;
+}
 
 // The index-th value of `width` bits (at most 64) bit-packed least
 // significant bit first from `bytes`, as Parquet packs levels, indices and
