@@ -37,6 +37,7 @@ TransformerConfig shapes_of(const ModelConfig& model) {
   config.num_heads = model.num_heads;
   config.ffn_size = model.ffn_size;
   config.tied_embeddings = model.tied_embeddings;
+  config.qkv_bias = model.qkv_bias;
   return config;
 }
 

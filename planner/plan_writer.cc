@@ -240,7 +240,8 @@ std::vector<uint8_t> serialize_plan(const JobConfig& config, const PlanCandidate
       static_cast<float>(model.norm_epsilon()), static_cast<float>(model.init_std), kv_heads(model),
       static_cast<float>(model.rope_theta), static_cast<float>(model.rope_scaling_factor),
       static_cast<float>(model.rope_low_freq_factor),
-      static_cast<float>(model.rope_high_freq_factor), model.rope_original_max_positions);
+      static_cast<float>(model.rope_high_freq_factor), model.rope_original_max_positions,
+      model.qkv_bias);
 
   auto optimizer = schema::CreateOptimizer(
       builder, static_cast<float>(training.learning_rate),

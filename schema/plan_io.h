@@ -41,7 +41,8 @@ namespace paraplan {
 // 11: ZeRO units of several layers (Zero.layers_per_unit).
 // 12: the warmup-stable-decay LR schedule (LrDecayStyle.WarmupStableDecay,
 //    Optimizer.wsd_decay_steps and wsd_decay_style).
-inline constexpr uint32_t kPlanSchemaVersion = 12;
+// 13: Llama's q, k and v biases (Model.qkv_bias: Qwen 2).
+inline constexpr uint32_t kPlanSchemaVersion = 13;
 // The first version whose ZeRO-2 and 3 streams list their unit ops.
 inline constexpr uint32_t kZeroUnitOpsPlanSchemaVersion = 10;
 // The first version whose plans must have Posted transfers.

@@ -267,11 +267,11 @@ TEST_F(PlanFileTest, LoadWrongIdentifierShowsWhatItFound) {
 TEST_F(PlanFileTest, LoadUnknownSchemaVersionNamesTheVersionsItReads) {
   PlanSpec spec = make_plan_spec(1, 1, 1, 4, 2);
   spec.schema_version = kPlanSchemaVersion + 1;
-  write_raw(path("v13.pplan"), build_plan(spec));
-  EXPECT_TRUE(contains(load_error(path("v13.pplan")),
-                       "'" + path("v13.pplan") +
-                           "' was written with plan schema version 13; this paraplan reads "
-                           "versions 1 to 12"));
+  write_raw(path("v14.pplan"), build_plan(spec));
+  EXPECT_TRUE(contains(load_error(path("v14.pplan")),
+                       "'" + path("v14.pplan") +
+                           "' was written with plan schema version 14; this paraplan reads "
+                           "versions 1 to 13"));
   spec.schema_version = 0;
   write_raw(path("v0.pplan"), build_plan(spec));
   EXPECT_TRUE(contains(load_error(path("v0.pplan")), "schema version 0; this paraplan reads"));

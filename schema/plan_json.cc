@@ -69,6 +69,7 @@ json model_to_json(const schema::Model& model) {
     result["rope_low_freq_factor"] = float_for_json(model.rope_low_freq_factor());
     result["rope_high_freq_factor"] = float_for_json(model.rope_high_freq_factor());
     result["rope_original_max_positions"] = model.rope_original_max_positions();
+    result["qkv_bias"] = model.qkv_bias();
   }
   return result;
 }
@@ -347,7 +348,7 @@ void model_line(const schema::Model* model, std::ostringstream& out) {
       << model->d_model() << ", " << model->num_heads() << " heads";
   if (model->architecture() == schema::Architecture::Llama)
     out << " (" << (model->num_kv_heads() > 0 ? model->num_kv_heads() : model->num_heads())
-        << " KV heads)";
+        << " KV heads" << (model->qkv_bias() ? ", q/k/v biases" : "") << ")";
   out << ", ffn " << model->ffn_size() << ", " << (model->tied_embeddings() ? "tied" : "untied")
       << " embeddings, " << dtype_name(model->dtype()) << "\n";
 }

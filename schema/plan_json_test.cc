@@ -62,7 +62,7 @@ TEST(PlanToJson, HasEverySectionWithNamesAndNumbers) {
   EXPECT_EQ(j["training"]["data"]["seed"], 99u);
 
   EXPECT_EQ(j["training"]["data"]["document_separator"], -1);
-  EXPECT_EQ(j["header"]["schema_version"], 12);
+  EXPECT_EQ(j["header"]["schema_version"], 13);
   EXPECT_EQ(j["header"]["task_name"], "unit-test");
   EXPECT_EQ(j["header"]["planner_version"], "0.1.0-test");
   EXPECT_EQ(j["header"]["creation_options"]["planner.memory_constraint"], "40");
@@ -184,7 +184,7 @@ TEST(PlanToTable, ShowsSummaryLinesAndOneRowPerStage) {
   const std::vector<uint8_t> bytes = build_plan(spec);
   const std::string table = plan_to_table(*schema::GetPlan(bytes.data()));
 
-  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v12, planner 0.1.0-test)"));
+  EXPECT_TRUE(contains(table, "plan 'unit-test' (schema v13, planner 0.1.0-test)"));
   EXPECT_TRUE(contains(table, "data: --data's files in file order (no [data] in the plan)"));
   EXPECT_TRUE(contains(table, "model: gpt2, vocab 512, seq 64, 8 layers, d_model 64, 4 heads"));
   EXPECT_TRUE(

@@ -69,6 +69,7 @@ struct PlanSpec {
   float layernorm_epsilon = 1e-5f, init_std = 0.02f;
   int32_t num_kv_heads = 0;
   float rope_theta = 10000.0f;
+  bool qkv_bias = false;
 
   int32_t global_batch_size = 8, micro_batch_size = 2, num_micro_batches = 4;
   uint64_t seed = 1234;
@@ -374,7 +375,10 @@ inline std::vector<uint8_t> build_plan(const PlanSpec& spec) {
     model = schema::CreateModel(fbb, spec.architecture, spec.vocab_size, spec.seq_len,
                                 spec.num_layers, spec.d_model, spec.num_heads, spec.ffn_size,
                                 spec.tied_embeddings, spec.dtype, spec.layernorm_epsilon,
-                                spec.init_std, spec.num_kv_heads, spec.rope_theta);
+                                spec.init_std, spec.num_kv_heads, spec.rope_theta,
+                                /*rope_scaling_factor=*/0, /*rope_low_freq_factor=*/1,
+                                /*rope_high_freq_factor=*/4,
+                                /*rope_original_max_positions=*/8192, spec.qkv_bias);
   }
   fb::Offset<schema::Training> training;
   if (spec.has_training) {

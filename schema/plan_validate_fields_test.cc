@@ -36,8 +36,8 @@ const std::vector<ViolationCase>& field_cases() {
       {"MissingZero", [](PlanSpec& s) { s.has_zero = false; }, {"zero: missing"}},
       {"MissingSchedule", [](PlanSpec& s) { s.has_schedule = false; }, {"schedule: missing"}},
       {"SchemaVersion",
-       [](PlanSpec& s) { s.schema_version = 13; },
-       {"header.schema_version: 13", "reads versions 1 to 12"}},
+       [](PlanSpec& s) { s.schema_version = 14; },
+       {"header.schema_version: 14", "reads versions 1 to 13"}},
       {"DataSourceWithoutPaths",
        [](PlanSpec& s) {
          s.has_data = true;

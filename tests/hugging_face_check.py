@@ -5,9 +5,12 @@ Drives transformers (PyTorch, float32, eager attention) on the tokens and
 checkpoints of a paraplan run, for tests/hugging_face_test.cc:
 
   make ARCH OUT_DIR SEED key=value...
-      A random LlamaForCausalLM (ARCH llama) or GPT2LMHeadModel (gpt2) with
-      that config, saved by save_pretrained (model.safetensors + config.json;
-      with max_shard_size=SIZE, the index and the files it names).
+      A random LlamaForCausalLM (ARCH llama), MistralForCausalLM (mistral),
+      Qwen2ForCausalLM (qwen2) or GPT2LMHeadModel (gpt2) with that config,
+      saved by save_pretrained (model.safetensors + config.json; with
+      max_shard_size=SIZE, the index and the files it names). Qwen 2's q, k
+      and v biases, which transformers starts at zero, are drawn like the
+      weights, so a model that ignored them would compute another loss.
   loss MODEL_DIR TOKENS.bin FIRST COUNT SEQ_LEN
       Loads MODEL_DIR with from_pretrained (refusing missing or unexpected
       tensors), then prints as JSON the mean cross-entropy over samples
@@ -112,7 +115,7 @@ def largest_difference(model, directory):
 
 
 def make(arch, out_dir, seed, settings):
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    import transformers
 
     values, save = {}, {"safe_serialization": True}
     for setting in settings:
@@ -122,10 +125,17 @@ def make(arch, out_dir, seed, settings):
         else:
             values[key] = json.loads(value)
     torch.manual_seed(seed)
-    if arch == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**values))
-    else:
-        model = GPT2LMHeadModel(GPT2Config(**values))
+    classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
+               "mistral": ("MistralConfig", "MistralForCausalLM"),
+               "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "gpt2": ("GPT2Config", "GPT2LMHeadModel")}
+    config_class, model_class = (getattr(transformers, name) for name in classes[arch])
+    model = model_class(config_class(**values))
+    if arch == "qwen2":
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if name.endswith(".bias"):
+                    parameter.normal_(0.0, 0.02)
     model.save_pretrained(out_dir, **save)
     print(json.dumps({"parameters": sum(p.numel() for p in model.parameters())}))
 

@@ -1,7 +1,10 @@
 // hugging_face_test.cc: paraplan's checkpoints interchange with Hugging Face
 // transformers, both ways, for Llama (LlamaForCausalLM: grouped-query
-// attention, Llama 3's rope_theta and rope scaling, untied head) and GPT-2
-// (GPT2LMHeadModel), through tests/hugging_face_check.py (PyTorch, fp32):
+// attention, Llama 3's rope_theta and rope scaling, untied head), Qwen 2
+// (Qwen2ForCausalLM: Llama with q/k/v biases, tied head), Mistral
+// (MistralForCausalLM: Llama's tensors, loaded while the sequence fits its
+// sliding window) and GPT-2 (GPT2LMHeadModel), through
+// tests/hugging_face_check.py (PyTorch, fp32):
 //
 //   paraplan -> transformers: a checkpoint paraplan wrote (Llama from a
 //     2-rank tensor-parallel run, so the shards are gathered into Hugging
@@ -73,6 +76,41 @@ ffn_size = 128
 rms_norm_eps = 1e-5
 rope_theta = 500000.0
 )";
+
+// Qwen 2: Llama with q, k and v biases, and (as Qwen2.5's small models) a tied head.
+const char* kQwen2Model = R"(
+[model]
+architecture = "llama"
+qkv_bias = true
+tied_embeddings = true
+vocab_size = 256
+seq_len = 32
+num_layers = 2
+d_model = 64
+num_heads = 4
+num_kv_heads = 2
+ffn_size = 128
+rms_norm_eps = 1e-6
+rope_theta = 1000000.0
+)";
+
+// Mistral 7B's shape, scaled down: Llama's with grouped-query attention,
+// rope_theta 10000 and an untied head.
+const char* kMistralModel = R"(
+[model]
+architecture = "llama"
+vocab_size = 256
+seq_len = 32
+num_layers = 2
+d_model = 64
+num_heads = 4
+num_kv_heads = 2
+ffn_size = 128
+)";
+const char* kMistralConfig =
+    "vocab_size=256 hidden_size=64 intermediate_size=128 num_hidden_layers=2 "
+    "num_attention_heads=4 num_key_value_heads=2 max_position_embeddings=4096 "
+    "rms_norm_eps=1e-5 rope_theta=10000.0 tie_word_embeddings=false ";
 
 const char* kGpt2Model = R"(
 [model]
@@ -235,6 +273,40 @@ TEST_F(HuggingFace, TransformersGpt2TrainsInParaplan) {
                            "vocab_size=256 n_positions=16 n_embd=32 n_layer=2 n_head=4 "
                            "resid_pdrop=0.0 embd_pdrop=0.0 attn_pdrop=0.0",
                            kGpt2Model, 16);
+}
+
+TEST_F(HuggingFace, QwenTwoCheckpointLoadsInTransformers) {
+  // Two tensor ranks: each holds its heads' share of the q, k and v biases.
+  paraplan_to_transformers("qwen2_to_hf", kQwen2Model, 32,
+                           "tensor_parallel_degree = 2\nworld_size = 2\n", true);
+  const json config =
+      json::parse(read_file(*directory_ / "qwen2_to_hf_checkpoints/step_00000005/config.json"));
+  EXPECT_EQ(config["architectures"][0], "Qwen2ForCausalLM");
+}
+
+TEST_F(HuggingFace, TransformersQwenTwoTrainsInParaplan) {
+  transformers_to_paraplan("hf_to_qwen2", "qwen2",
+                           "vocab_size=256 hidden_size=64 intermediate_size=128 "
+                           "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 "
+                           "max_position_embeddings=32768 rms_norm_eps=1e-6 rope_theta=1000000.0 "
+                           "tie_word_embeddings=true use_sliding_window=false",
+                           kQwen2Model, 32);
+}
+
+TEST_F(HuggingFace, TransformersMistralTrainsInParaplanWithinItsWindow) {
+  // v0.1's sliding window (4096) beyond the plan's 32 tokens changes nothing.
+  transformers_to_paraplan("hf_to_mistral", "mistral",
+                           std::string(kMistralConfig) + "sliding_window=4096", kMistralModel, 32);
+  // A window shorter than the plan's sequence is refused, naming it.
+  const std::string narrow = *directory_ / "hf_mistral_narrow";
+  python("make mistral " + narrow + " 17 " + kMistralConfig + "sliding_window=16");
+  const CommandResult refused =
+      run("train --plan " + *directory_ / "hf_to_mistral.pplan" + " --data " +
+          *directory_ / "data/train.bin" + " --init-from " + narrow + " --steps 1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("sliding_window is 16 but the plan's model has seq_len 32"),
+            std::string::npos)
+      << refused.output;
 }
 
 }  // namespace

@@ -42,8 +42,9 @@ PlanCase llama(PlanCase plan) {
 void report(const PlanCase& plan, double largest) {
   std::cout << "llama grid: " << plan.name << " (pp " << plan.pipeline << " x dp " << plan.data
             << " x tp " << plan.tensor << ", micro-batch " << plan.micro_batch_size
-            << (plan.zero_stage ? ", ZeRO-1" : "") << ", " << plan.dtype
-            << ") max |loss - single-rank loss| = " << largest << std::endl;
+            << (plan.zero_stage ? ", ZeRO-" + std::to_string(plan.zero_stage) : std::string())
+            << (plan.sequence_parallel ? ", sp" : "") << (plan.qkv_bias ? ", q/k/v biases" : "")
+            << ", " << plan.dtype << ") max |loss - single-rank loss| = " << largest << std::endl;
 }
 
 TEST_F(ParallelTraining, LlamaSingleRankLossFalls) {
@@ -104,6 +105,41 @@ TEST_F(ParallelTraining, LlamaBfloat16PlansMatchTheSingleRankRun) {
                          .zero_stage = 1});
   plan.dtype = "bfloat16";
   report(plan, expect_same_losses(plan, kBfloat16Tolerance));
+}
+
+// Qwen 2's q, k and v biases: column-parallel with their weights (each
+// tensor rank adds its heads' own), reduced over data ranks and ZeRO's
+// shards like any parameter, and gathered by ZeRO-3.
+TEST_F(ParallelTraining, QkvBiasPlansMatchTheSingleRankRun) {
+  const std::vector<double>& biased = single_rank_losses("float32", false, "llama", true);
+  const std::vector<double>& plain = single_rank_losses("float32", false, "llama");
+  ASSERT_EQ(biased.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(plain.size(), biased.size());
+  // The biases start at zero, so the first step is the plain model's; from
+  // the second on they have moved and the model is another.
+  EXPECT_EQ(biased[0], plain[0]);
+  EXPECT_GT(std::fabs(biased.back() - plain.back()), 1e-5);
+  const auto qwen = [](PlanCase plan) {
+    plan = llama(plan);
+    plan.qkv_bias = true;
+    return plan;
+  };
+  for (const PlanCase& plan : {
+           qwen({.name = "qwen_tp2", .tensor = 2, .micro_batch_size = 6}),
+           qwen({.name = "qwen_pp2_dp2_tp2_zero1",
+           .pipeline = 2,
+           .data = 2,
+           .tensor = 2,
+           .micro_batch_size = 2,
+           .zero_stage = 1}),
+           qwen({.name = "qwen_dp2_tp2_sp_zero3",
+           .data = 2,
+           .tensor = 2,
+           .micro_batch_size = 3,
+           .zero_stage = 3,
+           .sequence_parallel = true}),
+       })
+    report(plan, expect_same_losses(plan));
 }
 
 TEST_F(ParallelTraining, LlamaOnCudaMatchesTheCpuRun) {

@@ -35,6 +35,7 @@ struct PlanCase {
   // "gpt2", or "llama": the same sizes with 2 KV heads (grouped-query
   // attention), SwiGLU ffn_size 64, RMSNorm and rotary positions.
   std::string architecture = "gpt2";
+  bool qkv_bias = false;  // llama: [model] qkv_bias (Qwen 2's q, k and v biases)
   // [planner] sequence_parallel (Megatron's, with tensor > 1).
   bool sequence_parallel = false;
   int world() const { return pipeline * data * tensor; }
@@ -44,6 +45,7 @@ struct PlanCase {
 struct ModelKey {
   std::string architecture, dtype;
   bool tied_embeddings;
+  bool qkv_bias = false;
   auto operator<=>(const ModelKey&) const = default;
 };
 
@@ -65,6 +67,7 @@ dtype = ")" + plan.dtype +
 tied_embeddings = )" +
                      (plan.tied_embeddings ? "true" : "false") +
                      (plan.architecture == "llama" ? "\nnum_kv_heads = 2\nffn_size = 64\n" : "\n") +
+                     (plan.qkv_bias ? "qkv_bias = true\n" : "") +
                      R"(
 [training]
 global_batch_size = 12
@@ -149,17 +152,20 @@ class ParallelTraining : public ::testing::Test {
   // The single-rank run of the same model (trained once per test program).
   static const std::vector<double>& single_rank_losses(const std::string& dtype = "float32",
                                                        bool tied_embeddings = true,
-                                                       const std::string& architecture = "gpt2") {
+                                                       const std::string& architecture = "gpt2",
+                                                       bool qkv_bias = false) {
     static std::map<ModelKey, std::vector<double>> losses;
-    const ModelKey model{architecture, dtype, tied_embeddings};
+    const ModelKey model{architecture, dtype, tied_embeddings, qkv_bias};
     auto found = losses.find(model);
     if (found == losses.end())
       found = losses
                   .emplace(model, train(PlanCase{.name = "single_" + architecture + "_" + dtype +
-                                                         (tied_embeddings ? "" : "_untied"),
+                                                         (tied_embeddings ? "" : "_untied") +
+                                                         (qkv_bias ? "_qkv_bias" : ""),
                                                  .dtype = dtype,
                                                  .tied_embeddings = tied_embeddings,
-                                                 .architecture = architecture}))
+                                                 .architecture = architecture,
+                                                 .qkv_bias = qkv_bias}))
                   .first;
     return found->second;
   }
@@ -168,7 +174,7 @@ class ParallelTraining : public ::testing::Test {
   // step within tolerance.
   static double expect_same_losses(const PlanCase& plan, double tolerance = kLossTolerance) {
     const std::vector<double>& expected =
-        single_rank_losses(plan.dtype, plan.tied_embeddings, plan.architecture);
+        single_rank_losses(plan.dtype, plan.tied_embeddings, plan.architecture, plan.qkv_bias);
     EXPECT_EQ(expected.size(), static_cast<size_t>(kSteps));
     const std::vector<double> losses = train(plan);
     EXPECT_EQ(losses.size(), expected.size()) << plan.name;

@@ -47,9 +47,10 @@ std::vector<LinearLayer> block_linear_layers(const ModelConfig& model) {
   }
   const int64_t Q = int64_t{model.num_heads} * head_dim(model),
                 KV = int64_t{kv_heads(model)} * head_dim(model);
-  return {{"self_attn.q_proj", Q, C, true, false},  {"self_attn.k_proj", KV, C, true, false},
-          {"self_attn.v_proj", KV, C, true, false}, {"self_attn.o_proj", C, Q, false, false},
-          {"mlp.gate_proj", F, C, true, false},     {"mlp.up_proj", F, C, true, false},
+  const bool qkv_bias = model.qkv_bias;  // Qwen 2's
+  return {{"self_attn.q_proj", Q, C, true, qkv_bias},  {"self_attn.k_proj", KV, C, true, qkv_bias},
+          {"self_attn.v_proj", KV, C, true, qkv_bias}, {"self_attn.o_proj", C, Q, false, false},
+          {"mlp.gate_proj", F, C, true, false},        {"mlp.up_proj", F, C, true, false},
           {"mlp.down_proj", C, F, false, false}};
 }
 

@@ -64,6 +64,7 @@ struct ModelConfig {
   double rope_low_freq_factor = 1;
   double rope_high_freq_factor = 4;
   int rope_original_max_positions = 8192;
+  bool qkv_bias = false;  // biases on q, k and v (Qwen 2; Megatron's --add-qkv-bias)
 
   // The norm's epsilon the plan carries: layernorm_epsilon or rms_norm_eps.
   double norm_epsilon() const {

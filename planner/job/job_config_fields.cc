@@ -123,6 +123,7 @@ std::vector<FieldSpec> model_fields() {
       PARAPLAN_FIELD(model, rope_low_freq_factor),
       PARAPLAN_FIELD(model, rope_high_freq_factor),
       PARAPLAN_FIELD(model, rope_original_max_positions),
+      PARAPLAN_FIELD(model, qkv_bias),
   };
 }
 

@@ -91,8 +91,8 @@ TEST(JobConfigTest, OptionsListEveryKey) {
   const auto options = job_config_options(parse_job_config(kMinimal));
   std::map<std::string, std::string> by_key(options.begin(), options.end());
   EXPECT_EQ(by_key.size(), options.size());
-  // 87 + [data] train, validation, shuffle, seed, document_mask, document_separator
-  EXPECT_EQ(options.size(), 96u);
+  // 88 + [data] train, validation, shuffle, seed, document_mask, document_separator
+  EXPECT_EQ(options.size(), 97u);
   for (const char* key : {"task_name",
                           "consider_mem",
                           "memory_constraint",

@@ -427,6 +427,10 @@ TEST(JobConfigTest, LlamaKeysAndTheirDefaults) {
   EXPECT_EQ(config.model.norm_epsilon(), config.model.rms_norm_eps);
   // Without num_kv_heads: multi-head attention.
   EXPECT_EQ(parse_job_config(with("[model]\narchitecture = \"llama\"\n")).model.num_kv_heads, 4);
+  // q/k/v biases only when asked for (Qwen 2).
+  EXPECT_FALSE(config.model.qkv_bias);
+  EXPECT_TRUE(parse_job_config(with("[model]\narchitecture = \"llama\"\nqkv_bias = true\n"))
+                  .model.qkv_bias);
   // gpt2 keeps its defaults.
   const JobConfig gpt = parse_job_config(kMinimal);
   EXPECT_TRUE(gpt.model.tied_embeddings);
@@ -458,6 +462,9 @@ TEST(JobConfigTest, InvalidLlamaCombinationsNameTheKey) {
   EXPECT_NE(error("num_kv_heads = 2\n")
                 .find("[model] num_kv_heads is a llama key; architecture = \"gpt2\""),
             std::string::npos);
+  EXPECT_NE(
+      error("qkv_bias = true\n").find("[model] qkv_bias is a llama key; architecture = \"gpt2\""),
+      std::string::npos);
   EXPECT_NE(error("architecture = \"llama\"\nrope_scaling_factor = 8.0\nrope_low_freq_factor = "
                   "4.0\n")
                 .find("[model] rope_low_freq_factor = 4 is invalid; valid range (0, 4)"),

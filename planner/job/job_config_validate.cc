@@ -69,7 +69,8 @@ constexpr const char* kLlamaKeys[] = {"num_kv_heads",
                                       "rope_scaling_factor",
                                       "rope_low_freq_factor",
                                       "rope_high_freq_factor",
-                                      "rope_original_max_positions"};
+                                      "rope_original_max_positions",
+                                      "qkv_bias"};
 constexpr const char* kGpt2Keys[] = {"layernorm_epsilon"};
 
 // The keys that belong to one architecture, and Llama's shape rules.

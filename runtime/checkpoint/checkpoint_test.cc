@@ -468,9 +468,10 @@ TEST_F(CheckpointErrorTest, CorruptJsonIsNamed) {
   write_bytes(step_dir_ + "/config.json", R"({"model_type": "gpt2", "n_embd": 8})");
   EXPECT_EQ(error_of([&] { read_checkpoint_config(step_dir_); }),
             step_dir_ + "/config.json: missing field 'vocab_size'");
-  write_bytes(step_dir_ + "/config.json", R"({"model_type": "mistral"})");
+  write_bytes(step_dir_ + "/config.json", R"({"model_type": "gemma"})");
   EXPECT_TRUE(contains(error_of([&] { read_checkpoint_config(step_dir_); }),
-                       "model_type is 'mistral' but paraplan loads 'gpt2' and 'llama'"));
+                       "model_type is 'gemma' but paraplan loads 'gpt2', 'llama', 'mistral' and "
+                       "'qwen2' checkpoints"));
   write_bytes(step_dir_ + "/config.json", R"({"model_type": "llama", "vocab_size": 8})");
   EXPECT_EQ(error_of([&] { read_checkpoint_config(step_dir_); }),
             step_dir_ + "/config.json: missing field 'hidden_size'");

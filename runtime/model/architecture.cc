@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "common/printable_text.h"
 #include "runtime/model/gpt/gpt_hf_config.h"
 #include "runtime/model/gpt/gpt_layout.h"
 #include "runtime/model/gpt/gpt_stage.h"
@@ -77,9 +78,10 @@ TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std
   const std::string type =
       model_type != json.end() && model_type->is_string() ? model_type->get<std::string>() : "gpt2";
   if (type == "gpt2") return gpt::config_from_hugging_face(json, path);
-  if (type == "llama") return llama::config_from_hugging_face(json, path);
-  throw std::runtime_error(path + ": model_type is '" + type +
-                           "' but paraplan loads 'gpt2' and 'llama' checkpoints");
+  if (llama::is_model_type(type)) return llama::config_from_hugging_face(json, path);
+  throw std::runtime_error(path + ": model_type is '" + printable_text(type) +
+                           "' but paraplan loads 'gpt2', 'llama', 'mistral' and 'qwen2' "
+                           "checkpoints");
 }
 
 std::vector<std::string> config_differences(const TransformerConfig& saved,

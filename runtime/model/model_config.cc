@@ -47,6 +47,10 @@ TransformerConfig validated_transformer_config(const TransformerConfigValues& va
       problems.push_back({fields.rope_theta,
                           float_text(values.rope_theta) + "; must be a positive finite number"});
   }
+  if (values.architecture != Architecture::kLlama && values.qkv_bias)
+    problems.push_back({fields.qkv_bias,
+                        "true; q/k/v biases are a llama option (gpt2's attention always has "
+                        "biases): remove it or use architecture llama"});
   if (!problems.empty()) {
     std::string message;
     for (const FieldProblem& problem : problems)
@@ -69,6 +73,7 @@ TransformerConfig validated_transformer_config(const TransformerConfigValues& va
   config.num_kv_heads = static_cast<int>(values.num_kv_heads);  // within [0, num_heads]
   config.rope_theta = static_cast<float>(values.rope_theta);
   config.rope_scaling = values.rope_scaling;
+  config.qkv_bias = values.qkv_bias;
   return config;
 }
 

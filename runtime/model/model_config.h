@@ -49,6 +49,13 @@ struct TransformerConfig {
   int num_kv_heads = 0;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
+  // Llama: biases on q, k and v (Qwen 2's attention); GPT-2 always has biases.
+  bool qkv_bias = false;
+  // A Hugging Face model's sliding window of attention (Mistral's and Qwen
+  // 2's sliding_window), 0 for none; never in a plan. paraplan attends over
+  // the whole sequence, which is the window's result while seq_len <= it
+  // (config_differences refuses a plan beyond it).
+  int attention_window = 0;
 
   int head_dim() const { return d_model / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
@@ -61,10 +68,11 @@ struct TransformerConfigFields {
   const char* init_std;
   const char* num_kv_heads = "num_kv_heads";
   const char* rope_theta = "rope_theta";
+  const char* qkv_bias = "qkv_bias";
 };
 inline constexpr TransformerConfigFields kPlanConfigFields{
-    kPlanModelFields, "model.layernorm_epsilon", "model.init_std", "model.num_kv_heads",
-    "model.rope_theta"};
+    kPlanModelFields,     "model.layernorm_epsilon", "model.init_std",
+    "model.num_kv_heads", "model.rope_theta",        "model.qkv_bias"};
 
 // A model's configuration as a file gives it, before validation: sizes as wide
 // integers and floats as doubles, so nothing is narrowed before it is judged.
@@ -78,13 +86,15 @@ struct TransformerConfigValues {
   int64_t num_kv_heads = 0;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  bool qkv_bias = false;  // Llama only: true with GPT-2 is a problem
 };
 
 // The one validation of a model's configuration, for every reader (the plan,
 // a checkpoint's config.json): every size positive and within the limits of
 // schema/model_limits.h, num_heads dividing d_model, a positive finite norm
 // epsilon and a finite init_std >= 0; for Llama also KV heads dividing the
-// heads, an even head_dim (the rotary pairs) and a positive finite rope_theta. Returns the config,
+// heads, an even head_dim (the rotary pairs) and a positive finite rope_theta;
+// qkv_bias only for Llama (GPT-2's biases are its own). Returns the config,
 // or throws std::runtime_error listing every problem, one line each:
 // "<source>: <field>: <problem>; <what would be valid>".
 TransformerConfig validated_transformer_config(const TransformerConfigValues& values,

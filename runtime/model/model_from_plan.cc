@@ -46,7 +46,8 @@ StageModelSpec stage_model_from_plan(const LoadedPlan& loaded, int stage_index) 
           .rope_scaling = {.factor = model.rope_scaling_factor(),
                            .low_freq_factor = model.rope_low_freq_factor(),
                            .high_freq_factor = model.rope_high_freq_factor(),
-                           .original_max_positions = model.rope_original_max_positions()}},
+                           .original_max_positions = model.rope_original_max_positions()},
+          .qkv_bias = model.qkv_bias()},
       kPlanConfigFields, loaded.path());
   // Validated (plan_validate): Float32 or BFloat16. bf16 is mixed precision:
   // bf16 storage, fp32 master weights and moments (distributed_optimizer.h).

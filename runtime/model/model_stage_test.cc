@@ -120,8 +120,8 @@ TEST_P(Stage, InitialLossIsNearUniform) {
   EXPECT_NEAR(f.loss(2), std::log(11.0), 0.05);
 }
 
-TEST_P(Stage, GradientsMatchFiniteDifferences) {
-  Fixture f(modes(RecomputeMode::None, RecomputeMode::None));
+// Every tensor's gradient, a few elements each, against central differences.
+void expect_finite_difference_gradients(Fixture& f) {
   const std::vector<float> analytic = f.gradients(2);
   float* params = static_cast<float*>(f.stage.parameters());  // fp32 storage
   // Every tensor, a few elements each; central differences in float with
@@ -144,6 +144,32 @@ TEST_P(Stage, GradientsMatchFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 80);
+}
+
+TEST_P(Stage, GradientsMatchFiniteDifferences) {
+  Fixture f(modes(RecomputeMode::None, RecomputeMode::None));
+  expect_finite_difference_gradients(f);
+}
+
+// Qwen 2's q, k and v biases, set away from their zero start so that they
+// shape every other gradient too.
+TEST(QkvBiasStage, GradientsMatchFiniteDifferences) {
+  current_architecture = Architecture::kLlama;
+  TransformerConfig config = tiny_config();
+  config.qkv_bias = true;
+  Fixture f(modes(RecomputeMode::None, RecomputeMode::Selective), 2, 1, config);
+  std::vector<float> params(f.layout.num_elements());
+  f.stage.read_parameters(params.data(), params.size());
+  int biases = 0;
+  for (const ParameterTensor& tensor : f.layout.tensors())
+    if (tensor.name.find("_proj.bias") != std::string::npos) {
+      for (size_t k = 0; k < tensor.size; ++k)
+        params[tensor.offset + k] = 0.3f * std::sin(static_cast<float>(7 * k + tensor.offset));
+      ++biases;
+    }
+  EXPECT_EQ(biases, 6);  // q, k and v in each of the two blocks
+  f.stage.load_parameters(params.data(), params.size());
+  expect_finite_difference_gradients(f);
 }
 
 TEST_P(Stage, RecomputationGivesBitwiseTheSameGradients) {

@@ -9,9 +9,12 @@
 namespace paraplan::llama {
 
 nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
+  // q/k/v biases are Qwen 2's attention; transformers' Llama has them only
+  // with o_proj's too (attention_bias).
+  const bool qwen2 = config.qkv_bias;
   nlohmann::ordered_json json;
-  json["architectures"] = {"LlamaForCausalLM"};
-  json["model_type"] = "llama";
+  json["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  json["model_type"] = qwen2 ? "qwen2" : "llama";
   json["vocab_size"] = config.vocab_size;
   json["hidden_size"] = config.d_model;
   json["intermediate_size"] = config.ffn_size;
@@ -34,8 +37,12 @@ nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
   } else {
     json["rope_scaling"] = nullptr;
   }
-  json["attention_bias"] = false;
-  json["mlp_bias"] = false;
+  if (qwen2) {
+    json["use_sliding_window"] = false;  // attention over the whole sequence
+  } else {
+    json["attention_bias"] = false;
+    json["mlp_bias"] = false;
+  }
   json["attention_dropout"] = 0.0;  // paraplan trains without dropout
   json["initializer_range"] = short_decimal(config.init_std);
   json["tie_word_embeddings"] = config.tied_embeddings;
@@ -89,16 +96,37 @@ RopeScaling rope_scaling_from(const nlohmann::json& json, const std::string& pat
   return scaling;
 }
 
+// The sliding window of attention a Mistral or Qwen 2 config.json asks for,
+// or 0 for none (sliding_window null; Qwen 2: use_sliding_window false).
+int attention_window(const nlohmann::json& json, const std::string& path,
+                     const std::string& model_type) {
+  if (model_type == "llama") return 0;
+  if (model_type == "qwen2" && !json_bool(json, "use_sliding_window", path, false)) return 0;
+  return static_cast<int>(json_integer(json, "sliding_window", path, 0, 0, kMaxModelDimension));
+}
+
 }  // namespace
 
+bool is_model_type(const std::string& model_type) {
+  return model_type == "llama" || model_type == "mistral" || model_type == "qwen2";
+}
+
 TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std::string& path) {
+  const std::string model_type = json_string_or(json, "model_type", "llama");
+  if (!is_model_type(model_type))
+    throw std::logic_error("llama::config_from_hugging_face: model_type " + model_type);
   const std::string activation = json_string_or(json, "hidden_act", "silu");
   if (activation != "silu")
     throw std::runtime_error(path + ": hidden_act is '" + printable_text(activation) +
                              "' but paraplan's Llama uses SwiGLU (silu)");
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (json_bool(json, bias, path, false))
-      throw std::runtime_error(path + ": " + bias + " is true but paraplan's Llama has no biases");
+  // Llama's attention_bias puts biases on q, k, v and o; paraplan has Qwen 2's,
+  // on q, k and v only.
+  if (json_bool(json, "attention_bias", path, false))
+    throw std::runtime_error(path + ": attention_bias is true (biases on q_proj, k_proj, v_proj " +
+                             "and o_proj) but paraplan's Llama has biases only on q, k and v, " +
+                             "as Qwen 2 (model_type qwen2)");
+  if (json_bool(json, "mlp_bias", path, false))
+    throw std::runtime_error(path + ": mlp_bias is true but paraplan's Llama MLP has no biases");
   TransformerConfigValues values;
   values.architecture = Architecture::kLlama;
   ModelShape& shape = values.shape;
@@ -113,10 +141,11 @@ TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std
   values.rope_theta = json_number(json, "rope_theta", path, 10000.0);
   values.rope_scaling = rope_scaling_from(json, path);
   values.init_std = json_number(json, "initializer_range", path, 0.02);
-  // LlamaConfig's default: untied.
+  // LlamaConfig's, MistralConfig's and Qwen2Config's default: untied.
   values.tied_embeddings = json_bool(json, "tie_word_embeddings", path, false);
-  const TransformerConfig config =
-      validated_transformer_config(values, kHuggingFaceLlamaFields, path);
+  values.qkv_bias = model_type == "qwen2";  // Qwen2Attention always has them
+  TransformerConfig config = validated_transformer_config(values, kHuggingFaceLlamaFields, path);
+  config.attention_window = attention_window(json, path, model_type);
   const int64_t head_dim = json_integer(json, "head_dim", path, config.head_dim());
   if (head_dim != config.head_dim())
     throw std::runtime_error(path + ": head_dim is " + std::to_string(head_dim) +
@@ -140,6 +169,20 @@ std::vector<std::string> config_differences(const TransformerConfig& saved,
                                 " but the plan's model has seq_len " +
                                 std::to_string(plan.seq_len));
   differences.tied_embeddings(saved.tied_embeddings, plan.tied_embeddings);
+  if (saved.qkv_bias != plan.qkv_bias)
+    differences.lines.push_back(std::string("the checkpoint's model ") +
+                                (saved.qkv_bias ? "has" : "has no") +
+                                " q/k/v biases (Qwen 2's) but the plan's model " +
+                                (plan.qkv_bias ? "has them" : "has none") + " ([model] qkv_bias)");
+  // paraplan attends over the whole sequence; a sliding window changes
+  // nothing while the sequence fits in it.
+  if (saved.attention_window > 0 && plan.seq_len > saved.attention_window)
+    differences.lines.push_back(
+        "sliding_window is " + std::to_string(saved.attention_window) +
+        " but the plan's model has seq_len " + std::to_string(plan.seq_len) +
+        ": the model attends only to the last " + std::to_string(saved.attention_window) +
+        " tokens, paraplan's attention to the whole sequence; plan seq_len <= " +
+        std::to_string(saved.attention_window));
   differences.real("rms_norm_eps", saved.norm_epsilon, plan.norm_epsilon);
   differences.real("rope_theta", saved.rope_theta, plan.rope_theta);
   if (!(saved.rope_scaling == plan.rope_scaling))

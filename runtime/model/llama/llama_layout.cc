@@ -33,7 +33,8 @@ std::string invalid_config_reason(const TransformerConfig& config, int tensor_si
 int64_t parameter_count(const TransformerConfig& config) {
   const int64_t C = config.d_model, F = config.ffn_size, V = config.vocab_size,
                 KV = int64_t{config.kv_heads()} * config.head_dim();
-  const int64_t per_block = 2 * C + C * C + 2 * KV * C + C * C + 3 * C * F;
+  const int64_t qkv_biases = config.qkv_bias ? C + 2 * KV : 0;
+  const int64_t per_block = 2 * C + C * C + 2 * KV * C + qkv_biases + C * C + 3 * C * F;
   return V * C + config.num_layers * per_block + C + (config.tied_embeddings ? 0 : V * C);
 }
 
@@ -59,9 +60,15 @@ LlamaLayout::LlamaLayout(const TransformerConfig& config, const StageSpec& stage
   using S = ShardKind;
   // Linear weights and the embeddings: normal(0, init_std), decayed, as
   // LlamaPreTrainedModel initialises them (add_matrix); norm weights: ones,
-  // not decayed.
+  // biases: zeros, neither decayed.
   const auto norm = [&](std::string name) {
     return add({.name = std::move(name), .global_shape = {C}, .init = InitKind::kOnes});
+  };
+  const auto bias = [&](std::string name, int64_t length) {
+    return add({.name = std::move(name),
+                .global_shape = {length},
+                .shard = S::kRows,
+                .init = InitKind::kZeros});
   };
   if (stage.has_embedding) add_token_embedding("model.embed_tokens.weight");
   for (int i = 0; i < stage.num_layers; ++i) {
@@ -71,6 +78,12 @@ LlamaLayout::LlamaLayout(const TransformerConfig& config, const StageSpec& stage
     b.qkv = add_matrix(p + "self_attn.q_proj.weight", {Q, C}, S::kRows, std);
     add_matrix(p + "self_attn.k_proj.weight", {KV, C}, S::kRows, std);
     add_matrix(p + "self_attn.v_proj.weight", {KV, C}, S::kRows, std);
+    b.qkv_bias = LlamaLayout::kNone;
+    if (config.qkv_bias) {
+      b.qkv_bias = bias(p + "self_attn.q_proj.bias", Q);
+      bias(p + "self_attn.k_proj.bias", KV);
+      bias(p + "self_attn.v_proj.bias", KV);
+    }
     b.attention_out = add_matrix(p + "self_attn.o_proj.weight", {C, Q}, S::kColumns, std);
     b.mlp_norm = norm(p + "post_attention_layernorm.weight");
     b.gate_up = add_matrix(p + "mlp.gate_proj.weight", {F, C}, S::kRows, std);

@@ -1,5 +1,5 @@
 // llama_layout.h: where every parameter of a Llama-family pipeline stage
-// (Llama 2/3, Mistral, Qwen 2 without biases) lives in the stage's one
+// (Llama 2/3, Mistral, Qwen 2 with its q, k and v biases) lives in the stage's one
 // contiguous parameter buffer (a ParameterLayout), and the offsets the Llama
 // stage's forward and backward use.
 //
@@ -8,16 +8,18 @@
 // checkpoints need no renaming, transposing or permuting: the stage applies
 // the rotary embedding in Hugging Face's rotate-half convention, the one its
 // q_proj and k_proj weights are stored for. Buffer order is the embedding,
-// the blocks (input_layernorm, q, k, v, o, post_attention_layernorm, gate,
-// up, down), the final norm, the head, so backward finishes the gradients
-// from the end of the buffer towards its start (gradient_buckets.h). q, k and
-// v sit next to each other, as do gate and up, so each group is one GEMM
-// weight ([(H + 2 Hkv) D, C] and [2F, C]).
+// the blocks (input_layernorm, q, k, v, with qkv_bias their biases, o,
+// post_attention_layernorm, gate, up, down), the final norm, the head, so
+// backward finishes the gradients from the end of the buffer towards its
+// start (gradient_buckets.h). q, k and v sit next to each other, as do their
+// biases and gate and up, so each group is one GEMM weight ([(H + 2 Hkv) D,
+// C] and [2F, C]) and one bias ([(H + 2 Hkv) D]).
 //
 // Tensor parallelism (Megatron): q, k, v split by heads (each rank H / t query
 // heads and Hkv / t KV heads, so Hkv must be divisible by t), gate and up by
 // rows (column-parallel), o and down by columns (row-parallel); the embedding
-// and the untied head by vocabulary rows; the norms replicated.
+// and the untied head by vocabulary rows; the q, k and v biases as their
+// weights' rows; the norms replicated.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +34,7 @@ namespace paraplan {
 struct LlamaBlockOffsets {
   size_t attention_norm;  // input_layernorm [C]
   size_t qkv;             // q_proj [H D, C], then k_proj, v_proj [Hkv D, C]
+  size_t qkv_bias;        // q_proj.bias [H D], k_proj, v_proj [Hkv D]; or kNone
   size_t attention_out;   // o_proj [C, H D]
   size_t mlp_norm;        // post_attention_layernorm [C]
   size_t gate_up;         // gate_proj [F, C], then up_proj [F, C]
@@ -40,6 +43,8 @@ struct LlamaBlockOffsets {
 
 class LlamaLayout final : public DecoderLayout {
  public:
+  static constexpr size_t kNone = static_cast<size_t>(-1);  // a tensor the model lacks
+
   // Throws std::invalid_argument when the config cannot be built (heads not
   // divisible by KV heads, odd head_dim, a split that does not divide).
   LlamaLayout(const TransformerConfig& config, const StageSpec& stage, int tensor_rank = 0,

@@ -199,7 +199,9 @@ TEST(LlamaHuggingFaceConfig, RoundTripsAndNamesDifferences) {
           config_from_hugging_face(biased, "config.json");
         } catch (const std::runtime_error& error) {
           EXPECT_STREQ(error.what(),
-                       "config.json: attention_bias is true but paraplan's Llama has no biases");
+                       "config.json: attention_bias is true (biases on q_proj, k_proj, v_proj and "
+                       "o_proj) but paraplan's Llama has biases only on q, k and v, as Qwen 2 "
+                       "(model_type qwen2)");
           throw;
         }
       },
@@ -207,6 +209,116 @@ TEST(LlamaHuggingFaceConfig, RoundTripsAndNamesDifferences) {
   nlohmann::json yarn = json;
   yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   EXPECT_THROW(config_from_hugging_face(yarn, "config.json"), std::runtime_error);
+}
+
+// Qwen 2 and 2.5 are Llama with biases on q, k and v (qkv_bias).
+TEST(LlamaLayout, Qwen2HasThePublishedParameterCounts) {
+  TransformerConfig config = tiny_llama();
+  config.qkv_bias = true;
+  config.vocab_size = 151936, config.num_layers = 24, config.d_model = 896;
+  config.num_heads = 14, config.num_kv_heads = 2, config.ffn_size = 4864;
+  config.tied_embeddings = true;
+  EXPECT_EQ(parameter_count(config), 494032768);  // Qwen2.5-0.5B: "0.49B"
+  config.vocab_size = 152064, config.num_layers = 28, config.d_model = 3584;
+  config.num_heads = 28, config.num_kv_heads = 4, config.ffn_size = 18944;
+  config.tied_embeddings = false;
+  EXPECT_EQ(parameter_count(config), 7615616512);  // Qwen2.5-7B: "7.61B"
+}
+
+TEST(LlamaLayout, QkvBiasesFollowTheirWeightsAndShardAsTheirRows) {
+  TransformerConfig config = tiny_llama();
+  config.qkv_bias = true;
+  const StageSpec stage{
+      .first_layer = 1, .num_layers = 1, .has_embedding = false, .has_head = false};
+  const LlamaLayout whole(config, stage);
+  const LlamaLayout half(config, stage, /*tensor_rank=*/1, /*tensor_size=*/2);
+  // q [H D = 64], k and v [Hkv D = 32], right after v_proj's weight: one
+  // bias vector of the fused q|k|v GEMM, on each rank its own heads'.
+  const char* names[] = {"model.layers.1.self_attn.q_proj.bias",
+                         "model.layers.1.self_attn.k_proj.bias",
+                         "model.layers.1.self_attn.v_proj.bias"};
+  const int64_t lengths[] = {64, 32, 32};
+  size_t expected_offset = whole.block(0).qkv_bias;
+  size_t expected_half_offset = half.block(0).qkv_bias;
+  EXPECT_EQ(expected_offset,
+            whole.find("model.layers.1.self_attn.v_proj.weight")->offset + 32 * 64);
+  for (int i = 0; i < 3; ++i) {
+    const ParameterTensor* tensor = whole.find(names[i]);
+    const ParameterTensor* shard = half.find(names[i]);
+    ASSERT_NE(tensor, nullptr) << names[i];
+    ASSERT_NE(shard, nullptr) << names[i];
+    EXPECT_EQ(tensor->offset, expected_offset);
+    EXPECT_EQ(tensor->size, static_cast<size_t>(lengths[i]));
+    EXPECT_FALSE(tensor->weight_decay);
+    EXPECT_EQ(shard->offset, expected_half_offset);
+    EXPECT_EQ(shard->size, static_cast<size_t>(lengths[i] / 2));
+    EXPECT_EQ(shard->global_index(0), static_cast<size_t>(lengths[i] / 2));  // rank 1's half
+    expected_offset += tensor->size;
+    expected_half_offset += shard->size;
+  }
+  EXPECT_EQ(half.local_qkv_width(), 64);  // the local bias is as wide as the local q|k|v rows
+  EXPECT_EQ(whole.find("model.layers.1.self_attn.o_proj.bias"), nullptr);
+  config.qkv_bias = false;
+  EXPECT_EQ(LlamaLayout(config, stage).block(0).qkv_bias, LlamaLayout::kNone);
+}
+
+TEST(LlamaHuggingFaceConfig, QwenTwoIsLlamaWithQkvBiases) {
+  TransformerConfig config = tiny_llama();
+  config.qkv_bias = true;
+  config.tied_embeddings = true;
+  config.rope_theta = 1000000.0f;
+  const nlohmann::ordered_json json = hugging_face_config(config);
+  EXPECT_EQ(json["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(json["model_type"], "qwen2");
+  EXPECT_EQ(json["use_sliding_window"], false);
+  EXPECT_FALSE(json.contains("attention_bias"));  // not a Qwen2Config key
+  const TransformerConfig back = config_from_hugging_face(json, "config.json");
+  EXPECT_TRUE(back.qkv_bias);
+  EXPECT_EQ(back.attention_window, 0);
+  EXPECT_TRUE(config_differences(back, config).empty());
+  TransformerConfig plain = config;
+  plain.qkv_bias = false;
+  const std::vector<std::string> differences = config_differences(back, plain);
+  ASSERT_EQ(differences.size(), 1u);
+  EXPECT_EQ(differences[0],
+            "the checkpoint's model has q/k/v biases (Qwen 2's) but the plan's model has none "
+            "([model] qkv_bias)");
+  // Qwen 2's sliding window counts only when use_sliding_window is true.
+  nlohmann::json windowed = json;
+  windowed["sliding_window"] = 8;
+  EXPECT_EQ(config_from_hugging_face(windowed, "config.json").attention_window, 0);
+  windowed["use_sliding_window"] = true;
+  EXPECT_EQ(config_from_hugging_face(windowed, "config.json").attention_window, 8);
+}
+
+// Mistral is Llama's tensors with a sliding window, which changes nothing
+// while the plan's sequence fits in it.
+TEST(LlamaHuggingFaceConfig, MistralLoadsWhileTheSequenceFitsItsWindow) {
+  const TransformerConfig config = tiny_llama();  // seq_len 16
+  nlohmann::json json = hugging_face_config(config);
+  json["architectures"] = {"MistralForCausalLM"};
+  json["model_type"] = "mistral";
+  json.erase("attention_bias");
+  json.erase("mlp_bias");
+  json["max_position_embeddings"] = 32768;
+  json["sliding_window"] = nullptr;  // v0.3
+  TransformerConfig back = config_from_hugging_face(json, "config.json");
+  EXPECT_FALSE(back.qkv_bias);
+  EXPECT_EQ(back.attention_window, 0);
+  EXPECT_TRUE(config_differences(back, config).empty());
+  json["sliding_window"] = 16;  // v0.1's 4096, scaled down
+  back = config_from_hugging_face(json, "config.json");
+  EXPECT_EQ(back.attention_window, 16);
+  EXPECT_TRUE(config_differences(back, config).empty());
+  TransformerConfig longer = config;
+  longer.seq_len = 32;
+  const std::vector<std::string> differences = config_differences(back, longer);
+  ASSERT_EQ(differences.size(), 1u);
+  EXPECT_EQ(differences[0],
+            "sliding_window is 16 but the plan's model has seq_len 32: the model attends only to "
+            "the last 16 tokens, paraplan's attention to the whole sequence; plan seq_len <= 16");
+  json["sliding_window"] = "wide";
+  EXPECT_THROW(config_from_hugging_face(json, "config.json"), std::runtime_error);
 }
 
 }  // namespace

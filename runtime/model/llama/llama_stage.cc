@@ -81,8 +81,8 @@ void LlamaStage::block_forward(int local_layer, const void* input, const Acts& a
                        config.norm_epsilon);
   // f (identity forward, or the sequence gather) | column-parallel q, k, v | rotary |
   // attention | row-parallel o | g (or the sequence reduce-scatter)
-  ops_.linear_forward(a.qkv, column_parallel_input(a.attention_norm), param(w.qkv), nullptr, BT, C,
-                      Q);
+  ops_.linear_forward(a.qkv, column_parallel_input(a.attention_norm), param(w.qkv),
+                      qkv_bias(w) == kNoBias ? nullptr : param(qkv_bias(w)), BT, C, Q);
   rotate(a.qkv, /*backward=*/false);
   attention_core_forward(a);
   row_parallel_residual(a.residual, a.attention, param(w.attention_out), nullptr, input, A);
@@ -137,8 +137,8 @@ void LlamaStage::block_backward(int local_layer, const void* input, const Acts& 
     ops_.rmsnorm_backward(dresidual, dweight, attention_norm_gradient, input,
                           param(w.attention_norm), a.attention_rstd, local, C);
   });
-  linear_weight_gradients(w.qkv, kNoBias, qkv_gradient_, column_parallel_input(a.attention_norm),
-                          BT, C, Q);
+  linear_weight_gradients(w.qkv, qkv_bias(w), qkv_gradient_,
+                          column_parallel_input(a.attention_norm), BT, C, Q);
 }
 
 void LlamaStage::rotate(void* qkv, bool backward) {

@@ -1,6 +1,6 @@
 // llama_stage.h: one pipeline stage of a Llama-family model (token embedding
 // without positions, pre-RMSNorm blocks with rotary grouped-query attention
-// and a SwiGLU MLP, no biases, an untied head by default), written once
+// and a SwiGLU MLP, no biases but Qwen 2's on q, k and v, an untied head by default), written once
 // against kernels/ops.h; a DecoderStage (decoder_stage.h: the slots, the
 // loops over the blocks, recomputation, the head) with Llama's block.
 //
@@ -17,7 +17,9 @@
 // q/k/v and gate/up GEMMs are column-parallel (each rank its query and KV
 // heads, its share of the hidden units), o_proj and down_proj row-parallel,
 // with the f and g mappings of tensor_parallel.h around them; the embedding
-// and the head are vocab-parallel. No biases, so nothing is added once.
+// and the head are vocab-parallel. The q/k/v biases (Qwen 2) are
+// column-parallel too, each rank adding its heads' own; no row-parallel layer
+// has a bias, so nothing is added once.
 // With sequence parallelism the RMSNorms and residual adds run on the rank's
 // token shard (the norms, residual, output and statistics hold local_rows(),
 // decoder_stage.h).
@@ -64,6 +66,10 @@ class LlamaStage final : public DecoderStage<LlamaBlockActivations> {
   // The rotary embedding of qkv's query and key heads in place (forward), or
   // its inverse on their gradient (backward), at the tokens' positions.
   void rotate(void* qkv, bool backward);
+  // The q/k/v bias's offset, or kNoBias for a model without one.
+  static size_t qkv_bias(const LlamaBlockOffsets& w) {
+    return w.qkv_bias == LlamaLayout::kNone ? kNoBias : w.qkv_bias;
+  }
 
   const LlamaLayout& layout_;
   // The rotary tables [T, D/2] (fp32, backend memory).
