@@ -383,6 +383,15 @@ TEST_F(EndToEnd, SampleIsReproducibleFromACheckpoint) {
   EXPECT_EQ(first.output, second.output);
   EXPECT_EQ(first.output.rfind("line 1", 0), 0u);
   EXPECT_GE(first.output.size(), 46u);  // prompt + 40 bytes (+ newline)
+  // The sampler runs the length of its text: 6 + 4 tokens in a window of 10
+  // draw what the first 4 of 40 drew in the model's 16 (which then slides).
+  const CommandResult shorter =
+      run("sample --checkpoint " + path("ckpt") + " --prompt 'line 1' --tokens 4 --seed 3");
+  ASSERT_EQ(shorter.exit_code, 0) << shorter.output;
+  ASSERT_EQ(shorter.output.back(), '\n');
+  // (A byte the tiny model draws that is no UTF-8 shows as U+FFFD in both.)
+  EXPECT_EQ(first.output.rfind(shorter.output.substr(0, shorter.output.size() - 1), 0), 0u)
+      << shorter.output << first.output;
 }
 
 TEST_F(EndToEnd, LlamaTrainsResumesBitForBitAndSamples) {

@@ -269,15 +269,27 @@ TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForLlama3) {
       "rope_theta=500000.0 tie_word_embeddings=false");
 }
 
-// Llama 2's shape of model (multi-head attention, vocabulary 32,000) with
-// Mistral 7B's SentencePiece tokenizer: the prompt after <s> with its prefix
-// space, the continuation decoded as a continuation.
-TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesWithASentencePieceTokenizer) {
+// Mistral 7B v0.1's kind of model (MistralForCausalLM, 32k positions, a
+// sliding window of 4096) with its SentencePiece tokenizer: the prompt after
+// <s> with its prefix space, the continuation decoded as a continuation. The
+// sampler runs the length of the text, not the 32k context (whose logits
+// alone would take 4 GB).
+TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForMistral) {
   expect_greedy_text_as_transformers(
-      "llama", "mistral_v1",
-      "vocab_size=32000 max_position_embeddings=64 hidden_size=32 intermediate_size=64 "
-      "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=4 rms_norm_eps=1e-5 "
-      "rope_theta=10000.0 tie_word_embeddings=false");
+      "mistral", "mistral_v1",
+      "vocab_size=32000 max_position_embeddings=32768 sliding_window=4096 hidden_size=32 "
+      "intermediate_size=64 num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 "
+      "rms_norm_eps=1e-5 rope_theta=10000.0 tie_word_embeddings=false");
+}
+
+// Qwen2.5's kind of model (q/k/v biases, drawn at random here; a tied head;
+// 32k positions) with Qwen 2's tokenizer.
+TEST_F(RealTokenizers, GreedySamplingContinuesAsTransformersDoesForQwen2) {
+  expect_greedy_text_as_transformers(
+      "qwen2", "qwen2",
+      "vocab_size=151936 max_position_embeddings=32768 hidden_size=32 intermediate_size=64 "
+      "num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 rms_norm_eps=1e-6 "
+      "rope_theta=1000000.0 tie_word_embeddings=true use_sliding_window=false");
 }
 
 // `paraplan evaluate --hellaswag` scores as llm.c's dev/data/hellaswag.py

@@ -4,7 +4,7 @@ sentencepiece and Hugging Face's tokenizers, on GPT-2's, Llama 3's and
 Mistral's real vocabularies, for tests/real_tokenizers_test.cc:
 
   tokenizer_check.py PARAPLAN ASSETS WORK
-  tokenizer_check.py json gpt2|llama3|mistral_v1 ASSETS OUT.json
+  tokenizer_check.py json gpt2|llama3|qwen2|mistral_v1 ASSETS OUT.json
       (that tokenizer.json only)
   tokenizer_check.py converted gpt2|llama3|mistral_v1 ASSETS FILE.json
       A tokenizer.json paraplan converted from the tiktoken file (or the
@@ -396,9 +396,13 @@ def main():
         if which == "mistral_v1":
             sentencepiece_json(os.path.join(assets, "mistral_v1.model"), True, out_path)
             return
-        ranks = load_tiktoken_bpe(os.path.join(assets, which + ".tiktoken"))
+        ranks = load_tiktoken_bpe(os.path.join(assets, ("gpt2" if which == "qwen2" else which) +
+                                               ".tiktoken"))
         if which == "gpt2":
             file = tokenizer_json(ranks, {"<|endoftext|>": 50256}, None, False)
+        elif which == "qwen2":  # Qwen 2's form (its split pattern, NFC) over GPT-2's ranks
+            file = tokenizer_json(ranks, {"<|endoftext|>": 50256}, QWEN2, False)
+            file["normalizer"] = {"type": "NFC"}
         else:
             names = LLAMA3_SPECIALS + [f"<|reserved_special_token_{2 + i}|>" for i in range(244)]
             file = tokenizer_json(ranks, {n: 128000 + i for i, n in enumerate(names)}, LLAMA3,

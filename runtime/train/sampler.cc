@@ -67,6 +67,65 @@ std::optional<BpeTokenizer> tokenizer_for(const SampleOptions& options, const st
   return load_tokenizer_for_model(path, vocab_size, step_dir + "/config.json");
 }
 
+// The sequence length the sampler runs: no more than the text it will hold
+// (the prompt and the tokens to draw), the model's context and its sliding
+// window. Causal attention makes a shorter window give the same logits, so a
+// Hugging Face model with a context of 32k or 128k tokens samples at the
+// cost of its text, not of its context.
+int window_length(const TransformerConfig& config, size_t prompt_tokens, int tokens) {
+  int64_t length = std::min<int64_t>(config.seq_len, static_cast<int64_t>(prompt_tokens) + tokens);
+  if (config.attention_window > 0) length = std::min<int64_t>(length, config.attention_window);
+  return static_cast<int>(std::max<int64_t>(length, 1));
+}
+
+// Loads the whole model's parameters (params, as `whole` lays them out) into
+// a stage of a shorter sequence: every tensor as it is, but GPT-2's learned
+// positions, of which it takes the first rows.
+void load_shortened(ModelStage& stage, const ParameterLayout& whole, const float* params) {
+  for (const ParameterTensor& tensor : stage.layout().tensors()) {
+    const ParameterTensor* source = whole.find(tensor.name);
+    if (source == nullptr || source->size < tensor.size)
+      throw std::logic_error("sampler: tensor " + tensor.name + " has no source");
+    stage.load_parameters(params + source->offset, tensor.size, tensor.offset);
+  }
+}
+
+// The model on the backend, as a single stage of sequence length `length`.
+struct TextModel {
+  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<MemoryTracker> memory;
+  std::unique_ptr<ParameterLayout> layout;
+  std::unique_ptr<ModelStage> stage;
+};
+
+TextModel load_text_model(const std::string& backend, const std::string& step_dir,
+                          const TransformerConfig& config, int length) {
+  TextModel model;
+  model.ops = backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
+  model.memory = std::make_unique<MemoryTracker>(*model.ops);
+  // Positions beyond a sliding window are another model (config_differences):
+  // the checkpoint is read as the window's length of it.
+  TransformerConfig whole_config = config;
+  if (config.attention_window > 0)
+    whole_config.seq_len = std::min(config.seq_len, config.attention_window);
+  const std::unique_ptr<ParameterLayout> whole = make_whole_model_layout(whole_config);
+  // The parameters on the host and as the model's weights, before either is allocated.
+  require_host_memory(static_cast<double>(whole->num_elements()) * 4 * 2,
+                      step_dir + "/config.json: the model's " +
+                          std::to_string(whole->num_elements()) + " parameters",
+                      "sample on a machine with more memory");
+  TransformerConfig run_config = whole_config;
+  run_config.seq_len = length;
+  model.layout = make_whole_model_layout(run_config);
+  model.stage = make_model_stage(*model.layout, *model.ops, *model.memory,
+                                 ModelStageOptions{.recompute = std::vector<RecomputeMode>(
+                                                       config.num_layers, RecomputeMode::None)});
+  std::vector<float> params(whole->num_elements());
+  load_checkpoint(step_dir, *whole, params.data(), nullptr, nullptr);
+  load_shortened(*model.stage, *whole, params.data());
+  return model;
+}
+
 }  // namespace
 
 std::string sample_text(const SampleOptions& options) {
@@ -76,23 +135,6 @@ std::string sample_text(const SampleOptions& options) {
   const std::string step_dir = resolve_checkpoint(options.checkpoint);
   const TransformerConfig config = read_checkpoint_config(step_dir);
   const std::optional<BpeTokenizer> tokenizer = tokenizer_for(options, step_dir, config.vocab_size);
-  std::unique_ptr<kernels::Ops> ops =
-      options.backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
-  MemoryTracker memory(*ops);
-  const std::unique_ptr<ParameterLayout> layout = make_whole_model_layout(config);
-  // The parameters on the host and as the model's weights, before either is allocated.
-  require_host_memory(static_cast<double>(layout->num_elements()) * 4 * 2,
-                      step_dir + "/config.json: the model's " +
-                          std::to_string(layout->num_elements()) + " parameters",
-                      "sample on a machine with more memory");
-  const std::unique_ptr<ModelStage> stage =
-      make_model_stage(*layout, *ops, memory,
-                       ModelStageOptions{.recompute = std::vector<RecomputeMode>(
-                                             config.num_layers, RecomputeMode::None)});
-  std::vector<float> params(layout->num_elements());
-  load_checkpoint(step_dir, *layout, params.data(), nullptr, nullptr);
-  stage->load_parameters(params.data(), params.size());
-
   std::vector<int32_t> context;
   if (tokenizer) {
     // The prompt starts a document, as the model saw documents in training.
@@ -102,7 +144,11 @@ std::string sample_text(const SampleOptions& options) {
   } else {
     for (unsigned char c : options.prompt) context.push_back(c);
   }
-  const int T = config.seq_len, V = config.vocab_size;
+  const TextModel model = load_text_model(options.backend, step_dir, config,
+                                          window_length(config, context.size(), options.tokens));
+  kernels::Ops* ops = model.ops.get();
+  ModelStage* stage = model.stage.get();
+  const int T = model.layout->config().seq_len, V = config.vocab_size;
   // Only the tokenizer's ids are drawn: the padding rows of the embedding
   // were never a target.
   const int drawn = tokenizer ? tokenizer->vocab_size() : V;
