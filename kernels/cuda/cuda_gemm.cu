@@ -32,6 +32,7 @@ struct LtMatmul::Configuration {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algorithm = {};
   bool supported = false;  // cuBLASLt offered an algorithm
+  bool ran = false;        // and cublasLtMatmul took it once
   Configuration() = default;
   Configuration(const Configuration&) = delete;
   Configuration& operator=(const Configuration&) = delete;
@@ -186,9 +187,19 @@ bool LtMatmul::run(cublasOperation_t transa, cublasOperation_t transb, int m, in
     PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmulDescSetAttribute(
         config.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   const float alpha = 1.0f;
-  PARAPLAN_CUBLAS_CHECK(cublas_library().cublasLtMatmul(
+  const cublasStatus_t status = cublas_library().cublasLtMatmul(
       lt_, config.operation, &alpha, a, config.a, b, config.b, &beta, c, config.c, d, config.c,
-      &config.algorithm, workspace_, workspace_bytes_, stream_));
+      &config.algorithm, workspace_, workspace_bytes_, stream_);
+  // The heuristic may offer what the matmul then refuses (an epilogue's
+  // vector type it does not document for this output type, say): refused
+  // before anything ran, so the caller's plain path takes this shape from now on.
+  if (!config.ran &&
+      (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+    config.supported = false;
+    return false;
+  }
+  PARAPLAN_CUBLAS_CHECK(status);
+  config.ran = true;
   return true;
 }
 

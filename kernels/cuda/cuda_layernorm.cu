@@ -417,7 +417,10 @@ void launch_norm_backward(T* dx, float* partial_weight, float* partial_bias, con
       sum_bytes <= std::min(kMaxSharedSumBytes, device_limits().shared_optin - kStatsBytes);
   const size_t shared = in_shared ? sum_bytes : 0;
   auto kernel = norm_backward_kernel<T, kE, kRms>;
-  if (shared > kDefaultSharedBytes) {
+  // Without the opt-in, static and dynamic shared memory together stay
+  // within the default (C = 6144 with biases, GPT-NeoX-20B's, is 48 KiB of
+  // sums alone).
+  if (shared > 0 && shared + kStatsBytes > kDefaultSharedBytes) {
     allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared,
                                 "CUDA norm backward: these channels");
   }

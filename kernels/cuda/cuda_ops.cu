@@ -189,6 +189,7 @@ class CudaOps final : public Ops {
     return event;
   }
   void record_mark(void* mark) override {
+    join_weight_gradients();  // the mark covers the work queued so far, on both streams
     PARAPLAN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(mark), stream_));
   }
   void destroy_mark(void* mark) override {
@@ -498,12 +499,14 @@ class CudaOps final : public Ops {
 
   void adamw(float* master, void* params, const void* grads, float* first_moment,
              float* second_moment, size_t n, const AdamWStep& hyperparameters) override {
+    join_weight_gradients();  // the gradients it reads
     cuda::adamw(storage_, storage_, master, params, grads, first_moment, second_moment, n,
                 hyperparameters, stream_);
   }
   void adamw_float_gradients(float* master, void* params, const float* grads, float* first_moment,
                              float* second_moment, size_t n,
                              const AdamWStep& hyperparameters) override {
+    join_weight_gradients();
     cuda::adamw(storage_, DType::kFloat32, master, params, grads, first_moment, second_moment, n,
                 hyperparameters, stream_);
   }
