@@ -18,6 +18,7 @@
 #include "launcher/autotune_parameters.h"
 #include "launcher/autotune_trial.h"
 #include "launcher/launch.h"
+#include "launcher/model_from.h"
 #include "planner/cost/profile.h"
 #include "planner/planner.h"
 #include "planner/search/plan_search.h"
@@ -528,7 +529,8 @@ void write_best_plan(const Trial& best, const Tuner& tuner, const JobConfig& con
 
 int run_autotune(const AutotuneOptions& options, const std::vector<std::string>& extras) {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<ConfigOverride> overrides = autotune_overrides(extras);
+  const std::vector<ConfigOverride> overrides =
+      with_model_from(options.model_from, options.config, autotune_overrides(extras));
   check_limits(options);
   const JobConfig config = load_job_config(options.config, overrides);
   const std::string output =

@@ -31,6 +31,7 @@ namespace paraplan {
 
 struct AutotuneOptions {
   std::string config;
+  std::string model_from;                 // launcher/model_from.h
   std::string output;                     // the best plan; default [planner] save_plan_path
   std::string work_dir = "out/autotune";  // plans, logs and reports of every experiment
   std::string backend = "cpu";

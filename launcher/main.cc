@@ -17,6 +17,7 @@
 
 #include "launcher/autotune.h"
 #include "launcher/launch.h"
+#include "launcher/model_from.h"
 #include "launcher/preflight.h"
 #include "launcher/profile_command.h"
 #include "planner/job/job_config.h"
@@ -43,6 +44,7 @@ struct TokenizeArguments {
 
 struct PlanArguments {
   std::string config;
+  std::string model_from;  // launcher/model_from.h
   std::string output;
   int what_if_lost_nodes = 0;
 };
@@ -135,7 +137,8 @@ void run_plan(const PlanArguments& args, const std::vector<std::string>& extras)
   if (!unknown.empty())
     throw std::runtime_error("plan: unexpected argument '" + unknown.front() +
                              "'; overrides take the form --section.key value");
-  const JobConfig config = load_job_config(args.config, overrides);
+  const JobConfig config =
+      load_job_config(args.config, with_model_from(args.model_from, args.config, overrides));
   const PlanOutcome outcome = plan_job(config);
   std::string output = args.output;
   if (output.empty()) output = config.planner.save_plan_path;
@@ -239,10 +242,17 @@ void add_tokenize_command(CLI::App& app, CommandLine& c) {
       ->capture_default_str();
 }
 
+// --model-from of the commands that plan (launcher/model_from.h).
+void add_model_from_option(CLI::App& command, std::string& model_from) {
+  command.add_option("--model-from", model_from,
+                     "a Hugging Face model directory (or its config.json): the job's [model]");
+}
+
 void add_plan_command(CLI::App& app, CommandLine& c) {
   c.plan_command =
       app.add_subcommand("plan", "job.toml -> plan file; override any key as --section.key value");
   c.plan_command->add_option("--config", c.plan.config, "job.toml")->required();
+  add_model_from_option(*c.plan_command, c.plan.model_from);
   c.plan_command->add_option("--output", c.plan.output, "the plan file to write (.pplan)");
   c.plan_command
       ->add_option("--what-if-lost-nodes", c.plan.what_if_lost_nodes,
@@ -334,6 +344,7 @@ void add_profile_command(CLI::App& app, CommandLine& c) {
   c.profile_command = app.add_subcommand(
       "profile", "measure this device for a job's shapes -> <profile_dir>/profile.json");
   c.profile_command->add_option("--config", c.profile.config, "job.toml")->required();
+  add_model_from_option(*c.profile_command, c.profile.model_from);
   c.profile_command->add_option("--backend", c.profile.backend, "cpu or cuda")
       ->capture_default_str();
   c.profile_command->add_option("--profile-dir", c.profile.profile_dir,
@@ -359,6 +370,7 @@ void add_autotune_command(CLI::App& app, CommandLine& c) {
   c.autotune_command = app.add_subcommand(
       "autotune", "replay the planner's best settings, keep the fastest measured plan");
   c.autotune_command->add_option("--config", c.autotune.config, "job.toml")->required();
+  add_model_from_option(*c.autotune_command, c.autotune.model_from);
   c.autotune_command->add_option("--output", c.autotune.output,
                                  "the best plan (default: planner.save_plan_path)");
   c.autotune_command->add_option("--work-dir", c.autotune.work_dir, "plans, logs and reports")

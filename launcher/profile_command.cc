@@ -12,6 +12,7 @@
 #include "common/atomic_file.h"
 #include "common/bounded_file.h"
 #include "launcher/launch.h"
+#include "launcher/model_from.h"
 #include "planner/cost/profile.h"
 #include "planner/job/job_config.h"
 #include "planner/search/search_space.h"
@@ -182,7 +183,8 @@ void print_measurements(const DeviceProfile& measured, double peak, const std::s
 
 void run_profile(const ProfileArguments& arguments, const std::vector<std::string>& extras,
                  const std::vector<std::string>& self_arguments) {
-  const std::vector<ConfigOverride> overrides = profile_overrides(arguments, extras);
+  const std::vector<ConfigOverride> overrides =
+      with_model_from(arguments.model_from, arguments.config, profile_overrides(arguments, extras));
   const JobConfig config = load_job_config(arguments.config, overrides);
   const SearchSpace space = resolve_search_space(config);
   const int processes = config.planner.parallel_profile ? space.layout.devices_per_node : 1;

@@ -18,6 +18,7 @@ namespace paraplan {
 
 struct ProfileArguments {
   std::string config;
+  std::string model_from;  // launcher/model_from.h
   std::string backend = "cpu";
   std::string profile_dir;  // overrides [planner] profile_dir
   int repetitions = 5;
