@@ -117,9 +117,11 @@ TextModel load_text_model(const std::string& backend, const std::string& step_di
   TransformerConfig run_config = whole_config;
   run_config.seq_len = length;
   model.layout = make_whole_model_layout(run_config);
+  // Forwards only: no gradient buffer (half the device memory of fp32 weights).
   model.stage = make_model_stage(*model.layout, *model.ops, *model.memory,
                                  ModelStageOptions{.recompute = std::vector<RecomputeMode>(
-                                                       config.num_layers, RecomputeMode::None)});
+                                                       config.num_layers, RecomputeMode::None),
+                                                   .gradients_elsewhere = true});
   std::vector<float> params(whole->num_elements());
   load_checkpoint(step_dir, *whole, params.data(), nullptr, nullptr);
   load_shortened(*model.stage, *whole, params.data());
