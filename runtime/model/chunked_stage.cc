@@ -28,7 +28,8 @@ StageSpec combined_spec(const std::vector<std::unique_ptr<ParameterLayout>>& chu
 // context parallelism), or this rank's 1/t of its rows with sequence
 // parallelism (as every chunk's DecoderStage).
 size_t activation_elements_of(const ChunkedLayout& layout, const ModelStageOptions& options) {
-  size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len /
+  size_t rows = static_cast<size_t>(options.micro_batch_size) *
+                stage_sequence_length(layout, options) /
                 static_cast<size_t>(std::max(options.context.size, 1));
   const int t = options.tensor_group != nullptr ? options.tensor_group->size() : 1;
   if (options.sequence_parallel && t > 1) rows /= static_cast<size_t>(t);

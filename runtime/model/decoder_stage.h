@@ -99,6 +99,7 @@ class DecoderStage : public DecoderStageRegions {
     // Forward writes every buffer; under recompute some of them are shared
     // scratch that backward refills, so no state is lost by overwriting it.
     for (int layer = 0; layer < stage.num_layers; ++layer) {
+      current_layer_ = layer;
       block_forward(layer, block_input(slot, layer), slot.blocks[layer]);
       if (ends_zero_unit_forward(layer, stage.num_layers))
         parameters_used(decoder_layout_.block_start(zero_unit_first_layer(layer)));
@@ -389,6 +390,11 @@ class DecoderStage : public DecoderStageRegions {
   // Attention of the micro-batch in flight (kernels/ops.h's layouts).
   void attention_forward(void* out, float* logsumexp, const void* qkv, int heads, int kv_heads,
                          int head_dim) {
+    if (key_value_cache_ != nullptr) {
+      key_value_cache_->attend(current_layer_, first_position_, sequence_length(), out, logsumexp,
+                               qkv);
+      return;
+    }
     if (context_attention_) {
       context_attention_->forward(out, logsumexp, qkv, documents(current_slot_));
       return;
@@ -400,6 +406,8 @@ class DecoderStage : public DecoderStageRegions {
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int heads, int kv_heads,
                           int head_dim) {
+    if (key_value_cache_ != nullptr)
+      throw std::logic_error("model stage: a stage with a key/value cache runs forwards only");
     if (context_attention_) {
       context_attention_->backward(dqkv, dout, qkv, out, logsumexp, documents(current_slot_));
       return;
@@ -413,7 +421,7 @@ class DecoderStage : public DecoderStageRegions {
   template <typename Apply>
   void for_position_runs(Apply apply) const {
     if (context_.size == 1) {
-      apply(-1, PositionRun{0, 0, context_.seq_len});
+      apply(-1, PositionRun{0, first_position_, context_.seq_len});
       return;
     }
     for (int b = 0; b < batch_; ++b)
@@ -468,7 +476,8 @@ class DecoderStage : public DecoderStageRegions {
   Activations recompute_scratch_;
   ContextRing context_ring_;
   std::unique_ptr<ContextAttention> context_attention_;
-  int current_slot_ = 0;  // the micro-batch a forward or backward works on
+  int current_slot_ = 0;   // the micro-batch a forward or backward works on
+  int current_layer_ = 0;  // the layer a forward runs (a key/value cache's)
 
  private:
   // What backward_weight does for a slot, recorded by backward_input in

@@ -34,7 +34,7 @@ class DecoderStageRegions : public ModelStage {
         tensor_parallel_(options.tensor_group, ops, memory,
                          layout.stage().has_head
                              ? static_cast<size_t>(options.micro_batch_size) *
-                                   layout.config().seq_len / options.context.size
+                                   stage_sequence_length(layout, options) / options.context.size
                              : 0,
                          options.sequence_parallel),
         local_rows_(local_rows(layout, options)) {}
@@ -53,8 +53,8 @@ class DecoderStageRegions : public ModelStage {
   // with sequence parallelism (T / cp for T with context parallelism).
   int local_rows() const { return static_cast<int>(local_rows_); }
   static size_t local_rows(const DecoderLayout& layout, const ModelStageOptions& options) {
-    const size_t rows = static_cast<size_t>(options.micro_batch_size) * layout.config().seq_len /
-                        std::max(options.context.size, 1);
+    const size_t rows = static_cast<size_t>(options.micro_batch_size) *
+                        stage_sequence_length(layout, options) / std::max(options.context.size, 1);
     const int t = layout.tensor_size();
     if (!options.sequence_parallel || t == 1) return rows;
     if (rows % t != 0)

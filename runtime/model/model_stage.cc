@@ -7,6 +7,26 @@
 
 namespace paraplan {
 
+int stage_sequence_length(const ParameterLayout& layout, const ModelStageOptions& options) {
+  const int whole = layout.config().seq_len;
+  if (options.sequence_length == 0) return whole;
+  if (options.sequence_length < 0 || options.sequence_length > whole || options.context.size > 1)
+    throw std::invalid_argument("model stage: sequence_length " +
+                                std::to_string(options.sequence_length) + " outside 1.." +
+                                std::to_string(whole) + " or with context parallelism");
+  return options.sequence_length;
+}
+
+void ModelStage::set_first_position(int position) {
+  if (position < 0 || position + sequence_length() > layout_.config().seq_len ||
+      (position > 0 && key_value_cache_ == nullptr))
+    throw std::invalid_argument("model stage: first position " + std::to_string(position) + " of " +
+                                std::to_string(sequence_length()) + " tokens outside the model's " +
+                                std::to_string(layout_.config().seq_len) +
+                                " positions, or without a key/value cache");
+  first_position_ = position;
+}
+
 ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryTracker& memory,
                        const ModelStageOptions& options, size_t activation_elements)
     : ops_(ops),
@@ -18,6 +38,7 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
       context_(options.context),
       document_separator_(options.document_separator),
       layers_per_zero_unit_(options.layers_per_zero_unit),
+      key_value_cache_(options.key_value_cache),
       layout_(layout),
       buffer_elements_(std::max(options.buffer_elements, layout.num_elements())),
       activation_elements_(activation_elements) {
@@ -30,8 +51,13 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     throw std::invalid_argument("model stage: layers_per_zero_unit must be at least 1");
   if (batch_ < 1 || num_slots_ < 1)
     throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
-  context_.seq_len = layout.config().seq_len;
+  context_.seq_len = stage_sequence_length(layout, options);
   context_.check();
+  if (key_value_cache_ != nullptr &&
+      (batch_ != 1 || context_.size != 1 || layout.tensor_size() != 1 || document_separator_ >= 0))
+    throw std::invalid_argument(
+        "model stage: a key/value cache decodes one sequence on one rank: micro-batch 1, no "
+        "tensor or context parallelism, no document masking");
   const bool external_gradients = options.gradients != nullptr || options.gradients_elsewhere;
   if (options.parameters != nullptr && !external_gradients)
     throw std::invalid_argument("model stage: external parameters need external gradients");

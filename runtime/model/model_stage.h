@@ -26,6 +26,7 @@
 #include "runtime/model/context_attention.h"
 #include "runtime/model/context_shard.h"
 #include "runtime/model/gradient_storage.h"
+#include "runtime/model/key_value_cache.h"
 #include "runtime/model/memory_tracker.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/parameter_layout.h"
@@ -75,7 +76,16 @@ struct ModelStageOptions {
   // Document masking (plan.fbs, Data.document_separator): >= 0, attention
   // stays within the documents this token ends.
   int32_t document_separator = -1;
+  // Decoding (key_value_cache.h): sequences of this many tokens (0: the
+  // layout's seq_len), each at first_position() of a text whose keys and
+  // values the cache holds. Micro-batch 1, one rank, forwards only.
+  int sequence_length = 0;
+  KeyValueCache* key_value_cache = nullptr;
 };
+
+// The tokens of each sequence a stage built with these options holds, before
+// context parallelism divides them.
+int stage_sequence_length(const ParameterLayout& layout, const ModelStageOptions& options);
 
 class ModelStage {
  public:
@@ -121,16 +131,20 @@ class ModelStage {
   // same buffers every time, and nothing else, so the ops may record one and
   // replay it (kernels/ops.h run_recorded): no collective inside (tensor or
   // context parallelism), no storage that moves (ZeRO-2 and 3), no
-  // per-micro-batch documents table.
+  // per-micro-batch documents table, no key/value cache (positions move).
   bool compute_replays() const {
     return context_.size == 1 && document_separator_ < 0 && gradient_storage_ == nullptr &&
-           parameter_storage_ == nullptr && !computes_collectives();
+           parameter_storage_ == nullptr && key_value_cache_ == nullptr && !computes_collectives();
   }
 
   // Tokens of each sequence this rank holds: seq_len, or seq_len / cp with
   // context parallelism (context_shard.h).
   int sequence_length() const { return context_.local_length(); }
   const ContextShard& context() const { return context_; }
+  // Decoding: the position in the text of the sequence's first token (0
+  // otherwise); its tokens lie at [position, position + sequence_length()).
+  void set_first_position(int position);
+  int first_position() const { return first_position_; }
   // Puts a micro-batch of whole sequences (host [B, seq_len] tokens and
   // targets) into a slot: this rank's tokens of them, and with document
   // masking their documents. Queued (the host arrays are free on return).
@@ -261,6 +275,8 @@ class ModelStage {
   ContextShard context_;
   int32_t document_separator_;
   int layers_per_zero_unit_;
+  KeyValueCache* key_value_cache_;
+  int first_position_ = 0;
 
  private:
   struct SlotTokens {

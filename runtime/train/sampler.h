@@ -6,10 +6,8 @@
 // checkpoint's config.json (a Hugging Face export's); the prompt then follows
 // the token that starts documents (<|endoftext|>, Llama 3's
 // <|begin_of_text|>, or Llama 2's and Mistral's <s>), as in the data the
-// model was trained on. Each token is drawn from a forward of the text so far
-// (no KV cache) in a window no longer than the prompt and the tokens to draw,
-// the model's context and its sliding window: a model of 128k context costs
-// what its text costs.
+// model was trained on. The logits come from text_decoder.h: the prompt once,
+// then each token alone against a key/value cache as long as the text.
 #pragma once
 
 #include <cstdint>

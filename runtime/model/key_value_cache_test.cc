@@ -1,0 +1,156 @@
+// key_value_cache_test.cc: decoding with a key/value cache gives the logits of
+// the whole sequence's forward: a prefill stage of 5 tokens and a one-token
+// stage sharing its parameters and cache walk a 12-token text, for GPT-2
+// (learned positions at the true offsets), Llama (rotary positions, grouped
+// KV heads) and Qwen 2's q/k/v biases, on the CPU backend in fp32; and the
+// refusals.
+#include "runtime/model/key_value_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "runtime/model/architecture.h"
+
+namespace paraplan {
+namespace {
+
+TransformerConfig small(Architecture architecture, bool qkv_bias = false) {
+  TransformerConfig config;
+  config.architecture = architecture;
+  config.vocab_size = 19;
+  config.seq_len = 12;
+  config.num_layers = 2;
+  config.d_model = 16;
+  config.num_heads = 4;
+  config.num_kv_heads = architecture == Architecture::kLlama ? 2 : 0;
+  config.ffn_size = 24;
+  config.tied_embeddings = architecture == Architecture::kGpt2;
+  config.init_std = 0.3f;  // far from uniform logits
+  config.qkv_bias = qkv_bias;
+  return config;
+}
+
+struct Model {
+  explicit Model(const TransformerConfig& config)
+      : ops(kernels::make_cpu_ops()),
+        memory(*ops),
+        layout(make_whole_model_layout(config)),
+        params(layout->num_elements()) {
+    layout->initialize(params.data(), 11);
+    for (const ParameterTensor& tensor : layout->tensors())  // biases away from zero
+      if (tensor.name.find("bias") != std::string::npos)
+        for (size_t k = 0; k < tensor.size; ++k)
+          params[tensor.offset + k] = 0.2f * std::cos(static_cast<float>(k + 3 * tensor.offset));
+  }
+  std::unique_ptr<ModelStage> stage(ModelStageOptions options) {
+    options.recompute.assign(layout->config().num_layers, RecomputeMode::None);
+    return make_model_stage(*layout, *ops, memory, options);
+  }
+  // The logits [length, V] of a forward of tokens at the stage's position.
+  std::vector<float> logits(ModelStage& stage, const std::vector<int32_t>& tokens) {
+    ops->copy_from_host(stage.tokens(0), tokens.data(), tokens.size() * sizeof(int32_t));
+    ops->copy_from_host(stage.targets(0), tokens.data(), tokens.size() * sizeof(int32_t));
+    stage.forward(0, 1.0f, /*training=*/false);
+    std::vector<float> result(tokens.size() * layout->config().vocab_size);
+    ops->copy_to_host(result.data(), stage.logits(0), result.size() * sizeof(float));
+    return result;
+  }
+  std::unique_ptr<kernels::Ops> ops;
+  MemoryTracker memory;
+  std::unique_ptr<ParameterLayout> layout;
+  std::vector<float> params;
+};
+
+// A decoding stage's options: no gradients, `length` tokens, the cache, and
+// another stage's parameters (null: its own).
+ModelStageOptions decoding(KeyValueCache* cache, int length, void* parameters = nullptr) {
+  ModelStageOptions options;
+  options.parameters = parameters;
+  options.gradients_elsewhere = true;
+  options.sequence_length = length;
+  options.key_value_cache = cache;
+  return options;
+}
+
+class KeyValueCacheTest : public ::testing::TestWithParam<TransformerConfig> {};
+
+TEST_P(KeyValueCacheTest, DecodingGivesTheWholeSequencesLogits) {
+  const TransformerConfig& config = GetParam();
+  Model model(config);
+  const int T = config.seq_len, V = config.vocab_size, prompt = 5;
+  std::vector<int32_t> text(T);
+  for (int t = 0; t < T; ++t) text[t] = (7 * t + 3) % V;
+
+  const std::unique_ptr<ModelStage> whole = model.stage({});
+  whole->load_parameters(model.params.data(), model.params.size());
+  const std::vector<float> expected = model.logits(*whole, text);
+
+  KeyValueCache cache(*model.ops, model.memory, config.num_layers, T, config.num_heads,
+                      config.kv_heads(), config.head_dim());
+  const std::unique_ptr<ModelStage> prefill = model.stage(decoding(&cache, prompt));
+  prefill->load_parameters(model.params.data(), model.params.size());
+  const std::unique_ptr<ModelStage> step = model.stage(decoding(&cache, 1, prefill->parameters()));
+  EXPECT_EQ(prefill->gradients(), nullptr);
+  std::vector<float> decoded = model.logits(*prefill, {text.begin(), text.begin() + prompt});
+  for (int t = prompt; t < T; ++t) {
+    step->set_first_position(t);
+    const std::vector<float> row = model.logits(*step, {text[t]});
+    decoded.insert(decoded.end(), row.begin(), row.end());
+  }
+  ASSERT_EQ(decoded.size(), expected.size());
+  double largest = 0, scale = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    largest = std::max(largest, static_cast<double>(std::fabs(decoded[i] - expected[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(expected[i])));
+  }
+  EXPECT_GT(scale, 0.5);  // logits that say something
+  // The block kernel sums in another order: fp32 rounding.
+  EXPECT_LT(largest, 1e-5 * scale) << architecture_name(config.architecture);
+  std::cout << "key/value cache: " << architecture_name(config.architecture)
+            << (config.qkv_bias ? " with q/k/v biases" : "") << ": max |logit - whole forward's| "
+            << largest << " (largest logit " << scale << ")" << std::endl;
+  // A later token's logits depend on the earlier ones through the cache: a
+  // changed prompt changes them.
+  prefill->set_first_position(0);
+  std::vector<int32_t> other(text.begin(), text.begin() + prompt);
+  other[1] = (other[1] + 1) % V;
+  model.logits(*prefill, other);
+  step->set_first_position(prompt);
+  const std::vector<float> changed = model.logits(*step, {text[prompt]});
+  double moved = 0;
+  for (int v = 0; v < V; ++v)
+    moved = std::max(
+        moved,
+        static_cast<double>(std::fabs(changed[v] - expected[static_cast<size_t>(prompt) * V + v])));
+  EXPECT_GT(moved, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, KeyValueCacheTest,
+                         ::testing::Values(small(Architecture::kGpt2), small(Architecture::kLlama),
+                                           small(Architecture::kLlama, /*qkv_bias=*/true)));
+
+TEST(KeyValueCache, RefusesWhatItCannotDecode) {
+  const TransformerConfig config = small(Architecture::kLlama);
+  Model model(config);
+  KeyValueCache cache(*model.ops, model.memory, config.num_layers, config.seq_len, config.num_heads,
+                      config.kv_heads(), config.head_dim());
+  // Two sequences at once, or a position past the model's context.
+  ModelStageOptions two = decoding(&cache, 1);
+  two.micro_batch_size = 2;
+  EXPECT_THROW(model.stage(two), std::invalid_argument);
+  const std::unique_ptr<ModelStage> step = model.stage(decoding(&cache, 4));
+  EXPECT_THROW(step->set_first_position(config.seq_len - 3), std::invalid_argument);
+  step->set_first_position(config.seq_len - 4);
+  EXPECT_FALSE(step->compute_replays());  // its positions move between steps
+  EXPECT_THROW(model.stage(decoding(nullptr, config.seq_len + 1)), std::invalid_argument);
+  // Without a cache a stage stays at position 0.
+  const std::unique_ptr<ModelStage> plain = model.stage({});
+  EXPECT_THROW(plain->set_first_position(1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace paraplan
