@@ -1,7 +1,7 @@
-// hf_config_fuzzer.cc: a checkpoint's config.json (Hugging Face GPT2Config;
-// runtime/checkpoint/checkpoint.h parse_checkpoint_config), then the whole
-// model's layout every accepted config makes, and config.json written back
-// and read again giving the same model.
+// hf_config_fuzzer.cc: a checkpoint's config.json (GPT2Config, LlamaConfig, MistralConfig,
+// Qwen2Config; runtime/checkpoint/checkpoint.h parse_checkpoint_config), then the whole model's
+// layout every accepted config makes, and config.json written back and read again giving the same
+// model.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -61,65 +61,74 @@ std::vector<ConfigOverride> model_keys(const TransformerConfig& config) {
   return keys;
 }
 
-// The job file's [model] keys, or none when it does not parse (the planner's
-// reader then says why).
-std::vector<std::string> job_model_keys(const std::string& job_path,
-                                        std::optional<int64_t>& seq_len) {
-  std::vector<std::string> keys;
+// The job's seq_len and where it comes from: the job file, or the command
+// line that overrides it.
+struct JobSeqLen {
+  std::optional<int64_t> value;
+  std::string where;
+};
+
+// The job file's [model] table (empty without one), or nullopt when the file
+// does not read or parse: the planner's reader then says why, as it does
+// without --model-from.
+std::optional<toml::table> job_model_table(const std::string& job_path) {
   try {
-    const toml::table job = toml::parse(read_bounded_file(job_path, kJobConfigFile), job_path);
-    if (const toml::table* model = job["model"].as_table()) {
-      for (const auto& [key, value] : *model) keys.emplace_back(key.str());
-      seq_len = (*model)["seq_len"].value<int64_t>();
-    }
+    toml::table job = toml::parse(read_bounded_file(job_path, kJobConfigFile), job_path);
+    const toml::table* model = job["model"].as_table();
+    return model != nullptr ? *model : toml::table{};
   } catch (const toml::parse_error&) {
   } catch (const std::runtime_error&) {
   }
-  return keys;
+  return std::nullopt;
 }
 
 // Refuses a [model] key beside the model's own, from the job file or the
-// command line; returns the job's seq_len, if it gives one.
-std::optional<int64_t> job_seq_len(const std::string& job_path, const std::string& source,
-                                   const std::vector<ConfigOverride>& overrides) {
-  std::optional<int64_t> seq_len;
+// command line; returns the job's seq_len (its value, if it gives one), or
+// nullopt where the job's own reader must speak first (a file that does not
+// parse, a seq_len that is no integer).
+std::optional<JobSeqLen> job_seq_len(const std::string& job_path, const std::string& source,
+                                     const std::vector<ConfigOverride>& overrides) {
+  const std::optional<toml::table> model = job_model_table(job_path);
+  if (!model) return std::nullopt;
   const auto refuse = [&](const std::string& where, const std::string& key) {
     throw std::runtime_error(where + ": [model] " + key + " is set, but with --model-from the " +
                              "model is " + source + "'s: remove it (the job keeps seq_len and " +
                              "dtype)");
   };
-  for (const std::string& key : job_model_keys(job_path, seq_len))
-    if (key != "seq_len" && key != "dtype") refuse(job_path, key);
+  JobSeqLen seq_len{std::nullopt, job_path};
+  for (const auto& [key, value] : *model)
+    if (key.str() != "seq_len" && key.str() != "dtype") refuse(job_path, std::string(key.str()));
+  if (const toml::node* node = model->get("seq_len")) {
+    if (!node->is_integer()) return std::nullopt;
+    seq_len.value = node->value<int64_t>();
+  }
   for (const ConfigOverride& override_value : overrides) {
     if (override_value.key.rfind("model.", 0) != 0) continue;
     const std::string key = override_value.key.substr(6);
-    if (key != "seq_len" && key != "dtype")
-      refuse("command line (--" + override_value.key + ")", key);
-    if (key == "seq_len") {
-      int64_t value = 0;
-      const std::string& text = override_value.value;
-      const auto parsed = std::from_chars(text.data(), text.data() + text.size(), value);
-      // Not a number: the planner's reader names it.
-      seq_len = parsed.ec == std::errc() && parsed.ptr == text.data() + text.size()
-                    ? std::optional<int64_t>(value)
-                    : std::nullopt;
-    }
+    const std::string where = "command line (--" + override_value.key + ")";
+    if (key != "seq_len" && key != "dtype") refuse(where, key);
+    if (key != "seq_len") continue;
+    int64_t value = 0;
+    const std::string& text = override_value.value;
+    const auto parsed = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (parsed.ec != std::errc() || parsed.ptr != text.data() + text.size()) return std::nullopt;
+    seq_len = {value, where};
   }
   return seq_len;
 }
 
 // The seq_len key the plan takes, if the job does not give it, after
 // checking the job's against the model's positions.
-std::optional<ConfigOverride> seq_len_key(const TransformerConfig& config,
-                                          std::optional<int64_t> seq_len,
-                                          const std::string& job_path, const std::string& source) {
+std::optional<ConfigOverride> seq_len_key(const TransformerConfig& config, const JobSeqLen& job,
+                                          const std::string& source) {
+  const std::optional<int64_t>& seq_len = job.value;
   const std::string positions = std::to_string(config.seq_len);
   switch (config.architecture) {
     case Architecture::kGpt2:
       // Learned positions: the table is n_positions rows.
       if (!seq_len) return ConfigOverride{"model.seq_len", positions};
       if (*seq_len != config.seq_len)
-        throw std::runtime_error(job_path + ": [model] seq_len is " + std::to_string(*seq_len) +
+        throw std::runtime_error(job.where + ": [model] seq_len is " + std::to_string(*seq_len) +
                                  " but " + source + " is GPT-2 with n_positions " + positions +
                                  ", its learned positions: remove seq_len or set " + positions);
       return std::nullopt;
@@ -132,11 +141,11 @@ std::optional<ConfigOverride> seq_len_key(const TransformerConfig& config,
                " (paraplan attends over the whole sequence)";
       }
       if (!seq_len)
-        throw std::runtime_error(job_path + ": [model] seq_len is required with --model-from: " +
+        throw std::runtime_error(job.where + ": [model] seq_len is required with --model-from: " +
                                  "the training context, at most " + std::to_string(most) + " (" +
                                  source + ": " + why + ")");
       if (*seq_len > most)
-        throw std::runtime_error(job_path + ": [model] seq_len " + std::to_string(*seq_len) +
+        throw std::runtime_error(job.where + ": [model] seq_len " + std::to_string(*seq_len) +
                                  " is longer than " + source + " allows: at most " +
                                  std::to_string(most) + " (" + why + ")");
       return std::nullopt;
@@ -151,15 +160,17 @@ std::vector<ConfigOverride> with_model_from(const std::string& model_dir,
                                             const std::string& job_path,
                                             const std::vector<ConfigOverride>& overrides) {
   if (model_dir.empty()) return overrides;
-  // A model directory (config.json is all it needs to hold yet), or its config.json.
-  const fs::path file =
-      fs::is_directory(model_dir) ? fs::path(model_dir) / "config.json" : fs::path(model_dir);
+  // A model directory (config.json is all it needs to hold yet), its
+  // config.json, or a paraplan checkpoint directory (its `latest` step).
+  fs::path directory = model_dir;
+  if (fs::is_regular_file(directory / "latest")) directory = resolve_checkpoint(model_dir);
+  const fs::path file = fs::is_directory(directory) ? directory / "config.json" : directory;
   const std::string source = file.string();
   const TransformerConfig config = parse_checkpoint_config(
       read_bounded_file(source, kCheckpointJsonFile), "--model-from " + source);
-  const std::optional<int64_t> seq_len = job_seq_len(job_path, source, overrides);
   std::vector<ConfigOverride> result = model_keys(config);
-  if (const auto key = seq_len_key(config, seq_len, job_path, source)) result.push_back(*key);
+  if (const std::optional<JobSeqLen> seq_len = job_seq_len(job_path, source, overrides))
+    if (const auto key = seq_len_key(config, *seq_len, source)) result.push_back(*key);
   result.insert(result.end(), overrides.begin(), overrides.end());
   return result;
 }

@@ -56,6 +56,8 @@ void check_llama_fields(const schema::Model& model, Violations& v) {
     if (kv_heads != 0 && kv_heads != heads)
       v.add("model.num_kv_heads", number(kv_heads) + "; gpt2 has multi-head attention: 0 or " +
                                       "num_heads (" + number(heads) + ")");
+    if (model.qkv_bias())
+      v.add("model.qkv_bias", "true; a llama field (gpt2's attention always has biases): false");
     return;
   }
   if (kv_heads < 0 || (kv_heads > 0 && heads > 0 && heads % kv_heads != 0))

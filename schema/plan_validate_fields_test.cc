@@ -64,6 +64,9 @@ const std::vector<ViolationCase>& field_cases() {
       {"Gpt2WithGroupedKvHeads",
        [](PlanSpec& s) { s.num_kv_heads = 2; },
        {"model.num_kv_heads: 2; gpt2 has multi-head attention"}},
+      {"Gpt2WithQkvBias",
+       [](PlanSpec& s) { s.qkv_bias = true; },
+       {"model.qkv_bias: true; a llama field"}},
       {"LlamaKvHeadsNotDividingHeads",
        [](PlanSpec& s) {
          s.architecture = schema::Architecture::Llama;

@@ -3,7 +3,8 @@
 // wrote plans back to the model it was trained as; Qwen2.5's, Mistral's and
 // GPT-2's config.json (as the hub ships them, no weights needed) give their
 // shapes; the job keeps seq_len and dtype, and every other [model] key, one
-// too long a seq_len and a missing one are refused naming the file and key.
+// too long a seq_len and a missing one are refused naming the file (or the
+// command line) and the key.
 #include <string>
 
 #include "command_fixture.h"
@@ -109,6 +110,11 @@ TEST_F(ModelFrom, MistralsSlidingWindowBoundsTheContext) {
   expect_clear_error(plan(kMistral, no_context),
                      {"job.toml: [model] seq_len is required with --model-from: the training "
                       "context, at most 4096"});
+  // A seq_len from the command line is named as such.
+  expect_clear_error(plan(kMistral, kJob, " --model.seq_len 40000"),
+                     {"command line (--model.seq_len): [model] seq_len 40000 is longer than"});
+  // A job file that does not parse is reported as without --model-from.
+  expect_clear_error(plan(kMistral, "[model\nseq_len = 32\n"), {"job.toml:1:", "TOML syntax"});
 }
 
 TEST_F(ModelFrom, GptTwoTakesItsPositionsAsTheContext) {
@@ -154,9 +160,9 @@ TEST_F(ModelFrom, APlanFromACheckpointHasTheCheckpointsModel) {
             0);
   write_file(dir_ / "again.toml",
              "[model]\nseq_len = 16\n[training]\nglobal_batch_size = 4\ntotal_steps = 10\n");
-  const CommandResult planned =
-      run("plan --config " + path("again.toml") + " --model-from " + path("ckpt/step_00000001") +
-          " --output " + path("again.pplan"));
+  // The checkpoint directory stands for its latest step, as for train --init-from.
+  const CommandResult planned = run("plan --config " + path("again.toml") + " --model-from " +
+                                    path("ckpt") + " --output " + path("again.pplan"));
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
   json original = model_of(path("job.pplan"));
   json again = model_of(path("again.pplan"));

@@ -178,12 +178,16 @@ int64_t cuda_kernel_scratch_bytes(const ModelConfig& model, const std::string& c
   add(main_lane, ks::norm_backward_bytes(rows, C, biases, sms));
   if (sequence_parallel && t > 1) add(main_lane, ks::norm_backward_bytes(rows / t, C, biases, sms));
   std::vector<int64_t> side_lane;  // the weight-gradient stream's scratch
-  if (biases) {                    // c_attn, c_fc (column-parallel) and the two projections
-    for (const int64_t columns : {3 * C / t, model.ffn_size / t, C}) {
-      add(main_lane, ks::column_sums_bytes(rows, columns, sms));  // PARAPLAN_CUDA_OVERLAP=0
-      add(side_lane, ks::column_sums_bytes(rows, columns, sms));
-      add(side_lane, ks::request(columns * 4));  // the BGRADB epilogue's row
-    }
+  // The linear layers' bias gradients: GPT-2's c_attn, c_fc (column-parallel)
+  // and two projections, or Qwen 2's q|k|v.
+  std::vector<int64_t> bias_columns;
+  if (biases) bias_columns = {3 * C / t, model.ffn_size / t, C};
+  if (is_llama(model) && model.qkv_bias)
+    bias_columns = {(model.num_heads + 2 * int64_t{kv_heads(model)}) * head_dim(model) / t};
+  for (const int64_t columns : bias_columns) {
+    add(main_lane, ks::column_sums_bytes(rows, columns, sms));  // PARAPLAN_CUDA_OVERLAP=0
+    add(side_lane, ks::column_sums_bytes(rows, columns, sms));
+    add(side_lane, ks::request(columns * 4));  // the BGRADB epilogue's row
   }
   if (has_embedding) add(main_lane, ks::token_embedding_backward_bytes(rows, C));
   if (context_parallel > 1 || document_mask) {

@@ -103,6 +103,26 @@ TEST(ModelCounts, LlamaLinearLayersAndShards) {
   EXPECT_EQ(head_parameters(model, true), 4096 + int64_t{128256} * 4096);  // untied lm_head
 }
 
+// Qwen 2's q, k and v biases: Qwen2.5-0.5B's published 494,032,768
+// parameters (tied), the biases split with their heads.
+TEST(ModelCounts, QkvBiasesAreCountedAndSharded) {
+  ModelConfig model = llama3_8b();
+  model.qkv_bias = true;
+  model.vocab_size = 151936, model.num_layers = 24, model.d_model = 896, model.num_heads = 14;
+  model.num_kv_heads = 2, model.ffn_size = 4864, model.tied_embeddings = true;
+  const std::vector<LinearLayer> layers = block_linear_layers(model);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(layers[i].bias) << layers[i].name;
+  for (int i = 3; i < 7; ++i) EXPECT_FALSE(layers[i].bias) << layers[i].name;
+  EXPECT_EQ(
+      embedding_parameters(model) + 24 * block_parameters(model) + head_parameters(model, true),
+      494032768);
+  // 2 ranks: each its 7 query heads' and 1 KV head's biases, (7 + 2) x 64.
+  model.qkv_bias = false;
+  const int64_t without = block_parameters(model, 2);
+  model.qkv_bias = true;
+  EXPECT_EQ(block_parameters(model, 2) - without, (7 + 2 * 1) * 64);
+}
+
 TEST(ModelCounts, LlamaActivationBytesAreWhatTheStageKeeps) {
   // One block, b = 2, s = 16, h = 64, 4 heads of 16 over 2 KV heads, F = 96,
   // fp32: e = 4, sb = 32.

@@ -104,9 +104,9 @@ PassOperations decoder_head(const ModelConfig& model, int micro_batch_size, int 
 }
 
 // Llama (runtime/model/llama/llama_stage.cc): pre-norm blocks with RMSNorm, no
-// biases, q, k and v in one GEMM (grouped-query: Hkv KV heads), the rotary
-// embedding applied to q and k in place, gate and up in one GEMM and SwiGLU;
-// no learned positions.
+// biases but Qwen 2's on q, k and v, q, k and v in one GEMM (grouped-query: Hkv KV heads), the
+// rotary embedding applied to q and k in place, gate and up in one GEMM and SwiGLU; no learned
+// positions.
 PassOperations llama_block(const ModelConfig& model, int micro_batch_size, int tensor_parallel) {
   const double t = tensor_parallel, e = bytes_of(model.dtype);
   const double T = static_cast<double>(micro_batch_size) * model.seq_len;  // tokens
@@ -142,6 +142,10 @@ PassOperations llama_block(const ModelConfig& model, int micro_batch_size, int t
                          {"rmsnorm 2", 4 * hidden},
                          {"swiglu", 5 * ffn},
                          {"rotary", 2 * rotated}};
+  // Qwen 2's q/k/v biases: their gradient reads the qkv gradient once more
+  // (GPT-2's bias gradients' term; the epilogue's where it applies).
+  if (model.qkv_bias)
+    ops.backward.memory.push_back({"bias gradients", T * (H + 2 * Hkv) * D / t * e, true});
   return ops;
 }
 

@@ -9,12 +9,15 @@
 namespace paraplan::llama {
 
 nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
-  // q/k/v biases are Qwen 2's attention; transformers' Llama has them only
-  // with o_proj's too (attention_bias).
-  const bool qwen2 = config.qkv_bias;
+  // q/k/v biases are Qwen 2's attention (transformers' Llama has them only
+  // with o_proj's too: attention_bias); a sliding window without them,
+  // Mistral's (a config read from such a file writes back as it was).
+  const bool qwen2 = config.qkv_bias, mistral = !qwen2 && config.attention_window > 0;
   nlohmann::ordered_json json;
-  json["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  json["model_type"] = qwen2 ? "qwen2" : "llama";
+  json["architectures"] = {qwen2     ? "Qwen2ForCausalLM"
+                           : mistral ? "MistralForCausalLM"
+                                     : "LlamaForCausalLM"};
+  json["model_type"] = qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
   json["vocab_size"] = config.vocab_size;
   json["hidden_size"] = config.d_model;
   json["intermediate_size"] = config.ffn_size;
@@ -38,7 +41,13 @@ nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
     json["rope_scaling"] = nullptr;
   }
   if (qwen2) {
-    json["use_sliding_window"] = false;  // attention over the whole sequence
+    json["use_sliding_window"] = config.attention_window > 0;
+    if (config.attention_window > 0) {
+      json["sliding_window"] = config.attention_window;
+      json["max_window_layers"] = 0;  // every layer's
+    }
+  } else if (mistral) {
+    json["sliding_window"] = config.attention_window;
   } else {
     json["attention_bias"] = false;
     json["mlp_bias"] = false;
@@ -97,12 +106,21 @@ RopeScaling rope_scaling_from(const nlohmann::json& json, const std::string& pat
 }
 
 // The sliding window of attention a Mistral or Qwen 2 config.json asks for,
-// or 0 for none (sliding_window null; Qwen 2: use_sliding_window false).
+// or 0 for none, as transformers reads it: sliding_window null (or 0) is
+// none, absent is MistralConfig's and Qwen2Config's default 4096; Qwen 2's
+// applies only with use_sliding_window and to the layers from
+// max_window_layers (default 28) on.
 int attention_window(const nlohmann::json& json, const std::string& path,
-                     const std::string& model_type) {
+                     const std::string& model_type, int num_layers) {
   if (model_type == "llama") return 0;
-  if (model_type == "qwen2" && !json_bool(json, "use_sliding_window", path, false)) return 0;
-  return static_cast<int>(json_integer(json, "sliding_window", path, 0, 0, kMaxModelDimension));
+  if (model_type == "qwen2") {
+    if (!json_bool(json, "use_sliding_window", path, false)) return 0;
+    if (json_integer(json, "max_window_layers", path, 28, 0, kMaxModelDimension) >= num_layers)
+      return 0;
+  }
+  const auto window = json.find("sliding_window");
+  if (window != json.end() && window->is_null()) return 0;
+  return static_cast<int>(json_integer(json, "sliding_window", path, 4096, 0, kMaxModelDimension));
 }
 
 }  // namespace
@@ -145,7 +163,7 @@ TransformerConfig config_from_hugging_face(const nlohmann::json& json, const std
   values.tied_embeddings = json_bool(json, "tie_word_embeddings", path, false);
   values.qkv_bias = model_type == "qwen2";  // Qwen2Attention always has them
   TransformerConfig config = validated_transformer_config(values, kHuggingFaceLlamaFields, path);
-  config.attention_window = attention_window(json, path, model_type);
+  config.attention_window = attention_window(json, path, model_type, config.num_layers);
   const int64_t head_dim = json_integer(json, "head_dim", path, config.head_dim());
   if (head_dim != config.head_dim())
     throw std::runtime_error(path + ": head_dim is " + std::to_string(head_dim) +
@@ -175,8 +193,10 @@ std::vector<std::string> config_differences(const TransformerConfig& saved,
                                 " q/k/v biases (Qwen 2's) but the plan's model " +
                                 (plan.qkv_bias ? "has them" : "has none") + " ([model] qkv_bias)");
   // paraplan attends over the whole sequence; a sliding window changes
-  // nothing while the sequence fits in it.
-  if (saved.attention_window > 0 && plan.seq_len > saved.attention_window)
+  // nothing while the sequence fits in it (two configs of one window are
+  // one model).
+  if (saved.attention_window > 0 && plan.attention_window != saved.attention_window &&
+      plan.seq_len > saved.attention_window)
     differences.lines.push_back(
         "sliding_window is " + std::to_string(saved.attention_window) +
         " but the plan's model has seq_len " + std::to_string(plan.seq_len) +

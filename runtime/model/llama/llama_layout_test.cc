@@ -218,7 +218,8 @@ TEST(LlamaLayout, Qwen2HasThePublishedParameterCounts) {
   config.vocab_size = 151936, config.num_layers = 24, config.d_model = 896;
   config.num_heads = 14, config.num_kv_heads = 2, config.ffn_size = 4864;
   config.tied_embeddings = true;
-  EXPECT_EQ(parameter_count(config), 494032768);  // Qwen2.5-0.5B: "0.49B"
+  EXPECT_EQ(parameter_count(config), 494032768);                           // Qwen2.5-0.5B: "0.49B"
+  EXPECT_EQ(make_whole_model_layout(config)->num_elements(), 494032768u);  // the table agrees
   config.vocab_size = 152064, config.num_layers = 28, config.d_model = 3584;
   config.num_heads = 28, config.num_kv_heads = 4, config.ffn_size = 18944;
   config.tied_embeddings = false;
@@ -283,12 +284,21 @@ TEST(LlamaHuggingFaceConfig, QwenTwoIsLlamaWithQkvBiases) {
   EXPECT_EQ(differences[0],
             "the checkpoint's model has q/k/v biases (Qwen 2's) but the plan's model has none "
             "([model] qkv_bias)");
-  // Qwen 2's sliding window counts only when use_sliding_window is true.
+  // Qwen 2's sliding window counts only when use_sliding_window is true, and
+  // for the layers from max_window_layers (default 28) on.
   nlohmann::json windowed = json;
   windowed["sliding_window"] = 8;
   EXPECT_EQ(config_from_hugging_face(windowed, "config.json").attention_window, 0);
   windowed["use_sliding_window"] = true;
-  EXPECT_EQ(config_from_hugging_face(windowed, "config.json").attention_window, 8);
+  EXPECT_EQ(config_from_hugging_face(windowed, "config.json").attention_window, 0);  // 28 >= 3
+  windowed["max_window_layers"] = 2;
+  const TransformerConfig qwen_window = config_from_hugging_face(windowed, "config.json");
+  EXPECT_EQ(qwen_window.attention_window, 8);
+  // Written back as it was read.
+  const TransformerConfig again =
+      config_from_hugging_face(hugging_face_config(qwen_window), "config.json");
+  EXPECT_EQ(again.attention_window, 8);
+  EXPECT_TRUE(again.qkv_bias);
 }
 
 // Mistral is Llama's tensors with a sliding window, which changes nothing
@@ -317,6 +327,14 @@ TEST(LlamaHuggingFaceConfig, MistralLoadsWhileTheSequenceFitsItsWindow) {
   EXPECT_EQ(differences[0],
             "sliding_window is 16 but the plan's model has seq_len 32: the model attends only to "
             "the last 16 tokens, paraplan's attention to the whole sequence; plan seq_len <= 16");
+  // Written back as Mistral with its window.
+  const nlohmann::ordered_json written = hugging_face_config(back);
+  EXPECT_EQ(written["model_type"], "mistral");
+  EXPECT_EQ(written["sliding_window"], 16);
+  EXPECT_EQ(config_from_hugging_face(written, "config.json").attention_window, 16);
+  // Absent, it is MistralConfig's default of 4096.
+  json.erase("sliding_window");
+  EXPECT_EQ(config_from_hugging_face(json, "config.json").attention_window, 4096);
   json["sliding_window"] = "wide";
   EXPECT_THROW(config_from_hugging_face(json, "config.json"), std::runtime_error);
 }
