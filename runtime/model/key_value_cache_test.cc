@@ -11,6 +11,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/architecture.h"
@@ -35,8 +36,9 @@ TransformerConfig small(Architecture architecture, bool qkv_bias = false) {
 }
 
 struct Model {
-  explicit Model(const TransformerConfig& config)
-      : ops(kernels::make_cpu_ops()),
+  explicit Model(const TransformerConfig& config,
+                 std::unique_ptr<kernels::Ops> backend = kernels::make_cpu_ops())
+      : ops(std::move(backend)),
         memory(*ops),
         layout(make_whole_model_layout(config)),
         params(layout->num_elements()) {
@@ -78,35 +80,55 @@ ModelStageOptions decoding(KeyValueCache* cache, int length, void* parameters = 
 
 class KeyValueCacheTest : public ::testing::TestWithParam<TransformerConfig> {};
 
-TEST_P(KeyValueCacheTest, DecodingGivesTheWholeSequencesLogits) {
-  const TransformerConfig& config = GetParam();
-  Model model(config);
-  const int T = config.seq_len, V = config.vocab_size, prompt = 5;
-  std::vector<int32_t> text(T);
-  for (int t = 0; t < T; ++t) text[t] = (7 * t + 3) % V;
+std::vector<int32_t> text_of(const TransformerConfig& config) {
+  std::vector<int32_t> text(config.seq_len);
+  for (int t = 0; t < config.seq_len; ++t) text[t] = (7 * t + 3) % config.vocab_size;
+  return text;
+}
 
+// The logits of every position from one forward of the whole text.
+std::vector<float> whole_logits(Model& model, const std::vector<int32_t>& text) {
   const std::unique_ptr<ModelStage> whole = model.stage({});
   whole->load_parameters(model.params.data(), model.params.size());
-  const std::vector<float> expected = model.logits(*whole, text);
+  return model.logits(*whole, text);
+}
 
-  KeyValueCache cache(*model.ops, model.memory, config.num_layers, T, config.num_heads,
+// The same from a prefill of `prompt` tokens, then one token at a time.
+std::vector<float> decoded_logits(Model& model, const std::vector<int32_t>& text, int prompt) {
+  const TransformerConfig& config = model.layout->config();
+  KeyValueCache cache(*model.ops, model.memory, config.num_layers, config.seq_len, config.num_heads,
                       config.kv_heads(), config.head_dim());
   const std::unique_ptr<ModelStage> prefill = model.stage(decoding(&cache, prompt));
   prefill->load_parameters(model.params.data(), model.params.size());
   const std::unique_ptr<ModelStage> step = model.stage(decoding(&cache, 1, prefill->parameters()));
   EXPECT_EQ(prefill->gradients(), nullptr);
   std::vector<float> decoded = model.logits(*prefill, {text.begin(), text.begin() + prompt});
-  for (int t = prompt; t < T; ++t) {
+  for (int t = prompt; t < static_cast<int>(text.size()); ++t) {
     step->set_first_position(t);
     const std::vector<float> row = model.logits(*step, {text[t]});
     decoded.insert(decoded.end(), row.begin(), row.end());
   }
-  ASSERT_EQ(decoded.size(), expected.size());
+  return decoded;
+}
+
+// max |a - b| and max |b|.
+std::pair<double, double> difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
   double largest = 0, scale = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    largest = std::max(largest, static_cast<double>(std::fabs(decoded[i] - expected[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(expected[i])));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    largest = std::max(largest, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
   }
+  return {largest, scale};
+}
+
+TEST_P(KeyValueCacheTest, DecodingGivesTheWholeSequencesLogits) {
+  const TransformerConfig& config = GetParam();
+  Model model(config);
+  const int V = config.vocab_size, prompt = 5;
+  const std::vector<int32_t> text = text_of(config);
+  const std::vector<float> expected = whole_logits(model, text);
+  const auto [largest, scale] = difference(decoded_logits(model, text, prompt), expected);
   EXPECT_GT(scale, 0.5);  // logits that say something
   // The block kernel sums in another order: fp32 rounding.
   EXPECT_LT(largest, 1e-5 * scale) << architecture_name(config.architecture);
@@ -115,18 +137,30 @@ TEST_P(KeyValueCacheTest, DecodingGivesTheWholeSequencesLogits) {
             << largest << " (largest logit " << scale << ")" << std::endl;
   // A later token's logits depend on the earlier ones through the cache: a
   // changed prompt changes them.
-  prefill->set_first_position(0);
-  std::vector<int32_t> other(text.begin(), text.begin() + prompt);
+  std::vector<int32_t> other = text;
   other[1] = (other[1] + 1) % V;
-  model.logits(*prefill, other);
-  step->set_first_position(prompt);
-  const std::vector<float> changed = model.logits(*step, {text[prompt]});
+  const std::vector<float> changed = decoded_logits(model, other, prompt);
   double moved = 0;
-  for (int v = 0; v < V; ++v)
-    moved = std::max(
-        moved,
-        static_cast<double>(std::fabs(changed[v] - expected[static_cast<size_t>(prompt) * V + v])));
+  for (int v = 0; v < V; ++v) {
+    const size_t i = static_cast<size_t>(prompt) * V + v;
+    moved = std::max(moved, static_cast<double>(std::fabs(changed[i] - expected[i])));
+  }
   EXPECT_GT(moved, 1e-3);
+}
+
+// On a GPU: the CUDA backend's decoding (the block attention kernels of
+// context parallelism) against the CPU's whole forward. TF32 GEMMs by
+// default: ~1e-3 relative per GEMM, a dozen of them.
+TEST_P(KeyValueCacheTest, CudaDecodingGivesTheCpuLogits) {
+  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const TransformerConfig& config = GetParam();
+  Model cpu(config);
+  Model cuda(config, kernels::make_cuda_ops(0));
+  const std::vector<int32_t> text = text_of(config);
+  const auto [largest, scale] = difference(decoded_logits(cuda, text, 5), whole_logits(cpu, text));
+  std::cout << "key/value cache on CUDA: " << architecture_name(config.architecture)
+            << ": max |logit - CPU whole forward's| " << largest << " of " << scale << std::endl;
+  EXPECT_LT(largest, 2e-2 * scale);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, KeyValueCacheTest,
