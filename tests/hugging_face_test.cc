@@ -63,50 +63,20 @@ eval_batches = 2
 seed = 3
 )";
 
-const char* kLlamaModel = R"(
-[model]
-architecture = "llama"
-vocab_size = 256
-seq_len = 32
-num_layers = 2
-d_model = 64
-num_heads = 4
-num_kv_heads = 2
-ffn_size = 128
-rms_norm_eps = 1e-5
-rope_theta = 500000.0
-)";
+// The tiny Llama-family shape of every such job here.
+std::string llama_model(const std::string& keys) {
+  return "\n[model]\narchitecture = \"llama\"\nvocab_size = 256\nseq_len = 32\nnum_layers = 2\n"
+         "d_model = 64\nnum_heads = 4\nnum_kv_heads = 2\nffn_size = 128\n" +
+         keys;
+}
 
+const std::string kLlamaModel = llama_model("rms_norm_eps = 1e-5\nrope_theta = 500000.0\n");
 // Qwen 2: Llama with q, k and v biases, and (as Qwen2.5's small models) a tied head.
-const char* kQwen2Model = R"(
-[model]
-architecture = "llama"
-qkv_bias = true
-tied_embeddings = true
-vocab_size = 256
-seq_len = 32
-num_layers = 2
-d_model = 64
-num_heads = 4
-num_kv_heads = 2
-ffn_size = 128
-rms_norm_eps = 1e-6
-rope_theta = 1000000.0
-)";
-
+const std::string kQwen2Model = llama_model(
+    "qkv_bias = true\ntied_embeddings = true\nrms_norm_eps = 1e-6\nrope_theta = 1000000.0\n");
 // Mistral 7B's shape, scaled down: Llama's with grouped-query attention,
 // rope_theta 10000 and an untied head.
-const char* kMistralModel = R"(
-[model]
-architecture = "llama"
-vocab_size = 256
-seq_len = 32
-num_layers = 2
-d_model = 64
-num_heads = 4
-num_kv_heads = 2
-ffn_size = 128
-)";
+const std::string kMistralModel = llama_model("");
 const char* kMistralConfig =
     "vocab_size=256 hidden_size=64 intermediate_size=128 num_hidden_layers=2 "
     "num_attention_heads=4 num_key_value_heads=2 max_position_embeddings=4096 "
@@ -242,7 +212,7 @@ TEST_F(HuggingFace, LlamaCheckpointLoadsInTransformers) {
 
 TEST_F(HuggingFace, TransformersLlamaTrainsInParaplan) {
   // Llama 3.1's rope scaling on top of Llama 3's theta.
-  const std::string model = std::string(kLlamaModel) +
+  const std::string model = kLlamaModel +
                             "rope_scaling_factor = 8.0\nrope_low_freq_factor = 1.0\n"
                             "rope_high_freq_factor = 4.0\nrope_original_max_positions = 8192\n";
   transformers_to_paraplan(
