@@ -40,6 +40,9 @@ size_t activation_elements_of(const ChunkedLayout& layout, const ModelStageOptio
 // its own single slot of tokens is unused (the chunks have theirs).
 ModelStageOptions rank_options(const ModelStageOptions& options,
                                const std::vector<ModelStageOptions>& chunks) {
+  // Decoding is a whole model's, on one stage.
+  if (options.sequence_length != 0 || options.key_value_cache != nullptr)
+    throw std::invalid_argument("chunked stage: no key/value cache or shorter sequences");
   ModelStageOptions rank = options;
   rank.num_slots = 1;
   rank.recompute.clear();

@@ -144,6 +144,7 @@ class DecoderStage : public DecoderStageRegions {
   }
 
   void backward_input(int slot_index) override {
+    refuse_backward_with_cache();
     DeferredWeights& deferred = deferred_[slot_index];
     if (deferred.pending)
       throw std::logic_error("backward_input of slot " + std::to_string(slot_index) +
@@ -190,6 +191,7 @@ class DecoderStage : public DecoderStageRegions {
   // backward() as it always was, or, inside backward_input, with the weight
   // gradients recorded for backward_weight instead of computed.
   void run_backward(int slot_index, const std::function<void(size_t)>& gradients_final_from) {
+    refuse_backward_with_cache();
     const StageSpec& stage = decoder_layout_.stage();
     Slot& slot = slots_[slot_index];
     current_slot_ = slot_index;
@@ -383,6 +385,9 @@ class DecoderStage : public DecoderStageRegions {
   // The architecture's constructor: the ring's buffers for this tensor
   // rank's heads, when the plan has context parallelism or document masking.
   void make_context_attention(int heads, int kv_heads, int head_dim) {
+    if (key_value_cache_ != nullptr &&
+        !key_value_cache_->fits(decoder_layout_.stage().num_layers, heads, kv_heads, head_dim))
+      throw std::invalid_argument("model stage: the key/value cache is of another model's shape");
     if (context_.size == 1 && document_separator_ < 0) return;
     context_attention_ = std::make_unique<ContextAttention>(context_, context_ring_, ops_, memory_,
                                                             batch_, heads, kv_heads, head_dim);
@@ -406,8 +411,6 @@ class DecoderStage : public DecoderStageRegions {
   void attention_backward(void* dqkv, float* scratch, const void* dout, const void* qkv,
                           const void* out, const float* logsumexp, int heads, int kv_heads,
                           int head_dim) {
-    if (key_value_cache_ != nullptr)
-      throw std::logic_error("model stage: a stage with a key/value cache runs forwards only");
     if (context_attention_) {
       context_attention_->backward(dqkv, dout, qkv, out, logsumexp, documents(current_slot_));
       return;

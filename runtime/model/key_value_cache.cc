@@ -15,7 +15,7 @@ KeyValueCache::KeyValueCache(kernels::Ops& ops, MemoryTracker& memory, int layer
       heads_(heads),
       kv_heads_(kv_heads),
       head_dim_(head_dim) {
-  if (layers < 0 || positions < 1 || heads < 1 || kv_heads < 1 || head_dim < 1)
+  if (layers < 1 || positions < 1 || heads < 1 || kv_heads < 1 || head_dim < 1)
     throw std::invalid_argument("key/value cache: layers, positions and heads must be positive");
   const size_t row = 2 * static_cast<size_t>(kv_heads) * head_dim;
   for (int layer = 0; layer < layers; ++layer) {

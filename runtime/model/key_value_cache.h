@@ -31,6 +31,11 @@ class KeyValueCache {
   KeyValueCache& operator=(const KeyValueCache&) = delete;
 
   int positions() const { return positions_; }
+  // Whether a stage of this model shape may use it.
+  bool fits(int layers, int heads, int kv_heads, int head_dim) const {
+    return layers == static_cast<int>(layers_.size()) && heads == heads_ && kv_heads == kv_heads_ &&
+           head_dim == head_dim_;
+  }
 
   // Attention of `length` tokens at positions [first, first + length) of
   // layer `layer`: their keys and values (from qkv [length, (H + 2 Hkv) D],

@@ -17,6 +17,11 @@ int stage_sequence_length(const ParameterLayout& layout, const ModelStageOptions
   return options.sequence_length;
 }
 
+void ModelStage::refuse_backward_with_cache() const {
+  if (key_value_cache_ != nullptr)
+    throw std::logic_error("model stage: a stage with a key/value cache runs forwards only");
+}
+
 void ModelStage::set_first_position(int position) {
   if (position < 0 || position + sequence_length() > layout_.config().seq_len ||
       (position > 0 && key_value_cache_ == nullptr))
@@ -53,11 +58,15 @@ ModelStage::ModelStage(const ParameterLayout& layout, kernels::Ops& ops, MemoryT
     throw std::invalid_argument("model stage: micro_batch_size and num_slots must be positive");
   context_.seq_len = stage_sequence_length(layout, options);
   context_.check();
+  const StageSpec& spec = layout.stage();
+  const bool whole_model = spec.first_layer == 0 && spec.num_layers == layout.config().num_layers &&
+                           spec.has_embedding && spec.has_head;
   if (key_value_cache_ != nullptr &&
-      (batch_ != 1 || context_.size != 1 || layout.tensor_size() != 1 || document_separator_ >= 0))
+      (batch_ != 1 || context_.size != 1 || layout.tensor_size() != 1 || document_separator_ >= 0 ||
+       !whole_model))
     throw std::invalid_argument(
-        "model stage: a key/value cache decodes one sequence on one rank: micro-batch 1, no "
-        "tensor or context parallelism, no document masking");
+        "model stage: a key/value cache decodes one sequence on one rank: the whole model, "
+        "micro-batch 1, no tensor or context parallelism, no document masking");
   const bool external_gradients = options.gradients != nullptr || options.gradients_elsewhere;
   if (options.parameters != nullptr && !external_gradients)
     throw std::invalid_argument("model stage: external parameters need external gradients");
@@ -129,6 +138,7 @@ void ModelStage::load_micro_batch(int slot, const int32_t* tokens, const int32_t
 }
 
 void ModelStage::forward(int slot, float loss_scale, bool training) {
+  if (training) refuse_backward_with_cache();
   run_forward(slot, loss_scale, training);
 }
 

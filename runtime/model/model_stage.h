@@ -242,6 +242,8 @@ class ModelStage {
   // with the stage.
   void* allocate_storage(size_t count, MemoryCategory category);
   float* allocate_floats(size_t count, MemoryCategory category);
+  // A stage with a key/value cache decodes: training and backward throw.
+  void refuse_backward_with_cache() const;
   void zero(void* storage, size_t count) { ops_.zero_bytes(storage, ops_.storage_bytes(count)); }
   // Parameter and gradient tensors at a layout offset.
   const void* param(size_t offset) const {

@@ -37,7 +37,9 @@ TextDecoder::TextDecoder(const std::string& backend, const std::string& step_dir
   }
   std::vector<float> params(layout_->num_elements());
   load_checkpoint(step_dir, *layout_, params.data(), nullptr, nullptr);
-  prompt_->load_parameters(params.data(), params.size());
+  // A tensor at a time: the conversion to storage holds one tensor, not the model.
+  for (const ParameterTensor& tensor : layout_->tensors())
+    prompt_->load_parameters(params.data() + tensor.offset, tensor.size, tensor.offset);
 }
 
 TextDecoder::~TextDecoder() = default;
@@ -45,7 +47,9 @@ TextDecoder::~TextDecoder() = default;
 std::unique_ptr<ModelStage> TextDecoder::make_stage(int length, KeyValueCache* cache,
                                                     void* parameters) {
   ModelStageOptions options;
-  options.recompute.assign(layout_->config().num_layers, RecomputeMode::None);
+  // Nothing is kept for a backward: each layer holds only its output, the
+  // rest one shared scratch.
+  options.recompute.assign(layout_->config().num_layers, RecomputeMode::Full);
   options.parameters = parameters;
   options.gradients_elsewhere = true;  // forwards only: no gradient buffer
   options.sequence_length = length;
@@ -82,7 +86,10 @@ const std::vector<float>& TextDecoder::next_logits(const std::vector<int32_t>& t
   }
   // Beyond the context: its last tokens, at positions from 0, in a stage of
   // the whole context (the padding after a shorter text is never attended to).
-  if (!window_) window_ = cache_ ? make_stage(context_, nullptr, prompt_->parameters()) : nullptr;
+  if (!window_ && cache_) {
+    window_ = make_stage(context_, nullptr, prompt_->parameters());
+    step_.reset();  // never used again
+  }
   ModelStage& window = window_ ? *window_ : *prompt_;
   const int used = std::min(length, context_);
   std::vector<int32_t> tokens(static_cast<size_t>(context_), 0);
