@@ -482,6 +482,11 @@ void add_sample_command(CLI::App& app, CommandLine& c) {
       ->capture_default_str();
   c.sample_command->add_option("--backend", c.sample_options.backend, "cpu or cuda")
       ->capture_default_str();
+  c.sample_command
+      ->add_option("--prefill-chunk", c.sample_options.prefill_chunk,
+                   "prompt tokens run at once (bounds the prompt's activations and logits)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 void add_evaluate_command(CLI::App& app, CommandLine& c) {

@@ -392,6 +392,13 @@ TEST_F(EndToEnd, SampleIsReproducibleFromACheckpoint) {
   // (A byte the tiny model draws that is no UTF-8 shows as U+FFFD in both.)
   EXPECT_EQ(first.output.rfind(shorter.output.substr(0, shorter.output.size() - 1), 0), 0u)
       << shorter.output << first.output;
+  // The prompt's 6 tokens in chunks of 1 (six), 4 (and the last 2) or 512
+  // (one, the default) fill the key/value cache alike.
+  for (const char* chunk : {"1", "4"}) {
+    const CommandResult chunked = run(arguments + " --prefill-chunk " + chunk);
+    ASSERT_EQ(chunked.exit_code, 0) << chunked.output;
+    EXPECT_EQ(chunked.output, first.output) << "--prefill-chunk " << chunk;
+  }
 }
 
 TEST_F(EndToEnd, LlamaTrainsResumesBitForBitAndSamples) {
@@ -414,11 +421,14 @@ TEST_F(EndToEnd, LlamaTrainsResumesBitForBitAndSamples) {
     EXPECT_EQ(split[i]["loss"].get<double>(), straight[i]["loss"].get<double>()) << i + 1;
   const std::string config = read_file(dir_ / "straight" / "step_00000010" / "config.json");
   EXPECT_NE(config.find("\"LlamaForCausalLM\""), std::string::npos) << config;
-  const CommandResult sampled =
-      run("sample --checkpoint " + path("straight") + " --prompt 'line 1' --tokens 40 --seed 3");
+  const std::string sample =
+      "sample --checkpoint " + path("straight") + " --prompt 'line 1' --tokens 40 --seed 3";
+  const CommandResult sampled = run(sample);
   ASSERT_EQ(sampled.exit_code, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("line 1", 0), 0u);
   EXPECT_GE(sampled.output.size(), 46u);
+  // Rotary positions at each chunk's offset: the prompt in chunks of 4 and 2.
+  EXPECT_EQ(run(sample + " --prefill-chunk 4").output, sampled.output);
 }
 
 // ---- bad input: one clear line, non-zero exit, never a crash -------------------

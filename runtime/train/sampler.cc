@@ -89,8 +89,9 @@ std::string sample_text(const SampleOptions& options) {
   // Only the tokenizer's ids are drawn: the padding rows of the embedding
   // were never a target.
   const int drawn = tokenizer ? tokenizer->vocab_size() : V;
+  if (options.prefill_chunk < 1) throw std::runtime_error("--prefill-chunk: must be >= 1");
   TextDecoder decoder(options.backend, step_dir, config, static_cast<int>(context.size()),
-                      options.tokens);
+                      options.tokens, options.prefill_chunk);
   std::vector<int32_t> generated;
   for (int i = 0; i < options.tokens; ++i) {
     const std::vector<float>& logits = decoder.next_logits(context);

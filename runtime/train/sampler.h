@@ -24,6 +24,8 @@ struct SampleOptions {
   int top_k = 40;            // 0: the whole vocabulary
   uint64_t seed = 1337;
   std::string backend = "cpu";
+  // Prompt tokens run at once into the key/value cache (text_decoder.h).
+  int prefill_chunk = 512;
 };
 
 // Returns the generated continuation (without the prompt), each invalid UTF-8

@@ -10,7 +10,9 @@
 namespace paraplan {
 
 TextDecoder::TextDecoder(const std::string& backend, const std::string& step_dir,
-                         const TransformerConfig& config, int prompt_tokens, int tokens) {
+                         const TransformerConfig& config, int prompt_tokens, int tokens,
+                         int prefill_chunk)
+    : prompt_tokens_(prompt_tokens) {
   ops_ = backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
   memory_ = std::make_unique<MemoryTracker>(*ops_);
   // Positions beyond a sliding window are another model (config_differences):
@@ -25,13 +27,16 @@ TextDecoder::TextDecoder(const std::string& backend, const std::string& step_dir
                       step_dir + "/config.json: the model's " +
                           std::to_string(layout_->num_elements()) + " parameters",
                       "sample on a machine with more memory");
-  if (prompt_tokens < 1) throw std::invalid_argument("text decoder: an empty prompt");
+  if (prompt_tokens < 1 || prefill_chunk < 1)
+    throw std::invalid_argument("text decoder: an empty prompt or prefill chunk");
   if (prompt_tokens <= context_) {
     // The cache holds the text as far as the context allows, no further.
     const int positions = std::min<int64_t>(context_, int64_t{prompt_tokens} + tokens);
     cache_ = std::make_unique<KeyValueCache>(*ops_, *memory_, whole.num_layers, positions,
                                              whole.num_heads, whole.kv_heads(), whole.head_dim());
-    prompt_ = make_stage(prompt_tokens, cache_.get(), nullptr);
+    const int chunk = std::min(prompt_tokens, prefill_chunk), rest = prompt_tokens % chunk;
+    prompt_ = make_stage(chunk, cache_.get(), nullptr);
+    if (rest > 0) rest_ = make_stage(rest, cache_.get(), prompt_->parameters());
   } else {
     prompt_ = make_stage(context_, nullptr, nullptr);  // a prompt beyond the context: windows
   }
@@ -72,8 +77,18 @@ void TextDecoder::forward(ModelStage& stage, const int32_t* tokens, int count, i
 
 const std::vector<float>& TextDecoder::next_logits(const std::vector<int32_t>& text) {
   const int length = static_cast<int>(text.size());
-  if (cache_ && cached_ == 0 && length == prompt_->sequence_length()) {
-    forward(*prompt_, text.data(), length, length - 1);
+  if (cache_ && cached_ == 0 && length == prompt_tokens_) {
+    // The prompt's chunks in order; the last one's last row is the next token's.
+    const int chunk = prompt_->sequence_length();
+    int first = 0;
+    for (; first + chunk <= length; first += chunk) {
+      prompt_->set_first_position(first);
+      forward(*prompt_, &text[first], chunk, chunk - 1);
+    }
+    if (rest_) {
+      rest_->set_first_position(first);
+      forward(*rest_, &text[first], length - first, length - first - 1);
+    }
     cached_ = length;
     return logits_;
   }

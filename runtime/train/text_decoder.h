@@ -1,12 +1,13 @@
 // text_decoder.h: the next token's logits of a text, one token after another,
-// on one rank (`paraplan sample`). The prompt runs once through a stage of
-// its length, which fills a key/value cache (runtime/model/key_value_cache.h);
-// each later token runs alone against the cache, so a token costs the model
-// once, not the text. The cache holds at most the model's context (and its
-// sliding window); a text that outgrows it is decoded as before the cache:
-// the last context's worth of tokens through a whole-context stage per token.
-// The logits are those of a forward of the whole text so far (fp32: within
-// rounding, the block attention summing in another order).
+// on one rank (`paraplan sample`). The prompt runs once, in chunks of at most
+// prefill_chunk tokens (so a prompt of 32k tokens holds one chunk's
+// activations and logits, not the prompt's), filling a key/value cache
+// (runtime/model/key_value_cache.h); each later token runs alone against the
+// cache, so a token costs the model once, not the text. The cache holds at most the model's context
+// (and its sliding window); a text that outgrows it is decoded as before the cache: the last
+// context's worth of tokens through a whole-context stage per token. The logits are those of a
+// forward of the whole text so far (fp32: within rounding, the block attention summing in another
+// order).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,8 @@ class TextDecoder {
   // The checkpoint's model on `backend` ("cpu" or "cuda"), for a prompt of
   // prompt_tokens tokens followed by up to `tokens` more.
   TextDecoder(const std::string& backend, const std::string& step_dir,
-              const TransformerConfig& config, int prompt_tokens, int tokens);
+              const TransformerConfig& config, int prompt_tokens, int tokens,
+              int prefill_chunk = 512);
   ~TextDecoder();
 
   // The logits [vocab] after `text`: the prompt at the first call, then the
@@ -46,7 +48,10 @@ class TextDecoder {
   std::unique_ptr<ParameterLayout> layout_;  // the model at its context
   int context_ = 0;                          // positions it attends over
   std::unique_ptr<KeyValueCache> cache_;
-  std::unique_ptr<ModelStage> prompt_, step_, window_;
+  // prompt_: the prompt's chunks (without a cache: the window), rest_: its
+  // last, shorter chunk, step_: one token.
+  std::unique_ptr<ModelStage> prompt_, rest_, step_, window_;
+  int prompt_tokens_ = 0;
   int cached_ = 0;  // tokens of the text in the cache
   std::vector<float> logits_;
 };
