@@ -487,6 +487,11 @@ void add_sample_command(CLI::App& app, CommandLine& c) {
                    "prompt tokens run at once (bounds the prompt's activations and logits)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  c.sample_command
+      ->add_option("--dtype", c.sample_options.dtype,
+                   "float32, or bfloat16: half the memory, the weights rounded to bf16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
 }
 
 void add_evaluate_command(CLI::App& app, CommandLine& c) {

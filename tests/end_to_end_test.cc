@@ -429,6 +429,12 @@ TEST_F(EndToEnd, LlamaTrainsResumesBitForBitAndSamples) {
   EXPECT_GE(sampled.output.size(), 46u);
   // Rotary positions at each chunk's offset: the prompt in chunks of 4 and 2.
   EXPECT_EQ(run(sample + " --prefill-chunk 4").output, sampled.output);
+  // In bf16 (half the memory): a text of its own, after the prompt.
+  const CommandResult bf16 = run(sample + " --dtype bfloat16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_EQ(bf16.output.rfind("line 1", 0), 0u);
+  EXPECT_GE(bf16.output.size(), 46u);
+  EXPECT_NE(run(sample + " --dtype float16").exit_code, 0);
 }
 
 // ---- bad input: one clear line, non-zero exit, never a crash -------------------

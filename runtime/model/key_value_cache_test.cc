@@ -162,6 +162,19 @@ TEST_P(KeyValueCacheTest, DecodingGivesTheWholeSequencesLogits) {
   EXPECT_LT(again, 1e-5 * again_scale) << name_of(config);
 }
 
+// bf16 storage (`sample --dtype bfloat16`): decoding against the whole
+// forward of the same storage; both round every tensor to 8 bits, at points
+// that differ where the block kernel folds its fp32 result.
+TEST_P(KeyValueCacheTest, Bfloat16DecodingTracksTheWholeForward) {
+  const TransformerConfig& config = GetParam();
+  Model model(config, kernels::make_cpu_ops(0, kernels::DType::kBFloat16));
+  const std::vector<int32_t> text = text_of(config);
+  const auto [largest, scale] = difference(decoded_logits(model, text), whole_logits(model, text));
+  std::cout << "key/value cache in bf16: " << name_of(config) << ": max |logit - whole forward's| "
+            << largest << " of " << scale << std::endl;
+  EXPECT_LT(largest, 5e-2 * scale) << name_of(config);
+}
+
 // On a GPU: the CUDA backend's decoding (the block attention kernels of
 // context parallelism) against the CPU's whole forward. TF32 GEMMs by
 // default: ~1e-3 relative per GEMM, a dozen of them; bf16 storage rounds

@@ -90,8 +90,12 @@ std::string sample_text(const SampleOptions& options) {
   // were never a target.
   const int drawn = tokenizer ? tokenizer->vocab_size() : V;
   if (options.prefill_chunk < 1) throw std::runtime_error("--prefill-chunk: must be >= 1");
-  TextDecoder decoder(options.backend, step_dir, config, static_cast<int>(context.size()),
-                      options.tokens, options.prefill_chunk);
+  if (options.dtype != "float32" && options.dtype != "bfloat16")
+    throw std::runtime_error("--dtype: '" + options.dtype + "'; valid: float32, bfloat16");
+  TextDecoder decoder(
+      options.backend, step_dir, config, static_cast<int>(context.size()), options.tokens,
+      options.prefill_chunk,
+      options.dtype == "bfloat16" ? kernels::DType::kBFloat16 : kernels::DType::kFloat32);
   std::vector<int32_t> generated;
   for (int i = 0; i < options.tokens; ++i) {
     const std::vector<float>& logits = decoder.next_logits(context);

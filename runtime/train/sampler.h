@@ -26,6 +26,7 @@ struct SampleOptions {
   std::string backend = "cpu";
   // Prompt tokens run at once into the key/value cache (text_decoder.h).
   int prefill_chunk = 512;
+  std::string dtype = "float32";  // or "bfloat16": the weights and activations' storage
 };
 
 // Returns the generated continuation (without the prompt), each invalid UTF-8

@@ -11,9 +11,9 @@ namespace paraplan {
 
 TextDecoder::TextDecoder(const std::string& backend, const std::string& step_dir,
                          const TransformerConfig& config, int prompt_tokens, int tokens,
-                         int prefill_chunk)
+                         int prefill_chunk, kernels::DType storage)
     : prompt_tokens_(prompt_tokens) {
-  ops_ = backend == "cuda" ? kernels::make_cuda_ops(0) : kernels::make_cpu_ops();
+  ops_ = backend == "cuda" ? kernels::make_cuda_ops(0, storage) : kernels::make_cpu_ops(0, storage);
   memory_ = std::make_unique<MemoryTracker>(*ops_);
   // Positions beyond a sliding window are another model (config_differences):
   // the checkpoint is read as the window's length of it.
@@ -67,12 +67,14 @@ void TextDecoder::forward(ModelStage& stage, const int32_t* tokens, int count, i
   ops_->copy_from_host(stage.tokens(0), tokens, count * sizeof(int32_t));
   ops_->copy_from_host(stage.targets(0), tokens, count * sizeof(int32_t));
   stage.forward(0, 1.0f, /*training=*/false);
-  // fp32 storage (make_cpu_ops / make_cuda_ops default): logits are floats.
+  // The row's logits in storage, widened to floats.
+  const kernels::DType dtype = ops_->storage_dtype();
+  std::vector<char> stored(ops_->storage_bytes(V));
+  ops_->copy_to_host(stored.data(),
+                     kernels::element_at(stage.logits(0), static_cast<size_t>(row) * V, dtype),
+                     stored.size());
   logits_.resize(V);
-  ops_->copy_to_host(
-      logits_.data(),
-      kernels::element_at(stage.logits(0), static_cast<size_t>(row) * V, kernels::DType::kFloat32),
-      V * sizeof(float));
+  kernels::host_to_float(logits_.data(), stored.data(), dtype, V);
 }
 
 const std::vector<float>& TextDecoder::next_logits(const std::vector<int32_t>& text) {

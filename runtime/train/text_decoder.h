@@ -25,11 +25,13 @@ namespace paraplan {
 
 class TextDecoder {
  public:
-  // The checkpoint's model on `backend` ("cpu" or "cuda"), for a prompt of
-  // prompt_tokens tokens followed by up to `tokens` more.
+  // The checkpoint's model on `backend` ("cpu" or "cuda") in `storage`
+  // (fp32, or bf16: half the memory and, on a GPU, of each token's reads of
+  // the weights), for a prompt of prompt_tokens tokens followed by up to
+  // `tokens` more.
   TextDecoder(const std::string& backend, const std::string& step_dir,
               const TransformerConfig& config, int prompt_tokens, int tokens,
-              int prefill_chunk = 512);
+              int prefill_chunk = 512, kernels::DType storage = kernels::DType::kFloat32);
   ~TextDecoder();
 
   // The logits [vocab] after `text`: the prompt at the first call, then the
