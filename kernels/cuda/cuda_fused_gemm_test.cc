@@ -3,14 +3,16 @@
 // linear_backward_gelu; cuBLASLt GELU_AUX_BIAS and DGELU) and an output
 // projection's residual add (linear_residual_forward; the C operand),
 // against the CPU backend's ops one by one in the same storage dtype, with
-// TF32 and strict fp32 GEMMs (strict: the epilogue's GELU must be the tanh
-// form the gelu op computes, to fp32 rounding), with and without a bias, at
-// shapes the epilogues take and at ones they cannot (features not a
-// multiple of 8, an unaligned bias: the op-by-op fallback, bitwise); and
+// TF32 and strict fp32 GEMMs (strict: the epilogue's GELU the tanh form the
+// gelu op computes, within 1e-3: its accuracy is not documented), with and
+// without a bias, at shapes the epilogues take and at ones they cannot
+// (features not a multiple of 8, an unaligned bias: the op-by-op fallback,
+// bitwise); and
 // PARAPLAN_CUDA_FUSED_GEMMS=0 bitwise the CUDA op-by-op path. Skips,
 // visibly, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,11 +92,19 @@ std::string name_of(const GeluGemmCase& c) {
          std::to_string(c.hidden) + "->" + std::to_string(c.out_features) + (c.bias ? " bias" : "");
 }
 
+// What went through cuBLASLt's GELU (its output and the gradient through
+// it): the epilogue's tanh form is not documented to fp32 rounding, and a
+// hardware tanh is good to about 2^-11 relative; the GEMM part (pre-GELU)
+// keeps the GEMM tolerance.
+constexpr double kGeluEpilogueTolerance = 1e-3;
+
 TEST_P(CudaFusedGemm, GeluMatchesTheCpuOpByOp) {
   std::unique_ptr<Ops> cpu = make_cpu(dtype());
   for_each_gemm_mode([&](Ops& cuda, double tolerance, const std::string& mode) {
+    const double through_gelu = std::max(tolerance, kGeluEpilogueTolerance);
     for (const GeluGemmCase& c : kCases)
-      expect_all_close(gelu_gemm_run(cuda, c, true), gelu_gemm_run(*cpu, c, false), tolerance,
+      expect_all_close(gelu_gemm_run(cuda, c, true), gelu_gemm_run(*cpu, c, false),
+                       std::vector<double>{tolerance, through_gelu, through_gelu},
                        mode + " " + name_of(c));
   });
 }
