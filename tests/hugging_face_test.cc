@@ -261,6 +261,12 @@ TEST_F(HuggingFace, TransformersQwenTwoTrainsInParaplan) {
                            "max_position_embeddings=32768 rms_norm_eps=1e-6 rope_theta=1000000.0 "
                            "tie_word_embeddings=true use_sliding_window=false",
                            kQwen2Model, 32);
+  // Trained at 32 tokens, the checkpoint still serves the model's 32,768
+  // (what vLLM and transformers read as its context).
+  const json config =
+      json::parse(read_file(*directory_ / "hf_to_qwen2_checkpoints/step_00000001/config.json"));
+  EXPECT_EQ(config["max_position_embeddings"], 32768);
+  EXPECT_EQ(config["architectures"][0], "Qwen2ForCausalLM");
 }
 
 TEST_F(HuggingFace, TransformersMistralTrainsInParaplanWithinItsWindow) {

@@ -56,6 +56,10 @@ struct TransformerConfig {
   // the whole sequence, which is the window's result while seq_len <= it
   // (config_differences refuses a plan beyond it).
   int attention_window = 0;
+  // Llama family: the positions the model serves, when more than seq_len (a
+  // Hugging Face model of 32k positions fine-tuned at 4k); config.json says
+  // max_position_embeddings = max(seq_len, max_positions). Never in a plan.
+  int max_positions = 0;
 
   int head_dim() const { return d_model / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }

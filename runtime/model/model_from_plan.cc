@@ -80,8 +80,10 @@ std::vector<StageModelSpec> chunk_models_from_plan(const LoadedPlan& loaded, int
 }
 
 std::unique_ptr<ParameterLayout> rank_layout_from_plan(const LoadedPlan& loaded, int pipeline_rank,
-                                                       int tensor_rank, int tensor_size) {
-  const std::vector<StageModelSpec> chunks = chunk_models_from_plan(loaded, pipeline_rank);
+                                                       int tensor_rank, int tensor_size,
+                                                       int max_positions) {
+  std::vector<StageModelSpec> chunks = chunk_models_from_plan(loaded, pipeline_rank);
+  for (StageModelSpec& chunk : chunks) chunk.config.max_positions = max_positions;
   if (chunks.size() == 1)
     return make_parameter_layout(chunks[0].config, chunks[0].stage, tensor_rank, tensor_size);
   std::vector<std::unique_ptr<ParameterLayout>> layouts;

@@ -32,9 +32,11 @@ std::vector<StageModelSpec> chunk_models_from_plan(const LoadedPlan& plan, int p
 
 // The parameters of that rank (tensor rank `tensor_rank` of `tensor_size`):
 // its stage's layout, or with several chunks their ChunkedLayout
-// (chunked_stage.h), as the rank's buffer holds them.
+// (chunked_stage.h), as the rank's buffer holds them. max_positions: the
+// context its checkpoints record (TransformerConfig::max_positions).
 std::unique_ptr<ParameterLayout> rank_layout_from_plan(const LoadedPlan& plan, int pipeline_rank,
-                                                       int tensor_rank, int tensor_size);
+                                                       int tensor_rank, int tensor_size,
+                                                       int max_positions = 0);
 
 // For a run in one process: the plan must need exactly one rank.
 StageModelSpec single_process_model_from_plan(const LoadedPlan& plan);

@@ -187,8 +187,8 @@ RankState build_rank_state(const LoadedPlan& loaded, const StageModelSpec& model
                        .previous_rank = rank.groups.previous_context_rank},
       .document_separator =
           training.data() != nullptr ? training.data()->document_separator() : -1};
-  rank.layout =
-      rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank, mesh.tensor_size);
+  rank.layout = rank_layout_from_plan(loaded, mesh.pipeline_rank, mesh.tensor_rank,
+                                      mesh.tensor_size, options.max_positions);
   check_stage_fits(loaded, *rank.layout, mesh.pipeline_rank, *rank.ops);
   stage_options.buffer_elements = DistributedOptimizer::buffer_elements(
       rank.layout->num_elements(), zero_stage, rank.groups.zero->size());

@@ -69,6 +69,9 @@ struct RankBuildOptions {
   // with a message naming the rank, group and operation (watchdog.h); 0 waits
   // forever.
   double collective_timeout_seconds = 600;
+  // The context the rank's checkpoints record (TransformerConfig::
+  // max_positions: the model a run started from may serve more than seq_len).
+  int max_positions = 0;
 };
 
 // The compute threads each rank of this node gets on the CPU backend: the

@@ -1,6 +1,7 @@
 // trainer.cc: the training loop of `paraplan train`, on every rank of the job.
 #include "runtime/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -183,6 +184,14 @@ RunInputs validate_run(const TrainOptions& options, MpiSession& session) {
                      session.world_rank() == 0);
   }
   if (!options.init_from.empty()) run.init_from = resolve_checkpoint(options.init_from);
+  // Checkpoints serve the context of the model the run started from (a
+  // Llama-family model's positions are not parameters), not only seq_len.
+  const std::string& source = run.resume_from.empty() ? run.init_from : run.resume_from;
+  if (!source.empty() && run.model.config.architecture == Architecture::kLlama) {
+    const TransformerConfig saved = read_checkpoint_config(source);
+    if (saved.architecture == Architecture::kLlama)
+      run.model.config.max_positions = std::max(saved.seq_len, saved.max_positions);
+  }
   const bool hellaswag_text = is_hellaswag_text(options.hellaswag);
   if (!options.tokenizer.empty() && options.checkpoint_dir.empty() && !hellaswag_text)
     throw std::runtime_error(
@@ -442,7 +451,8 @@ TrainSummary train_on_this_rank(const TrainOptions& options, MpiSession& session
                          .transport = options.transport,
                          .wrap_groups = {},
                          .wrap_ops = {},
-                         .collective_timeout_seconds = options.collective_timeout_seconds};
+                         .collective_timeout_seconds = options.collective_timeout_seconds,
+                         .max_positions = run.model.config.max_positions};
   if (const char* emulate = std::getenv("PARAPLAN_TEST_NCCL_TEARDOWN");
       emulate != nullptr && std::string(emulate) == "1")
     build.wrap_groups = [](ProcessGroups& groups, kernels::Ops&) {

@@ -1,6 +1,7 @@
 // llama_hf_config.cc: LlamaConfig <-> TransformerConfig.
 #include "runtime/model/llama/llama_hf_config.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "common/json_fields.h"
@@ -26,8 +27,9 @@ nlohmann::ordered_json hugging_face_config(const TransformerConfig& config) {
   json["num_key_value_heads"] = config.kv_heads();
   json["head_dim"] = config.head_dim();
   json["hidden_act"] = "silu";
-  // Positions are not parameters: the trained sequence length is the context.
-  json["max_position_embeddings"] = config.seq_len;
+  // Positions are not parameters: the trained sequence length, or the
+  // context of the model it started from (max_positions).
+  json["max_position_embeddings"] = std::max(config.seq_len, config.max_positions);
   json["rms_norm_eps"] = short_decimal(config.norm_epsilon);
   json["rope_theta"] = short_decimal(config.rope_theta);
   if (config.rope_scaling.factor > 0) {
