@@ -79,12 +79,17 @@ inline std::string json_string_or(const nlohmann::json& json, const std::string&
   return found != json.end() && found->is_string() ? found->get<std::string>() : fallback;
 }
 
-// A float as the double of its shortest decimal that reads back as the same
-// float, so a JSON file says 1e-05 rather than 9.999999747378752e-06.
-inline double short_decimal(float value) {
+// A float's shortest decimal that reads back as the same float ("1e-05").
+inline std::string short_decimal_text(float value) {
   char text[32];
   const auto result = std::to_chars(text, text + sizeof(text), value);
-  return std::strtod(std::string(text, result.ptr).c_str(), nullptr);
+  return std::string(text, result.ptr);
+}
+
+// The same as a double, so a JSON file says 1e-05 rather than
+// 9.999999747378752e-06.
+inline double short_decimal(float value) {
+  return std::strtod(short_decimal_text(value).c_str(), nullptr);
 }
 
 }  // namespace paraplan

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common/bounded_file.h"
+#include "common/json_fields.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/model/architecture.h"
 
@@ -15,13 +16,6 @@ namespace paraplan {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The shortest decimal that reads back as the same float ("1e-06").
-std::string shortest(float value) {
-  char text[32];
-  const auto written = std::to_chars(text, text + sizeof(text), value);
-  return std::string(text, written.ptr);
-}
 
 std::string boolean(bool value) {
   return value ? "true" : "false";
@@ -37,22 +31,22 @@ std::vector<ConfigOverride> model_keys(const TransformerConfig& config) {
       {"model.num_heads", std::to_string(config.num_heads)},
       {"model.ffn_size", std::to_string(config.ffn_size)},
       {"model.tied_embeddings", boolean(config.tied_embeddings)},
-      {"model.init_std", shortest(config.init_std)}};
+      {"model.init_std", short_decimal_text(config.init_std)}};
   switch (config.architecture) {
     case Architecture::kGpt2:
-      keys.push_back({"model.layernorm_epsilon", shortest(config.norm_epsilon)});
+      keys.push_back({"model.layernorm_epsilon", short_decimal_text(config.norm_epsilon)});
       break;
     case Architecture::kLlama: {
       const RopeScaling& scaling = config.rope_scaling;
       keys.insert(keys.end(), {{"model.num_kv_heads", std::to_string(config.kv_heads())},
-                               {"model.rms_norm_eps", shortest(config.norm_epsilon)},
-                               {"model.rope_theta", shortest(config.rope_theta)},
+                               {"model.rms_norm_eps", short_decimal_text(config.norm_epsilon)},
+                               {"model.rope_theta", short_decimal_text(config.rope_theta)},
                                {"model.qkv_bias", boolean(config.qkv_bias)}});
       if (scaling.factor > 0)
         keys.insert(keys.end(),
-                    {{"model.rope_scaling_factor", shortest(scaling.factor)},
-                     {"model.rope_low_freq_factor", shortest(scaling.low_freq_factor)},
-                     {"model.rope_high_freq_factor", shortest(scaling.high_freq_factor)},
+                    {{"model.rope_scaling_factor", short_decimal_text(scaling.factor)},
+                     {"model.rope_low_freq_factor", short_decimal_text(scaling.low_freq_factor)},
+                     {"model.rope_high_freq_factor", short_decimal_text(scaling.high_freq_factor)},
                      {"model.rope_original_max_positions",
                       std::to_string(scaling.original_max_positions)}});
       break;
